@@ -1,0 +1,35 @@
+"""tunedb: measured kernel selection for PyTorch on NVIDIA GPUs.
+
+Public API (imported lazily; importing tunedb touches neither the GPU nor the disk):
+    tunedb.reload()            start a new database epoch
+    tunedb.tuning_report()     one line per family: how each call resolved, per tier
+    tunedb.optimize(model)     swap nn.Linear (+ activation) for the tuned ops
+    tunedb.autotune(...)       context manager: measure shapes no tier covers
+    tunedb.prewarm(...)        measure a model's uncovered must-tune points before capture
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "reload": "tunedb.selector:reload",
+    "tuning_report": "tunedb.selector:tuning_report",
+    "optimize": "tunedb.runtime.patching:optimize",
+    "autotune": "tunedb.runtime.autotuner:autotune",
+    "prewarm": "tunedb.runtime.prewarm:prewarm",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'tunedb' has no attribute {name!r}")
+    module, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value

@@ -1,0 +1,67 @@
+"""The `tunedb` command line: one subcommand per job, each implemented by the module that owns it.
+
+Each subcommand names a module that defines ``configure(parser)`` and ``run(args) -> int``.
+Modules are imported only when their subcommand is chosen (or for --help), so the CLI
+never touches torch or the GPU for commands that do not need them.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+from tunedb.errors import TunedbError
+
+# name -> (module with configure/run, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "tune": ("tunedb.commands.tune", "census + build + evaluate a workload (the main job)"),
+    "census": ("tunedb.commands.census", "record which GEMM shapes a workload runs"),
+    "build": ("tunedb.commands.build", "measure a census and write a tuning database"),
+    "evaluate": ("tunedb.commands.evaluate", "regret of each selector against the measured oracle"),
+    "status": ("tunedb.commands.status", "which database files each tier loads, and which are stale"),
+    "diff": ("tunedb.commands.diff", "compare two database files entry by entry"),
+    "prebuild": ("tunedb.commands.prebuild", "compile Triton configs without a GPU into a persistent cache"),
+    "plot": ("tunedb.commands.plot", "plot a database's regions along M"),
+}
+
+
+def _available() -> dict[str, tuple[str, str]]:
+    out = {}
+    for name, (module, help_) in COMMANDS.items():
+        if importlib.util.find_spec(module) is not None:
+            out[name] = (module, help_)
+    return out
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tunedb", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_) in _available().items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        if only is None or only == name:
+            importlib.import_module(module).configure(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    parser = build_parser(only=chosen)
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except TunedbError as exc:
+        print(f"tunedb {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"tunedb {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The tunedb exception hierarchy: every error class the package raises lives here.
+
+    TunedbError
+    ├── SignatureError        a malformed or unsupported signature string/value
+    ├── ConfigError           a malformed config id or parameter dict
+    ├── DatabaseError         a database file cannot be used
+    │   ├── CorruptDatabaseError   not JSON, truncated, wrong types, bad regions
+    │   └── ValidatorMismatchError hard validator (schema, family, arch) differs
+    ├── RegistryError         unknown kernel family or op name
+    ├── SettingsError         a TUNEDB_* variable holds a value it does not accept
+    ├── MeasurementError      the protocol refused or failed to measure
+    │   ├── CaptureActiveError     asked to measure inside a CUDA-graph capture
+    │   └── BusyGPUError           another compute process is on the GPU
+    ├── WorkerError           the benchmark worker subprocess misbehaved
+    ├── CensusError           a workload or manifest cannot be censused
+    ├── BuildError            a build cannot proceed (bad flags, refused target)
+    └── UncoveredShapeError   strict mode met a must-tune point no tier covers
+"""
+from __future__ import annotations
+
+
+class TunedbError(Exception):
+    """Base class of every error tunedb raises."""
+
+
+class SignatureError(TunedbError, ValueError):
+    """A signature string or value is malformed or not supported."""
+
+
+class ConfigError(TunedbError, ValueError):
+    """A config id or parameter dict is malformed."""
+
+
+class DatabaseError(TunedbError):
+    """A database file cannot be used."""
+
+
+class CorruptDatabaseError(DatabaseError):
+    """A database file is not JSON, truncated, holds wrong types or invalid regions."""
+
+
+class ValidatorMismatchError(DatabaseError):
+    """A hard validator (schema, kernel family, arch family) does not match."""
+
+
+class RegistryError(TunedbError, KeyError):
+    """An unknown kernel family, op or lane name."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want plain text
+        return str(self.args[0]) if self.args else ""
+
+
+class SettingsError(TunedbError, ValueError):
+    """A TUNEDB_* environment variable holds a value it does not accept."""
+
+
+class MeasurementError(TunedbError):
+    """The measurement protocol refused or failed to measure."""
+
+
+class CaptureActiveError(MeasurementError):
+    """Measurement was requested while a CUDA graph is being captured."""
+
+
+class BusyGPUError(MeasurementError):
+    """Another compute process is using the GPU and contention was not allowed."""
+
+
+class WorkerError(TunedbError):
+    """The benchmark worker subprocess failed outside a single request."""
+
+
+class CensusError(TunedbError):
+    """A workload, preset or manifest cannot be censused."""
+
+
+class BuildError(TunedbError):
+    """A build cannot proceed with the given inputs or flags."""
+
+
+class UncoveredShapeError(TunedbError):
+    """Strict mode met a must-tune point that no tier covers."""
