@@ -15,6 +15,10 @@
     ├── CensusError           a workload or manifest cannot be censused
     ├── BuildError            a build cannot proceed (bad flags, refused target)
     └── UncoveredShapeError   strict mode met a must-tune point no tier covers
+
+    TunedbWarning (UserWarning)
+    ├── DatabaseWarning       a database file or entry was skipped (corrupt, mismatched, unusable config)
+    └── AutotuneWarning       an autotune cache was refused or differs in environment, or a shape fell back
 """
 from __future__ import annotations
 
@@ -80,3 +84,15 @@ class BuildError(TunedbError):
 
 class UncoveredShapeError(TunedbError):
     """Strict mode met a must-tune point that no tier covers."""
+
+
+class TunedbWarning(UserWarning):
+    """Base class of every warning tunedb emits."""
+
+
+class DatabaseWarning(TunedbWarning):
+    """A database file or one of its entries was skipped; the next file or tier serves."""
+
+
+class AutotuneWarning(TunedbWarning):
+    """autotune(): a cache file was refused or tuned elsewhere, or a shape took the fallback."""

@@ -1,0 +1,76 @@
+"""`tunedb status [--arch ARCH] [--json]`: per tier, which database files load, which are skipped, what is stale.
+
+Without a GPU every arch family found is shown unless --arch narrows it; with one, the current
+device's arch family. Also lists the TUNEDB_* settings in effect. Always exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--arch", metavar="ARCH", default=None,
+                        help="only this arch family (e.g. sm90); default: the GPU's, or all without one")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _default_arch() -> str | None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            from tunedb.selector import current_arch_family
+
+            return current_arch_family()
+    except Exception:  # no usable torch: show every arch family
+        pass
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from tunedb import database
+
+    arch = args.arch if args.arch is not None else _default_arch()
+    rep = database.report(arch)
+    if args.json:
+        print(json.dumps(rep.to_json(), indent=2))
+    else:
+        _render(rep)
+    return 0
+
+
+def _render(rep) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    env = ", ".join(f"{k}={v}" for k, v in sorted(rep.environment.items())) or "unknown"
+    shown = rep.arch_filter or "all arch families"
+    console.print(f"tunedb status ({shown}); this environment: {env}")
+    for tier in rep.tiers:
+        if tier.root is None:
+            console.print(f"[bold]{tier.tier} tier[/bold]: disabled (TUNEDB_USER_DB=off)")
+            continue
+        table = Table(title=f"{tier.tier} tier: {tier.root}", title_justify="left")
+        for col in ("arch", "family", "state", "entries", "stale", "path / why"):
+            table.add_column(col, overflow="fold")
+        for f in tier.files:
+            if f.state == "loaded":
+                why = "; ".join(f"{sig}: {', '.join(r)}" for sig, r in f.stale[:3])
+                if len(f.stale) > 3:
+                    why += f"; ... {len(f.stale) - 3} more (see --json)"
+                table.add_row(f.arch_family, f.kernel_family, "loaded", str(f.entries),
+                              str(len(f.stale)), f"{f.path}" + (f"\n{why}" if why else ""))
+            else:
+                table.add_row(f.arch_family, f.kernel_family, f"[red]skipped ({f.state})[/red]",
+                              "-", "-", f.problem)
+        if not tier.files:
+            table.add_row("-", "-", "no files", "-", "-", "")
+        console.print(table)
+    settings_table = Table(title="settings", title_justify="left")
+    for col in ("variable", "value", "meaning"):
+        settings_table.add_column(col, overflow="fold")
+    for name, value, doc in rep.settings:
+        settings_table.add_row(name, value or "(unset)", doc)
+    console.print(settings_table)

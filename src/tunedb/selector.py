@@ -1,0 +1,286 @@
+"""Run-time config selection: user tier, then system tier, then the cost model, then the default.
+
+`resolve(family, sig, m)` answers from a memo keyed per (epoch, shape): a repeated call is one
+dict lookup plus one counter increment. The first call of a shape in an epoch walks the chain:
+an entry's region (M rounded up) names a config, which must be in the family's compiled set
+and pass its validity predicate, else it is warned about once and the next tier answers.
+`reload()` starts a new epoch; nothing else changes a selection inside a process, so a
+captured CUDA graph and an eager call always run the same kernel.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from tunedb import database, families, settings
+from tunedb.database import tiers
+from tunedb.errors import SignatureError, TunedbError
+from tunedb.records import SENTINELS, ArchProfile, Config, Signature
+
+TIER_NAMES: tuple[str, ...] = ("user", "system", "model", "default")
+_REPORT_NAMES = {"user": "user", "system": "system", "model": "cost model", "default": "default"}
+
+Ranker = Callable[[Signature, int, "tuple[Config, ...]"], "Config | None"]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What serves one (family, signature, M): the config and the tier that chose it.
+
+    entry_signature is the database key that answered (e.g. the dt=half entry serving a bf16
+    call); None for the model and default tiers. A region naming the sentinel 'default'
+    resolves to the family's concrete default config; other sentinels stay Config.sentinel().
+    """
+
+    config: Config
+    tier: str
+    entry_signature: Signature | None = None
+
+
+class _Slot:
+    __slots__ = ("resolution", "calls")
+
+    def __init__(self, resolution: Resolution) -> None:
+        self.resolution = resolution
+        self.calls = 0
+
+
+_lock = threading.RLock()
+_memo: dict[tuple[str, Signature, int], _Slot] = {}
+_compiled: dict[str, dict[str, Config]] = {}  # family -> id -> compiled config, this epoch
+_past_counts: dict[tuple[str, str, str], int] = {}  # (family, signature, tier) from earlier epochs
+_rankers: dict[str, Ranker] = {}
+_arch: dict[str, Any] = {}  # "family", "profile": pinned or detected; empty until first needed
+
+
+def resolve(family: str, sig: Signature, m: int) -> Resolution:
+    """The config serving `sig` at size `m`, and the tier it came from. Counted per call."""
+    slot = _memo.get((family, sig, m))
+    if slot is None:
+        slot = _resolve_slow(family, sig, m)
+    slot.calls += 1  # unlocked: a lost increment under thread races is an accepted miscount
+    return slot.resolution
+
+
+def _resolve_slow(family: str, sig: Signature, m: int) -> _Slot:
+    if not isinstance(sig, Signature):
+        raise SignatureError(f"resolve() needs a Signature, got {type(sig).__name__} {sig!r}")
+    if sig.family != family:
+        raise SignatureError(f"signature {sig} belongs to kernel family {sig.family!r}, not {family!r}")
+    if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+        raise ValueError(f"M={m!r} must be a non-negative int")
+    with _lock:
+        slot = _memo.get((family, sig, m))
+        if slot is None:
+            slot = _Slot(_choose(families.get(family), sig, m))
+            _memo[(family, sig, m)] = slot
+        return slot
+
+
+def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
+    arch_family, profile = _arch_state()
+    if profile is None:
+        tiers.warn_once("selector", f"no-profile:{arch_family}",
+                        f"tunedb: no arch profile for {arch_family}; every shape takes the family "
+                        f"default (call tunedb.selector.configure(arch=...))")
+        return _default(fam, sig, None)
+    if not settings.heuristic_enabled():
+        return _default(fam, sig, profile)
+    files = database.lookup(arch_family, fam.name)
+    compiled = _compiled_set(fam, arch_family, files)
+    for res in files:
+        for key in sig.lookup_keys():
+            entry = res.db.entries.get(key)
+            cid = entry.lookup(m) if entry is not None else None
+            if cid is None:
+                continue
+            config = _usable(fam, res, key, cid, sig, compiled, profile)
+            if config is not None:
+                return Resolution(config, res.tier, key)
+    if settings.model_fallback_enabled() and fam.name in _rankers:
+        config = _rank(fam, sig, m, compiled, profile)
+        if config is not None:
+            return Resolution(config, "model", None)
+    return _default(fam, sig, profile)
+
+
+def _default(fam: Any, sig: Signature, profile: ArchProfile | None) -> Resolution:
+    return Resolution(fam.default_config(sig, profile), "default", None)
+
+
+def _usable(fam: Any, res: database.LoadResult, key: Signature, cid: str, sig: Signature,
+            compiled: Mapping[str, Config], profile: ArchProfile) -> Config | None:
+    where = f"{res.tier} tier {res.path} entry {key} names config {cid!r}"
+    if cid in SENTINELS:
+        if cid not in fam.sentinels(sig, settings.approximate_allowed()):
+            return _skip(res, key, cid, f"{where}, a sentinel that does not apply to {sig}")
+        config = fam.default_config(sig, profile) if cid == "default" else Config.sentinel(cid)
+    else:
+        config = compiled.get(cid)
+        if config is None:
+            return _skip(res, key, cid, f"{where}, which is not in this process's compiled set "
+                                        f"(TUNEDB_COMPILE_SET={settings.compile_set()})")
+    reason = fam.invalid_reason(config, sig, None, profile)
+    if reason:
+        return _skip(res, key, cid, f"{where}, which is invalid here: {reason}")
+    return config
+
+
+def _skip(res: database.LoadResult, key: Signature, cid: str, message: str) -> None:
+    tiers.warn_once(str(res.path), f"config:{key}:{cid}",
+                    f"tunedb: skipping {message}; the next tier answers")
+    return None
+
+
+def _compiled_set(fam: Any, arch_family: str, files: tuple[database.LoadResult, ...]) -> dict[str, Config]:
+    got = _compiled.get(fam.name)
+    if got is None:
+        referenced = sorted({cid for res in files for cid in res.db.referenced_config_ids()})
+        got = {c.id: c for c in fam.compile_set(arch_family, referenced)}
+        _compiled[fam.name] = got
+    return got
+
+
+def _rank(fam: Any, sig: Signature, m: int, compiled: Mapping[str, Config],
+          profile: ArchProfile) -> Config | None:
+    candidates = tuple(c for _, c in sorted(compiled.items())
+                       if not c.is_sentinel and fam.invalid_reason(c, sig, None, profile) is None)
+    if not candidates:
+        return None
+    try:
+        choice = _rankers[fam.name](sig, m, candidates)
+    except Exception as exc:  # a broken ranker costs its tier, not the op
+        tiers.warn_once("selector", f"ranker:{fam.name}:{type(exc).__name__}",
+                        f"tunedb: the {fam.name} cost-model ranker failed ({exc!r}); "
+                        f"the default answers")
+        return None
+    if choice is not None and choice not in candidates:
+        tiers.warn_once("selector", f"ranker:{fam.name}:{getattr(choice, 'id', choice)}",
+                        f"tunedb: the {fam.name} cost-model ranker chose {choice!r}, which is not one "
+                        f"of its candidates; the default answers")
+        return None
+    return choice
+
+
+def set_ranker(family: str, ranker: Ranker | None) -> None:
+    """Install (None: remove) the cost-model tier's ranker for a kernel family.
+
+    ranker(sig, m, candidates) -> one of candidates, or None to let the default answer.
+    Candidates are the compiled, valid, non-sentinel configs. Starts a new epoch.
+    """
+    if ranker is not None and not callable(ranker):
+        raise TypeError(f"ranker for {family!r} must be callable, got {ranker!r}")
+    with _lock:
+        if ranker is None:
+            _rankers.pop(family, None)
+        else:
+            _rankers[family] = ranker
+    reload()
+
+
+def configure(arch_family: str | None = None, arch: ArchProfile | None = None) -> None:
+    """Pin the architecture selections are made for (both None: detect it again). New epoch."""
+    with _lock:
+        _arch.clear()
+        if arch is not None:
+            if arch_family is not None and arch.arch_family != arch_family:
+                raise TunedbError(f"arch_family={arch_family!r} but the profile is for "
+                                  f"{arch.arch_family!r}")
+            _arch.update(family=arch.arch_family, profile=arch)
+        elif arch_family is not None:
+            _arch.update(family=arch_family, profile=_shipped(arch_family))
+    reload()
+
+
+def _shipped(arch_family: str) -> ArchProfile | None:
+    from tunedb import arch as arch_mod
+
+    if arch_family not in arch_mod.SHIPPED_ARCHES:
+        return None
+    return arch_mod.shipped_profile(arch_family)
+
+
+def current_arch_family() -> str:
+    """The current CUDA device's arch family ('sm90'), or 'sm90' without a GPU."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return f"sm{major}{minor}"
+    except Exception:  # no usable torch: plan for the shipped architecture
+        pass
+    return "sm90"
+
+
+def _arch_state() -> tuple[str, ArchProfile | None]:
+    if not _arch:
+        family = current_arch_family()
+        _arch.update(family=family, profile=_shipped(family))
+    return _arch["family"], _arch["profile"]
+
+
+def _clear_epoch() -> None:
+    with _lock:
+        for (family, sig, _m), slot in _memo.items():
+            if slot.calls:
+                key = (family, sig.format(), slot.resolution.tier)
+                _past_counts[key] = _past_counts.get(key, 0) + slot.calls
+        _memo.clear()
+        _compiled.clear()
+
+
+tiers.on_reload(_clear_epoch)
+
+
+def reload() -> int:
+    """Start a new epoch (re-read every database file on next use); returns its number."""
+    return database.reload()
+
+
+def epoch() -> int:
+    return database.epoch()
+
+
+def counters() -> dict[str, dict[str, Any]]:
+    """Per family: total calls, calls per tier, and calls per tier for each signature."""
+    with _lock:
+        counts = dict(_past_counts)
+        for (family, sig, _m), slot in _memo.items():
+            if slot.calls:
+                key = (family, sig.format(), slot.resolution.tier)
+                counts[key] = counts.get(key, 0) + slot.calls
+    out: dict[str, dict[str, Any]] = {}
+    for (family, sig, tier), n in sorted(counts.items()):
+        fam = out.setdefault(family, {"calls": 0, "tiers": dict.fromkeys(TIER_NAMES, 0),
+                                      "signatures": {}})
+        fam["calls"] += n
+        fam["tiers"][tier] += n
+        per_sig = fam["signatures"].setdefault(sig, dict.fromkeys(TIER_NAMES, 0))
+        per_sig[tier] += n
+    return out
+
+
+def reset_counters() -> None:
+    with _lock:
+        _past_counts.clear()
+        for slot in _memo.values():
+            slot.calls = 0
+
+
+def report_lines() -> list[str]:
+    """One line per family: `gemm: 96 calls over 5 signatures: 96 user, 0 system, ...`."""
+    lines = []
+    for family, data in sorted(counters().items()):
+        tiers_text = ", ".join(f"{data['tiers'][t]} {_REPORT_NAMES[t]}" for t in TIER_NAMES)
+        n_sigs = len(data["signatures"])
+        lines.append(f"{family}: {data['calls']} call{'s' * (data['calls'] != 1)} over {n_sigs} "
+                     f"signature{'s' * (n_sigs != 1)}: {tiers_text}")
+    return lines
+
+
+def tuning_report() -> str:
+    """report_lines() as text, one line per family (what tunedb.tuning_report() returns)."""
+    lines = report_lines()
+    return "\n".join(lines) if lines else "no tuned op has been called in this process"

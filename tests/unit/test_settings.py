@@ -1,0 +1,66 @@
+"""TUNEDB_* settings: read on access, validated, overridable; the user tier's location."""
+import os
+from pathlib import Path
+
+import pytest
+
+from tunedb import settings
+from tunedb.errors import SettingsError
+
+
+def test_user_db_off_disables_the_user_tier():
+    with settings.override(USER_DB="off"):
+        assert settings.user_db_dir() is None
+    with settings.override(USER_DB="OFF"):
+        assert settings.user_db_dir() is None
+
+
+def test_user_db_moves_the_user_tier(tmp_path):
+    with settings.override(USER_DB=str(tmp_path)):
+        assert settings.user_db_dir() == tmp_path
+
+
+def test_user_db_default_is_under_the_cache_root(tmp_path):
+    with settings.override(USER_DB=None, CACHE_DIR=str(tmp_path)):
+        assert settings.user_db_dir() == tmp_path / "v1"
+    with settings.override(USER_DB=None, CACHE_DIR=None):
+        assert settings.user_db_dir() == Path.home() / ".cache" / "tunedb" / "v1"
+
+
+def test_settings_are_read_on_access_not_at_import():
+    with settings.override(HEURISTIC="0"):
+        assert settings.heuristic_enabled() is False
+    with settings.override(HEURISTIC=None):
+        assert settings.heuristic_enabled() is True
+    with settings.override(MODEL_FALLBACK="0"):
+        assert settings.model_fallback_enabled() is False
+    with settings.override(MODEL_FALLBACK="auto"):
+        assert settings.model_fallback_enabled() is True
+
+
+def test_bad_value_names_the_variable_and_what_is_allowed():
+    with settings.override(HEURISTIC="maybe"):
+        with pytest.raises(SettingsError) as err:
+            settings.heuristic_enabled()
+    assert "TUNEDB_HEURISTIC" in str(err.value) and "'maybe'" in str(err.value)
+    assert "0, 1" in str(err.value)
+
+
+def test_override_restores_previous_values():
+    before = os.environ.get("TUNEDB_COMPILE_SET")
+    with settings.override(COMPILE_SET="all"):
+        assert settings.compile_set() == "all"
+    assert os.environ.get("TUNEDB_COMPILE_SET") == before
+
+
+def test_override_rejects_unknown_names():
+    with pytest.raises(SettingsError, match="NOPE"):
+        with settings.override(NOPE="1"):
+            pass
+
+
+def test_describe_lists_every_variable_with_its_value():
+    with settings.override(USER_DB="/some/where"):
+        rows = {name: value for name, value, _doc in settings.describe()}
+    assert rows["TUNEDB_USER_DB"] == "/some/where"
+    assert set(rows) == {s.name for s in settings.ALL}
