@@ -74,6 +74,13 @@ def cache_root() -> Path:
     return Path(raw).expanduser() if raw else Path.home() / ".cache" / "tunedb"
 
 
+def triton_cache_dir() -> Path:
+    """Where Triton's kernel cache lives: TRITON_CACHE_DIR when set (Triton's own variable), else
+    <cache_root>/triton, which `tunedb prebuild` fills and the GEMM launcher points Triton at."""
+    raw = os.environ.get("TRITON_CACHE_DIR", "")
+    return Path(raw).expanduser() if raw else cache_root() / "triton"
+
+
 def user_db_dir() -> Path | None:
     """The user tier's root (holding <arch>/<family>.json), or None when disabled."""
     raw = USER_DB.raw()

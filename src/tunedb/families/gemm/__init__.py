@@ -1,0 +1,104 @@
+"""The GEMM kernel family: ops `gemm` (y = x @ W^T) and `gemm_act` (+ bias, + activation).
+
+Lanes: triton_mma (portable tl.dot tiles), triton_tma (sm90+ descriptors, persistent, optionally
+warp-specialised), triton_splitk (small M, deep K, deterministic reduction), and the torch arms
+`torch` and `fused`. FAMILY is what `tunedb.families.get("gemm")` returns. Importing this package
+touches neither torch nor triton; launching does.
+"""
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from tunedb.families.gemm import configs
+from tunedb.families.gemm.signatures import make_signature, signature_of, work
+from tunedb.records import ArchProfile, Config, Signature
+
+# Files whose text decides what a config computes and how fast: the database's soft validator.
+KERNEL_SOURCES = ("kernels_common.py", "kernels_mma.py", "kernels_tma.py", "kernels_splitk.py",
+                  "kernel_specs.py", "launch.py")
+
+
+@lru_cache(maxsize=1)
+def impl_hash() -> str:
+    """sha256 over the kernel sources (in a fixed order), first 12 hex characters."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in KERNEL_SOURCES:
+        h.update(name.encode())
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+class GemmFamily:
+    """The KernelFamily implementation for GEMM; see tunedb.families.KernelFamily."""
+
+    name = configs.FAMILY
+    ops = configs.OPS
+    lanes = configs.LANES
+    acts = configs.ACTS
+
+    def signature_of(self, op: str, x: Any, weight: Any, bias: Any = None, act: str = "none") -> tuple[Signature, int]:
+        return signature_of(op, x, weight, bias, act)
+
+    def make_signature(self, op: str, dt: str, n: int, k: int, act: str = "none", bias: bool = False) -> Signature:
+        return make_signature(op, dt, n, k, act, bias)
+
+    def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
+        return configs.config_space(arch_family, lanes)
+
+    def full_grid(self) -> tuple[Config, ...]:
+        return configs.full_grid()
+
+    def parse_config(self, config_id: str) -> Config:
+        return configs.parse(config_id)
+
+    def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
+        return configs.invalid_reason(config, sig, m, arch)
+
+    def candidates(self, sig: Signature, m: int | None, arch: ArchProfile,
+                   lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
+        return configs.candidates(sig, m, arch, lanes)
+
+    def sentinels(self, sig: Signature, approximate: bool = False) -> tuple[str, ...]:
+        return configs.sentinels(sig, approximate)
+
+    def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
+        return configs.default_config(sig, arch)
+
+    def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
+        return configs.compile_set(arch_family, referenced)
+
+    def launch(self, config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
+        from tunedb.families.gemm.launch import launch
+
+        return launch(config, sig, x, weight, bias, out)
+
+    def launcher(self, config: Config, sig: Signature):
+        """The cached closure fn(x, weight, bias, out) for (config, sig): the leanest call path."""
+        from tunedb.families.gemm.launch import launcher
+
+        return launcher(config, sig)
+
+    def reference(self, sig: Signature, x: Any, weight: Any, bias: Any = None, dtype: Any = None) -> Any:
+        from tunedb.families.gemm.arms import reference
+
+        return reference(sig, x, weight, bias, dtype)
+
+    def make_inputs(self, sig: Signature, m: int, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        from tunedb.families.gemm.arms import make_inputs
+
+        return make_inputs(sig, m, device, seed)
+
+    def work(self, sig: Signature, m: int) -> tuple[float, float]:
+        return work(sig, m)
+
+    def impl_hash(self) -> str:
+        return impl_hash()
+
+
+FAMILY = GemmFamily()
+
+__all__ = ["FAMILY", "GemmFamily", "impl_hash", "make_signature", "signature_of", "work"]

@@ -1,0 +1,90 @@
+"""The GEMM torch arms (`torch`: F.linear + activation; `fused`: torch._addmm_activation), the
+fp32/fp64 reference the numerical gate compares with, and random inputs. Imports torch lazily.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tunedb.records import Signature
+
+
+def _act_fn(act: str) -> Callable[[Any], Any] | None:
+    import torch.nn.functional as F
+
+    return {"none": None, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[act]
+
+
+def _finish(y: Any, out: Any) -> Any:
+    if out is None:
+        return y
+    out.copy_(y.reshape(out.shape))
+    return out
+
+
+def torch_arm(sig: Signature) -> Callable[[Any, Any, Any, Any], Any]:
+    """The framework's op: F.linear (cuBLAS/cuBLASLt, bias in its epilogue), then the activation."""
+    import torch
+    import torch.nn.functional as F
+
+    act = _act_fn(sig.get("act", "none"))
+
+    def run(x, weight, bias, out):
+        if act is None and bias is None and out is not None and out.is_contiguous():
+            torch.matmul(x, weight.t(), out=out)
+            return out
+        y = F.linear(x, weight, bias)
+        if act is not None:
+            y = act(y)
+        return _finish(y, out)
+
+    return run
+
+
+def fused_arm(sig: Signature) -> Callable[[Any, Any, Any, Any], Any]:
+    """torch._addmm_activation: cuBLASLt's bias+ReLU or bias+tanh-GELU epilogue in one kernel.
+
+    For act=gelu this is an approximation (tanh GELU): the validity predicate lets it serve only
+    when TUNEDB_APPROXIMATE=1, and the numerical gate still applies.
+    """
+    import torch
+
+    act = sig.get("act", "none")
+    if sig.op != "gemm_act" or act not in ("relu", "gelu", "gelu_tanh") or sig.get("bias") != 1:
+        raise ValueError(f"fused (torch._addmm_activation) cannot serve {sig.format()!r}: "
+                         f"needs op=gemm_act, bias=1 and act relu, gelu_tanh or (approximate) gelu")
+    use_gelu = act != "relu"
+    k, n = sig.get("K"), sig.get("N")
+
+    def run(x, weight, bias, out):
+        y = torch._addmm_activation(bias, x.reshape(-1, k), weight.t(), use_gelu=use_gelu)
+        return _finish(y.reshape(*x.shape[:-1], n), out)
+
+    return run
+
+
+def reference(sig: Signature, x: Any, weight: Any, bias: Any = None, dtype: Any = None) -> Any:
+    """The op on upcast inputs (fp32 unless dtype says fp64); the result stays in that dtype."""
+    import torch
+    import torch.nn.functional as F
+
+    dtype = dtype or torch.float32
+    y = F.linear(x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
+    act = _act_fn(sig.get("act", "none"))
+    return y if act is None else act(y)
+
+
+def make_inputs(sig: Signature, m: int, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """((x [M, K], weight [N, K], bias [N] or None), {}): random, never zeros, outputs of order one."""
+    import torch
+
+    dt = torch.float16 if sig.dt == "fp16" else torch.bfloat16
+    n, k = sig.get("N"), sig.get("K")
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    x = (torch.rand((m, k), generator=gen, device=device) * 2 - 1).to(dt)
+    weight = (torch.randn((n, k), generator=gen, device=device) * k ** -0.5).to(dt)
+    bias = None
+    if sig.get("bias") == 1:
+        bias = (torch.randn((n,), generator=gen, device=device) * 0.5).to(dt)
+    return (x, weight, bias), {}

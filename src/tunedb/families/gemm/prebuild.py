@@ -1,0 +1,216 @@
+"""Ahead-of-time compilation of GEMM Triton configs, without a GPU, into Triton's persistent cache.
+
+Each job runs the kernel's own JIT warmup path in a worker process whose Triton driver is
+replaced by a stand-in that reports the target (e.g. cuda sm90, warp size 32). The JIT builds
+exactly the specialisation, options and cache key a real launch on that target builds, so a GPU
+machine that shares the cache directory (and runs the same Triton and ptxas) compiles nothing.
+Triton keys its cache by source, options, target and tool versions, never by device.
+
+Needs triton only (no torch), so it also runs in a bare `pip install triton==X` environment.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import multiprocessing
+import os
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tunedb.families.gemm import configs
+from tunedb.families.gemm.kernel_specs import INTS, POINTERS, specs
+from tunedb.records import Config, Signature
+
+DTYPES = ("fp16", "bf16")
+_TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "f32": "float32"}
+_SIG_TEXT = re.compile(r"gemm\|op=[a-z_]+\|dt=[a-z0-9]+(?:\|[A-Za-z]+=[A-Za-z0-9_.\-]+)*")
+
+
+def triton_cache_dir() -> Path:
+    """TRITON_CACHE_DIR when the user set it, else <tunedb cache root>/triton."""
+    from tunedb import settings
+
+    return settings.triton_cache_dir()
+
+
+def point_triton_cache() -> Path:
+    """Make Triton (in this process and its children) use triton_cache_dir(); returns it."""
+    path = triton_cache_dir()
+    os.environ["TRITON_CACHE_DIR"] = str(path)
+    return path
+
+
+@dataclass(frozen=True, order=True)
+class Job:
+    """One binary to build: a config for one dtype and one N/K divisibility-by-16 class."""
+
+    config_id: str
+    dt: str
+    n_aligned: bool = True
+    k_aligned: bool = True
+
+
+def jobs_for(configs_: Iterable[Config], dtypes: Sequence[str] = DTYPES) -> list[Job]:
+    """Aligned N and K (the common case) for every config and dtype."""
+    return sorted({Job(c.id, dt) for c in configs_ if not c.is_sentinel for dt in dtypes})
+
+
+def signatures_in(path: Path) -> list[Signature]:
+    """Every GEMM signature written in a census (or database) file, whatever its layout."""
+    text = Path(path).read_text()
+    out = {}
+    for found in _SIG_TEXT.findall(text):
+        try:
+            sig = Signature.parse(found)
+        except ValueError:
+            continue
+        if configs.sig_reason(sig) is None:
+            out[sig.format()] = sig
+    return list(out.values())
+
+
+def jobs_for_census(sigs: Iterable[Signature], arch_family: str) -> list[Job]:
+    """The binaries a build of these signatures could load: every valid config per signature,
+    for each concrete dtype and the signature's own N/K alignment class."""
+    arch = _planning_profile(arch_family)
+    jobs: set[Job] = set()
+    for sig in sigs:
+        n, k = sig.get("N"), sig.get("K")
+        dts = DTYPES if sig.dt == "half" else (sig.dt,)
+        for cfg in configs.candidates(sig, None, arch):
+            for dt in dts:
+                jobs.add(Job(cfg.id, dt, n % 16 == 0, k % 16 == 0))
+    return sorted(jobs)
+
+
+def _planning_profile(arch_family: str):
+    from tunedb import arch as _arch
+    from tunedb.records import ArchProfile
+
+    if arch_family in _arch.SHIPPED_ARCHES:
+        return _arch.shipped_profile(arch_family)
+    return ArchProfile(arch_family, "planning", 0, 0, configs.smem_per_block(arch_family), 0, 0,
+                       0.0, 0.0, 0.0, 0.0, 0.0, "planning")
+
+
+# ---------------------------------------------------------------- the worker side
+
+class _Dtype:
+    """Stands in for torch.<name>: Triton reads a pointer argument's dtype through str()."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+
+class _Pointer:
+    """Stands in for a 16-byte-aligned tensor (what the caching allocator hands out)."""
+
+    def __init__(self, dt: str) -> None:
+        self.dtype = _Dtype(_TORCH_DTYPE[dt])
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 1 << 20
+
+
+class _TargetDriver:
+    """A Triton driver stand-in: reports the target, never touches a device."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device=None) -> int:
+        return 0
+
+    def is_active(self) -> bool:
+        return True
+
+
+def _init_worker(capability: int, cache_dir: str) -> None:
+    os.environ["TRITON_CACHE_DIR"] = cache_dir
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    driver.set_active(_TargetDriver(GPUTarget("cuda", capability, 32)))
+
+
+def _sample_ints(job: Job) -> dict[str, int]:
+    # Values only matter through Triton's specialisation (divisible by 16 or not); M is never specialised.
+    return {"M": 64, "N": 4096 if job.n_aligned else 4104, "K": 4096 if job.k_aligned else 4104,
+            "HAS_BIAS": 0, "ACT": 0}
+
+
+def compile_job(job: Job) -> dict:
+    """Compile one job's kernels (in a worker whose driver reports the target)."""
+    start = time.perf_counter()
+    try:
+        cfg = configs.parse(job.config_id)
+        ints = _sample_ints(job)
+        for spec in specs(cfg):
+            args = [_Pointer(job.dt if p == "io" else "f32") for p in POINTERS[spec.name]]
+            args += [ints[name] for name in INTS[spec.name]]
+            spec.kernel.warmup(*args, grid=(1,), **spec.kwargs())
+    except Exception as exc:  # a config that fails to compile is reported, not fatal
+        return {"job": asdict(job), "ok": False, "seconds": time.perf_counter() - start,
+                "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+    return {"job": asdict(job), "ok": True, "seconds": time.perf_counter() - start, "error": ""}
+
+
+# ---------------------------------------------------------------- the driver side
+
+def triton_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def run_jobs(jobs: Sequence[Job], arch_family: str, n_jobs: int, progress=None) -> dict:
+    """Compile `jobs` for `arch_family` with n_jobs worker processes; returns a summary record,
+    also written (atomically) as tunedb-prebuild-<arch>.json in the cache directory."""
+    cache = point_triton_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    cap = configs.capability(arch_family)
+    start = time.perf_counter()
+    results = []
+    # spawn: the parent may have CUDA or a real Triton driver loaded; workers must start clean.
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=max(1, n_jobs), mp_context=ctx,
+                                initializer=_init_worker, initargs=(cap, str(cache))) as pool:
+        futures = [pool.submit(compile_job, job) for job in jobs]
+        for fut in cf.as_completed(futures):
+            res = fut.result()
+            results.append(res)
+            if progress is not None:
+                progress(res, len(results), len(jobs))
+    summary = {
+        "arch_family": arch_family, "target": f"cuda:{cap}:32", "triton": triton_version(),
+        "cache_dir": str(cache), "jobs": len(jobs), "ok": sum(r["ok"] for r in results),
+        "failed": [r for r in results if not r["ok"]], "seconds": round(time.perf_counter() - start, 2),
+        "configs": sorted({r["job"]["config_id"] for r in results if r["ok"]}),
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    _write_atomic(cache / f"tunedb-prebuild-{arch_family}.json", json.dumps(summary, indent=1))
+    return summary
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,69 @@
+"""GEMM signatures: the static key of a call (from tensors or meta tensors) and its work.
+
+Duck-typed on `.shape` and `.dtype`, so it needs no torch import and works on meta tensors.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tunedb.errors import SignatureError
+from tunedb.families.gemm.configs import ACTS, ELEMENT_BYTES, FAMILY, OPS, sig_reason
+from tunedb.records import Signature
+
+_DT_OF_TORCH = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
+
+
+def make_signature(op: str, dt: str, n: int, k: int, act: str = "none", bias: bool = False) -> Signature:
+    """`gemm|op=gemm|dt=..|N=..|K=..` or `gemm|op=gemm_act|dt=..|N=..|K=..|act=..|bias=0/1`."""
+    if op not in OPS:
+        raise SignatureError(f"unknown GEMM op {op!r}; ops are {', '.join(OPS)}")
+    if op == "gemm":
+        if act != "none" or bias:
+            raise SignatureError(f"op=gemm has no bias or activation (got act={act!r}, bias={bias}); use gemm_act")
+        sig = Signature.make(FAMILY, op, dt, N=n, K=k)
+    else:
+        sig = Signature.make(FAMILY, op, dt, N=n, K=k, act=act, bias=int(bool(bias)))
+    why = sig_reason(sig)
+    if why:
+        raise SignatureError(f"bad GEMM signature {sig.format()!r}: {why}")
+    return sig
+
+
+def dtype_name(dtype: Any) -> str:
+    name = _DT_OF_TORCH.get(str(dtype))
+    if name is None:
+        raise SignatureError(f"GEMM dtype {dtype} is not served; use torch.float16 or torch.bfloat16")
+    return name
+
+
+def signature_of(op: str, x: Any, weight: Any, bias: Any = None, act: str = "none") -> tuple[Signature, int]:
+    """(Signature, M) of y = act(x @ weight.T + bias), x [..., K], weight [N, K]; M = prod(x.shape[:-1])."""
+    if op not in OPS:
+        raise SignatureError(f"unknown GEMM op {op!r}; ops are {', '.join(OPS)}")
+    if act not in ACTS:
+        raise SignatureError(f"unknown activation act={act!r}; allowed: {', '.join(ACTS)}")
+    xs, ws = tuple(x.shape), tuple(weight.shape)
+    if len(xs) < 1 or len(ws) != 2:
+        raise SignatureError(f"GEMM needs x [..., K] and weight [N, K]; got x {list(xs)}, weight {list(ws)}")
+    n, k = ws
+    if xs[-1] != k:
+        raise SignatureError(f"GEMM x has K={xs[-1]} but weight [N, K] has K={k}")
+    dt = dtype_name(x.dtype)
+    if dtype_name(weight.dtype) != dt:
+        raise SignatureError(f"GEMM x is {x.dtype} but weight is {weight.dtype}; they must match")
+    if bias is not None:
+        if tuple(bias.shape) != (n,):
+            raise SignatureError(f"GEMM bias must have shape [{n}], got {list(bias.shape)}")
+        if dtype_name(bias.dtype) != dt:
+            raise SignatureError(f"GEMM bias is {bias.dtype} but x is {x.dtype}; they must match")
+    m = math.prod(xs[:-1])
+    return make_signature(op, dt, int(n), int(k), act, bias is not None), int(m)
+
+
+def work(sig: Signature, m: int) -> tuple[float, float]:
+    """(2*M*N*K flops, bytes of x + W + y (+ bias)) of one call."""
+    n, k = sig.get("N"), sig.get("K")
+    flops = 2.0 * m * n * k
+    moved = (m * k + n * k + m * n + (n if sig.get("bias") == 1 else 0)) * ELEMENT_BYTES
+    return flops, float(moved)
