@@ -106,3 +106,46 @@ def valid_raw(**over: Any) -> dict[str, Any]:
     }
     raw.update(over)
     return raw
+
+
+class TierDirs:
+    """A system root and a user root in a temp dir, with the tiers pointed at them."""
+
+    def __init__(self, base) -> None:
+        self.system = base / "system"
+        self.user = base / "user"
+        self.system.mkdir()
+        self.user.mkdir()
+
+    def path(self, tier: str, arch: str = "sm90", family: str = "fake"):
+        return (self.system if tier == "system" else self.user) / arch / f"{family}.json"
+
+    def write(self, tier: str, raw: Any, arch: str = "sm90", family: str = "fake", text: str | None = None):
+        import json
+
+        path = self.path(tier, arch, family)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text if text is not None else json.dumps(raw))
+        return path
+
+
+def tier_dirs_fixture():
+    """Build the `tier_dirs` pytest fixture (import it into a test module by that name)."""
+    import pytest
+
+    from tunedb import settings
+    from tunedb.database import tiers
+
+    @pytest.fixture
+    def tier_dirs(tmp_path):
+        dirs = TierDirs(tmp_path)
+        with settings.override(USER_DB=str(dirs.user)), tiers.system_root_override(dirs.system):
+            yield dirs
+
+    return tier_dirs
+
+
+def entry_raw(regions, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"regions": regions, "source": "build"}
+    out.update(extra)
+    return out
