@@ -1,0 +1,319 @@
+"""The analytic GEMM cost model and its calibration: pure Python, no torch.
+
+    T(c; M,N,K) = W_eff * (a_c + b_c * k_iters) + R_c + launches * L,   T >= bytes / BW
+
+W_eff counts CTA-slots along the critical path: every full wave of ``sms * r`` tiles costs r CTA
+times (r resident CTAs share an SM's throughput), and a partial wave costs ceil(rem / sms) CTA
+times, because its CTAs spread over free SMs instead of sharing one. a_c is a CTA's fixed cost
+(prologue + epilogue), b_c the cost of one K iteration (the slower of its tensor-core work at one
+SM's share of the peak and its tile traffic at one SM's share of the L2 bandwidth; the two overlap
+when the pipeline has >= 2 stages). R_c is the split-K reduction (workspace written and read at
+DRAM bandwidth plus the reduction kernel's minimal run time, taken as one launch cost); launches
+is 1, or 2 with split-K. The calibration fits (a_c, b_c) per measured config, and a global scale s
+that multiplies the arch-derived line of every config it did not fit. Sentinels: 'torch' and 'fused' are
+modelled as the best of a few large, efficient tiles (cuBLAS picks well); 'default' and
+'heuristic' are modelled as the config the family's default_config returns.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+
+from tunedb.errors import ConfigError
+from tunedb.records import ArchProfile, Config, Measurement, Signature, Status
+
+Shape = tuple[int, int, int]
+ShapeArg = Union[Shape, tuple[Signature, int]]
+Validity = Callable[[Config, Signature, "int | None", ArchProfile], "str | None"]
+DefaultOf = Callable[[Signature], Config]
+
+_ELEM_BYTES = {"half": 2, "fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "fp8": 1}
+_MAX_WARPS_PER_SM = 64
+_MAX_CTAS_PER_SM = 32
+_MAX_REGS_PER_THREAD = 255
+_SCHEMA = 1
+
+# Tiles a vendor library would pick from; 'torch' costs the best of them at full lane efficiency.
+_TORCH_TILES: tuple[tuple[int, int, int, int], ...] = (
+    (64, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8),
+)
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Fitted or default parameters. Times in microseconds; JSON-able via to_json()/from_json()."""
+
+    scale: float = 1.0
+    lane_eff: Mapping[str, float] = field(default_factory=lambda: {
+        "triton_mma": 0.55, "triton_tma": 0.8, "triton_splitk": 0.55, "torch": 0.85})
+    setup_us: float = 0.4  # per-CTA prologue: the first loads' latency before the K loop
+    l2_bw_factor: float = 3.0  # L2 bandwidth as a multiple of DRAM bandwidth (tile re-reads hit L2)
+    per_config: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # id -> (a_us, b_us)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": _SCHEMA, "scale": self.scale, "lane_eff": dict(self.lane_eff),
+                "setup_us": self.setup_us, "l2_bw_factor": self.l2_bw_factor,
+                "per_config": {k: [a, b] for k, (a, b) in sorted(self.per_config.items())}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ModelParams":
+        if not isinstance(data, Mapping) or data.get("schema") != _SCHEMA:
+            raise ConfigError(f"cost-model params need an object with schema={_SCHEMA}, got {data!r:.80}")
+        per = {}
+        for cid, pair in (data.get("per_config") or {}).items():
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+                raise ConfigError(f"cost-model per_config[{cid!r}] must be [a_us, b_us], got {pair!r}")
+            per[str(cid)] = (float(pair[0]), float(pair[1]))
+        default = cls()
+        return cls(scale=float(data.get("scale", 1.0)),
+                   lane_eff={**default.lane_eff, **dict(data.get("lane_eff") or {})},
+                   setup_us=float(data.get("setup_us", default.setup_us)),
+                   l2_bw_factor=float(data.get("l2_bw_factor", default.l2_bw_factor)),
+                   per_config=per)
+
+
+@dataclass(frozen=True)
+class _Tile:
+    bm: int
+    bn: int
+    bk: int
+    warps: int
+    stages: int
+    split_k: int
+    lane: str
+
+
+def _tile_of(config: Config) -> _Tile:
+    block = config.param("block")
+    if not (isinstance(block, (list, tuple)) and len(block) == 3
+            and all(isinstance(v, int) and v > 0 for v in block)):
+        raise ConfigError(f"config {config.id!r} needs block=(bm, bn, bk) of positive ints, got {block!r}")
+    values = {}
+    for key, default in (("warps", 4), ("stages", 2), ("split_k", 1)):
+        v = config.param(key, default)
+        if not isinstance(v, int) or v < 1:
+            raise ConfigError(f"config {config.id!r} has {key}={v!r}; expected a positive int")
+        values[key] = v
+    return _Tile(block[0], block[1], block[2], values["warps"], values["stages"],
+                 values["split_k"], config.lane)
+
+
+def _shape_of(shape: ShapeArg) -> tuple[int, int, int, str, Signature | None]:
+    if len(shape) == 2 and isinstance(shape[0], Signature):
+        sig, m = shape
+        n, k = sig.get("N"), sig.get("K")
+        if not isinstance(n, int) or not isinstance(k, int):
+            raise ConfigError(f"signature {sig} needs integer N and K for the cost model")
+        return int(m), n, k, sig.dt, sig
+    if len(shape) == 3 and all(isinstance(v, int) for v in shape):
+        m, n, k = shape
+        return m, n, k, "half", None
+    raise ConfigError(f"shape must be (M, N, K) ints or (Signature, M), got {shape!r}")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def occupancy(t: _Tile, arch: ArchProfile, elem: int) -> int | Status:
+    """Resident CTAs per SM from shared memory, warps and an accumulator register estimate."""
+    smem = t.stages * (t.bm + t.bn) * t.bk * elem
+    if smem > arch.smem_per_block:
+        return Status.INFEASIBLE
+    threads = 32 * t.warps
+    regs_thread = min(_MAX_REGS_PER_THREAD, _cdiv(t.bm * t.bn, threads) + 64)
+    by_regs = arch.regs_per_sm // (regs_thread * threads)
+    r = min(arch.smem_per_sm // max(smem, 1), _MAX_WARPS_PER_SM // t.warps, by_regs, _MAX_CTAS_PER_SM)
+    return max(1, r)
+
+
+def default_line(t: _Tile, arch: ArchProfile, params: ModelParams, elem: int) -> tuple[float, float]:
+    """(a_us, b_us) derived from the arch profile: a CTA's fixed cost and its cost per K iteration."""
+    eff = params.lane_eff.get(t.lane, params.lane_eff.get("triton_mma", 0.55))
+    peak = (arch.bf16_tflops if elem == 2 else arch.fp16_tflops) * 1e6  # flops per us
+    flop_us = 2.0 * t.bm * t.bn * t.bk / (peak / arch.sms * eff)
+    sm_bw = arch.dram_bw_gbs * 1e3 * params.l2_bw_factor / arch.sms  # bytes per us per SM
+    mem_us = (t.bm + t.bn) * t.bk * elem / sm_bw
+    b = max(flop_us, mem_us) if t.stages >= 2 else flop_us + mem_us
+    epilogue_us = t.bm * t.bn * elem / (arch.dram_bw_gbs * 1e3 / arch.sms)
+    return params.setup_us + epilogue_us, b
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The decomposition of one prediction (useful to tests and to the calibration)."""
+
+    wave_slots: int  # W_eff: CTA times along the critical path
+    k_iters: int
+    fixed_us: float  # R_c + launches * L: what the per-config line does not scale
+    floor_us: float
+
+
+def terms(config: Config, shape: ShapeArg, arch: ArchProfile) -> Terms | Status:
+    m, n, k, dt, _ = _shape_of(shape)
+    t = _tile_of(config)
+    elem = _ELEM_BYTES.get(dt, 2)
+    k_tiles = _cdiv(k, t.bk)
+    if t.split_k > k_tiles:
+        return Status.INFEASIBLE
+    r = occupancy(t, arch, elem)
+    if isinstance(r, Status):
+        return r
+    tiles = _cdiv(m, t.bm) * _cdiv(n, t.bn) * t.split_k
+    slots = arch.sms * r
+    full, rem = divmod(tiles, slots)
+    wave_slots = full * r + _cdiv(rem, arch.sms)
+    bw = arch.dram_bw_gbs * 1e3  # bytes per us
+    fixed = arch.launch_us_graph
+    if t.split_k > 1:
+        workspace = t.split_k * m * n * 4  # fp32 partials, written then read by the reduction
+        r_c = 2 * workspace / bw + arch.launch_us_graph
+        fixed += r_c + arch.launch_us_graph  # R_c + the second launch
+    floor = ((m * k + n * k) * elem + m * n * elem) / bw
+    return Terms(wave_slots, _cdiv(k_tiles, t.split_k), fixed, floor)
+
+
+def _line(config: Config, arch: ArchProfile, params: ModelParams, elem: int) -> tuple[float, float]:
+    if config.id in params.per_config:
+        return params.per_config[config.id]
+    a, b = default_line(_tile_of(config), arch, params, elem)
+    return a * params.scale, b * params.scale
+
+
+def _predict_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelParams) -> float | Status:
+    tm = terms(config, shape, arch)
+    if isinstance(tm, Status):
+        return tm
+    elem = _ELEM_BYTES.get(_shape_of(shape)[3], 2)
+    a, b = _line(config, arch, params, elem)
+    return max(tm.wave_slots * (a + b * tm.k_iters) + tm.fixed_us, tm.floor_us)
+
+
+def _torch_tiles(lane: str) -> tuple[Config, ...]:
+    return tuple(Config(f"{lane}_b{bm}x{bn}x{bk}_w{w}", "torch",
+                        (("block", (bm, bn, bk)), ("warps", w), ("stages", 4)))
+                 for bm, bn, bk, w in _TORCH_TILES)
+
+
+def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelParams | None = None,
+            *, default_config: DefaultOf | None = None) -> float | Status:
+    """Predicted time in ms of `config` at shape (M, N, K) or (Signature, M); a Status when infeasible."""
+    params = params or ModelParams()
+    m, n, k, dt, sig = _shape_of(shape)
+    if min(m, n, k) < 1:
+        raise ConfigError(f"shape M={m}, N={n}, K={k} must be positive")
+    if config.is_sentinel:
+        if config.id in ("torch", "fused"):
+            times = [_predict_us(c, shape, arch, params) for c in _torch_tiles(config.id)]
+            ok = [x for x in times if not isinstance(x, Status)]
+            return min(ok) / 1000.0 if ok else Status.INFEASIBLE
+        if default_config is None:
+            raise ConfigError(f"predicting sentinel {config.id!r} needs default_config=family.default_config")
+        config = default_config(sig or Signature.make("gemm", "gemm", dt, N=n, K=k))
+    us = _predict_us(config, shape, arch, params)
+    return us if isinstance(us, Status) else us / 1000.0
+
+
+def rank(configs: Iterable[Config], M: int, N: int, K: int, arch: ArchProfile, k: int = 16,
+         validity: Validity | None = None, params: ModelParams | None = None, *, dt: str = "half",
+         default_config: DefaultOf | None = None) -> list[tuple[Config, float]]:
+    """The k fastest predicted configs that the validity predicate accepts, fastest first
+    (ties by config id). Sentinels skip the predicate: they are the framework's own ops."""
+    sig = Signature.make("gemm", "gemm", dt, N=N, K=K)
+    m, k_top = M, k
+    scored = []
+    for c in configs:
+        if validity is not None and not c.is_sentinel and validity(c, sig, m, arch) is not None:
+            continue
+        ms = predict(c, (sig, m), arch, params, default_config=default_config)
+        if not isinstance(ms, Status):
+            scored.append((ms, c.id, c))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    return [(c, ms) for ms, _, c in scored[:k_top]]
+
+
+def make_ranker(arch: ArchProfile, params: ModelParams | None, validity: Validity | None,
+                default_config: DefaultOf | None = None) -> Callable[[Signature, int, tuple[Config, ...]], Config | None]:
+    """The selector's cost-model tier: ranker(sig, m, candidates) -> the predicted-fastest valid config."""
+    def ranker(sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
+        n, k = sig.get("N"), sig.get("K")
+        if not isinstance(n, int) or not isinstance(k, int):
+            return None
+        best = rank(candidates, m, n, k, arch, 1, validity, params, dt=sig.dt, default_config=default_config)
+        return best[0][0] if best else None
+    return ranker
+
+
+def _lstsq2(xs: Sequence[tuple[float, float]], ys: Sequence[float]) -> tuple[float, float] | None:
+    """Least squares y = a*x1 + b*x2 with a, b >= 0 (2x2 normal equations; one-term fits at the edges)."""
+    s11 = sum(x1 * x1 for x1, _ in xs)
+    s12 = sum(x1 * x2 for x1, x2 in xs)
+    s22 = sum(x2 * x2 for _, x2 in xs)
+    t1 = sum(x1 * y for (x1, _), y in zip(xs, ys))
+    t2 = sum(x2 * y for (_, x2), y in zip(xs, ys))
+    det = s11 * s22 - s12 * s12
+    if det > 1e-12 * max(s11 * s22, 1e-30):
+        a, b = (t1 * s22 - t2 * s12) / det, (s11 * t2 - s12 * t1) / det
+        if a >= 0 and b >= 0:
+            return a, b
+    candidates = []
+    if s22 > 0:
+        candidates.append((0.0, max(t2 / s22, 0.0)))
+    if s11 > 0:
+        candidates.append((max(t1 / s11, 0.0), 0.0))
+    if not candidates:
+        return None
+    return min(candidates, key=lambda ab: sum((ab[0] * x1 + ab[1] * x2 - y) ** 2 for (x1, x2), y in zip(xs, ys)))
+
+
+def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Iterable[Config],
+        arch: ArchProfile, base: ModelParams | None = None) -> ModelParams:
+    """Calibrate: a global scale (median measured/predicted over every ok point) and, for each
+    config measured at >= 2 distinct shapes, its own (a_c, b_c) by non-negative least squares."""
+    base = base or ModelParams()
+    by_id = dict(configs) if isinstance(configs, Mapping) else {c.id: c for c in configs}
+    rows: dict[str, list[tuple[Terms, float, int]]] = {}
+    ratios = []
+    for meas in measurements:
+        if meas.status is not Status.OK or meas.median_ms is None:
+            continue
+        config = by_id.get(meas.config_id)
+        if config is None or config.is_sentinel:
+            continue
+        shape = (meas.signature, meas.m)
+        tm = terms(config, shape, arch)
+        if isinstance(tm, Status):
+            continue
+        us = meas.median_ms * 1000.0
+        pred = _predict_us(config, shape, arch, base)
+        if not isinstance(pred, Status) and pred > 0:
+            ratios.append(us / pred)
+        rows.setdefault(config.id, []).append((tm, us, _ELEM_BYTES.get(meas.signature.dt, 2)))
+    ratios.sort()
+    scale = base.scale * (ratios[len(ratios) // 2] if ratios else 1.0)
+    per: dict[str, tuple[float, float]] = {}
+    for cid, data in rows.items():
+        if len({(tm.wave_slots, tm.k_iters) for tm, _, _ in data}) < 2:
+            continue
+        xs = [(float(tm.wave_slots), float(tm.wave_slots * tm.k_iters)) for tm, _, _ in data]
+        ys = [max(us - tm.fixed_us, 0.0) for tm, us, _ in data]
+        ab = _lstsq2(xs, ys)
+        if ab is not None:
+            per[cid] = ab
+    return ModelParams(scale=scale, lane_eff=dict(base.lane_eff), setup_us=base.setup_us,
+                       l2_bw_factor=base.l2_bw_factor, per_config={**base.per_config, **per})
+
+
+def geomean_error(params: ModelParams, measurements: Iterable[Measurement],
+                  configs: Mapping[str, Config], arch: ArchProfile) -> float:
+    """exp(mean |log(predicted / measured)|) - 1 over the ok measurements of known configs."""
+    logs = []
+    for meas in measurements:
+        config = configs.get(meas.config_id)
+        if config is None or meas.status is not Status.OK or not meas.median_ms:
+            continue
+        ms = predict(config, (meas.signature, meas.m), arch, params)
+        if not isinstance(ms, Status) and ms > 0:
+            logs.append(abs(math.log(ms / meas.median_ms)))
+    return math.exp(sum(logs) / len(logs)) - 1.0 if logs else 0.0

@@ -1,0 +1,264 @@
+"""Partitioning one signature's M axis into regions: pure, deterministic, noise-stable.
+
+Steps (DESIGN.md "The build"): the caller measures the census and fill points plus a
+cross-evaluation set (``cross_eval_plan``); ``partition`` then chooses a shared config set by
+weighted greedy set cover (every point gets a config within ``tol`` of its best), segments the
+sorted M axis by dynamic programming (one config per contiguous region), gates every region
+against the fallback arm (a config must beat it by ``min_speedup`` at the weighted geomean over
+the region's points, else the fallback keeps the region), merges equal neighbours and rounds
+regions up (a region's m_hi is the largest measured M it covers). ``thin`` caps a dense census.
+
+Noise stability (spec 003's tie band): every comparison goes through a margin. A config within
+``tol`` of a point's best counts exactly as good as the best, and ties go to the simpler arm
+(the fallback, then the other sentinels, then config id), so a re-run whose noise stays inside
+the margins emits the same regions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping, Sequence
+
+from tunedb.errors import BuildError
+from tunedb.records import SENTINELS, Measurement, Point, Region
+
+Table = Mapping[tuple[int, str], float]  # (M, config id) -> objective in ms (ok measurements only)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """What partition() decided for one signature."""
+
+    regions: tuple[Region, ...]
+    notes: tuple[str, ...]
+    chosen: tuple[str, ...]  # the set cover's configs, in the order greedy picked them
+
+
+def objective_table(measurements: Iterable[Measurement], alpha: Mapping[int, float] | float = 0.0) -> dict[tuple[int, str], float]:
+    """{(M, config id): GPU time + alpha * host time} over ok measurements; alpha per M or global.
+    A config measured twice at one M keeps its later measurement (a log is appended in order)."""
+    out: dict[tuple[int, str], float] = {}
+    for meas in measurements:
+        a = alpha.get(meas.m, 0.0) if isinstance(alpha, Mapping) else float(alpha)
+        value = meas.objective(a)
+        if value is not None:
+            out[(meas.m, meas.config_id)] = value
+    return out
+
+
+def cross_eval_plan(points: Sequence[Point] | Sequence[int], ranked_per_point: Mapping[int, Sequence[str]],
+                    top: int = 3, measured: Iterable[tuple[int, str]] = ()) -> tuple[tuple[int, str], ...]:
+    """(M, config id) pairs to measure: every point's top-`top` configs at every other point,
+    minus pairs already measured. Sorted, so the plan is the same on every run."""
+    if top < 1:
+        raise BuildError(f"cross-evaluation top={top} must be >= 1")
+    ms = sorted({p.m if isinstance(p, Point) else int(p) for p in points})
+    done = set(measured)
+    for m, ranked in ranked_per_point.items():
+        done.update((m, cid) for cid in ranked)
+    tops = sorted({cid for m in ms for cid in list(ranked_per_point.get(m, ()))[:top]})
+    return tuple((m, cid) for m in ms for cid in tops if (m, cid) not in done)
+
+
+def _simplicity(fallback: str):
+    def key(cid: str) -> tuple[int, str]:
+        if cid == fallback:
+            return (0, cid)
+        if cid in SENTINELS:
+            return (1, cid)
+        return (2, cid)
+    return key
+
+
+def _effective_weights(points: Sequence[Point]) -> dict[int, float]:
+    """Per-M weight; fill points (weight 0) get 1% of the mean positive weight so that they
+    still matter a little to the DP and the gate without outvoting real traffic."""
+    by_m: dict[int, float] = {}
+    for p in points:
+        by_m[p.m] = by_m.get(p.m, 0.0) + p.weight
+    positive = [w for w in by_m.values() if w > 0]
+    floor = 0.01 * (sum(positive) / len(positive)) if positive else 1.0
+    return {m: w + floor for m, w in by_m.items()}
+
+
+def set_cover(ms: Sequence[int], table: Table, weights: Mapping[int, float], fallback: str,
+              tol: float = 0.03) -> tuple[str, ...]:
+    """Weighted greedy set cover: configs in pick order until every M has one within tol of its best."""
+    key = _simplicity(fallback)
+    configs = sorted({cid for (_, cid) in table}, key=key)
+    covers: dict[str, set[int]] = {c: set() for c in configs}
+    for m in ms:
+        best = min(table[(m, c)] for c in configs if (m, c) in table)
+        for c in configs:
+            t = table.get((m, c))
+            if t is not None and t <= best * (1.0 + tol):
+                covers[c].add(m)
+    uncovered, chosen = set(ms), []
+    while uncovered:
+        # Most covered weight; ties: more points, then the simpler arm (configs are in that order).
+        pick = max(configs, key=lambda c: (sum(weights[m] for m in covers[c] & uncovered),
+                                           len(covers[c] & uncovered), -configs.index(c)))
+        chosen.append(pick)
+        uncovered -= covers[pick]
+    return tuple(chosen)
+
+
+def segment(ms: Sequence[int], table: Table, weights: Mapping[int, float], chosen: Sequence[str],
+            fallback: str, tol: float = 0.03) -> list[tuple[int, int, str]]:
+    """DP over sorted ms: contiguous (i, j, config) segments from `chosen` minimising
+    sum(w * cost(time / best)) + penalty * regions. cost is 1 inside the tie band (within tol of the
+    best) and time/best beyond it, so noise inside the band moves nothing; the penalty is half the
+    smallest point's band, so a region is added only to serve a point inside its band."""
+    n = len(ms)
+    order = sorted(chosen, key=_simplicity(fallback))
+    best = {m: min(t for (mm, _), t in table.items() if mm == m) for m in ms}
+    penalty = 0.5 * tol * min(weights[m] for m in ms)
+    # prefix[c][i]: cost of serving ms[:i] with c; gaps[c][i]: how many of ms[:i] c lacks
+    prefix: dict[str, list[float]] = {}
+    gaps: dict[str, list[int]] = {}
+    for c in order:
+        acc, missing, row, gap = 0.0, 0, [0.0], [0]
+        for m in ms:
+            t = table.get((m, c))
+            if t is None:
+                missing += 1
+            else:
+                ratio = t / best[m]
+                acc += weights[m] * (1.0 if ratio <= 1.0 + tol else ratio)
+            row.append(acc)
+            gap.append(missing)
+        prefix[c], gaps[c] = row, gap
+    # dp[j] = (cost, regions) of the best segmentation of ms[:j]; equal ones keep the first found,
+    # and the loops visit simpler configs and longer last segments first.
+    dp: list[tuple[float, int] | None] = [None] * (n + 1)
+    back: list[tuple[int, str] | None] = [None] * (n + 1)
+    dp[0] = (0.0, 0)
+    for j in range(1, n + 1):
+        for i in range(j):
+            if dp[i] is None:
+                continue
+            for c in order:
+                if gaps[c][j] != gaps[c][i]:
+                    continue  # c was not measured somewhere in the segment
+                seg = prefix[c][j] - prefix[c][i]
+                cand = (dp[i][0] + seg + penalty, dp[i][1] + 1)
+                if dp[j] is None or _better(cand, dp[j]):
+                    dp[j], back[j] = cand, (i, c)
+    if dp[n] is None:
+        raise BuildError("no chosen config is measured at every point of any segmentation")
+    out, j = [], n
+    while j > 0:
+        i, c = back[j]
+        out.append((i, j, c))
+        j = i
+    return out[::-1]
+
+
+def _better(a: tuple[float, int], b: tuple[float, int]) -> bool:
+    """Lower cost beyond float rounding, then fewer regions."""
+    scale = max(abs(a[0]), abs(b[0]), 1e-30)
+    if abs(a[0] - b[0]) > 1e-9 * scale:
+        return a[0] < b[0]
+    return a[1] < b[1]
+
+
+def _geomean_speedup(ms: Sequence[int], table: Table, weights: Mapping[int, float], config: str,
+                     fallback: str) -> float | None:
+    num = den = 0.0
+    for m in ms:
+        t, f = table.get((m, config)), table.get((m, fallback))
+        if t is None or f is None or t <= 0 or f <= 0:
+            continue
+        num += weights[m] * math.log(f / t)
+        den += weights[m]
+    return math.exp(num / den) if den > 0 else None
+
+
+def partition(points: Sequence[Point], table: Table, fallback: str = "torch", min_speedup: float = 1.05,
+              tol: float = 0.03, catch_all: bool = True) -> Partition:
+    """Regions for one signature's points from measured objectives {(M, config id): ms}.
+
+    Points with no ok measurement are skipped (noted). With catch_all the last region's m_hi is
+    None (the build); without it every region ends at a measured M (autotune). An empty result
+    means nothing was measured."""
+    if min_speedup < 1.0:
+        raise BuildError(f"min_speedup={min_speedup} must be >= 1.0")
+    if not 0.0 <= tol < 1.0:
+        raise BuildError(f"tol={tol} must be in [0, 1)")
+    if len({p.signature for p in points}) > 1:
+        raise BuildError("partition() takes the points of one signature")
+    for (m, cid), t in table.items():
+        if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
+            raise BuildError(f"objective at M={m} for {cid!r} is {t!r}; expected a positive finite time")
+    notes: list[str] = []
+    measured_ms = {m for (m, _) in table}
+    ms = sorted({p.m for p in points} & measured_ms)
+    skipped = sorted({p.m for p in points} - measured_ms)
+    if skipped:
+        notes.append(f"no ok measurement at M={','.join(map(str, skipped))}: not partitioned")
+    if not ms:
+        return Partition((Region(None, fallback),) if catch_all else (), tuple(notes), ())
+    table = {(m, c): t for (m, c), t in table.items() if m in set(ms)}
+    weights = _effective_weights([p for p in points if p.m in set(ms)])
+    chosen = set_cover(ms, table, weights, fallback, tol)
+    segments = segment(ms, table, weights, chosen, fallback, tol)
+    must = {p.m for p in points if p.must_tune}
+    gated: list[tuple[int, str]] = []  # (index of last M, config)
+    for i, j, c in segments:
+        region_ms = ms[i:j]
+        speedup = _geomean_speedup(region_ms, table, weights, c, fallback) if c != fallback else 1.0
+        if c != fallback and speedup is not None and speedup < min_speedup:
+            notes.append(f"M<={region_ms[-1]}: {c} kept {fallback} ({speedup:.2f}x < {min_speedup:.2f}x gate)")
+            c = fallback
+        elif c != fallback:
+            heavy = max(region_ms, key=lambda m: (weights[m], m))
+            star = "*" if heavy in must else ""
+            note = f" ({speedup:.2f}x vs {fallback})" if speedup is not None else f" ({fallback} unmeasured)"
+            notes.append(f"M={heavy}{star}: {c}{note}")
+        if gated and gated[-1][1] == c:
+            gated[-1] = (j - 1, c)
+        else:
+            gated.append((j - 1, c))
+    regions = [Region(ms[last], c) for last, c in gated]
+    if catch_all:
+        regions[-1] = Region(None, regions[-1].config_id)
+    return Partition(tuple(regions), tuple(notes), chosen)
+
+
+def thin(points: Sequence[Point], max_points: int) -> tuple[Point, ...]:
+    """Per signature: keep the smallest and largest M and the heaviest point of each of
+    max_points - 2 equal log-M bins; a dropped point's weight, calls and must-tune move to the
+    next kept point above it (the one whose region serves it). Result sorted by (signature, M)."""
+    if max_points < 2:
+        raise BuildError(f"--max-points={max_points} must be >= 2 (the smallest and largest M stay)")
+    by_sig: dict = {}
+    for p in points:
+        by_sig.setdefault(p.signature, []).append(p)
+    out: list[Point] = []
+    for sig in sorted(by_sig):
+        pts = sorted(by_sig[sig], key=lambda p: p.m)
+        if len(pts) <= max_points:
+            out.extend(pts)
+            continue
+        lo, hi = math.log(pts[0].m), math.log(pts[-1].m)
+        bins = max_points - 2
+        keep = {0, len(pts) - 1}
+        heaviest: dict[int, int] = {}
+        for idx in range(1, len(pts) - 1):
+            b = min(bins - 1, int((math.log(pts[idx].m) - lo) / (hi - lo) * bins))
+            cur = heaviest.get(b)
+            if cur is None or pts[idx].weight > pts[cur].weight:
+                heaviest[b] = idx
+        keep.update(heaviest.values())
+        carry: list[Point] = []
+        for idx, p in enumerate(pts):
+            if idx not in keep:
+                carry.append(p)
+                continue
+            group = carry + [p]
+            calls = sum(q.calls for q in group)
+            eager = sum(q.eager_share * q.calls for q in group) / calls if calls else p.eager_share
+            out.append(replace(p, weight=sum(q.weight for q in group), calls=calls,
+                               must_tune=any(q.must_tune for q in group), eager_share=min(1.0, eager)))
+            carry = []
+    return tuple(out)

@@ -1,0 +1,118 @@
+"""The partitioner on hand-built tables: regions, the gate, rounding up, thinning, the plan."""
+import pytest
+
+from tunedb.errors import BuildError
+from tunedb.partition import cross_eval_plan, objective_table, partition, set_cover, thin
+from tunedb.records import Entry, Measurement, Point, Region, Signature, Status
+
+SIG = Signature.make("gemm", "gemm", "half", N=512, K=512)
+
+
+def pts(*ms, weight=1.0, must=()):
+    return [Point(SIG, m, weight=weight, calls=1, must_tune=m in must) for m in ms]
+
+
+def table_from(rows):
+    """rows: {config: {M: ms}} -> {(M, config): ms}"""
+    return {(m, c): t for c, by_m in rows.items() for m, t in by_m.items()}
+
+
+def test_two_regimes_and_catch_all():
+    ms = (16, 64, 256, 1024, 4096)
+    tab = table_from({
+        "torch": {m: 2.0 for m in ms},
+        "small": {16: 1.0, 64: 1.0, 256: 1.0, 1024: 3.0, 4096: 3.0},
+        "large": {16: 3.0, 64: 3.0, 256: 3.0, 1024: 1.0, 4096: 1.0},
+    })
+    part = partition(pts(*ms), tab, fallback="torch")
+    assert part.regions == (Region(256, "small"), Region(None, "large"))
+    assert set(part.chosen) == {"small", "large"}
+    entry = Entry(SIG, part.regions)
+    assert [entry.lookup(m) for m in ms] == ["small"] * 3 + ["large"] * 2
+    # Without a catch-all (autotune), the last region ends at the largest measured M.
+    part = partition(pts(*ms), tab, fallback="torch", catch_all=False)
+    assert part.regions == (Region(256, "small"), Region(4096, "large"))
+
+
+def test_gate_keeps_the_fallback_for_small_wins():
+    ms = (16, 64, 256)
+    tab = table_from({"torch": {m: 1.04 for m in ms}, "tile": {m: 1.0 for m in ms}})
+    part = partition(pts(*ms), tab, fallback="torch", min_speedup=1.05)
+    assert part.regions == (Region(None, "torch"),)
+    assert any("kept torch" in n for n in part.notes)
+    part = partition(pts(*ms), tab, fallback="torch", min_speedup=1.035)
+    assert part.regions == (Region(None, "tile"),)
+
+
+def test_gate_is_weighted_over_the_region():
+    ms = (16, 64)
+    # 'tile' wins big at the heavy point and loses a little at the light one: the region keeps it.
+    tab = table_from({"torch": {16: 2.0, 64: 1.0}, "tile": {16: 1.0, 64: 1.02}})
+    points = [Point(SIG, 16, weight=0.9), Point(SIG, 64, weight=0.1)]
+    part = partition(points, tab, fallback="torch")
+    assert part.regions[0].config_id == "tile"
+
+
+def test_simpler_arm_wins_inside_the_tie_band():
+    ms = (16, 64)
+    tab = table_from({"torch": {16: 1.01, 64: 1.01}, "b64": {16: 1.0, 64: 1.0}, "a32": {16: 1.0, 64: 1.0}})
+    assert set_cover(ms, tab, {16: 1.0, 64: 1.0}, "torch") == ("torch",)
+
+
+def test_unmeasured_points_are_noted_not_partitioned():
+    tab = table_from({"torch": {16: 1.0}})
+    part = partition(pts(16, 32), tab, fallback="torch")
+    assert part.regions == (Region(None, "torch"),)
+    assert any("M=32" in n for n in part.notes)
+    assert partition(pts(16), {}, catch_all=False).regions == ()
+
+
+def test_notes_mark_must_tune_points():
+    tab = table_from({"torch": {16: 2.0}, "tile": {16: 1.0}})
+    part = partition(pts(16, must=(16,)), tab, fallback="torch")
+    assert "M=16*: tile (2.00x vs torch)" in part.notes
+
+
+@pytest.mark.parametrize("bad", [float("inf"), -1.0, 0.0, float("nan")])
+def test_bad_objectives_are_refused(bad):
+    with pytest.raises(BuildError, match="objective at M=16"):
+        partition(pts(16), {(16, "torch"): bad})
+
+
+def test_bad_flags_are_refused():
+    with pytest.raises(BuildError, match="min_speedup"):
+        partition(pts(16), {(16, "torch"): 1.0}, min_speedup=0.9)
+    other = Signature.make("gemm", "gemm", "half", N=64, K=64)
+    with pytest.raises(BuildError, match="one signature"):
+        partition(pts(16) + [Point(other, 16)], {(16, "torch"): 1.0})
+
+
+def test_objective_table_adds_host_time_by_alpha():
+    ok = Measurement(SIG, 16, "torch", Status.OK, median_ms=0.010, host_us=4.0)
+    bad = Measurement(SIG, 16, "tile", Status.INCORRECT)
+    assert objective_table([ok, bad], {16: 0.0}) == {(16, "torch"): 0.010}
+    assert objective_table([ok, bad], {16: 1.0})[(16, "torch")] == pytest.approx(0.014)
+
+
+def test_cross_eval_plan():
+    ranked = {16: ["a", "b", "c", "d"], 64: ["e", "a"]}
+    plan = cross_eval_plan(pts(16, 64), ranked, top=3)
+    assert plan == ((16, "e"), (64, "b"), (64, "c"))
+    assert cross_eval_plan(pts(16, 64), ranked, top=3, measured=[(16, "e")]) == ((64, "b"), (64, "c"))
+
+
+def test_thin_moves_weight_to_the_next_kept_point_above():
+    ms = [8, 9, 10, 11, 12, 100, 101, 1000]
+    points = [Point(SIG, m, weight=1.0, calls=2, must_tune=(m == 9)) for m in ms]
+    points[3] = Point(SIG, 11, weight=5.0, calls=2)  # heaviest of the low bin
+    kept = thin(points, 3)
+    assert [p.m for p in kept] == [8, 11, 1000]
+    by_m = {p.m: p for p in kept}
+    assert by_m[8].weight == 1.0 and by_m[8].calls == 2
+    # 9 and 10 move into 11 (9 brings must-tune); 12, 100, 101 move into 1000.
+    assert by_m[11].weight == 7.0 and by_m[11].calls == 6 and by_m[11].must_tune
+    assert by_m[1000].weight == 4.0 and by_m[1000].calls == 8 and not by_m[1000].must_tune
+    assert sum(p.weight for p in kept) == sum(p.weight for p in points)
+    assert thin(points, 20) == tuple(sorted(points, key=lambda p: p.m))
+    with pytest.raises(BuildError, match="max-points"):
+        thin(points, 1)
