@@ -57,11 +57,14 @@ def _render(rep) -> None:
             table.add_column(col, overflow="fold")
         for f in tier.files:
             if f.state == "loaded":
-                why = "; ".join(f"{sig}: {', '.join(r)}" for sig, r in f.stale[:3])
-                if len(f.stale) > 3:
-                    why += f"; ... {len(f.stale) - 3} more (see --json)"
+                # Stale entries usually share their reasons: count each distinct one.
+                counts: dict[str, int] = {}
+                for _sig, reasons in f.stale:
+                    for reason in reasons:
+                        counts[reason] = counts.get(reason, 0) + 1
+                why = "; ".join(f"{r} x{n}" for r, n in counts.items())
                 table.add_row(f.arch_family, f.kernel_family, "loaded", str(f.entries),
-                              str(len(f.stale)), f"{f.path}" + (f"\n{why}" if why else ""))
+                              str(len(f.stale)), f"{f.path}" + (f"\nstale: {why}" if why else ""))
             else:
                 table.add_row(f.arch_family, f.kernel_family, f"[red]skipped ({f.state})[/red]",
                               "-", "-", f.problem)
