@@ -1,0 +1,222 @@
+"""The CUDA-graph timer: each arm is a graph of N >= 8 calls, replayed and timed with events.
+
+Why each piece is there:
+- A graph of N calls, not one: one call per replay is dominated by the replay's own latency
+  and ranks kernels worse than eager timing does.
+- A tiny unrelated kernel (the separator) after every call: back-to-back copies of one kernel
+  can overlap (programmatic dependent launch), which they cannot do inside a model. The
+  separator's cost is measured on its own (a graph of N separators) and subtracted.
+- The single-replay gate: one call + one separator per replay, minus one separator alone. An
+  arm whose N-call time per call falls well below that still overlaps itself, and is timed
+  one call per replay instead.
+- Rotating weight copies when the served working set exceeds L2, so each call reads cold
+  weights as it would in the model; one copy (warm) otherwise.
+- A GPU sleep kernel before each round, so the host enqueues every replay of the round while
+  the GPU is busy and no host gap lands between a start and an end event.
+This is inherently a torch module; it is imported only when a CUDA timer is made.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+
+from tunedb.bench import stats
+from tunedb.bench.arms import Problem, empty_like_reference
+from tunedb.bench.gate import classify_exception, gate_arms
+from tunedb.bench.gpuenv import NvmlEnv
+from tunedb.bench.timers import Prepared, rotation_copies
+from tunedb.errors import MeasurementError
+from tunedb.records import Status
+
+MIN_CALLS = 8
+OVERLAP_TOL = 0.85  # N-call per-call time below this share of the single-replay time: overlap
+_ENQUEUE_US = 40.0  # host time to enqueue one timed replay, generously
+
+
+def capture(body: Callable[[], Any], pool: Any = None) -> Any:
+    """A CUDA graph of whatever `body` launches on the current device."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        body()
+    return graph
+
+
+class CudaGraphTimer:
+    """Times arms as replayed CUDA graphs on one device (default: the current one)."""
+
+    name = "cudagraph"
+
+    def __init__(self, device: int | None = None, *, min_calls: int = MIN_CALLS,
+                 separator: bool = True, gate: bool = True, overlap_tol: float = OVERLAP_TOL,
+                 l2_bytes: int | None = None) -> None:
+        if min_calls < 1:
+            raise ValueError(f"min_calls={min_calls} must be >= 1 (the protocol uses >= 8)")
+        if not torch.cuda.is_available():
+            raise MeasurementError("the CUDA-graph timer needs a CUDA GPU; use FakeTimer "
+                                   "(--simulate) or ReplayTimer (a recorded log) without one")
+        self.index = torch.cuda.current_device() if device is None else int(device)
+        self.device = torch.device("cuda", self.index)
+        self.min_calls, self.separator, self.gate = min_calls, separator, gate
+        self.overlap_tol = overlap_tol
+        props = torch.cuda.get_device_properties(self.index)
+        self.l2_bytes = int(l2_bytes if l2_bytes is not None else props.L2_cache_size)
+        self._uuid = str(getattr(props, "uuid", "") or "")
+        self._env: NvmlEnv | None = None
+        self._cycles_per_us: float | None = None
+
+    def gpu_env(self) -> NvmlEnv:
+        if self._env is None:
+            self._env = NvmlEnv(uuid=self._uuid or None, index=self.index)
+        return self._env
+
+    def sleep_cycles_per_us(self) -> float:
+        """GPU clock cycles per microsecond of torch.cuda._sleep, measured once."""
+        if self._cycles_per_us is None:
+            with torch.cuda.device(self.index):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda._sleep(1000)
+                start.record()
+                torch.cuda._sleep(2_000_000)
+                end.record()
+                end.synchronize()
+                self._cycles_per_us = 2_000_000 / max(start.elapsed_time(end) * 1000.0, 1.0)
+        return self._cycles_per_us
+
+    def time_graphs(self, graphs: Sequence[Any]) -> list[float]:
+        """Milliseconds of one replay of each graph, back to back, behind a sleep kernel."""
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in graphs]
+        torch.cuda._sleep(int(self.sleep_cycles_per_us() * (50 + _ENQUEUE_US * len(graphs))))
+        for g, (s, e) in zip(graphs, pairs):
+            s.record()
+            g.replay()
+            e.record()
+        pairs[-1][1].synchronize()
+        return [s.elapsed_time(e) for s, e in pairs]
+
+    def open(self, problem: Problem, *, seed: int, working_set_bytes: int | None) -> "GraphSession":
+        if problem.make_inputs is None or problem.reference is None:
+            raise MeasurementError(
+                f"the CUDA-graph timer needs real arms (make_inputs and reference) for "
+                f"{problem.signature} at M={problem.m}; this problem only has arm ids"
+            )
+        with torch.cuda.device(self.index):
+            return GraphSession(self, problem, seed, working_set_bytes)
+
+
+class GraphSession:
+    def __init__(self, timer: CudaGraphTimer, problem: Problem, seed: int,
+                 working_set_bytes: int | None) -> None:
+        self.timer = timer
+        dev = timer.device
+        args, kwargs = problem.make_inputs(dev, seed)
+        make_out = problem.make_out or empty_like_reference
+        gates = gate_arms(problem, args, kwargs, make_out, torch.cuda.synchronize) if timer.gate else {}
+        ref = problem.reference(args, kwargs)
+        positions = [i for i in problem.weight_positions(args) if isinstance(args[i], torch.Tensor)]
+        weight_bytes = sum(args[i].numel() * args[i].element_size() for i in positions)
+        served = weight_bytes if working_set_bytes is None else working_set_bytes
+        copies = rotation_copies(served, timer.l2_bytes, weight_bytes)
+        self.l2 = "cold" if copies > 1 else "warm"
+        arg_sets = [tuple(args)] + [
+            tuple(a.clone() if i in positions else a for i, a in enumerate(args))
+            for _ in range(copies - 1)
+        ]
+        calls = max(timer.min_calls, copies)
+        out = make_out(args, kwargs, ref)
+        sep_buf = torch.ones(64, device=dev, dtype=torch.float32)
+
+        def sep() -> None:
+            if timer.separator:
+                sep_buf.add_(1.0)
+
+        self.sep_graph = capture(lambda: [sep() for _ in range(calls)])
+        self.sep1_graph = capture(sep)
+        self.sep_ms = stats.median(self._repeat(self.sep_graph, 9))
+        self.sep1_ms = stats.median(self._repeat(self.sep1_graph, 9))
+        self.timed: dict[str, tuple[Any, int, float]] = {}  # id -> (graph, calls, ms to subtract)
+        self._keep: list[Any] = [arg_sets, out, sep_buf, ref]
+        prepared: dict[str, Prepared] = {}
+        for arm in problem.arms:
+            g = gates.get(arm.config_id)
+            gate_info: tuple[tuple[str, Any], ...] = ()
+            if g is not None:
+                gate_info = (("gate_error", g.error), ("gate_bound", g.bound))
+                if not g.status.ok:
+                    prepared[arm.config_id] = Prepared(g.status, g.detail, self.l2, None, gate_info)
+                    continue
+            try:
+                prepared[arm.config_id] = self._prepare(arm, arg_sets, kwargs, out, sep, calls,
+                                                        copies, gate_info)
+            except Exception as exc:  # capture or launch failure: this arm only
+                torch.cuda.synchronize()
+                prepared[arm.config_id] = Prepared(
+                    classify_exception(exc), f"graph capture or launch failed: "
+                    f"{type(exc).__name__}: {str(exc).strip()[:300]}", self.l2, None, gate_info)
+        self.prepared = prepared
+
+    def _repeat(self, graph: Any, n: int) -> list[float]:
+        return [self.timer.time_graphs([graph])[0] for _ in range(n)]
+
+    def _prepare(self, arm: Any, arg_sets: list, kwargs: dict, out: Any, sep: Callable[[], None],
+                 calls: int, copies: int, gate_info: tuple) -> Prepared:
+        fns = [arm.make(a, kwargs, out) for a in arg_sets]
+        for fn in fns:
+            fn()
+        torch.cuda.synchronize()
+
+        def body() -> None:
+            for i in range(calls):
+                fns[i % copies]()
+                sep()
+
+        def body1() -> None:
+            fns[0]()
+            sep()
+
+        graph, graph1 = capture(body), capture(body1)
+        graph.replay()
+        torch.cuda.synchronize()
+        per_call = (stats.median(self._repeat(graph, 5)) - self.sep_ms) / calls
+        single = stats.median(self._repeat(graph1, 5)) - self.sep1_ms
+        ratio = per_call / single if single > 0 else 1.0
+        info = list(gate_info) + [("copies", copies), ("calls_per_graph", calls),
+                                  ("separator_us", round(self.sep_ms / calls * 1000, 3)),
+                                  ("overlap_ratio", round(ratio, 4))]
+        if ratio < self.timer.overlap_tol:
+            # Calls still overlap each other despite the separator: time one per replay.
+            self.timed[arm.config_id] = (graph1, 1, self.sep1_ms)
+            info.append(("self_overlap", True))
+        else:
+            self.timed[arm.config_id] = (graph, calls, self.sep_ms)
+        host_us = self._host_us(fns[0], max(per_call, single))
+        return Prepared(Status.OK, "", self.l2, host_us, tuple(info))
+
+    def _host_us(self, fn: Callable[[], Any], gpu_ms: float) -> float:
+        """Eager host issue time per call: launches timed on the host, the queue drained between."""
+        n = int(min(20, max(3, 2.0 / max(gpu_ms, 1e-3))))
+        reps = []
+        for _ in range(5):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            reps.append((time.perf_counter() - t0) / n * 1e6)
+        torch.cuda.synchronize()
+        return round(stats.median(reps), 3)
+
+    def sample(self, order: Sequence[str]) -> dict[str, float | Status]:
+        with torch.cuda.device(self.timer.index):
+            times = self.timer.time_graphs([self.timed[c][0] for c in order])
+        out: dict[str, float | Status] = {}
+        for cid, t in zip(order, times):
+            _, calls, sub = self.timed[cid]
+            out[cid] = max((t - sub) / calls, 0.0)
+        return out
+
+    def close(self) -> None:
+        self.timed.clear()
+        self._keep.clear()
+        self.sep_graph = self.sep1_graph = None

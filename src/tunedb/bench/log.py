@@ -1,0 +1,103 @@
+"""The measurement log: JSONL, one Measurement.to_json() per line plus "provenance" and "run_id".
+
+Appends are safe from concurrent processes: each line goes out in one write() on an O_APPEND
+descriptor under an exclusive flock, so lines never interleave. The reader skips (with a
+warning naming file and line) a line that is not a measurement, e.g. the torn last line of a
+killed writer; strict=True raises instead.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from tunedb.errors import MeasurementError
+from tunedb.records import Measurement, Provenance
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    measurement: Measurement
+    provenance: Provenance
+    run_id: str
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def encode(m: Measurement, provenance: Provenance, run_id: str) -> str:
+    line = dict(m.to_json())
+    line["provenance"] = provenance.to_json()
+    line["run_id"] = run_id
+    return json.dumps(line, sort_keys=True, allow_nan=False) + "\n"
+
+
+class MeasurementLog:
+    """An append-only JSONL log stamped with one run's provenance and run id."""
+
+    def __init__(self, path: str | Path, provenance: Provenance, run_id: str | None = None) -> None:
+        self.path = Path(path)
+        self.provenance = provenance
+        self.run_id = run_id or new_run_id()
+
+    def append(self, measurements: Iterable[Measurement]) -> int:
+        """Append one line per measurement; returns how many were written."""
+        lines = [encode(m, self.provenance, self.run_id) for m in measurements]
+        if not lines:
+            return 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                for line in lines:
+                    data = line.encode()
+                    written = os.write(fd, data)
+                    if written != len(data):  # a short write would tear the line: say so
+                        raise MeasurementError(
+                            f"short write to measurement log {self.path}: {written} of {len(data)} bytes"
+                        )
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+        return len(lines)
+
+
+def iter_log(path: str | Path, strict: bool = False) -> Iterator[LogRecord]:
+    path = Path(path)
+    try:
+        fh = path.open("r", encoding="utf-8")
+    except OSError as exc:
+        raise MeasurementError(f"cannot read measurement log {path}: {exc.strerror or exc}") from exc
+    with fh:
+        for lineno, text in enumerate(fh, 1):
+            if not text.strip():
+                continue
+            try:
+                data = json.loads(text)
+                if not isinstance(data, dict):
+                    raise ValueError("a line must be a JSON object")
+                rec = LogRecord(
+                    Measurement.from_json(data),
+                    Provenance.from_json(data.get("provenance") or {}),
+                    str(data.get("run_id", "")),
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                msg = f"measurement log {path}:{lineno}: skipped a bad line ({type(exc).__name__}: {exc})"
+                if strict:
+                    raise MeasurementError(msg) from exc
+                warnings.warn(msg, RuntimeWarning, stacklevel=3)
+                continue
+            yield rec
+
+
+def read_log(path: str | Path, strict: bool = False) -> list[LogRecord]:
+    """Every record of a measurement log, in file order."""
+    return list(iter_log(path, strict=strict))

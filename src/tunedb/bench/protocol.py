@@ -1,0 +1,296 @@
+"""The measurement protocol: gate, then time arms in shuffled interleaved rounds with halving.
+
+``measure_point`` (a KernelFamily's configs) and ``measure_problem`` (any Problem, e.g. toy arms)
+are what the build, ``autotune()`` and the cost-model calibration call; the timer is a parameter
+(CUDA graph by default; FakeTimer for tests and --simulate; ReplayTimer for a recorded log), so
+callers never know how a number was taken. ``measure_point_isolated`` runs the same protocol in
+a worker subprocess so a hung or crashing kernel costs one arm.
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from tunedb.bench import stats
+from tunedb.bench.arms import Problem, problem_for
+from tunedb.bench.gpuenv import merge_snapshots
+from tunedb.bench.timers import Prepared, Timer
+from tunedb.errors import BusyGPUError, CaptureActiveError
+from tunedb.records import Measurement, Signature, Status
+
+MIN_ROUNDS = 5
+MAX_ROUNDS = 40
+REL_TOL = 0.005  # the median's standard error, relative to itself, at which an arm is settled
+BUSY_WAIT_S = 10.0  # how long a newcomer process may take to leave before the run is refused
+
+
+def refuse_capture() -> None:
+    """Raise CaptureActiveError inside a CUDA-graph capture (without importing torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    try:
+        capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    except Exception:
+        capturing = False
+    if capturing:
+        raise CaptureActiveError(
+            "refusing to measure inside a CUDA-graph capture: timing launches graphs and "
+            "synchronises, which a capture forbids; measure before capturing (e.g. tunedb.prewarm)"
+        )
+
+
+def default_timer() -> Timer:
+    from tunedb.bench.cudagraph import CudaGraphTimer
+
+    return CudaGraphTimer()
+
+
+def _busy_message(pids: Sequence[int], what: str) -> str:
+    return (f"GPU busy: foreign compute process(es) {', '.join(map(str, sorted(pids)))} {what}; "
+            "measure on a quiet GPU, or pass allow_busy=True (--allow-busy) to measure anyway "
+            "with every result marked contended")
+
+
+@dataclass
+class _Run:
+    """Mutable state of one point's rounds."""
+
+    samples: dict[str, list[float]]
+    alive: list[str]
+    failed: dict[str, tuple[Status, str]] = field(default_factory=dict)
+    rounds: int = 0
+    invalidated: int = 0
+    contended: bool = False
+
+
+def _wait_quiet(env: Any, allowed: frozenset[int], wait_s: float) -> frozenset[int]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        extra = env.foreign_pids() - allowed
+        if not extra or time.monotonic() >= deadline:
+            return extra
+        time.sleep(0.25)
+
+
+def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: float = 0.0,
+                    incumbent: str | None = None, default_id: str = "default",
+                    keep: Sequence[str] = (), seed: int = 0, allow_busy: bool = False,
+                    min_rounds: int = MIN_ROUNDS, max_rounds: int = MAX_ROUNDS,
+                    rel_tol: float = REL_TOL, working_set_bytes: int | None = None,
+                    busy_wait_s: float = BUSY_WAIT_S, log: Any = None) -> tuple[Measurement, ...]:
+    """Measure every arm of `problem`; one Measurement per arm, in the problem's arm order.
+
+    alpha weighs host issue time into the ranking (the census's eager share); the default, the
+    incumbent and `keep` survive successive halving to the end. Rounds stop when every live arm's
+    median is pinned to rel_tol, or at max_rounds. `log` (a MeasurementLog) gets every result.
+    """
+    if not 1 <= min_rounds <= max_rounds:
+        raise ValueError(f"need 1 <= min_rounds ({min_rounds}) <= max_rounds ({max_rounds})")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha={alpha} is the eager share of calls and must be in [0, 1]")
+    if rel_tol <= 0:
+        raise ValueError(f"rel_tol={rel_tol} must be positive")
+    refuse_capture()
+    timer = timer if timer is not None else default_timer()
+    env = timer.gpu_env()
+    present = env.foreign_pids()
+    if present and not allow_busy:
+        raise BusyGPUError(_busy_message(present, "hold the GPU"))
+    before = env.snapshot()
+    session = timer.open(problem, seed=seed, working_set_bytes=working_set_bytes)
+    try:
+        prepared: Mapping[str, Prepared] = session.prepared
+        ok = [c for c in problem.config_ids if prepared[c].status.ok]
+        run = _Run({c: [] for c in ok}, list(ok), contended=bool(present))
+        protected = {default_id, *keep} | ({incumbent} if incumbent else set())
+        _rounds(run, session, env, present, prepared, protected, alpha, seed, allow_busy,
+                min_rounds, max_rounds, rel_tol, busy_wait_s)
+        after = env.snapshot()
+    finally:
+        session.close()
+    out = _measurements(problem, prepared, run, merge_snapshots(before, after), timer)
+    if log is not None:
+        log.append(out)
+    return out
+
+
+def _rounds(run: _Run, session: Any, env: Any, present: frozenset[int],
+            prepared: Mapping[str, Prepared], protected: set[str], alpha: float, seed: int,
+            allow_busy: bool, min_rounds: int, max_rounds: int, rel_tol: float,
+            busy_wait_s: float) -> None:
+    rng = random.Random(seed)
+    halve_at = stats.halving_rounds(min_rounds, max_rounds)
+    allowed = frozenset(present)
+    while run.alive and run.rounds < max_rounds:
+        order = stats.round_order(run.alive, rng)
+        got = session.sample(order)
+        newcomers = env.foreign_pids() - allowed
+        if newcomers:
+            # The round overlapped a process that was not there before: its samples are
+            # discarded and the arms it touched are measured again.
+            run.invalidated += 1
+            if allow_busy:
+                run.contended = True
+                allowed |= newcomers
+            else:
+                still = _wait_quiet(env, allowed, busy_wait_s)
+                if still:
+                    raise BusyGPUError(_busy_message(still, "appeared during the measurement"))
+            if run.invalidated > max_rounds:
+                raise BusyGPUError(_busy_message(newcomers, "keep appearing"))
+            continue
+        for cid in order:
+            value = got[cid]
+            if isinstance(value, Status):
+                run.failed[cid] = (value, f"failed in timing round {run.rounds + 1}")
+                run.alive.remove(cid)
+            else:
+                run.samples[cid].append(float(value))
+        run.rounds += 1
+        if run.rounds in halve_at:
+            scores = {c: stats.objective_score(run.samples[c], prepared[c].host_us, alpha)
+                      for c in run.alive}
+            run.alive = list(stats.halve(scores, protected))
+        if run.rounds >= min_rounds and all(
+                stats.converged(run.samples[c], rel_tol, min_rounds) for c in run.alive):
+            break
+
+
+def _measurements(problem: Problem, prepared: Mapping[str, Prepared], run: _Run,
+                  env: dict[str, Any], timer: Timer) -> tuple[Measurement, ...]:
+    out = []
+    for cid in problem.config_ids:
+        p = prepared[cid]
+        info = dict(env)
+        info.update(dict(p.info))
+        info["timer"] = getattr(timer, "name", type(timer).__name__)
+        info["rounds"] = run.rounds
+        if run.invalidated:
+            info["invalidated_rounds"] = run.invalidated
+        status, detail = (p.status, p.detail) if not p.status.ok else run.failed.get(cid, (Status.OK, ""))
+        samples = tuple(run.samples.get(cid, ()))
+        if status.ok and not samples:
+            status, detail = Status.TIMEOUT, "no valid timing round completed"
+        kw: dict[str, Any] = dict(l2=p.l2, host_us=p.host_us, contended=run.contended,
+                                  detail=detail, env=tuple(sorted(info.items())))
+        if status.ok:
+            med, sigma, n = stats.summarize(samples)
+            out.append(Measurement(problem.signature, problem.m, cid, status, med, sigma, n,
+                                   samples, **kw))
+        else:
+            out.append(Measurement(problem.signature, problem.m, cid, status, None, None,
+                                   len(samples), samples, **kw))
+    return tuple(out)
+
+
+def measure_point(family: Any, sig: Signature, m: int, config_ids: Sequence[str], *,
+                  timer: Timer | None = None, **kwargs: Any) -> tuple[Measurement, ...]:
+    """Measure `config_ids` of a KernelFamily (None for fake/replay timers) on `sig` at M.
+
+    Keyword arguments are measure_problem's (alpha, incumbent, default_id, keep, seed,
+    allow_busy, min_rounds, max_rounds, rel_tol, working_set_bytes, log).
+    """
+    return measure_problem(problem_for(family, sig, m, config_ids), timer=timer, **kwargs)
+
+
+def best(measurements: Sequence[Measurement], alpha: float = 0.0) -> Measurement | None:
+    """The ok measurement with the lowest objective (GPU ms + alpha x host ms), or None."""
+    scored = [(m.objective(alpha), m.config_id, m) for m in measurements if m.status.ok]
+    return min(scored, key=lambda t: (t[0], t[1]))[2] if scored else None
+
+
+class _Refused:
+    """A protocol refusal (busy GPU, capture) carried back from the worker to be raised here."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.kind, self.message = type(exc).__name__, str(exc)
+
+    def reraise(self) -> None:
+        from tunedb import errors
+
+        raise getattr(errors, self.kind, errors.MeasurementError)(self.message)
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """Worker request: compile and launch one config once on random inputs, then synchronise."""
+
+    family: str
+    signature: Signature
+    m: int
+    config_id: str
+    seed: int = 0
+
+    def __call__(self) -> None:
+        import torch
+
+        from tunedb import families
+
+        problem = problem_for(families.get(self.family), self.signature, self.m, [self.config_id])
+        args, kwargs = problem.make_inputs(torch.device("cuda"), self.seed)
+        ref = problem.reference(args, kwargs)
+        out = problem.make_out(args, kwargs, ref)
+        problem.arms[0].make(args, kwargs, out)()
+        torch.cuda.synchronize()
+
+
+@dataclass(frozen=True)
+class PointRequest:
+    """Worker request: measure_point on the worker's GPU with the default (CUDA-graph) timer."""
+
+    family: str
+    signature: Signature
+    m: int
+    config_ids: tuple[str, ...]
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __call__(self) -> tuple[Measurement, ...] | _Refused:
+        from tunedb import families
+        from tunedb.errors import MeasurementError
+
+        try:
+            return measure_point(families.get(self.family), self.signature, self.m,
+                                 list(self.config_ids), **dict(self.options))
+        except MeasurementError as exc:
+            return _Refused(exc)
+
+
+def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
+                           config_ids: Sequence[str], *, probe_timeout_s: float = 120.0,
+                           timeout_s: float | None = None, log: Any = None,
+                           **kwargs: Any) -> tuple[Measurement, ...]:
+    """measure_point in `worker` (a bench.worker.Worker): each config is first compiled and
+    launched alone (a hang or crash costs that arm: timeout / launch_error), then the survivors
+    are measured together; should that fail, each is measured alone. `family` is its
+    registered name (the worker looks it up). Other keywords are measure_problem's."""
+    refuse_capture()
+    ids = list(dict.fromkeys(config_ids))
+    failed: dict[str, tuple[Status, str]] = {}
+    for cid in ids:
+        res = worker.run(ProbeRequest(family, sig, m, cid, kwargs.get("seed", 0)), probe_timeout_s)
+        if not res.status.ok:
+            failed[cid] = (res.status, res.detail)
+    done: dict[str, Measurement] = {}
+    survivors = [c for c in ids if c not in failed]
+    options = tuple(sorted(kwargs.items()))
+    batches = [survivors] if survivors else []
+    while batches:
+        batch = batches.pop(0)
+        res = worker.run(PointRequest(family, sig, m, tuple(batch), options), timeout_s)
+        if isinstance(res.value, _Refused):
+            res.value.reraise()
+        if res.status.ok:
+            done.update((x.config_id, x) for x in res.value)
+        elif len(batch) > 1:
+            batches.extend([c] for c in batch)  # isolate the arm that took the worker down
+        else:
+            failed[batch[0]] = (res.status, res.detail)
+    out = tuple(done[c] if c in done else
+                Measurement(sig, m, c, failed[c][0], detail=failed[c][1]) for c in ids)
+    if log is not None:
+        log.append(out)
+    return out

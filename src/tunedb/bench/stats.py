@@ -1,0 +1,85 @@
+"""Robust statistics of the measurement protocol: median, MAD sigma, stopping and halving rules.
+
+Pure Python (no numpy, no torch): the protocol loop, the replay and fake timers and the tests
+all run these on plain lists of per-call milliseconds.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Iterable, Mapping, Sequence
+
+# sigma = 1.4826 * MAD is consistent with the standard deviation for normal noise,
+# and a few outliers (a preempted replay, a clock dip) barely move it.
+MAD_TO_SIGMA = 1.4826
+# The median's standard error is sqrt(pi/2) ~ 1.2533 times the mean's for normal noise.
+MEDIAN_SE_FACTOR = 1.2533
+
+
+def median(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("median of no samples")
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
+
+
+def mad_sigma(values: Sequence[float]) -> float:
+    """1.4826 x the median absolute deviation: a robust sigma."""
+    med = median(values)
+    return MAD_TO_SIGMA * median([abs(v - med) for v in values])
+
+
+def median_se(values: Sequence[float]) -> float:
+    """Standard error of the median, from the robust sigma."""
+    return MEDIAN_SE_FACTOR * mad_sigma(values) / math.sqrt(len(values))
+
+
+def converged(values: Sequence[float], rel_tol: float, min_n: int) -> bool:
+    """True when at least min_n samples pin the median to within rel_tol of itself."""
+    if len(values) < max(min_n, 2):
+        return False
+    med = median(values)
+    if med <= 0:
+        return True  # nothing left to resolve at zero cost
+    return median_se(values) <= rel_tol * med
+
+
+def round_order(arm_ids: Sequence[str], rng: random.Random) -> list[str]:
+    """One round's order: a seeded shuffle, so drift hits every arm alike and runs reproduce."""
+    order = list(arm_ids)
+    rng.shuffle(order)
+    return order
+
+
+def halving_rounds(min_rounds: int, max_rounds: int) -> frozenset[int]:
+    """Round counts after which successive halving prunes: min_rounds, 2x, 4x ... below the cap."""
+    out, r = set(), max(1, min_rounds)
+    while r < max_rounds:
+        out.add(r)
+        r *= 2
+    return frozenset(out)
+
+
+def halve(scores: Mapping[str, float], protected: Iterable[str]) -> tuple[str, ...]:
+    """The arms that survive one halving: the better half (by score, lower wins) plus the protected.
+
+    Protected arms (the default, the incumbent) always survive and do not take a slot of the
+    better half; ties break on the id so the result does not depend on dict order.
+    """
+    protected = set(protected)
+    free = sorted((a for a in scores if a not in protected), key=lambda a: (scores[a], a))
+    keep = max(1, math.ceil(len(free) / 2)) if free else 0
+    survivors = set(free[:keep]) | (protected & set(scores))
+    return tuple(a for a in scores if a in survivors)
+
+
+def objective_score(samples: Sequence[float], host_us: float | None, alpha: float) -> float:
+    """The ranking score of an arm: median GPU ms + alpha x host issue ms."""
+    return median(samples) + alpha * (host_us or 0.0) / 1000.0
+
+
+def summarize(values: Sequence[float]) -> tuple[float, float, int]:
+    """(median, sigma, n) of one arm's samples."""
+    return median(values), mad_sigma(values), len(values)
+

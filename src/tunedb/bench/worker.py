@@ -1,0 +1,170 @@
+"""A benchmark worker subprocess per GPU: runs picklable requests with a timeout.
+
+A request is any picklable callable; the worker calls it and sends back its return value.
+A request that raises costs itself (status from the exception: compile_error, infeasible or
+launch_error) and the worker lives on. One that hangs past the timeout (status timeout) or kills
+the process (os._exit, a segfault, an illegal address that poisons the CUDA context; status
+launch_error) costs that request only: the worker is killed if need be and restarted on the
+next request. Workers start with the 'spawn' method, since a forked CUDA context is unusable.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from tunedb.bench.gate import classify_exception
+from tunedb.errors import WorkerError
+from tunedb.records import Status
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    status: Status
+    value: Any = None
+    detail: str = ""
+
+
+def _pin_device(device: int | None) -> None:
+    """Make `device` (an index among the parent's visible GPUs) the only one the child sees."""
+    if device is None:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else None
+    if ids is not None and not 0 <= device < len(ids):
+        raise WorkerError(f"GPU index {device} is outside CUDA_VISIBLE_DEVICES={visible!r}")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ids[device] if ids is not None else str(device)
+
+
+def _serve(conn: Any, device: int | None) -> None:
+    _pin_device(device)
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        try:
+            reply: tuple = ("ok", request())
+        except BaseException as exc:  # noqa: BLE001 - every failure of a request is its status
+            tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
+            reply = ("error", classify_exception(exc).value,
+                     f"{type(exc).__name__}: {str(exc).strip()[:500]}\n{tail[-1500:]}")
+        try:
+            conn.send(reply)
+        except Exception as exc:  # an unpicklable return value
+            conn.send(("error", Status.LAUNCH_ERROR.value,
+                       f"result could not be sent back: {type(exc).__name__}: {exc}"))
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "worker stopped answering"
+    if exitcode < 0:
+        try:
+            return f"worker killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"worker killed by signal {-exitcode}"
+    return f"worker exited with code {exitcode}"
+
+
+class Worker:
+    """One subprocess (per GPU) that runs requests; restarted after a timeout or a crash."""
+
+    def __init__(self, device: int | None = None, timeout_s: float = 120.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s={timeout_s} must be positive")
+        self.device, self.timeout_s = device, timeout_s
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Any = None
+        self.restarts = 0  # how many times a dead or hung worker was replaced
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_serve, args=(child, self.device), daemon=True,
+                                 name=f"tunedb-bench-worker-{self.device}")
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+
+    def _kill(self) -> int | None:
+        proc, self._proc = self._proc, None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if proc is None:
+            return None
+        if proc.is_alive():
+            proc.kill()
+        proc.join(10)
+        return proc.exitcode
+
+    def run(self, request: Any, timeout_s: float | None = None) -> WorkerResult:
+        """Run one request; failure is a status, never an exception (WorkerError only when the
+        request itself cannot be sent, i.e. is not picklable)."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        if not self.alive():
+            if self._proc is not None:
+                self._kill()
+                self.restarts += 1
+            self._start()
+        try:
+            self._conn.send(request)
+        except (BrokenPipeError, EOFError, OSError):
+            self._kill()
+            self.restarts += 1
+            self._start()
+            self._conn.send(request)
+        except Exception as exc:
+            raise WorkerError(f"benchmark request {request!r} cannot be sent to the worker: "
+                              f"{type(exc).__name__}: {exc}") from exc
+        if not self._conn.poll(timeout):
+            self._kill()
+            self.restarts += 1
+            return WorkerResult(Status.TIMEOUT, None,
+                                f"no answer within {timeout:g} s; worker killed and restarted")
+        try:
+            reply = self._conn.recv()
+        except (EOFError, OSError):
+            if self._proc is not None:
+                self._proc.join(10)
+            code = self._proc.exitcode if self._proc is not None else None
+            self._kill()
+            self.restarts += 1
+            return WorkerResult(Status.LAUNCH_ERROR, None, f"{_death(code)}; worker restarted")
+        if reply[0] == "ok":
+            return WorkerResult(Status.OK, reply[1], "")
+        return WorkerResult(Status(reply[1]), None, reply[2])
+
+    def close(self) -> None:
+        if self._conn is not None and self.alive():
+            try:
+                self._conn.send(None)
+                self._proc.join(5)
+            except (OSError, ValueError):
+                pass
+        self._kill()
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,91 @@
+"""The JSONL measurement log: round trip with provenance, concurrent appends, torn lines."""
+import json
+import multiprocessing as mp
+import warnings
+
+import pytest
+
+from tunedb.bench.log import MeasurementLog, read_log
+from tunedb.bench.provenance import collect, git_state
+from tunedb.errors import MeasurementError
+from tunedb.records import Measurement, Provenance, Signature, Status
+
+SIG = Signature.make("gemm", "gemm", "bf16", N=768, K=256)
+PROV = Provenance(utc="2026-11-29T12:00:00Z", git_commit="abc123", git_dirty="d1", gpu_name="NVIDIA H200",
+                  gpu_uuid="GPU-1234", driver="580.1", cuda="13.0", torch="2.11.0", triton="3.6.0",
+                  tunedb="0.1.0")
+
+
+def measurements():
+    ok = Measurement(SIG, 416, "b32x64x64_w4_s3_g8", Status.OK, 0.0061, 0.0001, 3,
+                     (0.0060, 0.0061, 0.0063), "cold", 6.5, False, "",
+                     (("sm_clock_mhz", 1980), ("throttle", "")))
+    bad = Measurement(SIG, 416, "b128x256x64_w8_s4_g8", Status.INCORRECT,
+                      detail="relative error 0.04 exceeds the bound 0.008")
+    return [ok, bad]
+
+
+def test_round_trip_with_provenance_and_run_id(tmp_path):
+    path = tmp_path / "sub" / "sm90.jsonl"
+    log = MeasurementLog(path, PROV, run_id="run1")
+    assert log.append(measurements()) == 2
+    MeasurementLog(path, PROV).append(measurements()[:1])
+    records = read_log(path)
+    assert [r.measurement for r in records[:2]] == measurements()
+    assert all(r.provenance == PROV for r in records)
+    assert [r.run_id for r in records[:2]] == ["run1", "run1"] and records[2].run_id not in ("", "run1")
+    first = json.loads(path.read_text().splitlines()[0])
+    assert first["provenance"]["gpu_uuid"] == "GPU-1234" and first["samples"] == [0.0060, 0.0061, 0.0063]
+
+
+def _append_many(path, worker):
+    log = MeasurementLog(path, PROV, run_id=f"w{worker}")
+    for _ in range(40):
+        log.append(measurements())
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    path = tmp_path / "log.jsonl"
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(path, i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    records = read_log(path, strict=True)
+    assert len(records) == 4 * 40 * 2
+    assert {r.run_id for r in records} == {"w0", "w1", "w2", "w3"}
+
+
+def test_torn_and_foreign_lines_are_skipped_with_a_warning(tmp_path):
+    path = tmp_path / "log.jsonl"
+    MeasurementLog(path, PROV, run_id="r").append(measurements())
+    with path.open("a") as fh:
+        fh.write('{"signature": "gemm|op=gemm|dt=bf16|N=768|K=256", "M": 4\n')  # torn
+        fh.write('{"signature": "nope", "M": 4, "config": "x", "status": "ok"}\n')
+        fh.write('{"signature": "gemm|op=gemm|dt=bf16|N=768|K=256", "M": 4, "config": "x", "status": "fast"}\n')
+    with pytest.warns(RuntimeWarning) as caught:
+        records = read_log(path)
+    assert [str(w.message).split(": skipped")[0].rsplit(":", 1)[1] for w in caught] == ["3", "4", "5"]
+    assert "'fast' is not a valid Status" in str(caught[2].message)
+    assert len(records) == 2
+    with pytest.raises(MeasurementError, match=r":3:"):
+        read_log(path, strict=True)
+    with pytest.raises(MeasurementError, match="cannot read measurement log"):
+        read_log(tmp_path / "missing.jsonl")
+
+
+def test_non_finite_numbers_are_refused(tmp_path):
+    bad = Measurement(SIG, 1, "x", Status.OK, float("inf"))
+    with pytest.raises(ValueError):
+        MeasurementLog(tmp_path / "l.jsonl", PROV).append([bad])
+
+
+def test_collected_provenance_names_this_checkout():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prov = collect(gpu={"gpu_name": "NVIDIA H200", "gpu_uuid": "GPU-9", "driver": "580"})
+    commit, dirty = git_state()
+    assert prov.git_commit == commit and len(commit) == 40
+    assert prov.gpu_uuid == "GPU-9" and prov.tunedb and prov.utc.endswith("Z")
+    assert prov.triton and prov.torch

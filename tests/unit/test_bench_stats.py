@@ -1,0 +1,72 @@
+"""Robust statistics, seeded interleaving and successive halving of the protocol."""
+import random
+
+import pytest
+
+from tunedb.bench import stats
+from tunedb.bench.arms import Arm, Problem
+from tunedb.bench.protocol import measure_problem
+from tunedb.bench.timers import FakeTimer
+from tunedb.records import Signature, Status
+
+SIG = Signature.make("gemm", "gemm", "half", N=512, K=256)
+
+
+def test_median_and_mad_sigma_known_values():
+    assert stats.median([3.0, 1.0, 2.0]) == 2.0
+    assert stats.median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    # deviations from 3: 2,1,0,1,97 -> MAD 1
+    assert stats.mad_sigma([1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx(1.4826)
+    with pytest.raises(ValueError):
+        stats.median([])
+
+
+def test_mad_sigma_matches_normal_sigma_and_ignores_outliers():
+    rng = random.Random(1)
+    xs = [rng.gauss(10.0, 0.5) for _ in range(4000)]
+    assert stats.mad_sigma(xs) == pytest.approx(0.5, rel=0.06)
+    polluted = xs + [1e6] * 200
+    assert stats.mad_sigma(polluted) == pytest.approx(0.5, rel=0.12)
+
+
+def test_converged_needs_min_samples_and_tight_median():
+    assert not stats.converged([1.0, 1.0], rel_tol=0.01, min_n=5)
+    assert stats.converged([1.0] * 5, rel_tol=0.01, min_n=5)
+    noisy = [1.0, 2.0, 0.5, 1.5, 3.0]
+    assert not stats.converged(noisy, rel_tol=0.01, min_n=5)
+
+
+def test_round_order_is_seeded():
+    ids = [f"c{i}" for i in range(12)]
+    a = [stats.round_order(ids, r) for r in [random.Random(7)] for _ in range(5)]
+    b = [stats.round_order(ids, r) for r in [random.Random(7)] for _ in range(5)]
+    c = [stats.round_order(ids, r) for r in [random.Random(8)] for _ in range(5)]
+    assert a == b
+    assert a != c
+    assert all(sorted(o) == sorted(ids) for o in a)
+
+
+def test_halve_keeps_better_half_and_protected():
+    scores = {"default": 9.0, "inc": 8.0, "a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
+    kept = stats.halve(scores, protected={"default", "inc"})
+    assert set(kept) == {"default", "inc", "a", "b"}
+    assert stats.halve({"a": 1.0}, protected=()) == ("a",)
+
+
+def test_halving_rounds_schedule():
+    assert stats.halving_rounds(5, 40) == frozenset({5, 10, 20})
+    assert stats.halving_rounds(5, 5) == frozenset()
+
+
+def test_protocol_halving_keeps_default_and_incumbent_to_the_end():
+    costs = {"default": 2.0, "inc": 1.9, **{f"c{i}": 1.0 + 0.05 * i for i in range(8)}}
+    timer = FakeTimer(lambda s, m, c: costs[c], noise_sigma=0.05, seed=3)
+    problem = Problem(SIG, 64, tuple(Arm(c) for c in costs))
+    out = {x.config_id: x for x in measure_problem(
+        problem, timer=timer, incumbent="inc", min_rounds=4, max_rounds=32, rel_tol=1e-9)}
+    rounds = dict(out["default"].env)["rounds"]
+    assert rounds == 32
+    assert out["default"].n == rounds and out["inc"].n == rounds
+    assert out["c0"].n == rounds  # the leader survives every halving
+    assert out["c7"].n == 4  # the slowest free arm goes at the first halving
+    assert all(x.status is Status.OK for x in out.values())

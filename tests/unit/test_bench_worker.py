@@ -1,0 +1,83 @@
+"""The worker subprocess: a hung, raising or crashing request costs itself, never the run."""
+import ctypes
+import os
+import time
+
+import pytest
+
+from tunedb.bench.worker import Worker
+from tunedb.records import Status
+
+
+class Echo:
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self):
+        return (self.value, os.getpid())
+
+
+class Sleep:
+    def __call__(self):
+        time.sleep(60)
+
+
+class Raise:
+    def __call__(self):
+        raise RuntimeError("kernel launch failed: too many resources requested")
+
+
+class Exit:
+    def __call__(self):
+        os._exit(3)
+
+
+class Segfault:
+    def __call__(self):
+        ctypes.string_at(0)
+
+
+@pytest.fixture
+def worker():
+    w = Worker(timeout_s=30)
+    yield w
+    w.close()
+
+
+def test_requests_run_in_one_subprocess(worker):
+    a = worker.run(Echo(1))
+    b = worker.run(Echo(2))
+    assert a.status is Status.OK and a.value[0] == 1 and b.value[0] == 2
+    assert a.value[1] == b.value[1] == worker.pid != os.getpid()
+    assert worker.restarts == 0
+
+
+def test_raise_costs_the_request_and_the_worker_lives_on(worker):
+    first = worker.run(Echo(0)).value[1]
+    res = worker.run(Raise())
+    assert res.status is Status.LAUNCH_ERROR and "too many resources" in res.detail
+    assert worker.run(Echo(1)).value[1] == first
+    assert worker.restarts == 0
+
+
+def test_timeout_kills_and_restarts(worker):
+    first = worker.run(Echo(0)).value[1]
+    res = worker.run(Sleep(), timeout_s=1.0)
+    assert res.status is Status.TIMEOUT and "1 s" in res.detail
+    after = worker.run(Echo(1))
+    assert after.status is Status.OK and after.value[1] != first
+    assert worker.restarts == 1
+
+
+@pytest.mark.parametrize("request_, why", [(Exit(), "exited with code 3"),
+                                           (Segfault(), "signal SIGSEGV")])
+def test_crash_costs_the_request_and_the_worker_restarts(worker, request_, why):
+    res = worker.run(request_)
+    assert res.status is Status.LAUNCH_ERROR and why in res.detail
+    assert worker.run(Echo(5)).value[0] == 5
+    assert worker.restarts == 1
+
+
+def test_bad_timeout_is_named():
+    with pytest.raises(ValueError, match="timeout_s=0"):
+        Worker(timeout_s=0)
