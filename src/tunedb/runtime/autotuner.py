@@ -1,0 +1,282 @@
+"""autotune(): measure, at run time, the shapes no cached result covers; publish the winners.
+
+    with tunedb.autotune(cache="tune.json"):
+        y = model(x)          # the first call of a shape with no result measures it
+
+While the context is active, a tuned op's resolution asks the autotune cache first (a hit at
+or above M in M's bucket, see autotune_cache.py); on a miss it measures every candidate (the
+family's compile set that is valid for the shape, plus its sentinels) under the measurement
+protocol, records the winner at the M it was measured at, and serves it. With enabled=False, or
+inside a CUDA-graph capture, a miss takes the fallback (the selector's chain) instead. At exit
+the cache file is written atomically, and with publish=True the new winners are merged into the
+user tier (locked merge-on-write) at their measured M, with no catch-all; they serve the
+production path from the next epoch (tunedb.reload()) on.
+
+The measuring function and the publisher are injectable (measurer=, publisher=), so the whole
+flow runs on a CPU against fake measurements.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tunedb.errors import AutotuneWarning, DatabaseError, MeasurementError
+from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signature
+from tunedb.runtime import launch_table
+from tunedb.runtime.autotune_cache import AutotuneCache, CacheRefused, Result
+
+# measurer(family, sig, m, config_ids, incumbent) -> one Measurement per arm it measured
+Measurer = Callable[[Any, Signature, int, "tuple[str, ...]", "str | None"], Sequence[Measurement]]
+# publisher(kernel_family, arch_family, entries, configs) -> None
+Publisher = Callable[[str, str, "tuple[Entry, ...]", "dict[str, Config]"], Any]
+
+TIER = "autotune"
+
+
+def protocol_measurer(family: Any, sig: Signature, m: int, config_ids: tuple[str, ...],
+                      incumbent: str | None) -> Sequence[Measurement]:
+    """The measurement protocol with the CUDA-graph timer (what the build uses)."""
+    from tunedb.bench import protocol
+    from tunedb.bench.cudagraph import CudaGraphTimer
+
+    return protocol.measure_point(family, sig, m, config_ids, timer=CudaGraphTimer(),
+                                  alpha=0.0, incumbent=incumbent)
+
+
+def user_tier_publisher(kernel_family: str, arch_family: str, entries: tuple[Entry, ...],
+                        configs: dict[str, Config]) -> Any:
+    """Merge entries into the user tier: lock, re-read, extend the entries, atomic write."""
+    from tunedb import database
+
+    return database.write_entries("user", kernel_family, arch_family, entries, configs, extend=True)
+
+
+def capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (never measure then)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+def environment(arch_family: str) -> dict[str, str]:
+    """The cache's validators: arch family (hard) plus SKU and versions (soft)."""
+    from tunedb import database
+
+    env = {"arch_family": arch_family}
+    for key, value in database.current_validators().items():
+        if key in ("sku", "torch", "triton", "tunedb"):
+            env[key] = value
+    return env
+
+
+class Autotuner:
+    """The state of one autotune() context; also what prewarm() measures with."""
+
+    def __init__(self, cache: str | Path | None = "tune.json", publish: bool = True,
+                 enabled: bool = True, *, measurer: Measurer | None = None,
+                 publisher: Publisher | None = None, arch_family: str | None = None,
+                 approximate: bool | None = None) -> None:
+        self.path = Path(cache) if cache is not None else None
+        self.publish = publish
+        self.enabled = enabled
+        self.measurer = measurer or protocol_measurer
+        self.publisher = publisher or user_tier_publisher
+        self._arch_family = arch_family
+        self._approximate = approximate
+        self.cache: AutotuneCache | None = None
+        self.save_path: Path | None = self.path
+        self.measured: list[tuple[str, Result, tuple[Measurement, ...]]] = []
+        self._failed: set[tuple[Signature, int]] = set()
+        self._ctx: Any = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def arch_family(self) -> str:
+        if self._arch_family is None:
+            from tunedb import selector
+
+            self._arch_family = selector.current_arch_family()
+        return self._arch_family
+
+    def open(self) -> "Autotuner":
+        """Load the cache file (refusing one from another arch); idempotent."""
+        if self.cache is not None:
+            return self
+        self.cache = AutotuneCache(environment(self.arch_family))
+        if self.path is not None and self.path.exists():
+            try:
+                self.cache.load_into(self.path)
+            except CacheRefused as exc:
+                self.save_path = self.path.with_name(f"{self.path.stem}.{self.arch_family}{self.path.suffix}")
+                warnings.warn(f"autotune cache {self.path} not loaded: {exc}; it is left as it is, "
+                              f"and this run's results go to {self.save_path}", AutotuneWarning,
+                              stacklevel=3)
+        return self
+
+    def __enter__(self) -> "Autotuner":
+        self.open()
+        self._ctx = launch_table.overriding(self.resolve)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        ctx, self._ctx = self._ctx, None
+        try:
+            if ctx is not None:
+                ctx.__exit__(*exc)
+        finally:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the cache file (atomically) and publish new winners; safe to call twice."""
+        if self.cache is None:
+            return
+        if self.save_path is not None and self.cache.dirty:
+            self.cache.save(self.save_path)
+        if self.publish and self.measured:
+            self._publish()
+        self.measured = []
+
+    # --- resolution -----------------------------------------------------------------------
+
+    def lookup(self, sig: Signature, m: int) -> Result | None:
+        self.open()
+        assert self.cache is not None
+        return self.cache.lookup(sig, m)
+
+    def resolve(self, family: Any, sig: Signature, m: int) -> tuple[Config, str] | None:
+        """The launch table's override: a cached or freshly measured winner, else None."""
+        hit = self.lookup(sig, m)
+        if hit is None and self.enabled and not capturing():
+            hit = self.tune(family, sig, m)
+        if hit is None:
+            return None
+        return self._config(family, sig, hit.config_id), TIER
+
+    def tune(self, family: Any, sig: Signature, m: int, *,
+             incumbent: str | None = None) -> Result | None:
+        """Measure every candidate at (sig, m) now and record the winner; None when nothing
+        could be measured (then the fallback serves). Never inside a CUDA-graph capture."""
+        self.open()
+        assert self.cache is not None
+        if (sig, m) in self._failed:
+            return None
+        if capturing():
+            raise MeasurementError(f"refusing to measure {sig} at M={m} inside a CUDA-graph capture")
+        ids = self.candidates(family, sig, m)
+        if incumbent is None:
+            incumbent = self._incumbent(family, sig, m)
+        try:
+            results = tuple(self.measurer(family, sig, m, ids, incumbent))
+        except Exception as exc:  # a failed measurement costs this shape its tuning, not the op
+            self._failed.add((sig, m))
+            warnings.warn(f"autotune could not measure {sig} at M={m} ({type(exc).__name__}: {exc}); "
+                          f"the fallback serves it", AutotuneWarning, stacklevel=2)
+            return None
+        ok = [r for r in results if r.status.ok and r.config_id in ids]
+        if not ok:
+            self._failed.add((sig, m))
+            why = "; ".join(f"{r.config_id}: {r.status.value}" for r in results[:5]) or "no arm measured"
+            warnings.warn(f"autotune found no usable arm for {sig} at M={m} ({why}); the fallback "
+                          f"serves it", AutotuneWarning, stacklevel=2)
+            return None
+        best = min(ok, key=lambda r: (r.objective(0.0), ids.index(r.config_id)))
+        result = self.cache.record(sig, m, best.config_id, best.median_ms)
+        self.measured.append((family.name, result, results))
+        return result
+
+    def candidates(self, family: Any, sig: Signature, m: int) -> tuple[str, ...]:
+        """The family's compile set valid at (sig, m), then its sentinels."""
+        from tunedb import settings
+
+        profile = _profile(self.arch_family)
+        configs = family.compile_set(self.arch_family, ())
+        ids = [c.id for c in configs
+               if profile is None or family.invalid_reason(c, sig, m, profile) is None]
+        approximate = settings.approximate_allowed() if self._approximate is None else self._approximate
+        ids += [s for s in family.sentinels(sig, approximate) if s not in ids]
+        return tuple(ids)
+
+    def _incumbent(self, family: Any, sig: Signature, m: int) -> str | None:
+        from tunedb import selector
+
+        try:
+            return selector.resolve(family.name, sig, m).config.id
+        except Exception:  # no incumbent is fine: the protocol still keeps the default
+            return None
+
+    def _config(self, family: Any, sig: Signature, config_id: str) -> Config:
+        if config_id == "default":
+            return family.default_config(sig, _profile(self.arch_family))
+        return family.parse_config(config_id)
+
+    # --- publishing -----------------------------------------------------------------------
+
+    def entries(self) -> dict[str, tuple[tuple[Entry, ...], dict[str, Config]]]:
+        """Per kernel family: the entries this run measured (regions at measured M, no
+        catch-all) and the configs they name."""
+        from tunedb import families
+
+        by_family: dict[str, dict[Signature, list[tuple[Result, tuple[Measurement, ...]]]]] = {}
+        for fam_name, result, arms in self.measured:
+            by_family.setdefault(fam_name, {}).setdefault(result.signature, []).append((result, arms))
+        out = {}
+        for fam_name, per_sig in by_family.items():
+            fam = families.get(fam_name)
+            entries, configs = [], {}
+            for sig, measured in sorted(per_sig.items()):
+                # a shape measured twice keeps its last result
+                rows = sorted({r.m: (r, arms) for r, arms in measured}.values(),
+                              key=lambda row: row[0].m or 0)
+                regions = tuple(Region(r.m, r.config_id) for r, _ in rows)
+                evidence = {f"M={r.m}": _evidence(arms) for r, arms in rows}
+                notes = tuple(f"M={r.m}*: {r.config_id} (autotune)" for r, _ in rows)
+                entries.append(Entry(sig, regions, evidence, "autotune", {}, notes))
+                for r, _ in rows:
+                    if r.config_id not in configs and r.config_id not in SENTINELS:
+                        configs[r.config_id] = fam.parse_config(r.config_id)
+            out[fam_name] = (tuple(entries), configs)
+        return out
+
+    def _publish(self) -> None:
+        for fam_name, (entries, configs) in self.entries().items():
+            try:
+                self.publisher(fam_name, self.arch_family, entries, configs)
+            except DatabaseError as exc:
+                warnings.warn(f"autotune did not publish {len(entries)} {fam_name} entr"
+                              f"{'y' if len(entries) == 1 else 'ies'} to the user tier: {exc}",
+                              AutotuneWarning, stacklevel=3)
+
+
+def _evidence(arms: tuple[Measurement, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for r in arms:
+        if r.status.ok:
+            out[r.config_id] = [r.median_ms, r.sigma_ms, r.n]
+        else:
+            out[r.config_id] = r.status.value
+    if arms:
+        out["_l2"] = arms[0].l2
+    return out
+
+
+def _profile(arch_family: str) -> Any:
+    from tunedb import arch
+
+    if arch_family not in arch.SHIPPED_ARCHES:
+        return None
+    return arch.shipped_profile(arch_family)
+
+
+def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True,
+             enabled: bool = True, **kwargs: Any) -> Autotuner:
+    """The autotune() context manager (see the module docstring). cache=None keeps results in
+    memory only; autotune(True) / autotune(False) read as enabled= with the default cache.
+    Keyword-only extras: measurer=, publisher=, arch_family=, approximate=."""
+    if isinstance(cache, bool):
+        cache, enabled = "tune.json", cache
+    return Autotuner(cache, publish, enabled, **kwargs)

@@ -1,0 +1,158 @@
+"""The launch table: one launcher per (epoch, shape), bound once to its config.
+
+A tuned op's call costs one epoch check and one dict lookup here. On a miss the table asks,
+in order, the active resolver overrides (autotune()'s cache) and then the selector's chain
+(user > system > cost model > default), and binds ``family.launch`` to the chosen config.
+The entry is kept until the selector's epoch changes or an override is installed or removed,
+so a CUDA graph captured after the first eager call replays exactly the kernel eager runs.
+Resolution never synchronises with the device: it reads shapes and dtypes only.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Iterator
+
+from tunedb.records import Config, Signature
+
+# A resolver override answers (config, tier) for a shape, or None to let the next one answer.
+Override = Callable[[Any, Signature, int], "tuple[Config, str] | None"]
+
+
+class Bound:
+    """A shape's resolution, the launcher bound to it, and how often it ran this epoch."""
+
+    __slots__ = ("family", "signature", "m", "config", "tier", "call", "calls")
+
+    def __init__(self, family: str, signature: Signature, m: int, config: Config, tier: str,
+                 call: Callable[..., Any]) -> None:
+        self.family = family
+        self.signature = signature
+        self.m = m
+        self.config = config
+        self.tier = tier  # "user" | "system" | "model" | "default" | "autotune"
+        self.call = call
+        self.calls = 0
+
+    def __repr__(self) -> str:
+        return (f"Bound({self.signature}, M={self.m}, config={self.config.id}, tier={self.tier}, "
+                f"calls={self.calls})")
+
+
+# Keys are plain tuples (op, torch dtype, N, K, act, has_bias, M): built and hashed on every
+# call, so they stay the cheapest structured key there is.
+_table: dict[tuple[Any, ...], Bound] = {}
+_epoch: list[Any] = [None]
+_overrides: list[Override] = []
+_recorders: list[list[tuple[str, Signature, int]]] = []
+
+
+def _selector() -> Any:
+    from tunedb import selector
+
+    return selector
+
+
+_epoch_fn: list[Callable[[], Any]] = []
+
+
+def _selector_epoch() -> Any:
+    if not _epoch_fn:
+        _epoch_fn.append(_selector().epoch)
+    return _epoch_fn[0]()
+
+
+FAMILY = "gemm"  # the kernel family behind tunedb::gemm / gemm_act (tests point it at a fake)
+
+
+def _family() -> Any:
+    from tunedb import families
+
+    return families.get(FAMILY)
+
+
+def clear() -> None:
+    """Forget every bound launcher (the next call of each shape resolves again)."""
+    _table.clear()
+    _epoch[0] = _selector_epoch()
+
+
+def entries() -> tuple[tuple[tuple[Any, ...], Bound], ...]:
+    """(key, bound) of every shape resolved in this epoch (for the tuning report); key is
+    (op, torch dtype, N, K, act, has_bias, M)."""
+    if _epoch[0] != _selector_epoch():
+        return ()
+    return tuple(_table.items())
+
+
+def signature_of(op: str, x: Any, weight: Any, bias: Any, act: str) -> tuple[Signature, int]:
+    family = _family()
+    if op == "gemm":
+        return family.signature_of("gemm", x, weight)
+    return family.signature_of(op, x, weight, bias, act=act)
+
+
+def resolve(family: Any, sig: Signature, m: int) -> tuple[Config, str]:
+    """The overrides (innermost first), then the selector's chain."""
+    for override in reversed(_overrides):
+        got = override(family, sig, m)
+        if got is not None:
+            return got
+    res = _selector().resolve(family.name, sig, m)
+    return res.config, res.tier
+
+
+def launcher(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> Bound:
+    """The bound launcher for this call's shape: x is already 2-D (M, K)."""
+    key = (op, x.dtype, weight.shape[0], weight.shape[1], act, bias is not None, m)
+    epoch = _selector_epoch()
+    if epoch != _epoch[0]:
+        _table.clear()
+        _epoch[0] = epoch
+    bound = _table.get(key)
+    if bound is None:
+        bound = _bind(op, x, weight, bias, act)
+        _table[key] = bound
+    bound.calls += 1
+    return bound
+
+
+def _bind(op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:
+    family = _family()
+    sig, m = signature_of(op, x, weight, bias, act)
+    config, tier = resolve(family, sig, m)
+    call = functools.partial(family.launch, config, sig)
+    return Bound(family.name, sig, m, config, tier, call)
+
+
+@contextlib.contextmanager
+def overriding(override: Override) -> Iterator[None]:
+    """Install a resolver override for the duration; the table is cleared on entry and exit."""
+    _overrides.append(override)
+    clear()
+    try:
+        yield
+    finally:
+        _overrides.remove(override)
+        clear()
+
+
+def recording_active() -> bool:
+    return bool(_recorders)
+
+
+def record(op: str, x: Any, weight: Any, bias: Any, act: str) -> None:
+    sig, m = signature_of(op, x, weight, bias, act)
+    for sink in _recorders:
+        sink.append((FAMILY, sig, m))
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[tuple[str, Signature, int]]]:
+    """Collect (family, signature, M) of every tuned-op call made inside the block."""
+    sink: list[tuple[str, Signature, int]] = []
+    _recorders.append(sink)
+    try:
+        yield sink
+    finally:
+        _recorders.remove(sink)

@@ -1,0 +1,159 @@
+"""The tuned ops, registered with torch.library: ``tunedb::gemm`` and ``tunedb::gemm_act``.
+
+    tunedb::gemm(Tensor x, Tensor weight) -> Tensor                      x @ weight.T
+    tunedb::gemm_act(Tensor x, Tensor weight, Tensor? bias, str act) -> Tensor
+                                                                         act(x @ weight.T + bias)
+
+``weight`` is laid out like ``nn.Linear.weight`` (N, K); x is (..., K). CUDA tensors run the
+launcher the launch table bound for the shape; other devices (CPU, meta) run the torch arm
+(F.linear + activation), so a patched model still runs on a machine without a GPU. Fake
+kernels let torch.compile trace the ops; the autograd formula recomputes the pre-activation.
+
+Importing this module registers the ops (once per process). ``gemm`` / ``gemm_act`` below are
+the entry points: in plain eager inference they call the implementation directly (the
+dispatcher adds host time and nothing else there); under torch.compile, autograd or tensor
+subclasses (FakeTensor) they go through ``torch.ops.tunedb``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from tunedb.errors import SignatureError
+from tunedb.runtime import launch_table
+
+ACTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": lambda y: y,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+
+def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str) -> None:
+    if act not in ACTS:
+        raise SignatureError(f"unknown activation act={act!r}; allowed: {', '.join(ACTS)}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D (N, K), got shape {tuple(weight.shape)}")
+    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"x's last dimension must equal weight's K={weight.shape[1]}, got x shape {tuple(x.shape)}"
+        )
+    if x.dtype != weight.dtype:
+        raise ValueError(f"x dtype {x.dtype} differs from weight dtype {weight.dtype}; cast one of them")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+
+
+def _run(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+         act: str) -> torch.Tensor:
+    if launch_table.recording_active():
+        launch_table.record(op, x, weight, bias, act)
+    if x.device.type != "cuda":
+        return ACTS[act](F.linear(x, weight, bias))
+    n, k = weight.shape
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    if m == 0:
+        return x.new_empty((*lead, n))
+    bound = launch_table.launcher(op, x2, weight, bias, act, m)
+    out = bound.call(x2, weight) if op == "gemm" else bound.call(x2, weight, bias)
+    return out.view(*lead, n)
+
+
+# --- registration -------------------------------------------------------------------------
+
+@torch.library.custom_op("tunedb::gemm", mutates_args=())
+def _gemm_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    _check(x, weight, None, "none")
+    return _run("gemm", x, weight, None, "none")
+
+
+@torch.library.custom_op("tunedb::gemm_act", mutates_args=())
+def _gemm_act_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 act: str) -> torch.Tensor:
+    _check(x, weight, bias, act)
+    return _run("gemm_act", x, weight, bias, act)
+
+
+@_gemm_op.register_fake
+def _gemm_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    _check(x, weight, None, "none")
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@_gemm_act_op.register_fake
+def _gemm_act_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   act: str) -> torch.Tensor:
+    _check(x, weight, bias, act)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _act_backward(grad: torch.Tensor, pre: torch.Tensor, act: str) -> torch.Tensor:
+    if act == "none":
+        return grad
+    if act == "gelu":
+        return torch.ops.aten.gelu_backward(grad, pre)
+    if act == "gelu_tanh":
+        return torch.ops.aten.gelu_backward(grad, pre, approximate="tanh")
+    if act == "relu":
+        return torch.where(pre > 0, grad, torch.zeros_like(grad))
+    return torch.ops.aten.silu_backward(grad, pre)
+
+
+def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, weight = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    ctx.act = inputs[3] if len(inputs) > 3 else "none"
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight, bias)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias = ctx.saved_tensors
+    k = x.shape[-1]
+    if ctx.act != "none":  # recompute the pre-activation rather than keep it alive
+        grad = _act_backward(grad, F.linear(x, weight, bias), ctx.act)
+    g2 = grad.reshape(-1, weight.shape[0])
+    grad_x = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
+    grad_w = g2.t() @ x.reshape(-1, k) if ctx.needs_input_grad[1] else None
+    if len(ctx.needs_input_grad) == 2:
+        return grad_x, grad_w
+    grad_b = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    return grad_x, grad_w, grad_b, None
+
+
+_gemm_op.register_autograd(_backward, setup_context=_setup)
+_gemm_act_op.register_autograd(_backward, setup_context=_setup)
+
+
+# --- entry points -------------------------------------------------------------------------
+
+def _direct(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
+    """True when the dispatcher would add nothing: plain tensors, eager, no autograd."""
+    if type(x) is not torch.Tensor or torch.compiler.is_compiling():
+        return False
+    if torch.is_grad_enabled():
+        return not any(p is not None and p.requires_grad for p in (x, *params))
+    return True
+
+
+def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
+    if _direct(x, weight):
+        _check(x, weight, None, "none")
+        return _run("gemm", x, weight, None, "none")
+    return torch.ops.tunedb.gemm(x, weight)
+
+
+def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+             act: str = "none") -> torch.Tensor:
+    """act(x @ weight.T + bias); act is one of none, gelu, gelu_tanh, relu, silu."""
+    if _direct(x, weight, bias):
+        _check(x, weight, bias, act)
+        return _run("gemm_act", x, weight, bias, act)
+    return torch.ops.tunedb.gemm_act(x, weight, bias, act)

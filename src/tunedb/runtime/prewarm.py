@@ -1,0 +1,123 @@
+"""prewarm(): measure a model's must-tune points that no tier covers, before any graph is captured.
+
+    tunedb.optimize(model)
+    tunedb.prewarm(model, (x,), budget_s=120, strict=True)   # then capture CUDA graphs
+
+The points come from a census ShapeSet (its must-tune points), from Points, or from running
+the model once on example inputs (every tuned-op call it makes is must-tune: a model that is
+prewarmed is about to be captured). A point is covered when the user or system tier answers
+it. Uncovered points are measured under the protocol, weakest tier first (default before cost
+model), then heaviest, within budget_s; winners are published to the user tier at their M and a
+new epoch starts, so the next calls (and the graphs captured after them) serve them. In strict
+mode a must-tune point still uncovered after the budget raises UncoveredShapeError.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from tunedb.errors import UncoveredShapeError
+from tunedb.records import Point, ShapeSet, Signature
+from tunedb.runtime import launch_table
+from tunedb.runtime.autotuner import Autotuner
+
+COVERED_TIERS: tuple[str, ...] = ("user", "system")
+_WEAKNESS = {"default": 0, "model": 1}  # measured first: the weakest answer
+
+
+@dataclass(frozen=True)
+class PrewarmResult:
+    """What prewarm did: the must-tune points, those it measured, those still uncovered."""
+
+    points: tuple[Point, ...]
+    measured: tuple[Point, ...]
+    uncovered: tuple[Point, ...]
+    elapsed_s: float
+    budget_exhausted: bool
+
+    def summary(self) -> str:
+        return (f"prewarm: {len(self.points)} must-tune points, {len(self.measured)} measured, "
+                f"{len(self.uncovered)} uncovered{' (budget exhausted)' if self.budget_exhausted else ''}"
+                f" in {self.elapsed_s:.1f}s")
+
+
+def points_of(model: Any, inputs: Any) -> tuple[Point, ...]:
+    """The must-tune points of `inputs`: a ShapeSet, Points, or example inputs for `model`."""
+    if isinstance(inputs, ShapeSet):
+        return tuple(p for p in inputs.points if p.must_tune)
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs):
+        return tuple(p for p in inputs if p.must_tune)
+    return _recorded(model, inputs)
+
+
+def _recorded(model: Any, inputs: Any) -> tuple[Point, ...]:
+    import torch
+
+    if model is None:
+        raise TypeError("prewarm needs a model to run example inputs through")
+    with torch.no_grad(), launch_table.recording() as calls:
+        if isinstance(inputs, dict):
+            model(**inputs)
+        elif isinstance(inputs, (list, tuple)):
+            model(*inputs)
+        else:
+            model(inputs)
+    counts: dict[tuple[str, Signature, int], int] = {}
+    for call in calls:
+        counts[call] = counts.get(call, 0) + 1
+    if not counts:
+        raise ValueError("the model made no tuned-op call on these inputs; run tunedb.optimize(model) "
+                         "first, or pass a census ShapeSet")
+    return tuple(Point(sig, m, weight=float(n), calls=n, must_tune=True)
+                 for (_fam, sig, m), n in sorted(counts.items(), key=lambda kv: (str(kv[0][1]), kv[0][2])))
+
+
+def _tier(sig: Signature, m: int) -> str:
+    from tunedb import selector
+
+    return selector.resolve(sig.family, sig, m).tier
+
+
+def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: bool = False,
+            **tuner: Any) -> PrewarmResult:
+    """Measure the uncovered must-tune points of `model` (or of a ShapeSet / Points given as
+    `inputs`) into the user tier within budget_s seconds; strict=True raises
+    UncoveredShapeError for any left uncovered. Extra keywords (measurer=, publisher=,
+    arch_family=) go to the Autotuner that measures."""
+    from tunedb import families, selector
+
+    if budget_s < 0:
+        raise ValueError(f"budget_s={budget_s} must be >= 0")
+    if isinstance(model, (ShapeSet, list, tuple)) and inputs is None:
+        model, inputs = None, model
+    points = points_of(model, inputs)
+    start = time.monotonic()
+    todo = []
+    for p in points:
+        tier = _tier(p.signature, p.m)
+        if tier not in COVERED_TIERS:
+            todo.append((_WEAKNESS.get(tier, 0), -p.weight, -p.m, p))
+    todo.sort(key=lambda row: row[:3])
+    measured: list[Point] = []
+    exhausted = False
+    tuner_ = Autotuner(None, publish=True, enabled=True, **tuner)
+    for _w, _weight, _m, p in todo:
+        if time.monotonic() - start >= budget_s:
+            exhausted = True
+            break
+        if tuner_.tune(families.get(p.signature.family), p.signature, p.m) is not None:
+            measured.append(p)
+    tuner_.flush()
+    if measured:
+        selector.reload()
+    uncovered = tuple(p for p in points if _tier(p.signature, p.m) not in COVERED_TIERS)
+    result = PrewarmResult(points, tuple(measured), uncovered, time.monotonic() - start, exhausted)
+    if strict and uncovered:
+        shown = ", ".join(f"{p.signature} M={p.m}" for p in uncovered[:5])
+        more = f" and {len(uncovered) - 5} more" if len(uncovered) > 5 else ""
+        raise UncoveredShapeError(
+            f"{len(uncovered)} must-tune point{'s' * (len(uncovered) != 1)} no tier covers after "
+            f"prewarm ({result.summary()}): {shown}{more}; raise budget_s, run `tunedb tune`, or "
+            f"pass strict=False")
+    return result

@@ -1,0 +1,87 @@
+"""The tuning report: per optimized model, how its linear layers resolved, per tier.
+
+optimize() registers each model it patches (held weakly) with its TunedLinear layers. A layer's
+tier is the weakest tier any of its shapes resolved at in this epoch (a layer served by the user
+tier at M=64 but by the default at M=4096 counts as default: it is not fully tuned). Layers
+that have not yet run on a CUDA device are counted apart. The selector's own per-family lines
+(resolutions counted per tier) follow the model lines.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from tunedb.runtime import launch_table
+
+# Strongest first: a layer is reported under the last of these that any of its shapes took.
+TIER_ORDER: tuple[str, ...] = ("autotune", "user", "system", "model", "default")
+_TIER_WORDS = {"autotune": "autotune", "user": "user", "system": "system", "model": "cost model",
+               "default": "default"}
+
+_models: list[tuple[weakref.ref, str, list[weakref.ref]]] = []
+
+
+def register_model(model: Any, layers: list[Any]) -> None:
+    """Remember `model`'s tuned layers for the report (replacing an earlier registration)."""
+    _models[:] = [rec for rec in _models if rec[0]() is not None and rec[0]() is not model]
+    _models.append((weakref.ref(model), type(model).__name__, [weakref.ref(l) for l in layers]))
+
+
+def layer_key(layer: Any) -> tuple[Any, ...]:
+    """The launch-table key prefix of a TunedLinear: (op, dtype, N, K, act, has_bias)."""
+    has_bias = layer.bias is not None
+    op = "gemm" if not has_bias and layer.act == "none" else "gemm_act"
+    n, k = layer.weight.shape
+    return (op, layer.weight.dtype, n, k, layer.act, has_bias)
+
+
+def layer_tiers() -> list[tuple[str, list[tuple[tuple[Any, ...], str | None]]]]:
+    """Per live registered model: (name, [(layer key, weakest tier or None if not run)])."""
+    seen: dict[tuple[Any, ...], str] = {}
+    for key, bound in launch_table.entries():
+        prefix = key[:6]
+        tier = bound.tier if bound.tier in TIER_ORDER else "default"
+        old = seen.get(prefix)
+        if old is None or TIER_ORDER.index(tier) > TIER_ORDER.index(old):
+            seen[prefix] = tier
+    out = []
+    for model_ref, name, refs in _models:
+        if model_ref() is None:
+            continue
+        rows = []
+        for ref in refs:
+            layer = ref()
+            if layer is not None:
+                key = layer_key(layer)
+                rows.append((key, seen.get(key)))
+        out.append((name, rows))
+    return out
+
+
+def model_lines(family: str = "gemm") -> list[str]:
+    lines = []
+    for name, rows in layer_tiers():
+        counts = dict.fromkeys(TIER_ORDER, 0)
+        not_run = 0
+        for _key, tier in rows:
+            if tier is None:
+                not_run += 1
+            else:
+                counts[tier] += 1
+        n_sigs = len({key for key, _ in rows})
+        parts = [f"{counts[t]} {_TIER_WORDS[t]}" for t in TIER_ORDER if t != "autotune"]
+        if counts["autotune"]:
+            parts.insert(0, f"{counts['autotune']} autotune")
+        if not_run:
+            parts.append(f"{not_run} not yet run on a GPU")
+        lines.append(f"{family}: {len(rows)} linear layer{'s' * (len(rows) != 1)} over {n_sigs} "
+                     f"signature{'s' * (n_sigs != 1)} ({name}): {', '.join(parts)}")
+    return lines
+
+
+def tuning_report() -> str:
+    """One line per family and optimized model, then the selector's per-family lines."""
+    from tunedb import selector
+
+    lines = model_lines() + list(selector.report_lines())
+    return "\n".join(lines) if lines else "no tuned op has been called in this process"

@@ -1,0 +1,109 @@
+"""The tunedb:: custom ops on CPU: registration, fake kernels under torch.compile, autograd, errors."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tunedb.errors import SignatureError
+from tunedb.runtime import ops
+
+ACTS = {
+    "none": lambda y: y,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+
+def _inputs(lead=(3, 5), k=16, n=8, dtype=torch.float32, grad=False):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*lead, k, generator=g, dtype=dtype).requires_grad_(grad)
+    w = torch.randn(n, k, generator=g, dtype=dtype).requires_grad_(grad)
+    b = torch.randn(n, generator=g, dtype=dtype).requires_grad_(grad)
+    return x, w, b
+
+
+def test_import_tunedb_does_not_register_or_import_torch():
+    code = ("import sys, tunedb; assert 'torch' not in sys.modules, 'torch imported';"
+            "assert 'tunedb.runtime.ops' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ops_are_registered_under_the_tunedb_namespace():
+    assert torch.ops.tunedb.gemm.default._schema.name == "tunedb::gemm"
+    schema = str(torch.ops.tunedb.gemm_act.default._schema)
+    assert "Tensor? bias" in schema and "str act" in schema
+
+
+@pytest.mark.parametrize("act", list(ACTS))
+def test_cpu_runs_the_torch_arm(act):
+    x, w, b = _inputs()
+    assert torch.equal(ops.gemm_act(x, w, b, act), ACTS[act](F.linear(x, w, b)))
+    assert torch.equal(torch.ops.tunedb.gemm_act(x, w, None, act), ACTS[act](F.linear(x, w)))
+    assert torch.equal(ops.gemm(x, w), F.linear(x, w))
+
+
+def test_bf16_on_cpu_and_empty_batch():
+    x, w, b = _inputs(dtype=torch.bfloat16)
+    assert torch.equal(ops.gemm_act(x, w, b, "silu"), F.silu(F.linear(x, w, b)))
+    empty = torch.empty(0, 16)
+    assert ops.gemm(empty, torch.randn(8, 16)).shape == (0, 8)
+
+
+def test_opcheck_schema_fake_and_autograd():
+    x, w, b = _inputs(grad=True)
+    torch.library.opcheck(torch.ops.tunedb.gemm_act.default, (x, w, b, "gelu"))
+    torch.library.opcheck(torch.ops.tunedb.gemm_act.default, (x, w, None, "silu"))
+    torch.library.opcheck(torch.ops.tunedb.gemm.default, (x, w))
+
+
+@pytest.mark.parametrize("act", list(ACTS))
+def test_gradients_match_linear_plus_activation(act):
+    x, w, b = _inputs(grad=True)
+    ops.gemm_act(x, w, b, act).square().sum().backward()
+    got = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    ACTS[act](F.linear(x, w, b)).square().sum().backward()
+    for mine, ref in zip(got, (x.grad, w.grad, b.grad)):
+        torch.testing.assert_close(mine, ref)
+
+
+def test_bad_inputs_name_the_value_and_what_is_allowed():
+    x, w, b = _inputs()
+    with pytest.raises(SignatureError, match="act='tanh'.*allowed: none, gelu, gelu_tanh, relu, silu"):
+        ops.gemm_act(x, w, b, "tanh")
+    with pytest.raises(ValueError, match="K=16"):
+        ops.gemm(torch.randn(2, 3), w)
+    with pytest.raises(ValueError, match=r"bias must have shape \(8,\)"):
+        ops.gemm_act(x, w, torch.randn(3), "none")
+    with pytest.raises(ValueError, match="dtype"):
+        ops.gemm(x.half(), w)
+
+
+def test_torch_compile_traces_the_ops_without_graph_breaks():
+    x, w, b = _inputs()
+
+    def fn(x, w, b):
+        return ops.gemm_act(x, w, b, "gelu") + ops.gemm(x, w)
+
+    compiled = torch.compile(fn, backend="aot_eager", fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, w, b), fn(x, w, b))
+        x2 = torch.randn(7, 16)  # another M reuses the dynamic graph
+        torch.testing.assert_close(compiled(x2, w, b), fn(x2, w, b))
+
+
+def test_torch_compile_backward_through_the_op():
+    x, w, b = _inputs(grad=True)
+    compiled = torch.compile(lambda x, w, b: ops.gemm_act(x, w, b, "relu").sum(),
+                             backend="aot_eager", fullgraph=True)
+    compiled(x, w, b).backward()
+    ref_x = x.detach().clone().requires_grad_(True)
+    F.relu(F.linear(ref_x, w.detach(), b.detach())).sum().backward()
+    torch.testing.assert_close(x.grad, ref_x.grad)
