@@ -1,0 +1,144 @@
+"""The build's per-signature steps: rank and price arms with the cost model, measure them through
+the protocol (fake timer, worker subprocess or in-process), cross-evaluate, partition, and turn
+the result into an Entry with its evidence. Used by pipeline.py only (which holds the order).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from tunedb import buildplan, costmodel, partition
+from tunedb.records import ArchProfile, Config, Entry, Measurement, Signature, Status
+
+FALLBACK = "torch"  # the arm a region must beat by the gate: cuBLAS through torch
+TOL = 0.03  # set cover: every point within 3% of its best
+
+
+def _default_of(family: Any, arch: ArchProfile) -> Callable[[Signature], Config]:
+    return lambda sig: family.default_config(sig, arch)
+
+
+def model_params(raw: Mapping[str, Any] | None) -> costmodel.ModelParams | None:
+    if not raw:
+        return None
+    try:
+        return costmodel.ModelParams.from_json(raw)
+    except Exception:  # a model written by another version: the uncalibrated structure ranks
+        return None
+
+
+def rankers(family: Any, arch: ArchProfile, calibrated: costmodel.ModelParams | None) -> list[buildplan.Ranker]:
+    """The uncalibrated structure's top-k, plus a calibrated model's when the target file has one."""
+    default_of = _default_of(family, arch)
+
+    def make(params: costmodel.ModelParams | None) -> buildplan.Ranker:
+        def rank(sig: Signature, m: int, configs: Sequence[Config], k: int) -> list[str]:
+            n, kk = sig.get("N"), sig.get("K")
+            return [c.id for c, _ in costmodel.rank(configs, m, n, kk, arch, k, None, params,
+                                                    dt=sig.dt, default_config=default_of)]
+        return rank
+    return [make(None)] + ([make(calibrated)] if calibrated is not None else [])
+
+
+def predictor(family: Any, arch: ArchProfile, params: costmodel.ModelParams | None = None) -> buildplan.Predictor:
+    default_of = _default_of(family, arch)
+
+    def predict(sig: Signature, m: int, cid: str) -> float | None:
+        try:
+            ms = costmodel.predict(family.parse_config(cid), (sig, m), arch, params, default_config=default_of)
+        except Exception:  # an arm the model cannot price: no estimate for it
+            return None
+        return None if isinstance(ms, Status) else ms
+    return predict
+
+
+def simulated_timer(family: Any, arch: ArchProfile, seed: int, noise: float) -> Any:
+    """FakeTimer whose truth is the cost model's prediction: what --simulate measures with."""
+    from tunedb.bench.timers import FakeTimer
+
+    predict = predictor(family, arch)
+
+    def cost(sig: Signature, m: int, cid: str) -> float | Status:
+        ms = predict(sig, m, cid)
+        return Status.INFEASIBLE if ms is None else ms
+    return FakeTimer(cost, noise_sigma=noise, seed=seed)
+
+
+def evidence(meas: Sequence[Measurement], keep: set[str]) -> dict[str, Any]:
+    """Per M: {config: [median, sigma, n] or its failure status, '_l2': ...}, for `keep` and each
+    point's best; the full record is the measurement log."""
+    out: dict[str, dict[str, Any]] = {}
+    best: dict[int, tuple[float, str]] = {}
+    for x in meas:
+        if x.status.ok and (x.m not in best or (x.median_ms, x.config_id) < best[x.m]):
+            best[x.m] = (x.median_ms, x.config_id)
+    for x in meas:
+        if x.config_id not in keep and best.get(x.m, (0, ""))[1] != x.config_id:
+            continue
+        row = out.setdefault(f"M={x.m}", {})
+        row[x.config_id] = ([round(x.median_ms, 6), round(x.sigma_ms or 0.0, 6), x.n] if x.status.ok
+                            else x.status.value)
+        row["_l2"] = x.l2
+    return out
+
+
+class Measurer:
+    """Measures (signature, M, config ids) through the protocol: fake timer, worker or in-process."""
+
+    def __init__(self, family: Any, opts: Any, arch: ArchProfile, log: Any, working_set: int,
+                 timer: Any = None) -> None:
+        self.family, self.opts, self.log, self.working_set = family, opts, log, working_set
+        self.timer = timer
+        if timer is None and opts.simulate:
+            self.timer = simulated_timer(family, arch, opts.seed, opts.noise)
+        self.worker = None
+        if self.timer is None and opts.isolate:
+            from tunedb.bench.worker import Worker
+
+            self.worker = Worker()
+        self.arms = 0
+
+    def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float) -> tuple[Measurement, ...]:
+        from tunedb.bench import protocol
+
+        kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
+                  working_set_bytes=self.working_set)
+        if self.worker is not None:
+            out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log, **kw)
+        else:
+            fam = None if self.timer is not None else self.family
+            out = protocol.measure_point(fam, sig, m, list(ids), timer=self.timer, log=self.log, **kw)
+        self.arms += len(out)
+        return out
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+
+
+def build_signature(plan: buildplan.SignaturePlan, measure: Callable[..., tuple[Measurement, ...]],
+                    opts: Any, on_arms: Callable[[int], None] = lambda n: None,
+                    ) -> tuple[Entry, list[Measurement]]:
+    """Measure one signature's plan, cross-evaluate, partition: its Entry and every measurement."""
+    sig = plan.signature
+    alpha = {p.m: p.eager_share for p in plan.points}
+    meas: list[Measurement] = []
+    ranked: dict[int, list[str]] = {}
+    for p in plan.points:
+        got = measure(sig, p.m, plan.arms[p.m], alpha[p.m])
+        meas.extend(got)
+        on_arms(len(got))
+        ok = sorted((x.objective(alpha[p.m]), x.config_id) for x in got if x.status.ok)
+        ranked[p.m] = [cid for _, cid in ok]
+    extra: dict[int, list[str]] = {}
+    for m, cid in partition.cross_eval_plan(plan.points, ranked, buildplan.CROSS_TOP,
+                                            [(x.m, x.config_id) for x in meas]):
+        extra.setdefault(m, []).append(cid)
+    for m, ids in sorted(extra.items()):
+        got = measure(sig, m, ids, alpha[m])
+        meas.extend(got)
+        on_arms(len(got))
+    table = partition.objective_table(meas, alpha)
+    part = partition.partition(plan.points, table, FALLBACK, opts.min_speedup, TOL, catch_all=True)
+    keep = set(part.chosen) | {r.config_id for r in part.regions} | set(plan.forced)
+    source = "simulated" if opts.simulate else "build"
+    return Entry(sig, part.regions, evidence(meas, keep), source, {}, part.notes), meas

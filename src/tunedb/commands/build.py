@@ -1,0 +1,156 @@
+"""`tunedb build`: measure censuses and write a tuning database (the chain is pipeline.build)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from tunedb.errors import BuildError
+
+
+def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | None = None) -> None:
+    """The flags `tunedb build` and `tunedb tune` share."""
+    parser.add_argument("--out", default=out_default, required=out_default is None,
+                        help="'user' (this machine's tier), 'system' (the shipped tier in the source "
+                             "tree; real GPU only) or a directory (DIR/<arch>/<family>.json + "
+                             "DIR/measurements.jsonl)")
+    parser.add_argument("--family", default="gemm", help="kernel family (default gemm)")
+    parser.add_argument("--arch", default=None, help="arch family, e.g. sm90 (default: this GPU's)")
+    parser.add_argument("--thin", action="store_true", help="cap points per signature (with --max-points)")
+    parser.add_argument("--max-points", type=int, default=None, metavar="N",
+                        help="with --thin: keep at most N points per signature")
+    parser.add_argument("--min-speedup", type=float, default=1.05,
+                        help="a config must beat torch (cuBLAS) by this factor to take a region (1.05)")
+    parser.add_argument("--fresh", action="store_true", help="replace the target file instead of merging")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; measure nothing")
+    parser.add_argument("--no-write", action="store_true",
+                        help="measure, then print the diff against the current file without writing it")
+    parser.add_argument("--simulate", action="store_true",
+                        help="measure with the fake timer (cost model + seeded noise); entries say 'simulated'")
+    parser.add_argument("--seed", type=int, default=0, help="--simulate: the noise seed (default 0)")
+    parser.add_argument("--run-id", default=None,
+                        help="name the run; a killed build resumes with the same --run-id")
+    parser.add_argument("--exhaustive", action="store_true",
+                        help="measure every valid config at every point (the oracle; slow)")
+    parser.add_argument("--allow-busy", action="store_true",
+                        help="measure even when other processes use the GPU (results marked contended)")
+    parser.add_argument("--top-k", type=int, default=16, help="cost-model candidates per point (16)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="measure in this process instead of a worker subprocess (debugging)")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--census", action="append", required=True, metavar="F",
+                        help="a census file from `tunedb census` (repeatable)")
+    add_build_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the result (or plan) as JSON")
+
+
+def options_from(args: argparse.Namespace) -> Any:
+    from tunedb.pipeline import BuildOptions
+
+    if args.seed is not None and args.seed != 0 and not args.simulate:
+        raise BuildError(f"--seed={args.seed} only applies with --simulate")
+    return BuildOptions(out=args.out, family=args.family, arch_family=args.arch, thin=args.thin,
+                        max_points=args.max_points, min_speedup=args.min_speedup, fresh=args.fresh,
+                        dry_run=args.dry_run, no_write=args.no_write, simulate=args.simulate,
+                        run_id=args.run_id, exhaustive=args.exhaustive, allow_busy=args.allow_busy,
+                        top_k=args.top_k, seed=args.seed, isolate=not args.in_process)
+
+
+class RichReporter:
+    """A rich progress bar over the planned arms, and one line per finished census."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.progress: Any = None
+        self.task: Any = None
+
+    def start(self, plans: Sequence[Any], resumed: Sequence[Any]) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        skip = {s for s in resumed}
+        total = sum(p.arm_count + p.cross_pairs for p in plans if p.signature not in skip)
+        if resumed:
+            self.console.print(f"resuming: {len(resumed)} signature(s) already finished in this run")
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=self.console, transient=False)
+        self.progress.start()
+        self.task = self.progress.add_task("measuring", total=max(total, 1))
+
+    def signature(self, plan: Any, index: int, total: int) -> None:
+        self.progress.update(self.task, description=f"[{index}/{total}] {plan.signature}")
+
+    def advance(self, arms: int) -> None:
+        task = self.progress.tasks[0]
+        if task.completed + arms > task.total:  # cross-evaluation ran past its estimate
+            self.progress.update(self.task, total=task.completed + arms)
+        self.progress.advance(self.task, arms)
+
+    def census_done(self, name: str, signatures: int, arms: int, seconds: float) -> None:
+        self.console.print(f"census {name}: {signatures} signature(s), {arms} arm(s) measured, "
+                           f"{seconds:.1f} s wall")
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def print_plan(console: Any, plans: Sequence[Any]) -> None:
+    from rich.table import Table
+
+    from tunedb.buildplan import plan_rows
+
+    rows = plan_rows(plans)
+    table = Table(title="build plan (nothing measured)")
+    for col in ("signature", "census pts", "fill pts", "arms", "cross-eval", "configs", "est. s"):
+        table.add_column(col, justify="left" if col == "signature" else "right")
+    for r in rows:
+        table.add_row(r["signature"], str(r["census_points"]), str(r["fill_points"]), str(r["arms"]),
+                      str(r["cross_eval"]), str(r["configs"]), f"{r['est_seconds']:.0f}")
+    console.print(table)
+    total = sum(r["est_seconds"] for r in rows)
+    arms = sum(r["arms"] + r["cross_eval"] for r in rows)
+    console.print(f"{len(rows)} signature(s), {sum(len(r['M']) for r in rows)} point(s), about {arms} "
+                  f"arm measurement(s); estimated {total / 60:.1f} min (cost model + protocol overhead)")
+
+
+def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
+    if as_json:
+        from tunedb.buildplan import plan_rows
+
+        out = {"plan": plan_rows(result.plans), "run_id": result.run_id,
+               "path": str(result.path) if result.path else None,
+               "log": str(result.log_path) if result.log_path else None,
+               "arms_measured": result.arms_measured, "seconds": round(result.seconds, 2),
+               "census_seconds": {k: round(v, 2) for k, v in result.census_seconds.items()},
+               "resumed": list(result.resumed), "changes": [c.to_json() for c in result.changes]}
+        print(json.dumps(out, indent=1))
+        return
+    if opts.dry_run:
+        print_plan(console, result.plans)
+        return
+    console.print(f"measured {result.arms_measured} arm(s) over {len(result.entries)} signature(s) in "
+                  f"{result.seconds:.1f} s (run {result.run_id})")
+    console.print(f"measurement log: {result.log_path}")
+    if opts.no_write:
+        console.print(f"--no-write: {len(result.changes)} change(s) against the current file, nothing written")
+        for change in result.changes:
+            console.print("  " + change.line(), markup=False, highlight=False)
+    else:
+        console.print(f"wrote {result.path}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tunedb import pipeline
+
+    opts = options_from(args)
+    censuses = [(path, pipeline.read_census(path)) for path in args.census]
+    console = Console(file=sys.stderr if args.json else sys.stdout)
+    reporter = None if (args.json or opts.dry_run) else RichReporter(console)
+    result = pipeline.build(censuses, opts, reporter=reporter)
+    report(console, result, opts, args.json)
+    return 0

@@ -1,0 +1,326 @@
+"""The one place that chains the stages: census -> candidates -> cost model -> bench -> partition -> database.
+
+`build()` is `tunedb build` (DESIGN.md "The build"): per signature, measure the census and ladder
+fill points for the cost model's top-k plus the forced arms, cross-evaluate every point's top-3
+at every other point, partition the M axis against the 'torch' fallback (tunedb's promise: never
+a slower pick than cuBLAS, by the gate's margin), checkpoint the finished entry, and at the end
+fit the cost model to this run's measurements and merge everything into the target file.
+`evaluate_logs()` is `tunedb evaluate`; `plan_served()` is what `tunedb tune` prints without a GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from tunedb import buildplan, buildsteps, checkpoint, costmodel, database, families, partition
+from tunedb import evaluate as evaluation
+from tunedb.errors import BuildError
+from tunedb.records import ArchProfile, Config, Entry, Measurement, Point, ShapeSet, Signature
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    out: str = "user"  # 'user', 'system' or a directory
+    family: str = "gemm"
+    arch_family: str | None = None  # None: the current GPU's (sm90 without one)
+    thin: bool = False
+    max_points: int | None = None
+    min_speedup: float = 1.05
+    fresh: bool = False
+    dry_run: bool = False
+    no_write: bool = False
+    simulate: bool = False
+    run_id: str | None = None
+    exhaustive: bool = False
+    allow_busy: bool = False
+    top_k: int = buildplan.TOP_K
+    seed: int = 0  # --simulate: the noise seed
+    noise: float = 0.01  # --simulate: relative noise sigma
+    isolate: bool = True  # real builds: measure in a worker subprocess
+
+
+@dataclass
+class BuildResult:
+    plans: list[buildplan.SignaturePlan]
+    run_id: str = ""
+    path: Path | None = None  # the database file written (None: dry run / --no-write)
+    log_path: Path | None = None
+    entries: list[Entry] = field(default_factory=list)
+    changes: tuple[Any, ...] = ()  # --no-write: database.Change against the current file
+    arms_measured: int = 0
+    resumed: tuple[str, ...] = ()  # signatures taken from the run's checkpoints
+    seconds: float = 0.0
+    census_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def has_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # no usable torch: no GPU to measure on
+        return False
+
+
+def arch_profile(arch_family: str | None, real: bool) -> ArchProfile:
+    """The device's profile on a real build (arch.device_profile when present), else the shipped one."""
+    from tunedb import arch, selector
+
+    family = arch_family or (selector.current_arch_family() if real else "sm90")
+    if real and hasattr(arch, "device_profile"):
+        prof = arch.device_profile()
+        if arch_family and prof.arch_family != arch_family:
+            raise BuildError(f"--arch {arch_family} but this GPU is {prof.arch_family}")
+        return prof
+    return arch.shipped_profile(family)
+
+
+def read_census(path: str | Path) -> ShapeSet:
+    from tunedb import census
+
+    return census.read_census(Path(path))
+
+
+def signatures_by_census(censuses: Sequence[tuple[str, ShapeSet]], family: str
+                         ) -> tuple[dict[Signature, list[Point]], dict[str, list[Signature]]]:
+    """Every signature's points over all censuses, and each census's signatures (a signature
+    belongs to the first census that has it, so each is measured once)."""
+    points: dict[Signature, list[Point]] = {}
+    owner: dict[str, list[Signature]] = {}
+    for name, shapes in censuses:
+        mine = owner.setdefault(name, [])
+        for sig in shapes.signatures():
+            if sig.family != family:
+                continue
+            if sig not in points:
+                mine.append(sig)
+            points.setdefault(sig, []).extend(shapes.for_signature(sig))
+    return points, owner
+
+
+def _working_set(sigs: Sequence[Signature]) -> int:
+    """Bytes of every signature's weights: the served model's weight working set (for L2 state)."""
+    total = 0
+    for sig in sigs:
+        n, k = sig.get("N"), sig.get("K")
+        if isinstance(n, int) and isinstance(k, int):
+            total += 2 * n * k
+    return total
+
+
+def _run_meta(opts: BuildOptions, arch: ArchProfile, points: Mapping[Signature, list[Point]]) -> dict[str, Any]:
+    import hashlib
+
+    text = "\n".join(f"{p.signature}|{p.m}|{p.weight!r}|{p.calls}|{int(p.must_tune)}|{p.eager_share!r}"
+                     for sig in sorted(points) for p in sorted(points[sig], key=lambda p: p.m))
+    return {"family": opts.family, "arch": arch.arch_family, "census": hashlib.sha256(text.encode()).hexdigest()[:20],
+            "thin": opts.thin, "max_points": opts.max_points, "min_speedup": opts.min_speedup,
+            "exhaustive": opts.exhaustive, "simulate": opts.simulate, "top_k": opts.top_k,
+            "seed": opts.seed if opts.simulate else None, "noise": opts.noise if opts.simulate else None}
+
+
+def check_options(opts: BuildOptions, gpu: bool) -> None:
+    if opts.min_speedup < 1.0:
+        raise BuildError(f"--min-speedup={opts.min_speedup} must be >= 1.0 (1.05: a config must beat torch by 5%)")
+    if opts.max_points is not None and not opts.thin:
+        raise BuildError("--max-points needs --thin (without it every census point is measured)")
+    if opts.thin and (opts.max_points is None or opts.max_points < 2):
+        raise BuildError(f"--thin needs --max-points N with N >= 2, got {opts.max_points}")
+    if opts.top_k < 1:
+        raise BuildError(f"top-k={opts.top_k} must be >= 1")
+    if opts.simulate and opts.out == "system":
+        raise BuildError("--simulate refuses --out system: the system tier ships measured tables only; "
+                         "write a simulated build to --out user or a directory")
+    if not (opts.simulate or opts.dry_run or gpu):
+        raise BuildError("no CUDA GPU here: a build measures on a GPU; use --simulate (cost-model "
+                         "timer) or --dry-run (the plan) on this machine")
+
+
+def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arch: ArchProfile,
+               calibrated: costmodel.ModelParams | None = None) -> tuple[list[buildplan.SignaturePlan], dict[str, list[Signature]]]:
+    family = families.get(opts.family)
+    points, owner = signatures_by_census(censuses, opts.family)
+    if not points:
+        raise BuildError(f"the census has no {opts.family!r} signatures "
+                         f"({', '.join(n for n, _ in censuses)})")
+    ranks = buildsteps.rankers(family, arch, calibrated)
+    thin = (lambda pts: partition.thin(pts, opts.max_points)) if opts.thin else None
+    predict = buildsteps.predictor(family, arch, calibrated)
+    compiled = prebuilt_configs(opts.family, arch.arch_family)
+    plans = []
+    for sig in [s for name, _ in censuses for s in owner[name]]:
+        plan = buildplan.plan_signature(family, points[sig], arch, ranks, top_k=opts.top_k,
+                                        exhaustive=opts.exhaustive, thin=thin)
+        predicted = {m: [c for c in ids if predict(sig, m, c) is not None] for m, ids in plan.arms.items()}
+        ranked = {m: sorted(ids, key=lambda c: (predict(sig, m, c), c)) for m, ids in predicted.items()}
+        cross = len(partition.cross_eval_plan(plan.points, ranked, buildplan.CROSS_TOP))
+        est = buildplan.estimate_seconds(sig, plan.arms, predict, cross, compiled)
+        plans.append(dataclasses.replace(plan, cross_pairs=cross, est_seconds=est))
+    return plans, owner
+
+
+def prebuilt_configs(family: str, arch_family: str) -> set[str]:
+    """Configs `tunedb prebuild` compiled into the Triton cache this build uses (pointing Triton
+    at that cache as a side effect, so workers started afterwards find it)."""
+    if family != "gemm":
+        return set()
+    import json
+
+    from tunedb.families.gemm import prebuild
+
+    cache = prebuild.point_triton_cache()
+    try:
+        summary = json.loads((cache / f"tunedb-prebuild-{arch_family}.json").read_text())
+    except (OSError, ValueError):
+        return set()
+    if summary.get("triton") != prebuild.triton_version():
+        return set()
+    return set(summary.get("configs") or ())
+
+
+class Reporter:
+    """What a build tells its caller as it goes (the CLI draws a rich progress bar from it)."""
+
+    def start(self, plans: Sequence[buildplan.SignaturePlan], resumed: Sequence[Signature]) -> None: ...
+
+    def signature(self, plan: buildplan.SignaturePlan, index: int, total: int) -> None: ...
+
+    def advance(self, arms: int) -> None: ...
+
+    def census_done(self, name: str, signatures: int, arms: int, seconds: float) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def target_file(out: str, arch_family: str, family: str) -> Path:
+    """'user' / 'system' -> that tier's file; a path ending in .json -> itself; else DIR/<arch>/<family>.json
+    (the user tier's layout, so TUNEDB_USER_DB=DIR serves what the build wrote)."""
+    if out in database.TIERS:
+        return database.target_path(out, arch_family, family)
+    path = Path(out).expanduser()
+    return path if path.suffix == ".json" else path / arch_family / f"{family}.json"
+
+
+def log_file(out: str, target: Path, run: checkpoint.RunDir) -> Path:
+    """--out DIR: DIR/measurements.jsonl (beside the file); user/system: the run directory's log."""
+    if out in database.TIERS:
+        return run.log_path
+    base = Path(out).expanduser()
+    return (base.parent if base.suffix == ".json" else base) / checkpoint.LOG_FILE
+
+
+def _existing(path: Path | None, family: str, arch_family: str) -> database.DatabaseFile | None:
+    if path is None or not path.exists():
+        return None
+    try:
+        return database.load(path, family, arch_family)
+    except Exception:  # unreadable: the write will say why (and only --fresh replaces it)
+        return None
+
+
+def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer: Any = None,
+          reporter: Reporter | None = None) -> BuildResult:
+    """`tunedb build` on parsed censuses ((name, ShapeSet) pairs). `timer` replaces the protocol's
+    timer (tests; --simulate builds its own FakeTimer)."""
+    started = time.perf_counter()
+    reporter = reporter or Reporter()
+    gpu = False if (opts.simulate or timer is not None) else has_gpu()
+    check_options(opts, gpu or timer is not None)
+    family = families.get(opts.family)
+    arch = arch_profile(opts.arch_family, real=gpu)
+    try:
+        target = target_file(opts.out, arch.arch_family, opts.family)
+    except database.DatabaseError:
+        if not opts.dry_run:
+            raise
+        target = None
+    existing = _existing(target, opts.family, arch.arch_family)
+    plans, owner = plan_build(censuses, opts, arch, buildsteps.model_params(existing.model if existing else None))
+    result = BuildResult(plans)
+    if opts.dry_run:
+        return result
+    from tunedb.bench import collect_provenance
+    from tunedb.bench.log import MeasurementLog, new_run_id, read_log
+
+    points, _ = signatures_by_census(censuses, opts.family)
+    run = checkpoint.open_run(opts.run_id or new_run_id(), _run_meta(opts, arch, points))
+    result.run_id = run.run_id
+    result.log_path = log_file(opts.out, target, run)
+    gpu_id = {}
+    if gpu:
+        from tunedb.bench.gpuenv import NvmlEnv
+
+        gpu_id = NvmlEnv().identity()
+    log = MeasurementLog(result.log_path, collect_provenance(gpu=gpu_id), run.run_id)
+    finished = run.finished()
+    by_sig = {p.signature: p for p in plans}
+    result.resumed = tuple(s.format() for s in by_sig if s in finished)
+    reporter.start(plans, [s for s in by_sig if s in finished])
+    measure = buildsteps.Measurer(family, opts, arch, log, _working_set(list(by_sig)), timer)
+    entries: dict[Signature, Entry] = {}
+    try:
+        index = 0
+        for name, _ in censuses:
+            t0, arms0 = time.perf_counter(), measure.arms
+            for sig in owner[name]:
+                index += 1
+                if sig in finished:
+                    entries[sig] = finished[sig].entry
+                    continue
+                plan = by_sig[sig]
+                reporter.signature(plan, index, len(plans))
+                s0, a0 = time.perf_counter(), measure.arms
+                entry, _ = buildsteps.build_signature(plan, measure, opts, reporter.advance)
+                entries[sig] = entry
+                ids = sorted({c for c in entry.config_ids()} | {c for row in entry.evidence.values() for c in row})
+                run.save(checkpoint.Finished(entry, tuple(c for c in ids if not c.startswith("_")),
+                                             measure.arms - a0, round(time.perf_counter() - s0, 3)))
+            secs = time.perf_counter() - t0
+            result.census_seconds[name] = secs
+            reporter.census_done(name, len(owner[name]), measure.arms - arms0, secs)
+    finally:
+        measure.close()
+        reporter.stop()
+    result.arms_measured = measure.arms
+    result.entries = [entries[p.signature] for p in plans]
+    records = read_log(log.path) if log.path.exists() else []
+    mine = [r.measurement for r in records if r.run_id == run.run_id]
+    configs = _configs_of(family, result.entries, mine)
+    params = costmodel.fit(mine, configs, arch)
+    model = params.to_json()
+    if opts.no_write:
+        result.changes = _would_change(existing, opts, arch, result.entries, configs, model)
+    else:
+        result.path = database.write_entries(target, opts.family, arch.arch_family, result.entries,
+                                             {k: v for k, v in configs.items() if not v.is_sentinel},
+                                             model=model, fresh=opts.fresh)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _configs_of(family: Any, entries: Sequence[Entry], meas: Sequence[Measurement]) -> dict[str, Config]:
+    ids = {c for e in entries for c in e.config_ids()}
+    ids |= {c for e in entries for row in e.evidence.values() for c in row if not c.startswith("_")}
+    ids |= {m.config_id for m in meas}
+    out = {}
+    for cid in sorted(ids):
+        cfg = family.parse_config(cid)
+        if not cfg.is_sentinel:
+            out[cid] = cfg
+    return out
+
+
+def _would_change(existing: database.DatabaseFile | None, opts: BuildOptions, arch: ArchProfile,
+                  entries: Sequence[Entry], configs: Mapping[str, Config], model: Mapping[str, Any]) -> tuple[Any, ...]:
+    """--no-write: the diff from the current file to what this build would write."""
+    from tunedb.database import validators
+
+    family = families.get(opts.family)
+    before = None if opts.fresh else existing
+    after = database.merge(before, opts.family, arch.arch_family, entries, configs,
+                           validators.current(validators.family_impl_hash(family)), model)
+    empty = database.DatabaseFile(opts.family, arch.arch_family)
+    return database.diff(existing or empty, after)
