@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import tempfile
 import warnings
@@ -31,35 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from tunedb.buckets import bucket_of
 from tunedb.errors import AutotuneWarning, SignatureError
 from tunedb.records import Signature
 
 VERSION = 3
 SOFT_KEYS: tuple[str, ...] = ("sku", "torch", "triton", "tunedb")
-
-
-def _private_bucket_of(m: int) -> int:
-    # Mirror of the M ladder: step 8 to 128, x sqrt2 to 1024, x2 above; a bucket is its upper edge.
-    if m <= 128:
-        return max(8, -(-m // 8) * 8)
-    if m <= 1024:
-        edge = 128.0
-        while round(edge) < m:
-            edge *= math.sqrt(2.0)
-        return int(round(edge))
-    edge = 1024
-    while edge < m:
-        edge *= 2
-    return edge
-
-
-def bucket_of(m: int) -> int:
-    """The M bucket (its upper edge) of a dynamic size."""
-    try:
-        from tunedb.buckets import bucket_of as shared
-    except ImportError:
-        return _private_bucket_of(m)
-    return int(shared(m))
 
 
 @dataclass(frozen=True)
@@ -164,6 +140,13 @@ class AutotuneCache:
                 f"it was tuned on arch family {arch!r} and this device is "
                 f"{self.env.get('arch_family')!r} (hard validator)"
             )
+        results = data.get("results")
+        if not isinstance(results, dict):
+            raise CacheRefused("'results' must be an object")
+        try:
+            loaded = list(_parse(version, results, self._bucket))
+        except (SignatureError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise CacheRefused(f"bad version-{version} content: {exc}") from exc
         if arch is None:
             warnings.warn(f"autotune cache {path} records no arch family; loading it as this device's",
                           AutotuneWarning, stacklevel=3)
@@ -172,13 +155,6 @@ class AutotuneCache:
         if diffs:
             warnings.warn(f"autotune cache {path} was tuned in another environment "
                           f"({'; '.join(diffs)}); its results still serve", AutotuneWarning, stacklevel=3)
-        results = data.get("results")
-        if not isinstance(results, dict):
-            raise CacheRefused("'results' must be an object")
-        try:
-            loaded = list(_parse(version, results, self._bucket))
-        except (SignatureError, ValueError, TypeError, AttributeError, KeyError) as exc:
-            raise CacheRefused(f"bad version-{version} content: {exc}") from exc
         for result in loaded:
             self.add(result, mark_dirty=version != VERSION)
 

@@ -36,12 +36,14 @@ TIER = "autotune"
 
 def protocol_measurer(family: Any, sig: Signature, m: int, config_ids: tuple[str, ...],
                       incumbent: str | None) -> Sequence[Measurement]:
-    """The measurement protocol with the CUDA-graph timer (what the build uses)."""
-    from tunedb.bench import protocol
-    from tunedb.bench.cudagraph import CudaGraphTimer
+    """The measurement protocol with its default (CUDA-graph) timer, as the build uses it.
 
-    return protocol.measure_point(family, sig, m, config_ids, timer=CudaGraphTimer(),
-                                  alpha=0.0, incumbent=incumbent)
+    A serving process may share its GPU, so a busy GPU is measured anyway (results marked
+    contended) rather than refused."""
+    from tunedb.bench import protocol
+
+    return protocol.measure_point(family, sig, m, list(config_ids), alpha=0.0,
+                                  incumbent=incumbent, allow_busy=True)
 
 
 def user_tier_publisher(kernel_family: str, arch_family: str, entries: tuple[Entry, ...],
@@ -170,6 +172,8 @@ class Autotuner:
         ids = self.candidates(family, sig, m)
         if incumbent is None:
             incumbent = self._incumbent(family, sig, m)
+        if incumbent is not None and incumbent not in ids:
+            ids += (incumbent,)
         try:
             results = tuple(self.measurer(family, sig, m, ids, incumbent))
         except Exception as exc:  # a failed measurement costs this shape its tuning, not the op

@@ -103,7 +103,8 @@ def resolve(family: Any, sig: Signature, m: int) -> tuple[Config, str]:
 
 
 def launcher(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> Bound:
-    """The bound launcher for this call's shape: x is already 2-D (M, K)."""
+    """The bound launcher for this call's shape (x is [..., K], M the product of its lead
+    dims); call it as bound.call(x, weight, bias, out)."""
     key = (op, x.dtype, weight.shape[0], weight.shape[1], act, bias is not None, m)
     epoch = _selector_epoch()
     if epoch != _epoch[0]:
@@ -121,7 +122,9 @@ def _bind(op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:
     family = _family()
     sig, m = signature_of(op, x, weight, bias, act)
     config, tier = resolve(family, sig, m)
-    call = functools.partial(family.launch, config, sig)
+    # a family's own cached closure is its leanest path; launch() bound here is the general one
+    make = getattr(family, "launcher", None)
+    call = make(config, sig) if callable(make) else functools.partial(family.launch, config, sig)
     return Bound(family.name, sig, m, config, tier, call)
 
 

@@ -48,21 +48,21 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act
         raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
 
 
+_SERVED = (torch.float16, torch.bfloat16)  # what the GEMM family tunes; others take the torch arm
+
+
 def _run(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
          act: str) -> torch.Tensor:
     if launch_table.recording_active():
         launch_table.record(op, x, weight, bias, act)
-    if x.device.type != "cuda":
-        return ACTS[act](F.linear(x, weight, bias))
     n, k = weight.shape
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, k)
-    m = x2.shape[0]
+    if x.device.type != "cuda" or x.dtype not in _SERVED or k == 0:
+        return ACTS[act](F.linear(x, weight, bias))
+    m = x.numel() // k
     if m == 0:
-        return x.new_empty((*lead, n))
-    bound = launch_table.launcher(op, x2, weight, bias, act, m)
-    out = bound.call(x2, weight) if op == "gemm" else bound.call(x2, weight, bias)
-    return out.view(*lead, n)
+        return x.new_empty((*x.shape[:-1], n))
+    # the launcher takes x as [..., K] and returns a fresh [..., N] tensor
+    return launch_table.launcher(op, x, weight, bias, act, m).call(x, weight, bias, None)
 
 
 # --- registration -------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+"""Test helpers for the runtime: temp tiers, the real GEMM family with a recording launcher,
+and a fake measurer (no GPU anywhere)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tunedb import families, selector, settings
+from tunedb.database import tiers
+from tunedb.records import Measurement, Signature, Status
+from tunedb.runtime import launch_table
+
+
+class RecordingGemm:
+    """The real GEMM family (signatures, configs, validity, selection), but launching on CPU:
+    each launcher records its config and computes F.linear + activation."""
+
+    def __init__(self) -> None:
+        self.real = families.get("gemm")
+        self.built: list[tuple[str, str]] = []  # (config id, signature) per launcher built
+        self.ran: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def launcher(self, config, sig):
+        import torch.nn.functional as F
+
+        from tunedb.runtime.ops import ACTS
+
+        self.built.append((config.id, sig.format()))
+        act = ACTS[sig.get("act", "none")]
+
+        def run(x, weight, bias, out):
+            self.ran.append(config.id)
+            return act(F.linear(x, weight, bias))
+
+        return run
+
+
+class FakeMeasurer:
+    """Times every arm from a table: winner(m) gets 1.0 ms, others 2.0; 'broken' arms fail."""
+
+    def __init__(self, winner=lambda sig, m, ids: ids[0], fail: bool = False) -> None:
+        self.winner = winner
+        self.fail = fail
+        self.calls: list[tuple[Signature, int, tuple[str, ...], str | None]] = []
+
+    def __call__(self, family, sig, m, config_ids, incumbent):
+        self.calls.append((sig, m, tuple(config_ids), incumbent))
+        if self.fail:
+            raise RuntimeError("the GPU caught fire")
+        best = self.winner(sig, m, config_ids)
+        out = []
+        for cid in config_ids:
+            if cid == "torch" and best != "torch":
+                out.append(Measurement(sig, m, cid, Status.INCORRECT, detail="poisoned output"))
+                continue
+            ms = 1.0 if cid == best else 2.0
+            out.append(Measurement(sig, m, cid, Status.OK, ms, 0.01, 9, (ms,) * 9))
+        return out
+
+
+@pytest.fixture
+def tiers_dirs(tmp_path):
+    """An empty system tier and a user tier in tmp_path; a fresh epoch before and after."""
+    system, user = tmp_path / "system", tmp_path / "user"
+    system.mkdir()
+    user.mkdir()
+    with settings.override(USER_DB=str(user)), tiers.system_root_override(system):
+        selector.configure("sm90")
+        yield user
+    selector.configure()
+
+
+@pytest.fixture
+def gemm(monkeypatch, tiers_dirs):
+    """The recording GEMM family behind the launch table (and the registry)."""
+    fam = RecordingGemm()
+    monkeypatch.setitem(families._REGISTRY, "gemm", fam)
+    launch_table.clear()
+    yield fam
+    launch_table.clear()

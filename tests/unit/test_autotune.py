@@ -1,0 +1,158 @@
+"""autotune(): the whole flow on CPU, against the real GEMM family and fake measurements."""
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from runtime_fakes import FakeMeasurer, gemm, tiers_dirs  # noqa: F401  (fixtures)
+from tunedb import database, selector
+from tunedb.errors import AutotuneWarning, MeasurementError
+from tunedb.records import Signature
+from tunedb.runtime import autotuner, launch_table
+from tunedb.runtime.autotuner import autotune
+
+SIG = Signature.parse("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=gelu|bias=1")
+WIN = "b32x64x128_w4_s3_g8"
+
+
+def _pick(sig, m, ids):
+    return WIN if WIN in ids else ids[0]
+
+
+class Publisher:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, family, arch, entries, configs):
+        self.calls.append((family, arch, entries, configs))
+
+
+def test_a_miss_is_measured_once_and_served_at_or_below_its_size(gemm, tmp_path):
+    meas, pub = FakeMeasurer(_pick), Publisher()
+    path = tmp_path / "tune.json"
+    with autotune(cache=path, measurer=meas, publisher=pub, arch_family="sm90") as tuner:
+        config, tier = tuner.resolve(gemm, SIG, 100)
+        assert (config.id, tier) == (WIN, "autotune")
+        tuner.resolve(gemm, SIG, 100)
+        tuner.resolve(gemm, SIG, 97)  # same bucket (104), below the measured 100: a hit
+        assert [c[1] for c in meas.calls] == [100]
+        tuner.resolve(gemm, SIG, 101)  # larger size in the same bucket: a miss, measured
+        assert [c[1] for c in meas.calls] == [100, 101]
+    ids = meas.calls[0][2]
+    assert {"default", "torch", WIN} <= set(ids)  # compile set + sentinels
+    assert "fused" not in ids  # exact GELU: the tanh-GELU epilogue is not a candidate
+    assert meas.calls[0][3] is not None  # the selector's choice is kept as incumbent
+    data = json.loads(path.read_text())
+    assert data["version"] == 3 and data["env"]["arch_family"] == "sm90"
+    assert set(data["results"][SIG.format()]["104"]) == {"100", "101"}
+    (family, arch, entries, configs), = pub.calls
+    assert (family, arch) == ("gemm", "sm90")
+    (entry,) = entries
+    assert [(r.m_hi, r.config_id) for r in entry.regions] == [(100, WIN), (101, WIN)]  # no catch-all
+    assert entry.source == "autotune" and set(configs) == {WIN}
+    assert entry.evidence["M=100"][WIN][0] == 1.0 and entry.evidence["M=100"]["torch"] == "incorrect"
+
+
+def test_a_second_context_reads_the_cache_and_measures_nothing(gemm, tmp_path):
+    path = tmp_path / "tune.json"
+    first = FakeMeasurer(_pick)
+    with autotune(cache=path, measurer=first, publish=False, arch_family="sm90") as t:
+        t.resolve(gemm, SIG, 50)
+    again = FakeMeasurer(_pick)
+    with autotune(cache=path, measurer=again, publisher=Publisher(), arch_family="sm90") as t:
+        assert t.resolve(gemm, SIG, 49)[0].id == WIN
+        assert t.resolve(gemm, SIG, 50)[0].id == WIN
+    assert len(first.calls) == 1 and again.calls == []
+
+
+def test_approximate_opt_in_adds_the_approximating_arm(gemm):
+    meas = FakeMeasurer(_pick)
+    with autotune(cache=None, measurer=meas, publish=False, arch_family="sm90", approximate=True) as t:
+        t.resolve(gemm, SIG, 8)
+    assert "fused" in meas.calls[0][2]
+
+
+def test_disabled_or_capturing_takes_the_fallback(gemm, tmp_path, monkeypatch):
+    meas = FakeMeasurer(_pick)
+    with autotune(cache=None, enabled=False, measurer=meas, arch_family="sm90") as t:
+        assert t.resolve(gemm, SIG, 100) is None
+    with autotune(False, measurer=meas, arch_family="sm90") as t:  # autotune(False) reads as enabled=False
+        assert not t.enabled
+    monkeypatch.setattr(autotuner, "capturing", lambda: True)
+    with autotune(cache=None, measurer=meas, arch_family="sm90") as t:
+        assert t.resolve(gemm, SIG, 100) is None
+        with pytest.raises(MeasurementError, match="CUDA-graph capture"):
+            t.tune(gemm, SIG, 100)
+    assert meas.calls == []
+
+
+def test_the_op_consults_the_autotune_cache_first_while_active(gemm):
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    w, b = torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(64, dtype=torch.bfloat16)
+    assert launch_table.launcher("gemm_act", x, w, b, "gelu", 3).tier == "default"
+    with autotune(cache=None, measurer=FakeMeasurer(_pick), publish=False, arch_family="sm90"):
+        bound = launch_table.launcher("gemm_act", x, w, b, "gelu", 3)
+        assert (bound.tier, bound.config.id) == ("autotune", WIN)
+        bound.call(x, w, b, None)
+    assert gemm.ran == [WIN]
+    assert launch_table.launcher("gemm_act", x, w, b, "gelu", 3).tier == "default"
+
+
+def test_a_cache_from_another_arch_is_not_loaded_nor_overwritten(gemm, tmp_path):
+    path = tmp_path / "tune.json"
+    foreign = {"version": 3, "env": {"arch_family": "sm80"},
+               "results": {SIG.format(): {"104": {"100": {"config": "torch", "ms": 0.1}}}}}
+    path.write_text(json.dumps(foreign))
+    meas = FakeMeasurer(_pick)
+    with pytest.warns(AutotuneWarning, match="not loaded.*sm80.*tune.sm90.json"):
+        with autotune(cache=path, measurer=meas, publish=False, arch_family="sm90") as t:
+            assert t.resolve(gemm, SIG, 100)[0].id == WIN
+    assert len(meas.calls) == 1
+    assert json.loads(path.read_text()) == foreign
+    assert json.loads((tmp_path / "tune.sm90.json").read_text())["env"]["arch_family"] == "sm90"
+
+
+def test_failed_measurement_warns_once_and_falls_back(gemm):
+    meas = FakeMeasurer(fail=True)
+    with autotune(cache=None, measurer=meas, publish=False, arch_family="sm90") as t:
+        with pytest.warns(AutotuneWarning, match="could not measure.*M=100.*fallback"):
+            assert t.resolve(gemm, SIG, 100) is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert t.resolve(gemm, SIG, 100) is None  # not retried
+    assert len(meas.calls) == 1
+
+
+def test_no_ok_arm_falls_back(gemm):
+    meas = FakeMeasurer(lambda sig, m, ids: "nothing-wins")
+    with autotune(cache=None, measurer=lambda *a: [r for r in meas(*a) if r.config_id == "torch"],
+                  publish=False, arch_family="sm90") as t:
+        with pytest.warns(AutotuneWarning, match="no usable arm.*torch: incorrect"):
+            assert t.resolve(gemm, SIG, 100) is None
+
+
+def test_winners_are_published_to_the_user_tier_at_their_measured_size(gemm, tiers_dirs):
+    with autotune(cache=None, measurer=FakeMeasurer(_pick), arch_family="sm90") as t:
+        t.resolve(gemm, SIG, 100)
+        t.resolve(gemm, SIG, 300)
+    db = database.load(tiers_dirs / "sm90" / "gemm.json")
+    entry = db.entries[SIG]
+    assert [(r.m_hi, r.config_id) for r in entry.regions] == [(100, WIN), (300, WIN)]
+    # the selection changes at the next epoch only, and never serves above the measured size
+    assert selector.resolve("gemm", SIG, 90).tier == "default"
+    selector.reload()
+    assert (selector.resolve("gemm", SIG, 90).tier, selector.resolve("gemm", SIG, 90).config.id) == ("user", WIN)
+    assert selector.resolve("gemm", SIG, 200).tier == "user"
+    assert selector.resolve("gemm", SIG, 301).tier == "default"
+
+
+def test_publishing_to_a_disabled_user_tier_warns(gemm):
+    from tunedb import settings
+
+    with settings.override(USER_DB="off"):
+        with pytest.warns(AutotuneWarning, match="did not publish 1 gemm entry.*disabled"):
+            with autotune(cache=None, measurer=FakeMeasurer(_pick), arch_family="sm90") as t:
+                t.resolve(gemm, SIG, 100)

@@ -1,0 +1,93 @@
+"""The launch table: one resolution per (epoch, shape), epochs, overrides, recording."""
+from __future__ import annotations
+
+import torch
+
+from runtime_fakes import gemm, tiers_dirs  # noqa: F401  (fixtures)
+from tunedb import database, selector
+from tunedb.records import Entry, Region
+from tunedb.runtime import launch_table
+
+
+def _tensors(m=4, n=64, k=32, bias=True, dtype=torch.bfloat16):
+    x = torch.randn(m, k, dtype=dtype)
+    w = torch.randn(n, k, dtype=dtype)
+    b = torch.randn(n, dtype=dtype) if bias else None
+    return x, w, b
+
+
+def test_one_resolution_and_one_launcher_per_shape(gemm):
+    x, w, b = _tensors()
+    first = launch_table.launcher("gemm_act", x, w, b, "gelu", 4)
+    again = launch_table.launcher("gemm_act", x, w, b, "gelu", 4)
+    assert first is again and again.calls == 2
+    assert first.tier == "default" and str(first.signature) == "gemm|op=gemm_act|dt=bf16|N=64|K=32|act=gelu|bias=1"
+    x8 = torch.randn(2, 4, 32, dtype=torch.bfloat16)  # M counts every leading dim
+    other = launch_table.launcher("gemm_act", x8, w, b, "gelu", 8)
+    assert other is not first and other.m == 8
+    assert len(gemm.built) == 2
+    out = first.call(x, w, b, None)
+    torch.testing.assert_close(out, torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)))
+
+
+def test_dtype_activation_and_bias_are_part_of_the_key(gemm):
+    x, w, b = _tensors()
+    a = launch_table.launcher("gemm_act", x, w, b, "gelu", 4)
+    assert launch_table.launcher("gemm_act", x, w, b, "silu", 4) is not a
+    assert launch_table.launcher("gemm_act", x, w, None, "gelu", 4) is not a
+    xh, wh, bh = x.half(), w.half(), b.half()
+    assert launch_table.launcher("gemm_act", xh, wh, bh, "gelu", 4).signature.dt == "fp16"
+
+
+def test_selection_changes_only_at_a_new_epoch(gemm, tiers_dirs):
+    x, w, _ = _tensors(m=16, bias=False)
+    before = launch_table.launcher("gemm", x, w, None, "none", 16)
+    assert before.tier == "default"
+    sig = before.signature
+    cfg = gemm.parse_config("b32x64x128_w4_s3_g8")
+    database.write_entries("user", "gemm", "sm90", [Entry(sig, (Region(64, cfg.id),))], [cfg])
+    # the user tier changed on disk mid-process: nothing changes until reload()
+    same = launch_table.launcher("gemm", x, w, None, "none", 16)
+    assert same is before and same.config.id != cfg.id
+    selector.reload()
+    after = launch_table.launcher("gemm", x, w, None, "none", 16)
+    assert after is not before
+    assert (after.tier, after.config.id) == ("user", cfg.id)
+    above = launch_table.launcher("gemm", torch.randn(65, 32, dtype=torch.bfloat16), w, None, "none", 65)
+    assert above.tier == "default"  # regions round up: 64 does not serve 65
+
+
+def test_an_override_answers_first_and_is_forgotten_on_exit(gemm):
+    x, w, b = _tensors()
+    cfg = gemm.parse_config("b16x64x256_w4_s3_g8")
+    seen = []
+
+    def override(family, sig, m):
+        seen.append((sig.op, m))
+        return (cfg, "autotune") if m == 4 else None
+
+    plain = launch_table.launcher("gemm_act", x, w, b, "relu", 4)
+    with launch_table.overriding(override):
+        inside = launch_table.launcher("gemm_act", x, w, b, "relu", 4)
+        assert (inside.tier, inside.config.id) == ("autotune", cfg.id)
+        x5 = torch.randn(5, 32, dtype=torch.bfloat16)
+        assert launch_table.launcher("gemm_act", x5, w, b, "relu", 5).tier == "default"
+    assert seen == [("gemm_act", 4), ("gemm_act", 5)]
+    outside = launch_table.launcher("gemm_act", x, w, b, "relu", 4)
+    assert outside.tier == plain.tier == "default" and outside is not inside
+
+
+def test_recording_collects_every_call(gemm):
+    from tunedb.runtime import ops
+
+    x, w, b = _tensors()
+    with launch_table.recording() as calls:
+        ops.gemm_act(x, w, b, "gelu")
+        ops.gemm_act(x, w, b, "gelu")
+        ops.gemm(x.view(2, 2, 32), w)
+    assert [(fam, str(sig), m) for fam, sig, m in calls] == [
+        ("gemm", "gemm|op=gemm_act|dt=bf16|N=64|K=32|act=gelu|bias=1", 4),
+        ("gemm", "gemm|op=gemm_act|dt=bf16|N=64|K=32|act=gelu|bias=1", 4),
+        ("gemm", "gemm|op=gemm|dt=bf16|N=64|K=32", 4),
+    ]
+    assert not launch_table.recording_active()
