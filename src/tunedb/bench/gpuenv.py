@@ -77,12 +77,15 @@ class NvmlEnv:
             import pynvml
 
             pynvml.nvmlInit()
+            self._nvml = pynvml
             if uuid:
                 u = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-                self._handle = pynvml.nvmlDeviceGetHandleByUUID(u)
-            else:
+                try:
+                    self._handle = pynvml.nvmlDeviceGetHandleByUUID(u)
+                except Exception:  # a UUID spelling NVML does not know: fall back to the index
+                    self._handle = None
+            if self._handle is None:
                 self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            self._nvml = pynvml
         except Exception as exc:  # no library, no driver, no such GPU: readings stay empty
             self.error = f"{type(exc).__name__}: {exc}"
 
