@@ -156,8 +156,11 @@ def test_writer_arguments_are_checked(tmp_path):
         database.write_entries(tmp_path / "f.json", "fake", "sm90",
                                [Entry(sig().__class__.parse("gemm|op=gemm|dt=half|N=1"),
                                       (Region(None, "torch"),))], (), OLD)
-    with pytest.raises(DatabaseError, match="sentinel"):
-        write(tmp_path / "f.json", [], configs=[Config.sentinel("torch")])
+    with pytest.raises(DatabaseError, match="keyed under another id"):
+        write(tmp_path / "f.json", [], configs={"b": SPACE["a"]})
+    # sentinels a writer passes along are not defined in the file
+    path = write(tmp_path / "f.json", [entry(128, [(None, "torch")])], configs=[Config.sentinel("torch")])
+    assert database.load(path).configs == {}
 
 
 def test_failed_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):

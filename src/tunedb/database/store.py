@@ -134,10 +134,12 @@ def write_entries(target: str | os.PathLike, kernel_family: str, arch_family: st
 
     path = target_path(target, arch_family, kernel_family)
     entries = tuple(entries)
-    config_map = dict(configs) if isinstance(configs, Mapping) else {c.id: c for c in configs}
-    for cid, cfg in config_map.items():
-        if cid != cfg.id or cfg.is_sentinel:
-            raise DatabaseError(f"config {cid!r} is a sentinel or keyed under another id ({cfg.id!r})")
+    given = dict(configs) if isinstance(configs, Mapping) else {c.id: c for c in configs}
+    for cid, cfg in given.items():
+        if cid != cfg.id:
+            raise DatabaseError(f"config {cfg.id!r} is keyed under another id ({cid!r})")
+    # Sentinels are never defined in a file; a writer may pass them along with the rest.
+    config_map = {cid: cfg for cid, cfg in given.items() if not cfg.is_sentinel}
     if validators is None:
         validators = vals.current(_impl_hash(kernel_family))
     path.parent.mkdir(parents=True, exist_ok=True)
