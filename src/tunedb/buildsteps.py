@@ -13,8 +13,9 @@ FALLBACK = "torch"  # the arm a region must beat by the gate: cuBLAS through tor
 TOL = 0.03  # set cover: every point within 3% of its best
 
 
-def _default_of(family: Any, arch: ArchProfile) -> Callable[[Signature], Config]:
-    return lambda sig: family.default_config(sig, arch)
+def default_of(family: Any, arch: ArchProfile) -> Callable[..., Config]:
+    """family.default_config pinned to `arch` (callable as f(sig) or f(sig, arch))."""
+    return lambda sig, _arch=None: family.default_config(sig, arch)
 
 
 def model_params(raw: Mapping[str, Any] | None) -> costmodel.ModelParams | None:
@@ -28,23 +29,23 @@ def model_params(raw: Mapping[str, Any] | None) -> costmodel.ModelParams | None:
 
 def rankers(family: Any, arch: ArchProfile, calibrated: costmodel.ModelParams | None) -> list[buildplan.Ranker]:
     """The uncalibrated structure's top-k, plus a calibrated model's when the target file has one."""
-    default_of = _default_of(family, arch)
+    default_fn = default_of(family, arch)
 
     def make(params: costmodel.ModelParams | None) -> buildplan.Ranker:
         def rank(sig: Signature, m: int, configs: Sequence[Config], k: int) -> list[str]:
             n, kk = sig.get("N"), sig.get("K")
             return [c.id for c, _ in costmodel.rank(configs, m, n, kk, arch, k, None, params,
-                                                    dt=sig.dt, default_config=default_of)]
+                                                    dt=sig.dt, default_config=default_fn)]
         return rank
     return [make(None)] + ([make(calibrated)] if calibrated is not None else [])
 
 
 def predictor(family: Any, arch: ArchProfile, params: costmodel.ModelParams | None = None) -> buildplan.Predictor:
-    default_of = _default_of(family, arch)
+    default_fn = default_of(family, arch)
 
     def predict(sig: Signature, m: int, cid: str) -> float | None:
         try:
-            ms = costmodel.predict(family.parse_config(cid), (sig, m), arch, params, default_config=default_of)
+            ms = costmodel.predict(family.parse_config(cid), (sig, m), arch, params, default_config=default_fn)
         except Exception:  # an arm the model cannot price: no estimate for it
             return None
         return None if isinstance(ms, Status) else ms

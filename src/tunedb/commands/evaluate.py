@@ -1,0 +1,56 @@
+"""`tunedb evaluate`: regret of each selector against the measured oracle (pipeline.evaluate_logs)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tunedb.errors import BuildError
+
+
+def _named(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--db takes NAME=PATH (e.g. new=~/.cache/tunedb/v1/sm90/gemm.json), "
+                                         f"got {text!r}")
+    return name, path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log", action="append", required=True, metavar="LOG",
+                        help="a measurement log (JSONL; repeatable): the oracle is the best ok arm per point")
+    parser.add_argument("--db", action="append", type=_named, default=[], metavar="NAME=PATH",
+                        help="a database file to score (repeatable)")
+    parser.add_argument("--census", action="append", default=[], metavar="F",
+                        help="census file(s): weights and eager shares per point (else uniform, 0)")
+    parser.add_argument("--family", default="gemm", help="kernel family (default gemm)")
+    parser.add_argument("--arch", default=None, help="arch family (default: the first file's, else sm90)")
+    parser.add_argument("--png", default=None, metavar="OUT.png",
+                        help="draw regret per signature and each file's regions along M")
+    parser.add_argument("--json", action="store_true", help="print the evaluation as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tunedb import evaluate, pipeline
+
+    censuses = [pipeline.read_census(path) for path in args.census]
+    ev, regions = pipeline.evaluate_logs(args.log, args.db, censuses, args.arch, args.family)
+    if not ev.points:
+        raise BuildError(f"no point of family {args.family!r} has an ok measurement in "
+                         f"{', '.join(args.log)}")
+    if args.json:
+        print(json.dumps(ev.to_json(), indent=1))
+    else:
+        evaluate.render_table(ev, Console())
+    if args.png:
+        rows = {f"{name}: {sig}": rs for name, per in regions.items() for sig, rs in per.items()}
+        m_max = {}
+        for p in ev.points:
+            for name in regions:
+                key = f"{name}: {p.signature}"
+                m_max[key] = max(m_max.get(key, 1), p.m)
+        evaluate.save_figure(args.png, ev, rows, m_max)
+        print(f"wrote {args.png}", file=sys.stderr if args.json else sys.stdout)
+    return 0

@@ -1,0 +1,206 @@
+"""The build end to end on the CPU: fake timers with hand-set truths, the real GEMM family."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tunedb import checkpoint, database, pipeline, settings
+from tunedb.bench.timers import FakeTimer
+from tunedb.errors import BuildError
+from tunedb.records import Point, ShapeSet, Signature, Status
+
+FLAT = Signature.make("gemm", "gemm", "half", N=512, K=256)  # nothing beats torch by the gate
+WINS = Signature.make("gemm", "gemm", "half", N=1024, K=1024)  # 16-row tiles win at small M
+ACT = Signature.make("gemm", "gemm_act", "half", N=768, K=256, act="relu", bias=1)
+
+
+def truth(sig: Signature, m: int, cid: str) -> float:
+    """Per-call ms. torch is 10 us everywhere; Triton configs are 2% slower than torch on FLAT,
+    on WINS a BM=16 tile runs 6 us up to M=32 and 20 us above, others 11 us; fused wins on ACT."""
+    if cid == "torch":
+        return 0.010
+    if cid == "default":
+        return 0.012
+    if cid == "fused":
+        return 0.007
+    offset = (sum(map(ord, cid)) % 7) * 1e-5  # distinct, stable, small
+    if sig == FLAT:
+        return 0.0102 + offset
+    if sig == WINS and cid.startswith(("b16x", "sk")) and "b16x" in cid:
+        return 0.006 + offset if m <= 32 else 0.020
+    return 0.011 + offset
+
+
+def census(*sigs_ms: tuple[Signature, tuple[int, ...]]) -> ShapeSet:
+    return ShapeSet(tuple(Point(sig, m, weight=1.0, calls=10) for sig, ms in sigs_ms for m in ms))
+
+
+@pytest.fixture
+def cache(tmp_path):
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        yield tmp_path
+
+
+def opts(out, **kw) -> pipeline.BuildOptions:
+    base = dict(out=str(out), simulate=True, top_k=6, fresh=False)
+    base.update(kw)
+    return pipeline.BuildOptions(**base)
+
+
+def test_build_regions_cover_and_keep_the_fallback(cache):
+    timer = FakeTimer(truth, noise_sigma=0.002, seed=1)
+    shapes = census((FLAT, (16, 40)), (WINS, (8, 24, 64)), (ACT, (16, 32)))
+    res = pipeline.build([("c", shapes)], opts(cache / "out"), timer=timer)
+    path = cache / "out" / "sm90" / "gemm.json"
+    assert res.path == path and path.exists()
+    assert (cache / "out" / "measurements.jsonl").exists() and res.log_path == cache / "out" / "measurements.jsonl"
+    db = database.load(path, "gemm", "sm90")
+    assert set(db.entries) == {FLAT, WINS, ACT}
+    for entry in db.entries.values():
+        assert entry.source == "simulated"
+        his = [r.m_hi for r in entry.regions]
+        assert his[-1] is None and all(isinstance(h, int) for h in his[:-1])
+        assert his[:-1] == sorted(his[:-1])
+        assert all(k.startswith("M=") for k in entry.evidence)
+    # FLAT: every Triton config is slower than torch: torch keeps the whole axis
+    assert [r.to_json() for r in db.entries[FLAT].regions] == [[None, "torch"]]
+    # WINS: a 16-row tile up to M=32 (rounded up to the largest measured M it serves), torch above
+    wins = db.entries[WINS].regions
+    assert wins[0].config_id.startswith("b16x") and wins[0].m_hi == 32
+    assert wins[-1].config_id == "torch"
+    # ACT: the fused epilogue, a forced arm, wins everywhere by 1.4x
+    assert [r.to_json() for r in db.entries[ACT].regions] == [[None, "fused"]]
+    assert db.model and db.model.get("schema") == 1  # the fitted cost model is stored
+    assert res.arms_measured > 0 and set(res.census_seconds) == {"c"}
+    # evidence keeps the fallback and the winners with [median, sigma, n] and the L2 state
+    ev = db.entries[WINS].evidence["M=24"]
+    assert ev["torch"][2] > 0 and ev["_l2"] in ("cold", "warm")
+
+
+def test_simulate_refuses_the_system_tier(cache, capsys):
+    with pytest.raises(BuildError, match="--simulate refuses --out system"):
+        pipeline.build([("c", census((FLAT, (16,))))], opts("system"))
+    from tunedb.cli import main
+
+    shapes_file = cache / "census.json"
+    shapes_file.write_text("{}")
+    assert main(["build", "--census", str(shapes_file), "--out", "system", "--simulate"]) == 2
+    assert "--simulate refuses --out system" in capsys.readouterr().err
+
+
+def test_dry_run_measures_nothing(cache):
+    seen = []
+
+    def cost(sig, m, cid):
+        seen.append((sig, m, cid))
+        return 0.01
+
+    timer = FakeTimer(cost)
+    res = pipeline.build([("c", census((WINS, (16, 100))))], opts(cache / "out", dry_run=True), timer=timer)
+    assert seen == [] and timer.calls == []
+    assert not (cache / "out").exists() and not (cache / "cache" / "runs").exists()
+    (plan,) = res.plans
+    assert plan.census_ms == (16, 100)
+    # the ladder from 16 up to bucket_of(100) = 104, so the largest census M has a measured size above it
+    assert set(plan.fill_ms) == set(range(24, 105, 8)) - {100}
+    assert max(p.m for p in plan.points) == 104
+    assert all(set(ids) >= {"default", "torch"} for ids in plan.arms.values())
+    assert plan.est_seconds > 0 and plan.cross_pairs >= 0
+
+
+def test_killed_build_resumes_without_remeasuring(cache):
+    shapes = census((FLAT, (16, 24)), (WINS, (16, 24)))
+    first_sig = sorted([FLAT, WINS])[0]
+    seen: list[Signature] = []
+
+    def dying(sig, m, cid):
+        if sig != first_sig:
+            raise RuntimeError("killed")
+        return truth(sig, m, cid)
+
+    with pytest.raises(RuntimeError, match="killed"):
+        pipeline.build([("c", shapes)], opts(cache / "out", run_id="r1"), timer=FakeTimer(dying))
+    run = checkpoint.RunDir(cache / "cache" / "runs" / "r1", "r1")
+    assert set(run.finished()) == {first_sig}
+    assert not (cache / "out" / "sm90" / "gemm.json").exists()
+
+    def recording(sig, m, cid):
+        seen.append(sig)
+        return truth(sig, m, cid)
+
+    res = pipeline.build([("c", shapes)], opts(cache / "out", run_id="r1"), timer=FakeTimer(recording))
+    assert seen and first_sig not in seen
+    assert res.resumed == (first_sig.format(),)
+    db = database.load(cache / "out" / "sm90" / "gemm.json")
+    assert set(db.entries) == {FLAT, WINS}
+    # the run's log holds both attempts under one run id; the model was fitted over it
+    lines = [json.loads(x) for x in (cache / "out" / "measurements.jsonl").read_text().splitlines()]
+    assert {x["run_id"] for x in lines} == {"r1"} and {x["signature"] for x in lines} == {FLAT.format(), WINS.format()}
+
+
+def test_resume_with_other_inputs_is_refused(cache):
+    pipeline.build([("c", census((FLAT, (16,))))], opts(cache / "out", run_id="r2"),
+                   timer=FakeTimer(truth))
+    with pytest.raises(BuildError, match="run r2 .* other inputs .*census"):
+        pipeline.build([("c", census((FLAT, (16, 24))))], opts(cache / "out", run_id="r2"),
+                       timer=FakeTimer(truth))
+
+
+def test_rebuild_on_noise_emits_the_same_regions(cache):
+    """Two --simulate builds (cost-model truth), noise seeds 1 and 2, noise well inside the
+    margins: the files differ only in measured numbers (evidence, notes' speedups, the fitted
+    model), never in regions, configs or sources; `tunedb diff` reports no entry change."""
+    shapes = census((FLAT, (8, 48, 200)), (WINS, (16, 64, 600)), (ACT, (24, 300)))
+    files = []
+    for seed in (1, 2):
+        out = cache / f"out{seed}"
+        pipeline.build([("c", shapes)], opts(out, seed=seed, noise=0.002, top_k=8))
+        files.append(database.load(out / "sm90" / "gemm.json"))
+    a, b = files
+    changes = database.diff(a, b)
+    assert [c for c in changes if c.subject != "file"] == []
+    assert {c.what for c in changes} <= {"model"}
+
+    def choices(db):
+        return json.dumps({s.format(): [r.to_json() for r in e.regions] for s, e in db.entries.items()},
+                          sort_keys=True)
+    assert choices(a) == choices(b)
+    assert a.entries[WINS].evidence != b.entries[WINS].evidence  # the noise was real
+
+
+def test_no_write_prints_the_diff_and_writes_nothing(cache):
+    out = cache / "out"
+    pipeline.build([("c", census((FLAT, (16,))))], opts(out), timer=FakeTimer(truth))
+    before = (out / "sm90" / "gemm.json").read_text()
+    res = pipeline.build([("c", census((FLAT, (16,)), (WINS, (16, 24))))], opts(out, no_write=True),
+                         timer=FakeTimer(truth))
+    assert res.path is None
+    assert (out / "sm90" / "gemm.json").read_text() == before
+    assert any(c.kind == "added" and c.subject == WINS.format() for c in res.changes)
+
+
+def test_a_real_build_without_a_gpu_says_so(cache, monkeypatch):
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    with pytest.raises(BuildError, match="no CUDA GPU"):
+        pipeline.build([("c", census((FLAT, (16,))))], pipeline.BuildOptions(out=str(cache / "o")))
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(min_speedup=0.9), "--min-speedup"),
+    (dict(max_points=4), "--max-points needs --thin"),
+    (dict(thin=True), "--thin needs --max-points"),
+])
+def test_bad_flags_are_named(cache, kw, message):
+    with pytest.raises(BuildError, match=message):
+        pipeline.build([("c", census((FLAT, (16,))))], opts(cache / "o", **kw))
+
+
+def test_failed_arms_are_evidence_not_numbers(cache):
+    def some_fail(sig, m, cid):
+        return Status.COMPILE_ERROR if cid.startswith("b16x") else truth(sig, m, cid)
+
+    pipeline.build([("c", census((WINS, (16, 24))))], opts(cache / "o"), timer=FakeTimer(some_fail))
+    db = database.load(cache / "o" / "sm90" / "gemm.json")
+    regions = db.entries[WINS].regions
+    assert all(not r.config_id.startswith("b16x") for r in regions)
