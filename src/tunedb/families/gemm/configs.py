@@ -118,8 +118,11 @@ def parse(config_id: str) -> Config:
         lane = "triton_mma"
     if (lane == "triton_splitk") == (m["g"] is not None):
         raise ConfigError(f"bad GEMM config id {config_id!r}: split-K ids have no _g, other lanes need one")
-    cfg = make(lane, int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["s"]),
-               int(m["g"]) if m["g"] else 1, int(m["split"] or 1), bool(m["ws"]))
+    try:
+        cfg = make(lane, int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["s"]),
+                   int(m["g"]) if m["g"] else 1, int(m["split"] or 1), bool(m["ws"]))
+    except ConfigError as exc:
+        raise ConfigError(f"bad GEMM config id {config_id!r}: {exc}") from None
     if cfg.id != config_id:  # leading zeros etc.
         raise ConfigError(f"GEMM config id {config_id!r} is not canonical; expected {cfg.id!r}")
     return cfg

@@ -109,11 +109,16 @@ class _Dtype:
         return f"torch.{self.name}"
 
 
+# One instance per dtype for the life of the process: Triton's specialiser caches by dtype object,
+# and a freed object's id may be reused by the next one.
+_DTYPES = {dt: _Dtype(name) for dt, name in _TORCH_DTYPE.items()}
+
+
 class _Pointer:
     """Stands in for a 16-byte-aligned tensor (what the caching allocator hands out)."""
 
     def __init__(self, dt: str) -> None:
-        self.dtype = _Dtype(_TORCH_DTYPE[dt])
+        self.dtype = _DTYPES[dt]
 
     @staticmethod
     def data_ptr() -> int:
@@ -165,8 +170,13 @@ def compile_job(job: Job) -> dict:
             spec.kernel.warmup(*args, grid=(1,), **spec.kwargs())
     except Exception as exc:  # a config that fails to compile is reported, not fatal
         return {"job": asdict(job), "ok": False, "seconds": time.perf_counter() - start,
-                "error": f"{type(exc).__name__}: {str(exc)[:400]}"}
+                "error": f"{type(exc).__name__}: {_last_lines(str(exc))}"}
     return {"job": asdict(job), "ok": True, "seconds": time.perf_counter() - start, "error": ""}
+
+
+def _last_lines(text: str, limit: int = 600) -> str:
+    # Triton's CompilationError leads with the kernel source; the cause is at the end.
+    return text if len(text) <= limit else "..." + text[-limit:]
 
 
 # ---------------------------------------------------------------- the driver side

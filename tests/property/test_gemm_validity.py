@@ -1,0 +1,62 @@
+"""Candidate generation, the validity predicate and the compile set agree (hypothesis)."""
+import dataclasses
+
+from hypothesis import given, settings as hsettings, strategies as st
+
+from tunedb.arch import shipped_profile
+from tunedb.families.gemm import FAMILY, configs
+
+SM90 = shipped_profile("sm90")
+ARCHES = {
+    "sm90": SM90,
+    "sm80": dataclasses.replace(SM90, arch_family="sm80", smem_per_block=configs.smem_per_block("sm80")),
+    "sm86": dataclasses.replace(SM90, arch_family="sm86", smem_per_block=configs.smem_per_block("sm86")),
+}
+
+dims = st.one_of(st.integers(1, 200), st.sampled_from([256, 520, 1280, 4096, 5120, 14336, 28672]))
+signatures = st.builds(
+    lambda op, dt, n, k, act, bias: FAMILY.make_signature(op, dt, n, k, act if op == "gemm_act" else "none",
+                                                          bias and op == "gemm_act"),
+    st.sampled_from(configs.OPS), st.sampled_from(["fp16", "bf16", "half"]), dims, dims,
+    st.sampled_from(configs.ACTS), st.booleans())
+ms = st.one_of(st.none(), st.integers(1, 70000))
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(signatures, ms, st.sampled_from(sorted(ARCHES)))
+def test_candidates_pass_and_grid_acceptances_are_candidates(sig, m, arch_name):
+    arch = ARCHES[arch_name]
+    cands = FAMILY.candidates(sig, m, arch)
+    space = set(FAMILY.config_space(arch.arch_family))
+    for cfg in cands:
+        assert cfg in space
+        assert FAMILY.invalid_reason(cfg, sig, m, arch) is None
+    accepted = {c for c in FAMILY.full_grid() if FAMILY.invalid_reason(c, sig, m, arch) is None}
+    assert accepted == set(cands)
+    # The default always runs, at every M.
+    assert FAMILY.invalid_reason(FAMILY.default_config(sig, arch), sig, None, arch) is None
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(ARCHES)),
+       st.lists(st.sampled_from([c.id for c in configs.full_grid()] + ["torch", "junk"]), max_size=12),
+       st.sampled_from(["tuned", "all"]))
+def test_compile_set_holds_only_configs_valid_for_some_shape(arch_name, referenced, mode):
+    arch = ARCHES[arch_name]
+    probe = FAMILY.make_signature("gemm", "bf16", 4096, 4096)  # aligned, deep: every lane's home
+    chosen = configs.compile_set(arch.arch_family, referenced, mode)
+    assert chosen, "the compile set is never empty"
+    for cfg in chosen:
+        assert FAMILY.invalid_reason(cfg, probe, None, arch) is None
+    ids = {c.id for c in chosen}
+    for rid in referenced:
+        if rid in {c.id for c in FAMILY.config_space(arch.arch_family)}:
+            assert rid in ids
+
+
+@hsettings(max_examples=100, deadline=None)
+@given(signatures, st.integers(1, 5000))
+def test_predicate_with_m_none_implies_every_m(sig, m):
+    for cfg in FAMILY.config_space("sm90"):
+        if FAMILY.invalid_reason(cfg, sig, None, SM90) is None:
+            assert FAMILY.invalid_reason(cfg, sig, m, SM90) is None

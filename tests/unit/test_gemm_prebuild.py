@@ -1,0 +1,77 @@
+"""`tunedb prebuild`: job planning, CLI errors, and one real sm90 compile without a GPU."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunedb.cli import main
+from tunedb.families.gemm import FAMILY, configs, prebuild
+
+
+def test_census_signatures_are_found_whatever_the_layout(tmp_path):
+    census = tmp_path / "c.json"
+    census.write_text(json.dumps({"points": [
+        {"signature": "gemm|op=gemm|dt=bf16|N=80|K=72", "M": 3},
+        {"signature": "gemm|op=gemm_act|dt=half|N=5120|K=1280|act=gelu|bias=1", "M": 1500},
+        {"signature": "gemm|op=gemm|dt=fp32|N=8|K=8", "M": 1}]}))
+    found = sorted(s.format() for s in prebuild.signatures_in(census))
+    assert found == ["gemm|op=gemm_act|dt=half|N=5120|K=1280|act=gelu|bias=1", "gemm|op=gemm|dt=bf16|N=80|K=72"]
+
+
+def test_census_jobs_follow_alignment_class_and_validity():
+    odd = FAMILY.make_signature("gemm", "bf16", 80, 72)
+    jobs = prebuild.jobs_for_census([odd], "sm90")
+    assert jobs and all(j.dt == "bf16" and j.n_aligned and not j.k_aligned for j in jobs)
+    ids = {j.config_id for j in jobs}
+    assert "sk16_b16x32x256_w4_s3" not in ids  # K=72 has one 256-wide K tile
+    half = FAMILY.make_signature("gemm", "half", 4096, 4096)
+    assert {j.dt for j in prebuild.jobs_for_census([half], "sm90")} == {"fp16", "bf16"}
+
+
+def test_plain_jobs_cover_both_dtypes_of_the_compile_set():
+    chosen = FAMILY.compile_set("sm90", [])
+    jobs = prebuild.jobs_for(chosen)
+    assert len(jobs) == 2 * len(chosen)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["prebuild", "--arch", "hopper"], "bad arch family 'hopper'"),
+    (["prebuild", "--jobs", "0"], "--jobs must be >= 1"),
+    (["prebuild", "--family", "conv"], "unknown kernel family 'conv'"),
+    (["prebuild", "--census", "/nonexistent/census.json"], "does not exist"),
+])
+def test_cli_errors_name_the_bad_value(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_refuses_a_census_without_gemm_signatures(tmp_path, capsys):
+    census = tmp_path / "empty.json"
+    census.write_text("{}")
+    assert main(["prebuild", "--census", str(census)]) == 2
+    assert "names no GEMM signature" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_compiles_for_sm90_without_a_gpu_and_the_second_run_hits_the_cache(tmp_path):
+    """One small config for sm90 (no device here): cubins land in the cache; a rerun adds none."""
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), TRITON_DEFAULT_FP_FUSION="1")
+    code = ("from tunedb.families.gemm import prebuild as p, configs as c; import json;"
+            "s = p.run_jobs([p.Job('sk2_b16x32x64_w4_s4', 'fp16')], 'sm90', 1); print(json.dumps(s))")
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    summary = run()
+    assert summary["ok"] == 1 and summary["target"] == "cuda:90:32" and summary["triton"] != "absent"
+    cubins = sorted(Path(tmp_path / "triton").rglob("*.cubin"))
+    assert len(cubins) == 2  # the partial and the reduction kernels
+    assert (tmp_path / "triton" / "tunedb-prebuild-sm90.json").is_file()
+    entries = sorted(p.name for p in (tmp_path / "triton").iterdir())
+    run()
+    assert sorted(p.name for p in (tmp_path / "triton").iterdir()) == entries
