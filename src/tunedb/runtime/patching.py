@@ -12,7 +12,8 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
    WhisperDecoderLayer (activation_fn(fc1(x))) and LlamaMLP (act_fn(gate_proj(x)) * up_proj(x)).
 3. Never fused: a Linear reachable from two places (shared module), a Linear or activation
    with hooks, subclasses of nn.Linear, and everything else. Those Linears are still swapped
-   (one TunedLinear per shared Linear), unfused.
+   (one TunedLinear per shared Linear), unfused, except hooked ones and subclasses (e.g.
+   nn.MultiheadAttention's out_proj, whose weight the attention reads directly), which stay.
 
 Activations: nn.GELU (approximate 'none' -> gelu, 'tanh' -> gelu_tanh), nn.ReLU, nn.SiLU, and
 Hugging Face's GELUActivation, NewGELUActivation / GELUTanh / PytorchGELUTanh, SiLUActivation.
@@ -163,8 +164,8 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     layers: dict[int, TunedLinear] = {}
     for parent in list(model.modules()):
         for attr, child in list(parent._modules.items()):
-            if type(child) is not nn.Linear:
-                continue
+            if type(child) is not nn.Linear or _hooked(child):
+                continue  # a hooked Linear stays, so its hooks keep firing
             fused = plan.get((id(parent), attr))
             if fused is not None:
                 kind, act_attr = fused
