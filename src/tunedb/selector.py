@@ -214,6 +214,22 @@ def current_arch_family() -> str:
     return "sm90"
 
 
+def current_arch() -> tuple[str, ArchProfile | None]:
+    """(arch family, profile) selections are made for: pinned by configure(), else detected."""
+    with _lock:
+        return _arch_state()
+
+
+def model_params(family: str) -> Mapping[str, Any] | None:
+    """The cost-model object ("model") of the first usable tier file of `family` for the
+    current arch, this epoch: what a ranker reads its parameters from."""
+    arch_family, _ = current_arch()
+    for res in database.lookup(arch_family, family):
+        if res.db.model is not None:
+            return res.db.model
+    return None
+
+
 def _arch_state() -> tuple[str, ArchProfile | None]:
     if not _arch:
         family = current_arch_family()

@@ -154,3 +154,15 @@ def test_mixed_soft_validator_parses_to_a_tuple_and_round_trips():
     db = schema.parse(copy.deepcopy(raw))
     assert db.entries[Signature.parse(SIG)].soft == {"triton": ("3.6.0", "3.9.0")}
     assert schema.parse(schema.loads(schema.dumps(db))) == db
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_are_corrupt(constant):
+    text = json.dumps(valid_raw()).replace("0.01", constant, 1)
+    with pytest.raises(CorruptDatabaseError, match="non-finite number"):
+        schema.loads(text, "x.json")
+
+
+def test_deep_nesting_is_corrupt_not_a_crash():
+    with pytest.raises(CorruptDatabaseError, match="nested too deeply"):
+        schema.loads("[" * 100000 + "]" * 100000, "x.json")

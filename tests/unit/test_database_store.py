@@ -200,3 +200,19 @@ def test_default_validators_are_this_process(tmp_path):
     path = database.write_entries(tmp_path / "fake.json", "fake", "sm90",
                                   [entry(128, [(None, "torch")])], ())
     assert database.load(path).validators["torch"] == str(torch.__version__)
+
+
+@pytest.mark.parametrize("bad, why", [
+    (dict(regions=((512, "a"), (64, "a"))), "sorted"),
+    (dict(regions=((None, "a"), (64, "a"))), "catch-all"),
+    (dict(regions=((64, "a"),), evidence={"M=64": {"a": [float("inf"), 0.0, 3]}}), "Out of range float"),
+])
+def test_a_writers_bad_data_never_reaches_the_disk(tmp_path, bad, why):
+    path = tmp_path / "fake.json"
+    write(path, [entry(128, [(None, "a")])])
+    before = path.read_text()
+    regions = bad.pop("regions")
+    with pytest.raises(DatabaseError, match=why) as err:
+        write(path, [entry(256, regions, **bad)])
+    assert str(path) in str(err.value)
+    assert path.read_text() == before

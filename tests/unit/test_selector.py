@@ -228,3 +228,22 @@ def test_import_touches_neither_torch_nor_disk():
             "print(sorted(m for m in ('torch', 'triton', 'filelock') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_ranker_can_read_the_files_model_and_the_arch(fam, tier_dirs):
+    raw = valid_raw(entries={})
+    raw["model"] = {"prefer": "b"}
+    tier_dirs.write("system", raw)
+    user = valid_raw(entries={})
+    del user["model"]
+    tier_dirs.write("user", user)
+    selector.reload()
+    assert selector.current_arch()[0] == "sm90" and selector.current_arch()[1].arch_family == "sm90"
+
+    def ranker(s, m, candidates):
+        want = selector.model_params("fake")["prefer"]
+        return next(c for c in candidates if c.id == want)
+
+    selector.set_ranker("fake", ranker)
+    assert selector.resolve("fake", sig(), 3).config.id == "b"
+    assert selector.model_params("nothing_here") is None

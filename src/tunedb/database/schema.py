@@ -57,15 +57,23 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _no_constant(name: str) -> Any:
+    # json accepts NaN and Infinity; a time of Infinity is a magic number, not a status.
+    raise ValueError(f"non-finite number {name} is not allowed (a failure is a status string)")
+
+
 def loads(text: str, source: str = "<string>") -> Any:
-    """JSON text -> raw object; CorruptDatabaseError when it is not JSON or repeats a key."""
+    """JSON text -> raw object; CorruptDatabaseError when it is not JSON, repeats a key or
+    holds NaN/Infinity."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise _fail(source, f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno} "
                             f"column {exc.colno}") from None
-    except ValueError as exc:  # from _no_duplicates
+    except ValueError as exc:  # from _no_duplicates / _no_constant
         raise _fail(source, str(exc)) from None
+    except RecursionError:
+        raise _fail(source, "nested too deeply to read") from None
 
 
 def read_raw(path: Path) -> Any:
@@ -289,7 +297,7 @@ def _format(value: Any, level: int) -> str:
     # per region / per config / per point.
     if isinstance(value, dict) and value and all(
             not isinstance(v, (dict, list)) or _is_flat(v) for v in value.values()):
-        line = json.dumps(value, separators=(", ", ": "))
+        line = json.dumps(value, separators=(", ", ": "), allow_nan=False)
         if len(line) + 2 * level <= 100:
             return line
     if isinstance(value, dict) and value:
@@ -299,4 +307,4 @@ def _format(value: Any, level: int) -> str:
     if isinstance(value, list) and value and not _is_flat(value):
         pad, inner = "  " * level, "  " * (level + 1)
         return "[\n" + ",\n".join(inner + _format(v, level + 1) for v in value) + "\n" + pad + "]"
-    return json.dumps(value, separators=(", ", ": "))
+    return json.dumps(value, separators=(", ", ": "), allow_nan=False)

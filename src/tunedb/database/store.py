@@ -149,13 +149,23 @@ def write_entries(target: str | os.PathLike, kernel_family: str, arch_family: st
             existing = None if fresh else _read_for_merge(path, kernel_family, arch_family)
             db = merge(existing, kernel_family, arch_family, entries, config_map, validators,
                        model, extend)
-            text = schema.dumps(db)
-            schema.parse(schema.loads(text, str(path)), str(path))  # never write what we cannot read
+            text = _checked_text(db, path)
             write_atomic(path, text)
     except filelock.Timeout:
         raise DatabaseError(f"could not take the lock {lock_path(path)} within {LOCK_TIMEOUT_S:.0f} s; "
                             f"another writer holds it") from None
     return path
+
+
+def _checked_text(db: DatabaseFile, path: Path) -> str:
+    """The file's text, parsed back first: a writer's bad data never reaches the disk."""
+    try:
+        text = schema.dumps(db)
+        schema.parse(schema.loads(text, str(path)), str(path))
+    except (ValueError, CorruptDatabaseError) as exc:
+        raise DatabaseError(f"refusing to write {path}: this writer's data would not be a valid "
+                            f"file: {exc}") from None
+    return text
 
 
 def _read_for_merge(path: Path, kernel_family: str, arch_family: str) -> DatabaseFile | None:

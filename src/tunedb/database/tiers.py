@@ -131,6 +131,8 @@ def load_file(tier: str, path: Path, kernel_family: str, arch_family: str) -> Lo
         return result("mismatch", problem=str(exc))
     except CorruptDatabaseError as exc:
         return result("corrupt", problem=str(exc))
+    except (TypeError, ValueError, RecursionError) as exc:  # a shape parse() did not foresee
+        return result("corrupt", problem=f"{path}: unreadable structure: {exc}")
     return result("loaded", db)
 
 
