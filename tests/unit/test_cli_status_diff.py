@@ -149,3 +149,12 @@ def test_status_table_and_disabled_user_tier(capsys, shipped):
         rc, out, _ = run_cli(capsys, "status", "--json")
     assert _files(json.loads(out), "user") == {}
     assert [t["enabled"] for t in json.loads(out)["tiers"]] == [False, True]
+
+
+def test_diff_of_an_unsupported_schema_or_a_directory_exits_2(capsys, tmp_path):
+    future = tmp_path / "future.json"
+    future.write_text(json.dumps({"schema": 2, "kernel_family": "gemm", "arch_family": "sm90"}))
+    rc, _, err = run_cli(capsys, "diff", str(DATA / "a.json"), str(future))
+    assert rc == 2 and "schema 2 is not supported" in err
+    rc, _, err = run_cli(capsys, "diff", str(tmp_path), str(DATA / "a.json"))
+    assert rc == 2 and str(tmp_path) in err
