@@ -180,7 +180,12 @@ def set_ranker(family: str, ranker: Ranker | None) -> None:
 
 
 def configure(arch_family: str | None = None, arch: ArchProfile | None = None) -> None:
-    """Pin the architecture selections are made for (both None: detect it again). New epoch."""
+    """Pin the architecture selections are made for. New epoch.
+
+    Both None: detect it again at the next resolution (the current GPU's arch family and its
+    cached or queried profile, see arch.current_profile; without a GPU, sm90's shipped one).
+    arch_family alone: that family's shipped profile (none shipped: every shape takes the default).
+    """
     with _lock:
         _arch.clear()
         if arch is not None:
@@ -230,10 +235,25 @@ def model_params(family: str) -> Mapping[str, Any] | None:
     return None
 
 
+def _detect() -> tuple[str, ArchProfile | None]:
+    family = current_arch_family()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            from tunedb import arch as arch_mod
+
+            # cached or queried, never measured here: resolution must not run benchmarks
+            return family, arch_mod.current_profile(measure=False)
+    except Exception:  # no cached or shipped profile for this GPU: the shipped one, or none
+        pass
+    return family, _shipped(family)
+
+
 def _arch_state() -> tuple[str, ArchProfile | None]:
     if not _arch:
-        family = current_arch_family()
-        _arch.update(family=family, profile=_shipped(family))
+        family, profile = _detect()
+        _arch.update(family=family, profile=profile)
     return _arch["family"], _arch["profile"]
 
 

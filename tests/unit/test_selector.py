@@ -247,3 +247,28 @@ def test_a_ranker_can_read_the_files_model_and_the_arch(fam, tier_dirs):
     selector.set_ranker("fake", ranker)
     assert selector.resolve("fake", sig(), 3).config.id == "b"
     assert selector.model_params("nothing_here") is None
+
+
+def test_detection_uses_the_gpus_arch_family_and_its_cached_or_queried_profile(fam, tier_dirs, monkeypatch):
+    import dataclasses
+
+    import torch
+
+    from tunedb import arch
+
+    profile = dataclasses.replace(arch.shipped_profile("sm90"), sku="NVIDIA H200", source="queried")
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: asked.append(measure) or profile)
+    selector.configure()
+    assert selector.current_arch() == ("sm90", profile)
+    assert asked == [False]  # never measures at resolve time
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+
+    def no_profile(measure=True, **kw):
+        raise RuntimeError("no cached or shipped profile")
+
+    monkeypatch.setattr(arch, "current_profile", no_profile)
+    selector.configure()
+    assert selector.current_arch() == ("sm80", None)
