@@ -2,8 +2,9 @@
 
 Read through NVML (nvidia-ml-py, imported lazily; without it, or without a driver, every reading
 is empty and no process is ever foreign). A process is ours when it is this process, one of its
-ancestors or one of its descendants (the benchmark worker); anything else holding a compute
-context on the GPU is foreign and makes the GPU busy.
+ancestors (the process that started this benchmark worker) or a benchmark worker this process
+started (registered by bench.worker); anything else holding a compute context on the GPU,
+including an unrelated child process, is foreign and makes the GPU busy.
 """
 from __future__ import annotations
 
@@ -59,10 +60,22 @@ def _ancestors(pid: int) -> list[int]:
     return out
 
 
+_WORKERS: set[int] = set()
+
+
+def register_worker(pid: int) -> None:
+    """Count a benchmark worker this process started as ours."""
+    _WORKERS.add(pid)
+
+
+def unregister_worker(pid: int) -> None:
+    _WORKERS.discard(pid)
+
+
 def is_own(pid: int, me: int | None = None) -> bool:
-    """True for this process, its ancestors and its descendants."""
+    """True for this process, its ancestors and the benchmark workers it started."""
     me = os.getpid() if me is None else me
-    return pid == me or pid in _ancestors(me) or me in _ancestors(pid)
+    return pid == me or pid in _WORKERS or pid in _ancestors(me)
 
 
 class NvmlEnv:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunedb.bench.gate import classify_exception
+from tunedb.bench.gpuenv import register_worker, unregister_worker
 from tunedb.errors import WorkerError
 from tunedb.records import Status
 
@@ -97,6 +98,7 @@ class Worker:
                                  name=f"tunedb-bench-worker-{self.device}")
         proc.start()
         child.close()
+        register_worker(proc.pid)
         self._proc, self._conn = proc, parent
 
     def _kill(self) -> int | None:
@@ -106,6 +108,7 @@ class Worker:
             self._conn = None
         if proc is None:
             return None
+        unregister_worker(proc.pid)
         if proc.is_alive():
             proc.kill()
         proc.join(10)
