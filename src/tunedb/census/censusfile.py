@@ -1,0 +1,137 @@
+"""The census file: read (validated), write (atomically) and merge ShapeSets. Pure Python.
+
+    {"schema": 1, "workload": "whisper-base", "mode": "offline", "meta": {...},
+     "points": [{"signature": "gemm|op=gemm|dt=half|N=512|K=512", "M": 1500, "weight": 0.12,
+                 "calls": 32, "must_tune": true, "eager_share": 0.0}, ...]}
+
+The mode is kept in ShapeSet.meta under "mode". Merging adds weights and calls per
+(signature, M), ORs must_tune and averages eager_share weighted by calls.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from tunedb.errors import CensusError, SignatureError
+from tunedb.records import Point, ShapeSet, Signature
+
+SCHEMA = 1
+
+
+def to_json(census: ShapeSet) -> dict[str, Any]:
+    meta = dict(census.meta)
+    points = sorted(census.points, key=lambda p: (p.signature, p.m))
+    return {"schema": SCHEMA, "workload": census.workload, "mode": meta.pop("mode", ""), "meta": meta,
+            "points": [{"signature": p.signature.format(), "M": p.m, "weight": p.weight, "calls": p.calls,
+                        "must_tune": p.must_tune, "eager_share": p.eager_share} for p in points]}
+
+
+def write_census(path: str | Path, census: ShapeSet) -> None:
+    """Write atomically: a temp file in the same directory, then os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(to_json(census), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _field(row: dict, name: str, kinds: tuple[type, ...], where: str) -> Any:
+    if name not in row:
+        raise CensusError(f"{where}: missing field {name!r}")
+    value = row[name]
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        allowed = " or ".join(k.__name__ for k in kinds)
+        raise CensusError(f"{where}: field {name!r} must be {allowed}, got {value!r}")
+    return value
+
+
+def from_json(data: Any, where: str = "census") -> ShapeSet:
+    if not isinstance(data, dict):
+        raise CensusError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    if data.get("schema") != SCHEMA:
+        raise CensusError(f"{where}: field 'schema' must be {SCHEMA}, got {data.get('schema')!r}")
+    workload = _field(data, "workload", (str,), where)
+    mode = _field(data, "mode", (str,), where)
+    meta = _field(data, "meta", (dict,), where) if "meta" in data else {}
+    rows = _field(data, "points", (list,), where)
+    points = []
+    for i, row in enumerate(rows):
+        at = f"{where}: points[{i}]"
+        if not isinstance(row, dict):
+            raise CensusError(f"{at}: expected an object, got {row!r:.60}")
+        try:
+            sig = Signature.parse(_field(row, "signature", (str,), at))
+        except SignatureError as exc:
+            raise CensusError(f"{at}: field 'signature': {exc}") from exc
+        m = _field(row, "M", (int,), at)
+        weight = float(_field(row, "weight", (int, float), at))
+        calls = _field(row, "calls", (int,), at)
+        must = _field(row, "must_tune", (bool,), at)
+        eager = float(_field(row, "eager_share", (int, float), at))
+        if m < 1:
+            raise CensusError(f"{at}: field 'M' must be >= 1, got {m}")
+        if not (weight >= 0 and math.isfinite(weight)):
+            raise CensusError(f"{at}: field 'weight' must be a finite number >= 0, got {weight}")
+        if calls < 0:
+            raise CensusError(f"{at}: field 'calls' must be >= 0, got {calls}")
+        if not 0.0 <= eager <= 1.0:
+            raise CensusError(f"{at}: field 'eager_share' must be in [0, 1], got {eager}")
+        points.append(Point(sig, m, weight, calls, must, eager))
+    keys = [(p.signature, p.m) for p in points]
+    if len(set(keys)) != len(keys):
+        raise CensusError(f"{where}: a (signature, M) appears twice in 'points'")
+    meta_items = tuple(sorted((str(k), str(v)) for k, v in meta.items() if k != "mode"))
+    return ShapeSet(tuple(points), workload, (("mode", mode),) + meta_items)
+
+
+def read_census(path: str | Path) -> ShapeSet:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise CensusError(f"cannot read census {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise CensusError(f"census {path} is not JSON: {exc.msg} (line {exc.lineno})") from exc
+    return from_json(data, str(path))
+
+
+def merge_points(points: Iterable[Point]) -> tuple[Point, ...]:
+    """One point per (signature, M): weights and calls add, must_tune ORs, eager_share by calls."""
+    acc: dict[tuple[Signature, int], list] = {}
+    for p in points:
+        cur = acc.setdefault((p.signature, p.m), [0.0, 0, False, 0.0, 0.0])
+        cur[0] += p.weight
+        cur[1] += p.calls
+        cur[2] = cur[2] or p.must_tune
+        cur[3] += p.eager_share * p.calls
+        cur[4] = max(cur[4], p.eager_share)  # when no calls were counted, keep the larger share
+    out = []
+    for (sig, m), (weight, calls, must, eager_calls, eager_max) in sorted(acc.items()):
+        eager = min(1.0, eager_calls / calls) if calls else eager_max
+        out.append(Point(sig, m, weight, calls, must, eager))
+    return tuple(out)
+
+
+def merge(*censuses: ShapeSet) -> ShapeSet:
+    """Merge censuses (e.g. offline + streaming, or a census + a capture)."""
+    if not censuses:
+        raise CensusError("merge needs at least one census")
+    workloads = sorted({c.workload for c in censuses if c.workload})
+    modes = sorted({dict(c.meta).get("mode", "") for c in censuses} - {""})
+    meta: dict[str, str] = {}
+    for c in censuses:
+        for k, v in c.meta:
+            if k != "mode":
+                meta.setdefault(k, v)
+    return ShapeSet(merge_points(p for c in censuses for p in c.points), "+".join(workloads),
+                    (("mode", "+".join(modes)),) + tuple(sorted(meta.items())))

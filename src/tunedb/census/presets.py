@@ -1,0 +1,238 @@
+"""Workloads: the built-in presets (published architecture configs, hard-coded) and user models.
+
+A workload knows how to build its model on a device (meta for a CPU census) and how to make the
+inputs of one probe: ``inputs(batch, length)`` for offline/prefill/streaming keys and, for
+decoders, ``decode_inputs(batch)`` for one decode step. Lengths are input frames (10 ms log-mel
+frames) for audio encoders and tokens for language models.
+
+User workloads are named ``module:callable``. The callable is called with ``device`` (a
+torch.device) and returns ``(model, input_factory)`` or ``(model, input_factory, decode_factory)``:
+``input_factory(batch, length) -> tuple`` of positional inputs for ``model(*inputs)``, and
+``decode_factory(batch) -> tuple`` the inputs of one decode step (give it only for decoders).
+
+Implementations (``impl``): ``auto`` uses transformers (Whisper, Llama) or torchaudio (Conformer)
+when importable and the mirror modules otherwise; ``mirror``, ``hf`` and ``torchaudio`` force one.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tunedb.errors import CensusError
+
+AUDIO, TEXT = "frames", "tokens"
+
+
+@dataclass(frozen=True)
+class Built:
+    """A model on a device with its probe-input factories."""
+
+    model: Any
+    inputs: Callable[[int, int], tuple]
+    decode_inputs: Callable[[int], tuple] | None
+    impl: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    unit: str  # AUDIO (input frames, 100 per second) or TEXT (tokens)
+    build: Callable[[Any, str], Built]  # (torch.device, impl) -> Built
+    fixed_length: int | None = None  # a fixed-window encoder (Whisper: 3000 frames), keyed exactly
+    max_length: int = 3000  # the capture limit of the offline grid, in `unit`
+    length_step: int = 0  # offline length buckets: multiples of this; 0: the M-bucket ladder
+    streaming: bool = False  # accepts chunked input (a streaming encoder)
+    decoder: bool = False  # has decode steps
+    config: tuple[tuple[str, Any], ...] = ()  # the published values the preset hard-codes
+
+
+WHISPER = {
+    "whisper-base": dict(d_model=512, encoder_layers=6, heads=8, ffn=2048, n_mels=80),
+    "whisper-large-v3": dict(d_model=1280, encoder_layers=32, heads=20, ffn=5120, n_mels=128),
+}
+WHISPER_FRAMES = 3000  # a 30 s log-mel window; the encoder sees 1500 positions after conv2
+CONFORMER = dict(input_dim=512, num_heads=8, ffn_dim=2048, num_layers=16, depthwise_conv_kernel_size=31,
+                 n_mels=80)
+LLAMA_3_8B = dict(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, vocab=128256)
+
+
+def _available(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _choose(impl: str, library: str, allowed: tuple[str, ...]) -> str:
+    if impl not in allowed + ("auto",):
+        raise CensusError(f"impl={impl!r} is not available here; use one of auto, {', '.join(allowed)}")
+    if impl == "auto":
+        return library if _available("transformers" if library == "hf" else library) else "mirror"
+    if impl != "mirror" and not _available("transformers" if impl == "hf" else impl):
+        raise CensusError(f"impl={impl!r} needs the {'transformers' if impl == 'hf' else impl} package")
+    return impl
+
+
+def _dtype():
+    import torch
+
+    return torch.bfloat16
+
+
+def _build_whisper(name: str) -> Callable[[Any, str], Built]:
+    cfg = WHISPER[name]
+
+    def build(device: Any, impl: str) -> Built:
+        import torch
+
+        impl = _choose(impl, "hf", ("mirror", "hf"))
+        with torch.device(device):
+            if impl == "hf":
+                from transformers import WhisperConfig
+                from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+                hf = WhisperConfig(d_model=cfg["d_model"], encoder_layers=cfg["encoder_layers"],
+                                   encoder_attention_heads=cfg["heads"], encoder_ffn_dim=cfg["ffn"],
+                                   num_mel_bins=cfg["n_mels"], max_source_positions=WHISPER_FRAMES // 2)
+                hf._attn_implementation = "eager"
+                model = WhisperEncoder(hf)
+            else:
+                from tunedb.census.models import WhisperEncoderMirror
+
+                model = WhisperEncoderMirror(cfg["d_model"], cfg["encoder_layers"], cfg["heads"], cfg["ffn"],
+                                             cfg["n_mels"], WHISPER_FRAMES // 2)
+        model = model.to(_dtype()).eval()
+
+        def inputs(batch: int, length: int) -> tuple:
+            if length != WHISPER_FRAMES:
+                raise CensusError(f"{name} takes exactly {WHISPER_FRAMES} log-mel frames, got {length}")
+            return (torch.randn(batch, cfg["n_mels"], length, dtype=_dtype(), device=device),)
+
+        return Built(model, inputs, None, impl)
+
+    return build
+
+
+def _build_conformer(device: Any, impl: str) -> Built:
+    import torch
+
+    from tunedb.census.models import ConformerEncoder, ConformerMirror, ConvSubsampling
+
+    impl = _choose(impl, "torchaudio", ("mirror", "torchaudio"))
+    c = CONFORMER
+    with torch.device(device):
+        if impl == "torchaudio":
+            from torchaudio.models import Conformer
+
+            body = Conformer(input_dim=c["input_dim"], num_heads=c["num_heads"], ffn_dim=c["ffn_dim"],
+                             num_layers=c["num_layers"], depthwise_conv_kernel_size=c["depthwise_conv_kernel_size"])
+        else:
+            body = ConformerMirror(c["input_dim"], c["num_heads"], c["ffn_dim"], c["num_layers"],
+                                   c["depthwise_conv_kernel_size"])
+        model = ConformerEncoder(ConvSubsampling(c["n_mels"], c["input_dim"]), body)
+    model = model.to(_dtype()).eval()
+
+    def inputs(batch: int, length: int) -> tuple:
+        if length < 7:
+            raise CensusError(f"conformer needs at least 7 input frames for its stride-4 front end, got {length}")
+        return (torch.randn(batch, length, c["n_mels"], dtype=_dtype(), device=device),)
+
+    return Built(model, inputs, None, impl)
+
+
+def _build_llama(device: Any, impl: str) -> Built:
+    import torch
+
+    impl = _choose(impl, "hf", ("mirror", "hf"))
+    c = LLAMA_3_8B
+    with torch.device(device):
+        if impl == "hf":
+            from transformers import LlamaConfig, LlamaForCausalLM
+
+            hf = LlamaConfig(hidden_size=c["hidden"], intermediate_size=c["intermediate"],
+                             num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
+                             num_key_value_heads=c["kv_heads"], vocab_size=c["vocab"],
+                             max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False)
+            hf._attn_implementation = "eager"
+            model = LlamaForCausalLM(hf)
+        else:
+            from tunedb.census.models import LlamaMirror
+
+            model = LlamaMirror(c["hidden"], c["intermediate"], c["layers"], c["heads"], c["kv_heads"], c["vocab"])
+    model = model.to(_dtype()).eval()
+
+    def ids(batch: int, length: int) -> torch.Tensor:
+        return torch.randint(0, c["vocab"], (batch, length), device=device)
+
+    if impl == "hf":
+        # An explicit additive 4D mask: transformers' own mask builder inspects values (.item()),
+        # which meta tensors do not have. Prefill, like generate(), keeps the last position's logits.
+        def inputs(batch: int, length: int) -> tuple:
+            mask = torch.zeros(batch, 1, length, length, dtype=_dtype(), device=device)
+            return (_HFCall(ids(batch, length), mask),)
+
+        def decode_inputs(batch: int) -> tuple:
+            return (_HFCall(ids(batch, 1), torch.zeros(batch, 1, 1, 1, dtype=_dtype(), device=device)),)
+
+        return Built(_HFRunner(model), inputs, decode_inputs, impl)
+
+    return Built(model, lambda b, n: (ids(b, n),), lambda b: (ids(b, 1),), impl)
+
+
+@dataclass(frozen=True)
+class _HFCall:
+    input_ids: Any
+    attention_mask: Any
+
+
+class _HFRunner:
+    """Calls a transformers causal LM the way generation does (no cache object, last logits only)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, call: _HFCall) -> Any:
+        return self.model(input_ids=call.input_ids, attention_mask=call.attention_mask, use_cache=False,
+                          logits_to_keep=1)
+
+
+PRESETS: dict[str, Workload] = {
+    "whisper-base": Workload("whisper-base", AUDIO, _build_whisper("whisper-base"), fixed_length=WHISPER_FRAMES,
+                             max_length=WHISPER_FRAMES, config=tuple(WHISPER["whisper-base"].items())),
+    "whisper-large-v3": Workload("whisper-large-v3", AUDIO, _build_whisper("whisper-large-v3"),
+                                 fixed_length=WHISPER_FRAMES, max_length=WHISPER_FRAMES,
+                                 config=tuple(WHISPER["whisper-large-v3"].items())),
+    "conformer": Workload("conformer", AUDIO, _build_conformer, max_length=3000, length_step=200,
+                          streaming=True, config=tuple(CONFORMER.items())),
+    "llama-3-8b": Workload("llama-3-8b", TEXT, _build_llama, max_length=8192, decoder=True,
+                           config=tuple(LLAMA_3_8B.items())),
+}
+
+
+def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> Workload:
+    module_name, _, attr = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise CensusError(f"cannot load workload {spec!r}: {exc}") from exc
+    if not callable(factory):
+        raise CensusError(f"workload {spec!r} is not callable")
+
+    def build(device: Any, impl: str) -> Built:
+        out = factory(device=device)
+        if not isinstance(out, tuple) or len(out) not in (2, 3) or not all(callable(x) for x in out):
+            raise CensusError(f"workload {spec!r} must return (model, input_factory[, decode_factory]), got {out!r:.100}")
+        return Built(out[0], out[1], out[2] if len(out) == 3 else None, "user")
+
+    return Workload(spec, unit, build, max_length=max_length, length_step=length_step, streaming=True,
+                    decoder=True)
+
+
+def workload(name: str, unit: str = AUDIO, max_length: int = 3000, length_step: int = 0) -> Workload:
+    """A preset by name, or a user model named module:callable (unit/max_length/length_step apply to it)."""
+    if name in PRESETS:
+        return PRESETS[name]
+    if ":" in name:
+        if unit not in (AUDIO, TEXT):
+            raise CensusError(f"length unit {unit!r} is not one of {AUDIO}, {TEXT}")
+        return _user_workload(name, unit, max_length, length_step)
+    raise CensusError(f"unknown workload {name!r}; presets are {', '.join(PRESETS)}, or give module:callable")

@@ -1,0 +1,86 @@
+"""Taking a census: replay traffic into probe keys, run each key once under the recorder, and
+weight what it recorded. Produces a records.ShapeSet.
+
+Per point (signature, M): calls = sum over keys of (forwards at the key) * (calls per forward);
+weight = its share of all recorded calls (weights sum to 1 when any traffic was replayed);
+must_tune when a captured key reaches it (even one the traffic never hit); eager_share = the
+share of its calls made by keys above the capture limit (1 for those keys, 0 for captured ones).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tunedb.census import modes
+from tunedb.census.presets import AUDIO, Workload
+from tunedb.errors import CensusError
+from tunedb.records import Point, ShapeSet, Signature
+
+
+def traffic(w: Workload, mode: str, max_batch: int, chunk: int | None, manifest: str | Path | None,
+            seed: int = 0) -> Counter[modes.Key]:
+    """The probe keys of `mode` with their forward counts (see tunedb.census.modes)."""
+    if mode not in modes.MODES:
+        raise CensusError(f"unknown mode {mode!r}; modes are {', '.join(modes.MODES)}")
+    field = {"decode": "output_tokens"}.get(mode, "duration" if w.unit == AUDIO else "tokens")
+    values = modes.read_manifest(manifest, field) if manifest else modes.synthetic(field, seed=seed)
+    if mode == "decode":
+        if not w.decoder:
+            raise CensusError(f"{w.name} is an encoder-only model: it has no decode steps; "
+                              f"use --mode offline{' or streaming' if w.streaming else ''}")
+        return modes.decode([int(v) for v in values], max_batch, seed=seed)
+    lengths = modes.frames(values, w.fixed_length) if w.unit == AUDIO else [int(v) for v in values]
+    if mode == "streaming":
+        if not w.streaming:
+            raise CensusError(f"{w.name} cannot stream: it is a fixed-window or causal LM workload; "
+                              "use --mode offline" + (" or decode" if w.decoder else ""))
+        if chunk is None:
+            raise CensusError("--mode streaming needs --chunk-size (input frames per chunk)")
+        return modes.streaming(lengths, max_batch, chunk, seed=seed)
+    return modes.offline(lengths, max_batch, w.max_length, w.length_step, w.fixed_length,
+                         captured=(mode == "offline"))
+
+
+def probe(built: Any, key: modes.Key) -> Counter[tuple[Signature, int]]:
+    """Run one forward at `key` under the recorder."""
+    from tunedb.census.recorder import record
+
+    inputs = built.decode_inputs(key.batch) if key.length == 0 else built.inputs(key.batch, key.length)
+    return record(lambda: built.model(*inputs))
+
+
+def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
+                manifest: str | Path | None = None, device: str = "meta", impl: str = "auto",
+                seed: int = 0) -> ShapeSet:
+    """The census of workload `w` served in `mode` (see the module docstring for the weights)."""
+    import torch
+
+    keys = traffic(w, mode, max_batch, chunk, manifest, seed)
+    built = w.build(torch.device(device), impl)
+    if mode == "decode" and built.decode_inputs is None:
+        raise CensusError(f"{w.name} returned no decode_factory: it is encoder-only and has no decode steps")
+    calls: Counter[tuple[Signature, int]] = Counter()
+    eager: Counter[tuple[Signature, int]] = Counter()
+    must: set[tuple[Signature, int]] = set()
+    for key in sorted(keys):
+        recorded = probe(built, key)
+        if not recorded:
+            raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no GEMM")
+        for point, n in recorded.items():
+            calls[point] += keys[key] * n
+            if key.captured:
+                must.add(point)
+            else:
+                eager[point] += keys[key] * n
+    total = sum(calls.values())
+    points = []
+    for point in sorted(set(calls) | must):
+        c = calls[point]
+        share = eager[point] / c if c else (0.0 if point in must else 1.0)
+        points.append(Point(point[0], point[1], weight=(c / total if total else 0.0), calls=c,
+                            must_tune=point in must, eager_share=share))
+    meta = (("mode", mode), ("impl", built.impl), ("device", str(device)), ("max_batch_size", str(max_batch)),
+            ("chunk_size", str(chunk or "")), ("traffic", str(manifest) if manifest else f"synthetic(seed={seed})"),
+            ("keys", str(len(keys))), ("forwards", str(sum(keys.values()))))
+    return ShapeSet(tuple(points), w.name, meta)

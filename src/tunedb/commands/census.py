@@ -1,0 +1,51 @@
+"""`tunedb census`: record which GEMM shapes a workload runs in a service mode, write a census file."""
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from tunedb.census.modes import MODES
+
+    parser.add_argument("workload", help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b) "
+                                         "or module:callable returning (model, input_factory[, decode_factory])")
+    parser.add_argument("--mode", choices=MODES, default="offline", help="service mode (default offline)")
+    parser.add_argument("--max-batch-size", type=int, default=8, help="largest batch / cohort (default 8)")
+    parser.add_argument("--chunk-size", type=int, default=None, help="streaming: input frames per chunk")
+    parser.add_argument("--manifest", default=None,
+                        help="NeMo-style JSONL traffic (duration in s; tokens / output_tokens for text); "
+                             "default: the documented synthetic distribution")
+    parser.add_argument("--capture", action="append", default=[],
+                        help="merge a TUNEDB_CAPTURE recording (repeatable)")
+    parser.add_argument("--merge", action="append", default=[], help="merge an existing census file (repeatable)")
+    parser.add_argument("--device", default="meta", help="where to build the model (default meta: no weights)")
+    parser.add_argument("--impl", default="auto", choices=("auto", "mirror", "hf", "torchaudio"),
+                        help="preset implementation (default auto: transformers/torchaudio when importable)")
+    parser.add_argument("--unit", default="frames", choices=("frames", "tokens"),
+                        help="module:callable workloads: what input_factory's length counts")
+    parser.add_argument("--max-length", type=int, default=3000,
+                        help="module:callable workloads: the offline capture limit, in --unit")
+    parser.add_argument("--length-step", type=int, default=0,
+                        help="module:callable workloads: offline length buckets (0: the M-bucket ladder)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic traffic and replays")
+    parser.add_argument("--out", required=True, help="census JSON file to write")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tunedb.census import merge, read_capture, read_census, write_census
+    from tunedb.census.presets import workload
+    from tunedb.census.probe import take_census
+
+    w = workload(args.workload, args.unit, args.max_length, args.length_step)
+    census = take_census(w, args.mode, args.max_batch_size, args.chunk_size, args.manifest,
+                         args.device, args.impl, args.seed)
+    extra = [read_capture(p) for p in args.capture] + [read_census(p) for p in args.merge]
+    if extra:
+        census = merge(census, *extra)
+    write_census(args.out, census)
+    gemm = [p for p in census.points if p.signature.op != "bmm"]
+    sigs = {p.signature for p in gemm}
+    print(f"tunedb census: {w.name} ({args.mode}): {len(gemm)} GEMM points over {len(sigs)} signatures, "
+          f"{sum(p.must_tune for p in gemm)} must-tune, {len(census.points) - len(gemm)} bmm points "
+          f"(not tuned) -> {args.out}")
+    return 0
