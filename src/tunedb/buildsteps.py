@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from tunedb import buildplan, costmodel, partition
-from tunedb.records import ArchProfile, Config, Entry, Measurement, Signature, Status
+from pathlib import Path
+
+from tunedb import buildplan, checkpoint, costmodel, database, families, partition
+from tunedb.errors import BuildError
+from tunedb.records import ArchProfile, Config, Entry, Measurement, Point, Signature, Status
 
 FALLBACK = "torch"  # the arm a region must beat by the gate: cuBLAS through torch
 TOL = 0.03  # set cover: every point within 3% of its best
@@ -143,3 +146,101 @@ def build_signature(plan: buildplan.SignaturePlan, measure: Callable[..., tuple[
     keep = set(part.chosen) | {r.config_id for r in part.regions} | set(plan.forced)
     source = "simulated" if opts.simulate else "build"
     return Entry(sig, part.regions, evidence(meas, keep), source, {}, part.notes), meas
+
+
+def run_meta(opts: Any, arch: ArchProfile, points: Mapping[Signature, list[Point]]) -> dict[str, Any]:
+    import hashlib
+
+    text = "\n".join(f"{p.signature}|{p.m}|{p.weight!r}|{p.calls}|{int(p.must_tune)}|{p.eager_share!r}"
+                     for sig in sorted(points) for p in sorted(points[sig], key=lambda p: p.m))
+    return {"family": opts.family, "arch": arch.arch_family, "census": hashlib.sha256(text.encode()).hexdigest()[:20],
+            "thin": opts.thin, "max_points": opts.max_points, "min_speedup": opts.min_speedup,
+            "exhaustive": opts.exhaustive, "simulate": opts.simulate, "top_k": opts.top_k,
+            "seed": opts.seed if opts.simulate else None, "noise": opts.noise if opts.simulate else None}
+
+
+def check_options(opts: Any, gpu: bool) -> None:
+    if opts.min_speedup < 1.0:
+        raise BuildError(f"--min-speedup={opts.min_speedup} must be >= 1.0 (1.05: a config must beat torch by 5%)")
+    if opts.max_points is not None and not opts.thin:
+        raise BuildError("--max-points needs --thin (without it every census point is measured)")
+    if opts.thin and (opts.max_points is None or opts.max_points < 2):
+        raise BuildError(f"--thin needs --max-points N with N >= 2, got {opts.max_points}")
+    if opts.top_k < 1:
+        raise BuildError(f"top-k={opts.top_k} must be >= 1")
+    if opts.simulate and opts.out == "system":
+        raise BuildError("--simulate refuses --out system: the system tier ships measured tables only; "
+                         "write a simulated build to --out user or a directory")
+    if not (opts.simulate or opts.dry_run or gpu):
+        raise BuildError("no CUDA GPU here: a build measures on a GPU; use --simulate (cost-model "
+                         "timer) or --dry-run (the plan) on this machine")
+
+
+def prebuilt_configs(family: str, arch_family: str) -> set[str]:
+    """Configs `tunedb prebuild` compiled into the Triton cache this build uses (pointing Triton
+    at that cache as a side effect, so workers started afterwards find it)."""
+    if family != "gemm":
+        return set()
+    import json
+
+    from tunedb.families.gemm import prebuild
+
+    cache = prebuild.point_triton_cache()
+    try:
+        summary = json.loads((cache / f"tunedb-prebuild-{arch_family}.json").read_text())
+    except (OSError, ValueError):
+        return set()
+    if summary.get("triton") != prebuild.triton_version():
+        return set()
+    return set(summary.get("configs") or ())
+
+
+def target_file(out: str, arch_family: str, family: str) -> Path:
+    """'user' / 'system' -> that tier's file; a path ending in .json -> itself; else DIR/<arch>/<family>.json
+    (the user tier's layout, so TUNEDB_USER_DB=DIR serves what the build wrote)."""
+    if out in database.TIERS:
+        return database.target_path(out, arch_family, family)
+    path = Path(out).expanduser()
+    return path if path.suffix == ".json" else path / arch_family / f"{family}.json"
+
+
+def log_file(out: str, target: Path, run: checkpoint.RunDir) -> Path:
+    """--out DIR: DIR/measurements.jsonl (beside the file); user/system: the run directory's log."""
+    if out in database.TIERS:
+        return run.log_path
+    base = Path(out).expanduser()
+    return (base.parent if base.suffix == ".json" else base) / checkpoint.LOG_FILE
+
+
+def existing_file(path: Path | None, family: str, arch_family: str) -> database.DatabaseFile | None:
+    if path is None or not path.exists():
+        return None
+    try:
+        return database.load(path, family, arch_family)
+    except Exception:  # unreadable: the write will say why (and only --fresh replaces it)
+        return None
+
+
+def configs_of(family: Any, entries: Sequence[Entry], meas: Sequence[Measurement]) -> dict[str, Config]:
+    ids = {c for e in entries for c in e.config_ids()}
+    ids |= {c for e in entries for row in e.evidence.values() for c in row if not c.startswith("_")}
+    ids |= {m.config_id for m in meas}
+    out = {}
+    for cid in sorted(ids):
+        cfg = family.parse_config(cid)
+        if not cfg.is_sentinel:
+            out[cid] = cfg
+    return out
+
+
+def would_change(existing: database.DatabaseFile | None, opts: Any, arch: ArchProfile,
+                  entries: Sequence[Entry], configs: Mapping[str, Config], model: Mapping[str, Any]) -> tuple[Any, ...]:
+    """--no-write: the diff from the current file to what this build would write."""
+    from tunedb.database import validators
+
+    family = families.get(opts.family)
+    before = None if opts.fresh else existing
+    after = database.merge(before, opts.family, arch.arch_family, entries, configs,
+                           validators.current(validators.family_impl_hash(family)), model)
+    empty = database.DatabaseFile(opts.family, arch.arch_family)
+    return database.diff(existing or empty, after)

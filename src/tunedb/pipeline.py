@@ -13,12 +13,12 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 from tunedb import buildplan, buildsteps, checkpoint, costmodel, database, families, partition
 from tunedb import evaluate as evaluation
-from tunedb.errors import BuildError
-from tunedb.records import ArchProfile, Config, Entry, Measurement, Point, ShapeSet, Signature
+from tunedb.errors import BuildError, DatabaseError
+from tunedb.records import ArchProfile, Entry, Point, ShapeSet, Signature
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class BuildResult:
     changes: tuple[Any, ...] = ()  # --no-write: database.Change against the current file
     arms_measured: int = 0
     resumed: tuple[str, ...] = ()  # signatures taken from the run's checkpoints
+    skipped: tuple[str, ...] = ()  # census signatures of ops the family does not serve
     seconds: float = 0.0
     census_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -85,21 +86,26 @@ def read_census(path: str | Path) -> ShapeSet:
     return census.read_census(Path(path))
 
 
-def signatures_by_census(censuses: Sequence[tuple[str, ShapeSet]], family: str
-                         ) -> tuple[dict[Signature, list[Point]], dict[str, list[Signature]]]:
-    """Every signature's points over all censuses, and each census's signatures (a signature
-    belongs to the first census that has it, so each is measured once)."""
+def signatures_by_census(censuses: Sequence[tuple[str, ShapeSet]], family: Any
+                         ) -> tuple[dict[Signature, list[Point]], dict[str, list[Signature]], list[Signature]]:
+    """Every signature's points over all censuses, each census's signatures (a signature belongs
+    to the first census that has it, so each is measured once), and the signatures skipped
+    because the family has no such op (a census also records ops such as bmm)."""
     points: dict[Signature, list[Point]] = {}
     owner: dict[str, list[Signature]] = {}
+    skipped: dict[Signature, None] = {}
     for name, shapes in censuses:
         mine = owner.setdefault(name, [])
         for sig in shapes.signatures():
-            if sig.family != family:
+            if sig.family != family.name:
+                continue
+            if sig.op not in family.ops:
+                skipped[sig] = None
                 continue
             if sig not in points:
                 mine.append(sig)
             points.setdefault(sig, []).extend(shapes.for_signature(sig))
-    return points, owner
+    return points, owner, list(skipped)
 
 
 def _working_set(sigs: Sequence[Signature]) -> int:
@@ -112,45 +118,17 @@ def _working_set(sigs: Sequence[Signature]) -> int:
     return total
 
 
-def _run_meta(opts: BuildOptions, arch: ArchProfile, points: Mapping[Signature, list[Point]]) -> dict[str, Any]:
-    import hashlib
-
-    text = "\n".join(f"{p.signature}|{p.m}|{p.weight!r}|{p.calls}|{int(p.must_tune)}|{p.eager_share!r}"
-                     for sig in sorted(points) for p in sorted(points[sig], key=lambda p: p.m))
-    return {"family": opts.family, "arch": arch.arch_family, "census": hashlib.sha256(text.encode()).hexdigest()[:20],
-            "thin": opts.thin, "max_points": opts.max_points, "min_speedup": opts.min_speedup,
-            "exhaustive": opts.exhaustive, "simulate": opts.simulate, "top_k": opts.top_k,
-            "seed": opts.seed if opts.simulate else None, "noise": opts.noise if opts.simulate else None}
-
-
-def check_options(opts: BuildOptions, gpu: bool) -> None:
-    if opts.min_speedup < 1.0:
-        raise BuildError(f"--min-speedup={opts.min_speedup} must be >= 1.0 (1.05: a config must beat torch by 5%)")
-    if opts.max_points is not None and not opts.thin:
-        raise BuildError("--max-points needs --thin (without it every census point is measured)")
-    if opts.thin and (opts.max_points is None or opts.max_points < 2):
-        raise BuildError(f"--thin needs --max-points N with N >= 2, got {opts.max_points}")
-    if opts.top_k < 1:
-        raise BuildError(f"top-k={opts.top_k} must be >= 1")
-    if opts.simulate and opts.out == "system":
-        raise BuildError("--simulate refuses --out system: the system tier ships measured tables only; "
-                         "write a simulated build to --out user or a directory")
-    if not (opts.simulate or opts.dry_run or gpu):
-        raise BuildError("no CUDA GPU here: a build measures on a GPU; use --simulate (cost-model "
-                         "timer) or --dry-run (the plan) on this machine")
-
-
 def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arch: ArchProfile,
                calibrated: costmodel.ModelParams | None = None) -> tuple[list[buildplan.SignaturePlan], dict[str, list[Signature]]]:
     family = families.get(opts.family)
-    points, owner = signatures_by_census(censuses, opts.family)
+    points, owner, _ = signatures_by_census(censuses, family)
     if not points:
-        raise BuildError(f"the census has no {opts.family!r} signatures "
-                         f"({', '.join(n for n, _ in censuses)})")
+        raise BuildError(f"the census has no signature of an op of kernel family {opts.family!r} "
+                         f"(ops: {', '.join(family.ops)}) in {', '.join(n for n, _ in censuses)}")
     ranks = buildsteps.rankers(family, arch, calibrated)
     thin = (lambda pts: partition.thin(pts, opts.max_points)) if opts.thin else None
     predict = buildsteps.predictor(family, arch, calibrated)
-    compiled = prebuilt_configs(opts.family, arch.arch_family)
+    compiled = buildsteps.prebuilt_configs(opts.family, arch.arch_family)
     plans = []
     for sig in [s for name, _ in censuses for s in owner[name]]:
         plan = buildplan.plan_signature(family, points[sig], arch, ranks, top_k=opts.top_k,
@@ -161,25 +139,6 @@ def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arc
         est = buildplan.estimate_seconds(sig, plan.arms, predict, cross, compiled)
         plans.append(dataclasses.replace(plan, cross_pairs=cross, est_seconds=est))
     return plans, owner
-
-
-def prebuilt_configs(family: str, arch_family: str) -> set[str]:
-    """Configs `tunedb prebuild` compiled into the Triton cache this build uses (pointing Triton
-    at that cache as a side effect, so workers started afterwards find it)."""
-    if family != "gemm":
-        return set()
-    import json
-
-    from tunedb.families.gemm import prebuild
-
-    cache = prebuild.point_triton_cache()
-    try:
-        summary = json.loads((cache / f"tunedb-prebuild-{arch_family}.json").read_text())
-    except (OSError, ValueError):
-        return set()
-    if summary.get("triton") != prebuild.triton_version():
-        return set()
-    return set(summary.get("configs") or ())
 
 
 class Reporter:
@@ -196,32 +155,6 @@ class Reporter:
     def stop(self) -> None: ...
 
 
-def target_file(out: str, arch_family: str, family: str) -> Path:
-    """'user' / 'system' -> that tier's file; a path ending in .json -> itself; else DIR/<arch>/<family>.json
-    (the user tier's layout, so TUNEDB_USER_DB=DIR serves what the build wrote)."""
-    if out in database.TIERS:
-        return database.target_path(out, arch_family, family)
-    path = Path(out).expanduser()
-    return path if path.suffix == ".json" else path / arch_family / f"{family}.json"
-
-
-def log_file(out: str, target: Path, run: checkpoint.RunDir) -> Path:
-    """--out DIR: DIR/measurements.jsonl (beside the file); user/system: the run directory's log."""
-    if out in database.TIERS:
-        return run.log_path
-    base = Path(out).expanduser()
-    return (base.parent if base.suffix == ".json" else base) / checkpoint.LOG_FILE
-
-
-def _existing(path: Path | None, family: str, arch_family: str) -> database.DatabaseFile | None:
-    if path is None or not path.exists():
-        return None
-    try:
-        return database.load(path, family, arch_family)
-    except Exception:  # unreadable: the write will say why (and only --fresh replaces it)
-        return None
-
-
 def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer: Any = None,
           reporter: Reporter | None = None) -> BuildResult:
     """`tunedb build` on parsed censuses ((name, ShapeSet) pairs). `timer` replaces the protocol's
@@ -229,27 +162,27 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     started = time.perf_counter()
     reporter = reporter or Reporter()
     gpu = False if (opts.simulate or timer is not None) else has_gpu()
-    check_options(opts, gpu or timer is not None)
+    buildsteps.check_options(opts, gpu or timer is not None)
     family = families.get(opts.family)
     arch = arch_profile(opts.arch_family, real=gpu)
     try:
-        target = target_file(opts.out, arch.arch_family, opts.family)
-    except database.DatabaseError:
+        target = buildsteps.target_file(opts.out, arch.arch_family, opts.family)
+    except DatabaseError:
         if not opts.dry_run:
             raise
         target = None
-    existing = _existing(target, opts.family, arch.arch_family)
+    existing = buildsteps.existing_file(target, opts.family, arch.arch_family)
     plans, owner = plan_build(censuses, opts, arch, buildsteps.model_params(existing.model if existing else None))
-    result = BuildResult(plans)
+    result = BuildResult(plans, skipped=tuple(s.format() for s in signatures_by_census(censuses, family)[2]))
     if opts.dry_run:
         return result
     from tunedb.bench import collect_provenance
     from tunedb.bench.log import MeasurementLog, new_run_id, read_log
 
-    points, _ = signatures_by_census(censuses, opts.family)
-    run = checkpoint.open_run(opts.run_id or new_run_id(), _run_meta(opts, arch, points))
+    points, _, _ = signatures_by_census(censuses, family)
+    run = checkpoint.open_run(opts.run_id or new_run_id(), buildsteps.run_meta(opts, arch, points))
     result.run_id = run.run_id
-    result.log_path = log_file(opts.out, target, run)
+    result.log_path = buildsteps.log_file(opts.out, target, run)
     gpu_id = {}
     if gpu:
         from tunedb.bench.gpuenv import NvmlEnv
@@ -289,42 +222,17 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     result.entries = [entries[p.signature] for p in plans]
     records = read_log(log.path) if log.path.exists() else []
     mine = [r.measurement for r in records if r.run_id == run.run_id]
-    configs = _configs_of(family, result.entries, mine)
+    configs = buildsteps.configs_of(family, result.entries, mine)
     params = costmodel.fit(mine, configs, arch)
     model = params.to_json()
     if opts.no_write:
-        result.changes = _would_change(existing, opts, arch, result.entries, configs, model)
+        result.changes = buildsteps.would_change(existing, opts, arch, result.entries, configs, model)
     else:
         result.path = database.write_entries(target, opts.family, arch.arch_family, result.entries,
                                              {k: v for k, v in configs.items() if not v.is_sentinel},
                                              model=model, fresh=opts.fresh)
     result.seconds = time.perf_counter() - started
     return result
-
-
-def _configs_of(family: Any, entries: Sequence[Entry], meas: Sequence[Measurement]) -> dict[str, Config]:
-    ids = {c for e in entries for c in e.config_ids()}
-    ids |= {c for e in entries for row in e.evidence.values() for c in row if not c.startswith("_")}
-    ids |= {m.config_id for m in meas}
-    out = {}
-    for cid in sorted(ids):
-        cfg = family.parse_config(cid)
-        if not cfg.is_sentinel:
-            out[cid] = cfg
-    return out
-
-
-def _would_change(existing: database.DatabaseFile | None, opts: BuildOptions, arch: ArchProfile,
-                  entries: Sequence[Entry], configs: Mapping[str, Config], model: Mapping[str, Any]) -> tuple[Any, ...]:
-    """--no-write: the diff from the current file to what this build would write."""
-    from tunedb.database import validators
-
-    family = families.get(opts.family)
-    before = None if opts.fresh else existing
-    after = database.merge(before, opts.family, arch.arch_family, entries, configs,
-                           validators.current(validators.family_impl_hash(family)), model)
-    empty = database.DatabaseFile(opts.family, arch.arch_family)
-    return database.diff(existing or empty, after)
 
 
 def census_weights(censuses: Sequence[ShapeSet]) -> tuple[dict[tuple[Signature, int], float], dict[tuple[Signature, int], float]]:
@@ -406,3 +314,78 @@ def evaluate_logs(logs: Sequence[str | Path], dbs: Sequence[tuple[str, str | Pat
     regions = {name: {s.format(): db.entries[s].regions for s in sorted(sigs) if s in db.entries}
                for name, db in files}
     return ev, regions
+
+
+def take_census(workload: str, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
+                manifest: str | None = None, capture: str | None = None, impl: str = "auto") -> ShapeSet:
+    """The census of a workload on meta tensors (no GPU needed), merged with a capture file."""
+    from tunedb.census import merge, presets, probe, read_capture
+
+    shapes = probe.take_census(presets.workload(workload), mode, max_batch, chunk, manifest,
+                               device="meta", impl=impl)
+    return merge(shapes, read_capture(capture)) if capture else shapes
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the selector would serve at one census point, and from which tier."""
+
+    point: Point
+    tier: str  # user, system, model, default; "unserved" for an op the family lacks
+    config_id: str
+
+
+def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = "gemm") -> list[Served]:
+    """Resolve every census point through the selector pinned to `arch_family`, with the cost-model
+    tier ranking by the first tier file's model (else the uncalibrated structure). The selector's
+    pin and ranker are undone afterwards."""
+    from tunedb import arch, selector
+
+    fam = families.get(family)
+    profile = arch.shipped_profile(arch_family)
+    selector.configure(arch_family=arch_family)
+    try:
+        params = buildsteps.model_params(selector.model_params(family))
+        selector.set_ranker(family, costmodel.make_ranker(profile, params, fam.invalid_reason,
+                                                          buildsteps.default_of(fam, profile)))
+        out = []
+        for p in sorted(shapes.points, key=lambda p: (p.signature, p.m)):
+            if p.signature.family != family or p.signature.op not in fam.ops:
+                out.append(Served(p, "unserved", "-"))
+                continue
+            res = selector.resolve(family, p.signature, p.m)
+            out.append(Served(p, res.tier, res.config.id))
+        return out
+    finally:
+        selector.set_ranker(family, None)
+        selector.configure()
+
+
+@dataclass
+class TuneResult:
+    census: ShapeSet
+    served: list[Served] = field(default_factory=list)  # without a GPU: the plan
+    build: BuildResult | None = None
+    evaluation: evaluation.Evaluation | None = None
+    measured: bool = False
+
+
+def tune(workload: str, opts: BuildOptions, *, census_kw: dict[str, Any] | None = None,
+         shapes: ShapeSet | None = None, reporter: Reporter | None = None) -> TuneResult:
+    """`tunedb tune`: census -> build into `opts.out` (the user tier) -> evaluate -> report.
+    Without a GPU (and without --simulate) nothing is measured: the result is the plan the
+    system tier and the cost model would serve on `opts.arch_family` (sm90 by default)."""
+    shapes = shapes if shapes is not None else take_census(workload, **(census_kw or {}))
+    result = TuneResult(shapes)
+    if not (opts.simulate or has_gpu()) or opts.dry_run:
+        result.served = plan_served(shapes, opts.arch_family or "sm90", opts.family)
+        if not opts.dry_run:
+            return result
+    result.build = build([(workload, shapes)], opts, reporter=reporter)
+    if opts.dry_run:
+        return result
+    result.measured = True
+    if result.build.path is not None and result.build.log_path is not None:
+        result.evaluation, _ = evaluate_logs([result.build.log_path], [("tuned", result.build.path)],
+                                             [shapes], arch_family=None, family=opts.family)
+    return result

@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     from tunedb import pipeline
 
     opts = options_from(args)
-    pipeline.check_options(opts, gpu=True)  # flag errors before reading any census (GPU checked later)
+    pipeline.buildsteps.check_options(opts, gpu=True)  # flag errors before reading any census (GPU checked later)
     censuses = [(path, pipeline.read_census(path)) for path in args.census]
     console = Console(file=sys.stderr if args.json else sys.stdout)
     reporter = None if (args.json or opts.dry_run) else RichReporter(console)

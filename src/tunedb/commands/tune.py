@@ -1,0 +1,84 @@
+"""`tunedb tune WORKLOAD`: the main job. Census -> build into the user tier -> evaluate -> report.
+
+Without a GPU it measures nothing: it prints what the shipped system tier and the cost model
+would serve for the workload on --arch (sm90 by default), and says so.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from typing import Any
+
+from tunedb.commands.build import RichReporter, add_build_options, options_from, print_plan
+
+NO_GPU = "No GPU: nothing was measured."
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("workload", metavar="WORKLOAD",
+                        help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b, ...) "
+                             "or module:callable")
+    census = parser.add_argument_group("census")
+    census.add_argument("--mode", default="offline", help="offline (default), streaming or decode")
+    census.add_argument("--max-batch-size", type=int, default=8, help="largest batch served (8)")
+    census.add_argument("--chunk-size", type=int, default=None, help="streaming: input frames per chunk")
+    census.add_argument("--manifest", default=None, help="traffic: a JSONL manifest (else synthetic)")
+    census.add_argument("--capture", default=None, help="merge a TUNEDB_CAPTURE recording")
+    census.add_argument("--impl", default="auto", help="model implementation: auto, mirror, hf, torchaudio")
+    add_build_options(parser, out_default="user")
+
+
+def _census_kw(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(mode=args.mode, max_batch=args.max_batch_size, chunk=args.chunk_size,
+                manifest=args.manifest, capture=args.capture, impl=args.impl)
+
+
+def print_served(console: Any, served: list[Any], arch_family: str) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"what tunedb would serve on {arch_family} (tiers: user > system > cost model > default)")
+    for col in ("signature", "M", "weight", "must-tune", "tier", "config"):
+        table.add_column(col, justify="right" if col in ("M", "weight") else "left", overflow="fold")
+    for s in served:
+        p = s.point
+        table.add_row(p.signature.format(), str(p.m), f"{p.weight:.3f}", "yes" if p.must_tune else "",
+                      s.tier, s.config_id)
+    console.print(table)
+    counts = Counter(s.tier for s in served)
+    order = ("user", "system", "model", "default", "unserved")
+    console.print("points per tier: " + ", ".join(f"{counts.get(t, 0)} {t}" for t in order))
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from tunedb import evaluate, pipeline
+
+    opts = options_from(args)
+    pipeline.buildsteps.check_options(opts, gpu=True)
+    console = Console()
+    shapes = pipeline.take_census(args.workload, **_census_kw(args))
+    sigs = shapes.signatures()
+    console.print(f"census of {args.workload} ({args.mode}): {len(shapes.points)} point(s) over "
+                  f"{len(sigs)} signature(s)")
+    gpu = opts.simulate or pipeline.has_gpu()
+    reporter = RichReporter(console) if gpu and not opts.dry_run else None
+    result = pipeline.tune(args.workload, opts, shapes=shapes, reporter=reporter)
+    if result.served:
+        print_served(console, result.served, opts.arch_family or "sm90")
+    if result.build is not None and opts.dry_run:
+        print_plan(console, result.build.plans)
+    if not result.measured:
+        console.print(NO_GPU if not gpu else "--dry-run: nothing was measured.")
+        return 0
+    b = result.build
+    console.print(f"measured {b.arms_measured} arm(s) in {b.seconds:.1f} s; log: {b.log_path}")
+    if b.path is not None:
+        console.print(f"wrote {b.path}")
+    if result.evaluation is not None:
+        evaluate.render_table(result.evaluation, console)
+    if opts.simulate:
+        console.print("--simulate: every number above came from the cost model plus noise, not a GPU")
+    sys.stdout.flush()
+    return 0

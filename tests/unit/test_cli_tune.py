@@ -1,0 +1,77 @@
+"""`tunedb tune`: without a GPU it prints the plan and measures nothing; with --simulate it runs
+the whole chain (census -> build into the user tier -> evaluate) on the CPU."""
+from __future__ import annotations
+
+import pytest
+
+from tunedb import database, pipeline, settings
+from tunedb.cli import main
+from tunedb.errors import DatabaseError
+from tunedb.records import Point, ShapeSet, Signature
+
+QKV = Signature.make("gemm", "gemm", "half", N=512, K=512)
+FFN = Signature.make("gemm", "gemm", "half", N=2048, K=512)
+BMM = Signature.make("gemm", "bmm", "half", B=8, N=64, K=1500)
+
+
+@pytest.fixture
+def tiers(tmp_path):
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        yield tmp_path
+
+
+def test_tune_whisper_base_without_a_gpu_prints_the_plan(tiers, monkeypatch, capsys):
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    assert main(["tune", "whisper-base"]) == 0
+    out = capsys.readouterr().out
+    assert "No GPU: nothing was measured." in out
+    assert "census of whisper-base" in out and "what tunedb would serve on sm90" in out
+    assert "points per tier:" in out
+    flat = "".join(out.split()).replace("│", "")  # rich folds long cells over lines
+    assert "model" in out and "N=2048|K=512" in flat  # whisper-base's FFN up-projection
+    assert not (tiers / "user").exists()  # nothing measured, nothing written
+    assert not (tiers / "cache" / "runs").exists()
+
+
+def test_served_plan_names_each_points_tier(tiers):
+    system = tiers / "system"
+    entry = {"regions": [[None, "torch"]], "source": "build"}
+    (system / "sm90").mkdir(parents=True)
+    (system / "sm90" / "gemm.json").write_text(
+        '{"schema": 1, "kernel_family": "gemm", "arch_family": "sm90", "validators": {}, "configs": {}, '
+        '"entries": {"%s": %s}}' % (QKV.format(), str(entry).replace("'", '"').replace("None", "null")))
+    shapes = ShapeSet((Point(QKV, 1500), Point(FFN, 1500), Point(BMM, 1500)))
+    with database.system_root_override(system), settings.override(MODEL_FALLBACK="auto"):
+        served = {(s.point.signature, s.tier): s.config_id for s in pipeline.plan_served(shapes, "sm90")}
+        assert served[(QKV, "system")] == "torch"
+        assert (FFN, "model") in served and served[(FFN, "model")] not in ("torch", "default")
+        assert served[(BMM, "unserved")] == "-"
+        with settings.override(MODEL_FALLBACK="0"):
+            served = {(s.point.signature, s.tier) for s in pipeline.plan_served(shapes, "sm90")}
+        assert (FFN, "default") in served
+
+
+def test_simulated_tune_runs_the_chain_into_the_user_tier(tiers):
+    shapes = ShapeSet((Point(QKV, 16, 0.5, 10), Point(QKV, 40, 0.5, 10), Point(BMM, 16, 0.0, 1)))
+    opts = pipeline.BuildOptions(out="user", simulate=True, top_k=4)
+    res = pipeline.tune("toy", opts, shapes=shapes)
+    assert res.measured and res.build is not None
+    path = tiers / "user" / "sm90" / "gemm.json"
+    assert res.build.path == path
+    db = database.load(path)
+    assert set(db.entries) == {QKV}  # bmm is not an op of the gemm family: skipped, said so
+    assert res.build.skipped == (BMM.format(),)
+    ev = res.evaluation
+    assert ev is not None and {s.name for s in ev.summaries} == {"default", "torch", "cost model", "tuned"}
+    # the tuned file's pick was measured at every point, and never loses to torch by the gate
+    tuned, torch = ev.summary("tuned"), ev.summary("torch")
+    assert tuned.unmeasured == 0 and tuned.geomean <= torch.geomean + 1e-9
+    # the log lives in the run directory for --out user
+    assert res.build.log_path.parent.parent == tiers / "cache" / "runs"
+
+
+def test_tune_with_user_tier_off_explains(tmp_path):
+    with settings.override(CACHE_DIR=str(tmp_path), USER_DB="off"):
+        shapes = ShapeSet((Point(QKV, 16),))
+        with pytest.raises(DatabaseError, match="user tier is disabled"):
+            pipeline.tune("toy", pipeline.BuildOptions(out="user", simulate=True, top_k=2), shapes=shapes)
