@@ -74,3 +74,22 @@ def test_recorder_counts_repeated_calls_and_resets_per_instance():
             lin(x)
     assert rec.calls == {(gemm(8, 8), 4): 3}
     assert record(lambda: lin(x)) == {(gemm(8, 8), 4): 1}
+
+
+def test_fused_activation_is_recorded_as_gemm_act():
+    lin = nn.Linear(16, 32, device="meta", dtype=torch.bfloat16)
+    x = torch.randn(6, 16, device="meta", dtype=torch.bfloat16)
+    calls = record(lambda: torch._addmm_activation(lin.bias, x, lin.weight.t(), use_gelu=True))
+    sig = Signature.make("gemm", "gemm_act", "half", N=32, K=16, act="gelu_tanh", bias=1)
+    assert calls == {(sig, 6): 1}
+
+
+def test_pure_modules_do_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, tunedb, tunedb.census, tunedb.census.modes, tunedb.census.censusfile, "
+            "tunedb.census.capture, tunedb.census.presets, tunedb.partition, tunedb.buckets, tunedb.costmodel; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -14,6 +14,8 @@ Recorded keys (the gemm family's signature format):
 
 - mm/addmm with a weight-like second operand: ``gemm|op=gemm|dt=..|N=<out>|K=<in>``, M = rows;
   bmm/baddbmm with an expanded weight as second operand: op=gemm with M = batch * rows.
+- aten._addmm_activation (a linear with its activation fused, e.g. torch's own fused paths): the one
+  place the recorder sees an activation: ``gemm|op=gemm_act|dt=..|N=..|K=..|act=relu/gelu_tanh|bias=1``.
 - every other product (attention scores, attention @ V): ``gemm|op=bmm|dt=..|B=..|N=..|K=..``,
   M = rows, B = batch (1 for mm). Visible in the census, skipped by the build.
 
@@ -32,7 +34,7 @@ from tunedb.records import Signature
 
 aten = torch.ops.aten
 
-_GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
+_GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten._addmm_activation}
 # Ops whose single tensor output is a copy of their first input: a weight stays a weight.
 _COPIES = {aten._to_copy, aten.clone, aten.detach, aten.alias, aten.lift_fresh, aten._conj}
 
@@ -84,13 +86,14 @@ class GemmRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         packet = func.overloadpacket
         if packet in _GEMMS:
-            self._record(packet, args)
+            self._record(packet, args, kwargs)
         elif args and self.is_weight(args[0]) and (packet in _COPIES or _is_view(func)):
             self._mark(out)
         return out
 
-    def _record(self, packet: Any, args: tuple) -> None:
-        a, b = (args[1], args[2]) if packet in (aten.addmm, aten.baddbmm) else (args[0], args[1])
+    def _record(self, packet: Any, args: tuple, kwargs: dict) -> None:
+        biased = packet in (aten.addmm, aten.baddbmm, aten._addmm_activation)
+        a, b = (args[1], args[2]) if biased else (args[0], args[1])
         dt = dt_of(a.dtype)
         if dt is None:
             return
@@ -103,7 +106,11 @@ class GemmRecorder(TorchDispatchMode):
         rows, k, n, batch = int(rows), int(k), int(n), int(batch)
         if rows < 1 or n < 1 or k < 1 or batch < 1:
             return
-        if self.is_weight(b):
+        if packet is aten._addmm_activation and self.is_weight(b):
+            use_gelu = args[5] if len(args) > 5 else kwargs.get("use_gelu", False)
+            sig = Signature.make("gemm", "gemm_act", dt, N=n, K=k, act="gelu_tanh" if use_gelu else "relu", bias=1)
+            self.calls[(sig, rows)] += 1
+        elif self.is_weight(b):
             sig = Signature.make("gemm", "gemm", dt, N=n, K=k)
             self.calls[(sig, rows * batch)] += 1
         else:

@@ -1,0 +1,123 @@
+"""Service modes and traffic: key sets, replay weights, capture limits, manifests, determinism."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tunedb.census import modes
+from tunedb.census.modes import Key
+from tunedb.census.presets import AUDIO, Built, Workload, workload
+from tunedb.census.probe import take_census, traffic
+from tunedb.errors import CensusError
+
+MANIFEST = Path(__file__).parents[1] / "data" / "manifests" / "synthetic_24.jsonl"
+
+
+def test_batch_buckets():
+    assert modes.batch_buckets(1) == (1,)
+    assert modes.batch_buckets(32) == (1, 2, 4, 8, 16, 32)
+    assert modes.batch_buckets(24) == (1, 2, 4, 8, 16, 24)
+    with pytest.raises(CensusError, match="max-batch-size=0"):
+        modes.batch_buckets(0)
+
+
+def test_whisper_windows_are_keyed_exactly():
+    # 12.3 s is one 3000-frame window, 45 s two: never 3008 or any rounded length.
+    assert modes.frames([12.3, 45.0], fixed_length=3000) == [3000, 3000, 3000]
+    assert modes.frames([12.3]) == [1230]
+
+
+def test_offline_grid_replay_and_capture_limit():
+    lengths = [150, 190, 390, 410, 1000]
+    keys = modes.offline(lengths, max_batch=2, max_length=800, step=200)
+    grid = {Key(b, l, True) for b in (1, 2) for l in (200, 400, 600, 800)}
+    assert grid <= set(keys)
+    # Sorted and batched two at a time: (150, 190) -> (2, 200); (390, 410) -> (2, 600);
+    # (1000) is above the capture limit: eager at its exact size.
+    assert keys[Key(2, 200, True)] == 1 and keys[Key(2, 600, True)] == 1
+    assert keys[Key(1, 1000, False)] == 1
+    assert sum(keys.values()) == 3
+    prefill = modes.offline(lengths, 2, 800, 0, captured=False)
+    assert all(not k.captured for k in prefill) and sum(prefill.values()) == 3
+    assert Key(2, 512, False) in prefill  # a prompt of 410 tokens pads to its M bucket
+
+
+def test_streaming_and_decode_key_sets():
+    lengths = modes.frames(modes.synthetic("duration", n=300))
+    keys = modes.streaming(lengths, max_batch=6, chunk=64)
+    assert set(keys) == {Key(w, 64, True) for w in range(1, 7)}
+    assert sum(keys.values()) >= sum(-(-n // 64) for n in lengths) / 6
+    dec = modes.decode([int(t) for t in modes.synthetic("output_tokens", n=300)], max_batch=4)
+    assert set(dec) == {Key(b, 0, True) for b in range(1, 5)}
+    # Replays are seeded: the same traffic gives the same histogram.
+    assert modes.streaming(lengths, 6, 64) == keys
+    with pytest.raises(CensusError, match="chunk-size"):
+        modes.streaming(lengths, 6, 0)
+
+
+def test_concurrency_replay_conserves_work():
+    jobs = [3, 1, 4, 1, 5, 9, 2, 6]
+    hist = modes.concurrency(jobs, max_batch=3, seed=1)
+    assert sum(w * steps for w, steps in hist.items()) == sum(jobs)
+    assert max(hist) <= 3
+
+
+def test_synthetic_distribution_is_seeded_and_clipped():
+    a = modes.synthetic("duration", n=500, seed=3)
+    assert a == modes.synthetic("duration", n=500, seed=3) != modes.synthetic("duration", n=500, seed=4)
+    assert min(a) >= 0.5 and max(a) <= 40.0
+
+
+def test_manifest_errors_name_the_line_and_field(tmp_path):
+    bad = tmp_path / "m.jsonl"
+    bad.write_text(json.dumps({"duration": 1.0}) + "\n" + json.dumps({"duration": "x"}) + "\n")
+    with pytest.raises(CensusError, match="line 2: 'duration' must be a positive number"):
+        modes.read_manifest(bad, "duration")
+    bad.write_text("{not json\n")
+    with pytest.raises(CensusError, match="line 1 is not JSON"):
+        modes.read_manifest(bad, "duration")
+    assert len(modes.read_manifest(MANIFEST, "duration")) == 24
+
+
+def test_manifest_replay_weights_sum_to_one():
+    census = take_census(workload("whisper-base"), "offline", max_batch=4, manifest=MANIFEST, impl="mirror")
+    assert sum(p.weight for p in census.points) == pytest.approx(1.0)
+    gemm = [p for p in census.points if p.signature.op == "gemm"]
+    # 24 utterances, two longer than 30 s (one of them > 60 s): 27 windows in batches of 4 ->
+    # 6 batches of 4 and one of 3 (padded to 4). Every key is captured.
+    assert {p.m for p in gemm} == {1500, 3000, 6000}
+    assert all(p.must_tune and p.eager_share == 0.0 for p in gemm)
+    by_m = {p.m: p for p in gemm if p.signature.get("N") == 2048}
+    assert by_m[6000].calls == 7 * 6 and by_m[1500].calls == 0 and by_m[1500].weight == 0.0
+
+
+def tiny_audio_workload(max_length):
+    """A two-Linear model over (B, T, 8) features: M = B * T exactly."""
+    def build(device, impl):
+        import torch
+
+        with torch.device(device):
+            model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)).half()
+        return Built(model, lambda b, t: (torch.randn(b, t, 8, device=device, dtype=torch.half),), None, "user")
+    return Workload("tiny", AUDIO, build, max_length=max_length, length_step=200)
+
+
+def test_eager_keys_above_the_capture_limit():
+    census = take_census(tiny_audio_workload(400), "offline", max_batch=4, manifest=MANIFEST)
+    # 24 utterances in 6 batches of 4; only the first batch (<= 400 frames) is captured.
+    captured = [p for p in census.points if p.must_tune and p.calls]
+    assert {p.m for p in captured} == {4 * 400}
+    eager = [p for p in census.points if p.eager_share == 1.0]
+    assert eager and all(not p.must_tune and p.calls > 0 for p in eager)
+    assert sum(p.weight for p in census.points) == pytest.approx(1.0)
+
+
+def test_mode_refusals():
+    with pytest.raises(CensusError, match="encoder-only"):
+        traffic(workload("conformer"), "decode", 4, None, None)
+    with pytest.raises(CensusError, match="cannot stream"):
+        traffic(workload("whisper-base"), "streaming", 4, 16, None)
+    with pytest.raises(CensusError, match="needs --chunk-size"):
+        traffic(workload("conformer"), "streaming", 4, None, None)
+    with pytest.raises(CensusError, match="unknown mode"):
+        traffic(workload("conformer"), "batch", 4, None, None)
