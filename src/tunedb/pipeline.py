@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from tunedb import buildplan, buildsteps, checkpoint, costmodel, database, families, partition
+from tunedb import buildplan, buildsteps, checkpoint, costmodel, database, families, partition, settings
 from tunedb import evaluate as evaluation
-from tunedb.errors import BuildError, DatabaseError
+from tunedb.errors import BuildError, BusyGPUError, DatabaseError
 from tunedb.records import ArchProfile, Entry, Point, ShapeSet, Signature
 
 
@@ -53,6 +53,8 @@ class BuildResult:
     arms_measured: int = 0
     resumed: tuple[str, ...] = ()  # signatures taken from the run's checkpoints
     skipped: tuple[str, ...] = ()  # census signatures of ops the family does not serve
+    triton_cache: str = ""  # the Triton cache the build compiles into / loads from
+    prebuilt: int = 0  # configs `tunedb prebuild` compiled there for this Triton
     seconds: float = 0.0
     census_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -174,6 +176,9 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     existing = buildsteps.existing_file(target, opts.family, arch.arch_family)
     plans, owner = plan_build(censuses, opts, arch, buildsteps.model_params(existing.model if existing else None))
     result = BuildResult(plans, skipped=tuple(s.format() for s in signatures_by_census(censuses, family)[2]))
+    if opts.family == "gemm":
+        result.triton_cache = str(settings.triton_cache_dir())
+        result.prebuilt = len(buildsteps.prebuilt_configs(opts.family, arch.arch_family))
     if opts.dry_run:
         return result
     from tunedb.bench import collect_provenance
@@ -187,7 +192,12 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     if gpu:
         from tunedb.bench.gpuenv import NvmlEnv
 
-        gpu_id = NvmlEnv().identity()
+        env = NvmlEnv()
+        gpu_id = env.identity()
+        busy = env.foreign_pids()
+        if busy and not opts.allow_busy:  # refuse before spending minutes on compiles
+            raise BusyGPUError(f"GPU busy: foreign compute process(es) {', '.join(map(str, sorted(busy)))} "
+                               f"hold it; build on a quiet GPU or pass --allow-busy (results marked contended)")
     log = MeasurementLog(result.log_path, collect_provenance(gpu=gpu_id), run.run_id)
     finished = run.finished()
     by_sig = {p.signature: p for p in plans}

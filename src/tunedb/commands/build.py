@@ -125,9 +125,16 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
                "log": str(result.log_path) if result.log_path else None,
                "arms_measured": result.arms_measured, "seconds": round(result.seconds, 2),
                "census_seconds": {k: round(v, 2) for k, v in result.census_seconds.items()},
-               "resumed": list(result.resumed), "changes": [c.to_json() for c in result.changes]}
+               "resumed": list(result.resumed), "skipped": list(result.skipped),
+               "triton_cache": result.triton_cache, "prebuilt": result.prebuilt,
+               "changes": [c.to_json() for c in result.changes]}
         print(json.dumps(out, indent=1))
         return
+    if result.skipped:
+        console.print(f"skipped {len(result.skipped)} signature(s) of ops the {opts.family} family does not "
+                      f"serve: {', '.join(sorted({s.split('|')[1] for s in result.skipped}))}")
+    if result.triton_cache:
+        console.print(f"Triton cache: {result.triton_cache} ({result.prebuilt} config(s) prebuilt by `tunedb prebuild`)")
     if opts.dry_run:
         print_plan(console, result.plans)
         return
