@@ -91,3 +91,26 @@ def test_recording_collects_every_call(gemm):
         ("gemm", "gemm|op=gemm|dt=bf16|N=64|K=32", 4),
     ]
     assert not launch_table.recording_active()
+
+
+def test_tunedb_capture_records_each_new_shape_and_its_first_captured_call(gemm, tmp_path, monkeypatch):
+    from tunedb import settings
+    from tunedb.census.capture import read_capture
+
+    path = tmp_path / "capture.jsonl"
+    x, w, b = _tensors()
+    with settings.override(CAPTURE=str(path)):
+        launch_table.clear()
+        for _ in range(3):
+            launch_table.launcher("gemm_act", x, w, b, "silu", 4)
+        x8 = torch.randn(8, 32, dtype=torch.bfloat16)
+        launch_table.launcher("gemm", x8, w, None, "none", 8)
+        monkeypatch.setattr(launch_table, "_capturing", lambda: True)
+        launch_table.launcher("gemm", x8, w, None, "none", 8)
+        launch_table.launcher("gemm", x8, w, None, "none", 8)
+    assert len(path.read_text().splitlines()) == 3
+    points = {(str(p.signature), p.m): p for p in read_capture(path).points}
+    assert set(points) == {("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=silu|bias=1", 4),
+                           ("gemm|op=gemm|dt=bf16|N=64|K=32", 8)}
+    assert points[("gemm|op=gemm|dt=bf16|N=64|K=32", 8)].must_tune
+    assert not points[("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=silu|bias=1", 4)].must_tune

@@ -198,3 +198,15 @@ def test_real_hugging_face_whisper_and_llama_when_installed():
     mlp = LlamaMLP(lcfg)
     tuned = _check_same(mlp, torch.randn(2, 3, 32))
     assert tuned.gate_proj.act == "silu"
+
+
+def test_approximate_opt_in_is_process_wide_and_starts_an_epoch(tiers_dirs):
+    from tunedb import selector, settings
+
+    with settings.override(APPROXIMATE=None):
+        epoch = selector.epoch()
+        optimize(WhisperLikeLayer())
+        assert not settings.approximate_allowed() and selector.epoch() == epoch
+        tuned = optimize(WhisperLikeLayer(), approximate=True)
+        assert settings.approximate_allowed() and selector.epoch() > epoch
+        assert tuned.fc1.approximate and tuned.fc1.act == "gelu"  # the op stays exact GELU

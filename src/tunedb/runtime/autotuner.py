@@ -9,8 +9,9 @@ family's compile set that is valid for the shape, plus its sentinels) under the 
 protocol, records the winner at the M it was measured at, and serves it. With enabled=False, or
 inside a CUDA-graph capture, a miss takes the fallback (the selector's chain) instead. At exit
 the cache file is written atomically, and with publish=True the new winners are merged into the
-user tier (locked merge-on-write) at their measured M, with no catch-all; they serve the
-production path from the next epoch (tunedb.reload()) on.
+user tier (locked merge-on-write) at their measured M, with no catch-all, and a new epoch
+starts, so the production path serves them after the context exits (a size above the largest
+measured one falls through to the next tier).
 
 The measuring function and the publisher are injectable (measurer=, publisher=), so the whole
 flow runs on a CPU against fake measurements.
@@ -21,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tunedb.errors import AutotuneWarning, DatabaseError, MeasurementError
+from tunedb.errors import AutotuneWarning, MeasurementError
 from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signature
 from tunedb.runtime import launch_table
 from tunedb.runtime.autotune_cache import AutotuneCache, CacheRefused, Result
@@ -139,8 +140,10 @@ class Autotuner:
             return
         if self.save_path is not None and self.cache.dirty:
             self.cache.save(self.save_path)
-        if self.publish and self.measured:
-            self._publish()
+        if self.publish and self.measured and self._publish():
+            from tunedb import selector
+
+            selector.reload()  # the production path serves the new winners from here on
         self.measured = []
 
     # --- resolution -----------------------------------------------------------------------
@@ -246,14 +249,17 @@ class Autotuner:
             out[fam_name] = (tuple(entries), configs)
         return out
 
-    def _publish(self) -> None:
+    def _publish(self) -> bool:
+        published = False
         for fam_name, (entries, configs) in self.entries().items():
             try:
                 self.publisher(fam_name, self.arch_family, entries, configs)
-            except DatabaseError as exc:
+                published = True
+            except Exception as exc:  # the cache file still holds the results: warn, not raise
                 warnings.warn(f"autotune did not publish {len(entries)} {fam_name} entr"
-                              f"{'y' if len(entries) == 1 else 'ies'} to the user tier: {exc}",
-                              AutotuneWarning, stacklevel=3)
+                              f"{'y' if len(entries) == 1 else 'ies'} to the user tier: "
+                              f"{type(exc).__name__}: {exc}", AutotuneWarning, stacklevel=3)
+        return published
 
 
 def _evidence(arms: tuple[Measurement, ...]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ Override = Callable[[Any, Signature, int], "tuple[Config, str] | None"]
 class Bound:
     """A shape's resolution, the launcher bound to it, and how often it ran this epoch."""
 
-    __slots__ = ("family", "signature", "m", "config", "tier", "call", "calls")
+    __slots__ = ("family", "signature", "m", "config", "tier", "call", "calls", "seen_captured")
 
     def __init__(self, family: str, signature: Signature, m: int, config: Config, tier: str,
                  call: Callable[..., Any]) -> None:
@@ -33,6 +33,7 @@ class Bound:
         self.tier = tier  # "user" | "system" | "model" | "default" | "autotune"
         self.call = call
         self.calls = 0
+        self.seen_captured = False  # TUNEDB_CAPTURE: whether a captured call was recorded
 
     def __repr__(self) -> str:
         return (f"Bound({self.signature}, M={self.m}, config={self.config.id}, tier={self.tier}, "
@@ -45,6 +46,7 @@ _table: dict[tuple[Any, ...], Bound] = {}
 _epoch: list[Any] = [None]
 _overrides: list[Override] = []
 _recorders: list[list[tuple[str, Signature, int]]] = []
+_capture: list[Any] = [None]  # TUNEDB_CAPTURE's path, read at each epoch start
 
 
 def _selector() -> Any:
@@ -75,6 +77,27 @@ def clear() -> None:
     """Forget every bound launcher (the next call of each shape resolves again)."""
     _table.clear()
     _epoch[0] = _selector_epoch()
+    _capture[0] = _capture_path()
+
+
+def _capture_path() -> Any:
+    from tunedb import settings
+
+    return settings.capture_path()
+
+
+def _capturing() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+def _record_capture(bound: Bound, captured: bool) -> None:
+    """TUNEDB_CAPTURE: one line per new (signature, M), and one more once it runs captured."""
+    from tunedb.census.capture import record_call
+
+    record_call(bound.signature, bound.m, calls=1, captured=captured, path=_capture[0])
+    bound.seen_captured = captured
 
 
 def entries() -> tuple[tuple[tuple[Any, ...], Bound], ...]:
@@ -106,14 +129,16 @@ def launcher(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> Bound
     """The bound launcher for this call's shape (x is [..., K], M the product of its lead
     dims); call it as bound.call(x, weight, bias, out)."""
     key = (op, x.dtype, weight.shape[0], weight.shape[1], act, bias is not None, m)
-    epoch = _selector_epoch()
-    if epoch != _epoch[0]:
-        _table.clear()
-        _epoch[0] = epoch
+    if _selector_epoch() != _epoch[0]:
+        clear()
     bound = _table.get(key)
     if bound is None:
         bound = _bind(op, x, weight, bias, act)
         _table[key] = bound
+        if _capture[0] is not None:
+            _record_capture(bound, _capturing())
+    elif _capture[0] is not None and not bound.seen_captured and _capturing():
+        _record_capture(bound, True)
     bound.calls += 1
     return bound
 

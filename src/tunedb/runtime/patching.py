@@ -145,13 +145,31 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
     return plan
 
 
+def allow_approximate() -> None:
+    """Opt this process in to approximating arms, as TUNEDB_APPROXIMATE=1 does, and start a new
+    epoch so that selections already made are made again under the opt-in.
+
+    The opt-in is process-wide because the selection is memoised per shape, not per layer (a
+    shape shared by an exact and an approximate model must resolve one way); it is also
+    inherited by benchmark worker subprocesses, whose validity checks must agree."""
+    import os
+
+    from tunedb import selector, settings
+
+    if not settings.approximate_allowed():
+        os.environ[settings.APPROXIMATE.name] = "1"
+        selector.reload()
+
+
 def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) -> nn.Module:
     """Swap every nn.Linear of `model` for a TunedLinear, fusing a following activation where
     the structure makes it safe (see the module docstring). Returns the patched model (a deep
     copy when inplace=False). approximate=True lets approximating arms (tanh-GELU epilogues for
-    exact GELU) serve these layers, gate permitting."""
+    exact GELU) serve, gate permitting: process-wide, see allow_approximate()."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"optimize() needs a torch.nn.Module, got {type(model).__name__}")
+    if approximate:
+        allow_approximate()
     if not inplace:
         model = copy.deepcopy(model)
     if type(model) is nn.Linear:  # a bare Linear has no parent to patch
