@@ -104,6 +104,7 @@ def test_busy_gpu_is_refused_unless_allowed():
         measure_problem(problem("default"), timer=timer)
     ms = measure_problem(problem("default"), timer=timer, allow_busy=True, max_rounds=5)
     assert ms[0].contended and ms[0].status is Status.OK
+    assert dict(ms[0].env)["foreign_pids"] == "999"
     assert dict(ms[0].env)["sm_clock_mhz"] == 1980
 
 

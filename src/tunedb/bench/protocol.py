@@ -65,6 +65,7 @@ class _Run:
     rounds: int = 0
     invalidated: int = 0
     contended: bool = False
+    foreign: frozenset[int] = frozenset()  # foreign processes tolerated (allow_busy)
 
 
 def _wait_quiet(env: Any, allowed: frozenset[int], wait_s: float) -> frozenset[int]:
@@ -105,7 +106,7 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
     try:
         prepared: Mapping[str, Prepared] = session.prepared
         ok = [c for c in problem.config_ids if prepared[c].status.ok]
-        run = _Run({c: [] for c in ok}, list(ok), contended=bool(present))
+        run = _Run({c: [] for c in ok}, list(ok), contended=bool(present), foreign=frozenset(present))
         protected = {default_id, *keep} | ({incumbent} if incumbent else set())
         _rounds(run, session, env, present, prepared, protected, alpha, seed, allow_busy,
                 min_rounds, max_rounds, rel_tol, busy_wait_s)
@@ -136,6 +137,7 @@ def _rounds(run: _Run, session: Any, env: Any, present: frozenset[int],
             if allow_busy:
                 run.contended = True
                 allowed |= newcomers
+                run.foreign = allowed
             else:
                 still = _wait_quiet(env, allowed, busy_wait_s)
                 if still:
@@ -171,6 +173,8 @@ def _measurements(problem: Problem, prepared: Mapping[str, Prepared], run: _Run,
         info["rounds"] = run.rounds
         if run.invalidated:
             info["invalidated_rounds"] = run.invalidated
+        if run.foreign:
+            info["foreign_pids"] = ",".join(map(str, sorted(run.foreign)))
         status, detail = (p.status, p.detail) if not p.status.ok else run.failed.get(cid, (Status.OK, ""))
         samples = tuple(run.samples.get(cid, ()))
         if status.ok and not samples:

@@ -126,7 +126,8 @@ class _FakeSession:
 
 
 class ReplayTimer:
-    """Answers from a recorded measurement log: the recorded samples, in order, round by round.
+    """Answers from a recorded measurement log: the recorded samples, in order, round by round
+    (cycling when the protocol asks for more rounds than were recorded).
 
     An arm recorded with a failure status replays that status; an arm the log lacks is an
     error naming the key (replay never invents a number). The latest record of a key wins.
