@@ -95,5 +95,9 @@ def test_unknown_workloads_and_impls():
         workload("whisper-tiny")
     with pytest.raises(CensusError, match="impl='nope'"):
         workload("whisper-base").build(META, "nope")
+    if importlib.util.find_spec("torchaudio") is None:
+        with pytest.raises(CensusError, match="needs the torchaudio package"):
+            workload("conformer").build(META, "torchaudio")
+        assert workload("conformer").build(META, "auto").impl == "mirror"
     with pytest.raises(CensusError, match="cannot load workload"):
         workload("no_such_module_xyz:make")

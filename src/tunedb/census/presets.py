@@ -58,17 +58,29 @@ CONFORMER = dict(input_dim=512, num_heads=8, ffn_dim=2048, num_layers=16, depthw
 LLAMA_3_8B = dict(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, vocab=128256)
 
 
-def _available(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+_LIBRARY_CLASS = {"hf": ("transformers", "LlamaForCausalLM"), "torchaudio": ("torchaudio.models", "Conformer")}
+
+
+def _importable(impl: str) -> bool:
+    """Whether the library behind `impl` imports here (installed is not enough: a torchaudio or
+    transformers built for another torch fails at import)."""
+    module, attr = _LIBRARY_CLASS[impl]
+    if importlib.util.find_spec(module.partition(".")[0]) is None:
+        return False
+    try:
+        return hasattr(importlib.import_module(module), attr)
+    except Exception:  # noqa: BLE001 - any import failure means: use the mirror
+        return False
 
 
 def _choose(impl: str, library: str, allowed: tuple[str, ...]) -> str:
     if impl not in allowed + ("auto",):
         raise CensusError(f"impl={impl!r} is not available here; use one of auto, {', '.join(allowed)}")
     if impl == "auto":
-        return library if _available("transformers" if library == "hf" else library) else "mirror"
-    if impl != "mirror" and not _available("transformers" if impl == "hf" else impl):
-        raise CensusError(f"impl={impl!r} needs the {'transformers' if impl == 'hf' else impl} package")
+        return library if _importable(library) else "mirror"
+    if impl != "mirror" and not _importable(impl):
+        package = _LIBRARY_CLASS[impl][0].partition(".")[0]
+        raise CensusError(f"impl={impl!r} needs the {package} package, which does not import here")
     return impl
 
 

@@ -51,8 +51,16 @@ def dt_of(dtype: torch.dtype) -> str | None:
     return None
 
 
+_VIEWS: dict[Any, bool] = {}
+
+
 def _is_view(func: Any) -> bool:
-    return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+    """Whether an aten overload returns an alias of an input (cached: schemas never change)."""
+    known = _VIEWS.get(func)
+    if known is None:
+        known = _VIEWS[func] = any(r.alias_info is not None and not r.alias_info.is_write
+                                   for r in func._schema.returns)
+    return known
 
 
 def _tensors(tree: Any) -> list[torch.Tensor]:
