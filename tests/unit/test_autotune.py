@@ -154,3 +154,19 @@ def test_publishing_to_a_disabled_user_tier_warns(gemm):
         with pytest.warns(AutotuneWarning, match="did not publish 1 gemm entry.*disabled"):
             with autotune(cache=None, measurer=FakeMeasurer(_pick), arch_family="sm90") as t:
                 t.resolve(gemm, SIG, 100)
+
+
+def test_a_large_compile_set_is_pruned_to_the_cost_models_top_k(gemm):
+    from tunedb import settings
+
+    meas = FakeMeasurer(lambda sig, m, ids: ids[0])
+    with settings.override(COMPILE_SET="all"):
+        with autotune(cache=None, measurer=meas, publish=False, arch_family="sm90", top_k=6) as t:
+            t.resolve(gemm, SIG, 100)
+            ids = t.candidates(gemm, SIG, 100)
+        with autotune(cache=None, measurer=meas, publish=False, arch_family="sm90", top_k=None) as t:
+            everything = t.candidates(gemm, SIG, 100)
+    configs = [c for c in ids if c not in ("default", "torch", "fused")]
+    assert len(configs) == 6 and len(everything) > 20
+    assert {"default", "torch"} <= set(ids) and set(configs) <= set(everything)
+    assert meas.calls[0][2][:6] == tuple(configs)

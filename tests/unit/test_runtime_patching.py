@@ -78,6 +78,51 @@ class ActTwice(nn.Module):
         return self.act(self.fc(x)) + self.act(x)  # blanking act would change the second use
 
 
+class StatementStyle(nn.Module):
+    """x = self.fc1(x); x = self.act(x): the style of NeMo's and many other feed-forwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32, 64)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(64, 32)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.act(x)
+        return self.fc2(x)
+
+
+class KeepsPreActivation(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        h = self.fc(x)
+        y = self.act(h)  # h stays alive under another name
+        return y * h
+
+
+class NotAdjacent(StatementStyle):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.0)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.drop(x)
+        x = self.act(x)
+        return self.fc2(x)
+
+
+class WeightReadElsewhere(StatementStyle):
+    @property
+    def width(self):
+        return self.fc1.out_features
+
+
 def _check_same(model, x, **kw):
     ref = [p.detach().clone() for p in model.parameters()]
     with torch.no_grad():
@@ -119,6 +164,15 @@ def test_no_fusion_when_the_output_or_activation_is_used_elsewhere(module):
     tuned = _check_same(module(), torch.randn(3, 32))
     assert _tuned(tuned) == {"fc": ("none", True)}
     assert not isinstance(tuned.act, nn.Identity)
+
+
+def test_statement_style_fuses_and_its_unsafe_variants_do_not():
+    tuned = _check_same(StatementStyle(), torch.randn(3, 32))
+    assert _tuned(tuned) == {"fc1": ("relu", True), "fc2": ("none", True)}
+    for module, linear in ((KeepsPreActivation, "fc"), (NotAdjacent, "fc1"), (WeightReadElsewhere, "fc1")):
+        tuned = _check_same(module(), torch.randn(3, 32))
+        assert _tuned(tuned)[linear] == ("none", True), module.__name__
+        assert not isinstance(tuned.act, nn.Identity)
 
 
 def test_shared_linear_is_swapped_once_and_never_fused():

@@ -81,7 +81,7 @@ class Autotuner:
     def __init__(self, cache: str | Path | None = "tune.json", publish: bool = True,
                  enabled: bool = True, *, measurer: Measurer | None = None,
                  publisher: Publisher | None = None, arch_family: str | None = None,
-                 approximate: bool | None = None) -> None:
+                 approximate: bool | None = None, top_k: int | None = 16) -> None:
         self.path = Path(cache) if cache is not None else None
         self.publish = publish
         self.enabled = enabled
@@ -89,6 +89,7 @@ class Autotuner:
         self.publisher = publisher or user_tier_publisher
         self._arch_family = arch_family
         self._approximate = approximate
+        self.top_k = top_k
         self.cache: AutotuneCache | None = None
         self.save_path: Path | None = self.path
         self.measured: list[tuple[str, Result, tuple[Measurement, ...]]] = []
@@ -197,13 +198,16 @@ class Autotuner:
         return result
 
     def candidates(self, family: Any, sig: Signature, m: int) -> tuple[str, ...]:
-        """The family's compile set valid at (sig, m), then its sentinels."""
+        """The family's compile set valid at (sig, m) (pruned to the cost model's top_k when it
+        is larger, e.g. under TUNEDB_COMPILE_SET=all), then its sentinels."""
         from tunedb import settings
 
         profile = _profile(self.arch_family)
-        configs = family.compile_set(self.arch_family, ())
-        ids = [c.id for c in configs
-               if profile is None or family.invalid_reason(c, sig, m, profile) is None]
+        configs = [c for c in family.compile_set(self.arch_family, ())
+                   if profile is None or family.invalid_reason(c, sig, m, profile) is None]
+        if self.top_k and len(configs) > self.top_k and profile is not None:
+            configs = _top_k(family, sig, m, configs, profile, self.top_k)
+        ids = [c.id for c in configs]
         approximate = settings.approximate_allowed() if self._approximate is None else self._approximate
         ids += [s for s in family.sentinels(sig, approximate) if s not in ids]
         return tuple(ids)
@@ -274,6 +278,19 @@ def _evidence(arms: tuple[Measurement, ...]) -> dict[str, Any]:
     return out
 
 
+def _top_k(family: Any, sig: Signature, m: int, configs: list[Config], profile: Any,
+           k: int) -> list[Config]:
+    """The cost model's k predicted-fastest configs; all of them when it cannot rank this family."""
+    n, kk = sig.get("N"), sig.get("K")
+    if family.name != "gemm" or not isinstance(n, int) or not isinstance(kk, int):
+        return configs
+    from tunedb import costmodel
+
+    ranked = costmodel.rank(configs, m, n, kk, profile, k, dt=sig.dt,
+                            default_config=family.default_config)
+    return [c for c, _ms in ranked] or configs
+
+
 def _profile(arch_family: str) -> Any:
     from tunedb import arch
 
@@ -286,7 +303,8 @@ def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True
              enabled: bool = True, **kwargs: Any) -> Autotuner:
     """The autotune() context manager (see the module docstring). cache=None keeps results in
     memory only; autotune(True) / autotune(False) read as enabled= with the default cache.
-    Keyword-only extras: measurer=, publisher=, arch_family=, approximate=."""
+    Keyword-only extras: measurer=, publisher=, arch_family=, approximate=, top_k= (prune a
+    compile set larger than this with the cost model; None measures all)."""
     if isinstance(cache, bool):
         cache, enabled = "tune.json", cache
     return Autotuner(cache, publish, enabled, **kwargs)

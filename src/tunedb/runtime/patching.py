@@ -5,11 +5,13 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
 1. nn.Sequential (the exact class, whose forward feeds each child only to the next): a
    Linear immediately followed by an activation module fuses; the activation's slot becomes
    nn.Identity. This covers torchaudio's Conformer feed-forward (Linear, SiLU, ...).
-2. A module whose own code calls ``self.A(self.L(...))`` (L an nn.Linear, A an activation
-   module), where ``self.L`` and ``self.A`` each appear exactly once in all of the class's
-   methods besides __init__: L's output then flows only into A, and A is applied nowhere else,
-   so A's attribute becomes nn.Identity. This covers Hugging Face's WhisperEncoderLayer /
-   WhisperDecoderLayer (activation_fn(fc1(x))) and LlamaMLP (act_fn(gate_proj(x)) * up_proj(x)).
+2. A module whose own code (read as a Python AST) calls ``self.A(self.L(...))``, or runs
+   ``v = self.L(...)`` immediately followed by ``v = self.A(v)`` (L an nn.Linear, A an
+   activation module), where ``self.L`` and ``self.A`` each appear exactly once in all of the
+   class's methods and properties besides __init__: L's output then flows only into A, and A is
+   applied nowhere else, so A's attribute becomes nn.Identity. This covers Hugging Face's
+   WhisperEncoderLayer / WhisperDecoderLayer (activation_fn(fc1(x))), LlamaMLP
+   (act_fn(gate_proj(x)) * up_proj(x)) and the common `x = self.fc1(x); x = self.act(x)` style.
 3. Never fused: a Linear reachable from two places (shared module), a Linear or activation
    with hooks, subclasses of nn.Linear, and everything else. Those Linears are still swapped
    (one TunedLinear per shared Linear), unfused, except hooked ones and subclasses (e.g.
@@ -21,10 +23,11 @@ TunedLinear keeps the Linear's Parameters (same names), so state_dict keys do no
 """
 from __future__ import annotations
 
+import ast
 import copy
 import functools
 import inspect
-import re
+import textwrap
 from typing import Any
 
 import torch
@@ -37,7 +40,6 @@ _HF_ACTS: dict[str, str] = {
     "PytorchGELUTanh": "gelu_tanh", "GELUPytorchTanh": "gelu_tanh", "FastGELUActivation": "",
     "SiLUActivation": "silu", "ReLUActivation": "relu",
 }
-_CALL = re.compile(r"self\.(\w+)\(\s*(?=self\.(\w+)\()")  # lookahead: a(b(c(x))) gives a-b and b-c
 
 
 class TunedLinear(nn.Module):
@@ -83,27 +85,78 @@ def _hooked(module: nn.Module) -> bool:
                 or getattr(module, "_backward_hooks", None))
 
 
+def _self_attr(node: ast.AST) -> str | None:
+    """'x' for the expression `self.x`, else None."""
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and node.value.id == "self"):
+        return node.attr
+    return None
+
+
+def _call_of(node: ast.AST) -> tuple[str | None, list[ast.AST]]:
+    """('A', args) for a plain call `self.A(args)` (no keywords, no *args), else (None, [])."""
+    if isinstance(node, ast.Call) and not node.keywords:
+        name = _self_attr(node.func)
+        if name is not None and not any(isinstance(a, ast.Starred) for a in node.args):
+            return name, list(node.args)
+    return None, []
+
+
+def _pairs(tree: ast.AST) -> list[tuple[str, str]]:
+    """(A, L) where L's result feeds only A: `self.A(self.L(...))`, or the statements
+    `v = self.L(...)` then immediately `v = self.A(v)` (v rebound, so nothing else sees it)."""
+    out = []
+    for node in ast.walk(tree):
+        act, args = _call_of(node)
+        if act is not None and len(args) == 1:
+            lin, _ = _call_of(args[0])
+            if lin is not None:
+                out.append((act, lin))
+        for body in (getattr(node, f, None) for f in ("body", "orelse", "finalbody")):
+            if not isinstance(body, list):
+                continue
+            for first, second in zip(body, body[1:]):
+                if not (isinstance(first, ast.Assign) and isinstance(second, ast.Assign)):
+                    continue
+                if len(first.targets) != 1 or len(second.targets) != 1:
+                    continue
+                v1, v2 = first.targets[0], second.targets[0]
+                if not (isinstance(v1, ast.Name) and isinstance(v2, ast.Name) and v1.id == v2.id):
+                    continue
+                lin, _ = _call_of(first.value)
+                act, args = _call_of(second.value)
+                if (lin is not None and act is not None and len(args) == 1
+                        and isinstance(args[0], ast.Name) and args[0].id == v1.id):
+                    out.append((act, lin))
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _class_calls(cls: type) -> tuple[tuple[str, str], ...]:
-    """(act attr, linear attr) pairs that cls's methods use only as self.A(self.L(...))."""
-    bodies: list[str] = []
+    """(act attr, linear attr) pairs of cls whose linear output provably feeds only the act,
+    each attr named exactly once in the methods (and properties) of cls and its bases."""
+    trees: list[ast.AST] = []
     for klass in cls.__mro__:
         if klass in (nn.Module, object):
             break
         for name, fn in vars(klass).items():
+            if isinstance(fn, property):
+                fn = fn.fget
             if name == "__init__" or not inspect.isfunction(fn):
                 continue
             try:
-                bodies.append(inspect.getsource(fn))
-            except (OSError, TypeError):
+                trees.append(ast.parse(textwrap.dedent(inspect.getsource(fn))))
+            except (OSError, TypeError, SyntaxError):
                 return ()  # source unavailable: we cannot prove safety
-    text = "\n".join(bodies)
-    out = []
-    for act, lin in dict.fromkeys(_CALL.findall(text)):
-        uses = [len(re.findall(rf"self\.{re.escape(a)}\b", text)) for a in (act, lin)]
-        if act != lin and uses == [1, 1]:
-            out.append((act, lin))
-    return tuple(out)
+    uses: dict[str, int] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            name = _self_attr(node)
+            if name is not None:
+                uses[name] = uses.get(name, 0) + 1
+    pairs = dict.fromkeys(p for tree in trees for p in _pairs(tree))
+    return tuple((act, lin) for act, lin in pairs
+                 if act != lin and uses.get(act) == 1 and uses.get(lin) == 1)
 
 
 def _linear_paths(model: nn.Module) -> dict[int, int]:
