@@ -179,7 +179,6 @@ def measure_copy_bandwidth(index: int, nbytes: int = 2**30) -> float:
     dst = torch.empty_like(src)
     dst.copy_(src)
     ms = _time_ms(lambda: dst.copy_(src), reps=7, inner=5)
-    del src, dst
     return round(2 * nbytes / (ms * 1e-3) / 1e9, 1)
 
 
@@ -194,7 +193,6 @@ def measure_matmul_tflops(index: int, dtype_name: str, n: int = 8192) -> float:
     for _ in range(3):
         torch.mm(a, b, out=c)
     ms = _time_ms(lambda: torch.mm(a, b, out=c), reps=7, inner=5)
-    del a, b, c
     return round(2 * n**3 / (ms * 1e-3) / 1e12, 1)
 
 

@@ -9,7 +9,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tunedb.bench.cudagraph import CudaGraphTimer  # noqa: E402
-from tunedb.bench.gpuenv import NvmlEnv  # noqa: E402
 from tunedb.bench.linear_arms import linear_problem  # noqa: E402
 from tunedb.bench.protocol import measure_problem  # noqa: E402
 from tunedb.errors import BusyGPUError, CaptureActiveError  # noqa: E402
