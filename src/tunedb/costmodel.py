@@ -26,7 +26,7 @@ from tunedb.records import ArchProfile, Config, Measurement, Signature, Status
 Shape = tuple[int, int, int]
 ShapeArg = Union[Shape, tuple[Signature, int]]
 Validity = Callable[[Config, Signature, "int | None", ArchProfile], "str | None"]
-DefaultOf = Callable[[Signature], Config]
+DefaultOf = Callable[[Signature, ArchProfile], Config]  # family.default_config
 
 _ELEM_BYTES = {"half": 2, "fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "fp8": 1}
 _MAX_WARPS_PER_SM = 64
@@ -210,7 +210,7 @@ def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelPar
             return min(ok) / 1000.0 if ok else Status.INFEASIBLE
         if default_config is None:
             raise ConfigError(f"predicting sentinel {config.id!r} needs default_config=family.default_config")
-        config = default_config(sig or Signature.make("gemm", "gemm", dt, N=n, K=k))
+        config = default_config(sig or Signature.make("gemm", "gemm", dt, N=n, K=k), arch)
     us = _predict_us(config, shape, arch, params)
     return us if isinstance(us, Status) else us / 1000.0
 
@@ -219,12 +219,15 @@ def rank(configs: Iterable[Config], M: int, N: int, K: int, arch: ArchProfile, k
          validity: Validity | None = None, params: ModelParams | None = None, *, dt: str = "half",
          default_config: DefaultOf | None = None) -> list[tuple[Config, float]]:
     """The k fastest predicted configs that the validity predicate accepts, fastest first
-    (ties by config id). Sentinels skip the predicate: they are the framework's own ops."""
+    (ties by config id). Sentinels go through the predicate too ('fused' does not serve every
+    signature); 'default' and 'heuristic' are skipped when no default_config is given."""
     sig = Signature.make("gemm", "gemm", dt, N=N, K=K)
     m, k_top = M, k
     scored = []
     for c in configs:
-        if validity is not None and not c.is_sentinel and validity(c, sig, m, arch) is not None:
+        if c.id in ("default", "heuristic") and default_config is None:
+            continue
+        if validity is not None and validity(c, sig, m, arch) is not None:
             continue
         ms = predict(c, (sig, m), arch, params, default_config=default_config)
         if not isinstance(ms, Status):

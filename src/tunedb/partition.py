@@ -245,7 +245,7 @@ def thin(points: Sequence[Point], max_points: int) -> tuple[Point, ...]:
         keep = {0, len(pts) - 1}
         heaviest: dict[int, int] = {}
         for idx in range(1, len(pts) - 1):
-            b = min(bins - 1, int((math.log(pts[idx].m) - lo) / (hi - lo) * bins))
+            b = min(bins - 1, int((math.log(pts[idx].m) - lo) / (hi - lo) * bins)) if hi > lo else 0
             cur = heaviest.get(b)
             if cur is None or pts[idx].weight > pts[cur].weight:
                 heaviest[b] = idx

@@ -79,7 +79,7 @@ def test_sentinels():
     with pytest.raises(ConfigError, match="default_config"):
         predict(Config.sentinel("default"), (sig, 1024), ARCH)
     d = cfg(64, 64, 32)
-    assert predict(Config.sentinel("default"), (sig, 1024), ARCH, default_config=lambda s: d) == \
+    assert predict(Config.sentinel("default"), (sig, 1024), ARCH, default_config=lambda s, a: d) == \
         predict(d, (sig, 1024), ARCH)
 
 
@@ -91,13 +91,17 @@ def test_bad_config_names_the_field():
 
 
 def toy_validity(config, sig, m, arch):
+    if config.is_sentinel:
+        return None if config.id == "torch" else f"no {config.id} arm in the toy family"
     return "bm too large for tiny M" if m is not None and config.param("block")[0] > 2 * max(m, 16) else None
 
 
 def test_rank_respects_validity_and_orders():
     configs = [cfg(bm, bn, 64, w=w) for bm in (16, 32, 64, 128) for bn in (64, 128) for w in (4, 8)]
-    ranked = rank(configs, 8, 4096, 4096, ARCH, k=5, validity=toy_validity)
+    sentinels = [Config.sentinel(s) for s in ("fused", "default")]
+    ranked = rank(configs + sentinels, 8, 4096, 4096, ARCH, k=5, validity=toy_validity)
     assert len(ranked) == 5
+    assert not any(c.id in ("fused", "default") for c, _ in ranked)
     assert all(c.param("block")[0] <= 32 for c, _ in ranked)
     assert [ms for _, ms in ranked] == sorted(ms for _, ms in ranked)
     ranker = make_ranker(ARCH, None, toy_validity)
@@ -134,3 +138,19 @@ def test_calibration_reduces_error_on_synthetic_data():
     assert after < 0.05
     for cid, (a, b) in truth.per_config.items():
         assert fitted.per_config[cid][1] == pytest.approx(b, rel=0.1)
+
+
+def test_ranks_the_gemm_family_space_with_its_predicate():
+    from tunedb.families import get
+
+    fam = get("gemm")
+    sig = Signature.make("gemm", "gemm", "half", N=4096, K=14336)
+    space = fam.config_space("sm90") + tuple(Config.sentinel(s) for s in fam.sentinels(sig))
+    ranked = rank(space, 16, 4096, 14336, ARCH, k=16, validity=fam.invalid_reason,
+                  default_config=fam.default_config)
+    assert len(ranked) == 16
+    assert all(fam.invalid_reason(c, sig, 16, ARCH) is None for c, _ in ranked)
+    # Decode-sized M on a deep K: the model should prefer small-M tiles over 128-row ones.
+    assert ranked[0][0].is_sentinel or ranked[0][0].param("block")[0] <= 64
+    d = predict(Config.sentinel("default"), (sig, 16), ARCH, default_config=fam.default_config)
+    assert isinstance(d, float)
