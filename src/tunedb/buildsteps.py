@@ -99,6 +99,10 @@ class Measurer:
             from tunedb.bench.worker import Worker
 
             self.worker = Worker()
+        elif self.timer is None:  # --in-process: one CUDA-graph timer for the whole build
+            from tunedb.bench.protocol import default_timer
+
+            self.timer = default_timer()
         self.arms = 0
 
     def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float) -> tuple[Measurement, ...]:
@@ -109,8 +113,7 @@ class Measurer:
         if self.worker is not None:
             out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log, **kw)
         else:
-            fam = None if self.timer is not None else self.family
-            out = protocol.measure_point(fam, sig, m, list(ids), timer=self.timer, log=self.log, **kw)
+            out = protocol.measure_point(self.family, sig, m, list(ids), timer=self.timer, log=self.log, **kw)
         self.arms += len(out)
         return out
 
