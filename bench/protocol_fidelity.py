@@ -193,14 +193,15 @@ def main() -> int:
     results["wall_s"] = round(time.time() - t0, 1)
     args.out.write_text(json.dumps(results, indent=2, default=str))
     print(f"\nwrote {args.out} ({results['wall_s']} s)")
+    aa = results.get("a_a")
+    aa_ok = f"{sum(r['pass'] for r in aa)}/{len(aa)}" if isinstance(aa, list) else "error"
+    w = results.get("winners", {})
+    prov = results["provenance"]
+    row = (f"| {datetime.date.today()} | protocol_fidelity | {prov['gpu_name']} | torch {prov['torch']}, "
+           f"triton {prov['triton']} | A/A within goal {aa_ok}; winners agree "
+           f"{w.get('agreed', '?')}/{w.get('decisive', '?')} decisive | `{results['command']}` |\n")
+    print("\nBENCHMARKS.md row:\n" + row, end="")
     if args.md:
-        aa = results.get("a_a")
-        aa_ok = f"{sum(r['pass'] for r in aa)}/{len(aa)}" if isinstance(aa, list) else "error"
-        w = results.get("winners", {})
-        prov = results["provenance"]
-        row = (f"| {datetime.date.today()} | protocol_fidelity | {prov['gpu_name']} | torch {prov['torch']}, "
-               f"triton {prov['triton']} | A/A within goal {aa_ok}; winners agree "
-               f"{w.get('agreed', '?')}/{w.get('decisive', '?')} decisive | `{results['command']}` |\n")
         with args.md.open("a") as fh:
             fh.write(row)
     return 0

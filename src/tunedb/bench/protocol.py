@@ -193,11 +193,16 @@ def _measurements(problem: Problem, prepared: Mapping[str, Prepared], run: _Run,
 
 def measure_point(family: Any, sig: Signature, m: int, config_ids: Sequence[str], *,
                   timer: Timer | None = None, **kwargs: Any) -> tuple[Measurement, ...]:
-    """Measure `config_ids` of a KernelFamily (None for fake/replay timers) on `sig` at M.
+    """Measure `config_ids` of a KernelFamily (or its registered name; None for fake/replay
+    timers) on `sig` at M.
 
     Keyword arguments are measure_problem's (alpha, incumbent, default_id, keep, seed,
     allow_busy, min_rounds, max_rounds, rel_tol, working_set_bytes, log).
     """
+    if isinstance(family, str):
+        from tunedb import families
+
+        family = families.get(family)
     return measure_problem(problem_for(family, sig, m, config_ids), timer=timer, **kwargs)
 
 
