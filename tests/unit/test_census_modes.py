@@ -99,7 +99,7 @@ def tiny_audio_workload(max_length):
         with torch.device(device):
             model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)).half()
         return Built(model, lambda b, t: (torch.randn(b, t, 8, device=device, dtype=torch.half),), None, "user")
-    return Workload("tiny", AUDIO, build, max_length=max_length, length_step=200)
+    return Workload("tiny", AUDIO, build, max_length=max_length, length_step=200, streaming=True)
 
 
 def test_eager_keys_above_the_capture_limit():
@@ -121,3 +121,20 @@ def test_mode_refusals():
         traffic(workload("conformer"), "streaming", 4, None, None)
     with pytest.raises(CensusError, match="unknown mode"):
         traffic(workload("conformer"), "batch", 4, None, None)
+
+
+def test_streaming_census_keys_every_cohort_width():
+    census = take_census(tiny_audio_workload(400), "streaming", max_batch=3, chunk=64, manifest=MANIFEST)
+    assert {p.m for p in census.points} == {64, 128, 192}
+    assert all(p.must_tune and p.eager_share == 0.0 for p in census.points)
+    assert sum(p.weight for p in census.points) == pytest.approx(1.0)
+
+
+def test_llama_decode_census():
+    census = take_census(workload("llama-3-8b"), "decode", max_batch=3, impl="mirror")
+    head = {p.m: p for p in census.points if p.signature.get("N") == 128256}
+    assert set(head) == {1, 2, 3} and all(p.must_tune for p in head.values())
+    down = {p.m: p for p in census.points if p.signature.get("K") == 14336}
+    # 32 down projections per step against one LM head call: same steps, 32x the calls.
+    assert all(down[m].calls == 32 * head[m].calls for m in head)
+    assert sum(p.weight for p in census.points) == pytest.approx(1.0)
