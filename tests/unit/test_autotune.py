@@ -170,3 +170,21 @@ def test_a_large_compile_set_is_pruned_to_the_cost_models_top_k(gemm):
     assert len(configs) == 6 and len(everything) > 20
     assert {"default", "torch"} <= set(ids) and set(configs) <= set(everything)
     assert meas.calls[0][2][:6] == tuple(configs)
+
+
+def test_a_cached_config_that_cannot_serve_here_falls_back_with_one_warning(gemm, tmp_path):
+    path = tmp_path / "tune.json"
+    rows = {"96": {"90": {"config": "b64x64x64_w99_s3_g8", "ms": 1.0}},
+            "104": {"100": {"config": "fused", "ms": 1.0}}}  # fused: tanh-GELU, not approved
+    path.write_text(json.dumps({"version": 3, "env": {"arch_family": "sm90"},
+                                "results": {SIG.format(): rows}}))
+    with autotune(cache=path, enabled=False, publish=False, arch_family="sm90", approximate=False) as t:
+        with pytest.warns(AutotuneWarning, match="b64x64x64_w99_s3_g8.*cannot serve"):
+            assert t.resolve(gemm, SIG, 90) is None
+        with pytest.warns(AutotuneWarning, match="'fused'.*does not apply"):
+            assert t.resolve(gemm, SIG, 100) is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert t.resolve(gemm, SIG, 90) is None
+    with autotune(cache=path, enabled=False, publish=False, arch_family="sm90", approximate=True) as t:
+        assert t.resolve(gemm, SIG, 100)[0].id == "fused"

@@ -114,3 +114,26 @@ def test_tunedb_capture_records_each_new_shape_and_its_first_captured_call(gemm,
                            ("gemm|op=gemm|dt=bf16|N=64|K=32", 8)}
     assert points[("gemm|op=gemm|dt=bf16|N=64|K=32", 8)].must_tune
     assert not points[("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=silu|bias=1", 4)].must_tune
+
+
+def test_a_config_failing_on_its_first_call_is_replaced_by_the_torch_arm(gemm, monkeypatch):
+    import pytest
+
+    from tunedb.errors import TunedbWarning
+
+    real = gemm.launcher
+
+    def broken(config, sig):
+        if config.id != "torch":
+            def fail(*args):
+                raise RuntimeError("out of resources: shared memory")
+            return fail
+        return real(config, sig)
+
+    monkeypatch.setattr(gemm, "launcher", broken)
+    x, w, b = _tensors()
+    bound = launch_table.launcher("gemm_act", x, w, b, "gelu", 4)
+    with pytest.warns(TunedbWarning, match="failed on its first call.*out of resources.*torch arm"):
+        out = launch_table.first_launch(bound, x, w, b)
+    torch.testing.assert_close(out, torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)))
+    assert bound.config.id == "torch" and launch_table.launcher("gemm_act", x, w, b, "gelu", 4) is bound

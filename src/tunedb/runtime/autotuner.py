@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tunedb.errors import AutotuneWarning, MeasurementError
+from tunedb.errors import AutotuneWarning, CaptureActiveError
 from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signature
 from tunedb.runtime import launch_table
 from tunedb.runtime.autotune_cache import AutotuneCache, CacheRefused, Result
@@ -94,6 +94,7 @@ class Autotuner:
         self.save_path: Path | None = self.path
         self.measured: list[tuple[str, Result, tuple[Measurement, ...]]] = []
         self._failed: set[tuple[Signature, int]] = set()
+        self._warned: set[tuple[Signature, str]] = set()
         self._ctx: Any = None
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -161,7 +162,8 @@ class Autotuner:
             hit = self.tune(family, sig, m)
         if hit is None:
             return None
-        return self._config(family, sig, hit.config_id), TIER
+        config = self._usable(family, sig, hit.config_id)
+        return (config, TIER) if config is not None else None
 
     def tune(self, family: Any, sig: Signature, m: int, *,
              incumbent: str | None = None) -> Result | None:
@@ -172,7 +174,8 @@ class Autotuner:
         if (sig, m) in self._failed:
             return None
         if capturing():
-            raise MeasurementError(f"refusing to measure {sig} at M={m} inside a CUDA-graph capture")
+            raise CaptureActiveError(f"refusing to measure {sig} at M={m} inside a CUDA-graph capture; "
+                                     f"measure before capturing (tunedb.prewarm)")
         ids = self.candidates(family, sig, m)
         if incumbent is None:
             incumbent = self._incumbent(family, sig, m)
@@ -220,10 +223,30 @@ class Autotuner:
         except Exception:  # no incumbent is fine: the protocol still keeps the default
             return None
 
-    def _config(self, family: Any, sig: Signature, config_id: str) -> Config:
-        if config_id == "default":
-            return family.default_config(sig, _profile(self.arch_family))
-        return family.parse_config(config_id)
+    def _usable(self, family: Any, sig: Signature, config_id: str) -> Config | None:
+        """The cached winner as a Config, or None (warned once) when this process cannot run
+        it for sig: an unknown id, an infeasible config, or a sentinel that does not apply."""
+        from tunedb import settings
+
+        profile = _profile(self.arch_family)
+        try:
+            if config_id == "default":
+                return family.default_config(sig, profile)
+            config = family.parse_config(config_id)
+            if config.is_sentinel:
+                approximate = settings.approximate_allowed() if self._approximate is None else self._approximate
+                why = None if config_id in family.sentinels(sig, approximate) else "it does not apply"
+            else:
+                why = family.invalid_reason(config, sig, None, profile) if profile is not None else None
+        except Exception as exc:  # a malformed id in someone's cache file must not break the op
+            why = f"{type(exc).__name__}: {exc}"
+        if why is None:
+            return config
+        if (sig, config_id) not in self._warned:
+            self._warned.add((sig, config_id))
+            warnings.warn(f"autotune cache names config {config_id!r} for {sig}, which cannot serve "
+                          f"here ({why}); the fallback serves it", AutotuneWarning, stacklevel=3)
+        return None
 
     # --- publishing -----------------------------------------------------------------------
 

@@ -153,6 +153,30 @@ def _bind(op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:
     return Bound(family.name, sig, m, config, tier, call)
 
 
+def first_launch(bound: Bound, x: Any, weight: Any, bias: Any) -> Any:
+    """Run a shape's first call; if its config fails to compile or launch (outside a capture),
+    warn once and serve the shape with the framework's op ('torch') for the rest of the epoch."""
+    try:
+        return bound.call(x, weight, bias, None)
+    except Exception as exc:
+        if bound.config.id == "torch" or _capturing():
+            raise
+        import warnings
+
+        from tunedb.errors import TunedbWarning
+
+        warnings.warn(f"tunedb: config {bound.config.id} ({bound.tier} tier) failed on its first call "
+                      f"for {bound.signature} at M={bound.m} ({type(exc).__name__}: {exc}); the torch "
+                      f"arm serves this shape until the next epoch", TunedbWarning, stacklevel=4)
+        family = _family()
+        torch_arm = Config.sentinel("torch")
+        make = getattr(family, "launcher", None)
+        bound.call = (make(torch_arm, bound.signature) if callable(make)
+                      else functools.partial(family.launch, torch_arm, bound.signature))
+        bound.config = torch_arm
+        return bound.call(x, weight, bias, None)
+
+
 @contextlib.contextmanager
 def overriding(override: Override) -> Iterator[None]:
     """Install a resolver override for the duration; the table is cleared on entry and exit."""

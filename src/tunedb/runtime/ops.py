@@ -62,7 +62,10 @@ def _run(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if m == 0:
         return x.new_empty((*x.shape[:-1], n))
     # the launcher takes x as [..., K] and returns a fresh [..., N] tensor
-    return launch_table.launcher(op, x, weight, bias, act, m).call(x, weight, bias, None)
+    bound = launch_table.launcher(op, x, weight, bias, act, m)
+    if bound.calls > 1:
+        return bound.call(x, weight, bias, None)
+    return launch_table.first_launch(bound, x, weight, bias)
 
 
 # --- registration -------------------------------------------------------------------------
