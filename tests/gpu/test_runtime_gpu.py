@@ -156,3 +156,17 @@ def test_autotune_on_a_real_shape_publishes_to_the_user_tier(tiers_dirs, tmp_pat
     res = selector.resolve("gemm", sig, 100)
     assert res.tier == "user"
     assert selector.resolve("gemm", sig, 101).tier != "user"  # no catch-all above the measured M
+
+
+def test_prewarm_measures_a_models_shapes_into_the_user_tier_then_strict_passes(tiers_dirs):
+    from tunedb.runtime.prewarm import prewarm
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.SiLU(), torch.nn.Linear(512, 256))
+    model = optimize(model.to("cuda", torch.bfloat16).eval())
+    x = torch.randn(4, 24, 256, device="cuda", dtype=torch.bfloat16)
+    result = prewarm(model, (x,), budget_s=300, strict=True)
+    assert len(result.points) == 2 and result.uncovered == ()
+    with torch.no_grad():
+        model(x)
+    tiers_seen = {bound.tier for _key, bound in launch_table.entries()}
+    assert tiers_seen == {"user"}

@@ -34,6 +34,12 @@ def test_import_tunedb_does_not_register_or_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_pure_runtime_modules_import_without_torch():
+    code = ("import sys; import tunedb.runtime.autotuner, tunedb.runtime.prewarm, tunedb.runtime.report;"
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_ops_are_registered_under_the_tunedb_namespace():
     assert torch.ops.tunedb.gemm.default._schema.name == "tunedb::gemm"
     schema = str(torch.ops.tunedb.gemm_act.default._schema)
