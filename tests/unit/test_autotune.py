@@ -188,3 +188,17 @@ def test_a_cached_config_that_cannot_serve_here_falls_back_with_one_warning(gemm
             assert t.resolve(gemm, SIG, 90) is None
     with autotune(cache=path, enabled=False, publish=False, arch_family="sm90", approximate=True) as t:
         assert t.resolve(gemm, SIG, 100)[0].id == "fused"
+
+
+def test_the_default_measurer_runs_the_real_protocol(gemm):
+    from tunedb.bench.timers import FakeTimer
+
+    def cost(sig, m, cid):
+        return 0.5 if cid == WIN else 1.0
+
+    timer = FakeTimer(cost, noise_sigma=0.0)
+    with autotune(cache=None, publish=False, arch_family="sm90", timer=timer,
+                  working_set_bytes=1 << 20) as t:
+        config, tier = t.resolve(gemm, SIG, 100)
+    assert (config.id, tier) == (WIN, "autotune")
+    assert WIN in timer.calls and "default" in timer.calls

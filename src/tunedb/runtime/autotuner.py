@@ -18,6 +18,7 @@ flow runs on a CPU against fake measurements.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -36,15 +37,18 @@ TIER = "autotune"
 
 
 def protocol_measurer(family: Any, sig: Signature, m: int, config_ids: tuple[str, ...],
-                      incumbent: str | None) -> Sequence[Measurement]:
+                      incumbent: str | None, *, working_set_bytes: int | None = None,
+                      timer: Any = None) -> Sequence[Measurement]:
     """The measurement protocol with its default (CUDA-graph) timer, as the build uses it.
 
     A serving process may share its GPU, so a busy GPU is measured anyway (results marked
-    contended) rather than refused."""
+    contended) rather than refused. working_set_bytes (the served model's weights, when known)
+    decides whether weights are timed cold or warm; timer None is the CUDA-graph timer."""
     from tunedb.bench import protocol
 
     return protocol.measure_point(family, sig, m, list(config_ids), alpha=0.0,
-                                  incumbent=incumbent, allow_busy=True)
+                                  incumbent=incumbent, allow_busy=True, timer=timer,
+                                  working_set_bytes=working_set_bytes)
 
 
 def user_tier_publisher(kernel_family: str, arch_family: str, entries: tuple[Entry, ...],
@@ -81,11 +85,13 @@ class Autotuner:
     def __init__(self, cache: str | Path | None = "tune.json", publish: bool = True,
                  enabled: bool = True, *, measurer: Measurer | None = None,
                  publisher: Publisher | None = None, arch_family: str | None = None,
-                 approximate: bool | None = None, top_k: int | None = 16) -> None:
+                 approximate: bool | None = None, top_k: int | None = 16,
+                 working_set_bytes: int | None = None, timer: Any = None) -> None:
         self.path = Path(cache) if cache is not None else None
         self.publish = publish
         self.enabled = enabled
-        self.measurer = measurer or protocol_measurer
+        self.measurer = measurer or functools.partial(
+            protocol_measurer, working_set_bytes=working_set_bytes, timer=timer)
         self.publisher = publisher or user_tier_publisher
         self._arch_family = arch_family
         self._approximate = approximate
@@ -327,7 +333,9 @@ def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True
     """The autotune() context manager (see the module docstring). cache=None keeps results in
     memory only; autotune(True) / autotune(False) read as enabled= with the default cache.
     Keyword-only extras: measurer=, publisher=, arch_family=, approximate=, top_k= (prune a
-    compile set larger than this with the cost model; None measures all)."""
+    compile set larger than this with the cost model; None measures all), working_set_bytes=
+    (the served model's weight bytes: weights are timed cold when they exceed L2), timer=
+    (the protocol's timer; None: CUDA graphs; bench.timers.FakeTimer runs without a GPU)."""
     if isinstance(cache, bool):
         cache, enabled = "tune.json", cache
     return Autotuner(cache, publish, enabled, **kwargs)

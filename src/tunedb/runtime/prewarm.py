@@ -84,7 +84,8 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
     """Measure the uncovered must-tune points of `model` (or of a ShapeSet / Points given as
     `inputs`) into the user tier within budget_s seconds; strict=True raises
     UncoveredShapeError for any left uncovered. Extra keywords (measurer=, publisher=,
-    arch_family=) go to the Autotuner that measures."""
+    arch_family=, working_set_bytes= (default: the model's parameter bytes)) go to the
+    Autotuner that measures."""
     from tunedb import families, selector
 
     if budget_s < 0:
@@ -101,6 +102,9 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
     todo.sort(key=lambda row: row[:3])
     measured: list[Point] = []
     exhausted = False
+    if model is not None and hasattr(model, "parameters"):
+        tuner.setdefault("working_set_bytes",
+                         sum(p.numel() * p.element_size() for p in model.parameters()))
     tuner_ = Autotuner(None, publish=True, enabled=True, **tuner)
     for _w, _weight, _m, p in todo:
         if time.monotonic() - start >= budget_s:
