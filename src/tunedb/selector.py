@@ -51,6 +51,7 @@ _memo: dict[tuple[str, Signature, int], _Slot] = {}
 _compiled: dict[str, dict[str, Config]] = {}  # family -> id -> compiled config, this epoch
 _past_counts: dict[tuple[str, str, str], int] = {}  # (family, signature, tier) from earlier epochs
 _rankers: dict[str, Ranker] = {}
+_family_rankers: dict[str, Ranker | None] = {}  # built from each family's model_ranker, this epoch
 _arch: dict[str, Any] = {}  # "family", "profile": pinned or detected; empty until first needed
 
 
@@ -98,8 +99,9 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
             config = _usable(fam, res, key, cid, sig, compiled, profile)
             if config is not None:
                 return Resolution(config, res.tier, key)
-    if settings.model_fallback_enabled() and fam.name in _rankers:
-        config = _rank(fam, sig, m, compiled, profile)
+    ranker = _ranker_for(fam, profile) if settings.model_fallback_enabled() else None
+    if ranker is not None:
+        config = _rank(fam, ranker, sig, m, compiled, profile)
         if config is not None:
             return Resolution(config, "model", None)
     return _default(fam, sig, profile)
@@ -142,14 +144,31 @@ def _compiled_set(fam: Any, arch_family: str, files: tuple[database.LoadResult, 
     return got
 
 
-def _rank(fam: Any, sig: Signature, m: int, compiled: Mapping[str, Config],
+def _ranker_for(fam: Any, profile: ArchProfile) -> Ranker | None:
+    """An installed ranker wins; else the family's own (`model_ranker(profile, params)`, built
+    once per epoch from the cost-model parameters the arch's database file ships)."""
+    ranker = _rankers.get(fam.name)
+    if ranker is not None or not hasattr(fam, "model_ranker"):
+        return ranker
+    if fam.name not in _family_rankers:
+        try:
+            _family_rankers[fam.name] = fam.model_ranker(profile, model_params(fam.name))
+        except Exception as exc:  # a broken model costs its tier, not the op
+            tiers.warn_once("selector", f"model:{fam.name}:{type(exc).__name__}",
+                            f"tunedb: the {fam.name} cost model could not be built ({exc!r}); "
+                            f"the default answers")
+            _family_rankers[fam.name] = None
+    return _family_rankers[fam.name]
+
+
+def _rank(fam: Any, ranker: Ranker, sig: Signature, m: int, compiled: Mapping[str, Config],
           profile: ArchProfile) -> Config | None:
     candidates = tuple(c for _, c in sorted(compiled.items())
                        if not c.is_sentinel and fam.invalid_reason(c, sig, None, profile) is None)
     if not candidates:
         return None
     try:
-        choice = _rankers[fam.name](sig, m, candidates)
+        choice = ranker(sig, m, candidates)
     except Exception as exc:  # a broken ranker costs its tier, not the op
         tiers.warn_once("selector", f"ranker:{fam.name}:{type(exc).__name__}",
                         f"tunedb: the {fam.name} cost-model ranker failed ({exc!r}); "
@@ -265,6 +284,7 @@ def _clear_epoch() -> None:
                 _past_counts[key] = _past_counts.get(key, 0) + slot.calls
         _memo.clear()
         _compiled.clear()
+        _family_rankers.clear()
 
 
 tiers.on_reload(_clear_epoch)

@@ -272,3 +272,24 @@ def test_detection_uses_the_gpus_arch_family_and_its_cached_or_queried_profile(f
     monkeypatch.setattr(arch, "current_profile", no_profile)
     selector.configure()
     assert selector.current_arch() == ("sm80", None)
+
+
+def test_family_supplies_the_model_ranker_from_the_files_model(fam, tier_dirs, monkeypatch):
+    built = []
+
+    def model_ranker(profile, params):
+        built.append((profile.arch_family, dict(params or {})))
+        return lambda s, m, candidates: candidates[-1]
+
+    monkeypatch.setattr(fam, "model_ranker", model_ranker, raising=False)
+    tier_dirs.write("system", valid_raw(entries={S128: entry_raw([[8, "b"]])}, model={"scale": 2.0}))
+    selector.reload()
+    r = selector.resolve("fake", sig(), 9)
+    assert (r.config.id, r.tier) == ("big", "model")  # the last compiled, valid candidate
+    selector.resolve("fake", sig(), 10)
+    assert built == [("sm90", {"scale": 2.0})]  # built once per epoch, from the file's model
+    selector.reload()
+    selector.resolve("fake", sig(), 11)
+    assert len(built) == 2
+    selector.set_ranker("fake", lambda s, m, c: c[0])  # an installed ranker wins over the family's
+    assert selector.resolve("fake", sig(), 9).config.id == "a"
