@@ -25,13 +25,16 @@ from tunedb.families.gemm import FAMILY, configs
 LANE_PICKS = {
     "triton_mma": ["b128x128x64_w8_s3_g8", "b128x256x64_w8_s3_g8", "b64x128x64_w4_s3_g8",
                    "b128x64x64_w4_s4_g8", "b64x64x64_w4_s3_g8", "b32x64x128_w4_s3_g8", "b16x64x256_w4_s3_g8",
-                   "b16x128x256_w4_s3_g8", "b32x128x64_w4_s4_g8"],
+                   "b16x128x256_w4_s3_g8", "b32x128x64_w4_s4_g8", "b16x32x128_w4_s3_g8", "b16x64x128_w4_s3_g8",
+                   "b16x128x128_w4_s3_g8"],
     "triton_tma": ["tma_b128x256x64_w8_s3_g8", "tma_b128x256x64_w8_s4_g8", "tma_b128x128x64_w8_s4_g8",
                    "tma_b128x128x64_w4_s4_g8", "tma_b64x128x64_w4_s4_g8", "tma_b256x128x64_w8_s3_g8",
-                   "tma_b128x256x64_w8_s3_g8_ws", "tma_b128x128x64_w8_s4_g8_ws", "tma_b64x64x128_w4_s4_g8"],
+                   "tma_b128x256x64_w8_s3_g8_ws", "tma_b128x128x64_w8_s4_g8_ws", "tma_b64x64x128_w4_s4_g8",
+                   "tma_b128x256x64_w8_s4_g8_ws", "tma_b256x128x64_w8_s4_g8"],
     "triton_splitk": ["sk2_b16x64x256_w4_s3", "sk4_b16x64x256_w4_s3", "sk8_b16x64x256_w4_s3",
                       "sk16_b16x32x256_w4_s3", "sk4_b16x128x128_w4_s4", "sk2_b32x128x128_w4_s4",
-                      "sk4_b32x64x256_w4_s3", "sk8_b32x64x256_w4_s3", "sk4_b64x128x64_w4_s4"],
+                      "sk4_b32x64x256_w4_s3", "sk8_b32x64x256_w4_s3", "sk4_b64x128x64_w4_s4", "sk8_b16x64x128_w4_s4",
+                      "sk4_b16x64x128_w4_s4", "sk8_b16x128x128_w4_s4", "sk2_b16x128x256_w4_s3"],
 }
 
 
@@ -107,6 +110,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--timer", choices=("graph", "protocol"), default="graph")
     ap.add_argument("--out", default="gemm_kernels.json")
+    ap.add_argument("--groups", default="large,whisper,conformer,decode",
+                    help="comma-separated shape groups to run")
     ap.add_argument("--budget-s", type=float, default=230.0, help="stop starting new shapes after this")
     a = ap.parse_args()
     prof = shipped_profile("sm90")
@@ -119,7 +124,7 @@ def main() -> int:
           f"timer {a.timer}, peak {peak_tf} TFLOP/s, copy bw {bw} GB/s")
     hdr = f"{'group':9} {'op':22} {'M':>6} {'N':>6} {'K':>6} | {'arm':32} {'us':>9} {'TF/s':>7} {'%pk':>5} {'GB/s':>7} {'%bw':>5} {'vs torch':>8}"
     print(hdr)
-    for group, op, m, n, k, act, bias in shapes(a.quick):
+    for group, op, m, n, k, act, bias in [s for s in shapes(a.quick) if s[0] in a.groups.split(",")]:
         if time.time() - start > a.budget_s:
             print(f"# budget reached; skipping the remaining shapes")
             break

@@ -35,6 +35,15 @@ def main() -> int:
     print(f"cache {cache}; prebuilt with triton {built.get('triton', '?')} for {built.get('target', '?')}; "
           f"this machine: triton {triton.__version__}, torch {torch.__version__}, "
           f"{torch.cuda.get_device_name()} (cc {torch.cuda.get_device_capability()})")
+    if built.get("cache_dir") and built["cache_dir"] != str(cache):
+        fixed = prebuild.relocate_cache(cache, built["cache_dir"])
+        print(f"cache moved from {built['cache_dir']}: rewrote {fixed} Triton group files (absolute paths)")
+    here = prebuild.key_components(torch.cuda.get_device_capability()[0] * 10
+                                   + torch.cuda.get_device_capability()[1])
+    there = built.get("key", {})
+    for name, value in here.items():
+        same = "same" if there.get(name) == value else f"DIFFERS (prebuild: {there.get(name)!r})"
+        print(f"  key part {name}: {value!r} {same}")
     events = {"hit": 0, "miss": 0}
     misses = []
 
@@ -61,6 +70,8 @@ def main() -> int:
           f"new cache entries {new_dirs}")
     for name in misses[:20]:
         print(f"  compiled: {name}")
+    # New entries that are not kernels: Triton's host-side launcher stubs (C, built with the local
+    # compiler on first use of each kernel signature) and its cuda_utils module.
     print(f"compiled {events['miss'] if knobs is not None else new_dirs} kernels")
     return 0
 

@@ -69,9 +69,22 @@ def test_compiles_for_sm90_without_a_gpu_and_the_second_run_hits_the_cache(tmp_p
 
     summary = run()
     assert summary["ok"] == 1 and summary["target"] == "cuda:90:32" and summary["triton"] != "absent"
+    assert set(summary["key"]) == {"triton_key", "ptxas", "env", "python"}  # what a GPU box must match
     cubins = sorted(Path(tmp_path / "triton").rglob("*.cubin"))
     assert len(cubins) == 2  # the partial and the reduction kernels
     assert (tmp_path / "triton" / "tunedb-prebuild-sm90.json").is_file()
     entries = sorted(p.name for p in (tmp_path / "triton").iterdir())
     run()
     assert sorted(p.name for p in (tmp_path / "triton").iterdir()) == entries
+
+
+def test_relocated_cache_points_group_files_at_the_new_root(tmp_path):
+    old = tmp_path / "old" / "triton"
+    new = tmp_path / "new" / "triton"
+    (new / "ABC").mkdir(parents=True)
+    grp = new / "ABC" / "__grp__k.json"
+    grp.write_text(json.dumps({"child_paths": {"k.cubin": f"{old}/ABC/k.cubin", "k.json": f"{old}/ABC/k.json"}}))
+    assert prebuild.relocate_cache(new, str(old)) == 1
+    assert json.loads(grp.read_text())["child_paths"] == {"k.cubin": f"{new}/ABC/k.cubin",
+                                                          "k.json": f"{new}/ABC/k.json"}
+    assert prebuild.relocate_cache(new, str(old)) == 0

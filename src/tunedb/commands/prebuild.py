@@ -87,4 +87,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=1))
     print(f"tunedb prebuild: {summary['ok']}/{summary['jobs']} ok in {summary['seconds']} s "
           f"(triton {summary['triton']}, cache {summary['cache_dir']})")
+    key = summary["key"]
+    print(f"tunedb prebuild: a GPU machine hits this cache only with the same Triton build "
+          f"(key {key['triton_key']}, Python {key['python']}), ptxas ({key['ptxas']}) and env {key['env']}")
     return 0 if not summary["failed"] else 1

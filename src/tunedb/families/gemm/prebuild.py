@@ -11,6 +11,7 @@ Needs triton only (no torch), so it also runs in a bare `pip install triton==X` 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import hashlib
 import json
 import multiprocessing
 import os
@@ -190,6 +191,22 @@ def triton_version() -> str:
         return "absent"
 
 
+def key_components(capability: int) -> dict:
+    """What Triton folds into every cache key besides the kernel itself: its own build (Python
+    sources and libtriton, which differs per Python version's wheel), ptxas, and the env vars it
+    treats as cache-invalidating. The GPU machine must match all of them for a cache hit."""
+    import platform
+
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.backends.nvidia.compiler import get_ptxas_version
+    from triton.runtime.cache import triton_key
+
+    return {"triton_key": hashlib.sha256(triton_key().encode()).hexdigest()[:16],
+            "ptxas": get_ptxas_version(capability).strip().splitlines()[-1],
+            "env": dict(sorted(get_cache_invalidating_env_vars().items())),
+            "python": platform.python_version()}
+
+
 def run_jobs(jobs: Sequence[Job], arch_family: str, n_jobs: int, progress=None) -> dict:
     """Compile `jobs` for `arch_family` with n_jobs worker processes; returns a summary record,
     also written (atomically) as tunedb-prebuild-<arch>.json in the cache directory."""
@@ -213,10 +230,31 @@ def run_jobs(jobs: Sequence[Job], arch_family: str, n_jobs: int, progress=None) 
         "cache_dir": str(cache), "jobs": len(jobs), "ok": sum(r["ok"] for r in results),
         "failed": [r for r in results if not r["ok"]], "seconds": round(time.perf_counter() - start, 2),
         "configs": sorted({r["job"]["config_id"] for r in results if r["ok"]}),
-        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "key": key_components(cap),
     }
     _write_atomic(cache / f"tunedb-prebuild-{arch_family}.json", json.dumps(summary, indent=1))
     return summary
+
+
+def relocate_cache(cache: Path, old_root: str) -> int:
+    """Rewrite Triton's group files after the cache moved from `old_root` to `cache`.
+
+    Triton records each binary's files by absolute path (__grp__*.json "child_paths"); a cache
+    carried to another machine under another path would miss on every kernel. Returns the
+    number of group files rewritten. Sharing the cache at the same path needs none of this.
+    """
+    old_root, new_root, fixed = str(old_root).rstrip("/"), str(cache).rstrip("/"), 0
+    if old_root == new_root:
+        return 0
+    for grp in Path(cache).glob("*/__grp__*.json"):
+        data = json.loads(grp.read_text())
+        paths = data.get("child_paths") or {}
+        moved = {k: new_root + v[len(old_root):] if v.startswith(old_root + "/") else v for k, v in paths.items()}
+        if moved != paths:
+            data["child_paths"] = moved
+            _write_atomic(grp, json.dumps(data))
+            fixed += 1
+    return fixed
 
 
 def _write_atomic(path: Path, text: str) -> None:
