@@ -1,48 +1,53 @@
 #!/usr/bin/env bash
 # One device call, several stages: `bash bench/device_session.sh STAGE...` on the H200.
-# Logs and JSON land in $OUT (at most 8 files come back, so everything else is tarred).
-# Stages: arch tests fidelity gemm prebuild census build evaluate host
+# Every stage logs under /tmp/work/logs, re-tarred into $OUT/session.tgz after each stage, so a
+# call stopped at its limit still returns what finished (at most 8 files come back from $OUT).
+# Stages: env arch prebuilt tests fidelity gemm host build evaluate e2e
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/logs"
-W=/tmp/work; mkdir -p $W
+OUT=${OUT:-/tmp/out}; W=/tmp/work; L=$W/logs; mkdir -p "$L" "$OUT"
+CENSUS="whisper-base_offline whisper-large-v3_offline conformer_streaming llama-3-8b_decode"
 t0=$(date +%s)
-stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
+if [ -f .carry/triton-sys.tgz ] && [ ! -d .carry/triton-sys ]; then tar xzf .carry/triton-sys.tgz -C .carry; fi
+if [ -d .carry/triton-sys ]; then export TRITON_CACHE_DIR="$PWD/.carry/triton-sys"; fi
+stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*" | tee -a "$L/stages.log"; }
 tunedb() { python -m tunedb "$@"; }
 for stage in "$@"; do
   stamp "stage $stage"
   case "$stage" in
     env)
-      nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
-      python -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)";;
+      nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1 | tee "$L/env.log"
+      python -c "import torch, triton, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, triton.__version__)" 2>&1 | tee -a "$L/env.log" ;;
     arch)
-      python -m tunedb.arch --measure --refresh --out "$OUT/arch_sm90.json" 2>&1 | tee "$OUT/logs/arch.log" ;;
+      timeout 120 python -m tunedb.arch --measure --refresh --out "$L/arch_sm90.json" 2>&1 | tee "$L/arch.log" ;;
+    prebuilt)  # the carried Triton 3.6 cache (tunedb prebuild on the CPU machine): relocate, then prove
+      if [ -d .carry/triton-sys ]; then
+        timeout 120 python bench/prebuild_proof.py 2>&1 | tee "$L/prebuild_proof.log"
+      else echo "no carried cache" | tee "$L/prebuild_proof.log"; fi ;;
     tests)
-      python -m pytest -m gpu tests -q -x --timeout=900 -p no:cacheprovider 2>&1 | tee "$OUT/logs/gpu_tests.log" | tail -40 ;;
+      timeout ${TESTS_S:-240} python -m pytest -m gpu tests -q -p no:cacheprovider 2>&1 | tee "$L/gpu_tests.log" | tail -30 ;;
     fidelity)
-      python bench/protocol_fidelity.py --out "$OUT/logs/fidelity.json" --md "$OUT/logs/fidelity.md" 2>&1 | tee "$OUT/logs/fidelity.log" ;;
+      timeout 120 python bench/protocol_fidelity.py --out "$L/fidelity.json" --md "$L/fidelity.md" 2>&1 | tee "$L/fidelity.log" | tail -40 ;;
     gemm)
-      python bench/gemm_kernels.py --out "$OUT/logs/gemm_kernels.json" ${GEMM_ARGS:-} 2>&1 | tee "$OUT/logs/gemm_kernels.log" ;;
+      timeout 300 python bench/gemm_kernels.py --out "$L/gemm_kernels.json" ${GEMM_ARGS:-} 2>&1 | tee "$L/gemm_kernels.log" | tail -60 ;;
     host)
-      python bench/host_overhead.py --out "$OUT/logs/host_overhead.json" 2>&1 | tee "$OUT/logs/host_overhead.log" ;;
-    census)
-      tunedb census whisper-base --out $W/wb.json
-      tunedb census whisper-large-v3 --max-batch-size 8 --out $W/wl.json
-      tunedb census conformer --mode streaming --chunk-size 16 --max-batch-size 32 --out $W/cs.json
-      tunedb census llama-3-8b --mode decode --max-batch-size 64 --out $W/ld.json
-      cp $W/*.json "$OUT/logs/" ;;
+      timeout 60 python bench/host_overhead.py --out "$L/host_overhead.json" 2>&1 | tee "$L/host_overhead.log" ;;
     build)
-      for c in wb wl cs ld; do
+      for c in $CENSUS; do
         stamp "build $c"
-        tunedb build --census $W/$c.json --out $W/sys --thin --max-points ${MAX_POINTS:-8} --run-id sys-$c 2>&1 | tee "$OUT/logs/build_$c.log" | tail -15
-      done
-      cp -r $W/sys "$OUT/logs/sys" ;;
+        timeout ${BUILD_S:-150} python -m tunedb build --census bench/census/$c.json --out $W/sys --thin --max-points ${MAX_POINTS:-8} --run-id sys-$c 2>&1 | tee "$L/build_$c.log" | tail -12
+        cp $W/sys/sm90/gemm.json "$L/gemm_sm90.json" 2>/dev/null; cp $W/sys/measurements.jsonl "$L/" 2>/dev/null
+        tar czf "$OUT/session.tgz" -C $W logs
+      done ;;
     evaluate)
-      tunedb evaluate --log $W/sys/measurements.jsonl --db system=$W/sys/sm90/gemm.json --census $W/wb.json --census $W/wl.json --census $W/cs.json --census $W/ld.json --png "$OUT/logs/eval.png" 2>&1 | tee "$OUT/logs/evaluate.log" ;;
+      args=(); for c in $CENSUS; do args+=(--census bench/census/$c.json); done
+      timeout 120 python -m tunedb evaluate --log $W/sys/measurements.jsonl --db system=$W/sys/sm90/gemm.json "${args[@]}" --png "$L/eval.png" 2>&1 | tee "$L/evaluate.log" | tail -40 ;;
+    e2e)
+      timeout ${E2E_S:-480} python bench/e2e.py --out "$L/e2e.json" --md "$L/e2e.md" ${E2E_ARGS:-} 2>&1 | tee "$L/e2e.log" | tail -60 ;;
     *) echo "unknown stage $stage" ;;
   esac
+  tar czf "$OUT/session.tgz" -C $W logs
 done
 stamp "done"
-tar czf "$OUT/session.tgz" -C "$OUT" logs && rm -rf "$OUT/logs"/sys
-ls -la "$OUT"
+tar czf "$OUT/session.tgz" -C $W logs

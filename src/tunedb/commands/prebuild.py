@@ -25,6 +25,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--referenced", type=Path, default=None,
                         help="a database file whose referenced configs join the compile set")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--thin", action="store_true", help="with --census: plan as `tunedb build --thin` would")
+    parser.add_argument("--max-points", type=int, default=None, help="with --thin: as for `tunedb build`")
+    parser.add_argument("--every-valid", action="store_true",
+                        help="with --census: every valid config of each signature, not only the build plan's")
 
 
 def _referenced_ids(path: Path | None) -> list[str]:
@@ -40,6 +44,31 @@ def _referenced_ids(path: Path | None) -> list[str]:
             if isinstance(region, list) and len(region) == 2 and isinstance(region[1], str):
                 ids.append(region[1])
     return ids
+
+
+def _planned_jobs(args: argparse.Namespace) -> list:
+    """The binaries a `tunedb build` of this census loads: its plan's configs (cost-model top-k
+    union forced arms, per point), in the dtype the build measures and each N/K alignment class."""
+    from tunedb import arch, pipeline
+    from tunedb.families.gemm import configs, prebuild
+
+    opts = pipeline.BuildOptions(arch_family=args.arch, thin=args.thin, max_points=args.max_points,
+                                 dry_run=True)
+    plans, _ = pipeline.plan_build([(str(args.census), pipeline.read_census(args.census))], opts,
+                                   arch.shipped_profile(args.arch))
+    jobs = []
+    for plan in plans:
+        sig = plan.signature
+        n, k = sig.get("N"), sig.get("K")
+        dt = "fp16" if sig.dt == "fp16" else "bf16"  # a dt=half signature is measured in bf16
+        for cid in plan.config_ids():
+            if cid in ("default", "torch", "fused", "heuristic"):
+                cfg = configs.default_config(sig) if cid == "default" else None
+            else:
+                cfg = configs.parse(cid)
+            if cfg is not None:
+                jobs.append(prebuild.Job(cfg.id, dt, n % 16 == 0, k % 16 == 0))
+    return jobs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
             raise BuildError(f"census file {args.census} names no GEMM signature (gemm|op=...|dt=...|N=..|K=..)")
         if settings.compile_set() == "all":
             jobs = prebuild.jobs_for(configs.config_space(args.arch))
-        else:
+        elif args.every_valid:
             jobs = prebuild.jobs_for_census(sigs, args.arch)
+        else:
+            jobs = sorted(set(_planned_jobs(args)) | set(prebuild.jobs_for(configs.compile_set(args.arch, []))))
         what = f"{len(sigs)} signatures from {args.census}"
     else:
         chosen = configs.compile_set(args.arch, _referenced_ids(args.referenced))
