@@ -1,0 +1,402 @@
+"""End to end: plain PyTorch, torch.compile max-autotune and tunedb on whole models, with tuning costs.
+
+    PYTHONPATH=src python bench/e2e.py [--models whisper-large-v3,llama-3-8b,conformer] [--quick]
+        [--budget-s 420] [--tune auto|build|autotune] [--out e2e.json] [--md BENCHMARKS.md] [--dry-run]
+
+Models (bench/e2e_models.py): census presets at reduced depth, random bf16 weights, on cuda.
+Variants, each timed eagerly and as one CUDA graph of the whole forward:
+  plain           the module as built
+  max-autotune    torch.compile(mode="max-autotune-no-cudagraphs", dynamic=False) after
+                  torch._dynamo.reset(), per batch; compile time = the first call's wall time,
+                  with fresh TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR (cold, as a deployment)
+  tunedb system   tunedb.optimize(copy) with TUNEDB_USER_DB=off (the shipped tier, then the cost model)
+  tunedb tuned    the same copy after tuning the model's own points into a temporary user tier:
+                  pipeline.build (thin) of the census of the benchmarked batches, or
+                  tunedb.autotune() on those forwards when the build's estimate exceeds its share
+                  of the budget (--tune forces one); the tuning wall time is its cost
+Timing: eager = median of per-forward CUDA-event times after warm-up; graph = capture after
+warm-up on a side stream, median of per-replay event times. Nothing rotates (whole models). Every
+variant's output is first compared with plain's (relative Frobenius error < --tol); a variant
+that fails is reported as wrong and not timed. A captured graph's output is checked too.
+Also: host overhead of selection (tunedb.runtime.ops.gemm against the bound launcher it
+dispatches to, bench/host_overhead.py's method), and Triton's autotuner (triton.autotune over the
+triton_mma configs, key M/N/K, on the model's distinct GEMM shapes; sampled and extrapolated
+when the budget is short, and labeled so). GPU clocks are read with nvidia-smi before and after.
+--budget-s bounds the whole run: phases run in priority order (plain + tunedb system, tuning,
+host overhead, max-autotune, Triton autotune) and what does not fit is listed as skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import e2e_models  # noqa: E402
+from e2e_models import MODES, cell, measure, sync  # noqa: E402
+
+VARIANTS = ("plain", "max-autotune", "tunedb system", "tunedb tuned")
+T0 = time.monotonic()
+
+
+class Budget:
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.skipped = seconds, []
+
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - T0)
+
+    def allows(self, what: str, need_s: float) -> bool:
+        if self.left() >= need_s:
+            return True
+        self.skipped.append(f"{what} (needs ~{need_s:.0f} s, {max(0.0, self.left()):.0f} s left)")
+        print(f"[budget] skipping {what}", flush=True)
+        return False
+
+
+@contextlib.contextmanager
+def fresh_env(**paths: str):
+    """Point cache variables (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) at fresh dirs, then restore."""
+    saved = {k: os.environ.get(k) for k in paths}
+    os.environ.update(paths)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def gpu_clocks() -> str:
+    q = "name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active"
+    try:
+        return subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=20).stdout.strip() or "n/a"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"n/a ({type(exc).__name__})"
+
+
+def fmt(c: dict | None, plain: float | None) -> str:
+    if c is None:
+        return "-"
+    if c["status"] == "ok":
+        x = f" ({plain / c['ms']:.2f}x)" if plain and c is not None and c.get("ms") else ""
+        return f"{c['ms']:.3f}{x}"
+    if c["status"] == "wrong":
+        return f"wrong (err {c.get('err', math.nan):.1e})"
+    return f"{c['status']}" + (f": {c['note']}" if c.get("note") else "")
+
+
+def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) per model, then the tuning-cost table."""
+    out = []
+    for name, r in report["models"].items():
+        rows = []
+        for row in r["rows"]:
+            plain = row["cells"].get("plain", {}).get("ms")
+            rows.append([str(row["batch"]), row["mode"]] + [fmt(row["cells"].get(v), plain if v != "plain" else None)
+                                                            for v in VARIANTS])
+        out.append((f"{r['label']}: ms per forward (speedup vs plain)", ["batch", "mode", *VARIANTS], rows))
+    rows = []
+    for name, r in report["models"].items():
+        t, ind, tri = r.get("tuning", {}), r.get("inductor_compile", {}), r.get("triton_autotune", {})
+        ratio = (f"{t['seconds'] / ind['seconds']:.3f}" if t.get("seconds") and ind.get("complete") and ind.get("seconds")
+                 else "n/a")
+        tuned = (f"error: {t['error'][:80]}" if "error" in t else
+                 f"{t['seconds']} s ({t['method']}, {t['points']} points)" if t else "not run")
+        rows.append([name, tuned,
+                     f"{ind['seconds']} s ({len(ind['per_batch'])} of {len(r['batches'])} batches)" if ind else "not run",
+                     f"{tri['seconds']:.1f} s ({tri['how']})" if tri else "not run", ratio])
+    out.append(("Tuning cost (wall seconds, the benchmarked batches)",
+                ["model", "tunedb tune", "Inductor max-autotune compile", "triton.autotune", "tunedb / Inductor"], rows))
+    return out
+
+
+def goals(report: dict) -> list[str]:
+    ratios, vs_ma = [], []
+    for r in report["models"].values():
+        for row in r["rows"]:
+            c, p, ma = (row["cells"].get(v, {}) for v in ("tunedb tuned", "plain", "max-autotune"))
+            if c.get("status") != "ok":
+                c = row["cells"].get("tunedb system", {})
+            if c.get("status") == "ok" and p.get("status") == "ok":
+                ratios.append((p["ms"] / c["ms"], f"{r['name']} b{row['batch']} {row['mode']}"))
+                if ma.get("status") == "ok":
+                    vs_ma.append((ma["ms"] / c["ms"], f"{r['name']} b{row['batch']} {row['mode']}"))
+    lines = []
+    if ratios:
+        worst = min(ratios)
+        geo = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
+        lines.append(f"never slower than plain beyond 1%: {'met' if worst[0] >= 0.99 else 'NOT met'} "
+                     f"(worst {worst[0]:.3f}x at {worst[1]}; tuned where run, else system)")
+        lines.append(f"geomean vs plain >= 1.05x: {'met' if geo >= 1.05 else 'NOT met'} ({geo:.3f}x over {len(ratios)} rows)")
+    if vs_ma:
+        w = min(vs_ma)
+        lines.append(f"never slower than max-autotune (1% band): {'met' if w[0] >= 0.99 else 'NOT met'} "
+                     f"(worst {w[0]:.3f}x at {w[1]}, {len(vs_ma)} rows)")
+    h = report.get("host_overhead")
+    if h:
+        lines.append(f"selection <= 1 us per call over the bound launcher: "
+                     f"{'met' if h['selection_us'] <= 1.0 else 'NOT met'} ({h['selection_us']:.2f} us)")
+    for name, r in report["models"].items():
+        t, ind = r.get("tuning", {}), r.get("inductor_compile", {})
+        if t.get("seconds") and ind.get("complete") and ind.get("seconds"):
+            q = t["seconds"] / ind["seconds"]
+            lines.append(f"{name}: tuning <= 1/10 of max-autotune compile: {'met' if q <= 0.1 else 'NOT met'} "
+                         f"({t['seconds']:.1f} s ({t['method']}) vs {ind['seconds']:.1f} s)")
+    return lines or ["no goal could be evaluated (nothing timed)"]
+
+
+def show(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(120, Console().width))
+    for title, header, rows in tables(report):
+        t = Table(title=title)
+        for h in header:
+            t.add_column(h)
+        for row in rows:
+            t.add_row(*row)
+        console.print(t)
+    for line in goals(report) + [f"skipped: {s}" for s in report["skipped"]]:
+        console.print(line)
+
+
+def markdown(report: dict) -> str:
+    e = report["env"]
+    md = [f"\n## End to end: plain vs max-autotune vs tunedb ({report['utc']})\n",
+          f"GPU {e['gpu']}; torch {e['torch']}, Triton {e['triton']}, Python {e['python']}. "
+          f"Clocks before: `{e['clocks_before']}`; after: `{e['clocks_after']}`.",
+          f"Command: `{report['command']}` ({report['wall_s']:.0f} s wall).\n"]
+    for title, header, rows in tables(report):
+        md += [f"**{title}**\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    h = report.get("host_overhead")
+    if h:
+        md.append(f"Host cost per call (M,N,K = {h['shape']}, {h['config']} from {h['tier']}): " +
+                  ", ".join(f"{k} {v:.2f} us" for k, v in h["us_per_call"].items()) + "\n")
+    md += [f"- {g}" for g in goals(report)] + [f"- skipped: {s}" for s in report["skipped"]]
+    return "\n".join(md) + "\n"
+
+
+def describe(inputs: tuple) -> str:
+    def one(x) -> str:
+        if hasattr(x, "shape"):
+            return "x".join(map(str, x.shape))
+        return "(" + ", ".join(f"{k}={one(v)}" for k, v in vars(x).items()) + ")"
+    return ", ".join(one(x) for x in inputs)
+
+
+def dry_run(args) -> int:
+    """What a run would do, from models built on meta: no GPU, no timing."""
+    import tunedb
+
+    from tunedb import arch
+
+    print(f"budget {args.budget_s:.0f} s; eager {args.warmup}+{args.iters} forwards, graph {args.replays} replays; "
+          f"tune: {args.tune} (build --thin --max-points {args.max_points}); triton.autotune sample "
+          f"{args.triton_sample} configs; tolerance {args.tol:g}")
+    print("phases: plain + tunedb system -> tune + tunedb tuned -> host overhead -> max-autotune -> triton.autotune")
+    share = 0.4 * args.budget_s / len(args.models)
+    for name in args.models:
+        bm = e2e_models.build(name, "meta", args.impl, args.quick, args.seed)
+        shapes = e2e_models.tuned_points(bm, tunedb.optimize(bm.module, inplace=False))
+        print(f"\n{bm.label}")
+        for b in bm.batches:
+            print(f"  batch {b}: inputs {describe(bm.inputs[b])}")
+        for p in shapes.points:
+            print(f"  point {p.signature.format()} M={p.m} calls={p.calls}")
+        with tempfile.TemporaryDirectory() as d:
+            _opts, est = e2e_models.tune_plan(name, shapes, args, d)
+        how = args.tune if args.tune != "auto" else ("build" if est <= share else "autotune")
+        print(f"  tune: build estimate {est:.0f} s vs a share of ~{share:.0f} s -> {how}")
+        mnk = e2e_models.gemm_shapes(shapes)
+        cfgs = e2e_models.mma_configs(shapes, arch.shipped_profile("sm90"))
+        print(f"  triton.autotune: {len(cfgs)} triton_mma configs x {len(mnk)} shapes (M,N,K) {mnk}")
+    return 0
+
+
+def run(args, budget: Budget, report: dict, work: Path) -> None:
+    import torch
+
+    import tunedb
+    from tunedb import arch, settings
+
+    models = {}
+    for name in args.models:
+        try:
+            bm = e2e_models.build(name, "cuda", args.impl, args.quick, args.seed)
+            with torch.no_grad():
+                refs = {b: e2e_models.output_tensor(bm.call(bm.module, b)()).clone() for b in bm.batches}
+        except Exception as exc:  # noqa: BLE001 - one model failing to build or run leaves the others
+            budget.skipped.append(f"{name}: failed to build or run plain ({type(exc).__name__}: {exc})")
+            traceback.print_exc()
+            continue
+        rows = {(b, m): {"batch": b, "mode": m, "cells": {v: cell("skipped", note="budget") for v in VARIANTS}}
+                for b in bm.batches for m in MODES}
+        report["models"][name] = r = {"name": name, "label": bm.label, "impl": bm.impl, "layers": bm.layers,
+                                      "full_layers": bm.full_layers, "batches": list(bm.batches),
+                                      "rows": list(rows.values())}
+        tuned = tunedb.optimize(bm.module, inplace=False)
+        models[name] = (bm, r, rows, tuned, refs)
+
+    if not models:
+        return
+
+    def put(rows, b, variant, cells):
+        for mode, c in cells.items():
+            rows[(b, mode)]["cells"][variant] = c
+
+    print("[phase] plain and tunedb system tier", flush=True)
+    with settings.override(USER_DB="off"):
+        tunedb.reload()
+        for name, (bm, r, rows, tuned, refs) in models.items():
+            for b in bm.batches:
+                if budget.allows(f"{name} b{b} plain + tunedb system", 5):
+                    put(rows, b, "plain", measure(bm, bm.module, b, refs[b], args))
+                    put(rows, b, "tunedb system", measure(bm, tuned, b, refs[b], args))
+
+    print("[phase] tune, then tunedb tuned", flush=True)
+    user, share = work / "user", 0.4 * budget.left() / len(models)
+    census = {}
+    for name, (bm, r, rows, tuned, refs) in models.items():
+        census[name] = shapes = e2e_models.tuned_points(bm, tuned)
+        if not budget.allows(f"{name} tuning", min(share, 20)):
+            continue
+        try:
+            r["tuning"] = e2e_models.tune_model(bm, tuned, shapes, args, str(user), share)
+        except Exception as exc:  # noqa: BLE001 - report it, keep benchmarking the rest
+            r["tuning"] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-4)}
+            for b in bm.batches:
+                put(rows, b, "tunedb tuned", {m: cell("error", note="tuning failed") for m in MODES})
+            continue
+        print(f"  {name}: {r['tuning']}", flush=True)
+        with settings.override(USER_DB=str(user)):
+            tunedb.reload()
+            for b in bm.batches:
+                put(rows, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args))
+
+    if budget.allows("host overhead", 10):
+        print("[phase] host overhead", flush=True)
+        with settings.override(USER_DB="off"):
+            tunedb.reload()
+            report["host_overhead"] = e2e_models.host_overhead(args.host_calls)
+
+    print("[phase] torch.compile max-autotune-no-cudagraphs", flush=True)
+    guess = args.compile_guess_s
+    with fresh_env(TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"), TRITON_CACHE_DIR=str(work / "inductor-triton")):
+        for name, (bm, r, rows, tuned, refs) in models.items():
+            ind = r["inductor_compile"] = {"per_batch": {}, "seconds": 0.0, "complete": False}
+            for b in bm.batches:
+                if not budget.allows(f"{name} b{b} max-autotune compile", guess + 10 * len(models)):
+                    continue
+                torch._dynamo.reset()
+                compiled = torch.compile(bm.module, mode="max-autotune-no-cudagraphs", dynamic=False)
+                t0 = time.perf_counter()
+                try:
+                    with torch.no_grad():
+                        bm.call(compiled, b)()
+                    sync()
+                except Exception as exc:  # noqa: BLE001
+                    put(rows, b, "max-autotune", {m: cell("error", note=f"{type(exc).__name__}: {str(exc)[:120]}")
+                                                  for m in MODES})
+                    continue
+                guess = secs = time.perf_counter() - t0
+                ind["per_batch"][str(b)] = round(secs, 2)
+                print(f"  {name} b{b}: compiled in {secs:.1f} s", flush=True)
+                put(rows, b, "max-autotune", measure(bm, compiled, b, refs[b], args))
+            ind["seconds"] = round(sum(ind["per_batch"].values()), 2)
+            ind["complete"] = len(ind["per_batch"]) == len(bm.batches)
+        torch._dynamo.reset()
+
+    print("[phase] triton.autotune", flush=True)
+    profile = arch.shipped_profile("sm90")
+    with fresh_env(TRITON_CACHE_DIR=str(work / "triton-autotune")):
+        for i, (name, (bm, r, rows, tuned, refs)) in enumerate(models.items()):
+            if name not in census or not budget.allows(f"{name} triton.autotune", 15):
+                continue
+            cap = time.monotonic() + budget.left() / (len(models) - i)
+            r["triton_autotune"] = e2e_models.triton_autotune_cost(
+                e2e_models.gemm_shapes(census[name]), e2e_models.mma_configs(census[name], profile),
+                args.triton_sample, lambda: min(budget.left(), cap - time.monotonic()))
+            print(f"  {name}: {r['triton_autotune']['how']}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(e2e_models.SPECS), help="comma-separated: " + ", ".join(e2e_models.SPECS))
+    p.add_argument("--quick", action="store_true", help="fewer layers, batches and timed calls: a smoke run")
+    p.add_argument("--budget-s", type=float, default=420.0, help="wall budget of the whole script (s)")
+    p.add_argument("--tune", choices=("auto", "build", "autotune"), default="auto")
+    p.add_argument("--max-points", type=int, default=4, help="the build's --thin --max-points")
+    p.add_argument("--allow-busy", action="store_true", help="let the build run on a busy GPU")
+    p.add_argument("--impl", default="auto", help="preset implementation: auto, mirror, hf, torchaudio")
+    p.add_argument("--tol", type=float, default=2e-2, help="relative Frobenius error allowed against plain")
+    p.add_argument("--iters", type=int, default=None, help="timed eager forwards (default 20, quick 10)")
+    p.add_argument("--replays", type=int, default=None, help="timed graph replays (default 50, quick 20)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--host-calls", type=int, default=None, help="calls per host-overhead row (20000, quick 5000)")
+    p.add_argument("--compile-guess-s", type=float, default=60.0, help="first max-autotune compile estimate (s)")
+    p.add_argument("--triton-sample", type=int, default=8, help="configs autotuned per shape (rest extrapolated)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--work", default=None, help="directory for the user tier, caches and logs (default: a new temp dir)")
+    p.add_argument("--out", default=None, help="write the JSON report here")
+    p.add_argument("--md", default=None, help="append a dated markdown section to this file (BENCHMARKS.md)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan from models built on meta; no GPU")
+    args = p.parse_args(argv)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    bad = [m for m in args.models if m not in e2e_models.SPECS]
+    if bad or not args.models:
+        p.error(f"--models {','.join(bad) or '(none)'}: choose from {', '.join(e2e_models.SPECS)}")
+    for name, default, quick in (("iters", 20, 10), ("replays", 50, 20), ("host_calls", 20000, 5000)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else default)
+    if min(args.iters, args.replays, args.host_calls, args.triton_sample) < 1 or args.budget_s <= 0:
+        p.error("--iters, --replays, --host-calls, --triton-sample and --budget-s must be positive")
+    if args.dry_run:
+        return dry_run(args)
+
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        print("bench/e2e.py needs a CUDA GPU (use --dry-run to see the plan here)", file=sys.stderr)
+        return 2
+    work = Path(args.work or tempfile.mkdtemp(prefix="tunedb-e2e-"))
+    work.mkdir(parents=True, exist_ok=True)
+    budget = Budget(args.budget_s)
+    report = {"bench": "e2e", "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "command": " ".join(["python", *sys.argv]), "work": str(work), "models": {},
+              "env": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+                      "python": platform.python_version(), "clocks_before": gpu_clocks()},
+              "args": {k: v for k, v in vars(args).items()}}
+    try:
+        run(args, budget, report, work)
+    finally:
+        report["env"]["clocks_after"] = gpu_clocks()
+        report["skipped"], report["wall_s"] = budget.skipped, time.monotonic() - T0
+        if args.out:
+            Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    show(report)
+    if args.md:
+        with open(args.md, "a") as fh:
+            fh.write(markdown(report))
+    print(f"work dir (user tier, caches): {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

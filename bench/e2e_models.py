@@ -1,0 +1,395 @@
+"""What bench/e2e.py measures: the models, how one variant is checked and timed, and the tuning costs.
+
+Models come from the census presets (tunedb.census.presets), built at reduced depth: the GEMM
+shapes of one layer do not depend on how many layers there are, and the whole benchmark must fit
+one 8-minute device call. The depth is lowered by editing the preset's published config for the
+duration of one build (the preset reads it at build time) and checked on the built module, so
+a preset that stops reading it fails loudly here instead of silently benchmarking 32 layers.
+
+- whisper-large-v3: the encoder (conv front end + 4 of 32 layers), one 30 s window, batches 1, 8.
+- llama-3-8b: embedding + 2 decoder layers + final norm, one decode step (one token per
+  sequence, no KV cache: every Linear at M = batch), batches 1, 16, 64. The LM head is replaced
+  by nn.Identity: the issue asks for two decoder layers, and the 128256x4096 head would be half
+  of the time at batch 1.
+- conformer: Conv2d subsampling front end + 4 of 16 Conformer layers, 30 s of 80-bin log-mel
+  frames (749 positions), batch 8.
+
+Timing (measure): the output is compared with plain's first; eager = median of per-forward
+CUDA-event times after warm-up; graph = the whole forward captured after a side-stream warm-up,
+median of per-replay event times (the captured output is checked too). Tuning costs: tunedb's
+build or autotune() (tune_model), Triton's autotuner (triton_autotune_cost), and the host cost
+of selection (host_overhead, bench/host_overhead.py's method).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from tunedb.census import presets
+from tunedb.records import Point, ShapeSet
+
+MODES = ("eager", "graph")
+
+
+@dataclass(frozen=True)
+class Spec:
+    preset: str
+    table: dict  # the preset's published config (edited for the duration of a build)
+    depth_key: str
+    layers: int
+    quick_layers: int
+    batches: tuple[int, ...]
+    quick_batches: tuple[int, ...]
+    length: int = 0  # input frames per sequence; 0: a decode step
+    what: str = ""
+
+
+SPECS: dict[str, Spec] = {
+    "whisper-large-v3": Spec("whisper-large-v3", presets.WHISPER["whisper-large-v3"], "encoder_layers", 4, 2,
+                             (1, 8), (1,), presets.WHISPER_FRAMES, "encoder, 30 s window (M = 1500 x batch)"),
+    "llama-3-8b": Spec("llama-3-8b", presets.LLAMA_3_8B, "layers", 2, 2, (1, 16, 64), (1, 64), 0,
+                       "2 decoder layers, decode step, no LM head (M = batch)"),
+    "conformer": Spec("conformer", presets.CONFORMER, "num_layers", 4, 2, (8,), (8,), 3000,
+                      "encoder, 30 s of frames (M = 749 x batch)"),
+}
+
+
+@contextlib.contextmanager
+def _depth(spec: Spec, layers: int) -> Iterator[None]:
+    old = spec.table[spec.depth_key]
+    spec.table[spec.depth_key] = layers
+    try:
+        yield
+    finally:
+        spec.table[spec.depth_key] = old
+
+
+@dataclass
+class BenchModel:
+    """A plain module on a device, how to call it, and its inputs per benchmarked batch."""
+
+    name: str
+    impl: str
+    layers: int
+    full_layers: int
+    batches: tuple[int, ...]
+    module: Any  # the plain nn.Module (bf16, eval)
+    runner: Callable[[Any], Callable[..., Any]]  # module (plain, optimized, compiled) -> model(*inputs)
+    inputs: dict[int, tuple]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.layers} of {self.full_layers} layers, {SPECS[self.name].what}, {self.impl})"
+
+    def call(self, module: Any, batch: int) -> Callable[[], Any]:
+        run, args = self.runner(module), self.inputs[batch]
+        return lambda: run(*args)
+
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.module.parameters())
+
+
+def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed: int = 0) -> BenchModel:
+    """The model `name` (a key of SPECS) at its benchmark depth on `device` (meta: no weights)."""
+    import torch
+    from torch import nn
+
+    if name not in SPECS:
+        raise ValueError(f"unknown model {name!r}; models are {', '.join(SPECS)}")
+    spec = SPECS[name]
+    layers = spec.quick_layers if quick else spec.layers
+    batches = spec.quick_batches if quick else spec.batches
+    torch.manual_seed(seed)
+    with _depth(spec, layers):
+        built = presets.workload(spec.preset).build(torch.device(device), impl)
+    module, runner = built.model, (lambda m: m)
+    if not isinstance(module, nn.Module):  # the preset wraps a transformers LM in a runner class
+        wrapper, module = type(built.model), built.model.model
+        runner = wrapper
+    if hasattr(module, "lm_head"):
+        module.lm_head = nn.Identity()
+    found = max((len(m) for m in module.modules() if isinstance(m, nn.ModuleList)), default=0)
+    if found != layers:
+        raise RuntimeError(f"{name}: built {found} layers, wanted {layers}; the preset no longer reads "
+                           f"{spec.depth_key!r} from its config at build time")
+    inputs = {}
+    for b in batches:
+        torch.manual_seed(seed + b)
+        inputs[b] = built.decode_inputs(b) if spec.length == 0 else built.inputs(b, spec.length)
+    return BenchModel(name, built.impl, layers, spec.table[spec.depth_key], batches, module, runner, inputs)
+
+
+def output_tensor(out: Any) -> Any:
+    """The tensor a forward returned (transformers' ModelOutput: its first field)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
+    for attr in ("last_hidden_state", "logits"):
+        if getattr(out, attr, None) is not None:
+            return getattr(out, attr)
+    if isinstance(out, (tuple, list)) and out:
+        return output_tensor(out[0])
+    raise TypeError(f"cannot find the output tensor of a {type(out).__name__}")
+
+
+def tuned_points(bm: BenchModel, tuned_module: Any) -> ShapeSet:
+    """The census of the benchmarked batches: every tuned-op call one forward per batch makes.
+
+    Recorded from `tuned_module` (tunedb.optimize of the model), so the signatures are the ones
+    the runtime resolves (fused gemm_act included). Every point is must-tune (graph rows capture
+    it); eager_share is 0.5 because every batch is timed once eagerly and once captured."""
+    import torch
+
+    from tunedb.runtime import launch_table
+
+    calls: Counter = Counter()
+    with torch.no_grad():
+        for b in bm.batches:
+            with launch_table.recording() as seen:
+                bm.call(tuned_module, b)()
+            calls.update((sig, m) for _fam, sig, m in seen)
+    total = sum(calls.values())
+    points = tuple(Point(sig, m, weight=n / total, calls=n, must_tune=True, eager_share=0.5)
+                   for (sig, m), n in sorted(calls.items(), key=lambda kv: (kv[0][0].format(), kv[0][1])))
+    return ShapeSet(points, bm.name, (("mode", "e2e"), ("batches", ",".join(map(str, bm.batches)))))
+
+
+def gemm_shapes(shapes: ShapeSet) -> list[tuple[int, int, int]]:
+    """Distinct (M, N, K) of a census, largest work first: what Triton's autotuner keys on."""
+    mnk = {(p.m, p.signature.get("N"), p.signature.get("K")) for p in shapes.points}
+    return sorted(mnk, key=lambda s: (-s[0] * s[1] * s[2], s))
+
+
+def mma_configs(shapes: ShapeSet, arch: Any) -> list[Any]:
+    """The triton_mma configs of the space valid for every signature of the census."""
+    from tunedb.families.gemm import configs
+
+    sigs = shapes.signatures()
+    return [c for c in configs.config_space(arch.arch_family, ("triton_mma",))
+            if all(configs.invalid_reason(c, s, None, arch) is None for s in sigs)]
+
+
+def triton_autotune_cost(shapes: list[tuple[int, int, int]], cfgs: list[Any], sample: int,
+                         time_left: Callable[[], float]) -> dict[str, Any]:
+    """Wall time of triton.autotune over `cfgs` (key M, N, K) on every shape, or an extrapolation.
+
+    A fresh JITFunction of tunedb's triton_mma kernel (no in-memory binaries) under the caller's
+    fresh TRITON_CACHE_DIR (no disk cache), so every config compiles as it would for a user. With
+    `sample` < len(cfgs), an evenly spaced sample is autotuned: the first shape pays compile +
+    benchmark, later shapes benchmark only; both scale linearly with the number of configs, so
+    total = n_cfg * (first - later) / k + n_shapes * n_cfg * later / k, labeled extrapolated."""
+    import torch
+    import triton
+
+    from tunedb.families.gemm import configs as gcfg
+    from tunedb.families.gemm.kernels_common import NO_SPECIALIZE
+    from tunedb.families.gemm.kernels_mma import gemm_mma_kernel
+
+    step = max(1, math.ceil(len(cfgs) / max(1, sample)))
+    chosen = cfgs[::step]
+    tconfigs = []
+    for c in chosen:
+        bm, bn, bk = gcfg.blocks(c)
+        tconfigs.append(triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_M": c.param("group_m")},
+                                      num_warps=c.param("warps"), num_stages=c.param("stages")))
+    kernel = triton.autotune(configs=tconfigs, key=["M", "N", "K"])(
+        triton.jit(do_not_specialize=NO_SPECIALIZE)(gemm_mma_kernel.fn))
+    walls: list[float] = []
+    for i, (m, n, k) in enumerate(shapes):
+        if i >= 2 and time_left() < 2 * (walls[-1] if walls else 0.0):
+            break  # two shapes separate compile from benchmark; the rest are extrapolated
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        kernel[lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)](x, w, y, x, m, n, k, 0, 0)
+        torch.cuda.synchronize()
+        walls.append(time.perf_counter() - t0)
+        del x, w, y
+    k_cfg, n_cfg, n_shapes = len(chosen), len(cfgs), len(shapes)
+    if k_cfg == n_cfg and len(walls) == n_shapes:
+        return {"seconds": sum(walls), "how": f"measured: {n_cfg} configs x {n_shapes} shapes", "walls": walls}
+    later = sum(walls[1:]) / len(walls[1:]) if len(walls) > 1 else walls[0]
+    compile_s = max(0.0, walls[0] - later)
+    total = n_cfg * compile_s / k_cfg + n_shapes * n_cfg * later / k_cfg
+    return {"seconds": total, "walls": walls,
+            "how": (f"extrapolated from {k_cfg} of {n_cfg} configs on {len(walls)} of {n_shapes} shapes "
+                    f"(compile {compile_s / k_cfg:.2f} s/config, benchmark {later / k_cfg:.3f} s/config/shape)")}
+
+
+def cell(status: str, ms: float | None = None, **extra) -> dict:
+    return {"status": status, "ms": ms, **extra}
+
+
+def rel_err(out, ref) -> float:
+    a, b = output_tensor(out).float(), ref.float()
+    if a.shape != b.shape:
+        return math.inf
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def sync() -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def time_eager(fn, iters: int, warmup: int) -> float:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    sync()
+    for start, end in ev:
+        start.record()
+        fn()
+        end.record()
+    sync()
+    return statistics.median(s.elapsed_time(e) for s, e in ev)
+
+
+def time_graph(fn, replays: int, warmup: int, ref, tol: float) -> dict:
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            out = fn()
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be captured is reported, not fatal
+        return cell("n/a", note=f"capture failed: {type(exc).__name__}: {str(exc)[:120]}")
+    graph.replay()
+    sync()
+    err = rel_err(out, ref)
+    if not err < tol:
+        return cell("wrong", err=err, note="captured graph output")
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
+    for start, end in ev:
+        start.record()
+        graph.replay()
+        end.record()
+    sync()
+    ms = statistics.median(s.elapsed_time(e) for s, e in ev)
+    del graph, out
+    return cell("ok", ms, err=err)
+
+
+def served(seen: list) -> dict:
+    """How the tuned-op shapes one forward made were served: counts per tier and per config."""
+    from tunedb.runtime import launch_table
+
+    shapes = {(sig, m) for _fam, sig, m in seen}
+    tiers: Counter = Counter()
+    configs: Counter = Counter()
+    for _key, bound in launch_table.entries():
+        if (bound.signature, bound.m) in shapes:
+            tiers[bound.tier] += 1
+            configs[bound.config.id] += 1
+    return {"tiers": dict(tiers), "configs": dict(configs)}
+
+
+def measure(bm, module, batch: int, ref, args) -> dict:
+    """{mode: cell} for one variant at one batch: correctness first, then eager and graph timing.
+    args: tol, iters, warmup, replays. A tunedb variant's cells also say which tier and config
+    served each of its shapes."""
+    import torch
+
+    from tunedb.runtime import launch_table
+
+    fn = bm.call(module, batch)
+    with torch.no_grad():
+        try:
+            with launch_table.recording() as seen:
+                out = fn()
+            sync()
+        except Exception as exc:  # noqa: BLE001 - one variant failing is reported, not fatal
+            bad = cell("error", note=f"{type(exc).__name__}: {str(exc)[:160]}")
+            return {m: bad for m in MODES}
+        err = rel_err(out, ref)
+        del out
+        if not err < args.tol:
+            return {m: cell("wrong", err=err) for m in MODES}
+        extra = served(seen) if seen else {}
+        eager = cell("ok", time_eager(fn, args.iters, args.warmup), err=err, **extra)
+        return {"eager": eager, "graph": time_graph(fn, args.replays, args.warmup, ref, args.tol)}
+
+
+def tune_plan(name: str, shapes, args, out_dir: str):
+    """(pipeline.BuildOptions, estimated build seconds from the build's own dry run)."""
+    from tunedb import pipeline
+
+    opts = pipeline.BuildOptions(out=out_dir, thin=True, max_points=args.max_points, allow_busy=args.allow_busy)
+    plan = pipeline.build([(name, shapes)], dataclasses.replace(opts, dry_run=True))
+    return opts, sum(p.est_seconds for p in plan.plans)
+
+
+def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
+    """Tune `bm`'s points into the user tier at out_dir; returns what was done and its wall time."""
+    import tunedb
+    from tunedb import pipeline, settings
+    from tunedb.errors import BusyGPUError
+
+    t0 = time.perf_counter()  # the plan counts too: tunedb's cost is everything it does to tune
+    opts, est = tune_plan(bm.name, shapes, args, out_dir)
+    how = args.tune if args.tune != "auto" else ("build" if est <= share_s else "autotune")
+    info = {"method": how, "build_estimate_s": round(est, 1), "share_s": round(share_s, 1),
+            "points": len(shapes.points), "signatures": len(shapes.signatures())}
+    with settings.override(USER_DB=out_dir):
+        if how == "build":
+            try:
+                res = pipeline.build([(bm.name, shapes)], opts)
+                info.update(arms=res.arms_measured, db=str(res.path), log=str(res.log_path))
+            except BusyGPUError as exc:
+                info.update(method="autotune", note=f"build refused: {exc}")
+                how = "autotune"
+        if how == "autotune":
+            import torch
+
+            with torch.no_grad(), tunedb.autotune(cache=str(Path(out_dir) / f"autotune-{bm.name}.json"),
+                                                  publish=True, working_set_bytes=bm.weight_bytes()):
+                for b in bm.batches:
+                    bm.call(tuned, b)()
+            sync()
+    info["seconds"] = round(time.perf_counter() - t0, 2)
+    return info
+
+
+def host_overhead(calls: int) -> dict:
+    """ops.gemm (selection + launch) against bound.call (the launch alone) on a host-bound shape."""
+    import importlib.util
+
+    import torch
+    import torch.nn.functional as F
+
+    from tunedb.runtime import launch_table, ops
+
+    spec = importlib.util.spec_from_file_location("host_overhead", Path(__file__).with_name("host_overhead.py"))
+    hostmod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hostmod)
+    m, n, k = 8, 256, 256
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
+    with torch.no_grad():
+        for _ in range(20):
+            ops.gemm(x, w)
+        bound = launch_table.launcher("gemm", x, w, None, "none", m)
+        rows = {"F.linear": lambda: F.linear(x, w), "bound launcher": lambda: bound.call(x, w, None, None),
+                "tunedb.runtime.ops.gemm": lambda: ops.gemm(x, w)}
+        us = {name: hostmod.per_call_us(fn, calls, 5, sync) for name, fn in rows.items()}
+    return {"shape": [m, n, k], "config": bound.config.id, "tier": bound.tier, "us_per_call": us,
+            "selection_us": us["tunedb.runtime.ops.gemm"] - us["bound launcher"]}
