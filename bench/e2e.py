@@ -28,13 +28,12 @@ host overhead, max-autotune, Triton autotune) and what does not fit is listed as
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import math
 import os
 import platform
-import subprocess
+import signal
 import statistics
 import sys
 import tempfile
@@ -45,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e_models  # noqa: E402
-from e2e_models import MODES, cell, measure, sync  # noqa: E402
+from e2e_models import MODES, cell, fresh_env, gpu_clocks, measure, sync  # noqa: E402
 
 VARIANTS = ("plain", "max-autotune", "tunedb system", "tunedb tuned")
 T0 = time.monotonic()
@@ -66,26 +65,14 @@ class Budget:
         return False
 
 
-@contextlib.contextmanager
-def fresh_env(**paths: str):
-    """Point cache variables (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) at fresh dirs, then restore."""
-    saved = {k: os.environ.get(k) for k in paths}
-    os.environ.update(paths)
-    try:
-        yield
-    finally:
-        os.environ.update({k: v for k, v in saved.items() if v is not None})
-        for k in [k for k, v in saved.items() if v is None]:
-            del os.environ[k]
+def save(report: dict, path: str | None) -> None:
+    if path:  # atomically: a half-written report must not pass for a result
+        Path(path + ".tmp").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        os.replace(path + ".tmp", path)
 
 
-def gpu_clocks() -> str:
-    q = "name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active"
-    try:
-        return subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=20).stdout.strip() or "n/a"
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"n/a ({type(exc).__name__})"
+def _terminate(signum, _frame):
+    raise SystemExit(f"signal {signum}")
 
 
 def fmt(c: dict, plain: float | None) -> str:
@@ -260,9 +247,11 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
     if not models:
         return
 
-    def put(rows, b, variant, cells):
+    def put(name, b, variant, cells):  # progress to the log, the JSON saved: a killed run keeps its rows
         for mode, c in cells.items():
-            rows[(b, mode)]["cells"][variant] = c
+            models[name][2][(b, mode)]["cells"][variant] = c
+        print(f"  {name} b{b} {variant}: " + "; ".join(f"{m} {fmt(c, None)}" for m, c in cells.items()), flush=True)
+        save(report, args.out)
 
     print("[phase] plain and tunedb system tier", flush=True)
     with settings.override(USER_DB="off"):
@@ -270,8 +259,8 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
         for name, (bm, r, rows, tuned, refs) in models.items():
             for b in bm.batches:
                 if budget.allows(f"{name} b{b} plain + tunedb system", 5):
-                    put(rows, b, "plain", measure(bm, bm.module, b, refs[b], args))
-                    put(rows, b, "tunedb system", measure(bm, tuned, b, refs[b], args))
+                    put(name, b, "plain", measure(bm, bm.module, b, refs[b], args))
+                    put(name, b, "tunedb system", measure(bm, tuned, b, refs[b], args))
 
     print("[phase] tune, then tunedb tuned", flush=True)
     user, share = work / "user", 0.4 * budget.left() / len(models)
@@ -285,13 +274,13 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
         except Exception as exc:  # noqa: BLE001 - report it, keep benchmarking the rest
             r["tuning"] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-4)}
             for b in bm.batches:
-                put(rows, b, "tunedb tuned", {m: cell("error", note="tuning failed") for m in MODES})
+                put(name, b, "tunedb tuned", {m: cell("error", note="tuning failed") for m in MODES})
             continue
         print(f"  {name}: {r['tuning']}", flush=True)
         with settings.override(USER_DB=str(user)):
             tunedb.reload()
             for b in bm.batches:
-                put(rows, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args))
+                put(name, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args))
 
     if budget.allows("host overhead", 10):
         print("[phase] host overhead", flush=True)
@@ -315,13 +304,13 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                         bm.call(compiled, b)()
                     sync()
                 except Exception as exc:  # noqa: BLE001
-                    put(rows, b, "max-autotune", {m: cell("error", note=f"{type(exc).__name__}: {str(exc)[:120]}")
+                    put(name, b, "max-autotune", {m: cell("error", note=f"{type(exc).__name__}: {str(exc)[:120]}")
                                                   for m in MODES})
                     continue
                 guess = secs = time.perf_counter() - t0
                 ind["per_batch"][str(b)] = round(secs, 2)
                 print(f"  {name} b{b}: compiled in {secs:.1f} s", flush=True)
-                put(rows, b, "max-autotune", measure(bm, compiled, b, refs[b], args))
+                put(name, b, "max-autotune", measure(bm, compiled, b, refs[b], args))
             ind["seconds"] = round(sum(ind["per_batch"].values()), 2)
             ind["complete"] = len(ind["per_batch"]) == len(bm.batches)
         torch._dynamo.reset()
@@ -388,20 +377,23 @@ def main(argv: list[str] | None = None) -> int:
               "env": {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                       "python": platform.python_version(), "clocks_before": gpu_clocks()},
               "args": dict(vars(args))}
+    report["skipped"], failed = budget.skipped, False
+    signal.signal(signal.SIGTERM, _terminate)  # a timeout's SIGTERM still reports what was measured
     try:
         run(args, budget, report, work)
-    finally:
-        report["env"]["clocks_after"] = gpu_clocks()
-        report["skipped"], report["wall_s"] = budget.skipped, time.monotonic() - T0
-        if args.out:  # atomically: a half-written report must not pass for a result
-            Path(args.out + ".tmp").write_text(json.dumps(report, indent=1, default=str) + "\n")
-            os.replace(args.out + ".tmp", args.out)
+    except (KeyboardInterrupt, SystemExit, Exception) as exc:  # noqa: BLE001 - report what was measured
+        budget.skipped.append(f"everything after: {type(exc).__name__}: {exc}")
+        traceback.print_exc()
+        failed = True
+    report["env"]["clocks_after"] = gpu_clocks()
+    report["skipped"], report["wall_s"] = budget.skipped, time.monotonic() - T0
+    save(report, args.out)
     show(report)
     if args.md:
         with open(args.md, "a") as fh:
             fh.write(markdown(report))
     print(f"work dir (user tier, caches): {work}")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

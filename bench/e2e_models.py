@@ -14,18 +14,18 @@ a preset that stops reading it fails loudly here instead of silently benchmarkin
 - conformer: Conv2d subsampling front end + 4 of 16 Conformer layers, 30 s of 80-bin log-mel
   frames (749 positions), batch 8.
 
-Timing (measure): the output is compared with plain's first; eager = median of per-forward
-CUDA-event times after warm-up; graph = the whole forward captured after a side-stream warm-up,
-median of per-replay event times (the captured output is checked too). Tuning costs: tunedb's
-build or autotune() (tune_model), Triton's autotuner (triton_autotune_cost), and the host cost
-of selection (host_overhead, bench/host_overhead.py's method).
+Measurements: measure (correctness, then eager and CUDA-graph timing of one variant), tune_model
+(tunedb's build or autotune()), triton_autotune_cost, host_overhead, gpu_clocks; fresh_env points
+the compilers' caches at empty directories so compile costs are cold, as on a new deployment.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import math
+import os
 import statistics
+import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -63,8 +63,7 @@ SPECS: dict[str, Spec] = {
 
 @contextlib.contextmanager
 def _depth(spec: Spec, layers: int) -> Iterator[None]:
-    old = spec.table[spec.depth_key]
-    spec.table[spec.depth_key] = layers
+    old, spec.table[spec.depth_key] = spec.table[spec.depth_key], layers
     try:
         yield
     finally:
@@ -92,9 +91,6 @@ class BenchModel:
         run, args = self.runner(module), self.inputs[batch]
         return lambda: run(*args)
 
-    def weight_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.module.parameters())
-
 
 def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed: int = 0) -> BenchModel:
     """The model `name` (a key of SPECS) at its benchmark depth on `device` (meta: no weights)."""
@@ -111,8 +107,7 @@ def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed:
         built = presets.workload(spec.preset).build(torch.device(device), impl)
     module, runner = built.model, (lambda m: m)
     if not isinstance(module, nn.Module):  # the preset wraps a transformers LM in a runner class
-        wrapper, module = type(built.model), built.model.model
-        runner = wrapper
+        module, runner = built.model.model, type(built.model)
     if hasattr(module, "lm_head"):
         module.lm_head = nn.Identity()
     found = max((len(m) for m in module.modules() if isinstance(m, nn.ModuleList)), default=0)
@@ -238,24 +233,27 @@ def rel_err(out, ref) -> float:
 
 
 def sync() -> None:
+    __import__("torch").cuda.synchronize()
+
+
+def median_ms(step: Callable[[], Any], n: int) -> float:
+    """Median of n CUDA-event times of step(), each bracketed by its own pair of events."""
     import torch
 
-    torch.cuda.synchronize()
-
-
-def time_eager(fn, iters: int, warmup: int) -> float:
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
     sync()
     for start, end in ev:
         start.record()
-        fn()
+        step()
         end.record()
     sync()
     return statistics.median(s.elapsed_time(e) for s, e in ev)
+
+
+def time_eager(fn, iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    return median_ms(fn, iters)
 
 
 def time_graph(fn, replays: int, warmup: int, ref, tol: float) -> dict:
@@ -278,15 +276,7 @@ def time_graph(fn, replays: int, warmup: int, ref, tol: float) -> dict:
     err = rel_err(out, ref)
     if not err < tol:
         return cell("wrong", err=err, note="captured graph output")
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
-    for start, end in ev:
-        start.record()
-        graph.replay()
-        end.record()
-    sync()
-    ms = statistics.median(s.elapsed_time(e) for s, e in ev)
-    del graph, out
-    return cell("ok", ms, err=err)
+    return cell("ok", median_ms(graph.replay, replays), err=err)
 
 
 def served(seen: list) -> dict:
@@ -360,10 +350,15 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
         if how == "autotune":
             import torch
 
+            done = info["batches_tuned"] = []
+            weights = sum(p.numel() * p.element_size() for p in bm.module.parameters())
             with torch.no_grad(), tunedb.autotune(cache=str(Path(out_dir) / f"autotune-{bm.name}.json"),
-                                                  publish=True, working_set_bytes=bm.weight_bytes()):
+                                                  publish=True, working_set_bytes=weights):
                 for b in bm.batches:
+                    if done and time.perf_counter() - t0 > share_s:
+                        break  # the batches left keep the system tier / cost model: listed as untuned
                     bm.call(tuned, b)()
+                    done.append(b)
             sync()
     info["seconds"] = round(time.perf_counter() - t0, 2)
     return info
@@ -393,3 +388,25 @@ def host_overhead(calls: int) -> dict:
         us = {name: hostmod.per_call_us(fn, calls, 5, sync) for name, fn in rows.items()}
     return {"shape": [m, n, k], "config": bound.config.id, "tier": bound.tier, "us_per_call": us,
             "selection_us": us["tunedb.runtime.ops.gemm"] - us["bound launcher"]}
+
+
+@contextlib.contextmanager
+def fresh_env(**paths: str):
+    """Point cache variables (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) at fresh dirs, then restore."""
+    saved = {k: os.environ.get(k) for k in paths}
+    os.environ.update(paths)
+    try:
+        yield
+    finally:
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
+        for k in [k for k, v in saved.items() if v is None]:
+            del os.environ[k]
+
+
+def gpu_clocks() -> str:
+    q = "name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active"
+    try:
+        return subprocess.run(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=20).stdout.strip() or "n/a"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"n/a ({type(exc).__name__})"
