@@ -203,7 +203,7 @@ def dry_run(args) -> int:
     print("phases: plain + tunedb system -> tune + tunedb tuned -> host overhead -> max-autotune -> triton.autotune")
     share = 0.4 * args.budget_s / len(args.models)
     for name in args.models:
-        bm = e2e_models.build(name, "meta", args.impl, args.quick, args.seed)
+        bm = e2e_models.build(name, "meta", args.impl, args.quick, args.seed, args.attn)
         shapes = e2e_models.tuned_points(bm, tunedb.optimize(bm.module, inplace=False))
         print(f"\n{bm.label}")
         for b in bm.batches:
@@ -229,7 +229,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
     models = {}
     for name in args.models:
         try:
-            bm = e2e_models.build(name, "cuda", args.impl, args.quick, args.seed)
+            bm = e2e_models.build(name, "cuda", args.impl, args.quick, args.seed, args.attn)
             with torch.no_grad():
                 refs = {b: e2e_models.output_tensor(bm.call(bm.module, b)()).clone() for b in bm.batches}
         except Exception as exc:  # noqa: BLE001 - one model failing to build or run leaves the others
@@ -338,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-busy", action="store_true", help="let the build run on a busy GPU")
     p.add_argument("--impl", default="auto", choices=("auto", "mirror", "hf", "torchaudio"),
                    help="the presets' implementation (auto: transformers/torchaudio when they import)")
+    p.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa", help="attention of transformers models")
     p.add_argument("--tol", type=float, default=2e-2, help="relative Frobenius error allowed against plain")
     p.add_argument("--iters", type=int, default=None, help="timed eager forwards (default 20, quick 10)")
     p.add_argument("--replays", type=int, default=None, help="timed graph replays (default 50, quick 20)")

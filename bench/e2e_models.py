@@ -92,8 +92,12 @@ class BenchModel:
         return lambda: run(*args)
 
 
-def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed: int = 0) -> BenchModel:
-    """The model `name` (a key of SPECS) at its benchmark depth on `device` (meta: no weights)."""
+def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed: int = 0,
+          attn: str = "sdpa") -> BenchModel:
+    """The model `name` (a key of SPECS) at its benchmark depth on `device` (meta: no weights).
+
+    attn: the attention a transformers model runs. The census preset asks for "eager" (so a
+    census sees attention's matmuls); a deployment runs transformers' default, "sdpa"."""
     import torch
     from torch import nn
 
@@ -110,6 +114,11 @@ def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed:
         module, runner = built.model.model, type(built.model)
     if hasattr(module, "lm_head"):
         module.lm_head = nn.Identity()
+    config = getattr(module, "config", None)
+    if config is not None and hasattr(config, "_attn_implementation"):
+        config._attn_implementation = attn  # read at every forward
+    else:
+        attn = ""
     found = max((len(m) for m in module.modules() if isinstance(m, nn.ModuleList)), default=0)
     if found != layers:
         raise RuntimeError(f"{name}: built {found} layers, wanted {layers}; the preset no longer reads "
@@ -118,7 +127,8 @@ def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed:
     for b in batches:
         torch.manual_seed(seed + b)
         inputs[b] = built.decode_inputs(b) if spec.length == 0 else built.inputs(b, spec.length)
-    return BenchModel(name, built.impl, layers, spec.table[spec.depth_key], batches, module, runner, inputs)
+    impl = f"{built.impl}, {attn} attention" if attn else built.impl
+    return BenchModel(name, impl, layers, spec.table[spec.depth_key], batches, module, runner, inputs)
 
 
 def output_tensor(out: Any) -> Any:
