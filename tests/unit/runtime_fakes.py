@@ -76,7 +76,9 @@ def tiers_dirs(tmp_path):
 
 @pytest.fixture
 def gemm(monkeypatch, tiers_dirs):
-    """The recording GEMM family behind the launch table (and the registry)."""
+    """The recording GEMM family behind the launch table (and the registry). The cost-model tier
+    is off: these tests pin which of user/system/autotune/default answers an uncovered shape."""
+    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "0")
     fam = RecordingGemm()
     monkeypatch.setitem(families._REGISTRY, "gemm", fam)
     launch_table.clear()

@@ -92,7 +92,7 @@ def test_disabled_or_capturing_takes_the_fallback(gemm, tmp_path, monkeypatch):
 def test_the_op_consults_the_autotune_cache_first_while_active(gemm):
     x = torch.randn(3, 32, dtype=torch.bfloat16)
     w, b = torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(64, dtype=torch.bfloat16)
-    assert launch_table.launcher("gemm_act", x, w, b, "gelu", 3).tier == "default"
+    assert launch_table.launcher("gemm_act", x, w, b, "gelu", 3).tier in ("model", "default")
     with autotune(cache=None, measurer=FakeMeasurer(_pick), publish=False, arch_family="sm90"):
         bound = launch_table.launcher("gemm_act", x, w, b, "gelu", 3)
         assert (bound.tier, bound.config.id) == ("autotune", WIN)

@@ -23,7 +23,9 @@ def tiers(tmp_path):
 def test_tune_whisper_base_without_a_gpu_prints_the_plan(tiers, monkeypatch, capsys):
     monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
     monkeypatch.setenv("COLUMNS", "200")  # one table row per line
-    assert main(["tune", "whisper-base"]) == 0
+    (tiers / "empty-system").mkdir()
+    with database.system_root_override(tiers / "empty-system"):  # no entry: the model answers
+        assert main(["tune", "whisper-base"]) == 0
     out = capsys.readouterr().out
     assert "No GPU: nothing was measured." in out
     assert "census of whisper-base" in out and "what tunedb would serve on sm90" in out
@@ -32,6 +34,17 @@ def test_tune_whisper_base_without_a_gpu_prints_the_plan(tiers, monkeypatch, cap
     assert len(ffn) == 4 and all(" model " in line for line in ffn)  # the FFN up-projection at 4 Ms
     assert not (tiers / "user").exists()  # nothing measured, nothing written
     assert not (tiers / "cache" / "runs").exists()
+
+
+def test_the_shipped_system_tier_serves_whisper_base_on_sm90(tiers, monkeypatch, capsys):
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["tune", "whisper-base", "--arch", "sm90"]) == 0
+    out = capsys.readouterr().out
+    for sig in (QKV, FFN):
+        rows = [line for line in out.splitlines() if sig.format() + " " in line]
+        assert len(rows) == 4 and all(" system " in line for line in rows)
+    assert "No GPU: nothing was measured." in out
 
 
 def test_served_plan_names_each_points_tier(tiers):

@@ -55,6 +55,14 @@ class GemmFamily:
     def parse_config(self, config_id: str) -> Config:
         return configs.parse(config_id)
 
+    def model_ranker(self, profile: ArchProfile, params: Any = None) -> Any:
+        """The selector's cost-model tier: the analytic model on `profile`, calibrated by the
+        `model` object an arch's database file ships (None: the uncalibrated structure)."""
+        from tunedb import costmodel
+
+        fitted = costmodel.ModelParams.from_json(params) if params else None
+        return costmodel.make_ranker(profile, fitted, self.invalid_reason, self.default_config)
+
     def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
         return configs.invalid_reason(config, sig, m, arch)
 
