@@ -198,7 +198,7 @@ def dry_run(args) -> int:
     from tunedb import arch
 
     print(f"budget {args.budget_s:.0f} s; eager {args.warmup}+{args.iters} forwards, graph {args.replays} replays; "
-          f"tune: {args.tune} (build --thin --max-points {args.max_points}); triton.autotune sample "
+          f"tune: {args.tune} (build --thin --max-points {args.max_points} --top-k {args.top_k}); triton.autotune sample "
           f"{args.triton_sample} configs; tolerance {args.tol:g}")
     print("phases: plain + tunedb system -> tune + tunedb tuned -> host overhead -> max-autotune -> triton.autotune")
     share = 0.4 * args.budget_s / len(args.models)
@@ -334,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer layers, batches and timed calls: a smoke run")
     p.add_argument("--budget-s", type=float, default=420.0, help="wall budget of the whole script (s)")
     p.add_argument("--tune", choices=("auto", "build", "autotune"), default="auto")
-    p.add_argument("--max-points", type=int, default=4, help="the build's --thin --max-points")
+    p.add_argument("--max-points", type=int, default=3, help="the build's --thin --max-points")
+    p.add_argument("--top-k", type=int, default=16, help="the build's --top-k (cost-model arms per point)")
     p.add_argument("--allow-busy", action="store_true", help="let the build run on a busy GPU")
     p.add_argument("--impl", default="auto", choices=("auto", "mirror", "hf", "torchaudio"),
                    help="the presets' implementation (auto: transformers/torchaudio when they import)")
@@ -359,8 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, default, quick in (("iters", 20, 10), ("replays", 50, 20), ("host_calls", 20000, 5000)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else default)
-    if min(args.iters, args.replays, args.host_calls, args.triton_sample) < 1 or min(args.budget_s, args.tol) <= 0:
-        p.error("--iters, --replays, --host-calls, --triton-sample, --budget-s and --tol must be positive")
+    if min(args.iters, args.replays, args.host_calls, args.triton_sample, args.top_k) < 1 or args.max_points < 2 \
+            or min(args.budget_s, args.tol) <= 0:
+        p.error("--iters, --replays, --host-calls, --triton-sample, --top-k, --budget-s and --tol must be positive, "
+                "--max-points at least 2")
     if args.dry_run:
         return dry_run(args)
 

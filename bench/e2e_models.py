@@ -333,7 +333,8 @@ def tune_plan(name: str, shapes, args, out_dir: str):
     """(pipeline.BuildOptions, estimated build seconds from the build's own dry run)."""
     from tunedb import pipeline
 
-    opts = pipeline.BuildOptions(out=out_dir, thin=True, max_points=args.max_points, allow_busy=args.allow_busy)
+    opts = pipeline.BuildOptions(out=out_dir, thin=True, max_points=args.max_points, top_k=args.top_k,
+                                 allow_busy=args.allow_busy)
     plan = pipeline.build([(name, shapes)], dataclasses.replace(opts, dry_run=True))
     return opts, sum(p.est_seconds for p in plan.plans)
 
