@@ -178,8 +178,9 @@ def partition(points: Sequence[Point], table: Table, fallback: str = "torch", mi
               tol: float = 0.03, catch_all: bool = True) -> Partition:
     """Regions for one signature's points from measured objectives {(M, config id): ms}.
 
-    Points with no ok measurement are skipped (noted). With catch_all the last region's m_hi is
-    None (the build); without it every region ends at a measured M (autotune). An empty result
+    Points with no ok measurement are skipped (noted). With catch_all (the build) a last region
+    [None, fallback] serves every M above the largest measured one; without it (autotune) every
+    region ends at a measured M. An empty result
     means nothing was measured."""
     if min_speedup < 1.0:
         raise BuildError(f"min_speedup={min_speedup} must be >= 1.0")
@@ -221,7 +222,12 @@ def partition(points: Sequence[Point], table: Table, fallback: str = "torch", mi
             gated.append((j - 1, c))
     regions = [Region(ms[last], c) for last, c in gated]
     if catch_all:
-        regions[-1] = Region(None, regions[-1].config_id)
+        # Regions round up: a config serves only sizes at or below the largest M it was
+        # measured at; above that the fallback answers.
+        if regions[-1].config_id == fallback:
+            regions[-1] = Region(None, fallback)
+        else:
+            regions.append(Region(None, fallback))
     return Partition(tuple(regions), tuple(notes), chosen)
 
 

@@ -281,7 +281,7 @@ def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.
 
     def from_file(db: database.DatabaseFile) -> evaluation.Selector:
         def select(sig: Signature, m: int) -> str | None:
-            for key in sig.lookup_keys():
+            for key in family.serving_keys(sig) if hasattr(family, "serving_keys") else sig.lookup_keys():
                 entry = db.entries.get(key)
                 cid = entry.lookup(m) if entry is not None else None
                 if cid is not None:

@@ -90,8 +90,9 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
         return _default(fam, sig, profile)
     files = database.lookup(arch_family, fam.name)
     compiled = _compiled_set(fam, arch_family, files)
+    keys = fam.serving_keys(sig) if hasattr(fam, "serving_keys") else sig.lookup_keys()
     for res in files:
-        for key in sig.lookup_keys():
+        for key in keys:
             entry = res.db.entries.get(key)
             cid = entry.lookup(m) if entry is not None else None
             if cid is None:

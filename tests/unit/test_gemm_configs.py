@@ -204,3 +204,17 @@ def test_pure_modules_import_neither_torch_nor_triton():
             "print('torch' in sys.modules, 'triton' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_gemm_act_is_served_by_its_own_entry_then_the_plain_gemms():
+    from tunedb.families.gemm import FAMILY
+
+    sig = FAMILY.make_signature("gemm_act", "bf16", 512, 2048, act="gelu", bias=True)
+    assert [k.format() for k in FAMILY.serving_keys(sig)] == [
+        "gemm|op=gemm_act|dt=bf16|N=512|K=2048|act=gelu|bias=1",
+        "gemm|op=gemm_act|dt=half|N=512|K=2048|act=gelu|bias=1",
+        "gemm|op=gemm|dt=bf16|N=512|K=2048",
+        "gemm|op=gemm|dt=half|N=512|K=2048",
+    ]
+    plain = FAMILY.make_signature("gemm", "fp16", 512, 2048)
+    assert FAMILY.serving_keys(plain) == plain.lookup_keys()

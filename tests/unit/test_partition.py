@@ -25,10 +25,12 @@ def test_two_regimes_and_catch_all():
         "large": {16: 3.0, 64: 3.0, 256: 3.0, 1024: 1.0, 4096: 1.0},
     })
     part = partition(pts(*ms), tab, fallback="torch")
-    assert part.regions == (Region(256, "small"), Region(None, "large"))
+    assert part.regions == (Region(256, "small"), Region(4096, "large"), Region(None, "torch"))
     assert set(part.chosen) == {"small", "large"}
     entry = Entry(SIG, part.regions)
     assert [entry.lookup(m) for m in ms] == ["small"] * 3 + ["large"] * 2
+    # Regions round up: above the largest measured M, the fallback serves, never a tile.
+    assert entry.lookup(4097) == "torch"
     # Without a catch-all (autotune), the last region ends at the largest measured M.
     part = partition(pts(*ms), tab, fallback="torch", catch_all=False)
     assert part.regions == (Region(256, "small"), Region(4096, "large"))
@@ -41,7 +43,7 @@ def test_gate_keeps_the_fallback_for_small_wins():
     assert part.regions == (Region(None, "torch"),)
     assert any("kept torch" in n for n in part.notes)
     part = partition(pts(*ms), tab, fallback="torch", min_speedup=1.035)
-    assert part.regions == (Region(None, "tile"),)
+    assert part.regions == (Region(256, "tile"), Region(None, "torch"))
 
 
 def test_gate_is_weighted_over_the_region():

@@ -293,3 +293,11 @@ def test_family_supplies_the_model_ranker_from_the_files_model(fam, tier_dirs, m
     assert len(built) == 2
     selector.set_ranker("fake", lambda s, m, c: c[0])  # an installed ranker wins over the family's
     assert selector.resolve("fake", sig(), 9).config.id == "a"
+
+
+def test_a_family_can_let_another_signatures_entry_serve(fam, tier_dirs, monkeypatch):
+    fused = sig(op="mm_act")
+    monkeypatch.setattr(fam, "serving_keys", lambda s: s.lookup_keys() + (sig(),), raising=False)
+    files(tier_dirs, system={S128: entry_raw([[64, "b"]])})
+    r = selector.resolve("fake", fused, 10)
+    assert (r.config.id, r.tier, r.entry_signature) == ("b", "system", sig())

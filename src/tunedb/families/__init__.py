@@ -60,6 +60,12 @@ class KernelFamily(Protocol):
     def work(self, sig: Signature, m: int) -> tuple[float, float]:
         """(FLOPs, fewest bytes moved) of one call: for shares of peak and the memory floor."""
 
+    # Optional, looked up with hasattr by the selector:
+    #   serving_keys(sig) -> tuple[Signature, ...]: database keys that may serve sig, most
+    #       specific first (default: sig.lookup_keys()).
+    #   model_ranker(profile, params) -> ranker: the cost-model tier, calibrated by the `model`
+    #       object of the arch's database file.
+
 
 _BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY"}
 _REGISTRY: dict[str, KernelFamily] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from tunedb.families.gemm import configs
-from tunedb.families.gemm.signatures import make_signature, signature_of, work
+from tunedb.families.gemm.signatures import make_signature, serving_keys, signature_of, work
 from tunedb.records import ArchProfile, Config, Signature
 
 # Files whose text decides what a config computes and how fast: the database's soft validator.
@@ -54,6 +54,9 @@ class GemmFamily:
 
     def parse_config(self, config_id: str) -> Config:
         return configs.parse(config_id)
+
+    def serving_keys(self, sig: Signature) -> tuple[Signature, ...]:
+        return serving_keys(sig)
 
     def model_ranker(self, profile: ArchProfile, params: Any = None) -> Any:
         """The selector's cost-model tier: the analytic model on `profile`, calibrated by the

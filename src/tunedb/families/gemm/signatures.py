@@ -67,3 +67,17 @@ def work(sig: Signature, m: int) -> tuple[float, float]:
     flops = 2.0 * m * n * k
     moved = (m * k + n * k + m * n + (n if sig.get("bias") == 1 else 0)) * ELEMENT_BYTES
     return flops, float(moved)
+
+
+def serving_keys(sig: Signature) -> tuple[Signature, ...]:
+    """Entries that may serve `sig`, most specific first: its own (concrete dtype, then dt=half),
+    then, for gemm_act, the plain GEMM of the same N, K. A bias/activation epilogue adds a few
+    element-wise ops per output to the same tile loop, so the tile measured fastest for the GEMM
+    is the one to run for its fused form until gemm_act itself is measured (censuses record the
+    aten-level linear, so the shipped tier holds op=gemm entries)."""
+    keys = sig.lookup_keys()
+    if sig.op == "gemm_act":
+        plain = Signature(sig.family, "gemm", sig.dt, (("N", sig.get("N")), ("K", sig.get("K"))))
+        keys += plain.lookup_keys()
+    return keys
+
