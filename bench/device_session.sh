@@ -2,7 +2,7 @@
 # One device call, several stages: `bash bench/device_session.sh STAGE...` on the H200.
 # Every stage logs under /tmp/work/logs, re-tarred into $OUT/session.tgz after each stage, so a
 # call stopped at its limit still returns what finished (at most 8 files come back from $OUT).
-# Stages: env arch prebuilt tests fidelity gemm host build evaluate e2e
+# Stages: env arch prebuilt tests fidelity gemm host build buildall evaluate e2e
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
@@ -40,6 +40,11 @@ for stage in "$@"; do
         cp $W/sys/sm90/gemm.json "$L/gemm_sm90.json" 2>/dev/null; cp $W/sys/measurements.jsonl "$L/" 2>/dev/null
         tar czf "$OUT/session.tgz" -C $W logs
       done ;;
+    buildall)  # every preset census in ONE build: signatures shared by censuses get all their points
+      args=(); for c in $CENSUS; do args+=(--census bench/census/$c.json); done
+      timeout ${BUILD_S:-240} python -m tunedb build "${args[@]}" --out $W/sys --thin --max-points ${MAX_POINTS:-8} --run-id sys-all 2>&1 | tee "$L/build_all.log" | tail -14
+      cp $W/sys/sm90/gemm.json "$L/gemm_sm90.json"; cp $W/sys/measurements.jsonl "$L/"
+      cp $W/sys/sm90/gemm.json src/tunedb/db/sm90/gemm.json ;;  # later stages (e2e) serve it
     evaluate)
       args=(); for c in $CENSUS; do args+=(--census bench/census/$c.json); done
       timeout 120 python -m tunedb evaluate --log $W/sys/measurements.jsonl --db system=$W/sys/sm90/gemm.json "${args[@]}" --png "$L/eval.png" 2>&1 | tee "$L/evaluate.log" | tail -40 ;;
