@@ -79,10 +79,9 @@ class Study:
         return valid + ((Config.sentinel("torch"),) if name == "compiled+torch" else ())
 
     def pick(self, params: costmodel.ModelParams | None, pool: str, sig: Signature, m: int) -> str | None:
-        ranked = costmodel.rank(self.pool(pool, sig, m), m, sig.get("N"), sig.get("K"), self.arch, 1,
-                                self.family.invalid_reason, params, dt=sig.dt,
-                                default_config=self.default_of)
-        return ranked[0][0].id if ranked else None
+        ranker = costmodel.make_ranker(self.arch, params, self.family.invalid_reason, self.default_of)
+        choice = ranker(sig, m, self.pool(pool, sig, m))
+        return choice.id if choice is not None else None
 
     def equivalents(self, sig: Signature, cid: str) -> tuple[str, ...]:
         concrete = self.family.default_config(sig, self.arch).id

@@ -1,18 +1,19 @@
 """The analytic GEMM cost model and its calibration: pure Python, no torch.
 
-    T(c; M,N,K) = W_eff * (a_c + b_c * k_iters) + R_c + launches * L,   T >= bytes / BW
+    T(c; M,N,K) = sum over waves of max(c * (a_c + b_c * k), a_c + k * lat / (stages - 1))
+                  + R_c + launches * L,                                  T >= bytes / BW
 
-W_eff counts CTA-slots along the critical path: every full wave of ``sms * r`` tiles costs r CTA
-times (r resident CTAs share an SM's throughput), and a partial wave costs ceil(rem / sms) CTA
-times, because its CTAs spread over free SMs instead of sharing one. a_c is a CTA's fixed cost
-(prologue + epilogue), b_c the cost of one K iteration (the slower of its tensor-core work at one
-SM's share of the peak and its tile traffic at one SM's share of the L2 bandwidth; the two overlap
-when the pipeline has >= 2 stages). R_c is the split-K reduction (workspace written and read at
-DRAM bandwidth plus the reduction kernel's minimal run time, taken as one launch cost); launches
-is 1, or 2 with split-K. The calibration fits (a_c, b_c) per measured config, and a global scale s
-that multiplies the arch-derived line of every config it did not fit. Sentinels: 'torch' and 'fused' are
-modelled as the best of a few large, efficient tiles (cuBLAS picks well); 'default' and
-'heuristic' are modelled as the config the family's default_config returns.
+A full wave of ``sms * r`` tiles puts c = r CTAs on each SM; the partial wave c = ceil(rem / sms),
+because its CTAs spread over free SMs instead of sharing one. A wave is throughput-bound (its c
+CTAs share the SM) or latency-bound (a CTA keeps stages - 1 loads in flight, so one K iteration
+waits at least lat / (stages - 1), and co-resident CTAs overlap their waits). a_c is a CTA's fixed
+cost (prologue + epilogue), b_c the cost of one K iteration (the slower of its tensor-core work at
+one SM's share of the peak and its tile traffic at one SM's share of the L2 bandwidth). R_c is the
+split-K reduction (workspace written and read at DRAM bandwidth plus one launch); launches is 1, or
+2 with split-K. The calibration fits (a_c, b_c) per measured config over its throughput-bound
+points, a global scale for every config it did not fit, and the vendor arms' level and overhead.
+Sentinels: 'torch' and 'fused' are the best of a few vendor-like tiles (split-K ones for skinny
+shapes) at their own fitted level; 'default' and 'heuristic' are the family's default_config.
 """
 from __future__ import annotations
 
@@ -34,10 +35,13 @@ _MAX_CTAS_PER_SM = 32
 _MAX_REGS_PER_THREAD = 255
 _SCHEMA = 1
 
-# Tiles a vendor library would pick from; 'torch' costs the best of them at full lane efficiency.
+# Tiles a vendor library would pick from; 'torch' costs the best of them at the 'torch' lane's
+# efficiency. cuBLAS splits K for skinny, deep problems, so the small tiles come split as well.
 _TORCH_TILES: tuple[tuple[int, int, int, int], ...] = (
     (64, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8),
 )
+_TORCH_SPLITS: tuple[int, ...] = (2, 4, 8, 16)
+_VENDOR = ("torch", "fused")
 
 
 @dataclass(frozen=True)
@@ -48,29 +52,49 @@ class ModelParams:
     lane_eff: Mapping[str, float] = field(default_factory=lambda: {
         "triton_mma": 0.55, "triton_tma": 0.8, "triton_splitk": 0.55, "torch": 0.85})
     setup_us: float = 0.4  # per-CTA prologue: the first loads' latency before the K loop
+    latency_us: float = 0.5  # DRAM load latency under load: bounds a K iteration (see Terms.line_us)
     l2_bw_factor: float = 3.0  # L2 bandwidth as a multiple of DRAM bandwidth (tile re-reads hit L2)
     per_config: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # id -> (a_us, b_us)
+    # 'torch' / 'fused' -> (scale of the vendor tiles' line, per-call overhead in us), fitted on
+    # the sentinel's own measurements: the vendor library is not a Triton config.
+    sentinel: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # The ranker answers 'torch' (when it is a candidate) unless a Triton config is predicted
+    # faster by more than this share: the build's gate keeps the torch fallback the same way.
+    torch_margin: float = 0.05
+    fitted_on: int = 0  # ok measurements the calibration saw: merge() weighs fits by it
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": _SCHEMA, "scale": self.scale, "lane_eff": dict(self.lane_eff),
-                "setup_us": self.setup_us, "l2_bw_factor": self.l2_bw_factor,
-                "per_config": {k: [a, b] for k, (a, b) in sorted(self.per_config.items())}}
+                "setup_us": self.setup_us, "latency_us": self.latency_us,
+                "l2_bw_factor": self.l2_bw_factor, "per_config": {k: [a, b] for k, (a, b) in sorted(self.per_config.items())},
+                "sentinel": {k: [a, b] for k, (a, b) in sorted(self.sentinel.items())},
+                "torch_margin": self.torch_margin, "fitted_on": self.fitted_on}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelParams":
         if not isinstance(data, Mapping) or data.get("schema") != _SCHEMA:
             raise ConfigError(f"cost-model params need an object with schema={_SCHEMA}, got {data!r:.80}")
-        per = {}
-        for cid, pair in (data.get("per_config") or {}).items():
-            if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
-                raise ConfigError(f"cost-model per_config[{cid!r}] must be [a_us, b_us], got {pair!r}")
-            per[str(cid)] = (float(pair[0]), float(pair[1]))
         default = cls()
         return cls(scale=float(data.get("scale", 1.0)),
                    lane_eff={**default.lane_eff, **dict(data.get("lane_eff") or {})},
                    setup_us=float(data.get("setup_us", default.setup_us)),
+                   # a model written before the latency term was fitted without it
+                   latency_us=float(data.get("latency_us", 0.0)),
                    l2_bw_factor=float(data.get("l2_bw_factor", default.l2_bw_factor)),
-                   per_config=per)
+                   per_config=_pairs(data, "per_config", "[a_us, b_us]"),
+                   sentinel=_pairs(data, "sentinel", "[scale, overhead_us]"),
+                   torch_margin=float(data.get("torch_margin", default.torch_margin)),
+                   fitted_on=int(data.get("fitted_on", 0)))
+
+
+def _pairs(data: Mapping[str, Any], key: str, what: str) -> dict[str, tuple[float, float]]:
+    out = {}
+    for name, pair in (data.get(key) or {}).items():
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair)):
+            raise ConfigError(f"cost-model {key}[{name!r}] must be {what}, got {pair!r}")
+        out[str(name)] = (float(pair[0]), float(pair[1]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -148,6 +172,25 @@ class Terms:
     k_iters: int
     fixed_us: float  # R_c + launches * L: what the per-config line does not scale
     floor_us: float
+    full_waves: int = 0  # waves of sms * r tiles ...
+    resident: int = 1  # ... r CTAs per SM each
+    partial: int = 0  # CTAs per SM in the last, partial wave (0: none)
+    stages: int = 2
+
+    def line_us(self, a: float, b: float, latency_us: float) -> float:
+        """The waves' time for a CTA line (a, b). A wave is throughput-bound (its c CTAs per SM
+        share the SM: c * (a + b * k)) or latency-bound: with `stages` buffers a CTA keeps
+        stages - 1 loads in flight, so one K iteration takes at least latency / (stages - 1), and
+        CTAs sharing an SM overlap those waits instead of adding them (decode GEMMs streaming weights)."""
+        if latency_us <= 0 or (self.full_waves == 0 and self.partial == 0):
+            return self.wave_slots * (a + b * self.k_iters)
+        one = a + b * self.k_iters
+        waiting = a + latency_us / max(self.stages - 1, 1) * self.k_iters
+        out = self.full_waves * max(self.resident * one, waiting)
+        return out + (max(self.partial * one, waiting) if self.partial else 0.0)
+
+    def throughput_bound(self, a: float, b: float, latency_us: float) -> bool:
+        return self.line_us(a, b, latency_us) <= self.wave_slots * (a + b * self.k_iters) * (1 + 1e-9)
 
 
 def terms(config: Config, shape: ShapeArg, arch: ArchProfile) -> Terms | Status:
@@ -171,7 +214,7 @@ def terms(config: Config, shape: ShapeArg, arch: ArchProfile) -> Terms | Status:
         r_c = 2 * workspace / bw + arch.launch_us_graph
         fixed += r_c + arch.launch_us_graph  # R_c + the second launch
     floor = ((m * k + n * k) * elem + m * n * elem) / bw
-    return Terms(wave_slots, _cdiv(k_tiles, t.split_k), fixed, floor)
+    return Terms(wave_slots, _cdiv(k_tiles, t.split_k), fixed, floor, full, r, _cdiv(rem, arch.sms), t.stages)
 
 
 def _line(config: Config, arch: ArchProfile, params: ModelParams, elem: int) -> tuple[float, float]:
@@ -187,13 +230,39 @@ def _predict_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: Mode
         return tm
     elem = _ELEM_BYTES.get(_shape_of(shape)[3], 2)
     a, b = _line(config, arch, params, elem)
-    return max(tm.wave_slots * (a + b * tm.k_iters) + tm.fixed_us, tm.floor_us)
+    return max(tm.line_us(a, b, params.latency_us) + tm.fixed_us, tm.floor_us)
 
 
 def _torch_tiles(lane: str) -> tuple[Config, ...]:
-    return tuple(Config(f"{lane}_b{bm}x{bn}x{bk}_w{w}", "torch",
-                        (("block", (bm, bn, bk)), ("warps", w), ("stages", 4)))
-                 for bm, bn, bk, w in _TORCH_TILES)
+    out = []
+    for bm, bn, bk, w in _TORCH_TILES:
+        for split in (1, *_TORCH_SPLITS) if bm == 64 else (1,):
+            out.append(Config(f"{lane}_b{bm}x{bn}x{bk}_w{w}_k{split}", "torch",
+                              (("block", (bm, bn, bk)), ("warps", w), ("stages", 4), ("split_k", split))))
+    return tuple(out)
+
+
+def _vendor_parts(name: str, shape: ShapeArg, arch: ArchProfile,
+                  params: ModelParams) -> list[tuple[float, float, float]]:
+    """(line_us, fixed_us, floor_us) of each feasible vendor tile: the line is unscaled."""
+    elem = _ELEM_BYTES.get(_shape_of(shape)[3], 2)
+    out = []
+    for c in _torch_tiles(name):
+        tm = terms(c, shape, arch)
+        if isinstance(tm, Status):
+            continue
+        a, b = default_line(_tile_of(c), arch, params, elem)
+        out.append((tm.line_us(a, b, params.latency_us), tm.fixed_us, tm.floor_us))
+    return out
+
+
+def _vendor_us(parts: Sequence[tuple[float, float, float]], scale: float, overhead: float) -> float:
+    return min(max(line * scale + fixed, floor) for line, fixed, floor in parts) + overhead
+
+
+def _sentinel_fit(params: ModelParams, name: str) -> tuple[float, float]:
+    """(scale, overhead_us) of a vendor arm: its own fit, else the torch arm's, else the global scale."""
+    return params.sentinel.get(name) or params.sentinel.get("torch") or (params.scale, 0.0)
 
 
 def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelParams | None = None,
@@ -204,10 +273,9 @@ def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelPar
     if min(m, n, k) < 1:
         raise ConfigError(f"shape M={m}, N={n}, K={k} must be positive")
     if config.is_sentinel:
-        if config.id in ("torch", "fused"):
-            times = [_predict_us(c, shape, arch, params) for c in _torch_tiles(config.id)]
-            ok = [x for x in times if not isinstance(x, Status)]
-            return min(ok) / 1000.0 if ok else Status.INFEASIBLE
+        if config.id in _VENDOR:
+            parts = _vendor_parts(config.id, shape, arch, params)
+            return _vendor_us(parts, *_sentinel_fit(params, config.id)) / 1000.0 if parts else Status.INFEASIBLE
         if default_config is None:
             raise ConfigError(f"predicting sentinel {config.id!r} needs default_config=family.default_config")
         config = default_config(sig or Signature.make("gemm", "gemm", dt, N=n, K=k), arch)
@@ -238,13 +306,24 @@ def rank(configs: Iterable[Config], M: int, N: int, K: int, arch: ArchProfile, k
 
 def make_ranker(arch: ArchProfile, params: ModelParams | None, validity: Validity | None,
                 default_config: DefaultOf | None = None) -> Callable[[Signature, int, tuple[Config, ...]], Config | None]:
-    """The selector's cost-model tier: ranker(sig, m, candidates) -> the predicted-fastest valid config."""
+    """The selector's cost-model tier: ranker(sig, m, candidates) -> the predicted-fastest valid
+    config. When the 'torch' sentinel is a candidate it wins unless another candidate is predicted
+    faster by more than params.torch_margin: an advantage inside the model's noise is not worth
+    leaving the vendor library for (the build's gate keeps its torch fallback the same way)."""
+    margin = (params or ModelParams()).torch_margin
+
     def ranker(sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
         n, k = sig.get("N"), sig.get("K")
         if not isinstance(n, int) or not isinstance(k, int):
             return None
-        best = rank(candidates, m, n, k, arch, 1, validity, params, dt=sig.dt, default_config=default_config)
-        return best[0][0] if best else None
+        ranked = rank(candidates, m, n, k, arch, len(candidates), validity, params, dt=sig.dt,
+                      default_config=default_config)
+        if not ranked:
+            return None
+        torch = next(((c, ms) for c, ms in ranked if c.id == "torch"), None)
+        if torch is not None and ranked[0][1] * (1.0 + margin) >= torch[1]:
+            return torch[0]
+        return ranked[0][0]
     return ranker
 
 
@@ -277,9 +356,17 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
     base = base or ModelParams()
     by_id = dict(configs) if isinstance(configs, Mapping) else {c.id: c for c in configs}
     rows: dict[str, list[tuple[Terms, float, int]]] = {}
+    vendor: dict[str, list[tuple[list[tuple[float, float, float]], float]]] = {}
     ratios = []
+    seen = 0
     for meas in measurements:
         if meas.status is not Status.OK or meas.median_ms is None:
+            continue
+        seen += 1
+        if meas.config_id in _VENDOR:
+            parts = _vendor_parts(meas.config_id, (meas.signature, meas.m), arch, base)
+            if parts and meas.median_ms > 0:
+                vendor.setdefault(meas.config_id, []).append((parts, meas.median_ms * 1000.0))
             continue
         config = by_id.get(meas.config_id)
         if config is None or config.is_sentinel:
@@ -295,17 +382,80 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
         rows.setdefault(config.id, []).append((tm, us, _ELEM_BYTES.get(meas.signature.dt, 2)))
     ratios.sort()
     scale = base.scale * (ratios[len(ratios) // 2] if ratios else 1.0)
+    per = _fit_lines(rows, by_id, arch, base, scale, base.latency_us)
+    sentinel = dict(base.sentinel)
+    sentinel.update({name: _fit_vendor(data) for name, data in vendor.items() if len(data) >= 2})
+    return ModelParams(scale=scale, lane_eff=dict(base.lane_eff), setup_us=base.setup_us,
+                       latency_us=base.latency_us, l2_bw_factor=base.l2_bw_factor,
+                       per_config={**base.per_config, **per}, sentinel=sentinel,
+                       torch_margin=base.torch_margin, fitted_on=seen)
+
+
+def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
+    """One model for a file whose entries came from several builds: `old` (the file's model, fitted
+    on earlier builds' measurements) updated by `new` (fitted on this build's). A config or vendor
+    arm measured now takes its new line, one measured only before keeps its old one, and the
+    global scale is the geometric mean of both weighted by the measurements each fit saw."""
+    if old is None or old.fitted_on <= 0:
+        return new
+    if new.fitted_on <= 0:
+        return old
+    total = old.fitted_on + new.fitted_on
+    scale = math.exp((old.fitted_on * math.log(old.scale) + new.fitted_on * math.log(new.scale)) / total)
+    return ModelParams(scale=scale, lane_eff=dict(new.lane_eff), setup_us=new.setup_us,
+                       latency_us=new.latency_us, l2_bw_factor=new.l2_bw_factor,
+                       per_config={**old.per_config, **new.per_config},
+                       sentinel={**old.sentinel, **new.sentinel}, torch_margin=new.torch_margin,
+                       fitted_on=total)
+
+
+_Rows = Mapping[str, Sequence[tuple[Terms, float, int]]]
+
+
+def _scaled_line(config: Config, arch: ArchProfile, base: ModelParams, scale: float, elem: int) -> tuple[float, float]:
+    a, b = default_line(_tile_of(config), arch, base, elem)
+    return a * scale, b * scale
+
+
+def _fit_lines(rows: _Rows, by_id: Mapping[str, Config], arch: ArchProfile, base: ModelParams,
+               scale: float, latency: float) -> dict[str, tuple[float, float]]:
+    """Each config's own (a_c, b_c) by non-negative least squares over its throughput-bound
+    points (>= 2 distinct (waves, K iterations)); a latency-bound point says nothing about them."""
     per: dict[str, tuple[float, float]] = {}
     for cid, data in rows.items():
-        if len({(tm.wave_slots, tm.k_iters) for tm, _, _ in data}) < 2:
-            continue
-        xs = [(float(tm.wave_slots), float(tm.wave_slots * tm.k_iters)) for tm, _, _ in data]
-        ys = [max(us - tm.fixed_us, 0.0) for tm, us, _ in data]
-        ab = _lstsq2(xs, ys)
-        if ab is not None:
-            per[cid] = ab
-    return ModelParams(scale=scale, lane_eff=dict(base.lane_eff), setup_us=base.setup_us,
-                       l2_bw_factor=base.l2_bw_factor, per_config={**base.per_config, **per})
+        ab = _scaled_line(by_id[cid], arch, base, scale, data[0][2])
+        for _ in range(3):  # which points are latency-bound depends on the line: settle it
+            used = [(tm, us) for tm, us, _ in data if tm.throughput_bound(*ab, latency)]
+            if len({(tm.wave_slots, tm.k_iters) for tm, _ in used}) < 2:
+                break
+            fitted = _lstsq2([(float(tm.wave_slots), float(tm.wave_slots * tm.k_iters)) for tm, _ in used],
+                             [max(us - tm.fixed_us, 0.0) for tm, us in used])
+            if fitted is None or fitted == ab:
+                break
+            ab = per[cid] = fitted
+    return per
+
+
+def _golden(f: Callable[[float], float], lo: float, hi: float, iters: int = 40) -> float:
+    """The minimiser of a unimodal f on [lo, hi] by golden-section search."""
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    for _ in range(iters):
+        c, d = hi - g * (hi - lo), lo + g * (hi - lo)
+        lo, hi = (lo, d) if f(c) <= f(d) else (c, hi)
+    return (lo + hi) / 2.0
+
+
+def _fit_vendor(data: Sequence[tuple[Sequence[tuple[float, float, float]], float]]) -> tuple[float, float]:
+    """(scale, overhead_us) minimising the mean |log(pred / measured)| of a vendor arm: the
+    library's kernels are neither Triton's nor one tile, so only their level is fitted."""
+    def loss(scale: float, overhead: float) -> float:
+        return sum(abs(math.log(_vendor_us(parts, scale, overhead) / us)) for parts, us in data)
+
+    scale, overhead = 1.0, 0.0
+    for _ in range(4):  # coordinate descent: the two terms barely interact
+        scale = math.exp(_golden(lambda x: loss(math.exp(x), overhead), math.log(0.05), math.log(20.0)))
+        overhead = _golden(lambda o: loss(scale, o), 0.0, min(us for _, us in data))
+    return round(scale, 6), round(overhead, 6)
 
 
 def geomean_error(params: ModelParams, measurements: Iterable[Measurement],

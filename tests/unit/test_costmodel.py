@@ -122,7 +122,9 @@ def test_calibration_reduces_error_on_synthetic_data():
     # Ground truth: per-config lines unlike the arch-derived defaults; fit must recover them.
     configs = {c.id: c for c in [cfg(64, 64, 64), cfg(128, 128, 64, w=8), cfg(32, 128, 64, split=2)]}
     rng = random.Random(7)
-    truth = ModelParams(per_config={cid: (rng.uniform(1, 4), rng.uniform(0.05, 0.4)) for cid in configs})
+    # Without the latency bound every point is throughput-bound: all of them inform the lines.
+    truth = ModelParams(latency_us=0.0,
+                        per_config={cid: (rng.uniform(1, 4), rng.uniform(0.05, 0.4)) for cid in configs})
     meas = []
     for cid, c in configs.items():
         for m in (16, 64, 256, 1024, 3000):
@@ -131,8 +133,9 @@ def test_calibration_reduces_error_on_synthetic_data():
                 true_ms = predict(c, (sig, m), ARCH, truth)
                 noisy = true_ms * math.exp(rng.gauss(0, 0.01))
                 meas.append(Measurement(sig, m, cid, Status.OK, median_ms=noisy))
-    before = geomean_error(ModelParams(), meas, configs, ARCH)
-    fitted = fit(meas, configs.values(), ARCH)
+    base = ModelParams(latency_us=0.0)
+    before = geomean_error(base, meas, configs, ARCH)
+    fitted = fit(meas, configs.values(), ARCH, base=base)
     after = geomean_error(fitted, meas, configs, ARCH)
     assert after < before / 3
     assert after < 0.05
