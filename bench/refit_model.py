@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not cfg.is_sentinel:
             configs[cfg.id] = cfg
     params = costmodel.fit(meas, configs, arch)
-    before = database.load(args.db, args.family).model
+    before = db.model
     print(f"fitted on {params.fitted_on} measurements of {len({m.signature for m in meas})} signatures: "
           f"scale {params.scale:.4f}, {len(params.per_config)} config lines, vendor arms "
           f"{ {k: tuple(round(x, 4) for x in v) for k, v in params.sentinel.items()} }")
@@ -61,8 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dry_run:
         print(json.dumps(params.to_json(), indent=1)[:2000])
         return 0
+    lock = database.lock_path(args.db)
+    stray = not lock.exists()
     path = database.write_entries(args.db, args.family, db.arch_family, (), {},
                                   validators=db.validators, model=params.to_json())
+    if stray:  # the writer's lock file would otherwise sit in the package data beside the file
+        lock.unlink(missing_ok=True)
     after = database.load(path, args.family)
     if after.entries != db.entries or after.configs != db.configs or after.validators != db.validators:
         print(f"{path}: entries, configs or validators changed; inspect with git diff", file=sys.stderr)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from tunedb.errors import ConfigError
@@ -233,6 +234,7 @@ def _predict_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: Mode
     return max(tm.line_us(a, b, params.latency_us) + tm.fixed_us, tm.floor_us)
 
 
+@lru_cache(maxsize=4)
 def _torch_tiles(lane: str) -> tuple[Config, ...]:
     out = []
     for bm, bn, bk, w in _TORCH_TILES:
@@ -351,8 +353,10 @@ def _lstsq2(xs: Sequence[tuple[float, float]], ys: Sequence[float]) -> tuple[flo
 
 def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Iterable[Config],
         arch: ArchProfile, base: ModelParams | None = None) -> ModelParams:
-    """Calibrate: a global scale (median measured/predicted over every ok point) and, for each
-    config measured at >= 2 distinct shapes, its own (a_c, b_c) by non-negative least squares."""
+    """Calibrate on ok measurements: a global scale (median measured/predicted), for each config
+    measured at >= 2 distinct throughput-bound shapes its own (a_c, b_c) by non-negative least
+    squares, and for 'torch'/'fused' their (scale, overhead). Starts from `base` (kept where
+    these measurements say nothing); merge() combines fits of separate builds."""
     base = base or ModelParams()
     by_id = dict(configs) if isinstance(configs, Mapping) else {c.id: c for c in configs}
     rows: dict[str, list[tuple[Terms, float, int]]] = {}
@@ -409,15 +413,12 @@ def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
                        fitted_on=total)
 
 
-_Rows = Mapping[str, Sequence[tuple[Terms, float, int]]]
-
-
 def _scaled_line(config: Config, arch: ArchProfile, base: ModelParams, scale: float, elem: int) -> tuple[float, float]:
     a, b = default_line(_tile_of(config), arch, base, elem)
     return a * scale, b * scale
 
 
-def _fit_lines(rows: _Rows, by_id: Mapping[str, Config], arch: ArchProfile, base: ModelParams,
+def _fit_lines(rows: Mapping[str, Sequence[tuple[Terms, float, int]]], by_id: Mapping[str, Config], arch: ArchProfile, base: ModelParams,
                scale: float, latency: float) -> dict[str, tuple[float, float]]:
     """Each config's own (a_c, b_c) by non-negative least squares over its throughput-bound
     points (>= 2 distinct (waves, K iterations)); a latency-bound point says nothing about them."""
