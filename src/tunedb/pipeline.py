@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from tunedb import buildplan, buildsteps, checkpoint, costmodel, database, families, partition, settings
 from tunedb import evaluate as evaluation
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError
-from tunedb.records import ArchProfile, Entry, Point, ShapeSet, Signature
+from tunedb.records import ArchProfile, Config, Entry, Point, ShapeSet, Signature
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,9 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     records = read_log(log.path) if log.path.exists() else []
     mine = [r.measurement for r in records if r.run_id == run.run_id]
     configs = buildsteps.configs_of(family, result.entries, mine)
-    params = costmodel.fit(mine, configs, arch)
+    # The file's model covers every build that wrote it: this run's fit merged into the old one.
+    old_model = None if opts.fresh else buildsteps.model_params(existing.model if existing else None)
+    params = costmodel.merge(old_model, costmodel.fit(mine, configs, arch))
     model = params.to_json()
     if opts.no_write:
         result.changes = buildsteps.would_change(existing, opts, arch, result.entries, configs, model)
@@ -275,6 +277,8 @@ def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.
     def model(sig: Signature, m: int) -> str | None:
         if (sig, m) not in cache:
             cands = tuple(c for c in compiled if family.invalid_reason(c, sig, None, arch) is None)
+            if cands and "torch" in family.sentinels(sig):  # as the selector's model tier does
+                cands += (Config.sentinel("torch"),)
             pick = ranker(sig, m, cands) if cands else None
             cache[(sig, m)] = pick.id if pick is not None else "default"
         return cache[(sig, m)]

@@ -151,13 +151,14 @@ def test_model_tier_ranks_compiled_valid_candidates(fam, tier_dirs):
 
     def ranker(s, m, candidates):
         seen.append((s, m, tuple(c.id for c in candidates)))
-        return max(candidates, key=lambda c: c.param("block"))
+        return max((c for c in candidates if not c.is_sentinel), key=lambda c: c.param("block"))
 
     files(tier_dirs, system={S128: entry_raw([[8, "b"]])})
     selector.set_ranker("fake", ranker)
     r = selector.resolve("fake", sig(n=48), 100)
     assert (r.config.id, r.tier, r.entry_signature) == ("b", "model", None)
-    assert seen == [(sig(n=48), 100, ("a", "b"))]  # big is invalid at N=48; zz is not compiled
+    # big is invalid at N=48; zz is not compiled; the framework's op is always a candidate
+    assert seen == [(sig(n=48), 100, ("a", "b", "torch"))]
     assert selector.resolve("fake", sig(), 8).tier == "system"  # entries still win
     assert selector.resolve("fake", sig(), 9).config.id == "big"  # uncovered M: the model
     with settings.override(MODEL_FALLBACK="0"):
@@ -279,7 +280,7 @@ def test_family_supplies_the_model_ranker_from_the_files_model(fam, tier_dirs, m
 
     def model_ranker(profile, params):
         built.append((profile.arch_family, dict(params or {})))
-        return lambda s, m, candidates: candidates[-1]
+        return lambda s, m, candidates: [c for c in candidates if not c.is_sentinel][-1]
 
     monkeypatch.setattr(fam, "model_ranker", model_ranker, raising=False)
     tier_dirs.write("system", valid_raw(entries={S128: entry_raw([[8, "b"]])}, model={"scale": 2.0}))
@@ -293,6 +294,8 @@ def test_family_supplies_the_model_ranker_from_the_files_model(fam, tier_dirs, m
     assert len(built) == 2
     selector.set_ranker("fake", lambda s, m, c: c[0])  # an installed ranker wins over the family's
     assert selector.resolve("fake", sig(), 9).config.id == "a"
+    selector.set_ranker("fake", lambda s, m, c: c[-1])  # and may answer the framework's op
+    assert (selector.resolve("fake", sig(), 9).config.id, selector.resolve("fake", sig(), 9).tier) == ("torch", "model")
 
 
 def test_a_family_can_let_another_signatures_entry_serve(fam, tier_dirs, monkeypatch):
