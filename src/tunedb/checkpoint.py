@@ -9,17 +9,15 @@ written atomically (temp file + os.replace).
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from tunedb import settings
+from tunedb.database import write_atomic
 from tunedb.errors import BuildError
 from tunedb.records import Entry, Region, Signature
 
@@ -37,21 +35,6 @@ def check_run_id(run_id: str) -> str:
         raise BuildError(f"bad run id {run_id!r}: use 1-64 characters of [A-Za-z0-9_.-], "
                          f"starting with a letter or digit")
     return run_id
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def entry_to_json(entry: Entry) -> dict[str, Any]:

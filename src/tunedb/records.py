@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from tunedb.errors import ConfigError, SignatureError
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from tunedb.errors import UncoveredShapeError
 from tunedb.records import Point, ShapeSet, Signature
