@@ -247,3 +247,21 @@ def would_change(existing: database.DatabaseFile | None, opts: Any, arch: ArchPr
                            validators.current(validators.family_impl_hash(family)), model)
     empty = database.DatabaseFile(opts.family, arch.arch_family)
     return database.diff(existing or empty, after)
+
+
+def dropped_points(existing: database.DatabaseFile | None, entries: Sequence[Entry]) -> dict[Signature, tuple[int, ...]]:
+    """Per signature this build replaces: the sizes the file's entry was measured at that this
+    build did not measure (they lose their evidence, and their regions follow the new points)."""
+    if existing is None:
+        return {}
+    out = {}
+    for entry in entries:
+        old = existing.entries.get(entry.signature)
+        if old is None:
+            continue
+        def ms(e: Entry) -> set[int]:
+            return {int(k[2:]) for k in e.evidence if k.startswith("M=") and k[2:].isdigit()}
+        lost = tuple(sorted(ms(old) - ms(entry)))
+        if lost:
+            out[entry.signature] = lost
+    return out

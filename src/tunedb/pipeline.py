@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import buildplan, buildsteps, checkpoint, costmodel, database, families, partition, settings
 from tunedb import evaluate as evaluation
-from tunedb.errors import BuildError, BusyGPUError, DatabaseError
+from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
 from tunedb.records import ArchProfile, Config, Entry, Point, ShapeSet, Signature
 
 
@@ -240,6 +241,11 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     if opts.no_write:
         result.changes = buildsteps.would_change(existing, opts, arch, result.entries, configs, model)
     else:
+        for sig, lost in buildsteps.dropped_points(None if opts.fresh else existing, result.entries).items():
+            warnings.warn(f"tunedb build: replacing {sig}: the file's entry was measured at M="
+                          f"{','.join(map(str, lost))}, which this build did not measure; build the "
+                          f"censuses that reach them together (--census A --census B) to keep them",
+                          TunedbWarning, stacklevel=2)
         result.path = database.write_entries(target, opts.family, arch.arch_family, result.entries,
                                              {k: v for k, v in configs.items() if not v.is_sentinel},
                                              model=model, fresh=opts.fresh)

@@ -205,3 +205,16 @@ def test_failed_arms_are_evidence_not_numbers(cache):
     db = database.load(cache / "o" / "sm90" / "gemm.json")
     regions = db.entries[WINS].regions
     assert all(not r.config_id.startswith("b16x") for r in regions)
+
+
+def test_replacing_an_entry_measured_at_other_sizes_warns(cache):
+    """One census at a time into one file: the second build replaces the shared signature's
+    entry, and says which measured sizes that drops (build such censuses together)."""
+    from tunedb.errors import TunedbWarning
+
+    out = cache / "shared"
+    pipeline.build([("a", census((WINS, (16, 600))))], opts(out, top_k=4))
+    with pytest.warns(TunedbWarning, match=r"replacing gemm\|op=gemm\|dt=half\|N=1024\|K=1024: .*M=.*600"):
+        pipeline.build([("b", census((WINS, (16, 64))))], opts(out, top_k=4))
+    db = database.load(out / "sm90" / "gemm.json")
+    assert not any(k == "M=600" for k in db.entries[WINS].evidence)
