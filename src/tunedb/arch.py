@@ -190,8 +190,15 @@ def measure_matmul_tflops(index: int, dtype_name: str, n: int = 8192) -> float:
     a = torch.randn(n, n, device=f"cuda:{index}", dtype=dtype)
     b = torch.randn(n, n, device=f"cuda:{index}", dtype=dtype)
     c = torch.empty(n, n, device=f"cuda:{index}", dtype=dtype)
-    for _ in range(3):
-        torch.mm(a, b, out=c)
+    # Warm up for about half a second: on a machine just started the SM clock sits at idle
+    # (345 MHz on the H200) and the first timed products read ~9% low.
+    import time as _time
+
+    until = _time.perf_counter() + 0.5
+    while _time.perf_counter() < until:
+        for _ in range(10):
+            torch.mm(a, b, out=c)
+        torch.cuda.synchronize(index)
     ms = _time_ms(lambda: torch.mm(a, b, out=c), reps=7, inner=5)
     return round(2 * n**3 / (ms * 1e-3) / 1e12, 1)
 
