@@ -192,10 +192,8 @@ def measure_matmul_tflops(index: int, dtype_name: str, n: int = 8192) -> float:
     c = torch.empty(n, n, device=f"cuda:{index}", dtype=dtype)
     # Warm up for about half a second: on a machine just started the SM clock sits at idle
     # (345 MHz on the H200) and the first timed products read ~9% low.
-    import time as _time
-
-    until = _time.perf_counter() + 0.5
-    while _time.perf_counter() < until:
+    until = time.perf_counter() + 0.5
+    while time.perf_counter() < until:
         for _ in range(10):
             torch.mm(a, b, out=c)
         torch.cuda.synchronize(index)
