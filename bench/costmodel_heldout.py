@@ -2,7 +2,7 @@
 
     python bench/costmodel_heldout.py [--log LOG.jsonl[.gz]] [--db gemm.json] [--out JSON] [--md FILE]
 
-Leave-one-signature-out: for each signature S in the log, the model is fitted (costmodel.fit) on
+Leave-one-signature-out: for each signature S in the log, the model is fitted (calibration.fit) on
 every OTHER signature's ok measurements and then picks, at each of S's measured points, among
   * compiled: the configs the runtime's cost-model tier ranks (the family's compile set for the
     DB file's referenced ids, valid for S; what selector._rank passes the ranker),
@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from tunedb import costmodel, database, evaluate as evaluation, families
+from tunedb import calibration, costmodel, database, evaluate as evaluation, families
 from tunedb.arch import shipped_profile
 from tunedb.records import SENTINELS, ArchProfile, Config, Measurement, Signature
 
@@ -93,10 +93,10 @@ class Study:
     def pred_error(self, params: costmodel.ModelParams | None, sigs: Iterable[Signature]) -> float:
         chosen = set(sigs)
         rows = [m for m in self.latest if m.signature in chosen and m.config_id not in SENTINELS]
-        return costmodel.geomean_error(params or costmodel.ModelParams(), rows, self.configs, self.arch)
+        return calibration.geomean_error(params or costmodel.ModelParams(), rows, self.configs, self.arch)
 
 
-def run_study(study: Study, fit: Callable[..., costmodel.ModelParams] = costmodel.fit) -> dict[str, Any]:
+def run_study(study: Study, fit: Callable[..., costmodel.ModelParams] = calibration.fit) -> dict[str, Any]:
     """Every selector's picks, scored by tunedb.evaluate against the measured oracle."""
     picks: dict[str, dict[tuple[Signature, int], str | None]] = {}
     heldout_err: list[tuple[str, float, float]] = []

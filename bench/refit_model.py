@@ -5,7 +5,7 @@
 
 `tunedb build` fits the model on its own invocation's measurements, so a file built by several
 invocations (one per census) ships a model that saw only the last one. This script fits
-costmodel.fit on all the log's ok measurements of the file's kernel family (the latest per
+calibration.fit on all the log's ok measurements of the file's kernel family (the latest per
 signature, M and config) and writes the result through tunedb.database.write_entries with no
 entries and the file's own validators: entries, configs and validators stay as they are.
 Runs on the CPU.
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from tunedb import costmodel, database, evaluate, families
+from tunedb import calibration, costmodel, database, evaluate, families
 from tunedb.arch import shipped_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,13 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = family.parse_config(m.config_id)
         if not cfg.is_sentinel:
             configs[cfg.id] = cfg
-    params = costmodel.fit(meas, configs, arch)
+    params = calibration.fit(meas, configs, arch)
     before = db.model
     print(f"fitted on {params.fitted_on} measurements of {len({m.signature for m in meas})} signatures: "
           f"scale {params.scale:.4f}, {len(params.per_config)} config lines, vendor arms "
           f"{ {k: tuple(round(x, 4) for x in v) for k, v in params.sentinel.items()} }")
-    err_before = costmodel.geomean_error(database_params(before), meas, configs, arch)
-    err_after = costmodel.geomean_error(params, meas, configs, arch)
+    err_before = calibration.geomean_error(database_params(before), meas, configs, arch)
+    err_after = calibration.geomean_error(params, meas, configs, arch)
     print(f"prediction error over the log (geomean |log pred/meas|): file's model {100 * err_before:.1f}%, "
           f"refit {100 * err_after:.1f}%")
     if args.dry_run:

@@ -1,4 +1,4 @@
-"""The analytic GEMM cost model and its calibration: pure Python, no torch.
+"""The analytic GEMM cost model: pure Python, no torch (calibration.py fits its parameters).
 
     T(c; M,N,K) = sum over waves of max(c * (a_c + b_c * k), a_c + k * lat / (stages - 1))
                   + R_c + launches * L,                                  T >= bytes / BW
@@ -17,13 +17,12 @@ shapes) at their own fitted level; 'default' and 'heuristic' are the family's de
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from tunedb.errors import ConfigError
-from tunedb.records import ArchProfile, Config, Measurement, Signature, Status
+from tunedb.records import ArchProfile, Config, Signature, Status
 
 Shape = tuple[int, int, int]
 ShapeArg = Union[Shape, tuple[Signature, int]]
@@ -327,147 +326,3 @@ def make_ranker(arch: ArchProfile, params: ModelParams | None, validity: Validit
             return torch[0]
         return ranked[0][0]
     return ranker
-
-
-def _lstsq2(xs: Sequence[tuple[float, float]], ys: Sequence[float]) -> tuple[float, float] | None:
-    """Least squares y = a*x1 + b*x2 with a, b >= 0 (2x2 normal equations; one-term fits at the edges)."""
-    s11 = sum(x1 * x1 for x1, _ in xs)
-    s12 = sum(x1 * x2 for x1, x2 in xs)
-    s22 = sum(x2 * x2 for _, x2 in xs)
-    t1 = sum(x1 * y for (x1, _), y in zip(xs, ys))
-    t2 = sum(x2 * y for (_, x2), y in zip(xs, ys))
-    det = s11 * s22 - s12 * s12
-    if det > 1e-12 * max(s11 * s22, 1e-30):
-        a, b = (t1 * s22 - t2 * s12) / det, (s11 * t2 - s12 * t1) / det
-        if a >= 0 and b >= 0:
-            return a, b
-    candidates = []
-    if s22 > 0:
-        candidates.append((0.0, max(t2 / s22, 0.0)))
-    if s11 > 0:
-        candidates.append((max(t1 / s11, 0.0), 0.0))
-    if not candidates:
-        return None
-    return min(candidates, key=lambda ab: sum((ab[0] * x1 + ab[1] * x2 - y) ** 2 for (x1, x2), y in zip(xs, ys)))
-
-
-def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Iterable[Config],
-        arch: ArchProfile, base: ModelParams | None = None) -> ModelParams:
-    """Calibrate on ok measurements: a global scale (median measured/predicted), for each config
-    measured at >= 2 distinct throughput-bound shapes its own (a_c, b_c) by non-negative least
-    squares, and for 'torch'/'fused' their (scale, overhead). Starts from `base` (kept where
-    these measurements say nothing); merge() combines fits of separate builds."""
-    base = base or ModelParams()
-    by_id = dict(configs) if isinstance(configs, Mapping) else {c.id: c for c in configs}
-    rows: dict[str, list[tuple[Terms, float, int]]] = {}
-    vendor: dict[str, list[tuple[list[tuple[float, float, float]], float]]] = {}
-    ratios = []
-    seen = 0
-    for meas in measurements:
-        if meas.status is not Status.OK or meas.median_ms is None:
-            continue
-        seen += 1
-        if meas.config_id in _VENDOR:
-            parts = _vendor_parts(meas.config_id, (meas.signature, meas.m), arch, base)
-            if parts and meas.median_ms > 0:
-                vendor.setdefault(meas.config_id, []).append((parts, meas.median_ms * 1000.0))
-            continue
-        config = by_id.get(meas.config_id)
-        if config is None or config.is_sentinel:
-            continue
-        shape = (meas.signature, meas.m)
-        tm = terms(config, shape, arch)
-        if isinstance(tm, Status):
-            continue
-        us = meas.median_ms * 1000.0
-        pred = _predict_us(config, shape, arch, base)
-        if not isinstance(pred, Status) and pred > 0:
-            ratios.append(us / pred)
-        rows.setdefault(config.id, []).append((tm, us, _ELEM_BYTES.get(meas.signature.dt, 2)))
-    ratios.sort()
-    scale = base.scale * (ratios[len(ratios) // 2] if ratios else 1.0)
-    per = _fit_lines(rows, by_id, arch, base, scale, base.latency_us)
-    sentinel = dict(base.sentinel)
-    sentinel.update({name: _fit_vendor(data) for name, data in vendor.items() if len(data) >= 2})
-    return ModelParams(scale=scale, lane_eff=dict(base.lane_eff), setup_us=base.setup_us,
-                       latency_us=base.latency_us, l2_bw_factor=base.l2_bw_factor,
-                       per_config={**base.per_config, **per}, sentinel=sentinel,
-                       torch_margin=base.torch_margin, fitted_on=seen)
-
-
-def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
-    """One model for a file whose entries came from several builds: `old` (the file's model, fitted
-    on earlier builds' measurements) updated by `new` (fitted on this build's). A config or vendor
-    arm measured now takes its new line, one measured only before keeps its old one, and the
-    global scale is the geometric mean of both weighted by the measurements each fit saw."""
-    if old is None or old.fitted_on <= 0:
-        return new
-    if new.fitted_on <= 0:
-        return old
-    total = old.fitted_on + new.fitted_on
-    scale = math.exp((old.fitted_on * math.log(old.scale) + new.fitted_on * math.log(new.scale)) / total)
-    return ModelParams(scale=scale, lane_eff=dict(new.lane_eff), setup_us=new.setup_us,
-                       latency_us=new.latency_us, l2_bw_factor=new.l2_bw_factor,
-                       per_config={**old.per_config, **new.per_config},
-                       sentinel={**old.sentinel, **new.sentinel}, torch_margin=new.torch_margin,
-                       fitted_on=total)
-
-
-def _scaled_line(config: Config, arch: ArchProfile, base: ModelParams, scale: float, elem: int) -> tuple[float, float]:
-    a, b = default_line(_tile_of(config), arch, base, elem)
-    return a * scale, b * scale
-
-
-def _fit_lines(rows: Mapping[str, Sequence[tuple[Terms, float, int]]], by_id: Mapping[str, Config], arch: ArchProfile, base: ModelParams,
-               scale: float, latency: float) -> dict[str, tuple[float, float]]:
-    """Each config's own (a_c, b_c) by non-negative least squares over its throughput-bound
-    points (>= 2 distinct (waves, K iterations)); a latency-bound point says nothing about them."""
-    per: dict[str, tuple[float, float]] = {}
-    for cid, data in rows.items():
-        ab = _scaled_line(by_id[cid], arch, base, scale, data[0][2])
-        for _ in range(3):  # which points are latency-bound depends on the line: settle it
-            used = [(tm, us) for tm, us, _ in data if tm.throughput_bound(*ab, latency)]
-            if len({(tm.wave_slots, tm.k_iters) for tm, _ in used}) < 2:
-                break
-            fitted = _lstsq2([(float(tm.wave_slots), float(tm.wave_slots * tm.k_iters)) for tm, _ in used],
-                             [max(us - tm.fixed_us, 0.0) for tm, us in used])
-            if fitted is None or fitted == ab:
-                break
-            ab = per[cid] = fitted
-    return per
-
-
-def _golden(f: Callable[[float], float], lo: float, hi: float, iters: int = 40) -> float:
-    """The minimiser of a unimodal f on [lo, hi] by golden-section search."""
-    g = (math.sqrt(5.0) - 1.0) / 2.0
-    for _ in range(iters):
-        c, d = hi - g * (hi - lo), lo + g * (hi - lo)
-        lo, hi = (lo, d) if f(c) <= f(d) else (c, hi)
-    return (lo + hi) / 2.0
-
-
-def _fit_vendor(data: Sequence[tuple[Sequence[tuple[float, float, float]], float]]) -> tuple[float, float]:
-    """(scale, overhead_us) minimising the mean |log(pred / measured)| of a vendor arm: the
-    library's kernels are neither Triton's nor one tile, so only their level is fitted."""
-    def loss(scale: float, overhead: float) -> float:
-        return sum(abs(math.log(_vendor_us(parts, scale, overhead) / us)) for parts, us in data)
-
-    scale, overhead = 1.0, 0.0
-    for _ in range(4):  # coordinate descent: the two terms barely interact
-        scale = math.exp(_golden(lambda x: loss(math.exp(x), overhead), math.log(0.05), math.log(20.0)))
-        overhead = _golden(lambda o: loss(scale, o), 0.0, min(us for _, us in data))
-    return round(scale, 6), round(overhead, 6)
-
-
-def geomean_error(params: ModelParams, measurements: Iterable[Measurement],
-                  configs: Mapping[str, Config], arch: ArchProfile) -> float:
-    """exp(mean |log(predicted / measured)|) - 1 over the ok measurements of known configs."""
-    logs = []
-    for meas in measurements:
-        config = configs.get(meas.config_id)
-        if config is None or meas.status is not Status.OK or not meas.median_ms:
-            continue
-        ms = predict(config, (meas.signature, meas.m), arch, params)
-        if not isinstance(ms, Status) and ms > 0:
-            logs.append(abs(math.log(ms / meas.median_ms)))
-    return math.exp(sum(logs) / len(logs)) - 1.0 if logs else 0.0

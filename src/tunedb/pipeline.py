@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from tunedb import buildplan, buildsteps, checkpoint, costmodel, database, families, partition, settings
+from tunedb import buildplan, buildsteps, calibration, checkpoint, costmodel, database, families, partition, settings
 from tunedb import evaluate as evaluation
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
 from tunedb.records import ArchProfile, Config, Entry, Point, ShapeSet, Signature
@@ -236,7 +236,7 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     configs = buildsteps.configs_of(family, result.entries, mine)
     # The file's model covers every build that wrote it: this run's fit merged into the old one.
     old_model = None if opts.fresh else buildsteps.model_params(existing.model if existing else None)
-    params = costmodel.merge(old_model, costmodel.fit(mine, configs, arch))
+    params = calibration.merge(old_model, calibration.fit(mine, configs, arch))
     model = params.to_json()
     if opts.no_write:
         result.changes = buildsteps.would_change(existing, opts, arch, result.entries, configs, model)

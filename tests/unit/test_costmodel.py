@@ -9,7 +9,8 @@ import pytest
 
 from tunedb import costmodel
 from tunedb.arch import shipped_profile
-from tunedb.costmodel import ModelParams, fit, geomean_error, make_ranker, predict, rank, terms
+from tunedb.calibration import fit, geomean_error
+from tunedb.costmodel import ModelParams, make_ranker, predict, rank, terms
 from tunedb.errors import ConfigError
 from tunedb.records import Config, Measurement, Signature, Status
 

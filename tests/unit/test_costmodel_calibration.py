@@ -6,7 +6,8 @@ import random
 import pytest
 
 from tunedb.arch import shipped_profile
-from tunedb.costmodel import ModelParams, fit, geomean_error, make_ranker, merge, predict, terms
+from tunedb.calibration import fit, geomean_error, merge
+from tunedb.costmodel import ModelParams, make_ranker, predict, terms
 from tunedb.errors import ConfigError
 from tunedb.records import Config, Measurement, Signature, Status
 

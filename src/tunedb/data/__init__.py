@@ -1,0 +1,1 @@
+"""Package data: shipped arch profiles (arch_<family>.json), read with importlib.resources."""
