@@ -250,7 +250,7 @@ def thin(points: Sequence[Point], max_points: int) -> tuple[Point, ...]:
         bins = max_points - 2
         keep = {0, len(pts) - 1}
         heaviest: dict[int, int] = {}
-        for idx in range(1, len(pts) - 1):
+        for idx in range(1, len(pts) - 1) if bins > 0 else ():
             b = min(bins - 1, int((math.log(pts[idx].m) - lo) / (hi - lo) * bins)) if hi > lo else 0
             cur = heaviest.get(b)
             if cur is None or pts[idx].weight > pts[cur].weight:

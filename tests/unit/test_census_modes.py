@@ -138,3 +138,12 @@ def test_llama_decode_census():
     # 32 down projections per step against one LM head call: same steps, 32x the calls.
     assert all(down[m].calls == 32 * head[m].calls for m in head)
     assert sum(p.weight for p in census.points) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("lengths, max_length, step", [([2500], 3000, 0), ([950], 1000, 300)])
+def test_a_captured_key_is_a_grid_length_within_the_capture_limit(lengths, max_length, step):
+    counts = modes.offline(lengths, max_batch=1, max_length=max_length, step=step)
+    grid = set(modes.length_grid(max_length, step))
+    hit = [k for k, n in counts.items() if n]
+    assert hit and all(k.length <= max_length and k.length in grid for k in hit if k.captured)
+    assert all(k.captured or k.length == lengths[0] for k in hit)  # else eager at its own length

@@ -93,3 +93,11 @@ def test_pure_modules_do_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_stack_of_distinct_weights_is_not_one_gemm():
+    """MoE-style experts: bmm(x[E,S,K], W[E,K,N]) is E GEMMs with E weights, not one at M=E*S."""
+    w = nn.Parameter(torch.empty(8, 64, 32, device="meta", dtype=torch.half))
+    x = torch.empty(8, 16, 64, device="meta", dtype=torch.half)
+    calls = record(lambda: torch.bmm(x, w))
+    assert {s.op for s, _ in calls} == {"bmm"}

@@ -118,3 +118,9 @@ def test_thin_moves_weight_to_the_next_kept_point_above():
     assert thin(points, 20) == tuple(sorted(points, key=lambda p: p.m))
     with pytest.raises(BuildError, match="max-points"):
         thin(points, 1)
+
+
+def test_thin_to_two_points_keeps_only_the_ends():
+    out = thin(pts(8, 64, 512, 4096), 2)
+    assert [p.m for p in out] == [8, 4096]
+    assert out[-1].weight == 3.0  # the dropped points' weight moved up to the next kept point

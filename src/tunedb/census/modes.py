@@ -132,12 +132,16 @@ def offline(lengths: Sequence[int], max_batch: int, max_length: int, step: int,
                 counts[Key(b, length, True)] += 0
     ordered = sorted(lengths)
     buckets = batch_buckets(max_batch)
+    grid = length_grid(max_length, step, fixed_length)
     for i in range(0, len(ordered), max_batch):
         batch = ordered[i:i + max_batch]
         longest = batch[-1]
-        if captured and longest <= max_length:
+        # A captured key is a grid length (never above the capture limit); a batch no grid
+        # length holds runs eagerly at its own length.
+        padded = next((g for g in grid if g >= longest), None) if captured else None
+        if padded is not None:
             b = next(x for x in buckets if x >= len(batch))
-            counts[Key(b, length_bucket(longest, step, fixed_length), True)] += 1
+            counts[Key(b, padded, True)] += 1
         elif captured:
             counts[Key(len(batch), longest, False)] += 1
         else:

@@ -118,7 +118,9 @@ class GemmRecorder(TorchDispatchMode):
             use_gelu = args[5] if len(args) > 5 else kwargs.get("use_gelu", False)
             sig = Signature.make("gemm", "gemm_act", dt, N=n, K=k, act="gelu_tanh" if use_gelu else "relu", bias=1)
             self.calls[(sig, rows)] += 1
-        elif self.is_weight(b):
+        elif self.is_weight(b) and (b.dim() == 2 or b.shape[0] == 1 or b.stride(0) == 0):
+            # One weight shared by the batch (a Linear on 3-D input lowers to a bmm of an
+            # expanded weight); a stack of distinct weights (MoE experts) is batch separate GEMMs.
             sig = Signature.make("gemm", "gemm", dt, N=n, K=k)
             self.calls[(sig, rows * batch)] += 1
         else:
