@@ -373,7 +373,7 @@ def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = "gemm
             if p.signature.family != family or p.signature.op not in fam.ops:
                 out.append(Served(p, "unserved", "-"))
                 continue
-            res = selector.resolve(family, p.signature, p.m)
+            res = selector.peek(family, p.signature, p.m)
             out.append(Served(p, res.tier, res.config.id))
         return out
     finally:

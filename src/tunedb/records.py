@@ -25,7 +25,7 @@ _VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
 def _parse_value(text: str) -> int | str:
-    return int(text) if text.isdigit() else text
+    return int(text) if text.isascii() and text.isdigit() else text
 
 
 @dataclass(frozen=True, order=True)

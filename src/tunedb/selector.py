@@ -64,6 +64,15 @@ def resolve(family: str, sig: Signature, m: int) -> Resolution:
     return slot.resolution
 
 
+def peek(family: str, sig: Signature, m: int) -> Resolution:
+    """resolve() without counting a call: for tunedb's own lookups (prewarm, autotune, plans),
+    so the per-tier counters report only the calls a model made."""
+    slot = _memo.get((family, sig, m))
+    if slot is None:
+        slot = _resolve_slow(family, sig, m)
+    return slot.resolution
+
+
 def _resolve_slow(family: str, sig: Signature, m: int) -> _Slot:
     if not isinstance(sig, Signature):
         raise SignatureError(f"resolve() needs a Signature, got {type(sig).__name__} {sig!r}")

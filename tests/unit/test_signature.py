@@ -58,3 +58,8 @@ def test_signature_is_hashable_and_ordered():
     b = Signature.make("gemm", "gemm", "half", N=1, K=2)
     assert {a: 1}[b] == 1
     assert sorted([b.with_dt("fp16"), a])[0] in (a, b.with_dt("fp16"))
+
+
+def test_a_non_ascii_digit_is_a_signature_error():
+    with pytest.raises(SignatureError):
+        Signature.parse("gemm|op=gemm|dt=half|N=\u00b2|K=256")

@@ -107,9 +107,12 @@ def reload() -> int:
         _epoch += 1
         _cache.clear()
         _warned.clear()
-        for hook in _reload_hooks:
-            hook()
-        return _epoch
+        epoch = _epoch
+    # Hooks run outside the lock: the selector's hook takes the selector's lock, and a thread
+    # resolving a new shape holds that one while it reads files under this one.
+    for hook in list(_reload_hooks):
+        hook()
+    return epoch
 
 
 def load_file(tier: str, path: Path, kernel_family: str, arch_family: str) -> LoadResult:

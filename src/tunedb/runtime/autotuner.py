@@ -126,6 +126,12 @@ class Autotuner:
                 warnings.warn(f"autotune cache {self.path} not loaded: {exc}; it is left as it is, "
                               f"and this run's results go to {self.save_path}", AutotuneWarning,
                               stacklevel=3)
+                if self.save_path.exists():  # an earlier run's results here: keep building on them
+                    try:
+                        self.cache.load_into(self.save_path)
+                    except CacheRefused as again:
+                        warnings.warn(f"autotune cache {self.save_path} not loaded either: {again}; "
+                                      f"it will be overwritten", AutotuneWarning, stacklevel=3)
         return self
 
     def __enter__(self) -> "Autotuner":
@@ -169,6 +175,11 @@ class Autotuner:
         if hit is None:
             return None
         config = self._usable(family, sig, hit.config_id)
+        if config is None and self.enabled and not capturing():
+            # A cached winner this process cannot run (another lane, an approximate arm without
+            # the opt-in) must not block tuning: measure the shape here and replace it.
+            hit = self.tune(family, sig, m)
+            config = self._usable(family, sig, hit.config_id) if hit is not None else None
         return (config, TIER) if config is not None else None
 
     def tune(self, family: Any, sig: Signature, m: int, *,
@@ -225,7 +236,7 @@ class Autotuner:
         from tunedb import selector
 
         try:
-            return selector.resolve(family.name, sig, m).config.id
+            return selector.peek(family.name, sig, m).config.id
         except Exception:  # no incumbent is fine: the protocol still keeps the default
             return None
 

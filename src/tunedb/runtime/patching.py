@@ -138,7 +138,7 @@ def _class_calls(cls: type) -> tuple[tuple[str, str], ...]:
     trees: list[ast.AST] = []
     for klass in cls.__mro__:
         if klass in (nn.Module, object):
-            break
+            continue  # mixins after nn.Module (HF's PreTrainedModel has several) are scanned too
         for name, fn in vars(klass).items():
             if isinstance(fn, property):
                 fn = fn.fget

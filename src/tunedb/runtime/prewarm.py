@@ -76,7 +76,7 @@ def _recorded(model: Any, inputs: Any) -> tuple[Point, ...]:
 def _tier(sig: Signature, m: int) -> str:
     from tunedb import selector
 
-    return selector.resolve(sig.family, sig, m).tier
+    return selector.peek(sig.family, sig, m).tier
 
 
 def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: bool = False,
