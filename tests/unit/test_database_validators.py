@@ -72,3 +72,19 @@ def test_skip_warning_is_also_logged(tier_dirs, caplog):
     with caplog.at_level(logging.WARNING, logger="tunedb"), pytest.warns(DatabaseWarning):
         database.lookup("sm90", "fake")
     assert any("not valid JSON" in r.getMessage() for r in caplog.records)
+
+
+def test_an_entry_measured_before_a_validator_was_recorded_is_stale_not_restamped():
+    from tunedb.database import store, validators as vals
+    from tunedb.records import Entry, Region, Signature
+
+    old_sig = Signature.parse("gemm|op=gemm|dt=half|N=512|K=256")
+    new_sig = Signature.parse("gemm|op=gemm|dt=half|N=1024|K=256")
+    first = store.merge(None, "gemm", "sm90", [Entry(old_sig, (Region(None, "torch"),))], {},
+                        {"tunedb": "0.0.9", "torch": "2.10"})
+    second = store.merge(first, "gemm", "sm90", [Entry(new_sig, (Region(None, "torch"),))], {},
+                         {"tunedb": "0.1.0", "torch": "2.10", "impl_hash": "abc123"})
+    seen = vals.effective(second.validators, second.entries[old_sig].soft)
+    assert seen["impl_hash"] == vals.UNKNOWN
+    assert any("impl_hash" in r for r in vals.stale_reasons(seen, {"impl_hash": "abc123"}))
+    assert vals.effective(second.validators, second.entries[new_sig].soft)["impl_hash"] == "abc123"

@@ -57,6 +57,9 @@ def effective(file_validators: Validators, soft: Validators) -> dict[str, Any]:
     return out
 
 
+UNKNOWN = "unknown"  # an entry measured before its writer recorded this validator
+
+
 def stale_reasons(entry_validators: Validators, now: Validators) -> tuple[str, ...]:
     """Why an entry measured under `entry_validators` is stale in environment `now` (empty: fresh)."""
     reasons = []
@@ -64,6 +67,8 @@ def stale_reasons(entry_validators: Validators, now: Validators) -> tuple[str, .
         was, cur = entry_validators.get(key), now.get(key)
         if isinstance(was, tuple):
             reasons.append(f"{key} mixed: measured under {', '.join(was)}")
+        elif was == UNKNOWN and cur is not None:
+            reasons.append(f"{key} not recorded when measured (now {cur})")
         elif was is not None and cur is not None and was != cur:
             reasons.append(f"{key} {was} (now {cur})")
     return tuple(reasons)
@@ -89,6 +94,11 @@ def mixed(old: Validators, new: Validators) -> dict[str, Any]:
 
 def soft_field(entry_validators: Validators, file_validators: Validators) -> dict[str, Any]:
     """The `soft` field that makes an entry in a file stamped `file_validators` keep its own
-    validators: every key where they differ (a key the file lacks is kept too)."""
-    return {k: v for k, v in entry_validators.items()
-            if k in SOFT_VALIDATORS and file_validators.get(k) != v}
+    validators: every key where they differ (a key the file lacks is kept too). A key the file
+    has and the entry was never measured under is UNKNOWN there, not the file's value."""
+    out = {k: v for k, v in entry_validators.items()
+           if k in SOFT_VALIDATORS and file_validators.get(k) != v}
+    for k in SOFT_VALIDATORS:
+        if k in file_validators and k not in entry_validators:
+            out[k] = UNKNOWN
+    return out
