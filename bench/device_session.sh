@@ -2,7 +2,7 @@
 # One device call, several stages: `bash bench/device_session.sh STAGE...` on the H200.
 # Every stage logs under /tmp/work/logs, re-tarred into $OUT/session.tgz after each stage, so a
 # call stopped at its limit still returns what finished (at most 8 files come back from $OUT).
-# Stages: env arch prebuilt tests fidelity gemm host build buildall evaluate e2e
+# Stages: env arch prebuilt tests fidelity gemm host build buildall repro exhaustive evaluate e2e
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
@@ -45,6 +45,18 @@ for stage in "$@"; do
       timeout ${BUILD_S:-240} python -m tunedb build "${args[@]}" --out $W/sys --thin --max-points ${MAX_POINTS:-8} --run-id sys-all 2>&1 | tee "$L/build_all.log" | tail -14
       cp $W/sys/sm90/gemm.json "$L/gemm_sm90.json"; cp $W/sys/measurements.jsonl "$L/"
       cp $W/sys/sm90/gemm.json src/tunedb/db/sm90/gemm.json ;;  # later stages (e2e) serve it
+    repro)  # issue 5: two builds of one census in one call; count byte-identical regions
+      c=${REPRO_CENSUS:-whisper-base_offline}
+      for r in 1 2; do
+        timeout ${BUILD_S:-150} python -m tunedb build --census bench/census/$c.json --out $W/repro$r --thin --max-points ${MAX_POINTS:-8} --run-id repro$r-$c 2>&1 | tail -3
+      done
+      python bench/region_agreement.py $W/repro1/sm90/gemm.json $W/repro2/sm90/gemm.json 2>&1 | tee "$L/repro.log"
+      python -m tunedb diff $W/repro1/sm90/gemm.json $W/repro2/sm90/gemm.json 2>&1 | tee -a "$L/repro.log" ;;
+    exhaustive)  # a true oracle: every valid config at every (thinned) point of one census
+      c=${EXH_CENSUS:-whisper-base_offline}
+      timeout ${EXH_S:-400} python -m tunedb build --census bench/census/$c.json --out $W/oracle --exhaustive --thin --max-points ${EXH_POINTS:-4} --run-id oracle-$c 2>&1 | tee "$L/exhaustive.log" | tail -6
+      cp $W/oracle/measurements.jsonl "$L/oracle_measurements.jsonl"
+      python -m tunedb evaluate --log $W/oracle/measurements.jsonl --db system=src/tunedb/db/sm90/gemm.json --census bench/census/$c.json --png "$L/oracle_eval.png" 2>&1 | tee "$L/oracle_evaluate.log" | tail -20 ;;
     evaluate)
       args=(); for c in $CENSUS; do args+=(--census bench/census/$c.json); done
       timeout 120 python -m tunedb evaluate --log $W/sys/measurements.jsonl --db system=$W/sys/sm90/gemm.json "${args[@]}" --png "$L/eval.png" 2>&1 | tee "$L/evaluate.log" | tail -40 ;;
