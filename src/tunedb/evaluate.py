@@ -84,10 +84,30 @@ class Evaluation:
 
 
 def latest(measurements: Iterable[Measurement]) -> dict[tuple[Signature, int, str], Measurement]:
-    """One measurement per (signature, M, config): the last one given wins (logs append in order)."""
+    """One measurement per (signature, M, config): the last ok one given (logs append in order),
+    else the last one. As in the build's partition, a failed re-measurement does not hide an ok
+    measurement of the same arm."""
     out: dict[tuple[Signature, int, str], Measurement] = {}
     for meas in measurements:
-        out[(meas.signature, meas.m, meas.config_id)] = meas
+        key = (meas.signature, meas.m, meas.config_id)
+        if meas.status.ok or key not in out or not out[key].status.ok:
+            out[key] = meas
+    return out
+
+
+def carry_weights(weights: Mapping[tuple[Signature, int], float],
+                  measured: Iterable[tuple[Signature, int]]) -> dict[tuple[Signature, int], float]:
+    """Census weights on the measured points: an unmeasured census point's weight moves to the
+    next measured M above it (the point whose region serves it, as --thin does); above the
+    largest measured M it has no measured stand-in and is left out."""
+    by_sig: dict[Signature, list[int]] = {}
+    for sig, m in set(measured):
+        by_sig.setdefault(sig, []).append(m)
+    out: dict[tuple[Signature, int], float] = {}
+    for (sig, m), w in weights.items():
+        above = [x for x in sorted(by_sig.get(sig, ())) if x >= m]
+        if above:
+            out[(sig, above[0])] = out.get((sig, above[0]), 0.0) + w
     return out
 
 

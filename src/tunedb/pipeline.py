@@ -328,6 +328,8 @@ def evaluate_logs(logs: Sequence[str | Path], dbs: Sequence[tuple[str, str | Pat
     meas = [r.measurement for log in logs for r in read_log(log)]
     meas = [m for m in meas if m.signature.family == family]
     weights, alphas = census_weights(censuses) if censuses else (None, {})
+    if weights is not None:  # census points the build thinned away count at the point serving them
+        weights = evaluation.carry_weights(weights, ((m.signature, m.m) for m in meas))
     chosen, equivalents = selectors(fam, arch, files)
     ev = evaluation.evaluate(meas, chosen, weights=weights, alphas=alphas, equivalents=equivalents)
     sigs = {p.signature for p in ev.points}

@@ -124,3 +124,23 @@ def test_plot_draws_a_database(tmp_path, capsys):
     assert main(["plot", str(DATA / "new.json"), "--out", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "2 signature(s)" in capsys.readouterr().out
+
+
+def test_thinned_census_weight_counts_at_the_measured_point_above():
+    from tunedb.evaluate import carry_weights
+
+    sig = Signature.make("gemm", "gemm", "half", N=512, K=512)
+    weights = {(sig, 8): 0.25, (sig, 16): 0.25, (sig, 64): 0.5, (sig, 5000): 0.1}
+    got = carry_weights(weights, [(sig, 16), (sig, 64), (sig, 16)])
+    assert got == {(sig, 16): 0.5, (sig, 64): 0.5}  # 8 -> 16; 5000 has no measured point above
+
+
+def test_a_failed_remeasurement_does_not_hide_an_ok_one():
+    from tunedb.evaluate import latest
+    from tunedb.records import Measurement, Status
+
+    sig = Signature.make("gemm", "gemm", "half", N=512, K=512)
+    ok = Measurement(sig, 8, "torch", Status.OK, median_ms=0.01)
+    bad = Measurement(sig, 8, "torch", Status.TIMEOUT)
+    assert latest([ok, bad])[(sig, 8, "torch")] is ok
+    assert latest([bad, ok])[(sig, 8, "torch")] is ok

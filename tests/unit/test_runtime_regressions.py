@@ -79,3 +79,10 @@ def test_prewarm_makes_no_calls(gemm):
         prewarm(pts, measurer=FakeMeasurer(), publisher=lambda *a: None, arch_family="sm90")
     c = selector.counters()
     assert c == {}, f"no tuned op ran, yet counters say {c}\n{selector.tuning_report()}"
+
+
+def test_prewarm_without_anything_to_tune_says_what_it_needs():
+    import pytest
+
+    with pytest.raises(TypeError, match="example inputs"):
+        prewarm(nn.Linear(4, 4), None)

@@ -59,7 +59,7 @@ def _run(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if x.device.type != "cuda" or x.dtype not in _SERVED or k == 0:
         return ACTS[act](F.linear(x, weight, bias))
     m = x.numel() // k
-    if m == 0:
+    if m == 0 or n == 0:
         return x.new_empty((*x.shape[:-1], n))
     # the launcher takes x as [..., K] and returns a fresh [..., N] tensor
     bound = launch_table.launcher(op, x, weight, bias, act, m)

@@ -48,6 +48,9 @@ def points_of(model: Any, inputs: Any) -> tuple[Point, ...]:
         return tuple(p for p in inputs.points if p.must_tune)
     if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs):
         return tuple(p for p in inputs if p.must_tune)
+    if inputs is None:
+        raise TypeError("prewarm needs what to tune: example inputs for the model (a tensor, a tuple "
+                        "of args or a dict of kwargs), a census ShapeSet, or a list of Points")
     return _recorded(model, inputs)
 
 
