@@ -57,6 +57,13 @@ class Signature:
                 raise SignatureError(f"parameter {key}={value} must not be negative")
             if isinstance(value, str) and not _VALUE.match(value):
                 raise SignatureError(f"parameter {key}={value!r} has characters outside [A-Za-z0-9_.-]")
+        # The canonical text doubles as the hash key: a str caches its own hash, so the run-time
+        # memo (keyed by signatures) hashes a signature once instead of walking its fields.
+        tail = "".join(f"|{k}={v}" for k, v in self.params)
+        object.__setattr__(self, "_text", f"{self.family}|op={self.op}|dt={self.dt}{tail}")
+
+    def __hash__(self) -> int:
+        return hash(self._text)
 
     @classmethod
     def make(cls, family: str, op: str, dt: str, **params: int | str) -> "Signature":
@@ -85,8 +92,7 @@ class Signature:
         return sig
 
     def format(self) -> str:
-        tail = "".join(f"|{k}={v}" for k, v in self.params)
-        return f"{self.family}|op={self.op}|dt={self.dt}{tail}"
+        return self._text
 
     __str__ = format
 

@@ -63,3 +63,13 @@ def test_signature_is_hashable_and_ordered():
 def test_a_non_ascii_digit_is_a_signature_error():
     with pytest.raises(SignatureError):
         Signature.parse("gemm|op=gemm|dt=half|N=\u00b2|K=256")
+
+
+def test_equal_signatures_hash_equal_across_processes_pickling():
+    import pickle
+
+    a = Signature.parse("gemm|op=gemm_act|dt=bf16|N=512|K=256|act=gelu|bias=1")
+    b = Signature.make("gemm", "gemm_act", "bf16", N=512, K=256, act="gelu", bias=1)
+    c = pickle.loads(pickle.dumps(a))
+    assert a == b == c and hash(a) == hash(b) == hash(c) and {a: 1}[c] == 1
+    assert a.with_dt("half").format() == "gemm|op=gemm_act|dt=half|N=512|K=256|act=gelu|bias=1"
