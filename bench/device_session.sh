@@ -2,7 +2,7 @@
 # One device call, several stages: `bash bench/device_session.sh STAGE...` on the H200.
 # Every stage logs under /tmp/work/logs, re-tarred into $OUT/session.tgz after each stage, so a
 # call stopped at its limit still returns what finished (at most 8 files come back from $OUT).
-# Stages: env arch prebuilt tests fidelity gemm host build buildall repro exhaustive evaluate e2e
+# Stages: env arch prebuilt tests fidelity gemm host build buildall repro exhaustive evaluate e2e e2e-each
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
@@ -62,6 +62,11 @@ for stage in "$@"; do
       timeout 120 python -m tunedb evaluate --log $W/sys/measurements.jsonl --db system=$W/sys/sm90/gemm.json "${args[@]}" --png "$L/eval.png" 2>&1 | tee "$L/evaluate.log" | tail -40 ;;
     e2e)
       timeout ${E2E_S:-480} python bench/e2e.py --out "$L/e2e.json" --md "$L/e2e.md" ${E2E_ARGS:-} 2>&1 | tee "$L/e2e.log" | tail -60 ;;
+    e2e-each)  # one e2e invocation per model, each with its own budget, so max-autotune fits for every model
+      for m in ${E2E_MODELS:-whisper-large-v3 llama-3-8b conformer}; do
+        timeout ${E2E_S:-280} python bench/e2e.py --models $m --budget-s ${E2E_BUDGET:-250} --out "$L/e2e_$m.json" --md "$L/e2e.md" 2>&1 | tee "$L/e2e_$m.log" | tail -25
+        tar czf "$OUT/session.tgz" -C $W logs
+      done ;;
     *) echo "unknown stage $stage" ;;
   esac
   tar czf "$OUT/session.tgz" -C $W logs
