@@ -1,12 +1,31 @@
 """Test-wide defaults: the user tier is off so a developer's tuning never changes what a test sees."""
 import os
 
+import pytest
+
 os.environ.setdefault("TUNEDB_USER_DB", "off")
 
 
-def pytest_collection_modifyitems(config, items):
-    import pytest
+@pytest.fixture
+def tiers_dirs(tmp_path):
+    """An empty system tier and a user tier in tmp_path (yielded); the arch is detected afresh
+    (sm90's shipped profile without a GPU) and the launch table cleared, before and after."""
+    from tunedb import selector, settings
+    from tunedb.database import tiers
+    from tunedb.runtime import launch_table
 
+    system, user = tmp_path / "system", tmp_path / "user"
+    system.mkdir()
+    user.mkdir()
+    with settings.override(USER_DB=str(user)), tiers.system_root_override(system):
+        selector.configure()
+        launch_table.clear()
+        yield user
+    selector.configure()
+    launch_table.clear()
+
+
+def pytest_collection_modifyitems(config, items):
     try:
         import torch
 

@@ -7,8 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tunedb import database, selector, settings  # noqa: E402
-from tunedb.database import tiers  # noqa: E402
+from tunedb import database, selector  # noqa: E402
 from tunedb.families.gemm import FAMILY  # noqa: E402
 from tunedb.records import Entry, Region, Signature  # noqa: E402
 from tunedb.runtime import launch_table, ops  # noqa: E402
@@ -19,19 +18,6 @@ pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.float16, torch.bfloat16]
 TRITON_CFG = "b64x64x64_w4_s3_g8"
-
-
-@pytest.fixture
-def tiers_dirs(tmp_path):
-    system, user = tmp_path / "system", tmp_path / "user"
-    system.mkdir()
-    user.mkdir()
-    with settings.override(USER_DB=str(user)), tiers.system_root_override(system):
-        selector.configure()
-        launch_table.clear()
-        yield user
-    selector.configure()
-    launch_table.clear()
 
 
 def rel_err(got, want):

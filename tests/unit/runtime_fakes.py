@@ -1,15 +1,13 @@
-"""Test helpers for the runtime: temp tiers, the real GEMM family with a recording launcher,
-and a fake measurer (no GPU anywhere)."""
+"""Test helpers for the runtime: the real GEMM family with a recording launcher and a fake
+measurer (no GPU anywhere); the temp tiers fixture `tiers_dirs` is the root conftest's."""
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
 
-from tunedb import families, selector, settings
-from tunedb.database import tiers
+from tunedb import families
 from tunedb.records import Measurement, Signature, Status
-from tunedb.runtime import launch_table
 
 
 class RecordingGemm:
@@ -63,24 +61,10 @@ class FakeMeasurer:
 
 
 @pytest.fixture
-def tiers_dirs(tmp_path):
-    """An empty system tier and a user tier in tmp_path; a fresh epoch before and after."""
-    system, user = tmp_path / "system", tmp_path / "user"
-    system.mkdir()
-    user.mkdir()
-    with settings.override(USER_DB=str(user)), tiers.system_root_override(system):
-        selector.configure("sm90")
-        yield user
-    selector.configure()
-
-
-@pytest.fixture
 def gemm(monkeypatch, tiers_dirs):
     """The recording GEMM family behind the launch table (and the registry). The cost-model tier
     is off: these tests pin which of user/system/autotune/default answers an uncovered shape."""
     monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "0")
     fam = RecordingGemm()
     monkeypatch.setitem(families._REGISTRY, "gemm", fam)
-    launch_table.clear()
-    yield fam
-    launch_table.clear()
+    yield fam  # tiers_dirs clears the launch table before and after

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from runtime_fakes import FakeMeasurer, gemm, tiers_dirs  # noqa: F401  (fixtures)
+from runtime_fakes import FakeMeasurer, gemm  # noqa: F401  (fixture)
 from tunedb import database, selector
 from tunedb.errors import AutotuneWarning, MeasurementError
 from tunedb.records import Signature

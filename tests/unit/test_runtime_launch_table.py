@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime_fakes import gemm, tiers_dirs  # noqa: F401  (fixtures)
+from runtime_fakes import gemm  # noqa: F401  (fixture)
 from tunedb import database, selector
 from tunedb.records import Entry, Region
 from tunedb.runtime import launch_table

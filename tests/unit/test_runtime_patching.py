@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from runtime_fakes import gemm, tiers_dirs  # noqa: F401  (fixtures)
+from runtime_fakes import gemm  # noqa: F401  (fixture)
 from tunedb.runtime import launch_table, report
 from tunedb.runtime.patching import TunedLinear, activation_kind, optimize
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from runtime_fakes import FakeMeasurer, gemm, tiers_dirs  # noqa: F401  (fixtures)
+from runtime_fakes import FakeMeasurer, gemm  # noqa: F401  (fixture)
 from tunedb import database, selector
 from tunedb.errors import UncoveredShapeError
 from tunedb.records import Entry, Point, Region, ShapeSet, Signature

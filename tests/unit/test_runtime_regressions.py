@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import tunedb
-from runtime_fakes import FakeMeasurer, gemm, tiers_dirs  # noqa: F401  (fixtures)
+from runtime_fakes import FakeMeasurer, gemm  # noqa: F401  (fixture)
 from tunedb import selector
 from tunedb.records import Point, Signature
 from tunedb.runtime.autotuner import autotune
