@@ -38,7 +38,7 @@ def rankers(family: Any, arch: ArchProfile, calibrated: costmodel.ModelParams | 
         def rank(sig: Signature, m: int, configs: Sequence[Config], k: int) -> list[str]:
             n, kk = sig.get("N"), sig.get("K")
             return [c.id for c, _ in costmodel.rank(configs, m, n, kk, arch, k, None, params,
-                                                    dt=sig.dt, default_config=default_fn)]
+                                                    dt=sig.dt, default_config=default_fn, sig=sig)]
         return rank
     return [make(None)] + ([make(calibrated)] if calibrated is not None else [])
 

@@ -286,11 +286,12 @@ def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelPar
 
 def rank(configs: Iterable[Config], M: int, N: int, K: int, arch: ArchProfile, k: int = 16,
          validity: Validity | None = None, params: ModelParams | None = None, *, dt: str = "half",
-         default_config: DefaultOf | None = None) -> list[tuple[Config, float]]:
+         default_config: DefaultOf | None = None, sig: Signature | None = None) -> list[tuple[Config, float]]:
     """The k fastest predicted configs that the validity predicate accepts, fastest first
     (ties by config id). Sentinels go through the predicate too ('fused' does not serve every
-    signature); 'default' and 'heuristic' are skipped when no default_config is given."""
-    sig = Signature.make("gemm", "gemm", dt, N=N, K=K)
+    signature); 'default' and 'heuristic' are skipped when no default_config is given. `sig`,
+    when the caller has it, is the op the predicate judges (else a plain GEMM of N, K, dt)."""
+    sig = sig or Signature.make("gemm", "gemm", dt, N=N, K=K)
     m, k_top = M, k
     scored = []
     for c in configs:
@@ -318,7 +319,7 @@ def make_ranker(arch: ArchProfile, params: ModelParams | None, validity: Validit
         if not isinstance(n, int) or not isinstance(k, int):
             return None
         ranked = rank(candidates, m, n, k, arch, len(candidates), validity, params, dt=sig.dt,
-                      default_config=default_config)
+                      default_config=default_config, sig=sig)
         if not ranked:
             return None
         torch = next(((c, ms) for c, ms in ranked if c.id == "torch"), None)

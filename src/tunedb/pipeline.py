@@ -358,18 +358,14 @@ class Served:
 
 
 def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = "gemm") -> list[Served]:
-    """Resolve every census point through the selector pinned to `arch_family`, with the cost-model
-    tier ranking by the first tier file's model (else the uncalibrated structure). The selector's
-    pin and ranker are undone afterwards."""
-    from tunedb import arch, selector
+    """Resolve every census point through the selector pinned to `arch_family`: exactly what the
+    run time would serve there (its cost-model tier is the family's ranker on the tier file's
+    model). The pin is undone afterwards."""
+    from tunedb import selector
 
     fam = families.get(family)
-    profile = arch.shipped_profile(arch_family)
     selector.configure(arch_family=arch_family)
     try:
-        params = buildsteps.model_params(selector.model_params(family))
-        selector.set_ranker(family, costmodel.make_ranker(profile, params, fam.invalid_reason,
-                                                          buildsteps.default_of(fam, profile)))
         out = []
         for p in sorted(shapes.points, key=lambda p: (p.signature, p.m)):
             if p.signature.family != family or p.signature.op not in fam.ops:
@@ -379,7 +375,6 @@ def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = "gemm
             out.append(Served(p, res.tier, res.config.id))
         return out
     finally:
-        selector.set_ranker(family, None)
         selector.configure()
 
 
