@@ -81,8 +81,7 @@ def _prologue(sig: Signature):
     return prep, n, k, has_bias, act
 
 
-def _one_kernel(config: Config, sig: Signature, grid_of: Callable[[int, Any], tuple]) -> Launcher:
-    """The launcher of a single-kernel lane; grid_of(output tiles, x) gives its grid."""
+def _mma(config: Config, sig: Signature) -> Launcher:
     (spec,) = specs(config)
     kernel, kw = spec.kernel, spec.kwargs()
     bm, bn, _ = configs.blocks(config)
@@ -93,14 +92,10 @@ def _one_kernel(config: Config, sig: Signature, grid_of: Callable[[int, Any], tu
         x2, w, b, y = prep(x, weight, bias, out)
         m = x2.shape[0]
         if m:
-            kernel[grid_of(-(-m // bm) * tiles_n, x)](x2, w, y, b, m, n, k, has_bias, act, **kw)
+            kernel[(-(-m // bm) * tiles_n,)](x2, w, y, b, m, n, k, has_bias, act, **kw)
         return y
 
     return run
-
-
-def _mma(config: Config, sig: Signature) -> Launcher:
-    return _one_kernel(config, sig, lambda tiles, x: (tiles,))
 
 
 def _set_allocator() -> None:
@@ -130,11 +125,23 @@ def _num_sms(device: Any) -> int:
 
 
 def _tma(config: Config, sig: Signature) -> Launcher:
-    def persistent(tiles: int, x: Any) -> tuple:  # one CTA per SM, striding over the tiles
-        _set_allocator()
-        return (min(_num_sms(x.device) if x.is_cuda else 4, tiles),)
+    (spec,) = specs(config)
+    kernel, kw = spec.kernel, spec.kwargs()
+    bm, bn, _ = configs.blocks(config)
+    prep, n, k, has_bias, act = _prologue(sig)
+    tiles_n = -(-n // bn)
 
-    return _one_kernel(config, sig, persistent)
+    def run(x, weight, bias, out):
+        x2, w, b, y = prep(x, weight, bias, out)
+        m = x2.shape[0]
+        if m:
+            _set_allocator()
+            sms = _num_sms(x.device) if x.is_cuda else 4
+            grid = (min(sms, -(-m // bm) * tiles_n),)
+            kernel[grid](x2, w, y, b, m, n, k, has_bias, act, **kw)
+        return y
+
+    return run
 
 
 def _splitk(config: Config, sig: Signature) -> Launcher:
