@@ -31,7 +31,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import os
 import platform
 import signal
 import statistics
@@ -67,8 +66,9 @@ class Budget:
 
 def save(report: dict, path: str | None) -> None:
     if path:  # atomically: a half-written report must not pass for a result
-        Path(path + ".tmp").write_text(json.dumps(report, indent=1, default=str) + "\n")
-        os.replace(path + ".tmp", path)
+        from tunedb.database import write_atomic
+
+        write_atomic(Path(path), json.dumps(report, indent=1, default=str) + "\n")
 
 
 def _terminate(signum, _frame):

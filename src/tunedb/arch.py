@@ -18,10 +18,8 @@ import argparse
 import ctypes
 import datetime
 import json
-import os
 import re
 import sys
-import tempfile
 import time
 import warnings
 from importlib import resources
@@ -74,17 +72,10 @@ def cache_path(sku: str) -> Path:
 
 def write_profile(profile: ArchProfile, path: str | Path) -> Path:
     """Write `profile` as JSON (the shipped format), atomically."""
+    from tunedb.database import write_atomic
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(profile.to_json(), fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(profile.to_json(), indent=2) + "\n")
     return path
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -31,18 +29,10 @@ def to_json(census: ShapeSet) -> dict[str, Any]:
 
 
 def write_census(path: str | Path, census: ShapeSet) -> None:
-    """Write atomically: a temp file in the same directory, then os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(to_json(census), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write atomically (the database's writer: temp file, fsync, os.replace)."""
+    from tunedb.database import write_atomic
+
+    write_atomic(Path(path), json.dumps(to_json(census), indent=1) + "\n")
 
 
 def _field(row: dict, name: str, kinds: tuple[type, ...], where: str) -> Any:

@@ -21,10 +21,8 @@ other environment differences (SKU, torch, Triton, tunedb) warn and the file sti
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from tunedb.buckets import bucket_of
 from tunedb.errors import AutotuneWarning, SignatureError
+from tunedb.database import write_atomic
 from tunedb.records import Signature
 
 VERSION = 3
@@ -113,17 +112,7 @@ class AutotuneCache:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the whole file atomically (temp file in the same folder + os.replace)."""
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(self.to_json(), fh, indent=1, sort_keys=False)
-                fh.write("\n")
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(target, json.dumps(self.to_json(), indent=1) + "\n")
         self.dirty = False
         return target
 

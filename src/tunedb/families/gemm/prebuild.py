@@ -16,7 +16,6 @@ import json
 import multiprocessing
 import os
 import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Iterable, Sequence
 
 from tunedb.families.gemm import configs
 from tunedb.families.gemm.kernel_specs import INTS, POINTERS, specs
+from tunedb.database.store import write_atomic
 from tunedb.records import Config, Signature
 
 DTYPES = ("fp16", "bf16")
@@ -232,7 +232,7 @@ def run_jobs(jobs: Sequence[Job], arch_family: str, n_jobs: int, progress=None) 
         "configs": sorted({r["job"]["config_id"] for r in results if r["ok"]}),
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "key": key_components(cap),
     }
-    _write_atomic(cache / f"tunedb-prebuild-{arch_family}.json", json.dumps(summary, indent=1))
+    write_atomic(cache / f"tunedb-prebuild-{arch_family}.json", json.dumps(summary, indent=1))
     return summary
 
 
@@ -252,13 +252,6 @@ def relocate_cache(cache: Path, old_root: str) -> int:
         moved = {k: new_root + v[len(old_root):] if v.startswith(old_root + "/") else v for k, v in paths.items()}
         if moved != paths:
             data["child_paths"] = moved
-            _write_atomic(grp, json.dumps(data))
+            write_atomic(grp, json.dumps(data))
             fixed += 1
     return fixed
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
