@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from tunedb import buckets
 from tunedb.errors import BuildError
 from tunedb.families import KernelFamily
-from tunedb.records import ArchProfile, Config, Point, Signature
+from tunedb.records import SENTINELS, ArchProfile, Config, Point, Signature
 
 TOP_K = 16
 CROSS_TOP = 3
@@ -122,11 +122,10 @@ def estimate_seconds(sig: Signature, arms: Mapping[int, Sequence[str]], predict:
             configs.add(cid)
     mean_arm = total / max(1, sum(len(v) for v in arms.values()))
     total += cross_pairs * mean_arm
-    total += COMPILE_S * len({c for c in configs if c not in known and c not in _SENTINEL_IDS})
+    total += COMPILE_S * len({c for c in configs if c not in known and c not in SENTINELS})
     return total
 
 
-_SENTINEL_IDS = frozenset(("default", "torch", "fused", "heuristic"))
 
 
 def plan_signature(family: KernelFamily, census: Sequence[Point], arch: ArchProfile,

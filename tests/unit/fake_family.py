@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 
 from tunedb import families
 from tunedb.errors import ConfigError
-from tunedb.records import ArchProfile, Config, Signature
+from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
 SPACE = {
     "a": Config("a", "toy", (("block", 16),)),
@@ -37,7 +37,7 @@ class FakeFamily:
         return tuple(c for c in SPACE.values() if lanes is None or c.lane in lanes)
 
     def parse_config(self, config_id: str) -> Config:
-        if config_id in ("default", "torch", "fused", "heuristic"):
+        if config_id in SENTINELS:
             return Config.sentinel(config_id)
         if config_id not in SPACE:
             raise ConfigError(f"unknown fake config {config_id!r}")

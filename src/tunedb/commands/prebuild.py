@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from tunedb.errors import BuildError
+from tunedb.records import SENTINELS
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -59,15 +60,14 @@ def _planned_jobs(args: argparse.Namespace) -> list:
     jobs = []
     for plan in plans:
         sig = plan.signature
-        n, k = sig.get("N"), sig.get("K")
         dt = "fp16" if sig.dt == "fp16" else "bf16"  # a dt=half signature is measured in bf16
         for cid in plan.config_ids():
-            if cid in ("default", "torch", "fused", "heuristic"):
+            if cid in SENTINELS:
                 cfg = configs.default_config(sig) if cid == "default" else None
             else:
                 cfg = configs.parse(cid)
             if cfg is not None:
-                jobs.append(prebuild.Job(cfg.id, dt, n % 16 == 0, k % 16 == 0))
+                jobs.append(prebuild.job_for(cfg.id, dt, sig))
     return jobs
 
 

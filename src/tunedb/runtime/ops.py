@@ -22,15 +22,14 @@ import torch
 import torch.nn.functional as F
 
 from tunedb.errors import SignatureError
+from tunedb.families.gemm.arms import act_fn
+from tunedb.families.gemm.configs import ACTS as GEMM_ACTS
 from tunedb.runtime import launch_table
 
+# The activations the GEMM family fuses, as the torch arm computes them (the CPU/meta path).
 ACTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "none": lambda y: y,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
-    "relu": F.relu,
-    "silu": F.silu,
-}
+    name: act_fn(name) or (lambda y: y)
+    for name in ("none", *sorted(a for a in GEMM_ACTS if a != "none"))}  # listed in errors in this order
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str) -> None:

@@ -8,7 +8,8 @@ from typing import Any, Callable
 from tunedb.records import Signature
 
 
-def _act_fn(act: str) -> Callable[[Any], Any] | None:
+def act_fn(act: str) -> Callable[[Any], Any] | None:
+    """The torch function of an activation name (None for "none"): the torch arm's epilogue."""
     import torch.nn.functional as F
 
     return {"none": None, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
@@ -27,7 +28,7 @@ def torch_arm(sig: Signature) -> Callable[[Any, Any, Any, Any], Any]:
     import torch
     import torch.nn.functional as F
 
-    act = _act_fn(sig.get("act", "none"))
+    act = act_fn(sig.get("act", "none"))
 
     def run(x, weight, bias, out):
         if act is None and bias is None and out is not None and out.is_contiguous():
@@ -49,10 +50,12 @@ def fused_arm(sig: Signature) -> Callable[[Any, Any, Any, Any], Any]:
     """
     import torch
 
+    from tunedb.families.gemm.configs import fused_reason
+
     act = sig.get("act", "none")
-    if sig.op != "gemm_act" or act not in ("relu", "gelu", "gelu_tanh") or sig.get("bias") != 1:
-        raise ValueError(f"fused (torch._addmm_activation) cannot serve {sig.format()!r}: "
-                         f"needs op=gemm_act, bias=1 and act relu, gelu_tanh or (approximate) gelu")
+    why = fused_reason(sig, approximate=True)  # the predicate decides whether it may serve
+    if why:
+        raise ValueError(f"fused (torch._addmm_activation) cannot serve {sig.format()!r}: {why}")
     use_gelu = act != "relu"
     k, n = sig.get("K"), sig.get("N")
 
@@ -70,7 +73,7 @@ def reference(sig: Signature, x: Any, weight: Any, bias: Any = None, dtype: Any 
 
     dtype = dtype or torch.float32
     y = F.linear(x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype))
-    act = _act_fn(sig.get("act", "none"))
+    act = act_fn(sig.get("act", "none"))
     return y if act is None else act(y)
 
 

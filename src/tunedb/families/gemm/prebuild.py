@@ -55,6 +55,11 @@ class Job:
     k_aligned: bool = True
 
 
+def job_for(config_id: str, dt: str, sig: Signature) -> Job:
+    """The binary `config_id` needs for `sig` in dtype `dt` (its N/K divisibility class)."""
+    return Job(config_id, dt, sig.get("N") % 16 == 0, sig.get("K") % 16 == 0)
+
+
 def jobs_for(configs_: Iterable[Config], dtypes: Sequence[str] = DTYPES) -> list[Job]:
     """Aligned N and K (the common case) for every config and dtype."""
     return sorted({Job(c.id, dt) for c in configs_ if not c.is_sentinel for dt in dtypes})
@@ -80,11 +85,10 @@ def jobs_for_census(sigs: Iterable[Signature], arch_family: str) -> list[Job]:
     arch = _planning_profile(arch_family)
     jobs: set[Job] = set()
     for sig in sigs:
-        n, k = sig.get("N"), sig.get("K")
         dts = DTYPES if sig.dt == "half" else (sig.dt,)
         for cfg in configs.candidates(sig, None, arch):
             for dt in dts:
-                jobs.add(Job(cfg.id, dt, n % 16 == 0, k % 16 == 0))
+                jobs.add(job_for(cfg.id, dt, sig))
     return sorted(jobs)
 
 
