@@ -38,7 +38,7 @@ class Resolution:
     entry_signature: Signature | None = None
 
 
-class _Slot:
+class Slot:
     __slots__ = ("resolution", "calls")
 
     def __init__(self, resolution: Resolution) -> None:
@@ -47,7 +47,7 @@ class _Slot:
 
 
 _lock = threading.RLock()
-_memo: dict[tuple[str, Signature, int], _Slot] = {}
+_memo: dict[tuple[str, Signature, int], Slot] = {}
 _compiled: dict[str, dict[str, Config]] = {}  # family -> id -> compiled config, this epoch
 _past_counts: dict[tuple[str, str, str], int] = {}  # (family, signature, tier) from earlier epochs
 _rankers: dict[str, Ranker] = {}
@@ -64,16 +64,21 @@ def resolve(family: str, sig: Signature, m: int) -> Resolution:
     return slot.resolution
 
 
+def slot(family: str, sig: Signature, m: int) -> Slot:
+    """The memo slot serving (family, sig, m) this epoch, not counted: a caller that issues the
+    calls itself (the runtime's launch table) adds them to slot.calls, so the per-tier counters
+    see every call and no second counter exists."""
+    found = _memo.get((family, sig, m))
+    return found if found is not None else _resolve_slow(family, sig, m)
+
+
 def peek(family: str, sig: Signature, m: int) -> Resolution:
     """resolve() without counting a call: for tunedb's own lookups (prewarm, autotune, plans),
     so the per-tier counters report only the calls a model made."""
-    slot = _memo.get((family, sig, m))
-    if slot is None:
-        slot = _resolve_slow(family, sig, m)
-    return slot.resolution
+    return slot(family, sig, m).resolution
 
 
-def _resolve_slow(family: str, sig: Signature, m: int) -> _Slot:
+def _resolve_slow(family: str, sig: Signature, m: int) -> Slot:
     if not isinstance(sig, Signature):
         raise SignatureError(f"resolve() needs a Signature, got {type(sig).__name__} {sig!r}")
     if sig.family != family:
@@ -83,7 +88,7 @@ def _resolve_slow(family: str, sig: Signature, m: int) -> _Slot:
     with _lock:
         slot = _memo.get((family, sig, m))
         if slot is None:
-            slot = _Slot(_choose(families.get(family), sig, m))
+            slot = Slot(_choose(families.get(family), sig, m))
             _memo[(family, sig, m)] = slot
         return slot
 

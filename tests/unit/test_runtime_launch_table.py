@@ -137,3 +137,15 @@ def test_a_config_failing_on_its_first_call_is_replaced_by_the_torch_arm(gemm, m
         out = launch_table.first_launch(bound, x, w, b)
     torch.testing.assert_close(out, torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)))
     assert bound.config.id == "torch" and launch_table.launcher("gemm_act", x, w, b, "gelu", 4) is bound
+
+
+def test_every_call_is_counted_per_tier_by_the_selector(gemm):
+    from tunedb import selector
+
+    selector.reset_counters()
+    x, w, b = _tensors()
+    for _ in range(5):
+        bound = launch_table.launcher("gemm_act", x, w, b, "gelu", 4)
+    assert bound.calls == 5
+    assert selector.counters()["gemm"]["calls"] == 5  # one counter, the selector's, per call
+    assert selector.counters()["gemm"]["tiers"][bound.tier] == 5

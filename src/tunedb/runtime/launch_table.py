@@ -19,21 +19,35 @@ from tunedb.records import Config, Signature
 Override = Callable[[Any, Signature, int], "tuple[Config, str] | None"]
 
 
+class Count:
+    """The call counter of a shape an override (autotune) serves; the selector's shapes count
+    into the selector's own memo slot (selector.slot), which has the same `calls` field."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+
 class Bound:
     """A shape's resolution, the launcher bound to it, and how often it ran this epoch."""
 
-    __slots__ = ("family", "signature", "m", "config", "tier", "call", "calls", "seen_captured")
+    __slots__ = ("family", "signature", "m", "config", "tier", "call", "counter", "seen_captured")
 
     def __init__(self, family: str, signature: Signature, m: int, config: Config, tier: str,
-                 call: Callable[..., Any]) -> None:
+                 call: Callable[..., Any], counter: Any = None) -> None:
         self.family = family
         self.signature = signature
         self.m = m
         self.config = config
         self.tier = tier  # "user" | "system" | "model" | "default" | "autotune"
         self.call = call
-        self.calls = 0
+        self.counter = counter if counter is not None else Count()
         self.seen_captured = False  # TUNEDB_CAPTURE: whether a captured call was recorded
+
+    @property
+    def calls(self) -> int:
+        return self.counter.calls
 
     def __repr__(self) -> str:
         return (f"Bound({self.signature}, M={self.m}, config={self.config.id}, tier={self.tier}, "
@@ -59,8 +73,10 @@ _epoch_fn: list[Callable[[], Any]] = []
 
 
 def _selector_epoch() -> Any:
-    if not _epoch_fn:
-        _epoch_fn.append(_selector().epoch)
+    if not _epoch_fn:  # the selector's epoch is the database tiers' epoch: ask it directly
+        from tunedb.database import tiers
+
+        _epoch_fn.append(tiers.epoch)
     return _epoch_fn[0]()
 
 
@@ -115,14 +131,15 @@ def signature_of(op: str, x: Any, weight: Any, bias: Any, act: str) -> tuple[Sig
     return family.signature_of(op, x, weight, bias, act=act)
 
 
-def resolve(family: Any, sig: Signature, m: int) -> tuple[Config, str]:
-    """The overrides (innermost first), then the selector's chain."""
+def resolve(family: Any, sig: Signature, m: int) -> tuple[Config, str, Any]:
+    """The overrides (innermost first), then the selector's chain: (config, tier, the counter
+    this shape's calls go to)."""
     for override in reversed(_overrides):
         got = override(family, sig, m)
         if got is not None:
-            return got
-    res = _selector().resolve(family.name, sig, m)
-    return res.config, res.tier
+            return (*got, Count())
+    slot = _selector().slot(family.name, sig, m)
+    return slot.resolution.config, slot.resolution.tier, slot
 
 
 def launcher(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> Bound:
@@ -139,18 +156,21 @@ def launcher(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> Bound
             _record_capture(bound, _capturing())
     elif _capture[0] is not None and not bound.seen_captured and _capturing():
         _record_capture(bound, True)
-    bound.calls += 1
+    bound.counter.calls += 1
     return bound
 
 
 def _bind(op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:
     family = _family()
     sig, m = signature_of(op, x, weight, bias, act)
-    config, tier = resolve(family, sig, m)
-    # a family's own cached closure is its leanest path; launch() bound here is the general one
+    config, tier, counter = resolve(family, sig, m)
+    return Bound(family.name, sig, m, config, tier, _call_for(family, config, sig), counter)
+
+
+def _call_for(family: Any, config: Config, sig: Signature) -> Callable[..., Any]:
+    """A family's own cached closure is its leanest path; launch() bound here is the general one."""
     make = getattr(family, "launcher", None)
-    call = make(config, sig) if callable(make) else functools.partial(family.launch, config, sig)
-    return Bound(family.name, sig, m, config, tier, call)
+    return make(config, sig) if callable(make) else functools.partial(family.launch, config, sig)
 
 
 def first_launch(bound: Bound, x: Any, weight: Any, bias: Any) -> Any:
@@ -168,11 +188,8 @@ def first_launch(bound: Bound, x: Any, weight: Any, bias: Any) -> Any:
         warnings.warn(f"tunedb: config {bound.config.id} ({bound.tier} tier) failed on its first call "
                       f"for {bound.signature} at M={bound.m} ({type(exc).__name__}: {exc}); the torch "
                       f"arm serves this shape until the next epoch", TunedbWarning, stacklevel=4)
-        family = _family()
         torch_arm = Config.sentinel("torch")
-        make = getattr(family, "launcher", None)
-        bound.call = (make(torch_arm, bound.signature) if callable(make)
-                      else functools.partial(family.launch, torch_arm, bound.signature))
+        bound.call = _call_for(_family(), torch_arm, bound.signature)
         bound.config = torch_arm
         return bound.call(x, weight, bias, None)
 

@@ -4,7 +4,7 @@ optimize() registers each model it patches (held weakly) with its TunedLinear la
 tier is the weakest tier any of its shapes resolved at in this epoch (a layer served by the user
 tier at M=64 but by the default at M=4096 counts as default: it is not fully tuned). Layers
 that have not yet run on a CUDA device are counted apart. The selector's own per-family lines
-(resolutions counted per tier) follow the model lines.
+(every call counted per tier) follow the model lines.
 """
 from __future__ import annotations
 
