@@ -233,11 +233,12 @@ def configure(arch_family: str | None = None, arch: ArchProfile | None = None) -
                                   f"{arch.arch_family!r}")
             _arch.update(family=arch.arch_family, profile=arch)
         elif arch_family is not None:
-            _arch.update(family=arch_family, profile=_shipped(arch_family))
+            _arch.update(family=arch_family, profile=shipped_profile(arch_family))
     reload()
 
 
-def _shipped(arch_family: str) -> ArchProfile | None:
+def shipped_profile(arch_family: str) -> ArchProfile | None:
+    """The arch family's shipped profile, or None when none ships."""
     from tunedb import arch as arch_mod
 
     if arch_family not in arch_mod.SHIPPED_ARCHES:
@@ -286,7 +287,7 @@ def _detect() -> tuple[str, ArchProfile | None]:
             return family, arch_mod.current_profile(measure=False)
     except Exception:  # no cached or shipped profile for this GPU: the shipped one, or none
         pass
-    return family, _shipped(family)
+    return family, shipped_profile(family)
 
 
 def _arch_state() -> tuple[str, ArchProfile | None]:

@@ -60,14 +60,6 @@ class StatusReport:
         }
 
 
-def _impl_hash_of(kernel_family: str) -> str | None:
-    from tunedb import families
-
-    try:
-        return vals.family_impl_hash(families.get(kernel_family))
-    except Exception:  # unknown or broken family: its hash is unknown, not a mismatch
-        return None
-
 
 def file_status(tier: str, path: Path, arch_family: str, kernel_family: str,
                 now: Mapping[str, str]) -> FileStatus:
@@ -98,7 +90,7 @@ def report(arch_family: str | None = None,
                 by_family[kernel_family] = environment(kernel_family)
             else:
                 env = dict(base_env or {})
-                impl = _impl_hash_of(kernel_family)
+                impl = vals.impl_hash_of(kernel_family)
                 if impl:
                     env["impl_hash"] = impl
                 by_family[kernel_family] = env

@@ -141,7 +141,7 @@ def write_entries(target: str | os.PathLike, kernel_family: str, arch_family: st
     # Sentinels are never defined in a file; a writer may pass them along with the rest.
     config_map = {cid: cfg for cid, cfg in given.items() if not cfg.is_sentinel}
     if validators is None:
-        validators = vals.current(_impl_hash(kernel_family))
+        validators = vals.current(vals.impl_hash_of(kernel_family))
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(str(lock_path(path)), timeout=LOCK_TIMEOUT_S)
     try:
@@ -180,11 +180,3 @@ def _read_for_merge(path: Path, kernel_family: str, arch_family: str) -> Databas
         raise ValidatorMismatchError(f"{exc}; refusing to merge into it (write with fresh=True / "
                                      f"--fresh to replace it)") from None
 
-
-def _impl_hash(kernel_family: str) -> str | None:
-    from tunedb import families
-
-    try:
-        return vals.family_impl_hash(families.get(kernel_family))
-    except Exception:  # an unregistered or broken family: the hash is unknown, not a mismatch
-        return None

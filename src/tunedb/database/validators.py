@@ -50,6 +50,17 @@ def family_impl_hash(family: Any) -> str | None:
     return str(value) if value else None
 
 
+def impl_hash_of(kernel_family: str) -> str | None:
+    """The registered family's implementation hash; None (unknown, never a mismatch) when the
+    family is not registered or cannot be loaded here."""
+    from tunedb import families
+
+    try:
+        return family_impl_hash(families.get(kernel_family))
+    except Exception:
+        return None
+
+
 def effective(file_validators: Validators, soft: Validators) -> dict[str, Any]:
     """The validators one entry was measured under."""
     out = dict(file_validators)

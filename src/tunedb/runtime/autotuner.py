@@ -26,7 +26,9 @@ from typing import Any, Callable, Sequence
 from tunedb.errors import AutotuneWarning, CaptureActiveError
 from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signature
 from tunedb.runtime import launch_table
-from tunedb.runtime.autotune_cache import AutotuneCache, CacheRefused, Result
+from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result
+from tunedb.runtime.launch_table import _capturing as capturing  # the runtime's one capture check
+from tunedb.selector import shipped_profile as selector_shipped
 
 # measurer(family, sig, m, config_ids, incumbent) -> one Measurement per arm it measured
 Measurer = Callable[[Any, Signature, int, "tuple[str, ...]", "str | None"], Sequence[Measurement]]
@@ -59,22 +61,13 @@ def user_tier_publisher(kernel_family: str, arch_family: str, entries: tuple[Ent
     return database.write_entries("user", kernel_family, arch_family, entries, configs, extend=True)
 
 
-def capturing() -> bool:
-    """Whether the current CUDA stream is capturing a graph (never measure then)."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
-
-
 def environment(arch_family: str) -> dict[str, str]:
     """The cache's validators: arch family (hard) plus SKU and versions (soft)."""
     from tunedb import database
 
     env = {"arch_family": arch_family}
     for key, value in database.current_validators().items():
-        if key in ("sku", "torch", "triton", "tunedb"):
+        if key in SOFT_KEYS:
             env[key] = value
     return env
 
@@ -220,17 +213,21 @@ class Autotuner:
     def candidates(self, family: Any, sig: Signature, m: int) -> tuple[str, ...]:
         """The family's compile set valid at (sig, m) (pruned to the cost model's top_k when it
         is larger, e.g. under TUNEDB_COMPILE_SET=all), then its sentinels."""
-        from tunedb import settings
-
-        profile = _profile(self.arch_family)
+        profile = selector_shipped(self.arch_family)
         configs = [c for c in family.compile_set(self.arch_family, ())
                    if profile is None or family.invalid_reason(c, sig, m, profile) is None]
         if self.top_k and len(configs) > self.top_k and profile is not None:
             configs = _top_k(family, sig, m, configs, profile, self.top_k)
         ids = [c.id for c in configs]
-        approximate = settings.approximate_allowed() if self._approximate is None else self._approximate
+        approximate = self._approximate_now()
         ids += [s for s in family.sentinels(sig, approximate) if s not in ids]
         return tuple(ids)
+
+    def _approximate_now(self) -> bool:
+        """This context's approximate opt-in, else TUNEDB_APPROXIMATE."""
+        from tunedb import settings
+
+        return settings.approximate_allowed() if self._approximate is None else self._approximate
 
     def _incumbent(self, family: Any, sig: Signature, m: int) -> str | None:
         from tunedb import selector
@@ -243,15 +240,13 @@ class Autotuner:
     def _usable(self, family: Any, sig: Signature, config_id: str) -> Config | None:
         """The cached winner as a Config, or None (warned once) when this process cannot run
         it for sig: an unknown id, an infeasible config, or a sentinel that does not apply."""
-        from tunedb import settings
-
-        profile = _profile(self.arch_family)
+        profile = selector_shipped(self.arch_family)
         try:
             if config_id == "default":
                 return family.default_config(sig, profile)
             config = family.parse_config(config_id)
             if config.is_sentinel:
-                approximate = settings.approximate_allowed() if self._approximate is None else self._approximate
+                approximate = self._approximate_now()
                 why = None if config_id in family.sentinels(sig, approximate) else "it does not apply"
             else:
                 why = family.invalid_reason(config, sig, None, profile) if profile is not None else None
@@ -330,13 +325,6 @@ def _top_k(family: Any, sig: Signature, m: int, configs: list[Config], profile: 
                             default_config=family.default_config)
     return [c for c, _ms in ranked] or configs
 
-
-def _profile(arch_family: str) -> Any:
-    from tunedb import arch
-
-    if arch_family not in arch.SHIPPED_ARCHES:
-        return None
-    return arch.shipped_profile(arch_family)
 
 
 def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True,

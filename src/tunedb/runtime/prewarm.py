@@ -89,7 +89,7 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
     UncoveredShapeError for any left uncovered. Extra keywords (measurer=, publisher=,
     arch_family=, working_set_bytes= (default: the model's parameter bytes)) go to the
     Autotuner that measures."""
-    from tunedb import families, selector
+    from tunedb import families
 
     if budget_s < 0:
         raise ValueError(f"budget_s={budget_s} must be >= 0")
@@ -115,9 +115,7 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
             break
         if tuner_.tune(families.get(p.signature.family), p.signature, p.m) is not None:
             measured.append(p)
-    tuner_.flush()
-    if measured:
-        selector.reload()
+    tuner_.flush()  # publishes the winners and starts the epoch that serves them
     uncovered = tuple(p for p in points if _tier(p.signature, p.m) not in COVERED_TIERS)
     result = PrewarmResult(points, tuple(measured), uncovered, time.monotonic() - start, exhausted)
     if strict and uncovered:
