@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gzip
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -40,16 +37,10 @@ POOLS = ("compiled", "compiled+torch", "measured")
 
 
 def read_measurements(path: Path) -> list[Measurement]:
-    """The log's measurements (a .gz log is unpacked to a temp file for tunedb.bench.log)."""
+    """The log's measurements (plain or .gz)."""
     from tunedb.bench.log import read_log
 
-    if path.suffix != ".gz":
-        return [r.measurement for r in read_log(path)]
-    with tempfile.TemporaryDirectory() as tmp:
-        plain = Path(tmp) / path.stem
-        with gzip.open(path, "rb") as src, plain.open("wb") as dst:
-            shutil.copyfileobj(src, dst)
-        return [r.measurement for r in read_log(plain)]
+    return [r.measurement for r in read_log(path)]
 
 
 class Study:

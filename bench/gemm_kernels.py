@@ -20,7 +20,7 @@ import time
 import torch
 
 from tunedb.arch import shipped_profile
-from tunedb.families.gemm import FAMILY, configs
+from tunedb.families.gemm import FAMILY
 
 LANE_PICKS = {
     "triton_mma": ["b128x128x64_w8_s3_g8", "b128x256x64_w8_s3_g8", "b64x128x64_w4_s3_g8",
@@ -126,7 +126,7 @@ def main() -> int:
     print(hdr)
     for group, op, m, n, k, act, bias in [s for s in shapes(a.quick) if s[0] in a.groups.split(",")]:
         if time.time() - start > a.budget_s:
-            print(f"# budget reached; skipping the remaining shapes")
+            print("# budget reached; skipping the remaining shapes")
             break
         sig = FAMILY.make_signature(op, "bf16", n, k, act, bias)
         (x, w, b), _ = FAMILY.make_inputs(sig, m, "cuda", seed=0)

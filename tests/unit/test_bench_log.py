@@ -89,3 +89,15 @@ def test_collected_provenance_names_this_checkout():
     assert prov.git_commit == commit and len(commit) == 40
     assert prov.gpu_uuid == "GPU-9" and prov.tunedb and prov.utc.endswith("Z")
     assert prov.triton and prov.torch
+
+
+def test_a_gzipped_log_reads_like_the_plain_one(tmp_path):
+    import gzip
+
+    plain = tmp_path / "m.jsonl"
+    log = MeasurementLog(plain, Provenance(gpu_name="NVIDIA H200"), run_id="r1")
+    sig = Signature.parse("gemm|op=gemm|dt=half|N=512|K=256")
+    log.append([Measurement(sig, 64, "torch", Status.OK, 0.01, 0.001, 9, (0.01,) * 9)])
+    packed = tmp_path / "m.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert [r.measurement for r in read_log(packed)] == [r.measurement for r in read_log(plain)]

@@ -122,8 +122,8 @@ class GraphSession:
         dev = timer.device
         args, kwargs = problem.make_inputs(dev, seed)
         make_out = problem.make_out or empty_like_reference
-        gates = gate_arms(problem, args, kwargs, make_out, torch.cuda.synchronize) if timer.gate else {}
         ref = problem.reference(args, kwargs)
+        gates = gate_arms(problem, args, kwargs, make_out, torch.cuda.synchronize, ref) if timer.gate else {}
         positions = [i for i in problem.weight_positions(args) if isinstance(args[i], torch.Tensor)]
         weight_bytes = sum(args[i].numel() * args[i].element_size() for i in positions)
         served = weight_bytes if working_set_bytes is None else working_set_bytes

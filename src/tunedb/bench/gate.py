@@ -103,9 +103,11 @@ def judge(out: Any, ref: Any, bound: float, rerun: Callable[[float], Any] | None
 
 
 def gate_arms(problem: Any, args: tuple, kwargs: dict, make_out: Callable[..., Any],
-              sync: Callable[[], None]) -> dict[str, GateResult]:
-    """Gate every arm of `problem` on the given inputs; the baseline first, its error sets the bound."""
-    ref = problem.reference(args, kwargs)
+              sync: Callable[[], None], ref: Any = None) -> dict[str, GateResult]:
+    """Gate every arm of `problem` on the given inputs; the baseline first, its error sets the bound.
+    `ref`: the reference output when the caller already computed it (an fp32 GEMM per point)."""
+    if ref is None:
+        ref = problem.reference(args, kwargs)
     results: dict[str, GateResult] = {}
 
     def run(arm: Any, fill: float) -> Any:

@@ -8,6 +8,7 @@ killed writer; strict=True raises instead.
 from __future__ import annotations
 
 import fcntl
+import gzip
 import json
 import os
 import uuid
@@ -71,9 +72,11 @@ class MeasurementLog:
 
 
 def iter_log(path: str | Path, strict: bool = False) -> Iterator[LogRecord]:
+    """The log's records; a `.gz` log (as committed under bench/results) is read as it is."""
     path = Path(path)
     try:
-        fh = path.open("r", encoding="utf-8")
+        fh = (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz"
+              else path.open("r", encoding="utf-8"))
     except OSError as exc:
         raise MeasurementError(f"cannot read measurement log {path}: {exc.strerror or exc}") from exc
     with fh:

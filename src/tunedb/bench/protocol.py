@@ -64,8 +64,12 @@ class _Run:
     failed: dict[str, tuple[Status, str]] = field(default_factory=dict)
     rounds: int = 0
     invalidated: int = 0
-    contended: bool = False
     foreign: frozenset[int] = frozenset()  # foreign processes tolerated (allow_busy)
+
+    @property
+    def contended(self) -> bool:
+        """Measured beside a foreign process (tolerated under allow_busy)."""
+        return bool(self.foreign)
 
 
 def _wait_quiet(env: Any, allowed: frozenset[int], wait_s: float) -> frozenset[int]:
@@ -106,9 +110,9 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
     try:
         prepared: Mapping[str, Prepared] = session.prepared
         ok = [c for c in problem.config_ids if prepared[c].status.ok]
-        run = _Run({c: [] for c in ok}, list(ok), contended=bool(present), foreign=frozenset(present))
+        run = _Run({c: [] for c in ok}, list(ok), foreign=frozenset(present))
         protected = {default_id, *keep} | ({incumbent} if incumbent else set())
-        _rounds(run, session, env, present, prepared, protected, alpha, seed, allow_busy,
+        _rounds(run, session, env, prepared, protected, alpha, seed, allow_busy,
                 min_rounds, max_rounds, rel_tol, busy_wait_s)
         after = env.snapshot()
     finally:
@@ -119,27 +123,24 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
     return out
 
 
-def _rounds(run: _Run, session: Any, env: Any, present: frozenset[int],
+def _rounds(run: _Run, session: Any, env: Any,
             prepared: Mapping[str, Prepared], protected: set[str], alpha: float, seed: int,
             allow_busy: bool, min_rounds: int, max_rounds: int, rel_tol: float,
             busy_wait_s: float) -> None:
     rng = random.Random(seed)
     halve_at = stats.halving_rounds(min_rounds, max_rounds)
-    allowed = frozenset(present)
     while run.alive and run.rounds < max_rounds:
         order = stats.round_order(run.alive, rng)
         got = session.sample(order)
-        newcomers = env.foreign_pids() - allowed
+        newcomers = env.foreign_pids() - run.foreign
         if newcomers:
             # The round overlapped a process that was not there before: its samples are
             # discarded and the arms it touched are measured again.
             run.invalidated += 1
             if allow_busy:
-                run.contended = True
-                allowed |= newcomers
-                run.foreign = allowed
+                run.foreign |= newcomers
             else:
-                still = _wait_quiet(env, allowed, busy_wait_s)
+                still = _wait_quiet(env, run.foreign, busy_wait_s)
                 if still:
                     raise BusyGPUError(_busy_message(still, "appeared during the measurement"))
             if run.invalidated > max_rounds:
