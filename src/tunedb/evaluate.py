@@ -10,6 +10,7 @@ are imported only by the functions that draw.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -103,11 +104,14 @@ def carry_weights(weights: Mapping[tuple[Signature, int], float],
     by_sig: dict[Signature, list[int]] = {}
     for sig, m in set(measured):
         by_sig.setdefault(sig, []).append(m)
+    for ms in by_sig.values():
+        ms.sort()
     out: dict[tuple[Signature, int], float] = {}
     for (sig, m), w in weights.items():
-        above = [x for x in sorted(by_sig.get(sig, ())) if x >= m]
-        if above:
-            out[(sig, above[0])] = out.get((sig, above[0]), 0.0) + w
+        ms = by_sig.get(sig, [])
+        i = bisect.bisect_left(ms, m)
+        if i < len(ms):
+            out[(sig, ms[i])] = out.get((sig, ms[i]), 0.0) + w
     return out
 
 

@@ -81,23 +81,33 @@ def _effective_weights(points: Sequence[Point]) -> dict[int, float]:
     return {m: w + floor for m, w in by_m.items()}
 
 
+def _best_times(table: Table) -> dict[int, float]:
+    """Each measured M's best objective over every config in the table (one pass)."""
+    best: dict[int, float] = {}
+    for (m, _), t in table.items():
+        if m not in best or t < best[m]:
+            best[m] = t
+    return best
+
+
 def set_cover(ms: Sequence[int], table: Table, weights: Mapping[int, float], fallback: str,
               tol: float = 0.03) -> tuple[str, ...]:
     """Weighted greedy set cover: configs in pick order until every M has one within tol of its best."""
     key = _simplicity(fallback)
     configs = sorted({cid for (_, cid) in table}, key=key)
+    rank = {c: i for i, c in enumerate(configs)}
+    best = _best_times(table)
     covers: dict[str, set[int]] = {c: set() for c in configs}
     for m in ms:
-        best = min(table[(m, c)] for c in configs if (m, c) in table)
         for c in configs:
             t = table.get((m, c))
-            if t is not None and t <= best * (1.0 + tol):
+            if t is not None and t <= best[m] * (1.0 + tol):
                 covers[c].add(m)
     uncovered, chosen = set(ms), []
     while uncovered:
         # Most covered weight; ties: more points, then the simpler arm (configs are in that order).
         pick = max(configs, key=lambda c: (sum(weights[m] for m in covers[c] & uncovered),
-                                           len(covers[c] & uncovered), -configs.index(c)))
+                                           len(covers[c] & uncovered), -rank[c]))
         chosen.append(pick)
         uncovered -= covers[pick]
     return tuple(chosen)
@@ -111,7 +121,7 @@ def segment(ms: Sequence[int], table: Table, weights: Mapping[int, float], chose
     smallest point's band, so a region is added only to serve a point inside its band."""
     n = len(ms)
     order = sorted(chosen, key=_simplicity(fallback))
-    best = {m: min(t for (mm, _), t in table.items() if mm == m) for m in ms}
+    best = _best_times(table)
     penalty = 0.5 * tol * min(weights[m] for m in ms)
     # prefix[c][i]: cost of serving ms[:i] with c; gaps[c][i]: how many of ms[:i] c lacks
     prefix: dict[str, list[float]] = {}
@@ -199,8 +209,9 @@ def partition(points: Sequence[Point], table: Table, fallback: str = "torch", mi
         notes.append(f"no ok measurement at M={','.join(map(str, skipped))}: not partitioned")
     if not ms:
         return Partition((Region(None, fallback),) if catch_all else (), tuple(notes), ())
-    table = {(m, c): t for (m, c), t in table.items() if m in set(ms)}
-    weights = _effective_weights([p for p in points if p.m in set(ms)])
+    kept = set(ms)
+    table = {(m, c): t for (m, c), t in table.items() if m in kept}
+    weights = _effective_weights([p for p in points if p.m in kept])
     chosen = set_cover(ms, table, weights, fallback, tol)
     segments = segment(ms, table, weights, chosen, fallback, tol)
     must = {p.m for p in points if p.must_tune}

@@ -126,13 +126,13 @@ def offline(lengths: Sequence[int], max_batch: int, max_length: int, step: int,
     """Length-sorted batching replay; with captured=False (prefill) nothing is captured."""
     _check_batch(max_batch)
     counts: Counter[Key] = Counter()
-    if captured:
-        for b in batch_buckets(max_batch):
-            for length in length_grid(max_length, step, fixed_length):
-                counts[Key(b, length, True)] += 0
-    ordered = sorted(lengths)
     buckets = batch_buckets(max_batch)
     grid = length_grid(max_length, step, fixed_length)
+    if captured:
+        for b in buckets:
+            for length in grid:
+                counts[Key(b, length, True)] += 0
+    ordered = sorted(lengths)
     for i in range(0, len(ordered), max_batch):
         batch = ordered[i:i + max_batch]
         longest = batch[-1]
