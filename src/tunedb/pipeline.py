@@ -10,6 +10,7 @@ fit the cost model to this run's measurements and merge everything into the targ
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -122,16 +123,21 @@ def _working_set(sigs: Sequence[Signature]) -> int:
 
 
 def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arch: ArchProfile,
-               calibrated: costmodel.ModelParams | None = None) -> tuple[list[buildplan.SignaturePlan], dict[str, list[Signature]]]:
+               calibrated: costmodel.ModelParams | None = None, *, by_census: Any = None,
+               compiled: set[str] | None = None) -> tuple[list[buildplan.SignaturePlan], dict[str, list[Signature]]]:
+    """Each signature's plan; `by_census` (signatures_by_census's result) and `compiled` (the
+    prebuilt config ids) when the caller already has them."""
     family = families.get(opts.family)
-    points, owner, _ = signatures_by_census(censuses, family)
+    points, owner, _ = by_census or signatures_by_census(censuses, family)
     if not points:
         raise BuildError(f"the census has no signature of an op of kernel family {opts.family!r} "
                          f"(ops: {', '.join(family.ops)}) in {', '.join(n for n, _ in censuses)}")
     ranks = buildsteps.rankers(family, arch, calibrated)
     thin = (lambda pts: partition.thin(pts, opts.max_points)) if opts.thin else None
-    predict = buildsteps.predictor(family, arch, calibrated)
-    compiled = buildsteps.prebuilt_configs(opts.family, arch.arch_family)
+    # Every (signature, M, config) is predicted by the filter, the sort and the estimate: once.
+    predict = functools.lru_cache(maxsize=None)(buildsteps.predictor(family, arch, calibrated))
+    if compiled is None:
+        compiled = buildsteps.prebuilt_configs(opts.family, arch.arch_family)
     plans = []
     for sig in [s for name, _ in censuses for s in owner[name]]:
         plan = buildplan.plan_signature(family, points[sig], arch, ranks, top_k=opts.top_k,
@@ -175,17 +181,20 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
             raise
         target = None
     existing = buildsteps.existing_file(target, opts.family, arch.arch_family)
-    plans, owner = plan_build(censuses, opts, arch, buildsteps.model_params(existing.model if existing else None))
-    result = BuildResult(plans, skipped=tuple(s.format() for s in signatures_by_census(censuses, family)[2]))
+    by_census = signatures_by_census(censuses, family)
+    compiled = buildsteps.prebuilt_configs(opts.family, arch.arch_family)
+    plans, owner = plan_build(censuses, opts, arch, buildsteps.model_params(existing.model if existing else None),
+                              by_census=by_census, compiled=compiled)
+    result = BuildResult(plans, skipped=tuple(s.format() for s in by_census[2]))
     if opts.family == "gemm":
         result.triton_cache = str(settings.triton_cache_dir())
-        result.prebuilt = len(buildsteps.prebuilt_configs(opts.family, arch.arch_family))
+        result.prebuilt = len(compiled)
     if opts.dry_run:
         return result
     from tunedb.bench import collect_provenance
     from tunedb.bench.log import MeasurementLog, new_run_id, read_log
 
-    points, _, _ = signatures_by_census(censuses, family)
+    points = by_census[0]
     run = checkpoint.open_run(opts.run_id or new_run_id(), buildsteps.run_meta(opts, arch, points))
     result.run_id = run.run_id
     result.log_path = buildsteps.log_file(opts.out, target, run)
