@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import datetime
+import functools
 import json
 import re
 import sys
@@ -44,6 +45,7 @@ _CU_MAX_SHARED_PER_BLOCK_OPTIN = 97
 _MEMO: dict[str, ArchProfile] = {}
 
 
+@functools.lru_cache(maxsize=None)  # package data: read once (ArchProfile is frozen)
 def shipped_profile(arch_family: str) -> ArchProfile:
     """The profile shipped as package data for `arch_family` (so a CPU machine can plan for it)."""
     if arch_family not in SHIPPED_ARCHES:

@@ -224,9 +224,15 @@ def existing_file(path: Path | None, family: str, arch_family: str) -> database.
         return None
 
 
+def entry_config_ids(entry: Entry) -> tuple[str, ...]:
+    """Every arm an entry names: its regions' configs and its evidence's arms (sorted)."""
+    ids = set(entry.config_ids())
+    ids |= {c for row in entry.evidence.values() for c in row if not c.startswith("_")}
+    return tuple(sorted(ids))
+
+
 def configs_of(family: Any, entries: Sequence[Entry], meas: Sequence[Measurement]) -> dict[str, Config]:
-    ids = {c for e in entries for c in e.config_ids()}
-    ids |= {c for e in entries for row in e.evidence.values() for c in row if not c.startswith("_")}
+    ids = {c for e in entries for c in entry_config_ids(e)}
     ids |= {m.config_id for m in meas}
     out = {}
     for cid in sorted(ids):

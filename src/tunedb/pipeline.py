@@ -229,8 +229,7 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
                 s0, a0 = time.perf_counter(), measure.arms
                 entry, _ = buildsteps.build_signature(plan, measure, opts, reporter.advance)
                 entries[sig] = entry
-                ids = sorted({c for c in entry.config_ids()} | {c for row in entry.evidence.values() for c in row})
-                run.save(checkpoint.Finished(entry, tuple(c for c in ids if not c.startswith("_")),
+                run.save(checkpoint.Finished(entry, buildsteps.entry_config_ids(entry),
                                              measure.arms - a0, round(time.perf_counter() - s0, 3)))
             secs = time.perf_counter() - t0
             result.census_seconds[name] = secs

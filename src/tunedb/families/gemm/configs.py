@@ -38,6 +38,7 @@ _SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm87": 166912, "sm89": 101376,
                  "sm90": 232448, "sm100": 232448, "sm103": 232448, "sm120": 101376}
 
 
+@lru_cache(maxsize=None)  # on every validity check: parse each arch name once
 def capability(arch_family: str) -> int:
     """sm90 -> 90; ConfigError for names that are not sm<digits>."""
     m = re.match(r"^sm(\d+)a?$", arch_family or "")
