@@ -19,7 +19,7 @@ from tunedb.errors import SignatureError, TunedbError
 from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
 TIER_NAMES: tuple[str, ...] = ("user", "system", "model", "default")
-_REPORT_NAMES = {"user": "user", "system": "system", "model": "cost model", "default": "default"}
+REPORT_NAMES = {"user": "user", "system": "system", "model": "cost model", "default": "default"}
 
 Ranker = Callable[[Signature, int, "tuple[Config, ...]"], "Config | None"]
 
@@ -350,7 +350,7 @@ def report_lines() -> list[str]:
     """One line per family: `gemm: 96 calls over 5 signatures: 96 user, 0 system, ...`."""
     lines = []
     for family, data in sorted(counters().items()):
-        tiers_text = ", ".join(f"{data['tiers'][t]} {_REPORT_NAMES[t]}" for t in TIER_NAMES)
+        tiers_text = ", ".join(f"{data['tiers'][t]} {REPORT_NAMES[t]}" for t in TIER_NAMES)
         n_sigs = len(data["signatures"])
         lines.append(f"{family}: {data['calls']} call{'s' * (data['calls'] != 1)} over {n_sigs} "
                      f"signature{'s' * (n_sigs != 1)}: {tiers_text}")

@@ -72,10 +72,15 @@ def unregister_worker(pid: int) -> None:
     _WORKERS.discard(pid)
 
 
+def own_pids(me: int | None = None) -> set[int]:
+    """This process, its ancestors and the benchmark workers it started."""
+    me = os.getpid() if me is None else me
+    return {me, *_WORKERS, *_ancestors(me)}
+
+
 def is_own(pid: int, me: int | None = None) -> bool:
     """True for this process, its ancestors and the benchmark workers it started."""
-    me = os.getpid() if me is None else me
-    return pid == me or pid in _WORKERS or pid in _ancestors(me)
+    return pid in own_pids(me)
 
 
 class NvmlEnv:
@@ -148,7 +153,8 @@ class NvmlEnv:
             # NVML reports host PIDs this container cannot see: count instead. One context is
             # ours (this process, or the parent that started this worker); the rest are not.
             return frozenset(pids[1:]) if len(pids) > 1 else frozenset()
-        return frozenset(p for p in pids if not is_own(p))
+        own = own_pids()  # walks /proc up this process's parents once per call, not per pid
+        return frozenset(p for p in pids if p not in own)
 
     def identity(self) -> dict[str, str]:
         """GPU name, UUID and driver version for provenance."""

@@ -11,12 +11,12 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from tunedb import selector
 from tunedb.runtime import launch_table
 
 # Strongest first: a layer is reported under the last of these that any of its shapes took.
-TIER_ORDER: tuple[str, ...] = ("autotune", "user", "system", "model", "default")
-_TIER_WORDS = {"autotune": "autotune", "user": "user", "system": "system", "model": "cost model",
-               "default": "default"}
+TIER_ORDER: tuple[str, ...] = ("autotune", *selector.TIER_NAMES)
+_TIER_WORDS = {"autotune": "autotune", **selector.REPORT_NAMES}
 
 _models: list[tuple[weakref.ref, str, list[weakref.ref]]] = []
 
@@ -81,7 +81,5 @@ def model_lines(family: str = "gemm") -> list[str]:
 
 def tuning_report() -> str:
     """One line per family and optimized model, then the selector's per-family lines."""
-    from tunedb import selector
-
     lines = model_lines() + list(selector.report_lines())
-    return "\n".join(lines) if lines else "no tuned op has been called in this process"
+    return "\n".join(lines) if lines else selector.tuning_report()  # its "nothing called yet" line
