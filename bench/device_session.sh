@@ -9,7 +9,10 @@ export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${
 OUT=${OUT:-/tmp/out}; W=/tmp/work; L=$W/logs; mkdir -p "$L" "$OUT"
 CENSUS="whisper-base_offline whisper-large-v3_offline conformer_streaming llama-3-8b_decode"
 t0=$(date +%s)
-if [ -f .carry/triton-sys.tgz ] && [ ! -d .carry/triton-sys ]; then tar xzf .carry/triton-sys.tgz -C .carry; fi
+if [ ! -d .carry/triton-sys ]; then  # the carried prebuilt cache: xz (smaller) or gzip
+  if [ -f .carry/triton-sys.txz ]; then tar xJf .carry/triton-sys.txz -C .carry
+  elif [ -f .carry/triton-sys.tgz ]; then tar xzf .carry/triton-sys.tgz -C .carry; fi
+fi
 if [ -d .carry/triton-sys ]; then export TRITON_CACHE_DIR="$PWD/.carry/triton-sys"; fi
 stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*" | tee -a "$L/stages.log"; }
 tunedb() { python -m tunedb "$@"; }
