@@ -2,7 +2,7 @@
 # One device call, several stages: `bash bench/device_session.sh STAGE...` on the H200.
 # Every stage logs under /tmp/work/logs, re-tarred into $OUT/session.tgz after each stage, so a
 # call stopped at its limit still returns what finished (at most 8 files come back from $OUT).
-# Stages: env arch prebuilt tests fidelity gemm host build buildall repro exhaustive evaluate e2e e2e-each
+# Stages: env arch prebuilt tests fidelity gemm host profile censusdev build buildall repro exhaustive evaluate e2e e2e-each
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
@@ -36,6 +36,12 @@ for stage in "$@"; do
       timeout 300 python bench/gemm_kernels.py --out "$L/gemm_kernels.json" ${GEMM_ARGS:-} 2>&1 | tee "$L/gemm_kernels.log" | tail -60 ;;
     host)
       timeout 60 python bench/host_overhead.py --out "$L/host_overhead.json" 2>&1 | tee "$L/host_overhead.log" ;;
+    profile)  # where an eager forward's host time goes, plain vs tunedb (decode and encoder)
+      for mb in ${PROFILE_MODELS:-llama-3-8b:1 whisper-large-v3:1}; do
+        timeout 120 python bench/profile_eager.py --model ${mb%%:*} --batch ${mb##*:} --iters ${PROFILE_ITERS:-200} 2>&1 | tee -a "$L/profile_eager.log" | head -40
+      done ;;
+    censusdev)  # issue 5: a census on meta tensors equals the census run on the GPU
+      timeout 240 python bench/census_devices.py --device cuda 2>&1 | tee "$L/census_devices.log" ;;
     build)
       for c in $CENSUS; do
         stamp "build $c"

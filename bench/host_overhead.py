@@ -7,14 +7,17 @@ wall time per call is the host's issue time): N calls in a loop, torch.cuda.sync
 both ends, best of --repeats. Rows:
 
   F.linear / nn.Linear                     the framework op (cuBLAS)
-  tunedb.runtime.ops.gemm[_act]            the entry point (direct call in eager inference)
-  torch.ops.tunedb.gemm[_act]              through the torch dispatcher (what compile/graphs use)
-  TunedLinear                              the module optimize() installs
   selector.resolve (memoised)              one resolution of a shape already seen this epoch
-  launch_table.launcher (memoised)         the op's own lookup (epoch check + dict)
+  launch_table.launcher (memoised)         the launch table's lookup (epoch check + dict)
+  [cfg] bound launcher gemm[_act]          the launcher bound to cfg, called directly
+  [cfg] tunedb.runtime.ops.gemm[_act]      the entry point (eager inference: the call memo)
+  [cfg] TunedLinear                        the module optimize() installs (nn.Linear with bias)
+  [cfg] launcher via JITFunction.run       the same Triton config with TUNEDB_JIT_LAUNCH=1
+  [cfg] torch.ops.tunedb.gemm              through the torch dispatcher (what compile uses)
 
-Each tuned row runs with the config the selector picks (--config pins one, e.g. torch, to
-separate Triton's launch cost from tunedb's own). Prints a table; writes JSON to --out.
+[cfg] rows pin cfg (torch, then --triton-config) with a resolver override; "selection over the
+bound launcher" is ops.gemm minus the bound launcher for the same pin. Prints a table; writes
+JSON to --out.
 """
 from __future__ import annotations
 
@@ -45,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--config", default=None, help="pin this config id for the tuned rows")
+    parser.add_argument("--triton-config", default="b16x64x256_w4_s3_g8",
+                        help="the Triton config the pinned Triton rows serve (default: a compile-set decode tile)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
 
@@ -70,48 +74,78 @@ def main(argv: list[str] | None = None) -> int:
     sig, m = FAMILY.signature_of("gemm", x, w)
     sync = torch.cuda.synchronize
 
-    pinned = None
-    if args.config:
-        cfg = FAMILY.parse_config(args.config)
-        pinned = launch_table.overriding(lambda fam, s, mm: (cfg, "pinned"))
-        pinned.__enter__()
-    try:
-        with torch.inference_mode():
-            rows = [
-                ("F.linear", lambda: F.linear(x, w)),
-                ("tunedb.runtime.ops.gemm", lambda: ops.gemm(x, w)),
-                ("torch.ops.tunedb.gemm", lambda: torch.ops.tunedb.gemm(x, w)),
-                ("F.linear + bias + gelu", lambda: F.gelu(F.linear(x, w, b))),
-                ("tunedb.runtime.ops.gemm_act (gelu)", lambda: ops.gemm_act(x, w, b, "gelu")),
-                ("torch.ops.tunedb.gemm_act (gelu)", lambda: torch.ops.tunedb.gemm_act(x, w, b, "gelu")),
-                ("nn.Linear", lambda: linear(x)),
-                ("TunedLinear", lambda: tuned(x)),
-                ("selector.resolve (memoised)", lambda: selector.resolve("gemm", sig, m)),
-                ("launch_table.launcher (memoised)",
-                 lambda: launch_table.launcher("gemm", x, w, None, "none", m)),
-            ]
-            for _name, fn in rows:  # warm: compile, bind, memoise
-                for _ in range(20):
-                    fn()
-            results = []
-            for name, fn in rows:
-                us = per_call_us(fn, args.calls, args.repeats, sync)
-                results.append({"row": name, "us_per_call": round(us, 3)})
-        bound = launch_table.launcher("gemm", x, w, None, "none", m)
-        served = {"config": bound.config.id, "tier": bound.tier}
-    finally:
-        if pinned is not None:
-            pinned.__exit__(None, None, None)
+    triton_cfg = FAMILY.parse_config(args.triton_config)
+
+    def pinned_rows(cid: str) -> list:
+        cfg = FAMILY.parse_config(cid)
+        bound = launch_table.launcher("gemm", x, w, None, "none", m)  # resolved under the pin
+        gbound = launch_table.launcher("gemm_act", x, w, b, "gelu", m)
+        assert bound.config.id == cid and gbound.config.id == cid, (bound, gbound)
+        return [
+            (f"[{cid}] bound launcher gemm", lambda: bound.call(x, w, None, None)),
+            (f"[{cid}] tunedb.runtime.ops.gemm", lambda: ops.gemm(x, w)),
+            (f"[{cid}] TunedLinear", lambda: tuned(x)),
+            (f"[{cid}] bound launcher gemm_act (gelu)", lambda: gbound.call(x, w, b, None)),
+            (f"[{cid}] tunedb.runtime.ops.gemm_act (gelu)", lambda: ops.gemm_act(x, w, b, "gelu")),
+        ] + ([] if cfg.is_sentinel else [
+            (f"[{cid}] launcher via JITFunction.run", lambda: jit_run(x, w, None, None)),
+            (f"[{cid}] torch.ops.tunedb.gemm", lambda: torch.ops.tunedb.gemm(x, w)),
+        ])
+
+    from tunedb import settings
+    from tunedb.families.gemm import launch
+
+    with settings.override(JIT_LAUNCH="1"):
+        jit_run = launch._build(triton_cfg, sig)
+        jit_run(x, w, None, None)  # the site reads the setting at its first call
+    results = []
+    served = {}
+    with torch.inference_mode():
+        plain = [
+            ("F.linear", lambda: F.linear(x, w)),
+            ("nn.Linear", lambda: linear(x)),
+            ("F.linear + bias + gelu", lambda: F.gelu(F.linear(x, w, b))),
+            ("selector.resolve (memoised)", lambda: selector.resolve("gemm", sig, m)),
+            ("launch_table.launcher (memoised)",
+             lambda: launch_table.launcher("gemm", x, w, None, "none", m)),
+        ]
+        served["selector"] = selector.resolve("gemm", sig, m).config.id
+        groups = [(None, plain)]
+        for cid in ("torch", triton_cfg.id):
+            groups.append((cid, None))
+        for cid, rows in groups:
+            ctx = launch_table.overriding(lambda fam, s, mm, c=FAMILY.parse_config(cid): (c, "pinned")) \
+                if cid else None
+            if ctx is not None:
+                ctx.__enter__()
+            try:
+                rows = rows if rows is not None else pinned_rows(cid)
+                for _name, fn in rows:  # warm: compile, bind, memoise
+                    for _ in range(20):
+                        fn()
+                for name, fn in rows:
+                    us = per_call_us(fn, args.calls, args.repeats, sync)
+                    results.append({"row": name, "us_per_call": round(us, 3)})
+            finally:
+                if ctx is not None:
+                    ctx.__exit__(None, None, None)
 
     base = {r["row"]: r["us_per_call"] for r in results}
     print(f"host cost per call, M={args.m} N={args.n} K={args.k} {args.dtype}, "
-          f"{args.calls} calls x best of {args.repeats}; tuned rows serve {served}")
-    print(f"{'row':40s} {'us/call':>9s} {'vs torch':>9s}")
+          f"{args.calls} calls x best of {args.repeats}; the selector would serve {served['selector']}; "
+          f"[cfg] rows pin that config")
+    print(f"{'row':50s} {'us/call':>9s} {'vs torch':>9s}")
     for r in results:
-        ref = base["F.linear + bias + gelu"] if "gelu" in r["row"] else (
-            base["nn.Linear"] if "Linear" in r["row"] else base["F.linear"])
-        ratio = "" if r["row"].startswith(("selector", "launch_table")) else f"{r['us_per_call'] / ref:8.2f}x"
-        print(f"{r['row']:40s} {r['us_per_call']:9.2f} {ratio:>9s}")
+        name = r["row"]
+        ref = base["F.linear + bias + gelu"] if "gelu" in name else (
+            base["nn.Linear"] if "Linear" in name else base["F.linear"])
+        ratio = "" if name.startswith(("selector", "launch_table")) else f"{r['us_per_call'] / ref:8.2f}x"
+        print(f"{name:50s} {r['us_per_call']:9.2f} {ratio:>9s}")
+    for cid in ("torch", triton_cfg.id):
+        for op, bound_row in (("ops.gemm", "bound launcher gemm"), ("ops.gemm_act (gelu)", "bound launcher gemm_act (gelu)")):
+            over = base[f"[{cid}] tunedb.runtime.{op}"] - base[f"[{cid}] {bound_row}"]
+            print(f"selection over the bound launcher, {cid}, {op}: {over:.2f} us")
+            results.append({"row": f"selection over bound launcher [{cid}] {op}", "us_per_call": round(over, 3)})
     report = {
         "bench": "host_overhead", "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,

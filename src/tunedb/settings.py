@@ -65,8 +65,14 @@ CACHE_DIR = Setting(
     "empty means ~/.cache/tunedb.",
 )
 
+JIT_LAUNCH = Setting(
+    "TUNEDB_JIT_LAUNCH", "0",
+    "'1': every Triton launch goes through JITFunction.run (no direct launch of the compiled binary).",
+    ("0", "1"),
+)
+
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
-                            CAPTURE, CACHE_DIR)
+                            CAPTURE, CACHE_DIR, JIT_LAUNCH)
 
 
 def cache_root() -> Path:
@@ -110,6 +116,10 @@ def approximate_allowed() -> bool:
 def capture_path() -> Path | None:
     raw = CAPTURE.raw()
     return Path(raw).expanduser() if raw else None
+
+
+def jit_launch() -> bool:
+    return JIT_LAUNCH.raw() == "1"
 
 
 @contextlib.contextmanager

@@ -149,3 +149,34 @@ def test_every_call_is_counted_per_tier_by_the_selector(gemm):
     assert bound.calls == 5
     assert selector.counters()["gemm"]["calls"] == 5  # one counter, the selector's, per call
     assert selector.counters()["gemm"]["tiers"][bound.tier] == 5
+
+
+def test_the_call_memo_holds_only_calls_nobody_observes_and_empties_at_a_new_epoch(gemm, tmp_path):
+    x, w, _ = _tensors(m=8, bias=False)
+    bound = launch_table.launcher("gemm", x, w, None, "none", 8)
+    key = ("gemm", "none", x.shape, x.dtype, w.shape, w.dtype, None)
+    launch_table.remember(key, bound)
+    assert launch_table.known(key) is bound
+    selector.reload()  # tunedb.reload(): a new epoch empties it before any call sees it
+    assert launch_table.known(key) is None
+    bound = launch_table.launcher("gemm", x, w, None, "none", 8)
+    launch_table.remember(key, bound)
+    with launch_table.recording() as sink:  # a recorder must see every call: memo off inside
+        assert launch_table.known(key) is None
+        launch_table.remember(key, bound)
+        assert launch_table.known(key) is None
+        launch_table.record("gemm", x, w, None, "none")
+    assert len(sink) == 1
+    launch_table.remember(key, bound)
+    with launch_table.overriding(lambda family, sig, m: None):
+        assert launch_table.known(key) is None
+
+
+def test_the_call_memo_is_off_while_tunedb_capture_records(gemm, tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDB_CAPTURE", str(tmp_path / "cap.jsonl"))
+    launch_table.clear()
+    x, w, _ = _tensors(m=8, bias=False)
+    bound = launch_table.launcher("gemm", x, w, None, "none", 8)
+    key = ("gemm", "none", x.shape, x.dtype, w.shape, w.dtype, None)
+    launch_table.remember(key, bound)
+    assert launch_table.known(key) is None

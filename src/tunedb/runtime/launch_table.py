@@ -89,11 +89,35 @@ def _family() -> Any:
     return families.get(FAMILY)
 
 
+# The ops' front memo: the full call key (op, act, x.shape, x.dtype, weight.shape, weight.dtype,
+# bias.shape or None) of a call that already ran -> its Bound. A hit skips validation and the
+# key arithmetic above; it holds only calls nothing needs to observe (no recorder, no capture).
+_calls: dict[tuple[Any, ...], Bound] = {}
+_hooked: list[bool] = [False]
+
+
 def clear() -> None:
     """Forget every bound launcher (the next call of each shape resolves again)."""
     _table.clear()
+    _calls.clear()
     _epoch[0] = _selector_epoch()
     _capture[0] = _capture_path()
+    if not _hooked[0]:  # a new epoch (tunedb.reload) clears the table before any call sees it
+        from tunedb.database import tiers
+
+        tiers.on_reload(clear)
+        _hooked[0] = True
+
+
+def known(key: tuple[Any, ...]) -> Bound | None:
+    """The Bound of a call key already served this epoch (see _calls), else None."""
+    return _calls.get(key)
+
+
+def remember(key: tuple[Any, ...], bound: Bound) -> None:
+    """Let later calls with this exact key go straight to `bound` (unless something observes calls)."""
+    if _capture[0] is None and not _recorders and bound.calls > 0:
+        _calls[key] = bound
 
 
 def _capture_path() -> Any:
@@ -221,6 +245,7 @@ def recording() -> Iterator[list[tuple[str, Signature, int]]]:
     """Collect (family, signature, M) of every tuned-op call made inside the block."""
     sink: list[tuple[str, Signature, int]] = []
     _recorders.append(sink)
+    _calls.clear()  # every call must reach record() while this block runs
     try:
         yield sink
     finally:

@@ -57,9 +57,10 @@ class TunedLinear(nn.Module):
         self.approximate = approximate
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.bias is None and self.act == "none":
+        bias = self.bias
+        if bias is None and self.act == "none":
             return ops.gemm(x, self.weight)
-        return ops.gemm_act(x, self.weight, self.bias, self.act)
+        return ops.gemm_act(x, self.weight, bias, self.act)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -18,7 +18,7 @@ from tunedb.records import ArchProfile, Config, Signature
 
 # Files whose text decides what a config computes and how fast: the database's soft validator.
 KERNEL_SOURCES = ("kernels_common.py", "kernels_mma.py", "kernels_tma.py", "kernels_splitk.py",
-                  "kernel_specs.py", "launch.py")
+                  "kernel_specs.py", "launch.py", "triton_launch.py")
 
 
 @lru_cache(maxsize=1)

@@ -1,4 +1,5 @@
-"""The GEMM launch path: one cached closure per (config, signature), so a call does no parsing.
+"""The GEMM launch path: one cached closure per (config, signature), so a call does no parsing,
+and one launch site per kernel in it (triton_launch.Site), so a call does no argument binding.
 
 An inherently torch module (imported lazily by the family). Every Triton lane writes a
 contiguous [M, N] output; x is made contiguous when it is not (as a view of [M, K]).
@@ -13,6 +14,7 @@ import torch
 from tunedb.families.gemm import arms, configs
 from tunedb.families.gemm.kernel_specs import REDUCE_BM, REDUCE_BN, specs
 from tunedb.families.gemm.kernels_common import ACT_CODES
+from tunedb.families.gemm.triton_launch import Site
 from tunedb.records import Config, Signature
 
 # Point Triton at tunedb's cache (what `tunedb prebuild` fills) unless the user chose one.
@@ -64,15 +66,13 @@ def _prologue(sig: Signature):
     act = ACT_CODES[sig.get("act", "none")]
 
     def prep(x, weight, bias, out):
-        x2 = x.reshape(-1, k)
-        if not x2.is_contiguous():
-            x2 = x2.contiguous()
+        x2 = x.view(-1, k) if x.is_contiguous() else x.reshape(-1, k).contiguous()
         if not weight.is_contiguous():
             weight = weight.contiguous()
         if (bias is not None) != bool(has_bias):
             raise ValueError(f"{sig.format()} {'needs' if has_bias else 'takes no'} bias")
         if out is None:
-            out = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+            out = x.new_empty((*x.shape[:-1], n))
         elif not out.is_contiguous() or out.dtype != x.dtype or out.numel() != x2.shape[0] * n:
             raise ValueError(f"out must be a contiguous {x.dtype} tensor of {x2.shape[0] * n} elements, "
                              f"got {out.dtype} {list(out.shape)} contiguous={out.is_contiguous()}")
@@ -83,16 +83,16 @@ def _prologue(sig: Signature):
 
 def _mma(config: Config, sig: Signature) -> Launcher:
     (spec,) = specs(config)
-    kernel, kw = spec.kernel, spec.kwargs()
     bm, bn, _ = configs.blocks(config)
     prep, n, k, has_bias, act = _prologue(sig)
+    site = Site(spec.kernel, (n, k, has_bias, act), spec.kwargs())
     tiles_n = -(-n // bn)
 
     def run(x, weight, bias, out):
         x2, w, b, y = prep(x, weight, bias, out)
         m = x2.shape[0]
         if m:
-            kernel[(-(-m // bm) * tiles_n,)](x2, w, y, b, m, n, k, has_bias, act, **kw)
+            site((-(-m // bm) * tiles_n,), x2, w, y, b, m)
         return y
 
     return run
@@ -126,9 +126,9 @@ def _num_sms(device: Any) -> int:
 
 def _tma(config: Config, sig: Signature) -> Launcher:
     (spec,) = specs(config)
-    kernel, kw = spec.kernel, spec.kwargs()
     bm, bn, _ = configs.blocks(config)
     prep, n, k, has_bias, act = _prologue(sig)
+    site = Site(spec.kernel, (n, k, has_bias, act), spec.kwargs())
     tiles_n = -(-n // bn)
 
     def run(x, weight, bias, out):
@@ -137,8 +137,7 @@ def _tma(config: Config, sig: Signature) -> Launcher:
         if m:
             _set_allocator()
             sms = _num_sms(x.device) if x.is_cuda else 4
-            grid = (min(sms, -(-m // bm) * tiles_n),)
-            kernel[grid](x2, w, y, b, m, n, k, has_bias, act, **kw)
+            site((min(sms, -(-m // bm) * tiles_n),), x2, w, y, b, m)
         return y
 
     return run
@@ -146,10 +145,11 @@ def _tma(config: Config, sig: Signature) -> Launcher:
 
 def _splitk(config: Config, sig: Signature) -> Launcher:
     partial, reduce = specs(config)
-    pk, pkw, rk, rkw = partial.kernel, partial.kwargs(), reduce.kernel, reduce.kwargs()
     bm, bn, _ = configs.blocks(config)
     split = config.param("split_k")
     prep, n, k, has_bias, act = _prologue(sig)
+    partial_site = Site(partial.kernel, (n, k), partial.kwargs())
+    reduce_site = Site(reduce.kernel, (n, has_bias, act), reduce.kwargs())
     tiles_n = -(-n // bn)
     red_n = -(-n // REDUCE_BN)
 
@@ -158,8 +158,8 @@ def _splitk(config: Config, sig: Signature) -> Launcher:
         m = x2.shape[0]
         if m:
             ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device)
-            pk[(-(-m // bm) * tiles_n, split)](x2, w, ws, m, n, k, **pkw)
-            rk[(-(-m // REDUCE_BM), red_n)](ws, y, b, m, n, has_bias, act, **rkw)
+            partial_site((-(-m // bm) * tiles_n, split), x2, w, ws, m)
+            reduce_site((-(-m // REDUCE_BM), red_n), ws, y, b, m)
         return y
 
     return run

@@ -1,0 +1,84 @@
+"""Where an eager forward's host time goes: plain model against tunedb.optimize(model), profiled.
+
+    PYTHONPATH=src python bench/profile_eager.py --model llama-3-8b --batch 1 [--iters 200] [--device cuda]
+
+A host-bound eager forward (decode, small batches) costs what the host spends issuing it. This
+prints the wall time per forward of both (synchronised at the ends of each loop, best of 3), the
+difference per tuned-op call, and cProfile's top functions by own time for the tuned model, so a
+regression in the tuned ops' host path shows by name. The models are bench/e2e_models.py's.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import e2e_models  # noqa: E402
+
+
+def per_forward_ms(fn, iters: int, sync) -> float:
+    best = float("inf")
+    for _ in range(3):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    return best * 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="llama-3-8b", choices=sorted(e2e_models.SPECS))
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--top", type=int, default=25)
+    args = p.parse_args(argv)
+
+    import torch
+
+    import tunedb
+    from tunedb.runtime import launch_table
+
+    bm = e2e_models.build(args.model, args.device, quick=False)
+    if args.batch not in bm.inputs:
+        print(f"batch {args.batch} not benchmarked for {args.model}; choose from {sorted(bm.inputs)}", file=sys.stderr)
+        return 2
+    tuned = tunedb.optimize(bm.module, inplace=False)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    plain_fn, tuned_fn = bm.call(bm.module, args.batch), bm.call(tuned, args.batch)
+    with torch.no_grad():
+        with launch_table.recording() as seen:
+            tuned_fn()
+        calls = len(seen)
+        for fn in (plain_fn, tuned_fn):
+            for _ in range(10):
+                fn()
+        plain = per_forward_ms(plain_fn, args.iters, sync)
+        fast = per_forward_ms(tuned_fn, args.iters, sync)
+        served = {b.config.id for _k, b in launch_table.entries()}
+        print(f"{args.model} b{args.batch} on {args.device}: plain {plain:.3f} ms, tunedb {fast:.3f} ms per "
+              f"forward ({plain / fast:.3f}x); {calls} tuned-op calls per forward, "
+              f"{(fast - plain) * 1e3 / max(calls, 1):+.2f} us per call; configs served: {sorted(served)}")
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.iters):
+            tuned_fn()
+        sync()
+        prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
+    print(out.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Launch sites: a Triton JIT kernel's compiled binary called without `JITFunction.run`.
+
+`kernel[grid](*args)` binds the arguments, computes Triton's specialization key and looks the
+binary up on every call: the largest part of a tuned GEMM's host cost (tens of microseconds on a
+slow host, against ~13 us for F.linear). A `Site` belongs to one launch closure (one config and
+signature: N, K, dtype, bias and activation fixed), so the only arguments that vary between calls
+are the tensors and M. The site keys each binary on exactly what Triton specialises those on --
+each tensor's dtype and 16-byte alignment, and M == 1 / M % 16 == 0 -- plus the device; the first
+call of a key goes through `JITFunction.run` (which compiles or loads the binary and is the
+reference path), later calls invoke the binary's launcher directly with the same arguments.
+
+Anything a site cannot reproduce goes through `JITFunction.run` every time: the interpreter
+(TRITON_INTERPRET=1), an installed launch hook (profilers), an M that needs 64-bit integers, a
+Triton whose compiled kernels lack the launcher fields, or TUNEDB_JIT_LAUNCH=1.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Sequence
+
+_I32_MAX = 2 ** 31 - 1
+
+
+class Site:
+    """`site(grid, *varying)` == `kernel[grid](*varying, *fixed, **constexprs)`."""
+
+    __slots__ = ("kernel", "fixed", "constexprs", "_bins", "_direct", "_device", "_stream", "_knobs")
+
+    def __init__(self, kernel: Any, fixed: Sequence[Any] = (), constexprs: dict[str, Any] | None = None) -> None:
+        self.kernel = kernel
+        self.fixed = tuple(fixed)
+        self.constexprs = dict(constexprs or {})
+        self._bins: dict[tuple[Any, ...], tuple[Any, Any, Any, tuple[Any, ...]]] = {}
+        self._direct: bool | None = None  # decided at the first call (settings, interpreter, driver)
+        self._device = self._stream = self._knobs = None
+
+    def __call__(self, grid: tuple[int, ...], *varying: Any) -> None:
+        if self._direct is None:
+            self._direct = self._probe()
+        if self._direct and not self._hooked():
+            device = self._device()
+            key = _key(varying, device)
+            if key is not None:
+                binary = self._bins.get(key)
+                if binary is not None:
+                    run, function, packed, tail = binary
+                    gx = grid[0]
+                    gy = grid[1] if len(grid) > 1 else 1
+                    gz = grid[2] if len(grid) > 2 else 1
+                    run(gx, gy, gz, self._stream(device), function, packed, None, None, None, *varying, *tail)
+                    return
+                compiled = self.kernel[grid](*varying, *self.fixed, **self.constexprs)
+                self._remember(key, varying, compiled)
+                return
+        self.kernel[grid](*varying, *self.fixed, **self.constexprs)
+
+    def binaries(self) -> int:
+        """How many compiled binaries this site launches directly (one per specialisation seen)."""
+        return len(self._bins)
+
+    def _probe(self) -> bool:
+        from tunedb import settings
+
+        if settings.jit_launch():
+            return False
+        try:
+            from triton import knobs
+            from triton.runtime.driver import driver
+
+            if knobs.runtime.interpret:
+                return False
+            active = driver.active
+            self._device, self._stream = active.get_current_device, active.get_current_stream
+            self._knobs = knobs.runtime
+        except Exception:  # another Triton's layout: JITFunction.run only
+            return False
+        return True
+
+    def _hooked(self) -> bool:
+        rt = self._knobs
+        return _active(getattr(rt, "launch_enter_hook", None)) or _active(getattr(rt, "launch_exit_hook", None))
+
+    def _remember(self, key: tuple[Any, ...], varying: tuple[Any, ...], compiled: Any) -> None:
+        """Keep the binary Triton just launched for this key, with every argument after the
+        varying ones in the kernel's parameter order (constexprs included: the launcher skips them)."""
+        try:
+            run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+            params = inspect.signature(self.kernel.fn).bind(*varying, *self.fixed, **self.constexprs)
+            params.apply_defaults()
+        except Exception:
+            self._direct = False
+            return
+        if run is None or function is None:
+            return
+        self._bins[key] = (run, function, packed, tuple(params.arguments.values())[len(varying):])
+
+
+def _active(hook: Any) -> bool:
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if isinstance(calls, list) else True
+
+
+def _key(varying: tuple[Any, ...], device: Any) -> tuple[Any, ...] | None:
+    """What Triton specialises the varying arguments on, or None when a site cannot key it."""
+    key: list[Any] = [device]
+    for a in varying:
+        if type(a) is int:
+            if a > _I32_MAX or a < -_I32_MAX:
+                return None
+            key.append(1 if a == 1 else 16 if a % 16 == 0 else 0)
+        else:
+            key.append(a.dtype)
+            key.append(a.data_ptr() % 16 == 0)
+    return tuple(key)

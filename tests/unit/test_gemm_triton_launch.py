@@ -1,0 +1,155 @@
+"""Launch sites (families/gemm/triton_launch.py) against a fake JIT kernel: the first call of each
+specialisation goes through kernel[grid] (Triton's own path), later calls reach the binary's
+launcher with exactly the arguments JITFunction.run would pass; anything unkeyable stays on the
+JIT path."""
+from __future__ import annotations
+
+import pytest
+
+from tunedb import settings
+from tunedb.families.gemm import triton_launch
+from tunedb.families.gemm.triton_launch import Site
+
+
+class FakeTensor:
+    def __init__(self, ptr: int, dtype: str = "bf16") -> None:
+        self.ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+class FakeCompiled:
+    def __init__(self, log: list, tag: int) -> None:
+        self.function, self.packed_metadata, self.tag = f"fn{tag}", f"meta{tag}", tag
+        self.run = lambda *a: log.append(("direct", tag, a))
+
+
+class FakeKernel:
+    """kernel[grid](*args, **kw) records a JIT launch and returns a new 'binary' per launch."""
+
+    def __init__(self) -> None:
+        self.log: list = []
+        self.compiled = 0
+
+        def fn(x_ptr, y_ptr, M, N, K, HAS_BIAS, ACT, BM=64, BN=64, num_warps=4, num_stages=3):
+            pass
+
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.compiled += 1
+            self.log.append(("jit", grid, args, kw))
+            return FakeCompiled(self.log, self.compiled)
+
+        return launch
+
+
+class NoHooks:
+    launch_enter_hook = None
+    launch_exit_hook = None
+
+
+def _site(kernel: FakeKernel, **kw) -> Site:
+    site = Site(kernel, (512, 256, 0, 2), {"BM": 128, "num_warps": 8})
+    site._direct = True
+    site._device = lambda: 0
+    site._stream = lambda device: 1234
+    site._knobs = kw.get("knobs", NoHooks())
+    return site
+
+
+def test_second_call_of_a_specialisation_launches_the_binary_with_triton_argument_order():
+    k = FakeKernel()
+    site = _site(k)
+    x, y = FakeTensor(4096), FakeTensor(8192)
+    site((3,), x, y, 40)
+    site((3,), x, y, 40)
+    assert [e[0] for e in k.log] == ["jit", "direct"]
+    _, tag, args = k.log[1]
+    assert tag == 1  # the binary Triton launched first
+    gx, gy, gz, stream, function, packed, meta, enter, exit_, *rest = args
+    assert (gx, gy, gz, stream, function, packed) == (3, 1, 1, 1234, "fn1", "meta1")
+    assert (meta, enter, exit_) == (None, None, None)
+    # parameter order, constexprs and defaults included (the launcher skips constexprs itself)
+    assert rest == [x, y, 40, 512, 256, 0, 2, 128, 64, 8, 3]
+
+
+def test_each_triton_specialisation_gets_its_own_binary():
+    k = FakeKernel()
+    site = _site(k)
+    aligned, odd = FakeTensor(4096), FakeTensor(4098)
+    y = FakeTensor(8192)
+    for m in (1, 16, 17, 40):  # M == 1, M % 16 == 0, others: three classes (17 and 40 share)
+        site((1,), aligned, y, m)
+    site((1,), odd, y, 40)  # a misaligned pointer is another specialisation
+    site((1,), FakeTensor(4096, "fp16"), y, 40)  # so is another dtype
+    assert [e[0] for e in k.log] == ["jit", "jit", "jit", "direct", "jit", "jit"]
+    assert site.binaries() == 5
+    site((1,), odd, y, 33)
+    assert k.log[-1][:2] == ("direct", 4)  # the misaligned binary, not the aligned one
+
+
+def test_sixty_four_bit_m_and_active_hooks_always_take_the_jit_path():
+    class Hooked:
+        launch_enter_hook = type("Chain", (), {"calls": [print]})()
+        launch_exit_hook = None
+
+    k = FakeKernel()
+    site = _site(k)
+    x, y = FakeTensor(0), FakeTensor(0)
+    for _ in range(2):
+        site((1,), x, y, 2 ** 31)
+    assert [e[0] for e in k.log] == ["jit", "jit"] and site.binaries() == 0
+    k2 = FakeKernel()
+    hooked = _site(k2, knobs=Hooked())
+    for _ in range(2):
+        hooked((1,), x, y, 8)
+    assert [e[0] for e in k2.log] == ["jit", "jit"]
+
+
+def test_empty_hook_chains_do_not_disable_direct_launch():
+    class EmptyChains:
+        launch_enter_hook = type("Chain", (), {"calls": []})()
+        launch_exit_hook = type("Chain", (), {"calls": []})()
+
+    k = FakeKernel()
+    site = _site(k, knobs=EmptyChains())
+    for _ in range(2):
+        site((1,), FakeTensor(0), FakeTensor(0), 8)
+    assert [e[0] for e in k.log] == ["jit", "direct"]
+
+
+def test_a_compiled_kernel_without_launcher_fields_turns_the_site_to_jit():
+    k = FakeKernel()
+    k.__class__ = type("Bare", (FakeKernel,), {
+        "__getitem__": lambda self, grid: (lambda *a, **kw: self.log.append(("jit", grid, a, kw)))})
+    site = _site(k)
+    for _ in range(3):
+        site((1,), FakeTensor(0), FakeTensor(0), 8)
+    assert [e[0] for e in k.log] == ["jit"] * 3 and site._direct is False
+
+
+def test_tunedb_jit_launch_setting_keeps_every_call_on_triton_path():
+    k = FakeKernel()
+    site = Site(k, (512, 256, 0, 2), {"BM": 128})
+    with settings.override(JIT_LAUNCH="1"):
+        for _ in range(3):
+            site((1,), FakeTensor(0), FakeTensor(0), 8)
+    assert [e[0] for e in k.log] == ["jit"] * 3
+
+
+def test_jit_launch_setting_rejects_other_values():
+    from tunedb.errors import SettingsError
+
+    with settings.override(JIT_LAUNCH="yes"), pytest.raises(SettingsError, match="TUNEDB_JIT_LAUNCH='yes'"):
+        settings.jit_launch()
+
+
+def test_interpreter_is_never_launched_directly(monkeypatch):
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    site = Site(FakeKernel(), ())
+    assert site._probe() is False
+    assert triton_launch._active(None) is False
