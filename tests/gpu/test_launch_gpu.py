@@ -31,21 +31,24 @@ def test_direct_launch_matches_jit_launch_bit_for_bit(lane):
     direct = launch._build(cfg, sig)
     with settings.override(JIT_LAUNCH="1"):
         jit = launch._build(cfg, sig)
-        for m in (1, 16, 17, 200):
-            if FAMILY.invalid_reason(cfg, sig, m, SM90) is not None:
-                continue
-            (x, w, b), _ = FAMILY.make_inputs(sig, m, "cuda", m)
-            odd = torch.empty(m * 512 + 1, dtype=x.dtype, device="cuda")[1:].view(m, 512)
-            odd.copy_(x)  # a misaligned view: another binary than the aligned x
-            ref = FAMILY.reference(sig, x, w, b)
-            for inp in (x, odd, x):
-                want = jit(inp, w, b, None)
-                got = direct(inp, w, b, None)
-                got2 = direct(inp, w, b, None)  # the second call of a specialisation is direct
-                torch.cuda.synchronize()
-                assert torch.equal(got, want) and torch.equal(got2, want), (lane, m)
-                err = ((got.float() - ref).abs().max() / ref.abs().max()).item()
-                assert err < 2e-2, (lane, m, err)
+        (x, w, b), _ = FAMILY.make_inputs(sig, 16, "cuda", 0)
+        jit(x, w, b, None)  # a site reads the setting at its first call
+    direct(x, w, b, None)
+    for m in (1, 16, 17, 200):
+        if FAMILY.invalid_reason(cfg, sig, m, SM90) is not None:
+            continue
+        (x, w, b), _ = FAMILY.make_inputs(sig, m, "cuda", m)
+        odd = torch.empty(m * 512 + 1, dtype=x.dtype, device="cuda")[1:].view(m, 512)
+        odd.copy_(x)  # a misaligned view: another binary than the aligned x
+        ref = FAMILY.reference(sig, x, w, b)
+        for inp in (x, odd, x):
+            want = jit(inp, w, b, None)
+            got = direct(inp, w, b, None)
+            got2 = direct(inp, w, b, None)  # the second call of a specialisation is direct
+            torch.cuda.synchronize()
+            assert torch.equal(got, want) and torch.equal(got2, want), (lane, m)
+            err = ((got.float() - ref).abs().max() / ref.abs().max()).item()
+            assert err < 2e-2, (lane, m, err)
     assert sum(s.binaries() for s in _sites(direct)) >= 2  # direct launches happened
     assert sum(s.binaries() for s in _sites(jit)) == 0
 

@@ -32,7 +32,7 @@ class FakeKernel:
         self.log: list = []
         self.compiled = 0
 
-        def fn(x_ptr, y_ptr, M, N, K, HAS_BIAS, ACT, BM=64, BN=64, num_warps=4, num_stages=3):
+        def fn(x_ptr, y_ptr, M, N, K, HAS_BIAS, ACT, BM=64, BN=64):
             pass
 
         self.fn = fn
@@ -73,7 +73,7 @@ def test_second_call_of_a_specialisation_launches_the_binary_with_triton_argumen
     assert (gx, gy, gz, stream, function, packed) == (3, 1, 1, 1234, "fn1", "meta1")
     assert (meta, enter, exit_) == (None, None, None)
     # parameter order, constexprs and defaults included (the launcher skips constexprs itself)
-    assert rest == [x, y, 40, 512, 256, 0, 2, 128, 64, 8, 3]
+    assert rest == [x, y, 40, 512, 256, 0, 2, 128, 64]  # launch options (num_warps) are not parameters
 
 
 def test_each_triton_specialisation_gets_its_own_binary():

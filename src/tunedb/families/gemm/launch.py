@@ -135,6 +135,10 @@ def _tma(config: Config, sig: Signature) -> Launcher:
         x2, w, b, y = prep(x, weight, bias, out)
         m = x2.shape[0]
         if m:
+            if x2.data_ptr() % 16:  # a tensor descriptor's base must be 16-byte aligned
+                x2 = x2.clone()
+            if w.data_ptr() % 16:
+                w = w.clone()
             _set_allocator()
             sms = _num_sms(x.device) if x.is_cuda else 4
             site((min(sms, -(-m // bm) * tiles_n),), x2, w, y, b, m)
@@ -157,7 +161,7 @@ def _splitk(config: Config, sig: Signature) -> Launcher:
         x2, w, b, y = prep(x, weight, bias, out)
         m = x2.shape[0]
         if m:
-            ws = torch.empty((split, m, n), dtype=torch.float32, device=x.device)
+            ws = x2.new_empty((split, m, n), dtype=torch.float32)
             partial_site((-(-m // bm) * tiles_n, split), x2, w, ws, m)
             reduce_site((-(-m // REDUCE_BM), red_n), ws, y, b, m)
         return y

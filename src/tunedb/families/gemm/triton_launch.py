@@ -85,7 +85,10 @@ class Site:
         varying ones in the kernel's parameter order (constexprs included: the launcher skips them)."""
         try:
             run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
-            params = inspect.signature(self.kernel.fn).bind(*varying, *self.fixed, **self.constexprs)
+            signature = inspect.signature(self.kernel.fn)
+            # launch options (num_warps, num_stages, ...) are not kernel parameters
+            kernel_kw = {k: v for k, v in self.constexprs.items() if k in signature.parameters}
+            params = signature.bind(*varying, *self.fixed, **kernel_kw)
             params.apply_defaults()
         except Exception:
             self._direct = False
