@@ -347,12 +347,14 @@ def evaluate_logs(logs: Sequence[str | Path], dbs: Sequence[tuple[str, str | Pat
 
 
 def take_census(workload: str, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
-                manifest: str | None = None, capture: str | None = None, impl: str = "auto") -> ShapeSet:
-    """The census of a workload on meta tensors (no GPU needed), merged with a capture file."""
+                manifest: str | None = None, capture: str | None = None, impl: str = "auto",
+                fused: bool = True) -> ShapeSet:
+    """The census of a workload on meta tensors (no GPU needed), merged with a capture file;
+    fused: of tunedb.optimize(model), keyed as the run time calls (see census.probe)."""
     from tunedb.census import merge, presets, probe, read_capture
 
     shapes = probe.take_census(presets.workload(workload), mode, max_batch, chunk, manifest,
-                               device="meta", impl=impl)
+                               device="meta", impl=impl, fused=fused)
     return merge(shapes, read_capture(capture)) if capture else shapes
 
 

@@ -147,3 +147,42 @@ def test_a_captured_key_is_a_grid_length_within_the_capture_limit(lengths, max_l
     hit = [k for k, n in counts.items() if n]
     assert hit and all(k.length <= max_length and k.length in grid for k in hit if k.captured)
     assert all(k.captured or k.length == lengths[0] for k in hit)  # else eager at its own length
+
+
+def _gemm_calls(census):
+    return sum(p.calls for p in census.points if p.signature.op != "bmm")
+
+
+def test_fused_census_keys_what_optimize_runs_and_counts_each_linear_once():
+    pytest.importorskip("transformers")
+    w = workload("whisper-base")  # transformers' modules: the ones optimize() proves fusable
+    plain = take_census(w, "offline", max_batch=2, manifest=MANIFEST, impl="hf")
+    fused = take_census(w, "offline", max_batch=2, manifest=MANIFEST, impl="hf", fused=True)
+    sigs = {p.signature.format() for p in fused.points if p.signature.op != "bmm"}
+    # fc1 + GELU is one gemm_act call with its bias; a biased Linear alone is gemm_act act=none;
+    # whisper's k_proj has no bias: a plain gemm
+    assert "gemm|op=gemm_act|dt=half|N=2048|K=512|act=gelu|bias=1" in sigs
+    assert "gemm|op=gemm_act|dt=half|N=512|K=2048|act=none|bias=1" in sigs
+    assert "gemm|op=gemm|dt=half|N=512|K=512" in sigs
+    assert not any(s.startswith("gemm|op=gemm|dt=half|N=2048|K=512") for s in sigs)
+    assert _gemm_calls(fused) == _gemm_calls(plain)  # the tuned op's own fallback is not counted again
+    bmm = lambda c: sorted((p.signature.format(), p.m, p.calls) for p in c.points if p.signature.op == "bmm")  # noqa: E731
+    assert bmm(fused) == bmm(plain)
+    assert dict(fused.meta)["fused"] == "yes" and dict(plain.meta)["fused"] == "no"
+
+
+def test_fused_census_of_a_causal_lm_runner_fuses_gate_and_silu():
+    pytest.importorskip("transformers")
+    census = take_census(workload("llama-3-8b"), "decode", max_batch=2, impl="hf", fused=True)
+    sigs = {p.signature.format() for p in census.points}
+    assert "gemm|op=gemm_act|dt=half|N=14336|K=4096|act=silu|bias=0" in sigs
+    assert "gemm|op=gemm|dt=half|N=128256|K=4096" in sigs  # the LM head
+
+
+def test_fused_census_needs_a_module():
+    def build(device, impl):
+        return Built(lambda x: x, lambda b, length: (None,), None, "user")
+
+    w = Workload("callable", AUDIO, build, max_length=400, length_step=200)
+    with pytest.raises(CensusError, match="--fused needs the model to be a torch.nn.Module"):
+        take_census(w, "offline", max_batch=1, manifest=MANIFEST, fused=True)

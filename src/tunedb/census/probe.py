@@ -42,29 +42,59 @@ def traffic(w: Workload, mode: str, max_batch: int, chunk: int | None, manifest:
                          captured=(mode == "offline"))
 
 
-def probe(built: Any, key: modes.Key) -> Counter[tuple[Signature, int]]:
-    """Run one forward at `key` under the recorder."""
+def probe(built: Any, key: modes.Key, model: Any = None) -> Counter[tuple[Signature, int]]:
+    """Run one forward at `key` under the recorder. With `model` (tunedb.optimize of the built
+    model) the tuned ops' calls are recorded as the run time keys them (gemm_act with its bias and
+    activation), and the aten recorder counts only the GEMMs outside them."""
     from tunedb.census.recorder import record
 
     inputs = built.decode_inputs(key.batch) if key.length == 0 else built.inputs(key.batch, key.length)
-    return record(lambda: built.model(*inputs))
+    if model is None:
+        return record(lambda: built.model(*inputs))
+    from tunedb.runtime import launch_table
+
+    with launch_table.recording() as tuned:
+        calls = record(lambda: model(*inputs))
+    for _family, sig, m in tuned:
+        calls[(sig.with_dt("half") if sig.dt in ("bf16", "fp16") else sig, m)] += 1
+    return calls
+
+
+def _optimized(w: Workload, model: Any) -> Any:
+    """tunedb.optimize of a built model, patched in place: an nn.Module, or a runner holding one
+    as `.model` (the presets' causal-LM runner)."""
+    import torch
+
+    from tunedb.runtime.patching import optimize
+
+    if isinstance(model, torch.nn.Module):
+        return optimize(model, inplace=True)
+    inner = getattr(model, "model", None)
+    if isinstance(inner, torch.nn.Module):
+        model.model = optimize(inner, inplace=True)
+        return model
+    raise CensusError(f"{w.name}: --fused needs the model to be a torch.nn.Module (or hold one as .model); "
+                      f"got {type(model).__name__}")
 
 
 def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
                 manifest: str | Path | None = None, device: str = "meta", impl: str = "auto",
-                seed: int = 0) -> ShapeSet:
-    """The census of workload `w` served in `mode` (see the module docstring for the weights)."""
+                seed: int = 0, fused: bool = False) -> ShapeSet:
+    """The census of workload `w` served in `mode` (see the module docstring for the weights).
+    fused: take it of tunedb.optimize(model), so a Linear that optimize() fuses with its
+    activation is keyed as the gemm_act call the run time makes (bias and act included)."""
     import torch
 
     keys = traffic(w, mode, max_batch, chunk, manifest, seed)
     built = w.build(torch.device(device), impl)
     if mode == "decode" and built.decode_inputs is None:
         raise CensusError(f"{w.name} returned no decode_factory: it is encoder-only and has no decode steps")
+    model = _optimized(w, built.model) if fused else None
     calls: Counter[tuple[Signature, int]] = Counter()
     eager: Counter[tuple[Signature, int]] = Counter()
     must: set[tuple[Signature, int]] = set()
     for key in sorted(keys):
-        recorded = probe(built, key)
+        recorded = probe(built, key, model)
         if not recorded:
             raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no GEMM")
         for point, n in recorded.items():
@@ -80,7 +110,8 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
         share = eager[point] / c if c else (0.0 if point in must else 1.0)
         points.append(Point(point[0], point[1], weight=(c / total if total else 0.0), calls=c,
                             must_tune=point in must, eager_share=share))
-    meta = (("mode", mode), ("impl", built.impl), ("device", str(device)), ("max_batch_size", str(max_batch)),
+    meta = (("mode", mode), ("impl", built.impl), ("device", str(device)), ("fused", "yes" if fused else "no"),
+            ("max_batch_size", str(max_batch)),
             ("chunk_size", str(chunk or "")), ("traffic", str(manifest) if manifest else f"synthetic(seed={seed})"),
             ("keys", str(len(keys))), ("forwards", str(sum(keys.values()))))
     return ShapeSet(tuple(points), w.name, meta)

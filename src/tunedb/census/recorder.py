@@ -31,6 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tunedb.records import Signature
+from tunedb.runtime.launch_table import inside_recorded_call
 
 aten = torch.ops.aten
 
@@ -94,7 +95,8 @@ class GemmRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         packet = func.overloadpacket
         if packet in _GEMMS:
-            self._record(packet, args, kwargs)
+            if not inside_recorded_call():  # a tuned op's own fallback: recorded as that op
+                self._record(packet, args, kwargs)
         elif args and self.is_weight(args[0]) and (packet in _COPIES or _is_view(func)):
             self._mark(out)
         return out

@@ -28,6 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--length-step", type=int, default=0,
                         help="module:callable workloads: offline length buckets (0: the M-bucket ladder)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic traffic and replays")
+    parser.add_argument("--fused", action="store_true",
+                        help="take the census of tunedb.optimize(model): a Linear fused with its activation "
+                             "is keyed as the gemm_act call the run time makes (default: aten-level GEMMs)")
     parser.add_argument("--out", required=True, help="census JSON file to write")
 
 
@@ -38,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     w = workload(args.workload, args.unit, args.max_length, args.length_step)
     census = take_census(w, args.mode, args.max_batch_size, args.chunk_size, args.manifest,
-                         args.device, args.impl, args.seed)
+                         args.device, args.impl, args.seed, fused=args.fused)
     extra = [read_capture(p) for p in args.capture] + [read_census(p) for p in args.merge]
     if extra:
         census = merge(census, *extra)

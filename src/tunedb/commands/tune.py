@@ -26,12 +26,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     census.add_argument("--manifest", default=None, help="traffic: a JSONL manifest (else synthetic)")
     census.add_argument("--capture", default=None, help="merge a TUNEDB_CAPTURE recording")
     census.add_argument("--impl", default="auto", help="model implementation: auto, mirror, hf, torchaudio")
+    census.add_argument("--no-fused", dest="fused", action="store_false",
+                        help="census the aten-level GEMMs instead of the calls tunedb.optimize(model) makes")
     add_build_options(parser, out_default="user")
 
 
 def _census_kw(args: argparse.Namespace) -> dict[str, Any]:
     return dict(mode=args.mode, max_batch=args.max_batch_size, chunk=args.chunk_size,
-                manifest=args.manifest, capture=args.capture, impl=args.impl)
+                manifest=args.manifest, capture=args.capture, impl=args.impl, fused=args.fused)
 
 
 def print_served(console: Any, served: list[Any], arch_family: str) -> None:

@@ -234,6 +234,24 @@ def recording_active() -> bool:
     return bool(_recorders)
 
 
+_inside: list[int] = [0]  # depth of recorded tuned-op calls running now (their fallback GEMMs)
+
+
+@contextlib.contextmanager
+def recorded_call() -> Iterator[None]:
+    """Mark the body as the implementation of a tuned-op call just recorded: a census recorder
+    that also watches aten GEMMs (tunedb census --fused) skips the ones issued in here."""
+    _inside[0] += 1
+    try:
+        yield
+    finally:
+        _inside[0] -= 1
+
+
+def inside_recorded_call() -> bool:
+    return _inside[0] > 0
+
+
 def record(op: str, x: Any, weight: Any, bias: Any, act: str) -> None:
     sig, m = signature_of(op, x, weight, bias, act)
     for sink in _recorders:

@@ -54,6 +54,13 @@ def _run(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
          act: str, key: tuple[Any, ...] | None = None) -> torch.Tensor:
     if launch_table.recording_active():
         launch_table.record(op, x, weight, bias, act)
+        with launch_table.recorded_call():
+            return _execute(op, x, weight, bias, act, None)
+    return _execute(op, x, weight, bias, act, key)
+
+
+def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+             act: str, key: tuple[Any, ...] | None) -> torch.Tensor:
     n, k = weight.shape
     if x.device.type != "cuda" or x.dtype not in _SERVED or k == 0:
         return ACTS[act](F.linear(x, weight, bias))
