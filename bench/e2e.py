@@ -15,7 +15,11 @@ Variants, each timed eagerly and as one CUDA graph of the whole forward:
                   tunedb.autotune() on those forwards when the build's estimate exceeds its share
                   of the budget (--tune forces one); the tuning wall time is its cost
 Timing: eager = median of per-forward CUDA-event times after warm-up; graph = capture after
-warm-up on a side stream, median of per-replay event times. Nothing rotates (whole models). Every
+warm-up on a side stream, median of per-replay event times. Every variant other than plain is
+timed PAIRED with plain: the two alternate in --rounds shuffled rounds (iters/rounds forwards or
+replays each) and the speedup is plain's median over those rounds over the variant's, so drift
+between phases of the run never enters a ratio; max-autotune and tunedb are compared through
+their paired speedups. Nothing rotates (whole models). Every
 variant's output is first compared with plain's (relative Frobenius error < --tol); a variant
 that fails is reported as wrong and not timed. A captured graph's output is checked too.
 Also: host overhead of selection (tunedb.runtime.ops.gemm against the bound launcher it
@@ -75,9 +79,21 @@ def _terminate(signum, _frame):
     raise SystemExit(f"signal {signum}")
 
 
-def fmt(c: dict, plain: float | None) -> str:
+def speedup(c: dict, plain: dict | None) -> float | None:
+    """plain / variant: against the plain time paired with the variant in the same rounds when
+    the cell has one (plain_ms), else against the plain cell's own time."""
+    if c.get("status") != "ok" or not c.get("ms"):
+        return None
+    base = c.get("plain_ms")
+    if base is None and plain and plain.get("status") == "ok":
+        base = plain.get("ms")
+    return base / c["ms"] if base else None
+
+
+def fmt(c: dict, plain: dict | None) -> str:
     if c["status"] == "ok":
-        return f"{c['ms']:.3f}" + (f" ({plain / c['ms']:.2f}x)" if plain and c["ms"] else "")
+        x = speedup(c, plain) if plain is not None else None
+        return f"{c['ms']:.3f}" + (f" ({x:.2f}x{'' if c.get('plain_ms') else ', unpaired'})" if x else "")
     if c["status"] == "wrong":
         return f"wrong (err {c.get('err', math.nan):.1e})"
     return f"{c['status']}" + (f": {c['note']}" if c.get("note") else "")
@@ -89,10 +105,11 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     for name, r in report["models"].items():
         rows = []
         for row in r["rows"]:
-            plain = row["cells"]["plain"]["ms"]
+            plain = row["cells"]["plain"]
             rows.append([str(row["batch"]), row["mode"]] + [fmt(row["cells"][v], plain if v != "plain" else None)
                                                             for v in VARIANTS])
-        out.append((f"{r['label']}: ms per forward (speedup vs plain)", ["batch", "mode", *VARIANTS], rows))
+        out.append((f"{r['label']}: ms per forward (speedup vs plain timed in the same interleaved rounds)",
+                    ["batch", "mode", *VARIANTS], rows))
     rows = []
     for name, r in report["models"].items():
         t, ind, tri = r.get("tuning", {}), r.get("inductor_compile", {}), r.get("triton_autotune", {})
@@ -116,9 +133,13 @@ def goals(report: dict) -> list[str]:
         for r in report["models"].values():
             for row in r["rows"]:
                 c = row["cells"]
-                for base, got in vs.items():
-                    if c[v]["status"] == "ok" and c[base]["status"] == "ok":
-                        got.append((c[base]["ms"] / c[v]["ms"], f"{r['name']} b{row['batch']} {row['mode']}"))
+                mine = speedup(c[v], c["plain"])
+                theirs = speedup(c["max-autotune"], c["plain"])
+                at = f"{r['name']} b{row['batch']} {row['mode']}"
+                if mine:
+                    vs["plain"].append((mine, at))
+                    if theirs:  # both paired with plain: the ratio of two same-run ratios
+                        vs["max-autotune"].append((mine / theirs, at))
         if vs["plain"]:
             (worst, at), geo = min(vs["plain"]), math.exp(statistics.fmean(math.log(x) for x, _ in vs["plain"]))
             lines.append(f"{v}: never slower than plain beyond 1%: {'met' if worst >= 0.99 else 'NOT met'} (worst "
@@ -260,7 +281,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
             for b in bm.batches:
                 if budget.allows(f"{name} b{b} plain + tunedb system", 5):
                     put(name, b, "plain", measure(bm, bm.module, b, refs[b], args))
-                    put(name, b, "tunedb system", measure(bm, tuned, b, refs[b], args))
+                    put(name, b, "tunedb system", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
 
     print("[phase] tune, then tunedb tuned", flush=True)
     user, share = work / "user", 0.4 * budget.left() / len(models)
@@ -280,7 +301,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
         with settings.override(USER_DB=str(user)):
             tunedb.reload()
             for b in bm.batches:
-                put(name, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args))
+                put(name, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
 
     if budget.allows("host overhead", 10):
         print("[phase] host overhead", flush=True)
@@ -310,7 +331,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                 guess = secs = time.perf_counter() - t0
                 ind["per_batch"][str(b)] = round(secs, 2)
                 print(f"  {name} b{b}: compiled in {secs:.1f} s", flush=True)
-                put(name, b, "max-autotune", measure(bm, compiled, b, refs[b], args))
+                put(name, b, "max-autotune", measure(bm, compiled, b, refs[b], args, anchor=bm.module))
             ind["seconds"] = round(sum(ind["per_batch"].values()), 2)
             ind["complete"] = len(ind["per_batch"]) == len(bm.batches)
         torch._dynamo.reset()
@@ -344,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=None, help="timed eager forwards (default 20, quick 10)")
     p.add_argument("--replays", type=int, default=None, help="timed graph replays (default 50, quick 20)")
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="interleaved rounds of a variant and plain (each times iters/rounds forwards)")
     p.add_argument("--host-calls", type=int, default=None, help="calls per host-overhead row (20000, quick 5000)")
     p.add_argument("--compile-guess-s", type=float, default=60.0, help="first max-autotune compile estimate (s)")
     p.add_argument("--triton-sample", type=int, default=8, help="configs autotuned per shape (rest extrapolated)")

@@ -164,7 +164,9 @@ def tuned_points(bm: BenchModel, tuned_module: Any) -> ShapeSet:
     total = sum(calls.values())
     points = tuple(Point(sig, m, weight=n / total, calls=n, must_tune=True, eager_share=0.5)
                    for (sig, m), n in sorted(calls.items(), key=lambda kv: (kv[0][0].format(), kv[0][1])))
-    return ShapeSet(points, bm.name, (("mode", "e2e"), ("batches", ",".join(map(str, bm.batches)))))
+    # forwards: one per batch, so a build measures behind the model's whole weight working set
+    return ShapeSet(points, bm.name, (("mode", "e2e"), ("batches", ",".join(map(str, bm.batches))),
+                                      ("forwards", str(len(bm.batches)))))
 
 
 def gemm_shapes(shapes: ShapeSet) -> list[tuple[int, int, int]]:
@@ -266,7 +268,8 @@ def time_eager(fn, iters: int, warmup: int) -> float:
     return median_ms(fn, iters)
 
 
-def time_graph(fn, replays: int, warmup: int, ref, tol: float) -> dict:
+def capture(fn, warmup: int, ref, tol: float):
+    """(graph, err) of fn captured after warm-up on a side stream, or a failure cell."""
     import torch
 
     side = torch.cuda.Stream()
@@ -286,7 +289,30 @@ def time_graph(fn, replays: int, warmup: int, ref, tol: float) -> dict:
     err = rel_err(out, ref)
     if not err < tol:
         return cell("wrong", err=err, note="captured graph output")
+    return graph, err
+
+
+def time_graph(fn, replays: int, warmup: int, ref, tol: float) -> dict:
+    got = capture(fn, warmup, ref, tol)
+    if isinstance(got, dict):
+        return got
+    graph, err = got
     return cell("ok", median_ms(graph.replay, replays), err=err)
+
+
+def paired_ms(steps: dict[str, Callable[[], Any]], rounds: int, per_round: int, seed: int = 0) -> dict[str, float]:
+    """Each step's median over `rounds` of its per-round median CUDA-event time; every round runs
+    every step, in a shuffled order, so clock and thermal drift during the run hit all alike."""
+    import random
+
+    rng = random.Random(seed)
+    names = list(steps)
+    per: dict[str, list[float]] = {k: [] for k in names}
+    for _ in range(rounds):
+        rng.shuffle(names)
+        for k in names:
+            per[k].append(median_ms(steps[k], per_round))
+    return {k: statistics.median(v) for k, v in per.items()}
 
 
 def served(seen: list) -> dict:
@@ -303,10 +329,12 @@ def served(seen: list) -> dict:
     return {"tiers": dict(tiers), "configs": dict(configs)}
 
 
-def measure(bm, module, batch: int, ref, args) -> dict:
+def measure(bm, module, batch: int, ref, args, anchor=None) -> dict:
     """{mode: cell} for one variant at one batch: correctness first, then eager and graph timing.
-    args: tol, iters, warmup, replays. A tunedb variant's cells also say which tier and config
-    served each of its shapes."""
+    args: tol, iters, warmup, replays, rounds. A tunedb variant's cells also say which tier and
+    config served each of its shapes. With `anchor` (the plain model) each mode is timed paired:
+    the variant and the anchor alternate in shuffled rounds, and the cell carries the anchor's
+    time from those same rounds as plain_ms (its speedup never mixes two moments of the run)."""
     import torch
 
     from tunedb.runtime import launch_table
@@ -325,8 +353,24 @@ def measure(bm, module, batch: int, ref, args) -> dict:
         if not err < args.tol:
             return {m: cell("wrong", err=err) for m in MODES}
         extra = served(seen) if seen else {}
-        eager = cell("ok", time_eager(fn, args.iters, args.warmup), err=err, **extra)
-        return {"eager": eager, "graph": time_graph(fn, args.replays, args.warmup, ref, args.tol)}
+        if anchor is None:
+            eager = cell("ok", time_eager(fn, args.iters, args.warmup), err=err, **extra)
+            return {"eager": eager, "graph": time_graph(fn, args.replays, args.warmup, ref, args.tol)}
+        base = bm.call(anchor, batch)
+        rounds = max(1, args.rounds)
+        for _ in range(args.warmup):
+            base()
+            fn()
+        t = paired_ms({"v": fn, "plain": base}, rounds, max(1, args.iters // rounds), args.seed)
+        eager = cell("ok", t["v"], err=err, plain_ms=t["plain"], **extra)
+        got, got_base = capture(fn, args.warmup, ref, args.tol), capture(base, args.warmup, ref, args.tol)
+        if isinstance(got, dict) or isinstance(got_base, dict):
+            graph = got if isinstance(got, dict) else cell("n/a", note="the plain model's capture failed")
+        else:
+            t = paired_ms({"v": got[0].replay, "plain": got_base[0].replay}, rounds,
+                          max(1, args.replays // rounds), args.seed)
+            graph = cell("ok", t["v"], err=got[1], plain_ms=t["plain"])
+        return {"eager": eager, "graph": graph}
 
 
 def tune_plan(name: str, shapes, args, out_dir: str):

@@ -85,11 +85,43 @@ def evidence(meas: Sequence[Measurement], keep: set[str]) -> dict[str, Any]:
     return out
 
 
-class Measurer:
-    """Measures (signature, M, config ids) through the protocol: fake timer, worker or in-process."""
+_WEIGHT_BYTES = {"half": 2, "bf16": 2, "fp16": 2, "fp32": 4, "int8": 1, "fp8": 1}
 
-    def __init__(self, family: Any, opts: Any, arch: ArchProfile, log: Any, working_set: int,
-                 timer: Any = None) -> None:
+
+def working_sets(censuses: Sequence[tuple[str, Any]], ops: Sequence[str] = ("gemm", "gemm_act")
+                 ) -> dict[Signature, int]:
+    """The weight bytes each signature is measured behind (the protocol's L2 state): per census --
+    one served model -- every weight one forward reads, i.e. each signature's N*K weight times the
+    calls it makes per forward (the layers sharing it: its points' calls over the census's
+    `forwards`; 1 when the census does not say); a signature in several censuses takes the largest.
+    Not the sum over censuses (different models never share an L2), nor one copy per signature
+    (a 32-layer model reads 32 weights of each shape per forward)."""
+    out: dict[Signature, int] = {}
+    for _name, shapes in censuses:
+        try:
+            forwards = int(dict(shapes.meta).get("forwards") or 0)
+        except ValueError:
+            forwards = 0
+        total, sigs = 0, []
+        for sig in shapes.signatures():
+            n, k = sig.get("N"), sig.get("K")
+            if sig.op not in ops or not isinstance(n, int) or not isinstance(k, int):
+                continue
+            calls = sum(p.calls for p in shapes.for_signature(sig))
+            per_forward = max(1, round(calls / forwards)) if forwards > 0 and calls > 0 else 1
+            total += per_forward * n * k * _WEIGHT_BYTES.get(sig.dt, 2)
+            sigs.append(sig)
+        for sig in sigs:
+            out[sig] = max(out.get(sig, 0), total)
+    return out
+
+
+class Measurer:
+    """Measures (signature, M, config ids) through the protocol: fake timer, worker or in-process.
+    working_set: the served weight bytes, one number or per signature (see working_sets)."""
+
+    def __init__(self, family: Any, opts: Any, arch: ArchProfile, log: Any,
+                 working_set: int | Mapping[Signature, int], timer: Any = None) -> None:
         self.family, self.opts, self.log, self.working_set = family, opts, log, working_set
         self.timer = timer
         if timer is None and opts.simulate:
@@ -108,8 +140,9 @@ class Measurer:
     def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float) -> tuple[Measurement, ...]:
         from tunedb.bench import protocol
 
+        served = self.working_set.get(sig) if isinstance(self.working_set, Mapping) else self.working_set
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
-                  working_set_bytes=self.working_set)
+                  working_set_bytes=served)
         if self.worker is not None:
             out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log, **kw)
         else:

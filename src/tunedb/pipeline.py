@@ -112,16 +112,6 @@ def signatures_by_census(censuses: Sequence[tuple[str, ShapeSet]], family: Any
     return points, owner, list(skipped)
 
 
-def _working_set(sigs: Sequence[Signature]) -> int:
-    """Bytes of every signature's weights: the served model's weight working set (for L2 state)."""
-    total = 0
-    for sig in sigs:
-        n, k = sig.get("N"), sig.get("K")
-        if isinstance(n, int) and isinstance(k, int):
-            total += 2 * n * k
-    return total
-
-
 def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arch: ArchProfile,
                calibrated: costmodel.ModelParams | None = None, *, by_census: Any = None,
                compiled: set[str] | None = None) -> tuple[list[buildplan.SignaturePlan], dict[str, list[Signature]]]:
@@ -213,7 +203,7 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     by_sig = {p.signature: p for p in plans}
     result.resumed = tuple(s.format() for s in by_sig if s in finished)
     reporter.start(plans, [s for s in by_sig if s in finished])
-    measure = buildsteps.Measurer(family, opts, arch, log, _working_set(list(by_sig)), timer)
+    measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family.ops), timer)
     entries: dict[Signature, Entry] = {}
     try:
         index = 0

@@ -36,3 +36,36 @@ def test_unknown_model_is_refused_with_the_allowed_names():
     res = _run("--dry-run", "--models", "whisper-tiny")
     assert res.returncode == 2
     assert "whisper-tiny" in res.stderr and "llama-3-8b" in res.stderr
+
+
+def _e2e():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import e2e
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return e2e
+
+
+def _ok(ms, plain_ms=None):
+    c = {"status": "ok", "ms": ms}
+    if plain_ms is not None:
+        c["plain_ms"] = plain_ms
+    return c
+
+
+def test_goals_use_the_plain_time_paired_with_each_variant():
+    e2e = _e2e()
+    # plain drifted between phases: alone it read 1.00 ms; paired with each variant, 1.10 ms
+    row = {"batch": 1, "mode": "graph", "cells": {
+        "plain": _ok(1.00), "tunedb system": _ok(1.00, 1.10), "tunedb tuned": _ok(1.05, 1.05),
+        "max-autotune": _ok(0.50, 0.55)}}
+    report = {"models": {"m": {"name": "m", "label": "m", "batches": [1], "rows": [row]}}}
+    lines = "\n".join(e2e.goals(report))
+    assert "tunedb system: never slower than plain beyond 1%: met (worst 1.100x" in lines
+    assert "tunedb tuned: never slower than plain beyond 1%: met (worst 1.000x" in lines
+    # against max-autotune through the paired speedups: 1.10 / 1.10 and 1.00 / 1.10
+    assert "tunedb system: never slower than max-autotune (1% band): met (worst 1.000x" in lines
+    assert "tunedb tuned: never slower than max-autotune (1% band): NOT met (worst 0.909x" in lines
+    assert e2e.fmt(row["cells"]["tunedb system"], row["cells"]["plain"]) == "1.000 (1.10x)"
+    assert e2e.fmt(_ok(2.0), row["cells"]["plain"]) == "2.000 (0.50x, unpaired)"

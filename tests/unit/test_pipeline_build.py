@@ -218,3 +218,40 @@ def test_replacing_an_entry_measured_at_other_sizes_warns(cache):
         pipeline.build([("b", census((WINS, (16, 64))))], opts(out, top_k=4))
     db = database.load(out / "sm90" / "gemm.json")
     assert not any(k == "M=600" for k in db.entries[WINS].evidence)
+
+
+BIG = Signature.make("gemm", "gemm_act", "half", N=5120, K=1280, act="gelu", bias=1)
+SQUARE = Signature.make("gemm", "gemm_act", "half", N=1280, K=1280, act="none", bias=1)
+SCORES = Signature.make("gemm", "bmm", "half", B=20, N=1500, K=64)
+
+
+def test_working_set_is_every_weight_one_forward_reads_per_model():
+    from tunedb.buildsteps import working_sets
+
+    # 10 forwards of a 4-layer encoder: fc1 once per layer, the square projections 3x per layer
+    encoder = ShapeSet((Point(BIG, 1500, calls=30), Point(BIG, 12000, calls=10),
+                        Point(SQUARE, 1500, calls=120), Point(SCORES, 1500, calls=40)),
+                       "enc", (("forwards", "10"),))
+    layers = 4 * 5120 * 1280 * 2 + 12 * 1280 * 1280 * 2  # the bmm has no weight
+    other = ShapeSet((Point(SQUARE, 16, calls=5),), "small", (("forwards", "5"),))
+    unknown = ShapeSet((Point(FLAT, 16, calls=7),), "no-forwards")
+    got = working_sets([("enc", encoder), ("small", other), ("x", unknown)])
+    assert got[BIG] == layers
+    assert got[SQUARE] == layers  # shared with a smaller model: the larger working set
+    assert got[FLAT] == 512 * 256 * 2  # no forward count: one copy of its own weight
+    assert SCORES not in got
+
+
+def test_build_measures_each_signature_behind_its_models_working_set(cache):
+    seen = {}
+
+    class Spy(FakeTimer):
+        def open(self, problem, *, seed, working_set_bytes):
+            seen.setdefault(problem.signature, set()).add(working_set_bytes)
+            return super().open(problem, seed=seed, working_set_bytes=working_set_bytes)
+
+    deep = ShapeSet((Point(WINS, 16, weight=1.0, calls=320),), "deep", (("forwards", "10"),))
+    shallow = ShapeSet((Point(FLAT, 16, weight=1.0, calls=10),), "shallow", (("forwards", "10"),))
+    pipeline.build([("deep", deep), ("shallow", shallow)], opts(cache / "out"), timer=Spy(truth))
+    assert seen[WINS] == {32 * 1024 * 1024 * 2}  # 32 layers of a 1024x1024 weight: beyond L2
+    assert seen[FLAT] == {512 * 256 * 2}  # another model: its own working set, not the sum
