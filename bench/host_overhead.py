@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     parser.add_argument("--calls", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--triton-config", default="b16x64x256_w4_s3_g8",
-                        help="the Triton config the pinned Triton rows serve (default: a compile-set decode tile)")
+    parser.add_argument("--triton-config", default="b16x64x256_w4_s3_g8,tma_b128x128x64_w8_s4_g8",
+                        help="comma-separated Triton configs, each pinned for its own rows "
+                             "(default: a decode tile of triton_mma and a triton_tma tile)")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     sig, m = FAMILY.signature_of("gemm", x, w)
     sync = torch.cuda.synchronize
 
-    triton_cfg = FAMILY.parse_config(args.triton_config)
+    triton_cfgs = [FAMILY.parse_config(c) for c in args.triton_config.split(",") if c]
 
     def pinned_rows(cid: str) -> list:
         cfg = FAMILY.parse_config(cid)
@@ -88,16 +89,18 @@ def main(argv: list[str] | None = None) -> int:
             (f"[{cid}] bound launcher gemm_act (gelu)", lambda: gbound.call(x, w, b, None)),
             (f"[{cid}] tunedb.runtime.ops.gemm_act (gelu)", lambda: ops.gemm_act(x, w, b, "gelu")),
         ] + ([] if cfg.is_sentinel else [
-            (f"[{cid}] launcher via JITFunction.run", lambda: jit_run(x, w, None, None)),
+            (f"[{cid}] launcher via JITFunction.run", lambda: jit_runs[cid](x, w, None, None)),
             (f"[{cid}] torch.ops.tunedb.gemm", lambda: torch.ops.tunedb.gemm(x, w)),
         ])
 
     from tunedb import settings
     from tunedb.families.gemm import launch
 
+    jit_runs = {}
     with settings.override(JIT_LAUNCH="1"):
-        jit_run = launch._build(triton_cfg, sig)
-        jit_run(x, w, None, None)  # the site reads the setting at its first call
+        for cfg in triton_cfgs:
+            jit_runs[cfg.id] = launch._build(cfg, sig)
+            jit_runs[cfg.id](x, w, None, None)  # a site reads the setting at its first call
     results = []
     served = {}
     with torch.inference_mode():
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         served["selector"] = selector.resolve("gemm", sig, m).config.id
         groups = [(None, plain)]
-        for cid in ("torch", triton_cfg.id):
+        for cid in ("torch", *(c.id for c in triton_cfgs)):
             groups.append((cid, None))
         for cid, rows in groups:
             ctx = launch_table.overriding(lambda fam, s, mm, c=FAMILY.parse_config(cid): (c, "pinned")) \
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             base["nn.Linear"] if "Linear" in name else base["F.linear"])
         ratio = "" if name.startswith(("selector", "launch_table")) else f"{r['us_per_call'] / ref:8.2f}x"
         print(f"{name:50s} {r['us_per_call']:9.2f} {ratio:>9s}")
-    for cid in ("torch", triton_cfg.id):
+    for cid in ("torch", *(c.id for c in triton_cfgs)):
         for op, bound_row in (("ops.gemm", "bound launcher gemm"), ("ops.gemm_act (gelu)", "bound launcher gemm_act (gelu)")):
             over = base[f"[{cid}] tunedb.runtime.{op}"] - base[f"[{cid}] {bound_row}"]
             print(f"selection over the bound launcher, {cid}, {op}: {over:.2f} us")

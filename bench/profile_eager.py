@@ -1,6 +1,7 @@
 """Where an eager forward's host time goes: plain model against tunedb.optimize(model), profiled.
 
     PYTHONPATH=src python bench/profile_eager.py --model llama-3-8b --batch 1 [--iters 200] [--device cuda]
+        [--pin tma_b128x256x64_w8_s3_g8]
 
 A host-bound eager forward (decode, small batches) costs what the host spends issuing it. This
 prints the wall time per forward of both (synchronised at the ends of each loop, best of 3), the
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--device", default="cuda")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--pin", default=None,
+                   help="serve every tuned shape with this config (a resolver override), e.g. a TMA tile")
     args = p.parse_args(argv)
 
     import torch
@@ -53,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batch {args.batch} not benchmarked for {args.model}; choose from {sorted(bm.inputs)}", file=sys.stderr)
         return 2
     tuned = tunedb.optimize(bm.module, inplace=False)
+    if args.pin:
+        from tunedb.families.gemm import FAMILY
+
+        pinned = FAMILY.parse_config(args.pin)
+        launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")).__enter__()  # for the whole run
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     plain_fn, tuned_fn = bm.call(bm.module, args.batch), bm.call(tuned, args.batch)
     with torch.no_grad():
