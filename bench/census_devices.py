@@ -5,7 +5,8 @@
 For each preset: `tunedb census PRESET --mode M --device meta` and `--device DEVICE` with the same
 options, then the two point lists are compared field by field (signature, M, calls, weight,
 must_tune, eager_share). Prints one line per preset; exits 1 if the points a build measures
-(op=gemm / gemm_act) differ (op=bmm points are census-only and reported, not failed).
+(op=gemm / gemm_act: signature, M, calls, must_tune, eager_share) differ; op=bmm points are
+census-only and reported, not failed.
 """
 from __future__ import annotations
 
@@ -44,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
             same = meta == real
             only_meta = sorted(set(key(meta)) - set(key(real)))
             only_real = sorted(set(key(real)) - set(key(meta)))
-            built = lambda pts: [q for q in pts if "|op=bmm|" not in q["signature"]]  # noqa: E731
+            # what a build measures (op=bmm is census-only), compared by calls: a point's weight is
+            # its share of ALL calls, bmm included, so one differing bmm shifts every weight
+            built = lambda pts: [(q["signature"], q["M"], q["calls"], q["must_tune"], q["eager_share"])  # noqa: E731
+                                 for q in pts if "|op=bmm|" not in q["signature"]]
             same_built = built(meta) == built(real)  # what a build measures (op=bmm is census-only)
             print(f"{preset}: {len(meta)} points on meta ({t_meta:.1f} s), {len(real)} on {args.device} "
                   f"({t_real:.1f} s): {'identical' if same else 'DIFFERENT'}; the {len(built(meta))} points a "
