@@ -14,6 +14,9 @@ Variants, each timed eagerly and as one CUDA graph of the whole forward:
                   pipeline.build (thin) of the census of the benchmarked batches, or
                   tunedb.autotune() on those forwards when the build's estimate exceeds its share
                   of the budget (--tune forces one); the tuning wall time is its cost
+  tunedb+compile  torch.compile(tuned copy, default mode, dynamic=False) with the tuned tier:
+                  Inductor fuses the non-GEMM ops, the tunedb ops stay opaque (compile time
+                  recorded per batch as tunedb_compile)
 Timing: eager = median of per-forward CUDA-event times after warm-up; graph = capture after
 warm-up on a side stream, median of per-replay event times. Every variant other than plain is
 timed PAIRED with plain: the two alternate in --rounds shuffled rounds (iters/rounds forwards or
@@ -34,22 +37,19 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import platform
 import signal
-import statistics
 import sys
 import tempfile
 import time
 import traceback
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e_models  # noqa: E402
 from e2e_models import MODES, cell, fresh_env, gpu_clocks, measure, sync  # noqa: E402
+from e2e_report import VARIANTS, fmt, markdown, show  # noqa: E402
 
-VARIANTS = ("plain", "max-autotune", "tunedb system", "tunedb tuned")
 T0 = time.monotonic()
 
 
@@ -79,131 +79,6 @@ def _terminate(signum, _frame):
     raise SystemExit(f"signal {signum}")
 
 
-def speedup(c: dict, plain: dict | None) -> float | None:
-    """plain / variant: against the plain time paired with the variant in the same rounds when
-    the cell has one (plain_ms), else against the plain cell's own time."""
-    if c.get("status") != "ok" or not c.get("ms"):
-        return None
-    base = c.get("plain_ms")
-    if base is None and plain and plain.get("status") == "ok":
-        base = plain.get("ms")
-    return base / c["ms"] if base else None
-
-
-def fmt(c: dict, plain: dict | None) -> str:
-    if c["status"] == "ok":
-        x = speedup(c, plain) if plain is not None else None
-        return f"{c['ms']:.3f}" + (f" ({x:.2f}x{'' if c.get('plain_ms') else ', unpaired'})" if x else "")
-    if c["status"] == "wrong":
-        return f"wrong (err {c.get('err', math.nan):.1e})"
-    return f"{c['status']}" + (f": {c['note']}" if c.get("note") else "")
-
-
-def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, header, rows) per model, then the tuning-cost table."""
-    out = []
-    for name, r in report["models"].items():
-        rows = []
-        for row in r["rows"]:
-            plain = row["cells"]["plain"]
-            rows.append([str(row["batch"]), row["mode"]] + [fmt(row["cells"][v], plain if v != "plain" else None)
-                                                            for v in VARIANTS])
-        out.append((f"{r['label']}: ms per forward (speedup vs plain timed in the same interleaved rounds)",
-                    ["batch", "mode", *VARIANTS], rows))
-    rows = []
-    for name, r in report["models"].items():
-        t, ind, tri = r.get("tuning", {}), r.get("inductor_compile", {}), r.get("triton_autotune", {})
-        ratio = (f"{t['seconds'] / ind['seconds']:.3f}" if t.get("seconds") and ind.get("complete") and ind.get("seconds")
-                 else "n/a")
-        tuned = (f"error: {t['error'][:80]}" if "error" in t else
-                 f"{t['seconds']} s ({t['method']}, {t['points']} points)" if t else "not run")
-        rows.append([name, tuned,
-                     f"{ind['seconds']} s ({len(ind['per_batch'])} of {len(r['batches'])} batches)" if ind else "not run",
-                     f"{tri['seconds']:.1f} s ({tri['how']})" if tri else "not run", ratio])
-    out.append(("Tuning cost (wall seconds, the benchmarked batches)",
-                ["model", "tunedb tune", "Inductor max-autotune compile", "triton.autotune", "tunedb / Inductor"], rows))
-    return out
-
-
-def goals(report: dict) -> list[str]:
-    """The issue's goals, met or not, with the numbers (each tunedb variant on its own)."""
-    lines = []
-    for v in ("tunedb system", "tunedb tuned"):
-        vs = {"plain": [], "max-autotune": []}
-        for r in report["models"].values():
-            for row in r["rows"]:
-                c = row["cells"]
-                mine = speedup(c[v], c["plain"])
-                theirs = speedup(c["max-autotune"], c["plain"])
-                at = f"{r['name']} b{row['batch']} {row['mode']}"
-                if mine:
-                    vs["plain"].append((mine, at))
-                    if theirs:  # both paired with plain: the ratio of two same-run ratios
-                        vs["max-autotune"].append((mine / theirs, at))
-        if vs["plain"]:
-            (worst, at), geo = min(vs["plain"]), math.exp(statistics.fmean(math.log(x) for x, _ in vs["plain"]))
-            lines.append(f"{v}: never slower than plain beyond 1%: {'met' if worst >= 0.99 else 'NOT met'} (worst "
-                         f"{worst:.3f}x at {at}); geomean >= 1.05x: {'met' if geo >= 1.05 else 'NOT met'} "
-                         f"({geo:.3f}x over {len(vs['plain'])} rows)")
-        if vs["max-autotune"]:
-            worst, at = min(vs["max-autotune"])
-            lines.append(f"{v}: never slower than max-autotune (1% band): {'met' if worst >= 0.99 else 'NOT met'} "
-                         f"(worst {worst:.3f}x at {at}, {len(vs['max-autotune'])} rows)")
-    h = report.get("host_overhead")
-    if h:
-        lines.append(f"selection <= 1 us per call over the bound launcher: "
-                     f"{'met' if h['selection_us'] <= 1.0 else 'NOT met'} ({h['selection_us']:.2f} us)")
-    for name, r in report["models"].items():
-        t, ind = r.get("tuning", {}), r.get("inductor_compile", {})
-        if t.get("seconds") and ind.get("complete") and ind.get("seconds"):
-            q = t["seconds"] / ind["seconds"]
-            lines.append(f"{name}: tuning <= 1/10 of max-autotune compile: {'met' if q <= 0.1 else 'NOT met'} "
-                         f"({t['seconds']:.1f} s ({t['method']}) vs {ind['seconds']:.1f} s)")
-        for v in ("tunedb system", "tunedb tuned"):  # which tiers and configs served (eager cells)
-            tiers, cfgs = Counter(), Counter()
-            for row in r["rows"]:
-                if row["mode"] == "eager":
-                    tiers.update(row["cells"][v].get("tiers", {}))
-                    cfgs.update(row["cells"][v].get("configs", {}))
-            if tiers:
-                lines.append(f"{name} {v} served: tiers {dict(tiers)}; configs {dict(cfgs)}")
-    return lines or ["no goal could be evaluated (nothing timed)"]
-
-
-def show(report: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=max(120, Console().width))
-    for title, header, rows in tables(report):
-        t = Table(title=title)
-        for h in header:
-            t.add_column(h)
-        for row in rows:
-            t.add_row(*row)
-        console.print(t)
-    for line in goals(report) + [f"skipped: {s}" for s in report["skipped"]]:
-        console.print(line)
-
-
-def markdown(report: dict) -> str:
-    e = report["env"]
-    md = [f"\n## End to end: plain vs max-autotune vs tunedb ({report['utc']})\n",
-          f"GPU {e['gpu']}; torch {e['torch']}, Triton {e['triton']}, Python {e['python']}. "
-          f"Clocks before: `{e['clocks_before']}`; after: `{e['clocks_after']}`.",
-          f"Command: `{report['command']}` ({report['wall_s']:.0f} s wall). Eager: median per-forward CUDA-event "
-          f"time; graph: the whole forward captured, median per-replay time; bf16, random weights.\n"]
-    for title, header, rows in tables(report):
-        md += [f"**{title}**\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
-    h = report.get("host_overhead")
-    if h:
-        md.append(f"Host cost per call (M,N,K = {h['shape']}, {h['config']} from {h['tier']}): " +
-                  ", ".join(f"{k} {v:.2f} us" for k, v in h["us_per_call"].items()) + "\n")
-    md += [f"- {g}" for g in goals(report)] + [f"- skipped: {s}" for s in report["skipped"]]
-    return "\n".join(md) + "\n"
-
-
 def describe(inputs: tuple) -> str:
     def one(x) -> str:
         if hasattr(x, "shape"):
@@ -221,7 +96,8 @@ def dry_run(args) -> int:
     print(f"budget {args.budget_s:.0f} s; eager {args.warmup}+{args.iters} forwards, graph {args.replays} replays; "
           f"tune: {args.tune} (build --thin --max-points {args.max_points} --top-k {args.top_k}); triton.autotune sample "
           f"{args.triton_sample} configs; tolerance {args.tol:g}")
-    print("phases: plain + tunedb system -> tune + tunedb tuned -> host overhead -> max-autotune -> triton.autotune")
+    print("phases: plain + tunedb system -> tune + tunedb tuned + tunedb+compile -> host overhead -> max-autotune "
+          "-> triton.autotune")
     share = 0.4 * args.budget_s / len(args.models)
     for name in args.models:
         bm = e2e_models.build(name, "meta", args.impl, args.quick, args.seed, args.attn)
@@ -302,6 +178,26 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
             tunedb.reload()
             for b in bm.batches:
                 put(name, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
+            # the tuned ops inside torch.compile's default mode: Inductor fuses what tunedb does not
+            # touch (norms, rotary, epilogues) and calls tunedb::gemm* as opaque ops; no autotuning
+            comp = r["tunedb_compile"] = {"per_batch": {}}
+            for b in bm.batches:
+                if not budget.allows(f"{name} b{b} tunedb + compile", 30):
+                    continue
+                torch._dynamo.reset()
+                compiled = torch.compile(tuned, dynamic=False)
+                t0 = time.perf_counter()
+                try:
+                    with torch.no_grad():
+                        bm.call(compiled, b)()
+                    sync()
+                except Exception as exc:  # noqa: BLE001 - reported in its cells, not fatal
+                    put(name, b, "tunedb+compile", {m: cell("error", note=f"{type(exc).__name__}: {str(exc)[:120]}")
+                                                    for m in MODES})
+                    continue
+                comp["per_batch"][str(b)] = round(time.perf_counter() - t0, 2)
+                put(name, b, "tunedb+compile", measure(bm, compiled, b, refs[b], args, anchor=bm.module))
+            torch._dynamo.reset()
 
     if budget.allows("host overhead", 10):
         print("[phase] host overhead", flush=True)

@@ -41,10 +41,10 @@ def test_unknown_model_is_refused_with_the_allowed_names():
 def _e2e():
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        import e2e
+        import e2e_report
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    return e2e
+    return e2e_report
 
 
 def _ok(ms, plain_ms=None):

@@ -1,0 +1,139 @@
+"""The end-to-end benchmark's report: speedups (paired with plain when timed so), the tables, the
+issue's goals met or not, the terminal view and the BENCHMARKS.md section. Used by bench/e2e.py."""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+
+from e2e_models import cell
+
+VARIANTS = ("plain", "max-autotune", "tunedb system", "tunedb tuned", "tunedb+compile")
+
+
+def speedup(c: dict, plain: dict | None) -> float | None:
+    """plain / variant: against the plain time paired with the variant in the same rounds when
+    the cell has one (plain_ms), else against the plain cell's own time."""
+    if c.get("status") != "ok" or not c.get("ms"):
+        return None
+    base = c.get("plain_ms")
+    if base is None and plain and plain.get("status") == "ok":
+        base = plain.get("ms")
+    return base / c["ms"] if base else None
+
+
+def fmt(c: dict, plain: dict | None) -> str:
+    if c["status"] == "ok":
+        x = speedup(c, plain) if plain is not None else None
+        return f"{c['ms']:.3f}" + (f" ({x:.2f}x{'' if c.get('plain_ms') else ', unpaired'})" if x else "")
+    if c["status"] == "wrong":
+        return f"wrong (err {c.get('err', math.nan):.1e})"
+    return f"{c['status']}" + (f": {c['note']}" if c.get("note") else "")
+
+
+def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) per model, then the tuning-cost table."""
+    out = []
+    for name, r in report["models"].items():
+        rows = []
+        for row in r["rows"]:
+            plain = row["cells"]["plain"]
+            rows.append([str(row["batch"]), row["mode"]] + [
+                fmt(row["cells"].get(v, cell("skipped")), plain if v != "plain" else None) for v in VARIANTS])
+        out.append((f"{r['label']}: ms per forward (speedup vs plain timed in the same interleaved rounds)",
+                    ["batch", "mode", *VARIANTS], rows))
+    rows = []
+    for name, r in report["models"].items():
+        t, ind, tri = r.get("tuning", {}), r.get("inductor_compile", {}), r.get("triton_autotune", {})
+        ratio = (f"{t['seconds'] / ind['seconds']:.3f}" if t.get("seconds") and ind.get("complete") and ind.get("seconds")
+                 else "n/a")
+        tuned = (f"error: {t['error'][:80]}" if "error" in t else
+                 f"{t['seconds']} s ({t['method']}, {t['points']} points)" if t else "not run")
+        comp = r.get("tunedb_compile", {}).get("per_batch", {})
+        rows.append([name, tuned,
+                     f"{ind['seconds']} s ({len(ind['per_batch'])} of {len(r['batches'])} batches)" if ind else "not run",
+                     f"{tri['seconds']:.1f} s ({tri['how']})" if tri else "not run", ratio,
+                     f"{sum(comp.values()):.1f} s ({len(comp)} of {len(r['batches'])} batches)" if comp else "not run"])
+    out.append(("Tuning cost (wall seconds, the benchmarked batches)",
+                ["model", "tunedb tune", "Inductor max-autotune compile", "triton.autotune", "tunedb / Inductor",
+                 "torch.compile of the tuned model (default mode)"], rows))
+    return out
+
+
+def goals(report: dict) -> list[str]:
+    """The issue's goals, met or not, with the numbers (each tunedb variant on its own)."""
+    lines = []
+    for v in ("tunedb system", "tunedb tuned", "tunedb+compile"):
+        vs = {"plain": [], "max-autotune": []}
+        for r in report["models"].values():
+            for row in r["rows"]:
+                c = row["cells"]
+                mine = speedup(c.get(v, {}), c["plain"])
+                theirs = speedup(c.get("max-autotune", {}), c["plain"])
+                at = f"{r['name']} b{row['batch']} {row['mode']}"
+                if mine:
+                    vs["plain"].append((mine, at))
+                    if theirs:  # both paired with plain: the ratio of two same-run ratios
+                        vs["max-autotune"].append((mine / theirs, at))
+        if vs["plain"]:
+            (worst, at), geo = min(vs["plain"]), math.exp(statistics.fmean(math.log(x) for x, _ in vs["plain"]))
+            lines.append(f"{v}: never slower than plain beyond 1%: {'met' if worst >= 0.99 else 'NOT met'} (worst "
+                         f"{worst:.3f}x at {at}); geomean >= 1.05x: {'met' if geo >= 1.05 else 'NOT met'} "
+                         f"({geo:.3f}x over {len(vs['plain'])} rows)")
+        if vs["max-autotune"]:
+            worst, at = min(vs["max-autotune"])
+            lines.append(f"{v}: never slower than max-autotune (1% band): {'met' if worst >= 0.99 else 'NOT met'} "
+                         f"(worst {worst:.3f}x at {at}, {len(vs['max-autotune'])} rows)")
+    h = report.get("host_overhead")
+    if h:
+        lines.append(f"selection <= 1 us per call over the bound launcher: "
+                     f"{'met' if h['selection_us'] <= 1.0 else 'NOT met'} ({h['selection_us']:.2f} us)")
+    for name, r in report["models"].items():
+        t, ind = r.get("tuning", {}), r.get("inductor_compile", {})
+        if t.get("seconds") and ind.get("complete") and ind.get("seconds"):
+            q = t["seconds"] / ind["seconds"]
+            lines.append(f"{name}: tuning <= 1/10 of max-autotune compile: {'met' if q <= 0.1 else 'NOT met'} "
+                         f"({t['seconds']:.1f} s ({t['method']}) vs {ind['seconds']:.1f} s)")
+        for v in ("tunedb system", "tunedb tuned"):  # which tiers and configs served (eager cells)
+            tiers, cfgs = Counter(), Counter()
+            for row in r["rows"]:
+                if row["mode"] == "eager":
+                    tiers.update(row["cells"][v].get("tiers", {}))
+                    cfgs.update(row["cells"][v].get("configs", {}))
+            if tiers:
+                lines.append(f"{name} {v} served: tiers {dict(tiers)}; configs {dict(cfgs)}")
+    return lines or ["no goal could be evaluated (nothing timed)"]
+
+
+def show(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(120, Console().width))
+    for title, header, rows in tables(report):
+        t = Table(title=title)
+        for h in header:
+            t.add_column(h)
+        for row in rows:
+            t.add_row(*row)
+        console.print(t)
+    for line in goals(report) + [f"skipped: {s}" for s in report["skipped"]]:
+        console.print(line)
+
+
+def markdown(report: dict) -> str:
+    e = report["env"]
+    md = [f"\n## End to end: plain vs max-autotune vs tunedb ({report['utc']})\n",
+          f"GPU {e['gpu']}; torch {e['torch']}, Triton {e['triton']}, Python {e['python']}. "
+          f"Clocks before: `{e['clocks_before']}`; after: `{e['clocks_after']}`.",
+          f"Command: `{report['command']}` ({report['wall_s']:.0f} s wall). Eager: median per-forward CUDA-event "
+          f"time; graph: the whole forward captured, median per-replay time; bf16, random weights.\n"]
+    for title, header, rows in tables(report):
+        md += [f"**{title}**\n", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    h = report.get("host_overhead")
+    if h:
+        md.append(f"Host cost per call (M,N,K = {h['shape']}, {h['config']} from {h['tier']}): " +
+                  ", ".join(f"{k} {v:.2f} us" for k, v in h["us_per_call"].items()) + "\n")
+    md += [f"- {g}" for g in goals(report)] + [f"- skipped: {s}" for s in report["skipped"]]
+    return "\n".join(md) + "\n"

@@ -1,0 +1,103 @@
+"""Timing whole forwards for bench/e2e.py: CUDA-event medians, graph capture with an output check,
+and paired rounds (a variant and its anchor alternating, so drift hits both alike)."""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable
+
+
+def output_tensor(out: Any) -> Any:
+    """The tensor a forward returned (transformers' ModelOutput: its first field)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
+    for attr in ("last_hidden_state", "logits"):
+        if getattr(out, attr, None) is not None:
+            return getattr(out, attr)
+    if isinstance(out, (tuple, list)) and out:
+        return output_tensor(out[0])
+    raise TypeError(f"cannot find the output tensor of a {type(out).__name__}")
+
+
+def cell(status: str, ms: float | None = None, **extra) -> dict:
+    return {"status": status, "ms": ms, **extra}
+
+
+def rel_err(out, ref) -> float:
+    a, b = output_tensor(out).float(), ref.float()
+    if a.shape != b.shape:
+        return math.inf
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def sync() -> None:
+    __import__("torch").cuda.synchronize()
+
+
+def median_ms(step: Callable[[], Any], n: int) -> float:
+    """Median of n CUDA-event times of step(), each bracketed by its own pair of events."""
+    import torch
+
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    sync()
+    for start, end in ev:
+        start.record()
+        step()
+        end.record()
+    sync()
+    return statistics.median(s.elapsed_time(e) for s, e in ev)
+
+
+def time_eager(fn, iters: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    return median_ms(fn, iters)
+
+
+def capture(fn, warmup: int, ref, tol: float):
+    """(graph, err) of fn captured after warm-up on a side stream, or a failure cell."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            out = fn()
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be captured is reported, not fatal
+        return cell("n/a", note=f"capture failed: {type(exc).__name__}: {str(exc)[:120]}")
+    graph.replay()
+    sync()
+    err = rel_err(out, ref)
+    if not err < tol:
+        return cell("wrong", err=err, note="captured graph output")
+    return graph, err
+
+
+def time_graph(fn, replays: int, warmup: int, ref, tol: float) -> dict:
+    got = capture(fn, warmup, ref, tol)
+    if isinstance(got, dict):
+        return got
+    graph, err = got
+    return cell("ok", median_ms(graph.replay, replays), err=err)
+
+
+def paired_ms(steps: dict[str, Callable[[], Any]], rounds: int, per_round: int, seed: int = 0) -> dict[str, float]:
+    """Each step's median over `rounds` of its per-round median CUDA-event time; every round runs
+    every step, in a shuffled order, so clock and thermal drift during the run hit all alike."""
+    import random
+
+    rng = random.Random(seed)
+    names = list(steps)
+    per: dict[str, list[float]] = {k: [] for k in names}
+    for _ in range(rounds):
+        rng.shuffle(names)
+        for k in names:
+            per[k].append(median_ms(steps[k], per_round))
+    return {k: statistics.median(v) for k, v in per.items()}
