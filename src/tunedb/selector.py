@@ -105,21 +105,37 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
     files = database.lookup(arch_family, fam.name)
     compiled = _compiled_set(fam, arch_family, files)
     keys = fam.serving_keys(sig) if hasattr(fam, "serving_keys") else sig.lookup_keys()
-    for res in files:
-        for key in keys:
-            entry = res.db.entries.get(key)
-            cid = entry.lookup(m) if entry is not None else None
-            if cid is None:
-                continue
-            config = _usable(fam, res, key, cid, sig, compiled, profile)
-            if config is not None:
-                return Resolution(config, res.tier, key)
+    # Keys of the call's own op (its dtype, then dt=half: one measurement under two names) are
+    # asked of every tier, user first, before any key of another op (gemm_act falling back to the
+    # plain GEMM's entry, which never measured the epilogue): an exact entry in the system tier
+    # beats a fallback entry in the user tier.
+    for group in _by_op(keys):
+        for res in files:
+            for key in group:
+                entry = res.db.entries.get(key)
+                cid = entry.lookup(m) if entry is not None else None
+                if cid is None:
+                    continue
+                config = _usable(fam, res, key, cid, sig, compiled, profile)
+                if config is not None:
+                    return Resolution(config, res.tier, key)
     ranker = _ranker_for(fam, profile) if settings.model_fallback_enabled() else None
     if ranker is not None:
         config = _rank(fam, ranker, sig, m, compiled, profile)
         if config is not None:
             return Resolution(config, "model", None)
     return _default(fam, sig, profile)
+
+
+def _by_op(keys: tuple[Signature, ...]) -> list[tuple[Signature, ...]]:
+    """The serving keys in runs of one op, in the family's order (most specific first)."""
+    groups: list[list[Signature]] = []
+    for key in keys:
+        if groups and groups[-1][0].op == key.op:
+            groups[-1].append(key)
+        else:
+            groups.append([key])
+    return [tuple(g) for g in groups]
 
 
 def _default(fam: Any, sig: Signature, profile: ArchProfile | None) -> Resolution:

@@ -66,6 +66,26 @@ def test_half_entry_serves_fp16_and_bf16_and_a_concrete_entry_wins(fam, tier_dir
     assert selector.resolve("fake", sig(dt="fp32"), 8).tier == "default"
 
 
+def test_own_op_in_any_tier_beats_a_fallback_op_in_the_user_tier(fam, tier_dirs, monkeypatch):
+    # the family lets mm_act fall back to the plain mm entry of the same N, K (as gemm does)
+    monkeypatch.setattr(fam, "serving_keys", lambda s: s.lookup_keys() + (
+        sig(op="mm", dt=s.dt, n=s.get("N"), k=s.get("K")).lookup_keys() if s.op == "mm_act" else ()), raising=False)
+    act_bf16 = sig(op="mm_act", dt="bf16")
+    files(tier_dirs, user={S128: entry_raw([[None, "a"]])},
+          system={"fake|op=mm_act|dt=half|N=128|K=64": entry_raw([[None, "b"]])})
+    r = selector.resolve("fake", act_bf16, 8)
+    assert (r.config.id, r.tier, r.entry_signature) == ("b", "system", sig(op="mm_act"))
+    # within one op the user tier still wins, whatever the dtype naming (dt=half vs bf16)
+    files(tier_dirs, user={"fake|op=mm_act|dt=half|N=128|K=64": entry_raw([[None, "a"]])},
+          system={"fake|op=mm_act|dt=bf16|N=128|K=64": entry_raw([[None, "b"]])})
+    r = selector.resolve("fake", act_bf16, 8)
+    assert (r.config.id, r.tier) == ("a", "user")
+    # no entry of the op anywhere: the fallback op answers, user tier first
+    files(tier_dirs, user={S128: entry_raw([[None, "a"]])}, system={S128: entry_raw([[None, "b"]])})
+    r = selector.resolve("fake", act_bf16, 8)
+    assert (r.config.id, r.tier, r.entry_signature) == ("a", "user", sig())
+
+
 def test_sentinels_resolve(fam, tier_dirs):
     act = "fake|op=mm_act|dt=half|N=128|K=64"
     files(tier_dirs, system={S128: entry_raw([[8, "default"], [None, "torch"]]),
