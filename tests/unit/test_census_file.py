@@ -71,6 +71,17 @@ def test_merge_adds_weights_and_calls_and_ors_must_tune():
     assert dict(m.meta)["mode"] == "offline+streaming"
 
 
+def test_merge_adds_the_forwards_the_calls_came_from():
+    a = ShapeSet((Point(SIG, 16, 1.0, 600),), "m", (("mode", "offline"), ("forwards", "100")))
+    b = ShapeSet((Point(SIG, 32, 1.0, 120000),), "m", (("mode", "streaming"), ("forwards", "20000")))
+    m = merge(a, b)
+    assert dict(m.meta)["forwards"] == "20100"
+    from tunedb.buildsteps import working_sets
+
+    # 6 layers of one 512x512 weight per forward, offline or streaming alike
+    assert working_sets([("m", m)])[SIG] == 6 * 512 * 512 * 2
+
+
 def test_capture_record_read_and_merge(tmp_path):
     path = tmp_path / "cap.jsonl"
     assert record_call(SIG, 16) is False  # TUNEDB_CAPTURE unset: nothing recorded

@@ -180,3 +180,15 @@ def test_the_call_memo_is_off_while_tunedb_capture_records(gemm, tmp_path, monke
     key = ("gemm", "none", x.shape, x.dtype, w.shape, w.dtype, None)
     launch_table.remember(key, bound)
     assert launch_table.known(key) is None
+
+
+def test_a_launcher_of_a_past_epoch_is_never_remembered(gemm):
+    x, w, _ = _tensors(m=8, bias=False)
+    old = launch_table.launcher("gemm", x, w, None, "none", 8)
+    selector.reload()  # another thread starts a new epoch between the lookup and remember()
+    key = ("gemm", "none", x.shape, x.dtype, w.shape, w.dtype, None)
+    launch_table.remember(key, old)
+    assert launch_table.known(key) is None
+    new = launch_table.launcher("gemm", x, w, None, "none", 8)
+    launch_table.remember(key, new)
+    assert launch_table.known(key) is new

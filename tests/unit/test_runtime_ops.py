@@ -90,6 +90,8 @@ def test_bad_inputs_name_the_value_and_what_is_allowed():
         ops.gemm_act(x, w, torch.randn(3), "none")
     with pytest.raises(ValueError, match="dtype"):
         ops.gemm(x.half(), w)
+    with pytest.raises(ValueError, match="bias dtype torch.float16 differs from x dtype torch.float32"):
+        ops.gemm_act(x, w, b.half(), "none")
 
 
 def test_torch_compile_traces_the_ops_without_graph_breaks():

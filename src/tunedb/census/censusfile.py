@@ -119,9 +119,14 @@ def merge(*censuses: ShapeSet) -> ShapeSet:
     workloads = sorted({c.workload for c in censuses if c.workload})
     modes = sorted({dict(c.meta).get("mode", "") for c in censuses} - {""})
     meta: dict[str, str] = {}
+    forwards = 0
     for c in censuses:
         for k, v in c.meta:
-            if k != "mode":
+            if k == "forwards" and v.isdigit():
+                forwards += int(v)  # the calls add up, so the forwards they came from do too
+            elif k != "mode":
                 meta.setdefault(k, v)
+    if forwards:
+        meta["forwards"] = str(forwards)
     return ShapeSet(merge_points(p for c in censuses for p in c.points), "+".join(workloads),
                     (("mode", "+".join(modes)),) + tuple(sorted(meta.items())))

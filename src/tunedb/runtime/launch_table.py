@@ -32,7 +32,7 @@ class Count:
 class Bound:
     """A shape's resolution, the launcher bound to it, and how often it ran this epoch."""
 
-    __slots__ = ("family", "signature", "m", "config", "tier", "call", "counter", "seen_captured")
+    __slots__ = ("family", "signature", "m", "config", "tier", "call", "counter", "seen_captured", "key")
 
     def __init__(self, family: str, signature: Signature, m: int, config: Config, tier: str,
                  call: Callable[..., Any], counter: Any = None) -> None:
@@ -44,6 +44,7 @@ class Bound:
         self.call = call
         self.counter = counter if counter is not None else Count()
         self.seen_captured = False  # TUNEDB_CAPTURE: whether a captured call was recorded
+        self.key: tuple[Any, ...] | None = None  # its launch-table key, once in the table
 
     @property
     def calls(self) -> int:
@@ -115,8 +116,10 @@ def known(key: tuple[Any, ...]) -> Bound | None:
 
 
 def remember(key: tuple[Any, ...], bound: Bound) -> None:
-    """Let later calls with this exact key go straight to `bound` (unless something observes calls)."""
-    if _capture[0] is None and not _recorders and bound.calls > 0:
+    """Let later calls with this exact key go straight to `bound` (unless something observes calls).
+    Only a bound the table still holds: a reload on another thread between the call's lookup
+    and this must not leave the old epoch's launcher serving the new one."""
+    if _capture[0] is None and not _recorders and bound.calls > 0 and _table.get(bound.key) is bound:
         _calls[key] = bound
 
 
@@ -175,6 +178,7 @@ def launcher(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> Bound
     bound = _table.get(key)
     if bound is None:
         bound = _bind(op, x, weight, bias, act)
+        bound.key = key
         _table[key] = bound
         if _capture[0] is not None:
             _record_capture(bound, _capturing())

@@ -45,6 +45,8 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act
         raise ValueError(f"x dtype {x.dtype} differs from weight dtype {weight.dtype}; cast one of them")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+    if bias is not None and bias.dtype != x.dtype:
+        raise ValueError(f"bias dtype {bias.dtype} differs from x dtype {x.dtype}; cast one of them")
 
 
 _SERVED = (torch.float16, torch.bfloat16)  # what the GEMM family tunes; others take the torch arm
@@ -61,6 +63,8 @@ def _run(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 
 def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              act: str, key: tuple[Any, ...] | None) -> torch.Tensor:
+    if bias is not None and not bias.is_contiguous():  # the Triton epilogue reads it at stride 1
+        bias, key = bias.contiguous(), None  # and such calls never take the call memo
     n, k = weight.shape
     if x.device.type != "cuda" or x.dtype not in _SERVED or k == 0:
         return ACTS[act](F.linear(x, weight, bias))
@@ -187,7 +191,7 @@ def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
             and not (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                           or (bias is not None and bias.requires_grad)))):
         key = ("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,
-               None if bias is None else bias.shape)
+               None if bias is None else (bias.shape, bias.dtype, bias.is_contiguous()))
         bound = _known(key)
         if bound is not None:
             bound.counter.calls += 1
