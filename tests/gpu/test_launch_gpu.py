@@ -97,3 +97,20 @@ def test_repeated_eager_calls_take_the_call_memo_and_count(tiers_dirs):
         with launch_table.recording() as sink:
             ops.gemm(x, w)
         assert [(str(s), m) for _, s, m in sink] == [(str(sig), 24)]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_layer_on_another_gpu_runs_there(tiers_dirs):
+    # device_map="auto" places layers on several GPUs while the current device stays cuda:0
+    cfg = FAMILY.parse_config(LANES["triton_mma"])
+    sig = Signature.parse("gemm|op=gemm|dt=bf16|N=256|K=128")
+    (x, w, _), _ = FAMILY.make_inputs(sig, 32, "cuda:1", 7)
+    ref = FAMILY.reference(sig, x, w)
+    with launch_table.overriding(lambda fam, s, m: (cfg, "pinned")), torch.inference_mode():
+        assert torch.cuda.current_device() == 0
+        for _ in range(3):  # the first call, then what would be the memo's
+            y = ops.gemm(x, w)
+            torch.cuda.synchronize(1)
+            assert y.device == x.device
+            assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 2e-2
+        assert torch.cuda.current_device() == 0

@@ -71,6 +71,9 @@ def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     m = x.numel() // k
     if m == 0 or n == 0:
         return x.new_empty((*x.shape[:-1], n))
+    if x.get_device() != _current_device():  # a layer on another GPU (device_map="auto"): Triton
+        with torch.cuda.device(x.device):  # launches on the current device, so make it x's
+            return _execute(op, x, weight, bias, act, None)  # (and never memoise such a call)
     # the launcher takes x as [..., K] and returns a fresh [..., N] tensor
     bound = launch_table.launcher(op, x, weight, bias, act, m)
     if bound.calls > 1:
@@ -165,6 +168,8 @@ _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _compiling = torch.compiler.is_compiling
 _known = launch_table.known
+# the current CUDA device, cheaply (a call's x is already on CUDA, so CUDA is initialised)
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -173,7 +178,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
             and not (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
         key = ("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None)
         bound = _known(key)
-        if bound is not None:
+        if bound is not None and x.get_device() == _current_device():
             bound.counter.calls += 1
             return bound.call(x, weight, None, None)
         _check(x, weight, None, "none")
@@ -193,7 +198,7 @@ def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
         key = ("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,
                None if bias is None else (bias.shape, bias.dtype, bias.is_contiguous()))
         bound = _known(key)
-        if bound is not None:
+        if bound is not None and x.get_device() == _current_device():
             bound.counter.calls += 1
             return bound.call(x, weight, bias, None)
         _check(x, weight, bias, act)
