@@ -69,3 +69,24 @@ def test_goals_use_the_plain_time_paired_with_each_variant():
     assert "tunedb tuned: never slower than max-autotune (1% band): NOT met (worst 0.909x" in lines
     assert e2e.fmt(row["cells"]["tunedb system"], row["cells"]["plain"]) == "1.000 (1.10x)"
     assert e2e.fmt(_ok(2.0), row["cells"]["plain"]) == "2.000 (0.50x, unpaired)"
+
+
+def test_paired_rounds_interleave_the_variant_and_plain(monkeypatch):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import e2e_timing
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    order, clock = [], [1.0]
+
+    def fake_median(step, n):  # a clock that drifts 10% per timed block: pairing must cancel it
+        order.append((step(), n))
+        clock[0] *= 1.1
+        return {"v": 1.0, "plain": 2.0}[order[-1][0]] * clock[0]
+
+    monkeypatch.setattr(e2e_timing, "median_ms", fake_median)
+    got = e2e_timing.paired_ms({"v": lambda: "v", "plain": lambda: "plain"}, rounds=6, per_round=4, seed=3)
+    assert len(order) == 12 and all(n == 4 for _, n in order)
+    assert {o[0] for o in order[0::2]} | {o[0] for o in order[1::2]} == {"v", "plain"}
+    assert [o[0] for o in order[0::2]] != ["v"] * 6  # shuffled, not always the same one first
+    assert 1.7 < got["plain"] / got["v"] < 2.3  # the true 2x survives a drift of 1.1**12
