@@ -22,6 +22,7 @@ JSON to --out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
@@ -117,25 +118,17 @@ def main(argv: list[str] | None = None) -> int:
              lambda: launch_table.launcher("gemm", x, w, None, "none", m)),
         ]
         served["selector"] = selector.resolve("gemm", sig, m).config.id
-        groups = [(None, plain)]
-        for cid in ("torch", *(c.id for c in triton_cfgs)):
-            groups.append((cid, None))
-        for cid, rows in groups:
-            ctx = launch_table.overriding(lambda fam, s, mm, c=FAMILY.parse_config(cid): (c, "pinned")) \
-                if cid else None
-            if ctx is not None:
-                ctx.__enter__()
-            try:
-                rows = rows if rows is not None else pinned_rows(cid)
+        for cid in (None, "torch", *(c.id for c in triton_cfgs)):
+            pin = (launch_table.overriding(lambda fam, s, mm, c=FAMILY.parse_config(cid): (c, "pinned"))
+                   if cid else contextlib.nullcontext())
+            with pin:
+                rows = pinned_rows(cid) if cid else plain
                 for _name, fn in rows:  # warm: compile, bind, memoise
                     for _ in range(20):
                         fn()
                 for name, fn in rows:
                     us = per_call_us(fn, args.calls, args.repeats, sync)
                     results.append({"row": name, "us_per_call": round(us, 3)})
-            finally:
-                if ctx is not None:
-                    ctx.__exit__(None, None, None)
 
     base = {r["row"]: r["us_per_call"] for r in results}
     print(f"host cost per call, M={args.m} N={args.n} K={args.k} {args.dtype}, "

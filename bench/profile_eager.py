@@ -15,24 +15,12 @@ import cProfile
 import io
 import pstats
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import e2e_models  # noqa: E402
-
-
-def per_forward_ms(fn, iters: int, sync) -> float:
-    best = float("inf")
-    for _ in range(3):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        sync()
-        best = min(best, (time.perf_counter() - t0) / iters)
-    return best * 1e3
+from host_overhead import per_call_us  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         for fn in (plain_fn, tuned_fn):
             for _ in range(10):
                 fn()
-        plain = per_forward_ms(plain_fn, args.iters, sync)
-        fast = per_forward_ms(tuned_fn, args.iters, sync)
+        plain = per_call_us(plain_fn, args.iters, 3, sync) / 1e3  # ms per forward, best of 3 loops
+        fast = per_call_us(tuned_fn, args.iters, 3, sync) / 1e3
         served = {b.config.id for _k, b in launch_table.entries()}
         print(f"{args.model} b{args.batch} on {args.device}: plain {plain:.3f} ms, tunedb {fast:.3f} ms per "
               f"forward ({plain / fast:.3f}x); {calls} tuned-op calls per forward, "

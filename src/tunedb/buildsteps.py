@@ -85,9 +85,6 @@ def evidence(meas: Sequence[Measurement], keep: set[str]) -> dict[str, Any]:
     return out
 
 
-_WEIGHT_BYTES = {"half": 2, "bf16": 2, "fp16": 2, "fp32": 4, "int8": 1, "fp8": 1}
-
-
 def working_sets(censuses: Sequence[tuple[str, Any]], ops: Sequence[str] = ("gemm", "gemm_act")
                  ) -> dict[Signature, int]:
     """The weight bytes each signature is measured behind (the protocol's L2 state): per census --
@@ -102,16 +99,16 @@ def working_sets(censuses: Sequence[tuple[str, Any]], ops: Sequence[str] = ("gem
             forwards = int(dict(shapes.meta).get("forwards") or 0)
         except ValueError:
             forwards = 0
-        total, sigs = 0, []
-        for sig in shapes.signatures():
-            n, k = sig.get("N"), sig.get("K")
-            if sig.op not in ops or not isinstance(n, int) or not isinstance(k, int):
-                continue
-            calls = sum(p.calls for p in shapes.for_signature(sig))
-            per_forward = max(1, round(calls / forwards)) if forwards > 0 and calls > 0 else 1
-            total += per_forward * n * k * _WEIGHT_BYTES.get(sig.dt, 2)
-            sigs.append(sig)
-        for sig in sigs:
+        calls: dict[Signature, int] = {}
+        for p in shapes.points:
+            n, k = p.signature.get("N"), p.signature.get("K")
+            if p.signature.op in ops and isinstance(n, int) and isinstance(k, int):
+                calls[p.signature] = calls.get(p.signature, 0) + p.calls
+        total = 0
+        for sig, c in calls.items():
+            per_forward = max(1, round(c / forwards)) if forwards > 0 and c > 0 else 1
+            total += per_forward * sig.get("N") * sig.get("K") * costmodel.ELEM_BYTES.get(sig.dt, 2)
+        for sig in calls:
             out[sig] = max(out.get(sig, 0), total)
     return out
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable, Mapping, Sequence
 
-from tunedb.costmodel import (_ELEM_BYTES, _VENDOR, ModelParams, Terms, _predict_us, _tile_of,
+from tunedb.costmodel import (ELEM_BYTES, _VENDOR, ModelParams, Terms, _predict_us, _tile_of,
                               _vendor_parts, _vendor_us, default_line, predict, terms)
 from tunedb.records import ArchProfile, Config, Measurement, Status
 
@@ -70,7 +70,7 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
         pred = _predict_us(config, shape, arch, base)
         if not isinstance(pred, Status) and pred > 0:
             ratios.append(us / pred)
-        rows.setdefault(config.id, []).append((tm, us, _ELEM_BYTES.get(meas.signature.dt, 2)))
+        rows.setdefault(config.id, []).append((tm, us, ELEM_BYTES.get(meas.signature.dt, 2)))
     ratios.sort()
     scale = base.scale * (ratios[len(ratios) // 2] if ratios else 1.0)
     per = _fit_lines(rows, by_id, arch, base, scale, base.latency_us)

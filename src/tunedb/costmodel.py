@@ -29,7 +29,8 @@ ShapeArg = Union[Shape, tuple[Signature, int]]
 Validity = Callable[[Config, Signature, "int | None", ArchProfile], "str | None"]
 DefaultOf = Callable[[Signature, ArchProfile], Config]  # family.default_config
 
-_ELEM_BYTES = {"half": 2, "fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "fp8": 1}
+# bytes per element of a signature's dt (the build's weight working set uses it too)
+ELEM_BYTES = {"half": 2, "fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "fp8": 1}
 _MAX_WARPS_PER_SM = 64
 _MAX_CTAS_PER_SM = 32
 _MAX_REGS_PER_THREAD = 255
@@ -196,7 +197,7 @@ class Terms:
 def terms(config: Config, shape: ShapeArg, arch: ArchProfile) -> Terms | Status:
     m, n, k, dt, _ = _shape_of(shape)
     t = _tile_of(config)
-    elem = _ELEM_BYTES.get(dt, 2)
+    elem = ELEM_BYTES.get(dt, 2)
     k_tiles = _cdiv(k, t.bk)
     if t.split_k > k_tiles:
         return Status.INFEASIBLE
@@ -228,7 +229,7 @@ def _predict_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: Mode
     tm = terms(config, shape, arch)
     if isinstance(tm, Status):
         return tm
-    elem = _ELEM_BYTES.get(_shape_of(shape)[3], 2)
+    elem = ELEM_BYTES.get(_shape_of(shape)[3], 2)
     a, b = _line(config, arch, params, elem)
     return max(tm.line_us(a, b, params.latency_us) + tm.fixed_us, tm.floor_us)
 
@@ -246,7 +247,7 @@ def _torch_tiles(lane: str) -> tuple[Config, ...]:
 def _vendor_parts(name: str, shape: ShapeArg, arch: ArchProfile,
                   params: ModelParams) -> list[tuple[float, float, float]]:
     """(line_us, fixed_us, floor_us) of each feasible vendor tile: the line is unscaled."""
-    elem = _ELEM_BYTES.get(_shape_of(shape)[3], 2)
+    elem = ELEM_BYTES.get(_shape_of(shape)[3], 2)
     out = []
     for c in _torch_tiles(name):
         tm = terms(c, shape, arch)

@@ -15,7 +15,7 @@ from typing import Any
 from tunedb.census import modes
 from tunedb.census.presets import AUDIO, Workload
 from tunedb.errors import CensusError
-from tunedb.records import Point, ShapeSet, Signature
+from tunedb.records import HALF_DTYPES, Point, ShapeSet, Signature
 
 
 def traffic(w: Workload, mode: str, max_batch: int, chunk: int | None, manifest: str | Path | None,
@@ -56,7 +56,7 @@ def probe(built: Any, key: modes.Key, model: Any = None) -> Counter[tuple[Signat
     with launch_table.recording() as tuned:
         calls = record(lambda: model(*inputs))
     for _family, sig, m in tuned:
-        calls[(sig.with_dt("half") if sig.dt in ("bf16", "fp16") else sig, m)] += 1
+        calls[(sig.with_dt("half") if sig.dt in HALF_DTYPES else sig, m)] += 1  # the census's dt
     return calls
 
 

@@ -94,25 +94,20 @@ def _family() -> Any:
 # bias.shape or None) of a call that already ran -> its Bound. A hit skips validation and the
 # key arithmetic above; it holds only calls nothing needs to observe (no recorder, no capture).
 _calls: dict[tuple[Any, ...], Bound] = {}
-_hooked: list[bool] = [False]
+# known(key): the Bound of a call key already served this epoch, else None. The dict's own get
+# (the dict is only ever cleared, never replaced): one C call on every eager tuned-op call.
+known: Callable[[tuple[Any, ...]], "Bound | None"] = _calls.get
 
 
 def clear() -> None:
     """Forget every bound launcher (the next call of each shape resolves again)."""
+    from tunedb.database import tiers
+
     _table.clear()
     _calls.clear()
     _epoch[0] = _selector_epoch()
     _capture[0] = _capture_path()
-    if not _hooked[0]:  # a new epoch (tunedb.reload) clears the table before any call sees it
-        from tunedb.database import tiers
-
-        tiers.on_reload(clear)
-        _hooked[0] = True
-
-
-def known(key: tuple[Any, ...]) -> Bound | None:
-    """The Bound of a call key already served this epoch (see _calls), else None."""
-    return _calls.get(key)
+    tiers.on_reload(clear)  # (once: on_reload ignores a hook it has) a new epoch clears the table
 
 
 def remember(key: tuple[Any, ...], bound: Bound) -> None:

@@ -153,17 +153,10 @@ _gemm_act_op.register_autograd(_backward, setup_context=_setup)
 
 # --- entry points -------------------------------------------------------------------------
 
-def _direct(x: torch.Tensor, *params: torch.Tensor | None) -> bool:
-    """True when the dispatcher would add nothing: plain tensors, eager, no autograd."""
-    if type(x) is not torch.Tensor or torch.compiler.is_compiling():
-        return False
-    if torch.is_grad_enabled():
-        return not any(p is not None and p.requires_grad for p in (x, *params))
-    return True
-
-
-# Eager inference's fast path: a call whose exact key (op, act, shapes, dtypes) already ran this
-# epoch was validated then, so it goes straight to its bound launcher (launch_table.known).
+# Plain tensors, eager, no autograd: the dispatcher would add nothing, so the entry points call
+# the implementation directly (anything else goes through torch.ops.tunedb). On CUDA a call whose
+# exact key (op, act, shapes, dtypes) already ran this epoch was validated then, and goes straight
+# to its bound launcher (launch_table.known).
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _compiling = torch.compiler.is_compiling
@@ -174,36 +167,34 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
-    if (type(x) is _Tensor and x.is_cuda and not _compiling()
-            and not (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
+    if (type(x) is not _Tensor or _compiling()
+            or (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
+        return torch.ops.tunedb.gemm(x, weight)
+    key = None
+    if x.is_cuda:
         key = ("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None)
         bound = _known(key)
         if bound is not None and x.get_device() == _current_device():
             bound.counter.calls += 1
             return bound.call(x, weight, None, None)
-        _check(x, weight, None, "none")
-        return _run("gemm", x, weight, None, "none", key)
-    if _direct(x, weight):
-        _check(x, weight, None, "none")
-        return _run("gemm", x, weight, None, "none")
-    return torch.ops.tunedb.gemm(x, weight)
+    _check(x, weight, None, "none")
+    return _run("gemm", x, weight, None, "none", key)
 
 
 def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
              act: str = "none") -> torch.Tensor:
     """act(x @ weight.T + bias); act is one of none, gelu, gelu_tanh, relu, silu."""
-    if (type(x) is _Tensor and x.is_cuda and not _compiling()
-            and not (_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                          or (bias is not None and bias.requires_grad)))):
+    if (type(x) is not _Tensor or _compiling()
+            or (_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                     or (bias is not None and bias.requires_grad)))):
+        return torch.ops.tunedb.gemm_act(x, weight, bias, act)
+    key = None
+    if x.is_cuda:
         key = ("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,
                None if bias is None else (bias.shape, bias.dtype, bias.is_contiguous()))
         bound = _known(key)
         if bound is not None and x.get_device() == _current_device():
             bound.counter.calls += 1
             return bound.call(x, weight, bias, None)
-        _check(x, weight, bias, act)
-        return _run("gemm_act", x, weight, bias, act, key)
-    if _direct(x, weight, bias):
-        _check(x, weight, bias, act)
-        return _run("gemm_act", x, weight, bias, act)
-    return torch.ops.tunedb.gemm_act(x, weight, bias, act)
+    _check(x, weight, bias, act)
+    return _run("gemm_act", x, weight, bias, act, key)
