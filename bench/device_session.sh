@@ -38,9 +38,11 @@ for stage in "$@"; do
       timeout 300 python bench/gemm_kernels.py --out "$L/gemm_kernels.json" ${GEMM_ARGS:-} 2>&1 | tee "$L/gemm_kernels.log" | tail -60 ;;
     host)
       timeout 60 python bench/host_overhead.py --out "$L/host_overhead.json" 2>&1 | tee "$L/host_overhead.log" ;;
-    profile)  # where an eager forward's host time goes, plain vs tunedb (decode and encoder)
+    profile)  # where an eager forward's host time goes, plain vs tunedb; MODEL:BATCH[:PINNED_CONFIG]
       for mb in ${PROFILE_MODELS:-llama-3-8b:1 whisper-large-v3:1}; do
-        timeout 120 python bench/profile_eager.py --model ${mb%%:*} --batch ${mb##*:} --iters ${PROFILE_ITERS:-200} 2>&1 | tee -a "$L/profile_eager.log" | head -40
+        IFS=: read -r pm pb pc <<< "$mb"
+        echo "### profile $mb" | tee -a "$L/profile_eager.log"
+        timeout 120 python bench/profile_eager.py --model $pm --batch $pb ${pc:+--pin $pc} --iters ${PROFILE_ITERS:-200} 2>&1 | tee -a "$L/profile_eager.log" | head -40
       done ;;
     censusdev)  # issue 5: a census on meta tensors equals the census run on the GPU
       timeout 240 python bench/census_devices.py --device cuda --presets ${CENSUSDEV_PRESETS:-whisper-base conformer llama-3-8b} 2>&1 | tee "$L/census_devices.log" ;;

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from tunedb.families.gemm import configs
 from tunedb.records import Config
@@ -30,8 +30,30 @@ class KernelSpec:
     def kernel(self) -> Any:
         return kernel_fn(self.name)
 
+    @property
+    def persistent(self) -> bool:
+        """A persistent kernel launches at most one CTA per SM; each walks tiles pid, pid + grid, ..."""
+        return self.name == "tma"
+
     def kwargs(self) -> dict[str, Any]:
         return {**dict(self.constexprs), "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+
+def grid_of(spec: KernelSpec, n: int) -> Callable[[int, int], tuple[int, ...]]:
+    """The launch grid of `spec` at N = n, as `grid(M, sm_count)` (the count matters only to a
+    persistent kernel). Here rather than in the launcher because the grid decides the GPU work:
+    this file is part of the family's impl_hash, the host-side launch path is not."""
+    cx = dict(spec.constexprs)
+    bm, bn = cx["BM"], cx["BN"]
+    cols = -(-n // bn)
+    if spec.name == "splitk_reduce":
+        return lambda m, sms: (-(-m // bm), cols)
+    if spec.name == "splitk_partial":
+        split = cx["SPLIT"]
+        return lambda m, sms: (-(-m // bm) * cols, split)
+    if spec.persistent:
+        return lambda m, sms: (min(sms, -(-m // bm) * cols),)
+    return lambda m, sms: (-(-m // bm) * cols,)
 
 
 def kernel_fn(name: str) -> Any:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 
 from tunedb.families.gemm import arms, configs
-from tunedb.families.gemm.kernel_specs import REDUCE_BM, REDUCE_BN, specs
+from tunedb.families.gemm.kernel_specs import grid_of, specs
 from tunedb.families.gemm.kernels_common import ACT_CODES
 from tunedb.families.gemm.triton_launch import Site
 from tunedb.records import Config, Signature
@@ -56,7 +56,7 @@ def _build(config: Config, sig: Signature) -> Launcher:
     why = configs.sig_reason(sig)
     if why:
         raise ValueError(f"cannot launch {sig.format()!r}: {why}")
-    build = {"triton_mma": _mma, "triton_tma": _tma, "triton_splitk": _splitk}[config.lane]
+    build = {"triton_mma": _tiled, "triton_tma": _tiled, "triton_splitk": _splitk}[config.lane]
     return build(config, sig)
 
 
@@ -81,36 +81,56 @@ def _prologue(sig: Signature):
     return prep, n, k, has_bias, act
 
 
-def _mma(config: Config, sig: Signature) -> Launcher:
+def _tiled(config: Config, sig: Signature) -> Launcher:
+    """One kernel over output tiles: the triton_mma and triton_tma lanes."""
     (spec,) = specs(config)
-    bm, bn, _ = configs.blocks(config)
     prep, n, k, has_bias, act = _prologue(sig)
     site = Site(spec.kernel, (n, k, has_bias, act), spec.kwargs())
-    tiles_n = -(-n // bn)
+    grid = grid_of(spec, n)
+    if not spec.persistent:
+        def run(x, weight, bias, out):
+            x2, w, b, y = prep(x, weight, bias, out)
+            m = x2.shape[0]
+            if m:
+                site(grid(m, 0), x2, w, y, b, m)
+            return y
 
-    def run(x, weight, bias, out):
+        return run
+
+    # Device-side tensor descriptors: 16-byte-aligned bases and Triton's scratch allocator.
+    scratch = _scratch_allocator()
+
+    def run_tma(x, weight, bias, out):
         x2, w, b, y = prep(x, weight, bias, out)
         m = x2.shape[0]
         if m:
-            site((-(-m // bm) * tiles_n,), x2, w, y, b, m)
+            if x2.data_ptr() % 16:
+                x2 = x2.clone()
+            if w.data_ptr() % 16:
+                w = w.clone()
+            scratch()
+            site(grid(m, _num_sms(x.device) if x.is_cuda else 4), x2, w, y, b, m)
         return y
 
-    return run
+    return run_tma
 
 
-def _set_allocator() -> None:
-    """Device-side tensor descriptors need scratch memory; Triton's allocator is a context variable,
-    so a thread that never set one sees the null allocator: set it where it is missing."""
+def _scratch_allocator() -> Callable[[], None]:
+    """`ensure()`: makes Triton's allocator (a context variable, so a thread that never set one sees
+    the null allocator) ours where it is missing; one ContextVar read per call after the first."""
     import triton
 
     try:
         from triton.runtime._allocation import _NULL_ALLOCATOR, _allocator
+    except ImportError:  # another Triton's layout: set it once per launcher
+        triton.set_allocator(_scratch)
+        return lambda: None
 
-        if _allocator.get() is not _NULL_ALLOCATOR:
-            return
-    except ImportError:
-        pass
-    triton.set_allocator(_scratch)
+    def ensure() -> None:
+        if _allocator.get() is _NULL_ALLOCATOR:
+            triton.set_allocator(_scratch)
+
+    return ensure
 
 
 def _scratch(size: int, alignment: int, stream: Any) -> Any:
@@ -119,51 +139,27 @@ def _scratch(size: int, alignment: int, stream: Any) -> Any:
 
 def _num_sms(device: Any) -> int:
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SMS:
-        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SMS[index]
-
-
-def _tma(config: Config, sig: Signature) -> Launcher:
-    (spec,) = specs(config)
-    bm, bn, _ = configs.blocks(config)
-    prep, n, k, has_bias, act = _prologue(sig)
-    site = Site(spec.kernel, (n, k, has_bias, act), spec.kwargs())
-    tiles_n = -(-n // bn)
-
-    def run(x, weight, bias, out):
-        x2, w, b, y = prep(x, weight, bias, out)
-        m = x2.shape[0]
-        if m:
-            if x2.data_ptr() % 16:  # a tensor descriptor's base must be 16-byte aligned
-                x2 = x2.clone()
-            if w.data_ptr() % 16:
-                w = w.clone()
-            _set_allocator()
-            sms = _num_sms(x.device) if x.is_cuda else 4
-            site((min(sms, -(-m // bm) * tiles_n),), x2, w, y, b, m)
-        return y
-
-    return run
+    sms = _SMS.get(index)
+    if sms is None:
+        sms = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return sms
 
 
 def _splitk(config: Config, sig: Signature) -> Launcher:
     partial, reduce = specs(config)
-    bm, bn, _ = configs.blocks(config)
     split = config.param("split_k")
     prep, n, k, has_bias, act = _prologue(sig)
     partial_site = Site(partial.kernel, (n, k), partial.kwargs())
     reduce_site = Site(reduce.kernel, (n, has_bias, act), reduce.kwargs())
-    tiles_n = -(-n // bn)
-    red_n = -(-n // REDUCE_BN)
+    partial_grid, reduce_grid = grid_of(partial, n), grid_of(reduce, n)
 
     def run(x, weight, bias, out):
         x2, w, b, y = prep(x, weight, bias, out)
         m = x2.shape[0]
         if m:
             ws = x2.new_empty((split, m, n), dtype=torch.float32)
-            partial_site((-(-m // bm) * tiles_n, split), x2, w, ws, m)
-            reduce_site((-(-m // REDUCE_BM), red_n), ws, y, b, m)
+            partial_site(partial_grid(m, 0), x2, w, ws, m)
+            reduce_site(reduce_grid(m, 0), ws, y, b, m)
         return y
 
     return run
