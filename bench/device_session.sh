@@ -37,7 +37,7 @@ for stage in "$@"; do
     gemm)
       timeout 300 python bench/gemm_kernels.py --out "$L/gemm_kernels.json" ${GEMM_ARGS:-} 2>&1 | tee "$L/gemm_kernels.log" | tail -60 ;;
     host)
-      timeout 60 python bench/host_overhead.py --out "$L/host_overhead.json" 2>&1 | tee "$L/host_overhead.log" ;;
+      timeout ${HOST_S:-150} python bench/host_overhead.py --out "$L/host_overhead.json" 2>&1 | tee "$L/host_overhead.log" ;;
     profile)  # where an eager forward's host time goes, plain vs tunedb; MODEL:BATCH[:PINNED_CONFIG]
       for mb in ${PROFILE_MODELS:-llama-3-8b:1 whisper-large-v3:1}; do
         IFS=: read -r pm pb pc <<< "$mb"

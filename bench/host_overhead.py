@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=256)
     parser.add_argument("--k", type=int, default=256)
     parser.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
-    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--calls", type=int, default=10000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--triton-config", default="b16x64x256_w4_s3_g8,tma_b128x128x64_w8_s4_g8",
                         help="comma-separated Triton configs, each pinned for its own rows "
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, fn in rows:
                     us = per_call_us(fn, args.calls, args.repeats, sync)
                     results.append({"row": name, "us_per_call": round(us, 3)})
+                    print(f"  measured {name}: {us:.2f} us", flush=True)  # a run cut short still shows these
 
     base = {r["row"]: r["us_per_call"] for r in results}
     print(f"host cost per call, M={args.m} N={args.n} K={args.k} {args.dtype}, "

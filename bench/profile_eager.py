@@ -11,6 +11,7 @@ regression in the tuned ops' host path shows by name. The models are bench/e2e_m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import pstats
@@ -44,11 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"batch {args.batch} not benchmarked for {args.model}; choose from {sorted(bm.inputs)}", file=sys.stderr)
         return 2
     tuned = tunedb.optimize(bm.module, inplace=False)
+    pin = contextlib.ExitStack()  # held by name: a context manager nobody references is exited when collected
     if args.pin:
         from tunedb.families.gemm import FAMILY
 
         pinned = FAMILY.parse_config(args.pin)
-        launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")).__enter__()  # for the whole run
+        pin.enter_context(launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")))
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     plain_fn, tuned_fn = bm.call(bm.module, args.batch), bm.call(tuned, args.batch)
     with torch.no_grad():
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             tuned_fn()
         sync()
         prof.disable()
+    pin.close()
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
     print(out.getvalue())
