@@ -2,7 +2,7 @@
 # One device call, several stages: `bash bench/device_session.sh STAGE...` on the H200.
 # Every stage logs under /tmp/work/logs, re-tarred into $OUT/session.tgz after each stage, so a
 # call stopped at its limit still returns what finished (at most 8 files come back from $OUT).
-# Stages: env arch prebuilt tests fidelity gemm host profile censusdev build buildall repro exhaustive evaluate e2e e2e-each
+# Stages: env arch prebuilt tests fidelity gemm host profile inmodel censusdev build buildall repro exhaustive evaluate e2e e2e-each
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
@@ -42,7 +42,13 @@ for stage in "$@"; do
       for mb in ${PROFILE_MODELS:-llama-3-8b:1 whisper-large-v3:1}; do
         IFS=: read -r pm pb pc <<< "$mb"
         echo "### profile $mb" | tee -a "$L/profile_eager.log"
-        timeout 120 python bench/profile_eager.py --model $pm --batch $pb ${pc:+--pin $pc} --iters ${PROFILE_ITERS:-200} 2>&1 | tee -a "$L/profile_eager.log" | head -40
+        timeout 150 python bench/profile_eager.py --model $pm --batch $pb ${pc:+--pin $pc} --iters ${PROFILE_ITERS:-200} ${PROFILE_ARGS:-} 2>&1 | tee -a "$L/profile_eager.log" | head -40
+      done ;;
+    inmodel)  # each kernel's GPU time inside a model, plain vs tunedb; INMODEL_RUNS: argument lists split by ";"
+      IFS=';' read -ra runs <<< "${INMODEL_RUNS:---model whisper-large-v3 --batch 8 --graph}"
+      for r in "${runs[@]}"; do
+        echo "### inmodel $r" | tee -a "$L/inmodel.log"
+        timeout ${INMODEL_S:-150} python bench/inmodel_kernels.py $r 2>&1 | tee -a "$L/inmodel.log" | tail -45
       done ;;
     censusdev)  # issue 5: a census on meta tensors equals the census run on the GPU
       timeout 240 python bench/census_devices.py --device cuda --presets ${CENSUSDEV_PRESETS:-whisper-base conformer llama-3-8b} 2>&1 | tee "$L/census_devices.log" ;;

@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--device", default="cuda")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--compile", action="store_true",
+                   help="profile torch.compile(tunedb.optimize(model)) (default mode) as the tuned model")
     p.add_argument("--pin", default=None,
                    help="serve every tuned shape with this config (a resolver override), e.g. a TMA tile")
     args = p.parse_args(argv)
@@ -51,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
 
         pinned = FAMILY.parse_config(args.pin)
         pin.enter_context(launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")))
+    if args.compile:
+        tuned = torch.compile(tuned, dynamic=False)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     plain_fn, tuned_fn = bm.call(bm.module, args.batch), bm.call(tuned, args.batch)
     with torch.no_grad():
@@ -73,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         sync()
         prof.disable()
     pin.close()
+    if args.compile:
+        from torch._dynamo.utils import counters
+
+        print(f"dynamo: {dict(counters['stats'])}; graph breaks: {dict(counters['graph_break'])}")
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
     print(out.getvalue())

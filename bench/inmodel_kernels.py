@@ -1,0 +1,135 @@
+"""Each kernel's GPU time inside a model's forward: plain against tunedb.optimize(model), by name.
+
+    PYTHONPATH=src python bench/inmodel_kernels.py --model whisper-large-v3 --batch 8 [--graph]
+        [--pin CONFIG] [--iters 20] [--compile]
+
+A build measures each config alone (CUDA graphs of repeated calls behind cold or warm weights);
+a model runs it between other kernels. When a tier's pick wins its measurement but the model gets
+slower, this shows which kernels diverge: kernel durations from torch.profiler (CUPTI) over
+--iters forwards (eager, or replays of one captured graph with --graph) of both models, grouped
+by kernel name, per forward, and the GEMM kernels' share. It also prints what the tuned model
+served (signature, M, config, tier), to set beside the tier's evidence. --compile profiles
+torch.compile(tuned model) (default mode) instead, with Dynamo's graph and graph-break counts.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import e2e_models  # noqa: E402
+
+# kernel names of GEMMs: cuBLAS (nvjet, sm90_xmma, cutlass) and tunedb's Triton kernels
+_GEMM_MARKS = ("gemm", "nvjet", "xmma", "cutlass", "splitk", "triton_mm")
+
+
+def kernel_times(fn, iters: int, graph: bool) -> dict[str, list[float]]:
+    """{kernel name: [us per launch, ...]} over `iters` forwards (or replays)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    run = fn
+    if graph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        run = g.replay
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            run()
+        torch.cuda.synchronize()
+    times: dict[str, list[float]] = defaultdict(list)
+    for ev in prof.events():
+        if str(getattr(ev, "device_type", "")).endswith("CUDA") and ev.time_range.elapsed_us() > 0:
+            times[ev.name].append(ev.time_range.elapsed_us())
+    return times
+
+
+def summarise(times: dict[str, list[float]], iters: int) -> tuple[list[tuple[str, float, float, float]], float, float]:
+    rows = []
+    gemm = total = 0.0
+    for name, us in times.items():
+        per_fwd = sum(us) / iters
+        rows.append((name, len(us) / iters, statistics.median(us), per_fwd))
+        total += per_fwd
+        if any(mark in name.lower() for mark in _GEMM_MARKS):
+            gemm += per_fwd
+    rows.sort(key=lambda r: -r[3])
+    return rows, gemm, total
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="whisper-large-v3", choices=sorted(e2e_models.SPECS))
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--graph", action="store_true", help="profile replays of one captured graph")
+    p.add_argument("--compile", action="store_true", help="profile torch.compile(tuned model), default mode")
+    p.add_argument("--pin", default=None, help="serve every tuned shape with this config")
+    p.add_argument("--top", type=int, default=12)
+    args = p.parse_args(argv)
+
+    import torch
+
+    import tunedb
+    from tunedb.runtime import launch_table
+
+    if not torch.cuda.is_available():
+        print("inmodel_kernels.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    bm = e2e_models.build(args.model, "cuda", quick=False)
+    if args.batch not in bm.inputs:
+        print(f"batch {args.batch} not benchmarked for {args.model}; choose from {sorted(bm.inputs)}", file=sys.stderr)
+        return 2
+    tuned = tunedb.optimize(bm.module, inplace=False)
+    pin = contextlib.ExitStack()
+    if args.pin:
+        from tunedb.families.gemm import FAMILY
+
+        pinned = FAMILY.parse_config(args.pin)
+        pin.enter_context(launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")))
+    variant = torch.compile(tuned, dynamic=False) if args.compile else tuned
+    with pin, torch.no_grad():
+        with launch_table.recording():
+            bm.call(variant, args.batch)()
+        served = sorted({(b.signature.format(), b.m, b.config.id, b.tier) for _k, b in launch_table.entries()})
+        results = {}
+        for label, module in (("plain", bm.module), ("tunedb", variant)):
+            results[label] = summarise(kernel_times(bm.call(module, args.batch), args.iters, args.graph), args.iters)
+    mode = "graph replays" if args.graph else "eager forwards"
+    what = "torch.compile(tunedb)" if args.compile else "tunedb"
+    print(f"{args.model} b{args.batch}, {args.iters} {mode}, {what}{' pinned ' + args.pin if args.pin else ''}: "
+          f"GPU kernel time per forward")
+    for label, (rows, gemm, total) in results.items():
+        print(f"\n[{label}] all kernels {total:.1f} us, GEMM kernels {gemm:.1f} us per forward")
+        print(f"  {'kernel':70s} {'/fwd':>5s} {'median us':>10s} {'us/fwd':>9s}")
+        for name, per, med, per_fwd in rows[:args.top]:
+            print(f"  {name[:70]:70s} {per:5.1f} {med:10.2f} {per_fwd:9.1f}")
+    (_, g0, t0), (_, g1, t1) = results["plain"], results["tunedb"]
+    print(f"\ntunedb - plain: all kernels {t1 - t0:+.1f} us ({t0 / t1:.3f}x), GEMM kernels {g1 - g0:+.1f} us per forward")
+    print("served:")
+    for sig, m, cid, tier in served:
+        print(f"  {sig} M={m}: {cid} ({tier})")
+    if args.compile:
+        from torch._dynamo.utils import counters
+
+        print(f"dynamo: {dict(counters['stats'])}; graph breaks: {dict(counters['graph_break'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
