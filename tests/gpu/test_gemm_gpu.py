@@ -93,3 +93,27 @@ def test_m_zero_returns_empty():
     x = torch.empty(0, 256, device="cuda", dtype=torch.bfloat16)
     for cid in ("b64x64x64_w4_s3_g8", "tma_b64x128x64_w4_s4_g8", "sk2_b32x128x128_w4_s4"):
         assert FAMILY.launch(FAMILY.parse_config(cid), sig, x, w).shape == (0, 256)
+
+
+@pytest.mark.parametrize("act,bias", [("none", True), ("gelu", True), ("silu", False), ("relu", True)])
+def test_torch_arm_measured_runs_the_models_kernels(act, bias):
+    """The build measures the torch arm with `out`; it must launch the kernels the model's call
+    (out=None: F.linear + activation) launches, by name and count, and nothing more."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sig = FAMILY.make_signature("gemm_act", "bf16", 1280, 1280, act=act, bias=bias)
+    (x, w, b), _ = FAMILY.make_inputs(sig, 1500, "cuda", 0)
+    arm = FAMILY.parse_config("torch")
+    out = torch.empty((1500, 1280), dtype=x.dtype, device="cuda")
+
+    def kernels(o):
+        FAMILY.launch(arm, sig, x, w, b, out=o)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            FAMILY.launch(arm, sig, x, w, b, out=o)
+            torch.cuda.synchronize()
+        return sorted(e.name for e in prof.events() if str(e.device_type).endswith("CUDA"))
+
+    assert kernels(out) == kernels(None)
+    ref = FAMILY.reference(sig, x, w, b)
+    assert rel_err(out, ref) < 2e-2

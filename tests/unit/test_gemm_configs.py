@@ -218,3 +218,34 @@ def test_gemm_act_is_served_by_its_own_entry_then_the_plain_gemms():
     ]
     plain = FAMILY.make_signature("gemm", "fp16", 512, 2048)
     assert FAMILY.serving_keys(plain) == plain.lookup_keys()
+
+
+@pytest.mark.parametrize("act", ["none", "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_torch_arm_writes_out_with_the_models_kernels_and_no_copy(act, bias):
+    """A measurement passes `out`; the torch arm must run the model's kernels straight into it
+    (a copy of the result would charge it a pass over the output that the model never pays)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from tunedb.families.gemm.arms import reference, torch_arm
+
+    sig = FAMILY.make_signature("gemm_act", "bf16", 24, 16, act=act, bias=bias)  # fp32 tensors: exact on the CPU
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 16, generator=gen)
+    w = torch.randn(24, 16, generator=gen)
+    b = torch.randn(24, generator=gen) if bias else None
+    run = torch_arm(sig)
+    out = torch.full((2, 5, 24), float("nan"))
+
+    def copies(*args):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            result = run(*args)
+        return result, sum(e.name == "aten::copy_" for e in prof.events())
+
+    got, measured = copies(x, w, b, out)
+    model_y, model = copies(x, w, b, None)  # how the model calls it
+    assert got is out
+    assert measured <= model, f"the measured call copies {measured} times, the model's call {model}"
+    torch.testing.assert_close(out, reference(sig, x, w, b), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(model_y, out, rtol=1e-5, atol=1e-5)

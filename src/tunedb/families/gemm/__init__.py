@@ -17,11 +17,11 @@ from tunedb.families.gemm.signatures import make_signature, serving_keys, signat
 from tunedb.records import ArchProfile, Config, Signature
 
 # Files whose text decides what a config computes and how fast on the GPU (kernels, constexprs,
-# compile options, grids): the database's soft validator. The host-side launch path (launch.py,
+# compile options, grids, the torch arms as measured): the database's soft validator. The host-side launch path (launch.py,
 # triton_launch.py) is not here: a measurement times the GPU work in a CUDA graph, so editing
 # how a launch is issued leaves every measured entry valid.
 KERNEL_SOURCES = ("kernels_common.py", "kernels_mma.py", "kernels_tma.py", "kernels_splitk.py",
-                  "kernel_specs.py")
+                  "kernel_specs.py", "arms.py")
 
 
 @lru_cache(maxsize=1)
