@@ -115,3 +115,29 @@ def test_torch_compile_backward_through_the_op():
     ref_x = x.detach().clone().requires_grad_(True)
     F.relu(F.linear(ref_x, w.detach(), b.detach())).sum().backward()
     torch.testing.assert_close(x.grad, ref_x.grad)
+
+
+def test_dispatch_modes_and_grad_still_see_the_tuned_op():
+    """The Autograd kernel's fast path (plain tensors, no grad: straight to the implementation)
+    must not hide the op from a dispatch mode (FakeTensor, tracing, debug modes) or from autograd."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x, w, b = _inputs()
+    with torch.no_grad(), Seen() as seen:
+        torch.ops.tunedb.gemm_act.default(x, w, b, "silu")
+        torch.ops.tunedb.gemm.default(x, w)
+    assert seen.ops[:1] == ["tunedb.gemm_act.default"] and "tunedb.gemm.default" in seen.ops
+    bias = b.clone().requires_grad_(True)  # only the bias needs a gradient
+    torch.ops.tunedb.gemm_act.default(x, w, bias, "relu").sum().backward()
+    ref = b.clone().requires_grad_(True)
+    F.relu(F.linear(x, w, ref)).sum().backward()
+    torch.testing.assert_close(bias.grad, ref.grad)

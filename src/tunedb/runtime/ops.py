@@ -49,6 +49,8 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act
         raise ValueError(f"bias dtype {bias.dtype} differs from x dtype {x.dtype}; cast one of them")
 
 
+_Tensor = torch.Tensor
+_grad_enabled = torch.is_grad_enabled
 _SERVED = (torch.float16, torch.bfloat16)  # what the GEMM family tunes; others take the torch arm
 
 
@@ -86,27 +88,43 @@ def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 
 # --- registration -------------------------------------------------------------------------
+# Defined with torch.library's low-level API rather than torch.library.custom_op: inside a
+# compiled graph every call goes through the dispatcher, and custom_op's generic Python layers
+# (an autograd kernel that runs even without grad, a redispatch, a dynamo-disable wrapper, an
+# aliasing check) cost ~3x what the call itself costs on the host (CPU: 39 vs 19 us per gemm_act
+# call). Here the Autograd kernel below calls the implementation directly when no gradient is
+# needed and the tensors are plain (no subclass, no dispatch mode), and otherwise applies an
+# autograd.Function whose forward redispatches below autograd, as custom_op's does. The GPU path
+# through it is not yet measured on the device (bench/host_overhead.py's dispatcher row).
 
-@torch.library.custom_op("tunedb::gemm", mutates_args=())
-def _gemm_op(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+_lib = torch.library.Library("tunedb", "DEF")  # noqa: TOR901 - kept alive for the process
+_lib.define("gemm(Tensor x, Tensor weight) -> Tensor")
+_lib.define("gemm_act(Tensor x, Tensor weight, Tensor? bias, str act) -> Tensor")
+
+
+def _gemm_impl(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     _check(x, weight, None, "none")
     return _run("gemm", x, weight, None, "none")
 
 
-@torch.library.custom_op("tunedb::gemm_act", mutates_args=())
-def _gemm_act_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                 act: str) -> torch.Tensor:
+def _gemm_act_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   act: str) -> torch.Tensor:
     _check(x, weight, bias, act)
     return _run("gemm_act", x, weight, bias, act)
 
 
-@_gemm_op.register_fake
+# every backend: CUDA tensors run the launch table's launcher, others the torch arm
+_lib.impl("gemm", _gemm_impl, "CompositeExplicitAutograd")
+_lib.impl("gemm_act", _gemm_act_impl, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("tunedb::gemm", lib=_lib)
 def _gemm_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     _check(x, weight, None, "none")
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-@_gemm_act_op.register_fake
+@torch.library.register_fake("tunedb::gemm_act", lib=_lib)
 def _gemm_act_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                    act: str) -> torch.Tensor:
     _check(x, weight, bias, act)
@@ -147,8 +165,57 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     return grad_x, grad_w, grad_b, None
 
 
-_gemm_op.register_autograd(_backward, setup_context=_setup)
-_gemm_act_op.register_autograd(_backward, setup_context=_setup)
+class _TunedGemm(torch.autograd.Function):
+    """Autograd of both ops: forward below autograd (the op itself), backward `_backward`."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                act: str | None) -> torch.Tensor:
+        with torch._C._AutoDispatchBelowAutograd():
+            if act is None:
+                return torch.ops.tunedb.gemm.default(x, weight)
+            return torch.ops.tunedb.gemm_act.default(x, weight, bias, act)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        x, weight, bias, act = inputs
+        _setup(ctx, (x, weight) if act is None else (x, weight, bias, act), output)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        grads = _backward(ctx, grad)
+        return (*grads[:2], None, None) if len(grads) == 2 else grads
+
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+def _plain_no_grad(*tensors: torch.Tensor | None) -> bool:
+    """No gradient needed, no tensor subclass (FakeTensor, FunctionalTensor), no dispatch mode."""
+    if _dispatch_modes():
+        return False
+    grad = _grad_enabled()
+    for t in tensors:
+        if t is not None and (type(t) is not _Tensor or (grad and t.requires_grad)):
+            return False
+    return True
+
+
+def _gemm_autograd(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    if _plain_no_grad(x, weight):
+        return _gemm_impl(x, weight)
+    return _TunedGemm.apply(x, weight, None, None)
+
+
+def _gemm_act_autograd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                       act: str) -> torch.Tensor:
+    if _plain_no_grad(x, weight, bias):
+        return _gemm_act_impl(x, weight, bias, act)
+    return _TunedGemm.apply(x, weight, bias, act)
+
+
+_lib.impl("gemm", _gemm_autograd, "Autograd")
+_lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
 
 
 # --- entry points -------------------------------------------------------------------------
@@ -157,8 +224,6 @@ _gemm_act_op.register_autograd(_backward, setup_context=_setup)
 # the implementation directly (anything else goes through torch.ops.tunedb). On CUDA a call whose
 # exact key (op, act, shapes, dtypes) already ran this epoch was validated then, and goes straight
 # to its bound launcher (launch_table.known).
-_Tensor = torch.Tensor
-_grad_enabled = torch.is_grad_enabled
 _compiling = torch.compiler.is_compiling
 _known = launch_table.known
 # the current CUDA device, cheaply (a call's x is already on CUDA, so CUDA is initialised)
