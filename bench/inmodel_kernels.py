@@ -8,8 +8,9 @@ a model runs it between other kernels. When a tier's pick wins its measurement b
 slower, this shows which kernels diverge: kernel durations from torch.profiler (CUPTI) over
 --iters forwards (eager, or replays of one captured graph with --graph) of both models, grouped
 by kernel name, per forward, and the GEMM kernels' share. It also prints what the tuned model
-served (signature, M, config, tier), to set beside the tier's evidence. --compile profiles
-torch.compile(tuned model) (default mode) instead, with Dynamo's graph and graph-break counts.
+served (signature, M, config, tier), to set beside the tier's evidence. --compile compiles both
+models (torch.compile default mode, so the compiler's own fusions cancel) and prints Dynamo's
+graph and graph-break counts.
 """
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--graph", action="store_true", help="profile replays of one captured graph")
-    p.add_argument("--compile", action="store_true", help="profile torch.compile(tuned model), default mode")
+    p.add_argument("--compile", action="store_true", help="compile both models (default mode)")
     p.add_argument("--pin", default=None, help="serve every tuned shape with this config")
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args(argv)
@@ -102,16 +103,17 @@ def main(argv: list[str] | None = None) -> int:
 
         pinned = FAMILY.parse_config(args.pin)
         pin.enter_context(launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")))
+    plain = torch.compile(bm.module, dynamic=False) if args.compile else bm.module
     variant = torch.compile(tuned, dynamic=False) if args.compile else tuned
     with pin, torch.no_grad():
         with launch_table.recording():
             bm.call(variant, args.batch)()
         served = sorted({(b.signature.format(), b.m, b.config.id, b.tier) for _k, b in launch_table.entries()})
         results = {}
-        for label, module in (("plain", bm.module), ("tunedb", variant)):
+        for label, module in (("plain", plain), ("tunedb", variant)):
             results[label] = summarise(kernel_times(bm.call(module, args.batch), args.iters, args.graph), args.iters)
     mode = "graph replays" if args.graph else "eager forwards"
-    what = "torch.compile(tunedb)" if args.compile else "tunedb"
+    what = "compiled tunedb vs compiled plain" if args.compile else "tunedb"
     print(f"{args.model} b{args.batch}, {args.iters} {mode}, {what}{' pinned ' + args.pin if args.pin else ''}: "
           f"GPU kernel time per forward")
     for label, (rows, gemm, total) in results.items():

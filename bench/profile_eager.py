@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--compile", action="store_true",
-                   help="profile torch.compile(tunedb.optimize(model)) (default mode) as the tuned model")
+                   help="compile both models (torch.compile default mode): compiled plain against "
+                        "compiled tunedb.optimize(model), so the compiler's own fusions cancel")
     p.add_argument("--pin", default=None,
                    help="serve every tuned shape with this config (a resolver override), e.g. a TMA tile")
     args = p.parse_args(argv)
@@ -53,10 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
         pinned = FAMILY.parse_config(args.pin)
         pin.enter_context(launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")))
+    plain_model = bm.module
     if args.compile:
-        tuned = torch.compile(tuned, dynamic=False)
+        plain_model, tuned = torch.compile(plain_model, dynamic=False), torch.compile(tuned, dynamic=False)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    plain_fn, tuned_fn = bm.call(bm.module, args.batch), bm.call(tuned, args.batch)
+    plain_fn, tuned_fn = bm.call(plain_model, args.batch), bm.call(tuned, args.batch)
     with torch.no_grad():
         with launch_table.recording() as seen:
             tuned_fn()
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         plain = per_call_us(plain_fn, args.iters, 3, sync) / 1e3  # ms per forward, best of 3 loops
         fast = per_call_us(tuned_fn, args.iters, 3, sync) / 1e3
         served = {b.config.id for _k, b in launch_table.entries()}
-        print(f"{args.model} b{args.batch} on {args.device}: plain {plain:.3f} ms, tunedb {fast:.3f} ms per "
+        print(f"{args.model} b{args.batch} on {args.device}{' (both compiled)' if args.compile else ''}: "
+              f"plain {plain:.3f} ms, tunedb {fast:.3f} ms per "
               f"forward ({plain / fast:.3f}x); {calls} tuned-op calls per forward, "
               f"{(fast - plain) * 1e3 / max(calls, 1):+.2f} us per call; configs served: {sorted(served)}")
         prof = cProfile.Profile()

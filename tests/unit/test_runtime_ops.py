@@ -141,3 +141,28 @@ def test_dispatch_modes_and_grad_still_see_the_tuned_op():
     ref = b.clone().requires_grad_(True)
     F.relu(F.linear(x, w, ref)).sum().backward()
     torch.testing.assert_close(bias.grad, ref.grad)
+
+
+def test_model_weights_take_the_direct_path_without_grad(monkeypatch):
+    """A compiled graph calls the op with the model's nn.Parameter weights under no_grad: that
+    must reach the implementation without building an autograd node (the host cost per call)."""
+    lin = torch.nn.Linear(16, 8)
+    x = torch.randn(3, 16)
+
+    def no_autograd(*args):
+        raise AssertionError("took the autograd.Function path")
+
+    monkeypatch.setattr(ops._TunedGemm, "apply", no_autograd)
+    with torch.no_grad():
+        y = torch.ops.tunedb.gemm_act.default(x, lin.weight, lin.bias, "gelu")
+        torch.testing.assert_close(y, F.gelu(lin(x)))
+        torch.ops.tunedb.gemm.default(x, lin.weight)
+    with pytest.raises(AssertionError, match="autograd.Function"):  # grad needed: it must take it
+        torch.ops.tunedb.gemm.default(x, lin.weight)
+
+
+def test_meta_tensors_take_the_fake_kernel():
+    x, w = torch.empty(2, 5, 16, device="meta"), torch.empty(8, 16, device="meta")
+    with torch.no_grad():
+        y = torch.ops.tunedb.gemm_act.default(x, w, None, "relu")
+    assert y.device.type == "meta" and y.shape == (2, 5, 8)

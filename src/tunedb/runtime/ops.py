@@ -144,9 +144,8 @@ def _act_backward(grad: torch.Tensor, pre: torch.Tensor, act: str) -> torch.Tens
 
 
 def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    x, weight = inputs[0], inputs[1]
-    bias = inputs[2] if len(inputs) > 2 else None
-    ctx.act = inputs[3] if len(inputs) > 3 else "none"
+    x, weight, bias, act = inputs
+    ctx.act = act or "none"
     ctx.has_bias = bias is not None
     ctx.save_for_backward(x, weight, bias)
 
@@ -159,14 +158,12 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     g2 = grad.reshape(-1, weight.shape[0])
     grad_x = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
     grad_w = g2.t() @ x.reshape(-1, k) if ctx.needs_input_grad[1] else None
-    if len(ctx.needs_input_grad) == 2:
-        return grad_x, grad_w
     grad_b = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
     return grad_x, grad_w, grad_b, None
 
 
 class _TunedGemm(torch.autograd.Function):
-    """Autograd of both ops: forward below autograd (the op itself), backward `_backward`."""
+    """Autograd of both ops (act None: gemm): forward below autograd (the op itself)."""
 
     @staticmethod
     def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -176,27 +173,26 @@ class _TunedGemm(torch.autograd.Function):
                 return torch.ops.tunedb.gemm.default(x, weight)
             return torch.ops.tunedb.gemm_act.default(x, weight, bias, act)
 
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-        x, weight, bias, act = inputs
-        _setup(ctx, (x, weight) if act is None else (x, weight, bias, act), output)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        grads = _backward(ctx, grad)
-        return (*grads[:2], None, None) if len(grads) == 2 else grads
+    setup_context = staticmethod(_setup)
+    backward = staticmethod(_backward)
 
 
 _dispatch_modes = torch._C._len_torch_dispatch_stack
+_tls_included = torch._C._dispatch_tls_is_dispatch_key_included
+_FUNCTIONALIZE = torch._C.DispatchKey.Functionalize
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a Parameter (model weights) has no dispatch hook
+_DIRECT_DEVICES = ("cuda", "cpu")
 
 
-def _plain_no_grad(*tensors: torch.Tensor | None) -> bool:
-    """No gradient needed, no tensor subclass (FakeTensor, FunctionalTensor), no dispatch mode."""
-    if _dispatch_modes():
+def _plain_no_grad(x: torch.Tensor, *rest: torch.Tensor | None) -> bool:
+    """No gradient needed, no tensor subclass (FakeTensor, FunctionalTensor), no dispatch mode,
+    no C++ functionalization, a CUDA or CPU x (meta tensors take the fake kernel): the cases where
+    the kernels below autograd would only reach the implementation anyway."""
+    if _dispatch_modes() or x.device.type not in _DIRECT_DEVICES or _tls_included(_FUNCTIONALIZE):
         return False
     grad = _grad_enabled()
-    for t in tensors:
-        if t is not None and (type(t) is not _Tensor or (grad and t.requires_grad)):
+    for t in (x, *rest):
+        if t is not None and (type(t) not in _PLAIN or (grad and t.requires_grad)):
             return False
     return True
 

@@ -122,9 +122,8 @@ def _scratch_allocator() -> Callable[[], None]:
 
     try:
         from triton.runtime._allocation import _NULL_ALLOCATOR, _allocator
-    except ImportError:  # another Triton's layout: set it once per launcher
-        triton.set_allocator(_scratch)
-        return lambda: None
+    except ImportError:  # another Triton's layout: set it on every call (it may be per thread)
+        return lambda: triton.set_allocator(_scratch)
 
     def ensure() -> None:
         if _allocator.get() is _NULL_ALLOCATOR:
