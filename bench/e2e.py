@@ -100,7 +100,7 @@ def dry_run(args) -> int:
           "-> triton.autotune")
     share = 0.4 * args.budget_s / len(args.models)
     for name in args.models:
-        bm = e2e_models.build(name, "meta", args.impl, args.quick, args.seed, args.attn)
+        bm = e2e_models.build(name, "meta", args.impl, args.quick, args.seed, args.attn, args.batches)
         shapes = e2e_models.tuned_points(bm, tunedb.optimize(bm.module, inplace=False))
         print(f"\n{bm.label}")
         for b in bm.batches:
@@ -126,7 +126,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
     models = {}
     for name in args.models:
         try:
-            bm = e2e_models.build(name, "cuda", args.impl, args.quick, args.seed, args.attn)
+            bm = e2e_models.build(name, "cuda", args.impl, args.quick, args.seed, args.attn, args.batches)
             with torch.no_grad():
                 refs = {b: e2e_models.output_tensor(bm.call(bm.module, b)()).clone() for b in bm.batches}
         except Exception as exc:  # noqa: BLE001 - one model failing to build or run leaves the others
@@ -249,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(e2e_models.SPECS), help="comma-separated: " + ", ".join(e2e_models.SPECS))
     p.add_argument("--quick", action="store_true", help="fewer layers, batches and timed calls: a smoke run")
+    p.add_argument("--batches", default=None,
+                   help="comma-separated batch sizes instead of each model's own (e.g. 8: one batch per device "
+                        "call, so max-autotune's compile fits the budget)")
     p.add_argument("--budget-s", type=float, default=420.0, help="wall budget of the whole script (s)")
     p.add_argument("--tune", choices=("auto", "build", "autotune"), default="auto")
     p.add_argument("--max-points", type=int, default=3, help="the build's --thin --max-points")
@@ -276,6 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     bad = [m for m in args.models if m not in e2e_models.SPECS]
     if bad or not args.models:
         p.error(f"--models {','.join(bad) or '(none)'}: choose from {', '.join(e2e_models.SPECS)}")
+    if args.batches is not None:
+        try:
+            args.batches = tuple(int(b) for b in args.batches.split(",") if b.strip())
+        except ValueError:
+            args.batches = ()
+        if not args.batches or min(args.batches) < 1:
+            p.error("--batches takes comma-separated positive integers, e.g. 1,8")
     for name, default, quick in (("iters", 20, 10), ("replays", 50, 20), ("host_calls", 20000, 5000)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else default)

@@ -94,7 +94,7 @@ class BenchModel:
 
 
 def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed: int = 0,
-          attn: str = "sdpa") -> BenchModel:
+          attn: str = "sdpa", batches: tuple[int, ...] | None = None) -> BenchModel:
     """The model `name` (a key of SPECS) at its benchmark depth on `device` (meta: no weights).
 
     attn: the attention a transformers model runs. The census preset asks for "eager" (so a
@@ -106,7 +106,10 @@ def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed:
         raise ValueError(f"unknown model {name!r}; models are {', '.join(SPECS)}")
     spec = SPECS[name]
     layers = spec.quick_layers if quick else spec.layers
-    batches = spec.quick_batches if quick else spec.batches
+    if batches is None:
+        batches = spec.quick_batches if quick else spec.batches
+    elif not batches or any(type(b) is not int or b < 1 for b in batches):
+        raise ValueError(f"batches must be positive ints, got {batches!r}")
     torch.manual_seed(seed)
     with _depth(spec, layers):
         built = presets.workload(spec.preset).build(torch.device(device), impl)

@@ -32,6 +32,15 @@ def test_dry_run_plans_whisper_at_reduced_depth_and_benchmarked_batches():
     assert "tune: build estimate" in out and "triton.autotune:" in out
 
 
+def test_batches_option_plans_only_those_batches_and_refuses_bad_ones():
+    res = _run("--dry-run", "--models", "whisper-large-v3", "--batches", "8")
+    assert res.returncode == 0, res.stderr
+    assert "batch 8: inputs 8x128x3000" in res.stdout and "batch 1:" not in res.stdout
+    assert "M=12000" in res.stdout and "M=1500 " not in res.stdout
+    bad = _run("--dry-run", "--batches", "0,two")
+    assert bad.returncode == 2 and "positive integers" in bad.stderr
+
+
 def test_unknown_model_is_refused_with_the_allowed_names():
     res = _run("--dry-run", "--models", "whisper-tiny")
     assert res.returncode == 2
