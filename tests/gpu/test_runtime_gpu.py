@@ -156,3 +156,23 @@ def test_prewarm_measures_a_models_shapes_into_the_user_tier_then_strict_passes(
         model(x)
     tiers_seen = {bound.tier for _key, bound in launch_table.entries()}
     assert tiers_seen == {"user"}
+
+
+@pytest.mark.parametrize("cid", ["torch", TRITON_CFG])
+def test_compiled_graph_calls_the_tuned_op_with_model_weights(tiers_dirs, cid):
+    """torch.compile (Inductor) keeps the tuned op opaque and calls it through the dispatcher with
+    the model's nn.Parameter weights: same result as eager, served by the pinned config."""
+    lin = torch.nn.Linear(256, 512, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
+
+    def fn(x):
+        return torch.relu(ops.gemm_act(x, lin.weight, lin.bias, "gelu")) * 2 + 1
+
+    pinned = FAMILY.parse_config(cid)
+    with torch.no_grad(), launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")):
+        want = torch.relu(torch.nn.functional.gelu(lin(x))) * 2 + 1
+        got = torch.compile(fn, fullgraph=True, dynamic=False)(x)
+        torch.cuda.synchronize()
+        served = {b.config.id for _k, b in launch_table.entries()}
+    assert rel_err(got, want) < 2e-2
+    assert served == {cid}
