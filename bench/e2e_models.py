@@ -135,6 +135,31 @@ def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed:
     return BenchModel(name, impl, layers, spec.table[spec.depth_key], batches, module, runner, inputs)
 
 
+def plain_and_tuned(name: str, device: str, batch: int, pin: str | None = None,
+                    compiled: bool = False) -> tuple[BenchModel, Any, Any, contextlib.ExitStack]:
+    """For the profiling benches: the model, its plain and tunedb.optimize()d modules (both
+    torch.compile'd, default mode, when `compiled`), and a context that serves every tuned shape
+    with config `pin` while open (empty without one). ValueError names a batch not benchmarked."""
+    import torch
+
+    import tunedb
+    from tunedb.runtime import launch_table
+
+    bm = build(name, device, quick=False)
+    if batch not in bm.inputs:
+        raise ValueError(f"batch {batch} not benchmarked for {name}; choose from {sorted(bm.inputs)}")
+    plain, tuned = bm.module, tunedb.optimize(bm.module, inplace=False)
+    if compiled:
+        plain, tuned = torch.compile(plain, dynamic=False), torch.compile(tuned, dynamic=False)
+    stack = contextlib.ExitStack()
+    if pin:
+        from tunedb.families.gemm import FAMILY
+
+        pinned = FAMILY.parse_config(pin)
+        stack.enter_context(launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")))
+    return bm, plain, tuned, stack
+
+
 def tuned_points(bm: BenchModel, tuned_module: Any) -> ShapeSet:
     """The census of the benchmarked batches: every tuned-op call one forward per batch makes.
 

@@ -56,8 +56,9 @@ def time_eager(fn, iters: int, warmup: int) -> float:
     return median_ms(fn, iters)
 
 
-def capture(fn, warmup: int, ref, tol: float):
-    """(graph, err) of fn captured after warm-up on a side stream, or a failure cell."""
+def graph_of(fn, warmup: int, keep: list | None = None):
+    """fn captured in a CUDA graph after `warmup` calls on a side stream (fn's output of the
+    captured call is appended to `keep` when given)."""
     import torch
 
     side = torch.cuda.Stream()
@@ -67,11 +68,21 @@ def capture(fn, warmup: int, ref, tol: float):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    if keep is not None:
+        keep.append(out)
+    return graph
+
+
+def capture(fn, warmup: int, ref, tol: float):
+    """(graph, err) of fn captured after warm-up on a side stream, or a failure cell."""
+    outs: list = []
     try:
-        with torch.cuda.graph(graph):
-            out = fn()
+        graph = graph_of(fn, warmup, outs)
     except Exception as exc:  # noqa: BLE001 - a model that cannot be captured is reported, not fatal
         return cell("n/a", note=f"capture failed: {type(exc).__name__}: {str(exc)[:120]}")
+    out = outs[0]
     graph.replay()
     sync()
     err = rel_err(out, ref)

@@ -15,7 +15,6 @@ graph and graph-break counts.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 from collections import defaultdict
@@ -24,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import e2e_models  # noqa: E402
+from e2e_timing import graph_of  # noqa: E402
 
 # kernel names of GEMMs: cuBLAS (nvjet, sm90_xmma, cutlass) and tunedb's Triton kernels
 _GEMM_MARKS = ("gemm", "nvjet", "xmma", "cutlass", "splitk", "triton_mm")
@@ -34,18 +34,7 @@ def kernel_times(fn, iters: int, graph: bool) -> dict[str, list[float]]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    run = fn
-    if graph:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        run = g.replay
+    run = graph_of(fn, 3).replay if graph else fn
     for _ in range(3):
         run()
     torch.cuda.synchronize()
@@ -86,28 +75,18 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    import tunedb
     from tunedb.runtime import launch_table
 
     if not torch.cuda.is_available():
         print("inmodel_kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
-    bm = e2e_models.build(args.model, "cuda", quick=False)
-    if args.batch not in bm.inputs:
-        print(f"batch {args.batch} not benchmarked for {args.model}; choose from {sorted(bm.inputs)}", file=sys.stderr)
+    try:
+        bm, plain, variant, pin = e2e_models.plain_and_tuned(args.model, "cuda", args.batch, args.pin, args.compile)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    tuned = tunedb.optimize(bm.module, inplace=False)
-    pin = contextlib.ExitStack()
-    if args.pin:
-        from tunedb.families.gemm import FAMILY
-
-        pinned = FAMILY.parse_config(args.pin)
-        pin.enter_context(launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")))
-    plain = torch.compile(bm.module, dynamic=False) if args.compile else bm.module
-    variant = torch.compile(tuned, dynamic=False) if args.compile else tuned
     with pin, torch.no_grad():
-        with launch_table.recording():
-            bm.call(variant, args.batch)()
+        bm.call(variant, args.batch)()
         served = sorted({(b.signature.format(), b.m, b.config.id, b.tier) for _k, b in launch_table.entries()})
         results = {}
         for label, module in (("plain", plain), ("tunedb", variant)):

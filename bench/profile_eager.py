@@ -11,7 +11,6 @@ regression in the tuned ops' host path shows by name. The models are bench/e2e_m
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import io
 import pstats
@@ -40,23 +39,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    import tunedb
     from tunedb.runtime import launch_table
 
-    bm = e2e_models.build(args.model, args.device, quick=False)
-    if args.batch not in bm.inputs:
-        print(f"batch {args.batch} not benchmarked for {args.model}; choose from {sorted(bm.inputs)}", file=sys.stderr)
+    try:
+        bm, plain_model, tuned, pin = e2e_models.plain_and_tuned(args.model, args.device, args.batch,
+                                                                 args.pin, args.compile)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    tuned = tunedb.optimize(bm.module, inplace=False)
-    pin = contextlib.ExitStack()  # held by name: a context manager nobody references is exited when collected
-    if args.pin:
-        from tunedb.families.gemm import FAMILY
-
-        pinned = FAMILY.parse_config(args.pin)
-        pin.enter_context(launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")))
-    plain_model = bm.module
-    if args.compile:
-        plain_model, tuned = torch.compile(plain_model, dynamic=False), torch.compile(tuned, dynamic=False)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     plain_fn, tuned_fn = bm.call(plain_model, args.batch), bm.call(tuned, args.batch)
     with torch.no_grad():
