@@ -118,17 +118,16 @@ _lib.impl("gemm", _gemm_impl, "CompositeExplicitAutograd")
 _lib.impl("gemm_act", _gemm_act_impl, "CompositeExplicitAutograd")
 
 
-@torch.library.register_fake("tunedb::gemm", lib=_lib)
-def _gemm_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    _check(x, weight, None, "none")
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
 @torch.library.register_fake("tunedb::gemm_act", lib=_lib)
 def _gemm_act_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                    act: str) -> torch.Tensor:
     _check(x, weight, bias, act)
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.register_fake("tunedb::gemm", lib=_lib)
+def _gemm_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return _gemm_act_fake(x, weight, None, "none")
 
 
 def _act_backward(grad: torch.Tensor, pre: torch.Tensor, act: str) -> torch.Tensor:
