@@ -10,7 +10,9 @@ slower, this shows which kernels diverge: kernel durations from torch.profiler (
 by kernel name, per forward, and the GEMM kernels' share. It also prints what the tuned model
 served (signature, M, config, tier), to set beside the tier's evidence. --compile compiles both
 models (torch.compile default mode, so the compiler's own fusions cancel) and prints Dynamo's
-graph and graph-break counts.
+graph and graph-break counts. --against-max-autotune compiles plain with
+mode="max-autotune-no-cudagraphs" instead (and tunedb's model in default mode): where the
+compiler's tuned GEMM templates and epilogue fusions beat tunedb+compile, by kernel.
 """
 from __future__ import annotations
 
@@ -69,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--graph", action="store_true", help="profile replays of one captured graph")
     p.add_argument("--compile", action="store_true", help="compile both models (default mode)")
+    p.add_argument("--against-max-autotune", action="store_true",
+                   help="compile plain with max-autotune-no-cudagraphs, tunedb's model in default mode")
     p.add_argument("--pin", default=None, help="serve every tuned shape with this config")
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args(argv)
@@ -81,18 +85,22 @@ def main(argv: list[str] | None = None) -> int:
         print("inmodel_kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
     try:
-        bm, plain, variant, pin = e2e_models.plain_and_tuned(args.model, "cuda", args.batch, args.pin, args.compile)
+        bm, plain, variant, pin = e2e_models.plain_and_tuned(
+            args.model, "cuda", args.batch, args.pin, args.compile or args.against_max_autotune,
+            "max-autotune-no-cudagraphs" if args.against_max_autotune else None)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
     with pin, torch.no_grad():
         bm.call(variant, args.batch)()
+        bm.call(plain, args.batch)()  # compiles (and autotunes) outside the profile
         served = sorted({(b.signature.format(), b.m, b.config.id, b.tier) for _k, b in launch_table.entries()})
         results = {}
         for label, module in (("plain", plain), ("tunedb", variant)):
             results[label] = summarise(kernel_times(bm.call(module, args.batch), args.iters, args.graph), args.iters)
     mode = "graph replays" if args.graph else "eager forwards"
-    what = "compiled tunedb vs compiled plain" if args.compile else "tunedb"
+    what = ("tunedb+compile vs plain under max-autotune-no-cudagraphs" if args.against_max_autotune
+            else "compiled tunedb vs compiled plain" if args.compile else "tunedb")
     print(f"{args.model} b{args.batch}, {args.iters} {mode}, {what}{' pinned ' + args.pin if args.pin else ''}: "
           f"GPU kernel time per forward")
     for label, (rows, gemm, total) in results.items():
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     print("served:")
     for sig, m, cid, tier in served:
         print(f"  {sig} M={m}: {cid} ({tier})")
-    if args.compile:
+    if args.compile or args.against_max_autotune:
         from torch._dynamo.utils import counters
 
         print(f"dynamo: {dict(counters['stats'])}; graph breaks: {dict(counters['graph_break'])}")

@@ -176,3 +176,34 @@ def test_compiled_graph_calls_the_tuned_op_with_model_weights(tiers_dirs, cid):
         served = {b.config.id for _k, b in launch_table.entries()}
     assert rel_err(got, want) < 2e-2
     assert served == {cid}
+
+
+@pytest.mark.parametrize("cid", ["torch", TRITON_CFG])
+def test_inductor_inlines_torch_served_shapes_and_calls_triton_ones(tiers_dirs, cid):
+    """Static shapes under torch.compile: a shape the tiers serve with the torch arm compiles to
+    aten (no tuned-op call in Inductor's code, none counted); a Triton-served one calls the op."""
+    from torch._inductor.utils import run_and_get_code
+
+    n, k, m = 512, 256, 64
+    sig = Signature.parse(f"gemm|op=gemm_act|dt=bf16|N={n}|K={k}|act=gelu|bias=1")
+    cfg = FAMILY.parse_config(cid)
+    database.write_entries("user", "gemm", "sm90", [Entry(sig, (Region(128, cfg.id),))],
+                           [] if cfg.is_sentinel else [cfg])
+    selector.reload()
+    lin = torch.nn.Linear(k, n, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+
+    def fn(x):
+        return ops.gemm_act(x, lin.weight, lin.bias, "gelu") * 2 + 1
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = torch.nn.functional.gelu(lin(x)) * 2 + 1
+        got, code = run_and_get_code(torch.compile(fn, fullgraph=True, dynamic=False), x)
+        torch.cuda.synchronize()
+    ((_key, bound),) = launch_table.entries()
+    assert (bound.config.id, bound.tier) == (cid, "user")
+    assert rel_err(got, want) < 2e-2
+    calls_op = "ops.tunedb.gemm_act" in "".join(code)
+    assert calls_op == (cid != "torch")
+    assert (bound.calls > 0) == (cid != "torch")

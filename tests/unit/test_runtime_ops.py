@@ -166,3 +166,65 @@ def test_meta_tensors_take_the_fake_kernel():
     with torch.no_grad():
         y = torch.ops.tunedb.gemm_act.default(x, w, None, "relu")
     assert y.device.type == "meta" and y.shape == (2, 5, 8)
+
+
+# --- compile-time selection (Inductor's decomposition of the tuned ops) -----------------------
+
+def _serve(sig_text: str, config_id: str) -> None:
+    from tunedb import database, selector
+    from tunedb.families.gemm import FAMILY
+    from tunedb.records import Entry, Region, Signature
+
+    cfg = FAMILY.parse_config(config_id)
+    database.write_entries("user", "gemm", "sm90", [Entry(Signature.parse(sig_text), (Region(256, cfg.id),))],
+                           [] if cfg.is_sentinel else [cfg])
+    selector.reload()
+
+
+def test_inductor_decomposes_a_torch_served_shape_and_keeps_a_triton_one(tiers_dirs):
+    """Static CUDA shapes: where the tiers serve the torch arm, the compiler gets F.linear + the
+    activation (it fuses them like the plain model's); where they serve Triton, the op stays."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tunedb.runtime import launch_table
+
+    _serve("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=gelu|bias=1", "torch")
+    _serve("gemm|op=gemm_act|dt=bf16|N=96|K=32|act=silu|bias=0", "b64x64x64_w4_s3_g8")
+    with FakeTensorMode():
+        x = torch.empty(4, 10, 32, device="cuda", dtype=torch.bfloat16)
+        w64, b64 = (torch.empty(64, 32, device="cuda", dtype=torch.bfloat16),
+                    torch.empty(64, device="cuda", dtype=torch.bfloat16))
+        w96 = torch.empty(96, 32, device="cuda", dtype=torch.bfloat16)
+        y = ops._gemm_act_decomposition(x, w64, b64, "gelu")
+        assert y is not NotImplemented and y.shape == (4, 10, 64)
+        assert ops._gemm_act_decomposition(x, w96, None, "silu") is NotImplemented
+        served = {(key[2], b.m): (b.config.id, b.tier, b.calls) for key, b in launch_table.entries()}
+        assert served == {(64, 40): ("torch", "user", 0), (96, 40): ("b64x64x64_w4_s3_g8", "user", 0)}
+        with launch_table.overriding(lambda fam, sig, m: None):  # autotune()/pin: never decided here
+            assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is NotImplemented
+
+
+def test_a_symbolic_m_keeps_the_op_opaque():
+    from types import SimpleNamespace
+
+    from tunedb.runtime import launch_table
+
+    x = SimpleNamespace(shape=(object(), 32), dtype=torch.bfloat16)  # a SymInt is no int
+    assert launch_table.traced("gemm", x, torch.empty(64, 32), None, "none") is None
+
+
+def test_inductor_compiles_cpu_calls_to_plain_aten():
+    """On the CPU the op is the torch arm: Inductor's code calls no tunedb op and matches eager."""
+    from torch._inductor.utils import run_and_get_code
+
+    x, w, b = _inputs()
+
+    def fn(x):
+        return ops.gemm_act(x, w, b, "gelu") * 2 + ops.gemm(x, w)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got, code = run_and_get_code(torch.compile(fn, dynamic=False, fullgraph=True), x)
+    assert ops.register_compile_decompositions()
+    assert "ops.tunedb" not in "".join(code)
+    torch.testing.assert_close(got, fn(x))

@@ -183,6 +183,27 @@ def launcher(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> Bound
     return bound
 
 
+def traced(op: str, x: Any, weight: Any, bias: Any, act: str) -> "Bound | None":
+    """Compile time (a compiler decomposing a tuned op): the bound resolution of a static shape,
+    kept in the table as a call's would be (so the report and later eager calls see the same
+    choice) but not counted as a call. None, to keep the op opaque and resolve it per call,
+    when a dimension is symbolic, an override serves (autotune() may measure, which must never
+    happen inside a compiler's trace) or a recorder watches calls."""
+    if _overrides or _recorders or not all(isinstance(d, int) for d in (*x.shape, *weight.shape)):
+        return None
+    k = weight.shape[1]
+    m = x.numel() // k
+    key = (op, x.dtype, weight.shape[0], k, act, bias is not None, m)
+    if _selector_epoch() != _epoch[0]:
+        clear()
+    bound = _table.get(key)
+    if bound is None:
+        bound = _bind(op, x, weight, bias, act)
+        bound.key = key
+        _table[key] = bound
+    return bound
+
+
 def _bind(op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:
     family = _family()
     sig, m = signature_of(op, x, weight, bias, act)

@@ -122,12 +122,70 @@ _lib.impl("gemm_act", _gemm_act_impl, "CompositeExplicitAutograd")
 def _gemm_act_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                    act: str) -> torch.Tensor:
     _check(x, weight, bias, act)
+    if x.device.type != "meta" and not _decompositions_registered:
+        register_compile_decompositions()  # a compiler is tracing the op: before its lowering
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
 @torch.library.register_fake("tunedb::gemm", lib=_lib)
 def _gemm_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _gemm_act_fake(x, weight, None, "none")
+
+
+# --- compile-time selection ---------------------------------------------------------------
+# Under torch.compile with static shapes, Inductor decomposes a tuned op whose shape the tiers
+# serve with a torch-level arm (torch: F.linear + activation; fused: _addmm_activation) into
+# those aten ops: the compiled graph then holds exactly what compiling the plain model would (the
+# activation fused into its neighbours, no dispatcher call per GEMM), and the op stays opaque only
+# where a Triton config was measured faster. The choice is the one a call would get now (same
+# tiers, kept in the launch table); a compiled graph keeps it after tunedb.reload(), like any
+# constant it was specialised on. Dynamic M, an active autotune() or pin (overrides) and census
+# recording keep the op opaque, resolved per call as in eager.
+
+_TORCH_LEVEL_ARMS = ("torch", "fused")
+_decompositions_registered = False
+
+
+def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               act: str) -> Any:
+    _check(x, weight, bias, act)
+    if x.device.type != "cuda" or x.dtype not in _SERVED or weight.shape[1] == 0 or x.numel() == 0:
+        return ACTS[act](F.linear(x, weight, bias))  # what _execute runs for these
+    bound = launch_table.traced(op, x, weight, bias, act)
+    if bound is None or bound.config.id not in _TORCH_LEVEL_ARMS:
+        return NotImplemented  # the op stays in the graph
+    return bound.call(x, weight, bias, None)
+
+
+def _gemm_decomposition(x: torch.Tensor, weight: torch.Tensor) -> Any:
+    return _decompose("gemm", x, weight, None, "none")
+
+
+def _gemm_act_decomposition(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                            act: str = "none") -> Any:
+    return _decompose("gemm_act", x, weight, bias, act)
+
+
+def register_compile_decompositions() -> bool:
+    """Add the tuned ops to Inductor's decomposition table (idempotent). Called by the fake
+    kernels the first time a compiler traces a tuned op on a real device (Inductor's table
+    costs ~1.5 s to import, so it is not done at import). False where this torch's Inductor has
+    no such table: the ops then stay opaque, as before."""
+    global _decompositions_registered
+    _decompositions_registered = True
+    try:
+        from torch._inductor import decomposition as inductor_decompositions
+    except Exception:  # an Inductor that fails to import: nothing to register with
+        return False
+    table = getattr(inductor_decompositions, "decompositions", None)
+    if not isinstance(table, dict):
+        return False
+    table[torch.ops.tunedb.gemm.default] = _gemm_decomposition
+    table[torch.ops.tunedb.gemm_act.default] = _gemm_act_decomposition
+    cached = getattr(inductor_decompositions, "fast_random_decomps", None)  # a cached copy of it
+    if hasattr(cached, "cache_clear"):
+        cached.cache_clear()
+    return True
 
 
 def _act_backward(grad: torch.Tensor, pre: torch.Tensor, act: str) -> torch.Tensor:
