@@ -228,3 +228,36 @@ def test_inductor_compiles_cpu_calls_to_plain_aten():
     assert ops.register_compile_decompositions()
     assert "ops.tunedb" not in "".join(code)
     torch.testing.assert_close(got, fn(x))
+
+
+def test_compiled_calls_carry_the_tiers_token_and_a_tier_change_recompiles(tiers_dirs):
+    """The traced graph names the tiers its compile-time choices came from: a reload with the
+    same files keeps the compiled code, a reload after a tier file changed recompiles."""
+    from torch._dynamo.testing import CompileCounter
+
+    from tunedb import selector
+    from tunedb.runtime import launch_table
+
+    x, w, b = _inputs()
+    graphs = []
+    counter = CompileCounter()
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return counter(gm, example_inputs)
+
+    compiled = torch.compile(lambda x: ops.gemm_act(x, w, b, "gelu"), backend=backend, fullgraph=True)
+    launch_table.sync()
+    with torch.no_grad():
+        compiled(x)
+        selector.reload()  # nothing changed on disk: the same token, the same compiled code
+        compiled(x)
+        assert counter.frame_count == 1
+        token = launch_table.tiers_token[0]
+        _serve("gemm|op=gemm_act|dt=fp32|N=8|K=16|act=gelu|bias=1", "torch")  # writes + reloads
+        assert launch_table.tiers_token[0] != token
+        compiled(x)
+    assert counter.frame_count == 2
+    args = [[a for a in n.args if isinstance(a, str)] for g in graphs for n in g.graph.nodes
+            if n.op == "call_function" and "tunedb" in str(n.target)]
+    assert args == [["gelu", token], ["gelu", launch_table.tiers_token[0]]]

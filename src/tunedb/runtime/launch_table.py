@@ -99,6 +99,27 @@ _calls: dict[tuple[Any, ...], Bound] = {}
 known: Callable[[tuple[Any, ...]], "Bound | None"] = _calls.get
 
 
+# The tiers' token: a hash of every tier file's (path, size, mtime); renewed by clear(), so at
+# every reload, and read by the ops' entry points when a compiler traces them (see ops.py).
+tiers_token: list[str] = [""]
+
+
+def _tiers_identity() -> str:
+    import hashlib
+
+    from tunedb.database import tiers
+
+    h = hashlib.sha1()
+    for tier in tiers.TIERS:
+        for arch, fam, path in tiers.discover(tier):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            h.update(f"{tier}/{arch}/{fam}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:16]
+
+
 def clear() -> None:
     """Forget every bound launcher (the next call of each shape resolves again)."""
     from tunedb.database import tiers
@@ -107,7 +128,14 @@ def clear() -> None:
     _calls.clear()
     _epoch[0] = _selector_epoch()
     _capture[0] = _capture_path()
+    tiers_token[0] = _tiers_identity()
     tiers.on_reload(clear)  # (once: on_reload ignores a hook it has) a new epoch clears the table
+
+
+def sync() -> None:
+    """Start this table's epoch now if the tiers moved on (clear() renews tiers_token)."""
+    if _selector_epoch() != _epoch[0]:
+        clear()
 
 
 def remember(key: tuple[Any, ...], bound: Bound) -> None:

@@ -1,8 +1,12 @@
 """The tuned ops, registered with torch.library: ``tunedb::gemm`` and ``tunedb::gemm_act``.
 
-    tunedb::gemm(Tensor x, Tensor weight) -> Tensor                      x @ weight.T
-    tunedb::gemm_act(Tensor x, Tensor weight, Tensor? bias, str act) -> Tensor
+    tunedb::gemm(Tensor x, Tensor weight, str tiers="") -> Tensor       x @ weight.T
+    tunedb::gemm_act(Tensor x, Tensor weight, Tensor? bias, str act, str tiers="") -> Tensor
                                                                          act(x @ weight.T + bias)
+
+``tiers`` never changes the result: it is the tier state (launch_table.tiers_token) the entry
+points saw when a compiler traced the call, so a compiled graph -- and every compile cache keyed
+on it -- names the tiers its compile-time choices were made from (see "compile-time selection").
 
 ``weight`` is laid out like ``nn.Linear.weight`` (N, K); x is (..., K). CUDA tensors run the
 launcher the launch table bound for the shape; other devices (CPU, meta) run the torch arm
@@ -98,17 +102,17 @@ def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 # through it is not yet measured on the device (bench/host_overhead.py's dispatcher row).
 
 _lib = torch.library.Library("tunedb", "DEF")  # noqa: TOR901 - kept alive for the process
-_lib.define("gemm(Tensor x, Tensor weight) -> Tensor")
-_lib.define("gemm_act(Tensor x, Tensor weight, Tensor? bias, str act) -> Tensor")
+_lib.define("gemm(Tensor x, Tensor weight, str tiers='') -> Tensor")
+_lib.define("gemm_act(Tensor x, Tensor weight, Tensor? bias, str act, str tiers='') -> Tensor")
 
 
-def _gemm_impl(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _gemm_impl(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.Tensor:
     _check(x, weight, None, "none")
     return _run("gemm", x, weight, None, "none")
 
 
 def _gemm_act_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                   act: str) -> torch.Tensor:
+                   act: str, tiers: str = "") -> torch.Tensor:
     _check(x, weight, bias, act)
     return _run("gemm_act", x, weight, bias, act)
 
@@ -120,7 +124,7 @@ _lib.impl("gemm_act", _gemm_act_impl, "CompositeExplicitAutograd")
 
 @torch.library.register_fake("tunedb::gemm_act", lib=_lib)
 def _gemm_act_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                   act: str) -> torch.Tensor:
+                   act: str, tiers: str = "") -> torch.Tensor:
     _check(x, weight, bias, act)
     if x.device.type != "meta" and not _decompositions_registered:
         register_compile_decompositions()  # a compiler is tracing the op: before its lowering
@@ -128,7 +132,7 @@ def _gemm_act_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 
 
 @torch.library.register_fake("tunedb::gemm", lib=_lib)
-def _gemm_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _gemm_fake(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.Tensor:
     return _gemm_act_fake(x, weight, None, "none")
 
 
@@ -138,9 +142,12 @@ def _gemm_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 # those aten ops: the compiled graph then holds exactly what compiling the plain model would (the
 # activation fused into its neighbours, no dispatcher call per GEMM), and the op stays opaque only
 # where a Triton config was measured faster. The choice is the one a call would get now (same
-# tiers, kept in the launch table); a compiled graph keeps it after tunedb.reload(), like any
-# constant it was specialised on. Dynamic M, an active autotune() or pin (overrides) and census
-# recording keep the op opaque, resolved per call as in eager.
+# tiers, kept in the launch table). The entry points pass the tiers' token (launch_table.
+# tiers_token: the tier files' identity, renewed at every reload) as the ops' `tiers` argument:
+# Dynamo guards on it, so a reload that changes the tiers recompiles, and it is part of the
+# traced graph, so no compile cache (AOTAutograd's is keyed on that graph, before this
+# decomposition runs) returns choices made from other tiers. Dynamic M, an active autotune() or
+# pin (overrides) and census recording keep the op opaque, resolved per call as in eager.
 
 _TORCH_LEVEL_ARMS = ("torch", "fused")
 _decompositions_registered = False
@@ -157,12 +164,12 @@ def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return bound.call(x, weight, bias, None)
 
 
-def _gemm_decomposition(x: torch.Tensor, weight: torch.Tensor) -> Any:
+def _gemm_decomposition(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> Any:
     return _decompose("gemm", x, weight, None, "none")
 
 
 def _gemm_act_decomposition(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                            act: str = "none") -> Any:
+                            act: str = "none", tiers: str = "") -> Any:
     return _decompose("gemm_act", x, weight, bias, act)
 
 
@@ -201,7 +208,7 @@ def _act_backward(grad: torch.Tensor, pre: torch.Tensor, act: str) -> torch.Tens
 
 
 def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    x, weight, bias, act = inputs
+    x, weight, bias, act, _tiers = inputs
     ctx.act = act or "none"
     ctx.has_bias = bias is not None
     ctx.save_for_backward(x, weight, bias)
@@ -216,7 +223,7 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     grad_x = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
     grad_w = g2.t() @ x.reshape(-1, k) if ctx.needs_input_grad[1] else None
     grad_b = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-    return grad_x, grad_w, grad_b, None
+    return grad_x, grad_w, grad_b, None, None
 
 
 class _TunedGemm(torch.autograd.Function):
@@ -224,11 +231,11 @@ class _TunedGemm(torch.autograd.Function):
 
     @staticmethod
     def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                act: str | None) -> torch.Tensor:
+                act: str | None, tiers: str) -> torch.Tensor:
         with torch._C._AutoDispatchBelowAutograd():
             if act is None:
-                return torch.ops.tunedb.gemm.default(x, weight)
-            return torch.ops.tunedb.gemm_act.default(x, weight, bias, act)
+                return torch.ops.tunedb.gemm.default(x, weight, tiers)
+            return torch.ops.tunedb.gemm_act.default(x, weight, bias, act, tiers)
 
     setup_context = staticmethod(_setup)
     backward = staticmethod(_backward)
@@ -254,17 +261,17 @@ def _plain_no_grad(x: torch.Tensor, *rest: torch.Tensor | None) -> bool:
     return True
 
 
-def _gemm_autograd(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _gemm_autograd(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.Tensor:
     if _plain_no_grad(x, weight):
         return _gemm_impl(x, weight)
-    return _TunedGemm.apply(x, weight, None, None)
+    return _TunedGemm.apply(x, weight, None, None, tiers)
 
 
 def _gemm_act_autograd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                       act: str) -> torch.Tensor:
+                       act: str, tiers: str = "") -> torch.Tensor:
     if _plain_no_grad(x, weight, bias):
         return _gemm_act_impl(x, weight, bias, act)
-    return _TunedGemm.apply(x, weight, bias, act)
+    return _TunedGemm.apply(x, weight, bias, act, tiers)
 
 
 _lib.impl("gemm", _gemm_autograd, "Autograd")
@@ -279,6 +286,7 @@ _lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
 # to its bound launcher (launch_table.known).
 _compiling = torch.compiler.is_compiling
 _known = launch_table.known
+_tiers_token = launch_table.tiers_token  # a one-item list: Dynamo guards on its value
 # the current CUDA device, cheaply (a call's x is already on CUDA, so CUDA is initialised)
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
@@ -287,7 +295,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
     if (type(x) is not _Tensor or _compiling()
             or (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
-        return torch.ops.tunedb.gemm(x, weight)
+        return torch.ops.tunedb.gemm(x, weight, _tiers_token[0])
     key = None
     if x.is_cuda:
         key = ("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None)
@@ -305,7 +313,7 @@ def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
     if (type(x) is not _Tensor or _compiling()
             or (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                      or (bias is not None and bias.requires_grad)))):
-        return torch.ops.tunedb.gemm_act(x, weight, bias, act)
+        return torch.ops.tunedb.gemm_act(x, weight, bias, act, _tiers_token[0])
     key = None
     if x.is_cuda:
         key = ("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,
