@@ -261,3 +261,22 @@ def test_compiled_calls_carry_the_tiers_token_and_a_tier_change_recompiles(tiers
     args = [[a for a in n.args if isinstance(a, str)] for g in graphs for n in g.graph.nodes
             if n.op == "call_function" and "tunedb" in str(n.target)]
     assert args == [["gelu", token], ["gelu", launch_table.tiers_token[0]]]
+
+
+def test_inductor_lowers_an_op_the_decomposition_keeps(monkeypatch):
+    """Where the decomposition keeps the op (a Triton-served CUDA shape), Inductor must lower it
+    to a call of the op: on the CPU, force that case and compile."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
+    monkeypatch.setattr(ops, "_decompose", lambda *args: NotImplemented)
+    x, w, b = _inputs(lead=(6,))
+
+    def fn(x):
+        return ops.gemm_act(x, w, b, "silu") * 3
+
+    torch._dynamo.reset()
+    with torch.no_grad(), inductor_config.patch(force_disable_caches=True):
+        got, code = run_and_get_code(torch.compile(fn, dynamic=False, fullgraph=True), x)
+    assert "ops.tunedb.gemm_act" in "".join(code)
+    torch.testing.assert_close(got, fn(x))

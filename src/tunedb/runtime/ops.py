@@ -180,12 +180,25 @@ def register_compile_decompositions() -> bool:
     no such table: the ops then stay opaque, as before."""
     global _decompositions_registered
     _decompositions_registered = True
+    gemm_ops = (torch.ops.tunedb.gemm.default, torch.ops.tunedb.gemm_act.default)
     try:
         from torch._inductor import decomposition as inductor_decompositions
+        from torch._inductor import lowering
     except Exception:  # an Inductor that fails to import: nothing to register with
         return False
     table = getattr(inductor_decompositions, "decompositions", None)
     if not isinstance(table, dict):
+        return False
+    try:  # where the decomposition keeps an op, Inductor lowers it to a call of the op (a
+        # fallback kernel, with the layout constraint it would give a custom op by itself);
+        # registered up front, because Inductor refuses to make one for an op it has a
+        # decomposition for
+        for op in gemm_ops:
+            if op not in lowering.lowerings:
+                tag = lowering.get_layout_constraint_tag(op, with_default=True)
+                lowering.make_fallback(op, layout_constraint=lowering.tag_to_layout_constraint(tag),
+                                       override_decomp=True)
+    except Exception:  # another Inductor: keep the ops opaque rather than break its lowering
         return False
     table[torch.ops.tunedb.gemm.default] = _gemm_decomposition
     table[torch.ops.tunedb.gemm_act.default] = _gemm_act_decomposition
