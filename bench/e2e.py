@@ -15,8 +15,9 @@ Variants, each timed eagerly and as one CUDA graph of the whole forward:
                   tunedb.autotune() on those forwards when the build's estimate exceeds its share
                   of the budget (--tune forces one); the tuning wall time is its cost
   tunedb+compile  torch.compile(tuned copy, default mode, dynamic=False) with the tuned tier:
-                  Inductor fuses the non-GEMM ops, the tunedb ops stay opaque (compile time
-                  recorded per batch as tunedb_compile)
+                  shapes the tier serves with cuBLAS compile to aten (Inductor fuses around
+                  them), Triton-served ones stay opaque tuned ops (compile time recorded per
+                  batch as tunedb_compile)
 Timing: eager = median of per-forward CUDA-event times after warm-up; graph = capture after
 warm-up on a side stream, median of per-replay event times. Every variant other than plain is
 timed PAIRED with plain: the two alternate in --rounds shuffled rounds (iters/rounds forwards or
@@ -178,8 +179,8 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
             tunedb.reload()
             for b in bm.batches:
                 put(name, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
-            # the tuned ops inside torch.compile's default mode: Inductor fuses what tunedb does not
-            # touch (norms, rotary, epilogues) and calls tunedb::gemm* as opaque ops; no autotuning
+            # the tuned model inside torch.compile's default mode: cuBLAS-served shapes become aten
+            # ops Inductor fuses around, Triton-served ones stay tunedb::gemm* calls; no autotuning
             comp = r["tunedb_compile"] = {"per_batch": {}}
             for b in bm.batches:
                 if not budget.allows(f"{name} b{b} tunedb + compile", 30):
