@@ -186,6 +186,7 @@ def test_inductor_decomposes_a_torch_served_shape_and_keeps_a_triton_one(tiers_d
     activation (it fuses them like the plain model's); where they serve Triton, the op stays."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from tunedb import settings
     from tunedb.runtime import launch_table
 
     _serve("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=gelu|bias=1", "torch")
@@ -202,6 +203,11 @@ def test_inductor_decomposes_a_torch_served_shape_and_keeps_a_triton_one(tiers_d
         assert served == {(64, 40): ("torch", "user", 0), (96, 40): ("b64x64x64_w4_s3_g8", "user", 0)}
         with launch_table.overriding(lambda fam, sig, m: None):  # autotune()/pin: never decided here
             assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is NotImplemented
+        with settings.override(CAPTURE=str(tiers_dirs / "capture.jsonl")):  # a census must see it
+            launch_table.clear()
+            assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is NotImplemented
+        launch_table.clear()
+        assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is not NotImplemented
 
 
 def test_a_symbolic_m_keeps_the_op_opaque():

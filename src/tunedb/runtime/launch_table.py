@@ -216,14 +216,17 @@ def traced(op: str, x: Any, weight: Any, bias: Any, act: str) -> "Bound | None":
     kept in the table as a call's would be (so the report and later eager calls see the same
     choice) but not counted as a call. None, to keep the op opaque and resolve it per call,
     when a dimension is symbolic, an override serves (autotune() may measure, which must never
-    happen inside a compiler's trace) or a recorder watches calls."""
+    happen inside a compiler's trace), or a recorder or TUNEDB_CAPTURE watches calls (a census
+    taken from a compiled model must still see every shape)."""
     if _overrides or _recorders or not all(isinstance(d, int) for d in (*x.shape, *weight.shape)):
+        return None
+    if _selector_epoch() != _epoch[0]:
+        clear()
+    if _capture[0] is not None:
         return None
     k = weight.shape[1]
     m = x.numel() // k
     key = (op, x.dtype, weight.shape[0], k, act, bias is not None, m)
-    if _selector_epoch() != _epoch[0]:
-        clear()
     bound = _table.get(key)
     if bound is None:
         bound = _bind(op, x, weight, bias, act)

@@ -147,7 +147,7 @@ def _gemm_fake(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.
 # Dynamo guards on it, so a reload that changes the tiers recompiles, and it is part of the
 # traced graph, so no compile cache (AOTAutograd's is keyed on that graph, before this
 # decomposition runs) returns choices made from other tiers. Dynamic M, an active autotune() or
-# pin (overrides) and census recording keep the op opaque, resolved per call as in eager.
+# pin (overrides), census recording and TUNEDB_CAPTURE keep the op opaque, resolved per call.
 
 _TORCH_LEVEL_ARMS = ("torch", "fused")
 _decompositions_registered = False
