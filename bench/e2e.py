@@ -17,7 +17,9 @@ Variants, each timed eagerly and as one CUDA graph of the whole forward:
   tunedb+compile  torch.compile(tuned copy, default mode, dynamic=False) with the tuned tier:
                   shapes the tier serves with cuBLAS compile to aten (Inductor fuses around
                   them), Triton-served ones stay opaque tuned ops (compile time recorded per
-                  batch as tunedb_compile)
+                  batch as tunedb_compile); --compile-cdt adds Inductor's coordinate-descent
+                  tuning (what max-autotune-no-cudagraphs sets besides max_autotune: with it
+                  Inductor lowers M=1 GEMMs to Triton reductions fused with their neighbours)
 Timing: eager = median of per-forward CUDA-event times after warm-up; graph = capture after
 warm-up on a side stream, median of per-replay event times. Every variant other than plain is
 timed PAIRED with plain: the two alternate in --rounds shuffled rounds (iters/rounds forwards or
@@ -181,12 +183,13 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                 put(name, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
             # the tuned model inside torch.compile's default mode: cuBLAS-served shapes become aten
             # ops Inductor fuses around, Triton-served ones stay tunedb::gemm* calls; no autotuning
-            comp = r["tunedb_compile"] = {"per_batch": {}}
+            options = {"coordinate_descent_tuning": True} if args.compile_cdt else {}
+            comp = r["tunedb_compile"] = {"per_batch": {}, "options": options}
             for b in bm.batches:
                 if not budget.allows(f"{name} b{b} tunedb + compile", 30):
                     continue
                 torch._dynamo.reset()
-                compiled = torch.compile(tuned, dynamic=False)
+                compiled = torch.compile(tuned, dynamic=False, options=options or None)
                 t0 = time.perf_counter()
                 try:
                     with torch.no_grad():
@@ -268,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5,
                    help="interleaved rounds of a variant and plain (each times iters/rounds forwards)")
     p.add_argument("--host-calls", type=int, default=None, help="calls per host-overhead row (20000, quick 5000)")
+    p.add_argument("--compile-cdt", action="store_true",
+                   help="compile the tunedb+compile variant with coordinate_descent_tuning=True")
     p.add_argument("--compile-guess-s", type=float, default=60.0, help="first max-autotune compile estimate (s)")
     p.add_argument("--triton-sample", type=int, default=8, help="configs autotuned per shape (rest extrapolated)")
     p.add_argument("--seed", type=int, default=0)

@@ -50,13 +50,15 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
         tuned = (f"error: {t['error'][:80]}" if "error" in t else
                  f"{t['seconds']} s ({t['method']}, {t['points']} points)" if t else "not run")
         comp = r.get("tunedb_compile", {}).get("per_batch", {})
+        opts = ", ".join(f"{k}={v}" for k, v in r.get("tunedb_compile", {}).get("options", {}).items())
         rows.append([name, tuned,
                      f"{ind['seconds']} s ({len(ind['per_batch'])} of {len(r['batches'])} batches)" if ind else "not run",
                      f"{tri['seconds']:.1f} s ({tri['how']})" if tri else "not run", ratio,
-                     f"{sum(comp.values()):.1f} s ({len(comp)} of {len(r['batches'])} batches)" if comp else "not run"])
+                     (f"{sum(comp.values()):.1f} s ({len(comp)} of {len(r['batches'])} batches"
+                      f"{', ' + opts if opts else ''})") if comp else "not run"])
     out.append(("Tuning cost (wall seconds, the benchmarked batches)",
                 ["model", "tunedb tune", "Inductor max-autotune compile", "triton.autotune", "tunedb / Inductor",
-                 "torch.compile of the tuned model (default mode)"], rows))
+                 "torch.compile of the tuned model (default mode + options)"], rows))
     return out
 
 

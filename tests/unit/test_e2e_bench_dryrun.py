@@ -99,3 +99,18 @@ def test_paired_rounds_interleave_the_variant_and_plain(monkeypatch):
     assert {o[0] for o in order[0::2]} | {o[0] for o in order[1::2]} == {"v", "plain"}
     assert [o[0] for o in order[0::2]] != ["v"] * 6  # shuffled, not always the same one first
     assert 1.7 < got["plain"] / got["v"] < 2.3  # the true 2x survives a drift of 1.1**12
+
+
+def test_tuning_table_gives_the_ratio_and_the_compile_options():
+    e2e = _e2e()
+    row = {"batch": 1, "mode": "graph", "cells": {"plain": _ok(1.0)}}
+    model = {"name": "m", "label": "m", "batches": [1, 8], "rows": [row],
+             "tuning": {"seconds": 12.0, "method": "build", "points": 4},
+             "inductor_compile": {"seconds": 240.0, "complete": True, "per_batch": {"1": 100.0, "8": 140.0}},
+             "tunedb_compile": {"per_batch": {"1": 10.0, "8": 11.5},
+                                "options": {"coordinate_descent_tuning": True}}}
+    (_title, header, (cells,)) = e2e.tables({"models": {"m": model}})[-1]
+    got = dict(zip(header, cells))
+    assert got["tunedb / Inductor"] == "0.050"
+    assert got["torch.compile of the tuned model (default mode + options)"] == \
+        "21.5 s (2 of 2 batches, coordinate_descent_tuning=True)"
