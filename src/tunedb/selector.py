@@ -327,6 +327,24 @@ def _clear_epoch() -> None:
 tiers.on_reload(_clear_epoch)
 
 
+def state_key() -> str:
+    """What a resolution depends on besides the tier files: the arch (family and profile), the
+    installed rankers and the TUNEDB_* switches resolution reads. Part of the compile token."""
+    import json
+
+    from tunedb import settings
+
+    arch_family, profile = current_arch()
+    with _lock:
+        rankers = sorted(f"{fam}={getattr(r, '__module__', '')}.{getattr(r, '__qualname__', type(r).__name__)}"
+                         for fam, r in _rankers.items())
+    return json.dumps({"arch": arch_family, "profile": None if profile is None else profile.to_json(),
+                       "rankers": rankers, "heuristic": settings.heuristic_enabled(),
+                       "model_fallback": settings.model_fallback_enabled(),
+                       "approximate": settings.approximate_allowed(), "compile_set": settings.compile_set()},
+                      sort_keys=True, default=str)
+
+
 def reload() -> int:
     """Start a new epoch (re-read every database file on next use); returns its number."""
     return database.reload()

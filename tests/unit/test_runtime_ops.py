@@ -191,6 +191,7 @@ def test_inductor_decomposes_a_torch_served_shape_and_keeps_a_triton_one(tiers_d
 
     _serve("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=gelu|bias=1", "torch")
     _serve("gemm|op=gemm_act|dt=bf16|N=96|K=32|act=silu|bias=0", "b64x64x64_w4_s3_g8")
+    _serve("gemm|op=gemm_act|dt=bf16|N=48|K=32|act=relu|bias=1", "fused")
     with FakeTensorMode():
         x = torch.empty(4, 10, 32, device="cuda", dtype=torch.bfloat16)
         w64, b64 = (torch.empty(64, 32, device="cuda", dtype=torch.bfloat16),
@@ -199,8 +200,12 @@ def test_inductor_decomposes_a_torch_served_shape_and_keeps_a_triton_one(tiers_d
         y = ops._gemm_act_decomposition(x, w64, b64, "gelu")
         assert y is not NotImplemented and y.shape == (4, 10, 64)
         assert ops._gemm_act_decomposition(x, w96, None, "silu") is NotImplemented
+        w48, b48 = (torch.empty(48, 32, device="cuda", dtype=torch.bfloat16),
+                    torch.empty(48, device="cuda", dtype=torch.bfloat16))
+        assert ops._gemm_act_decomposition(x, w48, b48, "relu").shape == (4, 10, 48)  # _addmm_activation
         served = {(key[2], b.m): (b.config.id, b.tier, b.calls) for key, b in launch_table.entries()}
-        assert served == {(64, 40): ("torch", "user", 0), (96, 40): ("b64x64x64_w4_s3_g8", "user", 0)}
+        assert served == {(64, 40): ("torch", "user", 0), (96, 40): ("b64x64x64_w4_s3_g8", "user", 0),
+                          (48, 40): ("fused", "user", 0)}
         with launch_table.overriding(lambda fam, sig, m: None):  # autotune()/pin: never decided here
             assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is NotImplemented
         with settings.override(CAPTURE=str(tiers_dirs / "capture.jsonl")):  # a census must see it
@@ -208,15 +213,6 @@ def test_inductor_decomposes_a_torch_served_shape_and_keeps_a_triton_one(tiers_d
             assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is NotImplemented
         launch_table.clear()
         assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is not NotImplemented
-
-
-def test_a_symbolic_m_keeps_the_op_opaque():
-    from types import SimpleNamespace
-
-    from tunedb.runtime import launch_table
-
-    x = SimpleNamespace(shape=(object(), 32), dtype=torch.bfloat16)  # a SymInt is no int
-    assert launch_table.traced("gemm", x, torch.empty(64, 32), None, "none") is None
 
 
 def test_inductor_compiles_cpu_calls_to_plain_aten():
@@ -228,20 +224,25 @@ def test_inductor_compiles_cpu_calls_to_plain_aten():
     def fn(x):
         return ops.gemm_act(x, w, b, "gelu") * 2 + ops.gemm(x, w)
 
+    from torch._inductor import config as inductor_config
+    from torch._inductor.decomposition import decompositions
+
     torch._dynamo.reset()
-    with torch.no_grad():
+    with torch.no_grad(), inductor_config.patch(force_disable_caches=True):
         got, code = run_and_get_code(torch.compile(fn, dynamic=False, fullgraph=True), x)
-    assert ops.register_compile_decompositions()
+    assert ops._decompositions_registered  # by the fake kernel, during the trace
+    assert torch.ops.tunedb.gemm_act.default in decompositions
     assert "ops.tunedb" not in "".join(code)
     torch.testing.assert_close(got, fn(x))
 
 
-def test_compiled_calls_carry_the_tiers_token_and_a_tier_change_recompiles(tiers_dirs):
-    """The traced graph names the tiers its compile-time choices came from: a reload with the
-    same files keeps the compiled code, a reload after a tier file changed recompiles."""
+def test_compiled_calls_carry_the_selection_token_and_keep_their_choices(tiers_dirs):
+    """The traced graph names the selection state its compile-time choices came from (so compile
+    caches tell states apart); a tier change does not recompile (no guard: a compiled graph keeps
+    its choices, and a changing tier cannot walk it into Dynamo's recompile limit), a new compile
+    carries the new state's token, and an active override marks the token opaque."""
     from torch._dynamo.testing import CompileCounter
 
-    from tunedb import selector
     from tunedb.runtime import launch_table
 
     x, w, b = _inputs()
@@ -249,24 +250,46 @@ def test_compiled_calls_carry_the_tiers_token_and_a_tier_change_recompiles(tiers
     counter = CompileCounter()
 
     def backend(gm, example_inputs):
-        graphs.append(gm)
+        graphs.append([[a for a in n.args if isinstance(a, str)] for n in gm.graph.nodes
+                       if n.op == "call_function" and "tunedb" in str(n.target)])
         return counter(gm, example_inputs)
 
-    compiled = torch.compile(lambda x: ops.gemm_act(x, w, b, "gelu"), backend=backend, fullgraph=True)
-    launch_table.sync()
+    def fn(x):
+        return ops.gemm_act(x, w, b, "gelu")
+
+    torch._dynamo.reset()
     with torch.no_grad():
+        compiled = torch.compile(fn, backend=backend, fullgraph=True)
         compiled(x)
-        selector.reload()  # nothing changed on disk: the same token, the same compiled code
-        compiled(x)
+        first = launch_table.compile_token()
+        _serve("gemm|op=gemm_act|dt=fp32|N=8|K=16|act=gelu|bias=1", "torch")  # writes, reloads
+        second = launch_table.compile_token()
+        compiled(x)  # the same compiled code: no recompile on a tier change
         assert counter.frame_count == 1
-        token = launch_table.tiers_token[0]
-        _serve("gemm|op=gemm_act|dt=fp32|N=8|K=16|act=gelu|bias=1", "torch")  # writes + reloads
-        assert launch_table.tiers_token[0] != token
-        compiled(x)
-    assert counter.frame_count == 2
-    args = [[a for a in n.args if isinstance(a, str)] for g in graphs for n in g.graph.nodes
-            if n.op == "call_function" and "tunedb" in str(n.target)]
-    assert args == [["gelu", token], ["gelu", launch_table.tiers_token[0]]]
+        torch._dynamo.reset()
+        torch.compile(fn, backend=backend, fullgraph=True)(x)
+        with launch_table.overriding(lambda fam, sig, m: None):
+            torch._dynamo.reset()
+            torch.compile(fn, backend=backend, fullgraph=True)(x)
+    assert first != second
+    assert graphs == [[["gelu", first]], [["gelu", second]], [["gelu", second + "+opaque"]]]
+
+
+def test_symbolic_and_empty_sizes_under_the_decomposition():
+    """A symbolic M (dynamic or data-dependent) keeps the op, before any size comparison; an
+    empty output (N = 0) decomposes to what eager returns."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    with FakeTensorMode(shape_env=env):
+        w = torch.empty(64, 32)
+        unbacked = torch.empty(env.create_unbacked_symint(), 32)
+        assert ops._gemm_decomposition(unbacked, w) is NotImplemented
+        assert ops._gemm_act_decomposition(torch.empty(4, 32), w, None, "relu").shape == (4, 64)
+    x = torch.randn(3, 32)
+    y = ops._gemm_act_decomposition(x, torch.empty(0, 32), None, "gelu")
+    assert y.shape == (3, 0) and torch.equal(y, ops.gemm_act(x, torch.empty(0, 32), None, "gelu"))
 
 
 def test_inductor_lowers_an_op_the_decomposition_keeps(monkeypatch):

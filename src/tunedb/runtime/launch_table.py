@@ -99,25 +99,43 @@ _calls: dict[tuple[Any, ...], Bound] = {}
 known: Callable[[tuple[Any, ...]], "Bound | None"] = _calls.get
 
 
-# The tiers' token: a hash of every tier file's (path, size, mtime); renewed by clear(), so at
-# every reload, and read by the ops' entry points when a compiler traces them (see ops.py).
-tiers_token: list[str] = [""]
+# The compile token: the identity of this epoch's selection, computed when a compiler first asks
+# for it in the epoch (compile_token) and forgotten by clear().
+_selection_id: list["str | None"] = [None]
 
 
-def _tiers_identity() -> str:
+def _selection_identity() -> str:
     import hashlib
 
     from tunedb.database import tiers
 
-    h = hashlib.sha1()
+    h = hashlib.sha1(_selector().state_key().encode())
     for tier in tiers.TIERS:
-        for arch, fam, path in tiers.discover(tier):
+        try:
+            files = tiers.discover(tier)
+        except OSError:
+            files = ()
+        for arch, fam, path in files:
             try:
-                st = path.stat()
-            except OSError:
-                continue
-            h.update(f"{tier}/{arch}/{fam}:{st.st_size}:{st.st_mtime_ns};".encode())
+                digest = hashlib.sha1(path.read_bytes()).hexdigest()
+            except OSError as exc:
+                digest = f"unreadable:{exc.errno}"
+            h.update(f"{tier}/{arch}/{fam}.json={digest};".encode())
     return h.hexdigest()[:16]
+
+
+def compile_token() -> str:
+    """What the ops' `tiers` argument carries when a compiler traces them: a hash of this
+    epoch's selection state (tier file contents, arch, rankers, settings), with '+opaque'
+    appended while an override, a recorder or TUNEDB_CAPTURE keeps the ops opaque. Dynamo
+    reads it once per trace as a constant (no guard): a compiled graph keeps the choices it was
+    compiled with, and every compile cache keyed on the graph tells selection states apart."""
+    sync()
+    ident = _selection_id[0]
+    if ident is None:
+        ident = _selection_id[0] = _selection_identity()
+    opaque = bool(_overrides or _recorders) or _capture[0] is not None
+    return ident + "+opaque" if opaque else ident
 
 
 def clear() -> None:
@@ -128,12 +146,12 @@ def clear() -> None:
     _calls.clear()
     _epoch[0] = _selector_epoch()
     _capture[0] = _capture_path()
-    tiers_token[0] = _tiers_identity()
+    _selection_id[0] = None
     tiers.on_reload(clear)  # (once: on_reload ignores a hook it has) a new epoch clears the table
 
 
 def sync() -> None:
-    """Start this table's epoch now if the tiers moved on (clear() renews tiers_token)."""
+    """Start this table's epoch now if the tiers moved on."""
     if _selector_epoch() != _epoch[0]:
         clear()
 
@@ -200,15 +218,19 @@ def launcher(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> Bound
         clear()
     bound = _table.get(key)
     if bound is None:
-        bound = _bind(op, x, weight, bias, act)
-        bound.key = key
-        _table[key] = bound
+        bound = _insert(key, op, x, weight, bias, act)
         if _capture[0] is not None:
             _record_capture(bound, _capturing())
     elif _capture[0] is not None and not bound.seen_captured and _capturing():
         _record_capture(bound, True)
     bound.counter.calls += 1
     return bound
+
+
+def static_shapes(x: Any, weight: Any) -> bool:
+    """Whether every size of x and weight is a plain int (no SymInt: a dynamic or data-dependent
+    dimension under a compiler)."""
+    return all(isinstance(d, int) for d in (*x.shape, *weight.shape))
 
 
 def traced(op: str, x: Any, weight: Any, bias: Any, act: str) -> "Bound | None":
@@ -218,20 +240,21 @@ def traced(op: str, x: Any, weight: Any, bias: Any, act: str) -> "Bound | None":
     when a dimension is symbolic, an override serves (autotune() may measure, which must never
     happen inside a compiler's trace), or a recorder or TUNEDB_CAPTURE watches calls (a census
     taken from a compiled model must still see every shape)."""
-    if _overrides or _recorders or not all(isinstance(d, int) for d in (*x.shape, *weight.shape)):
+    if _overrides or _recorders or not static_shapes(x, weight):
         return None
     if _selector_epoch() != _epoch[0]:
         clear()
     if _capture[0] is not None:
         return None
     k = weight.shape[1]
-    m = x.numel() // k
-    key = (op, x.dtype, weight.shape[0], k, act, bias is not None, m)
-    bound = _table.get(key)
-    if bound is None:
-        bound = _bind(op, x, weight, bias, act)
-        bound.key = key
-        _table[key] = bound
+    key = (op, x.dtype, weight.shape[0], k, act, bias is not None, x.numel() // k)
+    return _table.get(key) or _insert(key, op, x, weight, bias, act)
+
+
+def _insert(key: tuple[Any, ...], op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:
+    bound = _bind(op, x, weight, bias, act)
+    bound.key = key
+    _table[key] = bound
     return bound
 
 

@@ -4,9 +4,10 @@
     tunedb::gemm_act(Tensor x, Tensor weight, Tensor? bias, str act, str tiers="") -> Tensor
                                                                          act(x @ weight.T + bias)
 
-``tiers`` never changes the result: it is the tier state (launch_table.tiers_token) the entry
-points saw when a compiler traced the call, so a compiled graph -- and every compile cache keyed
-on it -- names the tiers its compile-time choices were made from (see "compile-time selection").
+``tiers`` never changes the result: it is the selection state (launch_table.compile_token) the
+entry points saw when a compiler traced the call, so a compiled graph -- and every compile cache
+keyed on it -- names the state its compile-time choices were made from (see "compile-time
+selection").
 
 ``weight`` is laid out like ``nn.Linear.weight`` (N, K); x is (..., K). CUDA tensors run the
 launcher the launch table bound for the shape; other devices (CPU, meta) run the torch arm
@@ -67,12 +68,17 @@ def _run(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return _execute(op, x, weight, bias, act, key)
 
 
+def _torch_only(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Calls the GEMM family never serves: the torch arm runs them (CPU, fp32, K = 0)."""
+    return x.device.type != "cuda" or x.dtype not in _SERVED or weight.shape[1] == 0
+
+
 def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              act: str, key: tuple[Any, ...] | None) -> torch.Tensor:
     if bias is not None and not bias.is_contiguous():  # the Triton epilogue reads it at stride 1
         bias, key = bias.contiguous(), None  # and such calls never take the call memo
     n, k = weight.shape
-    if x.device.type != "cuda" or x.dtype not in _SERVED or k == 0:
+    if _torch_only(x, weight):
         return ACTS[act](F.linear(x, weight, bias))
     m = x.numel() // k
     if m == 0 or n == 0:
@@ -142,12 +148,14 @@ def _gemm_fake(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.
 # those aten ops: the compiled graph then holds exactly what compiling the plain model would (the
 # activation fused into its neighbours, no dispatcher call per GEMM), and the op stays opaque only
 # where a Triton config was measured faster. The choice is the one a call would get now (same
-# tiers, kept in the launch table). The entry points pass the tiers' token (launch_table.
-# tiers_token: the tier files' identity, renewed at every reload) as the ops' `tiers` argument:
-# Dynamo guards on it, so a reload that changes the tiers recompiles, and it is part of the
-# traced graph, so no compile cache (AOTAutograd's is keyed on that graph, before this
-# decomposition runs) returns choices made from other tiers. Dynamic M, an active autotune() or
-# pin (overrides), census recording and TUNEDB_CAPTURE keep the op opaque, resolved per call.
+# tiers, kept in the launch table). The entry points pass the selection state's token
+# (launch_table.compile_token) as the ops' `tiers` argument, read once per trace as a constant:
+# it is part of the traced graph, so no compile cache (AOTAutograd's is keyed on that graph,
+# before this decomposition runs) returns choices made from another state; it is not guarded
+# on, so a compiled graph keeps its choices after tunedb.reload() (recompile to take a new
+# tier) and a changing tier never walks a model into Dynamo's recompile limit. Symbolic sizes,
+# an active autotune() or pin (overrides), census recording and TUNEDB_CAPTURE keep the op
+# opaque, resolved per call.
 
 _TORCH_LEVEL_ARMS = ("torch", "fused")
 _decompositions_registered = False
@@ -155,8 +163,10 @@ _decompositions_registered = False
 
 def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                act: str) -> Any:
+    if not launch_table.static_shapes(x, weight):
+        return NotImplemented  # before any size comparison: a data-dependent size cannot take one
     _check(x, weight, bias, act)
-    if x.device.type != "cuda" or x.dtype not in _SERVED or weight.shape[1] == 0 or x.numel() == 0:
+    if _torch_only(x, weight) or x.numel() == 0 or weight.shape[0] == 0:
         return ACTS[act](F.linear(x, weight, bias))  # what _execute runs for these
     bound = launch_table.traced(op, x, weight, bias, act)
     if bound is None or bound.config.id not in _TORCH_LEVEL_ARMS:
@@ -299,7 +309,16 @@ _lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
 # to its bound launcher (launch_table.known).
 _compiling = torch.compiler.is_compiling
 _known = launch_table.known
-_tiers_token = launch_table.tiers_token  # a one-item list: Dynamo guards on its value
+
+
+def _token() -> str:
+    return launch_table.compile_token()
+
+
+# What torch.compiler.assume_constant_result sets, set directly: that function imports Dynamo
+# (~1.3 s) and this module must import cheaply. Dynamo then calls _token at trace time and puts
+# its result in the graph as a constant, with no guard on it.
+_token._dynamo_marked_constant = True  # type: ignore[attr-defined]
 # the current CUDA device, cheaply (a call's x is already on CUDA, so CUDA is initialised)
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
@@ -308,7 +327,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
     if (type(x) is not _Tensor or _compiling()
             or (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
-        return torch.ops.tunedb.gemm(x, weight, _tiers_token[0])
+        return torch.ops.tunedb.gemm(x, weight, _token())
     key = None
     if x.is_cuda:
         key = ("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None)
@@ -326,7 +345,7 @@ def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
     if (type(x) is not _Tensor or _compiling()
             or (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                      or (bias is not None and bias.requires_grad)))):
-        return torch.ops.tunedb.gemm_act(x, weight, bias, act, _tiers_token[0])
+        return torch.ops.tunedb.gemm_act(x, weight, bias, act, _token())
     key = None
     if x.is_cuda:
         key = ("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,

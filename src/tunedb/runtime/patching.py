@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tunedb.runtime import launch_table, ops, report
+from tunedb.runtime import ops, report
 
 _HF_ACTS: dict[str, str] = {
     "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
@@ -226,7 +226,6 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
         allow_approximate()
     if not inplace:
         model = copy.deepcopy(model)
-    launch_table.sync()  # the tiers' token is current before a compiler first traces the model
     if type(model) is nn.Linear:  # a bare Linear has no parent to patch
         tuned = TunedLinear(model, approximate=approximate)
         report.register_model(tuned, [tuned])
