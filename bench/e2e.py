@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=420.0, help="wall budget of the whole script (s)")
     p.add_argument("--tune", choices=("auto", "build", "autotune"), default="auto")
     p.add_argument("--max-points", type=int, default=3, help="the build's --thin --max-points")
-    p.add_argument("--top-k", type=int, default=16, help="the build's --top-k (cost-model arms per point)")
+    p.add_argument("--top-k", type=int, default=8,
+                   help="the build's --top-k (cost-model arms per point; 8: tunedb tune's default)")
     p.add_argument("--allow-busy", action="store_true", help="let the build run on a busy GPU")
     p.add_argument("--impl", default="auto", choices=("auto", "mirror", "hf", "torchaudio"),
                    help="the presets' implementation (auto: transformers/torchaudio when they import)")

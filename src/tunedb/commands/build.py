@@ -9,8 +9,9 @@ from typing import Any, Sequence
 from tunedb.errors import BuildError
 
 
-def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | None = None) -> None:
-    """The flags `tunedb build` and `tunedb tune` share."""
+def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | None = None,
+                      top_k: int = 16) -> None:
+    """The flags `tunedb build` and `tunedb tune` share (`top_k`: this command's --top-k default)."""
     parser.add_argument("--out", default=out_default, required=out_default is None,
                         help="'user' (this machine's tier), 'system' (the shipped tier in the source "
                              "tree; real GPU only) or a directory (DIR/<arch>/<family>.json + "
@@ -35,7 +36,7 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
                         help="measure every valid config at every point (the oracle; slow)")
     parser.add_argument("--allow-busy", action="store_true",
                         help="measure even when other processes use the GPU (results marked contended)")
-    parser.add_argument("--top-k", type=int, default=16, help="cost-model candidates per point (16)")
+    parser.add_argument("--top-k", type=int, default=top_k, help=f"cost-model candidates per point ({top_k})")
     parser.add_argument("--in-process", action="store_true",
                         help="measure in this process instead of a worker subprocess (debugging)")
 

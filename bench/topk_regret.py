@@ -1,0 +1,93 @@
+"""What a smaller build costs in regret: the build's --top-k replayed on a recorded measurement log.
+
+    python bench/topk_regret.py [--log LOG.jsonl[.gz]] [--db gemm.json] [--k 4,6,8,12,16] [--md FILE]
+
+A build measures, at every point, the union of each ranker's top-k valid configs (the
+uncalibrated cost model, and the calibrated one when the target file ships its parameters) plus
+the family's sentinels (default, torch, fused). Tuning time grows with the arms measured, so the
+question is how small k can be before the pick gets worse. For each point of the log this
+recomputes the arm set at each k (buildplan.arms_for_point, the build's own code) and scores
+the best arm measured among it against the best measured at all (regret = objective / best - 1).
+Only arms the log measured count: an arm a smaller k would add but the log lacks cannot happen
+(a smaller k measures a subset), and the point's oracle is the full log's, so the numbers are
+what the smaller build would have served, had the same measurements come out.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from tunedb import buildsteps, database, families
+from tunedb.arch import shipped_profile
+from tunedb.bench.log import read_log
+from tunedb.buildplan import arms_for_point
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_LOG = ROOT / "bench/results/2026-11-30_s3_system_sm90_buildall_measurements.jsonl.gz"
+DEFAULT_DB = ROOT / "src/tunedb/db/sm90/gemm.json"
+
+
+def analyse(log: Path, db: Path, ks: list[int]) -> list[dict]:
+    family = families.get("gemm")
+    arch = shipped_profile("sm90")
+    parsed = database.load(db)
+    rankers = buildsteps.rankers(family, arch, buildsteps.model_params(parsed.model))
+    points: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for rec in read_log(log):
+        m = rec.measurement
+        if m.status.ok and m.median_ms:
+            best = points[(m.signature, m.m)].get(m.config_id)
+            points[(m.signature, m.m)][m.config_id] = min(best or math.inf, m.median_ms)
+    rows = []
+    for k in ks:
+        regrets, arms, missing = [], [], 0
+        for (sig, m), measured in points.items():
+            ids = arms_for_point(family, sig, m, arch, rankers, top_k=k)
+            got = [measured[c] for c in ids if c in measured]
+            arms.append(len(ids))
+            missing += sum(1 for c in ids if c not in measured)
+            regrets.append(min(got) / min(measured.values()) - 1.0 if got else math.nan)
+        scored = [r for r in regrets if not math.isnan(r)]
+        rows.append({"k": k, "points": len(points), "arms_per_point": statistics.mean(arms),
+                     "unmeasured_arms": missing,
+                     "geomean_regret": math.exp(statistics.mean(math.log1p(r) for r in scored)) - 1,
+                     "p95_regret": sorted(scored)[int(0.95 * (len(scored) - 1))],
+                     "max_regret": max(scored),
+                     "points_worse_1pct": sum(1 for r in scored if r > 0.01)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--log", default=str(DEFAULT_LOG))
+    p.add_argument("--db", default=str(DEFAULT_DB), help="the tier file whose cost-model parameters the build ranks with")
+    p.add_argument("--k", default="4,6,8,12,16", help="comma-separated top-k values")
+    p.add_argument("--md", default=None, help="append the table to this file")
+    args = p.parse_args(argv)
+    try:
+        ks = sorted({int(v) for v in args.k.split(",") if v.strip()})
+    except ValueError:
+        p.error(f"--k {args.k!r}: comma-separated positive integers")
+    if not ks or ks[0] < 1:
+        p.error(f"--k {args.k!r}: comma-separated positive integers")
+    rows = analyse(Path(args.log), Path(args.db), ks)
+    lines = [f"top-k replay of `{Path(args.log).name}` (ranked with `{Path(args.db).name}`'s model)", "",
+             "| top-k | arms per point | arms the log lacks | regret geomean | p95 | max | points > 1% |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['k']} | {r['arms_per_point']:.1f} | {r['unmeasured_arms']} | "
+                     f"{100 * r['geomean_regret']:.2f}% | {100 * r['p95_regret']:.1f}% | "
+                     f"{100 * r['max_regret']:.1f}% | {r['points_worse_1pct']} of {r['points']} |")
+    print("\n".join(lines))
+    if args.md:
+        with open(args.md, "a", encoding="utf-8") as fh:
+            fh.write("\n" + "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""bench/topk_regret.py on a small synthetic log: the regret of a smaller --top-k is what the
+build's own arm choice (buildplan.arms_for_point) would have served from the measured arms."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tunedb import buildsteps, database, families
+from tunedb.arch import shipped_profile
+from tunedb.bench.log import MeasurementLog
+from tunedb.buildplan import arms_for_point
+from tunedb.records import Measurement, Provenance, Signature, Status
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+import topk_regret  # noqa: E402
+
+sys.path.remove(str(ROOT / "bench"))
+
+
+def test_a_winner_outside_the_smaller_top_k_costs_its_margin(tmp_path):
+    fam, arch = families.get("gemm"), shipped_profile("sm90")
+    sig, m = Signature.make("gemm", "gemm", "half", N=4096, K=4096), 64
+    db = ROOT / "src/tunedb/db/sm90/gemm.json"
+    rankers = buildsteps.rankers(fam, arch, buildsteps.model_params(database.load(db).model))  # analyse()'s
+    ranked = [c for c in arms_for_point(fam, sig, m, arch, rankers, top_k=16) if c not in ("default", "torch")]
+    top1 = arms_for_point(fam, sig, m, arch, rankers, top_k=1)
+    outside = next(c for c in ranked if c not in top1)  # in the top-16, not in the top-1
+    times = {c: 1.0 for c in ranked} | {"torch": 0.9, "default": 1.0, outside: 0.6}
+    log = tmp_path / "log.jsonl"
+    MeasurementLog(log, Provenance(gpu_name="synthetic"), "r").append(
+        [Measurement(sig, m, c, Status.OK, median_ms=t, n=5) for c, t in times.items()])
+    rows = {r["k"]: r for r in topk_regret.analyse(log, db, [1, 16])}
+    assert abs(rows[1]["max_regret"] - (0.9 / 0.6 - 1)) < 1e-9  # torch, always measured, served
+    assert rows[16]["max_regret"] == 0.0 and rows[16]["points_worse_1pct"] == 0
+    assert rows[1]["arms_per_point"] < rows[16]["arms_per_point"]
