@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e_models  # noqa: E402
 from e2e_models import MODES, cell, fresh_env, gpu_clocks, measure, sync  # noqa: E402
 from e2e_report import VARIANTS, fmt, markdown, show  # noqa: E402
+from e2e_timing import quiet_compile_workers  # noqa: E402
 
 T0 = time.monotonic()
 
@@ -200,6 +201,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                                                     for m in MODES})
                     continue
                 comp["per_batch"][str(b)] = round(time.perf_counter() - t0, 2)
+                quiet_compile_workers()
                 put(name, b, "tunedb+compile", measure(bm, compiled, b, refs[b], args, anchor=bm.module))
             torch._dynamo.reset()
 
@@ -231,6 +233,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                 guess = secs = time.perf_counter() - t0
                 ind["per_batch"][str(b)] = round(secs, 2)
                 print(f"  {name} b{b}: compiled in {secs:.1f} s", flush=True)
+                quiet_compile_workers()
                 put(name, b, "max-autotune", measure(bm, compiled, b, refs[b], args, anchor=bm.module))
             ind["seconds"] = round(sum(ind["per_batch"].values()), 2)
             ind["complete"] = len(ind["per_batch"]) == len(bm.batches)

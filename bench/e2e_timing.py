@@ -36,6 +36,17 @@ def sync() -> None:
     __import__("torch").cuda.synchronize()
 
 
+def quiet_compile_workers() -> None:
+    """Shut Inductor's compile-worker pool down (the next compile starts a new one): after a
+    compile its workers stay up until they quiesce, and a host-bound eager row timed beside them
+    read 1.5x slower (BENCHMARKS.md, session 4). Called after each compile, before timing."""
+    from torch._inductor import async_compile
+
+    shutdown = getattr(async_compile, "shutdown_compile_workers", None)
+    if shutdown is not None:
+        shutdown()
+
+
 def median_ms(step: Callable[[], Any], n: int) -> float:
     """Median of n CUDA-event times of step(), each bracketed by its own pair of events."""
     import torch
