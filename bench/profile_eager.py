@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         served = {b.config.id for _k, b in launch_table.entries()}
         print(f"{args.model} b{args.batch} on {args.device}{' (both compiled)' if args.compile else ''}: "
               f"plain {plain:.3f} ms, tunedb {fast:.3f} ms per "
-              f"forward ({plain / fast:.3f}x); {calls} tuned-op calls per forward, "
-              f"{(fast - plain) * 1e3 / max(calls, 1):+.2f} us per call; configs served: {sorted(served)}")
+              f"forward ({plain / fast:.3f}x); {calls} tuned-op calls per forward"
+              + (f", {(fast - plain) * 1e3 / calls:+.2f} us per call" if calls else " (all compiled inline)")
+              + f"; configs served: {sorted(served)}")
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(args.iters):
