@@ -336,8 +336,9 @@ def state_key() -> str:
 
     arch_family, profile = current_arch()
     with _lock:
+        # by identity too: two closures of one factory share a qualname but not their parameters
         rankers = sorted(f"{fam}={getattr(r, '__module__', '')}.{getattr(r, '__qualname__', type(r).__name__)}"
-                         for fam, r in _rankers.items())
+                         f"@{id(r):x}" for fam, r in _rankers.items())
     return json.dumps({"arch": arch_family, "profile": None if profile is None else profile.to_json(),
                        "rankers": rankers, "heuristic": settings.heuristic_enabled(),
                        "model_fallback": settings.model_fallback_enabled(),

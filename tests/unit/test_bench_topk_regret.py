@@ -31,6 +31,12 @@ def test_a_winner_outside_the_smaller_top_k_costs_its_margin(tmp_path):
     MeasurementLog(log, Provenance(gpu_name="synthetic"), "r").append(
         [Measurement(sig, m, c, Status.OK, median_ms=t, n=5) for c, t in times.items()])
     rows = {r["k"]: r for r in topk_regret.analyse(log, db, [1, 16])}
-    assert abs(rows[1]["max_regret"] - (0.9 / 0.6 - 1)) < 1e-9  # torch, always measured, served
-    assert rows[16]["max_regret"] == 0.0 and rows[16]["points_worse_1pct"] == 0
-    assert rows[1]["arms_per_point"] < rows[16]["arms_per_point"]
+    assert abs(rows[1]["regret_max"] - (0.9 / 0.6 - 1)) < 1e-9  # torch, always measured, served
+    assert rows[16]["regret_max"] == 0.0 and rows[16]["regret_over_1pct"] == 0
+    assert abs(rows[1]["gated_max"] - (0.9 / 0.6 - 1)) < 1e-9 and rows[16]["gated_max"] == 0.0
+    assert rows[1]["arms_per_point"] < rows[16]["arms_per_point"] and rows[1]["scored"] == 1
+
+
+def test_the_gate_serves_torch_when_the_best_arm_wins_by_less():
+    assert topk_regret.served({"a": 0.97, "torch": 1.0}, 1.0, 1.05) == 1.0
+    assert topk_regret.served({"a": 0.90, "torch": 1.0}, 1.0, 1.05) == 0.90

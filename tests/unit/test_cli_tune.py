@@ -91,3 +91,15 @@ def test_tune_with_user_tier_off_explains(tmp_path):
         shapes = ShapeSet((Point(QKV, 16),))
         with pytest.raises(DatabaseError, match="user tier is disabled"):
             pipeline.tune("toy", pipeline.BuildOptions(out="user", simulate=True, top_k=2), shapes=shapes)
+
+
+def test_tune_measures_a_smaller_top_k_than_a_system_build():
+    """On-demand tuning trades the last 0.1% of regret for ~40% fewer arms (BENCHMARKS.md,
+    bench/topk_regret.py); a system-tier build keeps 16. An explicit --top-k wins in both."""
+    from tunedb.cli import build_parser
+    from tunedb.commands.build import options_from
+
+    tune = build_parser().parse_args(["tune", "whisper-base"])
+    build = build_parser().parse_args(["build", "--census", "c.json", "--out", "user"])
+    assert (options_from(tune).top_k, options_from(build).top_k) == (8, 16)
+    assert options_from(build_parser().parse_args(["tune", "whisper-base", "--top-k", "12"])).top_k == 12

@@ -234,6 +234,11 @@ def test_inductor_compiles_cpu_calls_to_plain_aten():
     assert torch.ops.tunedb.gemm_act.default in decompositions
     assert "ops.tunedb" not in "".join(code)
     torch.testing.assert_close(got, fn(x))
+    torch._dynamo.reset()
+    with torch.no_grad(), inductor_config.patch(force_disable_caches=True):  # a dynamic M too
+        got, code = run_and_get_code(torch.compile(fn, dynamic=True, fullgraph=True), x)
+    assert "ops.tunedb" not in "".join(code)
+    torch.testing.assert_close(got, fn(x))
 
 
 def test_compiled_calls_carry_the_selection_token_and_keep_their_choices(tiers_dirs):
@@ -276,17 +281,20 @@ def test_compiled_calls_carry_the_selection_token_and_keep_their_choices(tiers_d
 
 
 def test_symbolic_and_empty_sizes_under_the_decomposition():
-    """A symbolic M (dynamic or data-dependent) keeps the op, before any size comparison; an
-    empty output (N = 0) decomposes to what eager returns."""
+    """On CUDA a symbolic M (dynamic or data-dependent) keeps the op, before any size comparison;
+    on the CPU (the torch arm whatever the sizes) it decomposes; an empty output (N = 0)
+    decomposes to what eager returns."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     env = ShapeEnv()
     with FakeTensorMode(shape_env=env):
-        w = torch.empty(64, 32)
-        unbacked = torch.empty(env.create_unbacked_symint(), 32)
-        assert ops._gemm_decomposition(unbacked, w) is NotImplemented
-        assert ops._gemm_act_decomposition(torch.empty(4, 32), w, None, "relu").shape == (4, 64)
+        u = env.create_unbacked_symint()
+        w = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)
+        assert ops._gemm_decomposition(torch.empty(u, 32, device="cuda", dtype=torch.bfloat16), w) is NotImplemented
+        cpu = ops._gemm_decomposition(torch.empty(u, 32), torch.empty(64, 32))
+        assert cpu is not NotImplemented and cpu.shape[1] == 64
+        assert ops._gemm_act_decomposition(torch.empty(4, 32), torch.empty(64, 32), None, "relu").shape == (4, 64)
     x = torch.randn(3, 32)
     y = ops._gemm_act_decomposition(x, torch.empty(0, 32), None, "gelu")
     assert y.shape == (3, 0) and torch.equal(y, ops.gemm_act(x, torch.empty(0, 32), None, "gelu"))
@@ -309,3 +317,21 @@ def test_inductor_lowers_an_op_the_decomposition_keeps(monkeypatch):
         got, code = run_and_get_code(torch.compile(fn, dynamic=False, fullgraph=True), x)
     assert "ops.tunedb.gemm_act" in "".join(code)
     torch.testing.assert_close(got, fn(x))
+
+
+def test_the_token_names_the_tiers_as_loaded_not_as_on_disk(tiers_dirs):
+    """A tier file rewritten by another process mid-epoch changes nothing this epoch serves, so
+    it must not change the token either; the next epoch (reload) sees it."""
+    from tunedb import database, selector
+    from tunedb.records import Entry, Region, Signature
+    from tunedb.runtime import launch_table
+
+    _serve("gemm|op=gemm|dt=bf16|N=64|K=32", "torch")
+    launch_table.clear()
+    loaded = launch_table.compile_token()
+    sig = Signature.parse("gemm|op=gemm|dt=bf16|N=96|K=32")
+    database.write_entries("user", "gemm", "sm90", [Entry(sig, (Region(256, "torch"),))], [])
+    launch_table.clear()  # forgets the token, not the epoch's loaded files
+    assert launch_table.compile_token() == loaded
+    selector.reload()
+    assert launch_table.compile_token() != loaded

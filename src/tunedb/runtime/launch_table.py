@@ -105,22 +105,26 @@ _selection_id: list["str | None"] = [None]
 
 
 def _selection_identity() -> str:
+    """A hash of what this epoch's selection depends on: the selector's state (arch, rankers,
+    settings), the tier files as this epoch loaded them (what the selector serves from, not
+    what is on disk now), tunedb's version, the family's kernel hash and this runtime's code."""
     import hashlib
+    from pathlib import Path
 
+    import tunedb
     from tunedb.database import tiers
 
-    h = hashlib.sha1(_selector().state_key().encode())
+    sel, family = _selector(), _family()
+    h = hashlib.sha1(sel.state_key().encode())
+    arch_family, _profile = sel.current_arch()
     for tier in tiers.TIERS:
-        try:
-            files = tiers.discover(tier)
-        except OSError:
-            files = ()
-        for arch, fam, path in files:
-            try:
-                digest = hashlib.sha1(path.read_bytes()).hexdigest()
-            except OSError as exc:
-                digest = f"unreadable:{exc.errno}"
-            h.update(f"{tier}/{arch}/{fam}.json={digest};".encode())
+        res = tiers.get(tier, arch_family, family.name)
+        h.update(f"{tier}:{'off' if res is None else res.state}:{'' if res is None else res.digest};".encode())
+    impl = getattr(family, "impl_hash", None)
+    h.update(f"tunedb {tunedb.__version__}; kernels {impl() if callable(impl) else ''};".encode())
+    here = Path(__file__).parent
+    for name in ("ops.py", "launch_table.py"):  # the decomposition and resolution code
+        h.update((here / name).read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -133,7 +137,13 @@ def compile_token() -> str:
     sync()
     ident = _selection_id[0]
     if ident is None:
-        ident = _selection_id[0] = _selection_identity()
+        try:
+            ident = _selection_identity()
+        except Exception:  # noqa: BLE001 - a token that can never match another process's
+            import uuid
+
+            ident = f"unidentified-{uuid.uuid4().hex[:12]}"
+        _selection_id[0] = ident
     opaque = bool(_overrides or _recorders) or _capture[0] is not None
     return ident + "+opaque" if opaque else ident
 

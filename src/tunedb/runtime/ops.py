@@ -68,9 +68,14 @@ def _run(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return _execute(op, x, weight, bias, act, key)
 
 
+def _unserved(x: torch.Tensor) -> bool:
+    """Devices and dtypes the GEMM family never serves (CPU, meta, fp32): the torch arm's."""
+    return x.device.type != "cuda" or x.dtype not in _SERVED
+
+
 def _torch_only(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Calls the GEMM family never serves: the torch arm runs them (CPU, fp32, K = 0)."""
-    return x.device.type != "cuda" or x.dtype not in _SERVED or weight.shape[1] == 0
+    """Calls the torch arm runs: unserved ones and K = 0."""
+    return _unserved(x) or weight.shape[1] == 0
 
 
 def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -163,10 +168,12 @@ _decompositions_registered = False
 
 def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                act: str) -> Any:
+    if _unserved(x):  # CPU or fp32, whatever the sizes: the torch arm is all _execute runs
+        return ACTS[act](F.linear(x, weight, bias))
     if not launch_table.static_shapes(x, weight):
         return NotImplemented  # before any size comparison: a data-dependent size cannot take one
     _check(x, weight, bias, act)
-    if _torch_only(x, weight) or x.numel() == 0 or weight.shape[0] == 0:
+    if weight.shape[1] == 0 or x.numel() == 0 or weight.shape[0] == 0:
         return ACTS[act](F.linear(x, weight, bias))  # what _execute runs for these
     bound = launch_table.traced(op, x, weight, bias, act)
     if bound is None or bound.config.id not in _TORCH_LEVEL_ARMS:
