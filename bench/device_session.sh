@@ -83,7 +83,10 @@ for stage in "$@"; do
       timeout ${E2E_S:-480} python bench/e2e.py --out "$L/e2e.json" --md "$L/e2e.md" ${E2E_ARGS:-} 2>&1 | tee "$L/e2e.log" | tail -60 ;;
     e2e-each)  # one e2e invocation per model, each with its own budget, so max-autotune fits for every model (E2E_ARGS: extra flags, e.g. --compile-cdt)
       for m in ${E2E_MODELS:-whisper-large-v3 llama-3-8b conformer}; do
-        timeout ${E2E_S:-280} python bench/e2e.py --models $m --budget-s ${E2E_BUDGET:-250} ${E2E_BATCHES:+--batches $E2E_BATCHES} ${E2E_ARGS:-} --out "$L/e2e_$m.json" --md "$L/e2e.md" 2>&1 | tee "$L/e2e_$m.log" | tail -25
+        timeout ${E2E_S:-280} python bench/e2e.py --models $m --budget-s ${E2E_BUDGET:-250} ${E2E_BATCHES:+--batches $E2E_BATCHES} ${E2E_ARGS:-} --work "$W/e2e_$m" --out "$L/e2e_$m.json" --md "$L/e2e.md" 2>&1 | tee "$L/e2e_$m.log" | tail -25
+        # the tune's own evidence (its tier and measurement log), to set beside the in-model rows
+        cp "$W/e2e_$m/user/sm90/gemm.json" "$L/e2e_${m}_tuned_gemm.json" 2>/dev/null
+        gzip -c "$W/e2e_$m/user/measurements.jsonl" > "$L/e2e_${m}_tune_measurements.jsonl.gz" 2>/dev/null
         tar czf "$OUT/session.tgz" -C $W logs
       done ;;
     *) echo "unknown stage $stage" ;;
