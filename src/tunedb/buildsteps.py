@@ -115,10 +115,10 @@ def working_sets(censuses: Sequence[tuple[str, Any]], ops: Sequence[str] = ("gem
 
 class Measurer:
     """Measures (signature, M, config ids) through the protocol: fake timer, worker or in-process.
-    working_set: the served weight bytes, one number or per signature (see working_sets)."""
+    working_set: the served weight bytes per signature (see working_sets)."""
 
     def __init__(self, family: Any, opts: Any, arch: ArchProfile, log: Any,
-                 working_set: int | Mapping[Signature, int], timer: Any = None) -> None:
+                 working_set: Mapping[Signature, int], timer: Any = None) -> None:
         self.family, self.opts, self.log, self.working_set = family, opts, log, working_set
         self.timer = timer
         if timer is None and opts.simulate:
@@ -137,7 +137,7 @@ class Measurer:
     def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float) -> tuple[Measurement, ...]:
         from tunedb.bench import protocol
 
-        served = self.working_set.get(sig) if isinstance(self.working_set, Mapping) else self.working_set
+        served = self.working_set.get(sig)
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
                   working_set_bytes=served)
         if self.worker is not None:

@@ -6,11 +6,12 @@ import json
 import sys
 from typing import Any, Sequence
 
+from tunedb.buildplan import TOP_K
 from tunedb.errors import BuildError
 
 
 def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | None = None,
-                      top_k: int = 16) -> None:
+                      top_k: int = TOP_K) -> None:
     """The flags `tunedb build` and `tunedb tune` share (`top_k`: this command's --top-k default)."""
     parser.add_argument("--out", default=out_default, required=out_default is None,
                         help="'user' (this machine's tier), 'system' (the shipped tier in the source "

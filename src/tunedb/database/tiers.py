@@ -9,8 +9,6 @@ next lookup re-reads every file, so nothing else changes what a process selects.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import threading
 import warnings
@@ -37,7 +35,6 @@ class LoadResult:
     state: str
     db: schema.DatabaseFile | None = None
     problem: str = ""
-    digest: str = ""  # sha1 of the content as loaded (canonical JSON): what this epoch serves from
 
     @property
     def usable(self) -> bool:
@@ -120,9 +117,8 @@ def reload() -> int:
 
 def load_file(tier: str, path: Path, kernel_family: str, arch_family: str) -> LoadResult:
     """Read one file now (no caching, no warning): what status and the epoch cache share."""
-    def result(state: str, db: schema.DatabaseFile | None = None, problem: str = "",
-               digest: str = "") -> LoadResult:
-        return LoadResult(tier, path, kernel_family, arch_family, state, db, problem, digest)
+    def result(state: str, db: schema.DatabaseFile | None = None, problem: str = "") -> LoadResult:
+        return LoadResult(tier, path, kernel_family, arch_family, state, db, problem)
 
     try:
         raw = schema.read_raw(path)
@@ -140,8 +136,7 @@ def load_file(tier: str, path: Path, kernel_family: str, arch_family: str) -> Lo
         return result("corrupt", problem=str(exc))
     except (TypeError, ValueError, RecursionError) as exc:  # a shape parse() did not foresee
         return result("corrupt", problem=f"{path}: unreadable structure: {exc}")
-    digest = hashlib.sha1(json.dumps(raw, sort_keys=True).encode()).hexdigest()
-    return result("loaded", db, digest=digest)
+    return result("loaded", db)
 
 
 def warn_once(key: str, reason: str, message: str) -> None:

@@ -163,14 +163,10 @@ class Autotuner:
     def resolve(self, family: Any, sig: Signature, m: int) -> tuple[Config, str] | None:
         """The launch table's override: a cached or freshly measured winner, else None."""
         hit = self.lookup(sig, m)
-        if hit is None and self.enabled and not capturing():
-            hit = self.tune(family, sig, m)
-        if hit is None:
-            return None
-        config = self._usable(family, sig, hit.config_id)
+        # A miss, or a cached winner this process cannot run (another lane, an approximate arm
+        # without the opt-in), is measured here: once, the fresh winner replacing it.
+        config = self._usable(family, sig, hit.config_id) if hit is not None else None
         if config is None and self.enabled and not capturing():
-            # A cached winner this process cannot run (another lane, an approximate arm without
-            # the opt-in) must not block tuning: measure the shape here and replace it.
             hit = self.tune(family, sig, m)
             config = self._usable(family, sig, hit.config_id) if hit is not None else None
         return (config, TIER) if config is not None else None

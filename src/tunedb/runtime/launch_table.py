@@ -32,7 +32,8 @@ class Count:
 class Bound:
     """A shape's resolution, the launcher bound to it, and how often it ran this epoch."""
 
-    __slots__ = ("family", "signature", "m", "config", "tier", "call", "counter", "seen_captured", "key")
+    __slots__ = ("family", "signature", "m", "config", "tier", "call", "counter", "seen_captured", "key",
+                 "launched")
 
     def __init__(self, family: str, signature: Signature, m: int, config: Config, tier: str,
                  call: Callable[..., Any], counter: Any = None) -> None:
@@ -44,6 +45,9 @@ class Bound:
         self.call = call
         self.counter = counter if counter is not None else Count()
         self.seen_captured = False  # TUNEDB_CAPTURE: whether a captured call was recorded
+        # whether a call through first_launch succeeded (not `calls`: that counter can be the
+        # selector's slot, which a selector.resolve() of the same shape counts as well)
+        self.launched = False
         self.key: tuple[Any, ...] | None = None  # its launch-table key, once in the table
 
     @property
@@ -109,23 +113,35 @@ def _selection_identity() -> str:
     settings), the tier files as this epoch loaded them (what the selector serves from, not
     what is on disk now), tunedb's version, the family's kernel hash and this runtime's code."""
     import hashlib
-    from pathlib import Path
 
-    import tunedb
-    from tunedb.database import tiers
+    from tunedb.database import schema, tiers
 
     sel, family = _selector(), _family()
     h = hashlib.sha1(sel.state_key().encode())
     arch_family, _profile = sel.current_arch()
     for tier in tiers.TIERS:
         res = tiers.get(tier, arch_family, family.name)
-        h.update(f"{tier}:{'off' if res is None else res.state}:{'' if res is None else res.digest};".encode())
-    impl = getattr(family, "impl_hash", None)
-    h.update(f"tunedb {tunedb.__version__}; kernels {impl() if callable(impl) else ''};".encode())
-    here = Path(__file__).parent
-    for name in ("ops.py", "launch_table.py"):  # the decomposition and resolution code
-        h.update((here / name).read_bytes())
+        loaded = "" if res is None or res.db is None else schema.dumps(res.db)
+        h.update(f"{tier}:{'off' if res is None else res.state}:{loaded};".encode())
+    h.update(_code_identity(family.name).encode())
     return h.hexdigest()[:16]
+
+
+@functools.cache
+def _code_identity(family_name: str) -> str:
+    """tunedb's version, the family's kernel hash and this runtime's code (the decomposition and
+    resolution): fixed for the process."""
+    import hashlib
+    from pathlib import Path
+
+    import tunedb
+
+    impl = getattr(_family(), "impl_hash", None)
+    h = hashlib.sha1(f"tunedb {tunedb.__version__}; {family_name} kernels {impl() if callable(impl) else ''};".encode())
+    here = Path(__file__).parent
+    for name in ("ops.py", "launch_table.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()
 
 
 def compile_token() -> str:
@@ -170,7 +186,7 @@ def remember(key: tuple[Any, ...], bound: Bound) -> None:
     """Let later calls with this exact key go straight to `bound` (unless something observes calls).
     Only a bound the table still holds: a reload on another thread between the call's lookup
     and this must not leave the old epoch's launcher serving the new one."""
-    if _capture[0] is None and not _recorders and bound.calls > 0 and _table.get(bound.key) is bound:
+    if _capture[0] is None and not _recorders and _table.get(bound.key) is bound:
         _calls[key] = bound
 
 
@@ -252,8 +268,7 @@ def traced(op: str, x: Any, weight: Any, bias: Any, act: str) -> "Bound | None":
     taken from a compiled model must still see every shape)."""
     if _overrides or _recorders or not static_shapes(x, weight):
         return None
-    if _selector_epoch() != _epoch[0]:
-        clear()
+    sync()
     if _capture[0] is not None:
         return None
     k = weight.shape[1]
@@ -285,7 +300,7 @@ def first_launch(bound: Bound, x: Any, weight: Any, bias: Any) -> Any:
     """Run a shape's first call; if its config fails to compile or launch (outside a capture),
     warn once and serve the shape with the framework's op ('torch') for the rest of the epoch."""
     try:
-        return bound.call(x, weight, bias, None)
+        y = bound.call(x, weight, bias, None)
     except Exception as exc:
         if bound.config.id == "torch" or _capturing():
             raise
@@ -299,7 +314,9 @@ def first_launch(bound: Bound, x: Any, weight: Any, bias: Any) -> Any:
         torch_arm = Config.sentinel("torch")
         bound.call = _call_for(_family(), torch_arm, bound.signature)
         bound.config = torch_arm
-        return bound.call(x, weight, bias, None)
+        y = bound.call(x, weight, bias, None)
+    bound.launched = True
+    return y
 
 
 @contextlib.contextmanager

@@ -73,17 +73,12 @@ def _unserved(x: torch.Tensor) -> bool:
     return x.device.type != "cuda" or x.dtype not in _SERVED
 
 
-def _torch_only(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Calls the torch arm runs: unserved ones and K = 0."""
-    return _unserved(x) or weight.shape[1] == 0
-
-
 def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              act: str, key: tuple[Any, ...] | None) -> torch.Tensor:
     if bias is not None and not bias.is_contiguous():  # the Triton epilogue reads it at stride 1
         bias, key = bias.contiguous(), None  # and such calls never take the call memo
     n, k = weight.shape
-    if _torch_only(x, weight):
+    if _unserved(x) or k == 0:
         return ACTS[act](F.linear(x, weight, bias))
     m = x.numel() // k
     if m == 0 or n == 0:
@@ -93,7 +88,7 @@ def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
             return _execute(op, x, weight, bias, act, None)  # (and never memoise such a call)
     # the launcher takes x as [..., K] and returns a fresh [..., N] tensor
     bound = launch_table.launcher(op, x, weight, bias, act, m)
-    if bound.calls > 1:
+    if bound.launched:
         y = bound.call(x, weight, bias, None)
     else:
         y = launch_table.first_launch(bound, x, weight, bias)
@@ -197,7 +192,8 @@ def register_compile_decompositions() -> bool:
     no such table: the ops then stay opaque, as before."""
     global _decompositions_registered
     _decompositions_registered = True
-    gemm_ops = (torch.ops.tunedb.gemm.default, torch.ops.tunedb.gemm_act.default)
+    decompositions = {torch.ops.tunedb.gemm.default: _gemm_decomposition,
+                      torch.ops.tunedb.gemm_act.default: _gemm_act_decomposition}
     try:
         from torch._inductor import decomposition as inductor_decompositions
         from torch._inductor import lowering
@@ -210,15 +206,14 @@ def register_compile_decompositions() -> bool:
         # fallback kernel, with the layout constraint it would give a custom op by itself);
         # registered up front, because Inductor refuses to make one for an op it has a
         # decomposition for
-        for op in gemm_ops:
+        for op in decompositions:
             if op not in lowering.lowerings:
                 tag = lowering.get_layout_constraint_tag(op, with_default=True)
                 lowering.make_fallback(op, layout_constraint=lowering.tag_to_layout_constraint(tag),
                                        override_decomp=True)
     except Exception:  # another Inductor: keep the ops opaque rather than break its lowering
         return False
-    table[torch.ops.tunedb.gemm.default] = _gemm_decomposition
-    table[torch.ops.tunedb.gemm_act.default] = _gemm_act_decomposition
+    table.update(decompositions)
     cached = getattr(inductor_decompositions, "fast_random_decomps", None)  # a cached copy of it
     if hasattr(cached, "cache_clear"):
         cached.cache_clear()
@@ -324,7 +319,8 @@ def _token() -> str:
 
 # What torch.compiler.assume_constant_result sets, set directly: that function imports Dynamo
 # (~1.3 s) and this module must import cheaply. Dynamo then calls _token at trace time and puts
-# its result in the graph as a constant, with no guard on it.
+# its result in the graph as a constant, with no guard on it. Only a trace reads the token (a
+# compiler, or a tracer's tensor subclass): an eager call that needs autograd passes "".
 _token._dynamo_marked_constant = True  # type: ignore[attr-defined]
 # the current CUDA device, cheaply (a call's x is already on CUDA, so CUDA is initialised)
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
@@ -334,7 +330,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
     if (type(x) is not _Tensor or _compiling()
             or (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
-        return torch.ops.tunedb.gemm(x, weight, _token())
+        return torch.ops.tunedb.gemm(x, weight, _token() if _compiling() or type(x) is not _Tensor else "")
     key = None
     if x.is_cuda:
         key = ("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None)
@@ -352,7 +348,8 @@ def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
     if (type(x) is not _Tensor or _compiling()
             or (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                      or (bias is not None and bias.requires_grad)))):
-        return torch.ops.tunedb.gemm_act(x, weight, bias, act, _token())
+        return torch.ops.tunedb.gemm_act(x, weight, bias, act,
+                                         _token() if _compiling() or type(x) is not _Tensor else "")
     key = None
     if x.is_cuda:
         key = ("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,
