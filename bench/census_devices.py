@@ -41,17 +41,17 @@ def main(argv: list[str] | None = None) -> int:
         for preset in args.presets:
             meta, t_meta = census(preset, "meta", Path(tmp) / f"{preset}-meta.json")
             real, t_real = census(preset, args.device, Path(tmp) / f"{preset}-{args.device}.json")
-            key = lambda pts: sorted((q["signature"], q["M"]) for q in pts)  # noqa: E731
+            keys_meta = {(q["signature"], q["M"]) for q in meta}
+            keys_real = {(q["signature"], q["M"]) for q in real}
             same = meta == real
-            only_meta = sorted(set(key(meta)) - set(key(real)))
-            only_real = sorted(set(key(real)) - set(key(meta)))
+            only_meta, only_real = sorted(keys_meta - keys_real), sorted(keys_real - keys_meta)
             # what a build measures (op=bmm is census-only), compared by calls: a point's weight is
             # its share of ALL calls, bmm included, so one differing bmm shifts every weight
-            built = lambda pts: [(q["signature"], q["M"], q["calls"], q["must_tune"], q["eager_share"])  # noqa: E731
-                                 for q in pts if "|op=bmm|" not in q["signature"]]
-            same_built = built(meta) == built(real)  # what a build measures (op=bmm is census-only)
+            built_meta, built_real = ([(q["signature"], q["M"], q["calls"], q["must_tune"], q["eager_share"])
+                                       for q in pts if "|op=bmm|" not in q["signature"]] for pts in (meta, real))
+            same_built = built_meta == built_real
             print(f"{preset}: {len(meta)} points on meta ({t_meta:.1f} s), {len(real)} on {args.device} "
-                  f"({t_real:.1f} s): {'identical' if same else 'DIFFERENT'}; the {len(built(meta))} points a "
+                  f"({t_real:.1f} s): {'identical' if same else 'DIFFERENT'}; the {len(built_meta)} points a "
                   f"build measures (op=gemm/gemm_act): {'identical' if same_built else 'DIFFERENT'}"
                   + (f"; only meta {only_meta[:5]}; only {args.device} {only_real[:5]}" if not same else ""))
             bad += not same_built

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tunedb import calibration, costmodel, database, evaluate as evaluation, families
 from tunedb.arch import shipped_profile
+from tunedb.bench.log import read_log
 from tunedb.records import SENTINELS, ArchProfile, Config, Measurement, Signature
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,13 +35,6 @@ DEFAULT_LOG = ROOT / "bench/results/2026-11-29_system_sm90_measurements.jsonl.gz
 DEFAULT_DB = ROOT / "src/tunedb/db/sm90/gemm.json"
 GOAL = 0.10  # issue 5: held-out geomean regret of the cost-model tier (spec 000 reached 11%)
 POOLS = ("compiled", "compiled+torch", "measured")
-
-
-def read_measurements(path: Path) -> list[Measurement]:
-    """The log's measurements (plain or .gz)."""
-    from tunedb.bench.log import read_log
-
-    return [r.measurement for r in read_log(path)]
 
 
 class Study:
@@ -203,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     db = database.load(args.db, args.family)
     arch = shipped_profile(db.arch_family)
     os.environ.setdefault("TUNEDB_COMPILE_SET", "tuned")
-    study = Study(read_measurements(args.log), family, arch, db.referenced_config_ids())
+    study = Study([r.measurement for r in read_log(args.log)], family, arch, db.referenced_config_ids())
     if not study.points:
         print(f"no ok {args.family} measurements in {args.log}", file=sys.stderr)
         return 1

@@ -9,7 +9,8 @@ export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${
 OUT=${OUT:-/tmp/out}; W=/tmp/work; L=$W/logs; mkdir -p "$L" "$OUT"
 CENSUS=${CENSUS:-"whisper-base_offline whisper-large-v3_offline conformer_streaming llama-3-8b_decode"}
 # the system tier: both the aten-level censuses and those of tunedb.optimize(model) (gemm_act keys)
-SYSTEM_CENSUS=${SYSTEM_CENSUS:-"$CENSUS whisper-base_offline_fused whisper-large-v3_offline_fused conformer_streaming_fused llama-3-8b_decode_fused"}
+SYSTEM_CENSUS=${SYSTEM_CENSUS:-"$CENSUS $(for c in $CENSUS; do printf '%s_fused ' "$c"; done)"}
+system_census_args() { args=(); for c in $SYSTEM_CENSUS; do args+=(--census bench/census/$c.json); done; }
 t0=$(date +%s)
 if [ ! -d .carry/triton-sys ]; then  # the carried prebuilt cache: xz (smaller) or gzip
   if [ -f .carry/triton-sys.txz ]; then tar xJf .carry/triton-sys.txz -C .carry
@@ -60,7 +61,7 @@ for stage in "$@"; do
         tar czf "$OUT/session.tgz" -C $W logs
       done ;;
     buildall)  # every preset census in ONE build: signatures shared by censuses get all their points
-      args=(); for c in $SYSTEM_CENSUS; do args+=(--census bench/census/$c.json); done
+      system_census_args
       timeout ${BUILD_S:-240} python -m tunedb build "${args[@]}" --out $W/sys --thin --max-points ${MAX_POINTS:-8} --run-id sys-all 2>&1 | tee "$L/build_all.log" | tail -14
       cp $W/sys/sm90/gemm.json "$L/gemm_sm90.json"; cp $W/sys/measurements.jsonl "$L/"
       cp $W/sys/sm90/gemm.json src/tunedb/db/sm90/gemm.json ;;  # later stages (e2e) serve it
@@ -77,7 +78,7 @@ for stage in "$@"; do
       cp $W/oracle/measurements.jsonl "$L/oracle_measurements.jsonl"
       python -m tunedb evaluate --log $W/oracle/measurements.jsonl --db system=src/tunedb/db/sm90/gemm.json --census bench/census/$c.json --png "$L/oracle_eval.png" 2>&1 | tee "$L/oracle_evaluate.log" | tail -20 ;;
     evaluate)
-      args=(); for c in $SYSTEM_CENSUS; do args+=(--census bench/census/$c.json); done
+      system_census_args
       timeout 120 python -m tunedb evaluate --log $W/sys/measurements.jsonl --db system=$W/sys/sm90/gemm.json "${args[@]}" --png "$L/eval.png" 2>&1 | tee "$L/evaluate.log" | tail -40 ;;
     e2e)
       timeout ${E2E_S:-480} python bench/e2e.py --out "$L/e2e.json" --md "$L/e2e.md" ${E2E_ARGS:-} 2>&1 | tee "$L/e2e.log" | tail -60 ;;

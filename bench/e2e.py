@@ -154,6 +154,23 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
         print(f"  {name} b{b} {variant}: " + "; ".join(f"{m} {fmt(c, None)}" for m, c in cells.items()), flush=True)
         save(report, args.out)
 
+    def compile_and_measure(name, bm, b, refs, variant, compiled) -> float | None:
+        """Compile by the first call (its wall seconds returned; None when it failed, the cells
+        saying why), quiet the compile workers, then time it paired with plain."""
+        t0 = time.perf_counter()
+        try:
+            with torch.no_grad():
+                bm.call(compiled, b)()
+            sync()
+        except Exception as exc:  # noqa: BLE001 - reported in its cells, not fatal
+            put(name, b, variant, {m: cell("error", note=f"{type(exc).__name__}: {str(exc)[:120]}") for m in MODES})
+            return None
+        secs = time.perf_counter() - t0
+        print(f"  {name} b{b} {variant}: compiled in {secs:.1f} s", flush=True)
+        quiet_compile_workers()
+        put(name, b, variant, measure(bm, compiled, b, refs[b], args, anchor=bm.module))
+        return secs
+
     print("[phase] plain and tunedb system tier", flush=True)
     with settings.override(USER_DB="off"):
         tunedb.reload()
@@ -191,18 +208,9 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                     continue
                 torch._dynamo.reset()
                 compiled = torch.compile(tuned, dynamic=False, options=options or None)
-                t0 = time.perf_counter()
-                try:
-                    with torch.no_grad():
-                        bm.call(compiled, b)()
-                    sync()
-                except Exception as exc:  # noqa: BLE001 - reported in its cells, not fatal
-                    put(name, b, "tunedb+compile", {m: cell("error", note=f"{type(exc).__name__}: {str(exc)[:120]}")
-                                                    for m in MODES})
-                    continue
-                comp["per_batch"][str(b)] = round(time.perf_counter() - t0, 2)
-                quiet_compile_workers()
-                put(name, b, "tunedb+compile", measure(bm, compiled, b, refs[b], args, anchor=bm.module))
+                secs = compile_and_measure(name, bm, b, refs, "tunedb+compile", compiled)
+                if secs is not None:
+                    comp["per_batch"][str(b)] = round(secs, 2)
             torch._dynamo.reset()
 
     if budget.allows("host overhead", 10):
@@ -221,20 +229,10 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                     continue
                 torch._dynamo.reset()
                 compiled = torch.compile(bm.module, mode="max-autotune-no-cudagraphs", dynamic=False)
-                t0 = time.perf_counter()
-                try:
-                    with torch.no_grad():
-                        bm.call(compiled, b)()
-                    sync()
-                except Exception as exc:  # noqa: BLE001
-                    put(name, b, "max-autotune", {m: cell("error", note=f"{type(exc).__name__}: {str(exc)[:120]}")
-                                                  for m in MODES})
-                    continue
-                guess = secs = time.perf_counter() - t0
-                ind["per_batch"][str(b)] = round(secs, 2)
-                print(f"  {name} b{b}: compiled in {secs:.1f} s", flush=True)
-                quiet_compile_workers()
-                put(name, b, "max-autotune", measure(bm, compiled, b, refs[b], args, anchor=bm.module))
+                secs = compile_and_measure(name, bm, b, refs, "max-autotune", compiled)
+                if secs is not None:
+                    guess = secs
+                    ind["per_batch"][str(b)] = round(secs, 2)
             ind["seconds"] = round(sum(ind["per_batch"].values()), 2)
             ind["complete"] = len(ind["per_batch"]) == len(bm.batches)
         torch._dynamo.reset()

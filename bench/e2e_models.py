@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from e2e_timing import (capture, cell, output_tensor, paired_ms, rel_err, sync,  # noqa: F401
+from e2e_timing import (capture, cell, output_tensor, paired_ms, pinned, rel_err, sync,  # noqa: F401
                         time_eager, time_graph)
 from tunedb.census import presets
 from tunedb.records import Point, ShapeSet
@@ -144,7 +144,6 @@ def plain_and_tuned(name: str, device: str, batch: int, pin: str | None = None, 
     import torch
 
     import tunedb
-    from tunedb.runtime import launch_table
 
     bm = build(name, device, quick=False)
     if batch not in bm.inputs:
@@ -154,10 +153,7 @@ def plain_and_tuned(name: str, device: str, batch: int, pin: str | None = None, 
         plain, tuned = torch.compile(plain, dynamic=False, mode=plain_mode), torch.compile(tuned, dynamic=False)
     stack = contextlib.ExitStack()
     if pin:
-        from tunedb.families.gemm import FAMILY
-
-        pinned = FAMILY.parse_config(pin)
-        stack.enter_context(launch_table.overriding(lambda fam, sig, m: (pinned, "pinned")))
+        stack.enter_context(pinned(pin))
     return bm, plain, tuned, stack
 
 
@@ -355,16 +351,12 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
 
 def host_overhead(calls: int) -> dict:
     """ops.gemm (selection + launch) against bound.call (the launch alone) on a host-bound shape."""
-    import importlib.util
-
     import torch
     import torch.nn.functional as F
+    from host_overhead import per_call_us
 
     from tunedb.runtime import launch_table, ops
 
-    spec = importlib.util.spec_from_file_location("host_overhead", Path(__file__).with_name("host_overhead.py"))
-    hostmod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hostmod)
     m, n, k = 8, 256, 256
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5
@@ -374,7 +366,7 @@ def host_overhead(calls: int) -> dict:
         bound = launch_table.launcher("gemm", x, w, None, "none", m)
         rows = {"F.linear": lambda: F.linear(x, w), "bound launcher": lambda: bound.call(x, w, None, None),
                 "tunedb.runtime.ops.gemm": lambda: ops.gemm(x, w)}
-        us = {name: hostmod.per_call_us(fn, calls, 5, sync) for name, fn in rows.items()}
+        us = {name: per_call_us(fn, calls, 5, sync) for name, fn in rows.items()}
     return {"shape": [m, n, k], "config": bound.config.id, "tier": bound.tier, "us_per_call": us,
             "selection_us": us["tunedb.runtime.ops.gemm"] - us["bound launcher"]}
 

@@ -65,7 +65,7 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
 def goals(report: dict) -> list[str]:
     """The issue's goals, met or not, with the numbers (each tunedb variant on its own)."""
     lines = []
-    for v in ("tunedb system", "tunedb tuned", "tunedb+compile"):
+    for v in VARIANTS[2:]:  # the tunedb variants
         vs = {"plain": [], "max-autotune": []}
         for r in report["models"].values():
             for row in r["rows"]:

@@ -2,6 +2,7 @@
 and paired rounds (a variant and its anchor alternating, so drift hits both alike)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 from typing import Any, Callable
@@ -115,11 +116,24 @@ def paired_ms(steps: dict[str, Callable[[], Any]], rounds: int, per_round: int, 
     every step, in a shuffled order, so clock and thermal drift during the run hit all alike."""
     import random
 
+    from tunedb.bench.stats import round_order
+
     rng = random.Random(seed)
     names = list(steps)
     per: dict[str, list[float]] = {k: [] for k in names}
     for _ in range(rounds):
-        rng.shuffle(names)
+        names = round_order(names, rng)
         for k in names:
             per[k].append(median_ms(steps[k], per_round))
     return {k: statistics.median(v) for k, v in per.items()}
+
+
+@contextlib.contextmanager
+def pinned(config_id: str):
+    """Serve every tuned shape with one config (a launch-table override) while open; yields it."""
+    from tunedb.families.gemm import FAMILY
+    from tunedb.runtime import launch_table
+
+    cfg = FAMILY.parse_config(config_id)
+    with launch_table.overriding(lambda fam, sig, m: (cfg, "pinned")):
+        yield cfg

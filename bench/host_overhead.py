@@ -28,6 +28,8 @@ import platform
 import sys
 import time
 
+from e2e_timing import pinned
+
 
 def per_call_us(fn, calls: int, repeats: int, sync) -> float:
     best = float("inf")
@@ -78,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 
     triton_cfgs = [FAMILY.parse_config(c) for c in args.triton_config.split(",") if c]
 
-    def pinned_rows(cid: str) -> list:
-        cfg = FAMILY.parse_config(cid)
+    def pinned_rows(cfg) -> list:
+        cid = cfg.id
         bound = launch_table.launcher("gemm", x, w, None, "none", m)  # resolved under the pin
         gbound = launch_table.launcher("gemm_act", x, w, b, "gelu", m)
         assert bound.config.id == cid and gbound.config.id == cid, (bound, gbound)
@@ -119,10 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         served["selector"] = selector.resolve("gemm", sig, m).config.id
         for cid in (None, "torch", *(c.id for c in triton_cfgs)):
-            pin = (launch_table.overriding(lambda fam, s, mm, c=FAMILY.parse_config(cid): (c, "pinned"))
-                   if cid else contextlib.nullcontext())
-            with pin:
-                rows = pinned_rows(cid) if cid else plain
+            with pinned(cid) if cid else contextlib.nullcontext() as cfg:
+                rows = pinned_rows(cfg) if cid else plain
                 for _name, fn in rows:  # warm: compile, bind, memoise
                     for _ in range(20):
                         fn()

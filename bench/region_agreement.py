@@ -10,19 +10,17 @@ import json
 import sys
 
 from tunedb import database
+from tunedb.database import diffing
 
 
 def agreement(a: database.DatabaseFile, b: database.DatabaseFile) -> dict:
-    shared = sorted(set(a.entries) & set(b.entries))
-    same = [s for s in shared
-            if json.dumps([r.to_json() for r in a.entries[s].regions])
-            == json.dumps([r.to_json() for r in b.entries[s].regions])]
-    differ = {s.format(): {"a": [r.to_json() for r in a.entries[s].regions],
-                           "b": [r.to_json() for r in b.entries[s].regions]}
-              for s in shared if s not in same}
-    return {"shared": len(shared), "identical": len(same), "differ": differ,
-            "only_a": sorted(s.format() for s in set(a.entries) - set(b.entries)),
-            "only_b": sorted(s.format() for s in set(b.entries) - set(a.entries))}
+    """From `tunedb diff`'s own comparison (database.diffing): its region changes only."""
+    regions = [c for c in diffing.diff(a, b) if c.what == "regions"]
+    differ = {c.subject: {"a": c.a, "b": c.b} for c in regions if c.kind == "changed"}
+    shared = len(set(a.entries) & set(b.entries))
+    return {"shared": shared, "identical": shared - len(differ), "differ": differ,
+            "only_a": sorted(c.subject for c in regions if c.kind == "removed"),
+            "only_b": sorted(c.subject for c in regions if c.kind == "added")}
 
 
 def main(argv: list[str] | None = None) -> int:
