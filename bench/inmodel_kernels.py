@@ -1,7 +1,7 @@
 """Each kernel's GPU time inside a model's forward: plain against tunedb.optimize(model), by name.
 
     PYTHONPATH=src python bench/inmodel_kernels.py --model whisper-large-v3 --batch 8 [--graph]
-        [--pin CONFIG] [--iters 20] [--compile]
+        [--pin CONFIG] [--iters 20] [--compile] [--against-max-autotune] [--compile-cdt]
 
 A build measures each config alone (CUDA graphs of repeated calls behind cold or warm weights);
 a model runs it between other kernels. When a tier's pick wins its measurement but the model gets
@@ -12,7 +12,9 @@ served (signature, M, config, tier), to set beside the tier's evidence. --compil
 models (torch.compile default mode, so the compiler's own fusions cancel) and prints Dynamo's
 graph and graph-break counts. --against-max-autotune compiles plain with
 mode="max-autotune-no-cudagraphs" instead (and tunedb's model in default mode): where the
-compiler's tuned GEMM templates and epilogue fusions beat tunedb+compile, by kernel.
+compiler's tuned GEMM templates and epilogue fusions beat tunedb+compile, by kernel;
+--compile-cdt adds coordinate_descent_tuning to tunedb's compile (Inductor then lowers M=1 GEMMs
+to fused reductions, as max-autotune-no-cudagraphs does).
 """
 from __future__ import annotations
 
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true", help="compile both models (default mode)")
     p.add_argument("--against-max-autotune", action="store_true",
                    help="compile plain with max-autotune-no-cudagraphs, tunedb's model in default mode")
+    p.add_argument("--compile-cdt", action="store_true",
+                   help="compile tunedb's model with coordinate_descent_tuning=True (as e2e.py --compile-cdt)")
     p.add_argument("--pin", default=None, help="serve every tuned shape with this config")
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args(argv)
@@ -86,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         bm, plain, variant, pin = e2e_models.plain_and_tuned(
-            args.model, "cuda", args.batch, args.pin, args.compile or args.against_max_autotune,
-            "max-autotune-no-cudagraphs" if args.against_max_autotune else None)
+            args.model, "cuda", args.batch, args.pin, args.compile or args.against_max_autotune or args.compile_cdt,
+            "max-autotune-no-cudagraphs" if args.against_max_autotune else None,
+            {"coordinate_descent_tuning": True} if args.compile_cdt else None)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -99,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         for label, module in (("plain", plain), ("tunedb", variant)):
             results[label] = summarise(kernel_times(bm.call(module, args.batch), args.iters, args.graph), args.iters)
     mode = "graph replays" if args.graph else "eager forwards"
+    cdt = " (tunedb with coordinate_descent_tuning)" if args.compile_cdt else ""
     what = ("tunedb+compile vs plain under max-autotune-no-cudagraphs" if args.against_max_autotune
             else "compiled tunedb vs compiled plain" if args.compile else "tunedb")
-    print(f"{args.model} b{args.batch}, {args.iters} {mode}, {what}{' pinned ' + args.pin if args.pin else ''}: "
+    print(f"{args.model} b{args.batch}, {args.iters} {mode}, {what}{cdt}{' pinned ' + args.pin if args.pin else ''}: "
           f"GPU kernel time per forward")
     for label, (rows, gemm, total) in results.items():
         print(f"\n[{label}] all kernels {total:.1f} us, GEMM kernels {gemm:.1f} us per forward")
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     print("served:")
     for sig, m, cid, tier in served:
         print(f"  {sig} M={m}: {cid} ({tier})")
-    if args.compile or args.against_max_autotune:
+    if args.compile or args.against_max_autotune or args.compile_cdt:
         from torch._dynamo.utils import counters
 
         print(f"dynamo: {dict(counters['stats'])}; graph breaks: {dict(counters['graph_break'])}")

@@ -38,6 +38,27 @@ def test_gate_rejects_wrong_kernels_and_times_the_rest(timer):
         assert out[cid].median_ms is None
 
 
+def test_host_time_is_the_call_as_a_model_issues_it(timer):
+    """The objective's host term times the call without an out buffer, as a model issues it;
+    an arm that cannot run without one is timed with it, and says so."""
+    def out_heavy(x, w, out):
+        if out is not None:
+            time.sleep(0.002)  # a host cost only the out= call pays
+        return torch.mm(x, w.t(), out=out)
+
+    def needs_out(x, w, out):
+        if out is None:
+            raise RuntimeError("this arm writes into a buffer")
+        return torch.mm(x, w.t(), out=out)
+
+    problem = linear_problem(64, 256, 256, "bf16", arms=("torch",),
+                             extra={"out_heavy": out_heavy, "needs_out": needs_out})
+    out = {m.config_id: m for m in measure_problem(problem, timer=timer, max_rounds=4)}
+    assert all(m.status is Status.OK for m in out.values()), {c: m.detail for c, m in out.items()}
+    assert out["out_heavy"].host_us < 1000.0 and "host_timed_with_out" not in dict(out["out_heavy"].env)
+    assert out["needs_out"].host_us > 0 and dict(out["needs_out"].env)["host_timed_with_out"]
+
+
 def test_unwritten_output_is_caught(timer):
     def half_rows(x, w, out):
         torch.mm(x[: x.shape[0] // 2], w.t(), out=out[: x.shape[0] // 2])
