@@ -215,6 +215,28 @@ def test_inductor_decomposes_a_torch_served_shape_and_keeps_a_triton_one(tiers_d
         assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is not NotImplemented
 
 
+def test_an_m1_triton_pick_goes_to_the_compiler_under_coordinate_descent(tiers_dirs):
+    """At M=1 under coordinate_descent_tuning Inductor reduces an mm and fuses it with its
+    neighbours; a Triton pick then decomposes to F.linear (+ bias, + activation) rather than stay
+    an opaque call. Larger M, or no coordinate descent, keeps the op."""
+    from torch._inductor import config as inductor_config
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    _serve("gemm|op=gemm_act|dt=bf16|N=96|K=32|act=silu|bias=1", "b64x64x64_w4_s3_g8")
+    _serve("gemm|op=gemm|dt=bf16|N=96|K=32", "b32x32x32_w4_s3_g8")
+    with FakeTensorMode():
+        w, b = (torch.empty(96, 32, device="cuda", dtype=torch.bfloat16),
+                torch.empty(96, device="cuda", dtype=torch.bfloat16))
+        x1, x4 = (torch.empty(1, 1, 32, device="cuda", dtype=torch.bfloat16),
+                  torch.empty(4, 32, device="cuda", dtype=torch.bfloat16))
+        assert ops._gemm_act_decomposition(x1, w, b, "silu") is NotImplemented
+        assert ops._gemm_decomposition(x1, w) is NotImplemented
+        with inductor_config.patch(coordinate_descent_tuning=True):
+            assert ops._gemm_act_decomposition(x1, w, b, "silu").shape == (1, 1, 96)
+            assert ops._gemm_decomposition(x1, w).shape == (1, 1, 96)
+            assert ops._gemm_act_decomposition(x4, w, b, "silu") is NotImplemented
+
+
 def test_inductor_compiles_cpu_calls_to_plain_aten():
     """On the CPU the op is the torch arm: Inductor's code calls no tunedb op and matches eager."""
     from torch._inductor.utils import run_and_get_code

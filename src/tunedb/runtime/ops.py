@@ -171,9 +171,25 @@ def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     if weight.shape[1] == 0 or x.numel() == 0 or weight.shape[0] == 0:
         return ACTS[act](F.linear(x, weight, bias))  # what _execute runs for these
     bound = launch_table.traced(op, x, weight, bias, act)
-    if bound is None or bound.config.id not in _TORCH_LEVEL_ARMS:
-        return NotImplemented  # the op stays in the graph
-    return bound.call(x, weight, bias, None)
+    if bound is None:
+        return NotImplemented  # the op stays in the graph, resolved per call
+    if bound.config.id in _TORCH_LEVEL_ARMS:
+        return bound.call(x, weight, bias, None)
+    if x.numel() == weight.shape[1] and _compiler_reduces_vectors():
+        y = F.linear(x, weight)  # an mm, which the compiler reduces; a bias in addmm would not be
+        return ACTS[act](y if bias is None else y + bias)
+    return NotImplemented  # a Triton config: the op stays in the graph
+
+
+def _compiler_reduces_vectors() -> bool:
+    """Whether Inductor turns an M=1 GEMM into a reduction fused with its neighbours (its `mm`
+    decomposition does under coordinate_descent_tuning, which max-autotune-no-cudagraphs sets).
+    A Triton config was measured alone against cuBLAS, never against such a fusion, so at M=1
+    tunedb gives the compiler the GEMM: in Llama-3-8B decode at batch 1 (H200, session 5) the
+    opaque split-K picks cost 5.9 us per call beside Inductor's fused reductions."""
+    from torch._inductor import config as inductor_config
+
+    return bool(getattr(inductor_config, "coordinate_descent_tuning", False))
 
 
 def _gemm_decomposition(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> Any:
