@@ -12,10 +12,10 @@ CENSUS=${CENSUS:-"whisper-base_offline whisper-large-v3_offline conformer_stream
 SYSTEM_CENSUS=${SYSTEM_CENSUS:-"$CENSUS $(for c in $CENSUS; do printf '%s_fused ' "$c"; done)"}
 system_census_args() { args=(); for c in $SYSTEM_CENSUS; do args+=(--census bench/census/$c.json); done; }
 t0=$(date +%s)
-if [ ! -d .carry/triton-sys ]; then  # the carried prebuilt cache: xz (smaller) or gzip
-  if [ -f .carry/triton-sys.txz ]; then tar xJf .carry/triton-sys.txz -C .carry
-  elif [ -f .carry/triton-sys.tgz ]; then tar xzf .carry/triton-sys.tgz -C .carry; fi
-fi
+# the carried prebuilt cache (xz, smaller, or gzip), extracted afresh every call: on a machine kept
+# warm between calls, an earlier call's compiles would otherwise sit in it
+if [ -f .carry/triton-sys.txz ]; then rm -rf .carry/triton-sys; tar xJf .carry/triton-sys.txz -C .carry
+elif [ -f .carry/triton-sys.tgz ]; then rm -rf .carry/triton-sys; tar xzf .carry/triton-sys.tgz -C .carry; fi
 if [ -d .carry/triton-sys ]; then export TRITON_CACHE_DIR="$PWD/.carry/triton-sys"; fi
 stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*" | tee -a "$L/stages.log"; }
 tunedb() { python -m tunedb "$@"; }

@@ -41,6 +41,7 @@ import argparse
 import datetime as dt
 import json
 import platform
+import shutil
 import signal
 import sys
 import tempfile
@@ -55,6 +56,8 @@ from e2e_report import VARIANTS, fmt, markdown, show  # noqa: E402
 from e2e_timing import quiet_compile_workers  # noqa: E402
 
 T0 = time.monotonic()
+# what run() writes under --work: the tuned user tier and the compilers' caches
+SCRATCH = ("user", "inductor", "inductor-triton", "triton-autotune")
 
 
 class Budget:
@@ -278,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile-guess-s", type=float, default=60.0, help="first max-autotune compile estimate (s)")
     p.add_argument("--triton-sample", type=int, default=8, help="configs autotuned per shape (rest extrapolated)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--work", default=None, help="directory for the user tier, caches and logs (default: a new temp dir)")
+    p.add_argument("--work", default=None, help="directory for the user tier, caches and logs (default: a new temp dir; "
+                   "an earlier run's tier and caches there are cleared)")
     p.add_argument("--out", default=None, help="write the JSON report here")
     p.add_argument("--md", default=None, help="append a dated markdown section to this file (BENCHMARKS.md)")
     p.add_argument("--dry-run", action="store_true", help="print the plan from models built on meta; no GPU")
@@ -312,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(args.work or tempfile.mkdtemp(prefix="tunedb-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
+    for scratch in SCRATCH:  # an earlier run's caches would make this run's compiles warm
+        if (work / scratch).exists():
+            shutil.rmtree(work / scratch)
+            print(f"cleared {work / scratch} (an earlier run's; every cache starts cold)", flush=True)
     budget = Budget(args.budget_s)
     report = {"bench": "e2e", "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "command": " ".join(["python", *sys.argv]), "work": str(work), "models": {},
