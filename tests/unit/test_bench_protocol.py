@@ -48,6 +48,20 @@ def test_median_absorbs_drift_and_outliers():
     assert out["default"].sigma_ms < 0.1
 
 
+def test_noisy_rounds_stop_once_the_losers_are_clearly_behind():
+    """3% noise: no median pins to 0.5%, yet arms 15-40% behind the leader settle the point early;
+    a close race (2%) keeps sampling to the cap."""
+    far = {"default": 1.37, "torch": 1.0, "tma": 1.17}
+    timer = FakeTimer(lambda s, m, c: far[c], noise_sigma=0.03, seed=2)
+    out = measure_problem(problem(*far), timer=timer, min_rounds=5, max_rounds=40)
+    assert max(dict(x.env)["rounds"] for x in out) < 15
+    assert best(list(out)).config_id == "torch"
+    close = {"default": 1.02, "torch": 1.0}
+    timer = FakeTimer(lambda s, m, c: close[c], noise_sigma=0.03, seed=2)
+    out = measure_problem(problem(*close), timer=timer, min_rounds=5, max_rounds=40)
+    assert max(dict(x.env)["rounds"] for x in out) == 40
+
+
 def test_failed_arms_keep_their_status_and_never_get_a_time():
     costs = {"default": 1.0, "bad": Status.COMPILE_ERROR, "wrong": Status.INCORRECT}
     out = {x.config_id: x for x in measure_point(

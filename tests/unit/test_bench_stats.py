@@ -65,8 +65,27 @@ def test_protocol_halving_keeps_default_and_incumbent_to_the_end():
     out = {x.config_id: x for x in measure_problem(
         problem, timer=timer, incumbent="inc", min_rounds=4, max_rounds=32, rel_tol=1e-9)}
     rounds = dict(out["default"].env)["rounds"]
-    assert rounds == 32
+    assert rounds >= 8  # past a halving (it may stop before the cap: the leader is clearly ahead)
     assert out["default"].n == rounds and out["inc"].n == rounds
     assert out["c0"].n == rounds  # the leader survives every halving
     assert out["c7"].n == 4  # the slowest free arm goes at the first halving
     assert all(x.status is Status.OK for x in out.values())
+
+
+def test_settled_stops_on_losers_clearly_behind_but_not_on_a_close_race():
+    import random
+
+    rng = random.Random(3)
+
+    def noisy(mu, n=10, sigma=0.03):  # 3% spread: a median never pins to 0.5% in 10 samples
+        return [mu * (1 + sigma * rng.gauss(0, 1)) for _ in range(n)]
+
+    far = {"torch": noisy(62.0), "default": noisy(85.0), "tma": noisy(73.0)}
+    scores = {c: stats.median(v) for c, v in far.items()}
+    assert not any(stats.converged(v, 0.005, 5) for v in far.values())
+    assert stats.settled(far, scores, 0.005, 5)
+    close = {"torch": noisy(62.0), "tma": noisy(63.0)}
+    assert not stats.settled(close, {c: stats.median(v) for c, v in close.items()}, 0.005, 5)
+    exact = {"a": [1.0] * 5, "b": [1.0] * 5}  # converged ties are settled too
+    assert stats.settled(exact, {"a": 1.0, "b": 1.0}, 0.005, 5)
+    assert not stats.settled({"a": [1.0] * 4, "b": [2.0] * 4}, {"a": 1.0, "b": 2.0}, 0.005, 5)

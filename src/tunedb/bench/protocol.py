@@ -91,7 +91,8 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
 
     alpha weighs host issue time into the ranking (the census's eager share); the default, the
     incumbent and `keep` survive successive halving to the end. Rounds stop when every live arm's
-    median is pinned to rel_tol, or at max_rounds. `log` (a MeasurementLog) gets every result.
+    median is pinned to rel_tol or clearly behind the leader (stats.settled), or at max_rounds.
+    `log` (a MeasurementLog) gets every result.
     """
     if not 1 <= min_rounds <= max_rounds:
         raise ValueError(f"need 1 <= min_rounds ({min_rounds}) <= max_rounds ({max_rounds})")
@@ -158,9 +159,11 @@ def _rounds(run: _Run, session: Any, env: Any,
             scores = {c: stats.objective_score(run.samples[c], prepared[c].host_us, alpha)
                       for c in run.alive}
             run.alive = list(stats.halve(scores, protected))
-        if run.rounds >= min_rounds and all(
-                stats.converged(run.samples[c], rel_tol, min_rounds) for c in run.alive):
-            break
+        if run.rounds >= min_rounds and run.alive:
+            live = {c: run.samples[c] for c in run.alive}
+            scores = {c: stats.objective_score(v, prepared[c].host_us, alpha) for c, v in live.items()}
+            if stats.settled(live, scores, rel_tol, min_rounds):
+                break
 
 
 def _measurements(problem: Problem, prepared: Mapping[str, Prepared], run: _Run,
