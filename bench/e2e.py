@@ -6,6 +6,7 @@
 Models (bench/e2e_models.py): census presets at reduced depth, random bf16 weights, on cuda.
 Variants, each timed eagerly and as one CUDA graph of the whole forward:
   plain           the module as built
+  plain A/A       the same module timed paired with itself: the noise floor of every ratio
   max-autotune    torch.compile(mode="max-autotune-no-cudagraphs", dynamic=False) after
                   torch._dynamo.reset(), per batch; compile time = the first call's wall time,
                   with fresh TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR (cold, as a deployment)
@@ -181,6 +182,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
             for b in bm.batches:
                 if budget.allows(f"{name} b{b} plain + tunedb system", 5):
                     put(name, b, "plain", measure(bm, bm.module, b, refs[b], args))
+                    put(name, b, "plain A/A", measure(bm, bm.module, b, refs[b], args, anchor=bm.module))
                     put(name, b, "tunedb system", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
 
     print("[phase] tune, then tunedb tuned", flush=True)

@@ -80,6 +80,17 @@ def test_goals_use_the_plain_time_paired_with_each_variant():
     assert e2e.fmt(_ok(2.0), row["cells"]["plain"]) == "2.000 (0.50x, unpaired)"
 
 
+def test_goals_state_the_a_a_noise_floor_per_mode():
+    e2e = _e2e()
+    rows = [{"batch": 1, "mode": "eager", "cells": {"plain": _ok(1.0), "plain A/A": _ok(1.0, 0.94)}},
+            {"batch": 8, "mode": "eager", "cells": {"plain": _ok(1.0), "plain A/A": _ok(1.0, 1.02)}},
+            {"batch": 1, "mode": "graph", "cells": {"plain": _ok(1.0), "plain A/A": _ok(1.0, 1.004)}}]
+    report = {"models": {"m": {"name": "m", "label": "m", "batches": [1, 8], "rows": rows}}}
+    lines = e2e.goals(report)
+    assert lines[0].startswith("noise floor: plain timed against itself (A/A) strays up to 6.0% in eager, 0.4% in graph")
+    assert not any(line.startswith("plain A/A:") for line in lines)  # not a tunedb variant
+
+
 def test_paired_rounds_interleave_the_variant_and_plain(monkeypatch):
     sys.path.insert(0, str(ROOT / "bench"))
     try:
