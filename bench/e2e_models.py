@@ -352,10 +352,11 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
 
 
 def host_overhead(calls: int) -> dict:
-    """ops.gemm (selection + launch) against bound.call (the launch alone) on a host-bound shape."""
+    """ops.gemm (selection + launch) against bound.call (the launch alone) on a host-bound shape;
+    the selection's cost is their paired difference (host_overhead.paired_overhead_us)."""
     import torch
     import torch.nn.functional as F
-    from host_overhead import per_call_us
+    from host_overhead import paired_overhead_us, per_call_us
 
     from tunedb.runtime import launch_table, ops
 
@@ -369,8 +370,9 @@ def host_overhead(calls: int) -> dict:
         rows = {"F.linear": lambda: F.linear(x, w), "bound launcher": lambda: bound.call(x, w, None, None),
                 "tunedb.runtime.ops.gemm": lambda: ops.gemm(x, w)}
         us = {name: per_call_us(fn, calls, 5, sync) for name, fn in rows.items()}
+        selection = paired_overhead_us(rows["tunedb.runtime.ops.gemm"], rows["bound launcher"], calls, 20, sync)[2]
     return {"shape": [m, n, k], "config": bound.config.id, "tier": bound.tier, "us_per_call": us,
-            "selection_us": us["tunedb.runtime.ops.gemm"] - us["bound launcher"]}
+            "selection_us": selection}
 
 
 @contextlib.contextmanager

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -125,3 +127,26 @@ def test_tuning_table_gives_the_ratio_and_the_compile_options():
     assert got["tunedb / Inductor"] == "0.050"
     assert got["torch.compile of the tuned model (default mode + options)"] == \
         "21.5 s (2 of 2 batches, coordinate_descent_tuning=True)"
+
+
+def test_selection_cost_is_the_median_of_paired_differences(monkeypatch):
+    """Halfway through, the host gets 5 us slower per call (another process): separate best-of
+    loops would charge that to whichever row ran late (3 - 7 = -4 us here, had the rows run one
+    after the other); paired blocks keep the true 1 us."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import host_overhead
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    clock, calls = [0.0], [0]
+
+    def costing(us):
+        def f():
+            calls[0] += 1
+            clock[0] += (us + (5.0 if calls[0] > 20000 else 0.0)) * 1e-6
+        return f
+
+    monkeypatch.setattr(host_overhead.time, "perf_counter", lambda: clock[0])
+    fn_us, base_us, diff = host_overhead.paired_overhead_us(costing(3.0), costing(2.0), 20000, 20, lambda: None)
+    assert fn_us == pytest.approx(3.0) and base_us == pytest.approx(2.0)
+    assert diff == pytest.approx(1.0)
