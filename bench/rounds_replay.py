@@ -1,14 +1,16 @@
 """Replay recorded measurement logs through the protocol under two stopping rules: the GPU time
-spent in timing rounds and whether each point's winner stays the same.
+spent in timing rounds and whether each protocol call's winner stays the same.
 
-    PYTHONPATH=src python bench/rounds_replay.py LOG[.gz][:SKIP] ...
+    PYTHONPATH=src python bench/rounds_replay.py [--alpha 0.5] LOG[.gz][:SKIP] ...
 
 `old`: rounds stop when every live arm's median is pinned to REL_TOL (or at the cap);
 `new`: stats.settled, which also stops when the other arms are clearly behind the leader.
-Each point (signature, M) of the log is measured again with ReplayTimer (the recorded samples,
-cycled), alpha 0.5 (e2e's census); the GPU time of a round is each live arm's recorded median x
-its calls per graph. SKIP drops the log's first lines (an earlier run appended to the same log).
-Pure Python: runs on the CPU.
+Each protocol call of the log (consecutive records of one signature and M with one recorded
+round count: a point's first measurement and its cross-evaluation are separate calls) is run
+again with ReplayTimer (the recorded samples, cycled) at --alpha, the eager share the log was
+measured with (0 for the shipped censuses, 0.5 for e2e's tunes); a round's GPU time is each live
+arm's recorded median x its calls per graph. SKIP drops the log's first lines (an earlier run
+appended to the same log). Pure Python: runs on the CPU.
 """
 from __future__ import annotations
 
@@ -39,29 +41,41 @@ def load(spec: str) -> list:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         lines = f.read().splitlines()[int(skip or 0):]
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as tmp:
-        tmp.write("\n".join(lines) + "\n")
-    return [r.measurement for r in read_log(tmp.name)]
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d) / "log.jsonl"
+        tmp.write_text("\n".join(lines) + "\n")
+        return [r.measurement for r in read_log(tmp)]
 
 
-def replay(meas: list, alpha: float) -> dict[str, tuple[float, dict]]:
-    points: dict = defaultdict(dict)
+def calls(meas: list) -> list[tuple[object, int, dict]]:
+    """(signature, M, {config id: Measurement}) per protocol call, in log order."""
+    out: list[tuple[object, int, dict]] = []
+    last = None
     for x in meas:
-        points[(x.signature, x.m)][x.config_id] = x
+        key = (x.signature, x.m, dict(x.env).get("rounds"))
+        if key != last:
+            out.append((x.signature, x.m, {}))
+            last = key
+        out[-1][2][x.config_id] = x
+    return out
+
+
+def replay(meas: list, alpha: float) -> dict[str, tuple[float, list]]:
     out = {}
     saved = stats.settled
     try:
         for name, rule in RULES.items():
             stats.settled = rule
-            gpu_ms, winners = 0.0, {}
-            for (sig, m), arms in points.items():
+            gpu_ms, winners = 0.0, []
+            for sig, m, arms in calls(meas):
                 ids = tuple(Arm(c) for c, x in arms.items() if x.status.ok)
                 if not ids:
                     continue
                 got = protocol.measure_problem(Problem(sig, m, ids), timer=ReplayTimer(meas), alpha=alpha)
                 for x in got:
                     gpu_ms += x.n * x.median_ms * dict(arms[x.config_id].env).get("calls_per_graph", 8)
-                winners[(sig.format(), m)] = protocol.best(list(got), alpha).config_id
+                scores = {x.config_id: x.objective(alpha) for x in got if x.status.ok}
+                winners.append((sig.format(), m, protocol.best(list(got), alpha).config_id, scores))
             out[name] = (gpu_ms, winners)
     finally:
         stats.settled = saved
@@ -71,15 +85,22 @@ def replay(meas: list, alpha: float) -> dict[str, tuple[float, dict]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("logs", nargs="+", help="measurement logs (.jsonl or .jsonl.gz), each optionally :SKIP")
-    p.add_argument("--alpha", type=float, default=0.5)
+    p.add_argument("--alpha", type=float, default=0.5, help="the eager share the logs were measured with")
+    p.add_argument("--show", action="store_true", help="list the calls whose winner changes")
     args = p.parse_args(argv)
-    print(f"{'log':60s} {'points':>6s} {'old s':>7s} {'new s':>7s} {'new/old':>7s} {'same winner':>11s}")
+    print(f"{'log':60s} {'calls':>5s} {'old s':>7s} {'new s':>7s} {'new/old':>7s} {'same winner':>11s}")
+    changed = []
     for spec in args.logs:
         res = replay(load(spec), args.alpha)
         (g0, w0), (g1, w1) = res["old"], res["new"]
-        same = sum(w0[k] == w1[k] for k in w0)
-        print(f"{Path(spec).name[:60]:60s} {len(w0):6d} {g0 / 1e3:7.2f} {g1 / 1e3:7.2f} "
+        same = sum(a[2] == b[2] for a, b in zip(w0, w1))
+        changed += [(Path(spec).name, a, b[2]) for a, b in zip(w0, w1) if a[2] != b[2]]
+        print(f"{Path(spec).name[:60]:60s} {len(w0):5d} {g0 / 1e3:7.2f} {g1 / 1e3:7.2f} "
               f"{g1 / g0 if g0 else 1.0:7.2f} {same:>6d}/{len(w0)}")
+    for log, (sig, m, old, scores), new in changed if args.show else ():
+        # the new winner priced by the old rule's (longer-sampled) medians
+        print(f"  {log}: {sig} M={m}: {old} -> {new} ({scores[new] / scores[old]:.3f}x the old winner's "
+              f"objective by the old rule's medians)")
     return 0
 
 

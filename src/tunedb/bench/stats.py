@@ -14,6 +14,10 @@ from typing import Iterable, Mapping, Sequence
 MAD_TO_SIGMA = 1.4826
 # The median's standard error is sqrt(pi/2) ~ 1.2533 times the mean's for normal noise.
 MEDIAN_SE_FACTOR = 1.2533
+# How far apart (in standard errors of each median) two arms must sit for the later one to be
+# "clearly behind": replaying the recorded builds (bench/rounds_replay.py), 2 changed 7 of 700
+# winners by up to 4%, 3 changed 3 by at most 2.4% (inside the build's 3% band).
+SEPARATION_SE = 3.0
 
 
 def median(values: Sequence[float]) -> float:
@@ -48,9 +52,9 @@ def converged(values: Sequence[float], rel_tol: float, min_n: int) -> bool:
 def settled(samples: Mapping[str, Sequence[float]], scores: Mapping[str, float], rel_tol: float,
             min_n: int) -> bool:
     """True when more rounds would not change what the arms are used for: every arm is either
-    converged (its median pinned to rel_tol) or clearly behind the leader, its score two standard
-    errors down still above the leader's two up; the leader is settled by converging, or by every
-    other arm being clearly behind it.
+    converged (its median pinned to rel_tol) or clearly behind the leader, its score three
+    standard errors down still above the leader's three up; the leader is settled by converging,
+    or by every other arm being clearly behind it.
 
     Under power-limited clocks a long GEMM's samples spread 2-5% (whisper-large-v3 at M=12000 on
     the H200), so a median never pins to 0.5% within the round cap; without the second clause a
@@ -58,9 +62,9 @@ def settled(samples: Mapping[str, Sequence[float]], scores: Mapping[str, float],
     if any(len(v) < max(min_n, 2) for v in samples.values()):
         return False
     lead = min(scores, key=lambda c: (scores[c], c))
-    ceiling = scores[lead] + 2.0 * median_se(samples[lead])
+    ceiling = scores[lead] + SEPARATION_SE * median_se(samples[lead])
     others = [c for c in samples if c != lead]
-    behind = {c: scores[c] - 2.0 * median_se(samples[c]) > ceiling for c in others}
+    behind = {c: scores[c] - SEPARATION_SE * median_se(samples[c]) > ceiling for c in others}
     if others and all(behind.values()):
         return True  # the leader's rank is settled too
     return converged(samples[lead], rel_tol, min_n) and all(
