@@ -58,7 +58,8 @@ from e2e_timing import quiet_compile_workers  # noqa: E402
 
 T0 = time.monotonic()
 # what run() writes under --work: the tuned user tier and the compilers' caches
-SCRATCH = ("user", "inductor", "inductor-triton", "triton-autotune")
+SCRATCH = ("user", "inductor", "inductor-triton", "tunedb-inductor", "tunedb-inductor-triton", "triton-autotune")
+MARKER = ".tunedb-e2e"  # marks a --work directory as e2e's own, so the next run may clear SCRATCH
 
 
 class Budget:
@@ -104,7 +105,7 @@ def dry_run(args) -> int:
     print(f"budget {args.budget_s:.0f} s; eager {args.warmup}+{args.iters} forwards, graph {args.replays} replays; "
           f"tune: {args.tune} (build --thin --max-points {args.max_points} --top-k {args.top_k}); triton.autotune sample "
           f"{args.triton_sample} configs; tolerance {args.tol:g}")
-    print("phases: plain + tunedb system -> tune + tunedb tuned + tunedb+compile -> host overhead -> max-autotune "
+    print("phases: plain + plain A/A + tunedb system -> tune + tunedb tuned + tunedb+compile -> host overhead -> max-autotune "
           "-> triton.autotune")
     share = 0.4 * args.budget_s / len(args.models)
     for name in args.models:
@@ -180,7 +181,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
         tunedb.reload()
         for name, (bm, r, rows, tuned, refs) in models.items():
             for b in bm.batches:
-                if budget.allows(f"{name} b{b} plain + tunedb system", 5):
+                if budget.allows(f"{name} b{b} plain, plain A/A + tunedb system", 5):
                     put(name, b, "plain", measure(bm, bm.module, b, refs[b], args))
                     put(name, b, "plain A/A", measure(bm, bm.module, b, refs[b], args, anchor=bm.module))
                     put(name, b, "tunedb system", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
@@ -208,14 +209,16 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
             # ops Inductor fuses around, Triton-served ones stay tunedb::gemm* calls; no autotuning
             options = {"coordinate_descent_tuning": True} if args.compile_cdt else {}
             comp = r["tunedb_compile"] = {"per_batch": {}, "options": options}
-            for b in bm.batches:
-                if not budget.allows(f"{name} b{b} tunedb + compile", 30):
-                    continue
-                torch._dynamo.reset()
-                compiled = torch.compile(tuned, dynamic=False, options=options or None)
-                secs = compile_and_measure(name, bm, b, refs, "tunedb+compile", compiled)
-                if secs is not None:
-                    comp["per_batch"][str(b)] = round(secs, 2)
+            with fresh_env(TORCHINDUCTOR_CACHE_DIR=str(work / "tunedb-inductor"),
+                           TRITON_CACHE_DIR=str(work / "tunedb-inductor-triton")):  # cold, as max-autotune's
+                for b in bm.batches:
+                    if not budget.allows(f"{name} b{b} tunedb + compile", 30):
+                        continue
+                    torch._dynamo.reset()
+                    compiled = torch.compile(tuned, dynamic=False, options=options or None)
+                    secs = compile_and_measure(name, bm, b, refs, "tunedb+compile", compiled)
+                    if secs is not None:
+                        comp["per_batch"][str(b)] = round(secs, 2)
             torch._dynamo.reset()
 
     if budget.allows("host overhead", 10):
@@ -283,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile-guess-s", type=float, default=60.0, help="first max-autotune compile estimate (s)")
     p.add_argument("--triton-sample", type=int, default=8, help="configs autotuned per shape (rest extrapolated)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--work", default=None, help="directory for the user tier, caches and logs (default: a new temp dir; "
-                   "an earlier run's tier and caches there are cleared)")
+    p.add_argument("--work", default=None, help="directory for the user tier, caches and logs (default: a new temp "
+                   "dir); given one an earlier e2e run used, that run's tier and caches are cleared first")
     p.add_argument("--out", default=None, help="write the JSON report here")
     p.add_argument("--md", default=None, help="append a dated markdown section to this file (BENCHMARKS.md)")
     p.add_argument("--dry-run", action="store_true", help="print the plan from models built on meta; no GPU")
@@ -318,10 +321,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(args.work or tempfile.mkdtemp(prefix="tunedb-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
-    for scratch in SCRATCH:  # an earlier run's caches would make this run's compiles warm
-        if (work / scratch).exists():
-            shutil.rmtree(work / scratch)
-            print(f"cleared {work / scratch} (an earlier run's; every cache starts cold)", flush=True)
+    found = [work / d for d in SCRATCH if (work / d).exists()]
+    if found and not (work / MARKER).exists():
+        print(f"--work {work} holds {', '.join(map(str, found))} that no e2e run made; "
+              f"name an empty or an earlier e2e run's directory", file=sys.stderr)
+        return 2
+    for d in found:  # an earlier run's tier and caches would make this run's tune and compiles warm
+        shutil.rmtree(d)
+        print(f"cleared {d} (an earlier e2e run's)", flush=True)
+    (work / MARKER).write_text("bench/e2e.py work directory: its tier and caches are cleared by the next run\n")
     budget = Budget(args.budget_s)
     report = {"bench": "e2e", "utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "command": " ".join(["python", *sys.argv]), "work": str(work), "models": {},

@@ -26,6 +26,7 @@ This is inherently a torch module; it is imported only when a CUDA timer is made
 """
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
@@ -247,42 +248,55 @@ class GraphSession:
 
     def _host_times(self, prepared: dict[str, Prepared], problem: Problem, args: tuple, kwargs: dict,
                     out: Any) -> dict[str, Prepared]:
-        """Each ok arm's eager host issue time per call, in interleaved rounds.
+        """Each ok arm's eager host issue time per call, in shuffled interleaved rounds.
 
         Timed on the call as a model issues it, `make(args, kwargs, None)`: the output is
         allocated per call, as F.linear and the runtime's launchers do. The out= call the GPU
         timing needs is not what a model pays: on the H200 the torch arm's addmm(out=) read
         30-33 us against 19-23 us for Triton's plain arms with out=, while in the model F.linear
         costs about 4 us less than the bound launcher; that inverted gap made `tunedb tune`
-        serve Triton configs slower than cuBLAS on the GPU. Arms rotate within each round, so
-        host drift lands on all of them alike."""
+        serve Triton configs slower than cuBLAS on the GPU. Each round runs the arms in a new
+        seeded order, so host drift spreads over all of them. An arm whose host timing raises
+        fails alone, with that status; the point's other arms keep theirs."""
+        def failed(cid: str, exc: Exception) -> None:  # this arm only, as a failed capture is
+            torch.cuda.synchronize()
+            prepared[cid] = replace(prepared[cid], status=classify_exception(exc), host_us=None,
+                                    detail=f"host timing failed: {type(exc).__name__}: {str(exc).strip()[:300]}")
+
         fns: dict[str, Callable[[], Any]] = {}
-        for cid, p in prepared.items():
+        for cid, p in list(prepared.items()):
             if p.status.ok:
-                fns[cid], as_model = self._issued_call(problem.arm(cid), args, kwargs, out)
-                if not as_model:
-                    prepared[cid] = replace(p, info=p.info + (("host_timed_with_out", True),))
-        ids = list(fns)
-        reps: dict[str, list[float]] = {cid: [] for cid in ids}
-        for r in range(HOST_ROUNDS if ids else 0):
-            for cid in ids[r % len(ids):] + ids[:r % len(ids)]:
-                reps[cid].append(self._host_once(fns[cid], self._gpu_ms.get(cid, 0.0)))
+                try:
+                    fns[cid], why_out = self._issued_call(problem.arm(cid), args, kwargs, out)
+                except Exception as exc:  # noqa: BLE001 -- not even the out= call can be made
+                    failed(cid, exc)
+                    continue
+                if why_out:
+                    prepared[cid] = replace(p, info=p.info + (("host_timed_with_out", why_out),))
+        reps: dict[str, list[float]] = {cid: [] for cid in fns}
+        rng = random.Random(f"host:{problem.signature}:{problem.m}")
+        for _ in range(HOST_ROUNDS):
+            for cid in stats.round_order([c for c in reps if prepared[c].status.ok], rng):
+                try:
+                    reps[cid].append(self._host_once(fns[cid], self._gpu_ms.get(cid, 0.0)))
+                except Exception as exc:  # noqa: BLE001
+                    failed(cid, exc)
         self._gpu_ms.clear()
-        return {cid: replace(p, host_us=round(stats.median(reps[cid]), 3)) if cid in reps else p
+        return {cid: replace(p, host_us=round(stats.median(reps[cid]), 3)) if p.status.ok and reps.get(cid) else p
                 for cid, p in prepared.items()}
 
     @staticmethod
-    def _issued_call(arm: Any, args: tuple, kwargs: dict, out: Any) -> tuple[Callable[[], Any], bool]:
-        """(fn, True) issuing the arm without an out buffer; (its out= fn, False) for an arm
-        that cannot run without one (a test arm writing into `out`)."""
+    def _issued_call(arm: Any, args: tuple, kwargs: dict, out: Any) -> tuple[Callable[[], Any], str]:
+        """(fn issuing the arm without an out buffer, ""), or, for an arm that cannot run without
+        one (a test arm writing into `out`), (its out= fn, why the call without failed)."""
         try:
             fn = arm.make(args, kwargs, None)
             fn()
             torch.cuda.synchronize()
-            return fn, True
-        except Exception:  # noqa: BLE001 -- any failure means: this arm needs its buffer
+            return fn, ""
+        except Exception as exc:  # noqa: BLE001 -- recorded with the measurement, not hidden
             torch.cuda.synchronize()
-            return arm.make(args, kwargs, out), False
+            return arm.make(args, kwargs, out), f"{type(exc).__name__}: {str(exc).strip()[:200]}"
 
     @staticmethod
     def _host_once(fn: Callable[[], Any], gpu_ms: float) -> float:
