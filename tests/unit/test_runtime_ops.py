@@ -224,17 +224,25 @@ def test_an_m1_triton_pick_goes_to_the_compiler_under_coordinate_descent(tiers_d
 
     _serve("gemm|op=gemm_act|dt=bf16|N=96|K=32|act=silu|bias=1", "b64x64x64_w4_s3_g8")
     _serve("gemm|op=gemm|dt=bf16|N=96|K=32", "b32x32x32_w4_s3_g8")
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     with FakeTensorMode():
         w, b = (torch.empty(96, 32, device="cuda", dtype=torch.bfloat16),
                 torch.empty(96, device="cuda", dtype=torch.bfloat16))
         x1, x4 = (torch.empty(1, 1, 32, device="cuda", dtype=torch.bfloat16),
                   torch.empty(4, 32, device="cuda", dtype=torch.bfloat16))
-        assert ops._gemm_act_decomposition(x1, w, b, "silu") is NotImplemented
-        assert ops._gemm_decomposition(x1, w) is NotImplemented
+        with inductor_config.patch(coordinate_descent_tuning=False):
+            assert ops._gemm_act_decomposition(x1, w, b, "silu") is NotImplemented
+            assert ops._gemm_decomposition(x1, w) is NotImplemented
         with inductor_config.patch(coordinate_descent_tuning=True):
             assert ops._gemm_act_decomposition(x1, w, b, "silu").shape == (1, 1, 96)
             assert ops._gemm_decomposition(x1, w).shape == (1, 1, 96)
             assert ops._gemm_act_decomposition(x4, w, b, "silu") is NotImplemented
+            # what the compiler is handed: an mm (which it reduces), the bias add, the activation
+            graph = make_fx(lambda x, w, b: ops._gemm_act_decomposition(x, w, b, "silu"))(x1, w, b)
+    targets = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+    assert {"aten.mm.default", "aten.add.Tensor", "aten.silu.default"} <= targets, targets
+    assert not any("addmm" in t or "tunedb" in t for t in targets), targets
 
 
 def test_inductor_compiles_cpu_calls_to_plain_aten():

@@ -147,8 +147,10 @@ def _gemm_fake(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.
 # serve with a torch-level arm (torch: F.linear + activation; fused: _addmm_activation) into
 # those aten ops: the compiled graph then holds exactly what compiling the plain model would (the
 # activation fused into its neighbours, no dispatcher call per GEMM), and the op stays opaque only
-# where a Triton config was measured faster. The choice is the one a call would get now (same
-# tiers, kept in the launch table). The entry points pass the selection state's token
+# where a Triton config was measured faster -- except at M=1 under coordinate-descent tuning,
+# where the compiler gets F.linear too (_compiler_reduces_vectors). The choice is the one a call
+# would get now (same tiers, kept in the launch table: the report names the tier's choice, which
+# for those M=1 shapes Inductor's reduction replaces in the compiled code). The entry points pass the selection state's token
 # (launch_table.compile_token) as the ops' `tiers` argument, read once per trace as a constant:
 # it is part of the traced graph, so no compile cache (AOTAutograd's is keyed on that graph,
 # before this decomposition runs) returns choices made from another state; it is not guarded
@@ -176,7 +178,9 @@ def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     if bound.config.id in _TORCH_LEVEL_ARMS:
         return bound.call(x, weight, bias, None)
     if x.numel() == weight.shape[1] and _compiler_reduces_vectors():
-        y = F.linear(x, weight)  # an mm, which the compiler reduces; a bias in addmm would not be
+        # an mm, which the compiler reduces (an addmm it would not); the bias is added to the
+        # rounded product, one rounding more than the fused epilogue (within the dtype's tolerance)
+        y = F.linear(x, weight)
         return ACTS[act](y if bias is None else y + bias)
     return NotImplemented  # a Triton config: the op stays in the graph
 
