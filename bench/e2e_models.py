@@ -137,10 +137,11 @@ def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed:
 
 def plain_and_tuned(name: str, device: str, batch: int, pin: str | None = None, compiled: bool = False,
                     plain_mode: str | None = None, tuned_options: dict | None = None,
-                    ) -> tuple[BenchModel, Any, Any, contextlib.ExitStack]:
+                    plain_options: dict | None = None) -> tuple[BenchModel, Any, Any, contextlib.ExitStack]:
     """For the profiling benches: the model, its plain and tunedb.optimize()d modules (both
     torch.compile'd, default mode, when `compiled`; the plain one in `plain_mode` when given,
-    e.g. max-autotune-no-cudagraphs; the tuned one with Inductor `tuned_options`), and a context that serves every tuned shape with config
+    e.g. max-autotune-no-cudagraphs; each with its Inductor options when given: torch.compile
+    takes a mode or options, not both), and a context that serves every tuned shape with config
     `pin` while open (empty without one). ValueError names a batch not benchmarked."""
     import torch
 
@@ -151,7 +152,7 @@ def plain_and_tuned(name: str, device: str, batch: int, pin: str | None = None, 
         raise ValueError(f"batch {batch} not benchmarked for {name}; choose from {sorted(bm.inputs)}")
     plain, tuned = bm.module, tunedb.optimize(bm.module, inplace=False)
     if compiled:
-        plain = torch.compile(plain, dynamic=False, mode=plain_mode)
+        plain = torch.compile(plain, dynamic=False, mode=plain_mode, options=plain_options or None)
         tuned = torch.compile(tuned, dynamic=False, options=tuned_options or None)
     stack = contextlib.ExitStack()
     if pin:

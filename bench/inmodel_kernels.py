@@ -13,8 +13,9 @@ models (torch.compile default mode, so the compiler's own fusions cancel) and pr
 graph and graph-break counts. --against-max-autotune compiles plain with
 mode="max-autotune-no-cudagraphs" instead (and tunedb's model in default mode): where the
 compiler's tuned GEMM templates and epilogue fusions beat tunedb+compile, by kernel;
---compile-cdt adds coordinate_descent_tuning to tunedb's compile (Inductor then lowers M=1 GEMMs
-to fused reductions, as max-autotune-no-cudagraphs does).
+--compile-cdt adds coordinate_descent_tuning to the compiles (Inductor then lowers M=1 GEMMs to
+fused reductions, as max-autotune-no-cudagraphs does): to tunedb's, and to plain's unless plain
+is compiled with max-autotune, which sets it.
 """
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--against-max-autotune", action="store_true",
                    help="compile plain with max-autotune-no-cudagraphs, tunedb's model in default mode")
     p.add_argument("--compile-cdt", action="store_true",
-                   help="compile tunedb's model with coordinate_descent_tuning=True (as e2e.py --compile-cdt)")
+                   help="compile with coordinate_descent_tuning=True: tunedb's model (as e2e.py --compile-cdt), "
+                        "and plain's too unless --against-max-autotune (which sets it itself)")
     p.add_argument("--pin", default=None, help="serve every tuned shape with this config")
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args(argv)
@@ -92,7 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         bm, plain, variant, pin = e2e_models.plain_and_tuned(
             args.model, "cuda", args.batch, args.pin, args.compile or args.against_max_autotune or args.compile_cdt,
             "max-autotune-no-cudagraphs" if args.against_max_autotune else None,
-            {"coordinate_descent_tuning": True} if args.compile_cdt else None)
+            {"coordinate_descent_tuning": True} if args.compile_cdt else None,
+            # compiled against compiled: plain gets the same options (max-autotune already has cdt)
+            plain_options={"coordinate_descent_tuning": True} if args.compile_cdt and not args.against_max_autotune
+            else None)
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -104,9 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         for label, module in (("plain", plain), ("tunedb", variant)):
             results[label] = summarise(kernel_times(bm.call(module, args.batch), args.iters, args.graph), args.iters)
     mode = "graph replays" if args.graph else "eager forwards"
-    cdt = " (tunedb with coordinate_descent_tuning)" if args.compile_cdt else ""
+    cdt = (" (tunedb with coordinate_descent_tuning)" if args.against_max_autotune
+           else " (both with coordinate_descent_tuning)") if args.compile_cdt else ""
     what = ("tunedb+compile vs plain under max-autotune-no-cudagraphs" if args.against_max_autotune
-            else "compiled tunedb vs compiled plain" if args.compile else "tunedb")
+            else "compiled tunedb vs compiled plain" if args.compile or args.compile_cdt else "tunedb")
     print(f"{args.model} b{args.batch}, {args.iters} {mode}, {what}{cdt}{' pinned ' + args.pin if args.pin else ''}: "
           f"GPU kernel time per forward")
     for label, (rows, gemm, total) in results.items():
