@@ -331,7 +331,8 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
         if how == "build":
             try:
                 res = pipeline.build([(bm.name, shapes)], opts)
-                info.update(arms=res.arms_measured, db=str(res.path), log=str(res.log_path))
+                info.update(arms=res.arms_measured, db=str(res.path), log=str(res.log_path),
+                            phase_seconds={k: round(v, 2) for k, v in res.phase_seconds.items()})
             except BusyGPUError as exc:
                 info.update(method="autotune", note=f"build refused: {exc}")
                 how = "autotune"

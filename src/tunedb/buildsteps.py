@@ -4,9 +4,9 @@ the result into an Entry with its evidence. Used by pipeline.py only (which hold
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
-
+import time
 from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
 from tunedb import buildplan, checkpoint, costmodel, database, families, partition
 from tunedb.errors import BuildError
@@ -124,10 +124,17 @@ class Measurer:
         if timer is None and opts.simulate:
             self.timer = simulated_timer(family, arch, opts.seed, opts.noise)
         self.worker = None
+        # where the measuring wall time went (seconds): worker start, probes, prepare (inputs,
+        # gate, captures, host timing), rounds, requests (the worker's pipe and pickling)
+        self.phases: dict[str, float] = {}
         if self.timer is None and opts.isolate:
+            from tunedb.bench.protocol import StartRequest
             from tunedb.bench.worker import Worker
 
             self.worker = Worker()
+            t0 = time.perf_counter()
+            self.worker.run(StartRequest(family.name))  # a failure here resurfaces on the first point
+            self.phases["worker start"] = time.perf_counter() - t0
         elif self.timer is None:  # --in-process: one CUDA-graph timer for the whole build
             from tunedb.bench.protocol import default_timer
 
@@ -141,9 +148,11 @@ class Measurer:
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
                   working_set_bytes=served)
         if self.worker is not None:
-            out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log, **kw)
+            out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log,
+                                                  phases=self.phases, **kw)
         else:
-            out = protocol.measure_point(self.family, sig, m, list(ids), timer=self.timer, log=self.log, **kw)
+            out = protocol.measure_point(self.family, sig, m, list(ids), timer=self.timer, log=self.log,
+                                         phases=self.phases, **kw)
         self.arms += len(out)
         return out
 

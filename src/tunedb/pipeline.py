@@ -59,6 +59,7 @@ class BuildResult:
     prebuilt: int = 0  # configs `tunedb prebuild` compiled there for this Triton
     seconds: float = 0.0
     census_seconds: dict[str, float] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # Measurer.phases: where the time went
 
 
 def has_gpu() -> bool:
@@ -228,6 +229,7 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
         measure.close()
         reporter.stop()
     result.arms_measured = measure.arms
+    result.phase_seconds = dict(measure.phases)
     result.entries = [entries[p.signature] for p in plans]
     records = read_log(log.path) if log.path.exists() else []
     mine = [r.measurement for r in records if r.run_id == run.run_id]

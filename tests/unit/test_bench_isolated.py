@@ -26,8 +26,9 @@ class FakeWorker:
             return WorkerResult(Status.OK, _Refused(BusyGPUError("GPU busy: pid 7")))
         if self.crash_with in request.config_ids:
             return WorkerResult(Status.LAUNCH_ERROR, None, "worker killed by signal SIGSEGV; worker restarted")
-        return WorkerResult(Status.OK, tuple(
-            Measurement(SIG, request.m, c, Status.OK, 1.0 + i, 0.01, 5) for i, c in enumerate(request.config_ids)))
+        return WorkerResult(Status.OK, (tuple(
+            Measurement(SIG, request.m, c, Status.OK, 1.0 + i, 0.01, 5) for i, c in enumerate(request.config_ids)),
+            {"prepare": 0.5, "rounds": 0.25}))
 
 
 def test_probe_failures_cost_their_arms_only():
@@ -53,3 +54,14 @@ def test_a_batch_that_crashes_is_split_so_one_arm_pays():
 def test_refusal_in_the_worker_is_raised_here():
     with pytest.raises(BusyGPUError, match="pid 7"):
         measure_point_isolated(FakeWorker(refuse=True), "gemm", SIG, 64, ["default"])
+
+
+def test_phases_split_the_wall_time_by_where_it_went():
+    w = FakeWorker(crash_with="evil")
+    phases = {}
+    measure_point_isolated(w, "gemm", SIG, 64, ["default", "evil", "torch"], phases=phases)
+    assert set(phases) == {"probes", "prepare", "rounds", "requests"}
+    # four batches ran: the whole one and "evil" alone crashed (nothing reported), "default" and
+    # "torch" alone each reported their worker-side prepare and rounds seconds
+    assert phases["prepare"] == pytest.approx(0.5 * 2) and phases["rounds"] == pytest.approx(0.25 * 2)
+    assert "phases" not in dict(w.requests[-1].options)  # never sent to the worker

@@ -86,13 +86,15 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
                     keep: Sequence[str] = (), seed: int = 0, allow_busy: bool = False,
                     min_rounds: int = MIN_ROUNDS, max_rounds: int = MAX_ROUNDS,
                     rel_tol: float = REL_TOL, working_set_bytes: int | None = None,
-                    busy_wait_s: float = BUSY_WAIT_S, log: Any = None) -> tuple[Measurement, ...]:
+                    busy_wait_s: float = BUSY_WAIT_S, log: Any = None,
+                    phases: dict[str, float] | None = None) -> tuple[Measurement, ...]:
     """Measure every arm of `problem`; one Measurement per arm, in the problem's arm order.
 
     alpha weighs host issue time into the ranking (the census's eager share); the default, the
     incumbent and `keep` survive successive halving to the end. Rounds stop when every live arm's
     median is pinned to rel_tol or clearly behind the leader (stats.settled), or at max_rounds.
-    `log` (a MeasurementLog) gets every result.
+    `log` (a MeasurementLog) gets every result; `phases`, when given, accumulates the wall
+    seconds spent preparing the arms (inputs, gate, captures, host timing) and in timing rounds.
     """
     if not 1 <= min_rounds <= max_rounds:
         raise ValueError(f"need 1 <= min_rounds ({min_rounds}) <= max_rounds ({max_rounds})")
@@ -107,7 +109,9 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
     if present and not allow_busy:
         raise BusyGPUError(_busy_message(present, "hold the GPU"))
     before = env.snapshot()
+    t0 = time.perf_counter()
     session = timer.open(problem, seed=seed, working_set_bytes=working_set_bytes)
+    t1 = time.perf_counter()
     try:
         prepared: Mapping[str, Prepared] = session.prepared
         ok = [c for c in problem.config_ids if prepared[c].status.ok]
@@ -118,6 +122,9 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
         after = env.snapshot()
     finally:
         session.close()
+    if phases is not None:
+        phases["prepare"] = phases.get("prepare", 0.0) + (t1 - t0)
+        phases["rounds"] = phases.get("rounds", 0.0) + (time.perf_counter() - t1)
     out = _measurements(problem, prepared, run, merge_snapshots(before, after), timer)
     if log is not None:
         log.append(out)
@@ -261,30 +268,56 @@ class PointRequest:
     config_ids: tuple[str, ...]
     options: tuple[tuple[str, Any], ...] = ()
 
-    def __call__(self) -> tuple[Measurement, ...] | _Refused:
+    def __call__(self) -> tuple[tuple[Measurement, ...], dict[str, float]] | _Refused:
         from tunedb import families
         from tunedb.errors import MeasurementError
 
+        phases: dict[str, float] = {}
         try:
             return measure_point(families.get(self.family), self.signature, self.m,
-                                 list(self.config_ids), **dict(self.options))
+                                 list(self.config_ids), phases=phases, **dict(self.options)), phases
         except MeasurementError as exc:
             return _Refused(exc)
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """Worker request: import torch and the family and initialise CUDA (the worker's start-up,
+    timed apart from the measurements)."""
+
+    family: str
+
+    def __call__(self) -> None:
+        import torch
+
+        from tunedb import families
+
+        families.get(self.family)
+        torch.cuda.init()
 
 
 def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
                            config_ids: Sequence[str], *, probe_timeout_s: float = 120.0,
                            timeout_s: float | None = None, log: Any = None,
-                           **kwargs: Any) -> tuple[Measurement, ...]:
+                           phases: dict[str, float] | None = None, **kwargs: Any) -> tuple[Measurement, ...]:
     """measure_point in `worker` (a bench.worker.Worker): each config is first compiled and
     launched alone (a hang or crash costs that arm: timeout / launch_error), then the survivors
     are measured together; should that fail, each is measured alone. `family` is its
-    registered name (the worker looks it up). Other keywords are measure_problem's."""
+    registered name (the worker looks it up). `phases`, when given, accumulates wall seconds:
+    probes, the worker's prepare and rounds, and the rest of each request (pipe, pickling).
+    Other keywords are measure_problem's."""
     refuse_capture()
+    spent = phases if phases is not None else {}
+
+    def add(key: str, seconds: float) -> None:
+        spent[key] = spent.get(key, 0.0) + seconds
+
     ids = list(dict.fromkeys(config_ids))
     failed: dict[str, tuple[Status, str]] = {}
     for cid in ids:
+        t0 = time.perf_counter()
         res = worker.run(ProbeRequest(family, sig, m, cid, kwargs.get("seed", 0)), probe_timeout_s)
+        add("probes", time.perf_counter() - t0)
         if not res.status.ok:
             failed[cid] = (res.status, res.detail)
     done: dict[str, Measurement] = {}
@@ -293,11 +326,17 @@ def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
     batches = [survivors] if survivors else []
     while batches:
         batch = batches.pop(0)
+        t0 = time.perf_counter()
         res = worker.run(PointRequest(family, sig, m, tuple(batch), options), timeout_s)
+        wall = time.perf_counter() - t0
         if isinstance(res.value, _Refused):
             res.value.reraise()
         if res.status.ok:
-            done.update((x.config_id, x) for x in res.value)
+            got, inner = res.value
+            for key, seconds in inner.items():
+                add(key, seconds)
+            add("requests", wall - sum(inner.values()))
+            done.update((x.config_id, x) for x in got)
         elif len(batch) > 1:
             batches.extend([c] for c in batch)  # isolate the arm that took the worker down
         else:

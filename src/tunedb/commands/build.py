@@ -118,6 +118,16 @@ def print_plan(console: Any, plans: Sequence[Any]) -> None:
                   f"arm measurement(s); estimated {total / 60:.1f} min (cost model + protocol overhead)")
 
 
+PHASES = ("worker start", "probes", "prepare", "rounds", "requests")
+
+
+def phase_line(phases: dict[str, float], total: float) -> str:
+    """Where a build's measuring time went, e.g. 'worker start 2.1 s, probes 3.0 s, ...'."""
+    parts = [f"{name} {phases[name]:.1f} s" for name in PHASES if name in phases]
+    rest = total - sum(phases.values())
+    return ", ".join(parts + [f"the rest (planning, partition, writing) {max(rest, 0.0):.1f} s"])
+
+
 def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
     if as_json:
         from tunedb.buildplan import plan_rows
@@ -127,6 +137,7 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
                "log": str(result.log_path) if result.log_path else None,
                "arms_measured": result.arms_measured, "seconds": round(result.seconds, 2),
                "census_seconds": {k: round(v, 2) for k, v in result.census_seconds.items()},
+               "phase_seconds": {k: round(v, 3) for k, v in result.phase_seconds.items()},
                "resumed": list(result.resumed), "skipped": list(result.skipped),
                "triton_cache": result.triton_cache, "prebuilt": result.prebuilt,
                "changes": [c.to_json() for c in result.changes]}
@@ -142,6 +153,8 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
         return
     console.print(f"measured {result.arms_measured} arm(s) over {len(result.entries)} signature(s) in "
                   f"{result.seconds:.1f} s (run {result.run_id})")
+    if result.phase_seconds:
+        console.print(f"where the time went: {phase_line(result.phase_seconds, result.seconds)}")
     console.print(f"measurement log: {result.log_path}")
     if opts.no_write:
         console.print(f"--no-write: {len(result.changes)} change(s) against the current file, nothing written")

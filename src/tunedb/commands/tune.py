@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from tunedb.commands.build import RichReporter, add_build_options, options_from, print_plan
+from tunedb.commands.build import RichReporter, add_build_options, options_from, phase_line, print_plan
 
 NO_GPU = "No GPU: nothing was measured."
 TUNE_TOP_K = 8
@@ -79,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     b = result.build
     console.print(f"measured {b.arms_measured} arm(s) in {b.seconds:.1f} s; log: {b.log_path}")
+    if b.phase_seconds:
+        console.print(f"where the time went: {phase_line(b.phase_seconds, b.seconds)}")
     if b.path is not None:
         console.print(f"wrote {b.path}")
     if result.evaluation is not None:
