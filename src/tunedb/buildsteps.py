@@ -128,13 +128,9 @@ class Measurer:
         # gate, captures, host timing), rounds, requests (the worker's pipe and pickling)
         self.phases: dict[str, float] = {}
         if self.timer is None and opts.isolate:
-            from tunedb.bench.protocol import StartRequest
             from tunedb.bench.worker import Worker
 
-            self.worker = Worker()
-            t0 = time.perf_counter()
-            self.worker.run(StartRequest(family.name))  # a failure here resurfaces on the first point
-            self.phases["worker start"] = time.perf_counter() - t0
+            self.worker = Worker()  # its process starts with the first point (a resumed build may need none)
         elif self.timer is None:  # --in-process: one CUDA-graph timer for the whole build
             from tunedb.bench.protocol import default_timer
 
@@ -147,6 +143,10 @@ class Measurer:
         served = self.working_set.get(sig)
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
                   working_set_bytes=served)
+        if self.worker is not None and "worker start" not in self.phases:
+            t0 = time.perf_counter()
+            self.worker.run(protocol.StartRequest(self.family.name))  # a failure resurfaces in the probes
+            self.phases["worker start"] = time.perf_counter() - t0
         if self.worker is not None:
             out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log,
                                                   phases=self.phases, **kw)
