@@ -165,7 +165,10 @@ def test_gemm_family_through_measure_point_and_the_worker():
     ids = list(dict.fromkeys(["default", *family.sentinels(sig)]))
     direct = measure_point(family, sig, 300, ids, max_rounds=8)
     assert all(m.status is Status.OK for m in direct), [(m.config_id, m.detail) for m in direct]
+    phases = {}
     with Worker(device=0, timeout_s=300) as worker:
-        isolated = measure_point_isolated(worker, "gemm", sig, 300, ids, max_rounds=8)
+        isolated = measure_point_isolated(worker, "gemm", sig, 300, ids, max_rounds=8, phases=phases)
     assert [m.config_id for m in isolated] == ids
     assert all(m.status is Status.OK for m in isolated), [(m.config_id, m.detail) for m in isolated]
+    # the worker reports where its time went (the probes include its start-up here)
+    assert set(phases) == {"probes", "prepare", "rounds", "requests"} and phases["rounds"] > 0
