@@ -4,7 +4,6 @@ the result into an Entry with its evidence. Used by pipeline.py only (which hold
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -143,10 +142,6 @@ class Measurer:
         served = self.working_set.get(sig)
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
                   working_set_bytes=served)
-        if self.worker is not None and "worker start" not in self.phases:
-            t0 = time.perf_counter()
-            self.worker.run(protocol.StartRequest(self.family.name))  # a failure resurfaces in the probes
-            self.phases["worker start"] = time.perf_counter() - t0
         if self.worker is not None:
             out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log,
                                                   phases=self.phases, **kw)

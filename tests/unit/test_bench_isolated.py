@@ -1,7 +1,8 @@
 """measure_point_isolated's orchestration: probes, one batch, per-arm isolation, refusals (worker faked)."""
 import pytest
 
-from tunedb.bench.protocol import PointRequest, ProbeRequest, _Refused, measure_point_isolated
+from tunedb.bench import protocol
+from tunedb.bench.protocol import PointRequest, ProbeRequest, StartRequest, _Refused, measure_point_isolated
 from tunedb.bench.worker import WorkerResult
 from tunedb.errors import BusyGPUError
 from tunedb.records import Measurement, Signature, Status
@@ -56,12 +57,62 @@ def test_refusal_in_the_worker_is_raised_here():
         measure_point_isolated(FakeWorker(refuse=True), "gemm", SIG, 64, ["default"])
 
 
-def test_phases_split_the_wall_time_by_where_it_went():
-    w = FakeWorker(crash_with="evil")
+class TimedWorker(FakeWorker):
+    """A FakeWorker on a fake clock: starts cost 3 s, probes 0.1 s, a good batch 1 s (of which
+    0.5 prepare and 0.25 rounds inside the worker), a crashing one 2 s and kills the process."""
+
+    def __init__(self, clock, **kw):
+        super().__init__(**kw)
+        self.clock, self.up = clock, False
+
+    def alive(self):
+        return self.up
+
+    def run(self, request, timeout_s=None):
+        if isinstance(request, StartRequest):
+            self.requests.append(request)
+            self.clock[0] += 3.0
+            self.up = True
+            return WorkerResult(Status.OK)
+        res = super().run(request, timeout_s)
+        self.clock[0] += 0.1 if isinstance(request, ProbeRequest) else (1.0 if res.status.ok else 2.0)
+        if not res.status.ok and isinstance(request, PointRequest):
+            self.up = False  # a crash takes the process down; the next request restarts it
+        return res
+
+
+def test_phases_account_for_every_second_of_the_wall(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(protocol.time, "perf_counter", lambda: clock[0])
+    w = TimedWorker(clock, crash_with="evil")
     phases = {}
     measure_point_isolated(w, "gemm", SIG, 64, ["default", "evil", "torch"], phases=phases)
-    assert set(phases) == {"probes", "prepare", "rounds", "requests"}
-    # four batches ran: the whole one and "evil" alone crashed (nothing reported), "default" and
-    # "torch" alone each reported their worker-side prepare and rounds seconds
-    assert phases["prepare"] == pytest.approx(0.5 * 2) and phases["rounds"] == pytest.approx(0.25 * 2)
-    assert "phases" not in dict(w.requests[-1].options)  # never sent to the worker
+    # batches: all three (crash), then default, evil (crash), torch alone; a start before the
+    # probes and after each crash
+    assert sum(isinstance(r, StartRequest) for r in w.requests) == 3
+    assert phases == pytest.approx({"worker start": 9.0, "probes": 0.3, "failed requests": 4.0,
+                                    "prepare": 1.0, "rounds": 0.5, "requests": 0.5})
+    assert sum(phases.values()) == pytest.approx(clock[0])  # nothing falls through the cracks
+    assert all("phases" not in dict(r.options) for r in w.requests if isinstance(r, PointRequest))
+
+
+def test_point_request_returns_the_measurements_and_the_worker_side_phases(monkeypatch):
+    seen = {}
+
+    def fake_measure_point(family, sig, m, ids, phases=None, **kw):
+        seen.update(kw)
+        phases["prepare"], phases["rounds"] = 0.2, 0.1
+        return tuple(Measurement(sig, m, c, Status.OK, 1.0, 0.01, 5) for c in ids)
+
+    monkeypatch.setattr(protocol, "measure_point", fake_measure_point)
+    got, phases = PointRequest("gemm", SIG, 64, ("default", "torch"), (("seed", 3),))()
+    assert [x.config_id for x in got] == ["default", "torch"] and phases == {"prepare": 0.2, "rounds": 0.1}
+    assert seen == {"seed": 3}
+
+
+def test_phase_line_names_each_phase_and_the_rest():
+    from tunedb.commands.build import phase_line
+
+    line = phase_line({"rounds": 1.0, "worker start": 2.5, "probes": 0.25}, 5.0)
+    assert line == ("worker start 2.5 s, probes 0.2 s, rounds 1.0 s, "
+                    "the rest (planning, partition, writing) 1.2 s")

@@ -257,9 +257,11 @@ class GraphSession:
         costs about 4 us less than the bound launcher; that inverted gap made `tunedb tune`
         serve Triton configs slower than cuBLAS on the GPU. Each round runs the arms in a new
         seeded order, so host drift spreads over all of them. An arm whose host timing raises
-        fails alone, with that status; the point's other arms keep theirs."""
-        def failed(cid: str, exc: Exception) -> None:  # this arm only, as a failed capture is
-            torch.cuda.synchronize()
+        fails alone, with that status, and the point's other arms keep theirs -- unless the error
+        is a sticky CUDA one (an illegal address poisons the context), which ends the point as it
+        would in a capture; the worker then re-measures each arm alone."""
+        def failed(cid: str, exc: Exception) -> None:  # this arm only, as a failed capture is;
+            torch.cuda.synchronize()  # a sticky CUDA error raises here and ends the point, as there
             prepared[cid] = replace(prepared[cid], status=classify_exception(exc), host_us=None,
                                     detail=f"host timing failed: {type(exc).__name__}: {str(exc).strip()[:300]}")
 

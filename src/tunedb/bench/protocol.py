@@ -304,20 +304,30 @@ def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
     launched alone (a hang or crash costs that arm: timeout / launch_error), then the survivors
     are measured together; should that fail, each is measured alone. `family` is its
     registered name (the worker looks it up). `phases`, when given, accumulates wall seconds:
-    probes, the worker's prepare and rounds, and the rest of each request (pipe, pickling).
-    Other keywords are measure_problem's."""
+    worker start (each (re)start: spawn, torch, CUDA), probes, the worker's prepare and rounds,
+    requests (the rest of each request: pipe, pickling, per-request setup) and failed requests
+    (batches that crashed or timed out). Other keywords are measure_problem's."""
     refuse_capture()
     spent = phases if phases is not None else {}
 
     def add(key: str, seconds: float) -> None:
         spent[key] = spent.get(key, 0.0) + seconds
 
+    def run(request: Any, timeout: float | None) -> tuple[Any, float]:
+        alive = getattr(worker, "alive", None)
+        if callable(alive) and not alive():  # the first request, or one after a crash or a kill
+            t0 = time.perf_counter()
+            worker.run(StartRequest(family), probe_timeout_s)  # a failure resurfaces just below
+            add("worker start", time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        res = worker.run(request, timeout)
+        return res, time.perf_counter() - t0
+
     ids = list(dict.fromkeys(config_ids))
     failed: dict[str, tuple[Status, str]] = {}
     for cid in ids:
-        t0 = time.perf_counter()
-        res = worker.run(ProbeRequest(family, sig, m, cid, kwargs.get("seed", 0)), probe_timeout_s)
-        add("probes", time.perf_counter() - t0)
+        res, wall = run(ProbeRequest(family, sig, m, cid, kwargs.get("seed", 0)), probe_timeout_s)
+        add("probes", wall)
         if not res.status.ok:
             failed[cid] = (res.status, res.detail)
     done: dict[str, Measurement] = {}
@@ -326,16 +336,16 @@ def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
     batches = [survivors] if survivors else []
     while batches:
         batch = batches.pop(0)
-        t0 = time.perf_counter()
-        res = worker.run(PointRequest(family, sig, m, tuple(batch), options), timeout_s)
-        wall = time.perf_counter() - t0
+        res, wall = run(PointRequest(family, sig, m, tuple(batch), options), timeout_s)
         if isinstance(res.value, _Refused):
             res.value.reraise()
+        if not res.status.ok:
+            add("failed requests", wall)
         if res.status.ok:
             got, inner = res.value
             for key, seconds in inner.items():
                 add(key, seconds)
-            add("requests", wall - sum(inner.values()))
+            add("requests", max(wall - sum(inner.values()), 0.0))
             done.update((x.config_id, x) for x in got)
         elif len(batch) > 1:
             batches.extend([c] for c in batch)  # isolate the arm that took the worker down

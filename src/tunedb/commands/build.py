@@ -118,7 +118,7 @@ def print_plan(console: Any, plans: Sequence[Any]) -> None:
                   f"arm measurement(s); estimated {total / 60:.1f} min (cost model + protocol overhead)")
 
 
-PHASES = ("worker start", "probes", "prepare", "rounds", "requests")
+PHASES = ("worker start", "probes", "prepare", "rounds", "requests", "failed requests")
 
 
 def phase_line(phases: dict[str, float], total: float) -> str:
