@@ -35,7 +35,7 @@ import torch
 
 from tunedb.bench import stats
 from tunedb.bench.arms import Problem, empty_like_reference
-from tunedb.bench.gate import classify_exception, gate_arms
+from tunedb.bench.gate import classify_exception, describe, gate_arms
 from tunedb.bench.gpuenv import NvmlEnv
 from tunedb.bench.timers import Prepared, rotation_copies
 from tunedb.errors import MeasurementError
@@ -147,9 +147,9 @@ class GraphSession:
         self._baselines(sep, sep_buf, calls)
         self.timed: dict[str, tuple[Any, int]] = {}  # id -> (graph, calls in it)
         self._modes: dict[str, tuple[float, tuple[Any, int], tuple[Any, int]]] = {}
-        self._gpu_ms: dict[str, float] = {}  # id -> per-call GPU estimate, sizing the host timing
         self._keep: list[Any] = [arg_sets, out, sep_buf, ref]
         prepared: dict[str, Prepared] = {}
+        gpu_ms: dict[str, float] = {}  # id -> per-call GPU estimate, sizing the host timing
         for arm in problem.arms:
             g = gates.get(arm.config_id)
             gate_info: tuple[tuple[str, Any], ...] = ()
@@ -159,14 +159,13 @@ class GraphSession:
                     prepared[arm.config_id] = Prepared(g.status, g.detail, self.l2, None, gate_info)
                     continue
             try:
-                prepared[arm.config_id] = self._prepare(arm, arg_sets, kwargs, out, sep, calls,
-                                                        copies, gate_info)
+                prepared[arm.config_id], gpu_ms[arm.config_id] = self._prepare(
+                    arm, arg_sets, kwargs, out, sep, calls, copies, gate_info)
             except Exception as exc:  # capture or launch failure: this arm only
-                torch.cuda.synchronize()
-                prepared[arm.config_id] = Prepared(
-                    classify_exception(exc), f"graph capture or launch failed: "
-                    f"{type(exc).__name__}: {str(exc).strip()[:300]}", self.l2, None, gate_info)
-        self.prepared = self._host_times(self._choose_modes(prepared), problem, arg_sets[0], kwargs, out)
+                prepared[arm.config_id] = self._failed(Prepared(Status.OK, "", self.l2, None, gate_info),
+                                                       "graph capture or launch failed", exc)
+        self.prepared = self._host_times(self._choose_modes(prepared), problem, arg_sets[0], kwargs, out,
+                                         gpu_ms)
 
     def _baselines(self, sep: Callable[[], None], sep_buf: Any, calls: int) -> None:
         """The replay's fixed overhead and the separator's cost in context, in ms.
@@ -200,7 +199,8 @@ class GraphSession:
         return [self.timer.time_graphs([graph])[0] for _ in range(n)]
 
     def _prepare(self, arm: Any, arg_sets: list, kwargs: dict, out: Any, sep: Callable[[], None],
-                 calls: int, copies: int, gate_info: tuple) -> Prepared:
+                 calls: int, copies: int, gate_info: tuple) -> tuple[Prepared, float]:
+        """The arm captured and checked for self-overlap, and its per-call GPU estimate (ms)."""
         fns = [arm.make(a, kwargs, out) for a in arg_sets]
         for fn in fns:
             fn()
@@ -228,8 +228,14 @@ class GraphSession:
             ("replay_overhead_us", round(self.overhead_ms * 1000, 3)),
             ("overlap_ratio", round(ratio, 4))]
         self._modes[arm.config_id] = (ratio, (graph, calls), (graph1, 1))
-        self._gpu_ms[arm.config_id] = max(per_call, single)
-        return Prepared(Status.OK, "", self.l2, None, tuple(info))
+        return Prepared(Status.OK, "", self.l2, None, tuple(info)), max(per_call, single)
+
+    @staticmethod
+    def _failed(p: Prepared, what: str, exc: Exception) -> Prepared:
+        """`p` failed with `exc` (its status from the exception); a sticky CUDA error raises
+        from the synchronize instead and ends the point."""
+        torch.cuda.synchronize()
+        return replace(p, status=classify_exception(exc), host_us=None, detail=f"{what}: {describe(exc)}")
 
     def _choose_modes(self, prepared: dict[str, Prepared]) -> dict[str, Prepared]:
         """Time each arm N calls per replay, or one per replay where it overlaps itself more
@@ -247,7 +253,7 @@ class GraphSession:
         return prepared
 
     def _host_times(self, prepared: dict[str, Prepared], problem: Problem, args: tuple, kwargs: dict,
-                    out: Any) -> dict[str, Prepared]:
+                    out: Any, gpu_ms: dict[str, float]) -> dict[str, Prepared]:
         """Each ok arm's eager host issue time per call, in shuffled interleaved rounds.
 
         Timed on the call as a model issues it, `make(args, kwargs, None)`: the output is
@@ -260,10 +266,8 @@ class GraphSession:
         fails alone, with that status, and the point's other arms keep theirs -- unless the error
         is a sticky CUDA one (an illegal address poisons the context), which ends the point as it
         would in a capture; the worker then re-measures each arm alone."""
-        def failed(cid: str, exc: Exception) -> None:  # this arm only, as a failed capture is;
-            torch.cuda.synchronize()  # a sticky CUDA error raises here and ends the point, as there
-            prepared[cid] = replace(prepared[cid], status=classify_exception(exc), host_us=None,
-                                    detail=f"host timing failed: {type(exc).__name__}: {str(exc).strip()[:300]}")
+        def failed(cid: str, exc: Exception) -> None:  # this arm only, as a failed capture is
+            prepared[cid] = self._failed(prepared[cid], "host timing failed", exc)
 
         fns: dict[str, Callable[[], Any]] = {}
         for cid, p in list(prepared.items()):
@@ -280,10 +284,9 @@ class GraphSession:
         for _ in range(HOST_ROUNDS):
             for cid in stats.round_order([c for c in reps if prepared[c].status.ok], rng):
                 try:
-                    reps[cid].append(self._host_once(fns[cid], self._gpu_ms.get(cid, 0.0)))
+                    reps[cid].append(self._host_once(fns[cid], gpu_ms.get(cid, 0.0)))
                 except Exception as exc:  # noqa: BLE001
                     failed(cid, exc)
-        self._gpu_ms.clear()
         return {cid: replace(p, host_us=round(stats.median(reps[cid]), 3)) if p.status.ok and reps.get(cid) else p
                 for cid, p in prepared.items()}
 
@@ -298,7 +301,7 @@ class GraphSession:
             return fn, ""
         except Exception as exc:  # noqa: BLE001 -- recorded with the measurement, not hidden
             torch.cuda.synchronize()
-            return arm.make(args, kwargs, out), f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+            return arm.make(args, kwargs, out), describe(exc, 200)
 
     @staticmethod
     def _host_once(fn: Callable[[], Any], gpu_ms: float) -> float:

@@ -61,6 +61,11 @@ def arm_bound(dtype: str, baseline_error: float | None) -> float:
     return max(FACTOR * baseline_error, FLOOR.get(dtype, 1e-3))
 
 
+def describe(exc: BaseException, limit: int = 300) -> str:
+    """'TypeName: message' of a failure, the message cut to `limit` characters."""
+    return f"{type(exc).__name__}: {str(exc).strip()[:limit]}"
+
+
 def classify_exception(exc: BaseException) -> Status:
     """Compile failures and resource overflows are told apart from launch failures."""
     name = type(exc).__name__
@@ -122,8 +127,7 @@ def gate_arms(problem: Any, args: tuple, kwargs: dict, make_out: Callable[..., A
             out = run(arm, float("nan"))
             return judge(out, ref, bound, rerun=lambda fill: run(arm, fill), config_id=arm.config_id)
         except Exception as exc:  # a failing arm costs itself, never the point
-            return GateResult(arm.config_id, classify_exception(exc), None, bound,
-                              f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+            return GateResult(arm.config_id, classify_exception(exc), None, bound, describe(exc))
 
     dtype = dtype_name(make_out(args, kwargs, ref).dtype)
     baseline_error = None

@@ -162,15 +162,14 @@ def _rounds(run: _Run, session: Any, env: Any,
             else:
                 run.samples[cid].append(float(value))
         run.rounds += 1
+        if run.rounds not in halve_at and run.rounds < min_rounds:
+            continue
+        scores = {c: stats.objective_score(run.samples[c], prepared[c].host_us, alpha) for c in run.alive}
         if run.rounds in halve_at:
-            scores = {c: stats.objective_score(run.samples[c], prepared[c].host_us, alpha)
-                      for c in run.alive}
             run.alive = list(stats.halve(scores, protected))
-        if run.rounds >= min_rounds and run.alive:
-            live = {c: run.samples[c] for c in run.alive}
-            scores = {c: stats.objective_score(v, prepared[c].host_us, alpha) for c, v in live.items()}
-            if stats.settled(live, scores, rel_tol, min_rounds):
-                break
+        if run.rounds >= min_rounds and run.alive and stats.settled(
+                {c: run.samples[c] for c in run.alive}, {c: scores[c] for c in run.alive}, rel_tol, min_rounds):
+            break
 
 
 def _measurements(problem: Problem, prepared: Mapping[str, Prepared], run: _Run,

@@ -16,7 +16,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from tunedb.bench.gate import classify_exception
+from tunedb.bench.gate import classify_exception, describe
 from tunedb.bench.gpuenv import register_worker, unregister_worker
 from tunedb.errors import WorkerError
 from tunedb.records import Status
@@ -54,7 +54,7 @@ def _serve(conn: Any, device: int | None) -> None:
         except BaseException as exc:  # noqa: BLE001 - every failure of a request is its status
             tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
             reply = ("error", classify_exception(exc).value,
-                     f"{type(exc).__name__}: {str(exc).strip()[:500]}\n{tail[-1500:]}")
+                     f"{describe(exc, 500)}\n{tail[-1500:]}")
         try:
             conn.send(reply)
         except Exception as exc:  # an unpicklable return value

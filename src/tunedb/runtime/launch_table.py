@@ -160,8 +160,14 @@ def compile_token() -> str:
 
             ident = f"unidentified-{uuid.uuid4().hex[:12]}"
         _selection_id[0] = ident
-    opaque = bool(_overrides or _recorders) or _capture[0] is not None
-    return ident + "+opaque" if opaque else ident
+    return ident + "+opaque" if _opaque() else ident
+
+
+def _opaque() -> bool:
+    """Whether calls must stay per-call resolutions (never decided in a compiler's trace): an
+    override serves (autotune() may measure), or a recorder or TUNEDB_CAPTURE watches calls.
+    compile_token marks exactly these states, as traced() declines in exactly these."""
+    return bool(_overrides or _recorders) or _capture[0] is not None
 
 
 def clear() -> None:
@@ -239,9 +245,8 @@ def resolve(family: Any, sig: Signature, m: int) -> tuple[Config, str, Any]:
 def launcher(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> Bound:
     """The bound launcher for this call's shape (x is [..., K], M the product of its lead
     dims); call it as bound.call(x, weight, bias, out)."""
-    key = (op, x.dtype, weight.shape[0], weight.shape[1], act, bias is not None, m)
-    if _selector_epoch() != _epoch[0]:
-        clear()
+    key = _key(op, x, weight, bias, act, m)
+    sync()
     bound = _table.get(key)
     if bound is None:
         bound = _insert(key, op, x, weight, bias, act)
@@ -260,20 +265,22 @@ def static_shapes(x: Any, weight: Any) -> bool:
 
 
 def traced(op: str, x: Any, weight: Any, bias: Any, act: str) -> "Bound | None":
-    """Compile time (a compiler decomposing a tuned op): the bound resolution of a static shape,
-    kept in the table as a call's would be (so the report and later eager calls see the same
-    choice) but not counted as a call. None, to keep the op opaque and resolve it per call,
-    when a dimension is symbolic, an override serves (autotune() may measure, which must never
-    happen inside a compiler's trace), or a recorder or TUNEDB_CAPTURE watches calls (a census
-    taken from a compiled model must still see every shape)."""
-    if _overrides or _recorders or not static_shapes(x, weight):
-        return None
+    """Compile time (a compiler decomposing a tuned op, its shapes static: the caller checks
+    static_shapes): the bound resolution, kept in the table as a call's would be (so the report
+    and later eager calls see the same choice) but not counted as a call. None, to keep the op
+    opaque and resolve it per call, when an override serves (autotune() may measure, which must
+    never happen inside a compiler's trace), or a recorder or TUNEDB_CAPTURE watches calls (a
+    census taken from a compiled model must still see every shape)."""
     sync()
-    if _capture[0] is not None:
+    if _opaque():
         return None
-    k = weight.shape[1]
-    key = (op, x.dtype, weight.shape[0], k, act, bias is not None, x.numel() // k)
+    key = _key(op, x, weight, bias, act, x.numel() // weight.shape[1])
     return _table.get(key) or _insert(key, op, x, weight, bias, act)
+
+
+def _key(op: str, x: Any, weight: Any, bias: Any, act: str, m: int) -> tuple[Any, ...]:
+    """The table's key of a call: what resolution depends on (op, dtype, N, K, act, bias, M)."""
+    return (op, x.dtype, weight.shape[0], weight.shape[1], act, bias is not None, m)
 
 
 def _insert(key: tuple[Any, ...], op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:

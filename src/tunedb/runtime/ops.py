@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from tunedb.errors import SignatureError
 from tunedb.families.gemm.arms import act_fn
-from tunedb.families.gemm.configs import ACTS as GEMM_ACTS
+from tunedb.families.gemm.configs import ACTS as GEMM_ACTS, VENDOR_LANES
 from tunedb.runtime import launch_table
 
 # The activations the GEMM family fuses, as the torch arm computes them (the CPU/meta path).
@@ -112,15 +112,30 @@ _lib.define("gemm(Tensor x, Tensor weight, str tiers='') -> Tensor")
 _lib.define("gemm_act(Tensor x, Tensor weight, Tensor? bias, str act, str tiers='') -> Tensor")
 
 
+def _serve(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+           act: str) -> torch.Tensor:
+    """A call through the dispatcher (a compiled graph's opaque op, autograd): a CUDA call whose
+    exact key already ran this epoch goes straight to its bound launcher (launch_table.known), as
+    an eager entry-point call does; any other is validated and resolved."""
+    key = None
+    if x.is_cuda:
+        key = (op, act, x.shape, x.dtype, weight.shape, weight.dtype,
+               None if bias is None else (bias.shape, bias.dtype, bias.is_contiguous()))
+        bound = _known(key)
+        if bound is not None and x.get_device() == _current_device():
+            bound.counter.calls += 1
+            return bound.call(x, weight, bias, None)
+    _check(x, weight, bias, act)
+    return _run(op, x, weight, bias, act, key)
+
+
 def _gemm_impl(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.Tensor:
-    _check(x, weight, None, "none")
-    return _run("gemm", x, weight, None, "none")
+    return _serve("gemm", x, weight, None, "none")
 
 
 def _gemm_act_impl(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                    act: str, tiers: str = "") -> torch.Tensor:
-    _check(x, weight, bias, act)
-    return _run("gemm_act", x, weight, bias, act)
+    return _serve("gemm_act", x, weight, bias, act)
 
 
 # every backend: CUDA tensors run the launch table's launcher, others the torch arm
@@ -159,7 +174,7 @@ def _gemm_fake(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.
 # an active autotune() or pin (overrides), census recording and TUNEDB_CAPTURE keep the op
 # opaque, resolved per call.
 
-_TORCH_LEVEL_ARMS = ("torch", "fused")
+_TORCH_LEVEL_ARMS = VENDOR_LANES  # the arms that are torch ops: the compiler can take them
 _decompositions_registered = False
 
 
@@ -346,11 +361,12 @@ _token._dynamo_marked_constant = True  # type: ignore[attr-defined]
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 
+# The entry points below repeat _serve's body inline: the eager hot path saves a call frame.
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
-    if (type(x) is not _Tensor or _compiling()
-            or (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
-        return torch.ops.tunedb.gemm(x, weight, _token() if _compiling() or type(x) is not _Tensor else "")
+    traced = type(x) is not _Tensor or _compiling()
+    if traced or (_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+        return torch.ops.tunedb.gemm(x, weight, _token() if traced else "")
     key = None
     if x.is_cuda:
         key = ("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None)
@@ -365,11 +381,10 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
              act: str = "none") -> torch.Tensor:
     """act(x @ weight.T + bias); act is one of none, gelu, gelu_tanh, relu, silu."""
-    if (type(x) is not _Tensor or _compiling()
-            or (_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                     or (bias is not None and bias.requires_grad)))):
-        return torch.ops.tunedb.gemm_act(x, weight, bias, act,
-                                         _token() if _compiling() or type(x) is not _Tensor else "")
+    traced = type(x) is not _Tensor or _compiling()
+    if traced or (_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                       or (bias is not None and bias.requires_grad))):
+        return torch.ops.tunedb.gemm_act(x, weight, bias, act, _token() if traced else "")
     key = None
     if x.is_cuda:
         key = ("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,

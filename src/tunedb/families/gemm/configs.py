@@ -20,7 +20,8 @@ from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 FAMILY = "gemm"
 OPS: tuple[str, ...] = ("gemm", "gemm_act")
 TRITON_LANES: tuple[str, ...] = ("triton_mma", "triton_tma", "triton_splitk")
-LANES: tuple[str, ...] = TRITON_LANES + ("torch", "fused")
+VENDOR_LANES: tuple[str, ...] = ("torch", "fused")  # the framework's ops (cuBLAS / cuBLASLt)
+LANES: tuple[str, ...] = TRITON_LANES + VENDOR_LANES
 ACTS: tuple[str, ...] = ("none", "relu", "gelu", "gelu_tanh", "silu")
 GEMM_SENTINELS: tuple[str, ...] = ("default", "torch", "fused")
 ELEMENT_BYTES = 2  # fp16 / bf16 operands and output

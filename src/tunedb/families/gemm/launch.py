@@ -109,7 +109,7 @@ def _tiled(config: Config, sig: Signature) -> Launcher:
             if w.data_ptr() % 16:
                 w = w.clone()
             scratch()
-            site(grid(m, _num_sms(x.device) if x.is_cuda else 4), x2, w, y, b, m)
+            site(grid(m, _num_sms(x.get_device()) if x.is_cuda else 4), x2, w, y, b, m)
         return y
 
     return run_tma
@@ -136,8 +136,8 @@ def _scratch(size: int, alignment: int, stream: Any) -> Any:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def _num_sms(device: Any) -> int:
-    index = device.index if device.index is not None else torch.cuda.current_device()
+def _num_sms(index: int) -> int:
+    """The SM count of CUDA device `index` (x.get_device() of a CUDA tensor), looked up once."""
     sms = _SMS.get(index)
     if sms is None:
         sms = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
