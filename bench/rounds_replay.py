@@ -9,15 +9,13 @@ Each protocol call of the log (consecutive records of one signature and M with o
 round count: a point's first measurement and its cross-evaluation are separate calls) is run
 again with ReplayTimer (the recorded samples, cycled) at --alpha, the eager share the log was
 measured with (0 for the shipped censuses, 0.5 for e2e's tunes); a round's GPU time is each live
-arm's recorded median x its calls per graph. SKIP drops the log's first lines (an earlier run
+arm's recorded median x its calls per graph. SKIP drops the log's first records (an earlier run
 appended to the same log). Pure Python: runs on the CPU.
 """
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,14 +35,9 @@ RULES = {"old": _pinned_only, "new": stats.settled}
 
 
 def load(spec: str) -> list:
+    """The measurements of LOG[:SKIP] (SKIP: records dropped from the front)."""
     path, _, skip = spec.partition(":") if not Path(spec).exists() else (spec, "", "")
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        lines = f.read().splitlines()[int(skip or 0):]
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d) / "log.jsonl"
-        tmp.write_text("\n".join(lines) + "\n")
-        return [r.measurement for r in read_log(tmp)]
+    return [r.measurement for r in read_log(path)][int(skip or 0):]
 
 
 def calls(meas: list) -> list[tuple[object, int, dict]]:
@@ -61,24 +54,20 @@ def calls(meas: list) -> list[tuple[object, int, dict]]:
 
 
 def replay(meas: list, alpha: float) -> dict[str, tuple[float, list]]:
+    timer = ReplayTimer(meas)
     out = {}
-    saved = stats.settled
-    try:
-        for name, rule in RULES.items():
-            stats.settled = rule
-            gpu_ms, winners = 0.0, []
-            for sig, m, arms in calls(meas):
-                ids = tuple(Arm(c) for c, x in arms.items() if x.status.ok)
-                if not ids:
-                    continue
-                got = protocol.measure_problem(Problem(sig, m, ids), timer=ReplayTimer(meas), alpha=alpha)
-                for x in got:
-                    gpu_ms += x.n * x.median_ms * dict(arms[x.config_id].env).get("calls_per_graph", 8)
-                scores = {x.config_id: x.objective(alpha) for x in got if x.status.ok}
-                winners.append((sig.format(), m, protocol.best(list(got), alpha).config_id, scores))
-            out[name] = (gpu_ms, winners)
-    finally:
-        stats.settled = saved
+    for name, rule in RULES.items():
+        gpu_ms, winners = 0.0, []
+        for sig, m, arms in calls(meas):
+            ids = tuple(Arm(c) for c, x in arms.items() if x.status.ok)
+            if not ids:
+                continue
+            got = protocol.measure_problem(Problem(sig, m, ids), timer=timer, alpha=alpha, settled=rule)
+            for x in got:
+                gpu_ms += x.n * x.median_ms * dict(arms[x.config_id].env).get("calls_per_graph", 8)
+            scores = {x.config_id: x.objective(alpha) for x in got if x.status.ok}
+            winners.append((sig.format(), m, protocol.best(list(got), alpha).config_id, scores))
+        out[name] = (gpu_ms, winners)
     return out
 
 

@@ -12,7 +12,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tunedb.bench import stats
 from tunedb.bench.arms import Problem, problem_for
@@ -41,6 +41,14 @@ def refuse_capture() -> None:
             "refusing to measure inside a CUDA-graph capture: timing launches graphs and "
             "synchronises, which a capture forbids; measure before capturing (e.g. tunedb.prewarm)"
         )
+
+
+# Where a measurement's wall time goes, in the order a report lists them (phase_seconds keys).
+PHASES = ("worker start", "probes", "prepare", "rounds", "requests", "failed requests")
+
+
+def add_phase(phases: dict[str, float], key: str, seconds: float) -> None:
+    phases[key] = phases.get(key, 0.0) + seconds
 
 
 def default_timer() -> Timer:
@@ -87,7 +95,8 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
                     min_rounds: int = MIN_ROUNDS, max_rounds: int = MAX_ROUNDS,
                     rel_tol: float = REL_TOL, working_set_bytes: int | None = None,
                     busy_wait_s: float = BUSY_WAIT_S, log: Any = None,
-                    phases: dict[str, float] | None = None) -> tuple[Measurement, ...]:
+                    phases: dict[str, float] | None = None,
+                    settled: Callable[..., bool] = stats.settled) -> tuple[Measurement, ...]:
     """Measure every arm of `problem`; one Measurement per arm, in the problem's arm order.
 
     alpha weighs host issue time into the ranking (the census's eager share); the default, the
@@ -95,6 +104,7 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
     median is pinned to rel_tol or clearly behind the leader (stats.settled), or at max_rounds.
     `log` (a MeasurementLog) gets every result; `phases`, when given, accumulates the wall
     seconds spent preparing the arms (inputs, gate, captures, host timing) and in timing rounds.
+    `settled` is the stopping rule (bench/rounds_replay.py replays logs under another).
     """
     if not 1 <= min_rounds <= max_rounds:
         raise ValueError(f"need 1 <= min_rounds ({min_rounds}) <= max_rounds ({max_rounds})")
@@ -118,13 +128,13 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
         run = _Run({c: [] for c in ok}, list(ok), foreign=frozenset(present))
         protected = {default_id, *keep} | ({incumbent} if incumbent else set())
         _rounds(run, session, env, prepared, protected, alpha, seed, allow_busy,
-                min_rounds, max_rounds, rel_tol, busy_wait_s)
+                min_rounds, max_rounds, rel_tol, busy_wait_s, settled)
         after = env.snapshot()
     finally:
         session.close()
     if phases is not None:
-        phases["prepare"] = phases.get("prepare", 0.0) + (t1 - t0)
-        phases["rounds"] = phases.get("rounds", 0.0) + (time.perf_counter() - t1)
+        add_phase(phases, "prepare", t1 - t0)
+        add_phase(phases, "rounds", time.perf_counter() - t1)
     out = _measurements(problem, prepared, run, merge_snapshots(before, after), timer)
     if log is not None:
         log.append(out)
@@ -134,7 +144,7 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
 def _rounds(run: _Run, session: Any, env: Any,
             prepared: Mapping[str, Prepared], protected: set[str], alpha: float, seed: int,
             allow_busy: bool, min_rounds: int, max_rounds: int, rel_tol: float,
-            busy_wait_s: float) -> None:
+            busy_wait_s: float, settled: Callable[..., bool]) -> None:
     rng = random.Random(seed)
     halve_at = stats.halving_rounds(min_rounds, max_rounds)
     while run.alive and run.rounds < max_rounds:
@@ -167,7 +177,7 @@ def _rounds(run: _Run, session: Any, env: Any,
         scores = {c: stats.objective_score(run.samples[c], prepared[c].host_us, alpha) for c in run.alive}
         if run.rounds in halve_at:
             run.alive = list(stats.halve(scores, protected))
-        if run.rounds >= min_rounds and run.alive and stats.settled(
+        if run.rounds >= min_rounds and run.alive and settled(
                 {c: run.samples[c] for c in run.alive}, {c: scores[c] for c in run.alive}, rel_tol, min_rounds):
             break
 
@@ -310,7 +320,7 @@ def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
     spent = phases if phases is not None else {}
 
     def add(key: str, seconds: float) -> None:
-        spent[key] = spent.get(key, 0.0) + seconds
+        add_phase(spent, key, seconds)
 
     def run(request: Any, timeout: float | None) -> tuple[Any, float]:
         alive = getattr(worker, "alive", None)

@@ -118,12 +118,13 @@ def print_plan(console: Any, plans: Sequence[Any]) -> None:
                   f"arm measurement(s); estimated {total / 60:.1f} min (cost model + protocol overhead)")
 
 
-PHASES = ("worker start", "probes", "prepare", "rounds", "requests", "failed requests")
-
-
 def phase_line(phases: dict[str, float], total: float) -> str:
-    """Where a build's measuring time went, e.g. 'worker start 2.1 s, probes 3.0 s, ...'."""
-    parts = [f"{name} {phases[name]:.1f} s" for name in PHASES if name in phases]
+    """Where a build's measuring time went, e.g. 'worker start 2.1 s, probes 3.0 s, ...'
+    (protocol.PHASES in order, then any other key)."""
+    from tunedb.bench.protocol import PHASES
+
+    order = [k for k in PHASES if k in phases] + sorted(k for k in phases if k not in PHASES)
+    parts = [f"{name} {phases[name]:.1f} s" for name in order]
     rest = total - sum(phases.values())
     return ", ".join(parts + [f"the rest (planning, partition, writing) {max(rest, 0.0):.1f} s"])
 
