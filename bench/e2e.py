@@ -58,7 +58,8 @@ from e2e_timing import quiet_compile_workers  # noqa: E402
 
 T0 = time.monotonic()
 # what run() writes under --work: the tuned user tier and the compilers' caches
-SCRATCH = ("user", "inductor", "inductor-triton", "tunedb-inductor", "tunedb-inductor-triton", "triton-autotune")
+SCRATCH = (USER, INDUCTOR, INDUCTOR_TRITON, TUNEDB_INDUCTOR, TUNEDB_INDUCTOR_TRITON, TRITON_AUTOTUNE) = (
+    "user", "inductor", "inductor-triton", "tunedb-inductor", "tunedb-inductor-triton", "triton-autotune")
 MARKER = ".tunedb-e2e"  # marks a --work directory as e2e's own, so the next run may clear SCRATCH
 
 
@@ -187,7 +188,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                     put(name, b, "tunedb system", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
 
     print("[phase] tune, then tunedb tuned", flush=True)
-    user, share = work / "user", 0.4 * budget.left() / len(models)
+    user, share = work / USER, 0.4 * budget.left() / len(models)
     census = {}
     for name, (bm, r, rows, tuned, refs) in models.items():
         census[name] = shapes = e2e_models.tuned_points(bm, tuned)
@@ -209,8 +210,8 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
             # ops Inductor fuses around, Triton-served ones stay tunedb::gemm* calls; no autotuning
             options = {"coordinate_descent_tuning": True} if args.compile_cdt else {}
             comp = r["tunedb_compile"] = {"per_batch": {}, "options": options}
-            with fresh_env(TORCHINDUCTOR_CACHE_DIR=str(work / "tunedb-inductor"),
-                           TRITON_CACHE_DIR=str(work / "tunedb-inductor-triton")):  # cold, as max-autotune's
+            with fresh_env(TORCHINDUCTOR_CACHE_DIR=str(work / TUNEDB_INDUCTOR),
+                           TRITON_CACHE_DIR=str(work / TUNEDB_INDUCTOR_TRITON)):  # cold, as max-autotune's
                 for b in bm.batches:
                     if not budget.allows(f"{name} b{b} tunedb + compile", 30):
                         continue
@@ -229,7 +230,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
 
     print("[phase] torch.compile max-autotune-no-cudagraphs", flush=True)
     guess = args.compile_guess_s
-    with fresh_env(TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"), TRITON_CACHE_DIR=str(work / "inductor-triton")):
+    with fresh_env(TORCHINDUCTOR_CACHE_DIR=str(work / INDUCTOR), TRITON_CACHE_DIR=str(work / INDUCTOR_TRITON)):
         for name, (bm, r, rows, tuned, refs) in models.items():
             ind = r["inductor_compile"] = {"per_batch": {}, "seconds": 0.0, "complete": False}
             for b in bm.batches:
@@ -247,7 +248,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
 
     print("[phase] triton.autotune", flush=True)
     profile = arch.shipped_profile("sm90")
-    with fresh_env(TRITON_CACHE_DIR=str(work / "triton-autotune")):
+    with fresh_env(TRITON_CACHE_DIR=str(work / TRITON_AUTOTUNE)):
         for i, (name, (bm, r, rows, tuned, refs)) in enumerate(models.items()):
             if name not in census or not budget.allows(f"{name} triton.autotune", 15):
                 continue

@@ -111,9 +111,10 @@ def time_graph(fn, replays: int, warmup: int, ref, tol: float) -> dict:
     return cell("ok", median_ms(graph.replay, replays), err=err)
 
 
-def paired_ms(steps: dict[str, Callable[[], Any]], rounds: int, per_round: int, seed: int = 0) -> dict[str, float]:
-    """Each step's median over `rounds` of its per-round median CUDA-event time; every round runs
-    every step, in a shuffled order, so clock and thermal drift during the run hit all alike."""
+def paired_rounds(steps: dict[str, Callable[[], Any]], rounds: int, time_block: Callable[[Any], float],
+                  seed: int = 0) -> dict[str, list[float]]:
+    """Each step's `rounds` block times (time_block(step)); every round times every step once, in
+    a seeded shuffled order, so clock, thermal and host drift during the run hit all alike."""
     import random
 
     from tunedb.bench.stats import round_order
@@ -124,7 +125,13 @@ def paired_ms(steps: dict[str, Callable[[], Any]], rounds: int, per_round: int, 
     for _ in range(rounds):
         names = round_order(names, rng)
         for k in names:
-            per[k].append(median_ms(steps[k], per_round))
+            per[k].append(time_block(steps[k]))
+    return per
+
+
+def paired_ms(steps: dict[str, Callable[[], Any]], rounds: int, per_round: int, seed: int = 0) -> dict[str, float]:
+    """Each step's median over `rounds` of its per-round median CUDA-event time (paired_rounds)."""
+    per = paired_rounds(steps, rounds, lambda step: median_ms(step, per_round), seed)
     return {k: statistics.median(v) for k, v in per.items()}
 
 

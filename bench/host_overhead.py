@@ -29,7 +29,7 @@ import platform
 import sys
 import time
 
-from e2e_timing import pinned
+from e2e_timing import paired_rounds, pinned
 
 
 def per_call_us(fn, calls: int, repeats: int, sync) -> float:
@@ -46,26 +46,14 @@ def per_call_us(fn, calls: int, repeats: int, sync) -> float:
 
 def paired_overhead_us(fn, base, calls: int, rounds: int, sync, seed: int = 0) -> tuple[float, float, float]:
     """(fn, base, fn - base) in us per call. The two alternate in `rounds` blocks of
-    calls // rounds each, their order shuffled per round; each time is its best block, and the
+    calls // rounds each (e2e_timing.paired_rounds); each time is its best block, and the
     difference is the median of the rounds' paired differences, so host drift between blocks
     (a compile worker, a clock step) never lands in it. Two separate best-of loops read the
     selection cost anywhere from -2.6 to +2.0 us across calls on the same code."""
-    import random
     import statistics
 
     per = max(1, calls // max(1, rounds))
-    rng = random.Random(seed)
-    times: dict[str, list[float]] = {"fn": [], "base": []}
-    for _ in range(max(1, rounds)):
-        order = [("fn", fn), ("base", base)]
-        rng.shuffle(order)
-        for name, f in order:
-            sync()
-            start = time.perf_counter()
-            for _ in range(per):
-                f()
-            sync()
-            times[name].append((time.perf_counter() - start) / per * 1e6)
+    times = paired_rounds({"fn": fn, "base": base}, max(1, rounds), lambda f: per_call_us(f, per, 1, sync), seed)
     diffs = [a - b for a, b in zip(times["fn"], times["base"])]
     return min(times["fn"]), min(times["base"]), statistics.median(diffs)
 

@@ -90,9 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("inmodel_kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
+    compiled = args.compile or args.against_max_autotune or args.compile_cdt
     try:
         bm, plain, variant, pin = e2e_models.plain_and_tuned(
-            args.model, "cuda", args.batch, args.pin, args.compile or args.against_max_autotune or args.compile_cdt,
+            args.model, "cuda", args.batch, args.pin, compiled,
             "max-autotune-no-cudagraphs" if args.against_max_autotune else None,
             {"coordinate_descent_tuning": True} if args.compile_cdt else None,
             # compiled against compiled: plain gets the same options (max-autotune already has cdt)
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     cdt = (" (tunedb with coordinate_descent_tuning)" if args.against_max_autotune
            else " (both with coordinate_descent_tuning)") if args.compile_cdt else ""
     what = ("tunedb+compile vs plain under max-autotune-no-cudagraphs" if args.against_max_autotune
-            else "compiled tunedb vs compiled plain" if args.compile or args.compile_cdt else "tunedb")
+            else "compiled tunedb vs compiled plain" if compiled else "tunedb")
     print(f"{args.model} b{args.batch}, {args.iters} {mode}, {what}{cdt}{' pinned ' + args.pin if args.pin else ''}: "
           f"GPU kernel time per forward")
     for label, (rows, gemm, total) in results.items():
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     print("served:")
     for sig, m, cid, tier in served:
         print(f"  {sig} M={m}: {cid} ({tier})")
-    if args.compile or args.against_max_autotune or args.compile_cdt:
+    if compiled:
         from torch._dynamo.utils import counters
 
         print(f"dynamo: {dict(counters['stats'])}; graph breaks: {dict(counters['graph_break'])}")
