@@ -1,7 +1,7 @@
 """Each kernel's GPU time inside a model's forward: plain against tunedb.optimize(model), by name.
 
     PYTHONPATH=src python bench/inmodel_kernels.py --model whisper-large-v3 --batch 8 [--graph]
-        [--pin CONFIG] [--iters 20] [--compile] [--against-max-autotune] [--compile-cdt]
+        [--pin CONFIG] [--iters 20] [--compile] [--against-max-autotune] [--compile-cdt] [--opaque-m1]
 
 A build measures each config alone (CUDA graphs of repeated calls behind cold or warm weights);
 a model runs it between other kernels. When a tier's pick wins its measurement but the model gets
@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import e2e_models  # noqa: E402
-from e2e_timing import graph_of  # noqa: E402
+from e2e_timing import graph_of, paired_ms  # noqa: E402
 
 # kernel names of GEMMs: cuBLAS (nvjet, sm90_xmma, cutlass) and tunedb's Triton kernels
 _GEMM_MARKS = ("gemm", "nvjet", "xmma", "cutlass", "splitk", "triton_mm")
@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="compile with coordinate_descent_tuning=True: tunedb's model (as e2e.py --compile-cdt), "
                         "and plain's too unless --against-max-autotune (which sets it itself)")
     p.add_argument("--pin", default=None, help="serve every tuned shape with this config")
+    p.add_argument("--opaque-m1", action="store_true",
+                   help="keep Triton-served M=1 shapes opaque under coordinate_descent_tuning (no "
+                        "ops._compiler_reduces_vectors rule): A/B the rule against Inductor's reduction")
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args(argv)
 
@@ -91,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         print("inmodel_kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
     compiled = args.compile or args.against_max_autotune or args.compile_cdt
+    if args.opaque_m1:
+        from tunedb.runtime import ops
+
+        ops._compiler_reduces_vectors = lambda: False  # read at trace time, so before the compiles
     try:
         bm, plain, variant, pin = e2e_models.plain_and_tuned(
             args.model, "cuda", args.batch, args.pin, compiled,
@@ -109,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         for label, module in (("plain", plain), ("tunedb", variant)):
             results[label] = summarise(kernel_times(bm.call(module, args.batch), args.iters, args.graph), args.iters)
+        # the wall per forward (or replay), the two alternating in shuffled rounds: launch gaps
+        # between kernels count here, not in the kernel sums above
+        steps = {label: bm.call(module, args.batch) for label, module in (("plain", plain), ("tunedb", variant))}
+        if args.graph:
+            steps = {label: graph_of(fn, 3).replay for label, fn in steps.items()}
+        walls = paired_ms(steps, 5, 20)
     mode = "graph replays" if args.graph else "eager forwards"
     cdt = (" (tunedb with coordinate_descent_tuning)" if args.against_max_autotune
            else " (both with coordinate_descent_tuning)") if args.compile_cdt else ""
@@ -123,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name[:70]:70s} {per:5.1f} {med:10.2f} {per_fwd:9.1f}")
     (_, g0, t0), (_, g1, t1) = results["plain"], results["tunedb"]
     print(f"\ntunedb - plain: all kernels {t1 - t0:+.1f} us ({t0 / t1:.3f}x), GEMM kernels {g1 - g0:+.1f} us per forward")
+    print(f"wall per {'replay' if args.graph else 'forward'} (paired, 5 rounds): plain {walls['plain'] * 1e3:.1f} us, "
+          f"tunedb {walls['tunedb'] * 1e3:.1f} us ({walls['plain'] / walls['tunedb']:.3f}x)")
     print("served:")
     for sig, m, cid, tier in served:
         print(f"  {sig} M={m}: {cid} ({tier})")
