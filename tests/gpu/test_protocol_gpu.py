@@ -173,16 +173,3 @@ def test_gemm_family_through_measure_point_and_the_worker():
     # the worker reports where its time went, its (lazy) start timed apart from the probes
     assert set(phases) == {"worker start", "probes", "prepare", "rounds", "requests"}, phases
     assert phases["rounds"] > 0 and phases["worker start"] > 0
-
-
-def test_one_probe_request_launches_each_config_and_reports_each():
-    from tunedb import families
-    from tunedb.bench.protocol import ProbeRequest
-
-    family = families.get("gemm")
-    sig, _ = family.signature_of("gemm", torch.empty(64, 256, dtype=torch.float16, device="meta"),
-                                 torch.empty(384, 256, dtype=torch.float16, device="meta"))
-    ids = tuple(dict.fromkeys(["default", *family.sentinels(sig), "torch"]))
-    outcome = ProbeRequest("gemm", sig, 64, ids)()
-    assert list(outcome) == list(ids)
-    assert all(status is Status.OK for status, _ in outcome.values()), outcome

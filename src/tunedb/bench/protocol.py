@@ -25,10 +25,6 @@ MIN_ROUNDS = 5
 MAX_ROUNDS = 40
 REL_TOL = 0.005  # the median's standard error, relative to itself, at which an arm is settled
 BUSY_WAIT_S = 10.0  # how long a newcomer process may take to leave before the run is refused
-# Configs compiled and launched per probe request: one request per config spent ~40 ms each on
-# inputs, a reference and the pipe (H200, whisper-large-v3 b8: 90 probes, 3.7 s of a 20 s tune);
-# 16 cold compiles still fit the probe timeout.
-PROBE_BATCH = 16
 
 
 def refuse_capture() -> None:
@@ -250,38 +246,25 @@ class _Refused:
 
 @dataclass(frozen=True)
 class ProbeRequest:
-    """Worker request: compile and launch each config once on shared random inputs, synchronising
-    after each; returns {config id: (Status, detail)}. A config that raises costs itself; an
-    error that outlives it (a sticky CUDA error, which the synchronize after it re-raises) fails
-    the whole request, and the caller then probes each config alone in a fresh worker."""
+    """Worker request: compile and launch one config once on random inputs, then synchronise."""
 
     family: str
     signature: Signature
     m: int
-    config_ids: tuple[str, ...]
+    config_id: str
     seed: int = 0
 
-    def __call__(self) -> dict[str, tuple[Status, str]]:
+    def __call__(self) -> None:
         import torch
 
         from tunedb import families
-        from tunedb.bench.gate import classify_exception, describe
 
-        problem = problem_for(families.get(self.family), self.signature, self.m, list(self.config_ids))
+        problem = problem_for(families.get(self.family), self.signature, self.m, [self.config_id])
         args, kwargs = problem.make_inputs(torch.device("cuda"), self.seed)
         ref = problem.reference(args, kwargs)
         out = problem.make_out(args, kwargs, ref)
-        outcome: dict[str, tuple[Status, str]] = {}
-        for arm in problem.arms:
-            try:
-                arm.make(args, kwargs, out)()
-                torch.cuda.synchronize()
-            except Exception as exc:  # noqa: BLE001 - the arm's failure is its status
-                torch.cuda.synchronize()
-                outcome[arm.config_id] = (classify_exception(exc), describe(exc, 500))
-            else:
-                outcome[arm.config_id] = (Status.OK, "")
-        return outcome
+        problem.arms[0].make(args, kwargs, out)()
+        torch.cuda.synchronize()
 
 
 @dataclass(frozen=True)
@@ -326,9 +309,8 @@ def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
                            config_ids: Sequence[str], *, probe_timeout_s: float = 120.0,
                            timeout_s: float | None = None, log: Any = None,
                            phases: dict[str, float] | None = None, **kwargs: Any) -> tuple[Measurement, ...]:
-    """measure_point in `worker` (a bench.worker.Worker): the configs are first compiled and
-    launched, PROBE_BATCH per request and each alone should a request fail (a hang or crash
-    costs that arm: timeout / launch_error), then the survivors
+    """measure_point in `worker` (a bench.worker.Worker): each config is first compiled and
+    launched alone (a hang or crash costs that arm: timeout / launch_error), then the survivors
     are measured together; should that fail, each is measured alone. `family` is its
     registered name (the worker looks it up). `phases`, when given, accumulates wall seconds:
     worker start (each (re)start: spawn, torch, CUDA), probes, the worker's prepare and rounds,
@@ -352,23 +334,16 @@ def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
 
     ids = list(dict.fromkeys(config_ids))
     failed: dict[str, tuple[Status, str]] = {}
-    chunks = [tuple(ids[i:i + PROBE_BATCH]) for i in range(0, len(ids), PROBE_BATCH)]
-    while chunks:
-        chunk = chunks.pop(0)
-        res, wall = run(ProbeRequest(family, sig, m, chunk, kwargs.get("seed", 0)), probe_timeout_s)
+    for cid in ids:
+        res, wall = run(ProbeRequest(family, sig, m, cid, kwargs.get("seed", 0)), probe_timeout_s)
         add("probes", wall)
         if not res.status.ok:
-            # a crash, a hang or a sticky CUDA error: the worker may be poisoned, so the next
-            # request starts a fresh one; a chunk is split until one config pays
+            failed[cid] = (res.status, res.detail)
+            # an illegal address poisons the worker's CUDA context for every later request:
+            # after a launch error the next request starts a fresh worker
             close = getattr(worker, "close", None)
-            if callable(close):
+            if res.status is Status.LAUNCH_ERROR and callable(close):
                 close()
-            if len(chunk) > 1:
-                chunks[:0] = [(c,) for c in chunk]
-            else:
-                failed[chunk[0]] = (res.status, res.detail)
-            continue
-        failed.update((c, outcome) for c, outcome in res.value.items() if not outcome[0].ok)
     done: dict[str, Measurement] = {}
     survivors = [c for c in ids if c not in failed]
     options = tuple(sorted(kwargs.items()))
