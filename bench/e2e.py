@@ -14,7 +14,9 @@ Variants, each timed eagerly and as one CUDA graph of the whole forward:
   tunedb tuned    the same copy after tuning the model's own points into a temporary user tier:
                   pipeline.build (thin) of the census of the benchmarked batches, or
                   tunedb.autotune() on those forwards when the build's estimate exceeds its share
-                  of the budget (--tune forces one); the tuning wall time is its cost
+                  of the budget (--tune forces one), then tunedb.confirm on each batch's
+                  forward (Triton picks slower inside the model than torch are demoted;
+                  --no-confirm skips it); the tuning wall time is its cost
   tunedb+compile  torch.compile(tuned copy, default mode, dynamic=False) with the tuned tier:
                   shapes the tier serves with cuBLAS compile to aten (Inductor fuses around
                   them), Triton-served ones stay opaque tuned ops (compile time recorded per
@@ -282,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5,
                    help="interleaved rounds of a variant and plain (each times iters/rounds forwards)")
     p.add_argument("--host-calls", type=int, default=None, help="calls per host-overhead row (20000, quick 5000)")
+    p.add_argument("--no-confirm", action="store_true",
+                   help="tune without tunedb.confirm (the in-model check of Triton picks)")
     p.add_argument("--compile-cdt", action="store_true",
                    help="compile the tunedb+compile variant with coordinate_descent_tuning=True")
     p.add_argument("--compile-guess-s", type=float, default=60.0, help="first max-autotune compile estimate (s)")

@@ -349,6 +349,14 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
                     bm.call(tuned, b)()
                     done.append(b)
             sync()
+        if not getattr(args, "no_confirm", False):
+            # tunedb.confirm: each Triton pick judged inside the model's captured forward (part of
+            # the tune, so timed with it); a pick slower there than torch is demoted at its M
+            tunedb.reload()
+            t1, verdicts = time.perf_counter(), []
+            for b in bm.batches:
+                verdicts += [v.line() for v in tunedb.confirm(bm.runner(tuned), bm.inputs[b]).verdicts]
+            info["confirm"] = {"seconds": round(time.perf_counter() - t1, 2), "verdicts": verdicts}
     info["seconds"] = round(time.perf_counter() - t0, 2)
     return info
 

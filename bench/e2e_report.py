@@ -115,6 +115,10 @@ def goals(report: dict) -> list[str]:
                     cfgs.update(row["cells"].get(v, {}).get("configs", {}))
             if tiers:
                 lines.append(f"{name} {v} served: tiers {dict(tiers)}; configs {dict(cfgs)}")
+        c = t.get("confirm")
+        if c:  # the tune's in-model check of its Triton picks (tunedb.confirm)
+            lines.append(f"{name} confirm ({c['seconds']:.1f} s of the tune): "
+                         + ("; ".join(c["verdicts"]) or "no Triton pick to judge"))
     return lines or ["no goal could be evaluated (nothing timed)"]
 
 

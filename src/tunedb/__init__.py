@@ -6,6 +6,7 @@ Public API (imported lazily; importing tunedb touches neither the GPU nor the di
     tunedb.optimize(model)     swap nn.Linear (+ activation) for the tuned ops
     tunedb.autotune(...)       context manager: measure shapes no tier covers
     tunedb.prewarm(...)        measure a model's uncovered must-tune points before capture
+    tunedb.confirm(...)        judge a model's Triton picks inside its captured forward
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ _LAZY: dict[str, str] = {
     "optimize": "tunedb.runtime.patching:optimize",
     "autotune": "tunedb.runtime.autotuner:autotune",
     "prewarm": "tunedb.runtime.prewarm:prewarm",
+    "confirm": "tunedb.runtime.confirm:confirm",
 }
 
 __all__ = ["__version__", *_LAZY]

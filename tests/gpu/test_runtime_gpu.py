@@ -207,3 +207,30 @@ def test_inductor_inlines_torch_served_shapes_and_calls_triton_ones(tiers_dirs, 
     calls_op = "ops.tunedb.gemm_act" in "".join(code)
     assert calls_op == (cid != "torch")
     assert (bound.calls > 0) == (cid != "torch")
+
+
+def test_confirm_demotes_a_pick_slower_in_the_model_and_keeps_the_output(tiers_dirs):
+    from torch import nn
+
+    from tunedb.runtime.confirm import confirm
+
+    # a deliberately poor tile for this size: far slower than cuBLAS, inside the model too
+    slow = FAMILY.parse_config("b16x32x128_w4_s3_g8")
+    sig = Signature.parse("gemm|op=gemm_act|dt=bf16|N=2048|K=512|act=silu|bias=1")
+    database.write_entries("user", "gemm", "sm90", [Entry(sig, (Region(None, slow.id),))], [slow])
+    selector.reload()
+    model = optimize(nn.Sequential(nn.LayerNorm(512), nn.Linear(512, 2048), nn.SiLU(), nn.Linear(2048, 512)))
+    model = model.to("cuda", torch.bfloat16).eval()
+    x = torch.randn(4096, 512, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        before = model(x).clone()
+    result = confirm(model, (x,))
+    (verdict,) = [v for v in result.verdicts if v.signature == sig]
+    print("\n" + "\n".join(v.line() for v in result.verdicts))
+    assert verdict.config_id == slow.id and verdict.tier == "user" and verdict.ms == (4096,)
+    assert verdict.demoted and verdict.ratio > 1.1 and verdict.served_ms > verdict.torch_ms > 0
+    assert selector.resolve("gemm", sig, 4096).config.id == "torch"
+    assert selector.resolve("gemm", sig, 4095).config.id == slow.id  # other Ms keep their pick
+    with torch.no_grad():
+        after = model(x)
+    assert rel_err(after, before) < 1e-2

@@ -9,5 +9,6 @@ custom ops on first import (``import tunedb`` never does).
     autotune_cache.py the autotune cache file (versions 1-3), bucketed at-or-above lookup
     autotuner.py      autotune(): measure uncovered shapes, publish winners to the user tier
     prewarm.py        prewarm(model, ...): measure must-tune points before capture; strict mode
+    confirm.py        confirm(model, ...): Triton picks timed inside the captured model vs torch
     report.py         tuning_report(): per-family, per-model tier counts
 """

@@ -1,0 +1,234 @@
+"""confirm(): each Triton pick a model serves, timed inside the model's captured forward against
+torch; a pick that is slower there is overridden to torch in the user tier, at the M it served.
+
+    tunedb.optimize(model)
+    tunedb.prewarm(model, (x,))
+    tunedb.confirm(model, (x,))        # then capture CUDA graphs
+
+Why: a build times each config alone, in CUDA graphs of repeated calls, and a kernel can run
+differently between a model's other kernels. On the H200 (session 6), Conformer b8's tuned
+tier served tma_b128x256x64_w8_s3_g8 for N=2048 K=512 +SiLU at M=5992: 35.2 us alone against
+37.5 us for F.linear + SiLU, but 46.5 us per call inside the model, where F.linear + SiLU took
+35.4 us, and the tuned forward was 1.2% slower than plain PyTorch.
+
+How: the forward is captured once as served and once per suspect signature with that signature
+pinned to torch (a launch-table override), and the two graphs are replayed in shuffled paired
+rounds; the pick is demoted when the median of the per-round time ratios (served / torch)
+exceeds 1 + tol. Only picks of the user and system tiers are judged (they have an entry to
+edit); the cost model's and the default's are reported as unjudged. Demotions are written to
+the user tier (the answering entry, copied there if it came from the system tier, with torch
+at exactly the demoted M and every other M unchanged), and a new epoch starts.
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from tunedb.records import Entry, Point, Region, ShapeSet, Signature
+
+TOL = 0.003  # the graph rows' A/A noise floor on the H200 was 0.1-0.3%
+JUDGED_TIERS = ("user", "system")
+DEMOTED_TO = "torch"  # what plain PyTorch runs: F.linear (+ the activation)
+
+# measurer(signature) -> (served ms per forward, torch ms per forward, per-round ratios)
+Measurer = Callable[[Signature], "tuple[float, float, list[float]]"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One signature's pick judged in the model (times per forward, ms; ratio served / torch)."""
+
+    signature: Signature
+    ms: tuple[int, ...]  # the M values the model called it at
+    config_id: str
+    tier: str
+    served_ms: float | None = None
+    torch_ms: float | None = None
+    ratio: float | None = None
+    demoted: bool = False
+    why: str = ""  # why it was not judged
+
+    def line(self) -> str:
+        where = f"{self.signature} M={','.join(map(str, self.ms))}: {self.config_id} ({self.tier})"
+        if self.ratio is None:
+            return f"{where}: not judged ({self.why})"
+        verdict = f"demoted to {DEMOTED_TO}" if self.demoted else "kept"
+        return (f"{where}: {self.served_ms:.4f} ms vs {self.torch_ms:.4f} ms with {DEMOTED_TO} "
+                f"({self.ratio:.4f}x), {verdict}")
+
+
+@dataclass(frozen=True)
+class ConfirmResult:
+    verdicts: tuple[Verdict, ...]
+    elapsed_s: float
+
+    @property
+    def demoted(self) -> tuple[Verdict, ...]:
+        return tuple(v for v in self.verdicts if v.demoted)
+
+    def summary(self) -> str:
+        judged = sum(v.ratio is not None for v in self.verdicts)
+        return (f"confirm: {len(self.verdicts)} Triton-served signature(s), {judged} judged in the model, "
+                f"{len(self.demoted)} demoted to {DEMOTED_TO} in {self.elapsed_s:.1f}s")
+
+
+def demote_regions(regions: tuple[Region, ...], ms: tuple[int, ...],
+                   lane: str = DEMOTED_TO) -> tuple[Region, ...]:
+    """`regions` with `lane` served at exactly each M of `ms` that they serve, every other M
+    unchanged (adjacent regions of one config merged)."""
+    out = list(regions)
+    for m in sorted(set(ms)):
+        served = next((i for i, r in enumerate(out) if r.m_hi is None or r.m_hi >= m), None)
+        if served is None:  # past every bounded region: another tier answers there
+            continue
+        r = out[served]
+        lower = out[served - 1].m_hi + 1 if served > 0 else 1  # the first M the region serves
+        pieces = [Region(m - 1, r.config_id)] if lower < m else []  # (m_hi >= 1: M=0 is no GEMM)
+        pieces.append(Region(m, lane))
+        if r.m_hi is None or r.m_hi > m:
+            pieces.append(r)
+        out[served:served + 1] = pieces
+    merged: list[Region] = []
+    for r in out:
+        if merged and merged[-1].config_id == r.config_id:
+            merged[-1] = r  # the later bound covers both
+        else:
+            merged.append(r)
+    return tuple(merged)
+
+
+def _picks(points: Any) -> dict[Signature, tuple[list[int], Any]]:
+    """{signature: (Ms, resolution)} of the points a Triton config serves now."""
+    from tunedb import selector
+    from tunedb.families.gemm.configs import VENDOR_LANES
+
+    out: dict[Signature, tuple[list[int], Any]] = {}
+    for p in points:
+        res = selector.peek(p.signature.family, p.signature, p.m)
+        if res.config.is_sentinel or getattr(res.config, "lane", None) in VENDOR_LANES:
+            continue
+        ms, first = out.setdefault(p.signature, ([], res))
+        ms.append(p.m)
+    return out
+
+
+def graph_measurer(model: Any, inputs: Any, rounds: int = 7, block_ms: float = 10.0,
+                   seed: int = 0) -> Measurer:
+    """The default measurer: model(*inputs) captured as served and with one signature pinned to
+    torch, replayed in `rounds` shuffled paired rounds of about block_ms each."""
+    import torch
+
+    from tunedb import families
+    from tunedb.runtime import launch_table
+
+    args, kwargs = (((), inputs) if isinstance(inputs, dict) else
+                    (tuple(inputs), {}) if isinstance(inputs, (list, tuple)) else ((inputs,), {}))
+
+    def capture() -> Any:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(side):
+            for _ in range(2):
+                model(*args, **kwargs)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            model(*args, **kwargs)
+        return graph
+
+    def block(graph: Any, n: int) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / n
+
+    served = capture()
+    once = min(block(served, 1) for _ in range(3))
+    replays = max(3, min(200, math.ceil(block_ms / max(once, 1e-3))))
+    rng = random.Random(seed)
+
+    def measure(sig: Signature) -> tuple[float, float, list[float]]:
+        lane = families.get(sig.family).parse_config(DEMOTED_TO)
+        with launch_table.overriding(lambda fam, s, m: (lane, "confirm") if s == sig else None):
+            pinned = capture()
+        graphs, times = {"served": served, "torch": pinned}, {"served": [], "torch": []}
+        order = list(graphs)
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for key in order:
+                times[key].append(block(graphs[key], replays))
+        del pinned, graphs
+        ratios = [s / t for s, t in zip(times["served"], times["torch"])]
+        return statistics.median(times["served"]), statistics.median(times["torch"]), ratios
+
+    return measure
+
+
+def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measurer | None = None,
+            publish: bool = True, **measure_kw: Any) -> ConfirmResult:
+    """Judge every Triton pick `model` serves on `inputs` (example inputs, or a census ShapeSet
+    / Points with an injected `measurer`) inside its captured forward; picks slower than torch by
+    more than `tol` are written to the user tier as torch at their M (publish=False: judged
+    only). Extra keywords (rounds=, block_ms=, seed=) go to graph_measurer."""
+    from tunedb import database, selector
+    from tunedb.runtime.prewarm import points_of
+
+    if not (0 <= tol < 1):
+        raise ValueError(f"tol={tol} must be in [0, 1)")
+    start = time.monotonic()
+    points = points_of(model, inputs)
+    picks = _picks(points)
+    if measurer is None and picks:
+        if model is None or isinstance(inputs, ShapeSet) or (
+                isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs)):
+            raise TypeError("confirm times the model itself: pass the model and example inputs "
+                            "(a census or Points only says which shapes to judge), or measurer=")
+        measurer = graph_measurer(model, inputs, **measure_kw)
+    verdicts: list[Verdict] = []
+    demote: dict[tuple[str, Signature], tuple[Any, tuple[int, ...], list[str]]] = {}
+    for sig, (ms, res) in sorted(picks.items(), key=lambda kv: kv[0].format()):
+        ms_t = tuple(sorted(set(ms)))
+        if res.tier not in JUDGED_TIERS or res.entry_signature is None:
+            verdicts.append(Verdict(sig, ms_t, res.config.id, res.tier,
+                                    why=f"a {res.tier}-tier pick has no entry to edit; measure it first (prewarm)"))
+            continue
+        served_ms, torch_ms, ratios = measurer(sig)
+        ratio = statistics.median(ratios)
+        v = Verdict(sig, ms_t, res.config.id, res.tier, served_ms, torch_ms, ratio, ratio > 1 + tol)
+        verdicts.append(v)
+        if v.demoted:
+            key = (res.tier, res.entry_signature)
+            _, old_ms, notes = demote.get(key, (res, (), []))
+            notes.append(f"M={','.join(map(str, ms_t))}: {res.config.id} -> {DEMOTED_TO} (confirm: "
+                         f"{served_ms:.4f} vs {torch_ms:.4f} ms per forward in the model)")
+            demote[key] = (res, old_ms + ms_t, notes)
+    if demote and publish:
+        arch = selector.current_arch_family()
+        by_family: dict[str, tuple[list[Entry], dict[str, Any]]] = {}
+        for (tier, key), (res, ms_t, notes) in demote.items():
+            entry, configs = _entry(arch, key.family, tier, key)
+            entries, named = by_family.setdefault(key.family, ([], {}))
+            entries.append(replace(entry, regions=demote_regions(entry.regions, ms_t), source="confirm",
+                                   notes=entry.notes + tuple(notes)))
+            named.update((cid, configs[cid]) for cid in entry.config_ids() if cid in configs)
+        for family, (entries, named) in by_family.items():
+            database.write_entries("user", family, arch, entries, named)
+        selector.reload()
+    return ConfirmResult(tuple(verdicts), time.monotonic() - start)
+
+
+def _entry(arch: str, family: str, tier: str, key: Signature) -> tuple[Entry, dict[str, Any]]:
+    """The entry that answered, and its file's configs (a copy into the user tier needs them)."""
+    from tunedb import database
+
+    for res in database.lookup(arch, family):
+        if res.tier == tier and key in res.db.entries:
+            return res.db.entries[key], dict(res.db.configs)
+    raise LookupError(f"the {tier}-tier entry {key} that served the pick is gone (reloaded meanwhile?)")
