@@ -234,3 +234,4 @@ def test_confirm_demotes_a_pick_slower_in_the_model_and_keeps_the_output(tiers_d
     with torch.no_grad():
         after = model(x)
     assert rel_err(after, before) < 1e-2
+    assert all(b.tier != "confirm" for _k, b in launch_table.entries())  # the pin is gone

@@ -7,7 +7,7 @@ import pytest
 from runtime_fakes import gemm  # noqa: F401  (fixture)
 from tunedb import database, selector
 from tunedb.records import Entry, Point, Region, Signature
-from tunedb.runtime.confirm import confirm, demote_regions
+from tunedb.runtime.confirm import confirm, demote_regions, slower
 
 A = Signature.parse("gemm|op=gemm|dt=bf16|N=64|K=32")
 B = Signature.parse("gemm|op=gemm_act|dt=bf16|N=128|K=64|act=silu|bias=1")
@@ -15,14 +15,17 @@ WIN, WIN2 = "b32x64x128_w4_s3_g8", "b64x64x64_w4_s3_g8"
 
 
 class Timings:
-    """A measurer: a fixed served/torch ratio per signature; records what it was asked."""
+    """A measurer: a fixed served/torch ratio per signature (or per (signature, Ms)), three
+    rounds around it; records what it was asked; a ratio None raises, as a failed capture."""
 
     def __init__(self, ratios):
         self.ratios, self.asked = ratios, []
 
-    def __call__(self, sig):
-        self.asked.append(sig)
-        r = self.ratios[sig]
+    def __call__(self, sig, ms):
+        self.asked.append((sig, ms))
+        r = self.ratios.get((sig, ms), self.ratios.get(sig))
+        if r is None:
+            raise RuntimeError("CUDA graph capture failed")
         return 1.0 * r, 1.0, [r * 0.999, r, r * 1.001]
 
 
@@ -57,7 +60,7 @@ def test_a_pick_slower_in_the_model_is_demoted_at_its_m_and_the_rest_is_kept(gem
     selector.reload()
     timings = Timings({A: 1.02, B: 1.001})
     result = confirm(None, _points((A, 16), (B, 32)), measurer=timings)
-    assert sorted(timings.asked) == sorted([A, B])  # each signature timed once
+    assert sorted(timings.asked) == sorted([(A, (16,)), (B, (32,))])  # each pick timed once, pinned at its Ms
     verdicts = {v.signature: v for v in result.verdicts}
     assert verdicts[A].demoted and verdicts[A].ratio == pytest.approx(1.02)
     assert not verdicts[B].demoted  # inside the noise band: kept
@@ -113,3 +116,51 @@ def test_bad_arguments_are_clear_errors(gemm, tiers_dirs):
         confirm(None, _points((A, 16)))  # Points say which shapes, not how to time them
     with pytest.raises(ValueError, match="tol=1.5"):
         confirm(None, _points((A, 16)), measurer=Timings({A: 1.0}), tol=1.5)
+
+
+def test_one_noisy_round_cannot_demote_a_pick():
+    assert slower([1.01, 1.012, 1.008, 1.011, 0.99, 1.01, 1.009], 0.003)  # one round below 1: still slower
+    assert not slower([1.01, 1.012, 0.998, 1.011, 0.99, 1.01, 1.009], 0.003)  # two below: not clear
+    assert not slower([1.002, 1.001, 1.002], 0.003)  # inside the band
+
+
+def test_a_pick_answered_by_another_signatures_entry_is_demoted_for_the_call_only(gemm, tiers_dirs):
+    # the bf16 call is answered by the dt=half entry, which fp16 calls share: the demotion is a
+    # bf16 entry of its own, and fp16 keeps its pick at every M
+    half = Signature.parse("gemm|op=gemm|dt=half|N=64|K=32")
+    fp16 = Signature.parse("gemm|op=gemm|dt=fp16|N=64|K=32")
+    database.write_entries("user", "gemm", "sm90", [Entry(half, (Region(None, WIN),))], [gemm.parse_config(WIN)])
+    selector.reload()
+    assert selector.resolve("gemm", A, 16).entry_signature == half
+    confirm(None, _points((A, 16)), measurer=Timings({A: 1.05}))
+    assert selector.resolve("gemm", A, 16).config.id == "torch"
+    assert selector.resolve("gemm", A, 17).config.id == WIN
+    assert selector.resolve("gemm", fp16, 16).config.id == WIN
+    entries = database.load(database.file_path("user", "sm90", "gemm")).entries
+    assert entries[half].regions == (Region(None, WIN),) and A in entries
+
+
+def test_user_regions_below_a_system_pick_survive_its_demotion(gemm, tiers_dirs):
+    # the user tier has A up to M=64 (autotune-style, no catch-all); the system tier answers
+    # above; M=16 (user) and M=100 (system) are two picks, each timed and judged on its own
+    database.write_entries("system", "gemm", "sm90", [Entry(A, (Region(None, WIN),))], [gemm.parse_config(WIN)])
+    database.write_entries("user", "gemm", "sm90", [Entry(A, (Region(64, WIN2),))], [gemm.parse_config(WIN2)])
+    selector.reload()
+    timings = Timings({(A, (16,)): 1.0, (A, (100,)): 1.05})
+    result = confirm(None, _points((A, 16), (A, 100)), measurer=timings)
+    assert sorted(timings.asked) == [(A, (16,)), (A, (100,))]
+    assert [(v.ms, v.tier, v.demoted) for v in result.verdicts] == [((16,), "user", False), ((100,), "system", True)]
+    got = {m: selector.resolve("gemm", A, m) for m in (1, 16, 64, 65, 99, 100, 101, 5000)}
+    assert {m: r.config.id for m, r in got.items()} == {1: WIN2, 16: WIN2, 64: WIN2, 65: WIN, 99: WIN,
+                                                        100: "torch", 101: WIN, 5000: WIN}
+
+
+def test_a_failed_timing_is_that_picks_verdict_and_the_others_go_on(gemm, tiers_dirs):
+    database.write_entries("user", "gemm", "sm90", [Entry(A, (Region(None, WIN),)), Entry(B, (Region(None, WIN),))],
+                           [gemm.parse_config(WIN)])
+    selector.reload()
+    result = confirm(None, _points((A, 16), (B, 32)), measurer=Timings({B: 1.05}))  # A's timing raises
+    verdicts = {v.signature: v for v in result.verdicts}
+    assert verdicts[A].ratio is None and "timing failed: RuntimeError: CUDA graph capture failed" in verdicts[A].line()
+    assert verdicts[B].demoted and selector.resolve("gemm", B, 32).config.id == "torch"
+    assert selector.resolve("gemm", A, 16).config.id == WIN

@@ -11,13 +11,16 @@ tier served tma_b128x256x64_w8_s3_g8 for N=2048 K=512 +SiLU at M=5992: 35.2 us a
 37.5 us for F.linear + SiLU, but 46.5 us per call inside the model, where F.linear + SiLU took
 35.4 us, and the tuned forward was 1.2% slower than plain PyTorch.
 
-How: the forward is captured once as served and once per suspect signature with that signature
-pinned to torch (a launch-table override), and the two graphs are replayed in shuffled paired
-rounds; the pick is demoted when the median of the per-round time ratios (served / torch)
-exceeds 1 + tol. Only picks of the user and system tiers are judged (they have an entry to
-edit); the cost model's and the default's are reported as unjudged. Demotions are written to
-the user tier (the answering entry, copied there if it came from the system tier, with torch
-at exactly the demoted M and every other M unchanged), and a new epoch starts.
+How: the forward is captured once as served and once per pick (a signature and the entry that
+answers it) with that signature pinned to torch at the pick's Ms (a launch-table override), and
+the two graphs are replayed in shuffled paired rounds; the pick is demoted when the per-round
+time ratios (served / torch) have a median beyond 1 + tol and all but one exceed 1. Only picks
+of the user and system tiers are judged (they have an entry to edit); the cost model's and the
+default's are reported as unjudged. A demotion is a user-tier entry keyed by the call's own
+signature (the shipped file is never edited, nor an entry that answers other signatures too):
+the regions the user tier had for it, above them the answering entry's, and torch at exactly
+the demoted Ms; then a new epoch starts. One case is not exact: Ms that another user-tier key
+(a dt=half entry) answered, above the copied regions, are answered by the copy afterwards.
 """
 from __future__ import annotations
 
@@ -34,8 +37,9 @@ TOL = 0.003  # the graph rows' A/A noise floor on the H200 was 0.1-0.3%
 JUDGED_TIERS = ("user", "system")
 DEMOTED_TO = "torch"  # what plain PyTorch runs: F.linear (+ the activation)
 
-# measurer(signature) -> (served ms per forward, torch ms per forward, per-round ratios)
-Measurer = Callable[[Signature], "tuple[float, float, list[float]]"]
+# measurer(signature, Ms) -> (served ms per forward, torch ms per forward, per-round ratios), with
+# the signature pinned to torch at those Ms only
+Measurer = Callable[[Signature, "tuple[int, ...]"], "tuple[float, float, list[float]]"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class Verdict:
         where = f"{self.signature} M={','.join(map(str, self.ms))}: {self.config_id} ({self.tier})"
         if self.ratio is None:
             return f"{where}: not judged ({self.why})"
-        verdict = f"demoted to {DEMOTED_TO}" if self.demoted else "kept"
+        verdict = f"demoted to {DEMOTED_TO}" if self.demoted else f"kept ({self.why})" if self.why else "kept"
         return (f"{where}: {self.served_ms:.4f} ms vs {self.torch_ms:.4f} ms with {DEMOTED_TO} "
                 f"({self.ratio:.4f}x), {verdict}")
 
@@ -101,19 +105,28 @@ def demote_regions(regions: tuple[Region, ...], ms: tuple[int, ...],
     return tuple(merged)
 
 
-def _picks(points: Any) -> dict[Signature, tuple[list[int], Any]]:
-    """{signature: (Ms, resolution)} of the points a Triton config serves now."""
+Group = tuple  # (signature, tier, entry signature, config id): one pick, judged once
+
+
+def _picks(points: Any) -> dict[Group, list[int]]:
+    """{(signature, tier, answering entry's key, config id): [M, ...]} of the points a Triton
+    config serves now (one signature can be answered by different entries at different Ms)."""
     from tunedb import selector
     from tunedb.families.gemm.configs import VENDOR_LANES
 
-    out: dict[Signature, tuple[list[int], Any]] = {}
+    out: dict[Group, list[int]] = {}
     for p in points:
         res = selector.peek(p.signature.family, p.signature, p.m)
         if res.config.is_sentinel or getattr(res.config, "lane", None) in VENDOR_LANES:
             continue
-        ms, first = out.setdefault(p.signature, ([], res))
-        ms.append(p.m)
+        out.setdefault((p.signature, res.tier, res.entry_signature, res.config.id), []).append(p.m)
     return out
+
+
+def slower(ratios: list[float], tol: float) -> bool:
+    """Served clearly slower than torch: the median ratio beyond 1 + tol, and every round but
+    at most one slower (a sign test, so one noisy round cannot demote a pick alone)."""
+    return statistics.median(ratios) > 1 + tol and sum(r > 1 for r in ratios) >= len(ratios) - 1
 
 
 def graph_measurer(model: Any, inputs: Any, rounds: int = 7, block_ms: float = 10.0,
@@ -150,15 +163,17 @@ def graph_measurer(model: Any, inputs: Any, rounds: int = 7, block_ms: float = 1
         return start.elapsed_time(end) / n
 
     served = capture()
+    block(served, 3)
     once = min(block(served, 1) for _ in range(3))
     replays = max(3, min(200, math.ceil(block_ms / max(once, 1e-3))))
     rng = random.Random(seed)
 
-    def measure(sig: Signature) -> tuple[float, float, list[float]]:
+    def measure(sig: Signature, ms: tuple[int, ...]) -> tuple[float, float, list[float]]:
         lane = families.get(sig.family).parse_config(DEMOTED_TO)
-        with launch_table.overriding(lambda fam, s, m: (lane, "confirm") if s == sig else None):
+        with launch_table.overriding(lambda fam, s, m: (lane, "confirm") if s == sig and m in ms else None):
             pinned = capture()
         graphs, times = {"served": served, "torch": pinned}, {"served": [], "torch": []}
+        block(pinned, 3)  # its first replays upload the graph
         order = list(graphs)
         for _ in range(rounds):
             rng.shuffle(order)
@@ -177,7 +192,6 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
     / Points with an injected `measurer`) inside its captured forward; picks slower than torch by
     more than `tol` are written to the user tier as torch at their M (publish=False: judged
     only). Extra keywords (rounds=, block_ms=, seed=) go to graph_measurer."""
-    from tunedb import database, selector
     from tunedb.runtime.prewarm import points_of
 
     if not (0 <= tol < 1):
@@ -192,36 +206,79 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
                             "(a census or Points only says which shapes to judge), or measurer=")
         measurer = graph_measurer(model, inputs, **measure_kw)
     verdicts: list[Verdict] = []
-    demote: dict[tuple[str, Signature], tuple[Any, tuple[int, ...], list[str]]] = {}
-    for sig, (ms, res) in sorted(picks.items(), key=lambda kv: kv[0].format()):
+    demoted: dict[Signature, list[tuple[Group, tuple[int, ...], str]]] = {}
+    for group, ms in sorted(picks.items(), key=lambda kv: (kv[0][0].format(), min(kv[1]))):
+        sig, tier, key, cid = group
         ms_t = tuple(sorted(set(ms)))
-        if res.tier not in JUDGED_TIERS or res.entry_signature is None:
-            verdicts.append(Verdict(sig, ms_t, res.config.id, res.tier,
-                                    why=f"a {res.tier}-tier pick has no entry to edit; measure it first (prewarm)"))
+        if tier not in JUDGED_TIERS or key is None:
+            verdicts.append(Verdict(sig, ms_t, cid, tier,
+                                    why=f"a {tier}-tier pick has no entry to edit; measure it first (prewarm)"))
             continue
-        served_ms, torch_ms, ratios = measurer(sig)
-        ratio = statistics.median(ratios)
-        v = Verdict(sig, ms_t, res.config.id, res.tier, served_ms, torch_ms, ratio, ratio > 1 + tol)
-        verdicts.append(v)
-        if v.demoted:
-            key = (res.tier, res.entry_signature)
-            _, old_ms, notes = demote.get(key, (res, (), []))
-            notes.append(f"M={','.join(map(str, ms_t))}: {res.config.id} -> {DEMOTED_TO} (confirm: "
-                         f"{served_ms:.4f} vs {torch_ms:.4f} ms per forward in the model)")
-            demote[key] = (res, old_ms + ms_t, notes)
-    if demote and publish:
-        arch = selector.current_arch_family()
-        by_family: dict[str, tuple[list[Entry], dict[str, Any]]] = {}
-        for (tier, key), (res, ms_t, notes) in demote.items():
-            entry, configs = _entry(arch, key.family, tier, key)
-            entries, named = by_family.setdefault(key.family, ([], {}))
-            entries.append(replace(entry, regions=demote_regions(entry.regions, ms_t), source="confirm",
-                                   notes=entry.notes + tuple(notes)))
-            named.update((cid, configs[cid]) for cid in entry.config_ids() if cid in configs)
-        for family, (entries, named) in by_family.items():
-            database.write_entries("user", family, arch, entries, named)
-        selector.reload()
+        try:
+            served_ms, torch_ms, ratios = measurer(sig, ms_t)
+        except Exception as exc:  # noqa: BLE001 - one signature's failure is its verdict
+            verdicts.append(Verdict(sig, ms_t, cid, tier, why=f"timing failed: {type(exc).__name__}: {exc}"))
+            continue
+        verdicts.append(Verdict(sig, ms_t, cid, tier, served_ms, torch_ms, statistics.median(ratios),
+                                slower(ratios, tol)))
+        if verdicts[-1].demoted:
+            note = (f"M={','.join(map(str, ms_t))}: {cid} -> {DEMOTED_TO} (confirm: {served_ms:.4f} vs "
+                    f"{torch_ms:.4f} ms per forward in the model)")
+            demoted.setdefault(sig, []).append((group, ms_t, note))
+    if demoted and publish:
+        verdicts = _publish(demoted, verdicts)
     return ConfirmResult(tuple(verdicts), time.monotonic() - start)
+
+
+def _publish(demoted: dict[Signature, list[tuple[Group, tuple[int, ...], str]]],
+             verdicts: list[Verdict]) -> list[Verdict]:
+    """Write each demoted signature's user-tier entry, keyed by the call's own signature (an
+    entry answering other signatures too, e.g. dt=half or the plain GEMM's for a gemm_act call,
+    is copied, not edited): the regions the user tier has for it, then, above them, those of the
+    entry that answered, with torch at the demoted Ms. A signature whose demoted picks came from
+    two entries other than its own user-tier one takes the first; the others are reported (a
+    second confirm judges them against the new entry). New epoch."""
+    from tunedb import database, selector
+
+    arch = selector.current_arch()[0]
+    by_family: dict[str, tuple[list[Entry], dict[str, Any]]] = {}
+    skipped: set[tuple[Signature, tuple[int, ...]]] = set()
+    for sig, rows in demoted.items():
+        own = _user_entry(arch, sig)
+        regions, evidence, configs = (own.regions, dict(own.evidence), {}) if own else ((), {}, {})
+        answered = list(dict.fromkeys((g[1], g[2]) for g, _m, _n in rows if (g[1], g[2]) != ("user", sig)))
+        # the file's own entry may have grown a catch-all since this epoch read it: it then
+        # answers every M, and no other entry's regions can go above it
+        base_key = answered[0] if answered and not any(r.m_hi is None for r in regions) else None
+        if base_key is not None:
+            base, configs = _entry(arch, sig.family, *base_key)
+            below = max((r.m_hi for r in regions), default=0)
+            regions = regions + tuple(r for r in base.regions if r.m_hi is None or r.m_hi > below)
+            evidence = {**base.evidence, **evidence}
+        taken = [(ms, note) for g, ms, note in rows if (g[1], g[2]) in (("user", sig), base_key)]
+        skipped |= {(sig, ms) for g, ms, _n in rows if (g[1], g[2]) not in (("user", sig), base_key)}
+        ms_all = tuple(m for ms, _ in taken for m in ms)
+        notes = (own.notes if own else ()) + tuple(note for _, note in taken)
+        entry = Entry(sig, demote_regions(regions, ms_all), evidence, "confirm", {}, notes)
+        entries, named = by_family.setdefault(sig.family, ([], {}))
+        entries.append(entry)
+        named.update((cid, configs[cid]) for cid in entry.config_ids() if cid in configs)
+    for family, (entries, named) in by_family.items():
+        database.write_entries("user", family, arch, entries, named)
+    selector.reload()
+    return [replace(v, demoted=False, why="slower, but another entry answers this signature at other Ms: "
+                    "not written; run confirm again") if (v.signature, v.ms) in skipped else v
+            for v in verdicts]
+
+
+def _user_entry(arch: str, sig: Signature) -> Entry | None:
+    """The user tier's entry for `sig` as the file holds it now (not this epoch's copy)."""
+    from tunedb import database
+
+    path = database.file_path("user", arch, sig.family)
+    if path is None or not path.exists():
+        return None
+    return database.load(path, sig.family, arch).entries.get(sig)
 
 
 def _entry(arch: str, family: str, tier: str, key: Signature) -> tuple[Entry, dict[str, Any]]:
