@@ -319,10 +319,13 @@ def tune_plan(name: str, shapes, args, out_dir: str):
 def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
     """Tune `bm`'s points into the user tier at out_dir; returns what was done and its wall time."""
     import tunedb
-    from tunedb import pipeline, settings
+    from tunedb import buildsteps, pipeline, settings
     from tunedb.errors import BusyGPUError
 
     t0 = time.perf_counter()  # the plan counts too: tunedb's cost is everything it does to tune
+    # as `tunedb tune` does: the measuring worker starts first, while the plan is made
+    worker = None if args.tune == "autotune" else buildsteps.start_worker(
+        pipeline.BuildOptions(out=out_dir), gpu=True)
     opts, est = tune_plan(bm.name, shapes, args, out_dir)
     how = args.tune if args.tune != "auto" else ("build" if est <= share_s else "autotune")
     info = {"method": how, "build_estimate_s": round(est, 1), "share_s": round(share_s, 1),
@@ -330,12 +333,14 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
     with settings.override(USER_DB=out_dir):
         if how == "build":
             try:
-                res = pipeline.build([(bm.name, shapes)], opts)
+                res = pipeline.build([(bm.name, shapes)], opts, worker=worker)
                 info.update(arms=res.arms_measured, db=str(res.path), log=str(res.log_path),
                             phase_seconds={k: round(v, 2) for k, v in res.phase_seconds.items()})
             except BusyGPUError as exc:
                 info.update(method="autotune", note=f"build refused: {exc}")
                 how = "autotune"
+        if worker is not None:
+            worker.close()  # the build closed it; an autotune run never uses it
         if how == "autotune":
             import torch
 

@@ -112,12 +112,26 @@ def working_sets(censuses: Sequence[tuple[str, Any]], ops: Sequence[str] = ("gem
     return out
 
 
+def start_worker(opts: Any, gpu: bool) -> Any:
+    """A measuring worker prestarted for a build that will measure on this GPU (`gpu`: the
+    caller found one and is not dry-running): its imports and CUDA start overlap the caller's
+    census or plan, and build(worker=) then owns it. None otherwise."""
+    if not gpu or not opts.isolate or opts.simulate or opts.dry_run:
+        return None
+    from tunedb.bench.protocol import StartRequest
+    from tunedb.bench.worker import Worker
+
+    worker = Worker()
+    worker.prestart(StartRequest(opts.family))
+    return worker
+
+
 class Measurer:
     """Measures (signature, M, config ids) through the protocol: fake timer, worker or in-process.
     working_set: the served weight bytes per signature (see working_sets)."""
 
     def __init__(self, family: Any, opts: Any, arch: ArchProfile, log: Any,
-                 working_set: Mapping[Signature, int], timer: Any = None) -> None:
+                 working_set: Mapping[Signature, int], timer: Any = None, worker: Any = None) -> None:
         self.family, self.opts, self.log, self.working_set = family, opts, log, working_set
         self.timer = timer
         if timer is None and opts.simulate:
@@ -129,7 +143,9 @@ class Measurer:
         if self.timer is None and opts.isolate:
             from tunedb.bench.worker import Worker
 
-            self.worker = Worker()  # its process starts with the first point (a resumed build may need none)
+            # its process starts with the first point (a resumed build may need none), unless
+            # the caller prestarted one (pipeline.start_worker)
+            self.worker = worker if worker is not None else Worker()
         elif self.timer is None:  # --in-process: one CUDA-graph timer for the whole build
             from tunedb.bench.protocol import default_timer
 

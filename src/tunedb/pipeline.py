@@ -156,9 +156,10 @@ class Reporter:
 
 
 def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer: Any = None,
-          reporter: Reporter | None = None) -> BuildResult:
+          reporter: Reporter | None = None, worker: Any = None) -> BuildResult:
     """`tunedb build` on parsed censuses ((name, ShapeSet) pairs). `timer` replaces the protocol's
-    timer (tests; --simulate builds its own FakeTimer)."""
+    timer (tests; --simulate builds its own FakeTimer); `worker` is a prestarted one
+    (buildsteps.start_worker), which the build then owns and closes."""
     started = time.perf_counter()
     reporter = reporter or Reporter()
     gpu = False if (opts.simulate or timer is not None) else has_gpu()
@@ -204,7 +205,8 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     by_sig = {p.signature: p for p in plans}
     result.resumed = tuple(s.format() for s in by_sig if s in finished)
     reporter.start(plans, [s for s in by_sig if s in finished])
-    measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family.ops), timer)
+    measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family.ops), timer,
+                                  worker)
     entries: dict[Signature, Entry] = {}
     try:
         index = 0
@@ -393,14 +395,25 @@ def tune(workload: str, opts: BuildOptions, *, census_kw: dict[str, Any] | None 
          shapes: ShapeSet | None = None, reporter: Reporter | None = None) -> TuneResult:
     """`tunedb tune`: census -> build into `opts.out` (the user tier) -> evaluate -> report.
     Without a GPU (and without --simulate) nothing is measured: the result is the plan the
-    system tier and the cost model would serve on `opts.arch_family` (sm90 by default)."""
-    shapes = shapes if shapes is not None else take_census(workload, **(census_kw or {}))
+    system tier and the cost model would serve on `opts.arch_family` (sm90 by default). On a GPU
+    the measuring worker starts first, while the census is taken."""
+    worker = buildsteps.start_worker(opts, gpu=not (opts.dry_run or opts.simulate) and has_gpu())
+    try:
+        shapes = shapes if shapes is not None else take_census(workload, **(census_kw or {}))
+    except BaseException:
+        if worker is not None:
+            worker.close()
+        raise
     result = TuneResult(shapes)
     if not (opts.simulate or has_gpu()) or opts.dry_run:
         result.served = plan_served(shapes, opts.arch_family or "sm90", opts.family)
         if not opts.dry_run:
             return result
-    result.build = build([(workload, shapes)], opts, reporter=reporter)
+    try:
+        result.build = build([(workload, shapes)], opts, reporter=reporter, worker=worker)
+    finally:
+        if worker is not None:  # closed by the build once it measured; not if it failed before
+            worker.close()
     if opts.dry_run:
         return result
     result.measured = True

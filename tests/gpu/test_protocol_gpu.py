@@ -173,3 +173,23 @@ def test_gemm_family_through_measure_point_and_the_worker():
     # the worker reports where its time went, its (lazy) start timed apart from the probes
     assert set(phases) == {"worker start", "probes", "prepare", "rounds", "requests"}, phases
     assert phases["rounds"] > 0 and phases["worker start"] > 0
+
+
+def test_a_prestarted_worker_measures_a_point_and_counts_only_the_wait():
+    from tunedb import families
+    from tunedb.bench.protocol import StartRequest, measure_point_isolated
+    from tunedb.bench.worker import Worker
+
+    family = families.get("gemm")
+    sig, _ = family.signature_of("gemm", torch.empty(300, 512, dtype=torch.bfloat16, device="meta"),
+                                 torch.empty(768, 512, dtype=torch.bfloat16, device="meta"))
+    ids = list(dict.fromkeys(["default", *family.sentinels(sig)]))
+    phases = {}
+    with Worker(device=0, timeout_s=300) as worker:
+        worker.prestart(StartRequest("gemm"))
+        t0 = time.perf_counter()
+        time.sleep(1.0)  # the caller's own work (a census, a plan) while the worker starts
+        out = measure_point_isolated(worker, "gemm", sig, 300, ids, max_rounds=8, phases=phases)
+        wall = time.perf_counter() - t0
+    assert all(m.status is Status.OK for m in out), [(m.config_id, m.detail) for m in out]
+    assert 0 <= phases["worker start"] and sum(phases.values()) <= wall

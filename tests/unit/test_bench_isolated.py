@@ -130,3 +130,28 @@ def test_phase_line_names_each_phase_and_the_rest():
     line = phase_line({"rounds": 1.0, "worker start": 2.5, "probes": 0.25}, 5.0)
     assert line == ("worker start 2.5 s, probes 0.2 s, rounds 1.0 s, "
                     "the rest (planning, partition, writing) 1.2 s")
+
+
+class PrestartedWorker(TimedWorker):
+    """A TimedWorker whose process was prestarted: 1.5 s of its start is still to wait for."""
+
+    def __init__(self, clock, **kw):
+        super().__init__(clock, **kw)
+        self.starting, self.up = True, True
+
+    def wait_started(self):
+        self.clock[0] += 1.5
+        self.starting = False
+        return WorkerResult(Status.OK)
+
+
+def test_a_prestarted_worker_counts_only_the_wait_for_its_start(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(protocol.time, "perf_counter", lambda: clock[0])
+    w = PrestartedWorker(clock)
+    phases = {}
+    out = measure_point_isolated(w, "gemm", SIG, 64, ["default", "torch"], phases=phases)
+    assert all(m.status is Status.OK for m in out)
+    assert not any(isinstance(r, StartRequest) for r in w.requests)  # it was started already
+    assert phases["worker start"] == pytest.approx(1.5)
+    assert sum(phases.values()) == pytest.approx(clock[0])

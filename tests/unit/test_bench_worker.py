@@ -81,3 +81,29 @@ def test_crash_costs_the_request_and_the_worker_restarts(worker, request_, why):
 def test_bad_timeout_is_named():
     with pytest.raises(ValueError, match="timeout_s=0"):
         Worker(timeout_s=0)
+
+
+def test_a_prestarted_worker_serves_the_next_request_in_the_same_process(worker):
+    worker.prestart(Echo("start"))
+    assert worker.starting and worker.alive()
+    res = worker.run(Echo(1))  # collects the start's reply first, then runs
+    assert not worker.starting and res.value[0] == 1
+    assert res.value[1] == worker.pid and worker.restarts == 0
+    worker.prestart(Echo("again"))  # a live worker is left alone
+    assert not worker.starting and worker.run(Echo(2)).value[1] == res.value[1]
+
+
+def test_wait_started_returns_the_start_reply_and_a_failed_start_is_its_status(worker):
+    worker.prestart(Echo("start"))
+    got = worker.wait_started()
+    assert got.status is Status.OK and got.value[0] == "start"
+    assert worker.wait_started().status is Status.OK  # nothing pending: OK, no wait
+    worker.close()
+    worker.prestart(Exit())
+    died = worker.wait_started()
+    assert died.status is Status.LAUNCH_ERROR and "exited with code 3" in died.detail
+    assert worker.run(Echo(3)).value[0] == 3  # the next request gets a fresh worker
+    worker.close()
+    worker.prestart(Sleep(), timeout_s=1.0)
+    hung = worker.wait_started()
+    assert hung.status is Status.TIMEOUT and not worker.alive()

@@ -103,3 +103,46 @@ def test_tune_measures_a_smaller_top_k_than_a_system_build():
     build = build_parser().parse_args(["build", "--census", "c.json", "--out", "user"])
     assert (options_from(tune).top_k, options_from(build).top_k) == (8, 16)
     assert options_from(build_parser().parse_args(["tune", "whisper-base", "--top-k", "12"])).top_k == 12
+
+
+class PrestartSpy:
+    def __init__(self):
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+
+
+def test_on_a_gpu_the_worker_starts_before_the_census_and_the_build_takes_it(tiers, monkeypatch):
+    from tunedb import buildsteps
+
+    order, spy = [], PrestartSpy()
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
+    monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: order.append(("start", gpu)) or spy)
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: order.append("census") or
+                        ShapeSet((Point(QKV, 16, 1.0, 10),)))
+    monkeypatch.setattr(pipeline, "build", lambda censuses, opts, reporter=None, worker=None:
+                        order.append(("build", worker)) or pipeline.BuildResult(()))
+    pipeline.tune("toy", pipeline.BuildOptions(out="user"))
+    assert order == [("start", True), "census", ("build", spy)]
+    assert spy.closed == 1  # closed when the build is done (idempotent after the build's own close)
+
+    def refused(censuses, opts, reporter=None, worker=None):
+        raise DatabaseError("user tier is off")
+
+    monkeypatch.setattr(pipeline, "build", refused)
+    with pytest.raises(DatabaseError):
+        pipeline.tune("toy", pipeline.BuildOptions(out="user"))
+    assert spy.closed == 2  # a build that fails before measuring leaves no worker running
+
+
+@pytest.mark.parametrize("opts, gpu", [
+    (pipeline.BuildOptions(out="user"), False),
+    (pipeline.BuildOptions(out="user", dry_run=True), True),
+    (pipeline.BuildOptions(out="user", simulate=True), True),
+    (pipeline.BuildOptions(out="user", isolate=False), True),
+])
+def test_no_worker_is_started_where_nothing_is_measured_in_one(opts, gpu):
+    from tunedb import buildsteps
+
+    assert buildsteps.start_worker(opts, gpu) is None

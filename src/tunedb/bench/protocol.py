@@ -313,7 +313,8 @@ def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
     launched alone (a hang or crash costs that arm: timeout / launch_error), then the survivors
     are measured together; should that fail, each is measured alone. `family` is its
     registered name (the worker looks it up). `phases`, when given, accumulates wall seconds:
-    worker start (each (re)start: spawn, torch, CUDA), probes, the worker's prepare and rounds,
+    worker start (each (re)start: spawn, torch, CUDA; of a prestarted worker, the wait for it),
+    probes, the worker's prepare and rounds,
     requests (the rest of each request: pipe, pickling, per-request setup) and failed requests
     (batches that crashed or timed out). Other keywords are measure_problem's."""
     refuse_capture()
@@ -323,6 +324,10 @@ def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,
         add_phase(spent, key, seconds)
 
     def run(request: Any, timeout: float | None) -> tuple[Any, float]:
+        if getattr(worker, "starting", False):  # prestarted: only the wait for it is counted
+            t0 = time.perf_counter()
+            worker.wait_started()
+            add("worker start", time.perf_counter() - t0)
         alive = getattr(worker, "alive", None)
         if callable(alive) and not alive():  # the first request, or one after a crash or a kill
             t0 = time.perf_counter()

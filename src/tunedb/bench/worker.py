@@ -83,6 +83,7 @@ class Worker:
         self._ctx = mp.get_context("spawn")
         self._proc: Any = None
         self._conn: Any = None
+        self._pending: float | None = None  # a prestart's request is out: its timeout
         self.restarts = 0  # how many times a dead or hung worker was replaced
 
     @property
@@ -102,7 +103,7 @@ class Worker:
         self._proc, self._conn = proc, parent
 
     def _kill(self) -> int | None:
-        proc, self._proc = self._proc, None
+        proc, self._proc, self._pending = self._proc, None, None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -114,15 +115,46 @@ class Worker:
         proc.join(10)
         return proc.exitcode
 
+    @property
+    def starting(self) -> bool:
+        """A prestart's request is out and its reply not yet collected."""
+        return self._pending is not None
+
+    def prestart(self, request: Any, timeout_s: float | None = None) -> None:
+        """Start the process now and send it `request` (protocol.StartRequest: imports, CUDA)
+        without waiting, so the start overlaps what the caller does next; the next run() or
+        wait_started() collects the reply. A live worker is left as it is."""
+        if self.alive() or self.starting:
+            return
+        if self._proc is not None:
+            self._kill()
+            self.restarts += 1
+        self._start()
+        self._send(request)
+        self._pending = self.timeout_s if timeout_s is None else timeout_s
+
+    def wait_started(self) -> WorkerResult:
+        """The prestart's reply, waited for (OK when there is none): a start that fails or
+        hangs is its status, and the next run() starts a fresh worker."""
+        if self._pending is None:
+            return WorkerResult(Status.OK)
+        timeout, self._pending = self._pending, None
+        return self._receive(timeout)
+
     def run(self, request: Any, timeout_s: float | None = None) -> WorkerResult:
         """Run one request; failure is a status, never an exception (WorkerError only when the
         request itself cannot be sent, i.e. is not picklable)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        self.wait_started()
         if not self.alive():
             if self._proc is not None:
                 self._kill()
                 self.restarts += 1
             self._start()
+        self._send(request)
+        return self._receive(timeout)
+
+    def _send(self, request: Any) -> None:
         try:
             self._conn.send(request)
         except (BrokenPipeError, EOFError, OSError):
@@ -133,6 +165,8 @@ class Worker:
         except Exception as exc:
             raise WorkerError(f"benchmark request {request!r} cannot be sent to the worker: "
                               f"{type(exc).__name__}: {exc}") from exc
+
+    def _receive(self, timeout: float) -> WorkerResult:
         if not self._conn.poll(timeout):
             self._kill()
             self.restarts += 1
@@ -152,6 +186,7 @@ class Worker:
         return WorkerResult(Status(reply[1]), None, reply[2])
 
     def close(self) -> None:
+        self._pending = None
         if self._conn is not None and self.alive():
             try:
                 self._conn.send(None)
