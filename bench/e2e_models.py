@@ -318,14 +318,24 @@ def tune_plan(name: str, shapes, args, out_dir: str):
 
 def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
     """Tune `bm`'s points into the user tier at out_dir; returns what was done and its wall time."""
-    import tunedb
-    from tunedb import buildsteps, pipeline, settings
-    from tunedb.errors import BusyGPUError
+    from tunedb import buildsteps, pipeline
 
     t0 = time.perf_counter()  # the plan counts too: tunedb's cost is everything it does to tune
     # as `tunedb tune` does: the measuring worker starts first, while the plan is made
     worker = None if args.tune == "autotune" else buildsteps.start_worker(
         pipeline.BuildOptions(out=out_dir), gpu=True)
+    try:
+        return _tune(bm, tuned, shapes, args, out_dir, share_s, t0, worker)
+    finally:
+        if worker is not None:
+            worker.close()  # the build closed it already; a plan error or autotune never used it
+
+
+def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, worker) -> dict:
+    import tunedb
+    from tunedb import pipeline, settings
+    from tunedb.errors import BusyGPUError
+
     opts, est = tune_plan(bm.name, shapes, args, out_dir)
     how = args.tune if args.tune != "auto" else ("build" if est <= share_s else "autotune")
     info = {"method": how, "build_estimate_s": round(est, 1), "share_s": round(share_s, 1),
@@ -339,10 +349,11 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
             except BusyGPUError as exc:
                 info.update(method="autotune", note=f"build refused: {exc}")
                 how = "autotune"
-        if worker is not None:
-            worker.close()  # the build closed it; an autotune run never uses it
         if how == "autotune":
             import torch
+
+            if worker is not None:
+                worker.close()  # autotune() measures in this process
 
             done = info["batches_tuned"] = []
             weights = sum(p.numel() * p.element_size() for p in bm.module.parameters())

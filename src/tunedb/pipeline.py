@@ -159,7 +159,16 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
           reporter: Reporter | None = None, worker: Any = None) -> BuildResult:
     """`tunedb build` on parsed censuses ((name, ShapeSet) pairs). `timer` replaces the protocol's
     timer (tests; --simulate builds its own FakeTimer); `worker` is a prestarted one
-    (buildsteps.start_worker), which the build then owns and closes."""
+    (buildsteps.start_worker), which the build then owns and closes, whatever happens."""
+    try:
+        return _build(censuses, opts, timer, reporter, worker)
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any,
+           reporter: Reporter | None, worker: Any) -> BuildResult:
     started = time.perf_counter()
     reporter = reporter or Reporter()
     gpu = False if (opts.simulate or timer is not None) else has_gpu()
@@ -392,27 +401,25 @@ class TuneResult:
 
 
 def tune(workload: str, opts: BuildOptions, *, census_kw: dict[str, Any] | None = None,
-         shapes: ShapeSet | None = None, reporter: Reporter | None = None) -> TuneResult:
+         shapes: ShapeSet | None = None, reporter: Reporter | None = None,
+         worker: Any = None) -> TuneResult:
     """`tunedb tune`: census -> build into `opts.out` (the user tier) -> evaluate -> report.
     Without a GPU (and without --simulate) nothing is measured: the result is the plan the
     system tier and the cost model would serve on `opts.arch_family` (sm90 by default). On a GPU
-    the measuring worker starts first, while the census is taken."""
-    worker = buildsteps.start_worker(opts, gpu=not (opts.dry_run or opts.simulate) and has_gpu())
+    the measuring worker starts first, while the census is taken (or the caller's prestarted
+    `worker` is used, which tune then owns and closes)."""
+    if worker is None:
+        worker = buildsteps.start_worker(opts, gpu=has_gpu())
     try:
         shapes = shapes if shapes is not None else take_census(workload, **(census_kw or {}))
-    except BaseException:
-        if worker is not None:
-            worker.close()
-        raise
-    result = TuneResult(shapes)
-    if not (opts.simulate or has_gpu()) or opts.dry_run:
-        result.served = plan_served(shapes, opts.arch_family or "sm90", opts.family)
-        if not opts.dry_run:
-            return result
-    try:
+        result = TuneResult(shapes)
+        if not (opts.simulate or has_gpu()) or opts.dry_run:
+            result.served = plan_served(shapes, opts.arch_family or "sm90", opts.family)
+            if not opts.dry_run:
+                return result
         result.build = build([(workload, shapes)], opts, reporter=reporter, worker=worker)
     finally:
-        if worker is not None:  # closed by the build once it measured; not if it failed before
+        if worker is not None:
             worker.close()
     if opts.dry_run:
         return result

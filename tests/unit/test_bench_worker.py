@@ -107,3 +107,10 @@ def test_wait_started_returns_the_start_reply_and_a_failed_start_is_its_status(w
     worker.prestart(Sleep(), timeout_s=1.0)
     hung = worker.wait_started()
     assert hung.status is Status.TIMEOUT and not worker.alive()
+
+
+def test_closing_a_worker_still_starting_kills_it_at_once(worker):
+    worker.prestart(Sleep())  # a start that would take a minute
+    t0 = time.perf_counter()
+    worker.close()
+    assert time.perf_counter() - t0 < 5 and not worker.alive() and not worker.starting

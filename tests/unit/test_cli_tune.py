@@ -146,3 +146,21 @@ def test_no_worker_is_started_where_nothing_is_measured_in_one(opts, gpu):
     from tunedb import buildsteps
 
     assert buildsteps.start_worker(opts, gpu) is None
+
+
+def test_the_cli_starts_the_worker_before_its_census_and_hands_it_to_the_tune(tiers, monkeypatch, capsys):
+    from tunedb import buildsteps
+
+    order, spy = [], PrestartSpy()
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
+    monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: order.append("start") or spy)
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: order.append("census") or
+                        ShapeSet((Point(QKV, 16, 1.0, 10),)))
+
+    def fake_tune(workload, opts, shapes=None, reporter=None, worker=None):
+        order.append(("tune", worker))
+        return pipeline.TuneResult(shapes)
+
+    monkeypatch.setattr(pipeline, "tune", fake_tune)
+    assert main(["tune", "whisper-base"]) == 0
+    assert order == ["start", "census", ("tune", spy)]

@@ -138,8 +138,13 @@ class Worker:
         hangs is its status, and the next run() starts a fresh worker."""
         if self._pending is None:
             return WorkerResult(Status.OK)
-        timeout, self._pending = self._pending, None
-        return self._receive(timeout)
+        try:
+            res = self._receive(self._pending)
+        except BaseException:  # interrupted: its reply may still come, so no later request may share the pipe
+            self._kill()
+            raise
+        self._pending = None
+        return res
 
     def run(self, request: Any, timeout_s: float | None = None) -> WorkerResult:
         """Run one request; failure is a status, never an exception (WorkerError only when the
@@ -186,7 +191,9 @@ class Worker:
         return WorkerResult(Status(reply[1]), None, reply[2])
 
     def close(self) -> None:
-        self._pending = None
+        if self.starting:  # still importing: a polite stop would wait for the start to finish
+            self._kill()
+            return
         if self._conn is not None and self.alive():
             try:
                 self._conn.send(None)

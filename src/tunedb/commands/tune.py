@@ -63,13 +63,20 @@ def run(args: argparse.Namespace) -> int:
     opts = options_from(args)
     pipeline.buildsteps.check_options(opts, gpu=True)
     console = Console()
-    shapes = pipeline.take_census(args.workload, **_census_kw(args))
+    # on a GPU the measuring worker starts now, so its imports and CUDA start overlap the census
+    worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.has_gpu())
+    try:
+        shapes = pipeline.take_census(args.workload, **_census_kw(args))
+    except BaseException:
+        if worker is not None:
+            worker.close()
+        raise
     sigs = shapes.signatures()
     console.print(f"census of {args.workload} ({args.mode}): {len(shapes.points)} point(s) over "
                   f"{len(sigs)} signature(s)")
     gpu = opts.simulate or pipeline.has_gpu()
     reporter = RichReporter(console) if gpu and not opts.dry_run else None
-    result = pipeline.tune(args.workload, opts, shapes=shapes, reporter=reporter)
+    result = pipeline.tune(args.workload, opts, shapes=shapes, reporter=reporter, worker=worker)
     if result.served:
         print_served(console, result.served, opts.arch_family or "sm90")
     if result.build is not None and opts.dry_run:
