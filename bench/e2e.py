@@ -12,7 +12,9 @@ Variants, each timed eagerly and as one CUDA graph of the whole forward:
                   with fresh TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR (cold, as a deployment)
   tunedb system   tunedb.optimize(copy) with TUNEDB_USER_DB=off (the shipped tier, then the cost model)
   tunedb tuned    the same copy after tuning the model's own points into a temporary user tier:
-                  pipeline.build (thin) of the census of the benchmarked batches, or
+                  pipeline.build (thin; --no-fill unless --fill: the census is exactly the
+                  sizes the forwards call, the coverage of max-autotune's static-shape compile)
+                  of the census of the benchmarked batches, or
                   tunedb.autotune() on those forwards when the build's estimate exceeds its share
                   of the budget (--tune forces one), then tunedb.confirm on each batch's
                   forward (Triton picks slower inside the model than torch are demoted;
@@ -106,7 +108,8 @@ def dry_run(args) -> int:
     from tunedb import arch
 
     print(f"budget {args.budget_s:.0f} s; eager {args.warmup}+{args.iters} forwards, graph {args.replays} replays; "
-          f"tune: {args.tune} (build --thin --max-points {args.max_points} --top-k {args.top_k}); triton.autotune sample "
+          f"tune: {args.tune} (build --thin --max-points {args.max_points} --top-k {args.top_k}"
+          f"{'' if args.fill else ' --no-fill'}); triton.autotune sample "
           f"{args.triton_sample} configs; tolerance {args.tol:g}")
     print("phases: plain + plain A/A + tunedb system -> tune + tunedb tuned + tunedb+compile -> host overhead -> max-autotune "
           "-> triton.autotune")
@@ -271,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=420.0, help="wall budget of the whole script (s)")
     p.add_argument("--tune", choices=("auto", "build", "autotune"), default="auto")
     p.add_argument("--max-points", type=int, default=3, help="the build's --thin --max-points")
+    p.add_argument("--fill", action="store_true",
+                   help="tune with the bucket ladder's fill points too (tunedb tune's default); without "
+                        "it the tune measures exactly the sizes the benchmarked forwards call (--no-fill), "
+                        "the coverage max-autotune's static-shape compile has")
     p.add_argument("--top-k", type=int, default=8,
                    help="the build's --top-k (cost-model arms per point; 8: tunedb tune's default)")
     p.add_argument("--allow-busy", action="store_true", help="let the build run on a busy GPU")

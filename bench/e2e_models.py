@@ -311,7 +311,7 @@ def tune_plan(name: str, shapes, args, out_dir: str):
     from tunedb import pipeline
 
     opts = pipeline.BuildOptions(out=out_dir, thin=True, max_points=args.max_points, top_k=args.top_k,
-                                 allow_busy=args.allow_busy)
+                                 allow_busy=args.allow_busy, fill=getattr(args, "fill", False))
     plan = pipeline.build([(name, shapes)], dataclasses.replace(opts, dry_run=True))
     return opts, sum(p.est_seconds for p in plan.plans)
 

@@ -207,7 +207,7 @@ def run_meta(opts: Any, arch: ArchProfile, points: Mapping[Signature, list[Point
     text = "\n".join(f"{p.signature}|{p.m}|{p.weight!r}|{p.calls}|{int(p.must_tune)}|{p.eager_share!r}"
                      for sig in sorted(points) for p in sorted(points[sig], key=lambda p: p.m))
     return {"family": opts.family, "arch": arch.arch_family, "census": hashlib.sha256(text.encode()).hexdigest()[:20],
-            "thin": opts.thin, "max_points": opts.max_points, "min_speedup": opts.min_speedup,
+            "thin": opts.thin, "max_points": opts.max_points, "fill": opts.fill, "min_speedup": opts.min_speedup,
             "exhaustive": opts.exhaustive, "simulate": opts.simulate, "top_k": opts.top_k,
             "seed": opts.seed if opts.simulate else None, "noise": opts.noise if opts.simulate else None}
 

@@ -42,6 +42,9 @@ class BuildOptions:
     seed: int = 0  # --simulate: the noise seed
     noise: float = 0.01  # --simulate: relative noise sigma
     isolate: bool = True  # real builds: measure in a worker subprocess
+    # False (--no-fill): measure the census's Ms only, not the ladder edges between and above
+    # them; for a census of exactly the Ms a model calls (sizes above the largest take torch)
+    fill: bool = True
 
 
 @dataclass
@@ -132,7 +135,7 @@ def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arc
     plans = []
     for sig in [s for name, _ in censuses for s in owner[name]]:
         plan = buildplan.plan_signature(family, points[sig], arch, ranks, top_k=opts.top_k,
-                                        exhaustive=opts.exhaustive, thin=thin)
+                                        exhaustive=opts.exhaustive, thin=thin, fill=opts.fill)
         predicted = {m: [c for c in ids if predict(sig, m, c) is not None] for m, ids in plan.arms.items()}
         ranked = {m: sorted(ids, key=lambda c: (predict(sig, m, c), c)) for m, ids in predicted.items()}
         cross = len(partition.cross_eval_plan(plan.points, ranked, buildplan.CROSS_TOP))

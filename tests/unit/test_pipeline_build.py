@@ -8,7 +8,7 @@ import pytest
 from tunedb import checkpoint, database, pipeline, settings
 from tunedb.bench.timers import FakeTimer
 from tunedb.errors import BuildError
-from tunedb.records import Point, ShapeSet, Signature, Status
+from tunedb.records import Point, Region, ShapeSet, Signature, Status
 
 FLAT = Signature.make("gemm", "gemm", "half", N=512, K=256)  # nothing beats torch by the gate
 WINS = Signature.make("gemm", "gemm", "half", N=1024, K=1024)  # 16-row tiles win at small M
@@ -257,3 +257,31 @@ def test_build_measures_each_signature_behind_its_models_working_set(cache):
     pipeline.build([("deep", deep), ("shallow", shallow)], opts(cache / "out"), timer=Spy(truth))
     assert seen[WINS] == {32 * 1024 * 1024 * 2}  # 32 layers of a 1024x1024 weight: beyond L2
     assert seen[FLAT] == {512 * 256 * 2}  # another model: its own working set, not the sum
+
+
+def test_no_fill_measures_the_census_sizes_only(cache):
+    from tunedb.bench.log import read_log
+
+    shapes = census((WINS, (24,)), (ACT, (16, 40)))
+    filled = pipeline.build([("c", shapes)], opts(cache / "filled"), timer=FakeTimer(truth, seed=1))
+    exact = pipeline.build([("c", shapes)], opts(cache / "exact", fill=False), timer=FakeTimer(truth, seed=1))
+    measured = {r.measurement.m for r in read_log(exact.log_path)}
+    assert measured == {16, 24, 40}  # the ladder's edges (32, and 48 above 40) are not measured
+    assert {r.measurement.m for r in read_log(filled.log_path)} > measured
+    assert exact.arms_measured < filled.arms_measured
+    db = database.load(cache / "exact" / "sm90" / "gemm.json", "gemm", "sm90")
+    # the call's own size is served by its winner; above the largest measured size, torch
+    wins = db.entries[WINS].regions
+    assert wins[0].config_id.startswith("b16x") and wins[0].m_hi == 24 and wins[-1] == Region(None, "torch")
+    assert db.entries[WINS].lookup(25) == "torch"
+
+
+def test_the_build_and_tune_commands_take_no_fill():
+    import argparse
+
+    from tunedb.commands.build import add_build_options, options_from
+
+    parser = argparse.ArgumentParser()
+    add_build_options(parser, out_default="user")
+    assert options_from(parser.parse_args([])).fill is True
+    assert options_from(parser.parse_args(["--no-fill"])).fill is False

@@ -22,6 +22,10 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
     parser.add_argument("--thin", action="store_true", help="cap points per signature (with --max-points)")
     parser.add_argument("--max-points", type=int, default=None, metavar="N",
                         help="with --thin: keep at most N points per signature")
+    parser.add_argument("--no-fill", dest="fill", action="store_false",
+                        help="measure the census's sizes only, not the bucket-ladder edges between and "
+                             "above them (for a census of exactly the sizes a model calls; larger sizes "
+                             "then take torch)")
     parser.add_argument("--min-speedup", type=float, default=1.05,
                         help="a config must beat torch (cuBLAS) by this factor to take a region (1.05)")
     parser.add_argument("--fresh", action="store_true", help="replace the target file instead of merging")
@@ -58,7 +62,7 @@ def options_from(args: argparse.Namespace) -> Any:
                         max_points=args.max_points, min_speedup=args.min_speedup, fresh=args.fresh,
                         dry_run=args.dry_run, no_write=args.no_write, simulate=args.simulate,
                         run_id=args.run_id, exhaustive=args.exhaustive, allow_busy=args.allow_busy,
-                        top_k=args.top_k, seed=args.seed, isolate=not args.in_process)
+                        top_k=args.top_k, seed=args.seed, isolate=not args.in_process, fill=args.fill)
 
 
 class RichReporter:
