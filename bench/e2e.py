@@ -60,6 +60,8 @@ from e2e_models import MODES, cell, fresh_env, gpu_clocks, measure, sync  # noqa
 from e2e_report import VARIANTS, fmt, markdown, show  # noqa: E402
 from e2e_timing import quiet_compile_workers  # noqa: E402
 
+from tunedb.commands.tune import TUNE_TOP_K  # noqa: E402
+
 T0 = time.monotonic()
 # what run() writes under --work: the tuned user tier and the compilers' caches
 SCRATCH = (USER, INDUCTOR, INDUCTOR_TRITON, TUNEDB_INDUCTOR, TUNEDB_INDUCTOR_TRITON, TRITON_AUTOTUNE) = (
@@ -278,8 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="tune with the bucket ladder's fill points too (tunedb tune's default); without "
                         "it the tune measures exactly the sizes the benchmarked forwards call (--no-fill), "
                         "the coverage max-autotune's static-shape compile has")
-    p.add_argument("--top-k", type=int, default=8,
-                   help="the build's --top-k (cost-model arms per point; 8: tunedb tune's default)")
+    p.add_argument("--top-k", type=int, default=TUNE_TOP_K,
+                   help=f"the build's --top-k (cost-model arms per point; {TUNE_TOP_K}: tunedb tune's default)")
     p.add_argument("--allow-busy", action="store_true", help="let the build run on a busy GPU")
     p.add_argument("--impl", default="auto", choices=("auto", "mirror", "hf", "torchaudio"),
                    help="the presets' implementation (auto: transformers/torchaudio when they import)")

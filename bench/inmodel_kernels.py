@@ -34,12 +34,11 @@ from e2e_timing import graph_of, paired_ms  # noqa: E402
 _GEMM_MARKS = ("gemm", "nvjet", "xmma", "cutlass", "splitk", "triton_mm")
 
 
-def kernel_times(fn, iters: int, graph: bool) -> dict[str, list[float]]:
-    """{kernel name: [us per launch, ...]} over `iters` forwards (or replays)."""
+def kernel_times(run, iters: int) -> dict[str, list[float]]:
+    """{kernel name: [us per launch, ...]} over `iters` calls of `run` (a forward, or a replay)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    run = graph_of(fn, 3).replay if graph else fn
     for _ in range(3):
         run()
     torch.cuda.synchronize()
@@ -113,14 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         bm.call(variant, args.batch)()
         bm.call(plain, args.batch)()  # compiles (and autotunes) outside the profile
         served = sorted({(b.signature.format(), b.m, b.config.id, b.tier) for _k, b in launch_table.entries()})
-        results = {}
-        for label, module in (("plain", plain), ("tunedb", variant)):
-            results[label] = summarise(kernel_times(bm.call(module, args.batch), args.iters, args.graph), args.iters)
-        # the wall per forward (or replay), the two alternating in shuffled rounds: launch gaps
-        # between kernels count here, not in the kernel sums above
+        # each model's forward, or the replay of one graph of it: profiled by kernel, then timed
+        # whole, the two alternating in shuffled rounds (launch gaps count there, not in the sums)
         steps = {label: bm.call(module, args.batch) for label, module in (("plain", plain), ("tunedb", variant))}
         if args.graph:
             steps = {label: graph_of(fn, 3).replay for label, fn in steps.items()}
+        results = {label: summarise(kernel_times(run, args.iters), args.iters) for label, run in steps.items()}
         walls = paired_ms(steps, 5, 20)
     mode = "graph replays" if args.graph else "eager forwards"
     cdt = (" (tunedb with coordinate_descent_tuning)" if args.against_max_autotune

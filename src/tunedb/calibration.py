@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable, Mapping, Sequence
 
-from tunedb.costmodel import (ELEM_BYTES, _VENDOR, ModelParams, Terms, _predict_us, _tile_of,
+from tunedb.costmodel import (ELEM_BYTES, ModelParams, Terms, _predict_us, _tile_of,
                               _vendor_parts, _vendor_us, default_line, predict, terms)
+from tunedb.families.gemm.configs import VENDOR_LANES
 from tunedb.records import ArchProfile, Config, Measurement, Status
 
 
@@ -54,7 +55,7 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
         if meas.status is not Status.OK or meas.median_ms is None:
             continue
         seen += 1
-        if meas.config_id in _VENDOR:
+        if meas.config_id in VENDOR_LANES:
             parts = _vendor_parts(meas.config_id, (meas.signature, meas.m), arch, base)
             if parts and meas.median_ms > 0:
                 vendor.setdefault(meas.config_id, []).append((parts, meas.median_ms * 1000.0))

@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from tunedb.errors import ConfigError
+from tunedb.families.gemm.configs import VENDOR_LANES
 from tunedb.records import ArchProfile, Config, Signature, Status
 
 Shape = tuple[int, int, int]
@@ -42,7 +43,6 @@ _TORCH_TILES: tuple[tuple[int, int, int, int], ...] = (
     (64, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8),
 )
 _TORCH_SPLITS: tuple[int, ...] = (2, 4, 8, 16)
-_VENDOR = ("torch", "fused")
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,7 @@ def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelPar
     if min(m, n, k) < 1:
         raise ConfigError(f"shape M={m}, N={n}, K={k} must be positive")
     if config.is_sentinel:
-        if config.id in _VENDOR:
+        if config.id in VENDOR_LANES:
             parts = _vendor_parts(config.id, shape, arch, params)
             return _vendor_us(parts, *_sentinel_fit(params, config.id)) / 1000.0 if parts else Status.INFEASIBLE
         if default_config is None:

@@ -136,22 +136,21 @@ def graph_measurer(model: Any, inputs: Any, rounds: int = 7, block_ms: float = 1
     import torch
 
     from tunedb import families
+    from tunedb.bench.cudagraph import capture as capture_graph
     from tunedb.runtime import launch_table
+    from tunedb.runtime.prewarm import forward_of
 
-    args, kwargs = (((), inputs) if isinstance(inputs, dict) else
-                    (tuple(inputs), {}) if isinstance(inputs, (list, tuple)) else ((inputs,), {}))
+    forward = forward_of(model, inputs)
 
     def capture() -> Any:
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # warm-up off the capture stream: selection, first launches
         side.wait_stream(torch.cuda.current_stream())
         with torch.no_grad(), torch.cuda.stream(side):
             for _ in range(2):
-                model(*args, **kwargs)
+                forward()
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(graph):
-            model(*args, **kwargs)
-        return graph
+        with torch.no_grad():
+            return capture_graph(forward)
 
     def block(graph: Any, n: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -174,7 +174,6 @@ def _gemm_fake(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.
 # an active autotune() or pin (overrides), census recording and TUNEDB_CAPTURE keep the op
 # opaque, resolved per call.
 
-_TORCH_LEVEL_ARMS = VENDOR_LANES  # the arms that are torch ops: the compiler can take them
 _decompositions_registered = False
 
 
@@ -190,9 +189,9 @@ def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     bound = launch_table.traced(op, x, weight, bias, act)
     if bound is None:
         return NotImplemented  # the op stays in the graph, resolved per call
-    if bound.config.id in _TORCH_LEVEL_ARMS:
+    if bound.config.id in VENDOR_LANES:  # torch ops: the compiler can take them
         return bound.call(x, weight, bias, None)
-    if x.numel() == weight.shape[1] and _compiler_reduces_vectors():
+    if bound.m == 1 and _compiler_reduces_vectors():
         # an mm, which the compiler reduces (an addmm it would not); the bias is added to the
         # rounded product, one rounding more than the fused epilogue (within the dtype's tolerance)
         y = F.linear(x, weight)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from tunedb.errors import UncoveredShapeError
 from tunedb.records import Point, ShapeSet, Signature
@@ -54,18 +54,23 @@ def points_of(model: Any, inputs: Any) -> tuple[Point, ...]:
     return _recorded(model, inputs)
 
 
+def forward_of(model: Any, inputs: Any) -> Callable[[], Any]:
+    """model applied to example inputs: a dict as keywords, a list or tuple as positional
+    arguments, anything else as the one argument."""
+    if isinstance(inputs, dict):
+        return lambda: model(**inputs)
+    if isinstance(inputs, (list, tuple)):
+        return lambda: model(*inputs)
+    return lambda: model(inputs)
+
+
 def _recorded(model: Any, inputs: Any) -> tuple[Point, ...]:
     import torch
 
     if model is None:
         raise TypeError("prewarm needs a model to run example inputs through")
     with torch.no_grad(), launch_table.recording() as calls:
-        if isinstance(inputs, dict):
-            model(**inputs)
-        elif isinstance(inputs, (list, tuple)):
-            model(*inputs)
-        else:
-            model(inputs)
+        forward_of(model, inputs)()
     counts: dict[tuple[str, Signature, int], int] = {}
     for call in calls:
         counts[call] = counts.get(call, 0) + 1
