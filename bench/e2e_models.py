@@ -337,14 +337,15 @@ def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, work
     from tunedb.errors import BusyGPUError
 
     opts, est = tune_plan(bm.name, shapes, args, out_dir)
+    plan_s = time.perf_counter() - t0
     how = args.tune if args.tune != "auto" else ("build" if est <= share_s else "autotune")
-    info = {"method": how, "build_estimate_s": round(est, 1), "share_s": round(share_s, 1),
+    info = {"method": how, "build_estimate_s": round(est, 1), "share_s": round(share_s, 1), "plan_s": round(plan_s, 2),
             "points": len(shapes.points), "signatures": len(shapes.signatures())}
     with settings.override(USER_DB=out_dir):
         if how == "build":
             try:
                 res = pipeline.build([(bm.name, shapes)], opts, worker=worker)
-                info.update(arms=res.arms_measured, db=str(res.path), log=str(res.log_path),
+                info.update(arms=res.arms_measured, db=str(res.path), log=str(res.log_path), build_s=round(res.seconds, 2),
                             phase_seconds={k: round(v, 2) for k, v in res.phase_seconds.items()})
             except BusyGPUError as exc:
                 info.update(method="autotune", note=f"build refused: {exc}")

@@ -4,8 +4,10 @@
 
 ops.gemm's path for a call whose exact key already ran this epoch (the call memo) does, in
 order: the trace check (type(x), torch.compiler.is_compiling), the autograd check, the key
-(x.shape, x.dtype, weight.shape, weight.dtype), one dict lookup, the device check, and the
-per-tier call counter, then calls the bound launcher. Each of those is timed alone here (host
+(x.shape, x.dtype, weight.shape, weight.dtype), one dict lookup and the per-tier call counter,
+then calls the bound launcher. (Until session 7 it also compared x's GPU with the current one;
+a Triton site now does that where it reads the current device anyway, and torch's own ops need
+no such check: the row says what the check cost.) Each of those is timed alone here (host
 only: nothing is launched), best of 7 loops of --calls, in ns per call; then the entry point and
 the bound launcher are timed paired on a host-bound shape (as e2e's host row), on CUDA where
 there is one. Prints a table; the sum of the parts against the paired difference says how much
@@ -37,7 +39,7 @@ def parts(x, w) -> dict[str, tuple[str, dict]]:
         "x.dtype": "x.dtype",
         "key tuple (2 shapes, 2 dtypes)": "('gemm', 'none', x.shape, x.dtype, w.shape, w.dtype, None)",
         "key tuple + dict lookup (hit)": "get(('gemm', 'none', x.shape, x.dtype, w.shape, w.dtype, None))",
-        "x.get_device() == current device": "x.get_device() == cur()",
+        "x.get_device() == current (moved)": "x.get_device() == cur()",
         "call counter += 1": "slot.calls += 1",
         "an empty Python call (the frame)": "f(x, w)",
     }

@@ -219,6 +219,7 @@ def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: 
     reporter.start(plans, [s for s in by_sig if s in finished])
     measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family.ops), timer,
                                   worker)
+    setup_s = time.perf_counter() - started
     entries: dict[Signature, Entry] = {}
     try:
         index = 0
@@ -243,7 +244,8 @@ def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: 
         measure.close()
         reporter.stop()
     result.arms_measured = measure.arms
-    result.phase_seconds = dict(measure.phases)
+    result.phase_seconds = {"setup": setup_s, **measure.phases}
+    written = time.perf_counter()
     result.entries = [entries[p.signature] for p in plans]
     records = read_log(log.path) if log.path.exists() else []
     mine = [r.measurement for r in records if r.run_id == run.run_id]
@@ -264,6 +266,7 @@ def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: 
                                              {k: v for k, v in configs.items() if not v.is_sentinel},
                                              model=model, fresh=opts.fresh)
     result.seconds = time.perf_counter() - started
+    result.phase_seconds["write"] = result.seconds - (written - started)
     return result
 
 

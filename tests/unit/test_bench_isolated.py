@@ -127,9 +127,9 @@ def test_point_request_returns_the_measurements_and_the_worker_side_phases(monke
 def test_phase_line_names_each_phase_and_the_rest():
     from tunedb.commands.build import phase_line
 
-    line = phase_line({"rounds": 1.0, "worker start": 2.5, "probes": 0.25}, 5.0)
-    assert line == ("worker start 2.5 s, probes 0.2 s, rounds 1.0 s, "
-                    "the rest (planning, partition, writing) 1.2 s")
+    line = phase_line({"rounds": 1.0, "write": 0.5, "worker start": 2.5, "probes": 0.25, "setup": 0.3}, 5.0)
+    assert line == ("setup 0.3 s, worker start 2.5 s, probes 0.2 s, rounds 1.0 s, write 0.5 s, "
+                    "the rest (partition, checkpoints) 0.5 s")
 
 
 class PrestartedWorker(TimedWorker):

@@ -12,11 +12,16 @@ from tunedb.families.gemm.triton_launch import Site
 
 
 class FakeTensor:
-    def __init__(self, ptr: int, dtype: str = "bf16") -> None:
-        self.ptr, self.dtype = ptr, dtype
+    is_cuda = False  # the JIT path asks torch for the current device only about CUDA tensors
+
+    def __init__(self, ptr: int, dtype: str = "bf16", device: int = 0) -> None:
+        self.ptr, self.dtype, self.device = ptr, dtype, device
 
     def data_ptr(self) -> int:
         return self.ptr
+
+    def get_device(self) -> int:
+        return self.device
 
 
 class FakeCompiled:
@@ -153,3 +158,34 @@ def test_interpreter_is_never_launched_directly(monkeypatch):
     site = Site(FakeKernel(), ())
     assert site._probe() is False
     assert triton_launch._active(None) is False
+
+
+def test_a_tensor_on_another_gpu_is_launched_with_that_gpu_current(monkeypatch):
+    # device_map="auto": x on cuda:1 while cuda:0 is current; the memoised entry point no longer
+    # checks the device, so the site must switch to x's GPU for the launch and switch back
+    k = FakeKernel()
+    site = _site(k)
+    current = [0]
+    site._device = lambda: current[0]
+    switched = []
+
+    class Guard:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            switched.append(self.index)
+            self.saved, current[0] = current[0], self.index
+
+        def __exit__(self, *exc):
+            current[0] = self.saved
+
+    monkeypatch.setattr(triton_launch, "device_guard", Guard)
+    x, y = FakeTensor(4096, device=1), FakeTensor(8192, device=1)
+    site((3,), x, y, 40)
+    site((3,), x, y, 40)
+    assert switched == [1, 1] and current[0] == 0
+    assert [e[0] for e in k.log] == ["jit", "direct"]  # keyed on device 1: its own binary
+    x0, y0 = FakeTensor(4096), FakeTensor(8192)
+    site((3,), x0, y0, 40)
+    assert switched == [1, 1] and [e[0] for e in k.log] == ["jit", "direct", "jit"]  # device 0's own

@@ -43,8 +43,10 @@ def refuse_capture() -> None:
         )
 
 
-# Where a measurement's wall time goes, in the order a report lists them (phase_seconds keys).
-PHASES = ("worker start", "probes", "prepare", "rounds", "requests", "failed requests")
+# Where a build's wall time goes, in the order a report lists them (phase_seconds keys): setup
+# (arch, plan, log, GPU identity) and write (fit, database) are the build's own, the rest its
+# measurer's.
+PHASES = ("setup", "worker start", "probes", "prepare", "rounds", "requests", "failed requests", "write")
 
 
 def add_phase(phases: dict[str, float], key: str, seconds: float) -> None:

@@ -130,7 +130,7 @@ def phase_line(phases: dict[str, float], total: float) -> str:
     order = [k for k in PHASES if k in phases] + sorted(k for k in phases if k not in PHASES)
     parts = [f"{name} {phases[name]:.1f} s" for name in order]
     rest = total - sum(phases.values())
-    return ", ".join(parts + [f"the rest (planning, partition, writing) {max(rest, 0.0):.1f} s"])
+    return ", ".join(parts + [f"the rest (partition, checkpoints) {max(rest, 0.0):.1f} s"])
 
 
 def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:

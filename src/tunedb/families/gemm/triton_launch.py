@@ -12,6 +12,10 @@ reference path), later calls invoke the binary's launcher directly with the same
 Anything a site cannot reproduce goes through `JITFunction.run` every time: the interpreter
 (TRITON_INTERPRET=1), an installed launch hook (profilers), an M that needs 64-bit integers, a
 Triton whose compiled kernels lack the launcher fields, or TUNEDB_JIT_LAUNCH=1.
+
+Triton launches on the current CUDA device. A site whose first tensor lives on another GPU (a
+layer of a model spread by device_map="auto") makes that GPU current for the launch: the site
+reads the current device anyway, so the tuned ops' memoised path needs no device check of its own.
 """
 from __future__ import annotations
 
@@ -39,6 +43,8 @@ class Site:
             self._direct = self._probe()
         if self._direct and not self._hooked():
             device = self._device()
+            if varying[0].get_device() != device:
+                return self._elsewhere(grid, varying)
             key = _key(varying, device)
             if key is not None:
                 binary = self._bins.get(key)
@@ -52,7 +58,14 @@ class Site:
                 compiled = self.kernel[grid](*varying, *self.fixed, **self.constexprs)
                 self._remember(key, varying, compiled)
                 return
+        elif _elsewhere(varying[0]):
+            return self._elsewhere(grid, varying)
         self.kernel[grid](*varying, *self.fixed, **self.constexprs)
+
+    def _elsewhere(self, grid: tuple[int, ...], varying: tuple[Any, ...]) -> None:
+        """The launch with the first tensor's GPU current (restored after)."""
+        with device_guard(varying[0].get_device()):
+            self(grid, *varying)
 
     def binaries(self) -> int:
         """How many compiled binaries this site launches directly (one per specialisation seen)."""
@@ -96,6 +109,20 @@ class Site:
         if run is None or function is None:
             return
         self._bins[key] = (run, function, packed, tuple(params.arguments.values())[len(varying):])
+
+
+def device_guard(index: int) -> Any:
+    """torch.cuda.device(index): that GPU current inside the block."""
+    import torch
+
+    return torch.cuda.device(index)
+
+
+def _elsewhere(x: Any) -> bool:
+    """Whether x is a CUDA tensor on a GPU other than the current one (the JIT path's check)."""
+    import torch
+
+    return bool(x.is_cuda) and x.get_device() != torch.cuda.current_device()
 
 
 def _active(hook: Any) -> bool:
