@@ -168,8 +168,8 @@ class Measurer:
         return out
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
+        if self.worker is not None:  # the results are in: its exit overlaps the build's write
+            self.worker.close(wait=False)
 
 
 def build_signature(plan: buildplan.SignaturePlan, measure: Callable[..., tuple[Measurement, ...]],

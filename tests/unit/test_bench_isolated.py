@@ -17,7 +17,7 @@ class FakeWorker:
         self.probe, self.crash_with, self.refuse = probe or {}, crash_with, refuse
         self.requests, self.closes = [], 0
 
-    def close(self):
+    def close(self, wait=True):
         self.closes += 1
 
     def run(self, request, timeout_s=None):

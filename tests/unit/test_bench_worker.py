@@ -114,3 +114,20 @@ def test_closing_a_worker_still_starting_kills_it_at_once(worker):
     t0 = time.perf_counter()
     worker.close()
     assert time.perf_counter() - t0 < 5 and not worker.alive() and not worker.starting
+
+
+def test_close_without_waiting_returns_at_once_and_the_worker_exits_in_the_background(worker):
+    from tunedb.bench import gpuenv
+
+    pid = worker.run(Echo(0)).value[1]
+    assert pid in gpuenv._WORKERS
+    t0 = time.perf_counter()
+    worker.close(wait=False)
+    assert time.perf_counter() - t0 < 0.5 and worker.pid is None and not worker.alive()
+    deadline = time.time() + 10
+    while pid in gpuenv._WORKERS and time.time() < deadline:  # ours until it is gone
+        time.sleep(0.05)
+    assert pid not in gpuenv._WORKERS
+    with pytest.raises(OSError):
+        os.kill(pid, 0)  # reaped: no such process
+    assert worker.run(Echo(1)).value[1] != pid  # a later request starts a fresh worker

@@ -109,7 +109,7 @@ class PrestartSpy:
     def __init__(self):
         self.closed = 0
 
-    def close(self):
+    def close(self, wait=True):
         self.closed += 1
 
 

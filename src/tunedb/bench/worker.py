@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,15 @@ def _serve(conn: Any, device: int | None) -> None:
         except Exception as exc:  # an unpicklable return value
             conn.send(("error", Status.LAUNCH_ERROR.value,
                        f"result could not be sent back: {type(exc).__name__}: {exc}"))
+
+
+def _reap(proc: Any) -> None:
+    """Wait for a worker asked to exit (kill it after 5 s), then forget its pid."""
+    proc.join(5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
+    unregister_worker(proc.pid)
 
 
 def _death(exitcode: int | None) -> str:
@@ -190,13 +200,23 @@ class Worker:
             return WorkerResult(Status.OK, reply[1], "")
         return WorkerResult(Status(reply[1]), None, reply[2])
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop the worker. wait=False returns at once: the worker is asked to exit and a
+        background thread reaps it (killing it after 5 s), so its CUDA teardown (about half a
+        second) overlaps the caller's next step; it stays registered as ours until it is gone."""
         if self.starting:  # still importing: a polite stop would wait for the start to finish
             self._kill()
             return
         if self._conn is not None and self.alive():
             try:
                 self._conn.send(None)
+                if not wait:
+                    proc, self._proc = self._proc, None
+                    self._conn.close()
+                    self._conn = None
+                    threading.Thread(target=_reap, args=(proc,), daemon=True,
+                                     name="tunedb-worker-reaper").start()
+                    return
                 self._proc.join(5)
             except (OSError, ValueError):
                 pass
