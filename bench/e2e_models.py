@@ -378,6 +378,9 @@ def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, work
                     verdicts.append(f"b{b}: confirm failed: {type(exc).__name__}: {exc}")
             info["confirm"] = {"seconds": round(time.perf_counter() - t1, 2), "verdicts": verdicts}
     info["seconds"] = round(time.perf_counter() - t0, 2)
+    from tunedb.bench.worker import wait_reaped
+
+    wait_reaped()  # the tune's worker exits in the background: gone before the tuned rows are timed
     return info
 
 

@@ -63,6 +63,16 @@ def _serve(conn: Any, device: int | None) -> None:
                        f"result could not be sent back: {type(exc).__name__}: {exc}"))
 
 
+_REAPERS: list[threading.Thread] = []  # workers closed without waiting, until they are gone
+
+
+def wait_reaped(timeout_s: float = 15.0) -> None:
+    """Wait until every worker closed with wait=False has exited: before timing anything that a
+    worker's CUDA teardown could disturb (a benchmark right after a build)."""
+    while _REAPERS:
+        _REAPERS.pop().join(timeout_s)
+
+
 def _reap(proc: Any) -> None:
     """Wait for a worker asked to exit (kill it after 5 s), then forget its pid."""
     proc.join(5)
@@ -214,8 +224,10 @@ class Worker:
                     proc, self._proc = self._proc, None
                     self._conn.close()
                     self._conn = None
-                    threading.Thread(target=_reap, args=(proc,), daemon=True,
-                                     name="tunedb-worker-reaper").start()
+                    reaper = threading.Thread(target=_reap, args=(proc,), daemon=True,
+                                              name="tunedb-worker-reaper")
+                    _REAPERS.append(reaper)
+                    reaper.start()
                     return
                 self._proc.join(5)
             except (OSError, ValueError):
