@@ -56,6 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e_models  # noqa: E402
+import e2e_tune  # noqa: E402
 from e2e_models import MODES, cell, fresh_env, gpu_clocks, measure, sync  # noqa: E402
 from e2e_report import VARIANTS, fmt, markdown, show  # noqa: E402
 from e2e_timing import quiet_compile_workers  # noqa: E402
@@ -125,7 +126,7 @@ def dry_run(args) -> int:
         for p in shapes.points:
             print(f"  point {p.signature.format()} M={p.m} calls={p.calls}")
         with tempfile.TemporaryDirectory() as d:
-            _opts, est = e2e_models.tune_plan(name, shapes, args, d)
+            _opts, est = e2e_tune.tune_plan(name, shapes, args, d)
         how = args.tune if args.tune != "auto" else ("build" if est <= share else "autotune")
         print(f"  tune: build estimate {est:.0f} s vs a share of ~{share:.0f} s -> {how}")
         mnk = e2e_models.gemm_shapes(shapes)
@@ -202,7 +203,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
         if not budget.allows(f"{name} tuning", min(share, 20)):
             continue
         try:
-            r["tuning"] = e2e_models.tune_model(bm, tuned, shapes, args, str(user), share)
+            r["tuning"] = e2e_tune.tune_model(bm, tuned, shapes, args, str(user), share)
         except Exception as exc:  # noqa: BLE001 - report it, keep benchmarking the rest
             r["tuning"] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-4)}
             for b in bm.batches:

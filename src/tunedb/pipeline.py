@@ -5,7 +5,8 @@ fill points for the cost model's top-k plus the forced arms, cross-evaluate ever
 at every other point, partition the M axis against the 'torch' fallback (tunedb's promise: never
 a slower pick than cuBLAS, by the gate's margin), checkpoint the finished entry, and at the end
 fit the cost model to this run's measurements and merge everything into the target file.
-`evaluate_logs()` is `tunedb evaluate`; `plan_served()` is what `tunedb tune` prints without a GPU.
+`evaluate_logs()` (oracle.py's chain, re-exported) is `tunedb evaluate`; `plan_served()` is what
+`tunedb tune` prints without a GPU.
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import buildplan, buildsteps, calibration, checkpoint, costmodel, database, families, partition, settings
-from tunedb import evaluate as evaluation
+from tunedb.evaluate import Evaluation
+from tunedb.oracle import evaluate_logs  # noqa: F401 - re-exported: `tunedb evaluate`, tune's report
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
-from tunedb.records import ArchProfile, Config, Entry, Point, ShapeSet, Signature
+from tunedb.records import ArchProfile, Entry, Point, ShapeSet, Signature
 
 
 @dataclass(frozen=True)
@@ -270,91 +272,6 @@ def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: 
     return result
 
 
-def census_weights(censuses: Sequence[ShapeSet]) -> tuple[dict[tuple[Signature, int], float], dict[tuple[Signature, int], float]]:
-    """(weight, eager share) per (signature, M) over every census given; shares weighted by calls."""
-    weights: dict[tuple[Signature, int], float] = {}
-    calls: dict[tuple[Signature, int], float] = {}
-    eager: dict[tuple[Signature, int], float] = {}
-    for shapes in censuses:
-        for p in shapes.points:
-            key = (p.signature, p.m)
-            weights[key] = weights.get(key, 0.0) + p.weight
-            calls[key] = calls.get(key, 0.0) + p.calls
-            eager[key] = eager.get(key, 0.0) + p.eager_share * p.calls
-    alphas = {k: min(1.0, eager[k] / calls[k]) if calls[k] else 0.0 for k in weights}
-    return weights, alphas
-
-
-def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.DatabaseFile]]
-              ) -> tuple[dict[str, evaluation.Selector], evaluation.Equivalents]:
-    """default, torch, the cost model (the first file's model, else the uncalibrated structure,
-    ranking the compile set the runtime would have) and each file (then model, then default:
-    the runtime's chain with that file as its only tier)."""
-    params = buildsteps.model_params(dbs[0][1].model) if dbs else None
-    default_of = buildsteps.default_of(family, arch)
-    ranker = costmodel.make_ranker(arch, params, family.invalid_reason, default_of)
-    referenced = sorted({c for _, db in dbs for c in db.referenced_config_ids()})
-    compiled = tuple(c for c in family.compile_set(arch.arch_family, referenced) if not c.is_sentinel)
-    cache: dict[tuple[Signature, int], str | None] = {}
-
-    def model(sig: Signature, m: int) -> str | None:
-        if (sig, m) not in cache:
-            cands = tuple(c for c in compiled if family.invalid_reason(c, sig, None, arch) is None)
-            if cands and "torch" in family.sentinels(sig):  # as the selector's model tier does
-                cands += (Config.sentinel("torch"),)
-            pick = ranker(sig, m, cands) if cands else None
-            cache[(sig, m)] = pick.id if pick is not None else "default"
-        return cache[(sig, m)]
-
-    def from_file(db: database.DatabaseFile) -> evaluation.Selector:
-        def select(sig: Signature, m: int) -> str | None:
-            for key in family.serving_keys(sig) if hasattr(family, "serving_keys") else sig.lookup_keys():
-                entry = db.entries.get(key)
-                cid = entry.lookup(m) if entry is not None else None
-                if cid is not None:
-                    return cid
-            return model(sig, m)
-        return select
-
-    def equivalents(sig: Signature, cid: str) -> tuple[str, ...]:
-        concrete = family.default_config(sig, arch).id
-        return (concrete,) if cid == "default" else ("default",) if cid == concrete else ()
-
-    out: dict[str, evaluation.Selector] = {"default": lambda s, m: "default", "torch": lambda s, m: "torch",
-                                           "cost model": model}
-    for name, db in dbs:
-        out[name] = from_file(db)
-    return out, equivalents
-
-
-def evaluate_logs(logs: Sequence[str | Path], dbs: Sequence[tuple[str, str | Path]],
-                  censuses: Sequence[ShapeSet] = (), arch_family: str | None = None,
-                  family: str = "gemm") -> tuple[evaluation.Evaluation, dict[str, dict[str, Any]]]:
-    """`tunedb evaluate`: the Evaluation, and each file's regions per signature (for the figure)."""
-    from tunedb.bench.log import read_log
-
-    names = [n for n, _ in dbs]
-    dupes = sorted({n for n in names if names.count(n) > 1} | ({"default", "torch", "cost model"} & set(names)))
-    if dupes:
-        raise BuildError(f"--db names must be distinct and not default/torch/cost model; repeated or "
-                         f"reserved: {', '.join(dupes)}")
-    fam = families.get(family)
-    files = [(name, database.load(Path(path), family)) for name, path in dbs]
-    arch_family = arch_family or (files[0][1].arch_family if files else "sm90")
-    arch = arch_profile(arch_family, real=False)
-    meas = [r.measurement for log in logs for r in read_log(log)]
-    meas = [m for m in meas if m.signature.family == family]
-    weights, alphas = census_weights(censuses) if censuses else (None, {})
-    if weights is not None:  # census points the build thinned away count at the point serving them
-        weights = evaluation.carry_weights(weights, ((m.signature, m.m) for m in meas))
-    chosen, equivalents = selectors(fam, arch, files)
-    ev = evaluation.evaluate(meas, chosen, weights=weights, alphas=alphas, equivalents=equivalents)
-    sigs = {p.signature for p in ev.points}
-    regions = {name: {s.format(): db.entries[s].regions for s in sorted(sigs) if s in db.entries}
-               for name, db in files}
-    return ev, regions
-
-
 def take_census(workload: str, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
                 manifest: str | None = None, capture: str | None = None, impl: str = "auto",
                 fused: bool = True) -> ShapeSet:
@@ -402,7 +319,7 @@ class TuneResult:
     census: ShapeSet
     served: list[Served] = field(default_factory=list)  # without a GPU: the plan
     build: BuildResult | None = None
-    evaluation: evaluation.Evaluation | None = None
+    evaluation: Evaluation | None = None
     measured: bool = False
 
 

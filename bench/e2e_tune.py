@@ -1,0 +1,89 @@
+"""e2e's tune: tunedb's build of a model's census points into a user tier (or autotune() when the
+build would not fit its share of the budget), then tunedb.confirm per batch -- timed as a whole,
+as a user pays for it (the plan and the worker's start included).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from e2e_timing import sync
+
+
+def tune_plan(name: str, shapes, args, out_dir: str):
+    """(pipeline.BuildOptions, estimated build seconds from the build's own dry run)."""
+    from tunedb import pipeline
+
+    opts = pipeline.BuildOptions(out=out_dir, thin=True, max_points=args.max_points, top_k=args.top_k,
+                                 allow_busy=args.allow_busy, fill=getattr(args, "fill", False))
+    plan = pipeline.build([(name, shapes)], dataclasses.replace(opts, dry_run=True))
+    return opts, sum(p.est_seconds for p in plan.plans)
+
+
+def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
+    """Tune `bm`'s points into the user tier at out_dir; returns what was done and its wall time."""
+    from tunedb import buildsteps, pipeline
+
+    t0 = time.perf_counter()  # the plan counts too: tunedb's cost is everything it does to tune
+    # as `tunedb tune` does: the measuring worker starts first, while the plan is made
+    worker = None if args.tune == "autotune" else buildsteps.start_worker(
+        pipeline.BuildOptions(out=out_dir), gpu=True)
+    try:
+        return _tune(bm, tuned, shapes, args, out_dir, share_s, t0, worker)
+    finally:
+        if worker is not None:
+            worker.close()  # the build closed it already; a plan error or autotune never used it
+
+
+def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, worker) -> dict:
+    import tunedb
+    from tunedb import pipeline, settings
+    from tunedb.errors import BusyGPUError
+
+    opts, est = tune_plan(bm.name, shapes, args, out_dir)
+    plan_s = time.perf_counter() - t0
+    how = args.tune if args.tune != "auto" else ("build" if est <= share_s else "autotune")
+    info = {"method": how, "build_estimate_s": round(est, 1), "share_s": round(share_s, 1), "plan_s": round(plan_s, 2),
+            "points": len(shapes.points), "signatures": len(shapes.signatures())}
+    with settings.override(USER_DB=out_dir):
+        if how == "build":
+            try:
+                res = pipeline.build([(bm.name, shapes)], opts, worker=worker)
+                info.update(arms=res.arms_measured, db=str(res.path), log=str(res.log_path), build_s=round(res.seconds, 2),
+                            phase_seconds={k: round(v, 2) for k, v in res.phase_seconds.items()})
+            except BusyGPUError as exc:
+                info.update(method="autotune", note=f"build refused: {exc}")
+                how = "autotune"
+        if how == "autotune":
+            import torch
+
+            if worker is not None:
+                worker.close()  # autotune() measures in this process
+
+            done = info["batches_tuned"] = []
+            weights = sum(p.numel() * p.element_size() for p in bm.module.parameters())
+            with torch.no_grad(), tunedb.autotune(cache=str(Path(out_dir) / f"autotune-{bm.name}.json"),
+                                                  publish=True, working_set_bytes=weights):
+                for b in bm.batches:
+                    if done and time.perf_counter() - t0 > share_s:
+                        break  # the batches left keep the system tier / cost model: listed as untuned
+                    bm.call(tuned, b)()
+                    done.append(b)
+            sync()
+        if not getattr(args, "no_confirm", False):
+            # tunedb.confirm: each Triton pick judged inside the model's captured forward (part of
+            # the tune, so timed with it); a pick slower there than torch is demoted at its M
+            tunedb.reload()
+            t1, verdicts = time.perf_counter(), []
+            for b in bm.batches:
+                try:
+                    verdicts += [v.line() for v in tunedb.confirm(bm.runner(tuned), bm.inputs[b]).verdicts]
+                except Exception as exc:  # noqa: BLE001 - the tune stands; its check is reported failed
+                    verdicts.append(f"b{b}: confirm failed: {type(exc).__name__}: {exc}")
+            info["confirm"] = {"seconds": round(time.perf_counter() - t1, 2), "verdicts": verdicts}
+    info["seconds"] = round(time.perf_counter() - t0, 2)
+    from tunedb.bench.worker import wait_reaped
+
+    wait_reaped()  # the tune's worker exits in the background: gone before the tuned rows are timed
+    return info
