@@ -3,15 +3,15 @@
     PYTHONPATH=src python bench/selection_cost.py [--calls 200000] [--out sel.json]
 
 ops.gemm's path for a call whose exact key already ran this epoch (the call memo) does, in
-order: the trace check (type(x), torch.compiler.is_compiling), the autograd check, the key
+order: the trace check (type(x), torch.compiler.is_dynamo_compiling), the autograd check, the key
 (x.shape, x.dtype, weight.shape, weight.dtype), one dict lookup and the per-tier call counter,
 then calls the bound launcher. (Until session 7 it also compared x's GPU with the current one;
 a Triton site now does that where it reads the current device anyway, and torch's own ops need
 no such check: the row says what the check cost.) Each of those is timed alone here (host
-only: nothing is launched), best of 7 loops of --calls, in ns per call; then the entry point and
-the bound launcher are timed paired on a host-bound shape (as e2e's host row), on CUDA where
-there is one. Prints a table; the sum of the parts against the paired difference says how much
-of the selection is the interpreter's per-call frame, not the checks.
+only: nothing is launched), best of 7 loops of --calls, in ns per call. Then, on CUDA, ops.gemm
+and the session-6 hit path (previous_hit_path) are each timed over the bound launcher in the same
+shuffled rounds (as e2e's host row, M,N,K = 8,256,256), for the tier's pick and for torch pinned.
+Prints a table; writes JSON to --out.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def parts(x, w) -> dict[str, tuple[str, dict]]:
            "get": memo.get, "cur": ops._current_device, "slot": type("Slot", (), {"calls": 0})(), "f": lambda a, b: None}
     rows = {
         "type(x) is not Tensor": "type(x) is not T",
-        "torch.compiler.is_compiling()": "compiling()",
+        "ops._compiling() (dynamo flag)": "compiling()",
         "torch.is_grad_enabled()": "grad()",
         "x.is_cuda": "x.is_cuda",
         "x.shape": "x.shape",
@@ -44,6 +44,53 @@ def parts(x, w) -> dict[str, tuple[str, dict]]:
         "an empty Python call (the frame)": "f(x, w)",
     }
     return {name: (stmt, env) for name, stmt in rows.items()}
+
+
+def previous_hit_path(x, weight):
+    """ops.gemm's memo hit as it was before session 7 (is_compiling, and the device check the
+    Triton sites now make), for a same-run comparison; anything else goes to ops.gemm."""
+    import torch
+
+    from tunedb.runtime import launch_table, ops
+
+    if type(x) is not torch.Tensor or torch.compiler.is_compiling():
+        return ops.gemm(x, weight)
+    if x.is_cuda:
+        key = ("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None)
+        bound = launch_table.known(key)
+        if bound is not None and x.get_device() == ops._current_device():
+            bound.counter.calls += 1
+            return bound.call(x, weight, None, None)
+    return ops.gemm(x, weight)
+
+
+def paired_paths(x, w, m: int, calls: int) -> list[dict]:
+    """ops.gemm and the previous hit path, each over the bound launcher, timed in the same
+    shuffled rounds (20 blocks of calls // 20), for the tier's pick and for torch pinned (a
+    Triton pick's launcher now holds the device check; torch's has none)."""
+    import contextlib
+    import statistics
+
+    import torch
+
+    from e2e_timing import paired_rounds, pinned
+    from host_overhead import per_call_us
+    from tunedb.runtime import launch_table, ops
+
+    sync, out = torch.cuda.synchronize, []
+    for pick, pin in (("the tier's pick", None), ("torch (pinned)", "torch")):
+        with pinned(pin) if pin else contextlib.nullcontext():
+            for _ in range(20):
+                ops.gemm(x, w)
+            bound = launch_table.launcher("gemm", x, w, None, "none", m)
+            steps = {"new": lambda: ops.gemm(x, w), "previous": lambda: previous_hit_path(x, w),
+                     "bound": lambda: bound.call(x, w, None, None)}
+            times = paired_rounds(steps, 20, lambda f: per_call_us(f, max(1, calls // 20), 1, sync))
+            diff = {k: statistics.median(a - b for a, b in zip(times[k], times["bound"])) * 1e3
+                    for k in ("new", "previous")}
+            out.append({"pick": pick, "config": bound.config.id, "bound_us": min(times["bound"]),
+                        "selection_ns": diff["new"], "previous_ns": diff["previous"]})
+    return out
 
 
 def ns_per(stmt: str, env: dict, calls: int) -> float:
@@ -59,8 +106,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from tunedb.runtime import launch_table, ops
-
     cuda = torch.cuda.is_available()
     dev = "cuda" if cuda else "cpu"
     m, n, k = 8, 256, 256
@@ -74,22 +119,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue  # no current CUDA device to ask
             result["ns"][name] = ns_per(stmt, env, args.calls)
         if cuda:
-            from host_overhead import paired_overhead_us
-
-            sync = torch.cuda.synchronize
-            for _ in range(20):
-                ops.gemm(x, w)
-            bound = launch_table.launcher("gemm", x, w, None, "none", m)
-            entry, base, diff = paired_overhead_us(lambda: ops.gemm(x, w), lambda: bound.call(x, w, None, None),
-                                                   args.paired_calls, 20, sync)
-            result.update(entry_us=entry, bound_us=base, selection_us=diff, config=bound.config.id)
+            result["paired"] = paired_paths(x, w, m, args.paired_calls)
     print(f"device {result['device']}, python {result['python']}, torch {result['torch']}")
     print(f"{'hit-path part':40s} {'ns/call':>8s}")
     for name, v in result["ns"].items():
         print(f"{name:40s} {v:8.1f}")
-    if "selection_us" in result:
-        print(f"ops.gemm {result['entry_us']:.2f} us, bound launcher {result['bound_us']:.2f} us "
-              f"({result['config']}): selection (paired median) {result['selection_us'] * 1e3:.0f} ns")
+    for row in result.get("paired", []):
+        print(f"{row['pick']:28s} bound launcher {row['bound_us']:.2f} us ({row['config']}); over it, paired medians: "
+              f"ops.gemm {row['selection_ns']:.0f} ns, the session-6 hit path {row['previous_ns']:.0f} ns")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
