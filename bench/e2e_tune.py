@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from e2e_timing import sync
+from tunedb.bench.gpuenv import wait_reaped
 
 
 def tune_plan(name: str, shapes, args, out_dir: str):
@@ -34,6 +35,9 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
     finally:
         if worker is not None:
             worker.close()  # the build closed it already; a plan error or autotune never used it
+        # the build's worker exits in the background (confirm waits for it before it measures):
+        # gone before the tuned rows are timed, whatever happened
+        wait_reaped()
 
 
 def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, worker) -> dict:
@@ -83,7 +87,4 @@ def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, work
                     verdicts.append(f"b{b}: confirm failed: {type(exc).__name__}: {exc}")
             info["confirm"] = {"seconds": round(time.perf_counter() - t1, 2), "verdicts": verdicts}
     info["seconds"] = round(time.perf_counter() - t0, 2)
-    from tunedb.bench.worker import wait_reaped
-
-    wait_reaped()  # the tune's worker exits in the background: gone before the tuned rows are timed
     return info

@@ -131,3 +131,14 @@ def test_close_without_waiting_returns_at_once_and_the_worker_exits_in_the_backg
     with pytest.raises(OSError):
         os.kill(pid, 0)  # reaped: no such process
     assert worker.run(Echo(1)).value[1] != pid  # a later request starts a fresh worker
+
+
+def test_a_new_worker_starts_only_after_the_one_closed_without_waiting_is_gone(worker):
+    from tunedb.bench import gpuenv
+
+    old = worker.run(Echo(0)).value[1]
+    worker.close(wait=False)
+    new = worker.run(Echo(1)).value[1]  # starts a fresh worker: the old one's teardown is over
+    assert new != old and old not in gpuenv._WORKERS and new in gpuenv._WORKERS
+    with pytest.raises(OSError):
+        os.kill(old, 0)

@@ -143,6 +143,51 @@ def test_dispatch_modes_and_grad_still_see_the_tuned_op():
     torch.testing.assert_close(bias.grad, ref.grad)
 
 
+def test_entry_points_under_a_dispatch_mode_go_through_the_op():
+    """A plain tensor under a mode (a debugging mode; make_fx's proxy mode) must reach the mode as
+    tunedb's op, not run the eager path below it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x, w, b = _inputs()
+    with torch.no_grad(), Seen() as seen:
+        y = ops.gemm_act(x, w, b, "gelu")
+        ops.gemm(x, w)
+    assert seen.ops[0] == "tunedb.gemm_act.default" and "tunedb.gemm.default" in seen.ops
+    torch.testing.assert_close(y, F.gelu(F.linear(x, w, b)))
+
+
+def test_non_strict_export_keeps_a_lifted_constant_call_as_the_op():
+    """Non-strict torch.export runs the module in Python: a tensor attribute that is neither a
+    parameter nor a buffer (a lifted constant) reaches the entry point as a plain tensor, with
+    Dynamo not tracing. Both calls must be exported as tunedb's op."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            g = torch.Generator().manual_seed(1)
+            self.w = torch.nn.Parameter(torch.randn(8, 16, generator=g))
+            self.c = torch.randn(4, 16, generator=g)  # a plain attribute: a lifted constant
+
+        def forward(self, x):
+            return ops.gemm(x, self.w) + ops.gemm(self.c, self.w)
+
+    m = M()
+    x = torch.randn(4, 16)
+    with torch.no_grad():  # (with grad the weight's requires_grad already routes the call)
+        ep = torch.export.export(m, (x,), strict=False)
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets.count("tunedb.gemm.default") == 2, targets
+    torch.testing.assert_close(ep.module()(x), F.linear(x, m.w) + F.linear(m.c, m.w))
+
+
 def test_model_weights_take_the_direct_path_without_grad(monkeypatch):
     """A compiled graph calls the op with the model's nn.Parameter weights under no_grad: that
     must reach the implementation without building an autograd node (the host cost per call)."""

@@ -72,6 +72,28 @@ def unregister_worker(pid: int) -> None:
     _WORKERS.discard(pid)
 
 
+# Threads reaping workers closed without waiting (bench.worker.Worker.close(wait=False)): each
+# such worker is still ours, and still tearing its CUDA context down, until its thread ends.
+_REAPERS: list[Any] = []
+
+
+def add_reaper(thread: Any) -> None:
+    _REAPERS[:] = [t for t in _REAPERS if t.is_alive()]
+    _REAPERS.append(thread)
+
+
+def wait_reaped(timeout_s: float = 15.0) -> None:
+    """Wait until every worker closed without waiting has exited: before anything measures on
+    the GPU (a new worker, an in-process measurement, confirm) or counts its processes, so a
+    teardown disturbs no timing and no busy check."""
+    while True:
+        try:
+            thread = _REAPERS.pop()
+        except IndexError:  # none left (another thread may have taken the last)
+            return
+        thread.join(timeout_s)
+
+
 def own_pids(me: int | None = None) -> set[int]:
     """This process, its ancestors and the benchmark workers it started."""
     me = os.getpid() if me is None else me
@@ -147,6 +169,7 @@ class NvmlEnv:
         return tuple(sorted({int(p.pid) for p in procs}))
 
     def foreign_pids(self) -> frozenset[int]:
+        wait_reaped()  # a worker of ours still exiting would count as foreign in a container
         pids = self.compute_pids()
         visible = [p for p in pids if os.path.exists(f"/proc/{p}")]
         if pids and not visible:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tunedb.bench.gate import classify_exception, describe
-from tunedb.bench.gpuenv import register_worker, unregister_worker
+from tunedb.bench.gpuenv import add_reaper, register_worker, unregister_worker, wait_reaped
 from tunedb.errors import WorkerError
 from tunedb.records import Status
 
@@ -58,19 +58,11 @@ def _serve(conn: Any, device: int | None) -> None:
                      f"{describe(exc, 500)}\n{tail[-1500:]}")
         try:
             conn.send(reply)
+        except (BrokenPipeError, EOFError, ConnectionError):  # the parent closed without waiting
+            return
         except Exception as exc:  # an unpicklable return value
             conn.send(("error", Status.LAUNCH_ERROR.value,
                        f"result could not be sent back: {type(exc).__name__}: {exc}"))
-
-
-_REAPERS: list[threading.Thread] = []  # workers closed without waiting, until they are gone
-
-
-def wait_reaped(timeout_s: float = 15.0) -> None:
-    """Wait until every worker closed with wait=False has exited: before timing anything that a
-    worker's CUDA teardown could disturb (a benchmark right after a build)."""
-    while _REAPERS:
-        _REAPERS.pop().join(timeout_s)
 
 
 def _reap(proc: Any) -> None:
@@ -114,6 +106,7 @@ class Worker:
         return self._proc is not None and self._proc.is_alive()
 
     def _start(self) -> None:
+        wait_reaped()  # an earlier worker still exiting: gone before this one measures
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_serve, args=(child, self.device), daemon=True,
                                  name=f"tunedb-bench-worker-{self.device}")
@@ -226,7 +219,7 @@ class Worker:
                     self._conn = None
                     reaper = threading.Thread(target=_reap, args=(proc,), daemon=True,
                                               name="tunedb-worker-reaper")
-                    _REAPERS.append(reaper)
+                    add_reaper(reaper)
                     reaper.start()
                     return
                 self._proc.join(5)

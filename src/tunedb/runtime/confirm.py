@@ -137,10 +137,12 @@ def graph_measurer(model: Any, inputs: Any, rounds: int = 7, block_ms: float = 1
 
     from tunedb import families
     from tunedb.bench.cudagraph import capture as capture_graph
+    from tunedb.bench.gpuenv import wait_reaped
     from tunedb.runtime import launch_table
     from tunedb.runtime.prewarm import forward_of
 
     forward = forward_of(model, inputs)
+    wait_reaped()  # a build's worker still exiting (its CUDA teardown) would disturb the rounds
 
     def capture() -> Any:
         side = torch.cuda.Stream()  # warm-up off the capture stream: selection, first launches

@@ -345,9 +345,12 @@ _lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
 # the implementation directly (anything else goes through torch.ops.tunedb). On CUDA a call whose
 # exact key (op, act, shapes, dtypes) already ran this epoch was validated then, and goes straight
 # to its bound launcher (launch_table.known).
-# Dynamo's own flag (a plain `return False` in eager, constant True while Dynamo traces): the
-# other tracers (export, AOTAutograd, Inductor's passes) run on tensor subclasses, which the
-# entry points' type check already sends to the dispatcher; 45 ns cheaper than is_compiling().
+# The trace check: Dynamo's own flag (a plain `return False` in eager, constant True while
+# Dynamo traces; 45 ns cheaper than is_compiling()), then the dispatch-mode stack -- the other
+# tracers run under a mode (non-strict export's fake mode, make_fx's proxy mode), and a plain
+# tensor can reach the entry points there (an exported module's lifted constant); so can a
+# debugging mode (FlopCounterMode). Those calls go through the dispatcher, where the modes see
+# tunedb's ops. Subclass tensors (FakeTensor, FunctionalTensor) fail the type check first.
 _compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
 _known = launch_table.known
 
@@ -368,7 +371,7 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 # The entry points below repeat _serve's body inline: the eager hot path saves a call frame.
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
-    traced = type(x) is not _Tensor or _compiling()
+    traced = type(x) is not _Tensor or _compiling() or _dispatch_modes()
     if traced or (_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         return torch.ops.tunedb.gemm(x, weight, _token() if traced else "")
     key = None
@@ -385,7 +388,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
              act: str = "none") -> torch.Tensor:
     """act(x @ weight.T + bias); act is one of none, gelu, gelu_tanh, relu, silu."""
-    traced = type(x) is not _Tensor or _compiling()
+    traced = type(x) is not _Tensor or _compiling() or _dispatch_modes()
     if traced or (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                        or (bias is not None and bias.requires_grad))):
         return torch.ops.tunedb.gemm_act(x, weight, bias, act, _token() if traced else "")

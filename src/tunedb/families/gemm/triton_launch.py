@@ -43,7 +43,8 @@ class Site:
             self._direct = self._probe()
         if self._direct and not self._hooked():
             device = self._device()
-            if varying[0].get_device() != device:
+            index = varying[0].get_device()
+            if index != device and index >= 0:  # (a CPU tensor: Triton's own error below)
                 return self._elsewhere(grid, varying)
             key = _key(varying, device)
             if key is not None:
