@@ -351,7 +351,10 @@ _lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
 # tensor can reach the entry points there (an exported module's lifted constant); so can a
 # debugging mode (FlopCounterMode). Those calls go through the dispatcher, where the modes see
 # tunedb's ops. Subclass tensors (FakeTensor, FunctionalTensor) fail the type check first.
+# The one mode that wants the eager path is tunedb's own census recorder (census.recorder): it
+# counts tuned calls through launch_table.record, and their torch arm's aten ops not at all.
 _compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
+_recording = launch_table.recording_active
 _known = launch_table.known
 
 
@@ -371,7 +374,7 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 # The entry points below repeat _serve's body inline: the eager hot path saves a call frame.
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
-    traced = type(x) is not _Tensor or _compiling() or _dispatch_modes()
+    traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
     if traced or (_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         return torch.ops.tunedb.gemm(x, weight, _token() if traced else "")
     key = None
@@ -388,7 +391,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
              act: str = "none") -> torch.Tensor:
     """act(x @ weight.T + bias); act is one of none, gelu, gelu_tanh, relu, silu."""
-    traced = type(x) is not _Tensor or _compiling() or _dispatch_modes()
+    traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
     if traced or (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                        or (bias is not None and bias.requires_grad))):
         return torch.ops.tunedb.gemm_act(x, weight, bias, act, _token() if traced else "")
