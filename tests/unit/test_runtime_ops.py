@@ -117,9 +117,8 @@ def test_torch_compile_backward_through_the_op():
     torch.testing.assert_close(x.grad, ref_x.grad)
 
 
-def test_dispatch_modes_and_grad_still_see_the_tuned_op():
-    """The Autograd kernel's fast path (plain tensors, no grad: straight to the implementation)
-    must not hide the op from a dispatch mode (FakeTensor, tracing, debug modes) or from autograd."""
+def _seen_mode():
+    """A dispatch mode that lists the ops it sees (a debugging mode, as FlopCounterMode is)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Seen(TorchDispatchMode):
@@ -131,8 +130,14 @@ def test_dispatch_modes_and_grad_still_see_the_tuned_op():
             self.ops.append(str(func))
             return func(*args, **(kwargs or {}))
 
+    return Seen()
+
+
+def test_dispatch_modes_and_grad_still_see_the_tuned_op():
+    """The Autograd kernel's fast path (plain tensors, no grad: straight to the implementation)
+    must not hide the op from a dispatch mode (FakeTensor, tracing, debug modes) or from autograd."""
     x, w, b = _inputs()
-    with torch.no_grad(), Seen() as seen:
+    with torch.no_grad(), _seen_mode() as seen:
         torch.ops.tunedb.gemm_act.default(x, w, b, "silu")
         torch.ops.tunedb.gemm.default(x, w)
     assert seen.ops[:1] == ["tunedb.gemm_act.default"] and "tunedb.gemm.default" in seen.ops
@@ -146,19 +151,8 @@ def test_dispatch_modes_and_grad_still_see_the_tuned_op():
 def test_entry_points_under_a_dispatch_mode_go_through_the_op():
     """A plain tensor under a mode (a debugging mode; make_fx's proxy mode) must reach the mode as
     tunedb's op, not run the eager path below it."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     x, w, b = _inputs()
-    with torch.no_grad(), Seen() as seen:
+    with torch.no_grad(), _seen_mode() as seen:
         y = ops.gemm_act(x, w, b, "gelu")
         ops.gemm(x, w)
     assert seen.ops[0] == "tunedb.gemm_act.default" and "tunedb.gemm.default" in seen.ops
