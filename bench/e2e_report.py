@@ -115,6 +115,12 @@ def goals(report: dict) -> list[str]:
                     cfgs.update(row["cells"].get(v, {}).get("configs", {}))
             if tiers:
                 lines.append(f"{name} {v} served: tiers {dict(tiers)}; configs {dict(cfgs)}")
+        if t.get("phase_seconds"):  # where the tune's wall time went (the build's phases)
+            parts = [f"plan {t['plan_s']:.2f}"] if "plan_s" in t else []
+            parts += [f"{k} {v:.2f}" for k, v in t["phase_seconds"].items()]
+            if t.get("confirm"):
+                parts.append(f"confirm {t['confirm']['seconds']:.2f}")
+            lines.append(f"{name} tune phases (s): {', '.join(parts)} of {t.get('seconds', 0):.2f}")
         c = t.get("confirm")
         if c:  # the tune's in-model check of its Triton picks (tunedb.confirm)
             lines.append(f"{name} confirm ({c['seconds']:.1f} s of the tune): "

@@ -130,6 +130,19 @@ def test_tuning_table_gives_the_ratio_and_the_compile_options():
         "21.5 s (2 of 2 batches, coordinate_descent_tuning=True)"
 
 
+def test_goals_say_where_the_tune_time_went():
+    e2e = _e2e()
+    row = {"batch": 8, "mode": "graph", "cells": {"plain": _ok(1.0)}}
+    tuning = {"seconds": 8.87, "method": "build", "plan_s": 1.22,
+              "phase_seconds": {"setup": 0.03, "worker start": 2.21, "probes": 1.38, "rounds": 1.09},
+              "confirm": {"seconds": 0.04, "verdicts": []}}
+    report = {"models": {"w": {"name": "w", "label": "w", "batches": [8], "rows": [row], "tuning": tuning}},
+              "skipped": []}
+    lines = e2e.goals(report)
+    assert ("w tune phases (s): plan 1.22, setup 0.03, worker start 2.21, probes 1.38, rounds 1.09, "
+            "confirm 0.04 of 8.87") in lines
+
+
 def test_selection_cost_is_the_median_of_paired_differences(monkeypatch):
     """Halfway through, the host gets 5 us slower per call (another process): separate best-of
     loops would charge that to whichever row ran late (3 - 7 = -4 us here, had the rows run one
