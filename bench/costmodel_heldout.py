@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tunedb import calibration, costmodel, database, evaluate as evaluation, families
 from tunedb.arch import shipped_profile
-from tunedb.bench.log import read_log
+from tunedb.bench.log import read_measurements
 from tunedb.records import SENTINELS, ArchProfile, Config, Measurement, Signature
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     db = database.load(args.db, args.family)
     arch = shipped_profile(db.arch_family)
     os.environ.setdefault("TUNEDB_COMPILE_SET", "tuned")
-    study = Study([r.measurement for r in read_log(args.log)], family, arch, db.referenced_config_ids())
+    study = Study(read_measurements(args.log), family, arch, db.referenced_config_ids())
     if not study.points:
         print(f"no ok {args.family} measurements in {args.log}", file=sys.stderr)
         return 1

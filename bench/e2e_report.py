@@ -9,7 +9,7 @@ from collections import Counter
 from e2e_models import cell
 
 VARIANTS = ("plain", "plain A/A", "max-autotune", "tunedb system", "tunedb tuned", "tunedb+compile")
-TUNEDB_VARIANTS = ("tunedb system", "tunedb tuned", "tunedb+compile")
+TUNEDB_VARIANTS = tuple(v for v in VARIANTS if v.startswith("tunedb"))
 
 
 def speedup(c: dict, plain: dict | None) -> float | None:

@@ -71,20 +71,9 @@ def time_eager(fn, iters: int, warmup: int) -> float:
 def graph_of(fn, warmup: int, keep: list | None = None):
     """fn captured in a CUDA graph after `warmup` calls on a side stream (fn's output of the
     captured call is appended to `keep` when given)."""
-    import torch
+    from tunedb.bench.cudagraph import capture
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    if keep is not None:
-        keep.append(out)
-    return graph
+    return capture(fn, warmup=warmup, keep=keep)
 
 
 def capture(fn, warmup: int, ref, tol: float):

@@ -12,26 +12,33 @@ from e2e_timing import sync
 from tunedb.bench.gpuenv import wait_reaped
 
 
-def tune_plan(name: str, shapes, args, out_dir: str):
+def tune_options(args, out_dir: str):
+    """The build's options for e2e's tune (the worker it prestarts is started with them too)."""
+    from tunedb import pipeline
+
+    return pipeline.BuildOptions(out=out_dir, thin=True, max_points=args.max_points, top_k=args.top_k,
+                                 allow_busy=args.allow_busy, fill=getattr(args, "fill", False))
+
+
+def tune_plan(name: str, shapes, args, out_dir: str, opts=None):
     """(pipeline.BuildOptions, estimated build seconds from the build's own dry run)."""
     from tunedb import pipeline
 
-    opts = pipeline.BuildOptions(out=out_dir, thin=True, max_points=args.max_points, top_k=args.top_k,
-                                 allow_busy=args.allow_busy, fill=getattr(args, "fill", False))
+    opts = opts if opts is not None else tune_options(args, out_dir)
     plan = pipeline.build([(name, shapes)], dataclasses.replace(opts, dry_run=True))
     return opts, sum(p.est_seconds for p in plan.plans)
 
 
 def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
     """Tune `bm`'s points into the user tier at out_dir; returns what was done and its wall time."""
-    from tunedb import buildsteps, pipeline
+    from tunedb import buildsteps
 
     t0 = time.perf_counter()  # the plan counts too: tunedb's cost is everything it does to tune
     # as `tunedb tune` does: the measuring worker starts first, while the plan is made
-    worker = None if args.tune == "autotune" else buildsteps.start_worker(
-        pipeline.BuildOptions(out=out_dir), gpu=True)
+    opts = tune_options(args, out_dir)
+    worker = None if args.tune == "autotune" else buildsteps.start_worker(opts, gpu=True)
     try:
-        return _tune(bm, tuned, shapes, args, out_dir, share_s, t0, worker)
+        return _tune(bm, tuned, shapes, args, out_dir, share_s, t0, worker, opts)
     finally:
         if worker is not None:
             worker.close()  # the build closed it already; a plan error or autotune never used it
@@ -40,12 +47,12 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
         wait_reaped()
 
 
-def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, worker) -> dict:
+def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, worker, opts) -> dict:
     import tunedb
     from tunedb import pipeline, settings
     from tunedb.errors import BusyGPUError
 
-    opts, est = tune_plan(bm.name, shapes, args, out_dir)
+    opts, est = tune_plan(bm.name, shapes, args, out_dir, opts)
     plan_s = time.perf_counter() - t0
     how = args.tune if args.tune != "auto" else ("build" if est <= share_s else "autotune")
     info = {"method": how, "build_estimate_s": round(est, 1), "share_s": round(share_s, 1), "plan_s": round(plan_s, 2),

@@ -50,12 +50,21 @@ def paired_overhead_us(fn, base, calls: int, rounds: int, sync, seed: int = 0) -
     difference is the median of the rounds' paired differences, so host drift between blocks
     (a compile worker, a clock step) never lands in it. Two separate best-of loops read the
     selection cost anywhere from -2.6 to +2.0 us across calls on the same code."""
+    best, diff = paired_overheads_us({"fn": fn, "base": base}, "base", calls, rounds, sync, seed)
+    return best["fn"], best["base"], diff["fn"]
+
+
+def paired_overheads_us(steps: dict, base: str, calls: int, rounds: int, sync,
+                        seed: int = 0) -> tuple[dict[str, float], dict[str, float]]:
+    """paired_overhead_us for several steps at once, in the same shuffled rounds: each step's
+    best block (us per call), and each step's median paired difference from steps[base]."""
     import statistics
 
     per = max(1, calls // max(1, rounds))
-    times = paired_rounds({"fn": fn, "base": base}, max(1, rounds), lambda f: per_call_us(f, per, 1, sync), seed)
-    diffs = [a - b for a, b in zip(times["fn"], times["base"])]
-    return min(times["fn"]), min(times["base"]), statistics.median(diffs)
+    times = paired_rounds(steps, max(1, rounds), lambda f: per_call_us(f, per, 1, sync), seed)
+    best = {k: min(v) for k, v in times.items()}
+    diff = {k: statistics.median([a - b for a, b in zip(times[k], times[base])]) for k in steps if k != base}
+    return best, diff
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from typing import Sequence
 from tunedb import calibration, costmodel, database, evaluate, families
 from tunedb.arch import shipped_profile
 
-from tunedb.bench.log import read_log
+from tunedb.bench.log import read_measurements
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     family = families.get(args.family)
     db = database.load(args.db, args.family)
     arch = shipped_profile(db.arch_family)
-    meas = [r.measurement for log in args.log for r in read_log(log)]
+    meas = read_measurements(*args.log)
     meas = [m for m in evaluate.latest(meas).values() if m.signature.family == args.family and m.status.ok]
     if not meas:
         print(f"no ok {args.family} measurements in {', '.join(map(str, args.log))}", file=sys.stderr)

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tunedb.bench import protocol, stats  # noqa: E402
 from tunedb.bench.arms import Arm, Problem  # noqa: E402
-from tunedb.bench.log import read_log  # noqa: E402
+from tunedb.bench.log import read_measurements  # noqa: E402
 from tunedb.bench.timers import ReplayTimer  # noqa: E402
 
 
@@ -37,7 +36,7 @@ RULES = {"old": _pinned_only, "new": stats.settled}
 def load(spec: str) -> list:
     """The measurements of LOG[:SKIP] (SKIP: records dropped from the front)."""
     path, _, skip = spec.partition(":") if not Path(spec).exists() else (spec, "", "")
-    return [r.measurement for r in read_log(path)][int(skip or 0):]
+    return read_measurements(path)[int(skip or 0):]
 
 
 def calls(meas: list) -> list[tuple[object, int, dict]]:
@@ -54,11 +53,11 @@ def calls(meas: list) -> list[tuple[object, int, dict]]:
 
 
 def replay(meas: list, alpha: float) -> dict[str, tuple[float, list]]:
-    timer = ReplayTimer(meas)
+    timer, points = ReplayTimer(meas), calls(meas)
     out = {}
     for name, rule in RULES.items():
         gpu_ms, winners = 0.0, []
-        for sig, m, arms in calls(meas):
+        for sig, m, arms in points:
             ids = tuple(Arm(c) for c, x in arms.items() if x.status.ok)
             if not ids:
                 continue

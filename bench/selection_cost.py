@@ -78,12 +78,11 @@ def paired_paths(x, w, m: int, calls: int) -> list[dict]:
     Triton pick's launcher now holds the device check, so the previous path checks twice there:
     the torch row is the like-for-like one (torch's launcher has no check)."""
     import contextlib
-    import statistics
 
     import torch
 
-    from e2e_timing import paired_rounds, pinned
-    from host_overhead import per_call_us
+    from e2e_timing import pinned
+    from host_overhead import paired_overheads_us
     from tunedb.runtime import launch_table, ops
 
     sync, out, previous = torch.cuda.synchronize, [], previous_hit_path()
@@ -94,11 +93,9 @@ def paired_paths(x, w, m: int, calls: int) -> list[dict]:
             bound = launch_table.launcher("gemm", x, w, None, "none", m)
             steps = {"new": lambda: ops.gemm(x, w), "previous": lambda: previous(x, w),
                      "bound": lambda: bound.call(x, w, None, None)}
-            times = paired_rounds(steps, 20, lambda f: per_call_us(f, max(1, calls // 20), 1, sync))
-            diff = {k: statistics.median(a - b for a, b in zip(times[k], times["bound"])) * 1e3
-                    for k in ("new", "previous")}
-            out.append({"pick": pick, "config": bound.config.id, "bound_us": min(times["bound"]),
-                        "selection_ns": diff["new"], "previous_ns": diff["previous"]})
+            best, diff = paired_overheads_us(steps, "bound", calls, 20, sync)
+            out.append({"pick": pick, "config": bound.config.id, "bound_us": best["bound"],
+                        "selection_ns": diff["new"] * 1e3, "previous_ns": diff["previous"] * 1e3})
     return out
 
 

@@ -144,7 +144,7 @@ class Measurer:
             from tunedb.bench.worker import Worker
 
             # its process starts with the first point (a resumed build may need none), unless
-            # the caller prestarted one (pipeline.start_worker)
+            # the caller prestarted one (start_worker)
             self.worker = worker if worker is not None else Worker()
         elif self.timer is None:  # --in-process: one CUDA-graph timer for the whole build
             from tunedb.bench.protocol import default_timer

@@ -77,7 +77,7 @@ def evaluate_logs(logs: Sequence[str | Path], dbs: Sequence[tuple[str, str | Pat
                   censuses: Sequence[ShapeSet] = (), arch_family: str | None = None,
                   family: str = "gemm") -> tuple[evaluation.Evaluation, dict[str, dict[str, Any]]]:
     """`tunedb evaluate`: the Evaluation, and each file's regions per signature (for the figure)."""
-    from tunedb.bench.log import read_log
+    from tunedb.bench.log import read_measurements
 
     names = [n for n, _ in dbs]
     dupes = sorted({n for n in names if names.count(n) > 1} | ({"default", "torch", "cost model"} & set(names)))
@@ -90,7 +90,7 @@ def evaluate_logs(logs: Sequence[str | Path], dbs: Sequence[tuple[str, str | Pat
     from tunedb import arch as arch_mod
 
     arch = arch_mod.shipped_profile(arch_family)
-    meas = [r.measurement for log in logs for r in read_log(log)]
+    meas = read_measurements(*logs)
     meas = [m for m in meas if m.signature.family == family]
     weights, alphas = census_weights(censuses) if censuses else (None, {})
     if weights is not None:  # census points the build thinned away count at the point serving them

@@ -47,11 +47,22 @@ HOST_ROUNDS = 5  # interleaved rounds of host-issue timing per arm
 _ENQUEUE_US = 40.0  # host time to enqueue one timed replay, generously
 
 
-def capture(body: Callable[[], Any], pool: Any = None) -> Any:
-    """A CUDA graph of whatever `body` launches on the current device."""
+def capture(body: Callable[[], Any], pool: Any = None, *, warmup: int = 0, keep: list | None = None) -> Any:
+    """A CUDA graph of whatever `body` launches on the current device. `warmup` calls run first
+    on a side stream (first launches, selection, lazy allocations stay out of the capture); the
+    captured call's return value is appended to `keep` when given (its output buffers)."""
+    if warmup:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                body()
+        torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool):
-        body()
+        out = body()
+    if keep is not None:
+        keep.append(out)
     return graph
 
 

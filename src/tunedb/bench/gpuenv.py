@@ -169,7 +169,8 @@ class NvmlEnv:
         return tuple(sorted({int(p.pid) for p in procs}))
 
     def foreign_pids(self) -> frozenset[int]:
-        wait_reaped()  # a worker of ours still exiting would count as foreign in a container
+        if _REAPERS:  # a worker of ours still exiting would count as foreign in a container
+            wait_reaped()
         pids = self.compute_pids()
         visible = [p for p in pids if os.path.exists(f"/proc/{p}")]
         if pids and not visible:

@@ -104,3 +104,8 @@ def iter_log(path: str | Path, strict: bool = False) -> Iterator[LogRecord]:
 def read_log(path: str | Path, strict: bool = False) -> list[LogRecord]:
     """Every record of a measurement log, in file order."""
     return list(iter_log(path, strict=strict))
+
+
+def read_measurements(*paths: str | Path) -> list[Measurement]:
+    """The measurements of every log given, in order (their records' provenance dropped)."""
+    return [r.measurement for path in paths for r in iter_log(path)]

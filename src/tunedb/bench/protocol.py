@@ -174,12 +174,12 @@ def _rounds(run: _Run, session: Any, env: Any,
             else:
                 run.samples[cid].append(float(value))
         run.rounds += 1
-        if run.rounds not in halve_at and run.rounds < min_rounds:
+        if run.rounds < min_rounds:  # (the first halving is at min_rounds: stats.halving_rounds)
             continue
         scores = {c: stats.objective_score(run.samples[c], prepared[c].host_us, alpha) for c in run.alive}
         if run.rounds in halve_at:
             run.alive = list(stats.halve(scores, protected))
-        if run.rounds >= min_rounds and run.alive and settled(
+        if run.alive and settled(
                 {c: run.samples[c] for c in run.alive}, {c: scores[c] for c in run.alive}, rel_tol, min_rounds):
             break
 

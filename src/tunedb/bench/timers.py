@@ -137,9 +137,9 @@ class ReplayTimer:
 
     def __init__(self, log: str | Path | Sequence[Measurement]) -> None:
         if isinstance(log, (str, Path)):
-            from tunedb.bench.log import read_log
+            from tunedb.bench.log import read_measurements
 
-            records = [r.measurement for r in read_log(log)]
+            records = read_measurements(log)
             self.source = str(log)
         else:
             records, self.source = list(log), "<measurements>"

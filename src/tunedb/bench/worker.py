@@ -66,7 +66,8 @@ def _serve(conn: Any, device: int | None) -> None:
 
 
 def _reap(proc: Any) -> None:
-    """Wait for a worker asked to exit (kill it after 5 s), then forget its pid."""
+    """Wait for a worker asked to exit (kill it after 5 s), then forget its pid (close's path,
+    in its own thread or a reaper's)."""
     proc.join(5)
     if proc.is_alive():
         proc.kill()
@@ -115,6 +116,13 @@ class Worker:
         register_worker(proc.pid)
         self._proc, self._conn = proc, parent
 
+    def _fresh(self) -> None:
+        """A new process in place of a dead or absent one (a restart when there was one)."""
+        if self._proc is not None:
+            self._kill()
+            self.restarts += 1
+        self._start()
+
     def _kill(self) -> int | None:
         proc, self._proc, self._pending = self._proc, None, None
         if self._conn is not None:
@@ -139,10 +147,7 @@ class Worker:
         wait_started() collects the reply. A live worker is left as it is."""
         if self.alive() or self.starting:
             return
-        if self._proc is not None:
-            self._kill()
-            self.restarts += 1
-        self._start()
+        self._fresh()
         self._send(request)
         self._pending = self.timeout_s if timeout_s is None else timeout_s
 
@@ -165,10 +170,7 @@ class Worker:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         self.wait_started()
         if not self.alive():
-            if self._proc is not None:
-                self._kill()
-                self.restarts += 1
-            self._start()
+            self._fresh()
         self._send(request)
         return self._receive(timeout)
 
@@ -176,9 +178,7 @@ class Worker:
         try:
             self._conn.send(request)
         except (BrokenPipeError, EOFError, OSError):
-            self._kill()
-            self.restarts += 1
-            self._start()
+            self._fresh()
             self._conn.send(request)
         except Exception as exc:
             raise WorkerError(f"benchmark request {request!r} cannot be sent to the worker: "
@@ -213,18 +213,20 @@ class Worker:
         if self._conn is not None and self.alive():
             try:
                 self._conn.send(None)
-                if not wait:
-                    proc, self._proc = self._proc, None
-                    self._conn.close()
-                    self._conn = None
+            except (OSError, ValueError):
+                pass  # it cannot be asked: killed below
+            else:
+                proc, self._proc = self._proc, None
+                self._conn.close()
+                self._conn = None
+                if wait:
+                    _reap(proc)
+                else:
                     reaper = threading.Thread(target=_reap, args=(proc,), daemon=True,
                                               name="tunedb-worker-reaper")
                     add_reaper(reaper)
                     reaper.start()
-                    return
-                self._proc.join(5)
-            except (OSError, ValueError):
-                pass
+                return
         self._kill()
 
     def __enter__(self) -> "Worker":

@@ -145,14 +145,8 @@ def graph_measurer(model: Any, inputs: Any, rounds: int = 7, block_ms: float = 1
     wait_reaped()  # a build's worker still exiting (its CUDA teardown) would disturb the rounds
 
     def capture() -> Any:
-        side = torch.cuda.Stream()  # warm-up off the capture stream: selection, first launches
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.no_grad(), torch.cuda.stream(side):
-            for _ in range(2):
-                forward()
-        torch.cuda.current_stream().wait_stream(side)
         with torch.no_grad():
-            return capture_graph(forward)
+            return capture_graph(forward, warmup=2)
 
     def block(graph: Any, n: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

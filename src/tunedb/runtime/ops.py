@@ -165,8 +165,9 @@ def _gemm_fake(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.
 # where a Triton config was measured faster -- except at M=1 under coordinate-descent tuning,
 # where the compiler gets F.linear too (_compiler_reduces_vectors). The choice is the one a call
 # would get now (same tiers, kept in the launch table: the report names the tier's choice, which
-# for those M=1 shapes Inductor's reduction replaces in the compiled code). The entry points pass the selection state's token
-# (launch_table.compile_token) as the ops' `tiers` argument, read once per trace as a constant:
+# for those M=1 shapes Inductor's reduction replaces in the compiled code). The entry points
+# pass the selection state's token (launch_table.compile_token) as the ops' `tiers` argument,
+# read once per trace as a constant:
 # it is part of the traced graph, so no compile cache (AOTAutograd's is keyed on that graph,
 # before this decomposition runs) returns choices made from another state; it is not guarded
 # on, so a compiled graph keeps its choices after tunedb.reload() (recompile to take a new

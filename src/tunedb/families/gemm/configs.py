@@ -23,7 +23,7 @@ TRITON_LANES: tuple[str, ...] = ("triton_mma", "triton_tma", "triton_splitk")
 VENDOR_LANES: tuple[str, ...] = ("torch", "fused")  # the framework's ops (cuBLAS / cuBLASLt)
 LANES: tuple[str, ...] = TRITON_LANES + VENDOR_LANES
 ACTS: tuple[str, ...] = ("none", "relu", "gelu", "gelu_tanh", "silu")
-GEMM_SENTINELS: tuple[str, ...] = ("default", "torch", "fused")
+GEMM_SENTINELS: tuple[str, ...] = ("default", *VENDOR_LANES)
 ELEMENT_BYTES = 2  # fp16 / bf16 operands and output
 TMA_ALIGN_BYTES = 16
 
