@@ -2,7 +2,7 @@
 # One device call, several stages: `bash bench/device_session.sh STAGE...` on the H200.
 # Every stage logs under /tmp/work/logs, re-tarred into $OUT/session.tgz after each stage, so a
 # call stopped at its limit still returns what finished (at most 8 files come back from $OUT).
-# Stages: env arch prebuilt tests fidelity gemm host selection profile inmodel censusdev build buildall repro exhaustive evaluate e2e e2e-each
+# Stages: env arch prebuilt tests fidelity gemm host selection tuneprofile profile inmodel censusdev build buildall repro exhaustive evaluate e2e e2e-each
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
@@ -41,6 +41,8 @@ for stage in "$@"; do
       timeout ${HOST_S:-150} python bench/host_overhead.py --out "$L/host_overhead.json" 2>&1 | tee "$L/host_overhead.log" ;;
     selection)  # the eager hit path's parts, and its paired selection cost
       timeout 120 python bench/selection_cost.py --out "$L/selection_cost.json" 2>&1 | tee "$L/selection_cost.log" ;;
+    tuneprofile)  # where a tune's measuring time goes: worker start, probes, prepare, rounds (cProfile)
+      timeout ${TUNEPROF_S:-240} python bench/tune_profile.py --log ${TUNEPROF_LOG:-bench/results/2026-11-30_s8_V1_tune_whisper-b8.jsonl.gz} --out "$L/tune_profile.json" 2>&1 | tee "$L/tune_profile.log" | tail -80 ;;
     profile)  # where an eager forward's host time goes, plain vs tunedb; MODEL:BATCH[:PINNED_CONFIG]
       for mb in ${PROFILE_MODELS:-llama-3-8b:1 whisper-large-v3:1}; do
         IFS=: read -r pm pb pc <<< "$mb"

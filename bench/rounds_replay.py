@@ -1,10 +1,13 @@
-"""Replay recorded measurement logs through the protocol under two stopping rules: the GPU time
-spent in timing rounds and whether each protocol call's winner stays the same.
+"""Replay recorded measurement logs through the protocol under three stopping rules: the GPU time
+spent in timing rounds and whether each protocol call's winner and verdict stay the same.
 
     PYTHONPATH=src python bench/rounds_replay.py [--alpha 0.5] LOG[.gz][:SKIP] ...
 
 `old`: rounds stop when every live arm's median is pinned to REL_TOL (or at the cap);
-`new`: stats.settled, which also stops when the other arms are clearly behind the leader.
+`new`: stats.settled, which also stops when the other arms are clearly behind the leader;
+`gate`: `new`, and also once no arm can beat torch by the build's 1.05x gate (stats.gate_decided,
+what the build runs since session 8). A call's verdict is its winner if that beats torch by the
+gate on the call's own medians, else torch (for a one-point signature, what the build serves).
 Each protocol call of the log (consecutive records of one signature and M with one recorded
 round count: a point's first measurement and its cross-evaluation are separate calls) is run
 again with ReplayTimer (the recorded samples, cycled) at --alpha, the eager share the log was
@@ -30,7 +33,15 @@ def _pinned_only(samples, scores, rel_tol, min_n) -> bool:
     return all(stats.converged(v, rel_tol, min_n) for v in samples.values())
 
 
-RULES = {"old": _pinned_only, "new": stats.settled}
+FALLBACK, GATE = "torch", 1.05
+RULES = {"old": dict(settled=_pinned_only), "new": {}, "gate": dict(fallback_gate=(FALLBACK, GATE))}
+
+
+def verdict(winner: str, scores: dict) -> str:
+    """The winner when it beats the fallback by the gate at this call, else the fallback."""
+    if winner == FALLBACK or FALLBACK not in scores or scores[FALLBACK] >= GATE * scores[winner]:
+        return winner
+    return FALLBACK
 
 
 def load(spec: str) -> list:
@@ -55,13 +66,13 @@ def calls(meas: list) -> list[tuple[object, int, dict]]:
 def replay(meas: list, alpha: float) -> dict[str, tuple[float, list]]:
     timer, points = ReplayTimer(meas), calls(meas)
     out = {}
-    for name, rule in RULES.items():
+    for name, kw in RULES.items():
         gpu_ms, winners = 0.0, []
         for sig, m, arms in points:
             ids = tuple(Arm(c) for c, x in arms.items() if x.status.ok)
             if not ids:
                 continue
-            got = protocol.measure_problem(Problem(sig, m, ids), timer=timer, alpha=alpha, settled=rule)
+            got = protocol.measure_problem(Problem(sig, m, ids), timer=timer, alpha=alpha, **kw)
             for x in got:
                 gpu_ms += x.n * x.median_ms * dict(arms[x.config_id].env).get("calls_per_graph", 8)
             scores = {x.config_id: x.objective(alpha) for x in got if x.status.ok}
@@ -76,19 +87,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--alpha", type=float, default=0.5, help="the eager share the logs were measured with")
     p.add_argument("--show", action="store_true", help="list the calls whose winner changes")
     args = p.parse_args(argv)
-    print(f"{'log':60s} {'calls':>5s} {'old s':>7s} {'new s':>7s} {'new/old':>7s} {'same winner':>11s}")
+    print(f"{'log':48s} {'calls':>5s} {'old s':>7s} {'new s':>7s} {'gate s':>7s} {'new/old':>7s} "
+          f"{'gate/new':>8s} {'winner old=new':>14s} {'verdict new=gate':>16s}")
     changed = []
     for spec in args.logs:
         res = replay(load(spec), args.alpha)
-        (g0, w0), (g1, w1) = res["old"], res["new"]
+        (g0, w0), (g1, w1), (g2, w2) = res["old"], res["new"], res["gate"]
         same = sum(a[2] == b[2] for a, b in zip(w0, w1))
-        changed += [(Path(spec).name, a, b[2]) for a, b in zip(w0, w1) if a[2] != b[2]]
-        print(f"{Path(spec).name[:60]:60s} {len(w0):5d} {g0 / 1e3:7.2f} {g1 / 1e3:7.2f} "
-              f"{g1 / g0 if g0 else 1.0:7.2f} {same:>6d}/{len(w0)}")
-    for log, (sig, m, old, scores), new in changed if args.show else ():
-        # the new winner priced by the old rule's (longer-sampled) medians
-        print(f"  {log}: {sig} M={m}: {old} -> {new} ({scores[new] / scores[old]:.3f}x the old winner's "
-              f"objective by the old rule's medians)")
+        kept = sum(verdict(a[2], a[3]) == verdict(b[2], b[3]) for a, b in zip(w1, w2))
+        changed += [(Path(spec).name, "old->new", a, b[2]) for a, b in zip(w0, w1) if a[2] != b[2]]
+        changed += [(Path(spec).name, "new->gate", a, b[2]) for a, b in zip(w1, w2)
+                    if verdict(a[2], a[3]) != verdict(b[2], b[3])]
+        print(f"{Path(spec).name[:48]:48s} {len(w0):5d} {g0 / 1e3:7.2f} {g1 / 1e3:7.2f} {g2 / 1e3:7.2f} "
+              f"{g1 / g0 if g0 else 1.0:7.2f} {g2 / g1 if g1 else 1.0:8.2f} {same:>8d}/{len(w0)} "
+              f"{kept:>10d}/{len(w1)}")
+    for log, what, (sig, m, old, scores), new in changed if args.show else ():
+        # the new winner priced by the earlier rule's (longer-sampled) medians
+        print(f"  {log} {what}: {sig} M={m}: {old} -> {new} ({scores[new] / scores[old]:.3f}x the earlier "
+              f"winner's objective by the earlier rule's medians)")
     return 0
 
 

@@ -156,8 +156,9 @@ class Measurer:
         from tunedb.bench import protocol
 
         served = self.working_set.get(sig)
+        # the partition's gate, so a point stops once no arm can take the fallback's place
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
-                  working_set_bytes=served)
+                  working_set_bytes=served, fallback_gate=(FALLBACK, self.opts.min_speedup))
         if self.worker is not None:
             out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log,
                                                   phases=self.phases, **kw)

@@ -155,3 +155,31 @@ def test_a_prestarted_worker_counts_only_the_wait_for_its_start(monkeypatch):
     assert not any(isinstance(r, StartRequest) for r in w.requests)  # it was started already
     assert phases["worker start"] == pytest.approx(1.5)
     assert sum(phases.values()) == pytest.approx(clock[0])
+
+
+def test_start_request_warms_the_family_beside_torch_and_survives_its_failure(monkeypatch):
+    """A worker's start runs the family's warm_start in another thread while it imports torch
+    and initialises CUDA, waits for it, and never fails because of it."""
+    import threading
+
+    import torch
+
+    import fake_family
+
+    fam = fake_family.install()
+    seen, inits = [], []
+    monkeypatch.setattr(torch.cuda, "init", lambda: inits.append(threading.current_thread()))
+
+    def warm():
+        seen.append(threading.current_thread())
+
+    monkeypatch.setattr(fam, "warm_start", warm, raising=False)
+    assert StartRequest("fake")() is None
+    assert inits == [threading.main_thread()] and len(seen) == 1 and seen[0] is not threading.main_thread()
+
+    def broken():
+        raise RuntimeError("0 active drivers")
+
+    monkeypatch.setattr(fam, "warm_start", broken, raising=False)
+    StartRequest("fake")()  # the first real launch reports a broken compiler, not the start
+    assert len(inits) == 2

@@ -161,3 +161,27 @@ def test_bad_arguments_are_named():
         measure_problem(problem("default"), timer=timer, min_rounds=9, max_rounds=3)
     with pytest.raises(ValueError, match="distinct"):
         problem("a", "a")
+
+
+def test_fallback_gate_ends_a_point_the_fallback_wins_and_records_why():
+    """The build's gate (a config must beat torch by 5%) ends the rounds as soon as no arm can;
+    without it the same point samples on; a config that may pass the gate is measured out."""
+    costs = {"default": 1.30, "torch": 1.0, "tma": 1.07, "mma": 1.12}
+
+    def run(table, **kw):
+        timer = FakeTimer(lambda s, m, c: table[c], noise_sigma=0.03, seed=4)
+        return {x.config_id: x for x in measure_problem(problem(*table), timer=timer, **kw)}
+
+    plain = run(costs)
+    gated = run(costs, fallback_gate=("torch", 1.05))
+    assert dict(gated["torch"].env)["rounds"] == 5 < dict(plain["torch"].env)["rounds"]
+    assert dict(gated["torch"].env)["stop"] == "fallback gate"
+    assert dict(plain["torch"].env)["stop"] in ("settled", "cap")
+    assert best(list(gated.values())).config_id == "torch"
+    assert all(x.n >= 5 for x in gated.values())  # every arm keeps min_rounds samples
+    # a config 10% ahead of the fallback: the gate cannot decide, the usual rule does
+    fast = run({"torch": 1.0, "tma": 0.90}, fallback_gate=("torch", 1.05))
+    assert dict(fast["tma"].env)["stop"] != "fallback gate"
+    assert best(list(fast.values())).config_id == "tma"
+    with pytest.raises(ValueError, match="fallback_gate"):
+        run(costs, fallback_gate=("torch", 0.9))

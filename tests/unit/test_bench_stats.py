@@ -92,3 +92,29 @@ def test_settled_stops_on_losers_clearly_behind_but_not_on_a_close_race():
     exact = {"a": [1.0] * 5, "b": [1.0] * 5}  # converged ties are settled too
     assert stats.settled(exact, {"a": 1.0, "b": 1.0}, 0.005, 5)
     assert not stats.settled({"a": [1.0] * 4, "b": [2.0] * 4}, {"a": 1.0, "b": 2.0}, 0.005, 5)
+
+
+def test_gate_decided_only_when_no_arm_can_pass_the_fallbacks_gate():
+    rng = random.Random(5)
+
+    def noisy(mu, n=5, sigma=0.02):
+        return [mu * (1 + sigma * rng.gauss(0, 1)) for _ in range(n)]
+
+    def decided(samples, fallback="torch", speedup=1.05, min_n=5):
+        scores = {c: stats.median(v) for c, v in samples.items()}
+        return stats.gate_decided(samples, scores, fallback, speedup, min_n)
+
+    # cuBLAS 6-30% ahead (whisper-large-v3's M=12000 points): decided from 5 samples, where
+    # settled() still needs 10 to call anyone behind
+    ahead = {"torch": noisy(62.0), "tma": noisy(66.0), "default": noisy(85.0)}
+    assert decided(ahead)
+    assert not stats.settled(ahead, {c: stats.median(v) for c, v in ahead.items()}, 0.005, 5)
+    # a config 2% faster than torch still cannot pass a 1.05x gate once the noise is small
+    tight = {"torch": [1.00, 1.001, 0.999, 1.0, 1.0], "tma": [0.98, 0.981, 0.979, 0.98, 0.98]}
+    assert decided(tight)
+    assert not decided(tight, speedup=1.01)  # ...but it can pass a 1.01x gate
+    # one that might be 5% faster keeps sampling
+    assert not decided({"torch": noisy(62.0), "tma": noisy(59.5)})
+    # too few samples, or no fallback among the live arms: never decided
+    assert not decided({c: v[:4] for c, v in ahead.items()})
+    assert not decided({"tma": noisy(66.0), "default": noisy(85.0)})

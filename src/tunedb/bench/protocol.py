@@ -74,6 +74,7 @@ class _Run:
     failed: dict[str, tuple[Status, str]] = field(default_factory=dict)
     rounds: int = 0
     invalidated: int = 0
+    stop: str = "cap"  # why the rounds ended: settled, fallback gate, or the round cap
     foreign: frozenset[int] = frozenset()  # foreign processes tolerated (allow_busy)
 
     @property
@@ -98,7 +99,8 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
                     rel_tol: float = REL_TOL, working_set_bytes: int | None = None,
                     busy_wait_s: float = BUSY_WAIT_S, log: Any = None,
                     phases: dict[str, float] | None = None,
-                    settled: Callable[..., bool] = stats.settled) -> tuple[Measurement, ...]:
+                    settled: Callable[..., bool] = stats.settled,
+                    fallback_gate: tuple[str, float] | None = None) -> tuple[Measurement, ...]:
     """Measure every arm of `problem`; one Measurement per arm, in the problem's arm order.
 
     alpha weighs host issue time into the ranking (the census's eager share); the default, the
@@ -106,7 +108,10 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
     median is pinned to rel_tol or clearly behind the leader (stats.settled), or at max_rounds.
     `log` (a MeasurementLog) gets every result; `phases`, when given, accumulates the wall
     seconds spent preparing the arms (inputs, gate, captures, host timing) and in timing rounds.
-    `settled` is the stopping rule (bench/rounds_replay.py replays logs under another).
+    `settled` is the stopping rule (bench/rounds_replay.py replays logs under another). `fallback_gate`,
+    (fallback id, min speedup) as the build's partition applies them, also stops the rounds once
+    no arm can beat the fallback by that factor (stats.gate_decided): the point's verdict is then
+    the fallback whatever more rounds would show.
     """
     if not 1 <= min_rounds <= max_rounds:
         raise ValueError(f"need 1 <= min_rounds ({min_rounds}) <= max_rounds ({max_rounds})")
@@ -114,6 +119,9 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
         raise ValueError(f"alpha={alpha} is the eager share of calls and must be in [0, 1]")
     if rel_tol <= 0:
         raise ValueError(f"rel_tol={rel_tol} must be positive")
+    if fallback_gate is not None and not (isinstance(fallback_gate, tuple) and len(fallback_gate) == 2
+                                          and fallback_gate[1] >= 1.0):
+        raise ValueError(f"fallback_gate={fallback_gate!r} must be (fallback config id, min speedup >= 1.0)")
     refuse_capture()
     timer = timer if timer is not None else default_timer()
     env = timer.gpu_env()
@@ -130,7 +138,7 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
         run = _Run({c: [] for c in ok}, list(ok), foreign=frozenset(present))
         protected = {default_id, *keep} | ({incumbent} if incumbent else set())
         _rounds(run, session, env, prepared, protected, alpha, seed, allow_busy,
-                min_rounds, max_rounds, rel_tol, busy_wait_s, settled)
+                min_rounds, max_rounds, rel_tol, busy_wait_s, settled, fallback_gate)
         after = env.snapshot()
     finally:
         session.close()
@@ -146,7 +154,7 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
 def _rounds(run: _Run, session: Any, env: Any,
             prepared: Mapping[str, Prepared], protected: set[str], alpha: float, seed: int,
             allow_busy: bool, min_rounds: int, max_rounds: int, rel_tol: float,
-            busy_wait_s: float, settled: Callable[..., bool]) -> None:
+            busy_wait_s: float, settled: Callable[..., bool], fallback_gate: tuple[str, float] | None) -> None:
     rng = random.Random(seed)
     halve_at = stats.halving_rounds(min_rounds, max_rounds)
     while run.alive and run.rounds < max_rounds:
@@ -179,8 +187,13 @@ def _rounds(run: _Run, session: Any, env: Any,
         scores = {c: stats.objective_score(run.samples[c], prepared[c].host_us, alpha) for c in run.alive}
         if run.rounds in halve_at:
             run.alive = list(stats.halve(scores, protected))
-        if run.alive and settled(
-                {c: run.samples[c] for c in run.alive}, {c: scores[c] for c in run.alive}, rel_tol, min_rounds):
+        live = {c: run.samples[c] for c in run.alive}
+        live_scores = {c: scores[c] for c in run.alive}
+        if live and settled(live, live_scores, rel_tol, min_rounds):
+            run.stop = "settled"
+            break
+        if live and fallback_gate is not None and stats.gate_decided(live, live_scores, *fallback_gate, min_rounds):
+            run.stop = "fallback gate"
             break
 
 
@@ -193,6 +206,7 @@ def _measurements(problem: Problem, prepared: Mapping[str, Prepared], run: _Run,
         info.update(dict(p.info))
         info["timer"] = getattr(timer, "name", type(timer).__name__)
         info["rounds"] = run.rounds
+        info["stop"] = run.stop if run.alive else "no live arm"
         if run.invalidated:
             info["invalidated_rounds"] = run.invalidated
         if run.foreign:
@@ -294,17 +308,36 @@ class PointRequest:
 @dataclass(frozen=True)
 class StartRequest:
     """Worker request: import torch and the family and initialise CUDA (the worker's start-up,
-    timed apart from the measurements)."""
+    timed apart from the measurements). The family's optional warm_start runs meanwhile in a
+    thread: what of it waits on disk, hashing or a compiler overlaps torch's import (warm=False:
+    torch and CUDA alone, as bench/tune_profile.py compares)."""
 
     family: str
+    warm: bool = True
 
     def __call__(self) -> None:
-        import torch
+        import threading
 
         from tunedb import families
 
-        families.get(self.family)
+        family = families.get(self.family)
+        warm = getattr(family, "warm_start", None) if self.warm else None
+        thread = None
+        if callable(warm):
+            thread = threading.Thread(target=_best_effort, args=(warm,), daemon=True, name="tunedb-warm-start")
+            thread.start()
+        import torch
+
         torch.cuda.init()
+        if thread is not None:
+            thread.join()
+
+
+def _best_effort(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 -- a warm-up only: the first real launch reports the cause
+        pass
 
 
 def measure_point_isolated(worker: Any, family: str, sig: Signature, m: int,

@@ -65,6 +65,9 @@ class KernelFamily(Protocol):
     #       specific first (default: sig.lookup_keys()).
     #   model_ranker(profile, params) -> ranker: the cost-model tier, calibrated by the `model`
     #       object of the arch's database file.
+    # and by a measuring worker's start (bench.protocol.StartRequest):
+    #   warm_start() -> None: one-time compiler state (imports, caches), loaded in a thread
+    #       beside the worker's torch import; best effort, a failure resurfaces at first launch.
 
 
 _BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY"}

@@ -112,6 +112,21 @@ class GemmFamily:
     def impl_hash(self) -> str:
         return impl_hash()
 
+    def warm_start(self) -> None:
+        """Load the compiler state every first launch would otherwise pay for in line: the
+        kernels' modules (and triton with them), Triton's own cache key (a sha256 of the
+        400 MB libtriton, which releases the GIL) and its driver's C helpers (built by gcc on a
+        machine's first use). A measuring worker runs this in a thread beside its torch import."""
+        from triton.runtime.cache import triton_key
+        from triton.runtime.driver import driver
+
+        from tunedb.families.gemm.kernel_specs import kernel_fn
+
+        for name in ("mma", "tma", "splitk_partial"):
+            kernel_fn(name)
+        triton_key()
+        driver.active.utils  # noqa: B018 -- the first touch builds or loads cuda_utils
+
 
 FAMILY = GemmFamily()
 
