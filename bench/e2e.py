@@ -65,8 +65,10 @@ from tunedb.commands.tune import TUNE_TOP_K  # noqa: E402
 
 T0 = time.monotonic()
 # what run() writes under --work: the tuned user tier and the compilers' caches
-SCRATCH = (USER, INDUCTOR, INDUCTOR_TRITON, TUNEDB_INDUCTOR, TUNEDB_INDUCTOR_TRITON, TRITON_AUTOTUNE) = (
-    "user", "inductor", "inductor-triton", "tunedb-inductor", "tunedb-inductor-triton", "triton-autotune")
+SCRATCH = (USER, INDUCTOR, INDUCTOR_TRITON, TUNEDB_INDUCTOR, TUNEDB_INDUCTOR_TRITON, TRITON_AUTOTUNE, USER_INPROC,
+           CACHE_INPROC) = (
+    "user", "inductor", "inductor-triton", "tunedb-inductor", "tunedb-inductor-triton", "triton-autotune",
+    "user-in-process", "cache-in-process")
 MARKER = ".tunedb-e2e"  # marks a --work directory as e2e's own, so the next run may clear SCRATCH
 
 
@@ -210,6 +212,13 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                 put(name, b, "tunedb tuned", {m: cell("error", note="tuning failed") for m in MODES})
             continue
         print(f"  {name}: {r['tuning']}", flush=True)
+        if args.tune_in_process and r["tuning"].get("method") == "build":
+            try:
+                r["tuning_in_process"] = e2e_tune.tune_in_process(
+                    bm, tuned, shapes, args, str(work / USER_INPROC / name), str(work / CACHE_INPROC / name))
+            except Exception as exc:  # noqa: BLE001 - a second timing only: report it
+                r["tuning_in_process"] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"  {name} in process: {r['tuning_in_process']}", flush=True)
         with settings.override(USER_DB=str(user)):
             tunedb.reload()
             for b in bm.batches:
@@ -283,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
                         "the coverage max-autotune's static-shape compile has")
     p.add_argument("--top-k", type=int, default=TUNE_TOP_K,
                    help=f"the build's --top-k (cost-model arms per point; {TUNE_TOP_K}: tunedb tune's default)")
+    p.add_argument("--tune-in-process", action="store_true",
+                   help="after the tune, time the same build measured in this process (no worker), into a "
+                        "tier nothing serves: the tuning cost without tunedb's crash isolation")
     p.add_argument("--allow-busy", action="store_true", help="let the build run on a busy GPU")
     p.add_argument("--impl", default="auto", choices=("auto", "mirror", "hf", "torchaudio"),
                    help="the presets' implementation (auto: transformers/torchaudio when they import)")

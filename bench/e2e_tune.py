@@ -4,6 +4,7 @@ as a user pays for it (the plan and the worker's start included).
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import time
 from pathlib import Path
@@ -12,12 +13,12 @@ from e2e_timing import sync
 from tunedb.bench.gpuenv import wait_reaped
 
 
-def tune_options(args, out_dir: str):
+def tune_options(args, out_dir: str, isolate: bool = True):
     """The build's options for e2e's tune (the worker it prestarts is started with them too)."""
     from tunedb import pipeline
 
     return pipeline.BuildOptions(out=out_dir, thin=True, max_points=args.max_points, top_k=args.top_k,
-                                 allow_busy=args.allow_busy, fill=getattr(args, "fill", False))
+                                 allow_busy=args.allow_busy, fill=getattr(args, "fill", False), isolate=isolate)
 
 
 def tune_plan(name: str, shapes, args, out_dir: str, opts=None):
@@ -45,6 +46,21 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
         # the build's worker exits in the background (confirm waits for it before it measures):
         # gone before the tuned rows are timed, whatever happened
         wait_reaped()
+
+
+def tune_in_process(bm, tuned, shapes, args, out_dir: str, cache_dir: str) -> dict:
+    """The same build measured in this process (`--in-process`: no worker, so no start and no
+    probes; what Inductor, Triton's autotuner and tunedb.autotune() do), timed the same way into
+    its own user tier, which nothing serves. It runs after tune_model, so its arch profile is
+    measured again into `cache_dir` (empty) to pay what the first tune paid."""
+    from tunedb import arch, settings
+
+    t0 = time.perf_counter()
+    with settings.override(CACHE_DIR=cache_dir):
+        arch.current_profile(refresh=True)
+        opts = tune_options(args, out_dir, isolate=False)
+        build = argparse.Namespace(**{**vars(args), "tune": "build"})  # whatever its estimate
+        return _tune(bm, tuned, shapes, build, out_dir, float("inf"), t0, None, opts)
 
 
 def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, worker, opts) -> dict:

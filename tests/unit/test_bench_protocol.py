@@ -86,6 +86,12 @@ def test_rotation_copies_and_l2_state():
     l2 = 60 * 2**20
     assert rotation_copies(10 * 2**20, l2, 10 * 2**20) == 1
     assert rotation_copies(4 * 2**30, l2, 32 * 2**20) == 5  # ceil(120/32) + 1
+    # what each call touches beside its weights passes through L2 too (whisper's 1280x1280 at
+    # M=12000: 3.1 MiB of weight, 58.6 MiB of activations): fewer copies evict a weight
+    w, act = 1280 * 1280 * 2, 2 * 12000 * 1280 * 2
+    assert rotation_copies(4 * 2**30, l2, w) == 40 and rotation_copies(4 * 2**30, l2, w, act) == 21
+    assert rotation_copies(4 * 2**30, l2, w, 3 * l2) == 1  # a call that evicts L2 by itself
+    assert rotation_copies(l2 // 2, l2, w, 3 * l2) == 1
     timer = FakeTimer(lambda s, m, c: 1.0, l2_bytes=l2)
     cold = measure_problem(problem("default"), timer=timer, working_set_bytes=2 * l2, max_rounds=5)
     warm = measure_problem(problem("default"), timer=timer, working_set_bytes=l2 // 2, max_rounds=5)

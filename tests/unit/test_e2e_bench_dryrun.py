@@ -128,6 +128,15 @@ def test_tuning_table_gives_the_ratio_and_the_compile_options():
     assert got["tunedb / Inductor"] == "0.050"
     assert got["torch.compile of the tuned model (default mode + options)"] == \
         "21.5 s (2 of 2 batches, coordinate_descent_tuning=True)"
+    assert got["tunedb tune in process (/ Inductor)"] == "not run"
+    # the same build timed again in process (no worker): its own ratio, and a goal line with its phases
+    model["tuning_in_process"] = {"seconds": 30.0, "method": "build", "plan_s": 1.2,
+                                  "phase_seconds": {"prepare": 2.0, "rounds": 1.0}}
+    (_title, header, (cells,)) = e2e.tables({"models": {"m": model}})[-1]
+    assert dict(zip(header, cells))["tunedb tune in process (/ Inductor)"] == "30.0 s (0.125)"
+    lines = e2e.goals({"models": {"m": model}, "skipped": []})
+    assert any(ln.startswith("m: tuning in process (no worker) <= 1/10 of max-autotune compile: NOT met (30.0 s, "
+                             "ratio 0.125; phases: plan 1.20, prepare 2.00, rounds 1.00)") for ln in lines), lines
 
 
 def test_goals_say_where_the_tune_time_went():

@@ -141,14 +141,16 @@ class GraphSession:
         positions = [i for i in problem.weight_positions(args) if isinstance(args[i], torch.Tensor)]
         weight_bytes = sum(args[i].numel() * args[i].element_size() for i in positions)
         served = weight_bytes if working_set_bytes is None else working_set_bytes
-        copies = rotation_copies(served, timer.l2_bytes, weight_bytes)
-        self.l2 = "cold" if copies > 1 else "warm"
+        out = make_out(args, kwargs, ref)
+        other_bytes = out.numel() * out.element_size() + sum(
+            a.numel() * a.element_size() for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in positions)
+        copies = rotation_copies(served, timer.l2_bytes, weight_bytes, other_bytes)
+        self.l2 = "cold" if served > timer.l2_bytes and weight_bytes > 0 else "warm"
         arg_sets = [tuple(args)] + [
             tuple(a.clone() if i in positions else a for i, a in enumerate(args))
             for _ in range(copies - 1)
         ]
         calls = max(timer.min_calls, copies)
-        out = make_out(args, kwargs, ref)
         sep_buf = torch.ones(64, device=dev, dtype=torch.float32)
 
         def sep() -> None:

@@ -50,12 +50,18 @@ class Timer(Protocol):
     def open(self, problem: Problem, *, seed: int, working_set_bytes: int | None) -> Session: ...
 
 
-def rotation_copies(working_set_bytes: int, l2_bytes: int, weight_bytes: int) -> int:
-    """Weight copies to rotate through: enough to evict L2 between uses when the served
-    working set exceeds L2 (ceil(2 L2 / weight bytes) + 1), else one (warm)."""
+def rotation_copies(working_set_bytes: int, l2_bytes: int, weight_bytes: int, other_bytes: int = 0) -> int:
+    """Weight copies to rotate through: one (warm) when the served working set fits L2; else
+    enough that 2 x L2 distinct bytes pass between two uses of one copy, which evicts it.
+    Those bytes are the other copies plus what every call touches beside its weights (its
+    input activation and output, `other_bytes`): ceil((2 L2 - other) / weight bytes) + 1.
+
+    Counting the activations matters at large M: whisper-large-v3's 1280x1280 GEMM at
+    M=12000 touches 61 MB of activations per call, so 19 copies (not 33) already evict each
+    weight, and a call that touches 2 x L2 by itself needs one copy, timed cold all the same."""
     if weight_bytes <= 0 or working_set_bytes <= l2_bytes:
         return 1
-    return math.ceil(2 * l2_bytes / weight_bytes) + 1
+    return math.ceil(max(2 * l2_bytes - other_bytes, 0) / weight_bytes) + 1
 
 
 Cost = Callable[[Signature, int, str], "float | Status"]
