@@ -86,7 +86,7 @@ for stage in "$@"; do
       timeout 120 python -m tunedb evaluate --log $W/sys/measurements.jsonl --db system=$W/sys/sm90/gemm.json "${args[@]}" --png "$L/eval.png" 2>&1 | tee "$L/evaluate.log" | tail -40 ;;
     e2e)
       timeout ${E2E_S:-480} python bench/e2e.py --out "$L/e2e.json" --md "$L/e2e.md" ${E2E_ARGS:-} 2>&1 | tee "$L/e2e.log" | tail -60 ;;
-    e2e-each)  # one e2e invocation per model, each with its own budget, so max-autotune fits for every model (E2E_ARGS: extra flags, e.g. --compile-cdt)
+    e2e-each)  # one e2e invocation per model, each with its own budget, so max-autotune fits for every model (E2E_ARGS: extra flags, e.g. --compile-cdt --tune-in-process)
       for m in ${E2E_MODELS:-whisper-large-v3 llama-3-8b conformer}; do
         timeout ${E2E_S:-280} python bench/e2e.py --models $m --budget-s ${E2E_BUDGET:-250} ${E2E_BATCHES:+--batches $E2E_BATCHES} ${E2E_ARGS:-} --work "$W/e2e_$m" --out "$L/e2e_$m.json" --md "$L/e2e.md" 2>&1 | tee "$L/e2e_$m.log" | tail -25
         # the tune's own evidence (its tier and measurement log), to set beside the in-model rows

@@ -18,7 +18,10 @@ Variants, each timed eagerly and as one CUDA graph of the whole forward:
                   tunedb.autotune() on those forwards when the build's estimate exceeds its share
                   of the budget (--tune forces one), then tunedb.confirm on each batch's
                   forward (Triton picks slower inside the model than torch are demoted;
-                  --no-confirm skips it); the tuning wall time is its cost
+                  --no-confirm skips it); the tuning wall time is its cost. --tune-in-process
+                  also times the same build measured in this process (no worker, so no crash
+                  isolation: how Inductor, Triton's autotuner and tunedb.autotune() measure),
+                  after the model's timed rows, into a tier nothing serves
   tunedb+compile  torch.compile(tuned copy, default mode, dynamic=False) with the tuned tier:
                   shapes the tier serves with cuBLAS compile to aten (Inductor fuses around
                   them), Triton-served ones stay opaque tuned ops (compile time recorded per
@@ -212,13 +215,6 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                 put(name, b, "tunedb tuned", {m: cell("error", note="tuning failed") for m in MODES})
             continue
         print(f"  {name}: {r['tuning']}", flush=True)
-        if args.tune_in_process and r["tuning"].get("method") == "build":
-            try:
-                r["tuning_in_process"] = e2e_tune.tune_in_process(
-                    bm, tuned, shapes, args, str(work / USER_INPROC / name), str(work / CACHE_INPROC / name))
-            except Exception as exc:  # noqa: BLE001 - a second timing only: report it
-                r["tuning_in_process"] = {"error": f"{type(exc).__name__}: {exc}"}
-            print(f"  {name} in process: {r['tuning_in_process']}", flush=True)
         with settings.override(USER_DB=str(user)):
             tunedb.reload()
             for b in bm.batches:
@@ -238,6 +234,14 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                     if secs is not None:
                         comp["per_batch"][str(b)] = round(secs, 2)
             torch._dynamo.reset()
+        # last, so nothing it leaves in this process (memory, threads) can touch a timed row
+        if args.tune_in_process and r["tuning"].get("method") == "build":
+            try:
+                r["tuning_in_process"] = e2e_tune.tune_in_process(
+                    bm, tuned, shapes, args, str(work / USER_INPROC / name), str(work / CACHE_INPROC / name))
+            except Exception as exc:  # noqa: BLE001 - a second timing only: report it
+                r["tuning_in_process"] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(f"  {name} in process: {r['tuning_in_process']}", flush=True)
 
     if budget.allows("host overhead", 10):
         print("[phase] host overhead", flush=True)
