@@ -48,19 +48,20 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
         wait_reaped()
 
 
-def tune_in_process(bm, tuned, shapes, args, out_dir: str, cache_dir: str) -> dict:
+def tune_in_process(bm, tuned, shapes, args, out_dir: str) -> dict:
     """The same build measured in this process (`--in-process`: no worker, so no start and no
     probes; what Inductor, Triton's autotuner and tunedb.autotune() do), timed the same way into
-    its own user tier, which nothing serves. It runs after tune_model, so its arch profile is
-    measured again into `cache_dir` (empty) to pay what the first tune paid."""
-    from tunedb import arch, settings
+    its own user tier, which nothing serves. It runs after tune_model, whose plan measured the
+    GPU's arch profile into tunedb's cache; that measurement is repeated here, timed and thrown
+    away (arch.measure_profile touches no cache), so this tune pays what the first one paid and
+    the profile later models plan with is unchanged."""
+    from tunedb import arch
 
     t0 = time.perf_counter()
-    with settings.override(CACHE_DIR=cache_dir):
-        arch.current_profile(refresh=True)
-        opts = tune_options(args, out_dir, isolate=False)
-        build = argparse.Namespace(**{**vars(args), "tune": "build"})  # whatever its estimate
-        return _tune(bm, tuned, shapes, build, out_dir, float("inf"), t0, None, opts)
+    arch.measure_profile()
+    opts = tune_options(args, out_dir, isolate=False)
+    build = argparse.Namespace(**{**vars(args), "tune": "build"})  # whatever its estimate
+    return _tune(bm, tuned, shapes, build, out_dir, float("inf"), t0, None, opts)
 
 
 def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, worker, opts) -> dict:

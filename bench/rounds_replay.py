@@ -5,9 +5,10 @@ spent in timing rounds and whether each protocol call's winner and verdict stay 
 
 `old`: rounds stop when every live arm's median is pinned to REL_TOL (or at the cap);
 `new`: stats.settled, which also stops when the other arms are clearly behind the leader;
-`gate`: `new`, and also once no arm can beat torch by the build's 1.05x gate (stats.gate_decided,
-what the build runs since session 8). A call's verdict is its winner if that beats torch by the
-gate on the call's own medians, else torch (for a one-point signature, what the build serves).
+`gate`: `new`, and, for a signature the log measured at one M only, also once no arm can beat
+torch by the build's 1.05x gate (stats.gate_decided: what the build runs since session 8 on a
+signature's sole point). A call's verdict is what partition() serves at its M from the call's
+own medians alone (the 3% band, then the gate): for a one-point signature, what the build serves.
 Each protocol call of the log (consecutive records of one signature and M with one recorded
 round count: a point's first measurement and its cross-evaluation are separate calls) is run
 again with ReplayTimer (the recorded samples, cycled) at --alpha, the eager share the log was
@@ -23,10 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from tunedb import partition  # noqa: E402
 from tunedb.bench import protocol, stats  # noqa: E402
 from tunedb.bench.arms import Arm, Problem  # noqa: E402
 from tunedb.bench.log import read_measurements  # noqa: E402
 from tunedb.bench.timers import ReplayTimer  # noqa: E402
+from tunedb.records import Point  # noqa: E402
 
 
 def _pinned_only(samples, scores, rel_tol, min_n) -> bool:
@@ -37,11 +40,10 @@ FALLBACK, GATE = "torch", 1.05
 RULES = {"old": dict(settled=_pinned_only), "new": {}, "gate": dict(fallback_gate=(FALLBACK, GATE))}
 
 
-def verdict(winner: str, scores: dict) -> str:
-    """The winner when it beats the fallback by the gate at this call, else the fallback."""
-    if winner == FALLBACK or FALLBACK not in scores or scores[FALLBACK] >= GATE * scores[winner]:
-        return winner
-    return FALLBACK
+def verdict(sig, m: int, scores: dict) -> str:
+    """What partition() serves at M from these objectives alone (band, set cover, gate)."""
+    part = partition.partition([Point(sig, m)], {(m, c): t for c, t in scores.items()}, FALLBACK, GATE)
+    return part.regions[0].config_id
 
 
 def load(spec: str) -> list:
@@ -65,6 +67,9 @@ def calls(meas: list) -> list[tuple[object, int, dict]]:
 
 def replay(meas: list, alpha: float) -> dict[str, tuple[float, list]]:
     timer, points = ReplayTimer(meas), calls(meas)
+    ms: dict = {}
+    for sig, m, _ in points:
+        ms.setdefault(sig, set()).add(m)
     out = {}
     for name, kw in RULES.items():
         gpu_ms, winners = 0.0, []
@@ -72,11 +77,12 @@ def replay(meas: list, alpha: float) -> dict[str, tuple[float, list]]:
             ids = tuple(Arm(c) for c, x in arms.items() if x.status.ok)
             if not ids:
                 continue
-            got = protocol.measure_problem(Problem(sig, m, ids), timer=timer, alpha=alpha, **kw)
+            rule = {k: v for k, v in kw.items() if k != "fallback_gate" or len(ms[sig]) == 1}
+            got = protocol.measure_problem(Problem(sig, m, ids), timer=timer, alpha=alpha, **rule)
             for x in got:
                 gpu_ms += x.n * x.median_ms * dict(arms[x.config_id].env).get("calls_per_graph", 8)
             scores = {x.config_id: x.objective(alpha) for x in got if x.status.ok}
-            winners.append((sig.format(), m, protocol.best(list(got), alpha).config_id, scores))
+            winners.append((sig, m, protocol.best(list(got), alpha).config_id, scores))
         out[name] = (gpu_ms, winners)
     return out
 
@@ -94,16 +100,16 @@ def main(argv: list[str] | None = None) -> int:
         res = replay(load(spec), args.alpha)
         (g0, w0), (g1, w1), (g2, w2) = res["old"], res["new"], res["gate"]
         same = sum(a[2] == b[2] for a, b in zip(w0, w1))
-        kept = sum(verdict(a[2], a[3]) == verdict(b[2], b[3]) for a, b in zip(w1, w2))
+        kept = sum(verdict(a[0], a[1], a[3]) == verdict(b[0], b[1], b[3]) for a, b in zip(w1, w2))
         changed += [(Path(spec).name, "old->new", a, b[2]) for a, b in zip(w0, w1) if a[2] != b[2]]
         changed += [(Path(spec).name, "new->gate", a, b[2]) for a, b in zip(w1, w2)
-                    if verdict(a[2], a[3]) != verdict(b[2], b[3])]
+                    if verdict(a[0], a[1], a[3]) != verdict(b[0], b[1], b[3])]
         print(f"{Path(spec).name[:48]:48s} {len(w0):5d} {g0 / 1e3:7.2f} {g1 / 1e3:7.2f} {g2 / 1e3:7.2f} "
               f"{g1 / g0 if g0 else 1.0:7.2f} {g2 / g1 if g1 else 1.0:8.2f} {same:>8d}/{len(w0)} "
               f"{kept:>10d}/{len(w1)}")
     for log, what, (sig, m, old, scores), new in changed if args.show else ():
         # the new winner priced by the earlier rule's (longer-sampled) medians
-        print(f"  {log} {what}: {sig} M={m}: {old} -> {new} ({scores[new] / scores[old]:.3f}x the earlier "
+        print(f"  {log} {what}: {sig.format()} M={m}: {old} -> {new} ({scores[new] / scores[old]:.3f}x the earlier "
               f"winner's objective by the earlier rule's medians)")
     return 0
 

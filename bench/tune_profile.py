@@ -94,9 +94,13 @@ def in_process(points, alpha: float, gate: bool, top: int) -> tuple[dict, str]:
     phases: dict[str, float] = {}
     rounds = []
     prof = cProfile.Profile()
+    ms: dict = {}
+    for sig, m, _ in points:
+        ms.setdefault(sig, set()).add(m)
     for sig, m, arms in points:
-        cold = any(dict(x.env).get("copies", 1) > 1 for x in arms.values())
-        kw = dict(fallback_gate=("torch", 1.05)) if gate else {}
+        cold = any(x.l2 == "cold" for x in arms.values())
+        # as the build: the gate only decides a signature's sole point
+        kw = dict(fallback_gate=("torch", 1.05)) if gate and len(ms[sig]) == 1 else {}
         prof.enable()
         got = measure_point(fam, sig, m, list(arms), alpha=alpha, working_set_bytes=4 * l2 if cold else None,
                             phases=phases, **kw)

@@ -152,13 +152,19 @@ class Measurer:
             self.timer = default_timer()
         self.arms = 0
 
-    def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float) -> tuple[Measurement, ...]:
+    def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float,
+                 decides: bool = False) -> tuple[Measurement, ...]:
+        """decides: this point is its signature's only one, so the partition's gate applied to
+        it alone is what the signature serves, and its rounds may stop once no arm can pass it.
+        (Across several points a region's gate is a weighted geomean over them, and an arm
+        behind torch here can still win a region; those points sample on.)"""
         from tunedb.bench import protocol
 
         served = self.working_set.get(sig)
-        # the partition's gate, so a point stops once no arm can take the fallback's place
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
-                  working_set_bytes=served, fallback_gate=(FALLBACK, self.opts.min_speedup))
+                  working_set_bytes=served)
+        if decides:
+            kw["fallback_gate"] = (FALLBACK, self.opts.min_speedup)
         if self.worker is not None:
             out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log,
                                                   phases=self.phases, **kw)
@@ -182,7 +188,7 @@ def build_signature(plan: buildplan.SignaturePlan, measure: Callable[..., tuple[
     meas: list[Measurement] = []
     ranked: dict[int, list[str]] = {}
     for p in plan.points:
-        got = measure(sig, p.m, plan.arms[p.m], alpha[p.m])
+        got = measure(sig, p.m, plan.arms[p.m], alpha[p.m], decides=len(plan.points) == 1)
         meas.extend(got)
         on_arms(len(got))
         ok = sorted((x.objective(alpha[p.m]), x.config_id) for x in got if x.status.ok)

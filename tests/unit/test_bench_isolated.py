@@ -171,15 +171,20 @@ def test_start_request_warms_the_family_beside_torch_and_survives_its_failure(mo
     monkeypatch.setattr(torch.cuda, "init", lambda: inits.append(threading.current_thread()))
 
     def warm():
+        import time
+
+        time.sleep(0.05)  # still running when torch's init returns: the start must wait for it
         seen.append(threading.current_thread())
 
     monkeypatch.setattr(fam, "warm_start", warm, raising=False)
     assert StartRequest("fake")() is None
     assert inits == [threading.main_thread()] and len(seen) == 1 and seen[0] is not threading.main_thread()
+    StartRequest("fake", warm=False)()  # torch and CUDA alone (bench/tune_profile.py's comparison)
+    assert len(inits) == 2 and len(seen) == 1
 
     def broken():
         raise RuntimeError("0 active drivers")
 
     monkeypatch.setattr(fam, "warm_start", broken, raising=False)
     StartRequest("fake")()  # the first real launch reports a broken compiler, not the start
-    assert len(inits) == 2
+    assert len(inits) == 3

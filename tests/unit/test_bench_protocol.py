@@ -90,7 +90,9 @@ def test_rotation_copies_and_l2_state():
     # M=12000: 3.1 MiB of weight, 58.6 MiB of activations): fewer copies evict a weight
     w, act = 1280 * 1280 * 2, 2 * 12000 * 1280 * 2
     assert rotation_copies(4 * 2**30, l2, w) == 40 and rotation_copies(4 * 2**30, l2, w, act) == 21
-    assert rotation_copies(4 * 2**30, l2, w, 3 * l2) == 1  # a call that evicts L2 by itself
+    # a call that evicts L2 by itself still needs a second copy: the next call would reread a
+    # weight the last one just read
+    assert rotation_copies(4 * 2**30, l2, w, 3 * l2) == 2
     assert rotation_copies(l2 // 2, l2, w, 3 * l2) == 1
     timer = FakeTimer(lambda s, m, c: 1.0, l2_bytes=l2)
     cold = measure_problem(problem("default"), timer=timer, working_set_bytes=2 * l2, max_rounds=5)
@@ -191,3 +193,9 @@ def test_fallback_gate_ends_a_point_the_fallback_wins_and_records_why():
     assert best(list(fast.values())).config_id == "tma"
     with pytest.raises(ValueError, match="fallback_gate"):
         run(costs, fallback_gate=("torch", 0.9))
+
+
+def test_a_point_with_no_live_arm_says_so():
+    out = measure_problem(problem("a", "b"), timer=FakeTimer(lambda s, m, c: Status.INFEASIBLE))
+    assert all(x.status is Status.INFEASIBLE for x in out)
+    assert {dict(x.env)["stop"] for x in out} == {"no live arm"}

@@ -287,3 +287,16 @@ def test_the_build_and_tune_commands_take_no_fill():
     add_build_options(parser, out_default="user")
     assert options_from(parser.parse_args([])).fill is True
     assert options_from(parser.parse_args(["--no-fill"])).fill is False
+
+
+def test_only_a_signatures_sole_point_stops_at_the_gate(cache):
+    """A signature measured at one M serves exactly that point's gate verdict, so its rounds stop
+    once no arm can pass it; where several points share a region's geomean gate they sample on."""
+    timer = FakeTimer(truth, noise_sigma=0.03, seed=2)
+    shapes = census((FLAT, (24,)), (WINS, (64, 96)))
+    pipeline.build([("c", shapes)], opts(cache / "out"), timer=timer)
+    from tunedb.bench.log import read_measurements
+
+    stops = {(x.signature, x.m): dict(x.env)["stop"] for x in read_measurements(cache / "out" / "measurements.jsonl")}
+    assert stops[(FLAT, 24)] == "fallback gate"
+    assert all(stops[(WINS, m)] != "fallback gate" for m in (64, 96))

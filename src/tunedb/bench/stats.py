@@ -87,8 +87,12 @@ def gate_decided(samples: Mapping[str, Sequence[float]], scores: Mapping[str, fl
     fallback's place. Sampling on would only sharpen medians that serve nowhere at this point;
     each arm keeps min_n samples for the evidence and the cost model's refit.
 
-    On whisper-large-v3 at M=12000 (cuBLAS ahead of every Triton config by 6-31%) this can end a
-    point at the first check instead of after about 20 rounds."""
+    It decides a signature measured at one M only (the build passes it for those): across
+    several points a region's gate is a geomean and an arm behind here can still win there.
+    From min_n samples, unlike settled()'s SEPARATION_MIN_N: a wrong stop needs an arm truly
+    1.05x ahead to read about 6 standard errors of its median slower than it is (3 on each
+    side), where settled() separates arms a noise-width apart. On whisper-large-v3 at M=12000
+    (cuBLAS ahead of every Triton config by 6-31%) it ends a point at the first check."""
     if fallback not in samples or any(len(v) < max(min_n, 2) for v in samples.values()):
         return False
     ceiling = (scores[fallback] + SEPARATION_SE * median_se(samples[fallback])) / min_speedup

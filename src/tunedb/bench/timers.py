@@ -53,15 +53,17 @@ class Timer(Protocol):
 def rotation_copies(working_set_bytes: int, l2_bytes: int, weight_bytes: int, other_bytes: int = 0) -> int:
     """Weight copies to rotate through: one (warm) when the served working set fits L2; else
     enough that 2 x L2 distinct bytes pass between two uses of one copy, which evicts it.
-    Those bytes are the other copies plus what every call touches beside its weights (its
-    input activation and output, `other_bytes`): ceil((2 L2 - other) / weight bytes) + 1.
+    Those bytes are the calls in between: their copies of the weights, plus what every call
+    touches beside them (its input activation and output, `other_bytes`, the same buffers each
+    call, so counted once): ceil((2 L2 - other) / weight bytes) + 1, and never fewer than two,
+    since with one copy the next call rereads a weight the last one just read.
 
     Counting the activations matters at large M: whisper-large-v3's 1280x1280 GEMM at
-    M=12000 touches 61 MB of activations per call, so 19 copies (not 33) already evict each
-    weight, and a call that touches 2 x L2 by itself needs one copy, timed cold all the same."""
+    M=12000 (60 MiB L2) touches 61 MB of activations per call, so 21 copies (not 40) already
+    evict each weight, and a call that touches 2 x L2 by itself needs two."""
     if weight_bytes <= 0 or working_set_bytes <= l2_bytes:
         return 1
-    return math.ceil(max(2 * l2_bytes - other_bytes, 0) / weight_bytes) + 1
+    return max(2, math.ceil(max(2 * l2_bytes - other_bytes, 0) / weight_bytes) + 1)
 
 
 Cost = Callable[[Signature, int, str], "float | Status"]

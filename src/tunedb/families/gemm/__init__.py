@@ -118,13 +118,17 @@ class GemmFamily:
         400 MB libtriton, which releases the GIL) and its driver's C helpers (built by gcc on a
         machine's first use). A measuring worker runs this in a thread beside its torch import."""
         from triton.runtime.cache import triton_key
-        from triton.runtime.driver import driver
 
         from tunedb.families.gemm.kernel_specs import kernel_fn
 
         for name in ("mma", "tma", "splitk_partial"):
             kernel_fn(name)
         triton_key()
+        # Triton picks its active driver once per process, by whether torch is there: wait for
+        # the worker's own torch import (this import blocks until it is done) before touching it
+        import torch  # noqa: F401
+        from triton.runtime.driver import driver
+
         driver.active.utils  # noqa: B018 -- the first touch builds or loads cuda_utils
 
 
