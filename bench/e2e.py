@@ -240,8 +240,8 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
         if args.tune_in_process and r["tuning"].get("method") == "build" and budget.allows(
                 f"{name} tuning in process", 2 * r["tuning"].get("seconds", 10) + args.compile_guess_s):
             try:
-                r["tuning_in_process"] = e2e_tune.tune_in_process(bm, tuned, shapes, args,
-                                                                  str(work / USER_INPROC / name))
+                r["tuning_in_process"] = e2e_tune.tune_in_process(
+                    bm, tuned, shapes, args, str(work / USER_INPROC / name), r["tuning"].get("arch_measured", True))
             except Exception as exc:  # noqa: BLE001 - a second timing only: report it
                 r["tuning_in_process"] = {"error": f"{type(exc).__name__}: {exc}"}
             tunedb.reload()  # its confirm loaded its own tier: back to what the settings say

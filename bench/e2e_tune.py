@@ -30,16 +30,26 @@ def tune_plan(name: str, shapes, args, out_dir: str, opts=None):
     return opts, sum(p.est_seconds for p in plan.plans)
 
 
+def arch_profile_cached() -> bool:
+    """Whether this GPU's arch profile is already in tunedb's cache (a tune's plan then reads it
+    instead of measuring it)."""
+    from tunedb import arch
+
+    return arch.cache_path(arch.queried()["sku"]).exists()
+
+
 def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
-    """Tune `bm`'s points into the user tier at out_dir; returns what was done and its wall time."""
+    """Tune `bm`'s points into the user tier at out_dir; returns what was done and its wall time
+    (`arch_measured`: whether its plan had to measure the GPU's arch profile)."""
     from tunedb import buildsteps
 
+    measures_arch = not arch_profile_cached()
     t0 = time.perf_counter()  # the plan counts too: tunedb's cost is everything it does to tune
     # as `tunedb tune` does: the measuring worker starts first, while the plan is made
     opts = tune_options(args, out_dir)
     worker = None if args.tune == "autotune" else buildsteps.start_worker(opts, gpu=True)
     try:
-        return _tune(bm, tuned, shapes, args, out_dir, share_s, t0, worker, opts)
+        return {**_tune(bm, tuned, shapes, args, out_dir, share_s, t0, worker, opts), "arch_measured": measures_arch}
     finally:
         if worker is not None:
             worker.close()  # the build closed it already; a plan error or autotune never used it
@@ -48,20 +58,21 @@ def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
         wait_reaped()
 
 
-def tune_in_process(bm, tuned, shapes, args, out_dir: str) -> dict:
+def tune_in_process(bm, tuned, shapes, args, out_dir: str, measure_arch: bool) -> dict:
     """The same build measured in this process (`--in-process`: no worker, so no start and no
     probes; what Inductor, Triton's autotuner and tunedb.autotune() do), timed the same way into
-    its own user tier, which nothing serves. It runs after tune_model, whose plan measured the
-    GPU's arch profile into tunedb's cache; that measurement is repeated here, timed and thrown
-    away (arch.measure_profile touches no cache), so this tune pays what the first one paid and
-    the profile later models plan with is unchanged."""
+    its own user tier, which nothing serves. It runs after tune_model: when that tune's plan
+    measured the GPU's arch profile (`measure_arch`, its `arch_measured`), the measurement is
+    repeated here, timed and thrown away (arch.measure_profile touches no cache), so this tune
+    pays what the first one paid and the profile later models plan with is unchanged."""
     from tunedb import arch
 
     t0 = time.perf_counter()
-    arch.measure_profile()
+    if measure_arch:
+        arch.measure_profile()
     opts = tune_options(args, out_dir, isolate=False)
     build = argparse.Namespace(**{**vars(args), "tune": "build"})  # whatever its estimate
-    return _tune(bm, tuned, shapes, build, out_dir, float("inf"), t0, None, opts)
+    return {**_tune(bm, tuned, shapes, build, out_dir, float("inf"), t0, None, opts), "arch_measured": measure_arch}
 
 
 def _tune(bm, tuned, shapes, args, out_dir: str, share_s: float, t0: float, worker, opts) -> dict:
