@@ -32,6 +32,13 @@ def fmt(c: dict, plain: dict | None) -> str:
     return f"{c['status']}" + (f": {c['note']}" if c.get("note") else "")
 
 
+def vs_inductor(tune: dict, ind: dict) -> float | None:
+    """A tune's wall time over max-autotune's compile, when both ran to the end."""
+    if tune.get("seconds") and ind.get("complete") and ind.get("seconds"):
+        return tune["seconds"] / ind["seconds"]
+    return None
+
+
 def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) per model, then the tuning-cost table."""
     out = []
@@ -46,15 +53,15 @@ def tables(report: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     rows = []
     for name, r in report["models"].items():
         t, ind, tri = r.get("tuning", {}), r.get("inductor_compile", {}), r.get("triton_autotune", {})
-        ratio = (f"{t['seconds'] / ind['seconds']:.3f}" if t.get("seconds") and ind.get("complete") and ind.get("seconds")
-                 else "n/a")
+        q = vs_inductor(t, ind)
+        ratio = f"{q:.3f}" if q is not None else "n/a"
         tuned = (f"error: {t['error'][:80]}" if "error" in t else
                  f"{t['seconds']} s ({t['method']}, {t['points']} points)" if t else "not run")
         comp = r.get("tunedb_compile", {}).get("per_batch", {})
         opts = ", ".join(f"{k}={v}" for k, v in r.get("tunedb_compile", {}).get("options", {}).items())
         ip = r.get("tuning_in_process", {})
-        in_proc = (f"{ip['seconds']} s ({ip['seconds'] / ind['seconds']:.3f})"
-                   if ip.get("seconds") and ind.get("complete") and ind.get("seconds") else
+        q = vs_inductor(ip, ind)
+        in_proc = (f"{ip['seconds']} s ({q:.3f})" if q is not None else
                    f"{ip['seconds']} s" if ip.get("seconds") else "error" if ip else "not run")
         rows.append([name, tuned,
                      f"{ind['seconds']} s ({len(ind['per_batch'])} of {len(r['batches'])} batches)" if ind else "not run",
@@ -107,13 +114,13 @@ def goals(report: dict) -> list[str]:
                      f"{'met' if h['selection_us'] <= 1.0 else 'NOT met'} ({h['selection_us']:.2f} us)")
     for name, r in report["models"].items():
         t, ind = r.get("tuning", {}), r.get("inductor_compile", {})
-        if t.get("seconds") and ind.get("complete") and ind.get("seconds"):
-            q = t["seconds"] / ind["seconds"]
+        q = vs_inductor(t, ind)
+        if q is not None:
             lines.append(f"{name}: tuning <= 1/10 of max-autotune compile: {'met' if q <= 0.1 else 'NOT met'} "
                          f"({t['seconds']:.1f} s ({t['method']}) vs {ind['seconds']:.1f} s)")
         ip = r.get("tuning_in_process", {})
-        if ip.get("seconds") and ind.get("complete") and ind.get("seconds"):
-            q = ip["seconds"] / ind["seconds"]
+        q = vs_inductor(ip, ind)
+        if q is not None:
             lines.append(f"{name}: tuning in process (no worker) <= 1/10 of max-autotune compile: "
                          f"{'met' if q <= 0.1 else 'NOT met'} ({ip['seconds']:.1f} s, ratio {q:.3f}; phases: "
                          + ", ".join([f"plan {ip.get('plan_s', 0):.2f}"]

@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tunedb import partition  # noqa: E402
+from tunedb.buildsteps import FALLBACK  # noqa: E402
 from tunedb.bench import protocol, stats  # noqa: E402
 from tunedb.bench.arms import Arm, Problem  # noqa: E402
 from tunedb.bench.log import read_measurements  # noqa: E402
@@ -36,7 +37,7 @@ def _pinned_only(samples, scores, rel_tol, min_n) -> bool:
     return all(stats.converged(v, rel_tol, min_n) for v in samples.values())
 
 
-FALLBACK, GATE = "torch", 1.05
+GATE = 1.05  # the build's default --min-speedup
 RULES = {"old": dict(settled=_pinned_only), "new": {}, "gate": dict(fallback_gate=(FALLBACK, GATE))}
 
 
@@ -65,11 +66,17 @@ def calls(meas: list) -> list[tuple[object, int, dict]]:
     return out
 
 
-def replay(meas: list, alpha: float) -> dict[str, tuple[float, list]]:
-    timer, points = ReplayTimer(meas), calls(meas)
+def sole_point_signatures(points: list) -> set:
+    """The signatures a list of calls measured at one M only: where the build's gate decides."""
     ms: dict = {}
     for sig, m, _ in points:
         ms.setdefault(sig, set()).add(m)
+    return {sig for sig, seen in ms.items() if len(seen) == 1}
+
+
+def replay(meas: list, alpha: float) -> dict[str, tuple[float, list]]:
+    timer, points = ReplayTimer(meas), calls(meas)
+    sole = sole_point_signatures(points)
     out = {}
     for name, kw in RULES.items():
         gpu_ms, winners = 0.0, []
@@ -77,7 +84,7 @@ def replay(meas: list, alpha: float) -> dict[str, tuple[float, list]]:
             ids = tuple(Arm(c) for c, x in arms.items() if x.status.ok)
             if not ids:
                 continue
-            rule = {k: v for k, v in kw.items() if k != "fallback_gate" or len(ms[sig]) == 1}
+            rule = {k: v for k, v in kw.items() if k != "fallback_gate" or sig in sole}
             got = protocol.measure_problem(Problem(sig, m, ids), timer=timer, alpha=alpha, **rule)
             for x in got:
                 gpu_ms += x.n * x.median_ms * dict(arms[x.config_id].env).get("calls_per_graph", 8)
@@ -100,10 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         res = replay(load(spec), args.alpha)
         (g0, w0), (g1, w1), (g2, w2) = res["old"], res["new"], res["gate"]
         same = sum(a[2] == b[2] for a, b in zip(w0, w1))
-        kept = sum(verdict(a[0], a[1], a[3]) == verdict(b[0], b[1], b[3]) for a, b in zip(w1, w2))
+        moved = [verdict(a[0], a[1], a[3]) != verdict(b[0], b[1], b[3]) for a, b in zip(w1, w2)]
+        kept = len(moved) - sum(moved)
         changed += [(Path(spec).name, "old->new", a, b[2]) for a, b in zip(w0, w1) if a[2] != b[2]]
-        changed += [(Path(spec).name, "new->gate", a, b[2]) for a, b in zip(w1, w2)
-                    if verdict(a[0], a[1], a[3]) != verdict(b[0], b[1], b[3])]
+        changed += [(Path(spec).name, "new->gate", a, b[2]) for a, b, x in zip(w1, w2, moved) if x]
         print(f"{Path(spec).name[:48]:48s} {len(w0):5d} {g0 / 1e3:7.2f} {g1 / 1e3:7.2f} {g2 / 1e3:7.2f} "
               f"{g1 / g0 if g0 else 1.0:7.2f} {g2 / g1 if g1 else 1.0:8.2f} {same:>8d}/{len(w0)} "
               f"{kept:>10d}/{len(w1)}")

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rounds_replay import calls, load  # noqa: E402
+from rounds_replay import FALLBACK, GATE, calls, load, sole_point_signatures  # noqa: E402
 
 BARE = """
 import time
@@ -69,7 +69,7 @@ def worker_start(warm: bool, point) -> dict[str, float]:
         t0 = time.perf_counter()
         res = w.run(StartRequest("gemm", warm=warm))
         t1 = time.perf_counter()
-        ids = [c for c in arms if c != "torch"]
+        ids = [c for c in arms if c != FALLBACK]
         first = w.run(ProbeRequest("gemm", sig, m, ids[0]))
         t2 = time.perf_counter()
         for cid in ids[1:]:
@@ -94,13 +94,11 @@ def in_process(points, alpha: float, gate: bool, top: int) -> tuple[dict, str]:
     phases: dict[str, float] = {}
     rounds = []
     prof = cProfile.Profile()
-    ms: dict = {}
-    for sig, m, _ in points:
-        ms.setdefault(sig, set()).add(m)
+    sole = sole_point_signatures(points)
     for sig, m, arms in points:
         cold = any(x.l2 == "cold" for x in arms.values())
         # as the build: the gate only decides a signature's sole point
-        kw = dict(fallback_gate=("torch", 1.05)) if gate and len(ms[sig]) == 1 else {}
+        kw = dict(fallback_gate=(FALLBACK, GATE)) if gate and sig in sole else {}
         prof.enable()
         got = measure_point(fam, sig, m, list(arms), alpha=alpha, working_set_bytes=4 * l2 if cold else None,
                             phases=phases, **kw)
@@ -120,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=30, help="cProfile rows")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    points = [(sig, m, arms) for sig, m, arms in calls(load(args.log))]
+    points = calls(load(args.log))
     report: dict = {"bare": bare_start()}
     print("bare start (s): " + ", ".join(f"{k} {v}" for k, v in report["bare"].items()))
     report["workers"] = []
