@@ -22,6 +22,9 @@ Variants, each timed eagerly and as one CUDA graph of the whole forward:
                   also times the same build measured in this process (no worker, so no crash
                   isolation: how Inductor, Triton's autotuner and tunedb.autotune() measure),
                   after the model's timed rows, into a tier nothing serves
+  compile         torch.compile(module, default mode, dynamic=False, the same Inductor options as
+                  tunedb+compile): the compiler's own gain, which tunedb+compile is judged against
+  tunedb system+compile  the same compile of the tunedb.optimize copy with the shipped tier only
   tunedb+compile  torch.compile(tuned copy, default mode, dynamic=False) with the tuned tier:
                   shapes the tier serves with cuBLAS compile to aten (Inductor fuses around
                   them), Triton-served ones stay opaque tuned ops (compile time recorded per
@@ -69,9 +72,9 @@ from tunedb.commands.tune import TUNE_TOP_K  # noqa: E402
 T0 = time.monotonic()
 # what run() writes under --work: the tuned user tier and the compilers' caches
 SCRATCH = (USER, INDUCTOR, INDUCTOR_TRITON, TUNEDB_INDUCTOR, TUNEDB_INDUCTOR_TRITON, TRITON_AUTOTUNE,
-           USER_INPROC) = (
+           USER_INPROC, COMPILE, SYSTEM_COMPILE) = (
     "user", "inductor", "inductor-triton", "tunedb-inductor", "tunedb-inductor-triton", "triton-autotune",
-    "user-in-process")
+    "user-in-process", "compile", "tunedb-system-compile")
 MARKER = ".tunedb-e2e"  # marks a --work directory as e2e's own, so the next run may clear SCRATCH
 
 
@@ -119,7 +122,7 @@ def dry_run(args) -> int:
           f"tune: {args.tune} (build --thin --max-points {args.max_points} --top-k {args.top_k}"
           f"{'' if args.fill else ' --no-fill'}); triton.autotune sample "
           f"{args.triton_sample} configs; tolerance {args.tol:g}")
-    print("phases: plain + plain A/A + tunedb system -> tune + tunedb tuned + tunedb+compile -> host overhead -> max-autotune "
+    print("phases: plain + plain A/A + tunedb system -> compile + tunedb system+compile -> tune + tunedb tuned + tunedb+compile -> host overhead -> max-autotune "
           "-> triton.autotune")
     share = 0.4 * args.budget_s / len(args.models)
     for name in args.models:
@@ -200,6 +203,22 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                     put(name, b, "plain A/A", measure(bm, bm.module, b, refs[b], args, anchor=bm.module))
                     put(name, b, "tunedb system", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
 
+    # the compiler alone, in the same Inductor mode and options as tunedb+compile: what tunedb+compile
+    # is judged against (the compiler's gain over plain is not tunedb's); each in cold caches of its own
+    options = {"coordinate_descent_tuning": True} if args.compile_cdt else {}
+    print("[phase] compile and tunedb system+compile", flush=True)
+    with settings.override(USER_DB="off"):
+        tunedb.reload()
+        for name, (bm, r, rows, tuned, refs) in models.items():
+            for variant, module, scratch in (("compile", bm.module, COMPILE), ("tunedb system+compile", tuned, SYSTEM_COMPILE)):
+                with fresh_env(TORCHINDUCTOR_CACHE_DIR=str(work / scratch), TRITON_CACHE_DIR=str(work / scratch / "triton")):
+                    for b in bm.batches:
+                        if budget.allows(f"{name} b{b} {variant}", 30):
+                            torch._dynamo.reset()
+                            compile_and_measure(name, bm, b, refs, variant,
+                                                torch.compile(module, dynamic=False, options=options or None))
+        torch._dynamo.reset()
+
     print("[phase] tune, then tunedb tuned", flush=True)
     user, share = work / USER, 0.4 * budget.left() / len(models)
     census = {}
@@ -221,7 +240,6 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                 put(name, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
             # the tuned model inside torch.compile's default mode: cuBLAS-served shapes become aten
             # ops Inductor fuses around, Triton-served ones stay tunedb::gemm* calls; no autotuning
-            options = {"coordinate_descent_tuning": True} if args.compile_cdt else {}
             comp = r["tunedb_compile"] = {"per_batch": {}, "options": options}
             with fresh_env(TORCHINDUCTOR_CACHE_DIR=str(work / TUNEDB_INDUCTOR),
                            TRITON_CACHE_DIR=str(work / TUNEDB_INDUCTOR_TRITON)):  # cold, as max-autotune's

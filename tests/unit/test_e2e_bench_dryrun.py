@@ -82,6 +82,19 @@ def test_goals_use_the_plain_time_paired_with_each_variant():
     assert e2e.fmt(_ok(2.0), row["cells"]["plain"]) == "2.000 (0.50x, unpaired)"
 
 
+def test_compiled_tunedb_is_judged_against_the_compiler_alone():
+    e2e = _e2e()
+    # compile alone is 1.50x plain; tunedb+compile 1.45x plain: a gain over plain, a loss to compile
+    rows = [{"batch": 1, "mode": "graph", "cells": {
+        "plain": _ok(1.00), "compile": _ok(0.70, 1.05), "tunedb+compile": _ok(0.70, 1.015),
+        "tunedb system+compile": _ok(0.70, 1.05)}}]
+    report = {"models": {"m": {"name": "m", "label": "m", "batches": [1], "rows": rows}}}
+    lines = "\n".join(e2e.goals(report))
+    assert "tunedb+compile vs compile (same Inductor mode and options): never below 0.99x: NOT met (worst 0.967x" in lines
+    assert "tunedb system+compile vs compile (same Inductor mode and options): never below 0.99x: met (worst 1.000x" in lines
+    assert "compile" in e2e.VARIANTS and "tunedb system+compile" in e2e.VARIANTS
+
+
 def test_goals_state_the_a_a_noise_floor_per_mode():
     e2e = _e2e()
     rows = [{"batch": 1, "mode": "eager", "cells": {"plain": _ok(1.0), "plain A/A": _ok(1.0, 0.94)}},
