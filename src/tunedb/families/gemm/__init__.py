@@ -70,8 +70,7 @@ class GemmFamily:
     def model_ranker(self, profile: ArchProfile, params: Any = None) -> Any:
         """The selector's cost-model tier: the analytic model on `profile`, calibrated by the
         `model` object an arch's database file ships (None: the uncalibrated structure)."""
-        from tunedb import costmodel
-
+        from tunedb.families.gemm import costmodel
         fitted = costmodel.ModelParams.from_json(params) if params else None
         return costmodel.make_ranker(profile, fitted, self.invalid_reason, self.default_config)
 
