@@ -123,6 +123,11 @@ class GemmFamily:
     def impl_hash(self) -> str:
         return impl_hash()
 
+    def census_rules(self) -> tuple[Any, ...]:
+        from tunedb.families.gemm.census_rules import rules
+
+        return rules()
+
     def weight_bytes(self, sig: Signature) -> int:
         return sig.get("N") * sig.get("K") * configs.ELEMENT_BYTES
 
