@@ -139,6 +139,9 @@ class CudaGraphTimer:
 
 
 class GraphSession:
+    restore_graph: Any = None  # RING: the captured restore of every slot, replayed before each replay
+    inputs: Any = None  # the input sets of the timed calls (measure/inputs.py)
+
     def __init__(self, timer: CudaGraphTimer, problem: Problem, seed: int,
                  working_set_bytes: int | None) -> None:
         self.timer = timer
