@@ -359,16 +359,33 @@ class ArchProfile:
     launch_us_graph: float  # per-kernel cost inside a CUDA graph
     launch_us_eager: float  # per-kernel host issue cost, eager
     source: str = "measured"  # "measured", "shipped" or "queried"
+    # dense throughput of other dtypes, TFLOPS (or TOPS) by dtype name: ("fp64", 67.0), ("int8", ...)
+    peaks: tuple[tuple[str, float], ...] = ()
+
+    def peak_tflops(self, dt: str) -> float:
+        """The dense throughput for dtype `dt`: `peaks`, else bf16's for half-precision and for
+        a dtype with no figure (a ceiling no family is above today)."""
+        for name, value in self.peaks:
+            if name == dt:
+                return float(value)
+        return self.fp16_tflops if dt == "fp16" else self.bf16_tflops
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["peaks"]
+        if self.peaks:  # absent when empty: the shipped profiles' format stays as it was
+            out["peaks"] = {k: v for k, v in self.peaks}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ArchProfile":
         known = {f for f in cls.__dataclass_fields__}
-        missing = [f for f in known if f not in data and f != "source"]
+        missing = [f for f in known if f not in data and f not in ("source", "peaks")]
         if missing:
             raise ValueError(f"arch profile lacks {', '.join(sorted(missing))}")
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        if "peaks" in values:
+            values["peaks"] = tuple(sorted((str(k), float(v)) for k, v in dict(values["peaks"]).items()))
+        return cls(**values)
 
 
