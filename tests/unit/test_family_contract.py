@@ -124,3 +124,10 @@ def test_gemm_family_declares_its_schema_and_verify_rule():
     gemm.schema.check(Signature.parse("gemm|op=gemm_act|dt=bf16|N=512|K=256|act=gelu|bias=1"))
     with pytest.raises(SignatureError, match="act='tanh'"):
         gemm.schema.check(Signature.parse("gemm|op=gemm_act|dt=bf16|N=512|K=256|act=tanh|bias=1"))
+
+
+def test_a_hook_may_be_a_plain_value():
+    fam = FakeFamily()
+    fam.pick_rule = PickRule(fallback="default", min_speedup=1.0)
+    assert contract.hook(fam, "pick_rule")().fallback == "default"
+    assert contract.has_hook(fam, "pick_rule")

@@ -387,20 +387,23 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
 
 
 def hook(family: Any, name: str) -> Callable[..., Any]:
-    """The family's hook `name` (a bound method or attribute), else the default for it."""
+    """The family's hook `name` (a method, or a plain value such as `pick_rule = PickRule(...)`),
+    else the default for it."""
     if name not in DEFAULTS:
         raise RegistryError(f"unknown family hook {name!r}; hooks: {', '.join(DEFAULTS)}")
     own = getattr(family, name, None)
-    if own is not None and callable(own):
+    if own is None:
+        return functools.partial(DEFAULTS[name], family)
+    if callable(own):
         return own
-    return functools.partial(DEFAULTS[name], family)
+    return lambda *args, **kwargs: own  # a plain value (pick_rule = PickRule(...)) answers every call
 
 
 def has_hook(family: Any, name: str) -> bool:
     """Whether the family defines `name` itself (not the default)."""
     if name not in DEFAULTS:
         raise RegistryError(f"unknown family hook {name!r}; hooks: {', '.join(DEFAULTS)}")
-    return callable(getattr(family, name, None))
+    return getattr(family, name, None) is not None
 
 
 def verify_rule(family: Any, sig: Signature) -> VerifyRule:
