@@ -329,3 +329,15 @@ def test_a_family_can_let_another_signatures_entry_serve(fam, tier_dirs, monkeyp
     files(tier_dirs, system={S128: entry_raw([[64, "b"]])})
     r = selector.resolve("fake", fused, 10)
     assert (r.config.id, r.tier, r.entry_signature) == ("b", "system", sig())
+
+
+def test_without_an_entry_or_a_model_the_familys_heuristic_answers(fam, tier_dirs, monkeypatch):
+    files(tier_dirs)
+    selector.set_ranker("fake", lambda s, m, c: None)  # no model pick
+    monkeypatch.setattr(fam, "heuristic", lambda s, m, arch: SPACE["b"], raising=False)
+    r = selector.resolve("fake", sig(n=64), 9)
+    assert (r.config.id, r.tier) == ("b", "default")
+    monkeypatch.setattr(fam, "heuristic", lambda s, m, arch: SPACE["big"], raising=False)
+    selector.reload()
+    r = selector.resolve("fake", sig(n=32), 9)  # big needs N >= 64: invalid, the default answers
+    assert (r.config.id, r.tier) == ("a", "default")

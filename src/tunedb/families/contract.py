@@ -303,85 +303,39 @@ def missing_members(family: Any) -> tuple[str, ...]:
 # --- optional hooks and their defaults --------------------------------------------------------
 
 
-def _pick_rule(family: Any) -> PickRule:
-    return PickRule()
-
-
-def _input_policy(family: Any, sig: Signature) -> InputPolicy:
-    return InputPolicy.ROTATE
-
-
-def _cost_model(family: Any, profile: ArchProfile, params: Any = None) -> Any:
-    return None  # no model: unmeasured keys get the fallback or the heuristic
-
-
-def _heuristic(family: Any, sig: Signature, m: int | None, arch: ArchProfile | None = None) -> Config | None:
-    return None
-
-
-def _residual(family: Any, sig: Signature, args: Any, kwargs: Any, out: Any) -> float | None:
-    return None  # a residual rule without this hook cannot pass: the gate says so
-
-
-def _census_rules(family: Any) -> tuple[Any, ...]:
-    return ()
-
-
-def _serving_keys(family: Any, sig: Signature) -> tuple[Signature, ...]:
-    return sig.lookup_keys()
+def _call_key(family: Any, op: str, *args: Any, **kwargs: Any) -> tuple[Signature, int]:
+    return family.signature_of(op, *args, **kwargs)
 
 
 def _none(family: Any, *args: Any, **kwargs: Any) -> None:
     return None
 
 
-def _empty(family: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-    return ()
-
-
-def _same_model(family: Any, model: Any, approximate: bool = False) -> Any:
-    return model
-
-
-def _call_key(family: Any, op: str, *args: Any, **kwargs: Any) -> tuple[Signature, int]:
-    return family.signature_of(op, *args, **kwargs)
-
-
-def _weight_args(family: Any, sig: Signature) -> tuple[int, ...] | None:
-    return None  # positional inputs that are weights (ROTATE copies them); None: all but the first
-
-
-def _zero(family: Any, *args: Any, **kwargs: Any) -> int:
-    return 0
-
-
-def _no_set(family: Any, *args: Any, **kwargs: Any) -> frozenset[str]:
-    return frozenset()
-
-
-def _make_out(family: Any, sig: Signature, args: Any, kwargs: Any, reference: Any) -> Any:
-    return None  # None: an empty tensor like the reference output
-
-
+# name -> default(family, *args); the comment gives the hook's own signature and what it answers.
 DEFAULTS: Mapping[str, Callable[..., Any]] = {
-    "pick_rule": _pick_rule,  # () -> PickRule
-    "input_policy": _input_policy,  # (sig) -> InputPolicy
-    "weight_args": _weight_args,  # (sig) -> positions of the args ROTATE copies (None: all but the first)
-    "cost_model": _cost_model,  # (profile, params) -> ranker or None
-    "heuristic": _heuristic,  # (sig, m, arch) -> Config or None
-    "residual": _residual,  # (sig, args, kwargs, out) -> float: the residual verify's measure
-    "make_out": _make_out,  # (sig, args, kwargs, reference) -> output buffer (None: like the reference)
-    "census_rules": _census_rules,  # () -> census rules (which aten calls become signatures)
-    "serving_keys": _serving_keys,  # (sig) -> database keys that may serve sig, most specific first
+    "pick_rule": lambda family: PickRule(),  # () -> PickRule
+    "input_policy": lambda family, sig: InputPolicy.ROTATE,  # (sig) -> InputPolicy
+    # (sig) -> positions of the positional args ROTATE copies (None: every one but the first)
+    "weight_args": _none,
+    # (profile, params) -> a model with rank/predict/pick, or None: unmeasured keys get the
+    # family's heuristic, else its default config; a build measures every valid config
+    "cost_model": _none,
+    "heuristic": _none,  # (sig, m, arch) -> Config or None: the untuned answer before default_config
+    # (sig, args, kwargs, out) -> float: the residual rule's measure on the inputs the arm started
+    # from (without the hook a residual rule cannot pass: the gate says so)
+    "residual": _none,
+    "make_out": _none,  # (sig, args, kwargs, reference) -> output buffer (None: like the reference)
+    "census_rules": lambda family: (),  # () -> CensusRules (which aten calls become signatures)
+    "serving_keys": lambda family, sig: sig.lookup_keys(),  # (sig) -> keys that may serve sig, most specific first
     "warm_start": _none,  # () -> None: one-time compiler state for a measuring worker
-    "prebuild": _none,  # (...) -> None: compile ahead of serving
+    "prebuild": _none,  # (args) -> exit status of `tunedb prebuild --family NAME`
     "register_ops": _none,  # () -> None: the family's torch.library ops
     "call_key": _call_key,  # (op, *args, **kwargs) -> (Signature, size) at run time
-    "patch_rules": _empty,  # () -> optimize()'s module patch rules (descriptive; optimize applies them)
-    "optimize": _same_model,  # (model, approximate=False) -> the model with the family's ops patched in
+    "patch_rules": lambda family: (),  # () -> optimize()'s module patch rules (descriptive)
+    "optimize": lambda family, model, approximate=False: model,  # (model, approximate) -> patched model
     "calibrate": _none,  # (profile, measurements, configs, old) -> the database file's `model` object
-    "weight_bytes": _zero,  # (sig) -> bytes of weights one call reads (the build's L2 working set)
-    "prebuilt_configs": _no_set,  # (arch_family) -> config ids `tunedb prebuild` compiled
+    "weight_bytes": lambda family, sig: 0,  # (sig) -> weight bytes one call reads (the L2 working set)
+    "prebuilt_configs": lambda family, arch_family: frozenset(),  # (arch_family) -> ids `tunedb prebuild` compiled
     "compiler_cache": _none,  # () -> where the family's compiled kernels are cached (for reports)
 }
 
@@ -421,5 +375,6 @@ def verify_rule(family: Any, sig: Signature) -> VerifyRule:
                         f"or a callable sig -> VerifyRule, got {rule!r}")
 
 
-__all__ = ["CensusRule", "DEFAULTS", "InputPolicy", "KernelFamily", "LADDERS", "PickResult", "PickRule", "REQUIRED",
-           "SignatureSchema", "VerifyKind", "VerifyRule", "default_simplicity", "has_hook", "hook", "missing_members", "no_dependency", "verify_rule"]
+__all__ = ["CensusRule", "DEFAULTS", "InputPolicy", "KernelFamily", "LADDERS", "PickResult", "PickRule",
+           "REQUIRED", "SignatureSchema", "VerifyKind", "VerifyRule", "default_simplicity", "has_hook", "hook",
+           "missing_members", "no_dependency", "verify_rule"]

@@ -119,6 +119,14 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
 
 
 def _default(fam: Any, sig: Signature, profile: ArchProfile | None) -> Resolution:
+    """The untuned answer: the family's heuristic when it has one for `sig`, else its default."""
+    if profile is not None and settings.heuristic_enabled():
+        try:
+            config = hook(fam, "heuristic")(sig, None, profile)
+        except Exception:  # a broken heuristic costs itself: the default answers
+            config = None
+        if config is not None and fam.invalid_reason(config, sig, None, profile) is None:
+            return Resolution(config, "default", None)
     return Resolution(fam.default_config(sig, profile), "default", None)
 
 
