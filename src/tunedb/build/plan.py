@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from tunedb import buckets
 from tunedb.errors import BuildError
 from tunedb.families import KernelFamily
-from tunedb.records import SENTINELS, ArchProfile, Config, Point, Signature
+from tunedb.records import SENTINELS, ArchProfile, Config, Point, Signature, merge_point
 
 TOP_K = 16
 CROSS_TOP = 3
@@ -55,9 +55,9 @@ class SignaturePlan:
         return tuple(sorted({c for ids in self.arms.values() for c in ids}))
 
 
-def fill_points(census: Sequence[Point], ladder: bool = True) -> tuple[Point, ...]:
-    """Census points (one per M) plus, with `ladder`, the ladder edges between their smallest
-    and largest M (weight 0), by M."""
+def fill_points(census: Sequence[Point], ladder: bool = True, kind: str = "m") -> tuple[Point, ...]:
+    """Census points (one per size) plus, with `ladder`, the edges of the bucket ladder `kind`
+    (the family schema's) between their smallest and largest size (weight 0), by size."""
     if not census:
         return ()
     sig = census[0].signature
@@ -66,15 +66,11 @@ def fill_points(census: Sequence[Point], ladder: bool = True) -> tuple[Point, ..
     by_m: dict[int, Point] = {}
     for p in census:
         if p.m in by_m:  # two census rows at one M (two workloads): their traffic adds up
-            q = by_m[p.m]
-            calls = q.calls + p.calls
-            eager = (q.eager_share * q.calls + p.eager_share * p.calls) / calls if calls else 0.0
-            by_m[p.m] = Point(sig, p.m, q.weight + p.weight, calls, q.must_tune or p.must_tune,
-                              min(1.0, eager))
+            by_m[p.m] = merge_point([by_m[p.m], p])
         else:
             by_m[p.m] = p
     lo, hi = min(by_m), max(by_m)
-    for m in buckets.ladder(lo, hi) if ladder else ():
+    for m in buckets.ladder(lo, hi, kind) if ladder else ():
         by_m.setdefault(m, Point(sig, m, weight=0.0, calls=0))
     return tuple(by_m[m] for m in sorted(by_m))
 
@@ -132,10 +128,10 @@ def estimate_seconds(sig: Signature, arms: Mapping[int, Sequence[str]], predict:
 def plan_signature(family: KernelFamily, census: Sequence[Point], arch: ArchProfile,
                    rankers: Sequence[Ranker], *, top_k: int = TOP_K, exhaustive: bool = False,
                    approximate: bool = False, thin: Callable[[Sequence[Point]], Sequence[Point]] | None = None,
-                   fill: bool = True) -> SignaturePlan:
+                   fill: bool = True, ladder: str = "m") -> SignaturePlan:
     """The points and arms of one signature. `thin` (partition.thin with --max-points bound)
     caps census + fill points together; fill=False (--no-fill) measures the census's Ms only."""
-    points = fill_points(census, ladder=fill)
+    points = fill_points(census, ladder=fill, kind=ladder)
     if thin is not None:
         points = tuple(sorted(thin(points), key=lambda p: p.m))
     sig = points[0].signature
