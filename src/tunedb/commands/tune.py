@@ -17,9 +17,11 @@ TUNE_TOP_K = 8
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from tunedb.census.presets import CALLABLE_CONTRACT
+
     parser.add_argument("workload", metavar="WORKLOAD",
                         help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b, ...) "
-                             "or module:callable")
+                             f"or module:callable; {CALLABLE_CONTRACT}")
     census = parser.add_argument_group("census")
     census.add_argument("--mode", default="offline", help="offline (default), streaming or decode")
     census.add_argument("--max-batch-size", type=int, default=8, help="largest batch served (8)")
@@ -55,14 +57,28 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
     console.print("points per tier: " + ", ".join(f"{counts.get(t, 0)} {t}" for t in order))
 
 
+def simulated_out(args: argparse.Namespace, console: Any) -> None:
+    """--simulate into a tier ('user', the default): write to a new temporary directory instead,
+    and say where. Simulated entries are the cost model plus noise and never serve."""
+    import tempfile
+
+    if args.simulate and args.out in ("user", "system"):
+        args.out = tempfile.mkdtemp(prefix="tunedb-simulate-")
+        console.print(f"--simulate: writing to the temporary directory {args.out}, not the {args.out_tier} "
+                      f"tier (simulated results never serve; name a directory with --out DIR to keep them)",
+                      highlight=False)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from tunedb import evaluate, pipeline
 
+    console = Console()
+    args.out_tier = args.out
+    simulated_out(args, console)
     opts = options_from(args)
     pipeline.buildsteps.check_options(opts, gpu=True)
-    console = Console()
     # on a GPU the measuring worker starts now, so its imports and CUDA start overlap the census
     worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.has_gpu())
     try:
