@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from tunedb.records import Entry, Point, Region, ShapeSet, Signature
+from tunedb.runtime.nogpu import warn_no_gpu
 
 TOL = 0.003  # the graph rows' A/A noise floor on the H200 was 0.1-0.3%
 JUDGED_TIERS = ("user", "system")
@@ -191,6 +192,8 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
 
     if not (0 <= tol < 1):
         raise ValueError(f"tol={tol} must be in [0, 1)")
+    if measurer is None and warn_no_gpu("confirm", "no pick was judged and the user tier is unchanged"):
+        return ConfirmResult((), 0.0)
     start = time.monotonic()
     points = points_of(model, inputs)
     picks = _picks(points)
