@@ -61,6 +61,23 @@ LLAMA_3_8B = dict(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads
 _LIBRARY_CLASS = {"hf": ("transformers", "LlamaForCausalLM"), "torchaudio": ("torchaudio.models", "Conformer")}
 
 
+_IMPL_TEXT = {
+    "hf": "Hugging Face transformers",
+    "torchaudio": "torchaudio",
+    "mirror": "tunedb's built-in copy, same GEMM keys",
+    "user": "the module:callable given",
+}
+
+
+def describe_impl(impl: str) -> str:
+    """One line naming the model implementation a census used (a census meta's 'impl')."""
+    text = _IMPL_TEXT.get(impl)
+    if text is None:
+        return f"model implementation: {impl}"
+    hint = "" if impl == "user" else "; --impl picks another"
+    return f"model implementation: {impl} ({text}{hint})"
+
+
 def _importable(impl: str) -> bool:
     """Whether the library behind `impl` imports here (installed is not enough: a torchaudio or
     transformers built for another torch fails at import)."""

@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     if extra:
         census = merge(census, *extra)
     write_census(args.out, census)
+    from tunedb.census.presets import describe_impl
+
+    print(f"tunedb census: {describe_impl(dict(census.meta).get('impl', ''))}")
     gemm = [p for p in census.points if p.signature.op != "bmm"]
     sigs = {p.signature for p in gemm}
     print(f"tunedb census: {w.name} ({args.mode}): {len(gemm)} GEMM points over {len(sigs)} signatures, "
