@@ -12,8 +12,9 @@ from typing import Any
 
 from tunedb.records import Signature
 
-LEGEND = ("signature: NxK = op=gemm with N outputs, K inputs; NxK ACT[+b] = op=gemm_act (activation, "
-          "+b: with bias); bmm BxNxK; :bf16/:fp16 = dtype (none: half)")
+# Two lines of at most 80 characters each.
+LEGEND = ("signature: NxK = op=gemm, N outputs, K inputs; NxK ACT[+b] = op=gemm_act\n"
+          "(activation, +b: with bias); bmm BxNxK = op=bmm; :bf16/:fp16 = dtype (else half)")
 
 
 def short(sig: Signature | str) -> str:

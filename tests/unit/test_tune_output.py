@@ -114,3 +114,20 @@ def test_the_whisper_mirror_has_the_real_models_keys():
     mirror = keys("mirror")
     assert mirror == keys("hf")
     assert any(s.get("act") == "gelu" for s, _ in mirror)
+
+
+def test_the_regret_table_keeps_whole_worst_signatures_at_80_columns():
+    import io
+
+    from rich.console import Console
+
+    from tunedb import evaluate
+
+    data = Path(__file__).resolve().parents[1] / "data" / "eval"
+    ev, _ = pipeline.evaluate_logs([data / "log.jsonl"], [("new", data / "new.json")], [])
+    for width, expect in ((80, "worst for default: 512x256 ("), (200, "gemm|op=gemm|dt=half|N=512|K=256 (")):
+        buf = io.StringIO()
+        evaluate.render_table(ev, Console(file=buf, width=width))
+        text = buf.getvalue()
+        assert max(len(line) for line in text.splitlines()) <= width
+        assert expect in text and "…" not in text
