@@ -108,7 +108,7 @@ def read_census(path: str | Path) -> ShapeSet:
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise CensusError(f"cannot read census {path}: {exc}") from exc
+        raise CensusError(f"cannot read census {path}: {exc.strerror or exc}") from exc
     except json.JSONDecodeError as exc:
         raise CensusError(f"census {path} is not JSON: {exc.msg} (line {exc.lineno})") from exc
     return from_json(data, str(path))

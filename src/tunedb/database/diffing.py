@@ -57,7 +57,7 @@ def model_delta(a: dict[str, Any], b: dict[str, Any]) -> str:
             counts = [f"{n} {w}" for n, w in ((changed, "changed"), (added, "added"), (removed, "removed")) if n]
             parts.append(f"{key}: {', '.join(counts)} ({len(va)} -> {len(vb)})")
         elif isinstance(va, (int, float)) and isinstance(vb, (int, float)):
-            parts.append(f"{key} {va:.4g} -> {vb:.4g}")
+            parts.append(f"{key} {va:.6g} -> {vb:.6g}")
         else:
             parts.append(f"{key} {_short(va)} -> {_short(vb)}")
     return "model refit: " + "; ".join(parts)

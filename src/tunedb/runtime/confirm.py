@@ -192,14 +192,16 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
 
     if not (0 <= tol < 1):
         raise ValueError(f"tol={tol} must be in [0, 1)")
-    if measurer is None and warn_no_gpu("confirm", "no pick was judged and the user tier is unchanged"):
+    shapes_only = model is None or isinstance(inputs, ShapeSet) or (
+        isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs))
+    if measurer is None and not shapes_only and warn_no_gpu(
+            "confirm", "no pick was judged and the user tier is unchanged"):
         return ConfirmResult((), 0.0)
     start = time.monotonic()
     points = points_of(model, inputs)
     picks = _picks(points)
     if measurer is None and picks:
-        if model is None or isinstance(inputs, ShapeSet) or (
-                isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs)):
+        if shapes_only:
             raise TypeError("confirm times the model itself: pass the model and example inputs "
                             "(a census or Points only says which shapes to judge), or measurer=")
         measurer = graph_measurer(model, inputs, **measure_kw)
