@@ -111,8 +111,8 @@ def simulated_out(args: argparse.Namespace, console: Any) -> None:
     import tempfile
 
     if args.simulate and args.out in ("user", "system"):
-        args.out = tempfile.mkdtemp(prefix="tunedb-simulate-")
-        console.print(f"--simulate: writing to the temporary directory {args.out}, not the {args.out_tier} "
+        tier, args.out = args.out, tempfile.mkdtemp(prefix="tunedb-simulate-")
+        console.print(f"--simulate: writing to the temporary directory {args.out}, not the {tier} "
                       f"tier (simulated results never serve; name a directory with --out DIR to keep them)",
                       highlight=False)
 
@@ -123,7 +123,6 @@ def run(args: argparse.Namespace) -> int:
     from tunedb import evaluate, pipeline
 
     console = Console()
-    args.out_tier = args.out
     simulated_out(args, console)
     opts = options_from(args)
     pipeline.buildsteps.check_options(opts, gpu=True)
