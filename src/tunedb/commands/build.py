@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-from tunedb.buildplan import TOP_K
+from tunedb.build.plan import TOP_K
 from tunedb.errors import BuildError
 
 
@@ -26,8 +26,9 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
                         help="measure the census's sizes only, not the bucket-ladder edges between and "
                              "above them (for a census of exactly the sizes a model calls; larger sizes "
                              "then take torch)")
-    parser.add_argument("--min-speedup", type=float, default=1.05,
-                        help="a config must beat torch (cuBLAS) by this factor to take a region (1.05)")
+    parser.add_argument("--min-speedup", type=float, default=None,
+                        help="a config must beat the family's fallback by this factor to take a region "
+                             "(default: the family's pick rule; GEMM: 1.05 over torch)")
     parser.add_argument("--fresh", action="store_true", help="replace the target file instead of merging")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; measure nothing")
     parser.add_argument("--no-write", action="store_true",
@@ -106,7 +107,7 @@ class RichReporter:
 def print_plan(console: Any, plans: Sequence[Any]) -> None:
     from rich.table import Table
 
-    from tunedb.buildplan import plan_rows
+    from tunedb.build.plan import plan_rows
 
     rows = plan_rows(plans)
     table = Table(title="build plan (nothing measured)")
@@ -125,7 +126,7 @@ def print_plan(console: Any, plans: Sequence[Any]) -> None:
 def phase_line(phases: dict[str, float], total: float) -> str:
     """Where a build's measuring time went, e.g. 'worker start 2.1 s, probes 3.0 s, ...'
     (protocol.PHASES in order, then any other key)."""
-    from tunedb.bench.protocol import PHASES
+    from tunedb.measure.protocol import PHASES
 
     order = [k for k in PHASES if k in phases] + sorted(k for k in phases if k not in PHASES)
     parts = [f"{name} {phases[name]:.1f} s" for name in order]
@@ -135,7 +136,7 @@ def phase_line(phases: dict[str, float], total: float) -> str:
 
 def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
     if as_json:
-        from tunedb.buildplan import plan_rows
+        from tunedb.build.plan import plan_rows
 
         out = {"plan": plan_rows(result.plans), "run_id": result.run_id,
                "path": str(result.path) if result.path else None,

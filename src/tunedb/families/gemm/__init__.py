@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from tunedb.families.contract import SignatureSchema, VerifyRule
 from tunedb.families.gemm import configs
 from tunedb.families.gemm.signatures import check_key, make_signature, serving_keys, signature_of, work
 from tunedb.records import ArchProfile, Config, Signature
@@ -42,6 +43,11 @@ class GemmFamily:
     ops = configs.OPS
     lanes = configs.LANES
     acts = configs.ACTS
+    schema = SignatureSchema(key=(("N", int), ("K", int), ("act", str), ("bias", int)), size="M",
+                             ladder="m", optional=("act", "bias"),
+                             choices=(("act", configs.ACTS), ("bias", (0, 1))),
+                             dtypes=("half", "fp16", "bf16"))
+    verify = VerifyRule("tolerance", 4.0)
 
     def signature_of(self, op: str, x: Any, weight: Any, bias: Any = None, act: str = "none") -> tuple[Signature, int]:
         return signature_of(op, x, weight, bias, act)
@@ -64,13 +70,18 @@ class GemmFamily:
     def serving_keys(self, sig: Signature) -> tuple[Signature, ...]:
         return serving_keys(sig)
 
-    def model_ranker(self, profile: ArchProfile, params: Any = None) -> Any:
-        """The selector's cost-model tier: the analytic model on `profile`, calibrated by the
+    def cost_model(self, profile: ArchProfile, params: Any = None) -> Any:
+        """The contract's cost_model hook: the analytic model on `profile`, calibrated by the
         `model` object an arch's database file ships (None: the uncalibrated structure)."""
-        from tunedb import costmodel
+        from tunedb.families.gemm.model import GemmCostModel
 
-        fitted = costmodel.ModelParams.from_json(params) if params else None
-        return costmodel.make_ranker(profile, fitted, self.invalid_reason, self.default_config)
+        return GemmCostModel(self, profile, params)
+
+    def calibrate(self, profile: ArchProfile, measurements: Any, configs: Any, old: Any = None) -> Any:
+        """The contract's calibrate hook: the database file's `model` object after a build."""
+        from tunedb.families.gemm.model import calibrate
+
+        return calibrate(profile, measurements, configs, old)
 
     def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
         return configs.invalid_reason(config, sig, m, arch)
@@ -114,6 +125,21 @@ class GemmFamily:
 
     def impl_hash(self) -> str:
         return impl_hash()
+
+    def weight_bytes(self, sig: Signature) -> int:
+        return sig.get("N") * sig.get("K") * configs.ELEMENT_BYTES
+
+    def prebuilt_configs(self, arch_family: str) -> set[str]:
+        """Configs `tunedb prebuild` compiled into the Triton cache this process uses (pointing
+        Triton at that cache as a side effect, so workers started afterwards find it)."""
+        from tunedb.families.gemm.prebuild import prebuilt_configs
+
+        return prebuilt_configs(arch_family)
+
+    def compiler_cache(self) -> str:
+        from tunedb import settings
+
+        return str(settings.triton_cache_dir())
 
     def warm_start(self) -> None:
         """Load the compiler state every first launch would otherwise pay for in line: the
