@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tunedb import pipeline, settings
-from tunedb.bench.timers import FakeTimer
+from tunedb.measure.timers import FakeTimer
 from tunedb.errors import CorruptDatabaseError, DatabaseError, ValidatorMismatchError
 from tunedb.records import Point, ShapeSet, Signature
 

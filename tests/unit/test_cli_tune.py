@@ -88,7 +88,7 @@ def test_simulated_tune_runs_the_chain_into_a_named_directory(tiers):
 
 
 def test_build_with_user_tier_off_explains(tmp_path):
-    from tunedb.bench.timers import FakeTimer
+    from tunedb.measure.timers import FakeTimer
 
     with settings.override(CACHE_DIR=str(tmp_path), USER_DB="off"):
         shapes = ShapeSet((Point(QKV, 16),))

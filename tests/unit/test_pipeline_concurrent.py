@@ -33,7 +33,7 @@ def test_two_concurrent_builds_into_one_directory(tmp_path):
     assert all(e.source == "simulated" for e in db.entries.values())
     assert not (tmp_path / "user").exists()  # simulated results never go into a tier
     # both runs appended to the one log beside the file, each under its own run id
-    from tunedb.bench.log import read_log
+    from tunedb.measure.log import read_log
 
     runs = {r.run_id for r in read_log(tmp_path / "out" / "measurements.jsonl")}
     assert runs == {"run-0", "run-1"}

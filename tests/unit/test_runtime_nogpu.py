@@ -47,7 +47,7 @@ def test_autotune_without_a_gpu_warns_once_naming_the_cache(no_gpu):
 
 
 def test_an_injected_timer_is_not_warned_about(no_gpu):
-    from tunedb.bench.timers import FakeTimer
+    from tunedb.measure.timers import FakeTimer
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", NoGPUWarning)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tunedb import cli, database, pipeline, selector, settings
+from tunedb import cli, database, pipeline, settings
+from tunedb.runtime import selector
 from tunedb.errors import BuildError, DatabaseWarning
 from tunedb.records import Point, ShapeSet, Signature
 
