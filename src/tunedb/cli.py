@@ -9,9 +9,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 
 from tunedb.errors import TunedbError
+
+# Exit status of a command whose reader went away (`tunedb diff A B | head`): what a shell
+# reports for a process ended by SIGPIPE (128 + 13).
+EXIT_BROKEN_PIPE = 141
 
 # name -> (module with configure/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -54,13 +59,52 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
-        return int(module.run(args) or 0)
+        if args.command != "status":  # status shows invalid settings instead of refusing them
+            from tunedb import settings
+
+            settings.check_all()
+        rc = int(module.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe surfaces here, inside the handler
+        return rc
+    except BrokenPipeError:
+        return _reader_gone()
     except TunedbError as exc:
-        print(f"tunedb {args.command}: error: {exc}", file=sys.stderr)
+        print(f"tunedb {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"tunedb {args.command}: error: {os_error_message(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"tunedb {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for a file-system error: the path, what the OS said, and what to do."""
+    path = exc.filename if exc.filename is not None else ""
+    what = exc.strerror or str(exc)
+    text = f"{path}: {what}" if path else what
+    if exc.filename2 is not None:
+        text = f"{path} -> {exc.filename2}: {what}"
+    if isinstance(exc, PermissionError) or getattr(exc, "errno", None) == 30:  # EROFS
+        text += ("; choose a writable place (TUNEDB_USER_DB=DIR for the user tier, TUNEDB_CACHE_DIR=DIR "
+                 "for caches, or --out DIR)")
+    return text
+
+
+def _reader_gone() -> int:
+    """The reader of stdout closed the pipe: stop quietly (Python's documented way: point stdout
+    at devnull so the interpreter's final flush does not raise again)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file: nothing left to flush into
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,6 +19,7 @@
     TunedbWarning (UserWarning)
     ├── DatabaseWarning       a database file or entry was skipped (corrupt, mismatched, unusable config)
     └── AutotuneWarning       an autotune cache was refused or differs in environment, or a shape fell back
+        └── NoGPUWarning      confirm()/autotune() on a machine without a CUDA GPU: nothing measured
 """
 from __future__ import annotations
 
@@ -96,3 +97,7 @@ class DatabaseWarning(TunedbWarning):
 
 class AutotuneWarning(TunedbWarning):
     """autotune(): a cache file was refused or tuned elsewhere, or a shape took the fallback."""
+
+
+class NoGPUWarning(AutotuneWarning):
+    """confirm() or autotune() ran without a CUDA GPU: nothing was measured (warned once per process)."""

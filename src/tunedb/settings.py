@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from tunedb.errors import SettingsError
 
@@ -21,19 +22,48 @@ class Setting:
     default: str
     doc: str
     allowed: tuple[str, ...] | None = None  # None: free-form
+    # free-form values: why `value` is not usable (None when it is)
+    check: Callable[[str], "str | None"] | None = None
 
-    def raw(self) -> str:
+    def problem(self) -> str | None:
+        """Why the current value is refused (naming the variable, the value and what is
+        allowed), or None when it is fine."""
         value = os.environ.get(self.name, self.default)
         if self.allowed is not None and value not in self.allowed:
-            raise SettingsError(
-                f"{self.name}={value!r} is not allowed; use one of {', '.join(self.allowed)}"
-            )
-        return value
+            return f"{self.name}={value!r} is not allowed; use one of {', '.join(self.allowed)}"
+        why = self.check(value) if self.check is not None and value else None
+        return f"{self.name}={value!r} {why}" if why else None
+
+    def raw(self) -> str:
+        if not getattr(_lenient, "on", False):
+            _check_environment_once()
+            why = self.problem()
+            if why:
+                raise SettingsError(why)
+        return os.environ.get(self.name, self.default)
+
+
+def _directory_value(value: str) -> str | None:
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        return "is not a directory (it names an existing file); use a directory path"
+    return None
+
+
+def _user_db_value(value: str) -> str | None:
+    return None if value.strip().lower() == "off" else _directory_value(value)
+
+
+def _file_value(value: str) -> str | None:
+    if Path(value).expanduser().is_dir():
+        return "is a directory; use a file path (the recording is written there)"
+    return None
 
 
 USER_DB = Setting(
     "TUNEDB_USER_DB", "",
     "User-tier directory; empty means ~/.cache/tunedb/v1; 'off' disables the user tier.",
+    check=_user_db_value,
 )
 MODEL_FALLBACK = Setting(
     "TUNEDB_MODEL_FALLBACK", "auto",
@@ -58,11 +88,13 @@ APPROXIMATE = Setting(
 CAPTURE = Setting(
     "TUNEDB_CAPTURE", "",
     "A file path: record every tuned op's shape at run time, for `tunedb census --capture`.",
+    check=_file_value,
 )
 CACHE_DIR = Setting(
     "TUNEDB_CACHE_DIR", "",
     "Root of tunedb's caches (arch profiles, measurement logs, Triton prebuild); "
     "empty means ~/.cache/tunedb.",
+    check=_directory_value,
 )
 
 JIT_LAUNCH = Setting(
@@ -73,6 +105,46 @@ JIT_LAUNCH = Setting(
 
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH)
+
+
+_checked: set[tuple[str | None, ...]] = set()
+_check_lock = threading.Lock()
+_lenient = threading.local()
+
+
+def problems() -> dict[str, str]:
+    """Every TUNEDB_* variable whose value is refused: name -> why (what `tunedb status` marks)."""
+    return {s.name: why for s in ALL if (why := s.problem()) is not None}
+
+
+def check_all() -> None:
+    """Refuse the environment when any TUNEDB_* variable holds a value it does not accept, naming
+    every one (the CLI calls this at start; the package on its first read of any setting)."""
+    bad = problems()
+    if bad:
+        raise SettingsError("; ".join(bad.values()))
+
+
+def _check_environment_once() -> None:
+    # The first read of any setting checks them all, so a bad value is refused up front rather
+    # than only when (and if) the code path that reads it runs. Once per distinct environment.
+    key = tuple(os.environ.get(s.name) for s in ALL)
+    if key in _checked:
+        return
+    check_all()
+    with _check_lock:
+        _checked.add(key)
+
+
+@contextlib.contextmanager
+def lenient() -> Iterator[None]:
+    """Read settings without refusing bad values (`tunedb status`, which reports them instead)."""
+    saved = getattr(_lenient, "on", False)
+    _lenient.on = True
+    try:
+        yield
+    finally:
+        _lenient.on = saved
 
 
 def cache_root() -> Path:

@@ -67,12 +67,12 @@ def test_served_plan_names_each_points_tier(tiers):
         assert (FFN, "default") in served
 
 
-def test_simulated_tune_runs_the_chain_into_the_user_tier(tiers):
+def test_simulated_tune_runs_the_chain_into_a_named_directory(tiers):
     shapes = ShapeSet((Point(QKV, 16, 0.5, 10), Point(QKV, 40, 0.5, 10), Point(BMM, 16, 0.0, 1)))
-    opts = pipeline.BuildOptions(out="user", simulate=True, top_k=4)
+    opts = pipeline.BuildOptions(out=str(tiers / "sim"), simulate=True, top_k=4)
     res = pipeline.tune("toy", opts, shapes=shapes)
     assert res.measured and res.build is not None
-    path = tiers / "user" / "sm90" / "gemm.json"
+    path = tiers / "sim" / "sm90" / "gemm.json"
     assert res.build.path == path
     db = database.load(path)
     assert set(db.entries) == {QKV}  # bmm is not an op of the gemm family: skipped, said so
@@ -82,15 +82,19 @@ def test_simulated_tune_runs_the_chain_into_the_user_tier(tiers):
     # the tuned file's pick was measured at every point, and never loses to torch by the gate
     tuned, torch = ev.summary("tuned"), ev.summary("torch")
     assert tuned.unmeasured == 0 and tuned.geomean <= torch.geomean + 1e-9
-    # the log lives in the run directory for --out user
-    assert res.build.log_path.parent.parent == tiers / "cache" / "runs"
+    # --out DIR: the log lives beside the file
+    assert res.build.log_path == tiers / "sim" / "measurements.jsonl"
+    assert not (tiers / "user").exists()
 
 
-def test_tune_with_user_tier_off_explains(tmp_path):
+def test_build_with_user_tier_off_explains(tmp_path):
+    from tunedb.measure.timers import FakeTimer
+
     with settings.override(CACHE_DIR=str(tmp_path), USER_DB="off"):
         shapes = ShapeSet((Point(QKV, 16),))
         with pytest.raises(DatabaseError, match="user tier is disabled"):
-            pipeline.tune("toy", pipeline.BuildOptions(out="user", simulate=True, top_k=2), shapes=shapes)
+            pipeline.build([("toy", shapes)], pipeline.BuildOptions(out="user", top_k=2),
+                           timer=FakeTimer(lambda sig, m, cid: 0.01))
 
 
 def test_tune_measures_a_smaller_top_k_than_a_system_build():

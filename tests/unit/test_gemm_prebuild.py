@@ -38,7 +38,8 @@ def test_plain_jobs_cover_both_dtypes_of_the_compile_set():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["prebuild", "--arch", "hopper"], "bad arch family 'hopper'"),
+    (["prebuild", "--arch", "hopper"], "unknown --arch 'hopper'"),
+    (["prebuild", "--arch", "sm999"], "prebuild compiles for sm80, sm86"),
     (["prebuild", "--jobs", "0"], "--jobs must be >= 1"),
     (["prebuild", "--family", "conv"], "unknown kernel family 'conv'"),
     (["prebuild", "--census", "/nonexistent/census.json"], "does not exist"),

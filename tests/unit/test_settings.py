@@ -64,3 +64,40 @@ def test_describe_lists_every_variable_with_its_value():
         rows = {name: value for name, value, _doc in settings.describe()}
     assert rows["TUNEDB_USER_DB"] == "/some/where"
     assert set(rows) == {s.name for s in settings.ALL}
+
+
+def test_the_first_read_of_any_setting_checks_them_all():
+    """TUNEDB_MODEL_FALLBACK=maybe used to pass for a workload whose shapes never asked the model."""
+    with settings.override(MODEL_FALLBACK="maybe"):
+        with pytest.raises(SettingsError, match="TUNEDB_MODEL_FALLBACK='maybe' is not allowed; use one of auto, 0, 1"):
+            settings.heuristic_enabled()
+
+
+def test_check_all_names_every_bad_variable():
+    with settings.override(JIT_LAUNCH="true", COMPILE_SET="bogus"):
+        with pytest.raises(SettingsError) as err:
+            settings.check_all()
+        assert set(settings.problems()) == {"TUNEDB_JIT_LAUNCH", "TUNEDB_COMPILE_SET"}
+    assert "TUNEDB_JIT_LAUNCH='true'" in str(err.value) and "TUNEDB_COMPILE_SET='bogus'" in str(err.value)
+    assert settings.problems() == {}
+
+
+def test_path_settings_refuse_the_wrong_kind_of_path(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with settings.override(USER_DB=str(afile)):
+        with pytest.raises(SettingsError, match="TUNEDB_USER_DB=.* is not a directory"):
+            settings.user_db_dir()
+    with settings.override(CACHE_DIR=str(afile)):
+        with pytest.raises(SettingsError, match="TUNEDB_CACHE_DIR=.* is not a directory"):
+            settings.cache_root()
+    with settings.override(CAPTURE=str(tmp_path)):
+        with pytest.raises(SettingsError, match="TUNEDB_CAPTURE=.* is a directory"):
+            settings.capture_path()
+    with settings.override(USER_DB=str(tmp_path / "new"), CAPTURE=str(tmp_path / "rec.jsonl")):
+        assert settings.user_db_dir() == tmp_path / "new"  # not existing yet is fine
+
+
+def test_lenient_reads_what_status_reports():
+    with settings.override(JIT_LAUNCH="true"), settings.lenient():
+        assert settings.heuristic_enabled() is True

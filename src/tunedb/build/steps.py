@@ -249,9 +249,9 @@ def check_options(opts: Any, gpu: bool) -> None:
         raise BuildError(f"--thin needs --max-points N with N >= 2, got {opts.max_points}")
     if opts.top_k < 1:
         raise BuildError(f"top-k={opts.top_k} must be >= 1")
-    if opts.simulate and opts.out == "system":
-        raise BuildError("--simulate refuses --out system: the system tier ships measured tables only; "
-                         "write a simulated build to --out user or a directory")
+    if opts.simulate and opts.out in ("system", "user"):
+        raise BuildError(f"--simulate refuses --out {opts.out}: a tier serves measured results only and "
+                         f"simulated ones are the cost model plus noise; write them to --out DIR")
     if not (opts.simulate or opts.dry_run or gpu):
         raise BuildError("no CUDA GPU here: a build measures on a GPU; use --simulate (cost-model "
                          "timer) or --dry-run (the plan) on this machine")

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+from tunedb import families
 from tunedb.errors import CensusError, SignatureError
 from tunedb.records import Point, ShapeSet, Signature, merge_point
 
@@ -26,6 +27,23 @@ def to_json(census: ShapeSet) -> dict[str, Any]:
     return {"schema": SCHEMA, "workload": census.workload, "mode": meta.pop("mode", ""), "meta": meta,
             "points": [{"signature": p.signature.format(), "M": p.m, "weight": p.weight, "calls": p.calls,
                         "must_tune": p.must_tune, "eager_share": p.eager_share} for p in points]}
+
+
+def check_out(path: str | Path) -> None:
+    """CensusError when a census cannot be written to `path` (checked before the census is taken):
+    a directory, or a parent that is not a writable directory."""
+    import os
+
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise CensusError(f"--out {path} is a directory; --out takes the census file to write "
+                          f"(e.g. {path / 'census.json'})")
+    parent = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+    if parent is None or not parent.is_dir():
+        raise CensusError(f"--out {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK):
+        raise CensusError(f"--out {path}: {parent} is not writable (permission denied or a read-only "
+                          f"file system); write the census elsewhere")
 
 
 def write_census(path: str | Path, census: ShapeSet) -> None:
@@ -61,6 +79,7 @@ def from_json(data: Any, where: str = "census") -> ShapeSet:
             raise CensusError(f"{at}: expected an object, got {row!r:.60}")
         try:
             sig = Signature.parse(_field(row, "signature", (str,), at))
+            families.check_key(sig)
         except SignatureError as exc:
             raise CensusError(f"{at}: field 'signature': {exc}") from exc
         m = _field(row, "M", (int,), at)
@@ -89,7 +108,7 @@ def read_census(path: str | Path) -> ShapeSet:
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise CensusError(f"cannot read census {path}: {exc}") from exc
+        raise CensusError(f"cannot read census {path}: {exc.strerror or exc}") from exc
     except json.JSONDecodeError as exc:
         raise CensusError(f"census {path} is not JSON: {exc.msg} (line {exc.lineno})") from exc
     return from_json(data, str(path))

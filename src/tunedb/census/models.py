@@ -41,6 +41,9 @@ class _WhisperLayer(nn.Module):
         self.out_proj = nn.Linear(d, d)
         self.final_layer_norm = nn.LayerNorm(d)
         self.fc1 = nn.Linear(d, ffn)
+        # a module, as in Hugging Face's layer (activation_fn(fc1(x))): tunedb.optimize fuses it
+        # into fc1, so the mirror's census keys are the real model's (gemm_act act=gelu)
+        self.activation_fn = nn.GELU()
         self.fc2 = nn.Linear(ffn, d)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -52,7 +55,7 @@ class _WhisperLayer(nn.Module):
 
         a = _attend(split(self.q_proj(h)), split(self.k_proj(h)), split(self.v_proj(h)))
         x = x + self.out_proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+        return x + self.fc2(self.activation_fn(self.fc1(self.final_layer_norm(x))))
 
 
 class WhisperEncoderMirror(nn.Module):

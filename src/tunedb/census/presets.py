@@ -61,6 +61,23 @@ LLAMA_3_8B = dict(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads
 _LIBRARY_CLASS = {"hf": ("transformers", "LlamaForCausalLM"), "torchaudio": ("torchaudio.models", "Conformer")}
 
 
+_IMPL_TEXT = {
+    "hf": "Hugging Face transformers",
+    "torchaudio": "torchaudio",
+    "mirror": "tunedb's built-in copy, same GEMM keys",
+    "user": "the module:callable given",
+}
+
+
+def describe_impl(impl: str) -> str:
+    """One line naming the model implementation a census used (a census meta's 'impl')."""
+    text = _IMPL_TEXT.get(impl)
+    if text is None:
+        return f"model implementation: {impl}"
+    hint = "" if impl == "user" else "; --impl picks another"
+    return f"model implementation: {impl} ({text}{hint})"
+
+
 def _importable(impl: str) -> bool:
     """Whether the library behind `impl` imports here (installed is not enough: a torchaudio or
     transformers built for another torch fails at import)."""
@@ -220,6 +237,26 @@ PRESETS: dict[str, Workload] = {
 }
 
 
+# What a module:callable workload must be (shown in --help and in the error that refuses one).
+CALLABLE_CONTRACT = ("module:callable names a function f(device) called as f(device=torch.device(...)) "
+                     "returning (model, input_factory[, decode_factory]); input_factory(batch, length) "
+                     "returns model(*inputs)'s inputs, decode_factory(batch) one decode step's")
+
+
+def _check_takes_device(spec: str, factory: Any) -> None:
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: let the call decide
+        return
+    takes = "device" in params and params["device"].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                              inspect.Parameter.KEYWORD_ONLY)
+    if not takes and not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        raise CensusError(f"workload {spec!r} takes ({', '.join(params)}) but must accept device=: "
+                          f"{CALLABLE_CONTRACT}")
+
+
 def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> Workload:
     module_name, _, attr = spec.partition(":")
     try:
@@ -228,6 +265,7 @@ def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> W
         raise CensusError(f"cannot load workload {spec!r}: {exc}") from exc
     if not callable(factory):
         raise CensusError(f"workload {spec!r} is not callable")
+    _check_takes_device(spec, factory)
 
     def build(device: Any, impl: str) -> Built:
         out = factory(device=device)

@@ -164,7 +164,8 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
         console.print(f"where the time went: {phase_line(result.phase_seconds, result.seconds)}")
     console.print(f"measurement log: {result.log_path}")
     if opts.no_write:
-        console.print(f"--no-write: {len(result.changes)} change(s) against the current file, nothing written")
+        counted = sum(c.counted for c in result.changes)
+        console.print(f"--no-write: {counted} change(s) against the current file, nothing written")
         for change in result.changes:
             console.print("  " + change.line(), markup=False, highlight=False)
     else:

@@ -7,8 +7,10 @@ import argparse
 def configure(parser: argparse.ArgumentParser) -> None:
     from tunedb.census.modes import MODES
 
+    from tunedb.census.presets import CALLABLE_CONTRACT
+
     parser.add_argument("workload", help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b) "
-                                         "or module:callable returning (model, input_factory[, decode_factory])")
+                                         f"or module:callable; {CALLABLE_CONTRACT}")
     parser.add_argument("--mode", choices=MODES, default="offline", help="service mode (default offline)")
     parser.add_argument("--max-batch-size", type=int, default=8, help="largest batch / cohort (default 8)")
     parser.add_argument("--chunk-size", type=int, default=None, help="streaming: input frames per chunk")
@@ -36,9 +38,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tunedb.census import merge, read_capture, read_census, write_census
+    from tunedb.census.censusfile import check_out
     from tunedb.census.presets import workload
     from tunedb.census.probe import take_census
 
+    check_out(args.out)  # before the census is taken
     w = workload(args.workload, args.unit, args.max_length, args.length_step)
     census = take_census(w, args.mode, args.max_batch_size, args.chunk_size, args.manifest,
                          args.device, args.impl, args.seed, fused=args.fused)
@@ -46,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     if extra:
         census = merge(census, *extra)
     write_census(args.out, census)
+    from tunedb.census.presets import describe_impl
+
+    print(f"tunedb census: {describe_impl(dict(census.meta).get('impl', ''))}")
     tuned = [p for p in census.points if _tunable(p.signature)]
     sigs = {p.signature for p in tuned}
     print(f"tunedb census: {w.name} ({args.mode}): {len(tuned)} points of tuned ops over {len(sigs)} signatures, {sum(p.must_tune for p in tuned)} must-tune, "

@@ -1,6 +1,7 @@
 """`tunedb diff A.json B.json [--json]`: entries added, removed and changed, one line each.
 
 Exit status follows diff(1): 0 when the files agree, 1 when they differ, 2 when one cannot be read.
+A refitted cost model is reported but does not count (it is a measurement, like evidence).
 """
 from __future__ import annotations
 
@@ -34,12 +35,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"tunedb diff: cannot read {exc}", file=sys.stderr)
             return 2
     changes = database.diff(*loaded)
+    differ = any(c.counted for c in changes)
     if args.json:
-        print(json.dumps({"a": args.a, "b": args.b, "same": not changes,
+        print(json.dumps({"a": args.a, "b": args.b, "same": not differ,
                           "changes": [c.to_json() for c in changes]}, indent=2))
     else:
         for change in changes:
             print(change.line())
-        if not changes:
+        if not differ:
             print(f"{args.a} and {args.b} agree")
-    return 1 if changes else 0
+    return 1 if differ else 0

@@ -31,11 +31,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the evaluation as JSON")
 
 
+def check_inputs(logs: list[str], dbs: list[tuple[str, str]]) -> None:
+    """Every --log and --db names an existing file (before any is read), else one line why."""
+    from pathlib import Path
+
+    named = [("--log", text, text) for text in logs] + [("--db", f"{name}={text}", text) for name, text in dbs]
+    for flag, given, text in named:
+        path = Path(text).expanduser()
+        if path.is_dir():
+            what = ("a measurement log (DIR/measurements.jsonl)" if flag == "--log"
+                    else "a database file (e.g. DIR/sm90/gemm.json)")
+            raise BuildError(f"{flag} {given}: {path} is a directory; {flag} takes {what}")
+        if not path.exists():
+            raise BuildError(f"{flag} {given}: no such file {path}")
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from tunedb import evaluate, pipeline
 
+    check_inputs(args.log, args.db)
     censuses = [pipeline.read_census(path) for path in args.census]
     ev, regions = pipeline.evaluate_logs(args.log, args.db, censuses, args.arch, args.family)
     if not ev.points:

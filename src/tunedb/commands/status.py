@@ -1,7 +1,8 @@
 """`tunedb status [--arch ARCH] [--json]`: per tier, which database files load, which are skipped, what is stale.
 
 Without a GPU every arch family found is shown unless --arch narrows it; with one, the current
-device's arch family. Also lists the TUNEDB_* settings in effect. Always exits 0.
+device's arch family. Also lists the TUNEDB_* settings in effect, marking any value the package
+would refuse (every other command stops on it). Always exits 0.
 """
 from __future__ import annotations
 
@@ -29,18 +30,21 @@ def _default_arch() -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tunedb import database
+    from tunedb import database, settings
 
-    arch = args.arch if args.arch is not None else _default_arch()
-    rep = database.report(arch)
+    with settings.lenient():  # report bad values, do not stop on them
+        arch = args.arch if args.arch is not None else _default_arch()
+        rep = database.report(arch)
+    invalid = settings.problems()
     if args.json:
-        print(json.dumps(rep.to_json(), indent=2))
+        print(json.dumps({**rep.to_json(), "invalid_settings": invalid}, indent=2))
     else:
-        _render(rep)
+        _render(rep, invalid)
     return 0
 
 
-def _render(rep) -> None:
+def _render(rep, invalid: dict[str, str] | None = None) -> None:
+    invalid = invalid or {}
     from rich.console import Console
     from rich.table import Table
 
@@ -75,5 +79,11 @@ def _render(rep) -> None:
     for col in ("variable", "value", "meaning"):
         settings_table.add_column(col, overflow="fold")
     for name, value, doc in rep.settings:
-        settings_table.add_row(name, value or "(unset)", doc)
+        if name in invalid:
+            settings_table.add_row(f"[red]{name}[/red]", f"[red]{value} (INVALID)[/red]", invalid[name])
+        else:
+            settings_table.add_row(name, value or "(unset)", doc)
     console.print(settings_table)
+    if invalid:
+        console.print(f"[red]{len(invalid)} invalid setting(s)[/red]: every other tunedb command refuses "
+                      f"to start until they are fixed", highlight=False)

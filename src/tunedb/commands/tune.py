@@ -17,9 +17,11 @@ TUNE_TOP_K = 8
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from tunedb.census.presets import CALLABLE_CONTRACT
+
     parser.add_argument("workload", metavar="WORKLOAD",
                         help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b, ...) "
-                             "or module:callable")
+                             f"or module:callable; {CALLABLE_CONTRACT}")
     census = parser.add_argument_group("census")
     census.add_argument("--mode", default="offline", help="offline (default), streaming or decode")
     census.add_argument("--max-batch-size", type=int, default=8, help="largest batch served (8)")
@@ -40,19 +42,79 @@ def _census_kw(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_served(console: Any, served: list[Any], arch_family: str) -> None:
+    """What each census point would be served; on a terminal too narrow for the full keys, their
+    short forms with a legend (signature_text), never wrapped or cut."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"what tunedb would serve on {arch_family} (tiers: user > system > cost model > default)")
-    for col in ("signature", "M", "weight", "must-tune", "tier", "config"):
-        table.add_column(col, justify="right" if col in ("M", "weight") else "left", overflow="fold")
-    for s in served:
-        p = s.point
-        table.add_row(p.signature.format(), str(p.m), f"{p.weight:.3f}", "yes" if p.must_tune else "",
+    from tunedb import signature_text
+
+    def table(sig_text: Any, compact: bool) -> Table:
+        t = Table(title=f"what tunedb would serve on {arch_family} (user > system > cost model > default)",
+                  box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
+        for col in ("signature", "M", "weight", "must-tune" if not compact else "must", "tier", "config"):
+            t.add_column(col, justify="right" if col in ("M", "weight") else "left", no_wrap=True)
+        for s in served:
+            p = s.point
+            t.add_row(sig_text(p.signature), str(p.m), f"{p.weight:.3f}", "yes" if p.must_tune else "",
                       s.tier, s.config_id)
-    console.print(table)
+        return t
+
+    full = table(lambda sig: sig.format(), compact=False)
+    compact = not signature_text.fits(console, full)
+    console.print(table(signature_text.short, compact=True) if compact else full)
+    if compact:
+        console.print(signature_text.LEGEND, highlight=False)
     counts = Counter(s.tier for s in served)
     order = ("user", "system", "model", "default", "unserved")
     console.print("points per tier: " + ", ".join(f"{counts.get(t, 0)} {t}" for t in order))
+    if counts.get("unserved"):
+        ops = sorted({s.point.signature.op for s in served if s.tier == "unserved"})
+        console.print(f"unserved: {counts['unserved']} point(s) of op(s) {', '.join(ops)} that no tunedb kernel "
+                      f"family tunes; they always run on torch and are listed because the census saw them",
+                      highlight=False)
+
+
+def _family_ops(family: str) -> tuple[str, ...]:
+    from tunedb import families
+
+    return families.get(family).ops
+
+
+def stale_line(arch_family: str, family: str, workload: str) -> str | None:
+    """What the shipped tier's staleness means, when its entries were measured under other
+    versions than this machine's (the entries still serve; a GPU re-measures them)."""
+    from tunedb import database
+
+    for tier in database.report(arch_family).tiers:
+        for f in tier.files if tier.tier == "system" else ():
+            if f.kernel_family != family or f.state != "loaded" or not f.stale:
+                continue
+            reasons = sorted({r for _sig, rs in f.stale for r in rs})
+            return (f"the shipped {arch_family} tier: {len(f.stale)} of {f.entries} entries are stale "
+                    f"({'; '.join(reasons)}). They still serve: their configs are correct here, but "
+                    f"their speed was measured under those versions. To re-measure for this machine's, "
+                    f"run `tunedb tune {workload}` on a GPU (it writes the user tier, which wins).")
+    return None
+
+
+def gpu_line(args: argparse.Namespace, signatures: int) -> str:
+    """What to run on a GPU machine after a CPU run measured nothing."""
+    mode = f" --mode {args.mode}" if args.mode != "offline" else ""
+    return (f"On a GPU machine run `tunedb tune {args.workload}{mode}`: it measures these {signatures} "
+            f"signature(s) into the user tier (add --dry-run first to see the plan and its estimated time).")
+
+
+def simulated_out(args: argparse.Namespace, console: Any) -> None:
+    """--simulate into a tier ('user', the default): write to a new temporary directory instead,
+    and say where. Simulated entries are the cost model plus noise and never serve."""
+    import tempfile
+
+    if args.simulate and args.out in ("user", "system"):
+        tier, args.out = args.out, tempfile.mkdtemp(prefix="tunedb-simulate-")
+        console.print(f"--simulate: writing to the temporary directory {args.out}, not the {tier} "
+                      f"tier (simulated results never serve; name a directory with --out DIR to keep them)",
+                      highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,9 +122,10 @@ def run(args: argparse.Namespace) -> int:
 
     from tunedb import evaluate, pipeline
 
+    console = Console()
+    simulated_out(args, console)
     opts = options_from(args)
     pipeline.buildsteps.check_options(opts, gpu=True)
-    console = Console()
     # on a GPU the measuring worker starts now, so its imports and CUDA start overlap the census
     worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.has_gpu())
     try:
@@ -74,15 +137,24 @@ def run(args: argparse.Namespace) -> int:
     sigs = shapes.signatures()
     console.print(f"census of {args.workload} ({args.mode}): {len(shapes.points)} point(s) over "
                   f"{len(sigs)} signature(s)")
+    from tunedb.census.presets import describe_impl
+
+    console.print(describe_impl(dict(shapes.meta).get("impl", "")), highlight=False)
     gpu = opts.simulate or pipeline.has_gpu()
     reporter = RichReporter(console) if gpu and not opts.dry_run else None
     result = pipeline.tune(args.workload, opts, shapes=shapes, reporter=reporter, worker=worker)
     if result.served:
         print_served(console, result.served, opts.arch_family or "sm90")
+    stale = stale_line(opts.arch_family or "sm90", opts.family, args.workload)
+    if stale:
+        console.print(stale, highlight=False)
     if result.build is not None and opts.dry_run:
         print_plan(console, result.build.plans)
     if not result.measured:
         console.print(NO_GPU if not gpu else "--dry-run: nothing was measured.")
+        if not gpu:
+            console.print(gpu_line(args, len({p.signature for p in shapes.points
+                                              if p.signature.op in _family_ops(opts.family)})), highlight=False)
         return 0
     b = result.build
     console.print(f"measured {b.arms_measured} arm(s) in {b.seconds:.1f} s; log: {b.log_path}")

@@ -3,7 +3,9 @@
 Compared: the file header (kernel/arch family, validators, the cost model), entries added and
 removed, and per entry its regions, the definitions of the configs its regions name, its own
 validators and its source. Evidence and notes are the measurements behind a choice, not the
-choice, and are not compared.
+choice, and are not compared. A refitted cost model (present in both files) is a measurement
+too: its line says which of its fields moved, and it does not count as a difference
+(`Change.counted` is False; `tunedb diff` exits 0 when nothing else differs).
 """
 from __future__ import annotations
 
@@ -25,8 +27,11 @@ class Change:
     what: str = ""
     a: Any = None
     b: Any = None
+    counted: bool = True  # False: reported, but the files still agree (a refitted model)
 
     def line(self) -> str:
+        if not self.counted:
+            return f"  {self.subject}: {self.what} (a refit from measurements; not counted as a difference)"
         if self.kind == "added":
             return f"+ {self.subject}: {_short(self.b)}"
         if self.kind == "removed":
@@ -34,7 +39,28 @@ class Change:
         return f"~ {self.subject}: {self.what} {_short(self.a)} -> {_short(self.b)}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "subject": self.subject, "what": self.what, "a": self.a, "b": self.b}
+        return {"kind": self.kind, "subject": self.subject, "what": self.what, "a": self.a, "b": self.b,
+                "counted": self.counted}
+
+
+def model_delta(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """Which fields of a fitted cost model moved, e.g. 'model refit: scale 1.39 -> 1.41;
+    per_config: 12 changed, 3 added (133 -> 136); fitted_on 3732 -> 4100'."""
+    parts = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if va == vb:
+            continue
+        if isinstance(va, dict) and isinstance(vb, dict):
+            changed = sum(1 for k in set(va) & set(vb) if va[k] != vb[k])
+            added, removed = len(set(vb) - set(va)), len(set(va) - set(vb))
+            counts = [f"{n} {w}" for n, w in ((changed, "changed"), (added, "added"), (removed, "removed")) if n]
+            parts.append(f"{key}: {', '.join(counts)} ({len(va)} -> {len(vb)})")
+        elif isinstance(va, (int, float)) and isinstance(vb, (int, float)):
+            parts.append(f"{key} {va:.6g} -> {vb:.6g}")
+        else:
+            parts.append(f"{key} {_short(va)} -> {_short(vb)}")
+    return "model refit: " + "; ".join(parts)
 
 
 def _short(value: Any) -> str:
@@ -63,7 +89,9 @@ def diff(a: DatabaseFile, b: DatabaseFile) -> tuple[Change, ...]:
     if dict(a.validators) != dict(b.validators):
         out.append(Change("changed", "file", "validators", _plain(dict(a.validators)),
                           _plain(dict(b.validators))))
-    if a.model != b.model:
+    if a.model and b.model and a.model != b.model:
+        out.append(Change("changed", "file", model_delta(a.model, b.model), counted=False))
+    elif a.model != b.model:
         out.append(Change("changed", "file", "model", "present" if a.model else "absent",
                           "present" if b.model else "absent"))
     keys = sorted(set(a.entries) | set(b.entries), key=lambda s: s.format())

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from tunedb import families
 from tunedb.errors import ConfigError, CorruptDatabaseError, SignatureError, ValidatorMismatchError
 from tunedb.records import SENTINELS, Config, Entry, Region, Signature, Status
 
@@ -204,6 +205,10 @@ def _parse_entry(key: Any, value: Any, kernel_family: str, configs: Mapping[str,
     where = f"entry {key!r}"
     if sig.family != kernel_family:
         raise _fail(source, f"{where} belongs to kernel family {sig.family!r}, the file to {kernel_family!r}")
+    try:
+        families.check_key(sig)
+    except SignatureError as exc:
+        raise _fail(source, f"entry key: {exc}") from None
     if not isinstance(value, dict):
         raise _fail(source, f"{where} must be an object")
     unknown = sorted(set(value) - set(ENTRY_KEYS))

@@ -19,7 +19,7 @@ class FileStatus:
     path: Path
     kernel_family: str
     arch_family: str
-    state: str  # loaded, corrupt, mismatch
+    state: str  # loaded, corrupt, mismatch, simulated
     problem: str = ""
     entries: int = 0
     stale: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (signature, reasons)

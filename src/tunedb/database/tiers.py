@@ -2,8 +2,9 @@
 
 system: package data `tunedb/db/<arch>/<family>.json` (read through importlib.resources).
 user:   `settings.user_db_dir()/<arch>/<family>.json` (TUNEDB_USER_DB moves it, `off` disables).
-A file that is corrupt or fails a hard validator is skipped with one DatabaseWarning per
-(file, reason) per epoch; every other file still serves. `reload()` starts a new epoch: the
+A file that is corrupt, fails a hard validator or holds simulated entries (`--simulate`: cost
+model plus noise, never a measurement) is skipped with one DatabaseWarning per (file, reason) per
+epoch; every other file still serves. `reload()` starts a new epoch: the
 next lookup re-reads every file, so nothing else changes what a process selects.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ log = logging.getLogger("tunedb")
 
 @dataclass(frozen=True)
 class LoadResult:
-    """One file's fate in one epoch. state: loaded, missing, corrupt or mismatch."""
+    """One file's fate in one epoch. state: loaded, missing, corrupt, mismatch or simulated."""
 
     tier: str
     path: Path
@@ -136,7 +137,21 @@ def load_file(tier: str, path: Path, kernel_family: str, arch_family: str) -> Lo
         return result("corrupt", problem=str(exc))
     except (TypeError, ValueError, RecursionError) as exc:  # a shape parse() did not foresee
         return result("corrupt", problem=f"{path}: unreadable structure: {exc}")
+    fake = simulated_problem(db, path)
+    if fake:
+        return result("simulated", problem=fake)
     return result("loaded", db)
+
+
+def simulated_problem(db: schema.DatabaseFile, path: Path) -> str:
+    """Why a file holding `--simulate` entries may not serve ('' when it holds none): their
+    numbers came from the cost model plus noise, and a tier serves measurements only."""
+    fake = sorted(sig.format() for sig, e in db.entries.items() if e.source == "simulated")
+    if not fake:
+        return ""
+    return (f"{path}: {len(fake)} entr{'y' if len(fake) == 1 else 'ies'} with source 'simulated' "
+            f"(e.g. {fake[0]}): made by --simulate from the cost model plus noise, not measured; "
+            f"a tier serves measured results only (delete the file, or rebuild it on a GPU)")
 
 
 def warn_once(key: str, reason: str, message: str) -> None:
@@ -164,8 +179,9 @@ def get(tier: str, arch_family: str, kernel_family: str) -> LoadResult | None:
             return None
         res = load_file(tier, path, kernel_family, arch_family)
         _cache[key] = res
-    if res.state in ("corrupt", "mismatch"):
-        kind = "corrupt" if res.state == "corrupt" else "hard validator mismatch"
+    if res.state in ("corrupt", "mismatch", "simulated"):
+        kind = {"corrupt": "corrupt", "mismatch": "hard validator mismatch",
+                "simulated": "simulated, not measured"}[res.state]
         warn_once(str(path), res.problem,
                   f"tunedb: skipping {tier}-tier database file ({kind}): {res.problem}")
     return res

@@ -195,22 +195,39 @@ def _pct(value: float | None) -> str:
 def render_table(ev: Evaluation, console: Any = None) -> None:
     """The rich table of every selector, then each selector's worst signatures."""
     from rich.console import Console
-    from rich.table import Table
+
+    from tunedb import signature_text
 
     console = console or Console()
-    table = Table(title=f"regret against the measured oracle ({len(ev.points)} points)")
-    for col in ("selector", "measured", "unmeasured", "geomean", "weighted", "p95", "max",
-                "worst signature"):
-        table.add_column(col, justify="left" if col in ("selector", "worst signature") else "right")
-    for s in ev.summaries:
-        worst = f"{s.per_signature[0][0]} ({_pct(s.per_signature[0][1])})" if s.per_signature else "-"
-        table.add_row(s.name, str(s.measured), str(s.unmeasured), _pct(s.geomean), _pct(s.weighted),
-                      _pct(s.p95), _pct(s.max), worst)
-    console.print(table)
+    full = _regret_table(ev, lambda sig: sig, worst_column=True)
+    if signature_text.fits(console, full):
+        console.print(full)
+    else:  # narrow terminal: the worst signatures below the table, short, never cut
+        console.print(_regret_table(ev, signature_text.short, worst_column=False))
+        for s in ev.summaries:
+            if s.per_signature:
+                console.print(f"worst for {s.name}: {signature_text.short(s.per_signature[0][0])} "
+                              f"({_pct(s.per_signature[0][1])})", highlight=False)
+        console.print(signature_text.LEGEND, highlight=False)
     for s in ev.summaries:
         if s.unmeasured:
             console.print(f"{s.name}: {s.unmeasured} point(s) where its pick was not measured "
                           f"(not counted; measure them, e.g. with `tunedb build --exhaustive`)")
+
+
+def _regret_table(ev: Evaluation, sig_text: Callable[[str], str], worst_column: bool) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"regret against the measured oracle ({len(ev.points)} points)")
+    cols = ("selector", "measured", "unmeasured", "geomean", "weighted", "p95", "max")
+    for col in cols + (("worst signature",) if worst_column else ()):
+        table.add_column(col, justify="left" if col in ("selector", "worst signature") else "right",
+                         no_wrap=col == "worst signature")
+    for s in ev.summaries:
+        worst = f"{sig_text(s.per_signature[0][0])} ({_pct(s.per_signature[0][1])})" if s.per_signature else "-"
+        table.add_row(s.name, str(s.measured), str(s.unmeasured), _pct(s.geomean), _pct(s.weighted),
+                      _pct(s.p95), _pct(s.max), *((worst,) if worst_column else ()))
+    return table
 
 
 def draw_regions(ax: Any, regions: Mapping[str, Sequence[Region]], m_max: Mapping[str, int] | None = None,

@@ -47,6 +47,17 @@ def get(name: str) -> KernelFamily:
     raise RegistryError(f"unknown kernel family {name!r}; registered: {', '.join(names())}")
 
 
+def check_key(sig: Signature) -> None:
+    """SignatureError when `sig`'s key fields are not what its family's schema requires (missing,
+    extra, mistyped, not positive). Families without a `check_key` hook, and signatures of a
+    family not registered here, are not checked."""
+    if sig.family not in names():
+        return
+    hook = getattr(get(sig.family), "check_key", None)
+    if hook is not None:
+        hook(sig)
+
+
 def check_op(family: KernelFamily, op: str) -> None:
     if op not in family.ops:
         raise RegistryError(

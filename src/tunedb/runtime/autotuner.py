@@ -28,6 +28,7 @@ from tunedb.families.contract import hook
 from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signature
 from tunedb.runtime import launch_table
 from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result
+from tunedb.runtime.nogpu import warn_no_gpu
 from tunedb.runtime.launch_table import _capturing as capturing  # the runtime's one capture check
 from tunedb.runtime.selector import shipped_profile as selector_shipped
 
@@ -84,6 +85,7 @@ class Autotuner:
         self.path = Path(cache) if cache is not None else None
         self.publish = publish
         self.enabled = enabled
+        self._on_gpu_only = measurer is None and timer is None  # the protocol's CUDA-graph timer
         self.measurer = measurer or functools.partial(
             protocol_measurer, working_set_bytes=working_set_bytes, timer=timer)
         self.publisher = publisher or user_tier_publisher
@@ -128,6 +130,9 @@ class Autotuner:
         return self
 
     def __enter__(self) -> "Autotuner":
+        if self.enabled and self._on_gpu_only:
+            warn_no_gpu("autotune", "every shape no tier covers takes the fallback and "
+                        + (f"the cache {self.path} is not written" if self.path else "no result is kept"))
         self.open()
         self._ctx = launch_table.overriding(self.resolve)
         self._ctx.__enter__()

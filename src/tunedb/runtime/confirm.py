@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from tunedb.records import Entry, Point, Region, ShapeSet, Signature
+from tunedb.runtime.nogpu import warn_no_gpu
 
 TOL = 0.003  # the graph rows' A/A noise floor on the H200 was 0.1-0.3%
 JUDGED_TIERS = ("user", "system")
@@ -193,12 +194,16 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
 
     if not (0 <= tol < 1):
         raise ValueError(f"tol={tol} must be in [0, 1)")
+    shapes_only = model is None or isinstance(inputs, ShapeSet) or (
+        isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs))
+    if measurer is None and not shapes_only and warn_no_gpu(
+            "confirm", "no pick was judged and the user tier is unchanged"):
+        return ConfirmResult((), 0.0)
     start = time.monotonic()
     points = points_of(model, inputs)
     picks = _picks(points)
     if measurer is None and picks:
-        if model is None or isinstance(inputs, ShapeSet) or (
-                isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs)):
+        if shapes_only:
             raise TypeError("confirm times the model itself: pass the model and example inputs "
                             "(a census or Points only says which shapes to judge), or measurer=")
         measurer = graph_measurer(model, inputs, **measure_kw)

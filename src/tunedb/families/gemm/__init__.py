@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from tunedb.families.contract import SignatureSchema, VerifyRule
 from tunedb.families.gemm import configs
-from tunedb.families.gemm.signatures import make_signature, serving_keys, signature_of, work
+from tunedb.families.gemm.signatures import check_key, make_signature, serving_keys, signature_of, work
 from tunedb.records import ArchProfile, Config, Signature
 
 # Files whose text decides what a config computes and how fast on the GPU (kernels, constexprs,
@@ -63,6 +63,9 @@ class GemmFamily:
 
     def parse_config(self, config_id: str) -> Config:
         return configs.parse(config_id)
+
+    def check_key(self, sig: Signature) -> None:
+        check_key(sig)
 
     def serving_keys(self, sig: Signature) -> tuple[Signature, ...]:
         return serving_keys(sig)

@@ -39,6 +39,11 @@ _SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm87": 166912, "sm89": 101376,
                  "sm90": 232448, "sm100": 232448, "sm103": 232448, "sm120": 101376}
 
 
+def known_arches() -> tuple[str, ...]:
+    """The arch families this family knows how to compile for (what `tunedb prebuild` accepts)."""
+    return tuple(_SMEM_BY_ARCH)
+
+
 @lru_cache(maxsize=None)  # on every validity check: parse each arch name once
 def capability(arch_family: str) -> int:
     """sm90 -> 90; ConfigError for names that are not sm<digits>."""

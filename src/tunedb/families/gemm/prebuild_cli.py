@@ -59,10 +59,9 @@ def run(args: argparse.Namespace) -> int:
     from tunedb import settings
     from tunedb.families.gemm import configs, prebuild
 
-    try:
-        configs.capability(args.arch)
-    except ValueError as exc:
-        raise BuildError(str(exc)) from exc
+    if args.arch not in configs.known_arches():  # before any compiler runs (it would assert)
+        raise BuildError(f"unknown --arch {args.arch!r}: prebuild compiles for "
+                         f"{', '.join(configs.known_arches())}")
     if args.census is not None:
         if not args.census.is_file():
             raise BuildError(f"census file {args.census} does not exist")

@@ -13,6 +13,42 @@ from tunedb.records import Signature
 
 _DT_OF_TORCH = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
 
+# Each op's key fields besides op and dt, in order, with their types. bmm is recorded by a
+# census (attention's batched products) though the family does not tune it.
+KEY_FIELDS: dict[str, tuple[tuple[str, type], ...]] = {
+    "gemm": (("N", int), ("K", int)),
+    "gemm_act": (("N", int), ("K", int), ("act", str), ("bias", int)),
+    "bmm": (("B", int), ("N", int), ("K", int)),
+}
+
+
+def check_key(sig: Signature) -> None:
+    """Refuse a GEMM-family key (a census's or a database's) whose fields are missing, extra or
+    of the wrong type, or whose sizes are not positive: SignatureError naming the field."""
+    fields = KEY_FIELDS.get(sig.op)
+    if fields is None:
+        raise SignatureError(f"signature {sig.format()!r}: op {sig.op!r} is not one of {', '.join(KEY_FIELDS)}")
+    given = dict(sig.params)
+    want = ", ".join(f"{name}=<{kind.__name__}>" for name, kind in fields)
+    for name, kind in fields:
+        if name not in given:
+            raise SignatureError(f"signature {sig.format()!r}: missing {name}; op={sig.op} needs {want}")
+        value = given[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise SignatureError(f"signature {sig.format()!r}: {name}={value!r} must be "
+                                 f"{'a positive integer' if kind is int else 'a ' + kind.__name__}")
+        if kind is int and name != "bias" and value < 1:
+            raise SignatureError(f"signature {sig.format()!r}: {name}={value} must be a positive integer")
+    extra = [k for k in given if k not in dict(fields)]
+    if extra:
+        raise SignatureError(f"signature {sig.format()!r}: unknown field(s) {', '.join(extra)}; "
+                             f"op={sig.op} takes {want}")
+    # the key's shape only: whether its dtype is served is the validity predicate's question
+    if sig.op == "gemm_act" and given["act"] not in ACTS:
+        raise SignatureError(f"signature {sig.format()!r}: act={given['act']!r} is not one of {', '.join(ACTS)}")
+    if sig.op == "gemm_act" and given["bias"] not in (0, 1):
+        raise SignatureError(f"signature {sig.format()!r}: bias={given['bias']!r} must be 0 or 1")
+
 
 def make_signature(op: str, dt: str, n: int, k: int, act: str = "none", bias: bool = False) -> Signature:
     """`gemm|op=gemm|dt=..|N=..|K=..` or `gemm|op=gemm_act|dt=..|N=..|K=..|act=..|bias=0/1`."""

@@ -1,0 +1,55 @@
+"""Checking a build's target file before anything is measured.
+
+A build writes its file at the end, after minutes of measuring on a GPU; a target that cannot
+be written or merged into must stop it at the start instead. `check_target` asks what the
+final write will need: the directory can be created and written, the path is not a directory,
+and an existing file is readable and mergeable (parses, same kernel and arch family, not
+corrupt), unless `fresh` replaces it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tunedb.database import schema
+from tunedb.database.store import lock_path
+from tunedb.errors import CorruptDatabaseError, DatabaseError, ValidatorMismatchError
+
+NOTHING_MEASURED = "nothing was measured"
+
+
+def check_target(path: Path, kernel_family: str, arch_family: str, *, fresh: bool = False,
+                 write: bool = True) -> None:
+    """DatabaseError naming the problem when the build's final write to `path` would fail.
+    write=False (--no-write): only the existing file must be readable and mergeable."""
+    path = Path(path)
+    if path.is_dir():
+        raise DatabaseError(f"target {path} is a directory; a database target is a file "
+                            f"(--out DIR writes DIR/<arch>/<family>.json); {NOTHING_MEASURED}")
+    if write:
+        _check_writable(path)
+    if fresh or not path.exists():
+        return
+    try:
+        schema.load(path, kernel_family, arch_family)
+    except (CorruptDatabaseError, ValidatorMismatchError) as exc:
+        raise type(exc)(f"{exc}; a build cannot merge into it ({NOTHING_MEASURED}): pass --fresh to "
+                        f"replace it, or --out another place") from None
+    except OSError as exc:
+        raise DatabaseError(f"target {path} is unreadable: {exc.strerror or exc}; {NOTHING_MEASURED}") from None
+
+
+def _check_writable(path: Path) -> None:
+    # The writer's own first steps (the directory, then its lock file), taken now: what fails
+    # here would fail at the end, and the lock file is created by every write anyway.
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path(path), "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        where = exc.filename or path.parent
+        raise DatabaseError(f"cannot write the target {path}: {where}: {exc.strerror or exc}; choose a "
+                            f"writable place (--out DIR, or TUNEDB_USER_DB=DIR for the user tier); "
+                            f"{NOTHING_MEASURED}") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise DatabaseError(f"cannot write the target {path}: permission denied; {NOTHING_MEASURED}")

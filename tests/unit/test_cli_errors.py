@@ -1,0 +1,172 @@
+"""Bad input on the command line: one clear line on stderr and a non-zero exit, never a traceback
+(issue 17). Each case names the bad value and what is allowed or what to do."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tunedb import cli, settings
+from tunedb.records import Point, ShapeSet, Signature
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "db"
+QKV = Signature.make("gemm", "gemm", "half", N=512, K=512)
+
+
+def one_line_error(capsys, argv, rc=2) -> str:
+    assert cli.main(list(argv)) == rc
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture
+def home(tmp_path):
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        yield tmp_path
+
+
+def write_census(path: Path, sig: str) -> Path:
+    from tunedb.census import write_census as write
+
+    write(path, ShapeSet((Point(QKV, 16, 1.0, 4),), "toy", (("mode", "offline"),)))
+    data = json.loads(path.read_text())
+    data["points"][0]["signature"] = sig
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_an_unwritable_user_tier_is_one_line_before_anything_is_measured(home, capsys, monkeypatch):
+    """The user tier under a file (what an unwritable tier looks like to the writer, even as root):
+    a real build (a GPU, faked here) stops before it measures anything."""
+    from tunedb import arch, pipeline
+
+    (home / "afile").write_text("")
+    census = write_census(home / "c.json", QKV.format())
+    measurers = []
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
+    monkeypatch.setattr(pipeline, "arch_profile", lambda family, real: arch.shipped_profile("sm90"))
+    monkeypatch.setattr(pipeline.buildsteps, "start_worker", lambda opts, gpu: None)
+    monkeypatch.setattr(pipeline.buildsteps, "Measurer", lambda *a, **k: measurers.append(a))
+    with settings.override(USER_DB=str(home / "afile" / "tier")):
+        line = one_line_error(capsys, ["build", "--census", str(census), "--out", "user", "--in-process"])
+    assert line.startswith("tunedb build: error: cannot write the target")
+    assert "afile" in line and "nothing was measured" in line
+    assert measurers == []
+
+
+def test_a_permission_error_maps_to_one_line_with_what_to_do(capsys, monkeypatch):
+    from tunedb.commands import diff
+
+    def denied(args):
+        raise PermissionError(13, "Permission denied", "/ro/tunedb/v1/sm90/gemm.json.lock")
+
+    monkeypatch.setattr(diff, "run", denied)
+    line = one_line_error(capsys, ["diff", "a", "b"])
+    assert line == ("tunedb diff: error: /ro/tunedb/v1/sm90/gemm.json.lock: Permission denied; choose a writable "
+                    "place (TUNEDB_USER_DB=DIR for the user tier, TUNEDB_CACHE_DIR=DIR for caches, or --out DIR)")
+
+
+def test_census_out_an_existing_directory_is_refused_before_the_census(tmp_path, capsys, monkeypatch):
+    from tunedb.census import probe
+
+    monkeypatch.setattr(probe, "take_census", lambda *a, **k: pytest.fail("census taken"))
+    line = one_line_error(capsys, ["census", "whisper-base", "--out", str(tmp_path)])
+    assert f"--out {tmp_path} is a directory" in line and "census.json" in line
+
+
+def test_census_out_under_a_file_or_unwritable_dir_is_refused(tmp_path, capsys, monkeypatch):
+    from tunedb.census import probe
+
+    monkeypatch.setattr(probe, "take_census", lambda *a, **k: pytest.fail("census taken"))
+    (tmp_path / "afile").write_text("")
+    line = one_line_error(capsys, ["census", "whisper-base", "--out", str(tmp_path / "afile" / "c.json")])
+    assert "afile is not a directory" in line
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # a read-only file system (root ignores modes)
+    line = one_line_error(capsys, ["census", "whisper-base", "--out", str(tmp_path / "c.json")])
+    assert "is not writable" in line
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: f"x={d / 'missing.json'}", "no such file"),
+    (lambda d: f"x={d}", "is a directory; --db takes a database file"),
+])
+def test_evaluate_db_missing_or_a_directory(tmp_path, capsys, make, message):
+    log = tmp_path / "m.jsonl"
+    log.write_text("")
+    line = one_line_error(capsys, ["evaluate", "--log", str(log), "--db", make(tmp_path)])
+    assert message in line and line.startswith("tunedb evaluate: error: --db x=")
+
+
+def test_evaluate_log_missing(tmp_path, capsys):
+    line = one_line_error(capsys, ["evaluate", "--log", str(tmp_path / "nope.jsonl")])
+    assert "--log" in line and "no such file" in line
+
+
+def test_a_workload_callable_without_device_says_what_it_must_be(tmp_path, capsys, monkeypatch):
+    (tmp_path / "mymod_bad.py").write_text("def make():\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    line = one_line_error(capsys, ["tune", "mymod_bad:make"])
+    assert "workload 'mymod_bad:make' takes () but must accept device=" in line
+    assert "returning (model, input_factory[, decode_factory])" in line
+
+
+def test_the_callable_contract_is_in_help(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["tune", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "f(device=torch.device(...)) returning (model, input_factory[, decode_factory])" in out
+
+
+def test_diff_into_a_closed_pipe_exits_quietly(tmp_path, monkeypatch, capsys):
+    """`tunedb diff A B | head`: the reader is gone; no BrokenPipeError traceback."""
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    stream = os.fdopen(write_fd, "w", buffering=1)
+    monkeypatch.setattr("sys.stdout", stream)
+    rc = cli.main(["diff", str(DATA / "a.json"), str(DATA / "b.json")])
+    assert rc == cli.EXIT_BROKEN_PIPE
+    assert "Traceback" not in capsys.readouterr().err
+    stream.close()
+
+
+def test_a_bad_setting_stops_every_command_at_start(capsys, monkeypatch):
+    """TUNEDB_JIT_LAUNCH=true used to be silently off; diff never read it at all."""
+    monkeypatch.setenv("TUNEDB_JIT_LAUNCH", "true")
+    line = one_line_error(capsys, ["diff", str(DATA / "a.json"), str(DATA / "a.json")])
+    assert line == "tunedb diff: error: TUNEDB_JIT_LAUNCH='true' is not allowed; use one of 0, 1"
+
+
+def test_compile_set_is_refused_before_the_census(capsys, monkeypatch):
+    from tunedb import pipeline
+
+    monkeypatch.setenv("TUNEDB_COMPILE_SET", "bogus")
+    monkeypatch.setattr(pipeline, "take_census", lambda *a, **k: pytest.fail("census taken"))
+    line = one_line_error(capsys, ["tune", "whisper-base"])
+    assert "TUNEDB_COMPILE_SET='bogus'" in line and "tuned, all" in line
+
+
+def test_user_db_naming_a_file_is_refused_at_start(tmp_path, capsys, monkeypatch):
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("TUNEDB_USER_DB", str(tmp_path / "afile"))
+    line = one_line_error(capsys, ["diff", str(DATA / "a.json"), str(DATA / "a.json")])
+    assert "TUNEDB_USER_DB=" in line and "is not a directory" in line
+
+
+def test_status_marks_invalid_settings_and_still_reports(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "maybe")
+    monkeypatch.setenv("TUNEDB_USER_DB", str(tmp_path))
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    row = [line for line in out.splitlines() if "TUNEDB_MODEL_FALLBACK" in line]
+    assert row and "maybe (INVALID)" in row[0] and "use one of auto, 0, 1" in row[0]
+    assert "1 invalid setting(s)" in out
+    assert cli.main(["status", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert list(rep["invalid_settings"]) == ["TUNEDB_MODEL_FALLBACK"]
