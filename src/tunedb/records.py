@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from tunedb.errors import ConfigError, SignatureError
 
 # dtype names follow torch's short names; "half" is the key that serves fp16 and bf16.
-DTYPES: tuple[str, ...] = ("half", "fp16", "bf16", "fp32", "int8", "fp8")
+DTYPES: tuple[str, ...] = ("half", "fp16", "bf16", "fp32", "fp64", "int8", "fp8")
 HALF_DTYPES: tuple[str, ...] = ("fp16", "bf16")
 SENTINELS: tuple[str, ...] = ("default", "torch", "fused", "heuristic")
 
