@@ -70,7 +70,7 @@ class KernelFamily(Protocol):
     #       beside the worker's torch import; best effort, a failure resurfaces at first launch.
 
 
-_BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY"}
+_BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY", "linalg": "tunedb.families.linalg:FAMILY"}
 _REGISTRY: dict[str, KernelFamily] = {}
 
 
