@@ -35,7 +35,7 @@ def test_predicate_refuses_what_cannot_run():
     assert "exceeds" in r("potrf", "block", 1, 4, 128, "fp64")
     assert r("potrf", "block", 1, 8, 128, "fp64") is None
     assert r("potrf", "block", 1, 4, 128, "fp32") is None
-    assert "exceeds" in r("potrf", "warp", 8, 8, 64, "fp32")
+    assert "exceeds" in r("potrf", "warp", 16, 8, 64, "fp32")
     assert "P >= 2" in r("dot", "warp", 1, 1, 8, "fp32")
     assert "one problem" in r("dot", "block", 2, 1, 8, "fp32")
     assert "idle" in r("dot", "block", 1, 8, 4, "fp32")
