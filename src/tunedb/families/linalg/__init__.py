@@ -76,6 +76,11 @@ class LinalgFamily:
     def make_signature(self, op: str, dt: str, n: int) -> Signature:
         return make_signature(op, dt, n)
 
+    def serving_keys(self, sig: Signature) -> tuple[Signature, ...]:
+        from tunedb.families.linalg.plan import serving_keys
+
+        return serving_keys(sig)
+
     def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
         space = configs.config_space(arch_family)
         return space if lanes is None else tuple(c for c in space if c.lane in lanes)

@@ -79,8 +79,8 @@ def _chol_tile(A, base, m, r, c, N: tl.constexpr, NP: tl.constexpr, P: tl.conste
         bad = (d <= 0) | (d != d)
         info = tl.where(bad & (info == 0), j + 1, info)
         s = tl.sqrt(tl.where(bad, 1, d))[:, None]
-        low = tl.where(r2 >= j, col / s, 0)
-        below = tl.where(r2 > j, low, 0)
+        below = tl.where(r2 > j, col / s, 0)
+        low = tl.where(r2 == j, s, below)
         t = t - below[:, :, None] * below[:, None, :]
         t = tl.where(c == j, low[:, :, None], t)
         if SOLVE:
