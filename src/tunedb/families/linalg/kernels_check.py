@@ -4,7 +4,7 @@ Inputs are seeded and built in fp64 on the CPU, then cast and moved: the same se
 same problems on every device. SPD matrices are A = M M^T / n + n^0.5 I (well conditioned);
 kind="hard" gives eigenvalues spread over `cond` (A = Q diag(logspace) Q^T).
 
-Residuals are per problem and in fp64: dot/gemv/gemm ||C - ref|| / (||A|| ||B||), potrf
+Residuals are per problem, in fp64, on the inputs' device: dot/gemv/gemm ||C - ref|| / (||A|| ||B||), potrf
 ||L L^T - A|| / ||A||, trsv ||L x - b|| / (||L|| ||x||), posv ||A x - b|| / (||A|| ||x||)
 (Frobenius / 2-norms). `within_torch` bounds an arm's worst residual by a small multiple of
 what the torch arm gets on the same inputs (floored at the dtype's unit roundoff).
@@ -66,8 +66,8 @@ def residual(op: str, inputs: tuple, result: Any) -> Any:
 
     if isinstance(result, tuple):
         result = result[0]
-    ins = [t.detach().to("cpu", torch.float64) for t in inputs]
-    res = result.detach().to("cpu", torch.float64)
+    ins = [t.detach().to(torch.float64) for t in inputs]
+    res = result.detach().to(torch.float64)
     tiny = torch.finfo(torch.float64).tiny
 
     def nrm(t: Any) -> Any:
@@ -104,3 +104,14 @@ def within_torch(op: str, dtype: str, inputs: tuple, result: Any, torch_result: 
     bound = factor * max(float(theirs.max()) if theirs.numel() else 0.0, _EPS[dtype])
     finite = bool(torch.isfinite(mine).all())
     return finite and worst <= bound, worst, bound
+
+
+def one_per_packing(op: str, n: int, dtype: str) -> list:
+    """The prior's first valid config of each packing (what the GPU tests cover per cell)."""
+    from tunedb.families.linalg import kernels_space as space
+
+    ranked = space.candidates(op, n, dtype)
+    firsts: dict = {}
+    for c in ranked:
+        firsts.setdefault(c.packing, c)
+    return list(firsts.values())

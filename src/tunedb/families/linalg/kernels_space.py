@@ -129,29 +129,24 @@ def config_space(op: str | None = None, n: int | None = None, dtype: str | None 
 def candidates(op: str, n: int, dtype: str, cap: int | None = None) -> list[KernelConfig]:
     """The valid configs, best-first by a coarse prior (for a per-cell cap in the bench).
 
-    The prior: per packing, prefer a tile of about 16 elements per thread (thread: 2 problems
-    per lane); the cap then takes packings round-robin so each packing keeps its best guesses.
+    The prior: thread packing wants about one problem per lane, warp and block a tile of
+    about 16 elements per thread, fewer warps breaking ties; packings then alternate
+    (thread, warp, block, thread, ...) so a cap keeps each packing's best guesses.
     """
-    valid = config_space(op, n, dtype)
-    if cap is None or len(valid) <= cap:
-        return valid
+    import math
 
-    def score(c: KernelConfig) -> float:
+    def score(c: KernelConfig) -> tuple[float, int]:
         if c.packing == "thread":
-            per = c.problems / (32 * c.warps)
-            return abs(per - 1) + 0.1 * abs(c.warps - 2)
+            return abs(math.log2(c.problems / (32 * c.warps))) + 0.25 * abs(c.warps - 2), c.warps
         per = tile_elements(op, c.packing, c.problems, n) / (32 * c.warps)
-        import math
+        return abs(math.log2(max(per, 1)) - 4), c.warps
 
-        return abs(math.log2(max(per, 1)) - 4) + 0.1 * abs(c.warps - 4)
-
+    valid = config_space(op, n, dtype)
     by_pack = {p: sorted((c for c in valid if c.packing == p), key=score) for p in PACKINGS}
     picked: list[KernelConfig] = []
-    while len(picked) < cap:
-        before = len(picked)
+    limit = len(valid) if cap is None else min(cap, len(valid))
+    while len(picked) < limit:
         for p in PACKINGS:
-            if by_pack[p] and len(picked) < cap:
+            if by_pack[p] and len(picked) < limit:
                 picked.append(by_pack[p].pop(0))
-        if len(picked) == before:
-            break
     return picked
