@@ -101,3 +101,9 @@ def test_a_pure_noise_rerun_reproduces_every_cell():
     first, second = rerun(), rerun()
     assert [(p.winner, p.native) for p in first] == [(p.winner, p.native) for p in second]
     assert LINALG_RULE.tie_band == 0.02 and LINALG_RULE.dep_margin == 0.05
+
+
+def test_two_configs_of_one_packing_in_the_band_resolve_without_the_noise():
+    # whichever of the two is a hair faster, fewer warps (then fewer problems per program) wins
+    for a, b in ((1.0, 1.01), (1.01, 1.0)):
+        assert decide({"warp_p8_w4": a, "warp_p8_w2": b, "warp_p16_w2": a}).winner == "warp_p8_w2"

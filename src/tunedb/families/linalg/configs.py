@@ -124,13 +124,19 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
 
 def simplicity(config_id: str) -> int:
     """Lower is simpler: the library arm (the fallback keeps a tie), then thread (sequential)
-    before warp (shuffles) before block (barriers); anything else last."""
+    before warp (shuffles) before block (barriers); within a packing fewer warps, then fewer
+    problems per program (a total order, so which of two tied configs of one packing takes a
+    cell never depends on noise); anything else last."""
     if config_id in (LIBRARY, "default"):
         return 0
-    for rank, packing in enumerate(PACKINGS, start=1):
-        if config_id.startswith(packing + "_"):
-            return rank
-    return len(PACKINGS) + 1
+    match = _ID.match(config_id)
+    if match is None:
+        return (len(PACKINGS) + 1) * _RANK
+    packing, per, warps = match.group(1), int(match.group(2) or 1), int(match.group(3))
+    return (PACKINGS.index(packing) + 1) * _RANK + min(warps, 999) * 1000 + min(per, 999)
+
+
+_RANK = 1_000_000  # one packing's span in simplicity()
 
 
 def dependency(config_id: str) -> str | None:

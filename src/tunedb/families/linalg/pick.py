@@ -2,8 +2,9 @@
 
     1. Dependency-free ("native") arms: the fastest time t*; every native arm within the tie band
        (t <= t* x (1 + tie_band)) is a contender, and the simplest contender takes the cell
-       (library arm, then thread, then warp, then block; then the faster; then the id). The
-       library arm is the fallback: it keeps any cell it ties, and takes a cell nobody else could.
+       (library arm, then thread, then warp, then block; within a packing fewer warps, then
+       fewer problems per program; then the id: never the noise). The library arm is the
+       fallback: it keeps any cell it ties, and takes a cell nobody else could.
     2. An arm that needs an optional dependency takes the cell only when it beats the fastest
        native arm by more than dep_margin (t* / t_dep > 1 + dep_margin); among such arms the
        same tie-band rule picks.
@@ -56,7 +57,7 @@ class CellPick:
 def _band_pick(times: Mapping[str, float], rule: Any) -> str:
     best = min(times.values())
     band = [a for a, t in times.items() if t <= best * (1.0 + rule.tie_band)]
-    return min(band, key=lambda a: (rule.simplicity(a), times[a], a))
+    return min(band, key=lambda a: (rule.simplicity(a), a))
 
 
 def decide(times: Mapping[str, float | None], rule: Any = LINALG_RULE) -> CellPick:

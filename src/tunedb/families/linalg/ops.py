@@ -1,0 +1,207 @@
+"""The linalg ops, registered with torch.library on first use: ``tunedb::linalg_<op>``.
+
+    tunedb::linalg_dot(Tensor x, Tensor y) -> Tensor                 [batch]
+    tunedb::linalg_gemv(Tensor A, Tensor x) -> Tensor                [batch, n]
+    tunedb::linalg_gemm(Tensor A, Tensor B) -> Tensor                [batch, n, n]
+    tunedb::linalg_potrf(Tensor A) -> (Tensor L, Tensor info)        info int32 [batch]
+    tunedb::linalg_trsv(Tensor L, Tensor b) -> Tensor                [batch, n]
+    tunedb::linalg_posv(Tensor A, Tensor b) -> (Tensor x, Tensor info)
+
+The ops are functional (they never write their inputs). A CUDA call resolves its config through
+the selector (user tier > system tier > the heuristic > the library arm) once per (op, dtype, n,
+batch) and epoch; later calls of that key are one dict lookup to the bound launcher, so a CUDA
+graph captured after an eager call replays the kernel eager runs. Other devices take the library
+arm. A non-SPD problem of potrf/posv is reported in `info` (0, or the 1-based column whose pivot
+failed, as torch.linalg.cholesky_ex reports): never an exception, never a hang; the other
+problems of the batch are unaffected. Fake kernels let torch.compile trace the ops (they stay
+opaque in the graph). No autograd formula: the ops are forward-only.
+
+The generic run-time path (runtime/launch_table.py) keys calls by GEMM's (N, K, M); this module
+is the linalg family's own dispatch until that path is family-generic.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from typing import Any, Callable
+
+from tunedb.families.linalg import signatures
+from tunedb.records import Config, Signature
+
+OUTPUTS = {"dot": "Tensor", "gemv": "Tensor", "gemm": "Tensor", "potrf": "(Tensor, Tensor)",
+           "trsv": "Tensor", "posv": "(Tensor, Tensor)"}
+ARGS = {"dot": "Tensor x, Tensor y", "gemv": "Tensor A, Tensor x", "gemm": "Tensor A, Tensor B",
+        "potrf": "Tensor A", "trsv": "Tensor L, Tensor b", "posv": "Tensor A, Tensor b"}
+
+
+class Bound:
+    """One (op, dtype, n, batch)'s resolution this epoch: the config, its tier and its launcher."""
+
+    __slots__ = ("signature", "batch", "config", "tier", "call", "slot", "launched")
+
+    def __init__(self, signature: Signature, batch: int, config: Config, tier: str,
+                 call: Callable[..., Any], slot: Any) -> None:
+        self.signature, self.batch, self.config, self.tier = signature, batch, config, tier
+        self.call, self.slot, self.launched = call, slot, False
+
+
+_bound: dict[tuple[Any, ...], Bound] = {}
+_lock = threading.Lock()
+_lib: list[Any] = []
+
+
+def _family() -> Any:
+    from tunedb import families
+
+    return families.get(signatures.FAMILY)
+
+
+def _clear() -> None:
+    _bound.clear()
+
+
+def _launcher(config: Config, sig: Signature) -> Callable[..., Any]:
+    return functools.partial(_family().launch, config, sig)
+
+
+def _bind(op: str, tensors: tuple[Any, ...]) -> Bound:
+    from tunedb import selector
+    from tunedb.database import tiers
+
+    tiers.on_reload(_clear)  # (once) a new epoch drops every bound launcher
+    family = _family()
+    sig, batch = signatures.signature_of(op, *tensors)
+    slot = selector.slot(signatures.FAMILY, sig, batch)
+    config, tier = slot.resolution.config, slot.resolution.tier
+    if config.id == "heuristic":  # a region naming the rule: the rule's config for this cell
+        config = family.heuristic(sig, batch, selector.current_arch()[1])
+    return Bound(sig, batch, config, tier, _launcher(config, sig), slot)
+
+
+def bound_for(op: str, *tensors: Any) -> Bound:
+    """The bound resolution of a CUDA call (resolved on the first call of its key per epoch)."""
+    first = tensors[0]
+    key = (op, first.dtype, first.shape[-1], first.shape[0])
+    hit = _bound.get(key)
+    if hit is None:
+        with _lock:
+            hit = _bound.get(key) or _bind(op, tensors)
+            _bound[key] = hit
+    return hit
+
+
+def _capturing() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+def _first_launch(bound: Bound, tensors: tuple[Any, ...]) -> Any:
+    """A config that fails its first call (outside a capture) is warned about once and the
+    library arm serves the key for the rest of the epoch."""
+    try:
+        out = bound.call(*tensors)
+    except Exception as exc:
+        if bound.config.id == "torch" or _capturing():
+            raise
+        from tunedb.errors import TunedbWarning
+
+        warnings.warn(f"tunedb: linalg config {bound.config.id} ({bound.tier} tier) failed on its first "
+                      f"call for {bound.signature} at batch={bound.batch} ({type(exc).__name__}: {exc}); "
+                      f"the torch arm serves it until the next epoch", TunedbWarning, stacklevel=4)
+        bound.config = Config.sentinel("torch")
+        bound.call = _launcher(bound.config, bound.signature)
+        out = bound.call(*tensors)
+    bound.launched = True
+    return out
+
+
+def run(op: str, *tensors: Any) -> Any:
+    """The op's implementation (what every backend of tunedb::linalg_<op> runs)."""
+    first = tensors[0]
+    if first.device.type != "cuda":
+        sig, _batch = signatures.signature_of(op, *tensors)
+        return _family().launch(Config.sentinel("torch"), sig, *tensors)
+    if first.shape[0] == 0:
+        return _fake(op, *tensors)
+    bound = bound_for(op, *tensors)
+    bound.slot.calls += 1
+    if bound.launched:
+        return bound.call(*tensors)
+    return _first_launch(bound, tensors)
+
+
+def _fake(op: str, *tensors: Any) -> Any:
+    import torch
+
+    signatures.signature_of(op, *tensors)  # the same errors as a real call
+    a = tensors[0]
+    if op == "dot":
+        return a.new_empty((a.shape[0],))
+    if op in ("gemv", "trsv"):
+        return tensors[1].new_empty(tensors[1].shape)
+    if op == "gemm":
+        return a.new_empty(a.shape)
+    info = a.new_zeros((a.shape[0],), dtype=torch.int32)
+    return (a.new_empty(a.shape), info) if op == "potrf" else (tensors[1].new_empty(tensors[1].shape), info)
+
+
+def register() -> None:
+    """Define tunedb::linalg_<op> (once per process)."""
+    if _lib:
+        return
+    with _lock:
+        if _lib:
+            return
+        import torch
+
+        lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive in _lib
+        for op in signatures.OPS:
+            lib.define(f"linalg_{op}({ARGS[op]}) -> {OUTPUTS[op]}")
+            lib.impl(f"linalg_{op}", functools.partial(run, op), "CompositeExplicitAutograd")
+            torch.library.register_fake(f"tunedb::linalg_{op}", functools.partial(_fake, op), lib=lib)
+        _lib.append(lib)
+
+
+def _op(name: str) -> Any:
+    register()
+    import torch
+
+    return getattr(torch.ops.tunedb, f"linalg_{name}")
+
+
+def dot(x: Any, y: Any) -> Any:
+    """x . y per problem: [batch, n] x [batch, n] -> [batch]."""
+    return _op("dot")(x, y)
+
+
+def gemv(a: Any, x: Any) -> Any:
+    """A @ x per problem: [batch, n, n] x [batch, n] -> [batch, n]."""
+    return _op("gemv")(a, x)
+
+
+def gemm(a: Any, b: Any) -> Any:
+    """A @ B per problem: [batch, n, n] x [batch, n, n] -> [batch, n, n]."""
+    return _op("gemm")(a, b)
+
+
+def potrf(a: Any) -> tuple[Any, Any]:
+    """(L, info): the lower Cholesky factor of each SPD A (only its lower triangle is read);
+    info[i] != 0 where A[i] is not positive definite."""
+    return _op("potrf")(a)
+
+
+def trsv(low: Any, b: Any) -> Any:
+    """x with L x = b per problem (L lower triangular, non-unit diagonal; its upper part unread)."""
+    return _op("trsv")(low, b)
+
+
+def posv(a: Any, b: Any) -> tuple[Any, Any]:
+    """(x, info): x with A x = b per SPD problem; info as potrf's."""
+    return _op("posv")(a, b)
+
+
+def report() -> list[tuple[str, int, str, str, int]]:
+    """(signature, batch, config, tier, calls) of every key resolved this epoch."""
+    return [(b.signature.format(), b.batch, b.config.id, b.tier, b.slot.calls) for b in _bound.values()]
