@@ -8,7 +8,8 @@ n (padded to the next power of two NP with masks) and the dtype. Ids:
   warp_p{P}_w{W}    P problems per program in a [P, NP(, NP)] register layout, reductions along n;
   block_w{W}        one problem per program, the whole NP x NP tile across W warps.
 The validity predicate bounds the register tile (elements held per thread) and the sequential
-work a thread-packed lane does, so every config it admits compiles without a huge spill.
+work a thread-packed lane does, so every config it admits compiles without spilling, except
+block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm.
 """
 from __future__ import annotations
 
@@ -28,8 +29,12 @@ WARPS = (1, 2, 4, 8)
 THREAD_MAX_N = {"dot": 128, "gemv": 64, "trsv": 64, "gemm": 16, "potrf": 32, "posv": 32}
 # Ops whose warp/block kernels hold an NP x NP register tile per problem (the rest hold [NP]).
 TILE_OPS = ("gemv", "gemm", "potrf", "posv")
-# Register tile budget, in elements per thread (128 32-bit registers' worth).
-TILE_BUDGET = {"fp32": 128, "fp16": 128, "bf16": 128, "fp64": 64}
+# Register tile budget per op, in tile elements per thread, (fp32/fp16/bf16, fp64). Calibrated on
+# sm90 cubins (Triton 3.9, ptxas): at these budgets no kernel spills; one step above, potrf and
+# posv spill (255 registers + 350-1000 bytes of stack) and trsv's gathered columns (a 64-bit
+# address per element) do too.
+TILE_BUDGET = {"dot": (32, 32), "gemv": (128, 64), "gemm": (128, 64), "trsv": (16, 8),
+               "potrf": (64, 32), "posv": (32, 16)}
 
 _ID = re.compile(r"^(?:(thread|warp)_p(\d+)_w(\d+)|block_w(\d+))$")
 
@@ -107,10 +112,12 @@ def invalid_reason(op: str, packing: str, problems: int, warps: int, n: int, dty
     if packing == "warp" and problems < 2:
         return "warp packing carries P >= 2 problems per program (P=1 is block packing)"
     elems = tile_elements(op, packing, problems, n)
-    budget = TILE_BUDGET[dtype] * lanes
-    if elems > budget:
-        return (f"register tile of {elems} elements exceeds {TILE_BUDGET[dtype]} per thread "
-                f"x {lanes} threads for {dtype}")
+    per = TILE_BUDGET[op][dtype == "fp64"]
+    # block_w8 stays admitted at n >= 64 even where it spills: at n=128 it is the only Triton
+    # arm of potrf/posv, and the ladder (with torch in it) decides whether it is worth serving.
+    if elems > per * lanes and not (packing == "block" and warps == 8 and n >= 64):
+        return (f"register tile of {elems} elements exceeds {per} per thread x {lanes} threads "
+                f"for {op} in {dtype} (it would spill)")
     if warps > 1 and elems < lanes:
         return f"tile of {elems} elements leaves lanes idle at num_warps={warps} (use fewer warps)"
     return None
