@@ -9,7 +9,10 @@ import pytest
 import torch
 
 import tunedb
-from tunedb import selector, settings
+from tunedb import settings
+from tunedb.families.linalg.ops import _selector
+
+selector = _selector()
 from tunedb.database import schema, store, tiers
 from tunedb.errors import SignatureError
 from tunedb.families.linalg import ops, problems, signatures, table

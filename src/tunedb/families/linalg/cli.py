@@ -7,6 +7,7 @@
     tunedb linalg tune [--prebuild] [--quick] [--legs ladder,solver] [--ops ..] [--dtypes ..]
                        [--margin M] [--dry-run] [--out DIR|FILE.json|system|user]
         re-measure this GPU's table (the ladder), regenerate it under the pick rule and write it
+        (--base FILE: start from that table instead of the --out file)
         (--dry-run: regenerate and diff against the current file, write nothing; --prebuild:
         compile and launch every kernel once, untimed, and measure nothing)
 """
@@ -20,6 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from tunedb.errors import TunedbError
+
+
+def _selector() -> Any:
+    try:
+        from tunedb.runtime import selector  # the seam's layout
+    except ImportError:
+        from tunedb import selector
+    return selector
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--dry-run", action="store_true", help="regenerate and diff; write nothing")
     tune.add_argument("--out", default="user", help="system, user (default), a directory (DIR/<arch>/"
                                                     "linalg.json) or a .json file")
+    tune.add_argument("--base", default=None, metavar="FILE.json",
+                      help="the table to start from and diff against (default: the --out file); "
+                           "entries of cells not measured now are kept from it")
     tune.add_argument("--seed", type=int, default=0)
 
 
@@ -114,7 +126,7 @@ def _provenance(timer: Any, started: str) -> dict[str, Any]:
 
 def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = None) -> int:
     """The one-command retune. `timer` (tests: ladder.FakeTimer) replaces the GPU timer."""
-    from tunedb import selector
+    selector = _selector()
     from tunedb.database import schema, validators
     from tunedb.families.linalg import FAMILY, ladder, pick, signatures, table
 
@@ -144,13 +156,14 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     for rep in reports:
         if rep.invalid:
             print(f"tunedb linalg tune: leg {rep.leg} invalid: {rep.invalid}", file=sys.stderr)
-    old = _read(path, arch_family)
+    base = Path(args.base) if getattr(args, "base", None) else path
+    old = _read(base, arch_family)
     new = table.build(reports, old, arch_family=arch_family,
                       file_validators=validators.current(FAMILY.impl_hash()),
                       provenance=_provenance(timer, started), rule=rule, legs=legs, quick=args.quick)
     changes = table.table_changes(old, new)
     measured = sum(len(r.results) for r in reports if not r.invalid)
-    print(f"{measured} cells measured; {len(changes)} change(s) against {path if old else 'no table'}:")
+    print(f"{measured} cells measured; {len(changes)} change(s) against {base if old else 'no table'}:")
     for line in changes:
         print("  " + line)
     if args.dry_run:

@@ -51,6 +51,14 @@ _lock = threading.Lock()
 _lib: list[Any] = []
 
 
+def _selector() -> Any:
+    try:
+        from tunedb.runtime import selector  # the seam's layout
+    except ImportError:
+        from tunedb import selector
+    return selector
+
+
 def _family() -> Any:
     from tunedb import families
 
@@ -66,7 +74,7 @@ def _launcher(config: Config, sig: Signature) -> Callable[..., Any]:
 
 
 def _bind(op: str, tensors: tuple[Any, ...]) -> Bound:
-    from tunedb import selector
+    selector = _selector()
     from tunedb.database import tiers
 
     tiers.on_reload(_clear)  # (once) a new epoch drops every bound launcher
