@@ -1,7 +1,7 @@
 """Inputs and numerical checks for the small linear-algebra kernels (tests, bench, the gate).
 
-Inputs are seeded and built in fp64 on the CPU, then cast and moved: the same seed gives the
-same problems on every device. SPD matrices are A = M M^T / n + n^0.5 I (well conditioned);
+Inputs are seeded and built in fp64 on the target device (a device generator: a seed gives
+the same problems on every run of one device type), then cast. SPD matrices are A = M M^T / n + n^0.5 I (well conditioned);
 kind="hard" gives eigenvalues spread over `cond` (A = Q diag(logspace) Q^T).
 
 Residuals are per problem, in fp64, on the inputs' device: dot/gemv/gemm ||C - ref|| / (||A|| ||B||), potrf
@@ -22,16 +22,19 @@ def torch_dtype(dtype: str) -> Any:
     return {"fp32": torch.float32, "fp64": torch.float64, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
 
 
-def spd(batch: int, n: int, seed: int = 0, kind: str = "well", cond: float = 1e4) -> Any:
-    """[batch, n, n] fp64 SPD matrices on the CPU."""
+def spd(batch: int, n: int, seed: int = 0, kind: str = "well", cond: float = 1e4, device: Any = "cpu") -> Any:
+    """[batch, n, n] fp64 SPD matrices on `device`."""
+    import math
+
     import torch
 
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
+    f64 = {"dtype": torch.float64, "device": device}
     if kind == "well":
-        m = torch.randn(batch, n, n, generator=g, dtype=torch.float64)
-        return m @ m.mT / n + n ** 0.5 * torch.eye(n, dtype=torch.float64)
-    q, _ = torch.linalg.qr(torch.randn(batch, n, n, generator=g, dtype=torch.float64))
-    ev = torch.logspace(0, -float(torch.log10(torch.tensor(cond))), n, dtype=torch.float64)
+        m = torch.randn(batch, n, n, generator=g, **f64)
+        return m @ m.mT / n + n ** 0.5 * torch.eye(n, **f64)
+    q, _ = torch.linalg.qr(torch.randn(batch, n, n, generator=g, **f64))
+    ev = torch.logspace(0, -math.log10(cond), n, **f64)
     a = (q * ev) @ q.mT
     return (a + a.mT) / 2
 
@@ -41,23 +44,24 @@ def make_inputs(op: str, batch: int, n: int, dtype: str, device: Any = "cpu", se
     """Valid inputs for `op` (fresh tensors, contiguous) on `device`."""
     import torch
 
-    g = torch.Generator().manual_seed(seed + 7919)
-    vec = torch.randn(batch, n, generator=g, dtype=torch.float64)
+    g = torch.Generator(device=device).manual_seed(seed + 7919)
+    f64 = {"dtype": torch.float64, "device": device}
+    vec = torch.randn(batch, n, generator=g, **f64)
     if op == "dot":
-        parts = (vec, torch.randn(batch, n, generator=g, dtype=torch.float64))
+        parts = (vec, torch.randn(batch, n, generator=g, **f64))
     elif op in ("gemv", "gemm"):
-        a = torch.randn(batch, n, n, generator=g, dtype=torch.float64)
-        parts = (a, vec) if op == "gemv" else (a, torch.randn(batch, n, n, generator=g, dtype=torch.float64))
+        a = torch.randn(batch, n, n, generator=g, **f64)
+        parts = (a, vec) if op == "gemv" else (a, torch.randn(batch, n, n, generator=g, **f64))
     elif op == "potrf":
-        parts = (spd(batch, n, seed, kind),)
+        parts = (spd(batch, n, seed, kind, device=device),)
     elif op == "trsv":
-        parts = (torch.linalg.cholesky(spd(batch, n, seed, kind)), vec)
+        parts = (torch.linalg.cholesky(spd(batch, n, seed, kind, device=device)), vec)
     elif op == "posv":
-        parts = (spd(batch, n, seed, kind), vec)
+        parts = (spd(batch, n, seed, kind, device=device), vec)
     else:
         raise ValueError(f"unknown op {op!r}")
     dt = torch_dtype(dtype)
-    return tuple(p.to(dt).to(device).contiguous() for p in parts)
+    return tuple(p.to(dt).contiguous() for p in parts)
 
 
 def residual(op: str, inputs: tuple, result: Any) -> Any:
