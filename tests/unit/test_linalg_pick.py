@@ -7,7 +7,8 @@ import random
 import pytest
 
 from tunedb.families.linalg import configs
-from tunedb.families.linalg.pick import CellRule, LINALG_RULE, decide
+from tunedb.families.contract import PickRule
+from tunedb.families.linalg.pick import LINALG_RULE, decide
 
 
 def test_the_fastest_native_arm_wins_beyond_the_tie_band():
@@ -61,10 +62,13 @@ def test_a_dependency_arm_alone_never_takes_a_cell_without_a_native_measurement(
 
 
 def test_the_rule_refuses_nonsense_margins():
+    from dataclasses import replace
+
     with pytest.raises(ValueError, match="tie_band"):
-        CellRule(tie_band=-0.1)
+        replace(LINALG_RULE, tie_band=-0.1)
     with pytest.raises(ValueError, match="dep_margin"):
-        CellRule(dep_margin=1.5)
+        replace(LINALG_RULE, dep_margin=-1.0)
+    assert isinstance(LINALG_RULE, PickRule) and LINALG_RULE.min_speedup == 1.0
 
 
 def test_the_decision_does_not_depend_on_the_order_arms_are_listed():

@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from tunedb.families.contract import InputPolicy, SignatureSchema, VerifyRule
 from tunedb.families.linalg import configs, pick, signatures
 from tunedb.families.linalg.signatures import FAMILY as NAME, OPS, SIZE_AXIS, make_signature, signature_of, work
 from tunedb.records import ArchProfile, Config, Signature
@@ -23,14 +24,6 @@ from tunedb.records import ArchProfile, Config, Signature
 # What decides the compiled kernels, their launch grid and the library arm as measured.
 KERNEL_GLOBS = ("kernels_*.py", "launch.py", "problems.py")
 VERIFY_FACTOR = 4.0  # an arm's worst residual may reach 4x torch's on the same inputs
-
-
-def _contract() -> Any | None:
-    try:
-        from tunedb.families import contract
-    except ImportError:  # the seam's contract module is not on this branch yet
-        return None
-    return contract
 
 
 @lru_cache(maxsize=1)
@@ -53,22 +46,15 @@ class LinalgFamily:
     lanes = configs.LANES
     size_axis = SIZE_AXIS
 
-    @property
-    def schema(self) -> Any:
-        contract = _contract()
-        if contract is None:
-            return None
-        return contract.SignatureSchema(key=(("n", int),), size=SIZE_AXIS, ladder="linalg")
+    schema = SignatureSchema(key=(("n", int),), size=SIZE_AXIS, ladder="pow2",
+                             dtypes=("fp32", "fp64", "fp16", "bf16"))
+    verify = VerifyRule(kind="residual", factor=VERIFY_FACTOR)
 
-    @property
-    def verify(self) -> Any:
-        contract = _contract()
-        if contract is None:
-            return ("residual", VERIFY_FACTOR)
-        return contract.VerifyRule(kind="residual", factor=VERIFY_FACTOR)
-
-    def check(self, sig: Signature) -> None:
+    def check(self, sig: Signature) -> Signature:
+        """The schema's check and the op's own (its dtypes, n in 2..128)."""
+        self.schema.check(sig)
         signatures.check_signature(sig)
+        return sig
 
     def signature_of(self, op: str, *args: Any, **kwargs: Any) -> tuple[Signature, int]:
         return signature_of(op, *args)
@@ -103,21 +89,20 @@ class LinalgFamily:
         return configs.config_space(arch_family)
 
     def pick_rule(self) -> Any:
-        contract = _contract()
-        rule = pick.LINALG_RULE
-        if contract is None or not hasattr(contract, "PickRule"):
-            return rule
-        return contract.PickRule(fallback=rule.fallback, min_speedup=1.0 + rule.tie_band,
-                                 tie_band=rule.tie_band, dep_margin=rule.dep_margin,
-                                 simplicity=rule.simplicity, dependency=rule.dependency)
+        return pick.LINALG_RULE
 
-    def input_policy(self, sig: Signature) -> Any:
+    def input_policy(self, sig: Signature) -> InputPolicy:
         """RING for the ops whose solver overwrites its input, ROTATE for the others."""
-        ring = sig.op in signatures.SOLVER_OPS
-        contract = _contract()
-        if contract is None:
-            return "ring" if ring else "rotate"
-        return contract.InputPolicy.RING if ring else contract.InputPolicy.ROTATE
+        return InputPolicy.RING if sig.op in signatures.SOLVER_OPS else InputPolicy.ROTATE
+
+    def rotating_args(self, sig: Signature) -> tuple[int, ...]:
+        """The operands ROTATE copies cold: the matrices (both vectors of dot)."""
+        return (0, 1) if sig.op in ("dot", "gemm") else (0,)
+
+    def register_ops(self) -> None:
+        from tunedb.families.linalg import ops
+
+        ops.register()
 
     def model_ranker(self, profile: ArchProfile, params: Any = None) -> Any:
         """The tier for unmeasured cells: the stated heuristic (configs.heuristic)."""
@@ -125,9 +110,13 @@ class LinalgFamily:
             return configs.heuristic(sig, batch, candidates, profile.sms)
         return rank
 
-    def heuristic(self, sig: Signature, batch: int, arch: ArchProfile | None = None) -> Config:
-        """The heuristic's config for a cell (the library arm when no kernel applies)."""
+    cost_model = model_ranker
+
+    def heuristic(self, sig: Signature, batch: int | None, arch: ArchProfile | None = None) -> Config:
+        """The heuristic's config for a cell (the library arm when no kernel applies; batch None:
+        a throughput-sized batch)."""
         profile = arch or _shipped_profile()
+        batch = 65536 if batch is None else batch
         valid = tuple(c for c in configs.config_space(profile.arch_family)
                       if configs.invalid_reason(c, sig, batch, profile) is None)
         return configs.heuristic(sig, batch, valid, profile.sms) or Config.sentinel("torch")
@@ -167,13 +156,6 @@ class LinalgFamily:
 
     def impl_hash(self) -> str:
         return impl_hash()
-
-    def prebuild(self, arch_family: str, sigs: Sequence[Signature]) -> Any:
-        """Compile every (config, signature) without timing anything (the kernel module's)."""
-        mod = configs.kernels()
-        if mod is None or not hasattr(mod, "prebuild"):
-            raise RuntimeError("the linalg kernel module offers no prebuild")
-        return mod.prebuild(configs.config_space(arch_family), sigs)
 
 
 def _shipped_profile() -> ArchProfile:
