@@ -152,8 +152,10 @@ def dependency(config_id: str) -> str | None:
 # "Small batched linear algebra") found the best packing of a register-resident Cholesky moving
 # from 64 problems per program at n=4 to one per program at n=32; GLASS's measured defaults put
 # dot on warps at every n and factor/solve on warps. So: thread up to n=8 (dot: up to n=4), warp
-# up to n=32, block above. Then problems per program: the most that still launches two programs
-# per SM (a full wave with room to hide latency); below that, the fewest.
+# up to n=32, block above. Then the first packing, from that one towards the wider ones (then the
+# narrower), with a config that still launches two programs per SM (a full wave with room to hide
+# latency), at its most problems per program; when none can, that packing's fewest. (A thread
+# program carries at least 32 problems per warp, so at a small batch the warps take the cell.)
 THREAD_MAX_N = 8
 WARP_MAX_N = 32
 PROGRAMS_PER_SM = 2
@@ -174,14 +176,11 @@ def heuristic(sig: Signature, batch: int, candidates: Sequence[Config], sms: int
         return None
     want = heuristic_packing(sig)
     order = PACKINGS[PACKINGS.index(want):] + PACKINGS[:PACKINGS.index(want)][::-1]
-    for packing in order:
-        same = [c for c in triton if shape_of(c)[0] == packing]
-        if same:
-            break
+    by_packing = {p: [c for c in triton if shape_of(c)[0] == p] for p in order}
     target = PROGRAMS_PER_SM * max(1, sms)
-    filling = [c for c in same if grid(c, batch) >= target]
-
-    def key(c: Config) -> tuple[int, int, str]:
-        _p, per, warps = shape_of(c)
-        return (-per if filling else per, abs(warps - 4), c.id)
-    return min(filling or same, key=key)
+    for packing in order:  # the first packing that can fill the GPU: its most problems per program
+        filling = [c for c in by_packing[packing] if grid(c, batch) >= target]
+        if filling:
+            return min(filling, key=lambda c: (-shape_of(c)[1], abs(shape_of(c)[2] - 4), c.id))
+    same = next(by_packing[p] for p in order if by_packing[p])  # none fills: the fewest per program
+    return min(same, key=lambda c: (shape_of(c)[1], abs(shape_of(c)[2] - 4), c.id))
