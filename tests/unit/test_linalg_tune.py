@@ -173,3 +173,26 @@ def test_cli_plot_writes_a_png(tmp_path):
 def test_cli_tune_without_a_gpu_says_so():
     got = _cli("tune", "--quick", "--dry-run", "--out", "/nonexistent/linalg.json")
     assert got.returncode == 2 and "needs a CUDA GPU" in got.stderr
+
+
+def test_the_ring_hands_every_timed_launch_a_fresh_valid_system():
+    """A solver that overwrites its input (potrf in place) consumes its working set; restoring
+    the ring between passes means the next pass factors the original systems again, never its
+    own output, and the pristine sets are never touched."""
+    import torch
+
+    from tunedb.families.linalg import launch, problems, signatures
+
+    sig = signatures.make_signature("potrf", "fp64", 6)
+    ring = ladder.Ring(lambda k: problems.make_inputs(sig, 4, "cpu", k)[0], 3)
+    originals = [args[0].clone() for args in ring.pristine]
+    assert not torch.equal(originals[0], originals[1])  # distinct systems per slot
+    for _pass in range(2):
+        ring.restore()
+        for k, (a,) in enumerate(ring.working):
+            assert torch.equal(a, originals[k])  # fresh: what the launch sees is the original
+            launch.launch("potrf", "torch", a, inplace=True)  # consumes it
+            assert not torch.equal(a, originals[k])
+    assert all(torch.equal(p[0], o) for p, o in zip(ring.pristine, originals))
+    with pytest.raises(ValueError, match="ring size"):
+        ladder.Ring(lambda k: (), 0)

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from tunedb.errors import MeasurementError
 from tunedb.families.linalg import configs, problems, signatures
-from tunedb.families.linalg.ladder import Cell
+from tunedb.families.linalg.ladder import Cell, Ring
 from tunedb.records import Config, Status
 
 MAX_RING = 8
@@ -65,12 +65,12 @@ class GraphTimer:
         torch, sig = self.torch, cell.signature
         _flops, nbytes = signatures.work(sig, cell.batch)
         ring = max(1, min(MAX_RING, math.ceil(2 * self.l2 / max(nbytes, 1.0))))
-        pristine = [problems.make_inputs(sig, cell.batch, "cuda", self.seed + k)[0] for k in range(ring)]
-        working = [tuple(t.clone() for t in args) for args in pristine]
-        torch_out = problems.torch_arm(sig.op, *working[0])
-        head = self._head(pristine[0], torch_out)
+        inputs = Ring(lambda k: problems.make_inputs(sig, cell.batch, "cuda", self.seed + k)[0], ring)
+        torch_out = problems.torch_arm(sig.op, *inputs.working[0])
+        head = self._head(inputs.pristine[0], torch_out)
         self._cell = cell
-        self._state = {"sig": sig, "ring": ring, "pristine": pristine, "working": working, "graphs": {},
+        self._state = {"sig": sig, "ring": ring, "inputs": inputs, "pristine": inputs.pristine,
+                       "working": inputs.working, "graphs": {},
                        "pool": torch.cuda.graph_pool_handle(), "reps": {},
                        "torch_residual": problems.residual(sig, head[0], {}, head[1]),
                        "restore": sig.op in signatures.SOLVER_OPS}
@@ -89,9 +89,7 @@ class GraphTimer:
         self.torch.cuda.empty_cache()
 
     def _restore(self, st: dict[str, Any]) -> None:
-        for src, dst in zip(st["pristine"], st["working"]):
-            for s, d in zip(src, dst):
-                d.copy_(s)
+        st["inputs"].restore()
 
     def _call(self, st: dict[str, Any], arm: str, args: tuple[Any, ...], out: Any = None) -> Any:
         if arm == configs.EAGER_ONLY:

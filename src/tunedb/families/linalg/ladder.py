@@ -87,6 +87,28 @@ def arms(cell: Cell, arch: Any, max_arms: int | None = None) -> tuple[str, ...]:
     return (configs.LIBRARY, *triton, *eager)
 
 
+class Ring:
+    """A bounded ring of R input sets for one cell: `pristine` ones no arm ever sees, and the
+    `working` copies timed launches consume (call k on set k). `restore()` copies pristine over
+    working (outside any timed region), so a launch that overwrites its input (input policy
+    RING) is always timed on a fresh valid system, never on its own output. Device-agnostic:
+    only tensor methods are used."""
+
+    def __init__(self, make: Callable[[int], tuple[Any, ...]], size: int) -> None:
+        if size < 1:
+            raise ValueError(f"ring size={size} must be at least 1")
+        self.pristine = [tuple(make(k)) for k in range(size)]
+        self.working = [tuple(t.clone() for t in args) for args in self.pristine]
+
+    def __len__(self) -> int:
+        return len(self.working)
+
+    def restore(self) -> None:
+        for src, dst in zip(self.pristine, self.working):
+            for s, d in zip(src, dst):
+                d.copy_(s)
+
+
 class CellTimer(Protocol):
     def gate(self, cell: Cell, arm: str) -> tuple[Status, float | None]:
         """(status, residual / torch's) of one arm on fresh inputs; not ok: it cannot win."""
