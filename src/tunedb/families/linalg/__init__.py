@@ -21,18 +21,20 @@ from tunedb.families.linalg import configs, pick, signatures
 from tunedb.families.linalg.signatures import FAMILY as NAME, OPS, SIZE_AXIS, make_signature, signature_of, work
 from tunedb.records import ArchProfile, Config, Signature
 
-# What decides the compiled kernels, their launch grid and the library arm as measured.
-KERNEL_GLOBS = ("kernels_*.py", "launch.py", "problems.py")
+# What decides the compiled kernels, their launch grid and the library arm as served (not the
+# kernels' test inputs in kernels_check.py, nor host code here).
+KERNEL_SOURCES = ("kernels_space.py", "kernels_thread.py", "kernels_tile.py", "kernels_torch.py", "launch.py")
 VERIFY_FACTOR = 4.0  # an arm's worst residual may reach 4x torch's on the same inputs
 
 
 @lru_cache(maxsize=1)
 def impl_hash() -> str:
-    """sha256 over the kernel sources (sorted by name), first 12 hex characters."""
+    """sha256 over the kernel sources (in a fixed order), first 12 hex characters."""
     h = hashlib.sha256()
     here = Path(__file__).parent
-    files = sorted({p for pattern in KERNEL_GLOBS for p in here.glob(pattern)})
-    for path in files:
+    for path in (here / name for name in KERNEL_SOURCES):
+        if not path.exists():
+            continue
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:12]
