@@ -77,7 +77,7 @@ def test_the_ops_run_under_torch_compile():
 def test_one_quick_retune_cell_through_the_graph_timer(tmp_path):
     out = tmp_path / "linalg.json"
     args = argparse.Namespace(prebuild=False, quick=True, legs="solver", ops="potrf", dtypes="fp32", margin=None,
-                              rounds=9, max_arms=6, dry_run=False, out=str(out), seed=0)
+                              rounds=9, max_arms=6, build_jobs=None, dry_run=False, out=str(out), seed=0)
     assert cli.tune(args) == 0
     raw = json.loads(out.read_text())
     entry = raw["entries"]["linalg|op=potrf|dt=fp32|n=8"]

@@ -36,7 +36,7 @@ def cost(cell: Cell, arm: str) -> float:
 
 def _args(out: Path, **kw) -> argparse.Namespace:
     base = dict(prebuild=False, quick=True, legs=None, ops=None, dtypes=None, margin=None, rounds=9,
-                max_arms=12, dry_run=False, out=str(out), seed=0)
+                max_arms=12, build_jobs=None, dry_run=False, out=str(out), seed=0)
     base.update(kw)
     return argparse.Namespace(**base)
 

@@ -9,7 +9,7 @@
         re-measure this GPU's table (the ladder), regenerate it under the pick rule and write it
         (--base FILE: start from that table instead of the --out file)
         (--dry-run: regenerate and diff against the current file, write nothing; --prebuild:
-        compile and launch every kernel once, untimed, and measure nothing)
+        compile every kernel (in --build-jobs processes) and measure nothing)
 """
 from __future__ import annotations
 
@@ -55,6 +55,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--margin", type=float, default=None, help="the tie band, a fraction (default 0.02)")
     tune.add_argument("--rounds", type=int, default=9, help="paired rounds per cell (at least 9)")
     tune.add_argument("--max-arms", type=int, default=12, help="Triton configs timed per cell")
+    tune.add_argument("--build-jobs", type=int, default=None,
+                      help="processes compiling kernels before timing (default: CPUs - 1, at most 16)")
     tune.add_argument("--dry-run", action="store_true", help="regenerate and diff; write nothing")
     tune.add_argument("--out", default="user", help="system, user (default), a directory (DIR/<arch>/"
                                                     "linalg.json) or a .json file")
@@ -147,8 +149,9 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
         from tunedb.families.linalg.gputimer import GraphTimer
 
         timer = GraphTimer(FAMILY, seed=args.seed)
+    failed = _compile(legs, ops, dtypes, args.quick, profile, args.max_arms, args.build_jobs, timer)
     if args.prebuild:
-        return _prebuild(timer, legs, ops, dtypes, args.quick, profile, args.max_arms)
+        return 1 if failed else 0
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     reports = ladder.run(timer, legs, profile, quick=args.quick, rounds=args.rounds, seed=args.seed,
                          rule=rule, dtypes=dtypes, ops=ops, max_arms=args.max_arms, progress=log)
@@ -186,21 +189,21 @@ def _read(path: Path, arch_family: str) -> Any:
     return schema.load(path, "linalg", arch_family)
 
 
-def _prebuild(timer: Any, legs: Any, ops: Any, dtypes: Any, quick: bool, profile: Any, max_arms: int) -> int:
-    from tunedb.families.linalg import ladder
+def _compile(legs: Any, ops: Any, dtypes: Any, quick: bool, profile: Any, max_arms: int, jobs: int | None,
+             timer: Any) -> list[str]:
+    """Compile every kernel the chosen cells time, in parallel worker processes, before any
+    timing (Triton's disk cache keeps them: the timed run is then execute-only). A fake timer
+    (no GPU) compiles nothing."""
+    from tunedb.families.linalg import configs, ladder
 
-    seen, ok, failed = set(), 0, []
-    for cell in ladder.cells(legs, quick, dtypes, ops):
-        key = (cell.op, cell.dt, cell.n)
-        if key in seen:
-            continue
-        seen.add(key)
-        for arm, status in timer.prebuild(cell, ladder.arms(cell, profile, max_arms)).items():
-            if status == "ok":
-                ok += 1
-            else:
-                failed.append(f"{cell.op} {cell.dt} n={cell.n} {arm}: {status}")
-    print(f"prebuild: {ok} kernel(s) compiled and launched once, {len(failed)} failed")
+    if not hasattr(timer, "close") or configs.kernels() is None:  # not the GPU timer
+        return []
+    from tunedb.families.linalg import kernels_prebuild
+
+    items = {(c.op, arm, c.n, c.dt) for c in ladder.cells(legs, quick, dtypes, ops)
+             for arm in ladder.arms(c, profile, max_arms) if arm not in (configs.LIBRARY, configs.EAGER_ONLY)}
+    failed = kernels_prebuild.compile_all(sorted(items), jobs)
+    print(f"compiled {len(items)} kernel(s), {len(failed)} failed", file=sys.stderr, flush=True)
     for line in failed:
-        print("  " + line)
-    return 1 if failed else 0
+        print("  " + line, file=sys.stderr)
+    return failed

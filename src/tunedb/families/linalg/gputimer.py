@@ -172,20 +172,3 @@ class GraphTimer:
             except Exception:  # a capture or replay failure costs this arm
                 out[arm] = Status.LAUNCH_ERROR
         return out
-
-    def prebuild(self, cell: Cell, arm_ids: Sequence[str]) -> dict[str, str]:
-        """Compile (and launch once, untimed) every arm on a small batch: fills Triton's cache."""
-        small = Cell(cell.op, cell.dt, cell.n, min(cell.batch, 256))
-        sig = small.signature
-        args = problems.make_inputs(sig, small.batch, "cuda", self.seed)[0]
-        got = {}
-        for arm in arm_ids:
-            if arm in (configs.LIBRARY, configs.EAGER_ONLY):
-                continue
-            try:
-                self.family.launch(configs.parse(arm), sig, *args)
-                got[arm] = "ok"
-            except Exception as exc:
-                got[arm] = f"{type(exc).__name__}: {str(exc)[:120]}"
-        self.torch.cuda.synchronize()
-        return got
