@@ -284,7 +284,7 @@ def main(argv=None):
         return 2
     t0 = time.time()
     items = sorted({(k[0], i, k[2], k[1]) for k, ids in cells for i in ids})
-    compile_failures = kernels_prebuild.compile_all(items, args.jobs, batches=args.batch)
+    compile_failures = kernels_prebuild.compile_all(items, args.jobs)
     compile_s = time.time() - t0
     print(f"compiled {len(items)} kernels in {compile_s:.1f} s ({len(compile_failures)} failed)", flush=True)
     done, skipped = [], []

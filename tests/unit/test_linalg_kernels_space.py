@@ -123,10 +123,3 @@ def test_hard_inputs_are_spd_with_the_stated_spread():
     assert (ev > 0).all() and torch.allclose(ev.max(-1).values / ev.min(-1).values,
                                              torch.full((3,), 1e5, dtype=torch.float64), rtol=1e-6)
 
-
-def test_prebuild_covers_each_integer_specialisation_once():
-    from tunedb.families.linalg.kernels_prebuild import specialisations
-
-    assert specialisations((1, 257, 4096)) == (1, 16, 17)
-    assert specialisations((256, 4096, 65536)) == (16,)
-    assert specialisations((0, 3)) == (17,)

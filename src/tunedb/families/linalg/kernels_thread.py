@@ -19,7 +19,7 @@ def _problems(batch, P: tl.constexpr):
     return prob, prob < batch
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def dot_thread(X, Y, OUT, batch, N: tl.constexpr, P: tl.constexpr, ACC: tl.constexpr):
     prob, ok = _problems(batch, P)
     base = prob * N
@@ -31,7 +31,7 @@ def dot_thread(X, Y, OUT, batch, N: tl.constexpr, P: tl.constexpr, ACC: tl.const
     tl.store(OUT + prob, acc.to(OUT.dtype.element_ty), mask=ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def gemv_thread(A, X, OUT, batch, N: tl.constexpr, P: tl.constexpr, ACC: tl.constexpr):
     prob, ok = _problems(batch, P)
     abase = prob * (N * N)
@@ -45,7 +45,7 @@ def gemv_thread(A, X, OUT, batch, N: tl.constexpr, P: tl.constexpr, ACC: tl.cons
         tl.store(OUT + vbase + i, acc.to(OUT.dtype.element_ty), mask=ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def gemm_thread(A, B, OUT, batch, N: tl.constexpr, P: tl.constexpr, ACC: tl.constexpr):
     prob, ok = _problems(batch, P)
     base = prob * (N * N)
@@ -80,7 +80,7 @@ def _chol_lanes(A, L, base, ok, N: tl.constexpr, P: tl.constexpr):
     return info
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def potrf_thread(A, L, INFO, batch, N: tl.constexpr, P: tl.constexpr):
     prob, ok = _problems(batch, P)
     base = prob * (N * N)
@@ -102,13 +102,13 @@ def _forward_lanes(L, B, X, base, vbase, ok, N: tl.constexpr):
         tl.store(X + vbase + i, acc / tl.load(L + base + i * N + i, mask=ok, other=1), mask=ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def trsv_thread(L, B, X, batch, N: tl.constexpr, P: tl.constexpr):
     prob, ok = _problems(batch, P)
     _forward_lanes(L, B, X, prob * (N * N), prob * N, ok, N)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def posv_thread(A, B, X, W, INFO, batch, N: tl.constexpr, P: tl.constexpr):
     """Cholesky into the workspace W (may alias A), then L y = b and L^T x = y in X (may alias B)."""
     prob, ok = _problems(batch, P)

@@ -32,7 +32,7 @@ def _idx2(batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
     return p, prob, r, (prob < batch) & (r < N)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def dot_tile(X, Y, OUT, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, ACC: tl.constexpr):
     p, prob, r, m = _idx2(batch, N, NP, P)
     x = tl.load(X + prob * N + r, mask=m, other=0).to(ACC)
@@ -40,7 +40,7 @@ def dot_tile(X, Y, OUT, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexp
     tl.store(OUT + p, tl.sum(x * y, axis=1).to(OUT.dtype.element_ty), mask=p < batch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def gemv_tile(A, X, OUT, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, ACC: tl.constexpr):
     prob, r, c, m = _idx3(batch, N, NP, P)
     a = tl.load(A + prob * (N * N) + r * N + c, mask=m, other=0).to(ACC)
@@ -50,7 +50,7 @@ def gemv_tile(A, X, OUT, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constex
     tl.store(OUT + prob2 * N + r2, y.to(OUT.dtype.element_ty), mask=m2)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def gemm_tile(A, B, OUT, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, ACC: tl.constexpr):
     prob, r, c, m = _idx3(batch, N, NP, P)
     base = prob * (N * N)
@@ -89,7 +89,7 @@ def _chol_tile(A, base, m, r, c, N: tl.constexpr, NP: tl.constexpr, P: tl.conste
     return t, info, y
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def potrf_tile(A, L, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
     prob, r, c, m = _idx3(batch, N, NP, P)
     base = prob * (N * N)
@@ -99,7 +99,7 @@ def potrf_tile(A, L, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.const
     tl.store(INFO + p, info, mask=p < batch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def posv_tile(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
     """Factor in registers with the forward solve fused, then L^T x = y from the tile's rows."""
     prob, r, c, m = _idx3(batch, N, NP, P)
@@ -116,7 +116,7 @@ def posv_tile(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.con
     tl.store(INFO + p, info, mask=p < batch)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch"])
 def trsv_tile(L, B, X, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
     """Forward substitution on a [P, NP] state; column j of L is loaded at step j. X may alias B."""
     p, prob, r, vm = _idx2(batch, N, NP, P)
