@@ -7,8 +7,8 @@ Per cell (op, dtype, n, batch): the torch arm (the capturable forms, in CUDA gra
 dot/gemv/gemm, cholesky_ex, solve_triangular, cholesky_ex + two solve_triangular for posv),
 for potrf/posv also the checked eager forms a user of the obvious API pays (torch.linalg.cholesky,
 torch.cholesky_solve; timed eagerly, never servable in a graph), and the Triton configs the
-validity predicate admits (at most --cap per cell, by kernels_space.candidates' prior, every
-packing kept). All arms go through launch.launch.
+validity predicate admits (at most --cap per cell, by kernels_space.candidates' prior for the
+cell's batch, every packing kept). All arms go through launch.launch.
 
 Timing: each arm is a CUDA graph of R launches, launch i on ring slot i; the ring's slots are
 refilled from a pristine copy before every replay, outside the timed region, so an in-place
@@ -95,8 +95,8 @@ def plan(args):
             if dt in ("fp16", "bf16") and op not in space.HALF_OPS:
                 continue
             for n in args.n:
-                ids = [c.id for c in space.candidates(op, n, dt, cap=args.cap or None)]
                 for b in args.batch:
+                    ids = [c.id for c in space.candidates(op, n, dt, cap=args.cap or None, batch=b)]
                     cells.append(((op, dt, n, b), ids))
     return sorted(cells, key=lambda c: priority(c[0]))
 

@@ -123,3 +123,11 @@ def test_hard_inputs_are_spd_with_the_stated_spread():
     assert (ev > 0).all() and torch.allclose(ev.max(-1).values / ev.min(-1).values,
                                              torch.full((3,), 1e5, dtype=torch.float64), rtol=1e-6)
 
+
+
+def test_candidates_prefer_configs_that_fill_the_gpu_at_small_batch():
+    small = space.candidates("potrf", 8, "fp32", cap=5, batch=256)
+    large = space.candidates("potrf", 8, "fp32", cap=5, batch=65536)
+    warp_small = min(c.problems for c in small if c.packing == "warp")
+    warp_large = min(c.problems for c in large if c.packing == "warp")
+    assert warp_small < warp_large and -(-256 // warp_small) >= 2 * 132 // 2

@@ -133,20 +133,27 @@ def config_space(op: str | None = None, n: int | None = None, dtype: str | None 
     return [c for c in out if invalid_reason(op, c.packing, c.problems, c.warps, n, dtype) is None]
 
 
-def candidates(op: str, n: int, dtype: str, cap: int | None = None) -> list[KernelConfig]:
+def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int | None = None,
+               sms: int = 132) -> list[KernelConfig]:
     """The valid configs, best-first by a coarse prior (for a per-cell cap in the bench).
 
     The prior: thread packing wants about one problem per lane, warp and block a tile of
-    about 16 elements per thread, fewer warps breaking ties; packings then alternate
+    about 16 elements per thread, fewer warps breaking ties; with `batch`, a config that leaves
+    fewer than two programs per SM pays for the missing programs. Packings then alternate
     (thread, warp, block, thread, ...) so a cap keeps each packing's best guesses.
     """
     import math
 
     def score(c: KernelConfig) -> tuple[float, int]:
         if c.packing == "thread":
-            return abs(math.log2(c.problems / (32 * c.warps))) + 0.25 * abs(c.warps - 2), c.warps
-        per = tile_elements(op, c.packing, c.problems, n) / (32 * c.warps)
-        return abs(math.log2(max(per, 1)) - 4), c.warps
+            base = abs(math.log2(c.problems / (32 * c.warps))) + 0.25 * abs(c.warps - 2)
+        else:
+            per = tile_elements(op, c.packing, c.problems, n) / (32 * c.warps)
+            base = abs(math.log2(max(per, 1)) - 4)
+        if batch:
+            programs = -(-batch // c.problems)
+            base += max(0.0, math.log2(2 * sms / programs))
+        return base, c.warps
 
     valid = config_space(op, n, dtype)
     by_pack = {p: sorted((c for c in valid if c.packing == p), key=score) for p in PACKINGS}
