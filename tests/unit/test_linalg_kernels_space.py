@@ -130,4 +130,4 @@ def test_candidates_prefer_configs_that_fill_the_gpu_at_small_batch():
     large = space.candidates("potrf", 8, "fp32", cap=5, batch=65536)
     warp_small = min(c.problems for c in small if c.packing == "warp")
     warp_large = min(c.problems for c in large if c.packing == "warp")
-    assert warp_small < warp_large and -(-256 // warp_small) >= 2 * 132 // 2
+    assert warp_small < warp_large and max(c.problems for c in small if c.packing == "warp") <= 4
