@@ -106,13 +106,10 @@ class LinalgFamily:
 
         ops.register()
 
-    def model_ranker(self, profile: ArchProfile, params: Any = None) -> Any:
-        """The tier for unmeasured cells: the stated heuristic (configs.heuristic)."""
-        def rank(sig: Signature, batch: int, candidates: tuple[Config, ...]) -> Config | None:
-            return configs.heuristic(sig, batch, candidates, profile.sms)
-        return rank
-
-    cost_model = model_ranker
+    def cost_model(self, profile: ArchProfile, params: Any = None) -> "HeuristicModel":
+        """The contract's cost_model hook: no timing model (the family has none), the stated
+        heuristic as the model tier's pick for unmeasured cells."""
+        return HeuristicModel(profile)
 
     def heuristic(self, sig: Signature, batch: int | None, arch: ArchProfile | None = None) -> Config:
         """The heuristic's config for a cell (the library arm when no kernel applies; batch None:
@@ -158,6 +155,26 @@ class LinalgFamily:
 
     def impl_hash(self) -> str:
         return impl_hash()
+
+
+class HeuristicModel:
+    """What the linalg family gives the pipeline for a cost model: it prices nothing (predict
+    is None, and rank keeps every config, so a build measures them all) and picks by the stated
+    heuristic (configs.heuristic) where the selector's model tier answers an unmeasured cell."""
+
+    def __init__(self, profile: ArchProfile) -> None:
+        self.sms = profile.sms
+
+    def pick(self, sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
+        return configs.heuristic(sig, m, candidates, self.sms)
+
+    def rank(self, sig: Signature, m: int, configs_: Sequence[Config], k: int) -> list[str]:
+        first = self.pick(sig, m, tuple(configs_))
+        ids = [c.id for c in configs_]
+        return ids if first is None else [first.id, *(i for i in ids if i != first.id)]
+
+    def predict(self, sig: Signature, m: int, config_id: str) -> float | None:
+        return None
 
 
 def _shipped_profile() -> ArchProfile:
