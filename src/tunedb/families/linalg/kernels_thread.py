@@ -13,6 +13,24 @@ import triton
 import triton.language as tl
 
 
+# IEEE-rounded sqrt and division in fp32 too: Triton's defaults there are sqrt.approx.ftz and
+# div.full (up to 2 ulp), which would put the factorisations' residuals above torch's.
+@triton.jit
+def sqrt_ieee(x):
+    if x.dtype == tl.float32:
+        return tl.sqrt_rn(x)
+    else:
+        return tl.sqrt(x)
+
+
+@triton.jit
+def div_ieee(x, y):
+    if x.dtype == tl.float32:
+        return tl.div_rn(x, y)
+    else:
+        return x / y
+
+
 @triton.jit
 def _problems(batch, P: tl.constexpr):
     prob = tl.program_id(0).to(tl.int64) * P + tl.arange(0, P).to(tl.int64)
@@ -70,13 +88,13 @@ def _chol_lanes(A, L, base, ok, N: tl.constexpr, P: tl.constexpr):
             d -= v * v
         bad = (d <= 0) | (d != d)
         info = tl.where(bad & (info == 0), j + 1, info)
-        s = tl.sqrt(tl.where(bad, 1, d))
+        s = sqrt_ieee(tl.where(bad, 1, d))
         tl.store(L + base + j * N + j, s, mask=ok)
         for i in range(j + 1, N):
             v = tl.load(A + base + i * N + j, mask=ok, other=0)
             for k in range(j):
                 v -= tl.load(L + base + i * N + k, mask=ok, other=0) * tl.load(L + base + j * N + k, mask=ok, other=0)
-            tl.store(L + base + i * N + j, v / s, mask=ok)
+            tl.store(L + base + i * N + j, div_ieee(v, s), mask=ok)
     return info
 
 
@@ -99,7 +117,7 @@ def _forward_lanes(L, B, X, base, vbase, ok, N: tl.constexpr):
         acc = tl.load(B + vbase + i, mask=ok, other=0)
         for k in range(i):
             acc -= tl.load(L + base + i * N + k, mask=ok, other=0) * tl.load(X + vbase + k, mask=ok, other=0)
-        tl.store(X + vbase + i, acc / tl.load(L + base + i * N + i, mask=ok, other=1), mask=ok)
+        tl.store(X + vbase + i, div_ieee(acc, tl.load(L + base + i * N + i, mask=ok, other=1)), mask=ok)
 
 
 @triton.jit(do_not_specialize=["batch"])
@@ -121,5 +139,5 @@ def posv_thread(A, B, X, W, INFO, batch, N: tl.constexpr, P: tl.constexpr):
         acc = tl.load(X + vbase + i, mask=ok, other=0)
         for k in range(i + 1, N):
             acc -= tl.load(W + base + k * N + i, mask=ok, other=0) * tl.load(X + vbase + k, mask=ok, other=0)
-        tl.store(X + vbase + i, acc / tl.load(W + base + i * N + i, mask=ok, other=1), mask=ok)
+        tl.store(X + vbase + i, div_ieee(acc, tl.load(W + base + i * N + i, mask=ok, other=1)), mask=ok)
     tl.store(INFO + prob, info, mask=ok)

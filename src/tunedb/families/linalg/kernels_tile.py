@@ -14,6 +14,8 @@ the other problems of the program are untouched, and nothing loops on data.
 import triton
 import triton.language as tl
 
+from tunedb.families.linalg.kernels_thread import div_ieee, sqrt_ieee
+
 
 @triton.jit
 def _idx3(batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
@@ -78,13 +80,13 @@ def _chol_tile(A, base, m, r, c, N: tl.constexpr, NP: tl.constexpr, P: tl.conste
         d = tl.sum(tl.where(r2 == j, col, 0), axis=1)
         bad = (d <= 0) | (d != d)
         info = tl.where(bad & (info == 0), j + 1, info)
-        s = tl.sqrt(tl.where(bad, 1, d))[:, None]
-        below = tl.where(r2 > j, col / s, 0)
+        s = sqrt_ieee(tl.where(bad, 1, d))[:, None]
+        below = tl.where(r2 > j, div_ieee(col, s), 0)
         low = tl.where(r2 == j, s, below)
         t = t - below[:, :, None] * below[:, None, :]
         t = tl.where(c == j, low[:, :, None], t)
         if SOLVE:
-            yj = tl.sum(tl.where(r2 == j, y, 0), axis=1)[:, None] / s
+            yj = div_ieee(tl.sum(tl.where(r2 == j, y, 0), axis=1)[:, None], s)
             y = tl.where(r2 == j, yj, y - below * yj)
     return t, info, y
 
@@ -110,7 +112,7 @@ def posv_tile(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.con
         row = tl.sum(tl.where(r == j, t, 0), axis=1)  # L[j, :], indexed by column
         d = tl.sum(tl.where(r2 == j, row, 0), axis=1)[:, None]
         d = tl.where(d == 0, 1, d)
-        xj = tl.sum(tl.where(r2 == j, y, 0), axis=1)[:, None] / d
+        xj = div_ieee(tl.sum(tl.where(r2 == j, y, 0), axis=1)[:, None], d)
         y = tl.where(r2 == j, xj, tl.where(r2 < j, y - row * xj, y))
     tl.store(X + prob2 * N + r2, y, mask=vm)
     tl.store(INFO + p, info, mask=p < batch)
@@ -126,6 +128,6 @@ def trsv_tile(L, B, X, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr
     for j in range(N):
         col = tl.load(L + base + r * N + j, mask=vm & (r >= j), other=0)
         d = tl.load(L + p * (N * N) + j * N + j, mask=ok, other=1)[:, None]
-        xj = tl.sum(tl.where(r == j, x, 0), axis=1)[:, None] / d
+        xj = div_ieee(tl.sum(tl.where(r == j, x, 0), axis=1)[:, None], d)
         x = tl.where(r == j, xj, tl.where(r > j, x - col * xj, x))
     tl.store(X + prob * N + r, x, mask=vm)
