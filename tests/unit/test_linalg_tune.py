@@ -196,3 +196,11 @@ def test_the_ring_hands_every_timed_launch_a_fresh_valid_system():
     assert all(torch.equal(p[0], o) for p, o in zip(ring.pristine, originals))
     with pytest.raises(ValueError, match="ring size"):
         ladder.Ring(lambda k: (), 0)
+
+
+def test_allow_busy_measures_and_marks_the_legs_contended(tmp_path):
+    out = tmp_path / "t.json"
+    cli.tune(_args(out, legs="solver", ops="potrf", allow_busy=True), timer=ladder.FakeTimer(cost, intruder_after=-1),
+             arch_family="sm90")
+    record = json.loads(out.read_text())["model"]["tune"]["legs"]["solver"]
+    assert record["contended_by"] == [4242] and record["cells"] == 4

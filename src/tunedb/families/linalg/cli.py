@@ -58,6 +58,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--build-jobs", type=int, default=None,
                       help="processes compiling kernels before timing (default: CPUs - 1, at most 16)")
     tune.add_argument("--dry-run", action="store_true", help="regenerate and diff; write nothing")
+    tune.add_argument("--allow-busy", action="store_true",
+                      help="measure even with foreign compute processes on the GPU (legs marked contended)")
     tune.add_argument("--out", default="user", help="system, user (default), a directory (DIR/<arch>/"
                                                     "linalg.json) or a .json file")
     tune.add_argument("--base", default=None, metavar="FILE.json",
@@ -154,7 +156,8 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
         return 1 if failed else 0
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     reports = ladder.run(timer, legs, profile, quick=args.quick, rounds=args.rounds, seed=args.seed,
-                         rule=rule, dtypes=dtypes, ops=ops, max_arms=args.max_arms, progress=log)
+                         rule=rule, dtypes=dtypes, ops=ops, max_arms=args.max_arms,
+                         allow_busy=getattr(args, "allow_busy", False), progress=log)
     ladder.check_complete(reports, args.quick, dtypes, ops)
     for rep in reports:
         if rep.invalid:

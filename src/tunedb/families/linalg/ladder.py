@@ -171,15 +171,17 @@ class LegReport:
     leg: str
     results: list[CellResult] = field(default_factory=list)
     invalid: str = ""  # why the leg is invalid (a foreign process appeared), else ""
+    contended: list[int] = field(default_factory=list)  # foreign pids seen under allow_busy
 
 
 def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False, rounds: int = MIN_ROUNDS,
         seed: int = 0, rule: Any = pick.LINALG_RULE, dtypes: Sequence[str] = GRID_DTYPES,
-        ops: Sequence[str] | None = None, max_arms: int | None = None,
+        ops: Sequence[str] | None = None, max_arms: int | None = None, allow_busy: bool = False,
         progress: Callable[[str], None] | None = None) -> list[LegReport]:
-    """Measure every cell of the chosen legs; refuses a busy GPU, invalidates a disturbed leg."""
+    """Measure every cell of the chosen legs; refuses a busy GPU, invalidates a disturbed leg
+    (allow_busy: measures anyway and marks each leg contended)."""
     busy = timer.foreign_pids()
-    if busy:
+    if busy and not allow_busy:
         raise BusyGPUError(f"the GPU is busy: foreign compute process(es) {sorted(busy)}; "
                            f"tune on a quiet GPU (or run --prebuild, which times nothing)")
     reports = []
@@ -191,7 +193,9 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
             if progress is not None:
                 progress(f"{cell}: {result.pick.winner} ({result.pick.reason})")
             intruders = timer.foreign_pids()
-            if intruders:
+            if intruders and allow_busy:
+                report.contended = sorted(set(report.contended) | set(intruders))
+            elif intruders:
                 report.invalid = (f"foreign compute process(es) {sorted(intruders)} appeared during "
                                   f"the {leg} leg (at {cell}); its cells are not written")
                 break

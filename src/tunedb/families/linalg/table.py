@@ -108,7 +108,8 @@ def build(reports: Sequence[LegReport], old: Any, *, arch_family: str, file_vali
     ids = sorted({cid for e in merged.values() for cid in _ids(e)} - {"torch", "default", "heuristic"})
     defs = config_defs(ids)
     legs_record = {rep.leg: ({"invalid": rep.invalid} if rep.invalid else
-                             {"cells": len(rep.results), "fingerprint": fingerprint(rep.results)})
+                             {"cells": len(rep.results), "fingerprint": fingerprint(rep.results),
+                              **({"contended_by": rep.contended} if rep.contended else {})})
                    for rep in reports}
     old_tune = ((old.model or {}).get("tune") or {}) if old is not None else {}
     record = {
