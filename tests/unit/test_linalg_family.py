@@ -10,7 +10,7 @@ import tunedb
 from tunedb import families
 from tunedb.database import schema, store, tiers
 from tunedb.errors import SignatureError, TunedbError
-from tunedb.families.linalg import configs, plan, signatures, table
+from tunedb.families.linalg import configs, plan, table
 from tunedb.families.linalg.ladder import Cell, CellResult
 from tunedb.families.linalg.pick import CellPick
 from tunedb.records import Region

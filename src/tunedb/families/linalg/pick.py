@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from tunedb.families.contract import PickRule
 from tunedb.families.linalg import configs
