@@ -131,6 +131,7 @@ def test_dry_run_diffs_and_writes_nothing(tmp_path, capsys):
              arch_family="sm90")
     printed = capsys.readouterr().out
     assert "dry run: nothing written" in printed and "~ linalg|op=dot" in printed
+    assert "beyond the 2% band" in printed and "inside" not in printed
     assert out.read_text() == text
 
 

@@ -172,6 +172,11 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     print(f"{measured} cells measured; {len(changes)} change(s) against {base if old else 'no table'}:")
     for line in changes:
         print("  " + line)
+    moved = table.moved_cells(old, new, rule.tie_band)
+    if moved:
+        print(f"{len(moved)} measured cell(s) changed winner:")
+        for line in moved:
+            print("  " + line)
     if args.dry_run:
         print("dry run: nothing written")
         return 0

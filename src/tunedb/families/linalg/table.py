@@ -143,3 +143,30 @@ def table_changes(old: Any, new: Any) -> list[str]:
     return [c.line() for c in diffing.diff(old, new)
             if not (c.subject == "file" and c.what in ("model", "validators"))
             and c.what != "validators"]
+
+
+def moved_cells(old: Any, new: Any, tie_band: float) -> list[str]:
+    """Each measured cell whose winner changed from `old` to `new`, with how much slower the old
+    winner measured this time (new evidence): a move inside the tie band is noise the rule could
+    not absorb (an arm at the band's edge), one beyond it is a real change."""
+    if old is None:
+        return []
+    lines = []
+    for sig, entry in sorted(new.entries.items()):
+        before = old.entries.get(sig)
+        if before is None:
+            continue
+        for key, point in sorted(entry.evidence.items(), key=lambda kv: int(kv[0][2:])):
+            batch = int(key[2:])
+            was, now = before.lookup(batch), entry.lookup(batch)
+            if was is None or was == now:
+                continue
+            t_was, t_now = point.get(was), point.get(now)
+            if isinstance(t_was, list) and isinstance(t_now, list) and t_now[0] > 0:
+                slower = t_was[0] / t_now[0] - 1.0
+                where = "inside" if slower <= tie_band else "beyond"
+                how = f"the old winner {slower:+.1%} now: {where} the {tie_band:.0%} band"
+            else:
+                how = f"the old winner measured {t_was!r} now"
+            lines.append(f"{sig} batch={batch}: {was} -> {now} ({how})")
+    return lines
