@@ -20,9 +20,11 @@ Before timing, each arm is checked on the cell's inputs (first 2048 problems): r
 
 Floors: bytes moved at 4.3 TB/s, or flops at an assumed peak (fp32 60, fp64 45 TFLOP/s),
 whichever is larger; cells are reported against max(floor, 3 us).
-Expected run time on an H200: the full grid (216 cells, cap 5) takes longer than 4 minutes;
---budget-s stops starting new cells (goal cells go first: potrf/posv n <= 32, then gemm/gemv
-n <= 16, then the rest), and the JSON lists what was skipped.
+Expected run time on an H200 (estimated, not yet measured): compiling the grid's ~450 kernels
+in 15 processes about 1 minute, then about 0.3-1.5 s per cell (216 cells), so the full grid
+may not fit 4 minutes: --budget-s (default 230) stops starting new cells (goal cells first:
+potrf/posv n <= 32, then gemm/gemv n <= 16, then the rest) and the JSON lists what was skipped;
+split the grid over two calls with --ops when it does not fit.
 """
 from __future__ import annotations
 
