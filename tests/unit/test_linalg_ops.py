@@ -10,9 +10,7 @@ import torch
 
 import tunedb
 from tunedb import settings
-from tunedb.families.linalg.ops import _selector
-
-selector = _selector()
+from tunedb.runtime import selector
 from tunedb.database import schema, store, tiers
 from tunedb.errors import SignatureError
 from tunedb.families.linalg import ops, problems, signatures, table
@@ -100,5 +98,29 @@ def test_without_guesses_an_unmeasured_cell_takes_the_library_arm(tmp_path):
         try:
             got = ops.bound_for("gemm", torch.empty(64, 8, 8, device="meta"), torch.empty(64, 8, 8, device="meta"))
             assert (got.config.id, got.tier) == ("torch", "default")
+        finally:
+            selector.configure()
+
+
+def test_autotune_overrides_reach_the_linalg_ops_and_are_not_memoised(tmp_path):
+    from tunedb.records import Config
+    from tunedb.runtime import launch_table
+
+    a = torch.empty(512, 8, 8, device="meta")
+    seen = []
+
+    def override(family, sig, m):
+        seen.append((family.name, sig.format(), m))
+        return Config.sentinel("torch"), "autotune"
+    with settings.override(USER_DB="off"), tiers.system_root_override(tmp_path):
+        selector.configure(arch_family="sm90")
+        try:
+            before = ops.bound_for("potrf", a)  # memoised before autotune() starts
+            with launch_table.overriding(override):
+                first = ops.bound_for("potrf", a)
+                ops.bound_for("potrf", a)
+            assert before.tier == "model"
+            assert first.tier == "autotune" and seen == [("linalg", "linalg|op=potrf|dt=fp32|n=8", 512)] * 2
+            assert ops.bound_for("potrf", a).tier == "model"  # the override is gone
         finally:
             selector.configure()

@@ -16,18 +16,21 @@ failed, as torch.linalg.cholesky_ex reports): never an exception, never a hang; 
 problems of the batch are unaffected. Fake kernels let torch.compile trace the ops (they stay
 opaque in the graph). No autograd formula: the ops are forward-only.
 
-The generic run-time path (runtime/launch_table.py) keys calls by GEMM's (N, K, M); this module
-is the linalg family's own dispatch until that path is family-generic.
+A new (op, dtype, n, batch) resolves through the generic run-time path (runtime/dispatch.py,
+which asks autotune()'s overrides and then the selector); this module keeps a cheaper front memo
+keyed by the tensors' dtype and shape (no Signature built per call), and the first-launch
+fallback to the library arm.
 """
 from __future__ import annotations
 
 import functools
 import threading
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 from tunedb.families.linalg import signatures
-from tunedb.records import Config, Signature
+from tunedb.records import Config
+from tunedb.runtime import launch_table
 
 OUTPUTS = {"dot": "Tensor", "gemv": "Tensor", "gemm": "Tensor", "potrf": "(Tensor, Tensor)",
            "trsv": "Tensor", "posv": "(Tensor, Tensor)"}
@@ -35,28 +38,10 @@ ARGS = {"dot": "Tensor x, Tensor y", "gemv": "Tensor A, Tensor x", "gemm": "Tens
         "potrf": "Tensor A", "trsv": "Tensor L, Tensor b", "posv": "Tensor A, Tensor b"}
 
 
-class Bound:
-    """One (op, dtype, n, batch)'s resolution this epoch: the config, its tier and its launcher."""
-
-    __slots__ = ("signature", "batch", "config", "tier", "call", "slot", "launched")
-
-    def __init__(self, signature: Signature, batch: int, config: Config, tier: str,
-                 call: Callable[..., Any], slot: Any) -> None:
-        self.signature, self.batch, self.config, self.tier = signature, batch, config, tier
-        self.call, self.slot, self.launched = call, slot, False
-
-
-_bound: dict[tuple[Any, ...], Bound] = {}
+_bound: dict[tuple[Any, ...], Any] = {}  # (op, torch dtype, n, batch) -> launch_table.Bound
 _lock = threading.Lock()
 _lib: list[Any] = []
-
-
-def _selector() -> Any:
-    try:
-        from tunedb.runtime import selector  # the seam's layout
-    except ImportError:
-        from tunedb import selector
-    return selector
+_overrides = launch_table._overrides  # the runtime's override stack (autotune()), shared, never rebound
 
 
 def _family() -> Any:
@@ -69,34 +54,26 @@ def _clear() -> None:
     _bound.clear()
 
 
-def _launcher(config: Config, sig: Signature) -> Callable[..., Any]:
-    return functools.partial(_family().launch, config, sig)
-
-
-def _bind(op: str, tensors: tuple[Any, ...]) -> Bound:
-    selector = _selector()
-    from tunedb.database import tiers
-
-    tiers.on_reload(_clear)  # (once) a new epoch drops every bound launcher
-    family = _family()
-    sig, batch = signatures.signature_of(op, *tensors)
-    slot = selector.slot(signatures.FAMILY, sig, batch)
-    config, tier = slot.resolution.config, slot.resolution.tier
-    if config.id == "heuristic":  # a region naming the rule: the rule's config for this cell
-        config = family.heuristic(sig, batch, selector.current_arch()[1])
-    return Bound(sig, batch, config, tier, _launcher(config, sig), slot)
-
-
-def bound_for(op: str, *tensors: Any) -> Bound:
-    """The bound resolution of a CUDA call (resolved on the first call of its key per epoch)."""
+def bound_for(op: str, *tensors: Any) -> Any:
+    """The bound resolution of a CUDA call (a launch_table.Bound: config, tier, call, counter),
+    counted as one call. A key already served this epoch is one dict lookup; a new one goes
+    through the generic run-time path (runtime.dispatch: autotune()'s overrides, then the
+    selector's chain), and is kept here unless an override is active (autotune() may measure)."""
     first = tensors[0]
     key = (op, first.dtype, first.shape[-1], first.shape[0])
-    hit = _bound.get(key)
-    if hit is None:
+    hit = None if _overrides else _bound.get(key)
+    if hit is not None:
+        hit.counter.calls += 1
+        return hit
+    from tunedb.database import tiers
+    from tunedb.runtime import dispatch
+
+    tiers.on_reload(_clear)  # (once) a new epoch drops every bound launcher
+    got = dispatch.bound(signatures.FAMILY, op, *tensors)
+    if not _overrides:
         with _lock:
-            hit = _bound.get(key) or _bind(op, tensors)
-            _bound[key] = hit
-    return hit
+            _bound[key] = got
+    return got
 
 
 def _capturing() -> bool:
@@ -105,7 +82,7 @@ def _capturing() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
-def _first_launch(bound: Bound, tensors: tuple[Any, ...]) -> Any:
+def _first_launch(bound: Any, tensors: tuple[Any, ...]) -> Any:
     """A config that fails its first call (outside a capture) is warned about once and the
     library arm serves the key for the rest of the epoch."""
     try:
@@ -116,10 +93,10 @@ def _first_launch(bound: Bound, tensors: tuple[Any, ...]) -> Any:
         from tunedb.errors import TunedbWarning
 
         warnings.warn(f"tunedb: linalg config {bound.config.id} ({bound.tier} tier) failed on its first "
-                      f"call for {bound.signature} at batch={bound.batch} ({type(exc).__name__}: {exc}); "
+                      f"call for {bound.signature} at batch={bound.m} ({type(exc).__name__}: {exc}); "
                       f"the torch arm serves it until the next epoch", TunedbWarning, stacklevel=4)
         bound.config = Config.sentinel("torch")
-        bound.call = _launcher(bound.config, bound.signature)
+        bound.call = functools.partial(_family().launch, bound.config, bound.signature)
         out = bound.call(*tensors)
     bound.launched = True
     return out
@@ -134,7 +111,6 @@ def run(op: str, *tensors: Any) -> Any:
     if first.shape[0] == 0:
         return _fake(op, *tensors)
     bound = bound_for(op, *tensors)
-    bound.slot.calls += 1
     if bound.launched:
         return bound.call(*tensors)
     return _first_launch(bound, tensors)
@@ -212,4 +188,4 @@ def posv(a: Any, b: Any) -> tuple[Any, Any]:
 
 def report() -> list[tuple[str, int, str, str, int]]:
     """(signature, batch, config, tier, calls) of every key resolved this epoch."""
-    return [(b.signature.format(), b.batch, b.config.id, b.tier, b.slot.calls) for b in _bound.values()]
+    return [(b.signature.format(), b.m, b.config.id, b.tier, b.calls) for b in _bound.values()]
