@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("tunedb.commands.evaluate", "regret of each selector against the measured oracle"),
     "status": ("tunedb.commands.status", "which database files each tier loads, and which are stale"),
     "diff": ("tunedb.commands.diff", "compare two database files entry by entry"),
-    "prebuild": ("tunedb.commands.prebuild", "compile Triton configs without a GPU into a persistent cache"),
+    "prebuild": ("tunedb.commands.prebuild", "compile a family's kernels without a GPU into a persistent cache"),
     "plot": ("tunedb.commands.plot", "plot a database's regions along M"),
     "linalg": ("tunedb.families.linalg.cli", "small batched linear algebra: recommend, plot, tune"),
 }

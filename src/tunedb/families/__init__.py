@@ -12,10 +12,13 @@ import importlib
 from tunedb.errors import RegistryError
 from tunedb.families.contract import KernelFamily, hook, missing_members
 
-__all__ = ["KernelFamily", "check_op", "get", "hook", "names", "register"]
+__all__ = ["DEFAULT", "KernelFamily", "check_op", "get", "hook", "names", "register"]
 
 
+# Registration: the built-in families, imported on first use, and the one a command or API
+# call serves when none is named.
 _BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY", "linalg": "tunedb.families.linalg:FAMILY"}
+DEFAULT = "gemm"
 _REGISTRY: dict[str, KernelFamily] = {}
 
 

@@ -339,6 +339,10 @@ def _empty(family: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
     return ()
 
 
+def _same_model(family: Any, model: Any, approximate: bool = False) -> Any:
+    return model
+
+
 def _call_key(family: Any, op: str, *args: Any, **kwargs: Any) -> tuple[Signature, int]:
     return family.signature_of(op, *args, **kwargs)
 
@@ -373,7 +377,8 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     "prebuild": _none,  # (...) -> None: compile ahead of serving
     "register_ops": _none,  # () -> None: the family's torch.library ops
     "call_key": _call_key,  # (op, *args, **kwargs) -> (Signature, size) at run time
-    "patch_rules": _empty,  # () -> optimize()'s module patch rules
+    "patch_rules": _empty,  # () -> optimize()'s module patch rules (descriptive; optimize applies them)
+    "optimize": _same_model,  # (model, approximate=False) -> the model with the family's ops patched in
     "calibrate": _none,  # (profile, measurements, configs, old) -> the database file's `model` object
     "weight_bytes": _zero,  # (sig) -> bytes of weights one call reads (the build's L2 working set)
     "prebuilt_configs": _no_set,  # (arch_family) -> config ids `tunedb prebuild` compiled

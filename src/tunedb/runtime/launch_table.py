@@ -135,11 +135,15 @@ def _code_identity(family_name: str) -> str:
 
     import tunedb
 
-    impl = getattr(_family(), "impl_hash", None)
-    h = hashlib.sha1(f"tunedb {tunedb.__version__}; {family_name} kernels {impl() if callable(impl) else ''};".encode())
-    here = Path(__file__).parent
-    for name in ("ops.py", "launch_table.py"):
-        h.update((here / name).read_bytes())
+    import inspect
+
+    family = _family()
+    impl = getattr(family, "impl_hash", None)
+    h = hashlib.sha1(f"tunedb {tunedb.__version__}; {family_name} kernels {impl() if callable(impl) else impl};".encode())
+    sources = [Path(__file__), Path(inspect.getfile(type(family))).parent / "ops.py"]
+    for path in sources:
+        if path.exists():
+            h.update(path.read_bytes())
     return h.hexdigest()
 
 
