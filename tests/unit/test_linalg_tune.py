@@ -204,3 +204,19 @@ def test_allow_busy_measures_and_marks_the_legs_contended(tmp_path):
              arch_family="sm90")
     record = json.loads(out.read_text())["model"]["tune"]["legs"]["solver"]
     assert record["contended_by"] == [4242] and record["cells"] == 4
+
+
+def test_a_partial_run_keeps_the_cells_it_did_not_measure(tmp_path, monkeypatch):
+    out = tmp_path / "t.json"
+    monkeypatch.setattr(ladder, "QUICK_BATCH", (256, 4096, 65536))
+    cli.tune(_args(out, legs="solver", ops="potrf"), timer=ladder.FakeTimer(cost, seed=1), arch_family="sm90")
+    full = json.loads(out.read_text())["entries"]["linalg|op=potrf|dt=fp32|n=8"]
+    monkeypatch.setattr(ladder, "QUICK_BATCH", (4096,))
+    # only batch 4096 again, where block now wins by far: the other batches keep their cells
+    faster = lambda c, a: cost(c, a) * (0.2 if a.startswith("block_") else 1.0)  # noqa: E731
+    cli.tune(_args(out, legs="solver", ops="potrf"), timer=ladder.FakeTimer(faster, seed=2), arch_family="sm90")
+    entry = json.loads(out.read_text())["entries"]["linalg|op=potrf|dt=fp32|n=8"]
+    assert set(entry["evidence"]) == {"M=256", "M=4096", "M=65536"}
+    assert entry["evidence"]["M=256"] == full["evidence"]["M=256"]
+    winners = {hi: cid for hi, cid in entry["regions"]}
+    assert winners[256] == full["regions"][0][1] and winners[4096].startswith("block_")

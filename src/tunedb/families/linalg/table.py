@@ -75,17 +75,36 @@ def fingerprint(results: Sequence[CellResult]) -> str:
     return h.hexdigest()[:16]
 
 
-def entries(results: Sequence[CellResult], soft: Mapping[str, str]) -> dict[Signature, Entry]:
+def _old_cells(entry: Entry | None) -> dict[int, tuple[str, str, Any]]:
+    """batch -> (winner, native winner, evidence point) of every cell an old entry measured."""
+    if entry is None:
+        return {}
+    out = {}
+    for key, point in entry.evidence.items():
+        batch = int(key[2:])
+        winner, native = entry.lookup(batch), entry.lookup(batch, native=True)
+        if winner is not None:
+            out[batch] = (winner, native or winner, point)
+    return out
+
+
+def entries(results: Sequence[CellResult], soft: Mapping[str, str],
+            old: Mapping[Signature, Entry] | None = None) -> dict[Signature, Entry]:
+    """One entry per signature measured now: its cells measured now, over the cells of the old
+    entry (`old`) at batches not measured now, regions regenerated from all of them."""
     by_sig: dict[Signature, list[CellResult]] = {}
     for result in results:
         by_sig.setdefault(result.cell.signature, []).append(result)
     out = {}
     for sig, group in by_sig.items():
-        group.sort(key=lambda r: r.cell.batch)
-        full = regions([(r.cell.batch, r.pick.winner) for r in group])
-        native = regions([(r.cell.batch, r.pick.native) for r in group])
         policy = "ring" if sig.op in signatures.SOLVER_OPS else "rotate"
-        evidence = {point_key(r.cell.batch): _evidence(r, policy) for r in group}
+        cells = _old_cells((old or {}).get(sig))
+        for r in group:
+            cells[r.cell.batch] = (r.pick.winner, r.pick.native, _evidence(r, policy))
+        batches = sorted(cells)
+        full = regions([(b, cells[b][0]) for b in batches])
+        native = regions([(b, cells[b][1]) for b in batches])
+        evidence = {point_key(b): cells[b][2] for b in batches}
         fields: dict[str, Any] = {}
         if native != full:
             if "regions_native" not in Entry.__dataclass_fields__:
@@ -98,11 +117,12 @@ def entries(results: Sequence[CellResult], soft: Mapping[str, str]) -> dict[Sign
 
 def build(reports: Sequence[LegReport], old: Any, *, arch_family: str, file_validators: Mapping[str, str],
           provenance: Mapping[str, Any], rule: Any, legs: Sequence[str], quick: bool) -> Any:
-    """The new DatabaseFile: this run's valid legs' entries over the old file's others."""
+    """The new DatabaseFile: this run's valid legs' cells over the old file's (a cell not measured
+    now keeps its old decision and evidence)."""
     from tunedb.database.schema import DatabaseFile
 
     measured = [r for rep in reports if not rep.invalid for r in rep.results]
-    new = entries(measured, {})
+    new = entries(measured, {}, old.entries if old is not None else None)
     kept = {sig: e for sig, e in (old.entries.items() if old is not None else ()) if sig not in new}
     merged = {**kept, **new}
     ids = sorted({cid for e in merged.values() for cid in _ids(e)} - {"torch", "default", "heuristic"})
