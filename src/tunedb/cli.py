@@ -16,7 +16,7 @@ from tunedb.errors import TunedbError
 # name -> (module with configure/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("tunedb.commands.tune", "census + build + evaluate a workload (the main job)"),
-    "census": ("tunedb.commands.census", "record which GEMM shapes a workload runs"),
+    "census": ("tunedb.commands.census", "record which kernel calls (shapes) a workload runs"),
     "build": ("tunedb.commands.build", "measure a census and write a tuning database"),
     "evaluate": ("tunedb.commands.evaluate", "regret of each selector against the measured oracle"),
     "status": ("tunedb.commands.status", "which database files each tier loads, and which are stale"),

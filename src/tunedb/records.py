@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from tunedb.errors import ConfigError, SignatureError
 
@@ -83,7 +83,7 @@ class Signature:
             pairs.append((key, value))
         if len(pairs) < 2 or pairs[0][0] != "op" or pairs[1][0] != "dt":
             raise SignatureError(
-                f"signature {text!r} must start with FAMILY|op=OP|dt=DT (e.g. gemm|op=gemm|dt=half|N=512|K=256)"
+                f"signature {text!r} must start with FAMILY|op=OP|dt=DT followed by |KEY=VALUE fields"
             )
         params = tuple((k, _parse_value(v)) for k, v in pairs[2:])
         sig = cls(family, pairs[0][1], pairs[1][1], params)
@@ -132,6 +132,23 @@ class Point:
             raise ValueError(f"point weight={self.weight} must be >= 0")
         if not 0.0 <= self.eager_share <= 1.0:
             raise ValueError(f"eager_share={self.eager_share} must be in [0, 1]")
+
+
+def merge_point(group: "Sequence[Point]", at: "Point | None" = None) -> "Point":
+    """THE point-merge rule (census merges, the plan's duplicate sizes, thinning, the oracle's
+    weights): the points of `group` as one point at `at`'s signature and size (default: the
+    first's) -- weights and calls add, must-tune ORs, the eager share is the calls-weighted mean
+    (the largest share when no calls were counted)."""
+    if not group:
+        raise ValueError("merge_point needs at least one point")
+    at = at or group[0]
+    calls = sum(p.calls for p in group)
+    if calls:
+        eager = min(1.0, sum(p.eager_share * p.calls for p in group) / calls)
+    else:
+        eager = max(p.eager_share for p in group)
+    return Point(at.signature, at.m, sum(p.weight for p in group), calls,
+                 any(p.must_tune for p in group), eager)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import contextlib
 import functools
 from typing import Any, Callable, Iterator
 
+from tunedb import families as _families
 from tunedb.records import Config, Signature
 
 # A resolver override answers (config, tier) for a shape, or None to let the next one answer.
@@ -84,7 +85,9 @@ def _selector_epoch() -> Any:
     return _epoch_fn[0]()
 
 
-FAMILY = "gemm"  # the kernel family behind tunedb::gemm / gemm_act (tests point it at a fake)
+# The kernel family whose linear-layer ops (x, weight, bias, act) this table keys: the registry's
+# default family (tests point it at a fake).
+FAMILY = _families.DEFAULT
 
 
 def _family() -> Any:
@@ -228,10 +231,7 @@ def entries() -> tuple[tuple[tuple[Any, ...], Bound], ...]:
 
 
 def signature_of(op: str, x: Any, weight: Any, bias: Any, act: str) -> tuple[Signature, int]:
-    family = _family()
-    if op == "gemm":
-        return family.signature_of("gemm", x, weight)
-    return family.signature_of(op, x, weight, bias, act=act)
+    return _family().signature_of(op, x, weight, bias, act=act)
 
 
 def resolve(family: Any, sig: Signature, m: int) -> tuple[Config, str, Any]:

@@ -63,6 +63,13 @@ class TunedLinear(nn.Module):
             return ops.gemm(x, self.weight)
         return ops.gemm_act(x, self.weight, bias, self.act)
 
+    def table_key(self) -> tuple[Any, ...]:
+        """The launch-table key prefix of this layer's calls: (op, dtype, N, K, act, has_bias)."""
+        has_bias = self.bias is not None
+        op = "gemm" if not has_bias and self.act == "none" else "gemm_act"
+        n, k = self.weight.shape
+        return (op, self.weight.dtype, n, k, self.act, has_bias)
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, act={self.act}")
