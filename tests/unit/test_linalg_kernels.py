@@ -49,6 +49,28 @@ def _child(packing: str) -> None:
     for op in ("potrf", "posv"):
         run(op, "fp32", 8, seed=4, kind="hard")
         run(op, "fp64", 6, seed=5, kind="hard")
+    if packing != "thread":
+        # the 2x2-split factorisation (NP >= 8): a full last block, a ragged one (n - NP/2 < NP/2),
+        # and trsv's unrolled row loop past its first power of two
+        for op in ("potrf", "posv", "trsv"):
+            run(op, "fp32", 16, seed=15, kind="hard")
+            run(op, "fp64", 7, seed=16)
+            run(op, "fp32", 13, seed=17)
+        # a pivot failing in the second block: info names it, the other problems stay right
+        for op in ("potrf", "posv"):
+            ins = check.make_inputs(op, batch, 12, "fp32", seed=18)
+            ins[0][batch - 1, 9, 9] = -50.0
+            want = torch.linalg.cholesky_ex(ins[0].double()).info.int().tolist()
+            res = launch(op, cid, *ins)
+            if res[1].tolist() != want or want[-1] < 9:
+                failures.append(f"{cid} {op} n=12 non-SPD in the second block: info {res[1].tolist()} != {want}")
+            ok, worst, bound = check.within_torch(op, "fp32", tuple(t[:-1] for t in ins), res[0][:-1],
+                                                  launch(op, "torch", *(t[:-1] for t in ins)))
+            if not ok:
+                failures.append(f"{cid} {op} n=12 non-SPD: the SPD problems' residual {worst:.2e} > {bound:.2e}")
+        low, _ = launch("potrf", cid, *check.make_inputs("potrf", batch, 12, "fp64", seed=19))
+        if not torch.equal(low, low.tril()):
+            failures.append(f"{cid} potrf n=12: L not zero above the diagonal")
 
     # non-SPD problems: info for exactly those, the others still right
     for op in ("potrf", "posv"):
