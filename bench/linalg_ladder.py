@@ -1,7 +1,12 @@
 """The small batched linear-algebra ladder (issue 19): every arm on one ns-per-problem axis.
 
     PYTHONPATH=src python bench/linalg_ladder.py --out ladder.json [--ops potrf,posv] [--n 4,8]
-        [--batch 4096] [--dtypes fp32] [--cap 5] [--rounds 9] [--budget-s 230] [--plan]
+        [--batch 4096] [--dtypes fp32] [--cap 5] [--rounds 9] [--budget-s 230] [--plan] [--quick]
+
+--quick: only the goal cells (potrf, posv, gemm, gemv at n in 4, 8, 16, 32 x batch 4096, 65536
+x fp32, fp64: 64 cells), with --cap 6 and --budget-s 100 unless given; an explicit --ops/--n/--batch/--dtypes
+still narrows it. About 60-90 s on an H200 (the full grid's 216 cells took 142 s, 9 s of it
+compiling; the quick cells are the heavier half of the batches).
 
 Per cell (op, dtype, n, batch): the torch arm (the capturable forms, in CUDA graphs: bmm for
 dot/gemv/gemm, cholesky_ex, solve_triangular, cholesky_ex + two solve_triangular for posv),
@@ -44,6 +49,8 @@ BW_BYTES_PER_US = 4.3e6
 PEAK_FLOP_PER_US = {"fp32": 60e6, "fp64": 45e6, "fp16": 60e6, "bf16": 60e6}
 MIN_US = 3.0
 INPLACE = ("potrf", "posv", "trsv")
+QUICK = {"ops": ("potrf", "posv", "gemm", "gemv"), "n": (4, 8, 16, 32), "batch": (4096, 65536),
+         "dtypes": ("fp32", "fp64"), "budget_s": 100.0, "cap": 6}
 
 
 def _csv(kind):
@@ -54,17 +61,22 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=False, default="linalg_ladder.json")
     ap.add_argument("--md", default=None, help="markdown table path (default: --out with .md)")
-    ap.add_argument("--ops", type=_csv(str), default=OPS)
-    ap.add_argument("--n", type=_csv(int), default=NS)
-    ap.add_argument("--batch", type=_csv(int), default=BATCHES)
-    ap.add_argument("--dtypes", type=_csv(str), default=DTYPES)
-    ap.add_argument("--cap", type=int, default=5, help="Triton configs per cell (0: every valid one)")
+    ap.add_argument("--ops", type=_csv(str), default=None)
+    ap.add_argument("--n", type=_csv(int), default=None)
+    ap.add_argument("--batch", type=_csv(int), default=None)
+    ap.add_argument("--dtypes", type=_csv(str), default=None)
+    ap.add_argument("--quick", action="store_true", help="the goal cells only (see above)")
+    ap.add_argument("--cap", type=int, default=None, help="Triton configs per cell (0: every valid one; default 5, --quick: 6)")
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--budget-s", type=float, default=230.0)
+    ap.add_argument("--budget-s", type=float, default=None, help="default 230 (--quick: 100)")
     ap.add_argument("--ring-gib", type=float, default=4.0)
     ap.add_argument("--jobs", type=int, default=None, help="compile processes")
     ap.add_argument("--plan", action="store_true", help="print the cells and arms, measure nothing")
     args = ap.parse_args(argv)
+    fill = QUICK if args.quick else {"ops": OPS, "n": NS, "batch": BATCHES, "dtypes": DTYPES, "budget_s": 230.0, "cap": 5}
+    for name, value in fill.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     from tunedb.families.linalg import kernels_space as space
 
     for op in args.ops:

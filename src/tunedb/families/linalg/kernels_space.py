@@ -36,6 +36,7 @@ TILE_OPS = ("gemv", "gemm", "potrf", "posv")
 TILE_BUDGET = {"dot": (32, 32), "gemv": (128, 64), "gemm": (128, 64), "trsv": (16, 8),
                "potrf": (64, 32), "posv": (32, 16)}
 
+ROTATION = ("warp", "block", "thread", "warp", "warp", "block")  # candidates()' turns per packing
 _ID = re.compile(r"^(?:(thread|warp)_p(\d+)_w(\d+)|block_w(\d+))$")
 
 
@@ -139,8 +140,10 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
 
     The prior: thread packing wants about one problem per lane, warp and block a tile of
     about 16 elements per thread, fewer warps breaking ties; with `batch`, a config that leaves
-    fewer than two programs per SM pays for the missing programs. Packings then alternate
-    (thread, warp, block, thread, ...) so a cap keeps each packing's best guesses.
+    fewer than two programs per SM pays for the missing programs. Packings then take turns in
+    ROTATION (warp, block, thread, warp, warp, block, ...: the H200 ladder of 2026-12-01 had
+    warp configs win most cells and thread configs none), so a cap of 3 or more keeps each
+    packing's best guess and spends the rest mostly on warp configs.
     """
     import math
 
@@ -160,7 +163,7 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     picked: list[KernelConfig] = []
     limit = len(valid) if cap is None else min(cap, len(valid))
     while len(picked) < limit:
-        for p in PACKINGS:
+        for p in ROTATION:
             if by_pack[p] and len(picked) < limit:
                 picked.append(by_pack[p].pop(0))
     return picked
