@@ -1,14 +1,17 @@
 """The small linear-algebra Triton kernels on the GPU: every op x packing (the prior's first
 config of each) x fp32/fp64 over n in {2..128} x batch {1, 257, 4096} against the fp64
 reference, bounded by what torch gets on the same inputs; non-SPD reports; CUDA-graph capture
-of each kernel. All kernels are compiled first in a process pool (kernels_prebuild).
-Expected run time on an H200: about 60-90 s (most of it the parallel compile)."""
+of each kernel; every warp/block config of potrf, posv and trsv at the n where their kernels
+split the tile or unroll (8..64, ragged n included). All kernels are compiled first in a
+process pool (kernels_prebuild).
+Expected run time on an H200: about 90-150 s (most of it the parallel compile of ~900 kernels)."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from tunedb.families.linalg import kernels_check as check  # noqa: E402
 from tunedb.families.linalg import kernels_prebuild  # noqa: E402
+from tunedb.families.linalg import kernels_space as space  # noqa: E402
 from tunedb.families.linalg.launch import launch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -29,6 +32,12 @@ def _config(op, packing, n, dtype):
 
 ITEMS = [(op, _config(op, p, n, dt), n, dt) for op in OPS for p in PACKINGS for n in NS for dt in DTYPES]
 ITEMS += [(op, _config(op, "warp", 8, "fp16"), 8, "fp16") for op in ("dot", "gemv", "gemm")]
+# Every warp/block config the ladder may serve for the split factorisation (NP >= 8: a full and a
+# ragged second block) and the unrolled row-wise trsv (n <= 32) and its loop above.
+SPLIT_NS = (8, 13, 16, 24, 32, 64)
+SPLIT_ITEMS = [(op, c.id, n, dt) for op in ("potrf", "posv", "trsv") for n in SPLIT_NS for dt in DTYPES
+               for c in space.config_space(op, n, dt) if c.packing != "thread"]
+ITEMS += SPLIT_ITEMS
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,6 +81,27 @@ def test_every_packing_meets_the_fp64_reference(op, packing, dtype):
             ins = check.make_inputs(op, 257, n, dtype, device="cuda", seed=n, kind="hard")
             _agree(op, dtype, cid, ins, launch(op, cid, *ins), f"n={n} ill-conditioned")
     assert ran or packing == "thread"
+
+
+@pytest.mark.parametrize("op", ("potrf", "posv", "trsv"))
+def test_every_warp_and_block_config_of_the_solvers(op):
+    for _, cid, n, dtype in (it for it in SPLIT_ITEMS if it[0] == op):
+        ins = check.make_inputs(op, 257, n, dtype, device="cuda", seed=n + 31)
+        res = launch(op, cid, *ins)
+        _agree(op, dtype, cid, ins, res, f"n={n} batch=257")
+        if op == "trsv":
+            continue
+        assert not res[1].any(), f"{cid} {op} {dtype} n={n}: info on an SPD input"
+        # a pivot failing in the second block of the split tile, one in the first
+        a = ins[0]
+        a[3, n - 2, n - 2] = -1e3
+        a[200, 1, 1] = -1.0
+        want = torch.linalg.cholesky_ex(a.double()).info.int()
+        out, info = launch(op, cid, *ins)
+        assert info.tolist() == want.tolist() and int(info[3]) > n // 2, f"{cid} {op} {dtype} n={n}: info"
+        assert torch.isfinite(out).all(), f"{cid} {op} {dtype} n={n}: a non-finite result beside a failed pivot"
+        good = (want == 0).nonzero().flatten()
+        _agree(op, dtype, cid, tuple(t[good] for t in ins), out[good], f"n={n} SPD problems beside non-SPD ones")
 
 
 @pytest.mark.parametrize("op", ("dot", "gemv", "gemm"))
