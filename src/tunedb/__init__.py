@@ -7,6 +7,7 @@ Public API (imported lazily; importing tunedb touches neither the GPU nor the di
     tunedb.autotune(...)       context manager: measure shapes no tier covers
     tunedb.prewarm(...)        measure a model's uncovered must-tune points before capture
     tunedb.confirm(...)        judge a model's Triton picks inside its captured forward
+    tunedb.recommend(...)      the execution plan of one small batched linear-algebra cell
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ _LAZY: dict[str, str] = {
     "autotune": "tunedb.runtime.autotuner:autotune",
     "prewarm": "tunedb.runtime.prewarm:prewarm",
     "confirm": "tunedb.runtime.confirm:confirm",
+    "recommend": "tunedb.families.linalg.plan:recommend",
 }
 
 __all__ = ["__version__", *_LAZY]

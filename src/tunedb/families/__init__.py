@@ -17,7 +17,7 @@ __all__ = ["DEFAULT", "KernelFamily", "check_op", "get", "hook", "names", "regis
 
 # Registration: the built-in families, imported on first use, and the one a command or API
 # call serves when none is named.
-_BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY"}
+_BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY", "linalg": "tunedb.families.linalg:FAMILY"}
 DEFAULT = "gemm"
 _REGISTRY: dict[str, KernelFamily] = {}
 

@@ -1,0 +1,217 @@
+"""`tunedb linalg ...`: the small batched linear-algebra family's commands.
+
+    tunedb linalg recommend OP DTYPE N BATCH [--deps native|all] [--json]
+        the execution plan of one cell, where it came from and why
+    tunedb linalg plot --out F.png [--deps native|all]
+        the winner of every cell (ops x n x batch, one panel per dtype), measured or heuristic
+    tunedb linalg tune [--prebuild] [--quick] [--legs ladder,solver] [--ops ..] [--dtypes ..]
+                       [--margin M] [--dry-run] [--out DIR|FILE.json|system|user]
+        re-measure this GPU's table (the ladder), regenerate it under the pick rule and write it
+        (--base FILE: start from that table instead of the --out file)
+        (--dry-run: regenerate and diff against the current file, write nothing; --prebuild:
+        compile every kernel (in --build-jobs processes) and measure nothing)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from tunedb.errors import TunedbError
+
+
+def _selector() -> Any:
+    try:
+        from tunedb.runtime import selector  # the seam's layout
+    except ImportError:
+        from tunedb import selector
+    return selector
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="linalg_command", metavar="SUBCOMMAND")
+    rec = sub.add_parser("recommend", help="the execution plan of one cell, and why")
+    rec.add_argument("op")
+    rec.add_argument("dtype")
+    rec.add_argument("n", type=int)
+    rec.add_argument("batch", type=int)
+    rec.add_argument("--deps", default="native", help="native (default) or all")
+    rec.add_argument("--arch", default="sm90")
+    rec.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plot = sub.add_parser("plot", help="draw the winner of every cell as a PNG")
+    plot.add_argument("--out", required=True, metavar="F.png")
+    plot.add_argument("--deps", default="native")
+    plot.add_argument("--arch", default="sm90")
+    tune = sub.add_parser("tune", help="re-measure this GPU's linalg table (the one-command retune)")
+    tune.add_argument("--prebuild", action="store_true", help="compile every kernel, time nothing")
+    tune.add_argument("--quick", action="store_true", help="one throughput point: batch 4096, n 4..32, fp32")
+    tune.add_argument("--legs", default=None, help="comma-separated: ladder (dot, gemv, gemm), solver "
+                                                   "(potrf, trsv, posv); default both")
+    tune.add_argument("--ops", default=None, help="comma-separated ops within the legs (default all)")
+    tune.add_argument("--dtypes", default=None, help="comma-separated dtypes (default fp32,fp64)")
+    tune.add_argument("--margin", type=float, default=None, help="the tie band, a fraction (default 0.02)")
+    tune.add_argument("--rounds", type=int, default=9, help="paired rounds per cell (at least 9)")
+    tune.add_argument("--max-arms", type=int, default=12, help="Triton configs timed per cell")
+    tune.add_argument("--build-jobs", type=int, default=None,
+                      help="processes compiling kernels before timing (default: CPUs - 1, at most 16)")
+    tune.add_argument("--dry-run", action="store_true", help="regenerate and diff; write nothing")
+    tune.add_argument("--allow-busy", action="store_true",
+                      help="measure even with foreign compute processes on the GPU (legs marked contended)")
+    tune.add_argument("--out", default="user", help="system, user (default), a directory (DIR/<arch>/"
+                                                    "linalg.json) or a .json file")
+    tune.add_argument("--base", default=None, metavar="FILE.json",
+                      help="the table to start from and diff against (default: the --out file); "
+                           "entries of cells not measured now are kept from it")
+    tune.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = getattr(args, "linalg_command", None)
+    if cmd == "recommend":
+        return _recommend(args)
+    if cmd == "plot":
+        return _plot(args)
+    if cmd == "tune":
+        return tune(args)
+    print("usage: tunedb linalg {recommend,plot,tune} ... (tunedb linalg --help)", file=sys.stderr)
+    return 2
+
+
+def _recommend(args: argparse.Namespace) -> int:
+    from tunedb.families.linalg.plan import recommend
+
+    plan = recommend(args.op, args.dtype, args.n, args.batch, deps=args.deps, arch=args.arch)
+    print(json.dumps(asdict(plan), indent=2) if args.json else plan.describe())
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from tunedb.families.linalg.plot import draw
+
+    cells, measured = draw(Path(args.out), deps=args.deps, arch=args.arch)
+    print(f"wrote {args.out}: {cells} cells, {measured} measured, {cells - measured} heuristic")
+    return 0
+
+
+def _split(text: str | None, allowed: tuple[str, ...], what: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [t for t in names if t not in allowed]
+    if bad or not names:
+        raise TunedbError(f"unknown {what} {bad or text!r}; allowed: {', '.join(allowed)}")
+    return names
+
+
+def target(out: str, arch_family: str) -> Path:
+    """--out -> the file the table goes to."""
+    from tunedb.database import store, tiers
+
+    if out in tiers.TIERS:
+        return store.target_path(out, arch_family, "linalg")
+    path = Path(out)
+    return path if path.suffix == ".json" else path / arch_family / "linalg.json"
+
+
+def _provenance(timer: Any, started: str) -> dict[str, Any]:
+    try:
+        from tunedb.measure import provenance  # the seam's layout
+    except ImportError:
+        from tunedb.bench import provenance
+    ident = timer.identity() if hasattr(timer, "identity") else {}
+    record = provenance.collect(gpu=ident).to_json()
+    record["utc_start"] = started
+    record["utc_end"] = provenance.utc_now()
+    return record
+
+
+def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = None) -> int:
+    """The one-command retune. `timer` (tests: ladder.FakeTimer) replaces the GPU timer."""
+    selector = _selector()
+    from tunedb.database import schema, validators
+    from tunedb.families.linalg import FAMILY, ladder, pick, signatures, table
+
+    legs = ladder.parse_legs(args.legs)
+    ops = _split(args.ops, signatures.OPS, "op(s)")
+    dtypes = _split(args.dtypes, ("fp32", "fp64", "fp16", "bf16"), "dtype(s)") or (
+        ("fp32",) if args.quick else ladder.GRID_DTYPES)
+    rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
+    arch_family = arch_family or selector.current_arch_family()
+    profile = selector.shipped_profile(arch_family)
+    path = target(args.out, arch_family)
+    try:
+        from tunedb.measure.provenance import utc_now  # the seam's layout
+    except ImportError:
+        from tunedb.bench.provenance import utc_now
+    started = utc_now()
+    if timer is None:
+        from tunedb.families.linalg.gputimer import GraphTimer
+
+        timer = GraphTimer(FAMILY, seed=args.seed)
+    failed = _compile(legs, ops, dtypes, args.quick, profile, args.max_arms, args.build_jobs, timer)
+    if args.prebuild:
+        return 1 if failed else 0
+    log = (lambda line: print(line, file=sys.stderr, flush=True))
+    reports = ladder.run(timer, legs, profile, quick=args.quick, rounds=args.rounds, seed=args.seed,
+                         rule=rule, dtypes=dtypes, ops=ops, max_arms=args.max_arms,
+                         allow_busy=getattr(args, "allow_busy", False), progress=log)
+    ladder.check_complete(reports, args.quick, dtypes, ops)
+    for rep in reports:
+        if rep.invalid:
+            print(f"tunedb linalg tune: leg {rep.leg} invalid: {rep.invalid}", file=sys.stderr)
+    base = Path(args.base) if getattr(args, "base", None) else path
+    old = _read(base, arch_family)
+    new = table.build(reports, old, arch_family=arch_family,
+                      file_validators=validators.current(FAMILY.impl_hash()),
+                      provenance=_provenance(timer, started), rule=rule, legs=legs, quick=args.quick)
+    changes = table.table_changes(old, new)
+    measured = sum(len(r.results) for r in reports if not r.invalid)
+    print(f"{measured} cells measured; {len(changes)} change(s) against {base if old else 'no table'}:")
+    for line in changes:
+        print("  " + line)
+    moved = table.moved_cells(old, new, rule.tie_band)
+    if moved:
+        print(f"{len(moved)} measured cell(s) changed winner:")
+        for line in moved:
+            print("  " + line)
+    if args.dry_run:
+        print("dry run: nothing written")
+        return 0
+    if measured == 0:
+        raise TunedbError("no leg produced a valid measurement; nothing written")
+    from tunedb.database import store
+
+    store.write_atomic(path, schema.dumps(new))
+    print(f"wrote {path}")
+    return 0
+
+
+def _read(path: Path, arch_family: str) -> Any:
+    from tunedb.database import schema
+
+    if not path.exists():
+        return None
+    return schema.load(path, "linalg", arch_family)
+
+
+def _compile(legs: Any, ops: Any, dtypes: Any, quick: bool, profile: Any, max_arms: int, jobs: int | None,
+             timer: Any) -> list[str]:
+    """Compile every kernel the chosen cells time, in parallel worker processes, before any
+    timing (Triton's disk cache keeps them: the timed run is then execute-only). A fake timer
+    (no GPU) compiles nothing."""
+    from tunedb.families.linalg import configs, ladder
+
+    if not hasattr(timer, "close") or configs.kernels() is None:  # not the GPU timer
+        return []
+    from tunedb.families.linalg import kernels_prebuild
+
+    items = {(c.op, arm, c.n, c.dt) for c in ladder.cells(legs, quick, dtypes, ops)
+             for arm in ladder.arms(c, profile, max_arms) if arm not in (configs.LIBRARY, configs.EAGER_ONLY)}
+    failed = kernels_prebuild.compile_all(sorted(items), jobs)
+    print(f"compiled {len(items)} kernel(s), {len(failed)} failed", file=sys.stderr, flush=True)
+    for line in failed:
+        print("  " + line, file=sys.stderr)
+    return failed

@@ -1,0 +1,186 @@
+"""The linalg config space as the family sees it: the kernels' configs, their shape, and the rules.
+
+The Triton arms (their ids, config space and validity) belong to the kernel modules, imported
+lazily: `kernels_space.py` (pure: ``config_space()``, ``invalid_reason(op, packing, P, warps,
+n, dtype)``) and `launch.py` (``launch(op, config, *tensors, out=, inplace=)``). Their ids name the packing, the problems per program and the warps:
+`thread_p64_w4` (many problems per program, each carried by one thread), `warp_p8_w4` (one
+problem per warp, several per program), `block_w4` (one problem per program across its warps).
+Without the kernel module the family has the library arm only: nothing is pretended.
+
+Sentinels: `torch` (the library arm: bmm / matmul, cholesky_ex, solve_triangular; capturable),
+`default` (what an unmeasured cell runs with no guess allowed: `torch`) and `heuristic` (the
+shape rule below). `torch_checked` (torch.linalg.cholesky, cholesky_solve: MAGMA's potrs) cannot
+be captured in a CUDA graph: it is measured eagerly and reported, never served.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import re
+from functools import lru_cache
+from typing import Any, Sequence
+
+from tunedb.errors import ConfigError
+from tunedb.records import SENTINELS, ArchProfile, Config, Signature
+
+KERNEL_MODULE = "tunedb.families.linalg.launch"
+SPACE_MODULE = "tunedb.families.linalg.kernels_space"
+PACKINGS: tuple[str, ...] = ("thread", "warp", "block")
+LANES: tuple[str, ...] = (*PACKINGS, "torch")
+LIBRARY = "torch"
+# The library arm as a user who calls the obvious API pays (torch.linalg.cholesky, which checks
+# info on the host, and cholesky_solve): cannot be captured; measured eagerly, never served.
+EAGER_ONLY = "torch_checked"
+# An arm whose id starts with one of these needs an optional dependency (spec 003's tier). None
+# is installed on the device machine (nvmath-python's device APIs): no such arm exists today.
+DEPENDENCIES: dict[str, str] = {"nvmath": "nvmath-python"}
+_ID = re.compile(r"^(thread|warp|block)(?:_p([0-9]+))?_w([0-9]+)$")
+WARP_THREADS = 32
+
+
+def _optional(name: str) -> Any | None:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise  # the module exists and something it imports is missing: say so
+        return None
+
+
+def kernels() -> Any | None:
+    """The launch module, or None when it is not there (the library arm serves alone)."""
+    return _optional(KERNEL_MODULE)
+
+
+def space() -> Any | None:
+    """The kernels' config-space module (pure Python), or None."""
+    return _optional(SPACE_MODULE)
+
+
+@lru_cache(maxsize=8)
+def config_space(arch_family: str) -> tuple[Config, ...]:
+    """The kernels' configs (none without them), in a fixed order. The same space on every
+    arch today: validity is by op, n and dtype (register budget), not by SM count."""
+    mod = space()
+    if mod is None:
+        return ()
+    return tuple(sorted((parse(c.id) for c in mod.config_space()), key=lambda c: c.id))
+
+
+def parse(config_id: str) -> Config:
+    """A config from its id: a sentinel, or packing[_pP]_wW; ConfigError otherwise."""
+    if not isinstance(config_id, str):
+        raise ConfigError(f"config id must be a string, got {config_id!r}")
+    if config_id in SENTINELS:
+        return Config.sentinel(config_id)
+    match = _ID.match(config_id)
+    if match is None:
+        raise ConfigError(f"bad linalg config id {config_id!r}: expected a sentinel "
+                          f"({', '.join(SENTINELS)}) or thread_p<P>_w<W>, warp_p<P>_w<W>, block_w<W>")
+    packing, per, warps = match.group(1), match.group(2), int(match.group(3))
+    if packing == "block" and per is not None:
+        raise ConfigError(f"bad linalg config id {config_id!r}: a block config runs one problem per program")
+    if packing != "block" and per is None:
+        raise ConfigError(f"bad linalg config id {config_id!r}: {packing} configs name their problems "
+                          f"per program (_p<P>)")
+    return Config(config_id, packing, (("packing", packing), ("per_program", int(per or 1)),
+                                       ("warps", warps)))
+
+
+def shape_of(config: Config) -> tuple[str, int, int]:
+    """(packing, problems per program, warps) of a Triton config."""
+    packing = config.param("packing") or config.lane
+    per = config.param("per_program") or config.param("problems_per_program")
+    warps = config.param("warps") or config.param("num_warps")
+    if packing not in PACKINGS or per is None or warps is None:
+        got = parse(config.id)
+        return got.param("packing"), got.param("per_program"), got.param("warps")
+    return str(packing), int(per), int(warps)
+
+
+def grid(config: Config, batch: int) -> int:
+    """Programs launched for `batch` problems."""
+    _packing, per, _warps = shape_of(config)
+    return max(1, math.ceil(batch / per))
+
+
+def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: ArchProfile | None) -> str | None:
+    """THE validity predicate: None when `config` may run `sig` (at `batch`; None: any batch)."""
+    if config.id in ("torch", "default"):
+        return None
+    if config.id == "heuristic":
+        return None  # resolves to a valid config or the library arm at each call
+    if config.is_sentinel:
+        return f"sentinel {config.id!r} does not apply to linalg"
+    dep = dependency(config.id)
+    if dep is not None:
+        return f"{config.id} needs {DEPENDENCIES[dep]}, which is not installed"
+    mod = space()
+    if mod is None:
+        return f"{config.id}: the linalg kernel modules ({SPACE_MODULE}) are not available"
+    packing, per, warps = shape_of(config)
+    return mod.invalid_reason(sig.op, packing, per, warps, sig.get("n"), sig.dt)
+
+
+def simplicity(config_id: str) -> int:
+    """Lower is simpler: the library arm (the fallback keeps a tie), then thread (sequential)
+    before warp (shuffles) before block (barriers); within a packing fewer warps, then fewer
+    problems per program (a total order, so which of two tied configs of one packing takes a
+    cell never depends on noise); anything else last."""
+    if config_id in (LIBRARY, "default"):
+        return 0
+    match = _ID.match(config_id)
+    if match is None:
+        return (len(PACKINGS) + 1) * _RANK
+    packing, per, warps = match.group(1), int(match.group(2) or 1), int(match.group(3))
+    return (PACKINGS.index(packing) + 1) * _RANK + min(warps, 999) * 1000 + min(per, 999)
+
+
+_RANK = 1_000_000  # one packing's span in simplicity()
+
+
+def dependency(config_id: str) -> str | None:
+    """The optional dependency an arm needs (spec 003's tier), or None for a native arm."""
+    for prefix in DEPENDENCIES:
+        if config_id.startswith(prefix):
+            return prefix
+    return None
+
+
+# --- the heuristic --------------------------------------------------------------------------
+# The stated rule for a cell nobody measured. Packing by n: the H200 feasibility run (ANCHORS,
+# "Small batched linear algebra") found the best packing of a register-resident Cholesky moving
+# from 64 problems per program at n=4 to one per program at n=32; GLASS's measured defaults put
+# dot on warps at every n and factor/solve on warps. So: thread up to n=8 (dot: up to n=4), warp
+# up to n=32, block above. Then the first packing, from that one towards the wider ones (then the
+# narrower), with a config that still launches two programs per SM (a full wave with room to hide
+# latency), at its most problems per program; when none can, that packing's fewest. (A thread
+# program carries at least 32 problems per warp, so at a small batch the warps take the cell.)
+THREAD_MAX_N = 8
+WARP_MAX_N = 32
+PROGRAMS_PER_SM = 2
+
+
+def heuristic_packing(sig: Signature) -> str:
+    n = sig.get("n")
+    if n <= (4 if sig.op == "dot" else THREAD_MAX_N):
+        return "thread"
+    return "warp" if n <= WARP_MAX_N else "block"
+
+
+def heuristic(sig: Signature, batch: int, candidates: Sequence[Config], sms: int) -> Config | None:
+    """The heuristic's pick among `candidates` (valid Triton configs), or None (no candidate of
+    any packing: the library arm serves)."""
+    triton = [c for c in candidates if not c.is_sentinel and dependency(c.id) is None]
+    if not triton:
+        return None
+    want = heuristic_packing(sig)
+    order = PACKINGS[PACKINGS.index(want):] + PACKINGS[:PACKINGS.index(want)][::-1]
+    by_packing = {p: [c for c in triton if shape_of(c)[0] == p] for p in order}
+    target = PROGRAMS_PER_SM * max(1, sms)
+    for packing in order:  # the first packing that can fill the GPU: its most problems per program
+        filling = [c for c in by_packing[packing] if grid(c, batch) >= target]
+        if filling:
+            return min(filling, key=lambda c: (-shape_of(c)[1], abs(shape_of(c)[2] - 4), c.id))
+    same = next(by_packing[p] for p in order if by_packing[p])  # none fills: the fewest per program
+    return min(same, key=lambda c: (shape_of(c)[1], abs(shape_of(c)[2] - 4), c.id))

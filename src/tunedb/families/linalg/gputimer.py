@@ -1,0 +1,174 @@
+"""The ladder's GPU timer: CUDA graphs over a ring of fresh inputs, CUDA events, the gate.
+
+Per cell a ring of R input sets (R = enough to exceed twice L2 with the bytes a call moves,
+from 1 to 8) is made once, pristine, and copied into working sets. Each capturable arm is
+captured once as a CUDA graph of R calls, call k on working set k, all graphs of a cell sharing
+one memory pool (nothing is read across replays, so the order of replays does not matter). A
+sample of an arm is `reps` replays, each timed alone with CUDA events; before each replay of a
+solver op (input policy RING) the working sets are restored from the pristine ones, outside the
+timed region, so every timed launch consumes a fresh valid system, never its own output. The
+eager-only library arm is timed as R eager calls between events. ns per problem = time /
+(R x batch).
+
+The gate runs each arm once on working set 0 with its output poisoned (NaN), computes the worst
+residual of the first GATE_PROBLEMS problems in fp64, and passes it when it is within the
+verify factor of torch's on the same inputs (and, for potrf/posv, every info is 0: the inputs
+are SPD). GPU only: constructing it imports torch and needs CUDA.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+from tunedb.errors import MeasurementError
+from tunedb.families.linalg import configs, problems, signatures
+from tunedb.families.linalg.ladder import Cell, Ring
+from tunedb.records import Config, Status
+
+MAX_RING = 8
+GATE_PROBLEMS = 4096
+TARGET_US = 200.0  # a sample spans at least this much GPU time (in separately timed replays)
+
+
+def _gpu_env() -> Any:
+    try:
+        from tunedb.measure.gpuenv import NvmlEnv  # the seam's layout
+    except ImportError:
+        from tunedb.bench.gpuenv import NvmlEnv
+    return NvmlEnv()
+
+
+class GraphTimer:
+    def __init__(self, family: Any, *, seed: int = 0, factor: float = 4.0) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise MeasurementError("tunedb linalg tune measures this GPU's table and needs a CUDA GPU; "
+                                   "none is visible (recommend and plot need none)")
+        self.torch, self.family, self.seed, self.factor = torch, family, seed, factor
+        self.env = _gpu_env()
+        self.l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 << 20))
+        self._cell: Cell | None = None
+        self._state: dict[str, Any] = {}
+
+    def foreign_pids(self) -> frozenset[int]:
+        return self.env.foreign_pids()
+
+    def identity(self) -> dict[str, str]:
+        return self.env.identity() if getattr(self.env, "available", False) else {}
+
+    # --- per-cell state ----------------------------------------------------------------------
+    def _open(self, cell: Cell) -> dict[str, Any]:
+        if self._cell == cell:
+            return self._state
+        self.close()
+        torch, sig = self.torch, cell.signature
+        _flops, nbytes = signatures.work(sig, cell.batch)
+        ring = max(1, min(MAX_RING, math.ceil(2 * self.l2 / max(nbytes, 1.0))))
+        inputs = Ring(lambda k: problems.make_inputs(sig, cell.batch, "cuda", self.seed + k)[0], ring)
+        torch_out = problems.torch_arm(sig.op, *inputs.working[0])
+        head = self._head(inputs.pristine[0], torch_out)
+        self._cell = cell
+        self._state = {"sig": sig, "ring": ring, "inputs": inputs, "pristine": inputs.pristine,
+                       "working": inputs.working, "graphs": {},
+                       "pool": torch.cuda.graph_pool_handle(), "reps": {},
+                       "torch_residual": problems.residual(sig, head[0], {}, head[1]),
+                       "restore": sig.op in signatures.SOLVER_OPS}
+        return self._state
+
+    @staticmethod
+    def _head(args: tuple[Any, ...], out: Any) -> tuple[tuple[Any, ...], Any]:
+        """The first GATE_PROBLEMS problems of inputs and output (the gate's sample)."""
+        k = GATE_PROBLEMS
+        cut = tuple(t[:k] for t in args)
+        return cut, (tuple(o[:k] for o in out) if isinstance(out, tuple) else out[:k])
+
+    def close(self) -> None:
+        self._state, self._cell = {}, None
+        self.torch.cuda.synchronize()
+        self.torch.cuda.empty_cache()
+
+    def _restore(self, st: dict[str, Any]) -> None:
+        st["inputs"].restore()
+
+    def _call(self, st: dict[str, Any], arm: str, args: tuple[Any, ...], out: Any = None) -> Any:
+        if arm == configs.EAGER_ONLY:
+            return configs.kernels().launch(st["sig"].op, arm, *args)
+        config = Config.sentinel("torch") if arm == "torch" else configs.parse(arm)
+        return self.family.launch(config, st["sig"], *args, out=out)
+
+    # --- the gate ----------------------------------------------------------------------------
+    def gate(self, cell: Cell, arm: str) -> tuple[Status, float | None]:
+        torch = self.torch
+        st = self._open(cell)
+        self._restore(st)
+        args = st["working"][0]
+        poison = None
+        if arm not in (configs.LIBRARY, configs.EAGER_ONLY):
+            ref = problems.torch_arm(cell.op, *args)
+            ref = ref[0] if isinstance(ref, tuple) else ref
+            poison = torch.full_like(ref, float("nan"))
+        try:
+            out = self._call(st, arm, args, poison)
+            torch.cuda.synchronize()
+        except Exception as exc:  # a config that cannot compile or launch costs its arm only
+            kind = Status.COMPILE_ERROR if "ompil" in type(exc).__name__ else Status.LAUNCH_ERROR
+            return kind, None
+        cut, head = self._head(st["pristine"][0], out)
+        if isinstance(out, tuple) and bool((head[1] != 0).any()):
+            return Status.INCORRECT, None  # an SPD input reported as not positive definite
+        res = problems.residual(st["sig"], cut, {}, head)
+        ratio = res / max(st["torch_residual"], 1e-300)
+        bound = problems.residual_bound(st["sig"], st["torch_residual"], self.factor)
+        return (Status.OK if res <= bound else Status.INCORRECT), (ratio if math.isfinite(ratio) else None)
+
+    # --- timing ------------------------------------------------------------------------------
+    def _graph(self, st: dict[str, Any], arm: str) -> Any:
+        graph = st["graphs"].get(arm)
+        if graph is None:
+            torch = self.torch
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._call(st, arm, st["working"][0])  # warm: compiled, allocator primed
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=st["pool"]):
+                for args in st["working"]:
+                    self._call(st, arm, args)
+            st["graphs"][arm] = graph
+        return graph
+
+    def _once_ms(self, st: dict[str, Any], arm: str) -> float:
+        torch = self.torch
+        if st["restore"]:
+            self._restore(st)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if arm == configs.EAGER_ONLY:
+            torch.cuda.synchronize()
+            start.record()
+            for args in st["working"]:
+                self._call(st, arm, args)
+        else:
+            graph = self._graph(st, arm)
+            start.record()
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def sample(self, cell: Cell, order: Sequence[str]) -> Mapping[str, float | Status]:
+        st = self._open(cell)
+        out: dict[str, float | Status] = {}
+        per_problem = st["ring"] * cell.batch
+        for arm in order:
+            try:
+                reps = st["reps"].get(arm)
+                if reps is None:  # first sample: one probe replay sizes the rest
+                    probe = self._once_ms(st, arm)
+                    reps = st["reps"][arm] = max(1, min(50, math.ceil(TARGET_US / 1000.0 / max(probe, 1e-6))))
+                total = sum(self._once_ms(st, arm) for _ in range(reps))
+                out[arm] = total * 1e6 / (reps * per_problem)
+            except Exception:  # a capture or replay failure costs this arm
+                out[arm] = Status.LAUNCH_ERROR
+        return out

@@ -1,0 +1,169 @@
+"""The small batched linear-algebra kernels' configuration space and THE validity predicate.
+
+Pure Python (no torch, no triton): the family, the bench and the tests share it.
+
+A config is (packing, P problems per program, num_warps); the kernel is also specialised on
+n (padded to the next power of two NP with masks) and the dtype. Ids:
+  thread_p{P}_w{W}  one problem per lane, processed sequentially along n (P >= 32*W);
+  warp_p{P}_w{W}    P problems per program in a [P, NP(, NP)] register layout, reductions along n;
+  block_w{W}        one problem per program, the whole NP x NP tile across W warps.
+The validity predicate bounds the register tile (elements held per thread) and the sequential
+work a thread-packed lane does, so every config it admits compiles without spilling, except
+block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+OPS = ("dot", "gemv", "gemm", "potrf", "trsv", "posv")
+PACKINGS = ("thread", "warp", "block")
+DTYPES = ("fp32", "fp64", "fp16", "bf16")
+HALF_OPS = ("dot", "gemv", "gemm")  # ops that also take fp16/bf16 (accumulating in fp32)
+N_MIN, N_MAX = 2, 128
+
+THREAD_P = (32, 64, 128, 256)
+WARP_P = (2, 4, 8, 16, 32, 64, 128)
+WARPS = (1, 2, 4, 8)
+# Largest n a thread-packed lane takes per op: its sequential work grows as n, n^2 or n^3.
+THREAD_MAX_N = {"dot": 128, "gemv": 64, "trsv": 64, "gemm": 16, "potrf": 32, "posv": 32}
+# Ops whose warp/block kernels hold an NP x NP register tile per problem (the rest hold [NP]).
+TILE_OPS = ("gemv", "gemm", "potrf", "posv")
+# Register tile budget per op, in tile elements per thread, (fp32/fp16/bf16, fp64). Calibrated on
+# sm90 cubins (Triton 3.9, ptxas): at these budgets no kernel spills; one step above, potrf and
+# posv spill (255 registers + 350-1000 bytes of stack) and trsv's gathered columns (a 64-bit
+# address per element) do too.
+TILE_BUDGET = {"dot": (32, 32), "gemv": (128, 64), "gemm": (128, 64), "trsv": (16, 8),
+               "potrf": (64, 32), "posv": (32, 16)}
+
+ROTATION = ("warp", "block", "thread", "warp", "warp", "block")  # candidates()' turns per packing
+_ID = re.compile(r"^(?:(thread|warp)_p(\d+)_w(\d+)|block_w(\d+))$")
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One Triton arm: packing, problems per program, warps per program."""
+
+    packing: str
+    problems: int
+    warps: int
+
+    @property
+    def id(self) -> str:
+        if self.packing == "block":
+            return f"block_w{self.warps}"
+        return f"{self.packing}_p{self.problems}_w{self.warps}"
+
+    @property
+    def simplicity(self) -> int:
+        """Rank for the tie band: thread before warp before block (lower is simpler)."""
+        return PACKINGS.index(self.packing)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def parse_config(config_id: str) -> KernelConfig:
+    """The KernelConfig named by `config_id`; ValueError naming the id and the allowed forms."""
+    m = _ID.match(str(config_id))
+    if not m:
+        raise ValueError(f"bad linalg config id {config_id!r}: expected thread_p<P>_w<W>, "
+                         "warp_p<P>_w<W> or block_w<W> (P a power of two, W in 1, 2, 4, 8)")
+    if m.group(4):
+        return KernelConfig("block", 1, int(m.group(4)))
+    return KernelConfig(m.group(1), int(m.group(2)), int(m.group(3)))
+
+
+def tile_elements(op: str, packing: str, problems: int, n: int) -> int:
+    """Elements of the register tile one program holds (padded to NP)."""
+    np2 = next_pow2(n)
+    per = np2 * np2 if op in TILE_OPS else np2
+    return problems * per
+
+
+def invalid_reason(op: str, packing: str, problems: int, warps: int, n: int, dtype: str) -> str | None:
+    """Why (op, packing, P, warps, n, dtype) cannot run, or None when it can. THE predicate."""
+    if op not in OPS:
+        return f"op {op!r} is not one of {', '.join(OPS)}"
+    if packing not in PACKINGS:
+        return f"packing {packing!r} is not one of {', '.join(PACKINGS)}"
+    if dtype not in DTYPES:
+        return f"dtype {dtype!r} is not one of {', '.join(DTYPES)}"
+    if dtype in ("fp16", "bf16") and op not in HALF_OPS:
+        return f"{op} takes fp32 or fp64, not {dtype} (fp16/bf16 only for {', '.join(HALF_OPS)})"
+    if not isinstance(n, int) or not N_MIN <= n <= N_MAX:
+        return f"n={n!r} is outside {N_MIN}..{N_MAX}"
+    if warps not in WARPS:
+        return f"num_warps={warps} is not one of {WARPS}"
+    if problems < 1 or problems & (problems - 1):
+        return f"P={problems} is not a power of two"
+    lanes = 32 * warps
+    if packing == "thread":
+        if problems < lanes:
+            # Each lane re-reads what it wrote; a replicated lane would read another's stale copy.
+            return f"thread packing needs P >= 32*num_warps ({lanes}), got P={problems}"
+        if problems > max(THREAD_P):
+            return f"thread packing takes P <= {max(THREAD_P)}, got P={problems}"
+        if n > THREAD_MAX_N[op]:
+            return f"thread packing of {op} takes n <= {THREAD_MAX_N[op]} (sequential work per lane), got n={n}"
+        return None
+    if packing == "block" and problems != 1:
+        return f"block packing carries one problem per program, got P={problems}"
+    if packing == "warp" and problems < 2:
+        return "warp packing carries P >= 2 problems per program (P=1 is block packing)"
+    elems = tile_elements(op, packing, problems, n)
+    per = TILE_BUDGET[op][dtype == "fp64"]
+    # block_w8 stays admitted at n >= 64 even where it spills: at n=128 it is the only Triton
+    # arm of potrf/posv, and the ladder (with torch in it) decides whether it is worth serving.
+    if elems > per * lanes and not (packing == "block" and warps == 8 and n >= 64):
+        return (f"register tile of {elems} elements exceeds {per} per thread x {lanes} threads "
+                f"for {op} in {dtype} (it would spill)")
+    if warps > 1 and elems < lanes:
+        return f"tile of {elems} elements leaves lanes idle at num_warps={warps} (use fewer warps)"
+    return None
+
+
+def config_space(op: str | None = None, n: int | None = None, dtype: str | None = None) -> list[KernelConfig]:
+    """Every Triton config; restricted to the valid ones for (op, n, dtype) when all three are given."""
+    out = [KernelConfig("thread", p, w) for p in THREAD_P for w in WARPS if p >= 32 * w]
+    out += [KernelConfig("warp", p, w) for p in WARP_P for w in WARPS]
+    out += [KernelConfig("block", 1, w) for w in WARPS]
+    if op is None or n is None or dtype is None:
+        return out
+    return [c for c in out if invalid_reason(op, c.packing, c.problems, c.warps, n, dtype) is None]
+
+
+def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int | None = None,
+               sms: int = 132) -> list[KernelConfig]:
+    """The valid configs, best-first by a coarse prior (for a per-cell cap in the bench).
+
+    The prior: thread packing wants about one problem per lane, warp and block a tile of
+    about 16 elements per thread, fewer warps breaking ties; with `batch`, a config that leaves
+    fewer than two programs per SM pays for the missing programs. Packings then take turns in
+    ROTATION (warp, block, thread, warp, warp, block, ...: the H200 ladder of 2026-12-01 had
+    warp configs win most cells and thread configs none), so a cap of 3 or more keeps each
+    packing's best guess and spends the rest mostly on warp configs.
+    """
+    import math
+
+    def score(c: KernelConfig) -> tuple[float, int]:
+        if c.packing == "thread":
+            base = abs(math.log2(c.problems / (32 * c.warps))) + 0.25 * abs(c.warps - 2)
+        else:
+            per = tile_elements(op, c.packing, c.problems, n) / (32 * c.warps)
+            base = abs(math.log2(max(per, 1)) - 4)
+        if batch:
+            programs = -(-batch // c.problems)
+            base += max(0.0, math.log2(2 * sms / programs))
+        return base, c.warps
+
+    valid = config_space(op, n, dtype)
+    by_pack = {p: sorted((c for c in valid if c.packing == p), key=score) for p in PACKINGS}
+    picked: list[KernelConfig] = []
+    limit = len(valid) if cap is None else min(cap, len(valid))
+    while len(picked) < limit:
+        for p in ROTATION:
+            if by_pack[p] and len(picked) < limit:
+                picked.append(by_pack[p].pop(0))
+    return picked

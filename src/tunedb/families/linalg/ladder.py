@@ -1,0 +1,242 @@
+"""The linalg ladder: every arm of every cell (op, dtype, n, batch) on one ns-per-problem axis.
+
+Per cell: each arm passes the numerical gate first (its worst residual within the verify
+factor of torch's on the same inputs; a failing arm is recorded with its status and never
+wins); then at least nine paired rounds, the surviving arms in a freshly shuffled order each
+round, every raw sample kept. The cell's decision is pick.decide on the medians. The eager-only
+library arm (`torch_checked`) is measured and reported beside the others but never decides a
+cell. Timers are pluggable: gputimer.GraphTimer on a GPU (CUDA graphs over a ring of fresh
+inputs), FakeTimer here (a cost function plus seeded noise), so the whole regeneration is tested
+without a GPU. The GPU must be quiet: a foreign compute process at the start refuses the run
+(BusyGPUError); one that appears during a leg invalidates that leg.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from tunedb.errors import BusyGPUError, MeasurementError, TunedbError
+from tunedb.families.linalg import configs, pick, signatures
+from tunedb.records import Signature, Status
+
+GRID_N: tuple[int, ...] = (4, 8, 16, 32, 64, 128)
+GRID_BATCH: tuple[int, ...] = (256, 4096, 65536)
+GRID_DTYPES: tuple[str, ...] = ("fp32", "fp64")
+QUICK_N: tuple[int, ...] = (4, 8, 16, 32)
+QUICK_BATCH: tuple[int, ...] = (4096,)
+LEGS: dict[str, tuple[str, ...]] = {"ladder": ("dot", "gemv", "gemm"), "solver": ("potrf", "trsv", "posv")}
+MIN_ROUNDS = 9
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    op: str
+    dt: str
+    n: int
+    batch: int
+
+    @property
+    def signature(self) -> Signature:
+        return signatures.make_signature(self.op, self.dt, self.n)
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.dt} n={self.n} batch={self.batch}"
+
+
+def parse_legs(text: str | Sequence[str] | None) -> tuple[str, ...]:
+    """'ladder,solver' -> ('ladder', 'solver'); TunedbError naming a bad leg and the legs."""
+    if text is None:
+        return tuple(LEGS)
+    names = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
+    bad = [t for t in names if t not in LEGS]
+    if bad or not names:
+        raise TunedbError(f"unknown leg(s) {bad or names!r}; legs: {', '.join(LEGS)} "
+                          f"(ladder: {', '.join(LEGS['ladder'])}; solver: {', '.join(LEGS['solver'])})")
+    return tuple(dict.fromkeys(names))
+
+
+def cells(legs: Sequence[str], quick: bool = False, dtypes: Sequence[str] = GRID_DTYPES,
+          ops: Sequence[str] | None = None) -> list[Cell]:
+    """The grid of the chosen legs (and ops): n x batch x dtype per op (quick: one throughput
+    point)."""
+    ns, batches = (QUICK_N, QUICK_BATCH) if quick else (GRID_N, GRID_BATCH)
+    out = []
+    for leg in legs:
+        for op in LEGS[leg]:
+            if ops is not None and op not in ops:
+                continue
+            for dt in dtypes:
+                if dt in signatures.dtypes_for(op):
+                    out += [Cell(op, dt, n, b) for n in ns for b in batches]
+    return out
+
+
+def arms(cell: Cell, arch: Any, max_arms: int | None = None) -> tuple[str, ...]:
+    """The cell's arms: the library arm, the valid Triton configs (at most `max_arms`, by the
+    kernels' own prior, round-robin over packings), the eager-only library arm for the factor
+    and solve ops (reported, never served)."""
+    sig = cell.signature
+    triton = [c.id for c in configs.config_space(arch.arch_family if arch is not None else "sm90")
+              if configs.invalid_reason(c, sig, cell.batch, arch) is None]
+    space = configs.space()
+    if max_arms is not None and len(triton) > max_arms and space is not None:
+        keep = {c.id for c in space.candidates(cell.op, cell.n, cell.dt, max_arms)}
+        triton = [a for a in triton if a in keep]
+    eager = (configs.EAGER_ONLY,) if cell.op in ("potrf", "posv") and configs.kernels() is not None else ()
+    return (configs.LIBRARY, *triton, *eager)
+
+
+class Ring:
+    """A bounded ring of R input sets for one cell: `pristine` ones no arm ever sees, and the
+    `working` copies timed launches consume (call k on set k). `restore()` copies pristine over
+    working (outside any timed region), so a launch that overwrites its input (input policy
+    RING) is always timed on a fresh valid system, never on its own output. Device-agnostic:
+    only tensor methods are used."""
+
+    def __init__(self, make: Callable[[int], tuple[Any, ...]], size: int) -> None:
+        if size < 1:
+            raise ValueError(f"ring size={size} must be at least 1")
+        self.pristine = [tuple(make(k)) for k in range(size)]
+        self.working = [tuple(t.clone() for t in args) for args in self.pristine]
+
+    def __len__(self) -> int:
+        return len(self.working)
+
+    def restore(self) -> None:
+        for src, dst in zip(self.pristine, self.working):
+            for s, d in zip(src, dst):
+                d.copy_(s)
+
+
+class CellTimer(Protocol):
+    def gate(self, cell: Cell, arm: str) -> tuple[Status, float | None]:
+        """(status, residual / torch's) of one arm on fresh inputs; not ok: it cannot win."""
+
+    def sample(self, cell: Cell, order: Sequence[str]) -> Mapping[str, float | Status]:
+        """One round: each arm's ns per problem (or a failure status), timed in `order`."""
+
+    def foreign_pids(self) -> frozenset[int]:
+        """Compute processes on the GPU that are not ours."""
+
+
+@dataclass(frozen=True)
+class CellResult:
+    cell: Cell
+    samples: Mapping[str, tuple[float, ...]]  # arm -> ns per problem, every round
+    statuses: Mapping[str, str]  # arm -> "ok" or a failure status
+    residuals: Mapping[str, float | None]  # arm -> worst residual / torch's (the gate)
+    pick: pick.CellPick
+
+    def median(self, arm: str) -> float | None:
+        values = sorted(self.samples.get(arm, ()))
+        if not values:
+            return None
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+
+
+def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: int = MIN_ROUNDS,
+                 seed: int = 0, rule: Any = pick.LINALG_RULE) -> CellResult:
+    if rounds < MIN_ROUNDS:
+        raise TunedbError(f"rounds={rounds} is below the {MIN_ROUNDS} paired rounds spec 003 requires")
+    statuses: dict[str, str] = {}
+    residuals: dict[str, float | None] = {}
+    for arm in arm_ids:
+        status, ratio = timer.gate(cell, arm)
+        statuses[arm], residuals[arm] = status.value, ratio
+    live = [a for a in arm_ids if statuses[a] == Status.OK.value]
+    samples: dict[str, list[float]] = {a: [] for a in live}
+    rng = random.Random(f"{seed}:{cell}")
+    for _ in range(rounds):
+        order = list(live)
+        rng.shuffle(order)
+        got = timer.sample(cell, order)
+        for arm in order:
+            value = got.get(arm)
+            if isinstance(value, Status) or value is None:
+                statuses[arm] = value.value if isinstance(value, Status) else Status.LAUNCH_ERROR.value
+                samples.pop(arm, None)
+                live.remove(arm)
+            else:
+                samples[arm].append(float(value))
+    frozen = {a: tuple(v) for a, v in samples.items()}
+    result = CellResult(cell, frozen, statuses, residuals, pick.CellPick("torch", "torch", ""))
+    servable = {a: result.median(a) for a in frozen if a != configs.EAGER_ONLY}
+    return CellResult(cell, frozen, statuses, residuals, pick.decide(servable, rule))
+
+
+@dataclass
+class LegReport:
+    leg: str
+    results: list[CellResult] = field(default_factory=list)
+    invalid: str = ""  # why the leg is invalid (a foreign process appeared), else ""
+    contended: list[int] = field(default_factory=list)  # foreign pids seen under allow_busy
+
+
+def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False, rounds: int = MIN_ROUNDS,
+        seed: int = 0, rule: Any = pick.LINALG_RULE, dtypes: Sequence[str] = GRID_DTYPES,
+        ops: Sequence[str] | None = None, max_arms: int | None = None, allow_busy: bool = False,
+        progress: Callable[[str], None] | None = None) -> list[LegReport]:
+    """Measure every cell of the chosen legs; refuses a busy GPU, invalidates a disturbed leg
+    (allow_busy: measures anyway and marks each leg contended)."""
+    busy = timer.foreign_pids()
+    if busy and not allow_busy:
+        raise BusyGPUError(f"the GPU is busy: foreign compute process(es) {sorted(busy)}; "
+                           f"tune on a quiet GPU (or run --prebuild, which times nothing)")
+    reports = []
+    for leg in legs:
+        report = LegReport(leg)
+        for cell in cells((leg,), quick, dtypes, ops):
+            result = measure_cell(timer, cell, arms(cell, arch, max_arms), rounds, seed, rule)
+            report.results.append(result)
+            if progress is not None:
+                progress(f"{cell}: {result.pick.winner} ({result.pick.reason})")
+            intruders = timer.foreign_pids()
+            if intruders and allow_busy:
+                report.contended = sorted(set(report.contended) | set(intruders))
+            elif intruders:
+                report.invalid = (f"foreign compute process(es) {sorted(intruders)} appeared during "
+                                  f"the {leg} leg (at {cell}); its cells are not written")
+                break
+        reports.append(report)
+    return reports
+
+
+class FakeTimer:
+    """A cost function (cell, arm) -> ns per problem, times seeded multiplicative noise; arms in
+    `failing` fail the gate (status incorrect). For tests and dry reasoning without a GPU."""
+
+    def __init__(self, cost: Callable[[Cell, str], float], *, noise: float = 0.005, seed: int = 0,
+                 failing: frozenset[str] = frozenset(),
+                 intruder_after: int | None = None) -> None:
+        self.cost, self.noise, self.failing = cost, noise, failing
+        self.rng = random.Random(seed)
+        self.samples = 0
+        self.intruder_after = intruder_after  # a foreign process appears after this many samples
+
+    def gate(self, cell: Cell, arm: str) -> tuple[Status, float | None]:
+        if arm in self.failing:
+            return Status.INCORRECT, 1e3
+        return Status.OK, 1.0
+
+    def sample(self, cell: Cell, order: Sequence[str]) -> dict[str, float | Status]:
+        self.samples += 1
+        return {a: self.cost(cell, a) * (1.0 + self.rng.uniform(-self.noise, self.noise)) for a in order}
+
+    def foreign_pids(self) -> frozenset[int]:
+        if self.intruder_after is not None and self.samples > self.intruder_after:
+            return frozenset({4242})
+        return frozenset()
+
+
+def check_complete(reports: Sequence[LegReport], quick: bool, dtypes: Sequence[str] = GRID_DTYPES,
+                   ops: Sequence[str] | None = None) -> None:
+    """Fail closed: every cell of every valid leg must have a measured decision."""
+    for report in reports:
+        if report.invalid:
+            continue
+        want = set(cells((report.leg,), quick, dtypes, ops))
+        got = {r.cell for r in report.results}
+        if want - got:
+            raise MeasurementError(f"the {report.leg} leg is missing cells {sorted(map(str, want - got))[:5]}")

@@ -1,0 +1,191 @@
+"""The linalg ops, registered with torch.library on first use: ``tunedb::linalg_<op>``.
+
+    tunedb::linalg_dot(Tensor x, Tensor y) -> Tensor                 [batch]
+    tunedb::linalg_gemv(Tensor A, Tensor x) -> Tensor                [batch, n]
+    tunedb::linalg_gemm(Tensor A, Tensor B) -> Tensor                [batch, n, n]
+    tunedb::linalg_potrf(Tensor A) -> (Tensor L, Tensor info)        info int32 [batch]
+    tunedb::linalg_trsv(Tensor L, Tensor b) -> Tensor                [batch, n]
+    tunedb::linalg_posv(Tensor A, Tensor b) -> (Tensor x, Tensor info)
+
+The ops are functional (they never write their inputs). A CUDA call resolves its config through
+the selector (user tier > system tier > the heuristic > the library arm) once per (op, dtype, n,
+batch) and epoch; later calls of that key are one dict lookup to the bound launcher, so a CUDA
+graph captured after an eager call replays the kernel eager runs. Other devices take the library
+arm. A non-SPD problem of potrf/posv is reported in `info` (0, or the 1-based column whose pivot
+failed, as torch.linalg.cholesky_ex reports): never an exception, never a hang; the other
+problems of the batch are unaffected. Fake kernels let torch.compile trace the ops (they stay
+opaque in the graph). No autograd formula: the ops are forward-only.
+
+A new (op, dtype, n, batch) resolves through the generic run-time path (runtime/dispatch.py,
+which asks autotune()'s overrides and then the selector); this module keeps a cheaper front memo
+keyed by the tensors' dtype and shape (no Signature built per call), and the first-launch
+fallback to the library arm.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from typing import Any
+
+from tunedb.families.linalg import signatures
+from tunedb.records import Config
+from tunedb.runtime import launch_table
+
+OUTPUTS = {"dot": "Tensor", "gemv": "Tensor", "gemm": "Tensor", "potrf": "(Tensor, Tensor)",
+           "trsv": "Tensor", "posv": "(Tensor, Tensor)"}
+ARGS = {"dot": "Tensor x, Tensor y", "gemv": "Tensor A, Tensor x", "gemm": "Tensor A, Tensor B",
+        "potrf": "Tensor A", "trsv": "Tensor L, Tensor b", "posv": "Tensor A, Tensor b"}
+
+
+_bound: dict[tuple[Any, ...], Any] = {}  # (op, torch dtype, n, batch) -> launch_table.Bound
+_lock = threading.Lock()
+_lib: list[Any] = []
+_overrides = launch_table._overrides  # the runtime's override stack (autotune()), shared, never rebound
+
+
+def _family() -> Any:
+    from tunedb import families
+
+    return families.get(signatures.FAMILY)
+
+
+def _clear() -> None:
+    _bound.clear()
+
+
+def bound_for(op: str, *tensors: Any) -> Any:
+    """The bound resolution of a CUDA call (a launch_table.Bound: config, tier, call, counter),
+    counted as one call. A key already served this epoch is one dict lookup; a new one goes
+    through the generic run-time path (runtime.dispatch: autotune()'s overrides, then the
+    selector's chain), and is kept here unless an override is active (autotune() may measure)."""
+    first = tensors[0]
+    key = (op, first.dtype, first.shape[-1], first.shape[0])
+    hit = None if _overrides else _bound.get(key)
+    if hit is not None:
+        hit.counter.calls += 1
+        return hit
+    from tunedb.database import tiers
+    from tunedb.runtime import dispatch
+
+    tiers.on_reload(_clear)  # (once) a new epoch drops every bound launcher
+    got = dispatch.bound(signatures.FAMILY, op, *tensors)
+    if not _overrides:
+        with _lock:
+            _bound[key] = got
+    return got
+
+
+def _capturing() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+def _first_launch(bound: Any, tensors: tuple[Any, ...]) -> Any:
+    """A config that fails its first call (outside a capture) is warned about once and the
+    library arm serves the key for the rest of the epoch."""
+    try:
+        out = bound.call(*tensors)
+    except Exception as exc:
+        if bound.config.id == "torch" or _capturing():
+            raise
+        from tunedb.errors import TunedbWarning
+
+        warnings.warn(f"tunedb: linalg config {bound.config.id} ({bound.tier} tier) failed on its first "
+                      f"call for {bound.signature} at batch={bound.m} ({type(exc).__name__}: {exc}); "
+                      f"the torch arm serves it until the next epoch", TunedbWarning, stacklevel=4)
+        bound.config = Config.sentinel("torch")
+        bound.call = functools.partial(_family().launch, bound.config, bound.signature)
+        out = bound.call(*tensors)
+    bound.launched = True
+    return out
+
+
+def run(op: str, *tensors: Any) -> Any:
+    """The op's implementation (what every backend of tunedb::linalg_<op> runs)."""
+    first = tensors[0]
+    if first.device.type != "cuda":
+        sig, _batch = signatures.signature_of(op, *tensors)
+        return _family().launch(Config.sentinel("torch"), sig, *tensors)
+    if first.shape[0] == 0:
+        return _fake(op, *tensors)
+    bound = bound_for(op, *tensors)
+    if bound.launched:
+        return bound.call(*tensors)
+    return _first_launch(bound, tensors)
+
+
+def _fake(op: str, *tensors: Any) -> Any:
+    import torch
+
+    signatures.signature_of(op, *tensors)  # the same errors as a real call
+    a = tensors[0]
+    if op == "dot":
+        return a.new_empty((a.shape[0],))
+    if op in ("gemv", "trsv"):
+        return tensors[1].new_empty(tensors[1].shape)
+    if op == "gemm":
+        return a.new_empty(a.shape)
+    info = a.new_zeros((a.shape[0],), dtype=torch.int32)
+    return (a.new_empty(a.shape), info) if op == "potrf" else (tensors[1].new_empty(tensors[1].shape), info)
+
+
+def register() -> None:
+    """Define tunedb::linalg_<op> (once per process)."""
+    if _lib:
+        return
+    with _lock:
+        if _lib:
+            return
+        import torch
+
+        lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive in _lib
+        for op in signatures.OPS:
+            lib.define(f"linalg_{op}({ARGS[op]}) -> {OUTPUTS[op]}")
+            lib.impl(f"linalg_{op}", functools.partial(run, op), "CompositeExplicitAutograd")
+            torch.library.register_fake(f"tunedb::linalg_{op}", functools.partial(_fake, op), lib=lib)
+        _lib.append(lib)
+
+
+def _op(name: str) -> Any:
+    register()
+    import torch
+
+    return getattr(torch.ops.tunedb, f"linalg_{name}")
+
+
+def dot(x: Any, y: Any) -> Any:
+    """x . y per problem: [batch, n] x [batch, n] -> [batch]."""
+    return _op("dot")(x, y)
+
+
+def gemv(a: Any, x: Any) -> Any:
+    """A @ x per problem: [batch, n, n] x [batch, n] -> [batch, n]."""
+    return _op("gemv")(a, x)
+
+
+def gemm(a: Any, b: Any) -> Any:
+    """A @ B per problem: [batch, n, n] x [batch, n, n] -> [batch, n, n]."""
+    return _op("gemm")(a, b)
+
+
+def potrf(a: Any) -> tuple[Any, Any]:
+    """(L, info): the lower Cholesky factor of each SPD A (only its lower triangle is read);
+    info[i] != 0 where A[i] is not positive definite."""
+    return _op("potrf")(a)
+
+
+def trsv(low: Any, b: Any) -> Any:
+    """x with L x = b per problem (L lower triangular, non-unit diagonal; its upper part unread)."""
+    return _op("trsv")(low, b)
+
+
+def posv(a: Any, b: Any) -> tuple[Any, Any]:
+    """(x, info): x with A x = b per SPD problem; info as potrf's."""
+    return _op("posv")(a, b)
+
+
+def report() -> list[tuple[str, int, str, str, int]]:
+    """(signature, batch, config, tier, calls) of every key resolved this epoch."""
+    return [(b.signature.format(), b.m, b.config.id, b.tier, b.calls) for b in _bound.values()]

@@ -1,0 +1,133 @@
+"""`tunedb.recommend(op, dtype, n, batch, deps=...)`: the execution plan for one cell, no GPU.
+
+The plan comes from the shipped table (the system tier's `db/<arch>/linalg.json`, written by
+`tunedb linalg tune` on that GPU) when a measured entry covers the cell, else from the stated
+heuristic (configs.heuristic). A cell's entry is its own signature's, or failing that the one of
+n rounded up to a power of two (the kernels pad n to the next power of two, so that entry ran the
+same register tile). Regions round the batch up: the first region whose batch bound is at or
+above the call's; beyond the largest measured batch, that batch's winner (the GPU is full there).
+`deps="native"` reads the winners without optional dependencies (`regions_native`; absent means
+the same as `regions`), `deps="all"` the full ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tunedb.errors import TunedbError
+from tunedb.families.linalg import configs, signatures
+from tunedb.records import Config, Entry, Signature
+
+DEPS: tuple[str, ...] = ("native", "all")
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """How to run one cell: the arm, its packing and launch shape, and where the choice came from."""
+
+    op: str
+    dtype: str
+    n: int
+    batch: int
+    deps: str
+    arm: str  # a config id or "torch"
+    packing: str  # "thread" | "warp" | "block" | "library"
+    problems_per_program: int | None  # None for the library arm
+    warps: int | None
+    grid: int | None  # programs launched
+    cell: str  # "linalg|op=..|dt=..|n=.. batch<=H" (the measured region) or the heuristic's cell
+    source: str  # "measured" | "heuristic"
+    reason: str
+
+    def describe(self) -> str:
+        launch = ("the library arm (torch)" if self.packing == "library" else
+                  f"{self.packing} packing, {self.problems_per_program} problem(s) per program, "
+                  f"{self.warps} warp(s), grid {self.grid}")
+        return (f"{self.op} {self.dtype} n={self.n} batch={self.batch} (deps={self.deps}): {self.arm} "
+                f"-- {launch}; {self.source} ({self.cell}); {self.reason}")
+
+
+def _check_args(op: Any, dtype: Any, n: Any, batch: Any, deps: Any) -> None:
+    signatures.check(op, dtype, n)
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise TunedbError(f"batch={batch!r} must be a positive int (the number of problems)")
+    if deps not in DEPS:
+        raise TunedbError(f"deps={deps!r} must be one of {', '.join(DEPS)} "
+                          f"(native: no optional dependency; all: any measured arm)")
+
+
+def serving_keys(sig: Signature) -> tuple[Signature, ...]:
+    """Entries that may serve `sig`, most specific first: its own, then n's next power of two."""
+    n = sig.get("n")
+    up = 1 << (n - 1).bit_length()
+    if up == n or up > signatures.N_MAX:
+        return (sig,)
+    return (sig, signatures.make_signature(sig.op, sig.dt, up))
+
+
+def lookup(entry: Entry, batch: int, deps: str) -> tuple[str | None, int | None]:
+    """(config id, the region's batch bound: None for the catch-all) of `batch` in `entry`."""
+    regions = entry.regions
+    native = getattr(entry, "regions_native", None)
+    if deps == "native" and native:
+        regions = native
+    for region in regions:
+        if region.m_hi is None or region.m_hi >= batch:
+            return region.config_id, region.m_hi
+    return None, None
+
+
+def _table(arch_family: str) -> Any | None:
+    from tunedb.database import tiers
+
+    res = tiers.get("system", arch_family, signatures.FAMILY)
+    return res.db if res is not None and res.usable else None
+
+
+def _plan(op: str, dtype: str, n: int, batch: int, deps: str, config: Config, cell: str, source: str,
+          reason: str) -> ExecutionPlan:
+    if config.id in ("torch", "default"):
+        return ExecutionPlan(op, dtype, n, batch, deps, "torch", "library", None, None, None, cell, source, reason)
+    packing, per, warps = configs.shape_of(config)
+    return ExecutionPlan(op, dtype, n, batch, deps, config.id, packing, per, warps,
+                         configs.grid(config, batch), cell, source, reason)
+
+
+def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
+              arch: str = "sm90") -> ExecutionPlan:
+    """The execution plan for (op, dtype, n, batch) on `arch`, from the shipped table or the
+    heuristic. No GPU needed. Bad arguments raise errors naming the value and what is allowed."""
+    _check_args(op, dtype, n, batch, deps)
+    from tunedb import arch as arch_mod
+    from tunedb.families.linalg import FAMILY
+
+    if arch not in arch_mod.SHIPPED_ARCHES:
+        raise TunedbError(f"arch={arch!r} has no shipped profile; shipped: {', '.join(arch_mod.SHIPPED_ARCHES)}")
+    profile = arch_mod.shipped_profile(arch)
+    sig = signatures.make_signature(op, dtype, n)
+    db = _table(arch)
+    skipped = []
+    for key in serving_keys(sig) if db is not None else ():
+        entry = db.entries.get(key)
+        if entry is None:
+            continue
+        cid, hi = lookup(entry, batch, deps)
+        if cid is None:
+            continue
+        config = Config.sentinel(cid) if cid in ("torch", "default") else configs.parse(cid)
+        why = FAMILY.invalid_reason(config, sig, batch, profile)
+        if why:
+            skipped.append(f"{key} names {cid}, invalid here ({why})")
+            continue
+        bound = "any batch" if hi is None else f"batch<={hi}"
+        note = "" if key == sig else f" (n={n} served by the n={key.get('n')} entry: same padded tile)"
+        return _plan(op, dtype, n, batch, deps, config, f"{key} {bound}", "measured",
+                     f"the {arch} table's winner{note}" + (f"; {'; '.join(skipped)}" if skipped else ""))
+    config = FAMILY.heuristic(sig, batch, profile)
+    why = ("no table for " + arch) if db is None else f"no measured entry for {sig}"
+    rule = (f"heuristic: {configs.heuristic_packing(sig)} packing for n={n}, problems per program "
+            f"filling {configs.PROGRAMS_PER_SM} programs per SM ({profile.sms} SMs)")
+    if config.id == "torch":
+        rule = "heuristic: no kernel config applies, the library arm serves"
+    return _plan(op, dtype, n, batch, deps, config, f"{sig} batch={batch} (unmeasured)", "heuristic",
+                 f"{why}; {rule}" + (f"; {'; '.join(skipped)}" if skipped else ""))

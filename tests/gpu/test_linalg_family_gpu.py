@@ -1,0 +1,86 @@
+"""The linalg family on the GPU: the served ops against the fp64 reference, the non-SPD report,
+CUDA-graph capture of every op (the captured kernel is the eager one), torch.compile, and one
+quick retune cell through the CUDA-graph timer. Run: pytest -m gpu tests/gpu/test_linalg_family_gpu.py
+(about a minute, most of it Triton compiles)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from tunedb import settings
+from tunedb.families.linalg import cli, ops, problems, signatures
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def _inputs(op: str, dt: str, n: int, batch: int, seed: int = 0):
+    return problems.make_inputs(signatures.make_signature(op, dt, n), batch, "cuda", seed)[0]
+
+
+@pytest.fixture(autouse=True)
+def _no_user_tier():
+    with settings.override(USER_DB="off"):
+        yield
+
+
+@pytest.mark.parametrize("op", signatures.OPS)
+@pytest.mark.parametrize("dt", ["fp32", "fp64"])
+@pytest.mark.parametrize("n", [4, 16, 64])
+def test_the_served_op_is_within_the_gate_of_torch(op, dt, n):
+    args = _inputs(op, dt, n, 1000)
+    sig = signatures.make_signature(op, dt, n)
+    out = getattr(ops, op)(*args)
+    bound = ops.bound_for(op, *args)
+    res = problems.residual(sig, args, {}, out)
+    ref = problems.residual(sig, args, {}, problems.torch_arm(op, *args))
+    assert res <= problems.residual_bound(sig, ref, 4.0), (bound.config.id, res, ref)
+    if op in ("potrf", "posv"):
+        assert not out[1].any()
+
+
+@pytest.mark.parametrize("n", [8, 32])
+def test_a_non_spd_problem_is_reported_on_the_gpu(n):
+    a, b = _inputs("posv", "fp32", n, 512)
+    a[7] = -a[7]
+    x, info = ops.posv(a, b)
+    low, info2 = ops.potrf(a)
+    torch.cuda.synchronize()
+    assert info[7].item() != 0 and info2[7].item() != 0
+    assert int((info != 0).sum()) == 1 and int((info2 != 0).sum()) == 1
+    keep = torch.arange(512, device="cuda") != 7
+    sig = signatures.make_signature("posv", "fp32", n)
+    assert problems.residual(sig, (a[keep], b[keep]), {}, x[keep]) < 1e-4
+
+
+@pytest.mark.parametrize("op", signatures.OPS)
+def test_every_op_replays_in_a_cuda_graph(op):
+    args = _inputs(op, "fp32", 8, 4096)
+    eager = getattr(ops, op)(*args)  # resolves and compiles outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = getattr(ops, op)(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    first = lambda t: t[0] if isinstance(t, tuple) else t  # noqa: E731
+    assert torch.equal(first(eager), first(captured))
+
+
+def test_the_ops_run_under_torch_compile():
+    a, b = _inputs("posv", "fp32", 16, 2048)
+    fn = torch.compile(lambda a, b: ops.posv(a, b)[0] * 2.0, fullgraph=True)
+    assert torch.allclose(fn(a, b), ops.posv(a, b)[0] * 2.0)
+
+
+def test_one_quick_retune_cell_through_the_graph_timer(tmp_path):
+    out = tmp_path / "linalg.json"
+    args = argparse.Namespace(prebuild=False, quick=True, legs="solver", ops="potrf", dtypes="fp32", margin=None,
+                              rounds=9, max_arms=6, build_jobs=None, dry_run=False, out=str(out), seed=0)
+    assert cli.tune(args) == 0
+    raw = json.loads(out.read_text())
+    entry = raw["entries"]["linalg|op=potrf|dt=fp32|n=8"]
+    point = entry["evidence"]["M=4096"]
+    assert point["torch"][2] == 9 and point["_inputs"] == "ring"
+    assert raw["model"]["tune"]["provenance"]["gpu_name"]

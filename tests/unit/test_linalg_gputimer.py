@@ -1,0 +1,105 @@
+"""The ladder's GPU timer, run on the CPU with torch.cuda's graph, stream and event calls
+replaced by stand-ins (graphs run their body once at capture, replay does nothing; events time
+nothing): what this checks is the timer's logic, not its timing -- the ring, the gate's
+residual bound and its statuses, and a whole `tune` through it to a written table."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import types
+
+import pytest
+import torch
+
+from tunedb.families import get
+from tunedb.families.linalg import cli, configs, gputimer, ladder, problems
+from tunedb.records import Status
+
+
+class _Event:
+    def __init__(self, enable_timing: bool = False) -> None:
+        pass
+
+    def record(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, other: "_Event") -> float:
+        return 0.01
+
+
+class _Stream:
+    def wait_stream(self, other: object) -> None:
+        pass
+
+
+class _Graph:
+    def replay(self) -> None:
+        pass
+
+
+@pytest.fixture
+def cpu_cuda(monkeypatch):
+    """torch.cuda's calls the timer makes, on the CPU; inputs made on the CPU."""
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "get_device_properties", lambda i: types.SimpleNamespace(L2_cache_size=1 << 16))
+    monkeypatch.setattr(cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(cuda, "Stream", _Stream)
+    monkeypatch.setattr(cuda, "current_stream", lambda: _Stream())
+    monkeypatch.setattr(cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(cuda, "CUDAGraph", _Graph)
+    monkeypatch.setattr(cuda, "graph", lambda g, pool=None: contextlib.nullcontext())
+    monkeypatch.setattr(cuda, "Event", _Event)
+    make = problems.make_inputs
+    monkeypatch.setattr(problems, "make_inputs", lambda sig, batch, device, seed: make(sig, batch, "cpu", seed))
+
+
+def test_the_gate_passes_torch_and_fails_a_wrong_arm(cpu_cuda, monkeypatch):
+    timer = gputimer.GraphTimer(get("linalg"))
+    cell = ladder.Cell("posv", "fp64", 8, 64)
+    assert timer.gate(cell, "torch") == (Status.OK, 1.0)
+    assert timer.gate(cell, configs.EAGER_ONLY)[0] is Status.OK
+    family = get("linalg")
+    real = family.launch
+
+    def wrong(config, sig, *args, out=None, **kw):
+        if config.id == "warp_p8_w4":
+            x, info = problems.torch_arm(sig.op, *args)
+            return x * 1.01, info
+        return real(config, sig, *args, out=out, **kw)
+    monkeypatch.setattr(family, "launch", wrong)
+    status, ratio = timer.gate(cell, "warp_p8_w4")
+    assert status is Status.INCORRECT and ratio > 4.0
+
+
+def test_a_solver_cell_is_timed_on_restored_inputs(cpu_cuda, monkeypatch):
+    timer = gputimer.GraphTimer(get("linalg"))
+    cell = ladder.Cell("potrf", "fp32", 4, 32)
+    restores = []
+    st = timer._open(cell)
+    monkeypatch.setattr(st["inputs"], "restore", lambda: restores.append(1))
+    got = timer.sample(cell, ["torch", configs.EAGER_ONLY])
+    assert set(got) == {"torch", configs.EAGER_ONLY} and all(isinstance(v, float) and v > 0 for v in got.values())
+    reps = sum(st["reps"].values()) + len(st["reps"])  # the probe replay and the timed ones
+    assert len(restores) == reps  # one restore before every replay
+
+
+def test_a_tune_through_the_graph_timer_writes_a_table(cpu_cuda, tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder, "QUICK_N", (4,))
+    args = argparse.Namespace(prebuild=False, quick=True, legs="solver", ops="posv", dtypes="fp32", margin=None,
+                              rounds=9, max_arms=1, build_jobs=None, dry_run=False, out=str(tmp_path / "t.json"),
+                              seed=0, allow_busy=False, base=None)
+    monkeypatch.setattr(cli, "_compile", lambda *a, **k: [])  # no Triton compile on the CPU
+    assert cli.tune(args) == 0
+    raw = json.loads((tmp_path / "t.json").read_text())
+    point = raw["entries"]["linalg|op=posv|dt=fp32|n=4"]["evidence"]["M=4096"]
+    assert point["torch"][2] == 9 and point["_inputs"] == "ring"
+    triton = [a for a in point if a not in ("torch", configs.EAGER_ONLY) and not a.startswith("_")]
+    assert triton and all(isinstance(point[a], str) for a in triton)  # no Triton on the CPU: a status
+    assert raw["entries"]["linalg|op=posv|dt=fp32|n=4"]["regions"] == [[None, "torch"]]
