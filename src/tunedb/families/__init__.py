@@ -70,7 +70,9 @@ class KernelFamily(Protocol):
     #       beside the worker's torch import; best effort, a failure resurfaces at first launch.
 
 
-_BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY"}
+_BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY",
+                            "scaled_mm": "tunedb.families.scaled_mm:FAMILY",
+                            "scaled_mm_fp8": "tunedb.families.scaled_mm:FAMILY_FP8"}
 _REGISTRY: dict[str, KernelFamily] = {}
 
 
