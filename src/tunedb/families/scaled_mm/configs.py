@@ -150,9 +150,10 @@ def smem_per_block(arch_family: str) -> int:
 
 
 def smem_bytes(cfg: Config) -> int:
-    """Pipelined operand buffers (one byte per element) plus the epilogue's fp32 tile."""
+    """Pipelined operand buffers (one byte per element) or the epilogue's fp32 layout-conversion
+    scratch, whichever is larger: Triton's allocator reuses the pipeline's buffers after the loop."""
     bm, bn, bk = blocks(cfg)
-    return cfg.param("stages") * (bm + bn) * bk + bm * bn * 4
+    return max(cfg.param("stages") * (bm + bn) * bk, bm * bn * 4)
 
 
 def sig_reason(sig: Signature) -> str | None:
