@@ -10,7 +10,8 @@ os.environ.setdefault("TUNEDB_USER_DB", "off")
 def tiers_dirs(tmp_path):
     """An empty system tier and a user tier in tmp_path (yielded); the arch is detected afresh
     (sm90's shipped profile without a GPU) and the launch table cleared, before and after."""
-    from tunedb import selector, settings
+    from tunedb import settings
+    from tunedb.runtime import selector
     from tunedb.database import tiers
     from tunedb.runtime import launch_table
 

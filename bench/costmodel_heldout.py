@@ -25,9 +25,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from tunedb import calibration, costmodel, database, evaluate as evaluation, families
+from tunedb import database, evaluate as evaluation, families
+
+from tunedb.families.gemm import calibration
+
+from tunedb.families.gemm import costmodel
 from tunedb.arch import shipped_profile
-from tunedb.bench.log import read_measurements
+from tunedb.measure.log import read_measurements
 from tunedb.records import SENTINELS, ArchProfile, Config, Measurement, Signature
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -71,7 +71,7 @@ def time_eager(fn, iters: int, warmup: int) -> float:
 def graph_of(fn, warmup: int, keep: list | None = None):
     """fn captured in a CUDA graph after `warmup` calls on a side stream (fn's output of the
     captured call is appended to `keep` when given)."""
-    from tunedb.bench.cudagraph import capture
+    from tunedb.measure.cudagraph import capture
 
     return capture(fn, warmup=warmup, keep=keep)
 
@@ -106,7 +106,7 @@ def paired_rounds(steps: dict[str, Callable[[], Any]], rounds: int, time_block: 
     a seeded shuffled order, so clock, thermal and host drift during the run hit all alike."""
     import random
 
-    from tunedb.bench.stats import round_order
+    from tunedb.measure.stats import round_order
 
     rng = random.Random(seed)
     names = list(steps)

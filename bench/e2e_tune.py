@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from e2e_timing import sync
-from tunedb.bench.gpuenv import wait_reaped
+from tunedb.measure.gpuenv import wait_reaped
 
 
 def tune_options(args, out_dir: str, isolate: bool = True):
@@ -41,8 +41,7 @@ def arch_profile_cached() -> bool:
 def tune_model(bm, tuned, shapes, args, out_dir: str, share_s: float) -> dict:
     """Tune `bm`'s points into the user tier at out_dir; returns what was done and its wall time
     (`arch_measured`: whether its plan had to measure the GPU's arch profile)."""
-    from tunedb import buildsteps
-
+    from tunedb.build import steps as buildsteps
     measures_arch = not arch_profile_cached()
     t0 = time.perf_counter()  # the plan counts too: tunedb's cost is everything it does to tune
     # as `tunedb tune` does: the measuring worker starts first, while the plan is made

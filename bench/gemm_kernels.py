@@ -3,7 +3,7 @@ best config of each lane; shares of the measured bf16 ceiling and copy bandwidth
 
     PYTHONPATH=src python bench/gemm_kernels.py [--quick] [--timer graph|protocol] --out gemm.json
 
-Timers: `protocol` is tunedb.bench.measure_point with the CUDA-graph timer (weights rotated cold
+Timers: `protocol` is tunedb.measure.measure_point with the CUDA-graph timer (weights rotated cold
 when they exceed L2, the gate first); `graph` (default, faster) captures a CUDA graph of calls
 that rotate through enough weight copies to exceed 2x L2, and takes the median replay over
 calls. Every arm is numerically checked against the fp32 reference before it is timed.
@@ -99,7 +99,7 @@ def graph_time_ms(sig, cid, x, weights, bias, l2_bytes) -> float:
 
 
 def protocol_time_ms(sig, m, ids) -> dict[str, float]:
-    from tunedb.bench import CudaGraphTimer, measure_point
+    from tunedb.measure import CudaGraphTimer, measure_point
 
     res = measure_point(FAMILY, sig, m, ids, timer=CudaGraphTimer(), allow_busy=True, max_rounds=6)
     return {r.config_id: r.median_ms for r in res if r.status.ok}

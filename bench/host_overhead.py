@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.nn.functional as F
 
-    from tunedb import selector
+    from tunedb.runtime import selector
     from tunedb.families.gemm import FAMILY
     from tunedb.runtime import launch_table, ops
     from tunedb.runtime.patching import TunedLinear

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from tunedb import arch
-from tunedb.bench.cudagraph import CudaGraphTimer
-from tunedb.bench.linear_arms import linear_problem
-from tunedb.bench.protocol import measure_problem
-from tunedb.bench.provenance import collect
+from tunedb.measure.cudagraph import CudaGraphTimer
+from tunedb.measure.linear_arms import linear_problem
+from tunedb.measure.protocol import measure_problem
+from tunedb.measure.provenance import collect
 
 AA_SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (64, 1024, 4096), (128, 4096, 4096),
              (416, 512, 256), (256, 14336, 4096), (512, 4096, 14336), (1024, 1024, 1024),
@@ -70,7 +70,7 @@ def _gemm_problems(n_configs: int) -> tuple[str, Any]:
     """('gemm family', maker) when the family works here, else ('torch variants', maker)."""
     try:
         from tunedb import families
-        from tunedb.bench.arms import problem_for
+        from tunedb.measure.arms import problem_for
 
         family = families.get("gemm")
         space = family.config_space("sm90")

@@ -18,10 +18,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from tunedb import calibration, costmodel, database, evaluate, families
+from tunedb import database, evaluate, families
+
+from tunedb.families.gemm import calibration
+
+from tunedb.families.gemm import costmodel
 from tunedb.arch import shipped_profile
 
-from tunedb.bench.log import read_measurements
+from tunedb.measure.log import read_measurements
 
 
 def main(argv: Sequence[str] | None = None) -> int:

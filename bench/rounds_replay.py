@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from tunedb import partition  # noqa: E402
-from tunedb.buildsteps import FALLBACK  # noqa: E402
-from tunedb.bench import protocol, stats  # noqa: E402
-from tunedb.bench.arms import Arm, Problem  # noqa: E402
-from tunedb.bench.log import read_measurements  # noqa: E402
-from tunedb.bench.timers import ReplayTimer  # noqa: E402
+from tunedb.build import partition  # noqa: E402
+from tunedb.build.steps import FALLBACK  # noqa: E402
+from tunedb.measure import protocol, stats  # noqa: E402
+from tunedb.measure.arms import Arm, Problem  # noqa: E402
+from tunedb.measure.log import read_measurements  # noqa: E402
+from tunedb.measure.timers import ReplayTimer  # noqa: E402
 from tunedb.records import Point  # noqa: E402
 
 

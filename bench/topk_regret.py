@@ -23,11 +23,13 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tunedb import buildsteps, database, families
+from tunedb import database, families
+
+from tunedb.build import steps as buildsteps
 from tunedb.pipeline import BuildOptions
 from tunedb.arch import shipped_profile
-from tunedb.bench.log import read_log
-from tunedb.buildplan import arms_for_point
+from tunedb.measure.log import read_log
+from tunedb.build.plan import arms_for_point
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LOG = ROOT / "bench/results/2026-11-30_s3_system_sm90_buildall_measurements.jsonl.gz"

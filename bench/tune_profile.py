@@ -60,8 +60,8 @@ def bare_start() -> dict[str, float]:
 
 
 def worker_start(warm: bool, point) -> dict[str, float]:
-    from tunedb.bench.protocol import ProbeRequest, StartRequest
-    from tunedb.bench.worker import Worker
+    from tunedb.measure.protocol import ProbeRequest, StartRequest
+    from tunedb.measure.worker import Worker
 
     sig, m, arms = point
     w = Worker()
@@ -87,7 +87,7 @@ def in_process(points, alpha: float, gate: bool, top: int) -> tuple[dict, str]:
     import torch
 
     from tunedb import families
-    from tunedb.bench.protocol import measure_point
+    from tunedb.measure.protocol import measure_point
 
     fam = families.get("gemm")
     l2 = torch.cuda.get_device_properties(0).L2_cache_size

@@ -16,7 +16,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
-    "reload": "tunedb.selector:reload",
+    "reload": "tunedb.runtime.selector:reload",
     "tuning_report": "tunedb.runtime.report:tuning_report",
     "optimize": "tunedb.runtime.patching:optimize",
     "autotune": "tunedb.runtime.autotuner:autotune",

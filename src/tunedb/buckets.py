@@ -1,8 +1,9 @@
-"""The M-bucket ladder shared by the build's fill points and the runtime autotuner's keys.
+"""The size-bucket ladders shared by the build's fill points and the runtime autotuner's keys.
 
-Edges: every multiple of 8 up to 128, then 128 * sqrt(2)**k rounded up to a multiple of 8 up to
-1024 (184, 256, 368, 512, 728, 1024), then doubling (2048, 4096, ...). Pure integer arithmetic,
-so every process and every machine computes the same edges.
+Ladder "m" (GEMM's M): every multiple of 8 up to 128, then 128 * sqrt(2)**k rounded up to a
+multiple of 8 up to 1024 (184, 256, 368, 512, 728, 1024), then doubling (2048, 4096, ...).
+Ladder "pow2" (a batch of small problems): 1, 2, 4, 8, ... A family's SignatureSchema names its
+ladder. Pure integer arithmetic, so every process and every machine computes the same edges.
 """
 from __future__ import annotations
 
@@ -31,13 +32,22 @@ def _check_m(m: int, name: str = "m") -> None:
         raise ValueError(f"{name}={m!r} must be a positive int")
 
 
-def edges_upto(m: int) -> tuple[int, ...]:
+LADDERS: tuple[str, ...] = ("m", "pow2")
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in LADDERS:
+        raise ValueError(f"unknown bucket ladder {kind!r}; ladders: {', '.join(LADDERS)}")
+
+
+def edges_upto(m: int, kind: str = "m") -> tuple[int, ...]:
     """Every bucket edge <= bucket_of(m), ascending."""
     _check_m(m)
+    _check_kind(kind)
     out: list[int] = []
     edge = 0
     while edge < m:
-        edge = _next_edge(edge)
+        edge = _next_edge(edge) if kind == "m" else max(1, edge * 2)
         out.append(edge)
     return tuple(out)
 
@@ -53,9 +63,12 @@ def _next_edge(edge: int) -> int:
     return edge * 2
 
 
-def bucket_of(m: int) -> int:
-    """The upper edge of M's bucket: the smallest edge >= m."""
+def bucket_of(m: int, kind: str = "m") -> int:
+    """The upper edge of m's bucket: the smallest edge >= m."""
     _check_m(m)
+    _check_kind(kind)
+    if kind == "pow2":
+        return 1 << (m - 1).bit_length()
     if m <= _FINE_TOP:
         return _round_up8(m)
     if m <= _SQRT2_TOP:
@@ -69,11 +82,11 @@ def bucket_of(m: int) -> int:
     return edge
 
 
-def ladder(m_lo: int, m_hi: int) -> tuple[int, ...]:
+def ladder(m_lo: int, m_hi: int, kind: str = "m") -> tuple[int, ...]:
     """Fill points: every bucket edge from m_lo up to bucket_of(m_hi) inclusive, so the largest
     census point always has a measured size at or above it (regions round up)."""
     _check_m(m_lo, "m_lo")
     _check_m(m_hi, "m_hi")
     if m_lo > m_hi:
         raise ValueError(f"ladder needs m_lo <= m_hi, got m_lo={m_lo}, m_hi={m_hi}")
-    return tuple(e for e in edges_upto(m_hi) if e >= m_lo)
+    return tuple(e for e in edges_upto(m_hi, kind) if e >= m_lo)

@@ -18,9 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from tunedb import buildplan, buildsteps, calibration, checkpoint, costmodel, database, families, partition, settings
+from tunedb import database, families, settings
+
+from tunedb.build import plan as buildplan
+
+from tunedb.build import steps as buildsteps
+
+from tunedb.families.gemm import calibration
+
+from tunedb.build import checkpoint
+
+from tunedb.families.gemm import costmodel
+
+from tunedb.build import partition
 from tunedb.evaluate import Evaluation
-from tunedb.oracle import evaluate_logs  # noqa: F401 - re-exported: `tunedb evaluate`, tune's report
+from tunedb.evaluate.oracle import evaluate_logs  # noqa: F401 - re-exported: `tunedb evaluate`, tune's report
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
 from tunedb.records import ArchProfile, Entry, Point, ShapeSet, Signature
 
@@ -197,8 +209,8 @@ def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: 
         result.prebuilt = len(compiled)
     if opts.dry_run:
         return result
-    from tunedb.bench import collect_provenance
-    from tunedb.bench.log import MeasurementLog, new_run_id, read_log
+    from tunedb.measure import collect_provenance
+    from tunedb.measure.log import MeasurementLog, new_run_id, read_log
 
     points = by_census[0]
     run = checkpoint.open_run(opts.run_id or new_run_id(), buildsteps.run_meta(opts, arch, points))
@@ -206,7 +218,7 @@ def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: 
     result.log_path = buildsteps.log_file(opts.out, target, run)
     gpu_id = {}
     if gpu:
-        from tunedb.bench.gpuenv import NvmlEnv
+        from tunedb.measure.gpuenv import NvmlEnv
 
         env = NvmlEnv()
         gpu_id = env.identity()
@@ -297,8 +309,7 @@ def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = "gemm
     """Resolve every census point through the selector pinned to `arch_family`: exactly what the
     run time would serve there (its cost-model tier is the family's ranker on the tier file's
     model). The pin is undone afterwards."""
-    from tunedb import selector
-
+    from tunedb.runtime import selector
     fam = families.get(family)
     selector.configure(arch_family=arch_family)
     try:

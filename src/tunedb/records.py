@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from tunedb.errors import ConfigError, SignatureError
 
 # dtype names follow torch's short names; "half" is the key that serves fp16 and bf16.
-DTYPES: tuple[str, ...] = ("half", "fp16", "bf16", "fp32", "int8", "fp8")
+DTYPES: tuple[str, ...] = ("half", "fp16", "bf16", "fp32", "fp64", "int8", "fp8")
 HALF_DTYPES: tuple[str, ...] = ("fp16", "bf16")
 SENTINELS: tuple[str, ...] = ("default", "torch", "fused", "heuristic")
 
@@ -307,16 +307,22 @@ class Entry:
     source: str = "build"
     soft: Mapping[str, str] = field(default_factory=dict, hash=False)
     notes: tuple[str, ...] = ()
+    # The winner without optional dependencies (spec 003), for callers that cannot load them;
+    # None: the same as `regions`.
+    regions_native: tuple[Region, ...] | None = None
 
-    def lookup(self, m: int) -> str | None:
-        """The first region whose m_hi >= m, else the catch-all, else None."""
-        for region in self.regions:
+    def lookup(self, m: int, native: bool = False) -> str | None:
+        """The first region whose m_hi >= m, else the catch-all, else None (native: among the
+        dependency-free regions)."""
+        regions = self.regions_native if native and self.regions_native is not None else self.regions
+        for region in regions:
             if region.m_hi is None or region.m_hi >= m:
                 return region.config_id
         return None
 
     def config_ids(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(r.config_id for r in self.regions))
+        regions = self.regions + (self.regions_native or ())
+        return tuple(dict.fromkeys(r.config_id for r in regions))
 
 
 @dataclass(frozen=True)

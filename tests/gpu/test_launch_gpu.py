@@ -5,7 +5,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tunedb import database, selector, settings  # noqa: E402
+from tunedb import database, settings  # noqa: E402
+
+from tunedb.runtime import selector
 from tunedb.arch import shipped_profile  # noqa: E402
 from tunedb.families.gemm import FAMILY, launch  # noqa: E402
 from tunedb.families.gemm.triton_launch import Site  # noqa: E402

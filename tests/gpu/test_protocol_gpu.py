@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tunedb.bench.cudagraph import CudaGraphTimer  # noqa: E402
-from tunedb.bench.linear_arms import linear_problem  # noqa: E402
-from tunedb.bench.protocol import measure_problem  # noqa: E402
+from tunedb.measure.cudagraph import CudaGraphTimer  # noqa: E402
+from tunedb.measure.linear_arms import linear_problem  # noqa: E402
+from tunedb.measure.protocol import measure_problem  # noqa: E402
 from tunedb.errors import BusyGPUError, CaptureActiveError  # noqa: E402
 from tunedb.records import Status  # noqa: E402
 
@@ -153,8 +153,8 @@ def test_measured_arch_profile_is_sane(tmp_path):
 
 def test_gemm_family_through_measure_point_and_the_worker():
     from tunedb import families
-    from tunedb.bench.protocol import measure_point, measure_point_isolated
-    from tunedb.bench.worker import Worker
+    from tunedb.measure.protocol import measure_point, measure_point_isolated
+    from tunedb.measure.worker import Worker
 
     try:
         family = families.get("gemm")
@@ -177,8 +177,8 @@ def test_gemm_family_through_measure_point_and_the_worker():
 
 def test_a_prestarted_worker_measures_a_point_and_counts_only_the_wait():
     from tunedb import families
-    from tunedb.bench.protocol import StartRequest, measure_point_isolated
-    from tunedb.bench.worker import Worker
+    from tunedb.measure.protocol import StartRequest, measure_point_isolated
+    from tunedb.measure.worker import Worker
 
     family = families.get("gemm")
     sig, _ = family.signature_of("gemm", torch.empty(300, 512, dtype=torch.bfloat16, device="meta"),

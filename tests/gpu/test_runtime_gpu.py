@@ -7,7 +7,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tunedb import database, selector  # noqa: E402
+from tunedb import database  # noqa: E402
+
+from tunedb.runtime import selector
 from tunedb.families.gemm import FAMILY  # noqa: E402
 from tunedb.records import Entry, Region, Signature  # noqa: E402
 from tunedb.runtime import launch_table, ops  # noqa: E402

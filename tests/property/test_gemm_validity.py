@@ -67,8 +67,7 @@ def test_predicate_with_m_none_implies_every_m(sig, m):
 def test_the_cost_model_ranks_and_picks_only_what_the_predicate_accepts(sig, m, arch_name):
     """The cost model gets the family's predicate: its ranking (the build's pruning) and its
     ranker (the selector's model tier) never return a config the predicate rejects."""
-    from tunedb import costmodel
-
+    from tunedb.families.gemm import costmodel
     arch = ARCHES[arch_name]
     space = FAMILY.config_space(arch.arch_family)
     ranked = costmodel.rank(space, m, sig.get("N"), sig.get("K"), arch, 16, FAMILY.invalid_reason,
@@ -84,8 +83,8 @@ def test_the_cost_model_ranks_and_picks_only_what_the_predicate_accepts(sig, m, 
 def test_the_selector_serves_only_configs_the_predicate_accepts(sig, m):
     """Whatever tier answers (the shipped sm90 tier, the cost model, the default), the config
     passes the predicate for every M (the selector checks with m=None)."""
-    from tunedb import selector, settings
-
+    from tunedb import settings
+    from tunedb.runtime import selector
     with settings.override(USER_DB="off"):
         selector.configure("sm90")
         try:

@@ -5,7 +5,7 @@ import random
 
 from hypothesis import assume, given, settings, strategies as st
 
-from tunedb.partition import _effective_weights, _geomean_speedup, partition, segment, set_cover
+from tunedb.build.partition import _effective_weights, _geomean_speedup, partition, segment, set_cover
 from tunedb.records import Entry, Point, Signature
 
 SIG = Signature.make("gemm", "gemm", "half", N=1024, K=1024)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from tunedb import families
+from tunedb.families.contract import SignatureSchema, VerifyRule
 from tunedb.errors import ConfigError
 from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
@@ -25,6 +26,8 @@ class FakeFamily:
     ops = ("mm", "mm_act")
     lanes = ("toy", "torch", "fused")
     impl_hash = "fakehash1"
+    schema = SignatureSchema(key=(("N", int), ("K", int)))
+    verify = VerifyRule()
 
     def __init__(self) -> None:
         self.compile_calls: list[tuple[str, tuple[str, ...]]] = []

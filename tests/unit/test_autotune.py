@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from runtime_fakes import FakeMeasurer, gemm  # noqa: F401  (fixture)
-from tunedb import database, selector
+from tunedb import database
+from tunedb.runtime import selector
 from tunedb.errors import AutotuneWarning, MeasurementError
 from tunedb.records import Signature
 from tunedb.runtime import autotuner, launch_table
@@ -191,7 +192,7 @@ def test_a_cached_config_that_cannot_serve_here_falls_back_with_one_warning(gemm
 
 
 def test_the_default_measurer_runs_the_real_protocol(gemm):
-    from tunedb.bench.timers import FakeTimer
+    from tunedb.measure.timers import FakeTimer
 
     def cost(sig, m, cid):
         return 0.5 if cid == WIN else 1.0

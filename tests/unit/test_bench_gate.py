@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from tunedb.bench.arms import Arm, Problem
-from tunedb.bench.gate import ABS_BOUND, arm_bound, classify_exception, gate_arms, judge, relative_error
+from tunedb.measure.arms import Arm, Problem
+from tunedb.measure.gate import ABS_BOUND, arm_bound, classify_exception, gate_arms, judge, relative_error
 from tunedb.records import Signature, Status
 
 SIG = Signature.make("gemm", "gemm", "fp16", N=48, K=64)

@@ -3,8 +3,8 @@ import os
 import subprocess
 import sys
 
-from tunedb.bench import gpuenv
-from tunedb.bench.gpuenv import NvmlEnv, is_own, merge_snapshots, throttle_names
+from tunedb.measure import gpuenv
+from tunedb.measure.gpuenv import NvmlEnv, is_own, merge_snapshots, throttle_names
 
 
 def test_self_parent_and_registered_workers_are_ours_other_children_are_not():

@@ -5,9 +5,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tunedb.bench import cudagraph  # noqa: E402
-from tunedb.bench.arms import Arm, Problem  # noqa: E402
-from tunedb.bench.timers import Prepared  # noqa: E402
+from tunedb.measure import cudagraph  # noqa: E402
+from tunedb.measure.arms import Arm, Problem  # noqa: E402
+from tunedb.measure.timers import Prepared  # noqa: E402
 from tunedb.records import Signature, Status  # noqa: E402
 
 SIG = Signature.make("gemm", "gemm", "bf16", N=64, K=64)

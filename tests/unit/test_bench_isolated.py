@@ -1,9 +1,9 @@
 """measure_point_isolated's orchestration: probes, one batch, per-arm isolation, refusals (worker faked)."""
 import pytest
 
-from tunedb.bench import protocol
-from tunedb.bench.protocol import PointRequest, ProbeRequest, StartRequest, _Refused, measure_point_isolated
-from tunedb.bench.worker import WorkerResult
+from tunedb.measure import protocol
+from tunedb.measure.protocol import PointRequest, ProbeRequest, StartRequest, _Refused, measure_point_isolated
+from tunedb.measure.worker import WorkerResult
 from tunedb.errors import BusyGPUError
 from tunedb.records import Measurement, Signature, Status
 

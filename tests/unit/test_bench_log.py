@@ -5,8 +5,8 @@ import warnings
 
 import pytest
 
-from tunedb.bench.log import MeasurementLog, read_log
-from tunedb.bench.provenance import collect, git_state
+from tunedb.measure.log import MeasurementLog, read_log
+from tunedb.measure.provenance import collect, git_state
 from tunedb.errors import MeasurementError
 from tunedb.records import Measurement, Provenance, Signature, Status
 

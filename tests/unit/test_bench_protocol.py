@@ -4,9 +4,9 @@ import types
 
 import pytest
 
-from tunedb.bench.arms import Arm, Problem
-from tunedb.bench.protocol import best, measure_point, measure_problem, refuse_capture
-from tunedb.bench.timers import FakeTimer, rotation_copies
+from tunedb.measure.arms import Arm, Problem
+from tunedb.measure.protocol import best, measure_point, measure_problem, refuse_capture
+from tunedb.measure.timers import FakeTimer, rotation_copies
 from tunedb.errors import BusyGPUError, CaptureActiveError
 from tunedb.records import Signature, Status
 

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from tunedb.bench.log import read_log
-from tunedb.bench.protocol import best, measure_point
-from tunedb.bench.timers import ReplayTimer
+from tunedb.measure.log import read_log
+from tunedb.measure.protocol import best, measure_point
+from tunedb.measure.timers import ReplayTimer
 from tunedb.errors import MeasurementError
 from tunedb.records import Signature, Status
 

@@ -3,10 +3,10 @@ import random
 
 import pytest
 
-from tunedb.bench import stats
-from tunedb.bench.arms import Arm, Problem
-from tunedb.bench.protocol import measure_problem
-from tunedb.bench.timers import FakeTimer
+from tunedb.measure import stats
+from tunedb.measure.arms import Arm, Problem
+from tunedb.measure.protocol import measure_problem
+from tunedb.measure.timers import FakeTimer
 from tunedb.records import Signature, Status
 
 SIG = Signature.make("gemm", "gemm", "half", N=512, K=256)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tunedb import buildsteps, database, families
+from tunedb import database, families
+
+from tunedb.build import steps as buildsteps
 from tunedb.arch import shipped_profile
-from tunedb.bench.log import MeasurementLog
-from tunedb.buildplan import arms_for_point
+from tunedb.measure.log import MeasurementLog
+from tunedb.build.plan import arms_for_point
 from tunedb.records import Measurement, Provenance, Signature, Status
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tunedb.bench.worker import Worker
+from tunedb.measure.worker import Worker
 from tunedb.records import Status
 
 
@@ -117,14 +117,14 @@ def test_closing_a_worker_still_starting_kills_it_at_once(worker):
 
 
 def test_close_without_waiting_returns_at_once_and_the_worker_exits_in_the_background(worker):
-    from tunedb.bench import gpuenv
+    from tunedb.measure import gpuenv
 
     pid = worker.run(Echo(0)).value[1]
     assert pid in gpuenv._WORKERS
     t0 = time.perf_counter()
     worker.close(wait=False)
     assert time.perf_counter() - t0 < 0.5 and worker.pid is None and not worker.alive()
-    from tunedb.bench.worker import wait_reaped
+    from tunedb.measure.worker import wait_reaped
 
     wait_reaped()  # ours until it is gone
     assert pid not in gpuenv._WORKERS
@@ -134,7 +134,7 @@ def test_close_without_waiting_returns_at_once_and_the_worker_exits_in_the_backg
 
 
 def test_a_new_worker_starts_only_after_the_one_closed_without_waiting_is_gone(worker):
-    from tunedb.bench import gpuenv
+    from tunedb.measure import gpuenv
 
     old = worker.run(Echo(0)).value[1]
     worker.close(wait=False)

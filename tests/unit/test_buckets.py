@@ -3,6 +3,7 @@ import math
 
 import pytest
 
+from tunedb import buckets
 from tunedb.buckets import bucket_of, edges_upto, ladder
 
 
@@ -31,3 +32,10 @@ def test_ladder():
         ladder(10, 5)
     with pytest.raises(ValueError, match="m=0"):
         bucket_of(0)
+
+
+def test_pow2_ladder_for_batch_axes():
+    assert buckets.ladder(3, 100, "pow2") == (4, 8, 16, 32, 64, 128)
+    assert [buckets.bucket_of(b, "pow2") for b in (1, 2, 3, 64, 65)] == [1, 2, 4, 64, 128]
+    with pytest.raises(ValueError, match="unknown bucket ladder 'log'"):
+        buckets.bucket_of(4, "log")

@@ -76,7 +76,7 @@ def test_merge_adds_the_forwards_the_calls_came_from():
     b = ShapeSet((Point(SIG, 32, 1.0, 120000),), "m", (("mode", "streaming"), ("forwards", "20000")))
     m = merge(a, b)
     assert dict(m.meta)["forwards"] == "20100"
-    from tunedb.buildsteps import working_sets
+    from tunedb.build.steps import working_sets
 
     # 6 layers of one 512x512 weight per forward, offline or streaming alike
     assert working_sets([("m", m)])[SIG] == 6 * 512 * 512 * 2

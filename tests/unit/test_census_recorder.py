@@ -89,7 +89,7 @@ def test_pure_modules_do_not_import_torch():
     import sys
 
     code = ("import sys, tunedb, tunedb.census, tunedb.census.modes, tunedb.census.censusfile, "
-            "tunedb.census.capture, tunedb.census.presets, tunedb.partition, tunedb.buckets, tunedb.costmodel; "
+            "tunedb.census.capture, tunedb.census.presets, tunedb.build.partition, tunedb.buckets, tunedb.families.gemm.costmodel; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -114,8 +114,7 @@ class PrestartSpy:
 
 
 def test_on_a_gpu_the_worker_starts_before_the_census_and_the_build_takes_it(tiers, monkeypatch):
-    from tunedb import buildsteps
-
+    from tunedb.build import steps as buildsteps
     order, spy = [], PrestartSpy()
     monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
     monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: order.append(("start", gpu)) or spy)
@@ -143,14 +142,12 @@ def test_on_a_gpu_the_worker_starts_before_the_census_and_the_build_takes_it(tie
     (pipeline.BuildOptions(out="user", isolate=False), True),
 ])
 def test_no_worker_is_started_where_nothing_is_measured_in_one(opts, gpu):
-    from tunedb import buildsteps
-
+    from tunedb.build import steps as buildsteps
     assert buildsteps.start_worker(opts, gpu) is None
 
 
 def test_the_cli_starts_the_worker_before_its_census_and_hands_it_to_the_tune(tiers, monkeypatch, capsys):
-    from tunedb import buildsteps
-
+    from tunedb.build import steps as buildsteps
     order, spy = [], PrestartSpy()
     monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
     monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: order.append("start") or spy)

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from tunedb import costmodel
+from tunedb.families.gemm import costmodel
 from tunedb.arch import shipped_profile
-from tunedb.calibration import fit, geomean_error
-from tunedb.costmodel import ModelParams, make_ranker, predict, rank, terms
+from tunedb.families.gemm.calibration import fit, geomean_error
+from tunedb.families.gemm.costmodel import ModelParams, make_ranker, predict, rank, terms
 from tunedb.errors import ConfigError
 from tunedb.records import Config, Measurement, Signature, Status
 
@@ -24,7 +24,7 @@ def cfg(bm, bn, bk, w=4, s=3, split=1, lane="triton_mma"):
 
 
 def test_import_does_not_pull_torch():
-    code = "import sys, tunedb.costmodel; print('torch' in sys.modules)"
+    code = "import sys, tunedb.families.gemm.costmodel; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -6,8 +6,8 @@ import random
 import pytest
 
 from tunedb.arch import shipped_profile
-from tunedb.calibration import fit, geomean_error, merge
-from tunedb.costmodel import ModelParams, make_ranker, predict, terms
+from tunedb.families.gemm.calibration import fit, geomean_error, merge
+from tunedb.families.gemm.costmodel import ModelParams, make_ranker, predict, terms
 from tunedb.errors import ConfigError
 from tunedb.records import Config, Measurement, Signature, Status
 

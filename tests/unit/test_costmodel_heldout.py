@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tunedb import costmodel, database, families
+from tunedb import database, families
+
+from tunedb.families.gemm import costmodel
 from tunedb.arch import shipped_profile
-from tunedb.bench.log import MeasurementLog
+from tunedb.measure.log import MeasurementLog
 from tunedb.records import Entry, Measurement, Provenance, Region, Signature, Status
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -61,8 +61,8 @@ CORRUPT = [
     ("sentinel defined", lambda: _mutate(("configs", "torch"), {"lane": "torch"}), "is a sentinel"),
     ("bad config id", lambda: _mutate(("configs", "a b"), {"lane": "toy"}), "bad config id"),
     ("entries not object", lambda: _mutate(("entries",), []), "'entries' must be an object"),
-    ("bad signature key", lambda: _mutate(("entries", "fake|op=mm|dt=fp64"), {"regions": [[None, "a"]]}),
-     "fp64"),
+    ("bad signature key", lambda: _mutate(("entries", "fake|op=mm|dt=fp128"), {"regions": [[None, "a"]]}),
+     "fp128"),
     ("other family's entry", lambda: _mutate(("entries", "gemm|op=gemm|dt=half|N=1"),
                                              {"regions": [[None, "torch"]]}), "belongs to kernel family"),
     ("entry not object", lambda: _mutate(E, [[None, "a"]]), "must be an object"),
@@ -166,3 +166,47 @@ def test_non_finite_numbers_are_corrupt(constant):
 def test_deep_nesting_is_corrupt_not_a_crash():
     with pytest.raises(CorruptDatabaseError, match="nested too deeply"):
         schema.loads("[" * 100000 + "]" * 100000, "x.json")
+
+
+def test_regions_native_round_trips_and_serves_native_lookups(tmp_path):
+    raw = valid_raw()
+    raw["entries"][SIG]["regions_native"] = [[512, "a"], [None, "torch"]]
+    db = schema.parse(raw, "f.json", "fake", "sm90")
+    entry = db.entries[Signature.parse(SIG)]
+    assert [(r.m_hi, r.config_id) for r in entry.regions_native] == [(512, "a"), (None, "torch")]
+    assert entry.lookup(300) == "b" and entry.lookup(300, native=True) == "a"
+    text = schema.dumps(db)
+    assert '"regions_native": [[512, "a"], [null, "torch"]]' in text
+    again = schema.parse(schema.loads(text))
+    assert again == db and schema.dumps(again) == text
+
+
+def test_absent_regions_native_means_the_same_as_regions():
+    entry = schema.parse(valid_raw()).entries[Signature.parse(SIG)]
+    assert entry.regions_native is None
+    assert entry.lookup(300, native=True) == entry.lookup(300) == "b"
+    assert "regions_native" not in schema.entry_to_json(entry)
+
+
+def test_regions_native_naming_an_undefined_config_is_corrupt():
+    raw = valid_raw()
+    raw["entries"][SIG]["regions_native"] = [[None, "nope"]]
+    with pytest.raises(CorruptDatabaseError, match="regions_native.*'nope'"):
+        schema.parse(raw)
+
+
+def test_store_merge_keeps_regions_native(tmp_path):
+    from dataclasses import replace
+
+    from tunedb.database import store
+    from tunedb.records import Region
+
+    db = schema.parse(valid_raw())
+    sig = Signature.parse(SIG)
+    new = replace(db.entries[sig], regions_native=(Region(None, "a"),))
+    merged = store.merge(db, "fake", "sm90", [new], db.configs, {"impl_hash": "fakehash1"})
+    assert merged.entries[sig].regions_native == (Region(None, "a"),)
+    extended = store.merge(merged, "fake", "sm90", [db.entries[sig]], db.configs,
+                           {"impl_hash": "fakehash1"}, extend=True)
+    # the new entry has no native regions: its regions stand for them, and new regions win
+    assert extended.entries[sig].regions_native == db.entries[sig].regions

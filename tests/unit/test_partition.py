@@ -2,7 +2,7 @@
 import pytest
 
 from tunedb.errors import BuildError
-from tunedb.partition import cross_eval_plan, objective_table, partition, set_cover, thin
+from tunedb.build.partition import cross_eval_plan, objective_table, partition, set_cover, thin
 from tunedb.records import Entry, Measurement, Point, Region, Signature, Status
 
 SIG = Signature.make("gemm", "gemm", "half", N=512, K=512)

@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from tunedb import checkpoint, database, pipeline, settings
-from tunedb.bench.timers import FakeTimer
+from tunedb import database, pipeline, settings
+
+from tunedb.build import checkpoint
+from tunedb.measure.timers import FakeTimer
 from tunedb.errors import BuildError
 from tunedb.records import Point, Region, ShapeSet, Signature, Status
 
@@ -230,7 +232,7 @@ SCORES = Signature.make("gemm", "bmm", "half", B=20, N=1500, K=64)
 
 
 def test_working_set_is_every_weight_one_forward_reads_per_model():
-    from tunedb.buildsteps import working_sets
+    from tunedb.build.steps import working_sets
 
     # 10 forwards of a 4-layer encoder: fc1 once per layer, the square projections 3x per layer
     encoder = ShapeSet((Point(BIG, 1500, calls=30), Point(BIG, 12000, calls=10),
@@ -262,7 +264,7 @@ def test_build_measures_each_signature_behind_its_models_working_set(cache):
 
 
 def test_no_fill_measures_the_census_sizes_only(cache):
-    from tunedb.bench.log import read_log
+    from tunedb.measure.log import read_log
 
     shapes = census((WINS, (24,)), (ACT, (16, 40)))
     filled = pipeline.build([("c", shapes)], opts(cache / "filled"), timer=FakeTimer(truth, seed=1))
@@ -295,7 +297,7 @@ def test_only_a_signatures_sole_point_stops_at_the_gate(cache):
     timer = FakeTimer(truth, noise_sigma=0.03, seed=2)
     shapes = census((FLAT, (24,)), (WINS, (64, 96)))
     pipeline.build([("c", shapes)], opts(cache / "out"), timer=timer)
-    from tunedb.bench.log import read_measurements
+    from tunedb.measure.log import read_measurements
 
     stops = {(x.signature, x.m): dict(x.env)["stop"] for x in read_measurements(cache / "out" / "measurements.jsonl")}
     assert stops[(FLAT, 24)] == "fallback gate"

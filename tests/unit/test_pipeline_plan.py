@@ -5,7 +5,15 @@ import json
 
 import pytest
 
-from tunedb import arch, buildplan, buildsteps, checkpoint, families, partition
+from tunedb import arch, families
+
+from tunedb.build import plan as buildplan
+
+from tunedb.build import steps as buildsteps
+
+from tunedb.build import checkpoint
+
+from tunedb.build import partition
 from tunedb.errors import BuildError
 from tunedb.records import Entry, Point, Region, Signature
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from runtime_fakes import gemm  # noqa: F401  (fixture)
-from tunedb import database, selector
+from tunedb import database
+from tunedb.runtime import selector
 from tunedb.records import Entry, Point, Region, Signature
 from tunedb.runtime.confirm import confirm, demote_regions, slower
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from runtime_fakes import gemm  # noqa: F401  (fixture)
-from tunedb import database, selector
+from tunedb import database
+from tunedb.runtime import selector
 from tunedb.records import Entry, Region
 from tunedb.runtime import launch_table
 
@@ -140,8 +141,7 @@ def test_a_config_failing_on_its_first_call_is_replaced_by_the_torch_arm(gemm, m
 
 
 def test_every_call_is_counted_per_tier_by_the_selector(gemm):
-    from tunedb import selector
-
+    from tunedb.runtime import selector
     selector.reset_counters()
     x, w, b = _tensors()
     for _ in range(5):

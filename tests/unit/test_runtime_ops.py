@@ -210,7 +210,8 @@ def test_meta_tensors_take_the_fake_kernel():
 # --- compile-time selection (Inductor's decomposition of the tuned ops) -----------------------
 
 def _serve(sig_text: str, config_id: str) -> None:
-    from tunedb import database, selector
+    from tunedb import database
+    from tunedb.runtime import selector
     from tunedb.families.gemm import FAMILY
     from tunedb.records import Entry, Region, Signature
 
@@ -391,7 +392,8 @@ def test_inductor_lowers_an_op_the_decomposition_keeps(monkeypatch):
 def test_the_token_names_the_tiers_as_loaded_not_as_on_disk(tiers_dirs):
     """A tier file rewritten by another process mid-epoch changes nothing this epoch serves, so
     it must not change the token either; the next epoch (reload) sees it."""
-    from tunedb import database, selector
+    from tunedb import database
+    from tunedb.runtime import selector
     from tunedb.records import Entry, Region, Signature
     from tunedb.runtime import launch_table
 

@@ -255,8 +255,8 @@ def test_real_hugging_face_whisper_and_llama_when_installed():
 
 
 def test_approximate_opt_in_is_process_wide_and_starts_an_epoch(tiers_dirs):
-    from tunedb import selector, settings
-
+    from tunedb import settings
+    from tunedb.runtime import selector
     with settings.override(APPROXIMATE=None):
         epoch = selector.epoch()
         optimize(WhisperLikeLayer())

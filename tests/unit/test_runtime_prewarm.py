@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from runtime_fakes import FakeMeasurer, gemm  # noqa: F401  (fixture)
-from tunedb import database, selector
+from tunedb import database
+from tunedb.runtime import selector
 from tunedb.errors import UncoveredShapeError
 from tunedb.records import Entry, Point, Region, ShapeSet, Signature
 from tunedb.runtime.patching import optimize

@@ -9,7 +9,7 @@ from torch import nn
 
 import tunedb
 from runtime_fakes import FakeMeasurer, gemm  # noqa: F401  (fixture)
-from tunedb import selector
+from tunedb.runtime import selector
 from tunedb.records import Point, Signature
 from tunedb.runtime.autotuner import autotune
 from tunedb.runtime.prewarm import prewarm

@@ -5,7 +5,8 @@ import pytest
 
 import fake_family
 from fake_family import SPACE, entry_raw, sig, tier_dirs_fixture, valid_raw
-from tunedb import database, selector, settings
+from tunedb import database, settings
+from tunedb.runtime import selector
 from tunedb.errors import DatabaseWarning, SignatureError
 from tunedb.records import Config
 
@@ -245,7 +246,7 @@ def test_import_touches_neither_torch_nor_disk():
     import subprocess
     import sys
 
-    code = ("import sys, tunedb, tunedb.selector, tunedb.database; "
+    code = ("import sys, tunedb, tunedb.runtime.selector, tunedb.database; "
             "print(sorted(m for m in ('torch', 'triton', 'filelock') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

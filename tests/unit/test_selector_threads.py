@@ -6,7 +6,7 @@ import subprocess, sys, textwrap
 SCRIPT = textwrap.dedent('''
 import os, threading
 os.environ["TUNEDB_USER_DB"] = "off"
-from tunedb import selector
+from tunedb.runtime import selector
 from tunedb.database import tiers
 from tunedb.records import Signature
 SIG = Signature.parse("gemm|op=gemm|dt=bf16|N=64|K=32")

@@ -28,7 +28,7 @@ def test_parse_reads_ints_and_strings():
     ("gemm|op=gemm|dt=half|N512|K=256", "N512"),  # no '='
     ("gemm|op=gemm|dt=half|N=|K=256", "N="),  # empty value
     ("gemm|dt=half|op=gemm|N=1", "FAMILY|op=OP|dt=DT"),  # order
-    ("gemm|op=gemm|dt=fp64|N=1", "fp64"),  # unknown dtype
+    ("gemm|op=gemm|dt=fp128|N=1", "fp128"),  # unknown dtype
     ("Gemm|op=gemm|dt=half|N=1", "Gemm"),  # bad family
     ("gemm|op=gemm|dt=half|N=1|N=2", "'N'"),  # repeated parameter
     ("gemm|op=gemm|dt=half|N=007", "not canonical"),

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-from tunedb.buildplan import TOP_K
+from tunedb.build.plan import TOP_K
 from tunedb.errors import BuildError
 
 
@@ -106,7 +106,7 @@ class RichReporter:
 def print_plan(console: Any, plans: Sequence[Any]) -> None:
     from rich.table import Table
 
-    from tunedb.buildplan import plan_rows
+    from tunedb.build.plan import plan_rows
 
     rows = plan_rows(plans)
     table = Table(title="build plan (nothing measured)")
@@ -125,7 +125,7 @@ def print_plan(console: Any, plans: Sequence[Any]) -> None:
 def phase_line(phases: dict[str, float], total: float) -> str:
     """Where a build's measuring time went, e.g. 'worker start 2.1 s, probes 3.0 s, ...'
     (protocol.PHASES in order, then any other key)."""
-    from tunedb.bench.protocol import PHASES
+    from tunedb.measure.protocol import PHASES
 
     order = [k for k in PHASES if k in phases] + sorted(k for k in phases if k not in PHASES)
     parts = [f"{name} {phases[name]:.1f} s" for name in order]
@@ -135,7 +135,7 @@ def phase_line(phases: dict[str, float], total: float) -> str:
 
 def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
     if as_json:
-        from tunedb.buildplan import plan_rows
+        from tunedb.build.plan import plan_rows
 
         out = {"plan": plan_rows(result.plans), "run_id": result.run_id,
                "path": str(result.path) if result.path else None,

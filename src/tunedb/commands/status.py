@@ -20,7 +20,7 @@ def _default_arch() -> str | None:
         import torch
 
         if torch.cuda.is_available():
-            from tunedb.selector import current_arch_family
+            from tunedb.runtime.selector import current_arch_family
 
             return current_arch_family()
     except Exception:  # no usable torch: show every arch family

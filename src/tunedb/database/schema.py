@@ -18,7 +18,7 @@ from tunedb.records import SENTINELS, Config, Entry, Region, Signature, Status
 SCHEMA_VERSION = 1
 TOP_KEYS: tuple[str, ...] = ("schema", "kernel_family", "arch_family", "validators", "configs",
                              "entries", "model")
-ENTRY_KEYS: tuple[str, ...] = ("regions", "evidence", "source", "soft", "notes")
+ENTRY_KEYS: tuple[str, ...] = ("regions", "regions_native", "evidence", "source", "soft", "notes")
 SOFT_VALIDATORS: tuple[str, ...] = ("impl_hash", "sku", "triton", "torch", "cuda", "tunedb")
 FAILURE_STATUSES: tuple[str, ...] = tuple(s.value for s in Status if s is not Status.OK)
 
@@ -212,6 +212,9 @@ def _parse_entry(key: Any, value: Any, kernel_family: str, configs: Mapping[str,
     if "regions" not in value:
         raise _fail(source, f"{where} has no 'regions'")
     regions = _parse_regions(value["regions"], where, configs, source)
+    native = value.get("regions_native")
+    if native is not None:
+        native = _parse_regions(native, f"{where} (regions_native)", configs, source)
     evidence = _parse_evidence(value.get("evidence", {}), where, source)
     source_tag = value.get("source", "build")
     if not isinstance(source_tag, str):
@@ -220,7 +223,7 @@ def _parse_entry(key: Any, value: Any, kernel_family: str, configs: Mapping[str,
     notes = value.get("notes", [])
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise _fail(source, f"{where}: 'notes' must be a list of strings")
-    return Entry(sig, regions, evidence, source_tag, soft, tuple(notes))
+    return Entry(sig, regions, evidence, source_tag, soft, tuple(notes), native)
 
 
 def parse(raw: Any, source: str = "<data>", kernel_family: str | None = None,
@@ -254,6 +257,8 @@ def load(path: Path, kernel_family: str | None = None, arch_family: str | None =
 
 def entry_to_json(entry: Entry) -> dict[str, Any]:
     out: dict[str, Any] = {"regions": [r.to_json() for r in entry.regions]}
+    if entry.regions_native is not None:
+        out["regions_native"] = [r.to_json() for r in entry.regions_native]
     if entry.evidence:
         out["evidence"] = {k: entry.evidence[k] for k in sorted(entry.evidence, key=_point_order)}
     out["source"] = entry.source

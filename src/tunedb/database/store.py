@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -67,8 +68,11 @@ def _extend_entry(old: Entry, new: Entry) -> Entry:
     evidence = dict(old.evidence)
     evidence.update(new.evidence)
     notes = tuple(dict.fromkeys(old.notes + new.notes))
+    native = None
+    if old.regions_native is not None or new.regions_native is not None:
+        native = _merge_regions(old.regions_native or old.regions, new.regions_native or new.regions)
     return Entry(new.signature, _merge_regions(old.regions, new.regions), evidence,
-                 new.source, {}, notes)
+                 new.source, {}, notes, native)
 
 
 def merge(existing: DatabaseFile | None, kernel_family: str, arch_family: str,
@@ -97,12 +101,11 @@ def merge(existing: DatabaseFile | None, kernel_family: str, arch_family: str,
             merged[entry.signature] = _extend_entry(old, entry)
             own[entry.signature] = vals.mixed(own[entry.signature], writer_validators)
         else:
-            merged[entry.signature] = Entry(entry.signature, entry.regions, dict(entry.evidence),
-                                            entry.source, {}, entry.notes)
+            merged[entry.signature] = replace(entry, evidence=dict(entry.evidence), soft={})
             own[entry.signature] = writer_validators
     for sig, entry in list(merged.items()):
         soft = vals.soft_field(own[sig], writer_validators)
-        merged[sig] = Entry(sig, entry.regions, entry.evidence, entry.source, soft, entry.notes)
+        merged[sig] = replace(entry, soft=soft)
     all_configs = dict(existing.configs) if existing else {}
     all_configs.update(configs)
     needed = {cid for e in merged.values() for cid in e.config_ids()} - set(SENTINELS)

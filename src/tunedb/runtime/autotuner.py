@@ -28,7 +28,7 @@ from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signat
 from tunedb.runtime import launch_table
 from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result
 from tunedb.runtime.launch_table import _capturing as capturing  # the runtime's one capture check
-from tunedb.selector import shipped_profile as selector_shipped
+from tunedb.runtime.selector import shipped_profile as selector_shipped
 
 # measurer(family, sig, m, config_ids, incumbent) -> one Measurement per arm it measured
 Measurer = Callable[[Any, Signature, int, "tuple[str, ...]", "str | None"], Sequence[Measurement]]
@@ -46,7 +46,7 @@ def protocol_measurer(family: Any, sig: Signature, m: int, config_ids: tuple[str
     A serving process may share its GPU, so a busy GPU is measured anyway (results marked
     contended) rather than refused. working_set_bytes (the served model's weights, when known)
     decides whether weights are timed cold or warm; timer None is the CUDA-graph timer."""
-    from tunedb.bench import protocol
+    from tunedb.measure import protocol
 
     return protocol.measure_point(family, sig, m, list(config_ids), alpha=0.0,
                                   incumbent=incumbent, allow_busy=True, timer=timer,
@@ -101,8 +101,7 @@ class Autotuner:
     @property
     def arch_family(self) -> str:
         if self._arch_family is None:
-            from tunedb import selector
-
+            from tunedb.runtime import selector
             self._arch_family = selector.current_arch_family()
         return self._arch_family
 
@@ -148,8 +147,7 @@ class Autotuner:
         if self.save_path is not None and self.cache.dirty:
             self.cache.save(self.save_path)
         if self.publish and self.measured and self._publish():
-            from tunedb import selector
-
+            from tunedb.runtime import selector
             selector.reload()  # the production path serves the new winners from here on
         self.measured = []
 
@@ -226,8 +224,7 @@ class Autotuner:
         return settings.approximate_allowed() if self._approximate is None else self._approximate
 
     def _incumbent(self, family: Any, sig: Signature, m: int) -> str | None:
-        from tunedb import selector
-
+        from tunedb.runtime import selector
         try:
             return selector.peek(family.name, sig, m).config.id
         except Exception:  # no incumbent is fine: the protocol still keeps the default
@@ -315,8 +312,7 @@ def _top_k(family: Any, sig: Signature, m: int, configs: list[Config], profile: 
     n, kk = sig.get("N"), sig.get("K")
     if family.name != "gemm" or not isinstance(n, int) or not isinstance(kk, int):
         return configs
-    from tunedb import costmodel
-
+    from tunedb.families.gemm import costmodel
     ranked = costmodel.rank(configs, m, n, kk, profile, k, dt=sig.dt,
                             default_config=family.default_config)
     return [c for c, _ms in ranked] or configs

@@ -111,7 +111,7 @@ Group = tuple  # (signature, tier, entry signature, config id): one pick, judged
 def _picks(points: Any) -> dict[Group, list[int]]:
     """{(signature, tier, answering entry's key, config id): [M, ...]} of the points a Triton
     config serves now (one signature can be answered by different entries at different Ms)."""
-    from tunedb import selector
+    from tunedb.runtime import selector
     from tunedb.families.gemm.configs import VENDOR_LANES
 
     out: dict[Group, list[int]] = {}
@@ -136,8 +136,8 @@ def graph_measurer(model: Any, inputs: Any, rounds: int = 7, block_ms: float = 1
     import torch
 
     from tunedb import families
-    from tunedb.bench.cudagraph import capture as capture_graph
-    from tunedb.bench.gpuenv import wait_reaped
+    from tunedb.measure.cudagraph import capture as capture_graph
+    from tunedb.measure.gpuenv import wait_reaped
     from tunedb.runtime import launch_table
     from tunedb.runtime.prewarm import forward_of
 
@@ -233,8 +233,8 @@ def _publish(demoted: dict[Signature, list[tuple[Group, tuple[int, ...], str]]],
     entry that answered, with torch at the demoted Ms. A signature whose demoted picks came from
     two entries other than its own user-tier one takes the first; the others are reported (a
     second confirm judges them against the new entry). New epoch."""
-    from tunedb import database, selector
-
+    from tunedb import database
+    from tunedb.runtime import selector
     arch = selector.current_arch()[0]
     by_family: dict[str, tuple[list[Entry], dict[str, Any]]] = {}
     skipped: set[tuple[Signature, tuple[int, ...]]] = set()

@@ -69,8 +69,7 @@ _capture: list[Any] = [None]  # TUNEDB_CAPTURE's path, read at each epoch start
 
 
 def _selector() -> Any:
-    from tunedb import selector
-
+    from tunedb.runtime import selector
     return selector
 
 

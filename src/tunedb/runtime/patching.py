@@ -208,8 +208,9 @@ def allow_approximate() -> None:
     inherited by benchmark worker subprocesses, whose validity checks must agree."""
     import os
 
-    from tunedb import selector, settings
+    from tunedb import settings
 
+    from tunedb.runtime import selector
     if not settings.approximate_allowed():
         os.environ[settings.APPROXIMATE.name] = "1"
         selector.reload()

@@ -82,8 +82,7 @@ def _recorded(model: Any, inputs: Any) -> tuple[Point, ...]:
 
 
 def _tier(sig: Signature, m: int) -> str:
-    from tunedb import selector
-
+    from tunedb.runtime import selector
     return selector.peek(sig.family, sig, m).tier
 
 

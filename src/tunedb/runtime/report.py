@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from tunedb import selector
+from tunedb.runtime import selector
 from tunedb.runtime import launch_table
 
 # Strongest first: a layer is reported under the last of these that any of its shapes took.

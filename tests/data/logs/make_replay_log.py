@@ -5,9 +5,9 @@ The numbers are synthetic (FakeTimer: a fixed cost per config plus seeded noise)
 """
 from pathlib import Path
 
-from tunedb.bench.log import MeasurementLog
-from tunedb.bench.protocol import measure_point
-from tunedb.bench.timers import FakeTimer
+from tunedb.measure.log import MeasurementLog
+from tunedb.measure.protocol import measure_point
+from tunedb.measure.timers import FakeTimer
 from tunedb.records import Provenance, Signature, Status
 
 SIG = Signature.make("gemm", "gemm", "half", N=512, K=256)

@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from tunedb.families.contract import SignatureSchema, VerifyRule
 from tunedb.families.gemm import configs
 from tunedb.families.gemm.signatures import make_signature, serving_keys, signature_of, work
 from tunedb.records import ArchProfile, Config, Signature
@@ -42,6 +43,11 @@ class GemmFamily:
     ops = configs.OPS
     lanes = configs.LANES
     acts = configs.ACTS
+    schema = SignatureSchema(key=(("N", int), ("K", int), ("act", str), ("bias", int)), size="M",
+                             ladder="m", optional=("act", "bias"),
+                             choices=(("act", configs.ACTS), ("bias", (0, 1))),
+                             dtypes=("half", "fp16", "bf16"))
+    verify = VerifyRule("tolerance", 4.0)
 
     def signature_of(self, op: str, x: Any, weight: Any, bias: Any = None, act: str = "none") -> tuple[Signature, int]:
         return signature_of(op, x, weight, bias, act)
@@ -64,8 +70,7 @@ class GemmFamily:
     def model_ranker(self, profile: ArchProfile, params: Any = None) -> Any:
         """The selector's cost-model tier: the analytic model on `profile`, calibrated by the
         `model` object an arch's database file ships (None: the uncalibrated structure)."""
-        from tunedb import costmodel
-
+        from tunedb.families.gemm import costmodel
         fitted = costmodel.ModelParams.from_json(params) if params else None
         return costmodel.make_ranker(profile, fitted, self.invalid_reason, self.default_config)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable, Mapping, Sequence
 
-from tunedb.costmodel import (ELEM_BYTES, ModelParams, Terms, _predict_us, _tile_of,
+from tunedb.families.gemm.costmodel import (ELEM_BYTES, ModelParams, Terms, _predict_us, _tile_of,
                               _vendor_parts, _vendor_us, default_line, predict, terms)
 from tunedb.families.gemm.configs import VENDOR_LANES
 from tunedb.records import ArchProfile, Config, Measurement, Status

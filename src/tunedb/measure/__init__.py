@@ -8,7 +8,7 @@
     Worker                                            the per-GPU benchmark subprocess
     collect_provenance()                              provenance for log lines
 
-Attributes are imported on first use, so importing tunedb.bench touches neither torch nor the GPU.
+Attributes are imported on first use, so importing tunedb.measure touches neither torch nor the GPU.
 """
 from __future__ import annotations
 
@@ -16,31 +16,31 @@ import importlib
 from typing import Any
 
 _LAZY: dict[str, str] = {
-    "measure_point": "tunedb.bench.protocol",
-    "measure_problem": "tunedb.bench.protocol",
-    "measure_point_isolated": "tunedb.bench.protocol",
-    "best": "tunedb.bench.protocol",
-    "refuse_capture": "tunedb.bench.protocol",
-    "Arm": "tunedb.bench.arms",
-    "Problem": "tunedb.bench.arms",
-    "arms_for": "tunedb.bench.arms",
-    "problem_for": "tunedb.bench.arms",
-    "FakeTimer": "tunedb.bench.timers",
-    "ReplayTimer": "tunedb.bench.timers",
-    "rotation_copies": "tunedb.bench.timers",
-    "CudaGraphTimer": "tunedb.bench.cudagraph",
-    "MeasurementLog": "tunedb.bench.log",
-    "read_log": "tunedb.bench.log",
-    "Worker": "tunedb.bench.worker",
-    "NvmlEnv": "tunedb.bench.gpuenv",
-    "GateResult": "tunedb.bench.gate",
+    "measure_point": "tunedb.measure.protocol",
+    "measure_problem": "tunedb.measure.protocol",
+    "measure_point_isolated": "tunedb.measure.protocol",
+    "best": "tunedb.measure.protocol",
+    "refuse_capture": "tunedb.measure.protocol",
+    "Arm": "tunedb.measure.arms",
+    "Problem": "tunedb.measure.arms",
+    "arms_for": "tunedb.measure.arms",
+    "problem_for": "tunedb.measure.arms",
+    "FakeTimer": "tunedb.measure.timers",
+    "ReplayTimer": "tunedb.measure.timers",
+    "rotation_copies": "tunedb.measure.timers",
+    "CudaGraphTimer": "tunedb.measure.cudagraph",
+    "MeasurementLog": "tunedb.measure.log",
+    "read_log": "tunedb.measure.log",
+    "Worker": "tunedb.measure.worker",
+    "NvmlEnv": "tunedb.measure.gpuenv",
+    "GateResult": "tunedb.measure.gate",
 }
 
 __all__ = sorted([*_LAZY, "collect_provenance"])
 
 
 def collect_provenance(**kwargs: Any) -> Any:
-    from tunedb.bench.provenance import collect
+    from tunedb.measure.provenance import collect
 
     return collect(**kwargs)
 
@@ -48,7 +48,7 @@ def collect_provenance(**kwargs: Any) -> Any:
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'tunedb.bench' has no attribute {name!r}")
+        raise AttributeError(f"module 'tunedb.measure' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -17,8 +17,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from tunedb.bench.gate import classify_exception, describe
-from tunedb.bench.gpuenv import add_reaper, register_worker, unregister_worker, wait_reaped
+from tunedb.measure.gate import classify_exception, describe
+from tunedb.measure.gpuenv import add_reaper, register_worker, unregister_worker, wait_reaped
 from tunedb.errors import WorkerError
 from tunedb.records import Status
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from tunedb.bench.arms import Arm, Problem
+from tunedb.measure.arms import Arm, Problem
 from tunedb.records import Signature
 
 Body = Callable[[Any, Any, Any], Any]  # (x, w, out) -> launches into out

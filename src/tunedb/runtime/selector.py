@@ -98,7 +98,7 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
     if profile is None:
         tiers.warn_once("selector", f"no-profile:{arch_family}",
                         f"tunedb: no arch profile for {arch_family}; every shape takes the family "
-                        f"default (call tunedb.selector.configure(arch=...))")
+                        f"default (call tunedb.runtime.selector.configure(arch=...))")
         return _default(fam, sig, None)
     if not settings.heuristic_enabled():
         return _default(fam, sig, profile)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from tunedb.bench.arms import Problem
-from tunedb.bench.gpuenv import GpuEnv, NullEnv
+from tunedb.measure.arms import Problem
+from tunedb.measure.gpuenv import GpuEnv, NullEnv
 from tunedb.errors import MeasurementError
 from tunedb.records import Measurement, Signature, Status
 
@@ -145,7 +145,7 @@ class ReplayTimer:
 
     def __init__(self, log: str | Path | Sequence[Measurement]) -> None:
         if isinstance(log, (str, Path)):
-            from tunedb.bench.log import read_measurements
+            from tunedb.measure.log import read_measurements
 
             records = read_measurements(log)
             self.source = str(log)

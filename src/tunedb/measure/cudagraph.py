@@ -33,11 +33,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from tunedb.bench import stats
-from tunedb.bench.arms import Problem, empty_like_reference
-from tunedb.bench.gate import classify_exception, describe, gate_arms
-from tunedb.bench.gpuenv import NvmlEnv
-from tunedb.bench.timers import Prepared, rotation_copies
+from tunedb.measure import stats
+from tunedb.measure.arms import Problem, empty_like_reference
+from tunedb.measure.gate import classify_exception, describe, gate_arms
+from tunedb.measure.gpuenv import NvmlEnv
+from tunedb.measure.timers import Prepared, rotation_copies
 from tunedb.errors import MeasurementError
 from tunedb.records import Status
 

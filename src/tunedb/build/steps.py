@@ -7,7 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from tunedb import buildplan, checkpoint, costmodel, database, families, partition
+from tunedb import database, families
+
+from tunedb.build import plan as buildplan
+
+from tunedb.build import checkpoint
+
+from tunedb.families.gemm import costmodel
+
+from tunedb.build import partition
 from tunedb.errors import BuildError
 from tunedb.records import ArchProfile, Config, Entry, Measurement, Point, Signature, Status
 
@@ -56,7 +64,7 @@ def predictor(family: Any, arch: ArchProfile, params: costmodel.ModelParams | No
 
 def simulated_timer(family: Any, arch: ArchProfile, seed: int, noise: float) -> Any:
     """FakeTimer whose truth is the cost model's prediction: what --simulate measures with."""
-    from tunedb.bench.timers import FakeTimer
+    from tunedb.measure.timers import FakeTimer
 
     predict = predictor(family, arch)
 
@@ -118,8 +126,8 @@ def start_worker(opts: Any, gpu: bool) -> Any:
     census or plan, and build(worker=) then owns it. None otherwise."""
     if not gpu or not opts.isolate or opts.simulate or opts.dry_run:
         return None
-    from tunedb.bench.protocol import StartRequest
-    from tunedb.bench.worker import Worker
+    from tunedb.measure.protocol import StartRequest
+    from tunedb.measure.worker import Worker
 
     worker = Worker()
     worker.prestart(StartRequest(opts.family))
@@ -141,13 +149,13 @@ class Measurer:
         # gate, captures, host timing), rounds, requests (the worker's pipe and pickling)
         self.phases: dict[str, float] = {}
         if self.timer is None and opts.isolate:
-            from tunedb.bench.worker import Worker
+            from tunedb.measure.worker import Worker
 
             # its process starts with the first point (a resumed build may need none), unless
             # the caller prestarted one (start_worker)
             self.worker = worker if worker is not None else Worker()
         elif self.timer is None:  # --in-process: one CUDA-graph timer for the whole build
-            from tunedb.bench.protocol import default_timer
+            from tunedb.measure.protocol import default_timer
 
             self.timer = default_timer()
         self.arms = 0
@@ -158,7 +166,7 @@ class Measurer:
         it alone is what the signature serves, and its rounds may stop once no arm can pass it.
         (Across several points a region's gate is a weighted geomean over them, and an arm
         behind torch here can still win a region; those points sample on.)"""
-        from tunedb.bench import protocol
+        from tunedb.measure import protocol
 
         served = self.working_set.get(sig)
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,

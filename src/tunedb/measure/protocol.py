@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from tunedb.bench import stats
-from tunedb.bench.arms import Problem, problem_for
-from tunedb.bench.gpuenv import merge_snapshots
-from tunedb.bench.timers import Prepared, Timer
+from tunedb.measure import stats
+from tunedb.measure.arms import Problem, problem_for
+from tunedb.measure.gpuenv import merge_snapshots
+from tunedb.measure.timers import Prepared, Timer
 from tunedb.errors import BusyGPUError, CaptureActiveError
 from tunedb.records import Measurement, Signature, Status
 
@@ -54,7 +54,7 @@ def add_phase(phases: dict[str, float], key: str, seconds: float) -> None:
 
 
 def default_timer() -> Timer:
-    from tunedb.bench.cudagraph import CudaGraphTimer
+    from tunedb.measure.cudagraph import CudaGraphTimer
 
     return CudaGraphTimer()
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from tunedb import buildsteps, costmodel, database, families
+from tunedb import database, families
+
+from tunedb.build import steps as buildsteps
+
+from tunedb.families.gemm import costmodel
 from tunedb import evaluate as evaluation
 from tunedb.errors import BuildError
 from tunedb.records import ArchProfile, Config, ShapeSet, Signature
@@ -77,7 +81,7 @@ def evaluate_logs(logs: Sequence[str | Path], dbs: Sequence[tuple[str, str | Pat
                   censuses: Sequence[ShapeSet] = (), arch_family: str | None = None,
                   family: str = "gemm") -> tuple[evaluation.Evaluation, dict[str, dict[str, Any]]]:
     """`tunedb evaluate`: the Evaluation, and each file's regions per signature (for the figure)."""
-    from tunedb.bench.log import read_measurements
+    from tunedb.measure.log import read_measurements
 
     names = [n for n, _ in dbs]
     dupes = sorted({n for n in names if names.count(n) > 1} | ({"default", "torch", "cost model"} & set(names)))

@@ -1,0 +1,394 @@
+"""The family contract: what a kernel family gives the pipeline, and the defaults of its hooks.
+
+A family is one object with a required core (the KernelFamily Protocol below) and optional hooks
+that the pipeline looks up with ``hook(family, name)``; a hook the family does not define gets
+the default written here. Every default replaces a hard-code the pipeline once had for GEMM:
+no cost model (unmeasured keys get the fallback or the family's heuristic), the GEMM pick rule
+(a config beats the fallback by 1.05x; within 3% the simpler arm wins), rotated cold input
+copies, no census rules, no run-time ops. docs/families.md describes the contract with the GEMM
+family as the worked example. Pure Python: nothing here imports torch.
+"""
+from __future__ import annotations
+
+import enum
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+from tunedb.buckets import LADDERS
+from tunedb.errors import RegistryError, SignatureError
+from tunedb.records import DTYPES, SENTINELS, ArchProfile, Config, Signature
+
+
+@dataclass(frozen=True)
+class SignatureSchema:
+    """The key fields of a signature besides op and dt, and its size axis.
+
+    key: (name, type) in signature order (GEMM: N int, K int, act str, bias int); `optional`
+    names the fields a signature may leave out (GEMM's op=gemm has no act or bias); `choices`
+    restricts a field to listed values; `dtypes` the dt values (empty: any of records.DTYPES).
+    size: the dynamic axis a database entry's regions run over ("M" for GEMM, "batch" for
+    batched small problems). ladder: the bucket ladder that fills sizes ("m": step 8 to 128,
+    x sqrt2 to 1024, x2 above; "pow2": powers of two).
+    """
+
+    key: tuple[tuple[str, type], ...]
+    size: str = "M"
+    ladder: str = "m"
+    optional: tuple[str, ...] = ()
+    choices: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    dtypes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [name for name, _ in self.key]
+        if len(set(names)) != len(names):
+            raise ValueError(f"schema key repeats a field: {names}")
+        for name, typ in self.key:
+            if typ not in (int, str):
+                raise ValueError(f"schema field {name!r} has type {typ!r}; allowed: int, str")
+        unknown = [n for n in self.optional if n not in names]
+        unknown += [n for n, _ in self.choices if n not in names]
+        if unknown:
+            raise ValueError(f"schema names fields {unknown} that are not in its key {names}")
+        if self.ladder not in LADDERS:
+            raise ValueError(f"schema ladder {self.ladder!r}; allowed: {', '.join(LADDERS)}")
+        bad = [d for d in self.dtypes if d not in DTYPES]
+        if bad:
+            raise ValueError(f"schema dtypes {bad} are not dtype names ({', '.join(DTYPES)})")
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.key)
+
+    def check(self, sig: Signature) -> Signature:
+        """`sig` when it fits the schema; SignatureError naming the bad field and what is allowed."""
+        if self.dtypes and sig.dt not in self.dtypes:
+            raise SignatureError(f"{sig}: dt={sig.dt!r} is not served; allowed: {', '.join(self.dtypes)}")
+        types = dict(self.key)
+        given = [k for k, _ in sig.params]
+        for name in given:
+            if name not in types:
+                raise SignatureError(f"{sig}: unknown field {name!r}; the key fields are "
+                                     f"{', '.join(self.names()) or '(none)'}")
+        order = [n for n in self.names() if n in given]
+        if given != order:
+            raise SignatureError(f"{sig}: fields must come in the order {', '.join(self.names())}")
+        allowed = dict(self.choices)
+        for name, typ in self.key:
+            value = sig.get(name)
+            if value is None:
+                if name not in self.optional:
+                    raise SignatureError(f"{sig}: missing field {name!r} ({typ.__name__})")
+                continue
+            if not isinstance(value, typ):
+                raise SignatureError(f"{sig}: field {name}={value!r} must be {typ.__name__}")
+            if name in allowed and value not in allowed[name]:
+                raise SignatureError(f"{sig}: field {name}={value!r}; allowed: "
+                                     f"{', '.join(map(str, allowed[name]))}")
+        return sig
+
+    def make(self, family: str, op: str, dt: str, **fields: int | str) -> Signature:
+        """A checked signature with the fields in schema order."""
+        unknown = sorted(set(fields) - set(self.names()))
+        if unknown:
+            raise SignatureError(f"unknown field(s) {unknown} for {family}|op={op}; the key fields "
+                                 f"are {', '.join(self.names()) or '(none)'}")
+        params = tuple((n, fields[n]) for n in self.names() if n in fields)
+        return self.check(Signature(family, op, dt, params))
+
+
+def default_simplicity(config_id: str) -> int:
+    """Sentinels (the framework's own ops) are simpler than any tuned config."""
+    return 0 if config_id in SENTINELS else 1
+
+
+def no_dependency(config_id: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class PickResult:
+    """One point's pick: the winner and the winner among dependency-free arms (spec 003)."""
+
+    winner: str
+    native: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PickRule:
+    """The one pick rule: partition, the build's steps and autotune() all decide through it.
+
+    fallback: the arm a config must beat by `min_speedup` to be served (GEMM: torch, 1.05x; 1.0
+    turns the gate off) and the arm of the catch-all region above the largest measured size;
+    tie_band: an arm within this share of the fastest counts as fast as it, and the simpler one
+    wins (`simplicity`: config id -> rank, lower is simpler; among equal ranks the fallback);
+    dep_margin: an arm whose `dependency` is not None (it needs an optional library) wins only
+    beyond this margin over the best dependency-free arm (spec 003: 5%).
+    """
+
+    fallback: str = "torch"
+    min_speedup: float = 1.05
+    tie_band: float = 0.03
+    dep_margin: float = 0.05
+    simplicity: Callable[[str], int] = default_simplicity
+    dependency: Callable[[str], str | None] = no_dependency
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fallback, str) or not self.fallback:
+            raise ValueError(f"pick rule fallback={self.fallback!r} must name an arm")
+        if not self.min_speedup >= 1.0:
+            raise ValueError(f"pick rule min_speedup={self.min_speedup} must be >= 1.0")
+        if not 0.0 <= self.tie_band < 1.0:
+            raise ValueError(f"pick rule tie_band={self.tie_band} must be in [0, 1)")
+        if not self.dep_margin >= 0.0:
+            raise ValueError(f"pick rule dep_margin={self.dep_margin} must be >= 0")
+
+    def order(self, config_id: str) -> tuple[int, int, str]:
+        """Sort key, simplest first: by simplicity, the fallback first among equals, then by id."""
+        return (self.simplicity(config_id), 0 if config_id == self.fallback else 1, config_id)
+
+    def is_native(self, config_id: str) -> bool:
+        return self.dependency(config_id) is None
+
+    def tie_pick(self, times: Mapping[str, float]) -> str:
+        """The simplest arm within the tie band of the fastest (times as charged by the caller)."""
+        if not times:
+            raise ValueError("tie_pick needs at least one measured arm")
+        best = min(times.values())
+        tied = [c for c, t in times.items() if t <= best * (1.0 + self.tie_band)]
+        return min(tied, key=self.order)
+
+    def gate(self, config_id: str, time: float, times: Mapping[str, float]) -> tuple[str, str]:
+        """(arm, reason): `config_id` unless the fallback is measured and it does not beat it by
+        min_speedup (1.0: no gate; the tie band alone decides, as in spec 003)."""
+        if config_id == self.fallback or self.fallback not in times or self.min_speedup == 1.0:
+            return config_id, ""
+        speedup = times[self.fallback] / time
+        if speedup < self.min_speedup:
+            return self.fallback, f"{config_id} kept {self.fallback} ({speedup:.2f}x < {self.min_speedup:.2f}x gate)"
+        return config_id, f"{config_id} ({speedup:.2f}x vs {self.fallback})"
+
+    def pick(self, times: Mapping[str, float]) -> PickResult:
+        """One point's pick from measured times {arm: ms} (lower is better): the simplest
+        dependency-free arm within the tie band of the fastest of them; a dependency arm instead
+        only when the fastest dependency-free arm is more than dep_margin slower; then the gate
+        against the fallback."""
+        clean = {c: float(t) for c, t in times.items() if t is not None and t > 0}
+        if not clean:
+            raise ValueError("pick needs at least one arm with a positive time")
+        native = {c: t for c, t in clean.items() if self.is_native(c)}
+        deps = {c: t for c, t in clean.items() if not self.is_native(c)}
+        native_pick = self.tie_pick(native) if native else None
+        best = native_pick
+        if deps:
+            dep_pick = self.tie_pick(deps)
+            if not native or min(native.values()) > deps[dep_pick] * (1.0 + self.dep_margin):
+                best = dep_pick
+        winner, reason = self.gate(best, clean[best], clean)
+        if native_pick is None:
+            return PickResult(winner, winner, reason)
+        return PickResult(winner, self.gate(native_pick, native[native_pick], native)[0], reason)
+
+
+class VerifyKind(str, enum.Enum):
+    TOLERANCE = "tolerance"  # relative error within factor x the baseline arm's own (or a bound)
+    EXACT = "exact"  # bitwise equal to the reference (integer outputs)
+    RESIDUAL = "residual"  # the family's residual hook within bound (or factor x the baseline's)
+
+
+@dataclass(frozen=True)
+class VerifyRule:
+    """The numerical gate's rule for one family (or one op of it)."""
+
+    kind: str = "tolerance"
+    factor: float = 4.0
+    bound: float | None = None  # an absolute bound; None: factor x the baseline arm's error
+
+    def __post_init__(self) -> None:
+        kinds = tuple(k.value for k in VerifyKind)
+        if self.kind not in kinds:
+            raise ValueError(f"verify kind {self.kind!r}; allowed: {', '.join(kinds)}")
+        if not self.factor >= 1.0:
+            raise ValueError(f"verify factor={self.factor} must be >= 1.0")
+        if self.bound is not None and not self.bound >= 0:
+            raise ValueError(f"verify bound={self.bound} must be >= 0")
+
+
+class InputPolicy(str, enum.Enum):
+    """How the measuring code feeds an arm's timed launches.
+
+    ROTATE: cold copies of the weights rotate (the working set decides how many); arguments that
+    are not weights are shared. RING: a bounded ring of fresh valid inputs made by the family's
+    problem factory, refreshed outside the timed region, so that a timed launch never sees its
+    own output (ops that overwrite their input). NONE: one set of inputs, reused.
+    """
+
+    ROTATE = "rotate"
+    RING = "ring"
+    NONE = "none"
+
+
+@runtime_checkable
+class KernelFamily(Protocol):
+    """The required core of a family. Tensor-touching methods import torch lazily."""
+
+    name: str  # "gemm": also the database file's stem
+    ops: tuple[str, ...]
+    lanes: tuple[str, ...]
+    schema: SignatureSchema
+    verify: Any  # a VerifyRule, or a callable sig -> VerifyRule (see verify_rule())
+
+    def signature_of(self, op: str, *args: Any, **kwargs: Any) -> tuple[Signature, int]:
+        """The static signature and the size (along schema.size) of one call."""
+
+    def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
+        """Every non-sentinel config of the given lanes (all lanes when None) on this arch."""
+
+    def parse_config(self, config_id: str) -> Config:
+        """A config from its stable id (sentinels included); ConfigError when malformed."""
+
+    def invalid_reason(self, config: Config, sig: Signature, m: int | None,
+                       arch: ArchProfile) -> str | None:
+        """THE validity predicate: None when `config` may run `sig` at size m on `arch`, else why
+        not. m is None when the question is about every size (resolve and compile time)."""
+
+    def sentinels(self, sig: Signature, approximate: bool = False) -> tuple[str, ...]:
+        """The sentinel arms that apply to `sig` (always 'default' and the pick rule's fallback)."""
+
+    def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
+        """The family's untuned choice for `sig` (what the sentinel 'default' runs)."""
+
+    def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
+        """The production compile set: referenced configs + default + a coverage basis."""
+
+    def launch(self, config: Config, sig: Signature, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        """Run `sig`'s op with `config`; writes into `out` when given."""
+
+    def reference(self, sig: Signature, *args: Any, **kwargs: Any) -> Any:
+        """The op in higher precision on upcast inputs: what the numerical gate compares with."""
+
+    def make_inputs(self, sig: Signature, m: int, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The problem factory: fresh valid random inputs (never zeros) for `sig` at size m."""
+
+    def work(self, sig: Signature, m: int) -> tuple[float, float]:
+        """(FLOPs, fewest bytes moved) of one call."""
+
+    # impl_hash: a str, or a callable returning one, over what decides the compiled kernels
+    # and their launch grid (the database's soft validator); nothing else.
+
+
+REQUIRED: tuple[str, ...] = (
+    "name", "ops", "lanes", "schema", "verify", "signature_of", "config_space", "parse_config",
+    "invalid_reason", "sentinels", "default_config", "compile_set", "launch", "reference",
+    "make_inputs", "work", "impl_hash")
+
+
+def missing_members(family: Any) -> tuple[str, ...]:
+    """The required members `family` lacks (empty: it implements the contract's core)."""
+    return tuple(name for name in REQUIRED if not hasattr(family, name))
+
+
+# --- optional hooks and their defaults --------------------------------------------------------
+
+
+def _pick_rule(family: Any) -> PickRule:
+    return PickRule()
+
+
+def _input_policy(family: Any, sig: Signature) -> InputPolicy:
+    return InputPolicy.ROTATE
+
+
+def _cost_model(family: Any, profile: ArchProfile, params: Any = None) -> Any:
+    return None  # no model: unmeasured keys get the fallback or the heuristic
+
+
+def _heuristic(family: Any, sig: Signature, m: int | None, arch: ArchProfile | None = None) -> Config | None:
+    return None
+
+
+def _residual(family: Any, sig: Signature, args: Any, kwargs: Any, out: Any) -> float | None:
+    return None  # a residual rule without this hook cannot pass: the gate says so
+
+
+def _census_rules(family: Any) -> tuple[Any, ...]:
+    return ()
+
+
+def _serving_keys(family: Any, sig: Signature) -> tuple[Signature, ...]:
+    return sig.lookup_keys()
+
+
+def _none(family: Any, *args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _empty(family: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    return ()
+
+
+def _call_key(family: Any, op: str, *args: Any, **kwargs: Any) -> tuple[Signature, int]:
+    return family.signature_of(op, *args, **kwargs)
+
+
+def _rotating_args(family: Any, sig: Signature) -> tuple[int, ...]:
+    return (1,)  # positional inputs that are weights (ROTATE copies them); GEMM: (x, weight)
+
+
+def _make_out(family: Any, sig: Signature, args: Any, kwargs: Any, reference: Any) -> Any:
+    return None  # None: an empty tensor like the reference output
+
+
+DEFAULTS: Mapping[str, Callable[..., Any]] = {
+    "pick_rule": _pick_rule,  # () -> PickRule
+    "input_policy": _input_policy,  # (sig) -> InputPolicy
+    "rotating_args": _rotating_args,  # (sig) -> indices of the positional args ROTATE copies
+    "cost_model": _cost_model,  # (profile, params) -> ranker or None
+    "heuristic": _heuristic,  # (sig, m, arch) -> Config or None
+    "residual": _residual,  # (sig, args, kwargs, out) -> float: the residual verify's measure
+    "make_out": _make_out,  # (sig, args, kwargs, reference) -> output buffer or None
+    "census_rules": _census_rules,  # () -> census rules (which aten calls become signatures)
+    "serving_keys": _serving_keys,  # (sig) -> database keys that may serve sig, most specific first
+    "warm_start": _none,  # () -> None: one-time compiler state for a measuring worker
+    "prebuild": _none,  # (...) -> None: compile ahead of serving
+    "register_ops": _none,  # () -> None: the family's torch.library ops
+    "call_key": _call_key,  # (op, *args, **kwargs) -> (Signature, size) at run time
+    "patch_rules": _empty,  # () -> optimize()'s module patch rules
+    "calibrate": _none,  # (profile, measurements) -> cost-model params for the database's `model`
+}
+
+
+def hook(family: Any, name: str) -> Callable[..., Any]:
+    """The family's hook `name` (a bound method or attribute), else the default for it."""
+    if name not in DEFAULTS:
+        raise RegistryError(f"unknown family hook {name!r}; hooks: {', '.join(DEFAULTS)}")
+    own = getattr(family, name, None)
+    if own is not None and callable(own):
+        return own
+    return functools.partial(DEFAULTS[name], family)
+
+
+def has_hook(family: Any, name: str) -> bool:
+    """Whether the family defines `name` itself (not the default)."""
+    if name not in DEFAULTS:
+        raise RegistryError(f"unknown family hook {name!r}; hooks: {', '.join(DEFAULTS)}")
+    return callable(getattr(family, name, None))
+
+
+def verify_rule(family: Any, sig: Signature) -> VerifyRule:
+    """The family's verify rule for `sig` (its `verify` attribute or verify(sig))."""
+    rule = getattr(family, "verify", None)
+    if rule is None:
+        return VerifyRule()
+    if isinstance(rule, VerifyRule):
+        return rule
+    if callable(rule):
+        out = rule(sig)
+        if isinstance(out, VerifyRule):
+            return out
+    raise RegistryError(f"kernel family {getattr(family, 'name', family)!r}: verify must be a VerifyRule "
+                        f"or a callable sig -> VerifyRule, got {rule!r}")
+
+
+__all__ = ["DEFAULTS", "InputPolicy", "KernelFamily", "LADDERS", "PickResult", "PickRule", "REQUIRED",
+           "SignatureSchema", "VerifyKind", "VerifyRule", "default_simplicity", "has_hook", "hook", "missing_members", "no_dependency", "verify_rule"]
