@@ -172,3 +172,26 @@ def test_import_touches_no_torch():
             "families.get('scaled_mm_fp8'); print('torch' in sys.modules, 'triton' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_families_implement_the_contract():
+    from tunedb.families import contract
+
+    for fam, sig, other in ((families.get("scaled_mm"), int8_sig(), fp8_sig()),
+                            (families.get("scaled_mm_fp8"), fp8_sig(scale="block"), int8_sig())):
+        assert contract.missing_members(fam) == ()
+        assert fam.schema.check(sig) is sig and fam.schema.size == "M"
+        with pytest.raises(SignatureError):
+            fam.schema.check(other)
+        rule = contract.hook(fam, "pick_rule")()
+        assert rule.fallback == "heuristic"
+        # the heuristic is the gate's fallback: a tile 4% faster keeps it, 6% faster replaces it
+        assert rule.pick({"heuristic": 1.0, "b64x64x128_w4_s4_g8": 0.96}).winner == "heuristic"
+        assert rule.pick({"heuristic": 1.0, "b64x64x128_w4_s4_g8": 0.94}).winner == "b64x64x128_w4_s4_g8"
+        assert contract.hook(fam, "heuristic")(sig, 1, SM90) == configs.heuristic_config(sig, 1)
+        assert contract.hook(fam, "rotating_args")(sig) == (1, 3)
+    assert contract.verify_rule(families.get("scaled_mm"), int8_sig()).kind == "exact"
+    assert contract.verify_rule(families.get("scaled_mm_fp8"), fp8_sig()).kind == "tolerance"
+    with pytest.raises(SignatureError, match="scale='col'; allowed"):
+        families.get("scaled_mm_fp8").schema.check(Signature.parse(
+            "scaled_mm_fp8|op=scaled_mm|dt=fp8|N=64|K=64|scale=col|out=bf16"))

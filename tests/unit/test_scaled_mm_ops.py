@@ -103,8 +103,8 @@ def test_torch_compile_keeps_the_op_and_its_result():
 
 
 def test_selection_falls_back_to_the_heuristic_where_int_mm_refuses(monkeypatch):
-    from tunedb import selector
-    from tunedb.selector import Resolution
+    from tunedb.runtime import selector
+    from tunedb.runtime.selector import Resolution
 
     sig = INT8.make_signature("scaled_mm", 64, 64, "bf16")
     profile = selector.shipped_profile("sm90")
@@ -117,7 +117,7 @@ def test_selection_falls_back_to_the_heuristic_where_int_mm_refuses(monkeypatch)
 
 
 def test_default_tier_resolves_to_the_heuristic_sentinel():
-    from tunedb import selector
+    from tunedb.runtime import selector
 
     sig = FP8.make_signature("scaled_mm", 4096, 4096, "bf16", "row")
     res = selector.resolve("scaled_mm_fp8", sig, 1)

@@ -48,27 +48,41 @@ class ScaledMMFamily:
     def __repr__(self) -> str:
         return f"<tunedb family {self.name}>"
 
-    # --- the contract's data (tunedb.families.contract, imported on first use)
+    # --- the contract's data and hooks (tunedb.families.contract)
     @property
     def schema(self) -> Any:
         from tunedb.families.contract import SignatureSchema
 
-        fields = (("N", int), ("K", int), ("out", str))
-        if self.dt == "fp8":
-            fields = (("N", int), ("K", int), ("scale", str), ("out", str))
-        return SignatureSchema(key=fields, size="M", ladder="gemm")
+        outs = tuple(sorted({o for (fam, _), allowed in configs.OUTS.items() if fam == self.name for o in allowed}))
+        if self.dt == "int8":
+            return SignatureSchema(key=(("N", int), ("K", int), ("out", str)), size="M", ladder="m",
+                                   choices=(("out", outs),), dtypes=("int8",))
+        return SignatureSchema(key=(("N", int), ("K", int), ("scale", str), ("out", str)), size="M",
+                               ladder="m", choices=(("scale", self.scales), ("out", outs)), dtypes=("fp8",))
 
-    @property
-    def verify(self) -> Any:
+    def verify(self, sig: Signature) -> Any:
+        """int8: exact bits (every arm accumulates exactly and scales in one order: the gate
+        compares with the heuristic's output bit for bit); fp8: 4x the baseline arm's error
+        against the fp32 product of the dequantized operands."""
         from tunedb.families.contract import VerifyRule
 
-        # int8 accumulates exactly and scales in one order: every arm computes the same bits
         return VerifyRule(kind="exact") if self.dt == "int8" else VerifyRule(kind="tolerance", factor=4.0)
 
     def pick_rule(self) -> Any:
+        """The heuristic is the fallback: a measured arm replaces it only beyond the 1.05x gate."""
         from tunedb.families.contract import PickRule
 
         return PickRule(fallback="heuristic", simplicity=simplicity)
+
+    def heuristic(self, sig: Signature, m: int | None, arch: ArchProfile | None = None) -> Config:
+        """The concrete tile the `heuristic` sentinel runs at M (the largest tile at m=None)."""
+        return configs.heuristic_config(sig, m if m is not None else 1 << 20, arch.sms if arch else 132)
+
+    def rotating_args(self, sig: Signature) -> tuple[int, ...]:
+        return (1, 3)  # (x, weight, x_scale, w_scale): the weight and its scales are the cold bytes
+
+    def register_ops(self) -> None:
+        from tunedb.families.scaled_mm import ops  # noqa: F401 -- importing registers tunedb::scaled_mm_*
 
     # --- signatures
     def make_signature(self, op: str, n: int, k: int, out: str = "bf16", scale: str = "row") -> Signature:
@@ -112,9 +126,6 @@ class ScaledMMFamily:
 
     def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
         return configs.default_config(sig, arch)
-
-    def heuristic_config(self, sig: Signature, m: int, sms: int = 132) -> Config:
-        return configs.heuristic_config(sig, m, sms)
 
     def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
         return configs.compile_set(arch_family, referenced)

@@ -20,7 +20,8 @@ from typing import Any
 
 import torch
 
-from tunedb import families, selector
+from tunedb import families
+from tunedb.runtime import selector
 from tunedb.families.scaled_mm import arms, configs
 from tunedb.records import Config, Signature
 
