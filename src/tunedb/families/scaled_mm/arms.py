@@ -74,6 +74,8 @@ def torch_arm(sig: Signature) -> Callable[..., Any]:
 
     def run(x, weight, x_scale, w_scale, out=None):
         x2 = x.reshape(-1, k)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()  # both vendor ops want a row-major activation
         y = product(x2, weight, x_scale, w_scale)
         if quant:
             q, s = quantize_rows(y.float(), out_name)

@@ -9,6 +9,7 @@ inside the K loop (BLOCK_K divides 128, so a K tile never straddles two scale bl
 
 The epilogue's arithmetic order is the torch arm's: (acc * x_scale[row]) * w_scale[col] in
 fp32, one rounding to the output (per-tensor: acc * (x_scale * w_scale), as cuBLASLt's alpha).
+fp8 products are promoted to the fp32 accumulator once per K tile (no fast accumulation).
 """
 from __future__ import annotations
 
@@ -74,7 +75,12 @@ def scaled_mm_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, M, N, K,
             k_left = K - kt * BK
             a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=ZERO)
             b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=ZERO)
-            acc = tl.dot(a, b, acc)
+            if INT:
+                acc = tl.dot(a, b, acc)
+            else:
+                # fp8 on Hopper accumulates a chained dot in reduced precision; a fresh dot per
+                # K tile added in fp32 promotes every BK elements (torch's use_fast_accum=False)
+                acc += tl.dot(a, b)
             x_ptrs += BK
             w_ptrs += BK
     mask = (rows[:, None] < M) & (cols[None, :] < N)
