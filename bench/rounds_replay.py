@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tunedb.build import partition  # noqa: E402
-from tunedb.build.steps import FALLBACK  # noqa: E402
+from tunedb.families.contract import PickRule  # noqa: E402
 from tunedb.measure import protocol, stats  # noqa: E402
 from tunedb.measure.arms import Arm, Problem  # noqa: E402
 from tunedb.measure.log import read_measurements  # noqa: E402
@@ -37,13 +37,14 @@ def _pinned_only(samples, scores, rel_tol, min_n) -> bool:
     return all(stats.converged(v, rel_tol, min_n) for v in samples.values())
 
 
-GATE = 1.05  # the build's default --min-speedup
+RULE = PickRule()  # the GEMM family's pick rule: torch fallback, 1.05x gate, 3% tie band
+FALLBACK, GATE = RULE.fallback, RULE.min_speedup
 RULES = {"old": dict(settled=_pinned_only), "new": {}, "gate": dict(fallback_gate=(FALLBACK, GATE))}
 
 
 def verdict(sig, m: int, scores: dict) -> str:
     """What partition() serves at M from these objectives alone (band, set cover, gate)."""
-    part = partition.partition([Point(sig, m)], {(m, c): t for c, t in scores.items()}, FALLBACK, GATE)
+    part = partition.partition([Point(sig, m)], {(m, c): t for c, t in scores.items()}, RULE)
     return part.regions[0].config_id
 
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from tunedb import database, families
 
 from tunedb.build import steps as buildsteps
-from tunedb.pipeline import BuildOptions
 from tunedb.arch import shipped_profile
 from tunedb.measure.log import read_log
 from tunedb.build.plan import arms_for_point
@@ -36,7 +35,7 @@ DEFAULT_LOG = ROOT / "bench/results/2026-11-30_s3_system_sm90_buildall_measureme
 DEFAULT_DB = ROOT / "src/tunedb/db/sm90/gemm.json"
 
 
-GATE = BuildOptions.min_speedup  # a build's gate: a region must beat torch by this
+GATE = families.hook(families.get("gemm"), "pick_rule")().min_speedup  # a build's gate over torch
 
 
 def analyse(log: Path, db: Path, ks: list[int], gate: float = GATE) -> list[dict]:

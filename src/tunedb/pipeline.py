@@ -18,19 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from tunedb import database, families, settings
-
+from tunedb import database, families
+from tunedb.build import checkpoint, partition
 from tunedb.build import plan as buildplan
-
 from tunedb.build import steps as buildsteps
-
-from tunedb.families.gemm import calibration
-
-from tunedb.build import checkpoint
-
-from tunedb.families.gemm import costmodel
-
-from tunedb.build import partition
 from tunedb.evaluate import Evaluation
 from tunedb.evaluate.oracle import evaluate_logs  # noqa: F401 - re-exported: `tunedb evaluate`, tune's report
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
@@ -44,7 +35,7 @@ class BuildOptions:
     arch_family: str | None = None  # None: the current GPU's (sm90 without one)
     thin: bool = False
     max_points: int | None = None
-    min_speedup: float = 1.05
+    min_speedup: float | None = None  # None: the family's pick rule's gate (GEMM: 1.05)
     fresh: bool = False
     dry_run: bool = False
     no_write: bool = False
@@ -131,7 +122,7 @@ def signatures_by_census(censuses: Sequence[tuple[str, ShapeSet]], family: Any
 
 
 def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arch: ArchProfile,
-               calibrated: costmodel.ModelParams | None = None, *, by_census: Any = None,
+               calibrated: Any = None, *, by_census: Any = None,
                compiled: set[str] | None = None) -> tuple[list[buildplan.SignaturePlan], dict[str, list[Signature]]]:
     """Each signature's plan; `by_census` (signatures_by_census's result) and `compiled` (the
     prebuilt config ids) when the caller already has them."""
@@ -147,9 +138,12 @@ def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arc
     if compiled is None:
         compiled = buildsteps.prebuilt_configs(opts.family, arch.arch_family)
     plans = []
+    ladder = family.schema.ladder
     for sig in [s for name, _ in censuses for s in owner[name]]:
+        # without a cost model to rank them, every valid config is measured
         plan = buildplan.plan_signature(family, points[sig], arch, ranks, top_k=opts.top_k,
-                                        exhaustive=opts.exhaustive, thin=thin, fill=opts.fill)
+                                        exhaustive=opts.exhaustive or not ranks, thin=thin,
+                                        fill=opts.fill, ladder=ladder)
         predicted = {m: [c for c in ids if predict(sig, m, c) is not None] for m, ids in plan.arms.items()}
         ranked = {m: sorted(ids, key=lambda c: (predict(sig, m, c), c)) for m, ids in predicted.items()}
         cross = len(partition.cross_eval_plan(plan.points, ranked, buildplan.CROSS_TOP))
@@ -204,9 +198,8 @@ def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: 
     plans, owner = plan_build(censuses, opts, arch, buildsteps.model_params(existing.model if existing else None),
                               by_census=by_census, compiled=compiled)
     result = BuildResult(plans, skipped=tuple(s.format() for s in by_census[2]))
-    if opts.family == "gemm":
-        result.triton_cache = str(settings.triton_cache_dir())
-        result.prebuilt = len(compiled)
+    result.triton_cache = str(families.hook(family, "compiler_cache")() or "")
+    result.prebuilt = len(compiled)
     if opts.dry_run:
         return result
     from tunedb.measure import collect_provenance
@@ -231,7 +224,7 @@ def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: 
     by_sig = {p.signature: p for p in plans}
     result.resumed = tuple(s.format() for s in by_sig if s in finished)
     reporter.start(plans, [s for s in by_sig if s in finished])
-    measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family.ops), timer,
+    measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family), timer,
                                   worker)
     setup_s = time.perf_counter() - started
     entries: dict[Signature, Entry] = {}
@@ -266,8 +259,9 @@ def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: 
     configs = buildsteps.configs_of(family, result.entries, mine)
     # The file's model covers every build that wrote it: this run's fit merged into the old one.
     old_model = None if opts.fresh else buildsteps.model_params(existing.model if existing else None)
-    params = calibration.merge(old_model, calibration.fit(mine, configs, arch))
-    model = params.to_json()
+    model = families.hook(family, "calibrate")(arch, mine, configs, old_model)
+    if model is None:  # a family without a cost model keeps the file's model as it was
+        model = old_model
     if opts.no_write:
         result.changes = buildsteps.would_change(existing, opts, arch, result.entries, configs, model)
     else:

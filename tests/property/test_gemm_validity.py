@@ -74,7 +74,7 @@ def test_the_cost_model_ranks_and_picks_only_what_the_predicate_accepts(sig, m, 
                             dt=sig.dt, default_config=FAMILY.default_config)
     for cfg, _ in ranked:
         assert FAMILY.invalid_reason(cfg, sig.with_dt(sig.dt), m, arch) is None
-    pick = FAMILY.model_ranker(arch)(sig, m, tuple(space))
+    pick = FAMILY.cost_model(arch).pick(sig, m, tuple(space))
     assert pick is None or pick.is_sentinel or FAMILY.invalid_reason(pick, sig, m, arch) is None
 
 

@@ -6,10 +6,12 @@ import random
 from hypothesis import assume, given, settings, strategies as st
 
 from tunedb.build.partition import _effective_weights, _geomean_speedup, partition, segment, set_cover
+from tunedb.families.contract import PickRule
 from tunedb.records import Entry, Point, Signature
 
 SIG = Signature.make("gemm", "gemm", "half", N=1024, K=1024)
 TOL, GATE = 0.03, 1.05
+RULE = PickRule(fallback="torch", tie_band=TOL)
 
 
 @st.composite
@@ -42,11 +44,11 @@ def _best(table, m):
 def test_cover_puts_every_point_within_tol_of_its_best(prob):
     points, table = prob
     ms = [p.m for p in points]
-    chosen = set_cover(ms, table, _effective_weights(points), "torch", TOL)
+    chosen = set_cover(ms, table, _effective_weights(points), RULE)
     for m in ms:
         assert any((m, c) in table and table[(m, c)] <= _best(table, m) * (1 + TOL) for c in chosen)
     # The DP serves every point by a covering config (before the gate).
-    for i, j, c in segment(ms, table, _effective_weights(points), chosen, "torch", TOL):
+    for i, j, c in segment(ms, table, _effective_weights(points), chosen, RULE):
         for m in ms[i:j]:
             assert table[(m, c)] <= _best(table, m) * (1 + TOL)
 
@@ -89,8 +91,8 @@ def test_deterministic_and_stable_under_noise_inside_the_margin(prob, rnd):
     # Pre-gate speedups that sit on the gate's edge may legitimately flip; skip those draws.
     ms = [p.m for p in points]
     weights = _effective_weights(points)
-    chosen = set_cover(ms, table, weights, "torch", TOL)
-    for i, j, c in segment(ms, table, weights, chosen, "torch", TOL):
+    chosen = set_cover(ms, table, weights, RULE)
+    for i, j, c in segment(ms, table, weights, chosen, RULE):
         s = _geomean_speedup(ms[i:j], table, weights, c, "torch")
         assume(s is None or abs(math.log(s / GATE)) > 0.02)
     noisy = {k: t * math.exp(rnd.uniform(-0.004, 0.004)) for k, t in table.items()}

@@ -203,3 +203,20 @@ def test_the_default_measurer_runs_the_real_protocol(gemm):
         config, tier = t.resolve(gemm, SIG, 100)
     assert (config.id, tier) == (WIN, "autotune")
     assert WIN in timer.calls and "default" in timer.calls
+
+
+def test_autotune_picks_through_the_familys_pick_rule(gemm):
+    """Not a plain minimum: an arm inside the gate keeps the fallback, as a build's region would."""
+    from tunedb.records import Measurement, Status
+
+    def measurer(times):
+        def measure(family, sig, m, ids, incumbent):
+            return [Measurement(sig, m, cid, Status.OK, median_ms=times.get(cid, 2.0), n=9) for cid in ids]
+        return measure
+
+    with autotune(cache=None, measurer=measurer({WIN: 0.97, "torch": 1.0}), publish=False,
+                  arch_family="sm90") as t:
+        assert t.resolve(gemm, SIG, 8)[0].id == "torch"  # 1.03x < the 1.05x gate
+    with autotune(cache=None, measurer=measurer({WIN: 0.90, "torch": 1.0}), publish=False,
+                  arch_family="sm90") as t:
+        assert t.resolve(gemm, SIG, 8)[0].id == WIN

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tunedb import cli, settings
+from tunedb import cli, families, settings
 from tunedb.census import merge, read_capture, read_census, record_call, write_census
 from tunedb.census.censusfile import from_json, to_json
 from tunedb.errors import CensusError
@@ -79,7 +79,7 @@ def test_merge_adds_the_forwards_the_calls_came_from():
     from tunedb.build.steps import working_sets
 
     # 6 layers of one 512x512 weight per forward, offline or streaming alike
-    assert working_sets([("m", m)])[SIG] == 6 * 512 * 512 * 2
+    assert working_sets([("m", m)], families.get("gemm"))[SIG] == 6 * 512 * 512 * 2
 
 
 def test_capture_record_read_and_merge(tmp_path):

@@ -3,6 +3,7 @@ import pytest
 
 from tunedb.errors import BuildError
 from tunedb.build.partition import cross_eval_plan, objective_table, partition, set_cover, thin
+from tunedb.families.contract import PickRule
 from tunedb.records import Entry, Measurement, Point, Region, Signature, Status
 
 SIG = Signature.make("gemm", "gemm", "half", N=512, K=512)
@@ -58,7 +59,7 @@ def test_gate_is_weighted_over_the_region():
 def test_simpler_arm_wins_inside_the_tie_band():
     ms = (16, 64)
     tab = table_from({"torch": {16: 1.01, 64: 1.01}, "b64": {16: 1.0, 64: 1.0}, "a32": {16: 1.0, 64: 1.0}})
-    assert set_cover(ms, tab, {16: 1.0, 64: 1.0}, "torch") == ("torch",)
+    assert set_cover(ms, tab, {16: 1.0, 64: 1.0}, PickRule()) == ("torch",)
 
 
 def test_unmeasured_points_are_noted_not_partitioned():
@@ -124,3 +125,24 @@ def test_thin_to_two_points_keeps_only_the_ends():
     out = thin(pts(8, 64, 512, 4096), 2)
     assert [p.m for p in out] == [8, 4096]
     assert out[-1].weight == 3.0  # the dropped points' weight moved up to the next kept point
+
+
+SPEC003 = PickRule(fallback="block", min_speedup=1.0, tie_band=0.02, dep_margin=0.05,
+                   simplicity={"thread": 0, "warp": 1, "block": 2, "nv": 3}.__getitem__,
+                   dependency=lambda c: "mathdx" if c == "nv" else None)
+
+
+def test_spec003_rule_dependency_margin_tie_band_and_native_regions():
+    # M=16: nv 4% ahead of the best native (inside the 5% margin), thread within 2% of warp;
+    # M=64 and M=128: nv 10%+ ahead: it takes those points
+    tab = table_from({"thread": {16: 1.015, 64: 2.0, 128: 4.0}, "warp": {16: 1.0, 64: 1.0, 128: 2.0},
+                      "block": {16: 1.1, 64: 1.1, 128: 1.5}, "nv": {16: 1.0 / 1.04, 64: 0.9, 128: 1.3}})
+    part = partition(pts(16, 64, 128), tab, SPEC003)
+    assert [(r.m_hi, r.config_id) for r in part.regions] == [(16, "thread"), (128, "nv"), (None, "block")]
+    # natives alone: warp is inside the band at 16 and best at 64, so one region serves both
+    assert [(r.m_hi, r.config_id) for r in part.regions_native] == [(64, "warp"), (None, "block")]
+
+
+def test_no_dependency_arms_means_no_native_regions():
+    tab = table_from({"torch": {16: 1.0}, "b64": {16: 0.5}})
+    assert partition(pts(16), tab).regions_native is None

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tunedb import database, pipeline, settings
+from tunedb import database, families, pipeline, settings
 
 from tunedb.build import checkpoint
 from tunedb.measure.timers import FakeTimer
@@ -241,7 +241,7 @@ def test_working_set_is_every_weight_one_forward_reads_per_model():
     layers = 4 * 5120 * 1280 * 2 + 12 * 1280 * 1280 * 2  # the bmm has no weight
     other = ShapeSet((Point(SQUARE, 16, calls=5),), "small", (("forwards", "5"),))
     unknown = ShapeSet((Point(FLAT, 16, calls=7),), "no-forwards")
-    got = working_sets([("enc", encoder), ("small", other), ("x", unknown)])
+    got = working_sets([("enc", encoder), ("small", other), ("x", unknown)], families.get("gemm"))
     assert got[BIG] == layers
     assert got[SQUARE] == layers  # shared with a smaller model: the larger working set
     assert got[FLAT] == 512 * 256 * 2  # no forward count: one copy of its own weight

@@ -299,11 +299,15 @@ def test_detection_uses_the_gpus_arch_family_and_its_cached_or_queried_profile(f
 def test_family_supplies_the_model_ranker_from_the_files_model(fam, tier_dirs, monkeypatch):
     built = []
 
-    def model_ranker(profile, params):
-        built.append((profile.arch_family, dict(params or {})))
-        return lambda s, m, candidates: [c for c in candidates if not c.is_sentinel][-1]
+    class Model:
+        def pick(self, s, m, candidates):
+            return [c for c in candidates if not c.is_sentinel][-1]
 
-    monkeypatch.setattr(fam, "model_ranker", model_ranker, raising=False)
+    def cost_model(profile, params):
+        built.append((profile.arch_family, dict(params or {})))
+        return Model()
+
+    monkeypatch.setattr(fam, "cost_model", cost_model, raising=False)
     tier_dirs.write("system", valid_raw(entries={S128: entry_raw([[8, "b"]])}, model={"scale": 2.0}))
     selector.reload()
     r = selector.resolve("fake", sig(), 9)

@@ -8,10 +8,11 @@ against the fallback arm (a config must beat it by ``min_speedup`` at the weight
 the region's points, else the fallback keeps the region), merges equal neighbours and rounds
 regions up (a region's m_hi is the largest measured M it covers). ``thin`` caps a dense census.
 
-Noise stability (spec 003's tie band): every comparison goes through a margin. A config within
-``tol`` of a point's best counts exactly as good as the best, and ties go to the simpler arm
-(the fallback, then the other sentinels, then config id), so a re-run whose noise stays inside
-the margins emits the same regions.
+Every margin comes from the family's PickRule (families.contract): noise stability (spec 003's
+tie band) -- a config within ``tie_band`` of a point's best counts exactly as good as the best,
+and ties go to the simpler arm (``rule.order``), so a re-run whose noise stays inside the
+margins emits the same regions; the gate (``min_speedup`` over the fallback); and the dependency
+margin, with the dependency-free partition kept beside the full one (``regions_native``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 from tunedb.errors import BuildError
-from tunedb.records import SENTINELS, Measurement, Point, Region
+from tunedb.families.contract import PickRule
+from tunedb.records import Measurement, Point, Region
 
 Table = Mapping[tuple[int, str], float]  # (M, config id) -> objective in ms (ok measurements only)
 
@@ -32,6 +34,7 @@ class Partition:
     regions: tuple[Region, ...]
     notes: tuple[str, ...]
     chosen: tuple[str, ...]  # the set cover's configs, in the order greedy picked them
+    regions_native: tuple[Region, ...] | None = None  # the dependency-free winner (spec 003)
 
 
 def objective_table(measurements: Iterable[Measurement], alpha: Mapping[int, float] | float = 0.0) -> dict[tuple[int, str], float]:
@@ -60,14 +63,26 @@ def cross_eval_plan(points: Sequence[Point] | Sequence[int], ranked_per_point: M
     return tuple((m, cid) for m in ms for cid in tops if (m, cid) not in done)
 
 
-def _simplicity(fallback: str):
-    def key(cid: str) -> tuple[int, str]:
-        if cid == fallback:
-            return (0, cid)
-        if cid in SENTINELS:
-            return (1, cid)
-        return (2, cid)
-    return key
+def _bands(ms: Sequence[int], table: Table, rule: PickRule) -> tuple[dict[tuple[int, str], bool], dict[tuple[int, str], float]]:
+    """Per (M, config): whether it is as good as the point's best (inside the tie band of the
+    winning kind), and its cost ratio to that best (1 inside the band). The winning kind at a
+    point is dependency-free unless the fastest arm needing a dependency beats the fastest
+    dependency-free one by more than the rule's dep_margin (spec 003); arms of the other kind
+    never count as tied."""
+    covers: dict[tuple[int, str], bool] = {}
+    cost: dict[tuple[int, str], float] = {}
+    for m in ms:
+        row = {c: t for (mm, c), t in table.items() if mm == m}
+        native = [t for c, t in row.items() if rule.is_native(c)]
+        deps = [t for c, t in row.items() if not rule.is_native(c)]
+        dep_wins = bool(deps) and (not native or min(native) > min(deps) * (1.0 + rule.dep_margin))
+        best = min(deps) if dep_wins else min(native)
+        for c, t in row.items():
+            ratio = t / best
+            same_kind = rule.is_native(c) != dep_wins
+            covers[(m, c)] = same_kind and ratio <= 1.0 + rule.tie_band
+            cost[(m, c)] = 1.0 if covers[(m, c)] else max(ratio, 1.0 + rule.tie_band)
+    return covers, cost
 
 
 def _effective_weights(points: Sequence[Point]) -> dict[int, float]:
@@ -81,28 +96,13 @@ def _effective_weights(points: Sequence[Point]) -> dict[int, float]:
     return {m: w + floor for m, w in by_m.items()}
 
 
-def _best_times(table: Table) -> dict[int, float]:
-    """Each measured M's best objective over every config in the table (one pass)."""
-    best: dict[int, float] = {}
-    for (m, _), t in table.items():
-        if m not in best or t < best[m]:
-            best[m] = t
-    return best
-
-
-def set_cover(ms: Sequence[int], table: Table, weights: Mapping[int, float], fallback: str,
-              tol: float = 0.03) -> tuple[str, ...]:
-    """Weighted greedy set cover: configs in pick order until every M has one within tol of its best."""
-    key = _simplicity(fallback)
-    configs = sorted({cid for (_, cid) in table}, key=key)
+def set_cover(ms: Sequence[int], table: Table, weights: Mapping[int, float], rule: PickRule) -> tuple[str, ...]:
+    """Weighted greedy set cover: configs in pick order until every M has one as good as its best
+    (the rule's tie band)."""
+    configs = sorted({cid for (_, cid) in table}, key=rule.order)
     rank = {c: i for i, c in enumerate(configs)}
-    best = _best_times(table)
-    covers: dict[str, set[int]] = {c: set() for c in configs}
-    for m in ms:
-        for c in configs:
-            t = table.get((m, c))
-            if t is not None and t <= best[m] * (1.0 + tol):
-                covers[c].add(m)
+    band, _ = _bands(ms, table, rule)
+    covers: dict[str, set[int]] = {c: {m for m in ms if band.get((m, c))} for c in configs}
     uncovered, chosen = set(ms), []
     while uncovered:
         # Most covered weight; ties: more points, then the simpler arm (configs are in that order).
@@ -114,27 +114,25 @@ def set_cover(ms: Sequence[int], table: Table, weights: Mapping[int, float], fal
 
 
 def segment(ms: Sequence[int], table: Table, weights: Mapping[int, float], chosen: Sequence[str],
-            fallback: str, tol: float = 0.03) -> list[tuple[int, int, str]]:
+            rule: PickRule) -> list[tuple[int, int, str]]:
     """DP over sorted ms: contiguous (i, j, config) segments from `chosen` minimising
-    sum(w * cost(time / best)) + penalty * regions. cost is 1 inside the tie band (within tol of the
-    best) and time/best beyond it, so noise inside the band moves nothing; the penalty is half the
-    smallest point's band, so a region is added only to serve a point inside its band."""
+    sum(w * cost) + penalty * regions. cost is 1 inside the tie band and time/best beyond it, so
+    noise inside the band moves nothing; the penalty is half the smallest point's band, so a
+    region is added only to serve a point inside its band."""
     n = len(ms)
-    order = sorted(chosen, key=_simplicity(fallback))
-    best = _best_times(table)
-    penalty = 0.5 * tol * min(weights[m] for m in ms)
+    order = sorted(chosen, key=rule.order)
+    _, costs = _bands(ms, table, rule)
+    penalty = 0.5 * rule.tie_band * min(weights[m] for m in ms)
     # prefix[c][i]: cost of serving ms[:i] with c; gaps[c][i]: how many of ms[:i] c lacks
     prefix: dict[str, list[float]] = {}
     gaps: dict[str, list[int]] = {}
     for c in order:
         acc, missing, row, gap = 0.0, 0, [0.0], [0]
         for m in ms:
-            t = table.get((m, c))
-            if t is None:
+            if (m, c) not in costs:
                 missing += 1
             else:
-                ratio = t / best[m]
-                acc += weights[m] * (1.0 if ratio <= 1.0 + tol else ratio)
+                acc += weights[m] * costs[(m, c)]
             row.append(acc)
             gap.append(missing)
         prefix[c], gaps[c] = row, gap
@@ -184,23 +182,42 @@ def _geomean_speedup(ms: Sequence[int], table: Table, weights: Mapping[int, floa
     return math.exp(num / den) if den > 0 else None
 
 
-def partition(points: Sequence[Point], table: Table, fallback: str = "torch", min_speedup: float = 1.05,
-              tol: float = 0.03, catch_all: bool = True) -> Partition:
-    """Regions for one signature's points from measured objectives {(M, config id): ms}.
+def partition(points: Sequence[Point], table: Table, rule: PickRule | None = None, *, catch_all: bool = True,
+              fallback: str | None = None, min_speedup: float | None = None, tol: float | None = None) -> Partition:
+    """Regions for one signature's points from measured objectives {(M, config id): ms}, under
+    the pick rule (default: PickRule(); fallback/min_speedup/tol override its fields).
 
     Points with no ok measurement are skipped (noted). With catch_all (the build) a last region
     [None, fallback] serves every M above the largest measured one; without it (autotune) every
-    region ends at a measured M. An empty result
-    means nothing was measured."""
-    if min_speedup < 1.0:
-        raise BuildError(f"min_speedup={min_speedup} must be >= 1.0")
-    if not 0.0 <= tol < 1.0:
-        raise BuildError(f"tol={tol} must be in [0, 1)")
+    region ends at a measured M. An empty result means nothing was measured. When the table
+    holds arms that need a dependency, regions_native is the same partition over the
+    dependency-free arms alone."""
+    rule = _rule(rule, fallback, min_speedup, tol)
     if len({p.signature for p in points}) > 1:
         raise BuildError("partition() takes the points of one signature")
     for (m, cid), t in table.items():
         if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
             raise BuildError(f"objective at M={m} for {cid!r} is {t!r}; expected a positive finite time")
+    full = _partition(points, table, rule, catch_all)
+    if all(rule.is_native(c) for (_, c) in table):
+        return full
+    native = _partition(points, {k: t for k, t in table.items() if rule.is_native(k[1])}, rule, catch_all)
+    return replace(full, regions_native=native.regions)
+
+
+def _rule(rule: PickRule | None, fallback: str | None, min_speedup: float | None, tol: float | None) -> PickRule:
+    rule = rule or PickRule()
+    if min_speedup is not None and min_speedup < 1.0:
+        raise BuildError(f"min_speedup={min_speedup} must be >= 1.0")
+    if tol is not None and not 0.0 <= tol < 1.0:
+        raise BuildError(f"tol={tol} must be in [0, 1)")
+    over = {k: v for k, v in (("fallback", fallback), ("min_speedup", min_speedup), ("tie_band", tol))
+            if v is not None}
+    return replace(rule, **over) if over else rule
+
+
+def _partition(points: Sequence[Point], table: Table, rule: PickRule, catch_all: bool) -> Partition:
+    fallback, min_speedup = rule.fallback, rule.min_speedup
     notes: list[str] = []
     measured_ms = {m for (m, _) in table}
     ms = sorted({p.m for p in points} & measured_ms)
@@ -212,14 +229,14 @@ def partition(points: Sequence[Point], table: Table, fallback: str = "torch", mi
     kept = set(ms)
     table = {(m, c): t for (m, c), t in table.items() if m in kept}
     weights = _effective_weights([p for p in points if p.m in kept])
-    chosen = set_cover(ms, table, weights, fallback, tol)
-    segments = segment(ms, table, weights, chosen, fallback, tol)
+    chosen = set_cover(ms, table, weights, rule)
+    segments = segment(ms, table, weights, chosen, rule)
     must = {p.m for p in points if p.must_tune}
     gated: list[tuple[int, str]] = []  # (index of last M, config)
     for i, j, c in segments:
         region_ms = ms[i:j]
         speedup = _geomean_speedup(region_ms, table, weights, c, fallback) if c != fallback else 1.0
-        if c != fallback and speedup is not None and speedup < min_speedup:
+        if c != fallback and speedup is not None and speedup < min_speedup and min_speedup > 1.0:
             notes.append(f"M<={region_ms[-1]}: {c} kept {fallback} ({speedup:.2f}x < {min_speedup:.2f}x gate)")
             c = fallback
         elif c != fallback:

@@ -55,9 +55,9 @@ class SignaturePlan:
         return tuple(sorted({c for ids in self.arms.values() for c in ids}))
 
 
-def fill_points(census: Sequence[Point], ladder: bool = True) -> tuple[Point, ...]:
-    """Census points (one per M) plus, with `ladder`, the ladder edges between their smallest
-    and largest M (weight 0), by M."""
+def fill_points(census: Sequence[Point], ladder: bool = True, kind: str = "m") -> tuple[Point, ...]:
+    """Census points (one per size) plus, with `ladder`, the edges of the bucket ladder `kind`
+    (the family schema's) between their smallest and largest size (weight 0), by size."""
     if not census:
         return ()
     sig = census[0].signature
@@ -74,7 +74,7 @@ def fill_points(census: Sequence[Point], ladder: bool = True) -> tuple[Point, ..
         else:
             by_m[p.m] = p
     lo, hi = min(by_m), max(by_m)
-    for m in buckets.ladder(lo, hi) if ladder else ():
+    for m in buckets.ladder(lo, hi, kind) if ladder else ():
         by_m.setdefault(m, Point(sig, m, weight=0.0, calls=0))
     return tuple(by_m[m] for m in sorted(by_m))
 
@@ -132,10 +132,10 @@ def estimate_seconds(sig: Signature, arms: Mapping[int, Sequence[str]], predict:
 def plan_signature(family: KernelFamily, census: Sequence[Point], arch: ArchProfile,
                    rankers: Sequence[Ranker], *, top_k: int = TOP_K, exhaustive: bool = False,
                    approximate: bool = False, thin: Callable[[Sequence[Point]], Sequence[Point]] | None = None,
-                   fill: bool = True) -> SignaturePlan:
+                   fill: bool = True, ladder: str = "m") -> SignaturePlan:
     """The points and arms of one signature. `thin` (partition.thin with --max-points bound)
     caps census + fill points together; fill=False (--no-fill) measures the census's Ms only."""
-    points = fill_points(census, ladder=fill)
+    points = fill_points(census, ladder=fill, kind=ladder)
     if thin is not None:
         points = tuple(sorted(thin(points), key=lambda p: p.m))
     sig = points[0].signature

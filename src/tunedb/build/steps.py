@@ -1,72 +1,75 @@
-"""The build's per-signature steps: rank and price arms with the cost model, measure them through
-the protocol (fake timer, worker subprocess or in-process), cross-evaluate, partition, and turn
-the result into an Entry with its evidence. Used by pipeline.py only (which holds the order).
+"""The build's per-signature steps: rank and price arms with the family's cost model (when it has
+one), measure them through the protocol (fake timer, worker subprocess or in-process),
+cross-evaluate, partition under the family's pick rule, and turn the result into an Entry with
+its evidence. Used by pipeline.py only (which holds the order). No concrete family here: a
+family reaches this module through the registry and its contract hooks.
 """
 from __future__ import annotations
 
+import dataclasses
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tunedb import database, families
-
+from tunedb.build import checkpoint, partition
 from tunedb.build import plan as buildplan
-
-from tunedb.build import checkpoint
-
-from tunedb.families.gemm import costmodel
-
-from tunedb.build import partition
 from tunedb.errors import BuildError
+from tunedb.families.contract import PickRule, hook
 from tunedb.records import ArchProfile, Config, Entry, Measurement, Point, Signature, Status
 
-FALLBACK = "torch"  # the arm a region must beat by the gate: cuBLAS through torch
-TOL = 0.03  # set cover: every point within 3% of its best
+
+def pick_rule(family: Any, min_speedup: float | None = None) -> PickRule:
+    """The family's pick rule, with --min-speedup (when given) as its gate."""
+    rule = hook(family, "pick_rule")()
+    return rule if min_speedup is None else dataclasses.replace(rule, min_speedup=min_speedup)
 
 
-def default_of(family: Any, arch: ArchProfile) -> Callable[..., Config]:
-    """family.default_config pinned to `arch` (callable as f(sig) or f(sig, arch))."""
-    return lambda sig, _arch=None: family.default_config(sig, arch)
+def model_params(raw: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A database file's `model` object as the cost-model hook takes it (None when empty)."""
+    return raw or None
 
 
-def model_params(raw: Mapping[str, Any] | None) -> costmodel.ModelParams | None:
-    if not raw:
-        return None
-    try:
-        return costmodel.ModelParams.from_json(raw)
-    except Exception:  # a model written by another version: the uncalibrated structure ranks
-        return None
+def cost_model(family: Any, arch: ArchProfile, params: Mapping[str, Any] | None = None) -> Any:
+    """The family's cost model on `arch` (None: the family has none)."""
+    return hook(family, "cost_model")(arch, params)
 
 
-def rankers(family: Any, arch: ArchProfile, calibrated: costmodel.ModelParams | None) -> list[buildplan.Ranker]:
-    """The uncalibrated structure's top-k, plus a calibrated model's when the target file has one."""
-    default_fn = default_of(family, arch)
-
-    def make(params: costmodel.ModelParams | None) -> buildplan.Ranker:
-        def rank(sig: Signature, m: int, configs: Sequence[Config], k: int) -> list[str]:
-            n, kk = sig.get("N"), sig.get("K")
-            return [c.id for c, _ in costmodel.rank(configs, m, n, kk, arch, k, None, params,
-                                                    dt=sig.dt, default_config=default_fn, sig=sig)]
-        return rank
-    return [make(None)] + ([make(calibrated)] if calibrated is not None else [])
+def rankers(family: Any, arch: ArchProfile, calibrated: Mapping[str, Any] | None) -> list[buildplan.Ranker]:
+    """The uncalibrated model's top-k, plus a calibrated one's when the target file has a model;
+    none when the family has no cost model (the plan then measures every valid config)."""
+    models = [cost_model(family, arch, None)]
+    if calibrated:
+        models.append(cost_model(family, arch, calibrated))
+    return [m.rank for m in models if m is not None]
 
 
-def predictor(family: Any, arch: ArchProfile, params: costmodel.ModelParams | None = None) -> buildplan.Predictor:
-    default_fn = default_of(family, arch)
+def predictor(family: Any, arch: ArchProfile, params: Mapping[str, Any] | None = None) -> buildplan.Predictor:
+    model = cost_model(family, arch, params)
+    if model is None:
+        return lambda sig, m, cid: None
+    return model.predict
 
-    def predict(sig: Signature, m: int, cid: str) -> float | None:
-        try:
-            ms = costmodel.predict(family.parse_config(cid), (sig, m), arch, params, default_config=default_fn)
-        except Exception:  # an arm the model cannot price: no estimate for it
-            return None
-        return None if isinstance(ms, Status) else ms
-    return predict
+
+def roofline(family: Any, arch: ArchProfile) -> Callable[[Signature, int, str], float]:
+    """A stand-in truth for --simulate where the family has no cost model: the op's roofline
+    time from family.work() and the arch's peaks, times a fixed per-arm factor (1.0-1.4, from a
+    hash of its id) so that arms differ reproducibly. Simulated tables are labelled as such."""
+    def cost(sig: Signature, m: int, cid: str) -> float:
+        flops, moved = family.work(sig, m)
+        floor_s = max(flops / (arch.bf16_tflops * 1e12), moved / (arch.dram_bw_gbs * 1e9))
+        factor = 1.0 + (zlib.crc32(cid.encode()) % 400) / 1000.0
+        return (floor_s * 1e3 + arch.launch_us_graph / 1e3) * factor
+    return cost
 
 
 def simulated_timer(family: Any, arch: ArchProfile, seed: int, noise: float) -> Any:
-    """FakeTimer whose truth is the cost model's prediction: what --simulate measures with."""
+    """FakeTimer whose truth is the cost model's prediction (the roofline stand-in without one):
+    what --simulate measures with."""
     from tunedb.measure.timers import FakeTimer
 
-    predict = predictor(family, arch)
+    model = cost_model(family, arch, None)
+    predict = model.predict if model is not None else roofline(family, arch)
 
     def cost(sig: Signature, m: int, cid: str) -> float | Status:
         ms = predict(sig, m, cid)
@@ -92,14 +95,14 @@ def evidence(meas: Sequence[Measurement], keep: set[str]) -> dict[str, Any]:
     return out
 
 
-def working_sets(censuses: Sequence[tuple[str, Any]], ops: Sequence[str] = ("gemm", "gemm_act")
-                 ) -> dict[Signature, int]:
+def working_sets(censuses: Sequence[tuple[str, Any]], family: Any) -> dict[Signature, int]:
     """The weight bytes each signature is measured behind (the protocol's L2 state): per census --
-    one served model -- every weight one forward reads, i.e. each signature's N*K weight times the
-    calls it makes per forward (the layers sharing it: its points' calls over the census's
-    `forwards`; 1 when the census does not say); a signature in several censuses takes the largest.
-    Not the sum over censuses (different models never share an L2), nor one copy per signature
-    (a 32-layer model reads 32 weights of each shape per forward)."""
+    one served model -- every weight one forward reads, i.e. each signature's weight bytes (the
+    family's `weight_bytes` hook) times the calls it makes per forward (its points' calls over the
+    census's `forwards`; 1 when the census does not say); a signature in several censuses takes
+    the largest. Not the sum over censuses (different models never share an L2), nor one copy per
+    signature (a 32-layer model reads 32 weights of each shape per forward)."""
+    weight_bytes = hook(family, "weight_bytes")
     out: dict[Signature, int] = {}
     for _name, shapes in censuses:
         try:
@@ -107,14 +110,19 @@ def working_sets(censuses: Sequence[tuple[str, Any]], ops: Sequence[str] = ("gem
         except ValueError:
             forwards = 0
         calls: dict[Signature, int] = {}
+        sizes: dict[Signature, int] = {}
         for p in shapes.points:
-            n, k = p.signature.get("N"), p.signature.get("K")
-            if p.signature.op in ops and isinstance(n, int) and isinstance(k, int):
+            if p.signature.family != family.name or p.signature.op not in family.ops:
+                continue
+            size = sizes.get(p.signature)
+            if size is None:
+                size = sizes[p.signature] = int(weight_bytes(p.signature) or 0)
+            if size > 0:
                 calls[p.signature] = calls.get(p.signature, 0) + p.calls
         total = 0
         for sig, c in calls.items():
             per_forward = max(1, round(c / forwards)) if forwards > 0 and c > 0 else 1
-            total += per_forward * sig.get("N") * sig.get("K") * costmodel.ELEM_BYTES.get(sig.dt, 2)
+            total += per_forward * sizes[sig]
         for sig in calls:
             out[sig] = max(out.get(sig, 0), total)
     return out
@@ -141,6 +149,7 @@ class Measurer:
     def __init__(self, family: Any, opts: Any, arch: ArchProfile, log: Any,
                  working_set: Mapping[Signature, int], timer: Any = None, worker: Any = None) -> None:
         self.family, self.opts, self.log, self.working_set = family, opts, log, working_set
+        self.rule = pick_rule(family, opts.min_speedup)
         self.timer = timer
         if timer is None and opts.simulate:
             self.timer = simulated_timer(family, arch, opts.seed, opts.noise)
@@ -171,8 +180,8 @@ class Measurer:
         served = self.working_set.get(sig)
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
                   working_set_bytes=served)
-        if decides:
-            kw["fallback_gate"] = (FALLBACK, self.opts.min_speedup)
+        if decides and self.rule.min_speedup > 1.0:
+            kw["fallback_gate"] = (self.rule.fallback, self.rule.min_speedup)
         if self.worker is not None:
             out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log,
                                                   phases=self.phases, **kw)
@@ -188,9 +197,12 @@ class Measurer:
 
 
 def build_signature(plan: buildplan.SignaturePlan, measure: Callable[..., tuple[Measurement, ...]],
-                    opts: Any, on_arms: Callable[[int], None] = lambda n: None,
+                    opts: Any, on_arms: Callable[[int], None] = lambda n: None, rule: PickRule | None = None,
                     ) -> tuple[Entry, list[Measurement]]:
-    """Measure one signature's plan, cross-evaluate, partition: its Entry and every measurement."""
+    """Measure one signature's plan, cross-evaluate, partition under `rule` (default: the
+    measurer's, else the family's with --min-speedup): its Entry and every measurement."""
+    if rule is None:
+        rule = getattr(measure, "rule", None) or pick_rule(families.get(plan.signature.family), opts.min_speedup)
     sig = plan.signature
     alpha = {p.m: p.eager_share for p in plan.points}
     meas: list[Measurement] = []
@@ -210,10 +222,10 @@ def build_signature(plan: buildplan.SignaturePlan, measure: Callable[..., tuple[
         meas.extend(got)
         on_arms(len(got))
     table = partition.objective_table(meas, alpha)
-    part = partition.partition(plan.points, table, FALLBACK, opts.min_speedup, TOL, catch_all=True)
-    keep = set(part.chosen) | {r.config_id for r in part.regions} | set(plan.forced)
+    part = partition.partition(plan.points, table, rule, catch_all=True)
+    keep = set(part.chosen) | {r.config_id for r in part.regions + (part.regions_native or ())} | set(plan.forced)
     source = "simulated" if opts.simulate else "build"
-    return Entry(sig, part.regions, evidence(meas, keep), source, {}, part.notes), meas
+    return Entry(sig, part.regions, evidence(meas, keep), source, {}, part.notes, part.regions_native), meas
 
 
 def run_meta(opts: Any, arch: ArchProfile, points: Mapping[Signature, list[Point]]) -> dict[str, Any]:
@@ -228,8 +240,9 @@ def run_meta(opts: Any, arch: ArchProfile, points: Mapping[Signature, list[Point
 
 
 def check_options(opts: Any, gpu: bool) -> None:
-    if opts.min_speedup < 1.0:
-        raise BuildError(f"--min-speedup={opts.min_speedup} must be >= 1.0 (1.05: a config must beat torch by 5%)")
+    if opts.min_speedup is not None and opts.min_speedup < 1.0:
+        raise BuildError(f"--min-speedup={opts.min_speedup} must be >= 1.0 (1.05: a config must beat the "
+                         f"family's fallback by 5%; default: the family's pick rule)")
     if opts.max_points is not None and not opts.thin:
         raise BuildError("--max-points needs --thin (without it every census point is measured)")
     if opts.thin and (opts.max_points is None or opts.max_points < 2):
@@ -245,22 +258,9 @@ def check_options(opts: Any, gpu: bool) -> None:
 
 
 def prebuilt_configs(family: str, arch_family: str) -> set[str]:
-    """Configs `tunedb prebuild` compiled into the Triton cache this build uses (pointing Triton
-    at that cache as a side effect, so workers started afterwards find it)."""
-    if family != "gemm":
-        return set()
-    import json
-
-    from tunedb.families.gemm import prebuild
-
-    cache = prebuild.point_triton_cache()
-    try:
-        summary = json.loads((cache / f"tunedb-prebuild-{arch_family}.json").read_text())
-    except (OSError, ValueError):
-        return set()
-    if summary.get("triton") != prebuild.triton_version():
-        return set()
-    return set(summary.get("configs") or ())
+    """Configs `tunedb prebuild` compiled for this build's compiler (the family's
+    `prebuilt_configs` hook, which may point the compiler at that cache as a side effect)."""
+    return set(hook(families.get(family), "prebuilt_configs")(arch_family) or ())
 
 
 def target_file(out: str, arch_family: str, family: str) -> Path:

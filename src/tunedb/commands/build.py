@@ -26,8 +26,9 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
                         help="measure the census's sizes only, not the bucket-ladder edges between and "
                              "above them (for a census of exactly the sizes a model calls; larger sizes "
                              "then take torch)")
-    parser.add_argument("--min-speedup", type=float, default=1.05,
-                        help="a config must beat torch (cuBLAS) by this factor to take a region (1.05)")
+    parser.add_argument("--min-speedup", type=float, default=None,
+                        help="a config must beat the family's fallback by this factor to take a region "
+                             "(default: the family's pick rule; GEMM: 1.05 over torch)")
     parser.add_argument("--fresh", action="store_true", help="replace the target file instead of merging")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; measure nothing")
     parser.add_argument("--no-write", action="store_true",

@@ -1,9 +1,11 @@
 """Regret against the measured oracle: measurement logs + database files + censuses ->
 evaluate.Evaluation (`tunedb evaluate`, and `tunedb tune`'s report).
 
-The contenders are the default config, torch, the cost model (the first file's calibrated model,
-else the uncalibrated structure) and each file served as the runtime would serve it with that
-file as its only tier; census weights and eager shares weight the points.
+The contenders are the default config, the pick rule's fallback (torch for GEMM), the family's
+cost model when it has one (the first file's calibrated model, else the uncalibrated structure)
+and each file served as the runtime would serve it with that file as its only tier (the
+serving walk and the model's candidates are runtime.serving's); census weights and eager
+shares weight the points.
 """
 from __future__ import annotations
 
@@ -11,13 +13,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import database, families
-
-from tunedb.build import steps as buildsteps
-
-from tunedb.families.gemm import costmodel
 from tunedb import evaluate as evaluation
 from tunedb.errors import BuildError
-from tunedb.records import ArchProfile, Config, ShapeSet, Signature
+from tunedb.families.contract import hook
+from tunedb.records import ArchProfile, ShapeSet, Signature
+from tunedb.runtime import serving
 
 
 def census_weights(censuses: Sequence[ShapeSet]) -> tuple[dict[tuple[Signature, int], float], dict[tuple[Signature, int], float]]:
@@ -37,32 +37,26 @@ def census_weights(censuses: Sequence[ShapeSet]) -> tuple[dict[tuple[Signature, 
 
 def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.DatabaseFile]]
               ) -> tuple[dict[str, evaluation.Selector], evaluation.Equivalents]:
-    """default, torch, the cost model (the first file's model, else the uncalibrated structure,
-    ranking the compile set the runtime would have) and each file (then model, then default:
-    the runtime's chain with that file as its only tier)."""
-    params = buildsteps.model_params(dbs[0][1].model) if dbs else None
-    default_of = buildsteps.default_of(family, arch)
-    ranker = costmodel.make_ranker(arch, params, family.invalid_reason, default_of)
+    """default, the fallback, the cost model (the first file's model, else the uncalibrated
+    structure, ranking the compile set the runtime would have; absent without one) and each file
+    (then model, then default: the runtime's chain with that file as its only tier)."""
+    params = (dbs[0][1].model or None) if dbs else None
+    model_obj = hook(family, "cost_model")(arch, params)
     referenced = sorted({c for _, db in dbs for c in db.referenced_config_ids()})
     compiled = tuple(c for c in family.compile_set(arch.arch_family, referenced) if not c.is_sentinel)
     cache: dict[tuple[Signature, int], str | None] = {}
 
     def model(sig: Signature, m: int) -> str | None:
         if (sig, m) not in cache:
-            cands = tuple(c for c in compiled if family.invalid_reason(c, sig, None, arch) is None)
-            if cands and "torch" in family.sentinels(sig):  # as the selector's model tier does
-                cands += (Config.sentinel("torch"),)
-            pick = ranker(sig, m, cands) if cands else None
+            cands = serving.model_candidates(family, sig, compiled, arch)
+            pick = model_obj.pick(sig, m, cands) if cands and model_obj is not None else None
             cache[(sig, m)] = pick.id if pick is not None else "default"
         return cache[(sig, m)]
 
     def from_file(db: database.DatabaseFile) -> evaluation.Selector:
         def select(sig: Signature, m: int) -> str | None:
-            for key in family.serving_keys(sig) if hasattr(family, "serving_keys") else sig.lookup_keys():
-                entry = db.entries.get(key)
-                cid = entry.lookup(m) if entry is not None else None
-                if cid is not None:
-                    return cid
+            for _, _, cid in serving.walk(family, sig, m, ((None, db.entries),)):
+                return cid
             return model(sig, m)
         return select
 
@@ -70,8 +64,10 @@ def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.
         concrete = family.default_config(sig, arch).id
         return (concrete,) if cid == "default" else ("default",) if cid == concrete else ()
 
-    out: dict[str, evaluation.Selector] = {"default": lambda s, m: "default", "torch": lambda s, m: "torch",
-                                           "cost model": model}
+    fallback = hook(family, "pick_rule")().fallback
+    out: dict[str, evaluation.Selector] = {"default": lambda s, m: "default", fallback: lambda s, m: fallback}
+    if model_obj is not None:
+        out["cost model"] = model
     for name, db in dbs:
         out[name] = from_file(db)
     return out, equivalents
@@ -84,11 +80,12 @@ def evaluate_logs(logs: Sequence[str | Path], dbs: Sequence[tuple[str, str | Pat
     from tunedb.measure.log import read_measurements
 
     names = [n for n, _ in dbs]
-    dupes = sorted({n for n in names if names.count(n) > 1} | ({"default", "torch", "cost model"} & set(names)))
-    if dupes:
-        raise BuildError(f"--db names must be distinct and not default/torch/cost model; repeated or "
-                         f"reserved: {', '.join(dupes)}")
     fam = families.get(family)
+    reserved = {"default", hook(fam, "pick_rule")().fallback, "cost model"}
+    dupes = sorted({n for n in names if names.count(n) > 1} | (reserved & set(names)))
+    if dupes:
+        raise BuildError(f"--db names must be distinct and not {'/'.join(sorted(reserved))}; repeated or "
+                         f"reserved: {', '.join(dupes)}")
     files = [(name, database.load(Path(path), family)) for name, path in dbs]
     arch_family = arch_family or (files[0][1].arch_family if files else "sm90")
     from tunedb import arch as arch_mod

@@ -335,6 +335,14 @@ def _rotating_args(family: Any, sig: Signature) -> tuple[int, ...]:
     return (1,)  # positional inputs that are weights (ROTATE copies them); GEMM: (x, weight)
 
 
+def _zero(family: Any, *args: Any, **kwargs: Any) -> int:
+    return 0
+
+
+def _no_set(family: Any, *args: Any, **kwargs: Any) -> frozenset[str]:
+    return frozenset()
+
+
 def _make_out(family: Any, sig: Signature, args: Any, kwargs: Any, reference: Any) -> Any:
     return None  # None: an empty tensor like the reference output
 
@@ -354,7 +362,10 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     "register_ops": _none,  # () -> None: the family's torch.library ops
     "call_key": _call_key,  # (op, *args, **kwargs) -> (Signature, size) at run time
     "patch_rules": _empty,  # () -> optimize()'s module patch rules
-    "calibrate": _none,  # (profile, measurements) -> cost-model params for the database's `model`
+    "calibrate": _none,  # (profile, measurements, configs, old) -> the database file's `model` object
+    "weight_bytes": _zero,  # (sig) -> bytes of weights one call reads (the build's L2 working set)
+    "prebuilt_configs": _no_set,  # (arch_family) -> config ids `tunedb prebuild` compiled
+    "compiler_cache": _none,  # () -> where the family's compiled kernels are cached (for reports)
 }
 
 

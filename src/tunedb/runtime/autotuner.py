@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tunedb.errors import AutotuneWarning, CaptureActiveError
+from tunedb.families.contract import hook
 from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signature
 from tunedb.runtime import launch_table
 from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result
@@ -199,7 +200,11 @@ class Autotuner:
             warnings.warn(f"autotune found no usable arm for {sig} at M={m} ({why}); the fallback "
                           f"serves it", AutotuneWarning, stacklevel=2)
             return None
-        best = min(ok, key=lambda r: (r.objective(0.0), ids.index(r.config_id)))
+        # the family's pick rule, as the build's partition applies it: the fallback keeps the
+        # shape unless an arm beats it by the gate; inside the tie band the simpler arm wins
+        times = {r.config_id: r.objective(0.0) for r in ok}
+        winner = hook(family, "pick_rule")().pick(times).winner
+        best = next(r for r in ok if r.config_id == winner)
         result = self.cache.record(sig, m, best.config_id, best.median_ms)
         self.measured.append((family.name, result, results))
         return result
@@ -308,15 +313,15 @@ def _evidence(arms: tuple[Measurement, ...]) -> dict[str, Any]:
 
 def _top_k(family: Any, sig: Signature, m: int, configs: list[Config], profile: Any,
            k: int) -> list[Config]:
-    """The cost model's k predicted-fastest configs; all of them when it cannot rank this family."""
-    n, kk = sig.get("N"), sig.get("K")
-    if family.name != "gemm" or not isinstance(n, int) or not isinstance(kk, int):
+    """The family cost model's k predicted-fastest configs; all of them without a model."""
+    model = hook(family, "cost_model")(profile, None)
+    if model is None:
         return configs
-    from tunedb.families.gemm import costmodel
-    ranked = costmodel.rank(configs, m, n, kk, profile, k, dt=sig.dt,
-                            default_config=family.default_config)
-    return [c for c, _ms in ranked] or configs
-
+    try:
+        ranked = set(model.rank(sig, m, configs, k))
+    except Exception:  # a model that cannot rank this shape: measure everything
+        return configs
+    return [c for c in configs if c.id in ranked] or configs
 
 
 def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True,
@@ -326,7 +331,7 @@ def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True
     Keyword-only extras: measurer=, publisher=, arch_family=, approximate=, top_k= (prune a
     compile set larger than this with the cost model; None measures all), working_set_bytes=
     (the served model's weight bytes: weights are timed cold when they exceed L2), timer=
-    (the protocol's timer; None: CUDA graphs; bench.timers.FakeTimer runs without a GPU)."""
+    (the protocol's timer; None: CUDA graphs; measure.timers.FakeTimer runs without a GPU)."""
     if isinstance(cache, bool):
         cache, enabled = "tune.json", cache
     return Autotuner(cache, publish, enabled, **kwargs)

@@ -15,6 +15,8 @@ from typing import Any, Callable, Mapping
 
 from tunedb import database, families, settings
 from tunedb.database import tiers
+from tunedb.families.contract import has_hook, hook
+from tunedb.runtime import serving
 from tunedb.errors import SignatureError, TunedbError
 from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
@@ -51,7 +53,7 @@ _memo: dict[tuple[str, Signature, int], Slot] = {}
 _compiled: dict[str, dict[str, Config]] = {}  # family -> id -> compiled config, this epoch
 _past_counts: dict[tuple[str, str, str], int] = {}  # (family, signature, tier) from earlier epochs
 _rankers: dict[str, Ranker] = {}
-_family_rankers: dict[str, Ranker | None] = {}  # built from each family's model_ranker, this epoch
+_family_rankers: dict[str, Ranker | None] = {}  # each family's cost-model pick, built this epoch
 _arch: dict[str, Any] = {}  # "family", "profile": pinned or detected; empty until first needed
 
 
@@ -104,38 +106,16 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
         return _default(fam, sig, profile)
     files = database.lookup(arch_family, fam.name)
     compiled = _compiled_set(fam, arch_family, files)
-    keys = fam.serving_keys(sig) if hasattr(fam, "serving_keys") else sig.lookup_keys()
-    # Keys of the call's own op (its dtype, then dt=half: one measurement under two names) are
-    # asked of every tier, user first, before any key of another op (gemm_act falling back to the
-    # plain GEMM's entry, which never measured the epilogue): an exact entry in the system tier
-    # beats a fallback entry in the user tier.
-    for group in _by_op(keys):
-        for res in files:
-            for key in group:
-                entry = res.db.entries.get(key)
-                cid = entry.lookup(m) if entry is not None else None
-                if cid is None:
-                    continue
-                config = _usable(fam, res, key, cid, sig, compiled, profile)
-                if config is not None:
-                    return Resolution(config, res.tier, key)
+    for res, key, cid in serving.walk(fam, sig, m, ((res, res.db.entries) for res in files)):
+        config = _usable(fam, res, key, cid, sig, compiled, profile)
+        if config is not None:
+            return Resolution(config, res.tier, key)
     ranker = _ranker_for(fam, profile) if settings.model_fallback_enabled() else None
     if ranker is not None:
         config = _rank(fam, ranker, sig, m, compiled, profile)
         if config is not None:
             return Resolution(config, "model", None)
     return _default(fam, sig, profile)
-
-
-def _by_op(keys: tuple[Signature, ...]) -> list[tuple[Signature, ...]]:
-    """The serving keys in runs of one op, in the family's order (most specific first)."""
-    groups: list[list[Signature]] = []
-    for key in keys:
-        if groups and groups[-1][0].op == key.op:
-            groups[-1].append(key)
-        else:
-            groups.append([key])
-    return [tuple(g) for g in groups]
 
 
 def _default(fam: Any, sig: Signature, profile: ArchProfile | None) -> Resolution:
@@ -176,14 +156,16 @@ def _compiled_set(fam: Any, arch_family: str, files: tuple[database.LoadResult, 
 
 
 def _ranker_for(fam: Any, profile: ArchProfile) -> Ranker | None:
-    """An installed ranker wins; else the family's own (`model_ranker(profile, params)`, built
-    once per epoch from the cost-model parameters the arch's database file ships)."""
+    """An installed ranker wins; else the family's cost model's pick (its `cost_model(profile,
+    params)` hook, built once per epoch from the parameters the arch's database file ships).
+    None: the family has no cost model, and the default answers."""
     ranker = _rankers.get(fam.name)
-    if ranker is not None or not hasattr(fam, "model_ranker"):
+    if ranker is not None or not has_hook(fam, "cost_model"):
         return ranker
     if fam.name not in _family_rankers:
         try:
-            _family_rankers[fam.name] = fam.model_ranker(profile, model_params(fam.name))
+            model = hook(fam, "cost_model")(profile, model_params(fam.name))
+            _family_rankers[fam.name] = model.pick if model is not None else None
         except Exception as exc:  # a broken model costs its tier, not the op
             tiers.warn_once("selector", f"model:{fam.name}:{type(exc).__name__}",
                             f"tunedb: the {fam.name} cost model could not be built ({exc!r}); "
@@ -194,15 +176,9 @@ def _ranker_for(fam: Any, profile: ArchProfile) -> Ranker | None:
 
 def _rank(fam: Any, ranker: Ranker, sig: Signature, m: int, compiled: Mapping[str, Config],
           profile: ArchProfile) -> Config | None:
-    candidates = tuple(c for _, c in sorted(compiled.items())
-                       if not c.is_sentinel and fam.invalid_reason(c, sig, None, profile) is None)
+    candidates = serving.model_candidates(fam, sig, compiled.values(), profile, settings.approximate_allowed())
     if not candidates:
         return None
-    # The framework's op is a candidate too: where no compiled tile is predicted to beat it,
-    # the model tier answers 'torch' (held out of calibration on the H200 log: 16% geomean
-    # regret over tiles alone, 3% with torch; bench/costmodel_heldout.py).
-    if "torch" in fam.sentinels(sig, settings.approximate_allowed()):
-        candidates += (Config.sentinel("torch"),)
     try:
         choice = ranker(sig, m, candidates)
     except Exception as exc:  # a broken ranker costs its tier, not the op

@@ -67,12 +67,18 @@ class GemmFamily:
     def serving_keys(self, sig: Signature) -> tuple[Signature, ...]:
         return serving_keys(sig)
 
-    def model_ranker(self, profile: ArchProfile, params: Any = None) -> Any:
-        """The selector's cost-model tier: the analytic model on `profile`, calibrated by the
+    def cost_model(self, profile: ArchProfile, params: Any = None) -> Any:
+        """The contract's cost_model hook: the analytic model on `profile`, calibrated by the
         `model` object an arch's database file ships (None: the uncalibrated structure)."""
-        from tunedb.families.gemm import costmodel
-        fitted = costmodel.ModelParams.from_json(params) if params else None
-        return costmodel.make_ranker(profile, fitted, self.invalid_reason, self.default_config)
+        from tunedb.families.gemm.model import GemmCostModel
+
+        return GemmCostModel(self, profile, params)
+
+    def calibrate(self, profile: ArchProfile, measurements: Any, configs: Any, old: Any = None) -> Any:
+        """The contract's calibrate hook: the database file's `model` object after a build."""
+        from tunedb.families.gemm.model import calibrate
+
+        return calibrate(profile, measurements, configs, old)
 
     def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
         return configs.invalid_reason(config, sig, m, arch)
@@ -116,6 +122,21 @@ class GemmFamily:
 
     def impl_hash(self) -> str:
         return impl_hash()
+
+    def weight_bytes(self, sig: Signature) -> int:
+        return sig.get("N") * sig.get("K") * configs.ELEMENT_BYTES
+
+    def prebuilt_configs(self, arch_family: str) -> set[str]:
+        """Configs `tunedb prebuild` compiled into the Triton cache this process uses (pointing
+        Triton at that cache as a side effect, so workers started afterwards find it)."""
+        from tunedb.families.gemm.prebuild import prebuilt_configs
+
+        return prebuilt_configs(arch_family)
+
+    def compiler_cache(self) -> str:
+        from tunedb import settings
+
+        return str(settings.triton_cache_dir())
 
     def warm_start(self) -> None:
         """Load the compiler state every first launch would otherwise pay for in line: the

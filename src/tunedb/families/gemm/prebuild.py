@@ -259,3 +259,16 @@ def relocate_cache(cache: Path, old_root: str) -> int:
             write_atomic(grp, json.dumps(data))
             fixed += 1
     return fixed
+
+
+def prebuilt_configs(arch_family: str) -> set[str]:
+    """Configs `tunedb prebuild` compiled into the Triton cache this process uses, for this
+    Triton (pointing Triton at that cache as a side effect, so workers started later find it)."""
+    cache = point_triton_cache()
+    try:
+        summary = json.loads((cache / f"tunedb-prebuild-{arch_family}.json").read_text())
+    except (OSError, ValueError):
+        return set()
+    if summary.get("triton") != triton_version():
+        return set()
+    return set(summary.get("configs") or ())

@@ -1,0 +1,61 @@
+"""The GEMM family's cost_model and calibrate hooks: the analytic model (costmodel.py) and its
+fit (calibration.py) behind the contract's CostModel interface.
+
+rank() prunes the build's candidates to a top-k, predict() prices an arm for the dry-run
+estimate and --simulate's timer, pick() is the selector's model tier; calibrate() fits the
+parameters that the database file's `model` object ships. Pure Python, no torch.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from tunedb.families.gemm import calibration, costmodel
+from tunedb.records import ArchProfile, Config, Measurement, Signature, Status
+
+
+def params_of(raw: Mapping[str, Any] | costmodel.ModelParams | None) -> costmodel.ModelParams | None:
+    """ModelParams from a database file's `model` object; None when absent or written by another
+    version (the uncalibrated structure then ranks)."""
+    if raw is None or isinstance(raw, costmodel.ModelParams):
+        return raw
+    if not raw:
+        return None
+    try:
+        return costmodel.ModelParams.from_json(raw)
+    except Exception:  # a model of another version: rank with the uncalibrated structure
+        return None
+
+
+class GemmCostModel:
+    """The analytic model on one arch profile, calibrated by `params` (None: uncalibrated)."""
+
+    def __init__(self, family: Any, profile: ArchProfile, params: Any = None) -> None:
+        self.family, self.profile = family, profile
+        self.params = params_of(params)
+        self._default = lambda sig, _arch=None: family.default_config(sig, profile)
+        self._pick = costmodel.make_ranker(profile, self.params, family.invalid_reason, self._default)
+
+    def rank(self, sig: Signature, m: int, configs: Sequence[Config], k: int) -> list[str]:
+        """The k configs predicted fastest at (sig, m), fastest first."""
+        return [c.id for c, _ in costmodel.rank(configs, m, sig.get("N"), sig.get("K"), self.profile, k, None,
+                                                self.params, dt=sig.dt, default_config=self._default, sig=sig)]
+
+    def predict(self, sig: Signature, m: int, config_id: str) -> float | None:
+        """Predicted ms of one arm; None where the model cannot price it."""
+        try:
+            ms = costmodel.predict(self.family.parse_config(config_id), (sig, m), self.profile, self.params,
+                                   default_config=self._default)
+        except Exception:  # an arm the model cannot price: no estimate for it
+            return None
+        return None if isinstance(ms, Status) else ms
+
+    def pick(self, sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
+        """The selector's model tier: the predicted-fastest candidate (the fallback wins inside
+        the model's calibrated margin)."""
+        return self._pick(sig, m, candidates)
+
+
+def calibrate(profile: ArchProfile, measurements: Iterable[Measurement], configs: Mapping[str, Config],
+              old: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """This run's fit merged into the file's old model: the `model` object to write."""
+    return calibration.merge(params_of(old), calibration.fit(list(measurements), configs, profile)).to_json()
