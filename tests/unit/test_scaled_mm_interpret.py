@@ -66,6 +66,10 @@ def _child() -> None:
             qsig = int8.make_signature("scaled_mm_quant", n, k, "int8")
             args, _ = int8.make_inputs(qsig, m, "cpu", seed=m)
             wq, ws = ops._cpu(qsig, *args)
+            pair = (torch.empty((m, n), dtype=torch.int8), torch.full((m, 1), float("nan")))
+            if int8.launch(cfg("sk2_b16x64x64_w4_s2"), qsig, *args, out=pair) is not pair or \
+                    not (torch.equal(pair[0], wq) and torch.equal(pair[1], ws)):
+                failures.append(f"int8 quant into out {qsig} M={m}")
             for cid in INT8_IDS:
                 q, s = int8.launch(cfg(cid), qsig, *args)
                 if not (torch.equal(q, wq) and torch.equal(s, ws)):

@@ -123,3 +123,32 @@ def test_default_tier_resolves_to_the_heuristic_sentinel():
     res = selector.resolve("scaled_mm_fp8", sig, 1)
     assert (res.config.id, res.tier) == ("heuristic", "default")
     assert isinstance(selector.shipped_profile("sm90"), ArchProfile)
+
+
+def test_launch_writes_into_out_and_make_out_fits_every_arm():
+    from tunedb.families import contract
+
+    for fam, scale, op, out in ((INT8, "row", "scaled_mm", "fp16"), (FP8, "row", "scaled_mm_quant", "fp8"),
+                                (INT8, "row", "scaled_mm_quant", "int8")):
+        sig, args = _inputs(fam, scale, m=20, n=48, k=160, op=op, out=out)
+        ref = fam.reference(sig, *args)
+        for made in (fam.make_out(sig, *args), contract.hook(fam, "make_out")(sig, args, {}, ref)):
+            got = fam.launch(fam.parse_config("torch"), sig, *args, out=made)
+            assert got is made
+            want = ops._cpu(sig, *args)
+            if op == "scaled_mm":
+                assert made.dtype == torch.float16 and torch.equal(made, want)
+            else:
+                assert made[0].dtype == arms_dtype(out) and made[1].shape == (20, 1)
+                if fam is INT8:
+                    assert torch.equal(made[0], want[0]) and torch.equal(made[1], want[1])
+    with pytest.raises(ValueError, match="must be a \\(q, s\\) pair"):
+        from tunedb.families.scaled_mm.launch import quant_out
+
+        quant_out(torch.empty(3), torch.empty(2, 4), 5, torch.int8)
+
+
+def arms_dtype(name):
+    from tunedb.families.scaled_mm.arms import torch_dtype
+
+    return torch_dtype(name)

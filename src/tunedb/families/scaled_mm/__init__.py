@@ -81,6 +81,25 @@ class ScaledMMFamily:
     def rotating_args(self, sig: Signature) -> tuple[int, ...]:
         return (1, 3)  # (x, weight, x_scale, w_scale): the weight and its scales are the cold bytes
 
+    weight_args = rotating_args  # the name tunedb.measure's problem_for reads
+
+    def make_out(self, sig: Signature, *rest: Any) -> Any:
+        """An empty output for a measured launch: y [M, N] in the output dtype (op=scaled_mm) or
+        the (q, s) pair (op=scaled_mm_quant). Called as the contract's hook
+        make_out(sig, args, kwargs, reference) or as tunedb.measure.arms calls it today,
+        make_out(sig, *args, **kwargs); both are accepted until the two agree."""
+        import torch
+
+        from tunedb.families.scaled_mm.arms import torch_dtype
+
+        args = rest[0] if len(rest) == 3 and isinstance(rest[0], tuple) else rest
+        x = args[0]
+        m, n = x.numel() // sig.get("K"), sig.get("N")
+        if sig.op == "scaled_mm_quant":
+            return (torch.empty((m, n), dtype=torch_dtype(sig.get("out")), device=x.device),
+                    torch.empty((m, 1), dtype=torch.float32, device=x.device))
+        return torch.empty((m, n), dtype=torch_dtype(sig.get("out")), device=x.device)
+
     def register_ops(self) -> None:
         from tunedb.families.scaled_mm import ops  # noqa: F401 -- importing registers tunedb::scaled_mm_*
 

@@ -79,7 +79,12 @@ def torch_arm(sig: Signature) -> Callable[..., Any]:
         y = product(x2, weight, x_scale, w_scale)
         if quant:
             q, s = quantize_rows(y.float(), out_name)
-            return q.view(*x.shape[:-1], n), s.view(*x.shape[:-1], 1)
+            q, s = q.view(*x.shape[:-1], n), s.view(*x.shape[:-1], 1)
+            if out is not None:
+                out[0].copy_(q)
+                out[1].copy_(s)
+                return out
+            return q, s
         if y.dtype != out_dt:
             y = y.to(out_dt)
         if out is not None:
