@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from tunedb import families  # noqa: E402
 from tunedb.arch import shipped_profile  # noqa: E402
-from tunedb.families.scaled_mm import configs, ops  # noqa: E402
+from tunedb.families.scaled_mm import arms, configs, ops  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -39,12 +39,28 @@ def launch(fam, cid, sig, args, m):
     return fam.launch(fam.parse_config(cid), sig, *args)
 
 
+def exact_int8_product(sig, x, w, sx, sw):
+    """The int8 arms' fp32 product on the GPU: the integer product is exact in fp64 (|acc| < 2^53)
+    and rounds to fp32 as the int32 accumulator does; then the epilogue's order."""
+    acc = (x.reshape(-1, sig.get("K")).double() @ w.double().t()).float()
+    return acc.mul_(sx.reshape(-1, 1)).mul_(sw.reshape(1, -1))
+
+
+def int8_expected(sig, args):
+    y = exact_int8_product(sig, *args)
+    if sig.op == "scaled_mm_quant":
+        return arms.quantize_rows(y, "int8")
+    return y.to(INT8_OUT[sig.get("out")])
+
+
 @pytest.mark.parametrize("m, n, k", SHAPES)
 @pytest.mark.parametrize("out", ["bf16", "fp16"])
 def test_int8_every_arm_bitwise_equal(m, n, k, out):
     sig = INT8.make_signature("scaled_mm", n, k, out)
     args, _ = INT8.make_inputs(sig, m, "cuda", seed=m)
-    want = ops._cpu(sig, *(a.cpu() for a in args)).cuda()
+    want = int8_expected(sig, args)
+    if m * n * k <= 1 << 27:  # the CPU path (the op's own) computes the same bits
+        assert torch.equal(ops._cpu(sig, *(a.cpu() for a in args)).cuda(), want)
     ran = arms_for(INT8, sig, m)
     assert ("torch" in ran) == (m > 16 and n % 8 == 0 and k % 8 == 0)
     for cid in ran:
@@ -59,7 +75,7 @@ def test_int8_every_arm_bitwise_equal(m, n, k, out):
 def test_int8_quant_bitwise_equal(m, n, k):
     sig = INT8.make_signature("scaled_mm_quant", n, k, "int8")
     args, _ = INT8.make_inputs(sig, m, "cuda", seed=m)
-    wq, ws = (t.cuda() for t in ops._cpu(sig, *(a.cpu() for a in args)))
+    wq, ws = int8_expected(sig, args)
     for cid in arms_for(INT8, sig, m):
         q, s = launch(INT8, cid, sig, args, m)
         assert torch.equal(q, wq) and torch.equal(s, ws), f"{cid} {sig} M={m}"
@@ -110,7 +126,14 @@ def _graph_matches_eager(fn, args, fresh):
     want = fn(*fresh)
     outs = out if isinstance(out, tuple) else (out,)
     wants = want if isinstance(want, tuple) else (want,)
-    assert all(torch.equal(o, w) for o, w in zip(outs, wants))
+    assert all(same_bits(o, w) for o, w in zip(outs, wants))
+
+
+def same_bits(a, b):
+    """torch.equal, through a byte view for float8 (which has no CUDA comparison kernels)."""
+    if "float8" in str(a.dtype):
+        return a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    return torch.equal(a, b)
 
 
 @pytest.mark.parametrize("m", [1, 16, 17, 256])
