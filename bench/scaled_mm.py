@@ -42,6 +42,9 @@ SWEEP = {
                    "b64x64x128_w4_s4_g8", "b64x128x128_w4_s3_g8", "b64x128x128_w4_s4_g8", "b64x256x128_w8_s3_g8",
                    "b128x128x128_w8_s3_g8", "b128x128x128_w8_s4_g8", "b128x128x64_w8_s4_g8",
                    "b128x256x128_w8_s3_g8", "b128x256x64_w8_s4_g8"),
+    "triton_tma": ("tma_b64x128x128_w4_s4_g8", "tma_b64x256x128_w8_s3_g8", "tma_b128x128x128_w8_s3_g8",
+                   "tma_b128x128x128_w8_s4_g8", "tma_b128x256x128_w8_s3_g8", "tma_b128x256x64_w8_s4_g8",
+                   "tma_b128x128x64_w4_s4_g8"),
     "triton_splitk": ("sk2_b16x64x128_w4_s4", "sk4_b16x64x128_w4_s4", "sk8_b16x64x128_w4_s4",
                       "sk4_b16x128x128_w4_s4", "sk2_b32x128x128_w4_s4", "sk4_b32x64x128_w4_s3"),
 }
@@ -53,6 +56,8 @@ def sweep_for(lane: str, m: int) -> tuple[str, ...]:
     if lane == "triton_splitk":
         return ids if m <= 128 else ()
     bm = lambda cid: int(cid[1:].split("x")[0])  # noqa: E731
+    if lane == "triton_tma":
+        return ids if m > 16 else ()
     if m <= 16:
         return tuple(c for c in ids if bm(c) <= 32)
     if m <= 128:
@@ -111,7 +116,7 @@ def run_point(mode, n, k, m, l2, deadline, rows):
         if fam.dt == "fp8":
             y = fam.launch(fam.parse_config("torch"), sig, x, w, sx, sw)
             base_err = max(base_err, ((y.float() - ref).abs().max() / ref.abs().max()).item())
-    for lane in ("triton_mma", "triton_splitk"):
+    for lane in ("triton_mma", "triton_tma", "triton_splitk"):
         for cid in sweep_for(lane, m):
             if fam.invalid_reason(fam.parse_config(cid), sig, m, sm90) is None:
                 arms.append((lane, cid))
@@ -156,7 +161,7 @@ def warm(mode):
     fam = families.get(fam_name)
     sig = fam.make_signature("scaled_mm", 256, 1024, out, scale)
     args, _ = fam.make_inputs(sig, 32, DEVICE, seed=0)
-    for cid in ("heuristic",) + SWEEP["triton_mma"] + SWEEP["triton_splitk"]:
+    for cid in ("heuristic",) + SWEEP["triton_mma"] + SWEEP["triton_tma"] + SWEEP["triton_splitk"]:
         try:
             fam.launch(fam.parse_config(cid), sig, *args)
         except Exception:  # reported at its timed rows
@@ -174,12 +179,13 @@ def summarize(rows):
         ok = [r for r in rs if r["status"] == "ok"]
         get = lambda lane: min((r for r in ok if r["lane"] == lane), key=lambda r: r["us"], default=None)  # noqa: E731
         bf16, vendor, heur = get("bf16"), get("torch"), get("heuristic")
-        mma, sk = get("triton_mma"), get("triton_splitk")
-        tuned = min((r for r in (heur, mma, sk) if r), key=lambda r: r["us"], default=None)
+        mma, tma, sk = get("triton_mma"), get("triton_tma"), get("triton_splitk")
+        tuned = min((r for r in (heur, mma, tma, sk) if r), key=lambda r: r["us"], default=None)
         table.append({
             "mode": mode, "N": n, "K": k, "M": m,
             "bf16_us": bf16 and bf16["us"], "vendor_us": vendor and vendor["us"], "heuristic_us": heur and heur["us"],
             "mma_best": mma and mma["config"], "mma_us": mma and mma["us"],
+            "tma_best": tma and tma["config"], "tma_us": tma and tma["us"],
             "splitk_best": sk and sk["config"], "splitk_us": sk and sk["us"],
             "triton_best": tuned and tuned["config"], "triton_us": tuned and tuned["us"],
             "triton_tflops": tuned and tuned["tflops"],
@@ -199,10 +205,11 @@ def markdown(table):
         if not rows:
             continue
         lines += [f"\n### {mode}\n", "| N x K | M | bf16 us | vendor us | heuristic us | best mma (us) | best split-K (us) "
-                  "| best TFLOP/s | vs vendor | vs bf16 | vs heuristic |", "|" + "---|" * 11]
+                  "| best TMA (us) | best TFLOP/s | vs vendor | vs bf16 | vs heuristic |", "|" + "---|" * 12]
         for t in rows:
             lines.append(f"| {t['N']}x{t['K']} | {t['M']} | {f(t['bf16_us'])} | {f(t['vendor_us'])} | {f(t['heuristic_us'])} "
                          f"| {t['mma_best'] or '-'} ({f(t['mma_us'])}) | {t['splitk_best'] or '-'} ({f(t['splitk_us'])}) "
+                         f"| {t['tma_best'] or '-'} ({f(t['tma_us'])}) "
                          f"| {f(t['triton_tflops'])} | {f(t['vs_vendor'], '.2f')} | {f(t['vs_bf16'], '.2f')} "
                          f"| {f(t['vs_heuristic'], '.2f')} |")
         for t in rows:

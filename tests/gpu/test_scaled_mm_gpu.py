@@ -15,10 +15,11 @@ pytestmark = pytest.mark.gpu
 SM90 = shipped_profile("sm90")
 INT8, FP8 = families.get("scaled_mm"), families.get("scaled_mm_fp8")
 TRITON_IDS = ("b16x64x128_w4_s4_g8", "b64x128x128_w4_s3_g8", "b128x128x64_w8_s4_g8", "b128x256x128_w8_s3_g8",
-              "b32x64x64_w4_s3_g8", "sk2_b16x64x128_w4_s3", "sk4_b32x128x128_w4_s4", "sk8_b64x64x128_w4_s3")
+              "b32x64x64_w4_s3_g8", "sk2_b16x64x128_w4_s3", "sk4_b32x128x128_w4_s4", "sk8_b64x64x128_w4_s3",
+              "tma_b128x256x128_w8_s3_g8", "tma_b64x128x128_w4_s4_g8", "tma_b128x128x64_w4_s4_g8")
 ARMS = TRITON_IDS + ("heuristic", "torch")
 # (M, N, K): odd (N=80, K=200: no 16-alignment, a partial 128 block), decode, prefill, deep K
-SHAPES = [(1, 80, 200), (17, 80, 200), (333, 136, 520), (1, 4096, 4096), (16, 6144, 4096), (17, 4096, 4096),
+SHAPES = [(1, 80, 200), (17, 80, 200), (333, 136, 520), (70, 80, 272), (1, 4096, 4096), (16, 6144, 4096), (17, 4096, 4096),
           (100, 4096, 14336), (1024, 28672, 4096), (2048, 4096, 4096)]
 
 

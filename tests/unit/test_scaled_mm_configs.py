@@ -92,7 +92,7 @@ def test_config_ids_round_trip_and_bad_ids():
     for cfg in configs.full_grid():
         assert configs.parse(cfg.id) == cfg
     assert configs.parse("heuristic").is_sentinel and configs.parse("torch").lane == "torch"
-    for bad in ("b100x64x64_w4_s3_g8", "sk2_b16x64x128_w4_s3_g8", "b64x64x64_w4_s3", "fused", "tma_b64x64x64_w4_s3_g8"):
+    for bad in ("b100x64x64_w4_s3_g8", "sk2_b16x64x128_w4_s3_g8", "b64x64x64_w4_s3", "fused", "tma_sk2_b64x64x64_w4_s3", "b64x64x64_w4_s3_g8_ws"):
         with pytest.raises(ConfigError):
             configs.parse(bad)
 
@@ -118,6 +118,15 @@ def test_torch_arm_rules():
     assert "block-scaled" in configs.invalid_reason(torch_arm, fp8_sig(scale="block"), 64, SM90)
     assert configs.sentinels(fp8_sig(scale="block")) == ("heuristic",)
     assert configs.sentinels(int8_sig()) == ("heuristic", "torch")
+
+
+def test_tma_lane_rules():
+    cfg = configs.parse("tma_b128x256x128_w8_s3_g8")
+    assert cfg.lane == "triton_tma" and configs.parse(cfg.id) == cfg
+    assert configs.invalid_reason(cfg, fp8_sig(n=4104, scale="block"), None, SM90) is None  # N needs no alignment
+    assert "multiple of 16" in configs.invalid_reason(cfg, fp8_sig(k=4104), None, SM90)
+    assert "sm90+" in configs.invalid_reason(cfg, int8_sig(), None, SM80)
+    assert any(c.lane == "triton_tma" for c in configs.config_space("sm90"))
 
 
 def test_arch_split_and_smem_rules():
@@ -162,6 +171,7 @@ def test_work_counts_one_byte_operands():
 def test_simplicity_orders_heuristic_first():
     ranks = [simplicity(c) for c in ("heuristic", "torch", "b64x64x128_w4_s4_g8", "sk2_b16x64x128_w4_s3")]
     assert ranks == sorted(ranks) and len(set(ranks)) == 4
+    assert simplicity("tma_b128x128x128_w8_s3_g8") == simplicity("b128x128x128_w8_s3_g8")
 
 
 def test_import_touches_no_torch():

@@ -23,6 +23,7 @@ import pytest
 INT8_IDS = ("b16x32x64_w4_s2_g8", "b32x64x128_w4_s2_g8", "sk2_b16x64x64_w4_s2", "sk3_b16x32x32_w4_s2",
             "heuristic")
 FP8_IDS = ("b16x32x64_w4_s2_g8", "b32x64x128_w4_s2_g8", "sk2_b16x64x64_w4_s2", "heuristic")
+TMA_IDS = ("tma_b16x32x64_w4_s2_g8", "tma_b32x64x128_w4_s2_g8")
 SHAPES = ((80, 200), (48, 136))  # N, K: K not a multiple of 16 or of the 128 scale block
 MS = (1, 3, 17)
 
@@ -89,6 +90,27 @@ def _child() -> None:
                 _, ws = arms.quantize_rows(ref, "fp8")
                 if (s - ws).abs().max() > 1e-5 * ws.abs().max():
                     failures.append(f"fp8 quant scales {qsig} M={m} differ from the reference's")
+    # the TMA lane (K a multiple of 16; N unaligned: the store masks), persistent over 4 programs
+    for m in (1, 19, 70):
+        sig = int8.make_signature("scaled_mm", 80, 272, "fp16")
+        args, _ = int8.make_inputs(sig, m, "cpu", seed=m)
+        for cid in TMA_IDS:
+            if not torch.equal(int8.launch(configs.parse(cid), sig, *args), ops._cpu(sig, *args)):
+                failures.append(f"int8 {cid} {sig} M={m}: not bitwise equal to the torch path")
+        qsig = int8.make_signature("scaled_mm_quant", 80, 272, "int8")
+        q, s = int8.launch(configs.parse(TMA_IDS[0]), qsig, *args)
+        wq, ws = ops._cpu(qsig, *args)
+        if not (torch.equal(q, wq) and torch.equal(s, ws)):
+            failures.append(f"int8 quant {TMA_IDS[0]} M={m}")
+        for scale in ("tensor", "row", "block"):
+            sig = fp8.make_signature("scaled_mm", 80, 272, "bf16", scale)
+            args, _ = fp8.make_inputs(sig, m, "cpu", seed=m)
+            ref = fp8.reference(sig, *args)
+            bound = 4 * (ref.to(torch.bfloat16).float() - ref).abs().max().item() + 1e-5 * ref.abs().max().item()
+            for cid in TMA_IDS:
+                err = (fp8.launch(configs.parse(cid), sig, *args).float() - ref).abs().max().item()
+                if err > bound:
+                    failures.append(f"fp8 {cid} {sig} M={m}: err {err} > {bound}")
     # a 3-D, non-contiguous activation is the same GEMM
     sig = int8.make_signature("scaled_mm", 80, 200, "fp16")
     (x, w, sx, sw), _ = int8.make_inputs(sig, 6, "cpu", seed=5)

@@ -6,6 +6,7 @@ predicate's arch, scale-mode and alignment rules differ.
 
 Config ids (format(parse(id)) == id, the GEMM family's grammar):
     triton_mma     b{BM}x{BN}x{BK}_w{W}_s{S}_g{G}     b128x128x128_w8_s3_g8
+    triton_tma     tma_b{BM}x{BN}x{BK}_w{W}_s{S}_g{G} tma_b128x256x128_w8_s3_g8
     triton_splitk  sk{SPLIT}_b{BM}x{BN}x{BK}_w{W}_s{S}  sk4_b16x64x128_w4_s4
 Sentinels: `heuristic` (the family's untuned choice: a shape rule, resolved per M; `default`
 is accepted as its alias) and `torch` (torch._int_mm + a scale epilogue for int8,
@@ -24,7 +25,7 @@ INT8_FAMILY = "scaled_mm"
 FP8_FAMILY = "scaled_mm_fp8"
 FAMILIES = (INT8_FAMILY, FP8_FAMILY)
 OPS: tuple[str, ...] = ("scaled_mm", "scaled_mm_quant")
-TRITON_LANES: tuple[str, ...] = ("triton_mma", "triton_splitk")
+TRITON_LANES: tuple[str, ...] = ("triton_mma", "triton_tma", "triton_splitk")
 VENDOR_LANES: tuple[str, ...] = ("torch",)
 LANES: tuple[str, ...] = TRITON_LANES + VENDOR_LANES
 FAMILY_SENTINELS: tuple[str, ...] = ("heuristic", "torch")
@@ -42,13 +43,14 @@ MIN_CAPABILITY = {INT8_FAMILY: 80, FP8_FAMILY: 89}
 INT_MM_MIN_M = 16  # torch._int_mm refuses M <= 16
 INT_MM_ALIGN = 8  # and needs K and N multiples of 8
 SCALED_MM_ALIGN = 16  # cuBLASLt fp8: K and N multiples of 16
+TMA_ALIGN = 16  # tensor descriptors: 16-byte row strides (K one-byte elements)
 
 _BLOCKS_M = (16, 32, 64, 128)
 _BLOCKS_N = (32, 64, 128, 256)
 _BLOCKS_K = (32, 64, 128, 256)  # 8-bit MMA consumes K in steps of 32
 _WARPS = (2, 4, 8)
 _SPLITS = (2, 3, 4, 8, 16)
-_ID = re.compile(r"^(?:sk(?P<split>\d+)_)?b(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?:_g(?P<g>\d+))?$")
+_ID = re.compile(r"^(?:(?P<tma>tma_)|sk(?P<split>\d+)_)?b(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?:_g(?P<g>\d+))?$")
 _SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
                  "sm120": 101376}
 
@@ -79,7 +81,7 @@ def make(lane: str, bm: int, bn: int, bk: int, warps: int, stages: int, group_m:
     else:
         if split_k != 1 or not 1 <= group_m <= 64:
             raise ConfigError(f"{what}: split_k must be 1 and group_m in 1..64 (got {split_k}, {group_m})")
-        cid = f"b{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group_m}"
+        cid = ("tma_" if lane == "triton_tma" else "") + f"b{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group_m}"
     return Config(cid, lane, (("block", (bm, bn, bk)), ("warps", warps), ("stages", stages),
                               ("group_m", group_m), ("split_k", split_k)))
 
@@ -98,7 +100,7 @@ def parse(config_id: str) -> Config:
     if not m:
         raise ConfigError(f"bad scaled_mm config id {config_id!r}: expected b128x128x128_w8_s3_g8, "
                           f"sk4_b16x64x128_w4_s4 or a sentinel ({', '.join(FAMILY_SENTINELS)})")
-    nums = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    nums = {k: int(v) for k, v in m.groupdict().items() if v is not None and k != "tma"}
     if "split" in nums:
         if "g" in nums:
             raise ConfigError(f"bad scaled_mm config id {config_id!r}: split-K ids carry no _g")
@@ -106,7 +108,8 @@ def parse(config_id: str) -> Config:
     else:
         if "g" not in nums:
             raise ConfigError(f"bad scaled_mm config id {config_id!r}: a data-parallel id ends in _g<G>")
-        cfg = make("triton_mma", nums["bm"], nums["bn"], nums["bk"], nums["w"], nums["s"], nums["g"])
+        lane = "triton_tma" if m["tma"] else "triton_mma"
+        cfg = make(lane, nums["bm"], nums["bn"], nums["bk"], nums["w"], nums["s"], nums["g"])
     if cfg.id != config_id:
         raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
     return cfg
@@ -127,6 +130,10 @@ def full_grid() -> tuple[Config, ...]:
                         continue  # 8 warps on a small tile only idle
                     for s in (3, 4):
                         out.append(make("triton_mma", bm, bn, bk, w, s))
+    for bm, bn, bk, w, s in ((128, 128, 128, 8, 3), (128, 128, 128, 8, 4), (128, 256, 128, 8, 3),
+                             (128, 256, 64, 8, 4), (64, 128, 128, 4, 4), (128, 128, 64, 4, 4),
+                             (64, 256, 128, 8, 3), (64, 64, 128, 4, 4)):
+        out.append(make("triton_tma", bm, bn, bk, w, s))
     for split in (2, 4, 8):
         for bm in (16, 32, 64):
             for bn in (64, 128):
@@ -200,6 +207,11 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
         return f"block scales need BLOCK_K dividing {SCALE_BLOCK} (BK={bk})"
     if smem_bytes(cfg) > arch.smem_per_block:
         return f"needs {smem_bytes(cfg)} B of shared memory > {arch.smem_per_block}"
+    if cfg.lane == "triton_tma":
+        if cap < 90:
+            return f"triton_tma needs sm90+ tensor descriptors ({arch.arch_family})"
+        if k % TMA_ALIGN:
+            return f"triton_tma needs K a multiple of {TMA_ALIGN} (16-byte operand rows), K={k}"
     if cfg.lane == "triton_splitk":
         split, k_tiles = cfg.param("split_k"), -(-k // bk)
         if split > k_tiles:

@@ -135,3 +135,47 @@ def row_quant_kernel(y_ptr, q_ptr, s_ptr, M, N, QMAX: tl.constexpr, INV_QMAX: tl
             v = tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
         v = tl.minimum(tl.maximum(v, -QMAX), QMAX)
         tl.store(dst + cols, v.to(q_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit(do_not_specialize=("M",))
+def scaled_mm_tma_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, M, N, K,
+                         SCALE: tl.constexpr, INT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                         BK: tl.constexpr, GROUP_M: tl.constexpr):
+    """The triton_tma lane (sm90+): operands by device-side tensor descriptors (out-of-range rows
+    and K columns read as zero), a persistent grid walking tiles pid, pid + grid, ... in grouped
+    order; the same epilogue and K-block scaling as scaled_mm_kernel, stored through pointers
+    (masked), so N needs no alignment. K * 1 byte must be a multiple of 16 (the predicate)."""
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
+    w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, K], strides=[K, 1], block_shape=[BN, BK])
+    num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN)
+    k_tiles = tl.cdiv(K, BK)
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):
+        pid_m, pid_n = tile_coords(tile, M, N, BM, BN, GROUP_M)
+        om = pid_m * BM
+        on = pid_n * BN
+        rows = om + tl.arange(0, BM)
+        cols = on + tl.arange(0, BN)
+        rows_in = (rows % M).to(tl.int64)
+        cols_in = (cols % N).to(tl.int64)
+        if SCALE == 2:
+            k_blocks = tl.cdiv(K, 128)
+            acc = tl.zeros((BM, BN), dtype=tl.float32)
+            for kt in range(k_tiles):
+                a = x_desc.load([om, kt * BK])
+                b = w_desc.load([on, kt * BK])
+                kb = (kt * BK) // 128
+                sa = tl.load(sx_ptr + rows_in * k_blocks + kb)
+                sb = tl.load(sw_ptr + (cols_in // 128) * k_blocks + kb)
+                acc += tl.dot(a, b.T) * sa[:, None] * sb[None, :]
+        else:
+            acc = tl.zeros((BM, BN), dtype=tl.int32 if INT else tl.float32)
+            for kt in range(k_tiles):
+                a = x_desc.load([om, kt * BK])
+                b = w_desc.load([on, kt * BK])
+                if INT:
+                    acc = tl.dot(a, b.T, acc)
+                else:
+                    acc += tl.dot(a, b.T)  # promoted per K tile, as scaled_mm_kernel
+        acc = apply_scales(acc, sx_ptr, sw_ptr, rows_in, cols_in, SCALE)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        tl.store(y_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)

@@ -91,7 +91,8 @@ def quant_out(out: Any, x: Any, n: int, q_dtype: Any) -> tuple[Any, Any]:
 
 
 def _triton(config: Config, sig: Signature) -> Launcher:
-    from tunedb.families.scaled_mm.kernels import row_quant_kernel, scaled_mm_kernel, scaled_mm_reduce_kernel
+    from tunedb.families.scaled_mm.kernels import (row_quant_kernel, scaled_mm_kernel, scaled_mm_reduce_kernel,
+                                                   scaled_mm_tma_kernel)
 
     n, k = sig.get("N"), sig.get("K")
     bm, bn, bk = configs.blocks(config)
@@ -104,6 +105,11 @@ def _triton(config: Config, sig: Signature) -> Launcher:
     operand = torch.int8 if is_int else torch.float8_e4m3fn
     # int8 partials stay int32 (exact) unless block scales scaled them already (fp8 only anyway)
     ws_dtype = torch.int32 if is_int and scale != 2 else torch.float32
+    tma = config.lane == "triton_tma"
+    if tma:
+        from tunedb.families.gemm.launch import _scratch_allocator
+
+        scratch = _scratch_allocator()  # Triton's allocator for the device-side descriptors
     kw = dict(SCALE=scale, INT=is_int, BM=bm, BN=bn, BK=bk, GROUP_M=group_m, SPLIT=split,
               num_warps=config.param("warps"), num_stages=config.param("stages"))
 
@@ -125,7 +131,16 @@ def _triton(config: Config, sig: Signature) -> Launcher:
             y = torch.empty((*x.shape[:-1], n), dtype=y_dtype, device=x.device)
         if m:
             tiles = -(-m // bm) * -(-n // bn)
-            if split == 1:
+            if tma:
+                if x2.data_ptr() % 16:
+                    x2 = x2.clone()  # descriptors need 16-byte-aligned bases
+                if w.data_ptr() % 16:
+                    w = w.clone()
+                scratch()
+                scaled_mm_tma_kernel[(min(tiles, num_sms(x.device) if x.is_cuda else 4),)](
+                    x2, w, y, sx, sw, m, n, k, SCALE=scale, INT=is_int, BM=bm, BN=bn, BK=bk, GROUP_M=group_m,
+                    num_warps=kw["num_warps"], num_stages=kw["num_stages"])
+            elif split == 1:
                 scaled_mm_kernel[(tiles, 1)](x2, w, y, sx, sw, m, n, k, PARTIAL=False, **kw)
             else:
                 ws = torch.empty((split, m, n), dtype=ws_dtype, device=x.device)
