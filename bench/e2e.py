@@ -36,7 +36,7 @@ between phases of the run never enters a ratio; max-autotune and tunedb are comp
 their paired speedups. Nothing rotates (whole models). Every
 variant's output is first compared with plain's (relative Frobenius error < --tol); a variant
 that fails is reported as wrong and not timed. A captured graph's output is checked too.
-Also: host overhead of selection (tunedb.runtime.ops.gemm against the bound launcher it
+Also: host overhead of selection (tunedb.families.gemm.ops.gemm against the bound launcher it
 dispatches to, bench/host_overhead.py's method), and Triton's autotuner (triton.autotune over the
 triton_mma configs, key M/N/K, on the model's distinct GEMM shapes; sampled and extrapolated
 when the budget is short, and labeled so). GPU clocks are read with nvidia-smi before and after.

@@ -311,7 +311,9 @@ def host_overhead(calls: int) -> dict:
     import torch.nn.functional as F
     from host_overhead import paired_overhead_us, per_call_us
 
-    from tunedb.runtime import launch_table, ops
+    from tunedb.families.gemm import ops
+
+    from tunedb.runtime import launch_table
 
     m, n, k = 8, 256, 256
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -321,9 +323,9 @@ def host_overhead(calls: int) -> dict:
             ops.gemm(x, w)
         bound = launch_table.launcher("gemm", x, w, None, "none", m)
         rows = {"F.linear": lambda: F.linear(x, w), "bound launcher": lambda: bound.call(x, w, None, None),
-                "tunedb.runtime.ops.gemm": lambda: ops.gemm(x, w)}
+                "tunedb.families.gemm.ops.gemm": lambda: ops.gemm(x, w)}
         us = {name: per_call_us(fn, calls, 5, sync) for name, fn in rows.items()}
-        selection = paired_overhead_us(rows["tunedb.runtime.ops.gemm"], rows["bound launcher"], calls, 20, sync)[2]
+        selection = paired_overhead_us(rows["tunedb.families.gemm.ops.gemm"], rows["bound launcher"], calls, 20, sync)[2]
     return {"shape": [m, n, k], "config": bound.config.id, "tier": bound.tier, "us_per_call": us,
             "selection_us": selection}
 

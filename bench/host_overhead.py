@@ -10,7 +10,7 @@ both ends, best of --repeats. Rows:
   selector.resolve (memoised)              one resolution of a shape already seen this epoch
   launch_table.launcher (memoised)         the launch table's lookup (epoch check + dict)
   [cfg] bound launcher gemm[_act]          the launcher bound to cfg, called directly
-  [cfg] tunedb.runtime.ops.gemm[_act]      the entry point (eager inference: the call memo)
+  [cfg] tunedb.families.gemm.ops.gemm[_act]      the entry point (eager inference: the call memo)
   [cfg] TunedLinear                        the module optimize() installs (nn.Linear with bias)
   [cfg] launcher via JITFunction.run       the same Triton config with TUNEDB_JIT_LAUNCH=1
   [cfg] torch.ops.tunedb.gemm              through the torch dispatcher (what compile uses)
@@ -86,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from tunedb.runtime import selector
     from tunedb.families.gemm import FAMILY
-    from tunedb.runtime import launch_table, ops
-    from tunedb.runtime.patching import TunedLinear
+    from tunedb.families.gemm import ops
+    from tunedb.runtime import launch_table
+    from tunedb.families.gemm.patching import TunedLinear
 
     if not torch.cuda.is_available():
         print("host_overhead.py needs a CUDA GPU", file=sys.stderr)
@@ -111,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         assert bound.config.id == cid and gbound.config.id == cid, (bound, gbound)
         return [
             (f"[{cid}] bound launcher gemm", lambda: bound.call(x, w, None, None)),
-            (f"[{cid}] tunedb.runtime.ops.gemm", lambda: ops.gemm(x, w)),
+            (f"[{cid}] tunedb.families.gemm.ops.gemm", lambda: ops.gemm(x, w)),
             (f"[{cid}] TunedLinear", lambda: tuned(x)),
             (f"[{cid}] bound launcher gemm_act (gelu)", lambda: gbound.call(x, w, b, None)),
-            (f"[{cid}] tunedb.runtime.ops.gemm_act (gelu)", lambda: ops.gemm_act(x, w, b, "gelu")),
+            (f"[{cid}] tunedb.families.gemm.ops.gemm_act (gelu)", lambda: ops.gemm_act(x, w, b, "gelu")),
         ] + ([] if cfg.is_sentinel else [
             (f"[{cid}] launcher via JITFunction.run", lambda: jit_runs[cid](x, w, None, None)),
             (f"[{cid}] torch.ops.tunedb.gemm", lambda: torch.ops.tunedb.gemm(x, w)),

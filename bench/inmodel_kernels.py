@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     compiled = args.compile or args.against_max_autotune or args.compile_cdt
     if args.opaque_m1:
-        from tunedb.runtime import ops
+        from tunedb.families.gemm import ops
 
         ops._compiler_reduces_vectors = lambda: False  # read at trace time, so before the compiles
     try:

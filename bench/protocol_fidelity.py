@@ -22,7 +22,7 @@ import torch
 
 from tunedb import arch
 from tunedb.measure.cudagraph import CudaGraphTimer
-from tunedb.measure.linear_arms import linear_problem
+from tunedb.families.gemm.linear_arms import linear_problem
 from tunedb.measure.protocol import measure_problem
 from tunedb.measure.provenance import collect
 

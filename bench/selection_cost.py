@@ -24,7 +24,7 @@ import timeit
 def parts(x, w) -> dict[str, tuple[str, dict]]:
     import torch
 
-    from tunedb.runtime import ops
+    from tunedb.families.gemm import ops
 
     key = ("gemm", "none", x.shape, x.dtype, w.shape, w.dtype, None)
     memo = {key: object()}
@@ -53,7 +53,9 @@ def previous_hit_path():
     imported modules inside the call, which inflated this row)."""
     import torch
 
-    from tunedb.runtime import launch_table, ops
+    from tunedb.families.gemm import ops
+
+    from tunedb.runtime import launch_table
 
     tensor, compiling, known, current, gemm = (torch.Tensor, torch.compiler.is_compiling, launch_table.known,
                                                ops._current_device, ops.gemm)
@@ -83,7 +85,8 @@ def paired_paths(x, w, m: int, calls: int) -> list[dict]:
 
     from e2e_timing import pinned
     from host_overhead import paired_overheads_us
-    from tunedb.runtime import launch_table, ops
+    from tunedb.families.gemm import ops
+    from tunedb.runtime import launch_table
 
     sync, out, previous = torch.cuda.synchronize, [], previous_hit_path()
     for pick, pin in (("the tier's pick", None), ("torch (pinned)", "torch")):

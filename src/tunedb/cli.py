@@ -16,12 +16,12 @@ from tunedb.errors import TunedbError
 # name -> (module with configure/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("tunedb.commands.tune", "census + build + evaluate a workload (the main job)"),
-    "census": ("tunedb.commands.census", "record which GEMM shapes a workload runs"),
+    "census": ("tunedb.commands.census", "record which kernel calls (shapes) a workload runs"),
     "build": ("tunedb.commands.build", "measure a census and write a tuning database"),
     "evaluate": ("tunedb.commands.evaluate", "regret of each selector against the measured oracle"),
     "status": ("tunedb.commands.status", "which database files each tier loads, and which are stale"),
     "diff": ("tunedb.commands.diff", "compare two database files entry by entry"),
-    "prebuild": ("tunedb.commands.prebuild", "compile Triton configs without a GPU into a persistent cache"),
+    "prebuild": ("tunedb.commands.prebuild", "compile a family's kernels without a GPU into a persistent cache"),
     "plot": ("tunedb.commands.plot", "plot a database's regions along M"),
 }
 

@@ -31,7 +31,7 @@ from tunedb.records import ArchProfile, Entry, Point, ShapeSet, Signature
 @dataclass(frozen=True)
 class BuildOptions:
     out: str = "user"  # 'user', 'system' or a directory
-    family: str = "gemm"
+    family: str = families.DEFAULT
     arch_family: str | None = None  # None: the current GPU's (sm90 without one)
     thin: bool = False
     max_points: int | None = None
@@ -299,7 +299,7 @@ class Served:
     config_id: str
 
 
-def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = "gemm") -> list[Served]:
+def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = families.DEFAULT) -> list[Served]:
     """Resolve every census point through the selector pinned to `arch_family`: exactly what the
     run time would serve there (its cost-model tier is the family's ranker on the tier file's
     model). The pin is undone afterwards."""

@@ -83,7 +83,7 @@ class Signature:
             pairs.append((key, value))
         if len(pairs) < 2 or pairs[0][0] != "op" or pairs[1][0] != "dt":
             raise SignatureError(
-                f"signature {text!r} must start with FAMILY|op=OP|dt=DT (e.g. gemm|op=gemm|dt=half|N=512|K=256)"
+                f"signature {text!r} must start with FAMILY|op=OP|dt=DT followed by |KEY=VALUE fields"
             )
         params = tuple((k, _parse_value(v)) for k, v in pairs[2:])
         sig = cls(family, pairs[0][1], pairs[1][1], params)

@@ -12,7 +12,8 @@ from tunedb.arch import shipped_profile  # noqa: E402
 from tunedb.families.gemm import FAMILY, launch  # noqa: E402
 from tunedb.families.gemm.triton_launch import Site  # noqa: E402
 from tunedb.records import Entry, Region, Signature  # noqa: E402
-from tunedb.runtime import launch_table, ops  # noqa: E402
+from tunedb.families.gemm import ops  # noqa: E402
+from tunedb.runtime import launch_table  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tunedb.measure.cudagraph import CudaGraphTimer  # noqa: E402
-from tunedb.measure.linear_arms import linear_problem  # noqa: E402
+from tunedb.families.gemm.linear_arms import linear_problem  # noqa: E402
 from tunedb.measure.protocol import measure_problem  # noqa: E402
 from tunedb.errors import BusyGPUError, CaptureActiveError  # noqa: E402
 from tunedb.records import Status  # noqa: E402

@@ -12,9 +12,10 @@ from tunedb import database  # noqa: E402
 from tunedb.runtime import selector
 from tunedb.families.gemm import FAMILY  # noqa: E402
 from tunedb.records import Entry, Region, Signature  # noqa: E402
-from tunedb.runtime import launch_table, ops  # noqa: E402
+from tunedb.families.gemm import ops  # noqa: E402
+from tunedb.runtime import launch_table  # noqa: E402
 from tunedb.runtime.autotuner import autotune  # noqa: E402
-from tunedb.runtime.patching import TunedLinear, optimize  # noqa: E402
+from tunedb.families.gemm.patching import TunedLinear, optimize  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -25,7 +25,7 @@ class RecordingGemm:
     def launcher(self, config, sig):
         import torch.nn.functional as F
 
-        from tunedb.runtime.ops import ACTS
+        from tunedb.families.gemm.ops import ACTS
 
         self.built.append((config.id, sig.format()))
         act = ACTS[sig.get("act", "none")]

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tunedb.census.recorder import GemmRecorder, record
+from tunedb.census.recorder import Recorder as GemmRecorder, record
 from tunedb.records import Signature
 
 

@@ -79,7 +79,7 @@ def test_an_override_answers_first_and_is_forgotten_on_exit(gemm):
 
 
 def test_recording_collects_every_call(gemm):
-    from tunedb.runtime import ops
+    from tunedb.families.gemm import ops
 
     x, w, b = _tensors()
     with launch_table.recording() as calls:

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tunedb.errors import SignatureError
-from tunedb.runtime import ops
+from tunedb.families.gemm import ops
 
 ACTS = {
     "none": lambda y: y,
@@ -30,7 +30,7 @@ def _inputs(lead=(3, 5), k=16, n=8, dtype=torch.float32, grad=False):
 
 def test_import_tunedb_does_not_register_or_import_torch():
     code = ("import sys, tunedb; assert 'torch' not in sys.modules, 'torch imported';"
-            "assert 'tunedb.runtime.ops' not in sys.modules")
+            "assert 'tunedb.families.gemm.ops' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from runtime_fakes import gemm  # noqa: F401  (fixture)
 from tunedb.runtime import launch_table, report
-from tunedb.runtime.patching import TunedLinear, activation_kind, optimize
+from tunedb.families.gemm.patching import TunedLinear, activation_kind, optimize
 
 
 class WhisperLikeLayer(nn.Module):

@@ -10,7 +10,7 @@ from tunedb import database
 from tunedb.runtime import selector
 from tunedb.errors import UncoveredShapeError
 from tunedb.records import Entry, Point, Region, ShapeSet, Signature
-from tunedb.runtime.patching import optimize
+from tunedb.families.gemm.patching import optimize
 from tunedb.runtime.prewarm import prewarm
 
 A = Signature.parse("gemm|op=gemm|dt=bf16|N=64|K=32")

@@ -96,7 +96,7 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
     for key in sorted(keys):
         recorded = probe(built, key, model)
         if not recorded:
-            raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no GEMM")
+            raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no call a family records")
         for point, n in recorded.items():
             calls[point] += keys[key] * n
             if key.captured:

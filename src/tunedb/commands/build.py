@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, Sequence
 
+from tunedb import families
 from tunedb.build.plan import TOP_K
 from tunedb.errors import BuildError
 
@@ -17,7 +18,7 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
                         help="'user' (this machine's tier), 'system' (the shipped tier in the source "
                              "tree; real GPU only) or a directory (DIR/<arch>/<family>.json + "
                              "DIR/measurements.jsonl)")
-    parser.add_argument("--family", default="gemm", help="kernel family (default gemm)")
+    parser.add_argument("--family", default=families.DEFAULT, help=f"kernel family (default {families.DEFAULT})")
     parser.add_argument("--arch", default=None, help="arch family, e.g. sm90 (default: this GPU's)")
     parser.add_argument("--thin", action="store_true", help="cap points per signature (with --max-points)")
     parser.add_argument("--max-points", type=int, default=None, metavar="N",
@@ -28,7 +29,7 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
                              "then take torch)")
     parser.add_argument("--min-speedup", type=float, default=None,
                         help="a config must beat the family's fallback by this factor to take a region "
-                             "(default: the family's pick rule; GEMM: 1.05 over torch)")
+                             "(default: the family's pick rule)")
     parser.add_argument("--fresh", action="store_true", help="replace the target file instead of merging")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; measure nothing")
     parser.add_argument("--no-write", action="store_true",

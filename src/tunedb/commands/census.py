@@ -30,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic traffic and replays")
     parser.add_argument("--fused", action="store_true",
                         help="take the census of tunedb.optimize(model): a Linear fused with its activation "
-                             "is keyed as the gemm_act call the run time makes (default: aten-level GEMMs)")
+                             "is keyed as the call the run time makes (default: aten-level calls)")
     parser.add_argument("--out", required=True, help="census JSON file to write")
 
 
@@ -46,9 +46,18 @@ def run(args: argparse.Namespace) -> int:
     if extra:
         census = merge(census, *extra)
     write_census(args.out, census)
-    gemm = [p for p in census.points if p.signature.op != "bmm"]
-    sigs = {p.signature for p in gemm}
-    print(f"tunedb census: {w.name} ({args.mode}): {len(gemm)} GEMM points over {len(sigs)} signatures, "
-          f"{sum(p.must_tune for p in gemm)} must-tune, {len(census.points) - len(gemm)} bmm points "
-          f"(not tuned) -> {args.out}")
+    tuned = [p for p in census.points if _tunable(p.signature)]
+    sigs = {p.signature for p in tuned}
+    print(f"tunedb census: {w.name} ({args.mode}): {len(tuned)} points of tuned ops over {len(sigs)} signatures, {sum(p.must_tune for p in tuned)} must-tune, "
+          f"{len(census.points) - len(tuned)} points of ops no family tunes -> {args.out}")
     return 0
+
+
+def _tunable(sig) -> bool:
+    """Whether a registered family has `sig`'s op (a census also records ops nobody tunes)."""
+    from tunedb import families
+
+    try:
+        return sig.op in families.get(sig.family).ops
+    except Exception:  # a family this process does not know
+        return False

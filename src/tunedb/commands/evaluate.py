@@ -5,13 +5,14 @@ import argparse
 import json
 import sys
 
+from tunedb import families
 from tunedb.errors import BuildError
 
 
 def _named(text: str) -> tuple[str, str]:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"--db takes NAME=PATH (e.g. new=~/.cache/tunedb/v1/sm90/gemm.json), "
+        raise argparse.ArgumentTypeError(f"--db takes NAME=PATH (e.g. new=~/.cache/tunedb/v1/sm90/<family>.json), "
                                          f"got {text!r}")
     return name, path
 
@@ -23,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a database file to score (repeatable)")
     parser.add_argument("--census", action="append", default=[], metavar="F",
                         help="census file(s): weights and eager shares per point (else uniform, 0)")
-    parser.add_argument("--family", default="gemm", help="kernel family (default gemm)")
+    parser.add_argument("--family", default=families.DEFAULT, help=f"kernel family (default {families.DEFAULT})")
     parser.add_argument("--arch", default=None, help="arch family (default: the first file's, else sm90)")
     parser.add_argument("--png", default=None, metavar="OUT.png",
                         help="draw regret per signature and each file's regions along M")

@@ -75,7 +75,7 @@ def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.
 
 def evaluate_logs(logs: Sequence[str | Path], dbs: Sequence[tuple[str, str | Path]],
                   censuses: Sequence[ShapeSet] = (), arch_family: str | None = None,
-                  family: str = "gemm") -> tuple[evaluation.Evaluation, dict[str, dict[str, Any]]]:
+                  family: str = families.DEFAULT) -> tuple[evaluation.Evaluation, dict[str, dict[str, Any]]]:
     """`tunedb evaluate`: the Evaluation, and each file's regions per signature (for the figure)."""
     from tunedb.measure.log import read_measurements
 

@@ -12,12 +12,15 @@ import importlib
 from tunedb.errors import RegistryError
 from tunedb.families.contract import KernelFamily, hook, missing_members
 
-__all__ = ["KernelFamily", "check_op", "get", "hook", "names", "register"]
+__all__ = ["DEFAULT", "KernelFamily", "check_op", "get", "hook", "names", "register"]
 
 
+# Registration: the built-in families, imported on first use, and the one a command or API
+# call serves when none is named.
 _BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY",
                             "scaled_mm": "tunedb.families.scaled_mm:FAMILY",
                             "scaled_mm_fp8": "tunedb.families.scaled_mm:FAMILY_FP8"}
+DEFAULT = "gemm"
 _REGISTRY: dict[str, KernelFamily] = {}
 
 

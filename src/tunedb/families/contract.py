@@ -214,6 +214,18 @@ class VerifyRule:
             raise ValueError(f"verify bound={self.bound} must be >= 0")
 
 
+@dataclass(frozen=True)
+class CensusRule:
+    """Which aten calls become which signatures (a family's census_rules hook returns these).
+
+    aten: aten op names (overload packets, e.g. "mm", "reciprocal_"); record(recorder, packet,
+    args, kwargs) -> [(Signature, size)] for one dispatched call (an empty list: not this
+    family's). recorder.is_weight(tensor) says whether an operand is a model weight."""
+
+    aten: tuple[str, ...]
+    record: Callable[..., Any]
+
+
 class InputPolicy(str, enum.Enum):
     """How the measuring code feeds an arm's timed launches.
 
@@ -327,12 +339,16 @@ def _empty(family: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
     return ()
 
 
+def _same_model(family: Any, model: Any, approximate: bool = False) -> Any:
+    return model
+
+
 def _call_key(family: Any, op: str, *args: Any, **kwargs: Any) -> tuple[Signature, int]:
     return family.signature_of(op, *args, **kwargs)
 
 
-def _rotating_args(family: Any, sig: Signature) -> tuple[int, ...]:
-    return (1,)  # positional inputs that are weights (ROTATE copies them); GEMM: (x, weight)
+def _weight_args(family: Any, sig: Signature) -> tuple[int, ...] | None:
+    return None  # positional inputs that are weights (ROTATE copies them); None: all but the first
 
 
 def _zero(family: Any, *args: Any, **kwargs: Any) -> int:
@@ -350,18 +366,19 @@ def _make_out(family: Any, sig: Signature, args: Any, kwargs: Any, reference: An
 DEFAULTS: Mapping[str, Callable[..., Any]] = {
     "pick_rule": _pick_rule,  # () -> PickRule
     "input_policy": _input_policy,  # (sig) -> InputPolicy
-    "rotating_args": _rotating_args,  # (sig) -> indices of the positional args ROTATE copies
+    "weight_args": _weight_args,  # (sig) -> positions of the args ROTATE copies (None: all but the first)
     "cost_model": _cost_model,  # (profile, params) -> ranker or None
     "heuristic": _heuristic,  # (sig, m, arch) -> Config or None
     "residual": _residual,  # (sig, args, kwargs, out) -> float: the residual verify's measure
-    "make_out": _make_out,  # (sig, args, kwargs, reference) -> output buffer or None
+    "make_out": _make_out,  # (sig, args, kwargs, reference) -> output buffer (None: like the reference)
     "census_rules": _census_rules,  # () -> census rules (which aten calls become signatures)
     "serving_keys": _serving_keys,  # (sig) -> database keys that may serve sig, most specific first
     "warm_start": _none,  # () -> None: one-time compiler state for a measuring worker
     "prebuild": _none,  # (...) -> None: compile ahead of serving
     "register_ops": _none,  # () -> None: the family's torch.library ops
     "call_key": _call_key,  # (op, *args, **kwargs) -> (Signature, size) at run time
-    "patch_rules": _empty,  # () -> optimize()'s module patch rules
+    "patch_rules": _empty,  # () -> optimize()'s module patch rules (descriptive; optimize applies them)
+    "optimize": _same_model,  # (model, approximate=False) -> the model with the family's ops patched in
     "calibrate": _none,  # (profile, measurements, configs, old) -> the database file's `model` object
     "weight_bytes": _zero,  # (sig) -> bytes of weights one call reads (the build's L2 working set)
     "prebuilt_configs": _no_set,  # (arch_family) -> config ids `tunedb prebuild` compiled
@@ -401,5 +418,5 @@ def verify_rule(family: Any, sig: Signature) -> VerifyRule:
                         f"or a callable sig -> VerifyRule, got {rule!r}")
 
 
-__all__ = ["DEFAULTS", "InputPolicy", "KernelFamily", "LADDERS", "PickResult", "PickRule", "REQUIRED",
+__all__ = ["CensusRule", "DEFAULTS", "InputPolicy", "KernelFamily", "LADDERS", "PickResult", "PickRule", "REQUIRED",
            "SignatureSchema", "VerifyKind", "VerifyRule", "default_simplicity", "has_hook", "hook", "missing_members", "no_dependency", "verify_rule"]

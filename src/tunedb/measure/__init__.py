@@ -4,6 +4,8 @@
     measure_problem(problem, *, timer=None, ...)      any Problem of Arms (toy arms in tests)
     measure_point_isolated(worker, family_name, ...)  the same in a worker subprocess
     FakeTimer, ReplayTimer, CudaGraphTimer            the timers (the last imports torch)
+    EagerTimer                                        wall-clock launches on any device (CPU)
+    inputs: rotate / ring / none                      the input policies of the timed calls
     MeasurementLog, read_log                          the JSONL measurement log
     Worker                                            the per-GPU benchmark subprocess
     collect_provenance()                              provenance for log lines
@@ -29,6 +31,7 @@ _LAZY: dict[str, str] = {
     "ReplayTimer": "tunedb.measure.timers",
     "rotation_copies": "tunedb.measure.timers",
     "CudaGraphTimer": "tunedb.measure.cudagraph",
+    "EagerTimer": "tunedb.measure.eager",
     "MeasurementLog": "tunedb.measure.log",
     "read_log": "tunedb.measure.log",
     "Worker": "tunedb.measure.worker",

@@ -33,6 +33,10 @@ class Problem:
     weight_args: positions in ``args`` of the weights, the tensors rotated through copies when
     the served working set exceeds L2 (None: every argument but the first, the activation).
     baseline_id: the framework op's arm; its own error sets the numerical gate's bound.
+    policy: the input policy ("rotate", "ring" for ops that overwrite their input, "none"; see
+    inputs.py). verify: the gate's rule ("tolerance", "exact", "residual"), factor and bound;
+    residual(args, kwargs, out) -> float is the residual rule's measure, on the inputs the arm
+    started from.
     """
 
     signature: Signature
@@ -45,6 +49,9 @@ class Problem:
     baseline_id: str = "torch"
     baseline: Arm | None = None  # gates even when the baseline is not among the timed arms
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    policy: str = "rotate"
+    verify: Any = None  # a families.contract.VerifyRule; None: tolerance, factor 4
+    residual: Callable[[Args, Kwargs, Any], float] | None = None
 
     def __post_init__(self) -> None:
         ids = [a.config_id for a in self.arms]
@@ -109,11 +116,13 @@ def arms_for(family: Any, sig: Signature, config_ids: Sequence[str]) -> tuple[Ar
 
 
 def problem_for(family: Any, sig: Signature, m: int, config_ids: Sequence[str]) -> Problem:
-    """The Problem of measuring `config_ids` of a KernelFamily on `sig` at M."""
+    """The Problem of measuring `config_ids` of a KernelFamily on `sig` at M: its problem factory,
+    reference, input policy, verify rule and output buffer come from the family's contract."""
     if not isinstance(m, int) or isinstance(m, bool) or m < 1:
         raise ValueError(f"M={m!r} must be a positive int")
     if family is None:
         return Problem(sig, m, tuple(Arm(c) for c in dict.fromkeys(config_ids)))
+    from tunedb.families.contract import InputPolicy, hook, verify_rule
 
     def make_inputs(device: Any, seed: int) -> tuple[Args, Kwargs]:
         args, kwargs = family.make_inputs(sig, m, device, seed)
@@ -122,20 +131,29 @@ def problem_for(family: Any, sig: Signature, m: int, config_ids: Sequence[str]) 
     def reference(args: Args, kwargs: Kwargs) -> Any:
         return family.reference(sig, *args, **kwargs)
 
-    weight_of = getattr(family, "weight_args", None)
-    family_out = getattr(family, "make_out", None)
+    family_out = hook(family, "make_out")
 
     def make_out(args: Args, kwargs: Kwargs, ref: Any) -> Any:
-        if family_out is not None:
-            return family_out(sig, *args, **kwargs)
-        return empty_like_reference(args, kwargs, ref)
+        out = family_out(sig, args, kwargs, ref)
+        return out if out is not None else empty_like_reference(args, kwargs, ref)
 
+    rule = verify_rule(family, sig)
+    residual = None
+    if rule.kind == "residual":
+        family_residual = hook(family, "residual")
+
+        def residual(args: Args, kwargs: Kwargs, out: Any) -> float | None:
+            return family_residual(sig, args, kwargs, out)
+
+    policy = InputPolicy(hook(family, "input_policy")(sig)).value
+    fallback = hook(family, "pick_rule")().fallback
     baseline = None
-    if "torch" in family.sentinels(sig):
-        baseline = arms_for(family, sig, ["torch"])[0]
+    if fallback in family.sentinels(sig):
+        baseline = arms_for(family, sig, [fallback])[0]
+    weights = hook(family, "weight_args")(sig)
     return Problem(
         sig, m, arms_for(family, sig, config_ids), make_inputs=make_inputs, baseline=baseline,
-        reference=reference, make_out=make_out,
-        weight_args=tuple(weight_of(sig)) if callable(weight_of) else None,
-        meta={"family": getattr(family, "name", "")},
+        reference=reference, make_out=make_out if policy != "ring" else None,
+        weight_args=tuple(weights) if weights is not None else None, baseline_id=fallback,
+        meta={"family": getattr(family, "name", "")}, policy=policy, verify=rule, residual=residual,
     )

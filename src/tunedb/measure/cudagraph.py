@@ -19,7 +19,10 @@ Why each piece is there:
   416x512x256 on the H200). Peers cancel that bias; an arm overlapping more than they do is
   still caught. A point with one arm is judged against the absolute threshold.
 - Rotating weight copies when the served working set exceeds L2, so each call reads cold
-  weights as it would in the model; one copy (warm) otherwise.
+  weights as it would in the model; one copy (warm) otherwise (input policy ROTATE).
+- For an op that overwrites its input (input policy RING), a ring of fresh valid inputs, one
+  slot per call of the graph, restored from pristine copies by a captured copy graph replayed
+  before each timed replay, outside its events: no timed launch sees its own output.
 - A GPU sleep kernel before each round, so the host enqueues every replay of the round while
   the GPU is busy and no host gap lands between a start and an end event.
 This is inherently a torch module; it is imported only when a CUDA timer is made.
@@ -36,6 +39,7 @@ import torch
 from tunedb.measure import stats
 from tunedb.measure.arms import Problem, empty_like_reference
 from tunedb.measure.gate import classify_exception, describe, gate_arms
+from tunedb.measure import inputs as input_sets
 from tunedb.measure.gpuenv import NvmlEnv
 from tunedb.measure.timers import Prepared, rotation_copies
 from tunedb.errors import MeasurementError
@@ -107,12 +111,16 @@ class CudaGraphTimer:
                 self._cycles_per_us = 2_000_000 / max(start.elapsed_time(end) * 1000.0, 1.0)
         return self._cycles_per_us
 
-    def time_graphs(self, graphs: Sequence[Any]) -> list[float]:
-        """Milliseconds of one replay of each graph, back to back, behind a sleep kernel."""
+    def time_graphs(self, graphs: Sequence[Any], before: Any = None) -> list[float]:
+        """Milliseconds of one replay of each graph, back to back, behind a sleep kernel.
+        `before` (a graph: the input ring's restore) replays ahead of each one, outside its events."""
         pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                  for _ in graphs]
-        torch.cuda._sleep(int(self.sleep_cycles_per_us() * (50 + _ENQUEUE_US * len(graphs))))
+        factor = 2 if before is not None else 1
+        torch.cuda._sleep(int(self.sleep_cycles_per_us() * (50 + factor * _ENQUEUE_US * len(graphs))))
         for g, (s, e) in zip(graphs, pairs):
+            if before is not None:
+                before.replay()
             s.record()
             g.replay()
             e.record()
@@ -135,21 +143,27 @@ class GraphSession:
         self.timer = timer
         dev = timer.device
         args, kwargs = problem.make_inputs(dev, seed)
-        make_out = problem.make_out or empty_like_reference
-        ref = problem.reference(args, kwargs)
+        ring = problem.policy == "ring"
+        make_out = None if ring else (problem.make_out or empty_like_reference)
+        ref = problem.reference(input_sets.fresh_copy(args) if ring else args, kwargs)
         gates = gate_arms(problem, args, kwargs, make_out, torch.cuda.synchronize, ref) if timer.gate else {}
-        positions = [i for i in problem.weight_positions(args) if isinstance(args[i], torch.Tensor)]
-        weight_bytes = sum(args[i].numel() * args[i].element_size() for i in positions)
-        served = weight_bytes if working_set_bytes is None else working_set_bytes
-        out = make_out(args, kwargs, ref)
-        other_bytes = out.numel() * out.element_size() + sum(
-            a.numel() * a.element_size() for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in positions)
-        copies = rotation_copies(served, timer.l2_bytes, weight_bytes, other_bytes)
-        self.l2 = "cold" if served > timer.l2_bytes and weight_bytes > 0 else "warm"
-        arg_sets = [tuple(args)] + [
-            tuple(a.clone() if i in positions else a for i, a in enumerate(args))
-            for _ in range(copies - 1)
-        ]
+        self.restore_graph = None
+        if ring:  # an in-place op: one fresh slot per call of the graph, restored between replays
+            out, copies = None, timer.min_calls
+            inputs = input_sets.ring(problem.make_inputs, dev, seed, copies)
+            self.l2 = "warm"  # the restore copies just wrote every slot
+        else:
+            positions = [i for i in problem.weight_positions(args) if isinstance(args[i], torch.Tensor)]
+            weight_bytes = sum(args[i].numel() * args[i].element_size() for i in positions)
+            served = weight_bytes if working_set_bytes is None else working_set_bytes
+            out = make_out(args, kwargs, ref)
+            other_bytes = out.numel() * out.element_size() + sum(
+                a.numel() * a.element_size() for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in positions)
+            copies = rotation_copies(served, timer.l2_bytes, weight_bytes, other_bytes)
+            self.l2 = "cold" if served > timer.l2_bytes and weight_bytes > 0 else "warm"
+            inputs = (input_sets.rotate(tuple(args), kwargs, positions, copies) if problem.policy == "rotate"
+                      else input_sets.none(tuple(args), kwargs))
+            copies = inputs.depth
         calls = max(timer.min_calls, copies)
         sep_buf = torch.ones(64, device=dev, dtype=torch.float32)
 
@@ -160,7 +174,10 @@ class GraphSession:
         self._baselines(sep, sep_buf, calls)
         self.timed: dict[str, tuple[Any, int]] = {}  # id -> (graph, calls in it)
         self._modes: dict[str, tuple[float, tuple[Any, int], tuple[Any, int]]] = {}
-        self._keep: list[Any] = [arg_sets, out, sep_buf, ref]
+        if ring:
+            self.restore_graph = capture(inputs.restore)
+        self.inputs = inputs
+        self._keep: list[Any] = [inputs.tensors(), out, sep_buf, ref]
         prepared: dict[str, Prepared] = {}
         gpu_ms: dict[str, float] = {}  # id -> per-call GPU estimate, sizing the host timing
         for arm in problem.arms:
@@ -173,12 +190,12 @@ class GraphSession:
                     continue
             try:
                 prepared[arm.config_id], gpu_ms[arm.config_id] = self._prepare(
-                    arm, arg_sets, kwargs, out, sep, calls, copies, gate_info)
+                    arm, inputs, out, sep, calls, gate_info)
             except Exception as exc:  # capture or launch failure: this arm only
                 prepared[arm.config_id] = self._failed(Prepared(Status.OK, "", self.l2, None, gate_info),
                                                        "graph capture or launch failed", exc)
-        self.prepared = self._host_times(self._choose_modes(prepared), problem, arg_sets[0], kwargs, out,
-                                         gpu_ms)
+        self.prepared = self._host_times(self._choose_modes(prepared), problem, inputs.sets[0][0],
+                                         inputs.sets[0][1], out, gpu_ms)
 
     def _baselines(self, sep: Callable[[], None], sep_buf: Any, calls: int) -> None:
         """The replay's fixed overhead and the separator's cost in context, in ms.
@@ -209,19 +226,24 @@ class GraphSession:
         return max((replay_ms - self.overhead_ms) / calls - self.sep_ms, 0.0)
 
     def _repeat(self, graph: Any, n: int) -> list[float]:
-        return [self.timer.time_graphs([graph])[0] for _ in range(n)]
+        return [self.timer.time_graphs([graph], self.restore_graph)[0] for _ in range(n)]
 
-    def _prepare(self, arm: Any, arg_sets: list, kwargs: dict, out: Any, sep: Callable[[], None],
-                 calls: int, copies: int, gate_info: tuple) -> tuple[Prepared, float]:
+    def _restore(self) -> None:
+        if self.restore_graph is not None:
+            self.restore_graph.replay()
+
+    def _prepare(self, arm: Any, inputs: input_sets.InputSets, out: Any, sep: Callable[[], None],
+                 calls: int, gate_info: tuple) -> tuple[Prepared, float]:
         """The arm captured and checked for self-overlap, and its per-call GPU estimate (ms)."""
-        fns = [arm.make(a, kwargs, out) for a in arg_sets]
+        fns = [arm.make(a, kw, out) for a, kw in inputs.sets]
         for fn in fns:
             fn()
+        self._restore()
         torch.cuda.synchronize()
 
         def body() -> None:
             for i in range(calls):
-                fns[i % copies]()
+                fns[inputs.slot_of(i)]()
                 sep()
 
         def body1() -> None:
@@ -230,12 +252,13 @@ class GraphSession:
 
         graph, graph1 = capture(body), capture(body1)
         graph.replay()
+        self._restore()
         torch.cuda.synchronize()
         per_call = self._per_call(stats.median(self._repeat(graph, 5)), calls)
         single = self._per_call(stats.median(self._repeat(graph1, 5)), 1)
         ratio = per_call / single if single > 0 else 1.0
         info = list(gate_info) + [
-            ("copies", copies), ("calls_per_graph", calls),
+            ("copies", inputs.depth), ("inputs", inputs.policy), ("calls_per_graph", calls),
             ("separator_us", round(self.sep_ms * 1000, 3)),
             ("separator_alone_us", round(self.sep_alone_ms * 1000, 3)),
             ("replay_overhead_us", round(self.overhead_ms * 1000, 3)),
@@ -330,7 +353,7 @@ class GraphSession:
 
     def sample(self, order: Sequence[str]) -> dict[str, float | Status]:
         with torch.cuda.device(self.timer.index):
-            times = self.timer.time_graphs([self.timed[c][0] for c in order])
+            times = self.timer.time_graphs([self.timed[c][0] for c in order], self.restore_graph)
         out: dict[str, float | Status] = {}
         for cid, t in zip(order, times):
             out[cid] = self._per_call(t, self.timed[cid][1])

@@ -1,11 +1,18 @@
 """The numerical gate: an arm must compute the op before its time counts.
 
-The output is poisoned (NaN) before the launch, so an element the kernel never writes stays
-NaN; the result is compared with the family's fp32/fp64 reference on upcast inputs by the
-relative Frobenius error ||out - ref|| / ||ref||. The framework op (the baseline arm, cuBLAS for
-GEMM) is gated against an absolute bound for its dtype; every other arm must stay within
-FACTOR x the baseline's own error (never below a small per-dtype floor). torch is imported
-inside the functions that touch tensors.
+The output is poisoned before the launch (NaN for floating outputs, the dtype's minimum for
+integer ones), so an element the kernel never writes keeps the poison; a second run with
+another poison tells "never written" from "computed that value". The family's verify rule
+(families.contract.VerifyRule) then judges the output:
+- tolerance: the relative Frobenius error ||out - ref|| / ||ref|| against the family's
+  higher-precision reference; the baseline arm (the pick rule's fallback, cuBLAS for GEMM) is
+  held to an absolute bound for its dtype, every other arm to `factor` x the baseline's own error
+  (never below a small per-dtype floor), or to the rule's bound when it has one;
+- exact: bitwise equal to the reference (integer outputs);
+- residual: the family's residual hook on the inputs the arm started from (a solver's
+  ||A x - b|| / ||b||, say), within the rule's bound or `factor` x the baseline's residual.
+An arm of an in-place op (input policy RING) runs on a fresh copy of the inputs each time, and
+its returned value is what is judged. torch is imported inside the functions that touch tensors.
 """
 from __future__ import annotations
 
@@ -77,22 +84,49 @@ def classify_exception(exc: BaseException) -> Status:
     return Status.LAUNCH_ERROR
 
 
-def judge(out: Any, ref: Any, bound: float, rerun: Callable[[float], Any] | None = None,
-          config_id: str = "") -> GateResult:
-    """Judge one (already produced) output against the reference and a bound.
+def _poisons(dtype: Any) -> tuple[Any, Any]:
+    """(first, second) poison values for an output dtype."""
+    import torch
+
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan"), _SECOND_POISON
+    if dtype == torch.bool:
+        return False, True
+    info = torch.iinfo(dtype)
+    return info.min, info.max
+
+
+def _unwritten(out: Any, first: Any, rerun: Callable[[Any], Any] | None, second: Any) -> tuple[Any, int]:
+    """(mask of elements that still hold the first poison, how many of them the rerun left at
+    the second poison: never written)."""
+    import torch
+
+    if isinstance(first, float) and first != first:
+        bad = ~torch.isfinite(out)
+    else:
+        bad = out == first
+    n_bad = int(bad.sum().item())
+    if not n_bad or rerun is None:
+        return bad, 0
+    again = rerun(second)
+    return bad, int(((again == second) & bad).sum().item())
+
+
+def judge(out: Any, ref: Any, bound: float, rerun: Callable[[Any], Any] | None = None,
+          config_id: str = "", kind: str = "tolerance", residual: float | None = None) -> GateResult:
+    """Judge one (already produced) output against the reference under a verify kind.
 
     rerun(fill) re-poisons the output with `fill`, launches again and returns the output; it
-    tells unwritten elements from computed NaN/Inf.
+    tells unwritten elements from computed NaN/Inf. kind "residual" judges `residual` (the
+    family's measure) against the bound; "exact" wants every element bitwise equal.
     """
     import torch
 
-    bad = ~torch.isfinite(out)
+    first, second = _poisons(out.dtype)
+    floating = out.dtype.is_floating_point or out.dtype.is_complex
+    bad, unwritten = _unwritten(out, first, rerun, second)
     n_bad = int(bad.sum().item())
-    if n_bad:
-        unwritten = 0
-        if rerun is not None:
-            again = rerun(_SECOND_POISON)
-            unwritten = int((again == torch.full_like(again, _SECOND_POISON)).sum().item())
+    if unwritten or (n_bad and floating):
         idx = tuple(int(i) for i in bad.nonzero()[0].tolist())
         if unwritten:
             detail = (f"{unwritten} of {out.numel()} output elements never written "
@@ -100,45 +134,88 @@ def judge(out: Any, ref: Any, bound: float, rerun: Callable[[float], Any] | None
         else:
             detail = f"{n_bad} of {out.numel()} output elements are NaN/Inf, first at index {idx}"
         return GateResult(config_id, Status.INCORRECT, None, bound, detail)
-    err = relative_error(out, ref)
-    if err > bound:
-        return GateResult(config_id, Status.INCORRECT, err, bound,
-                          f"relative error {err:.3g} exceeds the bound {bound:.3g}")
+    if kind == "exact":
+        if out.shape != ref.shape:
+            raise ValueError(f"output shape {tuple(out.shape)} differs from reference {tuple(ref.shape)}")
+        differ = out.to(ref.dtype) != ref
+        n = int(differ.sum().item())
+        if n:
+            idx = tuple(int(i) for i in differ.nonzero()[0].tolist())
+            return GateResult(config_id, Status.INCORRECT, float(n), 0.0,
+                              f"{n} of {out.numel()} output elements differ from the exact reference, "
+                              f"first at index {idx}")
+        return GateResult(config_id, Status.OK, 0.0, 0.0, "")
+    if kind == "residual":
+        if residual is None:
+            return GateResult(config_id, Status.INCORRECT, None, bound,
+                              "the verify rule is 'residual' but the family gave no residual for this output")
+        err = float(residual)
+        what = "residual"
+    else:
+        err = relative_error(out, ref)
+        what = "relative error"
+    if not err <= bound:  # NaN fails too
+        return GateResult(config_id, Status.INCORRECT, err, bound, f"{what} {err:.3g} exceeds the bound {bound:.3g}")
     return GateResult(config_id, Status.OK, err, bound, "")
 
 
-def gate_arms(problem: Any, args: tuple, kwargs: dict, make_out: Callable[..., Any],
+def gate_arms(problem: Any, args: tuple, kwargs: dict, make_out: Callable[..., Any] | None,
               sync: Callable[[], None], ref: Any = None) -> dict[str, GateResult]:
     """Gate every arm of `problem` on the given inputs; the baseline first, its error sets the bound.
-    `ref`: the reference output when the caller already computed it (an fp32 GEMM per point)."""
+    `ref`: the reference output when the caller already computed it (an fp32 GEMM per point).
+    Under the ring policy (an in-place op) every run starts from a fresh copy of `args`, gets no
+    output buffer and is judged by what it returns."""
+    from tunedb.measure.inputs import fresh_copy
+
     if ref is None:
-        ref = problem.reference(args, kwargs)
+        ref = problem.reference(fresh_copy(args), kwargs)
+    rule = problem.verify
+    kind = getattr(rule, "kind", "tolerance")
+    factor = getattr(rule, "factor", FACTOR)
+    fixed = getattr(rule, "bound", None)
+    in_place = problem.policy == "ring" or make_out is None
     results: dict[str, GateResult] = {}
 
-    def run(arm: Any, fill: float) -> Any:
+    def run(arm: Any, fill: Any) -> tuple[Any, tuple]:
+        if in_place:
+            inputs = fresh_copy(args)
+            out = arm.make(inputs, kwargs, None)()
+            sync()
+            return out, inputs
         out = make_out(args, kwargs, ref)
         out.fill_(fill)
         arm.make(args, kwargs, out)()
         sync()
-        return out
+        return out, args
 
     def one(arm: Any, bound: float) -> GateResult:
         try:
-            out = run(arm, float("nan"))
-            return judge(out, ref, bound, rerun=lambda fill: run(arm, fill), config_id=arm.config_id)
+            first = _poisons(ref.dtype if in_place else make_out(args, kwargs, ref).dtype)[0]
+            out, _ = run(arm, first)
+            value = problem.residual(fresh_copy(args), kwargs, out) if kind == "residual" and problem.residual else None
+            rerun = None if in_place else (lambda fill: run(arm, fill)[0])
+            return judge(out, ref, bound, rerun=rerun, config_id=arm.config_id, kind=kind, residual=value)
         except Exception as exc:  # a failing arm costs itself, never the point
             return GateResult(arm.config_id, classify_exception(exc), None, bound, describe(exc))
 
-    dtype = dtype_name(make_out(args, kwargs, ref).dtype)
+    import torch
+
+    first_tensor = next((a for a in args if isinstance(a, torch.Tensor)), ref)
+    dtype = dtype_name(first_tensor.dtype if in_place else make_out(args, kwargs, ref).dtype)
     baseline_error = None
     baseline = problem.baseline_arm()
     if baseline is not None and baseline.make is not None:
-        base = one(baseline, ABS_BOUND.get(dtype, 1e-2))
+        base = one(baseline, fixed if fixed is not None else ABS_BOUND.get(dtype, 1e-2))
         if base.status.ok:
             baseline_error = base.error
         if baseline.config_id in problem.config_ids:
             results[base.config_id] = base
-    bound = arm_bound(dtype, baseline_error)
+    if fixed is not None:
+        bound = fixed
+    elif baseline_error is None:
+        bound = ABS_BOUND.get(dtype, 1e-2)
+    else:
+        bound = max(factor * baseline_error, FLOOR.get(dtype, 1e-3))
     for arm in problem.arms:
         if arm.config_id not in results:
             results[arm.config_id] = one(arm, bound)

@@ -104,18 +104,21 @@ class _FakeSession:
         self.timer, self.problem = timer, problem
         self.rng = random.Random(f"{timer.seed}:{seed}:{problem.signature}:{problem.m}")
         self.k = 0
-        l2 = "cold" if working_set > timer.l2_bytes else "warm"
+        # a ring's slots were just restored (written) before each timed batch: they are warm
+        ring = problem.policy == "ring"
+        l2 = "cold" if working_set > timer.l2_bytes and not ring else "warm"
+        info = (("inputs", problem.policy),)
         self.truth: dict[str, float] = {}
         prepared = {}
         for cid in problem.config_ids:
             value = timer.cost(problem.signature, problem.m, cid)
             if isinstance(value, Status):
-                prepared[cid] = Prepared(value, f"fake cost: {value.value}", l2)
+                prepared[cid] = Prepared(value, f"fake cost: {value.value}", l2, None, info)
                 continue
             host = timer.host_us(problem.signature, problem.m, cid) if callable(timer.host_us) \
                 else timer.host_us
             self.truth[cid] = float(value)
-            prepared[cid] = Prepared(Status.OK, "", l2, host)
+            prepared[cid] = Prepared(Status.OK, "", l2, host, info)
         self.prepared = prepared
 
     def sample(self, order: Sequence[str]) -> dict[str, float | Status]:

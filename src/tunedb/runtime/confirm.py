@@ -111,13 +111,15 @@ Group = tuple  # (signature, tier, entry signature, config id): one pick, judged
 def _picks(points: Any) -> dict[Group, list[int]]:
     """{(signature, tier, answering entry's key, config id): [M, ...]} of the points a Triton
     config serves now (one signature can be answered by different entries at different Ms)."""
+    from tunedb import families
     from tunedb.runtime import selector
-    from tunedb.families.gemm.configs import VENDOR_LANES
 
     out: dict[Group, list[int]] = {}
     for p in points:
         res = selector.peek(p.signature.family, p.signature, p.m)
-        if res.config.is_sentinel or getattr(res.config, "lane", None) in VENDOR_LANES:
+        # a framework arm (a sentinel, or a lane the family names with the sentinels) is what
+        # confirm demotes to, never what it judges
+        if res.config.is_sentinel or getattr(res.config, "lane", None) in families.get(p.signature.family).sentinels(p.signature, True):
             continue
         out.setdefault((p.signature, res.tier, res.entry_signature, res.config.id), []).append(p.m)
     return out

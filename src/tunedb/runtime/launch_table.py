@@ -13,6 +13,7 @@ import contextlib
 import functools
 from typing import Any, Callable, Iterator
 
+from tunedb import families as _families
 from tunedb.records import Config, Signature
 
 # A resolver override answers (config, tier) for a shape, or None to let the next one answer.
@@ -84,7 +85,9 @@ def _selector_epoch() -> Any:
     return _epoch_fn[0]()
 
 
-FAMILY = "gemm"  # the kernel family behind tunedb::gemm / gemm_act (tests point it at a fake)
+# The kernel family whose linear-layer ops (x, weight, bias, act) this table keys: the registry's
+# default family (tests point it at a fake).
+FAMILY = _families.DEFAULT
 
 
 def _family() -> Any:
@@ -135,11 +138,15 @@ def _code_identity(family_name: str) -> str:
 
     import tunedb
 
-    impl = getattr(_family(), "impl_hash", None)
-    h = hashlib.sha1(f"tunedb {tunedb.__version__}; {family_name} kernels {impl() if callable(impl) else ''};".encode())
-    here = Path(__file__).parent
-    for name in ("ops.py", "launch_table.py"):
-        h.update((here / name).read_bytes())
+    import inspect
+
+    family = _family()
+    impl = getattr(family, "impl_hash", None)
+    h = hashlib.sha1(f"tunedb {tunedb.__version__}; {family_name} kernels {impl() if callable(impl) else impl};".encode())
+    sources = [Path(__file__), Path(inspect.getfile(type(family))).parent / "ops.py"]
+    for path in sources:
+        if path.exists():
+            h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -224,10 +231,7 @@ def entries() -> tuple[tuple[tuple[Any, ...], Bound], ...]:
 
 
 def signature_of(op: str, x: Any, weight: Any, bias: Any, act: str) -> tuple[Signature, int]:
-    family = _family()
-    if op == "gemm":
-        return family.signature_of("gemm", x, weight)
-    return family.signature_of(op, x, weight, bias, act=act)
+    return _family().signature_of(op, x, weight, bias, act=act)
 
 
 def resolve(family: Any, sig: Signature, m: int) -> tuple[Config, str, Any]:

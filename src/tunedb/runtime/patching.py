@@ -1,253 +1,27 @@
-"""optimize(model): swap nn.Linear for TunedLinear and fuse a following activation where safe.
+"""optimize(model): every kernel family patches the model with its own rules, in registry order.
 
-How fusion is decided (no torch.fx, no tracing; a structural rule that errs towards not fusing):
-
-1. nn.Sequential (the exact class, whose forward feeds each child only to the next): a
-   Linear immediately followed by an activation module fuses; the activation's slot becomes
-   nn.Identity. This covers torchaudio's Conformer feed-forward (Linear, SiLU, ...).
-2. A module whose own code (read as a Python AST) calls ``self.A(self.L(...))``, or runs
-   ``v = self.L(...)`` immediately followed by ``v = self.A(v)`` (L an nn.Linear, A an
-   activation module), where ``self.L`` and ``self.A`` each appear exactly once in all of the
-   class's methods and properties besides __init__: L's output then flows only into A, and A is
-   applied nowhere else, so A's attribute becomes nn.Identity. This covers Hugging Face's
-   WhisperEncoderLayer / WhisperDecoderLayer (activation_fn(fc1(x))), LlamaMLP
-   (act_fn(gate_proj(x)) * up_proj(x)) and the common `x = self.fc1(x); x = self.act(x)` style.
-3. Never fused: a Linear reachable from two places (shared module), a Linear or activation
-   with hooks, subclasses of nn.Linear, and everything else. Those Linears are still swapped
-   (one TunedLinear per shared Linear), unfused, except hooked ones and subclasses (e.g.
-   nn.MultiheadAttention's out_proj, whose weight the attention reads directly), which stay.
-
-Activations: nn.GELU (approximate 'none' -> gelu, 'tanh' -> gelu_tanh), nn.ReLU, nn.SiLU, and
-Hugging Face's GELUActivation, NewGELUActivation / GELUTanh / PytorchGELUTanh, SiLUActivation.
-TunedLinear keeps the Linear's Parameters (same names), so state_dict keys do not change.
+A family's `optimize(model, approximate=False)` hook swaps the modules it serves for its tuned
+ops (GEMM: nn.Linear, and a following activation where safe, for TunedLinear; see
+families/gemm/patching.py); a family without the hook leaves the model as it is.
 """
 from __future__ import annotations
 
-import ast
 import copy
-import functools
-import inspect
-import textwrap
 from typing import Any
 
-import torch
-from torch import nn
-
-from tunedb.runtime import ops, report
-
-_HF_ACTS: dict[str, str] = {
-    "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
-    "PytorchGELUTanh": "gelu_tanh", "GELUPytorchTanh": "gelu_tanh", "FastGELUActivation": "",
-    "SiLUActivation": "silu", "ReLUActivation": "relu",
-}
+from tunedb import families
+from tunedb.families.contract import hook
 
 
-class TunedLinear(nn.Module):
-    """nn.Linear (optionally followed by an activation) running through tunedb's tuned ops."""
+def optimize(model: Any, approximate: bool = False, inplace: bool = True) -> Any:
+    """The model with every family's patches applied (a deep copy when inplace=False).
+    approximate=True lets approximating arms serve, gate permitting (process-wide)."""
+    import torch
 
-    def __init__(self, linear: nn.Linear, act: str = "none", approximate: bool = False) -> None:
-        super().__init__()
-        if act not in ops.ACTS:
-            raise ValueError(f"unknown activation act={act!r}; allowed: {', '.join(ops.ACTS)}")
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
-        self.weight = linear.weight
-        self.bias = linear.bias
-        self.act = act
-        self.approximate = approximate
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = self.bias
-        if bias is None and self.act == "none":
-            return ops.gemm(x, self.weight)
-        return ops.gemm_act(x, self.weight, bias, self.act)
-
-    def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, act={self.act}")
-
-
-def activation_kind(module: Any) -> str | None:
-    """The tuned-op act name of an activation module, or None when it is not one we fuse."""
-    cls = type(module)
-    if cls is nn.GELU:
-        return {"none": "gelu", "tanh": "gelu_tanh"}.get(module.approximate)
-    if cls is nn.ReLU:
-        return "relu"
-    if cls is nn.SiLU:
-        return "silu"
-    if cls.__module__.startswith("transformers."):
-        return _HF_ACTS.get(cls.__name__) or None
-    return None
-
-
-def _hooked(module: nn.Module) -> bool:
-    return bool(module._forward_hooks or module._forward_pre_hooks
-                or getattr(module, "_backward_hooks", None))
-
-
-def _self_attr(node: ast.AST) -> str | None:
-    """'x' for the expression `self.x`, else None."""
-    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and node.value.id == "self"):
-        return node.attr
-    return None
-
-
-def _call_of(node: ast.AST) -> tuple[str | None, list[ast.AST]]:
-    """('A', args) for a plain call `self.A(args)` (no keywords, no *args), else (None, [])."""
-    if isinstance(node, ast.Call) and not node.keywords:
-        name = _self_attr(node.func)
-        if name is not None and not any(isinstance(a, ast.Starred) for a in node.args):
-            return name, list(node.args)
-    return None, []
-
-
-def _pairs(tree: ast.AST) -> list[tuple[str, str]]:
-    """(A, L) where L's result feeds only A: `self.A(self.L(...))`, or the statements
-    `v = self.L(...)` then immediately `v = self.A(v)` (v rebound, so nothing else sees it)."""
-    out = []
-    for node in ast.walk(tree):
-        act, args = _call_of(node)
-        if act is not None and len(args) == 1:
-            lin, _ = _call_of(args[0])
-            if lin is not None:
-                out.append((act, lin))
-        for body in (getattr(node, f, None) for f in ("body", "orelse", "finalbody")):
-            if not isinstance(body, list):
-                continue
-            for first, second in zip(body, body[1:]):
-                if not (isinstance(first, ast.Assign) and isinstance(second, ast.Assign)):
-                    continue
-                if len(first.targets) != 1 or len(second.targets) != 1:
-                    continue
-                v1, v2 = first.targets[0], second.targets[0]
-                if not (isinstance(v1, ast.Name) and isinstance(v2, ast.Name) and v1.id == v2.id):
-                    continue
-                lin, _ = _call_of(first.value)
-                act, args = _call_of(second.value)
-                if (lin is not None and act is not None and len(args) == 1
-                        and isinstance(args[0], ast.Name) and args[0].id == v1.id):
-                    out.append((act, lin))
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _class_calls(cls: type) -> tuple[tuple[str, str], ...]:
-    """(act attr, linear attr) pairs of cls whose linear output provably feeds only the act,
-    each attr named exactly once in the methods (and properties) of cls and its bases."""
-    trees: list[ast.AST] = []
-    for klass in cls.__mro__:
-        if klass in (nn.Module, object):
-            continue  # mixins after nn.Module (HF's PreTrainedModel has several) are scanned too
-        for name, fn in vars(klass).items():
-            if isinstance(fn, property):
-                fn = fn.fget
-            if name == "__init__" or not inspect.isfunction(fn):
-                continue
-            try:
-                trees.append(ast.parse(textwrap.dedent(inspect.getsource(fn))))
-            except (OSError, TypeError, SyntaxError):
-                return ()  # source unavailable: we cannot prove safety
-    uses: dict[str, int] = {}
-    for tree in trees:
-        for node in ast.walk(tree):
-            name = _self_attr(node)
-            if name is not None:
-                uses[name] = uses.get(name, 0) + 1
-    pairs = dict.fromkeys(p for tree in trees for p in _pairs(tree))
-    return tuple((act, lin) for act, lin in pairs
-                 if act != lin and uses.get(act) == 1 and uses.get(lin) == 1)
-
-
-def _linear_paths(model: nn.Module) -> dict[int, int]:
-    """How many places (parent, attribute) hold each nn.Linear."""
-    count: dict[int, int] = {}
-    for parent in model.modules():
-        for child in parent._modules.values():
-            if type(child) is nn.Linear:
-                count[id(child)] = count.get(id(child), 0) + 1
-    return count
-
-
-def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str], tuple[str, str]]:
-    """(id(parent), linear attr) -> (act kind, activation attr to blank), for safe fusions."""
-    plan: dict[tuple[int, str], tuple[str, str]] = {}
-
-    def fusable(lin: Any, act_mod: Any) -> str | None:
-        if type(lin) is not nn.Linear or holders.get(id(lin)) != 1 or _hooked(lin):
-            return None
-        if not isinstance(act_mod, nn.Module) or _hooked(act_mod):
-            return None
-        return activation_kind(act_mod)
-
-    for parent in model.modules():
-        if _hooked(parent):
-            continue
-        children = parent._modules
-        if type(parent) is nn.Sequential:
-            names = list(children)
-            for here, nxt in zip(names, names[1:]):
-                kind = fusable(children[here], children[nxt])
-                if kind:
-                    plan[(id(parent), here)] = (kind, nxt)
-            continue
-        for act_attr, lin_attr in _class_calls(type(parent)):
-            kind = fusable(children.get(lin_attr), children.get(act_attr))
-            if kind:
-                plan[(id(parent), lin_attr)] = (kind, act_attr)
-    return plan
-
-
-def allow_approximate() -> None:
-    """Opt this process in to approximating arms, as TUNEDB_APPROXIMATE=1 does, and start a new
-    epoch so that selections already made are made again under the opt-in.
-
-    The opt-in is process-wide because the selection is memoised per shape, not per layer (a
-    shape shared by an exact and an approximate model must resolve one way); it is also
-    inherited by benchmark worker subprocesses, whose validity checks must agree."""
-    import os
-
-    from tunedb import settings
-
-    from tunedb.runtime import selector
-    if not settings.approximate_allowed():
-        os.environ[settings.APPROXIMATE.name] = "1"
-        selector.reload()
-
-
-def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) -> nn.Module:
-    """Swap every nn.Linear of `model` for a TunedLinear, fusing a following activation where
-    the structure makes it safe (see the module docstring). Returns the patched model (a deep
-    copy when inplace=False). approximate=True lets approximating arms (tanh-GELU epilogues for
-    exact GELU) serve, gate permitting: process-wide, see allow_approximate()."""
-    if not isinstance(model, nn.Module):
+    if not isinstance(model, torch.nn.Module):
         raise TypeError(f"optimize() needs a torch.nn.Module, got {type(model).__name__}")
-    if approximate:
-        allow_approximate()
     if not inplace:
         model = copy.deepcopy(model)
-    if type(model) is nn.Linear:  # a bare Linear has no parent to patch
-        tuned = TunedLinear(model, approximate=approximate)
-        report.register_model(tuned, [tuned])
-        return tuned
-    holders = _linear_paths(model)
-    plan = _fusions(model, holders)
-    swapped: dict[int, TunedLinear] = {}
-    layers: dict[int, TunedLinear] = {}
-    for parent in list(model.modules()):
-        for attr, child in list(parent._modules.items()):
-            if type(child) is not nn.Linear or _hooked(child):
-                continue  # a hooked Linear stays, so its hooks keep firing
-            fused = plan.get((id(parent), attr))
-            if fused is not None:
-                kind, act_attr = fused
-                tuned = TunedLinear(child, kind, approximate)
-                setattr(parent, act_attr, nn.Identity())
-            else:
-                tuned = swapped.get(id(child)) or TunedLinear(child, approximate=approximate)
-                swapped[id(child)] = tuned
-            layers[id(tuned)] = tuned
-            setattr(parent, attr, tuned)
-    report.register_model(model, list(layers.values()))
+    for name in families.names():
+        model = hook(families.get(name), "optimize")(model, approximate=approximate)
     return model

@@ -28,11 +28,8 @@ def register_model(model: Any, layers: list[Any]) -> None:
 
 
 def layer_key(layer: Any) -> tuple[Any, ...]:
-    """The launch-table key prefix of a TunedLinear: (op, dtype, N, K, act, has_bias)."""
-    has_bias = layer.bias is not None
-    op = "gemm" if not has_bias and layer.act == "none" else "gemm_act"
-    n, k = layer.weight.shape
-    return (op, layer.weight.dtype, n, k, layer.act, has_bias)
+    """The launch-table key prefix of a registered layer (its family's table_key())."""
+    return layer.table_key()
 
 
 def layer_tiers() -> list[tuple[str, list[tuple[tuple[Any, ...], str | None]]]]:
@@ -58,7 +55,10 @@ def layer_tiers() -> list[tuple[str, list[tuple[tuple[Any, ...], str | None]]]]:
     return out
 
 
-def model_lines(family: str = "gemm") -> list[str]:
+def model_lines(family: str | None = None) -> list[str]:
+    from tunedb import families
+
+    family = family or families.DEFAULT
     lines = []
     for name, rows in layer_tiers():
         counts = dict.fromkeys(TIER_ORDER, 0)

@@ -123,6 +123,26 @@ class GemmFamily:
     def impl_hash(self) -> str:
         return impl_hash()
 
+    def optimize(self, model: Any, approximate: bool = False) -> Any:
+        """nn.Linear (+ a following activation where safe) -> TunedLinear (families/gemm/patching.py)."""
+        from tunedb.families.gemm.patching import optimize
+
+        return optimize(model, approximate=approximate, inplace=True)
+
+    def prebuild(self, args: Any) -> int:
+        """`tunedb prebuild --family gemm`: Triton configs compiled into the persistent cache."""
+        from tunedb.families.gemm.prebuild_cli import run
+
+        return run(args)
+
+    def register_ops(self) -> None:
+        import tunedb.families.gemm.ops  # noqa: F401 -- registers tunedb::gemm / gemm_act
+
+    def census_rules(self) -> tuple[Any, ...]:
+        from tunedb.families.gemm.census_rules import rules
+
+        return rules()
+
     def weight_bytes(self, sig: Signature) -> int:
         return sig.get("N") * sig.get("K") * configs.ELEMENT_BYTES
 

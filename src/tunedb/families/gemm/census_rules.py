@@ -1,0 +1,66 @@
+"""The GEMM family's census rules: which aten matrix products become which gemm signatures.
+
+Recorded keys:
+- mm/addmm with a weight-like second operand: ``gemm|op=gemm|dt=..|N=<out>|K=<in>``, M = rows;
+  bmm/baddbmm with an expanded weight as second operand: op=gemm with M = batch * rows.
+- aten._addmm_activation (a linear with its activation fused, e.g. torch's own fused paths): the one
+  place the recorder sees an activation: ``gemm|op=gemm_act|dt=..|N=..|K=..|act=relu/gelu_tanh|bias=1``.
+- every other product (attention scores, attention @ V): ``gemm|op=bmm|dt=..|B=..|N=..|K=..``,
+  M = rows, B = batch (1 for mm). Visible in the census, skipped by the build.
+
+dt is ``half`` for fp16 and bf16 (one key serves both), ``fp32``, ``int8`` or ``fp8``. Whether an
+operand is a weight is the recorder's to say (census/recorder.py). torch is imported lazily.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tunedb.families.contract import CensusRule
+from tunedb.records import Signature
+
+
+def dt_of(dtype: Any) -> str | None:
+    import torch
+
+    if dtype in (torch.float16, torch.bfloat16):
+        return "half"
+    if dtype == torch.float32:
+        return "fp32"
+    if dtype == torch.int8:
+        return "int8"
+    if "float8" in str(dtype):
+        return "fp8"
+    return None
+
+
+def _record(recorder: Any, packet: Any, args: tuple, kwargs: dict) -> list[tuple[Signature, int]]:
+    import torch
+
+    aten = torch.ops.aten
+    biased = packet in (aten.addmm, aten.baddbmm, aten._addmm_activation)
+    a, b = (args[1], args[2]) if biased else (args[0], args[1])
+    dt = dt_of(a.dtype)
+    if dt is None:
+        return []
+    if a.dim() == 2:
+        rows, k = a.shape
+        batch, n = 1, b.shape[-1]
+    else:
+        batch, rows, k = a.shape
+        n = b.shape[-1]
+    rows, k, n, batch = int(rows), int(k), int(n), int(batch)
+    if rows < 1 or n < 1 or k < 1 or batch < 1:
+        return []
+    if packet is aten._addmm_activation and recorder.is_weight(b):
+        use_gelu = args[5] if len(args) > 5 else kwargs.get("use_gelu", False)
+        sig = Signature.make("gemm", "gemm_act", dt, N=n, K=k, act="gelu_tanh" if use_gelu else "relu", bias=1)
+        return [(sig, rows)]
+    if recorder.is_weight(b) and (b.dim() == 2 or b.shape[0] == 1 or b.stride(0) == 0):
+        # One weight shared by the batch (a Linear on 3-D input lowers to a bmm of an expanded
+        # weight); a stack of distinct weights (MoE experts) is batch separate GEMMs.
+        return [(Signature.make("gemm", "gemm", dt, N=n, K=k), rows * batch)]
+    return [(Signature.make("gemm", "bmm", dt, B=batch, N=n, K=k), rows)]
+
+
+def rules() -> tuple[CensusRule, ...]:
+    return (CensusRule(("mm", "addmm", "bmm", "baddbmm", "_addmm_activation"), _record),)
