@@ -199,7 +199,8 @@ def test_families_implement_the_contract():
         assert rule.pick({"heuristic": 1.0, "b64x64x128_w4_s4_g8": 0.96}).winner == "heuristic"
         assert rule.pick({"heuristic": 1.0, "b64x64x128_w4_s4_g8": 0.94}).winner == "b64x64x128_w4_s4_g8"
         assert contract.hook(fam, "heuristic")(sig, 1, SM90) == configs.heuristic_config(sig, 1)
-        assert contract.hook(fam, "rotating_args")(sig) == (1, 3)
+        assert contract.hook(fam, "weight_args")(sig) == (1, 3)
+        assert contract.hook(fam, "weight_bytes")(sig) >= sig.get("N") * sig.get("K")
     assert contract.verify_rule(families.get("scaled_mm"), int8_sig()).kind == "exact"
     assert contract.verify_rule(families.get("scaled_mm_fp8"), fp8_sig()).kind == "tolerance"
     with pytest.raises(SignatureError, match="scale='col'; allowed"):

@@ -6,7 +6,7 @@ import torch
 
 from tunedb import families
 from tunedb.errors import SignatureError
-from tunedb.families.scaled_mm import ops
+from tunedb.families.scaled_mm import arms, ops
 from tunedb.records import ArchProfile, Config
 
 INT8 = families.get("scaled_mm")
@@ -60,8 +60,10 @@ def test_quant_ops_return_rows_and_scales():
     assert ((q.float() * s - y).abs() <= s / 2 * (1 + 1e-5)).all()  # within half a quantum
     sig, args = _inputs(FP8, "row", op="scaled_mm_quant", out="fp8")
     q, s = ops.scaled_mm_fp8_quant(*args)
-    ref = FP8.reference(sig, *args)
+    ref = arms.product(sig, *args)
     assert q.dtype == torch.float8_e4m3fn and (q.float() * s - ref).abs().max() <= ref.abs().max() / 16
+    # the gate's reference for the quant op is q itself (the protocol's out), here the same bits
+    assert torch.equal(FP8.reference(sig, *args), q.float())
 
 
 def test_bad_scales_raise_clear_errors_through_the_op():
@@ -132,23 +134,35 @@ def test_launch_writes_into_out_and_make_out_fits_every_arm():
                                 (INT8, "row", "scaled_mm_quant", "int8")):
         sig, args = _inputs(fam, scale, m=20, n=48, k=160, op=op, out=out)
         ref = fam.reference(sig, *args)
-        for made in (fam.make_out(sig, *args), contract.hook(fam, "make_out")(sig, args, {}, ref)):
-            got = fam.launch(fam.parse_config("torch"), sig, *args, out=made)
-            assert got is made
-            want = ops._cpu(sig, *args)
-            if op == "scaled_mm":
-                assert made.dtype == torch.float16 and torch.equal(made, want)
-            else:
-                assert made[0].dtype == arms_dtype(out) and made[1].shape == (20, 1)
-                if fam is INT8:
-                    assert torch.equal(made[0], want[0]) and torch.equal(made[1], want[1])
-    with pytest.raises(ValueError, match="must be a \\(q, s\\) pair"):
-        from tunedb.families.scaled_mm.launch import quant_out
+        made = contract.hook(fam, "make_out")(sig, args, {}, ref)
+        assert made.dtype == arms.torch_dtype(out) and made.shape == (20, 48)
+        fam.launch(fam.parse_config("torch"), sig, *args, out=made)
+        want = ops._cpu(sig, *args)
+        if op == "scaled_mm":
+            assert torch.equal(made, want)
+        elif fam is INT8:
+            pair = (torch.empty((20, 48), dtype=torch.int8), torch.empty((20, 1)))
+            assert fam.launch(fam.parse_config("torch"), sig, *args, out=pair) is pair
+            assert torch.equal(made, want[0]) and torch.equal(pair[0], want[0]) and torch.equal(pair[1], want[1])
+    from tunedb.families.scaled_mm.launch import quant_out
 
-        quant_out(torch.empty(3), torch.empty(2, 4), 5, torch.int8)
+    with pytest.raises(ValueError, match="a q tensor or a \\(q, s\\) pair"):
+        quant_out(3, torch.empty(2, 4), 5, torch.int8)
+    with pytest.raises(ValueError, match="out q must be a contiguous torch.int8"):
+        quant_out(torch.empty(10), torch.empty(2, 4), 5, torch.int8)
 
 
-def arms_dtype(name):
-    from tunedb.families.scaled_mm.arms import torch_dtype
+def test_the_exact_gate_accepts_every_int8_arm_and_fails_one_flipped_bit():
+    from tunedb.measure.gate import judge
 
-    return torch_dtype(name)
+    for op, out in (("scaled_mm", "bf16"), ("scaled_mm_quant", "int8")):
+        sig, args = _inputs(INT8, m=24, op=op, out=out)
+        ref = INT8.reference(sig, *args)
+        assert INT8.verify(sig).kind == "exact"
+        y = INT8.launch(INT8.parse_config("torch"), sig, *args)
+        y = y[0] if op == "scaled_mm_quant" else y
+        assert judge(y, ref, 0.0, kind="exact").status.ok
+        flipped = y.clone()
+        flipped.view(torch.int8 if out == "int8" else torch.int16).view(-1)[7] ^= 1
+        bad = judge(flipped, ref, 0.0, kind="exact")
+        assert not bad.status.ok and "1 of" in bad.detail

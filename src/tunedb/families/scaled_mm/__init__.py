@@ -78,26 +78,28 @@ class ScaledMMFamily:
         """The concrete tile the `heuristic` sentinel runs at M (the largest tile at m=None)."""
         return configs.heuristic_config(sig, m if m is not None else 1 << 20, arch.sms if arch else 132)
 
-    def rotating_args(self, sig: Signature) -> tuple[int, ...]:
+    def weight_args(self, sig: Signature) -> tuple[int, ...]:
         return (1, 3)  # (x, weight, x_scale, w_scale): the weight and its scales are the cold bytes
 
-    weight_args = rotating_args  # the name tunedb.measure's problem_for reads
+    def weight_bytes(self, sig: Signature) -> int:
+        """Bytes of weights one call reads: the one-byte weight and its fp32 scales."""
+        from tunedb.families.scaled_mm.keys import scale_shapes
 
-    def make_out(self, sig: Signature, *rest: Any) -> Any:
-        """An empty output for a measured launch: y [M, N] in the output dtype (op=scaled_mm) or
-        the (q, s) pair (op=scaled_mm_quant). Called as the contract's hook
-        make_out(sig, args, kwargs, reference) or as tunedb.measure.arms calls it today,
-        make_out(sig, *args, **kwargs); both are accepted until the two agree."""
+        _, ws = scale_shapes(sig.get("scale", "row"), 1, sig.get("N"), sig.get("K"))
+        n_scales = 1
+        for d in ws[0]:
+            n_scales *= d
+        return sig.get("N") * sig.get("K") + 4 * n_scales
+
+    def make_out(self, sig: Signature, args: Any, kwargs: Any, reference: Any) -> Any:
+        """An empty output for a measured launch, what `reference` describes: y [M, N] in the
+        output dtype, or q [M, N] for op=scaled_mm_quant (its row scales go to a new buffer)."""
         import torch
 
         from tunedb.families.scaled_mm.arms import torch_dtype
 
-        args = rest[0] if len(rest) == 3 and isinstance(rest[0], tuple) else rest
         x = args[0]
         m, n = x.numel() // sig.get("K"), sig.get("N")
-        if sig.op == "scaled_mm_quant":
-            return (torch.empty((m, n), dtype=torch_dtype(sig.get("out")), device=x.device),
-                    torch.empty((m, 1), dtype=torch.float32, device=x.device))
         return torch.empty((m, n), dtype=torch_dtype(sig.get("out")), device=x.device)
 
     def census_rules(self) -> tuple[Any, ...]:

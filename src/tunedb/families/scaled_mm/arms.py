@@ -73,18 +73,20 @@ def torch_arm(sig: Signature) -> Callable[..., Any]:
             return torch._scaled_mm(x2, w.t(), sx.reshape(()), sw.reshape(()), out_dtype=mm_dt)
 
     def run(x, weight, x_scale, w_scale, out=None):
+        from tunedb.families.scaled_mm.launch import quant_out
+
         x2 = x.reshape(-1, k)
         if not x2.is_contiguous():
             x2 = x2.contiguous()  # both vendor ops want a row-major activation
         y = product(x2, weight, x_scale, w_scale)
         if quant:
             q, s = quantize_rows(y.float(), out_name)
-            q, s = q.view(*x.shape[:-1], n), s.view(*x.shape[:-1], 1)
-            if out is not None:
-                out[0].copy_(q)
-                out[1].copy_(s)
-                return out
-            return q, s
+            if out is None:
+                return q.view(*x.shape[:-1], n), s.view(*x.shape[:-1], 1)
+            q_out, s_out = quant_out(out, x, n, q.dtype)
+            q_out.view(-1, n).copy_(q)
+            s_out.view(-1, 1).copy_(s)
+            return out if isinstance(out, (tuple, list)) else (q_out, s_out)
         if y.dtype != out_dt:
             y = y.to(out_dt)
         if out is not None:
@@ -109,14 +111,41 @@ def dequantize(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any, 
     return x2 * x_scale.to(dtype).reshape(-1, 1), w * w_scale.to(dtype).reshape(-1, 1)
 
 
-def reference(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any, dtype: Any = None) -> Any:
-    """The unquantized product [..., N] of the dequantized operands, in fp32 (or `dtype`): what
-    the gate compares with (a `_quant` op's q * s included)."""
+def product(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any, dtype: Any = None) -> Any:
+    """The unquantized product [..., N] of the dequantized operands, in fp32 (or `dtype`)."""
     import torch
 
     dtype = dtype or torch.float32
     xd, wd = dequantize(sig, x, weight, x_scale, w_scale, dtype)
     return (xd @ wd.t()).view(*x.shape[:-1], sig.get("N"))
+
+
+def exact_int8(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any) -> Any:
+    """The int8 arms' fp32 epilogue value [M, N]: the integer product (exact in fp64, |acc| < 2^53,
+    and rounded to fp32 as an int32 accumulator converts), times x_scale, times w_scale."""
+    import torch
+
+    acc = (x.reshape(-1, sig.get("K")).to(torch.float64) @ weight.to(torch.float64).t()).to(torch.float32)
+    return acc.mul_(x_scale.reshape(-1, 1)).mul_(w_scale.reshape(1, -1))
+
+
+def reference(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any, dtype: Any = None) -> Any:
+    """What the numerical gate compares an arm's output with (`out` of launch: y, or q for _quant).
+
+    fp8 (verify: tolerance): the product of the dequantized operands in fp32 (`dtype`: e.g.
+    fp64); for _quant, that product's row quantization (q, as fp32 values). int8 (verify: exact):
+    the bits every arm computes, the exact product scaled in the epilogue's order and rounded
+    once (q for _quant); with `dtype` given, the dequantized product in that dtype instead."""
+    shape = (*x.shape[:-1], sig.get("N"))
+    if sig.dt == "int8" and dtype is None:
+        y = exact_int8(sig, x, weight, x_scale, w_scale)
+        if sig.op == "scaled_mm_quant":
+            return quantize_rows(y, "int8")[0].view(shape)
+        return y.to(torch_dtype(sig.get("out"))).view(shape)
+    y = product(sig, x, weight, x_scale, w_scale, dtype)
+    if sig.op == "scaled_mm_quant":
+        return quantize_rows(y.reshape(-1, sig.get("N")).float(), sig.get("out"))[0].float().view(shape)
+    return y
 
 
 def quantize_like(t32: Any, dt: str, scale: str, per: str) -> tuple[Any, Any]:

@@ -1,7 +1,7 @@
 """The quantized GEMM's launch path: one cached closure per (config, signature).
 
 `run(x, weight, x_scale, w_scale, out=None)` returns y [..., N] for op=scaled_mm and (q [..., N],
-s [..., 1]) for op=scaled_mm_quant (`out`: y, or the (q, s) pair, written in place). The `_quant` op runs the scaled GEMM into an fp32 buffer and
+s [..., 1]) for op=scaled_mm_quant (`out`: y, or q, or the (q, s) pair, written in place). The `_quant` op runs the scaled GEMM into an fp32 buffer and
 quantizes it per row (row_quant_kernel): a row's scale needs the whole row, which spans tiles.
 The `heuristic` sentinel picks its tile per M (configs.heuristic_config), memoised.
 An inherently torch module (imported lazily by the family).
@@ -74,15 +74,19 @@ def _heuristic(sig: Signature) -> Launcher:
 
 
 def quant_out(out: Any, x: Any, n: int, q_dtype: Any) -> tuple[Any, Any]:
-    """The `_quant` op's (q, s) buffers: the caller's `out` pair, checked, or new ones."""
+    """The `_quant` op's (q, s) buffers: new ones (out None), the caller's q tensor (what the
+    measurement protocol passes) with a new s, or the caller's (q, s) pair; checked."""
     shape = (*x.shape[:-1], n)
+    m = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if out is None:
         return (torch.empty(shape, dtype=q_dtype, device=x.device),
                 torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device))
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise ValueError(f"a _quant op's out must be a (q, s) pair, got {type(out).__name__}")
-    q, s = out
-    m = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if isinstance(out, torch.Tensor):
+        q, s = out, torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    elif isinstance(out, (tuple, list)) and len(out) == 2:
+        q, s = out
+    else:
+        raise ValueError(f"a _quant op's out must be a q tensor or a (q, s) pair, got {type(out).__name__}")
     if q.dtype != q_dtype or not q.is_contiguous() or q.numel() != m * n:
         raise ValueError(f"out q must be a contiguous {q_dtype} tensor of {m * n} elements, got {q.dtype} {list(q.shape)}")
     if s.dtype != torch.float32 or not s.is_contiguous() or s.numel() != m:
@@ -155,6 +159,6 @@ def _triton(config: Config, sig: Signature) -> Launcher:
             qmax = QMAX[out_name]
             row_quant_kernel[(m,)](y, q, s, m, n, QMAX=qmax, INV_QMAX=1.0 / qmax, INT=is_int,
                                    BLOCK=QUANT_BLOCK, num_warps=4)
-        return (q, s) if out is None else out
+        return out if isinstance(out, (tuple, list)) else (q, s)
 
     return run

@@ -70,11 +70,9 @@ def _serve(family: str, op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any
 def cpu_product(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any) -> Any:
     """The fp32 product [M, N] the CPU path rounds: int8 in exact integer arithmetic with the
     CUDA arms' epilogue order ((acc * x_scale) * w_scale); fp8 of the dequantized operands."""
-    n, k = sig.get("N"), sig.get("K")
     if sig.dt == "int8":
-        acc = x.reshape(-1, k).to(torch.int32) @ weight.to(torch.int32).t()
-        return acc.to(torch.float32).mul_(x_scale.reshape(-1, 1)).mul_(w_scale.reshape(1, -1))
-    return arms.reference(sig, x, weight, x_scale, w_scale).reshape(-1, n)
+        return arms.exact_int8(sig, x, weight, x_scale, w_scale)
+    return arms.product(sig, x, weight, x_scale, w_scale).reshape(-1, sig.get("N"))
 
 
 def _cpu(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any) -> Any:
