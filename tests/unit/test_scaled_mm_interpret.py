@@ -12,6 +12,10 @@ to nearest even), so bf16 outputs are compared with the torch path's fp32 produc
 same way (still bitwise), and fp8's bf16 error bound is the gate's 4x the rounding error. Its fp32 -> float8_e4m3fn conversion is wrong where rounding
 carries into the exponent (125.57 converts to 64, torch gives 128), so the fp8 `_quant` op's q is
 left to tests/gpu/test_scaled_mm_gpu.py; here only its scales are checked.
+
+The measurement protocol's gate (tunedb.measure.gate) is run over the families too: int8 (exact,
+including the `_quant` op's q) and fp8 with a bf16 output. An fp8 `_quant` output cannot pass
+that gate yet: it poisons and checks outputs with torch.isfinite, which has no float8 kernel.
 """
 import json
 import os
@@ -111,6 +115,25 @@ def _child() -> None:
                 err = (fp8.launch(configs.parse(cid), sig, *args).float() - ref).abs().max().item()
                 if err > bound:
                     failures.append(f"fp8 {cid} {sig} M={m}: err {err} > {bound}")
+    # the measurement protocol's gate over the family (make_out, reference, verify rule)
+    from tunedb.measure.arms import problem_for
+    from tunedb.measure.gate import gate_arms
+
+    for fam, sig in ((int8, int8.make_signature("scaled_mm", 80, 272, "fp16")),
+                     (int8, int8.make_signature("scaled_mm_quant", 80, 272, "int8")),
+                     (fp8, fp8.make_signature("scaled_mm", 80, 272, "bf16", "block")),
+                     (fp8, fp8.make_signature("scaled_mm", 80, 272, "bf16", "row"))):
+        ids = ["heuristic", "torch", "sk2_b16x64x64_w4_s2", TMA_IDS[0]]
+        if sig.get("scale") == "block":
+            ids.remove("torch")
+        problem = problem_for(fam, sig, 19, ids)
+        args, kwargs = problem.make_inputs("cpu", 3)
+        results = gate_arms(problem, args, kwargs, problem.make_out, lambda: None)
+        if sorted(results) != sorted(ids):
+            failures.append(f"gate {sig}: judged {sorted(results)}, not {sorted(ids)}")
+        for cid, res in results.items():
+            if not res.status.ok:
+                failures.append(f"gate {sig} {cid}: {res.status} {res.detail}")
     # a 3-D, non-contiguous activation is the same GEMM
     sig = int8.make_signature("scaled_mm", 80, 200, "fp16")
     (x, w, sx, sw), _ = int8.make_inputs(sig, 6, "cpu", seed=5)
