@@ -18,6 +18,8 @@ TRITON_IDS = ("b16x64x128_w4_s4_g8", "b64x128x128_w4_s3_g8", "b128x128x64_w8_s4_
               "b32x64x64_w4_s3_g8", "sk2_b16x64x128_w4_s3", "sk4_b32x128x128_w4_s4", "sk8_b64x64x128_w4_s3",
               "tma_b128x256x128_w8_s3_g8", "tma_b64x128x128_w4_s4_g8", "tma_b128x128x64_w4_s4_g8")
 ARMS = TRITON_IDS + ("heuristic", "torch")
+# the _quant ops share the GEMM kernels (into fp32) and add the row quantizer: one config per lane
+QUANT_ARMS = ("heuristic", "torch", "b64x128x128_w4_s3_g8", "sk4_b32x128x128_w4_s4", "tma_b64x128x128_w4_s4_g8")
 # (M, N, K): odd (N=80, K=200: no 16-alignment, a partial 128 block), decode, prefill, deep K
 SHAPES = [(1, 80, 200), (17, 80, 200), (333, 136, 520), (70, 80, 272), (1, 4096, 4096), (16, 6144, 4096), (17, 4096, 4096),
           (100, 4096, 14336), (1024, 28672, 4096), (2048, 4096, 4096)]
@@ -27,7 +29,8 @@ INT8_OUT = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def arms_for(fam, sig, m):
-    return [cid for cid in ARMS if fam.invalid_reason(fam.parse_config(cid), sig, m, SM90) is None]
+    ids = QUANT_ARMS if sig.op == "scaled_mm_quant" else ARMS
+    return [cid for cid in ids if fam.invalid_reason(fam.parse_config(cid), sig, m, SM90) is None]
 
 
 def launch(fam, cid, sig, args, m):
