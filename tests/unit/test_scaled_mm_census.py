@@ -1,34 +1,14 @@
-"""The quantized families' census rules: quantized calls on meta tensors become signatures
-(torch._scaled_mm per scale mode, torch._int_mm, the families' own ops); other calls do not."""
+"""The quantized families' census rules through the census recorder: quantized calls on meta
+tensors (weights as buffers, as quantized models keep them) become signatures per scale mode;
+unserved outputs and full-precision products are not theirs."""
 from collections import Counter
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from tunedb import families
-from tunedb.families import contract
-from tunedb.families.scaled_mm import ops
+from tunedb.census.recorder import Recorder
 
 META = "meta"
-
-
-class RuleRecorder(TorchDispatchMode):
-    """The recorder's use of census rules in miniature: a rule table keyed by operator name."""
-
-    def __init__(self):
-        super().__init__()
-        self.table = {r.op: r for name in ("scaled_mm", "scaled_mm_fp8")
-                      for r in contract.hook(families.get(name), "census_rules")()}
-        self.calls = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        rule = self.table.get(func.overloadpacket._qualified_op_name)
-        if rule is not None:
-            key = rule.key(args, kwargs)
-            if key is not None:
-                self.calls[(key[0].format(), key[1])] += 1
-        return func(*args, **kwargs)
 
 
 def fp8(*shape):
@@ -39,29 +19,52 @@ def f32(*shape):
     return torch.empty(shape, device=META)
 
 
+class QuantLinear(torch.nn.Module):
+    """A W8A8 linear as quantized checkpoints hold it: the weight and its scales are buffers."""
+
+    def __init__(self, n, k, scale):
+        super().__init__()
+        self.scale = scale
+        self.register_buffer("weight", fp8(n, k))
+        self.register_buffer("w_scale", f32(1, n) if scale == "row" else f32())
+
+    def forward(self, x):
+        m = x.shape[0]
+        sx = f32(m, 1) if self.scale == "row" else f32()
+        return torch._scaled_mm(x, self.weight.t(), sx, self.w_scale, out_dtype=torch.bfloat16)
+
+
 def test_quantized_calls_become_signatures_on_meta():
-    w = fp8(384, 256)  # a buffer, not a Parameter: quantized weights often are
-    with torch.no_grad(), RuleRecorder() as rec:
+    row, tensor = QuantLinear(384, 256, "row"), QuantLinear(384, 256, "tensor")
+    wi = torch.empty((32, 64), dtype=torch.int8, device=META)
+    with torch.no_grad(), Recorder(families=("scaled_mm", "scaled_mm_fp8")) as rec:
         x = fp8(12, 256)
-        torch._scaled_mm(x, w.t(), f32(12, 1), f32(1, 384), out_dtype=torch.bfloat16)
-        torch._scaled_mm(x, w.t(), f32(), f32(), out_dtype=torch.bfloat16)
-        torch._scaled_mm(x, w.t(), f32(), f32(), out_dtype=torch.float32)  # not served
-        xi = torch.empty((40, 64), dtype=torch.int8, device=META)
-        wi = torch.empty((32, 64), dtype=torch.int8, device=META)
-        torch._int_mm(xi, wi.t())
-        torch.mm(torch.empty((4, 8), device=META), torch.empty((8, 2), device=META))  # not quantized
-        ops.scaled_mm_fp8(fp8(2, 3, 256), w, f32(6, 2), f32(3, 2))
-        ops.scaled_mm_int8_quant(xi, wi, f32(40), f32(32))
+        row(x)
+        row(x)
+        tensor(x)
+        torch._scaled_mm(x, row.weight.t(), f32(), f32(), out_dtype=torch.float32)  # not served
+        # block scales as torch takes them: 1x128 for x [M, K/128], 128x128 for b = W.t() [K/128, N/128]
+        torch._scaled_mm(fp8(6, 256), row.weight.t(), f32(6, 2), f32(3, 2).t(), out_dtype=torch.bfloat16)
+        torch._int_mm(torch.empty((40, 64), dtype=torch.int8, device=META), wi.t())
+        torch.mm(f32(4, 8), f32(8, 2))  # not quantized
     assert rec.calls == Counter({
-        ("scaled_mm_fp8|op=scaled_mm|dt=fp8|N=384|K=256|scale=row|out=bf16", 12): 1,
-        ("scaled_mm_fp8|op=scaled_mm|dt=fp8|N=384|K=256|scale=tensor|out=bf16", 12): 1,
-        ("scaled_mm|op=scaled_mm|dt=int8|N=32|K=64|out=bf16", 40): 1,
-        ("scaled_mm_fp8|op=scaled_mm|dt=fp8|N=384|K=256|scale=block|out=bf16", 6): 1,
-        ("scaled_mm|op=scaled_mm_quant|dt=int8|N=32|K=64|out=int8", 40): 1,
+        (families.get("scaled_mm_fp8").make_signature("scaled_mm", 384, 256, "bf16", "row"), 12): 2,
+        (families.get("scaled_mm_fp8").make_signature("scaled_mm", 384, 256, "bf16", "tensor"), 12): 1,
+        (families.get("scaled_mm_fp8").make_signature("scaled_mm", 384, 256, "bf16", "block"), 6): 1,
+        (families.get("scaled_mm").make_signature("scaled_mm", 32, 64, "bf16"), 40): 1,
     })
 
 
+def test_the_default_recorder_sees_quantized_and_gemm_calls_side_by_side():
+    lin = torch.nn.Linear(64, 32, device=META, dtype=torch.bfloat16)
+    with torch.no_grad(), Recorder() as rec:
+        lin(torch.empty((5, 64), device=META, dtype=torch.bfloat16))
+        torch._int_mm(torch.empty((40, 64), dtype=torch.int8, device=META),
+                      torch.empty((32, 64), dtype=torch.int8, device=META).t())
+    assert sorted(sig.family for sig, _ in rec.calls) == ["gemm", "scaled_mm"]
+
+
 def test_each_family_owns_its_rules():
-    int8 = {r.op for r in families.get("scaled_mm").census_rules()}
-    fp8_ops = {r.op for r in families.get("scaled_mm_fp8").census_rules()}
-    assert "aten::_int_mm" in int8 and "aten::_scaled_mm" in fp8_ops and not int8 & fp8_ops
+    int8 = {op for r in families.get("scaled_mm").census_rules() for op in r.aten}
+    fp8_ops = {op for r in families.get("scaled_mm_fp8").census_rules() for op in r.aten}
+    assert int8 == {"_int_mm"} and fp8_ops == {"_scaled_mm"}

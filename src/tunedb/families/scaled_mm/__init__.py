@@ -103,11 +103,11 @@ class ScaledMMFamily:
         return torch.empty((m, n), dtype=torch_dtype(sig.get("out")), device=x.device)
 
     def census_rules(self) -> tuple[Any, ...]:
-        """Which dispatched calls are this family's (census.CensusRule: aten::_scaled_mm /
-        aten::_int_mm and the family's own ops)."""
+        """Which dispatched aten calls are this family's: aten::_int_mm (int8) or
+        aten::_scaled_mm (fp8); see census.py."""
         from tunedb.families.scaled_mm.census import rules
 
-        return tuple(r for r in rules() if r.family == self.name)
+        return rules(self.name)
 
     def register_ops(self) -> None:
         from tunedb.families.scaled_mm import ops  # noqa: F401 -- importing registers tunedb::scaled_mm_*
