@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -29,7 +28,6 @@ import torch.nn.functional as F
 
 from tunedb import families
 from tunedb.arch import shipped_profile
-from tunedb.families.scaled_mm import ops
 from tunedb.measure.timers import rotation_copies
 
 DEVICE = "cuda"  # a module constant so that a CPU smoke test (interpreter) can swap it

@@ -192,7 +192,7 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     if why:
         return why
     cap = capability(arch.arch_family)
-    n, k = sig.get("N"), sig.get("K")
+    k = sig.get("K")
     scale = sig.get("scale", "row")
     if cap < MIN_CAPABILITY[sig.family]:
         return f"{sig.family} needs sm{MIN_CAPABILITY[sig.family]}+ ({arch.arch_family})"
