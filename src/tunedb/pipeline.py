@@ -1,73 +1,26 @@
-"""The one place that chains the stages: census -> candidates -> cost model -> bench -> partition -> database.
+"""The spine: census -> plan -> measure -> partition -> database -> evaluate, in that order.
 
-`build()` is `tunedb build` (DESIGN.md "The build"): per signature, measure the census and ladder
-fill points for the cost model's top-k plus the forced arms, cross-evaluate every point's top-3
-at every other point, partition the M axis against the 'torch' fallback (tunedb's promise: never
-a slower pick than cuBLAS, by the gate's margin), checkpoint the finished entry, and at the end
-fit the cost model to this run's measurements and merge everything into the target file.
-`evaluate_logs()` (oracle.py's chain, re-exported) is `tunedb evaluate`; `plan_served()` is what
-`tunedb tune` prints without a GPU.
+`take_census()` is `tunedb census`'s probe; `build()` is `tunedb build` (DESIGN.md "The build";
+its body is build/run.py: per signature, measure the census and ladder fill points for the
+family's cost-model top-k, or every valid config without a model, plus the forced arms,
+cross-evaluate, partition under the family's pick rule, checkpoint, calibrate, write);
+`evaluate_logs()` (evaluate/oracle.py) is `tunedb evaluate`; `plan_served()` is what
+`tunedb tune` prints without a GPU; `tune()` chains them all. Build records (BuildOptions,
+BuildResult, Reporter) and plan_build are re-exported from build/run.py.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
-import time
-import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
-from tunedb import database, families
-from tunedb.build import checkpoint, partition
-from tunedb.build import plan as buildplan
+from tunedb import families
+from tunedb.build import run
 from tunedb.build import steps as buildsteps
+from tunedb.build.run import (BuildOptions, BuildResult, Reporter, arch_profile, plan_build,  # noqa: F401
+                              read_census, signatures_by_census)
 from tunedb.evaluate import Evaluation
 from tunedb.evaluate.oracle import evaluate_logs  # noqa: F401 - re-exported: `tunedb evaluate`, tune's report
-from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
-from tunedb.records import ArchProfile, Entry, Point, ShapeSet, Signature
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    out: str = "user"  # 'user', 'system' or a directory
-    family: str = families.DEFAULT
-    arch_family: str | None = None  # None: the current GPU's (sm90 without one)
-    thin: bool = False
-    max_points: int | None = None
-    min_speedup: float | None = None  # None: the family's pick rule's gate (GEMM: 1.05)
-    fresh: bool = False
-    dry_run: bool = False
-    no_write: bool = False
-    simulate: bool = False
-    run_id: str | None = None
-    exhaustive: bool = False
-    allow_busy: bool = False
-    top_k: int = buildplan.TOP_K
-    seed: int = 0  # --simulate: the noise seed
-    noise: float = 0.01  # --simulate: relative noise sigma
-    isolate: bool = True  # real builds: measure in a worker subprocess
-    # False (--no-fill): measure the census's Ms only, not the ladder edges between and above
-    # them; for a census of exactly the Ms a model calls (sizes above the largest take torch)
-    fill: bool = True
-
-
-@dataclass
-class BuildResult:
-    plans: list[buildplan.SignaturePlan]
-    run_id: str = ""
-    path: Path | None = None  # the database file written (None: dry run / --no-write)
-    log_path: Path | None = None
-    entries: list[Entry] = field(default_factory=list)
-    changes: tuple[Any, ...] = ()  # --no-write: database.Change against the current file
-    arms_measured: int = 0
-    resumed: tuple[str, ...] = ()  # signatures taken from the run's checkpoints
-    skipped: tuple[str, ...] = ()  # census signatures of ops the family does not serve
-    triton_cache: str = ""  # the Triton cache the build compiles into / loads from
-    prebuilt: int = 0  # configs `tunedb prebuild` compiled there for this Triton
-    seconds: float = 0.0
-    census_seconds: dict[str, float] = field(default_factory=dict)
-    phase_seconds: dict[str, float] = field(default_factory=dict)  # Measurer.phases: where the time went
+from tunedb.records import Point, ShapeSet
 
 
 def has_gpu() -> bool:
@@ -79,203 +32,17 @@ def has_gpu() -> bool:
         return False
 
 
-def arch_profile(arch_family: str | None, real: bool) -> ArchProfile:
-    """This GPU's profile on a real build (arch.current_profile: cached per SKU, measured once),
-    else the shipped profile of `arch_family` (sm90 by default)."""
-    from tunedb import arch
-
-    if real:
-        prof = arch.current_profile()
-        if arch_family and prof.arch_family != arch_family:
-            raise BuildError(f"--arch {arch_family} but this GPU is {prof.arch_family} ({prof.sku}); "
-                             f"a build measures the GPU it runs on")
-        return prof
-    return arch.shipped_profile(arch_family or "sm90")
-
-
-def read_census(path: str | Path) -> ShapeSet:
-    from tunedb import census
-
-    return census.read_census(Path(path))
-
-
-def signatures_by_census(censuses: Sequence[tuple[str, ShapeSet]], family: Any
-                         ) -> tuple[dict[Signature, list[Point]], dict[str, list[Signature]], list[Signature]]:
-    """Every signature's points over all censuses, each census's signatures (a signature belongs
-    to the first census that has it, so each is measured once), and the signatures skipped
-    because the family has no such op (a census also records ops such as bmm)."""
-    points: dict[Signature, list[Point]] = {}
-    owner: dict[str, list[Signature]] = {}
-    skipped: dict[Signature, None] = {}
-    for name, shapes in censuses:
-        mine = owner.setdefault(name, [])
-        for sig in shapes.signatures():
-            if sig.family != family.name:
-                continue
-            if sig.op not in family.ops:
-                skipped[sig] = None
-                continue
-            if sig not in points:
-                mine.append(sig)
-            points.setdefault(sig, []).extend(shapes.for_signature(sig))
-    return points, owner, list(skipped)
-
-
-def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arch: ArchProfile,
-               calibrated: Any = None, *, by_census: Any = None,
-               compiled: set[str] | None = None) -> tuple[list[buildplan.SignaturePlan], dict[str, list[Signature]]]:
-    """Each signature's plan; `by_census` (signatures_by_census's result) and `compiled` (the
-    prebuilt config ids) when the caller already has them."""
-    family = families.get(opts.family)
-    points, owner, _ = by_census or signatures_by_census(censuses, family)
-    if not points:
-        raise BuildError(f"the census has no signature of an op of kernel family {opts.family!r} "
-                         f"(ops: {', '.join(family.ops)}) in {', '.join(n for n, _ in censuses)}")
-    ranks = buildsteps.rankers(family, arch, calibrated)
-    thin = (lambda pts: partition.thin(pts, opts.max_points)) if opts.thin else None
-    # Every (signature, M, config) is predicted by the filter, the sort and the estimate: once.
-    predict = functools.lru_cache(maxsize=None)(buildsteps.predictor(family, arch, calibrated))
-    if compiled is None:
-        compiled = buildsteps.prebuilt_configs(opts.family, arch.arch_family)
-    plans = []
-    ladder = family.schema.ladder
-    for sig in [s for name, _ in censuses for s in owner[name]]:
-        # without a cost model to rank them, every valid config is measured
-        plan = buildplan.plan_signature(family, points[sig], arch, ranks, top_k=opts.top_k,
-                                        exhaustive=opts.exhaustive or not ranks, thin=thin,
-                                        fill=opts.fill, ladder=ladder)
-        predicted = {m: [c for c in ids if predict(sig, m, c) is not None] for m, ids in plan.arms.items()}
-        ranked = {m: sorted(ids, key=lambda c: (predict(sig, m, c), c)) for m, ids in predicted.items()}
-        cross = len(partition.cross_eval_plan(plan.points, ranked, buildplan.CROSS_TOP))
-        est = buildplan.estimate_seconds(sig, plan.arms, predict, cross, compiled)
-        plans.append(dataclasses.replace(plan, cross_pairs=cross, est_seconds=est))
-    return plans, owner
-
-
-class Reporter:
-    """What a build tells its caller as it goes (the CLI draws a rich progress bar from it)."""
-
-    def start(self, plans: Sequence[buildplan.SignaturePlan], resumed: Sequence[Signature]) -> None: ...
-
-    def signature(self, plan: buildplan.SignaturePlan, index: int, total: int) -> None: ...
-
-    def advance(self, arms: int) -> None: ...
-
-    def census_done(self, name: str, signatures: int, arms: int, seconds: float) -> None: ...
-
-    def stop(self) -> None: ...
-
-
 def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer: Any = None,
           reporter: Reporter | None = None, worker: Any = None) -> BuildResult:
     """`tunedb build` on parsed censuses ((name, ShapeSet) pairs). `timer` replaces the protocol's
     timer (tests; --simulate builds its own FakeTimer); `worker` is a prestarted one
     (buildsteps.start_worker), which the build then owns and closes, whatever happens."""
     try:
-        return _build(censuses, opts, timer, reporter, worker)
+        gpu = False if (opts.simulate or timer is not None) else has_gpu()
+        return run.run(censuses, opts, timer, reporter, worker, gpu)
     finally:
         if worker is not None:
             worker.close()
-
-
-def _build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any,
-           reporter: Reporter | None, worker: Any) -> BuildResult:
-    started = time.perf_counter()
-    reporter = reporter or Reporter()
-    gpu = False if (opts.simulate or timer is not None) else has_gpu()
-    buildsteps.check_options(opts, gpu or timer is not None)
-    family = families.get(opts.family)
-    arch = arch_profile(opts.arch_family, real=gpu)
-    try:
-        target = buildsteps.target_file(opts.out, arch.arch_family, opts.family)
-    except DatabaseError:
-        if not opts.dry_run:
-            raise
-        target = None
-    existing = buildsteps.existing_file(target, opts.family, arch.arch_family)
-    by_census = signatures_by_census(censuses, family)
-    compiled = buildsteps.prebuilt_configs(opts.family, arch.arch_family)
-    plans, owner = plan_build(censuses, opts, arch, buildsteps.model_params(existing.model if existing else None),
-                              by_census=by_census, compiled=compiled)
-    result = BuildResult(plans, skipped=tuple(s.format() for s in by_census[2]))
-    result.triton_cache = str(families.hook(family, "compiler_cache")() or "")
-    result.prebuilt = len(compiled)
-    if opts.dry_run:
-        return result
-    from tunedb.measure import collect_provenance
-    from tunedb.measure.log import MeasurementLog, new_run_id, read_log
-
-    points = by_census[0]
-    run = checkpoint.open_run(opts.run_id or new_run_id(), buildsteps.run_meta(opts, arch, points))
-    result.run_id = run.run_id
-    result.log_path = buildsteps.log_file(opts.out, target, run)
-    gpu_id = {}
-    if gpu:
-        from tunedb.measure.gpuenv import NvmlEnv
-
-        env = NvmlEnv()
-        gpu_id = env.identity()
-        busy = env.foreign_pids()
-        if busy and not opts.allow_busy:  # refuse before spending minutes on compiles
-            raise BusyGPUError(f"GPU busy: foreign compute process(es) {', '.join(map(str, sorted(busy)))} "
-                               f"hold it; build on a quiet GPU or pass --allow-busy (results marked contended)")
-    log = MeasurementLog(result.log_path, collect_provenance(gpu=gpu_id), run.run_id)
-    finished = run.finished()
-    by_sig = {p.signature: p for p in plans}
-    result.resumed = tuple(s.format() for s in by_sig if s in finished)
-    reporter.start(plans, [s for s in by_sig if s in finished])
-    measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family), timer,
-                                  worker)
-    setup_s = time.perf_counter() - started
-    entries: dict[Signature, Entry] = {}
-    try:
-        index = 0
-        for name, _ in censuses:
-            t0, arms0 = time.perf_counter(), measure.arms
-            for sig in owner[name]:
-                index += 1
-                if sig in finished:
-                    entries[sig] = finished[sig].entry
-                    continue
-                plan = by_sig[sig]
-                reporter.signature(plan, index, len(plans))
-                s0, a0 = time.perf_counter(), measure.arms
-                entry, _ = buildsteps.build_signature(plan, measure, opts, reporter.advance)
-                entries[sig] = entry
-                run.save(checkpoint.Finished(entry, buildsteps.entry_config_ids(entry),
-                                             measure.arms - a0, round(time.perf_counter() - s0, 3)))
-            secs = time.perf_counter() - t0
-            result.census_seconds[name] = secs
-            reporter.census_done(name, len(owner[name]), measure.arms - arms0, secs)
-    finally:
-        measure.close()
-        reporter.stop()
-    result.arms_measured = measure.arms
-    result.phase_seconds = {"setup": setup_s, **measure.phases}
-    written = time.perf_counter()
-    result.entries = [entries[p.signature] for p in plans]
-    records = read_log(log.path) if log.path.exists() else []
-    mine = [r.measurement for r in records if r.run_id == run.run_id]
-    configs = buildsteps.configs_of(family, result.entries, mine)
-    # The file's model covers every build that wrote it: this run's fit merged into the old one.
-    old_model = None if opts.fresh else buildsteps.model_params(existing.model if existing else None)
-    model = families.hook(family, "calibrate")(arch, mine, configs, old_model)
-    if model is None:  # a family without a cost model keeps the file's model as it was
-        model = old_model
-    if opts.no_write:
-        result.changes = buildsteps.would_change(existing, opts, arch, result.entries, configs, model)
-    else:
-        for sig, lost in buildsteps.dropped_points(None if opts.fresh else existing, result.entries).items():
-            warnings.warn(f"tunedb build: replacing {sig}: the file's entry was measured at M="
-                          f"{','.join(map(str, lost))}, which this build did not measure; build the "
-                          f"censuses that reach them together (--census A --census B) to keep them",
-                          TunedbWarning, stacklevel=2)
-        result.path = database.write_entries(target, opts.family, arch.arch_family, result.entries,
-                                             {k: v for k, v in configs.items() if not v.is_sentinel},
-                                             model=model, fresh=opts.fresh)
-    result.seconds = time.perf_counter() - started
-    result.phase_seconds["write"] = result.seconds - (written - started)
-    return result
 
 
 def take_census(workload: str, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,

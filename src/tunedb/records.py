@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from tunedb.errors import ConfigError, SignatureError
 
@@ -132,6 +132,23 @@ class Point:
             raise ValueError(f"point weight={self.weight} must be >= 0")
         if not 0.0 <= self.eager_share <= 1.0:
             raise ValueError(f"eager_share={self.eager_share} must be in [0, 1]")
+
+
+def merge_point(group: "Sequence[Point]", at: "Point | None" = None) -> "Point":
+    """THE point-merge rule (census merges, the plan's duplicate sizes, thinning, the oracle's
+    weights): the points of `group` as one point at `at`'s signature and size (default: the
+    first's) -- weights and calls add, must-tune ORs, the eager share is the calls-weighted mean
+    (the largest share when no calls were counted)."""
+    if not group:
+        raise ValueError("merge_point needs at least one point")
+    at = at or group[0]
+    calls = sum(p.calls for p in group)
+    if calls:
+        eager = min(1.0, sum(p.eager_share * p.calls for p in group) / calls)
+    else:
+        eager = max(p.eager_share for p in group)
+    return Point(at.signature, at.m, sum(p.weight for p in group), calls,
+                 any(p.must_tune for p in group), eager)
 
 
 @dataclass(frozen=True)
@@ -342,16 +359,33 @@ class ArchProfile:
     launch_us_graph: float  # per-kernel cost inside a CUDA graph
     launch_us_eager: float  # per-kernel host issue cost, eager
     source: str = "measured"  # "measured", "shipped" or "queried"
+    # dense throughput of other dtypes, TFLOPS (or TOPS) by dtype name: ("fp64", 67.0), ("int8", ...)
+    peaks: tuple[tuple[str, float], ...] = ()
+
+    def peak_tflops(self, dt: str) -> float:
+        """The dense throughput for dtype `dt`: `peaks`, else bf16's for half-precision and for
+        a dtype with no figure (a ceiling no family is above today)."""
+        for name, value in self.peaks:
+            if name == dt:
+                return float(value)
+        return self.fp16_tflops if dt == "fp16" else self.bf16_tflops
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["peaks"]
+        if self.peaks:  # absent when empty: the shipped profiles' format stays as it was
+            out["peaks"] = {k: v for k, v in self.peaks}
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ArchProfile":
         known = {f for f in cls.__dataclass_fields__}
-        missing = [f for f in known if f not in data and f != "source"]
+        missing = [f for f in known if f not in data and f not in ("source", "peaks")]
         if missing:
             raise ValueError(f"arch profile lacks {', '.join(sorted(missing))}")
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        if "peaks" in values:
+            values["peaks"] = tuple(sorted((str(k), float(v)) for k, v in dict(values["peaks"]).items()))
+        return cls(**values)
 
 

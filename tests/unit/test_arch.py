@@ -94,3 +94,14 @@ def test_cli_writes_the_shipped_format(fake_h200, tmp_path, capsys):
     assert arch.main(["--shipped", "sm90"]) == 0
     assert "% of the published 4800" in capsys.readouterr().out
     assert arch.main(["--shipped", "sm12"]) == 2
+
+
+def test_profile_peaks_for_other_dtypes_round_trip():
+    from dataclasses import replace
+
+    base = arch.shipped_profile("sm90")
+    prof = replace(base, peaks=(("fp64", 60.0), ("int8", 1800.0)))
+    again = type(base).from_json(json.loads(json.dumps(prof.to_json())))
+    assert again == prof and again.peak_tflops("int8") == 1800.0
+    assert base.peak_tflops("fp64") == base.bf16_tflops and base.peak_tflops("fp16") == base.fp16_tflops
+    assert "peaks" not in base.to_json()

@@ -135,3 +135,40 @@ def test_exception_classification():
     assert classify_exception(CompilationError("x")) is Status.COMPILE_ERROR
     assert classify_exception(OutOfResources("smem")) is Status.INFEASIBLE
     assert classify_exception(RuntimeError("x")) is Status.LAUNCH_ERROR
+
+
+def _int_problem(*arms):
+    from tunedb.families.contract import VerifyRule
+
+    def make_inputs_int(device, seed):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randint(-100, 100, (M, 64), generator=g, dtype=torch.int32),
+                torch.randint(-100, 100, (48, 64), generator=g, dtype=torch.int32)), {}
+
+    def ref(args, kwargs):
+        x, w = args
+        return x.long() @ w.long().t()
+
+    problem = Problem(SIG, M, arms, make_inputs=make_inputs_int, reference=ref, verify=VerifyRule("exact"))
+    args, kwargs = make_inputs_int("cpu", 0)
+    make_out = lambda a, k, r: torch.empty(r.shape, dtype=torch.int32)
+    return gate_arms(problem, args, kwargs, make_out, sync=lambda: None)
+
+
+def exact_int(x, w, out):
+    out.copy_(x.long() @ w.long().t())
+
+
+def test_exact_rule_poisons_integer_outputs_and_wants_every_bit():
+    def off_by_one(x, w, out):
+        exact_int(x, w, out)
+        out[3, 7] += 1
+
+    def skips_a_row(x, w, out):
+        full = x.long() @ w.long().t()
+        out[1:].copy_(full[1:])
+
+    res = _int_problem(arm("torch", exact_int), arm("off", off_by_one), arm("skip", skips_a_row))
+    assert res["torch"].status is Status.OK
+    assert res["off"].status is Status.INCORRECT and "1 of 1920 output elements differ" in res["off"].detail
+    assert res["skip"].status is Status.INCORRECT and "never written" in res["skip"].detail

@@ -22,7 +22,7 @@ from typing import Iterable, Mapping, Sequence
 
 from tunedb.errors import BuildError
 from tunedb.families.contract import PickRule
-from tunedb.records import Measurement, Point, Region
+from tunedb.records import Measurement, Point, Region, merge_point
 
 Table = Mapping[tuple[int, str], float]  # (M, config id) -> objective in ms (ok measurements only)
 
@@ -289,10 +289,6 @@ def thin(points: Sequence[Point], max_points: int) -> tuple[Point, ...]:
             if idx not in keep:
                 carry.append(p)
                 continue
-            group = carry + [p]
-            calls = sum(q.calls for q in group)
-            eager = sum(q.eager_share * q.calls for q in group) / calls if calls else p.eager_share
-            out.append(replace(p, weight=sum(q.weight for q in group), calls=calls,
-                               must_tune=any(q.must_tune for q in group), eager_share=min(1.0, eager)))
+            out.append(merge_point(carry + [p], at=p))
             carry = []
     return tuple(out)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from tunedb import buckets
 from tunedb.errors import BuildError
 from tunedb.families import KernelFamily
-from tunedb.records import SENTINELS, ArchProfile, Config, Point, Signature
+from tunedb.records import SENTINELS, ArchProfile, Config, Point, Signature, merge_point
 
 TOP_K = 16
 CROSS_TOP = 3
@@ -66,11 +66,7 @@ def fill_points(census: Sequence[Point], ladder: bool = True, kind: str = "m") -
     by_m: dict[int, Point] = {}
     for p in census:
         if p.m in by_m:  # two census rows at one M (two workloads): their traffic adds up
-            q = by_m[p.m]
-            calls = q.calls + p.calls
-            eager = (q.eager_share * q.calls + p.eager_share * p.calls) / calls if calls else 0.0
-            by_m[p.m] = Point(sig, p.m, q.weight + p.weight, calls, q.must_tune or p.must_tune,
-                              min(1.0, eager))
+            by_m[p.m] = merge_point([by_m[p.m], p])
         else:
             by_m[p.m] = p
     lo, hi = min(by_m), max(by_m)

@@ -57,7 +57,7 @@ def roofline(family: Any, arch: ArchProfile) -> Callable[[Signature, int, str], 
     hash of its id) so that arms differ reproducibly. Simulated tables are labelled as such."""
     def cost(sig: Signature, m: int, cid: str) -> float:
         flops, moved = family.work(sig, m)
-        floor_s = max(flops / (arch.bf16_tflops * 1e12), moved / (arch.dram_bw_gbs * 1e9))
+        floor_s = max(flops / (arch.peak_tflops(sig.dt) * 1e12), moved / (arch.dram_bw_gbs * 1e9))
         factor = 1.0 + (zlib.crc32(cid.encode()) % 400) / 1000.0
         return (floor_s * 1e3 + arch.launch_us_graph / 1e3) * factor
     return cost

@@ -5,7 +5,7 @@
                  "calls": 32, "must_tune": true, "eager_share": 0.0}, ...]}
 
 The mode is kept in ShapeSet.meta under "mode". Merging adds weights and calls per
-(signature, M), ORs must_tune and averages eager_share weighted by calls.
+(signature, M), ORs must_tune and averages eager_share weighted by calls (records.merge_point).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tunedb.errors import CensusError, SignatureError
-from tunedb.records import Point, ShapeSet, Signature
+from tunedb.records import Point, ShapeSet, Signature, merge_point
 
 SCHEMA = 1
 
@@ -97,19 +97,10 @@ def read_census(path: str | Path) -> ShapeSet:
 
 def merge_points(points: Iterable[Point]) -> tuple[Point, ...]:
     """One point per (signature, M): weights and calls add, must_tune ORs, eager_share by calls."""
-    acc: dict[tuple[Signature, int], list] = {}
+    groups: dict[tuple[Signature, int], list[Point]] = {}
     for p in points:
-        cur = acc.setdefault((p.signature, p.m), [0.0, 0, False, 0.0, 0.0])
-        cur[0] += p.weight
-        cur[1] += p.calls
-        cur[2] = cur[2] or p.must_tune
-        cur[3] += p.eager_share * p.calls
-        cur[4] = max(cur[4], p.eager_share)  # when no calls were counted, keep the larger share
-    out = []
-    for (sig, m), (weight, calls, must, eager_calls, eager_max) in sorted(acc.items()):
-        eager = min(1.0, eager_calls / calls) if calls else eager_max
-        out.append(Point(sig, m, weight, calls, must, eager))
-    return tuple(out)
+        groups.setdefault((p.signature, p.m), []).append(p)
+    return tuple(merge_point(groups[key]) for key in sorted(groups))
 
 
 def merge(*censuses: ShapeSet) -> ShapeSet:

@@ -16,23 +16,18 @@ from tunedb import database, families
 from tunedb import evaluate as evaluation
 from tunedb.errors import BuildError
 from tunedb.families.contract import hook
-from tunedb.records import ArchProfile, ShapeSet, Signature
+from tunedb.records import ArchProfile, Point, ShapeSet, Signature, merge_point
 from tunedb.runtime import serving
 
 
 def census_weights(censuses: Sequence[ShapeSet]) -> tuple[dict[tuple[Signature, int], float], dict[tuple[Signature, int], float]]:
     """(weight, eager share) per (signature, M) over every census given; shares weighted by calls."""
-    weights: dict[tuple[Signature, int], float] = {}
-    calls: dict[tuple[Signature, int], float] = {}
-    eager: dict[tuple[Signature, int], float] = {}
+    groups: dict[tuple[Signature, int], list[Point]] = {}
     for shapes in censuses:
         for p in shapes.points:
-            key = (p.signature, p.m)
-            weights[key] = weights.get(key, 0.0) + p.weight
-            calls[key] = calls.get(key, 0.0) + p.calls
-            eager[key] = eager.get(key, 0.0) + p.eager_share * p.calls
-    alphas = {k: min(1.0, eager[k] / calls[k]) if calls[k] else 0.0 for k in weights}
-    return weights, alphas
+            groups.setdefault((p.signature, p.m), []).append(p)
+    merged = {key: merge_point(group) for key, group in groups.items()}
+    return {k: p.weight for k, p in merged.items()}, {k: p.eager_share for k, p in merged.items()}
 
 
 def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.DatabaseFile]]

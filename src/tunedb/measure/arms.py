@@ -138,12 +138,10 @@ def problem_for(family: Any, sig: Signature, m: int, config_ids: Sequence[str]) 
         return out if out is not None else empty_like_reference(args, kwargs, ref)
 
     rule = verify_rule(family, sig)
-    residual = None
-    if rule.kind == "residual":
-        family_residual = hook(family, "residual")
+    family_residual = hook(family, "residual")
 
-        def residual(args: Args, kwargs: Kwargs, out: Any) -> float | None:
-            return family_residual(sig, args, kwargs, out)
+    def residual(args: Args, kwargs: Kwargs, out: Any) -> float | None:
+        return family_residual(sig, args, kwargs, out)
 
     policy = InputPolicy(hook(family, "input_policy")(sig)).value
     fallback = hook(family, "pick_rule")().fallback
@@ -155,5 +153,5 @@ def problem_for(family: Any, sig: Signature, m: int, config_ids: Sequence[str]) 
         sig, m, arms_for(family, sig, config_ids), make_inputs=make_inputs, baseline=baseline,
         reference=reference, make_out=make_out if policy != "ring" else None,
         weight_args=tuple(weights) if weights is not None else None, baseline_id=fallback,
-        meta={"family": getattr(family, "name", "")}, policy=policy, verify=rule, residual=residual,
+        meta={"family": getattr(family, "name", "")}, policy=policy, verify=rule, residual=residual if rule.kind == "residual" else None,
     )

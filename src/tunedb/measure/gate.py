@@ -120,8 +120,6 @@ def judge(out: Any, ref: Any, bound: float, rerun: Callable[[Any], Any] | None =
     tells unwritten elements from computed NaN/Inf. kind "residual" judges `residual` (the
     family's measure) against the bound; "exact" wants every element bitwise equal.
     """
-    import torch
-
     first, second = _poisons(out.dtype)
     floating = out.dtype.is_floating_point or out.dtype.is_complex
     bad, unwritten = _unwritten(out, first, rerun, second)
