@@ -1,0 +1,136 @@
+"""Quantized-GEMM signatures: the static key of a call (from tensors or meta tensors), its work,
+and the scale-layout rules every entry point checks.
+
+    scaled_mm|op=scaled_mm|dt=int8|N=4096|K=4096|out=bf16
+    scaled_mm|op=scaled_mm_quant|dt=int8|N=4096|K=4096|out=int8
+    scaled_mm_fp8|op=scaled_mm|dt=fp8|N=4096|K=4096|scale=row|out=bf16
+    scaled_mm_fp8|op=scaled_mm_quant|dt=fp8|N=4096|K=4096|scale=block|out=fp8
+
+The size axis is M (rows of x). Duck-typed on `.shape` / `.dtype`: no torch import.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tunedb.errors import SignatureError
+from tunedb.families.scaled_mm.configs import (FP8_FAMILY, INT8_FAMILY, OPS, SCALE_BLOCK, SCALES,
+                                               sig_reason)
+from tunedb.records import Signature
+
+_OPERAND = {"torch.int8": "int8", "torch.float8_e4m3fn": "fp8"}
+_OUT_OF_TORCH = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.int8": "int8",
+                 "torch.float8_e4m3fn": "fp8"}
+OUT_BYTES = {"bf16": 2, "fp16": 2, "int8": 1, "fp8": 1}
+
+
+def family_of_dt(dt: str) -> str:
+    return INT8_FAMILY if dt == "int8" else FP8_FAMILY
+
+
+def make_signature(family: str, op: str, n: int, k: int, out: str, scale: str = "row") -> Signature:
+    if family not in (INT8_FAMILY, FP8_FAMILY):
+        raise SignatureError(f"unknown quantized family {family!r}; use {INT8_FAMILY} or {FP8_FAMILY}")
+    if family == INT8_FAMILY:
+        if scale != "row":
+            raise SignatureError(f"int8 scaled_mm takes scale='row' only (per token x per channel), got {scale!r}")
+        sig = Signature.make(family, op, "int8", N=n, K=k, out=out)
+    else:
+        sig = Signature.make(family, op, "fp8", N=n, K=k, scale=scale, out=out)
+    why = sig_reason(sig)
+    if why:
+        raise SignatureError(f"bad signature {sig.format()!r}: {why}")
+    return sig
+
+
+def operand_dt(dtype: Any) -> str:
+    dt = _OPERAND.get(str(dtype))
+    if dt is None:
+        raise SignatureError(f"quantized GEMM operands must be torch.int8 or torch.float8_e4m3fn, got {dtype}")
+    return dt
+
+
+def out_name(dtype: Any) -> str:
+    name = _OUT_OF_TORCH.get(str(dtype))
+    if name is None:
+        raise SignatureError(f"output dtype {dtype} is not served; use one of {', '.join(_OUT_OF_TORCH)}")
+    return name
+
+
+def scale_shapes(scale: str, m: int, n: int, k: int) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+    """The accepted shapes of (x_scale, w_scale) for a scale mode (fp32 always)."""
+    if scale == "tensor":
+        return ((), (1,), (1, 1)), ((), (1,), (1, 1))
+    if scale == "row":
+        return ((m,), (m, 1)), ((n,), (n, 1))
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    return ((m, kb),), ((nb, kb),)
+
+
+def infer_scale(w_scale: Any, n: int, k: int) -> str:
+    """The fp8 scale mode a call's weight scale implies (the weight's, not the activation's:
+    it does not depend on M, so M=1 is not ambiguous): one value (tensor), one per output
+    channel (row) or one per 128x128 block (block)."""
+    shape = tuple(w_scale.shape)
+    if math.prod(shape) == 1 and len(shape) <= 2 and n > 1:
+        return "tensor"
+    if shape in ((n,), (n, 1)):
+        return "row"
+    if shape == (-(-n // SCALE_BLOCK), -(-k // SCALE_BLOCK)):
+        return "block"
+    raise SignatureError(f"cannot tell the scale mode from w_scale of shape {list(shape)} (N={n}, K={k}): "
+                         f"use [] (tensor), [N] or [N, 1] (row) or [ceil(N/128), ceil(K/128)] (block)")
+
+
+def check_scales(sig: Signature, m: int, x_scale: Any, w_scale: Any) -> None:
+    """SignatureError naming the bad scale, its shape/dtype and what the mode allows."""
+    scale = sig.get("scale", "row")
+    xs_ok, ws_ok = scale_shapes(scale, m, sig.get("N"), sig.get("K"))
+    for name, t, ok in (("x_scale", x_scale, xs_ok), ("w_scale", w_scale, ws_ok)):
+        if t is None:
+            raise SignatureError(f"{sig.family} {name} is missing (scale={scale})")
+        if str(t.dtype) != "torch.float32":
+            raise SignatureError(f"{name} must be torch.float32, got {t.dtype}")
+        if tuple(t.shape) not in ok:
+            raise SignatureError(f"{name} has shape {list(t.shape)} but scale={scale} at M={m}, "
+                                 f"N={sig.get('N')}, K={sig.get('K')} needs one of {[list(s) for s in ok]}")
+
+
+def signature_of(op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, out_dtype: Any,
+                 scale: str | None = None) -> tuple[Signature, int]:
+    """(Signature, M) of y = (x @ weight.T) scaled; x [..., K], weight [N, K] (int8 or fp8)."""
+    if op not in OPS:
+        raise SignatureError(f"unknown quantized GEMM op {op!r}; ops are {', '.join(OPS)}")
+    xs, wsh = tuple(x.shape), tuple(weight.shape)
+    if len(xs) < 1 or len(wsh) != 2:
+        raise SignatureError(f"scaled_mm needs x [..., K] and weight [N, K]; got x {list(xs)}, weight {list(wsh)}")
+    n, k = wsh
+    if xs[-1] != k:
+        raise SignatureError(f"scaled_mm x has K={xs[-1]} but weight [N, K] has K={k}")
+    dt = operand_dt(x.dtype)
+    if operand_dt(weight.dtype) != dt:
+        raise SignatureError(f"scaled_mm x is {x.dtype} but weight is {weight.dtype}; they must match")
+    m = int(math.prod(xs[:-1]))
+    family = family_of_dt(dt)
+    if family == INT8_FAMILY:
+        scale = "row"
+    elif scale is None:
+        scale = infer_scale(w_scale, int(n), int(k))
+    if scale not in SCALES[family]:
+        raise SignatureError(f"scale={scale!r} not allowed; {family} takes {', '.join(SCALES[family])}")
+    out = out_name(out_dtype)
+    sig = make_signature(family, op, int(n), int(k), out, scale)
+    check_scales(sig, m, x_scale, w_scale)
+    return sig, m
+
+
+def work(sig: Signature, m: int) -> tuple[float, float]:
+    """(2*M*N*K flops, bytes of x + W (one byte each) + scales + y (+ the row scales of a quant))."""
+    n, k = sig.get("N"), sig.get("K")
+    scale = sig.get("scale", "row")
+    xs, ws = scale_shapes(scale, m, n, k)
+    scales = (math.prod(xs[0]) + math.prod(ws[0])) * 4
+    moved = m * k + n * k + scales + m * n * OUT_BYTES[sig.get("out")]
+    if sig.op == "scaled_mm_quant":
+        moved += m * 4
+    return 2.0 * m * n * k, float(moved)

@@ -1,0 +1,156 @@
+"""The tuned quantized GEMMs as torch.library ops, and their Python entry points:
+
+    tunedb::scaled_mm_int8(x, weight, x_scale, w_scale, out_dtype=None) -> y          (bf16 default)
+    tunedb::scaled_mm_int8_quant(x, weight, x_scale, w_scale) -> (q int8, s fp32 [..., 1])
+    tunedb::scaled_mm_fp8(x, weight, x_scale, w_scale, scale='', out_dtype=None) -> y  (bf16)
+    tunedb::scaled_mm_fp8_quant(x, weight, x_scale, w_scale, scale='') -> (q fp8, s)
+
+x [..., K] and weight [N, K] are int8 or float8_e4m3fn; the scales are fp32 in the layouts of
+keys.scale_shapes (scale='' infers the fp8 mode from w_scale). A CUDA call resolves through the
+selector (user tier, system tier, then the `heuristic` sentinel), falls back to the heuristic
+where the chosen arm cannot run at this M (torch._int_mm at M <= 16), and launches; CPU tensors
+take a torch path that computes the same bits as the CUDA int8 arms (fp8: the fp32 product,
+rounded once). No host synchronisation and no Python state change per call: CUDA graphs capture
+the launches; the fake kernels give torch.compile the output shapes (the op stays opaque).
+Importing this module registers the ops (it imports torch).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tunedb import families
+from tunedb.runtime import selector
+from tunedb.families.scaled_mm import arms, configs
+from tunedb.records import Config, Signature
+
+_lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
+_lib.define("scaled_mm_int8(Tensor x, Tensor weight, Tensor x_scale, Tensor w_scale, "
+            "ScalarType? out_dtype=None) -> Tensor")
+_lib.define("scaled_mm_int8_quant(Tensor x, Tensor weight, Tensor x_scale, Tensor w_scale) -> (Tensor, Tensor)")
+_lib.define("scaled_mm_fp8(Tensor x, Tensor weight, Tensor x_scale, Tensor w_scale, str scale='', "
+            "ScalarType? out_dtype=None) -> Tensor")
+_lib.define("scaled_mm_fp8_quant(Tensor x, Tensor weight, Tensor x_scale, Tensor w_scale, "
+            "str scale='') -> (Tensor, Tensor)")
+
+_HEURISTIC = Config.sentinel("heuristic")
+_QUANT_OUT = {configs.INT8_FAMILY: torch.int8, configs.FP8_FAMILY: torch.float8_e4m3fn}
+
+
+def _key(family: str, op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any,
+         scale: str, out_dtype: Any) -> tuple[Signature, int]:
+    fam = families.get(family)
+    if op == "scaled_mm_quant":
+        out_dtype = _QUANT_OUT[family]
+    return fam.signature_of(op, x, weight, x_scale, w_scale, out_dtype or torch.bfloat16, scale or None)
+
+
+def chosen(family: str, sig: Signature, m: int) -> Config:
+    """The config a CUDA call of `sig` at M runs: the selector's, or the heuristic where that
+    one cannot run at this M (the predicate asked with the exact M)."""
+    config = selector.resolve(family, sig, m).config
+    if config.id in ("heuristic", "default"):
+        return _HEURISTIC
+    _, profile = selector.current_arch()
+    if profile is not None and families.get(family).invalid_reason(config, sig, m, profile):
+        return _HEURISTIC
+    return config
+
+
+def _serve(family: str, op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any,
+           scale: str, out_dtype: Any) -> Any:
+    sig, m = _key(family, op, x, weight, x_scale, w_scale, scale, out_dtype)
+    if not x.is_cuda:
+        return _cpu(sig, x, weight, x_scale, w_scale)
+    fam = families.get(family)
+    return fam.launcher(chosen(family, sig, m), sig)(x, weight, x_scale, w_scale, None)
+
+
+def cpu_product(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any) -> Any:
+    """The fp32 product [M, N] the CPU path rounds: int8 in exact integer arithmetic with the
+    CUDA arms' epilogue order ((acc * x_scale) * w_scale); fp8 of the dequantized operands."""
+    if sig.dt == "int8":
+        return arms.exact_int8(sig, x, weight, x_scale, w_scale)
+    return arms.product(sig, x, weight, x_scale, w_scale).reshape(-1, sig.get("N"))
+
+
+def _cpu(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any) -> Any:
+    """The CPU path: cpu_product rounded once to the output (or quantized per row)."""
+    n = sig.get("N")
+    y = cpu_product(sig, x, weight, x_scale, w_scale)
+    if sig.op == "scaled_mm_quant":
+        q, s = arms.quantize_rows(y, sig.get("out"))
+        return q.view(*x.shape[:-1], n), s.view(*x.shape[:-1], 1)
+    return y.to(arms.torch_dtype(sig.get("out"))).view(*x.shape[:-1], n)
+
+
+def _int8_impl(x, weight, x_scale, w_scale, out_dtype=None):
+    return _serve(configs.INT8_FAMILY, "scaled_mm", x, weight, x_scale, w_scale, "", out_dtype)
+
+
+def _int8_quant_impl(x, weight, x_scale, w_scale):
+    return _serve(configs.INT8_FAMILY, "scaled_mm_quant", x, weight, x_scale, w_scale, "", None)
+
+
+def _fp8_impl(x, weight, x_scale, w_scale, scale="", out_dtype=None):
+    return _serve(configs.FP8_FAMILY, "scaled_mm", x, weight, x_scale, w_scale, scale, out_dtype)
+
+
+def _fp8_quant_impl(x, weight, x_scale, w_scale, scale=""):
+    return _serve(configs.FP8_FAMILY, "scaled_mm_quant", x, weight, x_scale, w_scale, scale, None)
+
+
+for _name, _fn in (("scaled_mm_int8", _int8_impl), ("scaled_mm_int8_quant", _int8_quant_impl),
+                   ("scaled_mm_fp8", _fp8_impl), ("scaled_mm_fp8_quant", _fp8_quant_impl)):
+    _lib.impl(_name, _fn, "CompositeExplicitAutograd")
+
+
+def _fake(family: str, op: str, x, weight, x_scale, w_scale, scale, out_dtype):
+    sig, _ = _key(family, op, x, weight, x_scale, w_scale, scale, out_dtype)
+    n = weight.shape[0]
+    out = arms.torch_dtype(sig.get("out"))
+    y = x.new_empty((*x.shape[:-1], n), dtype=out)
+    if op == "scaled_mm_quant":
+        return y, x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+    return y
+
+
+@torch.library.register_fake("tunedb::scaled_mm_int8", lib=_lib)
+def _int8_fake(x, weight, x_scale, w_scale, out_dtype=None):
+    return _fake(configs.INT8_FAMILY, "scaled_mm", x, weight, x_scale, w_scale, "", out_dtype)
+
+
+@torch.library.register_fake("tunedb::scaled_mm_int8_quant", lib=_lib)
+def _int8_quant_fake(x, weight, x_scale, w_scale):
+    return _fake(configs.INT8_FAMILY, "scaled_mm_quant", x, weight, x_scale, w_scale, "", None)
+
+
+@torch.library.register_fake("tunedb::scaled_mm_fp8", lib=_lib)
+def _fp8_fake(x, weight, x_scale, w_scale, scale="", out_dtype=None):
+    return _fake(configs.FP8_FAMILY, "scaled_mm", x, weight, x_scale, w_scale, scale, out_dtype)
+
+
+@torch.library.register_fake("tunedb::scaled_mm_fp8_quant", lib=_lib)
+def _fp8_quant_fake(x, weight, x_scale, w_scale, scale=""):
+    return _fake(configs.FP8_FAMILY, "scaled_mm_quant", x, weight, x_scale, w_scale, scale, None)
+
+
+# --- Python entry points (the ops through the dispatcher) ---------------------------------
+
+def scaled_mm_int8(x: Any, weight: Any, x_scale: Any, w_scale: Any, out_dtype: Any = None) -> Any:
+    """(x @ weight.T) * x_scale[row] * w_scale[col], int32-exact, rounded once to out_dtype."""
+    return torch.ops.tunedb.scaled_mm_int8(x, weight, x_scale, w_scale, out_dtype)
+
+
+def scaled_mm_int8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any) -> tuple[Any, Any]:
+    return torch.ops.tunedb.scaled_mm_int8_quant(x, weight, x_scale, w_scale)
+
+
+def scaled_mm_fp8(x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: str = "",
+                  out_dtype: Any = None) -> Any:
+    return torch.ops.tunedb.scaled_mm_fp8(x, weight, x_scale, w_scale, scale, out_dtype)
+
+
+def scaled_mm_fp8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: str = "") -> tuple[Any, Any]:
+    return torch.ops.tunedb.scaled_mm_fp8_quant(x, weight, x_scale, w_scale, scale)
