@@ -70,16 +70,14 @@ def test_pdl_needs_sm90_and_a_triton_with_gdc(monkeypatch):
     pdl = FAMILY.parse_config("dk4_n32x256_w4_s4_pdl")
     assert "sm90 or newer" in FAMILY.invalid_reason(pdl, sig(), 1, SM80)
     assert FAMILY.invalid_reason(FAMILY.parse_config("dk4_n32x256_w4_s4"), sig(), 1, SM80) is None
-    assert pdl not in FAMILY.config_space("sm80") and pdl in FAMILY.config_space("sm90")
     monkeypatch.setattr(configs_decode, "pdl_supported", lambda: False)
     assert "gdc_wait / launch_pdl" in FAMILY.invalid_reason(pdl, sig(), 1, SM90)
 
 
-def test_space_holds_both_reductions_with_and_without_pdl():
+def test_space_holds_deterministic_configs_without_pdl():
     space = [c for c in FAMILY.config_space("sm90") if c.lane == "triton_decode"]
-    assert {(c.param("atomic"), c.param("pdl")) for c in space if c.param("split_k") > 1} == {
-        (False, False), (False, True), (True, False), (True, True)}
     assert {c.param("split_k") for c in space} == {1, 2, 4, 8, 16}
+    assert not any(c.param("atomic") or c.param("pdl") for c in space)  # twins: parseable, valid, not in the space
     assert any(c.lane == "triton_decode" for c in FAMILY.compile_set("sm90", []))
 
 

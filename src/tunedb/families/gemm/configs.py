@@ -390,7 +390,7 @@ COVERAGE_BASIS: tuple[str, ...] = (
     "b16x64x256_w4_s3_g8", "b32x64x128_w4_s3_g8", "b64x128x64_w4_s3_g8", "b128x64x64_w4_s4_g8",
     "b128x256x64_w8_s3_g8", "tma_b128x256x64_w8_s3_g8", "tma_b128x128x64_w8_s4_g8",
     "tma_b64x128x64_w4_s4_g8", "tma_b128x256x64_w8_s3_g8_ws",
-    "dk1_n64x256_w4_s4", "dk4_n32x256_w4_s4", "dk4_n32x256_w4_s4_pdl",
+    "dk1_n64x256_w4_s4", "dk4_n32x256_w4_s4",
 )
 
 

@@ -27,6 +27,11 @@ from typing import Any, Callable
 import triton
 import triton.language as tl
 
+try:  # tl.extra.cuda.gdc_*: Triton 3.4+ (the validity predicate refuses _pdl configs elsewhere)
+    import triton.language.extra.cuda  # noqa: F401
+except ImportError:
+    pass
+
 from tunedb.families.gemm.kernel_specs import KernelSpec
 from tunedb.families.gemm.kernels_common import NO_SPECIALIZE, epilogue
 from tunedb.records import Config
