@@ -117,6 +117,8 @@ def measure_point(n: int, k: int, m: int, cold: Cold, cids: list[str], deadline:
             row["failed"].append(cid)
             continue
         row["configs"][cid] = time_graph(arm_calls(cid, sig, cold, x, out))
+    if not row["configs"]:
+        raise RuntimeError(f"N={n} K={k} M={m}: every decode config failed the reference check: {row['failed']}")
     best = min(row["configs"], key=row["configs"].get)
     row.update(best=best, best_us=row["configs"][best], speedup=row["torch_us"] / row["configs"][best],
                torch_bw=cold.nbytes / row["torch_us"] / 1e-6 / BW, best_bw=cold.nbytes / row["configs"][best] / 1e-6 / BW)
@@ -135,8 +137,6 @@ def ablation(rows: list[dict]) -> list[dict]:
     """Per measured point: the best config restricted to one side of each idea."""
     out = []
     for r in rows:
-        def p(key, val):
-            return lambda c: c.param(key) == val if key != "split_k" else (c.param("split_k") > 1) == val
         entry = {"N": r["N"], "K": r["K"], "M": r["M"]}
         for name, a, b in (("split_k (1 vs >1, PDL off)", lambda c: c.param("split_k") == 1 and not c.param("pdl"),
                             lambda c: c.param("split_k") > 1 and not c.param("pdl")),

@@ -7,6 +7,9 @@ vectors), pipelined num_stages deep. The first W tile is loaded before `gdc_wait
 programmatic dependent launch (PDL) the weight stream starts while the previous kernel drains,
 and x (that kernel's output) is read only after the wait. Every store (y, the workspace, the
 counters) also comes after the wait, so a PDL chain never writes what its predecessor reads.
+The one read before the wait is W's first tile: a `_pdl` config assumes the kernel just before
+it in the stream did not write the weight (true of a model's forward; not of a weight update
+issued right before the call, which would need a non-PDL config).
 
 Split-K (SPLIT > 1), reduced in the same kernel:
 - deterministic (the default): each split stores its fp32 partial in ws[block, split, 16, BN];
