@@ -177,15 +177,12 @@ def _decode(config: Config, sig: Signature) -> Launcher:
     grid = kernels_decode.grid_of(spec, n)
     ws_elems, counters = kernels_decode.workspace_sizes(spec, n)
     scratch: dict[Any, tuple[Any, Any]] = {}
-    torch_fallback = arms.torch_arm(sig)
 
     def run(x, weight, bias, out):
         x2, w, b, y = prep(x, weight, bias, out)
         m = x2.shape[0]
-        if m > kernels_decode.BM_PAD:
-            # The predicate never picks this lane above M=16, but a database region's upper bound
-            # rounds up past its last measured M: serve those M with the framework's op, not a crash.
-            return torch_fallback(x, weight, bias, out)
+        if m > kernels_decode.BM_PAD:  # the validity predicate refuses it; so does the launch
+            raise ValueError(f"{config.id} (triton_decode) serves M <= {kernels_decode.BM_PAD}, got M={m}")
         if m:
             bufs = scratch.get(x2.device)
             if bufs is None:
