@@ -220,3 +220,16 @@ def test_autotune_picks_through_the_familys_pick_rule(gemm):
     with autotune(cache=None, measurer=measurer({WIN: 0.90, "torch": 1.0}), publish=False,
                   arch_family="sm90") as t:
         assert t.resolve(gemm, SIG, 8)[0].id == WIN
+
+
+def test_a_decode_lane_winner_is_served_at_the_sizes_it_serves(gemm):
+    """triton_decode configs (M <= 16 only) are candidates at small M; a winner is served there
+    (checked at the call's M, not for every M) and never offered above 16."""
+    decode = "dk1_n64x256_w4_s4"
+    meas = FakeMeasurer(lambda sig, m, ids: decode if decode in ids else ids[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AutotuneWarning)
+        with autotune(cache=None, measurer=meas, publish=False, arch_family="sm90") as t:
+            assert t.resolve(gemm, SIG, 8)[0].id == decode
+            assert t.resolve(gemm, SIG, 40)[0].id != decode
+    assert decode in meas.calls[0][2] and decode not in meas.calls[1][2]

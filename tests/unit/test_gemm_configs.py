@@ -34,7 +34,8 @@ def test_every_grid_id_round_trips(cid):
     cfg = FAMILY.parse_config(cid)
     assert cfg.id == cid
     again = configs.make(cfg.lane, *cfg.param("block"), cfg.param("warps"), cfg.param("stages"),
-                         cfg.param("group_m"), cfg.param("split_k"), bool(cfg.param("ws")))
+                         cfg.param("group_m"), cfg.param("split_k"), bool(cfg.param("ws")),
+                         bool(cfg.param("atomic")), bool(cfg.param("pdl")))
     assert again == cfg
     data = cfg.to_json()
     assert {"lane", "block", "warps", "stages", "group_m", "split_k"} <= set(data)
@@ -68,7 +69,7 @@ def test_from_json_rejects_parameters_that_contradict_the_id():
 
 def test_space_size_is_modest_and_every_lane_is_present():
     space = FAMILY.config_space("sm90")
-    assert 100 <= len(space) <= 250
+    assert 100 <= len(space) <= 300  # 213 + 14 triton_decode
     assert {c.lane for c in space} == set(configs.TRITON_LANES)
     assert not any(c.lane == "triton_tma" for c in FAMILY.config_space("sm80"))
     assert FAMILY.config_space("sm90", ["triton_splitk"]) == tuple(c for c in space if c.lane == "triton_splitk")

@@ -302,3 +302,22 @@ def test_only_a_signatures_sole_point_stops_at_the_gate(cache):
     stops = {(x.signature, x.m): dict(x.env)["stop"] for x in read_measurements(cache / "out" / "measurements.jsonl")}
     assert stops[(FLAT, 24)] == "fallback gate"
     assert all(stops[(WINS, m)] != "fallback gate" for m in (64, 96))
+
+
+def test_cross_evaluation_never_carries_a_config_past_its_valid_sizes(cache):
+    """A triton_decode config (M <= 16) that wins the small points is cross-evaluated only where
+    the predicate accepts it: never measured above M=16, so its region ends at a measured M <= 16."""
+    def decode_wins(sig, m, cid):
+        if cid.startswith("dk"):
+            assert m <= 16, f"{cid} measured at M={m}"
+            return 0.005
+        return truth(sig, m, cid)
+
+    res = pipeline.build([("c", census((WINS, (4, 16, 64))))], opts(cache / "out", top_k=40),
+                         timer=FakeTimer(decode_wins))
+    db = database.load(res.path, "gemm", "sm90")
+    regions = db.entries[WINS].regions
+    assert any(r.config_id.startswith("dk") for r in regions)
+    assert all(r.m_hi is not None and r.m_hi <= 16 for r in regions if r.config_id.startswith("dk"))
+    lines = [json.loads(x) for x in (cache / "out" / "measurements.jsonl").read_text().splitlines()]
+    assert not [x for x in lines if x.get("config_id", "").startswith("dk") and x.get("m", 0) > 16]

@@ -150,6 +150,7 @@ class Measurer:
                  working_set: Mapping[Signature, int], timer: Any = None, worker: Any = None) -> None:
         self.family, self.opts, self.log, self.working_set = family, opts, log, working_set
         self.rule = pick_rule(family, opts.min_speedup)
+        self.arch = arch
         self.timer = timer
         if timer is None and opts.simulate:
             self.timer = simulated_timer(family, arch, opts.seed, opts.noise)
@@ -168,6 +169,11 @@ class Measurer:
 
             self.timer = default_timer()
         self.arms = 0
+
+    def valid(self, sig: Signature, m: int, config_id: str) -> bool:
+        """Whether the validity predicate lets `config_id` run `sig` at M (cross-evaluation
+        carries a config to other sizes; a lane such as triton_decode serves only some)."""
+        return self.family.invalid_reason(self.family.parse_config(config_id), sig, m, self.arch) is None
 
     def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float,
                  decides: bool = False) -> tuple[Measurement, ...]:
@@ -214,9 +220,11 @@ def build_signature(plan: buildplan.SignaturePlan, measure: Callable[..., tuple[
         ok = sorted((x.objective(alpha[p.m]), x.config_id) for x in got if x.status.ok)
         ranked[p.m] = [cid for _, cid in ok]
     extra: dict[int, list[str]] = {}
+    valid = getattr(measure, "valid", None)
     for m, cid in partition.cross_eval_plan(plan.points, ranked, buildplan.CROSS_TOP,
                                             [(x.m, x.config_id) for x in meas]):
-        extra.setdefault(m, []).append(cid)
+        if valid is None or valid(sig, m, cid):
+            extra.setdefault(m, []).append(cid)
     for m, ids in sorted(extra.items()):
         got = measure(sig, m, ids, alpha[m])
         meas.extend(got)

@@ -169,10 +169,10 @@ class Autotuner:
         hit = self.lookup(sig, m)
         # A miss, or a cached winner this process cannot run (another lane, an approximate arm
         # without the opt-in), is measured here: once, the fresh winner replacing it.
-        config = self._usable(family, sig, hit.config_id) if hit is not None else None
+        config = self._usable(family, sig, m, hit.config_id) if hit is not None else None
         if config is None and self.enabled and not capturing():
             hit = self.tune(family, sig, m)
-            config = self._usable(family, sig, hit.config_id) if hit is not None else None
+            config = self._usable(family, sig, m, hit.config_id) if hit is not None else None
         return (config, TIER) if config is not None else None
 
     def tune(self, family: Any, sig: Signature, m: int, *,
@@ -240,9 +240,10 @@ class Autotuner:
         except Exception:  # no incumbent is fine: the protocol still keeps the default
             return None
 
-    def _usable(self, family: Any, sig: Signature, config_id: str) -> Config | None:
+    def _usable(self, family: Any, sig: Signature, m: int, config_id: str) -> Config | None:
         """The cached winner as a Config, or None (warned once) when this process cannot run
-        it for sig: an unknown id, an infeasible config, or a sentinel that does not apply."""
+        it for sig at M: an unknown id, an infeasible config (a lane such as triton_decode serves
+        only some sizes), or a sentinel that does not apply."""
         profile = selector_shipped(self.arch_family)
         try:
             if config_id == "default":
@@ -252,7 +253,7 @@ class Autotuner:
                 approximate = self._approximate_now()
                 why = None if config_id in family.sentinels(sig, approximate) else "it does not apply"
             else:
-                why = family.invalid_reason(config, sig, None, profile) if profile is not None else None
+                why = family.invalid_reason(config, sig, m, profile) if profile is not None else None
         except Exception as exc:  # a malformed id in someone's cache file must not break the op
             why = f"{type(exc).__name__}: {exc}"
         if why is None:

@@ -107,7 +107,7 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
     files = database.lookup(arch_family, fam.name)
     compiled = _compiled_set(fam, arch_family, files)
     for res, key, cid in serving.walk(fam, sig, m, ((res, res.db.entries) for res in files)):
-        config = _usable(fam, res, key, cid, sig, compiled, profile)
+        config = _usable(fam, res, key, cid, sig, m, compiled, profile)
         if config is not None:
             return Resolution(config, res.tier, key)
     ranker = _ranker_for(fam, profile) if settings.model_fallback_enabled() else None
@@ -130,7 +130,7 @@ def _default(fam: Any, sig: Signature, profile: ArchProfile | None) -> Resolutio
     return Resolution(fam.default_config(sig, profile), "default", None)
 
 
-def _usable(fam: Any, res: database.LoadResult, key: Signature, cid: str, sig: Signature,
+def _usable(fam: Any, res: database.LoadResult, key: Signature, cid: str, sig: Signature, m: int,
             compiled: Mapping[str, Config], profile: ArchProfile) -> Config | None:
     where = f"{res.tier} tier {res.path} entry {key} names config {cid!r}"
     if cid in SENTINELS:
@@ -142,7 +142,9 @@ def _usable(fam: Any, res: database.LoadResult, key: Signature, cid: str, sig: S
         if config is None:
             return _skip(res, key, cid, f"{where}, which is not in this process's compiled set "
                                         f"(TUNEDB_COMPILE_SET={settings.compile_set()})")
-    reason = fam.invalid_reason(config, sig, None, profile)
+    # judged at the call's size: a lane valid only at some sizes (GEMM's triton_decode, M <= 16)
+    # serves the regions measured there, and a region rounds up to its largest measured size
+    reason = fam.invalid_reason(config, sig, m, profile)
     if reason:
         return _skip(res, key, cid, f"{where}, which is invalid here: {reason}")
     return config

@@ -7,6 +7,7 @@ Config ids (format(parse(id)) == id):
     triton_mma     b{BM}x{BN}x{BK}_w{W}_s{S}_g{G}          b128x128x64_w8_s3_g8
     triton_tma     tma_b{BM}x{BN}x{BK}_w{W}_s{S}_g{G}[_ws]  tma_b128x256x64_w8_s3_g8
     triton_splitk  sk{SPLIT}_b{BM}x{BN}x{BK}_w{W}_s{S}      sk4_b16x64x256_w4_s4
+    triton_decode  dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_at][_pdl] dk4_n64x256_w4_s4  (configs_decode.py)
 """
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from tunedb.errors import ConfigError
+from tunedb.families.gemm import configs_decode as decode
 from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
 FAMILY = "gemm"
 OPS: tuple[str, ...] = ("gemm", "gemm_act")
-TRITON_LANES: tuple[str, ...] = ("triton_mma", "triton_tma", "triton_splitk")
+TRITON_LANES: tuple[str, ...] = ("triton_mma", "triton_tma", "triton_splitk", decode.LANE)
 VENDOR_LANES: tuple[str, ...] = ("torch", "fused")  # the framework's ops (cuBLAS / cuBLASLt)
 LANES: tuple[str, ...] = TRITON_LANES + VENDOR_LANES
 ACTS: tuple[str, ...] = ("none", "relu", "gelu", "gelu_tanh", "silu")
@@ -65,10 +67,17 @@ def smem_per_block(arch_family: str) -> int:
 # ---------------------------------------------------------------- ids
 
 def make(lane: str, bm: int, bn: int, bk: int, warps: int, stages: int, group_m: int = 8,
-         split_k: int = 1, ws: bool = False) -> Config:
+         split_k: int = 1, ws: bool = False, atomic: bool = False, pdl: bool = False) -> Config:
     """Build a config from explicit parameters; its id follows the format above."""
     if lane not in TRITON_LANES:
         raise ConfigError(f"unknown GEMM lane {lane!r}; Triton lanes are {', '.join(TRITON_LANES)}")
+    if lane == decode.LANE:
+        if (bm, group_m, ws) != (decode.MAX_M, 1, False):
+            raise ConfigError(f"triton_decode configs have BM={decode.MAX_M}, group_m=1 and no _ws, "
+                              f"got BM={bm} group_m={group_m} ws={ws}")
+        return decode.make(bn, bk, warps, stages, split_k, atomic, pdl)
+    if atomic or pdl:
+        raise ConfigError(f"{lane} config: atomic and pdl are triton_decode parameters")
     _check_params(lane, bm, bn, bk, warps, stages, group_m, split_k, ws, f"{lane} config")
     if lane == "triton_mma":
         cid = f"b{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group_m}"
@@ -111,11 +120,13 @@ def parse(config_id: str) -> Config:
         raise ConfigError(f"config id must be a string, got {config_id!r}")
     if config_id in SENTINELS:
         return Config.sentinel(config_id)
+    if config_id.startswith("dk"):
+        return decode.parse(config_id)
     m = _ID.match(config_id)
     if not m:
         raise ConfigError(
             f"bad GEMM config id {config_id!r}: expected b128x128x64_w8_s3_g8, "
-            f"tma_b128x256x64_w8_s3_g8[_ws], sk4_b16x64x256_w4_s4 or a sentinel ({', '.join(SENTINELS)})"
+            f"tma_b128x256x64_w8_s3_g8[_ws], sk4_b16x64x256_w4_s4, dk4_n64x256_w4_s4[_at][_pdl] or a sentinel ({', '.join(SENTINELS)})"
         )
     if m["tma"]:
         lane = "triton_tma"
@@ -202,7 +213,7 @@ def _splitk_grid() -> list[Config]:
 @lru_cache(maxsize=1)
 def full_grid() -> tuple[Config, ...]:
     """Every config of every Triton lane before any arch filter (sense-pruned, not feasibility-pruned)."""
-    return tuple(_mma_grid() + _tma_grid() + _splitk_grid())
+    return tuple(_mma_grid() + _tma_grid() + _splitk_grid() + decode.grid())
 
 
 def lanes_of(lanes: Sequence[str] | None) -> tuple[str, ...]:
@@ -241,6 +252,8 @@ def ws_supported() -> bool:
 
 def smem_bytes(cfg: Config) -> int:
     """Shared memory a config needs: the operand ring (+ the TMA epilogue buffer, + barriers)."""
+    if cfg.lane == decode.LANE:
+        return decode.smem_bytes(cfg)
     bm, bn, bk = blocks(cfg)
     stages = cfg.param("stages")
     ring = (bm * bk + bn * bk) * ELEMENT_BYTES * stages
@@ -263,6 +276,8 @@ def arch_reason(cfg: Config, arch_family: str, smem: int | None = None) -> str |
         return f"GEMM Triton lanes need sm80 or newer, not {arch_family}"
     if cfg.param("ws") and not ws_supported():
         return "this Triton has no tl.range(warp_specialize=...)"
+    if cfg.lane == decode.LANE and (why := decode.arch_reason(cfg, cap)):
+        return why
     limit = smem_per_block(arch_family) if smem is None else smem
     need = smem_bytes(cfg)
     if need > limit:
@@ -302,6 +317,8 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     if why:
         return why
     n, k = sig.get("N"), sig.get("K")
+    if cfg.lane == decode.LANE:
+        return decode.shape_reason(cfg, n, k, m)
     bm, bn, bk = blocks(cfg)
     if cfg.lane == "triton_tma":
         if (k * ELEMENT_BYTES) % TMA_ALIGN_BYTES:
@@ -378,6 +395,7 @@ COVERAGE_BASIS: tuple[str, ...] = (
     "b16x64x256_w4_s3_g8", "b32x64x128_w4_s3_g8", "b64x128x64_w4_s3_g8", "b128x64x64_w4_s4_g8",
     "b128x256x64_w8_s3_g8", "tma_b128x256x64_w8_s3_g8", "tma_b128x128x64_w8_s4_g8",
     "tma_b64x128x64_w4_s4_g8", "tma_b128x256x64_w8_s3_g8_ws",
+    "dk1_n64x256_w4_s4", "dk4_n32x256_w4_s4",
 )
 
 

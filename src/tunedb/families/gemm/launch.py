@@ -56,7 +56,8 @@ def _build(config: Config, sig: Signature) -> Launcher:
     why = configs.sig_reason(sig)
     if why:
         raise ValueError(f"cannot launch {sig.format()!r}: {why}")
-    build = {"triton_mma": _tiled, "triton_tma": _tiled, "triton_splitk": _splitk}[config.lane]
+    build = {"triton_mma": _tiled, "triton_tma": _tiled, "triton_splitk": _splitk,
+             "triton_decode": _decode}[config.lane]
     return build(config, sig)
 
 
@@ -162,3 +163,41 @@ def _splitk(config: Config, sig: Signature) -> Launcher:
         return y
 
     return run
+
+
+def _decode(config: Config, sig: Signature) -> Launcher:
+    """The triton_decode lane: one kernel, M <= 16, its workspace and counters allocated once per
+    device (the kernel leaves them zero). One closure serves one stream at a time: two streams
+    running the same (config, signature) concurrently would share the counters."""
+    from tunedb.families.gemm import kernels_decode
+
+    spec = kernels_decode.spec(config)
+    prep, n, k, has_bias, act = _prologue(sig)
+    site = Site(spec.kernel, (n, k, has_bias, act), spec.kwargs(interpret=_interpreting()))
+    grid = kernels_decode.grid_of(spec, n)
+    ws_elems, counters = kernels_decode.workspace_sizes(spec, n)
+    scratch: dict[Any, tuple[Any, Any]] = {}
+
+    def run(x, weight, bias, out):
+        x2, w, b, y = prep(x, weight, bias, out)
+        m = x2.shape[0]
+        if m > kernels_decode.BM_PAD:  # the validity predicate refuses it; so does the launch
+            raise ValueError(f"{config.id} (triton_decode) serves M <= {kernels_decode.BM_PAD}, got M={m}")
+        if m:
+            bufs = scratch.get(x2.device)
+            if bufs is None:
+                bufs = scratch[x2.device] = (torch.zeros(ws_elems, dtype=torch.float32, device=x2.device),
+                                             torch.zeros(counters, dtype=torch.int32, device=x2.device))
+            site(grid(m, 0), x2, w, y, b, bufs[0], bufs[1], m)
+        return y
+
+    return run
+
+
+def _interpreting() -> bool:
+    try:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+    except Exception:  # an older Triton: its env var
+        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -27,7 +27,7 @@ from tunedb.database.store import write_atomic
 from tunedb.records import Config, Signature
 
 DTYPES = ("fp16", "bf16")
-_TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "f32": "float32"}
+_TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32"}
 _SIG_TEXT = re.compile(r"gemm\|op=[a-z_]+\|dt=[a-z0-9]+(?:\|[A-Za-z]+=[A-Za-z0-9_.\-]+)*")
 
 
@@ -86,7 +86,8 @@ def jobs_for_census(sigs: Iterable[Signature], arch_family: str) -> list[Job]:
     jobs: set[Job] = set()
     for sig in sigs:
         dts = DTYPES if sig.dt == "half" else (sig.dt,)
-        for cfg in configs.candidates(sig, None, arch):
+        # every-M candidates, and the decode lane's (valid at M <= 16 only)
+        for cfg in {*configs.candidates(sig, None, arch), *configs.candidates(sig, 1, arch, ["triton_decode"])}:
             for dt in dts:
                 jobs.add(job_for(cfg.id, dt, sig))
     return sorted(jobs)
@@ -169,7 +170,13 @@ def compile_job(job: Job) -> dict:
     try:
         cfg = configs.parse(job.config_id)
         ints = _sample_ints(job)
-        for spec in specs(cfg):
+        if cfg.lane == "triton_decode":
+            from tunedb.families.gemm import kernels_decode as dec
+
+            args = [_Pointer(job.dt if p == "io" else p) for p in dec.POINTERS]
+            args += [min(ints[name], dec.BM_PAD) if name == "M" else ints[name] for name in dec.INTS]
+            dec.spec(cfg).kernel.warmup(*args, grid=(1,), **dec.spec(cfg).kwargs())
+        for spec in (() if cfg.lane == "triton_decode" else specs(cfg)):
             args = [_Pointer(job.dt if p == "io" else "f32") for p in POINTERS[spec.name]]
             args += [ints[name] for name in INTS[spec.name]]
             spec.kernel.warmup(*args, grid=(1,), **spec.kwargs())
