@@ -45,14 +45,15 @@ def test_an_unwritable_user_tier_is_one_line_before_anything_is_measured(home, c
     """The user tier under a file (what an unwritable tier looks like to the writer, even as root):
     a real build (a GPU, faked here) stops before it measures anything."""
     from tunedb import arch, pipeline
+    from tunedb.build import run as build_run
 
     (home / "afile").write_text("")
     census = write_census(home / "c.json", QKV.format())
     measurers = []
     monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
-    monkeypatch.setattr(pipeline, "arch_profile", lambda family, real: arch.shipped_profile("sm90"))
-    monkeypatch.setattr(pipeline.buildsteps, "start_worker", lambda opts, gpu: None)
-    monkeypatch.setattr(pipeline.buildsteps, "Measurer", lambda *a, **k: measurers.append(a))
+    monkeypatch.setattr(build_run, "arch_profile", lambda family, real: arch.shipped_profile("sm90"))
+    monkeypatch.setattr(build_run.buildsteps, "start_worker", lambda opts, gpu: None)
+    monkeypatch.setattr(build_run.buildsteps, "Measurer", lambda *a, **k: measurers.append(a))
     with settings.override(USER_DB=str(home / "afile" / "tier")):
         line = one_line_error(capsys, ["build", "--census", str(census), "--out", "user", "--in-process"])
     assert line.startswith("tunedb build: error: cannot write the target")

@@ -192,3 +192,18 @@ def test_a_launcher_of_a_past_epoch_is_never_remembered(gemm):
     new = launch_table.launcher("gemm", x, w, None, "none", 8)
     launch_table.remember(key, new)
     assert launch_table.known(key) is new
+
+
+def test_a_decode_region_serves_the_sizes_it_was_measured_at(gemm, tiers_dirs):
+    """A triton_decode config is valid only at M <= 16: the selector judges a region's config at
+    the call's size, so a measured decode region serves M <= 16 (it used to be skipped as
+    'invalid for every M') and a larger M falls through to the next region."""
+    x, w, _ = _tensors(m=8, n=64, k=256, bias=False)
+    sig = launch_table.launcher("gemm", x, w, None, "none", 8).signature
+    cfg = gemm.parse_config("dk1_n64x128_w4_s4")
+    database.write_entries("user", "gemm", "sm90", [Entry(sig, (Region(16, cfg.id), Region(None, "torch")))], [cfg])
+    selector.reload()
+    small = launch_table.launcher("gemm", x, w, None, "none", 8)
+    assert (small.tier, small.config.id) == ("user", cfg.id)
+    big = launch_table.launcher("gemm", torch.randn(32, 256, dtype=torch.bfloat16), w, None, "none", 32)
+    assert (big.tier, big.config.id) == ("user", "torch")
