@@ -1,10 +1,9 @@
 """Short forms of signatures for tables on narrow terminals, and the legend that explains them.
 
-A full key (`gemm|op=gemm_act|dt=half|N=2048|K=512|act=gelu|bias=1`) is 50 characters; in an
-80-column table it wraps or is cut. The short form keeps every field that tells two keys of one
-table apart: `2048x512 gelu+b` (N x K, the activation, +b for a bias), `512x512` for a plain GEMM,
-`bmm 8x64x1500` (B x N x K), and `:bf16` / `:fp16` when the dtype is not the generic `half`.
-Keys of other families fall back to their fields without the family and op names.
+A full key is about 50 characters; in an 80-column table it wraps or is cut. A family's
+`short_signature(sig)` gives the short form that keeps every field telling two of its keys apart
+and `signature_legend` explains it (the GEMM family's: `2048x512 gelu+b`); keys of other
+families fall back to their op and fields without the family name.
 """
 from __future__ import annotations
 
@@ -12,28 +11,49 @@ from typing import Any
 
 from tunedb.records import Signature
 
-# Two lines of at most 80 characters each.
-LEGEND = ("signature: NxK = op=gemm, N outputs, K inputs; NxK ACT[+b] = op=gemm_act\n"
-          "(activation, +b: with bias); bmm BxNxK = op=bmm; :bf16/:fp16 = dtype (else half)")
+# What a short form without a family's own rule means.
+GENERIC_LEGEND = "signature: OP FIELD=VALUE...; :DT = dtype (else the family's generic one)"
+
+
+def _family(sig: Signature) -> Any:
+    from tunedb import families
+
+    try:
+        return families.get(sig.family)
+    except Exception:  # a family this process does not know: the generic form
+        return None
 
 
 def short(sig: Signature | str) -> str:
-    """The short form of one signature (see the module docstring)."""
+    """The short form of one signature: the family's `short_signature(sig)` when it has one,
+    else the op and its fields without the family name."""
     if isinstance(sig, str):
         try:
             sig = Signature.parse(sig)
         except ValueError:
             return sig
+    rule = getattr(_family(sig), "short_signature", None)
+    if rule is not None:
+        return rule(sig)
     dt = "" if sig.dt == "half" else f":{sig.dt}"
-    n, k = sig.get("N"), sig.get("K")
-    if sig.family == "gemm" and sig.op == "gemm":
-        return f"{n}x{k}{dt}"
-    if sig.family == "gemm" and sig.op == "gemm_act":
-        return f"{n}x{k} {sig.get('act')}{'+b' if sig.get('bias') else ''}{dt}"
-    if sig.family == "gemm" and sig.op == "bmm":
-        return f"bmm {sig.get('B')}x{n}x{k}{dt}"
     fields = " ".join(f"{key}={value}" for key, value in sig.params)
     return f"{sig.op} {fields}{dt}"
+
+
+def legend(sigs: Any = None) -> str:
+    """The legend of the short forms of `sigs` (every registered family's when None): each
+    family's `signature_legend`, two lines of at most 80 characters each."""
+    from tunedb import families
+
+    names = sorted({s.family for s in sigs}) if sigs is not None else [families.DEFAULT]
+    parts = []
+    for name in names:
+        try:
+            text = getattr(families.get(name), "signature_legend", None)
+        except Exception:
+            text = None
+        parts.append(text or GENERIC_LEGEND)
+    return "\n".join(dict.fromkeys(parts))
 
 
 def fits(console: Any, table: Any) -> bool:

@@ -82,10 +82,9 @@ def test_space_holds_deterministic_configs_without_pdl():
 
 
 def test_cost_model_ranks_decode_configs():
-    from tunedb import costmodel
-
     s = sig(4096, 4096)
-    ranked = FAMILY.model_ranker(SM90)(s, 1, FAMILY.candidates(s, 1, SM90, ["triton_decode"]))
+    model = FAMILY.cost_model(SM90, None)
+    ranked = model.rank(s, 1, FAMILY.candidates(s, 1, SM90, ["triton_decode"]), 4)
     assert ranked  # the lane's params (block, warps, stages, split_k) are the model's own
 
 

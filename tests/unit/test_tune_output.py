@@ -50,7 +50,7 @@ def test_the_plan_fits_80_columns_with_short_signatures_and_a_legend(cpu, capsys
     for short in ("512x512", "2048x512 gelu+b", "bmm 64x1500x64"):
         rows = [line for line in lines if line.strip().startswith(short + " ")]
         assert len(rows) == 2, (short, out)  # one row per M, never wrapped onto a second line
-    assert signature_text.LEGEND.split(";")[0] in out.replace("\n", " ")
+    assert signature_text.legend().split(";")[0] in out.replace("\n", " ")
     assert "…" not in out
 
 
@@ -93,7 +93,7 @@ def test_a_current_shipped_tier_says_nothing_about_staleness(cpu, capsys, monkey
 def test_the_census_implementation_is_printed(cpu, capsys, monkeypatch):
     with database.system_root_override(system_tier(cpu / "sys", "0.0.1")):
         out = tune(capsys, monkeypatch, 200)
-    assert "model implementation: mirror (tunedb's built-in copy, same GEMM keys; --impl picks another)" in out
+    assert "model implementation: mirror (tunedb's built-in copy, the same tuned keys; --impl picks another)" in out
 
 
 def test_census_command_prints_the_implementation(tmp_path, capsys):

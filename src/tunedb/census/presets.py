@@ -64,7 +64,7 @@ _LIBRARY_CLASS = {"hf": ("transformers", "LlamaForCausalLM"), "torchaudio": ("to
 _IMPL_TEXT = {
     "hf": "Hugging Face transformers",
     "torchaudio": "torchaudio",
-    "mirror": "tunedb's built-in copy, same GEMM keys",
+    "mirror": "tunedb's built-in copy, the same tuned keys",
     "user": "the module:callable given",
 }
 

@@ -40,7 +40,7 @@ def check_inputs(logs: list[str], dbs: list[tuple[str, str]]) -> None:
         path = Path(text).expanduser()
         if path.is_dir():
             what = ("a measurement log (DIR/measurements.jsonl)" if flag == "--log"
-                    else "a database file (e.g. DIR/sm90/gemm.json)")
+                    else "a database file (e.g. DIR/sm90/<family>.json)")
             raise BuildError(f"{flag} {given}: {path} is a directory; {flag} takes {what}")
         if not path.exists():
             raise BuildError(f"{flag} {given}: no such file {path}")

@@ -64,7 +64,7 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
     compact = not signature_text.fits(console, full)
     console.print(table(signature_text.short, compact=True) if compact else full)
     if compact:
-        console.print(signature_text.LEGEND, highlight=False)
+        console.print(signature_text.legend({s.point.signature for s in served}), highlight=False)
     counts = Counter(s.tier for s in served)
     order = ("user", "system", "model", "default", "unserved")
     console.print("points per tier: " + ", ".join(f"{counts.get(t, 0)} {t}" for t in order))

@@ -208,7 +208,7 @@ def render_table(ev: Evaluation, console: Any = None) -> None:
             if s.per_signature:
                 console.print(f"worst for {s.name}: {signature_text.short(s.per_signature[0][0])} "
                               f"({_pct(s.per_signature[0][1])})", highlight=False)
-        console.print(signature_text.LEGEND, highlight=False)
+        console.print(signature_text.legend({p.signature for p in ev.points}), highlight=False)
     for s in ev.summaries:
         if s.unmeasured:
             console.print(f"{s.name}: {s.unmeasured} point(s) where its pick was not measured "

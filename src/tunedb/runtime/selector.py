@@ -119,8 +119,10 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
 
 
 def _default(fam: Any, sig: Signature, profile: ArchProfile | None) -> Resolution:
-    """The untuned answer: the family's heuristic when it has one for `sig`, else its default."""
-    if profile is not None and settings.heuristic_enabled():
+    """The untuned answer: the family's heuristic when it has one for `sig`, else its default.
+    A heuristic is a guess, like the model tier: TUNEDB_MODEL_FALLBACK=0 turns both off, so only
+    measured entries and the family default serve."""
+    if profile is not None and settings.heuristic_enabled() and settings.model_fallback_enabled():
         try:
             config = hook(fam, "heuristic")(sig, None, profile)
         except Exception:  # a broken heuristic costs itself: the default answers

@@ -52,10 +52,16 @@ def test_census_records_the_family_by_its_own_rules(toy):
 
 def test_the_toy_family_goes_through_build_database_selector_evaluate_and_its_op(toy, tmp_path):
     out = tmp_path / "db"
-    result = pipeline.build([("toy", census())], pipeline.BuildOptions(out=str(out), family=NAME,
-                                                                       simulate=True, isolate=False))
+    # measured on the NULL device: a fake timer (the roofline of work() plus seeded noise) in place
+    # of the GPU; a --simulate build would be refused by every serving tier (issue 17)
+    from tunedb.arch import shipped_profile
+    from tunedb.build.steps import simulated_timer
+
+    timer = simulated_timer(TOY, shipped_profile("sm90"), seed=0, noise=0.01)
+    result = pipeline.build([("toy", census())], pipeline.BuildOptions(out=str(out), family=NAME, isolate=False),
+                            timer=timer)
     (entry,) = result.entries
-    assert entry.signature == SIG and entry.source == "simulated"
+    assert entry.signature == SIG and entry.source == "build"
     # the size axis is the batch: census sizes plus the pow2 ladder's edges up to above 20
     measured = sorted(int(k[2:]) for k in entry.evidence)
     assert measured == [3, 4, 8, 16, 20, 32]

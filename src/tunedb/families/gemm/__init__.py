@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from tunedb.families.contract import SignatureSchema, VerifyRule
-from tunedb.families.gemm import configs
+from tunedb.families.gemm import configs, signatures
 from tunedb.families.gemm.signatures import check_key, make_signature, serving_keys, signature_of, work
 from tunedb.records import ArchProfile, Config, Signature
 
@@ -66,6 +66,11 @@ class GemmFamily:
 
     def check_key(self, sig: Signature) -> None:
         check_key(sig)
+
+    signature_legend = signatures.SHORT_LEGEND
+
+    def short_signature(self, sig: Signature) -> str:
+        return signatures.short_signature(sig)
 
     def serving_keys(self, sig: Signature) -> tuple[Signature, ...]:
         return serving_keys(sig)

@@ -117,3 +117,23 @@ def serving_keys(sig: Signature) -> tuple[Signature, ...]:
         keys += plain.lookup_keys()
     return keys
 
+
+
+# Two lines of at most 80 characters each: the legend of short_signature's forms.
+SHORT_LEGEND = ("signature: NxK = op=gemm, N outputs, K inputs; NxK ACT[+b] = op=gemm_act\n"
+                "(activation, +b: with bias); bmm BxNxK = op=bmm; :bf16/:fp16 = dtype (else half)")
+
+
+def short_signature(sig: Signature) -> str:
+    """`2048x512 gelu+b` (N x K, the activation, +b for a bias), `512x512` for a plain GEMM,
+    `bmm 8x64x1500` (B x N x K), and `:bf16` / `:fp16` when the dtype is not the generic half:
+    for tables on narrow terminals."""
+    dt = "" if sig.dt == "half" else f":{sig.dt}"
+    n, k = sig.get("N"), sig.get("K")
+    if sig.op == "gemm_act":
+        return f"{n}x{k} {sig.get('act')}{'+b' if sig.get('bias') else ''}{dt}"
+    if sig.op == "bmm":
+        return f"bmm {sig.get('B')}x{n}x{k}{dt}"
+    if sig.op == "gemm":
+        return f"{n}x{k}{dt}"
+    return f"{sig.op} " + " ".join(f"{key}={value}" for key, value in sig.params) + dt
