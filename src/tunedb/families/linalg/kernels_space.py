@@ -9,7 +9,12 @@ n (padded to the next power of two NP with masks) and the dtype. Ids:
   block_w{W}        one problem per program, the whole NP x NP tile across W warps.
 The validity predicate bounds the register tile (elements held per thread) and the sequential
 work a thread-packed lane does, so every config it admits compiles without spilling, except
-block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm.
+block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm. Checked
+again for the split potrf/posv and the row-wise trsv (sm90 cubins, Triton 3.6, the largest P at
+each warp count for n in 8, 13, 16, 24, 32, 64, 128): potrf/posv spill nothing below n = 128
+(the split tile holds 3/4 of what the budget counts); ptxas leaves 8-24 bytes of stack in three
+trsv edge configs (fp32 n=16 P=128 w8, fp64 n=32 P=8 w1, fp64 n=64 P=16 w4) and 4 bytes in
+potrf's block_w8 at n=64: a value or two reloaded from L1, left admitted.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Ops on row-major `[batch, n, n]` matrices and `[batch, n]` vectors (n in 2..128,
 a non-contiguous input is made contiguous here, and that copy counts in the arm's time):
 
   dot(x, y)  -> [batch]              gemv(A, x) -> [batch, n] = A x
-  gemm(A, B) -> [batch, n, n] = A B  trsv(L, b) -> x with L x = b (L lower; upper never read)
+  gemm(A, B) -> [batch, n, n] = A B  trsv(L, b) -> x with L x = b (L lower; upper values never used)
   potrf(A)   -> (L, info)            posv(A, b) -> (x, info) with A x = b (A SPD)
 
 fp32 and fp64 everywhere, fp16/bf16 also for dot/gemv/gemm (accumulated in fp32, fp64 in fp64).
