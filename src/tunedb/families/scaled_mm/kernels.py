@@ -76,7 +76,7 @@ def scaled_mm_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, M, N, K,
             a = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=ZERO)
             b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=ZERO)
             if INT:
-                acc = tl.dot(a, b, acc)
+                acc = tl.dot(a, b, acc, out_dtype=tl.int32)
             else:
                 # fp8 on Hopper accumulates a chained dot in reduced precision; a fresh dot per
                 # K tile added in fp32 promotes every BK elements (torch's use_fast_accum=False)
@@ -173,7 +173,7 @@ def scaled_mm_tma_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, M, N, K,
                 a = x_desc.load([om, kt * BK])
                 b = w_desc.load([on, kt * BK])
                 if INT:
-                    acc = tl.dot(a, b.T, acc)
+                    acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
                 else:
                     acc += tl.dot(a, b.T)  # promoted per K tile, as scaled_mm_kernel
         acc = apply_scales(acc, sx_ptr, sw_ptr, rows_in, cols_in, SCALE)
