@@ -14,7 +14,8 @@
     ├── WorkerError           the benchmark worker subprocess misbehaved
     ├── CensusError           a workload or manifest cannot be censused
     ├── BuildError            a build cannot proceed (bad flags, refused target)
-    └── UncoveredShapeError   strict mode met a must-tune point no tier covers
+    ├── UncoveredShapeError   strict mode met a must-tune point no tier covers
+    └── CutoffError           a solver-cutoff call, trace or decision file is malformed
 
     TunedbWarning (UserWarning)
     ├── DatabaseWarning       a database file or entry was skipped (corrupt, mismatched, unusable config)
@@ -96,3 +97,7 @@ class DatabaseWarning(TunedbWarning):
 
 class AutotuneWarning(TunedbWarning):
     """autotune(): a cache file was refused or tuned elsewhere, or a shape took the fallback."""
+
+
+class CutoffError(TunedbError, ValueError):
+    """A block-tridiagonal system, a cutoff trace, fit or decision file is malformed."""
