@@ -8,7 +8,8 @@ the forward vector solves run the linalg family's tuned ops (tunedb::linalg_potr
 selection serves a Triton packing or the library arm per (dtype, n, batch)); the matrix and
 transposed solves run torch.linalg.solve_triangular. kernels="auto" (default) takes the family's
 ops on CUDA tensors and torch.linalg elsewhere (the family's own CPU arm is torch.linalg, less the
-op dispatch); "tunedb" forces the family's ops, "torch" torch.linalg everywhere.
+op dispatch); "tunedb" forces the family's ops, "torch" torch.linalg everywhere (an n outside the family's
+2..128 always takes torch.linalg).
 
 pcg(strip, b, x0): conjugate gradient preconditioned by block Jacobi (the Cholesky of every
 D_t), warm-started from x0. Per problem it stops updating (alpha = 0) once ||r|| <= tol ||b||:
@@ -34,6 +35,10 @@ POLICIES = ("direct", "iterative")
 
 
 def _tuned(a: Any, kernels: str) -> bool:
+    from tunedb.families.linalg.signatures import N_MAX, N_MIN
+
+    if not N_MIN <= a.shape[-1] <= N_MAX:  # outside the family's n: torch.linalg serves
+        return False
     return kernels == "tunedb" or (kernels == "auto" and a.device.type == "cuda")
 
 
@@ -119,7 +124,7 @@ def pcg(strip: Any, b: Any, x0: Any = None, *, tol: float | None = None, max_ite
     def dot(u: Any, v: Any) -> Any:
         return (u * v).sum(dim=(1, 2))
 
-    x = b.new_zeros(b.shape) if x0 is None else x0.clone()
+    x = b.new_zeros(b.shape) if x0 is None else x0  # never written: every update makes a new x
     r = b - layout.matvec(strip, x)
     bound = (tol * b.flatten(1).norm(dim=1)) ** 2
     done = dot(r, r) <= bound
