@@ -92,9 +92,10 @@ class Plant:
         self.dtype, self.device = dtype, device
         phase = 2 * math.pi * torch.rand(batch, n, generator=g, dtype=f64)
         self.phase, self.omega = phase.to(device=device, dtype=dtype), 0.0  # setpoints
-        # the disturbance level drifts through calm (1e-5) and gusty (1) spells, two cycles a run
+        # the disturbance level drifts through calm (1e-5) and gusty (1) spells, two cycles a run,
+        # longer calm than gusts
         k = torch.arange(steps, dtype=f64)
-        level = -5.0 + 5.0 * (0.5 - 0.5 * torch.cos(4 * math.pi * k / steps)) + 0.4 * torch.randn(steps, generator=g, dtype=f64)
+        level = -5.0 + 5.0 * (0.5 - 0.5 * torch.cos(4 * math.pi * k / steps)) ** 2 + 0.4 * torch.randn(steps, generator=g, dtype=f64)
         self.levels = [float(10 ** min(0.0, max(-5.5, v))) for v in level.tolist()]
         self.noise = torch.randn(steps, batch, n, generator=g, dtype=f64).to(device=device, dtype=dtype)
         self.x0 = torch.randn(batch, n, generator=g, dtype=f64).to(device=device, dtype=dtype)
