@@ -34,29 +34,56 @@ KERNELS = ("auto", "tunedb", "torch")
 POLICIES = ("direct", "iterative")
 
 
-def _tuned(a: Any, kernels: str) -> bool:
-    from tunedb.families.linalg.signatures import N_MAX, N_MIN
+FAMILY = "linalg"
+_served: dict[tuple[Any, ...], bool] = {}  # (op, dtype, n) -> the family takes it
+_ops: dict[str, Any] = {}
 
-    if not N_MIN <= a.shape[-1] <= N_MAX:  # outside the family's n: torch.linalg serves
+
+def _family_op(op: str) -> Any:
+    """torch.ops.tunedb.linalg_<op>, registered through the family registry (the seam: no core
+    module imports a concrete family)."""
+    got = _ops.get(op)
+    if got is None:
+        import torch
+
+        from tunedb import families
+        from tunedb.families.contract import hook
+
+        hook(families.get(FAMILY), "register_ops")()
+        got = _ops[op] = getattr(torch.ops.tunedb, f"{FAMILY}_{op}")
+    return got
+
+
+def _tuned(op: str, kernels: str, *tensors: Any) -> bool:
+    a = tensors[0]
+    if kernels == "torch" or (kernels == "auto" and a.device.type != "cuda"):
         return False
-    return kernels == "tunedb" or (kernels == "auto" and a.device.type == "cuda")
+    key = (op, a.dtype, a.shape[-1])
+    hit = _served.get(key)
+    if hit is None:  # the family's signature check: an n or dtype it does not take goes to torch
+        from tunedb import families
+        from tunedb.errors import SignatureError
+
+        try:
+            families.get(FAMILY).signature_of(op, *tensors)
+            hit = True
+        except SignatureError:
+            hit = False
+        _served[key] = hit
+    return hit
 
 
 def _potrf(a: Any, kernels: str) -> tuple[Any, Any]:
-    if _tuned(a, kernels):
-        from tunedb.families.linalg import ops
-
-        return ops.potrf(a)
+    if _tuned("potrf", kernels, a):
+        return _family_op("potrf")(a)
     import torch
 
     return torch.linalg.cholesky_ex(a)
 
 
 def _lower_solve(c: Any, v: Any, kernels: str) -> Any:
-    if _tuned(c, kernels):
-        from tunedb.families.linalg import ops
-
-        return ops.trsv(c, v)
+    if _tuned("trsv", kernels, c, v):
+        return _family_op("trsv")(c, v)
     import torch
 
     return torch.linalg.solve_triangular(c, v.unsqueeze(-1), upper=False).squeeze(-1)
