@@ -138,11 +138,27 @@ class Plant:
         x, lam, b_prev = self.x0.clone(), None, None
         for k in range(self.steps if steps is None else steps):
             b = self.rhs(k, x)
-            signal = 1.0 if b_prev is None else float(
-                ((b - b_prev).flatten(1).norm(dim=1) / b.flatten(1).norm(dim=1)).max())
+            signal = 1.0 if b_prev is None else max(1e-12, float(
+                ((b - b_prev).flatten(1).norm(dim=1) / b.flatten(1).norm(dim=1)).max()))
             lam = solver(self.strip, b, lam, signal=signal)
             b_prev = b
             x = self.step(x, lam, self.levels[k], self.noise[k])
+
+
+_PLANTS = {}
+
+
+def workload(solver):
+    """The example's loop for `tunedb cutoff probe --workload bench/cutoff_mpc.py:workload`: the
+    full configuration in fp32 on the GPU when there is one, else the quick one on the CPU (the
+    device must match the probe's --device)."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in _PLANTS:
+        cfg = CONFIGS["full" if device == "cuda" else "quick"]
+        _PLANTS[device] = Plant(**cfg, dtype=torch.float32, device=device, seed=0)
+    _PLANTS[device].workload(solver)
 
 
 def summarize(trace):
