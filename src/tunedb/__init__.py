@@ -8,6 +8,7 @@ Public API (imported lazily; importing tunedb touches neither the GPU nor the di
     tunedb.prewarm(...)        measure a model's uncovered must-tune points before capture
     tunedb.confirm(...)        judge a model's Triton picks inside its captured forward
     tunedb.recommend(...)      the execution plan of one small batched linear-algebra cell
+    tunedb.cutoff              solver choice by measurement (probe / fit / persist; solve(linsys="auto"))
 """
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ _LAZY: dict[str, str] = {
     "recommend": "tunedb.families.linalg.plan:recommend",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", "cutoff", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "cutoff":  # a subpackage: importing it touches neither torch nor the disk
+        return importlib.import_module("tunedb.cutoff")
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'tunedb' has no attribute {name!r}")

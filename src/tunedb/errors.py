@@ -14,7 +14,8 @@
     ├── WorkerError           the benchmark worker subprocess misbehaved
     ├── CensusError           a workload or manifest cannot be censused
     ├── BuildError            a build cannot proceed (bad flags, refused target)
-    └── UncoveredShapeError   strict mode met a must-tune point no tier covers
+    ├── UncoveredShapeError   strict mode met a must-tune point no tier covers
+    └── CutoffError           a solver-cutoff call, trace or decision file is malformed
 
     TunedbWarning (UserWarning)
     ├── DatabaseWarning       a database file or entry was skipped (corrupt, mismatched, unusable config)
@@ -101,3 +102,7 @@ class AutotuneWarning(TunedbWarning):
 
 class NoGPUWarning(AutotuneWarning):
     """confirm() or autotune() ran without a CUDA GPU: nothing was measured (warned once per process)."""
+
+
+class CutoffError(TunedbError, ValueError):
+    """A block-tridiagonal system, a cutoff trace, fit or decision file is malformed."""

@@ -1,0 +1,143 @@
+"""Fit: the cutoff on the switching signal that optimizes the statistic the deployment bounds.
+
+The switch rule is `below` (default: iterative) when signal <= cutoff, else `above` (direct).
+For every candidate cutoff (between consecutive distinct signals, plus one past each end: all
+`above`, all `below`), the composed per-solve times are the `below` policy's time for solves at
+or under the cutoff and the `above` policy's for the rest; the statistic (mean for throughput,
+p99 or max for deadlines) of those times is the candidate's value. The optimum is the best
+candidate; the band is the contiguous range of candidates around it whose value stays within
+`tolerance` (relative) of the optimum; the fitted cutoff is the band's center (on the linear or
+log signal scale), not the razor edge, so re-measurement noise moves it less.
+
+Pairing the two traces: when they have the same length and their signals agree in order (median
+relative difference <= 5%: a seeded workload run once per policy, whose signals differ only by
+the solvers' tolerance), solve i of one is solve i of the other, at the mean of the two signals. Otherwise every solve of either trace
+takes the other policy's time as the median of that policy's `k` solves nearest in signal.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from tunedb.errors import CutoffError
+
+STATISTICS = ("mean", "p99", "max")
+PAIR_RTOL = 0.05  # index pairing: the runs' signals agree to this (median relative difference)
+
+
+@dataclass(frozen=True)
+class Fit:
+    statistic: str
+    tolerance: float
+    below: str
+    above: str
+    cutoff: float  # the band's center: the decision
+    optimum: float  # the best candidate cutoff
+    band: tuple[float, float]
+    value_at_optimum: float  # ms
+    value_at_cutoff: float  # ms
+    fixed: Mapping[str, float]  # the statistic of each fixed policy on the same solves (ms)
+    solves: int
+    pairing: str  # "index" or "nearest"
+    scale: str  # "linear" or "log"
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["band"] = list(self.band)
+        out["fixed"] = dict(self.fixed)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Fit":
+        d = dict(data)
+        d["band"] = tuple(float(v) for v in d["band"])
+        d["fixed"] = {k: float(v) for k, v in d["fixed"].items()}
+        return cls(**d)
+
+
+def stat_of(values: Any, stat: str) -> float:
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    if stat == "mean":
+        return float(v.mean())
+    if stat == "max":
+        return float(v.max())
+    if stat == "p99":
+        return float(np.percentile(v, 99.0))
+    raise CutoffError(f"statistic {stat!r} not supported; allowed: {', '.join(STATISTICS)}")
+
+
+def _paired(below: Any, above: Any, k: int) -> tuple[Any, Any, Any, str]:
+    """(signals, below times, above times, pairing) over a common set of solves."""
+    import numpy as np
+
+    sb, tb = np.asarray(below.signals, float), np.asarray(below.times_ms, float)
+    sa, ta = np.asarray(above.signals, float), np.asarray(above.times_ms, float)
+    if len(sb) == len(sa) and len(sb) and float(np.median(np.abs(sb - sa) / np.maximum(np.abs(sb), np.abs(sa)).clip(1e-300))) <= PAIR_RTOL:
+        return (sb + sa) / 2, tb, ta, "index"
+
+    def nearest(sig: Any, other_sig: Any, other_t: Any) -> Any:
+        order = np.argsort(other_sig)
+        os_, ot = other_sig[order], other_t[order]
+        out = np.empty(len(sig))
+        for i, s in enumerate(sig):
+            j = int(np.searchsorted(os_, s))
+            lo, hi = max(0, j - k), min(len(os_), j + k)
+            cand = np.arange(lo, hi)
+            near = cand[np.argsort(np.abs(os_[cand] - s), kind="stable")[:k]]
+            out[i] = float(np.median(ot[near]))
+        return out
+
+    sig = np.concatenate((sb, sa))
+    return sig, np.concatenate((tb, nearest(sa, sb, tb))), np.concatenate((nearest(sb, sa, ta), ta)), "nearest"
+
+
+def fit(traces: Any, *, statistic: str = "p99", tolerance: float = 0.02, below: str = "iterative",
+        above: str = "direct", scale: str = "linear", k: int = 5) -> Fit:
+    """The cutoff from a Probe (or a {policy: Trace} mapping) holding `below`'s and `above`'s traces."""
+    import numpy as np
+
+    if statistic not in STATISTICS:
+        raise CutoffError(f"statistic {statistic!r} not supported; allowed: {', '.join(STATISTICS)}")
+    if not (0.0 <= tolerance < 1.0):
+        raise CutoffError(f"tolerance must be in [0, 1); got {tolerance}")
+    if scale not in ("linear", "log"):
+        raise CutoffError(f"scale {scale!r} not supported; allowed: linear, log")
+    tr = getattr(traces, "traces", traces)
+    for p in (below, above):
+        if p not in tr or not tr[p].times_ms:
+            raise CutoffError(f"no trace (or an empty one) for policy {p!r}; have {sorted(tr)}")
+    sig, tb, ta, pairing = _paired(tr[below], tr[above], k)
+    order = np.argsort(sig, kind="stable")
+    sig, tb, ta = sig[order], tb[order], ta[order]
+    uniq = np.unique(sig)
+    if scale == "log" and uniq[0] <= 0:
+        raise CutoffError(f"scale='log' needs positive signals; the smallest is {uniq[0]}")
+    pos = lambda u: np.log(u) if scale == "log" else u  # noqa: E731
+    inv = lambda u: float(np.exp(u)) if scale == "log" else float(u)  # noqa: E731
+    pu = pos(uniq)
+    step = (pu[-1] - pu[0]) / max(len(pu) - 1, 1) or 1.0
+    cands = np.concatenate(([pu[0] - step / 2], (pu[:-1] + pu[1:]) / 2, [pu[-1] + step / 2]))
+    cuts = [int(np.searchsorted(pos(sig), c, side="right")) for c in cands]  # solves taking `below`
+    values = np.array([stat_of(np.concatenate((tb[:j], ta[j:])), statistic) for j in cuts])
+    best = int(np.argmin(values))
+    opt = float(values[best])
+    limit = opt * (1.0 + tolerance) if opt >= 0 else opt * (1.0 - tolerance)
+    lo = hi = best
+    while lo > 0 and values[lo - 1] <= limit:
+        lo -= 1
+    while hi + 1 < len(values) and values[hi + 1] <= limit:
+        hi += 1
+    center = (cands[lo] + cands[hi]) / 2
+    j = int(np.searchsorted(pos(sig), center, side="right"))
+    at_center = stat_of(np.concatenate((tb[:j], ta[j:])), statistic)
+    fixed = {below: stat_of(tb, statistic), above: stat_of(ta, statistic)}
+    return Fit(statistic, float(tolerance), below, above, inv(center), inv(cands[best]),
+               (inv(cands[lo]), inv(cands[hi])), opt, float(at_center), fixed, int(len(sig)), pairing, scale)
+
+
+def within_band(value: float, band: tuple[float, float]) -> bool:
+    lo, hi = band
+    return bool(lo <= value <= hi) and not math.isnan(value)

@@ -1,0 +1,175 @@
+"""Probe: run the caller's workload once per candidate policy and keep every solve's time.
+
+The workload is the caller's real loop, a callable `workload(solver)`: it calls
+`solver(strip, b, x0, signal=s)` wherever it would solve (s: the caller's switching signal, a
+host number such as a warm-start error estimate or a disturbance flag) and uses the returned x.
+A probe runs it once per policy ("direct", "iterative", or "auto" with a decision) and records
+per solve the wall time and the signal: CUDA events around each solve on a GPU (read after the
+run, so the probe adds no host sync), time.perf_counter on the CPU. Traces are kept whole, not
+only their means: the tail is where the policies differ. On a GPU the measuring code's busy
+check applies: a foreign compute process at the start refuses the probe (BusyGPUError); one that
+appears during it is recorded in `contended_by` (allow_busy measures anyway and records them).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from tunedb.errors import BusyGPUError, CutoffError
+
+FORMAT = "tunedb-cutoff-probe"
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One policy's run: per solve, in order, the wall time (ms) and the caller's signal."""
+
+    policy: str
+    times_ms: tuple[float, ...]
+    signals: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.times_ms) != len(self.signals):
+            raise CutoffError(f"trace {self.policy!r}: {len(self.times_ms)} times but {len(self.signals)} signals")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": self.policy, "times_ms": list(self.times_ms), "signals": list(self.signals)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Trace":
+        return cls(str(data["policy"]), tuple(float(v) for v in data["times_ms"]),
+                   tuple(float(v) for v in data["signals"]))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Every policy's trace of one workload, with where and how it was measured."""
+
+    problem: str
+    device: str
+    timer: str  # "cuda_events" or "perf_counter"
+    traces: Mapping[str, Trace]
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    contended_by: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": 1, "problem": self.problem, "device": self.device,
+                "timer": self.timer, "provenance": dict(self.provenance),
+                "contended_by": list(self.contended_by),
+                "traces": {k: t.to_json() for k, t in self.traces.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Probe":
+        if data.get("format") != FORMAT:
+            raise CutoffError(f"not a probe file: format {data.get('format')!r}, expected {FORMAT!r}")
+        return cls(str(data["problem"]), str(data["device"]), str(data["timer"]),
+                   {k: Trace.from_json(v) for k, v in data["traces"].items()},
+                   {k: str(v) for k, v in data.get("provenance", {}).items()},
+                   tuple(int(p) for p in data.get("contended_by", ())))
+
+    def save(self, path: str | Path) -> Path:
+        from tunedb.database.store import write_atomic
+
+        path = Path(path)
+        write_atomic(path, json.dumps(self.to_json(), indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Probe":
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            if isinstance(exc, CutoffError):
+                raise
+            raise CutoffError(f"cannot read probe file {path}: {type(exc).__name__}: {exc}") from exc
+
+
+class Recorder:
+    """The solver a workload calls during a probe: solves by one policy and times each call."""
+
+    def __init__(self, policy: str, device: Any, decision: Any = None, **solve_kwargs: Any) -> None:
+        import torch
+
+        self.policy, self.decision, self.kwargs = policy, decision, solve_kwargs
+        self.cuda = torch.device(device).type == "cuda"
+        self._events: list[tuple[Any, Any]] = []
+        self._times: list[float] = []
+        self.signals: list[float] = []
+
+    def __call__(self, strip: Any, b: Any, x0: Any = None, *, signal: float, **kwargs: Any) -> Any:
+        from tunedb.cutoff import solvers
+
+        kw = {**self.kwargs, **kwargs}
+        if self.cuda:
+            import torch
+
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            x = solvers.solve(strip, b, x0, linsys=self.policy, signal=signal, decision=self.decision, **kw)
+            end.record()
+            self._events.append((start, end))
+        else:
+            t0 = time.perf_counter()
+            x = solvers.solve(strip, b, x0, linsys=self.policy, signal=signal, decision=self.decision, **kw)
+            self._times.append((time.perf_counter() - t0) * 1e3)
+        self.signals.append(float(signal))
+        return x
+
+    def trace(self, discard: int = 0) -> Trace:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            times = [s.elapsed_time(e) for s, e in self._events]
+        else:
+            times = list(self._times)
+        return Trace(self.policy, tuple(times[discard:]), tuple(self.signals[discard:]))
+
+
+def _env() -> Any:
+    from tunedb.measure.gpuenv import NvmlEnv
+
+    return NvmlEnv()
+
+
+def probe(workload: Callable[[Callable[..., Any]], Any], *, problem: str,
+          policies: Sequence[str] = ("direct", "iterative"), device: Any = "cuda", decision: Any = None,
+          discard: int = 3, allow_busy: bool = False, env: Any = None, **solve_kwargs: Any) -> Probe:
+    """Run `workload(solver)` once per policy; every solve's time and signal kept (the first
+    `discard` solves of each run dropped: compiles and first-call resolution). solve_kwargs
+    (tol, max_iter, check_every, kernels) go to every solve."""
+    import torch
+
+    from tunedb.cutoff import store
+    from tunedb.measure import provenance
+
+    for p in policies:
+        if p not in ("direct", "iterative", "auto"):
+            raise CutoffError(f"policy {p!r} not supported; allowed: direct, iterative, auto")
+        if p == "auto" and decision is None:
+            raise CutoffError("probing policy 'auto' needs decision= (a fitted Decision)")
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    gpu: dict[str, str] = {}
+    seen: set[int] = set()
+    if cuda:
+        env = env if env is not None else _env()
+        busy = env.foreign_pids()
+        if busy and not allow_busy:
+            raise BusyGPUError(f"the GPU is busy: foreign compute process(es) {sorted(busy)}; "
+                               "probe on a quiet GPU or pass allow_busy=True (recorded)")
+        seen |= set(busy)
+        gpu = dict(env.identity()) if hasattr(env, "identity") else {}
+    traces = {}
+    for policy in policies:
+        rec = Recorder(policy, dev, decision if policy == "auto" else None, **solve_kwargs)
+        workload(rec)
+        traces[policy] = rec.trace(discard)
+        if cuda:
+            seen |= set(env.foreign_pids())
+    prov = provenance.collect(gpu).to_json()
+    return Probe(problem, store.device_name(dev), "cuda_events" if cuda else "perf_counter", traces,
+                 prov, tuple(sorted(seen)))

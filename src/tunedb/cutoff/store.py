@@ -1,0 +1,142 @@
+"""Persist: the fitted decision, with the capture it came from, in the user's configuration.
+
+One JSON file, `<cache root>/cutoff/decisions.json` (the cache root is TUNEDB_CACHE_DIR, else
+~/.cache/tunedb; see settings.py), written whole and atomically. It maps "<problem>@<device>" to
+a decision: the cutoff, the switch rule (which policy below, which above), the band, the
+statistic and tolerance it was fitted for, the fit's numbers, and the probe's provenance (UTC,
+git commit, GPU name/UUID/driver, CUDA/torch/Triton/tunedb versions). Re-measuring a problem
+class on a GPU replaces its one entry and keeps the others. `solve(..., linsys="auto")` reads
+the entry of its problem class on the current device (memoized per file modification time).
+"""
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from tunedb.errors import CutoffError
+
+FORMAT = "tunedb-cutoff-decisions"
+
+
+@dataclass(frozen=True)
+class Decision:
+    problem: str
+    device: str
+    cutoff: float
+    below: str = "iterative"
+    above: str = "direct"
+    statistic: str = "p99"
+    tolerance: float = 0.02
+    band: tuple[float, float] = (float("nan"), float("nan"))
+    fit: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Mapping[str, str] = field(default_factory=dict)
+
+    def policy_for(self, signal: float) -> str:
+        """The policy of one solve: `below` at or under the cutoff, `above` past it."""
+        return self.below if signal <= self.cutoff else self.above
+
+    def to_json(self) -> dict[str, Any]:
+        return {"problem": self.problem, "device": self.device, "cutoff": self.cutoff,
+                "below": self.below, "above": self.above, "statistic": self.statistic,
+                "tolerance": self.tolerance, "band": list(self.band), "fit": dict(self.fit),
+                "provenance": dict(self.provenance)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Decision":
+        try:
+            return cls(str(data["problem"]), str(data["device"]), float(data["cutoff"]),
+                       str(data["below"]), str(data["above"]), str(data["statistic"]),
+                       float(data["tolerance"]), tuple(float(v) for v in data["band"]),
+                       dict(data.get("fit", {})), {k: str(v) for k, v in data.get("provenance", {}).items()})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CutoffError(f"malformed decision {dict(data)!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def config_path() -> Path:
+    from tunedb import settings
+
+    return settings.cache_root() / "cutoff" / "decisions.json"
+
+
+def key(problem: str, device: str) -> str:
+    return f"{problem}@{device}"
+
+
+def problem_class(strip: Any) -> str:
+    """The default problem class of a strip: dtype, n, T and batch."""
+    batch, steps, n, _ = strip.shape
+    dt = {"torch.float32": "fp32", "torch.float64": "fp64"}.get(str(strip.dtype), str(strip.dtype))
+    return f"btd|dt={dt}|n={n}|T={steps}|batch={batch}"
+
+
+@functools.lru_cache(maxsize=16)
+def _device_name(kind: str, index: int | None) -> str:
+    if kind != "cuda":
+        return kind
+    import torch
+
+    return torch.cuda.get_device_name(index)
+
+
+def device_name(device: Any) -> str:
+    """"cpu", or the GPU's name ("NVIDIA H200"): decisions are per GPU model."""
+    import torch
+
+    d = torch.device(device)
+    return _device_name(d.type, d.index)
+
+
+def load(path: str | Path | None = None) -> dict[str, Decision]:
+    """Every decision in the file ({} when it does not exist)."""
+    path = Path(path) if path is not None else config_path()
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CutoffError(f"cannot read cutoff decisions {path}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CutoffError(f"{path} is not a cutoff decision file (format {FORMAT!r} expected)")
+    return {k: Decision.from_json(v) for k, v in data.get("decisions", {}).items()}
+
+
+_memo: dict[tuple[str, int], dict[str, Decision]] = {}
+
+
+def lookup(problem: str, device: str, path: str | Path | None = None) -> Decision:
+    """The persisted decision of one problem class on one device; CutoffError when none."""
+    p = Path(path) if path is not None else config_path()
+    try:
+        stamp = p.stat().st_mtime_ns
+    except OSError:
+        stamp = -1
+    table = _memo.get((str(p), stamp))
+    if table is None:
+        table = load(p)
+        _memo.clear()
+        _memo[(str(p), stamp)] = table
+    got = table.get(key(problem, device))
+    if got is None:
+        raise CutoffError(f"no cutoff for problem {problem!r} on {device!r} in {p} (have: "
+                          f"{sorted(table) or 'none'}); run `tunedb cutoff probe --persist` for it")
+    return got
+
+
+def persist(fit: Any, probe: Any, *, path: str | Path | None = None) -> Decision:
+    """Write the fit of `probe` as the decision of its problem class on its device (atomically,
+    keeping every other entry); returns the decision."""
+    from tunedb.database.store import write_atomic
+
+    p = Path(path) if path is not None else config_path()
+    decision = Decision(probe.problem, probe.device, fit.cutoff, fit.below, fit.above, fit.statistic,
+                        fit.tolerance, tuple(fit.band), fit.to_json(),
+                        {**dict(probe.provenance), "timer": probe.timer,
+                         "contended_by": ",".join(str(x) for x in probe.contended_by)})
+    table = load(p)
+    table[key(decision.problem, decision.device)] = decision
+    doc = {"format": FORMAT, "version": 1, "decisions": {k: d.to_json() for k, d in sorted(table.items())}}
+    write_atomic(p, json.dumps(doc, indent=1) + "\n")
+    return decision

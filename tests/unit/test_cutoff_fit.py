@@ -1,0 +1,73 @@
+"""The fit on recorded traces: the optimum, the band, its center, and the statistic's choice."""
+from __future__ import annotations
+
+import pytest
+
+from tunedb.cutoff.fit import fit, stat_of, within_band
+from tunedb.cutoff.probe import Probe, Trace
+from tunedb.errors import CutoffError
+
+SIGNALS = tuple(float(s) for s in range(1, 101))
+
+
+def traces(iterative, direct=None):
+    direct = direct or (lambda s: 10.0)
+    return {"iterative": Trace("iterative", tuple(iterative(s) for s in SIGNALS), SIGNALS),
+            "direct": Trace("direct", tuple(direct(s) for s in SIGNALS), SIGNALS)}
+
+
+def test_mean_cutoff_is_the_band_center_around_the_crossover():
+    f = fit(traces(lambda s: 0.2 * s), statistic="mean", tolerance=0.02)  # crossover at s = 50
+    assert f.pairing == "index" and f.solves == 100
+    assert 49.0 <= f.optimum <= 51.0
+    lo, hi = f.band
+    assert lo < f.optimum < hi
+    assert f.cutoff == pytest.approx((lo + hi) / 2)
+    # the band is exactly the candidates within 2% of the optimum: one step past each edge is out
+    composed = lambda c: stat_of([0.2 * s if s <= c else 10.0 for s in SIGNALS], "mean")  # noqa: E731
+    assert composed(lo) <= f.value_at_optimum * 1.02 and composed(hi) <= f.value_at_optimum * 1.02
+    assert composed(lo - 1) > f.value_at_optimum * 1.02 and composed(hi + 1) > f.value_at_optimum * 1.02
+    assert f.value_at_optimum == pytest.approx(composed(50))
+    assert f.fixed == {"iterative": pytest.approx(10.1), "direct": pytest.approx(10.0)}
+
+
+def test_the_statistic_decides_the_cutoff():
+    """Rare slow iterative solves at low signals: the mean still wants iterative up to the
+    crossover, a deadline (max or p99) wants direct for every solve that could spike."""
+    spikes = {10.0, 20.0, 30.0, 40.0}
+    it = lambda s: 50.0 if s in spikes else (1.0 if s <= 50 else 30.0)  # noqa: E731
+    mean = fit(traces(it), statistic="mean")
+    worst = fit(traces(it), statistic="max")
+    p99 = fit(traces(it), statistic="p99")
+    assert mean.cutoff > 40.0
+    assert worst.band[1] < 10.0 and worst.cutoff < 10.0
+    assert p99.cutoff < 10.0
+    assert worst.value_at_cutoff == pytest.approx(10.0)
+
+
+def test_log_scale_center_and_within_band():
+    f = fit(traces(lambda s: 0.2 * s), statistic="mean", scale="log")
+    lo, hi = f.band
+    assert f.cutoff == pytest.approx((lo * hi) ** 0.5)
+    assert within_band(f.cutoff, f.band) and not within_band(hi * 1.01, f.band)
+
+
+def test_nearest_pairing_when_runs_saw_different_signals():
+    it = Trace("iterative", tuple(0.2 * s for s in SIGNALS[::2]), SIGNALS[::2])
+    di = Trace("direct", tuple(10.0 for _ in SIGNALS[1::2]), SIGNALS[1::2][::-1])  # another order
+    f = fit({"iterative": it, "direct": di}, statistic="mean")
+    assert f.pairing == "nearest" and f.solves == 100
+    assert 45.0 <= f.optimum <= 55.0
+
+
+def test_fit_reads_a_probe_and_rejects_bad_arguments():
+    probe = Probe("p", "cpu", "perf_counter", traces(lambda s: 0.2 * s))
+    assert fit(probe, statistic="mean").optimum == fit(probe.traces, statistic="mean").optimum
+    with pytest.raises(CutoffError, match="statistic 'p50' not supported"):
+        fit(probe, statistic="p50")
+    with pytest.raises(CutoffError, match="no trace"):
+        fit({"direct": probe.traces["direct"]})
+    with pytest.raises(CutoffError, match="tolerance"):
+        fit(probe, tolerance=1.5)
+    with pytest.raises(CutoffError, match="3 times but 2 signals"):
+        Trace("direct", (1.0, 2.0, 3.0), (1.0, 2.0))

@@ -1,0 +1,161 @@
+"""Probe, persist and the auto switch: traces kept whole, the decision's round trip with its
+provenance, linsys="auto" reading it back, the busy-GPU refusal, the CLI and the worked example."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tunedb import settings
+from tunedb.cutoff import fit as fitmod
+from tunedb.cutoff import layout, probe as probemod, solvers, store
+from tunedb.errors import BusyGPUError, CutoffError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def small_workload(solver, steps=12):
+    """A seeded loop: the warm start drifts by a known amount, which is the signal."""
+    strip, b = layout.random_system(4, 5, 3, seed=0)
+    x = None
+    gen = torch.Generator().manual_seed(1)
+    for k in range(steps):
+        level = 10.0 ** (-8 + (k % 6))
+        bk = b + level * torch.randn(b.shape, generator=gen, dtype=b.dtype)
+        x = solver(strip, bk, x, signal=level)
+        assert float(layout.residual(strip, bk, x).max()) < 1e-6
+
+
+def test_probe_keeps_every_solve_and_its_signal():
+    p = probemod.probe(small_workload, problem="toy", device="cpu", discard=2, tol=1e-9, max_iter=200)
+    assert p.timer == "perf_counter" and p.device == "cpu" and p.problem == "toy"
+    for pol in ("direct", "iterative"):
+        tr = p.traces[pol]
+        assert len(tr.times_ms) == 10 and all(t > 0 for t in tr.times_ms)
+        assert tr.signals == tuple(10.0 ** (-8 + (k % 6)) for k in range(2, 12))
+    assert p.provenance["utc"].endswith("Z") and p.provenance["torch"]
+    again = probemod.Probe.from_json(json.loads(json.dumps(p.to_json())))
+    assert again == p
+
+
+class BusyEnv:
+    def foreign_pids(self):
+        return frozenset({4242})
+
+    def identity(self):
+        return {}
+
+
+def test_probe_refuses_a_busy_gpu_before_running_anything():
+    ran = []
+    with pytest.raises(BusyGPUError, match="4242"):
+        probemod.probe(lambda solver: ran.append(1), problem="toy", device="cuda", env=BusyEnv())
+    assert not ran
+    with pytest.raises(CutoffError, match="policy 'fastest' not supported"):
+        probemod.probe(small_workload, problem="toy", device="cpu", policies=("fastest",))
+
+
+def make_probe():
+    sig = tuple(float(s) for s in range(1, 41))
+    return probemod.Probe("mpc|n=4", "cpu", "perf_counter", {
+        "iterative": probemod.Trace("iterative", tuple(0.5 * s for s in sig), sig),
+        "direct": probemod.Trace("direct", tuple(10.0 for _ in sig), sig)},
+        {"utc": "2026-12-01T03:00:00Z", "git_commit": "abc123", "gpu_name": "NVIDIA H200", "torch": "2.11"})
+
+
+def test_persist_round_trip_with_provenance(tmp_path):
+    path = tmp_path / "cfg" / "decisions.json"
+    probe = make_probe()
+    f = fitmod.fit(probe, statistic="mean")
+    d = store.persist(f, probe, path=path)
+    other = probemod.Probe("other", "NVIDIA H200", "cuda_events", probe.traces, {"utc": "x"})
+    store.persist(fitmod.fit(other, statistic="max"), other, path=path)
+    table = store.load(path)
+    assert set(table) == {"mpc|n=4@cpu", "other@NVIDIA H200"}
+    back = table["mpc|n=4@cpu"]
+    assert back == d
+    assert back.cutoff == f.cutoff and back.band == f.band and back.statistic == "mean"
+    assert back.provenance["git_commit"] == "abc123" and back.provenance["gpu_name"] == "NVIDIA H200"
+    assert back.provenance["timer"] == "perf_counter"
+    assert fitmod.Fit.from_json(back.fit) == f
+    assert [p.name for p in path.parent.iterdir()] == ["decisions.json"]  # no temp file left
+    # re-measuring one class replaces its entry only
+    store.persist(fitmod.fit(probe, statistic="p99"), probe, path=path)
+    table = store.load(path)
+    assert table["mpc|n=4@cpu"].statistic == "p99" and table["other@NVIDIA H200"].statistic == "max"
+
+
+def test_default_path_is_under_the_cache_root_and_lookup_errors(tmp_path):
+    with settings.override(CACHE_DIR=str(tmp_path)):
+        assert store.config_path() == tmp_path / "cutoff" / "decisions.json"
+        with pytest.raises(CutoffError, match="no cutoff for problem 'nope' on 'cpu'"):
+            store.lookup("nope", "cpu")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(CutoffError, match="not a cutoff decision file"):
+        store.load(bad)
+
+
+def test_auto_switches_per_solve_on_the_signal(tmp_path):
+    strip, b = layout.random_system(3, 4, 3, seed=4)
+    problem = store.problem_class(strip)
+    assert problem == "btd|dt=fp64|n=3|T=4|batch=3"
+    probe = probemod.Probe(problem, "cpu", "perf_counter", make_probe().traces)
+    f = fitmod.fit(probe, statistic="mean")  # iterative at or under ~20, direct above
+    assert 15 < f.cutoff < 25
+    x0 = torch.zeros_like(b)
+    exact = solvers.direct(strip, b)[0]
+    with settings.override(CACHE_DIR=str(tmp_path)):
+        store.persist(f, probe)
+        # max_iter=0 makes the iterative policy visible: it returns the warm start unchanged
+        below = solvers.solve(strip, b, x0, linsys="auto", signal=f.cutoff - 1, max_iter=0)
+        above = solvers.solve(strip, b, x0, linsys="auto", signal=f.cutoff + 1, max_iter=0)
+        at = solvers.solve(strip, b, x0, linsys="auto", signal=f.cutoff, max_iter=0)
+    assert torch.equal(below, x0) and torch.equal(at, x0)
+    torch.testing.assert_close(above, exact)
+    with pytest.raises(CutoffError, match="no cutoff for problem"):
+        solvers.solve(strip, b, linsys="auto", signal=1.0, problem="unknown-class")
+
+
+def test_cli_probe_persist_fit_show(tmp_path, capsys):
+    from tunedb.cli import main
+
+    wl = tmp_path / "wl.py"
+    wl.write_text("from tunedb.cutoff import layout\n"
+                  "def run(solver):\n"
+                  "    strip, b = layout.random_system(2, 3, 2, seed=0)\n"
+                  "    x = None\n"
+                  "    for k in range(8):\n"
+                  "        x = solver(strip, b, x, signal=float(k))\n")
+    cfg, traces = tmp_path / "d.json", tmp_path / "t.json"
+    rc = main(["cutoff", "probe", "--workload", f"{wl}:run", "--problem", "toy", "--device", "cpu",
+               "--out", str(traces), "--persist", "--config", str(cfg), "--stat", "mean"])
+    assert rc == 0
+    assert "toy on cpu: mean cutoff" in capsys.readouterr().out
+    assert store.load(cfg)["toy@cpu"].statistic == "mean"
+    assert main(["cutoff", "fit", str(traces), "--stat", "max", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fit"]["statistic"] == "max"
+    assert main(["cutoff", "show", "--config", str(cfg)]) == 0
+    assert "toy@cpu: cutoff" in capsys.readouterr().out
+    assert main(["cutoff", "probe", "--workload", "nomodule", "--problem", "x"]) == 2
+
+
+def test_worked_example_flow_on_cpu(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import cutoff_mpc
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    out = tmp_path / "mpc.json"
+    rc = cutoff_mpc.main(["--device", "cpu", "--quick", "--steps", "30", "--out", str(out),
+                          "--config", str(tmp_path / "decisions.json")])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["rows"]) == {"direct", "iterative", "auto", "direct(torch.linalg)"}
+    assert set(doc["goals"]) >= {"auto_within_2pct_mean", "second_cutoff_in_first_band"}
+    assert doc["probes"]["first"]["traces"]["direct"]["times_ms"]
+    assert Path(doc["png"]).stat().st_size > 1000
+    assert store.load(tmp_path / "decisions.json")  # persisted and read back by the auto run
