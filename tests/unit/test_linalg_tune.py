@@ -220,3 +220,23 @@ def test_a_partial_run_keeps_the_cells_it_did_not_measure(tmp_path, monkeypatch)
     assert entry["evidence"]["M=256"] == full["evidence"]["M=256"]
     winners = {hi: cid for hi, cid in entry["regions"]}
     assert winners[256] == full["regions"][0][1] and winners[4096].startswith("block_")
+
+
+def test_a_potrf_only_rerun_over_the_shipped_table_keeps_every_other_cell(tmp_path):
+    # The re-measure of the potrf cells alone (--ops potrf --base <shipped table>) must leave
+    # every other entry of the shipped table as it was and replace every potrf cell.
+    shipped = Path(__file__).resolve().parents[2] / "src" / "tunedb" / "db" / "sm90" / "linalg.json"
+    out = tmp_path / "linalg.json"
+    cli.tune(_args(out, quick=False, legs="solver", ops="potrf", max_arms=4, base=str(shipped)),
+             timer=ladder.FakeTimer(cost, seed=3), arch_family="sm90")
+    before = json.loads(shipped.read_text())["entries"]
+    after = json.loads(out.read_text())["entries"]
+    assert set(after) == set(before)
+    for key, entry in before.items():
+        if "|op=potrf|" not in key:
+            assert after[key] == entry, key
+    potrf = [k for k in after if "|op=potrf|" in k]
+    assert len(potrf) == len(ladder.GRID_N) * len(ladder.GRID_DTYPES)
+    for key in potrf:
+        assert set(after[key]["evidence"]) == {f"M={b}" for b in ladder.GRID_BATCH}
+        assert any(cid != "torch" for _hi, cid in after[key]["regions"])  # the fake cost: Triton wins

@@ -13,7 +13,11 @@ eager-only library arm is timed as R eager calls between events. ns per problem 
 The gate runs each arm once on working set 0 with its output poisoned (NaN), computes the worst
 residual of the first GATE_PROBLEMS problems in fp64, and passes it when it is within the
 verify factor of torch's on the same inputs (and, for potrf/posv, every info is 0: the inputs
-are SPD). GPU only: constructing it imports torch and needs CUDA.
+are SPD). The poisoned output is a fresh contiguous tensor of the result's shape: launch's out=
+takes only contiguous tensors, and torch's potrf result (cholesky_ex's L) is column-major, so a
+poison made `like` it would be refused and every Triton potrf arm would fail the gate. A failed
+arm's reason (the exception, or the residual over its bound) is kept: `failure(cell, arm)`.
+GPU only: constructing it imports torch and needs CUDA.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from tunedb.families.linalg.ladder import Cell, Ring
 from tunedb.records import Config, Status
 
 MAX_RING = 8
+WHY_CHARS = 300  # a failed arm's reason is cut to this many characters
 GATE_PROBLEMS = 4096
 TARGET_US = 200.0  # a sample spans at least this much GPU time (in separately timed replays)
 
@@ -50,6 +55,11 @@ class GraphTimer:
         self.l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 << 20))
         self._cell: Cell | None = None
         self._state: dict[str, Any] = {}
+        self._why: dict[str, str] = {}  # arm -> why it failed, for the open cell
+
+    def failure(self, cell: Cell, arm: str) -> str | None:
+        """Why `arm` failed on `cell` (the gate or a sample), or None."""
+        return self._why.get(arm) if self._cell == cell else None
 
     def foreign_pids(self) -> frozenset[int]:
         return self.env.foreign_pids()
@@ -84,7 +94,7 @@ class GraphTimer:
         return cut, (tuple(o[:k] for o in out) if isinstance(out, tuple) else out[:k])
 
     def close(self) -> None:
-        self._state, self._cell = {}, None
+        self._state, self._cell, self._why = {}, None, {}
         self.torch.cuda.synchronize()
         self.torch.cuda.empty_cache()
 
@@ -107,19 +117,24 @@ class GraphTimer:
         if arm not in (configs.LIBRARY, configs.EAGER_ONLY):
             ref = problems.torch_arm(cell.op, *args)
             ref = ref[0] if isinstance(ref, tuple) else ref
-            poison = torch.full_like(ref, float("nan"))
+            poison = torch.full(tuple(ref.shape), float("nan"), dtype=ref.dtype, device=ref.device)
         try:
             out = self._call(st, arm, args, poison)
             torch.cuda.synchronize()
         except Exception as exc:  # a config that cannot compile or launch costs its arm only
+            self._why[arm] = describe(exc)
             kind = Status.COMPILE_ERROR if "ompil" in type(exc).__name__ else Status.LAUNCH_ERROR
             return kind, None
         cut, head = self._head(st["pristine"][0], out)
         if isinstance(out, tuple) and bool((head[1] != 0).any()):
-            return Status.INCORRECT, None  # an SPD input reported as not positive definite
+            bad = int((head[1] != 0).sum())
+            self._why[arm] = f"info != 0 on {bad} SPD problem(s) of the gate's {len(head[1])}"
+            return Status.INCORRECT, None
         res = problems.residual(st["sig"], cut, {}, head)
         ratio = res / max(st["torch_residual"], 1e-300)
         bound = problems.residual_bound(st["sig"], st["torch_residual"], self.factor)
+        if not res <= bound:
+            self._why[arm] = f"residual {res:.3g} over the bound {bound:.3g} (torch {st['torch_residual']:.3g})"
         return (Status.OK if res <= bound else Status.INCORRECT), (ratio if math.isfinite(ratio) else None)
 
     # --- timing ------------------------------------------------------------------------------
@@ -169,6 +184,17 @@ class GraphTimer:
                     reps = st["reps"][arm] = max(1, min(50, math.ceil(TARGET_US / 1000.0 / max(probe, 1e-6))))
                 total = sum(self._once_ms(st, arm) for _ in range(reps))
                 out[arm] = total * 1e6 / (reps * per_problem)
-            except Exception:  # a capture or replay failure costs this arm
+            except Exception as exc:  # a capture or replay failure costs this arm
+                self._why[arm] = "timing: " + describe(exc)
                 out[arm] = Status.LAUNCH_ERROR
         return out
+
+
+def describe(exc: BaseException) -> str:
+    """'ExcType: message' on one line, cut to WHY_CHARS; a message of many lines (a Triton
+    compile error: the place, pages of source, then the problem) keeps its first and last."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    body = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}" if lines else ""
+    text = f"{type(exc).__name__}: {body}" if body else type(exc).__name__
+    return text if len(text) <= WHY_CHARS else text[:WHY_CHARS - 3] + "..."
+

@@ -7,7 +7,8 @@ round, every raw sample kept. The cell's decision is pick.decide on the medians.
 library arm (`torch_checked`) is measured and reported beside the others but never decides a
 cell. Timers are pluggable: gputimer.GraphTimer on a GPU (CUDA graphs over a ring of fresh
 inputs), FakeTimer here (a cost function plus seeded noise), so the whole regeneration is tested
-without a GPU. The GPU must be quiet: a foreign compute process at the start refuses the run
+without a GPU. A timer may say why an arm failed (`failure(cell, arm)`); the reason is kept
+beside the status (the log line, the table's evidence). The GPU must be quiet: a foreign compute process at the start refuses the run
 (BusyGPUError); one that appears during a leg invalidates that leg.
 """
 from __future__ import annotations
@@ -127,6 +128,12 @@ class CellResult:
     statuses: Mapping[str, str]  # arm -> "ok" or a failure status
     residuals: Mapping[str, float | None]  # arm -> worst residual / torch's (the gate)
     pick: pick.CellPick
+    errors: Mapping[str, str] = field(default_factory=dict)  # failed arm -> why (when the timer says)
+
+    def failed(self) -> list[str]:
+        """'arm status (why)' for every failed arm, for the log."""
+        return [f"{a} {s}" + (f" ({self.errors[a]})" if a in self.errors else "")
+                for a, s in sorted(self.statuses.items()) if s != Status.OK.value]
 
     def median(self, arm: str) -> float | None:
         values = sorted(self.samples.get(arm, ()))
@@ -161,9 +168,12 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
             else:
                 samples[arm].append(float(value))
     frozen = {a: tuple(v) for a, v in samples.items()}
+    why = getattr(timer, "failure", None)
+    errors = {a: text for a, s in statuses.items() if s != Status.OK.value and why is not None
+              for text in (why(cell, a),) if text}
     result = CellResult(cell, frozen, statuses, residuals, pick.CellPick("torch", "torch", ""))
     servable = {a: result.median(a) for a in frozen if a != configs.EAGER_ONLY}
-    return CellResult(cell, frozen, statuses, residuals, pick.decide(servable, rule))
+    return CellResult(cell, frozen, statuses, residuals, pick.decide(servable, rule), errors)
 
 
 @dataclass
@@ -191,7 +201,9 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
             result = measure_cell(timer, cell, arms(cell, arch, max_arms), rounds, seed, rule)
             report.results.append(result)
             if progress is not None:
-                progress(f"{cell}: {result.pick.winner} ({result.pick.reason})")
+                failed = result.failed()
+                progress(f"{cell}: {result.pick.winner} ({result.pick.reason})"
+                         + (f"; failed: {'; '.join(failed)}" if failed else ""))
             intruders = timer.foreign_pids()
             if intruders and allow_busy:
                 report.contended = sorted(set(report.contended) | set(intruders))

@@ -5,7 +5,8 @@ winner serving every batch up to it (rounding up) and the largest measured batch
 serving the rest. `regions_native` keeps the winners without optional dependencies where the
 entry format has it (it is written only when it differs; absent means the same as `regions`).
 Evidence per measured batch: every arm's [median_ms, sigma_ms, rounds] or failure status, and
-the winner's ns per problem and gate residual (over torch's). The file's `model` object carries
+the winner's ns per problem and gate residual (over torch's), and for a failed arm the reason
+the timer gave (`_error:<arm>`; the entry's notes repeat them, one line per failed arm). The file's `model` object carries
 the retune's record (the format has no other free-form top-level field): provenance (UTC start,
 commit, dirty digest, GPU, versions), the pick rule's margins, the legs and per-leg correctness
 fingerprints (a digest of every arm's gate outcome per cell). A new table keeps the entries of
@@ -22,6 +23,19 @@ from tunedb.families.linalg.ladder import CellResult, LegReport
 from tunedb.records import Entry, Region, Signature
 
 SOURCE = "linalg-tune"
+ERROR_KEY = "_error:"  # evidence key prefix: a failed arm's reason
+
+
+def notes(evidence: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
+    """'M=<batch> <arm> <status>: <why>' for every failed arm with a reason, batch by batch."""
+    out = []
+    for key in sorted(evidence, key=lambda k: int(k[2:])):
+        point = evidence[key]
+        for name in sorted(point):
+            if name.startswith(ERROR_KEY):
+                arm = name[len(ERROR_KEY):]
+                out.append(f"{key} {arm} {point.get(arm)}: {point[name]}")
+    return tuple(out)
 
 
 def point_key(batch: int) -> str:
@@ -53,6 +67,8 @@ def _evidence(result: CellResult, policy: str) -> dict[str, Any]:
         values = result.samples.get(arm)
         if status != "ok" or not values:
             point[arm] = status if status != "ok" else "launch_error"
+            if arm in result.errors:
+                point[ERROR_KEY + arm] = result.errors[arm]
             continue
         med = result.median(arm)
         point[arm] = [round(med * batch / 1e6, 6), round(_sigma(values) * batch / 1e6, 6), len(values)]
@@ -111,7 +127,7 @@ def entries(results: Sequence[CellResult], soft: Mapping[str, str],
                 raise BuildError(f"{sig}: the native winners differ from the full ones, and this tunedb's "
                                  f"entry format has no regions_native to keep them in")
             fields["regions_native"] = native
-        out[sig] = Entry(sig, full, evidence, SOURCE, dict(soft), (), **fields)
+        out[sig] = Entry(sig, full, evidence, SOURCE, dict(soft), notes(evidence), **fields)
     return out
 
 
