@@ -96,6 +96,22 @@ class SignatureSchema:
         return self.check(Signature(family, op, dt, params))
 
 
+def source_hash(folder: Any, names: Sequence[str]) -> str:
+    """A family's impl_hash: sha256 over the files (relative to `folder`, in the given order) that
+    decide its compiled kernels and launch grids, each name then its bytes; first 12 hex
+    characters. A name whose file is absent is skipped (an optional kernel source)."""
+    import hashlib
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    for name in names:
+        path = Path(folder) / name
+        if path.exists():
+            h.update(name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def default_simplicity(config_id: str) -> int:
     """Sentinels (the framework's own ops) are simpler than any tuned config."""
     return 0 if config_id in SENTINELS else 1

@@ -7,12 +7,11 @@ touches neither torch nor triton; launching does.
 """
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from tunedb.families.contract import SignatureSchema, VerifyRule
+from tunedb.families.contract import SignatureSchema, VerifyRule, source_hash
 from tunedb.families.gemm import configs, signatures
 from tunedb.families.gemm.signatures import check_key, make_signature, serving_keys, signature_of, work
 from tunedb.records import ArchProfile, Config, Signature
@@ -27,13 +26,8 @@ KERNEL_SOURCES = ("kernels_common.py", "kernels_mma.py", "kernels_tma.py", "kern
 
 @lru_cache(maxsize=1)
 def impl_hash() -> str:
-    """sha256 over the kernel sources (in a fixed order), first 12 hex characters."""
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in KERNEL_SOURCES:
-        h.update(name.encode())
-        h.update((here / name).read_bytes())
-    return h.hexdigest()[:12]
+    """The family's soft validator over KERNEL_SOURCES (families.contract.source_hash)."""
+    return source_hash(Path(__file__).parent, KERNEL_SOURCES)
 
 
 class GemmFamily:

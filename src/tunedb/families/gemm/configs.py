@@ -237,17 +237,9 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
 
 # ---------------------------------------------------------------- validity
 
-@lru_cache(maxsize=1)
 def ws_supported() -> bool:
-    """Whether the installed Triton has tl.range(warp_specialize=...) (3.4+), read from its
-    metadata so that this pure module never imports triton."""
-    from importlib import metadata
-
-    try:
-        major, minor = (int(x) for x in re.findall(r"\d+", metadata.version("triton"))[:2])
-    except (metadata.PackageNotFoundError, ValueError):
-        return False
-    return (major, minor) >= (3, 4)
+    """Whether the installed Triton has tl.range(warp_specialize=...) (3.4+)."""
+    return decode.triton_at_least(3, 4)
 
 
 def smem_bytes(cfg: Config) -> int:

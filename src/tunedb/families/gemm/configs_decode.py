@@ -88,16 +88,21 @@ def smem_bytes(cfg: Config) -> int:
 
 
 @lru_cache(maxsize=1)
-def pdl_supported() -> bool:
-    """Whether the installed Triton has gdc_wait and the launch_pdl option (3.4+), read from its
-    metadata so that this pure module never imports triton."""
+def triton_at_least(major: int, minor: int) -> bool:
+    """Whether the installed Triton is at least major.minor, read from its metadata so that this
+    pure module never imports triton (False when Triton is not installed)."""
     from importlib import metadata
 
     try:
-        major, minor = (int(x) for x in re.findall(r"\d+", metadata.version("triton"))[:2])
+        have = tuple(int(x) for x in re.findall(r"\d+", metadata.version("triton"))[:2])
     except (metadata.PackageNotFoundError, ValueError):
         return False
-    return (major, minor) >= (3, 4)
+    return have >= (major, minor)
+
+
+def pdl_supported() -> bool:
+    """Whether the installed Triton has gdc_wait and the launch_pdl option (3.4+)."""
+    return triton_at_least(3, 4)
 
 
 def arch_reason(cfg: Config, cap: int) -> str | None:

@@ -11,7 +11,6 @@ returns. Importing this package touches neither torch nor triton.
 """
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -19,6 +18,7 @@ from typing import Any, Iterable, Sequence
 from tunedb.families.contract import InputPolicy, SignatureSchema, VerifyRule
 from tunedb.families.linalg import configs, pick, signatures
 from tunedb.families.linalg.signatures import FAMILY as NAME, OPS, SIZE_AXIS, make_signature, signature_of, work
+from tunedb.families.contract import source_hash
 from tunedb.records import ArchProfile, Config, Signature
 
 # What decides the compiled kernels, their launch grid and the library arm as served (not the
@@ -29,15 +29,8 @@ VERIFY_FACTOR = 4.0  # an arm's worst residual may reach 4x torch's on the same 
 
 @lru_cache(maxsize=1)
 def impl_hash() -> str:
-    """sha256 over the kernel sources (in a fixed order), first 12 hex characters."""
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for path in (here / name for name in KERNEL_SOURCES):
-        if not path.exists():
-            continue
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:12]
+    """The family's soft validator over KERNEL_SOURCES (families.contract.source_hash)."""
+    return source_hash(Path(__file__).parent, KERNEL_SOURCES)
 
 
 class LinalgFamily:

@@ -12,12 +12,12 @@ package touches neither torch nor triton.
 """
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from tunedb.families.scaled_mm import configs, keys
+from tunedb.families.contract import source_hash
 from tunedb.records import ArchProfile, Config, Signature
 
 # What decides the compiled kernels, their grids and the torch arms' GPU work: the soft validator.
@@ -26,12 +26,8 @@ KERNEL_SOURCES = ("kernels.py", "arms.py", "launch.py", "../gemm/kernels_common.
 
 @lru_cache(maxsize=1)
 def impl_hash() -> str:
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in KERNEL_SOURCES:
-        h.update(name.encode())
-        h.update((here / name).read_bytes())
-    return h.hexdigest()[:12]
+    """The family's soft validator over KERNEL_SOURCES (families.contract.source_hash)."""
+    return source_hash(Path(__file__).parent, KERNEL_SOURCES)
 
 
 class ScaledMMFamily:
