@@ -118,13 +118,14 @@ def _merge_bands(old: Mapping[str, tuple[float, int]], new: Mapping[str, tuple[f
 
 
 def loso_residuals(measurements: Iterable[Measurement], configs: Mapping[str, Config], arch: ArchProfile,
-                   fallback: str = "torch", fitter: Callable[..., ModelParams] | None = None
-                   ) -> list[tuple[str, int, int, int, int, float]]:
+                   fallback: str = "torch", fitter: Callable[..., ModelParams] | None = None,
+                   picked: list | None = None) -> list[tuple[str, int, int, int, int, float]]:
     """(lane, m, n, k, elem, residual) for every ok measurement of a known Triton config at a
     point where the fallback was measured too: residual = log(pred_fb / pred_cfg) -
     log(meas_fb / meas_cfg), the over-prediction of the speedup the model tier decides on, with
     the model fitted on every OTHER signature (one fit per signature: a model never scores the
-    signatures it was fitted on). A signature alone in the log has no residuals."""
+    signatures it was fitted on). A signature alone in the log has no residuals. `picked`, when
+    given, also receives the residuals of the config predicted fastest at each point."""
     fitter = fitter or fit
     ok = [m for m in measurements if m.status is Status.OK and m.median_ms and m.median_ms > 0]
     by_sig: dict[Any, list[Measurement]] = {}
@@ -143,6 +144,7 @@ def loso_residuals(measurements: Iterable[Measurement], configs: Mapping[str, Co
         params = fitter([m for m in ok if m.signature != sig], configs, arch)
         n, k, elem = sig.get("N"), sig.get("K"), ELEM_BYTES.get(sig.dt, 2)
         fb_pred: dict[int, float | Status] = {}
+        first = {id(m) for m in _top_predicted(tested, configs, arch, params, 1)} if picked is not None else set()
         for meas in tested:
             if meas.m not in fb_pred:
                 fb_pred[meas.m] = predict(fb_config, (sig, meas.m), arch, params)
@@ -152,14 +154,35 @@ def loso_residuals(measurements: Iterable[Measurement], configs: Mapping[str, Co
                 continue
             r = math.log(pred_fb / pred_c) - math.log(fb_meas[meas.m] / meas.median_ms)
             out.append((configs[meas.config_id].lane, meas.m, n, k, elem, r))
+            if id(meas) in first:
+                picked.append(out[-1])
     return out
+
+
+def _top_predicted(rows: Sequence[Measurement], configs: Mapping[str, Config], arch: ArchProfile,
+                   params: ModelParams, top: int) -> list[Measurement]:
+    """Per point the `top` measured configs the model predicts fastest: the ones a decision uses."""
+    by_m: dict[int, list[tuple[float, str, Measurement]]] = {}
+    for meas in rows:
+        ms = predict(configs[meas.config_id], (meas.signature, meas.m), arch, params)
+        if not isinstance(ms, Status):
+            by_m.setdefault(meas.m, []).append((ms, meas.config_id, meas))
+    return [meas for group in by_m.values() for _, _, meas in sorted(group, key=lambda x: x[:2])[:top]]
 
 
 def with_bands(params: ModelParams, measurements: Iterable[Measurement], configs: Mapping[str, Config],
                arch: ArchProfile, fallback: str = "torch") -> ModelParams:
-    """`params` with its per-regime error bands calibrated from these measurements (LOSO)."""
-    residuals = loso_residuals(measurements, configs, arch, fallback)
-    return dataclasses.replace(params, uncertainty=confidence.bands(residuals))
+    """`params` with its per-regime error bands calibrated from these measurements (LOSO): per
+    regime the wider of the upper quantile over every measured config's residual and over the
+    residual of the config the model predicts fastest at each point (the one a decision serves:
+    the argmax of a noisy prediction is over-predicted more often than a config picked at random,
+    so the all-config band alone lets through picks it should decline). The sample count is the
+    latter's: one per held-out point, what a regime's band is a statement about."""
+    rows = list(measurements)
+    top: list[tuple[str, int, int, int, int, float]] = []
+    every = confidence.bands(loso_residuals(rows, configs, arch, fallback, picked=top))
+    return dataclasses.replace(params, uncertainty={key: (max(band, every[key][0]), n)
+                                                    for key, (band, n) in confidence.bands(top).items()})
 
 
 def _scaled_line(config: Config, arch: ArchProfile, base: ModelParams, scale: float, elem: int) -> tuple[float, float]:
