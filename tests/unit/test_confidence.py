@@ -158,3 +158,30 @@ def test_heldout_regret_with_the_rule_is_no_worse_than_torch():
     assert res["points"] >= 10 and sel["rule"]["unmeasured"] == 0
     assert sel["rule"]["geomean"] <= sel["torch"]["geomean"] + 1e-12
     assert sel["rule"]["geomean"] <= sel["margin only"]["geomean"] + 1e-12
+
+
+def test_model_pick_notes_decisions_for_the_report():
+    from tunedb.runtime import report, serving
+
+    c = cfg(64, 64, 64)
+    shape = (8, 4096, 4096, 2)
+    band = {k: (math.log(1.10), 50) for k in confidence.regimes(c.lane, *shape)}
+
+    class Fake:
+        def __init__(self, t_torch: float) -> None:
+            self.t_torch = t_torch
+
+        def decide(self, sig, m, candidates):
+            return confidence.serve(_ranked(1.0, self.t_torch, c), "torch", band, shape)
+
+    s1, s2 = sig(4096, 4096), sig(4096, 8192)
+    serving.forget_decisions()
+    try:
+        assert serving.model_pick(Fake(1.5), s1, 8, (c, TORCH), family="gemm") == c
+        assert serving.model_pick(Fake(1.05), s2, 8, (c, TORCH), family="gemm").id == "torch"
+        line = serving.confidence_line("gemm")
+        assert "2 unmeasured shape(s), 1 served a predicted-faster config, 1 declined" in line
+        lines = report.confidence_lines()
+        assert any("M=8: model: b64x64x64_w4_s3 (+50% predicted, error band 10%, n=50)" in l for l in lines)
+    finally:
+        serving.forget_decisions()
