@@ -94,26 +94,32 @@ def test_ranker_prefers_torch_within_the_margin():
     triton = cfg(16, 64, 128, s=4)
     t_torch = predict(TORCH, (s, 8), ARCH)
     t_triton = predict(triton, (s, 8), ARCH)
-    # Place the torch arm just inside, then well outside, the margin of the Triton config.
-    inside = ModelParams(sentinel={"torch": (1.0, (t_triton * 1.03 - t_torch) * 1000)}, torch_margin=0.05)
-    outside = ModelParams(sentinel={"torch": (1.0, (t_triton * 1.5 - t_torch) * 1000)}, torch_margin=0.05)
+    # Place the torch arm just inside, then well outside, the margin of the Triton config (an
+    # error band of 0 with enough samples: the margin is the rule's floor).
+    band = {"*|*|*": (0.0, 1000)}
+    inside = ModelParams(sentinel={"torch": (1.0, (t_triton * 1.03 - t_torch) * 1000)}, torch_margin=0.05,
+                         uncertainty=band)
+    outside = ModelParams(sentinel={"torch": (1.0, (t_triton * 1.5 - t_torch) * 1000)}, torch_margin=0.05,
+                          uncertainty=band)
     for params, want in ((inside, "torch"), (outside, triton.id)):
         ranker = make_ranker(ARCH, params, None)
         assert ranker(s, 8, (triton, TORCH)).id == want
     # Without the torch arm among the candidates the ranker still answers with a Triton config.
     assert make_ranker(ARCH, inside, None)(s, 8, (triton,)).id == triton.id
     # A zero margin is a plain argmin.
-    zero = ModelParams(sentinel=inside.sentinel, torch_margin=0.0)
+    zero = ModelParams(sentinel=inside.sentinel, torch_margin=0.0, uncertainty=band)
     assert make_ranker(ARCH, zero, None)(s, 8, (triton, TORCH)).id == triton.id
 
 
 def test_params_round_trip_and_old_files():
     p = ModelParams(scale=1.2, per_config={"a": (1.0, 0.5)}, sentinel={"torch": (0.7, 1.5)},
-                    torch_margin=0.1, fitted_on=42, latency_us=0.6)
+                    torch_margin=0.1, fitted_on=42, latency_us=0.6,
+                    uncertainty={"triton_mma|m1|ai<16": (0.25, 34), "*|*|*": (0.4, 900)})
     assert ModelParams.from_json(p.to_json()) == p
     # A model written before the latency term and the vendor calibration existed keeps its meaning.
     old = ModelParams.from_json({"schema": 1, "scale": 1.5, "per_config": {"a": [1.0, 0.5]}})
     assert old.latency_us == 0.0 and old.sentinel == {} and old.fitted_on == 0
+    assert old.uncertainty == {}  # no bands: the model tier declines (test_confidence.py)
     with pytest.raises(ConfigError, match=r"sentinel\['torch'\]"):
         ModelParams.from_json({"schema": 1, "sentinel": {"torch": [1.0]}})
     with pytest.raises(ConfigError, match=r"per_config\['x'\]"):

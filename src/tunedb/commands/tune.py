@@ -43,11 +43,17 @@ def _census_kw(args: argparse.Namespace) -> dict[str, Any]:
 
 def print_served(console: Any, served: list[Any], arch_family: str) -> None:
     """What each census point would be served; on a terminal too narrow for the full keys, their
-    short forms with a legend (signature_text), never wrapped or cut."""
+    short forms with a legend (signature_text), never wrapped or cut. A model-tier point shows
+    the predicted gain and its regime's error band, or the config the model declined."""
     from rich import box
     from rich.table import Table
 
     from tunedb import signature_text
+    from tunedb.runtime import serving
+
+    def config_text(s: Any) -> str:
+        d = serving.decision(s.point.signature.family, s.point.signature, s.point.m) if s.tier == "model" else None
+        return f"model: {d.describe()}" if d is not None and d.config.id == s.config_id else s.config_id
 
     def table(sig_text: Any, compact: bool) -> Table:
         t = Table(title=f"what tunedb would serve on {arch_family} (user > system > cost model > default)",
@@ -57,7 +63,7 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
         for s in served:
             p = s.point
             t.add_row(sig_text(p.signature), str(p.m), f"{p.weight:.3f}", "yes" if p.must_tune else "",
-                      s.tier, s.config_id)
+                      s.tier, config_text(s))
         return t
 
     full = table(lambda sig: sig.format(), compact=False)
@@ -68,6 +74,14 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
     counts = Counter(s.tier for s in served)
     order = ("user", "system", "model", "default", "unserved")
     console.print("points per tier: " + ", ".join(f"{counts.get(t, 0)} {t}" for t in order))
+    model_points = [s for s in served if s.tier == "model"]
+    if model_points:
+        decided = [serving.decision(s.point.signature.family, s.point.signature, s.point.m) for s in model_points]
+        declined = sum(1 for d in decided if d is not None and d.declined)
+        confident = sum(1 for d in decided if d is not None and d.best is not None and d.config is d.best)
+        console.print(f"cost model: {confident} of {len(model_points)} unmeasured point(s) served a predicted-faster "
+                      f"config; {declined} declined (predicted gain inside the model's error band: the "
+                      f"fallback serves)", highlight=False)
     if counts.get("unserved"):
         ops = sorted({s.point.signature.op for s in served if s.tier == "unserved"})
         console.print(f"unserved: {counts['unserved']} point(s) of op(s) {', '.join(ops)} that no tunedb kernel "

@@ -4,7 +4,9 @@ optimize() registers each model it patches (held weakly) with its TunedLinear la
 tier is the weakest tier any of its shapes resolved at in this epoch (a layer served by the user
 tier at M=64 but by the default at M=4096 counts as default: it is not fully tuned). Layers
 that have not yet run on a CUDA device are counted apart. The selector's own per-family lines
-(every call counted per tier) follow the model lines.
+(every call counted per tier) follow the model lines, then the model tier's confidence: how
+many unmeasured shapes it served a config or declined, and each served pick's predicted gain
+and error band.
 """
 from __future__ import annotations
 
@@ -79,7 +81,23 @@ def model_lines(family: str | None = None) -> list[str]:
     return lines
 
 
+def confidence_lines() -> list[str]:
+    """Per family whose model tier decided something this epoch: how many unmeasured shapes it
+    served a config and declined, then each served config's predicted gain and error band."""
+    from tunedb.runtime import serving
+
+    lines = []
+    for family in sorted({fam for fam, _sig, _m in serving.decisions()}):
+        line = serving.confidence_line(family)
+        if line:
+            lines.append(line)
+        for (_f, sig, m), d in sorted(serving.decisions(family).items(), key=lambda kv: (kv[0][1].format(), kv[0][2])):
+            if getattr(d, "best", None) is not None and d.config is d.best:
+                lines.append(f"  {sig.format()} M={m}: model: {d.describe()}")
+    return lines
+
+
 def tuning_report() -> str:
     """One line per family and optimized model, then the selector's per-family lines."""
-    lines = model_lines() + list(selector.report_lines())
+    lines = model_lines() + list(selector.report_lines()) + confidence_lines()
     return "\n".join(lines) if lines else selector.tuning_report()  # its "nothing called yet" line

@@ -9,6 +9,7 @@ captured CUDA graph and an eager call always run the same kernel.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -177,7 +178,8 @@ def _ranker_for(fam: Any, profile: ArchProfile) -> Ranker | None:
     if fam.name not in _family_rankers:
         try:
             model = hook(fam, "cost_model")(profile, model_params(fam.name))
-            _family_rankers[fam.name] = model.pick if model is not None else None
+            _family_rankers[fam.name] = (functools.partial(serving.model_pick, model, family=fam.name)
+                                         if model is not None else None)
         except Exception as exc:  # a broken model costs its tier, not the op
             tiers.warn_once("selector", f"model:{fam.name}:{type(exc).__name__}",
                             f"tunedb: the {fam.name} cost model could not be built ({exc!r}); "
@@ -310,6 +312,7 @@ def _clear_epoch() -> None:
         _memo.clear()
         _compiled.clear()
         _family_rankers.clear()
+        serving.forget_decisions()
 
 
 tiers.on_reload(_clear_epoch)

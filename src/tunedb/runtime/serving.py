@@ -59,3 +59,48 @@ def model_candidates(fam: Any, sig: Signature, compiled: Iterable[Config], profi
     if fallback in fam.sentinels(sig, approximate):
         configs += (Config.sentinel(fallback),)
     return configs
+
+
+# (family, signature, m) -> the model tier's Decision this epoch (what the report explains)
+_decisions: dict[tuple[str, Signature, int], Any] = {}
+
+
+def model_pick(model: Any, sig: Signature, m: int, candidates: tuple[Config, ...],
+               family: str | None = None) -> Config | None:
+    """The model tier's pick through the family model's serving rule: its decide() when it has
+    one (the GEMM confidence rule: a config serves only beyond its regime's error band), noted
+    for the report under `family`; else its pick()."""
+    decide = getattr(model, "decide", None)
+    if decide is None:
+        return model.pick(sig, m, candidates)
+    decision = decide(sig, m, candidates)
+    if decision is None:
+        return None
+    if family is not None:
+        _decisions[(family, sig, m)] = decision
+    return decision.config
+
+
+def decision(family: str, sig: Signature, m: int) -> Any:
+    """The model tier's noted Decision at (sig, m) this epoch, or None."""
+    return _decisions.get((family, sig, m))
+
+
+def decisions(family: str | None = None) -> dict[tuple[str, Signature, int], Any]:
+    return {key: d for key, d in _decisions.items() if family is None or key[0] == family}
+
+
+def forget_decisions() -> None:
+    _decisions.clear()
+
+
+def confidence_line(family: str) -> str | None:
+    """`gemm model tier: 3 shape(s) served a config, 5 declined (predicted gain inside the error
+    band)`; None when the model tier decided nothing this epoch."""
+    mine = decisions(family)
+    if not mine:
+        return None
+    served = sum(1 for d in mine.values() if getattr(d, "best", None) is not None and d.config is d.best)
+    declined = sum(1 for d in mine.values() if getattr(d, "declined", False))
+    return (f"{family} model tier: {len(mine)} unmeasured shape(s), {served} served a predicted-faster "
+            f"config, {declined} declined (predicted gain inside the model's error band: the fallback serves)")

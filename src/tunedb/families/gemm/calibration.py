@@ -5,12 +5,16 @@ config its own (a_c, b_c) over the points where the latency bound does not bind,
 every config it did not fit, and the vendor arms' (torch, fused) level and per-call overhead.
 merge() combines the model a database file already ships with a new build's fit, so a file built
 by several builds carries one model; geomean_error() scores a model against measurements.
+loso_residuals() and with_bands() calibrate the model tier's confidence (confidence.py): the
+error of its predicted speedup over torch, leave-one-signature-out, per regime.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from tunedb.families.gemm import confidence
 from tunedb.families.gemm.costmodel import (ELEM_BYTES, ModelParams, Terms, _predict_us, _tile_of,
                               _vendor_parts, _vendor_us, default_line, predict, terms)
 from tunedb.families.gemm.configs import VENDOR_LANES
@@ -80,7 +84,7 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
     return ModelParams(scale=scale, lane_eff=dict(base.lane_eff), setup_us=base.setup_us,
                        latency_us=base.latency_us, l2_bw_factor=base.l2_bw_factor,
                        per_config={**base.per_config, **per}, sentinel=sentinel,
-                       torch_margin=base.torch_margin, fitted_on=seen)
+                       torch_margin=base.torch_margin, fitted_on=seen, uncertainty=dict(base.uncertainty))
 
 
 def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
@@ -98,7 +102,87 @@ def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
                        latency_us=new.latency_us, l2_bw_factor=new.l2_bw_factor,
                        per_config={**old.per_config, **new.per_config},
                        sentinel={**old.sentinel, **new.sentinel}, torch_margin=new.torch_margin,
-                       fitted_on=total)
+                       fitted_on=total, uncertainty=_merge_bands(old.uncertainty, new.uncertainty))
+
+
+def _merge_bands(old: Mapping[str, tuple[float, int]], new: Mapping[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
+    """Per regime the wider band over both fits' samples: the residuals themselves are not kept,
+    so where two builds disagree the file keeps the conservative one."""
+    out = dict(old)
+    for key, (band, n) in new.items():
+        if key in out:
+            out[key] = (max(out[key][0], band), out[key][1] + n)
+        else:
+            out[key] = (band, n)
+    return out
+
+
+def loso_residuals(measurements: Iterable[Measurement], configs: Mapping[str, Config], arch: ArchProfile,
+                   fallback: str = "torch", fitter: Callable[..., ModelParams] | None = None,
+                   picked: list | None = None) -> list[tuple[str, int, int, int, int, float]]:
+    """(lane, m, n, k, elem, residual) for every ok measurement of a known Triton config at a
+    point where the fallback was measured too: residual = log(pred_fb / pred_cfg) -
+    log(meas_fb / meas_cfg), the over-prediction of the speedup the model tier decides on, with
+    the model fitted on every OTHER signature (one fit per signature: a model never scores the
+    signatures it was fitted on). A signature alone in the log has no residuals. `picked`, when
+    given, also receives the residuals of the config predicted fastest at each point."""
+    fitter = fitter or fit
+    ok = [m for m in measurements if m.status is Status.OK and m.median_ms and m.median_ms > 0]
+    by_sig: dict[Any, list[Measurement]] = {}
+    for m in ok:
+        by_sig.setdefault(m.signature, []).append(m)
+    out: list[tuple[str, int, int, int, int, float]] = []
+    if len(by_sig) < 2:
+        return out
+    fb_config = Config.sentinel(fallback)
+    for sig, rows in by_sig.items():
+        fb_meas = {m.m: m.median_ms for m in rows if m.config_id == fallback}
+        tested = [m for m in rows if m.m in fb_meas and m.config_id in configs
+                  and not configs[m.config_id].is_sentinel]
+        if not tested:
+            continue
+        params = fitter([m for m in ok if m.signature != sig], configs, arch)
+        n, k, elem = sig.get("N"), sig.get("K"), ELEM_BYTES.get(sig.dt, 2)
+        fb_pred: dict[int, float | Status] = {}
+        first = {id(m) for m in _top_predicted(tested, configs, arch, params, 1)} if picked is not None else set()
+        for meas in tested:
+            if meas.m not in fb_pred:
+                fb_pred[meas.m] = predict(fb_config, (sig, meas.m), arch, params)
+            pred_fb = fb_pred[meas.m]
+            pred_c = predict(configs[meas.config_id], (sig, meas.m), arch, params)
+            if isinstance(pred_fb, Status) or isinstance(pred_c, Status) or pred_fb <= 0 or pred_c <= 0:
+                continue
+            r = math.log(pred_fb / pred_c) - math.log(fb_meas[meas.m] / meas.median_ms)
+            out.append((configs[meas.config_id].lane, meas.m, n, k, elem, r))
+            if id(meas) in first:
+                picked.append(out[-1])
+    return out
+
+
+def _top_predicted(rows: Sequence[Measurement], configs: Mapping[str, Config], arch: ArchProfile,
+                   params: ModelParams, top: int) -> list[Measurement]:
+    """Per point the `top` measured configs the model predicts fastest: the ones a decision uses."""
+    by_m: dict[int, list[tuple[float, str, Measurement]]] = {}
+    for meas in rows:
+        ms = predict(configs[meas.config_id], (meas.signature, meas.m), arch, params)
+        if not isinstance(ms, Status):
+            by_m.setdefault(meas.m, []).append((ms, meas.config_id, meas))
+    return [meas for group in by_m.values() for _, _, meas in sorted(group, key=lambda x: x[:2])[:top]]
+
+
+def with_bands(params: ModelParams, measurements: Iterable[Measurement], configs: Mapping[str, Config],
+               arch: ArchProfile, fallback: str = "torch") -> ModelParams:
+    """`params` with its per-regime error bands calibrated from these measurements (LOSO): per
+    regime the wider of the upper quantile over every measured config's residual and over the
+    residual of the config the model predicts fastest at each point (the one a decision serves:
+    the argmax of a noisy prediction is over-predicted more often than a config picked at random,
+    so the all-config band alone lets through picks it should decline). The sample count is the
+    latter's: one per held-out point, what a regime's band is a statement about."""
+    rows = list(measurements)
+    top: list[tuple[str, int, int, int, int, float]] = []
+    every = confidence.bands(loso_residuals(rows, configs, arch, fallback, picked=top))
+    return dataclasses.replace(params, uncertainty={key: (max(band, every[key][0]), n)
+                                                    for key, (band, n) in confidence.bands(top).items()})
 
 
 def _scaled_line(config: Config, arch: ArchProfile, base: ModelParams, scale: float, elem: int) -> tuple[float, float]:

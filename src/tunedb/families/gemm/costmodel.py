@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from tunedb.errors import ConfigError
+from tunedb.families.gemm import confidence
 from tunedb.families.gemm.configs import VENDOR_LANES
 from tunedb.records import ArchProfile, Config, Signature, Status
 
@@ -63,13 +64,17 @@ class ModelParams:
     # faster by more than this share: the build's gate keeps the torch fallback the same way.
     torch_margin: float = 0.05
     fitted_on: int = 0  # ok measurements the calibration saw: merge() weighs fits by it
+    # regime key (confidence.regimes) -> (error band of the predicted log speedup over torch,
+    # residuals behind it), calibrated leave-one-signature-out; empty: the tier declines
+    uncertainty: Mapping[str, tuple[float, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": _SCHEMA, "scale": self.scale, "lane_eff": dict(self.lane_eff),
                 "setup_us": self.setup_us, "latency_us": self.latency_us,
                 "l2_bw_factor": self.l2_bw_factor, "per_config": {k: [a, b] for k, (a, b) in sorted(self.per_config.items())},
                 "sentinel": {k: [a, b] for k, (a, b) in sorted(self.sentinel.items())},
-                "torch_margin": self.torch_margin, "fitted_on": self.fitted_on}
+                "torch_margin": self.torch_margin, "fitted_on": self.fitted_on,
+                "uncertainty": {k: [b, n] for k, (b, n) in sorted(self.uncertainty.items())}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelParams":
@@ -85,7 +90,10 @@ class ModelParams:
                    per_config=_pairs(data, "per_config", "[a_us, b_us]"),
                    sentinel=_pairs(data, "sentinel", "[scale, overhead_us]"),
                    torch_margin=float(data.get("torch_margin", default.torch_margin)),
-                   fitted_on=int(data.get("fitted_on", 0)))
+                   fitted_on=int(data.get("fitted_on", 0)),
+                   # a model written before the bands were calibrated has none: the tier declines
+                   uncertainty={k: (b, int(n)) for k, (b, n) in
+                                _pairs(data, "uncertainty", "[band, samples]").items()})
 
 
 def _pairs(data: Mapping[str, Any], key: str, what: str) -> dict[str, tuple[float, float]]:
@@ -307,24 +315,33 @@ def rank(configs: Iterable[Config], M: int, N: int, K: int, arch: ArchProfile, k
     return [(c, ms) for ms, _, c in scored[:k_top]]
 
 
-def make_ranker(arch: ArchProfile, params: ModelParams | None, validity: Validity | None,
-                default_config: DefaultOf | None = None) -> Callable[[Signature, int, tuple[Config, ...]], Config | None]:
-    """The selector's cost-model tier: ranker(sig, m, candidates) -> the predicted-fastest valid
-    config. When the 'torch' sentinel is a candidate it wins unless another candidate is predicted
-    faster by more than params.torch_margin: an advantage inside the model's noise is not worth
-    leaving the vendor library for (the build's gate keeps its torch fallback the same way)."""
-    margin = (params or ModelParams()).torch_margin
+def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validity | None,
+                 default_config: DefaultOf | None = None,
+                 fallback: str = "torch") -> Callable[[Signature, int, tuple[Config, ...]], "confidence.Decision | None"]:
+    """The model tier's decision at (sig, m) among candidates: confidence.serve() over the
+    candidates ranked by predicted time. When the fallback is a candidate, a config serves only
+    where its predicted speedup over it exceeds its regime's calibrated error band (and
+    params.torch_margin); a model without bands declines every config."""
+    p = params or ModelParams()
 
-    def ranker(sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
+    def decide(sig: Signature, m: int, candidates: tuple[Config, ...]) -> "confidence.Decision | None":
         n, k = sig.get("N"), sig.get("K")
         if not isinstance(n, int) or not isinstance(k, int):
             return None
         ranked = rank(candidates, m, n, k, arch, len(candidates), validity, params, dt=sig.dt,
                       default_config=default_config, sig=sig)
-        if not ranked:
-            return None
-        torch = next(((c, ms) for c, ms in ranked if c.id == "torch"), None)
-        if torch is not None and ranked[0][1] * (1.0 + margin) >= torch[1]:
-            return torch[0]
-        return ranked[0][0]
+        return confidence.serve(ranked, fallback, p.uncertainty, (m, n, k, ELEM_BYTES.get(sig.dt, 2)),
+                                p.torch_margin)
+    return decide
+
+
+def make_ranker(arch: ArchProfile, params: ModelParams | None, validity: Validity | None,
+                default_config: DefaultOf | None = None) -> Callable[[Signature, int, tuple[Config, ...]], Config | None]:
+    """The selector's cost-model tier: ranker(sig, m, candidates) -> the config make_decider's
+    rule serves (the predicted-fastest valid config, or 'torch' inside the model's error band)."""
+    decide = make_decider(arch, params, validity, default_config)
+
+    def ranker(sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
+        d = decide(sig, m, candidates)
+        return d.config if d is not None else None
     return ranker

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from tunedb.families.gemm import calibration, costmodel
+from tunedb.families.gemm import calibration, confidence, costmodel
 from tunedb.records import ArchProfile, Config, Measurement, Signature, Status
 
 
@@ -33,7 +33,7 @@ class GemmCostModel:
         self.family, self.profile = family, profile
         self.params = params_of(params)
         self._default = lambda sig, _arch=None: family.default_config(sig, profile)
-        self._pick = costmodel.make_ranker(profile, self.params, family.invalid_reason, self._default)
+        self._decide = costmodel.make_decider(profile, self.params, family.invalid_reason, self._default)
 
     def rank(self, sig: Signature, m: int, configs: Sequence[Config], k: int) -> list[str]:
         """The k configs predicted fastest at (sig, m), fastest first."""
@@ -49,13 +49,22 @@ class GemmCostModel:
             return None
         return None if isinstance(ms, Status) else ms
 
+    def decide(self, sig: Signature, m: int, candidates: tuple[Config, ...]) -> confidence.Decision | None:
+        """The model tier's decision (confidence.serve): what serves, the predicted gain, the
+        regime's error band and whether a faster-predicted config was declined."""
+        return self._decide(sig, m, candidates)
+
     def pick(self, sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
-        """The selector's model tier: the predicted-fastest candidate (the fallback wins inside
-        the model's calibrated margin)."""
-        return self._pick(sig, m, candidates)
+        """The selector's model tier: the predicted-fastest candidate where its predicted gain
+        over the fallback exceeds the regime's calibrated error band, else the fallback."""
+        d = self._decide(sig, m, candidates)
+        return d.config if d is not None else None
 
 
 def calibrate(profile: ArchProfile, measurements: Iterable[Measurement], configs: Mapping[str, Config],
               old: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """This run's fit merged into the file's old model: the `model` object to write."""
-    return calibration.merge(params_of(old), calibration.fit(list(measurements), configs, profile)).to_json()
+    """This run's fit, with its error bands calibrated leave-one-signature-out, merged into the
+    file's old model: the `model` object to write."""
+    rows = list(measurements)
+    new = calibration.with_bands(calibration.fit(rows, configs, profile), rows, configs, profile)
+    return calibration.merge(params_of(old), new).to_json()
