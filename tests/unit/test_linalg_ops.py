@@ -124,3 +124,26 @@ def test_autotune_overrides_reach_the_linalg_ops_and_are_not_memoised(tmp_path):
             assert ops.bound_for("potrf", a).tier == "model"  # the override is gone
         finally:
             selector.configure()
+
+
+def test_a_config_failing_its_first_call_hands_the_cell_to_the_library_arm():
+    """The run time's one first-call rule (launch_table.first_call) serves the linalg ops too:
+    a Triton config that fails its first launch is warned about, named by the batch size axis,
+    and the torch arm answers for the rest of the epoch."""
+    from tunedb import families
+    from tunedb.errors import TunedbWarning
+    from tunedb.runtime import launch_table
+
+    fam = families.get("linalg")
+    a = torch.eye(4).repeat(8, 1, 1) * 2.0
+    sig, batch = fam.signature_of("potrf", a)
+
+    def broken(*tensors):
+        raise RuntimeError("out of resources: shared memory")
+
+    bound = launch_table.Bound("linalg", sig, batch, fam.parse_config("warp_p8_w1"), "system", broken)
+    with pytest.warns(TunedbWarning, match="failed on its first call.*batch=8.*torch arm"):
+        low, info = launch_table.first_call(bound, a)
+    assert bound.config.id == "torch" and bound.launched
+    torch.testing.assert_close(low, torch.linalg.cholesky(a))
+    assert int(info.abs().sum()) == 0

@@ -307,26 +307,35 @@ def _call_for(family: Any, config: Config, sig: Signature) -> Callable[..., Any]
 
 
 def first_launch(bound: Bound, x: Any, weight: Any, bias: Any) -> Any:
-    """Run a shape's first call; if its config fails to compile or launch (outside a capture),
-    warn once and serve the shape with the framework's op ('torch') for the rest of the epoch."""
+    """A linear layer's first call through first_call (the GEMM launchers' argument order)."""
+    return first_call(bound, x, weight, bias, None)
+
+
+def first_call(bound: Bound, *args: Any) -> Any:
+    """Run a shape's first call, `bound.call(*args)`; if its config fails to compile or launch
+    (outside a capture), warn once and serve the shape with the framework's op ('torch') for the
+    rest of the epoch. Any family's run-time ops share it."""
     try:
-        y = bound.call(x, weight, bias, None)
+        out = bound.call(*args)
     except Exception as exc:
         if bound.config.id == "torch" or _capturing():
             raise
         import warnings
 
+        from tunedb import families
         from tunedb.errors import TunedbWarning
 
+        family = families.get(bound.family)
+        size = getattr(getattr(family, "schema", None), "size", "M")
         warnings.warn(f"tunedb: config {bound.config.id} ({bound.tier} tier) failed on its first call "
-                      f"for {bound.signature} at M={bound.m} ({type(exc).__name__}: {exc}); the torch "
+                      f"for {bound.signature} at {size}={bound.m} ({type(exc).__name__}: {exc}); the torch "
                       f"arm serves this shape until the next epoch", TunedbWarning, stacklevel=4)
         torch_arm = Config.sentinel("torch")
-        bound.call = _call_for(_family(), torch_arm, bound.signature)
+        bound.call = _call_for(family, torch_arm, bound.signature)
         bound.config = torch_arm
-        y = bound.call(x, weight, bias, None)
+        out = bound.call(*args)
     bound.launched = True
-    return y
+    return out
 
 
 @contextlib.contextmanager

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import warnings
 from typing import Any
 
 from tunedb.families.linalg import signatures
@@ -76,32 +75,6 @@ def bound_for(op: str, *tensors: Any) -> Any:
     return got
 
 
-def _capturing() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
-
-
-def _first_launch(bound: Any, tensors: tuple[Any, ...]) -> Any:
-    """A config that fails its first call (outside a capture) is warned about once and the
-    library arm serves the key for the rest of the epoch."""
-    try:
-        out = bound.call(*tensors)
-    except Exception as exc:
-        if bound.config.id == "torch" or _capturing():
-            raise
-        from tunedb.errors import TunedbWarning
-
-        warnings.warn(f"tunedb: linalg config {bound.config.id} ({bound.tier} tier) failed on its first "
-                      f"call for {bound.signature} at batch={bound.m} ({type(exc).__name__}: {exc}); "
-                      f"the torch arm serves it until the next epoch", TunedbWarning, stacklevel=4)
-        bound.config = Config.sentinel("torch")
-        bound.call = functools.partial(_family().launch, bound.config, bound.signature)
-        out = bound.call(*tensors)
-    bound.launched = True
-    return out
-
-
 def run(op: str, *tensors: Any) -> Any:
     """The op's implementation (what every backend of tunedb::linalg_<op> runs)."""
     first = tensors[0]
@@ -113,7 +86,9 @@ def run(op: str, *tensors: Any) -> Any:
     bound = bound_for(op, *tensors)
     if bound.launched:
         return bound.call(*tensors)
-    return _first_launch(bound, tensors)
+    from tunedb.runtime import launch_table
+
+    return launch_table.first_call(bound, *tensors)
 
 
 def _fake(op: str, *tensors: Any) -> Any:

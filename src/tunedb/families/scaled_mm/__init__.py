@@ -12,7 +12,7 @@ package touches neither torch nor triton.
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -45,8 +45,9 @@ class ScaledMMFamily:
         return f"<tunedb family {self.name}>"
 
     # --- the contract's data and hooks (tunedb.families.contract)
-    @property
+    @cached_property
     def schema(self) -> Any:
+        """Derived once per family: its key fields, the out/scale choices of its name."""
         from tunedb.families.contract import SignatureSchema
 
         outs = tuple(sorted({o for (fam, _), allowed in configs.OUTS.items() if fam == self.name for o in allowed}))
