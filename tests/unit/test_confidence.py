@@ -70,6 +70,25 @@ def test_rule_declines_a_regime_with_too_few_samples_and_a_model_without_bands()
     assert confidence.serve([(c, 1.0)], "torch", {}, shape).config == c
 
 
+def test_rule_declines_a_shape_outside_its_regimes_work_range():
+    c = cfg(64, 128, 128, lane="triton_tma")
+    # the band was measured on 5-100 GFLOP points (whisper-large-v3 at M=1500)
+    rows = [("triton_tma", 1500, n, k, 2, 0.0) for n, k in ((1280, 1280), (5120, 1280), (1280, 5120))]
+    band = {k: (0.05, 50) for k in confidence.regimes(c.lane, 1500, 1280, 1280)}
+    support = confidence.supports(rows)
+    lo, hi = support["triton_tma|m1025+|ai128+"]
+    assert lo == pytest.approx(math.log2(2 * 1500 * 1280 * 1280), abs=1e-3) and hi > lo
+    small = (1500, 512, 512, 2)  # 0.8 GFLOP: six times below the smallest measured point
+    d = confidence.serve(_ranked(1.0, 2.0, c), "torch", band, small, support=support)
+    assert d.config.id == "torch" and d.declined and d.outside
+    assert "outside the work range" in d.describe()
+    # inside the range (and within the factor-2 slack) the band decides as before
+    d = confidence.serve(_ranked(1.0, 2.0, c), "torch", band, (1500, 2048, 2048, 2), support=support)
+    assert d.config == c and not d.outside
+    # a model calibrated before supports were kept is not range-checked
+    assert confidence.serve(_ranked(1.0, 2.0, c), "torch", band, small).config == c
+
+
 def test_decider_and_model_pick_use_the_rule():
     s = sig(4096, 4096)
     c = cfg(64, 64, 64)
@@ -89,6 +108,9 @@ def test_params_round_trip_with_bands_and_merge_keeps_the_wider():
     assert ModelParams.from_json(p.to_json()) == p
     q = ModelParams(uncertainty={"triton_mma|m1|ai<16": (0.1, 10), "x|*|*": (0.5, 5)}, fitted_on=10)
     merged = calibration.merge(p, q).uncertainty
+    assert calibration.merge(ModelParams(support={"a": (1.0, 2.0)}, fitted_on=1),
+                             ModelParams(support={"a": (0.5, 1.5), "b": (3.0, 4.0)}, fitted_on=1)).support == \
+        {"a": (0.5, 2.0), "b": (3.0, 4.0)}
     assert merged["triton_mma|m1|ai<16"] == (0.3, 50) and merged["x|*|*"] == (0.5, 5)
 
 

@@ -84,7 +84,8 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
     return ModelParams(scale=scale, lane_eff=dict(base.lane_eff), setup_us=base.setup_us,
                        latency_us=base.latency_us, l2_bw_factor=base.l2_bw_factor,
                        per_config={**base.per_config, **per}, sentinel=sentinel,
-                       torch_margin=base.torch_margin, fitted_on=seen, uncertainty=dict(base.uncertainty))
+                       torch_margin=base.torch_margin, fitted_on=seen, uncertainty=dict(base.uncertainty),
+                       support=dict(base.support))
 
 
 def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
@@ -102,7 +103,8 @@ def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
                        latency_us=new.latency_us, l2_bw_factor=new.l2_bw_factor,
                        per_config={**old.per_config, **new.per_config},
                        sentinel={**old.sentinel, **new.sentinel}, torch_margin=new.torch_margin,
-                       fitted_on=total, uncertainty=_merge_bands(old.uncertainty, new.uncertainty))
+                       fitted_on=total, uncertainty=_merge_bands(old.uncertainty, new.uncertainty),
+                       support=_merge_supports(old.support, new.support))
 
 
 def _merge_bands(old: Mapping[str, tuple[float, int]], new: Mapping[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
@@ -114,6 +116,14 @@ def _merge_bands(old: Mapping[str, tuple[float, int]], new: Mapping[str, tuple[f
             out[key] = (max(out[key][0], band), out[key][1] + n)
         else:
             out[key] = (band, n)
+    return out
+
+
+def _merge_supports(old: Mapping[str, tuple[float, float]], new: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """Per regime the union of both fits' work ranges (the merged band covers both sample sets)."""
+    out = dict(old)
+    for key, (lo, hi) in new.items():
+        out[key] = (min(out[key][0], lo), max(out[key][1], hi)) if key in out else (lo, hi)
     return out
 
 
@@ -182,7 +192,8 @@ def with_bands(params: ModelParams, measurements: Iterable[Measurement], configs
     top: list[tuple[str, int, int, int, int, float]] = []
     every = confidence.bands(loso_residuals(rows, configs, arch, fallback, picked=top))
     return dataclasses.replace(params, uncertainty={key: (max(band, every[key][0]), n)
-                                                    for key, (band, n) in confidence.bands(top).items()})
+                                                    for key, (band, n) in confidence.bands(top).items()},
+                               support=confidence.supports(top))
 
 
 def _scaled_line(config: Config, arch: ArchProfile, base: ModelParams, scale: float, elem: int) -> tuple[float, float]:

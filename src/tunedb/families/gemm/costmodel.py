@@ -67,6 +67,9 @@ class ModelParams:
     # regime key (confidence.regimes) -> (error band of the predicted log speedup over torch,
     # residuals behind it), calibrated leave-one-signature-out; empty: the tier declines
     uncertainty: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    # regime key -> (min, max) log2(2MNK) of the points behind its band (confidence.supports);
+    # a point outside it is declined
+    support: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": _SCHEMA, "scale": self.scale, "lane_eff": dict(self.lane_eff),
@@ -74,7 +77,8 @@ class ModelParams:
                 "l2_bw_factor": self.l2_bw_factor, "per_config": {k: [a, b] for k, (a, b) in sorted(self.per_config.items())},
                 "sentinel": {k: [a, b] for k, (a, b) in sorted(self.sentinel.items())},
                 "torch_margin": self.torch_margin, "fitted_on": self.fitted_on,
-                "uncertainty": {k: [b, n] for k, (b, n) in sorted(self.uncertainty.items())}}
+                "uncertainty": {k: [b, n] for k, (b, n) in sorted(self.uncertainty.items())},
+                "support": {k: [lo, hi] for k, (lo, hi) in sorted(self.support.items())}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelParams":
@@ -93,7 +97,8 @@ class ModelParams:
                    fitted_on=int(data.get("fitted_on", 0)),
                    # a model written before the bands were calibrated has none: the tier declines
                    uncertainty={k: (b, int(n)) for k, (b, n) in
-                                _pairs(data, "uncertainty", "[band, samples]").items()})
+                                _pairs(data, "uncertainty", "[band, samples]").items()},
+                   support=_pairs(data, "support", "[min log2 work, max log2 work]"))
 
 
 def _pairs(data: Mapping[str, Any], key: str, what: str) -> dict[str, tuple[float, float]]:
@@ -331,7 +336,7 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
         ranked = rank(candidates, m, n, k, arch, len(candidates), validity, params, dt=sig.dt,
                       default_config=default_config, sig=sig)
         return confidence.serve(ranked, fallback, p.uncertainty, (m, n, k, ELEM_BYTES.get(sig.dt, 2)),
-                                p.torch_margin)
+                                p.torch_margin, support=p.support)
     return decide
 
 

@@ -1,0 +1,133 @@
+"""Leave-one-model-out regret of the GEMM model tier (issue 18, item 4), on the CPU from a recorded
+H200 build log.
+
+    python bench/lomo_regret.py [--log LOG.jsonl.gz] [--pool measured|compiled+torch] [--out JSON]
+
+For each preset model W named by the census files in bench/census/, the cost model is fitted
+(calibration.fit) on the measurements of every signature that W's census does NOT name (so a
+signature two models share never trains the split that holds one of them out), its confidence
+bands are calibrated on that same training set (calibration.with_bands: leave-one-signature-out
+inside it), and the tiers then pick at each of W's measured points:
+  * rule: the model tier with the confidence rule (a config only beyond its regime's band, else torch),
+  * margin only: the rule before issue 18 (a config whenever predicted faster than torch),
+  * torch: always the fallback,
+scored by tunedb.evaluate against the best arm measured at the point. The oracle is the build's
+measured set (the cost model's top configs, the sentinels and the coverage basis), not an
+exhaustive sweep: an exhaustive oracle per model needs a device call per model (whisper-base's
+took 342 s for 8 signatures), so the regrets here are lower bounds of the exhaustive ones.
+"gain kept" = (torch's geomean regret - the selector's) / torch's geomean regret: the share of the
+oracle's geomean gain over torch that the selector keeps (issue 18: at least half).
+Default log: the shipped tier's build (2026-11-30, call M). Runs in seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from costmodel_heldout import DEFAULT_DB, Study  # noqa: E402
+
+from tunedb import database, families  # noqa: E402
+from tunedb import evaluate as evaluation  # noqa: E402
+from tunedb.arch import shipped_profile  # noqa: E402
+from tunedb.families.gemm import calibration  # noqa: E402
+from tunedb.measure.log import read_measurements  # noqa: E402
+from tunedb.records import Signature  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_LOG = ROOT / "bench/results/2026-11-30_s3_system_sm90_buildall_measurements.jsonl.gz"
+CENSUS_DIR = ROOT / "bench/census"
+MARGIN_ONLY = {"*|*|*": (0.0, 1 << 30)}
+GOAL_MAX = 0.05
+
+
+def models_of(census_dir: Path) -> dict[str, set[str]]:
+    """{workload: signature strings its census files name}."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(census_dir.glob("*.json")):
+        doc = json.loads(path.read_text())
+        out.setdefault(doc["workload"], set()).update(p["signature"] for p in doc["points"])
+    return out
+
+
+def split_picks(study: Study, held: set[str], pool: str) -> dict[str, dict[tuple[Signature, int], str | None]]:
+    train = [m for m in study.latest if m.status.ok and m.signature.format() not in held]
+    params = calibration.with_bands(calibration.fit(train, study.configs, study.arch), train,
+                                    study.configs, study.arch)
+    margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY)
+    picks: dict[str, dict[tuple[Signature, int], str | None]] = {"rule": {}, "margin only": {}}
+    for (s, m) in study.points:
+        if s.format() in held:
+            picks["rule"][(s, m)] = study.pick(params, pool, s, m)
+            picks["margin only"][(s, m)] = study.pick(margin, pool, s, m)
+    return picks
+
+
+def run(log: Path, pool: str = "measured", db_path: Path = DEFAULT_DB) -> list[dict[str, Any]]:
+    family = families.get("gemm")
+    db = database.load(db_path, "gemm")
+    arch = shipped_profile(db.arch_family)
+    os.environ.setdefault("TUNEDB_COMPILE_SET", "tuned")
+    study = Study(read_measurements(log), family, arch, db.referenced_config_ids())
+    logged = {s.format() for s in study.signatures}
+    rows = []
+    for workload, named in models_of(CENSUS_DIR).items():
+        held = named & logged
+        if not held:
+            continue
+        picks = split_picks(study, held, pool)
+        selectors: dict[str, evaluation.Selector] = {"torch": lambda s, m: "torch"}
+        for name, table in picks.items():
+            selectors[name] = (lambda t: (lambda s, m: t.get((s, m))))(table)
+        meas = [m for m in study.latest if m.signature.format() in held]
+        ev = evaluation.evaluate(meas, selectors, equivalents=study.equivalents, worst=0)
+        summ = {s.name: s.to_json() for s in ev.summaries}
+        base = summ["torch"]["geomean"] or 0.0
+        for name in summ:
+            g = summ[name]["geomean"]
+            summ[name]["gain_kept"] = None if not base or g is None else (base - g) / base
+        served = sum(1 for c in picks["rule"].values() if c not in (None, "torch"))
+        rows.append({"held_out": workload, "signatures": len(held), "points": len(ev.points),
+                     "train_signatures": len(logged - named), "rule_served_config": served,
+                     "selectors": summ})
+    return rows
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--log", type=Path, default=DEFAULT_LOG)
+    ap.add_argument("--pool", choices=("measured", "compiled+torch"), default="measured")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    if not args.log.is_file():
+        ap.error(f"--log {args.log} is not a file")
+    rows = run(args.log, args.pool)
+    print(f"log: {args.log.name}, pool: {args.pool}; oracle = best measured arm (not exhaustive)")
+    print(f"{'held out':18} {'sigs':>4} {'pts':>4} {'selector':12} {'geomean':>8} {'max':>7} "
+          f"{'gain kept':>9} {'max<=5%':>7} {'<=torch':>7}")
+    for r in rows:
+        base = r["selectors"]["torch"]["geomean"]
+        for name in ("torch", "margin only", "rule"):
+            s = r["selectors"][name]
+            ok_max = "yes" if s["max"] is not None and s["max"] <= GOAL_MAX else "no"
+            ok_t = "yes" if s["geomean"] is not None and base is not None and s["geomean"] <= base + 1e-12 else "no"
+            print(f"{r['held_out']:18} {r['signatures']:>4} {r['points']:>4} {name:12} {_pct(s['geomean']):>8} "
+                  f"{_pct(s['max']):>7} {_pct(s.get('gain_kept')):>9} {ok_max:>7} {ok_t:>7}")
+        print(f"{'':18} the rule served a Triton config at {r['rule_served_config']} of {r['points']} point(s)")
+    if args.out:
+        database.write_atomic(args.out, json.dumps(rows, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
