@@ -104,7 +104,8 @@ def test_decider_and_model_pick_use_the_rule():
 
 
 def test_params_round_trip_with_bands_and_merge_keeps_the_wider():
-    p = ModelParams(uncertainty={"triton_mma|m1|ai<16": (0.3, 40), "*|*|*": (0.2, 900)}, fitted_on=10)
+    p = ModelParams(uncertainty={"triton_mma|m1|ai<16": (0.3, 40), "*|*|*": (0.2, 900)}, fitted_on=10,
+                    support={"*|*|*": (20.0, 31.5)})
     assert ModelParams.from_json(p.to_json()) == p
     q = ModelParams(uncertainty={"triton_mma|m1|ai<16": (0.1, 10), "x|*|*": (0.5, 5)}, fitted_on=10)
     merged = calibration.merge(p, q).uncertainty
