@@ -103,8 +103,15 @@ JIT_LAUNCH = Setting(
     ("0", "1"),
 )
 
+EAGER_FALLBACK = Setting(
+    "TUNEDB_EAGER_FALLBACK", "1",
+    "'1': outside CUDA-graph capture, a shape whose kernel is shorter than the host time its tuned "
+    "config's launches cost is served by the fallback (the family's eager_fallback hook); '0': off.",
+    ("0", "1"),
+)
+
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
-                            CAPTURE, CACHE_DIR, JIT_LAUNCH)
+                            CAPTURE, CACHE_DIR, JIT_LAUNCH, EAGER_FALLBACK)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -192,6 +199,10 @@ def capture_path() -> Path | None:
 
 def jit_launch() -> bool:
     return JIT_LAUNCH.raw() == "1"
+
+
+def eager_fallback_enabled() -> bool:
+    return EAGER_FALLBACK.raw() == "1"
 
 
 @contextlib.contextmanager

@@ -353,6 +353,10 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     "weight_bytes": lambda family, sig: 0,  # (sig) -> weight bytes one call reads (the L2 working set)
     "prebuilt_configs": lambda family, arch_family: frozenset(),  # (arch_family) -> ids `tunedb prebuild` compiled
     "compiler_cache": _none,  # () -> where the family's compiled kernels are cached (for reports)
+    # (sig, m, config, profile, params) -> the sentinel id that serves this shape's calls made
+    # outside CUDA-graph capture (where the host issues every launch), or None: the config serves
+    # every call (runtime/host_bound.py)
+    "eager_fallback": _none,
 }
 
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 
 from tunedb import families as _families
 from tunedb.records import Config, Signature
+from tunedb.runtime import host_bound
 
 # A resolver override answers (config, tier) for a shape, or None to let the next one answer.
 Override = Callable[[Any, Signature, int], "tuple[Config, str] | None"]
@@ -34,7 +35,7 @@ class Bound:
     """A shape's resolution, the launcher bound to it, and how often it ran this epoch."""
 
     __slots__ = ("family", "signature", "m", "config", "tier", "call", "counter", "seen_captured", "key",
-                 "launched")
+                 "launched", "eager")
 
     def __init__(self, family: str, signature: Signature, m: int, config: Config, tier: str,
                  call: Callable[..., Any], counter: Any = None) -> None:
@@ -50,6 +51,7 @@ class Bound:
         # selector's slot, which a selector.resolve() of the same shape counts as well)
         self.launched = False
         self.key: tuple[Any, ...] | None = None  # its launch-table key, once in the table
+        self.eager: str | None = None  # the sentinel serving calls outside graph capture (host_bound)
 
     @property
     def calls(self) -> int:
@@ -297,7 +299,12 @@ def _bind(op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:
     family = _family()
     sig, m = signature_of(op, x, weight, bias, act)
     config, tier, counter = resolve(family, sig, m)
-    return Bound(family.name, sig, m, config, tier, _call_for(family, config, sig), counter)
+    bound = Bound(family.name, sig, m, config, tier, _call_for(family, config, sig), counter)
+    eager = host_bound.eager_fallback(family, sig, m, config, tier)
+    if eager is not None:
+        bound.eager = eager
+        bound.call = host_bound.graph_only(bound.call, _call_for(family, Config.sentinel(eager), sig))
+    return bound
 
 
 def _call_for(family: Any, config: Config, sig: Signature) -> Callable[..., Any]:

@@ -82,6 +82,13 @@ class GemmFamily:
 
         return calibrate(profile, measurements, configs, old)
 
+    def eager_fallback(self, sig: Signature, m: int, config: Config, profile: ArchProfile, params: Any = None) -> str | None:
+        """torch serves eager calls of shapes whose cuBLAS kernel is shorter than the config's
+        launches cost the host (model.eager_fallback, runtime/host_bound.py)."""
+        from tunedb.families.gemm.model import eager_fallback
+
+        return eager_fallback(sig, m, config, profile, params)
+
     def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
         return configs.invalid_reason(config, sig, m, arch)
 

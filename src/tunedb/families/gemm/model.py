@@ -68,3 +68,36 @@ def calibrate(profile: ArchProfile, measurements: Iterable[Measurement], configs
     rows = list(measurements)
     new = calibration.with_bands(calibration.fit(rows, configs, profile), rows, configs, profile)
     return calibration.merge(params_of(old), new).to_json()
+
+
+# Kernels a config's launcher issues per call (runtime/host_bound.py): split-K runs a partial and
+# a reduce kernel (and allocates their workspace); every other lane one, with bias and activation
+# in its epilogue.
+LAUNCHES = {"triton_splitk": 2}
+
+
+def fallback_launches(sig: Signature) -> int:
+    """Kernels the torch arm issues: one GEMM (bias rides in addmm), plus one for an activation."""
+    return 2 if sig.get("act") not in (None, "none") else 1
+
+
+def eager_fallback(sig: Signature, m: int, config: Config, profile: ArchProfile, params: Any = None,
+                   fallback: str = "torch") -> str | None:
+    """The GEMM family's eager_fallback hook. Outside a graph a call costs about the larger of its
+    host issue time (launches x profile.launch_us_eager) and its kernel time. `fallback` serves the
+    shape's eager calls when the config issues more launches than the fallback and the fallback's
+    predicted kernel is shorter than the config's host time: then the config's call is host-bound,
+    its GPU saving buys nothing, and its extra launches cost. None: the config serves."""
+    if config.is_sentinel:
+        return None
+    host_cfg = LAUNCHES.get(config.lane, 1) * profile.launch_us_eager
+    if host_cfg <= fallback_launches(sig) * profile.launch_us_eager:
+        return None
+    from tunedb import families
+
+    family = families.get("gemm")
+    ms = costmodel.predict(Config.sentinel(fallback), (sig, m), profile, params_of(params),
+                           default_config=lambda s, _arch=None: family.default_config(s, profile))
+    if isinstance(ms, Status):
+        return None
+    return fallback if ms * 1000.0 < host_cfg else None

@@ -1,0 +1,71 @@
+"""Eager calls of host-bound shapes (runtime/host_bound.py, the GEMM family's eager_fallback hook):
+a split-K config serves captured calls and the fallback serves eager ones where cuBLAS's kernel is
+shorter than the config's launches cost the host."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tunedb import families, settings
+from tunedb.arch import shipped_profile
+from tunedb.families.gemm.model import eager_fallback, fallback_launches
+from tunedb.records import Config, Signature
+from tunedb.runtime import host_bound
+
+PROFILE = shipped_profile("sm90")
+GEMM = families.get("gemm")
+SPLITK = GEMM.parse_config("sk8_b16x64x128_w4_s4")
+TILE = GEMM.parse_config("b64x64x64_w4_s3_g8")
+
+
+def sig(n: int, k: int, op: str = "gemm", **extra) -> Signature:
+    return Signature.make("gemm", op, "bf16", N=n, K=k, **extra)
+
+
+def test_split_k_on_a_microsecond_gemm_serves_torch_eagerly():
+    # Llama-3-8B's k/v projection at decode: cuBLAS runs it in a few us, under two launches' host time
+    assert eager_fallback(sig(1024, 4096), 1, SPLITK, PROFILE) == "torch"
+    # a single-launch tile costs the host what cuBLAS costs: it serves every call
+    assert eager_fallback(sig(1024, 4096), 1, TILE, PROFILE) is None
+    # a GEMM far longer than two launches runs GPU-bound even eagerly: the config serves
+    assert eager_fallback(sig(14336, 4096), 16, SPLITK, PROFILE) is None
+    # with an activation the torch arm issues two kernels too: split-K adds no launch over it
+    assert fallback_launches(sig(1024, 4096, "gemm_act", act="silu", bias=0)) == 2
+    assert eager_fallback(sig(1024, 4096, "gemm_act", act="silu", bias=0), 1, SPLITK, PROFILE) is None
+    assert eager_fallback(sig(1024, 4096), 1, Config.sentinel("torch"), PROFILE) is None
+
+
+def test_a_slower_host_moves_the_line():
+    slow = dataclasses.replace(PROFILE, launch_us_eager=1000.0)
+    fast = dataclasses.replace(PROFILE, launch_us_eager=0.01)
+    assert eager_fallback(sig(14336, 4096), 16, SPLITK, slow) == "torch"
+    assert eager_fallback(sig(1024, 4096), 1, SPLITK, fast) is None
+
+
+def test_graph_only_serves_the_tuned_launcher_while_capturing(monkeypatch):
+    calls = []
+    call = host_bound.graph_only(lambda *a: calls.append(("tuned", a)), lambda *a: calls.append(("eager", a)))
+    monkeypatch.setattr(host_bound, "_capturing", lambda: False)
+    call(1, 2)
+    monkeypatch.setattr(host_bound, "_capturing", lambda: True)
+    call(3)
+    assert calls == [("eager", (1, 2)), ("tuned", (3,))]
+
+
+def test_the_rule_judges_only_selector_tiers_and_obeys_its_setting(monkeypatch):
+    monkeypatch.setattr(host_bound, "_cuda", lambda: True)
+    s = sig(1024, 4096)
+    assert host_bound.eager_fallback(GEMM, s, 1, SPLITK, "system") == "torch"
+    assert host_bound.eager_fallback(GEMM, s, 1, SPLITK, "autotune") is None  # an override pins
+    assert host_bound.eager_fallback(GEMM, s, 1, Config.sentinel("torch"), "system") is None
+    with settings.override(EAGER_FALLBACK="0"):
+        assert host_bound.eager_fallback(GEMM, s, 1, SPLITK, "system") is None
+    monkeypatch.setattr(host_bound, "_cuda", lambda: False)  # no CUDA: no graphs, nothing to split
+    assert host_bound.eager_fallback(GEMM, s, 1, SPLITK, "system") is None
+
+
+def test_the_setting_refuses_a_bad_value():
+    with settings.override(EAGER_FALLBACK="yes"):
+        with pytest.raises(Exception, match="TUNEDB_EAGER_FALLBACK='yes'"):
+            settings.eager_fallback_enabled()
