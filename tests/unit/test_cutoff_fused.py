@@ -48,6 +48,13 @@ def _child() -> None:
                 if float(layout.residual(strip, b, x).max()) > bound:
                     failures.append(f"pcg {tag}: residual above {bound}")
 
+    # several pass chunks per system (the neighbours cross chunk edges; the last chunk partial)
+    strip, b = layout.random_system(2, 5, 3, seed=6)
+    ref = torch.linalg.solve(layout.to_dense(strip), b.reshape(2, -1, 1)).reshape(b.shape)
+    for chunk in (1, 2):
+        x, conv, _ = fused.pcg(strip, b, torch.randn_like(b), tol=1e-11, max_iter=60, chunk=chunk)
+        close(f"pcg chunk={chunk}", x, ref, 1e-9)
+
     # strided views: every stride honoured, nothing written
     big, bb = layout.random_system(4, 4, 3, seed=7)
     strip, b = big[1::2], bb[::2].transpose(1, 2).contiguous().transpose(1, 2)

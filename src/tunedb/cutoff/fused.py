@@ -25,13 +25,16 @@ def _np(n: int) -> int:
 
 
 def direct_warps(np_: int) -> int:
-    """One warp up to 16 x 16 tiles (the reductions along n stay in shuffles), two at 32."""
-    return 1 if np_ <= 16 else 2
+    """One warp up to 8 x 8 tiles (the reductions along n stay in shuffles), then as many as
+    keep the three live n x n tiles in registers without spilling (ptxas -v, sm_90: fp64 at
+    32 x 32 spills on 2 warps, not on 4)."""
+    return {2: 1, 4: 1, 8: 1, 16: 2}.get(np_, 4)
 
 
 def pcg_chunk(np_: int, steps: int) -> int:
-    """Block rows per pass chunk: about 2048 tile elements, never past T rounded up."""
-    tb = max(1, 2048 // (np_ * np_))
+    """Block rows per pass chunk: about 1024 tile elements (at 4 warps the passes then fit in
+    about 128 registers, so 4 programs share an SM), never past T rounded up."""
+    tb = max(1, 1024 // (np_ * np_))
     return min(tb, max(1, 1 << (steps - 1).bit_length()))
 
 
@@ -55,8 +58,9 @@ def direct(strip: Any, b: Any) -> tuple[Any, Any]:
     return x, info == 0
 
 
-def pcg(strip: Any, b: Any, x0: Any, *, tol: float, max_iter: int) -> tuple[Any, Any, Any]:
-    """(x, converged, iterations) of every system by the fused block-Jacobi PCG."""
+def pcg(strip: Any, b: Any, x0: Any, *, tol: float, max_iter: int, chunk: int | None = None) -> tuple[Any, Any, Any]:
+    """(x, converged, iterations) of every system by the fused block-Jacobi PCG (chunk: block
+    rows per pass chunk, a power of two; default pcg_chunk's)."""
     import torch
 
     from tunedb.cutoff import kernels_pcg
@@ -69,13 +73,13 @@ def pcg(strip: Any, b: Any, x0: Any, *, tol: float, max_iter: int) -> tuple[Any,
     if batch == 0:
         return x, conv.bool(), iters
     blocks = batch * steps
-    tb_inv = max(1, 2048 // (np_ * np_))
+    tb_inv = max(1, 1024 // (np_ * np_))
     minv = strip.new_empty(batch, steps, np_, np_)
     kernels_pcg.block_inverse[(triton_cdiv(blocks, tb_inv),)](strip, *strip.stride(), minv, blocks, steps,
                                                               N=n, NP=np_, TB=tb_inv, num_warps=4)
     work = [b.new_empty(batch, steps, n) for _ in range(4)]  # r, p, z, ap
     x0_ = b if x0 is None else x0
-    tb = pcg_chunk(np_, steps)
+    tb = chunk or pcg_chunk(np_, steps)
     kernels_pcg.pcg[(batch,)](strip, *strip.stride(), b, *b.stride(), x0_, *x0_.stride(), minv, x, *work,
                               conv, iters, steps, max_iter, tol, HAS_X0=x0 is not None, N=n, NP=np_, TB=tb,
                               num_warps=4)
