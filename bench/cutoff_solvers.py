@@ -19,8 +19,9 @@ Every result is checked first: the direct solves against an fp64 torch.linalg.so
 equivalent (a 48-system slice), PCG fused against PCG torch at the same iteration count.
 Prints a table with the ratios (torch time / fused time) and writes JSON (--out).
 
-Expected run time on the H200: about 60-90 s for both dtypes over the grid (n 4, 8, 16, 32;
-T 10, 30; batch 256, 4096), most of it capturing the torch compositions; --quick about 15 s.
+Expected run time on the H200 (estimated, not yet run): about 90-120 s for both dtypes over the
+grid (n 4, 8, 16, 32; T 10, 30; batch 256, 4096): about 24 Triton compiles (~40 s), building the
+batch-4096 systems on the host, the captures; --quick about 20-30 s.
 """
 from __future__ import annotations
 

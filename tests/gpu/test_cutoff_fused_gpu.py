@@ -2,7 +2,7 @@
 written into the captured inputs, against an fp64 torch.linalg.solve of the dense equivalent;
 strided (non-contiguous) strips read in place; PCG's device-side exit (iterations follow the warm
 start, a cap reported as not converged); n > 32 falls back to the composed solvers. Run:
-pytest -m gpu tests/gpu/test_cutoff_fused_gpu.py (about 20-40 s, most of it Triton compiles)."""
+pytest -m gpu tests/gpu/test_cutoff_fused_gpu.py (about 30-60 s, most of it Triton compiles)."""
 from __future__ import annotations
 
 import pytest
@@ -21,7 +21,7 @@ def dense_solve(strip, b):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("batch,steps,n", [(300, 10, 4), (64, 30, 12), (33, 7, 32), (128, 5, 3), (40, 1, 17)])
+@pytest.mark.parametrize("batch,steps,n", [(300, 10, 4), (64, 30, 12), (33, 7, 32), (40, 1, 17)])
 def test_fused_solvers_in_one_captured_graph(dtype, batch, steps, n):
     strip, b = layout.random_system(batch, steps, n, dtype=dtype, device="cuda", seed=1)
     x0 = torch.zeros_like(b)
