@@ -18,14 +18,17 @@ gust spoils it (many); the direct solver's cost is flat.
 
 The run: probe (direct, iterative) -> fit (the chosen statistic; band; center) -> persist
 (the user's configuration, or --config) -> run with linsys="auto" reading it back -> a second
-probe and fit (is its cutoff inside the first band?). Also timed, for scale: the direct solver
-on plain torch.linalg ops (kernels="torch") against the linalg family's ops. Prints a table
+probe and fit (is its cutoff inside the first band?). The solvers are the default kernels="auto":
+on the GPU the fused Triton solvers (one kernel for direct; two launches for PCG, whose loop
+leaves on the device per system, so --check-every only concerns the composed path). Also timed,
+for scale: the direct solver composed from plain torch.linalg ops (kernels="torch"). Prints a table
 (mean, p99, max per policy), checks the issue's goals, writes JSON (--out) and a PNG (--png,
 default beside --out) of per-solve time against the signal for both policies with the cutoff
 and its band.
 
-Expected run time: H200 about 60-90 s (eager solves; 6 runs of the loop; Triton compiles of
-the linalg ops at first call); --device cpu --quick a few seconds.
+Expected run time: H200 about 30-60 s (6 runs of the 500-step loop, the composed torch.linalg
+run the slowest; Triton compiles of the fused kernels at first call); --device cpu --quick a
+few seconds.
 """
 from __future__ import annotations
 
@@ -244,7 +247,7 @@ def main(argv=None):
     print(f"fit 1: cutoff {f1.cutoff:.4g} band [{f1.band[0]:.4g}, {f1.band[1]:.4g}] ({f1.pairing} pairing); "
           f"fit 2: cutoff {f2.cutoff:.4g} band [{f2.band[0]:.4g}, {f2.band[1]:.4g}]")
     print(f"auto ran iterative on {rows['auto']['iterative_share']:.0%} of solves; "
-          f"direct(tunedb ops) vs torch.linalg: {rows['direct(torch.linalg)']['mean_ms'] / rows['direct']['mean_ms']:.2f}x on the mean")
+          f"direct(fused) vs direct(torch.linalg), eager: {rows['direct(torch.linalg)']['mean_ms'] / rows['direct']['mean_ms']:.2f}x on the mean")
     for g, ok in goals.items():
         print(f"  goal {g}: {'PASS' if ok else 'FAIL'}")
     print(f"decision persisted to {args.config or store.config_path()}; wall {wall:.1f} s")

@@ -3,19 +3,21 @@
 direct(strip, b): block Cholesky (block Thomas). Per step t the Schur complement
     S_0 = D_0,  W_t = C_{t-1}^{-1} L_t^T,  S_t = D_t - W_t^T W_t,  C_t = chol(S_t)
 then y_t = C_t^{-1} (b_t - W_t^T y_{t-1}) forward and x_t = C_t^{-T} (y_t - W_{t+1} x_{t+1})
-backward. Flat cost: T sequential steps whatever the right-hand side. The Cholesky factors and
-the forward vector solves run the linalg family's tuned ops (tunedb::linalg_potrf / _trsv: the
-selection serves a Triton packing or the library arm per (dtype, n, batch)); the matrix and
-transposed solves run torch.linalg.solve_triangular. kernels="auto" (default) takes the family's
-ops on CUDA tensors and torch.linalg elsewhere (the family's own CPU arm is torch.linalg, less the
-op dispatch); "tunedb" forces the family's ops, "torch" torch.linalg everywhere (an n outside the family's
-2..128 always takes torch.linalg).
+backward. Flat cost: T sequential steps whatever the right-hand side.
 
-pcg(strip, b, x0): conjugate gradient preconditioned by block Jacobi (the Cholesky of every
-D_t), warm-started from x0. Per problem it stops updating (alpha = 0) once ||r|| <= tol ||b||:
-the tolerance is checked on the device, so with check_every=None the loop runs exactly max_iter
-iterations without a host sync (CUDA-graph safe); check_every=k reads "all converged?" on the
-host every k iterations and leaves early, so its cost grows with the warm start's error.
+pcg(strip, b, x0): conjugate gradient preconditioned by block Jacobi (the diagonal blocks D_t),
+warm-started from x0; per problem it stops at ||r|| <= tol ||b|| or after max_iter iterations.
+
+Kernels (`kernels=`): "fused" runs the fused Triton solvers (`fused`: the direct solver is ONE
+kernel over all T steps, PCG two launches whatever the cap; each system leaves PCG's loop on the
+device when it converges); they cover n <= 32, fp32 and fp64. "auto" (default) takes them on
+CUDA tensors they cover, and otherwise the composed path: "tunedb" composes the direct solver
+from the linalg family's tuned ops (tunedb::linalg_potrf / _trsv per block step, the matrix and
+back solves on torch.linalg.solve_triangular; an n outside the family's 2..128 takes
+torch.linalg), "torch" from torch.linalg alone; PCG's composed path is eager torch (one set of
+batched ops per iteration: alpha = 0 once a problem converged, so with check_every=None it runs
+exactly max_iter iterations without a host sync, and check_every=k reads "all converged?" on the
+host every k iterations and leaves early). "auto" on a CPU tensor: torch.linalg / eager torch.
 
 Both read the caller's tensors as given (views of the strip; no copy, no reformat, no writes)
 and return (x, ok): a new [batch, T, n] solution and a [batch] bool on the device (direct: every
@@ -30,7 +32,7 @@ from typing import Any
 from tunedb.cutoff import layout
 from tunedb.errors import CutoffError
 
-KERNELS = ("auto", "tunedb", "torch")
+KERNELS = ("auto", "fused", "tunedb", "torch")
 POLICIES = ("direct", "iterative")
 
 
@@ -56,7 +58,7 @@ def _family_op(op: str) -> Any:
 
 def _tuned(op: str, kernels: str, *tensors: Any) -> bool:
     a = tensors[0]
-    if kernels == "torch" or (kernels == "auto" and a.device.type != "cuda"):
+    if kernels in ("torch", "fused") or (kernels == "auto" and a.device.type != "cuda"):
         return False
     key = (op, a.dtype, a.shape[-1])
     hit = _served.get(key)
@@ -94,12 +96,27 @@ def _check_kernels(kernels: str) -> None:
         raise CutoffError(f"kernels={kernels!r} not supported; allowed: {', '.join(KERNELS)}")
 
 
+def _use_fused(strip: Any, kernels: str) -> bool:
+    from tunedb.cutoff import fused
+
+    if kernels == "fused":
+        if not fused.covers(strip):
+            raise CutoffError(f"kernels='fused' covers n <= {fused.MAX_N}; got n={strip.shape[-2]} "
+                              "(use kernels='auto', which falls back to the composed solvers)")
+        return True
+    return kernels == "auto" and strip.device.type == "cuda" and fused.covers(strip)
+
+
 def direct(strip: Any, b: Any, *, kernels: str = "auto") -> tuple[Any, Any]:
     """(x, ok): block Cholesky solve of every system of the batch (L and D read; R unread)."""
     import torch
 
     _check_kernels(kernels)
     _, steps, _ = layout.check(strip, b)
+    if _use_fused(strip, kernels):
+        from tunedb.cutoff import fused
+
+        return fused.direct(strip, b)
     low, diag, _ = layout.blocks(strip)
     factors, couplings, ys = [], [], []
     ok = None
@@ -129,9 +146,10 @@ def _safe_div(num: Any, den: Any) -> Any:
 
 
 def pcg(strip: Any, b: Any, x0: Any = None, *, tol: float | None = None, max_iter: int = 100,
-        check_every: int | None = None) -> tuple[Any, Any]:
+        check_every: int | None = None, kernels: str = "auto") -> tuple[Any, Any]:
     """(x, converged): block-Jacobi preconditioned CG from x0 (zeros when None); per problem it
-    stops at ||b - A x|| <= tol ||b|| (default tol: 1e-10 fp64, 1e-5 fp32) or after max_iter."""
+    stops at ||b - A x|| <= tol ||b|| (default tol: 1e-10 fp64, 1e-5 fp32) or after max_iter.
+    check_every only concerns the composed path (the fused loop leaves on the device)."""
     import torch
 
     batch, steps, n = layout.check(strip, b, x0)
@@ -139,8 +157,14 @@ def pcg(strip: Any, b: Any, x0: Any = None, *, tol: float | None = None, max_ite
         raise CutoffError(f"max_iter must be >= 0; got {max_iter}")
     if check_every is not None and check_every < 1:
         raise CutoffError(f"check_every must be None or >= 1; got {check_every}")
+    _check_kernels(kernels)
     if tol is None:
         tol = 1e-10 if strip.dtype == torch.float64 else 1e-5
+    if _use_fused(strip, kernels):
+        from tunedb.cutoff import fused
+
+        x, conv, _ = fused.pcg(strip, b, x0, tol=tol, max_iter=max_iter)
+        return x, conv
     _, diag, _ = layout.blocks(strip)
     jac, _ = torch.linalg.cholesky_ex(diag)  # [batch, T, n, n]; reads the view, writes nothing
 
@@ -192,5 +216,5 @@ def solve(strip: Any, b: Any, x0: Any = None, *, linsys: str = "auto", signal: f
     if policy == "direct":
         return direct(strip, b, kernels=kernels)[0]
     if policy == "iterative":
-        return pcg(strip, b, x0, tol=tol, max_iter=max_iter, check_every=check_every)[0]
+        return pcg(strip, b, x0, tol=tol, max_iter=max_iter, check_every=check_every, kernels=kernels)[0]
     raise CutoffError(f"linsys={linsys!r} not supported; allowed: direct, iterative, auto")
