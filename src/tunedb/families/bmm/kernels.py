@@ -15,7 +15,9 @@ import triton.language as tl
 from tunedb.families.gemm.kernels_common import tile_coords
 
 
-@triton.jit(do_not_specialize=("M",))
+# M changes every call; N and K only bound masks and loops: not specialising them keeps one
+# binary per layout and stride alignment (the strides stay specialised: vector loads need them)
+@triton.jit(do_not_specialize=("M", "N", "K"))
 def bmm_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, s_cm, s_cn,
                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
