@@ -239,3 +239,22 @@ def test_the_product_mode_folds_only_what_the_op_serves():
     assert fold(a, torch.randn(2, 3, 5, 6)) is None  # CPU tensors are torch's
     meta = lambda *s, **kw: torch.empty(*s, device="meta", **kw)  # noqa: E731
     assert fold(meta(2, 3, 4, 5), meta(2, 3, 5, 6)) is None  # not CUDA either
+
+
+def test_the_product_mode_survives_deepcopy_and_torch_compile():
+    import copy
+
+    from tunedb.families.bmm import serving
+
+    class Attend(nn.Module):
+        def forward(self, q, k, v):
+            return torch.matmul(torch.matmul(q, k.transpose(-1, -2)).softmax(-1), v)
+
+    model = serving.install(Attend())
+    q = torch.randn(2, 3, 5, 4)
+    want = Attend()(q, q, q)
+    torch.testing.assert_close(model(q, q, q), want)
+    twin = copy.deepcopy(model)
+    assert len(twin._forward_pre_hooks) == 1 and len(twin._forward_hooks) == 1
+    torch.testing.assert_close(torch.compile(twin, backend="eager")(q, q, q), want)
+    assert not getattr(serving._state, "modes", [])  # every forward left its mode
