@@ -97,6 +97,7 @@ def test_the_op_and_the_product_mode_inside_a_captured_graph():
             direct = ops.bmm(q.reshape(16, 200, 64), k.reshape(16, 200, 64).transpose(1, 2))
         g.replay()
     torch.cuda.synchronize()
-    assert rel_err(out, want) < 2e-2
+    torch_err = rel_err(Attend()(q, k, v), want)  # the same bf16 attention on torch's products
+    assert rel_err(out, want) <= 4 * torch_err + 1e-3
     assert rel_err(direct, q.float().reshape(16, 200, 64) @ k.float().reshape(16, 200, 64).transpose(1, 2)) < 1e-2
     serving._clear()
