@@ -13,8 +13,9 @@ def gemm(n, k, dt="half"):
     return Signature.make("gemm", "gemm", dt, N=n, K=k)
 
 
-def bmm(b, n, k, dt="half"):
-    return Signature.make("gemm", "bmm", dt, B=b, N=n, K=k)
+def bmm(b, n, k, dt="half", lay="nn"):
+    """A product of activations: the bmm family's key (families/bmm), not GEMM's."""
+    return Signature.make("bmm", "bmm", dt, B=b, N=n, K=k, lay=lay)
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])
@@ -38,7 +39,7 @@ def test_products_of_activations_are_bmm():
     q = torch.randn(2, 4, 10, 16, device="meta", dtype=torch.float16)
     k = torch.randn(2, 4, 12, 16, device="meta", dtype=torch.float16)
     calls = record(lambda: torch.matmul(q, k.transpose(-1, -2)))
-    assert calls == {(bmm(8, 12, 16), 10): 1}
+    assert calls == {(bmm(8, 12, 16, lay="nt"), 10): 1}  # k^T: a K-contiguous view, in place
     x, y = torch.randn(7, 3, device="meta"), torch.randn(3, 5, device="meta")
     assert record(lambda: x @ y) == {(bmm(1, 5, 3, "fp32"), 7): 1}
 

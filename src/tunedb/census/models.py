@@ -51,7 +51,9 @@ class _WhisperLayer(nn.Module):
         h = self.self_attn_layer_norm(x)
 
         def split(y: torch.Tensor) -> torch.Tensor:
-            return y.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+            # contiguous heads, as transformers' WhisperAttention: q @ k^T then reads k^T in place
+            # (the bmm family keys that layout, lay=nt)
+            return y.view(b, t, self.heads, d // self.heads).transpose(1, 2).contiguous()
 
         a = _attend(split(self.q_proj(h)), split(self.k_proj(h)), split(self.v_proj(h)))
         x = x + self.out_proj(a.transpose(1, 2).reshape(b, t, d))

@@ -5,8 +5,9 @@ Recorded keys:
   bmm/baddbmm with an expanded weight as second operand: op=gemm with M = batch * rows.
 - aten._addmm_activation (a linear with its activation fused, e.g. torch's own fused paths): the one
   place the recorder sees an activation: ``gemm|op=gemm_act|dt=..|N=..|K=..|act=relu/gelu_tanh|bias=1``.
-- every other product (attention scores, attention @ V): ``gemm|op=bmm|dt=..|B=..|N=..|K=..``,
-  M = rows, B = batch (1 for mm). Visible in the census, skipped by the build.
+- every other product (attention scores, attention @ V, a stack of distinct weights) is not a
+  GEMM key: the `bmm` family's rule records it (families/bmm/census.py), with the predicate
+  `is_gemm_product` below deciding for both families, so each call has one owner.
 
 dt is ``half`` for fp16 and bf16 (one key serves both), ``fp32``, ``int8`` or ``fp8``. Whether an
 operand is a weight is the recorder's to say (census/recorder.py). torch is imported lazily.
@@ -33,12 +34,29 @@ def dt_of(dtype: Any) -> str | None:
     return None
 
 
-def _record(recorder: Any, packet: Any, args: tuple, kwargs: dict) -> list[tuple[Signature, int]]:
+def operands(packet: Any, args: tuple) -> tuple[Any, Any]:
+    """(a, b) of a product packet: the bias-taking forms carry it first."""
     import torch
 
     aten = torch.ops.aten
     biased = packet in (aten.addmm, aten.baddbmm, aten._addmm_activation)
-    a, b = (args[1], args[2]) if biased else (args[0], args[1])
+    return (args[1], args[2]) if biased else (args[0], args[1])
+
+
+def is_gemm_product(recorder: Any, packet: Any, b: Any) -> bool:
+    """Whether a product is this family's (a linear layer): its second operand is one weight
+    shared by the batch (a Linear on 3-D input lowers to a bmm of an expanded weight). A stack
+    of distinct weights (MoE experts) and a product of activations are not."""
+    return bool(recorder.is_weight(b) and (b.dim() == 2 or b.shape[0] == 1 or b.stride(0) == 0))
+
+
+def _record(recorder: Any, packet: Any, args: tuple, kwargs: dict) -> list[tuple[Signature, int]]:
+    import torch
+
+    aten = torch.ops.aten
+    a, b = operands(packet, args)
+    if not is_gemm_product(recorder, packet, b):
+        return []
     dt = dt_of(a.dtype)
     if dt is None:
         return []
@@ -51,15 +69,11 @@ def _record(recorder: Any, packet: Any, args: tuple, kwargs: dict) -> list[tuple
     rows, k, n, batch = int(rows), int(k), int(n), int(batch)
     if rows < 1 or n < 1 or k < 1 or batch < 1:
         return []
-    if packet is aten._addmm_activation and recorder.is_weight(b):
+    if packet is aten._addmm_activation:
         use_gelu = args[5] if len(args) > 5 else kwargs.get("use_gelu", False)
         sig = Signature.make("gemm", "gemm_act", dt, N=n, K=k, act="gelu_tanh" if use_gelu else "relu", bias=1)
         return [(sig, rows)]
-    if recorder.is_weight(b) and (b.dim() == 2 or b.shape[0] == 1 or b.stride(0) == 0):
-        # One weight shared by the batch (a Linear on 3-D input lowers to a bmm of an expanded
-        # weight); a stack of distinct weights (MoE experts) is batch separate GEMMs.
-        return [(Signature.make("gemm", "gemm", dt, N=n, K=k), rows * batch)]
-    return [(Signature.make("gemm", "bmm", dt, B=batch, N=n, K=k), rows)]
+    return [(Signature.make("gemm", "gemm", dt, N=n, K=k), rows * batch)]
 
 
 def rules() -> tuple[CensusRule, ...]:

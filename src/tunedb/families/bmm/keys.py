@@ -1,0 +1,75 @@
+"""Batched-product signatures: the static key of a call c[B, M, N] = a[B, M, K] @ b[B, K, N]
+(from tensors or meta tensors), its layout, its work, and the census rule.
+
+    bmm|op=bmm|dt=half|B=64|N=1500|K=64|lay=nt      whisper-base's q @ k^T, M = 1500
+    bmm|op=bmm|dt=half|B=64|N=64|K=1500|lay=nn      its softmax(scores) @ v
+
+The size axis is M (rows of one product). `lay` says which operand dimension is contiguous
+(configs.LAYOUTS): the kernels take any strides, but a transposed operand is a different memory
+access pattern, so it is a different key. A census records dt=half for fp16 and bf16 (one key
+serves both, as GEMM's); a run-time call keys its concrete dtype, served by its own entry or the
+half one (Signature.lookup_keys). Duck-typed on .shape / .stride() / .dtype: no torch import.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tunedb.errors import SignatureError
+from tunedb.families.bmm.configs import DTYPES, FAMILY, LAYOUTS, OPS, elem_bytes
+from tunedb.families.contract import SignatureSchema
+from tunedb.records import Signature
+
+SCHEMA = SignatureSchema(key=(("B", int), ("N", int), ("K", int), ("lay", str)), size="M", ladder="m",
+                         choices=(("lay", LAYOUTS),), dtypes=DTYPES)
+_DT = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
+
+
+def make_signature(b: int, n: int, k: int, dt: str = "half", lay: str = "nn") -> Signature:
+    return SCHEMA.make(FAMILY, "bmm", dt, B=b, N=n, K=k, lay=lay)
+
+
+def _major(t: Any) -> str:
+    """'t' when the last two dimensions are stored column-major (dim -2 contiguous), else 'n'.
+    A dimension of size 1 has any stride: such an operand counts as row-major."""
+    shape, stride = tuple(t.shape), tuple(t.stride())
+    if shape[-1] > 1 and shape[-2] > 1 and stride[-2] == 1 and stride[-1] != 1:
+        return "t"
+    return "n"
+
+
+def layout_of(a: Any, b: Any) -> str:
+    return _major(a) + _major(b)
+
+
+def dt_name(dtype: Any) -> str:
+    dt = _DT.get(str(dtype))
+    if dt is None:
+        raise SignatureError(f"bmm serves torch.float16, torch.bfloat16 and torch.float32 operands, got {dtype}")
+    return dt
+
+
+def signature_of(op: str, a: Any, b: Any) -> tuple[Signature, int]:
+    """(Signature, M) of a [B, M, K] @ b [B, K, N] (2-D operands: B = 1), concrete dtype."""
+    if op not in OPS:
+        raise SignatureError(f"unknown bmm op {op!r}; ops are {', '.join(OPS)}")
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    if len(sa) != len(sb) or len(sa) not in (2, 3):
+        raise SignatureError(f"bmm needs a [B, M, K] and b [B, K, N] (or both 2-D); got a {list(sa)}, b {list(sb)}")
+    if len(sa) == 2:
+        sa, sb = (1, *sa), (1, *sb)
+    if sa[0] != sb[0] or sa[2] != sb[1]:
+        raise SignatureError(f"bmm shapes do not match: a {list(sa)} @ b {list(sb)} (need a [B, M, K], b [B, K, N])")
+    dt = dt_name(a.dtype)
+    if dt_name(b.dtype) != dt:
+        raise SignatureError(f"bmm operands must share a dtype: a is {a.dtype}, b is {b.dtype}")
+    batch, m, k = (int(d) for d in sa)
+    n = int(sb[2])
+    if min(batch, m, n, k) < 1:
+        raise SignatureError(f"bmm needs non-empty operands; got B={batch}, M={m}, N={n}, K={k}")
+    return make_signature(batch, n, k, dt, layout_of(a, b)), m
+
+
+def work(sig: Signature, m: int) -> tuple[float, float]:
+    """(2*B*M*N*K flops, bytes of a + b + c)."""
+    bt, n, k = sig.get("B"), sig.get("N"), sig.get("K")
+    return 2.0 * bt * m * n * k, float(bt * (m * k + k * n + m * n) * elem_bytes(sig.dt))

@@ -1,0 +1,102 @@
+"""The tuned batched product as a torch.library op, registered on first use:
+
+    tunedb::bmm(Tensor a, Tensor b) -> Tensor      a [B, M, K] @ b [B, K, N] -> [B, M, N] (or 2-D)
+
+Any strides (a transposed or expanded operand runs in place). A CUDA call resolves its config
+through the generic run-time path (runtime/dispatch.py: autotune()'s overrides, then the
+selector's user > system > default chain; unmeasured keys run torch.bmm) once per (dtype, shapes,
+strides) and epoch: later calls are one dict lookup, so a CUDA graph captured after an eager call
+replays what eager ran. A config that fails its first launch is replaced by torch.bmm for the
+epoch (launch_table.first_call). Other devices compute torch.matmul. The fake kernel lets
+torch.compile trace the op (it stays opaque). Forward only: no autograd formula.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tunedb.families.bmm import configs, keys
+from tunedb.records import Config
+from tunedb.runtime import launch_table
+
+_lib: list[Any] = []
+_lock = threading.Lock()
+_bound: dict[tuple[Any, ...], Any] = {}  # (dtype, shapes, strides) -> launch_table.Bound
+_overrides = launch_table._overrides  # autotune()'s override stack, shared, never rebound
+
+
+def _clear() -> None:
+    _bound.clear()
+
+
+def call_key(a: Any, b: Any) -> tuple[Any, ...]:
+    return (a.dtype, tuple(a.shape), tuple(b.shape), a.stride(), b.stride(), a.device.index)
+
+
+def bound_for(a: Any, b: Any) -> Any:
+    """The bound resolution of a CUDA call (config, tier, launcher, counter), counted as a call."""
+    key = call_key(a, b)
+    hit = None if _overrides else _bound.get(key)
+    if hit is not None:
+        hit.counter.calls += 1
+        return hit
+    from tunedb.database import tiers
+    from tunedb.runtime import dispatch
+
+    tiers.on_reload(_clear)  # (once) a new epoch drops every bound launcher
+    got = dispatch.bound(configs.FAMILY, "bmm", a, b)
+    if not _overrides:
+        with _lock:
+            _bound[key] = got
+    return got
+
+
+def run(a: Any, b: Any) -> Any:
+    """The op's implementation (every backend of tunedb::bmm runs this)."""
+    import torch
+
+    if a.device.type != "cuda":
+        keys.signature_of("bmm", a, b)  # the errors a CUDA call raises when it is first keyed
+        return torch.matmul(a, b)
+    bound = bound_for(a, b)  # a new (dtype, shapes, strides) is keyed, and checked, by dispatch
+    if bound.launched:
+        return bound.call(a, b)
+    return launch_table.first_call(bound, a, b)
+
+
+def _fake(a: Any, b: Any) -> Any:
+    keys.signature_of("bmm", a, b)
+    return a.new_empty((*a.shape[:-1], b.shape[-1]))
+
+
+def register() -> None:
+    """Define tunedb::bmm (once per process)."""
+    if _lib:
+        return
+    with _lock:
+        if _lib:
+            return
+        import torch
+
+        lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive in _lib
+        lib.define("bmm(Tensor a, Tensor b) -> Tensor")
+        lib.impl("bmm", run, "CompositeExplicitAutograd")
+        torch.library.register_fake("tunedb::bmm", _fake, lib=lib)
+        _lib.append(lib)
+
+
+def bmm(a: Any, b: Any) -> Any:
+    """a @ b per batch through the tuned op: [B, M, K] x [B, K, N] -> [B, M, N] (or 2-D)."""
+    register()
+    import torch
+
+    return torch.ops.tunedb.bmm(a, b)
+
+
+def serves_torch(bound: Any) -> bool:
+    return bound.config.id in configs.FAMILY_SENTINELS or bound.config == Config.sentinel("torch")
+
+
+def report() -> list[tuple[str, int, str, str, int]]:
+    """(signature, M, config, tier, calls) of every key resolved this epoch."""
+    return [(b.signature.format(), b.m, b.config.id, b.tier, b.calls) for b in _bound.values()]

@@ -1,0 +1,133 @@
+"""optimize()'s hook for the bmm family: serving the products a model makes in plain Python.
+
+Eager attention is not a module: transformers' eager path and the census mirrors call
+torch.matmul(q, k.transpose(-1, -2)) and torch.matmul(probs, v) inside a forward. No module swap
+reaches those calls, so the hook wraps the model's forward (a forward pre-hook and an always-call
+forward hook, which deep copies keep) in `ProductMode`, a TorchFunctionMode that sends
+torch.matmul / torch.bmm / Tensor.__matmul__ of two CUDA activations (same dtype, fp16 / bf16 /
+fp32, 3-D or more with equal batch dims, no gradient wanted) to tunedb::bmm -- but only keys
+whose selection is a Triton tile: a key served by torch.bmm runs the original call.
+
+What it cannot swap: SDPA (transformers' default attention, torch's nn.MultiheadAttention on its
+fast path) never reaches a matmul; flash / SDPA kernels are not this family's. Products under
+torch.compile are left to inductor. The mode costs a Python hop per torch call inside the
+forward in eager mode, so optimize() installs it only when this arch has a bmm table with
+entries; under CUDA graphs the hop is paid at capture only.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tunedb.families.bmm import configs
+
+_state = threading.local()
+_decisions: dict[tuple[Any, ...], Any] = {}  # call_key -> bound (a tile) or None (torch)
+_SERVED_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32")
+
+
+def _clear() -> None:
+    _decisions.clear()
+
+
+def fold(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]] | None:
+    """(a3, b3, batch shape) for a product the op may serve, else None."""
+    import torch
+
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return None
+    if a.device.type != "cuda" or b.device != a.device or a.dtype != b.dtype or str(a.dtype) not in _SERVED_DTYPES:
+        return None
+    if a.dim() < 3 or a.dim() != b.dim() or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+        return None
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return None
+    if a.numel() == 0 or b.numel() == 0:
+        return None
+    batch = tuple(a.shape[:-2])
+    return a.reshape(-1, a.shape[-2], a.shape[-1]), b.reshape(-1, b.shape[-2], b.shape[-1]), batch
+
+
+def serve(a: Any, b: Any) -> Any:
+    """tunedb::bmm's result for a product whose key runs a Triton tile, else None."""
+    from tunedb.families.bmm import ops
+
+    folded = fold(a, b)
+    if folded is None:
+        return None
+    a3, b3, batch = folded
+    key = ops.call_key(a3, b3)
+    if key not in _decisions or ops._overrides:
+        from tunedb.database import tiers
+
+        tiers.on_reload(_clear)
+        bound = ops.bound_for(a3, b3)
+        _decisions[key] = None if ops.serves_torch(bound) else bound
+    if _decisions[key] is None:
+        return None
+    c = ops.bmm(a3, b3)
+    return c.view(*batch, c.shape[-2], c.shape[-1])
+
+
+def _products() -> frozenset:
+    import torch
+
+    return frozenset((torch.bmm, torch.matmul, torch.Tensor.bmm, torch.Tensor.matmul, torch.Tensor.__matmul__))
+
+
+def product_mode() -> Any:
+    """A TorchFunctionMode serving tuned products (see the module docstring)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    products = _products()
+
+    class ProductMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in products and len(args) == 2 and not kwargs and not torch.compiler.is_compiling():
+                out = serve(*args)
+                if out is not None:
+                    return out
+            return func(*args, **kwargs)
+
+    return ProductMode()
+
+
+def _enter(module: Any, args: Any) -> None:
+    stack = getattr(_state, "modes", None)
+    if stack is None:
+        stack = _state.modes = []
+    mode = product_mode()
+    mode.__enter__()
+    stack.append(mode)
+
+
+def _exit(module: Any, args: Any, output: Any) -> None:
+    stack = getattr(_state, "modes", None)
+    if stack:
+        stack.pop().__exit__(None, None, None)
+
+
+def has_table() -> bool:
+    """Whether this arch's bmm tables (user or system tier) hold any entry."""
+    from tunedb import database
+    from tunedb.runtime import selector
+
+    arch_family, _ = selector.current_arch()
+    return any(res.db.entries for res in database.lookup(arch_family, configs.FAMILY))
+
+
+def install(model: Any) -> Any:
+    """Wrap `model`'s forward in ProductMode (once)."""
+    if getattr(model, "_tunedb_bmm_serving", False):
+        return model
+    model.register_forward_pre_hook(_enter)
+    model.register_forward_hook(_exit, always_call=True)
+    model._tunedb_bmm_serving = True
+    return model
+
+
+def optimize(model: Any) -> Any:
+    """The family's optimize() hook: install the product mode where a bmm table has entries."""
+    return install(model) if has_table() else model

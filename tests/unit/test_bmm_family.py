@@ -1,0 +1,260 @@
+"""The bmm family on the CPU: keys and layouts, the census of products on meta tensors (one
+owner per call with GEMM), the validity predicate shared by the space, the candidates and the
+selector, a simulated build through the database and the selector, and the run-time op."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tunedb import database, families, pipeline, settings
+from tunedb.arch import shipped_profile
+from tunedb.census.recorder import Recorder, record
+from tunedb.errors import ConfigError, SignatureError
+from tunedb.families.bmm import configs, keys
+from tunedb.records import Config, Point, ShapeSet, Signature
+from tunedb.runtime import selector
+
+BMM = families.get("bmm")
+SM90 = shipped_profile("sm90")
+
+
+def sig(b, n, k, dt="half", lay="nn"):
+    return Signature.make("bmm", "bmm", dt, B=b, N=n, K=k, lay=lay)
+
+
+# --- keys ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lay", configs.LAYOUTS)
+@pytest.mark.parametrize("dtype,dt", [(torch.float16, "fp16"), (torch.bfloat16, "bf16"), (torch.float32, "fp32")])
+def test_call_keys_name_dtype_and_layout(lay, dtype, dt):
+    want = keys.make_signature(6, 40, 24, dt, lay)
+    (a, b), _ = BMM.make_inputs(want, 9, "cpu", 0)
+    assert a.dtype == dtype and tuple(a.shape) == (6, 9, 24) and tuple(b.shape) == (6, 24, 40)
+    assert BMM.signature_of("bmm", a, b) == (want, 9)
+    assert want.lookup_keys()[-1] == want.with_dt("half") or dt == "fp32"  # a census's half key serves both
+
+
+def test_two_d_operands_are_one_batch_and_size_one_dims_are_row_major():
+    a, b = torch.empty(7, 3, device="meta"), torch.empty(5, 3, device="meta").t()
+    assert BMM.signature_of("bmm", a, b) == (sig(1, 5, 3, "fp32", "nt"), 7)
+    # a column of one element has any stride: it is not called transposed
+    q, k = torch.empty(4, 1, 64, device="meta"), torch.empty(4, 1, 64, device="meta").transpose(1, 2)
+    assert BMM.signature_of("bmm", q, k)[0].get("lay") == "nn"
+
+
+@pytest.mark.parametrize("a_shape,b_shape,dtypes,words", [
+    ((2, 4, 8), (3, 8, 5), (torch.half, torch.half), "do not match"),
+    ((2, 4, 8), (2, 7, 5), (torch.half, torch.half), "do not match"),
+    ((4, 8), (2, 8, 5), (torch.half, torch.half), "both 2-D"),
+    ((2, 4, 8), (2, 8, 5), (torch.half, torch.float32), "share a dtype"),
+    ((2, 4, 8), (2, 8, 5), (torch.int8, torch.int8), "torch.int8"),
+    ((2, 0, 8), (2, 8, 5), (torch.half, torch.half), "non-empty"),
+])
+def test_bad_calls_say_what_is_wrong(a_shape, b_shape, dtypes, words):
+    a = torch.empty(a_shape, dtype=dtypes[0], device="meta")
+    b = torch.empty(b_shape, dtype=dtypes[1], device="meta")
+    with pytest.raises(SignatureError, match=words):
+        BMM.signature_of("bmm", a, b)
+
+
+def test_schema_refuses_bad_fields():
+    with pytest.raises(SignatureError, match="lay='xy'; allowed: nn, nt, tn, tt"):
+        keys.make_signature(2, 3, 4, "half", "xy")
+    with pytest.raises(SignatureError, match="dt='int8' is not served"):
+        keys.make_signature(2, 3, 4, "int8")
+    with pytest.raises(SignatureError, match="missing field 'lay'"):
+        BMM.schema.check(Signature("bmm", "bmm", "half", (("B", 2), ("N", 3), ("K", 4))))
+
+
+def test_work_counts_every_batch():
+    flops, moved = BMM.work(sig(8, 64, 1500), 1500)
+    assert flops == 2.0 * 8 * 1500 * 64 * 1500
+    assert moved == 8 * (1500 * 1500 + 1500 * 64 + 1500 * 64) * 2
+
+
+# --- census on meta tensors ---------------------------------------------------------------------
+
+def test_eager_attention_products_are_bmm_keys_with_their_layouts():
+    b, h, t, d = 2, 4, 10, 16
+    q = torch.randn(b, h, t, d, device="meta", dtype=torch.bfloat16)
+    k = torch.randn(b, h, t, d, device="meta", dtype=torch.bfloat16)
+
+    def attend():
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        return torch.matmul(scores.softmax(-1), k)
+    assert record(attend) == {(sig(8, 10, 16, lay="nt"), 10): 1, (sig(8, 16, 10, lay="nn"), 10): 1}
+
+
+def test_each_product_has_one_owner():
+    """A Linear (also on 3-D input, through an expanded-weight bmm) is GEMM's; a product of
+    activations and a stack of distinct weights are bmm's; never both."""
+    with torch.device("meta"):
+        lin = nn.Linear(32, 48).half()
+        x = torch.randn(3, 5, 32, dtype=torch.half)
+        experts = nn.Parameter(torch.empty(4, 32, 16, dtype=torch.half))
+        xe = torch.randn(4, 6, 32, dtype=torch.half)
+        shared = nn.Parameter(torch.empty(32, 16, dtype=torch.half))
+
+    calls = record(lambda: (lin(x), torch.bmm(xe, experts), torch.matmul(x, shared), torch.bmm(xe, xe.transpose(1, 2))))
+    owners = {(s.family, s.op) for s, _ in calls}
+    assert owners == {("gemm", "gemm"), ("bmm", "bmm")}
+    assert sum(calls.values()) == 4  # four products, four records
+    assert calls[(Signature.make("gemm", "gemm", "half", N=48, K=32), 15)] == 1
+    assert calls[(Signature.make("gemm", "gemm", "half", N=16, K=32), 15)] == 1
+    assert calls[(sig(4, 16, 32), 6)] == 1
+    assert calls[(sig(4, 6, 32, lay="nt"), 6)] == 1
+
+
+def test_whisper_mirror_census_keys_its_attention(tmp_path):
+    from tunedb.census import presets
+
+    built = presets.workload("whisper-base").build(torch.device("meta"), "mirror")
+    with torch.no_grad(), Recorder(families=("bmm",)) as rec:
+        built.model(*built.inputs(2, 3000))
+    assert set(rec.calls) == {(sig(16, 1500, 64, lay="nt"), 1500), (sig(16, 64, 1500, lay="nn"), 1500)}
+    assert set(rec.calls.values()) == {6}  # one of each per layer
+
+
+# --- configs and THE validity predicate ---------------------------------------------------------
+
+def test_config_ids_round_trip_and_bad_ids_are_named():
+    for c in configs.full_grid():
+        assert configs.parse(c.id) == c
+    assert configs.parse("torch") == Config.sentinel("torch")
+    with pytest.raises(ConfigError, match="bad bmm config id 'b64x64'"):
+        configs.parse("b64x64")
+    with pytest.raises(ConfigError, match="BM=24 not allowed"):
+        configs.parse("b24x64x32_w4_s3_g8")
+    with pytest.raises(ConfigError, match="no 'fused' arm"):
+        configs.parse("fused")
+
+
+def test_the_predicate_rejects_what_cannot_run_and_says_why():
+    big = configs.make(128, 128, 64, 8, 4)
+    half, single = sig(8, 64, 64), sig(8, 64, 64, "fp32")
+    assert configs.invalid_reason(big, half, 64, SM90) is None  # 4 x 256 x 64 x 2 B = 128 KiB
+    assert "shared memory" in configs.invalid_reason(big, single, 64, SM90)  # 256 KiB of fp32
+    assert "registers" in configs.invalid_reason(configs.make(128, 128, 32, 2, 3), half, 64, SM90)
+    assert "grid's second dimension" in configs.invalid_reason(configs.UNTUNED, sig(70000, 64, 64), 64, SM90)
+    assert configs.invalid_reason(Config.sentinel("torch"), sig(70000, 64, 64), 64, SM90) is None
+    assert "M=0" in configs.invalid_reason(configs.UNTUNED, half, 0, SM90)
+    assert "not an arm" in configs.invalid_reason(Config.sentinel("heuristic"), half, 64, SM90)
+
+
+def test_one_predicate_behind_space_candidates_and_selector():
+    single = sig(8, 64, 64, "fp32")
+    cands = BMM.candidates(single, 64, SM90)
+    assert cands == tuple(c for c in configs.config_space("sm90") if configs.invalid_reason(c, single, 64, SM90) is None)
+    assert len(cands) < len(configs.config_space("sm90"))  # fp32 loses the deepest tiles
+    assert all(configs.smem_bytes(c, "half") <= SM90.smem_per_block for c in configs.config_space("sm90"))
+    # the build's candidates are the same function's answer
+    from tunedb.build.plan import candidates
+
+    assert {c.id for c in candidates(BMM, single, 64, SM90)} == {c.id for c in cands}
+
+
+def test_untuned_and_unmeasured_run_torch():
+    s = sig(8, 64, 64)
+    assert BMM.default_config(s).id == "torch"
+    assert BMM.sentinels(s) == ("default", "torch")
+    rule = BMM.pick_rule()
+    assert rule.fallback == "torch" and rule.pick({"torch": 1.0, "b64x64x32_w4_s3_g8": 0.97}).winner == "torch"
+    assert rule.pick({"torch": 1.0, "b64x64x32_w4_s3_g8": 0.8}).winner == "b64x64x32_w4_s3_g8"
+    ids = {c.id for c in BMM.compile_set("sm90", ["b128x128x64_w8_s4_g8", "nonsense"])}
+    assert {"b128x128x64_w8_s4_g8", configs.UNTUNED.id, "torch", "default"} <= ids and "nonsense" not in ids
+
+
+# --- census -> simulated build -> database -> selector ------------------------------------------
+
+def test_a_simulated_build_writes_a_table_the_selector_serves(tmp_path):
+    from tunedb.build.steps import simulated_timer
+
+    scores, context = sig(16, 1500, 64, lay="nt"), sig(16, 64, 1500)
+    shapes = ShapeSet((Point(scores, 1500, weight=0.5, calls=6), Point(context, 1500, weight=0.5, calls=6)), "attn")
+    out = tmp_path / "db"
+    timer = simulated_timer(BMM, SM90, seed=0, noise=0.01)
+    result = pipeline.build([("attn", shapes)], pipeline.BuildOptions(out=str(out), family="bmm", isolate=False,
+                                                                      fill=False), timer=timer)
+    assert {e.signature for e in result.entries} == {scores, context}
+    path = out / "sm90" / "bmm.json"
+    db = database.load(path, "bmm", "sm90")
+    assert db.validators["impl_hash"] == BMM.impl_hash()
+    for entry in db.entries.values():
+        for region in entry.regions:
+            assert configs.invalid_reason(configs.parse(region.config_id), entry.signature, 1500, SM90) is None
+    try:
+        with settings.override(USER_DB=str(out)):
+            selector.configure("sm90")
+            res = selector.peek("bmm", scores, 1500)
+            assert res.tier == "user" and res.config.id == db.entries[scores].lookup(1500).replace("default", "torch")
+            # a run-time bf16 call finds the census's half key
+            assert selector.peek("bmm", scores.with_dt("bf16"), 1500).tier == "user"
+            assert selector.peek("bmm", sig(3, 7, 5), 4).config.id == "torch"  # unmeasured: torch
+    finally:
+        selector.configure()
+
+
+# --- the run-time op and optimize() ---------------------------------------------------------------
+
+def test_the_op_on_cpu_and_under_fake_tensors():
+    from tunedb.families.bmm import ops
+
+    a, b = torch.randn(3, 5, 7), torch.randn(3, 9, 7).transpose(1, 2)
+    torch.testing.assert_close(ops.bmm(a, b), torch.bmm(a, b))
+    torch.testing.assert_close(ops.bmm(a[0], b[0]), a[0] @ b[0])
+    with pytest.raises(SignatureError, match="do not match"):
+        ops.bmm(a, a)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fa, fb = torch.empty(4, 6, 8, dtype=torch.half), torch.empty(4, 8, 2, dtype=torch.half)
+        out = torch.ops.tunedb.bmm(fa, fb)
+    assert tuple(out.shape) == (4, 6, 2) and out.dtype == torch.half
+
+
+def test_optimize_installs_the_product_mode_only_where_a_table_has_entries(tmp_path):
+    from tunedb.families.bmm import serving
+
+    model = nn.Linear(4, 4)
+    try:
+        with settings.override(USER_DB=str(tmp_path / "empty")):
+            selector.configure("sm90")
+            database.reload()
+            if not serving.has_table():  # no user table; the shipped tier may hold none either
+                assert BMM.optimize(model) is model and not getattr(model, "_tunedb_bmm_serving", False)
+        serving.install(model)
+        serving.install(model)
+        assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(model(x), x @ model.weight.t() + model.bias)  # CPU: nothing served
+    finally:
+        selector.configure()
+
+
+def test_the_product_mode_folds_only_what_the_op_serves():
+    from tunedb.families.bmm.serving import fold
+
+    a = torch.randn(2, 3, 4, 5)
+    assert fold(a, torch.randn(2, 3, 5, 6)) is None  # CPU tensors are torch's
+    meta = lambda *s, **kw: torch.empty(*s, device="meta", **kw)  # noqa: E731
+    assert fold(meta(2, 3, 4, 5), meta(2, 3, 5, 6)) is None  # not CUDA either
+
+
+def test_the_product_mode_survives_deepcopy_and_torch_compile():
+    import copy
+
+    from tunedb.families.bmm import serving
+
+    class Attend(nn.Module):
+        def forward(self, q, k, v):
+            return torch.matmul(torch.matmul(q, k.transpose(-1, -2)).softmax(-1), v)
+
+    model = serving.install(Attend())
+    q = torch.randn(2, 3, 5, 4)
+    want = Attend()(q, q, q)
+    torch.testing.assert_close(model(q, q, q), want)
+    twin = copy.deepcopy(model)
+    assert len(twin._forward_pre_hooks) == 1 and len(twin._forward_hooks) == 1
+    torch.testing.assert_close(torch.compile(twin, backend="eager")(q, q, q), want)
+    assert not getattr(serving._state, "modes", [])  # every forward left its mode
