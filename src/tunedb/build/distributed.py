@@ -133,7 +133,7 @@ def connect(opts: Any, gpu: bool) -> int:
             ray.init(address=opts.ray, log_to_driver=False)
         else:
             # a simulated build has no GPU: the local cluster gets logical ones, one per actor
-            ray.init(num_gpus=None if gpu else workers, log_to_driver=False)
+            ray.init(num_gpus=None if gpu else workers, log_to_driver=False, include_dashboard=False)
     have = int(ray.cluster_resources().get("GPU", 0))
     workers = workers or have
     if workers < 1 or have < workers:
@@ -177,6 +177,7 @@ class Distributed:
     arms: int
     workers: dict[str, dict[str, Any]]
     lost: list[str]
+    phases: dict[str, float]  # 'ray start' (cluster + actors), 'actors' (first hand-out to last result)
 
 
 def measure_all(plans: Sequence[Any], opts: Any, arch: Any, working_sets: Mapping[Any, int], timer: Any,
@@ -186,6 +187,7 @@ def measure_all(plans: Sequence[Any], opts: Any, arch: Any, working_sets: Mappin
     each signature into `run` and appending its measurements to `log` as it finishes."""
     import ray
 
+    t0 = time.perf_counter()
     n = connect(opts, gpu)
     remote = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0)(MeasuringActor)
     ws = dict(working_sets)
@@ -223,12 +225,14 @@ def measure_all(plans: Sequence[Any], opts: Any, arch: Any, working_sets: Mappin
             reporter.signature(by_sig[task], index[task], len(plans))
             submit(worker, task)
         backend.submit = submit_and_report  # type: ignore[method-assign]
+        t1 = time.perf_counter()
         sched_mod.drive(sched, backend, on_result, on_lost)
+        phases = {"ray start": t1 - t0, "actors": time.perf_counter() - t1}
         fractions = sched.busy_fractions()
         stats = {str(w): {"pid": pids.get(w), "signatures": s.tasks, "busy_s": round(s.busy_s, 3),
                           "busy_fraction": round(fractions[w], 4), "dead": s.dead}
                  for w, s in sched.workers.items()}
-        return Distributed(entries, arms[0], stats, lost)
+        return Distributed(entries, arms[0], stats, lost, phases)
     finally:
         for a in actors.values():
             try:

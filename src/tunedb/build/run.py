@@ -219,6 +219,7 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
             entries.update(spread.entries)
             measure.arms += spread.arms
             result.workers, result.lost = spread.workers, tuple(spread.lost)
+            measure.phases.update(spread.phases)
         index = 0
         for name, _ in censuses:
             t0, arms0 = time.perf_counter(), measure.arms
