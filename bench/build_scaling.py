@@ -119,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     counts = [int(x) for x in args.workers.split(",") if x.strip()]
     out = Path(args.out)
+    if not args.simulate:
+        # Cache this GPU's arch profile from a process that then exits: a driver that measured
+        # it itself would hold a CUDA context on GPU 0, which actor 0's gate counts as foreign.
+        subprocess.run([sys.executable, "-c", "from tunedb import arch; arch.current_profile()"], check=True)
     rows = []
     for n in counts:
         rows.append(build(n, args, out / f"w{n}"))

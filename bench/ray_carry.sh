@@ -28,7 +28,18 @@ dl "ray==$RAY_VERSION"
 dl click jsonschema attrs referencing jsonschema-specifications rpds-py msgpack packaging \
    protobuf pyyaml requests urllib3 idna certifi charset-normalizer
 
-for w in "$WORK"/whl/*.whl; do python -m zipfile -e "$w" "$WORK/site" >/dev/null; done
+# unpack keeping each file's mode (zipfile -e drops the exec bit Ray's raylet and gcs_server need)
+python - "$WORK/site" "$WORK"/whl/*.whl <<'PY'
+import os, sys, zipfile
+dest = sys.argv[1]
+for wheel in sys.argv[2:]:
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            path = z.extract(info, dest)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                os.chmod(path, mode)
+PY
 
 R="$WORK/site/ray"
 rm -rf "$R/jars" "$R/dashboard/client" "$R/rllib" "$R/data" "$R/serve" "$R/train" "$R/tune" "$R/llm" \
@@ -41,7 +52,7 @@ if command -v strip >/dev/null; then
   strip --strip-unneeded "$R/core/src/ray/raylet/raylet" "$R/core/src/ray/gcs/gcs_server" 2>/dev/null || true
 fi
 
-tar -C "$WORK/site" -cf - . | xz -9e -T0 > "$OUT"
+tar -C "$WORK/site" -cf - . | xz -9 -T0 > "$OUT"
 SIZE=$(stat -c %s "$OUT")
 echo "$OUT: $((SIZE / 1024 / 1024)) MiB ($SIZE bytes); unpacked $(du -sh "$WORK/site" | cut -f1)"
 if [ "$SIZE" -gt $((57 * 1024 * 1024)) ]; then
