@@ -121,14 +121,16 @@ class MeasuringActor:
         return True
 
 
-def connect(opts: Any, gpu: bool) -> int:
-    """Join or start the Ray cluster; the number of measuring actors to start."""
+def connect(opts: Any, gpu: bool) -> tuple[int, bool]:
+    """Join or start the Ray cluster: the number of measuring actors to start, and whether this
+    call initialised Ray (the build then shuts it down; a caller's own session is left alone)."""
     try:
         import ray
     except ImportError:
         raise BuildError("--workers/--ray need Ray: pip install 'tunedb[ray]' (or pip install ray)") from None
     workers = getattr(opts, "workers", 0) or 0
-    if not ray.is_initialized():
+    started = not ray.is_initialized()
+    if started:
         if opts.ray:
             ray.init(address=opts.ray, log_to_driver=False)
         else:
@@ -137,9 +139,11 @@ def connect(opts: Any, gpu: bool) -> int:
     have = int(ray.cluster_resources().get("GPU", 0))
     workers = workers or have
     if workers < 1 or have < workers:
+        if started:
+            ray.shutdown()
         raise BuildError(f"--workers {workers or '(all)'}: the Ray cluster has {have} GPU(s); "
                          f"a build starts one measuring actor per GPU")
-    return workers
+    return workers, started
 
 
 class RayBackend:
@@ -155,7 +159,7 @@ class RayBackend:
 
     def wait(self) -> list[sched_mod.Outcome]:
         import ray
-        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
         done, _ = ray.wait(list(self.pending), num_returns=1)
         out = []
@@ -166,6 +170,9 @@ class RayBackend:
             except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
                 ray.kill(self.actors.pop(worker), no_restart=True)
                 out.append(sched_mod.Outcome(worker, task, lost=True, detail=str(exc).splitlines()[0][:200]))
+            except RayTaskError as exc:  # the signature itself failed (its actor lives): say why
+                cause = exc.cause if exc.cause is not None else exc
+                raise BuildError(f"{task} failed on GPU worker {worker}: {type(cause).__name__}: {cause}") from None
         return out
 
 
@@ -188,7 +195,7 @@ def measure_all(plans: Sequence[Any], opts: Any, arch: Any, working_sets: Mappin
     import ray
 
     t0 = time.perf_counter()
-    n = connect(opts, gpu)
+    n, started = connect(opts, gpu)
     remote = ray.remote(num_gpus=1, num_cpus=0, max_restarts=0)(MeasuringActor)
     ws = dict(working_sets)
     actors = {i: remote.remote(i, opts, arch, ws, timer, gpu, identify) for i in range(n)}
@@ -234,11 +241,16 @@ def measure_all(plans: Sequence[Any], opts: Any, arch: Any, working_sets: Mappin
                  for w, s in sched.workers.items()}
         return Distributed(entries, arms[0], stats, lost, phases)
     finally:
+        # a clean close lets each measurer's worker process exit; then the actors go
+        closing = [a.close.remote() for a in actors.values()]
+        ray.wait(closing, num_returns=len(closing), timeout=10)
         for a in actors.values():
             try:
                 ray.kill(a, no_restart=True)
             except Exception:  # already dead: nothing to stop
                 pass
+        if started:
+            ray.shutdown()
 
 
 def _config_ids(entry: Any) -> tuple[str, ...]:
