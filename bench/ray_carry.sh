@@ -10,7 +10,9 @@
 # (the Java jars, the dashboard's web client, the RLlib/Data/Serve/Train/Tune/LLM libraries,
 # tests, __pycache__), plus Ray's hard requirements other than filelock (torch has it): click,
 # jsonschema (+ attrs, referencing, rpds-py, jsonschema-specifications), msgpack, packaging,
-# protobuf, pyyaml, requests (+ urllib3, idna, certifi, charset-normalizer).
+# protobuf, pyyaml, requests (+ urllib3, idna, certifi, charset-normalizer). Checked here: a bare
+# Python 3.12 (pip only) with this on PYTHONPATH plus filelock and typing_extensions (torch brings
+# both) starts a local cluster and two num_gpus=1 actors.
 # PY / PLATFORM / RAY_VERSION override the target.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
