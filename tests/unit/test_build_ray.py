@@ -49,9 +49,10 @@ def regions(path: Path) -> dict[str, tuple]:
 def serial(tmp_path_factory) -> tuple[dict[str, tuple], int, Path]:
     """The uninterrupted one-GPU build (no Ray) every fault test must reproduce."""
     out = tmp_path_factory.mktemp("serial")
-    os.environ.setdefault("TUNEDB_CACHE_DIR", str(out / "cache"))
-    res = pipeline.build([("llama", pipeline.read_census(CENSUS))],
-                         pipeline.BuildOptions(out=str(out), simulate=True, **THIN))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TUNEDB_CACHE_DIR", str(out / "cache"))
+        res = pipeline.build([("llama", pipeline.read_census(CENSUS))],
+                             pipeline.BuildOptions(out=str(out), simulate=True, **THIN))
     return regions(res.path), res.arms_measured, res.path
 
 
