@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import database, families
-from tunedb.build import checkpoint, partition
+from tunedb.build import checkpoint, distributed, partition
 from tunedb.build import plan as buildplan
 from tunedb.build import steps as buildsteps
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
@@ -45,6 +45,10 @@ class BuildOptions:
     # False (--no-fill): measure the census's Ms only, not the ladder edges between and above
     # them; for a census of exactly the Ms a model calls (sizes above the largest take torch)
     fill: bool = True
+    # --workers N / --ray ADDRESS: measure on one Ray actor per GPU (build/distributed.py)
+    workers: int = 0
+    ray: str | None = None
+    simulate_delay_ms: float = 0.0  # --simulate with --workers/--ray: sleep per arm (stands in for GPU time)
 
 
 @dataclass
@@ -63,6 +67,8 @@ class BuildResult:
     seconds: float = 0.0
     census_seconds: dict[str, float] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)  # Measurer.phases: where the time went
+    workers: dict[str, dict[str, Any]] = field(default_factory=dict)  # --workers/--ray: each actor's share
+    lost: tuple[str, ...] = ()  # --workers/--ray: signatures re-queued after their actor died
 
 
 def arch_profile(arch_family: str | None, real: bool) -> ArchProfile:
@@ -159,6 +165,7 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     started = time.perf_counter()
     reporter = reporter or Reporter()
     buildsteps.check_options(opts, gpu or timer is not None)
+    distributed.check_options(opts)
     family = families.get(opts.family)
     arch = arch_profile(opts.arch_family, real=gpu)
     try:
@@ -206,6 +213,13 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     setup_s = time.perf_counter() - started
     entries: dict[Signature, Entry] = {}
     try:
+        if distributed.wanted(opts):
+            spread = distributed.measure_all([p for p in plans if p.signature not in finished], opts, arch,
+                                             measure.working_set, timer, log, run, reporter, gpu)
+            entries.update(spread.entries)
+            measure.arms += spread.arms
+            result.workers, result.lost = spread.workers, tuple(spread.lost)
+            measure.phases.update(spread.phases)
         index = 0
         for name, _ in censuses:
             t0, arms0 = time.perf_counter(), measure.arms
@@ -213,6 +227,8 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
                 index += 1
                 if sig in finished:
                     entries[sig] = finished[sig].entry
+                    continue
+                if sig in entries:  # measured by the actors
                     continue
                 plan = by_sig[sig]
                 reporter.signature(plan, index, len(plans))

@@ -53,6 +53,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a census file from `tunedb census` (repeatable)")
     add_build_options(parser)
     parser.add_argument("--json", action="store_true", help="print the result (or plan) as JSON")
+    add_distributed_options(parser)
+
+
+def add_distributed_options(parser: argparse.ArgumentParser) -> None:
+    """--workers/--ray (build/distributed.py; Ray is imported only when one is given)."""
+    parser.add_argument("--workers", type=int, default=0, metavar="N",
+                        help="measure on N GPUs of this host, one Ray actor each (needs tunedb[ray])")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS",
+                        help="measure on the GPUs of a Ray cluster ('auto' joins the local one); "
+                             "one actor per GPU, or --workers of them")
+    parser.add_argument("--simulate-delay", dest="simulate_delay_ms", type=float, default=0.0, metavar="MS",
+                        help="--simulate with --workers/--ray: each actor sleeps MS per arm (GPU time stand-in)")
 
 
 def options_from(args: argparse.Namespace) -> Any:
@@ -64,7 +76,9 @@ def options_from(args: argparse.Namespace) -> Any:
                         max_points=args.max_points, min_speedup=args.min_speedup, fresh=args.fresh,
                         dry_run=args.dry_run, no_write=args.no_write, simulate=args.simulate,
                         run_id=args.run_id, exhaustive=args.exhaustive, allow_busy=args.allow_busy,
-                        top_k=args.top_k, seed=args.seed, isolate=not args.in_process, fill=args.fill)
+                        top_k=args.top_k, seed=args.seed, isolate=not args.in_process, fill=args.fill,
+                        workers=getattr(args, "workers", 0) or 0, ray=getattr(args, "ray", None),
+                        simulate_delay_ms=getattr(args, "simulate_delay_ms", 0.0) or 0.0)
 
 
 class RichReporter:
@@ -147,7 +161,8 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
                "phase_seconds": {k: round(v, 3) for k, v in result.phase_seconds.items()},
                "resumed": list(result.resumed), "skipped": list(result.skipped),
                "triton_cache": result.triton_cache, "prebuilt": result.prebuilt,
-               "changes": [c.to_json() for c in result.changes]}
+               "changes": [c.to_json() for c in result.changes],
+               "workers": result.workers, "lost": list(result.lost)}
         print(json.dumps(out, indent=1))
         return
     if result.skipped:
@@ -162,6 +177,11 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
                   f"{result.seconds:.1f} s (run {result.run_id})")
     if result.phase_seconds:
         console.print(f"where the time went: {phase_line(result.phase_seconds, result.seconds)}")
+    for worker, w in result.workers.items():
+        console.print(f"GPU worker {worker}: {w['signatures']} signature(s), busy {100 * w['busy_fraction']:.0f}%"
+                      + (" (died)" if w["dead"] else ""))
+    for line in result.lost:
+        console.print(line, markup=False, highlight=False)
     console.print(f"measurement log: {result.log_path}")
     if opts.no_write:
         counted = sum(c.counted for c in result.changes)

@@ -1,0 +1,123 @@
+"""The multi-GPU build on a local Ray cluster of two logical GPUs with the fake timer: an actor
+SIGKILLed mid-signature costs only that signature, re-run elsewhere; a killed driver resumes
+with --run-id; both end in the regions of an uninterrupted one-GPU build; mixed SKUs are refused.
+One cluster for the module (Ray starts in seconds, and CI has two cores)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from tunedb import database, pipeline  # noqa: E402
+from tunedb.build import distributed  # noqa: E402
+from tunedb.errors import BuildError  # noqa: E402
+
+CENSUS = Path(__file__).resolve().parents[2] / "bench" / "census" / "llama-3-8b_decode.json"
+THIN = dict(thin=True, max_points=2)  # 5 signatures, ~40 arms each
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDB_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def regions(path: Path) -> dict[str, tuple]:
+    f = database.load(path)
+    return {sig.format(): e.regions for sig, e in f.entries.items()}
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory) -> tuple[dict[str, tuple], int, Path]:
+    """The uninterrupted one-GPU build (no Ray) every fault test must reproduce."""
+    out = tmp_path_factory.mktemp("serial")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TUNEDB_CACHE_DIR", str(out / "cache"))
+        res = pipeline.build([("llama", pipeline.read_census(CENSUS))],
+                             pipeline.BuildOptions(out=str(out), simulate=True, **THIN))
+    return regions(res.path), res.arms_measured, res.path
+
+
+def test_killed_actor_costs_only_its_signature(cluster, cache, serial, monkeypatch) -> None:
+    killed: dict[str, object] = {}
+    submit = distributed.RayBackend.submit
+
+    def submit_then_kill(self, worker, task):
+        if worker == 0 and "pid" not in killed:  # idle now: ask its pid before it gets work
+            killed["pid"] = ray.get(self.actors[0].identity.remote())[1]
+        submit(self, worker, task)
+        if worker == 0 and "task" not in killed:
+            killed["task"] = task.format()
+            threading.Timer(0.4, os.kill, (killed["pid"], signal.SIGKILL)).start()
+
+    monkeypatch.setattr(distributed.RayBackend, "submit", submit_then_kill)
+    opts = pipeline.BuildOptions(out=str(cache / "db"), simulate=True, workers=2, simulate_delay_ms=25, **THIN)
+    res = pipeline.build([("llama", pipeline.read_census(CENSUS))], opts)
+    assert res.workers["0"]["dead"] and not res.workers["1"]["dead"]
+    assert len(res.lost) == 1 and killed["task"] in res.lost[0] and str(killed["pid"]) in res.lost[0]
+    assert res.workers["1"]["signatures"] + res.workers["0"]["signatures"] == 5
+    assert regions(res.path) == serial[0]
+    # the killed attempt's measurements never reached the log: it holds the serial build's arms
+    lines = (cache / "db" / "measurements.jsonl").read_text().splitlines()
+    assert len(lines) == res.arms_measured == serial[1]
+
+
+def _build_cmd(out: Path, address: str, run_id: str, delay: float) -> list[str]:
+    return [sys.executable, "-m", "tunedb", "build", "--census", str(CENSUS), "--simulate", "--thin",
+            "--max-points", "2", "--out", str(out), "--ray", address, "--workers", "2", "--run-id", run_id,
+            "--simulate-delay", str(delay), "--json"]
+
+
+def test_killed_driver_resumes_with_run_id(cluster, cache, serial) -> None:
+    env = {**os.environ, "TUNEDB_CACHE_DIR": str(cache / "cache")}
+    out = cache / "db"
+    finished = cache / "cache" / "runs" / "r1" / "finished"
+    proc = subprocess.Popen(_build_cmd(out, cluster, "r1", 40), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if finished.is_dir() and len(list(finished.glob("*.json"))) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the build ended before it could be killed: {proc.communicate()[1][-2000:]}"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(list(finished.glob("*.json")))
+    assert 2 <= done_before < 5 and not (out / "sm90" / "gemm.json").exists()
+    again = subprocess.run(_build_cmd(out, cluster, "r1", 0), env=env, capture_output=True, text=True,
+                           timeout=180)
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = json.loads(again.stdout)
+    assert len(result["resumed"]) == done_before
+    assert sum(w["signatures"] for w in result["workers"].values()) == 5 - done_before
+    assert regions(out / "sm90" / "gemm.json") == serial[0]
+    diff = subprocess.run([sys.executable, "-m", "tunedb", "diff", str(serial[2]), str(out / "sm90" / "gemm.json")],
+                          env=env, capture_output=True, text=True)
+    assert diff.returncode == 0, diff.stdout
+
+
+def test_mixed_skus_are_refused(cluster, cache) -> None:
+    opts = pipeline.BuildOptions(out=str(cache / "db"), simulate=True, workers=2)
+    arch = pipeline.arch_profile("sm90", real=False)
+    skus = ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    with pytest.raises(BuildError, match="NVIDIA H200 .sm90.*NVIDIA H100 80GB HBM3 .sm90"):
+        distributed.measure_all([], opts, arch, {}, None, None, None, None, gpu=False,
+                                identify=lambda i: ("sm90", skus[i]))
