@@ -3,6 +3,7 @@ launch over all experts; or the torch arm (`torch` sentinel). Nothing here synch
 the host on the Triton path, so a call is captured whole by a CUDA graph."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from tunedb.families.group_gemm import arms, configs
@@ -49,6 +50,9 @@ def launcher(config: Config, sig: Signature) -> Launcher:
     cfg = configs.default_config(sig) if config.id == "default" else config
 
     def run(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None, out: Any = None) -> Any:
+        if x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            # Triton runs CPU tensors only under its interpreter: the torch arm serves them
+            return arms.torch_arm(sig, x.device)(sig, x, weight, topk_ids, topk_weights, out)
         return triton_launch(cfg, sig, x, weight, topk_ids, topk_weights, out)
     return run
 
