@@ -150,7 +150,8 @@ def table_pick(rows: dict, table_ms, fallback: str) -> dict:
     rule = hook(families.get("group_gemm"), "pick_rule")()
     picks = {}
     for m in table_ms:
-        times = {a: t for a, t in rows[m].items() if t is not None and a != "loop"}
+        # the loop is timed eagerly: it competes only where it is the fallback (no grouped_mm)
+        times = {a: t for a, t in rows[m].items() if t is not None and (a != "loop" or fallback == "loop")}
         if fallback in times:
             times["torch"] = times.pop(fallback)
         picks[m] = rule.pick(times).winner

@@ -111,7 +111,7 @@ def run_e2e(models, picks_by_model: dict, log) -> dict:
             row["tuned_vs_best_hf"] = best_hf / row["tuned"] if best_hf and row.get("tuned") else None
             rows.append(row)
         results[preset] = {"rows": rows}
-        del model, blocks, experts
+        model = blocks = experts = None  # free this preset's weights before the next
         torch.cuda.empty_cache()
         _print(preset, rows)
     geo = [r["tuned_vs_best_hf"] for v in results.values() for r in v.get("rows", []) if r.get("tuned_vs_best_hf")]

@@ -127,7 +127,7 @@ def _meta(cls_name, **kw):
 
 
 def _stacked_layout():
-    return hasattr(getattr(transformers.models.mixtral.modeling_mixtral, "MixtralExperts", None), "__init__")
+    return getattr(transformers.models.mixtral.modeling_mixtral, "MixtralExperts", None) is not None
 
 
 MODELS = {
@@ -164,8 +164,6 @@ def test_census_of_moe_models_on_meta_tensors(name):
 
 
 def test_optimize_swaps_the_experts_and_keeps_the_outputs():
-    from tunedb.families.group_gemm import moe
-
     if not _stacked_layout():
         pytest.skip("no stacked experts in this transformers")
     cls_name, kw, _ = MODELS["qwen2_moe"]
@@ -181,3 +179,38 @@ def test_optimize_swaps_the_experts_and_keeps_the_outputs():
     assert out is model and swapped == ["model.layers.0.mlp.experts", "model.layers.1.mlp.experts"]
     assert model.model.layers[0].mlp.gate.__class__.__name__ .endswith("Router")  # the router stays the model's
     assert float((after - before).norm() / before.norm()) < 2e-2
+
+
+def test_build_database_selector_serves_the_table(tmp_path):
+    """A census of MoE keys through the pipeline (fake timer on the NULL device), the database
+    file, and the selector serving its regions at run time."""
+    from tunedb import database, pipeline, settings
+    from tunedb.build.steps import simulated_timer
+    from tunedb.records import Point, ShapeSet
+    from tunedb.runtime import dispatch, selector
+
+    sig = make_signature(4, 64, 32, 2, "bf16", "slot")
+    shapes = ShapeSet((Point(sig, 3, 1.0, 1), Point(sig, 40, 1.0, 1)), "moe")
+    timer = simulated_timer(FAM, shipped_profile("sm90"), seed=0, noise=0.01)
+    out = tmp_path / "db"
+    result = pipeline.build([("moe", shapes)], pipeline.BuildOptions(out=str(out), family="group_gemm", isolate=False,
+                                                                      fill=False), timer=timer)
+    (entry,) = result.entries
+    assert entry.signature == sig and {"M=3", "M=40"} <= set(entry.evidence)
+    assert entry.regions[-1].config_id == "torch"  # the fallback serves above the largest measured size
+    db = database.load(out / "sm90" / "group_gemm.json", "group_gemm", "sm90")
+    assert db.entries[sig].regions == entry.regions
+    try:
+        with settings.override(USER_DB=str(out)):
+            selector.configure("sm90")
+            for m in (3, 40):
+                res = selector.peek("group_gemm", sig, m)
+                assert res.tier == "user" and res.config.id == entry.lookup(m)
+            args, _ = FAM.make_inputs(sig, 3, "cpu", seed=0)
+            y = dispatch.call("group_gemm", "group_gemm", *args)
+            ref = FAM.reference(sig, *args)
+            assert float((y.float() - ref).norm() / ref.norm()) < 1e-2
+            assert selector.counters()["group_gemm"]["signatures"][sig.format()]["user"] >= 1
+    finally:
+        selector.configure()
+        dispatch.clear()
