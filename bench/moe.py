@@ -13,8 +13,8 @@ mode: every power of two 1..4096).
 
 The tuned pick is a table built in this run the way `tunedb build` builds one: at each table
 point the family's pick rule (fallback torch, 1.05x gate, 3% tie band) over the measured arms,
-served at M by the region of the smallest table point >= M. The sweep (quick: 25 tiles,
-configs.sweep_space + default; full: the build space configs.config_space, 39 tiles) is
+served at M by the region of the smallest table point >= M. The sweep (quick: 27 tiles,
+configs.sweep_space + default; full: the build space configs.config_space, 43 tiles) is
 measured at every M; regret = tuned / best swept tile - 1 (the table's loss from serving M by
 its region and from the gate). Timing: a CUDA graph of n calls, median of 5 replays / n; every
 model's stacked weights exceed the 60 MiB L2 (Mixtral 1.9 GB, Qwen3 805 MB, Qwen1.5 692 MB per
@@ -95,6 +95,37 @@ def time_eager(fn, reps: int = 5) -> float:
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b))
     return statistics.median(times)
+
+
+def _compile_share(cids: list[str]) -> int:
+    """In a worker process: run each tile once on a small problem of the bench's specialisation
+    (bf16, N and K multiples of 16, both input forms), which fills Triton's on-disk cache."""
+    fam = families.get("group_gemm")
+    for form in ("token", "slot"):
+        sig = make_signature(4, 256, 256, 2, "bf16", form)
+        args, _ = fam.make_inputs(sig, 8, DEVICE, seed=0)
+        for cid in cids:
+            cfg = Config.sentinel("default") if cid == "default" else configs.parse(cid)
+            fam.launcher(cfg, sig)(*args)
+    torch.cuda.synchronize()
+    return len(cids)
+
+
+def precompile(cids: list[str], workers: int, log) -> None:
+    """Compile the swept tiles in parallel processes (Triton compiles hold the interpreter
+    lock; one process compiles about one tile a second): the bench's own first calls then hit
+    the on-disk cache. A failure here only costs the time: the first calls compile instead."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    t0 = time.time()
+    shares = [cids[i::workers] for i in range(workers) if cids[i::workers]]
+    try:
+        with cf.ProcessPoolExecutor(len(shares), mp_context=mp.get_context("spawn")) as pool:
+            done = sum(pool.map(_compile_share, shares))
+        log(f"precompiled {done} tiles x 2 forms in {len(shares)} processes: {time.time() - t0:.1f} s")
+    except Exception as exc:  # noqa: BLE001 -- the bench compiles on first use instead
+        log(f"precompile failed ({type(exc).__name__}: {str(exc)[:200]}); compiling on first use")
 
 
 def rel_err(y, ref) -> float:
@@ -230,8 +261,9 @@ def goals(summaries: list) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory for moe.json")
-    p.add_argument("--quick", action="store_true", help="Mixtral + Qwen3 shapes, 25 swept tiles (about 150 s)")
+    p.add_argument("--quick", action="store_true", help="Mixtral + Qwen3 shapes, 27 swept tiles (about 150 s)")
     p.add_argument("--no-e2e", action="store_true", help="skip the two-layer end-to-end part")
+    p.add_argument("--compile-workers", type=int, default=8, help="processes that compile the tiles first (0: none)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench/moe.py needs a CUDA GPU", file=sys.stderr)
@@ -248,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     log(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, grouped_mm: "
         f"{arms.grouped_mm_reason('bf16', DEVICE) or 'available'}; {len(sweep)} swept tiles + default; M {ms}")
+    if args.compile_workers > 0:
+        precompile(sweep_ids, args.compile_workers, log)
     summaries = []
     for model in models:
         per_key = {}

@@ -20,16 +20,16 @@ from tunedb.families.group_gemm import moe
 from tunedb.records import Config
 from tunedb.runtime import launch_table
 
-SCENARIOS = (("decode", 1, 1), ("decode", 16, 1), ("decode", 64, 1), ("prefill", 1, 2048))
+SCENARIOS = (("decode", 1, 1), ("decode", 16, 1), ("decode", 64, 1), ("prefill", 1, 2048))  # (kind, batch, seq)
 
 
-def _blocks(preset: str):
+def _blocks(preset: str, device: str):
     """The preset's two MoE blocks on the GPU with random bf16 weights (from a meta model)."""
     model = moe.meta_model(preset, layers=2)
     blocks = [layer.mlp for layer in model.model.layers]
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    gen = torch.Generator(device=device).manual_seed(0)
     for b in blocks:
-        b.to_empty(device="cuda")
+        b.to_empty(device=device)
         for name, p in b.named_parameters():
             fan_in = p.shape[-1]
             with torch.no_grad():
@@ -56,7 +56,7 @@ def run_e2e(models, picks_by_model: dict, log) -> dict:
     results = {}
     for preset in models:
         try:
-            model, blocks = _blocks(preset)
+            model, blocks = _blocks(preset, kernel_bench.DEVICE)
         except Exception as exc:  # an older transformers without the stacked-experts layout
             log(f"e2e {preset} skipped: {type(exc).__name__}: {exc}")
             results[preset] = {"skipped": f"{type(exc).__name__}: {exc}"}
@@ -69,7 +69,7 @@ def run_e2e(models, picks_by_model: dict, log) -> dict:
         h = model.config.hidden_size
         rows = []
         for kind, batch, seq in SCENARIOS:
-            x = torch.randn((batch, seq, h), device="cuda", dtype=torch.bfloat16)
+            x = torch.randn((batch, seq, h), device=kernel_bench.DEVICE, dtype=torch.bfloat16)
             row = {"scenario": f"{kind} {batch}x{seq}", "tokens": batch * seq}
             with torch.no_grad():
                 for impl in ("eager", "grouped_mm"):

@@ -68,10 +68,10 @@ def blocks(cfg: Config) -> tuple[int, int, int]:
 
 
 def full_grid() -> tuple[Config, ...]:
-    """The exhaustive space (288 tiles before the validity predicate): what the bench sweeps."""
+    """The exhaustive space (352 tiles before the validity predicate)."""
     out = []
     for bm in _BLOCKS_M:
-        for bn in (64, 128, 256):
+        for bn in (32, 64, 128, 256) if bm <= 32 else (64, 128, 256):
             for bk in (64, 128):
                 for w in _WARPS:
                     if w == 8 and bm * bn < 64 * 128:
@@ -95,7 +95,7 @@ def smem_bytes(cfg: Config) -> int:
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
-    """The build's space (40 tiles): per tile height BM, four (BN, BK, warps) shapes and two
+    """The build's space (43 tiles): per tile height BM, four (BN, BK, warps) shapes and two
     stage counts. full_grid() is the exhaustive space the bench's sweep checks it against."""
     wanted = set(lanes or LANES)
     bad = wanted - set(LANES)
@@ -107,6 +107,8 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
     out = []
     for bm in _BLOCKS_M:
         shapes = ((64, 128, 4), (128, 64, 4), (128, 128, 4), (256, 64, 8), (64, 64, 4))
+        if bm <= 32:  # decode: narrow tiles put more CTAs on a few experts' weight streams
+            shapes += ((32, 128, 4),)
         for bn, bk, w in shapes:
             for s in (3, 4):
                 c = make(bm, bn, bk, w, s, 8)
@@ -172,7 +174,7 @@ def sweep_space(arch_family: str = "sm90") -> tuple[Config, ...]:
     """A cut of the space for in-run sweeps with a compile budget: the tiles that win somewhere
     in the full grid's families (small BM for decode, large for prefill), 2 stage counts."""
     out = []
-    for bm, bn, bk, w in ((16, 64, 128, 4), (16, 128, 128, 4), (16, 256, 64, 4), (32, 64, 128, 4),
+    for bm, bn, bk, w in ((16, 32, 128, 4), (16, 64, 128, 4), (16, 128, 128, 4), (16, 256, 64, 4), (32, 64, 128, 4),
                           (32, 128, 64, 4), (32, 128, 128, 4), (64, 64, 64, 4), (64, 128, 64, 4),
                           (64, 128, 64, 8), (64, 256, 64, 8), (128, 128, 64, 8), (128, 256, 64, 8)):
         for s in (3, 4):
