@@ -49,11 +49,11 @@ def run_e2e(models, picks_by_model: dict, log) -> dict:
     import moe as kernel_bench  # bench/moe.py (its directory is on sys.path)
 
     try:
-        import transformers  # noqa: F401
+        import transformers
     except ImportError as exc:
         log(f"e2e skipped: transformers is not installed ({exc})")
         return {"skipped": f"transformers not installed: {exc}"}
-    results = {}
+    results = {"transformers": transformers.__version__}
     for preset in models:
         try:
             model, blocks = _blocks(preset, kernel_bench.DEVICE)
@@ -72,9 +72,13 @@ def run_e2e(models, picks_by_model: dict, log) -> dict:
             x = torch.randn((batch, seq, h), device=kernel_bench.DEVICE, dtype=torch.bfloat16)
             row = {"scenario": f"{kind} {batch}x{seq}", "tokens": batch * seq}
             with torch.no_grad():
-                for impl in ("eager", "grouped_mm"):
-                    for e in experts:
-                        e.config._experts_implementation = impl
+                # transformers with the experts interface runs `eager` (its loop) or `grouped_mm`
+                # by config; an older 5.x has only its own forward (a loop: timed as eager)
+                switchable = all(hasattr(e, "config") for e in experts)
+                for impl in ("eager", "grouped_mm") if switchable else ("eager",):
+                    if switchable:
+                        for e in experts:
+                            e.config._experts_implementation = impl
                     try:
                         fn = lambda: _forward(blocks, x)  # noqa: E731
                         row[f"hf_{impl}"] = (kernel_bench.time_eager(fn) if impl == "eager"
@@ -107,14 +111,15 @@ def run_e2e(models, picks_by_model: dict, log) -> dict:
                 for e in experts:  # back to the model's own forward for the next scenario
                     e.__dict__.pop("forward", None)
                     e._tunedb_group_gemm = False
-            best_hf = min((t for t in (row["hf_eager"], row["hf_grouped_mm"]) if t), default=None)
+            best_hf = min((t for t in (row.get("hf_eager"), row.get("hf_grouped_mm")) if t), default=None)
             row["tuned_vs_best_hf"] = best_hf / row["tuned"] if best_hf and row.get("tuned") else None
             rows.append(row)
         results[preset] = {"rows": rows}
         model = blocks = experts = None  # free this preset's weights before the next
         torch.cuda.empty_cache()
         _print(preset, rows)
-    geo = [r["tuned_vs_best_hf"] for v in results.values() for r in v.get("rows", []) if r.get("tuned_vs_best_hf")]
+    geo = [r["tuned_vs_best_hf"] for v in results.values() if isinstance(v, dict)
+           for r in v.get("rows", []) if r.get("tuned_vs_best_hf")]
     results["geomean_tuned_vs_best_hf"] = math.exp(sum(map(math.log, geo)) / len(geo)) if geo else None
     print(f"\n- e2e geomean tuned vs best transformers arm: {results['geomean_tuned_vs_best_hf']}")
     return results
@@ -128,6 +133,6 @@ def _print(preset: str, rows) -> None:
     for r in rows:
         ratio = f"{r['tuned_vs_best_hf']:.2f}x" if r.get("tuned_vs_best_hf") else "-"
         err = r.get("tuned_rel_err_vs_hf")
-        print(f"| {r['scenario']} | {f(r['hf_eager'])} | {f(r['hf_grouped_mm'])} | {f(r.get('default'))} | "
+        print(f"| {r['scenario']} | {f(r.get('hf_eager'))} | {f(r.get('hf_grouped_mm'))} | {f(r.get('default'))} | "
               f"{f(r.get('tuned'))} | {ratio} | {err:.1e} |" if err is not None else
-              f"| {r['scenario']} | {f(r['hf_eager'])} | {f(r['hf_grouped_mm'])} | - | - | {ratio} | - |")
+              f"| {r['scenario']} | {f(r.get('hf_eager'))} | {f(r.get('hf_grouped_mm'))} | - | - | {ratio} | - |")

@@ -111,7 +111,8 @@ def test_swapped_moe_block_runs_in_a_cuda_graph():
         torch.nn.init.normal_(p, std=0.05)
     x = torch.randn(3, 5, 256, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        block.experts.config._experts_implementation = "eager"
+        if hasattr(block.experts, "config"):
+            block.experts.config._experts_implementation = "eager"
         ref = block(x).float()
         assert moe.swap_experts(block) == ["experts"]
         g = torch.cuda.CUDAGraph()
