@@ -52,13 +52,13 @@ def grouped_mm_reason(dt: str, device: Any, n: int | None = None, k: int | None 
     return f"torch._grouped_mm does not run on {dev.type} with torch {torch.__version__}"
 
 
-def _rows(x: Any, sig: Signature, top_k: int) -> tuple[Any, bool]:
+def _rows(x: Any, sig: Signature) -> tuple[Any, bool]:
     """x as a 2-D row matrix and whether its rows are slots (else tokens)."""
-    per_slot = sig.get("x") == "slot"
-    return (x.reshape(-1, x.shape[-1]), per_slot)
+    return x.reshape(-1, x.shape[-1]), sig.get("x") == "slot"
 
 
-def _finish(y: Any, ys: Any, order: Any, topk_weights: Any, out: Any, m: int, top_k: int, n: int) -> Any:
+def _finish(ys: Any, order: Any, topk_weights: Any, out: Any, m: int, top_k: int, n: int) -> Any:
+    """Rows computed in expert order -> y [M, top_k, N] by slot, times the routing weights."""
     import torch
 
     flat = torch.empty((m * top_k, n), dtype=ys.dtype, device=ys.device) if out is None else out.view(m * top_k, n)
@@ -73,7 +73,7 @@ def grouped_mm(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights:
 
     m, top_k = topk_ids.shape
     e, n, _ = weight.shape
-    rows, per_slot = _rows(x, sig, top_k)
+    rows, per_slot = _rows(x, sig)
     flat = topk_ids.reshape(-1)
     order = torch.argsort(flat, stable=True)
     counts = torch.zeros(e, dtype=torch.int32, device=flat.device)
@@ -81,7 +81,7 @@ def grouped_mm(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights:
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     xs = rows.index_select(0, order if per_slot else order // top_k)
     ys = torch._grouped_mm(xs, weight.transpose(1, 2), offs=offs)
-    return _finish(ys, ys, order, topk_weights, out, m, top_k, n)
+    return _finish(ys, order, topk_weights, out, m, top_k, n)
 
 
 def loop(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None, out: Any = None) -> Any:
@@ -90,7 +90,7 @@ def loop(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any =
 
     m, top_k = topk_ids.shape
     e, n, _ = weight.shape
-    rows, per_slot = _rows(x, sig, top_k)
+    rows, per_slot = _rows(x, sig)
     flat = topk_ids.reshape(-1)
     order = torch.argsort(flat, stable=True)
     counts = torch.bincount(flat, minlength=e).tolist()  # the host sync a Python loop pays
@@ -101,7 +101,7 @@ def loop(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any =
             sl = order[start:start + c]
             ys[start:start + c] = F.linear(rows.index_select(0, sl if per_slot else sl // top_k), weight[ex])
             start += c
-    return _finish(ys, ys, order, topk_weights, out, m, top_k, n)
+    return _finish(ys, order, topk_weights, out, m, top_k, n)
 
 
 def torch_arm(sig: Signature, device: Any) -> Any:
