@@ -19,6 +19,7 @@ __all__ = ["DEFAULT", "KernelFamily", "check_op", "get", "hook", "names", "regis
 # call serves when none is named.
 _BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY",
                             "bmm": "tunedb.families.bmm:FAMILY",
+                            "group_gemm": "tunedb.families.group_gemm:FAMILY",
                             "linalg": "tunedb.families.linalg:FAMILY",
                             "scaled_mm": "tunedb.families.scaled_mm:FAMILY",
                             "scaled_mm_fp8": "tunedb.families.scaled_mm:FAMILY_FP8"}

@@ -1,0 +1,148 @@
+"""The grouped-GEMM family `group_gemm` (spec 000; issue 24): the expert GEMMs of a
+mixture-of-experts layer. Tokens are routed to E experts (top-k); each expert is an [N, K] weight
+of a stacked [E, N, K] tensor. Keyed (E, N, K, top_k, x, dt), size axis M (tokens), ladder `m`.
+
+Lanes: triton_grouped (one launch over all experts over the token slots sorted by expert and
+padded to BM blocks; the routing metadata is computed inside the op, on the device, and counted
+in its time), torch (torch._grouped_mm where it runs, else a loop of cuBLAS GEMMs over experts).
+Sentinels: `default` (the untuned Triton tile) and `torch` (the pick rule's fallback).
+moe.py recognises transformers' MoE experts modules (census) and swaps them (optimize).
+See docs/group_gemm.md. Importing this package touches neither torch nor triton.
+"""
+from __future__ import annotations
+
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from tunedb.families.contract import source_hash
+from tunedb.families.group_gemm import configs, keys
+from tunedb.records import ArchProfile, Config, Signature
+
+# What decides the compiled kernel, its grid and the torch arms' GPU work.
+KERNEL_SOURCES = ("kernels.py", "routing.py", "arms.py", "launch.py")
+
+
+@lru_cache(maxsize=1)
+def impl_hash() -> str:
+    return source_hash(Path(__file__).parent, KERNEL_SOURCES)
+
+
+class GroupGemmFamily:
+    """See tunedb.families.KernelFamily."""
+
+    name = configs.FAMILY
+    ops = configs.OPS
+    lanes = configs.LANES
+
+    def __repr__(self) -> str:
+        return f"<tunedb family {self.name}>"
+
+    @cached_property
+    def schema(self) -> Any:
+        from tunedb.families.contract import SignatureSchema
+
+        return SignatureSchema(key=(("E", int), ("N", int), ("K", int), ("top_k", int), ("x", str)),
+                               size="M", ladder="m", choices=(("x", ("token", "slot")),),
+                               dtypes=configs.DTYPES)
+
+    @property
+    def verify(self) -> Any:
+        """4x the torch arm's own relative error against the fp32 reference."""
+        from tunedb.families.contract import VerifyRule
+
+        return VerifyRule(kind="tolerance", factor=4.0)
+
+    def pick_rule(self) -> Any:
+        from tunedb.families.contract import PickRule
+
+        return PickRule(fallback="torch", simplicity=configs.simplicity)
+
+    def check_key(self, sig: Signature) -> None:
+        self.schema.check(sig)
+
+    def weight_args(self, sig: Signature) -> tuple[int, ...]:
+        return (1,)  # (x, weight, topk_ids[, topk_weights]): the stacked experts are the cold bytes
+
+    def weight_bytes(self, sig: Signature) -> int:
+        return sig.get("E") * sig.get("N") * sig.get("K") * 2
+
+    def make_out(self, sig: Signature, args: Any, kwargs: Any, reference: Any) -> Any:
+        import torch
+
+        from tunedb.families.group_gemm.arms import torch_dtype
+
+        m, top_k = args[2].shape
+        return torch.empty((m, top_k, sig.get("N")), dtype=torch_dtype(sig.dt), device=args[0].device)
+
+    def register_ops(self) -> None:
+        return None  # optimize() calls runtime.dispatch directly (moe.py); no torch.library op yet
+
+    def optimize(self, model: Any, approximate: bool = False) -> Any:
+        from tunedb.families.group_gemm.moe import swap_experts
+
+        swap_experts(model)
+        return model
+
+    # --- signatures
+    def make_signature(self, e: int, n: int, k: int, top_k: int, dt: str = "bf16", x: str = "token") -> Signature:
+        return keys.make_signature(e, n, k, top_k, dt, x)
+
+    def signature_of(self, op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> tuple[Signature, int]:
+        return keys.signature_of(op, x, weight, topk_ids, topk_weights)
+
+    def work(self, sig: Signature, m: int) -> tuple[float, float]:
+        return keys.work(sig, m)
+
+    # --- configs
+    def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
+        return configs.config_space(arch_family, lanes)
+
+    def parse_config(self, config_id: str) -> Config:
+        return configs.parse(config_id)
+
+    def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
+        return configs.invalid_reason(config, sig, m, arch)
+
+    def sentinels(self, sig: Signature, approximate: bool = False) -> tuple[str, ...]:
+        return configs.sentinels(sig, approximate)
+
+    def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
+        return Config.sentinel("default")
+
+    def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
+        return configs.compile_set(arch_family, referenced)
+
+    # --- tensors (torch imported lazily)
+    def launch(self, config: Config, sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None,
+               out: Any = None) -> Any:
+        from tunedb.families.group_gemm.launch import launch
+
+        return launch(config, sig, x, weight, topk_ids, topk_weights, out)
+
+    def launcher(self, config: Config, sig: Signature) -> Any:
+        from tunedb.families.group_gemm.launch import launcher
+
+        return launcher(config, sig)
+
+    def reference(self, sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None,
+                  dtype: Any = None) -> Any:
+        from tunedb.families.group_gemm.arms import reference
+
+        return reference(sig, x, weight, topk_ids, topk_weights, dtype)
+
+    def make_inputs(self, sig: Signature, m: int, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        from tunedb.families.group_gemm.arms import make_inputs
+
+        return make_inputs(sig, m, device, seed)
+
+    def impl_hash(self) -> str:
+        return impl_hash()
+
+    def warm_start(self) -> None:
+        from tunedb.families.group_gemm import kernels  # noqa: F401 -- triton and the jit function
+
+
+FAMILY = GroupGemmFamily()
+
+__all__ = ["FAMILY", "GroupGemmFamily", "impl_hash"]

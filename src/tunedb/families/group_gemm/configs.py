@@ -1,0 +1,203 @@
+"""Grouped-GEMM (MoE expert GEMM) configs: ids, the config space, THE validity predicate, the
+untuned default, the compile set. Pure Python (no torch, no triton).
+
+Config ids (format(parse(id)) == id):  b{BM}x{BN}x{BK}_w{W}_s{S}_g{G}   e.g. b64x128x64_w4_s3_g8
+BM is also the routing block: the token slots of each expert are padded to a multiple of BM, so
+one M tile never mixes experts. Sentinels: `default` (the untuned Triton tile below) and `torch`
+(torch._grouped_mm where this torch and device run it, else a loop of cuBLAS GEMMs over experts).
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+from tunedb.errors import ConfigError
+from tunedb.records import SENTINELS, ArchProfile, Config, Signature
+
+FAMILY = "group_gemm"
+OPS: tuple[str, ...] = ("group_gemm",)
+LANES: tuple[str, ...] = ("triton_grouped", "torch")
+FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
+DTYPES: tuple[str, ...] = ("bf16", "fp16")
+
+_BLOCKS_M = (16, 32, 64, 128)
+_BLOCKS_N = (32, 64, 128, 256)
+_BLOCKS_K = (32, 64, 128)
+_WARPS = (4, 8)
+_STAGES = (2, 3, 4, 5)
+_GROUPS = (1, 8, 16)
+_ID = re.compile(r"^b(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)_g(?P<g>\d+)$")
+_SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
+                 "sm120": 101376}
+MAX_ACC_PER_THREAD = 128  # fp32 accumulator registers per thread beyond which a tile spills
+
+
+def make(bm: int, bn: int, bk: int, warps: int, stages: int, group_m: int) -> Config:
+    for name, v, allowed in (("BM", bm, _BLOCKS_M), ("BN", bn, _BLOCKS_N), ("BK", bk, _BLOCKS_K),
+                             ("warps", warps, _WARPS), ("stages", stages, _STAGES), ("group_m", group_m, _GROUPS)):
+        if v not in allowed:
+            raise ConfigError(f"group_gemm config: {name}={v} not allowed; use one of {allowed}")
+    cid = f"b{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group_m}"
+    return Config(cid, "triton_grouped", (("block", (bm, bn, bk)), ("warps", warps), ("stages", stages),
+                                          ("group_m", group_m)))
+
+
+@lru_cache(maxsize=4096)
+def parse(config_id: str) -> Config:
+    """A config from its id (sentinels included); ConfigError naming the id when malformed."""
+    if not isinstance(config_id, str):
+        raise ConfigError(f"config id must be a string, got {config_id!r}")
+    if config_id in SENTINELS:
+        if config_id not in FAMILY_SENTINELS:
+            raise ConfigError(f"group_gemm has no {config_id!r} arm; sentinels: {', '.join(FAMILY_SENTINELS)}")
+        return Config.sentinel(config_id)
+    m = _ID.match(config_id)
+    if not m:
+        raise ConfigError(f"bad group_gemm config id {config_id!r}: expected b64x128x64_w4_s3_g8 "
+                          f"or a sentinel ({', '.join(FAMILY_SENTINELS)})")
+    n = {k: int(v) for k, v in m.groupdict().items()}
+    cfg = make(n["bm"], n["bn"], n["bk"], n["w"], n["s"], n["g"])
+    if cfg.id != config_id:
+        raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
+    return cfg
+
+
+def blocks(cfg: Config) -> tuple[int, int, int]:
+    return tuple(cfg.param("block"))  # type: ignore[return-value]
+
+
+def full_grid() -> tuple[Config, ...]:
+    """The exhaustive space (352 tiles before the validity predicate)."""
+    out = []
+    for bm in _BLOCKS_M:
+        for bn in (32, 64, 128, 256) if bm <= 32 else (64, 128, 256):
+            for bk in (64, 128):
+                for w in _WARPS:
+                    if w == 8 and bm * bn < 64 * 128:
+                        continue  # 8 warps on a small tile only idle
+                    for s in (2, 3, 4, 5):
+                        for g in (1, 8):
+                            out.append(make(bm, bn, bk, w, s, g))
+    return tuple(out)
+
+
+def smem_per_block(arch_family: str) -> int:
+    if not re.match(r"^sm\d+a?$", arch_family or ""):
+        raise ConfigError(f"bad arch family {arch_family!r}: expected sm<digits> such as sm90")
+    return _SMEM_BY_ARCH.get(arch_family, 101376)
+
+
+def smem_bytes(cfg: Config) -> int:
+    """Pipelined operand buffers (two-byte elements), or the epilogue's conversion scratch."""
+    bm, bn, bk = blocks(cfg)
+    return max(cfg.param("stages") * (bm + bn) * bk * 2, bm * bn * 4)
+
+
+def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
+    """The build's space (43 tiles): per tile height BM, four (BN, BK, warps) shapes and two
+    stage counts. full_grid() is the exhaustive space the bench's sweep checks it against."""
+    wanted = set(lanes or LANES)
+    bad = wanted - set(LANES)
+    if bad:
+        raise ConfigError(f"unknown group_gemm lane(s) {sorted(bad)}; lanes are {', '.join(LANES)}")
+    if "triton_grouped" not in wanted:
+        return ()
+    smem = smem_per_block(arch_family)
+    out = []
+    for bm in _BLOCKS_M:
+        shapes = ((64, 128, 4), (128, 64, 4), (128, 128, 4), (256, 64, 8), (64, 64, 4))
+        if bm <= 32:  # decode: narrow tiles put more CTAs on a few experts' weight streams
+            shapes += ((32, 128, 4),)
+        for bn, bk, w in shapes:
+            for s in (3, 4):
+                c = make(bm, bn, bk, w, s, 8)
+                if smem_bytes(c) <= smem and bm * bn // (32 * w) <= MAX_ACC_PER_THREAD:
+                    out.append(c)
+    return tuple(out)
+
+
+def sig_reason(sig: Signature) -> str | None:
+    """Why a signature is not a group_gemm key (None when it is)."""
+    if sig.family != FAMILY:
+        return f"family {sig.family!r} is not {FAMILY}"
+    if sig.op not in OPS:
+        return f"op={sig.op!r} is not one of {', '.join(OPS)}"
+    if sig.dt not in DTYPES:
+        return f"dt={sig.dt!r} is not served; allowed: {', '.join(DTYPES)}"
+    for key in ("E", "N", "K", "top_k"):
+        v = sig.get(key)
+        if not isinstance(v, int) or v < 1:
+            return f"{key}={v!r} must be a positive int"
+    if sig.get("top_k") > sig.get("E"):
+        return f"top_k={sig.get('top_k')} exceeds E={sig.get('E')}"
+    if sig.get("x") not in ("token", "slot"):
+        return f"x={sig.get('x')!r}; allowed: token, slot"
+    return None
+
+
+def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
+    """THE validity predicate: None when `cfg` may run `sig` at M tokens (any M when m is None)."""
+    why = sig_reason(sig)
+    if why:
+        return why
+    if cfg.id == "default":
+        return None
+    if cfg.id == "torch":
+        return None  # the loop runs anything; torch._grouped_mm is chosen inside where it runs
+    if cfg.lane != "triton_grouped":
+        return f"lane {cfg.lane!r} is not a group_gemm lane"
+    bm, bn, bk = blocks(cfg)
+    if smem_bytes(cfg) > smem_per_block(arch.arch_family):
+        return f"needs {smem_bytes(cfg)} B of shared memory; {arch.arch_family} has {smem_per_block(arch.arch_family)}"
+    if bm * bn // (32 * cfg.param("warps")) > MAX_ACC_PER_THREAD:
+        return f"{bm}x{bn} accumulator over {cfg.param('warps')} warps spills (> {MAX_ACC_PER_THREAD} fp32 per thread)"
+    k = sig.get("K")
+    if bk > 16 and k < bk // 2:
+        return f"BK={bk} is more than twice K={k}: the K loop would be mostly masked"
+    if sig.get("N") < bn // 4:
+        return f"BN={bn} is more than 4x N={sig.get('N')}"
+    return None
+
+
+def sentinels(sig: Signature, approximate: bool = False) -> tuple[str, ...]:
+    return FAMILY_SENTINELS
+
+
+def default_config(sig: Signature | None = None, arch: ArchProfile | None = None) -> Config:
+    """The untuned tile: one mid-sized Triton grouped tile for every key and M (what a user gets
+    from a fused-MoE kernel without a tuned table)."""
+    return make(64, 64, 64, 4, 3, 8)
+
+
+def sweep_space(arch_family: str = "sm90") -> tuple[Config, ...]:
+    """A cut of the space for in-run sweeps with a compile budget: the tiles that win somewhere
+    in the full grid's families (small BM for decode, large for prefill), 2 stage counts."""
+    out = []
+    for bm, bn, bk, w in ((16, 32, 128, 4), (16, 64, 128, 4), (16, 128, 128, 4), (16, 256, 64, 4), (32, 64, 128, 4),
+                          (32, 128, 64, 4), (32, 128, 128, 4), (64, 64, 64, 4), (64, 128, 64, 4),
+                          (64, 128, 64, 8), (64, 256, 64, 8), (128, 128, 64, 8), (128, 256, 64, 8)):
+        for s in (3, 4):
+            c = make(bm, bn, bk, w, s, 8)
+            if smem_bytes(c) <= smem_per_block(arch_family):
+                out.append(c)
+    return tuple(out)
+
+
+def compile_set(arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
+    """Referenced configs + the default + the sweep basis (a tile for each regime)."""
+    seen: dict[str, Config] = {}
+    for cid in referenced:
+        c = parse(cid)
+        if not c.is_sentinel:
+            seen[c.id] = c
+    d = default_config()
+    seen[d.id] = d
+    for c in sweep_space(arch_family):
+        seen.setdefault(c.id, c)
+    return tuple(seen.values())
+
+
+def simplicity(config_id: str) -> int:
+    """Lower is simpler: the torch arm, the untuned default, then tuned tiles."""
+    return {"torch": 0, "default": 1}.get(config_id, 2)

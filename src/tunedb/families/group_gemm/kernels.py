@@ -1,0 +1,59 @@
+"""The Triton grouped-GEMM kernel: one launch over every expert.
+
+Program p takes one (BM block of sorted token slots, BN block of outputs) tile. The routing
+metadata (routing.py) guarantees a BM block holds the slots of one expert only, so the tile
+streams that expert's weight [N, K] once for all its rows. Blocks past the last used one carry
+expert -1 and return at once: the grid is sized from static shapes (CUDA graphs), not from the
+routing. Tiles are visited in GROUP_M-grouped order so that neighbouring programs share weight
+columns in L2. Padding rows (slot id == slots) are masked on load and store.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["slots", "num_blocks_m", "top_k"])
+def group_gemm_kernel(x_ptr, w_ptr, y_ptr, tw_ptr, sorted_ids_ptr, block_expert_ptr,
+                      slots, num_blocks_m, top_k, N, K,
+                      stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_ym, stride_yn,
+                      X_PER_SLOT: tl.constexpr, WEIGHTED: tl.constexpr,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    num_blocks_n = tl.cdiv(N, BN)
+    in_group = GROUP_M * num_blocks_n
+    first_m = (pid // in_group) * GROUP_M
+    group_rows = min(num_blocks_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % group_rows
+    pid_n = (pid % in_group) // group_rows
+
+    expert = tl.load(block_expert_ptr + pid_m)
+    if expert < 0:
+        return
+    offs_r = pid_m * BM + tl.arange(0, BM)
+    slot = tl.load(sorted_ids_ptr + offs_r)
+    valid = slot < slots
+    if X_PER_SLOT:
+        row = slot
+    else:
+        row = slot // top_k
+    row = tl.where(valid, row, 0).to(tl.int64)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    a_ptrs = x_ptr + row[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    b_ptrs = (w_ptr + expert.to(tl.int64) * stride_we + offs_n[None, :].to(tl.int64) * stride_wn
+              + offs_k[:, None] * stride_wk)
+    n_ok = offs_n < N
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, tl.cdiv(K, BK)):
+        k_left = K - k0 * BK
+        a = tl.load(a_ptrs, mask=valid[:, None] & (offs_k[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=n_ok[None, :] & (offs_k[:, None] < k_left), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK * stride_xk
+        b_ptrs += BK * stride_wk
+    if WEIGHTED:
+        wt = tl.load(tw_ptr + slot, mask=valid, other=0.0).to(tl.float32)
+        acc = acc * wt[:, None]
+    y_ptrs = y_ptr + slot.to(tl.int64)[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=valid[:, None] & n_ok[None, :])

@@ -1,0 +1,76 @@
+"""Grouped-GEMM signatures: the static key of an MoE expert GEMM call and its work.
+
+    group_gemm|op=group_gemm|dt=bf16|E=8|N=28672|K=4096|top_k=2|x=token     (gate/up projection)
+    group_gemm|op=group_gemm|dt=bf16|E=8|N=4096|K=14336|top_k=2|x=slot      (down projection)
+
+x=token: hidden states [M, K], each token's row feeds its top_k slots; x=slot: one row per
+(token, slot) [M, top_k, K] (the activations between the two projections). The output is
+[M, top_k, N], slot j of token t computed with expert topk_ids[t, j] (times topk_weights[t, j]
+when weights are given). The size axis is M, the tokens. Duck-typed on .shape/.dtype: no torch.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tunedb.errors import SignatureError
+from tunedb.families.group_gemm.configs import FAMILY, sig_reason
+from tunedb.records import Signature
+
+_DT = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
+
+
+def make_signature(e: int, n: int, k: int, top_k: int, dt: str = "bf16", x: str = "token",
+                   op: str = "group_gemm") -> Signature:
+    sig = Signature.make(FAMILY, op, dt, E=int(e), N=int(n), K=int(k), top_k=int(top_k), x=x)
+    why = sig_reason(sig)
+    if why:
+        raise SignatureError(f"bad signature {sig.format()!r}: {why}")
+    return sig
+
+
+def dt_name(dtype: Any) -> str:
+    name = _DT.get(str(dtype))
+    if name is None:
+        raise SignatureError(f"group_gemm takes torch.bfloat16 or torch.float16 operands, got {dtype}")
+    return name
+
+
+def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> tuple[Signature, int]:
+    """(Signature, M) of y[t, j] = x[t or (t, j)] @ weight[topk_ids[t, j]].T."""
+    if op != "group_gemm":
+        raise SignatureError(f"unknown group_gemm op {op!r}; ops are group_gemm")
+    ws, ids = tuple(weight.shape), tuple(topk_ids.shape)
+    if len(ws) != 3:
+        raise SignatureError(f"group_gemm weight must be [E, N, K], got {list(ws)}")
+    if len(ids) != 2:
+        raise SignatureError(f"group_gemm topk_ids must be [M, top_k], got {list(ids)}")
+    e, n, k = (int(d) for d in ws)
+    m, top_k = (int(d) for d in ids)
+    xs = tuple(x.shape)
+    if xs == (m, k):
+        form = "token"
+    elif xs == (m, top_k, k):
+        form = "slot"
+    else:
+        raise SignatureError(f"group_gemm x must be [M, K] = {[m, k]} or [M, top_k, K] = {[m, top_k, k]}, "
+                             f"got {list(xs)}")
+    if str(topk_ids.dtype) not in ("torch.int32", "torch.int64"):
+        raise SignatureError(f"group_gemm topk_ids must be int32 or int64, got {topk_ids.dtype}")
+    if topk_weights is not None and tuple(topk_weights.shape) != (m, top_k):
+        raise SignatureError(f"group_gemm topk_weights must be [M, top_k] = {[m, top_k]}, "
+                             f"got {list(topk_weights.shape)}")
+    dt = dt_name(x.dtype)
+    if dt_name(weight.dtype) != dt:
+        raise SignatureError(f"group_gemm x is {x.dtype} but weight is {weight.dtype}; they must match")
+    if m < 1:
+        raise SignatureError(f"group_gemm needs at least one token, got M={m}")
+    return make_signature(e, n, k, top_k, dt, form), m
+
+
+def work(sig: Signature, m: int) -> tuple[float, float]:
+    """(2 * M * top_k * N * K flops, bytes of x + the experts' weights that can be hit + y)."""
+    e, n, k, top_k = (sig.get(f) for f in ("E", "N", "K", "top_k"))
+    slots = m * top_k
+    hit = min(e, slots)
+    rows = m if sig.get("x") == "token" else slots
+    return 2.0 * slots * n * k, float(2 * (rows * k + hit * n * k + slots * n) + 12 * slots)
