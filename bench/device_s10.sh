@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Session 10's device calls: stages by name, each under its own timeout, logs under $OUT.
+#   bash bench/device_s10.sh STAGE...   (run on the device from the repository root)
+# GPU test files that only check kernels run side by side (their Triton compiles are CPU-bound);
+# anything timed, and anything with the protocol's busy-GPU refusal, runs alone.
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONPATH=src TUNEDB_USER_DB=off
+stage() {  # name timeout_s command...
+  local name=$1 t=$2; shift 2
+  local t0=$(date +%s)
+  echo "[stage $name] start $(date -u +%T)"
+  timeout "$t" bash -c "$*" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "[stage $name] rc=$rc in $(( $(date +%s) - t0 )) s"
+  tail -n 6 "$OUT/$name.log"
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,driver_version --format=csv > "$OUT/smi.txt" 2>&1
+python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/smi.txt" 2>&1
+for s in "$@"; do
+  case $s in
+    kernel-tests)  # side by side: kernels against references, captured graphs
+      stage kt_bmm 200 "python -m pytest -m gpu -q tests/gpu/test_bmm_gpu.py" &
+      stage kt_group_gemm 200 "python -m pytest -m gpu -q tests/gpu/test_group_gemm_gpu.py" &
+      stage kt_host_bound 200 "python -m pytest -m gpu -q tests/gpu/test_host_bound_gpu.py" &
+      wait ;;
+    cutoff-tests) stage cutoff_tests 200 "python -m pytest -m gpu -q tests/gpu/test_cutoff_fused_gpu.py tests/gpu/test_cutoff_gpu.py" ;;
+    cutoff-solvers) stage cutoff_solvers 200 "python bench/cutoff_solvers.py --out $OUT/cutoff_solvers.json" ;;
+    cutoff-mpc) stage cutoff_mpc 150 "python bench/cutoff_mpc.py --out $OUT/cutoff_mpc.json --config $OUT/cutoff_decisions.json" ;;
+    moe) stage moe 220 "python bench/moe.py --out $OUT/moe --quick" ;;
+    bmm) stage bmm 150 "python bench/bmm.py --out $OUT/bmm --quick --budget-s 60" ;;
+    *) echo "unknown stage $s" ;;
+  esac
+done
