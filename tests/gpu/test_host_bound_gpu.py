@@ -29,7 +29,7 @@ def test_split_k_serves_captured_calls_and_torch_eager_ones(tiers_dirs, monkeypa
     monkeypatch.setattr(host_bound, "_capturing", lambda: seen.append(real()) or seen[-1])
     with settings.override(EAGER_FALLBACK=enabled):
         selector.reload()
-        (x, w), _ = FAMILY.make_inputs(sig, m, "cuda", 0)
+        (x, w, _bias), _ = FAMILY.make_inputs(sig, m, "cuda", 0)
         ref = x.float() @ w.float().T
         eager = ops.gemm(x, w)
         bound = launch_table.launcher("gemm", x, w, None, "none", m)
