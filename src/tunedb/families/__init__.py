@@ -18,6 +18,7 @@ __all__ = ["DEFAULT", "KernelFamily", "check_op", "get", "hook", "names", "regis
 # Registration: the built-in families, imported on first use, and the one a command or API
 # call serves when none is named.
 _BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY",
+                            "gemm_log_softmax": "tunedb.families.gemm_log_softmax:FAMILY",
                             "linalg": "tunedb.families.linalg:FAMILY",
                             "scaled_mm": "tunedb.families.scaled_mm:FAMILY",
                             "scaled_mm_fp8": "tunedb.families.scaled_mm:FAMILY_FP8"}
