@@ -3,12 +3,12 @@
 Two designs share one tile body (a [BM, BN] tile of fp32 logits from a K loop of tl.dot):
 
 - recompute (lane `triton_recompute`): pass 1 (`_stats_kernel`, WRITE=False) computes every tile
-  of logits and keeps only its rows' max and sum of exp per N tile (fp32 partials [M, T]); pass 2
-  (`_recompute_kernel`) combines a row's T partials into its log-sum-exp in its prologue,
-  recomputes the same tile and writes logit - lse once. The logits never reach memory; the GEMM
+  of logits and keeps only its rows' max and sum of exp per N tile (fp32 partials [M, T]); a
+  tiny combine (`_combine_kernel`) turns each row's T partials into its log-sum-exp [M]; pass 2
+  (`_recompute_kernel`) recomputes the same tile and writes logit - lse once. The logits never reach memory; the GEMM
   runs twice (wins where the K loop is short and the M x N output traffic dominates).
 - fixup (lane `triton_fixup`): pass 1 (`_stats_kernel`, WRITE=True) also stores the tile's
-  logits in the output dtype into the output buffer; `_fixup_kernel` combines the partials and
+  logits in the output dtype into the output buffer; the same combine, then `_fixup_kernel`
   subtracts lse in place. One GEMM, but the output is written, read and written again (the
   logits are rounded to the output dtype before the subtraction, as torch's linear then
   log_softmax rounds them).
@@ -94,27 +94,33 @@ def _row_lse(pmax_ptr, psum_ptr, offs_m, m_ok, T, TB: tl.constexpr):
 
 
 @triton.jit
-def _recompute_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, M, N, K, T,
+def _combine_kernel(pmax_ptr, psum_ptr, lse_ptr, M, T, RB: tl.constexpr, TB: tl.constexpr):
+    """The combine: each row's lse from its T partials, once (pass 2 then reads one float a row)."""
+    offs_m = tl.program_id(0) * RB + tl.arange(0, RB)
+    m_ok = offs_m < M
+    tl.store(lse_ptr + offs_m, _row_lse(pmax_ptr, psum_ptr, offs_m, m_ok, T, TB), mask=m_ok)
+
+
+@triton.jit
+def _recompute_kernel(x_ptr, w_ptr, b_ptr, y_ptr, lse_ptr, M, N, K,
                       stride_xm, stride_wn, stride_ym,
-                      HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                      TB: tl.constexpr):
-    """Pass 2 of the recompute design: combine the row's partials, recompute the tile, write once."""
+                      HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Pass 2 of the recompute design: recompute the tile, write logit - lse once."""
     pid_m, pid_n = _tile_ids(M, BM)
     acc, offs_m, offs_n, m_ok, n_ok = _logit_tile(x_ptr, w_ptr, b_ptr, pid_m, pid_n, M, N, K,
                                                   stride_xm, stride_wn, HAS_BIAS, BM, BN, BK)
-    lse = _row_lse(pmax_ptr, psum_ptr, offs_m, m_ok, T, TB)
+    lse = tl.load(lse_ptr + offs_m, mask=m_ok, other=0.0)
     y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
     tl.store(y_ptrs, (acc - lse[:, None]).to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
-def _fixup_kernel(y_ptr, pmax_ptr, psum_ptr, M, N, T, stride_ym,
-                  RB: tl.constexpr, FN: tl.constexpr, TB: tl.constexpr):
+def _fixup_kernel(y_ptr, lse_ptr, M, N, stride_ym, RB: tl.constexpr, FN: tl.constexpr):
     """Pass 2 of the fixup design: y[row, :] -= lse(row), in place, RB rows x FN columns a program."""
     offs_m = tl.program_id(0) * RB + tl.arange(0, RB)
     offs_n = tl.program_id(1) * FN + tl.arange(0, FN)
     m_ok = offs_m < M
-    lse = _row_lse(pmax_ptr, psum_ptr, offs_m, m_ok, T, TB)
+    lse = tl.load(lse_ptr + offs_m, mask=m_ok, other=0.0)
     ok = m_ok[:, None] & (offs_n < N)[None, :]
     ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
     y = tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)

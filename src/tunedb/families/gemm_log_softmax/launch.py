@@ -10,7 +10,8 @@ from tunedb.families.gemm_log_softmax.configs import blocks
 from tunedb.records import Config, Signature
 
 FIX_ROWS, FIX_COLS = 4, 1024  # the in-place fixup's program: 4 rows x 1024 columns
-STAT_CHUNK = 128  # partial statistics a program combines per step
+COMBINE_ROWS = 16  # rows a combine program reduces
+STAT_CHUNK = 64  # partial statistics the combine reads per row and step
 
 
 def torch_arm(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
@@ -72,13 +73,15 @@ def triton_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any =
     fixup = config.lane == "triton_fixup"
     kernels._stats_kernel[grid](x2, w, b, y, pmax, psum, m, n, k, t, x2.stride(0), w.stride(0), y.stride(0),
                                 HAS_BIAS=bias is not None, WRITE=fixup, BM=bm, BN=bn, BK=bk, **opts)
+    lse = torch.empty((m,), dtype=torch.float32, device=x.device)
+    kernels._combine_kernel[(-(-m // COMBINE_ROWS),)](pmax, psum, lse, m, t, RB=COMBINE_ROWS, TB=STAT_CHUNK,
+                                                      num_warps=4)
     if fixup:
         kernels._fixup_kernel[(-(-m // FIX_ROWS), -(-n // FIX_COLS))](
-            y, pmax, psum, m, n, t, y.stride(0), RB=FIX_ROWS, FN=FIX_COLS, TB=STAT_CHUNK, num_warps=4)
+            y, lse, m, n, y.stride(0), RB=FIX_ROWS, FN=FIX_COLS, num_warps=4)
     else:
-        kernels._recompute_kernel[grid](x2, w, b, y, pmax, psum, m, n, k, t, x2.stride(0), w.stride(0),
-                                        y.stride(0), HAS_BIAS=bias is not None, BM=bm, BN=bn, BK=bk,
-                                        TB=STAT_CHUNK, **opts)
+        kernels._recompute_kernel[grid](x2, w, b, y, lse, m, n, k, x2.stride(0), w.stride(0), y.stride(0),
+                                        HAS_BIAS=bias is not None, BM=bm, BN=bn, BK=bk, **opts)
     return out if out is not None else y.view(*lead, n)
 
 
