@@ -1,0 +1,94 @@
+"""The rnn family on the CPU: keys (from modules, meta tensors and call arguments), clear errors,
+the arms and the validity predicate, both arms against the fp64/fp32 reference, the census on
+meta tensors, and optimize()'s wrapper."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tunedb import families
+from tunedb.arch import shipped_profile
+from tunedb.errors import ConfigError, SignatureError
+from tunedb.families.rnn import FAMILY, configs
+from tunedb.families.rnn.census import optimize, record
+
+SM90 = shipped_profile("sm90")
+
+
+def test_registered_key_format_and_schema():
+    assert families.get("rnn") is FAMILY
+    sig = FAMILY.make_signature("lstm", "bf16", 320, 320, 2, 1, 0, 1, 16)
+    assert sig.format() == "rnn|op=lstm|dt=bf16|I=320|H=320|L=2|bias=1|bidir=0|bf=1|B=16"
+    assert FAMILY.schema.check(sig) is sig
+    assert FAMILY.schema.size == "T"
+    with pytest.raises(SignatureError, match="op='rnn_tanh'"):
+        FAMILY.make_signature("rnn_tanh", "bf16", 8, 8)
+    with pytest.raises(SignatureError, match="H=0"):
+        FAMILY.make_signature("gru", "fp32", 8, 0)
+
+
+def test_module_keys_on_meta_tensors():
+    lstm = torch.nn.LSTM(80, 320, num_layers=2, batch_first=True, bidirectional=True).to("meta", torch.bfloat16)
+    gru = torch.nn.GRU(64, 128, bias=False).to("meta")
+    x = torch.empty(8, 100, 80, device="meta", dtype=torch.bfloat16)
+    calls = record(lambda: lstm(x))
+    assert dict(calls) == {(FAMILY.make_signature("lstm", "bf16", 80, 320, 2, 1, 1, 1, 8), 100): 1}
+    calls = record(lambda: (gru(torch.empty(50, 4, 64, device="meta")), gru(torch.empty(50, 4, 64, device="meta"))))
+    assert dict(calls) == {(FAMILY.make_signature("gru", "fp32", 64, 128, 1, 0, 0, 0, 4), 50): 2}
+    # unbatched input and LSTM projections are not served
+    assert not record(lambda: gru(torch.empty(50, 64, device="meta")))
+    proj = torch.nn.LSTM(16, 32, proj_size=8).to("meta")
+    assert not record(lambda: proj(torch.empty(5, 2, 16, device="meta")))
+
+
+def test_signature_of_call_arguments_and_errors():
+    sig = FAMILY.make_signature("lstm", "fp32", 12, 16, 2, 1, 1, 1, 3)
+    args, _ = FAMILY.make_inputs(sig, 7, "cpu", 0)
+    got = FAMILY.signature_of("lstm", *args, bidirectional=True, batch_first=True, bias=True)
+    assert got == (sig, 7)
+    with pytest.raises(SignatureError, match="weight tensors"):
+        FAMILY.signature_of("lstm", *args[:-1], bidirectional=True, batch_first=True, bias=True)
+    with pytest.raises(SignatureError, match="batch"):
+        FAMILY.signature_of("lstm", args[0][:2], *args[1:], bidirectional=True, batch_first=True, bias=True)
+
+
+def test_arms_and_predicate():
+    sig = FAMILY.make_signature("gru", "bf16", 64, 64)
+    assert [c.id for c in FAMILY.config_space("sm90")] == ["nocudnn"]
+    assert FAMILY.sentinels(sig) == ("default", "torch")
+    for cid in ("torch", "default", "nocudnn"):
+        assert FAMILY.invalid_reason(FAMILY.parse_config(cid), sig, 100, SM90) is None
+    with pytest.raises(ConfigError, match="fused"):
+        FAMILY.parse_config("fused")
+    bad = FAMILY.parse_config("nocudnn").__class__("persistent", "triton", ())
+    assert "not an rnn arm" in FAMILY.invalid_reason(bad, sig, 100, SM90)
+    assert FAMILY.pick_rule().pick({"torch": 1.0, "nocudnn": 0.97}).winner == "torch"
+    assert FAMILY.pick_rule().pick({"torch": 1.0, "nocudnn": 0.5}).winner == "nocudnn"
+    flops, moved = FAMILY.work(sig, 100)
+    assert flops == 2.0 * 100 * 1 * 3 * 64 * 128 and moved > 0
+
+
+@pytest.mark.parametrize("op,bidir,bf,bias", [("lstm", 0, 1, 1), ("lstm", 1, 0, 1), ("gru", 1, 1, 0)])
+def test_arms_against_reference_on_cpu(op, bidir, bf, bias):
+    sig = FAMILY.make_signature(op, "fp32", 10, 12, 2, bias, bidir, bf, 3)
+    args, _ = FAMILY.make_inputs(sig, 9, "cpu", 1)
+    ref = FAMILY.reference(sig, *args)
+    assert ref.dtype == torch.float64
+    for cid in ("torch", "nocudnn"):
+        out = torch.full(ref.shape, float("nan"))
+        y = FAMILY.launch(FAMILY.parse_config(cid), sig, *args, out=out)
+        assert y is out
+        torch.testing.assert_close(y.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_optimize_wraps_and_keeps_outputs():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    model.pred = torch.nn.LSTM(8, 16, batch_first=True)
+    x = torch.randn(2, 5, 8)
+    before = model.pred(x)
+    optimize(model)
+    assert type(model.pred).__name__ == "TunedRNN"
+    after = model.pred(x)  # CPU: the module itself
+    torch.testing.assert_close(after[0], before[0])
+    assert "pred.rnn.weight_ih_l0" in model.state_dict()
