@@ -1,0 +1,67 @@
+"""The rnn family on the GPU: both arms (cuDNN, cuDNN off) for LSTM and GRU, bf16/fp16/fp32,
+uni- and bidirectional, against the fp32 (fp64) reference; each arm inside a captured CUDA graph
+on fresh inputs; the wrapped module through the selector. About 20 s on an H200."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tunedb import families  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+FAM = families.get("rnn")
+CASES = [("lstm", "bf16", 80, 320, 1, 0, 1, 16), ("lstm", "fp16", 320, 320, 2, 1, 1, 4),
+         ("lstm", "fp32", 256, 512, 1, 0, 0, 1), ("gru", "bf16", 128, 256, 2, 1, 1, 8),
+         ("gru", "fp32", 64, 1024, 1, 0, 1, 64)]
+
+
+def rel(y, ref):
+    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+@pytest.mark.parametrize("op,dt,i,h,layers,bidir,bf,b", CASES)
+def test_both_arms_against_reference(op, dt, i, h, layers, bidir, bf, b):
+    sig = FAM.make_signature(op, dt, i, h, layers, 1, bidir, bf, b)
+    args, _ = FAM.make_inputs(sig, 50, "cuda", 0)
+    ref = FAM.reference(sig, *args)
+    errs = {}
+    for cid in ("torch", "nocudnn"):
+        out = torch.full(ref.shape, float("nan"), dtype=args[0].dtype, device="cuda")
+        FAM.launch(FAM.parse_config(cid), sig, *args, out=out)
+        assert not torch.isnan(out).any(), cid
+        errs[cid] = rel(out, ref)
+    bound = 1e-5 if dt == "fp32" else 3e-2
+    assert errs["torch"] < bound and errs["nocudnn"] < max(bound, 4 * errs["torch"]), errs
+
+
+@pytest.mark.parametrize("cid", ["torch", "nocudnn"])
+def test_captured_graph_replays_fresh_inputs(cid):
+    sig = FAM.make_signature("lstm", "bf16", 320, 320, 1, 1, 0, 1, 8)
+    args, _ = FAM.make_inputs(sig, 100, "cuda", 1)
+    cfg = FAM.parse_config(cid)
+    out = torch.empty(8, 100, 320, dtype=torch.bfloat16, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        FAM.launch(cfg, sig, *args, out=out)  # warm-up (cuDNN's plans) off the capture
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        FAM.launch(cfg, sig, *args, out=out)
+    args[0].copy_(torch.randn_like(args[0]))
+    g.replay()
+    torch.cuda.synchronize()
+    assert rel(out, FAM.reference(sig, *args)) < 3e-2
+
+
+def test_wrapped_module_matches():
+    from tunedb.families.rnn.census import optimize
+
+    lstm = torch.nn.LSTM(80, 320, batch_first=True).cuda()
+    x = torch.randn(4, 30, 80, device="cuda")
+    y0, (h0, c0) = lstm(x)
+    tuned = optimize(lstm)
+    y1, (h1, c1) = tuned(x)
+    torch.testing.assert_close(y1, y0)
+    torch.testing.assert_close(c1, c0)
