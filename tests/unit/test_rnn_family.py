@@ -9,7 +9,7 @@ import torch
 from tunedb import families
 from tunedb.arch import shipped_profile
 from tunedb.errors import ConfigError, SignatureError
-from tunedb.families.rnn import FAMILY, configs
+from tunedb.families.rnn import FAMILY
 from tunedb.families.rnn.census import optimize, record
 
 SM90 = shipped_profile("sm90")
