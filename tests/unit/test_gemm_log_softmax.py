@@ -174,6 +174,14 @@ for n, k, m, bias in ((200, 40, 37, 1), (131, 24, 5, 0), (64, 64, 16, 1)):
         assert not torch.isnan(y).any(), (cid, n, k, m)
         err = ((y.float() - ref).norm() / ref.norm()).item()
         assert err <= 4 * base + 1e-6, (cid, n, k, m, err, base)
+# the measuring protocol's gate (NaN poison, second poison, tolerance) over both designs
+from tunedb.measure import protocol
+from tunedb.measure.arms import problem_for
+from tunedb.measure.eager import EagerTimer
+sig = FAMILY.make_signature(150, 32, "fp16", 1)
+problem = problem_for(FAMILY, sig, 20, ["torch", "rc_b16x64x32_w4_s3", "fx_b16x64x32_w4_s3"])
+got = {m.config_id: m for m in protocol.measure_problem(problem, timer=EagerTimer(calls=1), seed=0)}
+assert all(m.status.ok for m in got.values()), {c: (m.status, m.detail) for c, m in got.items()}
 print("ok")
 """
 

@@ -92,3 +92,15 @@ def test_optimize_wraps_and_keeps_outputs():
     after = model.pred(x)  # CPU: the module itself
     torch.testing.assert_close(after[0], before[0])
     assert "pred.rnn.weight_ih_l0" in model.state_dict()
+
+
+def test_both_arms_through_the_protocol_on_the_cpu():
+    from tunedb.measure import protocol
+    from tunedb.measure.arms import problem_for
+    from tunedb.measure.eager import EagerTimer
+
+    sig = FAMILY.make_signature("lstm", "fp32", 8, 16, 1, 1, 0, 1, 2)
+    problem = problem_for(FAMILY, sig, 12, ["torch", "nocudnn"])
+    assert problem.policy == "none"
+    got = {m.config_id: m for m in protocol.measure_problem(problem, timer=EagerTimer(calls=2), seed=0)}
+    assert set(got) == {"torch", "nocudnn"} and all(m.status.ok for m in got.values())
