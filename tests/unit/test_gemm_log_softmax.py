@@ -186,8 +186,22 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_triton_designs_under_the_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     res = subprocess.run([sys.executable, "-c", _INTERPRET], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+
+
+def test_tunedb_optimize_swaps_the_head_after_the_gemm_family():
+    import tunedb
+
+    torch.manual_seed(0)
+    model = CtcModel().to(torch.bfloat16)
+    x = torch.randn(2, 9, 64, dtype=torch.bfloat16)
+    before = model(x)
+    tunedb.optimize(model)  # every family in registry order: gemm swaps the Linear first
+    assert type(model.ctc_head[1]).__name__ == "TunedLinearLogSoftmax"
+    assert isinstance(model.ctc_head[2], torch.nn.Identity)
+    torch.testing.assert_close(model(x), before)

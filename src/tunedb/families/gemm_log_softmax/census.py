@@ -11,8 +11,9 @@ rule; instead:
   tensors. It misses heads written as `x @ W.T + b`, a linear whose output is touched (scaled,
   cast) before the log_softmax, and log_softmax with an implicit dim.
 - `find_heads(model)`: the module pattern optimize() swaps: an nn.Sequential holding an nn.Linear
-  immediately followed by nn.LogSoftmax(dim=-1) (a model's `ctc_head`, say). A head whose
-  forward calls log_softmax in code is counted by record() but not swapped: its module must call
+  (or the gemm family's TunedLinear without activation) immediately followed by
+  nn.LogSoftmax(dim=-1) (a model's `ctc_head`, say). A head whose forward calls log_softmax in
+  code is counted by record() but not swapped: its module must call
   `tunedb.families.gemm_log_softmax.ops.gemm_log_softmax` itself.
 """
 from __future__ import annotations
@@ -85,9 +86,20 @@ def to_shapeset(calls: Counter[tuple[Signature, int]], workload: str = "gemm_log
                           for (sig, m), c in sorted(calls.items())), workload=workload)
 
 
+def _is_plain_linear(mod: Any) -> bool:
+    """nn.Linear, or the gemm family's swap of one without an activation (optimize() runs the
+    families in registry order: gemm's TunedLinear may already stand where the Linear was)."""
+    import torch
+
+    if type(mod) is torch.nn.Linear:
+        return True
+    return type(mod).__name__ == "TunedLinear" and getattr(mod, "act", None) == "none" \
+        and getattr(getattr(mod, "weight", None), "dim", lambda: 0)() == 2
+
+
 def find_heads(model: Any) -> Iterator[tuple[str, int]]:
-    """(qualified name of an nn.Sequential, index of its nn.Linear) for every Linear followed by
-    nn.LogSoftmax over the last dimension (dim=-1)."""
+    """(qualified name of an nn.Sequential, index of its linear layer) for every nn.Linear (or
+    gemm's TunedLinear without activation) followed by nn.LogSoftmax over the last dimension."""
     import torch
 
     for name, mod in model.named_modules():
@@ -95,7 +107,7 @@ def find_heads(model: Any) -> Iterator[tuple[str, int]]:
             continue
         items = list(mod)
         for i in range(len(items) - 1):
-            if type(items[i]) is torch.nn.Linear and isinstance(items[i + 1], torch.nn.LogSoftmax) \
+            if _is_plain_linear(items[i]) and isinstance(items[i + 1], torch.nn.LogSoftmax) \
                     and items[i + 1].dim == -1:
                 yield name, i
 
@@ -107,7 +119,7 @@ def fused_head_class() -> type:
     class TunedLinearLogSoftmax(torch.nn.Module):
         """nn.Linear + nn.LogSoftmax(dim=-1) as one tunedb::gemm_log_softmax call (same parameters)."""
 
-        def __init__(self, linear: torch.nn.Linear) -> None:
+        def __init__(self, linear: torch.nn.Module) -> None:
             super().__init__()
             self.weight = linear.weight
             self.bias = linear.bias
