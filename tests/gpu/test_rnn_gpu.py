@@ -30,7 +30,8 @@ def test_both_arms_against_reference(op, dt, i, h, layers, bidir, bf, b):
         FAM.launch(FAM.parse_config(cid), sig, *args, out=out)
         assert not torch.isnan(out).any(), cid
         errs[cid] = rel(out, ref)
-    bound = 1e-5 if dt == "fp32" else 3e-2
+    # cuDNN runs fp32 RNNs in TF32 under torch's default allow_tf32=True; the native path's GEMMs do not
+    bound = {"fp32": 5e-3, "fp16": 2e-2, "bf16": 5e-2}[dt]
     assert errs["torch"] < bound and errs["nocudnn"] < max(bound, 4 * errs["torch"]), errs
 
 
