@@ -54,7 +54,11 @@ def test_signature_of_call_arguments_and_errors():
 
 def test_arms_and_predicate():
     sig = FAMILY.make_signature("gru", "bf16", 64, 64)
-    assert [c.id for c in FAMILY.config_space("sm90")] == ["nocudnn"]
+    space = [c.id for c in FAMILY.config_space("sm90")]
+    assert space[0] == "nocudnn" and all(c.startswith("pl_") for c in space[1:]) and len(space) > 1
+    assert [c.id for c in FAMILY.config_space("sm90", ["torch_native"])] == ["nocudnn"]
+    for cid in space:
+        assert FAMILY.parse_config(cid).id == cid
     assert FAMILY.sentinels(sig) == ("default", "torch")
     for cid in ("torch", "default", "nocudnn"):
         assert FAMILY.invalid_reason(FAMILY.parse_config(cid), sig, 100, SM90) is None
@@ -62,6 +66,19 @@ def test_arms_and_predicate():
         FAMILY.parse_config("fused")
     bad = FAMILY.parse_config("nocudnn").__class__("persistent", "triton", ())
     assert "not an rnn arm" in FAMILY.invalid_reason(bad, sig, 100, SM90)
+    # the persistent lane: LSTM in bf16/fp16 only, tiles not beyond the batch or the hidden size
+    pl = FAMILY.parse_config("pl_bb16_bh64_bk64_w4")
+    assert "LSTM" in FAMILY.invalid_reason(pl, sig, 100, SM90)
+    lstm = FAMILY.make_signature("lstm", "bf16", 320, 320, 1, 1, 0, 1, 8)
+    assert FAMILY.invalid_reason(pl, lstm, 100, SM90) is None
+    assert "TF32" in FAMILY.invalid_reason(pl, FAMILY.make_signature("lstm", "fp32", 320, 320), 100, SM90)
+    assert "BB=64" in FAMILY.invalid_reason(FAMILY.parse_config("pl_bb64_bh64_bk64_w8"), lstm, 100, SM90)
+    tiny = FAMILY.make_signature("lstm", "bf16", 8, 16, 1, 1, 0, 1, 8)
+    assert "H=16" in FAMILY.invalid_reason(FAMILY.parse_config("pl_bb16_bh128_bk64_w8"), tiny, 100, SM90)
+    assert "registers" in FAMILY.invalid_reason(FAMILY.parse_config("pl_bb64_bh128_bk64_w4"),
+                                                FAMILY.make_signature("lstm", "bf16", 320, 320, b=64), 100, SM90)
+    with pytest.raises(ConfigError, match="BB=48"):
+        FAMILY.parse_config("pl_bb48_bh64_bk64_w4")
     assert FAMILY.pick_rule().pick({"torch": 1.0, "nocudnn": 0.97}).winner == "torch"
     assert FAMILY.pick_rule().pick({"torch": 1.0, "nocudnn": 0.5}).winner == "nocudnn"
     flops, moved = FAMILY.work(sig, 100)
@@ -104,3 +121,35 @@ def test_both_arms_through_the_protocol_on_the_cpu():
     assert problem.policy == "none"
     got = {m.config_id: m for m in protocol.measure_problem(problem, timer=EagerTimer(calls=2), seed=0)}
     assert set(got) == {"torch", "nocudnn"} and all(m.status.ok for m in got.values())
+
+
+_INTERPRET = r"""
+import torch
+from tunedb.families.rnn import FAMILY
+# fp16 (the interpreter's tl.dot mishandles bf16): layers, directions, time-major, batch past BB
+for (h, layers, bidir, bf, b, i) in ((24, 1, 0, 1, 3, 10), (40, 2, 1, 0, 5, 12), (16, 1, 0, 1, 17, 16)):
+    sig = FAMILY.make_signature("lstm", "fp16", i, h, layers, 1, bidir, bf, b)
+    args, _ = FAMILY.make_inputs(sig, 6, "cpu", 0)
+    ref = FAMILY.reference(sig, *args)
+    base = ((FAMILY.launch(FAMILY.parse_config("torch"), sig, *args).double() - ref).norm() / ref.norm()).item()
+    for cid in ("pl_bb16_bh32_bk64_w4", "pl_bb16_bh16_bk16_w4"):
+        out = torch.full(ref.shape, float("nan"), dtype=torch.float16)
+        y = FAMILY.launch(FAMILY.parse_config(cid), sig, *args, out=out)
+        assert not torch.isnan(y).any()
+        err = ((y.double() - ref).norm() / ref.norm()).item()
+        assert err <= 4 * base, (cid, h, layers, bidir, bf, b, err, base)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_persistent_kernel_under_the_interpreter():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", _INTERPRET], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]

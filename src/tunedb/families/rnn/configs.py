@@ -11,6 +11,7 @@ yet (docs/rnn.md says why and what it would take).
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Sequence
 
 from tunedb.errors import ConfigError, SignatureError
@@ -20,7 +21,11 @@ FAMILY = "rnn"
 OPS: tuple[str, ...] = ("lstm", "gru")
 GATES = {"lstm": 4, "gru": 3}
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
-LANES: tuple[str, ...] = ("torch", "torch_native")
+LANES: tuple[str, ...] = ("torch", "torch_native", "triton_persistent")
+PERSISTENT_DTYPES = ("bf16", "fp16")  # fp32 would run tl.dot in TF32: not offered
+_PL = re.compile(r"^pl_bb(?P<bb>\d+)_bh(?P<bh>\d+)_bk(?P<bk>\d+)_w(?P<w>\d+)$")
+_PL_BLOCKS = (16, 32, 64, 128)
+_PL_TILES = ((16, 32, 64, 4), (16, 64, 64, 4), (16, 128, 64, 8), (32, 64, 64, 4), (64, 64, 64, 8))
 FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
 NATIVE = Config("nocudnn", "torch_native", ())
 KEY = (("I", int), ("H", int), ("L", int), ("bias", int), ("bidir", int), ("bf", int), ("B", int))
@@ -115,15 +120,32 @@ def work(sig: Signature, t: int) -> tuple[float, float]:
     return flops, moved * BYTES[sig.dt]
 
 
+def persistent(bb: int, bh: int, bk: int, warps: int) -> Config:
+    """A `triton_persistent` config: BB batch rows a program, BH gate columns x BK inputs a block."""
+    for name, v in (("BB", bb), ("BH", bh), ("BK", bk)):
+        if v not in _PL_BLOCKS:
+            raise ConfigError(f"triton_persistent config: {name}={v} not allowed; use one of {_PL_BLOCKS}")
+    if warps not in (4, 8):
+        raise ConfigError(f"triton_persistent config: warps={warps} not allowed; use 4 or 8")
+    return Config(f"pl_bb{bb}_bh{bh}_bk{bk}_w{warps}", "triton_persistent",
+                  (("bb", bb), ("bh", bh), ("bk", bk), ("warps", warps)))
+
+
 def parse(config_id: str) -> Config:
     if config_id == NATIVE.id:
         return NATIVE
+    m = _PL.match(config_id) if isinstance(config_id, str) else None
+    if m:
+        cfg = persistent(int(m["bb"]), int(m["bh"]), int(m["bk"]), int(m["w"]))
+        if cfg.id != config_id:
+            raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
+        return cfg
     if config_id in FAMILY_SENTINELS:
         return Config.sentinel(config_id)
     allowed = FAMILY_SENTINELS + (NATIVE.id,)
     if config_id in SENTINELS:
         raise ConfigError(f"rnn has no {config_id!r} arm; arms: {', '.join(allowed)}")
-    raise ConfigError(f"bad rnn config id {config_id!r}; arms: {', '.join(allowed)}")
+    raise ConfigError(f"bad rnn config id {config_id!r}; arms: {', '.join(allowed)} or pl_bb16_bh64_bk64_w4")
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
@@ -131,7 +153,10 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
     bad = wanted - set(LANES)
     if bad:
         raise ConfigError(f"unknown rnn lane(s) {sorted(bad)}; lanes are {', '.join(LANES)}")
-    return (NATIVE,) if "torch_native" in wanted else ()
+    out = (NATIVE,) if "torch_native" in wanted else ()
+    if "triton_persistent" in wanted:
+        out += tuple(persistent(*t) for t in _PL_TILES)
+    return out
 
 
 def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
@@ -141,15 +166,32 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
         return why
     if cfg.id in FAMILY_SENTINELS or cfg == NATIVE:
         return None
-    return f"{cfg.id!r} is not an rnn arm (arms: {', '.join(FAMILY_SENTINELS + (NATIVE.id,))})"
+    if cfg.lane != "triton_persistent" or _PL.match(cfg.id) is None:
+        return f"{cfg.id!r} is not an rnn arm (arms: {', '.join(FAMILY_SENTINELS + (NATIVE.id,))}, pl_*)"
+    if sig.op != "lstm":
+        return f"triton_persistent runs LSTM cells only (op={sig.op})"
+    if sig.dt not in PERSISTENT_DTYPES:
+        return f"triton_persistent takes {', '.join(PERSISTENT_DTYPES)} (dt={sig.dt}: tl.dot would round fp32 to TF32)"
+    bb, bh, bk = cfg.param("bb"), cfg.param("bh"), cfg.param("bk")
+    if bb > max(16, 1 << (sig.get("B") - 1).bit_length()):
+        return f"BB={bb} exceeds batch B={sig.get('B')} rounded up to a power of two"
+    h = sig.get("H")
+    if max(bh, bk) > max(32, 1 << (h - 1).bit_length()):
+        return f"BH={bh} or BK={bk} exceeds H={h} rounded up to a power of two"
+    if 4 * bb * bh // (32 * cfg.param("warps")) > 128:
+        return f"four [BB, BH] fp32 gate accumulators exceed 128 registers a thread (BB={bb}, BH={bh})"
+    return None
 
 
 def compile_set(arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
-    return tuple(Config.sentinel(s) for s in FAMILY_SENTINELS) + (NATIVE,)
+    return tuple(Config.sentinel(s) for s in FAMILY_SENTINELS) + config_space(arch_family)
 
 
 def simplicity(config_id: str) -> int:
-    return 0 if config_id in FAMILY_SENTINELS else 1
+    """cuDNN, then torch's native path, then the Triton kernel."""
+    if config_id in FAMILY_SENTINELS:
+        return 0
+    return 1 if config_id == NATIVE.id else 2
 
 
 __all__ = ["FAMILY", "OPS", "NATIVE", "make_signature", "signature_of", "module_signature", "work",
