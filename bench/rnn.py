@@ -5,11 +5,12 @@ run's gated times: what a `tunedb build --family rnn` table would serve), in the
     PYTHONPATH=src python bench/rnn.py --out DIR [--quick]
 
 Grid: LSTM, input = hidden in {320, 512, 1024}, 1 and 2 layers, batch in {1, 8, 64}, 100 steps,
-batch-first, bf16 and fp32 (--quick: 1 layer, bf16 only). Timing: each arm inside a CUDA graph
+batch-first, bf16 and fp32, plus bf16 hidden 128 and 256 (--quick: 1 layer, bf16, 320-1024).
+Arms: cuDNN, no-cuDNN, and 4 tiles of the Triton sequence-persistent LSTM kernel (bf16 only). Timing: each arm inside a CUDA graph
 of 3 calls (after a warm-up on a side stream), median of 7 replays / 3; an arm that cannot be
 captured is timed eagerly (events, 7 x 3 calls) and the row says so. Arms are checked against the
-fp32/fp64 reference first (within 4x cuDNN's error). No Triton persistent arm: docs/rnn.md.
-Expected run time on an H200: about 60 s (--quick: about 25). Writes DIR/rnn.json.
+fp32/fp64 reference first (within 4x cuDNN's error). Expected run time on an H200: about 90 s
+(--quick: about 40), the persistent kernel's compiles included. Writes DIR/rnn.json.
 """
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ from pathlib import Path
 import torch
 
 from tunedb import families
+from tunedb.arch import shipped_profile
 
 FAM = families.get("rnn")
-ARMS = ("torch", "nocudnn")
+SM90 = shipped_profile("sm90")
+ARMS = ("torch", "nocudnn", "pl_bb16_bh32_bk64_w4", "pl_bb16_bh64_bk64_w4", "pl_bb16_bh128_bk64_w8",
+        "pl_bb64_bh64_bk64_w8")
 
 
 def timed(call, captured: bool) -> float:
@@ -69,6 +73,8 @@ def run_point(dt, h, layers, b, t):
     row = {"dt": dt, "H": h, "L": layers, "B": b, "T": t, "times_us": {}, "errors": {}, "eager": [], "failed": {}}
     for cid in ARMS:
         cfg = FAM.parse_config(cid)
+        if FAM.invalid_reason(cfg, sig, t, SM90):
+            continue
         call = lambda c=cfg: FAM.launch(c, sig, *args, out=out)  # noqa: E731
         out.fill_(float("nan"))
         call()
@@ -87,21 +93,25 @@ def run_point(dt, h, layers, b, t):
     row["tuned"] = FAM.pick_rule().pick({c: v / 1000.0 for c, v in times.items()}).winner
     row["vs_cudnn"] = times["torch"] / times[row["tuned"]]
     row["nocudnn_vs_cudnn"] = times["torch"] / times["nocudnn"] if "nocudnn" in times else None
+    pl = {c: v for c, v in times.items() if c.startswith("pl_")}
+    row["pl_best"] = min(pl, key=pl.get) if pl else None
+    row["pl_vs_cudnn"] = times["torch"] / pl[row["pl_best"]] if pl else None
     return row
 
 
 def markdown(rows):
     f = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
-    lines = ["| dt | H | layers | batch | T | cuDNN us | no-cuDNN us | no-cuDNN vs cuDNN | tuned pick | tuned vs cuDNN | eager |",
-             "|" + "---|" * 11]
+    lines = ["| dt | H | layers | batch | T | cuDNN us | no-cuDNN us | no-cuDNN vs cuDNN | best persistent (vs cuDNN) "
+             "| tuned pick | tuned vs cuDNN | eager |", "|" + "---|" * 12]
     for r in rows:
         ts = r["times_us"]
         lines.append(f"| {r['dt']} | {r['H']} | {r['L']} | {r['B']} | {r['T']} | {f(ts.get('torch'))} | {f(ts.get('nocudnn'))} "
-                     f"| {f(r['nocudnn_vs_cudnn'], '.2f')} | {r['tuned']} | {f(r['vs_cudnn'], '.2f')} | {', '.join(r['eager']) or '-'} |")
+                     f"| {f(r['nocudnn_vs_cudnn'], '.2f')} | {r['pl_best'] or '-'} ({f(r['pl_vs_cudnn'], '.2f')}) | {r['tuned']} | {f(r['vs_cudnn'], '.2f')} | {', '.join(r['eager']) or '-'} |")
     sp = [r["vs_cudnn"] for r in rows]
     lines += ["", f"tuned vs cuDNN: min {min(sp):.2f}x (never below 1.0 by construction of the fallback), "
                   f"geomean {math.exp(sum(map(math.log, sp)) / len(sp)):.2f}x; no-cuDNN picked at "
-                  f"{sum(r['tuned'] == 'nocudnn' for r in rows)}/{len(rows)} points"]
+                  f"{sum(r['tuned'] == 'nocudnn' for r in rows)}/{len(rows)} points, the persistent kernel at "
+                  f"{sum(r['tuned'].startswith('pl_') for r in rows)}/{len(rows)}"]
     return "\n".join(lines)
 
 
@@ -115,6 +125,8 @@ def main() -> int:
         return 2
     points = [(dt, h, layers, b, 100) for dt in (("bf16",) if args.quick else ("bf16", "fp32"))
               for h in (320, 512, 1024) for layers in ((1,) if args.quick else (1, 2)) for b in (1, 8, 64)]
+    if not args.quick:  # below the goal's range: where a sequence-persistent kernel should win
+        points += [("bf16", h, 1, b, 100) for h in (128, 256) for b in (1, 8, 64)]
     t0 = time.monotonic()
     rows = []
     for p in points:
