@@ -2,9 +2,9 @@
 sizes, layers, biases, directions, layout and batch, with the sequence length as the size axis.
 
 Arms: `torch` (cuDNN: the fallback and the untuned choice, so a tuned pick is never below it
-beyond the gate) and `nocudnn` (torch's native kernels). Both are the framework's own code: the
-family's job is to measure which one a key should run and to say so; the Triton persistent lane
-is not built (docs/rnn.md). Importing this package touches neither torch nor triton.
+beyond the gate), `nocudnn` (torch's native kernels) and `triton_persistent` (one Triton launch
+walks every step of an LSTM layer; bf16/fp16). Importing this package touches neither torch nor
+triton. See docs/rnn.md.
 """
 from __future__ import annotations
 

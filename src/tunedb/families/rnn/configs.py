@@ -4,10 +4,10 @@
 
 The key holds what fixes the kernels of nn.LSTM / nn.GRU (input and hidden sizes, layers,
 biases, directions, batch-first layout) and the batch size; the size axis is the sequence length.
-Arms: `torch` (cuDNN, through torch's own dispatch: the fallback and the untuned choice) and
+Arms: `torch` (cuDNN, through torch's own dispatch: the fallback and the untuned choice),
 `nocudnn` (torch's native kernels under torch.backends.cudnn.flags(enabled=False): one GEMM for
-the input projection, then a small GEMM + fused cell kernel per step). No Triton persistent lane
-yet (docs/rnn.md says why and what it would take).
+the input projection, then a small GEMM + fused cell kernel per step) and the Triton
+sequence-persistent LSTM kernel `pl_bb{BB}_bh{BH}_bk{BK}_w{W}` (kernels.py; docs/rnn.md).
 """
 from __future__ import annotations
 
