@@ -72,3 +72,18 @@ def test_wrapped_module_matches():
     y1, (h1, c1) = tuned(x)
     torch.testing.assert_close(y1, y0)
     torch.testing.assert_close(c1, c0)
+
+
+def test_persistent_states_match_nn_lstm():
+    from tunedb.families.rnn.launch import persistent
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(128, 256, num_layers=2, bidirectional=True, batch_first=True).cuda().to(torch.bfloat16)
+    x = torch.randn(8, 100, 128, device="cuda", dtype=torch.bfloat16)
+    sig = FAM.make_signature("lstm", "bf16", 128, 256, 2, 1, 1, 1, 8)
+    zeros = torch.zeros(4, 8, 256, device="cuda", dtype=torch.bfloat16)
+    y, (h, c) = persistent(FAM.parse_config("pl_bb16_bh64_bk64_w4"), sig, x, zeros, zeros, *lstm._flat_weights, states=True)
+    ry, (rh, rc) = lstm.float()(x.float())
+    for a, b in ((y, ry), (h, rh), (c, rc)):
+        assert a.shape == b.shape
+        assert rel(a, b) < 3e-2

@@ -153,3 +153,35 @@ def test_persistent_kernel_under_the_interpreter():
                PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     res = subprocess.run([sys.executable, "-c", _INTERPRET], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+
+
+_STATES = r"""
+import torch
+from tunedb.families.rnn import FAMILY
+from tunedb.families.rnn.launch import persistent
+# the wrapped module's persistent path returns (y, (h_n, c_n)) as nn.LSTM does
+torch.manual_seed(0)
+lstm = torch.nn.LSTM(12, 32, num_layers=2, bidirectional=True).to(torch.float16)
+x = torch.randn(5, 3, 12, dtype=torch.float16)
+h0, c0 = torch.randn(4, 3, 32, dtype=torch.float16) * 0.5, torch.randn(4, 3, 32, dtype=torch.float16) * 0.5
+sig = FAMILY.make_signature("lstm", "fp16", 12, 32, 2, 1, 1, 0, 3)
+y, (h, c) = persistent(FAMILY.parse_config("pl_bb16_bh32_bk32_w4"), sig, x, h0, c0, *lstm._flat_weights, states=True)
+ry, (rh, rc) = lstm.float()(x.float(), (h0.float(), c0.float()))
+for a, b in ((y, ry), (h, rh), (c, rc)):
+    assert a.shape == b.shape and a.dtype == torch.float16
+    torch.testing.assert_close(a.float(), b, atol=2e-2, rtol=2e-2)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_persistent_states_match_nn_lstm_under_the_interpreter():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", _STATES], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]

@@ -116,6 +116,9 @@ class RnnFamily:
     def impl_hash(self) -> str:
         return impl_hash()
 
+    def warm_start(self) -> None:
+        from tunedb.families.rnn import kernels  # noqa: F401 -- triton and the jit function
+
 
 FAMILY = RnnFamily()
 

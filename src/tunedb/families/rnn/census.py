@@ -10,7 +10,8 @@ PackedSequence inputs (their batch changes per step; not served).
 
 `optimize(model)` wraps every nn.LSTM / nn.GRU in a TunedRNN that asks the selector which arm
 serves the call's key and runs the original module under that arm's flags (cuDNN, or cuDNN off),
-so outputs, states and state_dict keys stay the module's own.
+or the Triton persistent kernel on the module's own weights (returning output and states as
+nn.LSTM does); state_dict keys stay the module's own (under `.rnn`).
 """
 from __future__ import annotations
 
@@ -64,6 +65,13 @@ def tuned_class() -> type:
             from tunedb import families
 
             config = launch_table.resolve(families.get(FAMILY), *key)[0]
+            if config.lane == "triton_persistent":  # LSTM only (the predicate)
+                from tunedb.families.rnn.launch import persistent
+
+                sig = key[0]
+                shape = (sig.get("L") * (1 + sig.get("bidir")), sig.get("B"), sig.get("H"))
+                h0, c0 = hx if hx is not None else (x.new_zeros(shape), x.new_zeros(shape))
+                return persistent(config, sig, x, h0, c0, *self.rnn._flat_weights, states=True)
             with arm_flags(config):
                 return self.rnn(x, hx)
 

@@ -36,10 +36,11 @@ def run(sig: Signature, x: Any, h0: Any, *rest: Any) -> Any:
     return torch._VF.gru(x, h0, list(rest), bias, layers, 0.0, False, bidir, bf)[0]
 
 
-def persistent(config: Config, sig: Signature, x: Any, h0: Any, c0: Any, *weights: Any) -> Any:
+def persistent(config: Config, sig: Signature, x: Any, h0: Any, c0: Any, *weights: Any,
+               states: bool = False) -> Any:
     """The `triton_persistent` arm (kernels.py): per layer and direction, the input projection as
     one GEMM (in the input dtype, as torch's native path, then fp32 with both biases), then one
-    launch that walks every step."""
+    launch that walks every step. The output y; with states=True, (y, (h_n, c_n)) as nn.LSTM."""
     import torch
 
     from tunedb.families.rnn import kernels
@@ -49,6 +50,7 @@ def persistent(config: Config, sig: Signature, x: Any, h0: Any, c0: Any, *weight
     per = 4 if bias else 2
     inp = x if sig.get("bf") else x.transpose(0, 1)
     b, t = inp.shape[0], inp.shape[1]
+    h_n, c_n = [], []
     for layer in range(layers):
         y = torch.empty((b, t, d * h), dtype=x.dtype, device=x.device)
         for direction in range(d):
@@ -62,8 +64,13 @@ def persistent(config: Config, sig: Signature, x: Any, h0: Any, c0: Any, *weight
             kernels._lstm_seq_kernel[(-(-b // bb),)](
                 xp, w_hh, h0[ld].contiguous(), yd, c, b, t, h, xp.stride(0), xp.stride(1), yd.stride(0), yd.stride(1),
                 REVERSE=direction == 1, BB=bb, BH=bh, BK=bk, num_warps=warps, num_stages=2)
+            h_n.append(yd[:, 0 if direction else t - 1])
+            c_n.append(c)
         inp = y
-    return y if sig.get("bf") else y.transpose(0, 1)
+    y = y if sig.get("bf") else y.transpose(0, 1)
+    if not states:
+        return y
+    return y, (torch.stack(h_n), torch.stack(c_n).to(x.dtype))
 
 
 def launch(config: Config, sig: Signature, x: Any, h0: Any, *rest: Any, out: Any = None) -> Any:
