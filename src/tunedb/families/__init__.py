@@ -19,8 +19,10 @@ __all__ = ["DEFAULT", "KernelFamily", "check_op", "get", "hook", "names", "regis
 # call serves when none is named.
 _BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY",
                             "bmm": "tunedb.families.bmm:FAMILY",
+                            "gemm_log_softmax": "tunedb.families.gemm_log_softmax:FAMILY",
                             "group_gemm": "tunedb.families.group_gemm:FAMILY",
                             "linalg": "tunedb.families.linalg:FAMILY",
+                            "rnn": "tunedb.families.rnn:FAMILY",
                             "scaled_mm": "tunedb.families.scaled_mm:FAMILY",
                             "scaled_mm_fp8": "tunedb.families.scaled_mm:FAMILY_FP8"}
 DEFAULT = "gemm"

@@ -1,0 +1,156 @@
+"""GEMM + log-softmax (CTC / transducer output layers) on the GPU: torch's F.linear then
+log_softmax against both fused Triton designs (recompute: stats pass + recompute pass, the
+logits never written; fixup: logits written once in bf16/fp16, lse subtracted in place) and the
+tuned pick (the family's pick rule over this run's gated times: what a `tunedb build` table
+would serve at these points), in the same run.
+
+    PYTHONPATH=src python bench/gemm_log_softmax.py --out DIR [--quick]
+
+Shapes: vocabulary N in {5000, 16000, 32000} x K in {256, 512} x M in {64, 256, 1024, 4096,
+8192}, bf16 (fp16 at N=32000, K=512, M in {64, 1024, 8192}); --quick: N in {5000, 32000}, K=512, M in {64, 1024, 8192}, bf16.
+Timing: a CUDA graph of n calls into one preallocated output (torch's logits are allocated in
+the graph's pool), the head's weight rotated through enough copies to be read cold (a head
+runs after the encoder has swept L2), median of 7 replays / n. Every arm is checked first
+against the fp32 reference: within 4x the torch arm's error, else reported and not timed.
+Expected run time on an H200: 2-3 minutes (--quick: about 1), most of it first-launch
+compiles (10 tiles x 2 dtypes x the N%16 specialisation, 4 kernels each). Prints a markdown table and writes DIR/gemm_log_softmax.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from tunedb import families
+from tunedb.arch import shipped_profile
+from tunedb.measure.timers import rotation_copies
+
+FAM = families.get("gemm_log_softmax")
+ARMS = ("rc_b16x128x64_w4_s3", "rc_b64x128x64_w4_s3", "rc_b64x256x64_w8_s3", "rc_b128x128x64_w8_s3",
+        "rc_b128x256x64_w8_s3", "fx_b16x128x64_w4_s3", "fx_b64x128x64_w4_s3", "fx_b64x256x64_w8_s3",
+        "fx_b128x128x64_w8_s3", "fx_b128x256x64_w8_s3")
+FULL = dict(ns=(5000, 16000, 32000), ks=(256, 512), ms=(64, 256, 1024, 4096, 8192))
+QUICK = dict(ns=(5000, 32000), ks=(512,), ms=(64, 1024, 8192))
+
+
+def graph_us(call, weights, n_min=6) -> float:
+    n = max(n_min, len(weights))
+    for wb in weights:
+        call(*wb)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(n):
+            call(*weights[i % len(weights)])
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(7):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1000.0 / n)
+    del g
+    return statistics.median(times)
+
+
+def run_point(dt, n, k, m, l2, sm90):
+    sig = FAM.make_signature(n, k, dt, 1)
+    (x, w, b), _ = FAM.make_inputs(sig, m, "cuda", seed=m + n + k)
+    ref = FAM.reference(sig, x, w, b)
+    out = torch.empty((m, n), dtype=x.dtype, device="cuda")
+    copies = rotation_copies(1 << 40, l2, FAM.weight_bytes(sig), x.numel() * 2 + 2 * out.numel() * 2)
+    weights = [(w.clone(), b.clone()) for _ in range(copies)]
+    row = {"dt": dt, "N": n, "K": k, "M": m, "copies": copies, "times_us": {}, "errors": {}, "failed": {}}
+    base_err = None
+    for cid in ("torch",) + ARMS:
+        cfg = FAM.parse_config(cid)
+        why = FAM.invalid_reason(cfg, sig, m, sm90)
+        if why:
+            row["failed"][cid] = f"invalid: {why}"
+            continue
+        try:
+            out.fill_(float("nan"))
+            FAM.launch(cfg, sig, x, w, b, out=out)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+        except Exception as exc:  # a compile or launch failure is a row, not a crash
+            row["failed"][cid] = f"error: {type(exc).__name__}: {exc}"[:300]
+            continue
+        row["errors"][cid] = err
+        if cid == "torch":
+            base_err = err
+        elif not err <= 4 * base_err:
+            row["failed"][cid] = f"gate: error {err:.3g} > 4 x torch's {base_err:.3g}"
+            continue
+        row["times_us"][cid] = graph_us(lambda w_, b_, c=cfg: FAM.launch(c, sig, x, w_, b_, out=out), weights)
+    times = row["times_us"]
+    row["tuned"] = FAM.pick_rule().pick({c: t / 1000.0 for c, t in times.items()}).winner
+    fused = {c: t for c, t in times.items() if c != "torch"}
+    best_rc = min((t, c) for c, t in fused.items() if c.startswith("rc_")) if any(c.startswith("rc_") for c in fused) else (None, None)
+    best_fx = min((t, c) for c, t in fused.items() if c.startswith("fx_")) if any(c.startswith("fx_") for c in fused) else (None, None)
+    row.update(torch_us=times.get("torch"), rc_us=best_rc[0], rc_best=best_rc[1], fx_us=best_fx[0], fx_best=best_fx[1],
+               tuned_us=times[row["tuned"]], speedup=times["torch"] / times[row["tuned"]],
+               best_fused_speedup=(times["torch"] / min(fused.values())) if fused else None)
+    return row
+
+
+def markdown(rows):
+    f = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
+    lines = ["| dt | N | K | M | torch us | recompute best (us) | fixup best (us) | tuned pick | tuned us | tuned vs torch | best fused vs torch |",
+             "|" + "---|" * 11]
+    for r in rows:
+        lines.append(f"| {r['dt']} | {r['N']} | {r['K']} | {r['M']} | {f(r['torch_us'])} | {r['rc_best'] or '-'} ({f(r['rc_us'])}) "
+                     f"| {r['fx_best'] or '-'} ({f(r['fx_us'])}) | {r['tuned']} | {f(r['tuned_us'])} | {f(r['speedup'], '.2f')} "
+                     f"| {f(r['best_fused_speedup'], '.2f')} |")
+    fails = [f"{r['dt']} {r['N']}x{r['K']} M={r['M']} {c}: {why}" for r in rows for c, why in r["failed"].items()
+             if not why.startswith("invalid")]
+    if fails:
+        lines += ["", "Failed arms:"] + [f"- {x}" for x in fails]
+    sp = [r["speedup"] for r in rows]
+    lines += ["", f"tuned vs torch: geomean {math.exp(sum(map(math.log, sp)) / len(sp)):.2f}x, min {min(sp):.2f}x, "
+                  f"max {max(sp):.2f}x; points >= 1.3x: {sum(s >= 1.3 for s in sp)}/{len(sp)}"]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="directory for gemm_log_softmax.json")
+    ap.add_argument("--quick", action="store_true", help="2 vocabularies, K=512, M in {64, 1024, 8192}, bf16")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return 2
+    grid = QUICK if args.quick else FULL
+    points = [("bf16", n, k, m) for n in grid["ns"] for k in grid["ks"] for m in grid["ms"]]
+    if not args.quick:
+        points += [("fp16", 32000, 512, m) for m in (64, 1024, 8192)]
+    sm90 = shipped_profile("sm90")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size or sm90.l2_bytes
+    t0 = time.monotonic()
+    rows = []
+    for dt, n, k, m in points:
+        rows.append(run_point(dt, n, k, m, l2, sm90))
+        print(f"[{time.monotonic() - t0:6.1f}s] {dt} N={n} K={k} M={m}: {rows[-1]['speedup']:.2f}x ({rows[-1]['tuned']})",
+              file=sys.stderr, flush=True)
+    text = markdown(rows)
+    print(text)
+    env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "triton": __import__("triton").__version__, "wall_s": round(time.monotonic() - t0, 1),
+           "command": " ".join(sys.argv)}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gemm_log_softmax.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
+    print(f"\n{env}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The `gemm_log_softmax` family (spec 000's tuned op of that name; issue 25): y =
+log_softmax(x @ W^T + b, dim=-1) over a vocabulary N, the output layer of CTC and transducer
+heads. A family (not an op of `gemm`) because its arms are not GEMM tiles: the fused designs
+split the softmax's row statistics across N tiles and need their own kernels, lanes, config
+grammar, validity predicate and fp32 gate; the database file is `db/<arch>/gemm_log_softmax.json`.
+
+Lanes: triton_recompute (stats pass, then recompute + write once), triton_fixup (logits written
+once in the output dtype, then subtracted in place), torch (linear + log_softmax: the fallback
+and the untuned choice). Importing this package touches neither torch nor triton.
+See docs/gemm_log_softmax.md.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from tunedb.families.contract import source_hash
+from tunedb.families.gemm_log_softmax import configs, keys
+from tunedb.records import ArchProfile, Config, Signature
+
+KERNEL_SOURCES = ("kernels.py", "launch.py")
+
+
+@lru_cache(maxsize=1)
+def impl_hash() -> str:
+    return source_hash(Path(__file__).parent, KERNEL_SOURCES)
+
+
+class GemmLogSoftmaxFamily:
+    """See tunedb.families.KernelFamily."""
+
+    name = configs.FAMILY
+    ops = configs.OPS
+    lanes = configs.LANES
+
+    def __repr__(self) -> str:
+        return f"<tunedb family {self.name}>"
+
+    @property
+    def schema(self) -> Any:
+        from tunedb.families.contract import SignatureSchema
+
+        return SignatureSchema(key=(("N", int), ("K", int), ("bias", int)), size="M", ladder="m",
+                               choices=(("bias", (0, 1)),), dtypes=configs.DTYPES)
+
+    def verify(self, sig: Signature) -> Any:
+        """Relative error against the fp32 reference within 4x the torch arm's own (which rounds
+        the logits to the input dtype before normalising)."""
+        from tunedb.families.contract import VerifyRule
+
+        return VerifyRule(kind="tolerance", factor=4.0)
+
+    def pick_rule(self) -> Any:
+        from tunedb.families.contract import PickRule
+
+        return PickRule(fallback="torch", simplicity=configs.simplicity)
+
+    def weight_args(self, sig: Signature) -> tuple[int, ...]:
+        return (1, 2) if sig.get("bias") else (1,)
+
+    def weight_bytes(self, sig: Signature) -> int:
+        return 2 * sig.get("N") * (sig.get("K") + sig.get("bias"))
+
+    def census_rules(self) -> tuple[Any, ...]:
+        """None at the aten level: the dispatcher shows an addmm and a _log_softmax with nothing
+        tying one's output to the other's input. census.record() (a function-level mode) and
+        census.find_heads() (the module pattern) see the pair; see census.py."""
+        return ()
+
+    def register_ops(self) -> None:
+        from tunedb.families.gemm_log_softmax import ops  # noqa: F401 -- registers tunedb::gemm_log_softmax
+
+    def optimize(self, model: Any, approximate: bool = False) -> Any:
+        from tunedb.families.gemm_log_softmax.census import optimize
+
+        return optimize(model)
+
+    # --- signatures
+    def make_signature(self, n: int, k: int, dt: str = "bf16", bias: int = 1) -> Signature:
+        return keys.make_signature(n, k, dt, bias)
+
+    def signature_of(self, op: str, x: Any, weight: Any, bias: Any = None) -> tuple[Signature, int]:
+        return keys.signature_of(op, x, weight, bias)
+
+    def work(self, sig: Signature, m: int) -> tuple[float, float]:
+        return keys.work(sig, m)
+
+    # --- configs
+    def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
+        return configs.config_space(arch_family, lanes)
+
+    def parse_config(self, config_id: str) -> Config:
+        return configs.parse(config_id)
+
+    def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
+        return configs.invalid_reason(config, sig, m, arch)
+
+    def sentinels(self, sig: Signature, approximate: bool = False) -> tuple[str, ...]:
+        return configs.sentinels(sig, approximate)
+
+    def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
+        return configs.default_config(sig, arch)
+
+    def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
+        return configs.compile_set(arch_family, referenced)
+
+    # --- tensors (torch imported lazily)
+    def launch(self, config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
+        from tunedb.families.gemm_log_softmax.launch import launch
+
+        return launch(config, sig, x, weight, bias, out)
+
+    def reference(self, sig: Signature, x: Any, weight: Any, bias: Any = None, dtype: Any = None) -> Any:
+        from tunedb.families.gemm_log_softmax.launch import reference
+
+        return reference(x, weight, bias, dtype)
+
+    def make_inputs(self, sig: Signature, m: int, device: Any, seed: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        from tunedb.families.gemm_log_softmax.launch import make_inputs
+
+        return make_inputs(sig, m, device, seed)
+
+    def make_out(self, sig: Signature, args: Any, kwargs: Any, reference: Any) -> Any:
+        """The output buffer a measured launch writes: [M, N] in the input dtype (the reference is fp32)."""
+        import torch
+
+        x = args[0]
+        return torch.empty((x.numel() // sig.get("K"), sig.get("N")), dtype=x.dtype, device=x.device)
+
+    def impl_hash(self) -> str:
+        return impl_hash()
+
+    def warm_start(self) -> None:
+        from tunedb.families.gemm_log_softmax import kernels  # noqa: F401
+
+
+FAMILY = GemmLogSoftmaxFamily()
+
+__all__ = ["FAMILY", "GemmLogSoftmaxFamily", "impl_hash"]

@@ -1,0 +1,147 @@
+"""What the census can see of gemm_log_softmax, and optimize()'s swap.
+
+The dispatch-level recorder (census/recorder.py) cannot see this op: the dispatcher shows an
+aten addmm (the linear) and an aten _log_softmax, with nothing tying one's output to the other's
+input (the recorder never sees outputs of ops without rules). So the family has no aten census
+rule; instead:
+
+- `record(fn)`: a TorchFunctionMode over fn() that remembers the outputs of F.linear (nn.Linear)
+  and counts a `gemm_log_softmax` key when one of them is the input of log_softmax over its last
+  dimension (F.log_softmax, torch.log_softmax, Tensor.log_softmax, nn.LogSoftmax). Works on meta
+  tensors. It misses heads written as `x @ W.T + b`, a linear whose output is touched (scaled,
+  cast) before the log_softmax, and log_softmax with an implicit dim.
+- `find_heads(model)`: the module pattern optimize() swaps: an nn.Sequential holding an nn.Linear
+  (or the gemm family's TunedLinear without activation) immediately followed by
+  nn.LogSoftmax(dim=-1) (a model's `ctc_head`, say). A head whose forward calls log_softmax in
+  code is counted by record() but not swapped: its module must call
+  `tunedb.families.gemm_log_softmax.ops.gemm_log_softmax` itself.
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from collections import Counter
+from typing import Any, Callable, Iterator
+
+from tunedb.records import Point, ShapeSet, Signature
+
+
+def _log_softmax_funcs() -> set[Any]:
+    import torch
+
+    return {torch.nn.functional.log_softmax, torch.log_softmax, torch.Tensor.log_softmax,
+            torch.special.log_softmax}
+
+
+def _dim_arg(args: tuple, kwargs: dict) -> Any:
+    return args[1] if len(args) > 1 else kwargs.get("dim")
+
+
+def record(fn: Callable[[], Any]) -> Counter[tuple[Signature, int]]:
+    """Run fn() under no_grad; (Signature, M) -> calls of every linear -> log_softmax pair."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    from tunedb.errors import SignatureError
+    from tunedb.families.gemm_log_softmax.keys import signature_of
+
+    lsm = _log_softmax_funcs()
+    linear = torch.nn.functional.linear
+
+    class _Mode(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: Counter[tuple[Signature, int]] = Counter()
+            self.logits: dict[int, tuple[weakref.ref, Signature, int]] = {}
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if func is linear:
+                x, w = args[0], args[1] if len(args) > 1 else kwargs["weight"]
+                b = args[2] if len(args) > 2 else kwargs.get("bias")
+                try:
+                    key = signature_of("gemm_log_softmax", x, w, b)
+                except SignatureError:  # fp32 heads and odd shapes are not served
+                    key = None
+                if key is not None and isinstance(out, torch.Tensor):
+                    self.logits[id(out)] = (weakref.ref(out), *key)
+            elif func in lsm and args and isinstance(args[0], torch.Tensor):
+                seen = self.logits.get(id(args[0]))
+                dim = _dim_arg(args, kwargs)
+                if seen is not None and seen[0]() is args[0] and dim is not None \
+                        and dim in (-1, args[0].dim() - 1):
+                    self.calls[(seen[1], seen[2])] += 1
+            return out
+
+    with torch.no_grad(), _Mode() as mode:
+        fn()
+    return mode.calls
+
+
+def to_shapeset(calls: Counter[tuple[Signature, int]], workload: str = "gemm_log_softmax") -> ShapeSet:
+    """A census (points weighted by their share of calls) for `tunedb build --census`."""
+    total = sum(calls.values()) or 1
+    return ShapeSet(tuple(Point(sig, m, weight=c / total, calls=c, must_tune=True)
+                          for (sig, m), c in sorted(calls.items())), workload=workload)
+
+
+def _is_plain_linear(mod: Any) -> bool:
+    """nn.Linear, or the gemm family's swap of one without an activation (optimize() runs the
+    families in registry order: gemm's TunedLinear may already stand where the Linear was)."""
+    import torch
+
+    if type(mod) is torch.nn.Linear:
+        return True
+    return type(mod).__name__ == "TunedLinear" and getattr(mod, "act", None) == "none" \
+        and getattr(getattr(mod, "weight", None), "dim", lambda: 0)() == 2
+
+
+def find_heads(model: Any) -> Iterator[tuple[str, int]]:
+    """(qualified name of an nn.Sequential, index of its linear layer) for every nn.Linear (or
+    gemm's TunedLinear without activation) followed by nn.LogSoftmax over the last dimension."""
+    import torch
+
+    for name, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Sequential):
+            continue
+        items = list(mod)
+        for i in range(len(items) - 1):
+            if _is_plain_linear(items[i]) and isinstance(items[i + 1], torch.nn.LogSoftmax) \
+                    and items[i + 1].dim == -1:
+                yield name, i
+
+
+@functools.lru_cache(maxsize=1)
+def fused_head_class() -> type:
+    import torch
+
+    class TunedLinearLogSoftmax(torch.nn.Module):
+        """nn.Linear + nn.LogSoftmax(dim=-1) as one tunedb::gemm_log_softmax call (same parameters)."""
+
+        def __init__(self, linear: torch.nn.Module) -> None:
+            super().__init__()
+            self.weight = linear.weight
+            self.bias = linear.bias
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.dtype not in (torch.bfloat16, torch.float16):  # fp32 heads: torch's own pair
+                return torch.log_softmax(torch.nn.functional.linear(x, self.weight, self.bias), dim=-1)
+            from tunedb.families.gemm_log_softmax.ops import gemm_log_softmax
+
+            return gemm_log_softmax(x, self.weight, self.bias)
+
+    return TunedLinearLogSoftmax
+
+
+def optimize(model: Any) -> Any:
+    """Swap every find_heads() pair in place: the Linear becomes one fused module, the
+    LogSoftmax an nn.Identity (indices and state_dict keys of the Linear are kept)."""
+    import torch
+
+    cls = fused_head_class()
+    for name, i in list(find_heads(model)):
+        seq = model.get_submodule(name) if name else model
+        seq[i] = cls(seq[i])
+        seq[i + 1] = torch.nn.Identity()
+    return model

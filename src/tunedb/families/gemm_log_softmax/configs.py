@@ -1,0 +1,186 @@
+"""gemm_log_softmax configs: ids, the config space, THE validity predicate, the compile set.
+
+Pure Python (no torch, no triton). Two Triton lanes, one tile grammar:
+    triton_recompute  rc_b{BM}x{BN}x{BK}_w{W}_s{S}   rc_b64x128x64_w4_s3  (stats pass + recompute pass)
+    triton_fixup      fx_b{BM}x{BN}x{BK}_w{W}_s{S}   fx_b128x128x64_w8_s3 (logits written once, fixed in place)
+Sentinels: `torch` (F.linear then torch.log_softmax: the fallback) and `default` (the untuned
+choice: the torch arm too, no guessed tile is served unmeasured).
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+from tunedb.errors import ConfigError
+from tunedb.records import SENTINELS, ArchProfile, Config, Signature
+
+FAMILY = "gemm_log_softmax"
+OPS: tuple[str, ...] = ("gemm_log_softmax",)
+DTYPES: tuple[str, ...] = ("bf16", "fp16")
+TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup")
+LANES: tuple[str, ...] = TRITON_LANES + ("torch",)
+FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
+_PREFIX = {"triton_recompute": "rc", "triton_fixup": "fx"}
+_LANE_OF = {v: k for k, v in _PREFIX.items()}
+
+_BLOCKS_M = (16, 32, 64, 128)
+_BLOCKS_N = (64, 128, 256)
+_BLOCKS_K = (32, 64, 128)
+_WARPS = (4, 8)
+MAX_ACC_PER_THREAD = 128  # fp32 accumulator registers per thread beyond which a tile spills
+MAX_N_TILES = 8192  # the partial-statistics workspace is [M, T] fp32 twice
+_ID = re.compile(r"^(?P<lane>rc|fx)_b(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)$")
+_SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
+                 "sm120": 101376}
+
+
+def make(lane: str, bm: int, bn: int, bk: int, warps: int, stages: int) -> Config:
+    if lane not in TRITON_LANES:
+        raise ConfigError(f"unknown gemm_log_softmax lane {lane!r}; Triton lanes are {', '.join(TRITON_LANES)}")
+    for name, v, allowed in (("BM", bm, _BLOCKS_M), ("BN", bn, _BLOCKS_N), ("BK", bk, _BLOCKS_K),
+                             ("warps", warps, _WARPS)):
+        if v not in allowed:
+            raise ConfigError(f"{lane} config: {name}={v} not allowed; use one of {allowed}")
+    if not 1 <= stages <= 5:
+        raise ConfigError(f"{lane} config: stages={stages} not allowed; use 1..5")
+    cid = f"{_PREFIX[lane]}_b{bm}x{bn}x{bk}_w{warps}_s{stages}"
+    return Config(cid, lane, (("block", (bm, bn, bk)), ("warps", warps), ("stages", stages)))
+
+
+@lru_cache(maxsize=4096)
+def parse(config_id: str) -> Config:
+    """A config from its id (sentinels included); ConfigError naming the id when malformed."""
+    if not isinstance(config_id, str):
+        raise ConfigError(f"config id must be a string, got {config_id!r}")
+    if config_id in SENTINELS:
+        if config_id not in FAMILY_SENTINELS:
+            raise ConfigError(f"gemm_log_softmax has no {config_id!r} arm; sentinels: {', '.join(FAMILY_SENTINELS)}")
+        return Config.sentinel(config_id)
+    m = _ID.match(config_id)
+    if not m:
+        raise ConfigError(f"bad gemm_log_softmax config id {config_id!r}: expected rc_b64x128x64_w4_s3, "
+                          f"fx_b128x128x64_w8_s3 or a sentinel ({', '.join(FAMILY_SENTINELS)})")
+    cfg = make(_LANE_OF[m["lane"]], int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["s"]))
+    if cfg.id != config_id:
+        raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
+    return cfg
+
+
+def blocks(cfg: Config) -> tuple[int, int, int]:
+    return tuple(cfg.param("block"))  # type: ignore[return-value]
+
+
+# the tiles both lanes offer: (BM, BN, BK, warps, stages); small BM for decode-like M, wide BN
+# for the long vocabulary axis
+_TILES = ((16, 128, 64, 4, 3), (16, 256, 64, 4, 3), (32, 128, 64, 4, 3), (64, 128, 64, 4, 3),
+          (64, 128, 64, 8, 4), (64, 256, 64, 8, 3), (64, 128, 128, 4, 3), (128, 128, 64, 8, 3),
+          (128, 128, 64, 8, 4), (128, 256, 64, 8, 3))
+
+
+def full_grid() -> tuple[Config, ...]:
+    return tuple(make(lane, *t) for lane in TRITON_LANES for t in _TILES)
+
+
+def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
+    wanted = set(lanes or TRITON_LANES)
+    bad = wanted - set(LANES)
+    if bad:
+        raise ConfigError(f"unknown gemm_log_softmax lane(s) {sorted(bad)}; lanes are {', '.join(LANES)}")
+    smem = smem_per_block(arch_family)
+    return tuple(c for c in full_grid() if c.lane in wanted and smem_bytes(c) <= smem)
+
+
+def smem_per_block(arch_family: str) -> int:
+    if not re.match(r"^sm\d+a?$", arch_family or ""):
+        raise ConfigError(f"bad arch family {arch_family!r}: expected sm<digits> such as sm90")
+    return _SMEM_BY_ARCH.get(arch_family, 101376)
+
+
+def smem_bytes(cfg: Config) -> int:
+    """Pipelined operand buffers (two bytes per element) or the fp32 tile's layout conversion."""
+    bm, bn, bk = blocks(cfg)
+    return max(cfg.param("stages") * (bm + bn) * bk * 2, bm * bn * 4)
+
+
+def sig_reason(sig: Signature) -> str | None:
+    if sig.family != FAMILY:
+        return f"family {sig.family!r} is not {FAMILY}"
+    if sig.op not in OPS:
+        return f"op={sig.op!r} is not one of {', '.join(OPS)}"
+    if sig.dt not in DTYPES:
+        return f"dt={sig.dt!r} is not served; allowed: {', '.join(DTYPES)}"
+    for key in ("N", "K"):
+        v = sig.get(key)
+        if not isinstance(v, int) or v < 1:
+            return f"{key}={v!r} must be a positive int"
+    if sig.get("bias") not in (0, 1):
+        return f"bias={sig.get('bias')!r} must be 0 or 1"
+    return None
+
+
+def _pow2_at_least(v: int) -> int:
+    return 1 << max(0, (int(v) - 1).bit_length())
+
+
+def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
+    """THE validity predicate: None when `cfg` may run `sig` at M (any M when m is None).
+
+    Rules: the signature is this family's; sentinels always run; a tile fits shared memory and
+    keeps its fp32 accumulator in registers; the N tiles' statistics workspace stays bounded;
+    a tile is not more than twice the problem along K or (given M) along M (it would compute
+    mostly padding: a smaller tile of the space covers that shape)."""
+    why = sig_reason(sig)
+    if why:
+        return why
+    if cfg.is_sentinel:
+        return None if cfg.id in FAMILY_SENTINELS else f"sentinel {cfg.id!r} is not an arm of {FAMILY}"
+    if cfg.lane not in TRITON_LANES:
+        return f"lane {cfg.lane!r} is not a {FAMILY} lane"
+    bm, bn, bk = blocks(cfg)
+    need = smem_bytes(cfg)
+    if need > arch.smem_per_block:
+        return f"needs {need} B of shared memory > {arch.smem_per_block}"
+    per_thread = bm * bn // (32 * cfg.param("warps"))
+    if per_thread > MAX_ACC_PER_THREAD:
+        return f"{per_thread} fp32 accumulators per thread > {MAX_ACC_PER_THREAD} (BM={bm}, BN={bn}, warps={cfg.param('warps')})"
+    n, k = sig.get("N"), sig.get("K")
+    if -(-n // bn) > MAX_N_TILES:
+        return f"N={n} makes {-(-n // bn)} tiles of BN={bn} > {MAX_N_TILES} (statistics workspace)"
+    if bk > max(32, _pow2_at_least(k)):
+        return f"BK={bk} exceeds K={k} rounded up to a power of two"
+    if m is not None and bm > max(16, _pow2_at_least(m)):
+        return f"BM={bm} exceeds M={m} rounded up to a power of two"
+    return None
+
+
+def sentinels(sig: Signature, approximate: bool = False) -> tuple[str, ...]:
+    return FAMILY_SENTINELS
+
+
+def default_config(sig: Signature, arch: ArchProfile | None = None) -> Config:
+    """No tile is served unmeasured: the untuned choice is the torch arm."""
+    return Config.sentinel("torch")
+
+
+def compile_set(arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
+    """Referenced configs (two small kernels each, compiled on first launch) + the sentinels."""
+    smem = smem_per_block(arch_family)
+    chosen: dict[str, Config] = {}
+    for cid in referenced:
+        try:
+            c = parse(cid)
+        except ConfigError:
+            continue
+        if c.is_sentinel or smem_bytes(c) <= smem:
+            chosen.setdefault(c.id, c)
+    for name in FAMILY_SENTINELS:
+        chosen.setdefault(name, Config.sentinel(name))
+    return tuple(chosen.values())
+
+
+def simplicity(config_id: str) -> int:
+    """Lower is simpler: the torch arm, then one-GEMM fixup, then the two-GEMM recompute."""
+    if config_id in FAMILY_SENTINELS:
+        return 0
+    return 1 if config_id.startswith("fx_") else 2

@@ -1,0 +1,127 @@
+"""Triton kernels of the fused GEMM + log-softmax (y = log_softmax(x @ W^T + b, dim=-1)).
+
+Two designs share one tile body (a [BM, BN] tile of fp32 logits from a K loop of tl.dot):
+
+- recompute (lane `triton_recompute`): pass 1 (`_stats_kernel`, WRITE=False) computes every tile
+  of logits and keeps only its rows' max and sum of exp per N tile (fp32 partials [M, T]); a
+  tiny combine (`_combine_kernel`) turns each row's T partials into its log-sum-exp [M]; pass 2
+  (`_recompute_kernel`) recomputes the same tile and writes logit - lse once. The logits never reach memory; the GEMM
+  runs twice (wins where the K loop is short and the M x N output traffic dominates).
+- fixup (lane `triton_fixup`): pass 1 (`_stats_kernel`, WRITE=True) also stores the tile's
+  logits in the output dtype into the output buffer; the same combine, then `_fixup_kernel`
+  subtracts lse in place. One GEMM, but the output is written, read and written again (the
+  logits are rounded to the output dtype before the subtraction, as torch's linear then
+  log_softmax rounds them).
+
+Both take the statistics of the fp32 tile, so lse is the fp32 logits' (torch's comes from the
+rounded logits). No torch import: launch.py passes tensors.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _logit_tile(x_ptr, w_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_xm, stride_wn,
+                HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """fp32 logits [BM, BN] of one tile; columns past N are -inf (they drop out of max and sum)."""
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :]
+    w_ptrs = w_ptr + offs_n[None, :].to(tl.int64) * stride_wn + offs_k[:, None]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        k_ok = (k0 + offs_k) < K
+        a = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = tl.dot(a, b, acc)
+        x_ptrs += BK
+        w_ptrs += BK
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)
+        acc += bias[None, :]
+    acc = tl.where(n_ok[None, :], acc, float("-inf"))
+    return acc, offs_m, offs_n, m_ok, n_ok
+
+
+@triton.jit
+def _tile_ids(M, BM: tl.constexpr):
+    # consecutive programs share one N tile (one slice of W read from DRAM once, x from L2)
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    return pid % num_m, pid // num_m
+
+
+@triton.jit
+def _stats_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, M, N, K, T,
+                  stride_xm, stride_wn, stride_ym,
+                  HAS_BIAS: tl.constexpr, WRITE: tl.constexpr,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Pass 1: per (row, N tile) max and sum of exp(logit - max); WRITE also stores the logits."""
+    pid_m, pid_n = _tile_ids(M, BM)
+    acc, offs_m, offs_n, m_ok, n_ok = _logit_tile(x_ptr, w_ptr, b_ptr, pid_m, pid_n, M, N, K,
+                                                  stride_xm, stride_wn, HAS_BIAS, BM, BN, BK)
+    t_max = tl.max(acc, axis=1)
+    t_sum = tl.sum(tl.exp(acc - t_max[:, None]), axis=1)
+    stat = offs_m.to(tl.int64) * T + pid_n
+    tl.store(pmax_ptr + stat, t_max, mask=m_ok)
+    tl.store(psum_ptr + stat, t_sum, mask=m_ok)
+    if WRITE:
+        y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _row_lse(pmax_ptr, psum_ptr, offs_m, m_ok, T, TB: tl.constexpr):
+    """The log-sum-exp of each row from its T partial (max, sum) pairs, TB at a time."""
+    offs_t = tl.arange(0, TB)
+    run_max = tl.full(offs_m.shape, float("-inf"), tl.float32)
+    run_sum = tl.zeros(offs_m.shape, tl.float32)
+    base = offs_m.to(tl.int64) * T
+    for t0 in range(0, T, TB):
+        ok = m_ok[:, None] & ((t0 + offs_t) < T)[None, :]
+        pm = tl.load(pmax_ptr + base[:, None] + t0 + offs_t[None, :], mask=ok, other=float("-inf"))
+        ps = tl.load(psum_ptr + base[:, None] + t0 + offs_t[None, :], mask=ok, other=0.0)
+        new_max = tl.maximum(run_max, tl.max(pm, axis=1))
+        safe = tl.where(new_max == float("-inf"), 0.0, new_max)  # rows past M: keep them finite
+        run_sum = run_sum * tl.exp(run_max - safe) + tl.sum(ps * tl.exp(pm - safe[:, None]), axis=1)
+        run_max = new_max
+    return tl.where(m_ok, run_max + tl.log(tl.where(m_ok, run_sum, 1.0)), 0.0)
+
+
+@triton.jit
+def _combine_kernel(pmax_ptr, psum_ptr, lse_ptr, M, T, RB: tl.constexpr, TB: tl.constexpr):
+    """The combine: each row's lse from its T partials, once (pass 2 then reads one float a row)."""
+    offs_m = tl.program_id(0) * RB + tl.arange(0, RB)
+    m_ok = offs_m < M
+    tl.store(lse_ptr + offs_m, _row_lse(pmax_ptr, psum_ptr, offs_m, m_ok, T, TB), mask=m_ok)
+
+
+@triton.jit
+def _recompute_kernel(x_ptr, w_ptr, b_ptr, y_ptr, lse_ptr, M, N, K,
+                      stride_xm, stride_wn, stride_ym,
+                      HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """Pass 2 of the recompute design: recompute the tile, write logit - lse once."""
+    pid_m, pid_n = _tile_ids(M, BM)
+    acc, offs_m, offs_n, m_ok, n_ok = _logit_tile(x_ptr, w_ptr, b_ptr, pid_m, pid_n, M, N, K,
+                                                  stride_xm, stride_wn, HAS_BIAS, BM, BN, BK)
+    lse = tl.load(lse_ptr + offs_m, mask=m_ok, other=0.0)
+    y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
+    tl.store(y_ptrs, (acc - lse[:, None]).to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _fixup_kernel(y_ptr, lse_ptr, M, N, stride_ym, RB: tl.constexpr, FN: tl.constexpr):
+    """Pass 2 of the fixup design: y[row, :] -= lse(row), in place, RB rows x FN columns a program."""
+    offs_m = tl.program_id(0) * RB + tl.arange(0, RB)
+    offs_n = tl.program_id(1) * FN + tl.arange(0, FN)
+    m_ok = offs_m < M
+    lse = tl.load(lse_ptr + offs_m, mask=m_ok, other=0.0)
+    ok = m_ok[:, None] & (offs_n < N)[None, :]
+    ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
+    y = tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(ptrs, (y - lse[:, None]).to(y_ptr.dtype.element_ty), mask=ok)

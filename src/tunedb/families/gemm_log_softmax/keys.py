@@ -1,0 +1,66 @@
+"""gemm_log_softmax signatures: the static key of a call (from tensors or meta tensors) and its work.
+
+    gemm_log_softmax|op=gemm_log_softmax|dt=bf16|N=32000|K=512|bias=1
+
+y = log_softmax(x @ weight.T + bias, dim=-1) for x [..., K], weight [N, K], bias [N] or None;
+the size axis is M (the rows of x, every leading dimension flattened). The output has x's dtype
+(bf16 in, bf16 out; fp16 in, fp16 out), as torch's linear then log_softmax gives it.
+Duck-typed on `.shape` / `.dtype`: no torch import.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tunedb.errors import SignatureError
+from tunedb.families.gemm_log_softmax.configs import DTYPES, FAMILY, OPS, sig_reason
+from tunedb.records import Signature
+
+_DT = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
+
+
+def make_signature(n: int, k: int, dt: str = "bf16", bias: int = 1, op: str = "gemm_log_softmax") -> Signature:
+    if dt not in DTYPES:
+        raise SignatureError(f"gemm_log_softmax dt={dt!r} is not served; allowed: {', '.join(DTYPES)}")
+    sig = Signature.make(FAMILY, op, dt, N=int(n), K=int(k), bias=int(bias))
+    why = sig_reason(sig)
+    if why:
+        raise SignatureError(f"bad signature {sig.format()!r}: {why}")
+    return sig
+
+
+def dt_of(dtype: Any) -> str:
+    dt = _DT.get(str(dtype))
+    if dt is None:
+        raise SignatureError(f"gemm_log_softmax takes torch.bfloat16 or torch.float16 operands, got {dtype}")
+    return dt
+
+
+def signature_of(op: str, x: Any, weight: Any, bias: Any = None) -> tuple[Signature, int]:
+    """(Signature, M) of log_softmax(x @ weight.T + bias, -1)."""
+    if op not in OPS:
+        raise SignatureError(f"unknown gemm_log_softmax op {op!r}; ops are {', '.join(OPS)}")
+    xs, ws = tuple(x.shape), tuple(weight.shape)
+    if len(xs) < 1 or len(ws) != 2:
+        raise SignatureError(f"gemm_log_softmax needs x [..., K] and weight [N, K]; got x {list(xs)}, weight {list(ws)}")
+    n, k = (int(d) for d in ws)
+    if xs[-1] != k:
+        raise SignatureError(f"gemm_log_softmax x has K={xs[-1]} but weight [N, K] has K={k}")
+    dt = dt_of(x.dtype)
+    if str(weight.dtype) != str(x.dtype):
+        raise SignatureError(f"gemm_log_softmax x is {x.dtype} but weight is {weight.dtype}; they must match")
+    if bias is not None:
+        if tuple(bias.shape) != (n,):
+            raise SignatureError(f"gemm_log_softmax bias has shape {list(bias.shape)}; expected [{n}] (N)")
+        if str(bias.dtype) != str(x.dtype):
+            raise SignatureError(f"gemm_log_softmax bias is {bias.dtype} but x is {x.dtype}; they must match")
+    m = int(math.prod(xs[:-1]))
+    if m < 1:
+        raise SignatureError(f"gemm_log_softmax needs at least one row (x {list(xs)})")
+    return make_signature(n, k, dt, 0 if bias is None else 1, op), m
+
+
+def work(sig: Signature, m: int) -> tuple[float, float]:
+    """(2*M*N*K flops, bytes of x + W (+ bias) + y, two bytes each): the fewest a fused kernel moves."""
+    n, k = sig.get("N"), sig.get("K")
+    return 2.0 * m * n * k, 2.0 * (m * k + n * k + m * n + n * sig.get("bias"))

@@ -1,0 +1,92 @@
+"""What the census sees of recurrent layers, and optimize()'s swap.
+
+The dispatch-level recorder cannot key nn.LSTM / nn.GRU: aten::lstm and aten::gru are
+CompositeImplicit ops, decomposed before a dispatch mode sees them (into _cudnn_rnn on a GPU,
+and into per-step addmm calls on meta tensors, which the GEMM family's rules would count as
+linear layers). So `record(fn)` keys the modules instead: a global forward pre-hook sees every
+nn.LSTM / nn.GRU call with its input and reads the key from the module's attributes (on meta
+tensors too). It misses functional calls (torch._VF.lstm, nn.LSTMCell loops) and
+PackedSequence inputs (their batch changes per step; not served).
+
+`optimize(model)` wraps every nn.LSTM / nn.GRU in a TunedRNN that asks the selector which arm
+serves the call's key and runs the original module under that arm's flags (cuDNN, or cuDNN off),
+or the Triton persistent kernel on the module's own weights (returning output and states as
+nn.LSTM does); state_dict keys stay the module's own (under `.rnn`).
+"""
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import Any, Callable
+
+from tunedb.families.rnn.configs import FAMILY, module_signature
+from tunedb.records import Signature
+
+
+def record(fn: Callable[[], Any]) -> Counter[tuple[Signature, int]]:
+    """Run fn() under no_grad; (Signature, T) -> calls of every served nn.LSTM / nn.GRU call."""
+    import torch
+
+    calls: Counter[tuple[Signature, int]] = Counter()
+
+    def hook(module: Any, args: tuple) -> None:
+        if isinstance(module, (torch.nn.LSTM, torch.nn.GRU)) and args:
+            key = module_signature(module, args[0])
+            if key is not None:
+                calls[key] += 1
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        with torch.no_grad():
+            fn()
+    finally:
+        handle.remove()
+    return calls
+
+
+@functools.lru_cache(maxsize=1)
+def tuned_class() -> type:
+    import torch
+
+    class TunedRNN(torch.nn.Module):
+        """An nn.LSTM / nn.GRU run under the arm the selector serves for its key."""
+
+        def __init__(self, rnn: torch.nn.Module) -> None:
+            super().__init__()
+            self.rnn = rnn
+
+        def forward(self, x: Any, hx: Any = None) -> Any:
+            key = module_signature(self.rnn, x) if isinstance(x, torch.Tensor) and x.is_cuda else None
+            if key is None:
+                return self.rnn(x, hx)
+            from tunedb.families.rnn.launch import arm_flags
+            from tunedb.runtime import launch_table
+
+            from tunedb import families
+
+            config = launch_table.resolve(families.get(FAMILY), *key)[0]
+            if config.lane == "triton_persistent":  # LSTM only (the predicate)
+                from tunedb.families.rnn.launch import persistent
+
+                sig = key[0]
+                shape = (sig.get("L") * (1 + sig.get("bidir")), sig.get("B"), sig.get("H"))
+                h0, c0 = hx if hx is not None else (x.new_zeros(shape), x.new_zeros(shape))
+                return persistent(config, sig, x, h0, c0, *self.rnn._flat_weights, states=True)
+            with arm_flags(config):
+                return self.rnn(x, hx)
+
+    return TunedRNN
+
+
+def optimize(model: Any) -> Any:
+    """Wrap every nn.LSTM / nn.GRU child in TunedRNN (a bare recurrent module is wrapped itself)."""
+    import torch
+
+    cls = tuned_class()
+    if isinstance(model, (torch.nn.LSTM, torch.nn.GRU)):
+        return cls(model)
+    for name, mod in list(model.named_modules()):
+        for child_name, child in list(mod.named_children()):
+            if isinstance(child, (torch.nn.LSTM, torch.nn.GRU)) and not isinstance(mod, cls):
+                setattr(mod, child_name, cls(child))
+    return model
