@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import database, families
-from tunedb.build import checkpoint, partition
+from tunedb.build import checkpoint, compile_pool, partition
 from tunedb.build import plan as buildplan
 from tunedb.build import steps as buildsteps
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
@@ -63,6 +63,7 @@ class BuildResult:
     seconds: float = 0.0
     census_seconds: dict[str, float] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)  # Measurer.phases: where the time went
+    compile: dict[str, Any] = field(default_factory=dict)  # the compile pool's report (build/compile_pool.py)
 
 
 def arch_profile(arch_family: str | None, real: bool) -> ArchProfile:
@@ -203,6 +204,8 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     reporter.start(plans, [s for s in by_sig if s in finished])
     measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family), timer,
                                   worker)
+    if gpu or (timer is not None and not opts.simulate and compile_pool.configured()):
+        measure.compiles = compile_pool.start_for_build(family, arch.arch_family, plans, finished)
     setup_s = time.perf_counter() - started
     entries: dict[Signature, Entry] = {}
     try:
@@ -228,6 +231,7 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
         measure.close()
         reporter.stop()
     result.arms_measured = measure.arms
+    result.compile = compile_pool.report(measure.compiles)
     result.phase_seconds = {"setup": setup_s, **measure.phases}
     written = time.perf_counter()
     result.entries = [entries[p.signature] for p in plans]

@@ -169,6 +169,7 @@ class Measurer:
 
             self.timer = default_timer()
         self.arms = 0
+        self.compiles: Any = None  # a compile_pool.CompilePool filling the cache ahead (run.py sets it)
 
     def valid(self, sig: Signature, m: int, config_id: str) -> bool:
         """Whether the validity predicate lets `config_id` run `sig` at M (cross-evaluation
@@ -183,6 +184,9 @@ class Measurer:
         behind torch here can still win a region; those points sample on.)"""
         from tunedb.measure import protocol
 
+        if self.compiles is not None:  # this point's binaries first: compiling is never timed
+            waited = self.compiles.wait(sig, ids)
+            self.phases["compile wait"] = self.phases.get("compile wait", 0.0) + waited
         served = self.working_set.get(sig)
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
                   working_set_bytes=served)
@@ -198,6 +202,8 @@ class Measurer:
         return out
 
     def close(self) -> None:
+        if self.compiles is not None:
+            self.compiles.close()
         if self.worker is not None:  # the results are in: its exit overlaps the build's write
             self.worker.close(wait=False)
 

@@ -353,6 +353,9 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     "weight_bytes": lambda family, sig: 0,  # (sig) -> weight bytes one call reads (the L2 working set)
     "prebuilt_configs": lambda family, arch_family: frozenset(),  # (arch_family) -> ids `tunedb prebuild` compiled
     "compiler_cache": _none,  # () -> where the family's compiled kernels are cached (for reports)
+    # (arch_family, sig, config_ids) -> picklable jobs, each with run() -> {"ok", "error", "seconds"},
+    # that compile those configs into compiler_cache() as a launch would (build/compile_pool.py)
+    "compile_jobs": lambda family, arch_family, sig, config_ids: [],
 }
 
 

@@ -155,6 +155,12 @@ class GemmFamily:
 
         return prebuilt_configs(arch_family)
 
+    def compile_jobs(self, arch_family: str, sig: Signature, config_ids: Any) -> list[Any]:
+        """The Triton binaries measuring config_ids on sig loads, as jobs for the build's pool."""
+        from tunedb.families.gemm.compile_jobs import jobs
+
+        return jobs(arch_family, sig, config_ids)
+
     def compiler_cache(self) -> str:
         from tunedb import settings
 

@@ -1,0 +1,214 @@
+"""Compiling ahead of measurement: a pool of processes fills the compiler cache the measuring worker reads.
+
+A family that compiles kernels just in time (GEMM's Triton configs) pays every compile inside its
+first probe, one after another, while the GPU idles. With a `compile_jobs(arch_family, sig,
+config_ids)` hook the family instead hands the build picklable jobs (each with a `run()` that
+compiles one binary into the family's persistent cache, under the same key a launch on that
+target computes); the build submits every planned job in measuring order to a process pool and,
+before each point, waits only for that point's jobs. Measuring stays serial on the GPU; the pool
+compiles the next points' binaries meanwhile. Compiles are never timed: the measurement of a
+point starts after its wait. A family without the hook gets no pool (it compiles as before).
+
+The pool is sized to the free machine: the cores this process may run on (its affinity) less one
+for the measuring worker, and MemAvailable over a per-compile memory budget
+(TUNEDB_COMPILE_MEM_MB); TUNEDB_COMPILE_JOBS overrides (0 turns the pool off).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterable, Sequence
+
+from tunedb.records import Signature
+
+MEMINFO = Path("/proc/meminfo")
+
+
+def affinity_cores() -> int:
+    """The cores this process may run on (its CPU affinity; os.cpu_count where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def mem_available(meminfo: Path = MEMINFO) -> int | None:
+    """MemAvailable in bytes from /proc/meminfo (None where the file or the line is missing)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class PoolSize:
+    """How many compile processes, and why (what the report prints)."""
+
+    jobs: int
+    cores: int
+    mem_available: int | None
+    per_compile: int
+    reason: str
+
+
+def pool_size(cores: int | None = None, available: int | None | str = "read",
+              per_compile_mb: int | None = None, override: int | None = None) -> PoolSize:
+    """Compile processes for this machine: min(cores - 1, MemAvailable // per-compile budget),
+    at least 1; `override` (TUNEDB_COMPILE_JOBS when None) wins, 0 meaning no pool."""
+    from tunedb import settings
+
+    cores = affinity_cores() if cores is None else cores
+    available = mem_available() if available == "read" else available
+    per_mb = settings.compile_mem_mb() if per_compile_mb is None else per_compile_mb
+    per = per_mb * 2**20
+    override = settings.compile_jobs() if override is None else override
+    if override is not None:
+        return PoolSize(override, cores, available, per, f"TUNEDB_COMPILE_JOBS={override}")
+    by_cores = max(1, cores - 1)  # one core stays with the measuring worker
+    by_mem = by_cores if available is None else max(1, available // per)
+    jobs = min(by_cores, by_mem)
+    why = (f"{cores} core(s) less 1 for measuring" if by_cores <= by_mem else
+           f"MemAvailable {available / 2**30:.1f} GiB / {per_mb} MiB per compile")
+    return PoolSize(jobs, cores, available, per, why)
+
+
+def _run_job(job: Any) -> dict:
+    """In a pool process: one job's compile (its own run() reports failure in the dict)."""
+    start = time.perf_counter()
+    try:
+        out = dict(job.run())
+    except Exception as exc:  # a job that raises is reported as failed, like one that says so
+        out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    out.setdefault("seconds", time.perf_counter() - start)
+    return out
+
+
+def _noop() -> int:
+    return os.getpid()
+
+
+@dataclass
+class CompileStats:
+    jobs: int = 0  # distinct jobs submitted
+    ok: int = 0
+    failed: list[str] = field(default_factory=list)  # "job: error" for each failed one
+    compile_seconds: float = 0.0  # summed over jobs (CPU work moved off the measuring path)
+    wait_seconds: float = 0.0  # the measuring side blocked on compiles not yet done
+    waited_points: int = 0
+
+
+class CompilePool:
+    """Every planned (signature, config ids) compiled in a pool, in the order given (the order
+    points are measured). wait(sig, ids) blocks until those configs' jobs have finished (ok or
+    not: a failed compile is the measuring worker's compile_error to report, as before)."""
+
+    def __init__(self, make_jobs: Callable[[Signature, Sequence[str]], Iterable[Hashable]],
+                 work: Iterable[tuple[Signature, Sequence[str]]], processes: int,
+                 executor: cf.Executor | None = None, wait_limit_s: float = 600.0) -> None:
+        self.stats = CompileStats()
+        self.processes = processes
+        self.wait_limit_s = wait_limit_s
+        self._own = executor is None
+        # spawn: the parent may hold a CUDA context or a real Triton driver; compile workers start clean
+        self._pool = executor or cf.ProcessPoolExecutor(
+            max_workers=max(1, processes), mp_context=multiprocessing.get_context("spawn"))
+        self._futures: dict[Hashable, cf.Future] = {}
+        self._by_key: dict[tuple[Signature, str], list[Hashable]] = {}
+        for sig, ids in work:
+            for cid in ids:
+                key = (sig, cid)
+                if key in self._by_key:
+                    continue
+                jobs = list(make_jobs(sig, [cid]))
+                self._by_key[key] = jobs
+                for job in jobs:
+                    if job not in self._futures:
+                        fut = self._pool.submit(_run_job, job)
+                        fut.add_done_callback(self._done_callback(job))
+                        self._futures[job] = fut
+        self.stats.jobs = len(self._futures)
+
+    def _done_callback(self, job: Hashable) -> Callable[[cf.Future], None]:
+        def done(fut: cf.Future) -> None:
+            try:
+                res = fut.result()
+            except BaseException as exc:  # noqa: BLE001 - a dead pool process fails its job, not the build
+                res = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "seconds": 0.0}
+            self.stats.compile_seconds += float(res.get("seconds", 0.0))
+            if res.get("ok"):
+                self.stats.ok += 1
+            else:
+                self.stats.failed.append(f"{job}: {res.get('error', '')}")
+        return done
+
+    def wait(self, sig: Signature, ids: Sequence[str]) -> float:
+        """Block until the jobs of `ids` for `sig` are done; returns the seconds waited."""
+        futs = [self._futures[j] for cid in ids for j in self._by_key.get((sig, cid), ())]
+        pending = [f for f in futs if not f.done()]
+        if not pending:
+            return 0.0
+        start = time.perf_counter()
+        cf.wait(pending, timeout=self.wait_limit_s)  # past it, the worker compiles what is missing itself
+        waited = time.perf_counter() - start
+        self.stats.wait_seconds += waited
+        self.stats.waited_points += 1
+        return waited
+
+    def close(self, wait: bool = False) -> None:
+        """Stop: queued jobs are cancelled (a finished build needs none of them)."""
+        if self._own:
+            self._pool.shutdown(wait=wait, cancel_futures=True)
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def for_build(family: Any, arch_family: str, work: Sequence[tuple[Signature, Sequence[str]]],
+              size: PoolSize | None = None) -> CompilePool | None:
+    """The build's pool, or None: the family has no compile_jobs hook, the pool is off
+    (TUNEDB_COMPILE_JOBS=0) or there is nothing to compile."""
+    from tunedb.families.contract import has_hook, hook
+
+    if not has_hook(family, "compile_jobs") or not work:
+        return None
+    size = size or pool_size()
+    if size.jobs < 1:
+        return None
+    make = hook(family, "compile_jobs")
+    return CompilePool(lambda sig, ids: make(arch_family, sig, ids), work, size.jobs)
+
+
+def configured() -> bool:
+    """Whether TUNEDB_COMPILE_JOBS names a pool size (a build with a caller's timer runs a pool
+    only then; a build on a GPU sizes its own)."""
+    from tunedb import settings
+
+    return settings.compile_jobs() is not None
+
+
+def start_for_build(family: Any, arch_family: str, plans: Sequence[Any], finished: Any = ()) -> CompilePool | None:
+    """The pool for a build's plans, in measuring order (signatures, then points by M), leaving
+    out signatures resumed from checkpoints."""
+    work = [(p.signature, tuple(p.arms[pt.m])) for p in plans if p.signature not in finished
+            for pt in p.points if pt.m in p.arms]
+    return for_build(family, arch_family, work)
+
+
+def report(pool: CompilePool | None) -> dict[str, Any]:
+    """What the build result records: jobs, ok, failed, summed compile and waited seconds."""
+    if pool is None:
+        return {}
+    s = pool.stats
+    return {"processes": pool.processes, "jobs": s.jobs, "ok": s.ok, "failed": list(s.failed),
+            "compile_seconds": round(s.compile_seconds, 3), "wait_seconds": round(s.wait_seconds, 3),
+            "waited_points": s.waited_points}
