@@ -212,3 +212,12 @@ def report(pool: CompilePool | None) -> dict[str, Any]:
     return {"processes": pool.processes, "jobs": s.jobs, "ok": s.ok, "failed": list(s.failed),
             "compile_seconds": round(s.compile_seconds, 3), "wait_seconds": round(s.wait_seconds, 3),
             "waited_points": s.waited_points}
+
+
+def describe(rep: dict[str, Any]) -> str:
+    """The report's line: 'compile pool: 15 processes, 58 jobs (58 ok), ...'."""
+    failed = len(rep.get("failed") or ())
+    return (f"compile pool: {rep['processes']} processes, {rep['jobs']} jobs ({rep['ok']} ok"
+            f"{f', {failed} failed (their probes report it)' if failed else ''}), "
+            f"{rep['compile_seconds']:.1f} s of compiling off the measuring path, "
+            f"measuring waited {rep['wait_seconds']:.1f} s at {rep['waited_points']} point(s)")

@@ -147,6 +147,7 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
                "phase_seconds": {k: round(v, 3) for k, v in result.phase_seconds.items()},
                "resumed": list(result.resumed), "skipped": list(result.skipped),
                "triton_cache": result.triton_cache, "prebuilt": result.prebuilt,
+               "compile": getattr(result, "compile", {}),
                "changes": [c.to_json() for c in result.changes]}
         print(json.dumps(out, indent=1))
         return
@@ -162,6 +163,10 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
                   f"{result.seconds:.1f} s (run {result.run_id})")
     if result.phase_seconds:
         console.print(f"where the time went: {phase_line(result.phase_seconds, result.seconds)}")
+    if getattr(result, "compile", None):
+        from tunedb.build.compile_pool import describe
+
+        console.print(describe(result.compile), highlight=False)
     console.print(f"measurement log: {result.log_path}")
     if opts.no_write:
         counted = sum(c.counted for c in result.changes)
