@@ -206,3 +206,22 @@ def test_the_pool_fills_the_cache_under_the_keys_a_serial_compile_uses(tmp_path)
     assert ok == 2 and not failed
     assert _keys(serial) and _keys(pooled) == _keys(serial)
     assert any(k.endswith(".cubin") for k in _keys(pooled))
+
+
+def test_prestarted_processes_are_taken_over_by_the_build(tmp_path, monkeypatch):
+    family = families.get("gemm")
+    monkeypatch.setattr(family, "compile_jobs", lambda arch, sig, ids: [MarkerJob(str(tmp_path), c, 0.0) for c in ids],
+                        raising=False)
+    monkeypatch.setattr(family, "compile_warm", lambda: None, raising=False)
+    monkeypatch.setenv("TUNEDB_COMPILE_JOBS", "0")
+    assert not compile_pool.prestart(family)  # the pool is off
+    monkeypatch.setenv("TUNEDB_COMPILE_JOBS", "2")
+    assert compile_pool.prestart(family) and not compile_pool.prestart(family)
+    started = compile_pool._PRESTARTED[family.name][0]
+    pool = compile_pool.for_build(family, "sm90", [(SIG_A, ("p", "q"))])
+    try:
+        assert pool._pool is started and family.name not in compile_pool._PRESTARTED
+        pool.wait(SIG_A, ["p", "q"])
+        assert (tmp_path / "p").exists() and (tmp_path / "q").exists()
+    finally:
+        pool.close(wait=True)

@@ -111,11 +111,11 @@ class CompilePool:
 
     def __init__(self, make_jobs: Callable[[Signature, Sequence[str]], Iterable[Hashable]],
                  work: Iterable[tuple[Signature, Sequence[str]]], processes: int,
-                 executor: cf.Executor | None = None, wait_limit_s: float = 600.0) -> None:
+                 executor: cf.Executor | None = None, wait_limit_s: float = 600.0, own: bool | None = None) -> None:
         self.stats = CompileStats()
         self.processes = processes
         self.wait_limit_s = wait_limit_s
-        self._own = executor is None
+        self._own = executor is None if own is None else own
         # spawn: the parent may hold a CUDA context or a real Triton driver; compile workers start clean
         self._pool = executor or cf.ProcessPoolExecutor(
             max_workers=max(1, processes), mp_context=multiprocessing.get_context("spawn"))
@@ -173,19 +173,62 @@ class CompilePool:
         self.close()
 
 
+_PRESTARTED: dict[str, tuple[cf.ProcessPoolExecutor, int]] = {}
+
+
+def _warm_process(family_name: str) -> None:
+    """A pool process's initializer: the family's compile_warm (imports, compiler state)."""
+    from tunedb import families
+    from tunedb.families.contract import hook
+
+    try:
+        hook(families.get(family_name), "compile_warm")()
+    except Exception:  # noqa: BLE001 - warming is an optimisation; a job reports real failures
+        pass
+
+
+def _executor(family: Any, processes: int) -> cf.ProcessPoolExecutor:
+    # spawn: the parent may hold a CUDA context or a real Triton driver; compile workers start clean
+    return cf.ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=_warm_process, initargs=(family.name,))
+
+
+def prestart(family: Any) -> bool:
+    """Start the family's compile processes now (their interpreter start and compile_warm overlap
+    the caller's census); the next for_build of this family takes them over. False when the
+    family compiles nothing ahead or the pool is off."""
+    from tunedb.families.contract import has_hook
+
+    if not has_hook(family, "compile_jobs") or family.name in _PRESTARTED:
+        return False
+    size = pool_size()
+    if size.jobs < 1:
+        return False
+    ex = _executor(family, size.jobs)
+    for _ in range(size.jobs):  # an executor spawns its processes as work arrives
+        ex.submit(_noop)
+    _PRESTARTED[family.name] = (ex, size.jobs)
+    return True
+
+
 def for_build(family: Any, arch_family: str, work: Sequence[tuple[Signature, Sequence[str]]],
               size: PoolSize | None = None) -> CompilePool | None:
-    """The build's pool, or None: the family has no compile_jobs hook, the pool is off
-    (TUNEDB_COMPILE_JOBS=0) or there is nothing to compile."""
+    """The build's pool (taking over prestarted processes), or None: the family has no
+    compile_jobs hook, the pool is off (TUNEDB_COMPILE_JOBS=0) or there is nothing to compile."""
     from tunedb.families.contract import has_hook, hook
 
+    started = _PRESTARTED.pop(getattr(family, "name", ""), None)
     if not has_hook(family, "compile_jobs") or not work:
+        if started:
+            started[0].shutdown(wait=False, cancel_futures=True)
         return None
-    size = size or pool_size()
-    if size.jobs < 1:
-        return None
+    if started is None:
+        size = size or pool_size()
+        if size.jobs < 1:
+            return None
+        started = (_executor(family, size.jobs), size.jobs)
     make = hook(family, "compile_jobs")
-    return CompilePool(lambda sig, ids: make(arch_family, sig, ids), work, size.jobs)
+    return CompilePool(lambda sig, ids: make(arch_family, sig, ids), work, started[1], executor=started[0], own=True)
 
 
 def configured() -> bool:

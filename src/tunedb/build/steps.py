@@ -139,6 +139,9 @@ def start_worker(opts: Any, gpu: bool) -> Any:
 
     worker = Worker()
     worker.prestart(StartRequest(opts.family))
+    from tunedb.build import compile_pool
+
+    compile_pool.prestart(families.get(opts.family))  # its processes start beside the worker's
     return worker
 
 

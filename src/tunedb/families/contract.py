@@ -356,6 +356,7 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     # (arch_family, sig, config_ids) -> picklable jobs, each with run() -> {"ok", "error", "seconds"},
     # that compile those configs into compiler_cache() as a launch would (build/compile_pool.py)
     "compile_jobs": lambda family, arch_family, sig, config_ids: [],
+    "compile_warm": _none,  # () -> None: one-time compiler state for a compile-pool process
 }
 
 
