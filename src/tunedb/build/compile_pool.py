@@ -121,6 +121,12 @@ class CompilePool:
             max_workers=max(1, processes), mp_context=multiprocessing.get_context("spawn"))
         self._futures: dict[Hashable, cf.Future] = {}
         self._by_key: dict[tuple[Signature, str], list[Hashable]] = {}
+        self._make = make_jobs
+        self.add(work)
+
+    def add(self, work: Iterable[tuple[Signature, Sequence[str]]]) -> None:
+        """Submit more (signature, config ids), after what is queued; repeats are skipped."""
+        make_jobs = self._make
         for sig, ids in work:
             for cid in ids:
                 key = (sig, cid)
@@ -229,6 +235,37 @@ def for_build(family: Any, arch_family: str, work: Sequence[tuple[Signature, Seq
         started = (_executor(family, size.jobs), size.jobs)
     make = hook(family, "compile_jobs")
     return CompilePool(lambda sig, ids: make(arch_family, sig, ids), work, started[1], executor=started[0], own=True)
+
+
+def for_family(family: Any, arch_family: str) -> CompilePool | None:
+    """An empty pool for `family` to add() work to as it comes (autotune, prewarm), or None
+    when the family compiles nothing ahead or the pool is off."""
+    from tunedb.families.contract import has_hook, hook
+
+    if not has_hook(family, "compile_jobs"):
+        return None
+    size = pool_size()
+    if size.jobs < 1:
+        return None
+    make = hook(family, "compile_jobs")
+    return CompilePool(lambda sig, ids: make(arch_family, sig, ids), (), size.jobs,
+                       executor=_LazyExecutor(lambda: _executor(family, size.jobs)), own=True)
+
+
+class _LazyExecutor:
+    """An executor started at its first submit (a pool that is never given work starts no process)."""
+
+    def __init__(self, start: Callable[[], cf.Executor]) -> None:
+        self._start, self._ex = start, None
+
+    def submit(self, fn: Any, *args: Any) -> cf.Future:
+        if self._ex is None:
+            self._ex = self._start()
+        return self._ex.submit(fn, *args)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        if self._ex is not None:
+            self._ex.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 def configured() -> bool:
