@@ -193,13 +193,15 @@ def test_the_pool_fills_the_cache_under_the_keys_a_serial_compile_uses(tmp_path)
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and json.loads(out.stdout.strip().splitlines()[-1]) == [True, True], out.stderr[-2000:]
     pooled = tmp_path / "pooled"
+    # the build's own path: the family's pool (compile_warm in each process), the cache from the environment
     code = ("import sys, json; from tunedb.build import compile_pool as cp; from tunedb import families;"
-            "from tunedb.families.gemm import compile_jobs as cj; from tunedb.records import Signature;"
+            "from tunedb.records import Signature;"
             "sig = Signature.parse(sys.argv[1]); ids = sys.argv[3:];"
-            "pool = cp.CompilePool(lambda s, i: cj.jobs('sm90', s, i, sys.argv[2]), [(sig, ids)], 2);"
+            "pool = cp.for_build(families.get('gemm'), 'sm90', [(sig, ids[:1]), (sig, ids)]);"
             "pool.wait(sig, ids); pool.close(wait=True);"
             "print(json.dumps([pool.stats.ok, pool.stats.failed]))")
-    out = subprocess.run([sys.executable, "-c", code, sig.format(), str(pooled), *ids], env=env,
+    out = subprocess.run([sys.executable, "-c", code, sig.format(), str(pooled), *ids],
+                         env=dict(env, TRITON_CACHE_DIR=str(pooled), TUNEDB_COMPILE_JOBS="2"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     ok, failed = json.loads(out.stdout.strip().splitlines()[-1])
