@@ -227,3 +227,25 @@ def test_prestarted_processes_are_taken_over_by_the_build(tmp_path, monkeypatch)
         assert (tmp_path / "p").exists() and (tmp_path / "q").exists()
     finally:
         pool.close(wait=True)
+
+
+@dataclass(frozen=True, order=True)
+class CrashJob:
+    """A compile that kills its process (as a compiler crash would)."""
+
+    name: str
+
+    def run(self) -> dict:
+        os._exit(3)
+
+
+def test_a_crashed_pool_process_fails_its_jobs_and_the_pool_stops_taking_work():
+    pool = compile_pool.CompilePool(lambda sig, ids: [CrashJob(c) for c in ids], [("s", ("a",))], 1)
+    try:
+        pool.wait("s", ["a"])
+        time.sleep(0.2)
+        assert pool.stats.ok == 0 and pool.stats.failed
+        pool.add([("s", ("b",))])  # refused quietly: the measuring worker compiles it at its probe
+        assert pool.broken and pool.wait("s", ["b"]) == 0.0
+    finally:
+        pool.close()

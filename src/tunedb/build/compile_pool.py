@@ -122,6 +122,7 @@ class CompilePool:
         self._futures: dict[Hashable, cf.Future] = {}
         self._by_key: dict[tuple[Signature, str], list[Hashable]] = {}
         self._make = make_jobs
+        self.broken = ""  # why the pool stopped taking work (a process died), else empty
         self.add(work)
 
     def add(self, work: Iterable[tuple[Signature, Sequence[str]]]) -> None:
@@ -135,10 +136,16 @@ class CompilePool:
                 jobs = list(make_jobs(sig, [cid]))
                 self._by_key[key] = jobs
                 for job in jobs:
-                    if job not in self._futures:
+                    if job in self._futures or self.broken:
+                        continue
+                    try:
                         fut = self._pool.submit(_run_job, job)
-                        fut.add_done_callback(self._done_callback(job))
-                        self._futures[job] = fut
+                    except (cf.BrokenExecutor, RuntimeError) as exc:
+                        # a pool process died (a compiler crash): the worker compiles the rest itself
+                        self.broken = f"{type(exc).__name__}: {exc}"
+                        continue
+                    fut.add_done_callback(self._done_callback(job))
+                    self._futures[job] = fut
         self.stats.jobs = len(self._futures)
 
     def _done_callback(self, job: Hashable) -> Callable[[cf.Future], None]:
@@ -156,8 +163,8 @@ class CompilePool:
 
     def wait(self, sig: Signature, ids: Sequence[str]) -> float:
         """Block until the jobs of `ids` for `sig` are done; returns the seconds waited."""
-        futs = [self._futures[j] for cid in ids for j in self._by_key.get((sig, cid), ())]
-        pending = [f for f in futs if not f.done()]
+        futs = [self._futures.get(j) for cid in ids for j in self._by_key.get((sig, cid), ())]
+        pending = [f for f in futs if f is not None and not f.done()]
         if not pending:
             return 0.0
         start = time.perf_counter()
