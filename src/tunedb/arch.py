@@ -56,6 +56,32 @@ def shipped_profile(arch_family: str) -> ArchProfile:
     return ArchProfile.from_json(json.loads(text))
 
 
+# Per compute capability, what the CUDA programming guide's table of technical specifications
+# gives (bytes): shared memory per SM and the opt-in maximum per block; 64 K registers per SM
+# on all of them. A CPU machine plans and compiles for an arch it has no measured profile of
+# with these (validity predicates need only the limits; speed ceilings stay 0: unmeasured).
+PLANNING_LIMITS: dict[str, tuple[int, int]] = {
+    "sm80": (167936, 166912), "sm86": (102400, 101376), "sm87": (167936, 166912),
+    "sm89": (102400, 101376), "sm90": (233472, 232448), "sm100": (233472, 232448),
+    "sm103": (233472, 232448), "sm120": (102400, 101376),
+}
+
+
+def planning_profile(arch_family: str) -> ArchProfile:
+    """The shipped profile of `arch_family` when there is one, else its limits from
+    PLANNING_LIMITS with no measured ceilings (source says so): enough for validity predicates
+    and `tunedb prebuild --arch`, not for a cost model's predictions."""
+    if arch_family in SHIPPED_ARCHES:
+        return shipped_profile(arch_family)
+    if arch_family not in PLANNING_LIMITS:
+        raise TunedbError(f"no shipped profile or planning limits for {arch_family!r}; known: "
+                          f"{', '.join(sorted(set(SHIPPED_ARCHES) | set(PLANNING_LIMITS)))}")
+    per_sm, per_block = PLANNING_LIMITS[arch_family]
+    return ArchProfile(arch_family, f"any {arch_family} GPU", 0, per_sm, per_block, 0, 65536,
+                       0.0, 0.0, 0.0, 0.0, 0.0,
+                       "planning: CUDA's shared-memory limits for the compute capability; nothing measured")
+
+
 def arch_family_of(major: int, minor: int) -> str:
     return f"sm{major}{minor}"
 

@@ -47,13 +47,18 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
 
 def take_census(workload: str, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
                 manifest: str | None = None, capture: str | None = None, impl: str = "auto",
-                fused: bool = True) -> ShapeSet:
+                fused: bool = True, cached: bool = False) -> ShapeSet:
     """The census of a workload on meta tensors (no GPU needed), merged with a capture file;
-    fused: of tunedb.optimize(model), keyed as the run time calls (see census.probe)."""
-    from tunedb.census import merge, presets, probe, read_capture
+    fused: of tunedb.optimize(model), keyed as the run time calls (see census.probe); cached: a
+    preset's census is reused from the cache when taken before with the same key (census/cache.py)."""
+    from tunedb.census import cache, merge, presets, probe, read_capture
 
-    shapes = probe.take_census(presets.workload(workload), mode, max_batch, chunk, manifest,
-                               device="meta", impl=impl, fused=fused)
+    def take() -> ShapeSet:
+        return probe.take_census(presets.workload(workload), mode, max_batch, chunk, manifest,
+                                 device="meta", impl=impl, fused=fused)
+
+    shapes = (cache.cached(workload, take, mode=mode, max_batch=max_batch, chunk=chunk, manifest=manifest,
+                           impl=impl, fused=fused) if cached else take())
     return merge(shapes, read_capture(capture)) if capture else shapes
 
 

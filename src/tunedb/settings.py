@@ -110,8 +110,30 @@ EAGER_FALLBACK = Setting(
     ("0", "1"),
 )
 
+
+def _count_value(value: str) -> str | None:
+    return None if value.isdigit() else "is not a whole number >= 0"
+
+
+def _positive_value(value: str) -> str | None:
+    return None if value.isdigit() and int(value) > 0 else "is not a whole number > 0"
+
+
+COMPILE_JOBS = Setting(
+    "TUNEDB_COMPILE_JOBS", "",
+    "Compile processes a build runs ahead of measuring; empty: sized to the free cores and "
+    "memory; '0': no pool (each kernel compiles at its first probe).",
+    check=_count_value,
+)
+COMPILE_MEM_MB = Setting(
+    "TUNEDB_COMPILE_MEM_MB", "1024",
+    "Memory budget of one compile process in MiB (the pool takes MemAvailable / this at most).",
+    check=_positive_value,
+)
+
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
-                            CAPTURE, CACHE_DIR, JIT_LAUNCH, EAGER_FALLBACK)
+                            CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
+                            EAGER_FALLBACK)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -203,6 +225,16 @@ def jit_launch() -> bool:
 
 def eager_fallback_enabled() -> bool:
     return EAGER_FALLBACK.raw() == "1"
+
+
+def compile_jobs() -> int | None:
+    """TUNEDB_COMPILE_JOBS as a number, None when unset (the pool sizes itself)."""
+    raw = COMPILE_JOBS.raw()
+    return int(raw) if raw else None
+
+
+def compile_mem_mb() -> int:
+    return int(COMPILE_MEM_MB.raw())
 
 
 @contextlib.contextmanager

@@ -80,3 +80,33 @@ def test_a_model_without_tuned_ops_is_a_clear_error(gemm):
         prewarm(nn.Linear(4, 4), (torch.randn(1, 4),), measurer=FakeMeasurer())
     with pytest.raises(ValueError, match="budget_s=-1"):
         prewarm(_census(), budget_s=-1)
+
+
+def test_prewarm_compiles_every_point_in_the_pool_before_measuring_it(gemm, tiers_dirs, tmp_path, monkeypatch):
+    """With a compile pool (TUNEDB_COMPILE_JOBS), each point's non-sentinel candidates are
+    compiled before its measurement starts; configs `tunedb prebuild` compiled are left out."""
+    from test_compile_pool import MarkerJob
+    from tunedb.records import SENTINELS
+
+    root = tmp_path / "compiled"
+    root.mkdir()
+    name = lambda sig, cid: f"{abs(hash(str(sig))) % 10**8}-{cid}"  # noqa: E731
+    monkeypatch.setattr(gemm, "compile_jobs", lambda arch, sig, ids: [MarkerJob(str(root), name(sig, c), 0.02)
+                                                                       for c in ids], raising=False)
+    prebuilt = {"b64x64x32_w4_s3_g8"}
+    monkeypatch.setattr(gemm, "prebuilt_configs", lambda arch: prebuilt, raising=False)
+    monkeypatch.setenv("TUNEDB_COMPILE_JOBS", "2")
+    early = []
+
+    class Checking(FakeMeasurer):
+        def __call__(self, family, sig, m, config_ids, incumbent):
+            early.extend(c for c in config_ids if c not in SENTINELS and c not in prebuilt
+                         and not (root / name(sig, c)).exists())
+            return super().__call__(family, sig, m, config_ids, incumbent)
+
+    meas = Checking(_pick)
+    result = prewarm(_census(), budget_s=60, measurer=meas, arch_family="sm90")
+    assert len(meas.calls) == 3 and len(result.measured) == 3
+    assert not early
+    compiled = {p.name for p in root.iterdir()}
+    assert compiled and not any(n.endswith("b64x64x32_w4_s3_g8") for n in compiled)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import database, families
-from tunedb.build import checkpoint, distributed, partition
+from tunedb.build import checkpoint, compile_pool, distributed, partition
 from tunedb.build import plan as buildplan
 from tunedb.build import steps as buildsteps
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
@@ -69,6 +69,7 @@ class BuildResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)  # Measurer.phases: where the time went
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)  # --workers/--ray: each actor's share
     lost: tuple[str, ...] = ()  # --workers/--ray: signatures re-queued after their actor died
+    compile: dict[str, Any] = field(default_factory=dict)  # the compile pool's report (build/compile_pool.py)
 
 
 def arch_profile(arch_family: str | None, real: bool) -> ArchProfile:
@@ -210,6 +211,12 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     reporter.start(plans, [s for s in by_sig if s in finished])
     measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family), timer,
                                   worker)
+    if gpu or (timer is not None and not opts.simulate and compile_pool.configured()):
+        measure.compiles = compile_pool.start_for_build(family, arch.arch_family, plans, finished)
+        if measure.compiles is not None and measure.worker is not None:  # its start overlaps the first compiles
+            from tunedb.measure.protocol import StartRequest
+
+            measure.worker.prestart(StartRequest(opts.family))
     setup_s = time.perf_counter() - started
     entries: dict[Signature, Entry] = {}
     try:
@@ -244,6 +251,7 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
         measure.close()
         reporter.stop()
     result.arms_measured = measure.arms
+    result.compile = compile_pool.report(measure.compiles)
     result.phase_seconds = {"setup": setup_s, **measure.phases}
     written = time.perf_counter()
     result.entries = [entries[p.signature] for p in plans]

@@ -139,6 +139,9 @@ def start_worker(opts: Any, gpu: bool) -> Any:
 
     worker = Worker()
     worker.prestart(StartRequest(opts.family))
+    from tunedb.build import compile_pool
+
+    compile_pool.prestart(families.get(opts.family))  # its processes start beside the worker's
     return worker
 
 
@@ -169,6 +172,7 @@ class Measurer:
 
             self.timer = default_timer()
         self.arms = 0
+        self.compiles: Any = None  # a compile_pool.CompilePool filling the cache ahead (run.py sets it)
 
     def valid(self, sig: Signature, m: int, config_id: str) -> bool:
         """Whether the validity predicate lets `config_id` run `sig` at M (cross-evaluation
@@ -183,6 +187,9 @@ class Measurer:
         behind torch here can still win a region; those points sample on.)"""
         from tunedb.measure import protocol
 
+        if self.compiles is not None:  # this point's binaries first: compiling is never timed
+            waited = self.compiles.wait(sig, ids)
+            self.phases["compile wait"] = self.phases.get("compile wait", 0.0) + waited
         served = self.working_set.get(sig)
         kw = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
                   working_set_bytes=served)
@@ -198,6 +205,8 @@ class Measurer:
         return out
 
     def close(self) -> None:
+        if self.compiles is not None:
+            self.compiles.close()
         if self.worker is not None:  # the results are in: its exit overlaps the build's write
             self.worker.close(wait=False)
 

@@ -161,6 +161,7 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
                "phase_seconds": {k: round(v, 3) for k, v in result.phase_seconds.items()},
                "resumed": list(result.resumed), "skipped": list(result.skipped),
                "triton_cache": result.triton_cache, "prebuilt": result.prebuilt,
+               "compile": getattr(result, "compile", {}),
                "changes": [c.to_json() for c in result.changes],
                "workers": result.workers, "lost": list(result.lost)}
         print(json.dumps(out, indent=1))
@@ -182,6 +183,10 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
                       + (" (died)" if w["dead"] else ""))
     for line in result.lost:
         console.print(line, markup=False, highlight=False)
+    if getattr(result, "compile", None):
+        from tunedb.build.compile_pool import describe
+
+        console.print(describe(result.compile), highlight=False)
     console.print(f"measurement log: {result.log_path}")
     if opts.no_write:
         counted = sum(c.counted for c in result.changes)

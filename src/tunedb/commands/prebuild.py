@@ -2,6 +2,8 @@
 
     tunedb prebuild --family gemm --arch sm90 --jobs 16         the compile set (TUNEDB_COMPILE_SET=all: the space)
     tunedb prebuild --census census.json --arch sm90 --jobs 16  every config a build of those signatures could measure
+    tunedb prebuild --arch sm80 --arch sm89 --arch sm100        several targets, with a per-arch summary table
+    tunedb prebuild --arch sm80,sm100 --dry-run                 the plan: what compiles, how to measure each tier
 
 The family's `prebuild(args)` hook does the work (GEMM's: families/gemm/prebuild_cli.py, which
 needs only Triton, no torch); a family without one has no prebuild step.
@@ -20,7 +22,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--family", default=families.DEFAULT, help=f"kernel family to prebuild (default: {families.DEFAULT})")
     parser.add_argument("--census", type=Path, default=None,
                         help="a census (or database) file: compile what a build of its signatures could load")
-    parser.add_argument("--arch", default="sm90", help="target arch family, e.g. sm90 (default: sm90)")
+    parser.add_argument("--arch", action="append", default=None,
+                        help="target arch family, e.g. sm90; repeat it or list them (sm80,sm90,sm100) "
+                             "to compile for several (default: sm90)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print, per arch, what would compile and how to measure its tier on such a GPU")
     parser.add_argument("--jobs", type=int, default=4, help="compile processes (default: 4)")
     parser.add_argument("--referenced", type=Path, default=None,
                         help="a database file whose referenced configs join the compile set")

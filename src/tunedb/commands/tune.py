@@ -38,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _census_kw(args: argparse.Namespace) -> dict[str, Any]:
     return dict(mode=args.mode, max_batch=args.max_batch_size, chunk=args.chunk_size,
-                manifest=args.manifest, capture=args.capture, impl=args.impl, fused=args.fused)
+                manifest=args.manifest, capture=args.capture, impl=args.impl, fused=args.fused, cached=True)
 
 
 def print_served(console: Any, served: list[Any], arch_family: str) -> None:
@@ -174,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"measured {b.arms_measured} arm(s) in {b.seconds:.1f} s; log: {b.log_path}")
     if b.phase_seconds:
         console.print(f"where the time went: {phase_line(b.phase_seconds, b.seconds)}")
+    if b.compile:
+        from tunedb.build.compile_pool import describe
+
+        console.print(describe(b.compile), highlight=False)
     if b.path is not None:
         console.print(f"wrote {b.path}")
     if result.evaluation is not None:

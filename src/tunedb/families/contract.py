@@ -357,6 +357,10 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     # outside CUDA-graph capture (where the host issues every launch), or None: the config serves
     # every call (runtime/host_bound.py)
     "eager_fallback": _none,
+    # (arch_family, sig, config_ids) -> picklable jobs, each with run() -> {"ok", "error", "seconds"},
+    # that compile those configs into compiler_cache() as a launch would (build/compile_pool.py)
+    "compile_jobs": lambda family, arch_family, sig, config_ids: [],
+    "compile_warm": _none,  # () -> None: one-time compiler state for a compile-pool process
 }
 
 

@@ -98,6 +98,7 @@ class Autotuner:
         self._failed: set[tuple[Signature, int]] = set()
         self._warned: set[tuple[Signature, str]] = set()
         self._ctx: Any = None
+        self._compiles: dict[str, Any] = {}  # family name -> compile_pool.CompilePool (or None)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -156,6 +157,29 @@ class Autotuner:
             from tunedb.runtime import selector
             selector.reload()  # the production path serves the new winners from here on
         self.measured = []
+        for pool in self._compiles.values():
+            if pool is not None:
+                pool.close()
+        self._compiles = {}
+
+    def compile_ahead(self, work: Any) -> None:
+        """Queue (family, sig, m) points' candidates in the family's compile pool, in order, so
+        their compiles run in parallel ahead of tune() (prewarm hands its whole list). Only when
+        measuring on the GPU, or when TUNEDB_COMPILE_JOBS asks for a pool."""
+        from tunedb.build import compile_pool
+
+        if not (self._on_gpu_only or compile_pool.configured()):
+            return
+        for family, sig, m in work:
+            if family.name not in self._compiles:
+                self._compiles[family.name] = compile_pool.for_family(family, self.arch_family)
+            pool = self._compiles[family.name]
+            if pool is not None:
+                # what `tunedb prebuild` compiled loads from the cache: no process need start for it
+                done = hook(family, "prebuilt_configs")(self.arch_family)
+                ids = tuple(c for c in self.candidates(family, sig, m) if c not in done)
+                if ids:
+                    pool.add([(sig, ids)])
 
     # --- resolution -----------------------------------------------------------------------
 
@@ -191,6 +215,10 @@ class Autotuner:
             incumbent = self._incumbent(family, sig, m)
         if incumbent is not None and incumbent not in ids:
             ids += (incumbent,)
+        self.compile_ahead([(family, sig, m)])  # queued already by prewarm; else compiled in parallel now
+        pool = self._compiles.get(family.name)
+        if pool is not None:  # compiling is never timed
+            pool.wait(sig, ids)
         try:
             results = tuple(self.measurer(family, sig, m, ids, incumbent))
         except Exception as exc:  # a failed measurement costs this shape its tuning, not the op

@@ -113,6 +113,8 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
         tuner.setdefault("working_set_bytes",
                          sum(p.numel() * p.element_size() for p in model.parameters()))
     tuner_ = Autotuner(None, publish=True, enabled=True, **tuner)
+    # every point's candidates compile in parallel, in the order they will be measured
+    tuner_.compile_ahead([(families.get(p.signature.family), p.signature, p.m) for *_, p in todo])
     for _w, _weight, _m, p in todo:
         if time.monotonic() - start >= budget_s:
             exhausted = True

@@ -162,6 +162,24 @@ class GemmFamily:
 
         return prebuilt_configs(arch_family)
 
+    def compile_jobs(self, arch_family: str, sig: Signature, config_ids: Any) -> list[Any]:
+        """The Triton binaries measuring config_ids on sig loads, as jobs for the build's pool."""
+        from tunedb.families.gemm.compile_jobs import jobs
+
+        return jobs(arch_family, sig, config_ids)
+
+    def compile_warm(self) -> None:
+        """A compile process's start: triton, the kernel modules and Triton's cache key (a sha256
+        of libtriton) loaded before its first job (no driver: the job sets its target's)."""
+        from triton.runtime.cache import triton_key
+
+        from tunedb.families.gemm import prebuild  # noqa: F401
+        from tunedb.families.gemm.kernel_specs import kernel_fn
+
+        for name in ("mma", "tma", "splitk_partial"):
+            kernel_fn(name)
+        triton_key()
+
     def compiler_cache(self) -> str:
         from tunedb import settings
 

@@ -97,10 +97,26 @@ def _planning_profile(arch_family: str):
     from tunedb import arch as _arch
     from tunedb.records import ArchProfile
 
-    if arch_family in _arch.SHIPPED_ARCHES:
-        return _arch.shipped_profile(arch_family)
+    if arch_family in _arch.SHIPPED_ARCHES or arch_family in _arch.PLANNING_LIMITS:
+        return _arch.planning_profile(arch_family)
     return ArchProfile(arch_family, "planning", 0, 0, configs.smem_per_block(arch_family), 0, 0,
                        0.0, 0.0, 0.0, 0.0, 0.0, "planning")
+
+
+def ptxas_problem(capability: int) -> str | None:
+    """Why the installed Triton cannot assemble for `capability` (its bundled ptxas is missing
+    or refuses to run), or None when it can."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas, get_ptxas_version
+
+        tool = get_ptxas(capability)
+        path = getattr(tool, "path", None)
+        if not path or not os.path.exists(path):
+            return f"no ptxas for sm{capability} in triton {triton_version()} (looked for {path})"
+        get_ptxas_version(capability)
+    except Exception as exc:  # noqa: BLE001 - any failure to find or run it is the reason
+        return f"ptxas for sm{capability} unusable in triton {triton_version()}: {type(exc).__name__}: {exc}"
+    return None
 
 
 # ---------------------------------------------------------------- the worker side

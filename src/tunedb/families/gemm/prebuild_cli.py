@@ -53,48 +53,119 @@ def _planned_jobs(args: argparse.Namespace) -> list:
     return jobs
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.jobs < 1:
-        raise BuildError(f"--jobs must be >= 1, got {args.jobs}")
+def _jobs_for_arch(args: argparse.Namespace, arch_family: str) -> tuple[list, str]:
+    """(jobs, what they are) for one target arch."""
+    from tunedb import arch as _arch
     from tunedb import settings
     from tunedb.families.gemm import configs, prebuild
 
-    if args.arch not in configs.known_arches():  # before any compiler runs (it would assert)
-        raise BuildError(f"unknown --arch {args.arch!r}: prebuild compiles for "
-                         f"{', '.join(configs.known_arches())}")
     if args.census is not None:
-        if not args.census.is_file():
-            raise BuildError(f"census file {args.census} does not exist")
         sigs = prebuild.signatures_in(args.census)
         if not sigs:
             raise BuildError(f"census file {args.census} names no GEMM signature (gemm|op=...|dt=...|N=..|K=..)")
-        if settings.compile_set() == "all":
-            jobs = prebuild.jobs_for(configs.config_space(args.arch))
-        elif args.every_valid:
-            jobs = prebuild.jobs_for_census(sigs, args.arch)
-        else:
-            jobs = sorted(set(_planned_jobs(args)) | set(prebuild.jobs_for(configs.compile_set(args.arch, []))))
         what = f"{len(sigs)} signatures from {args.census}"
-    else:
-        chosen = configs.compile_set(args.arch, _referenced_ids(args.referenced))
-        jobs = prebuild.jobs_for(chosen)
-        what = f"compile set ({settings.compile_set()}: {len(chosen)} configs)"
+        if settings.compile_set() == "all":
+            return prebuild.jobs_for(configs.config_space(arch_family)), what
+        if args.every_valid or arch_family not in _arch.SHIPPED_ARCHES:
+            # the build plan ranks with a measured profile's cost model; without one, every valid config
+            return prebuild.jobs_for_census(sigs, arch_family), what + " (every valid config)"
+        planned = _planned_jobs(argparse.Namespace(**{**vars(args), "arch": arch_family}))
+        return sorted(set(planned) | set(prebuild.jobs_for(configs.compile_set(arch_family, [])))), what
+    chosen = configs.compile_set(arch_family, _referenced_ids(args.referenced))
+    return prebuild.jobs_for(chosen), f"compile set ({settings.compile_set()}: {len(chosen)} configs)"
+
+
+def _invalid(arch_family: str, candidates: set[str]) -> int:
+    """Configs chosen for another target that this arch's validity predicate refuses."""
+    from tunedb import arch as _arch
+    from tunedb.families.gemm import configs
+
+    smem = _arch.planning_profile(arch_family).smem_per_block if arch_family in _arch.PLANNING_LIMITS else None
+    return sum(1 for cid in candidates if configs.arch_reason(configs.parse(cid), arch_family, smem) is not None)
+
+
+def arches_of(args: argparse.Namespace) -> list[str]:
+    """--arch given once or more, each possibly comma-separated; sm90 when absent."""
+    raw = args.arch if isinstance(args.arch, list) else [args.arch or "sm90"]
+    out: list[str] = []
+    for item in raw or ["sm90"]:
+        for a in str(item).split(","):
+            if a.strip() and a.strip() not in out:
+                out.append(a.strip())
+    return out or ["sm90"]
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise BuildError(f"--jobs must be >= 1, got {args.jobs}")
+    from tunedb.families.gemm import configs, prebuild
+
+    arches = arches_of(args)
+    for a in arches:  # before any compiler runs (it would assert)
+        if a not in configs.known_arches():
+            raise BuildError(f"unknown --arch {a!r}: prebuild compiles for {', '.join(configs.known_arches())}")
+    if args.census is not None and not args.census.is_file():
+        raise BuildError(f"census file {args.census} does not exist")
+    planned = {a: _jobs_for_arch(args, a) for a in arches}
+    reference = {j.config_id for jobs, _ in planned.values() for j in jobs}
+    if "sm90" not in planned:
+        reference |= {j.config_id for j in _jobs_for_arch(args, "sm90")[0]}
     cache = prebuild.point_triton_cache()
-    print(f"tunedb prebuild: triton {prebuild.triton_version()}, target {args.arch}, cache {cache}", flush=True)
-    print(f"tunedb prebuild: {what} -> {len(jobs)} binaries, {args.jobs} jobs", flush=True)
+    print(f"tunedb prebuild: triton {prebuild.triton_version()}, target(s) {', '.join(arches)}, cache {cache}", flush=True)
+    if getattr(args, "dry_run", False):
+        return _print_plan(args, planned, reference)
+    rows, failed = [], False
+    for a in arches:
+        jobs, what = planned[a]
+        invalid = _invalid(a, reference)
+        skip = prebuild.ptxas_problem(configs.capability(a))
+        if skip:
+            print(f"tunedb prebuild: {a}: skipped: {skip}", file=sys.stderr)
+            rows.append((a, len(jobs), 0, invalid, 0, 0.0, f"skipped: {skip}"))
+            continue
+        print(f"tunedb prebuild: {a}: {what} -> {len(jobs)} binaries, {args.jobs} jobs", flush=True)
 
-    def progress(res: dict, done: int, total: int) -> None:
-        if not res["ok"]:
-            print(f"  FAILED {res['job']['config_id']} {res['job']['dt']}: {res['error']}", file=sys.stderr)
-        elif done == total or done % 25 == 0:
-            print(f"  {done}/{total} compiled", flush=True)
+        def progress(res: dict, done: int, total: int) -> None:
+            if not res["ok"]:
+                print(f"  FAILED {res['job']['config_id']} {res['job']['dt']}: {res['error']}", file=sys.stderr)
+            elif done == total or done % 25 == 0:
+                print(f"  {done}/{total} compiled", flush=True)
 
-    summary = prebuild.run_jobs(jobs, args.arch, args.jobs, progress)
-    if args.json:
-        print(json.dumps(summary, indent=1))
-    print(f"tunedb prebuild: {summary['ok']}/{summary['jobs']} ok in {summary['seconds']} s "
-          f"(triton {summary['triton']}, cache {summary['cache_dir']})")
-    key = summary["key"]
-    print(f"tunedb prebuild: a GPU machine hits this cache only with the same Triton build "
-          f"(key {key['triton_key']}, Python {key['python']}), ptxas ({key['ptxas']}) and env {key['env']}")
-    return 0 if not summary["failed"] else 1
+        summary = prebuild.run_jobs(jobs, a, args.jobs, progress)
+        failed = failed or bool(summary["failed"])
+        if args.json:
+            print(json.dumps(summary, indent=1))
+        key = summary["key"]
+        rows.append((a, summary["jobs"], summary["ok"], invalid, len(summary["failed"]), summary["seconds"],
+                     f"ptxas {key['ptxas']}"))
+        print(f"tunedb prebuild: {a}: a GPU machine hits this cache only with the same Triton build "
+              f"(key {key['triton_key']}, Python {key['python']}), ptxas ({key['ptxas']}) and env {key['env']}")
+    _print_table(rows)
+    return 1 if failed or any(r[6].startswith("skipped") for r in rows) else 0
+
+
+def _print_table(rows: list[tuple]) -> None:
+    print(f"{'arch':<7}{'binaries':>9}{'compiled':>9}{'invalid':>8}{'failed':>7}{'seconds':>9}  note")
+    for a, n, ok, inv, bad, secs, note in rows:
+        print(f"{a:<7}{n:>9}{ok:>9}{inv:>8}{bad:>7}{secs:>9.1f}  {note}")
+
+
+def _print_plan(args: argparse.Namespace, planned: dict, reference: set[str]) -> int:
+    """--dry-run: per arch, what would compile here and how to measure that arch's tier on its GPU."""
+    from tunedb.families.gemm import configs, prebuild
+
+    census = f" --census {args.census}" if args.census is not None else ""
+    for a, (jobs, what) in planned.items():
+        skip = prebuild.ptxas_problem(configs.capability(a))
+        print(f"{a}: {what} -> {len(jobs)} binaries ({len({j.config_id for j in jobs})} configs); "
+              f"{_invalid(a, reference)} chosen config(s) invalid on {a}"
+              + (f"; cannot compile here: {skip}" if skip else ""))
+        print(f"  1. here (CPU):  tunedb prebuild --arch {a}{census} --jobs {args.jobs}")
+        print(f"  2. carry the cache ({prebuild.triton_cache_dir()}) to an {a} GPU machine with the same Triton "
+              f"{prebuild.triton_version()} and Python; set TRITON_CACHE_DIR to it "
+              f"(prebuild.relocate_cache fixes the paths when it moved)")
+        print(f"  3. on that GPU: python -m tunedb.arch --measure   (its profile: the cost model's ceilings)")
+        print(f"  4. on that GPU: tunedb build{census or ' --census CENSUS'} --arch {a} --out system "
+              f"(writes db/{a}/gemm.json; compiles nothing that step 1 built)")
+    print("--dry-run: nothing was compiled.")
+    return 0

@@ -1,0 +1,116 @@
+"""Wall time of `tunedb tune WORKLOAD` cold and warm, with and without the compile pool.
+
+    PYTHONPATH=src python bench/tune_wall.py --out tune_wall.json [--workload whisper-base]
+        [--runs pool-cold,pool-warm,serial-cold,serial-warm] [--timeout 150]
+
+Each run is a fresh `python -m tunedb tune` process. Cold: a fresh TUNEDB_CACHE_DIR (arch
+profile, runs), TUNEDB_USER_DB and TRITON_CACHE_DIR, so every kernel compiles; warm: the same
+run again on the caches its cold run left. 'serial' sets TUNEDB_COMPILE_JOBS=0 (each kernel
+compiles at its first probe, as before the pool); 'pool' leaves the pool to size itself. Prints
+a table of wall time, census, and the build's compile/measure split (from tune's own report
+lines); writes JSON to --out. Expect about 3 minutes on the H200 for the four runs (the serial
+cold run alone about 115 s); `--runs pool-cold,pool-warm` takes under a minute.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASE = re.compile(r"([a-z][a-z ()]*?) ([0-9.]+) s")
+POOL = re.compile(r"compile pool: (\d+) processes, (\d+) jobs \((\d+) ok.*?([0-9.]+) s of compiling.*?waited ([0-9.]+) s")
+
+
+def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float) -> dict:
+    env = dict(os.environ, TUNEDB_CACHE_DIR=str(dirs["cache"]), TUNEDB_USER_DB=str(dirs["user"]),
+               TRITON_CACHE_DIR=str(dirs["triton"]), COLUMNS="400", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    if pool:
+        env.pop("TUNEDB_COMPILE_JOBS", None)
+    else:
+        env["TUNEDB_COMPILE_JOBS"] = "0"
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "tunedb", "tune", workload], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[tuple[float, str]] = []
+    try:
+        for line in proc.stdout:
+            lines.append((time.perf_counter() - start, line.rstrip("\n")))
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = "timeout"
+    wall = time.perf_counter() - start
+    row: dict = {"rc": rc, "wall_s": round(wall, 2), "census_s": None, "phases": {}, "pool": {}}
+    for t, text in lines:
+        if text.startswith("census of ") and row["census_s"] is None:
+            row["census_s"] = round(t, 2)
+        if text.startswith("where the time went:"):
+            row["phases"] = {k.strip(): float(v) for k, v in PHASE.findall(text.split(":", 1)[1])}
+        if text.startswith("measured "):
+            m = re.search(r"in ([0-9.]+) s", text)
+            row["build_s"] = float(m.group(1)) if m else None
+            m = re.search(r"measured (\d+) arm", text)
+            row["arms"] = int(m.group(1)) if m else None
+        m = POOL.search(text)
+        if m:
+            row["pool"] = dict(zip(("processes", "jobs", "ok", "compile_s", "wait_s"),
+                                   (int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4)),
+                                    float(m.group(5)))))
+    ph = row["phases"]
+    # compiling on the measuring path: serial, the first probes compile; with the pool, the waits
+    row["compile_on_path_s"] = round(ph.get("probes", 0.0) + ph.get("compile wait", 0.0), 2)
+    row["measure_s"] = round(sum(ph.get(k, 0.0) for k in ("prepare", "rounds", "requests")), 2)
+    row["tail"] = [t for _, t in lines[-30:]]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", default="whisper-base")
+    p.add_argument("--runs", default="pool-cold,pool-warm,serial-cold,serial-warm",
+                   help="comma-separated, in order: {pool,serial}-{cold,warm}; a warm run follows its cold one")
+    p.add_argument("--timeout", type=float, default=150.0, help="per run, seconds")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    for r in runs:
+        if r not in ("pool-cold", "pool-warm", "serial-cold", "serial-warm"):
+            raise SystemExit(f"--runs: {r!r} is not one of pool-cold, pool-warm, serial-cold, serial-warm")
+    base = Path(tempfile.mkdtemp(prefix="tune-wall-"))
+    report = {"workload": args.workload, "cores": len(os.sched_getaffinity(0)), "runs": {}}
+    for name in runs:
+        kind, temp = name.split("-")
+        dirs = {k: base / kind / k for k in ("cache", "user", "triton")}
+        if temp == "warm" and not dirs["triton"].exists():
+            print(f"{name}: no cold run of {kind} before it; its caches start empty", file=sys.stderr)
+        if temp == "warm":  # the user tier would serve the last run's picks: measure again from none
+            subprocess.run(["rm", "-rf", str(dirs["user"])], check=False)
+        row = run_tune(args.workload, dirs, pool=kind == "pool", timeout=args.timeout)
+        report["runs"][name] = row
+        print(f"{name}: rc {row['rc']}, wall {row['wall_s']} s, census {row['census_s']} s, phases {row['phases']}, "
+              f"pool {row['pool']}", flush=True)
+        if row["rc"] != 0:
+            print("\n".join(row["tail"]), file=sys.stderr)
+    hdr = f"{'run':<12}{'rc':>4}{'wall s':>8}{'census':>8}{'build':>7}{'compile*':>9}{'measure':>8}{'pool jobs':>10}{'pool cpu s':>11}"
+    print("\n" + hdr)
+    for name, r in report["runs"].items():
+        pool = r["pool"]
+        print(f"{name:<12}{str(r['rc']):>4}{r['wall_s']:>8.1f}{(r['census_s'] or 0):>8.1f}{(r.get('build_s') or 0):>7.1f}"
+              f"{r['compile_on_path_s']:>9.1f}{r['measure_s']:>8.1f}{str(pool.get('jobs', '-')):>10}"
+              f"{str(pool.get('compile_s', '-')):>11}")
+    print("compile*: compiling on the measuring path (serial: the probes, which compile each kernel at its "
+          "first launch; pool: the waits for the pool). measure: prepare + rounds + requests.")
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    return 0 if all(r["rc"] == 0 for r in report["runs"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

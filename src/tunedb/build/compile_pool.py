@@ -1,0 +1,310 @@
+"""Compiling ahead of measurement: a pool of processes fills the compiler cache the measuring worker reads.
+
+A family that compiles kernels just in time (GEMM's Triton configs) pays every compile inside its
+first probe, one after another, while the GPU idles. With a `compile_jobs(arch_family, sig,
+config_ids)` hook the family instead hands the build picklable jobs (each with a `run()` that
+compiles one binary into the family's persistent cache, under the same key a launch on that
+target computes); the build submits every planned job in measuring order to a process pool and,
+before each point, waits only for that point's jobs. Measuring stays serial on the GPU; the pool
+compiles the next points' binaries meanwhile. Compiles are never timed: the measurement of a
+point starts after its wait. A family without the hook gets no pool (it compiles as before).
+
+The pool is sized to the free machine: the cores this process may run on (its affinity) less one
+for the measuring worker, and MemAvailable over a per-compile memory budget
+(TUNEDB_COMPILE_MEM_MB); TUNEDB_COMPILE_JOBS overrides (0 turns the pool off).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterable, Sequence
+
+from tunedb.records import Signature
+
+MEMINFO = Path("/proc/meminfo")
+
+
+def affinity_cores() -> int:
+    """The cores this process may run on (its CPU affinity; os.cpu_count where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def mem_available(meminfo: Path = MEMINFO) -> int | None:
+    """MemAvailable in bytes from /proc/meminfo (None where the file or the line is missing)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class PoolSize:
+    """How many compile processes, and why (what the report prints)."""
+
+    jobs: int
+    cores: int
+    mem_available: int | None
+    per_compile: int
+    reason: str
+
+
+def pool_size(cores: int | None = None, available: int | None | str = "read",
+              per_compile_mb: int | None = None, override: int | None = None) -> PoolSize:
+    """Compile processes for this machine: min(cores - 1, MemAvailable // per-compile budget),
+    at least 1; `override` (TUNEDB_COMPILE_JOBS when None) wins, 0 meaning no pool."""
+    from tunedb import settings
+
+    cores = affinity_cores() if cores is None else cores
+    available = mem_available() if available == "read" else available
+    per_mb = settings.compile_mem_mb() if per_compile_mb is None else per_compile_mb
+    per = per_mb * 2**20
+    override = settings.compile_jobs() if override is None else override
+    if override is not None:
+        return PoolSize(override, cores, available, per, f"TUNEDB_COMPILE_JOBS={override}")
+    by_cores = max(1, cores - 1)  # one core stays with the measuring worker
+    by_mem = by_cores if available is None else max(1, available // per)
+    jobs = min(by_cores, by_mem)
+    why = (f"{cores} core(s) less 1 for measuring" if by_cores <= by_mem else
+           f"MemAvailable {available / 2**30:.1f} GiB / {per_mb} MiB per compile")
+    return PoolSize(jobs, cores, available, per, why)
+
+
+def _run_job(job: Any) -> dict:
+    """In a pool process: one job's compile (its own run() reports failure in the dict)."""
+    start = time.perf_counter()
+    try:
+        out = dict(job.run())
+    except Exception as exc:  # a job that raises is reported as failed, like one that says so
+        out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    out.setdefault("seconds", time.perf_counter() - start)
+    return out
+
+
+def _noop() -> int:
+    return os.getpid()
+
+
+@dataclass
+class CompileStats:
+    jobs: int = 0  # distinct jobs submitted
+    ok: int = 0
+    failed: list[str] = field(default_factory=list)  # "job: error" for each failed one
+    compile_seconds: float = 0.0  # summed over jobs (CPU work moved off the measuring path)
+    wait_seconds: float = 0.0  # the measuring side blocked on compiles not yet done
+    waited_points: int = 0
+
+
+class CompilePool:
+    """Every planned (signature, config ids) compiled in a pool, in the order given (the order
+    points are measured). wait(sig, ids) blocks until those configs' jobs have finished (ok or
+    not: a failed compile is the measuring worker's compile_error to report, as before)."""
+
+    def __init__(self, make_jobs: Callable[[Signature, Sequence[str]], Iterable[Hashable]],
+                 work: Iterable[tuple[Signature, Sequence[str]]], processes: int,
+                 executor: cf.Executor | None = None, wait_limit_s: float = 600.0, own: bool | None = None) -> None:
+        self.stats = CompileStats()
+        self.processes = processes
+        self.wait_limit_s = wait_limit_s
+        self._own = executor is None if own is None else own
+        # spawn: the parent may hold a CUDA context or a real Triton driver; compile workers start clean
+        self._pool = executor or cf.ProcessPoolExecutor(
+            max_workers=max(1, processes), mp_context=multiprocessing.get_context("spawn"))
+        self._futures: dict[Hashable, cf.Future] = {}
+        self._by_key: dict[tuple[Signature, str], list[Hashable]] = {}
+        self._make = make_jobs
+        self.broken = ""  # why the pool stopped taking work (a process died), else empty
+        self.add(work)
+
+    def add(self, work: Iterable[tuple[Signature, Sequence[str]]]) -> None:
+        """Submit more (signature, config ids), after what is queued; repeats are skipped."""
+        make_jobs = self._make
+        for sig, ids in work:
+            for cid in ids:
+                key = (sig, cid)
+                if key in self._by_key:
+                    continue
+                jobs = list(make_jobs(sig, [cid]))
+                self._by_key[key] = jobs
+                for job in jobs:
+                    if job in self._futures or self.broken:
+                        continue
+                    try:
+                        fut = self._pool.submit(_run_job, job)
+                    except (cf.BrokenExecutor, RuntimeError) as exc:
+                        # a pool process died (a compiler crash): the worker compiles the rest itself
+                        self.broken = f"{type(exc).__name__}: {exc}"
+                        continue
+                    fut.add_done_callback(self._done_callback(job))
+                    self._futures[job] = fut
+        self.stats.jobs = len(self._futures)
+
+    def _done_callback(self, job: Hashable) -> Callable[[cf.Future], None]:
+        def done(fut: cf.Future) -> None:
+            try:
+                res = fut.result()
+            except BaseException as exc:  # noqa: BLE001 - a dead pool process fails its job, not the build
+                res = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "seconds": 0.0}
+            self.stats.compile_seconds += float(res.get("seconds", 0.0))
+            if res.get("ok"):
+                self.stats.ok += 1
+            else:
+                self.stats.failed.append(f"{job}: {res.get('error', '')}")
+        return done
+
+    def wait(self, sig: Signature, ids: Sequence[str]) -> float:
+        """Block until the jobs of `ids` for `sig` are done; returns the seconds waited."""
+        futs = [self._futures.get(j) for cid in ids for j in self._by_key.get((sig, cid), ())]
+        pending = [f for f in futs if f is not None and not f.done()]
+        if not pending:
+            return 0.0
+        start = time.perf_counter()
+        cf.wait(pending, timeout=self.wait_limit_s)  # past it, the worker compiles what is missing itself
+        waited = time.perf_counter() - start
+        self.stats.wait_seconds += waited
+        self.stats.waited_points += 1
+        return waited
+
+    def close(self, wait: bool = False) -> None:
+        """Stop: queued jobs are cancelled (a finished build needs none of them)."""
+        if self._own:
+            self._pool.shutdown(wait=wait, cancel_futures=True)
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+_PRESTARTED: dict[str, tuple[cf.ProcessPoolExecutor, int]] = {}
+
+
+def _warm_process(family_name: str) -> None:
+    """A pool process's initializer: the family's compile_warm (imports, compiler state)."""
+    from tunedb import families
+    from tunedb.families.contract import hook
+
+    try:
+        hook(families.get(family_name), "compile_warm")()
+    except Exception:  # noqa: BLE001 - warming is an optimisation; a job reports real failures
+        pass
+
+
+def _executor(family: Any, processes: int) -> cf.ProcessPoolExecutor:
+    # spawn: the parent may hold a CUDA context or a real Triton driver; compile workers start clean
+    return cf.ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
+                                  initializer=_warm_process, initargs=(family.name,))
+
+
+def prestart(family: Any) -> bool:
+    """Start the family's compile processes now (their interpreter start and compile_warm overlap
+    the caller's census); the next for_build of this family takes them over. False when the
+    family compiles nothing ahead or the pool is off."""
+    from tunedb.families.contract import has_hook
+
+    if not has_hook(family, "compile_jobs") or family.name in _PRESTARTED:
+        return False
+    size = pool_size()
+    if size.jobs < 1:
+        return False
+    ex = _executor(family, size.jobs)
+    for _ in range(size.jobs):  # an executor spawns its processes as work arrives
+        ex.submit(_noop)
+    _PRESTARTED[family.name] = (ex, size.jobs)
+    return True
+
+
+def for_build(family: Any, arch_family: str, work: Sequence[tuple[Signature, Sequence[str]]],
+              size: PoolSize | None = None) -> CompilePool | None:
+    """The build's pool (taking over prestarted processes), or None: the family has no
+    compile_jobs hook, the pool is off (TUNEDB_COMPILE_JOBS=0) or there is nothing to compile."""
+    from tunedb.families.contract import has_hook, hook
+
+    started = _PRESTARTED.pop(getattr(family, "name", ""), None)
+    if not has_hook(family, "compile_jobs") or not work:
+        if started:
+            started[0].shutdown(wait=False, cancel_futures=True)
+        return None
+    if started is None:
+        size = size or pool_size()
+        if size.jobs < 1:
+            return None
+        started = (_executor(family, size.jobs), size.jobs)
+    make = hook(family, "compile_jobs")
+    return CompilePool(lambda sig, ids: make(arch_family, sig, ids), work, started[1], executor=started[0], own=True)
+
+
+def for_family(family: Any, arch_family: str) -> CompilePool | None:
+    """An empty pool for `family` to add() work to as it comes (autotune, prewarm), or None
+    when the family compiles nothing ahead or the pool is off."""
+    from tunedb.families.contract import has_hook, hook
+
+    if not has_hook(family, "compile_jobs"):
+        return None
+    size = pool_size()
+    if size.jobs < 1:
+        return None
+    make = hook(family, "compile_jobs")
+    return CompilePool(lambda sig, ids: make(arch_family, sig, ids), (), size.jobs,
+                       executor=_LazyExecutor(lambda: _executor(family, size.jobs)), own=True)
+
+
+class _LazyExecutor:
+    """An executor started at its first submit (a pool that is never given work starts no process)."""
+
+    def __init__(self, start: Callable[[], cf.Executor]) -> None:
+        self._start, self._ex = start, None
+
+    def submit(self, fn: Any, *args: Any) -> cf.Future:
+        if self._ex is None:
+            self._ex = self._start()
+        return self._ex.submit(fn, *args)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        if self._ex is not None:
+            self._ex.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def configured() -> bool:
+    """Whether TUNEDB_COMPILE_JOBS names a pool size (a build with a caller's timer runs a pool
+    only then; a build on a GPU sizes its own)."""
+    from tunedb import settings
+
+    return settings.compile_jobs() is not None
+
+
+def start_for_build(family: Any, arch_family: str, plans: Sequence[Any], finished: Any = ()) -> CompilePool | None:
+    """The pool for a build's plans, in measuring order (signatures, then points by M), leaving
+    out signatures resumed from checkpoints."""
+    work = [(p.signature, tuple(p.arms[pt.m])) for p in plans if p.signature not in finished
+            for pt in p.points if pt.m in p.arms]
+    return for_build(family, arch_family, work)
+
+
+def report(pool: CompilePool | None) -> dict[str, Any]:
+    """What the build result records: jobs, ok, failed, summed compile and waited seconds."""
+    if pool is None:
+        return {}
+    s = pool.stats
+    return {"processes": pool.processes, "jobs": s.jobs, "ok": s.ok, "failed": list(s.failed),
+            "compile_seconds": round(s.compile_seconds, 3), "wait_seconds": round(s.wait_seconds, 3),
+            "waited_points": s.waited_points}
+
+
+def describe(rep: dict[str, Any]) -> str:
+    """The report's line: 'compile pool: 15 processes, 58 jobs (58 ok), ...'."""
+    failed = len(rep.get("failed") or ())
+    return (f"compile pool: {rep['processes']} processes, {rep['jobs']} jobs ({rep['ok']} ok"
+            f"{f', {failed} failed (their probes report it)' if failed else ''}), "
+            f"{rep['compile_seconds']:.1f} s of compiling off the measuring path, "
+            f"measuring waited {rep['wait_seconds']:.1f} s at {rep['waited_points']} point(s)")
