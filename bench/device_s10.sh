@@ -5,6 +5,8 @@
 # anything timed, and anything with the protocol's busy-GPU refusal, runs alone.
 set -u
 OUT=${OUT:-/tmp/out}
+FINAL=$OUT
+OUT=$FINAL/logs  # everything lands here; packed into one logs.tgz at the end (few files come back)
 mkdir -p "$OUT"
 export PYTHONPATH=src TUNEDB_USER_DB=off
 stage() {  # name timeout_s command...
@@ -30,6 +32,18 @@ for s in "$@"; do
     cutoff-mpc) stage cutoff_mpc 150 "python bench/cutoff_mpc.py --out $OUT/cutoff_mpc.json --config $OUT/cutoff_decisions.json" ;;
     moe) stage moe 220 "python bench/moe.py --out $OUT/moe --quick" ;;
     bmm) stage bmm 150 "python bench/bmm.py --out $OUT/bmm --quick --budget-s 60" ;;
+    kernel-tests2)  # the families merged after call A, side by side
+      stage kt_group_gemm 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_group_gemm_gpu.py" &
+      stage kt_host_bound 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_host_bound_gpu.py" &
+      stage kt_glsm 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_gemm_log_softmax_gpu.py" &
+      stage kt_rnn 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_rnn_gpu.py" &
+      [ -f tests/gpu/test_conv_gpu.py ] && stage kt_conv 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_conv_gpu.py" &
+      wait ;;
+    tune-wall) stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json" ;;
+    glsm) stage glsm 150 "python bench/gemm_log_softmax.py --out $OUT/glsm --quick" ;;
+    rnn) stage rnn 120 "python bench/rnn.py --out $OUT/rnn --quick" ;;
+    conv) stage conv 150 "python bench/conv.py --out $OUT/conv --quick" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
+tar -czf "$FINAL/logs.tgz" -C "$FINAL" logs && rm -rf "$OUT"
