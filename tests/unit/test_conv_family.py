@@ -193,3 +193,30 @@ def test_work_and_weight_bytes():
     assert flops == 2.0 * 1000 * 512 * 31
     assert moved == (1000 * 512 + 512 * 31 + 1000 * 512) * 2
     assert FAMILY.weight_bytes(SUB) == 512 * 9 * 2
+
+
+def test_fused_census_records_the_keys_optimize_runs():
+    from tunedb.runtime import launch_table
+    from tunedb.runtime.patching import optimize
+
+    with torch.device("meta"):
+        model = optimize(_conformer().half())
+    x = torch.empty(2, 203, 16, device="meta", dtype=torch.float16)
+    with launch_table.recording() as tuned:
+        calls = record(lambda: model(x))
+    assert not any(s.family == "conv" for s, _ in calls)  # the tuned ops' own convolutions are not counted again
+    conv = [(s, m) for fam, s, m in tuned if fam == "conv"]
+    assert len(conv) == 2 + 2 * 3
+    acts = sorted(s.get("act") for s, _ in conv if s.op == "conv2d")
+    assert acts == ["relu", "relu"]
+    assert {s.get("k") for s, _ in conv if s.op == "conv1d"} == {1, 31}
+
+
+def test_census_keys_are_half():
+    x = torch.empty(1, 8, 50, device="meta", dtype=torch.bfloat16)
+    w = torch.empty(8, 1, 31, device="meta", dtype=torch.bfloat16)
+    from tunedb.families.conv.census import convolution_key
+
+    sig, m = convolution_key((x, w, None, [1], [15], [1], False, [0], 8), {})
+    assert sig.dt == "half" and sig.get("g") == 8 and m == 50
+    assert convolution_key((x, w, None, [1], [15], [1], True, [0], 8), {}) is None  # transposed: not served

@@ -3,7 +3,8 @@ F.conv1d / F.conv2d dispatch to) become conv1d / conv2d signatures. Duck-typed o
 .dtype / .stride(): works on meta tensors. Transposed convolutions, 3-D convolutions and dtypes
 other than fp16 / bf16 are not this family's (no key). The activation that follows a conv2d is
 a separate aten op the call does not show: the census keys act=none, and a fused act=relu call
-is served by that entry (the family's serving_keys).
+is served by that entry (the family's serving_keys); `tunedb census --fused` runs optimize()'s
+modules, whose ops record the fused key themselves (ops.py). Keys are dt=half, as GEMM's are.
 """
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ def convolution_key(args: tuple, kwargs: dict) -> Key | None:
         return None
     op = "conv1d" if rank == 3 else "conv2d"
     try:
-        return keys.signature_of(op, x, w, a.get("bias"), a.get("stride", 1), a.get("padding", 0),
-                                 a.get("dilation", 1), int(a.get("groups", 1)))
+        sig, m = keys.signature_of(op, x, w, a.get("bias"), a.get("stride", 1), a.get("padding", 0),
+                                   a.get("dilation", 1), int(a.get("groups", 1)))
     except SignatureError:
         return None
+    return sig.with_dt("half"), m  # the census's dt: one entry serves fp16 and bf16 (spec 000)
 
 
 def _record(recorder: Any, packet: Any, args: tuple, kwargs: dict) -> list[Key]:

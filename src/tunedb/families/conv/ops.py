@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from tunedb.families.conv import keys
-from tunedb.runtime import dispatch
+from tunedb.runtime import dispatch, launch_table
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 for _op in keys.OPS:
@@ -33,7 +33,19 @@ def _plain(op: str, x, weight, bias, stride, padding, dilation, groups, act):
     return torch.relu(y) if act == "relu" else F.silu(y) if act == "silu" else y
 
 
+def _record(op: str, x, weight, bias, stride, padding, dilation, groups, act) -> bool:
+    """A fused census (tunedb census --fused) records the call as the run time keys it."""
+    if not launch_table.recording_active() or x.dtype not in _SERVED:
+        return False
+    sig, m = keys.signature_of(op, x, weight, bias, stride, padding, dilation, groups, act)
+    launch_table.record_key(keys.FAMILY, sig, m)
+    return True
+
+
 def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
+    if _record(op, x, weight, bias, stride, padding, dilation, groups, act):
+        with launch_table.recorded_call():
+            return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     if not x.is_cuda or x.dtype not in _SERVED:
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     return dispatch.call("conv", op, x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
@@ -52,6 +64,7 @@ _lib.impl("conv2d", _conv2d_impl, "CompositeExplicitAutograd")
 
 
 def _fake(op, x, weight, bias, stride, padding, dilation, groups, act):
+    _record(op, x, weight, bias, stride, padding, dilation, groups, act)  # a census on meta tensors runs this
     n = 1 if op == "conv1d" else 2
     spatial = [keys.out_len(int(x.shape[2 + i]), int(weight.shape[2 + i]), stride[i], padding[i], dilation[i])
                for i in range(n)]
