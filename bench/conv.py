@@ -14,8 +14,9 @@ Timing: one CUDA graph of N calls on the same input (the activations a conv read
 were just written by the op before: warm in L2), outputs allocated inside the graph for every arm
 alike; median of 7 replays / N, after warm-up. End to end: the Conformer encoder (the census
 preset's layer stack, fp16, B x T frames) in one CUDA graph: plain (cudnn.benchmark=False),
-plain with cudnn.benchmark=True, and `tunedb` = only the conv family's optimize() with the picks
-measured above for the encoder's own conv keys (benchmark off): tunedb alone.
+plain with cudnn.benchmark=True, and `tunedb` = only the conv family's optimize() (its fusions: conv2d +
+ReLU, and the depthwise conv + its batch norm folded + SiLU) with the picks measured above for
+the encoder's own conv keys (benchmark off): tunedb alone.
 Writes DIR/conv.json and prints markdown tables. Expected: about 2.5 min on the H200 (Triton
 compiles included), --quick about 1 min.
 """
@@ -180,26 +181,24 @@ def encoder_e2e(picks: dict, d: int, layers: int, batch: int, frames: int) -> di
 
 
 def encoder_keys(d: int, batch: int, frames: int) -> list[tuple[object, int, int]]:
-    """The encoder's conv keys with the (B, L) each is called at (census on meta tensors)."""
+    """The conv keys the optimized encoder calls (its ops record them on meta tensors, as
+    `tunedb census --fused` does: the subsampling convs with ReLU, the depthwise conv with its
+    folded norm and SiLU) with the (B, L) each is called at."""
     from tunedb.census.models import ConformerEncoder, ConformerMirror, ConvSubsampling
-    from tunedb.census.recorder import record
+    from tunedb.families.conv.patching import optimize
+    from tunedb.runtime import launch_table
 
     with torch.device("meta"):
-        model = ConformerEncoder(ConvSubsampling(80, d), ConformerMirror(d, 8, 4 * d, 1, 31)).half()
-    calls = record(lambda: model(torch.empty(batch, frames, 80, device="meta", dtype=torch.float16)))
+        model = optimize(ConformerEncoder(ConvSubsampling(80, d), ConformerMirror(d, 8, 4 * d, 1, 31)).half().eval())
+    with torch.no_grad(), launch_table.recording() as tuned:
+        model(torch.empty(batch, frames, 80, device="meta", dtype=torch.float16))
     t1 = (frames - 3) // 2 + 1
-    t2 = (t1 - 3) // 2 + 1
-    found = []
-    for (sig, _m), _n in calls.items():
-        if sig.family != "conv":
-            continue
-        if sig.op == "conv2d":  # the model fuses the ReLU that follows: the tuned call's key
-            sig = keys.make_signature("conv2d", "fp16", sig.get("Cin"), sig.get("Cout"), 3, 2, 0, 1, 1, True, "relu",
-                                      sig.get("lay"), sig.get("W"))
-            found.append((sig, batch, frames if sig.get("Cin") == 1 else t1))
-        else:
-            found.append((sig.with_dt("fp16"), batch, t2))
-    return found
+    lengths = (frames, t1, (t1 - 3) // 2 + 1)
+    found = {}
+    for family, sig, m in tuned:
+        if family == "conv":
+            found[sig] = next(n for n in lengths if keys.size_of(sig, batch, n) == m)
+    return [(sig, batch, n) for sig, n in found.items()]
 
 
 def main() -> int:

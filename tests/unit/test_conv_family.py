@@ -180,7 +180,7 @@ def test_optimize_swaps_and_fuses_and_stays_correct_on_cpu():
     assert isinstance(seq[0], TunedConv2d) and seq[0].tunedb_act == "relu" and isinstance(seq[1], nn.Identity)
     assert isinstance(seq[2], TunedConv2d) and isinstance(seq[3], nn.Identity)
     convs = [m for m in out.modules() if isinstance(m, TunedConv1d)]
-    assert len(convs) == 3 and convs[1].groups == 32
+    assert len(convs) == 3 and convs[1].groups == 32 and convs[1].tunedb_act == "silu"  # + its norm and SiLU
     with torch.no_grad():
         after = out(x)
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
@@ -220,3 +220,28 @@ def test_census_keys_are_half():
     sig, m = convolution_key((x, w, None, [1], [15], [1], False, [0], 8), {})
     assert sig.dt == "half" and sig.get("g") == 8 and m == 50
     assert convolution_key((x, w, None, [1], [15], [1], True, [0], 8), {}) is None  # transposed: not served
+
+
+def test_folded_norm_matches_in_eval_and_steps_aside_in_training():
+    from tunedb.families.conv.patching import AbsorbedBatchNorm1d, AbsorbedSiLU, optimize
+
+    torch.manual_seed(1)
+    seq = nn.Sequential(nn.Conv1d(6, 6, 31, padding=15, groups=6), nn.BatchNorm1d(6), nn.SiLU(), nn.Conv1d(6, 4, 1))
+    with torch.no_grad():  # non-trivial running statistics and affine parameters
+        seq[1].running_mean.uniform_(-1, 1)
+        seq[1].running_var.uniform_(0.5, 2)
+        seq[1].weight.uniform_(0.5, 1.5)
+        seq[1].bias.uniform_(-1, 1)
+    plain = __import__("copy").deepcopy(seq)
+    optimize(seq)
+    assert isinstance(seq[1], AbsorbedBatchNorm1d) and isinstance(seq[2], AbsorbedSiLU)
+    assert set(seq.state_dict()) == set(plain.state_dict())
+    x = torch.randn(2, 6, 50)
+    seq.eval(), plain.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(seq(x), plain(x), rtol=1e-5, atol=1e-5)
+        seq[1].running_mean.add_(0.5)  # a new version of the statistics: folded again
+        plain[1].running_mean.add_(0.5)
+        torch.testing.assert_close(seq(x), plain(x), rtol=1e-5, atol=1e-5)
+    seq.train(), plain.train()
+    torch.testing.assert_close(seq(x), plain(x), rtol=1e-5, atol=1e-5)  # batch statistics: unfused
