@@ -245,3 +245,25 @@ def test_folded_norm_matches_in_eval_and_steps_aside_in_training():
         torch.testing.assert_close(seq(x), plain(x), rtol=1e-5, atol=1e-5)
     seq.train(), plain.train()
     torch.testing.assert_close(seq(x), plain(x), rtol=1e-5, atol=1e-5)  # batch statistics: unfused
+
+
+def test_dispatch_resolves_the_default_and_an_override(tmp_path):
+    """The run-time path (runtime.dispatch) with no table serves `torch`; an override's config is
+    what launches (here a cuDNN-lane id, which on the CPU runs torch's convolution)."""
+    from tunedb import settings
+    from tunedb.runtime import dispatch, launch_table
+
+    x = torch.randn(2, 8, 40, dtype=torch.bfloat16)
+    w = torch.randn(8, 1, 31, dtype=torch.bfloat16)
+    b = torch.randn(8, dtype=torch.bfloat16)
+    args = (x, w, b, (1,), (15,), (1,), 8, "silu")
+    want = torch.nn.functional.silu(torch.nn.functional.conv1d(x, w, b, 1, 15, 1, 8))
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB="off"):
+        dispatch.clear()
+        bound = dispatch.bound("conv", "conv1d", *args)
+        assert bound.config.id == "torch" and bound.signature.get("act") == "silu" and bound.m == 2 * 40
+        torch.testing.assert_close(dispatch.call("conv", "conv1d", *args), want)
+        with launch_table.overriding(lambda fam, sig, m: (FAMILY.parse_config("cudnn_bench"), "test")):
+            assert dispatch.bound("conv", "conv1d", *args).config.id == "cudnn_bench"
+            torch.testing.assert_close(dispatch.call("conv", "conv1d", *args), want)
+        dispatch.clear()

@@ -51,6 +51,13 @@ SCRIPT = textwrap.dedent("""
         FAMILY.launch(configs.parse(cid), sig, *args, out=out)
         err = max(((t.float() - ref).norm() / ref.norm()).item() for t in (y, out))
         results[name] = err if not out.isnan().any() else "elements left unwritten"
+        if name == "dw_nct_bias_silu":  # the run-time path: the op's call key, an override, the kernel
+            from tunedb.runtime import dispatch, launch_table
+            with launch_table.overriding(lambda fam, s, m: (configs.parse(cid), "test")):
+                bound = dispatch.bound(keys.FAMILY, op, *args)
+                y = dispatch.call(keys.FAMILY, op, *args)
+            ok = bound.config.id == cid and bound.signature == sig
+            results["dispatch"] = ((y.float() - ref).norm() / ref.norm()).item() if ok else f"bound {bound}"
     print("RESULTS" + json.dumps(results))
 """)
 
@@ -65,7 +72,7 @@ def results():
     return json.loads(res.stdout.split("RESULTS", 1)[1])
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(CASES) + ["dispatch"])
 def test_kernel_matches_fp32_reference(results, name):
     err = results[name]
     assert isinstance(err, float), err
