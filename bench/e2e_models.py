@@ -173,7 +173,7 @@ def tuned_points(bm: BenchModel, tuned_module: Any) -> ShapeSet:
         for b in bm.batches:
             with launch_table.recording() as seen:
                 bm.call(tuned_module, b)()
-            calls.update((sig, m) for _fam, sig, m in seen)
+            calls.update((sig, m) for fam, sig, m in seen if fam == launch_table.FAMILY)  # the family it tunes
     total = sum(calls.values())
     points = tuple(Point(sig, m, weight=n / total, calls=n, must_tune=True, eager_share=0.5)
                    for (sig, m), n in sorted(calls.items(), key=lambda kv: (kv[0][0].format(), kv[0][1])))

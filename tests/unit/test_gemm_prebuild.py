@@ -41,7 +41,7 @@ def test_plain_jobs_cover_both_dtypes_of_the_compile_set():
     (["prebuild", "--arch", "hopper"], "unknown --arch 'hopper'"),
     (["prebuild", "--arch", "sm999"], "prebuild compiles for sm80, sm86"),
     (["prebuild", "--jobs", "0"], "--jobs must be >= 1"),
-    (["prebuild", "--family", "conv"], "unknown kernel family 'conv'"),
+    (["prebuild", "--family", "nosuch"], "unknown kernel family 'nosuch'"),
     (["prebuild", "--census", "/nonexistent/census.json"], "does not exist"),
 ])
 def test_cli_errors_name_the_bad_value(argv, message, capsys):

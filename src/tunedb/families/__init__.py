@@ -24,6 +24,7 @@ _BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY",
                             "linalg": "tunedb.families.linalg:FAMILY",
                             "rnn": "tunedb.families.rnn:FAMILY",
                             "scaled_mm": "tunedb.families.scaled_mm:FAMILY",
+                            "conv": "tunedb.families.conv:FAMILY",
                             "scaled_mm_fp8": "tunedb.families.scaled_mm:FAMILY_FP8"}
 DEFAULT = "gemm"
 _REGISTRY: dict[str, KernelFamily] = {}

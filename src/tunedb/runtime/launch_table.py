@@ -385,6 +385,12 @@ def record(op: str, x: Any, weight: Any, bias: Any, act: str) -> None:
         sink.append((FAMILY, sig, m))
 
 
+def record_key(family: str, sig: Signature, size: int) -> None:
+    """Record one tuned-op call of any family, keyed as its run time keys it (recording())."""
+    for sink in _recorders:
+        sink.append((family, sig, size))
+
+
 @contextlib.contextmanager
 def recording() -> Iterator[list[tuple[str, Signature, int]]]:
     """Collect (family, signature, M) of every tuned-op call made inside the block."""

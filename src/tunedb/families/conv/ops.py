@@ -1,0 +1,94 @@
+"""The tuned convolutions as torch.library ops (importing this module registers them):
+
+    tunedb::conv1d(x, weight, bias, stride, padding, dilation, groups, act='none') -> y
+    tunedb::conv2d(x, weight, bias, stride, padding, dilation, groups, act='none') -> y
+
+A CUDA call in fp16 / bf16 keys itself (keys.signature_of), resolves once per (epoch, shape)
+through runtime.dispatch (user tier, system tier, then the default: torch) and launches the
+chosen arm; anything else (CPU, fp32, meta) runs F.conv1d / F.conv2d plus the activation. No host
+synchronisation per call: CUDA graphs capture the launches. The fake kernels give torch.compile
+the output shape.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tunedb.families.conv import keys
+from tunedb.runtime import dispatch, launch_table
+
+_lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
+for _op in keys.OPS:
+    _lib.define(f"{_op}(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, "
+                f"int groups, str act='none') -> Tensor")
+
+_SERVED = (torch.float16, torch.bfloat16)
+
+
+def _plain(op: str, x, weight, bias, stride, padding, dilation, groups, act):
+    conv = F.conv1d if op == "conv1d" else F.conv2d
+    y = conv(x, weight, bias, stride, padding, dilation, groups)
+    return torch.relu(y) if act == "relu" else F.silu(y) if act == "silu" else y
+
+
+def _record(op: str, x, weight, bias, stride, padding, dilation, groups, act) -> bool:
+    """A fused census (tunedb census --fused) records the call as the run time keys it."""
+    if not launch_table.recording_active() or x.dtype not in _SERVED:
+        return False
+    sig, m = keys.signature_of(op, x, weight, bias, stride, padding, dilation, groups, act)
+    launch_table.record_key(keys.FAMILY, sig, m)
+    return True
+
+
+def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
+    if _record(op, x, weight, bias, stride, padding, dilation, groups, act):
+        with launch_table.recorded_call():
+            return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
+    if not x.is_cuda or x.dtype not in _SERVED:
+        return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
+    return dispatch.call("conv", op, x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
+
+
+def _conv1d_impl(x, weight, bias, stride, padding, dilation, groups, act="none"):
+    return _serve("conv1d", x, weight, bias, stride, padding, dilation, groups, act)
+
+
+def _conv2d_impl(x, weight, bias, stride, padding, dilation, groups, act="none"):
+    return _serve("conv2d", x, weight, bias, stride, padding, dilation, groups, act)
+
+
+_lib.impl("conv1d", _conv1d_impl, "CompositeExplicitAutograd")
+_lib.impl("conv2d", _conv2d_impl, "CompositeExplicitAutograd")
+
+
+def _fake(op, x, weight, bias, stride, padding, dilation, groups, act):
+    _record(op, x, weight, bias, stride, padding, dilation, groups, act)  # a census on meta tensors runs this
+    n = 1 if op == "conv1d" else 2
+    spatial = [keys.out_len(int(x.shape[2 + i]), int(weight.shape[2 + i]), stride[i], padding[i], dilation[i])
+               for i in range(n)]
+    return x.new_empty((x.shape[0], weight.shape[0], *spatial))
+
+
+@torch.library.register_fake("tunedb::conv1d", lib=_lib)
+def _conv1d_fake(x, weight, bias, stride, padding, dilation, groups, act="none"):
+    return _fake("conv1d", x, weight, bias, stride, padding, dilation, groups, act)
+
+
+@torch.library.register_fake("tunedb::conv2d", lib=_lib)
+def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups, act="none"):
+    return _fake("conv2d", x, weight, bias, stride, padding, dilation, groups, act)
+
+
+def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+           groups: int = 1, act: str = "none") -> Any:
+    """F.conv1d(x, weight, bias, ...) then the activation, through the tuned selection."""
+    p = lambda v: list(keys._pair("arg", v, 1))  # noqa: E731
+    return torch.ops.tunedb.conv1d(x, weight, bias, p(stride), p(padding), p(dilation), groups, act)
+
+
+def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+           groups: int = 1, act: str = "none") -> Any:
+    p = lambda v: list(keys._pair("arg", v, 2))  # noqa: E731
+    return torch.ops.tunedb.conv2d(x, weight, bias, p(stride), p(padding), p(dilation), groups, act)

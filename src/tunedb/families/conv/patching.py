@@ -1,0 +1,143 @@
+"""optimize() for the conv family: nn.Conv1d / nn.Conv2d modules call tunedb::conv1d / conv2d.
+
+A served module (zeros padding, numeric padding, not transposed) changes class in place to
+TunedConv1d / TunedConv2d: the parameters, hooks and state dict stay as they are. Inside an
+nn.Sequential:
+- Conv2d then nn.ReLU / nn.SiLU becomes one call with the activation fused (the Conformer's
+  Conv2dSubsampling: conv2d(3x3, stride 2) + ReLU, twice); the activation becomes nn.Identity.
+- Conv1d then BatchNorm1d then nn.SiLU / nn.ReLU (the Conformer's depthwise conv, its batch norm
+  and its SiLU) becomes one call in eval mode: the batch norm is folded into the conv's weight and
+  bias (in fp32, cached per parameter version, so a captured graph replays no folding) and the
+  activation runs in the kernel's epilogue; the norm and activation modules pass their input
+  through while the norm is in eval mode. In training mode the three run as before (the norm
+  then uses batch statistics, which no folding can know).
+The op itself runs plain torch on CPU / fp32 inputs, so a patched model stays correct anywhere.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+PATCH_RULES = ("nn.Conv1d -> TunedConv1d (tunedb::conv1d)",
+               "nn.Conv2d -> TunedConv2d (tunedb::conv2d)",
+               "nn.Sequential(Conv2d, ReLU|SiLU) -> TunedConv2d(act=relu|silu), Identity",
+               "nn.Sequential(Conv1d, BatchNorm1d, SiLU|ReLU) -> TunedConv1d(folded norm, act) in eval mode")
+
+
+def _folded(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, bias) of conv followed by bn in eval mode, computed in fp32 once per version."""
+    parts = (conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
+    key = tuple((t.data_ptr(), t._version) if t is not None else None for t in parts)
+    cached = conv.__dict__.get("_tunedb_fold")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    var, mean = bn.running_var.float(), bn.running_mean.float()
+    scale = torch.rsqrt(var + bn.eps)
+    if bn.weight is not None:
+        scale = scale * bn.weight.float()
+    w = conv.weight.float() * scale.view(-1, *([1] * (conv.weight.dim() - 1)))
+    b = conv.bias.float() if conv.bias is not None else torch.zeros_like(mean)
+    b = (b - mean) * scale + (bn.bias.float() if bn.bias is not None else 0.0)
+    out = (w.to(conv.weight.dtype), b.to(conv.weight.dtype))
+    conv.__dict__["_tunedb_fold"] = (key, out)
+    return out
+
+
+class TunedConv1d(nn.Conv1d):
+    tunedb_act = "none"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from tunedb.families.conv import ops
+
+        bn = self.__dict__.get("_tunedb_bn")
+        if bn is not None:
+            if bn.training:
+                return ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+            w, b = _folded(self, bn)
+            return ops.conv1d(x, w, b, self.stride, self.padding, self.dilation, self.groups, self.tunedb_act)
+        return ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+                          self.tunedb_act)
+
+
+class TunedConv2d(nn.Conv2d):
+    tunedb_act = "none"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from tunedb.families.conv import ops
+
+        return ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+                          self.tunedb_act)
+
+
+class AbsorbedBatchNorm1d(nn.BatchNorm1d):
+    """A batch norm folded into the conv before it: passes its input through in eval mode."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if not self.training else super().forward(x)
+
+
+class _Absorbed:
+    """An activation run by the conv's epilogue while `norm` is in eval mode."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if not self.__dict__["_tunedb_norm"].training else super().forward(x)
+
+
+class AbsorbedSiLU(_Absorbed, nn.SiLU):
+    pass
+
+
+class AbsorbedReLU(_Absorbed, nn.ReLU):
+    pass
+
+
+_TUNED = {nn.Conv1d: TunedConv1d, nn.Conv2d: TunedConv2d}
+_ACTS = {nn.ReLU: "relu", nn.SiLU: "silu"}
+_ABSORBED = {nn.ReLU: AbsorbedReLU, nn.SiLU: AbsorbedSiLU}
+
+
+def served(module: Any) -> bool:
+    return (type(module) in _TUNED and module.padding_mode == "zeros" and not isinstance(module.padding, str)
+            and not module.transposed)
+
+
+def _foldable(bn: Any, conv: Any) -> bool:
+    return (type(bn) is nn.BatchNorm1d and bn.track_running_stats and bn.running_mean is not None
+            and bn.num_features == conv.out_channels)
+
+
+def _fuse(seq: nn.Sequential) -> None:
+    mods = seq._modules
+    names = list(mods)
+    for i, name in enumerate(names):
+        conv = mods[name]
+        nxt = [mods[n] for n in names[i + 1:i + 3]]
+        if type(conv) is nn.Conv2d and served(conv) and nxt and type(nxt[0]) in _ACTS:
+            conv.__class__ = TunedConv2d
+            conv.tunedb_act = _ACTS[type(nxt[0])]
+            mods[names[i + 1]] = nn.Identity()
+        elif (type(conv) is nn.Conv1d and served(conv) and len(nxt) == 2 and _foldable(nxt[0], conv)
+              and type(nxt[1]) in _ACTS):
+            bn, act = nxt
+            conv.__class__ = TunedConv1d
+            conv.tunedb_act = _ACTS[type(act)]
+            bn.__class__ = AbsorbedBatchNorm1d
+            act.__class__ = _ABSORBED[type(act)]
+            # references, not submodules: the state dict and module tree stay as they were
+            conv.__dict__["_tunedb_bn"] = bn
+            act.__dict__["_tunedb_norm"] = bn
+
+
+def optimize(model: Any, approximate: bool = False) -> Any:
+    """The model with its served convolutions swapped (in place); returns it."""
+    from tunedb.families.conv import ops  # noqa: F401 -- registers the ops
+
+    for parent in list(model.modules()):
+        if isinstance(parent, nn.Sequential):
+            _fuse(parent)
+    for module in list(model.modules()):
+        if served(module):
+            module.__class__ = _TUNED[type(module)]
+    return model
