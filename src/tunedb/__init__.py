@@ -3,7 +3,7 @@
 Public API (imported lazily; importing tunedb touches neither the GPU nor the disk):
     tunedb.reload()            start a new database epoch
     tunedb.tuning_report()     one line per family: how each call resolved, per tier
-    tunedb.optimize(model)     patch in every family's tuned ops (GEMM: nn.Linear + activation)
+    tunedb.optimize(model)     patch in the tuned ops of GEMM and of every family measured on this GPU
     tunedb.autotune(...)       context manager: measure shapes no tier covers
     tunedb.prewarm(...)        measure a model's uncovered must-tune points before capture
     tunedb.confirm(...)        judge a model's Triton picks inside its captured forward

@@ -68,10 +68,10 @@ def _optimized(w: Workload, model: Any) -> Any:
     from tunedb.runtime.patching import optimize
 
     if isinstance(model, torch.nn.Module):
-        return optimize(model, inplace=True)
+        return optimize(model, inplace=True, families="all")
     inner = getattr(model, "model", None)
     if isinstance(inner, torch.nn.Module):
-        model.model = optimize(inner, inplace=True)
+        model.model = optimize(inner, inplace=True, families="all")
         return model
     raise CensusError(f"{w.name}: --fused needs the model to be a torch.nn.Module (or hold one as .model); "
                       f"got {type(model).__name__}")

@@ -3,25 +3,60 @@
 A family's `optimize(model, approximate=False)` hook swaps the modules it serves for its tuned
 ops (GEMM: nn.Linear, and a following activation where safe, for TunedLinear; see
 families/gemm/patching.py); a family without the hook leaves the model as it is.
+
+Which families patch (`families=`): by default the registry's default family (GEMM, whose
+unmeasured shapes the fallback or its confidence-gated model tier serve) and every other family
+that has a measured table for this GPU's arch in a tier (user or system). A family with no table
+would serve every call with its fallback -- the framework's own kernel behind one more Python
+hop, a loss in eager mode and no gain anywhere -- so on a model nobody measured its modules stay
+the model's own. `families="all"` patches with every family (the census of `tunedb tune` does,
+so that what a table could serve is recorded); a list names them.
 """
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Iterable
 
-from tunedb import families
+from tunedb import families as _registry
 from tunedb.families.contract import hook
 
 
-def optimize(model: Any, approximate: bool = False, inplace: bool = True) -> Any:
-    """The model with every family's patches applied (a deep copy when inplace=False).
-    approximate=True lets approximating arms serve, gate permitting (process-wide)."""
+def optimize(model: Any, approximate: bool = False, inplace: bool = True,
+             families: "str | Iterable[str] | None" = None) -> Any:
+    """The model with the families' patches applied (a deep copy when inplace=False).
+    approximate=True lets approximating arms serve, gate permitting (process-wide). families:
+    None (the default family and every family measured on this arch), "all", or names."""
     import torch
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"optimize() needs a torch.nn.Module, got {type(model).__name__}")
+    chosen = patching_families(families)
     if not inplace:
         model = copy.deepcopy(model)
-    for name in families.names():
-        model = hook(families.get(name), "optimize")(model, approximate=approximate)
+    for name in chosen:
+        model = hook(_registry.get(name), "optimize")(model, approximate=approximate)
     return model
+
+
+def patching_families(which: "str | Iterable[str] | None" = None) -> tuple[str, ...]:
+    """The families optimize() patches with, in registry order (see the module docstring)."""
+    names = _registry.names()
+    if which == "all":
+        return names
+    if which is not None:
+        asked = (which,) if isinstance(which, str) else tuple(which)
+        for name in asked:
+            _registry.get(name)  # RegistryError naming the unknown family and the registered ones
+        return tuple(n for n in names if n in asked)
+    return tuple(n for n in names if n == _registry.DEFAULT or _measured(n))
+
+
+def _measured(name: str) -> bool:
+    """Whether a tier file for the current arch holds entries of family `name`."""
+    from tunedb import database
+    from tunedb.runtime import selector
+
+    try:
+        return any(res.db.entries for res in database.lookup(selector.current_arch_family(), name))
+    except Exception:  # an unreadable tier is skipped by lookup; anything else: not measured
+        return False
