@@ -16,6 +16,7 @@ for the measuring worker, and MemAvailable over a per-compile memory budget
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import multiprocessing
 import os
 import time
@@ -100,6 +101,7 @@ class CompileStats:
     ok: int = 0
     failed: list[str] = field(default_factory=list)  # "job: error" for each failed one
     compile_seconds: float = 0.0  # summed over jobs (CPU work moved off the measuring path)
+    skipped: int = 0  # jobs an earlier pool already compiled into this cache (its done log)
     wait_seconds: float = 0.0  # the measuring side blocked on compiles not yet done
     waited_points: int = 0
 
@@ -111,8 +113,10 @@ class CompilePool:
 
     def __init__(self, make_jobs: Callable[[Signature, Sequence[str]], Iterable[Hashable]],
                  work: Iterable[tuple[Signature, Sequence[str]]], processes: int,
-                 executor: cf.Executor | None = None, wait_limit_s: float = 600.0, own: bool | None = None) -> None:
+                 executor: cf.Executor | None = None, wait_limit_s: float = 600.0, own: bool | None = None,
+                 done: "DoneLog | None" = None) -> None:
         self.stats = CompileStats()
+        self.done = done
         self.processes = processes
         self.wait_limit_s = wait_limit_s
         self._own = executor is None if own is None else own
@@ -138,6 +142,9 @@ class CompilePool:
                 for job in jobs:
                     if job in self._futures or self.broken:
                         continue
+                    if self.done is not None and self.done.has(job):
+                        self.stats.skipped += 1
+                        continue
                     try:
                         fut = self._pool.submit(_run_job, job)
                     except (cf.BrokenExecutor, RuntimeError) as exc:
@@ -157,6 +164,8 @@ class CompilePool:
             self.stats.compile_seconds += float(res.get("seconds", 0.0))
             if res.get("ok"):
                 self.stats.ok += 1
+                if self.done is not None:
+                    self.done.add(job)
             else:
                 self.stats.failed.append(f"{job}: {res.get('error', '')}")
         return done
@@ -175,15 +184,74 @@ class CompilePool:
         return waited
 
     def close(self, wait: bool = False) -> None:
-        """Stop: queued jobs are cancelled (a finished build needs none of them)."""
+        """Stop: queued jobs are cancelled (a finished build needs none of them); the done log
+        keeps what was compiled."""
         if self._own:
             self._pool.shutdown(wait=wait, cancel_futures=True)
+        if self.done is not None:
+            self.done.save()
 
     def __enter__(self) -> "CompilePool":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class DoneLog:
+    """The jobs a pool compiled into a compiler cache, kept beside it
+    (`<cache>/tunedb-compiled-<family>.json`), so a warm build does not send them to a process
+    again: a pool process spends seconds starting and loading a cached binary, and the measuring
+    side waited 5.2 s for that in a warm `tunedb tune whisper-base` (session 10, call B). The log
+    holds for one fingerprint (the family's impl_hash and the compiler's version); a log of
+    another, or one the cache lost, only costs the worker its compile at the first probe."""
+
+    def __init__(self, path: Path, fingerprint: str) -> None:
+        self.path, self.fingerprint = path, fingerprint
+        self._known: set[str] = set()
+        self._new: set[str] = set()
+        try:
+            data = json.loads(path.read_text())
+            if data.get("fingerprint") == fingerprint:
+                self._known = set(data.get("jobs", ()))
+        except (OSError, ValueError, AttributeError):  # absent or unreadable: nothing known
+            pass
+
+    def has(self, job: Hashable) -> bool:
+        return repr(job) in self._known
+
+    def add(self, job: Hashable) -> None:
+        self._new.add(repr(job))
+
+    def save(self) -> None:
+        if not self._new:
+            return
+        from tunedb.database import write_atomic
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, json.dumps({"fingerprint": self.fingerprint,
+                                                "jobs": sorted(self._known | self._new)}, indent=0))
+            self._known |= self._new
+            self._new.clear()
+        except OSError:  # a read-only cache: the next build sends the jobs again
+            pass
+
+
+def done_log(family: Any) -> DoneLog | None:
+    """The family's done log in its compiler cache, or None (no cache directory to keep it in)."""
+    from tunedb.families.contract import hook
+
+    cache = hook(family, "compiler_cache")()
+    if not cache:
+        return None
+    try:
+        from importlib.metadata import version
+
+        compiler = version("triton")
+    except Exception:  # noqa: BLE001 - no version to pin the log to: keep none
+        return None
+    return DoneLog(Path(cache) / f"tunedb-compiled-{family.name}.json", f"{family.impl_hash()}|triton {compiler}")
 
 
 _PRESTARTED: dict[str, tuple[cf.ProcessPoolExecutor, int]] = {}
@@ -241,7 +309,8 @@ def for_build(family: Any, arch_family: str, work: Sequence[tuple[Signature, Seq
             return None
         started = (_executor(family, size.jobs), size.jobs)
     make = hook(family, "compile_jobs")
-    return CompilePool(lambda sig, ids: make(arch_family, sig, ids), work, started[1], executor=started[0], own=True)
+    return CompilePool(lambda sig, ids: make(arch_family, sig, ids), work, started[1], executor=started[0], own=True,
+                       done=done_log(family))
 
 
 def for_family(family: Any, arch_family: str) -> CompilePool | None:
@@ -296,7 +365,7 @@ def report(pool: CompilePool | None) -> dict[str, Any]:
     if pool is None:
         return {}
     s = pool.stats
-    return {"processes": pool.processes, "jobs": s.jobs, "ok": s.ok, "failed": list(s.failed),
+    return {"processes": pool.processes, "jobs": s.jobs, "ok": s.ok, "failed": list(s.failed), "skipped": s.skipped,
             "compile_seconds": round(s.compile_seconds, 3), "wait_seconds": round(s.wait_seconds, 3),
             "waited_points": s.waited_points}
 
@@ -305,6 +374,12 @@ def describe(rep: dict[str, Any]) -> str:
     """The report's line: 'compile pool: 15 processes, 58 jobs (58 ok), ...'."""
     failed = len(rep.get("failed") or ())
     return (f"compile pool: {rep['processes']} processes, {rep['jobs']} jobs ({rep['ok']} ok"
-            f"{f', {failed} failed (their probes report it)' if failed else ''}), "
+            f"{f', {failed} failed (their probes report it)' if failed else ''}"
+            f"{_skipped(rep)}), "
             f"{rep['compile_seconds']:.1f} s of compiling off the measuring path, "
             f"measuring waited {rep['wait_seconds']:.1f} s at {rep['waited_points']} point(s)")
+
+
+def _skipped(rep: dict[str, Any]) -> str:
+    n = rep.get("skipped") or 0
+    return f", {n} compiled by an earlier build" if n else ""
