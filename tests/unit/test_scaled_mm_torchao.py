@@ -1,0 +1,87 @@
+"""The census of a full-precision model quantized online with torchao (tunedb census
+--quantization): on meta tensors every quantized Linear becomes a scaled_mm / scaled_mm_fp8 point
+keyed by its weight (scale mode from the scale's shape), counted once, with the Llama-3-8B widths;
+a missing torchao is a clear CensusError naming it; weight-only or unserved calls get no key."""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import pytest
+import torch
+
+from tunedb.errors import CensusError
+from tunedb.families.scaled_mm import torchao_bridge as tb
+
+
+def test_missing_torchao_names_what_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchao", None)  # import torchao raises ImportError
+    with pytest.raises(CensusError, match=r"--quantization int8 quantizes the model with torchao.*pip install torchao=="):
+        tb.require_torchao("int8")
+    from tunedb.census.presets import workload
+    from tunedb.census.probe import take_census
+
+    with pytest.raises(CensusError, match="torchao"):
+        take_census(workload("llama-3-8b"), "decode", 2, quantization="fp8-rowwise")
+
+
+def test_unknown_scheme_lists_the_schemes():
+    with pytest.raises(CensusError, match="unknown quantization scheme 'fp4'; schemes are fp8-rowwise, fp8-block, int8"):
+        tb.require_torchao("fp4")
+
+
+torchao = pytest.importorskip("torchao")
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(256, 384, bias=False)
+        self.down = torch.nn.Linear(384, 256, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+@pytest.mark.parametrize("scheme, family, scale", [("fp8-rowwise", "scaled_mm_fp8", "row"),
+                                                   ("fp8-block", "scaled_mm_fp8", "block"),
+                                                   ("int8", "scaled_mm", None)])
+def test_quantized_linears_are_keyed_once_on_meta(scheme, family, scale):
+    from tunedb.census.recorder import Recorder
+    from tunedb.families.scaled_mm.keys import make_signature
+
+    model = Tiny().to("meta", torch.bfloat16)
+    assert tb.quantize_model(model, scheme, "meta") == 2
+    x = torch.empty((3, 5, 256), dtype=torch.bfloat16, device="meta")
+    with torch.no_grad(), Recorder() as aten_rec, tb.recorder() as rec:
+        y = model(x)
+        model(x)
+    assert y.shape == (3, 5, 256) and y.device.type == "meta"
+    sig = lambda n, k: make_signature(family, "scaled_mm", n, k, "bf16", scale or "row")  # noqa: E731
+    assert rec.calls == Counter({(sig(384, 256), 15): 2, (sig(256, 384), 15): 2})
+    assert not [k for k in aten_rec.calls if k[0].family.startswith("scaled_mm")]  # not counted twice
+
+
+def test_weight_only_and_fp32_activations_get_no_key():
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    model = Tiny().to(torch.bfloat16)
+    quantize_(model, Int8WeightOnlyConfig())
+    assert not tb.is_quantized(model.up.weight)
+    assert tb.linear_key(torch.empty(2, 256, dtype=torch.bfloat16), model.up.weight) is None
+    q = Tiny().to("meta", torch.bfloat16)
+    tb.quantize_model(q, "int8", "meta")
+    assert tb.linear_key(torch.empty(2, 256, device="meta"), q.up.weight) is None  # fp32 x: unserved
+
+
+def test_llama_census_with_quantization():
+    from tunedb.census.presets import workload
+    from tunedb.census.probe import take_census
+
+    census = take_census(workload("llama-3-8b"), "decode", 4, impl="mirror", quantization="fp8-rowwise")
+    fp8 = [p for p in census.points if p.signature.family == "scaled_mm_fp8"]
+    widths = {(p.signature.get("N"), p.signature.get("K")) for p in fp8}
+    assert widths == {(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096)}
+    assert {p.signature.get("scale") for p in fp8} == {"row"}
+    assert not [p for p in census.points if p.signature.family == "gemm" and p.signature.op == "gemm"]
+    assert dict(census.meta)["quantization"] == "fp8-rowwise"
