@@ -85,3 +85,48 @@ def test_llama_census_with_quantization():
     assert {p.signature.get("scale") for p in fp8} == {"row"}
     assert not [p for p in census.points if p.signature.family == "gemm" and p.signature.op == "gemm"]
     assert dict(census.meta)["quantization"] == "fp8-rowwise"
+
+
+@pytest.mark.parametrize("scheme, family, scale", [("fp8-rowwise", "scaled_mm_fp8", "row"),
+                                                   ("fp8-block", "scaled_mm_fp8", "block"),
+                                                   ("int8", "scaled_mm", "row")])
+def test_optimize_serves_torchao_linears_through_the_tuned_op(scheme, family, scale):
+    """optimize() swaps each torchao W8A8 Linear for a QuantizedLinear (the GEMM family leaves
+    them alone); on the CPU its output is the dequantized product of the same weight and the
+    activation quantized as the scheme does: close to the full-precision Linear."""
+    import tunedb
+    from tunedb.families.scaled_mm.patching import quantized_linear_class
+
+    torch.manual_seed(0)
+    model = Tiny().to(torch.bfloat16)
+    full = Tiny().to(torch.bfloat16)
+    full.load_state_dict(model.state_dict())
+    tb.quantize_model(model, scheme, "cpu")
+    x = torch.randn(2, 7, 256, dtype=torch.bfloat16)
+    out = tunedb.optimize(model)
+    cls = quantized_linear_class()
+    assert isinstance(out.up, cls) and isinstance(out.down, cls)
+    assert out.up.family == family and out.up.scale == scale
+    assert out.up.qweight.data_ptr() == out.up.torchao_weight.qdata.data_ptr()  # shared, not copied
+    with torch.no_grad():
+        y, ref = out(x).float(), full(x).float()
+    assert y.shape == (2, 7, 256) and y.dtype == torch.float32
+    assert ((y - ref).norm() / ref.norm()).item() < 0.08  # 8-bit rounding of both operands
+    report = tunedb.tuning_report()
+    assert f"{family}: 2 quantized layer(s) over 2 signature(s) (Tiny): 0 with a tuning entry, 0 on the shape heuristic, 2 not yet run on a GPU" in report
+    assert "gemm: 0 linear" not in report
+
+
+def test_quantized_input_matches_the_scheme():
+    from tunedb.families.scaled_mm.patching import quantized_linear_class
+
+    model = Tiny().to(torch.bfloat16)
+    tb.quantize_model(model, "fp8-block", "cpu")
+    layer = quantized_linear_class()(model.up)
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    x[1, 130] = 1000.0  # one large value: only its 1x128 block's scale grows
+    q, s = layer.quantize_input(x)
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (3, 2)
+    assert s[1, 1] == pytest.approx(1000.0 / 448) and s[1, 0] < 1.0
+    back = (q.float().view(3, 2, 128) * s.unsqueeze(2)).view(3, 256)
+    assert ((back - x.float()).norm() / x.float().norm()).item() < 0.07

@@ -71,6 +71,13 @@ class ScaledMMFamily:
 
         return PickRule(fallback="heuristic", simplicity=simplicity)
 
+    def cost_model(self, profile: ArchProfile, params: Any = None) -> Any:
+        """The pruning model (pruning.py): ranks configs so a build measures its top-k (plus each
+        lane's best); it serves nothing (pick is None: unmeasured shapes keep the heuristic)."""
+        from tunedb.families.scaled_mm.pruning import PruningModel
+
+        return PruningModel(profile)
+
     def heuristic(self, sig: Signature, m: int | None, arch: ArchProfile | None = None) -> Config:
         """The concrete tile the `heuristic` sentinel runs at M (the largest tile at m=None)."""
         return configs.heuristic_config(sig, m if m is not None else 1 << 20, arch.sms if arch else 132)
@@ -105,6 +112,14 @@ class ScaledMMFamily:
         from tunedb.families.scaled_mm.census import rules
 
         return rules(self.name)
+
+    def optimize(self, model: Any, approximate: bool = False) -> Any:
+        """Serve the model's torchao-quantized Linears of this family through the tuned op
+        (patching.py; the activation is quantized as the torchao scheme does)."""
+        from tunedb.families.scaled_mm import ops  # noqa: F401 -- the ops the layers call
+        from tunedb.families.scaled_mm.patching import optimize
+
+        return optimize(model, self.name)
 
     def register_ops(self) -> None:
         from tunedb.families.scaled_mm import ops  # noqa: F401 -- importing registers tunedb::scaled_mm_*
