@@ -130,3 +130,17 @@ def test_quantized_input_matches_the_scheme():
     assert s[1, 1] == pytest.approx(1000.0 / 448) and s[1, 0] < 1.0
     back = (q.float().view(3, 2, 128) * s.unsqueeze(2)).view(3, 256)
     assert ((back - x.float()).norm() / x.float().norm()).item() < 0.07
+
+
+def test_asymmetric_activations_are_not_served():
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, MappingType, quantize_
+
+    model = Tiny().to(torch.bfloat16)
+    try:
+        quantize_(model, Int8DynamicActivationInt8WeightConfig(act_mapping_type=MappingType.ASYMMETRIC))
+    except TypeError:
+        pytest.skip("this torchao has no asymmetric int8 activations")
+    assert not tb.is_quantized(model.up.weight)
+    import tunedb
+
+    assert type(tunedb.optimize(model).up) is torch.nn.Linear  # left to torchao

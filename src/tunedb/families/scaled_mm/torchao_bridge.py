@@ -118,11 +118,23 @@ def quantize_model(model: Any, scheme: str, device: Any = "meta") -> int:
 
 
 def is_quantized(weight: Any) -> bool:
-    """Whether `weight` is a torchao W8A8 tensor (8-bit qdata, a scale, activations quantized)."""
+    """Whether `weight` is a torchao W8A8 tensor as the ops compute it: 8-bit qdata and a scale,
+    activations quantized dynamically and symmetrically, no activation pre-scale (SmoothQuant /
+    AWQ) and no weight zero point other than zeros."""
     qdata = getattr(weight, "qdata", None)
-    return (qdata is not None and getattr(weight, "scale", None) is not None
-            and str(qdata.dtype) in ("torch.float8_e4m3fn", "torch.int8")
-            and getattr(weight, "act_quant_kwargs", None) is not None)
+    act = getattr(weight, "act_quant_kwargs", None)
+    if qdata is None or getattr(weight, "scale", None) is None or act is None:
+        return False
+    if str(qdata.dtype) not in ("torch.float8_e4m3fn", "torch.int8"):
+        return False
+    if getattr(weight, "act_pre_scale", None) is not None or getattr(weight, "act_quant_scale", None) is not None:
+        return False  # a pre-scaled or statically quantized activation is another op
+    if "ASYMMETRIC" in str(getattr(act, "mapping_type", "")):
+        return False
+    zp = getattr(weight, "zero_point", None)
+    if zp is not None and zp.device.type != "meta" and bool(zp.any()):
+        return False
+    return True
 
 
 def scale_mode(weight: Any) -> str | None:
