@@ -144,3 +144,20 @@ def test_asymmetric_activations_are_not_served():
     import tunedb
 
     assert type(tunedb.optimize(model).up) is torch.nn.Linear  # left to torchao
+
+
+@pytest.mark.parametrize("scheme", ["fp8-rowwise", "fp8-block", "int8"])
+def test_layer_signature_is_the_key_its_calls_resolve(scheme):
+    """The report finds a layer's calls in the selector's counters by layer.signature(): it must
+    be the key the op computes from the call's tensors."""
+    from tunedb.families.scaled_mm import ops
+    from tunedb.families.scaled_mm.patching import quantized_linear_class
+
+    model = Tiny().to(torch.bfloat16)
+    tb.quantize_model(model, scheme, "cpu")
+    layer = quantized_linear_class()(model.up)
+    q, s = layer.quantize_input(torch.randn(5, 256, dtype=torch.bfloat16))
+    fam = "scaled_mm" if scheme == "int8" else "scaled_mm_fp8"
+    sig, m = ops._key(fam, "scaled_mm", q, layer.qweight, s, layer.w_scale,
+                      "" if scheme == "int8" else layer.scale, torch.bfloat16)
+    assert (sig, m) == (layer.signature(), 5)
