@@ -6,7 +6,8 @@ torchao's configs) and runs the GEMM through tunedb's op, so the selector's tabl
 row-wise, torchao's Triton kernel for blocks, _int_mm for int8). The weight and its scales are
 torchao's own tensors' data, shared, not copied.
 
-Numerics: the activation's scale is amax/QMAX per row (or block), as torchao computes it; the
+Numerics: the activation's scale is amax/QMAX per row (or block), as torchao computes it (on
+CUDA, per-token scales take one kernel, launch.quantize_rows; torch ops otherwise); the
 quantized GEMM accumulates in fp32 per K tile (torchao's fp8 default asks cuBLAS for fast
 accumulation, which is less precise), so outputs agree with torchao's to the fp8 (int8) rounding
 of the activation, not bit for bit.
@@ -52,6 +53,10 @@ def _module_class() -> type:
 
         def quantize_input(self, x2: Any) -> tuple[Any, Any]:
             """(q, scale) of the [M, K] activation: amax / QMAX per row, or per 1x128 block."""
+            if self.scale == "row" and x2.is_cuda and x2.is_contiguous():
+                from tunedb.families.scaled_mm.launch import quantize_rows
+
+                return quantize_rows(x2, self.dt)  # one kernel (the _quant op's row quantizer)
             qmax = _QMAX[self.dt]
             xf = x2.float()
             if self.scale == "block":
@@ -74,7 +79,7 @@ def _module_class() -> type:
 
         def forward(self, x: Any) -> Any:
             lead = x.shape[:-1]
-            x2 = x.reshape(-1, self.in_features)
+            x2 = x.reshape(-1, self.in_features).contiguous()
             q, s = self.quantize_input(x2)
             if self.dt == "int8":
                 y = torch.ops.tunedb.scaled_mm_int8(q, self.qweight, s, self.w_scale, x.dtype)
