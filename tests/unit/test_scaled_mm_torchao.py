@@ -161,3 +161,17 @@ def test_layer_signature_is_the_key_its_calls_resolve(scheme):
     sig, m = ops._key(fam, "scaled_mm", q, layer.qweight, s, layer.w_scale,
                       "" if scheme == "int8" else layer.scale, torch.bfloat16)
     assert (sig, m) == (layer.signature(), 5)
+
+
+def test_fused_census_of_a_quantized_model_keys_the_same_points():
+    """--fused takes the census of optimize(model): its QuantizedLinears record themselves, so the
+    quantized points equal the aten-level census's."""
+    from tunedb.census.presets import workload
+    from tunedb.census.probe import take_census
+
+    def quantized(fused):
+        c = take_census(workload("llama-3-8b"), "decode", 2, impl="mirror", fused=fused, quantization="int8")
+        return {(p.signature, p.m, p.calls) for p in c.points if p.signature.family == "scaled_mm"}
+
+    plain, fused = quantized(False), quantized(True)
+    assert plain and fused == plain

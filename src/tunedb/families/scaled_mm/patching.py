@@ -80,6 +80,8 @@ def _module_class() -> type:
         def forward(self, x: Any) -> Any:
             lead = x.shape[:-1]
             x2 = x.reshape(-1, self.in_features).contiguous()
+            if torchao_bridge.ACTIVE:  # a census is recording (tunedb census --fused --quantization)
+                torchao_bridge.ACTIVE[-1].calls[(self.signature(), x2.shape[0])] += 1
             q, s = self.quantize_input(x2)
             if self.dt == "int8":
                 y = torch.ops.tunedb.scaled_mm_int8(q, self.qweight, s, self.w_scale, x.dtype)

@@ -37,6 +37,9 @@ from tunedb.records import Signature
 SCHEMES: tuple[str, ...] = ("fp8-rowwise", "fp8-block", "int8")
 TORCHAO_TESTED = "0.18.0"  # the wheel the device carries (.stage/wheels); imports on torch 2.11 and 2.13
 _OUT = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
+# the census recorders now active: an optimized model's QuantizedLinear (patching.py) does not call
+# F.linear, so it adds its own (signature, M) to the innermost one (tunedb census --fused)
+ACTIVE: list[Any] = []
 
 
 def require_torchao(scheme: str) -> Any:
@@ -183,6 +186,14 @@ def _function_mode() -> type:
         def __init__(self) -> None:
             super().__init__()
             self.calls: Counter[tuple[Signature, int]] = Counter()
+
+        def __enter__(self) -> Any:
+            ACTIVE.append(self)  # QuantizedLinear (optimize()'s swap) records itself here
+            return super().__enter__()
+
+        def __exit__(self, *exc: Any) -> Any:
+            ACTIVE.remove(self)
+            return super().__exit__(*exc)
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
