@@ -42,19 +42,17 @@ def traffic(w: Workload, mode: str, max_batch: int, chunk: int | None, manifest:
                          captured=(mode == "offline"))
 
 
-def probe(built: Any, key: modes.Key, model: Any = None, quantized: bool = False) -> Counter[tuple[Signature, int]]:
+def probe(built: Any, key: modes.Key, model: Any = None, quantizer: Any = None) -> Counter[tuple[Signature, int]]:
     """Run one forward at `key` under the recorder. With `model` (tunedb.optimize of the built
     model) the tuned ops' calls are recorded as the run time keys them (gemm_act with its bias and
-    activation), and the aten recorder counts only the GEMMs outside them. quantized: the model's
-    Linears hold torchao weights; each such call is keyed by its weight
-    (families/scaled_mm/torchao_bridge.py) and the aten calls inside it are not counted again."""
+    activation), and the aten recorder counts only the GEMMs outside them. quantizer: the family's
+    census quantizer (the census_quantizer hook) whose recorder keys the quantized layers' calls
+    (the aten calls inside them are not counted again)."""
     from tunedb.census.recorder import record
 
     inputs = built.decode_inputs(key.batch) if key.length == 0 else built.inputs(key.batch, key.length)
-    if quantized:
-        from tunedb.families.scaled_mm.torchao_bridge import recorder
-
-        with recorder() as qrec:
+    if quantizer is not None:
+        with quantizer.recorder() as qrec:
             calls = probe(built, key, model)
         calls.update(qrec.calls)
         return calls
@@ -67,6 +65,19 @@ def probe(built: Any, key: modes.Key, model: Any = None, quantized: bool = False
     for _family, sig, m in tuned:
         calls[(sig.with_dt("half") if sig.dt in HALF_DTYPES else sig, m)] += 1  # the census's dt
     return calls
+
+
+def census_quantizer(scheme: str) -> Any:
+    """The first registered family's quantizer for `scheme` (its census_quantizer hook)."""
+    from tunedb import families
+    from tunedb.families.contract import hook
+
+    for name in families.names():
+        found = hook(families.get(name), "census_quantizer")(scheme)
+        if found is not None:
+            return found
+    raise CensusError(f"no registered kernel family quantizes a model with scheme {scheme!r} "
+                      f"(the quantized families offer fp8-rowwise, fp8-block and int8)")
 
 
 def _optimized(w: Workload, model: Any) -> Any:
@@ -96,16 +107,13 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
     model before probing; its Linears are then keyed under the quantized families."""
     import torch
 
-    if quantization is not None:
-        from tunedb.families.scaled_mm.torchao_bridge import require_torchao
-
-        require_torchao(quantization)  # before building the model: a missing torchao fails fast
+    quantizer = census_quantizer(quantization) if quantization is not None else None
+    if quantizer is not None:
+        quantizer.require()  # before building the model: a missing library fails fast
     keys = traffic(w, mode, max_batch, chunk, manifest, seed)
     built = w.build(torch.device(device), impl)
-    if quantization is not None:
-        from tunedb.families.scaled_mm.torchao_bridge import quantize_model
-
-        quantize_model(built.model, quantization, device)
+    if quantizer is not None:
+        quantizer.quantize(built.model, device)
     if mode == "decode" and built.decode_inputs is None:
         raise CensusError(f"{w.name} returned no decode_factory: it is encoder-only and has no decode steps")
     model = _optimized(w, built.model) if fused else None
@@ -113,7 +121,7 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
     eager: Counter[tuple[Signature, int]] = Counter()
     must: set[tuple[Signature, int]] = set()
     for key in sorted(keys):
-        recorded = probe(built, key, model, quantized=quantization is not None)
+        recorded = probe(built, key, model, quantizer)
         if not recorded:
             raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no call a family records")
         for point, n in recorded.items():

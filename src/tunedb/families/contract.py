@@ -353,6 +353,10 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     "weight_bytes": lambda family, sig: 0,  # (sig) -> weight bytes one call reads (the L2 working set)
     "prebuilt_configs": lambda family, arch_family: frozenset(),  # (arch_family) -> ids `tunedb prebuild` compiled
     "compiler_cache": _none,  # () -> where the family's compiled kernels are cached (for reports)
+    # (scheme) -> an object with require(), quantize(model, device) and recorder() that `tunedb
+    # census --quantization SCHEME` applies, or None when the family has no such scheme
+    "census_quantizer": _none,
+    "report_lines": lambda family: [],  # () -> tuning_report() lines of the family's own (per model)
 }
 
 

@@ -101,7 +101,9 @@ def confidence_lines() -> list[str]:
 
 def tuning_report() -> str:
     """One line per family and optimized model, then the selector's per-family lines."""
-    from tunedb.families.scaled_mm.patching import report_lines as quantized_lines
+    from tunedb import families
+    from tunedb.families.contract import hook
 
-    lines = model_lines() + quantized_lines() + list(selector.report_lines()) + confidence_lines()
+    own = [line for name in families.names() for line in hook(families.get(name), "report_lines")()]
+    lines = model_lines() + own + list(selector.report_lines()) + confidence_lines()
     return "\n".join(lines) if lines else selector.tuning_report()  # its "nothing called yet" line

@@ -121,6 +121,19 @@ class ScaledMMFamily:
 
         return optimize(model, self.name)
 
+    def census_quantizer(self, scheme: str) -> Any:
+        """torchao's online quantization for `tunedb census --quantization` (torchao_bridge.py):
+        int8 for this family's int8 object, fp8-rowwise / fp8-block for the fp8 one."""
+        from tunedb.families.scaled_mm import torchao_bridge
+
+        return torchao_bridge.quantizer(scheme) if torchao_bridge.family_of(scheme) == self.name else None
+
+    def report_lines(self) -> list[str]:
+        """One tuning-report line per model optimize() served through this family (patching.py)."""
+        from tunedb.families.scaled_mm.patching import report_lines
+
+        return report_lines(self.name)
+
     def register_ops(self) -> None:
         from tunedb.families.scaled_mm import ops  # noqa: F401 -- importing registers tunedb::scaled_mm_*
 

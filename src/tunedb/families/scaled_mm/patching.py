@@ -153,14 +153,14 @@ def optimize(model: Any, family: str) -> Any:
     return model
 
 
-def report_lines() -> list[str]:
-    """One line per optimized model and quantized family (see the module docstring)."""
+def report_lines(only: str | None = None) -> list[str]:
+    """One line per optimized model and quantized family (`only`: that family's lines)."""
     from tunedb.runtime import selector
 
     counts = selector.counters()
     lines = []
     for model_ref, name, family, refs in _models:
-        if model_ref() is None:
+        if model_ref() is None or (only is not None and family != only):
             continue
         sigs_seen = counts.get(family, {}).get("signatures", {})
         layers = [r() for r in refs if r() is not None]

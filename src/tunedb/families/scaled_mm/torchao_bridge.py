@@ -211,6 +211,31 @@ def _function_mode() -> type:
     return QuantizedLinearRecorder
 
 
+def family_of(scheme: str) -> str | None:
+    """The family a scheme's layers are keyed under (None: not a scheme of ours)."""
+    return {"int8": INT8_FAMILY, "fp8-rowwise": FP8_FAMILY, "fp8-block": FP8_FAMILY}.get(scheme)
+
+
+class Quantizer:
+    """What `tunedb census --quantization SCHEME` asks of a family (the census_quantizer hook)."""
+
+    def __init__(self, scheme: str) -> None:
+        self.scheme = scheme
+
+    def require(self) -> None:
+        require_torchao(self.scheme)
+
+    def quantize(self, model: Any, device: Any) -> int:
+        return quantize_model(model, self.scheme, device)
+
+    def recorder(self) -> Any:
+        return recorder()
+
+
+def quantizer(scheme: str) -> Quantizer:
+    return Quantizer(scheme)
+
+
 def recorder() -> Any:
     """A fresh QuantizedLinearRecorder (a TorchFunctionMode: `with recorder() as rec:`)."""
     return _function_mode()()
