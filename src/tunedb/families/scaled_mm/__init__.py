@@ -79,8 +79,12 @@ class ScaledMMFamily:
         return PruningModel(profile)
 
     def heuristic(self, sig: Signature, m: int | None, arch: ArchProfile | None = None) -> Config:
-        """The concrete tile the `heuristic` sentinel runs at M (the largest tile at m=None)."""
-        return configs.heuristic_config(sig, m if m is not None else 1 << 20, arch.sms if arch else 132)
+        """The concrete tile the `heuristic` sentinel runs at M; at m=None (the selector's default
+        tier, asked once per signature) the sentinel itself, which the op resolves per call's M:
+        a concrete tile here would serve the largest tile at M=1 too."""
+        if m is None:
+            return Config.sentinel("heuristic")
+        return configs.heuristic_config(sig, m, arch.sms if arch else 132)
 
     def weight_args(self, sig: Signature) -> tuple[int, ...]:
         return (1, 3)  # (x, weight, x_scale, w_scale): the weight and its scales are the cold bytes
