@@ -14,11 +14,21 @@ checked first: int8 bitwise against the heuristic's output, fp8 within 4x the ve
 not timed. --budget-s caps the Triton sweep's timing (baselines and the heuristic always run);
 the sweep's configs are compiled first, outside the budget (about 2 minutes cold).
 Prints a markdown table per mode and writes every row as JSON to --out.
+
+--quick times only what issue 20's goals need (QUICK; about 3-4 minutes on the H200, ~60 Triton
+compiles included): fp8 row-wise at M=2048 over Llama-3-8B's and Whisper-large-v3's widths
+against torch._scaled_mm and bf16 cuBLAS; fp8 row-wise at M in {1, 16} over Llama's widths against
+torch._scaled_mm and as a share of 4.3 TB/s (weights >= 16 MB); block-scaled fp8 at M in {16, 2048}
+on three Llama widths, the whole sweep at each M (the "exhaustive" side) against the heuristic
+and the shipped table's pick (db/sm90/scaled_mm_fp8.json, when it has the point); int8 at
+M in {1, 16} against bf16 cuBLAS and at M=2048 against torch._int_mm + epilogue, every arm checked
+bitwise against the heuristic. It ends with one line per goal (value, then the target).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -31,6 +41,7 @@ from tunedb.arch import shipped_profile
 from tunedb.measure.timers import rotation_copies
 
 DEVICE = "cuda"  # a module constant so that a CPU smoke test (interpreter) can swap it
+HBM_TBS = 4.3  # the H200's HBM3e bandwidth, the M <= 16 goal's yardstick
 SHAPES = ((4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336))
 MS = (1, 16, 128, 1024, 4096)
 MODES = {"int8": ("scaled_mm", "row", "bf16"), "fp8_tensor": ("scaled_mm_fp8", "tensor", "bf16"),
@@ -46,6 +57,21 @@ SWEEP = {
     "triton_splitk": ("sk2_b16x64x128_w4_s4", "sk4_b16x64x128_w4_s4", "sk8_b16x64x128_w4_s4",
                       "sk4_b16x128x128_w4_s4", "sk2_b32x128x128_w4_s4", "sk4_b32x64x128_w4_s3"),
 }
+# --quick: the issue's goals, one group each (shapes N x K; Llama-3-8B: q/o 4096x4096, k/v 1024x4096,
+# gate/up 14336x4096, down 4096x14336; Whisper-large-v3: 1280x1280, fc1 5120x1280, fc2 1280x5120)
+LLAMA = ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336))
+WHISPER = ((1280, 1280), (5120, 1280), (1280, 5120))
+BIG = ("tma_b128x256x128_w8_s3_g8", "tma_b128x128x128_w8_s4_g8", "tma_b128x256x64_w8_s4_g8",
+       "tma_b64x256x128_w8_s3_g8", "b128x256x128_w8_s3_g8", "b128x128x128_w8_s4_g8")
+SMALL = ("sk2_b16x64x128_w4_s4", "sk4_b16x64x128_w4_s4", "sk8_b16x64x128_w4_s4", "sk4_b16x128x128_w4_s4",
+         "b16x64x128_w4_s4_g8", "b16x128x128_w4_s4_g8")
+QUICK = (  # (goal, mode, shapes, Ms, configs: None = the full sweep at that M, the exhaustive side)
+    ("fp8 row-wise, large M", "fp8_row", LLAMA + WHISPER, (2048,), BIG),
+    ("fp8 row-wise, M <= 16", "fp8_row", LLAMA, (1, 16), SMALL),
+    ("fp8 block-scaled", "fp8_block", LLAMA[:1] + LLAMA[2:], (16, 2048), None),
+    ("int8", "int8", LLAMA[:1] + LLAMA[2:], (1, 16), SMALL),
+    ("int8", "int8", LLAMA[:1] + LLAMA[2:], (2048,), BIG),
+)
 
 
 def sweep_for(lane: str, m: int) -> tuple[str, ...]:
@@ -61,6 +87,23 @@ def sweep_for(lane: str, m: int) -> tuple[str, ...]:
     if m <= 128:
         return tuple(c for c in ids if bm(c) <= 128)
     return tuple(c for c in ids if bm(c) >= 64)
+
+
+def lane_of(cid: str) -> str:
+    return "triton_tma" if cid.startswith("tma_") else "triton_splitk" if cid.startswith("sk") else "triton_mma"
+
+
+def table_pick(fam, sig, m):
+    """The shipped table's config at (sig, M) (db/sm90/<family>.json in the source tree), or None."""
+    from pathlib import Path
+
+    from tunedb.database.schema import load
+
+    path = Path(families.__file__).parent.parent / "db" / "sm90" / f"{fam.name}.json"
+    if not path.exists():
+        return None
+    entry = load(path, fam.name, "sm90").entries.get(sig)
+    return entry.lookup(m) if entry is not None else None
 
 
 def graph_us(fn, x, weights, n_min=8) -> float:
@@ -87,7 +130,9 @@ def graph_us(fn, x, weights, n_min=8) -> float:
     return statistics.median(times)
 
 
-def run_point(mode, n, k, m, l2, deadline, rows):
+def run_point(mode, n, k, m, l2, deadline, rows, configs=None, group=""):
+    """Time every arm at one point into `rows`. configs: the Triton configs to time (None: every
+    lane's sweep at M); the shipped table's pick is timed too (lane "table") when it has one."""
     fam_name, scale, out = MODES[mode]
     fam = families.get(fam_name)
     sig = fam.make_signature("scaled_mm", n, k, out, scale)
@@ -114,14 +159,18 @@ def run_point(mode, n, k, m, l2, deadline, rows):
         if fam.dt == "fp8":
             y = fam.launch(fam.parse_config("torch"), sig, x, w, sx, sw)
             base_err = max(base_err, ((y.float() - ref).abs().max() / ref.abs().max()).item())
-    for lane in ("triton_mma", "triton_tma", "triton_splitk"):
-        for cid in sweep_for(lane, m):
-            if fam.invalid_reason(fam.parse_config(cid), sig, m, sm90) is None:
-                arms.append((lane, cid))
+    ids = configs if configs is not None else [c for lane in SWEEP for c in sweep_for(lane, m)]
+    for cid in ids:
+        if fam.invalid_reason(fam.parse_config(cid), sig, m, sm90) is None:
+            arms.append((lane_of(cid), cid))
+    picked = table_pick(fam, sig, m)
+    if picked is not None:
+        arms.append(("table", picked))
 
     def record(arm_kind, cid, us=None, status="ok"):
-        rows.append({"mode": mode, "N": n, "K": k, "M": m, "lane": arm_kind, "config": cid, "status": status,
-                     "us": us, "tflops": (flops / (us * 1e-6) / 1e12) if us else None})
+        rows.append({"group": group, "mode": mode, "N": n, "K": k, "M": m, "lane": arm_kind, "config": cid,
+                     "status": status, "us": us, "tflops": (flops / (us * 1e-6) / 1e12) if us else None,
+                     "weight_mb": weight_bytes / 1e6})
 
     # bf16 cuBLAS on the same shape (weights rotate the same way, twice the bytes)
     xb = torch.randn((m, k), device=DEVICE, dtype=torch.bfloat16)
@@ -130,7 +179,7 @@ def run_point(mode, n, k, m, l2, deadline, rows):
     record("bf16", "F.linear", graph_us(lambda x_, w_: F.linear(x_, w_), xb, [(wb.clone(),) for _ in range(bcopies)]))
     del xb, wb
     for kind, cid in arms:
-        if kind.startswith("triton") and time.monotonic() > deadline:
+        if kind.startswith("triton") and time.monotonic() > deadline and kind != "table":
             record(kind, cid, status="skipped (budget)")
             continue
         try:
@@ -151,7 +200,7 @@ def run_point(mode, n, k, m, l2, deadline, rows):
     torch.cuda.empty_cache()
 
 
-def warm(mode):
+def warm(mode, ids=None):
     """Compile every swept config of a mode once, outside the budget: Triton specialises N and K
     only on divisibility by 16 (M not at all), so one small shape of the same kind loads the
     binaries every model shape uses."""
@@ -159,7 +208,8 @@ def warm(mode):
     fam = families.get(fam_name)
     sig = fam.make_signature("scaled_mm", 256, 1024, out, scale)
     args, _ = fam.make_inputs(sig, 32, DEVICE, seed=0)
-    for cid in ("heuristic",) + SWEEP["triton_mma"] + SWEEP["triton_tma"] + SWEEP["triton_splitk"]:
+    ids = ids if ids is not None else SWEEP["triton_mma"] + SWEEP["triton_tma"] + SWEEP["triton_splitk"]
+    for cid in ("heuristic",) + tuple(ids):
         try:
             fam.launch(fam.parse_config(cid), sig, *args)
         except Exception:  # reported at its timed rows
@@ -168,59 +218,124 @@ def warm(mode):
 
 
 def summarize(rows):
-    """Per (mode, N, K, M): bf16, vendor, heuristic, each lane's best, and the speedups."""
+    """Per (group, mode, N, K, M): bf16, vendor, heuristic, table pick, each lane's best, speedups.
+    `ours` is the fastest correct non-vendor arm (heuristic, Triton configs, the table's pick)."""
     points = {}
     for r in rows:
-        points.setdefault((r["mode"], r["N"], r["K"], r["M"]), []).append(r)
+        points.setdefault((r.get("group", ""), r["mode"], r["N"], r["K"], r["M"]), []).append(r)
     table = []
-    for (mode, n, k, m), rs in points.items():
+    for (group, mode, n, k, m), rs in points.items():
         ok = [r for r in rs if r["status"] == "ok"]
         get = lambda lane: min((r for r in ok if r["lane"] == lane), key=lambda r: r["us"], default=None)  # noqa: E731
-        bf16, vendor, heur = get("bf16"), get("torch"), get("heuristic")
+        bf16, vendor, heur, tab = get("bf16"), get("torch"), get("heuristic"), get("table")
         mma, tma, sk = get("triton_mma"), get("triton_tma"), get("triton_splitk")
-        tuned = min((r for r in (heur, mma, tma, sk) if r), key=lambda r: r["us"], default=None)
+        tuned = min((r for r in (heur, mma, tma, sk, tab) if r), key=lambda r: r["us"], default=None)
+        sweep = min((r for r in (heur, mma, tma, sk) if r), key=lambda r: r["us"], default=None)
+        ratio = lambda a, b: (a["us"] / b["us"]) if a and b else None  # noqa: E731
+        wmb = rs[0].get("weight_mb")
         table.append({
-            "mode": mode, "N": n, "K": k, "M": m,
+            "group": group, "mode": mode, "N": n, "K": k, "M": m, "weight_mb": wmb,
             "bf16_us": bf16 and bf16["us"], "vendor_us": vendor and vendor["us"], "heuristic_us": heur and heur["us"],
+            "table_pick": tab and tab["config"], "table_us": tab and tab["us"],
             "mma_best": mma and mma["config"], "mma_us": mma and mma["us"],
             "tma_best": tma and tma["config"], "tma_us": tma and tma["us"],
             "splitk_best": sk and sk["config"], "splitk_us": sk and sk["us"],
+            "sweep_best": sweep and sweep["config"], "sweep_us": sweep and sweep["us"],
             "triton_best": tuned and tuned["config"], "triton_us": tuned and tuned["us"],
             "triton_tflops": tuned and tuned["tflops"],
-            "vs_vendor": (vendor["us"] / tuned["us"]) if vendor and tuned else None,
-            "vs_bf16": (bf16["us"] / tuned["us"]) if bf16 and tuned else None,
-            "vs_heuristic": (heur["us"] / tuned["us"]) if heur and tuned else None,
+            "hbm_pct": (100.0 * wmb * 1e6 / (tuned["us"] * 1e-6) / (HBM_TBS * 1e12)) if tuned and wmb else None,
+            "vs_vendor": ratio(vendor, tuned), "vs_bf16": ratio(bf16, tuned), "vs_heuristic": ratio(heur, tuned),
+            "table_vs_sweep": ratio(tab, sweep), "heuristic_vs_table": ratio(heur, tab),
             "failed": [f"{r['config']}: {r['status']}" for r in rs if r["status"] not in ("ok",) and not r["status"].startswith("skipped")],
         })
     return table
 
 
+def geomean(values):
+    vals = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def goals(table):
+    """One line per goal of issue 20, from the --quick groups' rows: measured value vs target."""
+    f = lambda v, spec=".2f": "-" if v is None else format(v, spec)  # noqa: E731
+    by = lambda g: [t for t in table if t["group"] == g]  # noqa: E731
+    out = []
+    big = by(QUICK[0][0])
+    if big:
+        v, b = [t["vs_vendor"] for t in big], [t["vs_bf16"] for t in big]
+        out.append(f"fp8 row-wise M=2048, {len(big)} widths: vs torch._scaled_mm geomean {f(geomean(v))} "
+                   f"min {f(min((x for x in v if x), default=None))} (goal >= 0.97); vs bf16 cuBLAS geomean "
+                   f"{f(geomean(b))} min {f(min((x for x in b if x), default=None))} (goal >= 1.7)")
+    small = by(QUICK[1][0])
+    if small:
+        big_w = [t["hbm_pct"] for t in small if (t["weight_mb"] or 0) >= 16.0]
+        out.append(f"fp8 row-wise M<=16, {len(small)} points: vs torch._scaled_mm geomean "
+                   f"{f(geomean([t['vs_vendor'] for t in small]))} (goal >= 1.2); % of {HBM_TBS} TB/s at weights "
+                   f">= 16 MB: min {f(min((x for x in big_w if x), default=None), '.0f')} "
+                   f"(goal >= 80)")
+    blk = by(QUICK[2][0])
+    if blk:
+        tv = [t["table_vs_sweep"] for t in blk]
+        has = [x for x in tv if x]
+        out.append(f"fp8 block, {len(blk)} points: table pick / best of the sweep: worst "
+                   f"{f(max(has, default=None), '.3f')} over {len(has)} points with a table entry (goal <= 1.03); "
+                   f"heuristic / table pick geomean {f(geomean([t['heuristic_vs_table'] for t in blk]))}, "
+                   f"heuristic / best of the sweep geomean {f(geomean([t['vs_heuristic'] for t in blk]))} (goal >= 1.3)")
+    i8 = by("int8")
+    if i8:
+        large = [t["vs_vendor"] for t in i8 if t["M"] > 16]
+        small8 = [t["vs_bf16"] for t in i8 if t["M"] <= 16]
+        wrong = sum(1 for t in i8 for x in t["failed"] if "bitwise" in x)
+        out.append(f"int8: vs _int_mm+epilogue (M=2048) min {f(min((x for x in large if x), default=None))} "
+                   f"(goal >= 0.97); M<=16 vs bf16 cuBLAS geomean {f(geomean(small8))} (goal >= 1.5); "
+                   f"arms not bitwise equal to the heuristic: {wrong} (goal 0)")
+    return out
+
+
 def markdown(table):
     f = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
     lines = []
-    for mode in MODES:
-        rows = [t for t in table if t["mode"] == mode]
-        if not rows:
-            continue
-        lines += [f"\n### {mode}\n", "| N x K | M | bf16 us | vendor us | heuristic us | best mma (us) | best split-K (us) "
-                  "| best TMA (us) | best TFLOP/s | vs vendor | vs bf16 | vs heuristic |", "|" + "---|" * 12]
+    groups = list(dict.fromkeys((t["group"], t["mode"]) for t in table))
+    for group, mode in groups:
+        rows = [t for t in table if t["mode"] == mode and t["group"] == group]
+        lines += [f"\n### {group or mode} ({mode})\n",
+                  "| N x K | M | bf16 us | vendor us | heuristic us | table pick (us) | best mma (us) | best split-K (us) "
+                  "| best TMA (us) | TFLOP/s | % HBM | vs vendor | vs bf16 | vs heuristic | table / sweep |",
+                  "|" + "---|" * 15]
         for t in rows:
             lines.append(f"| {t['N']}x{t['K']} | {t['M']} | {f(t['bf16_us'])} | {f(t['vendor_us'])} | {f(t['heuristic_us'])} "
+                         f"| {t['table_pick'] or '-'} ({f(t['table_us'])}) "
                          f"| {t['mma_best'] or '-'} ({f(t['mma_us'])}) | {t['splitk_best'] or '-'} ({f(t['splitk_us'])}) "
                          f"| {t['tma_best'] or '-'} ({f(t['tma_us'])}) "
-                         f"| {f(t['triton_tflops'])} | {f(t['vs_vendor'], '.2f')} | {f(t['vs_bf16'], '.2f')} "
-                         f"| {f(t['vs_heuristic'], '.2f')} |")
+                         f"| {f(t['triton_tflops'])} | {f(t['hbm_pct'], '.0f')} | {f(t['vs_vendor'], '.2f')} "
+                         f"| {f(t['vs_bf16'], '.2f')} | {f(t['vs_heuristic'], '.2f')} | {f(t['table_vs_sweep'], '.3f')} |")
         for t in rows:
             if t["failed"]:
                 lines.append(f"\n{mode} {t['N']}x{t['K']} M={t['M']} failed: " + "; ".join(t["failed"]))
     return "\n".join(lines)
 
 
+def plan(quick):
+    """[(group, mode, N, K, M, configs)] and the configs to compile per mode."""
+    if quick:
+        points = [(g, mode, n, k, m, cfgs) for g, mode, shapes, ms, cfgs in QUICK for n, k in shapes for m in ms]
+    else:
+        points = [("", mode, n, k, m, None) for mode in MODES for n, k in SHAPES for m in MS]
+    warm_ids: dict[str, list[str]] = {}
+    for _g, mode, _n, _k, m, cfgs in points:
+        ids = cfgs if cfgs is not None else [c for lane in SWEEP for c in sweep_for(lane, m)]
+        warm_ids.setdefault(mode, [])
+        warm_ids[mode] += [c for c in ids if c not in warm_ids[mode]]
+    return points, warm_ids
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="JSON file for every row and the summary")
     ap.add_argument("--budget-s", type=float, default=180.0, help="cap on the Triton sweep's wall time")
-    ap.add_argument("--quick", action="store_true", help="two shapes, M in {1, 128, 4096}")
+    ap.add_argument("--quick", action="store_true",
+                    help="the issue's goals only (see QUICK): about 3-4 minutes on the H200, compile included")
     ap.add_argument("--modes", default=",".join(MODES))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -230,28 +345,32 @@ def main() -> int:
     bad = [m for m in modes if m not in MODES]
     if bad:
         ap.error(f"unknown mode(s) {bad}; modes: {', '.join(MODES)}")
-    shapes, ms = (SHAPES[:2], (1, 128, 4096)) if args.quick else (SHAPES, MS)
+    points, warm_ids = plan(args.quick)
+    points = [p for p in points if p[1] in modes]
     l2 = torch.cuda.get_device_properties(0).L2_cache_size or shipped_profile("sm90").l2_bytes
     t0 = time.monotonic()
     for mode in modes:
-        warm(mode)
+        if mode in warm_ids:
+            warm(mode, warm_ids[mode])
     print(f"[{time.monotonic() - t0:6.1f}s] compiled the sweep", file=sys.stderr, flush=True)
     start = time.monotonic()
     # the budget is shared fairly: each point's sweep may start until its share of the budget ends
-    points = [(mode, n, k, m) for mode in modes for n, k in shapes for m in ms]
     rows: list[dict] = []
-    for i, (mode, n, k, m) in enumerate(points):
+    for i, (group, mode, n, k, m, cfgs) in enumerate(points):
         deadline = start + args.budget_s * (i + 1) / len(points)
-        run_point(mode, n, k, m, l2, deadline, rows)
+        run_point(mode, n, k, m, l2, deadline, rows, cfgs, group)
         print(f"[{time.monotonic() - start:6.1f}s] {mode} {n}x{k} M={m}", file=sys.stderr, flush=True)
     table = summarize(rows)
     text = markdown(table)
     print(text)
+    goal_lines = goals(table) if args.quick else []
+    if goal_lines:
+        print("\n### Goals (issue 20)\n\n" + "\n".join(f"- {g}" for g in goal_lines))
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "triton": __import__("triton").__version__, "wall_s": round(time.monotonic() - t0, 1),
            "command": " ".join(sys.argv)}
     with open(args.out, "w") as fh:
-        json.dump({"env": env, "rows": rows, "summary": table}, fh, indent=1)
+        json.dump({"env": env, "rows": rows, "summary": table, "goals": goal_lines}, fh, indent=1)
     print(f"\n{env}")
     return 0
 

@@ -178,3 +178,30 @@ def test_triton_compile_set_runs_on_the_model_shape():
             continue
         err = ((FP8.launch(cfg, sig, *args).float() - ref).abs().max() / ref.abs().max()).item()
         assert err < 2e-2, f"{cfg.id}: {err}"
+
+
+@pytest.mark.parametrize("fam_name, scale", [("scaled_mm_fp8", "row"), ("scaled_mm_fp8", "block"), ("scaled_mm", "row")])
+def test_the_build_gate_verifies_quant_arms(fam_name, scale):
+    """The build's gate (poisoned float8/int8 q, compared through an fp32 upcast or bit for bit)
+    passes every served lane of the `_quant` op, and fails a q written one column off."""
+    from tunedb.measure.arms import Arm, problem_for
+    from tunedb.measure.gate import gate_arms
+
+    fam = families.get(fam_name)
+    sig = fam.make_signature("scaled_mm_quant", 4096, 4096, "fp8" if fam.dt == "fp8" else "int8", scale)
+    m = 64
+    problem = problem_for(fam, sig, m, arms_for(fam, sig, m))
+    good = problem.baseline
+
+    def rolled(args, kwargs, out):
+        run = good.make(args, kwargs, out)
+        return lambda: (run(), out.copy_(torch.roll(out.float(), 1, dims=1).to(out.dtype)))
+
+    import dataclasses
+
+    problem = dataclasses.replace(problem, arms=problem.arms + (Arm("rolled", rolled),))
+    args, kwargs = problem.make_inputs("cuda", 0)
+    res = gate_arms(problem, args, kwargs, problem.make_out, sync=torch.cuda.synchronize)
+    assert res.pop("rolled").status.name == "INCORRECT"
+    bad = {cid: r for cid, r in res.items() if not r.status.ok}
+    assert not bad, bad

@@ -14,8 +14,11 @@ carries into the exponent (125.57 converts to 64, torch gives 128), so the fp8 `
 left to tests/gpu/test_scaled_mm_gpu.py; here only its scales are checked.
 
 The measurement protocol's gate (tunedb.measure.gate) is run over the families too: int8 (exact,
-including the `_quant` op's q) and fp8 with a bf16 output. An fp8 `_quant` output cannot pass
-that gate yet: it poisons and checks outputs with torch.isfinite, which has no float8 kernel.
+including the `_quant` op's q) and fp8 with a bf16 output. The gate handles float8 outputs now
+(tests/unit/test_scaled_mm_gate.py), but the fp8 `_quant` lanes' q meets the interpreter's
+conversion defect above, so that gate runs on the GPU (tests/gpu/test_scaled_mm_gpu.py).
+QuantizedLinear's CUDA activation quantizer (launch.quantize_rows, the `_quant` op's row kernel
+on a bf16 activation) is bitwise equal to the torch row quantizer for int8.
 """
 import json
 import os
@@ -134,6 +137,15 @@ def _child() -> None:
         for cid, res in results.items():
             if not res.status.ok:
                 failures.append(f"gate {sig} {cid}: {res.status} {res.detail}")
+    # the activation quantizer of QuantizedLinear on a bf16 activation (a zero row included)
+    from tunedb.families.scaled_mm.launch import quantize_rows
+
+    xa = torch.randn(5, 300, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16) * 3
+    xa[2] = 0
+    q, s = quantize_rows(xa, "int8")
+    wq, ws = arms.quantize_rows(xa.float(), "int8")
+    if not (torch.equal(q, wq) and torch.equal(s, ws)):
+        failures.append("quantize_rows(int8) differs from the torch row quantizer")
     # a 3-D, non-contiguous activation is the same GEMM
     sig = int8.make_signature("scaled_mm", 80, 200, "fp16")
     (x, w, sx, sw), _ = int8.make_inputs(sig, 6, "cpu", seed=5)

@@ -42,13 +42,20 @@ def traffic(w: Workload, mode: str, max_batch: int, chunk: int | None, manifest:
                          captured=(mode == "offline"))
 
 
-def probe(built: Any, key: modes.Key, model: Any = None) -> Counter[tuple[Signature, int]]:
+def probe(built: Any, key: modes.Key, model: Any = None, quantizer: Any = None) -> Counter[tuple[Signature, int]]:
     """Run one forward at `key` under the recorder. With `model` (tunedb.optimize of the built
     model) the tuned ops' calls are recorded as the run time keys them (gemm_act with its bias and
-    activation), and the aten recorder counts only the GEMMs outside them."""
+    activation), and the aten recorder counts only the GEMMs outside them. quantizer: the family's
+    census quantizer (the census_quantizer hook) whose recorder keys the quantized layers' calls
+    (the aten calls inside them are not counted again)."""
     from tunedb.census.recorder import record
 
     inputs = built.decode_inputs(key.batch) if key.length == 0 else built.inputs(key.batch, key.length)
+    if quantizer is not None:
+        with quantizer.recorder() as qrec:
+            calls = probe(built, key, model)
+        calls.update(qrec.calls)
+        return calls
     if model is None:
         return record(lambda: built.model(*inputs))
     from tunedb.runtime import launch_table
@@ -58,6 +65,19 @@ def probe(built: Any, key: modes.Key, model: Any = None) -> Counter[tuple[Signat
     for _family, sig, m in tuned:
         calls[(sig.with_dt("half") if sig.dt in HALF_DTYPES else sig, m)] += 1  # the census's dt
     return calls
+
+
+def census_quantizer(scheme: str) -> Any:
+    """The first registered family's quantizer for `scheme` (its census_quantizer hook)."""
+    from tunedb import families
+    from tunedb.families.contract import hook
+
+    for name in families.names():
+        found = hook(families.get(name), "census_quantizer")(scheme)
+        if found is not None:
+            return found
+    raise CensusError(f"no registered kernel family quantizes a model with scheme {scheme!r} "
+                      f"(the quantized families offer fp8-rowwise, fp8-block and int8)")
 
 
 def _optimized(w: Workload, model: Any) -> Any:
@@ -79,14 +99,21 @@ def _optimized(w: Workload, model: Any) -> Any:
 
 def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
                 manifest: str | Path | None = None, device: str = "meta", impl: str = "auto",
-                seed: int = 0, fused: bool = False) -> ShapeSet:
+                seed: int = 0, fused: bool = False, quantization: str | None = None) -> ShapeSet:
     """The census of workload `w` served in `mode` (see the module docstring for the weights).
     fused: take it of tunedb.optimize(model), so a Linear that optimize() fuses with its
-    activation is keyed as the gemm_act call the run time makes (bias and act included)."""
+    activation is keyed as the gemm_act call the run time makes (bias and act included).
+    quantization: a torchao scheme (fp8-rowwise, fp8-block, int8) applied to the full-precision
+    model before probing; its Linears are then keyed under the quantized families."""
     import torch
 
+    quantizer = census_quantizer(quantization) if quantization is not None else None
+    if quantizer is not None:
+        quantizer.require()  # before building the model: a missing library fails fast
     keys = traffic(w, mode, max_batch, chunk, manifest, seed)
     built = w.build(torch.device(device), impl)
+    if quantizer is not None:
+        quantizer.quantize(built.model, device)
     if mode == "decode" and built.decode_inputs is None:
         raise CensusError(f"{w.name} returned no decode_factory: it is encoder-only and has no decode steps")
     model = _optimized(w, built.model) if fused else None
@@ -94,7 +121,7 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
     eager: Counter[tuple[Signature, int]] = Counter()
     must: set[tuple[Signature, int]] = set()
     for key in sorted(keys):
-        recorded = probe(built, key, model)
+        recorded = probe(built, key, model, quantizer)
         if not recorded:
             raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no call a family records")
         for point, n in recorded.items():
@@ -111,6 +138,7 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
         points.append(Point(point[0], point[1], weight=(c / total if total else 0.0), calls=c,
                             must_tune=point in must, eager_share=share))
     meta = (("mode", mode), ("impl", built.impl), ("device", str(device)), ("fused", "yes" if fused else "no"),
+            *((("quantization", quantization),) if quantization else ()),
             ("max_batch_size", str(max_batch)),
             ("chunk_size", str(chunk or "")), ("traffic", str(manifest) if manifest else f"synthetic(seed={seed})"),
             ("keys", str(len(keys))), ("forwards", str(sum(keys.values()))))

@@ -33,6 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fused", action="store_true",
                         help="take the census of tunedb.optimize(model): a Linear fused with its activation "
                              "is keyed as the call the run time makes (default: aten-level calls)")
+    parser.add_argument("--quantization", default=None, choices=("fp8-rowwise", "fp8-block", "int8"),
+                        help="quantize the full-precision model online with torchao first (W8A8); its "
+                             "Linears are then recorded under scaled_mm / scaled_mm_fp8 (needs torchao)")
     parser.add_argument("--out", required=True, help="census JSON file to write")
 
 
@@ -45,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     check_out(args.out)  # before the census is taken
     w = workload(args.workload, args.unit, args.max_length, args.length_step)
     census = take_census(w, args.mode, args.max_batch_size, args.chunk_size, args.manifest,
-                         args.device, args.impl, args.seed, fused=args.fused)
+                         args.device, args.impl, args.seed, fused=args.fused,
+                         quantization=args.quantization)
     extra = [read_capture(p) for p in args.capture] + [read_census(p) for p in args.merge]
     if extra:
         census = merge(census, *extra)

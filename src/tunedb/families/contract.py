@@ -361,6 +361,10 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     # that compile those configs into compiler_cache() as a launch would (build/compile_pool.py)
     "compile_jobs": lambda family, arch_family, sig, config_ids: [],
     "compile_warm": _none,  # () -> None: one-time compiler state for a compile-pool process
+    # (scheme) -> an object with require(), quantize(model, device) and recorder() that `tunedb
+    # census --quantization SCHEME` applies, or None when the family has no such scheme
+    "census_quantizer": _none,
+    "report_lines": lambda family: [],  # () -> tuning_report() lines of the family's own (per model)
 }
 
 

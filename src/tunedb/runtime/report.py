@@ -70,6 +70,8 @@ def model_lines(family: str | None = None) -> list[str]:
                 not_run += 1
             else:
                 counts[tier] += 1
+        if not rows:  # every Linear was left to another family (a torchao-quantized model)
+            continue
         n_sigs = len({key for key, _ in rows})
         parts = [f"{counts[t]} {_TIER_WORDS[t]}" for t in TIER_ORDER if t != "autotune"]
         if counts["autotune"]:
@@ -99,5 +101,9 @@ def confidence_lines() -> list[str]:
 
 def tuning_report() -> str:
     """One line per family and optimized model, then the selector's per-family lines."""
-    lines = model_lines() + list(selector.report_lines()) + confidence_lines()
+    from tunedb import families
+    from tunedb.families.contract import hook
+
+    own = [line for name in families.names() for line in hook(families.get(name), "report_lines")()]
+    lines = model_lines() + own + list(selector.report_lines()) + confidence_lines()
     return "\n".join(lines) if lines else selector.tuning_report()  # its "nothing called yet" line

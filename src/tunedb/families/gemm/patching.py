@@ -207,6 +207,13 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
     return plan
 
 
+def _subclass_weight(linear: nn.Module) -> bool:
+    """A weight that is a tensor subclass (a torchao quantized tensor, say) is not a dense GEMM
+    operand: the Linear is left to the family that serves it (scaled_mm for torchao W8A8)."""
+    w = linear.weight
+    return isinstance(w, torch.Tensor) and type(w) not in (torch.Tensor, nn.Parameter)
+
+
 def allow_approximate() -> None:
     """Opt this process in to approximating arms, as TUNEDB_APPROXIMATE=1 does, and start a new
     epoch so that selections already made are made again under the opt-in.
@@ -235,7 +242,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
         allow_approximate()
     if not inplace:
         model = copy.deepcopy(model)
-    if type(model) is nn.Linear:  # a bare Linear has no parent to patch
+    if type(model) is nn.Linear and not _subclass_weight(model):  # a bare Linear has no parent to patch
         tuned = TunedLinear(model, approximate=approximate)
         report.register_model(tuned, [tuned])
         return tuned
@@ -245,7 +252,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     layers: dict[int, TunedLinear] = {}
     for parent in list(model.modules()):
         for attr, child in list(parent._modules.items()):
-            if type(child) is not nn.Linear or _hooked(child):
+            if type(child) is not nn.Linear or _hooked(child) or _subclass_weight(child):
                 continue  # a hooked Linear stays, so its hooks keep firing
             fused = plan.get((id(parent), attr))
             if fused is not None:

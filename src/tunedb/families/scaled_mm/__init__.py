@@ -71,9 +71,20 @@ class ScaledMMFamily:
 
         return PickRule(fallback="heuristic", simplicity=simplicity)
 
+    def cost_model(self, profile: ArchProfile, params: Any = None) -> Any:
+        """The pruning model (pruning.py): ranks configs so a build measures its top-k (plus each
+        lane's best); it serves nothing (pick is None: unmeasured shapes keep the heuristic)."""
+        from tunedb.families.scaled_mm.pruning import PruningModel
+
+        return PruningModel(profile)
+
     def heuristic(self, sig: Signature, m: int | None, arch: ArchProfile | None = None) -> Config:
-        """The concrete tile the `heuristic` sentinel runs at M (the largest tile at m=None)."""
-        return configs.heuristic_config(sig, m if m is not None else 1 << 20, arch.sms if arch else 132)
+        """The concrete tile the `heuristic` sentinel runs at M; at m=None (the selector's default
+        tier, asked once per signature) the sentinel itself, which the op resolves per call's M:
+        a concrete tile here would serve the largest tile at M=1 too."""
+        if m is None:
+            return Config.sentinel("heuristic")
+        return configs.heuristic_config(sig, m, arch.sms if arch else 132)
 
     def weight_args(self, sig: Signature) -> tuple[int, ...]:
         return (1, 3)  # (x, weight, x_scale, w_scale): the weight and its scales are the cold bytes
@@ -105,6 +116,27 @@ class ScaledMMFamily:
         from tunedb.families.scaled_mm.census import rules
 
         return rules(self.name)
+
+    def optimize(self, model: Any, approximate: bool = False) -> Any:
+        """Serve the model's torchao-quantized Linears of this family through the tuned op
+        (patching.py; the activation is quantized as the torchao scheme does)."""
+        from tunedb.families.scaled_mm import ops  # noqa: F401 -- the ops the layers call
+        from tunedb.families.scaled_mm.patching import optimize
+
+        return optimize(model, self.name)
+
+    def census_quantizer(self, scheme: str) -> Any:
+        """torchao's online quantization for `tunedb census --quantization` (torchao_bridge.py):
+        int8 for this family's int8 object, fp8-rowwise / fp8-block for the fp8 one."""
+        from tunedb.families.scaled_mm import torchao_bridge
+
+        return torchao_bridge.quantizer(scheme) if torchao_bridge.family_of(scheme) == self.name else None
+
+    def report_lines(self) -> list[str]:
+        """One tuning-report line per model optimize() served through this family (patching.py)."""
+        from tunedb.families.scaled_mm.patching import report_lines
+
+        return report_lines(self.name)
 
     def register_ops(self) -> None:
         from tunedb.families.scaled_mm import ops  # noqa: F401 -- importing registers tunedb::scaled_mm_*

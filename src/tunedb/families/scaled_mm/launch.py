@@ -162,3 +162,20 @@ def _triton(config: Config, sig: Signature) -> Launcher:
         return out if isinstance(out, (tuple, list)) else (q, s)
 
     return run
+
+
+def quantize_rows(x2: Any, out_name: str) -> tuple[Any, Any]:
+    """(q [M, K] int8/e4m3, s [M, 1] fp32) of a contiguous [M, K] activation (bf16/fp16/fp32) in
+    one kernel (row_quant_kernel, the `_quant` op's quantizer): s = amax/QMAX per row, q rounded
+    to nearest even. What QuantizedLinear runs on CUDA for per-token scales, in place of the
+    eight torch ops of the same arithmetic."""
+    from tunedb.families.scaled_mm.kernels import row_quant_kernel
+
+    m, k = x2.shape
+    q = torch.empty((m, k), dtype=torch_dtype(out_name), device=x2.device)
+    s = torch.empty((m, 1), dtype=torch.float32, device=x2.device)
+    if m:
+        qmax = QMAX[out_name]
+        row_quant_kernel[(m,)](x2, q, s, m, k, QMAX=qmax, INV_QMAX=1.0 / qmax, INT=out_name == "int8",
+                               BLOCK=QUANT_BLOCK, num_warps=4)
+    return q, s

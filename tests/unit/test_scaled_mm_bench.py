@@ -1,0 +1,77 @@
+"""bench/scaled_mm.py's pure-Python parts on the CPU: the --quick plan covers issue 20's goals
+(shapes, Ms, which configs compile), and the summary/goal lines compute the ratios a reader
+takes from them (vendor / ours, bf16 / ours, % of HBM, table pick vs the sweep's best,
+bitwise failures counted)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+PATH = Path(__file__).resolve().parents[2] / "bench" / "scaled_mm.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_scaled_mm", PATH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_scaled_mm"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quick_plan_covers_the_goals(bench):
+    points, warm = bench.plan(quick=True)
+    groups = {p[0] for p in points}
+    assert groups == {"fp8 row-wise, large M", "fp8 row-wise, M <= 16", "fp8 block-scaled", "int8"}
+    big = [(n, k) for g, mode, n, k, m, _ in points if g == "fp8 row-wise, large M"]
+    assert (14336, 4096) in big and (1280, 5120) in big and all(m >= 2048 for g, *_, m, _c in points
+                                                                   if g == "fp8 row-wise, large M")
+    assert all(p[4] <= 16 for p in points if p[0] == "fp8 row-wise, M <= 16")
+    # block: the full sweep at each M (the exhaustive side of the goal)
+    assert all(p[5] is None and p[1] == "fp8_block" for p in points if p[0] == "fp8 block-scaled")
+    assert len(warm["fp8_block"]) == len(set(warm["fp8_block"])) >= 20
+    assert sum(len(v) for v in warm.values()) <= 60  # the compile budget of --quick
+    full, _ = bench.plan(quick=False)
+    assert len(full) == len(bench.MODES) * len(bench.SHAPES) * len(bench.MS)
+
+
+def row(group, mode, n, k, m, lane, cid, us, status="ok", wmb=16.8):
+    return {"group": group, "mode": mode, "N": n, "K": k, "M": m, "lane": lane, "config": cid,
+            "status": status, "us": us, "tflops": 1.0 if us else None, "weight_mb": wmb}
+
+
+def test_summary_and_goal_lines(bench):
+    g0, g1, g2 = bench.QUICK[0][0], bench.QUICK[1][0], bench.QUICK[2][0]
+    rows = [
+        row(g0, "fp8_row", 4096, 4096, 2048, "bf16", "F.linear", 40.0),
+        row(g0, "fp8_row", 4096, 4096, 2048, "torch", "torch", 20.0),
+        row(g0, "fp8_row", 4096, 4096, 2048, "heuristic", "heuristic", 25.0),
+        row(g0, "fp8_row", 4096, 4096, 2048, "triton_tma", "tma_b128x256x128_w8_s3_g8", 21.0),
+        row(g1, "fp8_row", 4096, 4096, 1, "torch", "torch", 10.0),
+        row(g1, "fp8_row", 4096, 4096, 1, "triton_splitk", "sk4_b16x64x128_w4_s4", 5.0, wmb=16.8),
+        row(g2, "fp8_block", 4096, 4096, 16, "heuristic", "heuristic", 13.0),
+        row(g2, "fp8_block", 4096, 4096, 16, "triton_splitk", "sk4_b16x64x128_w4_s4", 10.0),
+        row(g2, "fp8_block", 4096, 4096, 16, "table", "sk2_b16x64x128_w4_s4", 10.2),
+        row("int8", "int8", 4096, 4096, 1, "bf16", "F.linear", 15.0),
+        row("int8", "int8", 4096, 4096, 1, "heuristic", "heuristic", 10.0),
+        row("int8", "int8", 4096, 4096, 1, "triton_splitk", "sk2_b16x64x128_w4_s4", None,
+            status="incorrect: not bitwise equal to the heuristic"),
+    ]
+    table = {(t["group"], t["M"]): t for t in bench.summarize(rows)}
+    big = table[(g0, 2048)]
+    assert big["triton_best"] == "tma_b128x256x128_w8_s3_g8"
+    assert big["vs_vendor"] == pytest.approx(20 / 21) and big["vs_bf16"] == pytest.approx(40 / 21)
+    small = table[(g1, 1)]
+    assert small["hbm_pct"] == pytest.approx(100 * 16.8e6 / 5e-6 / 4.3e12)
+    blk = table[(g2, 16)]
+    assert blk["table_vs_sweep"] == pytest.approx(1.02) and blk["heuristic_vs_table"] == pytest.approx(13 / 10.2)
+    lines = bench.goals(list(table.values()))
+    assert len(lines) == 4
+    assert "vs torch._scaled_mm geomean 0.95" in lines[0] and "vs bf16 cuBLAS geomean 1.90" in lines[0]
+    assert "worst 1.020 over 1 points" in lines[2]
+    assert "not bitwise equal to the heuristic: 1" in lines[3]
+    assert "sk2_b16x64x128_w4_s4: incorrect" in bench.markdown(list(table.values()))
