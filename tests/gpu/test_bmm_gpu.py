@@ -47,7 +47,8 @@ def rel_err(y, ref):
 def test_every_arm_matches_the_reference_inside_a_graph(dt, bt, n, k, lay, m, tiles):
     sig = keys.make_signature(bt, n, k, dt, lay)
     (a, b), _ = BMM.make_inputs(sig, m, "cuda", seed=m + n)
-    assert keys.signature_of("bmm", a, b) == (sig, m)
+    # one row of a transposed a is a row-major row: M = 1 keys tn as nn, tt as nt (keys.keyed_as)
+    assert keys.signature_of("bmm", a, b) == (keys.keyed_as(sig, m), m)
     ref = BMM.reference(sig, a, b)
     torch_err = rel_err(graph_launch(Config.sentinel("torch"), sig, a, b, m), ref)
     eps = 1e-6 if dt == "fp32" else 1e-3

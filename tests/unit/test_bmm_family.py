@@ -43,6 +43,22 @@ def test_two_d_operands_are_one_batch_and_size_one_dims_are_row_major():
     assert BMM.signature_of("bmm", q, k)[0].get("lay") == "nn"
 
 
+@pytest.mark.parametrize("lay", configs.LAYOUTS)
+@pytest.mark.parametrize("bt,n,k", [(3, 40, 24), (2, 1, 24), (2, 40, 1)])
+@pytest.mark.parametrize("m", [1, 17])
+def test_a_keys_inputs_are_served_under_keyed_as(lay, bt, n, k, m):
+    """The GPU run's failing case (B=3, N=40, K=24, M=1, a transposed): one row of a transposed
+    a is stored row-major, so its call keys as the 'n' layout; keyed_as names that key."""
+    want = keys.make_signature(bt, n, k, "fp16", lay)
+    (a, b), _ = BMM.make_inputs(want, m, "cpu", seed=m + n)
+    got, got_m = BMM.signature_of("bmm", a, b)
+    assert (got, got_m) == (keys.keyed_as(want, m), m)
+    a_major = "n" if m == 1 or k == 1 else lay[0]
+    b_major = "n" if k == 1 or n == 1 else lay[1]
+    assert got.get("lay") == a_major + b_major
+    assert (got == want) == (a_major + b_major == lay)
+
+
 @pytest.mark.parametrize("a_shape,b_shape,dtypes,words", [
     ((2, 4, 8), (3, 8, 5), (torch.half, torch.half), "do not match"),
     ((2, 4, 8), (2, 7, 5), (torch.half, torch.half), "do not match"),

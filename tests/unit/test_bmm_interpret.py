@@ -1,6 +1,7 @@
 """The bmm Triton kernel under the Triton interpreter (CPU), fp16 and fp32, against an fp64
 reference: every layout (transposed operands read in place), odd M / N / K (edge tiles, a K
-tail), an expanded batch (stride 0) and a strided output. TRITON_INTERPRET must be set before
+tail), an expanded batch (stride 0) and a strided output; each case's inputs key as
+keys.keyed_as says (at M = 1 a transposed a keys as 'n'). TRITON_INTERPRET must be set before
 the kernel is defined, so the checks run in a child process (this file run as a script). The
 interpreter's tl.dot mishandles bf16 on CPU: bf16 is covered by tests/gpu/test_bmm_gpu.py."""
 import json
@@ -13,6 +14,7 @@ import pytest
 CASES = [  # (config, B, N, K, Ms)
     ((16, 32, 16, 2, 3, 8), 3, 40, 24, (1, 17)),   # K tail: 24 = 16 + 8
     ((32, 64, 32, 4, 3, 1), 2, 72, 40, (33,)),     # edge tiles in M and N, group_m 1
+    ((64, 64, 32, 4, 3, 8), 3, 40, 24, (1,)),      # the GPU run's failing case, its tile
 ]
 
 
@@ -26,6 +28,9 @@ def _child(dt: str) -> None:
     def check(cfg, sig, m, a=None, b=None, out=None):
         if a is None:
             (a, b), _ = FAMILY.make_inputs(sig, m, "cpu", seed=m)
+            # the GPU run failed here at M=1, a transposed (the row is stored row-major)
+            if keys.signature_of("bmm", a, b) != (keys.keyed_as(sig, m), m):
+                failures.append(f"{sig.format()} M={m}: inputs key as {keys.signature_of('bmm', a, b)}")
         ref = FAMILY.reference(sig, a, b, torch.float64)
         y = FAMILY.launch(cfg, sig, a, b, out=out)
         torch_y = torch.matmul(a, b) if a.dtype != torch.float16 else torch.matmul(a.float(), b.float()).half()

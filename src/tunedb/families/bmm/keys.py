@@ -41,6 +41,21 @@ def layout_of(a: Any, b: Any) -> str:
     return _major(a) + _major(b)
 
 
+def keyed_as(sig: Signature, m: int) -> Signature:
+    """The key a call of `sig`'s shapes at size `m` is served under, as `signature_of` reads its
+    operands. An operand with a dimension of size 1 is stored as a row-major one whatever view
+    made it (one row of a transposed `a` has strides (K, 1, 1)), so `_major` reads it as 'n':
+    at M = 1 lay tn keys as nn and tt as nt. M is the size axis, so a transposed `a`'s M = 1
+    calls are served by the row-major key's entry (the same memory access pattern)."""
+    bt, n, k = sig.get("B"), sig.get("N"), sig.get("K")
+    lay = sig.get("lay", "nn")
+    a_major = "n" if m == 1 or k == 1 else lay[0]
+    b_major = "n" if k == 1 or n == 1 else lay[1]
+    if a_major + b_major == lay:
+        return sig
+    return make_signature(bt, n, k, sig.dt, a_major + b_major)
+
+
 def dt_name(dtype: Any) -> str:
     dt = _DT.get(str(dtype))
     if dt is None:
