@@ -39,6 +39,13 @@ for s in "$@"; do
       stage kt_rnn 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_rnn_gpu.py" &
       [ -f tests/gpu/test_conv_gpu.py ] && stage kt_conv 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_conv_gpu.py" &
       wait ;;
+    torchao) stage torchao 120 "pip install -q --no-deps --no-index .stage/wheels/torchao-0.18.0-*.whl && python -c 'import torchao; print(torchao.__version__)'" ;;
+    kernel-tests3)  # the fixes after call B, and the W8A8 families with torchao, side by side
+      stage kt_bmm 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_bmm_gpu.py" &
+      stage kt_group_gemm 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_group_gemm_gpu.py" &
+      stage kt_scaled_mm 300 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_scaled_mm_gpu.py tests/gpu/test_scaled_mm_torchao_gpu.py" &
+      wait ;;
+    scaled-quick) stage scaled_quick 260 "python bench/scaled_mm.py --quick --budget-s 120 --out $OUT/scaled_mm_quick.json" ;;
     tune-wall) stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json" ;;
     glsm) stage glsm 150 "python bench/gemm_log_softmax.py --out $OUT/glsm --quick" ;;
     rnn) stage rnn 120 "python bench/rnn.py --out $OUT/rnn --quick" ;;
