@@ -83,10 +83,19 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
                       f"config; {declined} declined (predicted gain inside the model's error band: the "
                       f"fallback serves)", highlight=False)
     if counts.get("unserved"):
-        ops = sorted({s.point.signature.op for s in served if s.tier == "unserved"})
-        console.print(f"unserved: {counts['unserved']} point(s) of op(s) {', '.join(ops)} that no tunedb kernel "
-                      f"family tunes; they always run on torch and are listed because the census saw them",
-                      highlight=False)
+        from tunedb import families
+
+        unserved = [s.point.signature for s in served if s.tier == "unserved"]
+        fams = sorted({sig.family for sig in unserved if sig.family in families.names()})
+        other = sorted({sig.op for sig in unserved if sig.family not in families.names()})
+        if fams:
+            console.print(f"other families: {sum(1 for sig in unserved if sig.family in fams)} point(s) of "
+                          f"{', '.join(fams)}; `tune` measures the gemm family, and until `tunedb census WORKLOAD "
+                          f"--fused --out FILE` and `tunedb build --family NAME --census FILE` measure them, "
+                          f"tunedb.optimize() leaves those modules to torch", highlight=False)
+        if other:
+            console.print(f"unserved: point(s) of op(s) {', '.join(other)} that no tunedb kernel family tunes; "
+                          f"they always run on torch and are listed because the census saw them", highlight=False)
 
 
 def _family_ops(family: str) -> tuple[str, ...]:
