@@ -2,7 +2,9 @@
 fallback, torch._grouped_mm where it runs, the loop) against the fp32 reference with random
 routings, experts that receive no slot and one expert that receives every slot, both input
 forms, bf16 and fp16; the Triton path captured in a CUDA graph and replayed with a new routing;
-optimize()'s swapped experts inside a captured graph. About 40 s on an H200 (compiles)."""
+optimize()'s swapped experts inside a captured graph. About 60-90 s on an H200, mostly Triton
+compiles (6 tiles x 2 forms x 2 dtypes x 2 divisibility specialisations); a failing test lists
+every failing arm and routing with its error or exception."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -36,6 +38,23 @@ def arms_of(sig):
     return [c for c in ids if FAM.invalid_reason(FAM.parse_config(c), sig, None, SM90) is None]
 
 
+def check_arm(cid, fn, sig, call, ref, bound, route_name):
+    """None when the arm writes `out` fully, returns it and is within `bound`; else what went wrong."""
+    m, top_k = call[2].shape
+    out = torch.full((m, top_k, sig.get("N")), float("nan"), dtype=call[0].dtype, device="cuda")
+    try:
+        y = FAM.launch(FAM.parse_config(cid), sig, *call, out=out) if fn is None else fn(sig, *call, out=out)
+        torch.cuda.synchronize()
+    except Exception as exc:  # every arm is tried and reported, not only the first that fails
+        return f"{cid} {route_name}: {type(exc).__name__}: {str(exc)[:300]}"
+    if y is not out:
+        return f"{cid} {route_name}: returned a new tensor, not the `out` it was given"
+    if torch.isnan(out).any():
+        return f"{cid} {route_name}: {int(torch.isnan(out).sum())} of {out.numel()} outputs not written"
+    err = float((out.float() - ref).norm() / ref.norm())
+    return None if err <= bound else f"{cid} {route_name}: error {err:.2e} > {bound:.2e}"
+
+
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 @pytest.mark.parametrize("form", ["token", "slot"])
 @pytest.mark.parametrize("key", KEYS)
@@ -43,19 +62,21 @@ def arms_of(sig):
 def test_every_arm_matches_the_fp32_reference(dt, form, key, m):
     sig = make_signature(*key, dt, form)
     args, _ = FAM.make_inputs(sig, m, "cuda", seed=m)
-    e, n, _, top_k = key
+    e, n, k, top_k = key
+    gm = arms.grouped_mm_reason(dt, "cuda", n, k)
+    extra = [("grouped_mm", arms.grouped_mm)] if gm is None else []
+    failures = []
     for name, ids in routings(m, e, top_k, seed=m + 1):
         call = (args[0], args[1], ids, *args[3:])
         ref = FAM.reference(sig, *call)
         base = float((arms.loop(sig, *call).float() - ref).norm() / ref.norm())
         bound = max(4 * base, 8e-3)
-        extra = [("grouped_mm", arms.grouped_mm)] if arms.grouped_mm_reason(dt, "cuda", n, key[2]) is None else []
         for cid, fn in [(c, None) for c in arms_of(sig)] + extra:
-            out = torch.full((m, top_k, n), float("nan"), dtype=args[0].dtype, device="cuda")
-            y = FAM.launch(FAM.parse_config(cid), sig, *call, out=out) if fn is None else fn(sig, *call, out=out)
-            err = float((y.float() - ref).norm() / ref.norm())
-            assert y is out and not torch.isnan(y).any(), f"{cid} {name}: output not fully written"
-            assert err <= bound, f"{sig.format()} M={m} {name} {cid}: error {err:.2e} > {bound:.2e}"
+            why = check_arm(cid, fn, sig, call, ref, bound, name)
+            if why:
+                failures.append(why)
+    assert not failures, (f"{sig.format()} M={m} (torch {torch.__version__}; grouped_mm: {gm or 'runs'}):\n  "
+                          + "\n  ".join(failures))
 
 
 def test_grouped_mm_is_present_for_bf16_on_sm90():
@@ -93,6 +114,11 @@ def test_captured_graph_replays_a_new_routing(cid):
         assert float((out.float() - ref).norm() / ref.norm()) < 1e-2, f"{cid} replay with routing {seed}"
 
 
+def _hidden(y):
+    """A MoE block's hidden states (some transformers 5.x blocks also return router logits)."""
+    return y[0] if isinstance(y, tuple) else y
+
+
 def test_swapped_moe_block_runs_in_a_cuda_graph():
     transformers = pytest.importorskip("transformers")
     from tunedb.families.group_gemm import moe
@@ -104,25 +130,31 @@ def test_swapped_moe_block_runs_in_a_cuda_graph():
         block = transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock(cfg)
     except Exception as exc:
         pytest.skip(f"transformers {transformers.__version__}: {exc}")
-    if moe.recognise(block.experts, block) is None:
-        pytest.skip("this transformers does not keep stacked experts")
+    # the block is built in fp32, which group_gemm does not serve: cast before recognising
     block = block.to("cuda", torch.bfloat16).eval()
+    if moe.recognise(block.experts, block) is None:
+        pytest.skip(f"transformers {transformers.__version__} does not keep stacked experts")
     for p in block.parameters():
         torch.nn.init.normal_(p, std=0.05)
     x = torch.randn(3, 5, 256, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         if hasattr(block.experts, "config"):
             block.experts.config._experts_implementation = "eager"
-        ref = block(x).float()
+        ref = _hidden(block(x)).float()
         assert moe.swap_experts(block) == ["experts"]
+        eager = _hidden(block(x)).float()
+        err = float((eager - ref).norm() / ref.norm())
+        assert err < 2e-2, f"swapped block, eager: error {err:.2e} against transformers' own experts"
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             block(x)
             with torch.cuda.graph(g, stream=s):
-                y = block(x)
+                y = _hidden(block(x))
         torch.cuda.current_stream().wait_stream(s)
+        y.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-    assert float((y.float() - ref).norm() / ref.norm()) < 2e-2
+    err = float((y.float() - ref).norm() / ref.norm())
+    assert err < 2e-2, f"swapped block, graph replay: error {err:.2e} against transformers' own experts"

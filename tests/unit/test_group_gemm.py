@@ -103,7 +103,23 @@ def test_torch_arms_match_the_fp32_reference(form, arm):
     assert y.shape == (9, 3, 40) and y.dtype == torch.bfloat16
     assert float((y.float() - ref).norm() / ref.norm()) < 1e-2
     out = torch.full_like(y, float("nan"))
-    assert getattr(arms, arm)(sig, *args, out=out) is not None and torch.equal(out, y)
+    assert getattr(arms, arm)(sig, *args, out=out) is out and torch.equal(out, y)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+@pytest.mark.parametrize("form", ["token", "slot"])
+def test_every_sentinel_and_tile_returns_the_out_it_is_given(dt, form):
+    """launch(..., out=out) returns `out` itself for every arm (the GPU test and callers that
+    reuse a buffer rely on it); on the CPU without the interpreter every arm is the torch arm
+    (grouped_mm for bf16 where this torch runs it on the CPU, else the loop)."""
+    sig = make_signature(5, 200, 136, 2, dt, form)
+    args, _ = FAM.make_inputs(sig, 7, "cpu", seed=2)
+    ref = FAM.reference(sig, *args)
+    for cid in ("torch", "default", "b16x64x128_w4_s4_g8"):
+        out = torch.full((7, 2, 200), float("nan"), dtype=args[0].dtype)
+        y = FAM.launch(FAM.parse_config(cid), sig, *args, out=out)
+        assert y is out, f"{cid} ({arms.torch_arm(sig, 'cpu').__name__}) returned a new tensor, not `out`"
+        assert not torch.isnan(out).any() and float((out.float() - ref).norm() / ref.norm()) < 1e-2, cid
 
 
 def test_grouped_mm_is_absent_where_unsupported():
@@ -213,4 +229,69 @@ def test_build_database_selector_serves_the_table(tmp_path):
             assert selector.counters()["group_gemm"]["signatures"][sig.format()]["user"] >= 1
     finally:
         selector.configure()
+        dispatch.clear()
+
+
+def _mixtral_block(dtype):
+    cfg = transformers.MixtralConfig(hidden_size=64, intermediate_size=96, num_local_experts=4, num_experts_per_tok=2,
+                                     num_hidden_layers=1, vocab_size=64, num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(1)
+    block = transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock(cfg)
+    for p in block.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    if hasattr(block.experts, "config"):
+        block.experts.config._experts_implementation = "eager"
+    return block.to(dtype).eval()
+
+
+def _hidden(y):
+    return y[0] if isinstance(y, tuple) else y
+
+
+def test_fp32_experts_are_not_recognised_and_stay_the_models():
+    """A block built in fp32 (transformers' default) is not a group_gemm key: recognise says
+    None (it used to raise SignatureError), optimize() leaves it alone, and census(dt=) still keys
+    an fp32 meta model."""
+    from tunedb.families.group_gemm import moe
+
+    if not _stacked_layout():
+        pytest.skip("no stacked experts in this transformers")
+    block = _mixtral_block(torch.float32)
+    assert moe.recognise(block.experts, block) is None
+    assert moe.recognise(block.experts, block, dt="bf16") == (4, 64, 96, 2, "bf16")
+    x = torch.randn(2, 3, 64)
+    with torch.no_grad():
+        ref = _hidden(block(x))
+        assert moe.swap_experts(block) == []
+        assert torch.equal(_hidden(block(x)), ref)
+    cls_name, kw, (e, h, i, k, layers) = MODELS["mixtral"]
+    cfg = getattr(transformers, cls_name)(num_hidden_layers=layers, vocab_size=128, **kw)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    assert moe.find_experts(model) == []
+    assert len(moe.census(model, [1], dt="bf16").points) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_swapped_mixtral_block_keeps_its_outputs_and_falls_back_after_a_cast(dtype):
+    """The GPU test's block on the CPU (no graph): recognised once cast, swapped, outputs kept;
+    cast to fp32 after the swap, it runs the model's own forward instead of raising."""
+    from tunedb.families.group_gemm import moe
+    from tunedb.runtime import dispatch
+
+    if not _stacked_layout():
+        pytest.skip("no stacked experts in this transformers")
+    block = _mixtral_block(dtype)
+    assert moe.recognise(block.experts, block) == (4, 64, 96, 2, {torch.bfloat16: "bf16"}.get(dtype, "fp16"))
+    x = torch.randn(2, 3, 64, dtype=dtype)
+    try:
+        with torch.no_grad():
+            ref = _hidden(block(x)).float()
+            assert moe.swap_experts(block) == ["experts"]
+            y = _hidden(block(x)).float()
+            assert float((y - ref).norm() / ref.norm()) < 2e-2
+            block.float()
+            y32 = _hidden(block(x.float()))
+        assert float((y32 - ref).norm() / ref.norm()) < 2e-2
+    finally:
         dispatch.clear()

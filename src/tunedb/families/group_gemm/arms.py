@@ -58,14 +58,15 @@ def _rows(x: Any, sig: Signature) -> tuple[Any, bool]:
 
 
 def _finish(ys: Any, order: Any, topk_weights: Any, out: Any, m: int, top_k: int, n: int) -> Any:
-    """Rows computed in expert order -> y [M, top_k, N] by slot, times the routing weights."""
+    """Rows computed in expert order -> y [M, top_k, N] by slot, times the routing weights.
+    Returns `out` itself when given (the `out=` convention the Triton arm and callers rely on)."""
     import torch
 
     flat = torch.empty((m * top_k, n), dtype=ys.dtype, device=ys.device) if out is None else out.view(m * top_k, n)
     if topk_weights is not None:
         ys = (ys.float() * topk_weights.reshape(-1)[order].float()[:, None]).to(ys.dtype)
     flat.index_copy_(0, order, ys)
-    return flat.view(m, top_k, n)
+    return flat.view(m, top_k, n) if out is None else out
 
 
 def grouped_mm(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None, out: Any = None) -> Any:

@@ -16,7 +16,7 @@ from tunedb.errors import SignatureError
 from tunedb.families.group_gemm.configs import FAMILY, sig_reason
 from tunedb.records import Signature
 
-_DT = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
+DTYPE_NAMES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}  # str(torch dtype) -> dt
 
 
 def make_signature(e: int, n: int, k: int, top_k: int, dt: str = "bf16", x: str = "token",
@@ -29,7 +29,7 @@ def make_signature(e: int, n: int, k: int, top_k: int, dt: str = "bf16", x: str 
 
 
 def dt_name(dtype: Any) -> str:
-    name = _DT.get(str(dtype))
+    name = DTYPE_NAMES.get(str(dtype))
     if name is None:
         raise SignatureError(f"group_gemm takes torch.bfloat16 or torch.float16 operands, got {dtype}")
     return name

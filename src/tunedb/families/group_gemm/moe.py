@@ -21,7 +21,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from tunedb.families.group_gemm.keys import dt_name, make_signature
+from tunedb.families.group_gemm.keys import DTYPE_NAMES, make_signature
 from tunedb.records import Point, ShapeSet, Signature
 
 # name -> (transformers config class, overrides): full-size MoE shapes for censuses and benches
@@ -64,7 +64,9 @@ def _top_k(module: Any, parent: Any) -> int | None:
 
 
 def recognise(module: Any, parent: Any = None, dt: str | None = None) -> tuple[int, int, int, int, str] | None:
-    """(E, H, I, top_k, dt) when `module` is a stacked-weight experts module this family serves."""
+    """(E, H, I, top_k, dt) when `module` is a stacked-weight experts module this family serves.
+    Experts whose weights are neither bf16 nor fp16 (a model still in fp32) are not served: None,
+    unless `dt` names the dtype to key them as (a census of a meta model built in fp32)."""
     gu, dp = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
     if gu is None or dp is None or not hasattr(module, "act_fn"):
         return None
@@ -79,7 +81,10 @@ def recognise(module: Any, parent: Any = None, dt: str | None = None) -> tuple[i
     k = _top_k(module, parent)
     if k is None or k > e:
         return None
-    return e, h, two_i // 2, k, dt or dt_name(gu.dtype)
+    dt = dt or DTYPE_NAMES.get(str(getattr(gu, "dtype", None)))
+    if dt is None or DTYPE_NAMES.get(str(getattr(dp, "dtype", None)), dt) != dt:
+        return None  # fp32 (or mixed) experts run as the model wrote them
+    return e, h, two_i // 2, k, dt
 
 
 def find_experts(model: Any, dt: str | None = None) -> list[ExpertsInfo]:
@@ -123,6 +128,11 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
     """The experts' forward through two group_gemm calls (see the module docstring)."""
     from tunedb.runtime import dispatch
 
+    dts = {str(t.dtype) for t in (hidden_states, self.gate_up_proj, self.down_proj)}
+    if len(dts) != 1 or not dts <= DTYPE_NAMES.keys():
+        # cast after the swap (model.float()) or mixed operands: not a group_gemm key; the
+        # model's own forward serves, as for experts never recognised
+        return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     inter = self.down_proj.shape[-1]
     ids = top_k_index if top_k_index.dtype.is_signed and top_k_index.dtype.itemsize >= 4 else top_k_index.int()
     h = dispatch.call("group_gemm", "group_gemm", hidden_states, self.gate_up_proj, ids)
