@@ -20,8 +20,9 @@ equivalent (a 48-system slice), PCG fused against PCG torch at the same iteratio
 before convergence: past it, with tol=0, both iterate on rounding noise and may part).
 Prints a table with the ratios (torch time / fused time) and writes JSON (--out).
 
-Expected run time on the H200: 47 s measured (session 10) for both dtypes over the grid (n 4, 8, 16, 32; T 10, 30; batch 256, 4096): about 24 Triton compiles (~40 s), building the
-batch-4096 systems on the host, the captures; --quick about 20-30 s.
+Expected run time on the H200: 47 s measured (session 10) for both dtypes over the grid (n 4, 8,
+16, 32; T 10, 30; batch 256, 4096): about 24 Triton compiles, building the batch-4096 systems on
+the host, the captures; --quick about 20-30 s.
 """
 from __future__ import annotations
 
