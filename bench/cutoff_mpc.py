@@ -26,6 +26,15 @@ for scale: the direct solver composed from plain torch.linalg ops (kernels="torc
 default beside --out) of per-solve time against the signal for both policies with the cutoff
 and its band.
 
+Why this problem (n 12, T 32, batch 512, fp32, PCG tol 1e-4, cap 200): the first H200 run
+(bench/results/s10_A) measured the fused direct solve flat at about 0.68 ms and a warm-started
+fused PCG at about 0.5 ms when the warm start is nearly right (0-3 iterations; calm steps,
+signal below about 1e-2), rising past the direct solve for gusts (signal near 1: tens of
+iterations, up to 2.5 ms), so iterative should win the calm steps and direct the gusty ones. That
+run's iterative probe diverged (the fused PCG's in-place race, fixed since: its x went NaN and
+the NaN signal was clamped to 1e-12, which made "auto" pick direct everywhere and the band a
+point); a non-finite signal now stops the run with an error instead.
+
 Expected run time: H200 about 30-60 s (6 runs of the 500-step loop, the composed torch.linalg
 run the slowest; Triton compiles of the fused kernels at first call); --device cpu --quick a
 few seconds.
@@ -141,8 +150,12 @@ class Plant:
         x, lam, b_prev = self.x0.clone(), None, None
         for k in range(self.steps if steps is None else steps):
             b = self.rhs(k, x)
-            signal = 1.0 if b_prev is None else max(1e-12, float(
-                ((b - b_prev).flatten(1).norm(dim=1) / b.flatten(1).norm(dim=1)).max()))
+            change = 1.0 if b_prev is None else float(
+                ((b - b_prev).flatten(1).norm(dim=1) / b.flatten(1).norm(dim=1)).max())
+            if not math.isfinite(change):  # max(1e-12, nan) is 1e-12: a diverged loop would hide
+                raise RuntimeError(f"control step {k}: the right-hand side is not finite (signal {change}); "
+                                   "the last solve diverged")
+            signal = max(1e-12, change)
             lam = solver(self.strip, b, lam, signal=signal)
             b_prev = b
             x = self.step(x, lam, self.levels[k], self.noise[k])
@@ -183,7 +196,9 @@ def plot(path, probe1, fit1, title):
         tr = probe1.traces[pol]
         ax.scatter(tr.signals, tr.times_ms, s=6, alpha=0.6, color=color, label=pol)
     ax.set_xscale("log")
-    ax.axvspan(max(fit1.band[0], 1e-12), fit1.band[1], color="green", alpha=0.12, label="band")
+    lo, hi = ax.get_xlim()  # an open band (one policy everywhere) is drawn to the plot's edge
+    ax.axvspan(max(fit1.band[0], lo), min(fit1.band[1], hi), color="green", alpha=0.12, label="band")
+    ax.set_xlim(lo, hi)
     ax.axvline(fit1.cutoff, color="green", lw=1.5, label=f"cutoff {fit1.cutoff:.3g}")
     ax.set_xlabel("switching signal (warm-start error estimate)")
     ax.set_ylabel("solve time (ms)")

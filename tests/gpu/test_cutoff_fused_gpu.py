@@ -1,8 +1,9 @@
 """The fused cutoff solvers on the GPU: both captured in one CUDA graph, replayed on new systems
 written into the captured inputs, against an fp64 torch.linalg.solve of the dense equivalent;
 strided (non-contiguous) strips read in place; PCG's device-side exit (iterations follow the warm
-start, a cap reported as not converged); n > 32 falls back to the composed solvers. Run:
-pytest -m gpu tests/gpu/test_cutoff_fused_gpu.py (about 30-60 s, most of it Triton compiles)."""
+start, a cap reported as not converged); PCG at the shapes whose in-place updates raced; n > 32
+falls back to the composed solvers. Run: pytest -m gpu tests/gpu/test_cutoff_fused_gpu.py (about
+40-70 s, most of it Triton compiles)."""
 from __future__ import annotations
 
 import pytest
@@ -75,6 +76,26 @@ def test_pcg_exits_on_the_device_per_system():
     assert int(iters[:8].max()) <= 1 and int(iters[8:].min()) > 1  # the warm start sets the work
     _, conv2, iters2 = fused.pcg(strip, b, torch.zeros_like(b), tol=1e-14, max_iter=3)
     assert not bool(conv2.any()) and bool((iters2 == 3).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("batch,steps,n", [(4096, 10, 4), (512, 32, 12)])
+def test_fused_pcg_where_vectors_are_shared_by_warps(dtype, batch, steps, n):
+    """The shapes whose [TB, NP] pass vectors (64 values) are held by several of the 128 threads'
+    warps, where the in-place x, r, p updates raced on the H200: the fused iterates equal the
+    composed PCG's at a fixed iteration count before convergence (a double update would not),
+    and a converged run meets the residual bound on every system."""
+    strip, b = layout.random_system(batch, steps, n, dtype=dtype, device="cuda", seed=11)
+    x0 = torch.zeros_like(b)
+    scale = dense_solve(strip[:8], b[:8]).abs().max().item()
+    for iters in (1, 2, 5):
+        xf = solvers.pcg(strip, b, x0, tol=0.0, max_iter=iters, kernels="fused")[0]
+        xt = solvers.pcg(strip, b, x0, tol=0.0, max_iter=iters, kernels="torch")[0]
+        err = (xf.double() - xt.double()).abs().max().item() / scale
+        assert err <= 10 * BOUND[dtype], f"{iters} iterations: fused vs torch {err:.2e}"
+    x, conv, iters = fused.pcg(strip, b, x0, tol=BOUND[dtype] / 10, max_iter=200)
+    assert bool(conv.all()) and int(iters.max()) < 200
+    assert float(layout.residual(strip, b, x).max()) <= BOUND[dtype]
 
 
 def test_large_n_falls_back_to_the_composed_solver():

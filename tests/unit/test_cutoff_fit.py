@@ -71,3 +71,25 @@ def test_fit_reads_a_probe_and_rejects_bad_arguments():
         fit(probe, tolerance=1.5)
     with pytest.raises(CutoffError, match="3 times but 2 signals"):
         Trace("direct", (1.0, 2.0, 3.0), (1.0, 2.0))
+
+
+@pytest.mark.parametrize("scale", ["linear", "log"])
+def test_one_policy_everywhere_gives_a_band_open_to_the_signal_domain_end(scale):
+    """Direct faster on every solve (the optimum at the edge): every cutoff below the smallest
+    observed signal composes the same times, so the band runs from the domain's end up to the
+    last cutoff within tolerance, and a re-probe whose signals moved still lands inside it."""
+    f = fit(traces(lambda s: 30.0 + 0.01 * s), statistic="max", scale=scale)
+    lo, hi = f.band
+    assert lo == (0.0 if scale == "log" else float("-inf"))
+    assert hi < SIGNALS[0] and f.cutoff < SIGNALS[0] and within_band(f.cutoff, f.band)
+    assert f.value_at_cutoff == pytest.approx(10.0) and f.value_at_optimum == pytest.approx(10.0)
+    moved = tuple(s * 1.05 for s in SIGNALS)  # a second probe: the same workload, signals 5% off
+    again = fit({"iterative": Trace("iterative", tuple(30.0 for _ in moved), moved),
+                 "direct": Trace("direct", tuple(10.0 for _ in moved), moved)}, statistic="max", scale=scale)
+    assert within_band(again.cutoff, f.band) and within_band(f.cutoff, again.band)
+    # iterative everywhere: the band is open above instead
+    g = fit(traces(lambda s: 5.0), statistic="mean", scale=scale)
+    assert g.band[1] == float("inf") and g.cutoff > SIGNALS[-1] and g.value_at_cutoff == pytest.approx(5.0)
+    # both policies equal within tolerance everywhere: the whole domain, cutoff mid-range
+    h = fit(traces(lambda s: 10.05), statistic="mean", scale=scale)
+    assert h.band[1] == float("inf") and h.band[0] == lo and SIGNALS[0] < h.cutoff < SIGNALS[-1]

@@ -15,7 +15,9 @@ import sys
 import pytest
 
 BOUND = {"fp64": 1e-9, "fp32": 1e-4}
-CASES = [(3, 3, 2), (2, 4, 3), (2, 5, 5), (1, 3, 8), (2, 1, 6)]  # (batch, T, n)
+# (batch, T, n); the last three are the shapes that failed on the H200 (n 4 at T 10: one 16-row
+# chunk, 6 rows masked; n 12: NP 16 padding; n 32: one block row per chunk, the largest tile)
+CASES = [(3, 3, 2), (2, 4, 3), (2, 5, 5), (1, 3, 8), (2, 1, 6), (2, 10, 4), (1, 4, 12), (1, 3, 32)]
 
 
 def _child() -> None:
@@ -116,6 +118,10 @@ def test_dispatch_rule():
         solvers.direct(strip, b, kernels="fused")
     with pytest.raises(CutoffError, match="kernels='fused' covers n <= 32; got n=33"):
         solvers.pcg(strip, b, kernels="fused")
+    meta = lambda batch, n: torch.empty(batch, 2, n, 3 * n, device="meta")  # noqa: E731
+    # auto's direct rule (fused.auto_direct): where the H200 measured the fused kernel faster
+    assert fused.auto_direct(meta(4096, 16)) and fused.auto_direct(meta(1024, 32))
+    assert not fused.auto_direct(meta(1025, 32)) and not fused.auto_direct(meta(8, 33))
     x = solvers.direct(strip, b)[0]  # auto on the CPU
     assert float(layout.residual(strip, b, x).max()) < 1e-10
     assert x.dtype == torch.float64

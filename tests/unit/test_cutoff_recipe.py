@@ -159,3 +159,19 @@ def test_worked_example_flow_on_cpu(tmp_path):
     assert doc["probes"]["first"]["traces"]["direct"]["times_ms"]
     assert Path(doc["png"]).stat().st_size > 1000
     assert store.load(tmp_path / "decisions.json")  # persisted and read back by the auto run
+
+
+def test_an_open_band_persists_and_switches(tmp_path):
+    """One policy everywhere (the band open below): the decision round-trips (the infinite end
+    included) and auto serves the winning policy on every observed signal."""
+    path = tmp_path / "decisions.json"
+    sig = tuple(float(s) for s in range(1, 41))
+    probe = probemod.Probe("mpc|n=4", "cpu", "perf_counter", {
+        "direct": probemod.Trace("direct", tuple(1.0 for _ in sig), sig),
+        "iterative": probemod.Trace("iterative", tuple(3.0 for _ in sig), sig)}, {"utc": "x"})
+    f = fitmod.fit(probe, statistic="max")
+    assert f.band[0] == float("-inf")
+    store.persist(f, probe, path=path)
+    back = store.load(path)["mpc|n=4@cpu"]
+    assert back.band == f.band and back.cutoff == f.cutoff
+    assert {back.policy_for(s) for s in sig} == {"direct"}

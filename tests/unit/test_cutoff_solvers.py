@@ -143,3 +143,16 @@ def test_strip_views_and_dense_equivalent():
     torch.testing.assert_close(dense, dense.mT)
     x = torch.randn(2, 4, 3, dtype=strip.dtype)
     torch.testing.assert_close(layout.matvec(strip, x), (dense @ x.reshape(2, 12, 1)).reshape(2, 4, 3))
+
+
+@pytest.mark.parametrize("n", [4, 16, 32, 40])
+def test_random_systems_are_spd_at_every_n(n):
+    """The generator every solver test and benchmark uses: SPD with lambda_min >= 1 at any n (it
+    used to make indefinite systems at n >= 16, which Cholesky rightly refused)."""
+    import torch
+
+    for seed in (1, 6):
+        strip, _ = layout.random_system(12, 5, n, seed=seed)
+        dense = layout.to_dense(strip)
+        torch.testing.assert_close(dense, dense.mT, rtol=0, atol=1e-12)
+        assert float(torch.linalg.eigvalsh(dense)[:, 0].min()) >= 1.0

@@ -7,7 +7,12 @@ or under the cutoff and the `above` policy's for the rest; the statistic (mean f
 p99 or max for deadlines) of those times is the candidate's value. The optimum is the best
 candidate; the band is the contiguous range of candidates around it whose value stays within
 `tolerance` (relative) of the optimum; the fitted cutoff is the band's center (on the linear or
-log signal scale), not the razor edge, so re-measurement noise moves it less.
+log signal scale), not the razor edge, so re-measurement noise moves it less. When the band
+reaches an end candidate (one policy within tolerance on every solve past that end, e.g. the
+optimum is `above` everywhere), the band is open on that side: every cutoff below the smallest
+observed signal (above the largest) gives the same statistic, so the band runs to the signal
+domain's end (-inf, 0 on the log scale, +inf) and the cutoff sits one observed signal range past
+the observed end.
 
 Pairing the two traces: when they have the same length and their signals agree in order (median
 relative difference <= 5%: a seeded workload run once per policy, whose signals differ only by
@@ -130,12 +135,26 @@ def fit(traces: Any, *, statistic: str = "p99", tolerance: float = 0.02, below: 
         lo -= 1
     while hi + 1 < len(values) and values[hi + 1] <= limit:
         hi += 1
-    center = (cands[lo] + cands[hi]) / 2
+    span = pu[-1] - pu[0] if len(pu) > 1 else 1.0
+    low_open, high_open = lo == 0, hi == len(values) - 1
+    # An edge candidate stands for every cutoff past that end of the observed signals (they all
+    # compose the same times): a band reaching it is open on that side, out to the signal
+    # domain's end (-inf, or 0 on the log scale; +inf). Its center is then taken one observed
+    # signal range past the observed end, so a re-probe whose smallest (largest) signal moves a
+    # little still lands inside the first band (a point band at the edge could not hold it).
+    if low_open and not high_open:
+        center = min(cands[0], cands[hi] - span)
+    elif high_open and not low_open:
+        center = max(cands[-1], cands[lo] + span)
+    else:
+        center = (cands[lo] + cands[hi]) / 2
+    band_lo = (0.0 if scale == "log" else -math.inf) if low_open else inv(cands[lo])
+    band_hi = math.inf if high_open else inv(cands[hi])
     j = int(np.searchsorted(pos(sig), center, side="right"))
     at_center = stat_of(np.concatenate((tb[:j], ta[j:])), statistic)
     fixed = {below: stat_of(tb, statistic), above: stat_of(ta, statistic)}
     return Fit(statistic, float(tolerance), below, above, inv(center), inv(cands[best]),
-               (inv(cands[lo]), inv(cands[hi])), opt, float(at_center), fixed, int(len(sig)), pairing, scale)
+               (band_lo, band_hi), opt, float(at_center), fixed, int(len(sig)), pairing, scale)
 
 
 def within_band(value: float, band: tuple[float, float]) -> bool:

@@ -20,6 +20,21 @@ def covers(strip: Any) -> bool:
     return strip.shape[-2] <= MAX_N and strip.dtype in (torch.float32, torch.float64)
 
 
+# kernels="auto" takes the fused direct solver where the H200 run (bench/results/s10_A,
+# cutoff_solvers) measured it ahead of the torch.linalg composition: n <= 16 at any batch
+# (1.07-16.9x), 16 < n <= 32 only up to AUTO_DIRECT_BATCH systems (n=32: 1.14-1.54x at batch
+# 256, 0.45-0.63x at batch 4096: one program per system then leaves its 32 x 32 tiles spilling
+# into too few SMs' worth of registers). Fused PCG was 2.5x or more everywhere up to n = 32.
+AUTO_DIRECT_N = 16
+AUTO_DIRECT_BATCH = 1024
+
+
+def auto_direct(strip: Any) -> bool:
+    """kernels="auto" takes the fused direct solver for this strip (covered and measured faster)."""
+    n, batch = strip.shape[-2], strip.shape[0]
+    return covers(strip) and (n <= AUTO_DIRECT_N or batch <= AUTO_DIRECT_BATCH)
+
+
 def _np(n: int) -> int:
     return max(2, 1 << (n - 1).bit_length())
 

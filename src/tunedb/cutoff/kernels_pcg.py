@@ -15,6 +15,11 @@ by barriers (a pass reads neighbours other threads of the program wrote):
     B: x += alpha p, r -= alpha ap, z = D^{-1} r, r.r, r.z
     C: p = z + beta p
 
+In-place updates (x, r in B; p in C) put a barrier between a chunk's loads and its stores: a
+[TB, NP] vector smaller than the program's threads is held by several warps at once, and a
+replica that loads after another warp stored would update an element twice (seen on the H200 at
+n=4, T=10: TB*NP = 64 values on 128 threads; the interpreter, sequential, cannot show it).
+
 The loop is `while it < max_iter and r.r > (tol ||b||)^2`: each system leaves on the device when
 it converges, so the cost follows the warm start, no host ever syncs, and a CUDA graph of the
 launch is valid for any data (the cap is the only fixed quantity). Outputs: x, converged, and
@@ -137,6 +142,7 @@ def pcg(S, s_b, s_t, s_r, s_c, B, b_b, b_t, b_i, X0, x_b, x_t, x_i, MINV, X, R, 
             xv = tl.load(X + off, mask=m2, other=0) + alpha * pv
             rv = tl.load(R + off, mask=m2, other=0) - alpha * tl.load(AP + off, mask=m2, other=0)
             zv = _precond(MINV, pid, t0 + tb, i, j, rv, T, NP)
+            tl.debug_barrier()  # x and r are updated in place: every replica reads before any writes
             tl.store(X + off, xv, mask=m2)
             tl.store(R + off, rv, mask=m2)
             tl.store(Z + off, zv, mask=m2)
@@ -151,8 +157,9 @@ def pcg(S, s_b, s_t, s_r, s_c, B, b_b, b_t, b_i, X0, x_b, x_t, x_i, MINV, X, R, 
             t2 = t0 + tv
             m2 = (t2 < T) & (iv < N)
             off = vbase + t2 * N + iv
-            tl.store(P + off, tl.load(Z + off, mask=m2, other=0) + beta * tl.load(P + off, mask=m2, other=0),
-                     mask=m2)
+            pv = tl.load(Z + off, mask=m2, other=0) + beta * tl.load(P + off, mask=m2, other=0)
+            tl.debug_barrier()  # p is updated in place: every replica reads before any writes
+            tl.store(P + off, pv, mask=m2)
         tl.debug_barrier()
         it += 1
     tl.store(CONV + pid, (rr <= bound).to(tl.int8))

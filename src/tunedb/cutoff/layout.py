@@ -101,16 +101,25 @@ def from_blocks(diag: Any, low: Any) -> Any:
 
 def random_system(batch: int, steps: int, n: int, *, dtype: Any = None, device: Any = "cpu",
                   coupling: float = 0.4, seed: int = 0) -> tuple[Any, Any]:
-    """(strip, b): random, well conditioned SPD block-tridiagonal systems (block diagonally
-    dominant: each D_t = G G^T / n + (1 + 2 coupling sqrt(n)) I against couplings of norm about
-    coupling sqrt(n))."""
+    """(strip, b): random SPD block-tridiagonal systems, well conditioned at every n. Couplings
+    L_t are coupling * Gaussian (spectral norm about 2 coupling sqrt(n)); each diagonal block is
+    D_t = G G^T / n + (1 + |L_t| + |L_{t+1}|) I with |L| = sqrt(||L||_1 ||L||_inf) >= ||L||_2
+    (cheap, unlike an SVD per block), so by block Gershgorin
+    x^T A x >= sum_t (lambda_min(D_t) - ||L_t|| - ||L_{t+1}||) |x_t|^2 >= |x|^2: every system is
+    SPD with lambda_min >= 1 whatever n and T. (A shift that only grew like coupling sqrt(n)
+    made a few systems of a batch indefinite at n >= 16; Cholesky then rightly failed on them.)"""
     import torch
 
     dtype = dtype or torch.float64
     gen = torch.Generator(device="cpu").manual_seed(seed)
     g = torch.randn(batch, steps, n, n, generator=gen, dtype=torch.float64)
-    diag = g @ g.mT / n + (1.0 + 2.0 * coupling * (n ** 0.5)) * torch.eye(n, dtype=torch.float64)
     low = coupling * torch.randn(batch, max(steps - 1, 0), n, n, generator=gen, dtype=torch.float64)
     b = torch.randn(batch, steps, n, generator=gen, dtype=torch.float64)
+    norms = torch.zeros(batch, steps + 1, dtype=torch.float64)  # ||L_t||_2 for t = 0..T (0: padding)
+    if steps > 1:
+        a = low.abs()
+        norms[:, 1:steps] = (a.sum(-1).amax(-1) * a.sum(-2).amax(-1)).sqrt()
+    shift = 1.0 + norms[:, :steps] + norms[:, 1:]
+    diag = g @ g.mT / n + shift[..., None, None] * torch.eye(n, dtype=torch.float64)
     strip = from_blocks(diag, low)
     return strip.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)

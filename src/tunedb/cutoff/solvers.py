@@ -11,7 +11,8 @@ warm-started from x0; per problem it stops at ||r|| <= tol ||b|| or after max_it
 Kernels (`kernels=`): "fused" runs the fused Triton solvers (`fused`: the direct solver is ONE
 kernel over all T steps, PCG two launches whatever the cap; each system leaves PCG's loop on the
 device when it converges); they cover n <= 32, fp32 and fp64. "auto" (default) takes them on
-CUDA tensors they cover, and otherwise the composed path: "tunedb" composes the direct solver
+CUDA tensors they cover where they were measured faster (PCG: all of it; direct: n <= 16, and
+n <= 32 up to 1024 systems, fused.auto_direct), and otherwise the composed path: "tunedb" composes the direct solver
 from the linalg family's tuned ops (tunedb::linalg_potrf / _trsv per block step, the matrix and
 back solves on torch.linalg.solve_triangular; an n outside the family's 2..128 takes
 torch.linalg), "torch" from torch.linalg alone; PCG's composed path is eager torch (one set of
@@ -96,7 +97,7 @@ def _check_kernels(kernels: str) -> None:
         raise CutoffError(f"kernels={kernels!r} not supported; allowed: {', '.join(KERNELS)}")
 
 
-def _use_fused(strip: Any, kernels: str) -> bool:
+def _use_fused(strip: Any, kernels: str, op: str = "pcg") -> bool:
     from tunedb.cutoff import fused
 
     if kernels == "fused":
@@ -104,7 +105,9 @@ def _use_fused(strip: Any, kernels: str) -> bool:
             raise CutoffError(f"kernels='fused' covers n <= {fused.MAX_N}; got n={strip.shape[-2]} "
                               "(use kernels='auto', which falls back to the composed solvers)")
         return True
-    return kernels == "auto" and strip.device.type == "cuda" and fused.covers(strip)
+    if kernels != "auto" or strip.device.type != "cuda":
+        return False
+    return fused.auto_direct(strip) if op == "direct" else fused.covers(strip)
 
 
 def direct(strip: Any, b: Any, *, kernels: str = "auto") -> tuple[Any, Any]:
@@ -113,7 +116,7 @@ def direct(strip: Any, b: Any, *, kernels: str = "auto") -> tuple[Any, Any]:
 
     _check_kernels(kernels)
     _, steps, _ = layout.check(strip, b)
-    if _use_fused(strip, kernels):
+    if _use_fused(strip, kernels, "direct"):
         from tunedb.cutoff import fused
 
         return fused.direct(strip, b)
