@@ -85,18 +85,24 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
     if counts.get("unserved"):
         from tunedb import families
 
-        unserved = [s.point.signature for s in served if s.tier == "unserved"]
-        fams = sorted({sig.family for sig in unserved if sig.family in families.names()})
-        other = sorted({sig.op for sig in unserved if sig.family not in families.names()})
-        if fams:
-            console.print(f"other families: {sum(1 for sig in unserved if sig.family in fams)} point(s) of "
-                          f"{', '.join(fams)}; `tune` measures the gemm family, and until `tunedb census WORKLOAD "
-                          f"--fused --out FILE` and `tunedb build --family NAME --census FILE` measure them, "
-                          f"tunedb.optimize() leaves those modules to torch", highlight=False)
-        if other:
-            console.print(f"unserved: point(s) of op(s) {', '.join(other)} that no tunedb kernel family tunes; "
-                          f"they always run on torch and are listed because the census saw them", highlight=False)
+        def served_elsewhere(sig: Any) -> bool:
+            return (sig.family != families.DEFAULT and sig.family in families.names()
+                    and sig.op in families.get(sig.family).ops)
 
+        unserved = [s.point.signature for s in served if s.tier == "unserved"]
+        elsewhere = [sig for sig in unserved if served_elsewhere(sig)]
+        if elsewhere:
+            fams = sorted({sig.family for sig in elsewhere})
+            console.print(f"other families: {len(elsewhere)} point(s) of {', '.join(fams)}; `tune` measures the "
+                          f"{families.DEFAULT} family, and until `tunedb census WORKLOAD --fused --out FILE` and "
+                          f"`tunedb build --family NAME --census FILE` measure them, tunedb.optimize() leaves "
+                          f"those modules to torch", highlight=False)
+        rest = [sig for sig in unserved if not served_elsewhere(sig)]
+        if rest:
+            ops = sorted({sig.op for sig in rest})
+            console.print(f"unserved: {len(rest)} point(s) of op(s) {', '.join(ops)} that no tunedb kernel family "
+                          f"tunes; they always run on torch and are listed because the census saw them",
+                          highlight=False)
 
 def _family_ops(family: str) -> tuple[str, ...]:
     from tunedb import families
