@@ -17,7 +17,7 @@ stage() {  # name timeout_s command...
   local rc=$?
   echo "[stage $name] rc=$rc in $(( $(date +%s) - t0 )) s"
   tail -n 6 "$OUT/$name.log"
-  tar -czf "$FINAL/logs.tgz.tmp" -C "$FINAL" logs 2>/dev/null && mv -f "$FINAL/logs.tgz.tmp" "$FINAL/logs.tgz"
+  tar -czf "$FINAL/.logs.$name.tmp" -C "$FINAL" logs 2>/dev/null && mv -f "$FINAL/.logs.$name.tmp" "$FINAL/logs.tgz"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,driver_version --format=csv > "$OUT/smi.txt" 2>&1
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/smi.txt" 2>&1
