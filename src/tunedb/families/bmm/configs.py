@@ -12,10 +12,10 @@ user of a plain Triton batched kernel would write (the bench's "untuned Triton" 
 """
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from typing import Iterable, Sequence
 
+from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
 from tunedb.families.tile_ids import TileIds, blocks
 from tunedb.records import ArchProfile, Config, Signature
@@ -35,8 +35,6 @@ MAX_ACC_REGS = 128  # fp32 accumulator registers per thread a tile may take
 TILE_IDS = TileIds(FAMILY, (("triton_bmm", ""),), FAMILY_SENTINELS, "b64x128x32_w4_s3_g8",
                    blocks_m=(16, 32, 64, 128), blocks_n=(32, 64, 128), blocks_k=(16, 32, 64),
                    warps=(2, 4, 8), stages=range(1, 7), groups=(1, 8), owner="the bmm family", label="bmm")
-_SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
-                 "sm120": 101376}
 
 
 def elem_bytes(dt: str) -> int:
@@ -86,12 +84,6 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
     smem = smem_per_block(arch_family)
     # the space is arch-level: a tile that fits with 2-byte operands at this arch
     return tuple(c for c in full_grid() if c.lane in wanted and smem_bytes(c, "half") <= smem)
-
-
-def smem_per_block(arch_family: str) -> int:
-    if not re.match(r"^sm\d+a?$", arch_family or ""):
-        raise ConfigError(f"bad arch family {arch_family!r}: expected sm<digits> such as sm90")
-    return _SMEM_BY_ARCH.get(arch_family, 101376)
 
 
 def smem_bytes(cfg: Config, dt: str) -> int:

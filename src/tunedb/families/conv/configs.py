@@ -15,6 +15,7 @@ import re
 from functools import lru_cache
 from typing import Iterable, Sequence
 
+from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
 from tunedb.families.conv import keys
 from tunedb.families.tile_ids import TileIds, canonical
@@ -33,7 +34,6 @@ _DW_ID = re.compile(r"^dw_t(?P<t>\d+)_c(?P<c>\d+)_w(?P<w>\d+)$")
 _IG = TileIds("conv", (("triton_igemm", "ig"),), FAMILY_SENTINELS, "ig_b128x64x32_w4_s3", blocks_m=(32, 64, 128),
               blocks_n=(32, 64, 128), blocks_k=(16, 32, 64), warps=_WARPS, stages=range(1, 6),
               owner="the conv family")
-_SMEM = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448, "sm120": 101376}
 
 
 def make_dw(bt: int, bc: int, warps: int) -> Config:
@@ -80,10 +80,6 @@ def full_grid() -> tuple[Config, ...]:
     """Every config of the tuned space (parse() accepts any id the grammar allows)."""
     return (tuple(parse(c) for c in CUDNN_ARMS) + tuple(make_dw(*t) for t in _DW_GRID)
             + tuple(make_ig(*t) for t in _IG_GRID))
-
-
-def smem_per_block(arch_family: str) -> int:
-    return _SMEM.get(arch_family, 101376)
 
 
 def smem_bytes(cfg: Config) -> int:

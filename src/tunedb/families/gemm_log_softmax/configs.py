@@ -8,10 +8,10 @@ choice: the torch arm too, no guessed tile is served unmeasured).
 """
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from typing import Iterable, Sequence
 
+from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
 from tunedb.families.tile_ids import TileIds, blocks
 from tunedb.records import ArchProfile, Config, Signature
@@ -27,8 +27,6 @@ TILE_IDS = TileIds(FAMILY, (("triton_recompute", "rc"), ("triton_fixup", "fx")),
                    blocks_n=(64, 128, 256), blocks_k=(32, 64, 128), warps=(4, 8), stages=range(1, 6))
 MAX_ACC_PER_THREAD = 128  # fp32 accumulator registers per thread beyond which a tile spills
 MAX_N_TILES = 8192  # the partial-statistics workspace is [M, T] fp32 twice
-_SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
-                 "sm120": 101376}
 
 
 def make(lane: str, bm: int, bn: int, bk: int, warps: int, stages: int) -> Config:
@@ -56,12 +54,6 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
         raise ConfigError(f"unknown gemm_log_softmax lane(s) {sorted(bad)}; lanes are {', '.join(LANES)}")
     smem = smem_per_block(arch_family)
     return tuple(c for c in full_grid() if c.lane in wanted and smem_bytes(c) <= smem)
-
-
-def smem_per_block(arch_family: str) -> int:
-    if not re.match(r"^sm\d+a?$", arch_family or ""):
-        raise ConfigError(f"bad arch family {arch_family!r}: expected sm<digits> such as sm90")
-    return _SMEM_BY_ARCH.get(arch_family, 101376)
 
 
 def smem_bytes(cfg: Config) -> int:
