@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tunedb import settings
-from tunedb.errors import MeasurementError, TunedbError
+from tunedb.errors import ConfigError, MeasurementError, TunedbError
 from tunedb.records import ArchProfile
 
 SHIPPED_ARCHES: tuple[str, ...] = ("sm90",)
@@ -66,6 +66,15 @@ PLANNING_LIMITS: dict[str, tuple[int, int]] = {
     "sm103": (233472, 232448), "sm120": (102400, 101376),
 }
 
+
+
+def planning_smem_per_block(arch_family: str) -> int:
+    """The opt-in shared memory per block a config space plans for at `arch_family`: its
+    PLANNING_LIMITS entry, else 101376 (the smallest of them); ConfigError for a name that is
+    not sm<digits>."""
+    if not re.match(r"^sm\d+a?$", arch_family or ""):
+        raise ConfigError(f"bad arch family {arch_family!r}: expected sm<digits> such as sm90")
+    return PLANNING_LIMITS.get(arch_family, (0, 101376))[1]
 
 def planning_profile(arch_family: str) -> ArchProfile:
     """The shipped profile of `arch_family` when there is one, else its limits from

@@ -12,12 +12,13 @@ user of a plain Triton batched kernel would write (the bench's "untuned Triton" 
 """
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from typing import Iterable, Sequence
 
+from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
-from tunedb.records import SENTINELS, ArchProfile, Config, Signature
+from tunedb.families.tile_ids import TileIds, blocks
+from tunedb.records import ArchProfile, Config, Signature
 
 FAMILY = "bmm"
 OPS: tuple[str, ...] = ("bmm",)
@@ -31,14 +32,9 @@ LAYOUTS: tuple[str, ...] = ("nn", "nt", "tn", "tt")
 MAX_BATCH = 65535  # the grid's second dimension
 MAX_ACC_REGS = 128  # fp32 accumulator registers per thread a tile may take
 
-_BLOCKS_M = (16, 32, 64, 128)
-_BLOCKS_N = (32, 64, 128)
-_BLOCKS_K = (16, 32, 64)
-_WARPS = (2, 4, 8)
-_GROUPS = (1, 8)
-_ID = re.compile(r"^b(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)_g(?P<g>\d+)$")
-_SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
-                 "sm120": 101376}
+TILE_IDS = TileIds(FAMILY, (("triton_bmm", ""),), FAMILY_SENTINELS, "b64x128x32_w4_s3_g8",
+                   blocks_m=(16, 32, 64, 128), blocks_n=(32, 64, 128), blocks_k=(16, 32, 64),
+                   warps=(2, 4, 8), stages=range(1, 7), groups=(1, 8), owner="the bmm family", label="bmm")
 
 
 def elem_bytes(dt: str) -> int:
@@ -46,42 +42,12 @@ def elem_bytes(dt: str) -> int:
 
 
 def make(bm: int, bn: int, bk: int, warps: int, stages: int, group_m: int = 8) -> Config:
-    for name, v, allowed in (("BM", bm, _BLOCKS_M), ("BN", bn, _BLOCKS_N), ("BK", bk, _BLOCKS_K),
-                             ("warps", warps, _WARPS), ("group_m", group_m, _GROUPS)):
-        if v not in allowed:
-            raise ConfigError(f"bmm config: {name}={v} not allowed; use one of {allowed}")
-    if not 1 <= stages <= 6:
-        raise ConfigError(f"bmm config: stages={stages} not allowed; use 1..6")
-    cid = f"b{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group_m}"
-    return Config(cid, "triton_bmm", (("block", (bm, bn, bk)), ("warps", warps), ("stages", stages),
-                                      ("group_m", group_m)))
+    return TILE_IDS.make(bm, bn, bk, warps, stages, group_m)
 
+
+parse = lru_cache(maxsize=4096)(TILE_IDS.parse)
 
 UNTUNED = make(64, 64, 32, 4, 3, 8)
-
-
-@lru_cache(maxsize=4096)
-def parse(config_id: str) -> Config:
-    """A config from its id (sentinels included); ConfigError naming the id when malformed."""
-    if not isinstance(config_id, str):
-        raise ConfigError(f"config id must be a string, got {config_id!r}")
-    if config_id in SENTINELS:
-        if config_id not in FAMILY_SENTINELS:
-            raise ConfigError(f"the bmm family has no {config_id!r} arm; sentinels: {', '.join(FAMILY_SENTINELS)}")
-        return Config.sentinel(config_id)
-    m = _ID.match(config_id)
-    if not m:
-        raise ConfigError(f"bad bmm config id {config_id!r}: expected b64x128x32_w4_s3_g8 or a sentinel "
-                          f"({', '.join(FAMILY_SENTINELS)})")
-    n = {k: int(v) for k, v in m.groupdict().items()}
-    cfg = make(n["bm"], n["bn"], n["bk"], n["w"], n["s"], n["g"])
-    if cfg.id != config_id:
-        raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
-    return cfg
-
-
-def blocks(cfg: Config) -> tuple[int, int, int]:
-    return tuple(cfg.param("block"))  # type: ignore[return-value]
 
 
 def full_grid() -> tuple[Config, ...]:
@@ -118,12 +84,6 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
     smem = smem_per_block(arch_family)
     # the space is arch-level: a tile that fits with 2-byte operands at this arch
     return tuple(c for c in full_grid() if c.lane in wanted and smem_bytes(c, "half") <= smem)
-
-
-def smem_per_block(arch_family: str) -> int:
-    if not re.match(r"^sm\d+a?$", arch_family or ""):
-        raise ConfigError(f"bad arch family {arch_family!r}: expected sm<digits> such as sm90")
-    return _SMEM_BY_ARCH.get(arch_family, 101376)
 
 
 def smem_bytes(cfg: Config, dt: str) -> int:

@@ -15,9 +15,11 @@ import re
 from functools import lru_cache
 from typing import Iterable, Sequence
 
+from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
 from tunedb.families.conv import keys
-from tunedb.records import SENTINELS, ArchProfile, Config, Signature
+from tunedb.families.tile_ids import TileIds, canonical
+from tunedb.records import ArchProfile, Config, Signature
 
 CUDNN_ARMS: tuple[str, ...] = ("cudnn_bench", "cudnn_cl", "cudnn_cl_bench")
 TRITON_LANES: tuple[str, ...] = ("triton_dw", "triton_igemm")
@@ -28,12 +30,10 @@ INDEX_LIMIT = 2**31 - 1  # the Triton kernels index x and y with int32 offsets
 _DW_T = (32, 64, 128, 256)
 _DW_C = (8, 16, 32, 64, 128)
 _WARPS = (1, 2, 4, 8)
-_BM = (32, 64, 128)
-_BN = (32, 64, 128)
-_BK = (16, 32, 64)
 _DW_ID = re.compile(r"^dw_t(?P<t>\d+)_c(?P<c>\d+)_w(?P<w>\d+)$")
-_IG_ID = re.compile(r"^ig_b(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)$")
-_SMEM = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448, "sm120": 101376}
+_IG = TileIds("conv", (("triton_igemm", "ig"),), FAMILY_SENTINELS, "ig_b128x64x32_w4_s3", blocks_m=(32, 64, 128),
+              blocks_n=(32, 64, 128), blocks_k=(16, 32, 64), warps=_WARPS, stages=range(1, 6),
+              owner="the conv family")
 
 
 def make_dw(bt: int, bc: int, warps: int) -> Config:
@@ -44,38 +44,25 @@ def make_dw(bt: int, bc: int, warps: int) -> Config:
 
 
 def make_ig(bm: int, bn: int, bk: int, warps: int, stages: int) -> Config:
-    for name, v, allowed in (("BM", bm, _BM), ("BN", bn, _BN), ("BK", bk, _BK), ("warps", warps, _WARPS)):
-        if v not in allowed:
-            raise ConfigError(f"triton_igemm config: {name}={v} not allowed; use one of {allowed}")
-    if not 1 <= stages <= 5:
-        raise ConfigError(f"triton_igemm config: stages={stages} not allowed; use 1..5")
-    return Config(f"ig_b{bm}x{bn}x{bk}_w{warps}_s{stages}", "triton_igemm",
-                  (("block", (bm, bn, bk)), ("warps", warps), ("stages", stages)))
+    return _IG.make(bm, bn, bk, warps, stages)
 
 
 @lru_cache(maxsize=1024)
 def parse(config_id: str) -> Config:
     """A config from its id (sentinels and cuDNN arms included); ConfigError naming it otherwise."""
-    if not isinstance(config_id, str):
-        raise ConfigError(f"config id must be a string, got {config_id!r}")
-    if config_id in SENTINELS:
-        if config_id not in FAMILY_SENTINELS:
-            raise ConfigError(f"the conv family has no {config_id!r} arm; sentinels: {', '.join(FAMILY_SENTINELS)}")
-        return Config.sentinel(config_id)
+    cfg = _IG.sentinel(config_id)
+    if cfg is not None:
+        return cfg
     if config_id in CUDNN_ARMS:
         return Config(config_id, "cudnn", (("benchmark", int(config_id.endswith("bench"))),
                                            ("channels_last", int("_cl" in config_id))))
     m = _DW_ID.match(config_id)
     if m:
-        cfg = make_dw(int(m["t"]), int(m["c"]), int(m["w"]))
-    else:
-        m = _IG_ID.match(config_id)
-        if not m:
-            raise ConfigError(f"bad conv config id {config_id!r}: expected dw_t64_c64_w4, ig_b128x64x32_w4_s3, "
-                              f"one of {', '.join(CUDNN_ARMS)} or a sentinel ({', '.join(FAMILY_SENTINELS)})")
-        cfg = make_ig(*(int(m[k]) for k in ("bm", "bn", "bk", "w", "s")))
-    if cfg.id != config_id:
-        raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
+        return canonical(config_id, make_dw(int(m["t"]), int(m["c"]), int(m["w"])))
+    cfg = _IG.match(config_id)
+    if cfg is None:
+        raise ConfigError(f"bad conv config id {config_id!r}: expected dw_t64_c64_w4, ig_b128x64x32_w4_s3, "
+                          f"one of {', '.join(CUDNN_ARMS)} or a sentinel ({', '.join(FAMILY_SENTINELS)})")
     return cfg
 
 
@@ -93,10 +80,6 @@ def full_grid() -> tuple[Config, ...]:
     """Every config of the tuned space (parse() accepts any id the grammar allows)."""
     return (tuple(parse(c) for c in CUDNN_ARMS) + tuple(make_dw(*t) for t in _DW_GRID)
             + tuple(make_ig(*t) for t in _IG_GRID))
-
-
-def smem_per_block(arch_family: str) -> int:
-    return _SMEM.get(arch_family, 101376)
 
 
 def smem_bytes(cfg: Config) -> int:

@@ -8,12 +8,13 @@ choice: the torch arm too, no guessed tile is served unmeasured).
 """
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from typing import Iterable, Sequence
 
+from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
-from tunedb.records import SENTINELS, ArchProfile, Config, Signature
+from tunedb.families.tile_ids import TileIds, blocks
+from tunedb.records import ArchProfile, Config, Signature
 
 FAMILY = "gemm_log_softmax"
 OPS: tuple[str, ...] = ("gemm_log_softmax",)
@@ -21,54 +22,18 @@ DTYPES: tuple[str, ...] = ("bf16", "fp16")
 TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup")
 LANES: tuple[str, ...] = TRITON_LANES + ("torch",)
 FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
-_PREFIX = {"triton_recompute": "rc", "triton_fixup": "fx"}
-_LANE_OF = {v: k for k, v in _PREFIX.items()}
-
-_BLOCKS_M = (16, 32, 64, 128)
-_BLOCKS_N = (64, 128, 256)
-_BLOCKS_K = (32, 64, 128)
-_WARPS = (4, 8)
+TILE_IDS = TileIds(FAMILY, (("triton_recompute", "rc"), ("triton_fixup", "fx")), FAMILY_SENTINELS,
+                   "rc_b64x128x64_w4_s3, fx_b128x128x64_w8_s3", blocks_m=(16, 32, 64, 128),
+                   blocks_n=(64, 128, 256), blocks_k=(32, 64, 128), warps=(4, 8), stages=range(1, 6))
 MAX_ACC_PER_THREAD = 128  # fp32 accumulator registers per thread beyond which a tile spills
 MAX_N_TILES = 8192  # the partial-statistics workspace is [M, T] fp32 twice
-_ID = re.compile(r"^(?P<lane>rc|fx)_b(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)$")
-_SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
-                 "sm120": 101376}
 
 
 def make(lane: str, bm: int, bn: int, bk: int, warps: int, stages: int) -> Config:
-    if lane not in TRITON_LANES:
-        raise ConfigError(f"unknown gemm_log_softmax lane {lane!r}; Triton lanes are {', '.join(TRITON_LANES)}")
-    for name, v, allowed in (("BM", bm, _BLOCKS_M), ("BN", bn, _BLOCKS_N), ("BK", bk, _BLOCKS_K),
-                             ("warps", warps, _WARPS)):
-        if v not in allowed:
-            raise ConfigError(f"{lane} config: {name}={v} not allowed; use one of {allowed}")
-    if not 1 <= stages <= 5:
-        raise ConfigError(f"{lane} config: stages={stages} not allowed; use 1..5")
-    cid = f"{_PREFIX[lane]}_b{bm}x{bn}x{bk}_w{warps}_s{stages}"
-    return Config(cid, lane, (("block", (bm, bn, bk)), ("warps", warps), ("stages", stages)))
+    return TILE_IDS.make(bm, bn, bk, warps, stages, lane=lane)
 
 
-@lru_cache(maxsize=4096)
-def parse(config_id: str) -> Config:
-    """A config from its id (sentinels included); ConfigError naming the id when malformed."""
-    if not isinstance(config_id, str):
-        raise ConfigError(f"config id must be a string, got {config_id!r}")
-    if config_id in SENTINELS:
-        if config_id not in FAMILY_SENTINELS:
-            raise ConfigError(f"gemm_log_softmax has no {config_id!r} arm; sentinels: {', '.join(FAMILY_SENTINELS)}")
-        return Config.sentinel(config_id)
-    m = _ID.match(config_id)
-    if not m:
-        raise ConfigError(f"bad gemm_log_softmax config id {config_id!r}: expected rc_b64x128x64_w4_s3, "
-                          f"fx_b128x128x64_w8_s3 or a sentinel ({', '.join(FAMILY_SENTINELS)})")
-    cfg = make(_LANE_OF[m["lane"]], int(m["bm"]), int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["s"]))
-    if cfg.id != config_id:
-        raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
-    return cfg
-
-
-def blocks(cfg: Config) -> tuple[int, int, int]:
-    return tuple(cfg.param("block"))  # type: ignore[return-value]
+parse = lru_cache(maxsize=4096)(TILE_IDS.parse)
 
 
 # the tiles both lanes offer: (BM, BN, BK, warps, stages); small BM for decode-like M, wide BN
@@ -89,12 +54,6 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
         raise ConfigError(f"unknown gemm_log_softmax lane(s) {sorted(bad)}; lanes are {', '.join(LANES)}")
     smem = smem_per_block(arch_family)
     return tuple(c for c in full_grid() if c.lane in wanted and smem_bytes(c) <= smem)
-
-
-def smem_per_block(arch_family: str) -> int:
-    if not re.match(r"^sm\d+a?$", arch_family or ""):
-        raise ConfigError(f"bad arch family {arch_family!r}: expected sm<digits> such as sm90")
-    return _SMEM_BY_ARCH.get(arch_family, 101376)
 
 
 def smem_bytes(cfg: Config) -> int:

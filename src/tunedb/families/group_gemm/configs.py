@@ -13,7 +13,8 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from tunedb.errors import ConfigError
-from tunedb.records import SENTINELS, ArchProfile, Config, Signature
+from tunedb.families.tile_ids import TileIds, blocks
+from tunedb.records import ArchProfile, Config, Signature
 
 FAMILY = "group_gemm"
 OPS: tuple[str, ...] = ("group_gemm",)
@@ -22,49 +23,20 @@ FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
 DTYPES: tuple[str, ...] = ("bf16", "fp16")
 
 _BLOCKS_M = (16, 32, 64, 128)
-_BLOCKS_N = (32, 64, 128, 256)
-_BLOCKS_K = (32, 64, 128)
 _WARPS = (4, 8)
-_STAGES = (2, 3, 4, 5)
-_GROUPS = (1, 8, 16)
-_ID = re.compile(r"^b(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)_g(?P<g>\d+)$")
+TILE_IDS = TileIds(FAMILY, (("triton_grouped", ""),), FAMILY_SENTINELS, "b64x128x64_w4_s3_g8",
+                   blocks_m=_BLOCKS_M, blocks_n=(32, 64, 128, 256), blocks_k=(32, 64, 128), warps=_WARPS,
+                   stages=(2, 3, 4, 5), groups=(1, 8, 16), label=FAMILY)
 _SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
                  "sm120": 101376}
 MAX_ACC_PER_THREAD = 128  # fp32 accumulator registers per thread beyond which a tile spills
 
 
 def make(bm: int, bn: int, bk: int, warps: int, stages: int, group_m: int) -> Config:
-    for name, v, allowed in (("BM", bm, _BLOCKS_M), ("BN", bn, _BLOCKS_N), ("BK", bk, _BLOCKS_K),
-                             ("warps", warps, _WARPS), ("stages", stages, _STAGES), ("group_m", group_m, _GROUPS)):
-        if v not in allowed:
-            raise ConfigError(f"group_gemm config: {name}={v} not allowed; use one of {allowed}")
-    cid = f"b{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group_m}"
-    return Config(cid, "triton_grouped", (("block", (bm, bn, bk)), ("warps", warps), ("stages", stages),
-                                          ("group_m", group_m)))
+    return TILE_IDS.make(bm, bn, bk, warps, stages, group_m)
 
 
-@lru_cache(maxsize=4096)
-def parse(config_id: str) -> Config:
-    """A config from its id (sentinels included); ConfigError naming the id when malformed."""
-    if not isinstance(config_id, str):
-        raise ConfigError(f"config id must be a string, got {config_id!r}")
-    if config_id in SENTINELS:
-        if config_id not in FAMILY_SENTINELS:
-            raise ConfigError(f"group_gemm has no {config_id!r} arm; sentinels: {', '.join(FAMILY_SENTINELS)}")
-        return Config.sentinel(config_id)
-    m = _ID.match(config_id)
-    if not m:
-        raise ConfigError(f"bad group_gemm config id {config_id!r}: expected b64x128x64_w4_s3_g8 "
-                          f"or a sentinel ({', '.join(FAMILY_SENTINELS)})")
-    n = {k: int(v) for k, v in m.groupdict().items()}
-    cfg = make(n["bm"], n["bn"], n["bk"], n["w"], n["s"], n["g"])
-    if cfg.id != config_id:
-        raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
-    return cfg
-
-
-def blocks(cfg: Config) -> tuple[int, int, int]:
-    return tuple(cfg.param("block"))  # type: ignore[return-value]
+parse = lru_cache(maxsize=4096)(TILE_IDS.parse)
 
 
 def full_grid() -> tuple[Config, ...]:
