@@ -40,7 +40,7 @@ for s in "$@"; do
       stage kt_rnn 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_rnn_gpu.py" &
       [ -f tests/gpu/test_conv_gpu.py ] && stage kt_conv 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_conv_gpu.py" &
       wait ;;
-    torchao) stage torchao 120 "pip install -q --no-deps --no-index .stage/wheels/torchao-0.18.0-*.whl && python -c 'import torchao; print(torchao.__version__)'" ;;
+    torchao) stage torchao 120 "python -m pip install -q --no-deps --no-index .stage/wheels/torchao-0.18.0-*.whl && python -c 'import torchao; print(torchao.__version__)'" ;;
     kernel-tests3)  # the fixes after call B, and the W8A8 families with torchao, side by side
       stage kt_bmm 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_bmm_gpu.py" &
       stage kt_group_gemm 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_group_gemm_gpu.py" &
