@@ -60,3 +60,13 @@ def test_an_unreadable_log_knows_nothing_and_is_replaced(tmp_path):
     log.add(_Job("a"))
     log.save()
     assert compile_pool.DoneLog(path, "fp").has(_Job("a"))
+
+
+def test_pool_processes_start_at_a_lower_priority():
+    import multiprocessing
+    import os
+
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(1, mp_context=ctx, initializer=compile_pool._warm_process,
+                                initargs=("gemm",)) as ex:
+        assert ex.submit(os.nice, 0).result() >= os.nice(0) + compile_pool.NICE
