@@ -46,6 +46,7 @@ for s in "$@"; do
       stage kt_group_gemm 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_group_gemm_gpu.py" &
       stage kt_scaled_mm 300 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_scaled_mm_gpu.py tests/gpu/test_scaled_mm_torchao_gpu.py" &
       wait ;;
+    scaled-e2e) stage scaled_e2e 150 "python -m pip install -q --no-deps --no-index .stage/wheels/torchao-0.18.0-*.whl; PYTHONPATH=src:. python bench/scaled_mm_e2e.py --out $OUT/scaled_mm_e2e.json" ;;
     scaled-quick) stage scaled_quick 260 "python bench/scaled_mm.py --quick --budget-s 120 --out $OUT/scaled_mm_quick.json" ;;
     tune-wall) stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json" ;;
     glsm) stage glsm 150 "python bench/gemm_log_softmax.py --out $OUT/glsm --quick" ;;
