@@ -175,3 +175,31 @@ def test_an_open_band_persists_and_switches(tmp_path):
     back = store.load(path)["mpc|n=4@cpu"]
     assert back.band == f.band and back.cutoff == f.cutoff
     assert {back.policy_for(s) for s in sig} == {"direct"}
+
+
+def test_worked_example_comparison_run_solves_every_step_by_every_policy():
+    """The example's comparison run: each step's system is solved by every policy (same inputs,
+    same signal), the order rotates per step, and the loop goes on from the followed policy."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import cutoff_mpc
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    d = store.Decision("p", "cpu", 1e-5)  # small_workload's signals run 1e-8..1e-3: both policies
+    seen, outs = [], {}
+
+    class Spy(probemod.Recorder):
+        def __call__(self, strip, b, x0=None, *, signal):
+            seen.append(self.policy)
+            outs[self.policy] = super().__call__(strip, b, x0, signal=signal)
+            return outs[self.policy]
+
+    recs = [Spy(p, "cpu", d if p == "auto" else None, tol=1e-9, max_iter=50) for p in ("direct", "iterative", "auto")]
+    run = cutoff_mpc.Interleaved(recs, "auto", cuda=False)
+    strip, b = layout.random_system(4, 5, 3, seed=0)
+    assert run(strip, b, None, signal=1.0) is outs["auto"]
+    small_workload(run, steps=6)
+    assert seen[:3] == ["direct", "iterative", "auto"] and seen[3:6] == ["iterative", "auto", "direct"]
+    traces = {r.policy: r.trace() for r in recs}
+    assert all(len(t.times_ms) == 7 for t in traces.values())
+    assert traces["direct"].signals == traces["iterative"].signals == traces["auto"].signals
