@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
+from tunedb.families.config_methods import ConfigMethods
 from tunedb.families.bmm import configs, keys
 from tunedb.families.contract import source_hash
 from tunedb.records import ArchProfile, Config, Signature
@@ -27,9 +28,10 @@ def impl_hash() -> str:
     return source_hash(Path(__file__).parent, KERNEL_SOURCES)
 
 
-class BmmFamily:
+class BmmFamily(ConfigMethods):
     """Batched products of activations; see tunedb.families.KernelFamily."""
 
+    configs = configs  # ConfigMethods' six protocol members answer from this module
     name = configs.FAMILY
     ops = configs.OPS
     lanes = configs.LANES
@@ -85,30 +87,13 @@ class BmmFamily:
         return keys.work(sig, m)
 
     # --- configs
-    def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
-        return configs.config_space(arch_family, lanes)
 
     def full_grid(self) -> tuple[Config, ...]:
         return configs.full_grid()
 
-    def parse_config(self, config_id: str) -> Config:
-        return configs.parse(config_id)
-
-    def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
-        return configs.invalid_reason(config, sig, m, arch)
-
     def candidates(self, sig: Signature, m: int | None, arch: ArchProfile,
                    lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
         return configs.candidates(sig, m, arch, configs.config_space(arch.arch_family, lanes))
-
-    def sentinels(self, sig: Signature, approximate: bool = False) -> tuple[str, ...]:
-        return configs.sentinels(sig, approximate)
-
-    def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
-        return configs.default_config(sig, arch)
-
-    def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
-        return configs.compile_set(arch_family, referenced)
 
     # --- tensors (torch imported lazily)
     def launch(self, config: Config, sig: Signature, a: Any, b: Any, out: Any = None) -> Any:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
+from tunedb.families.config_methods import ConfigMethods
 from tunedb.families.conv import configs, keys
 from tunedb.families.contract import source_hash
-from tunedb.records import ArchProfile, Config, Signature
+from tunedb.records import Config, Signature
 
 # What decides the compiled kernels, their grids and the torch arms' GPU work: the soft validator.
 KERNEL_SOURCES = ("kernels.py", "launch.py", "arms.py")
@@ -26,9 +27,10 @@ def impl_hash() -> str:
     return source_hash(Path(__file__).parent, KERNEL_SOURCES)
 
 
-class ConvFamily:
+class ConvFamily(ConfigMethods):
     """See tunedb.families.KernelFamily."""
 
+    configs = configs  # ConfigMethods' six protocol members answer from this module
     name = keys.FAMILY
     ops = keys.OPS
     lanes = configs.LANES
@@ -112,23 +114,6 @@ class ConvFamily:
         return keys.work(sig, m)
 
     # --- configs
-    def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
-        return configs.config_space(arch_family, lanes)
-
-    def parse_config(self, config_id: str) -> Config:
-        return configs.parse(config_id)
-
-    def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
-        return configs.invalid_reason(config, sig, m, arch)
-
-    def sentinels(self, sig: Signature, approximate: bool = False) -> tuple[str, ...]:
-        return configs.sentinels(sig, approximate)
-
-    def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
-        return configs.default_config(sig, arch)
-
-    def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
-        return configs.compile_set(arch_family, referenced)
 
     # --- tensors (torch imported lazily)
     def launch(self, config: Config, sig: Signature, *args: Any, out: Any = None, **kwargs: Any) -> Any:

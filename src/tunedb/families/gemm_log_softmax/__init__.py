@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from tunedb.families.contract import source_hash
+from tunedb.families.config_methods import ConfigMethods
 from tunedb.families.gemm_log_softmax import configs, keys
-from tunedb.records import ArchProfile, Config, Signature
+from tunedb.records import Config, Signature
 
 KERNEL_SOURCES = ("kernels.py", "launch.py")
 
@@ -27,9 +28,10 @@ def impl_hash() -> str:
     return source_hash(Path(__file__).parent, KERNEL_SOURCES)
 
 
-class GemmLogSoftmaxFamily:
+class GemmLogSoftmaxFamily(ConfigMethods):
     """See tunedb.families.KernelFamily."""
 
+    configs = configs  # ConfigMethods' six protocol members answer from this module
     name = configs.FAMILY
     ops = configs.OPS
     lanes = configs.LANES
@@ -87,23 +89,6 @@ class GemmLogSoftmaxFamily:
         return keys.work(sig, m)
 
     # --- configs
-    def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
-        return configs.config_space(arch_family, lanes)
-
-    def parse_config(self, config_id: str) -> Config:
-        return configs.parse(config_id)
-
-    def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
-        return configs.invalid_reason(config, sig, m, arch)
-
-    def sentinels(self, sig: Signature, approximate: bool = False) -> tuple[str, ...]:
-        return configs.sentinels(sig, approximate)
-
-    def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
-        return configs.default_config(sig, arch)
-
-    def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
-        return configs.compile_set(arch_family, referenced)
 
     # --- tensors (torch imported lazily)
     def launch(self, config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:

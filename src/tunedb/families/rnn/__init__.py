@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from tunedb.families.contract import source_hash
+from tunedb.families.config_methods import ConfigMethods
 from tunedb.families.rnn import configs
 from tunedb.records import ArchProfile, Config, Signature
 
@@ -22,9 +23,10 @@ def impl_hash() -> str:
     return source_hash(Path(__file__).parent, ("launch.py", "kernels.py"))
 
 
-class RnnFamily:
+class RnnFamily(ConfigMethods):
     """See tunedb.families.KernelFamily."""
 
+    configs = configs  # ConfigMethods' six protocol members answer from this module
     name = configs.FAMILY
     ops = configs.OPS
     lanes = configs.LANES
@@ -80,23 +82,11 @@ class RnnFamily:
     def work(self, sig: Signature, m: int) -> tuple[float, float]:
         return configs.work(sig, m)
 
-    def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
-        return configs.config_space(arch_family, lanes)
-
-    def parse_config(self, config_id: str) -> Config:
-        return configs.parse(config_id)
-
-    def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
-        return configs.invalid_reason(config, sig, m, arch)
-
     def sentinels(self, sig: Signature, approximate: bool = False) -> tuple[str, ...]:
         return configs.FAMILY_SENTINELS
 
     def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
         return Config.sentinel("torch")
-
-    def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
-        return configs.compile_set(arch_family, referenced)
 
     def launch(self, config: Config, sig: Signature, x: Any, h0: Any, *rest: Any, out: Any = None) -> Any:
         from tunedb.families.rnn.launch import launch

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
+from tunedb.families.config_methods import ConfigMethods
 from tunedb.families.scaled_mm import configs, keys
 from tunedb.families.contract import source_hash
 from tunedb.records import ArchProfile, Config, Signature
@@ -30,9 +31,10 @@ def impl_hash() -> str:
     return source_hash(Path(__file__).parent, KERNEL_SOURCES)
 
 
-class ScaledMMFamily:
+class ScaledMMFamily(ConfigMethods):
     """One quantized family (int8 or fp8); see tunedb.families.KernelFamily."""
 
+    configs = configs  # ConfigMethods' six protocol members answer from this module
     ops = configs.OPS
     lanes = configs.LANES
 
@@ -161,31 +163,14 @@ class ScaledMMFamily:
         return keys.work(sig, m)
 
     # --- configs
-    def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
-        return configs.config_space(arch_family, lanes)
 
     def full_grid(self) -> tuple[Config, ...]:
         return configs.full_grid()
-
-    def parse_config(self, config_id: str) -> Config:
-        return configs.parse(config_id)
-
-    def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
-        return configs.invalid_reason(config, sig, m, arch)
 
     def candidates(self, sig: Signature, m: int | None, arch: ArchProfile,
                    lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
         return tuple(c for c in configs.config_space(arch.arch_family, lanes)
                      if configs.invalid_reason(c, sig, m, arch) is None)
-
-    def sentinels(self, sig: Signature, approximate: bool = False) -> tuple[str, ...]:
-        return configs.sentinels(sig, approximate)
-
-    def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
-        return configs.default_config(sig, arch)
-
-    def compile_set(self, arch_family: str, referenced: Iterable[str]) -> tuple[Config, ...]:
-        return configs.compile_set(arch_family, referenced)
 
     # --- tensors (torch imported lazily)
     def launch(self, config: Config, sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any,
