@@ -22,8 +22,8 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
+from pathlib import Path
 import time
 
 import torch
@@ -31,7 +31,9 @@ import torch
 from tunedb import families
 from tunedb.arch import shipped_profile
 from tunedb.families.bmm import configs
-from tunedb.records import Config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
+from graph_timing import replay_ms  # noqa: E402
 
 BMM = families.get("bmm")
 SM90 = shipped_profile("sm90")
@@ -64,22 +66,7 @@ def graph_us(fn, n_min=8) -> float:
     fn()
     torch.cuda.synchronize()
     n = max(n_min, min(200, int(2e-3 / max(time.perf_counter() - t0, 1e-6))))
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(7):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1000.0 / n)
-    del g
-    return statistics.median(times)
+    return replay_ms(lambda _i: fn(), n) * 1000.0
 
 
 def rel_err(y, ref) -> float:

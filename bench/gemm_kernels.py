@@ -13,14 +13,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
+from pathlib import Path
 import time
 
 import torch
 
 from tunedb.arch import shipped_profile
 from tunedb.families.gemm import FAMILY
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
+from graph_timing import replay_ms  # noqa: E402
 
 LANE_PICKS = {
     "triton_mma": ["b128x128x64_w8_s3_g8", "b128x256x64_w8_s3_g8", "b64x128x64_w4_s3_g8",
@@ -80,22 +83,7 @@ def graph_time_ms(sig, cid, x, weights, bias, l2_bytes) -> float:
     n = max(8, len(weights))
     for i in range(len(weights)):
         fn(x, weights[i], bias, outs)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n):
-            fn(x, weights[i % len(weights)], bias, outs)
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(7):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / n)
-    return statistics.median(times)
+    return replay_ms(lambda i: fn(x, weights[i % len(weights)], bias, outs), n)
 
 
 def protocol_time_ms(sig, m, ids) -> dict[str, float]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,9 @@ import torch
 from tunedb import families
 from tunedb.arch import shipped_profile
 from tunedb.measure.timers import rotation_copies
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
+from graph_timing import replay_ms  # noqa: E402
 
 FAM = families.get("gemm_log_softmax")
 ARMS = ("rc_b16x128x64_w4_s3", "rc_b64x128x64_w4_s3", "rc_b64x256x64_w8_s3", "rc_b128x128x64_w8_s3",
@@ -43,23 +45,7 @@ def graph_us(call, weights, n_min=6) -> float:
     n = max(n_min, len(weights))
     for wb in weights:
         call(*wb)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n):
-            call(*weights[i % len(weights)])
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(7):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1000.0 / n)
-    del g
-    return statistics.median(times)
+    return replay_ms(lambda i: call(*weights[i % len(weights)]), n) * 1000.0
 
 
 def run_point(dt, n, k, m, l2, sm90):

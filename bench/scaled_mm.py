@@ -29,9 +29,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,9 @@ import torch.nn.functional as F
 from tunedb import families
 from tunedb.arch import shipped_profile
 from tunedb.measure.timers import rotation_copies
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
+from graph_timing import replay_ms  # noqa: E402
 
 DEVICE = "cuda"  # a module constant so that a CPU smoke test (interpreter) can swap it
 HBM_TBS = 4.3  # the H200's HBM3e bandwidth, the M <= 16 goal's yardstick
@@ -111,23 +114,7 @@ def graph_us(fn, x, weights, n_min=8) -> float:
     n = max(n_min, len(weights))
     for i in range(len(weights)):
         fn(x, *weights[i])
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n):
-            fn(x, *weights[i % len(weights)])
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(7):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1000.0 / n)
-    del g
-    return statistics.median(times)
+    return replay_ms(lambda i: fn(x, *weights[i % len(weights)]), n) * 1000.0
 
 
 def run_point(mode, n, k, m, l2, deadline, rows, configs=None, group=""):
