@@ -105,3 +105,19 @@ def test_tuned_module_flattens_once_and_after_a_move(fake_cudnn):
     gru.to(torch.float16)  # new parameter tensors: flattened again
     tuned._flatten_once()
     assert len(fake_cudnn) == 2 and weights.is_flat(gru._flat_weights)
+
+
+def test_a_refused_flatten_warns_once_and_runs_the_loose_weights(fake_cudnn, monkeypatch):
+    def refuse(*args):
+        fake_cudnn.append(args[1:])
+        raise RuntimeError("CUDNN_STATUS_BAD_PARAM")
+
+    monkeypatch.setattr(torch, "_cudnn_rnn_flatten_weight", refuse)
+    sig = FAMILY.make_signature("lstm", "bf16", 6, 8, 1, 1, 0, 1, 2)
+    _x, _h0, _c0, ws = loose(sig)
+    with pytest.warns(RuntimeWarning, match="refused to flatten"):
+        assert weights.cudnn_weights(sig, ws) == ws
+    assert weights.cudnn_weights(sig, ws) == ws and len(fake_cudnn) == 1  # not retried per call
+    lstm = torch.nn.LSTM(6, 8).to(torch.bfloat16)
+    with pytest.warns(RuntimeWarning, match="refused to flatten"):
+        assert weights.flatten_module(lstm) is False

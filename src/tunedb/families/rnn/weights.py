@@ -77,10 +77,21 @@ def flatten_module(rnn: Any) -> bool:
         return False
     import torch
 
-    with torch.cuda.device_of(weights[0]):
-        _flatten_(weights, op, rnn.input_size, rnn.hidden_size, rnn.num_layers, bool(rnn.bias),
-                  bool(rnn.batch_first), bool(rnn.bidirectional))
+    try:
+        with torch.cuda.device_of(weights[0]):
+            _flatten_(weights, op, rnn.input_size, rnn.hidden_size, rnn.num_layers, bool(rnn.bias),
+                      bool(rnn.batch_first), bool(rnn.bidirectional))
+    except RuntimeError as exc:  # a cuDNN that refuses this dtype: it copies per call, as before
+        _refused(exc)
+        return False
     return is_flat(weights)
+
+
+def _refused(exc: Exception) -> None:
+    import warnings
+
+    warnings.warn(f"tunedb rnn: cuDNN refused to flatten the weights ({exc}); it copies them every call",
+                  RuntimeWarning, stacklevel=3)
 
 
 def cudnn_weights(sig: Signature, weights: Sequence[Any]) -> list[Any]:
@@ -99,9 +110,13 @@ def cudnn_weights(sig: Signature, weights: Sequence[Any]) -> list[Any]:
     import torch
 
     copies = [w.detach().clone() for w in weights]
-    with torch.cuda.device_of(copies[0]):
-        _flatten_(copies, sig.op, sig.get("I"), sig.get("H"), sig.get("L"), bool(sig.get("bias")),
-                  bool(sig.get("bf")), bool(sig.get("bidir")))
+    try:
+        with torch.cuda.device_of(copies[0]):
+            _flatten_(copies, sig.op, sig.get("I"), sig.get("H"), sig.get("L"), bool(sig.get("bias")),
+                      bool(sig.get("bf")), bool(sig.get("bidir")))
+    except RuntimeError as exc:  # remembered: the loose weights are passed on, not retried per call
+        _refused(exc)
+        copies = weights
     _COPIES[key] = (tuple(weakref.ref(w) for w in weights), copies)
     while len(_COPIES) > _CACHE_SIZE:
         _COPIES.popitem(last=False)
