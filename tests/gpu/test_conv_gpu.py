@@ -2,7 +2,8 @@
 each Triton lane) on the Conformer's convolutions against the fp32 convolution, each run inside
 a captured CUDA graph after an eager warm-up (cuDNN's benchmark arm picks its algorithm there,
 as in a model); then an optimize()d Conformer in a CUDA graph with every conv served by a Triton
-arm, against the fp32 model. Expected run time on the H200: about 30-45 s (Triton compiles)."""
+arm, against the fp32 model; a cuDNN bench arm captured without and with a warm-up. Expected run
+time on the H200: about 30-45 s (Triton compiles)."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -86,6 +87,46 @@ def test_benchmark_arm_restores_the_flag():
     args, _ = make_inputs(sig, 1, "cuda", seed=1, batch=shape[0], length=shape[1])
     torch.backends.cudnn.benchmark = False
     FAMILY.launcher(FAMILY.parse_config("cudnn_bench"), sig)(*args)
+    assert torch.backends.cudnn.benchmark is False
+
+
+@pytest.mark.parametrize("cid", ["cudnn_bench", "cudnn_cl_bench"])
+def test_benchmark_arm_captured_cold_and_warm(cid):
+    """A bench arm met first inside a capture (no warm-up) must not run cuDNN's benchmark there
+    (it synchronises): the capture succeeds with the autotuner off; warmed up first, the capture
+    replays the autotuner's pick. Each in a fresh thread (cuDNN's plan cache is per thread)."""
+    import threading
+
+    sig = _sig("conv2d", "fp16", 64, 96, 3, s=1, p=1, act="relu", width=41)
+    args, _ = make_inputs(sig, 1, "cuda", seed=3, batch=2, length=57)
+    ref = FAMILY.reference(sig, *args)
+    launch = FAMILY.launcher(FAMILY.parse_config(cid), sig)
+    results = {}
+
+    def capture(warm: bool):
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                if warm:
+                    launch(*args)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = launch(*args)
+            out.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            results[warm] = _err(out, ref)
+        except Exception as exc:  # noqa: BLE001 -- reported by the assertion below
+            results[warm] = exc
+
+    for warm in (False, True):
+        worker = threading.Thread(target=capture, args=(warm,))
+        worker.start()
+        worker.join()
+    assert all(isinstance(e, float) and e < 1e-2 for e in results.values()), results
     assert torch.backends.cudnn.benchmark is False
 
 

@@ -87,3 +87,38 @@ def test_persistent_states_match_nn_lstm():
     for a, b in ((y, ry), (h, rh), (c, rc)):
         assert a.shape == b.shape
         assert rel(a, b) < 3e-2
+
+
+def test_bf16_weights_reach_cudnn_as_one_buffer():
+    """bf16 weights (which nn's flatten_parameters() skips) reach cuDNN flat: no per-call
+    compaction (its UserWarning is an error here), the same outputs as cuDNN's own copy."""
+    import warnings
+
+    from tunedb.families.rnn import weights
+
+    sig = FAM.make_signature("lstm", "bf16", 64, 320, 2, 1, 1, 1, 4)
+    args, _ = FAM.make_inputs(sig, 30, "cuda", 3)
+    x, h0, c0, *ws = args
+    assert weights.is_flat(ws)  # make_inputs' module, flattened by weights.flatten_module
+    loose = [w.clone() for w in ws]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        own = torch._VF.lstm(x, (h0, c0), loose, True, 2, 0.0, False, True, True)[0]  # cuDNN compacts
+    cfg = FAM.parse_config("torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for given in (ws, loose, loose):  # the second loose call takes the cached copy
+            assert torch.equal(FAM.launch(cfg, sig, x, h0, c0, *given), own)
+        lstm = torch.nn.LSTM(64, 320, batch_first=True).cuda().to(torch.bfloat16)
+        xb = torch.randn(4, 30, 64, device="cuda", dtype=torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = lstm(xb)[0]
+    from tunedb.families.rnn.census import optimize
+
+    tuned = optimize(lstm)
+    tuned._flatten_once()  # what TunedRNN.forward does before a cuDNN arm (whichever arm serves this key)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(lstm(xb)[0], plain)
+    assert weights.is_flat(list(lstm.parameters()))

@@ -159,9 +159,36 @@ def test_config_ids_round_trip_and_errors():
 
 def test_pick_rule_and_serving_keys():
     rule = FAMILY.pick_rule()
-    assert rule.fallback == "torch"
+    assert rule.fallback == "torch" and rule.peers == ("cudnn_bench",)
     assert rule.pick({"torch": 1.0, "cudnn_bench": 0.99, "dw_t64_c64_w4": 0.5}).winner == "dw_t64_c64_w4"
     assert rule.pick({"torch": 1.0, "dw_t64_c64_w4": 0.97}).winner == "torch"  # inside the tie band
+    keys_ = FAMILY.serving_keys(SUB.with_dt("bf16"))
+    assert [k.dt for k in keys_] == ["bf16", "half", "bf16", "half"]
+    assert [k.get("act") for k in keys_] == ["relu", "relu", "none", "none"]
+
+
+@pytest.mark.parametrize("times,winner", [
+    # session 10's k=31 depthwise conv at B=1: the autotuner 1.6% faster, inside the tie band
+    ({"torch": 6.3, "cudnn_bench": 6.2, "cudnn_cl": 21.7, "dw_t64_c32_w4": 11.5}, "cudnn_bench"),
+    ({"torch": 6.2, "cudnn_bench": 6.3, "dw_t64_c32_w4": 11.5}, "torch"),  # the default faster: it stays
+    ({"torch": 1.0, "cudnn_bench": 0.96}, "cudnn_bench"),  # beyond the band, below the gate: no gate between peers
+    ({"torch": 1.0, "cudnn_bench": 1.0}, "torch"),  # equal: the fallback
+    # a Triton arm 1.07x over torch but 1.02x over the autotuner: the autotuner serves
+    ({"torch": 1.0, "cudnn_bench": 0.95, "dw_t64_c32_w4": 1.0 / 1.07}, "cudnn_bench"),
+    ({"torch": 1.0, "cudnn_bench": 0.95, "dw_t64_c32_w4": 0.95 / 1.06}, "dw_t64_c32_w4"),  # beats both by 1.05x
+    ({"torch": 1.0, "cudnn_cl": 0.97, "cudnn_bench": 0.99}, "cudnn_bench"),  # channels-last is no peer: gated
+    ({"cudnn_bench": 1.0, "dw_t64_c32_w4": 0.9}, "dw_t64_c32_w4"),  # torch unmeasured: the peer is the reference
+])
+def test_pick_is_never_slower_than_either_cudnn_mode(times, winner):
+    rule = FAMILY.pick_rule()
+    got = rule.pick(times).winner
+    assert got == winner
+    for mode in ("torch", "cudnn_bench"):
+        if mode in times:
+            assert times[got] <= times[mode]
+
+
+def test_serving_keys():
     keys_ = FAMILY.serving_keys(SUB.with_dt("bf16"))
     assert [k.dt for k in keys_] == ["bf16", "half", "bf16", "half"]
     assert [k.get("act") for k in keys_] == ["relu", "relu", "none", "none"]

@@ -146,3 +146,29 @@ def test_spec003_rule_dependency_margin_tie_band_and_native_regions():
 def test_no_dependency_arms_means_no_native_regions():
     tab = table_from({"torch": {16: 1.0}, "b64": {16: 0.5}})
     assert partition(pts(16), tab).regions_native is None
+
+
+def test_peers_serve_the_faster_and_set_the_gate():
+    """rule.peers (conv: cuDNN's autotuner beside torch's default): the faster of the fallback's
+    group serves a region, and another arm must beat that faster one by min_speedup."""
+    rule = PickRule(fallback="torch", peers=("bench",))
+    ms = (16, 64, 256)
+    # the peer 1.5% faster: inside the tie band, where the simpler fallback used to stay
+    tab = table_from({"torch": {m: 1.0 for m in ms}, "bench": {m: 0.985 for m in ms}})
+    part = partition(pts(*ms), tab, rule)
+    assert part.regions == (Region(256, "bench"), Region(None, "torch"))  # above: the fallback
+    assert any("gave way to its peer bench" in n for n in part.notes)
+    # a tile 1.07x over torch but 1.04x over the faster peer: the peer serves
+    tab = table_from({"torch": {m: 1.0 for m in ms}, "bench": {m: 0.97 for m in ms},
+                      "tile": {m: 0.97 / 1.04 for m in ms}})
+    part = partition(pts(*ms), tab, rule)
+    assert part.regions == (Region(256, "bench"), Region(None, "torch"))
+    assert any("kept bench" in n for n in part.notes)
+    # a tile beating both by the gate serves; the fallback faster than its peer keeps its regions
+    tab = table_from({"torch": {16: 0.9, 64: 1.0, 256: 1.0}, "bench": {16: 1.0, 64: 1.0, 256: 1.01},
+                      "tile": {16: 2.0, 64: 0.9, 256: 0.9}})
+    part = partition(pts(*ms), tab, rule)
+    assert part.regions == (Region(16, "torch"), Region(256, "tile"), Region(None, "torch"))
+    # a peer not measured at every point of the region is no reference there
+    tab = table_from({"torch": {m: 1.0 for m in ms}, "bench": {16: 0.99}})
+    assert partition(pts(*ms), tab, rule).regions == (Region(None, "torch"),)

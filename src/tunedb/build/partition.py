@@ -4,8 +4,9 @@ Steps (DESIGN.md "The build"): the caller measures the census and fill points pl
 cross-evaluation set (``cross_eval_plan``); ``partition`` then chooses a shared config set by
 weighted greedy set cover (every point gets a config within ``tol`` of its best), segments the
 sorted M axis by dynamic programming (one config per contiguous region), gates every region
-against the fallback arm (a config must beat it by ``min_speedup`` at the weighted geomean over
-the region's points, else the fallback keeps the region), merges equal neighbours and rounds
+against the fallback arm, or its fastest peer (``rule.peers``: a region of the fallback's group
+goes to the fastest of it) -- a config must beat it by ``min_speedup`` at the weighted geomean over
+the region's points, else that reference keeps the region -- merges equal neighbours and rounds
 regions up (a region's m_hi is the largest measured M it covers). ``thin`` caps a dense census.
 
 Every margin comes from the family's PickRule (families.contract): noise stability (spec 003's
@@ -182,6 +183,18 @@ def _geomean_speedup(ms: Sequence[int], table: Table, weights: Mapping[int, floa
     return math.exp(num / den) if den > 0 else None
 
 
+def _reference(ms: Sequence[int], table: Table, weights: Mapping[int, float], rule: PickRule) -> str:
+    """The gate's reference over a region: the fallback, or a peer of it (rule.peers) measured at
+    every point of the region and faster than it at the weighted geomean (the fastest such)."""
+    best, best_speedup = rule.fallback, 1.0
+    for peer in rule.peers:
+        if all((m, peer) in table for m in ms):
+            speedup = _geomean_speedup(ms, table, weights, peer, rule.fallback)
+            if speedup is not None and speedup > best_speedup:
+                best, best_speedup = peer, speedup
+    return best
+
+
 def partition(points: Sequence[Point], table: Table, rule: PickRule | None = None, *, catch_all: bool = True,
               fallback: str | None = None, min_speedup: float | None = None, tol: float | None = None) -> Partition:
     """Regions for one signature's points from measured objectives {(M, config id): ms}, under
@@ -235,14 +248,19 @@ def _partition(points: Sequence[Point], table: Table, rule: PickRule, catch_all:
     gated: list[tuple[int, str]] = []  # (index of last M, config)
     for i, j, c in segments:
         region_ms = ms[i:j]
-        speedup = _geomean_speedup(region_ms, table, weights, c, fallback) if c != fallback else 1.0
-        if c != fallback and speedup is not None and speedup < min_speedup and min_speedup > 1.0:
-            notes.append(f"M<={region_ms[-1]}: {c} kept {fallback} ({speedup:.2f}x < {min_speedup:.2f}x gate)")
-            c = fallback
-        elif c != fallback:
+        ref = _reference(region_ms, table, weights, rule)
+        if c in (fallback, *rule.peers):  # the fallback's group serves its fastest (rule.peers)
+            if c != ref:
+                notes.append(f"M<={region_ms[-1]}: {c} gave way to its peer {ref}")
+            c = ref
+        speedup = _geomean_speedup(region_ms, table, weights, c, ref) if c != ref else 1.0
+        if c != ref and speedup is not None and speedup < min_speedup and min_speedup > 1.0:
+            notes.append(f"M<={region_ms[-1]}: {c} kept {ref} ({speedup:.2f}x < {min_speedup:.2f}x gate)")
+            c = ref
+        elif c != ref:
             heavy = max(region_ms, key=lambda m: (weights[m], m))
             star = "*" if heavy in must else ""
-            note = f" ({speedup:.2f}x vs {fallback})" if speedup is not None else f" ({fallback} unmeasured)"
+            note = f" ({speedup:.2f}x vs {ref})" if speedup is not None else f" ({ref} unmeasured)"
             notes.append(f"M={heavy}{star}: {c}{note}")
         if gated and gated[-1][1] == c:
             gated[-1] = (j - 1, c)

@@ -139,7 +139,10 @@ class PickRule:
     tie_band: an arm within this share of the fastest counts as fast as it, and the simpler one
     wins (`simplicity`: config id -> rank, lower is simpler; among equal ranks the fallback);
     dep_margin: an arm whose `dependency` is not None (it needs an optional library) wins only
-    beyond this margin over the best dependency-free arm (spec 003: 5%).
+    beyond this margin over the best dependency-free arm (spec 003: 5%);
+    peers: arms as safe as the fallback (the same library in another mode, e.g. cuDNN with its
+    autotuner beside torch's default): among the fallback and its peers the measured fastest
+    serves, with no gate between them, and the gate compares every other arm against it.
     """
 
     fallback: str = "torch"
@@ -148,6 +151,7 @@ class PickRule:
     dep_margin: float = 0.05
     simplicity: Callable[[str], int] = default_simplicity
     dependency: Callable[[str], str | None] = no_dependency
+    peers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.fallback, str) or not self.fallback:
@@ -174,15 +178,27 @@ class PickRule:
         tied = [c for c, t in times.items() if t <= best * (1.0 + self.tie_band)]
         return min(tied, key=self.order)
 
+    def reference(self, times: Mapping[str, float]) -> str | None:
+        """The arm the gate compares against: the fastest measured of the fallback and its peers
+        (the fallback among equals); None when none of them is measured."""
+        measured = [c for c in (self.fallback, *self.peers) if c in times]
+        return min(measured, key=lambda c: (times[c], self.order(c))) if measured else None
+
     def gate(self, config_id: str, time: float, times: Mapping[str, float]) -> tuple[str, str]:
-        """(arm, reason): `config_id` unless the fallback is measured and it does not beat it by
-        min_speedup (1.0: no gate; the tie band alone decides, as in spec 003)."""
-        if config_id == self.fallback or self.fallback not in times or self.min_speedup == 1.0:
+        """(arm, reason): `config_id` unless the reference (the fallback, or its fastest peer) is
+        measured and it does not beat it by min_speedup (1.0: no gate; the tie band alone
+        decides, as in spec 003). The fallback or a peer picked gives way to the reference."""
+        ref = self.reference(times)
+        if ref is None or config_id == ref:
             return config_id, ""
-        speedup = times[self.fallback] / time
+        if config_id in (self.fallback, *self.peers):
+            return ref, f"{config_id} gave way to its peer {ref} ({times[config_id] / times[ref]:.3f}x its time)"
+        if self.min_speedup == 1.0:
+            return config_id, ""
+        speedup = times[ref] / time
         if speedup < self.min_speedup:
-            return self.fallback, f"{config_id} kept {self.fallback} ({speedup:.2f}x < {self.min_speedup:.2f}x gate)"
-        return config_id, f"{config_id} ({speedup:.2f}x vs {self.fallback})"
+            return ref, f"{config_id} kept {ref} ({speedup:.2f}x < {self.min_speedup:.2f}x gate)"
+        return config_id, f"{config_id} ({speedup:.2f}x vs {ref})"
 
     def pick(self, times: Mapping[str, float]) -> PickResult:
         """One point's pick from measured times {arm: ms} (lower is better): the simplest

@@ -51,10 +51,13 @@ class ConvFamily(ConfigMethods):
         return VerifyRule(kind="tolerance", factor=4.0)
 
     def pick_rule(self) -> Any:
-        """torch (cuDNN, autotuner off) is the fallback; a measured arm replaces it beyond 1.05x."""
+        """torch (cuDNN as the process runs it) is the fallback and `cudnn_bench` (cuDNN with its
+        autotuner) its peer: the faster of the two as measured serves (no gate between cuDNN and
+        itself), and any other arm must beat that faster one by 1.05x. So a pick is never slower
+        than torch's default nor than cudnn.benchmark=True, as measured."""
         from tunedb.families.contract import PickRule
 
-        return PickRule(fallback="torch", simplicity=configs.simplicity)
+        return PickRule(fallback="torch", simplicity=configs.simplicity, peers=configs.FALLBACK_PEERS)
 
     def input_policy(self, sig: Signature) -> Any:
         """RING: every arm is timed without an out buffer (torch's convolutions have no out=, so

@@ -1,15 +1,25 @@
 """The conv family's torch arms, its fp32 reference and its problem factory (imports torch).
 
-torch arms: F.conv1d / F.conv2d with cuDNN's autotuner off (`torch`, the fallback) or on
-(`cudnn_bench`: cuDNN benchmarks its algorithms on a shape's first call and caches the pick, so
-the arm is timed after its own warm-up, as it runs in a model), each also on channels-last
-input (`cudnn_cl*`: conv1d runs as a conv2d of height 1 in NHWC). The flag is set around the
-call and restored: other code in the process keeps its own setting.
+torch arms: F.conv1d / F.conv2d as torch runs them in this process (`torch`, the fallback: the
+cuDNN flags untouched, so a process running cudnn.benchmark=True keeps its autotuner) or with
+cuDNN's autotuner on (`cudnn_bench`: cuDNN benchmarks its algorithms on a shape's first call and
+caches the pick, so the arm is timed after its own warm-up, as it runs in a model), each also on
+channels-last input (`cudnn_cl*`: conv1d runs as a conv2d of height 1 in NHWC).
+
+The autotuner's flag is process-global: a bench arm sets it around its call under a lock and
+restores it (other code keeps its own setting; another thread's convolution running in that
+window may see it on: its pick may change, its results stay within cuDNN's tolerance). Its first
+call of a cuDNN key benchmarks, which a CUDA graph capture cannot hold (timing needs
+synchronisation), so a bench arm benchmarks only outside a capture; a key first met inside one
+runs with the autotuner off. cuDNN caches the plan per thread and per key *without* the flag
+(PyTorch's benchmark_cache): whichever mode meets a key first in a thread decides the plan of
+both, so measuring the two modes side by side needs a fresh thread each (bench/conv.py).
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import threading
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +28,8 @@ from tunedb.families.conv import keys
 from tunedb.records import Signature
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "half": torch.float16}
+_FLAG_LOCK = threading.RLock()
+_WARM = threading.local()  # .keys: the cuDNN keys this thread has benchmarked (its plan cache's)
 
 
 def torch_dtype(dt: str) -> torch.dtype:
@@ -26,14 +38,54 @@ def torch_dtype(dt: str) -> torch.dtype:
 
 @contextlib.contextmanager
 def cudnn_benchmark(on: bool) -> Iterator[None]:
-    """cuDNN's autotuner on or off for the enclosed calls; the process's setting restored after."""
+    """cuDNN's autotuner on or off for the enclosed calls; the process's setting restored after
+    (under a lock, so that two threads toggling it cannot leave it flipped; not written when it
+    already holds `on`)."""
     flags = torch.backends.cudnn
-    old = flags.benchmark
-    flags.benchmark = on
-    try:
-        yield
-    finally:
-        flags.benchmark = old
+    with _FLAG_LOCK:
+        old = flags.benchmark
+        if old == on:
+            yield
+            return
+        flags.benchmark = on
+        try:
+            yield
+        finally:
+            flags.benchmark = old
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _cudnn_key(x: torch.Tensor, w: torch.Tensor, kw: dict[str, Any]) -> tuple:
+    """What PyTorch keys its cuDNN plan cache by (shapes, strides, dtype, device, alignment,
+    geometry, the deterministic and TF32 flags): a bench arm benchmarks each once per thread."""
+    flags = torch.backends.cudnn
+    return (tuple(x.shape), x.stride(), tuple(w.shape), w.stride(), x.dtype, x.device, x.data_ptr() % 16,
+            w.data_ptr() % 16, tuple(sorted((k, str(v)) for k, v in kw.items())), flags.deterministic,
+            flags.allow_tf32)
+
+
+def _call(conv: Callable[..., torch.Tensor], x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+          benchmark: bool, kw: dict[str, Any]) -> torch.Tensor:
+    """One convolution: as the process runs it (benchmark False), or with the autotuner on
+    outside a capture (and inside one for a key this thread already benchmarked)."""
+    if not benchmark:
+        return conv(x, w, bias, **kw)
+    key = _cudnn_key(x, w, kw)
+    warm = getattr(_WARM, "keys", None)
+    if warm is None:
+        warm = _WARM.keys = set()
+    if key not in warm and _capturing():
+        with cudnn_benchmark(False):  # never benchmark inside a capture
+            return conv(x, w, bias, **kw)
+    with cudnn_benchmark(True):
+        y = conv(x, w, bias, **kw)
+    if len(warm) > 4096:
+        warm.clear()
+    warm.add(key)
+    return y
 
 
 def activate(y: torch.Tensor, act: str) -> torch.Tensor:
@@ -68,18 +120,19 @@ def _cl_weight(weight: torch.Tensor, conv1d: bool) -> torch.Tensor:
 
 def torch_conv(sig: Signature, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                benchmark: bool = False, channels_last: bool = False) -> torch.Tensor:
-    """The op through torch (cuDNN on CUDA): the `torch` and `cudnn_*` arms."""
+    """The op through torch (cuDNN on CUDA): the `torch` and `cudnn_*` arms; benchmark=False
+    leaves the process's cuDNN flags as they are."""
     a = conv_args(sig)
-    with cudnn_benchmark(benchmark):
-        if not channels_last:
-            conv = F.conv1d if sig.op == "conv1d" else F.conv2d
-            y = conv(x, weight, bias, **a)
-        elif sig.op == "conv1d":
-            x4 = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
-            y = F.conv2d(x4, _cl_weight(weight, True), bias, stride=(1, a["stride"][0]),
-                         padding=(0, a["padding"][0]), dilation=(1, a["dilation"][0]), groups=a["groups"]).squeeze(2)
-        else:
-            y = F.conv2d(x.contiguous(memory_format=torch.channels_last), _cl_weight(weight, False), bias, **a)
+    if not channels_last:
+        y = _call(F.conv1d if sig.op == "conv1d" else F.conv2d, x, weight, bias, benchmark, a)
+    elif sig.op == "conv1d":
+        x4 = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+        kw = dict(stride=(1, a["stride"][0]), padding=(0, a["padding"][0]), dilation=(1, a["dilation"][0]),
+                  groups=a["groups"])
+        y = _call(F.conv2d, x4, _cl_weight(weight, True), bias, benchmark, kw).squeeze(2)
+    else:
+        y = _call(F.conv2d, x.contiguous(memory_format=torch.channels_last), _cl_weight(weight, False), bias,
+                  benchmark, a)
     return activate(y, sig.get("act", "none"))
 
 

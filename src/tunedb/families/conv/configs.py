@@ -1,7 +1,8 @@
 """Convolution configs: ids, the config space, THE validity predicate, the sentinels.
 
 Pure Python (no torch, no triton). Arms (lanes):
-    torch          `torch` sentinel: F.conv1d / F.conv2d with cudnn.benchmark=False (the fallback)
+    torch          `torch` sentinel: F.conv1d / F.conv2d, cuDNN flags as the process set them
+                   (the fallback; benchmark off unless the process turned it on)
     cudnn          cudnn_bench      cuDNN with its own autotuner (cudnn.benchmark=True)
                    cudnn_cl         channels-last input (conv1d as [B, C, 1, T]), benchmark=False
                    cudnn_cl_bench   channels-last with the autotuner
@@ -25,6 +26,7 @@ CUDNN_ARMS: tuple[str, ...] = ("cudnn_bench", "cudnn_cl", "cudnn_cl_bench")
 TRITON_LANES: tuple[str, ...] = ("triton_dw", "triton_igemm")
 LANES: tuple[str, ...] = ("torch", "cudnn") + TRITON_LANES
 FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
+FALLBACK_PEERS: tuple[str, ...] = ("cudnn_bench",)  # as safe as `torch` (cuDNN itself): the pick rule's peers
 INDEX_LIMIT = 2**31 - 1  # the Triton kernels index x and y with int32 offsets
 
 _DW_T = (32, 64, 128, 256)
@@ -159,7 +161,7 @@ def sentinels(sig: Signature, approximate: bool = False) -> tuple[str, ...]:
 
 
 def default_config(sig: Signature, arch: ArchProfile | None = None) -> Config:
-    """The untuned choice: torch's own convolution (cuDNN, benchmark off)."""
+    """The untuned choice: torch's own convolution (cuDNN, the process's flags)."""
     return Config.sentinel("torch")
 
 

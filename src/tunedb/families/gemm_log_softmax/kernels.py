@@ -11,10 +11,11 @@ Two designs share one tile body (a [BM, BN] tile of fp32 logits from a K loop of
   logits in the output dtype into the output buffer; the same combine, then `_fixup_kernel`
   subtracts lse in place. One GEMM, but the output is written, read and written again (the
   logits are rounded to the output dtype before the subtraction, as torch's linear then
-  log_softmax rounds them).
+  log_softmax rounds them), so its statistics are those of the rounded logits, as torch's are:
+  each row of exp(y) then sums to 1 up to the output's own rounding.
 
-Both take the statistics of the fp32 tile, so lse is the fp32 logits' (torch's comes from the
-rounded logits). No torch import: launch.py passes tensors.
+recompute takes the statistics of the fp32 tile (its lse is the fp32 logits', and pass 2
+subtracts it from the same fp32 logits). No torch import: launch.py passes tensors.
 """
 from __future__ import annotations
 
@@ -65,6 +66,11 @@ def _stats_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, M, N, K, T,
     pid_m, pid_n = _tile_ids(M, BM)
     acc, offs_m, offs_n, m_ok, n_ok = _logit_tile(x_ptr, w_ptr, b_ptr, pid_m, pid_n, M, N, K,
                                                   stride_xm, stride_wn, HAS_BIAS, BM, BN, BK)
+    if WRITE:
+        # The fixup subtracts lse from the stored (rounded) logits, so lse must be theirs: with
+        # the fp32 logits' lse a bf16 logit near 20 (half an ulp: 0.06) would shift its row's
+        # probabilities by up to 6% and the row would no longer sum to 1.
+        acc = acc.to(y_ptr.dtype.element_ty).to(tl.float32)
     t_max = tl.max(acc, axis=1)
     t_sum = tl.sum(tl.exp(acc - t_max[:, None]), axis=1)
     stat = offs_m.to(tl.int64) * T + pid_n

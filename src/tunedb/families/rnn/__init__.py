@@ -20,7 +20,7 @@ from tunedb.records import ArchProfile, Config, Signature
 
 @lru_cache(maxsize=1)
 def impl_hash() -> str:
-    return source_hash(Path(__file__).parent, ("launch.py", "kernels.py"))
+    return source_hash(Path(__file__).parent, ("launch.py", "kernels.py", "weights.py"))
 
 
 class RnnFamily(ConfigMethods):

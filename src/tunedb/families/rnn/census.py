@@ -9,7 +9,8 @@ tensors too). It misses functional calls (torch._VF.lstm, nn.LSTMCell loops) and
 PackedSequence inputs (their batch changes per step; not served).
 
 `optimize(model)` wraps every nn.LSTM / nn.GRU in a TunedRNN that asks the selector which arm
-serves the call's key and runs the original module under that arm's flags (cuDNN, or cuDNN off),
+serves the call's key and runs the original module under that arm's flags (cuDNN, its weights
+flattened into one buffer once, bf16 included: weights.py; or cuDNN off),
 or the Triton persistent kernel on the module's own weights (returning output and states as
 nn.LSTM does); state_dict keys stay the module's own (under `.rnn`).
 """
@@ -54,6 +55,17 @@ def tuned_class() -> type:
         def __init__(self, rnn: torch.nn.Module) -> None:
             super().__init__()
             self.rnn = rnn
+            self._flat: tuple[int, ...] = ()  # the weights' pointers when last flattened (or found flat)
+
+        def _flatten_once(self) -> None:
+            """nn's flatten_parameters() skips bf16, so cuDNN would copy the weights every call:
+            flatten them in place once, again only after they moved (.to(), a new assignment)."""
+            from tunedb.families.rnn.weights import capturing, flatten_module
+
+            ptrs = tuple(w.data_ptr() for w in self.rnn._flat_weights)
+            if ptrs != self._flat and not capturing():
+                flatten_module(self.rnn)
+                self._flat = tuple(w.data_ptr() for w in self.rnn._flat_weights)
 
         def forward(self, x: Any, hx: Any = None) -> Any:
             key = module_signature(self.rnn, x) if isinstance(x, torch.Tensor) and x.is_cuda else None
@@ -72,6 +84,8 @@ def tuned_class() -> type:
                 shape = (sig.get("L") * (1 + sig.get("bidir")), sig.get("B"), sig.get("H"))
                 h0, c0 = hx if hx is not None else (x.new_zeros(shape), x.new_zeros(shape))
                 return persistent(config, sig, x, h0, c0, *self.rnn._flat_weights, states=True)
+            if config.id != "nocudnn":
+                self._flatten_once()
             with arm_flags(config):
                 return self.rnn(x, hx)
 

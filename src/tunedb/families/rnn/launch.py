@@ -4,7 +4,7 @@ off), the fp32 (fp64 for fp32 inputs) reference and random inputs. Imports torch
 Arguments of a call: x [B, T, I] (batch-first) or [T, B, I], h0 [L*D, B, H], c0 (LSTM only),
 then the flat weights in nn.LSTM/nn.GRU order (w_ih, w_hh, b_ih, b_hh per layer and direction).
 make_inputs takes them from a flattened module (one contiguous buffer: cuDNN uses it in place;
-separate tensors would make cuDNN copy them into one every call).
+separate tensors would make cuDNN copy them into one every call; weights.py flattens bf16 too).
 """
 from __future__ import annotations
 
@@ -26,14 +26,17 @@ def arm_flags(config: Config) -> Any:
 
 
 def run(sig: Signature, x: Any, h0: Any, *rest: Any) -> Any:
-    """The op through torch's dispatch (cuDNN when it is enabled and applies): the output only."""
+    """The op through torch's dispatch (cuDNN when it is enabled and applies): the output only.
+    Loose weights reach cuDNN as one flat buffer (weights.cudnn_weights), as a flattened module's do."""
     import torch
+
+    from tunedb.families.rnn.weights import cudnn_weights
 
     layers, bias, bidir, bf = sig.get("L"), bool(sig.get("bias")), bool(sig.get("bidir")), bool(sig.get("bf"))
     if sig.op == "lstm":
-        c0, weights = rest[0], list(rest[1:])
+        c0, weights = rest[0], cudnn_weights(sig, rest[1:])
         return torch._VF.lstm(x, (h0, c0), weights, bias, layers, 0.0, False, bidir, bf)[0]
-    return torch._VF.gru(x, h0, list(rest), bias, layers, 0.0, False, bidir, bf)[0]
+    return torch._VF.gru(x, h0, cudnn_weights(sig, rest), bias, layers, 0.0, False, bidir, bf)[0]
 
 
 def persistent(config: Config, sig: Signature, x: Any, h0: Any, c0: Any, *weights: Any,
@@ -109,7 +112,9 @@ def make_module(sig: Signature, device: Any, seed: int) -> Any:
               bidirectional=bool(sig.get("bidir")))
     mod = mod.to(device=device, dtype=getattr(torch, TORCH_DT[sig.dt])).eval()
     if str(device).startswith("cuda"):
-        mod.flatten_parameters()
+        from tunedb.families.rnn.weights import flatten_module
+
+        flatten_module(mod)  # bf16 too, which nn's flatten_parameters() skips
     return mod
 
 
