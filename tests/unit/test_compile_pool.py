@@ -249,3 +249,18 @@ def test_a_crashed_pool_process_fails_its_jobs_and_the_pool_stops_taking_work():
         assert pool.broken and pool.wait("s", ["b"]) == 0.0
     finally:
         pool.close()
+
+
+def test_release_stops_prestarted_processes_no_build_takes(monkeypatch):
+    family = families.get("gemm")
+
+    class Executor:
+        stopped = None
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            Executor.stopped = (wait, cancel_futures)
+
+    monkeypatch.setitem(compile_pool._PRESTARTED, family.name, (Executor(), 3))
+    compile_pool.release(family)
+    assert Executor.stopped == (False, True) and family.name not in compile_pool._PRESTARTED
+    compile_pool.release(family)  # nothing prestarted: nothing to do

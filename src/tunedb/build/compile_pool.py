@@ -303,6 +303,14 @@ def prestart(family: Any) -> bool:
     return True
 
 
+def release(family: Any) -> None:
+    """Stop the family's prestarted processes, which no build will take over (tune started them
+    on a guess that there is a GPU, and there is none)."""
+    started = _PRESTARTED.pop(getattr(family, "name", ""), None)
+    if started:
+        started[0].shutdown(wait=False, cancel_futures=True)
+
+
 def for_build(family: Any, arch_family: str, work: Sequence[tuple[Signature, Sequence[str]]],
               size: PoolSize | None = None) -> CompilePool | None:
     """The build's pool (taking over prestarted processes), or None: the family has no
