@@ -187,7 +187,7 @@ def _until_census(order):
 
 
 def _cli_tune_with(monkeypatch, order, likely, gpu):
-    from tunedb.build import compile_pool
+    from tunedb.build import compile_pool, speculative
     from tunedb.build import steps as buildsteps
 
     start = StartSpy(order)
@@ -195,6 +195,7 @@ def _cli_tune_with(monkeypatch, order, likely, gpu):
     monkeypatch.setattr(buildsteps, "start_worker", start)
     monkeypatch.setattr(pipeline, "has_gpu", lambda: order.append("has_gpu") or gpu)
     monkeypatch.setattr(compile_pool, "release", lambda family: order.append(("release", family.name)))
+    monkeypatch.setattr(speculative, "start", lambda workload, opts, kw: order.append(("ahead", kw["impl"])))
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: order.append("census") or
                         ShapeSet((Point(QKV, 16, 1.0, 10),)))
 
@@ -213,15 +214,16 @@ def test_the_worker_starts_on_the_drivers_word_before_torch_is_imported_to_ask_c
     order = []
     start = _cli_tune_with(monkeypatch, order, likely=True, gpu=True)
     spy = start.workers[0]
-    assert _until_census(order) == [("start", True), "has_gpu", "census"]
-    assert order[-1] == ("tune", spy) and spy.closed == 0  # the build owns it now
+    # compiles start from a mirror census's plan before the census asked for
+    assert _until_census(order) == [("start", True), "has_gpu", ("ahead", "auto"), "census"]
+    assert order[-2:] == [("tune", spy), ("release", "gemm")] and spy.closed == 0  # the build owns it now
 
 
 def test_a_worker_started_on_a_wrong_guess_is_stopped_with_its_pool(tiers, monkeypatch, capsys):
     order = []
     start = _cli_tune_with(monkeypatch, order, likely=True, gpu=False)
     assert _until_census(order) == [("start", True), "has_gpu", ("release", "gemm"), "census"]
-    assert order[-1] == ("tune", None)
+    assert order[-2] == ("tune", None)
     assert start.workers[0].closed == 1
     assert "No GPU" in capsys.readouterr().out
 
@@ -229,8 +231,8 @@ def test_a_worker_started_on_a_wrong_guess_is_stopped_with_its_pool(tiers, monke
 def test_a_gpu_the_guess_missed_still_gets_its_worker_before_the_census(tiers, monkeypatch):
     order = []
     start = _cli_tune_with(monkeypatch, order, likely=False, gpu=True)
-    assert _until_census(order) == [("start", False), "has_gpu", ("start", True), "census"]
-    assert order[-1] == ("tune", start.workers[0])
+    assert _until_census(order) == [("start", False), "has_gpu", ("start", True), ("ahead", "auto"), "census"]
+    assert order[-2] == ("tune", start.workers[0])
 
 
 @pytest.mark.parametrize("proc_gpus, dev_nodes, visible, expected", [
@@ -261,3 +263,23 @@ def test_gpu_likely_reads_the_driver_without_importing_torch(tmp_path, monkeypat
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert buildsteps.gpu_likely() is expected
+
+
+def test_a_census_that_fails_stops_the_worker_and_the_compiles_started_ahead(tiers, monkeypatch):
+    from tunedb.build import compile_pool, speculative
+    from tunedb.build import steps as buildsteps
+    from tunedb.errors import CensusError
+
+    order, spy = [], PrestartSpy()
+    monkeypatch.setattr(buildsteps, "gpu_likely", lambda: True)
+    monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: spy)
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
+    monkeypatch.setattr(speculative, "start", lambda workload, opts, kw: order.append("ahead"))
+    monkeypatch.setattr(compile_pool, "release", lambda family: order.append("release"))
+
+    def fails(workload, **kw):
+        raise CensusError("no such model")
+
+    monkeypatch.setattr(pipeline, "take_census", fails)
+    assert main(["tune", "whisper-base"]) != 0
+    assert order == ["ahead", "release"] and spy.closed == 1

@@ -149,7 +149,8 @@ def simulated_out(args: argparse.Namespace, console: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from tunedb import evaluate, pipeline
+    from tunedb import evaluate, families, pipeline
+    from tunedb.build import compile_pool, speculative
 
     console = Console()
     simulated_out(args, console)
@@ -162,10 +163,13 @@ def run(args: argparse.Namespace) -> int:
     worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.buildsteps.gpu_likely())
     try:
         worker = pipeline.buildsteps.confirm_worker(worker, opts, gpu=pipeline.has_gpu())
+        if worker is not None:  # a real build: its compiles start from a mirror census's plan
+            speculative.start(args.workload, opts, _census_kw(args))
         shapes = pipeline.take_census(args.workload, **_census_kw(args))
     except BaseException:
         if worker is not None:
             worker.close()
+        compile_pool.release(families.get(opts.family))
         raise
     sigs = shapes.signatures()
     console.print(f"census of {args.workload} ({args.mode}): {len(shapes.points)} point(s) over "
@@ -175,7 +179,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(describe_impl(dict(shapes.meta).get("impl", "")), highlight=False)
     gpu = opts.simulate or pipeline.has_gpu()
     reporter = RichReporter(console) if gpu and not opts.dry_run else None
-    result = pipeline.tune(args.workload, opts, shapes=shapes, reporter=reporter, worker=worker)
+    try:
+        result = pipeline.tune(args.workload, opts, shapes=shapes, reporter=reporter, worker=worker)
+    finally:  # compiles no build took over (it stopped before measuring) must not outlive it
+        compile_pool.release(families.get(opts.family))
     if result.served:
         print_served(console, result.served, opts.arch_family or "sm90")
     stale = stale_line(opts.arch_family or "sm90", opts.family, args.workload)
