@@ -195,7 +195,7 @@ def _cli_tune_with(monkeypatch, order, likely, gpu):
     monkeypatch.setattr(buildsteps, "start_worker", start)
     monkeypatch.setattr(pipeline, "has_gpu", lambda: order.append("has_gpu") or gpu)
     monkeypatch.setattr(compile_pool, "release", lambda family: order.append(("release", family.name)))
-    monkeypatch.setattr(speculative, "start", lambda workload, opts, kw: order.append(("ahead", kw["impl"])))
+    monkeypatch.setattr(speculative, "start", lambda workload, opts, kw, worker=None: order.append(("ahead", kw["impl"])))
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: order.append("census") or
                         ShapeSet((Point(QKV, 16, 1.0, 10),)))
 
@@ -274,7 +274,7 @@ def test_a_census_that_fails_stops_the_worker_and_the_compiles_started_ahead(tie
     monkeypatch.setattr(buildsteps, "gpu_likely", lambda: True)
     monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: spy)
     monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
-    monkeypatch.setattr(speculative, "start", lambda workload, opts, kw: order.append("ahead"))
+    monkeypatch.setattr(speculative, "start", lambda workload, opts, kw, worker=None: order.append("ahead"))
     monkeypatch.setattr(compile_pool, "release", lambda family: order.append("release"))
 
     def fails(workload, **kw):

@@ -131,11 +131,19 @@ def test_the_speculative_plan_is_the_builds_plan_of_the_mirror_census(family, mo
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: asked.append(kw) or point)
     monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: asked.append(("profile", measure))
                         or arch.shipped_profile("sm90"))
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
     ex = HeldExecutor()
     compile_pool._PRESTARTED[family.name] = (ex, 4)
     opts = pipeline.BuildOptions(out="user", top_k=4)
-    pool = speculative.start("whisper-base", opts, KW)
+
+    class Starting:
+        def wait_started(self):
+            asked.append("worker started")
+
+    pool = speculative.start("whisper-base", opts, KW, worker=Starting())
     assert pool is not None
+    assert asked[1] == "worker started"  # no profile cached: measured once the worker's start is over
+    del asked[1]
     assert asked[0]["impl"] == "mirror" and "cached" not in asked[0] and "capture" not in asked[0]
     assert asked[1] == ("profile", True)  # the build's own profile (measured if not cached)
     plans, _ = build_run.plan_build([("whisper-base", point)], opts, arch.shipped_profile("sm90"))
@@ -156,3 +164,20 @@ def test_no_speculation_without_a_prestarted_pool_or_when_it_fails(family, monke
     monkeypatch.setattr(pipeline, "take_census", broken)
     assert speculative.start("whisper-base", opts, KW) is None
     assert family.name in compile_pool._PRESTARTED  # left for the build
+
+
+def test_a_cached_profile_needs_no_wait_for_the_worker(family, monkeypatch):
+    point = ShapeSet((Point(SIG, 1500, 1.0, 10),))
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
+    monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: arch.shipped_profile("sm90"))
+    path = arch.cache_path("NVIDIA H200")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
+    compile_pool._PRESTARTED[family.name] = (HeldExecutor(), 4)
+
+    class Starting:
+        def wait_started(self):
+            raise AssertionError("waited for the worker with the profile cached")
+
+    assert speculative.start("whisper-base", pipeline.BuildOptions(out="user", top_k=2), KW, worker=Starting())

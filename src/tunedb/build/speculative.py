@@ -51,9 +51,12 @@ def start_ahead(family: Any, arch_family: str, plans: Sequence[Any]) -> compile_
     return pool
 
 
-def start(workload: str, opts: Any, census_kw: Mapping[str, Any]) -> compile_pool.CompilePool | None:
+def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
+          worker: Any = None) -> compile_pool.CompilePool | None:
     """Take the mirror census of `workload`, plan it as `opts` will and start its compiles (see
-    the module docstring). Best effort: anything that fails leaves the build as it was."""
+    the module docstring). `worker`: the prestarted measuring worker, whose start must be over
+    before this GPU's profile is measured here. Best effort: anything that fails leaves the
+    build as it was."""
     from tunedb import arch, families, pipeline
     from tunedb.build import run
     from tunedb.build import steps as buildsteps
@@ -67,6 +70,8 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any]) -> compile_poo
         # the profile the build uses: cached per SKU, else measured now (about a second) rather
         # than after the census, on a GPU as idle as then (the pool has no work yet), so that
         # this plan is the build's; with the shipped ceilings instead, it could rank otherwise
+        if worker is not None and not arch.cache_path(arch.queried()["sku"]).exists():
+            worker.wait_started()  # quiet as the build's setup had it: no start beside the timing
         profile = arch.current_profile()
         if opts.arch_family and profile.arch_family != opts.arch_family:
             return None

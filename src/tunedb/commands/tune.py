@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         worker = pipeline.buildsteps.confirm_worker(worker, opts, gpu=pipeline.has_gpu())
         if worker is not None:  # a real build: its compiles start from a mirror census's plan
-            speculative.start(args.workload, opts, _census_kw(args))
+            speculative.start(args.workload, opts, _census_kw(args), worker=worker)
         shapes = pipeline.take_census(args.workload, **_census_kw(args))
     except BaseException:
         if worker is not None:
