@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASE = re.compile(r"([a-z][a-z ()]*?) ([0-9.]+) s")
+AHEAD = re.compile(r"(\d+) submitted before the census ended \((\d+) of them not in")
 POOL = re.compile(r"compile pool: (\d+) processes, (\d+) jobs \((\d+) ok.*?([0-9.]+) s of compiling.*?waited ([0-9.]+) s")
 
 
@@ -68,6 +69,9 @@ def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float,
             row["pool"] = dict(zip(("processes", "jobs", "ok", "compile_s", "wait_s"),
                                    (int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4)),
                                     float(m.group(5)))))
+            ahead = AHEAD.search(text)  # compiles started from a mirror census's plan (build/speculative.py)
+            row["pool"]["ahead"] = int(ahead.group(1)) if ahead else 0
+            row["pool"]["ahead_unused"] = int(ahead.group(2)) if ahead else 0
     ph = row["phases"]
     # compiling on the measuring path: serial, the first probes compile; with the pool, the waits
     row["compile_on_path_s"] = round(ph.get("probes", 0.0) + ph.get("compile wait", 0.0), 2)
