@@ -1,12 +1,13 @@
 """Wall time of `tunedb tune WORKLOAD` cold and warm, with and without the compile pool.
 
     PYTHONPATH=src python bench/tune_wall.py --out tune_wall.json [--workload whisper-base]
-        [--runs pool-cold,pool-warm,serial-cold,serial-warm] [--timeout 150]
+        [--runs pool-cold,pool-warm,serial-cold,serial-warm] [--timeout 150] [--compile-jobs N]
 
 Each run is a fresh `python -m tunedb tune` process. Cold: a fresh TUNEDB_CACHE_DIR (arch
 profile, runs), TUNEDB_USER_DB and TRITON_CACHE_DIR, so every kernel compiles; warm: the same
 run again on the caches its cold run left. 'serial' sets TUNEDB_COMPILE_JOBS=0 (each kernel
-compiles at its first probe, as before the pool); 'pool' leaves the pool to size itself. Prints
+compiles at its first probe, as before the pool); 'pool' leaves the pool to size itself (or
+--compile-jobs N: N processes, e.g. to see whether half as many compile as fast). Prints
 a table of wall time, census, and the build's compile/measure split (from tune's own report
 lines); writes JSON to --out. Expect about 3 minutes on the H200 for the four runs (the serial
 cold run alone about 115 s); `--runs pool-cold,pool-warm` takes under a minute.
@@ -25,14 +26,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASE = re.compile(r"([a-z][a-z ()]*?) ([0-9.]+) s")
+AHEAD = re.compile(r"(\d+) submitted before the census ended \((\d+) of them not in")
 POOL = re.compile(r"compile pool: (\d+) processes, (\d+) jobs \((\d+) ok.*?([0-9.]+) s of compiling.*?waited ([0-9.]+) s")
 
 
-def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float) -> dict:
+def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float,
+             compile_jobs: int | None = None) -> dict:
     env = dict(os.environ, TUNEDB_CACHE_DIR=str(dirs["cache"]), TUNEDB_USER_DB=str(dirs["user"]),
                TRITON_CACHE_DIR=str(dirs["triton"]), COLUMNS="400", PYTHONUNBUFFERED="1",
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-    if pool:
+    if pool and compile_jobs:
+        env["TUNEDB_COMPILE_JOBS"] = str(compile_jobs)
+    elif pool:
         env.pop("TUNEDB_COMPILE_JOBS", None)
     else:
         env["TUNEDB_COMPILE_JOBS"] = "0"
@@ -64,6 +69,9 @@ def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float) -
             row["pool"] = dict(zip(("processes", "jobs", "ok", "compile_s", "wait_s"),
                                    (int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4)),
                                     float(m.group(5)))))
+            ahead = AHEAD.search(text)  # compiles started from a mirror census's plan (build/speculative.py)
+            row["pool"]["ahead"] = int(ahead.group(1)) if ahead else 0
+            row["pool"]["ahead_unused"] = int(ahead.group(2)) if ahead else 0
     ph = row["phases"]
     # compiling on the measuring path: serial, the first probes compile; with the pool, the waits
     row["compile_on_path_s"] = round(ph.get("probes", 0.0) + ph.get("compile wait", 0.0), 2)
@@ -78,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default="pool-cold,pool-warm,serial-cold,serial-warm",
                    help="comma-separated, in order: {pool,serial}-{cold,warm}; a warm run follows its cold one")
     p.add_argument("--timeout", type=float, default=150.0, help="per run, seconds")
+    p.add_argument("--compile-jobs", type=int, default=None,
+                   help="pool runs: this many compile processes (default: the pool sizes itself)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
@@ -85,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         if r not in ("pool-cold", "pool-warm", "serial-cold", "serial-warm"):
             raise SystemExit(f"--runs: {r!r} is not one of pool-cold, pool-warm, serial-cold, serial-warm")
     base = Path(tempfile.mkdtemp(prefix="tune-wall-"))
-    report = {"workload": args.workload, "cores": len(os.sched_getaffinity(0)), "runs": {}}
+    if args.compile_jobs is not None and args.compile_jobs < 1:
+        raise SystemExit(f"--compile-jobs={args.compile_jobs} must be >= 1 (the 'serial' runs turn the pool off)")
+    report = {"workload": args.workload, "cores": len(os.sched_getaffinity(0)), "compile_jobs": args.compile_jobs,
+              "runs": {}}
     for name in runs:
         kind, temp = name.split("-")
         dirs = {k: base / kind / k for k in ("cache", "user", "triton")}
@@ -93,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: no cold run of {kind} before it; its caches start empty", file=sys.stderr)
         if temp == "warm":  # the user tier would serve the last run's picks: measure again from none
             subprocess.run(["rm", "-rf", str(dirs["user"])], check=False)
-        row = run_tune(args.workload, dirs, pool=kind == "pool", timeout=args.timeout)
+        row = run_tune(args.workload, dirs, pool=kind == "pool", timeout=args.timeout,
+                       compile_jobs=args.compile_jobs)
         report["runs"][name] = row
         print(f"{name}: rc {row['rc']}, wall {row['wall_s']} s, census {row['census_s']} s, phases {row['phases']}, "
               f"pool {row['pool']}", flush=True)

@@ -165,3 +165,121 @@ def test_the_cli_starts_the_worker_before_its_census_and_hands_it_to_the_tune(ti
     monkeypatch.setattr(pipeline, "tune", fake_tune)
     assert main(["tune", "whisper-base"]) == 0
     assert order == ["start", "census", ("tune", spy)]
+
+
+class StartSpy:
+    """start_worker's stand-in: records each call (and whether has_gpu had been asked yet) and
+    hands out a PrestartSpy where a real one would start a worker."""
+
+    def __init__(self, order):
+        self.order, self.workers = order, []
+
+    def __call__(self, opts, gpu):
+        self.order.append(("start", gpu))
+        if not gpu:
+            return None
+        self.workers.append(PrestartSpy())
+        return self.workers[-1]
+
+
+def _until_census(order):
+    return order[:order.index("census") + 1]
+
+
+def _cli_tune_with(monkeypatch, order, likely, gpu):
+    from tunedb.build import compile_pool, speculative
+    from tunedb.build import steps as buildsteps
+
+    start = StartSpy(order)
+    monkeypatch.setattr(buildsteps, "gpu_likely", lambda: likely)
+    monkeypatch.setattr(buildsteps, "start_worker", start)
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: order.append("has_gpu") or gpu)
+    monkeypatch.setattr(compile_pool, "release", lambda family: order.append(("release", family.name)))
+    monkeypatch.setattr(speculative, "start", lambda workload, opts, kw, worker=None: order.append(("ahead", kw["impl"])))
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: order.append("census") or
+                        ShapeSet((Point(QKV, 16, 1.0, 10),)))
+
+    def fake_tune(workload, opts, shapes=None, reporter=None, worker=None):
+        order.append(("tune", worker))
+        return pipeline.TuneResult(shapes)
+
+    monkeypatch.setattr(pipeline, "tune", fake_tune)
+    assert main(["tune", "whisper-base"]) == 0
+    return start
+
+
+def test_the_worker_starts_on_the_drivers_word_before_torch_is_imported_to_ask_cuda(tiers, monkeypatch):
+    """The worker's (and the pool's) start is the first thing tune does on a GPU host: before
+    has_gpu() (this process's torch import, seconds) and before the census."""
+    order = []
+    start = _cli_tune_with(monkeypatch, order, likely=True, gpu=True)
+    spy = start.workers[0]
+    # compiles start from a mirror census's plan before the census asked for
+    assert _until_census(order) == [("start", True), "has_gpu", ("ahead", "auto"), "census"]
+    assert order[-2:] == [("tune", spy), ("release", "gemm")] and spy.closed == 0  # the build owns it now
+
+
+def test_a_worker_started_on_a_wrong_guess_is_stopped_with_its_pool(tiers, monkeypatch, capsys):
+    order = []
+    start = _cli_tune_with(monkeypatch, order, likely=True, gpu=False)
+    assert _until_census(order) == [("start", True), "has_gpu", ("release", "gemm"), "census"]
+    assert order[-2] == ("tune", None)
+    assert start.workers[0].closed == 1
+    assert "No GPU" in capsys.readouterr().out
+
+
+def test_a_gpu_the_guess_missed_still_gets_its_worker_before_the_census(tiers, monkeypatch):
+    order = []
+    start = _cli_tune_with(monkeypatch, order, likely=False, gpu=True)
+    assert _until_census(order) == [("start", False), "has_gpu", ("start", True), ("ahead", "auto"), "census"]
+    assert order[-2] == ("tune", start.workers[0])
+
+
+@pytest.mark.parametrize("proc_gpus, dev_nodes, visible, expected", [
+    (["0000:01:00.0"], [], None, True),
+    ([], ["nvidiactl", "nvidia0"], None, True),
+    ([], ["nvidiactl", "nvidia-uvm"], None, False),  # the driver, but no GPU node
+    ([], [], None, False),
+    (["0000:01:00.0"], ["nvidia0"], "", False),  # CUDA_VISIBLE_DEVICES hides every GPU
+    (["0000:01:00.0"], ["nvidia0"], "-1", False),
+    (["0000:01:00.0"], ["nvidia0"], "1", True),
+])
+def test_gpu_likely_reads_the_driver_without_importing_torch(tmp_path, monkeypatch, proc_gpus, dev_nodes,
+                                                             visible, expected):
+    from tunedb.build import steps as buildsteps
+
+    proc, dev = tmp_path / "gpus", tmp_path / "dev"
+    dev.mkdir()
+    if proc_gpus:
+        proc.mkdir()
+        for name in proc_gpus:
+            (proc / name).mkdir()
+    for name in dev_nodes:
+        (dev / name).write_text("")
+    monkeypatch.setattr(buildsteps, "NVIDIA_PROC_GPUS", proc)
+    monkeypatch.setattr(buildsteps, "DEVICE_DIR", dev)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert buildsteps.gpu_likely() is expected
+
+
+def test_a_census_that_fails_stops_the_worker_and_the_compiles_started_ahead(tiers, monkeypatch):
+    from tunedb.build import compile_pool, speculative
+    from tunedb.build import steps as buildsteps
+    from tunedb.errors import CensusError
+
+    order, spy = [], PrestartSpy()
+    monkeypatch.setattr(buildsteps, "gpu_likely", lambda: True)
+    monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: spy)
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
+    monkeypatch.setattr(speculative, "start", lambda workload, opts, kw, worker=None: order.append("ahead"))
+    monkeypatch.setattr(compile_pool, "release", lambda family: order.append("release"))
+
+    def fails(workload, **kw):
+        raise CensusError("no such model")
+
+    monkeypatch.setattr(pipeline, "take_census", fails)
+    assert main(["tune", "whisper-base"]) != 0
+    assert order == ["ahead", "release"] and spy.closed == 1

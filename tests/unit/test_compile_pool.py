@@ -249,3 +249,37 @@ def test_a_crashed_pool_process_fails_its_jobs_and_the_pool_stops_taking_work():
         assert pool.broken and pool.wait("s", ["b"]) == 0.0
     finally:
         pool.close()
+
+
+def test_release_stops_prestarted_processes_no_build_takes(monkeypatch):
+    family = families.get("gemm")
+
+    class Executor:
+        stopped = None
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            Executor.stopped = (wait, cancel_futures)
+
+    monkeypatch.setitem(compile_pool._PRESTARTED, family.name, (Executor(), 3))
+    compile_pool.release(family)
+    assert Executor.stopped == (False, True) and family.name not in compile_pool._PRESTARTED
+    compile_pool.release(family)  # nothing prestarted: nothing to do
+
+
+def test_a_pool_process_skips_the_interpreter_teardown_at_exit(tmp_path):
+    """After compiling, a pool process's teardown took 0.6-1.1 s, which the build's exit waits
+    for: its initializer makes its exit immediate. A handler registered before it would run
+    after it at exit, so it never runs."""
+    marker = tmp_path / "teardown-ran"
+    code = ("import atexit, pathlib, sys\n"
+            f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('ran'))\n"
+            "from tunedb.build import compile_pool\n"
+            "compile_pool._warm_process(sys.argv[1])\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(compile_pool.__file__).parents[2]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code, "linalg"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()
+    done = subprocess.run([sys.executable, "-c", code.replace("compile_pool._warm_process(sys.argv[1])", "pass"),
+                           "linalg"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and marker.exists()  # the control: without it the handler runs

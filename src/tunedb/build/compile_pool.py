@@ -16,7 +16,6 @@ for the measuring worker, and MemAvailable over a per-compile memory budget
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import multiprocessing
 import os
 import time
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
+from tunedb.build.compile_done import DoneLog, done_log  # noqa: F401 - re-exported
 from tunedb.records import Signature
 
 MEMINFO = Path("/proc/meminfo")
@@ -104,6 +104,9 @@ class CompileStats:
     skipped: int = 0  # jobs an earlier pool already compiled into this cache (its done log)
     wait_seconds: float = 0.0  # the measuring side blocked on compiles not yet done
     waited_points: int = 0
+    ahead: int = 0  # jobs submitted before the census ended, from a speculative plan (build/speculative.py)
+    cancelled: int = 0  # of those, queued ones the build's plan did not need (never compiled)
+    unused: int = 0  # of those, ones the plan did not need that had already started (compiled anyway)
 
 
 class CompilePool:
@@ -155,8 +158,29 @@ class CompilePool:
                     self._futures[job] = fut
         self.stats.jobs = len(self._futures)
 
+    def retarget(self, work: Iterable[tuple[Signature, Sequence[str]]]) -> None:
+        """Hand a pool filled ahead from a speculative plan the build's own `work`: queued jobs
+        the work does not need are cancelled, running ones counted unused, the rest submitted."""
+        work = list(work)
+        wanted: set[Hashable] = set()
+        for sig, ids in work:
+            for cid in ids:
+                found = self._by_key.get((sig, cid))
+                wanted.update(found if found is not None else self._make(sig, [cid]))
+        for job, fut in list(self._futures.items()):
+            if job in wanted:
+                continue
+            if fut.cancel():
+                del self._futures[job]
+                self.stats.cancelled += 1
+            else:
+                self.stats.unused += 1
+        self.add(work)
+
     def _done_callback(self, job: Hashable) -> Callable[[cf.Future], None]:
         def done(fut: cf.Future) -> None:
+            if fut.cancelled():  # retarget() dropped it: neither compiled nor failed
+                return
             try:
                 res = fut.result()
             except BaseException as exc:  # noqa: BLE001 - a dead pool process fails its job, not the build
@@ -198,62 +222,6 @@ class CompilePool:
         self.close()
 
 
-class DoneLog:
-    """The jobs a pool compiled into a compiler cache, kept beside it
-    (`<cache>/tunedb-compiled-<family>.json`), so a warm build does not send them to a process
-    again: a pool process spends seconds starting and loading a cached binary, and the measuring
-    side waited 5.2 s for that in a warm `tunedb tune whisper-base` (session 10, call B). The log
-    holds for one fingerprint (the family's impl_hash and the compiler's version); a log of
-    another, or one the cache lost, only costs the worker its compile at the first probe."""
-
-    def __init__(self, path: Path, fingerprint: str) -> None:
-        self.path, self.fingerprint = path, fingerprint
-        self._known: set[str] = set()
-        self._new: set[str] = set()
-        try:
-            data = json.loads(path.read_text())
-            if data.get("fingerprint") == fingerprint:
-                self._known = set(data.get("jobs", ()))
-        except (OSError, ValueError, AttributeError):  # absent or unreadable: nothing known
-            pass
-
-    def has(self, job: Hashable) -> bool:
-        return repr(job) in self._known
-
-    def add(self, job: Hashable) -> None:
-        self._new.add(repr(job))
-
-    def save(self) -> None:
-        if not self._new:
-            return
-        from tunedb.database import write_atomic
-
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps({"fingerprint": self.fingerprint,
-                                                "jobs": sorted(self._known | self._new)}, indent=0))
-            self._known |= self._new
-            self._new.clear()
-        except OSError:  # a read-only cache: the next build sends the jobs again
-            pass
-
-
-def done_log(family: Any) -> DoneLog | None:
-    """The family's done log in its compiler cache, or None (no cache directory to keep it in)."""
-    from tunedb.families.contract import hook
-
-    cache = hook(family, "compiler_cache")()
-    if not cache:
-        return None
-    try:
-        from importlib.metadata import version
-
-        compiler = version("triton")
-    except Exception:  # noqa: BLE001 - no version to pin the log to: keep none
-        return None
-    return DoneLog(Path(cache) / f"tunedb-compiled-{family.name}.json", f"{family.impl_hash()}|triton {compiler}")
-
-
 _PRESTARTED: dict[str, tuple[cf.ProcessPoolExecutor, int]] = {}
 
 
@@ -272,11 +240,27 @@ def _warm_process(family_name: str) -> None:
         os.nice(NICE)
     except (AttributeError, OSError):  # no nice() here, or not permitted: full priority
         pass
+    import atexit
+
+    atexit.register(_exit_now)
 
     try:
         hook(families.get(family_name), "compile_warm")()
     except Exception:  # noqa: BLE001 - warming is an optimisation; a job reports real failures
         pass
+
+
+def _exit_now() -> None:
+    """A pool process's last step: skip the interpreter's teardown. After compiling, tearing
+    down the compiler's state took 0.6-1.1 s per process, which the build's own exit waits for
+    (its executor joins them); every compile is in the cache already, written whole."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(0)
 
 
 def _executor(family: Any, processes: int) -> cf.ProcessPoolExecutor:
@@ -303,12 +287,34 @@ def prestart(family: Any) -> bool:
     return True
 
 
+def release(family: Any) -> None:
+    """Stop the family's prestarted processes and compiles started ahead, which no build took
+    over (no GPU after all, or the build stopped before measuring)."""
+    name = getattr(family, "name", "")
+    started = _PRESTARTED.pop(name, None)
+    if started:
+        started[0].shutdown(wait=False, cancel_futures=True)
+    ahead = _AHEAD.pop(name, None)
+    if ahead:
+        ahead[1].close()
+
+
+# A pool filled ahead from a speculative plan (build/speculative.py), per family: (arch, pool)
+_AHEAD: dict[str, tuple[str, CompilePool]] = {}
+
+
 def for_build(family: Any, arch_family: str, work: Sequence[tuple[Signature, Sequence[str]]],
               size: PoolSize | None = None) -> CompilePool | None:
     """The build's pool (taking over prestarted processes), or None: the family has no
     compile_jobs hook, the pool is off (TUNEDB_COMPILE_JOBS=0) or there is nothing to compile."""
     from tunedb.families.contract import has_hook, hook
 
+    ahead = _AHEAD.pop(getattr(family, "name", ""), None)
+    if ahead is not None:
+        if ahead[0] == arch_family and work:
+            ahead[1].retarget(work)
+            return ahead[1]
+        ahead[1].close()  # compiled for another target, or nothing to measure
     started = _PRESTARTED.pop(getattr(family, "name", ""), None)
     if not has_hook(family, "compile_jobs") or not work:
         if started:
@@ -366,9 +372,12 @@ def configured() -> bool:
 def start_for_build(family: Any, arch_family: str, plans: Sequence[Any], finished: Any = ()) -> CompilePool | None:
     """The pool for a build's plans, in measuring order (signatures, then points by M), leaving
     out signatures resumed from checkpoints."""
-    work = [(p.signature, tuple(p.arms[pt.m])) for p in plans if p.signature not in finished
+    return for_build(family, arch_family, _work(plans, finished))
+
+
+def _work(plans: Sequence[Any], finished: Any = ()) -> list[tuple[Signature, tuple[str, ...]]]:
+    return [(p.signature, tuple(p.arms[pt.m])) for p in plans if p.signature not in finished
             for pt in p.points if pt.m in p.arms]
-    return for_build(family, arch_family, work)
 
 
 def report(pool: CompilePool | None) -> dict[str, Any]:
@@ -378,7 +387,7 @@ def report(pool: CompilePool | None) -> dict[str, Any]:
     s = pool.stats
     return {"processes": pool.processes, "jobs": s.jobs, "ok": s.ok, "failed": list(s.failed), "skipped": s.skipped,
             "compile_seconds": round(s.compile_seconds, 3), "wait_seconds": round(s.wait_seconds, 3),
-            "waited_points": s.waited_points}
+            "waited_points": s.waited_points, "ahead": s.ahead, "cancelled": s.cancelled, "unused": s.unused}
 
 
 def describe(rep: dict[str, Any]) -> str:
@@ -386,7 +395,7 @@ def describe(rep: dict[str, Any]) -> str:
     failed = len(rep.get("failed") or ())
     return (f"compile pool: {rep['processes']} processes, {rep['jobs']} jobs ({rep['ok']} ok"
             f"{f', {failed} failed (their probes report it)' if failed else ''}"
-            f"{_skipped(rep)}), "
+            f"{_skipped(rep)}{_ahead(rep)}), "
             f"{rep['compile_seconds']:.1f} s of compiling off the measuring path, "
             f"measuring waited {rep['wait_seconds']:.1f} s at {rep['waited_points']} point(s)")
 
@@ -394,3 +403,11 @@ def describe(rep: dict[str, Any]) -> str:
 def _skipped(rep: dict[str, Any]) -> str:
     n = rep.get("skipped") or 0
     return f", {n} compiled by an earlier build" if n else ""
+
+
+def _ahead(rep: dict[str, Any]) -> str:
+    n = rep.get("ahead") or 0
+    if not n:
+        return ""
+    dropped = (rep.get("cancelled") or 0) + (rep.get("unused") or 0)
+    return f", {n} submitted before the census ended ({dropped} of them not in the build's plan)"

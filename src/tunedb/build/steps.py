@@ -7,6 +7,7 @@ family reaches this module through the registry and its contract hooks.
 from __future__ import annotations
 
 import dataclasses
+import os
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -142,6 +143,42 @@ def start_worker(opts: Any, gpu: bool) -> Any:
     from tunedb.build import compile_pool
 
     compile_pool.prestart(families.get(opts.family))  # its processes start beside the worker's
+    return worker
+
+
+# Where the NVIDIA driver shows its GPUs (module attributes so tests can point them elsewhere)
+NVIDIA_PROC_GPUS = Path("/proc/driver/nvidia/gpus")
+DEVICE_DIR = Path("/dev")
+
+
+def gpu_likely() -> bool:
+    """Whether a CUDA GPU is probably usable here, answered without importing torch (2-4 s on a
+    GPU host): the NVIDIA driver lists a GPU (/proc/driver/nvidia/gpus or /dev/nvidiaN) and
+    CUDA_VISIBLE_DEVICES does not hide them all. A guess only: pipeline.has_gpu() decides, and
+    confirm_worker() settles a worker started on the guess."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and (not visible.strip() or visible.strip().startswith("-1")):
+        return False  # CUDA stops at the first invalid entry: "" or "-1..." hides every GPU
+    try:
+        if NVIDIA_PROC_GPUS.is_dir() and any(NVIDIA_PROC_GPUS.iterdir()):
+            return True
+        return any(p.name[len("nvidia"):].isdigit() for p in DEVICE_DIR.glob("nvidia*"))
+    except OSError:
+        return False
+
+
+def confirm_worker(worker: Any, opts: Any, gpu: bool) -> Any:
+    """Settle a worker started on gpu_likely()'s guess once has_gpu() has answered (`gpu`): kept
+    when there is a GPU; closed, with the prestarted compile pool, when there is none; started
+    now when the guess missed a GPU. Returns the worker the build should take (or None)."""
+    if worker is not None and not gpu:
+        worker.close()
+        from tunedb.build import compile_pool
+
+        compile_pool.release(families.get(opts.family))
+        return None
+    if worker is None and gpu:
+        return start_worker(opts, gpu=True)
     return worker
 
 

@@ -60,15 +60,26 @@ def key(workload: str, **args: Any) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def _path(k: str) -> Path:
+    from tunedb import settings
+
+    return settings.cache_root() / "census" / f"{k}.json"
+
+
+def hit(workload: str, **args: Any) -> bool:
+    """Whether cached() would read this census from the cache (its file is there)."""
+    k = key(workload, **args)
+    return k is not None and _path(k).is_file()
+
+
 def cached(workload: str, take: Callable[[], ShapeSet], **args: Any) -> ShapeSet:
     """The census from the cache when one with this key is there, else take() and store it."""
-    from tunedb import settings
     from tunedb.census.censusfile import from_json, to_json, write_census
 
     k = key(workload, **args)
     if k is None:
         return take()
-    path = settings.cache_root() / "census" / f"{k}.json"
+    path = _path(k)
     try:
         return from_json(json.loads(path.read_text()), where=str(path))
     except Exception:  # noqa: BLE001 - absent or unreadable: take it afresh (and overwrite)

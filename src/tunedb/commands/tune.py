@@ -149,19 +149,27 @@ def simulated_out(args: argparse.Namespace, console: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from tunedb import evaluate, pipeline
+    from tunedb import evaluate, families, pipeline
+    from tunedb.build import compile_pool, speculative
 
     console = Console()
     simulated_out(args, console)
     opts = options_from(args)
     pipeline.buildsteps.check_options(opts, gpu=True)
-    # on a GPU the measuring worker starts now, so its imports and CUDA start overlap the census
-    worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.has_gpu())
+    # On a GPU the measuring worker and the compile pool start first, on the driver's word
+    # (gpu_likely), before this process imports torch to ask CUDA (has_gpu): their imports and
+    # CUDA start overlap this process's and the census (3.4 s of a warm tune waited on the
+    # worker when it started after this process's torch import; session 10, call C)
+    worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.buildsteps.gpu_likely())
     try:
+        worker = pipeline.buildsteps.confirm_worker(worker, opts, gpu=pipeline.has_gpu())
+        if worker is not None:  # a real build: its compiles start from a mirror census's plan
+            speculative.start(args.workload, opts, _census_kw(args), worker=worker)
         shapes = pipeline.take_census(args.workload, **_census_kw(args))
     except BaseException:
         if worker is not None:
             worker.close()
+        compile_pool.release(families.get(opts.family))
         raise
     sigs = shapes.signatures()
     console.print(f"census of {args.workload} ({args.mode}): {len(shapes.points)} point(s) over "
@@ -171,7 +179,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(describe_impl(dict(shapes.meta).get("impl", "")), highlight=False)
     gpu = opts.simulate or pipeline.has_gpu()
     reporter = RichReporter(console) if gpu and not opts.dry_run else None
-    result = pipeline.tune(args.workload, opts, shapes=shapes, reporter=reporter, worker=worker)
+    try:
+        result = pipeline.tune(args.workload, opts, shapes=shapes, reporter=reporter, worker=worker)
+    finally:  # compiles no build took over (it stopped before measuring) must not outlive it
+        compile_pool.release(families.get(opts.family))
     if result.served:
         print_served(console, result.served, opts.arch_family or "sm90")
     stale = stale_line(opts.arch_family or "sm90", opts.family, args.workload)

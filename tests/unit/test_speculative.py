@@ -1,0 +1,183 @@
+"""Compiles started before the census ends (build/speculative.py): a preset's mirror census,
+planned as the build will plan, fills the prestarted pool; the build's own plan then retargets
+it, so the points and arms measured are the build's own."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+from dataclasses import dataclass
+
+import pytest
+
+from tunedb import arch, families, pipeline, settings
+from tunedb.build import compile_pool, speculative
+from tunedb.build import run as build_run
+from tunedb.records import Point, ShapeSet, Signature
+
+SIG = Signature.make("gemm", "gemm", "half", N=512, K=512)
+
+
+@dataclass(frozen=True, order=True)
+class Job:
+    name: str
+
+
+class HeldExecutor:
+    """Holds every submitted job as a pending Future (cancel() works until start() marks it running)."""
+
+    def __init__(self):
+        self.jobs: dict[object, cf.Future] = {}
+        self.shut = None
+
+    def submit(self, fn, job):
+        fut = cf.Future()
+        self.jobs[job] = fut
+        return fut
+
+    def start(self, job):
+        assert self.jobs[job].set_running_or_notify_cancel()
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        self.shut = (wait, cancel_futures)
+
+
+@pytest.fixture
+def family(monkeypatch, tmp_path):
+    fam = families.get("gemm")
+    monkeypatch.setattr(fam, "compile_jobs", lambda arch_family, sig, ids: [Job(f"{arch_family}:{c}") for c in ids],
+                        raising=False)
+    monkeypatch.setattr(compile_pool, "done_log", lambda family: None)
+    monkeypatch.setattr(compile_pool, "_PRESTARTED", {})
+    monkeypatch.setattr(compile_pool, "_AHEAD", {})
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        yield fam
+
+
+@dataclass(frozen=True)
+class Plan:  # the fields of a SignaturePlan the pool reads
+    signature: Signature
+    points: tuple
+    arms: dict
+
+
+@dataclass(frozen=True)
+class P:
+    m: int
+
+
+def plan(**arms_by_m):
+    arms = {int(m[1:]): tuple(ids) for m, ids in arms_by_m.items()}
+    return Plan(SIG, tuple(P(m) for m in arms), arms)
+
+
+def test_the_build_takes_over_the_pool_started_ahead_and_retargets_it_to_its_own_plan(family):
+    ex = HeldExecutor()
+    compile_pool._PRESTARTED[family.name] = (ex, 4)
+    ahead = speculative.start_ahead(family, "sm90", [plan(m16=("a", "b", "c"))])
+    assert ahead is not None and family.name not in compile_pool._PRESTARTED
+    assert list(ex.jobs) == [Job("sm90:a"), Job("sm90:b"), Job("sm90:c")]
+    ex.start(Job("sm90:c"))  # already compiling: it cannot be called back
+    built = compile_pool.start_for_build(family, "sm90", [plan(m16=("a",), m32=("d",))])
+    assert built is ahead and family.name not in compile_pool._AHEAD
+    assert ex.jobs[Job("sm90:b")].cancelled() and not ex.jobs[Job("sm90:a")].cancelled()
+    assert list(ex.jobs) == [Job("sm90:a"), Job("sm90:b"), Job("sm90:c"), Job("sm90:d")]  # d added, a not again
+    rep = compile_pool.report(built)
+    assert (rep["jobs"], rep["ahead"], rep["cancelled"], rep["unused"]) == (3, 3, 1, 1)
+    assert "3 submitted before the census ended (2 of them not in the build's plan)" in compile_pool.describe(rep)
+    ex.jobs[Job("sm90:a")].set_result({"ok": True, "seconds": 1.0})
+    assert rep["failed"] == [] and built.stats.ok == 1  # a cancelled job is neither compiled nor failed
+    assert built.wait(SIG, ["a"]) == 0.0
+
+
+def test_a_pool_started_ahead_for_another_target_is_dropped(family):
+    ex = HeldExecutor()
+    compile_pool._PRESTARTED[family.name] = (ex, 4)
+    speculative.start_ahead(family, "sm80", [plan(m16=("a",))])
+    compile_pool._PRESTARTED[family.name] = (HeldExecutor(), 4)
+    built = compile_pool.start_for_build(family, "sm90", [plan(m16=("a",))])
+    assert built is not None and built._pool is not ex and ex.shut == (False, True)
+
+
+def test_release_stops_compiles_started_ahead(family):
+    ex = HeldExecutor()
+    compile_pool._PRESTARTED[family.name] = (ex, 4)
+    speculative.start_ahead(family, "sm90", [plan(m16=("a",))])
+    compile_pool.release(family)
+    assert ex.shut == (False, True) and family.name not in compile_pool._AHEAD
+
+
+def test_nothing_is_started_ahead_without_prestarted_processes(family):
+    assert speculative.start_ahead(family, "sm90", [plan(m16=("a",))]) is None
+
+
+KW = dict(mode="offline", max_batch=8, chunk=None, manifest=None, capture=None, impl="auto", fused=True,
+          cached=True)
+
+
+def test_only_a_preset_census_not_yet_cached_and_not_the_mirror_is_worth_a_speculative_one(family):
+    assert speculative.wanted("whisper-base", KW)
+    assert not speculative.wanted("whisper-base", {**KW, "impl": "mirror"})
+    assert not speculative.wanted("my.module:build", KW)
+    pipeline.take_census("whisper-base", **{**KW, "impl": "mirror"})  # cache the mirror's: not the one asked for
+    assert speculative.wanted("whisper-base", KW)
+    assert not speculative.wanted("whisper-base", {**KW, "impl": "mirror"})
+
+
+def test_the_speculative_plan_is_the_builds_plan_of_the_mirror_census(family, monkeypatch):
+    """start() censuses the mirror, plans it with the build's planner and options on this GPU's
+    profile (current_profile: cached, else measured now, before any compile is submitted), and
+    submits those compiles; the same census planned by the build yields the same jobs."""
+    point = ShapeSet((Point(SIG, 1500, 1.0, 10), Point(SIG, 3000, 1.0, 10)))
+    asked = []
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: asked.append(kw) or point)
+    monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: asked.append(("profile", measure))
+                        or arch.shipped_profile("sm90"))
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
+    ex = HeldExecutor()
+    compile_pool._PRESTARTED[family.name] = (ex, 4)
+    opts = pipeline.BuildOptions(out="user", top_k=4)
+
+    class Starting:
+        def wait_started(self):
+            asked.append("worker started")
+
+    pool = speculative.start("whisper-base", opts, KW, worker=Starting())
+    assert pool is not None
+    assert asked[1] == "worker started"  # no profile cached: measured once the worker's start is over
+    del asked[1]
+    assert asked[0]["impl"] == "mirror" and "cached" not in asked[0] and "capture" not in asked[0]
+    assert asked[1] == ("profile", True)  # the build's own profile (measured if not cached)
+    plans, _ = build_run.plan_build([("whisper-base", point)], opts, arch.shipped_profile("sm90"))
+    expected = {Job(f"sm90:{c}") for p in plans for ids in p.arms.values() for c in ids}
+    assert set(ex.jobs) == expected and expected
+
+
+def test_no_speculation_without_a_prestarted_pool_or_when_it_fails(family, monkeypatch):
+    opts = pipeline.BuildOptions(out="user")
+    called = []
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: called.append(kw) or ShapeSet(()))
+    assert speculative.start("whisper-base", opts, KW) is None and called == []  # no pool: no census
+    compile_pool._PRESTARTED[family.name] = (HeldExecutor(), 4)
+
+    def broken(w, **kw):
+        raise RuntimeError("no mirror here")
+
+    monkeypatch.setattr(pipeline, "take_census", broken)
+    assert speculative.start("whisper-base", opts, KW) is None
+    assert family.name in compile_pool._PRESTARTED  # left for the build
+
+
+def test_a_cached_profile_needs_no_wait_for_the_worker(family, monkeypatch):
+    point = ShapeSet((Point(SIG, 1500, 1.0, 10),))
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
+    monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: arch.shipped_profile("sm90"))
+    path = arch.cache_path("NVIDIA H200")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
+    compile_pool._PRESTARTED[family.name] = (HeldExecutor(), 4)
+
+    class Starting:
+        def wait_started(self):
+            raise AssertionError("waited for the worker with the profile cached")
+
+    assert speculative.start("whisper-base", pipeline.BuildOptions(out="user", top_k=2), KW, worker=Starting())
