@@ -34,19 +34,31 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import decode_bounds as db  # noqa: E402
+from graph_timing import replay_ms  # noqa: E402  (imports torch lazily)
 
 MS = (1, 4, 8, 16)
 L2 = 60 * 2 ** 20
+DEVICE, DT = "cuda", "bf16"  # the CPU smoke test runs the same path on cpu in fp16 under the interpreter
+
+
+def _dtype():
+    import torch
+
+    return torch.float16 if DT == "fp16" else torch.bfloat16
+
+
+def _sync() -> None:
+    import torch
+
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def graph_us(call, copies: int, min_calls: int = 16) -> float:
     """Per-call microseconds of call(i) for i over >= min_calls calls rotating `copies` weights."""
-    import torch
-    from graph_timing import replay_ms
-
     for i in range(copies):  # warm: compiles, allocations, workspaces
         call(i)
-    torch.cuda.synchronize()
+    _sync()
     return replay_ms(lambda i: call(i % copies), max(min_calls, copies)) * 1e3
 
 
@@ -62,11 +74,11 @@ def read_arms(ws: list, sms: int, quick: bool) -> dict:
 
     numel = ws[0].numel()
     flats = [w.view(-1) for w in ws]
-    ones = torch.ones(numel, device="cuda", dtype=ws[0].dtype)  # every element read once: the sum is exact
+    ones = torch.ones(numel, device=DEVICE, dtype=ws[0].dtype)  # every element read once: the sum is exact
     res, bad = {}, {}
     for cfg in rr.configs(quick):
-        fn = rr.launcher(cfg, numel, sms)
-        out = torch.empty(fn.grid, device="cuda", dtype=torch.float32)
+        fn = rr.launcher(cfg, numel, sms, interpret=DEVICE != "cuda")
+        out = torch.empty(fn.grid, device=DEVICE, dtype=torch.float32)
         got = fn(ones, out).double().sum().item()
         if got != numel:
             bad[cfg.id] = f"read {got} elements of {numel}"
@@ -87,18 +99,24 @@ def lane_arms(n: int, k: int, m: int, ws: list, cids: list[str], deadline: float
     import torch
     import torch.nn.functional as F
 
+    from tunedb.arch import shipped_profile
     from tunedb.families.gemm import FAMILY
 
-    sig = FAMILY.make_signature("gemm", "bf16", n, k)
-    x = (torch.rand(m, k, device="cuda") * 2 - 1).to(torch.bfloat16)
-    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    sig = FAMILY.make_signature("gemm", DT, n, k)
+    x = (torch.rand(m, k, device=DEVICE) * 2 - 1).to(_dtype())
+    out = torch.empty(m, n, device=DEVICE, dtype=_dtype())
     row = {"cublas_us": graph_us(lambda i: F.linear(x, ws[i]), len(ws)), "configs": {}, "failed": []}
     ref = FAMILY.reference(sig, x, ws[0])
     rounding = (ref.to(x.dtype).float() - ref).abs().max().item()
+    arch = shipped_profile("sm90")
     for cid in cids:
         if time.time() > deadline and row["configs"]:
             row["truncated"] = True
             break
+        why = FAMILY.invalid_reason(FAMILY.parse_config(cid), sig, m, arch)
+        if why:
+            row.setdefault("invalid", {})[cid] = why
+            continue
         fn = FAMILY.launcher(FAMILY.parse_config(cid), sig)
         out.fill_(float("nan"))  # a config that writes nothing fails the check
         fn(x, ws[0], None, out)
@@ -134,7 +152,7 @@ def weights_and_gemms(shapes, quick: bool, budget_s: float, sms: int) -> tuple[d
     start = time.time()
     for idx, (n, k) in enumerate(shapes):
         nbytes = db.weight_bytes(n, k)
-        ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5 for _ in range(copies_for(nbytes))]
+        ws = [torch.randn(n, k, device=DEVICE, dtype=_dtype()) * k ** -0.5 for _ in range(copies_for(nbytes))]
         rd = reads[f"{n}x{k}"] = {"N": n, "K": k, "MB": round(nbytes / 1e6, 1), **read_arms(ws, sms, quick)}
         rd["read_bw"] = db.share(nbytes, rd["best_us"])
         print(f"read {n:6d}x{k:<6d} {rd['MB']:7.1f} MB  best {rd['best_us']:7.2f} us ({rd['read_bw']:5.1%}) "
@@ -182,20 +200,19 @@ def step_gemms(bm, batch: int) -> list:
 
 def end_to_end(batches, reads: dict, rows: list[dict], sms: int) -> list[dict]:
     """(c) per batch: the step, its GEMMs alone (cuBLAS), at the read roofline, and the lane's."""
+    import e2e_models
     import torch
     import torch.nn.functional as F
-    from e2e_models import build
-    from graph_timing import replay_ms
 
     import read_roofline as rr
     from tunedb.families.gemm import FAMILY
 
-    bm = build("llama-3-8b", "cuda", batches=tuple(batches))
+    bm = e2e_models.build("llama-3-8b", DEVICE, batches=tuple(batches))
     lane_best = {(r["N"], r["K"], r["M"]): r["lane"] for r in rows if "lane" in r}
     out = []
     for b in batches:
         calls = step_gemms(bm, b)
-        xs = {(m, mod.in_features): (torch.rand(m, mod.in_features, device="cuda") * 2 - 1).to(torch.bfloat16)
+        xs = {(m, mod.in_features): (torch.rand(m, mod.in_features, device=DEVICE) * 2 - 1).to(_dtype())
               for mod, m in calls}
         step = bm.call(bm.module, b)
         with torch.no_grad():
@@ -205,7 +222,7 @@ def end_to_end(batches, reads: dict, rows: list[dict], sms: int) -> list[dict]:
 
             def timed(body) -> float:
                 body()
-                torch.cuda.synchronize()
+                _sync()
                 return replay_ms(lambda i: body(), 3) * 1e3
 
             t_cublas = timed(lambda: [F.linear(xs[(m, mod.in_features)], mod.weight, mod.bias) for mod, m in calls])
@@ -219,8 +236,8 @@ def end_to_end(batches, reads: dict, rows: list[dict], sms: int) -> list[dict]:
                     rd = reads.get(f"{w.shape[0]}x{w.shape[1]}")
                     if rd is None:
                         break  # a weight (a) did not measure: no roofline chain
-                    fn = rr.launcher(rr.by_id(rd[pick]), w.numel(), sms)
-                    fns.append((fn, w.view(-1), torch.empty(fn.grid, device="cuda", dtype=torch.float32)))
+                    fn = rr.launcher(rr.by_id(rd[pick]), w.numel(), sms, interpret=DEVICE != "cuda")
+                    fns.append((fn, w.view(-1), torch.empty(fn.grid, device=DEVICE, dtype=torch.float32)))
                 else:
                     res[f"gemm_{key}_us"] = timed(lambda fns=fns: [fn(w, o) for fn, w, o in fns])
                     res[f"bound_{key}"] = db.e2e_bound(t_step, t_cublas, res[f"gemm_{key}_us"])
@@ -232,9 +249,9 @@ def end_to_end(batches, reads: dict, rows: list[dict], sms: int) -> list[dict]:
                 cid = lane_best.get((mod.out_features, mod.in_features, m))
                 if cid is None or mod.bias is not None:
                     break
-                sig = FAMILY.make_signature("gemm", "bf16", mod.out_features, mod.in_features)
+                sig = FAMILY.make_signature("gemm", DT, mod.out_features, mod.in_features)
                 lane.append((FAMILY.launcher(FAMILY.parse_config(cid), sig), xs[(m, mod.in_features)], mod.weight,
-                             torch.empty(m, mod.out_features, device="cuda", dtype=torch.bfloat16)))
+                             torch.empty(m, mod.out_features, device=DEVICE, dtype=_dtype())))
             else:
                 res["gemm_lane_us"] = timed(lambda: [fn(x, w, None, o) for fn, x, w, o in lane])
                 res["lane_e2e"] = db.e2e_bound(t_step, t_cublas, res["gemm_lane_us"])

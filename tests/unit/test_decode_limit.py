@@ -152,3 +152,48 @@ def test_read_kernel_reads_every_element_once_under_the_interpreter():
                          timeout=300, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads(res.stdout.strip().splitlines()[-1]) == []
+
+
+_SMOKE = r"""
+import json, sys, torch
+from torch import nn
+sys.path.insert(0, sys.argv[1])
+import decode_limit as dl, e2e_models
+dl.DEVICE, dl.DT, dl.L2, dl.MS = "cpu", "fp16", 4096, (1, 2)  # fp16: the interpreter's tl.dot mishandles bf16
+dl.replay_ms = lambda body, n, reps=7: [body(i) for i in range(n)] and 0.01 * n
+dl.lane_configs = lambda n, k, quick: ["dk1_n32x256_w4_s4", "dk2_n32x64_w4_s4_at", "dk1_n16x64_w2_s2_pdl"]
+reads, rows = dl.weights_and_gemms([(40, 160), (160, 40)], True, 60.0, 3)
+
+class BM:
+    module = nn.Sequential(nn.Linear(160, 40, bias=False), nn.Linear(40, 160, bias=False)).half()
+    def call(self, module, batch):
+        return lambda: module(torch.randn(batch, 1, 160, dtype=torch.float16))
+
+e2e_models.build = lambda name, device, batches: BM()
+e2e = dl.end_to_end([1, 2], reads, rows, 3)
+lines = dl.show(reads, rows, rows, e2e, None)
+print(json.dumps({"reads": reads, "rows": rows, "e2e": e2e, "lines": lines}, default=str))
+"""
+
+
+@pytest.mark.slow
+def test_the_bench_path_runs_on_cpu_under_the_interpreter():
+    """(a), (b), (c) and the tables on tiny fp16 weights with a stand-in timer: every arm checked,
+    the lane's best and the chains built from them; what the GPU run does, minus the timing."""
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT / "src"))
+    res = subprocess.run([sys.executable, "-c", _SMOKE, str(ROOT / "bench")], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert set(got["reads"]) == {"40x160", "160x40"}
+    assert all(not r["failed"] for r in got["reads"].values())  # every read config read every element
+    assert [(r["N"], r["K"], r["M"]) for r in got["rows"]] == [(40, 160, 1), (40, 160, 2), (160, 40, 1), (160, 40, 2)]
+    for r in got["rows"]:
+        assert not r["failed"] and r["lane"] in r["all_us"], r
+        # K=40 has one 64-wide K tile: the split-2 config is refused by the lane's predicate, not run
+        assert r["configs_timed"] == (3 if r["K"] == 160 else 2)
+        assert list(r.get("invalid", {})) == ([] if r["K"] == 160 else ["dk2_n32x64_w4_s4_at"])
+    assert [e["batch"] for e in got["e2e"]] == [1, 2]
+    for e in got["e2e"]:
+        assert e["gemms"] == 2 and {"bound_roof", "bound_roof_nopdl", "lane_e2e", "bound_bytes_at_peak"} <= set(e)
