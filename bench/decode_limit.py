@@ -135,13 +135,21 @@ def lane_arms(n: int, k: int, m: int, ws: list, cids: list[str], deadline: float
     return row
 
 
+# session 9's winners (bench/results/2026-12-01_s9_W1_decode_lane.log): timed first, so that a
+# sweep cut short by --budget-s has them
+PRIOR = ("dk8_n128x128_w8_s4_at_pdl", "dk8_n128x128_w8_s4_pdl", "dk1_n64x128_w4_s4", "dk1_n64x128_w4_s4_pdl",
+         "dk16_n64x128_w4_s4_at_pdl", "dk8_n32x256_w4_s4_at_pdl", "dk1_n128x128_w8_s4", "dk4_n64x128_w4_s4",
+         "dk1_n32x256_w4_s4_pdl", "dk1_n128x128_w8_s4_pdl")
+
+
 def lane_configs(n: int, k: int, quick: bool) -> list[str]:
-    """The lane's sweep at one weight (decode_lane.sweep_configs), the shipped grid first."""
+    """The lane's sweep at one weight: session 9's winners, the shipped grid, then
+    decode_lane.sweep_configs (slabs x splits, atomic and PDL twins); lane_arms drops the invalid."""
     from decode_lane import sweep_configs
 
     from tunedb.families.gemm import configs_decode
 
-    return list(dict.fromkeys([*(c.id for c in configs_decode.grid()), *sweep_configs(n, k, quick)]))
+    return list(dict.fromkeys([*PRIOR, *(c.id for c in configs_decode.grid()), *sweep_configs(n, k, quick)]))
 
 
 def weights_and_gemms(shapes, quick: bool, budget_s: float, sms: int) -> tuple[dict, list[dict]]:
