@@ -1,6 +1,6 @@
 """What physically limits the decode goals of issue 18, measured in one run on the H200.
 
-    PYTHONPATH=src python bench/decode_limit.py --out decode_limit.json [--quick] [--budget-s 60]
+    PYTHONPATH=src python bench/decode_limit.py --out decode_limit.json [--quick] [--budget-s 50]
         [--census bench/census/llama-3-8b_decode.json] [--shapes 28672x4096] [--batches 1,16] [--no-e2e]
 
 (a) Read roofline: per decode weight of the census (distinct N x K of its gemm/gemm_act points),
@@ -159,32 +159,45 @@ def weights_and_gemms(shapes, quick: bool, budget_s: float, sms: int) -> tuple[d
     reads, rows = {}, []
     start = time.time()
     for idx, (n, k) in enumerate(shapes):
-        nbytes = db.weight_bytes(n, k)
-        ws = [torch.randn(n, k, device=DEVICE, dtype=_dtype()) * k ** -0.5 for _ in range(copies_for(nbytes))]
-        rd = reads[f"{n}x{k}"] = {"N": n, "K": k, "MB": round(nbytes / 1e6, 1), **read_arms(ws, sms, quick)}
-        rd["read_bw"] = db.share(nbytes, rd["best_us"])
-        print(f"read {n:6d}x{k:<6d} {rd['MB']:7.1f} MB  best {rd['best_us']:7.2f} us ({rd['read_bw']:5.1%}) "
-              f"{rd['best']}  no-PDL {rd['best_nopdl_us']:7.2f} us  torch.sum {rd['torch']['torch.sum']:7.2f} us "
-              f"(dim=1 {rd['torch']['torch.sum(dim=1)']:.2f})", flush=True)
-        cids = lane_configs(n, k, quick)
-        for j, m in enumerate(MS):
-            left = budget_s - (time.time() - start)
-            points_left = (len(shapes) - idx) * len(MS) - j
-            g = lane_arms(n, k, m, ws, cids, time.time() + max(1.0, left / points_left))
-            row = {"N": n, "K": k, "M": m, "MB": rd["MB"], "read_bw": rd["read_bw"], "read": rd["best"],
-                   **{key: g[key] for key in g if key != "configs"},
-                   **db.gemm_row(nbytes, rd["best_us"], g["cublas_us"], g.get("lane_us")),
-                   "configs_timed": len(g["configs"]), "all_us": g["configs"]}
-            if "lane_nopdl_us" in g:
-                row["lane_nopdl_of_roof"] = rd["best_nopdl_us"] / g["lane_nopdl_us"]
-            rows.append(row)
-            print(f"  M={m:2d} cuBLAS {row['cublas_us']:7.2f} us ({row['cublas_bw']:5.1%}, {row['cublas_of_roof']:5.1%} of roof)"
-                  + (f"  lane {row['lane_us']:7.2f} us ({row['lane_bw']:5.1%}, {row['lane_of_roof']:5.1%} of roof) "
-                     f"x{row['speedup']:.3f} {row['lane']}" if "lane_us" in row else "  lane: no config passed")
-                  + ("  (truncated)" if row.get("truncated") else ""), flush=True)
-        del ws
+        try:
+            _one_weight(n, k, idx, shapes, reads, rows, quick, budget_s, start, sms)
+        except Exception as exc:  # noqa: BLE001 - one weight failing leaves the others measured
+            import traceback
+
+            traceback.print_exc()
+            reads.setdefault(f"{n}x{k}", {"N": n, "K": k})["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         torch.cuda.empty_cache()
     return reads, rows
+
+
+def _one_weight(n, k, idx, shapes, reads, rows, quick, budget_s, start, sms) -> None:
+    """(a) then (b) at one weight, into reads and rows; the lane sweep's share of the budget is
+    what is left over the points left."""
+    import torch
+
+    nbytes = db.weight_bytes(n, k)
+    ws = [torch.randn(n, k, device=DEVICE, dtype=_dtype()) * k ** -0.5 for _ in range(copies_for(nbytes))]
+    rd = reads[f"{n}x{k}"] = {"N": n, "K": k, "MB": round(nbytes / 1e6, 1), **read_arms(ws, sms, quick)}
+    rd["read_bw"] = db.share(nbytes, rd["best_us"])
+    print(f"read {n:6d}x{k:<6d} {rd['MB']:7.1f} MB  best {rd['best_us']:7.2f} us ({rd['read_bw']:5.1%}) "
+          f"{rd['best']}  no-PDL {rd['best_nopdl_us']:7.2f} us  torch.sum {rd['torch']['torch.sum']:7.2f} us "
+          f"(dim=1 {rd['torch']['torch.sum(dim=1)']:.2f})", flush=True)
+    cids = lane_configs(n, k, quick)
+    for j, m in enumerate(MS):
+        left = budget_s - (time.time() - start)
+        points_left = (len(shapes) - idx) * len(MS) - j
+        g = lane_arms(n, k, m, ws, cids, time.time() + max(1.0, left / points_left))
+        row = {"N": n, "K": k, "M": m, "MB": rd["MB"], "read_bw": rd["read_bw"], "read": rd["best"],
+               **{key: g[key] for key in g if key != "configs"},
+               **db.gemm_row(nbytes, rd["best_us"], g["cublas_us"], g.get("lane_us")),
+               "configs_timed": len(g["configs"]), "all_us": g["configs"]}
+        if "lane_nopdl_us" in g:
+            row["lane_nopdl_of_roof"] = rd["best_nopdl_us"] / g["lane_nopdl_us"]
+        rows.append(row)
+        print(f"  M={m:2d} cuBLAS {row['cublas_us']:7.2f} us ({row['cublas_bw']:5.1%}, {row['cublas_of_roof']:5.1%} of roof)"
+              + (f"  lane {row['lane_us']:7.2f} us ({row['lane_bw']:5.1%}, {row['lane_of_roof']:5.1%} of roof) "
+                 f"x{row['speedup']:.3f} {row['lane']}" if "lane_us" in row else "  lane: no config passed")
+              + ("  (truncated)" if row.get("truncated") else ""), flush=True)
 
 
 def step_gemms(bm, batch: int) -> list:
@@ -209,65 +222,80 @@ def step_gemms(bm, batch: int) -> list:
 def end_to_end(batches, reads: dict, rows: list[dict], sms: int) -> list[dict]:
     """(c) per batch: the step, its GEMMs alone (cuBLAS), at the read roofline, and the lane's."""
     import e2e_models
+
+    bm = e2e_models.build("llama-3-8b", DEVICE, batches=tuple(batches))
+    lane_best = {(r["N"], r["K"], r["M"]): r["lane"] for r in rows if "lane" in r}
+    out = []
+    for b in batches:
+        res = {"batch": b}
+        try:
+            _e2e_batch(bm, b, res, reads, lane_best, sms)
+        except Exception as exc:  # noqa: BLE001 - report what was measured, keep the rest of the run
+            import traceback
+
+            traceback.print_exc()
+            res["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        out.append(res)
+        nan = float("nan")
+        print(f"e2e b{b}: step {res.get('step_us', nan):.1f} us, {res.get('gemms', 0)} GEMMs cuBLAS "
+              f"{res.get('gemm_cublas_us', nan):.1f} us ({res.get('gemm_share', nan):.1%}), at roofline "
+              f"{res.get('gemm_roof_us', nan):.1f} us -> bound {res.get('bound_roof', nan):.3f}x; lane "
+              f"{res.get('gemm_lane_us', nan):.1f} us -> {res.get('lane_e2e', nan):.3f}x"
+              + (f"; {res['error']}" if "error" in res else ""), flush=True)
+    return out
+
+
+def _e2e_batch(bm, b: int, res: dict, reads: dict, lane_best: dict, sms: int) -> None:
+    """(c) at one batch, filling `res` as it goes (a failure keeps what was measured)."""
     import torch
     import torch.nn.functional as F
 
     import read_roofline as rr
     from tunedb.families.gemm import FAMILY
 
-    bm = e2e_models.build("llama-3-8b", DEVICE, batches=tuple(batches))
-    lane_best = {(r["N"], r["K"], r["M"]): r["lane"] for r in rows if "lane" in r}
-    out = []
-    for b in batches:
-        calls = step_gemms(bm, b)
-        xs = {(m, mod.in_features): (torch.rand(m, mod.in_features, device=DEVICE) * 2 - 1).to(_dtype())
-              for mod, m in calls}
-        step = bm.call(bm.module, b)
-        with torch.no_grad():
-            for _ in range(3):
-                step()
-            t_step = replay_ms(lambda i: step(), 3) * 1e3
+    calls = step_gemms(bm, b)
+    xs = {(m, mod.in_features): (torch.rand(m, mod.in_features, device=DEVICE) * 2 - 1).to(_dtype())
+          for mod, m in calls}
+    step = bm.call(bm.module, b)
 
-            def timed(body) -> float:
-                body()
-                _sync()
-                return replay_ms(lambda i: body(), 3) * 1e3
+    def timed(body) -> float:
+        body()
+        _sync()
+        return replay_ms(lambda i: body(), 3) * 1e3
 
-            t_cublas = timed(lambda: [F.linear(xs[(m, mod.in_features)], mod.weight, mod.bias) for mod, m in calls])
-            res = {"batch": b, "step_us": t_step, "gemms": len(calls), "gemm_cublas_us": t_cublas,
-                   "gemm_share": t_cublas / t_step,
-                   "gemm_mb": sum(mod.weight.numel() * 2 for mod, _ in calls) / 1e6}
-            for key, pick in (("roof", "best"), ("roof_nopdl", "best_nopdl")):
-                fns = []
-                for mod, _ in calls:
-                    w = mod.weight
-                    rd = reads.get(f"{w.shape[0]}x{w.shape[1]}")
-                    if rd is None:
-                        break  # a weight (a) did not measure: no roofline chain
-                    fn = rr.launcher(rr.by_id(rd[pick]), w.numel(), sms, interpret=DEVICE != "cuda")
-                    fns.append((fn, w.view(-1), torch.empty(fn.grid, device=DEVICE, dtype=torch.float32)))
-                else:
-                    res[f"gemm_{key}_us"] = timed(lambda fns=fns: [fn(w, o) for fn, w, o in fns])
-                    res[f"bound_{key}"] = db.e2e_bound(t_step, t_cublas, res[f"gemm_{key}_us"])
-            peak = max(db.weight_bytes(r["N"], r["K"]) / (r["best_us"] * 1e-6) for r in reads.values())
-            res["peak_read_bw"] = peak
-            res["bound_bytes_at_peak"] = db.e2e_bound(t_step, t_cublas, res["gemm_mb"] * 1e6 / peak * 1e6)
-            lane = []
-            for mod, m in calls:
-                cid = lane_best.get((mod.out_features, mod.in_features, m))
-                if cid is None or mod.bias is not None:
-                    break
-                sig = FAMILY.make_signature("gemm", DT, mod.out_features, mod.in_features)
-                lane.append((FAMILY.launcher(FAMILY.parse_config(cid), sig), xs[(m, mod.in_features)], mod.weight,
-                             torch.empty(m, mod.out_features, device=DEVICE, dtype=_dtype())))
+    with torch.no_grad():
+        res["step_us"] = t_step = timed(step)
+        res["gemms"] = len(calls)
+        res["gemm_mb"] = sum(mod.weight.numel() * 2 for mod, _ in calls) / 1e6
+        res["gemm_cublas_us"] = t_cublas = timed(
+            lambda: [F.linear(xs[(m, mod.in_features)], mod.weight, mod.bias) for mod, m in calls])
+        res["gemm_share"] = t_cublas / t_step
+        for key, pick in (("roof", "best"), ("roof_nopdl", "best_nopdl")):
+            fns = []
+            for mod, _ in calls:
+                w = mod.weight
+                rd = reads.get(f"{w.shape[0]}x{w.shape[1]}")
+                if rd is None or "best_us" not in rd:
+                    break  # a weight (a) did not measure: no roofline chain
+                fn = rr.launcher(rr.by_id(rd[pick]), w.numel(), sms, interpret=DEVICE != "cuda")
+                fns.append((fn, w.view(-1), torch.empty(fn.grid, device=DEVICE, dtype=torch.float32)))
             else:
-                res["gemm_lane_us"] = timed(lambda: [fn(x, w, None, o) for fn, x, w, o in lane])
-                res["lane_e2e"] = db.e2e_bound(t_step, t_cublas, res["gemm_lane_us"])
-        out.append(res)
-        print(f"e2e b{b}: step {t_step:.1f} us, {len(calls)} GEMMs cuBLAS {t_cublas:.1f} us ({res['gemm_share']:.1%}), "
-              f"at roofline {res.get('gemm_roof_us', float('nan')):.1f} us -> bound {res.get('bound_roof', float('nan')):.3f}x; "
-              f"lane {res.get('gemm_lane_us', float('nan')):.1f} us -> {res.get('lane_e2e', float('nan')):.3f}x", flush=True)
-    return out
+                res[f"gemm_{key}_us"] = timed(lambda fns=fns: [fn(w, o) for fn, w, o in fns])
+                res[f"bound_{key}"] = db.e2e_bound(t_step, t_cublas, res[f"gemm_{key}_us"])
+        peak = max(db.weight_bytes(r["N"], r["K"]) / (r["best_us"] * 1e-6) for r in reads.values() if "best_us" in r)
+        res["peak_read_bw"] = peak
+        res["bound_bytes_at_peak"] = db.e2e_bound(t_step, t_cublas, res["gemm_mb"] * 1e6 / peak * 1e6)
+        lane = []
+        for mod, m in calls:
+            cid = lane_best.get((mod.out_features, mod.in_features, m))
+            if cid is None or mod.bias is not None:
+                break
+            sig = FAMILY.make_signature("gemm", DT, mod.out_features, mod.in_features)
+            lane.append((FAMILY.launcher(FAMILY.parse_config(cid), sig), xs[(m, mod.in_features)], mod.weight,
+                         torch.empty(m, mod.out_features, device=DEVICE, dtype=_dtype())))
+        else:
+            res["gemm_lane_us"] = timed(lambda: [fn(x, w, None, o) for fn, x, w, o in lane])
+            res["lane_e2e"] = db.e2e_bound(t_step, t_cublas, res["gemm_lane_us"])
 
 
 def show(reads: dict, rows: list[dict], census_rows: list[dict], e2e: list[dict], fit) -> list[str]:
@@ -275,6 +303,9 @@ def show(reads: dict, rows: list[dict], census_rows: list[dict], e2e: list[dict]
     print("| N x K | MB | best read us | % 4.3 TB/s | config | best no-PDL us | % | torch.sum us | % | torch.sum(dim=1) us | % |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in reads.values():
+        if "best_us" not in r:
+            print(f"| {r['N']} x {r['K']} | failed: {r.get('error')} |")
+            continue
         nb = db.weight_bytes(r["N"], r["K"])
         t, td = r["torch"]["torch.sum"], r["torch"]["torch.sum(dim=1)"]
         print(f"| {r['N']} x {r['K']} | {r['MB']} | {r['best_us']:.2f} | {r['read_bw']:.1%} | `{r['best']}` | "
@@ -295,7 +326,7 @@ def show(reads: dict, rows: list[dict], census_rows: list[dict], e2e: list[dict]
         print("| batch | step | GEMMs (cuBLAS) | share | GEMMs at roofline | bound | roofline no PDL | bound | bytes at peak read bw | bound | lane GEMMs | lane e2e |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         nan = float("nan")
-        for e in e2e:
+        for e in (e for e in e2e if "gemm_share" in e):
             print(f"| {e['batch']} | {e['step_us']:.1f} | {e['gemm_cublas_us']:.1f} | {e['gemm_share']:.1%} | "
                   f"{e.get('gemm_roof_us', nan):.1f} | {e.get('bound_roof', nan):.3f}x | {e.get('gemm_roof_nopdl_us', nan):.1f} | "
                   f"{e.get('bound_roof_nopdl', nan):.3f}x | {e['gemm_mb'] * 1e6 / e['peak_read_bw'] * 1e6:.1f} | "
@@ -314,7 +345,7 @@ def main(argv=None) -> int:
                     help="the decode census whose gemm/gemm_act weights are measured")
     ap.add_argument("--shapes", default=None, help="NxK[,NxK] measured besides the census's (e.g. 28672x4096)")
     ap.add_argument("--batches", default="1,16", help="decode batches of the end-to-end step")
-    ap.add_argument("--budget-s", type=float, default=60.0, help="stop sweeping lane configs after this (s)")
+    ap.add_argument("--budget-s", type=float, default=50.0, help="stop sweeping lane configs after this (s)")
     ap.add_argument("--quick", action="store_true", help="fewer read configs and lane slabs")
     ap.add_argument("--no-e2e", action="store_true", help="skip (c)")
     args = ap.parse_args(argv)
@@ -339,14 +370,28 @@ def main(argv=None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     precompile(sorted({c for n, k in shapes for c in lane_configs(n, k, args.quick)}))
     reads, rows = weights_and_gemms(shapes, args.quick, args.budget_s, sms)
-    pts = [(db.weight_bytes(r["N"], r["K"]), r["best_nopdl_us"]) for r in reads.values()]
+    pts = [(db.weight_bytes(r["N"], r["K"]), r["best_nopdl_us"]) for r in reads.values() if "best_us" in r]
     fit = db.fit_fixed_cost(pts) if len({b for b, _ in pts}) > 1 else None
-    e2e = [] if args.no_e2e else end_to_end(batches, reads, rows, sms)
+    e2e = []
+    if not args.no_e2e:
+        try:
+            e2e = end_to_end(batches, reads, rows, sms)
+        except Exception as exc:  # noqa: BLE001 - the model failed to build: (a) and (b) still reported
+            import traceback
+
+            traceback.print_exc()
+            e2e = [{"batch": b, "error": f"{type(exc).__name__}: {str(exc)[:300]}"} for b in batches]
     census = set(db.census_weights(args.census))
     census_rows = [r for r in rows if (r["N"], r["K"]) in census]  # the goals' points; --shapes rows are shown only
     lines = show(reads, rows, census_rows, e2e, fit)
     summary = {"verdicts": lines, "seconds": round(time.time() - t0, 1),
                "fit_fixed_us": fit[0] if fit else None, "fit_bw": fit[1] if fit else None}
+    big = [r for r in census_rows if r["M"] == 1 and r["MB"] >= db.GOAL_MIN_MB]
+    if big:
+        summary["min_read_bw_m1_16MB"] = min(r["read_bw"] for r in big)
+        summary["min_lane_bw_m1_16MB"] = min(r.get("lane_bw", 0.0) for r in big)
+        summary["min_cublas_bw_m1_16MB"] = min(r["cublas_bw"] for r in big)
+    summary["e2e_bounds"] = {str(e["batch"]): e.get("bound_roof") for e in e2e}
     if any("speedup" in r for r in census_rows):
         summary["geomean_lane_census"] = db.geomean(r["speedup"] for r in census_rows if "speedup" in r)
         summary["geomean_ceiling_census"] = db.geomean(max(1.0, r["ceiling"]) for r in census_rows)
