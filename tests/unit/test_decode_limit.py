@@ -77,9 +77,17 @@ def test_verdicts_say_which_goal_a_pure_read_cannot_reach():
     assert "14336x4096" not in text.split("out of reach")[1]  # 94% there: within reach
     assert "ceiling (every GEMM at the read roofline, gated) 1.133x: the goal is above the physical ceiling" in text
     assert "bound from GEMM selection alone 1.060x, the lane's GEMMs would give 1.020x: the goal is above the physical limit" in text
+    assert "not a ceiling" not in text
     ok = db.verdicts([_row(14336, 4096, 1, 20.0, 31.0, 22.0)], [{"batch": 16, "gemm_share": 0.7, "bound_roof": 1.2}])
     assert "within reach of a pure read at every size" in ok[0]
     assert "the lane reaches" in ok[1] and "within the bound" in ok[2]
+
+
+def test_verdicts_name_a_gemm_that_reads_faster_than_the_roofline():
+    rows = [_row(28672, 4096, 1, 58.0, 55.1, 59.0), _row(28672, 4096, 4, 58.0, 57.5, 59.0)]
+    text = "\n".join(db.verdicts(rows, []))
+    assert "not a ceiling at 28672x4096 M=1 (cuBLAS 55.10 us < 58.00 us)" in text
+    assert "M=4" not in text  # within 2%: noise, not a broken ceiling
 
 
 def test_step_gemms_records_linear_calls_in_order_with_their_rows():
