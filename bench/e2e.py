@@ -34,9 +34,12 @@ Variants, each timed eagerly and as one CUDA graph of the whole forward:
 Timing: eager = median of per-forward CUDA-event times after warm-up; graph = capture after
 warm-up on a side stream, median of per-replay event times. Every variant other than plain is
 timed PAIRED with plain: the two alternate in --rounds shuffled rounds (iters/rounds forwards or
-replays each) and the speedup is plain's median over those rounds over the variant's, so drift
+replays each, after one untimed call of the same step) and the speedup is the median over
+rounds of plain's block time over the variant's in the same round, so drift between rounds and
 between phases of the run never enters a ratio; max-autotune and tunedb are compared through
-their paired speedups. Nothing rotates (whole models). Every
+their paired speedups. Python's garbage collector is off inside every timed block (an eager
+forward is host-bound: one collection inside it moved a sample by milliseconds, and the plain
+A/A eager rows strayed up to 12.9% with 5 rounds of 4). Nothing rotates (whole models). Every
 variant's output is first compared with plain's (relative Frobenius error < --tol); a variant
 that fails is reported as wrong and not timed. A captured graph's output is checked too.
 Also: host overhead of selection (tunedb.families.gemm.ops.gemm against the bound launcher it
@@ -326,10 +329,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the presets' implementation (auto: transformers/torchaudio when they import)")
     p.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa", help="attention of transformers models")
     p.add_argument("--tol", type=float, default=2e-2, help="relative Frobenius error allowed against plain")
-    p.add_argument("--iters", type=int, default=None, help="timed eager forwards (default 20, quick 10)")
-    p.add_argument("--replays", type=int, default=None, help="timed graph replays (default 50, quick 20)")
+    p.add_argument("--iters", type=int, default=None, help="timed eager forwards (default 44, quick 11)")
+    p.add_argument("--replays", type=int, default=None, help="timed graph replays (default 55, quick 22)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=5,
+    p.add_argument("--rounds", type=int, default=11,
                    help="interleaved rounds of a variant and plain (each times iters/rounds forwards)")
     p.add_argument("--host-calls", type=int, default=None, help="calls per host-overhead row (20000, quick 5000)")
     p.add_argument("--no-confirm", action="store_true",
@@ -356,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             args.batches = ()
         if not args.batches or min(args.batches) < 1:
             p.error("--batches takes comma-separated positive integers, e.g. 1,8")
-    for name, default, quick in (("iters", 20, 10), ("replays", 50, 20), ("host_calls", 20000, 5000)):
+    for name, default, quick in (("iters", 44, 11), ("replays", 55, 22), ("host_calls", 20000, 5000)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else default)
     if min(args.iters, args.replays, args.host_calls, args.triton_sample, args.top_k) < 1 or args.max_points < 2 \

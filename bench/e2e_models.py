@@ -29,8 +29,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from e2e_timing import (capture, cell, output_tensor, paired_ms, pinned, rel_err, sync,  # noqa: F401
-                        time_eager, time_graph)
+from e2e_timing import (capture, cell, output_tensor, paired_ms, paired_speedups, pinned, rel_err,  # noqa: F401
+                        sync, time_eager, time_graph)
 from tunedb.census import presets
 from tunedb.records import Point, ShapeSet
 
@@ -292,16 +292,23 @@ def measure(bm, module, batch: int, ref, args, anchor=None) -> dict:
         for _ in range(args.warmup):
             base()
             fn()
-        t = paired_ms({"v": fn, "plain": base}, rounds, max(1, args.iters // rounds), args.seed)
-        eager = cell("ok", t["v"], err=err, plain_ms=t["plain"], **extra)
+        t, ratios = paired_speedups({"v": fn, "plain": base}, "plain", rounds, max(1, args.iters // rounds), args.seed)
+        eager = cell("ok", t["v"], err=err, plain_ms=t["plain"], **paired_ratio(ratios["v"]), **extra)
         got, got_base = capture(fn, args.warmup, ref, args.tol), capture(base, args.warmup, ref, args.tol)
         if isinstance(got, dict) or isinstance(got_base, dict):
             graph = got if isinstance(got, dict) else cell("n/a", note="the plain model's capture failed")
         else:
-            t = paired_ms({"v": got[0].replay, "plain": got_base[0].replay}, rounds,
-                          max(1, args.replays // rounds), args.seed)
-            graph = cell("ok", t["v"], err=got[1], plain_ms=t["plain"])
+            t, ratios = paired_speedups({"v": got[0].replay, "plain": got_base[0].replay}, "plain", rounds,
+                                        max(1, args.replays // rounds), args.seed)
+            graph = cell("ok", t["v"], err=got[1], plain_ms=t["plain"], **paired_ratio(ratios["v"]))
         return {"eager": eager, "graph": graph}
+
+
+def paired_ratio(ratios: list[float]) -> dict:
+    """A cell's speedup over plain: the median of its per-round ratios, and their spread."""
+    import statistics
+
+    return {"ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
 
 
 def host_overhead(calls: int) -> dict:

@@ -16,10 +16,13 @@ COMPILED_VARIANTS = ("tunedb system+compile", "tunedb+compile")
 
 
 def speedup(c: dict, plain: dict | None) -> float | None:
-    """plain / variant: against the plain time paired with the variant in the same rounds when
-    the cell has one (plain_ms), else against the plain cell's own time."""
+    """plain / variant: the median of the per-round ratios when the cell has them (ratio), else
+    against the plain time paired with the variant in the same rounds (plain_ms), else against
+    the plain cell's own time."""
     if c.get("status") != "ok" or not c.get("ms"):
         return None
+    if c.get("ratio"):
+        return c["ratio"]
     base = c.get("plain_ms")
     if base is None and plain and plain.get("status") == "ok":
         base = plain.get("ms")

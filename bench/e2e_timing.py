@@ -48,17 +48,35 @@ def quiet_compile_workers() -> None:
         shutdown()
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Python's cyclic collector off for a timed block, back on (if it was) after it. An eager
+    forward of a transformers model is host-bound (2.6 ms on the host for 0.45 ms of GPU work at
+    Llama b1), so a collection that lands inside one timed forward moves that sample by
+    milliseconds; with it off, collections run between blocks."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def median_ms(step: Callable[[], Any], n: int) -> float:
     """Median of n CUDA-event times of step(), each bracketed by its own pair of events."""
     import torch
 
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
     sync()
-    for start, end in ev:
-        start.record()
-        step()
-        end.record()
-    sync()
+    with gc_paused():
+        for start, end in ev:
+            start.record()
+            step()
+            end.record()
+        sync()
     return statistics.median(s.elapsed_time(e) for s, e in ev)
 
 
@@ -101,9 +119,11 @@ def time_graph(fn, replays: int, warmup: int, ref, tol: float) -> dict:
 
 
 def paired_rounds(steps: dict[str, Callable[[], Any]], rounds: int, time_block: Callable[[Any], float],
-                  seed: int = 0) -> dict[str, list[float]]:
+                  seed: int = 0, warmup: int = 0) -> dict[str, list[float]]:
     """Each step's `rounds` block times (time_block(step)); every round times every step once, in
-    a seeded shuffled order, so clock, thermal and host drift during the run hit all alike."""
+    a seeded shuffled order, so clock, thermal and host drift during the run hit all alike. With
+    `warmup`, each block is preceded by that many untimed calls of its step: the first call after
+    switching from another step (its caches, the allocator's blocks) is not timed."""
     import random
 
     from tunedb.measure.stats import round_order
@@ -114,14 +134,31 @@ def paired_rounds(steps: dict[str, Callable[[], Any]], rounds: int, time_block: 
     for _ in range(rounds):
         names = round_order(names, rng)
         for k in names:
+            for _ in range(warmup):
+                steps[k]()
             per[k].append(time_block(steps[k]))
     return per
 
 
-def paired_ms(steps: dict[str, Callable[[], Any]], rounds: int, per_round: int, seed: int = 0) -> dict[str, float]:
+def paired_ms(steps: dict[str, Callable[[], Any]], rounds: int, per_round: int, seed: int = 0,
+              warmup: int = 0) -> dict[str, float]:
     """Each step's median over `rounds` of its per-round median CUDA-event time (paired_rounds)."""
-    per = paired_rounds(steps, rounds, lambda step: median_ms(step, per_round), seed)
+    per = paired_rounds(steps, rounds, lambda step: median_ms(step, per_round), seed, warmup)
     return {k: statistics.median(v) for k, v in per.items()}
+
+
+def round_ratios(per: dict[str, list[float]], anchor: str) -> dict[str, list[float]]:
+    """Per round, anchor's block time over each other step's: ratios of two blocks timed next to
+    each other, so drift between rounds (the host's clock, a busy neighbour) cancels in each."""
+    return {k: [a / v for a, v in zip(per[anchor], per[k])] for k in per if k != anchor}
+
+
+def paired_speedups(steps: dict[str, Callable[[], Any]], anchor: str, rounds: int, per_round: int,
+                    seed: int = 0, warmup: int = 1) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """({step: median block ms}, {step: per-round anchor/step ratios}) of paired_rounds with a
+    warm-up call before each block; a step's speedup over the anchor is the median of its ratios."""
+    per = paired_rounds(steps, rounds, lambda step: median_ms(step, per_round), seed, warmup)
+    return {k: statistics.median(v) for k, v in per.items()}, round_ratios(per, anchor)
 
 
 @contextlib.contextmanager

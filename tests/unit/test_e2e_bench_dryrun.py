@@ -186,3 +186,77 @@ def test_selection_cost_is_the_median_of_paired_differences(monkeypatch):
     fn_us, base_us, diff = host_overhead.paired_overhead_us(costing(3.0), costing(2.0), 20000, 20, lambda: None)
     assert fn_us == pytest.approx(3.0) and base_us == pytest.approx(2.0)
     assert diff == pytest.approx(1.0)
+
+
+def _timing():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import e2e_timing
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return e2e_timing
+
+
+def test_paired_speedups_warm_each_block_and_take_the_median_of_round_ratios(monkeypatch):
+    e2e_timing = _timing()
+    calls, clock, block = {"v": 0, "plain": 0}, [1.0], [0]
+
+    def step(name):
+        def run():
+            calls[name] += 1
+            return name
+        return run
+
+    def fake_median(step_fn, n):  # drifts 10% per block; one round's plain block hit by a 5x stall
+        name = step_fn()
+        block[0] += 1
+        clock[0] *= 1.1
+        stall = 5.0 if name == "plain" and block[0] in (3, 4) else 1.0
+        return {"v": 1.0, "plain": 2.0}[name] * clock[0] * stall
+
+    monkeypatch.setattr(e2e_timing, "median_ms", fake_median)
+    ms, ratios = e2e_timing.paired_speedups({"v": step("v"), "plain": step("plain")}, "plain", rounds=7,
+                                            per_round=3, seed=1, warmup=2)
+    assert calls == {"v": 7 * (2 + 1), "plain": 7 * (2 + 1)}  # 2 untimed warm-up calls before each block
+    assert len(ratios["v"]) == 7 and "plain" not in ratios
+    got = sorted(ratios["v"])[3]  # the median: drift within a round (1.1x) only; the stall is one round
+    assert 2.0 / 1.1 <= got <= 2.0 * 1.1
+    assert set(ms) == {"v", "plain"}
+
+
+def test_median_ms_times_with_the_garbage_collector_off(monkeypatch):
+    import gc
+
+    import torch
+
+    e2e_timing = _timing()
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = 0.0
+
+        def record(self):
+            pass
+
+        def elapsed_time(self, end):
+            return 1.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(e2e_timing, "sync", lambda: None)
+    seen = []
+    assert gc.isenabled()
+    assert e2e_timing.median_ms(lambda: seen.append(gc.isenabled()), 4) == 1.0
+    assert seen == [False] * 4 and gc.isenabled()  # off while timed, back on after
+    gc.disable()
+    try:
+        with e2e_timing.gc_paused():
+            pass
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
+
+
+def test_a_cells_per_round_ratio_is_its_speedup():
+    e2e = _e2e()
+    assert e2e.speedup({"status": "ok", "ms": 1.0, "plain_ms": 1.3, "ratio": 1.02}, None) == 1.02
+    assert e2e.speedup({"status": "ok", "ms": 1.0, "plain_ms": 1.3}, None) == 1.3
