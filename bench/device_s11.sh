@@ -38,6 +38,7 @@ for s in "$@"; do
     conv) stage conv 150 "python bench/conv.py --out $OUT/conv --quick" ;;
     glsm) stage glsm 150 "python bench/gemm_log_softmax.py --out $OUT/glsm --quick" ;;
     rnn) stage rnn 120 "python bench/rnn.py --out $OUT/rnn --quick" ;;
+    decode-limit) stage decode_limit 200 "python bench/decode_limit.py --out $OUT/decode_limit.json" ;;
     gpu-tests)  # GPU_TESTS="file1 file2 ..." side by side (kernel tests only: compile-bound)
       for f in ${GPU_TESTS:-}; do n=$(basename $f .py); stage kt_$n ${KT_S:-220} "python -m pytest -m gpu -q -rf --tb=short $f" & done
       wait ;;
