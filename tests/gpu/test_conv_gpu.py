@@ -91,10 +91,11 @@ def test_benchmark_arm_restores_the_flag():
 
 
 @pytest.mark.parametrize("cid", ["cudnn_bench", "cudnn_cl_bench"])
-def test_benchmark_arm_captured_cold_and_warm(cid):
-    """A bench arm met first inside a capture (no warm-up) must not run cuDNN's benchmark there
-    (it synchronises): the capture succeeds with the autotuner off; warmed up first, the capture
-    replays the autotuner's pick. Each in a fresh thread (cuDNN's plan cache is per thread)."""
+def test_benchmark_arm_captured_after_warm_up(cid):
+    """Warmed up outside a capture (as torch's CUDA-graph rules require of any cuDNN conv), a
+    bench arm's capture replays the autotuner's pick and leaves the process's flag as it was.
+    In a fresh thread: cuDNN's plan cache is per thread. (A first call of a new NCHW shape inside
+    a capture fails in cuDNN itself on the H200, with the autotuner off too: session 11 call B.)"""
     import threading
 
     sig = _sig("conv2d", "fp16", 64, 96, 3, s=1, p=1, act="relu", width=41)
@@ -103,13 +104,12 @@ def test_benchmark_arm_captured_cold_and_warm(cid):
     launch = FAMILY.launcher(FAMILY.parse_config(cid), sig)
     results = {}
 
-    def capture(warm: bool):
+    def capture():
         try:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                if warm:
-                    launch(*args)
+                launch(*args)
             torch.cuda.current_stream().wait_stream(side)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
@@ -118,15 +118,14 @@ def test_benchmark_arm_captured_cold_and_warm(cid):
             out.fill_(float("nan"))
             graph.replay()
             torch.cuda.synchronize()
-            results[warm] = _err(out, ref)
+            results["err"] = _err(out, ref)
         except Exception as exc:  # noqa: BLE001 -- reported by the assertion below
-            results[warm] = exc
+            results["err"] = exc
 
-    for warm in (False, True):
-        worker = threading.Thread(target=capture, args=(warm,))
-        worker.start()
-        worker.join()
-    assert all(isinstance(e, float) and e < 1e-2 for e in results.values()), results
+    worker = threading.Thread(target=capture)
+    worker.start()
+    worker.join()
+    assert isinstance(results["err"], float) and results["err"] < 1e-2, results
     assert torch.backends.cudnn.benchmark is False
 
 
