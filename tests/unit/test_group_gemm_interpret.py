@@ -1,6 +1,7 @@
 """The grouped-GEMM Triton kernel under the Triton interpreter (CPU), fp16, small E, N, K: both
 input forms, weighted and not, against the fp32 reference, with random routings, experts that
-get no slot, one expert that gets every slot, ragged N/K (masked tiles) and several tiles.
+get no slot, one expert that gets every slot, ragged N/K (masked tiles) and several tiles of
+both Triton lanes (the sorted grouped tiles and the routing-free slot lane).
 TRITON_INTERPRET must be set before triton is imported, so the checks run in a child process."""
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ def _child() -> None:
     failures = []
     # the torch sentinel too: every arm must return the `out` it is given
     tiles = [Config.sentinel("default"), configs.make(16, 64, 64, 4, 2, 1), configs.make(32, 64, 64, 4, 3, 8),
-             Config.sentinel("torch")]
+             configs.make_slots(16, 64, 2, 2), configs.make_slots(32, 128, 4, 1), Config.sentinel("torch")]
     gen = torch.Generator().manual_seed(0)
     for e, n, k, top_k, m in ((4, 48, 40, 2, 7), (5, 72, 96, 1, 19), (4, 32, 64, 3, 4)):
         for form in ("token", "slot"):
             sig = make_signature(e, n, k, top_k, "fp16", form)
             args, _ = fam.make_inputs(sig, m, "cpu", seed=e + m)
-            routings = {"random": args[2],
+            routings = {"random": args[2], "random_int64": args[2].long(),
                         "all_to_one": torch.stack([torch.full((m,), e - 1, dtype=torch.int32)]
                                                   + [torch.full((m,), j, dtype=torch.int32) for j in range(top_k - 1)], 1),
                         "one_empty": arms.random_routing(m, e - 1, top_k, gen, "cpu")}  # expert e-1 gets none
