@@ -99,3 +99,43 @@ def slot_gemv_kernel(x_ptr, w_ptr, y_ptr, tw_ptr, ids_ptr, slots, top_k, N, K,
         acc = acc * tl.load(tw_ptr + slot).to(tl.float32)
     y_ptrs = y_ptr + slot.to(tl.int64) * stride_ym + offs_n * stride_yn
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+
+
+@triton.jit(do_not_specialize=["slots", "total", "num_blocks"])
+def route_kernel(ids_ptr, sorted_ids_ptr, block_expert_ptr, counts_ptr, slots, total, num_blocks,
+                 E: tl.constexpr, E_P2: tl.constexpr, BM: tl.constexpr, CHUNK: tl.constexpr):
+    """routing.py's metadata in one program (small slot counts): per-expert counts, padded
+    offsets, each slot's stable place (its expert's start + how many earlier slots share its
+    expert), the padding marks and every BM block's expert. Padding positions are computed, not
+    pre-filled, so no position is written twice and no barrier is needed."""
+    ex = tl.arange(0, E_P2)
+    counts = tl.zeros((E_P2,), dtype=tl.int32)
+    for c0 in range(0, slots, CHUNK):
+        offs = c0 + tl.arange(0, CHUNK)
+        e_s = tl.load(ids_ptr + offs, mask=offs < slots, other=-1).to(tl.int32)
+        counts += tl.sum((e_s[:, None] == ex[None, :]).to(tl.int32), axis=0)
+    padded = (counts + (BM - 1)) // BM * BM
+    pends = tl.cumsum(padded, axis=0)
+    pstarts = pends - padded
+    real = ex < E
+    tl.store(counts_ptr + ex, counts, mask=real)
+    used_end = pstarts + counts  # the first padding row of each expert's run
+    for p0 in range(0, total, CHUNK):
+        pos = p0 + tl.arange(0, CHUNK)
+        owner = tl.sum(((pends[None, :] <= pos[:, None]) & real[None, :]).to(tl.int32), axis=1)
+        first_pad = tl.sum(tl.where(ex[None, :] == owner[:, None], used_end[None, :], 0), axis=1)
+        is_pad = (owner >= E) | (pos >= first_pad)
+        tl.store(sorted_ids_ptr + pos, tl.zeros_like(pos) + slots, mask=is_pad & (pos < total))
+        blk = (p0 // BM) + tl.arange(0, CHUNK)
+        b_owner = tl.sum(((pends[None, :] <= blk[:, None] * BM) & real[None, :]).to(tl.int32), axis=1)
+        tl.store(block_expert_ptr + blk, tl.where(b_owner < E, b_owner, -1),
+                 mask=(blk < num_blocks) & (blk < (p0 + CHUNK) // BM))
+    running = pstarts
+    for c0 in range(0, slots, CHUNK):
+        offs = c0 + tl.arange(0, CHUNK)
+        e_s = tl.load(ids_ptr + offs, mask=offs < slots, other=-1).to(tl.int32)
+        hit = (e_s[:, None] == ex[None, :]).to(tl.int32)
+        place = tl.cumsum(hit, axis=0) - 1 + running[None, :]
+        dest = tl.sum(hit * place, axis=1)
+        tl.store(sorted_ids_ptr + dest, offs, mask=offs < slots)
+        running += tl.sum(hit, axis=0)

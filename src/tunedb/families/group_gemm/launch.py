@@ -30,7 +30,7 @@ def triton_launch(config: Config, sig: Signature, x: Any, weight: Any, topk_ids:
     if out is None:
         out = torch.empty((m, top_k, n), dtype=x.dtype, device=x.device)
     y = out.view(m * top_k, n)
-    tw = topk_weights.reshape(-1).float().contiguous() if topk_weights is not None else r.counts
+    tw = topk_weights.reshape(-1) if topk_weights is not None else r.counts  # the kernel upcasts
     num_blocks_m = r.block_expert.numel()
     grid = (num_blocks_m * -(-n // bn),)
     group_gemm_kernel[grid](
