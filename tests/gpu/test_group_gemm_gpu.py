@@ -20,7 +20,7 @@ pytestmark = pytest.mark.gpu
 SM90 = shipped_profile("sm90")
 FAM = families.get("group_gemm")
 TILES = ("b16x64x128_w4_s4_g8", "b32x128x64_w4_s3_g8", "b64x128x64_w8_s4_g8", "b128x256x64_w8_s3_g8",
-         "b128x128x64_w8_s3_g8", "sl_b1x16x256_w2_s2", "sl_b1x64x128_w4_s3")  # last two: the slot lane
+         "b128x128x64_w8_s3_g8", "sl_b1x16x256_w2_s1", "sl_b1x64x128_w4_s3")  # last two: the slot lane
 # (E, N, K, top_k): ragged (N, K not multiples of the tiles), Mixtral's down at reduced E, Qwen3-like
 KEYS = [(5, 200, 136, 2), (8, 512, 1024, 2), (16, 384, 256, 8)]
 
@@ -88,7 +88,7 @@ def test_grouped_mm_is_present_for_bf16_on_sm90():
     assert arms.grouped_mm_reason("bf16", "cuda", 512, 1024) is None
 
 
-@pytest.mark.parametrize("cid", ["default", "b16x64x128_w4_s4_g8", "sl_b1x32x256_w4_s2", "torch"])
+@pytest.mark.parametrize("cid", ["default", "b16x64x128_w4_s4_g8", "sl_b1x32x256_w4_s3", "torch"])
 def test_captured_graph_replays_a_new_routing(cid):
     sig = make_signature(8, 256, 512, 2, "bf16", "slot")
     args, _ = FAM.make_inputs(sig, 40, "cuda", seed=5)
@@ -132,7 +132,7 @@ def test_swapped_moe_block_runs_in_a_cuda_graph(serve):
     from tunedb.runtime import launch_table
 
     def slot_lane(family, sig, m):
-        return (family.parse_config("sl_b1x32x256_w4_s2"), "test") if family.name == "group_gemm" else None
+        return (family.parse_config("sl_b1x32x256_w4_s3"), "test") if family.name == "group_gemm" else None
 
     serving = launch_table.overriding(slot_lane) if serve == "slot_lane" else contextlib.nullcontext()
 

@@ -3,7 +3,8 @@ untuned default, the compile set. Pure Python (no torch, no triton).
 
 Config ids (format(parse(id)) == id):
     triton_grouped  b{BM}x{BN}x{BK}_w{W}_s{S}_g{G}   b64x128x64_w4_s3_g8
-    triton_slots    sl_b1x{BN}x{BK}_w{W}_s{S}       sl_b1x32x256_w4_s2
+    triton_slots    sl_b1x{BN}x{BK}_w{W}_s{S}       sl_b1x32x256_w4_s3   (S 1: register streaming,
+                                                     2+: S - 1 chunks in flight via cp.async)
 triton_grouped: BM is also the routing block: the token slots of each expert are padded to a
 multiple of BM, so one M tile never mixes experts. triton_slots: the routing-free small-M lane,
 one program per (slot, BN block) reading its expert id from topk_ids (no sort, no padding);
@@ -36,7 +37,7 @@ TILE_IDS = TileIds(FAMILY, (("triton_grouped", ""),), FAMILY_SENTINELS, "b64x128
 # the repeats while the slots of one BN block run together); past a few hundred slots the
 # sorted lane's shared tiles win, and the sort is cheap next to the GEMM.
 SLOTS_MAX = 512
-SLOT_IDS = TileIds(FAMILY, ((SLOTS_LANE, "sl"),), FAMILY_SENTINELS, "sl_b1x32x256_w4_s2",
+SLOT_IDS = TileIds(FAMILY, ((SLOTS_LANE, "sl"),), FAMILY_SENTINELS, "sl_b1x32x256_w4_s3",
                    blocks_m=(1,), blocks_n=(16, 32, 64, 128), blocks_k=(64, 128, 256, 512), warps=(2, 4, 8),
                    stages=(1, 2, 3, 4), label=SLOTS_LANE)
 _SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
@@ -65,7 +66,7 @@ _SLOT_SHAPES = ((16, 256, 2), (32, 256, 4), (32, 512, 4), (64, 128, 4), (64, 256
 
 
 def slot_space() -> tuple[Config, ...]:
-    return tuple(make_slots(bn, bk, w, s) for bn, bk, w in _SLOT_SHAPES for s in (2, 3))
+    return tuple(make_slots(bn, bk, w, s) for bn, bk, w in _SLOT_SHAPES for s in (1, 3))
 
 
 def full_grid() -> tuple[Config, ...]:

@@ -65,7 +65,8 @@ def group_gemm_kernel(x_ptr, w_ptr, y_ptr, tw_ptr, sorted_ids_ptr, block_expert_
 @triton.jit(do_not_specialize=["slots", "top_k"])
 def slot_gemv_kernel(x_ptr, w_ptr, y_ptr, tw_ptr, ids_ptr, slots, top_k, N, K,
                      stride_xm, stride_xk, stride_we, stride_wn, stride_wk, stride_ym, stride_yn,
-                     X_PER_SLOT: tl.constexpr, WEIGHTED: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+                     X_PER_SLOT: tl.constexpr, WEIGHTED: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                     STAGES: tl.constexpr):
     """The routing-free small-M lane: program p takes slot p % slots and output block
     p // slots, reads the slot's expert from topk_ids itself (no sort, no padding) and streams
     that expert's [BN, K] weight rows like a GEMV. Neighbouring programs are the slots of one BN
@@ -87,7 +88,9 @@ def slot_gemv_kernel(x_ptr, w_ptr, y_ptr, tw_ptr, ids_ptr, slots, top_k, N, K,
     # products accumulate elementwise and are reduced across K once, after the loop: no
     # cross-thread shuffles inside the weight stream (the predicate bounds BN * BK per thread)
     acc2 = tl.zeros((BN, BK), dtype=tl.float32)
-    for k0 in range(0, tl.cdiv(K, BK)):
+    # a loop without a dot is pipelined (cp.async into shared memory) only when its range asks:
+    # STAGES 1 streams through registers, 2+ keeps STAGES - 1 weight chunks in flight
+    for k0 in tl.range(0, tl.cdiv(K, BK), num_stages=STAGES):
         k_ok = offs_k < K - k0 * BK
         xk = tl.load(x_ptrs, mask=k_ok, other=0.0).to(tl.float32)
         w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)

@@ -67,7 +67,8 @@ def slots_launch(config: Config, sig: Signature, x: Any, weight: Any, topk_ids: 
         rows, weight, y, tw, ids, slots, top_k, n, k,
         rows.stride(0), rows.stride(1), weight.stride(0), weight.stride(1), weight.stride(2),
         y.stride(0), y.stride(1), X_PER_SLOT=sig.get("x") == "slot", WEIGHTED=topk_weights is not None,
-        BN=bn, BK=bk, num_warps=config.param("warps"), num_stages=config.param("stages"))
+        BN=bn, BK=bk, STAGES=config.param("stages"), num_warps=config.param("warps"),
+        num_stages=config.param("stages"))
     return out
 
 
