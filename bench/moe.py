@@ -282,7 +282,7 @@ def goals(summaries: list, table_ms=TABLE_MS) -> dict:
                         ("_between", lambda m: m not in table_ms)):
         regrets = [e[k]["regret"] for e in rows for k in ("up", "down") if e[k]["regret"] is not None and keep(e["M"])]
         out["max_regret" + where] = max(regrets, default=None)
-        out["geomean_regret" + where] = (geomean([1 + r for r in regrets]) or 1.0) - 1.0
+        out["geomean_regret" + where] = geomean([1 + r for r in regrets]) - 1.0 if regrets else None
     return out
 
 
