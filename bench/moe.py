@@ -26,8 +26,8 @@ projection), so every call reads its experts cold. The loop arm reads counts bac
 and cannot be captured: CUDA events around eager calls, median of 5. Every arm is first checked
 against the fp32 reference (4x grouped_mm's error or 2e-2, whichever is larger).
 
-Expected run time on an H200: quick about 150 s (about 60 s of it Triton compiles, cold cache),
-full about 6 min. Writes DIR/moe.json and prints markdown tables.
+Expected run time on an H200: quick about 100-150 s (session 10's quick run, with 9 sizes and
+no slot tiles, took 43 s; now 18 sizes and 12 more tiles at small M), full about 8 min. Writes DIR/moe.json and prints markdown tables.
 """
 from __future__ import annotations
 
