@@ -109,9 +109,11 @@ def route_kernel(ids_ptr, sorted_ids_ptr, block_expert_ptr, counts_ptr, slots, t
                  E: tl.constexpr, E_P2: tl.constexpr, BM: tl.constexpr, CHUNK: tl.constexpr):
     """routing.py's metadata in one program (small slot counts): per-expert counts, padded
     offsets, each slot's stable place (its expert's start + how many earlier slots share its
-    expert), the padding marks and every BM block's expert. Padding positions are computed, not
-    pre-filled, so no position is written twice and no barrier is needed."""
+    expert), the padding marks and every BM block's expert. Slots, each expert's padding and the
+    tail past the last used block are disjoint ranges, so no position is written twice and no
+    barrier is needed."""
     ex = tl.arange(0, E_P2)
+    real = ex < E
     counts = tl.zeros((E_P2,), dtype=tl.int32)
     for c0 in range(0, slots, CHUNK):
         offs = c0 + tl.arange(0, CHUNK)
@@ -120,19 +122,21 @@ def route_kernel(ids_ptr, sorted_ids_ptr, block_expert_ptr, counts_ptr, slots, t
     padded = (counts + (BM - 1)) // BM * BM
     pends = tl.cumsum(padded, axis=0)
     pstarts = pends - padded
-    real = ex < E
     tl.store(counts_ptr + ex, counts, mask=real)
     used_end = pstarts + counts  # the first padding row of each expert's run
-    for p0 in range(0, total, CHUNK):
+    rows = tl.arange(0, BM)
+    for e in range(0, E):  # each expert's padding: fewer than BM rows
+        lo = tl.sum(tl.where(ex == e, used_end, 0), axis=0)
+        hi = tl.sum(tl.where(ex == e, pends, 0), axis=0)
+        tl.store(sorted_ids_ptr + lo + rows, tl.zeros_like(rows) + slots, mask=lo + rows < hi)
+    used = tl.sum(padded, axis=0)
+    for p0 in range(used, total, CHUNK):  # past the last used block
         pos = p0 + tl.arange(0, CHUNK)
-        owner = tl.sum(((pends[None, :] <= pos[:, None]) & real[None, :]).to(tl.int32), axis=1)
-        first_pad = tl.sum(tl.where(ex[None, :] == owner[:, None], used_end[None, :], 0), axis=1)
-        is_pad = (owner >= E) | (pos >= first_pad)
-        tl.store(sorted_ids_ptr + pos, tl.zeros_like(pos) + slots, mask=is_pad & (pos < total))
-        blk = (p0 // BM) + tl.arange(0, CHUNK)
-        b_owner = tl.sum(((pends[None, :] <= blk[:, None] * BM) & real[None, :]).to(tl.int32), axis=1)
-        tl.store(block_expert_ptr + blk, tl.where(b_owner < E, b_owner, -1),
-                 mask=(blk < num_blocks) & (blk < (p0 + CHUNK) // BM))
+        tl.store(sorted_ids_ptr + pos, tl.zeros_like(pos) + slots, mask=pos < total)
+    for b0 in range(0, num_blocks, CHUNK):
+        blk = b0 + tl.arange(0, CHUNK)
+        owner = tl.sum(((pends[None, :] <= blk[:, None] * BM) & real[None, :]).to(tl.int32), axis=1)
+        tl.store(block_expert_ptr + blk, tl.where(owner < E, owner, -1), mask=blk < num_blocks)
     running = pstarts
     for c0 in range(0, slots, CHUNK):
         offs = c0 + tl.arange(0, CHUNK)

@@ -8,7 +8,7 @@ that many experts receive slots, each wasting under BM rows.
 
 Two implementations give the same metadata: one Triton program (kernels.route_kernel) where the
 slot count is small enough for one program (slots * E rounded up to a power of two <=
-FUSED_WORK), a launch instead of some 25 small torch kernels that cost more than a decode GEMM;
+FUSED_WORK, 2^18), a launch instead of some 25 small torch kernels that cost more than a decode GEMM;
 and the torch ops below (any size, any device).
 """
 from __future__ import annotations
@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
-FUSED_WORK = 1 << 20  # slots x experts (rounded up to a power of two) one routing program takes
+# slots x experts (rounded up to a power of two) one routing program takes: its two passes over
+# the slots cost about that many int ops over 256 threads (a few microseconds at this bound)
+FUSED_WORK = 1 << 18
 
 
 class Routing(NamedTuple):
