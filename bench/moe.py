@@ -20,18 +20,24 @@ served at M by the region of the smallest table point >= M. The sweep (quick: co
 + default; full: the build space configs.config_space) is measured at every M, every tile the
 validity predicate accepts there (the slot lane only while M * top_k <= SLOTS_MAX); regret =
 tuned / best swept tile - 1, reported at the table points (the goal's census points) and at the
-sizes between them (the regions' loss). Timing: a CUDA graph of n calls, median of 5 replays / n; every
-model's stacked weights exceed the 60 MiB L2 (Mixtral 1.9 GB, Qwen3 805 MB, Qwen1.5 692 MB per
-projection), so every call reads its experts cold. The loop arm reads counts back to the host
-and cannot be captured: CUDA events around eager calls, median of 5. Every arm is first checked
-against the fp32 reference (4x grouped_mm's error or 2e-2, whichever is larger).
+sizes between them (the regions' loss).
+
+Timing: a CUDA graph of n calls, median of 5 replays / n. Every model's stacked weights exceed
+the 60 MiB L2 (Mixtral 1.9 GB, Qwen3 805 MB, Qwen1.5 692 MB per projection), but a small M
+touches few experts (Qwen3 at M=1: 8 experts, 25-50 MB), so every timed graph cycles through 8
+random routings and consecutive calls read different experts, cold as in a model whose layers
+each have their own. The loop arm reads counts back to the host and cannot be captured: CUDA
+events around eager calls, median of 5. Every arm is first checked against the fp32 reference
+(4x grouped_mm's error or 2e-2, whichever is larger).
 
 Expected run time on an H200: quick about 100-150 s (session 10's quick run, with 9 sizes and
-no slot tiles, took 43 s; now 18 sizes and 12 more tiles at small M), full about 8 min. Writes DIR/moe.json and prints markdown tables.
+no slot tiles, took 43 s; now 18 sizes and 12 more tiles at small M), full about 8 min. Writes
+DIR/moe.json and prints markdown tables.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -155,6 +161,18 @@ def keys_of(model: str):
             "down": make_signature(e, h, i, k, "bf16", "slot")}
 
 
+ROUTINGS = 8  # distinct routings a timed graph cycles through
+
+
+def rotating(call, args, routes):
+    """`call` on args with the next of `routes` as topk_ids at every call: consecutive calls
+    touch different experts, as consecutive MoE layers do, so a small M's few experts are not
+    L2-resident across the repeats (Qwen3's 8 experts of one projection hold 25-50 MB, under
+    the 60 MiB L2; session 10 timed one routing repeated)."""
+    it = itertools.cycle(routes)
+    return lambda: call(args[0], args[1], next(it), *args[3:])
+
+
 def measure_key(sig, ms, sweep, log) -> dict:
     """{M: {arm: ms or None}} for the baselines, default and every swept tile; bad arms and
     tiles the validity predicate refuses at M are None."""
@@ -170,16 +188,20 @@ def measure_key(sig, ms, sweep, log) -> dict:
         args = (full[0][:m].contiguous(), full[1], full[2][:m].contiguous()) + \
             ((full[3][:m].contiguous(),) if len(full) > 3 else ())
         ref = fam.reference(sig, *args)
+        gen = torch.Generator().manual_seed(m)
+        routes = [args[2]] + [arms.random_routing(m, sig.get("E"), sig.get("top_k"), gen, DEVICE)
+                              for _ in range(ROUTINGS - 1)]
         row: dict[str, float | None] = {}
         gm_ok = arms.grouped_mm_reason("bf16", DEVICE, sig.get("N"), sig.get("K")) is None
         base_err = None
         if gm_ok:
             y = arms.grouped_mm(sig, *args)
             base_err = rel_err(y, ref)
-            row["grouped_mm"] = time_graph(lambda: arms.grouped_mm(sig, *args))
+            row["grouped_mm"] = time_graph(rotating(lambda *a: arms.grouped_mm(sig, *a), args, routes))
         bound = max(4 * (base_err or 0.0), 2e-2)
         y = arms.loop(sig, *args)
-        row["loop"] = time_eager(lambda: arms.loop(sig, *args)) if rel_err(y, ref) <= bound else None
+        row["loop"] = (time_eager(rotating(lambda *a: arms.loop(sig, *a), args, routes))
+                       if rel_err(y, ref) <= bound else None)
         for cid in ["default"] + [c.id for c in sweep]:
             cfg = Config.sentinel("default") if cid == "default" else configs.parse(cid)
             if fam.invalid_reason(cfg, sig, m, profile):
@@ -196,7 +218,7 @@ def measure_key(sig, ms, sweep, log) -> dict:
                 log(f"  {cid} at M={m}: error {err:.2e} > bound {bound:.2e}")
                 row[cid] = None
                 continue
-            row[cid] = time_graph(lambda: run(*args))
+            row[cid] = time_graph(rotating(run, args, routes))
         out[m] = row
     return out
 
