@@ -7,27 +7,37 @@ end to end (bench/moe_e2e.py) against transformers' own experts forward.
 
 Keys per model: the gate/up projection (E, 2I, H, top_k, x=token) and the down projection
 (E, H, I, top_k, x=slot, weighted by the routing weights). Routing: uniform random top-k
-(seeded), the metadata (sort by expert, BM padding) inside every Triton and grouped_mm call.
-Tokens M: the table points (1, 16, 128, 1024, 4096) and between them (4, 64, 512, 2048) (full
-mode: every power of two 1..4096).
+(seeded), the metadata (sort by expert, BM padding) inside every sorted-lane Triton call and
+every grouped_mm call; the slot lane (triton_slots) reads topk_ids directly.
+Tokens M: the table points -- the census (1, 16, 128, 1024, 4096) plus the fill points a build
+adds from the family's ladder (pow2: 1, 2, 4, ..., 4096) -- and sizes between them (3, 24, 96,
+384, 1536; full mode adds 6, 12, 48, 192, 768, 3072), where a region serves a size it was not
+measured at.
 
 The tuned pick is a table built in this run the way `tunedb build` builds one: at each table
 point the family's pick rule (fallback torch, 1.05x gate, 3% tie band) over the measured arms,
-served at M by the region of the smallest table point >= M. The sweep (quick: 27 tiles,
-configs.sweep_space + default; full: the build space configs.config_space, 43 tiles) is
-measured at every M; regret = tuned / best swept tile - 1 (the table's loss from serving M by
-its region and from the gate). Timing: a CUDA graph of n calls, median of 5 replays / n; every
-model's stacked weights exceed the 60 MiB L2 (Mixtral 1.9 GB, Qwen3 805 MB, Qwen1.5 692 MB per
-projection), so every call reads its experts cold. The loop arm reads counts back to the host
-and cannot be captured: CUDA events around eager calls, median of 5. Every arm is first checked
-against the fp32 reference (4x grouped_mm's error or 2e-2, whichever is larger).
+served at M by the region of the smallest table point >= M. The sweep (quick: configs.sweep_space
++ default; full: the build space configs.config_space) is measured at every M, every tile the
+validity predicate accepts there (the slot lane only while M * top_k <= SLOTS_MAX); regret =
+tuned / best swept tile - 1, reported at the table points (the goal's census points) and at the
+sizes between them (the regions' loss).
 
-Expected run time on an H200: quick about 150 s (about 60 s of it Triton compiles, cold cache),
-full about 6 min. Writes DIR/moe.json and prints markdown tables.
+Timing: a CUDA graph of n calls, median of 5 replays / n. Every model's stacked weights exceed
+the 60 MiB L2 (Mixtral 1.9 GB, Qwen3 805 MB, Qwen1.5 692 MB per projection), but a small M
+touches few experts (Qwen3 at M=1: 8 experts, 25-50 MB), so every timed graph cycles through 8
+random routings and consecutive calls read different experts, cold as in a model whose layers
+each have their own. The loop arm reads counts back to the host and cannot be captured: CUDA
+events around eager calls, median of 5. Every arm is first checked against the fp32 reference
+(4x grouped_mm's error or 2e-2, whichever is larger).
+
+Expected run time on an H200: quick about 100-150 s (session 10's quick run, with 9 sizes and
+no slot tiles, took 43 s; now 18 sizes and 12 more tiles at small M), full about 8 min. Writes
+DIR/moe.json and prints markdown tables.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -47,8 +57,21 @@ DEVICE = "cuda"
 # name -> (E, H, I, top_k)
 MODELS = {"mixtral-8x7b": (8, 4096, 14336, 2), "qwen3-30b-a3b": (128, 2048, 768, 8),
           "qwen1.5-moe-a2.7b": (60, 2048, 1408, 4)}
-TABLE_MS = (1, 16, 128, 1024, 4096)
-BETWEEN_MS = (4, 64, 512, 2048)
+CENSUS_MS = (1, 16, 128, 1024, 4096)
+BETWEEN_MS = (3, 24, 96, 384, 1536)
+BETWEEN_MS_FULL = BETWEEN_MS + (6, 12, 48, 192, 768, 3072)
+
+
+def table_points(census=CENSUS_MS) -> tuple[int, ...]:
+    """The sizes a build measures: the census plus the fill points of the family's ladder
+    between the smallest and largest census size (tunedb.build.plan.fill_points)."""
+    from tunedb.buckets import ladder
+
+    kind = families.get("group_gemm").schema.ladder
+    return tuple(sorted(set(census) | set(ladder(min(census), max(census), kind))))
+
+
+TABLE_MS = table_points()
 
 
 def time_graph(fn, target_ms: float = 2.0, replays: int = 5) -> float:
@@ -138,9 +161,26 @@ def keys_of(model: str):
             "down": make_signature(e, h, i, k, "bf16", "slot")}
 
 
+ROUTINGS = 8  # distinct routings a timed graph cycles through
+
+
+def rotating(call, args, routes):
+    """`call` on args with the next of `routes` as topk_ids at every call: consecutive calls
+    touch different experts, as consecutive MoE layers do, so a small M's few experts are not
+    L2-resident across the repeats (Qwen3's 8 experts of one projection hold 25-50 MB, under
+    the 60 MiB L2; session 10 timed one routing repeated)."""
+    it = itertools.cycle(routes)
+    return lambda: call(args[0], args[1], next(it), *args[3:])
+
+
 def measure_key(sig, ms, sweep, log) -> dict:
-    """{M: {arm: ms or None}} for the baselines, default and every swept tile; bad arms are None."""
+    """{M: {arm: ms or None}} for the baselines, default and every swept tile; bad arms and
+    tiles the validity predicate refuses at M are None."""
+    from tunedb.arch import shipped_profile
+
     fam = families.get("group_gemm")
+    major, minor = torch.cuda.get_device_capability()
+    profile = shipped_profile(f"sm{major}{minor}")
     out = {}
     max_m = max(ms)
     full, _ = fam.make_inputs(sig, max_m, DEVICE, seed=0)
@@ -148,18 +188,25 @@ def measure_key(sig, ms, sweep, log) -> dict:
         args = (full[0][:m].contiguous(), full[1], full[2][:m].contiguous()) + \
             ((full[3][:m].contiguous(),) if len(full) > 3 else ())
         ref = fam.reference(sig, *args)
+        gen = torch.Generator().manual_seed(m)
+        routes = [args[2]] + [arms.random_routing(m, sig.get("E"), sig.get("top_k"), gen, DEVICE)
+                              for _ in range(ROUTINGS - 1)]
         row: dict[str, float | None] = {}
         gm_ok = arms.grouped_mm_reason("bf16", DEVICE, sig.get("N"), sig.get("K")) is None
         base_err = None
         if gm_ok:
             y = arms.grouped_mm(sig, *args)
             base_err = rel_err(y, ref)
-            row["grouped_mm"] = time_graph(lambda: arms.grouped_mm(sig, *args))
+            row["grouped_mm"] = time_graph(rotating(lambda *a: arms.grouped_mm(sig, *a), args, routes))
         bound = max(4 * (base_err or 0.0), 2e-2)
         y = arms.loop(sig, *args)
-        row["loop"] = time_eager(lambda: arms.loop(sig, *args)) if rel_err(y, ref) <= bound else None
+        row["loop"] = (time_eager(rotating(lambda *a: arms.loop(sig, *a), args, routes))
+                       if rel_err(y, ref) <= bound else None)
         for cid in ["default"] + [c.id for c in sweep]:
             cfg = Config.sentinel("default") if cid == "default" else configs.parse(cid)
+            if fam.invalid_reason(cfg, sig, m, profile):
+                row[cid] = None
+                continue
             run = fam.launcher(cfg, sig)
             try:
                 err = rel_err(run(*args), ref)
@@ -171,7 +218,7 @@ def measure_key(sig, ms, sweep, log) -> dict:
                 log(f"  {cid} at M={m}: error {err:.2e} > bound {bound:.2e}")
                 row[cid] = None
                 continue
-            row[cid] = time_graph(lambda: run(*args))
+            row[cid] = time_graph(rotating(run, args, routes))
         out[m] = row
     return out
 
@@ -224,7 +271,7 @@ def summarise(model: str, per_key: dict, table_ms, sweep_ids) -> dict:
                 layer[arm] = None if t is None or (arm in layer and layer[arm] is None) else layer.get(arm, 0.0) + t
         entry["layer"] = layer
         lines.append(entry)
-    return {"model": model, "picks": {k: {str(m): c for m, c in p.items()} for k, p in picks.items()},
+    return {"model": model, "table_ms": list(table_ms), "picks": {k: {str(m): c for m, c in p.items()} for k, p in picks.items()},
             "rows": lines, "raw": {k: {str(m): r for m, r in rows.items()} for k, rows in per_key.items()}}
 
 
@@ -236,13 +283,14 @@ def print_model(s: dict) -> None:
     r = lambda a, b: f"{a / b:.2f}x" if a and b else "-"  # noqa: E731
     for e in s["rows"]:
         L = e["layer"]
+        m = f"{e['M']}" if e["M"] in s["table_ms"] else f"{e['M']} (between)"
         reg = "/".join(f"{100 * e[k]['regret']:.1f}%" if e[k]["regret"] is not None else "-" for k in ("up", "down"))
-        print(f"| {e['M']} | {f(L['loop'])} | {f(L['grouped_mm'])} | {f(L['default'])} | {f(L['tuned'])} | "
+        print(f"| {m} | {f(L['loop'])} | {f(L['grouped_mm'])} | {f(L['default'])} | {f(L['tuned'])} | "
               f"{f(L['best'])} | {r(L['default'], L['tuned'])} | {r(L['grouped_mm'], L['tuned'])} | {reg} | "
               f"{e['up']['pick']}, {e['down']['pick']} |")
 
 
-def goals(summaries: list) -> dict:
+def goals(summaries: list, table_ms=TABLE_MS) -> dict:
     rows = [e for s in summaries for e in s["rows"]]
     lay = [e["layer"] for e in rows]
     out = {
@@ -251,17 +299,19 @@ def goals(summaries: list) -> dict:
         "geomean_tuned_vs_loop": geomean([L["loop"] / L["tuned"] for L in lay if L["loop"] and L["tuned"]]),
         "worst_tuned_vs_best_torch": min((min(t for t in (L["grouped_mm"], L["loop"]) if t) / L["tuned"]
                                           for L in lay if L["tuned"] and (L["grouped_mm"] or L["loop"])), default=None),
-        "max_regret": max((e[k]["regret"] for e in rows for k in ("up", "down") if e[k]["regret"] is not None), default=None),
-        "geomean_regret": (geomean([1 + e[k]["regret"] for e in rows for k in ("up", "down")
-                                    if e[k]["regret"] is not None]) or 1.0) - 1.0,
     }
+    for where, keep in (("", lambda m: True), ("_table_points", lambda m: m in table_ms),
+                        ("_between", lambda m: m not in table_ms)):
+        regrets = [e[k]["regret"] for e in rows for k in ("up", "down") if e[k]["regret"] is not None and keep(e["M"])]
+        out["max_regret" + where] = max(regrets, default=None)
+        out["geomean_regret" + where] = geomean([1 + r for r in regrets]) - 1.0 if regrets else None
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory for moe.json")
-    p.add_argument("--quick", action="store_true", help="Mixtral + Qwen3 shapes, 27 swept tiles (about 150 s)")
+    p.add_argument("--quick", action="store_true", help="Mixtral + Qwen3 shapes, the sweep_space tiles (about 150 s)")
     p.add_argument("--no-e2e", action="store_true", help="skip the two-layer end-to-end part")
     p.add_argument("--compile-workers", type=int, default=8, help="processes that compile the tiles first (0: none)")
     args = p.parse_args(argv)
@@ -276,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = tuple(c for c in (configs.sweep_space() if args.quick else configs.config_space("sm90")) if c.id != default.id)
     sweep_ids = [c.id for c in sweep] + ["default"]
     table_ms = TABLE_MS
-    ms = sorted(set(TABLE_MS + BETWEEN_MS)) if args.quick else sorted(set(TABLE_MS + BETWEEN_MS + tuple(2 ** i for i in range(13))))
+    ms = sorted(set(TABLE_MS + (BETWEEN_MS if args.quick else BETWEEN_MS_FULL)))
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     log(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, grouped_mm: "
         f"{arms.grouped_mm_reason('bf16', DEVICE) or 'available'}; {len(sweep)} swept tiles + default; M {ms}")

@@ -2,8 +2,9 @@
 fallback, torch._grouped_mm where it runs, the loop) against the fp32 reference with random
 routings, experts that receive no slot and one expert that receives every slot, both input
 forms, bf16 and fp16; the Triton path captured in a CUDA graph and replayed with a new routing;
-optimize()'s swapped experts inside a captured graph. About 60-90 s on an H200, mostly Triton
-compiles (6 tiles x 2 forms x 2 dtypes x 2 divisibility specialisations); a failing test lists
+optimize()'s swapped experts inside a captured graph (the untuned default, and a table that
+serves the slot lane at small M). About 60-90 s on an H200, mostly Triton compiles (8 tiles x 2
+forms x 2 dtypes x 2 divisibility specialisations); a failing test lists
 every failing arm and routing with its error or exception."""
 import pytest
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.gpu
 SM90 = shipped_profile("sm90")
 FAM = families.get("group_gemm")
 TILES = ("b16x64x128_w4_s4_g8", "b32x128x64_w4_s3_g8", "b64x128x64_w8_s4_g8", "b128x256x64_w8_s3_g8",
-         "b128x128x64_w8_s3_g8")
+         "b128x128x64_w8_s3_g8", "sl_b1x16x256_w2_s1", "sl_b1x64x128_w4_s3")  # last two: the slot lane
 # (E, N, K, top_k): ragged (N, K not multiples of the tiles), Mixtral's down at reduced E, Qwen3-like
 KEYS = [(5, 200, 136, 2), (8, 512, 1024, 2), (16, 384, 256, 8)]
 
@@ -33,9 +34,10 @@ def routings(m, e, top_k, seed):
     yield "empty_experts", (arms.random_routing(m, e - 2, top_k, gen, "cuda") + 1)
 
 
-def arms_of(sig):
+def arms_of(sig, m):
+    """The arms the predicate accepts at M (the slot lane only while M * top_k <= SLOTS_MAX)."""
     ids = ["default", "torch", *TILES]
-    return [c for c in ids if FAM.invalid_reason(FAM.parse_config(c), sig, None, SM90) is None]
+    return [c for c in ids if FAM.invalid_reason(FAM.parse_config(c), sig, m, SM90) is None]
 
 
 def check_arm(cid, fn, sig, call, ref, bound, route_name):
@@ -71,7 +73,7 @@ def test_every_arm_matches_the_fp32_reference(dt, form, key, m):
         ref = FAM.reference(sig, *call)
         base = float((arms.loop(sig, *call).float() - ref).norm() / ref.norm())
         bound = max(4 * base, 8e-3)
-        for cid, fn in [(c, None) for c in arms_of(sig)] + extra:
+        for cid, fn in [(c, None) for c in arms_of(sig, m)] + extra:
             why = check_arm(cid, fn, sig, call, ref, bound, name)
             if why:
                 failures.append(why)
@@ -86,7 +88,7 @@ def test_grouped_mm_is_present_for_bf16_on_sm90():
     assert arms.grouped_mm_reason("bf16", "cuda", 512, 1024) is None
 
 
-@pytest.mark.parametrize("cid", ["default", "b16x64x128_w4_s4_g8", "torch"])
+@pytest.mark.parametrize("cid", ["default", "b16x64x128_w4_s4_g8", "sl_b1x32x256_w4_s3", "torch"])
 def test_captured_graph_replays_a_new_routing(cid):
     sig = make_signature(8, 256, 512, 2, "bf16", "slot")
     args, _ = FAM.make_inputs(sig, 40, "cuda", seed=5)
@@ -119,9 +121,20 @@ def _hidden(y):
     return y[0] if isinstance(y, tuple) else y
 
 
-def test_swapped_moe_block_runs_in_a_cuda_graph():
+@pytest.mark.parametrize("serve", ["tables", "slot_lane"])
+def test_swapped_moe_block_runs_in_a_cuda_graph(serve):
+    """`tables`: whatever the tiers serve (the untuned default without a table); `slot_lane`: a
+    table that serves the routing-free lane (transformers' int64 ids and bf16 weights as given)."""
+    import contextlib
+
     transformers = pytest.importorskip("transformers")
     from tunedb.families.group_gemm import moe
+    from tunedb.runtime import launch_table
+
+    def slot_lane(family, sig, m):
+        return (family.parse_config("sl_b1x32x256_w4_s3"), "test") if family.name == "group_gemm" else None
+
+    serving = launch_table.overriding(slot_lane) if serve == "slot_lane" else contextlib.nullcontext()
 
     cfg = transformers.MixtralConfig(hidden_size=256, intermediate_size=512, num_local_experts=8,
                                      num_experts_per_tok=2, num_hidden_layers=1, vocab_size=64,
@@ -137,7 +150,7 @@ def test_swapped_moe_block_runs_in_a_cuda_graph():
     for p in block.parameters():
         torch.nn.init.normal_(p, std=0.05)
     x = torch.randn(3, 5, 256, device="cuda", dtype=torch.bfloat16)
-    with torch.no_grad():
+    with torch.no_grad(), serving:
         if hasattr(block.experts, "config"):
             block.experts.config._experts_implementation = "eager"
         ref = _hidden(block(x)).float()

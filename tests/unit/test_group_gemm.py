@@ -54,14 +54,23 @@ def test_config_ids_round_trip_and_the_predicate():
     assert len(space) >= 30 and configs.default_config().id in {c.id for c in space}
     for c in space + configs.full_grid():
         assert FAM.parse_config(c.id) == c
-    assert all(FAM.invalid_reason(c, sig, None, arch) is None for c in space)
+    grouped = [c for c in space if c.lane == "triton_grouped"]
+    slots = [c for c in space if c.lane == configs.SLOTS_LANE]
+    assert len(grouped) >= 30 and len(slots) >= 6
+    assert all(FAM.invalid_reason(c, sig, None, arch) is None for c in grouped)
+    # the routing-free lane: valid while M * top_k <= SLOTS_MAX, never "at any M"
+    bound = configs.SLOTS_MAX // sig.get("top_k")
+    assert all(FAM.invalid_reason(c, sig, m, arch) is None for c in slots for m in (1, 16, bound))
+    assert "not every M" in FAM.invalid_reason(slots[0], sig, None, arch)
+    assert f"not {bound + 1} x 2" in FAM.invalid_reason(slots[0], sig, bound + 1, arch)
+    assert FAM.parse_config("sl_b1x32x256_w4_s2") == configs.make_slots(32, 256, 4, 2)
     big = configs.make(128, 256, 128, 8, 5, 8)
     assert "shared memory" in FAM.invalid_reason(big, sig, 64, arch)
     spill = configs.make(128, 256, 64, 4, 2, 8)
     assert "spills" in FAM.invalid_reason(spill, sig, 64, arch)
     assert "BK=128 is more than twice K=32" in FAM.invalid_reason(configs.make(16, 64, 128, 4, 3, 8),
                                                                     make_signature(4, 64, 32, 2), 8, arch)
-    for bad in ("b64x64x64_w4_s3", "b64x64x48_w4_s3_g8", "fused"):
+    for bad in ("b64x64x64_w4_s3", "b64x64x48_w4_s3_g8", "fused", "sl_b16x32x256_w4_s2", "sl_b1x32x256_w4_s2_g8"):
         with pytest.raises(ConfigError):
             FAM.parse_config(bad)
     assert FAM.sentinels(sig) == ("default", "torch")

@@ -1,6 +1,8 @@
 """The grouped-GEMM Triton kernel under the Triton interpreter (CPU), fp16, small E, N, K: both
-input forms, weighted and not, against the fp32 reference, with random routings, experts that
-get no slot, one expert that gets every slot, ragged N/K (masked tiles) and several tiles.
+input forms, weighted and not, against the fp32 reference (the routing metadata from the
+one-program routing kernel, itself checked against the Python reference), with random routings, experts that
+get no slot, one expert that gets every slot, ragged N/K (masked tiles) and several tiles of
+both Triton lanes (the sorted grouped tiles and the routing-free slot lane).
 TRITON_INTERPRET must be set before triton is imported, so the checks run in a child process."""
 from __future__ import annotations
 
@@ -20,17 +22,31 @@ def _child() -> None:
     from tunedb.families.group_gemm.keys import make_signature
     from tunedb.records import Config
 
+    from tunedb.families.group_gemm import routing
+
     fam = families.get("group_gemm")
     failures = []
+    # the one-program routing kernel against the Python reference (and the torch ops)
+    gen = torch.Generator().manual_seed(1)
+    for e, m, top_k, bm in ((6, 37, 2, 16), (8, 1, 2, 64), (20, 9, 4, 16), (5, 40, 1, 128)):
+        cases = {"random": arms.random_routing(m, e, top_k, gen, "cpu").long(),
+                 "all_to_one": torch.full((m, top_k), e - 2, dtype=torch.int32),
+                 "two_used": torch.randint(0, 2, (m, top_k), generator=gen, dtype=torch.int32) * (e - 1)}
+        for name, ids in cases.items():
+            r = routing.route(ids, e, bm, fused=True)
+            rows, experts = routing.reference_route(ids, e, bm)
+            counts = [int((ids == i).sum()) for i in range(e)]
+            if (r.sorted_ids.tolist(), r.block_expert.tolist(), r.counts.tolist()) != (rows, experts, counts):
+                failures.append(f"route_kernel E={e} M={m} top_k={top_k} BM={bm} {name}: differs from the reference")
     # the torch sentinel too: every arm must return the `out` it is given
     tiles = [Config.sentinel("default"), configs.make(16, 64, 64, 4, 2, 1), configs.make(32, 64, 64, 4, 3, 8),
-             Config.sentinel("torch")]
+             configs.make_slots(16, 64, 2, 2), configs.make_slots(32, 128, 4, 1), Config.sentinel("torch")]
     gen = torch.Generator().manual_seed(0)
     for e, n, k, top_k, m in ((4, 48, 40, 2, 7), (5, 72, 96, 1, 19), (4, 32, 64, 3, 4)):
         for form in ("token", "slot"):
             sig = make_signature(e, n, k, top_k, "fp16", form)
             args, _ = fam.make_inputs(sig, m, "cpu", seed=e + m)
-            routings = {"random": args[2],
+            routings = {"random": args[2], "random_int64": args[2].long(),
                         "all_to_one": torch.stack([torch.full((m,), e - 1, dtype=torch.int32)]
                                                   + [torch.full((m,), j, dtype=torch.int32) for j in range(top_k - 1)], 1),
                         "one_empty": arms.random_routing(m, e - 1, top_k, gen, "cpu")}  # expert e-1 gets none

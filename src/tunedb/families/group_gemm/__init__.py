@@ -1,10 +1,11 @@
 """The grouped-GEMM family `group_gemm` (spec 000; issue 24): the expert GEMMs of a
 mixture-of-experts layer. Tokens are routed to E experts (top-k); each expert is an [N, K] weight
-of a stacked [E, N, K] tensor. Keyed (E, N, K, top_k, x, dt), size axis M (tokens), ladder `m`.
+of a stacked [E, N, K] tensor. Keyed (E, N, K, top_k, x, dt), size axis M (tokens), ladder `pow2`.
 
 Lanes: triton_grouped (one launch over all experts over the token slots sorted by expert and
 padded to BM blocks; the routing metadata is computed inside the op, on the device, and counted
-in its time), torch (torch._grouped_mm where it runs, else a loop of cuBLAS GEMMs over experts).
+in its time), triton_slots (small M: one launch over (slot, N block) reading expert ids from
+topk_ids, no routing metadata; valid while M * top_k <= configs.SLOTS_MAX), torch (torch._grouped_mm where it runs, else a loop of cuBLAS GEMMs over experts).
 Sentinels: `default` (the untuned Triton tile) and `torch` (the pick rule's fallback).
 moe.py recognises transformers' MoE experts modules (census) and swaps them (optimize).
 See docs/group_gemm.md. Importing this package touches neither torch nor triton.
@@ -45,7 +46,7 @@ class GroupGemmFamily(ConfigMethods):
         from tunedb.families.contract import SignatureSchema
 
         return SignatureSchema(key=(("E", int), ("N", int), ("K", int), ("top_k", int), ("x", str)),
-                               size="M", ladder="m", choices=(("x", ("token", "slot")),),
+                               size="M", ladder="pow2", choices=(("x", ("token", "slot")),),
                                dtypes=configs.DTYPES)
 
     @property

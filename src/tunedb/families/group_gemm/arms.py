@@ -64,7 +64,9 @@ def _finish(ys: Any, order: Any, topk_weights: Any, out: Any, m: int, top_k: int
 
     flat = torch.empty((m * top_k, n), dtype=ys.dtype, device=ys.device) if out is None else out.view(m * top_k, n)
     if topk_weights is not None:
-        ys = (ys.float() * topk_weights.reshape(-1)[order].float()[:, None]).to(ys.dtype)
+        # in place, computed in the wider of the two dtypes and rounded once (one kernel, not
+        # the four of upcast, multiply, downcast)
+        ys.mul_(topk_weights.reshape(-1)[order].unsqueeze(1))
     flat.index_copy_(0, order, ys)
     return flat.view(m, top_k, n) if out is None else out
 
@@ -76,10 +78,10 @@ def grouped_mm(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights:
     e, n, _ = weight.shape
     rows, per_slot = _rows(x, sig)
     flat = topk_ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    counts = torch.zeros(e, dtype=torch.int32, device=flat.device)
-    counts.index_add_(0, flat.long(), torch.ones_like(flat, dtype=torch.int32))
-    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    sorted_e, order = torch.sort(flat, stable=True)
+    # offs[ex] = slots with expert <= ex, read off the sorted ids (no count-and-cumsum kernels)
+    offs = torch.searchsorted(sorted_e, torch.arange(1, e + 1, dtype=sorted_e.dtype, device=flat.device),
+                              out_int32=True)
     xs = rows.index_select(0, order if per_slot else order // top_k)
     ys = torch._grouped_mm(xs, weight.transpose(1, 2), offs=offs)
     return _finish(ys, order, topk_weights, out, m, top_k, n)

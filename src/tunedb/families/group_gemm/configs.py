@@ -1,9 +1,14 @@
 """Grouped-GEMM (MoE expert GEMM) configs: ids, the config space, THE validity predicate, the
 untuned default, the compile set. Pure Python (no torch, no triton).
 
-Config ids (format(parse(id)) == id):  b{BM}x{BN}x{BK}_w{W}_s{S}_g{G}   e.g. b64x128x64_w4_s3_g8
-BM is also the routing block: the token slots of each expert are padded to a multiple of BM, so
-one M tile never mixes experts. Sentinels: `default` (the untuned Triton tile below) and `torch`
+Config ids (format(parse(id)) == id):
+    triton_grouped  b{BM}x{BN}x{BK}_w{W}_s{S}_g{G}   b64x128x64_w4_s3_g8
+    triton_slots    sl_b1x{BN}x{BK}_w{W}_s{S}       sl_b1x32x256_w4_s3   (S 1: register streaming,
+                                                     2+: S - 1 chunks in flight via cp.async)
+triton_grouped: BM is also the routing block: the token slots of each expert are padded to a
+multiple of BM, so one M tile never mixes experts. triton_slots: the routing-free small-M lane,
+one program per (slot, BN block) reading its expert id from topk_ids (no sort, no padding);
+valid only while M * top_k <= SLOTS_MAX (the predicate). Sentinels: `default` (the untuned Triton tile below) and `torch`
 (torch._grouped_mm where this torch and device run it, else a loop of cuBLAS GEMMs over experts).
 """
 from __future__ import annotations
@@ -18,7 +23,8 @@ from tunedb.records import ArchProfile, Config, Signature
 
 FAMILY = "group_gemm"
 OPS: tuple[str, ...] = ("group_gemm",)
-LANES: tuple[str, ...] = ("triton_grouped", "torch")
+SLOTS_LANE = "triton_slots"
+LANES: tuple[str, ...] = ("triton_grouped", SLOTS_LANE, "torch")
 FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
 DTYPES: tuple[str, ...] = ("bf16", "fp16")
 
@@ -27,6 +33,13 @@ _WARPS = (4, 8)
 TILE_IDS = TileIds(FAMILY, (("triton_grouped", ""),), FAMILY_SENTINELS, "b64x128x64_w4_s3_g8",
                    blocks_m=_BLOCKS_M, blocks_n=(32, 64, 128, 256), blocks_k=(32, 64, 128), warps=_WARPS,
                    stages=(2, 3, 4, 5), groups=(1, 8, 16), label=FAMILY)
+# Per-slot weight streaming re-reads an expert's weight once per slot routed to it (L2 absorbs
+# the repeats while the slots of one BN block run together); past a few hundred slots the
+# sorted lane's shared tiles win, and the sort is cheap next to the GEMM.
+SLOTS_MAX = 512
+SLOT_IDS = TileIds(FAMILY, ((SLOTS_LANE, "sl"),), FAMILY_SENTINELS, "sl_b1x32x256_w4_s3",
+                   blocks_m=(1,), blocks_n=(16, 32, 64, 128), blocks_k=(64, 128, 256, 512), warps=(2, 4, 8),
+                   stages=(1, 2, 3, 4), label=SLOTS_LANE)
 _SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
                  "sm120": 101376}
 MAX_ACC_PER_THREAD = 128  # fp32 accumulator registers per thread beyond which a tile spills
@@ -36,7 +49,24 @@ def make(bm: int, bn: int, bk: int, warps: int, stages: int, group_m: int) -> Co
     return TILE_IDS.make(bm, bn, bk, warps, stages, group_m)
 
 
-parse = lru_cache(maxsize=4096)(TILE_IDS.parse)
+def make_slots(bn: int, bk: int, warps: int, stages: int) -> Config:
+    """A triton_slots config (one slot per program, BN outputs, BK-deep weight chunks)."""
+    return SLOT_IDS.make(1, bn, bk, warps, stages)
+
+
+@lru_cache(maxsize=4096)
+def parse(config_id: str) -> Config:
+    if isinstance(config_id, str) and config_id.startswith("sl_"):
+        return SLOT_IDS.parse(config_id)
+    return TILE_IDS.parse(config_id)
+
+
+# (BN, BK, warps) of the slot lane: narrow BN gives a few slots' weight streams many programs
+_SLOT_SHAPES = ((16, 256, 2), (32, 256, 4), (32, 512, 4), (64, 128, 4), (64, 256, 4), (128, 128, 8))
+
+
+def slot_space() -> tuple[Config, ...]:
+    return tuple(make_slots(bn, bk, w, s) for bn, bk, w in _SLOT_SHAPES for s in (1, 3))
 
 
 def full_grid() -> tuple[Config, ...]:
@@ -51,7 +81,18 @@ def full_grid() -> tuple[Config, ...]:
                     for s in (2, 3, 4, 5):
                         for g in (1, 8):
                             out.append(make(bm, bn, bk, w, s, g))
+    for bn in (16, 32, 64, 128):
+        for bk in (128, 256, 512):
+            for w in (2, 4, 8):
+                for s in (1, 2, 3):
+                    if slot_regs(bn, bk, w) <= MAX_ACC_PER_THREAD:
+                        out.append(make_slots(bn, bk, w, s))
     return tuple(out)
+
+
+def slot_regs(bn: int, bk: int, warps: int) -> int:
+    """fp32 values per thread of a triton_slots weight chunk (converted for the products)."""
+    return bn * bk // (32 * warps)
 
 
 def smem_per_block(arch_family: str) -> int:
@@ -63,21 +104,22 @@ def smem_per_block(arch_family: str) -> int:
 def smem_bytes(cfg: Config) -> int:
     """Pipelined operand buffers (two-byte elements), or the epilogue's conversion scratch."""
     bm, bn, bk = blocks(cfg)
+    if cfg.lane == SLOTS_LANE:
+        return max(cfg.param("stages") - 1, 1) * (bn + 1) * bk * 2
     return max(cfg.param("stages") * (bm + bn) * bk * 2, bm * bn * 4)
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
-    """The build's space (43 tiles): per tile height BM, four (BN, BK, warps) shapes and two
-    stage counts. full_grid() is the exhaustive space the bench's sweep checks it against."""
+    """The build's space (43 grouped tiles: per tile height BM, four (BN, BK, warps) shapes and
+    two stage counts; 12 slot-lane tiles, valid at small M only). full_grid() is the exhaustive
+    space the bench's sweep checks it against."""
     wanted = set(lanes or LANES)
     bad = wanted - set(LANES)
     if bad:
         raise ConfigError(f"unknown group_gemm lane(s) {sorted(bad)}; lanes are {', '.join(LANES)}")
-    if "triton_grouped" not in wanted:
-        return ()
     smem = smem_per_block(arch_family)
     out = []
-    for bm in _BLOCKS_M:
+    for bm in _BLOCKS_M if "triton_grouped" in wanted else ():
         shapes = ((64, 128, 4), (128, 64, 4), (128, 128, 4), (256, 64, 8), (64, 64, 4))
         if bm <= 32:  # decode: narrow tiles put more CTAs on a few experts' weight streams
             shapes += ((32, 128, 4),)
@@ -86,6 +128,8 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
                 c = make(bm, bn, bk, w, s, 8)
                 if smem_bytes(c) <= smem and bm * bn // (32 * w) <= MAX_ACC_PER_THREAD:
                     out.append(c)
+    if SLOTS_LANE in wanted:
+        out += [c for c in slot_space() if smem_bytes(c) <= smem]
     return tuple(out)
 
 
@@ -117,6 +161,8 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
         return None
     if cfg.id == "torch":
         return None  # the loop runs anything; torch._grouped_mm is chosen inside where it runs
+    if cfg.lane == SLOTS_LANE:
+        return _slots_reason(cfg, sig, m, arch)
     if cfg.lane != "triton_grouped":
         return f"lane {cfg.lane!r} is not a group_gemm lane"
     bm, bn, bk = blocks(cfg)
@@ -127,6 +173,24 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     k = sig.get("K")
     if bk > 16 and k < bk // 2:
         return f"BK={bk} is more than twice K={k}: the K loop would be mostly masked"
+    if sig.get("N") < bn // 4:
+        return f"BN={bn} is more than 4x N={sig.get('N')}"
+    return None
+
+
+def _slots_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
+    if m is None:
+        return f"{SLOTS_LANE} serves M * top_k <= {SLOTS_MAX} slots only, so not every M"
+    slots = m * sig.get("top_k")
+    if slots > SLOTS_MAX:
+        return f"{SLOTS_LANE} serves M * top_k <= {SLOTS_MAX} slots, not {m} x {sig.get('top_k')} = {slots}"
+    _, bn, bk = blocks(cfg)
+    if smem_bytes(cfg) > smem_per_block(arch.arch_family):
+        return f"needs {smem_bytes(cfg)} B of shared memory; {arch.arch_family} has {smem_per_block(arch.arch_family)}"
+    if slot_regs(bn, bk, cfg.param("warps")) > MAX_ACC_PER_THREAD:
+        return f"a {bn}x{bk} weight chunk over {cfg.param('warps')} warps spills (> {MAX_ACC_PER_THREAD} fp32 per thread)"
+    if sig.get("K") < bk // 2:
+        return f"BK={bk} is more than twice K={sig.get('K')}: the K loop would be mostly masked"
     if sig.get("N") < bn // 4:
         return f"BN={bn} is more than 4x N={sig.get('N')}"
     return None
@@ -144,8 +208,9 @@ def default_config(sig: Signature | None = None, arch: ArchProfile | None = None
 
 def sweep_space(arch_family: str = "sm90") -> tuple[Config, ...]:
     """A cut of the space for in-run sweeps with a compile budget: the tiles that win somewhere
-    in the full grid's families (small BM for decode, large for prefill), 2 stage counts."""
-    out = []
+    in the full grid's families (small BM for decode, large for prefill), 2 stage counts, and
+    the slot lane's tiles (small M)."""
+    out = list(slot_space())
     for bm, bn, bk, w in ((16, 32, 128, 4), (16, 64, 128, 4), (16, 128, 128, 4), (16, 256, 64, 4), (32, 64, 128, 4),
                           (32, 128, 64, 4), (32, 128, 128, 4), (64, 64, 64, 4), (64, 128, 64, 4),
                           (64, 128, 64, 8), (64, 256, 64, 8), (128, 128, 64, 8), (128, 256, 64, 8)):

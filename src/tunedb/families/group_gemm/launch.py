@@ -1,5 +1,5 @@
 """Launching a group_gemm config: the routing metadata for the config's BM, then one Triton
-launch over all experts; or the torch arm (`torch` sentinel). Nothing here synchronises with
+launch over all experts; a triton_slots config's one launch (no metadata); or the torch arm (`torch` sentinel). Nothing here synchronises with
 the host on the Triton path, so a call is captured whole by a CUDA graph."""
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ def triton_launch(config: Config, sig: Signature, x: Any, weight: Any, topk_ids:
 
     from tunedb.families.group_gemm.kernels import group_gemm_kernel
 
+    if config.lane == configs.SLOTS_LANE:
+        return slots_launch(config, sig, x, weight, topk_ids, topk_weights, out)
     bm, bn, bk = configs.blocks(config)
     m, top_k = topk_ids.shape
     e, n, k = weight.shape
@@ -28,7 +30,7 @@ def triton_launch(config: Config, sig: Signature, x: Any, weight: Any, topk_ids:
     if out is None:
         out = torch.empty((m, top_k, n), dtype=x.dtype, device=x.device)
     y = out.view(m * top_k, n)
-    tw = topk_weights.reshape(-1).float().contiguous() if topk_weights is not None else r.counts
+    tw = topk_weights.reshape(-1) if topk_weights is not None else r.counts  # the kernel upcasts
     num_blocks_m = r.block_expert.numel()
     grid = (num_blocks_m * -(-n // bn),)
     group_gemm_kernel[grid](
@@ -38,6 +40,35 @@ def triton_launch(config: Config, sig: Signature, x: Any, weight: Any, topk_ids:
         X_PER_SLOT=per_slot, WEIGHTED=topk_weights is not None,
         BM=bm, BN=bn, BK=bk, GROUP_M=config.param("group_m"),
         num_warps=config.param("warps"), num_stages=config.param("stages"))
+    return out
+
+
+def slots_launch(config: Config, sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None,
+                 out: Any = None) -> Any:
+    """The routing-free lane: one launch, no metadata ops; ids and weights read as they come."""
+    import torch
+
+    from tunedb.families.group_gemm.kernels import slot_gemv_kernel
+
+    _, bn, bk = configs.blocks(config)
+    m, top_k = topk_ids.shape
+    e, n, k = weight.shape
+    rows = x.reshape(-1, k)
+    if out is None:
+        out = torch.empty((m, top_k, n), dtype=x.dtype, device=x.device)
+    slots = m * top_k
+    if slots == 0:
+        return out
+    y = out.view(slots, n)
+    ids = topk_ids.reshape(-1)
+    tw = topk_weights.reshape(-1) if topk_weights is not None else ids
+    grid = (slots * -(-n // bn),)
+    slot_gemv_kernel[grid](
+        rows, weight, y, tw, ids, slots, top_k, n, k,
+        rows.stride(0), rows.stride(1), weight.stride(0), weight.stride(1), weight.stride(2),
+        y.stride(0), y.stride(1), X_PER_SLOT=sig.get("x") == "slot", WEIGHTED=topk_weights is not None,
+        BN=bn, BK=bk, STAGES=config.param("stages"), num_warps=config.param("warps"),
+        num_stages=config.param("stages"))
     return out
 
 
