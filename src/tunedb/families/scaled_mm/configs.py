@@ -75,10 +75,11 @@ def capability(arch_family: str) -> int:
 
 def make_decode(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, pdl: bool = False) -> Config:
     """A triton_decode config (M <= 16; block (16, BN, BK)); ConfigError naming the bad value."""
-    for name, v, allowed in (("BN", bn, _DECODE_BN), ("BK", bk, _DECODE_BK), ("warps", warps, _WARPS),
-                             ("split_k", split_k, _DECODE_SPLITS)):
+    for name, v, allowed in (("BN", bn, _DECODE_BN), ("BK", bk, _DECODE_BK), ("warps", warps, _WARPS)):
         if v not in allowed:
             raise ConfigError(f"triton_decode config: {name}={v} not allowed; use one of {allowed}")
+    if not 1 <= split_k <= 32:
+        raise ConfigError(f"triton_decode config: split_k={split_k} not allowed; use 1..32")
     if not 1 <= stages <= 8:
         raise ConfigError(f"triton_decode config: stages={stages} not allowed; use 1..8")
     cid = f"dk{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_pdl" if pdl else "")
