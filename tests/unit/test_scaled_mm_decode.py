@@ -80,6 +80,12 @@ def test_pruning_model_ranks_the_decode_lane_for_small_m_only():
         assert len({configs.parse(c).param("block") for c in dk}) >= 2  # more than one slab measured
         big = [c for c in configs.config_space("sm90") if configs.invalid_reason(c, sig, 2048, SM90) is None]
         assert not any(c.startswith("dk") for c in model.rank(sig, 2048, big, 4))
+    # block scales at M=2048: two 64x128 CTAs per SM beat one 128x256 (session 10 C measured 2x),
+    # and the build's top 8 holds the 64x128 tile that won that sweep
+    blk = fp8_sig(4096, 4096, "block")
+    assert model.predict(blk, 2048, "b64x128x128_w4_s4_g8") < model.predict(blk, 2048, "b128x256x128_w8_s3_g8")
+    cands = [c for c in configs.config_space("sm90") if configs.invalid_reason(c, blk, 2048, SM90) is None]
+    assert "b64x128x128_w4_s4_g8" in model.rank(blk, 2048, cands, 8)
     # more bytes in flight per SM streams faster: 6 stages over 2, a split that fills the SMs
     sig = fp8_sig(4096, 4096)
     assert model.predict(sig, 1, "dk1_n32x256_w4_s6") < model.predict(sig, 1, "dk1_n32x256_w4_s2")

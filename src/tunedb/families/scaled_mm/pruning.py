@@ -82,6 +82,14 @@ class PruningModel:
         eff *= 1.0 if warps == (8 if big else 4) else 0.95
         if c.lane != "triton_decode":
             eff *= 1.0 if stages == (3 if bm * bn >= 128 * 256 else 4) else 0.97
+        if sig.get("scale") == "block":
+            # each K tile's product is scaled before it joins the accumulator: twice the fp32
+            # registers (past ~128 a thread spills), and the tensor cores idle while one CTA
+            # scales unless a second CTA on the SM fills them (session 10 C: 64x128 tiles, two per
+            # SM, beat every 128-row tile at M=2048 by 1.05-1.1x and 128x256 by 2x)
+            eff *= min(1.0, 128 / (2 * bm * bn / (warps * 32)))
+            if self.profile.smem_per_sm // configs.smem_bytes(c) < 2:
+                eff *= 0.75
         peak_per_sm = self.profile.peak_tflops(sig.dt) * 1e12 / self.sms
         compute_s = waves * (2.0 * bm * bn * math.ceil(k / split)) / (peak_per_sm * eff)
         bw = self.profile.dram_bw_gbs * 1e9
