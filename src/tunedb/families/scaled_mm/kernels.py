@@ -257,7 +257,8 @@ def scaled_mm_decode_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, ws_ptr, cnt_ptr
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
     else:
         tile = rows[:, None] * BN + tl.arange(0, BN)[None, :]
-        tl.store(ws_ptr + (pid_n.to(tl.int64) * SPLIT + split) * (BM * BN) + tile, acc)
+        live = (rows[:, None] < M) & (tile >= 0)  # only the M real rows travel through L2
+        tl.store(ws_ptr + (pid_n.to(tl.int64) * SPLIT + split) * (BM * BN) + tile, acc, mask=live)
         tl.debug_barrier()  # every thread's partial is issued before the counter releases it
         arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
         if arrived == SPLIT - 1:
@@ -265,7 +266,7 @@ def scaled_mm_decode_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, ws_ptr, cnt_ptr
             first = ws_ptr + pid_n.to(tl.int64) * SPLIT * (BM * BN)
             total = tl.zeros((BM, BN), dtype=ws_ptr.dtype.element_ty)
             for s in tl.static_range(SPLIT):
-                total += tl.load(first + s * (BM * BN) + tile, cache_modifier=".cg")
+                total += tl.load(first + s * (BM * BN) + tile, mask=live, other=0, cache_modifier=".cg")
             tl.atomic_xchg(cnt_ptr + pid_n, 0)
             total = apply_scales(total, sx_ptr, sw_ptr, rows_in, cols_in, SCALE)
             tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_mask)
