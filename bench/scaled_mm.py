@@ -132,7 +132,8 @@ def graph_us(fn, x, weights, n_min=8) -> float:
 
 def run_point(mode, n, k, m, l2, deadline, rows, configs=None, group=""):
     """Time every arm at one point into `rows`. configs: the Triton configs to time (None: every
-    lane's sweep at M); the shipped table's pick is timed too (lane "table") when it has one."""
+    lane's sweep at M; "space": the family's whole valid space); the config the op would run (the
+    shipped table's pick, else the heuristic; lane "table", with its tier) is timed too."""
     fam_name, scale, out = MODES[mode]
     fam = families.get(fam_name)
     sig = fam.make_signature("scaled_mm", n, k, out, scale)
