@@ -29,8 +29,8 @@ for s in "$@"; do
     tune-wall) stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json" ;;
     torchao) stage torchao 120 "python -m pip install -q --no-deps --no-index .stage/wheels/torchao-0.18.0-*.whl && python -c 'import torchao; print(torchao.__version__)'" ;;
     scaled-build)  # the shipped W8A8 tables (docs/scaled_mm.md), copied back under logs/db
-      stage scaled_build_fp8 ${FP8_S:-200} "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k 4 --fresh --census bench/census/quant_llama_fp8-rowwise.json --census bench/census/quant_llama_fp8-block.json && mkdir -p $OUT/db && cp src/tunedb/db/sm90/scaled_mm_fp8*.json $OUT/db/"
-      stage scaled_build_int8 ${INT8_S:-150} "python -m tunedb build --family scaled_mm --out system --no-fill --top-k 4 --fresh --census bench/census/quant_llama_int8.json && mkdir -p $OUT/db && cp src/tunedb/db/sm90/scaled_mm*.json $OUT/db/" ;;
+      stage scaled_build_fp8 ${FP8_S:-300} "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k 8 --fresh --census bench/census/quant_llama_fp8-rowwise.json --census bench/census/quant_llama_fp8-block.json && mkdir -p $OUT/db && cp src/tunedb/db/sm90/scaled_mm_fp8*.json $OUT/db/"
+      stage scaled_build_int8 ${INT8_S:-240} "python -m tunedb build --family scaled_mm --out system --no-fill --top-k 8 --fresh --census bench/census/quant_llama_int8.json && mkdir -p $OUT/db && cp src/tunedb/db/sm90/scaled_mm*.json $OUT/db/" ;;
     scaled-e2e) stage scaled_e2e 180 "PYTHONPATH=src:. python bench/scaled_mm_e2e.py --out $OUT/scaled_mm_e2e.json" ;;
     scaled-quick) stage scaled_quick 260 "python bench/scaled_mm.py --quick --budget-s 120 --out $OUT/scaled_mm_quick.json" ;;
     bmm) stage bmm 150 "python bench/bmm.py --out $OUT/bmm --quick --budget-s 60" ;;

@@ -15,14 +15,18 @@ not timed. --budget-s caps the Triton sweep's timing (baselines and the heuristi
 the sweep's configs are compiled first, outside the budget (about 2 minutes cold).
 Prints a markdown table per mode and writes every row as JSON to --out.
 
---quick times only what issue 20's goals need (QUICK; about 3-4 minutes on the H200, ~60 Triton
-compiles included): fp8 row-wise at M=2048 over Llama-3-8B's and Whisper-large-v3's widths
-against torch._scaled_mm and bf16 cuBLAS; fp8 row-wise at M in {1, 16} over Llama's widths against
-torch._scaled_mm and as a share of 4.3 TB/s (weights >= 16 MB); block-scaled fp8 at M in {16, 2048}
-on three Llama widths, the whole sweep at each M (the "exhaustive" side) against the heuristic
-and the shipped table's pick (db/sm90/scaled_mm_fp8.json, when it has the point); int8 at
-M in {1, 16} against bf16 cuBLAS and at M=2048 against torch._int_mm + epilogue, every arm checked
-bitwise against the heuristic. It ends with one line per goal (value, then the target).
+--quick times only what issue 20's goals need (QUICK; about 1.5-2.5 minutes on the H200, ~85 Triton
+compiles included), each point with the SHIPPED table's pick resolved as the op resolves it
+(tunedb.families.scaled_mm.ops.chosen: user tier, system tier = db/sm90/*.json, else the
+`heuristic`; the tier is printed): fp8 row-wise at M=2048 over Llama-3-8B's and Whisper-large-v3's
+widths, table pick against torch._scaled_mm and bf16 cuBLAS; fp8 row-wise at M in {1, 16} over
+Llama's widths and the LM head, table pick against torch._scaled_mm and as a share of 4.3 TB/s
+(weights >= 16 MB); block-scaled fp8 at every census point of the shipped block table (Llama's
+widths at M in {1, 16, 2048}, the LM head at {1, 16}), the table pick against the best of the
+whole sweep at each M and the heuristic against the pick (--exhaustive: the family's whole valid
+space instead of the sweep, several minutes more); int8 at M in {1, 16} against bf16 cuBLAS and at
+M=2048 against torch._int_mm + epilogue, every arm checked bitwise against the heuristic. It ends
+with one line per goal judged on the table pick (the sweep's best in brackets), then the target.
 """
 from __future__ import annotations
 
@@ -59,6 +63,11 @@ SWEEP = {
                    "tma_b128x128x64_w4_s4_g8"),
     "triton_splitk": ("sk2_b16x64x128_w4_s4", "sk4_b16x64x128_w4_s4", "sk8_b16x64x128_w4_s4",
                       "sk4_b16x128x128_w4_s4", "sk2_b32x128x128_w4_s4", "sk4_b32x64x128_w4_s3"),
+    # M <= 16 only; block scales take the BK=128 slabs
+    "triton_decode": ("dk1_n32x256_w4_s6_pdl", "dk1_n32x512_w4_s4_pdl", "dk1_n64x128_w4_s4_pdl",
+                      "dk1_n128x128_w8_s4_pdl", "dk2_n64x128_w4_s6_pdl", "dk4_n32x256_w4_s6_pdl",
+                      "dk4_n128x128_w8_s4_pdl", "dk8_n64x128_w4_s6_pdl", "dk16_n128x128_w8_s4_pdl",
+                      "dk1_n32x256_w4_s6", "dk4_n128x128_w8_s4", "dk8_n64x128_w4_s6"),
 }
 # --quick: the issue's goals, one group each (shapes N x K; Llama-3-8B: q/o 4096x4096, k/v 1024x4096,
 # gate/up 14336x4096, down 4096x14336; Whisper-large-v3: 1280x1280, fc1 5120x1280, fc2 1280x5120)
@@ -66,20 +75,25 @@ LLAMA = ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336))
 WHISPER = ((1280, 1280), (5120, 1280), (1280, 5120))
 BIG = ("tma_b128x256x128_w8_s3_g8", "tma_b128x128x128_w8_s4_g8", "tma_b128x256x64_w8_s4_g8",
        "tma_b64x256x128_w8_s3_g8", "b128x256x128_w8_s3_g8", "b128x128x128_w8_s4_g8")
-SMALL = ("sk2_b16x64x128_w4_s4", "sk4_b16x64x128_w4_s4", "sk8_b16x64x128_w4_s4", "sk4_b16x128x128_w4_s4",
-         "b16x64x128_w4_s4_g8", "b16x128x128_w4_s4_g8")
+SMALL = ("sk4_b16x64x128_w4_s4", "sk8_b16x64x128_w4_s4", "sk4_b16x128x128_w4_s4",
+         "b16x64x128_w4_s4_g8", "b16x128x128_w4_s4_g8") + SWEEP["triton_decode"]
+LM_HEAD = ((128256, 4096),)
 QUICK = (  # (goal, mode, shapes, Ms, configs: None = the full sweep at that M, the exhaustive side)
     ("fp8 row-wise, large M", "fp8_row", LLAMA + WHISPER, (2048,), BIG),
-    ("fp8 row-wise, M <= 16", "fp8_row", LLAMA, (1, 16), SMALL),
-    ("fp8 block-scaled", "fp8_block", LLAMA[:1] + LLAMA[2:], (16, 2048), None),
-    ("int8", "int8", LLAMA[:1] + LLAMA[2:], (1, 16), SMALL),
-    ("int8", "int8", LLAMA[:1] + LLAMA[2:], (2048,), BIG),
+    ("fp8 row-wise, M <= 16", "fp8_row", LLAMA + LM_HEAD, (1, 16), SMALL),
+    # every census point of the shipped block table (bench/census/quant_llama_fp8-block.json)
+    ("fp8 block-scaled", "fp8_block", LLAMA, (1, 16, 2048), None),
+    ("fp8 block-scaled", "fp8_block", LM_HEAD, (1, 16), None),
+    ("int8", "int8", LLAMA, (1, 16), SMALL),
+    ("int8", "int8", LLAMA, (2048,), BIG),
 )
 
 
 def sweep_for(lane: str, m: int) -> tuple[str, ...]:
     """The lane's configs worth timing at M: small row tiles for decode, large ones for prefill."""
     ids = SWEEP[lane]
+    if lane == "triton_decode":
+        return ids if m <= 16 else ()
     if lane == "triton_splitk":
         return ids if m <= 128 else ()
     bm = lambda cid: int(cid[1:].split("x")[0])  # noqa: E731
@@ -93,20 +107,19 @@ def sweep_for(lane: str, m: int) -> tuple[str, ...]:
 
 
 def lane_of(cid: str) -> str:
-    return "triton_tma" if cid.startswith("tma_") else "triton_splitk" if cid.startswith("sk") else "triton_mma"
+    return ("triton_tma" if cid.startswith("tma_") else "triton_splitk" if cid.startswith("sk")
+            else "triton_decode" if cid.startswith("dk") else "triton_mma")
 
 
 def table_pick(fam, sig, m):
-    """The shipped table's config at (sig, M) (db/sm90/<family>.json in the source tree), or None."""
-    from pathlib import Path
+    """(config id, tier) that a CUDA call of `sig` at M runs, resolved as the op does
+    (ops.chosen: user tier, system tier (the shipped db/sm90 table), else the `heuristic`
+    sentinel; the heuristic where the chosen arm cannot run at M)."""
+    from tunedb.families.scaled_mm import ops
+    from tunedb.runtime import selector
 
-    from tunedb.database.schema import load
-
-    path = Path(families.__file__).parent.parent / "db" / "sm90" / f"{fam.name}.json"
-    if not path.exists():
-        return None
-    entry = load(path, fam.name, "sm90").entries.get(sig)
-    return entry.lookup(m) if entry is not None else None
+    tier = selector.peek(fam.name, sig, m).tier
+    return ops.chosen(fam.name, sig, m).id, tier
 
 
 def graph_us(fn, x, weights, n_min=8) -> float:
@@ -119,7 +132,8 @@ def graph_us(fn, x, weights, n_min=8) -> float:
 
 def run_point(mode, n, k, m, l2, deadline, rows, configs=None, group=""):
     """Time every arm at one point into `rows`. configs: the Triton configs to time (None: every
-    lane's sweep at M); the shipped table's pick is timed too (lane "table") when it has one."""
+    lane's sweep at M; "space": the family's whole valid space); the config the op would run (the
+    shipped table's pick, else the heuristic; lane "table", with its tier) is timed too."""
     fam_name, scale, out = MODES[mode]
     fam = families.get(fam_name)
     sig = fam.make_signature("scaled_mm", n, k, out, scale)
@@ -146,18 +160,20 @@ def run_point(mode, n, k, m, l2, deadline, rows, configs=None, group=""):
         if fam.dt == "fp8":
             y = fam.launch(fam.parse_config("torch"), sig, x, w, sx, sw)
             base_err = max(base_err, ((y.float() - ref).abs().max() / ref.abs().max()).item())
-    ids = configs if configs is not None else [c for lane in SWEEP for c in sweep_for(lane, m)]
+    if configs == "space":  # --exhaustive: every valid config of the family's space at this point
+        ids = [c.id for c in fam.candidates(sig, m, sm90)]
+    else:
+        ids = configs if configs is not None else [c for lane in SWEEP for c in sweep_for(lane, m)]
     for cid in ids:
         if fam.invalid_reason(fam.parse_config(cid), sig, m, sm90) is None:
             arms.append((lane_of(cid), cid))
-    picked = table_pick(fam, sig, m)
-    if picked is not None:
-        arms.append(("table", picked))
+    picked, tier = table_pick(fam, sig, m)
+    arms.append(("table", picked))
 
     def record(arm_kind, cid, us=None, status="ok"):
         rows.append({"group": group, "mode": mode, "N": n, "K": k, "M": m, "lane": arm_kind, "config": cid,
                      "status": status, "us": us, "tflops": (flops / (us * 1e-6) / 1e12) if us else None,
-                     "weight_mb": weight_bytes / 1e6})
+                     "weight_mb": weight_bytes / 1e6, **({"tier": tier} if arm_kind == "table" else {})})
 
     # bf16 cuBLAS on the same shape (weights rotate the same way, twice the bytes)
     xb = torch.randn((m, k), device=DEVICE, dtype=torch.bfloat16)
@@ -193,12 +209,15 @@ def warm(mode, ids=None):
     binaries every model shape uses."""
     fam_name, scale, out = MODES[mode]
     fam = families.get(fam_name)
-    sig = fam.make_signature("scaled_mm", 256, 1024, out, scale)
-    args, _ = fam.make_inputs(sig, 32, DEVICE, seed=0)
-    ids = ids if ids is not None else SWEEP["triton_mma"] + SWEEP["triton_tma"] + SWEEP["triton_splitk"]
+    sig = fam.make_signature("scaled_mm", 256, 4096, out, scale)
+    args = {m: fam.make_inputs(sig, m, DEVICE, seed=0)[0] for m in (16, 32)}  # decode: M <= 16
+    ids = ids if ids is not None else tuple(c for lane in SWEEP for c in SWEEP[lane])
+    sm90 = shipped_profile("sm90")
     for cid in ("heuristic",) + tuple(ids):
+        if fam.invalid_reason(fam.parse_config(cid), sig, 16 if cid.startswith("dk") else 32, sm90):
+            continue  # e.g. BK=256 slabs under block scales: never timed, so never compiled
         try:
-            fam.launch(fam.parse_config(cid), sig, *args)
+            fam.launch(fam.parse_config(cid), sig, *args[16 if cid.startswith("dk") else 32])
         except Exception:  # reported at its timed rows
             pass
     torch.cuda.synchronize()
@@ -215,11 +234,13 @@ def summarize(rows):
         ok = [r for r in rs if r["status"] == "ok"]
         get = lambda lane: min((r for r in ok if r["lane"] == lane), key=lambda r: r["us"], default=None)  # noqa: E731
         bf16, vendor, heur, tab = get("bf16"), get("torch"), get("heuristic"), get("table")
-        mma, tma, sk = get("triton_mma"), get("triton_tma"), get("triton_splitk")
-        tuned = min((r for r in (heur, mma, tma, sk, tab) if r), key=lambda r: r["us"], default=None)
-        sweep = min((r for r in (heur, mma, tma, sk) if r), key=lambda r: r["us"], default=None)
+        mma, tma, sk, dk = get("triton_mma"), get("triton_tma"), get("triton_splitk"), get("triton_decode")
+        ours_tab = tab if tab and tab["config"] != "torch" else None  # `ours`: no vendor arm
+        tuned = min((r for r in (heur, mma, tma, sk, dk, ours_tab) if r), key=lambda r: r["us"], default=None)
+        sweep = min((r for r in (heur, mma, tma, sk, dk) if r), key=lambda r: r["us"], default=None)
         ratio = lambda a, b: (a["us"] / b["us"]) if a and b else None  # noqa: E731
         wmb = rs[0].get("weight_mb")
+        hbm = lambda r: (100.0 * wmb * 1e6 / (r["us"] * 1e-6) / (HBM_TBS * 1e12)) if r and wmb else None  # noqa: E731
         table.append({
             "group": group, "mode": mode, "N": n, "K": k, "M": m, "weight_mb": wmb,
             "bf16_us": bf16 and bf16["us"], "vendor_us": vendor and vendor["us"], "heuristic_us": heur and heur["us"],
@@ -227,10 +248,13 @@ def summarize(rows):
             "mma_best": mma and mma["config"], "mma_us": mma and mma["us"],
             "tma_best": tma and tma["config"], "tma_us": tma and tma["us"],
             "splitk_best": sk and sk["config"], "splitk_us": sk and sk["us"],
+            "decode_best": dk and dk["config"], "decode_us": dk and dk["us"],
+            "table_tier": tab and tab.get("tier"), "table_hbm_pct": hbm(tab),
+            "table_vs_vendor": ratio(vendor, tab), "table_vs_bf16": ratio(bf16, tab),
             "sweep_best": sweep and sweep["config"], "sweep_us": sweep and sweep["us"],
             "triton_best": tuned and tuned["config"], "triton_us": tuned and tuned["us"],
             "triton_tflops": tuned and tuned["tflops"],
-            "hbm_pct": (100.0 * wmb * 1e6 / (tuned["us"] * 1e-6) / (HBM_TBS * 1e12)) if tuned and wmb else None,
+            "hbm_pct": hbm(tuned),
             "vs_vendor": ratio(vendor, tuned), "vs_bf16": ratio(bf16, tuned), "vs_heuristic": ratio(heur, tuned),
             "table_vs_sweep": ratio(tab, sweep), "heuristic_vs_table": ratio(heur, tab),
             "failed": [f"{r['config']}: {r['status']}" for r in rs if r["status"] not in ("ok",) and not r["status"].startswith("skipped")],
@@ -243,40 +267,55 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
+def _stats(values, spec=".2f"):
+    vals = [v for v in values if v]
+    if not vals:
+        return "-"
+    return f"geomean {format(geomean(vals), spec)} min {format(min(vals), spec)}"
+
+
 def goals(table):
-    """One line per goal of issue 20, from the --quick groups' rows: measured value vs target."""
+    """One line per goal of issue 20, judged on what a user runs: the table pick (resolved as the
+    op resolves it, `tier` says where from); the best of the in-run sweep in parentheses."""
     f = lambda v, spec=".2f": "-" if v is None else format(v, spec)  # noqa: E731
     by = lambda g: [t for t in table if t["group"] == g]  # noqa: E731
+    tiers = lambda ts: ",".join(sorted({str(t.get("table_tier")) for t in ts}))  # noqa: E731
     out = []
     big = by(QUICK[0][0])
     if big:
-        v, b = [t["vs_vendor"] for t in big], [t["vs_bf16"] for t in big]
-        out.append(f"fp8 row-wise M=2048, {len(big)} widths: vs torch._scaled_mm geomean {f(geomean(v))} "
-                   f"min {f(min((x for x in v if x), default=None))} (goal >= 0.97); vs bf16 cuBLAS geomean "
-                   f"{f(geomean(b))} min {f(min((x for x in b if x), default=None))} (goal >= 1.7)")
+        out.append(f"fp8 row-wise M=2048, {len(big)} widths (table tiers {tiers(big)}): table pick vs "
+                   f"torch._scaled_mm {_stats([t['table_vs_vendor'] for t in big])} (goal >= 0.97); vs bf16 "
+                   f"cuBLAS {_stats([t['table_vs_bf16'] for t in big])} (goal >= 1.7) [best of the sweep: vs "
+                   f"torch {_stats([t['vs_vendor'] for t in big])}, vs bf16 {_stats([t['vs_bf16'] for t in big])}]")
     small = by(QUICK[1][0])
     if small:
-        big_w = [t["hbm_pct"] for t in small if (t["weight_mb"] or 0) >= 16.0]
-        out.append(f"fp8 row-wise M<=16, {len(small)} points: vs torch._scaled_mm geomean "
-                   f"{f(geomean([t['vs_vendor'] for t in small]))} (goal >= 1.2); % of {HBM_TBS} TB/s at weights "
-                   f">= 16 MB: min {f(min((x for x in big_w if x), default=None), '.0f')} "
-                   f"(goal >= 80)")
+        big_w = lambda key: [t[key] for t in small if (t["weight_mb"] or 0) >= 16.0]  # noqa: E731
+        worst = lambda key: f(min((x for x in big_w(key) if x), default=None), ".0f")  # noqa: E731
+        out.append(f"fp8 row-wise M<=16, {len(small)} points (table tiers {tiers(small)}): table pick vs "
+                   f"torch._scaled_mm {_stats([t['table_vs_vendor'] for t in small])} (goal >= 1.2); % of "
+                   f"{HBM_TBS} TB/s at weights >= 16 MB: table pick min {worst('table_hbm_pct')} (goal >= 80) "
+                   f"[best of the sweep: vs torch {_stats([t['vs_vendor'] for t in small])}, % HBM min "
+                   f"{worst('hbm_pct')}]")
     blk = by(QUICK[2][0])
     if blk:
-        tv = [t["table_vs_sweep"] for t in blk]
+        tv = [t["table_vs_sweep"] for t in blk if t.get("table_tier") in ("user", "system")]
         has = [x for x in tv if x]
         out.append(f"fp8 block, {len(blk)} points: table pick / best of the sweep: worst "
-                   f"{f(max(has, default=None), '.3f')} over {len(has)} points with a table entry (goal <= 1.03); "
-                   f"heuristic / table pick geomean {f(geomean([t['heuristic_vs_table'] for t in blk]))}, "
-                   f"heuristic / best of the sweep geomean {f(geomean([t['vs_heuristic'] for t in blk]))} (goal >= 1.3)")
+                   f"{f(max(has, default=None), '.3f')} over {len(has)} points with a table entry, "
+                   f"{len(blk) - len(has)} without (goal <= 1.03 at every census point); "
+                   f"heuristic / table pick geomean {f(geomean([t['heuristic_vs_table'] for t in blk]))} "
+                   f"(goal >= 1.3) [heuristic / best of the sweep geomean "
+                   f"{f(geomean([t['vs_heuristic'] for t in blk]))}]")
     i8 = by("int8")
     if i8:
-        large = [t["vs_vendor"] for t in i8 if t["M"] > 16]
-        small8 = [t["vs_bf16"] for t in i8 if t["M"] <= 16]
+        large = [t for t in i8 if t["M"] > 16]
+        small8 = [t for t in i8 if t["M"] <= 16]
         wrong = sum(1 for t in i8 for x in t["failed"] if "bitwise" in x)
-        out.append(f"int8: vs _int_mm+epilogue (M=2048) min {f(min((x for x in large if x), default=None))} "
-                   f"(goal >= 0.97); M<=16 vs bf16 cuBLAS geomean {f(geomean(small8))} (goal >= 1.5); "
-                   f"arms not bitwise equal to the heuristic: {wrong} (goal 0)")
+        out.append(f"int8 (table tiers {tiers(i8)}): table pick vs _int_mm+epilogue (M=2048) "
+                   f"{_stats([t['table_vs_vendor'] for t in large])} (goal >= 0.97); M<=16 table pick vs bf16 "
+                   f"cuBLAS {_stats([t['table_vs_bf16'] for t in small8])} (goal >= 1.5) [best of the sweep "
+                   f"{_stats([t['vs_bf16'] for t in small8])}]; arms not bitwise equal to the heuristic: {wrong} "
+                   f"(goal 0)")
     return out
 
 
@@ -287,31 +326,41 @@ def markdown(table):
     for group, mode in groups:
         rows = [t for t in table if t["mode"] == mode and t["group"] == group]
         lines += [f"\n### {group or mode} ({mode})\n",
-                  "| N x K | M | bf16 us | vendor us | heuristic us | table pick (us) | best mma (us) | best split-K (us) "
-                  "| best TMA (us) | TFLOP/s | % HBM | vs vendor | vs bf16 | vs heuristic | table / sweep |",
-                  "|" + "---|" * 15]
+                  "| N x K | M | bf16 us | vendor us | heuristic us | table pick [tier] (us) | best mma (us) "
+                  "| best split-K (us) | best decode (us) | best TMA (us) | TFLOP/s | % HBM (table) | vs vendor (table) "
+                  "| vs bf16 (table) | vs heuristic | table / sweep |",
+                  "|" + "---|" * 16]
         for t in rows:
             lines.append(f"| {t['N']}x{t['K']} | {t['M']} | {f(t['bf16_us'])} | {f(t['vendor_us'])} | {f(t['heuristic_us'])} "
-                         f"| {t['table_pick'] or '-'} ({f(t['table_us'])}) "
+                         f"| {t['table_pick'] or '-'} [{t.get('table_tier') or '-'}] ({f(t['table_us'])}) "
                          f"| {t['mma_best'] or '-'} ({f(t['mma_us'])}) | {t['splitk_best'] or '-'} ({f(t['splitk_us'])}) "
+                         f"| {t.get('decode_best') or '-'} ({f(t.get('decode_us'))}) "
                          f"| {t['tma_best'] or '-'} ({f(t['tma_us'])}) "
-                         f"| {f(t['triton_tflops'])} | {f(t['hbm_pct'], '.0f')} | {f(t['vs_vendor'], '.2f')} "
-                         f"| {f(t['vs_bf16'], '.2f')} | {f(t['vs_heuristic'], '.2f')} | {f(t['table_vs_sweep'], '.3f')} |")
+                         f"| {f(t['triton_tflops'])} | {f(t['hbm_pct'], '.0f')} ({f(t.get('table_hbm_pct'), '.0f')}) "
+                         f"| {f(t['vs_vendor'], '.2f')} ({f(t.get('table_vs_vendor'), '.2f')}) "
+                         f"| {f(t['vs_bf16'], '.2f')} ({f(t.get('table_vs_bf16'), '.2f')}) "
+                         f"| {f(t['vs_heuristic'], '.2f')} | {f(t['table_vs_sweep'], '.3f')} |")
         for t in rows:
             if t["failed"]:
                 lines.append(f"\n{mode} {t['N']}x{t['K']} M={t['M']} failed: " + "; ".join(t["failed"]))
     return "\n".join(lines)
 
 
-def plan(quick):
-    """[(group, mode, N, K, M, configs)] and the configs to compile per mode."""
+def plan(quick, exhaustive=False):
+    """[(group, mode, N, K, M, configs)] and the configs to compile per mode. exhaustive: the
+    block-scaled group times the family's whole valid space at each point (configs "space")."""
     if quick:
-        points = [(g, mode, n, k, m, cfgs) for g, mode, shapes, ms, cfgs in QUICK for n, k in shapes for m in ms]
+        points = [(g, mode, n, k, m, "space" if exhaustive and mode == "fp8_block" else cfgs)
+                  for g, mode, shapes, ms, cfgs in QUICK for n, k in shapes for m in ms]
     else:
         points = [("", mode, n, k, m, None) for mode in MODES for n, k in SHAPES for m in MS]
     warm_ids: dict[str, list[str]] = {}
     for _g, mode, _n, _k, m, cfgs in points:
-        ids = cfgs if cfgs is not None else [c for lane in SWEEP for c in sweep_for(lane, m)]
+        if cfgs == "space":
+            fam = families.get(MODES[mode][0])
+            ids = [c.id for c in fam.config_space("sm90")]
+        else:
+            ids = cfgs if cfgs is not None else [c for lane in SWEEP for c in sweep_for(lane, m)]
         warm_ids.setdefault(mode, [])
         warm_ids[mode] += [c for c in ids if c not in warm_ids[mode]]
     return points, warm_ids
@@ -323,6 +372,9 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=180.0, help="cap on the Triton sweep's wall time")
     ap.add_argument("--quick", action="store_true",
                     help="the issue's goals only (see QUICK): about 3-4 minutes on the H200, compile included")
+    ap.add_argument("--exhaustive", action="store_true",
+                    help="with --quick: the block-scaled points time the family's whole valid space (the "
+                         "block goal's exhaustive side; ~190 configs compiled, several more minutes)")
     ap.add_argument("--modes", default=",".join(MODES))
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -332,7 +384,7 @@ def main() -> int:
     bad = [m for m in modes if m not in MODES]
     if bad:
         ap.error(f"unknown mode(s) {bad}; modes: {', '.join(MODES)}")
-    points, warm_ids = plan(args.quick)
+    points, warm_ids = plan(args.quick, args.exhaustive)
     points = [p for p in points if p[1] in modes]
     l2 = torch.cuda.get_device_properties(0).L2_cache_size or shipped_profile("sm90").l2_bytes
     t0 = time.monotonic()

@@ -59,6 +59,24 @@ def graph_ms(model, ids, replays: int = 15) -> tuple[float, torch.Tensor]:
     return statistics.median(times), result
 
 
+def served_configs(model) -> list[str]:
+    """What each quantized signature runs at each case's M, resolved as the op resolves it (the
+    shipped table, or the heuristic where it has no entry)."""
+    from tunedb.families.scaled_mm import ops
+    from tunedb.runtime import selector
+
+    lines = []
+    sigs = {}
+    for mod in model.modules():
+        if type(mod).__name__ == "QuantizedLinear":
+            sigs.setdefault(mod.signature(), mod.family)
+    for sig, family in sigs.items():
+        for m in sorted({b * length for _, b, length in CASES}):
+            lines.append(f"{sig.format()} M={m}: {ops.chosen(family, sig, m).id} "
+                         f"[{selector.peek(family, sig, m).tier}]")
+    return lines
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm()).item()
 
@@ -119,12 +137,15 @@ def main() -> int:
     gm = math.exp(sum(map(math.log, sp)) / len(sp)) if sp else None
     goal = (f"tunedb / torchao: geomean {f(gm, '.2f')} (goal >= 1.1), min {f(min(sp) if sp else None, '.2f')} "
             f"(goal >= 0.99) over {len(sp)} of {len(rows)} cases")
+    served = served_configs(ours)
+    print("\nserved (signature, M: config [tier]):\n" + "\n".join(f"- {line}" for line in served))
     report = tunedb.tuning_report()
     print(f"\n{goal}\n\n{report}")
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "torchao": __import__("torchao").__version__, "wall_s": round(time.monotonic() - t0, 1),
            "command": " ".join(sys.argv)}
-    Path(args.out).write_text(json.dumps({"env": env, "rows": rows, "goal": goal, "report": report}, indent=1))
+    Path(args.out).write_text(json.dumps({"env": env, "rows": rows, "goal": goal, "report": report,
+                                          "served": served}, indent=1))
     return 0
 
 

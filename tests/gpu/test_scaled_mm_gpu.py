@@ -16,10 +16,13 @@ SM90 = shipped_profile("sm90")
 INT8, FP8 = families.get("scaled_mm"), families.get("scaled_mm_fp8")
 TRITON_IDS = ("b16x64x128_w4_s4_g8", "b64x128x128_w4_s3_g8", "b128x128x64_w8_s4_g8", "b128x256x128_w8_s3_g8",
               "b32x64x64_w4_s3_g8", "sk2_b16x64x128_w4_s3", "sk4_b32x128x128_w4_s4", "sk8_b64x64x128_w4_s3",
-              "tma_b128x256x128_w8_s3_g8", "tma_b64x128x128_w4_s4_g8", "tma_b128x128x64_w4_s4_g8")
+              "tma_b128x256x128_w8_s3_g8", "tma_b64x128x128_w4_s4_g8", "tma_b128x128x64_w4_s4_g8",
+              # the decode lane (M <= 16 only: arms_for drops it elsewhere)
+              "dk1_n32x256_w4_s6_pdl", "dk4_n64x128_w4_s4", "dk8_n32x128_w4_s6_pdl", "dk32_n128x128_w8_s4")
 ARMS = TRITON_IDS + ("heuristic", "torch")
 # the _quant ops share the GEMM kernels (into fp32) and add the row quantizer: one config per lane
-QUANT_ARMS = ("heuristic", "torch", "b64x128x128_w4_s3_g8", "sk4_b32x128x128_w4_s4", "tma_b64x128x128_w4_s4_g8")
+QUANT_ARMS = ("heuristic", "torch", "b64x128x128_w4_s3_g8", "sk4_b32x128x128_w4_s4", "tma_b64x128x128_w4_s4_g8",
+              "dk8_n32x128_w4_s6_pdl")
 # (M, N, K): odd (N=80, K=200: no 16-alignment, a partial 128 block), decode, prefill, deep K
 SHAPES = [(1, 80, 200), (17, 80, 200), (333, 136, 520), (70, 80, 272), (1, 4096, 4096), (16, 6144, 4096), (17, 4096, 4096),
           (100, 4096, 14336), (1024, 28672, 4096), (2048, 4096, 4096)]
@@ -205,3 +208,30 @@ def test_the_build_gate_verifies_quant_arms(fam_name, scale):
     assert res.pop("rolled").status.name == "INCORRECT"
     bad = {cid: r for cid, r in res.items() if not r.status.ok}
     assert not bad, bad
+
+
+@pytest.mark.parametrize("cid", ["dk8_n32x128_w4_s6_pdl", "dk32_n128x128_w8_s4", "dk1_n32x256_w4_s6_pdl"])
+@pytest.mark.parametrize("m", [1, 16])
+def test_decode_lane_back_to_back_in_a_graph(cid, m):
+    """Back-to-back decode calls (PDL lets each start while the previous drains; every call shares
+    the launcher's workspace and counters) inside one captured graph: each output bitwise equal to
+    its own eager result, so the counters are reset before the next call reads them."""
+    sig = INT8.make_signature("scaled_mm", 4096, 4096, "bf16")
+    inputs = [INT8.make_inputs(sig, m, "cuda", seed=10 + i)[0] for i in range(4)]
+    want = [int8_expected(sig, a) for a in inputs]
+    run = INT8.launcher(INT8.parse_config(cid), sig)
+    for a in inputs:
+        run(*a, None)  # compile and allocate outside the capture
+    outs = [torch.full((m, 4096), float("nan"), dtype=torch.bfloat16, device="cuda") for _ in inputs]
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for a, o in zip(inputs, outs):
+            run(*a, o)
+    for _ in range(3):
+        for o in outs:
+            o.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        for i, (o, w) in enumerate(zip(outs, want)):
+            assert torch.equal(o, w), f"{cid} M={m} call {i}: not bitwise equal after a replay"

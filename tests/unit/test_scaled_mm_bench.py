@@ -34,7 +34,13 @@ def test_quick_plan_covers_the_goals(bench):
     # block: the full sweep at each M (the exhaustive side of the goal)
     assert all(p[5] is None and p[1] == "fp8_block" for p in points if p[0] == "fp8 block-scaled")
     assert len(warm["fp8_block"]) == len(set(warm["fp8_block"])) >= 20
-    assert sum(len(v) for v in warm.values()) <= 60  # the compile budget of --quick
+    assert sum(len(v) for v in warm.values()) <= 90  # the compile budget of --quick
+    # every census point of the shipped block table, the LM head included; decode configs at M <= 16
+    blk = {(n, k, m) for g, mode, n, k, m, _ in points if g == "fp8 block-scaled"}
+    assert {(4096, 4096, 1), (1024, 4096, 16), (4096, 14336, 2048), (128256, 4096, 1)} <= blk
+    assert any(c.startswith("dk") for c in warm["fp8_row"]) and bench.sweep_for("triton_decode", 17) == ()
+    ex, _ = bench.plan(quick=True, exhaustive=True)
+    assert all(p[5] == "space" for p in ex if p[1] == "fp8_block")
     full, _ = bench.plan(quick=False)
     assert len(full) == len(bench.MODES) * len(bench.SHAPES) * len(bench.MS)
 
@@ -55,7 +61,10 @@ def test_summary_and_goal_lines(bench):
         row(g1, "fp8_row", 4096, 4096, 1, "triton_splitk", "sk4_b16x64x128_w4_s4", 5.0, wmb=16.8),
         row(g2, "fp8_block", 4096, 4096, 16, "heuristic", "heuristic", 13.0),
         row(g2, "fp8_block", 4096, 4096, 16, "triton_splitk", "sk4_b16x64x128_w4_s4", 10.0),
-        row(g2, "fp8_block", 4096, 4096, 16, "table", "sk2_b16x64x128_w4_s4", 10.2),
+        dict(row(g2, "fp8_block", 4096, 4096, 16, "table", "sk2_b16x64x128_w4_s4", 10.2), tier="system"),
+        dict(row(g0, "fp8_row", 4096, 4096, 2048, "table", "torch", 20.0), tier="system"),
+        dict(row(g1, "fp8_row", 4096, 4096, 1, "table", "dk1_n32x256_w4_s6_pdl", 8.0), tier="system"),
+        row(g1, "fp8_row", 4096, 4096, 1, "triton_decode", "dk1_n32x256_w4_s6_pdl", 8.0),
         row("int8", "int8", 4096, 4096, 1, "bf16", "F.linear", 15.0),
         row("int8", "int8", 4096, 4096, 1, "heuristic", "heuristic", 10.0),
         row("int8", "int8", 4096, 4096, 1, "triton_splitk", "sk2_b16x64x128_w4_s4", None,
@@ -65,13 +74,18 @@ def test_summary_and_goal_lines(bench):
     big = table[(g0, 2048)]
     assert big["triton_best"] == "tma_b128x256x128_w8_s3_g8"
     assert big["vs_vendor"] == pytest.approx(20 / 21) and big["vs_bf16"] == pytest.approx(40 / 21)
+    assert big["table_vs_vendor"] == pytest.approx(1.0) and big["table_vs_bf16"] == pytest.approx(2.0)
     small = table[(g1, 1)]
     assert small["hbm_pct"] == pytest.approx(100 * 16.8e6 / 5e-6 / 4.3e12)
+    assert small["table_hbm_pct"] == pytest.approx(100 * 16.8e6 / 8e-6 / 4.3e12)
+    assert small["decode_best"] == "dk1_n32x256_w4_s6_pdl" and small["table_vs_vendor"] == pytest.approx(10 / 8)
     blk = table[(g2, 16)]
     assert blk["table_vs_sweep"] == pytest.approx(1.02) and blk["heuristic_vs_table"] == pytest.approx(13 / 10.2)
     lines = bench.goals(list(table.values()))
     assert len(lines) == 4
-    assert "vs torch._scaled_mm geomean 0.95" in lines[0] and "vs bf16 cuBLAS geomean 1.90" in lines[0]
-    assert "worst 1.020 over 1 points" in lines[2]
+    assert "table pick vs torch._scaled_mm geomean 1.00" in lines[0] and "vs bf16 cuBLAS geomean 2.00" in lines[0]
+    assert "vs torch geomean 0.95" in lines[0] and "(table tiers system)" in lines[0]
+    assert "table pick min 49 (goal >= 80)" in lines[1] and "% HBM min 78" in lines[1]
+    assert "worst 1.020 over 1 points with a table entry, 0 without" in lines[2]
     assert "not bitwise equal to the heuristic: 1" in lines[3]
     assert "sk2_b16x64x128_w4_s4: incorrect" in bench.markdown(list(table.values()))

@@ -172,6 +172,7 @@ def test_simplicity_orders_heuristic_first():
     ranks = [simplicity(c) for c in ("heuristic", "torch", "b64x64x128_w4_s4_g8", "sk2_b16x64x128_w4_s3")]
     assert ranks == sorted(ranks) and len(set(ranks)) == 4
     assert simplicity("tma_b128x128x128_w8_s3_g8") == simplicity("b128x128x128_w8_s3_g8")
+    assert simplicity("dk1_n32x256_w4_s6") == 2 and simplicity("dk1_n32x256_w4_s6_pdl") == simplicity("dk4_n32x128_w4_s4") == 3
 
 
 def test_import_touches_no_torch():

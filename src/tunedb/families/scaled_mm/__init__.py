@@ -6,7 +6,8 @@ grammar and launch path; they differ in signatures, scale modes, the vendor arm 
 numerical gate (int8: exact bits; fp8: tolerance). See docs/scaled_mm.md.
 
 Lanes: triton_mma (data-parallel tl.dot tiles, scales in the epilogue or per K block),
-triton_splitk (deep K, fixed-order reduction), torch (torch._int_mm + epilogue / torch._scaled_mm).
+triton_tma (sm90 tensor descriptors, persistent), triton_splitk (deep K, fixed-order reduction),
+triton_decode (M <= 16: one weight-streaming kernel, split-K reduced inside it, optional PDL), torch (torch._int_mm + epilogue / torch._scaled_mm).
 The untuned choice is the `heuristic` sentinel (configs.heuristic_config). Importing this
 package touches neither torch nor triton.
 """
@@ -203,11 +204,14 @@ class ScaledMMFamily(ConfigMethods):
 
 
 def simplicity(config_id: str) -> int:
-    """Lower is simpler: the heuristic, then the vendor arm, then data-parallel tiles, then split-K."""
+    """Lower is simpler: the heuristic, then the vendor arm, then data-parallel tiles (an unsplit
+    decode config without PDL among them), then split-K, a split or PDL decode config."""
     if config_id in ("heuristic", "default"):
         return 0
     if config_id == "torch":
         return 1
+    if config_id.startswith("dk"):
+        return 2 if config_id.startswith("dk1_") and not config_id.endswith("_pdl") else 3
     return 3 if config_id.startswith("sk") else 2
 
 

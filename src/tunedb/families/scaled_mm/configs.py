@@ -8,6 +8,11 @@ Config ids (format(parse(id)) == id, the GEMM family's grammar):
     triton_mma     b{BM}x{BN}x{BK}_w{W}_s{S}_g{G}     b128x128x128_w8_s3_g8
     triton_tma     tma_b{BM}x{BN}x{BK}_w{W}_s{S}_g{G} tma_b128x256x128_w8_s3_g8
     triton_splitk  sk{SPLIT}_b{BM}x{BN}x{BK}_w{W}_s{S}  sk4_b16x64x128_w4_s4
+    triton_decode  dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_pdl]  dk8_n32x256_w4_s4, dk16_n64x128_w4_s6_pdl
+The decode lane (M <= 16: a weight stream) is one kernel with its split-K reduced inside it by
+the last-arriving CTA of each N slab, in split order (int32 partials for int8: exact); `_pdl`
+launches it with programmatic dependent launch (its first weight tile loads while the previous
+kernel drains; sm90+, Triton 3.4+).
 Sentinels: `heuristic` (the family's untuned choice: a shape rule, resolved per M; `default`
 is accepted as its alias) and `torch` (torch._int_mm + a scale epilogue for int8,
 torch._scaled_mm for fp8 per-tensor and row-wise).
@@ -25,7 +30,7 @@ INT8_FAMILY = "scaled_mm"
 FP8_FAMILY = "scaled_mm_fp8"
 FAMILIES = (INT8_FAMILY, FP8_FAMILY)
 OPS: tuple[str, ...] = ("scaled_mm", "scaled_mm_quant")
-TRITON_LANES: tuple[str, ...] = ("triton_mma", "triton_tma", "triton_splitk")
+TRITON_LANES: tuple[str, ...] = ("triton_mma", "triton_tma", "triton_splitk", "triton_decode")
 VENDOR_LANES: tuple[str, ...] = ("torch",)
 LANES: tuple[str, ...] = TRITON_LANES + VENDOR_LANES
 FAMILY_SENTINELS: tuple[str, ...] = ("heuristic", "torch")
@@ -51,6 +56,11 @@ _BLOCKS_K = (32, 64, 128, 256)  # 8-bit MMA consumes K in steps of 32
 _WARPS = (2, 4, 8)
 _SPLITS = (2, 3, 4, 8, 16)
 _ID = re.compile(r"^(?:(?P<tma>tma_)|sk(?P<split>\d+)_)?b(?P<bm>\d+)x(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?:_g(?P<g>\d+))?$")
+DECODE_MAX_M = 16  # the decode lane's x rides in one 16-row tensor-core tile
+_DECODE_BN = (16, 32, 64, 128)
+_DECODE_BK = (64, 128, 256, 512)
+_DECODE_SPLITS = (1, 2, 4, 8, 16, 32)
+_DK_ID = re.compile(r"^dk(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<pdl>_pdl)?$")
 _SMEM_BY_ARCH = {"sm80": 166912, "sm86": 101376, "sm89": 101376, "sm90": 232448, "sm100": 232448,
                  "sm120": 101376}
 
@@ -63,9 +73,27 @@ def capability(arch_family: str) -> int:
     return int(m.group(1))
 
 
+def make_decode(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, pdl: bool = False) -> Config:
+    """A triton_decode config (M <= 16; block (16, BN, BK)); ConfigError naming the bad value."""
+    for name, v, allowed in (("BN", bn, _DECODE_BN), ("BK", bk, _DECODE_BK), ("warps", warps, _WARPS)):
+        if v not in allowed:
+            raise ConfigError(f"triton_decode config: {name}={v} not allowed; use one of {allowed}")
+    if not 1 <= split_k <= 32:
+        raise ConfigError(f"triton_decode config: split_k={split_k} not allowed; use 1..32")
+    if not 1 <= stages <= 8:
+        raise ConfigError(f"triton_decode config: stages={stages} not allowed; use 1..8")
+    cid = f"dk{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_pdl" if pdl else "")
+    return Config(cid, "triton_decode", (("block", (DECODE_MAX_M, bn, bk)), ("warps", warps), ("stages", stages),
+                                         ("group_m", 1), ("split_k", split_k), ("pdl", bool(pdl))))
+
+
 def make(lane: str, bm: int, bn: int, bk: int, warps: int, stages: int, group_m: int = 8,
          split_k: int = 1) -> Config:
     what = f"{lane} config"
+    if lane == "triton_decode":
+        if bm != DECODE_MAX_M or group_m != 1:
+            raise ConfigError(f"{what}: BM must be {DECODE_MAX_M} and group_m 1 (got {bm}, {group_m})")
+        return make_decode(bn, bk, warps, stages, split_k)
     if lane not in TRITON_LANES:
         raise ConfigError(f"unknown scaled_mm lane {lane!r}; Triton lanes are {', '.join(TRITON_LANES)}")
     for name, v, allowed in (("BM", bm, _BLOCKS_M), ("BN", bn, _BLOCKS_N), ("BK", bk, _BLOCKS_K),
@@ -96,10 +124,16 @@ def parse(config_id: str) -> Config:
             raise ConfigError(f"the scaled_mm families have no {config_id!r} arm; "
                               f"sentinels: {', '.join(FAMILY_SENTINELS)}")
         return Config.sentinel(config_id)
+    d = _DK_ID.match(config_id)
+    if d:
+        cfg = make_decode(int(d["bn"]), int(d["bk"]), int(d["w"]), int(d["s"]), int(d["split"]), bool(d["pdl"]))
+        if cfg.id != config_id:
+            raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
+        return cfg
     m = _ID.match(config_id)
     if not m:
         raise ConfigError(f"bad scaled_mm config id {config_id!r}: expected b128x128x128_w8_s3_g8, "
-                          f"sk4_b16x64x128_w4_s4 or a sentinel ({', '.join(FAMILY_SENTINELS)})")
+                          f"sk4_b16x64x128_w4_s4, dk8_n32x256_w4_s4[_pdl] or a sentinel ({', '.join(FAMILY_SENTINELS)})")
     nums = {k: int(v) for k, v in m.groupdict().items() if v is not None and k != "tma"}
     if "split" in nums:
         if "g" in nums:
@@ -139,6 +173,23 @@ def full_grid() -> tuple[Config, ...]:
             for bn in (64, 128):
                 for s in (3, 4):
                     out.append(make("triton_splitk", bm, bn, 128, 4, s, 1, split))
+    return tuple(out) + decode_grid()
+
+
+# The decode lane's slabs (BN x BK bytes of weight per stage): narrow N tiles so that enough CTAs
+# stream at once, K blocks of 128 (the only ones block scales allow) to 512; 8 warps on the widest.
+_DECODE_SLABS = ((32, 128), (64, 128), (128, 128), (32, 256), (64, 256), (32, 512))
+
+
+def decode_grid() -> tuple[Config, ...]:
+    """The triton_decode space: every slab x split 1..32 x 4 or 6 stages, each with and without
+    PDL (the pruning model ranks them; the predicate drops splits beyond K's tiles)."""
+    out = []
+    for bn, bk in _DECODE_SLABS:
+        for split in _DECODE_SPLITS:
+            for stages in (4, 6):
+                for pdl in (False, True):
+                    out.append(make_decode(bn, bk, 8 if bn >= 128 else 4, stages, split, pdl))
     return tuple(out)
 
 
@@ -212,12 +263,35 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
             return f"triton_tma needs sm90+ tensor descriptors ({arch.arch_family})"
         if k % TMA_ALIGN:
             return f"triton_tma needs K a multiple of {TMA_ALIGN} (16-byte operand rows), K={k}"
+    if cfg.lane == "triton_decode":
+        return decode_reason(cfg, k, m, cap)
     if cfg.lane == "triton_splitk":
         split, k_tiles = cfg.param("split_k"), -(-k // bk)
         if split > k_tiles:
             return f"split_k={split} > {k_tiles} K tiles of {bk}"
         if -(-k_tiles // split) * (split - 1) >= k_tiles:
             return f"split_k={split} over {k_tiles} K tiles leaves a split without work"
+    return None
+
+
+def decode_reason(cfg: Config, k: int, m: int | None, cap: int) -> str | None:
+    """The decode lane's part of the predicate: M <= 16 only (so not for every M), at least one K
+    tile per split, and PDL on sm90+ with a Triton that has it."""
+    if m is None:
+        return f"triton_decode serves M <= {DECODE_MAX_M} only, so not every M"
+    if m > DECODE_MAX_M:
+        return f"triton_decode serves M <= {DECODE_MAX_M}, not M={m}"
+    _, _, bk = blocks(cfg)
+    split, k_tiles = cfg.param("split_k"), -(-k // bk)
+    if split > k_tiles:
+        return f"split_k={split} > {k_tiles} K tiles of {bk}"
+    if cfg.param("pdl"):
+        if cap < 90:
+            return f"programmatic dependent launch (_pdl) needs sm90+, not sm{cap}"
+        from tunedb.families.gemm.configs_decode import pdl_supported
+
+        if not pdl_supported():
+            return "this Triton has no gdc_wait / launch_pdl (programmatic dependent launch needs 3.4+)"
     return None
 
 

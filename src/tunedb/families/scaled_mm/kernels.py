@@ -1,5 +1,6 @@
 """The quantized GEMM's Triton kernels (no torch import): one tile kernel for both lanes, the
-split-K reduction, and the row quantizer of the `_quant` op.
+split-K reduction, the decode lane's weight-streaming kernel, and the row quantizer of the
+`_quant` op.
 
 Scale modes (SCALE): 0 per-tensor, 1 per-row (x per token [M], W per output channel [N]),
 2 blocks (x [M, ceil(K/128)], W [ceil(N/128), ceil(K/128)], row-major). Modes 0 and 1 scale
@@ -15,6 +16,11 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+try:  # tl.extra.cuda.gdc_*: Triton 3.4+ (the validity predicate refuses _pdl configs elsewhere)
+    import triton.language.extra.cuda  # noqa: F401
+except ImportError:
+    pass
 
 from tunedb.families.gemm.kernels_common import tile_coords
 
@@ -179,3 +185,88 @@ def scaled_mm_tma_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, M, N, K,
         acc = apply_scales(acc, sx_ptr, sw_ptr, rows_in, cols_in, SCALE)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         tl.store(y_ptr + rows.to(tl.int64)[:, None] * N + cols[None, :], acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _decode_step(acc, x, w, sx_row, sw_col, kt, BK: tl.constexpr, SCALE: tl.constexpr, INT: tl.constexpr,
+                 FIRST: tl.constexpr):
+    """acc plus one K tile's product, promoted as scaled_mm_kernel does (int32 exact; fp8 a fresh
+    dot per tile; block scales per tile)."""
+    if SCALE == 2:
+        kb = (kt * BK) // 128
+        part = tl.dot(x, w) * tl.load(sx_row + kb)[:, None] * tl.load(sw_col + kb)[None, :]
+    elif INT:
+        part = tl.dot(x, w, out_dtype=tl.int32)
+    else:
+        part = tl.dot(x, w)
+    if FIRST:
+        return part
+    return acc + part
+
+
+@triton.jit(do_not_specialize=("M",))
+def scaled_mm_decode_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, ws_ptr, cnt_ptr, M, N, K,
+                            SCALE: tl.constexpr, INT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                            SPLIT: tl.constexpr, PDL: tl.constexpr):
+    """The triton_decode lane, M <= 16: y[M, N] = scaled(x[M, K] @ w[N, K]^T) as one weight stream.
+
+    Grid (cdiv(N, BN), SPLIT): each CTA reads a BN-row slab of W over a contiguous run of K tiles
+    (runs differ by at most one tile); x's rows (wrapped past M: no row mask, the loads stay
+    16-byte vectors) ride in one 16-row tile reread from L2. With SPLIT > 1 each split stores its
+    raw partial (int32 for int8, fp32 otherwise; block scales already applied) in
+    ws[slab, split, 16, BN]; an acq_rel counter per slab finds the last split to arrive, which sums
+    the partials in split order 0..SPLIT-1 (the same bits whichever CTA is last; int32 exactly),
+    applies the epilogue, stores y and resets the counter (left zero for the next call). With PDL
+    the first W tile is loaded before gdc_wait: x and its scales (the previous kernel's output)
+    are read, and everything is written, only after it."""
+    BM: tl.constexpr = 16
+    pid_n = tl.program_id(0)
+    split = tl.program_id(1)
+    cols = pid_n * BN + tl.arange(0, BN)
+    cols_in = (cols % N).to(tl.int64)
+    rows = tl.arange(0, BM)
+    rows_in = (rows % M).to(tl.int64)
+    offs_k = tl.arange(0, BK)
+    k_tiles = tl.cdiv(K, BK)
+    kt_lo = split * k_tiles // SPLIT
+    kt_hi = (split + 1) * k_tiles // SPLIT
+    ZERO: tl.constexpr = 0 if INT else 0.0
+    w_ptrs = w_ptr + cols_in[None, :] * K + (kt_lo * BK + offs_k)[:, None]
+    x_ptrs = x_ptr + rows_in[:, None] * K + (kt_lo * BK + offs_k)[None, :]
+    k_blocks = tl.cdiv(K, 128)
+    sx_row = sx_ptr + rows_in * k_blocks
+    sw_col = sw_ptr + (cols_in // 128) * k_blocks
+    k_left = K - kt_lo * BK
+    w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=ZERO)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    x = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=ZERO)
+    acc = _decode_step(0, x, w, sx_row, sw_col, kt_lo, BK, SCALE, INT, True)
+    for kt in range(kt_lo + 1, kt_hi):
+        w_ptrs += BK
+        x_ptrs += BK
+        k_left = K - kt * BK
+        w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=ZERO)
+        x = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=ZERO)
+        acc = _decode_step(acc, x, w, sx_row, sw_col, kt, BK, SCALE, INT, False)
+    out_mask = (rows[:, None] < M) & (cols[None, :] < N)
+    y_ptrs = y_ptr + rows[:, None] * N + cols[None, :]
+    if SPLIT == 1:
+        acc = apply_scales(acc, sx_ptr, sw_ptr, rows_in, cols_in, SCALE)
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        tile = rows[:, None] * BN + tl.arange(0, BN)[None, :]
+        live = (rows[:, None] < M) & (tile >= 0)  # only the M real rows travel through L2
+        tl.store(ws_ptr + (pid_n.to(tl.int64) * SPLIT + split) * (BM * BN) + tile, acc, mask=live)
+        tl.debug_barrier()  # every thread's partial is issued before the counter releases it
+        arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
+        if arrived == SPLIT - 1:
+            tl.debug_barrier()
+            first = ws_ptr + pid_n.to(tl.int64) * SPLIT * (BM * BN)
+            total = tl.zeros((BM, BN), dtype=ws_ptr.dtype.element_ty)
+            for s in tl.static_range(SPLIT):
+                total += tl.load(first + s * (BM * BN) + tile, mask=live, other=0, cache_modifier=".cg")
+            tl.atomic_xchg(cnt_ptr + pid_n, 0)
+            total = apply_scales(total, sx_ptr, sw_ptr, rows_in, cols_in, SCALE)
+            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_mask)

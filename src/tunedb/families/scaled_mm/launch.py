@@ -3,7 +3,9 @@
 `run(x, weight, x_scale, w_scale, out=None)` returns y [..., N] for op=scaled_mm and (q [..., N],
 s [..., 1]) for op=scaled_mm_quant (`out`: y, or q, or the (q, s) pair, written in place). The `_quant` op runs the scaled GEMM into an fp32 buffer and
 quantizes it per row (row_quant_kernel): a row's scale needs the whole row, which spans tiles.
-The `heuristic` sentinel picks its tile per M (configs.heuristic_config), memoised.
+The `heuristic` sentinel picks its tile per M (configs.heuristic_config), memoised. A decode-lane
+closure allocates its split-K workspace and counters once per device (the kernel leaves the
+counters zero), so one closure serves one stream at a time, as the GEMM family's decode lane.
 An inherently torch module (imported lazily by the family).
 """
 from __future__ import annotations
@@ -95,8 +97,8 @@ def quant_out(out: Any, x: Any, n: int, q_dtype: Any) -> tuple[Any, Any]:
 
 
 def _triton(config: Config, sig: Signature) -> Launcher:
-    from tunedb.families.scaled_mm.kernels import (row_quant_kernel, scaled_mm_kernel, scaled_mm_reduce_kernel,
-                                                   scaled_mm_tma_kernel)
+    from tunedb.families.scaled_mm.kernels import (row_quant_kernel, scaled_mm_decode_kernel, scaled_mm_kernel,
+                                                   scaled_mm_reduce_kernel, scaled_mm_tma_kernel)
 
     n, k = sig.get("N"), sig.get("K")
     bm, bn, bk = configs.blocks(config)
@@ -116,6 +118,15 @@ def _triton(config: Config, sig: Signature) -> Launcher:
         scratch = _scratch_allocator()  # Triton's allocator for the device-side descriptors
     kw = dict(SCALE=scale, INT=is_int, BM=bm, BN=bn, BK=bk, GROUP_M=group_m, SPLIT=split,
               num_warps=config.param("warps"), num_stages=config.param("stages"))
+    decode = config.lane == "triton_decode"
+    if decode:
+        pdl = bool(config.param("pdl")) and not _interpreting()  # the interpreter has no PDL
+        dkw = dict(SCALE=scale, INT=is_int, BN=bn, BK=bk, SPLIT=split, PDL=pdl,
+                   num_warps=kw["num_warps"], num_stages=kw["num_stages"], **({"launch_pdl": True} if pdl else {}))
+        slabs = -(-n // bn)
+        if split > -(-k // bk):  # a split without a K tile would count its neighbour's (the predicate)
+            raise ValueError(f"{config.id} cannot serve K={k}: split_k={split} > {-(-k // bk)} K tiles of {bk}")
+        scratch_bufs: dict[Any, tuple[Any, Any]] = {}  # per device: workspace, counters (left zero)
 
     def run(x, weight, x_scale, w_scale, out=None):
         if x.dtype != operand or weight.dtype != operand:
@@ -133,7 +144,17 @@ def _triton(config: Config, sig: Signature) -> Launcher:
             y = out
         else:
             y = torch.empty((*x.shape[:-1], n), dtype=y_dtype, device=x.device)
-        if m:
+        if m and decode:
+            if m > configs.DECODE_MAX_M:  # the predicate refuses it; so does the launch
+                raise ValueError(f"{config.id} (triton_decode) serves M <= {configs.DECODE_MAX_M}, got M={m}")
+            bufs = scratch_bufs.get(x.device)
+            if bufs is None:
+                bufs = scratch_bufs[x.device] = (
+                    torch.zeros(slabs * split * configs.DECODE_MAX_M * bn if split > 1 else 1, dtype=ws_dtype,
+                                device=x.device),
+                    torch.zeros(slabs, dtype=torch.int32, device=x.device))
+            scaled_mm_decode_kernel[(slabs, split)](x2, w, y, sx, sw, bufs[0], bufs[1], m, n, k, **dkw)
+        elif m:
             tiles = -(-m // bm) * -(-n // bn)
             if tma:
                 if x2.data_ptr() % 16:
@@ -162,6 +183,12 @@ def _triton(config: Config, sig: Signature) -> Launcher:
         return out if isinstance(out, (tuple, list)) else (q, s)
 
     return run
+
+
+def _interpreting() -> bool:
+    from tunedb.families.gemm.launch import _interpreting as interpreting
+
+    return interpreting()
 
 
 def quantize_rows(x2: Any, out_name: str) -> tuple[Any, Any]:

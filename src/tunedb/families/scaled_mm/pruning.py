@@ -3,9 +3,11 @@ measures at a point when it cannot afford all ~118 (issue 20's device budget; vL
 per shape offline, which is what a table saves a user from, not what a build can repeat per point).
 
 A structural time estimate, not a fitted one: waves of CTAs x each CTA's K loop at a throughput
-that grows with the tile's arithmetic intensity, against a memory floor (weight once, the
-activation once per column of tiles, split-K's fp32/int32 partials written and read back), plus
-a second launch for split-K. rank() keeps the k predicted-fastest, and at least the best of each
+that grows with the tile's arithmetic intensity, against a memory floor: the weight streamed
+(bytes in flight per CTA and CTAs per SM bound the rate, Little's law: what decides an M <= 16
+call), the activation once per column of tiles and split-K's int32/fp32 partials from L2; plus
+the launch and the stream's ramp, a second launch for the split-K lane, the in-kernel reduction's
+tail for the decode lane, less the ramp PDL hides. rank() keeps the k predicted-fastest, and at least the best of each
 lane, so a wrong guess about one lane never removes it from the measurement. pick() answers
 nothing: an unmeasured shape keeps the `heuristic` sentinel (the family's stated untuned rule),
 so the model only prunes, it never serves.
@@ -18,14 +20,45 @@ from typing import Sequence
 from tunedb.families.scaled_mm import configs
 from tunedb.records import ArchProfile, Config, Signature
 
-_SPLIT_LAUNCH_MS = 0.004  # the reduction kernel's launch inside a graph
+_SPLIT_LAUNCH_MS = 0.004  # the split-K lane's reduction kernel: its launch inside a graph and its run
 _REF_INTENSITY = 128 * 256 / (128 + 256)  # the largest tile's: full throughput
+# The weight stream (what an M <= 16 call is): each CTA keeps (stages - 1) weight tiles in flight,
+# so it streams at (stages - 1) * BN * BK bytes per loaded-HBM latency (Little's law); an SM runs
+# as many CTAs at once as its shared memory, registers and warp slots allow, and the busiest SM
+# (the grid's tail) or the HBM's achievable rate sets the time. Calibrated roughly on the H200's
+# fp8 M <= 16 sweep (session 10 C: b16x64 data-parallel tiles 14 us at 4096x4096, two CTAs per SM;
+# split-K 128-column tiles 10 us with their reduction kernel).
+_LATENCY_S = 1.1e-6
+_HBM_EFF = 0.9  # the share of the profile's copy bandwidth a long weight stream reaches
+_RAMP_S = 2.0e-6  # a stream's ramp-up and drain, beyond the launch
+_PDL_SAVES_S = 1.0e-6  # PDL overlaps the ramp with the previous kernel's drain
+_DECODE_REDUCE_S = 1.0e-6  # the last split's store -> counter -> partial loads, per N slab
+_REGS_PER_THREAD = 96  # a decode/small-M tile's register estimate (no spills at 4-8 warps)
+_L2_VS_HBM = 3.0  # the activation's rereads and split partials stay in L2
 
 
 class PruningModel:
     def __init__(self, profile: ArchProfile) -> None:
         self.profile = profile
         self.sms = profile.sms
+
+    def resident(self, bm: int, bn: int, bk: int, stages: int, warps: int) -> int:
+        """CTAs one SM runs at once: shared memory ((stages - 1) tiles), registers, 64 warps."""
+        smem = max(stages - 1, 1) * (bm + bn) * bk + 1024
+        by_smem = max(1, self.profile.smem_per_sm // smem)
+        by_regs = max(1, self.profile.regs_per_sm // (_REGS_PER_THREAD * 32 * warps))
+        return max(1, min(by_smem, by_regs, 64 // warps, 32))
+
+    def stream_s(self, n: int, k: int, bm: int, bn: int, bk: int, ctas: int, stages: int, warps: int) -> float:
+        """Seconds to stream the [N, K] one-byte weight with `ctas` CTAs of BN x BK tiles."""
+        bw = self.profile.dram_bw_gbs * 1e9
+        per_cta = n * k / ctas
+        c_max = math.ceil(ctas / self.sms)
+        conc = min(c_max, self.resident(bm, bn, bk, stages, warps))
+        rate_cta = max(stages - 1, 1) * bn * bk / _LATENCY_S
+        busiest = c_max * per_cta / (conc * rate_cta)
+        refills = (math.ceil(c_max / conc) - 1) * _LATENCY_S  # each later round on an SM ramps again
+        return max(busiest, n * k / (bw * _HBM_EFF)) + refills
 
     def predict(self, sig: Signature, m: int, config_id: str) -> float | None:
         """Estimated ms of one call (None for sentinels: they are always measured)."""
@@ -34,29 +67,45 @@ class PruningModel:
             return None
         p = dict(c.params)
         bm, bn, bk = p["block"]
-        split = p.get("split_k", 1)
+        split, stages, warps = p.get("split_k", 1), p.get("stages", 3), p.get("warps", 4)
         n, k = sig.get("N"), sig.get("K")
-        tiles = math.ceil(m / bm) * math.ceil(n / bn) * split
-        waves = math.ceil(tiles / self.sms)
+        ctas = math.ceil(m / bm) * math.ceil(n / bn) * split
+        waves = math.ceil(ctas / self.sms)
         intensity = bm * bn / (bm + bn)
         eff = min(1.0, intensity / _REF_INTENSITY) ** 0.7
-        eff *= 1.0 if p.get("stages", 3) >= 3 else 0.8
+        eff *= 1.0 if stages >= 3 else 0.8
         eff *= 1.1 if c.lane == "triton_tma" else 1.0
         eff *= min(1.0, bk / 128) ** 0.3  # short K steps pay the loop's overhead more often
         # the usual pairing (more warps and fewer stages for the larger tiles) breaks the ties
         # that warps and stages leave in this model
         big = bm * bn >= 128 * 128
-        eff *= 1.0 if p.get("warps", 4) == (8 if big else 4) else 0.95
-        eff *= 1.0 if p.get("stages", 3) == (3 if bm * bn >= 128 * 256 else 4) else 0.97
+        eff *= 1.0 if warps == (8 if big else 4) else 0.95
+        if c.lane != "triton_decode":
+            eff *= 1.0 if stages == (3 if bm * bn >= 128 * 256 else 4) else 0.97
+        if sig.get("scale") == "block":
+            # each K tile's product is scaled before it joins the accumulator: twice the fp32
+            # registers (past ~128 a thread spills), and the tensor cores idle while one CTA
+            # scales unless a second CTA on the SM fills them (session 10 C: 64x128 tiles, two per
+            # SM, beat every 128-row tile at M=2048 by 1.05-1.1x and 128x256 by 2x)
+            eff *= min(1.0, 128 / (2 * bm * bn / (warps * 32)))
+            if self.profile.smem_per_sm // configs.smem_bytes(c) < 2:
+                eff *= 0.75
         peak_per_sm = self.profile.peak_tflops(sig.dt) * 1e12 / self.sms
-        k_split = math.ceil(k / split)
-        compute_s = waves * (2.0 * bm * bn * k_split) / (peak_per_sm * eff)
-        moved = n * k + m * k * math.ceil(n / bn) + m * n * 2
-        if split > 1:
-            moved += 2 * m * n * 4 * split
-        memory_s = moved / (self.profile.dram_bw_gbs * 1e9)
-        ms = max(compute_s, memory_s) * 1e3 + self.profile.launch_us_graph / 1e3
-        return ms + (_SPLIT_LAUNCH_MS if split > 1 else 0.0)
+        compute_s = waves * (2.0 * bm * bn * math.ceil(k / split)) / (peak_per_sm * eff)
+        bw = self.profile.dram_bw_gbs * 1e9
+        # the weight once (streamed), the output once; from L2: the activation once per column
+        # of tiles (16 padded rows for the decode lane), split-K's partials written and read back
+        rows = configs.DECODE_MAX_M if c.lane == "triton_decode" else m
+        l2_bytes = rows * k * math.ceil(n / bn) + (2 * m * n * 4 * split if split > 1 else 0)
+        memory_s = (self.stream_s(n, k, bm, bn, bk, ctas, stages, warps) + m * k / bw + m * n * 2 / bw
+                    + l2_bytes / (bw * _L2_VS_HBM))
+        fixed_s = self.profile.launch_us_graph * 1e-6 + _RAMP_S
+        if c.lane == "triton_decode":
+            fixed_s -= _PDL_SAVES_S if p.get("pdl") else 0.0
+            fixed_s += _DECODE_REDUCE_S if split > 1 else 0.0
+        elif split > 1:
+            fixed_s += _SPLIT_LAUNCH_MS * 1e-3
+        return (max(compute_s, memory_s) + fixed_s) * 1e3
 
     def rank(self, sig: Signature, m: int, candidates: Sequence[Config], k: int) -> list[str]:
         """The k predicted-fastest ids, one per tile shape first (warps/stages variants of a
@@ -69,13 +118,18 @@ class PruningModel:
         for _, c in ranked:
             p = dict(c.params)
             shape = (c.lane, p["block"], p.get("split_k", 1))
+            if c.lane == "triton_decode":  # the model ties at the HBM floor: one split and one not per slab
+                shape = (c.lane, p["block"], p.get("split_k", 1) > 1)
             (rest if shape in shapes else first).append(c.id)
             shapes.add(shape)
         keep = (first + rest)[:k]
         for lane in configs.TRITON_LANES:
-            best = next((c.id for _, c in ranked if c.lane == lane), None)
-            if best is not None and best not in keep:
-                keep.append(best)
+            for pdl in ((False, True) if lane == "triton_decode" else (None,)):
+                # the decode lane's best without PDL too: the PDL saving is modelled, not measured
+                best = next((c.id for _, c in ranked if c.lane == lane
+                             and (pdl is None or bool(c.param("pdl")) == pdl)), None)
+                if best is not None and best not in keep:
+                    keep.append(best)
         return sentinels + keep
 
     def pick(self, sig: Signature, m: int, candidates: Sequence[Config]) -> Config | None:
