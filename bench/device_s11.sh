@@ -19,6 +19,7 @@ stage() {  # name timeout_s command...
   tail -n 6 "$OUT/$name.log"
   tar -czf "$FINAL/.logs.$name.tmp" -C "$FINAL" logs 2>/dev/null && mv -f "$FINAL/.logs.$name.tmp" "$FINAL/logs.tgz"
 }
+lscpu > "$OUT/lscpu.txt" 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,driver_version --format=csv > "$OUT/smi.txt" 2>&1
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/smi.txt" 2>&1
 for s in "$@"; do
@@ -26,6 +27,9 @@ for s in "$@"; do
     cutoff-mpc) stage cutoff_mpc 150 "python bench/cutoff_mpc.py --out $OUT/cutoff_mpc.json --config $OUT/cutoff_decisions.json" ;;
     cutoff-tests) stage cutoff_tests 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_cutoff_fused_gpu.py tests/gpu/test_cutoff_gpu.py" ;;
     e2e-llama) stage e2e_llama ${E2E_S:-260} "python bench/e2e.py --models llama-3-8b --batches 1,16 --budget-s ${E2E_BUDGET:-240} --out $OUT/e2e_llama.json" ;;
+    tune-wall-ab)  # the default pool and an 8-process pool, cold, one after the other
+      stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json"
+      stage tune_wall_j8 120 "python bench/tune_wall.py --runs pool-cold --compile-jobs 8 --out $OUT/tune_wall_j8.json" ;;
     tune-wall) stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json" ;;
     torchao) stage torchao 120 "python -m pip install -q --no-deps --no-index .stage/wheels/torchao-0.18.0-*.whl && python -c 'import torchao; print(torchao.__version__)'" ;;
     scaled-build)  # the shipped W8A8 tables (docs/scaled_mm.md), copied back under logs/db
