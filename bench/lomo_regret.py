@@ -60,7 +60,7 @@ def split_picks(study: Study, held: set[str], pool: str) -> dict[str, dict[tuple
     train = [m for m in study.latest if m.status.ok and m.signature.format() not in held]
     params = calibration.with_bands(calibration.fit(train, study.configs, study.arch), train,
                                     study.configs, study.arch)
-    margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY)
+    margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY, support=None)
     picks: dict[str, dict[tuple[Signature, int], str | None]] = {"rule": {}, "margin only": {}}
     for (s, m) in study.points:
         if s.format() in held:
