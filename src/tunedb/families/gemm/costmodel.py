@@ -350,8 +350,9 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
                  fallback: str = "torch") -> Callable[[Signature, int, tuple[Config, ...]], "confidence.Decision | None"]:
     """The model tier's decision at (sig, m) among candidates: confidence.serve() over the
     candidates ranked by predicted time. When the fallback is a candidate, a config serves only
-    where its predicted speedup over it exceeds its regime's calibrated error band (and
-    params.torch_margin); a model without bands declines every config."""
+    where the shape lies near one its regime's band was measured on and its predicted speedup
+    over the fallback, less that band, exceeds params.torch_margin; a model without bands
+    declines every config."""
     p = params or ModelParams()
 
     def decide(sig: Signature, m: int, candidates: tuple[Config, ...]) -> "confidence.Decision | None":
@@ -368,7 +369,7 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
 def make_ranker(arch: ArchProfile, params: ModelParams | None, validity: Validity | None,
                 default_config: DefaultOf | None = None) -> Callable[[Signature, int, tuple[Config, ...]], Config | None]:
     """The selector's cost-model tier: ranker(sig, m, candidates) -> the config make_decider's
-    rule serves (the predicted-fastest valid config, or 'torch' inside the model's error band)."""
+    rule serves (the predicted-fastest valid config, or 'torch' where the model does not know)."""
     decide = make_decider(arch, params, validity, default_config)
 
     def ranker(sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
