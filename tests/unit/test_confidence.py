@@ -121,6 +121,8 @@ def test_quantile_bound_is_an_order_statistic_that_needs_enough_samples():
     xs = [float(i) for i in range(200)]
     bound = confidence.quantile_bound(xs)
     assert 0.9 * 199 <= bound < 199
+    # thousands of residuals (every config of a build): no underflow, the bound nears the quantile
+    assert 0.9 * 4999 <= confidence.quantile_bound([float(i) for i in range(5000)]) < 0.92 * 4999
     # one heavy tail value among many small ones widens the band of a small regime to it
     tail = [0.01] * 25 + [1.2]
     assert confidence.quantile_bound(tail) == 1.2

@@ -73,12 +73,15 @@ def quantile_bound(values: Sequence[float], q: float = QUANTILE, conf: float = C
     largest is not (fewer than MIN_SAMPLES values at the defaults)."""
     xs = sorted(values)
     n = len(xs)
-    cdf, term = 0.0, (1.0 - q) ** n  # P(Binomial(n, q) = 0)
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile_bound needs 0 < q < 1, got q={q}")
+    cdf = 0.0
     for j in range(1, n + 1):
-        cdf += term  # now P(Binomial(n, q) <= j - 1)
+        i = j - 1  # in log space: (1 - q)^n underflows for a few thousand residuals
+        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                        + i * math.log(q) + (n - i) * math.log1p(-q))  # now P(Binomial(n, q) <= j - 1)
         if cdf >= conf - 1e-12:
             return xs[j - 1]
-        term *= (n - j + 1) / j * q / (1.0 - q) if q < 1.0 else 0.0
     return None
 
 
