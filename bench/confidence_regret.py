@@ -48,7 +48,7 @@ def study_picks(study: Study, pool: str) -> dict[str, dict[tuple[Signature, int]
         train = study.train(sig)
         params = calibration.with_bands(calibration.fit(train, study.configs, study.arch), train,
                                         study.configs, study.arch)
-        margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY)
+        margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY, support=None)
         for (s, m) in study.points:
             if s == sig:
                 picks["rule"][(s, m)] = study.pick(params, pool, s, m)
