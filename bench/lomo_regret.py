@@ -48,7 +48,7 @@ from tunedb.records import Signature  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LOG = ROOT / "bench/results/2026-11-30_s3_system_sm90_buildall_measurements.jsonl.gz"
 CENSUS_DIR = ROOT / "bench/census"
-MARGIN_ONLY = {"*|*|*": (0.0, 1 << 30)}
+MARGIN_ONLY = {"*|*|*": (0.0, 1 << 30), "*+act|*|*": (0.0, 1 << 30)}
 GOAL_MAX = 0.05
 GAIN_FLOOR = 0.01  # torch geomean regret below which "gain kept" is not reported
 

@@ -131,6 +131,24 @@ def test_quantile_bound_is_an_order_statistic_that_needs_enough_samples():
     assert confidence.bands([("triton_mma", 8, 4096, 4096, 2, r) for r in (0.1, 0.3)])["*|*|*"] == (0.3, 2)
 
 
+def test_a_separate_activation_is_a_regime_of_its_own():
+    """Where torch runs the activation as a second kernel, the speedup over it is another
+    quantity: residuals of such signatures never set a plain GEMM's band or support, nor the
+    reverse, at any level."""
+    assert confidence.epilogue_kind("silu") == confidence.ACT and confidence.epilogue_kind("none") == ""
+    keys = confidence.regimes("triton_mma" + confidence.ACT, 42, 2048, 512)
+    assert keys[-1] == "*+act|*|*" and all("+act" in k for k in keys)
+    # the act twin measured near the point, with small residuals; the plain GEMM nowhere near it
+    rows = [("triton_mma" + confidence.ACT, 42, 2048, 512, 2, 0.0)] * 30
+    unc, sup = confidence.bands(rows), confidence.supports(rows)
+    c = cfg(64, 32, 128)
+    shape = (42, 1536, 512, 2)
+    act = confidence.serve(_ranked(1.0, 2.0, c), "torch", unc, shape, support=sup, epilogue=confidence.ACT)
+    assert act.config == c and act.regime.startswith("triton_mma+act|m17-128|")
+    plain = confidence.serve(_ranked(1.0, 2.0, c), "torch", unc, shape, support=sup)
+    assert plain.config.id == "torch" and plain.declined and plain.band is None
+
+
 def test_related_groups_link_signatures_that_share_a_hidden_size():
     a, b, c, d = sig(512, 2048), sig(2048, 512), sig(1536, 512), sig(4096, 14336)
     groups = calibration.related_groups([a, b, c, d])

@@ -192,6 +192,7 @@ def _score(sig: Any, rows: Sequence[Measurement], params: ModelParams, configs: 
               and not configs[m.config_id].is_sentinel]
     if tested:
         n, k, elem = sig.get("N"), sig.get("K"), ELEM_BYTES.get(sig.dt, 2)
+        kind = confidence.epilogue_kind(sig.get("act"))
         fb_pred: dict[int, float | Status] = {}
         first = {id(m) for m in _top_predicted(tested, configs, arch, params, 1)} if picked is not None else set()
         for meas in tested:
@@ -202,7 +203,7 @@ def _score(sig: Any, rows: Sequence[Measurement], params: ModelParams, configs: 
             if isinstance(pred_fb, Status) or isinstance(pred_c, Status) or pred_fb <= 0 or pred_c <= 0:
                 continue
             r = math.log(pred_fb / pred_c) - math.log(fb_meas[meas.m] / meas.median_ms)
-            out.append((configs[meas.config_id].lane, meas.m, n, k, elem, r))
+            out.append((configs[meas.config_id].lane + kind, meas.m, n, k, elem, r))
             if id(meas) in first:
                 picked.append(out[-1])
 

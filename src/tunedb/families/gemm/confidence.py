@@ -5,8 +5,8 @@ log(pred_torch / pred_cfg). Calibration (calibration.with_bands) measures how fa
 over-states the measured speedup twice: leave-one-signature-out and leave-one-group-out (a group:
 signatures linked by a shared N or K, in practice one model's layers, so the residuals include
 extrapolation to a model nobody measured), over every measured config and over the config
-predicted fastest at each point (the one a decision serves). Per regime (the config's lane x an M
-range x an arithmetic-intensity bucket) the band is the widest of those four residual sets'
+predicted fastest at each point (the one a decision serves). Per regime (the config's lane, marked
+when torch runs the activation as a kernel of its own, x an M range x an arithmetic-intensity bucket) the band is the widest of those four residual sets'
 distribution-free upper confidence bounds on their 0.9-quantile (quantile_bound): heavy tails
 widen it, and a regime with too few residuals for the bound is read through a coarser one (lane x
 M range, M range, lane, everything). A regime also keeps its support: the (log2 M, log2 N, log2 K)
@@ -59,12 +59,26 @@ def ai_bucket(m: int, n: int, k: int, elem: int = 2) -> str:
     return AI_NAMES[-1]
 
 
+ACT = "+act"  # a lane suffix: the fallback runs the activation as a kernel of its own
+
+
+def epilogue_kind(act: Any) -> str:
+    """ACT where the fallback (torch) runs a signature's activation as a second kernel, else ''.
+    The speedup over torch is then a different quantity (Triton fuses the activation, torch pays
+    a launch and a pass over the output), so its residuals are a population of their own: pooled
+    with the plain GEMM's, a silu twin's real 30% win made the model's +114% on the plain K=512
+    GEMM look nearly right, and the plain one, which torch wins, was served."""
+    return ACT if act not in (None, "none") else ""
+
+
 def regimes(lane: str, m: int, n: int, k: int, elem: int = 2) -> tuple[str, ...]:
     """The regime keys of a (config lane, shape), finest first: the full regime, then the coarser
-    ones a sparse regime is merged into."""
+    ones a sparse regime is merged into. A lane ending in ACT (epilogue_kind) keeps its kind at
+    every level: the coarsest key of such a lane is '*+act|*|*'."""
     mr, ai = m_range(m), ai_bucket(m, n, k, elem)
-    return (f"{lane}|{mr}|{ai}", f"{lane}|{mr}|{ANY}", f"{ANY}|{mr}|{ANY}", f"{lane}|{ANY}|{ANY}",
-            f"{ANY}|{ANY}|{ANY}")
+    anyl = ANY + ACT if lane.endswith(ACT) else ANY
+    return (f"{lane}|{mr}|{ai}", f"{lane}|{mr}|{ANY}", f"{anyl}|{mr}|{ANY}", f"{lane}|{ANY}|{ANY}",
+            f"{anyl}|{ANY}|{ANY}")
 
 
 def quantile_bound(values: Sequence[float], q: float = QUANTILE, conf: float = CONFIDENCE) -> float | None:
@@ -171,11 +185,12 @@ class Decision:
 
 def serve(ranked: Sequence[tuple[Any, float]], fallback: str, uncertainty: Mapping[str, tuple[float, int]],
           shape: tuple[int, int, int, int], margin: float = 0.0, min_samples: int = MIN_SAMPLES,
-          support: Mapping[str, Sequence[Point]] | None = None) -> Decision | None:
+          support: Mapping[str, Sequence[Point]] | None = None, epilogue: str = "") -> Decision | None:
     """THE model-tier rule. `ranked`: (config, predicted ms), fastest first; `shape`: (m, n, k,
     elem). Without the fallback among them the fastest serves (nothing to fall back to). Else the
     fastest other config serves only when the point lies in its regime's support (`support`
-    None: not checked, for hand-made params) and the lower bound of its predicted gain,
+    None: not checked, for hand-made params; `epilogue`: epilogue_kind of the signature, which
+    picks the regimes) and the lower bound of its predicted gain,
     log(pred_fallback / pred_config) - band, exceeds log(1 + margin); otherwise the fallback serves."""
     if not ranked:
         return None
@@ -187,9 +202,10 @@ def serve(ranked: Sequence[tuple[Any, float]], fallback: str, uncertainty: Mappi
         return Decision(fb[0])
     gain = math.log(fb[1] / best[1])
     m, n, k, elem = shape
-    found = band_for(uncertainty, best[0].lane, m, n, k, elem, min_samples)
+    lane = best[0].lane + epilogue
+    found = band_for(uncertainty, lane, m, n, k, elem, min_samples)
     if found is None:
-        samples = max((uncertainty.get(key, (0.0, 0))[1] for key in regimes(best[0].lane, m, n, k, elem)[:1]),
+        samples = max((uncertainty.get(key, (0.0, 0))[1] for key in regimes(lane, m, n, k, elem)[:1]),
                       default=0)
         return Decision(fb[0], best[0], gain, None, samples, None, declined=gain > 0)
     key, band, samples = found

@@ -362,7 +362,8 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
         ranked = rank(candidates, m, n, k, arch, len(candidates), validity, params, dt=sig.dt,
                       default_config=default_config, sig=sig)
         return confidence.serve(ranked, fallback, p.uncertainty, (m, n, k, ELEM_BYTES.get(sig.dt, 2)),
-                                p.torch_margin, support=p.support)
+                                p.torch_margin, support=p.support,
+                                epilogue=confidence.epilogue_kind(sig.get("act")))
     return decide
 
 
