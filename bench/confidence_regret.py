@@ -38,7 +38,7 @@ from tunedb.records import Signature  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LOG = ROOT / "bench/results/h200_oracle_whisper-base_s2.jsonl.gz"
 # the rule before issue 18: a zero band that every regime has enough samples for
-MARGIN_ONLY = {"*|*|*": (0.0, 1 << 30)}
+MARGIN_ONLY = {"*|*|*": (0.0, 1 << 30), "*+act|*|*": (0.0, 1 << 30)}
 
 
 def study_picks(study: Study, pool: str) -> dict[str, dict[tuple[Signature, int], str | None]]:
@@ -48,7 +48,7 @@ def study_picks(study: Study, pool: str) -> dict[str, dict[tuple[Signature, int]
         train = study.train(sig)
         params = calibration.with_bands(calibration.fit(train, study.configs, study.arch), train,
                                         study.configs, study.arch)
-        margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY)
+        margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY, support=None)
         for (s, m) in study.points:
             if s == sig:
                 picks["rule"][(s, m)] = study.pick(params, pool, s, m)

@@ -80,8 +80,8 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
         declined = sum(1 for d in decided if d is not None and d.declined)
         confident = sum(1 for d in decided if d is not None and d.best is not None and d.config is d.best)
         console.print(f"cost model: {confident} of {len(model_points)} unmeasured point(s) served a predicted-faster "
-                      f"config; {declined} declined (predicted gain inside the model's error band: the "
-                      f"fallback serves)", highlight=False)
+                      f"config; {declined} declined (predicted gain not beyond the model's error band, or "
+                      f"the shape far from every measured one: the fallback serves)", highlight=False)
     if counts.get("unserved"):
         from tunedb import families
 

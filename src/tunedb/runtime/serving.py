@@ -103,4 +103,5 @@ def confidence_line(family: str) -> str | None:
     served = sum(1 for d in mine.values() if getattr(d, "best", None) is not None and d.config is d.best)
     declined = sum(1 for d in mine.values() if getattr(d, "declined", False))
     return (f"{family} model tier: {len(mine)} unmeasured shape(s), {served} served a predicted-faster "
-            f"config, {declined} declined (predicted gain inside the model's error band: the fallback serves)")
+            f"config, {declined} declined (predicted gain not beyond the model's error band, or the shape far from every "
+            f"measured one: the fallback serves)")

@@ -6,7 +6,8 @@ every config it did not fit, and the vendor arms' (torch, fused) level and per-c
 merge() combines the model a database file already ships with a new build's fit, so a file built
 by several builds carries one model; geomean_error() scores a model against measurements.
 loso_residuals() and with_bands() calibrate the model tier's confidence (confidence.py): the
-error of its predicted speedup over torch, leave-one-signature-out, per regime.
+error of its predicted speedup over torch, leave-one-signature-out and leave-one-group-out
+(related_groups: signatures sharing a hidden size), per regime.
 """
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
                        latency_us=base.latency_us, l2_bw_factor=base.l2_bw_factor,
                        per_config={**base.per_config, **per}, sentinel=sentinel,
                        torch_margin=base.torch_margin, fitted_on=seen, uncertainty=dict(base.uncertainty),
-                       support=dict(base.support))
+                       support=None if base.support is None else dict(base.support))
 
 
 def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
@@ -119,40 +120,79 @@ def _merge_bands(old: Mapping[str, tuple[float, int]], new: Mapping[str, tuple[f
     return out
 
 
-def _merge_supports(old: Mapping[str, tuple[float, float]], new: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
-    """Per regime the union of both fits' work ranges (the merged band covers both sample sets)."""
-    out = dict(old)
-    for key, (lo, hi) in new.items():
-        out[key] = (min(out[key][0], lo), max(out[key][1], hi)) if key in out else (lo, hi)
-    return out
+def _merge_supports(old: Mapping[str, Sequence[confidence.Point]] | None,
+                    new: Mapping[str, Sequence[confidence.Point]] | None) -> dict[str, tuple[confidence.Point, ...]] | None:
+    """Per regime the union of both fits' points (the merged band covers both sample sets)."""
+    if old is None or new is None:
+        return new if old is None else dict(old)
+    out = {key: set(pts) for key, pts in old.items()}
+    for key, pts in new.items():
+        out.setdefault(key, set()).update(pts)
+    return {key: tuple(sorted(pts)) for key, pts in sorted(out.items())}
+
+
+def related_groups(signatures: Iterable[Any]) -> dict[Any, int]:
+    """{signature: group}: signatures linked (transitively) by a shared N or K value form a group.
+    One model's layers share its hidden sizes, so holding a group out is holding a model out
+    without knowing which model a measurement came from."""
+    sigs = list(dict.fromkeys(signatures))
+    parent = list(range(len(sigs)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[int, int] = {}
+    for i, s in enumerate(sigs):
+        for dim in {s.get("N"), s.get("K")} - {None}:
+            j = first.setdefault(dim, i)
+            parent[root(i)] = root(j)
+    return {s: root(i) for i, s in enumerate(sigs)}
 
 
 def loso_residuals(measurements: Iterable[Measurement], configs: Mapping[str, Config], arch: ArchProfile,
                    fallback: str = "torch", fitter: Callable[..., ModelParams] | None = None,
-                   picked: list | None = None) -> list[tuple[str, int, int, int, int, float]]:
+                   picked: list | None = None,
+                   group_of: Callable[[Any], Any] | None = None) -> list[tuple[str, int, int, int, int, float]]:
     """(lane, m, n, k, elem, residual) for every ok measurement of a known Triton config at a
     point where the fallback was measured too: residual = log(pred_fb / pred_cfg) -
     log(meas_fb / meas_cfg), the over-prediction of the speedup the model tier decides on, with
-    the model fitted on every OTHER signature (one fit per signature: a model never scores the
-    signatures it was fitted on). A signature alone in the log has no residuals. `picked`, when
+    the model fitted on every OTHER group of signatures (`group_of`: signature -> group; default
+    each signature its own, leave-one-signature-out; one fit per group: a model never scores the
+    signatures it was fitted on). A group alone in the log has no residuals. `picked`, when
     given, also receives the residuals of the config predicted fastest at each point."""
     fitter = fitter or fit
+    group_of = group_of or (lambda s: s)
     ok = [m for m in measurements if m.status is Status.OK and m.median_ms and m.median_ms > 0]
-    by_sig: dict[Any, list[Measurement]] = {}
+    by_group: dict[Any, dict[Any, list[Measurement]]] = {}
     for m in ok:
-        by_sig.setdefault(m.signature, []).append(m)
+        by_group.setdefault(group_of(m.signature), {}).setdefault(m.signature, []).append(m)
     out: list[tuple[str, int, int, int, int, float]] = []
-    if len(by_sig) < 2:
+    if len(by_group) < 2:
         return out
+    for group, sigs in by_group.items():
+        params: ModelParams | None = None
+        for sig, rows in sigs.items():
+            if not any(m.config_id == fallback for m in rows):
+                continue
+            if params is None:
+                params = fitter([m for m in ok if group_of(m.signature) != group], configs, arch)
+            _score(sig, rows, params, configs, arch, fallback, out, picked)
+    return out
+
+
+def _score(sig: Any, rows: Sequence[Measurement], params: ModelParams, configs: Mapping[str, Config],
+           arch: ArchProfile, fallback: str, out: list, picked: list | None) -> None:
+    """Append the residuals of one held-out signature's rows under `params` (loso_residuals)."""
     fb_config = Config.sentinel(fallback)
-    for sig, rows in by_sig.items():
-        fb_meas = {m.m: m.median_ms for m in rows if m.config_id == fallback}
-        tested = [m for m in rows if m.m in fb_meas and m.config_id in configs
-                  and not configs[m.config_id].is_sentinel]
-        if not tested:
-            continue
-        params = fitter([m for m in ok if m.signature != sig], configs, arch)
+    fb_meas = {m.m: m.median_ms for m in rows if m.config_id == fallback}
+    tested = [m for m in rows if m.m in fb_meas and m.config_id in configs
+              and not configs[m.config_id].is_sentinel]
+    if tested:
         n, k, elem = sig.get("N"), sig.get("K"), ELEM_BYTES.get(sig.dt, 2)
+        kind = confidence.epilogue_kind(sig.get("act"))
         fb_pred: dict[int, float | Status] = {}
         first = {id(m) for m in _top_predicted(tested, configs, arch, params, 1)} if picked is not None else set()
         for meas in tested:
@@ -163,10 +203,9 @@ def loso_residuals(measurements: Iterable[Measurement], configs: Mapping[str, Co
             if isinstance(pred_fb, Status) or isinstance(pred_c, Status) or pred_fb <= 0 or pred_c <= 0:
                 continue
             r = math.log(pred_fb / pred_c) - math.log(fb_meas[meas.m] / meas.median_ms)
-            out.append((configs[meas.config_id].lane, meas.m, n, k, elem, r))
+            out.append((configs[meas.config_id].lane + kind, meas.m, n, k, elem, r))
             if id(meas) in first:
                 picked.append(out[-1])
-    return out
 
 
 def _top_predicted(rows: Sequence[Measurement], configs: Mapping[str, Config], arch: ArchProfile,
@@ -182,18 +221,26 @@ def _top_predicted(rows: Sequence[Measurement], configs: Mapping[str, Config], a
 
 def with_bands(params: ModelParams, measurements: Iterable[Measurement], configs: Mapping[str, Config],
                arch: ArchProfile, fallback: str = "torch") -> ModelParams:
-    """`params` with its per-regime error bands calibrated from these measurements (LOSO): per
-    regime the wider of the upper quantile over every measured config's residual and over the
-    residual of the config the model predicts fastest at each point (the one a decision serves:
-    the argmax of a noisy prediction is over-predicted more often than a config picked at random,
-    so the all-config band alone lets through picks it should decline). The sample count is the
-    latter's: one per held-out point, what a regime's band is a statement about."""
+    """`params` with its per-regime error bands and supports calibrated from these measurements:
+    per regime the widest band (confidence.bands) over four residual sets, every measured config's
+    and the predicted-fastest config's at each point (the one a decision serves: the argmax of a
+    noisy prediction is over-predicted more often than a config picked at random), each held out
+    by signature and by group (related_groups: the error of a model that never saw the layer's
+    hidden sizes, as a user's new model is). The sample count is the leave-one-signature-out
+    predicted-fastest set's: one per held-out point, what a regime's band is a statement about;
+    the support is that set's points."""
     rows = list(measurements)
     top: list[tuple[str, int, int, int, int, float]] = []
-    every = confidence.bands(loso_residuals(rows, configs, arch, fallback, picked=top))
-    return dataclasses.replace(params, uncertainty={key: (max(band, every[key][0]), n)
-                                                    for key, (band, n) in confidence.bands(top).items()},
-                               support=confidence.supports(top))
+    sets = [loso_residuals(rows, configs, arch, fallback, picked=top), top]
+    groups = related_groups(m.signature for m in rows)
+    if len(set(groups.values())) >= 2:
+        group_top: list[tuple[str, int, int, int, int, float]] = []
+        sets += [loso_residuals(rows, configs, arch, fallback, picked=group_top, group_of=groups.__getitem__),
+                 group_top]
+    widest = [confidence.bands(s) for s in sets]
+    return dataclasses.replace(params, uncertainty={
+        key: (max(b[key][0] for b in widest if key in b), n) for key, (_band, n) in widest[1].items()},
+        support=confidence.supports(top))
 
 
 def _scaled_line(config: Config, arch: ArchProfile, base: ModelParams, scale: float, elem: int) -> tuple[float, float]:

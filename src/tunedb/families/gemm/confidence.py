@@ -1,19 +1,19 @@
 """The GEMM model tier's confidence: regimes, their calibrated error bands, and the serving rule.
 
 The model tier decides between a Triton config and the fallback (torch) on the predicted speedup
-log(pred_torch / pred_cfg). Calibration (calibration.uncertainty) measures how far that
-prediction over-states the measured speedup, leave-one-signature-out (over every measured config
-and over the config predicted fastest at each point, the one a decision serves), per regime: the config's
-lane x an M range x an arithmetic-intensity bucket. A regime stores a one-sided upper quantile
-of the over-prediction (in log units) and its sample count; sparse regimes are read through
-coarser ones (lane x M range, M range, lane, everything). A regime also keeps its support: the
-range of log2(2MNK) of the points its residuals came from. A band says nothing about a shape far
-outside the shapes it was measured on (held out by model, a 0.8 GFLOP whisper-base GEMM served a
-TMA tile whose band came from 5-100 GFLOP whisper-large-v3 GEMMs, 80% slower than torch:
-bench/lomo_regret.py), so a point more than SUPPORT_SLACK (a factor 2) outside its regime's
-support is declined. serve() is THE rule: a config serves only where its predicted log speedup
-exceeds its regime's band (and the regime has at least MIN_SAMPLES samples, and the point lies in
-its support); otherwise the fallback serves. Pure Python, no torch.
+log(pred_torch / pred_cfg). Calibration (calibration.with_bands) measures how far that prediction
+over-states the measured speedup twice: leave-one-signature-out and leave-one-group-out (a group:
+signatures linked by a shared N or K, in practice one model's layers, so the residuals include
+extrapolation to a model nobody measured), over every measured config and over the config
+predicted fastest at each point (the one a decision serves). Per regime (the config's lane, marked
+when torch runs the activation as a kernel of its own, x an M range x an arithmetic-intensity bucket) the band is the widest of those four residual sets'
+distribution-free upper confidence bounds on their 0.9-quantile (quantile_bound): heavy tails
+widen it, and a regime with too few residuals for the bound is read through a coarser one (lane x
+M range, M range, lane, everything). A regime also keeps its support: the (log2 M, log2 N, log2 K)
+points its residuals came from. serve() is THE rule: a config serves only where (1) the point lies
+within a factor 2 in M, N and K of some point of its regime's support (else the band is an
+extrapolation and says nothing) and (2) the lower bound of its predicted gain, predicted log
+speedup minus band, exceeds log(1 + margin); otherwise the fallback serves. Pure Python, no torch.
 """
 from __future__ import annotations
 
@@ -27,11 +27,20 @@ M_NAMES: tuple[str, ...] = ("m1", "m2-16", "m17-128", "m129-1024", "m1025+")
 # arithmetic intensity 2MNK / bytes(A, B, C) in flop/byte: memory-bound, middle, compute-bound
 AI_EDGES: tuple[float, ...] = (16.0, 128.0)
 AI_NAMES: tuple[str, ...] = ("ai<16", "ai16-128", "ai128+")
-# The band is this quantile of the over-prediction. 0.9 still served a 73% slower pick held out
-# on the 2026-11-29 buildall log (+54% predicted, band 52%); 0.95 declined it (bench/confidence_regret.py).
-QUANTILE = 0.95
-MIN_SAMPLES = 20  # fewer residuals than this say too little about a regime's error
-SUPPORT_SLACK = 1.0  # log2: a point may lie this far outside its regime's measured work range
+# The band is an upper confidence bound on this quantile of the over-prediction, not the sample
+# quantile: held out by model (bench/lomo_regret.py) the residuals are heavy-tailed, and the sample
+# 0.95-quantile of 21 residuals (72%) let through a +114% prediction whose truth was -10%. The
+# distribution-free bound is an order statistic X_(j) with P(X_(j) >= the true quantile) >= CONFIDENCE;
+# with fewer than MIN_SAMPLES residuals even the largest is no such bound, so the regime is too
+# sparse to speak for itself and is read through a coarser one.
+QUANTILE = 0.9
+CONFIDENCE = 0.9
+MIN_SAMPLES = math.ceil(math.log(1.0 - CONFIDENCE) / math.log(QUANTILE))  # 22: 1 - q^n >= confidence
+# A point is in a regime's support when some point its residuals came from lies within this many
+# octaves of it in each of log2 M, log2 N and log2 K (a factor 2): a band says nothing about
+# shapes far from the shapes it was measured on (held out by model, a K=512 M=42 GEMM read a band
+# measured on K=4096 decode GEMMs and M>=1500 K=512 ones, and lost 14%).
+SUPPORT_SLACK = 1.0
 ANY = "*"
 
 
@@ -50,50 +59,80 @@ def ai_bucket(m: int, n: int, k: int, elem: int = 2) -> str:
     return AI_NAMES[-1]
 
 
+ACT = "+act"  # a lane suffix: the fallback runs the activation as a kernel of its own
+
+
+def epilogue_kind(act: Any) -> str:
+    """ACT where the fallback (torch) runs a signature's activation as a second kernel, else ''.
+    The speedup over torch is then a different quantity (Triton fuses the activation, torch pays
+    a launch and a pass over the output), so its residuals are a population of their own: pooled
+    with the plain GEMM's, a silu twin's real 30% win made the model's +114% on the plain K=512
+    GEMM look nearly right, and the plain one, which torch wins, was served."""
+    return ACT if act not in (None, "none") else ""
+
+
 def regimes(lane: str, m: int, n: int, k: int, elem: int = 2) -> tuple[str, ...]:
     """The regime keys of a (config lane, shape), finest first: the full regime, then the coarser
-    ones a sparse regime is merged into."""
+    ones a sparse regime is merged into. A lane ending in ACT (epilogue_kind) keeps its kind at
+    every level: the coarsest key of such a lane is '*+act|*|*'."""
     mr, ai = m_range(m), ai_bucket(m, n, k, elem)
-    return (f"{lane}|{mr}|{ai}", f"{lane}|{mr}|{ANY}", f"{ANY}|{mr}|{ANY}", f"{lane}|{ANY}|{ANY}",
-            f"{ANY}|{ANY}|{ANY}")
+    anyl = ANY + ACT if lane.endswith(ACT) else ANY
+    return (f"{lane}|{mr}|{ai}", f"{lane}|{mr}|{ANY}", f"{anyl}|{mr}|{ANY}", f"{lane}|{ANY}|{ANY}",
+            f"{anyl}|{ANY}|{ANY}")
 
 
-def upper_quantile(values: Sequence[float], q: float = QUANTILE) -> float:
-    """The q-th quantile (linear interpolation between order statistics) of `values`."""
-    if not values:
-        raise ValueError("upper_quantile needs at least one value")
+def quantile_bound(values: Sequence[float], q: float = QUANTILE, conf: float = CONFIDENCE) -> float | None:
+    """The smallest order statistic of `values` that is >= their distribution's q-quantile with
+    probability >= conf (the count below the quantile is Binomial(n, q)); None when even the
+    largest is not (fewer than MIN_SAMPLES values at the defaults)."""
     xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    n = len(xs)
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile_bound needs 0 < q < 1, got q={q}")
+    cdf = 0.0
+    for j in range(1, n + 1):
+        i = j - 1  # in log space: (1 - q)^n underflows for a few thousand residuals
+        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                        + i * math.log(q) + (n - i) * math.log1p(-q))  # now P(Binomial(n, q) <= j - 1)
+        if cdf >= conf - 1e-12:
+            return xs[j - 1]
+    return None
 
 
 def bands(residuals: Iterable[tuple[str, int, int, int, int, float]], q: float = QUANTILE) -> dict[str, tuple[float, int]]:
-    """Per regime key (every level of regimes()) its band (the q-quantile of the over-prediction
-    of the log speedup, never below 0) and its sample count, from (lane, m, n, k, elem, residual)
-    rows where residual = log(pred speedup) - log(measured speedup)."""
+    """Per regime key (every level of regimes()) its band (quantile_bound of the over-prediction
+    of the log speedup; the largest residual where the regime is too sparse for the bound; never
+    below 0) and its sample count, from (lane, m, n, k, elem, residual) rows where residual =
+    log(pred speedup) - log(measured speedup)."""
     groups: dict[str, list[float]] = {}
     for lane, m, n, k, elem, r in residuals:
         for key in regimes(lane, m, n, k, elem):
             groups.setdefault(key, []).append(r)
-    return {key: (round(max(upper_quantile(rs, q), 0.0), 6), len(rs)) for key, rs in sorted(groups.items())}
+    out = {}
+    for key, rs in sorted(groups.items()):
+        bound = quantile_bound(rs, q)
+        out[key] = (round(max(bound if bound is not None else max(rs), 0.0), 6), len(rs))
+    return out
 
 
-def log_work(m: int, n: int, k: int) -> float:
-    """log2 of the point's 2MNK: the axis a regime's support is measured on."""
-    return math.log2(max(2.0 * m * n * k, 1.0))
+Point = tuple[float, float, float]  # (log2 M, log2 N, log2 K)
 
 
-def supports(residuals: Iterable[tuple[str, int, int, int, int, float]]) -> dict[str, tuple[float, float]]:
-    """Per regime key (every level of regimes()) the (min, max) log2(2MNK) of its rows' points."""
-    out: dict[str, tuple[float, float]] = {}
+def log_point(m: int, n: int, k: int) -> Point:
+    """The axes a regime's support is measured on: log2 of M, N and K (together they fix the
+    work, the arithmetic intensity and the tile grid)."""
+    return (round(math.log2(max(m, 1)), 3), round(math.log2(max(n, 1)), 3), round(math.log2(max(k, 1)), 3))
+
+
+def supports(residuals: Iterable[tuple[str, int, int, int, int, float]]) -> dict[str, tuple[Point, ...]]:
+    """Per regime key (every level of regimes()) the distinct (log2 M, log2 N, log2 K) points its
+    rows came from."""
+    out: dict[str, set[Point]] = {}
     for lane, m, n, k, elem, _r in residuals:
-        w = round(log_work(m, n, k), 4)
+        p = log_point(m, n, k)
         for key in regimes(lane, m, n, k, elem):
-            lo, hi = out.get(key, (w, w))
-            out[key] = (min(lo, w), max(hi, w))
-    return dict(sorted(out.items()))
+            out.setdefault(key, set()).add(p)
+    return {key: tuple(sorted(pts)) for key, pts in sorted(out.items())}
 
 
 def band_for(uncertainty: Mapping[str, tuple[float, int]], lane: str, m: int, n: int, k: int,
@@ -107,15 +146,13 @@ def band_for(uncertainty: Mapping[str, tuple[float, int]], lane: str, m: int, n:
     return None
 
 
-def in_support(support: Mapping[str, tuple[float, float]], key: str, m: int, n: int, k: int,
+def in_support(support: Mapping[str, Sequence[Point]], key: str, m: int, n: int, k: int,
                slack: float = SUPPORT_SLACK) -> bool:
-    """Whether the point's work lies within `slack` (log2) of regime `key`'s measured range. A
-    regime without a recorded range (a model calibrated before supports were kept) is not checked."""
-    rng = support.get(key)
-    if rng is None:
-        return True
-    w = log_work(m, n, k)
-    return rng[0] - slack <= w <= rng[1] + slack
+    """Whether some point regime `key`'s band was measured on lies within `slack` octaves of
+    (m, n, k) in each of M, N and K. A range per axis would not do: a regime measured on small-M
+    deep-K points and on large-M shallow-K ones covers both ranges but no small-M shallow-K point."""
+    here = log_point(m, n, k)
+    return any(all(abs(a - b) <= slack + 1e-9 for a, b in zip(here, p)) for p in support.get(key, ()))
 
 
 @dataclass(frozen=True)
@@ -128,7 +165,7 @@ class Decision:
     band: float | None = None  # its regime's error band (log units); None: too few samples
     samples: int = 0
     regime: str | None = None
-    declined: bool = False  # True: `best` was predicted faster, but not beyond the band
+    declined: bool = False  # True: `best` was predicted faster, but its gain's lower bound not beyond the margin
     outside: bool = False  # True: declined because the point lies outside its regime's support
 
     def describe(self) -> str:
@@ -139,8 +176,8 @@ class Decision:
         band = (f"error band {math.expm1(self.band) * 100:.0f}%, n={self.samples}" if self.band is not None
                 else f"no error band: {self.samples} sample(s) in its regime")
         if self.outside:
-            return (f"{self.config.id} (declined {self.best.id}: {gain}, but the shape lies outside "
-                    f"the work range its error band {self.regime} was measured on)")
+            return (f"{self.config.id} (declined {self.best.id}: {gain}, but no shape its error band "
+                    f"{self.regime} was measured on lies within a factor 2 in M, N and K)")
         if self.declined:
             return f"{self.config.id} (declined {self.best.id}: {gain}, {band})"
         return f"{self.config.id} ({gain}, {band})"
@@ -148,12 +185,13 @@ class Decision:
 
 def serve(ranked: Sequence[tuple[Any, float]], fallback: str, uncertainty: Mapping[str, tuple[float, int]],
           shape: tuple[int, int, int, int], margin: float = 0.0, min_samples: int = MIN_SAMPLES,
-          support: Mapping[str, tuple[float, float]] | None = None) -> Decision | None:
+          support: Mapping[str, Sequence[Point]] | None = None, epilogue: str = "") -> Decision | None:
     """THE model-tier rule. `ranked`: (config, predicted ms), fastest first; `shape`: (m, n, k,
     elem). Without the fallback among them the fastest serves (nothing to fall back to). Else the
-    fastest other config serves only when the point lies in its regime's support and
-    log(pred_fallback / pred_config) exceeds both the regime's band and log(1 + margin);
-    otherwise the fallback serves."""
+    fastest other config serves only when the point lies in its regime's support (`support`
+    None: not checked, for hand-made params; `epilogue`: epilogue_kind of the signature, which
+    picks the regimes) and the lower bound of its predicted gain,
+    log(pred_fallback / pred_config) - band, exceeds log(1 + margin); otherwise the fallback serves."""
     if not ranked:
         return None
     fb = next(((c, ms) for c, ms in ranked if c.id == fallback), None)
@@ -164,14 +202,15 @@ def serve(ranked: Sequence[tuple[Any, float]], fallback: str, uncertainty: Mappi
         return Decision(fb[0])
     gain = math.log(fb[1] / best[1])
     m, n, k, elem = shape
-    found = band_for(uncertainty, best[0].lane, m, n, k, elem, min_samples)
+    lane = best[0].lane + epilogue
+    found = band_for(uncertainty, lane, m, n, k, elem, min_samples)
     if found is None:
-        samples = max((uncertainty.get(key, (0.0, 0))[1] for key in regimes(best[0].lane, m, n, k, elem)[:1]),
+        samples = max((uncertainty.get(key, (0.0, 0))[1] for key in regimes(lane, m, n, k, elem)[:1]),
                       default=0)
         return Decision(fb[0], best[0], gain, None, samples, None, declined=gain > 0)
     key, band, samples = found
-    if gain > 0 and not in_support(support or {}, key, m, n, k):
+    if gain > 0 and support is not None and not in_support(support, key, m, n, k):
         return Decision(fb[0], best[0], gain, band, samples, key, declined=True, outside=True)
-    if gain > max(band, math.log1p(max(margin, 0.0))):
+    if gain - band > math.log1p(max(margin, 0.0)):
         return Decision(best[0], best[0], gain, band, samples, key)
     return Decision(fb[0], best[0], gain, band, samples, key, declined=gain > 0)

@@ -67,9 +67,10 @@ class ModelParams:
     # regime key (confidence.regimes) -> (error band of the predicted log speedup over torch,
     # residuals behind it), calibrated leave-one-signature-out; empty: the tier declines
     uncertainty: Mapping[str, tuple[float, int]] = field(default_factory=dict)
-    # regime key -> (min, max) log2(2MNK) of the points behind its band (confidence.supports);
-    # a point outside it is declined
-    support: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # regime key -> the (log2 M, log2 N, log2 K) points behind its band (confidence.supports); a
+    # point farther than a factor 2 from all of them is declined. None: not checked (hand-made
+    # params); a calibrated model always has one
+    support: Mapping[str, tuple[tuple[float, float, float], ...]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": _SCHEMA, "scale": self.scale, "lane_eff": dict(self.lane_eff),
@@ -78,13 +79,20 @@ class ModelParams:
                 "sentinel": {k: [a, b] for k, (a, b) in sorted(self.sentinel.items())},
                 "torch_margin": self.torch_margin, "fitted_on": self.fitted_on,
                 "uncertainty": {k: [b, n] for k, (b, n) in sorted(self.uncertainty.items())},
-                "support": {k: [lo, hi] for k, (lo, hi) in sorted(self.support.items())}}
+                "support": None if self.support is None else
+                {k: [list(p) for p in pts] for k, pts in sorted(self.support.items())}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelParams":
         if not isinstance(data, Mapping) or data.get("schema") != _SCHEMA:
             raise ConfigError(f"cost-model params need an object with schema={_SCHEMA}, got {data!r:.80}")
         default = cls()
+        uncertainty = {k: (b, int(n)) for k, (b, n) in _pairs(data, "uncertainty", "[band, samples]").items()}
+        support = _points(data.get("support"))
+        if uncertainty and support is None and data.get("support", ()) is not None:
+            # bands calibrated before point supports were kept (no key, or the [min, max] work
+            # range): nothing says whether a shape is near one they were measured on, so decline
+            uncertainty = {}
         return cls(scale=float(data.get("scale", 1.0)),
                    lane_eff={**default.lane_eff, **dict(data.get("lane_eff") or {})},
                    setup_us=float(data.get("setup_us", default.setup_us)),
@@ -96,9 +104,26 @@ class ModelParams:
                    torch_margin=float(data.get("torch_margin", default.torch_margin)),
                    fitted_on=int(data.get("fitted_on", 0)),
                    # a model written before the bands were calibrated has none: the tier declines
-                   uncertainty={k: (b, int(n)) for k, (b, n) in
-                                _pairs(data, "uncertainty", "[band, samples]").items()},
-                   support=_pairs(data, "support", "[min log2 work, max log2 work]"))
+                   uncertainty=uncertainty, support=support)
+
+
+def _points(raw: Any) -> dict[str, tuple[tuple[float, float, float], ...]] | None:
+    """A model's `support` ({regime: [[log2 M, log2 N, log2 K], ...]}); None when absent, null
+    (hand-made params: not checked) or in the earlier [min, max] work-range form."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"cost-model support must be an object of regime -> points, got {raw!r:.80}")
+    out = {}
+    for name, pts in raw.items():
+        if not (isinstance(pts, (list, tuple)) and all(
+                isinstance(p, (list, tuple)) and len(p) == 3
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p) for p in pts)):
+            if isinstance(pts, (list, tuple)) and len(pts) == 2 and all(isinstance(v, (int, float)) for v in pts):
+                return None  # the work-range form of an earlier calibration
+            raise ConfigError(f"cost-model support[{name!r}] must be [[log2 M, log2 N, log2 K], ...], got {pts!r:.80}")
+        out[str(name)] = tuple((float(a), float(b), float(c)) for a, b, c in pts)
+    return out
 
 
 def _pairs(data: Mapping[str, Any], key: str, what: str) -> dict[str, tuple[float, float]]:
@@ -325,8 +350,9 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
                  fallback: str = "torch") -> Callable[[Signature, int, tuple[Config, ...]], "confidence.Decision | None"]:
     """The model tier's decision at (sig, m) among candidates: confidence.serve() over the
     candidates ranked by predicted time. When the fallback is a candidate, a config serves only
-    where its predicted speedup over it exceeds its regime's calibrated error band (and
-    params.torch_margin); a model without bands declines every config."""
+    where the shape lies near one its regime's band was measured on and its predicted speedup
+    over the fallback, less that band, exceeds params.torch_margin; a model without bands
+    declines every config."""
     p = params or ModelParams()
 
     def decide(sig: Signature, m: int, candidates: tuple[Config, ...]) -> "confidence.Decision | None":
@@ -336,14 +362,15 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
         ranked = rank(candidates, m, n, k, arch, len(candidates), validity, params, dt=sig.dt,
                       default_config=default_config, sig=sig)
         return confidence.serve(ranked, fallback, p.uncertainty, (m, n, k, ELEM_BYTES.get(sig.dt, 2)),
-                                p.torch_margin, support=p.support)
+                                p.torch_margin, support=p.support,
+                                epilogue=confidence.epilogue_kind(sig.get("act")))
     return decide
 
 
 def make_ranker(arch: ArchProfile, params: ModelParams | None, validity: Validity | None,
                 default_config: DefaultOf | None = None) -> Callable[[Signature, int, tuple[Config, ...]], Config | None]:
     """The selector's cost-model tier: ranker(sig, m, candidates) -> the config make_decider's
-    rule serves (the predicted-fastest valid config, or 'torch' inside the model's error band)."""
+    rule serves (the predicted-fastest valid config, or 'torch' where the model does not know)."""
     decide = make_decider(arch, params, validity, default_config)
 
     def ranker(sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
