@@ -30,6 +30,7 @@ for s in "$@"; do
     tune-wall-ab)  # the default pool and an 8-process pool, cold, one after the other
       stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json"
       stage tune_wall_j8 120 "python bench/tune_wall.py --runs pool-cold --compile-jobs 8 --out $OUT/tune_wall_j8.json" ;;
+    tune-wall2) stage tune_wall2 160 "python bench/tune_wall.py --runs pool-cold,pool-warm --repeat 2 --out $OUT/tune_wall2.json" ;;
     tune-wall) stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json" ;;
     torchao) stage torchao 120 "python -m pip install -q --no-deps --no-index .stage/wheels/torchao-0.18.0-*.whl && python -c 'import torchao; print(torchao.__version__)'" ;;
     scaled-build)  # the shipped W8A8 tables (docs/scaled_mm.md), copied back under logs/db

@@ -9,7 +9,11 @@ run again on the caches its cold run left. 'serial' sets TUNEDB_COMPILE_JOBS=0 (
 compiles at its first probe, as before the pool); 'pool' leaves the pool to size itself (or
 --compile-jobs N: N processes, e.g. to see whether half as many compile as fast). Prints
 a table of wall time, census, and the build's compile/measure split (from tune's own report
-lines); writes JSON to --out. Expect about 3 minutes on the H200 for the four runs (the serial
+lines); writes JSON to --out. --repeat R runs the whole list R times on fresh caches and adds
+the median per run name. Before the first run an untimed `import torch, transformers, triton,
+tunedb` warms the OS page cache: "cold" here means cold tunedb and Triton caches (every kernel
+compiles), not a machine whose Python packages were never read from disk (session 11: the same
+cold run took 30.3 s after other work and 35.1 s as a fresh machine's first command). Expect about 3 minutes on the H200 for the four runs (the serial
 cold run alone about 115 s); `--runs pool-cold,pool-warm` takes under a minute.
 """
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,31 +93,46 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=150.0, help="per run, seconds")
     p.add_argument("--compile-jobs", type=int, default=None,
                    help="pool runs: this many compile processes (default: the pool sizes itself)")
+    p.add_argument("--repeat", type=int, default=1, help="run the list this many times (fresh caches each)")
+    p.add_argument("--no-prewarm", action="store_true", help="skip the untimed page-cache warm-up import")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     for r in runs:
         if r not in ("pool-cold", "pool-warm", "serial-cold", "serial-warm"):
             raise SystemExit(f"--runs: {r!r} is not one of pool-cold, pool-warm, serial-cold, serial-warm")
-    base = Path(tempfile.mkdtemp(prefix="tune-wall-"))
     if args.compile_jobs is not None and args.compile_jobs < 1:
         raise SystemExit(f"--compile-jobs={args.compile_jobs} must be >= 1 (the 'serial' runs turn the pool off)")
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat={args.repeat} must be >= 1")
     report = {"workload": args.workload, "cores": len(os.sched_getaffinity(0)), "compile_jobs": args.compile_jobs,
-              "runs": {}}
-    for name in runs:
-        kind, temp = name.split("-")
-        dirs = {k: base / kind / k for k in ("cache", "user", "triton")}
-        if temp == "warm" and not dirs["triton"].exists():
-            print(f"{name}: no cold run of {kind} before it; its caches start empty", file=sys.stderr)
-        if temp == "warm":  # the user tier would serve the last run's picks: measure again from none
-            subprocess.run(["rm", "-rf", str(dirs["user"])], check=False)
-        row = run_tune(args.workload, dirs, pool=kind == "pool", timeout=args.timeout,
-                       compile_jobs=args.compile_jobs)
-        report["runs"][name] = row
-        print(f"{name}: rc {row['rc']}, wall {row['wall_s']} s, census {row['census_s']} s, phases {row['phases']}, "
-              f"pool {row['pool']}", flush=True)
-        if row["rc"] != 0:
-            print("\n".join(row["tail"]), file=sys.stderr)
+              "repeat": args.repeat, "runs": {}}
+    if not args.no_prewarm:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch, transformers, triton, tunedb"], check=False,
+                       capture_output=True)
+        report["prewarm_s"] = round(time.perf_counter() - t0, 2)
+        print(f"page-cache warm-up import: {report['prewarm_s']} s (untimed)", flush=True)
+    for rep in range(args.repeat):
+        base = Path(tempfile.mkdtemp(prefix="tune-wall-"))
+        for name in runs:
+            kind, temp = name.split("-")
+            label = name if args.repeat == 1 else f"{name}#{rep + 1}"
+            dirs = {k: base / kind / k for k in ("cache", "user", "triton")}
+            if temp == "warm" and not dirs["triton"].exists():
+                print(f"{label}: no cold run of {kind} before it; its caches start empty", file=sys.stderr)
+            if temp == "warm":  # the user tier would serve the last run's picks: measure again from none
+                subprocess.run(["rm", "-rf", str(dirs["user"])], check=False)
+            row = run_tune(args.workload, dirs, pool=kind == "pool", timeout=args.timeout,
+                           compile_jobs=args.compile_jobs)
+            report["runs"][label] = row
+            print(f"{label}: rc {row['rc']}, wall {row['wall_s']} s, census {row['census_s']} s, phases {row['phases']}, "
+                  f"pool {row['pool']}", flush=True)
+            if row["rc"] != 0:
+                print("\n".join(row["tail"]), file=sys.stderr)
+    if args.repeat > 1:
+        report["median_wall_s"] = {n: statistics.median(report["runs"][f"{n}#{i + 1}"]["wall_s"]
+                                                        for i in range(args.repeat)) for n in runs}
     hdr = f"{'run':<12}{'rc':>4}{'wall s':>8}{'census':>8}{'build':>7}{'compile*':>9}{'measure':>8}{'pool jobs':>10}{'pool cpu s':>11}"
     print("\n" + hdr)
     for name, r in report["runs"].items():
@@ -122,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{str(pool.get('compile_s', '-')):>11}")
     print("compile*: compiling on the measuring path (serial: the probes, which compile each kernel at its "
           "first launch; pool: the waits for the pool). measure: prepare + rounds + requests.")
+    for n, w in report.get("median_wall_s", {}).items():
+        print(f"median {n} over {args.repeat}: {w:.1f} s")
     Path(args.out).write_text(json.dumps(report, indent=1))
     return 0 if all(r["rc"] == 0 for r in report["runs"].values()) else 1
 
