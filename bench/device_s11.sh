@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 11's device calls: stages by name, each under its own timeout, logs under $OUT.
-#   bash bench/device_s10.sh STAGE...   (run on the device from the repository root)
+#   bash bench/device_s11.sh STAGE...   (run on the device from the repository root)
 # GPU test files that only check kernels run side by side (their Triton compiles are CPU-bound);
 # anything timed, and anything with the protocol's busy-GPU refusal, runs alone.
 set -u
