@@ -15,9 +15,9 @@ import dataclasses
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from tunedb.families.gemm import confidence
+from tunedb.families.gemm import act_cost, confidence
 from tunedb.families.gemm.costmodel import (ELEM_BYTES, ModelParams, Terms, _predict_us, _tile_of,
-                              _vendor_parts, _vendor_us, default_line, predict, terms)
+                              _vendor_parts, _vendor_us, default_line, launches, predict, terms)
 from tunedb.families.gemm.configs import VENDOR_LANES
 from tunedb.records import ArchProfile, Config, Measurement, Status
 
@@ -54,12 +54,18 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
     by_id = dict(configs) if isinstance(configs, Mapping) else {c.id: c for c in configs}
     rows: dict[str, list[tuple[Terms, float, int]]] = {}
     vendor: dict[str, list[tuple[list[tuple[float, float, float]], float]]] = {}
+    acted: list[Measurement] = []  # activation signatures: fitted on top of the plain terms
+    twins: dict[tuple[Any, ...], float] = {}  # (N, K, dt, M, config) -> us of a GEMM without activation
     ratios = []
     seen = 0
     for meas in measurements:
         if meas.status is not Status.OK or meas.median_ms is None:
             continue
         seen += 1
+        if act_cost.act_of(meas.signature) is not None:
+            acted.append(meas)
+            continue
+        twins[_twin_key(meas)] = meas.median_ms * 1000.0
         if meas.config_id in VENDOR_LANES:
             parts = _vendor_parts(meas.config_id, (meas.signature, meas.m), arch, base)
             if parts and meas.median_ms > 0:
@@ -79,14 +85,74 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
         rows.setdefault(config.id, []).append((tm, us, ELEM_BYTES.get(meas.signature.dt, 2)))
     ratios.sort()
     scale = base.scale * (ratios[len(ratios) // 2] if ratios else 1.0)
-    per = _fit_lines(rows, by_id, arch, base, scale, base.latency_us)
     sentinel = dict(base.sentinel)
     sentinel.update({name: _fit_vendor(data) for name, data in vendor.items() if len(data) >= 2})
-    return ModelParams(scale=scale, lane_eff=dict(base.lane_eff), setup_us=base.setup_us,
-                       latency_us=base.latency_us, l2_bw_factor=base.l2_bw_factor,
-                       per_config={**base.per_config, **per}, sentinel=sentinel,
-                       torch_margin=base.torch_margin, fitted_on=seen, uncertainty=dict(base.uncertainty),
-                       support=None if base.support is None else dict(base.support))
+    # a Triton kernel pays the per-kernel cost the vendor's fit measured on the same graphs
+    kernel_us = sentinel["torch"][1] if "torch" in sentinel else base.kernel_us
+    per = _fit_lines(rows, by_id, arch, base, scale, base.latency_us, kernel_us)
+    plain = ModelParams(scale=scale, lane_eff=dict(base.lane_eff), setup_us=base.setup_us,
+                        latency_us=base.latency_us, l2_bw_factor=base.l2_bw_factor,
+                        per_config={**base.per_config, **per}, sentinel=sentinel,
+                        torch_margin=base.torch_margin, fitted_on=seen, uncertainty=dict(base.uncertainty),
+                        support=None if base.support is None else dict(base.support),
+                        act_epilogue=dict(base.act_epilogue), kernel_us=kernel_us)
+    return _fit_activations(plain, acted, by_id, arch, twins)
+
+
+def _twin_key(meas: Measurement) -> tuple[Any, ...]:
+    s = meas.signature
+    return (s.get("N"), s.get("K"), s.dt, meas.m, meas.config_id)
+
+
+def _fit_activations(params: ModelParams, acted: Sequence[Measurement], by_id: Mapping[str, Config],
+                     arch: ArchProfile, twins: Mapping[tuple[Any, ...], float]) -> ModelParams:
+    """`params` (fitted on the plain GEMMs) with the activation terms (act_cost.py) fitted on the
+    act signatures' measurements: torch's pass as (traffic scale, fixed us) and per activation the
+    Triton epilogue as (per-CTA us, per-element us), each CTA on the critical path paying it once.
+    What a term explains is the measured time less the same arm's at the plain twin (same N, K,
+    M and config, no activation) where the log has one, else less the plain terms' prediction:
+    the twin's difference is the activation alone, the prediction's carries the GEMM's own error.
+    Non-negative least squares of relative error (each row weighted by 1 / its time): small and
+    large outputs count alike. A term with fewer than 2 distinct points keeps its base."""
+    torch_x: list[tuple[float, float]] = []
+    torch_y: list[float] = []
+    epi: dict[str, tuple[list[tuple[float, float]], list[float]]] = {}
+    plain = dataclasses.replace(params, act_epilogue={})
+    no_pass = {k: v for k, v in params.sentinel.items() if k != act_cost.ACT_PASS}
+    for meas in acted:
+        sig, us = meas.signature, meas.median_ms * 1000.0
+        n, elem = sig.get("N"), ELEM_BYTES.get(sig.dt, 2)
+        if meas.config_id == "torch":
+            parts = _vendor_parts("torch", (sig, meas.m), arch, params)
+            twin = twins.get(_twin_key(meas))
+            if parts or twin is not None:
+                gemm = twin if twin is not None else _vendor_us(parts, *(no_pass.get("torch") or (params.scale, 0.0)))
+                torch_x.append((act_cost.traffic_us(meas.m, n, elem, arch) / us, 1.0 / us))
+                torch_y.append((us - gemm) / us)
+            continue
+        config = by_id.get(meas.config_id)
+        if config is None or config.is_sentinel:
+            continue
+        tm = terms(config, (sig, meas.m), arch)
+        pred = _predict_us(config, (sig, meas.m), arch, plain)
+        if isinstance(tm, Status) or isinstance(pred, Status):
+            continue
+        t = _tile_of(config)
+        xs, ys = epi.setdefault(str(sig.get("act")), ([], []))
+        twin = twins.get(_twin_key(meas))
+        xs.append((tm.wave_slots / us, tm.wave_slots * t.bm * t.bn / us))
+        ys.append((us - (twin if twin is not None else pred)) / us)
+    sentinel = dict(params.sentinel)
+    if len(set(torch_x)) >= 2:
+        got = _lstsq2(torch_x, torch_y)
+        if got is not None:
+            sentinel[act_cost.ACT_PASS] = (round(got[0], 6), round(got[1], 6))
+    epilogue = dict(params.act_epilogue)
+    for act, (xs, ys) in epi.items():
+        got = _lstsq2(xs, ys) if len(set(xs)) >= 2 else None
+        if got is not None:
+            epilogue[act] = got
+    return dataclasses.replace(params, sentinel=sentinel, act_epilogue=epilogue)
 
 
 def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
@@ -105,7 +171,8 @@ def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
                        per_config={**old.per_config, **new.per_config},
                        sentinel={**old.sentinel, **new.sentinel}, torch_margin=new.torch_margin,
                        fitted_on=total, uncertainty=_merge_bands(old.uncertainty, new.uncertainty),
-                       support=_merge_supports(old.support, new.support))
+                       support=_merge_supports(old.support, new.support),
+                       act_epilogue={**old.act_epilogue, **new.act_epilogue}, kernel_us=new.kernel_us)
 
 
 def _merge_bands(old: Mapping[str, tuple[float, int]], new: Mapping[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
@@ -249,7 +316,7 @@ def _scaled_line(config: Config, arch: ArchProfile, base: ModelParams, scale: fl
 
 
 def _fit_lines(rows: Mapping[str, Sequence[tuple[Terms, float, int]]], by_id: Mapping[str, Config], arch: ArchProfile, base: ModelParams,
-               scale: float, latency: float) -> dict[str, tuple[float, float]]:
+               scale: float, latency: float, kernel_us: float = 0.0) -> dict[str, tuple[float, float]]:
     """Each config's own (a_c, b_c) by non-negative least squares over its throughput-bound
     points (>= 2 distinct (waves, K iterations)); a latency-bound point says nothing about them."""
     per: dict[str, tuple[float, float]] = {}
@@ -260,7 +327,7 @@ def _fit_lines(rows: Mapping[str, Sequence[tuple[Terms, float, int]]], by_id: Ma
             if len({(tm.wave_slots, tm.k_iters) for tm, _ in used}) < 2:
                 break
             fitted = _lstsq2([(float(tm.wave_slots), float(tm.wave_slots * tm.k_iters)) for tm, _ in used],
-                             [max(us - tm.fixed_us, 0.0) for tm, us in used])
+                             [max(us - tm.fixed_us - kernel_us * launches(by_id[cid]), 0.0) for tm, us in used])
             if fitted is None or fitted == ab:
                 break
             ab = per[cid] = fitted

@@ -14,6 +14,8 @@ split-K reduction (workspace written and read at DRAM bandwidth plus one launch)
 points, a global scale for every config it did not fit, and the vendor arms' level and overhead.
 Sentinels: 'torch' and 'fused' are the best of a few vendor-like tiles (split-K ones for skinny
 shapes) at their own fitted level; 'default' and 'heuristic' are the family's default_config.
+An activation (gemm_act, act != none) adds torch's separate elementwise kernel to 'torch' and its
+fused epilogue to every Triton CTA (act_cost.py).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from tunedb.errors import ConfigError
-from tunedb.families.gemm import confidence
+from tunedb.families.gemm import act_cost, confidence
 from tunedb.families.gemm.configs import VENDOR_LANES
 from tunedb.records import ArchProfile, Config, Signature, Status
 
@@ -71,6 +73,12 @@ class ModelParams:
     # point farther than a factor 2 from all of them is declined. None: not checked (hand-made
     # params); a calibrated model always has one
     support: Mapping[str, tuple[tuple[float, float, float], ...]] | None = None
+    # per Triton kernel launched: its fixed cost beyond the launch (first loads from a cold L2, the
+    # last stores' drain), which a tile line does not scale; fit() sets it to the vendor arm's
+    # fitted overhead, measured on the same graphs. 0: hand-made params, and models fitted before it
+    kernel_us: float = 0.0
+    # activation -> (per-CTA us, per-element us) a Triton tile's fused activation costs (act_cost.py)
+    act_epilogue: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": _SCHEMA, "scale": self.scale, "lane_eff": dict(self.lane_eff),
@@ -80,7 +88,9 @@ class ModelParams:
                 "torch_margin": self.torch_margin, "fitted_on": self.fitted_on,
                 "uncertainty": {k: [b, n] for k, (b, n) in sorted(self.uncertainty.items())},
                 "support": None if self.support is None else
-                {k: [list(p) for p in pts] for k, pts in sorted(self.support.items())}}
+                {k: [list(p) for p in pts] for k, pts in sorted(self.support.items())},
+                "act_epilogue": {k: [a, b] for k, (a, b) in sorted(self.act_epilogue.items())},
+                "kernel_us": self.kernel_us}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelParams":
@@ -104,7 +114,9 @@ class ModelParams:
                    torch_margin=float(data.get("torch_margin", default.torch_margin)),
                    fitted_on=int(data.get("fitted_on", 0)),
                    # a model written before the bands were calibrated has none: the tier declines
-                   uncertainty=uncertainty, support=support)
+                   uncertainty=uncertainty, support=support,
+                   act_epilogue=_pairs(data, "act_epilogue", "[per_cta_us, per_elem_us]"),
+                   kernel_us=float(data.get("kernel_us", 0.0)))
 
 
 def _points(raw: Any) -> dict[str, tuple[tuple[float, float, float], ...]] | None:
@@ -267,9 +279,19 @@ def _predict_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: Mode
     tm = terms(config, shape, arch)
     if isinstance(tm, Status):
         return tm
-    elem = ELEM_BYTES.get(_shape_of(shape)[3], 2)
-    a, b = _line(config, arch, params, elem)
-    return max(tm.line_us(a, b, params.latency_us) + tm.fixed_us, tm.floor_us)
+    _, _, _, dt, sig = _shape_of(shape)
+    a, b = _line(config, arch, params, ELEM_BYTES.get(dt, 2))
+    act = act_cost.act_of(sig)
+    if act is not None:  # the fused activation: each CTA's epilogue on its tile
+        t = _tile_of(config)
+        a += act_cost.epilogue_us(act, t.bm, t.bn, params.act_epilogue)
+    return max(tm.line_us(a, b, params.latency_us) + tm.fixed_us + params.kernel_us * launches(config),
+               tm.floor_us)
+
+
+def launches(config: Config) -> int:
+    """Kernels a Triton config launches: the GEMM, and with split-K the reduction."""
+    return 2 if _tile_of(config).split_k > 1 else 1
 
 
 @lru_cache(maxsize=4)
@@ -315,7 +337,11 @@ def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelPar
     if config.is_sentinel:
         if config.id in VENDOR_LANES:
             parts = _vendor_parts(config.id, shape, arch, params)
-            return _vendor_us(parts, *_sentinel_fit(params, config.id)) / 1000.0 if parts else Status.INFEASIBLE
+            if not parts:
+                return Status.INFEASIBLE
+            extra = act_cost.vendor_pass_us(config.id, act_cost.act_of(sig), m, n, ELEM_BYTES.get(dt, 2),
+                                            arch, params.sentinel)
+            return (_vendor_us(parts, *_sentinel_fit(params, config.id)) + extra) / 1000.0
         if default_config is None:
             raise ConfigError(f"predicting sentinel {config.id!r} needs default_config=family.default_config")
         config = default_config(sig or Signature.make("gemm", "gemm", dt, N=n, K=k), arch)
