@@ -118,7 +118,6 @@ def _fit_activations(params: ModelParams, acted: Sequence[Measurement], by_id: M
     torch_y: list[float] = []
     epi: dict[str, tuple[list[tuple[float, float]], list[float]]] = {}
     plain = dataclasses.replace(params, act_epilogue={})
-    no_pass = {k: v for k, v in params.sentinel.items() if k != act_cost.ACT_PASS}
     for meas in acted:
         sig, us = meas.signature, meas.median_ms * 1000.0
         n, elem = sig.get("N"), ELEM_BYTES.get(sig.dt, 2)
@@ -126,7 +125,7 @@ def _fit_activations(params: ModelParams, acted: Sequence[Measurement], by_id: M
             parts = _vendor_parts("torch", (sig, meas.m), arch, params)
             twin = twins.get(_twin_key(meas))
             if parts or twin is not None:
-                gemm = twin if twin is not None else _vendor_us(parts, *(no_pass.get("torch") or (params.scale, 0.0)))
+                gemm = twin if twin is not None else _vendor_us(parts, *(params.sentinel.get("torch") or (params.scale, 0.0)))
                 torch_x.append((act_cost.traffic_us(meas.m, n, elem, arch) / us, 1.0 / us))
                 torch_y.append((us - gemm) / us)
             continue
