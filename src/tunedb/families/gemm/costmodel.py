@@ -1,7 +1,7 @@
 """The analytic GEMM cost model: pure Python, no torch (calibration.py fits its parameters).
 
     T(c; M,N,K) = sum over waves of max(c * (a_c + b_c * k), a_c + k * lat / (stages - 1))
-                  + R_c + launches * L,                                  T >= bytes / BW
+                  + R_c + launches * (L + kernel_us),                    T >= bytes / BW
 
 A full wave of ``sms * r`` tiles puts c = r CTAs on each SM; the partial wave c = ceil(rem / sms),
 because its CTAs spread over free SMs instead of sharing one. A wave is throughput-bound (its c
