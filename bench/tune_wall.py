@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PHASE = re.compile(r"([a-z][a-z ()]*?) ([0-9.]+) s")
 AHEAD = re.compile(r"(\d+) submitted before the census ended \((\d+) of them not in")
 MEASURED_AHEAD = re.compile(r"measured ahead during the census: (\d+) point\(s\) in ([0-9.]+) s; (\d+) reused by "
-                            r"the build, (\d+) not in its plan")
+                            r"the build, (\d+) not in its plan(?:.*?; (\d+) measured after it)?")
 POOL = re.compile(r"compile pool: (\d+) processes, (\d+) jobs \((\d+) ok.*?([0-9.]+) s of compiling.*?waited ([0-9.]+) s")
 
 
@@ -74,7 +74,7 @@ def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float,
         m = MEASURED_AHEAD.search(text)  # points measured during the census (build/speculative.py)
         if m:
             row["ahead"] = {"points": int(m.group(1)), "seconds": float(m.group(2)), "reused": int(m.group(3)),
-                            "discarded": int(m.group(4))}
+                            "discarded": int(m.group(4)), "filled": int(m.group(5) or 0)}
         m = POOL.search(text)
         if m:
             row["pool"] = dict(zip(("processes", "jobs", "ok", "compile_s", "wait_s"),

@@ -207,3 +207,36 @@ def test_start_measures_the_mirror_plan_on_the_prestarted_worker(env, monkeypatc
     (name, arch_family, plans, measurer, _, pool), = started
     assert (name, arch_family, pool) == ("gemm", "sm90", None) and measurer.worker is worker
     assert [p.signature for p in plans] == [FLAT] and measurer.log is None
+
+
+class LateCompiles:
+    """`late`'s binaries are done only once `after` points of other signatures have been
+    measured (a late compile ahead of them in the plan)."""
+
+    def __init__(self, cost, late, after):
+        self.cost, self.sig, self.after, self.late = cost, late, after, cf.Future()
+
+    def pending(self, sig, ids):
+        if len({x for x in self.cost.seen if x[0] != self.sig}) >= self.after and not self.late.done():
+            self.late.set_result(None)
+        return [self.late] if sig == self.sig and not self.late.done() else []
+
+
+def test_points_are_measured_as_their_compiles_finish_not_behind_a_late_one(env):
+    real = census((WINS, (8, 24, 64)), (FLAT, (16, 40)))
+    plans, _ = build_run.plan_build([("c", real)], opts(env / "a"), arch.shipped_profile("sm90"))
+    first, second = plans[0].signature, plans[1].signature
+    cost = Recording()
+    timer = FakeTimer(cost, noise_sigma=0.002, seed=1)
+    run = ahead(real, env / "a", timer, compiles=LateCompiles(cost, first, len(plans[1].points)),
+                wait=False)
+    run._thread.join(30)
+    assert not run._thread.is_alive() and not run.error
+    measured = [s for s, _ in cost.seen]
+    n = len(plans[1].points)
+    assert measured[:n] == [second] * n and first in measured  # the second's points first
+    res = pipeline.build([("c", real)], opts(env / "a"), timer=timer)
+    assert res.ahead["discarded"] == 0 and res.ahead["reused"] == res.ahead["points"]
+    assert table(env / "a") == plain(real, env / "b")
+    order = [(r["signature"], r["M"]) for r in logged(env / "a")]  # logged in the plan's order
+    assert order.index((first.format(), plans[0].points[0].m)) < order.index((second.format(), plans[1].points[0].m))

@@ -230,6 +230,8 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
             measure.arms += spread.arms
             result.workers, result.lost = spread.workers, tuple(spread.lost)
             measure.phases.update(spread.phases)
+        if measure.ahead is not None:  # the rest of its points in compile order, before the loop takes them
+            speculative.fill_after([p for p in plans if p.signature not in finished], measure)
         index = 0
         for name, _ in censuses:
             t0, arms0 = time.perf_counter(), measure.arms

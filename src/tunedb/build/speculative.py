@@ -115,28 +115,64 @@ class _Stopped(Exception):
 
 @dataclass
 class Measured:
-    """What a pass measured ahead, as the build's measurer takes it (take: equal requests only)."""
+    """Requests measured ahead of the build's loop, as its measurer takes them (take: equal
+    requests only): the pass's, and the build's own measured in compile order (fill)."""
 
     results: dict[MeasureRequest, tuple[Measurement, ...]] = field(default_factory=dict)
-    points: int = 0  # requests measured ahead
+    points: int = 0  # requests the pass measured during the census
     seconds: float = 0.0  # the pass's wall time, census-side (the build did not wait for it)
-    reused: int = 0
+    reused: int = 0  # of the pass's requests, those the build made
+    filled: int = 0  # the build's own requests measured in compile order before its loop
+    _pass: set[MeasureRequest] = field(default_factory=set)
 
     def take(self, request: MeasureRequest) -> tuple[Measurement, ...] | None:
         out = self.results.pop(request, None)
-        if out is not None:
+        if out is not None and request in self._pass:
             self.reused += 1
         return out
 
     def report(self) -> dict[str, Any]:
         """points measured ahead, how many the build reused, how many it discarded (not its own)."""
-        return {"points": self.points, "reused": self.reused, "discarded": len(self.results),
-                "seconds": round(self.seconds, 3)}
+        return {"points": self.points, "reused": self.reused, "discarded": len(self._pass & set(self.results)),
+                "seconds": round(self.seconds, 3), "filled": self.filled}
+
+
+def fill(plans: Sequence[Any], measurer: Any, compiles: Any, measured: Measured,
+         stop: threading.Event | None = None) -> int:
+    """Measure each plan's points (the requests build_signature makes first) with `measurer`
+    into `measured`, in the order their compiles finish rather than the plan's: a point whose
+    binaries are ready is never held behind one still compiling (measuring stays serial; the
+    cross-evaluation, which needs a signature's points, stays in build_signature). Requests
+    already in `measured` are skipped. Returns how many were measured."""
+    todo = []
+    for plan in plans:
+        for p in plan.points:
+            ids, decides = plan.arms[p.m], len(plan.points) == 1
+            request, _ = measurer.request(plan.signature, p.m, ids, p.eager_share, decides)
+            if request not in measured.results:
+                todo.append((request, (plan.signature, p.m, ids, p.eager_share, decides)))
+    done = 0
+    while todo:
+        if stop is not None and stop.is_set():
+            raise _Stopped
+        pending = {} if compiles is None else {i: compiles.pending(args[0], args[2]) for i, (_, args) in enumerate(todo)}
+        ready = next((i for i in range(len(todo)) if not pending.get(i)), None)
+        if ready is None:  # wake at the first compile done (or to look at `stop` again)
+            t0 = time.perf_counter()
+            cf.wait([f for futs in pending.values() for f in futs], timeout=0.05, return_when=cf.FIRST_COMPLETED)
+            phases = getattr(measurer, "phases", None)
+            if phases is not None:
+                phases["compile wait"] = phases.get("compile wait", 0.0) + time.perf_counter() - t0
+            continue
+        request, args = todo.pop(ready)
+        measured.results[request] = measurer(*args)
+        done += 1
+    return done
 
 
 class AheadRun:
-    """A thread that builds each plan's signatures with `measurer` (build_signature: its points,
-    then its cross-evaluation), keeping every request and its result. Compiles are waited for in
+    """A thread measuring a speculative plan (fill, then each signature's cross-evaluation
+    through build_signature), keeping every request and its result. It waits for compiles in
     short steps so that the build's take-over stops it before its next point; the build then
     waits only for the point in flight (measuring stays serial on the GPU)."""
 
@@ -154,17 +190,13 @@ class AheadRun:
 
     def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float,
                  decides: bool = False) -> tuple[Measurement, ...]:
-        while self.compiles is not None and not self._stop.is_set():
-            pending = self.compiles.pending(sig, ids)
-            if not pending:
-                break
-            cf.wait(pending, timeout=0.05)
+        """build_signature's measure: a request fill measured is answered from it."""
+        request, _ = self.measurer.request(sig, m, ids, alpha, decides)
+        if request in self.measured.results:
+            return self.measured.results[request]
         if self._stop.is_set():
             raise _Stopped
-        request, _ = self.measurer.request(sig, m, ids, alpha, decides)
-        out = self.measurer(sig, m, ids, alpha, decides)
-        self.measured.results[request] = out
-        self.measured.points += 1
+        out = self.measured.results[request] = self.measurer(sig, m, ids, alpha, decides)
         return out
 
     def _run(self) -> None:
@@ -172,7 +204,8 @@ class AheadRun:
 
         started = time.perf_counter()
         try:
-            for plan in self.plans:
+            fill(self.plans, self.measurer, self.compiles, self.measured, self._stop)
+            for plan in self.plans:  # the cross-evaluations (their configs are compiled by now)
                 buildsteps.build_signature(plan, self, self.opts, rule=self.rule)
         except _Stopped:
             pass
@@ -185,7 +218,11 @@ class AheadRun:
         when it failed."""
         self._stop.set()
         self._thread.join()
-        return None if self.error else self.measured
+        if self.error:
+            return None
+        self.measured._pass = set(self.measured.results)
+        self.measured.points = len(self.measured._pass)
+        return self.measured
 
 
 # A pass measuring ahead, per family: (arch family, run)
@@ -223,7 +260,25 @@ def stop(family_name: str) -> None:
         held[1].stop()
 
 
+def fill_after(plans: Sequence[Any], measure: Any) -> None:
+    """The build's side, after take_over: its own plan's points not measured ahead, measured now
+    in compile order (fill) with no log, for its loop to take in plan order (then logged) --
+    so that points compiled early are not held behind a late compile either."""
+    import copy
+
+    if measure.ahead is None:
+        return
+    quiet = copy.copy(measure)  # the same worker or timer, and the build's phases dict
+    quiet.log, quiet.ahead, quiet.compiles = None, None, None
+    before = measure.phases.get("compile wait", 0.0)
+    measure.ahead.filled += fill(plans, quiet, measure.compiles, measure.ahead)
+    stats = getattr(measure.compiles, "stats", None)
+    if stats is not None:  # the pool's report counts this wait as the measuring side's, as it is
+        stats.wait_seconds += measure.phases.get("compile wait", 0.0) - before
+
+
 def describe(report: Mapping[str, Any]) -> str:
     """The tune report's line for a pass measured ahead."""
     return (f"measured ahead during the census: {report['points']} point(s) in {report['seconds']:.1f} s; "
-            f"{report['reused']} reused by the build, {report['discarded']} not in its plan (discarded)")
+            f"{report['reused']} reused by the build, {report['discarded']} not in its plan (discarded); "
+            f"{report.get('filled', 0)} measured after it in compile order")
