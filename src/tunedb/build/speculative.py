@@ -233,6 +233,8 @@ def measure_ahead(family_name: str, arch_family: str, plans: Sequence[Any], meas
                   compiles: Any = None) -> AheadRun:
     """Start measuring `plans` with `measurer` (no log: a request reaches the build's log only
     when the build makes it) after `compiles` (a CompilePool, or None: nothing to wait for)."""
+    from tunedb.measure import protocol  # noqa: F401 - imported here, not in the thread beside the census's imports
+
     stop(family_name)
     run = AheadRun(plans, measurer, opts, compiles).start()
     _RUNNING[family_name] = (arch_family, run)

@@ -226,9 +226,7 @@ class Measurer:
         if decides and self.rule.min_speedup > 1.0:
             kw["fallback_gate"] = (self.rule.fallback, self.rule.min_speedup)
         if self._impl is None:
-            from tunedb.database.validators import family_impl_hash
-
-            self._impl = (family_impl_hash(self.family),)
+            self._impl = (database.validators.family_impl_hash(self.family),)
         return MeasureRequest(sig, m, tuple(ids), tuple(sorted(kw.items())), self._impl[0]), kw
 
     def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float,
