@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                            compile_jobs=args.compile_jobs)
             report["runs"][label] = row
             print(f"{label}: rc {row['rc']}, wall {row['wall_s']} s, census {row['census_s']} s, phases {row['phases']}, "
-                  f"pool {row['pool']}", flush=True)
+                  f"pool {row['pool']}, ahead {row['ahead']}", flush=True)
             if row["rc"] != 0:
                 print("\n".join(row["tail"]), file=sys.stderr)
     if args.repeat > 1:
