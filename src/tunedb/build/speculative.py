@@ -17,8 +17,9 @@ missing ones added), and its measurer takes a request measured ahead only when t
 equal whole (records.MeasureRequest: signature, M, arms, the protocol's keywords, the family's
 implementation hash): the same measurement, logged then under the build's run. Requests the
 build does not make are discarded, never logged nor written; the ones it makes that were not
-measured ahead it measures itself. So the file is the one a build of that census writes from
-those measurements. Nothing is speculated when the census is a cache hit (it is fast then), for
+measured ahead it measures itself, before its loop and again in the order their compiles finish
+(fill_after); the loop then takes every point in plan order and logs it. So the file is the one
+a build of that census writes from those measurements. Nothing is speculated when the census is a cache hit (it is fast then), for
 a census that is already the mirror's, for a user's module:callable, or where no pool was
 prestarted; a pass that fails is dropped whole and the build measures everything itself.
 """
