@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PHASE = re.compile(r"([a-z][a-z ()]*?) ([0-9.]+) s")
 AHEAD = re.compile(r"(\d+) submitted before the census ended \((\d+) of them not in")
+MEASURED_AHEAD = re.compile(r"measured ahead during the census: (\d+) point\(s\) in ([0-9.]+) s; (\d+) reused by "
+                            r"the build, (\d+) not in its plan(?:.*?; (\d+) measured after it)?")
 POOL = re.compile(r"compile pool: (\d+) processes, (\d+) jobs \((\d+) ok.*?([0-9.]+) s of compiling.*?waited ([0-9.]+) s")
 
 
@@ -58,17 +60,21 @@ def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float,
         proc.kill()
         rc = "timeout"
     wall = time.perf_counter() - start
-    row: dict = {"rc": rc, "wall_s": round(wall, 2), "census_s": None, "phases": {}, "pool": {}}
+    row: dict = {"rc": rc, "wall_s": round(wall, 2), "census_s": None, "phases": {}, "pool": {}, "ahead": {}}
     for t, text in lines:
         if text.startswith("census of ") and row["census_s"] is None:
             row["census_s"] = round(t, 2)
         if text.startswith("where the time went:"):
             row["phases"] = {k.strip(): float(v) for k, v in PHASE.findall(text.split(":", 1)[1])}
-        if text.startswith("measured "):
+        if text.startswith("measured ") and not text.startswith("measured ahead"):
             m = re.search(r"in ([0-9.]+) s", text)
             row["build_s"] = float(m.group(1)) if m else None
             m = re.search(r"measured (\d+) arm", text)
             row["arms"] = int(m.group(1)) if m else None
+        m = MEASURED_AHEAD.search(text)  # points measured during the census (build/speculative.py)
+        if m:
+            row["ahead"] = {"points": int(m.group(1)), "seconds": float(m.group(2)), "reused": int(m.group(3)),
+                            "discarded": int(m.group(4)), "filled": int(m.group(5) or 0)}
         m = POOL.search(text)
         if m:
             row["pool"] = dict(zip(("processes", "jobs", "ok", "compile_s", "wait_s"),
@@ -127,21 +133,23 @@ def main(argv: list[str] | None = None) -> int:
                            compile_jobs=args.compile_jobs)
             report["runs"][label] = row
             print(f"{label}: rc {row['rc']}, wall {row['wall_s']} s, census {row['census_s']} s, phases {row['phases']}, "
-                  f"pool {row['pool']}", flush=True)
+                  f"pool {row['pool']}, ahead {row['ahead']}", flush=True)
             if row["rc"] != 0:
                 print("\n".join(row["tail"]), file=sys.stderr)
     if args.repeat > 1:
         report["median_wall_s"] = {n: statistics.median(report["runs"][f"{n}#{i + 1}"]["wall_s"]
                                                         for i in range(args.repeat)) for n in runs}
-    hdr = f"{'run':<12}{'rc':>4}{'wall s':>8}{'census':>8}{'build':>7}{'compile*':>9}{'measure':>8}{'pool jobs':>10}{'pool cpu s':>11}"
+    hdr = f"{'run':<12}{'rc':>4}{'wall s':>8}{'census':>8}{'build':>7}{'compile*':>9}{'measure':>8}{'pool jobs':>10}{'pool cpu s':>11}{'ahead':>9}"
     print("\n" + hdr)
     for name, r in report["runs"].items():
         pool = r["pool"]
         print(f"{name:<12}{str(r['rc']):>4}{r['wall_s']:>8.1f}{(r['census_s'] or 0):>8.1f}{(r.get('build_s') or 0):>7.1f}"
               f"{r['compile_on_path_s']:>9.1f}{r['measure_s']:>8.1f}{str(pool.get('jobs', '-')):>10}"
-              f"{str(pool.get('compile_s', '-')):>11}")
+              f"{str(pool.get('compile_s', '-')):>11}"
+              f"{(str(r['ahead']['reused']) + '/' + str(r['ahead']['points'])) if r.get('ahead') else '-':>9}")
     print("compile*: compiling on the measuring path (serial: the probes, which compile each kernel at its "
-          "first launch; pool: the waits for the pool). measure: prepare + rounds + requests.")
+          "first launch; pool: the waits for the pool). measure: prepare + rounds + requests (the build's own). "
+          "ahead: points measured during the census that the build reused / measured (a cold preset tune).")
     for n, w in report.get("median_wall_s", {}).items():
         print(f"median {n} over {args.repeat}: {w:.1f} s")
     Path(args.out).write_text(json.dumps(report, indent=1))

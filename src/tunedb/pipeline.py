@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from tunedb import families
-from tunedb.build import run
+from tunedb.build import run, speculative
 from tunedb.build import steps as buildsteps
 from tunedb.build.run import (BuildOptions, BuildResult, Reporter, arch_profile, plan_build,  # noqa: F401
                               read_census, signatures_by_census)
@@ -41,6 +41,7 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
         gpu = False if (opts.simulate or timer is not None) else has_gpu()
         return run.run(censuses, opts, timer, reporter, worker, gpu)
     finally:
+        speculative.stop(opts.family)  # a pass measuring ahead that the build did not take over
         if worker is not None:
             worker.close()
 
@@ -119,6 +120,7 @@ def tune(workload: str, opts: BuildOptions, *, census_kw: dict[str, Any] | None 
                 return result
         result.build = build([(workload, shapes)], opts, reporter=reporter, worker=worker)
     finally:
+        speculative.stop(opts.family)
         if worker is not None:
             worker.close()
     if opts.dry_run:

@@ -2,8 +2,9 @@
 
 Signature (the static key of an op), Point (a signature at one M, with traffic),
 ShapeSet (a census), Config (explicit kernel parameters with a stable id), Status and
-Measurement (one arm at one point), Region and Entry (a database row), Provenance (who
-measured what, where) and ArchProfile (device ceilings). Pure Python: no torch here.
+Measurement (one arm at one point), MeasureRequest (one point's request), Region and Entry
+(a database row), Provenance (who measured what, where) and ArchProfile (device ceilings).
+Pure Python: no torch here.
 """
 from __future__ import annotations
 
@@ -301,6 +302,20 @@ class Measurement:
             contended=bool(data.get("contended", False)), detail=str(data.get("detail", "")),
             env=tuple(sorted((data.get("env") or {}).items())),
         )
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """What one measure_point call is asked, whole: the arms at one point, the protocol's
+    keywords (alpha, seed, served weight bytes, gate...) and the family's implementation hash.
+    Two equal requests are the same measurement: one taken ahead of the census (build/
+    speculative.py) serves the build's own request equal to it."""
+
+    signature: Signature
+    m: int
+    config_ids: tuple[str, ...]
+    options: tuple[tuple[str, Any], ...]
+    impl: str | None = None
 
 
 @dataclass(frozen=True)

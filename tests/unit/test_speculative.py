@@ -48,8 +48,11 @@ def family(monkeypatch, tmp_path):
     monkeypatch.setattr(compile_pool, "done_log", lambda family: None)
     monkeypatch.setattr(compile_pool, "_PRESTARTED", {})
     monkeypatch.setattr(compile_pool, "_AHEAD", {})
+    monkeypatch.setattr(speculative, "_RUNNING", {})
     with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
         yield fam
+    for name in list(speculative._RUNNING):  # a pass start() began (waiting on held compiles)
+        speculative.stop(name)
 
 
 @dataclass(frozen=True)

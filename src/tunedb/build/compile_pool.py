@@ -194,10 +194,14 @@ class CompilePool:
                 self.stats.failed.append(f"{job}: {res.get('error', '')}")
         return done
 
+    def pending(self, sig: Signature, ids: Sequence[str]) -> list[cf.Future]:
+        """The jobs of `ids` for `sig` not done yet."""
+        futs = [self._futures.get(j) for cid in ids for j in self._by_key.get((sig, cid), ())]
+        return [f for f in futs if f is not None and not f.done()]
+
     def wait(self, sig: Signature, ids: Sequence[str]) -> float:
         """Block until the jobs of `ids` for `sig` are done; returns the seconds waited."""
-        futs = [self._futures.get(j) for cid in ids for j in self._by_key.get((sig, cid), ())]
-        pending = [f for f in futs if f is not None and not f.done()]
+        pending = self.pending(sig, ids)
         if not pending:
             return 0.0
         start = time.perf_counter()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import database, families
-from tunedb.build import checkpoint, compile_pool, distributed, partition
+from tunedb.build import checkpoint, compile_pool, distributed, partition, speculative
 from tunedb.build import plan as buildplan
 from tunedb.build import steps as buildsteps
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
@@ -70,6 +70,7 @@ class BuildResult:
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)  # --workers/--ray: each actor's share
     lost: tuple[str, ...] = ()  # --workers/--ray: signatures re-queued after their actor died
     compile: dict[str, Any] = field(default_factory=dict)  # the compile pool's report (build/compile_pool.py)
+    ahead: dict[str, Any] = field(default_factory=dict)  # points measured during the census (build/speculative.py)
 
 
 def arch_profile(arch_family: str | None, real: bool) -> ArchProfile:
@@ -211,6 +212,8 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     reporter.start(plans, [s for s in by_sig if s in finished])
     measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family), timer,
                                   worker)
+    if not distributed.wanted(opts):  # points measured during the census, before this plan retargets the pool
+        measure.ahead = speculative.take_over(family.name, arch.arch_family, measure)
     if gpu or (timer is not None and not opts.simulate and compile_pool.configured()):
         measure.compiles = compile_pool.start_for_build(family, arch.arch_family, plans, finished)
         if measure.compiles is not None and measure.worker is not None:  # its start overlaps the first compiles
@@ -227,6 +230,8 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
             measure.arms += spread.arms
             result.workers, result.lost = spread.workers, tuple(spread.lost)
             measure.phases.update(spread.phases)
+        if measure.ahead is not None:  # the rest of its points in compile order, before the loop takes them
+            speculative.fill_after([p for p in plans if p.signature not in finished], measure)
         index = 0
         for name, _ in censuses:
             t0, arms0 = time.perf_counter(), measure.arms
@@ -252,6 +257,7 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
         reporter.stop()
     result.arms_measured = measure.arms
     result.compile = compile_pool.report(measure.compiles)
+    result.ahead = measure.ahead.report() if measure.ahead is not None else {}
     result.phase_seconds = {"setup": setup_s, **measure.phases}
     written = time.perf_counter()
     result.entries = [entries[p.signature] for p in plans]

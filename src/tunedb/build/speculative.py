@@ -1,23 +1,38 @@
-"""Compiles started before the census ends: a preset's mirror census, planned, fills the pool.
+"""Work started before the census ends: a preset's mirror census, planned, fills the compile
+pool and is measured.
 
 On a cold cache `tunedb tune PRESET` spends seconds importing the model library and tracing the
-model (11.6 s of a cold `tunedb tune whisper-base` on the H200), while its compile pool, started
-beside it, idles until the plan exists; the measuring side then waited 10.3 s for the 27
-compiles. A preset's `mirror` implementation is tunedb's own copy of the model with the library
-model's keys, and its census needs no model library: taken first, planned as the build will plan
-(same options, this GPU's arch profile, measured now if it is not cached, as the build would
-after the census), its compiles are submitted at once. The census the build measures is still the one
-asked for; the build's own plan then retargets the pool (compile_pool.CompilePool.retarget):
-queued jobs it does not need are cancelled, the rest kept, missing ones added. So the plan, the
-points and the arms are the build's own; only compiles, which are never timed, start earlier.
-Nothing is speculated when the census is a cache hit (it is fast then), for a census that is
-already the mirror's, for a user's module:callable, or where no pool was prestarted.
+model (11.6 s of a cold `tunedb tune whisper-base` on the H200), while its compile pool and
+measuring worker, started beside it, idle until the plan exists. A preset's `mirror`
+implementation is tunedb's own copy of the model with the library model's keys, and its census
+needs no model library: taken first, planned as the build will plan (same options, this GPU's
+arch profile, measured now if it is not cached, as the build would after the census), its
+compiles are submitted at once, and its points are measured in a thread on the prestarted
+worker while the census asked for is taken (the census runs on the CPU, on meta tensors; the
+protocol times on the GPU with CUDA graphs and events).
+
+The census the build measures is still the one asked for. Its plan retargets the pool
+(compile_pool.CompilePool.retarget: queued jobs it does not need are cancelled, the rest kept,
+missing ones added), and its measurer takes a request measured ahead only when the request is
+equal whole (records.MeasureRequest: signature, M, arms, the protocol's keywords, the family's
+implementation hash): the same measurement, logged then under the build's run. Requests the
+build does not make are discarded, never logged nor written; the ones it makes that were not
+measured ahead it measures itself, before its loop and again in the order their compiles finish
+(fill_after); the loop then takes every point in plan order and logs it. So the file is the one
+a build of that census writes from those measurements. Nothing is speculated when the census is a cache hit (it is fast then), for
+a census that is already the mirror's, for a user's module:callable, or where no pool was
+prestarted; a pass that fails is dropped whole and the build measures everything itself.
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
+import threading
+import time
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from tunedb.build import compile_pool
+from tunedb.records import Measurement, MeasureRequest, Signature
 
 
 def wanted(workload: str, census_kw: Mapping[str, Any]) -> bool:
@@ -84,4 +99,189 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
                                   buildsteps.model_params(existing.model if existing else None))
     except Exception:  # noqa: BLE001 - a prefetch only: the build plans and compiles regardless
         return None
-    return start_ahead(family, profile.arch_family, plans)
+    pool = start_ahead(family, profile.arch_family, plans)
+    if worker is not None:
+        try:
+            measurer = buildsteps.Measurer(family, opts, profile, None,
+                                           buildsteps.working_sets([(workload, shapes)], family), worker=worker)
+            measure_ahead(family.name, profile.arch_family, plans, measurer, opts, pool)
+        except Exception:  # noqa: BLE001 - as above: the build measures regardless
+            pass
+    return pool
+
+
+class _Stopped(Exception):
+    """The build took over: the pass ends before its next point."""
+
+
+@dataclass
+class Measured:
+    """Requests measured ahead of the build's loop, as its measurer takes them (take: equal
+    requests only): the pass's, and the build's own measured in compile order (fill)."""
+
+    results: dict[MeasureRequest, tuple[Measurement, ...]] = field(default_factory=dict)
+    points: int = 0  # requests the pass measured during the census
+    seconds: float = 0.0  # the pass's wall time, census-side (the build did not wait for it)
+    reused: int = 0  # of the pass's requests, those the build made
+    filled: int = 0  # the build's own requests measured in compile order before its loop
+    _pass: set[MeasureRequest] = field(default_factory=set)
+
+    def take(self, request: MeasureRequest) -> tuple[Measurement, ...] | None:
+        out = self.results.pop(request, None)
+        if out is not None and request in self._pass:
+            self.reused += 1
+        return out
+
+    def report(self) -> dict[str, Any]:
+        """points measured ahead, how many the build reused, how many it discarded (not its own)."""
+        return {"points": self.points, "reused": self.reused, "discarded": len(self._pass & set(self.results)),
+                "seconds": round(self.seconds, 3), "filled": self.filled}
+
+
+def fill(plans: Sequence[Any], measurer: Any, compiles: Any, measured: Measured,
+         stop: threading.Event | None = None) -> int:
+    """Measure each plan's points (the requests build_signature makes first) with `measurer`
+    into `measured`, in the order their compiles finish rather than the plan's: a point whose
+    binaries are ready is never held behind one still compiling (measuring stays serial; the
+    cross-evaluation, which needs a signature's points, stays in build_signature). Requests
+    already in `measured` are skipped. Returns how many were measured."""
+    todo = []
+    for plan in plans:
+        for p in plan.points:
+            ids, decides = plan.arms[p.m], len(plan.points) == 1
+            request, _ = measurer.request(plan.signature, p.m, ids, p.eager_share, decides)
+            if request not in measured.results:
+                todo.append((request, (plan.signature, p.m, ids, p.eager_share, decides)))
+    done = 0
+    while todo:
+        if stop is not None and stop.is_set():
+            raise _Stopped
+        pending = {} if compiles is None else {i: compiles.pending(args[0], args[2]) for i, (_, args) in enumerate(todo)}
+        ready = next((i for i in range(len(todo)) if not pending.get(i)), None)
+        if ready is None:  # wake at the first compile done (or to look at `stop` again)
+            t0 = time.perf_counter()
+            cf.wait([f for futs in pending.values() for f in futs], timeout=0.05, return_when=cf.FIRST_COMPLETED)
+            phases = getattr(measurer, "phases", None)
+            if phases is not None:
+                phases["compile wait"] = phases.get("compile wait", 0.0) + time.perf_counter() - t0
+            continue
+        request, args = todo.pop(ready)
+        measured.results[request] = measurer(*args)
+        done += 1
+    return done
+
+
+class AheadRun:
+    """A thread measuring a speculative plan (fill, then each signature's cross-evaluation
+    through build_signature), keeping every request and its result. It waits for compiles in
+    short steps so that the build's take-over stops it before its next point; the build then
+    waits only for the point in flight (measuring stays serial on the GPU)."""
+
+    def __init__(self, plans: Sequence[Any], measurer: Any, opts: Any, compiles: Any = None) -> None:
+        self.plans, self.measurer, self.opts, self.compiles = list(plans), measurer, opts, compiles
+        self.rule, self.valid = measurer.rule, measurer.valid  # build_signature reads them
+        self.measured = Measured()
+        self.error = ""  # why the pass failed (it is then dropped whole)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tunedb-measure-ahead", daemon=True)
+
+    def start(self) -> "AheadRun":
+        self._thread.start()
+        return self
+
+    def __call__(self, sig: Signature, m: int, ids: Sequence[str], alpha: float,
+                 decides: bool = False) -> tuple[Measurement, ...]:
+        """build_signature's measure: a request fill measured is answered from it."""
+        request, _ = self.measurer.request(sig, m, ids, alpha, decides)
+        if request in self.measured.results:
+            return self.measured.results[request]
+        if self._stop.is_set():
+            raise _Stopped
+        out = self.measured.results[request] = self.measurer(sig, m, ids, alpha, decides)
+        return out
+
+    def _run(self) -> None:
+        from tunedb.build import steps as buildsteps
+
+        started = time.perf_counter()
+        try:
+            fill(self.plans, self.measurer, self.compiles, self.measured, self._stop)
+            for plan in self.plans:  # the cross-evaluations (their configs are compiled by now)
+                buildsteps.build_signature(plan, self, self.opts, rule=self.rule)
+        except _Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - reported by take_over; the build measures instead
+            self.error = f"{type(exc).__name__}: {exc}"
+        self.measured.seconds = time.perf_counter() - started
+
+    def stop(self) -> Measured | None:
+        """End the pass (the point in flight finishes) and return what it measured, or None
+        when it failed."""
+        self._stop.set()
+        self._thread.join()
+        if self.error:
+            return None
+        self.measured._pass = set(self.measured.results)
+        self.measured.points = len(self.measured._pass)
+        return self.measured
+
+
+# A pass measuring ahead, per family: (arch family, run)
+_RUNNING: dict[str, tuple[str, AheadRun]] = {}
+
+
+def measure_ahead(family_name: str, arch_family: str, plans: Sequence[Any], measurer: Any, opts: Any,
+                  compiles: Any = None) -> AheadRun:
+    """Start measuring `plans` with `measurer` (no log: a request reaches the build's log only
+    when the build makes it) after `compiles` (a CompilePool, or None: nothing to wait for)."""
+    from tunedb.measure import protocol  # noqa: F401 - imported here, not in the thread beside the census's imports
+
+    stop(family_name)
+    run = AheadRun(plans, measurer, opts, compiles).start()
+    _RUNNING[family_name] = (arch_family, run)
+    return run
+
+
+def take_over(family_name: str, arch_family: str, measure: Any) -> Measured | None:
+    """The build's measurer takes what the family's pass measured ahead: the pass stops first.
+    None when there was none, it failed, or it measured elsewhere (another arch family, another
+    worker or timer than the build's)."""
+    held = _RUNNING.pop(family_name, None)
+    if held is None:
+        return None
+    arch, run = held
+    measured = run.stop()
+    same = (arch == arch_family and run.measurer.worker is measure.worker
+            and run.measurer.timer is measure.timer)
+    return measured if same else None
+
+
+def stop(family_name: str) -> None:
+    """End a pass no build took over (the build stopped before measuring, or no GPU after all)."""
+    held = _RUNNING.pop(family_name, None)
+    if held is not None:
+        held[1].stop()
+
+
+def fill_after(plans: Sequence[Any], measure: Any) -> None:
+    """The build's side, after take_over: its own plan's points not measured ahead, measured now
+    in compile order (fill) with no log, for its loop to take in plan order (then logged) --
+    so that points compiled early are not held behind a late compile either."""
+    import copy
+
+    if measure.ahead is None:
+        return
+    quiet = copy.copy(measure)  # the same worker or timer, and the build's phases dict
+    quiet.log, quiet.ahead, quiet.compiles = None, None, None
+    before = measure.phases.get("compile wait", 0.0)
+    measure.ahead.filled += fill(plans, quiet, measure.compiles, measure.ahead)
+    stats = getattr(measure.compiles, "stats", None)
+    if stats is not None:  # the pool's report counts this wait as the measuring side's, as it is
+        stats.wait_seconds += measure.phases.get("compile wait", 0.0) - before
+
+
+def describe(report: Mapping[str, Any]) -> str:
+    """The tune report's line for a pass measured ahead."""
+    return (f"measured ahead during the census: {report['points']} point(s) in {report['seconds']:.1f} s; "
+            f"{report['reused']} reused by the build, {report['discarded']} not in its plan (discarded); "
+            f"{report.get('filled', 0)} measured after it in compile order")

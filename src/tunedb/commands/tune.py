@@ -167,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             speculative.start(args.workload, opts, _census_kw(args), worker=worker)
         shapes = pipeline.take_census(args.workload, **_census_kw(args))
     except BaseException:
+        speculative.stop(opts.family)  # its measuring ends before its worker does
         if worker is not None:
             worker.close()
         compile_pool.release(families.get(opts.family))
@@ -204,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
         from tunedb.build.compile_pool import describe
 
         console.print(describe(b.compile), highlight=False)
+    if b.ahead:
+        console.print(speculative.describe(b.ahead), highlight=False)
     if b.path is not None:
         console.print(f"wrote {b.path}")
     if result.evaluation is not None:
