@@ -131,9 +131,17 @@ COMPILE_MEM_MB = Setting(
     check=_positive_value,
 )
 
+MEASURE_AHEAD = Setting(
+    "TUNEDB_MEASURE_AHEAD", "0",
+    "'1': `tunedb tune` of a preset with no cached census also measures the mirror census's plan "
+    "while the real census runs (the build reuses only identical requests); '0': it only compiles "
+    "ahead. Off by default until measured on a GPU.",
+    ("0", "1"),
+)
+
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
-                            EAGER_FALLBACK)
+                            EAGER_FALLBACK, MEASURE_AHEAD)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -225,6 +233,10 @@ def jit_launch() -> bool:
 
 def eager_fallback_enabled() -> bool:
     return EAGER_FALLBACK.raw() == "1"
+
+
+def measure_ahead_enabled() -> bool:
+    return MEASURE_AHEAD.raw() == "1"
 
 
 def compile_jobs() -> int | None:

@@ -203,7 +203,11 @@ def test_start_measures_the_mirror_plan_on_the_prestarted_worker(env, monkeypatc
 
     worker = Worker()
     kw = dict(mode="offline", max_batch=8, chunk=None, manifest=None, capture=None, impl="auto", fused=True)
-    speculative.start("whisper-base", pipeline.BuildOptions(out="user", top_k=2), kw, worker=worker)
+    opts = pipeline.BuildOptions(out="user", top_k=2)
+    speculative.start("whisper-base", opts, kw, worker=worker)
+    assert started == []  # TUNEDB_MEASURE_AHEAD is off by default: compiles only
+    monkeypatch.setenv("TUNEDB_MEASURE_AHEAD", "1")
+    speculative.start("whisper-base", opts, kw, worker=worker)
     (name, arch_family, plans, measurer, _, pool), = started
     assert (name, arch_family, pool) == ("gemm", "sm90", None) and measurer.worker is worker
     assert [p.signature for p in plans] == [FLAT] and measurer.log is None

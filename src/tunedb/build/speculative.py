@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from tunedb import settings
 from tunedb.build import compile_pool
 from tunedb.records import Measurement, MeasureRequest, Signature
 
@@ -100,7 +101,7 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
     except Exception:  # noqa: BLE001 - a prefetch only: the build plans and compiles regardless
         return None
     pool = start_ahead(family, profile.arch_family, plans)
-    if worker is not None:
+    if worker is not None and settings.measure_ahead_enabled():
         try:
             measurer = buildsteps.Measurer(family, opts, profile, None,
                                            buildsteps.working_sets([(workload, shapes)], family), worker=worker)
