@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from runtime_fakes import gemm  # noqa: F401  (fixture)
 from tunedb import database, tuning_report
 from tunedb.families.gemm import FAMILY
 from tunedb.families.gemm.costmodel import ModelParams
@@ -142,3 +143,33 @@ def test_an_installed_ranker_is_never_second_guessed(tiers_dirs):
         assert type(optimize(Two(64, 96)).a) is TunedLinear
     finally:
         selector.set_ranker("gemm", None)
+
+
+def test_prewarm_records_the_layers_left_as_written_and_swaps_what_it_publishes(gemm, tiers_dirs, monkeypatch):
+    """A model nobody measured: optimize() leaves its Linears; prewarm still sees their shapes,
+    measures them, and swaps those whose published winner is a Triton config."""
+    import tunedb
+    from runtime_fakes import FakeMeasurer
+
+    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "1")  # the fixture turns guesses off; back on
+    selector.reload()
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(32, 64).to(torch.bfloat16)
+            self.act = nn.SiLU()
+            self.out = nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+
+        def forward(self, x):
+            return self.out(self.act(self.fc(x)))
+
+    m = optimize(MLP())
+    assert type(m.fc) is nn.Linear and type(m.out) is nn.Linear
+    x = torch.randn(4, 32, dtype=torch.bfloat16)
+    winner = lambda sig, m_, ids: "torch" if sig.op == "gemm" else next(i for i in ids if i != "torch")  # noqa: E731
+    res = tunedb.prewarm(m, (x,), measurer=FakeMeasurer(winner), arch_family="sm90")
+    seen = {(p.signature.format(), p.m) for p in res.points}
+    assert seen == {("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=silu|bias=1", 4), ("gemm|op=gemm|dt=bf16|N=32|K=64", 4)}
+    assert type(m.fc) is TunedLinear and m.fc.act == "silu" and type(m.act) is nn.Identity
+    assert type(m.out) is nn.Linear  # its winner is torch

@@ -10,8 +10,12 @@ and error band.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import weakref
-from typing import Any
+from typing import Any, Iterator
+
+from tunedb.errors import TunedbError
 
 from tunedb.runtime import selector
 from tunedb.runtime import launch_table
@@ -34,16 +38,47 @@ def register_model(model: Any, layers: list[Any], left: "list[tuple[Any, ...]] |
     live = {id(rec[0]()) for rec in _models}
     for gone in [k for k in _left if k not in live]:
         del _left[gone]
+        _left_modules.pop(gone, None)
     _models.append((weakref.ref(model), type(model).__name__, [weakref.ref(l) for l in layers]))
     if left:
-        _left[id(model)] = (list(left), why)
+        _left[id(model)] = ([key for _m, key in left], why)
+        _left_modules[id(model)] = [(weakref.ref(m), key) for m, key in left]
     else:
         _left.pop(id(model), None)
+        _left_modules.pop(id(model), None)
+
+
+_left_modules: dict[int, list[tuple[weakref.ref, tuple[Any, ...]]]] = {}
 
 
 def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
     """(table keys of the modules optimize() left as written in `model`, why)."""
     return _left.get(id(model), ([], ""))
+
+
+@contextlib.contextmanager
+def recording_left(model: Any) -> Iterator[int]:
+    """While inside, each module optimize() left as written in `model` records the tuned-op call
+    it would make if swapped (launch_table.record of its key's op and act), so that prewarm sees
+    every shape a tier could serve; yields how many modules were hooked. Hooks are removed after."""
+    handles = []
+    for ref, key in _left_modules.get(id(model), ()):
+        module = ref()
+        if module is not None:
+            handles.append(module.register_forward_hook(functools.partial(_record_left, key[0], key[4])))
+    try:
+        yield len(handles)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _record_left(op: str, act: str, module: Any, args: tuple[Any, ...], _out: Any) -> None:
+    if launch_table.recording_active() and args:
+        try:
+            launch_table.record(op, args[0], module.weight, module.bias, act)
+        except TunedbError:  # a dtype the family never serves: no shape to tune
+            pass
 
 
 def layer_key(layer: Any) -> tuple[Any, ...]:

@@ -244,7 +244,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
         model = copy.deepcopy(model)
     if type(model) is nn.Linear and not _subclass_weight(model):  # a bare Linear has no parent to patch
         if _TorchEverywhere()(model, "none"):
-            report.register_model(model, [], left=[_key_of(model, "none")], why=LEFT_WHY)
+            report.register_model(model, [], left=[(model, _key_of(model, "none"))], why=LEFT_WHY)
             return model
         tuned = TunedLinear(model, approximate=approximate)
         report.register_model(tuned, [tuned])
@@ -254,7 +254,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     swapped: dict[int, TunedLinear] = {}
     # a model optimized before (re-run after a tune): its TunedLinears stay and stay reported
     layers: dict[int, TunedLinear] = {id(m): m for m in model.modules() if type(m) is TunedLinear}
-    left: dict[int, tuple[Any, ...]] = {}
+    left: dict[int, tuple[nn.Module, tuple[Any, ...]]] = {}
     served = _TorchEverywhere()
     for parent in list(model.modules()):
         for attr, child in list(parent._modules.items()):
@@ -263,7 +263,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
             fused = plan.get((id(parent), attr))
             kind = fused[0] if fused is not None else "none"
             if served(child, kind):
-                left[id(child)] = _key_of(child, kind)
+                left[id(child)] = (child, _key_of(child, kind))
                 continue  # the module's own call is what tunedb would run, minus the entry path
             if fused is not None:
                 tuned = TunedLinear(child, kind, approximate)
