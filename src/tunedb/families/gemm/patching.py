@@ -12,7 +12,10 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
    applied nowhere else, so A's attribute becomes nn.Identity. This covers Hugging Face's
    WhisperEncoderLayer / WhisperDecoderLayer (activation_fn(fc1(x))), LlamaMLP
    (act_fn(gate_proj(x)) * up_proj(x)) and the common `x = self.fc1(x); x = self.act(x)` style.
-3. Never fused: a Linear reachable from two places (shared module), a Linear or activation
+3. Left as written: a Linear whose key (with its fused activation) tunedb would serve with torch
+   at every size, judged when optimize() runs (runtime/fallback_everywhere.py): the swap would
+   only add the entry path's host time (eager decode: 0.97x of plain on Llama-3-8B, H200).
+4. Never fused: a Linear reachable from two places (shared module), a Linear or activation
    with hooks, subclasses of nn.Linear, and everything else. Those Linears are still swapped
    (one TunedLinear per shared Linear), unfused, except hooked ones and subclasses (e.g.
    nn.MultiheadAttention's out_proj, whose weight the attention reads directly), which stay.
@@ -233,7 +236,11 @@ def allow_approximate() -> None:
 
 def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) -> nn.Module:
     """Swap every nn.Linear of `model` for a TunedLinear, fusing a following activation where
-    the structure makes it safe (see the module docstring). Returns the patched model (a deep
+    the structure makes it safe (see the module docstring), except a Linear (or Linear and
+    activation) whose key the tiers present now serve with torch at every size: it is left as
+    written (the report says so), unless optimize(families="all") patches everything (the census).
+    Run it again after a tier changes in the process (a tune, autotune's user tier): it swaps
+    what the tier now serves and keeps the TunedLinears it made. Returns the patched model (a deep
     copy when inplace=False). approximate=True lets approximating arms (tanh-GELU epilogues for
     exact GELU) serve, gate permitting: process-wide, see allow_approximate()."""
     if not isinstance(model, nn.Module):
