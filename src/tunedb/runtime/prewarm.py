@@ -10,6 +10,8 @@ it. Uncovered points are measured under the protocol, weakest tier first (defaul
 model), then heaviest, within budget_s; winners are published to the user tier at their M and a
 new epoch starts, so the next calls (and the graphs captured after them) serve them. In strict
 mode a must-tune point still uncovered after the budget raises UncoveredShapeError.
+Modules optimize() left as written (torch served them at every size) are recorded too, and when
+winners were published optimize() runs again, swapping the modules a winner now serves.
 """
 from __future__ import annotations
 
