@@ -130,7 +130,7 @@ def dry_run(args) -> int:
     share = 0.4 * args.budget_s / len(args.models)
     for name in args.models:
         bm = e2e_models.build(name, "meta", args.impl, args.quick, args.seed, args.attn, args.batches)
-        shapes = e2e_models.tuned_points(bm, tunedb.optimize(bm.module, inplace=False))
+        shapes = e2e_models.tuned_points(bm, tunedb.optimize(bm.module, inplace=False, families="all"))
         print(f"\n{bm.label}")
         for b in bm.batches:
             print(f"  batch {b}: inputs {describe(bm.inputs[b])}")
@@ -226,11 +226,14 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
     user, share = work / USER, 0.4 * budget.left() / len(models)
     census = {}
     for name, (bm, r, rows, tuned, refs) in models.items():
-        census[name] = shapes = e2e_models.tuned_points(bm, tuned)
+        # the census and the tune see every Linear (optimize leaves those torch serves at every
+        # size as written; families="all" swaps them too), as `tunedb tune`'s census does
+        full = tunedb.optimize(bm.module, inplace=False, families="all")
+        census[name] = shapes = e2e_models.tuned_points(bm, full)
         if not budget.allows(f"{name} tuning", min(share, 20)):
             continue
         try:
-            r["tuning"] = e2e_tune.tune_model(bm, tuned, shapes, args, str(user), share)
+            r["tuning"] = e2e_tune.tune_model(bm, full, shapes, args, str(user), share)
         except Exception as exc:  # noqa: BLE001 - report it, keep benchmarking the rest
             r["tuning"] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=-4)}
             for b in bm.batches:
@@ -239,6 +242,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
         print(f"  {name}: {r['tuning']}", flush=True)
         with settings.override(USER_DB=str(user)):
             tunedb.reload()
+            tunedb.optimize(tuned)  # re-run after a tune: swaps the Linears the user tier now serves
             for b in bm.batches:
                 put(name, b, "tunedb tuned", measure(bm, tuned, b, refs[b], args, anchor=bm.module))
             # the tuned model inside torch.compile's default mode: cuBLAS-served shapes become aten
@@ -262,7 +266,7 @@ def run(args, budget: Budget, report: dict, work: Path) -> None:
                 f"{name} tuning in process", 2 * r["tuning"].get("seconds", 10) + args.compile_guess_s):
             try:
                 r["tuning_in_process"] = e2e_tune.tune_in_process(
-                    bm, tuned, shapes, args, str(work / USER_INPROC / name), r["tuning"].get("arch_measured", True))
+                    bm, full, shapes, args, str(work / USER_INPROC / name), r["tuning"].get("arch_measured", True))
             except Exception as exc:  # noqa: BLE001 - a second timing only: report it
                 r["tuning_in_process"] = {"error": f"{type(exc).__name__}: {exc}"}
             tunedb.reload()  # its confirm loaded its own tier: back to what the settings say

@@ -21,6 +21,9 @@ def test_unmeasured_families_leave_their_modules_alone(tiers_dirs, monkeypatch):
     assert patching.patching_families() == ("gemm",)
     m = patching.optimize(_model())
     assert type(m[0]) is torch.nn.Conv1d and type(m[2]) is torch.nn.LSTM
+    assert type(m[1]) is torch.nn.Linear  # empty tiers, uncalibrated model: torch at every size
+    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "0")  # guesses off: the family default, a Triton tile
+    m = patching.optimize(_model())
     assert type(m[1]).__name__ == "TunedLinear"  # the default family always patches
 
 

@@ -11,6 +11,13 @@ would serve every call with its fallback -- the framework's own kernel behind on
 hop, a loss in eager mode and no gain anywhere -- so on a model nobody measured its modules stay
 the model's own. `families="all"` patches with every family (the census of `tunedb tune` does,
 so that what a table could serve is recorded); a list names them.
+
+Modules a family's fallback would serve at every size (GEMM: a Linear whose key every tier
+answers with torch) are left as written by default: swapping them adds tunedb's entry path to
+the call the module makes anyway (runtime/fallback_everywhere.py; the report lists them as "left
+as written"). `families="all"` patches those too (patching_everything()): the census records
+every module as the run-time call it could become. A tier written later in the process (a tune,
+autotune's user tier) reaches left modules only when optimize() runs again.
 """
 from __future__ import annotations
 
@@ -30,12 +37,26 @@ def optimize(model: Any, approximate: bool = False, inplace: bool = True,
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"optimize() needs a torch.nn.Module, got {type(model).__name__}")
+    global _everything
     chosen = patching_families(families)
     if not inplace:
         model = copy.deepcopy(model)
-    for name in chosen:
-        model = hook(_registry.get(name), "optimize")(model, approximate=approximate)
+    outer, _everything = _everything, _everything or families == "all"
+    try:
+        for name in chosen:
+            model = hook(_registry.get(name), "optimize")(model, approximate=approximate)
+    finally:
+        _everything = outer
     return model
+
+
+_everything = False
+
+
+def patching_everything() -> bool:
+    """True inside optimize(families="all"): a family patches every module it could serve, even
+    one its fallback serves at every size (what the census of `tunedb tune` must see)."""
+    return _everything
 
 
 def patching_families(which: "str | Iterable[str] | None" = None) -> tuple[str, ...]:

@@ -10,6 +10,8 @@ it. Uncovered points are measured under the protocol, weakest tier first (defaul
 model), then heaviest, within budget_s; winners are published to the user tier at their M and a
 new epoch starts, so the next calls (and the graphs captured after them) serve them. In strict
 mode a must-tune point still uncovered after the budget raises UncoveredShapeError.
+Modules optimize() left as written (torch served them at every size) are recorded too, and when
+winners were published optimize() runs again, swapping the modules a winner now serves.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Any, Callable
 
 from tunedb.errors import UncoveredShapeError
 from tunedb.records import Point, ShapeSet, Signature
-from tunedb.runtime import launch_table
+from tunedb.runtime import launch_table, report
 from tunedb.runtime.autotuner import Autotuner
 
 COVERED_TIERS: tuple[str, ...] = ("user", "system")
@@ -69,8 +71,8 @@ def _recorded(model: Any, inputs: Any) -> tuple[Point, ...]:
 
     if model is None:
         raise TypeError("prewarm needs a model to run example inputs through")
-    with torch.no_grad(), launch_table.recording() as calls:
-        forward_of(model, inputs)()
+    with torch.no_grad(), launch_table.recording() as calls, report.recording_left(model):
+        forward_of(model, inputs)()  # modules optimize() left as written are recorded too
     counts: dict[tuple[str, Signature, int], int] = {}
     for call in calls:
         counts[call] = counts.get(call, 0) + 1
@@ -122,6 +124,10 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
         if tuner_.tune(families.get(p.signature.family), p.signature, p.m) is not None:
             measured.append(p)
     tuner_.flush()  # publishes the winners and starts the epoch that serves them
+    if measured and model is not None and report.left_as_written(model)[0]:
+        from tunedb.runtime.patching import optimize
+
+        optimize(model)  # swap the modules left as written that a published winner now serves
     uncovered = tuple(p for p in points if _tier(p.signature, p.m) not in COVERED_TIERS)
     result = PrewarmResult(points, tuple(measured), uncovered, time.monotonic() - start, exhausted)
     if strict and uncovered:

@@ -10,8 +10,12 @@ and error band.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import weakref
-from typing import Any
+from typing import Any, Iterator
+
+from tunedb.errors import TunedbError
 
 from tunedb.runtime import selector
 from tunedb.runtime import launch_table
@@ -21,12 +25,60 @@ TIER_ORDER: tuple[str, ...] = ("autotune", *selector.TIER_NAMES)
 _TIER_WORDS = {"autotune": "autotune", **selector.REPORT_NAMES}
 
 _models: list[tuple[weakref.ref, str, list[weakref.ref]]] = []
+# id(model) -> (keys of the modules optimize() left as written, why): the report's "left" part
+_left: dict[int, tuple[list[tuple[Any, ...]], str]] = {}
 
 
-def register_model(model: Any, layers: list[Any]) -> None:
-    """Remember `model`'s tuned layers for the report (replacing an earlier registration)."""
+def register_model(model: Any, layers: list[Any], left: "list[tuple[Any, ...]] | None" = None,
+                   why: str = "") -> None:
+    """Remember `model`'s tuned layers for the report (replacing an earlier registration), and
+    the table keys of the modules left as written (`why`: the reason, e.g. "torch serves every
+    size")."""
     _models[:] = [rec for rec in _models if rec[0]() is not None and rec[0]() is not model]
+    live = {id(rec[0]()) for rec in _models}
+    for gone in [k for k in _left if k not in live]:
+        del _left[gone]
+        _left_modules.pop(gone, None)
     _models.append((weakref.ref(model), type(model).__name__, [weakref.ref(l) for l in layers]))
+    if left:
+        _left[id(model)] = ([key for _m, key in left], why)
+        _left_modules[id(model)] = [(weakref.ref(m), key) for m, key in left]
+    else:
+        _left.pop(id(model), None)
+        _left_modules.pop(id(model), None)
+
+
+_left_modules: dict[int, list[tuple[weakref.ref, tuple[Any, ...]]]] = {}
+
+
+def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
+    """(table keys of the modules optimize() left as written in `model`, why)."""
+    return _left.get(id(model), ([], ""))
+
+
+@contextlib.contextmanager
+def recording_left(model: Any) -> Iterator[int]:
+    """While inside, each module optimize() left as written in `model` records the tuned-op call
+    it would make if swapped (launch_table.record of its key's op and act), so that prewarm sees
+    every shape a tier could serve; yields how many modules were hooked. Hooks are removed after."""
+    handles = []
+    for ref, key in _left_modules.get(id(model), ()):
+        module = ref()
+        if module is not None:
+            handles.append(module.register_forward_hook(functools.partial(_record_left, key[0], key[4])))
+    try:
+        yield len(handles)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _record_left(op: str, act: str, module: Any, args: tuple[Any, ...], _out: Any) -> None:
+    if launch_table.recording_active() and args:
+        try:
+            launch_table.record(op, args[0], module.weight, module.bias, act)
+        except TunedbError:  # a dtype the family never serves: no shape to tune
+            pass
 
 
 def layer_key(layer: Any) -> tuple[Any, ...]:
@@ -47,7 +99,7 @@ def layer_tiers() -> list[tuple[str, list[tuple[tuple[Any, ...], str | None]]]]:
     for model_ref, name, refs in _models:
         if model_ref() is None:
             continue
-        rows = []
+        rows: list[tuple[tuple[Any, ...], str | None]] = []
         for ref in refs:
             layer = ref()
             if layer is not None:
@@ -62,7 +114,7 @@ def model_lines(family: str | None = None) -> list[str]:
 
     family = family or families.DEFAULT
     lines = []
-    for name, rows in layer_tiers():
+    for (name, rows), left in zip(layer_tiers(), _left_of_live()):
         counts = dict.fromkeys(TIER_ORDER, 0)
         not_run = 0
         for _key, tier in rows:
@@ -70,7 +122,11 @@ def model_lines(family: str | None = None) -> list[str]:
                 not_run += 1
             else:
                 counts[tier] += 1
-        if not rows:  # every Linear was left to another family (a torchao-quantized model)
+        keys, why = left
+        left_line = (f"{family}: {len(keys)} linear layer{'s' * (len(keys) != 1)} over {len(set(keys))} "
+                     f"signature{'s' * (len(set(keys)) != 1)} ({name}) left as written ({why})") if keys else None
+        if not rows:  # every Linear was left to another family (a torchao-quantized model) or as written
+            lines += [left_line] if left_line else []
             continue
         n_sigs = len({key for key, _ in rows})
         parts = [f"{counts[t]} {_TIER_WORDS[t]}" for t in TIER_ORDER if t != "autotune"]
@@ -80,7 +136,13 @@ def model_lines(family: str | None = None) -> list[str]:
             parts.append(f"{not_run} not yet run on a GPU")
         lines.append(f"{family}: {len(rows)} linear layer{'s' * (len(rows) != 1)} over {n_sigs} "
                      f"signature{'s' * (n_sigs != 1)} ({name}): {', '.join(parts)}")
+        lines += [left_line] if left_line else []
     return lines
+
+
+def _left_of_live() -> list[tuple[list[tuple[Any, ...]], str]]:
+    """left_as_written of each live registered model, in layer_tiers()'s order."""
+    return [_left.get(id(ref()), ([], "")) for ref, _n, _l in _models if ref() is not None]
 
 
 def confidence_lines() -> list[str]:

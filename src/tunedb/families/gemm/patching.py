@@ -12,7 +12,10 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
    applied nowhere else, so A's attribute becomes nn.Identity. This covers Hugging Face's
    WhisperEncoderLayer / WhisperDecoderLayer (activation_fn(fc1(x))), LlamaMLP
    (act_fn(gate_proj(x)) * up_proj(x)) and the common `x = self.fc1(x); x = self.act(x)` style.
-3. Never fused: a Linear reachable from two places (shared module), a Linear or activation
+3. Left as written: a Linear whose key (with its fused activation) tunedb would serve with torch
+   at every size, judged when optimize() runs (runtime/fallback_everywhere.py): the swap would
+   only add the entry path's host time (eager decode: 0.97x of plain on Llama-3-8B, H200).
+4. Never fused: a Linear reachable from two places (shared module), a Linear or activation
    with hooks, subclasses of nn.Linear, and everything else. Those Linears are still swapped
    (one TunedLinear per shared Linear), unfused, except hooked ones and subclasses (e.g.
    nn.MultiheadAttention's out_proj, whose weight the attention reads directly), which stay.
@@ -233,7 +236,11 @@ def allow_approximate() -> None:
 
 def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) -> nn.Module:
     """Swap every nn.Linear of `model` for a TunedLinear, fusing a following activation where
-    the structure makes it safe (see the module docstring). Returns the patched model (a deep
+    the structure makes it safe (see the module docstring), except a Linear (or Linear and
+    activation) whose key the tiers present now serve with torch at every size: it is left as
+    written (the report says so), unless optimize(families="all") patches everything (the census).
+    Run it again after a tier changes in the process (a tune, autotune's user tier): it swaps
+    what the tier now serves and keeps the TunedLinears it made. Returns the patched model (a deep
     copy when inplace=False). approximate=True lets approximating arms (tanh-GELU epilogues for
     exact GELU) serve, gate permitting: process-wide, see allow_approximate()."""
     if not isinstance(model, nn.Module):
@@ -243,26 +250,85 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     if not inplace:
         model = copy.deepcopy(model)
     if type(model) is nn.Linear and not _subclass_weight(model):  # a bare Linear has no parent to patch
+        if _TorchEverywhere()(model, "none"):
+            report.register_model(model, [], left=[(model, _key_of(model, "none"))], why=LEFT_WHY)
+            return model
         tuned = TunedLinear(model, approximate=approximate)
         report.register_model(tuned, [tuned])
         return tuned
     holders = _linear_paths(model)
     plan = _fusions(model, holders)
     swapped: dict[int, TunedLinear] = {}
-    layers: dict[int, TunedLinear] = {}
+    # a model optimized before (re-run after a tune): its TunedLinears stay and stay reported
+    layers: dict[int, TunedLinear] = {id(m): m for m in model.modules() if type(m) is TunedLinear}
+    left: dict[int, tuple[nn.Module, tuple[Any, ...]]] = {}
+    served = _TorchEverywhere()
     for parent in list(model.modules()):
         for attr, child in list(parent._modules.items()):
             if type(child) is not nn.Linear or _hooked(child) or _subclass_weight(child):
                 continue  # a hooked Linear stays, so its hooks keep firing
             fused = plan.get((id(parent), attr))
+            kind = fused[0] if fused is not None else "none"
+            if served(child, kind):
+                left[id(child)] = (child, _key_of(child, kind))
+                continue  # the module's own call is what tunedb would run, minus the entry path
             if fused is not None:
-                kind, act_attr = fused
                 tuned = TunedLinear(child, kind, approximate)
-                setattr(parent, act_attr, nn.Identity())
+                setattr(parent, fused[1], nn.Identity())
             else:
                 tuned = swapped.get(id(child)) or TunedLinear(child, approximate=approximate)
                 swapped[id(child)] = tuned
             layers[id(tuned)] = tuned
             setattr(parent, attr, tuned)
-    report.register_model(model, list(layers.values()))
+    report.register_model(model, list(layers.values()), left=list(left.values()), why=LEFT_WHY)
     return model
+
+
+LEFT_WHY = "torch serves every size"
+
+
+def _key_of(linear: nn.Linear, act: str) -> tuple[Any, ...]:
+    """The table_key() a TunedLinear of `linear` (fused with `act`) would have."""
+    has_bias = linear.bias is not None
+    op = "gemm" if not has_bias and act == "none" else "gemm_act"
+    n, k = linear.weight.shape
+    return (op, linear.weight.dtype, n, k, act, has_bias)
+
+
+class _TorchEverywhere:
+    """Whether tunedb would serve a Linear (fused with an act) with torch at every size, from the
+    tiers present now (runtime/fallback_everywhere.py), memoised per key for one optimize() call.
+    The weight's dtype decides where it is fp16/bf16; any other dtype (an fp32 model cast after
+    optimize()) must get torch under both. Never while optimize() patches everything (the
+    census of `tunedb tune` must see every Linear as the run-time call it would make)."""
+
+    def __init__(self) -> None:
+        from tunedb.runtime import patching
+
+        self.off = patching.patching_everything()
+        self.memo: dict[tuple[Any, ...], bool] = {}
+
+    def __call__(self, linear: nn.Linear, act: str) -> bool:
+        if self.off:
+            return False
+        key = _key_of(linear, act)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = _torch_everywhere(key)
+        return got
+
+
+def _torch_everywhere(key: tuple[Any, ...]) -> bool:
+    from tunedb.families.gemm import signatures
+    from tunedb.runtime.fallback_everywhere import fallback_everywhere
+
+    op, dtype, n, k, act, has_bias = key
+    if n == 0 or k == 0:
+        return False
+    dts = [signatures._DT_OF_TORCH.get(str(dtype))] if str(dtype) in signatures._DT_OF_TORCH \
+        else sorted(set(signatures._DT_OF_TORCH.values()))
+    try:
+        return all(fallback_everywhere(signatures.FAMILY, signatures.make_signature(op, dt, n, k, act, has_bias))
+                   for dt in dts)
+    except Exception:  # a tier or model that cannot answer: swap, as before
+        return False

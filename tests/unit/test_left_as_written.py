@@ -1,0 +1,175 @@
+"""optimize() leaves a Linear as written where tunedb would serve torch for its key at every size."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from runtime_fakes import gemm  # noqa: F401  (fixture)
+from tunedb import database, tuning_report
+from tunedb.families.gemm import FAMILY
+from tunedb.families.gemm.costmodel import ModelParams
+from tunedb.families.gemm.model import GemmCostModel
+from tunedb.families.gemm.patching import TunedLinear, optimize
+from tunedb.records import Entry, Region, Signature
+from tunedb.runtime import patching as runtime_patching
+from tunedb.runtime import report, selector
+from tunedb.runtime.fallback_everywhere import fallback_everywhere
+
+TRITON = "b64x64x64_w4_s3_g8"
+# a calibrated-looking model: bands with enough samples, measured near N=K=4096 only
+BANDS = {"*|*|*": (0.05, 40), "triton_mma|*|*": (0.05, 40), "*+act|*|*": (0.05, 40)}
+SUPPORT = {key: ((0.0, 12.0, 12.0), (4.0, 12.0, 12.0)) for key in BANDS}
+
+
+def _write(tier: str, entries: dict[str, list[Region]], model: dict | None = None) -> None:
+    cfgs = {r.config_id for regions in entries.values() for r in regions if r.config_id != "torch"}
+    database.write_entries(tier, "gemm", "sm90", [Entry(Signature.parse(s), tuple(r)) for s, r in entries.items()],
+                           [FAMILY.parse_config(c) for c in sorted(cfgs)], model=model)
+    selector.reload()
+
+
+class Two(nn.Module):
+    def __init__(self, n_a: int, n_b: int, k: int = 32) -> None:
+        super().__init__()
+        self.a = nn.Linear(k, n_a, bias=False).to(torch.bfloat16)
+        self.b = nn.Linear(k, n_b, bias=False).to(torch.bfloat16)
+
+    def forward(self, x):
+        return self.a(x).sum() + self.b(x).sum()
+
+
+def test_torch_only_key_stays_a_linear_and_a_triton_region_is_swapped(tiers_dirs):
+    _write("user", {"gemm|op=gemm|dt=bf16|N=64|K=32": [Region(16, "torch"), Region(None, "torch")],
+                    "gemm|op=gemm|dt=bf16|N=96|K=32": [Region(16, "torch"), Region(256, TRITON)]})
+    m = optimize(Two(64, 96))
+    assert type(m.a) is nn.Linear  # torch at every size: the module's own call, untouched
+    assert type(m.b) is TunedLinear  # Triton serves 17..256
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    assert torch.equal(m.a(x), torch.nn.functional.linear(x, m.a.weight))
+
+
+def test_a_region_above_which_the_model_would_answer_is_judged_there_too(tiers_dirs):
+    """Torch up to M=16, then no entry: the model tier answers above it, here near its support."""
+    _write("system", {"gemm|op=gemm|dt=bf16|N=4096|K=4096": [Region(16, "torch")]},
+           model=ModelParams(uncertainty=BANDS, support=SUPPORT).to_json())
+    sig = Signature.parse("gemm|op=gemm|dt=bf16|N=4096|K=4096")
+    assert not fallback_everywhere("gemm", sig)  # near the model's support: it may serve a config
+    far = Signature.parse("gemm|op=gemm|dt=bf16|N=64|K=32")
+    assert fallback_everywhere("gemm", far)  # unmeasured and far from every supported N, K
+
+
+def test_an_unmeasured_key_far_from_the_models_support_stays(tiers_dirs, monkeypatch):
+    _write("system", {}, model=ModelParams(uncertainty=BANDS, support=SUPPORT).to_json())
+
+    class Near(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.near = nn.Linear(4096, 4096, bias=False, device="meta", dtype=torch.bfloat16)
+            self.far = nn.Linear(32, 64, bias=False, device="meta", dtype=torch.bfloat16)
+
+    m = optimize(Near())
+    assert type(m.near) is TunedLinear and type(m.far) is nn.Linear
+    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "0")  # guesses off: the default Triton tile serves
+    assert type(optimize(Near()).far) is TunedLinear
+
+
+def test_model_declines_everywhere_only_when_it_can_say_so():
+    from tunedb.arch import shipped_profile
+
+    sig = lambda n, k: Signature.parse(f"gemm|op=gemm|dt=bf16|N={n}|K={k}")  # noqa: E731
+    model = lambda params: GemmCostModel(FAMILY, shipped_profile("sm90"), params)  # noqa: E731
+    assert model(None).declines_everywhere(sig(4096, 4096))  # no bands: every config declined
+    calibrated = model(ModelParams(uncertainty=BANDS, support=SUPPORT))
+    assert not calibrated.declines_everywhere(sig(4096, 8192))  # within a factor 2 in N and K
+    assert calibrated.declines_everywhere(sig(4096, 16384))  # K four times any supported K
+    assert not model(ModelParams(uncertainty=BANDS, support=None)).declines_everywhere(sig(64, 32))
+
+
+def test_fused_pair_left_whole_and_fp32_weights_judged_under_both_dtypes(tiers_dirs):
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(32, 64)
+            self.act = nn.SiLU()
+
+        def forward(self, x):
+            return self.act(self.fc(x))
+
+    m = optimize(MLP())  # empty tiers, uncalibrated model: torch everywhere
+    assert type(m.fc) is nn.Linear and type(m.act) is nn.SiLU
+    # an fp32 model may be cast after optimize(): a Triton region under either dtype swaps it
+    _write("user", {"gemm|op=gemm_act|dt=fp16|N=64|K=32|act=silu|bias=1": [Region(None, TRITON)]})
+    m = optimize(MLP())
+    assert type(m.fc) is TunedLinear and m.fc.act == "silu" and type(m.act) is nn.Identity
+
+
+def test_census_mode_and_a_rerun_after_a_new_tier_swap_them(tiers_dirs):
+    m = runtime_patching.optimize(Two(64, 96), families="all")
+    assert type(m.a) is TunedLinear and type(m.b) is TunedLinear  # the census sees every Linear
+    assert not runtime_patching.patching_everything()
+    m = optimize(Two(64, 96))
+    assert type(m.a) is nn.Linear and type(m.b) is nn.Linear
+    _write("user", {"gemm|op=gemm|dt=bf16|N=96|K=32": [Region(None, TRITON)]})  # a tune in process
+    first = m.b
+    optimize(m)  # re-run: the new tier's key is swapped, the rest stays
+    assert type(m.a) is nn.Linear and type(m.b) is TunedLinear and m.b.weight is first.weight
+    optimize(m)  # and again: the TunedLinear stays, and stays reported
+    assert [rows for name, rows in report.layer_tiers() if name == "Two"][-1] == [
+        (("gemm", torch.bfloat16, 96, 32, "none", False), None)]
+
+
+def test_the_report_names_the_layers_left_as_written(tiers_dirs):
+    _write("user", {"gemm|op=gemm|dt=bf16|N=96|K=32": [Region(None, TRITON)]})
+    model = Two(64, 96)
+    model.c = nn.Linear(32, 64, bias=False).to(torch.bfloat16)  # same key as a
+    optimize(model)
+    lines = report.model_lines()
+    assert "gemm: 1 linear layer over 1 signature (Two): 0 user, 0 system, 0 cost model, 0 default, 1 not yet run on a GPU" in lines
+    assert "gemm: 2 linear layers over 1 signature (Two) left as written (torch serves every size)" in lines
+    assert "left as written (torch serves every size)" in tuning_report()
+    keys, why = report.left_as_written(model)
+    assert keys == [("gemm", torch.bfloat16, 64, 32, "none", False)] * 2 and why == "torch serves every size"
+
+
+def test_a_bare_linear_torch_serves_is_returned_as_is(tiers_dirs):
+    lin = nn.Linear(32, 64)
+    assert optimize(lin) is lin
+    assert "left as written" in report.model_lines()[-1]
+
+
+def test_an_installed_ranker_is_never_second_guessed(tiers_dirs):
+    selector.set_ranker("gemm", lambda sig, m, cands: None)
+    try:
+        assert type(optimize(Two(64, 96)).a) is TunedLinear
+    finally:
+        selector.set_ranker("gemm", None)
+
+
+def test_prewarm_records_the_layers_left_as_written_and_swaps_what_it_publishes(gemm, tiers_dirs, monkeypatch):
+    """A model nobody measured: optimize() leaves its Linears; prewarm still sees their shapes,
+    measures them, and swaps those whose published winner is a Triton config."""
+    import tunedb
+    from runtime_fakes import FakeMeasurer
+
+    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "1")  # the fixture turns guesses off; back on
+    selector.reload()
+
+    class MLP(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(32, 64).to(torch.bfloat16)
+            self.act = nn.SiLU()
+            self.out = nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+
+        def forward(self, x):
+            return self.out(self.act(self.fc(x)))
+
+    m = optimize(MLP())
+    assert type(m.fc) is nn.Linear and type(m.out) is nn.Linear
+    x = torch.randn(4, 32, dtype=torch.bfloat16)
+    winner = lambda sig, m_, ids: "torch" if sig.op == "gemm" else next(i for i in ids if i != "torch")  # noqa: E731
+    res = tunedb.prewarm(m, (x,), measurer=FakeMeasurer(winner), arch_family="sm90")
+    seen = {(p.signature.format(), p.m) for p in res.points}
+    assert seen == {("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=silu|bias=1", 4), ("gemm|op=gemm|dt=bf16|N=32|K=64", 4)}
+    assert type(m.fc) is TunedLinear and m.fc.act == "silu" and type(m.act) is nn.Identity
+    assert type(m.out) is nn.Linear  # its winner is torch
