@@ -48,41 +48,20 @@ def test_torch_only_key_stays_a_linear_and_a_triton_region_is_swapped(tiers_dirs
     assert torch.equal(m.a(x), torch.nn.functional.linear(x, m.a.weight))
 
 
-def test_a_region_above_which_the_model_would_answer_is_judged_there_too(tiers_dirs):
-    """Torch up to M=16, then no entry: the model tier answers above it, here near its support."""
+def test_a_size_no_entry_covers_is_left_to_the_model_tier_and_autotune(tiers_dirs):
+    """Torch up to M=16, then no entry: above it the model tier (or autotune) may answer, so the
+    module is swapped; an unmeasured key is swapped too (autotune must see its calls)."""
     _write("system", {"gemm|op=gemm|dt=bf16|N=4096|K=4096": [Region(16, "torch")]},
            model=ModelParams(uncertainty=BANDS, support=SUPPORT).to_json())
-    sig = Signature.parse("gemm|op=gemm|dt=bf16|N=4096|K=4096")
-    assert not fallback_everywhere("gemm", sig)  # near the model's support: it may serve a config
-    far = Signature.parse("gemm|op=gemm|dt=bf16|N=64|K=32")
-    assert fallback_everywhere("gemm", far)  # unmeasured and far from every supported N, K
+    assert not fallback_everywhere("gemm", Signature.parse("gemm|op=gemm|dt=bf16|N=4096|K=4096"))
+    assert not fallback_everywhere("gemm", Signature.parse("gemm|op=gemm|dt=bf16|N=64|K=32"))
+    _write("system", {"gemm|op=gemm|dt=bf16|N=4096|K=4096": [Region(16, "torch"), Region(None, "torch")]})
+    assert fallback_everywhere("gemm", Signature.parse("gemm|op=gemm|dt=bf16|N=4096|K=4096"))
 
 
-def test_an_unmeasured_key_far_from_the_models_support_stays(tiers_dirs, monkeypatch):
-    _write("system", {}, model=ModelParams(uncertainty=BANDS, support=SUPPORT).to_json())
-
-    class Near(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.near = nn.Linear(4096, 4096, bias=False, device="meta", dtype=torch.bfloat16)
-            self.far = nn.Linear(32, 64, bias=False, device="meta", dtype=torch.bfloat16)
-
-    m = optimize(Near())
-    assert type(m.near) is TunedLinear and type(m.far) is nn.Linear
-    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "0")  # guesses off: the default Triton tile serves
-    assert type(optimize(Near()).far) is TunedLinear
-
-
-def test_model_declines_everywhere_only_when_it_can_say_so():
-    from tunedb.arch import shipped_profile
-
-    sig = lambda n, k: Signature.parse(f"gemm|op=gemm|dt=bf16|N={n}|K={k}")  # noqa: E731
-    model = lambda params: GemmCostModel(FAMILY, shipped_profile("sm90"), params)  # noqa: E731
-    assert model(None).declines_everywhere(sig(4096, 4096))  # no bands: every config declined
-    calibrated = model(ModelParams(uncertainty=BANDS, support=SUPPORT))
-    assert not calibrated.declines_everywhere(sig(4096, 8192))  # within a factor 2 in N and K
-    assert calibrated.declines_everywhere(sig(4096, 16384))  # K four times any supported K
-    assert not model(ModelParams(uncertainty=BANDS, support=None)).declines_everywhere(sig(64, 32))
+def test_a_model_no_table_covers_is_swapped_so_autotune_sees_it(tiers_dirs):
+    m = optimize(Two(64, 96))
+    assert type(m.a) is TunedLinear and type(m.b) is TunedLinear
 
 
 def test_fused_pair_left_whole_and_fp32_weights_judged_under_both_dtypes(tiers_dirs):
@@ -95,21 +74,26 @@ def test_fused_pair_left_whole_and_fp32_weights_judged_under_both_dtypes(tiers_d
         def forward(self, x):
             return self.act(self.fc(x))
 
-    m = optimize(MLP())  # empty tiers, uncalibrated model: torch everywhere
+    silu = "gemm|op=gemm_act|dt={}|N=64|K=32|act=silu|bias=1"
+    _write("user", {silu.format("fp16"): [Region(None, "torch")], silu.format("bf16"): [Region(None, "torch")]})
+    m = optimize(MLP())  # torch measured at every size under both dtypes
     assert type(m.fc) is nn.Linear and type(m.act) is nn.SiLU
     # an fp32 model may be cast after optimize(): a Triton region under either dtype swaps it
-    _write("user", {"gemm|op=gemm_act|dt=fp16|N=64|K=32|act=silu|bias=1": [Region(None, TRITON)]})
+    _write("user", {silu.format("fp16"): [Region(None, TRITON)], silu.format("bf16"): [Region(None, "torch")]})
     m = optimize(MLP())
     assert type(m.fc) is TunedLinear and m.fc.act == "silu" and type(m.act) is nn.Identity
 
 
 def test_census_mode_and_a_rerun_after_a_new_tier_swap_them(tiers_dirs):
+    _write("user", {"gemm|op=gemm|dt=bf16|N=64|K=32": [Region(None, "torch")],
+                    "gemm|op=gemm|dt=bf16|N=96|K=32": [Region(None, "torch")]})
     m = runtime_patching.optimize(Two(64, 96), families="all")
     assert type(m.a) is TunedLinear and type(m.b) is TunedLinear  # the census sees every Linear
     assert not runtime_patching.patching_everything()
     m = optimize(Two(64, 96))
     assert type(m.a) is nn.Linear and type(m.b) is nn.Linear
-    _write("user", {"gemm|op=gemm|dt=bf16|N=96|K=32": [Region(None, TRITON)]})  # a tune in process
+    _write("user", {"gemm|op=gemm|dt=bf16|N=64|K=32": [Region(None, "torch")],
+                    "gemm|op=gemm|dt=bf16|N=96|K=32": [Region(None, TRITON)]})  # a tune in process
     first = m.b
     optimize(m)  # re-run: the new tier's key is swapped, the rest stays
     assert type(m.a) is nn.Linear and type(m.b) is TunedLinear and m.b.weight is first.weight
@@ -119,7 +103,8 @@ def test_census_mode_and_a_rerun_after_a_new_tier_swap_them(tiers_dirs):
 
 
 def test_the_report_names_the_layers_left_as_written(tiers_dirs):
-    _write("user", {"gemm|op=gemm|dt=bf16|N=96|K=32": [Region(None, TRITON)]})
+    _write("user", {"gemm|op=gemm|dt=bf16|N=64|K=32": [Region(None, "torch")],
+                    "gemm|op=gemm|dt=bf16|N=96|K=32": [Region(None, TRITON)]})
     model = Two(64, 96)
     model.c = nn.Linear(32, 64, bias=False).to(torch.bfloat16)  # same key as a
     optimize(model)
@@ -132,12 +117,15 @@ def test_the_report_names_the_layers_left_as_written(tiers_dirs):
 
 
 def test_a_bare_linear_torch_serves_is_returned_as_is(tiers_dirs):
+    key = "gemm|op=gemm_act|dt={}|N=64|K=32|act=none|bias=1"
+    _write("user", {key.format("fp16"): [Region(None, "torch")], key.format("bf16"): [Region(None, "torch")]})
     lin = nn.Linear(32, 64)
     assert optimize(lin) is lin
     assert "left as written" in report.model_lines()[-1]
 
 
 def test_an_installed_ranker_is_never_second_guessed(tiers_dirs):
+    _write("user", {"gemm|op=gemm|dt=bf16|N=64|K=32": [Region(16, "torch")]})  # a ranker answers above 16
     selector.set_ranker("gemm", lambda sig, m, cands: None)
     try:
         assert type(optimize(Two(64, 96)).a) is TunedLinear
@@ -145,9 +133,9 @@ def test_an_installed_ranker_is_never_second_guessed(tiers_dirs):
         selector.set_ranker("gemm", None)
 
 
-def test_prewarm_records_the_layers_left_as_written_and_swaps_what_it_publishes(gemm, tiers_dirs, monkeypatch):
-    """A model nobody measured: optimize() leaves its Linears; prewarm still sees their shapes,
-    measures them, and swaps those whose published winner is a Triton config."""
+def test_prewarm_sees_an_unmeasured_model_and_serves_its_winners(gemm, tiers_dirs, monkeypatch):
+    """A model nobody measured: optimize() swaps its Linears (no entry covers them, so autotune
+    and prewarm see their calls); prewarm measures them and the fused pair serves its winner."""
     import tunedb
     from runtime_fakes import FakeMeasurer
 
@@ -165,11 +153,12 @@ def test_prewarm_records_the_layers_left_as_written_and_swaps_what_it_publishes(
             return self.out(self.act(self.fc(x)))
 
     m = optimize(MLP())
-    assert type(m.fc) is nn.Linear and type(m.out) is nn.Linear
+    assert type(m.fc) is TunedLinear and type(m.out) is TunedLinear
     x = torch.randn(4, 32, dtype=torch.bfloat16)
     winner = lambda sig, m_, ids: "torch" if sig.op == "gemm" else next(i for i in ids if i != "torch")  # noqa: E731
     res = tunedb.prewarm(m, (x,), measurer=FakeMeasurer(winner), arch_family="sm90")
     seen = {(p.signature.format(), p.m) for p in res.points}
     assert seen == {("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=silu|bias=1", 4), ("gemm|op=gemm|dt=bf16|N=32|K=64", 4)}
     assert type(m.fc) is TunedLinear and m.fc.act == "silu" and type(m.act) is nn.Identity
-    assert type(m.out) is nn.Linear  # its winner is torch
+    # out's winner is torch, but measured at M=4 only: above it the model tier may answer
+    assert type(optimize(MLP()).out) is TunedLinear

@@ -10,14 +10,6 @@ from tunedb.runtime import launch_table, report
 from tunedb.families.gemm.patching import TunedLinear, activation_kind, optimize
 
 
-@pytest.fixture(autouse=True)
-def _unmeasured_shapes_take_triton(monkeypatch):
-    """These tests are about which Linears CAN be swapped and fused; a shape torch serves at every
-    size is left as written (test_left_as_written.py). With guesses off, an unmeasured shape gets
-    the family default, a Triton tile, so every swappable Linear here is swapped."""
-    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "0")
-
-
 class WhisperLikeLayer(nn.Module):
     """The feed-forward half of HF's WhisperEncoderLayer, written as HF writes it."""
 

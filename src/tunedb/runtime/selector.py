@@ -168,16 +168,6 @@ def _compiled_set(fam: Any, arch_family: str, files: tuple[database.LoadResult, 
     return got
 
 
-def compiled_set(fam: Any, arch_family: str, files: tuple[database.LoadResult, ...]) -> dict[str, Config]:
-    """The family's compiled configs this epoch, by id (what the tiers' config ids must name)."""
-    return _compiled_set(fam, arch_family, files)
-
-
-def installed_ranker(family: str) -> Ranker | None:
-    """The ranker set_ranker() installed for `family`, or None."""
-    return _rankers.get(family)
-
-
 def _ranker_for(fam: Any, profile: ArchProfile) -> Ranker | None:
     """An installed ranker wins; else the family's cost model's pick (its `cost_model(profile,
     params)` hook, built once per epoch from the parameters the arch's database file ships).

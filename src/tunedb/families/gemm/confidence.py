@@ -155,15 +155,6 @@ def in_support(support: Mapping[str, Sequence[Point]], key: str, m: int, n: int,
     return any(all(abs(a - b) <= slack + 1e-9 for a, b in zip(here, p)) for p in support.get(key, ()))
 
 
-def near_any(support: Mapping[str, Sequence[Point]], n: int, k: int, slack: float = SUPPORT_SLACK) -> bool:
-    """Whether some point of any regime's support lies within `slack` octaves of (n, k) in N and K,
-    at whatever M: when none does, in_support() is False at every M, so serve() declines every
-    size of an (n, k) signature (the fallback serves it everywhere)."""
-    here = log_point(1, n, k)[1:]
-    return any(all(abs(a - b) <= slack + 1e-9 for a, b in zip(here, p[1:]))
-               for pts in support.values() for p in pts)
-
-
 @dataclass(frozen=True)
 class Decision:
     """What the model tier decided at one point, and why (the report's model line)."""

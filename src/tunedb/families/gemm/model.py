@@ -54,19 +54,6 @@ class GemmCostModel:
         regime's error band and whether a faster-predicted config was declined."""
         return self._decide(sig, m, candidates)
 
-    def declines_everywhere(self, sig: Signature) -> bool:
-        """Whether decide() answers the fallback at every M of `sig` (given the fallback among
-        the candidates): a model without error bands declines every config; one with bands
-        declines every point outside their support, which no M brings (N, K) into when no
-        measured point lies within a factor 2 of it in both. False when unsure."""
-        p = self.params or costmodel.ModelParams()
-        if not p.uncertainty:
-            return True
-        n, k = sig.get("N"), sig.get("K")
-        if p.support is None or not isinstance(n, int) or not isinstance(k, int):
-            return False  # bands without supports serve wherever the band allows
-        return not confidence.near_any(p.support, n, k)
-
     def pick(self, sig: Signature, m: int, candidates: tuple[Config, ...]) -> Config | None:
         """The selector's model tier: the predicted-fastest candidate where its predicted gain
         over the fallback exceeds the regime's calibrated error band, else the fallback."""
