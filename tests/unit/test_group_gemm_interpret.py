@@ -31,7 +31,9 @@ def _child() -> None:
     for e, m, top_k, bm in ((6, 37, 2, 16), (8, 1, 2, 64), (20, 9, 4, 16), (5, 40, 1, 128)):
         cases = {"random": arms.random_routing(m, e, top_k, gen, "cpu").long(),
                  "all_to_one": torch.full((m, top_k), e - 2, dtype=torch.int32),
-                 "two_used": torch.randint(0, 2, (m, top_k), generator=gen, dtype=torch.int32) * (e - 1)}
+                 "two_used": torch.randint(0, 2, (m, top_k), generator=gen, dtype=torch.int32) * (e - 1),
+                 # a column view of a wider tensor: reshape(-1) is strided, the program reads stride 1
+                 "strided": torch.randint(0, e, (m, 2 * top_k + 1), generator=gen, dtype=torch.int32)[:, :top_k]}
         for name, ids in cases.items():
             r = routing.route(ids, e, bm, fused=True)
             rows, experts = routing.reference_route(ids, e, bm)
@@ -49,9 +51,13 @@ def _child() -> None:
             routings = {"random": args[2], "random_int64": args[2].long(),
                         "all_to_one": torch.stack([torch.full((m,), e - 1, dtype=torch.int32)]
                                                   + [torch.full((m,), j, dtype=torch.int32) for j in range(top_k - 1)], 1),
-                        "one_empty": arms.random_routing(m, e - 1, top_k, gen, "cpu")}  # expert e-1 gets none
+                        "one_empty": arms.random_routing(m, e - 1, top_k, gen, "cpu"),  # expert e-1 gets none
+                        "strided": torch.cat([args[2], args[2]], 1)[:, ::2]}  # the same ids, a strided view
             for name, ids in routings.items():
                 call = (args[0], args[1], ids, *args[3:])
+                if name == "strided":  # strided routing weights too (the kernels read them at stride 1)
+                    tw = torch.rand((m, 2 * top_k), generator=gen).to(torch.float16)[:, ::2]
+                    call = (args[0], args[1], ids, tw)
                 ref = fam.reference(sig, *call)
                 base = float((arms.loop(sig, *call).float() - ref).norm() / ref.norm())
                 for cfg in tiles:

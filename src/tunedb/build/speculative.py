@@ -60,8 +60,12 @@ def start_ahead(family: Any, arch_family: str, plans: Sequence[Any]) -> compile_
         return None
     executor, processes = compile_pool._PRESTARTED.pop(name)
     make = hook(family, "compile_jobs")
-    pool = compile_pool.CompilePool(lambda sig, ids: make(arch_family, sig, ids), work, processes,
-                                    executor=executor, own=True, done=compile_pool.done_log(family))
+    try:
+        pool = compile_pool.CompilePool(lambda sig, ids: make(arch_family, sig, ids), work, processes,
+                                        executor=executor, own=True, done=compile_pool.done_log(family))
+    except Exception:
+        compile_pool._PRESTARTED[name] = (executor, processes)  # the build's own pool takes it
+        raise
     pool.stats.ahead = pool.stats.jobs
     compile_pool._AHEAD[name] = (arch_family, pool)
     return pool
@@ -100,7 +104,10 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
                                   buildsteps.model_params(existing.model if existing else None))
     except Exception:  # noqa: BLE001 - a prefetch only: the build plans and compiles regardless
         return None
-    pool = start_ahead(family, profile.arch_family, plans)
+    try:
+        pool = start_ahead(family, profile.arch_family, plans)
+    except Exception:  # noqa: BLE001 - as above: the build submits its own compiles
+        return None
     if worker is not None and settings.measure_ahead_enabled():
         try:
             measurer = buildsteps.Measurer(family, opts, profile, None,

@@ -124,10 +124,6 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
         if tuner_.tune(families.get(p.signature.family), p.signature, p.m) is not None:
             measured.append(p)
     tuner_.flush()  # publishes the winners and starts the epoch that serves them
-    if measured and model is not None and report.left_as_written(model)[0]:
-        from tunedb.runtime.patching import optimize
-
-        optimize(model)  # swap the modules left as written that a published winner now serves
     uncovered = tuple(p for p in points if _tier(p.signature, p.m) not in COVERED_TIERS)
     result = PrewarmResult(points, tuple(measured), uncovered, time.monotonic() - start, exhausted)
     if strict and uncovered:

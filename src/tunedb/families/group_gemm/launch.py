@@ -30,7 +30,8 @@ def triton_launch(config: Config, sig: Signature, x: Any, weight: Any, topk_ids:
     if out is None:
         out = torch.empty((m, top_k, n), dtype=x.dtype, device=x.device)
     y = out.view(m * top_k, n)
-    tw = topk_weights.reshape(-1) if topk_weights is not None else r.counts  # the kernel upcasts
+    # contiguous: reshape may return a strided view (top_k=1 of a wider tensor); kernels read stride 1
+    tw = topk_weights.reshape(-1).contiguous() if topk_weights is not None else r.counts  # the kernel upcasts
     num_blocks_m = r.block_expert.numel()
     grid = (num_blocks_m * -(-n // bn),)
     group_gemm_kernel[grid](
@@ -60,8 +61,8 @@ def slots_launch(config: Config, sig: Signature, x: Any, weight: Any, topk_ids: 
     if slots == 0:
         return out
     y = out.view(slots, n)
-    ids = topk_ids.reshape(-1)
-    tw = topk_weights.reshape(-1) if topk_weights is not None else ids
+    ids = topk_ids.reshape(-1).contiguous()  # the kernel reads stride 1
+    tw = topk_weights.reshape(-1).contiguous() if topk_weights is not None else ids
     grid = (slots * -(-n // bn),)
     slot_gemv_kernel[grid](
         rows, weight, y, tw, ids, slots, top_k, n, k,

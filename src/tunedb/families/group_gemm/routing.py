@@ -47,7 +47,7 @@ def route(topk_ids: Any, e: int, bm: int, fused: bool | None = None) -> Routing:
     """The metadata for tile height `bm`; `fused` None picks the Triton program where it fits."""
     import torch
 
-    flat = topk_ids.reshape(-1)
+    flat = topk_ids.reshape(-1).contiguous()  # reshape may return a strided view; the program reads stride 1
     if fused if fused is not None else fused_fits(flat.numel(), e, flat.device):
         return _route_fused(flat, e, bm)
     slots = flat.numel()
