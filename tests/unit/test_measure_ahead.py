@@ -244,3 +244,27 @@ def test_points_are_measured_as_their_compiles_finish_not_behind_a_late_one(env)
     assert table(env / "a") == plain(real, env / "b")
     order = [(r["signature"], r["M"]) for r in logged(env / "a")]  # logged in the plan's order
     assert order.index((first.format(), plans[0].points[0].m)) < order.index((second.format(), plans[1].points[0].m))
+
+
+class HungCompiles:
+    """A compile that never finishes, with the pool's wait limit (as CompilePool.wait_limit_s)."""
+
+    wait_limit_s = 0.2
+
+    def __init__(self):
+        self.never = cf.Future()
+
+    def pending(self, sig, ids):
+        return [self.never]
+
+
+def test_a_hung_compile_does_not_hang_the_pass_past_the_pools_wait_limit(env):
+    """Past the limit a point goes ahead (the worker compiles what is missing), as
+    CompilePool.wait lets the build do."""
+    real = census((FLAT, (16, 40)))
+    cost = Recording()
+    timer = FakeTimer(cost, noise_sigma=0.002, seed=1)
+    run = ahead(real, env / "a", timer, compiles=HungCompiles(), wait=False)
+    run._thread.join(30)
+    assert not run._thread.is_alive() and not run.error
+    assert {16, 40} <= {m for _s, m in cost.seen}  # the census points (and the ladder's) measured

@@ -161,11 +161,16 @@ def fill(plans: Sequence[Any], measurer: Any, compiles: Any, measured: Measured,
             if request not in measured.results:
                 todo.append((request, (plan.signature, p.m, ids, p.eager_share, decides)))
     done = 0
+    # as CompilePool.wait: past its limit a point goes ahead and the worker compiles what is missing
+    limit = getattr(compiles, "wait_limit_s", None)
+    waited_since = time.perf_counter()
     while todo:
         if stop is not None and stop.is_set():
             raise _Stopped
         pending = {} if compiles is None else {i: compiles.pending(args[0], args[2]) for i, (_, args) in enumerate(todo)}
         ready = next((i for i in range(len(todo)) if not pending.get(i)), None)
+        if ready is None and limit is not None and time.perf_counter() - waited_since > limit:
+            ready = 0
         if ready is None:  # wake at the first compile done (or to look at `stop` again)
             t0 = time.perf_counter()
             cf.wait([f for futs in pending.values() for f in futs], timeout=0.05, return_when=cf.FIRST_COMPLETED)
@@ -175,6 +180,7 @@ def fill(plans: Sequence[Any], measurer: Any, compiles: Any, measured: Measured,
             continue
         request, args = todo.pop(ready)
         measured.results[request] = measurer(*args)
+        waited_since = time.perf_counter()
         done += 1
     return done
 
