@@ -268,3 +268,31 @@ def test_a_hung_compile_does_not_hang_the_pass_past_the_pools_wait_limit(env):
     run._thread.join(30)
     assert not run._thread.is_alive() and not run.error
     assert {16, 40} <= {m for _s, m in cost.seen}  # the census points (and the ladder's) measured
+
+
+def test_the_pass_drops_a_timeout_or_launch_error_for_the_build_to_measure_again():
+    """Contention beside the census can time a probe out: the pass keeps deterministic outcomes
+    (ok, incorrect, compile error) and drops transient ones; the build's own fill keeps all."""
+    from types import SimpleNamespace
+
+    from tunedb.records import Measurement, Status
+
+    outcome = {8: Status.TIMEOUT, 16: Status.LAUNCH_ERROR, 32: Status.INCORRECT, 64: Status.OK}
+
+    class Stub:
+        def request(self, sig, m, ids, share, decides):
+            return ("req", m), None
+
+        def __call__(self, sig, m, ids, share, decides):
+            ok = outcome[m] is Status.OK
+            return (Measurement(sig, m, "torch", outcome[m], median_ms=0.01 if ok else None, n=8 if ok else 0,
+                                samples=(0.01,) * 8 if ok else ()),)
+
+    plan = SimpleNamespace(signature=FLAT, points=[SimpleNamespace(m=m, eager_share=0.0) for m in outcome],
+                           arms={m: ("torch",) for m in outcome})
+    kept = speculative.Measured()
+    speculative.fill([plan], Stub(), None, kept, keep_transient=False)
+    assert sorted(m for _, m in kept.results) == [32, 64]
+    every = speculative.Measured()
+    speculative.fill([plan], Stub(), None, every)
+    assert sorted(m for _, m in every.results) == [8, 16, 32, 64]

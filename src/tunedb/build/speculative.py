@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from tunedb import settings
 from tunedb.build import compile_pool
-from tunedb.records import Measurement, MeasureRequest, Signature
+from tunedb.records import Measurement, MeasureRequest, Signature, Status
 
 
 def wanted(workload: str, census_kw: Mapping[str, Any]) -> bool:
@@ -146,13 +146,18 @@ class Measured:
                 "seconds": round(self.seconds, 3), "filled": self.filled}
 
 
+_TRANSIENT = (Status.TIMEOUT, Status.LAUNCH_ERROR)
+
+
 def fill(plans: Sequence[Any], measurer: Any, compiles: Any, measured: Measured,
-         stop: threading.Event | None = None) -> int:
+         stop: threading.Event | None = None, keep_transient: bool = True) -> int:
     """Measure each plan's points (the requests build_signature makes first) with `measurer`
     into `measured`, in the order their compiles finish rather than the plan's: a point whose
     binaries are ready is never held behind one still compiling (measuring stays serial; the
     cross-evaluation, which needs a signature's points, stays in build_signature). Requests
-    already in `measured` are skipped. Returns how many were measured."""
+    already in `measured` are skipped. keep_transient=False (the pass beside the census) drops a
+    result with a timeout or launch error, which CPU or GPU contention can cause: the build
+    measures that point again. Returns how many were measured."""
     todo = []
     for plan in plans:
         for p in plan.points:
@@ -179,7 +184,9 @@ def fill(plans: Sequence[Any], measurer: Any, compiles: Any, measured: Measured,
                 phases["compile wait"] = phases.get("compile wait", 0.0) + time.perf_counter() - t0
             continue
         request, args = todo.pop(ready)
-        measured.results[request] = measurer(*args)
+        result = measurer(*args)
+        if keep_transient or not any(r.status in _TRANSIENT for r in result):
+            measured.results[request] = result
         waited_since = time.perf_counter()
         done += 1
     return done
@@ -219,7 +226,7 @@ class AheadRun:
 
         started = time.perf_counter()
         try:
-            fill(self.plans, self.measurer, self.compiles, self.measured, self._stop)
+            fill(self.plans, self.measurer, self.compiles, self.measured, self._stop, keep_transient=False)
             for plan in self.plans:  # the cross-evaluations (their configs are compiled by now)
                 buildsteps.build_signature(plan, self, self.opts, rule=self.rule)
         except _Stopped:
@@ -260,11 +267,12 @@ def take_over(family_name: str, arch_family: str, measure: Any) -> Measured | No
     """The build's measurer takes what the family's pass measured ahead: the pass stops first.
     None when there was none, it failed, or it measured elsewhere (another arch family, another
     worker or timer than the build's)."""
-    held = _RUNNING.pop(family_name, None)
+    held = _RUNNING.get(family_name)
     if held is None:
         return None
     arch, run = held
-    measured = run.stop()
+    measured = run.stop()  # an interrupt here leaves the pass registered: stop() joins it again
+    _RUNNING.pop(family_name, None)
     same = (arch == arch_family and run.measurer.worker is measure.worker
             and run.measurer.timer is measure.timer)
     return measured if same else None
@@ -272,9 +280,10 @@ def take_over(family_name: str, arch_family: str, measure: Any) -> Measured | No
 
 def stop(family_name: str) -> None:
     """End a pass no build took over (the build stopped before measuring, or no GPU after all)."""
-    held = _RUNNING.pop(family_name, None)
+    held = _RUNNING.get(family_name)
     if held is not None:
-        held[1].stop()
+        held[1].stop()  # joined before it is forgotten, so the worker is never closed under it
+        _RUNNING.pop(family_name, None)
 
 
 def fill_after(plans: Sequence[Any], measure: Any) -> None:
