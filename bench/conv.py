@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import threading
 import time
@@ -45,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from tunedb.arch import shipped_profile  # noqa: E402
 from tunedb.families.conv import FAMILY, keys  # noqa: E402
 from tunedb.families.conv.arms import make_inputs  # noqa: E402
+from graph_timing import replayed_ms  # noqa: E402  (bench/ is sys.path[0])
 
 CUDNN = ("torch", "cudnn_bench", "cudnn_cl", "cudnn_cl_bench")
 DW_SWEEP = ("dw_t32_c64_w4", "dw_t64_c32_w4", "dw_t64_c64_w4", "dw_t128_c32_w4", "dw_t64_c128_w8",
@@ -82,16 +82,9 @@ def graph_time_ms(fn, calls: int = 20, replays: int = 7) -> float:
             fn()
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
+    ms = replayed_ms(graph, replays, calls)
     del graph
-    return statistics.median(times)
+    return ms
 
 
 def in_fresh_thread(fn):

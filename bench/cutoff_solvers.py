@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
+
+from graph_timing import replayed_ms  # bench/ is sys.path[0]; imports torch lazily
 
 
 def parse_args(argv=None):
@@ -63,15 +64,8 @@ def graph_time_us(fn, reps):
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times), out, g
+    us = replayed_ms(g, reps) * 1e3
+    return us, out, g
 
 
 def cell(dtype_name, n, steps, batch, iters, reps):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.quant_llama import make  # noqa: E402
+from graph_timing import replayed_ms  # noqa: E402  (bench/ is sys.path[0])
 
 CASES = (("decode b1", 1, 1), ("decode b16", 16, 1), ("prefill 2048", 1, 2048))
 
@@ -46,17 +46,10 @@ def graph_ms(model, ids, replays: int = 15) -> tuple[float, torch.Tensor]:
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
+    ms = replayed_ms(g, replays)
     result = out.float().clone()
     del g
-    return statistics.median(times), result
+    return ms, result
 
 
 def served_configs(model) -> list[str]:
