@@ -3,10 +3,13 @@
 Most families keep their config space, id grammar, validity predicate, sentinels, untuned default
 and compile set as functions of one `configs` module; a family class that inherits ConfigMethods
 and names that module (`configs = <module>`) gets the six protocol members as plain delegations,
-and defines any of them itself where its answer is not the module's.
+and defines any of them itself where its answer is not the module's. It also gets the two members
+every such family wrote the same way: its repr, and warm_start importing the family package's
+`kernels` module (Triton and the jit functions, before the first timed call).
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Iterable, Sequence
 
 from tunedb.records import ArchProfile, Config, Signature
@@ -17,6 +20,13 @@ class ConfigMethods:
     calling the function of the same name (parse_config: `parse`) in `self.configs`."""
 
     configs: Any  # the family's configs module
+    name: str
+
+    def __repr__(self) -> str:
+        return f"<tunedb family {self.name}>"
+
+    def warm_start(self) -> None:
+        importlib.import_module(type(self).__module__ + ".kernels")
 
     def config_space(self, arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
         return self.configs.config_space(arch_family, lanes)

@@ -35,9 +35,6 @@ class ConvFamily(ConfigMethods):
     ops = keys.OPS
     lanes = configs.LANES
 
-    def __repr__(self) -> str:
-        return "<tunedb family conv>"
-
     @property
     def schema(self) -> Any:
         from tunedb.families.contract import SignatureSchema
@@ -139,11 +136,7 @@ class ConvFamily(ConfigMethods):
 
         return make_inputs(sig, m, device, seed)
 
-    def impl_hash(self) -> str:
-        return impl_hash()
-
-    def warm_start(self) -> None:
-        from tunedb.families.conv import kernels  # noqa: F401 -- triton and the jit functions
+    impl_hash = staticmethod(impl_hash)  # the module function: the protocol member
 
 
 @lru_cache(maxsize=1)

@@ -31,9 +31,6 @@ class RnnFamily(ConfigMethods):
     ops = configs.OPS
     lanes = configs.LANES
 
-    def __repr__(self) -> str:
-        return f"<tunedb family {self.name}>"
-
     @property
     def schema(self) -> Any:
         from tunedb.families.contract import SignatureSchema
@@ -103,11 +100,7 @@ class RnnFamily(ConfigMethods):
 
         return make_inputs(sig, m, device, seed)
 
-    def impl_hash(self) -> str:
-        return impl_hash()
-
-    def warm_start(self) -> None:
-        from tunedb.families.rnn import kernels  # noqa: F401 -- triton and the jit function
+    impl_hash = staticmethod(impl_hash)  # the module function: the protocol member
 
 
 FAMILY = RnnFamily()
