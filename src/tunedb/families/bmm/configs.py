@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
+from tunedb.families.key_rules import head_reason
 from tunedb.families.tile_ids import TileIds, blocks
 from tunedb.records import ArchProfile, Config, Signature
 
@@ -94,16 +95,9 @@ def smem_bytes(cfg: Config, dt: str) -> int:
 
 def sig_reason(sig: Signature) -> str | None:
     """Why a signature is not one of this family's keys (None when it is)."""
-    if sig.family != FAMILY:
-        return f"family {sig.family!r} is not {FAMILY!r}"
-    if sig.op not in OPS:
-        return f"op={sig.op!r} is not one of {', '.join(OPS)}"
-    if sig.dt not in DTYPES:
-        return f"dt={sig.dt!r} not served; allowed: {', '.join(DTYPES)}"
-    for key in ("B", "N", "K"):
-        v = sig.get(key)
-        if not isinstance(v, int) or v < 1:
-            return f"{key}={v!r} must be a positive int"
+    why = head_reason(sig, FAMILY, OPS, DTYPES, ("B", "N", "K"))
+    if why:
+        return why
     if sig.get("lay", "nn") not in LAYOUTS:
         return f"lay={sig.get('lay')!r} not allowed; use one of {', '.join(LAYOUTS)}"
     return None

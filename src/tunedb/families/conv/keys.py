@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from tunedb.errors import SignatureError
+from tunedb.families.key_rules import head_reason
 from tunedb.records import Signature
 
 FAMILY = "conv"
@@ -64,12 +65,9 @@ def out_len(length: int, k: int, s: int, p: int, d: int) -> int:
 
 def sig_reason(sig: Signature) -> str | None:
     """Why `sig` is not a conv key (None when it is): the rules beyond the schema's types."""
-    if sig.family != FAMILY:
-        return f"family {sig.family!r} is not {FAMILY!r}"
-    if sig.op not in OPS:
-        return f"op={sig.op!r}; allowed: {', '.join(OPS)}"
-    if sig.dt not in DTYPES:
-        return f"dt={sig.dt!r}; allowed: {', '.join(DTYPES)}"
+    why = head_reason(sig, FAMILY, OPS, DTYPES)
+    if why:
+        return why
     wanted = GEOM + (WIDTH_GEOM if sig.op == "conv2d" else ())
     for f in wanted:
         if not isinstance(sig.get(f), int):

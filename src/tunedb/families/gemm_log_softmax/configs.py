@@ -13,6 +13,7 @@ from typing import Iterable, Sequence
 
 from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
+from tunedb.families.key_rules import head_reason
 from tunedb.families.tile_ids import TileIds, blocks
 from tunedb.records import ArchProfile, Config, Signature
 
@@ -63,16 +64,9 @@ def smem_bytes(cfg: Config) -> int:
 
 
 def sig_reason(sig: Signature) -> str | None:
-    if sig.family != FAMILY:
-        return f"family {sig.family!r} is not {FAMILY}"
-    if sig.op not in OPS:
-        return f"op={sig.op!r} is not one of {', '.join(OPS)}"
-    if sig.dt not in DTYPES:
-        return f"dt={sig.dt!r} is not served; allowed: {', '.join(DTYPES)}"
-    for key in ("N", "K"):
-        v = sig.get(key)
-        if not isinstance(v, int) or v < 1:
-            return f"{key}={v!r} must be a positive int"
+    why = head_reason(sig, FAMILY, OPS, DTYPES, ("N", "K"))
+    if why:
+        return why
     if sig.get("bias") not in (0, 1):
         return f"bias={sig.get('bias')!r} must be 0 or 1"
     return None

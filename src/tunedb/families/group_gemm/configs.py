@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from tunedb.errors import ConfigError
+from tunedb.families.key_rules import head_reason
 from tunedb.families.tile_ids import TileIds, blocks
 from tunedb.records import ArchProfile, Config, Signature
 
@@ -135,16 +136,9 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
 
 def sig_reason(sig: Signature) -> str | None:
     """Why a signature is not a group_gemm key (None when it is)."""
-    if sig.family != FAMILY:
-        return f"family {sig.family!r} is not {FAMILY}"
-    if sig.op not in OPS:
-        return f"op={sig.op!r} is not one of {', '.join(OPS)}"
-    if sig.dt not in DTYPES:
-        return f"dt={sig.dt!r} is not served; allowed: {', '.join(DTYPES)}"
-    for key in ("E", "N", "K", "top_k"):
-        v = sig.get(key)
-        if not isinstance(v, int) or v < 1:
-            return f"{key}={v!r} must be a positive int"
+    why = head_reason(sig, FAMILY, OPS, DTYPES, ("E", "N", "K", "top_k"))
+    if why:
+        return why
     if sig.get("top_k") > sig.get("E"):
         return f"top_k={sig.get('top_k')} exceeds E={sig.get('E')}"
     if sig.get("x") not in ("token", "slot"):

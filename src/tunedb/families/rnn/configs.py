@@ -15,6 +15,7 @@ import re
 from typing import Any, Iterable, Sequence
 
 from tunedb.errors import ConfigError, SignatureError
+from tunedb.families.key_rules import head_reason
 from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
 FAMILY = "rnn"
@@ -34,16 +35,9 @@ BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
 def sig_reason(sig: Signature) -> str | None:
-    if sig.family != FAMILY:
-        return f"family {sig.family!r} is not {FAMILY}"
-    if sig.op not in OPS:
-        return f"op={sig.op!r} is not one of {', '.join(OPS)}"
-    if sig.dt not in DTYPES:
-        return f"dt={sig.dt!r} is not served; allowed: {', '.join(DTYPES)}"
-    for name in ("I", "H", "L", "B"):
-        v = sig.get(name)
-        if not isinstance(v, int) or v < 1:
-            return f"{name}={v!r} must be a positive int"
+    why = head_reason(sig, FAMILY, OPS, DTYPES, ("I", "H", "L", "B"))
+    if why:
+        return why
     for name in ("bias", "bidir", "bf"):
         if sig.get(name) not in (0, 1):
             return f"{name}={sig.get(name)!r} must be 0 or 1"

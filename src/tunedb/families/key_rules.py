@@ -1,0 +1,24 @@
+"""The checks every family's `sig_reason` starts with: the key names this family, one of its ops,
+a dtype it serves, and positive integer sizes. Each family adds its own rules after these."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from tunedb.records import Signature
+
+
+def head_reason(sig: Signature, family: str, ops: Sequence[str], dtypes: Sequence[str],
+                positive: Sequence[str] = ()) -> str | None:
+    """Why `sig` is not a key of `family` by its family, op, dt or the fields in `positive`
+    (each a positive int); None when those hold."""
+    if sig.family != family:
+        return f"family {sig.family!r} is not {family}"
+    if sig.op not in ops:
+        return f"op={sig.op!r} is not one of {', '.join(ops)}"
+    if sig.dt not in dtypes:
+        return f"dt={sig.dt!r} is not served; allowed: {', '.join(dtypes)}"
+    for key in positive:
+        v = sig.get(key)
+        if not isinstance(v, int) or v < 1:
+            return f"{key}={v!r} must be a positive int"
+    return None
