@@ -1,17 +1,20 @@
 """How a build scales over GPUs (issue 22): the Llama-3-8B decode census built with --workers N
 for each N given, each in a fresh `tunedb build` process on a local Ray cluster; wall time,
 points/s, arms/s, each GPU's busy fraction, and each file's regions against the 1-GPU file
-(`tunedb diff`'s region changes; exit 0 = same regions). --kill-after S SIGKILLs one measuring
-actor S seconds into each multi-GPU build (the build must still finish, losing one signature's
-work). Prints a table and writes DIR/build_scaling.json.
+(`tunedb diff`'s region changes; exit 0 = same regions). --workers takes GPU counts, and
+a count suffixed "k" (e.g. 2k) is that build again with one measuring actor SIGKILLed --kill-after
+S seconds in (the build must still finish: the signature the actor held is re-queued on another).
+Prints a table and writes DIR/build_scaling.json.
 
     python bench/build_scaling.py --workers 1,2 --out /tmp/scaling            # full census (~24 min on 1 H200)
     python bench/build_scaling.py --workers 1 --quick --out /tmp/scaling      # one GPU, < 3 min
-    python bench/build_scaling.py --workers 1,2 --quick --kill-after 20 --out /tmp/scaling
+    python bench/build_scaling.py --workers 1,2,2k --quick --kill-after 20 --out /tmp/scaling
+    python bench/build_scaling.py --workers 1,2,2k --max-points 6 --top-k 4 --kill-after 30 --out /tmp/s
     python bench/build_scaling.py --workers 1,2 --simulate --simulate-delay 20 --out /tmp/s  # CPU
 
 Needs Ray importable (pip install 'tunedb[ray]'; on the device: bench/ray_carry.sh's tarball on
-PYTHONPATH). --quick: 2 points per signature, cost-model top-4 (about 90 arms).
+PYTHONPATH). --quick: 2 points per signature, cost-model top-4 (about 90 arms); --max-points N /
+--top-k K thin the census the same way at other sizes (every build of one run gets the same points).
 """
 from __future__ import annotations
 
@@ -61,17 +64,21 @@ def kill_one_actor(after_s: float, done: threading.Event, killed: list[int]) -> 
         killed.append(pids[-1])
 
 
-def build(n: int, args: argparse.Namespace, out: Path) -> dict:
-    run_id = f"scaling-w{n}-{int(time.time())}"
+def build(n: int, kill: bool, args: argparse.Namespace, out: Path) -> dict:
+    run_id = f"scaling-w{n}{'k' if kill else ''}-{int(time.time())}"
     cmd = [sys.executable, "-m", "tunedb", "build", "--census", str(args.census), "--out", str(out),
            "--fresh", "--workers", str(n), "--run-id", run_id, "--json"]
-    cmd += QUICK if args.quick else []
+    if args.quick:
+        cmd += QUICK
+    elif args.max_points or args.top_k:
+        cmd += (["--thin", "--max-points", str(args.max_points)] if args.max_points else [])
+        cmd += (["--top-k", str(args.top_k)] if args.top_k else [])
     if args.simulate:
         cmd += ["--simulate", "--simulate-delay", str(args.simulate_delay)]
     killed: list[int] = []
     done = threading.Event()
     killer = None
-    if args.kill_after and n > 1:
+    if kill:
         killer = threading.Thread(target=kill_one_actor, args=(args.kill_after, done, killed), daemon=True)
         killer.start()
     t0 = time.perf_counter()
@@ -86,7 +93,7 @@ def build(n: int, args: argparse.Namespace, out: Path) -> dict:
     points = sum(len(r["M"]) for r in res["plan"])
     # measuring time: first signature handed out to last result (Ray's start and the write excluded)
     secs = res["phase_seconds"]["actors"]
-    return {"workers": n, "wall_s": round(wall, 2), "build_s": res["seconds"], "measure_s": round(secs, 3),
+    return {"workers": n, "killed": kill, "wall_s": round(wall, 2), "build_s": res["seconds"], "measure_s": round(secs, 3),
             "ray_start_s": round(res["phase_seconds"]["ray start"], 3), "points": points,
             "arms": res["arms_measured"], "points_per_s": round(points / secs, 3),
             "arms_per_s": round(res["arms_measured"] / secs, 3),
@@ -107,27 +114,38 @@ def compare(a: str, b: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", default="1,2", help="comma-separated GPU counts (default 1,2)")
-    ap.add_argument("--kill-after", type=float, default=0.0, metavar="S",
-                    help="SIGKILL one actor S seconds into each multi-GPU build")
+    ap.add_argument("--workers", default="1,2",
+                    help="comma-separated GPU counts; Nk = N GPUs with one actor killed (default 1,2)")
+    ap.add_argument("--kill-after", type=float, default=20.0, metavar="S",
+                    help="for an Nk build: SIGKILL one actor S seconds after the actors start (default 20)")
     ap.add_argument("--out", required=True, help="directory for the files and build_scaling.json")
     ap.add_argument("--census", default=str(CENSUS))
     ap.add_argument("--quick", action="store_true", help="2 points per signature, top-4 (about 90 arms)")
+    ap.add_argument("--max-points", type=int, default=0, metavar="N", help="thin to N points per signature")
+    ap.add_argument("--top-k", type=int, default=0, metavar="K", help="cost-model candidates per point")
     ap.add_argument("--simulate", action="store_true", help="fake timer (CPU)")
     ap.add_argument("--simulate-delay", type=float, default=20.0, metavar="MS",
                     help="--simulate: sleep per arm on the actors (default 20)")
     args = ap.parse_args(argv)
-    counts = [int(x) for x in args.workers.split(",") if x.strip()]
+    runs = []
+    for x in (x.strip() for x in args.workers.split(",")):
+        if not x:
+            continue
+        kill = x.endswith("k")
+        if not x.rstrip("k").isdigit() or int(x.rstrip("k")) < 1 or (kill and int(x[:-1]) < 2):
+            ap.error(f"--workers entry {x!r}: a GPU count >= 1, or Nk with N >= 2 (N GPUs, one actor killed)")
+        runs.append((int(x.rstrip("k")), kill))
     out = Path(args.out)
     if not args.simulate:
         # Cache this GPU's arch profile from a process that then exits: a driver that measured
         # it itself would hold a CUDA context on GPU 0, which actor 0's gate counts as foreign.
         subprocess.run([sys.executable, "-c", "from tunedb import arch; arch.current_profile()"], check=True)
     rows = []
-    for n in counts:
-        rows.append(build(n, args, out / f"w{n}"))
-        print(f"--workers {n}: measured in {rows[-1]['measure_s']:.1f} s", file=sys.stderr)
-    base = next((r for r in rows if r["workers"] == 1), rows[0])
+    for n, kill in runs:
+        rows.append(build(n, kill, args, out / f"w{n}{'k' if kill else ''}"))
+        print(f"--workers {n}{' (one actor killed)' if kill else ''}: measured in {rows[-1]['measure_s']:.1f} s",
+              file=sys.stderr)
+    base = next((r for r in rows if r["workers"] == 1 and not r["killed"]), rows[0])
     for r in rows:
         r["speedup"] = round(base["measure_s"] / r["measure_s"], 3)
         r["vs_1gpu"] = compare(base["path"], r["path"]) if r is not base else None
@@ -137,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         busy = " ".join(f"{100 * v:.0f}%" for v in r["busy"].values())
         cmp_ = (f"{r['vs_1gpu']['identical']}/{r['vs_1gpu']['shared']} diff rc {r['vs_1gpu']['diff_rc']}"
                 if r["vs_1gpu"] else "-")
-        print(f"{r['workers']:>4} {r['measure_s']:>9.1f} {r['wall_s']:>7.1f} {r['points']:>6} {r['points_per_s']:>7.2f} "
+        print(f"{str(r['workers']) + ('k' if r['killed'] else ''):>4} {r['measure_s']:>9.1f} {r['wall_s']:>7.1f} {r['points']:>6} {r['points_per_s']:>7.2f} "
               f"{r['arms_per_s']:>7.1f} {r['speedup']:>7.2f} {busy:<20} {cmp_:<18} "
               f"{r['killed_pid'] or '-'}{' (lost: ' + str(len(r['lost'])) + ')' if r['lost'] else ''}")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "build_scaling.json").write_text(json.dumps({"census": args.census, "quick": args.quick,
+    (out / "build_scaling.json").write_text(json.dumps({"census": args.census, "quick": args.quick, "max_points": args.max_points, "top_k": args.top_k,
                                                          "simulate": args.simulate, "rows": rows}, indent=1))
     return 0
 
