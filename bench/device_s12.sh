@@ -28,7 +28,7 @@ for s in "$@"; do
       stage ray 60 "mkdir -p /tmp/ray312 && tar -xJf .stage/ray312.tar.xz -C /tmp/ray312 && PYTHONPATH=/tmp/ray312:src python -c 'import ray; ray.init(include_dashboard=False, log_to_driver=False); print(ray.__version__, ray.cluster_resources()); ray.shutdown()'"
       export PYTHONPATH=/tmp/ray312:src ;;
     prebuild-llama)  # both builds of the scaling run start from one warm cache (compiling is never timed)
-      stage prebuild_llama ${PB_S:-150} "python -m tunedb prebuild --census bench/census/llama-3-8b_decode.json --thin --max-points ${SCALE_P:-6} --jobs ${PB_JOBS:-24}" ;;
+      stage prebuild_llama ${PB_S:-150} "python -m tunedb prebuild --census bench/census/llama-3-8b_decode.json $([ "${SCALE_P:-6}" = 0 ] || echo --thin --max-points ${SCALE_P:-6}) --jobs ${PB_JOBS:-24}" ;;
     scaling)  # issue 26: 1 GPU, 2 GPUs, 2 GPUs with one actor SIGKILLed, at the same points
       stage scaling ${SCALE_S:-420} "python bench/build_scaling.py --workers ${SCALE_RUNS:-1,2,2k} --max-points ${SCALE_P:-6} --top-k ${SCALE_K:-4} --kill-after ${SCALE_KILL:-25} --out $OUT/scaling && for f in 1 2 2k; do [ -d $OUT/scaling/w\$f ] && python -m tunedb diff $OUT/scaling/w1/sm90/gemm.json $OUT/scaling/w\$f/sm90/gemm.json > $OUT/scaling/diff_w\$f.txt 2>&1; done; true" ;;
     cutoff-mpc) stage cutoff_mpc 150 "python bench/cutoff_mpc.py --out $OUT/cutoff_mpc.json --config $OUT/cutoff_decisions.json" ;;
