@@ -153,3 +153,23 @@ def test_flag_errors() -> None:
     with pytest.raises(BuildError, match="--workers=-1"):
         distributed.check_options(BuildOptions(workers=-1))
     assert not distributed.wanted(BuildOptions()) and distributed.wanted(BuildOptions(ray="auto"))
+
+
+def test_pinned_tasks_wait_for_their_worker_until_it_dies() -> None:
+    s = Scheduler.of([("a", 2.0), ("b", 1.0)])
+    for w in (0, 1):
+        s.add_worker(w)
+    assert s.assign(0) == "a"
+    s.add("a2", 1.0, front=True, pin=0)  # ready while 0 still runs: only 0 may take it
+    assert s.assign(1) == "b"
+    s.complete(1, "b")
+    assert s.assign(1) is None and list(s.queue) == ["a2"]
+    s.complete(0, "a")
+    assert s.assign(0) == "a2"
+    s.add("a3", pin=0)
+    assert s.lose(0) == "a2"  # a dead worker's pins go to anyone, its lost task first
+    assert s.assign(1) == "a2"
+    s.complete(1, "a2")
+    assert s.assign(1) == "a3"
+    with pytest.raises(BuildError, match="given twice"):
+        s.add("a3")

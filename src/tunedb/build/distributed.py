@@ -1,13 +1,14 @@
 """A build across GPUs and hosts on Ray (`tunedb build --workers N` / `--ray ADDRESS`).
 
-One measuring actor per GPU (`num_gpus=1`); each runs the build's per-signature steps with its
-own Measurer, i.e. the measurement protocol in its own worker subprocess on its GPU as a
-one-GPU build does. The driver hands out whole signatures through build/scheduler.py; an
-actor sends back the signature's entry with every measurement it took, and the driver appends
-those to the one measurement log and checkpoints the signature, so the run directory and the
-log look as a serial build's would, and the final write is the serial build's. A killed actor
-(or a dead host) loses the signature it held, which goes to another actor; a killed driver
-resumes from the checkpoints with the same --run-id. All GPUs must be one arch family and SKU.
+One measuring actor per GPU (`num_gpus=1`); each measures with its own Measurer, i.e. the
+measurement protocol in its own worker subprocess on its GPU as a one-GPU build does. The
+driver runs each signature's steps as point tasks (build/point_tasks.py: a point's arms, then
+its cross-evaluation on the same GPU) handed out through build/scheduler.py; when a signature's
+last task is in, the driver decides its regions, appends its measurements to the one log and
+checkpoints it, so the run directory and the log look as a serial build's would, and the final
+write is the serial build's. A killed actor (or a dead host) loses the point it held, which goes
+to another actor; a killed driver resumes from the checkpoints (finished signatures) with the
+same --run-id. All GPUs must be one arch family and SKU.
 
 Ray is imported only here, and only when one of those flags is given.
 """
@@ -18,7 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from tunedb.build import checkpoint
+from tunedb import families
+from tunedb.build import checkpoint, point_tasks
 from tunedb.build import scheduler as sched_mod
 from tunedb.errors import BuildError
 
@@ -59,18 +61,6 @@ def check_same_gpus(identities: Mapping[Any, Identity]) -> Identity:
     return next(iter(seen))
 
 
-class _Collected:
-    """The actor's measurement log: it keeps what the protocol appends, for the driver to write."""
-
-    def __init__(self) -> None:
-        self.items: list[Any] = []
-
-    def append(self, measurements: Any) -> int:
-        got = list(measurements)
-        self.items.extend(got)
-        return len(got)
-
-
 def _local_identity(opts: Any, arch: Any, gpu: bool) -> Identity:
     if not gpu:
         return (arch.arch_family, "simulated")
@@ -90,30 +80,34 @@ class MeasuringActor:
         self.measurer: Any = None
 
     def identity(self) -> tuple[Identity, int]:
+        """This GPU's (arch family, SKU) and the actor's pid; the measuring worker process starts
+        now, so its imports and CUDA start overlap the other actors' (as a one-GPU build
+        prestarts its worker while it plans)."""
         ident = self.identify(self.index) if self.identify else _local_identity(self.opts, self.arch, self.gpu)
+        m = self._measurer()
+        if m.worker is not None:
+            from tunedb.measure.protocol import StartRequest
+
+            m.worker.prestart(StartRequest(self.opts.family))
         return tuple(ident), os.getpid()
 
-    def measure(self, plan: Any) -> tuple[Any, list[Any], int, float]:
-        """One signature: its entry, every measurement taken, arms measured, seconds."""
-        from tunedb import families
-        from tunedb.build import steps as buildsteps
-
+    def _measurer(self) -> Any:
         if self.measurer is None:
-            self.measurer = buildsteps.Measurer(families.get(self.opts.family), self.opts, self.arch,
-                                                _Collected(), self.working_sets, self.timer)
-        delay = float(getattr(self.opts, "simulate_delay_ms", 0.0) or 0.0) / 1e3
-        m = self.measurer
-        m.log.items = []
-        t0, arms0 = time.perf_counter(), m.arms
+            from tunedb import families
+            from tunedb.build import steps as buildsteps
 
-        def measure(*args: Any, **kw: Any) -> Any:
-            out = m(*args, **kw)
-            if delay:  # --simulate-delay: stand in for the GPU time of each measured arm
-                time.sleep(delay * len(out))
-            return out
-        measure.rule, measure.valid = m.rule, m.valid  # type: ignore[attr-defined]
-        entry, _ = buildsteps.build_signature(plan, measure, self.opts)
-        return entry, list(m.log.items), m.arms - arms0, time.perf_counter() - t0
+            self.measurer = buildsteps.Measurer(families.get(self.opts.family), self.opts, self.arch,
+                                                None, self.working_sets, self.timer)
+        return self.measurer
+
+    def measure(self, req: Any) -> tuple[list[Any], float]:
+        """One point task (a point_tasks.Request): every measurement taken, and seconds."""
+        t0 = time.perf_counter()
+        out = list(self._measurer()(req.signature, req.m, req.ids, req.alpha, decides=req.decides))
+        delay = float(getattr(self.opts, "simulate_delay_ms", 0.0) or 0.0) / 1e3
+        if delay:  # --simulate-delay: stand in for the GPU time of each measured arm
+            time.sleep(delay * len(out))
+        return out, time.perf_counter() - t0
 
     def close(self) -> bool:
         if self.measurer is not None:
@@ -147,14 +141,14 @@ def connect(opts: Any, gpu: bool) -> tuple[int, bool]:
 
 
 class RayBackend:
-    """scheduler.Backend over Ray actors: submit a signature's plan, wait for any to end."""
+    """scheduler.Backend over Ray actors: submit a point task, wait for any to end."""
 
-    def __init__(self, actors: Mapping[int, Any], plans: Mapping[Any, Any]) -> None:
-        self.actors, self.plans = dict(actors), plans
-        self.pending: dict[Any, tuple[int, Any]] = {}  # ObjectRef -> (worker, signature)
+    def __init__(self, actors: Mapping[int, Any], tasks: point_tasks.PointTasks) -> None:
+        self.actors, self.tasks = dict(actors), tasks
+        self.pending: dict[Any, tuple[int, Any]] = {}  # ObjectRef -> (worker, task)
 
     def submit(self, worker: int, task: Any) -> None:
-        ref = self.actors[worker].measure.remote(self.plans[task])
+        ref = self.actors[worker].measure.remote(self.tasks.request(task, worker))
         self.pending[ref] = (worker, task)
 
     def wait(self) -> list[sched_mod.Outcome]:
@@ -170,7 +164,7 @@ class RayBackend:
             except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
                 ray.kill(self.actors.pop(worker), no_restart=True)
                 out.append(sched_mod.Outcome(worker, task, lost=True, detail=str(exc).splitlines()[0][:200]))
-            except RayTaskError as exc:  # the signature itself failed (its actor lives): say why
+            except RayTaskError as exc:  # the point itself failed (its actor lives): say why
                 cause = exc.cause if exc.cause is not None else exc
                 raise BuildError(f"{task} failed on GPU worker {worker}: {type(cause).__name__}: {cause}") from None
         return out
@@ -205,38 +199,52 @@ def measure_all(plans: Sequence[Any], opts: Any, arch: Any, working_sets: Mappin
         # the driver planned on its own GPU's profile: the actors' GPUs must be that one too
         check_same_gpus({"driver": (arch.arch_family, arch.sku), **ident} if gpu else ident)
         pids = {i: a[1] for i, a in zip(actors, answers)}
-        by_sig = {p.signature: p for p in plans}
-        sched = sched_mod.Scheduler.of((p.signature, float(p.est_seconds or 0.0)) for p in plans)
+        family = families.get(opts.family)
+
+        def valid(sig: Any, m: int, cid: str) -> bool:
+            return family.invalid_reason(family.parse_config(cid), sig, m, arch) is None
+        tasks = point_tasks.PointTasks(plans, opts, valid)
+        sched = sched_mod.Scheduler.of(tasks.tasks())
         for i in actors:
             sched.add_worker(i)
         entries: dict[Any, Any] = {}
         arms = [0]
         lost: list[str] = []
+        index = {p.signature: k for k, p in enumerate(plans, 1)}
+        started_sigs: set[Any] = set()
+        busy: dict[Any, float] = {}  # signature -> seconds its points took on the GPUs
 
-        def on_result(worker: int, sig: Any, value: Any) -> None:
-            entry, meas, n_arms, secs = value
-            log.append(meas)
-            run.save(checkpoint.Finished(entry, _config_ids(entry), n_arms, round(secs, 3)))
-            entries[sig] = entry
-            arms[0] += n_arms
-            reporter.advance(n_arms)
+        def on_result(worker: int, task: Any, value: Any) -> None:
+            got, secs = value
+            arms[0] += len(got)
+            busy[task.signature] = busy.get(task.signature, 0.0) + secs
+            reporter.advance(len(got))
+            ready, entry, meas = tasks.done(task, worker, got)
+            for t, cost, pin in ready:
+                sched.add(t, cost, front=True, pin=pin)
+            if entry is not None:
+                log.append(meas)
+                run.save(checkpoint.Finished(entry, _config_ids(entry), len(meas), round(busy[task.signature], 3)))
+                entries[task.signature] = entry
 
         def on_lost(out: sched_mod.Outcome) -> None:
             lost.append(f"worker {out.worker} (pid {pids.get(out.worker)}) died holding {out.task}; re-queued")
 
-        index = {p.signature: k for k, p in enumerate(plans, 1)}
-        backend = RayBackend(actors, by_sig)
+        backend = RayBackend(actors, tasks)
         submit = backend.submit
 
         def submit_and_report(worker: int, task: Any) -> None:
-            reporter.signature(by_sig[task], index[task], len(plans))
+            if task.signature not in started_sigs:
+                started_sigs.add(task.signature)
+                reporter.signature(by_sig[task.signature], index[task.signature], len(plans))
             submit(worker, task)
         backend.submit = submit_and_report  # type: ignore[method-assign]
+        by_sig = {p.signature: p for p in plans}
         t1 = time.perf_counter()
         sched_mod.drive(sched, backend, on_result, on_lost)
         phases = {"ray start": t1 - t0, "actors": time.perf_counter() - t1}
         fractions = sched.busy_fractions()
-        stats = {str(w): {"pid": pids.get(w), "signatures": s.tasks, "busy_s": round(s.busy_s, 3),
+        stats = {str(w): {"pid": pids.get(w), "points": s.tasks, "busy_s": round(s.busy_s, 3),
                           "busy_fraction": round(fractions[w], 4), "dead": s.dead}
                  for w, s in sched.workers.items()}
         return Distributed(entries, arms[0], stats, lost, phases)

@@ -1,10 +1,12 @@
 """Who measures what in a multi-GPU build: the assignment, re-queue and accounting, in pure Python.
 
-A build across GPUs hands out whole signatures (a signature's points stay on one GPU, so its
-regions are judged on one device), the largest estimate first so the last one to finish is a
-small one. A worker that dies loses only the signature it held, which goes back to the front
-of the queue for another worker; a signature whose workers keep dying is given up after
-MAX_LOSSES so one poisonous signature cannot eat a cluster. `drive()` runs a Scheduler against
+A build across GPUs hands out tasks (build/point_tasks.py: one point's measurement each), the
+largest estimate first so the last one to finish is a small one; tasks may arrive while the
+build runs (a signature's cross-evaluation once its points are in) and may be pinned to the
+worker that must run them (a point's later arms go to the GPU that measured its first ones); a
+task pinned to a dead worker goes to any. A worker that dies loses only the task it held, which
+goes back to the front of the queue for another worker; a task whose workers keep dying is
+given up after MAX_LOSSES so one poisonous task cannot eat a cluster. `drive()` runs a Scheduler against
 a Backend (Ray actors in build/distributed.py; an in-memory fake in the tests), so none of
 this needs Ray to be tested.
 """
@@ -47,6 +49,7 @@ class Scheduler:
     finished: dict[Hashable, Hashable] = field(default_factory=dict)  # task -> worker that finished it
     losses: dict[Hashable, int] = field(default_factory=dict)
     workers: dict[Hashable, WorkerStats] = field(default_factory=dict)
+    pins: dict[Hashable, Hashable] = field(default_factory=dict)  # task -> the worker that must run it
 
     @classmethod
     def of(cls, tasks: Iterable[tuple[Hashable, float]], clock: Callable[[], float] = time.monotonic) -> "Scheduler":
@@ -63,6 +66,20 @@ class Scheduler:
             raise BuildError(f"scheduler: worker {worker!r} added twice")
         self.workers[worker] = WorkerStats(self.clock())
 
+    def add(self, task: Hashable, cost: float = 0.0, *, front: bool = False, pin: Hashable | None = None) -> None:
+        """A task that became ready while the build runs; `front` puts it ahead of the queue
+        (it finishes what is already started), `pin` reserves it for one worker while it lives."""
+        if task in self.costs:
+            raise BuildError(f"scheduler: a task was given twice: {task!r}")
+        self.costs[task] = cost
+        if pin is not None:
+            self.pins[task] = pin
+        (self.queue.appendleft if front else self.queue.append)(task)
+
+    def _takes(self, worker: Hashable, task: Hashable) -> bool:
+        pin = self.pins.get(task)
+        return pin is None or pin == worker or pin not in self.workers or self.workers[pin].dead
+
     def alive(self) -> list[Hashable]:
         return [w for w, s in self.workers.items() if not s.dead]
 
@@ -76,11 +93,12 @@ class Scheduler:
             raise BuildError(f"scheduler: worker {worker!r} is not alive")
         if worker in self.running:
             raise BuildError(f"scheduler: worker {worker!r} already holds {self.running[worker][0]!r}")
-        if not self.queue:
-            return None
-        task = self.queue.popleft()
-        self.running[worker] = (task, self.clock())
-        return task
+        for i, task in enumerate(self.queue):
+            if self._takes(worker, task):
+                del self.queue[i]
+                self.running[worker] = (task, self.clock())
+                return task
+        return None
 
     def complete(self, worker: Hashable, task: Hashable) -> None:
         held = self.running.get(worker)
@@ -139,18 +157,18 @@ class Backend(Protocol):
 def drive(sched: Scheduler, backend: Backend, on_result: Callable[[Hashable, Hashable, Any], None],
           on_lost: Callable[[Outcome], None] = lambda o: None) -> None:
     """Hand tasks to idle workers until every task is finished; each result goes to on_result
-    (worker, task, value) as it arrives. A task of a dead worker is re-queued to a live one."""
+    (worker, task, value) as it arrives (it may add tasks). A task of a dead worker is re-queued
+    to a live one."""
     while not sched.done():
         for worker in sched.idle():
             task = sched.assign(worker)
-            if task is None:
-                break
-            backend.submit(worker, task)
+            if task is not None:
+                backend.submit(worker, task)
         if not sched.running:
             if sched.done():
                 break
             raise BuildError(f"every measuring worker died ({len(sched.workers)} started); "
-                             f"{len(sched.queue)} signature(s) were not measured; re-run with the "
+                             f"{len(sched.queue)} task(s) were not measured; re-run with the "
                              f"same --run-id to resume")
         for out in backend.wait():
             if out.lost:

@@ -179,7 +179,7 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
     if result.phase_seconds:
         console.print(f"where the time went: {phase_line(result.phase_seconds, result.seconds)}")
     for worker, w in result.workers.items():
-        console.print(f"GPU worker {worker}: {w['signatures']} signature(s), busy {100 * w['busy_fraction']:.0f}%"
+        console.print(f"GPU worker {worker}: {w['points']} point task(s), busy {100 * w['busy_fraction']:.0f}%"
                       + (" (died)" if w["dead"] else ""))
     for line in result.lost:
         console.print(line, markup=False, highlight=False)

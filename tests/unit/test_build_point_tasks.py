@@ -1,0 +1,102 @@
+"""A multi-GPU build's point tasks without Ray (build/point_tasks.py): the signatures decided
+from point tasks handed to two workers in any order are the serial build's; a point's
+cross-evaluation waits for all its signature's arms and goes to the GPU that timed its arms;
+a point whose GPU died is measured whole on another, and only that measurement is kept."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tunedb import families, pipeline
+from tunedb.build import steps as buildsteps
+from tunedb.build.point_tasks import PointTasks
+from tunedb.build.scheduler import Outcome, Scheduler, drive
+
+CENSUS = Path(__file__).resolve().parents[2] / "bench" / "census" / "llama-3-8b_decode.json"
+
+
+@pytest.fixture(scope="module")
+def setup():
+    opts = pipeline.BuildOptions(out="/nonexistent", simulate=True, thin=True, max_points=3, dry_run=True)
+    plans = pipeline.build([("llama", pipeline.read_census(CENSUS))], opts).plans
+    opts = pipeline.BuildOptions(out="/nonexistent", simulate=True, thin=True, max_points=3)
+    family = families.get("gemm")
+    arch = pipeline.arch_profile("sm90", real=False)
+    measurer = buildsteps.Measurer(family, opts, arch, None, {})
+    serial = {p.signature: buildsteps.build_signature(p, measurer, opts)[0] for p in plans}
+    return plans, opts, measurer, serial
+
+
+class Shuffled:
+    """Runs each submitted task through the simulated measurer, finishing them in a seeded
+    random order; `die` names the (worker, task kind) whose first such task kills the worker."""
+
+    def __init__(self, tasks: PointTasks, measurer, seed: int, die: tuple[int, str] | None = None) -> None:
+        self.tasks, self.measurer, self.rng, self.die = tasks, measurer, random.Random(seed), die
+        self.pending: list[tuple[int, object]] = []
+        self.requests: list[tuple[int, object, object]] = []
+
+    def submit(self, worker, task) -> None:
+        req = self.tasks.request(task, worker)
+        self.requests.append((worker, task, req))
+        self.pending.append((worker, task, req))
+
+    def wait(self):
+        worker, task, req = self.pending.pop(self.rng.randrange(len(self.pending)))
+        if self.die and (worker, task.kind) == self.die:
+            self.die = None
+            return [Outcome(worker, task, lost=True)]
+        got = self.measurer(req.signature, req.m, req.ids, req.alpha, decides=req.decides)
+        return [Outcome(worker, task, value=list(got))]
+
+
+def run(plans, opts, measurer, seed, die=None):
+    tasks = PointTasks(plans, opts, measurer.valid)
+    sched = Scheduler.of(tasks.tasks())
+    for w in (0, 1):
+        sched.add_worker(w)
+    backend = Shuffled(tasks, measurer, seed, die)
+    entries, kept = {}, {}
+
+    def on_result(worker, task, got):
+        ready, entry, meas = tasks.done(task, worker, got)
+        for t, cost, pin in ready:
+            sched.add(t, cost, front=True, pin=pin)
+        if entry is not None:
+            entries[task.signature], kept[task.signature] = entry, meas
+    drive(sched, backend, on_result)
+    return entries, kept, backend.requests
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_point_tasks_decide_as_the_serial_build(setup, seed) -> None:
+    plans, opts, measurer, serial = setup
+    entries, kept, requests = run(plans, opts, measurer, seed)
+    assert {s: e.regions for s, e in entries.items()} == {s: e.regions for s, e in serial.items()}
+    assert {s: e.evidence for s, e in entries.items()} == {s: e.evidence for s, e in serial.items()}
+    assert {w for w, _, _ in requests} == {0, 1}  # both GPUs measured
+    where = {}
+    for w, task, req in requests:
+        if task.kind == "arms":
+            where[(task.signature, task.m)] = w
+    for w, task, req in requests:
+        if task.kind == "cross":  # on the GPU that timed the point's arms, after every arm was in
+            assert w == where[(task.signature, task.m)]
+            arms_done = [i for i, (_, t, _) in enumerate(requests) if t.signature == task.signature and t.kind == "arms"]
+            assert max(arms_done) < requests.index((w, task, req))
+
+
+def test_a_dead_gpus_point_is_measured_whole_on_the_other(setup) -> None:
+    plans, opts, measurer, serial = setup
+    entries, kept, requests = run(plans, opts, measurer, 0, die=(0, "cross"))
+    lost = next(t for w, t, _ in requests if w == 0 and t.kind == "cross")
+    again = [(w, r) for w, t, r in requests if t == lost and w == 1]
+    assert len(again) == 1
+    plan = next(p for p in plans if p.signature == lost.signature)
+    w, req = again[0]
+    assert set(plan.arms[lost.m]) <= set(req.ids)  # arms and cross-evaluation together, on GPU 1
+    at_m = [x for x in kept[lost.signature] if x.m == lost.m]
+    assert sorted(x.config_id for x in at_m) == sorted(req.ids)  # GPU 0's arms at M were dropped
+    assert set(entries) == set(serial)
