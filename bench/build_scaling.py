@@ -109,7 +109,8 @@ def compare(a: str, b: str) -> dict:
 
     got = agreement(database.load(a), database.load(b))
     rc = subprocess.run([sys.executable, "-m", "tunedb", "diff", a, b], capture_output=True, text=True).returncode
-    return {"identical": got["identical"], "shared": got["shared"], "diff_rc": rc}
+    return {"identical": got["identical"], "shared": got["shared"], "diff_rc": rc,
+            "points_same": got["points_same"], "points": got["points"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,13 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         r["speedup"] = round(base["measure_s"] / r["measure_s"], 3)
         r["vs_1gpu"] = compare(base["path"], r["path"]) if r is not base else None
     print(f"{'GPUs':>4} {'measure s':>9} {'wall s':>7} {'points':>6} {'pts/s':>7} {'arms/s':>7} "
-          f"{'speedup':>7} {'busy per GPU':<20} {'regions vs 1 GPU':<18} killed")
+          f"{'speedup':>7} {'busy per GPU':<20} {'regions vs 1 GPU':<30} killed")
     for r in rows:
         busy = " ".join(f"{100 * v:.0f}%" for v in r["busy"].values())
-        cmp_ = (f"{r['vs_1gpu']['identical']}/{r['vs_1gpu']['shared']} diff rc {r['vs_1gpu']['diff_rc']}"
+        cmp_ = (f"{r['vs_1gpu']['identical']}/{r['vs_1gpu']['shared']} sigs, "
+                f"{100 * r['vs_1gpu']['points_same'] / max(1, r['vs_1gpu']['points']):.1f}% pts, rc {r['vs_1gpu']['diff_rc']}"
                 if r["vs_1gpu"] else "-")
         print(f"{str(r['workers']) + ('k' if r['killed'] else ''):>4} {r['measure_s']:>9.1f} {r['wall_s']:>7.1f} {r['points']:>6} {r['points_per_s']:>7.2f} "
-              f"{r['arms_per_s']:>7.1f} {r['speedup']:>7.2f} {busy:<20} {cmp_:<18} "
+              f"{r['arms_per_s']:>7.1f} {r['speedup']:>7.2f} {busy:<20} {cmp_:<30} "
               f"{r['killed_pid'] or '-'}{' (lost: ' + str(len(r['lost'])) + ')' if r['lost'] else ''}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "build_scaling.json").write_text(json.dumps({"census": args.census, "quick": args.quick, "max_points": args.max_points, "top_k": args.top_k,
