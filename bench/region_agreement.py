@@ -36,18 +36,58 @@ def agreement(a: database.DatabaseFile, b: database.DatabaseFile) -> dict:
             "only_b": sorted(c.subject for c in regions if c.kind == "added")}
 
 
+def cross_regret(a: database.DatabaseFile, a_log: str, b: database.DatabaseFile) -> dict:
+    """What serving B's choices costs, timed by A's run (A's measurement log): per (signature, M)
+    where both picks were measured there, B's pick over A's pick; geomean and worst over the
+    points where the picks differ, and over all points. A disagreement between two builds that
+    is a near-tie costs ~0; one that is not shows here."""
+    import math
+
+    t: dict[tuple[str, int], dict[str, float]] = {}
+    with open(a_log) as fh:
+        for line in fh:
+            r = json.loads(line)
+            if r.get("status") == "ok":
+                t.setdefault((r["signature"], int(r["M"])), {})[r["config"]] = float(r["median_ms"])
+    ratios, differ = [], []
+    for sig in set(a.entries) & set(b.entries):
+        name = sig.format()
+        for (s, m), times in t.items():
+            if s != name:
+                continue
+            pa, pb = served(a.entries[sig].regions, m), served(b.entries[sig].regions, m)
+            if pa in times and pb in times:
+                ratios.append(times[pb] / times[pa])
+                if pa != pb:
+                    differ.append((name, m, pa, pb, times[pb] / times[pa]))
+
+    def gm(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 1.0
+    return {"points": len(ratios), "geomean": round(gm(ratios), 4), "worst": round(max(ratios, default=1.0), 4),
+            "differ": len(differ), "differ_geomean": round(gm([d[-1] for d in differ]), 4),
+            "differ_worst": max(differ, key=lambda d: d[-1], default=None)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("a")
     ap.add_argument("b")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--log-a", help="A's measurements.jsonl: also time B's picks by A's run (cross regret)")
     args = ap.parse_args(argv)
     got = agreement(database.load(args.a), database.load(args.b))
+    if args.log_a:
+        got["cross_regret"] = cross_regret(database.load(args.a), args.log_a, database.load(args.b))
     if args.json:
         print(json.dumps(got, indent=1))
     else:
         print(f"{got['identical']} of {got['shared']} shared signatures have byte-identical regions; "
               f"{got['points_same']} of {got['points']} measured points serve the same config")
+        if "cross_regret" in got:
+            c = got["cross_regret"]
+            print(f"B's picks timed by A's run: {c['points']} points, geomean {c['geomean']:.4f}x A's pick, "
+                  f"worst {c['worst']:.4f}x; at the {c['differ']} points where they differ, geomean "
+                  f"{c['differ_geomean']:.4f}x, worst {c['differ_worst']}")
         for sig, both in got["differ"].items():
             print(f"  differ: {sig}\n    A {both['a']}\n    B {both['b']}")
     return 0 if got["identical"] == got["shared"] and not got["only_a"] and not got["only_b"] else 1

@@ -52,9 +52,9 @@ class Shuffled:
         return [Outcome(worker, task, value=list(got))]
 
 
-def run(plans, opts, measurer, seed, die=None):
+def run(plans, opts, measurer, seed, die=None, grouped=True):
     tasks = PointTasks(plans, opts, measurer.valid)
-    sched = Scheduler.of(tasks.tasks())
+    sched = Scheduler.of(tasks.tasks(), group=(lambda t: t.signature) if grouped else None)
     for w in (0, 1):
         sched.add_worker(w)
     backend = Shuffled(tasks, measurer, seed, die)
@@ -70,10 +70,10 @@ def run(plans, opts, measurer, seed, die=None):
     return entries, kept, backend.requests
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_point_tasks_decide_as_the_serial_build(setup, seed) -> None:
+@pytest.mark.parametrize("seed,grouped", [(0, True), (1, True), (2, False)])
+def test_point_tasks_decide_as_the_serial_build(setup, seed, grouped) -> None:
     plans, opts, measurer, serial = setup
-    entries, kept, requests = run(plans, opts, measurer, seed)
+    entries, kept, requests = run(plans, opts, measurer, seed, grouped=grouped)
     assert {s: e.regions for s, e in entries.items()} == {s: e.regions for s, e in serial.items()}
     assert {s: e.evidence for s, e in entries.items()} == {s: e.evidence for s, e in serial.items()}
     assert {w for w, _, _ in requests} == {0, 1}  # both GPUs measured

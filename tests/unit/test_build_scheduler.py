@@ -173,3 +173,22 @@ def test_pinned_tasks_wait_for_their_worker_until_it_dies() -> None:
     assert s.assign(1) == "a3"
     with pytest.raises(BuildError, match="given twice"):
         s.add("a3")
+
+
+def test_a_group_stays_with_its_first_worker_until_the_tail_is_stolen() -> None:
+    # two signatures x (3, 2) points, the bigger first
+    s = Scheduler.of([("a1", 3.0), ("a2", 3.0), ("a3", 3.0), ("b1", 2.0), ("b2", 2.0)],
+                     group=lambda t: t[0])
+    for w in (0, 1):
+        s.add_worker(w)
+    assert (s.assign(0), s.assign(1)) == ("a1", "b1")  # 1 skips a's points: 0 owns a
+    s.complete(1, "b1")
+    assert s.assign(1) == "b2" and s.stolen == 0
+    s.complete(1, "b2")
+    assert s.assign(1) == "a3" and s.stolen == 1  # nothing of its own or unowned: the last of a
+    s.complete(0, "a1")
+    assert s.assign(0) == "a2"
+    assert s.owners == {"a": 0, "b": 1}
+    assert s.lose(0) == "a2"  # a dead owner's group is anyone's
+    s.complete(1, "a3")
+    assert s.assign(1) == "a2" and s.owners["a"] == 1

@@ -204,7 +204,7 @@ def measure_all(plans: Sequence[Any], opts: Any, arch: Any, working_sets: Mappin
         def valid(sig: Any, m: int, cid: str) -> bool:
             return family.invalid_reason(family.parse_config(cid), sig, m, arch) is None
         tasks = point_tasks.PointTasks(plans, opts, valid)
-        sched = sched_mod.Scheduler.of(tasks.tasks())
+        sched = sched_mod.Scheduler.of(tasks.tasks(), group=lambda t: t.signature)
         for i in actors:
             sched.add_worker(i)
         entries: dict[Any, Any] = {}

@@ -3,7 +3,8 @@
 Handing out whole signatures left GPUs idle: the Llama-3-8B decode census has five, so two
 GPUs finish at best 5/3 faster than one, and a killed actor cost a whole signature. Here each
 signature runs as steps.build_signature does, in its three steps, with every measurement a task
-the scheduler hands to any GPU: first each point's arms (task "arms"), then, once all of them are
+the scheduler hands out (grouped by signature: a signature stays on the GPU that started it
+unless another GPU has nothing else to do): first each point's arms (task "arms"), then, once all of them are
 in, each point's cross-evaluation (task "cross"), pinned to the GPU that measured that point's
 arms, so every point's arms -- and so every comparison against the fallback the partition makes
 at that point -- are timed on one device (the build refuses GPUs of different SKUs). If that GPU

@@ -4,7 +4,11 @@ A build across GPUs hands out tasks (build/point_tasks.py: one point's measureme
 largest estimate first so the last one to finish is a small one; tasks may arrive while the
 build runs (a signature's cross-evaluation once its points are in) and may be pinned to the
 worker that must run them (a point's later arms go to the GPU that measured its first ones); a
-task pinned to a dead worker goes to any. A worker that dies loses only the task it held, which
+task pinned to a dead worker goes to any. Tasks may belong to a group (a signature): the first
+worker to take one of a group owns it and takes its other tasks, so a signature's points stay
+on one GPU while there is other work; a worker that finds nothing of its own or unowned takes
+the last queued task of the group with the most left (work stealing, so no GPU idles at the
+tail). A worker that dies loses only the task it held, which
 goes back to the front of the queue for another worker; a task whose workers keep dying is
 given up after MAX_LOSSES so one poisonous task cannot eat a cluster. `drive()` runs a Scheduler against
 a Backend (Ray actors in build/distributed.py; an in-memory fake in the tests), so none of
@@ -50,16 +54,23 @@ class Scheduler:
     losses: dict[Hashable, int] = field(default_factory=dict)
     workers: dict[Hashable, WorkerStats] = field(default_factory=dict)
     pins: dict[Hashable, Hashable] = field(default_factory=dict)  # task -> the worker that must run it
+    group: Callable[[Hashable], Hashable | None] = lambda task: None  # task -> its group (None: none)
+    owners: dict[Hashable, Hashable] = field(default_factory=dict)  # group -> the worker that took it first
+    stolen: int = 0  # tasks taken from a group another live worker owns
 
     @classmethod
-    def of(cls, tasks: Iterable[tuple[Hashable, float]], clock: Callable[[], float] = time.monotonic) -> "Scheduler":
+    def of(cls, tasks: Iterable[tuple[Hashable, float]], clock: Callable[[], float] = time.monotonic,
+           group: Callable[[Hashable], Hashable | None] | None = None) -> "Scheduler":
         items = list(tasks)
         keys = [k for k, _ in items]
         if len(set(keys)) != len(keys):
             raise BuildError("scheduler: a task was given twice")
         # largest first (longest-processing-time order); ties keep the caller's order
         order = sorted(range(len(items)), key=lambda i: (-items[i][1], i))
-        return cls(dict(items), clock, deque(items[i][0] for i in order))
+        out = cls(dict(items), clock, deque(items[i][0] for i in order))
+        if group is not None:
+            out.group = group
+        return out
 
     def add_worker(self, worker: Hashable) -> None:
         if worker in self.workers and not self.workers[worker].dead:
@@ -76,9 +87,35 @@ class Scheduler:
             self.pins[task] = pin
         (self.queue.appendleft if front else self.queue.append)(task)
 
+    def _live(self, worker: Hashable | None) -> bool:
+        return worker is not None and worker in self.workers and not self.workers[worker].dead
+
     def _takes(self, worker: Hashable, task: Hashable) -> bool:
         pin = self.pins.get(task)
-        return pin is None or pin == worker or pin not in self.workers or self.workers[pin].dead
+        return pin is None or pin == worker or not self._live(pin)
+
+    def _owner(self, task: Hashable) -> Hashable | None:
+        g = self.group(task)
+        owner = self.owners.get(g) if g is not None else None
+        return owner if self._live(owner) else None
+
+    def _pick(self, worker: Hashable) -> int | None:
+        """Queue index of `worker`'s next task: its own group's (or pinned) first, then an
+        unowned group's, then the last one of the group with the most tasks left."""
+        takes = [i for i, t in enumerate(self.queue) if self._takes(worker, t)]
+        own = next((i for i in takes if self._owner(self.queue[i]) == worker), None)
+        if own is not None:
+            return own
+        free = next((i for i in takes if self._owner(self.queue[i]) is None), None)
+        if free is not None:
+            return free
+        if not takes:
+            return None
+        left: dict[Hashable, list[int]] = {}
+        for i in takes:
+            left.setdefault(self.group(self.queue[i]), []).append(i)
+        self.stolen += 1
+        return max(left.values(), key=len)[-1]
 
     def alive(self) -> list[Hashable]:
         return [w for w, s in self.workers.items() if not s.dead]
@@ -93,12 +130,16 @@ class Scheduler:
             raise BuildError(f"scheduler: worker {worker!r} is not alive")
         if worker in self.running:
             raise BuildError(f"scheduler: worker {worker!r} already holds {self.running[worker][0]!r}")
-        for i, task in enumerate(self.queue):
-            if self._takes(worker, task):
-                del self.queue[i]
-                self.running[worker] = (task, self.clock())
-                return task
-        return None
+        i = self._pick(worker)
+        if i is None:
+            return None
+        task = self.queue[i]
+        del self.queue[i]
+        g = self.group(task)
+        if g is not None and self._owner(task) is None:
+            self.owners[g] = worker
+        self.running[worker] = (task, self.clock())
+        return task
 
     def complete(self, worker: Hashable, task: Hashable) -> None:
         held = self.running.get(worker)
