@@ -172,3 +172,38 @@ def test_peers_serve_the_faster_and_set_the_gate():
     # a peer not measured at every point of the region is no reference there
     tab = table_from({"torch": {m: 1.0 for m in ms}, "bench": {16: 0.99}})
     assert partition(pts(*ms), tab, rule).regions == (Region(None, "torch"),)
+
+
+def test_gate_noise_asks_more_of_a_one_point_win_than_of_a_region():
+    # "lone" wins by 8% at one point; "wide" by 6% over four; torch everywhere else
+    ms = (1, 2, 4, 8, 16, 32, 64)
+    tab = table_from({
+        "torch": {m: 1.0 for m in ms},
+        "wide": {1: 1 / 1.06, 2: 1 / 1.06, 4: 1 / 1.06, 8: 1 / 1.06, 16: 1.2, 32: 1.2, 64: 1.2},
+        "lone": {1: 1.2, 2: 1.2, 4: 1.2, 8: 1.2, 16: 1.2, 32: 1 / 1.08, 64: 1.2},
+    })
+    plain = PickRule(fallback="torch", min_speedup=1.05)
+    assert partition(pts(*ms), tab, plain).regions == (
+        Region(8, "wide"), Region(16, "torch"), Region(32, "lone"), Region(None, "torch"))
+    # 0.06: one point must clear 1.05 x 1.06 = 1.113 (lone's 1.08 fails), four 1.05 x 1.03 = 1.0815
+    # (wide's 1.06 fails too); 0.02: one point 1.071 (lone passes), four 1.0605 (wide fails by a hair)
+    stable = PickRule(fallback="torch", min_speedup=1.05, gate_noise=0.06)
+    assert partition(pts(*ms), tab, stable).regions == (Region(None, "torch"),)
+    loose = PickRule(fallback="torch", min_speedup=1.05, gate_noise=0.01)
+    assert partition(pts(*ms), tab, loose).regions == (
+        Region(8, "wide"), Region(16, "torch"), Region(32, "lone"), Region(None, "torch"))
+    lone_only = PickRule(fallback="torch", min_speedup=1.05, gate_noise=0.04)  # one point 1.092, four 1.071
+    assert partition(pts(*ms), tab, lone_only).regions == (Region(None, "torch"),)
+    with pytest.raises(ValueError, match="gate_noise=1.5 must be in"):
+        PickRule(gate_noise=1.5)
+
+
+def test_gate_noise_option_reaches_the_build_rule():
+    from tunedb import families, pipeline
+    from tunedb.build import steps as buildsteps
+
+    rule = buildsteps.pick_rule(families.get("gemm"), None, 0.06)
+    assert rule.gate_noise == 0.06 and rule.min_speedup == buildsteps.pick_rule(families.get("gemm")).min_speedup
+    opts = pipeline.BuildOptions(out="/nonexistent", simulate=True, gate_noise=-0.1)
+    with pytest.raises(BuildError, match="--gate-noise=-0.1 must be in"):
+        buildsteps.check_options(opts, gpu=False)

@@ -229,6 +229,13 @@ def _rule(rule: PickRule | None, fallback: str | None, min_speedup: float | None
     return replace(rule, **over) if over else rule
 
 
+def gate(rule: PickRule, n_points: int) -> float:
+    """The speedup over the reference a region of n measured points must show (rule.gate_noise)."""
+    if rule.min_speedup <= 1.0 or not rule.gate_noise:
+        return rule.min_speedup
+    return rule.min_speedup * (1.0 + rule.gate_noise / math.sqrt(max(1, n_points)))
+
+
 def _partition(points: Sequence[Point], table: Table, rule: PickRule, catch_all: bool) -> Partition:
     fallback, min_speedup = rule.fallback, rule.min_speedup
     notes: list[str] = []
@@ -254,8 +261,9 @@ def _partition(points: Sequence[Point], table: Table, rule: PickRule, catch_all:
                 notes.append(f"M<={region_ms[-1]}: {c} gave way to its peer {ref}")
             c = ref
         speedup = _geomean_speedup(region_ms, table, weights, c, ref) if c != ref else 1.0
-        if c != ref and speedup is not None and speedup < min_speedup and min_speedup > 1.0:
-            notes.append(f"M<={region_ms[-1]}: {c} kept {ref} ({speedup:.2f}x < {min_speedup:.2f}x gate)")
+        need = gate(rule, len(region_ms))
+        if c != ref and speedup is not None and speedup < need and min_speedup > 1.0:
+            notes.append(f"M<={region_ms[-1]}: {c} kept {ref} ({speedup:.2f}x < {need:.2f}x gate)")
             c = ref
         elif c != ref:
             heavy = max(region_ms, key=lambda m: (weights[m], m))

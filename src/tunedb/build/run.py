@@ -31,6 +31,7 @@ class BuildOptions:
     thin: bool = False
     max_points: int | None = None
     min_speedup: float | None = None  # None: the family's pick rule's gate (GEMM: 1.05)
+    gate_noise: float | None = None  # None: the family's (PickRule.gate_noise: a stricter gate for narrow regions)
     fresh: bool = False
     dry_run: bool = False
     no_write: bool = False

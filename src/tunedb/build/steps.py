@@ -20,10 +20,11 @@ from tunedb.families.contract import PickRule, hook
 from tunedb.records import ArchProfile, Config, Entry, Measurement, MeasureRequest, Point, Signature, Status
 
 
-def pick_rule(family: Any, min_speedup: float | None = None) -> PickRule:
-    """The family's pick rule, with --min-speedup (when given) as its gate."""
+def pick_rule(family: Any, min_speedup: float | None = None, gate_noise: float | None = None) -> PickRule:
+    """The family's pick rule, with --min-speedup and --gate-noise (when given) in its gate."""
     rule = hook(family, "pick_rule")()
-    return rule if min_speedup is None else dataclasses.replace(rule, min_speedup=min_speedup)
+    over = {k: v for k, v in (("min_speedup", min_speedup), ("gate_noise", gate_noise)) if v is not None}
+    return dataclasses.replace(rule, **over) if over else rule
 
 
 def model_params(raw: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
@@ -189,7 +190,7 @@ class Measurer:
     def __init__(self, family: Any, opts: Any, arch: ArchProfile, log: Any,
                  working_set: Mapping[Signature, int], timer: Any = None, worker: Any = None) -> None:
         self.family, self.opts, self.log, self.working_set = family, opts, log, working_set
-        self.rule = pick_rule(family, opts.min_speedup)
+        self.rule = pick_rule(family, opts.min_speedup, getattr(opts, "gate_noise", None))
         self.arch = arch
         self.timer = timer
         if timer is None and opts.simulate:
@@ -224,7 +225,7 @@ class Measurer:
         kw: dict[str, Any] = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
                                   working_set_bytes=self.working_set.get(sig))
         if decides and self.rule.min_speedup > 1.0:
-            kw["fallback_gate"] = (self.rule.fallback, self.rule.min_speedup)
+            kw["fallback_gate"] = (self.rule.fallback, partition.gate(self.rule, 1))
         if self._impl is None:
             self._impl = (database.validators.family_impl_hash(self.family),)
         return MeasureRequest(sig, m, tuple(ids), tuple(sorted(kw.items())), self._impl[0]), kw
@@ -317,7 +318,7 @@ def finish_signature(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
     """The signature's Entry from all its measurements: the partition under `rule` (default:
     the family's with --min-speedup), regions and the evidence they rest on."""
     if rule is None:
-        rule = pick_rule(families.get(plan.signature.family), opts.min_speedup)
+        rule = pick_rule(families.get(plan.signature.family), opts.min_speedup, getattr(opts, "gate_noise", None))
     alpha = {p.m: p.eager_share for p in plan.points}
     table = partition.objective_table(meas, alpha)
     part = partition.partition(plan.points, table, rule, catch_all=True)
@@ -333,11 +334,15 @@ def run_meta(opts: Any, arch: ArchProfile, points: Mapping[Signature, list[Point
                      for sig in sorted(points) for p in sorted(points[sig], key=lambda p: p.m))
     return {"family": opts.family, "arch": arch.arch_family, "census": hashlib.sha256(text.encode()).hexdigest()[:20],
             "thin": opts.thin, "max_points": opts.max_points, "fill": opts.fill, "min_speedup": opts.min_speedup,
+            "gate_noise": getattr(opts, "gate_noise", None),
             "exhaustive": opts.exhaustive, "simulate": opts.simulate, "top_k": opts.top_k,
             "seed": opts.seed if opts.simulate else None, "noise": opts.noise if opts.simulate else None}
 
 
 def check_options(opts: Any, gpu: bool) -> None:
+    if getattr(opts, "gate_noise", None) is not None and not 0.0 <= opts.gate_noise < 1.0:
+        raise BuildError(f"--gate-noise={opts.gate_noise} must be in [0, 1) (0.06: a one-point region must "
+                         f"beat the fallback by the gate x 1.06, a four-point one by x 1.03)")
     if opts.min_speedup is not None and opts.min_speedup < 1.0:
         raise BuildError(f"--min-speedup={opts.min_speedup} must be >= 1.0 (1.05: a config must beat the "
                          f"family's fallback by 5%; default: the family's pick rule)")

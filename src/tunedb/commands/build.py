@@ -30,6 +30,10 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
     parser.add_argument("--min-speedup", type=float, default=None,
                         help="a config must beat the family's fallback by this factor to take a region "
                              "(default: the family's pick rule)")
+    parser.add_argument("--gate-noise", type=float, default=None, metavar="X",
+                        help="a region of n measured points must beat the fallback by the gate x (1 + X/sqrt(n)), "
+                             "so wins resting on one noisy point need a wider margin and a re-run emits the same "
+                             "regions (0.06: 95%% of points agree between builds; default: the family's, GEMM 0)")
     parser.add_argument("--fresh", action="store_true", help="replace the target file instead of merging")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; measure nothing")
     parser.add_argument("--no-write", action="store_true",
@@ -73,7 +77,8 @@ def options_from(args: argparse.Namespace) -> Any:
     if args.seed is not None and args.seed != 0 and not args.simulate:
         raise BuildError(f"--seed={args.seed} only applies with --simulate")
     return BuildOptions(out=args.out, family=args.family, arch_family=args.arch, thin=args.thin,
-                        max_points=args.max_points, min_speedup=args.min_speedup, fresh=args.fresh,
+                        max_points=args.max_points, min_speedup=args.min_speedup,
+                        gate_noise=args.gate_noise, fresh=args.fresh,
                         dry_run=args.dry_run, no_write=args.no_write, simulate=args.simulate,
                         run_id=args.run_id, exhaustive=args.exhaustive, allow_busy=args.allow_busy,
                         top_k=args.top_k, seed=args.seed, isolate=not args.in_process, fill=args.fill,

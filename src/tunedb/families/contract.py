@@ -142,7 +142,11 @@ class PickRule:
     beyond this margin over the best dependency-free arm (spec 003: 5%);
     peers: arms as safe as the fallback (the same library in another mode, e.g. cuDNN with its
     autotuner beside torch's default): among the fallback and its peers the measured fastest
-    serves, with no gate between them, and the gate compares every other arm against it.
+    serves, with no gate between them, and the gate compares every other arm against it;
+    gate_noise: how much a config's speedup over the reference moves between two builds of the
+    same points (relative, per point); a region of n measured points must clear
+    min_speedup x (1 + gate_noise / sqrt(n)), so a win resting on one noisy point needs a wider
+    margin than one repeated across a region (a re-run then emits the same regions).
     """
 
     fallback: str = "torch"
@@ -152,6 +156,7 @@ class PickRule:
     simplicity: Callable[[str], int] = default_simplicity
     dependency: Callable[[str], str | None] = no_dependency
     peers: tuple[str, ...] = ()
+    gate_noise: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.fallback, str) or not self.fallback:
@@ -160,6 +165,8 @@ class PickRule:
             raise ValueError(f"pick rule min_speedup={self.min_speedup} must be >= 1.0")
         if not 0.0 <= self.tie_band < 1.0:
             raise ValueError(f"pick rule tie_band={self.tie_band} must be in [0, 1)")
+        if not 0.0 <= self.gate_noise < 1.0:
+            raise ValueError(f"pick rule gate_noise={self.gate_noise} must be in [0, 1)")
         if not self.dep_margin >= 0.0:
             raise ValueError(f"pick rule dep_margin={self.dep_margin} must be >= 0")
 
