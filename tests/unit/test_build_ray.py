@@ -123,3 +123,81 @@ def test_mixed_skus_are_refused(cluster, cache) -> None:
     with pytest.raises(BuildError, match="NVIDIA H200 .sm90.*NVIDIA H100 80GB HBM3 .sm90"):
         distributed.measure_all([], opts, arch, {}, None, None, None, None, gpu=False,
                                 identify=lambda i: ("sm90", skus[i]))
+
+
+def test_remote_compiles_only_for_a_real_cluster_build() -> None:
+    from tunedb import families
+    from tunedb.build import remote_compile
+
+    gemm = families.get("gemm")
+    real = pipeline.BuildOptions(out="/x", ray="auto")
+    assert remote_compile.wanted(real, gemm, gpu=True)
+    assert not remote_compile.wanted(pipeline.BuildOptions(out="/x", workers=2), gemm, gpu=True)  # one host: the pool
+    assert not remote_compile.wanted(real, gemm, gpu=False)
+    assert not remote_compile.wanted(pipeline.BuildOptions(out="/x", ray="auto", simulate=True), gemm, gpu=True)
+
+
+def test_install_writes_new_files_whole_and_never_overwrites(tmp_path) -> None:
+    from tunedb.build import remote_compile
+
+    (tmp_path / "k1").mkdir()
+    (tmp_path / "k1" / "a.cubin").write_bytes(b"mine")
+    n = remote_compile.install({"k1/a.cubin": b"theirs", "k2/b.json": b"{}"}, tmp_path)
+    assert n == 1 and (tmp_path / "k1" / "a.cubin").read_bytes() == b"mine"
+    assert (tmp_path / "k2" / "b.json").read_bytes() == b"{}"
+    assert not [p for p in tmp_path.rglob(".tunedb-*")]
+    with pytest.raises(ValueError, match="outside the cache"):
+        remote_compile.install({"../evil": b"x"}, tmp_path / "k1")
+
+
+def test_an_actor_installs_its_signatures_binaries_once(cluster, cache, monkeypatch) -> None:
+    from tunedb import settings
+    from tunedb.records import Signature
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache / "triton"))
+    target = settings.triton_cache_dir()
+    sig = Signature.make("gemm", "gemm", "bf16", N=256, K=256)
+    ref = ray.put({"files": {"h1/k.cubin": b"bin", "h1/k.json": b"{}"}, "ok": 1, "failed": []})
+    opts = pipeline.BuildOptions(out=str(cache / "db"), simulate=True)
+    actor = distributed.MeasuringActor(0, opts, pipeline.arch_profile("sm90", real=False), {}, None, gpu=False)
+    actor._install(sig, ref)
+    assert (Path(target) / "h1" / "k.cubin").read_bytes() == b"bin"
+    assert actor.compile_report() == {"signatures": 1, "files": 2, "install_s": pytest.approx(0.0, abs=5.0)}
+
+
+SERIAL = """
+import json, sys
+from tunedb.families.gemm import compile_jobs as cj
+from tunedb.records import Signature
+sig = Signature.parse(sys.argv[1])
+out = [cj.jobs("sm90", sig, [cid], sys.argv[2])[0].run() for cid in sys.argv[3:]]
+print(json.dumps([r["ok"] for r in out]))
+"""
+
+
+@pytest.mark.slow
+def test_a_cluster_compile_task_yields_the_binaries_a_local_compile_does(cluster, tmp_path) -> None:
+    pytest.importorskip("triton")
+    from tunedb.build import remote_compile
+    from tunedb.families.gemm import prebuild
+    from tunedb.records import Signature
+
+    if prebuild.ptxas_problem(90):
+        pytest.skip(prebuild.ptxas_problem(90))
+    sig = Signature.make("gemm", "gemm", "bf16", N=256, K=256)
+    ids = ["b64x64x32_w4_s3_g8"]
+    env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1", PYTHONPATH=os.pathsep.join(sys.path))
+    local = tmp_path / "local"
+    out = subprocess.run([sys.executable, "-c", SERIAL, sig.format(), str(local), *ids], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and json.loads(out.stdout.strip().splitlines()[-1]) == [True], out.stderr[-2000:]
+    task = ray.remote(num_cpus=1, num_gpus=0, max_calls=1)(remote_compile.compile_files)
+    got = ray.get(task.options(runtime_env={"env_vars": {"TRITON_DEFAULT_FP_FUSION": "1"}})
+                  .remote("gemm", "sm90", sig, ids), timeout=300)
+    assert got["ok"] == 1 and not got["failed"]
+    remote = tmp_path / "remote"
+    assert remote_compile.install(got["files"], remote) == len(got["files"]) > 0
+
+    def keys(d: Path) -> set[str]:
+        return {f"{k.name}/{f.name}" for k in d.iterdir() if k.is_dir() for f in k.iterdir()}
+    assert keys(remote) == keys(local) and any(k.endswith(".cubin") for k in keys(remote))

@@ -80,7 +80,7 @@ def pool_size(cores: int | None = None, available: int | None | str = "read",
     return PoolSize(jobs, cores, available, per, why)
 
 
-def _run_job(job: Any) -> dict:
+def run_job(job: Any) -> dict:
     """In a pool process: one job's compile (its own run() reports failure in the dict)."""
     start = time.perf_counter()
     try:
@@ -149,7 +149,7 @@ class CompilePool:
                         self.stats.skipped += 1
                         continue
                     try:
-                        fut = self._pool.submit(_run_job, job)
+                        fut = self._pool.submit(run_job, job)
                     except (cf.BrokenExecutor, RuntimeError) as exc:
                         # a pool process died (a compiler crash): the worker compiles the rest itself
                         self.broken = f"{type(exc).__name__}: {exc}"

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from tunedb import families
-from tunedb.build import checkpoint, point_tasks
+from tunedb.build import checkpoint, point_tasks, remote_compile
 from tunedb.build import scheduler as sched_mod
 from tunedb.errors import BuildError
 
@@ -78,6 +78,8 @@ class MeasuringActor:
         self.index, self.opts, self.arch, self.working_sets = index, opts, arch, working_sets
         self.timer, self.gpu, self.identify = timer, gpu, identify
         self.measurer: Any = None
+        self.installed: dict[Any, int] = {}  # signature -> compiled files installed (remote_compile)
+        self.install_s = 0.0
 
     def identity(self) -> tuple[Identity, int]:
         """This GPU's (arch family, SKU) and the actor's pid; the measuring worker process starts
@@ -100,14 +102,38 @@ class MeasuringActor:
                                                 None, self.working_sets, self.timer)
         return self.measurer
 
-    def measure(self, req: Any) -> tuple[list[Any], float]:
-        """One point task (a point_tasks.Request): every measurement taken, and seconds."""
+    def measure(self, req: Any, compiled: list[Any] | None = None) -> tuple[list[Any], float]:
+        """One point task (a point_tasks.Request): every measurement taken, and seconds.
+        compiled: [the ObjectRef of its signature's remote compile] (build/remote_compile.py),
+        installed into this host's cache before the signature's first point here."""
+        if compiled and req.signature not in self.installed:
+            self._install(req.signature, compiled[0])
         t0 = time.perf_counter()
         out = list(self._measurer()(req.signature, req.m, req.ids, req.alpha, decides=req.decides))
         delay = float(getattr(self.opts, "simulate_delay_ms", 0.0) or 0.0) / 1e3
         if delay:  # --simulate-delay: stand in for the GPU time of each measured arm
             time.sleep(delay * len(out))
         return out, time.perf_counter() - t0
+
+    def _install(self, sig: Any, ref: Any) -> None:
+        import ray
+
+        from tunedb import families
+        from tunedb.build import remote_compile
+        from tunedb.families.contract import hook
+
+        t0 = time.perf_counter()
+        try:
+            got = ray.get(ref)
+            cache = hook(families.get(self.opts.family), "compiler_cache")()
+            self.installed[sig] = remote_compile.install(got["files"], cache) if cache else 0
+        except Exception:  # no binaries: the worker compiles in line, as without the fan-out
+            self.installed[sig] = 0
+        self.install_s += time.perf_counter() - t0
+
+    def compile_report(self) -> dict[str, Any]:
+        return {"signatures": len(self.installed), "files": sum(self.installed.values()),
+                "install_s": round(self.install_s, 3)}
 
     def close(self) -> bool:
         if self.measurer is not None:
@@ -143,12 +169,14 @@ def connect(opts: Any, gpu: bool) -> tuple[int, bool]:
 class RayBackend:
     """scheduler.Backend over Ray actors: submit a point task, wait for any to end."""
 
-    def __init__(self, actors: Mapping[int, Any], tasks: point_tasks.PointTasks) -> None:
-        self.actors, self.tasks = dict(actors), tasks
+    def __init__(self, actors: Mapping[int, Any], tasks: point_tasks.PointTasks,
+                 compiled: Mapping[Any, Any] | None = None) -> None:
+        self.actors, self.tasks, self.compiled = dict(actors), tasks, dict(compiled or {})
         self.pending: dict[Any, tuple[int, Any]] = {}  # ObjectRef -> (worker, task)
 
     def submit(self, worker: int, task: Any) -> None:
-        ref = self.actors[worker].measure.remote(self.tasks.request(task, worker))
+        ref = self.compiled.get(task.signature)
+        ref = self.actors[worker].measure.remote(self.tasks.request(task, worker), [ref] if ref is not None else None)
         self.pending[ref] = (worker, task)
 
     def wait(self) -> list[sched_mod.Outcome]:
@@ -230,7 +258,9 @@ def measure_all(plans: Sequence[Any], opts: Any, arch: Any, working_sets: Mappin
         def on_lost(out: sched_mod.Outcome) -> None:
             lost.append(f"worker {out.worker} (pid {pids.get(out.worker)}) died holding {out.task}; re-queued")
 
-        backend = RayBackend(actors, tasks)
+        compiled = (remote_compile.submit(plans, opts.family, arch.arch_family)
+                    if remote_compile.wanted(opts, family, gpu) else {})
+        backend = RayBackend(actors, tasks, compiled)
         submit = backend.submit
 
         def submit_and_report(worker: int, task: Any) -> None:
@@ -247,6 +277,11 @@ def measure_all(plans: Sequence[Any], opts: Any, arch: Any, working_sets: Mappin
         stats = {str(w): {"pid": pids.get(w), "points": s.tasks, "busy_s": round(s.busy_s, 3),
                           "busy_fraction": round(fractions[w], 4), "dead": s.dead}
                  for w, s in sched.workers.items()}
+        if compiled:  # what each live actor installed from the cluster's compile tasks
+            live = {w: a for w, a in backend.actors.items() if not sched.workers[w].dead}
+            reports = ray.get([a.compile_report.remote() for a in live.values()])
+            for w, rep in zip(live, reports):
+                stats[str(w)]["remote_compile"] = rep
         return Distributed(entries, arms[0], stats, lost, phases)
     finally:
         # a clean close lets each measurer's worker process exit; then the actors go

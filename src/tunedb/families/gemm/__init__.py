@@ -162,11 +162,12 @@ class GemmFamily:
 
         return prebuilt_configs(arch_family)
 
-    def compile_jobs(self, arch_family: str, sig: Signature, config_ids: Any) -> list[Any]:
-        """The Triton binaries measuring config_ids on sig loads, as jobs for the build's pool."""
+    def compile_jobs(self, arch_family: str, sig: Signature, config_ids: Any, cache_dir: str | None = None) -> list[Any]:
+        """The Triton binaries measuring config_ids on sig loads, as jobs for the build's pool
+        (into `cache_dir`, default this machine's Triton cache)."""
         from tunedb.families.gemm.compile_jobs import jobs
 
-        return jobs(arch_family, sig, config_ids)
+        return jobs(arch_family, sig, config_ids, cache_dir)
 
     def compile_warm(self) -> None:
         """A compile process's start: triton, the kernel modules and Triton's cache key (a sha256
