@@ -75,6 +75,8 @@ def build(n: int, kill: bool, args: argparse.Namespace, out: Path) -> dict:
         cmd += (["--top-k", str(args.top_k)] if args.top_k else [])
     if args.simulate:
         cmd += ["--simulate", "--simulate-delay", str(args.simulate_delay)]
+    if args.gate_noise is not None:
+        cmd += ["--gate-noise", str(args.gate_noise)]
     killed: list[int] = []
     done = threading.Event()
     killer = None
@@ -124,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 points per signature, top-4 (about 90 arms)")
     ap.add_argument("--max-points", type=int, default=0, metavar="N", help="thin to N points per signature")
     ap.add_argument("--top-k", type=int, default=0, metavar="K", help="cost-model candidates per point")
+    ap.add_argument("--gate-noise", type=float, default=None, metavar="X", help="tunedb build --gate-noise X")
     ap.add_argument("--simulate", action="store_true", help="fake timer (CPU)")
     ap.add_argument("--simulate-delay", type=float, default=20.0, metavar="MS",
                     help="--simulate: sleep per arm on the actors (default 20)")
@@ -162,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['killed_pid'] or '-'}{' (lost: ' + str(len(r['lost'])) + ')' if r['lost'] else ''}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "build_scaling.json").write_text(json.dumps({"census": args.census, "quick": args.quick, "max_points": args.max_points, "top_k": args.top_k,
+                                                         "gate_noise": args.gate_noise,
                                                          "simulate": args.simulate, "rows": rows}, indent=1))
     return 0
 
