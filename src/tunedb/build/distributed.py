@@ -155,7 +155,9 @@ class RayBackend:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
-        done, _ = ray.wait(list(self.pending), num_returns=1)
+        done, rest = ray.wait(list(self.pending), num_returns=1)
+        if rest:  # ray.wait gives exactly num_returns: take every other one already in too
+            done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         out = []
         for ref in done:
             worker, task = self.pending.pop(ref)

@@ -100,10 +100,12 @@ class Scheduler:
         return owner if self._live(owner) else None
 
     def _pick(self, worker: Hashable) -> int | None:
-        """Queue index of `worker`'s next task: its own group's (or pinned) first, then an
-        unowned group's, then the last one of the group with the most tasks left."""
+        """Queue index of `worker`'s next task: one pinned to it or of its own group first (a
+        pinned task finishes a signature only this worker may finish, whoever owns its group),
+        then an unowned group's, then the last one of the group with the most tasks left."""
         takes = [i for i, t in enumerate(self.queue) if self._takes(worker, t)]
-        own = next((i for i in takes if self._owner(self.queue[i]) == worker), None)
+        own = next((i for i in takes if self.pins.get(self.queue[i]) == worker
+                    or self._owner(self.queue[i]) == worker), None)
         if own is not None:
             return own
         free = next((i for i in takes if self._owner(self.queue[i]) is None), None)
