@@ -100,3 +100,48 @@ def test_a_dead_gpus_point_is_measured_whole_on_the_other(setup) -> None:
     at_m = [x for x in kept[lost.signature] if x.m == lost.m]
     assert sorted(x.config_id for x in at_m) == sorted(req.ids)  # GPU 0's arms at M were dropped
     assert set(entries) == set(serial)
+
+
+class Dying(Shuffled):
+    """Shuffled over `n` workers, each result's worker dying with probability `p` (one always
+    lives); a dead worker's later tasks are lost as they reach it (Ray notices on submit)."""
+
+    def __init__(self, tasks: PointTasks, measurer, seed: int, n: int, p: float) -> None:
+        super().__init__(tasks, measurer, seed)
+        self.n, self.p, self.dead, self.who = n, p, set(), {}
+
+    def wait(self):
+        worker, task, req = self.pending.pop(self.rng.randrange(len(self.pending)))
+        if worker in self.dead or (len(self.dead) < self.n - 1 and self.rng.random() < self.p):
+            self.dead.add(worker)
+            return [Outcome(worker, task, lost=True)]
+        got = list(self.measurer(req.signature, req.m, req.ids, req.alpha, decides=req.decides))
+        self.who.update((id(x), worker) for x in got)
+        return [Outcome(worker, task, value=got)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_deaths_anywhere_finish_every_signature_once_each_point_from_one_gpu(setup, seed) -> None:
+    plans, opts, measurer, serial = setup
+    n = 2 + seed % 3
+    tasks = PointTasks(plans, opts, measurer.valid)
+    sched = Scheduler.of(tasks.tasks(), group=lambda t: t.signature)
+    for w in range(n):
+        sched.add_worker(w)
+    backend = Dying(tasks, measurer, seed, n, 0.08)
+    kept: dict = {}
+
+    def on_result(worker, task, got):
+        ready, entry, meas = tasks.done(task, worker, got)
+        for t, cost, pin in ready:
+            sched.add(t, cost, front=True, pin=pin)
+        if entry is not None:
+            assert task.signature not in kept, f"{task.signature} finished twice"
+            kept[task.signature] = meas
+    drive(sched, backend, on_result)
+    assert set(kept) == set(serial) and not sched.queue
+    for sig, meas in kept.items():
+        pairs = [(x.m, x.config_id) for x in meas]
+        assert len(pairs) == len(set(pairs))  # a dead GPU's half of a point never joins the new one
+        for m in {x.m for x in meas}:  # every comparison at a point timed on one GPU
+            assert len({backend.who[id(x)] for x in meas if x.m == m}) == 1, (sig, m)

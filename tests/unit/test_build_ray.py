@@ -4,6 +4,7 @@ with --run-id; both end in the regions of an uninterrupted one-GPU build; mixed 
 One cluster for the module (Ray starts in seconds, and CI has two cores)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -201,3 +202,30 @@ def test_a_cluster_compile_task_yields_the_binaries_a_local_compile_does(cluster
     def keys(d: Path) -> set[str]:
         return {f"{k.name}/{f.name}" for k in d.iterdir() if k.is_dir() for f in k.iterdir()}
     assert keys(remote) == keys(local) and any(k.endswith(".cubin") for k in keys(remote))
+
+
+
+def test_backend_wait_returns_every_ended_task(cluster) -> None:
+    # scheduler.Backend.wait: every task that ended, not only the first: a GPU whose result
+    # waited behind another's would idle a whole driver turn, counted busy meanwhile
+    from tunedb.build import point_tasks
+
+    opts = pipeline.BuildOptions(out="/nonexistent", simulate=True, **THIN)
+    plans = pipeline.build([("llama", pipeline.read_census(CENSUS))], dataclasses.replace(opts, dry_run=True)).plans
+    arch = pipeline.arch_profile("sm90", real=False)
+    remote = ray.remote(num_gpus=0, num_cpus=0)(distributed.MeasuringActor)
+    actors = {i: remote.remote(i, opts, arch, {}, None, False) for i in range(3)}
+    tasks = point_tasks.PointTasks(plans[:1], opts, None)
+    backend = distributed.RayBackend(actors, tasks)
+    try:
+        first = [t for t, _ in tasks.tasks()]
+        assert len(first) >= 2
+        for i, task in enumerate(first[:3]):
+            backend.submit(i, task)
+        ray.wait(list(backend.pending), num_returns=len(backend.pending), timeout=60)
+        got = backend.wait()
+        assert sorted((o.worker, o.task) for o in got) == list(enumerate(first[:3]))
+        assert all(not o.lost and o.value[0] for o in got) and not backend.pending
+    finally:
+        for a in actors.values():
+            ray.kill(a)

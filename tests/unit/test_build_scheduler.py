@@ -192,3 +192,21 @@ def test_a_group_stays_with_its_first_worker_until_the_tail_is_stolen() -> None:
     assert s.lose(0) == "a2"  # a dead owner's group is anyone's
     s.complete(1, "a3")
     assert s.assign(1) == "a2" and s.owners["a"] == 1
+
+
+def test_a_task_pinned_to_a_worker_comes_before_its_other_work() -> None:
+    # 1 stole a point of a (0 owns a); a's cross-evaluation of that point is pinned to 1 and is
+    # all a lacks: 1 takes it before its own group's tasks, before an unowned group, and it is
+    # not a steal (the pin, not the group, says who measures it)
+    s = Scheduler.of([("a1", 3.0), ("a2", 3.0), ("b1", 2.0), ("b2", 2.0), ("c1", 1.0)], group=lambda t: t[0])
+    for w in (0, 1):
+        s.add_worker(w)
+    assert (s.assign(0), s.assign(1)) == ("a1", "b1")
+    s.add("ax", front=True, pin=1)
+    s.complete(1, "b1")
+    assert s.assign(1) == "ax" and s.stolen == 0  # not b2 (its own group's)
+    s.complete(1, "ax")
+    assert s.assign(1) == "b2"
+    s.complete(1, "b2")
+    s.add("ay", pin=1)  # at the back, behind the unowned group c
+    assert s.assign(1) == "ay" and s.stolen == 0 and s.owners == {"a": 0, "b": 1}

@@ -186,14 +186,20 @@ def test_gate_noise_asks_more_of_a_one_point_win_than_of_a_region():
     assert partition(pts(*ms), tab, plain).regions == (
         Region(8, "wide"), Region(16, "torch"), Region(32, "lone"), Region(None, "torch"))
     # 0.06: one point must clear 1.05 x 1.06 = 1.113 (lone's 1.08 fails), four 1.05 x 1.03 = 1.0815
-    # (wide's 1.06 fails too); 0.02: one point 1.071 (lone passes), four 1.0605 (wide fails by a hair)
+    # (wide's 1.06 fails too); 0.01: one point 1.0605 (lone passes), four 1.0553 (wide passes);
+    # 0.04: one point 1.092 (lone fails), four 1.071 (wide fails)
     stable = PickRule(fallback="torch", min_speedup=1.05, gate_noise=0.06)
     assert partition(pts(*ms), tab, stable).regions == (Region(None, "torch"),)
     loose = PickRule(fallback="torch", min_speedup=1.05, gate_noise=0.01)
     assert partition(pts(*ms), tab, loose).regions == (
         Region(8, "wide"), Region(16, "torch"), Region(32, "lone"), Region(None, "torch"))
-    lone_only = PickRule(fallback="torch", min_speedup=1.05, gate_noise=0.04)  # one point 1.092, four 1.071
-    assert partition(pts(*ms), tab, lone_only).regions == (Region(None, "torch"),)
+    tighter = PickRule(fallback="torch", min_speedup=1.05, gate_noise=0.04)
+    assert partition(pts(*ms), tab, tighter).regions == (Region(None, "torch"),)
+    # 0.04 with wide at 1.075: four points need 1.071 (wide passes) while one needs 1.092 (lone's
+    # 1.08, the larger win, fails): the gate shrinks with the points a region rests on
+    tab = table_from({"torch": {m: 1.0 for m in ms}, "wide": {m: 1 / 1.075 if m <= 8 else 1.2 for m in ms},
+                      "lone": {m: 1 / 1.08 if m == 32 else 1.2 for m in ms}})
+    assert partition(pts(*ms), tab, tighter).regions == (Region(8, "wide"), Region(None, "torch"))
     with pytest.raises(ValueError, match="gate_noise=1.5 must be in"):
         PickRule(gate_noise=1.5)
 
@@ -223,3 +229,11 @@ def test_gate_noise_counts_a_region_by_where_its_traffic_is():
     skewed = [Point(SIG, m, weight=100.0 if m == 2 else 0.01, calls=1) for m in ms]
     assert partition(even, tab, rule).regions == (Region(4, "cfg"), Region(None, "torch"))
     assert partition(skewed, tab, rule).regions == (Region(None, "torch"),)
+
+
+def test_a_one_point_pick_clears_the_same_gate_a_one_point_region_does():
+    rule = PickRule(fallback="torch", min_speedup=1.05, gate_noise=0.06)
+    times = {"torch": 1.0, "cfg": 1 / 1.08}  # 1.08x: past 1.05, short of 1.05 x 1.06
+    assert rule.gate("cfg", times["cfg"], times)[0] == "torch"
+    assert rule.pick(times).winner == "torch"
+    assert PickRule(fallback="torch", min_speedup=1.05).pick(times).winner == "cfg"

@@ -7,8 +7,10 @@ its cross-evaluation on the same GPU) handed out through build/scheduler.py; whe
 last task is in, the driver decides its regions, appends its measurements to the one log and
 checkpoints it, so the run directory and the log look as a serial build's would, and the final
 write is the serial build's. A killed actor (or a dead host) loses the point it held, which goes
-to another actor; a killed driver resumes from the checkpoints (finished signatures) with the
-same --run-id. All GPUs must be one arch family and SKU.
+to another actor, and the arms it timed at points whose cross-evaluation had not run yet (each
+such point is measured again whole elsewhere: a point's comparisons stay on one GPU); a killed
+driver resumes from the checkpoints (finished signatures) with the same --run-id. All GPUs must
+be one arch family and SKU.
 
 Ray is imported only here, and only when one of those flags is given.
 """
@@ -183,7 +185,9 @@ class RayBackend:
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
-        done, _ = ray.wait(list(self.pending), num_returns=1)
+        done, rest = ray.wait(list(self.pending), num_returns=1)
+        if rest:  # ray.wait gives exactly num_returns: take every other one already in too
+            done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
         out = []
         for ref in done:
             worker, task = self.pending.pop(ref)

@@ -233,9 +233,7 @@ def gate(rule: PickRule, n_points: float) -> float:
     """The speedup over the reference a region of n measured points must show (rule.gate_noise);
     n may be an effective count (effective_points: a region whose traffic sits on one point
     counts as one)."""
-    if rule.min_speedup <= 1.0 or not rule.gate_noise:
-        return rule.min_speedup
-    return rule.min_speedup * (1.0 + rule.gate_noise / math.sqrt(max(1.0, n_points)))
+    return rule.required(n_points)
 
 
 def effective_points(ms: Sequence[int], weights: Mapping[int, float]) -> float:

@@ -3,8 +3,9 @@
 A build across GPUs hands out tasks (build/point_tasks.py: one point's measurement each), the
 largest estimate first so the last one to finish is a small one; tasks may arrive while the
 build runs (a signature's cross-evaluation once its points are in) and may be pinned to the
-worker that must run them (a point's later arms go to the GPU that measured its first ones); a
-task pinned to a dead worker goes to any. Tasks may belong to a group (a signature): the first
+worker that must run them (a point's cross-evaluation goes to the GPU that measured its arms);
+a worker takes a task pinned to it before any other, and a task pinned to a dead worker goes
+to any. Tasks may belong to a group (a signature): the first
 worker to take one of a group owns it and takes its other tasks, so a signature's points stay
 on one GPU while there is other work; a worker that finds nothing of its own or unowned takes
 the last queued task of the group with the most left (work stealing, so no GPU idles at the
@@ -23,7 +24,7 @@ from typing import Any, Callable, Hashable, Iterable, Protocol, Sequence
 
 from tunedb.errors import BuildError
 
-MAX_LOSSES = 3  # workers a signature may take down with it before the build stops
+MAX_LOSSES = 3  # workers a task may take down with it before the build stops
 
 
 @dataclass
@@ -100,10 +101,12 @@ class Scheduler:
         return owner if self._live(owner) else None
 
     def _pick(self, worker: Hashable) -> int | None:
-        """Queue index of `worker`'s next task: its own group's (or pinned) first, then an
-        unowned group's, then the last one of the group with the most tasks left."""
+        """Queue index of `worker`'s next task: one pinned to it or of its own group first (a
+        pinned task finishes a signature only this worker may finish, whoever owns its group),
+        then an unowned group's, then the last one of the group with the most tasks left."""
         takes = [i for i, t in enumerate(self.queue) if self._takes(worker, t)]
-        own = next((i for i in takes if self._owner(self.queue[i]) == worker), None)
+        own = next((i for i in takes if self.pins.get(self.queue[i]) == worker
+                    or self._owner(self.queue[i]) == worker), None)
         if own is not None:
             return own
         free = next((i for i in takes if self._owner(self.queue[i]) is None), None)

@@ -33,7 +33,8 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
     parser.add_argument("--gate-noise", type=float, default=None, metavar="X",
                         help="a region of n measured points must beat the fallback by the gate x (1 + X/sqrt(n)), "
                              "so wins resting on one noisy point need a wider margin and a re-run emits the same "
-                             "regions (default: the family's pick rule)")
+                             "regions (n counted by traffic; default: the family's pick rule, 0 for every "
+                             "built-in family)")
     parser.add_argument("--fresh", action="store_true", help="replace the target file instead of merging")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; measure nothing")
     parser.add_argument("--no-write", action="store_true",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -191,6 +192,13 @@ class PickRule:
         measured = [c for c in (self.fallback, *self.peers) if c in times]
         return min(measured, key=lambda c: (times[c], self.order(c))) if measured else None
 
+    def required(self, n_points: float = 1.0) -> float:
+        """The speedup over the reference a region of n measured points must show: min_speedup,
+        times 1 + gate_noise / sqrt(n) (n may be an effective, traffic-weighted count)."""
+        if self.min_speedup <= 1.0 or not self.gate_noise:
+            return self.min_speedup
+        return self.min_speedup * (1.0 + self.gate_noise / math.sqrt(max(1.0, n_points)))
+
     def gate(self, config_id: str, time: float, times: Mapping[str, float]) -> tuple[str, str]:
         """(arm, reason): `config_id` unless the reference (the fallback, or its fastest peer) is
         measured and it does not beat it by min_speedup (1.0: no gate; the tie band alone
@@ -202,9 +210,9 @@ class PickRule:
             return ref, f"{config_id} gave way to its peer {ref} ({times[config_id] / times[ref]:.3f}x its time)"
         if self.min_speedup == 1.0:
             return config_id, ""
-        speedup = times[ref] / time
-        if speedup < self.min_speedup:
-            return ref, f"{config_id} kept {ref} ({speedup:.2f}x < {self.min_speedup:.2f}x gate)"
+        speedup, need = times[ref] / time, self.required(1.0)
+        if speedup < need:
+            return ref, f"{config_id} kept {ref} ({speedup:.2f}x < {need:.2f}x gate)"
         return config_id, f"{config_id} ({speedup:.2f}x vs {ref})"
 
     def pick(self, times: Mapping[str, float]) -> PickResult:
