@@ -80,7 +80,7 @@ def test_killed_actor_costs_only_its_point(cluster, cache, serial, monkeypatch) 
     assert regions(res.path) == serial[0]
     # the killed attempt's measurements never reached the log: it holds the serial build's arms
     lines = (cache / "db" / "measurements.jsonl").read_text().splitlines()
-    assert len(lines) == res.arms_measured == serial[1]
+    assert len(lines) == serial[1] <= res.arms_measured  # a whole re-measured point counts its discarded half too
 
 
 def _build_cmd(out: Path, address: str, run_id: str, delay: float) -> list[str]:
