@@ -156,6 +156,10 @@ def run(args: argparse.Namespace) -> int:
     simulated_out(args, console)
     opts = options_from(args)
     pipeline.buildsteps.check_options(opts, gpu=True)
+    from tunedb.census import beside
+
+    # first of all (TUNEDB_CENSUS_BESIDE=1): the census in a child, beside everything below
+    child = beside.start(args.workload, _census_kw(args))
     # On a GPU the measuring worker and the compile pool start first, on the driver's word
     # (gpu_likely), before this process imports torch to ask CUDA (has_gpu): their imports and
     # CUDA start overlap this process's and the census (3.4 s of a warm tune waited on the
@@ -165,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
         worker = pipeline.buildsteps.confirm_worker(worker, opts, gpu=pipeline.has_gpu())
         if worker is not None:  # a real build: its compiles start from a mirror census's plan
             speculative.start(args.workload, opts, _census_kw(args), worker=worker)
+        if child is not None:
+            child.wait()  # then the census below is read from the cache (or taken, if it failed)
         shapes = pipeline.take_census(args.workload, **_census_kw(args))
     except BaseException:
         speculative.stop(opts.family)  # its measuring ends before its worker does
@@ -172,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
             worker.close()
         compile_pool.release(families.get(opts.family))
         raise
+    finally:
+        if child is not None:
+            child.close()
     sigs = shapes.signatures()
     console.print(f"census of {args.workload} ({args.mode}): {len(shapes.points)} point(s) over "
                   f"{len(sigs)} signature(s)")

@@ -1,0 +1,75 @@
+"""TUNEDB_CENSUS_BESIDE=1: a preset's census taken in a child process is the census the parent
+would take, read from the census cache; a child that fails or is late leaves the parent to take it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tunedb import pipeline, settings
+from tunedb.census import beside, cache
+from tunedb.census.censusfile import to_json
+
+KW = dict(mode="offline", max_batch=2, chunk=None, manifest=None, capture=None, impl="mirror", fused=True,
+          cached=True)
+
+
+@pytest.fixture
+def on(tmp_path):
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), CENSUS_BESIDE="1"):
+        yield
+
+
+def test_the_child_census_is_read_from_the_cache_and_equals_the_parents_own(on):
+    child = beside.start("whisper-base", KW)
+    assert child is not None
+    try:
+        assert child.wait(limit_s=300)
+    finally:
+        child.close()
+    key_kw = {k: KW[k] for k in ("mode", "max_batch", "chunk", "manifest", "impl", "fused")}
+    assert cache.hit("whisper-base", **key_kw)
+    from_child = pipeline.take_census("whisper-base", **KW)
+    own = pipeline.take_census("whisper-base", **{**KW, "cached": False})
+    assert to_json(from_child) == to_json(own)
+    assert beside.start("whisper-base", KW) is None  # cached now: no child
+
+
+def test_no_child_unless_on_cached_and_an_uncached_preset(tmp_path, on):
+    with settings.override(CENSUS_BESIDE="0"):
+        assert not beside.wanted("whisper-base", KW)
+    assert not beside.wanted("whisper-base", {**KW, "cached": False})
+    assert not beside.wanted("tests.unit.fake_family:nothing", KW)  # a user's callable is never cached
+    assert beside.wanted("whisper-base", KW)
+
+
+def _beside(args: list[str]) -> beside.Beside:
+    proc = subprocess.Popen([sys.executable, "-c", *args])
+    return beside.Beside(proc, "whisper-base", {})
+
+
+def test_a_failed_child_says_so_and_the_parent_takes_the_census():
+    assert not _beside(["import sys; sys.exit(3)"]).wait()
+
+
+def test_a_late_child_is_stopped_at_the_limit():
+    child = _beside(["import time; time.sleep(60)"])
+    assert not child.wait(limit_s=0.5)
+    assert child.proc.poll() is not None and child.waited < 30
+
+
+def test_tune_with_the_child_prints_what_it_prints_without(tmp_path, capsys, monkeypatch):
+    from tunedb import cli
+
+    monkeypatch.setenv("COLUMNS", "300")
+    outs = []
+    for flag in ("0", "1"):
+        with settings.override(CACHE_DIR=str(tmp_path / flag / "cache"), USER_DB=str(tmp_path / flag / "user"),
+                               CENSUS_BESIDE=flag):
+            rc = cli.main(["tune", "whisper-base", "--impl", "mirror", "--max-batch-size", "2"])
+            assert rc in (0, None)
+            outs.append(capsys.readouterr().out)
+            key_kw = dict(mode="offline", max_batch=2, chunk=None, manifest=None, impl="mirror", fused=True)
+            assert cache.hit("whisper-base", **key_kw)
+    assert outs[0] == outs[1] and "census of whisper-base" in outs[0]
