@@ -73,3 +73,19 @@ def test_tune_with_the_child_prints_what_it_prints_without(tmp_path, capsys, mon
             key_kw = dict(mode="offline", max_batch=2, chunk=None, manifest=None, impl="mirror", fused=True)
             assert cache.hit("whisper-base", **key_kw)
     assert outs[0] == outs[1] and "census of whisper-base" in outs[0]
+
+
+def test_the_child_finds_this_tunedb_without_reordering_the_path(monkeypatch):
+    import os
+    from pathlib import Path
+
+    root = os.path.realpath(Path(beside.__file__).resolve().parents[2])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/elsewhere", root]))
+    assert beside._child_env()["PYTHONPATH"] == os.pathsep.join(["/elsewhere", root])
+    import site
+
+    # appended (last) only when site-packages does not hold it either (an installed tunedb)
+    installed = root in {os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    want = ["/elsewhere"] if installed else ["/elsewhere", root]
+    assert beside._child_env()["PYTHONPATH"].split(os.pathsep) == want

@@ -89,12 +89,3 @@ def test_skipping_modules_without_a_linear_child_changes_no_fusion(name, impl, m
     monkeypatch.setattr(patching, "_may_fuse", lambda children: True)
     assert _structure(_optimized(name, impl)) == fast
     assert any(kind == "TunedLinear" for _, kind, _ in fast)
-
-
-@pytest.mark.skipif(not HF, reason="transformers not installed")
-def test_whisper_auto_imports_the_whisper_encoder_not_llama():
-    from tunedb.census.presets import _HF_WHISPER, _importable
-
-    assert _HF_WHISPER[0] == "transformers.models.whisper.modeling_whisper"
-    assert _importable("hf", _HF_WHISPER)
-    assert not _importable("hf", ("transformers.models.whisper.modeling_whisper", "NoSuchEncoder"))

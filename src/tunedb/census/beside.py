@@ -73,16 +73,30 @@ def wanted(workload: str, census_kw: Mapping[str, Any]) -> bool:
     return cache.key(workload, **kw) is not None and not cache.hit(workload, **kw)
 
 
+def _child_env() -> dict[str, str]:
+    """This environment, with the tree this tunedb was imported from appended to PYTHONPATH when
+    neither PYTHONPATH nor site-packages has it (never put first: it would reorder the child's
+    path). The child writes under the cache key of the code and libraries it imported, so a
+    child that imported other ones only misses the parent's key: the parent then takes it."""
+    import site
+
+    env = dict(os.environ)
+    root = os.path.realpath(Path(__file__).resolve().parents[2])
+    entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    known = {os.path.realpath(p) for p in entries + site.getsitepackages() + [site.getusersitepackages()]}
+    if root not in known:
+        env["PYTHONPATH"] = os.pathsep.join(entries + [root])
+    return env
+
+
 def start(workload: str, census_kw: Mapping[str, Any]) -> Beside | None:
     """Start the child when wanted(); None otherwise (or when it cannot be started)."""
     if not wanted(workload, census_kw):
         return None
     kw = _key_kw(census_kw)
-    root = str(Path(__file__).resolve().parents[2])  # the tree this tunedb was imported from
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
     try:
         proc = subprocess.Popen([sys.executable, "-m", "tunedb.census.beside", workload, json.dumps(kw)],
-                                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                env=_child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     except OSError:
         return None  # the parent takes the census itself

@@ -59,7 +59,6 @@ LLAMA_3_8B = dict(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads
 
 
 _LIBRARY_CLASS = {"hf": ("transformers", "LlamaForCausalLM"), "torchaudio": ("torchaudio.models", "Conformer")}
-_HF_WHISPER = ("transformers.models.whisper.modeling_whisper", "WhisperEncoder")
 
 
 _IMPL_TEXT = {
@@ -79,12 +78,10 @@ def describe_impl(impl: str) -> str:
     return f"model implementation: {impl} ({text}{hint})"
 
 
-def _importable(impl: str, target: tuple[str, str] | None = None) -> bool:
+def _importable(impl: str) -> bool:
     """Whether the library behind `impl` imports here (installed is not enough: a torchaudio or
-    transformers built for another torch fails at import). `target` (module, class): the class
-    the preset builds, imported instead of the library's default one, so a Whisper census does
-    not also import transformers' Llama model."""
-    module, attr = target or _LIBRARY_CLASS[impl]
+    transformers built for another torch fails at import)."""
+    module, attr = _LIBRARY_CLASS[impl]
     if importlib.util.find_spec(module.partition(".")[0]) is None:
         return False
     try:
@@ -93,12 +90,12 @@ def _importable(impl: str, target: tuple[str, str] | None = None) -> bool:
         return False
 
 
-def _choose(impl: str, library: str, allowed: tuple[str, ...], target: tuple[str, str] | None = None) -> str:
+def _choose(impl: str, library: str, allowed: tuple[str, ...]) -> str:
     if impl not in allowed + ("auto",):
         raise CensusError(f"impl={impl!r} is not available here; use one of auto, {', '.join(allowed)}")
     if impl == "auto":
-        return library if _importable(library, target) else "mirror"
-    if impl != "mirror" and not _importable(impl, target):
+        return library if _importable(library) else "mirror"
+    if impl != "mirror" and not _importable(impl):
         package = _LIBRARY_CLASS[impl][0].partition(".")[0]
         raise CensusError(f"impl={impl!r} needs the {package} package, which does not import here")
     return impl
@@ -116,7 +113,7 @@ def _build_whisper(name: str) -> Callable[[Any, str], Built]:
     def build(device: Any, impl: str) -> Built:
         import torch
 
-        impl = _choose(impl, "hf", ("mirror", "hf"), _HF_WHISPER)
+        impl = _choose(impl, "hf", ("mirror", "hf"))
         with torch.device(device):
             if impl == "hf":
                 from transformers import WhisperConfig

@@ -164,7 +164,12 @@ def run(args: argparse.Namespace) -> int:
     # (gpu_likely), before this process imports torch to ask CUDA (has_gpu): their imports and
     # CUDA start overlap this process's and the census (3.4 s of a warm tune waited on the
     # worker when it started after this process's torch import; session 10, call C)
-    worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.buildsteps.gpu_likely())
+    try:
+        worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.buildsteps.gpu_likely())
+    except BaseException:
+        if child is not None:
+            child.close()
+        raise
     try:
         worker = pipeline.buildsteps.confirm_worker(worker, opts, gpu=pipeline.has_gpu())
         if worker is not None:  # a real build: its compiles start from a mirror census's plan
