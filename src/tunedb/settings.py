@@ -141,8 +141,8 @@ MEASURE_AHEAD = Setting(
 
 CENSUS_BESIDE = Setting(
     "TUNEDB_CENSUS_BESIDE", "0",
-    "'1': `tunedb tune` of a preset with no cached census takes it in a child process started "
-    "first, beside its own imports, CUDA start and compiles ahead, and reads it from the census "
+    "'1': on a GPU machine, `tunedb tune` of a preset with no cached census takes it in a child "
+    "process started first, beside its own imports, CUDA start and compiles ahead, and reads it from the census "
     "cache (census/beside.py); '0': it takes the census itself. Off by default until measured on a GPU.",
     ("0", "1"),
 )

@@ -61,8 +61,15 @@ def test_a_late_child_is_stopped_at_the_limit():
 
 def test_tune_with_the_child_prints_what_it_prints_without(tmp_path, capsys, monkeypatch):
     from tunedb import cli
+    from tunedb.build import steps
 
     monkeypatch.setenv("COLUMNS", "300")
+    # the child starts only where a GPU is likely: say one is, and start no measuring worker
+    monkeypatch.setattr(steps, "gpu_likely", lambda: True)
+    monkeypatch.setattr(steps, "start_worker", lambda opts, gpu: None)
+    started = []
+    real_start = beside.start
+    monkeypatch.setattr(beside, "start", lambda *a: started.append(real_start(*a)) or started[-1])
     outs = []
     for flag in ("0", "1"):
         with settings.override(CACHE_DIR=str(tmp_path / flag / "cache"), USER_DB=str(tmp_path / flag / "user"),
@@ -73,6 +80,17 @@ def test_tune_with_the_child_prints_what_it_prints_without(tmp_path, capsys, mon
             key_kw = dict(mode="offline", max_batch=2, chunk=None, manifest=None, impl="mirror", fused=True)
             assert cache.hit("whisper-base", **key_kw)
     assert outs[0] == outs[1] and "census of whisper-base" in outs[0]
+    assert started[0] is None and started[1] is not None and started[1].proc.returncode == 0
+
+
+def test_no_child_where_no_gpu_is_likely(tmp_path, monkeypatch, capsys):
+    from tunedb import cli
+    from tunedb.build import steps
+
+    monkeypatch.setattr(steps, "gpu_likely", lambda: False)
+    monkeypatch.setattr(beside, "start", lambda *a: pytest.fail("a child started without a GPU"))
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user"), CENSUS_BESIDE="1"):
+        assert cli.main(["tune", "whisper-base", "--impl", "mirror", "--max-batch-size", "2"]) in (0, None)
 
 
 def test_the_child_finds_this_tunedb_without_reordering_the_path(monkeypatch):

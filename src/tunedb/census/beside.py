@@ -1,5 +1,6 @@
-"""A preset's census taken in a child process beside `tunedb tune`'s own start
-(TUNEDB_CENSUS_BESIDE=1; off by default until measured on a GPU).
+"""A preset's census taken in a child process beside `tunedb tune`'s own start on a GPU machine
+(TUNEDB_CENSUS_BESIDE=1; off by default until measured on a GPU; commands/tune.py starts it
+only where the driver lists a GPU: elsewhere there is nothing for it to overlap).
 
 A cold census of a preset is seconds of Python: importing torch and the model library
 (transformers: 1.6-2.5 s on a 2-core CPU after torch) and tracing the model, under one GIL. On a

@@ -158,14 +158,17 @@ def run(args: argparse.Namespace) -> int:
     pipeline.buildsteps.check_options(opts, gpu=True)
     from tunedb.census import beside
 
-    # first of all (TUNEDB_CENSUS_BESIDE=1): the census in a child, beside everything below
-    child = beside.start(args.workload, _census_kw(args))
+    likely = pipeline.buildsteps.gpu_likely()
+    # first of all (TUNEDB_CENSUS_BESIDE=1): the census in a child, beside everything below; on
+    # a GPU only: without one this process does nothing but import torch before the census, so
+    # a child would only import it again (0.9 s slower on a 2-core CPU)
+    child = beside.start(args.workload, _census_kw(args)) if likely else None
     # On a GPU the measuring worker and the compile pool start first, on the driver's word
     # (gpu_likely), before this process imports torch to ask CUDA (has_gpu): their imports and
     # CUDA start overlap this process's and the census (3.4 s of a warm tune waited on the
     # worker when it started after this process's torch import; session 10, call C)
     try:
-        worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.buildsteps.gpu_likely())
+        worker = pipeline.buildsteps.start_worker(opts, gpu=likely)
     except BaseException:
         if child is not None:
             child.close()
