@@ -11,8 +11,8 @@ fused, cached: what pipeline.take_census does), split into the model library's i
 (presets._choose), the model build, tunedb.optimize, the probes (one forward per key under
 the recorder) and the rest (traffic replay, weighting, the cache write). Unless --no-tune, a
 second fresh process times the whole `python -m tunedb tune PRESET` (on a CPU: census and the
-printed plan), and a third the same with TUNEDB_CENSUS_BESIDE=1 (the census in a child process,
-census/beside.py; a tree without it runs plainly again). Several --src trees (e.g. a checkout of main and this branch) are run
+printed plan; on a GPU host it would measure: pass --no-tune there, bench/tune_wall.py times
+that). Several --src trees (e.g. a checkout of main and this branch) are run
 interleaved, rep by rep, so that a busy machine slows them alike; the table shows medians.
 Expect about 10 s per run on a 2-core CPU (whisper-base), 2-3 s on the H200 host's cores.
 """
@@ -98,10 +98,9 @@ def stages(src: Path, workload: str) -> dict[str, float]:
     return out
 
 
-def tune_run(src: Path, workload: str, beside: bool = False) -> tuple[float, float]:
+def tune_run(src: Path, workload: str) -> tuple[float, float]:
     """(wall s, CPU s) of one `python -m tunedb tune` (CPU: it and its reaped children)."""
     env = fresh_env(src)
-    env["TUNEDB_CENSUS_BESIDE"] = "1" if beside else "0"
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "tunedb", "tune", workload], env=env,
@@ -134,13 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             row = stages(s, args.workload)
             if not args.no_tune:
                 row["tune wall"], row["tune cpu"] = tune_run(s, args.workload)
-                # TUNEDB_CENSUS_BESIDE=1 where the tree has it (census/beside.py), else the plain run again
-                has = (s / "tunedb/census/beside.py").is_file()
-                row["tune wall, beside"], row["tune cpu, beside"] = tune_run(s, args.workload, has)
             runs[str(s)].append(row)
             print(f"#{rep + 1} {s}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
-    cols = list(STAGES) + ["process wall"] + ([] if args.no_tune else
-                                              ["tune wall", "tune cpu", "tune wall, beside", "tune cpu, beside"])
+    cols = list(STAGES) + ["process wall"] + ([] if args.no_tune else ["tune wall", "tune cpu"])
     medians = {s: {c: statistics.median(r[c] for r in rows) for c in cols} for s, rows in runs.items()}
     print(f"\nmedians of {args.repeat} ({args.workload}, {len(os.sched_getaffinity(0))} cores), seconds: "
           "the stages in CPU seconds of the stage process, walls in wall seconds, tune cpu in CPU seconds "
