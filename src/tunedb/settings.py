@@ -139,9 +139,17 @@ MEASURE_AHEAD = Setting(
     ("0", "1"),
 )
 
+CENSUS_BESIDE = Setting(
+    "TUNEDB_CENSUS_BESIDE", "0",
+    "'1': on a GPU machine, `tunedb tune` of a preset with no cached census takes it in a child "
+    "process started first, beside its own imports, CUDA start and compiles ahead, and reads it from the census "
+    "cache (census/beside.py); '0': it takes the census itself. Off by default until measured on a GPU.",
+    ("0", "1"),
+)
+
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
-                            EAGER_FALLBACK, MEASURE_AHEAD)
+                            EAGER_FALLBACK, MEASURE_AHEAD, CENSUS_BESIDE)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -237,6 +245,10 @@ def eager_fallback_enabled() -> bool:
 
 def measure_ahead_enabled() -> bool:
     return MEASURE_AHEAD.raw() == "1"
+
+
+def census_beside_enabled() -> bool:
+    return CENSUS_BESIDE.raw() == "1"
 
 
 def compile_jobs() -> int | None:

@@ -156,15 +156,29 @@ def run(args: argparse.Namespace) -> int:
     simulated_out(args, console)
     opts = options_from(args)
     pipeline.buildsteps.check_options(opts, gpu=True)
+    from tunedb.census import beside
+
+    likely = pipeline.buildsteps.gpu_likely()
+    # first of all (TUNEDB_CENSUS_BESIDE=1): the census in a child, beside everything below; on
+    # a GPU only: without one this process does nothing but import torch before the census, so
+    # a child would only import it again (0.9 s slower on a 2-core CPU)
+    child = beside.start(args.workload, _census_kw(args)) if likely else None
     # On a GPU the measuring worker and the compile pool start first, on the driver's word
     # (gpu_likely), before this process imports torch to ask CUDA (has_gpu): their imports and
     # CUDA start overlap this process's and the census (3.4 s of a warm tune waited on the
     # worker when it started after this process's torch import; session 10, call C)
-    worker = pipeline.buildsteps.start_worker(opts, gpu=pipeline.buildsteps.gpu_likely())
+    try:
+        worker = pipeline.buildsteps.start_worker(opts, gpu=likely)
+    except BaseException:
+        if child is not None:
+            child.close()
+        raise
     try:
         worker = pipeline.buildsteps.confirm_worker(worker, opts, gpu=pipeline.has_gpu())
         if worker is not None:  # a real build: its compiles start from a mirror census's plan
             speculative.start(args.workload, opts, _census_kw(args), worker=worker)
+        if child is not None:
+            child.wait()  # then the census below is read from the cache (or taken, if it failed)
         shapes = pipeline.take_census(args.workload, **_census_kw(args))
     except BaseException:
         speculative.stop(opts.family)  # its measuring ends before its worker does
@@ -172,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
             worker.close()
         compile_pool.release(families.get(opts.family))
         raise
+    finally:
+        if child is not None:
+            child.close()
     sigs = shapes.signatures()
     console.print(f"census of {args.workload} ({args.mode}): {len(shapes.points)} point(s) over "
                   f"{len(sigs)} signature(s)")
