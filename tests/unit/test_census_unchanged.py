@@ -89,3 +89,12 @@ def test_skipping_modules_without_a_linear_child_changes_no_fusion(name, impl, m
     monkeypatch.setattr(patching, "_may_fuse", lambda children: True)
     assert _structure(_optimized(name, impl)) == fast
     assert any(kind == "TunedLinear" for _, kind, _ in fast)
+
+
+def test_the_llama_mirror_census_names_the_library_models_points():
+    # the speculative plan measures the mirror's census for the library model's: the same keys
+    # (gate_proj fused with its SiLU module in both), sizes and calls
+    mirror = recorded("llama-3-8b_decode4_fused_mirror.json")["points"]
+    hf = recorded("llama-3-8b_decode4_fused_hf.json")["points"]
+    assert sorted((p["signature"], p["M"], p["calls"]) for p in mirror) == sorted(
+        (p["signature"], p["M"], p["calls"]) for p in hf)

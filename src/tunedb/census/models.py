@@ -103,6 +103,9 @@ class _LlamaLayer(nn.Module):
         self.gate_proj = nn.Linear(d, ffn, bias=False)
         self.up_proj = nn.Linear(d, ffn, bias=False)
         self.down_proj = nn.Linear(ffn, d, bias=False)
+        # a module, as the library's LlamaMLP.act_fn is, so optimize() fuses it into gate_proj
+        # in both (the speculative plan takes the mirror's census for the library's)
+        self.act_fn = nn.SiLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -116,7 +119,7 @@ class _LlamaLayer(nn.Module):
         a = _attend(q, k, v).transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
         x = x + self.o_proj(a)
         h = self.post_attention_layernorm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+        return x + self.down_proj(self.act_fn(self.gate_proj(h)) * self.up_proj(h))
 
 
 class LlamaMirror(nn.Module):
