@@ -8,7 +8,9 @@ For each preset model W named by the census files in bench/census/, the cost mod
 signature two models share never trains the split that holds one of them out), its confidence
 bands are calibrated on that same training set (calibration.with_bands: leave-one-signature-out
 inside it), and the tiers then pick at each of W's measured points:
-  * rule: the model tier with the confidence rule (a config only beyond its regime's band, else torch),
+  * rule: the model tier with the confidence rule (a config only beyond its regime's band or its
+    local band, else torch),
+  * regime only: the rule without the local band (session 11's rule),
   * margin only: the rule before issue 18 (a config whenever predicted faster than torch),
   * torch: always the fallback,
 scored by tunedb.evaluate against the best arm measured at the point. The oracle is the build's
@@ -66,11 +68,13 @@ def split_picks(study: Study, held: set[str], pool: str) -> dict[str, dict[tuple
     train = [m for m in study.latest if m.status.ok and m.signature.format() not in held]
     params = calibration.with_bands(calibration.fit(train, study.configs, study.arch), train,
                                     study.configs, study.arch)
-    margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY, support=None)
-    picks: dict[str, dict[tuple[Signature, int], str | None]] = {"rule": {}, "margin only": {}}
+    margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY, support=None, local={})
+    regime = dataclasses.replace(params, local={})
+    picks: dict[str, dict[tuple[Signature, int], str | None]] = {"rule": {}, "regime only": {}, "margin only": {}}
     for (s, m) in study.points:
         if s.format() in held:
             picks["rule"][(s, m)] = study.pick(params, pool, s, m)
+            picks["regime only"][(s, m)] = study.pick(regime, pool, s, m)
             picks["margin only"][(s, m)] = study.pick(margin, pool, s, m)
     return picks
 
@@ -162,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{'gain kept':>9} {'served<=5%':>10} {'<=torch':>7}")
     for r in rows:
         base = r["selectors"]["torch"]["geomean"]
-        for name in ("torch", "margin only", "rule"):
+        for name in ("torch", "margin only", "regime only", "rule"):
             s = r["selectors"][name]
             sm = s.get("served_max")
             ok_max = "-" if name == "torch" else "yes" if sm is None or sm <= GOAL_MAX else "no"

@@ -73,6 +73,9 @@ class ModelParams:
     # point farther than a factor 2 from all of them is declined. None: not checked (hand-made
     # params); a calibrated model always has one
     support: Mapping[str, tuple[tuple[float, float, float], ...]] | None = None
+    # population ('signature', 'group') -> its held-out decisions' (epilogue kind, log2 M,
+    # residual) rows: the local band (confidence.local_band); empty: no local band
+    local: Mapping[str, tuple[tuple[str, float, float], ...]] = field(default_factory=dict)
     # per Triton kernel launched: its fixed cost beyond the launch (first loads from a cold L2, the
     # last stores' drain), which a tile line does not scale; fit() sets it to the vendor arm's
     # fitted overhead, measured on the same graphs. 0: hand-made params, and models fitted before it
@@ -90,7 +93,7 @@ class ModelParams:
                 "support": None if self.support is None else
                 {k: [list(p) for p in pts] for k, pts in sorted(self.support.items())},
                 "act_epilogue": {k: [a, b] for k, (a, b) in sorted(self.act_epilogue.items())},
-                "kernel_us": self.kernel_us}
+                "kernel_us": self.kernel_us, "local": {k: [list(r) for r in rows] for k, rows in sorted(self.local.items())}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelParams":
@@ -116,7 +119,7 @@ class ModelParams:
                    # a model written before the bands were calibrated has none: the tier declines
                    uncertainty=uncertainty, support=support,
                    act_epilogue=_pairs(data, "act_epilogue", "[per_cta_us, per_elem_us]"),
-                   kernel_us=float(data.get("kernel_us", 0.0)))
+                   kernel_us=float(data.get("kernel_us", 0.0)), local=_local_rows(data.get("local")))
 
 
 def _points(raw: Any) -> dict[str, tuple[tuple[float, float, float], ...]] | None:
@@ -135,6 +138,18 @@ def _points(raw: Any) -> dict[str, tuple[tuple[float, float, float], ...]] | Non
                 return None  # the work-range form of an earlier calibration
             raise ConfigError(f"cost-model support[{name!r}] must be [[log2 M, log2 N, log2 K], ...], got {pts!r:.80}")
         out[str(name)] = tuple((float(a), float(b), float(c)) for a, b, c in pts)
+    return out
+
+
+def _local_rows(raw: Any) -> dict[str, tuple[tuple[str, float, float], ...]]:
+    """A model's `local` ({population: [[kind, log2 M, residual], ...]}); {} when absent."""
+    out = {}
+    for pop, rows in (raw or {}).items():
+        if not (isinstance(rows, (list, tuple)) and all(
+                isinstance(r, (list, tuple)) and len(r) == 3 and isinstance(r[0], str)
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r[1:]) for r in rows)):
+            raise ConfigError(f"cost-model local[{pop!r}] must be [[kind, log2 M, residual], ...], got {rows!r:.80}")
+        out[str(pop)] = tuple((r[0], float(r[1]), float(r[2])) for r in rows)
     return out
 
 
@@ -389,7 +404,7 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
                       default_config=default_config, sig=sig)
         return confidence.serve(ranked, fallback, p.uncertainty, (m, n, k, ELEM_BYTES.get(sig.dt, 2)),
                                 p.torch_margin, support=p.support,
-                                epilogue=confidence.epilogue_kind(sig.get("act")))
+                                epilogue=confidence.epilogue_kind(sig.get("act")), local=p.local)
     return decide
 
 
