@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from tunedb.errors import ConfigError
+
 # M ranges: decode (1), small batches, medium, large, prefill-sized
 M_EDGES: tuple[int, ...] = (1, 16, 128, 1024)
 M_NAMES: tuple[str, ...] = ("m1", "m2-16", "m17-128", "m129-1024", "m1025+")
@@ -176,6 +178,18 @@ def local_rows(residuals: Iterable[tuple[str, int, int, int, int, float]]) -> tu
     picks among them, and N and K are what a new model changes)."""
     return tuple(sorted((ACT if lane.endswith(ACT) else "", round(math.log2(max(m, 1)), 3), round(r, 6))
                         for lane, m, _n, _k, _e, r in residuals))
+
+
+def parse_local(raw: Any) -> dict[str, tuple[LocalRow, ...]]:
+    """A model file's `local` ({population: [[kind, log2 M, residual], ...]}); {} when absent."""
+    out = {}
+    for pop, rows in (raw or {}).items():
+        if not (isinstance(rows, (list, tuple)) and all(
+                isinstance(r, (list, tuple)) and len(r) == 3 and isinstance(r[0], str)
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r[1:]) for r in rows)):
+            raise ConfigError(f"cost-model local[{pop!r}] must be [[kind, log2 M, residual], ...], got {rows!r:.80}")
+        out[str(pop)] = tuple((r[0], float(r[1]), float(r[2])) for r in rows)
+    return out
 
 
 def local_band(local: Mapping[str, Sequence[LocalRow]], kind: str, m: int, slack: float = SUPPORT_SLACK,

@@ -119,7 +119,7 @@ class ModelParams:
                    # a model written before the bands were calibrated has none: the tier declines
                    uncertainty=uncertainty, support=support,
                    act_epilogue=_pairs(data, "act_epilogue", "[per_cta_us, per_elem_us]"),
-                   kernel_us=float(data.get("kernel_us", 0.0)), local=_local_rows(data.get("local")))
+                   kernel_us=float(data.get("kernel_us", 0.0)), local=confidence.parse_local(data.get("local")))
 
 
 def _points(raw: Any) -> dict[str, tuple[tuple[float, float, float], ...]] | None:
@@ -138,18 +138,6 @@ def _points(raw: Any) -> dict[str, tuple[tuple[float, float, float], ...]] | Non
                 return None  # the work-range form of an earlier calibration
             raise ConfigError(f"cost-model support[{name!r}] must be [[log2 M, log2 N, log2 K], ...], got {pts!r:.80}")
         out[str(name)] = tuple((float(a), float(b), float(c)) for a, b, c in pts)
-    return out
-
-
-def _local_rows(raw: Any) -> dict[str, tuple[tuple[str, float, float], ...]]:
-    """A model's `local` ({population: [[kind, log2 M, residual], ...]}); {} when absent."""
-    out = {}
-    for pop, rows in (raw or {}).items():
-        if not (isinstance(rows, (list, tuple)) and all(
-                isinstance(r, (list, tuple)) and len(r) == 3 and isinstance(r[0], str)
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r[1:]) for r in rows)):
-            raise ConfigError(f"cost-model local[{pop!r}] must be [[kind, log2 M, residual], ...], got {rows!r:.80}")
-        out[str(pop)] = tuple((r[0], float(r[1]), float(r[2])) for r in rows)
     return out
 
 
