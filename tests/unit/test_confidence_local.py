@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from tunedb import settings
 from tunedb.arch import shipped_profile
 from tunedb.errors import ConfigError
 from tunedb.families import get as get_family
@@ -120,10 +121,15 @@ def test_calibrated_model_serves_a_new_models_shape_through_the_local_band():
     zero = dataclasses.replace(params, uncertainty={k: (0.0, 100) for k in params.uncertainty},
                                sentinel={"torch": (5.0, 50.0)})
     cands = tuple(configs.values()) + (TORCH,)
-    near = make_decider(ARCH, zero, None)(sig(256, 256), 8, cands)
-    assert near.config.id != "torch" and near.local
-    far = make_decider(ARCH, zero, None)(sig(256, 256), 300, cands)
-    assert far.config.id == "torch" and far.outside and not far.local
-    without = make_decider(ARCH, dataclasses.replace(zero, local={}), None)(sig(256, 256), 8, cands)
-    assert without.config.id == "torch" and without.outside
+    with settings.override(MODEL_LOCAL_BAND="1"):
+        near = make_decider(ARCH, zero, None)(sig(256, 256), 8, cands)
+        assert near.config.id != "torch" and near.local
+        far = make_decider(ARCH, zero, None)(sig(256, 256), 300, cands)
+        assert far.config.id == "torch" and far.outside and not far.local
+        without = make_decider(ARCH, dataclasses.replace(zero, local={}), None)(sig(256, 256), 8, cands)
+        assert without.config.id == "torch" and without.outside
     assert math.isfinite(near.gain) and near.gain > near.band
+    # off by default (TUNEDB_MODEL_LOCAL_BAND=0): the regime rule alone decides, and declines
+    with settings.override(MODEL_LOCAL_BAND=None):
+        off = make_decider(ARCH, zero, None)(sig(256, 256), 8, cands)
+    assert off.config.id == "torch" and off.outside and not off.local

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
+from tunedb import settings
 from tunedb.errors import ConfigError
 from tunedb.families.gemm import act_cost, confidence
 from tunedb.families.gemm.configs import VENDOR_LANES
@@ -380,8 +381,8 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
     """The model tier's decision at (sig, m) among candidates: confidence.serve() over the
     candidates ranked by predicted time. When the fallback is a candidate, a config serves only
     where the shape lies near one its regime's band was measured on and its predicted speedup
-    over the fallback, less that band, exceeds params.torch_margin; a model without bands
-    declines every config."""
+    over the fallback, less that band, exceeds params.torch_margin (or, with
+    TUNEDB_MODEL_LOCAL_BAND=1, its local band does); a model without bands declines every config."""
     p = params or ModelParams()
 
     def decide(sig: Signature, m: int, candidates: tuple[Config, ...]) -> "confidence.Decision | None":
@@ -392,7 +393,8 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
                       default_config=default_config, sig=sig)
         return confidence.serve(ranked, fallback, p.uncertainty, (m, n, k, ELEM_BYTES.get(sig.dt, 2)),
                                 p.torch_margin, support=p.support,
-                                epilogue=confidence.epilogue_kind(sig.get("act")), local=p.local)
+                                epilogue=confidence.epilogue_kind(sig.get("act")),
+                                local=p.local if settings.model_local_band_enabled() else None)
     return decide
 
 
