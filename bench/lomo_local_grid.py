@@ -9,7 +9,7 @@ lomo_regret's --sanity) is fitted once: the model, its regime bands and supports
 calibration.with_bands), and its held-out decisions' residuals; every grid cell then replays only
 the rule. A cell is 'ok' where on every split and every inner split the rule's geomean regret is
 at most always-torch's and no served point exceeds 5%. The shipped cell is slack 1 octave (a factor
-2), 2 residuals per population, lanes pooled: its row reproduces lomo_regret.py --sanity's 'rule'.
+2), 2 residuals per population, lanes pooled: its row reproduces lomo_regret.py --sanity's 'local band'.
 Runs in about 5 min on 2 cores (the fits; the grid itself takes seconds).
 """
 from __future__ import annotations
