@@ -8,7 +8,8 @@ For each preset model W named by the census files in bench/census/, the cost mod
 signature two models share never trains the split that holds one of them out), its confidence
 bands are calibrated on that same training set (calibration.with_bands: leave-one-signature-out
 inside it), and the tiers then pick at each of W's measured points:
-  * rule: the model tier with the confidence rule (a config only beyond its regime's band, else torch),
+  * rule: the model tier as it serves by default (a config only beyond its regime's band, else torch),
+  * local band: the rule with TUNEDB_MODEL_LOCAL_BAND=1 (also a config beyond its local band),
   * margin only: the rule before issue 18 (a config whenever predicted faster than torch),
   * torch: always the fallback,
 scored by tunedb.evaluate against the best arm measured at the point. The oracle is the build's
@@ -21,7 +22,8 @@ torch's geomean regret exceeds 1% (below that there is next to nothing to keep).
 the largest regret at a point where the selector served a Triton config (issue 18: <= 5%; where
 torch serves, torch's own regret is no fault of the model tier).
 --sanity adds a check on splits the rule was not tuned on: inside each split's training set, each
-signature held out in turn (model and bands fitted on the others), the rule against torch.
+signature held out in turn (model and bands fitted on the others), the rule and the local band
+against torch.
 Default log: the shipped tier's build (2026-11-30, call M). Runs in about 30 s (--sanity: ~6 min).
 """
 from __future__ import annotations
@@ -38,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from costmodel_heldout import DEFAULT_DB, Study  # noqa: E402
 
-from tunedb import database, families  # noqa: E402
+from tunedb import database, families, settings  # noqa: E402
 from tunedb import evaluate as evaluation  # noqa: E402
 from tunedb.arch import shipped_profile  # noqa: E402
 from tunedb.families.gemm import calibration  # noqa: E402
@@ -66,11 +68,14 @@ def split_picks(study: Study, held: set[str], pool: str) -> dict[str, dict[tuple
     train = [m for m in study.latest if m.status.ok and m.signature.format() not in held]
     params = calibration.with_bands(calibration.fit(train, study.configs, study.arch), train,
                                     study.configs, study.arch)
-    margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY, support=None)
-    picks: dict[str, dict[tuple[Signature, int], str | None]] = {"rule": {}, "margin only": {}}
+    margin = dataclasses.replace(params, uncertainty=MARGIN_ONLY, support=None, local={})
+    picks: dict[str, dict[tuple[Signature, int], str | None]] = {"rule": {}, "local band": {}, "margin only": {}}
     for (s, m) in study.points:
         if s.format() in held:
-            picks["rule"][(s, m)] = study.pick(params, pool, s, m)
+            with settings.override(MODEL_LOCAL_BAND="0"):
+                picks["rule"][(s, m)] = study.pick(params, pool, s, m)
+            with settings.override(MODEL_LOCAL_BAND="1"):
+                picks["local band"][(s, m)] = study.pick(params, pool, s, m)
             picks["margin only"][(s, m)] = study.pick(margin, pool, s, m)
     return picks
 
@@ -92,21 +97,27 @@ def sanity(study: Study, held: set[str], pool: str) -> dict[str, Any]:
     """Leave-one-signature-out inside the split's training set: the rule (model and bands fitted
     on the other training signatures) against torch, on points the rule was never tuned on."""
     train_sigs = [s for s in study.signatures if s.format() not in held]
-    picks: dict[tuple[Signature, int], str | None] = {}
+    picks: dict[str, dict[tuple[Signature, int], str | None]] = {"rule": {}, "local band": {}}
     for sig in train_sigs:
         train = [m for m in study.latest if m.status.ok and m.signature.format() not in held and m.signature != sig]
         params = calibration.with_bands(calibration.fit(train, study.configs, study.arch), train,
                                         study.configs, study.arch)
         for (s, m) in study.points:
             if s == sig:
-                picks[(s, m)] = study.pick(params, pool, s, m)
+                for name, flag in (("rule", "0"), ("local band", "1")):
+                    with settings.override(MODEL_LOCAL_BAND=flag):
+                        picks[name][(s, m)] = study.pick(params, pool, s, m)
     meas = [m for m in study.latest if m.signature in set(train_sigs)]
-    ev = evaluation.evaluate(meas, {"torch": lambda s, m: "torch", "rule": lambda s, m: picks.get((s, m))},
-                             equivalents=study.equivalents, worst=0)
+    selectors: dict[str, evaluation.Selector] = {"torch": lambda s, m: "torch"}
+    for name, table in picks.items():
+        selectors[name] = (lambda t: (lambda s, m: t.get((s, m))))(table)
+    ev = evaluation.evaluate(meas, selectors, equivalents=study.equivalents, worst=0)
     summ = {s.name: s.to_json() for s in ev.summaries}
-    return {"points": len(ev.points), "torch_geomean": summ["torch"]["geomean"],
-            "rule_geomean": summ["rule"]["geomean"], "rule_served_max": served_max(ev, "rule", picks),
-            "rule_served_config": sum(1 for c in picks.values() if c not in (None, "torch"))}
+    out: dict[str, Any] = {"points": len(ev.points), "torch_geomean": summ["torch"]["geomean"]}
+    for name, key in (("rule", "rule"), ("local band", "local")):
+        out.update({f"{key}_geomean": summ[name]["geomean"], f"{key}_served_max": served_max(ev, name, picks[name]),
+                    f"{key}_served_config": sum(1 for c in picks[name].values() if c not in (None, "torch"))})
+    return out
 
 
 def run(log: Path, pool: str = "measured", db_path: Path = DEFAULT_DB, check: bool = False) -> list[dict[str, Any]]:
@@ -133,9 +144,11 @@ def run(log: Path, pool: str = "measured", db_path: Path = DEFAULT_DB, check: bo
             g = summ[name]["geomean"]
             summ[name]["gain_kept"] = None if base <= GAIN_FLOOR or g is None else (base - g) / base
             summ[name]["served_max"] = served_max(ev, name, picks[name]) if name in picks else None
-        served = sum(1 for c in picks["rule"].values() if c not in (None, "torch"))
+        served = {k: sum(1 for c in picks[name].values() if c not in (None, "torch"))
+                  for k, name in (("rule", "rule"), ("local", "local band"))}
         row = {"held_out": workload, "signatures": len(held), "points": len(ev.points),
-               "train_signatures": len(logged - named), "rule_served_config": served, "selectors": summ}
+               "train_signatures": len(logged - named), "rule_served_config": served["rule"],
+               "local_served_config": served["local"], "selectors": summ}
         if check:
             row["sanity"] = sanity(study, held, pool)
         rows.append(row)
@@ -162,19 +175,21 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{'gain kept':>9} {'served<=5%':>10} {'<=torch':>7}")
     for r in rows:
         base = r["selectors"]["torch"]["geomean"]
-        for name in ("torch", "margin only", "rule"):
+        for name in ("torch", "margin only", "rule", "local band"):
             s = r["selectors"][name]
             sm = s.get("served_max")
             ok_max = "-" if name == "torch" else "yes" if sm is None or sm <= GOAL_MAX else "no"
             ok_t = "yes" if s["geomean"] is not None and base is not None and s["geomean"] <= base + 1e-12 else "no"
             print(f"{r['held_out']:18} {r['signatures']:>4} {r['points']:>4} {name:12} {_pct(s['geomean']):>8} "
                   f"{_pct(s['max']):>7} {_pct(sm):>10} {_pct(s.get('gain_kept')):>9} {ok_max:>10} {ok_t:>7}")
-        print(f"{'':18} the rule served a Triton config at {r['rule_served_config']} of {r['points']} point(s)")
+        print(f"{'':18} the rule served a Triton config at {r['rule_served_config']} of {r['points']} point(s), "
+              f"the local band at {r['local_served_config']}")
         if "sanity" in r:
             c = r["sanity"]
-            print(f"{'':18} sanity (each of its training signatures held out, {c['points']} points): rule "
-                  f"{_pct(c['rule_geomean'])} vs torch {_pct(c['torch_geomean'])} geomean, served max "
-                  f"{_pct(c['rule_served_max'])}, served a config at {c['rule_served_config']} point(s)")
+            for name, key in (("rule", "rule"), ("local band", "local")):
+                print(f"{'':18} sanity (each of its training signatures held out, {c['points']} points): {name} "
+                      f"{_pct(c[f'{key}_geomean'])} vs torch {_pct(c['torch_geomean'])} geomean, served max "
+                      f"{_pct(c[f'{key}_served_max'])}, served a config at {c[f'{key}_served_config']} point(s)")
     if args.out:
         database.write_atomic(args.out, json.dumps(rows, indent=1, sort_keys=True))
     return 0

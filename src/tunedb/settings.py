@@ -147,9 +147,17 @@ CENSUS_BESIDE = Setting(
     ("0", "1"),
 )
 
+MODEL_LOCAL_BAND = Setting(
+    "TUNEDB_MODEL_LOCAL_BAND", "0",
+    "'1': the GEMM cost-model tier also serves a config on its local band (families/gemm/confidence.py, "
+    "rule 3) where the regime rule declines; '0': regime rule only. Off by default: held out by model "
+    "on an earlier H200 build log, its inner splits served two points 66-67% slower than the oracle.",
+    ("0", "1"),
+)
+
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
-                            EAGER_FALLBACK, MEASURE_AHEAD, CENSUS_BESIDE)
+                            EAGER_FALLBACK, MEASURE_AHEAD, CENSUS_BESIDE, MODEL_LOCAL_BAND)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -249,6 +257,10 @@ def measure_ahead_enabled() -> bool:
 
 def census_beside_enabled() -> bool:
     return CENSUS_BESIDE.raw() == "1"
+
+
+def model_local_band_enabled() -> bool:
+    return MODEL_LOCAL_BAND.raw() == "1"
 
 
 def compile_jobs() -> int | None:

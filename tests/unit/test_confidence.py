@@ -242,10 +242,11 @@ def test_calibrate_hook_writes_bands_into_the_model_object():
     params = ModelParams.from_json(model)
     assert params.uncertainty == {k: tuple(v) for k, v in model["uncertainty"].items()}
     assert len(params.support["*|*|*"]) == 15  # the 15 points the residuals came from
-    # the calibrated model declines a shape far from every point its bands were measured on, even
-    # with a band of 0 (here: torch priced 5x slower than the config at N = K = 256)
+    # the calibrated model's regimes decline a shape far from every point their bands were measured
+    # on, even with a band of 0 (here: torch priced 5x slower than the config at N = K = 256);
+    # without its local band (test_confidence_local.py: that one serves it) torch serves
     zero = dataclasses.replace(params, uncertainty={k: (0.0, 100) for k in params.uncertainty},
-                               sentinel={"torch": (5.0, 50.0)})
+                               sentinel={"torch": (5.0, 50.0)}, local={})
     decide = make_decider(ARCH, zero, None)
     far = decide(sig(256, 256), 8, tuple(configs.values()) + (TORCH,))
     assert far.config.id == "torch" and far.outside

@@ -95,7 +95,7 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
                         per_config={**base.per_config, **per}, sentinel=sentinel,
                         torch_margin=base.torch_margin, fitted_on=seen, uncertainty=dict(base.uncertainty),
                         support=None if base.support is None else dict(base.support),
-                        act_epilogue=dict(base.act_epilogue), kernel_us=kernel_us)
+                        act_epilogue=dict(base.act_epilogue), kernel_us=kernel_us, local=dict(base.local))
     return _fit_activations(plain, acted, by_id, arch, twins)
 
 
@@ -171,7 +171,8 @@ def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
                        sentinel={**old.sentinel, **new.sentinel}, torch_margin=new.torch_margin,
                        fitted_on=total, uncertainty=_merge_bands(old.uncertainty, new.uncertainty),
                        support=_merge_supports(old.support, new.support),
-                       act_epilogue={**old.act_epilogue, **new.act_epilogue}, kernel_us=new.kernel_us)
+                       act_epilogue={**old.act_epilogue, **new.act_epilogue}, kernel_us=new.kernel_us,
+                       local=_merge_local(old.local, new.local))
 
 
 def _merge_bands(old: Mapping[str, tuple[float, int]], new: Mapping[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:
@@ -195,6 +196,12 @@ def _merge_supports(old: Mapping[str, Sequence[confidence.Point]] | None,
     for key, pts in new.items():
         out.setdefault(key, set()).update(pts)
     return {key: tuple(sorted(pts)) for key, pts in sorted(out.items())}
+
+
+def _merge_local(old: Mapping[str, Sequence[Any]], new: Mapping[str, Sequence[Any]]) -> dict[str, tuple[Any, ...]]:
+    """Per population the union of both fits' rows: the local band is their largest residual near
+    a point, so more rows only widen it (and a population one build lacks comes from the other)."""
+    return {pop: tuple(sorted(set(old.get(pop, ())) | set(new.get(pop, ())))) for pop in sorted({*old, *new})}
 
 
 def related_groups(signatures: Iterable[Any]) -> dict[Any, int]:
@@ -294,19 +301,22 @@ def with_bands(params: ModelParams, measurements: Iterable[Measurement], configs
     by signature and by group (related_groups: the error of a model that never saw the layer's
     hidden sizes, as a user's new model is). The sample count is the leave-one-signature-out
     predicted-fastest set's: one per held-out point, what a regime's band is a statement about;
-    the support is that set's points."""
+    the support is that set's points. The two predicted-fastest sets are also kept whole, as the
+    local band's rows (confidence.local_band; no group set where the log holds one group only)."""
     rows = list(measurements)
     top: list[tuple[str, int, int, int, int, float]] = []
     sets = [loso_residuals(rows, configs, arch, fallback, picked=top), top]
+    local = {"signature": confidence.local_rows(top)}
     groups = related_groups(m.signature for m in rows)
     if len(set(groups.values())) >= 2:
         group_top: list[tuple[str, int, int, int, int, float]] = []
         sets += [loso_residuals(rows, configs, arch, fallback, picked=group_top, group_of=groups.__getitem__),
                  group_top]
+        local["group"] = confidence.local_rows(group_top)
     widest = [confidence.bands(s) for s in sets]
     return dataclasses.replace(params, uncertainty={
         key: (max(b[key][0] for b in widest if key in b), n) for key, (_band, n) in widest[1].items()},
-        support=confidence.supports(top))
+        support=confidence.supports(top), local=local)
 
 
 def _scaled_line(config: Config, arch: ArchProfile, base: ModelParams, scale: float, elem: int) -> tuple[float, float]:

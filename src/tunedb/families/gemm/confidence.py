@@ -13,13 +13,21 @@ M range, M range, lane, everything). A regime also keeps its support: the (log2 
 points its residuals came from. serve() is THE rule: a config serves only where (1) the point lies
 within a factor 2 in M, N and K of some point of its regime's support (else the band is an
 extrapolation and says nothing) and (2) the lower bound of its predicted gain, predicted log
-speedup minus band, exceeds log(1 + margin); otherwise the fallback serves. Pure Python, no torch.
+speedup minus band, exceeds log(1 + margin); or, where that declines, (3) the lower bound with
+the LOCAL band clears the margin: the largest residual of the model's decisions (the predicted-
+fastest config, any lane) at training points of the same epilogue kind whose M lies within a
+factor 2, held out by signature and by group, at least LOCAL_MIN of each (local_band). The local
+band needs no (N, K) near the point: a model nobody measured has hidden sizes of its own, so the
+support of (2) declines every shape of it (bench/lomo_regret.py: 0 of 198 held-out points
+served). Otherwise the fallback serves. Pure Python, no torch.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
+
+from tunedb.errors import ConfigError
 
 # M ranges: decode (1), small batches, medium, large, prefill-sized
 M_EDGES: tuple[int, ...] = (1, 16, 128, 1024)
@@ -42,6 +50,12 @@ MIN_SAMPLES = math.ceil(math.log(1.0 - CONFIDENCE) / math.log(QUANTILE))  # 22: 
 # measured on K=4096 decode GEMMs and M>=1500 K=512 ones, and lost 14%).
 SUPPORT_SLACK = 1.0
 ANY = "*"
+# The local band's evidence: each population (decisions held out by signature, and by group: a
+# model nobody measured) needs at least this many residuals near the point. Held out by model
+# (bench/lomo_regret.py --sanity), 1 let a wrong tile through at M=96 (9% regret), 2 holds on
+# every split and its inner splits, 3 serves nothing anywhere: the evidence is thin, and says so.
+LOCAL_MIN = 2
+LOCAL_POPULATIONS = ("signature", "group")
 
 
 def m_range(m: int) -> str:
@@ -155,6 +169,44 @@ def in_support(support: Mapping[str, Sequence[Point]], key: str, m: int, n: int,
     return any(all(abs(a - b) <= slack + 1e-9 for a, b in zip(here, p)) for p in support.get(key, ()))
 
 
+LocalRow = tuple[str, float, float]  # (epilogue kind, log2 M, residual) of one held-out decision
+
+
+def local_rows(residuals: Iterable[tuple[str, int, int, int, int, float]]) -> tuple[LocalRow, ...]:
+    """The local band's rows of (lane, m, n, k, elem, residual) decision residuals: only the
+    epilogue kind and log2 M are kept (the local band pools lanes: it scores the decision, which
+    picks among them, and N and K are what a new model changes)."""
+    return tuple(sorted((ACT if lane.endswith(ACT) else "", round(math.log2(max(m, 1)), 3), round(r, 6))
+                        for lane, m, _n, _k, _e, r in residuals))
+
+
+def parse_local(raw: Any) -> dict[str, tuple[LocalRow, ...]]:
+    """A model file's `local` ({population: [[kind, log2 M, residual], ...]}); {} when absent."""
+    out = {}
+    for pop, rows in (raw or {}).items():
+        if not (isinstance(rows, (list, tuple)) and all(
+                isinstance(r, (list, tuple)) and len(r) == 3 and isinstance(r[0], str)
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r[1:]) for r in rows)):
+            raise ConfigError(f"cost-model local[{pop!r}] must be [[kind, log2 M, residual], ...], got {rows!r:.80}")
+        out[str(pop)] = tuple((r[0], float(r[1]), float(r[2])) for r in rows)
+    return out
+
+
+def local_band(local: Mapping[str, Sequence[LocalRow]], kind: str, m: int, slack: float = SUPPORT_SLACK,
+               min_samples: int = LOCAL_MIN) -> tuple[float, int] | None:
+    """(band, samples) at a point of epilogue kind `kind` and this M: the largest residual (never
+    below 0) of every LOCAL_POPULATIONS row of that kind whose M lies within `slack` octaves; None
+    where a population is missing or has fewer than min_samples such rows."""
+    here = round(math.log2(max(m, 1)), 3)  # as local_rows stores it: M=3 and M=6 are one octave apart
+    near = []
+    for pop in LOCAL_POPULATIONS:
+        rs = [r for k, lm, r in local.get(pop, ()) if k == kind and abs(lm - here) <= slack + 1e-9]
+        if len(rs) < min_samples:
+            return None
+        near += rs
+    return max(max(near), 0.0), len(near)
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the model tier decided at one point, and why (the report's model line)."""
@@ -167,6 +219,7 @@ class Decision:
     regime: str | None = None
     declined: bool = False  # True: `best` was predicted faster, but its gain's lower bound not beyond the margin
     outside: bool = False  # True: declined because the point lies outside its regime's support
+    local: bool = False  # True: served on the local band (band/samples are the local ones)
 
     def describe(self) -> str:
         """`b64x64x64... (+12% predicted, error band 8%, n=40)`, or why the fallback serves."""
@@ -178,6 +231,9 @@ class Decision:
         if self.outside:
             return (f"{self.config.id} (declined {self.best.id}: {gain}, but no shape its error band "
                     f"{self.regime} was measured on lies within a factor 2 in M, N and K)")
+        if self.local:
+            return (f"{self.config.id} ({gain}, local error band {math.expm1(self.band) * 100:.0f}%: the worst "
+                    f"of {self.samples} held-out decisions within a factor 2 of M)")
         if self.declined:
             return f"{self.config.id} (declined {self.best.id}: {gain}, {band})"
         return f"{self.config.id} ({gain}, {band})"
@@ -185,13 +241,29 @@ class Decision:
 
 def serve(ranked: Sequence[tuple[Any, float]], fallback: str, uncertainty: Mapping[str, tuple[float, int]],
           shape: tuple[int, int, int, int], margin: float = 0.0, min_samples: int = MIN_SAMPLES,
-          support: Mapping[str, Sequence[Point]] | None = None, epilogue: str = "") -> Decision | None:
+          support: Mapping[str, Sequence[Point]] | None = None, epilogue: str = "",
+          local: Mapping[str, Sequence[LocalRow]] | None = None) -> Decision | None:
     """THE model-tier rule. `ranked`: (config, predicted ms), fastest first; `shape`: (m, n, k,
     elem). Without the fallback among them the fastest serves (nothing to fall back to). Else the
     fastest other config serves only when the point lies in its regime's support (`support`
     None: not checked, for hand-made params; `epilogue`: epilogue_kind of the signature, which
     picks the regimes) and the lower bound of its predicted gain,
-    log(pred_fallback / pred_config) - band, exceeds log(1 + margin); otherwise the fallback serves."""
+    log(pred_fallback / pred_config) - band, exceeds log(1 + margin), or where the regime
+    declines, the lower bound with the local band does (`local`: the model's LocalRows per
+    population; None or empty: no local band); otherwise the fallback serves."""
+    d = _regime_decision(ranked, fallback, uncertainty, shape, margin, min_samples, support, epilogue)
+    if d is None or not local or not d.declined or d.gain is None:
+        return d
+    found = local_band(local, epilogue, shape[0])
+    if found is None or d.gain - found[0] <= math.log1p(max(margin, 0.0)):
+        return d
+    return Decision(d.best, d.best, d.gain, found[0], found[1], f"local{epilogue}", local=True)
+
+
+def _regime_decision(ranked: Sequence[tuple[Any, float]], fallback: str, uncertainty: Mapping[str, tuple[float, int]],
+                     shape: tuple[int, int, int, int], margin: float, min_samples: int,
+                     support: Mapping[str, Sequence[Point]] | None, epilogue: str) -> Decision | None:
+    """The rule's regime part: (1) and (2) of the module docstring."""
     if not ranked:
         return None
     fb = next(((c, ms) for c, ms in ranked if c.id == fallback), None)

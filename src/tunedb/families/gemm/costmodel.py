@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
+from tunedb import settings
 from tunedb.errors import ConfigError
 from tunedb.families.gemm import act_cost, confidence
 from tunedb.families.gemm.configs import VENDOR_LANES
@@ -73,6 +74,9 @@ class ModelParams:
     # point farther than a factor 2 from all of them is declined. None: not checked (hand-made
     # params); a calibrated model always has one
     support: Mapping[str, tuple[tuple[float, float, float], ...]] | None = None
+    # population ('signature', 'group') -> its held-out decisions' (epilogue kind, log2 M,
+    # residual) rows: the local band (confidence.local_band); empty: no local band
+    local: Mapping[str, tuple[tuple[str, float, float], ...]] = field(default_factory=dict)
     # per Triton kernel launched: its fixed cost beyond the launch (first loads from a cold L2, the
     # last stores' drain), which a tile line does not scale; fit() sets it to the vendor arm's
     # fitted overhead, measured on the same graphs. 0: hand-made params, and models fitted before it
@@ -90,7 +94,7 @@ class ModelParams:
                 "support": None if self.support is None else
                 {k: [list(p) for p in pts] for k, pts in sorted(self.support.items())},
                 "act_epilogue": {k: [a, b] for k, (a, b) in sorted(self.act_epilogue.items())},
-                "kernel_us": self.kernel_us}
+                "kernel_us": self.kernel_us, "local": {k: [list(r) for r in rows] for k, rows in sorted(self.local.items())}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelParams":
@@ -116,7 +120,7 @@ class ModelParams:
                    # a model written before the bands were calibrated has none: the tier declines
                    uncertainty=uncertainty, support=support,
                    act_epilogue=_pairs(data, "act_epilogue", "[per_cta_us, per_elem_us]"),
-                   kernel_us=float(data.get("kernel_us", 0.0)))
+                   kernel_us=float(data.get("kernel_us", 0.0)), local=confidence.parse_local(data.get("local")))
 
 
 def _points(raw: Any) -> dict[str, tuple[tuple[float, float, float], ...]] | None:
@@ -377,8 +381,8 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
     """The model tier's decision at (sig, m) among candidates: confidence.serve() over the
     candidates ranked by predicted time. When the fallback is a candidate, a config serves only
     where the shape lies near one its regime's band was measured on and its predicted speedup
-    over the fallback, less that band, exceeds params.torch_margin; a model without bands
-    declines every config."""
+    over the fallback, less that band, exceeds params.torch_margin (or, with
+    TUNEDB_MODEL_LOCAL_BAND=1, its local band does); a model without bands declines every config."""
     p = params or ModelParams()
 
     def decide(sig: Signature, m: int, candidates: tuple[Config, ...]) -> "confidence.Decision | None":
@@ -389,7 +393,8 @@ def make_decider(arch: ArchProfile, params: ModelParams | None, validity: Validi
                       default_config=default_config, sig=sig)
         return confidence.serve(ranked, fallback, p.uncertainty, (m, n, k, ELEM_BYTES.get(sig.dt, 2)),
                                 p.torch_margin, support=p.support,
-                                epilogue=confidence.epilogue_kind(sig.get("act")))
+                                epilogue=confidence.epilogue_kind(sig.get("act")),
+                                local=p.local if settings.model_local_band_enabled() else None)
     return decide
 
 
