@@ -10,6 +10,8 @@ Prints a table and writes DIR/build_scaling.json.
     python bench/build_scaling.py --workers 1 --quick --out /tmp/scaling      # one GPU, < 3 min
     python bench/build_scaling.py --workers 1,2,2k --quick --kill-after 20 --out /tmp/scaling
     python bench/build_scaling.py --workers 1,2,2k --max-points 6 --top-k 4 --kill-after 30 --out /tmp/s
+    python bench/build_scaling.py --workers 1,2,4,8,8k --census bench/census/llama-3-8b_decode.json \
+        --census bench/census/whisper-large-v3_offline.json --top-k 8 --out /tmp/s8   # issue 23
     python bench/build_scaling.py --workers 1,2 --simulate --simulate-delay 20 --out /tmp/s  # CPU
 
 Needs Ray importable (pip install 'tunedb[ray]'; on the device: bench/ray_carry.sh's tarball on
@@ -66,7 +68,7 @@ def kill_one_actor(after_s: float, done: threading.Event, killed: list[int]) -> 
 
 def build(n: int, kill: bool, args: argparse.Namespace, out: Path) -> dict:
     run_id = f"scaling-w{n}{'k' if kill else ''}-{int(time.time())}"
-    cmd = [sys.executable, "-m", "tunedb", "build", "--census", str(args.census), "--out", str(out),
+    cmd = [sys.executable, "-m", "tunedb", "build", *[a for c in args.census for a in ("--census", c)], "--out", str(out),
            "--fresh", "--workers", str(n), "--run-id", run_id, "--json"]
     if args.quick:
         cmd += QUICK
@@ -122,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill-after", type=float, default=20.0, metavar="S",
                     help="for an Nk build: SIGKILL one actor S seconds after the actors start (default 20)")
     ap.add_argument("--out", required=True, help="directory for the files and build_scaling.json")
-    ap.add_argument("--census", default=str(CENSUS))
+    ap.add_argument("--census", action="append", default=None,
+                    help="a census file; repeat it to build several together (default: the Llama-3-8B decode census)")
     ap.add_argument("--quick", action="store_true", help="2 points per signature, top-4 (about 90 arms)")
     ap.add_argument("--max-points", type=int, default=0, metavar="N", help="thin to N points per signature")
     ap.add_argument("--top-k", type=int, default=0, metavar="K", help="cost-model candidates per point")
@@ -131,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--simulate-delay", type=float, default=20.0, metavar="MS",
                     help="--simulate: sleep per arm on the actors (default 20)")
     args = ap.parse_args(argv)
+    args.census = args.census or [str(CENSUS)]
     runs = []
     for x in (x.strip() for x in args.workers.split(",")):
         if not x:

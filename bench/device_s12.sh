@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Session 12's device calls: stages by name, each under its own timeout, logs under $OUT.
 #   bash bench/device_s12.sh STAGE...   (run on the device from the repository root)
+# scaling: SCALE_RUNS (1,2,2k), SCALE_P (points per signature, 0 = all), SCALE_K (top-k), SCALE_KILL (s),
+#   SCALE_GATE (--gate-noise), SCALE_EXTRA (more build_scaling flags, e.g. a second --census)
 # GPU test files that only check kernels run side by side (their Triton compiles are CPU-bound);
 # anything timed, and anything with the protocol's busy-GPU refusal, runs alone.
 set -u
@@ -30,7 +32,7 @@ for s in "$@"; do
     prebuild-llama)  # both builds of the scaling run start from one warm cache (compiling is never timed)
       stage prebuild_llama ${PB_S:-150} "python -m tunedb prebuild --census bench/census/llama-3-8b_decode.json $([ "${SCALE_P:-6}" = 0 ] || echo --thin --max-points ${SCALE_P:-6}) --jobs ${PB_JOBS:-24}" ;;
     scaling)  # issue 26: 1 GPU, 2 GPUs, 2 GPUs with one actor SIGKILLed, at the same points
-      stage scaling ${SCALE_S:-420} "python bench/build_scaling.py --workers ${SCALE_RUNS:-1,2,2k} --max-points ${SCALE_P:-6} --top-k ${SCALE_K:-4} --kill-after ${SCALE_KILL:-25} ${SCALE_GATE:+--gate-noise $SCALE_GATE} --out $OUT/scaling && for f in 1 2 2k; do [ -d $OUT/scaling/w\$f ] && python -m tunedb diff $OUT/scaling/w1/sm90/gemm.json $OUT/scaling/w\$f/sm90/gemm.json > $OUT/scaling/diff_w\$f.txt 2>&1; done; true" ;;
+      stage scaling ${SCALE_S:-420} "python bench/build_scaling.py --workers ${SCALE_RUNS:-1,2,2k} --max-points ${SCALE_P:-6} --top-k ${SCALE_K:-4} --kill-after ${SCALE_KILL:-25} ${SCALE_GATE:+--gate-noise $SCALE_GATE} ${SCALE_EXTRA:-} --out $OUT/scaling && for f in 1 2 2k; do [ -d $OUT/scaling/w\$f ] && python -m tunedb diff $OUT/scaling/w1/sm90/gemm.json $OUT/scaling/w\$f/sm90/gemm.json > $OUT/scaling/diff_w\$f.txt 2>&1; done; true" ;;
     workers-test) stage workers_test 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_build_workers_gpu.py" ;;
     cutoff-mpc) stage cutoff_mpc 150 "python bench/cutoff_mpc.py --out $OUT/cutoff_mpc.json --config $OUT/cutoff_decisions.json" ;;
     cutoff-tests) stage cutoff_tests 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_cutoff_fused_gpu.py tests/gpu/test_cutoff_gpu.py" ;;
