@@ -149,7 +149,7 @@ CENSUS_BESIDE = Setting(
 
 MODEL_LOCAL_BAND = Setting(
     "TUNEDB_MODEL_LOCAL_BAND", "0",
-    "'1': the GEMM cost-model tier also serves a config on its local band (families/gemm/confidence.py, "
+    "'1': the cost-model tier of the matrix-multiply family also serves a config on its local band (confidence.py, "
     "rule 3) where the regime rule declines; '0': regime rule only. Off by default: held out by model "
     "on an earlier H200 build log, its inner splits served two points 66-67% slower than the oracle.",
     ("0", "1"),
