@@ -51,7 +51,7 @@ SMALL = [(512, 512), (2048, 512), (512, 2048), (1536, 512), (512, 9728)]  # 0.5-
 def test_fit_on_small_weights_prices_a_large_weight_by_its_tiles_in_flight():
     params = fit(measurements(SMALL, (1, 3, 9, 30)), {c.id: c for c in CONFIGS}, ARCH)
     lat, scale = params.decode["stream"]
-    assert abs(lat - LAT) / LAT < 0.1 and scale == 1.0
+    assert abs(lat - LAT) / LAT < 0.1 and scale == 1.0 and params.decode["combine"][0] == 0.0
     big = sig(14336, 4096)  # 117 MB: no training weight came near it
     for c in CONFIGS[:4]:
         got = predict(c, (big, 3), ARCH, params) * 1000.0
@@ -83,3 +83,18 @@ def test_decode_fit_round_trips_and_old_files_load_without_it():
 
 def test_too_few_decode_points_fit_nothing():
     assert decode_cost.fit_stream([(1e6, 1e5, 3.0)] * 3, 4e6) == {}
+
+
+def test_fit_tells_a_hard_roofline_from_latency_queued_behind_the_transfer():
+    rows_max, rows_sum = [], []
+    lat = 1.07  # near a grid latency (decode_cost._LAT_GRID)
+    for nbytes in (1e6, 4e6, 16e6, 64e6, 117e6):
+        for flight in (5e5, 2e6, 8e6, 3e7):
+            bw = ARCH.dram_bw_gbs * 1e3
+            rows_max.append((nbytes, flight, 0.5 + decode_cost.stream_us(nbytes, flight, bw, lat, 1.0, 0.0)))
+            rows_sum.append((nbytes, flight, 0.5 + decode_cost.stream_us(nbytes, flight, bw, lat, 1.0, 1.0)))
+    hard = decode_cost.fit_stream(rows_max, ARCH.dram_bw_gbs * 1e3)
+    queued = decode_cost.fit_stream(rows_sum, ARCH.dram_bw_gbs * 1e3)
+    assert hard["combine"][0] == 0.0 and queued["combine"][0] == 1.0
+    for fitted in (hard, queued):
+        assert abs(fitted["stream"][0] - lat) < 0.05 and abs(fitted["base"][0] - 0.5) < 0.05
