@@ -98,3 +98,13 @@ def test_fit_tells_a_hard_roofline_from_latency_queued_behind_the_transfer():
     assert hard["combine"][0] == 0.0 and queued["combine"][0] == 1.0
     for fitted in (hard, queued):
         assert abs(fitted["stream"][0] - lat) < 0.05 and abs(fitted["base"][0] - 0.5) < 0.05
+
+
+def test_merge_keeps_the_newer_builds_decode_fit_else_the_older():
+    from tunedb.families.gemm.calibration import merge
+
+    fitted = fit(measurements(SMALL, (1, 3, 9, 30)), {c.id: c for c in CONFIGS}, ARCH)
+    bare = ModelParams(**{**fitted.__dict__, "decode": {}})
+    assert merge(fitted, bare).decode == fitted.decode
+    other = ModelParams(**{**fitted.__dict__, "decode": {"stream": (2.0, 1.0), "base": (0.0, 0.0)}})
+    assert merge(fitted, other).decode == other.decode
