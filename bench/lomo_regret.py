@@ -1,7 +1,8 @@
 """Leave-one-model-out regret of the GEMM model tier (issue 18, item 4), on the CPU from a recorded
 H200 build log.
 
-    python bench/lomo_regret.py [--log LOG.jsonl.gz] [--pool measured|compiled+torch] [--sanity] [--out JSON]
+    python bench/lomo_regret.py [--log LOG.jsonl.gz] [--pool measured|compiled+torch] [--sanity]
+                                [--decode-report] [--out JSON]
 
 For each preset model W named by the census files in bench/census/, the cost model is fitted
 (calibration.fit) on the measurements of every signature that W's census does NOT name (so a
@@ -21,6 +22,9 @@ oracle's geomean gain over torch that the selector keeps (issue 18: at least hal
 torch's geomean regret exceeds 1% (below that there is next to nothing to keep). "served max" is
 the largest regret at a point where the selector served a Triton config (issue 18: <= 5%; where
 torch serves, torch's own regret is no fault of the model tier).
+--decode-report also prints bench/lomo_decode.py's table (the model's decode-regime error and rank
+correlation held out by model, with and without its decode term; its rows go to the JSON's
+"decode_report" when --out is given, which then holds {"lomo": rows, "decode_report": rows}).
 --sanity adds a check on splits the rule was not tuned on: inside each split's training set, each
 signature held out in turn (model and bands fitted on the others), the rule and the local band
 against torch.
@@ -165,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pool", choices=("measured", "compiled+torch"), default="measured")
     ap.add_argument("--sanity", action="store_true",
                     help="also hold out each training signature inside every split (about 6 min)")
+    ap.add_argument("--decode-report", action="store_true",
+                    help="also print the decode-regime error and rank correlation (bench/lomo_decode.py)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if not args.log.is_file():
@@ -190,8 +196,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{'':18} sanity (each of its training signatures held out, {c['points']} points): {name} "
                       f"{_pct(c[f'{key}_geomean'])} vs torch {_pct(c['torch_geomean'])} geomean, served max "
                       f"{_pct(c[f'{key}_served_max'])}, served a config at {c[f'{key}_served_config']} point(s)")
+    doc: Any = rows
+    if args.decode_report:
+        import lomo_decode
+
+        decode_rows = lomo_decode.run(args.log)
+        lomo_decode.print_report(decode_rows)
+        doc = {"lomo": rows, "decode_report": decode_rows}
     if args.out:
-        database.write_atomic(args.out, json.dumps(rows, indent=1, sort_keys=True))
+        database.write_atomic(args.out, json.dumps(doc, indent=1, sort_keys=True))
     return 0
 
 

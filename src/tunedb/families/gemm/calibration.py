@@ -15,9 +15,10 @@ import dataclasses
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from tunedb.families.gemm import act_cost, confidence
+from tunedb.families.gemm import act_cost, confidence, decode_cost
 from tunedb.families.gemm.costmodel import (ELEM_BYTES, ModelParams, Terms, _predict_us, _tile_of,
-                              _vendor_parts, _vendor_us, default_line, launches, predict, terms)
+                              _vendor_parts, _vendor_us, decode_flight, default_line, launches, predict,
+                              terms, weight_bytes)
 from tunedb.families.gemm.configs import VENDOR_LANES
 from tunedb.records import ArchProfile, Config, Measurement, Status
 
@@ -53,6 +54,7 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
     base = base or ModelParams()
     by_id = dict(configs) if isinstance(configs, Mapping) else {c.id: c for c in configs}
     rows: dict[str, list[tuple[Terms, float, int]]] = {}
+    decode_pts: list[tuple[Config, Any, float]] = []  # plain Triton decode points (decode_cost.py)
     vendor: dict[str, list[tuple[list[tuple[float, float, float]], float]]] = {}
     acted: list[Measurement] = []  # activation signatures: fitted on top of the plain terms
     twins: dict[tuple[Any, ...], float] = {}  # (N, K, dt, M, config) -> us of a GEMM without activation
@@ -83,6 +85,8 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
         if not isinstance(pred, Status) and pred > 0:
             ratios.append(us / pred)
         rows.setdefault(config.id, []).append((tm, us, ELEM_BYTES.get(meas.signature.dt, 2)))
+        if meas.m <= decode_cost.DECODE_M:
+            decode_pts.append((config, shape, us))
     ratios.sort()
     scale = base.scale * (ratios[len(ratios) // 2] if ratios else 1.0)
     sentinel = dict(base.sentinel)
@@ -95,8 +99,23 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
                         per_config={**base.per_config, **per}, sentinel=sentinel,
                         torch_margin=base.torch_margin, fitted_on=seen, uncertainty=dict(base.uncertainty),
                         support=None if base.support is None else dict(base.support),
-                        act_epilogue=dict(base.act_epilogue), kernel_us=kernel_us, local=dict(base.local))
+                        act_epilogue=dict(base.act_epilogue), kernel_us=kernel_us, local=dict(base.local),
+                        decode=_fit_decode(decode_pts, kernel_us, arch) or dict(base.decode))
     return _fit_activations(plain, acted, by_id, arch, twins)
+
+
+def _fit_decode(decode_pts: Sequence[tuple[Config, Any, float]], kernel_us: float,
+                arch: ArchProfile) -> dict[str, tuple[float, float]]:
+    """The decode term (decode_cost.fit_stream) from every plain Triton decode point: what it
+    explains is the measured time less the fixed terms (launches, split-K reduction)."""
+    data = []
+    for config, shape, us in decode_pts:
+        tm = terms(config, shape, arch)
+        if isinstance(tm, Status):
+            continue
+        data.append((weight_bytes(shape), decode_flight(config, shape, arch),
+                     us - tm.fixed_us - kernel_us * launches(config)))
+    return decode_cost.fit_stream(data, arch.dram_bw_gbs * 1e3)
 
 
 def _twin_key(meas: Measurement) -> tuple[Any, ...]:
@@ -172,7 +191,7 @@ def merge(old: ModelParams | None, new: ModelParams) -> ModelParams:
                        fitted_on=total, uncertainty=_merge_bands(old.uncertainty, new.uncertainty),
                        support=_merge_supports(old.support, new.support),
                        act_epilogue={**old.act_epilogue, **new.act_epilogue}, kernel_us=new.kernel_us,
-                       local=_merge_local(old.local, new.local))
+                       local=_merge_local(old.local, new.local), decode=dict(new.decode or old.decode))
 
 
 def _merge_bands(old: Mapping[str, tuple[float, int]], new: Mapping[str, tuple[float, int]]) -> dict[str, tuple[float, int]]:

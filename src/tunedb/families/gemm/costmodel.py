@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from tunedb import settings
 from tunedb.errors import ConfigError
-from tunedb.families.gemm import act_cost, confidence
+from tunedb.families.gemm import act_cost, confidence, decode_cost
 from tunedb.families.gemm.configs import VENDOR_LANES
 from tunedb.records import ArchProfile, Config, Signature, Status
 
@@ -83,6 +83,10 @@ class ModelParams:
     kernel_us: float = 0.0
     # activation -> (per-CTA us, per-element us) a Triton tile's fused activation costs (act_cost.py)
     act_epilogue: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    # the decode law at M <= DECODE_M (decode_cost.py): 'stream' -> (loaded latency us, share of
+    # the DRAM bandwidth), 'base' -> (fixed us, 0); empty: models fitted before it, priced by the
+    # throughput line alone
+    decode: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": _SCHEMA, "scale": self.scale, "lane_eff": dict(self.lane_eff),
@@ -94,7 +98,8 @@ class ModelParams:
                 "support": None if self.support is None else
                 {k: [list(p) for p in pts] for k, pts in sorted(self.support.items())},
                 "act_epilogue": {k: [a, b] for k, (a, b) in sorted(self.act_epilogue.items())},
-                "kernel_us": self.kernel_us, "local": {k: [list(r) for r in rows] for k, rows in sorted(self.local.items())}}
+                "kernel_us": self.kernel_us, "local": {k: [list(r) for r in rows] for k, rows in sorted(self.local.items())},
+                "decode": {k: [a, b] for k, (a, b) in sorted(self.decode.items())}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ModelParams":
@@ -120,7 +125,8 @@ class ModelParams:
                    # a model written before the bands were calibrated has none: the tier declines
                    uncertainty=uncertainty, support=support,
                    act_epilogue=_pairs(data, "act_epilogue", "[per_cta_us, per_elem_us]"),
-                   kernel_us=float(data.get("kernel_us", 0.0)), local=confidence.parse_local(data.get("local")))
+                   kernel_us=float(data.get("kernel_us", 0.0)), local=confidence.parse_local(data.get("local")),
+                   decode=_pairs(data, "decode", "[value, value]"))
 
 
 def _points(raw: Any) -> dict[str, tuple[tuple[float, float, float], ...]] | None:
@@ -283,14 +289,37 @@ def _predict_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: Mode
     tm = terms(config, shape, arch)
     if isinstance(tm, Status):
         return tm
-    _, _, _, dt, sig = _shape_of(shape)
-    a, b = _line(config, arch, params, ELEM_BYTES.get(dt, 2))
+    m, _, _, dt, sig = _shape_of(shape)
+    t = _tile_of(config)
     act = act_cost.act_of(sig)
-    if act is not None:  # the fused activation: each CTA's epilogue on its tile
-        t = _tile_of(config)
-        a += act_cost.epilogue_us(act, t.bm, t.bn, params.act_epilogue)
-    return max(tm.line_us(a, b, params.latency_us) + tm.fixed_us + params.kernel_us * launches(config),
-               tm.floor_us)
+    # the fused activation: each CTA's epilogue on its tile
+    epi = act_cost.epilogue_us(act, t.bm, t.bn, params.act_epilogue) if act is not None else 0.0
+    fixed = tm.fixed_us + params.kernel_us * launches(config)
+    if m <= decode_cost.DECODE_M and params.decode:
+        dec = decode_cost.predict_us(params.decode, weight_bytes(shape), decode_flight(config, shape, arch),
+                                     arch.dram_bw_gbs * 1e3)
+    else:
+        dec = None
+    a, b = _line(config, arch, params, ELEM_BYTES.get(dt, 2))
+    us = max(tm.line_us(a + epi, b, params.latency_us) + fixed, tm.floor_us)
+    return us if dec is None else max(us, dec + tm.wave_slots * epi + fixed)
+
+
+def weight_bytes(shape: ShapeArg) -> float:
+    """Bytes a call reads and writes: the weight, the activation and the output."""
+    m, n, k, dt, _ = _shape_of(shape)
+    return float((n * k + m * k + m * n) * ELEM_BYTES.get(dt, 2))
+
+
+def decode_flight(config: Config, shape: ShapeArg, arch: ArchProfile) -> float:
+    """Bytes the config keeps in flight at this shape (decode_cost.in_flight): CTAs resident at once."""
+    m, n, _, dt, _ = _shape_of(shape)
+    t = _tile_of(config)
+    elem = ELEM_BYTES.get(dt, 2)
+    r = occupancy(t, arch, elem)
+    tiles = _cdiv(m, t.bm) * _cdiv(n, t.bn) * t.split_k
+    resident = min(tiles, arch.sms * (r if isinstance(r, int) else 1))
+    return decode_cost.in_flight(resident, t.stages, t.bm, t.bn, t.bk, m, elem)
 
 
 def launches(config: Config) -> int:
