@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tunedb import families, pipeline
+from tunedb.build import signature_steps
 from tunedb.build import steps as buildsteps
 from tunedb.build.point_tasks import PointTasks
 from tunedb.build.scheduler import Outcome, Scheduler, drive
@@ -25,7 +26,7 @@ def setup():
     family = families.get("gemm")
     arch = pipeline.arch_profile("sm90", real=False)
     measurer = buildsteps.Measurer(family, opts, arch, None, {})
-    serial = {p.signature: buildsteps.build_signature(p, measurer, opts)[0] for p in plans}
+    serial = {p.signature: signature_steps.build_signature(p, measurer, opts)[0] for p in plans}
     return plans, opts, measurer, serial
 
 

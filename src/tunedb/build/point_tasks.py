@@ -2,7 +2,7 @@
 
 Handing out whole signatures left GPUs idle: the Llama-3-8B decode census has five, so two
 GPUs finish at best 5/3 faster than one, and a killed actor cost a whole signature. Here each
-signature runs as steps.build_signature does, in its three steps, with every measurement a task
+signature runs as signature_steps.build_signature does, in its three steps, with every measurement a task
 the scheduler hands out (grouped by signature: a signature stays on the GPU that started it
 unless another GPU has nothing else to do): first each point's arms (task "arms"), then, once all of them are
 in, each point's cross-evaluation (task "cross"), pinned to the GPU that measured that point's
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Sequence
 
-from tunedb.build import steps as buildsteps
+from tunedb.build import signature_steps
 from tunedb.records import Entry, Measurement, Signature
 
 
@@ -85,7 +85,7 @@ class PointTasks:
     def request(self, task: PointTask, worker: Hashable) -> Request:
         job = self.jobs[task.signature]
         plan, m = job.plan, task.m
-        alpha = buildsteps.point_alpha(plan, m)
+        alpha = signature_steps.point_alpha(plan, m)
         if task.kind == "arms":
             return Request(plan.signature, m, tuple(plan.arms[m]), alpha, len(plan.points) == 1)
         if job.device.get(m) == worker:
@@ -115,7 +115,7 @@ class PointTasks:
         ready: list[tuple[PointTask, float, Hashable | None]] = []
         if task.kind == "arms" and not any(t.kind == "arms" for t in job.waiting):
             job.cross = {m: tuple(ids) for m, ids in
-                         buildsteps.cross_requests(job.plan, self.measurements(job), self.valid).items()}
+                         signature_steps.cross_requests(job.plan, self.measurements(job), self.valid).items()}
             share = float(job.plan.est_seconds or 0.0) / max(1, 2 * len(job.plan.points))
             for m in job.cross:
                 t = PointTask(job.plan.signature, m, "cross")
@@ -124,7 +124,7 @@ class PointTasks:
         if job.waiting:
             return ready, None, []
         meas = self.measurements(job)
-        return ready, buildsteps.finish_signature(job.plan, meas, self.opts, self.rule), meas
+        return ready, signature_steps.finish_signature(job.plan, meas, self.opts, self.rule), meas
 
     @staticmethod
     def measurements(job: _Job) -> list[Measurement]:

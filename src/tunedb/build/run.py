@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import database, families
-from tunedb.build import checkpoint, compile_pool, distributed, partition, speculative
+from tunedb.build import checkpoint, compile_pool, distributed, partition, signature_steps, speculative
 from tunedb.build import plan as buildplan
 from tunedb.build import steps as buildsteps
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
@@ -246,7 +246,7 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
                 plan = by_sig[sig]
                 reporter.signature(plan, index, len(plans))
                 s0, a0 = time.perf_counter(), measure.arms
-                entry, _ = buildsteps.build_signature(plan, measure, opts, reporter.advance)
+                entry, _ = signature_steps.build_signature(plan, measure, opts, reporter.advance)
                 entries[sig] = entry
                 run.save(checkpoint.Finished(entry, buildsteps.entry_config_ids(entry),
                                              measure.arms - a0, round(time.perf_counter() - s0, 3)))

@@ -222,13 +222,13 @@ class AheadRun:
         return out
 
     def _run(self) -> None:
-        from tunedb.build import steps as buildsteps
+        from tunedb.build import signature_steps
 
         started = time.perf_counter()
         try:
             fill(self.plans, self.measurer, self.compiles, self.measured, self._stop, keep_transient=False)
             for plan in self.plans:  # the cross-evaluations (their configs are compiled by now)
-                buildsteps.build_signature(plan, self, self.opts, rule=self.rule)
+                signature_steps.build_signature(plan, self, self.opts, rule=self.rule)
         except _Stopped:
             pass
         except BaseException as exc:  # noqa: BLE001 - reported by take_over; the build measures instead

@@ -1,0 +1,73 @@
+"""One signature's build, in the three steps a serial build runs in line and a multi-GPU build
+hands out point by point (build/point_tasks.py): every point's arms (first_requests), then each
+point's leaders at the other points (cross_requests, which needs every first result), then the
+partition into regions (finish_signature). build_signature chains them for one measurer.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from tunedb import families
+from tunedb.build import partition
+from tunedb.build import plan as buildplan
+from tunedb.build.steps import evidence, pick_rule
+from tunedb.families.contract import PickRule
+from tunedb.records import Entry, Measurement, Signature
+
+
+def build_signature(plan: buildplan.SignaturePlan, measure: Callable[..., tuple[Measurement, ...]],
+                    opts: Any, on_arms: Callable[[int], None] = lambda n: None, rule: PickRule | None = None,
+                    ) -> tuple[Entry, list[Measurement]]:
+    """Measure one signature's plan, cross-evaluate, partition under `rule` (default: the
+    measurer's, else the family's with --min-speedup): its Entry and every measurement."""
+    meas: list[Measurement] = []
+    for m, ids, alpha, decides in first_requests(plan):
+        got = measure(plan.signature, m, ids, alpha, decides=decides)
+        meas.extend(got)
+        on_arms(len(got))
+    for m, ids in cross_requests(plan, meas, getattr(measure, "valid", None)).items():
+        got = measure(plan.signature, m, ids, point_alpha(plan, m))
+        meas.extend(got)
+        on_arms(len(got))
+    return finish_signature(plan, meas, opts, rule or getattr(measure, "rule", None)), meas
+
+
+def point_alpha(plan: buildplan.SignaturePlan, m: int) -> float:
+    return next(p.eager_share for p in plan.points if p.m == m)
+
+
+def first_requests(plan: buildplan.SignaturePlan) -> list[tuple[int, tuple[str, ...], float, bool]]:
+    """(M, config ids, alpha, decides) per point: the plan's arms at each point. decides: the
+    point is its signature's only one (see Measurer.__call__)."""
+    alone = len(plan.points) == 1
+    return [(p.m, tuple(plan.arms[p.m]), p.eager_share, alone) for p in plan.points]
+
+
+def cross_requests(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
+                   valid: Callable[[Signature, int, str], bool] | None = None) -> dict[int, list[str]]:
+    """M -> config ids: every point's top configs measured at the other points (sorted by M),
+    minus pairs already measured and pairs the validity predicate refuses."""
+    alpha = {p.m: p.eager_share for p in plan.points}
+    ranked = {p.m: [cid for _, cid in sorted((x.objective(alpha[p.m]), x.config_id)
+                                            for x in meas if x.m == p.m and x.status.ok)]
+              for p in plan.points}
+    extra: dict[int, list[str]] = {}
+    for m, cid in partition.cross_eval_plan(plan.points, ranked, buildplan.CROSS_TOP,
+                                            [(x.m, x.config_id) for x in meas]):
+        if valid is None or valid(plan.signature, m, cid):
+            extra.setdefault(m, []).append(cid)
+    return dict(sorted(extra.items()))
+
+
+def finish_signature(plan: buildplan.SignaturePlan, meas: Sequence[Measurement], opts: Any,
+                     rule: PickRule | None = None) -> Entry:
+    """The signature's Entry from all its measurements: the partition under `rule` (default:
+    the family's with --min-speedup), regions and the evidence they rest on."""
+    if rule is None:
+        rule = pick_rule(families.get(plan.signature.family), opts.min_speedup, getattr(opts, "gate_noise", None))
+    alpha = {p.m: p.eager_share for p in plan.points}
+    table = partition.objective_table(meas, alpha)
+    part = partition.partition(plan.points, table, rule, catch_all=True)
+    keep = set(part.chosen) | {r.config_id for r in part.regions + (part.regions_native or ())} | set(plan.forced)
+    source = "simulated" if opts.simulate else "build"
+    return Entry(plan.signature, part.regions, evidence(meas, keep), source, {}, part.notes, part.regions_native)
