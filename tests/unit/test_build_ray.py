@@ -146,7 +146,7 @@ def test_install_writes_new_files_whole_and_never_overwrites(tmp_path) -> None:
     n = remote_compile.install({"k1/a.cubin": b"theirs", "k2/b.json": b"{}"}, tmp_path)
     assert n == 1 and (tmp_path / "k1" / "a.cubin").read_bytes() == b"mine"
     assert (tmp_path / "k2" / "b.json").read_bytes() == b"{}"
-    assert not [p for p in tmp_path.rglob(".tunedb-*")]
+    assert not [p for p in tmp_path.rglob("*.tmp")]  # no temp file left behind
     with pytest.raises(ValueError, match="outside the cache"):
         remote_compile.install({"../evil": b"x"}, tmp_path / "k1")
 

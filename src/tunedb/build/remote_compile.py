@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from tunedb.database import store
 from tunedb.records import Signature
 
 
@@ -46,8 +47,9 @@ def compile_files(family_name: str, arch_family: str, sig: Signature, config_ids
 
 
 def install(files: Mapping[str, bytes], cache_dir: str | os.PathLike) -> int:
-    """Write each file under `cache_dir` that is not there yet (tmp file + rename, so a reader
-    never sees half a binary); the number written. A path that leaves the directory is refused."""
+    """Write each file under `cache_dir` that is not there yet (database.store.write_atomic: a
+    reader never sees half a binary); the number written. A path that leaves the directory is
+    refused."""
     root = Path(cache_dir).resolve()
     written = 0
     for rel, data in files.items():
@@ -56,15 +58,7 @@ def install(files: Mapping[str, bytes], cache_dir: str | os.PathLike) -> int:
             raise ValueError(f"compiled file {rel!r} would land outside the cache {root}")
         if dest.exists():
             continue
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tunedb-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        store.write_atomic(dest, data)
         written += 1
     return written
 

@@ -39,12 +39,13 @@ def target_path(target: str | os.PathLike, arch_family: str, kernel_family: str)
     return Path(target)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text`: a temp file in the same directory, fsync, os.replace."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Replace `path` with `text` (str: UTF-8; bytes as they are): a temp file in the same
+    directory, fsync, os.replace."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
