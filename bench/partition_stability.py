@@ -17,7 +17,6 @@ import dataclasses
 import glob
 import itertools
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -25,10 +24,9 @@ from tunedb import families, pipeline
 from tunedb.build import steps as buildsteps
 from tunedb.build.partition import objective_table, partition
 from tunedb.measure.log import read_measurements
+from tunedb.records import Entry
 
-
-def served(regions, m: int) -> str:
-    return next((r.config_id for r in regions if r.m_hi is None or m <= r.m_hi), "torch")
+from region_agreement import geomean  # noqa: E402 - bench/ is this script's directory
 
 
 def regions_of(plans, meas, rule) -> dict:
@@ -39,7 +37,7 @@ def regions_of(plans, meas, rule) -> dict:
     for p in plans:
         got = by_sig.get(p.signature, [])
         alpha = {q.m: q.eager_share for q in p.points}
-        out[p.signature] = partition(p.points, objective_table(got, alpha), rule, catch_all=True).regions
+        out[p.signature] = Entry(p.signature, partition(p.points, objective_table(got, alpha), rule, catch_all=True).regions)
     return out
 
 
@@ -53,7 +51,7 @@ def compare(plans, ra, rb, judge) -> tuple[int, int, list[float], list[float]]:
     regret, gain = [], []
     for p in plans:
         for q in p.points:
-            a, b = served(ra[p.signature], q.m), served(rb[p.signature], q.m)
+            a, b = ra[p.signature].lookup(q.m), rb[p.signature].lookup(q.m)
             total += 1
             same += a == b
             ta, tb = judge.get((p.signature, q.m, a)), judge.get((p.signature, q.m, b))
@@ -63,10 +61,6 @@ def compare(plans, ra, rb, judge) -> tuple[int, int, list[float], list[float]]:
             if tb and tt:
                 gain.append(tt / tb)
     return same, total, regret, gain
-
-
-def gm(xs) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         for a, b in itertools.permutations(paths, 2):  # a's picks timed by b's run
             gain += compare(plans, regs[a], regs[a], judge[b])[3]
         row = {"tie_band": band, "gate_noise": noise, "same_mean": sum(fracs) / len(fracs), "same_min": min(fracs),
-               "regret_gm": gm(regret), "regret_max": max(regret), "gain_gm": gm(gain)}
+               "regret_gm": geomean(regret), "regret_max": max(regret), "gain_gm": geomean(gain)}
         rows.append(row)
         print(f"{band:>8.3f} {noise:>10.3f} {100 * row['same_mean']:>8.1f}% {100 * row['same_min']:>9.1f}% "
               f"{row['regret_gm']:>9.4f} {row['regret_max']:>10.4f} {row['gain_gm']:>8.4f}")

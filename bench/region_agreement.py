@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 
 from tunedb import database
 from tunedb.database import diffing
 
 
-def served(regions, m: int) -> str:
-    """The config a signature's regions serve at M (the first region whose m_hi reaches M)."""
-    return next((r.config_id for r in regions if r.m_hi is None or m <= r.m_hi), "torch")
+def geomean(xs) -> float:
+    """The geometric mean, 1.0 for no values (nothing moved)."""
+    return statistics.geometric_mean(xs) if xs else 1.0
 
 
 def agreement(a: database.DatabaseFile, b: database.DatabaseFile) -> dict:
@@ -29,7 +30,7 @@ def agreement(a: database.DatabaseFile, b: database.DatabaseFile) -> dict:
         ms = {int(k[2:]) for e in (a.entries[sig], b.entries[sig]) for k in e.evidence if k.startswith("M=")}
         for m in ms:
             cells += 1
-            same += served(a.entries[sig].regions, m) == served(b.entries[sig].regions, m)
+            same += a.entries[sig].lookup(m) == b.entries[sig].lookup(m)
     return {"shared": shared, "identical": shared - len(differ), "differ": differ,
             "points": cells, "points_same": same,
             "only_a": sorted(c.subject for c in regions if c.kind == "removed"),
@@ -41,8 +42,6 @@ def cross_regret(a: database.DatabaseFile, a_log: str, b: database.DatabaseFile)
     where both picks were measured there, B's pick over A's pick; geomean and worst over the
     points where the picks differ, and over all points. A disagreement between two builds that
     is a near-tie costs ~0; one that is not shows here."""
-    import math
-
     t: dict[tuple[str, int], dict[str, float]] = {}
     with open(a_log) as fh:
         for line in fh:
@@ -55,16 +54,13 @@ def cross_regret(a: database.DatabaseFile, a_log: str, b: database.DatabaseFile)
         for (s, m), times in t.items():
             if s != name:
                 continue
-            pa, pb = served(a.entries[sig].regions, m), served(b.entries[sig].regions, m)
+            pa, pb = a.entries[sig].lookup(m), b.entries[sig].lookup(m)
             if pa in times and pb in times:
                 ratios.append(times[pb] / times[pa])
                 if pa != pb:
                     differ.append((name, m, pa, pb, times[pb] / times[pa]))
-
-    def gm(xs):
-        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 1.0
-    return {"points": len(ratios), "geomean": round(gm(ratios), 4), "worst": round(max(ratios, default=1.0), 4),
-            "differ": len(differ), "differ_geomean": round(gm([d[-1] for d in differ]), 4),
+    return {"points": len(ratios), "geomean": round(geomean(ratios), 4), "worst": round(max(ratios, default=1.0), 4),
+            "differ": len(differ), "differ_geomean": round(geomean([d[-1] for d in differ]), 4),
             "differ_worst": max(differ, key=lambda d: d[-1], default=None)}
 
 
