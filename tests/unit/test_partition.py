@@ -216,12 +216,12 @@ def test_gate_noise_option_reaches_the_build_rule():
 
 
 def test_gate_noise_counts_a_region_by_where_its_traffic_is():
-    from tunedb.build.partition import effective_points, gate
+    from tunedb.build.partition import effective_points
 
     assert effective_points([1, 2, 3, 4], {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0}) == pytest.approx(4.0)
     assert effective_points([1, 2, 3, 4], {1: 100.0, 2: 0.01, 3: 0.01, 4: 0.01}) == pytest.approx(1.0, abs=0.01)
     rule = PickRule(fallback="torch", min_speedup=1.05, gate_noise=0.06)
-    assert gate(rule, 4.0) == pytest.approx(1.05 * 1.03) and gate(rule, 1.0) == pytest.approx(1.05 * 1.06)
+    assert rule.required(4.0) == pytest.approx(1.05 * 1.03) and rule.required(1.0) == pytest.approx(1.05 * 1.06)
     # four points, 9% faster (clears 1.0815), but all the traffic on one: it must clear 1.113
     ms = (1, 2, 3, 4)
     tab = table_from({"torch": {m: 1.0 for m in ms}, "cfg": {m: 1 / 1.09 for m in ms}})

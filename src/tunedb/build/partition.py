@@ -229,13 +229,6 @@ def _rule(rule: PickRule | None, fallback: str | None, min_speedup: float | None
     return replace(rule, **over) if over else rule
 
 
-def gate(rule: PickRule, n_points: float) -> float:
-    """The speedup over the reference a region of n measured points must show (rule.gate_noise);
-    n may be an effective count (effective_points: a region whose traffic sits on one point
-    counts as one)."""
-    return rule.required(n_points)
-
-
 def effective_points(ms: Sequence[int], weights: Mapping[int, float]) -> float:
     """Kish's effective sample size of the region's weighted geomean: (sum w)^2 / sum w^2."""
     ws = [weights.get(m, 0.0) for m in ms]
@@ -268,7 +261,7 @@ def _partition(points: Sequence[Point], table: Table, rule: PickRule, catch_all:
                 notes.append(f"M<={region_ms[-1]}: {c} gave way to its peer {ref}")
             c = ref
         speedup = _geomean_speedup(region_ms, table, weights, c, ref) if c != ref else 1.0
-        need = gate(rule, effective_points(region_ms, weights))
+        need = rule.required(effective_points(region_ms, weights))
         if c != ref and speedup is not None and speedup < need and min_speedup > 1.0:
             notes.append(f"M<={region_ms[-1]}: {c} kept {ref} ({speedup:.2f}x < {need:.2f}x gate)")
             c = ref

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tunedb import database, families
-from tunedb.build import checkpoint, partition
+from tunedb.build import checkpoint
 from tunedb.build import plan as buildplan
 from tunedb.errors import BuildError
 from tunedb.families.contract import PickRule, hook
@@ -225,7 +225,7 @@ class Measurer:
         kw: dict[str, Any] = dict(alpha=alpha, seed=self.opts.seed, allow_busy=self.opts.allow_busy,
                                   working_set_bytes=self.working_set.get(sig))
         if decides and self.rule.min_speedup > 1.0:
-            kw["fallback_gate"] = (self.rule.fallback, partition.gate(self.rule, 1))
+            kw["fallback_gate"] = (self.rule.fallback, self.rule.required(1))
         if self._impl is None:
             self._impl = (database.validators.family_impl_hash(self.family),)
         return MeasureRequest(sig, m, tuple(ids), tuple(sorted(kw.items())), self._impl[0]), kw
