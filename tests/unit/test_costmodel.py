@@ -14,13 +14,9 @@ from tunedb.families.gemm.costmodel import ModelParams, make_ranker, predict, ra
 from tunedb.errors import ConfigError
 from tunedb.records import Config, Measurement, Signature, Status
 
+from gemm_tiles import tile_config as cfg
+
 ARCH = shipped_profile("sm90")
-
-
-def cfg(bm, bn, bk, w=4, s=3, split=1, lane="triton_mma"):
-    lane = "triton_splitk" if split > 1 else lane
-    return Config(f"b{bm}x{bn}x{bk}_w{w}_s{s}_k{split}", lane,
-                  (("block", (bm, bn, bk)), ("warps", w), ("stages", s), ("group_m", 8), ("split_k", split)))
 
 
 def test_import_does_not_pull_torch():

@@ -13,15 +13,11 @@ from tunedb.families.gemm.calibration import fit
 from tunedb.families.gemm.costmodel import ModelParams, predict, terms
 from tunedb.records import Config, Measurement, Signature, Status
 
+from gemm_tiles import tile_config as cfg
+
 ARCH = shipped_profile("sm90")
 TORCH = Config.sentinel("torch")
 BW_US = ARCH.dram_bw_gbs * 1e3  # bytes per us
-
-
-def cfg(bm, bn, bk, w=4, s=3, split=1):
-    lane = "triton_splitk" if split > 1 else "triton_mma"
-    return Config(f"b{bm}x{bn}x{bk}_w{w}_s{s}_k{split}", lane,
-                  (("block", (bm, bn, bk)), ("warps", w), ("stages", s), ("group_m", 8), ("split_k", split)))
 
 
 def plain(n, k):

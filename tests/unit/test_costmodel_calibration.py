@@ -11,14 +11,10 @@ from tunedb.families.gemm.costmodel import ModelParams, make_ranker, predict, te
 from tunedb.errors import ConfigError
 from tunedb.records import Config, Measurement, Signature, Status
 
+from gemm_tiles import tile_config as cfg
+
 ARCH = shipped_profile("sm90")
 TORCH = Config.sentinel("torch")
-
-
-def cfg(bm, bn, bk, w=4, s=3, split=1):
-    lane = "triton_splitk" if split > 1 else "triton_mma"
-    return Config(f"b{bm}x{bn}x{bk}_w{w}_s{s}_k{split}", lane,
-                  (("block", (bm, bn, bk)), ("warps", w), ("stages", s), ("group_m", 8), ("split_k", split)))
 
 
 def sig(n, k):

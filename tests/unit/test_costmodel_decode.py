@@ -7,16 +7,12 @@ from tunedb.arch import shipped_profile
 from tunedb.families.gemm import decode_cost
 from tunedb.families.gemm.calibration import fit
 from tunedb.families.gemm.costmodel import (ModelParams, decode_flight, predict, terms, weight_bytes)
-from tunedb.records import Config, Measurement, Signature, Status
+from tunedb.records import Measurement, Signature, Status
+
+from gemm_tiles import tile_config as cfg
 
 ARCH = shipped_profile("sm90")
 LAT, BASE = 1.2, 1.0  # the synthetic device's loaded latency and fixed cost (us)
-
-
-def cfg(bm, bn, bk, s=3, split=1):
-    lane = "triton_splitk" if split > 1 else "triton_mma"
-    return Config(f"b{bm}x{bn}x{bk}_s{s}_k{split}", lane,
-                  (("block", (bm, bn, bk)), ("warps", 4), ("stages", s), ("group_m", 8), ("split_k", split)))
 
 
 def sig(n, k):
