@@ -4,12 +4,11 @@ tail), an expanded batch (stride 0) and a strided output; each case's inputs key
 keys.keyed_as says (at M = 1 a transposed a keys as 'n'). TRITON_INTERPRET must be set before
 the kernel is defined, so the checks run in a child process (this file run as a script). The
 interpreter's tl.dot mishandles bf16 on CPU: bf16 is covered by tests/gpu/test_bmm_gpu.py."""
-import json
-import os
-import subprocess
 import sys
 
 import pytest
+
+import interpret_child
 
 CASES = [  # (config, B, N, K, Ms)
     ((16, 32, 16, 2, 3, 8), 3, 40, 24, (1, 17)),   # K tail: 24 = 16 + 8
@@ -57,17 +56,13 @@ def _child(dt: str) -> None:
     check(cfg, keys.make_signature(2, 40, 24, dt, "nt"), 17, a, b, out)
     # 2-D operands are one batch
     check(cfg, keys.make_signature(1, 40, 24, dt, "nn"), 5, a[0, :5], b[0])
-    print("RESULT " + json.dumps(failures))
+    interpret_child.report(failures)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dt", ["fp16", "fp32"])
 def test_the_triton_kernel_matches_the_reference_under_the_interpreter(dt):
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, __file__, dt], env=env, capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert json.loads(lines[-1][7:]) == []
+    assert interpret_child.failures(__file__, dt, timeout=600) == []
 
 
 if __name__ == "__main__":

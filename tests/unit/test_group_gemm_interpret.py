@@ -6,12 +6,9 @@ both Triton lanes (the sorted grouped tiles and the routing-free slot lane).
 TRITON_INTERPRET must be set before triton is imported, so the checks run in a child process."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+
+import interpret_child
 
 
 def _child() -> None:
@@ -67,15 +64,12 @@ def _child() -> None:
                     if y is not out or not err <= max(4 * base, 2e-3) or torch.isnan(out).any():
                         failures.append(f"{sig.format()} M={m} {name} {cfg.id}: err {err:.2e} (loop {base:.2e}), "
                                         f"returned out: {y is out}, unwritten: {int(torch.isnan(out).sum())}")
-    print(json.dumps(failures))
+    interpret_child.report(failures)
 
 
 @pytest.mark.slow
 def test_kernel_matches_the_fp32_reference_under_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+    assert interpret_child.failures(__file__, OMP_NUM_THREADS="1") == []
 
 
 if __name__ == "__main__":

@@ -6,12 +6,9 @@ one rounding) for every split, also on a second call (the counters the kernel le
 fp8 per-tensor / row / block scales against the fp32 product of the dequantized operands (the
 interpreter runs the float8 dot by upcasting; it rounds fp32 -> bf16 by truncation, hence the
 4x-rounding tolerance the gate uses)."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+
+import interpret_child
 
 from tunedb.arch import shipped_profile
 from tunedb.errors import ConfigError
@@ -142,16 +139,12 @@ def _child() -> None:
     except ValueError as exc:
         if "K tiles" not in str(exc):
             failures.append(f"a split without a K tile: unclear error {exc}")
-    print(json.dumps(failures))
+    interpret_child.report(failures)
 
 
 @pytest.mark.slow
 def test_decode_lane_under_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    failures = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert failures == []
+    assert interpret_child.failures(__file__) == []
 
 
 if __name__ == "__main__":

@@ -20,12 +20,9 @@ conversion defect above, so that gate runs on the GPU (tests/gpu/test_scaled_mm_
 QuantizedLinear's CUDA activation quantizer (launch.quantize_rows, the `_quant` op's row kernel
 on a bf16 activation) is bitwise equal to the torch row quantizer for int8.
 """
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+
+import interpret_child
 
 INT8_IDS = ("b16x32x64_w4_s2_g8", "b32x64x128_w4_s2_g8", "sk2_b16x64x64_w4_s2", "sk3_b16x32x32_w4_s2",
             "heuristic")
@@ -153,16 +150,12 @@ def _child() -> None:
     got = int8.launch(configs.parse("b16x32x64_w4_s2_g8"), sig, x3, w, sx, sw)
     if got.shape != (2, 3, 80) or not torch.equal(got.reshape(6, 80), ops._cpu(sig, x, w, sx, sw)):
         failures.append("3-D / strided activation differs")
-    print(json.dumps(failures))
+    interpret_child.report(failures)
 
 
 @pytest.mark.slow
 def test_lanes_under_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    failures = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert failures == []
+    assert interpret_child.failures(__file__) == []
 
 
 if __name__ == "__main__":
