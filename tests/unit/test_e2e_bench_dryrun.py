@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import importlib
 import sys
 from pathlib import Path
 
@@ -49,13 +50,17 @@ def test_unknown_model_is_refused_with_the_allowed_names():
     assert "whisper-tiny" in res.stderr and "llama-3-8b" in res.stderr
 
 
-def _e2e():
+def _bench(name: str):
+    """A module of bench/ (not a package: its directory joins the path for the import only)."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        import e2e_report
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    return e2e_report
+
+
+def _e2e():
+    return _bench("e2e_report")
 
 
 def _ok(ms, plain_ms=None):
@@ -108,11 +113,7 @@ def test_goals_state_the_a_a_noise_floor_per_mode():
 
 
 def test_paired_rounds_interleave_the_variant_and_plain(monkeypatch):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import e2e_timing
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    e2e_timing = _bench("e2e_timing")
     order, clock = [], [1.0]
 
     def fake_median(step, n):  # a clock that drifts 10% per timed block: pairing must cancel it
@@ -169,11 +170,7 @@ def test_selection_cost_is_the_median_of_paired_differences(monkeypatch):
     """Halfway through, the host gets 5 us slower per call (another process): separate best-of
     loops would charge that to whichever row ran late (3 - 7 = -4 us here, had the rows run one
     after the other); paired blocks keep the true 1 us."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import host_overhead
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    host_overhead = _bench("host_overhead")
     clock, calls = [0.0], [0]
 
     def costing(us):
@@ -189,12 +186,7 @@ def test_selection_cost_is_the_median_of_paired_differences(monkeypatch):
 
 
 def _timing():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import e2e_timing
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    return e2e_timing
+    return _bench("e2e_timing")
 
 
 def test_paired_speedups_warm_each_block_and_take_the_median_of_round_ratios(monkeypatch):
