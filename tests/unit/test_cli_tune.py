@@ -150,11 +150,8 @@ def test_no_worker_is_started_where_nothing_is_measured_in_one(opts, gpu):
     assert buildsteps.start_worker(opts, gpu) is None
 
 
-def test_the_cli_starts_the_worker_before_its_census_and_hands_it_to_the_tune(tiers, monkeypatch, capsys):
-    from tunedb.build import steps as buildsteps
-    order, spy = [], PrestartSpy()
-    monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
-    monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: order.append("start") or spy)
+def _fake_census_and_tune(monkeypatch, order):
+    """The census and the tune as stand-ins that record when they ran (and the worker tune got)."""
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: order.append("census") or
                         ShapeSet((Point(QKV, 16, 1.0, 10),)))
 
@@ -163,6 +160,14 @@ def test_the_cli_starts_the_worker_before_its_census_and_hands_it_to_the_tune(ti
         return pipeline.TuneResult(shapes)
 
     monkeypatch.setattr(pipeline, "tune", fake_tune)
+
+
+def test_the_cli_starts_the_worker_before_its_census_and_hands_it_to_the_tune(tiers, monkeypatch, capsys):
+    from tunedb.build import steps as buildsteps
+    order, spy = [], PrestartSpy()
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
+    monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: order.append("start") or spy)
+    _fake_census_and_tune(monkeypatch, order)
     assert main(["tune", "whisper-base"]) == 0
     assert order == ["start", "census", ("tune", spy)]
 
@@ -196,14 +201,7 @@ def _cli_tune_with(monkeypatch, order, likely, gpu):
     monkeypatch.setattr(pipeline, "has_gpu", lambda: order.append("has_gpu") or gpu)
     monkeypatch.setattr(compile_pool, "release", lambda family: order.append(("release", family.name)))
     monkeypatch.setattr(speculative, "start", lambda workload, opts, kw, worker=None: order.append(("ahead", kw["impl"])))
-    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: order.append("census") or
-                        ShapeSet((Point(QKV, 16, 1.0, 10),)))
-
-    def fake_tune(workload, opts, shapes=None, reporter=None, worker=None):
-        order.append(("tune", worker))
-        return pipeline.TuneResult(shapes)
-
-    monkeypatch.setattr(pipeline, "tune", fake_tune)
+    _fake_census_and_tune(monkeypatch, order)
     assert main(["tune", "whisper-base"]) == 0
     return start
 
