@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 12's device calls: stages by name, each under its own timeout, logs under $OUT.
+# Session 12's and 13's device calls: stages by name, each under its own timeout, logs under $OUT.
 #   bash bench/device_s12.sh STAGE...   (run on the device from the repository root)
 # scaling: SCALE_RUNS (1,2,2k), SCALE_P (points per signature, 0 = all), SCALE_K (top-k), SCALE_KILL (s),
 #   SCALE_GATE (--gate-noise), SCALE_EXTRA (more build_scaling flags, e.g. a second --census)
@@ -41,6 +41,13 @@ for s in "$@"; do
       stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json"
       stage tune_wall_j8 120 "python bench/tune_wall.py --runs pool-cold --compile-jobs 8 --out $OUT/tune_wall_j8.json" ;;
     tune-wall2) stage tune_wall2 160 "python bench/tune_wall.py --runs pool-cold,pool-warm --repeat 2 --out $OUT/tune_wall2.json" ;;
+    tune-wall3)  # issue 22: default, TUNEDB_MEASURE_AHEAD=1, TUNEDB_CENSUS_BESIDE=1, interleaved, TW_REPEAT rounds
+      for r in $(seq 1 ${TW_REPEAT:-2}); do
+        stage tune_wall_default_$r 120 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall_default_$r.json"
+        stage tune_wall_ahead_$r 120 "TUNEDB_MEASURE_AHEAD=1 python bench/tune_wall.py --runs pool-cold,pool-warm --no-prewarm --out $OUT/tune_wall_ahead_$r.json"
+        stage tune_wall_beside_$r 120 "TUNEDB_CENSUS_BESIDE=1 python bench/tune_wall.py --runs pool-cold,pool-warm --no-prewarm --out $OUT/tune_wall_beside_$r.json"
+        stage tune_wall_both_$r 120 "TUNEDB_MEASURE_AHEAD=1 TUNEDB_CENSUS_BESIDE=1 python bench/tune_wall.py --runs pool-cold,pool-warm --no-prewarm --out $OUT/tune_wall_both_$r.json"
+      done ;;
     tune-wall) stage tune_wall 200 "python bench/tune_wall.py --runs pool-cold,pool-warm --out $OUT/tune_wall.json" ;;
     torchao) stage torchao 120 "python -m pip install -q --no-deps --no-index .stage/wheels/torchao-0.18.0-*.whl && python -c 'import torchao; print(torchao.__version__)'" ;;
     scaled-build)  # the shipped W8A8 tables (docs/scaled_mm.md), copied back under logs/db
