@@ -59,6 +59,7 @@ for s in "$@"; do
     moe) stage moe 220 "python bench/moe.py --out $OUT/moe --quick" ;;
     conv) stage conv 150 "python bench/conv.py --out $OUT/conv --quick" ;;
     glsm) stage glsm 150 "python bench/gemm_log_softmax.py --out $OUT/glsm --quick" ;;
+    lsm-probe) stage lsm_probe 120 "python bench/lsm_probe.py --out $OUT/lsm" ;;
     rnn) stage rnn 120 "python bench/rnn.py --out $OUT/rnn --quick" ;;
     decode-limit) stage decode_limit 200 "python bench/decode_limit.py --out $OUT/decode_limit.json" ;;
     gpu-tests)  # GPU_TESTS="file1 file2 ..." side by side (kernel tests only: compile-bound)
