@@ -1,6 +1,7 @@
 """GEMM + log-softmax (CTC / transducer output layers) on the GPU: torch's F.linear then
 log_softmax against both fused Triton designs (recompute: stats pass + recompute pass, the
-logits never written; fixup: logits written once in bf16/fp16, lse subtracted in place) and the
+logits never written; fixup: logits written once in bf16/fp16, lse subtracted in place), the
+linear_rows lane (cuBLAS's F.linear, then a Triton row log-softmax replacing torch's) and the
 tuned pick (the family's pick rule over this run's gated times: what a `tunedb build` table
 would serve at these points), in the same run.
 
@@ -36,7 +37,8 @@ from graph_timing import replay_ms  # noqa: E402
 FAM = families.get("gemm_log_softmax")
 ARMS = ("rc_b16x128x64_w4_s3", "rc_b64x128x64_w4_s3", "rc_b64x256x64_w8_s3", "rc_b128x128x64_w8_s3",
         "rc_b128x256x64_w8_s3", "fx_b16x128x64_w4_s3", "fx_b64x128x64_w4_s3", "fx_b64x256x64_w8_s3",
-        "fx_b128x128x64_w8_s3", "fx_b128x256x64_w8_s3")
+        "fx_b128x128x64_w8_s3", "fx_b128x256x64_w8_s3") + tuple(
+    c.id for c in FAM.config_space("sm90") if c.lane == "linear_rows")
 FULL = dict(ns=(5000, 16000, 32000), ks=(256, 512), ms=(64, 256, 1024, 4096, 8192))
 QUICK = dict(ns=(5000, 32000), ks=(512,), ms=(64, 1024, 8192))
 
@@ -82,7 +84,9 @@ def run_point(dt, n, k, m, l2, sm90):
     fused = {c: t for c, t in times.items() if c != "torch"}
     best_rc = min((t, c) for c, t in fused.items() if c.startswith("rc_")) if any(c.startswith("rc_") for c in fused) else (None, None)
     best_fx = min((t, c) for c, t in fused.items() if c.startswith("fx_")) if any(c.startswith("fx_") for c in fused) else (None, None)
+    best_lr = min((t, c) for c, t in fused.items() if c.startswith("lr_")) if any(c.startswith("lr_") for c in fused) else (None, None)
     row.update(torch_us=times.get("torch"), rc_us=best_rc[0], rc_best=best_rc[1], fx_us=best_fx[0], fx_best=best_fx[1],
+               lr_us=best_lr[0], lr_best=best_lr[1],
                tuned_us=times[row["tuned"]], speedup=times["torch"] / times[row["tuned"]],
                best_fused_speedup=(times["torch"] / min(fused.values())) if fused else None)
     return row
@@ -90,11 +94,11 @@ def run_point(dt, n, k, m, l2, sm90):
 
 def markdown(rows):
     f = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
-    lines = ["| dt | N | K | M | torch us | recompute best (us) | fixup best (us) | tuned pick | tuned us | tuned vs torch | best fused vs torch |",
-             "|" + "---|" * 11]
+    lines = ["| dt | N | K | M | torch us | recompute best (us) | fixup best (us) | linear + rows best (us) | tuned pick | tuned us | tuned vs torch | best Triton arm vs torch |",
+             "|" + "---|" * 12]
     for r in rows:
         lines.append(f"| {r['dt']} | {r['N']} | {r['K']} | {r['M']} | {f(r['torch_us'])} | {r['rc_best'] or '-'} ({f(r['rc_us'])}) "
-                     f"| {r['fx_best'] or '-'} ({f(r['fx_us'])}) | {r['tuned']} | {f(r['tuned_us'])} | {f(r['speedup'], '.2f')} "
+                     f"| {r['fx_best'] or '-'} ({f(r['fx_us'])}) | {r.get('lr_best') or '-'} ({f(r.get('lr_us'))}) | {r['tuned']} | {f(r['tuned_us'])} | {f(r['speedup'], '.2f')} "
                      f"| {f(r['best_fused_speedup'], '.2f')} |")
     fails = [f"{r['dt']} {r['N']}x{r['K']} M={r['M']} {c}: {why}" for r in rows for c, why in r["failed"].items()
              if not why.startswith("invalid")]

@@ -74,7 +74,27 @@ def test_validity_predicate():
     assert "shared memory" in FAMILY.invalid_reason(deep, sig, 4096, sm86)
     # every config of the space is valid somewhere at a large vocabulary
     assert all(FAMILY.invalid_reason(c, sig, 8192, SM90) is None for c in FAMILY.config_space("sm90")
-               if c.param("warps") * 32 * configs.MAX_ACC_PER_THREAD >= c.param("block")[0] * c.param("block")[1])
+               if c.lane != "linear_rows"
+               and c.param("warps") * 32 * configs.MAX_ACC_PER_THREAD >= c.param("block")[0] * c.param("block")[1])
+
+
+def test_linear_rows_ids_and_validity():
+    sig = FAMILY.make_signature(32000, 512, "bf16", 1)
+    rows = [c for c in FAMILY.config_space("sm90") if c.lane == "linear_rows"]
+    assert rows and all(FAMILY.invalid_reason(c, sig, 8192, SM90) is None for c in rows)
+    assert configs.parse("lr_r2_c8192_w8").param("rows") == 2
+    for bad in ("lr_r3_c1024_w4", "lr_r1_c1000_w4", "lr_r1_c1024_w2", "lr_r01_c1024_w4", "lr_r1_c1024"):
+        with pytest.raises(ConfigError):
+            FAMILY.parse_config(bad)
+    # a chunk a thread cannot hold in registers
+    assert "per thread" in FAMILY.invalid_reason(configs.make_rows(1, 32768, 4), sig, 64, SM90)
+    # a chunk of mostly padding: N=3000 rounds up to 4096
+    short = FAMILY.make_signature(3000, 512, "bf16", 1)
+    assert "C=8192" in FAMILY.invalid_reason(configs.parse("lr_r1_c8192_w8"), short, 64, SM90)
+    assert FAMILY.invalid_reason(configs.parse("lr_r1_c4096_w4"), short, 64, SM90) is None
+    # more rows a program than the problem has
+    assert "R=4" in FAMILY.invalid_reason(configs.parse("lr_r4_c2048_w4"), short, 2, SM90)
+    assert FAMILY.invalid_reason(configs.parse("lr_r4_c2048_w4"), short, None, SM90) is None
 
 
 def test_pick_rule_keeps_torch_without_a_win():
@@ -84,6 +104,8 @@ def test_pick_rule_keeps_torch_without_a_win():
     # within the tie band the one-GEMM fixup is simpler than the two-GEMM recompute
     assert rule.pick({"torch": 1.0, "rc_b64x128x64_w4_s3": 0.70, "fx_b64x128x64_w4_s3": 0.71}).winner \
         == "fx_b64x128x64_w4_s3"
+    # and cuBLAS's GEMM with one Triton row pass is simpler than either fused design
+    assert rule.pick({"torch": 1.0, "fx_b64x128x64_w4_s3": 0.70, "lr_r1_c8192_w8": 0.71}).winner == "lr_r1_c8192_w8"
 
 
 class CtcModel(torch.nn.Module):
@@ -161,6 +183,8 @@ _INTERPRET = r"""
 import torch
 from tunedb.families.gemm_log_softmax import FAMILY, configs
 from tunedb.families.gemm_log_softmax.launch import launch, make_inputs, reference
+from tunedb.arch import shipped_profile
+configs_sm90 = shipped_profile("sm90")
 # fp16: the interpreter's tl.dot mishandles bf16 on the CPU (bf16 runs in tests/gpu)
 for n, k, m, bias in ((200, 40, 37, 1), (131, 24, 5, 0), (64, 64, 16, 1)):
     sig = FAMILY.make_signature(n, k, "fp16", bias)
@@ -190,12 +214,28 @@ for n, k, m, bias in ((200, 40, 37, 1), (131, 24, 5, 0), (77, 16, 19, 1)):
     for cid in ("torch", "rc_b16x64x32_w4_s3", "fx_b16x64x32_w4_s3", "fx_b64x64x64_w4_s3"):
         dev = (launch(configs.parse(cid), sig, x, w, b).float().exp().sum(-1) - 1).abs()
         assert (dev <= allowed).all(), (cid, n, m, dev.max().item(), allowed.max().item())
+# linear_rows: one read a row (C >= N), chunked two sweeps (C < N), R rows a program over a
+# ragged M; into `out` and in place over the logits
+for n, k, m, bias in ((200, 40, 37, 1), (2500, 24, 7, 0), (2500, 16, 37, 1)):
+    sig = FAMILY.make_signature(n, k, "fp16", bias)
+    args, _ = make_inputs(sig, m, "cpu", 2)
+    ref = reference(*args)
+    base = ((launch(configs.parse("torch"), sig, *args).float() - ref).norm() / ref.norm()).item()
+    for cid in ("lr_r1_c1024_w4", "lr_r2_c4096_w4", "lr_r4_c2048_w4", "lr_r1_c2048_w4"):
+        cfg = configs.parse(cid)
+        if FAMILY.invalid_reason(cfg, sig, m, configs_sm90):
+            continue
+        out = torch.full((m, n), float("nan"), dtype=torch.float16)
+        for y in (launch(cfg, sig, *args, out=out), launch(cfg, sig, *args)):
+            assert not torch.isnan(y).any(), (cid, n, m)
+            err = ((y.float() - ref).norm() / ref.norm()).item()
+            assert err <= 2 * base + 1e-6, (cid, n, k, m, err, base)
 # the measuring protocol's gate (NaN poison, second poison, tolerance) over both designs
 from tunedb.measure import protocol
 from tunedb.measure.arms import problem_for
 from tunedb.measure.eager import EagerTimer
 sig = FAMILY.make_signature(150, 32, "fp16", 1)
-problem = problem_for(FAMILY, sig, 20, ["torch", "rc_b16x64x32_w4_s3", "fx_b16x64x32_w4_s3"])
+problem = problem_for(FAMILY, sig, 20, ["torch", "rc_b16x64x32_w4_s3", "fx_b16x64x32_w4_s3", "lr_r1_c1024_w4"])
 got = {m.config_id: m for m in protocol.measure_problem(problem, timer=EagerTimer(calls=1), seed=0)}
 assert all(m.status.ok for m in got.values()), {c: (m.status, m.detail) for c, m in got.items()}
 print("ok")

@@ -1,13 +1,17 @@
 """gemm_log_softmax configs: ids, the config space, THE validity predicate, the compile set.
 
-Pure Python (no torch, no triton). Two Triton lanes, one tile grammar:
+Pure Python (no torch, no triton). Two fused Triton lanes share one tile grammar; a third lane
+keeps cuBLAS's GEMM and replaces only torch's log_softmax:
     triton_recompute  rc_b{BM}x{BN}x{BK}_w{W}_s{S}   rc_b64x128x64_w4_s3  (stats pass + recompute pass)
     triton_fixup      fx_b{BM}x{BN}x{BK}_w{W}_s{S}   fx_b128x128x64_w8_s3 (logits written once, fixed in place)
+    linear_rows       lr_r{R}_c{C}_w{W}               lr_r1_c32768_w16     (F.linear, then a Triton row
+                      log-softmax: R rows a program, C columns a chunk; one read of a row when C >= N)
 Sentinels: `torch` (F.linear then torch.log_softmax: the fallback) and `default` (the untuned
 choice: the torch arm too, no guessed tile is served unmeasured).
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Iterable, Sequence
 
@@ -20,7 +24,8 @@ from tunedb.records import ArchProfile, Config, Signature
 FAMILY = "gemm_log_softmax"
 OPS: tuple[str, ...] = ("gemm_log_softmax",)
 DTYPES: tuple[str, ...] = ("bf16", "fp16")
-TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup")
+TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup", "linear_rows")
+TILE_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup")
 LANES: tuple[str, ...] = TRITON_LANES + ("torch",)
 FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
 TILE_IDS = TileIds(FAMILY, (("triton_recompute", "rc"), ("triton_fixup", "fx")), FAMILY_SENTINELS,
@@ -34,7 +39,29 @@ def make(lane: str, bm: int, bn: int, bk: int, warps: int, stages: int) -> Confi
     return TILE_IDS.make(bm, bn, bk, warps, stages, lane=lane)
 
 
-parse = lru_cache(maxsize=4096)(TILE_IDS.parse)
+_ROWS_ID = re.compile(r"^lr_r(?P<r>\d+)_c(?P<c>\d+)_w(?P<w>\d+)$")
+ROWS_R, ROWS_C, ROWS_W = (1, 2, 4), (1024, 2048, 4096, 8192, 16384, 32768), (4, 8, 16)
+MAX_ROW_VALUES_PER_THREAD = 128  # fp32 values of a chunk each thread holds; beyond, they spill
+
+
+def make_rows(rows: int, chunk: int, warps: int) -> Config:
+    """The linear_rows config: R rows a program, C columns a chunk, W warps."""
+    for name, v, allowed in (("R", rows, ROWS_R), ("C", chunk, ROWS_C), ("warps", warps, ROWS_W)):
+        if v not in allowed:
+            raise ConfigError(f"linear_rows config: {name}={v} not allowed; use one of {allowed}")
+    return Config(f"lr_r{rows}_c{chunk}_w{warps}", "linear_rows", (("rows", rows), ("chunk", chunk), ("warps", warps)))
+
+
+@lru_cache(maxsize=4096)
+def parse(config_id: str) -> Config:
+    """A config from its id: a tile (rc_/fx_), a linear_rows id (lr_) or a sentinel."""
+    m = _ROWS_ID.match(config_id) if isinstance(config_id, str) else None
+    if m is None:
+        return TILE_IDS.parse(config_id)
+    cfg = make_rows(int(m["r"]), int(m["c"]), int(m["w"]))
+    if cfg.id != config_id:
+        raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
+    return cfg
 
 
 # the tiles both lanes offer: (BM, BN, BK, warps, stages); small BM for decode-like M, wide BN
@@ -44,8 +71,16 @@ _TILES = ((16, 128, 64, 4, 3), (16, 256, 64, 4, 3), (32, 128, 64, 4, 3), (64, 12
           (128, 128, 64, 8, 4), (128, 256, 64, 8, 3))
 
 
+# (R, C, W): one row a program over chunks from 2k to the whole of a 32k vocabulary, and 2-4 rows
+# a program for short rows (a 5k row is 10 KB: one row a program leaves the SM short of bytes)
+_ROWS = ((1, 2048, 4), (1, 2048, 8), (1, 4096, 4), (1, 4096, 8), (1, 8192, 4), (1, 8192, 8), (1, 8192, 16),
+         (1, 16384, 8), (1, 16384, 16), (1, 32768, 8), (1, 32768, 16), (2, 4096, 4), (2, 8192, 8),
+         (4, 2048, 4), (4, 4096, 8))
+
+
 def full_grid() -> tuple[Config, ...]:
-    return tuple(make(lane, *t) for lane in TRITON_LANES for t in _TILES)
+    tiles = tuple(make(lane, *t) for lane in TILE_LANES for t in _TILES)
+    return tiles + tuple(make_rows(*r) for r in _ROWS)
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
@@ -58,7 +93,10 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
 
 
 def smem_bytes(cfg: Config) -> int:
-    """Pipelined operand buffers (two bytes per element) or the fp32 tile's layout conversion."""
+    """Pipelined operand buffers (two bytes per element) or the fp32 tile's layout conversion;
+    a linear_rows program reduces in registers (its cross-warp reductions need a few bytes)."""
+    if cfg.lane == "linear_rows":
+        return 0
     bm, bn, bk = blocks(cfg)
     return max(cfg.param("stages") * (bm + bn) * bk * 2, bm * bn * 4)
 
@@ -90,6 +128,8 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
         return None if cfg.id in FAMILY_SENTINELS else f"sentinel {cfg.id!r} is not an arm of {FAMILY}"
     if cfg.lane not in TRITON_LANES:
         return f"lane {cfg.lane!r} is not a {FAMILY} lane"
+    if cfg.lane == "linear_rows":
+        return _rows_reason(cfg, sig.get("N"), m)
     bm, bn, bk = blocks(cfg)
     need = smem_bytes(cfg)
     if need > arch.smem_per_block:
@@ -104,6 +144,21 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
         return f"BK={bk} exceeds K={k} rounded up to a power of two"
     if m is not None and bm > max(16, _pow2_at_least(m)):
         return f"BM={bm} exceeds M={m} rounded up to a power of two"
+    return None
+
+
+def _rows_reason(cfg: Config, n: int, m: int | None) -> str | None:
+    """linear_rows: a chunk holds at most MAX_ROW_VALUES_PER_THREAD fp32 values a thread and is
+    not more than twice the row (it would load mostly padding: a smaller chunk covers that N);
+    R rows a program need M >= R (given M), or the program computes padding rows."""
+    r, c, w = cfg.param("rows"), cfg.param("chunk"), cfg.param("warps")
+    per_thread = r * c // (32 * w)
+    if per_thread > MAX_ROW_VALUES_PER_THREAD:
+        return f"{per_thread} fp32 values per thread > {MAX_ROW_VALUES_PER_THREAD} (R={r}, C={c}, warps={w})"
+    if c > max(1024, _pow2_at_least(n)):
+        return f"C={c} exceeds N={n} rounded up to a power of two"
+    if m is not None and r > max(1, m):
+        return f"R={r} rows a program exceeds M={m}"
     return None
 
 
@@ -125,7 +180,7 @@ def compile_set(arch_family: str, referenced: Iterable[str]) -> tuple[Config, ..
             c = parse(cid)
         except ConfigError:
             continue
-        if c.is_sentinel or smem_bytes(c) <= smem:
+        if c.is_sentinel or smem_bytes(c) <= smem:  # linear_rows: 0
             chosen.setdefault(c.id, c)
     for name in FAMILY_SENTINELS:
         chosen.setdefault(name, Config.sentinel(name))
@@ -133,7 +188,8 @@ def compile_set(arch_family: str, referenced: Iterable[str]) -> tuple[Config, ..
 
 
 def simplicity(config_id: str) -> int:
-    """Lower is simpler: the torch arm, then one-GEMM fixup, then the two-GEMM recompute."""
+    """Lower is simpler: the torch arm; cuBLAS's GEMM with a Triton row pass; the one-GEMM
+    fixup; the two-GEMM recompute."""
     if config_id in FAMILY_SENTINELS:
         return 0
-    return 1 if config_id.startswith("fx_") else 2
+    return {"lr_": 1, "fx_": 2}.get(config_id[:3], 3)

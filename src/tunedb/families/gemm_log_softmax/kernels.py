@@ -131,3 +131,39 @@ def _fixup_kernel(y_ptr, lse_ptr, M, N, stride_ym, RB: tl.constexpr, FN: tl.cons
     ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
     y = tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
     tl.store(ptrs, (y - lse[:, None]).to(y_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _rows_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_ym, R: tl.constexpr, C: tl.constexpr,
+                 ONE: tl.constexpr):
+    """The linear_rows lane's pass over logits F.linear wrote: y[row] = x[row] - lse(row) for R
+    rows a program, fp32 inside. ONE (C >= N): each row is read once and kept in registers;
+    otherwise an online max/sum over C-column chunks, then a second sweep (the row was just read:
+    it comes from L2) writes. y may be x (in place)."""
+    rows = tl.program_id(0) * R + tl.arange(0, R)
+    r_ok = rows < M
+    cols = tl.arange(0, C)
+    xrow = x_ptr + rows[:, None].to(tl.int64) * stride_xm
+    yrow = y_ptr + rows[:, None].to(tl.int64) * stride_ym
+    if ONE:
+        ok = r_ok[:, None] & (cols < N)[None, :]
+        v = tl.load(xrow + cols[None, :], mask=ok, other=float("-inf")).to(tl.float32)
+        mx = tl.max(v, axis=1)
+        mx = tl.where(r_ok, mx, 0.0)  # rows past M: finite, never stored
+        lse = mx + tl.log(tl.sum(tl.exp(v - mx[:, None]), axis=1))
+        tl.store(yrow + cols[None, :], (v - lse[:, None]).to(y_ptr.dtype.element_ty), mask=ok)
+    else:
+        run_max = tl.full((R,), float("-inf"), tl.float32)
+        run_sum = tl.zeros((R,), tl.float32)
+        for c0 in range(0, N, C):
+            ok = r_ok[:, None] & ((c0 + cols) < N)[None, :]
+            v = tl.load(xrow + c0 + cols[None, :], mask=ok, other=float("-inf")).to(tl.float32)
+            new_max = tl.maximum(run_max, tl.max(v, axis=1))
+            safe = tl.where(new_max == float("-inf"), 0.0, new_max)
+            run_sum = run_sum * tl.exp(run_max - safe) + tl.sum(tl.exp(v - safe[:, None]), axis=1)
+            run_max = new_max
+        lse = tl.where(r_ok, run_max + tl.log(tl.where(r_ok, run_sum, 1.0)), 0.0)
+        for c0 in range(0, N, C):
+            ok = r_ok[:, None] & ((c0 + cols) < N)[None, :]
+            v = tl.load(xrow + c0 + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+            tl.store(yrow + c0 + cols[None, :], (v - lse[:, None]).to(y_ptr.dtype.element_ty), mask=ok)

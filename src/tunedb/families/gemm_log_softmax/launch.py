@@ -1,5 +1,6 @@
 """The launches of gemm_log_softmax: the torch arm (F.linear then log_softmax, the fallback),
-the fp32 reference, random inputs, and the two Triton designs (kernels.py). Imports torch
+the fp32 reference, random inputs, the two fused Triton designs and the linear_rows lane
+(F.linear, then kernels._rows_kernel over the logits). Imports torch
 lazily; the Triton kernels are imported on the first Triton launch.
 """
 from __future__ import annotations
@@ -85,7 +86,33 @@ def triton_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any =
     return out if out is not None else y.view(*lead, n)
 
 
+def rows_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
+    """linear_rows: cuBLAS's logits (F.linear, in x's dtype, as torch's arm rounds them), then one
+    Triton pass subtracting each row's log-sum-exp: into `out`, or in place over the logits."""
+    import triton
+
+    from tunedb.families.gemm_log_softmax import kernels
+
+    logits = torch_linear(x, weight, bias)
+    n = logits.shape[-1]
+    lg = logits.reshape(-1, n)
+    m = lg.shape[0]
+    y = out.view(m, n) if out is not None else lg
+    r, c = config.param("rows"), config.param("chunk")
+    kernels._rows_kernel[(-(-m // r),)](lg, y, m, n, lg.stride(0), y.stride(0), R=r, C=c,
+                                        ONE=c >= triton.next_power_of_2(n), num_warps=config.param("warps"))
+    return out if out is not None else logits
+
+
+def torch_linear(x: Any, weight: Any, bias: Any = None) -> Any:
+    import torch
+
+    return torch.nn.functional.linear(x, weight, bias)
+
+
 def launch(config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
     if config.is_sentinel:  # default and torch: the framework's own two ops
         return torch_arm(x, weight, bias, out)
+    if config.lane == "linear_rows":
+        return rows_arm(config, x, weight, bias, out)
     return triton_arm(config, x, weight, bias, out)
