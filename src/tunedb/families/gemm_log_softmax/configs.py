@@ -4,9 +4,8 @@ Pure Python (no torch, no triton). Two fused Triton lanes share one tile grammar
 keeps cuBLAS's GEMM and replaces only torch's log_softmax:
     triton_recompute  rc_b{BM}x{BN}x{BK}_w{W}_s{S}   rc_b64x128x64_w4_s3  (stats pass + recompute pass)
     triton_fixup      fx_b{BM}x{BN}x{BK}_w{W}_s{S}   fx_b128x128x64_w8_s3 (logits written once, fixed in place)
-    linear_rows       lr_r{R}_c{C}_w{W}[_m{MC}]       lr_r1_c32768_w16     (F.linear, then a Triton row
-                      log-softmax: R rows a program, C columns a chunk; one read of a row when C >= N;
-                      _m: MC rows at a time, GEMM then row pass, so each block of logits is still in L2)
+    linear_rows       lr_r{R}_c{C}_w{W}               lr_r1_c32768_w16     (F.linear, then a Triton row
+                      log-softmax: R rows a program, C columns a chunk; one read of a row when C >= N)
 Sentinels: `torch` (F.linear then torch.log_softmax: the fallback) and `default` (the untuned
 choice: the torch arm too, no guessed tile is served unmeasured).
 """
@@ -40,22 +39,17 @@ def make(lane: str, bm: int, bn: int, bk: int, warps: int, stages: int) -> Confi
     return TILE_IDS.make(bm, bn, bk, warps, stages, lane=lane)
 
 
-_ROWS_ID = re.compile(r"^lr_r(?P<r>\d+)_c(?P<c>\d+)_w(?P<w>\d+)(?:_m(?P<mc>\d+))?$")
+_ROWS_ID = re.compile(r"^lr_r(?P<r>\d+)_c(?P<c>\d+)_w(?P<w>\d+)$")
 ROWS_R, ROWS_C, ROWS_W = (1, 2, 4), (1024, 2048, 4096, 8192, 16384, 32768), (4, 8, 16)
-ROWS_MC = (0, 128, 256, 512, 1024, 2048, 4096)  # 0: the whole M at once
-L2_SHARE = 0.75  # a block of logits plus the weight must fit this share of L2 to be re-read from it
 MAX_ROW_VALUES_PER_THREAD = 128  # fp32 values of a chunk each thread holds; beyond, they spill
 
 
-def make_rows(rows: int, chunk: int, warps: int, m_chunk: int = 0) -> Config:
-    """The linear_rows config: R rows a program, C columns a chunk, W warps; MC rows of M at a
-    time (0: all of M in one GEMM and one row pass)."""
-    for name, v, allowed in (("R", rows, ROWS_R), ("C", chunk, ROWS_C), ("warps", warps, ROWS_W),
-                             ("MC", m_chunk, ROWS_MC)):
+def make_rows(rows: int, chunk: int, warps: int) -> Config:
+    """The linear_rows config: R rows a program, C columns a chunk, W warps."""
+    for name, v, allowed in (("R", rows, ROWS_R), ("C", chunk, ROWS_C), ("warps", warps, ROWS_W)):
         if v not in allowed:
             raise ConfigError(f"linear_rows config: {name}={v} not allowed; use one of {allowed}")
-    cid = f"lr_r{rows}_c{chunk}_w{warps}" + (f"_m{m_chunk}" if m_chunk else "")
-    return Config(cid, "linear_rows", (("rows", rows), ("chunk", chunk), ("warps", warps), ("m_chunk", m_chunk)))
+    return Config(f"lr_r{rows}_c{chunk}_w{warps}", "linear_rows", (("rows", rows), ("chunk", chunk), ("warps", warps)))
 
 
 @lru_cache(maxsize=4096)
@@ -64,7 +58,7 @@ def parse(config_id: str) -> Config:
     m = _ROWS_ID.match(config_id) if isinstance(config_id, str) else None
     if m is None:
         return TILE_IDS.parse(config_id)
-    cfg = make_rows(int(m["r"]), int(m["c"]), int(m["w"]), int(m["mc"] or 0))
+    cfg = make_rows(int(m["r"]), int(m["c"]), int(m["w"]))
     if cfg.id != config_id:
         raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
     return cfg
@@ -82,14 +76,11 @@ _TILES = ((16, 128, 64, 4, 3), (16, 256, 64, 4, 3), (32, 128, 64, 4, 3), (64, 12
 _ROWS = ((1, 2048, 4), (1, 2048, 8), (1, 4096, 4), (1, 4096, 8), (1, 8192, 4), (1, 8192, 8), (1, 8192, 16),
          (1, 16384, 8), (1, 16384, 16), (1, 32768, 8), (1, 32768, 16), (2, 4096, 4), (2, 8192, 8),
          (4, 2048, 4), (4, 4096, 8))
-# blocks of M: the row pass re-reads each block's logits from L2 right after its GEMM wrote them
-_ROWS_BLOCKED = tuple((1, c, w, mc) for c, w in ((2048, 8), (8192, 8), (16384, 16), (32768, 16))
-                      for mc in (128, 256, 512, 1024, 2048, 4096))
 
 
 def full_grid() -> tuple[Config, ...]:
     tiles = tuple(make(lane, *t) for lane in TILE_LANES for t in _TILES)
-    return tiles + tuple(make_rows(*r) for r in _ROWS + _ROWS_BLOCKED)
+    return tiles + tuple(make_rows(*r) for r in _ROWS)
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
@@ -138,7 +129,7 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     if cfg.lane not in TRITON_LANES:
         return f"lane {cfg.lane!r} is not a {FAMILY} lane"
     if cfg.lane == "linear_rows":
-        return _rows_reason(cfg, sig, m, arch)
+        return _rows_reason(cfg, sig.get("N"), m)
     bm, bn, bk = blocks(cfg)
     need = smem_bytes(cfg)
     if need > arch.smem_per_block:
@@ -156,14 +147,11 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     return None
 
 
-def _rows_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
+def _rows_reason(cfg: Config, n: int, m: int | None) -> str | None:
     """linear_rows: a chunk holds at most MAX_ROW_VALUES_PER_THREAD fp32 values a thread and is
     not more than twice the row (it would load mostly padding: a smaller chunk covers that N);
-    R rows a program need M >= R (given M), or the program computes padding rows. Blocks of M
-    (MC > 0): a block's logits and the weight fit L2_SHARE of L2 (else the re-read misses L2 and
-    the blocks only add launches), and, given M, MC < M (one block is the unblocked config)."""
-    r, c, w, mc = cfg.param("rows"), cfg.param("chunk"), cfg.param("warps"), cfg.param("m_chunk", 0)
-    n = sig.get("N")
+    R rows a program need M >= R (given M), or the program computes padding rows."""
+    r, c, w = cfg.param("rows"), cfg.param("chunk"), cfg.param("warps")
     per_thread = r * c // (32 * w)
     if per_thread > MAX_ROW_VALUES_PER_THREAD:
         return f"{per_thread} fp32 values per thread > {MAX_ROW_VALUES_PER_THREAD} (R={r}, C={c}, warps={w})"
@@ -171,13 +159,6 @@ def _rows_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile) 
         return f"C={c} exceeds N={n} rounded up to a power of two"
     if m is not None and r > max(1, m):
         return f"R={r} rows a program exceeds M={m}"
-    if mc:
-        held = 2 * (mc * n + n * sig.get("K"))
-        if held > L2_SHARE * arch.l2_bytes:
-            return (f"MC={mc} rows of logits plus the weight ({held >> 20} MiB) exceed {L2_SHARE:.0%} of "
-                    f"L2 ({arch.l2_bytes >> 20} MiB)")
-        if m is not None and mc >= m:
-            return f"MC={mc} is not below M={m}: one block is the unblocked config"
     return None
 
 

@@ -93,38 +93,15 @@ def rows_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = N
 
     from tunedb.families.gemm_log_softmax import kernels
 
-    r, c, mc = config.param("rows"), config.param("chunk"), config.param("m_chunk", 0)
-    n, k = weight.shape
-    opts = dict(R=r, C=c, ONE=c >= triton.next_power_of_2(n), num_warps=config.param("warps"))
-    m = x.numel() // k
-    if mc and m > mc:
-        return _blocked(kernels, x, weight, bias, out, m, mc, opts)
     logits = torch_linear(x, weight, bias)
+    n = logits.shape[-1]
     lg = logits.reshape(-1, n)
+    m = lg.shape[0]
     y = out.view(m, n) if out is not None else lg
-    kernels._rows_kernel[(-(-m // r),)](lg, y, m, n, lg.stride(0), y.stride(0), **opts)
+    r, c = config.param("rows"), config.param("chunk")
+    kernels._rows_kernel[(-(-m // r),)](lg, y, m, n, lg.stride(0), y.stride(0), R=r, C=c,
+                                        ONE=c >= triton.next_power_of_2(n), num_warps=config.param("warps"))
     return out if out is not None else logits
-
-
-def _blocked(kernels: Any, x: Any, weight: Any, bias: Any, out: Any, m: int, mc: int, opts: dict) -> Any:
-    """MC rows at a time: the block's GEMM into one reused [MC, N] buffer, then the row pass from
-    it (its logits are still in L2) into the output: the logits reach memory once, as output."""
-    import torch
-
-    n, k = weight.shape
-    x2 = x.reshape(m, k)
-    y = out.view(m, n) if out is not None else torch.empty((m, n), dtype=x.dtype, device=x.device)
-    buf = torch.empty((mc, n), dtype=x.dtype, device=x.device)
-    wt = weight.t()
-    for s in range(0, m, mc):
-        e = min(m, s + mc)
-        lg = buf[: e - s]
-        if bias is None:
-            torch.mm(x2[s:e], wt, out=lg)
-        else:
-            torch.addmm(bias, x2[s:e], wt, out=lg)
-        kernels._rows_kernel[(-(-(e - s) // opts["R"]),)](lg, y[s:e], e - s, n, lg.stride(0), y.stride(0), **opts)
-    return out if out is not None else y.view(*x.shape[:-1], n)
 
 
 def torch_linear(x: Any, weight: Any, bias: Any = None) -> Any:
