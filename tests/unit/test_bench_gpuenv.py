@@ -56,3 +56,28 @@ def test_without_a_driver_readings_are_empty():
         return
     assert env.snapshot() == {} and env.foreign_pids() == frozenset() and env.identity() == {}
     assert env.error
+
+
+def test_each_snapshot_names_the_gpu_that_timed_it(monkeypatch):
+    """A multi-GPU build logs points from several GPUs under the driver's provenance: each
+    measurement's env carries its own GPU's UUID (read once)."""
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=0, NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+        nvmlDeviceGetClockInfo=lambda h, c: 1980,
+        nvmlDeviceGetTemperature=lambda h, t: 40,
+        nvmlDeviceGetPowerUsage=lambda h: 300000,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [],
+        nvmlDeviceGetName=lambda h: b"NVIDIA H200",
+        nvmlDeviceGetUUID=lambda h: calls.append(h) or f"GPU-{h}",
+        nvmlSystemGetDriverVersion=lambda: "580")
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    env = NvmlEnv(index=1)
+    first, second = env.snapshot(), env.snapshot()
+    assert first["gpu_uuid"] == second["gpu_uuid"] == "GPU-h1" and len(calls) == 1
+    assert merge_snapshots(first, second)["gpu_uuid"] == "GPU-h1"

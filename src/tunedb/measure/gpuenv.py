@@ -112,6 +112,7 @@ class NvmlEnv:
         self._uuid, self._index = uuid, index
         self._nvml: Any = None
         self._handle: Any = None
+        self._gpu_uuid: str | None = None  # read once, at the first snapshot
         self.error = ""
         try:
             import pynvml
@@ -160,6 +161,12 @@ class NvmlEnv:
             out["throttle"] = throttle_names(int(mask))
         pids = self.compute_pids()
         out["compute_procs"] = len(pids)
+        # which GPU timed it: a multi-GPU build's log holds points from several, under one
+        # provenance (the driver's); each measurement then names its own device
+        if self._gpu_uuid is None:
+            self._gpu_uuid = self.identity().get("gpu_uuid", "")
+        if self._gpu_uuid:
+            out["gpu_uuid"] = self._gpu_uuid
         return out
 
     def compute_pids(self) -> tuple[int, ...]:
