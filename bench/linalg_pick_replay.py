@@ -186,12 +186,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{'':>19}{' '.join(map(str, m['cell']))}: {m['a']} / {m['b']} ({100 * m['regret']:+.2f}%)")
     else:
         rows = []
-        print(f"{'run':>12} {'rule':>17} {'cells':>5} {'agree':>7} {'> band':>7} {'max regret':>10}")
+        print(f"{'run':>40} {'rule':>17} {'cells':>5} {'agree':>7} {'> band':>7} {'max regret':>10}")
         for path, run in zip(args.runs, runs):
             for r in resample(run, rules, band, args.draws, args.seed, args.rounds, args.max_rounds):
                 r["run"] = path
                 rows.append(r)
-                print(f"{Path(path).name[:12]:>12} {r['rule']:>17} {r['cells']:>5} {100 * r['agree']:>6.1f}% "
+                print(f"{Path(path).name[:40]:>40} {r['rule']:>17} {r['cells']:>5} {100 * r['agree']:>6.1f}% "
                       f"{100 * r['beyond_band']:>6.2f}% {100 * r['max_regret']:>9.2f}%")
     if args.out:
         Path(args.out).write_text(json.dumps({"mode": args.mode, "runs": args.runs, "rows": rows}, indent=1))

@@ -94,7 +94,7 @@ def median(values: list[float]) -> float:
 
 
 def decide_paired(samples: Mapping[str, "list[float] | tuple[float, ...] | None"],
-                  rule: PickRule = LINALG_RULE, coverage: float = 0.9, tie: str = "shown") -> CellPick:
+                  rule: PickRule = LINALG_RULE, coverage: float = 0.9, tie: str = "plausible") -> CellPick:
     """Spec 003's rule on paired rounds (samples[arm][r]: round r's time; any unit, lower is better).
 
     The fastest native arm f is the one of lowest median. A native arm ties with f when the
