@@ -12,19 +12,27 @@ Two modes, both pure CPU:
               indices for all arms) twice, `--draws` times; the share of draws whose two picks
               agree, and of disagreements beyond the band, timed by the full run's medians.
 
+  table T   a shipped table keeps only each arm's [median, sigma, rounds]: the cells whose pick
+              depends on which end of a normal 90% interval of each ratio is believed (unpaired,
+              se of a median 1.253 sigma / sqrt(rounds)); --moved LOG: a later tune's log, and
+              how many of the cells it moved were flagged (session 9: W3's table, W4's dry run).
+
 Inputs: bench/linalg_ladder.py's JSON (`cells[].arms[arm].samples_us`, .json or .json.gz) or
 `tunedb linalg tune --samples FILE.jsonl` (one cell a line: op, dt, n, batch, samples{arm: [ns]}).
 The eager-only arm (`torch_checked`) is never served and is left out.
 
     python bench/linalg_pick_replay.py cross W1.json.gz W2.json.gz --ops gemm,gemv
     python bench/linalg_pick_replay.py resample W1.json.gz --draws 200
+    python bench/linalg_pick_replay.py table W3_linalg.json --moved W4_repro.log
 """
 from __future__ import annotations
 
 import argparse
 import gzip
 import json
+import math
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Callable, Mapping
@@ -150,9 +158,40 @@ def resample(run: dict, rules: list[str], band: float, draws: int, seed: int,
     return rows
 
 
+MOVED = re.compile(r"\s+linalg\|op=(\w+)\|dt=(\w+)\|n=(\d+) batch=(\d+): (\S+) -> (\S+) \(the old winner ([+-][\d.]+)%")
+
+
+def table_ambiguous(path: str, z: float = 1.645) -> tuple[int, set]:
+    """(cells, the cells whose pick moves between the low and high ends of each arm's ratio to
+    the fastest, from the table's medians and sigmas)."""
+    rule = pick.LINALG_RULE
+    data = json.loads(Path(path).read_text())
+    total, amb = 0, set()
+    for sig, entry in data["entries"].items():
+        key = dict(part.split("=") for part in sig.split("|")[1:])
+        for point, ev in entry.get("evidence", {}).items():
+            arms = {a: v for a, v in ev.items() if not a.startswith("_") and isinstance(v, list)
+                    and a != configs.EAGER_ONLY and v[0] > 0}
+            if not arms:
+                continue
+            total += 1
+            med = {a: v[0] for a, v in arms.items()}
+            rel = {a: 1.253 * v[1] / math.sqrt(v[2]) / v[0] for a, v in arms.items()}
+            f = min(med, key=med.get)
+
+            def chosen(sign: int) -> str:
+                tied = [a for a in med if med[a] / med[f] * (1 + sign * z * math.hypot(rel[a], rel[f]) * (a != f))
+                        <= 1 + rule.tie_band]
+                return min(tied, key=lambda a: (rule.simplicity(a), a != rule.fallback, a))
+            if chosen(-1) != chosen(+1):
+                amb.add((key["op"], key["dt"], int(key["n"]), int(point[2:])))
+    return total, amb
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("cross", "resample"))
+    ap.add_argument("mode", choices=("cross", "resample", "table"))
+    ap.add_argument("--moved", help="table: a later tune's log (its 'changed winner' lines)")
     ap.add_argument("runs", nargs="+", help="cross: two runs; resample: one or more (a run: FILE[,FILE...])")
     ap.add_argument("--first", type=int, default=None,
                     help="use only each cell's first N rounds (a run without the extra rounds)")
@@ -170,6 +209,22 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown rule(s) {bad}; rules: {', '.join(RULES)}")
     ops = {o for o in args.ops.split(",") if o}
+    if args.mode == "table":
+        total, amb = table_ambiguous(args.runs[0])
+        print(f"{args.runs[0]}: {total} cells, {len(amb)} ambiguous at 90% (normal approximation, unpaired)")
+        moved = {}
+        if args.moved:
+            for line in Path(args.moved).read_text().splitlines():
+                m = MOVED.match(line)
+                if m:
+                    moved[(m[1], m[2], int(m[3]), int(m[4]))] = (m[5], m[6], float(m[7]))
+            print(f"{args.moved}: {len(moved)} cells moved; {len(set(moved) & amb)} of them flagged ambiguous")
+            for k, (a, b, pct) in sorted(moved.items()):
+                print(f"  {' '.join(map(str, k))}: {a} -> {b} (old {pct:+.1f}%){'  ambiguous' if k in amb else ''}")
+        if args.out:
+            Path(args.out).write_text(json.dumps({"cells": total, "ambiguous": sorted(map(list, amb)),
+                                                  "moved": {" ".join(map(str, k)): v for k, v in moved.items()}}, indent=1))
+        return 0
     picks: list[dict] = [{} for _ in args.runs]
     runs = [{k: v for k, v in load(p, args.first, rec).items() if not ops or k[0] in ops}
             for p, rec in zip(args.runs, picks)]

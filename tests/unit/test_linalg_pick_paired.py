@@ -211,3 +211,16 @@ def test_the_gate_noise_held_out_replay_reads_every_group(tmp_path):
     assert rows[1]["served_mean"] <= rows[0]["served_mean"]  # a stricter gate serves torch more often
     with pytest.raises(SystemExit, match="unknown group"):
         held.main(["--groups", "nope"])
+
+
+def test_a_table_without_raw_samples_flags_the_cells_its_sigmas_leave_open(tmp_path):
+    replay = _bench("linalg_pick_replay")
+    ev = lambda warp_ms, warp_sigma: {"M=256": {"torch": [0.01, 1e-5, 9], BLOCK: [0.001, 1e-6, 9],  # noqa: E731
+                                                WARP: [warp_ms, warp_sigma, 9]}}
+    table = {"entries": {"linalg|op=gemm|dt=fp32|n=8": {"evidence": ev(0.00102, 0.00003)},   # 2.0% +- 1.5%
+                         "linalg|op=gemm|dt=fp32|n=16": {"evidence": ev(0.00101, 0.000001)},  # 1.0% +- 0.05%
+                         "linalg|op=gemm|dt=fp32|n=32": {"evidence": ev(0.00110, 0.00003)}}}  # 10%
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(table))
+    total, amb = replay.table_ambiguous(str(path))
+    assert total == 3 and amb == {("gemm", "fp32", 8, 256)}

@@ -11,6 +11,11 @@
     Each cell keeps both winners: `winner` (all arms) and `native` (no optional dependency).
 Because a tie goes to the simpler arm, a re-run whose noise stays inside the band reproduces the
 cell. Failed or unmeasured arms (None, non-finite, non-positive times) cannot win.
+
+`decide` takes one time per arm (the medians); `decide_paired` asks the same questions of the
+paired rounds (each arm's per-round ratio to the fastest, with an order-statistic interval), and
+`ambiguous` says whether a cell's intervals still straddle the band edge (the tune then measures
+more rounds).
 """
 from __future__ import annotations
 
