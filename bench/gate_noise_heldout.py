@@ -118,7 +118,8 @@ def replay(group: str, logs: dict[str, list], noises: list[float], base) -> list
     names = list(tables)
     npts = sum(len({m for m, _ in t}) for t in tables[names[0]].values())
     print(f"\n{group}: {len(names)} logs, {npts} shared points, {len(names) * (len(names) - 1) // 2} pairs")
-    print(f"{'gate noise':>10} {'same pts':>9} {'worst pair':>10} {'regret gm':>9} {'regret max':>10} {'gain gm':>8} {'served':>7} {'>band':>6}")
+    print(f"{'gate noise':>10} {'same pts':>9} {'worst pair':>10} {'regret gm':>9} {'regret max':>10} "
+          f"{'gain gm':>8} {'served':>7} {'>band':>6}")
     rows = []
     for noise in noises:
         rule = dataclasses.replace(base, gate_noise=noise)
@@ -140,7 +141,8 @@ def replay(group: str, logs: dict[str, list], noises: list[float], base) -> list
                "beyond_band": sum(r > 1.0 + base.tie_band for r in regret) / max(1, len(regret))}
         rows.append(row)
         print(f"{noise:>10.3f} {100 * row['same_mean']:>8.1f}% {100 * row['same_min']:>9.1f}% "
-              f"{row['regret_gm']:>9.4f} {row['regret_max']:>10.4f} {row['gain_gm']:>8.4f} {100 * row['served_mean']:>6.1f}%"
+              f"{row['regret_gm']:>9.4f} {row['regret_max']:>10.4f} {row['gain_gm']:>8.4f}"
+              f" {100 * row['served_mean']:>6.1f}%"
               f" {100 * row['beyond_band']:>5.1f}%")
     return rows
 

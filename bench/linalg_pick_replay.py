@@ -222,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
             for k, (a, b, pct) in sorted(moved.items()):
                 print(f"  {' '.join(map(str, k))}: {a} -> {b} (old {pct:+.1f}%){'  ambiguous' if k in amb else ''}")
         if args.out:
+            moved_json = {" ".join(map(str, k)): v for k, v in moved.items()}
             Path(args.out).write_text(json.dumps({"cells": total, "ambiguous": sorted(map(list, amb)),
-                                                  "moved": {" ".join(map(str, k)): v for k, v in moved.items()}}, indent=1))
+                                                  "moved": moved_json}, indent=1))
         return 0
     picks: list[dict] = [{} for _ in args.runs]
     runs = [{k: v for k, v in load(p, args.first, rec).items() if not ops or k[0] in ops}

@@ -215,7 +215,8 @@ def _write_samples(path: Path, reports: Any) -> None:
         for r in rep.results:
             c = r.cell
             lines.append(json.dumps({"op": c.op, "dt": c.dt, "n": c.n, "batch": c.batch, "leg": rep.leg,
-                                     "invalid": bool(rep.invalid), "samples": {a: list(v) for a, v in r.samples.items()},
+                                     "invalid": bool(rep.invalid),
+                                     "samples": {a: list(v) for a, v in r.samples.items()},
                                      "statuses": dict(r.statuses), "winner": r.pick.winner, "native": r.pick.native},
                                     sort_keys=True))
     path.parent.mkdir(parents=True, exist_ok=True)
