@@ -5,7 +5,8 @@
     tunedb linalg plot --out F.png [--deps native|all]
         the winner of every cell (ops x n x batch, one panel per dtype), measured or heuristic
     tunedb linalg tune [--prebuild] [--quick] [--legs ladder,solver] [--ops ..] [--dtypes ..]
-                       [--margin M] [--dry-run] [--out DIR|FILE.json|system|user]
+                       [--margin M] [--pick median|paired] [--max-rounds N] [--samples F.jsonl]
+                       [--dry-run] [--out DIR|FILE.json|system|user]
         re-measure this GPU's table (the ladder), regenerate it under the pick rule and write it
         (--base FILE: start from that table instead of the --out file)
         (--dry-run: regenerate and diff against the current file, write nothing; --prebuild:
@@ -54,6 +55,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--dtypes", default=None, help="comma-separated dtypes (default fp32,fp64)")
     tune.add_argument("--margin", type=float, default=None, help="the tie band, a fraction (default 0.02)")
     tune.add_argument("--rounds", type=int, default=9, help="paired rounds per cell (at least 9)")
+    tune.add_argument("--max-rounds", type=int, default=None,
+                      help="while a cell is ambiguous (an arm's paired interval straddles the band edge), "
+                           "--rounds more rounds, up to this many (default: --rounds, no extra rounds)")
+    tune.add_argument("--pick", default="median", choices=("median", "paired"),
+                      help="median: the tie band on the medians (default); paired: an arm ties when its "
+                           "per-round ratio's 90%% interval is within the band")
+    tune.add_argument("--samples", default=None, metavar="FILE.jsonl",
+                      help="write every cell's raw samples here (one cell a line; also with --dry-run)")
     tune.add_argument("--max-arms", type=int, default=12, help="Triton configs timed per cell")
     tune.add_argument("--build-jobs", type=int, default=None,
                       help="processes compiling kernels before timing (default: CPUs - 1, at most 16)")
@@ -135,6 +144,9 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     from tunedb.families.linalg import FAMILY, ladder, pick, signatures, table
 
     legs = ladder.parse_legs(args.legs)
+    max_rounds = getattr(args, "max_rounds", None)
+    if max_rounds is not None and max_rounds < args.rounds:
+        raise TunedbError(f"--max-rounds {max_rounds} is below --rounds {args.rounds}; give at least --rounds")
     ops = _split(args.ops, signatures.OPS, "op(s)")
     dtypes = _split(args.dtypes, ("fp32", "fp64", "fp16", "bf16"), "dtype(s)") or (
         ("fp32",) if args.quick else ladder.GRID_DTYPES)
@@ -157,7 +169,10 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     reports = ladder.run(timer, legs, profile, quick=args.quick, rounds=args.rounds, seed=args.seed,
                          rule=rule, dtypes=dtypes, ops=ops, max_arms=args.max_arms,
-                         allow_busy=getattr(args, "allow_busy", False), progress=log)
+                         allow_busy=getattr(args, "allow_busy", False), progress=log,
+                         decide=getattr(args, "pick", None) or "median", max_rounds=getattr(args, "max_rounds", None))
+    if getattr(args, "samples", None):
+        _write_samples(Path(args.samples), reports)
     ladder.check_complete(reports, args.quick, dtypes, ops)
     for rep in reports:
         if rep.invalid:
@@ -166,7 +181,8 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     old = _read(base, arch_family)
     new = table.build(reports, old, arch_family=arch_family,
                       file_validators=validators.current(FAMILY.impl_hash()),
-                      provenance=_provenance(timer, started), rule=rule, legs=legs, quick=args.quick)
+                      provenance=_provenance(timer, started), rule=rule, legs=legs, quick=args.quick,
+                      decide=getattr(args, "pick", None) or "median", max_rounds=getattr(args, "max_rounds", None))
     changes = table.table_changes(old, new)
     measured = sum(len(r.results) for r in reports if not r.invalid)
     print(f"{measured} cells measured; {len(changes)} change(s) against {base if old else 'no table'}:")
@@ -187,6 +203,25 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     store.write_atomic(path, schema.dumps(new))
     print(f"wrote {path}")
     return 0
+
+
+def _write_samples(path: Path, reports: Any) -> None:
+    """Every measured cell's raw samples (ns per problem, per arm, round by round), statuses and
+    pick, one cell a line (bench/linalg_pick_replay.py replays the rule on them)."""
+    from tunedb.database import store
+
+    lines = []
+    for rep in reports:
+        for r in rep.results:
+            c = r.cell
+            lines.append(json.dumps({"op": c.op, "dt": c.dt, "n": c.n, "batch": c.batch, "leg": rep.leg,
+                                     "invalid": bool(rep.invalid),
+                                     "samples": {a: list(v) for a, v in r.samples.items()},
+                                     "statuses": dict(r.statuses), "winner": r.pick.winner, "native": r.pick.native},
+                                    sort_keys=True))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    store.write_atomic(path, "\n".join(lines) + "\n")
+    print(f"wrote {len(lines)} cell(s) of raw samples to {path}", file=sys.stderr)
 
 
 def _read(path: Path, arch_family: str) -> Any:

@@ -3,7 +3,8 @@
 Per cell: each arm passes the numerical gate first (its worst residual within the verify
 factor of torch's on the same inputs; a failing arm is recorded with its status and never
 wins); then at least nine paired rounds, the surviving arms in a freshly shuffled order each
-round, every raw sample kept. The cell's decision is pick.decide on the medians. The eager-only
+round, every raw sample kept, and (with a cap) more rounds while the cell is ambiguous. The
+cell's decision is pick.decide on the medians, or pick.decide_paired on the paired rounds. The eager-only
 library arm (`torch_checked`) is measured and reported beside the others but never decides a
 cell. Timers are pluggable: gputimer.GraphTimer on a GPU (CUDA graphs over a ring of fresh
 inputs), FakeTimer here (a cost function plus seeded noise), so the whole regeneration is tested
@@ -143,10 +144,23 @@ class CellResult:
         return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
 
 
+DECIDERS = ("median", "paired")
+
+
 def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: int = MIN_ROUNDS,
-                 seed: int = 0, rule: Any = pick.LINALG_RULE) -> CellResult:
+                 seed: int = 0, rule: Any = pick.LINALG_RULE, *, decide: str = "median",
+                 max_rounds: int | None = None) -> CellResult:
+    """Gate every arm, then `rounds` paired rounds; while the cell is ambiguous (pick.ambiguous:
+    an arm's paired interval straddles the band edge so that it moves the pick) and `rounds`
+    more fit in `max_rounds`, another `rounds`. decide="median": pick.decide on the medians (spec
+    003 as session 9 shipped it); "paired": pick.decide_paired (an arm ties when its paired
+    interval is within the band)."""
     if rounds < MIN_ROUNDS:
         raise TunedbError(f"rounds={rounds} is below the {MIN_ROUNDS} paired rounds spec 003 requires")
+    if decide not in DECIDERS:
+        raise TunedbError(f"decide={decide!r}; allowed: {', '.join(DECIDERS)}")
+    if max_rounds is not None and max_rounds < rounds:
+        raise TunedbError(f"max_rounds={max_rounds} is below rounds={rounds}")
     statuses: dict[str, str] = {}
     residuals: dict[str, float | None] = {}
     for arm in arm_ids:
@@ -155,25 +169,45 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
     live = [a for a in arm_ids if statuses[a] == Status.OK.value]
     samples: dict[str, list[float]] = {a: [] for a in live}
     rng = random.Random(f"{seed}:{cell}")
-    for _ in range(rounds):
-        order = list(live)
-        rng.shuffle(order)
-        got = timer.sample(cell, order)
-        for arm in order:
-            value = got.get(arm)
-            if isinstance(value, Status) or value is None:
-                statuses[arm] = value.value if isinstance(value, Status) else Status.LAUNCH_ERROR.value
-                samples.pop(arm, None)
-                live.remove(arm)
-            else:
-                samples[arm].append(float(value))
+    done = 0
+    while True:
+        for _ in range(rounds):
+            _round(timer, cell, rng, live, samples, statuses)
+        done += rounds
+        servable = {a: v for a, v in samples.items() if a != configs.EAGER_ONLY}
+        if max_rounds is None or done + rounds > max_rounds or not pick.ambiguous(servable, rule):
+            break
     frozen = {a: tuple(v) for a, v in samples.items()}
     why = getattr(timer, "failure", None)
     errors = {a: text for a, s in statuses.items() if s != Status.OK.value and why is not None
               for text in (why(cell, a),) if text}
-    result = CellResult(cell, frozen, statuses, residuals, pick.CellPick("torch", "torch", ""))
-    servable = {a: result.median(a) for a in frozen if a != configs.EAGER_ONLY}
-    return CellResult(cell, frozen, statuses, residuals, pick.decide(servable, rule), errors)
+    servable = {a: list(v) for a, v in frozen.items() if a != configs.EAGER_ONLY}
+    if decide == "paired":
+        chosen = pick.decide_paired(servable, rule)
+    else:
+        chosen = pick.decide({a: _median(v) for a, v in servable.items()}, rule)
+    return CellResult(cell, frozen, statuses, residuals, chosen, errors)
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return pick.median(list(values)) if values else None
+
+
+def _round(timer: CellTimer, cell: Cell, rng: random.Random, live: list[str], samples: dict[str, list[float]],
+           statuses: dict[str, str]) -> None:
+    """One paired round: every live arm once, in a fresh shuffled order; an arm that fails
+    leaves the cell (its samples with it)."""
+    order = list(live)
+    rng.shuffle(order)
+    got = timer.sample(cell, order)
+    for arm in order:
+        value = got.get(arm)
+        if isinstance(value, Status) or value is None:
+            statuses[arm] = value.value if isinstance(value, Status) else Status.LAUNCH_ERROR.value
+            samples.pop(arm, None)
+            live.remove(arm)
+        else:
+            samples[arm].append(float(value))
 
 
 @dataclass
@@ -187,7 +221,8 @@ class LegReport:
 def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False, rounds: int = MIN_ROUNDS,
         seed: int = 0, rule: Any = pick.LINALG_RULE, dtypes: Sequence[str] = GRID_DTYPES,
         ops: Sequence[str] | None = None, max_arms: int | None = None, allow_busy: bool = False,
-        progress: Callable[[str], None] | None = None) -> list[LegReport]:
+        progress: Callable[[str], None] | None = None, decide: str = "median",
+        max_rounds: int | None = None) -> list[LegReport]:
     """Measure every cell of the chosen legs; refuses a busy GPU, invalidates a disturbed leg
     (allow_busy: measures anyway and marks each leg contended)."""
     busy = timer.foreign_pids()
@@ -198,7 +233,8 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
     for leg in legs:
         report = LegReport(leg)
         for cell in cells((leg,), quick, dtypes, ops):
-            result = measure_cell(timer, cell, arms(cell, arch, max_arms), rounds, seed, rule)
+            result = measure_cell(timer, cell, arms(cell, arch, max_arms), rounds, seed, rule,
+                                  decide=decide, max_rounds=max_rounds)
             report.results.append(result)
             if progress is not None:
                 failed = result.failed()
@@ -216,13 +252,15 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
 
 
 class FakeTimer:
-    """A cost function (cell, arm) -> ns per problem, times seeded multiplicative noise; arms in
+    """A cost function (cell, arm) -> ns per problem, times seeded multiplicative noise (per arm,
+    and with round_noise one factor per round all its arms share); arms in
     `failing` fail the gate (status incorrect). For tests and dry reasoning without a GPU."""
 
     def __init__(self, cost: Callable[[Cell, str], float], *, noise: float = 0.005, seed: int = 0,
                  failing: frozenset[str] = frozenset(),
-                 intruder_after: int | None = None) -> None:
+                 intruder_after: int | None = None, round_noise: float = 0.0) -> None:
         self.cost, self.noise, self.failing = cost, noise, failing
+        self.round_noise = round_noise  # one factor per round, shared by its arms (a clock's drift)
         self.rng = random.Random(seed)
         self.samples = 0
         self.intruder_after = intruder_after  # a foreign process appears after this many samples
@@ -234,7 +272,8 @@ class FakeTimer:
 
     def sample(self, cell: Cell, order: Sequence[str]) -> dict[str, float | Status]:
         self.samples += 1
-        return {a: self.cost(cell, a) * (1.0 + self.rng.uniform(-self.noise, self.noise)) for a in order}
+        shared = 1.0 + self.rng.uniform(-self.round_noise, self.round_noise)
+        return {a: self.cost(cell, a) * shared * (1.0 + self.rng.uniform(-self.noise, self.noise)) for a in order}
 
     def foreign_pids(self) -> frozenset[int]:
         if self.intruder_after is not None and self.samples > self.intruder_after:

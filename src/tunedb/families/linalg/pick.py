@@ -11,6 +11,11 @@
     Each cell keeps both winners: `winner` (all arms) and `native` (no optional dependency).
 Because a tie goes to the simpler arm, a re-run whose noise stays inside the band reproduces the
 cell. Failed or unmeasured arms (None, non-finite, non-positive times) cannot win.
+
+`decide` takes one time per arm (the medians); `decide_paired` asks the same questions of the
+paired rounds (each arm's per-round ratio to the fastest, with an order-statistic interval), and
+`ambiguous` says whether a cell's intervals still straddle the band edge (the tune then measures
+more rounds).
 """
 from __future__ import annotations
 
@@ -51,3 +56,89 @@ def decide(times: Mapping[str, float | None], rule: PickRule = LINALG_RULE) -> C
         why = (f"{got.winner} ({rule.dependency(got.winner)}) beats the fastest native arm by "
                f"{best / ok[got.winner]:.3f}x > {1 + rule.dep_margin:.2f}x; native: {why}")
     return CellPick(got.winner, got.native, why)
+
+
+# --- the paired-rounds variant ------------------------------------------------------------------
+# The median rule above compares two point medians, so an arm sitting near the band edge lands
+# on either side from one run to the next (session 9: 17 of 216 cells moved between two tunes).
+# The ladder times every arm once per round in a shuffled order, so the per-round ratio of two
+# arms cancels what a round shares (clocks, a neighbour's L2 traffic); its median comes with a
+# distribution-free interval from order statistics. The variant asks the band question of that
+# interval rather than of the point estimate.
+TIE_TESTS = ("plausible", "shown")
+
+
+def order_stat_index(rounds: int, coverage: float) -> int:
+    """k such that [x(k), x(n-1-k)] (0-based order statistics of n rounds) covers the median
+    with probability >= coverage (binomial, no distribution assumed); 0 when n is too small."""
+    if not 0.0 < coverage < 1.0:
+        raise ValueError(f"coverage={coverage} must be in (0, 1)")
+    k, tail = 0, 1.0 / 2.0 ** rounds  # tail: P(at most k rounds below the median)
+    while 2 * (k + 1) < rounds:
+        nxt = tail + math.comb(rounds, k + 1) / 2.0 ** rounds
+        if 1.0 - 2.0 * nxt < coverage:
+            break
+        k, tail = k + 1, nxt
+    return k
+
+
+def ratio_interval(arm: list[float], ref: list[float], coverage: float = 0.9) -> tuple[float, float, float]:
+    """(low, median, high) of the per-round ratio arm[r] / ref[r] over the rounds both have."""
+    n = min(len(arm), len(ref))
+    if n == 0:
+        raise ValueError("ratio_interval needs at least one round of both arms")
+    ratios = sorted(a / r for a, r in zip(arm[:n], ref[:n]))
+    k = order_stat_index(n, coverage)
+    mid = ratios[n // 2] if n % 2 else 0.5 * (ratios[n // 2 - 1] + ratios[n // 2])
+    return ratios[k], mid, ratios[n - 1 - k]
+
+
+def median(values: list[float]) -> float:
+    s = sorted(values)
+    return s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
+
+
+def decide_paired(samples: Mapping[str, "list[float] | tuple[float, ...] | None"],
+                  rule: PickRule = LINALG_RULE, coverage: float = 0.9, tie: str = "plausible") -> CellPick:
+    """Spec 003's rule on paired rounds (samples[arm][r]: round r's time; any unit, lower is better).
+
+    The fastest native arm f is the one of lowest median. A native arm ties with f when the
+    interval of its per-round ratio to f (coverage `coverage`) says it is within the tie band:
+    tie="plausible": its low end is (the simpler arm keeps the cell unless f is shown more than the
+    band faster); tie="shown": its high end is (a simpler arm takes the cell only when shown
+    within the band). The simplest tied arm takes the cell. A dependency arm wins only when the
+    low end of the fastest native arm's ratio to it clears 1 + dep_margin (shown beyond the margin)."""
+    if tie not in TIE_TESTS:
+        raise ValueError(f"tie={tie!r}; allowed: {', '.join(TIE_TESTS)}")
+    ok = {a: [float(t) for t in s] for a, s in samples.items()
+          if s and all(t is not None and math.isfinite(t) and t > 0 for t in s)}
+    native = {a: s for a, s in ok.items() if rule.is_native(a)}
+    if not native:
+        return CellPick(rule.fallback, rule.fallback, "no native arm measured ok: the fallback serves")
+    med = {a: median(s) for a, s in ok.items()}
+    fastest = min(native, key=lambda a: (med[a], rule.simplicity(a), a))
+    edge = 1.0 + rule.tie_band
+    bounds = {a: ratio_interval(s, native[fastest], coverage) for a, s in native.items()}
+    tied = [a for a, (lo, _, hi) in bounds.items() if (lo if tie == "plausible" else hi) <= edge]
+    pick_native = min(tied, key=lambda a: (rule.simplicity(a), a != rule.fallback, a))
+    lo, mid, hi = bounds[pick_native]
+    why = (f"{pick_native}: {mid:.4f}x [{lo:.4f}, {hi:.4f}] of fastest native {fastest} "
+           f"(paired rounds, {coverage:.0%} interval, tie band {rule.tie_band:.0%} {tie}, simplest wins)")
+    deps = {a: s for a, s in ok.items() if not rule.is_native(a)}
+    if deps:
+        best_dep = min(deps, key=lambda a: (med[a], rule.simplicity(a), a))
+        low = ratio_interval(native[fastest], deps[best_dep], coverage)[0]
+        if low > 1.0 + rule.dep_margin:
+            return CellPick(best_dep, pick_native,
+                            f"{best_dep} ({rule.dependency(best_dep)}) beats the fastest native arm by at least "
+                            f"{low:.3f}x > {1 + rule.dep_margin:.2f}x; native: {why}")
+    return CellPick(pick_native, pick_native, why)
+
+
+def ambiguous(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], rule: PickRule = LINALG_RULE,
+              coverage: float = 0.9) -> bool:
+    """Whether the paired intervals leave the cell open: the pick differs depending on which end
+    of an arm's interval is believed (the "plausible" and "shown" picks differ). More rounds
+    narrow the intervals; a cell whose arms sit clear of the band edge is never ambiguous."""
+    return (decide_paired(samples, rule, coverage, "plausible").winner
+            != decide_paired(samples, rule, coverage, "shown").winner)

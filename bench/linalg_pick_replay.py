@@ -1,0 +1,258 @@
+"""The linalg pick rule replayed on recorded raw samples: how often two measurements of the same
+cell crown the same arm, under the median rule (pick.decide, session 9's tables) and the
+paired-rounds variants (pick.decide_paired: the tie decided on the interval of the per-round
+ratio to the fastest arm, "plausible" or "shown" within the band).
+
+Two modes, both pure CPU:
+  cross A B   two runs (different calls, or two regenerations in one call): the cells and arms
+              both measured; per rule the cells with the same winner and, for every
+              disagreement, its regret: how much slower one run's pick is than the other's,
+              timed by the other run's medians (the worse direction), inside or beyond the band.
+  resample A  one run: every cell's rounds drawn with replacement (paired: one draw of round
+              indices for all arms) twice, `--draws` times; the share of draws whose two picks
+              agree, and of disagreements beyond the band, timed by the full run's medians.
+
+  table T   a shipped table keeps only each arm's [median, sigma, rounds]: the cells whose pick
+              depends on which end of a normal 90% interval of each ratio is believed (unpaired,
+              se of a median 1.253 sigma / sqrt(rounds)); --moved LOG: a later tune's log, and
+              how many of the cells it moved were flagged (session 9: W3's table, W4's dry run).
+
+Inputs: bench/linalg_ladder.py's JSON (`cells[].arms[arm].samples_us`, .json or .json.gz) or
+`tunedb linalg tune --samples FILE.jsonl` (one cell a line: op, dt, n, batch, samples{arm: [ns]}).
+The eager-only arm (`torch_checked`) is never served and is left out.
+
+    python bench/linalg_pick_replay.py cross W1.json.gz W2.json.gz --ops gemm,gemv
+    python bench/linalg_pick_replay.py resample W1.json.gz --draws 200
+    python bench/linalg_pick_replay.py table W3_linalg.json --moved W4_repro.log
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import random
+import re
+import sys
+from pathlib import Path
+from typing import Callable, Mapping
+
+from tunedb.families.linalg import configs, pick
+
+Samples = Mapping[str, list[float]]
+
+
+def load(path: str, first: int | None = None, recorded: dict | None = None) -> dict[tuple, dict[str, list[float]]]:
+    """{(op, dtype, n, batch): {arm: [per-round times]}} of a ladder JSON or a tune samples file
+    (several comma-separated files merge); `first`: keep only each cell's first rounds (what a
+    run without extra rounds would have recorded). A tune's own pick per cell goes to `recorded`."""
+    out: dict[tuple, dict[str, list[float]]] = {}
+    for one in path.split(","):
+        raw = Path(one).read_bytes()
+        text = (gzip.decompress(raw) if one.endswith(".gz") else raw).decode()
+        if one.endswith((".jsonl", ".jsonl.gz")):
+            for line in text.splitlines():
+                if line.strip():
+                    rec = json.loads(line)
+                    key = (rec["op"], rec["dt"], rec["n"], rec["batch"])
+                    out[key] = {a: list(s) for a, s in rec["samples"].items() if a != configs.EAGER_ONLY and s}
+                    if recorded is not None and "native" in rec:
+                        recorded[key] = rec["native"]
+            continue
+        for cell in json.loads(text)["cells"]:
+            arms = {a: list(r["samples_us"]) for a, r in cell["arms"].items()
+                    if a != configs.EAGER_ONLY and r.get("ok") and r.get("samples_us")}
+            out[(cell["op"], cell["dtype"], cell["n"], cell["batch"])] = arms
+    if first is not None:
+        out = {k: {a: v[:first] for a, v in arms.items()} for k, arms in out.items()}
+    return out
+
+
+def median(xs: list[float]) -> float:
+    return pick.median(xs)
+
+
+RULES: dict[str, Callable[[Samples], str]] = {
+    "median": lambda s: pick.decide({a: median(v) for a, v in s.items()}).native,
+    "paired-plausible": lambda s: pick.decide_paired(s, tie="plausible").native,
+    "paired-shown": lambda s: pick.decide_paired(s, tie="shown").native,
+}
+
+
+def regret(judge: Samples, a: str, b: str) -> float:
+    """b's pick over a's, timed by `judge`'s medians."""
+    return median(judge[b]) / median(judge[a]) - 1.0
+
+
+def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dict, dict] | None = None) -> list[dict]:
+    """Per rule (and "as tuned": the tune's own picks, when recorded for both runs): cells with
+    the same winner and every disagreement with its regret."""
+    keys = sorted(set(ra) & set(rb))
+    names = rules + (["as tuned"] if recorded and recorded[0] and recorded[1] else [])
+    rows = []
+    for name in names:
+        same, moves, cells = 0, [], 0
+        for k in keys:
+            arms = sorted(set(ra[k]) & set(rb[k]))
+            if not arms:
+                continue
+            sa, sb = {a: ra[k][a] for a in arms}, {a: rb[k][a] for a in arms}
+            if name == "as tuned":
+                if k not in recorded[0] or k not in recorded[1]:
+                    continue
+                pa, pb = recorded[0][k], recorded[1][k]
+            else:
+                pa, pb = RULES[name](sa), RULES[name](sb)
+            cells += 1
+            if pa == pb:
+                same += 1
+                continue
+            worst = max(regret(sa, pa, pb), regret(sb, pb, pa)) if pa in sa and pb in sb else float("nan")
+            moves.append({"cell": list(k), "a": pa, "b": pb, "regret": round(worst, 4)})
+        beyond = [m for m in moves if not m["regret"] <= band]
+        rows.append({"rule": name, "cells": cells, "same": same, "moves": len(moves),
+                     "beyond_band": len(beyond), "max_regret": max((m["regret"] for m in moves), default=0.0),
+                     "move_list": moves})
+    return rows
+
+
+def ambiguous(s: Samples) -> bool:
+    """The paired intervals leave the cell open: some arm's interval straddles the band edge in
+    a way that moves the pick (the "plausible" and "shown" picks differ)."""
+    return pick.ambiguous(s)
+
+
+def draw_picks(full: Samples, name: str, rng: random.Random, rounds: int, max_rounds: int) -> str:
+    """One simulated re-measurement: `rounds` paired rounds drawn with replacement from the
+    recorded ones; while the cell is ambiguous and fewer than `max_rounds` are drawn, `rounds`
+    more (what `tunedb linalg tune --max-rounds` does on the GPU); then the rule."""
+    n = min(len(v) for v in full.values())
+    idx = [rng.randrange(n) for _ in range(rounds)]
+    take = lambda: {a: [v[i] for i in idx] for a, v in full.items()}  # noqa: E731
+    while len(idx) + rounds <= max_rounds and ambiguous(take()):
+        idx += [rng.randrange(n) for _ in range(rounds)]
+    return RULES[name](take())
+
+
+def resample(run: dict, rules: list[str], band: float, draws: int, seed: int,
+             rounds: int | None = None, max_rounds: int | None = None) -> list[dict]:
+    rows = []
+    for name in rules:
+        rng = random.Random(seed)
+        agree = beyond = total = 0
+        worst = 0.0
+        for k in sorted(run):
+            full = run[k]
+            n = rounds or min(len(v) for v in full.values())
+            for _ in range(draws):
+                picks = [draw_picks(full, name, rng, n, max_rounds or n) for _ in range(2)]
+                total += 1
+                if picks[0] == picks[1]:
+                    agree += 1
+                    continue
+                r = max(regret(full, picks[0], picks[1]), regret(full, picks[1], picks[0]))
+                worst = max(worst, r)
+                beyond += r > band
+        rows.append({"rule": name, "cells": len(run), "draws": draws, "rounds": rounds, "max_rounds": max_rounds,
+                     "agree": agree / total, "beyond_band": beyond / total, "max_regret": worst})
+    return rows
+
+
+MOVED = re.compile(r"\s+linalg\|op=(\w+)\|dt=(\w+)\|n=(\d+) batch=(\d+): (\S+) -> (\S+) \(the old winner ([+-][\d.]+)%")
+
+
+def table_ambiguous(path: str, z: float = 1.645) -> tuple[int, set]:
+    """(cells, the cells whose pick moves between the low and high ends of each arm's ratio to
+    the fastest, from the table's medians and sigmas)."""
+    rule = pick.LINALG_RULE
+    data = json.loads(Path(path).read_text())
+    total, amb = 0, set()
+    for sig, entry in data["entries"].items():
+        key = dict(part.split("=") for part in sig.split("|")[1:])
+        for point, ev in entry.get("evidence", {}).items():
+            arms = {a: v for a, v in ev.items() if not a.startswith("_") and isinstance(v, list)
+                    and a != configs.EAGER_ONLY and v[0] > 0}
+            if not arms:
+                continue
+            total += 1
+            med = {a: v[0] for a, v in arms.items()}
+            rel = {a: 1.253 * v[1] / math.sqrt(v[2]) / v[0] for a, v in arms.items()}
+            f = min(med, key=med.get)
+
+            def chosen(sign: int) -> str:
+                tied = [a for a in med if med[a] / med[f] * (1 + sign * z * math.hypot(rel[a], rel[f]) * (a != f))
+                        <= 1 + rule.tie_band]
+                return min(tied, key=lambda a: (rule.simplicity(a), a != rule.fallback, a))
+            if chosen(-1) != chosen(+1):
+                amb.add((key["op"], key["dt"], int(key["n"]), int(point[2:])))
+    return total, amb
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("cross", "resample", "table"))
+    ap.add_argument("--moved", help="table: a later tune's log (its 'changed winner' lines)")
+    ap.add_argument("runs", nargs="+", help="cross: two runs; resample: one or more (a run: FILE[,FILE...])")
+    ap.add_argument("--first", type=int, default=None,
+                    help="use only each cell's first N rounds (a run without the extra rounds)")
+    ap.add_argument("--ops", default="", help="comma-separated ops (default: all)")
+    ap.add_argument("--rules", default=",".join(RULES))
+    ap.add_argument("--draws", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=None, help="resample: rounds per draw (default: recorded)")
+    ap.add_argument("--max-rounds", type=int, default=None,
+                    help="resample: draw --rounds more while the cell is ambiguous, up to this many")
+    ap.add_argument("--out", help="write the rows as JSON here")
+    args = ap.parse_args(argv)
+    rules = [r for r in args.rules.split(",") if r]
+    bad = [r for r in rules if r not in RULES]
+    if bad:
+        ap.error(f"unknown rule(s) {bad}; rules: {', '.join(RULES)}")
+    ops = {o for o in args.ops.split(",") if o}
+    if args.mode == "table":
+        total, amb = table_ambiguous(args.runs[0])
+        print(f"{args.runs[0]}: {total} cells, {len(amb)} ambiguous at 90% (normal approximation, unpaired)")
+        moved = {}
+        if args.moved:
+            for line in Path(args.moved).read_text().splitlines():
+                m = MOVED.match(line)
+                if m:
+                    moved[(m[1], m[2], int(m[3]), int(m[4]))] = (m[5], m[6], float(m[7]))
+            print(f"{args.moved}: {len(moved)} cells moved; {len(set(moved) & amb)} of them flagged ambiguous")
+            for k, (a, b, pct) in sorted(moved.items()):
+                print(f"  {' '.join(map(str, k))}: {a} -> {b} (old {pct:+.1f}%){'  ambiguous' if k in amb else ''}")
+        if args.out:
+            moved_json = {" ".join(map(str, k)): v for k, v in moved.items()}
+            Path(args.out).write_text(json.dumps({"cells": total, "ambiguous": sorted(map(list, amb)),
+                                                  "moved": moved_json}, indent=1))
+        return 0
+    picks: list[dict] = [{} for _ in args.runs]
+    runs = [{k: v for k, v in load(p, args.first, rec).items() if not ops or k[0] in ops}
+            for p, rec in zip(args.runs, picks)]
+    band = pick.TIE_BAND
+    if args.mode == "cross":
+        if len(runs) != 2:
+            ap.error(f"cross takes two runs, got {len(runs)}")
+        rows = cross(runs[0], runs[1], rules, band, None if args.first else (picks[0], picks[1]))
+        print(f"{'rule':>17} {'cells':>5} {'same':>5} {'same %':>7} {'moves':>5} {'> band':>6} {'max regret':>10}")
+        for r in rows:
+            print(f"{r['rule']:>17} {r['cells']:>5} {r['same']:>5} {100 * r['same'] / max(1, r['cells']):>6.1f}% "
+                  f"{r['moves']:>5} {r['beyond_band']:>6} {100 * r['max_regret']:>9.2f}%")
+            for m in r["move_list"]:
+                print(f"{'':>19}{' '.join(map(str, m['cell']))}: {m['a']} / {m['b']} ({100 * m['regret']:+.2f}%)")
+    else:
+        rows = []
+        print(f"{'run':>40} {'rule':>17} {'cells':>5} {'agree':>7} {'> band':>7} {'max regret':>10}")
+        for path, run in zip(args.runs, runs):
+            for r in resample(run, rules, band, args.draws, args.seed, args.rounds, args.max_rounds):
+                r["run"] = path
+                rows.append(r)
+                print(f"{Path(path).name[:40]:>40} {r['rule']:>17} {r['cells']:>5} {100 * r['agree']:>6.1f}% "
+                      f"{100 * r['beyond_band']:>6.2f}% {100 * r['max_regret']:>9.2f}%")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"mode": args.mode, "runs": args.runs, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
