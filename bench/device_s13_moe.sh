@@ -13,6 +13,9 @@ FINAL=$OUT
 OUT=$FINAL/logs
 mkdir -p "$OUT" "$FINAL/db"
 export PYTHONPATH=src TUNEDB_USER_DB=off
+# one Triton cache for the prewarm processes, the build's measuring worker and the benches (the
+# GEMM launcher, if some import pulls it in, would otherwise move the worker to tunedb's own cache)
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.cache/tunedb/triton}
 stage() {  # name timeout_s command...
   local name=$1 t=$2; shift 2
   local t0=$(date +%s)

@@ -335,6 +335,32 @@ def summary(all_scored) -> dict:
 PROFILE = None
 
 
+def planned_arms(sig, table_ms, grid_ms, fill, profile) -> dict[int, int]:
+    """M -> arms pass 1 measures there (what measure_key measures, before pruning)."""
+    fam = families.get("group_gemm")
+    grid = grid_ids()
+    table = {p.m for p in table_points(sig, table_ms, fill)}
+    out = {}
+    for m in sorted(table | set(grid_ms)):
+        want = set(build_arms(sig, m, profile)) if m in table else set()
+        if m in grid_ms:
+            want |= {"default", "torch"} | {c for c in grid if fam.invalid_reason(_cfg(c), sig, m, profile) is None}
+        out[m] = len(want)
+    return out
+
+
+def dry_run(models, table_ms, grid_ms, fill) -> int:
+    profile = shipped_profile("sm90")
+    total = 0
+    for model in models:
+        for k, sig in keys_of(model).items():
+            arms_at = planned_arms(sig, table_ms, grid_ms, fill, profile)
+            total += sum(arms_at.values())
+            print(f"{model} {k}: " + ", ".join(f"M={m}: {n}" for m, n in arms_at.items()))
+    print(f"{total} pass-1 arm measurements (tiles far behind a point's fastest are pruned after one eager call)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     global PROFILE
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -346,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table", default=None, help="also score this group_gemm database file")
     p.add_argument("--budget-s", type=float, default=330.0, help="no new point is measured past this")
     p.add_argument("--compile-workers", type=int, default=15)
+    p.add_argument("--dry-run", action="store_true", help="print the arms per point and the expected time; no GPU")
     args = p.parse_args(argv)
     models = args.models.split(",")
     bad = [m for m in models if m not in MODELS]
@@ -367,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{' + pow2 fill' if args.fill else ''}. Expected on an H200: compile 60-90 s, measuring about "
           f"{6 * n_grid_pts + 2 * n_other} s (5-6 s per grid point, 1-2 s per other table point); "
           f"no new point after {args.budget_s:.0f} s", flush=True)
+    if args.dry_run:
+        return dry_run(models, table_ms, grid_ms, args.fill)
     if not torch.cuda.is_available():
         print("bench/moe_exhaustive.py needs a CUDA GPU", file=sys.stderr)
         return 2

@@ -107,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench/prewarm.py needs a CUDA GPU", file=sys.stderr)
         return 2
+    if not os.environ.get("TRITON_CACHE_DIR"):  # the build's worker may point Triton elsewhere (gemm's launcher does)
+        print("warning: TRITON_CACHE_DIR is not set; export it for this and the build so both use one cache",
+              flush=True)
+    print(f"Triton cache: {os.environ.get('TRITON_CACHE_DIR') or '~/.triton/cache'}", flush=True)
     res = prewarm(args.family, work, args.jobs, log=lambda s: print(s, flush=True))
     return 0 if res["launches"] else 1
 

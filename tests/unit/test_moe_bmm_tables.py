@@ -194,3 +194,14 @@ def test_exhaustive_bench_builds_the_table_like_a_build_and_scores_regret():
     s = mx.summary(scored)["shipped"]
     assert s["points"] == 2 and s["worst_at"] == "k M=16" and len(s["over_2pct"]) == 0
     assert abs(s["worst_regret"] - (0.7 / 0.69 - 1)) < 1e-12
+
+
+def test_exhaustive_bench_dry_run_counts_the_grid_and_the_build_arms(tmp_path, capsys):
+    mx = _bench("moe_exhaustive")
+    assert mx.main(["--out", str(tmp_path), "--dry-run", "--models", "qwen3-30b-a3b", "--table-ms", "1,64,4096",
+                    "--grid-ms", "1,4096"]) == 0
+    out = capsys.readouterr().out
+    n_build = len(mx.build_arms(mx.keys_of("qwen3-30b-a3b")["up"], 64, SM90))
+    assert f"qwen3-30b-a3b up: M=1: 338, M=64: {n_build}, M=4096: 260" in out  # slot tiles only at small M
+    with pytest.raises(SystemExit):
+        mx.main(["--out", str(tmp_path), "--dry-run", "--models", "gpt-5"])
