@@ -205,3 +205,60 @@ def test_exhaustive_bench_dry_run_counts_the_grid_and_the_build_arms(tmp_path, c
     assert f"qwen3-30b-a3b up: M=1: 338, M=64: {n_build}, M=4096: 260" in out  # slot tiles only at small M
     with pytest.raises(SystemExit):
         mx.main(["--out", str(tmp_path), "--dry-run", "--models", "gpt-5"])
+
+
+def test_exhaustive_bench_runs_end_to_end_with_stand_in_timers(tmp_path, monkeypatch, capsys):
+    """The bench's wiring on the CPU: tiny keys, the launchers' CPU path (every tile computes the
+    torch result, checked against the reference), crc-derived times standing in for the GPU's.
+    Both passes, the in-run table, the --table file's picks, the summary and the JSON."""
+    import json
+    import zlib
+
+    mx = _bench("moe_exhaustive")
+    monkeypatch.setattr(mx, "DEVICE", "cpu")
+    monkeypatch.setattr(mx, "MODELS", {"tiny": (4, 64, 48, 2)})
+    monkeypatch.setattr(mx, "keys_of", lambda model: {"up": _tiny("token"), "down": _tiny("slot")})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "stand-in")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    from tunedb.families.group_gemm import configs
+
+    few = list(dict.fromkeys(mx.grid_ids()[::12] + [c.id for c in configs.config_space("sm90")]))  # CPU time
+    monkeypatch.setattr(mx, "grid_ids", lambda: few)
+
+    def fake_ms(run):
+        cid = run.config_id if hasattr(run, "config_id") else str(run)
+        return 0.01 * (1 + (zlib.crc32(cid.encode()) % 400) / 1000.0)
+
+    monkeypatch.setattr(mx.Point1, "run_of", lambda self, cid: _Named(self.fam.launcher(mx._cfg(cid), self.sig), cid))
+    monkeypatch.setattr(mx.Point1, "eager", lambda self, run: fake_ms(run))
+    monkeypatch.setattr(mx.Point1, "time", lambda self, run, quick=False: fake_ms(run))
+    table = tmp_path / "db"
+    _system_table("group_gemm", ShapeSet(tuple(Point(s, m, 1.0, 1) for s in (_tiny("token"), _tiny("slot"))
+                                              for m in (1, 16)), "t"), table)
+    assert mx.main(["--out", str(tmp_path / "out"), "--models", "tiny", "--table-ms", "1,16", "--grid-ms", "1,16",
+                    "--compile-workers", "0", "--table", str(table / "sm90" / "group_gemm.json")]) == 0
+    res = json.loads((tmp_path / "out" / "moe_exhaustive.json").read_text())
+    assert set(res["summary"]) == {"shipped", "tie1", "tie0", "tie1_nogate", "file"}
+    for key in res["keys"]:
+        for e in key["scored"]:
+            best = min(fake_ms(c) for c in key["pass1"][str(e["M"])] if c not in ("default", "torch")
+                       and key["pass1"][str(e["M"])][c] is not None)
+            assert abs(e["best_ms"] - best) < 1e-12  # the grid's best tile is found
+            assert e["rules"]["tie0"]["regret"] >= -1e-12  # a 0% band never beats the grid's best
+    assert "regret against the exhaustive grid" in capsys.readouterr().out
+
+
+class _Named:
+    def __init__(self, fn, config_id):
+        self.fn, self.config_id = fn, config_id
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def _tiny(form):
+    from tunedb.families.group_gemm.keys import make_signature
+
+    return make_signature(4, 64, 48, 2, "bf16", form)
