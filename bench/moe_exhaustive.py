@@ -25,7 +25,7 @@ Per model, both expert GEMMs (gate/up x=token, down x=slot; bf16, uniform random
 `--table FILE` also scores a database file (e.g. the one just built) at the grid points.
 
 Every tile is first checked against the fp32 reference (4x grouped_mm's error or 2e-2). All
-tiles are compiled first in parallel processes (bench/moe.py's precompile: both forms). Expected
+tiles are compiled first in parallel processes (bench/prewarm.py: each tile launched once per key). Expected
 on an H200 (16 cores): compile 60-90 s (about 420 tiles x 2 forms over 15 processes; faster when
 bench/prewarm.py ran before), measuring about 100-150 s for Mixtral + Qwen3, about 40 s more for
 Qwen1.5; `--budget-s` stops measuring new points past that many seconds (they are reported as
@@ -78,46 +78,6 @@ def grid_ids() -> list[str]:
     ids = [c.id for c in configs.full_grid()] + [c.id for c in configs.config_space("sm90")]
     return [c for c in dict.fromkeys(ids)
             if configs.invalid_reason(configs.parse(c), roomy, 1, shipped_profile("sm90")) is None]
-
-
-def _warm_share(cids: list[str], sig_texts: list[str]) -> tuple[int, list[str]]:
-    """In a worker process: launch each tile once per key at M=2 (the keys' own N, K and
-    strides, so the binaries are the ones the run asks for; M is not specialised) and the
-    routing program of each (E, BM)."""
-    from tunedb.records import Signature
-
-    fam = families.get("group_gemm")
-    done, errors = 0, []
-    for text in sig_texts:
-        sig = Signature.parse(text)
-        args, _ = fam.make_inputs(sig, 2, DEVICE, seed=0)
-        for cid in cids:
-            try:
-                fam.launcher(_cfg(cid), sig)(*args)
-                done += 1
-            except Exception as exc:  # noqa: BLE001 -- the measuring pass reports it again
-                errors.append(f"{cid}: {type(exc).__name__}: {str(exc)[:120]}")
-        torch.cuda.synchronize()
-        del args
-    return done, errors
-
-
-def precompile(cids: list[str], sig_texts: list[str], workers: int, log) -> None:
-    """Every tile compiled up front in `workers` spawned processes (a Triton compile holds the
-    interpreter lock: one process compiles about one tile a second); the measuring passes then
-    load binaries from Triton's on-disk cache."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
-    t0 = time.time()
-    shares = [cids[i::workers] for i in range(workers) if cids[i::workers]]
-    done, errors = 0, []
-    with cf.ProcessPoolExecutor(len(shares), mp_context=mp.get_context("spawn")) as pool:
-        for n, errs in pool.map(_warm_share, shares, [sig_texts] * len(shares)):
-            done += n
-            errors += errs
-    log(f"precompiled {len(cids)} tiles on {len(sig_texts)} keys ({done} launches) in {len(shares)} processes: "
-        f"{time.time() - t0:.1f} s; {len(errors)} failed" + "".join(f"\n  {e}" for e in errors[:10]))
 
 
 def table_points(sig, table_ms, fill: bool) -> tuple[Point, ...]:
@@ -406,8 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.compile_workers > 0:
-        precompile(grid + ["default"], [sig.format() for mdl in models for sig in keys_of(mdl).values()],
-                   args.compile_workers, log)
+        from prewarm import prewarm  # every tile once per key at M=2: the keys' own specialisation
+
+        work = [(sig.format(), 2, cid) for mdl in models for sig in keys_of(mdl).values() for cid in grid + ["default"]]
+        try:
+            prewarm("group_gemm", work, args.compile_workers, log)
+        except Exception as exc:  # noqa: BLE001 -- only costs time: the passes compile on first use
+            log(f"prewarm failed ({type(exc).__name__}: {str(exc)[:200]}); compiling on first use")
     t_compile = time.time() - t0
     deadline = t0 + args.budget_s
     rule_set = rules()

@@ -67,7 +67,7 @@ def _launch_share(family_name: str, items: Sequence[Work], device: str = "cuda")
     return done, errors
 
 
-def prewarm(family_name: str, work: Sequence[Work], jobs: int, log=print) -> dict[str, Any]:
+def prewarm(family_name: str, work: Sequence[Work], jobs: int, log=print, device: str = "cuda") -> dict[str, Any]:
     """Launch `work` in `jobs` spawned processes, each owning a share of the config ids (one
     compile per binary, no two processes racing for it)."""
     t0 = time.time()
@@ -76,7 +76,7 @@ def prewarm(family_name: str, work: Sequence[Work], jobs: int, log=print) -> dic
     parts = [[w for w in work if w[2] in share] for share in shares]
     done, errors = 0, []
     with cf.ProcessPoolExecutor(len(parts), mp_context=mp.get_context("spawn")) as pool:
-        for n, errs in pool.map(_launch_share, [family_name] * len(parts), parts):
+        for n, errs in pool.map(_launch_share, [family_name] * len(parts), parts, [device] * len(parts)):
             done += n
             errors += errs
     out = {"launches": done, "configs": len(cids), "processes": len(parts), "errors": errors,

@@ -262,3 +262,15 @@ def _tiny(form):
     from tunedb.families.group_gemm.keys import make_signature
 
     return make_signature(4, 64, 48, 2, "bf16", form)
+
+
+@pytest.mark.slow  # two spawned processes import torch: about 10 s
+def test_prewarm_pool_launches_every_item_once(monkeypatch):
+    """The process pool's plumbing (spawned workers, shares by config id) on the CPU, where the
+    group_gemm launcher computes with torch."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    prewarm = _bench("prewarm")
+    work = [(_tiny(form).format(), m, cid) for form in ("token", "slot") for m in (1, 5)
+            for cid in ("default", "b16x64x64_w4_s3_g8", "sl_b1x32x256_w4_s3")]
+    res = prewarm.prewarm("group_gemm", work, 2, log=lambda s: None, device="cpu")
+    assert res["launches"] == len(work) and res["errors"] == [] and res["processes"] == 2
