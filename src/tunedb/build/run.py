@@ -32,6 +32,7 @@ class BuildOptions:
     max_points: int | None = None
     min_speedup: float | None = None  # None: the family's pick rule's gate (GEMM: 1.05)
     gate_noise: float | None = None  # None: the family's (PickRule.gate_noise: a stricter gate for narrow regions)
+    tie_band: float | None = None  # None: the family's (PickRule.tie_band: within it of a point's best counts as tied)
     fresh: bool = False
     dry_run: bool = False
     no_write: bool = False

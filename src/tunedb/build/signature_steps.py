@@ -64,7 +64,8 @@ def finish_signature(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
     """The signature's Entry from all its measurements: the partition under `rule` (default:
     the family's with --min-speedup), regions and the evidence they rest on."""
     if rule is None:
-        rule = pick_rule(families.get(plan.signature.family), opts.min_speedup, getattr(opts, "gate_noise", None))
+        rule = pick_rule(families.get(plan.signature.family), opts.min_speedup, getattr(opts, "gate_noise", None),
+                         getattr(opts, "tie_band", None))
     alpha = {p.m: p.eager_share for p in plan.points}
     table = partition.objective_table(meas, alpha)
     part = partition.partition(plan.points, table, rule, catch_all=True)

@@ -20,10 +20,13 @@ from tunedb.families.contract import PickRule, hook
 from tunedb.records import ArchProfile, Config, Entry, Measurement, MeasureRequest, Point, Signature, Status
 
 
-def pick_rule(family: Any, min_speedup: float | None = None, gate_noise: float | None = None) -> PickRule:
-    """The family's pick rule, with --min-speedup and --gate-noise (when given) in its gate."""
+def pick_rule(family: Any, min_speedup: float | None = None, gate_noise: float | None = None,
+              tie_band: float | None = None) -> PickRule:
+    """The family's pick rule, with --min-speedup and --gate-noise (when given) in its gate and
+    --tie-band (when given) as its tie band."""
     rule = hook(family, "pick_rule")()
-    over = {k: v for k, v in (("min_speedup", min_speedup), ("gate_noise", gate_noise)) if v is not None}
+    over = {k: v for k, v in (("min_speedup", min_speedup), ("gate_noise", gate_noise), ("tie_band", tie_band))
+            if v is not None}
     return dataclasses.replace(rule, **over) if over else rule
 
 
@@ -190,7 +193,7 @@ class Measurer:
     def __init__(self, family: Any, opts: Any, arch: ArchProfile, log: Any,
                  working_set: Mapping[Signature, int], timer: Any = None, worker: Any = None) -> None:
         self.family, self.opts, self.log, self.working_set = family, opts, log, working_set
-        self.rule = pick_rule(family, opts.min_speedup, getattr(opts, "gate_noise", None))
+        self.rule = pick_rule(family, opts.min_speedup, getattr(opts, "gate_noise", None), getattr(opts, "tie_band", None))
         self.arch = arch
         self.timer = timer
         if timer is None and opts.simulate:
@@ -271,7 +274,7 @@ def run_meta(opts: Any, arch: ArchProfile, points: Mapping[Signature, list[Point
                      for sig in sorted(points) for p in sorted(points[sig], key=lambda p: p.m))
     return {"family": opts.family, "arch": arch.arch_family, "census": hashlib.sha256(text.encode()).hexdigest()[:20],
             "thin": opts.thin, "max_points": opts.max_points, "fill": opts.fill, "min_speedup": opts.min_speedup,
-            "gate_noise": getattr(opts, "gate_noise", None),
+            "gate_noise": getattr(opts, "gate_noise", None), "tie_band": getattr(opts, "tie_band", None),
             "exhaustive": opts.exhaustive, "simulate": opts.simulate, "top_k": opts.top_k,
             "seed": opts.seed if opts.simulate else None, "noise": opts.noise if opts.simulate else None}
 
@@ -280,6 +283,9 @@ def check_options(opts: Any, gpu: bool) -> None:
     if getattr(opts, "gate_noise", None) is not None and not 0.0 <= opts.gate_noise < 1.0:
         raise BuildError(f"--gate-noise={opts.gate_noise} must be in [0, 1) (0.06: a one-point region must "
                          f"beat the fallback by the gate x 1.06, a four-point one by x 1.03)")
+    if getattr(opts, "tie_band", None) is not None and not 0.0 <= opts.tie_band < 1.0:
+        raise BuildError(f"--tie-band={opts.tie_band} must be in [0, 1) (0.03: an arm within 3% of a point's "
+                         f"fastest counts as fast as it; default: the family's pick rule)")
     if opts.min_speedup is not None and opts.min_speedup < 1.0:
         raise BuildError(f"--min-speedup={opts.min_speedup} must be >= 1.0 (1.05: a config must beat the "
                          f"family's fallback by 5%; default: the family's pick rule)")

@@ -35,6 +35,10 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
                              "so wins resting on one noisy point need a wider margin and a re-run emits the same "
                              "regions (n counted by traffic; default: the family's pick rule, 0 for every "
                              "built-in family)")
+    parser.add_argument("--tie-band", type=float, default=None, metavar="X",
+                        help="an arm within X of a point's fastest counts as fast as it and the simpler one "
+                             "wins (default: the family's pick rule, 0.03; narrower: less regret by design, "
+                             "regions that move more between rebuilds)")
     parser.add_argument("--fresh", action="store_true", help="replace the target file instead of merging")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; measure nothing")
     parser.add_argument("--no-write", action="store_true",
@@ -79,7 +83,7 @@ def options_from(args: argparse.Namespace) -> Any:
         raise BuildError(f"--seed={args.seed} only applies with --simulate")
     return BuildOptions(out=args.out, family=args.family, arch_family=args.arch, thin=args.thin,
                         max_points=args.max_points, min_speedup=args.min_speedup,
-                        gate_noise=args.gate_noise, fresh=args.fresh,
+                        gate_noise=args.gate_noise, tie_band=args.tie_band, fresh=args.fresh,
                         dry_run=args.dry_run, no_write=args.no_write, simulate=args.simulate,
                         run_id=args.run_id, exhaustive=args.exhaustive, allow_busy=args.allow_busy,
                         top_k=args.top_k, seed=args.seed, isolate=not args.in_process, fill=args.fill,
