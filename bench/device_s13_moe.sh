@@ -40,7 +40,7 @@ for s in "$@"; do
       stage moe_census 60 "python -c 'import sys; from tunedb.families.group_gemm.moe import census, meta_model; from tunedb.census.censusfile import write_census
 for name, tokens, path in ((\"qwen3-30b-a3b\", sys.argv[1], sys.argv[2]), (\"mixtral-8x7b\", sys.argv[3], sys.argv[4])):
     shapes = census(meta_model(name, layers=1), [int(t) for t in tokens.split(\",\")], workload=name); write_census(path, shapes); print(name, len(shapes.points), \"points ->\", path)
-' ${MOE_QWEN3_TOKENS:-1,4,16,64,256,1024,4096} $OUT/moe_census_qwen3.json ${MOE_MIXTRAL_TOKENS:-1,16,64,256,1024,4096} $OUT/moe_census_mixtral.json"
+' ${MOE_QWEN3_TOKENS:-1,4,16,64,128,256,1024,4096} $OUT/moe_census_qwen3.json ${MOE_MIXTRAL_TOKENS:-1,16,64,128,256,1024,4096} $OUT/moe_census_mixtral.json"
       stage moe_prewarm 100 "python bench/prewarm.py --family group_gemm --census $OUT/moe_census_qwen3.json --census $OUT/moe_census_mixtral.json --no-fill"
       stage moe_build_qwen3 100 "python -m tunedb build --family group_gemm --census $OUT/moe_census_qwen3.json --no-fill --out system --fresh --run-id s13-moe-qwen3 && cp src/tunedb/db/sm90/group_gemm.json $FINAL/db/"
       stage moe_build_mixtral 230 "python -m tunedb build --family group_gemm --census $OUT/moe_census_mixtral.json --no-fill --out system --run-id s13-moe-mixtral && cp src/tunedb/db/sm90/group_gemm.json $FINAL/db/" ;;

@@ -64,10 +64,14 @@ def parse(config_id: str) -> Config:
 
 # (BN, BK, warps) of the slot lane: narrow BN gives a few slots' weight streams many programs
 _SLOT_SHAPES = ((16, 256, 2), (32, 256, 4), (32, 512, 4), (64, 128, 4), (64, 256, 4), (128, 128, 8))
+# winners of the exhaustive grid outside the shapes above (session 13 E, bench/moe_exhaustive.py:
+# Mixtral up M=1, Qwen3 up M=16, Qwen3 down M=16), pipelined only
+_SLOT_EXTRA = ((32, 128, 4), (16, 256, 4), (64, 128, 2))
 
 
 def slot_space() -> tuple[Config, ...]:
-    return tuple(make_slots(bn, bk, w, s) for bn, bk, w in _SLOT_SHAPES for s in (1, 3))
+    return tuple(make_slots(bn, bk, w, s) for bn, bk, w in _SLOT_SHAPES for s in (1, 3)) + tuple(
+        make_slots(bn, bk, w, 3) for bn, bk, w in _SLOT_EXTRA)
 
 
 def full_grid() -> tuple[Config, ...]:
@@ -111,9 +115,9 @@ def smem_bytes(cfg: Config) -> int:
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
-    """The build's space (43 grouped tiles: per tile height BM, four (BN, BK, warps) shapes and
-    two stage counts; 12 slot-lane tiles, valid at small M only). full_grid() is the exhaustive
-    space the bench's sweep checks it against."""
+    """The build's space (46 grouped tiles: per tile height BM, four to six (BN, BK, warps)
+    shapes and two stage counts, plus three grid winners; 15 slot-lane tiles, valid at small M
+    only). full_grid() is the exhaustive space the bench's sweep checks it against."""
     wanted = set(lanes or LANES)
     bad = wanted - set(LANES)
     if bad:
@@ -129,6 +133,10 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
                 c = make(bm, bn, bk, w, s, 8)
                 if smem_bytes(c) <= smem and bm * bn // (32 * w) <= MAX_ACC_PER_THREAD:
                     out.append(c)
+        # winners of the exhaustive grid outside those shapes (session 13 E: Qwen3 up/down M=128,
+        # Qwen3 down M=1024): two-stage BK=128 tiles at BM=16, an 8-warp BM=64 tile
+        extra = {16: ((256, 128, 4, 2), (128, 128, 4, 2)), 64: ((128, 64, 8, 3),)}.get(bm, ())
+        out += [make(bm, bn, bk, w, s, 8) for bn, bk, w, s in extra]
     if SLOTS_LANE in wanted:
         out += [c for c in slot_space() if smem_bytes(c) <= smem]
     return tuple(out)
