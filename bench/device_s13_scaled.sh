@@ -39,11 +39,11 @@ for s in $STAGES; do
       stage fp8_build_block 90 "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k ${BLOCK_K:-16} --census $CENSUS/quant_llama_fp8-block.json"
       cp src/tunedb/db/sm90/scaled_mm_fp8.json "$FINAL/db/" ;;
     scaled-quick)
-      stage scaled_quick 80 "python bench/scaled_mm.py --quick --modes fp8_row,fp8_block --budget-s 30 --out $OUT/scaled_mm_quick.json" ;;
+      stage scaled_quick 75 "python bench/scaled_mm.py --quick --modes fp8_row,fp8_block --budget-s 30 --out $OUT/scaled_mm_quick.json" ;;
     pdl-context)
       stage pdl_context 35 "python bench/pdl_context.py --out $OUT/pdl_context.json" ;;
     decode-limit-fp8)
-      stage decode_limit_fp8 35 "python bench/decode_limit_fp8.py --quick --out $OUT/decode_limit_fp8.json" ;;
+      stage decode_limit_fp8 40 "python bench/decode_limit_fp8.py --quick --out $OUT/decode_limit_fp8.json" ;;
     fp8-build-row)
       stage fp8_build_row 60 "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k 8 --census $CENSUS/quant_llama_fp8-rowwise.json"
       cp src/tunedb/db/sm90/scaled_mm_fp8.json "$FINAL/db/" ;;
