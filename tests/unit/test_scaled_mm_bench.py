@@ -89,3 +89,57 @@ def test_summary_and_goal_lines(bench):
     assert "worst 1.020 over 1 points with a table entry, 0 without" in lines[2]
     assert "not bitwise equal to the heuristic: 1" in lines[3]
     assert "sk2_b16x64x128_w4_s4: incorrect" in bench.markdown(list(table.values()))
+
+
+def test_the_vendor_op_run_as_the_heuristic_is_never_ours(bench):
+    """fp8 row-wise: the heuristic's rule runs torch._scaled_mm (`heuristic=torch`); the sweep's
+    best and "ours" must not count it, or the Triton lanes' goal would be judged on the vendor."""
+    g0 = bench.QUICK[0][0]
+    rows = [row(g0, "fp8_row", 1280, 5120, 2048, "torch", "torch", 30.6),
+            row(g0, "fp8_row", 1280, 5120, 2048, "heuristic", "heuristic=torch", 30.5),
+            row(g0, "fp8_row", 1280, 5120, 2048, "triton_tma", "tma_b128x256x128_w8_s3_g8", 47.0),
+            dict(row(g0, "fp8_row", 1280, 5120, 2048, "table", "heuristic=torch", 30.7), tier="default")]
+    (t,) = bench.summarize(rows)
+    assert t["triton_best"] == t["sweep_best"] == "tma_b128x256x128_w8_s3_g8"
+    assert t["table_pick"] == "heuristic=torch" and t["table_vs_vendor"] == pytest.approx(30.6 / 30.7)
+
+
+def test_protocol_timing_is_the_default(bench):
+    assert bench.TIMING == ["protocol"]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, PATH.parent / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pdl_context_block_quantizer_feeds_the_op():
+    """bench/pdl_context.py's model context quantizes a bf16 activation per 1x128 block as
+    QuantizedLinear does (row-wise it runs the op's own Triton row quantizer, CUDA only); its
+    (q, s) are what the fp8 op takes and reproduce the activation's product."""
+    import torch
+
+    from tunedb import families
+    from tunedb.families.scaled_mm import arms, ops
+
+    pdl = _load("pdl_context")
+    fam = families.get("scaled_mm_fp8")
+    sig = fam.make_signature("scaled_mm", 64, 256, "bf16", "block")
+    (_, w, _, sw), _ = fam.make_inputs(sig, 3, "cpu", seed=1)
+    xb = torch.randn(3, 256, dtype=torch.bfloat16)
+    q, s = pdl.quantizer("block")(xb)
+    assert q.dtype == torch.float8_e4m3fn and tuple(s.shape) == (3, 2)
+    y = ops.scaled_mm_fp8(q, w, s, sw).float()
+    want = xb.float() @ arms.dequantize(sig, q, w, s, sw, torch.float32)[1].t()
+    assert ((y - want).abs().max() / want.abs().max()).item() < 0.1
+    assert all(p[0] in ("row", "block") and p[4].startswith("dk") for p in pdl.POINTS)
+
+
+def test_decode_limit_fp8_twins():
+    lim = _load("decode_limit_fp8")
+    assert lim.twin("dk4_n128x128_w8_s4") == "dk4_n128x128_w8_s4_pdl"
+    assert lim.twin("dk4_n128x128_w8_s4_pdl") == "dk4_n128x128_w8_s4"
+    assert lim.twin("torch") is None and lim.twin("b16x128x128_w4_s4_g8") is None
+    assert all(n * k >= 4 * 2 ** 20 for n, k in lim.SHAPES)

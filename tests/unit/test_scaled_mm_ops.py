@@ -128,7 +128,10 @@ def test_default_tier_resolves_to_the_heuristic_sentinel():
     assert (res.config.id, res.tier) == ("heuristic", "default") and res.config.is_sentinel
     assert ops.chosen("scaled_mm_fp8", sig, 1).id == "heuristic"
     profile = selector.shipped_profile("sm90")
-    assert FP8.heuristic(sig, 1, profile).id != FP8.heuristic(sig, 4096, profile).id
+    # row-wise: the sentinel's rule names the vendor op at every M (configs.vendor_heuristic)
+    assert FP8.heuristic(sig, 1, profile).id == FP8.heuristic(sig, 4096, profile).id == "torch"
+    block = FP8.make_signature("scaled_mm", 3072, 2048, "bf16", "block")  # no vendor arm: a tile per M
+    assert FP8.heuristic(block, 1, profile).id != FP8.heuristic(block, 4096, profile).id
     assert isinstance(selector.shipped_profile("sm90"), ArchProfile)
 
 

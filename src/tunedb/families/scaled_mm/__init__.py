@@ -8,7 +8,8 @@ numerical gate (int8: exact bits; fp8: tolerance). See docs/scaled_mm.md.
 Lanes: triton_mma (data-parallel tl.dot tiles, scales in the epilogue or per K block),
 triton_tma (sm90 tensor descriptors, persistent), triton_splitk (deep K, fixed-order reduction),
 triton_decode (M <= 16: one weight-streaming kernel, split-K reduced inside it, optional PDL), torch (torch._int_mm + epilogue / torch._scaled_mm).
-The untuned choice is the `heuristic` sentinel (configs.heuristic_config). Importing this
+The untuned choice is the `heuristic` sentinel (configs.heuristic_config: torch._scaled_mm for
+fp8 per-tensor / row-wise scales, the half-wave Triton tile otherwise). Importing this
 package touches neither torch nor triton.
 """
 from __future__ import annotations
@@ -26,10 +27,19 @@ from tunedb.records import ArchProfile, Config, Signature
 KERNEL_SOURCES = ("kernels.py", "arms.py", "launch.py", "../gemm/kernels_common.py")
 
 
-@lru_cache(maxsize=1)
-def impl_hash() -> str:
-    """The family's soft validator over KERNEL_SOURCES (families.contract.source_hash)."""
-    return source_hash(Path(__file__).parent, KERNEL_SOURCES)
+@lru_cache(maxsize=None)
+def impl_hash(family: str = configs.INT8_FAMILY) -> str:
+    """A family's soft validator: the hash over KERNEL_SOURCES (families.contract.source_hash),
+    and, from the rule's second revision on, the revision of the `heuristic` rule (configs.
+    HEURISTIC_RULE): a region naming `heuristic` means the rule it was measured under, so an
+    entry measured under another revision reads stale (int8's rule 1 keeps its old hash)."""
+    base = source_hash(Path(__file__).parent, KERNEL_SOURCES)
+    rule = configs.HEURISTIC_RULE[family]
+    if rule == 1:
+        return base
+    import hashlib
+
+    return hashlib.sha256(f"{base}|heuristic-rule-{rule}".encode()).hexdigest()[:12]
 
 
 class ScaledMMFamily(ConfigMethods):
@@ -79,9 +89,10 @@ class ScaledMMFamily(ConfigMethods):
         return PruningModel(profile)
 
     def heuristic(self, sig: Signature, m: int | None, arch: ArchProfile | None = None) -> Config:
-        """The concrete tile the `heuristic` sentinel runs at M; at m=None (the selector's default
-        tier, asked once per signature) the sentinel itself, which the op resolves per call's M:
-        a concrete tile here would serve the largest tile at M=1 too."""
+        """The concrete arm the `heuristic` sentinel runs at M (configs.heuristic_config: the
+        vendor op for fp8 per-tensor / row-wise scales, else a tile); at m=None (the selector's
+        default tier, asked once per signature) the sentinel itself, which the op resolves per
+        call's M: a concrete tile here would serve the largest tile at M=1 too."""
         if m is None:
             return Config.sentinel("heuristic")
         return configs.heuristic_config(sig, m, arch.sms if arch else 132)
@@ -193,7 +204,9 @@ class ScaledMMFamily(ConfigMethods):
 
         return make_inputs(sig, m, device, seed)
 
-    impl_hash = staticmethod(impl_hash)  # the module function: the protocol member
+    def impl_hash(self) -> str:
+        """The protocol member: this family's hash (module impl_hash)."""
+        return impl_hash(self.name)
 
 
 def simplicity(config_id: str) -> int:

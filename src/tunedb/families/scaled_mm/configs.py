@@ -13,8 +13,8 @@ The decode lane (M <= 16: a weight stream) is one kernel with its split-K reduce
 the last-arriving CTA of each N slab, in split order (int32 partials for int8: exact); `_pdl`
 launches it with programmatic dependent launch (its first weight tile loads while the previous
 kernel drains; sm90+, Triton 3.4+).
-Sentinels: `heuristic` (the family's untuned choice: a shape rule, resolved per M; `default`
-is accepted as its alias) and `torch` (torch._int_mm + a scale epilogue for int8,
+Sentinels: `heuristic` (the family's untuned choice: a shape rule, resolved per M: the vendor
+op for fp8 per-tensor / row-wise scales, else a data-parallel tile; `default` is accepted as its alias) and `torch` (torch._int_mm + a scale epilogue for int8,
 torch._scaled_mm for fp8 per-tensor and row-wise).
 """
 from __future__ import annotations
@@ -319,12 +319,36 @@ def sentinels(sig: Signature, approximate: bool = False) -> tuple[str, ...]:
 # The heuristic's tiles, largest first; BK 128 serves every scale mode (it divides the block).
 _HEURISTIC_TILES = ((128, 256, 8, 3), (128, 128, 8, 3), (64, 128, 4, 4), (64, 64, 4, 4),
                     (32, 64, 4, 4), (16, 64, 4, 4))
+# The revision of the `heuristic` rule per family: what a table region naming `heuristic` was
+# measured as. fp8 rule 1 was the half-wave tile for every scale mode; rule 2 (issue 20, session
+# 13) serves torch._scaled_mm for per-tensor and row-wise scales, where the tile ran at 0.34-0.45x
+# of the vendor op on widths no table named (Whisper-large at M=2048; 14336x4096 at M=1: 3x).
+# The family's impl_hash carries the revision, so an entry measured under another one reads
+# stale in `tunedb status` (docs/scaled_mm.md, "The heuristic").
+HEURISTIC_RULE = {INT8_FAMILY: 1, FP8_FAMILY: 2}
+
+
+def vendor_heuristic(sig: Signature, m: int | None = None) -> bool:
+    """Whether the `heuristic` rule names the vendor op for `sig`: fp8 per-tensor or row-wise
+    scales where torch._scaled_mm runs (N, K multiples of 16). Not block scales (no vendor arm
+    here) and not int8: torch._int_mm refuses M <= 16, and with its separate scale epilogue it ran
+    at 0.4-0.6x of the Triton tile at M=2048 on the H200 (session 13 A2), so the tile stays."""
+    return sig.family == FP8_FAMILY and sig.get("scale") in ("tensor", "row") and torch_reason(sig, m) is None
 
 
 def heuristic_config(sig: Signature, m: int, sms: int = 132) -> Config:
-    """The family's untuned choice, a stated shape rule: the largest data-parallel tile whose
-    grid still launches at least half a wave of CTAs (sms / 2); the smallest tile when none does.
-    BK = 128, group_m = 8."""
+    """The family's untuned choice at M, a stated shape rule: for fp8 per-tensor / row-wise
+    scales the vendor op (`torch`, torch._scaled_mm) where it runs, so that a shape nobody
+    measured is never slower than the vendor; otherwise (int8, block scales, unaligned fp8)
+    `heuristic_tile`."""
+    if vendor_heuristic(sig, m):
+        return Config.sentinel("torch")
+    return heuristic_tile(sig, m, sms)
+
+
+def heuristic_tile(sig: Signature, m: int, sms: int = 132) -> Config:
+    """The largest data-parallel tile whose grid still launches at least half a wave of CTAs
+    (sms / 2); the smallest tile when none does. BK = 128, group_m = 8."""
     n = sig.get("N")
     for bm, bn, w, s in _HEURISTIC_TILES:
         if -(-m // bm) * -(-n // bn) >= sms // 2:

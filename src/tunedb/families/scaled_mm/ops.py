@@ -7,8 +7,9 @@
 
 x [..., K] and weight [N, K] are int8 or float8_e4m3fn; the scales are fp32 in the layouts of
 keys.scale_shapes (scale='' infers the fp8 mode from w_scale). A CUDA call resolves through the
-selector (user tier, system tier, then the `heuristic` sentinel), falls back to the heuristic
-where the chosen arm cannot run at this M (torch._int_mm at M <= 16), and launches; CPU tensors
+selector (user tier, system tier, then the `heuristic` sentinel: torch._scaled_mm for fp8
+per-tensor / row-wise scales, a Triton tile otherwise), falls back to the heuristic where the
+chosen arm cannot run at this M (torch._int_mm at M <= 16), and launches; CPU tensors
 take a torch path that computes the same bits as the CUDA int8 arms (fp8: the fp32 product,
 rounded once). No host synchronisation and no Python state change per call: CUDA graphs capture
 the launches; the fake kernels give torch.compile the output shapes (the op stays opaque).
@@ -55,6 +56,16 @@ def chosen(family: str, sig: Signature, m: int) -> Config:
     _, profile = selector.current_arch()
     if profile is not None and families.get(family).invalid_reason(config, sig, m, profile):
         return _HEURISTIC
+    return config
+
+
+def served(family: str, sig: Signature, m: int, sms: int = 132) -> Config:
+    """The concrete arm a CUDA call of `sig` at M runs: `chosen`, with the `heuristic` sentinel
+    resolved by its rule (configs.heuristic_config: `torch` for fp8 per-tensor / row-wise scales,
+    else a tile), as the launcher resolves it (launch._heuristic)."""
+    config = chosen(family, sig, m)
+    if config.id in ("heuristic", "default"):
+        return configs.heuristic_config(sig, max(m, 1), sms)
     return config
 
 
