@@ -45,7 +45,7 @@ for s in $STAGES; do
     decode-limit-fp8)
       stage decode_limit_fp8 40 "python bench/decode_limit_fp8.py --quick --out $OUT/decode_limit_fp8.json" ;;
     fp8-build-row)
-      stage fp8_build_row 60 "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k 8 --census $CENSUS/quant_llama_fp8-rowwise.json"
+      stage fp8_build_row 120 "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k 8 --census $CENSUS/quant_llama_fp8-rowwise.json"
       cp src/tunedb/db/sm90/scaled_mm_fp8.json "$FINAL/db/" ;;
     gpu-tests)  # optional, ~15 s: the untuned fp8 choice on the GPU
       stage gpu_tests 60 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_scaled_mm_heuristic_gpu.py" ;;
