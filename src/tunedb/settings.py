@@ -139,6 +139,13 @@ MEASURE_AHEAD = Setting(
     ("0", "1"),
 )
 
+TIMELINE = Setting(
+    "TUNEDB_TIMELINE", "0",
+    "'1': `tunedb tune` also prints when each stage happened, in seconds since the process started "
+    "(pool prestart, mirror plan, first/last compile submitted and done, the pass measuring ahead, "
+    "census end, build start/end: build/timeline.py); '0': not.",
+    ("0", "1"),
+)
 CENSUS_BESIDE = Setting(
     "TUNEDB_CENSUS_BESIDE", "0",
     "'1': on a GPU machine, `tunedb tune` of a preset with no cached census takes it in a child "
@@ -157,7 +164,7 @@ MODEL_LOCAL_BAND = Setting(
 
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
-                            EAGER_FALLBACK, MEASURE_AHEAD, CENSUS_BESIDE, MODEL_LOCAL_BAND)
+                            EAGER_FALLBACK, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -253,6 +260,10 @@ def eager_fallback_enabled() -> bool:
 
 def measure_ahead_enabled() -> bool:
     return MEASURE_AHEAD.raw() == "1"
+
+
+def timeline_enabled() -> bool:
+    return TIMELINE.raw() == "1"
 
 
 def census_beside_enabled() -> bool:

@@ -192,7 +192,7 @@ def test_start_measures_the_mirror_plan_on_the_prestarted_worker(env, monkeypatc
     point = ShapeSet((Point(FLAT, 1500, 1.0, 10),))
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
     monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: arch.shipped_profile("sm90"))
-    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
     monkeypatch.setattr(compile_pool, "_PRESTARTED", {"gemm": (object(), 4)})
     monkeypatch.setattr(speculative, "start_ahead", lambda family, arch_family, plans: None)
     started = []

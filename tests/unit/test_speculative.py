@@ -126,32 +126,61 @@ def test_only_a_preset_census_not_yet_cached_and_not_the_mirror_is_worth_a_specu
 
 
 def test_the_speculative_plan_is_the_builds_plan_of_the_mirror_census(family, monkeypatch):
-    """start() censuses the mirror, plans it with the build's planner and options on this GPU's
-    profile (current_profile: cached, else measured now, before any compile is submitted), and
-    submits those compiles; the same census planned by the build yields the same jobs."""
+    """start() censuses the mirror and, with no profile cached, plans it at once on this GPU's
+    queried limits and the shipped ceilings (current_profile(measure=False)) and submits those
+    compiles before it waits for the worker's start; then it measures the profile the build will
+    use and retargets the pool to that plan: the same census planned by the build yields the
+    same jobs."""
     point = ShapeSet((Point(SIG, 1500, 1.0, 10), Point(SIG, 3000, 1.0, 10)))
     asked = []
+    ex = HeldExecutor()
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: asked.append(kw) or point)
     monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: asked.append(("profile", measure))
                         or arch.shipped_profile("sm90"))
-    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
-    ex = HeldExecutor()
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
     compile_pool._PRESTARTED[family.name] = (ex, 4)
     opts = pipeline.BuildOptions(out="user", top_k=4)
 
     class Starting:
         def wait_started(self):
-            asked.append("worker started")
+            asked.append(("worker started", len(ex.jobs)))
 
     pool = speculative.start("whisper-base", opts, KW, worker=Starting())
     assert pool is not None
-    assert asked[1] == "worker started"  # no profile cached: measured once the worker's start is over
-    del asked[1]
     assert asked[0]["impl"] == "mirror" and "cached" not in asked[0] and "capture" not in asked[0]
-    assert asked[1] == ("profile", True)  # the build's own profile (measured if not cached)
+    assert asked[1] == ("profile", False)  # no profile cached: the queried one first, nothing measured
     plans, _ = build_run.plan_build([("whisper-base", point)], opts, arch.shipped_profile("sm90"))
     expected = {Job(f"sm90:{c}") for p in plans for ids in p.arms.values() for c in ids}
+    assert asked[2] == ("worker started", len(expected))  # every compile submitted before the wait
+    assert asked[3] == ("profile", True)  # then the build's own profile (measured, then cached)
     assert set(ex.jobs) == expected and expected
+    assert pool.stats.cancelled == 0 and pool.stats.ahead == len(expected)
+
+
+def test_a_plan_changed_by_the_measured_profile_retargets_the_pool(family, monkeypatch):
+    """When the measured ceilings rank otherwise, the compiles queued for the first plan that
+    the measured one does not need are cancelled and its missing ones submitted."""
+    point = ShapeSet((Point(SIG, 1500, 1.0, 10),))
+    ex = HeldExecutor()
+    first_ids, final_ids = ("a", "b", "c"), ("b", "c", "d")
+
+    def plan_build(censuses, opts, profile, params=None):
+        ids = final_ids if profile.source == "measured" else first_ids
+        return [Plan(SIG, (P(1500),), {1500: ids})], None
+
+    import dataclasses
+
+    shipped = arch.shipped_profile("sm90")
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
+    monkeypatch.setattr(build_run, "plan_build", plan_build)
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
+    monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw:
+                        dataclasses.replace(shipped, source="measured") if measure else shipped)
+    compile_pool._PRESTARTED[family.name] = (ex, 4)
+    pool = speculative.start("whisper-base", pipeline.BuildOptions(out="user", top_k=3), KW)
+    assert {j.name for j, f in ex.jobs.items() if not f.cancelled()} == {"sm90:b", "sm90:c", "sm90:d"}
+    assert ex.jobs[Job("sm90:a")].cancelled() and pool.stats.cancelled == 1
+    assert pool.stats.ahead == 3  # the jobs of the plan the build will make
 
 
 def test_no_speculation_without_a_prestarted_pool_or_when_it_fails(family, monkeypatch):
@@ -172,7 +201,7 @@ def test_no_speculation_without_a_prestarted_pool_or_when_it_fails(family, monke
 def test_a_cached_profile_needs_no_wait_for_the_worker(family, monkeypatch):
     point = ShapeSet((Point(SIG, 1500, 1.0, 10),))
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
-    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
     monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: arch.shipped_profile("sm90"))
     path = arch.cache_path("NVIDIA H200")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from tunedb import settings
-from tunedb.build import compile_pool
+from tunedb.build import compile_pool, timeline
 from tunedb.records import Measurement, MeasureRequest, Signature, Status
 
 
@@ -87,27 +87,51 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
     try:
         kw = {k: v for k, v in census_kw.items() if k not in ("capture", "cached")}
         shapes = pipeline.take_census(workload, **{**kw, "impl": "mirror"})
-        # the profile the build uses: cached per SKU, else measured now (about a second) rather
-        # than after the census, on a GPU as idle as then (the pool has no work yet), so that
-        # this plan is the build's; with the shipped ceilings instead, it could rank otherwise
-        if worker is not None and not arch.cache_path(arch.queried()["sku"]).exists():
-            worker.wait_started()  # quiet as the build's setup had it: no start beside the timing
-        profile = arch.current_profile()
-        if opts.arch_family and profile.arch_family != opts.arch_family:
+        timeline.mark("mirror census")
+        fields = arch.queried()
+        measured = arch.cache_path(fields["sku"]).exists()
+        if not measured and fields["arch_family"] not in arch.SHIPPED_ARCHES:
+            if worker is not None:  # no shipped ceilings to plan with first: measured now, as the build would
+                worker.wait_started()
+            measured = True
+        # this GPU's profile when cached; else, first, its queried limits with the shipped
+        # ceilings (no measurement, no wait), so that the compiles start now: the plan rarely
+        # differs with the measured ceilings, and the pool is retargeted below when it does
+        first = arch.current_profile(measure=measured)
+        if opts.arch_family and first.arch_family != opts.arch_family:
             return None
         try:
-            target = buildsteps.target_file(opts.out, profile.arch_family, opts.family)
+            target = buildsteps.target_file(opts.out, first.arch_family, opts.family)
         except Exception:  # noqa: BLE001 - the build reports a bad target itself
             return None
-        existing = buildsteps.existing_file(target, opts.family, profile.arch_family)
-        plans, _ = run.plan_build([(workload, shapes)], opts, profile,
-                                  buildsteps.model_params(existing.model if existing else None))
+        existing = buildsteps.existing_file(target, opts.family, first.arch_family)
+        params = buildsteps.model_params(existing.model if existing else None)
+        plans, _ = run.plan_build([(workload, shapes)], opts, first, params)
+        timeline.mark("mirror plan")
     except Exception:  # noqa: BLE001 - a prefetch only: the build plans and compiles regardless
         return None
     try:
-        pool = start_ahead(family, profile.arch_family, plans)
+        pool = start_ahead(family, first.arch_family, plans)
     except Exception:  # noqa: BLE001 - as above: the build submits its own compiles
         return None
+    profile = first
+    if not measured:
+        try:
+            # the profile the build uses, measured now (about a second) rather than after the
+            # census, with the measuring worker's start over (wait_started) and the pool's
+            # processes niced, as the build's setup would measure it; the plan is then the build's
+            if worker is not None:
+                worker.wait_started()
+            profile = arch.current_profile()
+            if profile.arch_family != first.arch_family:
+                return pool
+            plans, _ = run.plan_build([(workload, shapes)], opts, profile, params)
+            timeline.mark("mirror plan (measured profile)")
+            if pool is not None:
+                pool.retarget(compile_pool._work(plans))
+                pool.stats.ahead = pool.stats.jobs
+        except Exception:  # noqa: BLE001 - as above: the build measures the profile and plans itself
+            return pool
     if worker is not None and settings.measure_ahead_enabled():
         try:
             measurer = buildsteps.Measurer(family, opts, profile, None,
@@ -132,6 +156,7 @@ class Measured:
     seconds: float = 0.0  # the pass's wall time, census-side (the build did not wait for it)
     reused: int = 0  # of the pass's requests, those the build made
     filled: int = 0  # the build's own requests measured in compile order before its loop
+    dropped: int = 0  # the pass's results with a timeout or launch error (measured again by the build)
     _pass: set[MeasureRequest] = field(default_factory=set)
 
     def take(self, request: MeasureRequest) -> tuple[Measurement, ...] | None:
@@ -143,7 +168,7 @@ class Measured:
     def report(self) -> dict[str, Any]:
         """points measured ahead, how many the build reused, how many it discarded (not its own)."""
         return {"points": self.points, "reused": self.reused, "discarded": len(self._pass & set(self.results)),
-                "seconds": round(self.seconds, 3), "filled": self.filled}
+                "seconds": round(self.seconds, 3), "filled": self.filled, "dropped": self.dropped}
 
 
 _TRANSIENT = (Status.TIMEOUT, Status.LAUNCH_ERROR)
@@ -187,6 +212,10 @@ def fill(plans: Sequence[Any], measurer: Any, compiles: Any, measured: Measured,
         result = measurer(*args)
         if keep_transient or not any(r.status in _TRANSIENT for r in result):
             measured.results[request] = result
+            if not keep_transient:
+                timeline.mark("ahead first point")
+        else:
+            measured.dropped += 1
         waited_since = time.perf_counter()
         done += 1
     return done
@@ -225,6 +254,7 @@ class AheadRun:
         from tunedb.build import signature_steps
 
         started = time.perf_counter()
+        timeline.mark("ahead pass start")
         try:
             fill(self.plans, self.measurer, self.compiles, self.measured, self._stop, keep_transient=False)
             for plan in self.plans:  # the cross-evaluations (their configs are compiled by now)
@@ -307,4 +337,5 @@ def describe(report: Mapping[str, Any]) -> str:
     """The tune report's line for a pass measured ahead."""
     return (f"measured ahead during the census: {report['points']} point(s) in {report['seconds']:.1f} s; "
             f"{report['reused']} reused by the build, {report['discarded']} not in its plan (discarded); "
-            f"{report.get('filled', 0)} measured after it in compile order")
+            f"{report.get('filled', 0)} measured after it in compile order"
+            f"{f'; {n} dropped (timeout or launch error: measured again)' if (n := report.get('dropped')) else ''}")
