@@ -130,4 +130,5 @@ def tune(workload: str, opts: BuildOptions, *, census_kw: dict[str, Any] | None 
     if result.build.path is not None and result.build.log_path is not None:
         result.evaluation, _ = evaluate_logs([result.build.log_path], [("tuned", result.build.path)],
                                              [shapes], arch_family=None, family=opts.family)
+        timeline.mark("evaluation end")
     return result

@@ -204,9 +204,10 @@ def test_start_measures_the_mirror_plan_on_the_prestarted_worker(env, monkeypatc
     worker = Worker()
     kw = dict(mode="offline", max_batch=8, chunk=None, manifest=None, capture=None, impl="auto", fused=True)
     opts = pipeline.BuildOptions(out="user", top_k=2)
+    monkeypatch.setenv("TUNEDB_MEASURE_AHEAD", "0")
     speculative.start("whisper-base", opts, kw, worker=worker)
-    assert started == []  # TUNEDB_MEASURE_AHEAD is off by default: compiles only
-    monkeypatch.setenv("TUNEDB_MEASURE_AHEAD", "1")
+    assert started == []  # TUNEDB_MEASURE_AHEAD=0: compiles only
+    monkeypatch.delenv("TUNEDB_MEASURE_AHEAD")  # on by default
     speculative.start("whisper-base", opts, kw, worker=worker)
     (name, arch_family, plans, measurer, _, pool), = started
     assert (name, arch_family, pool) == ("gemm", "sm90", None) and measurer.worker is worker

@@ -84,6 +84,7 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
     family = families.get(opts.family)
     if family.name not in compile_pool._PRESTARTED or not wanted(workload, census_kw):
         return None
+    timeline.mark("mirror start")
     try:
         kw = {k: v for k, v in census_kw.items() if k not in ("capture", "cached")}
         shapes = pipeline.take_census(workload, **{**kw, "impl": "mirror"})

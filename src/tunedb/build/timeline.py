@@ -16,9 +16,10 @@ import re
 import time
 
 # The order stages are printed in (others follow in the order they were marked)
-ORDER = ("pool prestart", "worker prestart", "torch imported", "mirror census", "mirror plan",
-         "first compile submitted", "last compile submitted", "first compile done", "ahead pass start",
-         "ahead first point", "census end", "build start", "last compile done", "build end")
+ORDER = ("pool prestart", "worker prestart", "torch imported", "mirror start", "mirror census", "mirror plan",
+         "first compile submitted", "mirror plan (measured profile)", "last compile submitted",
+         "first compile done", "ahead pass start", "ahead first point", "census end", "build start",
+         "last compile done", "build end", "evaluation end")
 _LINE = "timeline (s since process start): "
 _ITEM = re.compile(r"([a-z][a-z ]*?) ([0-9]+(?:\.[0-9]+)?)(?:,|$)")
 
