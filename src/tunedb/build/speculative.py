@@ -6,10 +6,15 @@ model (11.6 s of a cold `tunedb tune whisper-base` on the H200), while its compi
 measuring worker, started beside it, idle until the plan exists. A preset's `mirror`
 implementation is tunedb's own copy of the model with the library model's keys, and its census
 needs no model library: taken first, planned as the build will plan (same options, this GPU's
-arch profile, measured now if it is not cached, as the build would after the census), its
-compiles are submitted at once, and its points are measured in a thread on the prestarted
-worker while the census asked for is taken (the census runs on the CPU, on meta tensors; the
+arch profile), its compiles are submitted at once, and its points are measured in a thread on
+the prestarted worker while the census asked for is taken (the census runs on the CPU, on meta tensors; the
 protocol times on the GPU with CUDA graphs and events).
+
+With no profile cached (a first run), the plan is made first on the GPU's queried limits and
+its arch family's shipped ceilings, so that no compile waits for the worker's start and the
+profile's micro-benchmarks; the profile is then measured (as the build would measure it after
+the census), the census planned again on it and the pool retargeted to that plan, which the
+pass measures.
 
 The census the build measures is still the one asked for. Its plan retargets the pool
 (compile_pool.CompilePool.retarget: queued jobs it does not need are cancelled, the rest kept,
