@@ -197,6 +197,9 @@ def test_start_measures_the_mirror_plan_on_the_prestarted_worker(env, monkeypatc
     monkeypatch.setattr(speculative, "start_ahead", lambda family, arch_family, plans: None)
     started = []
     monkeypatch.setattr(speculative, "measure_ahead", lambda *a: started.append(a))
+    path = arch.cache_path("NVIDIA H200")  # a profile cached: the pass gets its plan at once
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
     class Worker:
         def wait_started(self):
             pass

@@ -34,7 +34,7 @@ import concurrent.futures as cf
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tunedb import settings
 from tunedb.build import compile_pool, timeline
@@ -120,6 +120,32 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
         pool = start_ahead(family, first.arch_family, plans)
     except Exception:  # noqa: BLE001 - as above: the build submits its own compiles
         return None
+    ahead = worker is not None and settings.measure_ahead_enabled()
+    if not measured and ahead:
+        # the profile measured in the worker, the plan redone and the pool retargeted in the
+        # pass's own thread: this thread goes on to the census at once (settle() waits for it)
+        def prelude() -> tuple[Sequence[Any], Any]:
+            res = worker.run(ProfileRequest())
+            if res.status is not Status.OK:
+                raise RuntimeError(f"the arch profile was not measured in the worker: {res.detail}")
+            profile = res.value
+            if profile.arch_family != first.arch_family:
+                raise RuntimeError(f"the GPU is {profile.arch_family}, not {first.arch_family}")
+            arch._MEMO[profile.sku] = profile  # the build's current_profile: the one measured, cached there
+            replanned, _ = run.plan_build([(workload, shapes)], opts, profile, params)
+            timeline.mark("mirror plan (measured profile)")
+            if pool is not None:
+                pool.retarget(compile_pool._work(replanned))
+                pool.stats.ahead = pool.stats.jobs
+            return replanned, buildsteps.Measurer(family, opts, profile, None,
+                                                  buildsteps.working_sets([(workload, shapes)], family),
+                                                  worker=worker)
+
+        try:
+            measure_ahead(family.name, first.arch_family, (), None, opts, pool, prelude=prelude)
+        except Exception:  # noqa: BLE001 - as above: the build measures the profile and plans itself
+            pass
+        return pool
     profile = first
     if not measured:
         try:
@@ -138,7 +164,7 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
                 pool.stats.ahead = pool.stats.jobs
         except Exception:  # noqa: BLE001 - as above: the build measures the profile and plans itself
             return pool
-    if worker is not None and settings.measure_ahead_enabled():
+    if ahead:
         try:
             measurer = buildsteps.Measurer(family, opts, profile, None,
                                            buildsteps.working_sets([(workload, shapes)], family), worker=worker)
@@ -146,6 +172,23 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
         except Exception:  # noqa: BLE001 - as above: the build measures regardless
             pass
     return pool
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """A measuring worker's request: this GPU's arch profile, measured and cached as the build
+    would (arch.current_profile), in the process that already holds the GPU's context and is
+    idle during the census; its buffers are handed back to the driver afterwards."""
+
+    def __call__(self) -> Any:
+        import torch
+
+        from tunedb import arch
+
+        try:
+            return arch.current_profile()
+        finally:
+            torch.cuda.empty_cache()
 
 
 class _Stopped(Exception):
@@ -233,9 +276,14 @@ class AheadRun:
     short steps so that the build's take-over stops it before its next point; the build then
     waits only for the point in flight (measuring stays serial on the GPU)."""
 
-    def __init__(self, plans: Sequence[Any], measurer: Any, opts: Any, compiles: Any = None) -> None:
+    def __init__(self, plans: Sequence[Any], measurer: Any, opts: Any, compiles: Any = None,
+                 prelude: Callable[[], tuple[Sequence[Any], Any]] | None = None) -> None:
         self.plans, self.measurer, self.opts, self.compiles = list(plans), measurer, opts, compiles
-        self.rule, self.valid = measurer.rule, measurer.valid  # build_signature reads them
+        self.prelude = prelude  # run first in the thread: returns (plans, measurer)
+        self.rule = self.valid = None
+        if measurer is not None:
+            self.rule, self.valid = measurer.rule, measurer.valid  # build_signature reads them
+        self.ready = threading.Event()  # the prelude is over (or there was none)
         self.measured = Measured()
         self.error = ""  # why the pass failed (it is then dropped whole)
         self._stop = threading.Event()
@@ -260,8 +308,16 @@ class AheadRun:
         from tunedb.build import signature_steps
 
         started = time.perf_counter()
-        timeline.mark("ahead pass start")
         try:
+            if self.prelude is not None:
+                try:
+                    plans, measurer = self.prelude()
+                finally:
+                    self.ready.set()
+                self.plans, self.measurer = list(plans), measurer
+                self.rule, self.valid = measurer.rule, measurer.valid
+            self.ready.set()
+            timeline.mark("ahead pass start")
             fill(self.plans, self.measurer, self.compiles, self.measured, self._stop, keep_transient=False)
             for plan in self.plans:  # the cross-evaluations (their configs are compiled by now)
                 signature_steps.build_signature(plan, self, self.opts, rule=self.rule)
@@ -269,6 +325,7 @@ class AheadRun:
             pass
         except BaseException as exc:  # noqa: BLE001 - reported by take_over; the build measures instead
             self.error = f"{type(exc).__name__}: {exc}"
+        self.ready.set()
         self.measured.seconds = time.perf_counter() - started
 
     def stop(self) -> Measured | None:
@@ -288,13 +345,14 @@ _RUNNING: dict[str, tuple[str, AheadRun]] = {}
 
 
 def measure_ahead(family_name: str, arch_family: str, plans: Sequence[Any], measurer: Any, opts: Any,
-                  compiles: Any = None) -> AheadRun:
+                  compiles: Any = None, prelude: Callable[[], tuple[Sequence[Any], Any]] | None = None) -> AheadRun:
     """Start measuring `plans` with `measurer` (no log: a request reaches the build's log only
-    when the build makes it) after `compiles` (a CompilePool, or None: nothing to wait for)."""
+    when the build makes it) after `compiles` (a CompilePool, or None: nothing to wait for).
+    `prelude`, run first in the pass's thread, returns the (plans, measurer) to use instead."""
     from tunedb.measure import protocol  # noqa: F401 - imported here, not in the thread beside the census's imports
 
     stop(family_name)
-    run = AheadRun(plans, measurer, opts, compiles).start()
+    run = AheadRun(plans, measurer, opts, compiles, prelude).start()
     _RUNNING[family_name] = (arch_family, run)
     return run
 
@@ -309,9 +367,20 @@ def take_over(family_name: str, arch_family: str, measure: Any) -> Measured | No
     arch, run = held
     measured = run.stop()  # an interrupt here leaves the pass registered: stop() joins it again
     _RUNNING.pop(family_name, None)
+    if measured is None:
+        return None
     same = (arch == arch_family and run.measurer.worker is measure.worker
             and run.measurer.timer is measure.timer)
     return measured if same else None
+
+
+def settle(family_name: str) -> None:
+    """Wait until the family's pass has its plan and measurer (its prelude, when it has one, is
+    over: the arch profile measured in the worker is cached), so that the build after the
+    census neither measures the profile again nor shares the worker with that measurement."""
+    held = _RUNNING.get(family_name)
+    if held is not None:
+        held[1].ready.wait()
 
 
 def stop(family_name: str) -> None:

@@ -182,6 +182,7 @@ def run(args: argparse.Namespace) -> int:
             child.wait()  # then the census below is read from the cache (or taken, if it failed)
         shapes = pipeline.take_census(args.workload, **_census_kw(args))
         timeline.mark("census end")
+        speculative.settle(opts.family)  # a profile measured in the worker beside the census is cached
     except BaseException:
         speculative.stop(opts.family)  # its measuring ends before its worker does
         if worker is not None:
