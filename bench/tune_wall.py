@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             row = run_tune(args.workload, dirs, pool=kind == "pool", timeout=args.timeout,
                            compile_jobs=args.compile_jobs)
             report["runs"][label] = row
+            Path(args.out).write_text(json.dumps(report, indent=1))  # what ran so far, should a later run hang
             print(f"{label}: rc {row['rc']}, wall {row['wall_s']} s, census {row['census_s']} s, phases {row['phases']}, "
                   f"pool {row['pool']}, ahead {row['ahead']}", flush=True)
             if row["timeline"]:
