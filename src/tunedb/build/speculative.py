@@ -312,10 +312,10 @@ class AheadRun:
             if self.prelude is not None:
                 try:
                     plans, measurer = self.prelude()
+                    self.plans, self.measurer = list(plans), measurer
+                    self.rule, self.valid = measurer.rule, measurer.valid
                 finally:
                     self.ready.set()
-                self.plans, self.measurer = list(plans), measurer
-                self.rule, self.valid = measurer.rule, measurer.valid
             self.ready.set()
             timeline.mark("ahead pass start")
             fill(self.plans, self.measurer, self.compiles, self.measured, self._stop, keep_transient=False)
