@@ -120,6 +120,17 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
         pool = start_ahead(family, first.arch_family, plans)
     except Exception:  # noqa: BLE001 - as above: the build submits its own compiles
         return None
+    def replan(profile: Any) -> Sequence[Any]:
+        """The plan on the measured profile, the pool retargeted to it."""
+        if profile.arch_family != first.arch_family:
+            raise RuntimeError(f"the GPU is {profile.arch_family}, not {first.arch_family}")
+        replanned, _ = run.plan_build([(workload, shapes)], opts, profile, params)
+        timeline.mark("mirror plan (measured profile)")
+        if pool is not None:
+            pool.retarget(compile_pool._work(replanned))
+            pool.stats.ahead = pool.stats.jobs
+        return replanned
+
     ahead = worker is not None and settings.measure_ahead_enabled()
     if not measured and ahead:
         # the profile measured in the worker, the plan redone and the pool retargeted in the
@@ -129,17 +140,10 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
             if res.status is not Status.OK:
                 raise RuntimeError(f"the arch profile was not measured in the worker: {res.detail}")
             profile = res.value
-            if profile.arch_family != first.arch_family:
-                raise RuntimeError(f"the GPU is {profile.arch_family}, not {first.arch_family}")
             arch._MEMO[profile.sku] = profile  # the build's current_profile: the one measured, cached there
-            replanned, _ = run.plan_build([(workload, shapes)], opts, profile, params)
-            timeline.mark("mirror plan (measured profile)")
-            if pool is not None:
-                pool.retarget(compile_pool._work(replanned))
-                pool.stats.ahead = pool.stats.jobs
-            return replanned, buildsteps.Measurer(family, opts, profile, None,
-                                                  buildsteps.working_sets([(workload, shapes)], family),
-                                                  worker=worker)
+            return replan(profile), buildsteps.Measurer(family, opts, profile, None,
+                                                        buildsteps.working_sets([(workload, shapes)], family),
+                                                        worker=worker)
 
         try:
             measure_ahead(family.name, first.arch_family, (), None, opts, pool, prelude=prelude)
@@ -155,13 +159,7 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
             if worker is not None:
                 worker.wait_started()
             profile = arch.current_profile()
-            if profile.arch_family != first.arch_family:
-                return pool
-            plans, _ = run.plan_build([(workload, shapes)], opts, profile, params)
-            timeline.mark("mirror plan (measured profile)")
-            if pool is not None:
-                pool.retarget(compile_pool._work(plans))
-                pool.stats.ahead = pool.stats.jobs
+            plans = replan(profile)
         except Exception:  # noqa: BLE001 - as above: the build measures the profile and plans itself
             return pool
     if ahead:
