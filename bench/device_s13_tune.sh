@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Session 13's tune-cold stage (issue 22: cold `tunedb tune whisper-base` <= 30 s, warm <= 15 s).
-#   bash bench/device_s13_tune.sh tune-cold   (on the device, from the repository root; about 170 s)
+#   bash bench/device_s13_tune.sh profile-test tune-cold   (on the device, from the repository root;
+#   about 15 s + 170 s)
+# profile-test: the arch profile measured in the measuring worker (what a cold tune now does beside
+# its census), tests/gpu/test_profile_in_worker_gpu.py.
 # Interleaved, TW_REPEAT rounds (2): the new default (TUNEDB_MEASURE_AHEAD on, the speculative
 # plan submitted before the arch profile is measured) cold then warm, and TUNEDB_MEASURE_AHEAD=0
 # cold (the old default's measuring; the earlier submit cannot be turned off), the order swapped
@@ -25,6 +28,7 @@ stage() {  # name timeout_s command...
 lscpu > "$OUT/lscpu.txt" 2>&1
 for s in "$@"; do
   case $s in
+    profile-test) stage profile_test 60 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_profile_in_worker_gpu.py" ;;
     tune-cold)
       new() { stage tune_new_$1 100 "python bench/tune_wall.py --runs pool-cold,pool-warm $2 --out $OUT/tune_new_$1.json"; }
       old() { stage tune_old_$1 75 "TUNEDB_MEASURE_AHEAD=0 python bench/tune_wall.py --runs pool-cold $2 --out $OUT/tune_old_$1.json"; }
