@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from tunedb.build import timeline  # noqa: E402 - the tune's own timeline line, read back (no torch)
+
 PHASE = re.compile(r"([a-z][a-z ()]*?) ([0-9.]+) s")
 AHEAD = re.compile(r"(\d+) submitted before the census ended \((\d+) of them not in")
 MEASURED_AHEAD = re.compile(r"measured ahead during the census: (\d+) point\(s\) in ([0-9.]+) s; (\d+) reused by "
@@ -40,7 +43,7 @@ POOL = re.compile(r"compile pool: (\d+) processes, (\d+) jobs \((\d+) ok.*?([0-9
 def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float,
              compile_jobs: int | None = None) -> dict:
     env = dict(os.environ, TUNEDB_CACHE_DIR=str(dirs["cache"]), TUNEDB_USER_DB=str(dirs["user"]),
-               TRITON_CACHE_DIR=str(dirs["triton"]), COLUMNS="400", PYTHONUNBUFFERED="1",
+               TRITON_CACHE_DIR=str(dirs["triton"]), COLUMNS="400", PYTHONUNBUFFERED="1", TUNEDB_TIMELINE="1",
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     if pool and compile_jobs:
         env["TUNEDB_COMPILE_JOBS"] = str(compile_jobs)
@@ -59,8 +62,15 @@ def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float,
     except subprocess.TimeoutExpired:
         proc.kill()
         rc = "timeout"
-    wall = time.perf_counter() - start
-    row: dict = {"rc": rc, "wall_s": round(wall, 2), "census_s": None, "phases": {}, "pool": {}, "ahead": {}}
+    return parse_output(lines, rc, time.perf_counter() - start)
+
+
+def parse_output(lines: list[tuple[float, str]], rc: int | str, wall: float) -> dict:
+    """One run's row from its output lines, each with its time since the process was started:
+    the census line's time, tune's report lines (phases, pool, the pass measured ahead), its
+    timeline (stage: seconds since its start; TUNEDB_TIMELINE=1) and every line kept."""
+    row: dict = {"rc": rc, "wall_s": round(wall, 2), "census_s": None, "phases": {}, "pool": {}, "ahead": {},
+                 "timeline": {}}
     for t, text in lines:
         if text.startswith("census of ") and row["census_s"] is None:
             row["census_s"] = round(t, 2)
@@ -75,6 +85,8 @@ def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float,
         if m:
             row["ahead"] = {"points": int(m.group(1)), "seconds": float(m.group(2)), "reused": int(m.group(3)),
                             "discarded": int(m.group(4)), "filled": int(m.group(5) or 0)}
+            dropped = re.search(r"; (\d+) dropped", text)
+            row["ahead"]["dropped"] = int(dropped.group(1)) if dropped else 0
         m = POOL.search(text)
         if m:
             row["pool"] = dict(zip(("processes", "jobs", "ok", "compile_s", "wait_s"),
@@ -83,12 +95,21 @@ def run_tune(workload: str, dirs: dict[str, Path], pool: bool, timeout: float,
             ahead = AHEAD.search(text)  # compiles started from a mirror census's plan (build/speculative.py)
             row["pool"]["ahead"] = int(ahead.group(1)) if ahead else 0
             row["pool"]["ahead_unused"] = int(ahead.group(2)) if ahead else 0
+        stages = timeline.parse(text)
+        if stages is not None:
+            row["timeline"] = stages
     ph = row["phases"]
     # compiling on the measuring path: serial, the first probes compile; with the pool, the waits
     row["compile_on_path_s"] = round(ph.get("probes", 0.0) + ph.get("compile wait", 0.0), 2)
     row["measure_s"] = round(sum(ph.get(k, 0.0) for k in ("prepare", "rounds", "requests")), 2)
-    row["tail"] = [t for _, t in lines[-30:]]
+    row["lines"] = [[round(t, 3), text] for t, text in lines]
+    row["tail"] = [text for _, text in lines[-30:]]
     return row
+
+
+def _at(row: dict, stage: str) -> str:
+    t = row.get("timeline", {}).get(stage)
+    return "-" if t is None else f"{t:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,24 +153,32 @@ def main(argv: list[str] | None = None) -> int:
             row = run_tune(args.workload, dirs, pool=kind == "pool", timeout=args.timeout,
                            compile_jobs=args.compile_jobs)
             report["runs"][label] = row
+            Path(args.out).write_text(json.dumps(report, indent=1))  # what ran so far, should a later run hang
             print(f"{label}: rc {row['rc']}, wall {row['wall_s']} s, census {row['census_s']} s, phases {row['phases']}, "
                   f"pool {row['pool']}, ahead {row['ahead']}", flush=True)
+            if row["timeline"]:
+                print(f"  timeline: {row['timeline']}", flush=True)
             if row["rc"] != 0:
                 print("\n".join(row["tail"]), file=sys.stderr)
     if args.repeat > 1:
         report["median_wall_s"] = {n: statistics.median(report["runs"][f"{n}#{i + 1}"]["wall_s"]
                                                         for i in range(args.repeat)) for n in runs}
-    hdr = f"{'run':<12}{'rc':>4}{'wall s':>8}{'census':>8}{'build':>7}{'compile*':>9}{'measure':>8}{'pool jobs':>10}{'pool cpu s':>11}{'ahead':>9}"
+    hdr = (f"{'run':<12}{'rc':>4}{'wall s':>8}{'census':>8}{'build':>7}{'compile*':>9}{'measure':>8}{'pool jobs':>10}{'pool cpu s':>11}{'ahead':>9}"
+           f"{'plan@':>7}{'compiled@':>10}{'census@':>8}")
     print("\n" + hdr)
     for name, r in report["runs"].items():
         pool = r["pool"]
         print(f"{name:<12}{str(r['rc']):>4}{r['wall_s']:>8.1f}{(r['census_s'] or 0):>8.1f}{(r.get('build_s') or 0):>7.1f}"
               f"{r['compile_on_path_s']:>9.1f}{r['measure_s']:>8.1f}{str(pool.get('jobs', '-')):>10}"
               f"{str(pool.get('compile_s', '-')):>11}"
-              f"{(str(r['ahead']['reused']) + '/' + str(r['ahead']['points'])) if r.get('ahead') else '-':>9}")
+              f"{(str(r['ahead']['reused']) + '/' + str(r['ahead']['points'])) if r.get('ahead') else '-':>9}"
+              + "".join(f"{_at(r, k):>{w}}" for k, w in (("mirror plan", 7), ("last compile done", 10),
+                                                            ("census end", 8))))
     print("compile*: compiling on the measuring path (serial: the probes, which compile each kernel at its "
           "first launch; pool: the waits for the pool). measure: prepare + rounds + requests (the build's own). "
-          "ahead: points measured during the census that the build reused / measured (a cold preset tune).")
+          "ahead: points measured during the census that the build reused / measured (a cold preset tune). "
+          "plan@, compiled@, census@: seconds since tune's start at which the mirror plan was ready, the last "
+          "compile finished and the census ended (its timeline; every stage is in the JSON).")
     for n, w in report.get("median_wall_s", {}).items():
         print(f"median {n} over {args.repeat}: {w:.1f} s")
     Path(args.out).write_text(json.dumps(report, indent=1))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from tunedb import families
-from tunedb.build import run, speculative
+from tunedb.build import run, speculative, timeline
 from tunedb.build import steps as buildsteps
 from tunedb.build.run import (BuildOptions, BuildResult, Reporter, arch_profile, plan_build,  # noqa: F401
                               read_census, signatures_by_census)
@@ -119,6 +119,7 @@ def tune(workload: str, opts: BuildOptions, *, census_kw: dict[str, Any] | None 
             if not opts.dry_run:
                 return result
         result.build = build([(workload, shapes)], opts, reporter=reporter, worker=worker)
+        timeline.mark("build end")
     finally:
         speculative.stop(opts.family)
         if worker is not None:
@@ -129,4 +130,5 @@ def tune(workload: str, opts: BuildOptions, *, census_kw: dict[str, Any] | None 
     if result.build.path is not None and result.build.log_path is not None:
         result.evaluation, _ = evaluate_logs([result.build.log_path], [("tuned", result.build.path)],
                                              [shapes], arch_family=None, family=opts.family)
+        timeline.mark("evaluation end")
     return result

@@ -103,6 +103,36 @@ def test_points_measured_ahead_are_reused_and_the_file_is_the_plain_builds(env):
     assert len(logged(env / "a")) == len(logged(env / "b"))
 
 
+def test_a_pass_planned_in_its_own_thread_is_reused_and_the_file_is_the_plain_builds(env):
+    """speculative.start's path with no profile cached: the pass starts with no plan, its
+    prelude (there: the profile measured in the worker, the plan redone on it) hands it the plan
+    and measurer; settle() returns once it has them, and the build then reuses every request."""
+    import threading
+
+    real = census((FLAT, (16, 40)), (WINS, (8, 24, 64)))
+    cost = Recording()
+    timer = FakeTimer(cost, noise_sigma=0.002, seed=1)
+    fam, prof, o = families.get("gemm"), arch.shipped_profile("sm90"), opts(env / "a")
+    go = threading.Event()
+
+    def prelude():
+        assert go.wait(10)
+        plans, _ = build_run.plan_build([("c", real)], o, prof)
+        return plans, buildsteps.Measurer(fam, o, prof, None, buildsteps.working_sets([("c", real)], fam),
+                                          timer=timer)
+
+    run = speculative.measure_ahead("gemm", "sm90", (), None, o, None, prelude=prelude)
+    assert not run.ready.is_set() and cost.seen == []
+    go.set()
+    speculative.settle("gemm")
+    assert run.ready.is_set() and run.measurer is not None
+    run._thread.join()
+    before = len(cost.seen)
+    res = pipeline.build([("c", real)], o, timer=timer)
+    assert before > 0 and len(cost.seen) == before and res.ahead["reused"] == res.ahead["points"] > 0
+    assert table(env / "a") == plain(real, env / "b")
+
+
 def test_a_point_only_in_the_real_census_is_measured_by_the_build(env):
     spec = census((FLAT, (16, 40)), (WINS, (8, 24, 64)))
     real = census((FLAT, (16, 40, 3000)), (WINS, (8, 24, 64)))
@@ -192,11 +222,14 @@ def test_start_measures_the_mirror_plan_on_the_prestarted_worker(env, monkeypatc
     point = ShapeSet((Point(FLAT, 1500, 1.0, 10),))
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
     monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: arch.shipped_profile("sm90"))
-    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
     monkeypatch.setattr(compile_pool, "_PRESTARTED", {"gemm": (object(), 4)})
     monkeypatch.setattr(speculative, "start_ahead", lambda family, arch_family, plans: None)
     started = []
     monkeypatch.setattr(speculative, "measure_ahead", lambda *a: started.append(a))
+    path = arch.cache_path("NVIDIA H200")  # a profile cached: the pass gets its plan at once
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
     class Worker:
         def wait_started(self):
             pass
@@ -204,9 +237,10 @@ def test_start_measures_the_mirror_plan_on_the_prestarted_worker(env, monkeypatc
     worker = Worker()
     kw = dict(mode="offline", max_batch=8, chunk=None, manifest=None, capture=None, impl="auto", fused=True)
     opts = pipeline.BuildOptions(out="user", top_k=2)
+    monkeypatch.setenv("TUNEDB_MEASURE_AHEAD", "0")
     speculative.start("whisper-base", opts, kw, worker=worker)
-    assert started == []  # TUNEDB_MEASURE_AHEAD is off by default: compiles only
-    monkeypatch.setenv("TUNEDB_MEASURE_AHEAD", "1")
+    assert started == []  # TUNEDB_MEASURE_AHEAD=0: compiles only
+    monkeypatch.delenv("TUNEDB_MEASURE_AHEAD")  # on by default
     speculative.start("whisper-base", opts, kw, worker=worker)
     (name, arch_family, plans, measurer, _, pool), = started
     assert (name, arch_family, pool) == ("gemm", "sm90", None) and measurer.worker is worker

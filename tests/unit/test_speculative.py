@@ -126,32 +126,142 @@ def test_only_a_preset_census_not_yet_cached_and_not_the_mirror_is_worth_a_specu
 
 
 def test_the_speculative_plan_is_the_builds_plan_of_the_mirror_census(family, monkeypatch):
-    """start() censuses the mirror, plans it with the build's planner and options on this GPU's
-    profile (current_profile: cached, else measured now, before any compile is submitted), and
-    submits those compiles; the same census planned by the build yields the same jobs."""
+    """start() censuses the mirror and, with no profile cached, plans it at once on this GPU's
+    queried limits and the shipped ceilings (current_profile(measure=False)) and submits those
+    compiles before it waits for the worker's start; then (compiles only: TUNEDB_MEASURE_AHEAD=0)
+    it measures the profile the build will use and retargets the pool to that plan: the same
+    census planned by the build yields the same jobs."""
+    monkeypatch.setenv("TUNEDB_MEASURE_AHEAD", "0")
     point = ShapeSet((Point(SIG, 1500, 1.0, 10), Point(SIG, 3000, 1.0, 10)))
     asked = []
+    ex = HeldExecutor()
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: asked.append(kw) or point)
     monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: asked.append(("profile", measure))
                         or arch.shipped_profile("sm90"))
-    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
-    ex = HeldExecutor()
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
     compile_pool._PRESTARTED[family.name] = (ex, 4)
     opts = pipeline.BuildOptions(out="user", top_k=4)
 
     class Starting:
         def wait_started(self):
-            asked.append("worker started")
+            asked.append(("worker started", len(ex.jobs)))
 
     pool = speculative.start("whisper-base", opts, KW, worker=Starting())
     assert pool is not None
-    assert asked[1] == "worker started"  # no profile cached: measured once the worker's start is over
-    del asked[1]
     assert asked[0]["impl"] == "mirror" and "cached" not in asked[0] and "capture" not in asked[0]
-    assert asked[1] == ("profile", True)  # the build's own profile (measured if not cached)
+    assert asked[1] == ("profile", False)  # no profile cached: the queried one first, nothing measured
     plans, _ = build_run.plan_build([("whisper-base", point)], opts, arch.shipped_profile("sm90"))
     expected = {Job(f"sm90:{c}") for p in plans for ids in p.arms.values() for c in ids}
+    assert asked[2] == ("worker started", len(expected))  # every compile submitted before the wait
+    assert asked[3] == ("profile", True)  # then the build's own profile (measured, then cached)
     assert set(ex.jobs) == expected and expected
+    assert pool.stats.cancelled == 0 and pool.stats.ahead == len(expected)
+
+
+def test_measuring_ahead_the_profile_is_measured_in_the_worker_while_the_census_goes_on(family, monkeypatch):
+    """With the pass measuring ahead (the default) and no profile cached, start() returns once
+    the first plan's compiles are submitted; the profile is measured by the worker (a
+    ProfileRequest) in the pass's thread, which then plans again on it, retargets the pool and
+    measures that plan; settle() waits for that much, and the build then reads the profile
+    measured there (arch's memo) instead of measuring it again."""
+    import dataclasses
+    import threading
+
+    from tunedb.measure.worker import WorkerResult
+    from tunedb.records import Status
+
+    point = ShapeSet((Point(SIG, 1500, 1.0, 10),))
+    measured = dataclasses.replace(arch.shipped_profile("sm90"), source="measured in the worker")
+    first_ids, final_ids = ("a", "b"), ("b", "c")
+
+    def plan_build(censuses, opts, profile, params=None):
+        return [Plan(SIG, (P(1500),), {1500: final_ids if profile is measured else first_ids})], None
+
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
+    monkeypatch.setattr(build_run, "plan_build", plan_build)
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
+    monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw:
+                        arch.shipped_profile("sm90") if not measure else pytest.fail("measured in this process"))
+    monkeypatch.setattr(arch, "_MEMO", {})
+    ex = HeldExecutor()
+    compile_pool._PRESTARTED[family.name] = (ex, 4)
+    release, requests = threading.Event(), []
+
+    class Worker:
+        timer = None
+
+        def run(self, request, timeout_s=None):
+            requests.append(request)
+            assert release.wait(10)
+            return WorkerResult(Status.OK, measured)
+
+    worker = Worker()
+    pool = speculative.start("whisper-base", pipeline.BuildOptions(out="user", top_k=2), KW, worker=worker)
+    # back before the worker answered: the first plan's compiles are out, the profile is not
+    assert {j.name for j in ex.jobs} == {"sm90:a", "sm90:b"} and not release.is_set()
+    _, run = speculative._RUNNING[family.name]
+    assert not run.ready.is_set()
+    release.set()
+    speculative.settle(family.name)
+    assert requests == [speculative.ProfileRequest()]
+    assert arch._MEMO["NVIDIA H200"] is measured
+    assert [p.arms[1500] for p in run.plans] == [final_ids] and run.measurer.worker is worker
+    assert ex.jobs[Job("sm90:a")].cancelled() and Job("sm90:c") in ex.jobs and pool.stats.ahead == 2
+    speculative.stop(family.name)
+
+
+def test_a_failed_profile_in_the_worker_drops_the_pass_and_the_build_measures_it(family, monkeypatch):
+    from tunedb.measure.worker import WorkerResult
+    from tunedb.records import Status
+
+    point = ShapeSet((Point(SIG, 1500, 1.0, 10),))
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
+    monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: arch.shipped_profile("sm90"))
+    compile_pool._PRESTARTED[family.name] = (HeldExecutor(), 4)
+
+    class Worker:
+        timer = None
+
+        def run(self, request, timeout_s=None):
+            return WorkerResult(Status.TIMEOUT, None, "no answer")
+
+    worker = Worker()
+    assert speculative.start("whisper-base", pipeline.BuildOptions(out="user", top_k=2), KW, worker=worker)
+    speculative.settle(family.name)
+
+    class Build:  # the build's measurer on the same worker
+        timer = None
+    Build.worker = worker
+    assert speculative.take_over(family.name, "sm90", Build()) is None  # dropped: the build measures all
+    assert family.name not in speculative._RUNNING
+
+
+def test_a_plan_changed_by_the_measured_profile_retargets_the_pool(family, monkeypatch):
+    """When the measured ceilings rank otherwise, the compiles queued for the first plan that
+    the measured one does not need are cancelled and its missing ones submitted."""
+    point = ShapeSet((Point(SIG, 1500, 1.0, 10),))
+    ex = HeldExecutor()
+    first_ids, final_ids = ("a", "b", "c"), ("b", "c", "d")
+
+    def plan_build(censuses, opts, profile, params=None):
+        ids = final_ids if profile.source == "measured" else first_ids
+        return [Plan(SIG, (P(1500),), {1500: ids})], None
+
+    import dataclasses
+
+    shipped = arch.shipped_profile("sm90")
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
+    monkeypatch.setattr(build_run, "plan_build", plan_build)
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
+    monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw:
+                        dataclasses.replace(shipped, source="measured") if measure else shipped)
+    compile_pool._PRESTARTED[family.name] = (ex, 4)
+    monkeypatch.setenv("TUNEDB_MEASURE_AHEAD", "0")  # compiles only: the profile measured in this thread
+    pool = speculative.start("whisper-base", pipeline.BuildOptions(out="user", top_k=3), KW)
+    assert {j.name for j, f in ex.jobs.items() if not f.cancelled()} == {"sm90:b", "sm90:c", "sm90:d"}
+    assert ex.jobs[Job("sm90:a")].cancelled() and pool.stats.cancelled == 1
+    assert pool.stats.ahead == 3  # the jobs of the plan the build will make
 
 
 def test_no_speculation_without_a_prestarted_pool_or_when_it_fails(family, monkeypatch):
@@ -172,7 +282,7 @@ def test_no_speculation_without_a_prestarted_pool_or_when_it_fails(family, monke
 def test_a_cached_profile_needs_no_wait_for_the_worker(family, monkeypatch):
     point = ShapeSet((Point(SIG, 1500, 1.0, 10),))
     monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: point)
-    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200"})
+    monkeypatch.setattr(arch, "queried", lambda device=None: {"sku": "NVIDIA H200", "arch_family": "sm90"})
     monkeypatch.setattr(arch, "current_profile", lambda measure=True, **kw: arch.shipped_profile("sm90"))
     path = arch.cache_path("NVIDIA H200")
     path.parent.mkdir(parents=True, exist_ok=True)

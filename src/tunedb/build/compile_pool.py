@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
+from tunedb.build import timeline
 from tunedb.build.compile_done import DoneLog, done_log  # noqa: F401 - re-exported
 from tunedb.records import Signature
 
@@ -154,6 +155,8 @@ class CompilePool:
                         # a pool process died (a compiler crash): the worker compiles the rest itself
                         self.broken = f"{type(exc).__name__}: {exc}"
                         continue
+                    timeline.mark("first compile submitted")
+                    timeline.mark("last compile submitted", last=True)
                     fut.add_done_callback(self._done_callback(job))
                     self._futures[job] = fut
         self.stats.jobs = len(self._futures)
@@ -186,6 +189,8 @@ class CompilePool:
             except BaseException as exc:  # noqa: BLE001 - a dead pool process fails its job, not the build
                 res = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "seconds": 0.0}
             self.stats.compile_seconds += float(res.get("seconds", 0.0))
+            timeline.mark("first compile done")
+            timeline.mark("last compile done", last=True)
             if res.get("ok"):
                 self.stats.ok += 1
                 if self.done is not None:
@@ -288,6 +293,7 @@ def prestart(family: Any) -> bool:
     for _ in range(size.jobs):  # an executor spawns its processes as work arrives
         ex.submit(_noop)
     _PRESTARTED[family.name] = (ex, size.jobs)
+    timeline.mark("pool prestart")
     return True
 
 

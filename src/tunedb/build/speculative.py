@@ -6,10 +6,15 @@ model (11.6 s of a cold `tunedb tune whisper-base` on the H200), while its compi
 measuring worker, started beside it, idle until the plan exists. A preset's `mirror`
 implementation is tunedb's own copy of the model with the library model's keys, and its census
 needs no model library: taken first, planned as the build will plan (same options, this GPU's
-arch profile, measured now if it is not cached, as the build would after the census), its
-compiles are submitted at once, and its points are measured in a thread on the prestarted
-worker while the census asked for is taken (the census runs on the CPU, on meta tensors; the
+arch profile), its compiles are submitted at once, and its points are measured in a thread on
+the prestarted worker while the census asked for is taken (the census runs on the CPU, on meta tensors; the
 protocol times on the GPU with CUDA graphs and events).
+
+With no profile cached (a first run), the plan is made first on the GPU's queried limits and
+its arch family's shipped ceilings, so that no compile waits for the worker's start and the
+profile's micro-benchmarks; the profile is then measured (as the build would measure it after
+the census), the census planned again on it and the pool retargeted to that plan, which the
+pass measures.
 
 The census the build measures is still the one asked for. Its plan retargets the pool
 (compile_pool.CompilePool.retarget: queued jobs it does not need are cancelled, the rest kept,
@@ -29,10 +34,10 @@ import concurrent.futures as cf
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tunedb import settings
-from tunedb.build import compile_pool
+from tunedb.build import compile_pool, timeline
 from tunedb.records import Measurement, MeasureRequest, Signature, Status
 
 
@@ -84,31 +89,80 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
     family = families.get(opts.family)
     if family.name not in compile_pool._PRESTARTED or not wanted(workload, census_kw):
         return None
+    timeline.mark("mirror start")
     try:
         kw = {k: v for k, v in census_kw.items() if k not in ("capture", "cached")}
         shapes = pipeline.take_census(workload, **{**kw, "impl": "mirror"})
-        # the profile the build uses: cached per SKU, else measured now (about a second) rather
-        # than after the census, on a GPU as idle as then (the pool has no work yet), so that
-        # this plan is the build's; with the shipped ceilings instead, it could rank otherwise
-        if worker is not None and not arch.cache_path(arch.queried()["sku"]).exists():
-            worker.wait_started()  # quiet as the build's setup had it: no start beside the timing
-        profile = arch.current_profile()
-        if opts.arch_family and profile.arch_family != opts.arch_family:
+        timeline.mark("mirror census")
+        fields = arch.queried()
+        measured = arch.cache_path(fields["sku"]).exists()
+        if not measured and fields["arch_family"] not in arch.SHIPPED_ARCHES:
+            if worker is not None:  # no shipped ceilings to plan with first: measured now, as the build would
+                worker.wait_started()
+            measured = True
+        # this GPU's profile when cached; else, first, its queried limits with the shipped
+        # ceilings (no measurement, no wait), so that the compiles start now: the plan rarely
+        # differs with the measured ceilings, and the pool is retargeted below when it does
+        first = arch.current_profile(measure=measured)
+        if opts.arch_family and first.arch_family != opts.arch_family:
             return None
         try:
-            target = buildsteps.target_file(opts.out, profile.arch_family, opts.family)
+            target = buildsteps.target_file(opts.out, first.arch_family, opts.family)
         except Exception:  # noqa: BLE001 - the build reports a bad target itself
             return None
-        existing = buildsteps.existing_file(target, opts.family, profile.arch_family)
-        plans, _ = run.plan_build([(workload, shapes)], opts, profile,
-                                  buildsteps.model_params(existing.model if existing else None))
+        existing = buildsteps.existing_file(target, opts.family, first.arch_family)
+        params = buildsteps.model_params(existing.model if existing else None)
+        plans, _ = run.plan_build([(workload, shapes)], opts, first, params)
+        timeline.mark("mirror plan")
     except Exception:  # noqa: BLE001 - a prefetch only: the build plans and compiles regardless
         return None
     try:
-        pool = start_ahead(family, profile.arch_family, plans)
+        pool = start_ahead(family, first.arch_family, plans)
     except Exception:  # noqa: BLE001 - as above: the build submits its own compiles
         return None
-    if worker is not None and settings.measure_ahead_enabled():
+    def replan(profile: Any) -> Sequence[Any]:
+        """The plan on the measured profile, the pool retargeted to it."""
+        if profile.arch_family != first.arch_family:
+            raise RuntimeError(f"the GPU is {profile.arch_family}, not {first.arch_family}")
+        replanned, _ = run.plan_build([(workload, shapes)], opts, profile, params)
+        timeline.mark("mirror plan (measured profile)")
+        if pool is not None:
+            pool.retarget(compile_pool._work(replanned))
+            pool.stats.ahead = pool.stats.jobs
+        return replanned
+
+    ahead = worker is not None and settings.measure_ahead_enabled()
+    if not measured and ahead:
+        # the profile measured in the worker, the plan redone and the pool retargeted in the
+        # pass's own thread: this thread goes on to the census at once (settle() waits for it)
+        def prelude() -> tuple[Sequence[Any], Any]:
+            res = worker.run(ProfileRequest())
+            if res.status is not Status.OK:
+                raise RuntimeError(f"the arch profile was not measured in the worker: {res.detail}")
+            profile = res.value
+            arch._MEMO[profile.sku] = profile  # the build's current_profile: the one measured, cached there
+            return replan(profile), buildsteps.Measurer(family, opts, profile, None,
+                                                        buildsteps.working_sets([(workload, shapes)], family),
+                                                        worker=worker)
+
+        try:
+            measure_ahead(family.name, first.arch_family, (), None, opts, pool, prelude=prelude)
+        except Exception:  # noqa: BLE001 - as above: the build measures the profile and plans itself
+            pass
+        return pool
+    profile = first
+    if not measured:
+        try:
+            # the profile the build uses, measured now (about a second) rather than after the
+            # census, with the measuring worker's start over (wait_started) and the pool's
+            # processes niced, as the build's setup would measure it; the plan is then the build's
+            if worker is not None:
+                worker.wait_started()
+            profile = arch.current_profile()
+            plans = replan(profile)
+        except Exception:  # noqa: BLE001 - as above: the build measures the profile and plans itself
+            return pool
+    if ahead:
         try:
             measurer = buildsteps.Measurer(family, opts, profile, None,
                                            buildsteps.working_sets([(workload, shapes)], family), worker=worker)
@@ -116,6 +170,23 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
         except Exception:  # noqa: BLE001 - as above: the build measures regardless
             pass
     return pool
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """A measuring worker's request: this GPU's arch profile, measured and cached as the build
+    would (arch.current_profile), in the process that already holds the GPU's context and is
+    idle during the census; its buffers are handed back to the driver afterwards."""
+
+    def __call__(self) -> Any:
+        import torch
+
+        from tunedb import arch
+
+        try:
+            return arch.current_profile()
+        finally:
+            torch.cuda.empty_cache()
 
 
 class _Stopped(Exception):
@@ -132,6 +203,7 @@ class Measured:
     seconds: float = 0.0  # the pass's wall time, census-side (the build did not wait for it)
     reused: int = 0  # of the pass's requests, those the build made
     filled: int = 0  # the build's own requests measured in compile order before its loop
+    dropped: int = 0  # the pass's results with a timeout or launch error (measured again by the build)
     _pass: set[MeasureRequest] = field(default_factory=set)
 
     def take(self, request: MeasureRequest) -> tuple[Measurement, ...] | None:
@@ -143,7 +215,7 @@ class Measured:
     def report(self) -> dict[str, Any]:
         """points measured ahead, how many the build reused, how many it discarded (not its own)."""
         return {"points": self.points, "reused": self.reused, "discarded": len(self._pass & set(self.results)),
-                "seconds": round(self.seconds, 3), "filled": self.filled}
+                "seconds": round(self.seconds, 3), "filled": self.filled, "dropped": self.dropped}
 
 
 _TRANSIENT = (Status.TIMEOUT, Status.LAUNCH_ERROR)
@@ -187,6 +259,10 @@ def fill(plans: Sequence[Any], measurer: Any, compiles: Any, measured: Measured,
         result = measurer(*args)
         if keep_transient or not any(r.status in _TRANSIENT for r in result):
             measured.results[request] = result
+            if not keep_transient:
+                timeline.mark("ahead first point")
+        else:
+            measured.dropped += 1
         waited_since = time.perf_counter()
         done += 1
     return done
@@ -198,9 +274,14 @@ class AheadRun:
     short steps so that the build's take-over stops it before its next point; the build then
     waits only for the point in flight (measuring stays serial on the GPU)."""
 
-    def __init__(self, plans: Sequence[Any], measurer: Any, opts: Any, compiles: Any = None) -> None:
+    def __init__(self, plans: Sequence[Any], measurer: Any, opts: Any, compiles: Any = None,
+                 prelude: Callable[[], tuple[Sequence[Any], Any]] | None = None) -> None:
         self.plans, self.measurer, self.opts, self.compiles = list(plans), measurer, opts, compiles
-        self.rule, self.valid = measurer.rule, measurer.valid  # build_signature reads them
+        self.prelude = prelude  # run first in the thread: returns (plans, measurer)
+        self.rule = self.valid = None
+        if measurer is not None:
+            self.rule, self.valid = measurer.rule, measurer.valid  # build_signature reads them
+        self.ready = threading.Event()  # the prelude is over (or there was none)
         self.measured = Measured()
         self.error = ""  # why the pass failed (it is then dropped whole)
         self._stop = threading.Event()
@@ -226,6 +307,15 @@ class AheadRun:
 
         started = time.perf_counter()
         try:
+            if self.prelude is not None:
+                try:
+                    plans, measurer = self.prelude()
+                    self.plans, self.measurer = list(plans), measurer
+                    self.rule, self.valid = measurer.rule, measurer.valid
+                finally:
+                    self.ready.set()
+            self.ready.set()
+            timeline.mark("ahead pass start")
             fill(self.plans, self.measurer, self.compiles, self.measured, self._stop, keep_transient=False)
             for plan in self.plans:  # the cross-evaluations (their configs are compiled by now)
                 signature_steps.build_signature(plan, self, self.opts, rule=self.rule)
@@ -233,6 +323,7 @@ class AheadRun:
             pass
         except BaseException as exc:  # noqa: BLE001 - reported by take_over; the build measures instead
             self.error = f"{type(exc).__name__}: {exc}"
+        self.ready.set()
         self.measured.seconds = time.perf_counter() - started
 
     def stop(self) -> Measured | None:
@@ -252,13 +343,14 @@ _RUNNING: dict[str, tuple[str, AheadRun]] = {}
 
 
 def measure_ahead(family_name: str, arch_family: str, plans: Sequence[Any], measurer: Any, opts: Any,
-                  compiles: Any = None) -> AheadRun:
+                  compiles: Any = None, prelude: Callable[[], tuple[Sequence[Any], Any]] | None = None) -> AheadRun:
     """Start measuring `plans` with `measurer` (no log: a request reaches the build's log only
-    when the build makes it) after `compiles` (a CompilePool, or None: nothing to wait for)."""
+    when the build makes it) after `compiles` (a CompilePool, or None: nothing to wait for).
+    `prelude`, run first in the pass's thread, returns the (plans, measurer) to use instead."""
     from tunedb.measure import protocol  # noqa: F401 - imported here, not in the thread beside the census's imports
 
     stop(family_name)
-    run = AheadRun(plans, measurer, opts, compiles).start()
+    run = AheadRun(plans, measurer, opts, compiles, prelude).start()
     _RUNNING[family_name] = (arch_family, run)
     return run
 
@@ -273,9 +365,20 @@ def take_over(family_name: str, arch_family: str, measure: Any) -> Measured | No
     arch, run = held
     measured = run.stop()  # an interrupt here leaves the pass registered: stop() joins it again
     _RUNNING.pop(family_name, None)
+    if measured is None:
+        return None
     same = (arch == arch_family and run.measurer.worker is measure.worker
             and run.measurer.timer is measure.timer)
     return measured if same else None
+
+
+def settle(family_name: str) -> None:
+    """Wait until the family's pass has its plan and measurer (its prelude, when it has one, is
+    over: the arch profile measured in the worker is cached), so that the build after the
+    census neither measures the profile again nor shares the worker with that measurement."""
+    held = _RUNNING.get(family_name)
+    if held is not None:
+        held[1].ready.wait()
 
 
 def stop(family_name: str) -> None:
@@ -307,4 +410,5 @@ def describe(report: Mapping[str, Any]) -> str:
     """The tune report's line for a pass measured ahead."""
     return (f"measured ahead during the census: {report['points']} point(s) in {report['seconds']:.1f} s; "
             f"{report['reused']} reused by the build, {report['discarded']} not in its plan (discarded); "
-            f"{report.get('filled', 0)} measured after it in compile order")
+            f"{report.get('filled', 0)} measured after it in compile order"
+            f"{f'; {n} dropped (timeout or launch error: measured again)' if (n := report.get('dropped')) else ''}")

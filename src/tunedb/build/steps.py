@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from tunedb import database, families
-from tunedb.build import checkpoint
+from tunedb.build import checkpoint, timeline
 from tunedb.build import plan as buildplan
 from tunedb.errors import BuildError
 from tunedb.families.contract import PickRule, hook
@@ -144,6 +144,7 @@ def start_worker(opts: Any, gpu: bool) -> Any:
 
     worker = Worker()
     worker.prestart(StartRequest(opts.family))
+    timeline.mark("worker prestart")
     from tunedb.build import compile_pool
 
     compile_pool.prestart(families.get(opts.family))  # its processes start beside the worker's

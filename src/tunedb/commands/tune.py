@@ -149,8 +149,8 @@ def simulated_out(args: argparse.Namespace, console: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from tunedb import evaluate, families, pipeline
-    from tunedb.build import compile_pool, speculative
+    from tunedb import evaluate, families, pipeline, settings
+    from tunedb.build import compile_pool, speculative, timeline
 
     console = Console()
     simulated_out(args, console)
@@ -175,11 +175,14 @@ def run(args: argparse.Namespace) -> int:
         raise
     try:
         worker = pipeline.buildsteps.confirm_worker(worker, opts, gpu=pipeline.has_gpu())
+        timeline.mark("torch imported")
         if worker is not None:  # a real build: its compiles start from a mirror census's plan
             speculative.start(args.workload, opts, _census_kw(args), worker=worker)
         if child is not None:
             child.wait()  # then the census below is read from the cache (or taken, if it failed)
         shapes = pipeline.take_census(args.workload, **_census_kw(args))
+        timeline.mark("census end")
+        speculative.settle(opts.family)  # a profile measured in the worker beside the census is cached
     except BaseException:
         speculative.stop(opts.family)  # its measuring ends before its worker does
         if worker is not None:
@@ -197,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(describe_impl(dict(shapes.meta).get("impl", "")), highlight=False)
     gpu = opts.simulate or pipeline.has_gpu()
     reporter = RichReporter(console) if gpu and not opts.dry_run else None
+    timeline.mark("build start")
     try:
         result = pipeline.tune(args.workload, opts, shapes=shapes, reporter=reporter, worker=worker)
     finally:  # compiles no build took over (it stopped before measuring) must not outlive it
@@ -226,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(speculative.describe(b.ahead), highlight=False)
     if b.path is not None:
         console.print(f"wrote {b.path}")
+    if settings.timeline_enabled():
+        console.print(timeline.line(), highlight=False, soft_wrap=True)
     if result.evaluation is not None:
         evaluate.render_table(result.evaluation, console)
     if opts.simulate:
