@@ -151,7 +151,7 @@ def build(reports: Sequence[LegReport], old: Any, *, arch_family: str, file_vali
     record = {
         "provenance": dict(provenance),
         "rule": {"tie_band": rule.tie_band, "dep_margin": rule.dep_margin, "fallback": rule.fallback,
-                 "simplicity": "torch < thread < warp < block", "rounds_min": 9},
+                 "simplicity": "torch < thread < warp < block < lane", "rounds_min": 9},
         "quick": quick,
         "legs": {**(old_tune.get("legs") or {}), **legs_record},
         "absent_dependencies": {name: "not installed: no arm measured" for name in configs.DEPENDENCIES.values()},
