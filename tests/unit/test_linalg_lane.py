@@ -16,7 +16,7 @@ from tunedb.families.linalg import kernels_space as space  # noqa: E402
 CASES = [("lane_p16_w1", 2, "fp32", 19), ("lane_p8_w1", 3, "fp64", 9), ("lane_p16_w1", 4, "fp32", 21),
          ("lane_p4_w1", 5, "fp32", 7), ("lane_p8_w2", 8, "fp32", 13), ("lane_p4_w1", 8, "fp64", 6),
          ("lane_p2_w1", 13, "fp32", 3), ("lane_p4_w1", 16, "fp32", 5), ("lane_p2_w1", 16, "fp64", 3),
-         ("lane_p1_w1", 24, "fp32", 2), ("lane_p2_w1", 32, "fp32", 3), ("lane_p1_w1", 32, "fp64", 2)]
+         ("lane_p1_w1", 24, "fp32", 2), ("lane_p2_w2", 32, "fp32", 3), ("lane_p1_w1", 32, "fp64", 2)]
 
 
 def _child() -> None:
@@ -85,8 +85,9 @@ def test_lane_packing_runs_potrf_and_posv_up_to_n32_without_replicated_lanes():
     assert "replicated" in space.invalid_reason("posv", "lane", 2, 2, 16, "fp32")
     assert "spill" in space.invalid_reason("potrf", "lane", 4, 1, 16, "fp64")  # 2 columns x 16 fp64
     assert space.invalid_reason("potrf", "lane", 4, 1, 16, "fp32") is None
+    assert "spill" in space.invalid_reason("posv", "lane", 8, 1, 16, "fp32")  # 4 columns x 16 fp32
     ids = {c.id for c in space.config_space("posv", 32, "fp32")}
-    assert {"lane_p1_w1", "lane_p2_w1", "lane_p2_w2"} <= ids and "lane_p4_w1" not in ids
+    assert {"lane_p1_w1", "lane_p2_w2", "lane_p4_w4"} <= ids and "lane_p2_w1" not in ids
     assert space.parse_config("lane_p2_w1") == space.KernelConfig("lane", 2, 1)
     assert not any(c.packing == "lane" for c in space.config_space("trsv", 8, "fp32"))
 

@@ -48,16 +48,18 @@ ROTATION = ("lane", "warp", "block", "lane", "thread", "warp", "lane", "warp", "
 _ID = re.compile(r"^(?:(thread|warp|lane)_p(\d+)_w(\d+)|block_w(\d+))$")
 # Lane packing (kernels_lane.py): potrf/posv up to n = 32 (a problem's columns fit one warp's
 # lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
-# break the register-only row axis); the tile a lane holds, P * NP * NP / (32 * num_warps)
-# elements, stays within LANE_BUDGET (fp32, fp64), except that one column per lane is always
-# admitted. Calibrated on sm90 cubins (Triton 3.6, ptxas -v): fp32 at 64 elements uses at most
-# 249 registers (posv n=16 P=8) and spills nothing; fp64 n=16 P=4 (32 elements, two columns per
-# lane) spills 88 bytes, fp64 n=32 P=1 (one column) uses 212 registers and spills nothing.
+# break the register-only row axis); the columns a lane holds, P * NP * NP / (32 * num_warps)
+# elements, stay within LANE_BUDGET (fp32, fp64), except that one column per lane is always
+# admitted. Calibrated on sm90 cubins (Triton 3.6, ptxas -v, the heaviest config of each op,
+# dtype, n and warp count): at 32 fp32 elements at most 149 registers and no spill; at 64, posv
+# n=8/16 and potrf n=8/32 spill 20-112 bytes and posv n=32 P=2 thousands. fp64 at 16 elements at
+# most 158 registers, no spill; one column of n=32: 212 (potrf) / 244 (posv), no spill. One
+# column per lane at n=32 fp32 across 4 warps (posv P=4) leaves 4 bytes of stack: admitted.
 LANE_OPS = ("potrf", "posv")
 LANE_MAX_N = 32
 LANE_P = (1, 2, 4, 8, 16, 32, 64, 128)
 LANE_WARPS = (1, 2, 4)
-LANE_BUDGET = (64, 16)
+LANE_BUDGET = (32, 16)
 
 
 @dataclass(frozen=True)
