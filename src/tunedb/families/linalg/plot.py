@@ -1,6 +1,6 @@
 """`tunedb linalg plot`: the winner of every cell (ops x n x batch), one panel per dtype.
 
-Each cell is `recommend()`'s plan: its colour is the packing (library, thread, warp, block), its
+Each cell is `recommend()`'s plan: its colour is the packing (library, thread, warp, block, lane), its
 text the arm, and a cell the table did not measure (the heuristic's) is drawn pale and marked
 with "h". matplotlib is imported only here.
 """
