@@ -9,7 +9,8 @@ cross-lane step per pivot is the transpose of row j into a row-indexed vector ev
 (a shared-memory round trip Triton emits for the layout change): no butterfly reductions in
 the factorisation at all. The pivot's square root and its reciprocal come from rsqrt and Newton
 steps (a few instructions on every step's critical path, where IEEE sqrt and division take
-about twenty); the residual gate bounds the result like any arm's.
+about twenty); the residual gate bounds the result like any arm's. (fp32's rsqrt flushes a
+subnormal pivot, below 1.2e-38, to zero: such a problem comes back non-finite with info 0.)
 
 The tile is the full symmetric matrix: A's lower triangle is loaded coalesced (lane c reads
 column c of each row; the upper triangle of A is never read) and mirrored by one transpose of
