@@ -2,7 +2,8 @@
 # Session 13's linalg device call (issue 19: potrf/posv n <= 32 at >= 10x over torch), stages by
 # name, each under its own timeout, logs under $OUT/logs (packed into $OUT/logs.tgz), the rebuilt
 # table under $OUT/db/.
-#   bash bench/device_s13_linalg.sh goal retune served tests   (from the repository root)
+#   bash bench/device_s13_linalg.sh goal retune tests   (from the repository root; worst case 600 s
+#   by the timeouts, expected 5-6 minutes; `retune` runs `served` on its table)
 # goal    (<= 240 s; expect 90-150): the 48 goal cells (potrf, posv x n 4,8,16,32 x batch 256,
 #         4096, 65536 x fp32, fp64), old packings, lane packing, torch and the checked torch forms
 #         in one run: CUDA graphs over a ring of fresh inputs, 9 shuffled rounds, medians; per cell
@@ -12,7 +13,7 @@
 #         --max-arms 9 over the shipped table; every other cell kept), written to
 #         $OUT/db/linalg.json (copy it over src/tunedb/db/sm90/linalg.json), then `served` reads it.
 # served  (CPU, seconds): what the rebuilt table serves on the goal cells, from its evidence.
-# tests   (<= 120 s; expect 40-60): tests/gpu/test_linalg_lane_gpu.py.
+# tests   (<= 90 s; expect 30-60): tests/gpu/test_linalg_lane_gpu.py.
 set -u
 OUT=${OUT:-/tmp/out}
 FINAL=$OUT
@@ -39,9 +40,9 @@ for s in "$@"; do
       stage retune_fp32 ${RETUNE_S:-120} "python -m tunedb linalg tune --legs solver --ops potrf,posv --dtypes fp32 --n 4,8,16,32 --max-arms ${RETUNE_ARMS:-9} --base src/tunedb/db/sm90/linalg.json --out $FINAL/db/linalg.json"
       [ -f $FINAL/db/linalg.json ] && BASE=$FINAL/db/linalg.json || BASE=src/tunedb/db/sm90/linalg.json
       stage retune_fp64 ${RETUNE_S:-120} "python -m tunedb linalg tune --legs solver --ops potrf,posv --dtypes fp64 --n 4,8,16,32 --max-arms ${RETUNE_ARMS:-9} --base $BASE --out $FINAL/db/linalg.json"
-      stage served 60 "python bench/linalg_served.py --table $FINAL/db/linalg.json --out $OUT/linalg_served.json" ;;
-    served) stage served 60 "python bench/linalg_served.py --table ${TABLE:-$FINAL/db/linalg.json} --out $OUT/linalg_served.json" ;;
-    tests) stage lane_tests ${TESTS_S:-120} "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_linalg_lane_gpu.py" ;;
+      stage served 30 "python bench/linalg_served.py --table $FINAL/db/linalg.json --out $OUT/linalg_served.json" ;;
+    served) stage served 30 "python bench/linalg_served.py --table ${TABLE:-$FINAL/db/linalg.json} --out $OUT/linalg_served.json" ;;
+    tests) stage lane_tests ${TESTS_S:-90} "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_linalg_lane_gpu.py" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
