@@ -79,6 +79,7 @@ def test_lane_kernels_match_the_fp64_reference_under_the_interpreter():
 def test_lane_packing_runs_potrf_and_posv_up_to_n32_without_replicated_lanes():
     assert space.invalid_reason("potrf", "lane", 2, 1, 16, "fp32") is None
     assert space.invalid_reason("posv", "lane", 1, 1, 32, "fp64") is None  # one column per lane
+    assert "spill" in space.invalid_reason("posv", "lane", 2, 2, 32, "fp64")  # the same in 2 warps
     assert "potrf, posv only" in space.invalid_reason("gemm", "lane", 2, 1, 16, "fp32")
     assert "n <= 32" in space.invalid_reason("potrf", "lane", 1, 2, 64, "fp32")
     assert "replicated" in space.invalid_reason("potrf", "lane", 1, 1, 16, "fp32")  # 16 of 32 lanes

@@ -49,12 +49,13 @@ _ID = re.compile(r"^(?:(thread|warp|lane)_p(\d+)_w(\d+)|block_w(\d+))$")
 # Lane packing (kernels_lane.py): potrf/posv up to n = 32 (a problem's columns fit one warp's
 # lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
 # break the register-only row axis); the columns a lane holds, P * NP * NP / (32 * num_warps)
-# elements, stay within LANE_BUDGET (fp32, fp64), except that one column per lane is always
-# admitted. Calibrated on sm90 cubins (Triton 3.6, ptxas -v, the heaviest config of each op,
+# elements, stay within LANE_BUDGET (fp32, fp64), except that one column per lane in a
+# one-warp program is always admitted. Calibrated on sm90 cubins (Triton 3.6, ptxas -v, the heaviest config of each op,
 # dtype, n and warp count): at 32 fp32 elements at most 149 registers and no spill; at 64, posv
 # n=8/16 and potrf n=8/32 spill 20-112 bytes and posv n=32 P=2 thousands. fp64 at 16 elements at
-# most 158 registers, no spill; one column of n=32: 212 (potrf) / 244 (posv), no spill. One
-# column per lane at n=32 fp32 across 4 warps (posv P=4) leaves 4 bytes of stack: admitted.
+# most 158 registers, no spill; one column of n=32 in one warp: 212 (potrf) / 244 (posv), no
+# spill, but across 2 or 4 warps posv spills 212-292 bytes (refused). fp32 posv n=32 across 2
+# or 4 warps (32 elements) leaves 4-8 bytes of stack: admitted.
 LANE_OPS = ("potrf", "posv")
 LANE_MAX_N = 32
 LANE_P = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -164,7 +165,7 @@ def _lane_invalid(op: str, problems: int, warps: int, n: int, dtype: str, lanes:
     cols = problems * np2 // lanes
     per = cols * np2
     budget = LANE_BUDGET[dtype == "fp64"]
-    if cols > 1 and per > budget:
+    if per > budget and not (cols == 1 and warps == 1):
         return (f"lane tile of {per} elements per thread exceeds {budget} for {op} in {dtype} "
                 f"(it would spill)")
     return None
