@@ -60,7 +60,8 @@ def _sqrt_rsqrt(d):
     y = y + 0.5 * y * (1 - d * y * y)
     if d.dtype == tl.float64:
         y = y + 0.5 * y * (1 - d * y * y)  # a second step (the error squares each time)
-    return d * y, y
+    s = d * y
+    return s + 0.5 * y * (d - s * s), y  # one correction of the root itself (off the chain)
 
 
 @triton.jit
