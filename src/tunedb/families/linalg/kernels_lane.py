@@ -20,17 +20,19 @@ after step j): L[r, c] = t[r, c] / sqrt(d_c) is applied once at the end. A pivot
 positive (or NaN) sets info to the first such column (1-based) and is replaced by 1: nothing
 loops on data, and the other problems of the program are untouched.
 
-posv keeps y = L^-1 b as a row-indexed vector replicated in every lane of its problem (the
-forward solve is register-only, fused into the factorisation), then solves L^T x = z with x
-spread across the lanes: at step k the lane of column k hands x_k to the others (one reduction
+posv keeps b, then z = L^-1 b, then x spread across the lanes (lane c holds entry c). The
+forward solve is fused into the factorisation: z_j reaches every lane by a transpose like row
+j's, and lane c > j takes L[c, j] z_j with L[c, j] from its own register j (the trailing matrix
+is symmetric). L^T x = z: at step k the lane of column k hands x_k to the others (one reduction
 across the lanes) and lane c < k takes L[k, c] x_k from its own register k.
 
 Layouts come from the loads and stores (Triton's coalescing): every global access is indexed
 lane-wise by the column axis, so the loop keeps the column-per-lane layout; a value indexed by
 the row axis at a load or store would pull the solve into a row-across-lanes layout with a
 conversion in every step. Checked on sm90 PTX/SASS (Triton 3.6, ptxas): potrf fp32 n=32 at
-P=1 has no shuffle, one barrier per pivot and 496 FMAs of update (n(n-1)/2), about 1900 SASS
-instructions, 192 registers, no spill; posv fp64 n=32 244 registers, no spill.
+P=1 has no shuffle, one barrier per pivot and 496 FMAs of update (n(n-1)/2), about 2000 SASS
+instructions, 192 registers, no spill; posv fp32 n=32 about 2600 SASS instructions, 162
+registers; posv fp64 n=32 196 registers, no spill.
 """
 import triton
 import triton.language as tl
@@ -86,8 +88,12 @@ def _lane_chol(t, r, c, y, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, S
         right = tl.where(c > j, rowj[:, :, None] * (ij * ij), 0)
         t = tl.where(r > j, t - colj * right, t)
         if SOLVE:
-            yj = tl.sum(tl.where(r == j, y, 0), axis=2)[:, :, None] * ij  # z_j = y_j / s_j
-            y = tl.where(r == j, yj, tl.where(r > j, y - colj * (ij * yj), y))
+            # lane c holds y_c; z_j = y_j / s_j reaches every lane through a transpose of y like
+            # row j's (only its entry j is used), and lane c > j takes L[c, j] z_j with L[c, j]
+            # = t[j, c] / s_j, its own register j
+            yr = tl.trans(tl.reshape(y, (NP, P)))[None, :, :]  # [1, P, NP]
+            zj = tl.sum(tl.where(r == j, yr, 0), axis=2)[:, :, None] * ij  # [1, P, 1]
+            y = tl.where(c > j, y - rowj[:, :, None] * (ij * zj), tl.where(c == j, zj, y))
     return t, s, inv, info, y
 
 
@@ -106,13 +112,9 @@ def posv_lane(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.con
     """A x = b: factor with the forward solve fused (z in every lane), then L^T x = z by rows of
     L with x spread across the lanes (lane c holds x_c)."""
     p, pp, r, c, t = _lane_load(A, batch, N, NP, P)
-    # b loaded lane-wise (as the tile's columns lie), then handed to every lane by one reduction
-    # across the lanes: its result is replicated in-thread, the layout every step of the forward
-    # solve wants (a transpose here would leave y spread across lanes: a conversion every step)
-    bc = tl.load(B + pp * N + c, mask=(pp < batch) & (c < N), other=0)  # [NP, P, 1]
-    y = tl.sum(tl.where(c == r, bc, 0), axis=0)[None, :, :]  # [1, P, NP]
-    t, s, inv, info, y = _lane_chol(t, r, c, y, N, NP, P, True)
-    w = tl.sum(tl.where(c == r, y, 0), axis=2)[:, :, None]  # [NP, P, 1]: lane c keeps z_c
+    # b lane-wise, as the tile's columns lie: lane c holds b_c, then z_c (= L^-1 b), then x_c
+    w = tl.load(B + pp * N + c, mask=(pp < batch) & (c < N), other=0)  # [NP, P, 1]
+    t, s, inv, info, w = _lane_chol(t, r, c, w, N, NP, P, True)
     for kk in tl.static_range(N):
         k = N - 1 - kk
         # x_k = z_k / s_k (lane k's, handed to all); then lane c < k: z_c -= L[k, c] x_k, with
