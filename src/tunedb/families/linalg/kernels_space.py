@@ -50,12 +50,12 @@ _ID = re.compile(r"^(?:(thread|warp|lane)_p(\d+)_w(\d+)|block_w(\d+))$")
 # lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
 # break the register-only row axis); the columns a lane holds, P * NP * NP / (32 * num_warps)
 # elements, stay within LANE_BUDGET (fp32, fp64), except that one column per lane in a
-# one-warp program is always admitted. Calibrated on sm90 cubins (Triton 3.6, ptxas -v, the heaviest config of each op,
-# dtype, n and warp count): at 32 fp32 elements at most 149 registers and no spill; at 64, posv
-# n=8/16 and potrf n=8/32 spill 20-112 bytes and posv n=32 P=2 thousands. fp64 at 16 elements at
-# most 158 registers, no spill; one column of n=32 in one warp: 212 (potrf) / 244 (posv), no
-# spill, but across 2 or 4 warps posv spills 212-292 bytes (refused). fp32 posv n=32 across 2
-# or 4 warps (32 elements) leaves 4-8 bytes of stack: admitted.
+# one-warp program is always admitted. Calibrated on sm90 cubins of the final kernels (Triton
+# 3.6, ptxas -v, every lane config the goal bench times and the heaviest of each op, dtype, n
+# and warp count): at 32 fp32 elements at most 162 registers, no spill; at 64, potrf n=8/32 and
+# posv n=8/16 spilled 20-112 bytes. fp64 at 16 elements at most 128 registers; one column of
+# n=32 in one warp: 212 (potrf) / 196 (posv), no spill; across 2 or 4 warps (224-226 registers,
+# no spill) it stays refused: the one-warp program is the one the budget trusts.
 LANE_OPS = ("potrf", "posv")
 LANE_MAX_N = 32
 LANE_P = (1, 2, 4, 8, 16, 32, 64, 128)
