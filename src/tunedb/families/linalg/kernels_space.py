@@ -52,8 +52,8 @@ _ID = re.compile(r"^(?:(thread|warp|lane)_p(\d+)_w(\d+)|block_w(\d+))$")
 # elements, stay within LANE_BUDGET (fp32, fp64), except that one column per lane in a
 # one-warp program is always admitted. Calibrated on sm90 cubins of the final kernels (Triton
 # 3.6, ptxas -v, every lane config the goal bench times and the heaviest of each op, dtype, n
-# and warp count): at 32 fp32 elements at most 162 registers, no spill; at 64, potrf n=8/32 and
-# posv n=8/16 spilled 20-112 bytes. fp64 at 16 elements at most 128 registers; one column of
+# and warp count): at 32 fp32 elements at most 206 registers, no spill; at 64, potrf n=8/32 and
+# posv n=8/16 spilled 20-112 bytes. fp64 at 16 elements at most 150 registers; one column of
 # n=32 in one warp: 212 (potrf) / 196 (posv), no spill; across 2 or 4 warps (224-226 registers,
 # no spill) it stays refused: the one-warp program is the one the budget trusts.
 LANE_OPS = ("potrf", "posv")
