@@ -1,7 +1,15 @@
 """The small batched linear-algebra ladder (issue 19): every arm on one ns-per-problem axis.
 
     PYTHONPATH=src python bench/linalg_ladder.py --out ladder.json [--ops potrf,posv] [--n 4,8]
-        [--batch 4096] [--dtypes fp32] [--cap 5] [--rounds 9] [--budget-s 230] [--plan] [--quick]
+        [--batch 4096] [--dtypes fp32] [--cap 5] [--rounds 9] [--budget-s 230] [--plan] [--quick|--goal]
+
+--goal: exactly the goal cells of "potrf and posv, n <= 32: >= 10x geomean over torch" (potrf,
+posv x n 4, 8, 16, 32 x batch 256, 4096, 65536 x fp32, fp64: 48 cells), --cap 9 (by the prior's
+rotation: three lane configs, three warp, two block, one thread where valid) and --budget-s 200
+unless given. Each cell reports the best of the older packings (thread/warp/block) and the best
+lane config (kernels_lane.py, session 13) beside torch, and the summary their geomeans over the
+cells. Expected on an H200: about 30 s compiling (the lane kernels are unrolled), then 48 cells
+in 60-120 s.
 
 --quick: only the goal cells (potrf, posv, gemm, gemv at n in 4, 8, 16, 32 x batch 4096, 65536
 x fp32, fp64: 64 cells), with --cap 6 and --budget-s 100 unless given; an explicit --ops/--n/--batch/--dtypes
@@ -51,6 +59,9 @@ MIN_US = 3.0
 INPLACE = ("potrf", "posv", "trsv")
 QUICK = {"ops": ("potrf", "posv", "gemm", "gemv"), "n": (4, 8, 16, 32), "batch": (4096, 65536),
          "dtypes": ("fp32", "fp64"), "budget_s": 100.0, "cap": 6}
+GOAL = {"ops": ("potrf", "posv"), "n": (4, 8, 16, 32), "batch": (256, 4096, 65536),
+        "dtypes": ("fp32", "fp64"), "budget_s": 200.0, "cap": 9}
+NEW_PACKINGS = ("lane_",)  # config-id prefixes of the packings added in session 13
 
 
 def _csv(kind):
@@ -65,7 +76,8 @@ def parse_args(argv=None):
     ap.add_argument("--n", type=_csv(int), default=None)
     ap.add_argument("--batch", type=_csv(int), default=None)
     ap.add_argument("--dtypes", type=_csv(str), default=None)
-    ap.add_argument("--quick", action="store_true", help="the goal cells only (see above)")
+    ap.add_argument("--quick", action="store_true", help="the s9 quick cells (see above)")
+    ap.add_argument("--goal", action="store_true", help="potrf/posv n <= 32, all three batches (see above)")
     ap.add_argument("--cap", type=int, default=None, help="Triton configs per cell (0: every valid one; default 5, --quick: 6)")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--budget-s", type=float, default=None, help="default 230 (--quick: 100)")
@@ -73,7 +85,7 @@ def parse_args(argv=None):
     ap.add_argument("--jobs", type=int, default=None, help="compile processes")
     ap.add_argument("--plan", action="store_true", help="print the cells and arms, measure nothing")
     args = ap.parse_args(argv)
-    fill = QUICK if args.quick else {"ops": OPS, "n": NS, "batch": BATCHES, "dtypes": DTYPES, "budget_s": 230.0, "cap": 5}
+    fill = GOAL if args.goal else QUICK if args.quick else {"ops": OPS, "n": NS, "batch": BATCHES, "dtypes": DTYPES, "budget_s": 230.0, "cap": 5}
     for name, value in fill.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -233,11 +245,16 @@ def measure_cell(cell_key, arms, args, seed):
     servable = [a for a in timed if info[a]["ok"] and info[a]["kind"] == "graph"]
     triton = [a for a in servable if not a.startswith("torch")]
     best_triton = min(triton, key=lambda a: info[a]["median_us"]) if triton else None
+    old = [a for a in triton if not a.startswith(NEW_PACKINGS)]
+    new = [a for a in triton if a.startswith(NEW_PACKINGS)]
+    best_old = min(old, key=lambda a: info[a]["median_us"]) if old else None
+    best_new = min(new, key=lambda a: info[a]["median_us"]) if new else None
     best = min(servable, key=lambda a: info[a]["median_us"]) if servable else None
     del graphs, cell
     torch.cuda.empty_cache()
     return {"op": op, "dtype": cell_key[1], "n": cell_key[2], "batch": cell_key[3], "floor_us": fl,
             "target_us": target, "arms": info, "best_triton": best_triton, "best": best,
+            "best_old": best_old, "best_new": best_new,
             "wrong": [a for a in all_arms if not info[a]["ok"]]}
 
 
@@ -251,12 +268,21 @@ def summarize(cells):
         bt = c["best_triton"]
         return c["arms"][bt]["speedup_vs_torch"] if bt else None
 
-    fact = [speed(c) for c in cells if c["op"] in ("potrf", "posv") and c["n"] <= 32]
+    def speed_of(c, key):
+        arm = c.get(key)
+        return c["arms"][arm]["speedup_vs_torch"] if arm else None
+
+    goal = [c for c in cells if c["op"] in ("potrf", "posv") and c["n"] <= 32]
+    fact = [speed(c) for c in goal]
     small = [speed(c) for c in cells if c["op"] in ("gemm", "gemv") and c["n"] <= 16]
     served = [c["arms"][c["best"]]["x_floor"] for c in cells if c["best"]]
     return {
         "cells": len(cells),
         "potrf_posv_n_le_32_geomean_speedup": geomean(fact), "potrf_posv_cells": len(fact),
+        "potrf_posv_geomean_old_packings": geomean([speed_of(c, "best_old") for c in goal]),
+        "potrf_posv_geomean_lane_packing": geomean([speed_of(c, "best_new") for c in goal]),
+        "potrf_posv_cells_lane_wins": sum(1 for c in goal if c.get("best_new") and c["best_new"] == c["best_triton"]),
+        "potrf_posv_cells_within_3x_target": sum(1 for c in goal if c["best"] and c["arms"][c["best"]]["x_floor"] <= 3.0),
         "gemm_gemv_n_le_16_geomean_speedup": geomean(small), "gemm_gemv_cells": len(small),
         "cells_triton_slower_than_torch": sum(1 for c in cells if (speed(c) or 0) < 1.0),
         "cells_best_within_3x_target": sum(1 for x in served if x <= 3.0), "cells_with_best": len(served),
@@ -265,8 +291,8 @@ def summarize(cells):
 
 
 def markdown(cells, summary):
-    lines = ["| op | dtype | n | batch | torch us | checked us | best Triton | us | ns/problem | speedup | x max(floor,3us) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | dtype | n | batch | torch us | checked us | best Triton | us | ns/problem | speedup | x max(floor,3us) | best old | x | best lane | x |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         a = c["arms"]
         t = a["torch"].get("median_us")
@@ -276,9 +302,17 @@ def markdown(cells, summary):
         lines.append(f"| {c['op']} | {c['dtype']} | {c['n']} | {c['batch']} | {t and f'{t:.1f}'} | "
                      f"{chk and f'{chk:.1f}' or '-'} | {bt or '-'} | {b.get('median_us', 0):.1f} | "
                      f"{b.get('ns_per_problem', 0):.2f} | {(b.get('speedup_vs_torch') or 0):.2f}x | "
-                     f"{b.get('x_floor', 0):.2f} |")
+                     f"{b.get('x_floor', 0):.2f} | {_arm_cell(c, 'best_old')} | {_arm_cell(c, 'best_new')} |")
     lines += ["", "```", json.dumps(summary, indent=1), "```"]
     return "\n".join(lines) + "\n"
+
+
+def _arm_cell(c, key):
+    arm = c.get(key)
+    if not arm:
+        return "- | -"
+    a = c["arms"][arm]
+    return f"{arm} {a['median_us']:.1f} us | {(a.get('speedup_vs_torch') or 0):.2f}x"
 
 
 def main(argv=None):
@@ -310,10 +344,12 @@ def main(argv=None):
         done.append(res)
         bt = res["best_triton"]
         t = res["arms"]["torch"].get("median_us")
+        b = res["arms"][bt] if bt else {}
         print(f"{key[0]:5s} {key[1]} n={key[2]:3d} b={key[3]:5d}: torch {t and round(t, 1)} us, "
-              f"best {bt} {bt and round(res['arms'][bt]['median_us'], 1)} us "
-              f"({bt and round(res['arms'][bt]['speedup_vs_torch'], 2)}x){' WRONG ' + str(res['wrong']) if res['wrong'] else ''}",
-              flush=True)
+              f"best {bt} {bt and round(b['median_us'], 1)} us {bt and round(b['ns_per_problem'], 2)} ns/problem "
+              f"({bt and round(b['speedup_vs_torch'], 2)}x torch, {bt and round(b['x_floor'], 2)}x floor); "
+              f"old {_arm_cell(res, 'best_old')}; lane {_arm_cell(res, 'best_new')}"
+              f"{' WRONG ' + str(res['wrong']) if res['wrong'] else ''}", flush=True)
     summary = summarize(done)
     summary.update(compile_s=compile_s, compile_failures=compile_failures, skipped_cells=len(skipped),
                    wall_s=time.time() - t0)

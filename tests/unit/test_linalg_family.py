@@ -155,7 +155,8 @@ def test_serving_keys_pad_n_to_a_power_of_two():
 def test_config_ids_parse_to_their_launch_shape():
     assert configs.shape_of(configs.parse("thread_p64_w2")) == ("thread", 64, 2)
     assert configs.shape_of(configs.parse("block_w4")) == ("block", 1, 4)
-    for bad in ("thread_w2", "block_p2_w4", "lane_p2_w1"):
+    assert configs.shape_of(configs.parse("lane_p2_w1")) == ("lane", 2, 1)
+    for bad in ("thread_w2", "block_p2_w4", "lane_w1", "tile_p2_w1"):
         with pytest.raises(Exception, match=bad):
             configs.parse(bad)
 

@@ -57,8 +57,12 @@ def test_every_cell_has_a_triton_config_and_the_space_is_what_the_predicate_admi
                 assert all(space.next_pow2(n) >= n for _ in valid)
 
 
-def test_candidates_spend_a_cap_mostly_on_warp_configs():
+def test_candidates_spend_a_cap_mostly_on_lane_and_warp_configs():
     capped = space.candidates("potrf", 16, "fp32", cap=5, batch=65536)
+    assert [c.packing for c in capped] == ["lane", "warp", "block", "lane", "thread"]
+    assert capped[0].id == "lane_p2_w1"  # one column per lane, one warp per program
+    # the ops without a lane kernel keep the rotation they had
+    capped = space.candidates("gemm", 8, "fp32", cap=5, batch=65536)
     assert [c.packing for c in capped] == ["warp", "block", "thread", "warp", "warp"]
 
 

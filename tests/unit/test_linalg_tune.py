@@ -28,6 +28,8 @@ def cost(cell: Cell, arm: str) -> float:
     if arm == configs.EAGER_ONLY:
         return 200.0 * cell.n
     packing, per, warps = configs.shape_of(configs.parse(arm))
+    if packing == "lane":
+        return 30.0 * cell.n * (1 + 0.001 * warps + 0.00001 * per)  # slower than the others here
     order = {"thread": 0, "warp": 1, "block": 2}[packing]
     if cell.n >= 32:
         order = 2 - order  # larger problems favour the wider packings
@@ -36,7 +38,7 @@ def cost(cell: Cell, arm: str) -> float:
 
 def _args(out: Path, **kw) -> argparse.Namespace:
     base = dict(prebuild=False, quick=True, legs=None, ops=None, dtypes=None, margin=None, rounds=9,
-                max_arms=12, build_jobs=None, dry_run=False, out=str(out), seed=0)
+                max_arms=12, build_jobs=None, dry_run=False, out=str(out), seed=0, n=None)
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -240,3 +242,28 @@ def test_a_potrf_only_rerun_over_the_shipped_table_keeps_every_other_cell(tmp_pa
     for key in potrf:
         assert set(after[key]["evidence"]) == {f"M={b}" for b in ladder.GRID_BATCH}
         assert any(cid != "torch" for _hi, cid in after[key]["regions"])  # the fake cost: Triton wins
+
+
+def test_an_n_narrowed_rerun_replaces_only_those_cells_and_times_the_lane_arms(tmp_path):
+    # The s13 retune: potrf and posv at n <= 32 only (--ops potrf,posv --n 4,8,16,32 over the
+    # shipped table): the n >= 64 entries and the other ops stay as shipped; each new cell timed
+    # the lane packing beside the older ones (the capped prior keeps lane configs first).
+    shipped = Path(__file__).resolve().parents[2] / "src" / "tunedb" / "db" / "sm90" / "linalg.json"
+    out = tmp_path / "linalg.json"
+    cli.tune(_args(out, quick=False, legs="solver", ops="potrf,posv", n="4,8,16,32", max_arms=8,
+                   base=str(shipped)), timer=ladder.FakeTimer(cost, seed=5), arch_family="sm90")
+    before = json.loads(shipped.read_text())["entries"]
+    after = json.loads(out.read_text())["entries"]
+    assert set(after) == set(before)
+    redone = {k for k in after if ("|op=potrf|" in k or "|op=posv|" in k)
+              and int(k.rsplit("n=", 1)[1]) <= 32}
+    assert len(redone) == 2 * 4 * 2
+    for key, entry in before.items():
+        if key not in redone:
+            assert after[key] == entry, key
+    for key in redone:
+        timed = {a for ev in after[key]["evidence"].values() for a in ev if not a.startswith("_")}
+        assert any(a.startswith("lane_") for a in timed), key
+        assert any(a.startswith(("warp_", "block_")) for a in timed), key
+    with pytest.raises(TunedbError, match="n"):
+        cli.tune(_args(out, quick=False, legs="solver", n="5"), timer=ladder.FakeTimer(cost), arch_family="sm90")

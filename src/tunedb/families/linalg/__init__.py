@@ -2,7 +2,7 @@
 
 Ops dot, gemv, gemm, potrf, trsv, posv over a batch of independent n x n problems (n 2..128),
 fp32 and fp64 (and fp16/bf16 for gemm, gemv). Signature `linalg|op=potrf|dt=fp32|n=8`; the
-size axis is the batch. Arms: Triton kernels at three packings (thread, warp, block: the kernel
+size axis is the batch. Arms: Triton kernels at four packings (thread, warp, block, lane: the kernel
 module `launch.py`), the library arm `torch` (bmm / matmul, cholesky_ex, solve_triangular), the
 `heuristic` shape rule for cells nobody measured. Spec 003's pick rule (pick.py) with a 2% tie
 band and a 5% margin for arms that need an optional dependency; the numerical gate is a residual
@@ -23,7 +23,8 @@ from tunedb.records import ArchProfile, Config, Signature
 
 # What decides the compiled kernels, their launch grid and the library arm as served (not the
 # kernels' test inputs in kernels_check.py, nor host code here).
-KERNEL_SOURCES = ("kernels_space.py", "kernels_thread.py", "kernels_tile.py", "kernels_torch.py", "launch.py")
+KERNEL_SOURCES = ("kernels_space.py", "kernels_thread.py", "kernels_tile.py", "kernels_lane.py", "kernels_torch.py",
+                  "launch.py")
 VERIFY_FACTOR = 4.0  # an arm's worst residual may reach 4x torch's on the same inputs
 
 

@@ -4,7 +4,7 @@
         the execution plan of one cell, where it came from and why
     tunedb linalg plot --out F.png [--deps native|all]
         the winner of every cell (ops x n x batch, one panel per dtype), measured or heuristic
-    tunedb linalg tune [--prebuild] [--quick] [--legs ladder,solver] [--ops ..] [--dtypes ..]
+    tunedb linalg tune [--prebuild] [--quick] [--legs ladder,solver] [--ops ..] [--dtypes ..] [--n ..]
                        [--margin M] [--pick median|paired] [--max-rounds N] [--samples F.jsonl]
                        [--dry-run] [--out DIR|FILE.json|system|user]
         re-measure this GPU's table (the ladder), regenerate it under the pick rule and write it
@@ -53,6 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                    "(potrf, trsv, posv); default both")
     tune.add_argument("--ops", default=None, help="comma-separated ops within the legs (default all)")
     tune.add_argument("--dtypes", default=None, help="comma-separated dtypes (default fp32,fp64)")
+    tune.add_argument("--n", default=None, help="comma-separated n within the grid (default all)")
     tune.add_argument("--margin", type=float, default=None, help="the tie band, a fraction (default 0.02)")
     tune.add_argument("--rounds", type=int, default=9, help="paired rounds per cell (at least 9)")
     tune.add_argument("--max-rounds", type=int, default=None,
@@ -150,6 +151,9 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     ops = _split(args.ops, signatures.OPS, "op(s)")
     dtypes = _split(args.dtypes, ("fp32", "fp64", "fp16", "bf16"), "dtype(s)") or (
         ("fp32",) if args.quick else ladder.GRID_DTYPES)
+    grid_n = ladder.QUICK_N if args.quick else ladder.GRID_N
+    ns = _split(getattr(args, "n", None), tuple(map(str, grid_n)), "n")
+    ns = tuple(int(n) for n in ns) if ns else None
     rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
     arch_family = arch_family or selector.current_arch_family()
     profile = selector.shipped_profile(arch_family)
@@ -163,17 +167,17 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
         from tunedb.families.linalg.gputimer import GraphTimer
 
         timer = GraphTimer(FAMILY, seed=args.seed)
-    failed = _compile(legs, ops, dtypes, args.quick, profile, args.max_arms, args.build_jobs, timer)
+    failed = _compile(legs, ops, dtypes, args.quick, profile, args.max_arms, args.build_jobs, timer, ns)
     if args.prebuild:
         return 1 if failed else 0
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     reports = ladder.run(timer, legs, profile, quick=args.quick, rounds=args.rounds, seed=args.seed,
                          rule=rule, dtypes=dtypes, ops=ops, max_arms=args.max_arms,
-                         allow_busy=getattr(args, "allow_busy", False), progress=log,
+                         allow_busy=getattr(args, "allow_busy", False), progress=log, ns=ns,
                          decide=getattr(args, "pick", None) or "median", max_rounds=getattr(args, "max_rounds", None))
     if getattr(args, "samples", None):
         _write_samples(Path(args.samples), reports)
-    ladder.check_complete(reports, args.quick, dtypes, ops)
+    ladder.check_complete(reports, args.quick, dtypes, ops, ns)
     for rep in reports:
         if rep.invalid:
             print(f"tunedb linalg tune: leg {rep.leg} invalid: {rep.invalid}", file=sys.stderr)
@@ -233,7 +237,7 @@ def _read(path: Path, arch_family: str) -> Any:
 
 
 def _compile(legs: Any, ops: Any, dtypes: Any, quick: bool, profile: Any, max_arms: int, jobs: int | None,
-             timer: Any) -> list[str]:
+             timer: Any, ns: Any = None) -> list[str]:
     """Compile every kernel the chosen cells time, in parallel worker processes, before any
     timing (Triton's disk cache keeps them: the timed run is then execute-only). A fake timer
     (no GPU) compiles nothing."""
@@ -243,7 +247,7 @@ def _compile(legs: Any, ops: Any, dtypes: Any, quick: bool, profile: Any, max_ar
         return []
     from tunedb.families.linalg import kernels_prebuild
 
-    items = {(c.op, arm, c.n, c.dt) for c in ladder.cells(legs, quick, dtypes, ops)
+    items = {(c.op, arm, c.n, c.dt) for c in ladder.cells(legs, quick, dtypes, ops, ns)
              for arm in ladder.arms(c, profile, max_arms) if arm not in (configs.LIBRARY, configs.EAGER_ONLY)}
     failed = kernels_prebuild.compile_all(sorted(items), jobs)
     print(f"compiled {len(items)} kernel(s), {len(failed)} failed", file=sys.stderr, flush=True)

@@ -6,7 +6,9 @@ A config is (packing, P problems per program, num_warps); the kernel is also spe
 n (padded to the next power of two NP with masks) and the dtype. Ids:
   thread_p{P}_w{W}  one problem per lane, processed sequentially along n (P >= 32*W);
   warp_p{P}_w{W}    P problems per program in a [P, NP(, NP)] register layout, reductions along n;
-  block_w{W}        one problem per program, the whole NP x NP tile across W warps.
+  block_w{W}        one problem per program, the whole NP x NP tile across W warps;
+  lane_p{P}_w{W}    potrf/posv only, n <= 32: one matrix column per lane, its rows in registers
+                    (kernels_lane.py), NP lanes per problem, P problems per program.
 The validity predicate bounds the register tile (elements held per thread) and the sequential
 work a thread-packed lane does, so every config it admits compiles without spilling, except
 block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm. Checked
@@ -22,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 OPS = ("dot", "gemv", "gemm", "potrf", "trsv", "posv")
-PACKINGS = ("thread", "warp", "block")
+PACKINGS = ("thread", "warp", "block", "lane")
 DTYPES = ("fp32", "fp64", "fp16", "bf16")
 HALF_OPS = ("dot", "gemv", "gemm")  # ops that also take fp16/bf16 (accumulating in fp32)
 N_MIN, N_MAX = 2, 128
@@ -41,8 +43,24 @@ TILE_OPS = ("gemv", "gemm", "potrf", "posv")
 TILE_BUDGET = {"dot": (32, 32), "gemv": (128, 64), "gemm": (128, 64), "trsv": (16, 8),
                "potrf": (64, 32), "posv": (32, 16)}
 
-ROTATION = ("warp", "block", "thread", "warp", "warp", "block")  # candidates()' turns per packing
-_ID = re.compile(r"^(?:(thread|warp)_p(\d+)_w(\d+)|block_w(\d+))$")
+# candidates()' turns per packing (a packing with no valid config is skipped)
+ROTATION = ("lane", "warp", "block", "lane", "thread", "warp", "lane", "warp", "block")
+_ID = re.compile(r"^(?:(thread|warp|lane)_p(\d+)_w(\d+)|block_w(\d+))$")
+# Lane packing (kernels_lane.py): potrf/posv up to n = 32 (a problem's columns fit one warp's
+# lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
+# break the register-only row axis); the columns a lane holds, P * NP * NP / (32 * num_warps)
+# elements, stay within LANE_BUDGET (fp32, fp64), except that one column per lane in a
+# one-warp program is always admitted. Calibrated on sm90 cubins of the final kernels (Triton
+# 3.6, ptxas -v, every lane config the goal bench times and the heaviest of each op, dtype, n
+# and warp count): at 32 fp32 elements at most 206 registers, no spill; at 64, potrf n=8/32 and
+# posv n=8/16 spilled 20-112 bytes. fp64 at 16 elements at most 150 registers; one column of
+# n=32 in one warp: 212 (potrf) / 196 (posv), no spill; across 2 or 4 warps (224-226 registers,
+# no spill) it stays refused: the one-warp program is the one the budget trusts.
+LANE_OPS = ("potrf", "posv")
+LANE_MAX_N = 32
+LANE_P = (1, 2, 4, 8, 16, 32, 64, 128)
+LANE_WARPS = (1, 2, 4)
+LANE_BUDGET = (32, 16)
 
 
 @dataclass(frozen=True)
@@ -74,7 +92,7 @@ def parse_config(config_id: str) -> KernelConfig:
     m = _ID.match(str(config_id))
     if not m:
         raise ValueError(f"bad linalg config id {config_id!r}: expected thread_p<P>_w<W>, "
-                         "warp_p<P>_w<W> or block_w<W> (P a power of two, W in 1, 2, 4, 8)")
+                         "warp_p<P>_w<W>, block_w<W> or lane_p<P>_w<W> (P a power of two, W in 1, 2, 4, 8)")
     if m.group(4):
         return KernelConfig("block", 1, int(m.group(4)))
     return KernelConfig(m.group(1), int(m.group(2)), int(m.group(3)))
@@ -104,6 +122,8 @@ def invalid_reason(op: str, packing: str, problems: int, warps: int, n: int, dty
     if problems < 1 or problems & (problems - 1):
         return f"P={problems} is not a power of two"
     lanes = 32 * warps
+    if packing == "lane":
+        return _lane_invalid(op, problems, warps, n, dtype, lanes)
     if packing == "thread":
         if problems < lanes:
             # Each lane re-reads what it wrote; a replicated lane would read another's stale copy.
@@ -129,11 +149,34 @@ def invalid_reason(op: str, packing: str, problems: int, warps: int, n: int, dty
     return None
 
 
+def _lane_invalid(op: str, problems: int, warps: int, n: int, dtype: str, lanes: int) -> str | None:
+    if op not in LANE_OPS:
+        return f"lane packing runs {', '.join(LANE_OPS)} only, not {op}"
+    if n > LANE_MAX_N:
+        return f"lane packing takes n <= {LANE_MAX_N} (a problem's columns across one warp), got n={n}"
+    if warps not in LANE_WARPS:
+        return f"lane packing takes num_warps in {LANE_WARPS}, got {warps}"
+    if problems > max(LANE_P):
+        return f"lane packing takes P <= {max(LANE_P)}, got P={problems}"
+    np2 = next_pow2(n)
+    if problems * np2 < lanes:
+        return (f"lane packing needs P * NP >= 32*num_warps ({lanes}) so no lane is replicated, "
+                f"got P={problems}, NP={np2}")
+    cols = problems * np2 // lanes
+    per = cols * np2
+    budget = LANE_BUDGET[dtype == "fp64"]
+    if per > budget and not (cols == 1 and warps == 1):
+        return (f"lane tile of {per} elements per thread exceeds {budget} for {op} in {dtype} "
+                f"(it would spill)")
+    return None
+
+
 def config_space(op: str | None = None, n: int | None = None, dtype: str | None = None) -> list[KernelConfig]:
     """Every Triton config; restricted to the valid ones for (op, n, dtype) when all three are given."""
     out = [KernelConfig("thread", p, w) for p in THREAD_P for w in WARPS if p >= 32 * w]
     out += [KernelConfig("warp", p, w) for p in WARP_P for w in WARPS]
     out += [KernelConfig("block", 1, w) for w in WARPS]
+    out += [KernelConfig("lane", p, w) for p in LANE_P for w in LANE_WARPS]
     if op is None or n is None or dtype is None:
         return out
     return [c for c in out if invalid_reason(op, c.packing, c.problems, c.warps, n, dtype) is None]
@@ -153,7 +196,10 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     import math
 
     def score(c: KernelConfig) -> tuple[float, int]:
-        if c.packing == "thread":
+        if c.packing == "lane":  # one warp per program and one or two columns per lane
+            cols = c.problems * next_pow2(n) / (32 * c.warps)
+            base = abs(math.log2(cols) - 0.5) + 0.5 * math.log2(c.warps)
+        elif c.packing == "thread":
             base = abs(math.log2(c.problems / (32 * c.warps))) + 0.25 * abs(c.warps - 2)
         else:
             per = tile_elements(op, c.packing, c.problems, n) / (32 * c.warps)

@@ -59,10 +59,11 @@ def parse_legs(text: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def cells(legs: Sequence[str], quick: bool = False, dtypes: Sequence[str] = GRID_DTYPES,
-          ops: Sequence[str] | None = None) -> list[Cell]:
-    """The grid of the chosen legs (and ops): n x batch x dtype per op (quick: one throughput
-    point)."""
-    ns, batches = (QUICK_N, QUICK_BATCH) if quick else (GRID_N, GRID_BATCH)
+          ops: Sequence[str] | None = None, ns: Sequence[int] | None = None) -> list[Cell]:
+    """The grid of the chosen legs (and ops, and n): n x batch x dtype per op (quick: one
+    throughput point)."""
+    grid_n, batches = (QUICK_N, QUICK_BATCH) if quick else (GRID_N, GRID_BATCH)
+    ns = grid_n if ns is None else tuple(n for n in grid_n if n in ns)
     out = []
     for leg in legs:
         for op in LEGS[leg]:
@@ -83,7 +84,10 @@ def arms(cell: Cell, arch: Any, max_arms: int | None = None) -> tuple[str, ...]:
               if configs.invalid_reason(c, sig, cell.batch, arch) is None]
     space = configs.space()
     if max_arms is not None and len(triton) > max_arms and space is not None:
-        keep = {c.id for c in space.candidates(cell.op, cell.n, cell.dt, max_arms)}
+        # the prior sees the batch: a config that cannot fill the GPU at this batch ranks lower
+        # (the s9 table, capped without it, never timed block_w1 at n=32, the quick ladder's winner)
+        sms = getattr(arch, "sms", None) or 132
+        keep = {c.id for c in space.candidates(cell.op, cell.n, cell.dt, max_arms, batch=cell.batch, sms=sms)}
         triton = [a for a in triton if a in keep]
     eager = (configs.EAGER_ONLY,) if cell.op in ("potrf", "posv") and configs.kernels() is not None else ()
     return (configs.LIBRARY, *triton, *eager)
@@ -222,7 +226,7 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
         seed: int = 0, rule: Any = pick.LINALG_RULE, dtypes: Sequence[str] = GRID_DTYPES,
         ops: Sequence[str] | None = None, max_arms: int | None = None, allow_busy: bool = False,
         progress: Callable[[str], None] | None = None, decide: str = "median",
-        max_rounds: int | None = None) -> list[LegReport]:
+        max_rounds: int | None = None, ns: Sequence[int] | None = None) -> list[LegReport]:
     """Measure every cell of the chosen legs; refuses a busy GPU, invalidates a disturbed leg
     (allow_busy: measures anyway and marks each leg contended)."""
     busy = timer.foreign_pids()
@@ -232,7 +236,7 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
     reports = []
     for leg in legs:
         report = LegReport(leg)
-        for cell in cells((leg,), quick, dtypes, ops):
+        for cell in cells((leg,), quick, dtypes, ops, ns):
             result = measure_cell(timer, cell, arms(cell, arch, max_arms), rounds, seed, rule,
                                   decide=decide, max_rounds=max_rounds)
             report.results.append(result)
@@ -282,12 +286,12 @@ class FakeTimer:
 
 
 def check_complete(reports: Sequence[LegReport], quick: bool, dtypes: Sequence[str] = GRID_DTYPES,
-                   ops: Sequence[str] | None = None) -> None:
+                   ops: Sequence[str] | None = None, ns: Sequence[int] | None = None) -> None:
     """Fail closed: every cell of every valid leg must have a measured decision."""
     for report in reports:
         if report.invalid:
             continue
-        want = set(cells((report.leg,), quick, dtypes, ops))
+        want = set(cells((report.leg,), quick, dtypes, ops, ns))
         got = {r.cell for r in report.results}
         if want - got:
             raise MeasurementError(f"the {report.leg} leg is missing cells {sorted(map(str, want - got))[:5]}")

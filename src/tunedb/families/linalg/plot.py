@@ -1,6 +1,6 @@
 """`tunedb linalg plot`: the winner of every cell (ops x n x batch), one panel per dtype.
 
-Each cell is `recommend()`'s plan: its colour is the packing (library, thread, warp, block), its
+Each cell is `recommend()`'s plan: its colour is the packing (library, thread, warp, block, lane), its
 text the arm, and a cell the table did not measure (the heuristic's) is drawn pale and marked
 with "h". matplotlib is imported only here.
 """
@@ -10,11 +10,11 @@ from pathlib import Path
 
 from tunedb.families.linalg import ladder, signatures
 
-COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800"}
+COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800", "lane": "#9c27b0"}
 
 
 def _label(arm: str) -> str:
-    return arm.replace("thread_", "t").replace("warp_", "w").replace("block_", "b")
+    return arm.replace("thread_", "t").replace("warp_", "w").replace("block_", "b").replace("lane_", "l")
 
 
 def draw(path: Path, deps: str = "native", arch: str = "sm90") -> tuple[int, int]:

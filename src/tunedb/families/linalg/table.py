@@ -152,7 +152,7 @@ def build(reports: Sequence[LegReport], old: Any, *, arch_family: str, file_vali
     record = {
         "provenance": dict(provenance),
         "rule": {"tie_band": rule.tie_band, "dep_margin": rule.dep_margin, "fallback": rule.fallback,
-                 "simplicity": "torch < thread < warp < block", "rounds_min": 9, "decide": decide,
+                 "simplicity": "torch < thread < warp < block < lane", "rounds_min": 9, "decide": decide,
                  **({"rounds_max": max_rounds} if max_rounds else {})},
         "quick": quick,
         "legs": {**(old_tune.get("legs") or {}), **legs_record},
