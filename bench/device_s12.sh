@@ -5,25 +5,8 @@
 #   SCALE_GATE (--gate-noise), SCALE_EXTRA (more build_scaling flags, e.g. a second --census)
 # GPU test files that only check kernels run side by side (their Triton compiles are CPU-bound);
 # anything timed, and anything with the protocol's busy-GPU refusal, runs alone.
-set -u
-OUT=${OUT:-/tmp/out}
-FINAL=$OUT
-OUT=$FINAL/logs  # everything lands here; packed into one logs.tgz at the end (few files come back)
-mkdir -p "$OUT"
-export PYTHONPATH=src TUNEDB_USER_DB=off
-stage() {  # name timeout_s command...
-  local name=$1 t=$2; shift 2
-  local t0=$(date +%s)
-  echo "[stage $name] start $(date -u +%T)"
-  timeout "$t" bash -c "$*" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "[stage $name] rc=$rc in $(( $(date +%s) - t0 )) s"
-  tail -n 6 "$OUT/$name.log"
-  tar -czf "$FINAL/.logs.$name.tmp" -C "$FINAL" logs 2>/dev/null && mv -f "$FINAL/.logs.$name.tmp" "$FINAL/logs.tgz"
-}
-lscpu > "$OUT/lscpu.txt" 2>&1
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,driver_version --format=csv > "$OUT/smi.txt" 2>&1
-python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/smi.txt" 2>&1
+. "$(dirname "$0")/device_stages.sh"
+record_env
 for s in "$@"; do
   case $s in
     ray)  # Ray for the actors (bench/ray_carry.sh's tarball, carried in .stage/)
@@ -68,4 +51,4 @@ for s in "$@"; do
     *) echo "unknown stage $s" ;;
   esac
 done
-tar -czf "$FINAL/logs.tgz" -C "$FINAL" logs && rm -rf "$OUT"
+pack_logs

@@ -14,24 +14,9 @@
 #         $OUT/db/linalg.json (copy it over src/tunedb/db/sm90/linalg.json), then `served` reads it.
 # served  (CPU, seconds): what the rebuilt table serves on the goal cells, from its evidence.
 # tests   (<= 90 s; expect 30-60): tests/gpu/test_linalg_lane_gpu.py.
-set -u
-OUT=${OUT:-/tmp/out}
-FINAL=$OUT
-OUT=$FINAL/logs
-mkdir -p "$OUT" "$FINAL/db"
-export PYTHONPATH=src TUNEDB_USER_DB=off
-stage() {  # name timeout_s command...
-  local name=$1 t=$2; shift 2
-  local t0=$(date +%s)
-  echo "[stage $name] start $(date -u +%T)"
-  timeout "$t" bash -c "$*" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "[stage $name] rc=$rc in $(( $(date +%s) - t0 )) s"
-  tail -n 25 "$OUT/$name.log"
-  tar -czf "$FINAL/.logs.$name.tmp" -C "$FINAL" logs 2>/dev/null && mv -f "$FINAL/.logs.$name.tmp" "$FINAL/logs.tgz"
-}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,driver_version --format=csv > "$OUT/smi.txt" 2>&1
-python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/smi.txt" 2>&1
+STAGE_TAIL=25
+. "$(dirname "$0")/device_stages.sh"
+record_env
 for s in "$@"; do
   case $s in
     goal) stage goal ${GOAL_S:-240} "python bench/linalg_ladder.py --goal --budget-s ${GOAL_BUDGET:-200} --out $OUT/linalg_goal.json" ;;
@@ -46,3 +31,4 @@ for s in "$@"; do
     *) echo "unknown stage $s" ;;
   esac
 done
+pack_logs

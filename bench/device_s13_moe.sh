@@ -9,27 +9,11 @@
 # what is left and the write; it scores the table moe-table just built): about 480 s in all.
 # Knobs: MOE_MIXTRAL_TOKENS / MOE_QWEN3_TOKENS (census sizes of the build), EXH_BUDGET (s after
 # which the exhaustive bench starts no new point), EXH_MODELS.
-set -u
-OUT=${OUT:-/tmp/out}
-FINAL=$OUT
-OUT=$FINAL/logs
-mkdir -p "$OUT" "$FINAL/db"
-export PYTHONPATH=src TUNEDB_USER_DB=off
+. "$(dirname "$0")/device_stages.sh"
+record_env
 # one Triton cache for the prewarm processes, the build's measuring worker and the benches (the
 # GEMM launcher, if some import pulls it in, would otherwise move the worker to tunedb's own cache)
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.cache/tunedb/triton}
-stage() {  # name timeout_s command...
-  local name=$1 t=$2; shift 2
-  local t0=$(date +%s)
-  echo "[stage $name] start $(date -u +%T)"
-  timeout "$t" bash -c "$*" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "[stage $name] rc=$rc in $(( $(date +%s) - t0 )) s"
-  tail -n 8 "$OUT/$name.log"
-  tar -czf "$FINAL/.logs.$name.tmp" -C "$FINAL" logs 2>/dev/null && mv -f "$FINAL/.logs.$name.tmp" "$FINAL/logs.tgz"
-}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,driver_version --format=csv > "$OUT/smi.txt" 2>&1
-python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$OUT/smi.txt" 2>&1
 BMM_CENSUS="--census bench/census/bmm/whisper-base_b1.json --census bench/census/bmm/whisper-large-v3_b1.json"
 for s in "$@"; do
   case $s in
@@ -50,4 +34,4 @@ for name, tokens, path in ((\"qwen3-30b-a3b\", sys.argv[1], sys.argv[2]), (\"mix
     *) echo "unknown stage $s" ;;
   esac
 done
-tar -czf "$FINAL/logs.tgz" -C "$FINAL" logs && rm -rf "$OUT"
+pack_logs

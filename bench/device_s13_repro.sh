@@ -14,12 +14,8 @@
 #   REPRO_MAX_ROUNDS (45: extra rounds, 9 at a time, only while a cell is ambiguous), REPRO_DTYPES.
 # Expected: prebuild 60-120 s (263 kernels, cold Triton cache), each ladder leg 20-35 s, each
 #   solver leg 35-60 s, compare < 5 s: about 200-280 s.
-set -u
-OUT=${OUT:-/tmp/out}
-FINAL=$OUT
-OUT=$FINAL/logs
-mkdir -p "$OUT"
-export PYTHONPATH=src TUNEDB_USER_DB=off
+. "$(dirname "$0")/device_stages.sh"
+record_env
 BUDGET=${REPRO_BUDGET_S:-300}
 T0=$(date +%s)
 ARMS=${REPRO_ARMS:-4}
@@ -27,7 +23,7 @@ PICK=${REPRO_PICK:-paired}
 MAXR=${REPRO_MAX_ROUNDS:-45}
 DT=${REPRO_DTYPES:-fp32,fp64}
 TUNE="python -m tunedb linalg tune --max-arms $ARMS --dtypes $DT --pick $PICK --max-rounds $MAXR"
-stage() {  # name cap_s command...
+stage() {  # name cap_s command... (device_stages.sh's, capped by what is left of BUDGET)
   local name=$1 cap=$2; shift 2
   local left=$(( BUDGET - ($(date +%s) - T0) - 5 ))  # 5 s kept for the comparison
   [ "$name" = compare ] && left=$(( left + 5 ))
@@ -39,6 +35,7 @@ stage() {  # name cap_s command...
   local rc=$?
   echo "[stage $name] rc=$rc in $(( $(date +%s) - t0 )) s"
   tail -n 4 "$OUT/$name.log"
+  pack_logs
 }
 compare() {  # every run's samples present so far, both ways: as tuned (all rounds) and first 9 rounds
   local a b
@@ -52,7 +49,6 @@ compare() {  # every run's samples present so far, both ways: as tuned (all roun
   python -m tunedb diff "$OUT/a/sm90/linalg.json" "$OUT/b/sm90/linalg.json" > "$OUT/diff_ab.txt" 2>&1
   return 0
 }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,driver_version --format=csv > "$OUT/smi.txt" 2>&1
 STAGES=${*:-prebuild ladder-a ladder-b solver-a solver-b compare}
 for s in $STAGES; do
   case $s in
@@ -66,4 +62,4 @@ for s in $STAGES; do
   esac
 done
 echo "total $(( $(date +%s) - T0 )) s"
-tar -czf "$FINAL/logs.tgz" -C "$FINAL" logs && rm -rf "$OUT"
+pack_logs

@@ -15,22 +15,8 @@
 #                  merged (~35 s; last: until it runs, the row entries keep rule 1's impl_hash and
 #                  read stale, serving what they served except the catch-all, now the vendor op)
 # Each build stage copies the table to $OUT/db/ (the lead copies it to src/tunedb/db/sm90/).
-set -u
-OUT=${OUT:-/tmp/out}
-FINAL=$OUT
-OUT=$FINAL/logs
-mkdir -p "$OUT" "$FINAL/db"
-export PYTHONPATH=src TUNEDB_USER_DB=off
-stage() {  # name timeout_s command...
-  local name=$1 t=$2; shift 2
-  local t0=$(date +%s)
-  echo "[stage $name] start $(date -u +%T)"
-  timeout "$t" bash -c "$*" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "[stage $name] rc=$rc in $(( $(date +%s) - t0 )) s"
-  tail -n 8 "$OUT/$name.log"
-}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,driver_version --format=csv > "$OUT/smi.txt" 2>&1
+. "$(dirname "$0")/device_stages.sh"
+record_env
 CENSUS=bench/census
 STAGES=${*:-fp8-build-block scaled-quick pdl-context decode-limit-fp8 fp8-build-row}
 for s in $STAGES; do
@@ -52,4 +38,4 @@ for s in $STAGES; do
     *) echo "unknown stage $s" ;;
   esac
 done
-tar -czf "$FINAL/logs.tgz" -C "$FINAL" logs && rm -rf "$OUT"
+pack_logs

@@ -9,23 +9,8 @@
 # cold (the old default's measuring; the earlier submit cannot be turned off), the order swapped
 # in the second round. Every run prints its timeline (TUNEDB_TIMELINE=1, bench/tune_wall.py):
 # read "mirror plan", "last compile done", "census end", "ahead first point" off the JSON.
-set -u
-OUT=${OUT:-/tmp/out}
-FINAL=$OUT
-OUT=$FINAL/logs
-mkdir -p "$OUT"
-export PYTHONPATH=src TUNEDB_USER_DB=off
-stage() {  # name timeout_s command...
-  local name=$1 t=$2; shift 2
-  local t0=$(date +%s)
-  echo "[stage $name] start $(date -u +%T)"
-  timeout "$t" bash -c "$*" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "[stage $name] rc=$rc in $(( $(date +%s) - t0 )) s"
-  tail -n 8 "$OUT/$name.log"
-  tar -czf "$FINAL/.logs.$name.tmp" -C "$FINAL" logs 2>/dev/null && mv -f "$FINAL/.logs.$name.tmp" "$FINAL/logs.tgz"
-}
-lscpu > "$OUT/lscpu.txt" 2>&1
+. "$(dirname "$0")/device_stages.sh"
+record_env
 for s in "$@"; do
   case $s in
     profile-test) stage profile_test 60 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_profile_in_worker_gpu.py" ;;
@@ -48,3 +33,4 @@ PY
     *) echo "unknown stage $s" ;;
   esac
 done
+pack_logs
