@@ -13,6 +13,7 @@ from tunedb import settings
 from tunedb.cutoff import fit as fitmod
 from tunedb.cutoff import layout, probe as probemod, solvers, store
 from tunedb.errors import BusyGPUError, CutoffError
+from bench_modules import bench_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,11 +145,7 @@ def test_cli_probe_persist_fit_show(tmp_path, capsys):
 
 
 def test_worked_example_flow_on_cpu(tmp_path):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import cutoff_mpc
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    cutoff_mpc = bench_module("cutoff_mpc")
     out = tmp_path / "mpc.json"
     rc = cutoff_mpc.main(["--device", "cpu", "--quick", "--steps", "30", "--out", str(out),
                           "--config", str(tmp_path / "decisions.json")])

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import importlib
 import sys
 from pathlib import Path
 
 import pytest
+from bench_modules import bench_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,13 +50,7 @@ def test_unknown_model_is_refused_with_the_allowed_names():
     assert "whisper-tiny" in res.stderr and "llama-3-8b" in res.stderr
 
 
-def _bench(name: str):
-    """A module of bench/ (not a package: its directory joins the path for the import only)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+_bench = bench_module
 
 
 def _e2e():

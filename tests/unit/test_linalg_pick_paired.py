@@ -5,11 +5,9 @@ the tune's --pick/--max-rounds/--samples and the CPU replays of recorded logs.""
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ import pytest
 from tunedb.errors import TunedbError
 from tunedb.families.linalg import cli, ladder, pick
 from tunedb.families.linalg.ladder import Cell
+from bench_modules import bench_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 THREAD, WARP, BLOCK = "thread_p64_w2", "warp_p8_w4", "block_w4"
@@ -182,12 +181,7 @@ def test_the_tune_writes_raw_samples_and_records_its_pick_mode(tmp_path):
         cli.tune(_args(tmp_path / "c.json", max_rounds=5), timer=ladder.FakeTimer(tune_cost), arch_family="sm90")
 
 
-def _bench(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+_bench = bench_module
 
 
 def test_the_replay_of_the_session9_ladders_runs_every_rule(tmp_path):

@@ -1,21 +1,16 @@
 """bench/linalg_served.py: what a linalg table serves on issue 19's goal cells, read from the
 table's own evidence (the breakdown docs/linalg.md quotes, and what the s13 device call prints
 for the retuned table)."""
-import importlib
 import json
 import math
-import sys
 from pathlib import Path
+from bench_modules import bench_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _served():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module("linalg_served")
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    return bench_module("linalg_served")
 
 
 def _table(tmp_path, regions, evidence):

@@ -7,8 +7,6 @@ same model records. Also: `tunedb build --tie-band`, the plan bench/prewarm.py w
 build's own), and bench/moe_exhaustive.py's table and regret bookkeeping on made-up times."""
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,17 +17,13 @@ from tunedb.arch import shipped_profile
 from tunedb.build.steps import simulated_timer
 from tunedb.records import Point, ShapeSet, Signature
 from tunedb.runtime import dispatch, selector
+from bench_modules import bench_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SM90 = shipped_profile("sm90")
 
 
-def _bench(name):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+_bench = bench_module
 
 
 def _system_table(family: str, shapes: ShapeSet, root: Path) -> Path:
