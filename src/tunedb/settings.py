@@ -151,7 +151,8 @@ CENSUS_BESIDE = Setting(
     "TUNEDB_CENSUS_BESIDE", "0",
     "'1': on a GPU machine, `tunedb tune` of a preset with no cached census takes it in a child "
     "process started first, beside its own imports, CUDA start and compiles ahead, and reads it from the census "
-    "cache (census/beside.py); '0': it takes the census itself. Off by default: on the H200 it bought nothing measurable (session 13 A1).",
+    "cache (census/beside.py); '0': it takes the census itself. Off by default: on the H200 it bought "
+    "nothing measurable (session 13 A1).",
     ("0", "1"),
 )
 

@@ -1,5 +1,5 @@
 """A preset's census taken in a child process beside `tunedb tune`'s own start on a GPU machine
-(TUNEDB_CENSUS_BESIDE=1; off by default until measured on a GPU; commands/tune.py starts it
+(TUNEDB_CENSUS_BESIDE=1; off by default: no gain measured on the H200; commands/tune.py starts it
 only where the driver lists a GPU: elsewhere there is nothing for it to overlap).
 
 A cold census of a preset is seconds of Python: importing torch and the model library
