@@ -38,7 +38,7 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
     timer (tests; --simulate builds its own FakeTimer); `worker` is a prestarted one
     (buildsteps.start_worker), which the build then owns and closes, whatever happens."""
     try:
-        gpu = False if (opts.simulate or timer is not None) else has_gpu()
+        gpu = False if (opts.simulate or timer is not None or opts.replay) else has_gpu()
         return run.run(censuses, opts, timer, reporter, worker, gpu)
     finally:
         speculative.stop(opts.family)  # a pass measuring ahead that the build did not take over

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import database, families
-from tunedb.build import checkpoint, compile_pool, distributed, partition, signature_steps, speculative
+from tunedb.build import checkpoint, compile_pool, distributed, partition, replay, signature_steps, speculative
 from tunedb.build import plan as buildplan
 from tunedb.build import steps as buildsteps
 from tunedb.errors import BuildError, BusyGPUError, DatabaseError, TunedbWarning
@@ -51,6 +51,7 @@ class BuildOptions:
     workers: int = 0
     ray: str | None = None
     simulate_delay_ms: float = 0.0  # --simulate with --workers/--ray: sleep per arm (stands in for GPU time)
+    replay: str | None = None  # a measurement log: rebuild from its numbers and its plan, no GPU (build/replay.py)
 
 
 @dataclass
@@ -185,6 +186,9 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     compiled = buildsteps.prebuilt_configs(opts.family, arch.arch_family)
     plans, owner = plan_build(censuses, opts, arch, buildsteps.model_params(existing.model if existing else None),
                               by_census=by_census, compiled=compiled)
+    logged = replay.LoggedRun(opts.replay) if opts.replay else None
+    if logged is not None:
+        plans = replay.replan(plans, logged)
     result = BuildResult(plans, skipped=tuple(s.format() for s in by_census[2]))
     result.triton_cache = str(families.hook(family, "compiler_cache")() or "")
     result.prebuilt = len(compiled)
@@ -207,16 +211,16 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
         if busy and not opts.allow_busy:  # refuse before spending minutes on compiles
             raise BusyGPUError(f"GPU busy: foreign compute process(es) {', '.join(map(str, sorted(busy)))} "
                                f"hold it; build on a quiet GPU or pass --allow-busy (results marked contended)")
-    log = MeasurementLog(result.log_path, collect_provenance(gpu=gpu_id), run.run_id)
+    log = MeasurementLog(result.log_path, logged.provenance if logged else collect_provenance(gpu=gpu_id), run.run_id)
     finished = run.finished()
     by_sig = {p.signature: p for p in plans}
     result.resumed = tuple(s.format() for s in by_sig if s in finished)
     reporter.start(plans, [s for s in by_sig if s in finished])
     measure = buildsteps.Measurer(family, opts, arch, log, buildsteps.working_sets(censuses, family), timer,
-                                  worker)
+                                  worker, replayed=logged)
     if not distributed.wanted(opts):  # points measured during the census, before this plan retargets the pool
         measure.ahead = speculative.take_over(family.name, arch.arch_family, measure)
-    if gpu or (timer is not None and not opts.simulate and compile_pool.configured()):
+    if gpu or (timer is not None and not opts.simulate and logged is None and compile_pool.configured()):
         measure.compiles = compile_pool.start_for_build(family, arch.arch_family, plans, finished)
         if measure.compiles is not None and measure.worker is not None:  # its start overlaps the first compiles
             from tunedb.measure.protocol import StartRequest
@@ -279,9 +283,11 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
                           f"{','.join(map(str, lost))}, which this build did not measure; build the "
                           f"censuses that reach them together (--census A --census B) to keep them",
                           TunedbWarning, stacklevel=2)
+        # a replay's file carries the recorded environment, not this machine's
+        recorded = logged.validators(database.validators.family_impl_hash(family)) if logged else None
         result.path = database.write_entries(target, opts.family, arch.arch_family, result.entries,
                                              {k: v for k, v in configs.items() if not v.is_sentinel},
-                                             model=model, fresh=opts.fresh)
+                                             recorded, model=model, fresh=opts.fresh)
     result.seconds = time.perf_counter() - started
     result.phase_seconds["write"] = result.seconds - (written - started)
     return result

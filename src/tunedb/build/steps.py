@@ -192,8 +192,10 @@ class Measurer:
     working_set: the served weight bytes per signature (see working_sets)."""
 
     def __init__(self, family: Any, opts: Any, arch: ArchProfile, log: Any,
-                 working_set: Mapping[Signature, int], timer: Any = None, worker: Any = None) -> None:
+                 working_set: Mapping[Signature, int], timer: Any = None, worker: Any = None,
+                 replayed: Any = None) -> None:
         self.family, self.opts, self.log, self.working_set = family, opts, log, working_set
+        self.replayed = replayed  # a replay.LoggedRun answers every request (no timer, no worker)
         self.rule = pick_rule(family, opts.min_speedup, getattr(opts, "gate_noise", None), getattr(opts, "tie_band", None))
         self.arch = arch
         self.timer = timer
@@ -203,7 +205,9 @@ class Measurer:
         # where the measuring wall time went (seconds): worker start, probes, prepare (inputs,
         # gate, captures, host timing), rounds, requests (the worker's pipe and pickling)
         self.phases: dict[str, float] = {}
-        if self.timer is None and opts.isolate:
+        if replayed is not None:
+            pass
+        elif self.timer is None and opts.isolate:
             from tunedb.measure.worker import Worker
 
             # its process starts with the first point (a resumed build may need none), unless
@@ -242,6 +246,12 @@ class Measurer:
         behind torch here can still win a region; those points sample on.)"""
         from tunedb.measure import protocol
 
+        if self.replayed is not None:  # the recorded build's own measurements (build/replay.py)
+            out = self.replayed.measured(sig, m, ids)
+            if self.log is not None:
+                self.log.append(out)
+            self.arms += len(out)
+            return out
         req, kw = self.request(sig, m, ids, alpha, decides)
         out = self.ahead.take(req) if self.ahead is not None else None
         if out is not None:  # measured during the census (build/speculative.py): the same request
@@ -299,7 +309,9 @@ def check_options(opts: Any, gpu: bool) -> None:
     if opts.simulate and opts.out in ("system", "user"):
         raise BuildError(f"--simulate refuses --out {opts.out}: a tier serves measured results only and "
                          f"simulated ones are the cost model plus noise; write them to --out DIR")
-    if not (opts.simulate or opts.dry_run or gpu):
+    if getattr(opts, "replay", None) and (opts.simulate or opts.workers or opts.ray):
+        raise BuildError("--replay rebuilds from a log's numbers: it takes no --simulate, --workers or --ray")
+    if not (opts.simulate or opts.dry_run or gpu or getattr(opts, "replay", None)):
         raise BuildError("no CUDA GPU here: a build measures on a GPU; use --simulate (cost-model "
                          "timer) or --dry-run (the plan) on this machine")
 

@@ -61,6 +61,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--census", action="append", required=True, metavar="F",
                         help="a census file from `tunedb census` (repeatable)")
     add_build_options(parser)
+    parser.add_argument("--replay", default=None, metavar="LOG.jsonl",
+                        help="rebuild from a recorded measurement log, on any machine: each point measures "
+                             "the configs the log holds there and every number is the log's (the file's "
+                             "validators are the log's environment)")
     parser.add_argument("--json", action="store_true", help="print the result (or plan) as JSON")
     add_distributed_options(parser)
 
@@ -88,7 +92,8 @@ def options_from(args: argparse.Namespace) -> Any:
                         run_id=args.run_id, exhaustive=args.exhaustive, allow_busy=args.allow_busy,
                         top_k=args.top_k, seed=args.seed, isolate=not args.in_process, fill=args.fill,
                         workers=getattr(args, "workers", 0) or 0, ray=getattr(args, "ray", None),
-                        simulate_delay_ms=getattr(args, "simulate_delay_ms", 0.0) or 0.0)
+                        simulate_delay_ms=getattr(args, "simulate_delay_ms", 0.0) or 0.0,
+                        replay=getattr(args, "replay", None))
 
 
 class RichReporter:

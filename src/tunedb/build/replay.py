@@ -1,0 +1,77 @@
+"""A build replayed from a recorded measurement log (`tunedb build --replay LOG`): no GPU, and
+every number the log's.
+
+A device call can end before its table comes back while its measurement log survives (session
+13's call F lost a rebuilt fp8 table that way). The replay rebuilds that table on any machine:
+each planned point measures the configs the log holds at that (signature, M) -- the recorded
+run's own plan, whatever this machine's cost model would rank first -- and each request is
+answered with the logged Measurement itself (median, samples, status, environment), so the
+partition, the pick rule and the write are the build's own over the device's numbers. The file's
+soft validators are the log's (its torch, Triton, CUDA, GPU and tunedb) with this code's
+implementation hash, and the replay's own log repeats the records under the recorded provenance.
+A point the log lacks stops the replay: it is not that build's log.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Any, Sequence
+
+from tunedb.errors import BuildError
+from tunedb.records import Measurement, Provenance, Signature
+
+
+class LoggedRun:
+    """A measurement log, keyed for a replay: (signature, M) -> its configs in first-logged order,
+    and (signature, M, config) -> the latest Measurement of it."""
+
+    def __init__(self, path: str | Path) -> None:
+        from tunedb.measure.log import read_log
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise BuildError(f"--replay {path}: no such measurement log")
+        records = read_log(self.path)
+        if not records:
+            raise BuildError(f"--replay {path}: the log holds no measurement")
+        runs = Counter(r.run_id for r in records)
+        self.run_id = runs.most_common(1)[0][0]
+        mine = [r for r in records if r.run_id == self.run_id]
+        self.provenance: Provenance = mine[-1].provenance
+        self._arms: dict[tuple[Signature, int], list[str]] = {}
+        self._latest: dict[tuple[Signature, int, str], Measurement] = {}
+        for r in mine:
+            m = r.measurement
+            ids = self._arms.setdefault((m.signature, m.m), [])
+            if m.config_id not in ids:
+                ids.append(m.config_id)
+            self._latest[(m.signature, m.m, m.config_id)] = m
+        self.other_runs = len(runs) - 1
+
+    def arms(self, sig: Signature, m: int) -> tuple[str, ...]:
+        ids = self._arms.get((sig, m))
+        if not ids:
+            raise BuildError(f"--replay {self.path}: the log has no measurement of {sig.format()} at M={m}; "
+                             f"replay the census and flags of the build that wrote it")
+        return tuple(ids)
+
+    def measured(self, sig: Signature, m: int, ids: Sequence[str]) -> tuple[Measurement, ...]:
+        missing = [c for c in ids if (sig, m, c) not in self._latest]
+        if missing:
+            raise BuildError(f"--replay {self.path}: no measurement of {', '.join(missing)} for "
+                             f"{sig.format()} at M={m}; the log holds {', '.join(self.arms(sig, m))}")
+        return tuple(self._latest[(sig, m, c)] for c in ids)
+
+    def validators(self, impl_hash: str | None) -> dict[str, str]:
+        """The recorded environment as a file's soft validators (what is unrecorded is left out)."""
+        p = self.provenance
+        out = {"tunedb": p.tunedb, "torch": p.torch, "triton": p.triton, "cuda": p.cuda, "sku": p.gpu_name,
+               "impl_hash": impl_hash or ""}
+        return {k: v for k, v in out.items() if v}
+
+
+def replan(plans: Sequence[Any], logged: LoggedRun) -> list[Any]:
+    """Each plan's points measure the configs the log holds there (the recorded build's plan)."""
+    return [dataclasses.replace(p, arms={pt.m: logged.arms(p.signature, pt.m) for pt in p.points})
+            for p in plans]

@@ -1,0 +1,65 @@
+"""`tunedb build --replay LOG` (build/replay.py): a table rebuilt from a recorded measurement log
+on a machine without the GPU, with the recorded build's plan and numbers (session 13 lost a device
+call's table while its log came back)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tunedb import pipeline, settings
+from tunedb.errors import BuildError
+from tunedb.records import Point, ShapeSet, Signature
+
+QKV = Signature.make("gemm", "gemm", "half", N=512, K=256)
+CENSUS = [("c", ShapeSet((Point(QKV, 16, 1.0, 4), Point(QKV, 256, 1.0, 4))))]
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """A simulated build's file and its log, the log restamped as if an H200 had measured it."""
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        res = pipeline.build(CENSUS, pipeline.BuildOptions(out=str(tmp_path / "a"), simulate=True, top_k=4))
+    log = tmp_path / "a" / "measurements.jsonl"
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    for line in lines:
+        line["provenance"].update(torch="2.11.0+cu130", triton="3.6.0", cuda="13.0", gpu_name="NVIDIA H200")
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return tmp_path, res, log
+
+
+def replay(tmp_path: Path, log: Path, census=CENSUS, **kw):
+    opts = pipeline.BuildOptions(out=str(tmp_path / "b"), replay=str(log), **kw)
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        return pipeline.build(census, opts)
+
+
+def test_a_replay_writes_the_recorded_builds_regions_from_its_numbers(recorded):
+    tmp_path, first, log = recorded
+    # another top-k here: the plan is the log's, not this machine's ranking
+    again = replay(tmp_path, log, top_k=1)
+    a, b = (json.loads(r.path.read_text()) for r in (first, again))
+    assert a["entries"].keys() == b["entries"].keys()
+    for sig, entry in a["entries"].items():
+        assert b["entries"][sig]["regions"] == entry["regions"]
+        assert b["entries"][sig]["evidence"] == entry["evidence"]
+    assert again.arms_measured == first.arms_measured
+    # the file names the environment that measured, not this machine's
+    assert b["validators"]["torch"] == "2.11.0+cu130" and b["validators"]["sku"] == "NVIDIA H200"
+    replayed = [json.loads(x) for x in (tmp_path / "b" / "measurements.jsonl").read_text().splitlines()]
+    assert replayed and all(r["provenance"]["gpu_name"] == "NVIDIA H200" for r in replayed)
+
+
+def test_a_point_the_log_lacks_stops_the_replay_naming_it(recorded):
+    tmp_path, _, log = recorded
+    census = [("c", ShapeSet((Point(QKV, 16, 1.0, 4), Point(QKV, 4096, 1.0, 4))))]
+    with pytest.raises(BuildError, match="no measurement of .*N=512.* at M=4096"):
+        replay(tmp_path, log, census=census, fill=False)
+
+
+def test_replay_refuses_simulate_and_a_missing_log(recorded, tmp_path):
+    with pytest.raises(BuildError, match="--replay rebuilds from a log's numbers"):
+        replay(tmp_path, recorded[2], simulate=True)
+    with pytest.raises(BuildError, match="no such measurement log"):
+        replay(tmp_path, tmp_path / "nope.jsonl")
