@@ -63,3 +63,20 @@ def test_replay_refuses_simulate_and_a_missing_log(recorded, tmp_path):
         replay(tmp_path, recorded[2], simulate=True)
     with pytest.raises(BuildError, match="no such measurement log"):
         replay(tmp_path, tmp_path / "nope.jsonl")
+
+
+def test_a_log_of_several_builds_replays_the_latest_that_measured_the_census(tmp_path):
+    """--out DIR appends every build written there to one log: the replay takes the latest run
+    that measured the census's points, not the run with the most records."""
+    wide = Signature.make("gemm", "gemm", "half", N=256, K=512)
+    big = [("c", ShapeSet((*CENSUS[0][1].points, Point(wide, 16, 1.0, 4), Point(wide, 256, 1.0, 4))))]
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        pipeline.build(big, pipeline.BuildOptions(out=str(tmp_path / "a"), simulate=True, top_k=4, seed=1,
+                                                  noise=0.3, fresh=True))
+        last = pipeline.build(CENSUS, pipeline.BuildOptions(out=str(tmp_path / "a"), simulate=True, top_k=4,
+                                                            seed=9, noise=0.3, fresh=True))
+    again = replay(tmp_path, tmp_path / "a" / "measurements.jsonl", fresh=True)
+    want, got = (json.loads(r.path.read_text())["entries"] for r in (last, again))
+    assert got.keys() == want.keys()
+    for sig, entry in want.items():
+        assert got[sig]["evidence"] == entry["evidence"]

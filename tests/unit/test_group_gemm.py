@@ -304,3 +304,11 @@ def test_swapped_mixtral_block_keeps_its_outputs_and_falls_back_after_a_cast(dty
         assert float((y32 - ref).norm() / ref.norm()) < 2e-2
     finally:
         dispatch.clear()
+
+
+def test_every_build_space_tile_fits_the_arch_shared_memory():
+    """The exhaustive grid's winners joined to the build space keep the space's own bounds: on an
+    arch with ~99 KiB a block (sm89), the 136 KiB two-stage BK=128 tile is not offered."""
+    for arch_family in ("sm80", "sm89", "sm90"):
+        smem = configs.smem_per_block(arch_family)
+        assert all(configs.smem_bytes(c) <= smem for c in FAM.config_space(arch_family)), arch_family

@@ -294,3 +294,17 @@ def test_a_cached_profile_needs_no_wait_for_the_worker(family, monkeypatch):
             raise AssertionError("waited for the worker with the profile cached")
 
     assert speculative.start("whisper-base", pipeline.BuildOptions(out="user", top_k=2), KW, worker=Starting())
+
+
+def test_a_config_cancelled_by_one_retarget_and_wanted_by_the_next_is_submitted_again():
+    """The pool is retargeted twice on a first run (the plan on the measured profile, then the
+    build's own): a config the middle plan dropped and the build wants is compiled in the pool
+    again, not left to the measuring worker's inline compile."""
+    ex = HeldExecutor()
+    pool = compile_pool.CompilePool(lambda sig, ids: [Job(f"sm90:{c}") for c in ids], [(SIG, ("a", "b"))], 2,
+                                    executor=ex, own=False)
+    pool.retarget([(SIG, ("b", "c"))])
+    assert not pool.pending(SIG, ("a",)) and pool.stats.cancelled == 1
+    pool.retarget([(SIG, ("a", "b", "c"))])
+    assert pool.pending(SIG, ("a",)) and not ex.jobs[Job("sm90:a")].cancelled()
+    assert pool.stats.jobs == 3

@@ -36,6 +36,8 @@ def test_timeline_marks_are_first_or_last_and_read_back(monkeypatch):
     assert list(back) == list(marks)
     assert all(abs(back[k] - v) < 0.006 for k, v in marks.items())
     assert timeline.parse("census of whisper-base (offline): 32 point(s)") is None
+    timeline.mark("mirror plan (measured profile)")  # a stage named with parentheses reads back too
+    assert "mirror plan (measured profile)" in timeline.parse(timeline.line())
 
 
 def test_the_clock_starts_with_the_process_not_the_import():

@@ -170,14 +170,18 @@ class CompilePool:
             for cid in ids:
                 found = self._by_key.get((sig, cid))
                 wanted.update(found if found is not None else self._make(sig, [cid]))
+        cancelled = set()
         for job, fut in list(self._futures.items()):
             if job in wanted:
                 continue
             if fut.cancel():
                 del self._futures[job]
+                cancelled.add(job)
                 self.stats.cancelled += 1
             else:
                 self.stats.unused += 1
+        if cancelled:  # forgotten, so that a later plan wanting them submits them again
+            self._by_key = {k: jobs for k, jobs in self._by_key.items() if cancelled.isdisjoint(jobs)}
         self.add(work)
 
     def _done_callback(self, job: Hashable) -> Callable[[cf.Future], None]:

@@ -14,7 +14,6 @@ A point the log lacks stops the replay: it is not that build's log.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,9 +34,20 @@ class LoggedRun:
         records = read_log(self.path)
         if not records:
             raise BuildError(f"--replay {path}: the log holds no measurement")
-        runs = Counter(r.run_id for r in records)
-        self.run_id = runs.most_common(1)[0][0]
-        mine = [r for r in records if r.run_id == self.run_id]
+        # a --out DIR log holds every build written there (one run id each): the runs in the
+        # order of their last record, the latest last; replan() keeps the latest that covers the plan
+        runs: dict[str, list[Any]] = {}
+        last: dict[str, int] = {}
+        for i, r in enumerate(records):
+            runs.setdefault(r.run_id, []).append(r)
+            last[r.run_id] = i
+        self._runs = {run: runs[run] for run in sorted(runs, key=last.__getitem__)}
+        self.use(next(reversed(self._runs)))
+
+    def use(self, run_id: str) -> None:
+        """Answer from the run `run_id` of the log."""
+        mine = self._runs[run_id]
+        self.run_id = run_id
         self.provenance: Provenance = mine[-1].provenance
         self._arms: dict[tuple[Signature, int], list[str]] = {}
         self._latest: dict[tuple[Signature, int, str], Measurement] = {}
@@ -47,7 +57,11 @@ class LoggedRun:
             if m.config_id not in ids:
                 ids.append(m.config_id)
             self._latest[(m.signature, m.m, m.config_id)] = m
-        self.other_runs = len(runs) - 1
+        self.other_runs = len(self._runs) - 1
+
+    def covers(self, run_id: str, points: Sequence[tuple[Signature, int]]) -> bool:
+        held = {(r.measurement.signature, r.measurement.m) for r in self._runs[run_id]}
+        return all(p in held for p in points)
 
     def arms(self, sig: Signature, m: int) -> tuple[str, ...]:
         ids = self._arms.get((sig, m))
@@ -72,6 +86,12 @@ class LoggedRun:
 
 
 def replan(plans: Sequence[Any], logged: LoggedRun) -> list[Any]:
-    """Each plan's points measure the configs the log holds there (the recorded build's plan)."""
+    """Each plan's points measure the configs the log holds there (the recorded build's plan),
+    from the latest run in the log that measured every planned point (else the latest run, whose
+    first missing point stops the replay)."""
+    points = [(p.signature, pt.m) for p in plans for pt in p.points]
+    covering = [run for run in logged._runs if logged.covers(run, points)]
+    if covering:
+        logged.use(covering[-1])
     return [dataclasses.replace(p, arms={pt.m: logged.arms(p.signature, pt.m) for pt in p.points})
             for p in plans]

@@ -21,7 +21,7 @@ ORDER = ("pool prestart", "worker prestart", "torch imported", "mirror start", "
          "first compile done", "ahead pass start", "ahead first point", "census end", "build start",
          "last compile done", "build end", "evaluation end")
 _LINE = "timeline (s since process start): "
-_ITEM = re.compile(r"([a-z][a-z ]*?) ([0-9]+(?:\.[0-9]+)?)(?:,|$)")
+_ITEM = re.compile(r"([a-z][a-z ()]*?) ([0-9]+(?:\.[0-9]+)?)(?:,|$)")  # "mirror plan (measured profile)"
 
 
 def _process_start() -> float:

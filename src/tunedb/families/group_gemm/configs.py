@@ -136,7 +136,8 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
         # winners of the exhaustive grid outside those shapes (session 13 E: Qwen3 up/down M=128,
         # Qwen3 down M=1024): two-stage BK=128 tiles at BM=16, an 8-warp BM=64 tile
         extra = {16: ((256, 128, 4, 2), (128, 128, 4, 2)), 64: ((128, 64, 8, 3),)}.get(bm, ())
-        out += [make(bm, bn, bk, w, s, 8) for bn, bk, w, s in extra]
+        out += [c for bn, bk, w, s in extra for c in (make(bm, bn, bk, w, s, 8),)
+                if smem_bytes(c) <= smem and bm * bn // (32 * w) <= MAX_ACC_PER_THREAD]
     if SLOTS_LANE in wanted:
         out += [c for c in slot_space() if smem_bytes(c) <= smem]
     return tuple(out)

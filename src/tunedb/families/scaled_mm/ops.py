@@ -75,7 +75,15 @@ def _serve(family: str, op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any
     if not x.is_cuda:
         return _cpu(sig, x, weight, x_scale, w_scale)
     fam = families.get(family)
-    return fam.launcher(chosen(family, sig, m), sig)(x, weight, x_scale, w_scale, None)
+    return fam.launcher(chosen(family, sig, m), sig)(x, *dense(weight, x_scale, w_scale), None)
+
+
+def dense(weight: Any, x_scale: Any, w_scale: Any) -> tuple[Any, Any, Any]:
+    """The weight and scales in the layouts every arm takes: torch._scaled_mm (the fp8
+    `heuristic` for per-tensor / row-wise scales) refuses a weight passed as a transposed view
+    (mat2 must be column-major) and an expanded row-wise scale, which the Triton lanes copy."""
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    return w, x_scale.contiguous(), w_scale.contiguous()
 
 
 def cpu_product(sig: Signature, x: Any, weight: Any, x_scale: Any, w_scale: Any) -> Any:
