@@ -44,6 +44,15 @@ def test_block_scales_and_unaligned_fp8_keep_the_triton_tile():
         assert not configs.vendor_heuristic(sig)
 
 
+def test_the_quant_op_keeps_the_fused_tile():
+    """scaled_mm_quant's vendor path would be _scaled_mm then a separate row quantizer, never
+    measured against the tile that fuses it: its untuned choice stays the tile."""
+    for out in ("fp8",):
+        sig = FP8.make_signature("scaled_mm_quant", 1280, 5120, out, "row")
+        assert not configs.vendor_heuristic(sig)
+        assert all(configs.heuristic_config(sig, m) == configs.heuristic_tile(sig, m) for m in (1, 2048))
+
+
 def test_int8_heuristic_unchanged():
     sig = INT8.make_signature("scaled_mm", 1280, 5120, "bf16")
     for m in (1, 16, 17, 128, 2048, 8192):

@@ -332,8 +332,12 @@ def vendor_heuristic(sig: Signature, m: int | None = None) -> bool:
     """Whether the `heuristic` rule names the vendor op for `sig`: fp8 per-tensor or row-wise
     scales where torch._scaled_mm runs (N, K multiples of 16). Not block scales (no vendor arm
     here) and not int8: torch._int_mm refuses M <= 16, and with its separate scale epilogue it ran
-    at 0.4-0.6x of the Triton tile at M=2048 on the H200 (session 13 A2), so the tile stays."""
-    return sig.family == FP8_FAMILY and sig.get("scale") in ("tensor", "row") and torch_reason(sig, m) is None
+    at 0.4-0.6x of the Triton tile at M=2048 on the H200 (session 13 A2), so the tile stays. Not
+    the `_quant` op either: there the vendor op is followed by a separate row quantizer (several
+    eager kernels, rounding through bf16) where the tile fuses it, and that pair was never
+    measured against the tile."""
+    return (sig.family == FP8_FAMILY and sig.op == "scaled_mm" and sig.get("scale") in ("tensor", "row")
+            and torch_reason(sig, m) is None)
 
 
 def heuristic_config(sig: Signature, m: int, sms: int = 132) -> Config:
