@@ -242,6 +242,10 @@ class Provenance:
     torch: str = ""
     triton: str = ""
     tunedb: str = ""
+    # a build's log: the measured family's implementation hash and the arch family it built for
+    # (what `tunedb build --replay` writes as the table's validators and checks against --arch)
+    impl_hash: str = ""
+    arch: str = ""
 
     def to_json(self) -> dict[str, str]:
         return asdict(self)

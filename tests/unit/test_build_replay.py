@@ -47,6 +47,7 @@ def test_a_replay_writes_the_recorded_builds_regions_from_its_numbers(recorded):
     assert again.arms_measured == first.arms_measured
     # the file names the environment that measured, not this machine's
     assert b["validators"]["torch"] == "2.11.0+cu130" and b["validators"]["sku"] == "NVIDIA H200"
+    assert b["validators"]["impl_hash"] == a["validators"]["impl_hash"]
     replayed = [json.loads(x) for x in (tmp_path / "b" / "measurements.jsonl").read_text().splitlines()]
     assert replayed and all(r["provenance"]["gpu_name"] == "NVIDIA H200" for r in replayed)
 
@@ -80,3 +81,22 @@ def test_a_log_of_several_builds_replays_the_latest_that_measured_the_census(tmp
     assert got.keys() == want.keys()
     for sig, entry in want.items():
         assert got[sig]["evidence"] == entry["evidence"]
+
+
+def test_a_build_log_records_its_implementation_and_arch_and_the_replay_keeps_them(recorded):
+    tmp_path, _, log = recorded
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert {line["provenance"]["arch"] for line in lines} == {"sm90"}
+    assert all(line["provenance"]["impl_hash"] for line in lines)
+    # measured under other kernels: the replayed table says so (it reads stale here)
+    for line in lines:
+        line["provenance"]["impl_hash"] = "0123456789ab"
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    written = json.loads(replay(tmp_path, log).path.read_text())
+    assert written["validators"]["impl_hash"] == "0123456789ab"
+    # built for another arch: the replay refuses to write it into this one's file
+    for line in lines:
+        line["provenance"]["arch"] = "sm80"
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with pytest.raises(BuildError, match="measured for sm80 .*pass --arch sm80"):
+        replay(tmp_path, log)

@@ -7,9 +7,10 @@ each planned point measures the configs the log holds at that (signature, M) -- 
 run's own plan, whatever this machine's cost model would rank first -- and each request is
 answered with the logged Measurement itself (median, samples, status, environment), so the
 partition, the pick rule and the write are the build's own over the device's numbers. The file's
-soft validators are the log's (its torch, Triton, CUDA, GPU and tunedb) with this code's
-implementation hash, and the replay's own log repeats the records under the recorded provenance.
-A point the log lacks stops the replay: it is not that build's log.
+soft validators are the log's (its torch, Triton, CUDA, GPU, tunedb and the family's
+implementation hash; this code's hash for a log that predates recording it), and the replay's
+own log repeats the records under the recorded provenance. A point the log lacks, or a log built
+for another arch family than the replay's, stops the replay.
 """
 from __future__ import annotations
 
@@ -77,11 +78,20 @@ class LoggedRun:
                              f"{sig.format()} at M={m}; the log holds {', '.join(self.arms(sig, m))}")
         return tuple(self._latest[(sig, m, c)] for c in ids)
 
+    def check_arch(self, arch_family: str) -> None:
+        """A log names the arch family it was built for (logs before session 13's end do not)."""
+        if self.provenance.arch and self.provenance.arch != arch_family:
+            raise BuildError(f"--replay {self.path}: measured for {self.provenance.arch} "
+                             f"({self.provenance.gpu_name or 'unknown GPU'}), not {arch_family}; "
+                             f"pass --arch {self.provenance.arch}")
+
     def validators(self, impl_hash: str | None) -> dict[str, str]:
-        """The recorded environment as a file's soft validators (what is unrecorded is left out)."""
+        """The recorded environment as a file's soft validators (what is unrecorded is left out).
+        The implementation hash is the log's where it recorded one (so a log measured under
+        other kernels reads stale), else `impl_hash` (this code's)."""
         p = self.provenance
         out = {"tunedb": p.tunedb, "torch": p.torch, "triton": p.triton, "cuda": p.cuda, "sku": p.gpu_name,
-               "impl_hash": impl_hash or ""}
+               "impl_hash": p.impl_hash or impl_hash or ""}
         return {k: v for k, v in out.items() if v}
 
 

@@ -188,6 +188,7 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
                               by_census=by_census, compiled=compiled)
     logged = replay.LoggedRun(opts.replay) if opts.replay else None
     if logged is not None:
+        logged.check_arch(arch.arch_family)
         plans = replay.replan(plans, logged)
     result = BuildResult(plans, skipped=tuple(s.format() for s in by_census[2]))
     result.triton_cache = str(families.hook(family, "compiler_cache")() or "")
@@ -211,7 +212,10 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
         if busy and not opts.allow_busy:  # refuse before spending minutes on compiles
             raise BusyGPUError(f"GPU busy: foreign compute process(es) {', '.join(map(str, sorted(busy)))} "
                                f"hold it; build on a quiet GPU or pass --allow-busy (results marked contended)")
-    log = MeasurementLog(result.log_path, logged.provenance if logged else collect_provenance(gpu=gpu_id), run.run_id)
+    recorded_by = logged.provenance if logged else dataclasses.replace(
+        collect_provenance(gpu=gpu_id), impl_hash=database.validators.family_impl_hash(family) or "",
+        arch=arch.arch_family)
+    log = MeasurementLog(result.log_path, recorded_by, run.run_id)
     finished = run.finished()
     by_sig = {p.signature: p for p in plans}
     result.resumed = tuple(s.format() for s in by_sig if s in finished)
