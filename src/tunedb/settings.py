@@ -42,6 +42,10 @@ class Setting:
                 raise SettingsError(why)
         return os.environ.get(self.name, self.default)
 
+    def on(self) -> bool:
+        """An on/off setting ('0' or '1') is '1'."""
+        return self.raw() == "1"
+
 
 def _directory_value(value: str) -> str | None:
     path = Path(value).expanduser()
@@ -240,11 +244,11 @@ def compile_set() -> str:
 
 
 def heuristic_enabled() -> bool:
-    return HEURISTIC.raw() != "0"
+    return HEURISTIC.on()
 
 
 def approximate_allowed() -> bool:
-    return APPROXIMATE.raw() == "1"
+    return APPROXIMATE.on()
 
 
 def capture_path() -> Path | None:
@@ -253,27 +257,27 @@ def capture_path() -> Path | None:
 
 
 def jit_launch() -> bool:
-    return JIT_LAUNCH.raw() == "1"
+    return JIT_LAUNCH.on()
 
 
 def eager_fallback_enabled() -> bool:
-    return EAGER_FALLBACK.raw() == "1"
+    return EAGER_FALLBACK.on()
 
 
 def measure_ahead_enabled() -> bool:
-    return MEASURE_AHEAD.raw() == "1"
+    return MEASURE_AHEAD.on()
 
 
 def timeline_enabled() -> bool:
-    return TIMELINE.raw() == "1"
+    return TIMELINE.on()
 
 
 def census_beside_enabled() -> bool:
-    return CENSUS_BESIDE.raw() == "1"
+    return CENSUS_BESIDE.on()
 
 
 def model_local_band_enabled() -> bool:
-    return MODEL_LOCAL_BAND.raw() == "1"
+    return MODEL_LOCAL_BAND.on()
 
 
 def compile_jobs() -> int | None:
