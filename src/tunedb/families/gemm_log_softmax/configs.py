@@ -147,6 +147,11 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     return None
 
 
+def one_pass(cfg: Config, n: int) -> bool:
+    """A linear_rows chunk holds the whole row (N rounded up to a power of two): one read of it."""
+    return cfg.param("chunk") >= _pow2_at_least(n)
+
+
 def _rows_reason(cfg: Config, n: int, m: int | None) -> str | None:
     """linear_rows: a chunk holds at most MAX_ROW_VALUES_PER_THREAD fp32 values a thread and is
     not more than twice the row (it would load mostly padding: a smaller chunk covers that N);

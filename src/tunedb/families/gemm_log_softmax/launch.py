@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunedb.families.gemm_log_softmax.configs import blocks
+from tunedb.families.gemm_log_softmax.configs import blocks, one_pass
 from tunedb.records import Config, Signature
 
 FIX_ROWS, FIX_COLS = 4, 1024  # the in-place fixup's program: 4 rows x 1024 columns
@@ -89,25 +89,19 @@ def triton_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any =
 def rows_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
     """linear_rows: cuBLAS's logits (F.linear, in x's dtype, as torch's arm rounds them), then one
     Triton pass subtracting each row's log-sum-exp: into `out`, or in place over the logits."""
-    import triton
+    import torch
 
     from tunedb.families.gemm_log_softmax import kernels
 
-    logits = torch_linear(x, weight, bias)
+    logits = torch.nn.functional.linear(x, weight, bias)
     n = logits.shape[-1]
     lg = logits.reshape(-1, n)
     m = lg.shape[0]
     y = out.view(m, n) if out is not None else lg
     r, c = config.param("rows"), config.param("chunk")
     kernels._rows_kernel[(-(-m // r),)](lg, y, m, n, lg.stride(0), y.stride(0), R=r, C=c,
-                                        ONE=c >= triton.next_power_of_2(n), num_warps=config.param("warps"))
+                                        ONE=one_pass(config, n), num_warps=config.param("warps"))
     return out if out is not None else logits
-
-
-def torch_linear(x: Any, weight: Any, bias: Any = None) -> Any:
-    import torch
-
-    return torch.nn.functional.linear(x, weight, bias)
 
 
 def launch(config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
