@@ -50,19 +50,21 @@ class LoggedRun:
         mine = self._runs[run_id]
         self.run_id = run_id
         self.provenance: Provenance = mine[-1].provenance
-        self._arms: dict[tuple[Signature, int], list[str]] = {}
+        self._arms: dict[tuple[Signature, int], dict[str, None]] = {}  # configs in first-logged order
         self._latest: dict[tuple[Signature, int, str], Measurement] = {}
         for r in mine:
             m = r.measurement
-            ids = self._arms.setdefault((m.signature, m.m), [])
-            if m.config_id not in ids:
-                ids.append(m.config_id)
+            self._arms.setdefault((m.signature, m.m), {})[m.config_id] = None
             self._latest[(m.signature, m.m, m.config_id)] = m
-        self.other_runs = len(self._runs) - 1
 
-    def covers(self, run_id: str, points: Sequence[tuple[Signature, int]]) -> bool:
-        held = {(r.measurement.signature, r.measurement.m) for r in self._runs[run_id]}
-        return all(p in held for p in points)
+    def use_latest_covering(self, points: Sequence[tuple[Signature, int]]) -> None:
+        """Answer from the latest run that measured every point (none: stay on the latest run,
+        whose first missing point stops the replay)."""
+        for run_id in reversed(self._runs):
+            held = {(r.measurement.signature, r.measurement.m) for r in self._runs[run_id]}
+            if all(p in held for p in points):
+                self.use(run_id)
+                return
 
     def arms(self, sig: Signature, m: int) -> tuple[str, ...]:
         ids = self._arms.get((sig, m))
@@ -99,9 +101,6 @@ def replan(plans: Sequence[Any], logged: LoggedRun) -> list[Any]:
     """Each plan's points measure the configs the log holds there (the recorded build's plan),
     from the latest run in the log that measured every planned point (else the latest run, whose
     first missing point stops the replay)."""
-    points = [(p.signature, pt.m) for p in plans for pt in p.points]
-    covering = [run for run in logged._runs if logged.covers(run, points)]
-    if covering:
-        logged.use(covering[-1])
+    logged.use_latest_covering([(p.signature, pt.m) for p in plans for pt in p.points])
     return [dataclasses.replace(p, arms={pt.m: logged.arms(p.signature, pt.m) for pt in p.points})
             for p in plans]

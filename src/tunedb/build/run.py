@@ -188,8 +188,8 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
                               by_census=by_census, compiled=compiled)
     logged = replay.LoggedRun(opts.replay) if opts.replay else None
     if logged is not None:
+        plans = replay.replan(plans, logged)  # picks the run, whose provenance names its arch
         logged.check_arch(arch.arch_family)
-        plans = replay.replan(plans, logged)
     result = BuildResult(plans, skipped=tuple(s.format() for s in by_census[2]))
     result.triton_cache = str(families.hook(family, "compiler_cache")() or "")
     result.prebuilt = len(compiled)
