@@ -123,24 +123,26 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
     if bad:
         raise ConfigError(f"unknown group_gemm lane(s) {sorted(bad)}; lanes are {', '.join(LANES)}")
     smem = smem_per_block(arch_family)
-    out = []
+    tiles = []
     for bm in _BLOCKS_M if "triton_grouped" in wanted else ():
         shapes = ((64, 128, 4), (128, 64, 4), (128, 128, 4), (256, 64, 8), (64, 64, 4))
         if bm <= 32:  # decode: narrow tiles put more CTAs on a few experts' weight streams
             shapes += ((32, 128, 4),)
-        for bn, bk, w in shapes:
-            for s in (3, 4):
-                c = make(bm, bn, bk, w, s, 8)
-                if smem_bytes(c) <= smem and bm * bn // (32 * w) <= MAX_ACC_PER_THREAD:
-                    out.append(c)
+        tiles += [make(bm, bn, bk, w, s, 8) for bn, bk, w in shapes for s in (3, 4)]
         # winners of the exhaustive grid outside those shapes (session 13 E: Qwen3 up/down M=128,
         # Qwen3 down M=1024): two-stage BK=128 tiles at BM=16, an 8-warp BM=64 tile
         extra = {16: ((256, 128, 4, 2), (128, 128, 4, 2)), 64: ((128, 64, 8, 3),)}.get(bm, ())
-        out += [c for bn, bk, w, s in extra for c in (make(bm, bn, bk, w, s, 8),)
-                if smem_bytes(c) <= smem and bm * bn // (32 * w) <= MAX_ACC_PER_THREAD]
+        tiles += [make(bm, bn, bk, w, s, 8) for bn, bk, w, s in extra]
+    out = [c for c in tiles if smem_bytes(c) <= smem and _acc_per_thread(c) <= MAX_ACC_PER_THREAD]
     if SLOTS_LANE in wanted:
         out += [c for c in slot_space() if smem_bytes(c) <= smem]
     return tuple(out)
+
+
+def _acc_per_thread(cfg: Config) -> int:
+    """fp32 accumulator registers a grouped tile needs per thread."""
+    bm, bn, _ = blocks(cfg)
+    return bm * bn // (32 * cfg.param("warps"))
 
 
 def sig_reason(sig: Signature) -> str | None:
@@ -171,7 +173,7 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     bm, bn, bk = blocks(cfg)
     if smem_bytes(cfg) > smem_per_block(arch.arch_family):
         return f"needs {smem_bytes(cfg)} B of shared memory; {arch.arch_family} has {smem_per_block(arch.arch_family)}"
-    if bm * bn // (32 * cfg.param("warps")) > MAX_ACC_PER_THREAD:
+    if _acc_per_thread(cfg) > MAX_ACC_PER_THREAD:
         return f"{bm}x{bn} accumulator over {cfg.param('warps')} warps spills (> {MAX_ACC_PER_THREAD} fp32 per thread)"
     k = sig.get("K")
     if bk > 16 and k < bk // 2:
