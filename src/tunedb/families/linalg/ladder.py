@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tunedb.errors import BusyGPUError, MeasurementError, TunedbError
 from tunedb.families.linalg import configs, pick, signatures
+from tunedb.measure.stats import median
 from tunedb.records import Signature, Status
 
 GRID_N: tuple[int, ...] = (4, 8, 16, 32, 64, 128)
@@ -141,11 +142,7 @@ class CellResult:
                 for a, s in sorted(self.statuses.items()) if s != Status.OK.value]
 
     def median(self, arm: str) -> float | None:
-        values = sorted(self.samples.get(arm, ()))
-        if not values:
-            return None
-        mid = len(values) // 2
-        return values[mid] if len(values) % 2 else 0.5 * (values[mid - 1] + values[mid])
+        return _median(self.samples.get(arm, ()))
 
 
 DECIDERS = ("median", "paired")
@@ -194,7 +191,7 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
 
 
 def _median(values: Sequence[float]) -> float | None:
-    return pick.median(list(values)) if values else None
+    return median(values) if values else None
 
 
 def _round(timer: CellTimer, cell: Cell, rng: random.Random, live: list[str], samples: dict[str, list[float]],

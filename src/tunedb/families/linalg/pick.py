@@ -25,6 +25,7 @@ from typing import Mapping
 
 from tunedb.families.contract import PickRule
 from tunedb.families.linalg import configs
+from tunedb.measure.stats import median
 
 TIE_BAND = 0.02
 DEP_MARGIN = 0.05
@@ -89,13 +90,7 @@ def ratio_interval(arm: list[float], ref: list[float], coverage: float = 0.9) ->
         raise ValueError("ratio_interval needs at least one round of both arms")
     ratios = sorted(a / r for a, r in zip(arm[:n], ref[:n]))
     k = order_stat_index(n, coverage)
-    mid = ratios[n // 2] if n % 2 else 0.5 * (ratios[n // 2 - 1] + ratios[n // 2])
-    return ratios[k], mid, ratios[n - 1 - k]
-
-
-def median(values: list[float]) -> float:
-    s = sorted(values)
-    return s[len(s) // 2] if len(s) % 2 else 0.5 * (s[len(s) // 2 - 1] + s[len(s) // 2])
+    return ratios[k], median(ratios), ratios[n - 1 - k]
 
 
 def decide_paired(samples: Mapping[str, "list[float] | tuple[float, ...] | None"],
