@@ -205,15 +205,14 @@ class Measurer:
         # where the measuring wall time went (seconds): worker start, probes, prepare (inputs,
         # gate, captures, host timing), rounds, requests (the worker's pipe and pickling)
         self.phases: dict[str, float] = {}
-        if replayed is not None:
-            pass
-        elif self.timer is None and opts.isolate:
+        measures = replayed is None and self.timer is None  # a replay measures nothing
+        if measures and opts.isolate:
             from tunedb.measure.worker import Worker
 
             # its process starts with the first point (a resumed build may need none), unless
             # the caller prestarted one (start_worker)
             self.worker = worker if worker is not None else Worker()
-        elif self.timer is None:  # --in-process: one CUDA-graph timer for the whole build
+        elif measures:  # --in-process: one CUDA-graph timer for the whole build
             from tunedb.measure.protocol import default_timer
 
             self.timer = default_timer()
