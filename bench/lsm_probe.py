@@ -6,8 +6,9 @@ Issue 25's `gemm_log_softmax` goal (>= 1.3x torch's F.linear + log_softmax at 5k
 vocabularies, M = 64..8192) is out of reach for the fused Triton designs (s10 B: 0.57-0.99x:
 their GEMM tiles trail cuBLAS by more than the one round trip of the logits fusion saves). This
 probe splits torch's pair on the GPU: F.linear alone (cuBLAS), torch.log_softmax alone on the
-logits, and a Triton row kernel that reads each row of logits once (the whole row in registers),
-takes max and sum of exp in fp32 and writes logit - lse (in place or to a new tensor): if torch's
+logits, and a Triton row kernel that reads each row of logits once (the whole row in registers:
+the family's `linear_rows` kernel at R=1), takes max and sum of exp in fp32 and writes logit - lse
+(in place or to a new tensor): if torch's
 log_softmax runs far from the memory floor (read + write of M x N in the input dtype at 4.3
 TB/s), cuBLAS + the row kernel is an arm worth adding to the family.
 Timing: a CUDA graph of n calls (the head's weight rotated through copies to be read cold), the
@@ -25,7 +26,8 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.language as tl
+
+from tunedb.families.gemm_log_softmax import kernels
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from graph_timing import replay_ms  # noqa: E402
@@ -34,23 +36,11 @@ HBM = 4.3e12
 SHAPES = [(n, 512, m) for n in (5000, 32000) for m in (64, 1024, 8192)]
 
 
-@triton.jit
-def _row_lsm(x_ptr, y_ptr, N, sx, sy, BLOCK: tl.constexpr):
-    """One row a program: y[row] = x[row] - logsumexp(x[row]), fp32 inside."""
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    ok = offs < N
-    v = tl.load(x_ptr + row * sx + offs, mask=ok, other=-float("inf")).to(tl.float32)
-    mx = tl.max(v, 0)
-    s = tl.sum(tl.exp(v - mx), 0)
-    lse = mx + tl.log(s)
-    tl.store(y_ptr + row * sy + offs, (v - lse).to(y_ptr.dtype.element_ty), mask=ok)
-
-
 def row_lsm(logits: torch.Tensor, out: torch.Tensor, warps: int) -> torch.Tensor:
+    """The family's linear_rows pass at one row a program, the whole row in registers."""
     m, n = logits.shape
-    _row_lsm[(m,)](logits, out, n, logits.stride(0), out.stride(0), BLOCK=triton.next_power_of_2(n),
-                   num_warps=warps)
+    kernels._rows_kernel[(m,)](logits, out, m, n, logits.stride(0), out.stride(0), R=1,
+                               C=triton.next_power_of_2(n), ONE=True, num_warps=warps)
     return out
 
 
