@@ -4,6 +4,7 @@
 # $FINAL/logs.tgz after every stage. Logs live outside $OUT and tables go to $FINAL/db/, so what
 # comes back from a call is one tarball plus the tables even when the call's limit kills it (the
 # device tool returns only so many files: session 13 call F lost two of its three folders).
+# LOGS_TGZ names the tarball, so that several scripts chained in one call keep each one's logs.
 set -u
 FINAL=${OUT:-/tmp/out}
 LOGS=$(mktemp -d /tmp/tunedb-device-logs.XXXXXX)/logs
@@ -24,7 +25,7 @@ stage() {  # name timeout_s command...
 }
 
 pack_logs() {
-  tar -czf "$FINAL/.logs.tmp" -C "$(dirname "$LOGS")" logs 2>/dev/null && mv -f "$FINAL/.logs.tmp" "$FINAL/logs.tgz"
+  tar -czf "$FINAL/.logs.tmp" -C "$(dirname "$LOGS")" logs 2>/dev/null && mv -f "$FINAL/.logs.tmp" "$FINAL/${LOGS_TGZ:-logs.tgz}"
 }
 
 record_env() {  # the GPU's clocks and the versions, into LOGS/smi.txt

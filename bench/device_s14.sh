@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 14's device calls: chains the earlier sessions' stage scripts in one call, each script's
+# logs in its own tarball ($OUT/<script>.tgz), and the stages of this session. A stage named
+# `script:stage` runs that stage of bench/device_<script>.sh; SKIP_AFTER_S skips every later
+# stage once the call has run that long (the device call's own limit would otherwise kill a stage
+# half done, and a killed build writes no table).
+#   bash bench/device_s14.sh s13_linalg:goal s13_linalg:retune s13_linalg:tests s13_tune:profile-test glsm-table
+# glsm-table (about 3 min): the shipped gemm_log_softmax table (docs/gemm_log_softmax.md).
+set -u
+T0=$(date +%s)
+export OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT/db"
+for s in "$@"; do
+  if [ -n "${SKIP_AFTER_S:-}" ] && [ $(( $(date +%s) - T0 )) -gt "$SKIP_AFTER_S" ]; then
+    echo "[skip $s] $(( $(date +%s) - T0 )) s > SKIP_AFTER_S=$SKIP_AFTER_S"; continue
+  fi
+  case $s in
+    *:*) script=${s%%:*}; st=${s#*:}
+      LOGS_TGZ=$script-$st.tgz bash "$(dirname "$0")/device_$script.sh" $st ;;
+    glsm-table)
+      LOGS_TGZ=glsm-table.tgz bash -c '. "$(dirname "$0")/device_stages.sh"; record_env
+        stage glsm_build ${GLSM_S:-240} "python -m tunedb build --family gemm_log_softmax --census bench/census/ctc_heads.json --no-fill --out system --fresh --run-id s14-glsm && cp src/tunedb/db/sm90/gemm_log_softmax.json $FINAL/db/"
+        stage glsm_tests ${GLSM_TESTS_S:-90} "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_gemm_log_softmax_gpu.py"
+        pack_logs' "$0" ;;
+    *) echo "unknown stage $s" ;;
+  esac
+done
+echo "[device_s14] done in $(( $(date +%s) - T0 )) s"
