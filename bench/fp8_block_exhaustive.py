@@ -19,7 +19,8 @@ Pass 2 (verdict): the table's pick, the heuristic and pass 1's --top fastest con
 --rounds interleaved rounds at the point, median per config: the minimum of ~100-190 noisy
 screens is biased low, so the ratio is taken on the re-timed arms only.
 Prints per point the table pick / the best (pass 2; pass 1 in brackets) and the heuristic / the
-table pick; then the worst and the geomean (goal: <= 1.03 at every point) and the heuristic /
+table pick, and, given the build's measurement log (--build-log), why a pick misses by more than
+3%: the best was no candidate of the build, or the build measured it slower than its pick; then the worst and the geomean (goal: <= 1.03 at every point) and the heuristic /
 table geomean (goal: >= 1.3). Writes every pass-1 row and the verdicts as JSON to --out.
 Expected: ~25 s of compiles (8 jobs), ~60-90 s pass 1 over 14 points, ~15 s pass 2 on an H200.
 """
@@ -110,7 +111,42 @@ def retime(n: int, k: int, m: int, ids: list[str], rounds: int, l2: int) -> dict
     return {cid: statistics.median(v) for cid, v in times.items()}
 
 
-def verdicts(rows: list[dict], points, top: int, rounds: int, l2: int) -> list[dict]:
+def build_times(path: Path | None) -> dict[tuple[int, int, int], dict[str, float]]:
+    """(N, K, M) -> {config: median us} of a build's measurement log (the block-scaled, correct
+    rows, sentinels included): what the table's build saw at each point."""
+    if path is None or not Path(path).is_file():
+        return {}
+    import gzip
+
+    out: dict[tuple[int, int, int], dict[str, float]] = {}
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as fh:
+        for line in fh:
+            r = json.loads(line)
+            f = dict(x.split("=", 1) for x in r["signature"].split("|")[1:])
+            if f.get("scale") == "block" and r.get("status") == "ok" and r.get("median_ms"):
+                out.setdefault((int(f["N"]), int(f["K"]), int(r["M"])), {})[r["config"]] = r["median_ms"] * 1000.0
+    return out
+
+
+def cause(v: dict, built: dict[str, float]) -> str:
+    """Why the table's pick is not the sweep's best, from what the build measured at the point:
+    the best was never a candidate (the rule that forms the candidate set), or the build timed it
+    and found it slower (the two timings disagree), or the pick is within 3%."""
+    if v["table_vs_best"] <= 1.03:
+        return "within 3%"
+    if not built:
+        return "no build log"
+    if v["best"] not in built:
+        return "not a candidate of the build"
+    pick = "heuristic" if v["table_pick"].startswith("heuristic") else v["table_pick"]
+    if pick in built:
+        return (f"measured by the build: {built[v['best']]:.1f} us vs the pick's {built[pick]:.1f} us "
+                f"(build / sweep timing disagree)")
+    return f"measured by the build at {built[v['best']]:.1f} us"
+
+
+def verdicts(rows: list[dict], points, top: int, rounds: int, l2: int,
+             built: dict[tuple[int, int, int], dict[str, float]] | None = None) -> list[dict]:
     out = []
     for n, k, m in points:
         mine = [r for r in rows if (r["N"], r["K"], r["M"]) == (n, k, m)]
@@ -136,10 +172,12 @@ def verdicts(rows: list[dict], points, top: int, rounds: int, l2: int) -> list[d
             "pass1_heuristic_us": heur1 and heur1["us"],
             "retimed": t, "best": best2, "best_us": t[best2], "table_us": t[pick_id],
             "table_vs_best": t[pick_id] / t[best2], "heuristic_vs_table": t["heuristic"] / t[pick_id],
+            "build_configs": len((built or {}).get((n, k, m), {})),
         })
+        out[-1]["cause"] = cause(out[-1], (built or {}).get((n, k, m), {}))
         print(f"[verdict] {n}x{k} M={m}: table {pick} {t[pick_id]:.1f} us / best {best2} {t[best2]:.1f} us "
               f"= {t[pick_id] / t[best2]:.3f} (pass 1 {out[-1]['pass1_table_vs_best'] or float('nan'):.3f}, "
-              f"best {out[-1]['pass1_best']}); heuristic / table {t['heuristic'] / t[pick_id]:.2f}",
+              f"best {out[-1]['pass1_best']}); heuristic / table {t['heuristic'] / t[pick_id]:.2f}; {out[-1]['cause']}",
               file=sys.stderr, flush=True)
     return out
 
@@ -151,12 +189,13 @@ def geomean(xs):
 
 def report(vs: list[dict]) -> list[str]:
     lines = ["| N x K | M | table pick [tier] | table us | best of the sweep (re-timed) | best us | table / best "
-             "| pass 1: table / best (its best) | heuristic / table | valid / timed |", "|" + "---|" * 10]
+             "| pass 1: table / best (its best) | heuristic / table | valid / timed / built | why |", "|" + "---|" * 11]
     for v in vs:
         lines.append(f"| {v['N']}x{v['K']} | {v['M']} | {v['table_pick']} [{v['table_tier']}] | {v['table_us']:.1f} "
                      f"| {v['best']} | {v['best_us']:.1f} | {v['table_vs_best']:.3f} "
                      f"| {v['pass1_table_vs_best'] or float('nan'):.3f} ({v['pass1_best']}) "
-                     f"| {v['heuristic_vs_table']:.2f} | {v['valid_configs']} / {v['timed']} |")
+                     f"| {v['heuristic_vs_table']:.2f} | {v['valid_configs']} / {v['timed']} / {v.get('build_configs', 0)} "
+                     f"| {v.get('cause', '-')} |")
     worst = max(vs, key=lambda v: v["table_vs_best"])
     over = [v for v in vs if v["table_vs_best"] > 1.03]
     lines.append("")
@@ -178,6 +217,9 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=4, help="pass 1's fastest configs re-timed in pass 2")
     ap.add_argument("--rounds", type=int, default=3, help="pass 2's interleaved rounds")
     ap.add_argument("--budget-s", type=float, default=150.0, help="cap on pass 1's Triton timing")
+    ap.add_argument("--build-log", type=Path, default=None,
+                    help="the table's build's measurement log: each verdict then says whether the build measured "
+                         "the sweep's best (a timing disagreement) or never had it as a candidate")
     args = ap.parse_args()
     import torch
 
@@ -201,7 +243,7 @@ def main() -> int:
         deadline = start + args.budget_s * (i + 1) / len(points)
         bench.run_point("fp8_block", n, k, m, l2, deadline, rows, "space", "fp8 block exhaustive")
         print(f"[{time.monotonic() - t0:6.1f}s] pass 1 {n}x{k} M={m}", file=sys.stderr, flush=True)
-    vs = verdicts(rows, points, args.top, args.rounds, l2)
+    vs = verdicts(rows, points, args.top, args.rounds, l2, build_times(args.build_log))
     lines = report(vs)
     print("\n".join(lines))
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,

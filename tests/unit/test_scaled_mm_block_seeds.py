@@ -114,3 +114,37 @@ def test_cover_is_a_greedy_cover(seeds_bench):
 def test_size_classes_follow_the_decode_lane():
     assert seed_class(1) == seed_class(configs.DECODE_MAX_M) == "decode"
     assert seed_class(configs.DECODE_MAX_M + 1) == seed_class(2048) == "prefill"
+
+
+@pytest.fixture(scope="module")
+def exhaustive_bench():
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("bench_fp8_block_exhaustive", ROOT / "bench" / "fp8_block_exhaustive.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_fp8_block_exhaustive"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_exhaustive_bench_sweeps_the_whole_valid_space(exhaustive_bench):
+    pts = exhaustive_bench.census_points(exhaustive_bench.CENSUS)
+    assert len(pts) == 14 and (128256, 4096, 1) in pts and (14336, 4096, 2048) in pts
+    space = set(exhaustive_bench.block_space())
+    for m in (1, 16, 2048):
+        assert {c.id for c in valid(sig(14336, 4096), m)} <= space
+    assert set(BLOCK_SEEDS["decode"]) | set(BLOCK_SEEDS["prefill"]) <= space
+
+
+def test_the_verdict_names_why_a_pick_misses(exhaustive_bench):
+    v = {"table_vs_best": 1.10, "best": "dk8_n64x128_w4_s6_pdl", "table_pick": "sk4_b16x128x128_w4_s4"}
+    assert exhaustive_bench.cause(v, {"sk4_b16x128x128_w4_s4": 10.0}) == "not a candidate of the build"
+    both = exhaustive_bench.cause(v, {"sk4_b16x128x128_w4_s4": 10.0, "dk8_n64x128_w4_s6_pdl": 10.5})
+    assert "timing disagree" in both and "10.5" in both
+    assert exhaustive_bench.cause(dict(v, table_vs_best=1.02), {}) == "within 3%"
+    built = exhaustive_bench.build_times(seeds_log())
+    assert built[(4096, 4096, 1)]["sk4_b16x128x128_w4_s4"] == pytest.approx(9.52, abs=0.01)
+    assert "heuristic" in built[(4096, 4096, 1)]
+
+
+def seeds_log():
+    return ROOT / "bench" / "results" / "s13_F" / "block_measurements.jsonl.gz"
