@@ -118,7 +118,6 @@ def test_size_classes_follow_the_decode_lane():
 
 @pytest.fixture(scope="module")
 def exhaustive_bench():
-    sys.path.insert(0, str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("bench_fp8_block_exhaustive", ROOT / "bench" / "fp8_block_exhaustive.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["bench_fp8_block_exhaustive"] = mod
