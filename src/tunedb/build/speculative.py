@@ -268,7 +268,8 @@ def measure_ahead(family_name: str, arch_family: str, plans: Sequence[Any], meas
     """Start measuring `plans` with `measurer` (no log: a request reaches the build's log only
     when the build makes it) after `compiles` (a CompilePool, or None: nothing to wait for).
     `prelude`, run first in the pass's thread, returns the (plans, measurer) to use instead."""
-    from tunedb.measure import protocol  # noqa: F401 - imported here, not in the thread beside the census's imports
+    # imported here, not in the thread beside the census's imports
+    from tunedb.measure import isolated, protocol  # noqa: F401
 
     stop(family_name)
     run = AheadRun(plans, measurer, opts, compiles, prelude).start()
