@@ -27,10 +27,12 @@ import json
 import math
 import sys
 import tempfile
+from typing import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "bench" / "results" / "s13_F" / "block_measurements.jsonl.gz"
+SWEEP = ROOT / "bench" / "results" / "s14_C" / "fp8_block_exhaustive.json"  # all 188 valid configs
 CENSUS = ROOT / "bench" / "census" / "quant_llama_fp8-block.json"
 TOL = 1.03
 
@@ -62,9 +64,11 @@ def near(times: dict[str, float], tol: float = TOL) -> set[str]:
     return {c for c, t in times.items() if t <= best * tol}
 
 
-def cover(points: dict[tuple[int, int, int], dict[str, float]], tol: float = TOL) -> list[str]:
-    """The greedy set cover of the points by their near-best configs (see the module docstring)."""
-    left = set(points)
+def cover(points: dict[tuple[int, int, int], dict[str, float]], tol: float = TOL,
+          start: Sequence[str] = ()) -> list[str]:
+    """The greedy set cover of the points by their near-best configs (see the module docstring),
+    extending `start` (points one of its configs already covers need nothing more)."""
+    left = {p for p in points if not set(start) & near(points[p], tol)}
     seeds: list[str] = []
     while left:
         count = collections.Counter(c for p in left for c in near(points[p], tol))
@@ -79,9 +83,28 @@ def cover(points: dict[tuple[int, int, int], dict[str, float]], tol: float = TOL
     return seeds
 
 
-def derive(times: dict[tuple[int, int, int], dict[str, float]], tol: float = TOL) -> dict[str, tuple[str, ...]]:
-    return {cls: tuple(cover({p: t for p, t in times.items() if size_class(p[2]) == cls}, tol))
-            for cls in ("decode", "prefill")}
+def derive(times: dict[tuple[int, int, int], dict[str, float]], tol: float = TOL,
+           sweep: dict[tuple[int, int, int], dict[str, float]] | None = None) -> dict[str, tuple[str, ...]]:
+    """Per size class, the cover of the build log's points, extended by the cover of the
+    exhaustive sweep's points that it leaves uncovered (each source's times compared only among
+    themselves: two device calls' timings are never one run)."""
+    out = {}
+    for cls in ("decode", "prefill"):
+        seeds = cover({p: t for p, t in times.items() if size_class(p[2]) == cls}, tol)
+        if sweep:
+            seeds += cover({p: t for p, t in sweep.items() if size_class(p[2]) == cls}, tol, start=seeds)
+        out[cls] = tuple(seeds)
+    return out
+
+
+def read_sweep(path: Path) -> dict[tuple[int, int, int], dict[str, float]]:
+    """(N, K, M) -> {config: pass-1 us} of bench/fp8_block_exhaustive.py's JSON (the Triton
+    configs it swept; the bf16, heuristic and table rows left out)."""
+    out: dict[tuple[int, int, int], dict[str, float]] = collections.defaultdict(dict)
+    for r in json.loads(Path(path).read_text())["rows"]:
+        if r["status"] == "ok" and r["lane"] not in ("bf16", "heuristic", "table"):
+            out[(int(r["N"]), int(r["K"]), int(r["M"]))][r["config"]] = float(r["us"])
+    return dict(out)
 
 
 def candidate_set(n: int, k: int, m: int, top_k: int, seeds: dict[str, tuple[str, ...]] | None) -> list[str]:
@@ -174,13 +197,14 @@ def geomean(xs):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--log", type=Path, default=LOG)
+    ap.add_argument("--sweep", type=Path, default=SWEEP, help="an exhaustive sweep's JSON whose uncovered points extend the cover")
     ap.add_argument("--census", type=Path, default=CENSUS)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     from tunedb.families.scaled_mm import pruning
 
     times = read_times(args.log)
-    seeds = derive(times)
+    seeds = derive(times, sweep=read_sweep(args.sweep) if args.sweep else None)
     same = {k: tuple(v) for k, v in pruning.BLOCK_SEEDS.items()} == seeds
     print(f"derived seeds from {args.log.name} ({len(times)} points): {seeds}")
     print(f"pruning.BLOCK_SEEDS {'matches' if same else 'DIFFERS: ' + str(pruning.BLOCK_SEEDS)}")
