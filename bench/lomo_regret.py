@@ -31,7 +31,7 @@ correlation held out by model, with and without its decode term; its rows go to 
 --sanity adds a check on splits the rule was not tuned on: inside each split's training set, each
 signature held out in turn (model and bands fitted on the others), the rule and the local band
 against torch.
-Default log: the shipped tier's build (2026-11-30, call M). Runs in about 30 s (--sanity: ~6 min).
+Default log: the shipped tier's build (2026-11-30, call M). Runs in about 90 s (--sanity: ~7 min).
 """
 from __future__ import annotations
 

@@ -186,6 +186,25 @@ def regime_table(points: Sequence[Point]) -> list[dict[str, Any]]:
     return rows
 
 
+def coverage(points: Sequence[Point], held_sigs: set[str]) -> dict[str, float]:
+    """Where the held-out model's oracle gain over torch lies: the share of its summed log gain at
+    points whose regime (kind x M range x weight range) the training set measured on 0, 1, or 2+
+    models (a rule validated held out by model needs 2+: one to learn from, one to check on)."""
+    def regime(p: Point) -> tuple[str, str, str]:
+        return (p.kind, _bucket(p.m, M_RANGES), _bucket(p.weight, W_RANGES))
+    seen: dict[tuple[str, str, str], set[str]] = {}
+    for q in points:
+        if q.key[0].format() not in held_sigs:
+            seen.setdefault(regime(q), set()).add(q.model)
+    out = {"0": 0.0, "1": 0.0, "2+": 0.0}
+    for q in points:
+        if q.key[0].format() in held_sigs and "torch" in q.ms:
+            n = len(seen.get(regime(q), ()))
+            out["0" if n == 0 else "1" if n == 1 else "2+"] += math.log(q.ms["torch"] / min(q.ms.values()))
+    total = sum(out.values())
+    return {k: (v / total if total > 0 else 0.0) for k, v in out.items()}
+
+
 def points_of(study: Any, owner: Mapping[str, str]) -> list[Point]:
     """The study's measured points whose signature one model's census names (owner: sig -> model)."""
     from tunedb.families.gemm import confidence
@@ -213,7 +232,7 @@ def run_split(points: Sequence[Point], held_sigs: set[str], params: Sequence[Par
     prm, inner_gain, inner = choose(train, params)
     picks = apply(train, held, prm)
     return {"params": asdict(prm), "inner_splits": inner, "inner_log_gain": inner_gain, "picks": picks,
-            **score(held, picks)}
+            "gain_coverage": coverage(points, held_sigs), **score(held, picks)}
 
 
 def study_points(log: Path) -> tuple[list[Point], dict[str, set[str]], Any]:
@@ -265,6 +284,9 @@ def print_report(doc: Mapping[str, Any]) -> None:
               f"{_pct(s['rule_max']):>7} {s['served']:>3}/{s['points']:<3} {_pct(s['served_max']):>10} "
               f"{_pct(s['gain_kept']):>6}  M+-{p['m_oct']} oct, W+-{p['w_oct']} oct{' (act: heavier)' if p['act_up'] else ''},"
               f" >={p['min_points']} pts, margin {p['margin']:.0%}")
+    print("share of each held-out model's oracle gain (log) in regimes the training set measured on 0 / 1 / 2+ models: "
+          + ", ".join(f"{w} {' / '.join(_pct(s['gain_coverage'][k]) for k in ('0', '1', '2+'))}"
+                      for w, s in doc["splits"].items()))
     print("peeked (NOT a result: best gain kept over the parameters safe on all splits, test splits in view): "
           + ", ".join(f"{w} {_pct(v)}" for w, v in doc["peeked_gain_kept"].items()))
     print("regimes: oracle gain over torch (min..max) and the config with the best worst-case speedup at every point")
