@@ -13,6 +13,9 @@ inside it), and the tiers then pick at each of W's measured points:
   * local band: the rule with TUNEDB_MODEL_LOCAL_BAND=1 (also a config beyond its local band),
   * margin only: the rule before issue 18 (a config whenever predicted faster than torch),
   * torch: always the fallback,
+  * transfer: bench/lomo_transfer.py's nearest-measured-neighbour rule (a config measured to beat
+    torch at every training point of the same epilogue kind near the point's M and weight), its
+    parameters chosen on the training models' own leave-one-model-out splits, never on the held-out one,
 scored by tunedb.evaluate against the best arm measured at the point. The oracle is the build's
 measured set (the cost model's top configs, the sentinels and the coverage basis), not an
 exhaustive sweep: an exhaustive oracle per model needs a device call per model (whisper-base's
@@ -28,7 +31,7 @@ correlation held out by model, with and without its decode term; its rows go to 
 --sanity adds a check on splits the rule was not tuned on: inside each split's training set, each
 signature held out in turn (model and bands fitted on the others), the rule and the local band
 against torch.
-Default log: the shipped tier's build (2026-11-30, call M). Runs in about 30 s (--sanity: ~6 min).
+Default log: the shipped tier's build (2026-11-30, call M). Runs in about 90 s (--sanity: ~7 min).
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import lomo_transfer  # noqa: E402
 from costmodel_heldout import DEFAULT_DB, Study  # noqa: E402
 
 from tunedb import database, families, settings  # noqa: E402
@@ -131,12 +135,19 @@ def run(log: Path, pool: str = "measured", db_path: Path = DEFAULT_DB, check: bo
     os.environ.setdefault("TUNEDB_COMPILE_SET", "tuned")
     study = Study(read_measurements(log), family, arch, db.referenced_config_ids())
     logged = {s.format() for s in study.signatures}
+    owner: dict[str, str] = {}
+    for workload, named in sorted(models_of(CENSUS_DIR).items()):
+        for sig in sorted(named & logged):
+            owner.setdefault(sig, workload)
+    tpoints = lomo_transfer.points_of(study, owner)
     rows = []
     for workload, named in models_of(CENSUS_DIR).items():
         held = named & logged
         if not held:
             continue
         picks = split_picks(study, held, pool)
+        tr = lomo_transfer.run_split(tpoints, held)
+        picks["transfer"] = tr["picks"]
         selectors: dict[str, evaluation.Selector] = {"torch": lambda s, m: "torch"}
         for name, table in picks.items():
             selectors[name] = (lambda t: (lambda s, m: t.get((s, m))))(table)
@@ -149,14 +160,21 @@ def run(log: Path, pool: str = "measured", db_path: Path = DEFAULT_DB, check: bo
             summ[name]["gain_kept"] = None if base <= GAIN_FLOOR or g is None else (base - g) / base
             summ[name]["served_max"] = served_max(ev, name, picks[name]) if name in picks else None
         served = {k: sum(1 for c in picks[name].values() if c not in (None, "torch"))
-                  for k, name in (("rule", "rule"), ("local", "local band"))}
+                  for k, name in (("rule", "rule"), ("local", "local band"), ("transfer", "transfer"))}
         row = {"held_out": workload, "signatures": len(held), "points": len(ev.points),
                "train_signatures": len(logged - named), "rule_served_config": served["rule"],
-               "local_served_config": served["local"], "selectors": summ}
+               "local_served_config": served["local"], "transfer_served_config": served["transfer"],
+               "transfer_params": tr["params"], "selectors": summ}
         if check:
             row["sanity"] = sanity(study, held, pool)
         rows.append(row)
     return rows
+
+
+def _params(p: dict[str, Any]) -> str:
+    act = ", +act from heavier weights" if p["act_up"] else ""
+    return (f"M within {p['m_oct']} octave(s), weight within {p['w_oct']}{act}, >= {p['min_points']} "
+            f"points, margin {100 * p['margin']:.0f}%")
 
 
 def _pct(v: float | None) -> str:
@@ -181,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{'gain kept':>9} {'served<=5%':>10} {'<=torch':>7}")
     for r in rows:
         base = r["selectors"]["torch"]["geomean"]
-        for name in ("torch", "margin only", "rule", "local band"):
+        for name in ("torch", "margin only", "rule", "local band", "transfer"):
             s = r["selectors"][name]
             sm = s.get("served_max")
             ok_max = "-" if name == "torch" else "yes" if sm is None or sm <= GOAL_MAX else "no"
@@ -189,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{r['held_out']:18} {r['signatures']:>4} {r['points']:>4} {name:12} {_pct(s['geomean']):>8} "
                   f"{_pct(s['max']):>7} {_pct(sm):>10} {_pct(s.get('gain_kept')):>9} {ok_max:>10} {ok_t:>7}")
         print(f"{'':18} the rule served a Triton config at {r['rule_served_config']} of {r['points']} point(s), "
-              f"the local band at {r['local_served_config']}")
+              f"the local band at {r['local_served_config']}, the transfer rule at {r['transfer_served_config']} "
+              f"(its parameters, chosen on the other models: {_params(r['transfer_params'])})")
         if "sanity" in r:
             c = r["sanity"]
             for name, key in (("rule", "rule"), ("local band", "local")):
