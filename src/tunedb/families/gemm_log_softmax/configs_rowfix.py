@@ -66,12 +66,14 @@ def per_sm(cfg: Config) -> int:
 
 
 # (BM, BN, BK, warps, stages, launch): at M <= 64 one 64-row tile and narrow N slices (many CTAs
-# stream W: 500 at N=32000, BN=64); BM 128/256 cover M=128/256 in one tile (W and x read once a
-# slice); the same tile with and without PDL and as one launch, to see each launch's cost
+# stream W: 500 at N=32000, BN=64; each re-reads x from L2, M/BN of W's bytes); BM 128/256 cover
+# M=128/256 in one tile; wider BN at larger M (x re-read less); the same tile with and without
+# PDL and as one launch, to see each launch's cost
 _GRID = ((64, 64, 64, 4, 3, "pdl"), (64, 64, 64, 4, 3, "two"), (64, 32, 128, 4, 3, "pdl"),
          (64, 128, 64, 4, 3, "pdl"), (128, 64, 64, 4, 3, "pdl"), (128, 128, 64, 8, 3, "pdl"),
-         (256, 64, 64, 8, 3, "pdl"), (64, 64, 64, 4, 3, "one2"), (64, 32, 128, 4, 3, "one2"),
-         (128, 64, 64, 4, 3, "one2"), (128, 128, 64, 8, 3, "one1"))
+         (128, 256, 64, 8, 3, "pdl"), (256, 64, 64, 8, 3, "pdl"), (64, 64, 64, 4, 3, "one2"),
+         (64, 32, 128, 4, 3, "one2"), (64, 128, 64, 4, 3, "one2"), (128, 64, 64, 4, 3, "one2"),
+         (128, 128, 64, 8, 3, "one1"))
 
 
 def grid() -> tuple[Config, ...]:

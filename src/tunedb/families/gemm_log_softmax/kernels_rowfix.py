@@ -21,6 +21,10 @@ except ImportError:
 
 from tunedb.families.gemm_log_softmax.kernels import _logit_tile
 
+# M and T vary per call and feed only index arithmetic: one compile serves every M (N and the
+# strides stay specialised: their divisibility by 16 lets loads and stores vectorise)
+NO_SPECIALIZE = ("M", "T")
+
 
 @triton.jit
 def _tile_phase(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, tile, M, N, K, T,
@@ -71,7 +75,7 @@ def _fix_phase(y_ptr, pmax_ptr, psum_ptr, item, M, N, T, stride_ym,
     tl.store(ptrs, (v - lse).to(y_ptr.dtype.element_ty), mask=ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _tiles_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, M, N, K, T,
                   stride_xm, stride_wn, stride_ym,
                   HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -84,7 +88,7 @@ def _tiles_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, M, N, K, T,
                 stride_xm, stride_wn, stride_ym, HAS_BIAS, BM, BN, BK)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _fix_kernel(y_ptr, pmax_ptr, psum_ptr, M, N, T, stride_ym,
                 FN: tl.constexpr, TB: tl.constexpr, GDC: tl.constexpr):
     """Phase 2, one (row, column chunk) a program. GDC: wait for the tiles kernel (PDL)."""
@@ -93,7 +97,7 @@ def _fix_kernel(y_ptr, pmax_ptr, psum_ptr, M, N, T, stride_ym,
     _fix_phase(y_ptr, pmax_ptr, psum_ptr, tl.program_id(0), M, N, T, stride_ym, FN, TB)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _one_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, cnt_ptr, M, N, K, T,
                 stride_xm, stride_wn, stride_ym,
                 HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,

@@ -13,7 +13,7 @@ from typing import Any
 from tunedb.families.gemm_log_softmax.configs_rowfix import per_sm
 from tunedb.records import Config
 
-MAX_SPINS = 1 << 16  # polls of the barrier's counter (~0.5 us each) before giving up: never a hang
+MAX_SPINS = 1 << 14  # polls of the barrier's counter (0.3-1 us each: 5-16 ms) before giving up: never a hang
 _COUNTERS: dict[Any, Any] = {}
 _SMS: dict[Any, int] = {}
 
@@ -24,8 +24,9 @@ def fix_chunk(n: int) -> int:
 
 
 def stat_block(t: int) -> int:
-    """Partials a fix-up program reads per step: all of a row's (T <= 1024) in one step."""
-    return min(1024, max(16, 1 << max(0, (t - 1).bit_length())))
+    """Partials a fix-up program reads per step: a row's T in one step when T <= 1024 (two
+    sizes only: each is a compile of the fix-up)."""
+    return 256 if t <= 256 else 1024
 
 
 def _interpreting() -> bool:
