@@ -56,11 +56,11 @@ def best(times: dict, prefix: str):
     return min(got) if got else (None, None)
 
 
-def run_point(n, k, m, l2, sm90):
-    sig = FAM.make_signature(n, k, "bf16", 1)
-    (x, w, b), _ = FAM.make_inputs(sig, m, "cuda", seed=m + n + k)
+def run_point(n, k, m, l2, sm90, device="cuda", timer=graph_us, dt="bf16"):
+    sig = FAM.make_signature(n, k, dt, 1)
+    (x, w, b), _ = FAM.make_inputs(sig, m, device, seed=m + n + k)
     ref = FAM.reference(sig, x, w, b)
-    out = torch.empty((m, n), dtype=x.dtype, device="cuda")
+    out = torch.empty((m, n), dtype=x.dtype, device=device)
     copies = rotation_copies(1 << 40, l2, FAM.weight_bytes(sig), x.numel() * 2 + 2 * out.numel() * 2)
     weights = [(w.clone(), b.clone()) for _ in range(copies)]
     row = {"N": n, "K": k, "M": m, "copies": copies, "times_us": {}, "errors": {}, "failed": {}}
@@ -84,7 +84,7 @@ def run_point(n, k, m, l2, sm90):
         elif not err <= 4 * base_err:
             row["failed"][cid] = f"gate: error {err:.3g} > 4 x torch's {base_err:.3g}"
             continue
-        row["times_us"][cid] = graph_us(lambda w_, b_, c=cfg: FAM.launch(c, sig, x, w_, b_, out=out), weights)
+        row["times_us"][cid] = timer(lambda w_, b_, c=cfg: FAM.launch(c, sig, x, w_, b_, out=out), weights)
     times = row["times_us"]
     tt = times["torch"]
     for lane, prefix in (("lr", "lr_"), ("fx", "fx_"), ("rf", "rf_")):
