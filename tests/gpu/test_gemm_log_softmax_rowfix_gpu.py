@@ -90,3 +90,31 @@ def test_captured_graph_back_to_back_on_fresh_inputs(cid):
             ref = FAM.reference(sig, xi, w, b)
             assert not torch.isnan(oi).any(), cid
             assert rel(oi, ref) < 1e-2, cid
+
+
+def test_one_launch_counters_taken_inside_a_capture_stay_the_graphs():
+    """A one-launch config whose first call on the device is captured: the graph gets its own
+    zeroed counters (not cached: a capture's memory returns to its pool with the graph), and
+    eager calls after it allocate their own."""
+    from tunedb.families.gemm_log_softmax import launch_rowfix
+
+    sig = FAM.make_signature(5000, 256, "bf16", 1)
+    (x, w, b), _ = FAM.make_inputs(sig, 64, "cuda", 2)
+    cfg = FAM.parse_config("rf_b64x64x64_w4_s3_one2")
+    out = torch.empty(64, 5000, dtype=torch.bfloat16, device="cuda")
+    FAM.launch(cfg, sig, x, w, b, out=out)  # compile outside the capture
+    torch.cuda.synchronize()
+    launch_rowfix._COUNTERS.clear()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        FAM.launch(cfg, sig, x, w, b, out=out)
+    assert not launch_rowfix._COUNTERS
+    for _ in range(2):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert rel(out, FAM.reference(sig, x, w, b)) < 1e-2
+    del g
+    y = FAM.launch(cfg, sig, x, w, b)
+    assert rel(y, FAM.reference(sig, x, w, b)) < 1e-2
+    assert all(int(c.abs().sum()) == 0 for c in launch_rowfix._COUNTERS.values())

@@ -48,6 +48,20 @@ def _sms(device: Any) -> int:
     return _SMS[device]
 
 
+def _counters(device: Any) -> Any:
+    """The barrier's two counters on `device`, allocated once (every launch leaves them zero). A
+    first call inside a CUDA graph capture gets its own zeroed pair, not cached: memory taken
+    during a capture belongs to that graph's pool and may be reused once the graph is freed."""
+    import torch
+
+    cnt = _COUNTERS.get(device)
+    if cnt is None:
+        cnt = torch.zeros(2, dtype=torch.int32, device=device)
+        if not (cnt.is_cuda and torch.cuda.is_current_stream_capturing()):
+            _COUNTERS[device] = cnt
+    return cnt
+
+
 def rowfix_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
     import torch
 
@@ -72,9 +86,7 @@ def rowfix_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any =
     interp = _interpreting()
     p = per_sm(config)
     if p:
-        cnt = _COUNTERS.get(x.device)
-        if cnt is None:
-            cnt = _COUNTERS[x.device] = torch.zeros(2, dtype=torch.int32, device=x.device)
+        cnt = _counters(x.device)
         # under the interpreter programs run one after another: one program is the whole grid
         g = 1 if interp else min(max(tiles, items), p * _sms(x.device))
         kr._one_kernel[(g,)](x2, w, b, y, pmax, psum, cnt, m, n, k, t, x2.stride(0), w.stride(0), y.stride(0),
