@@ -2,7 +2,8 @@
 validity predicate, and its kernels under the Triton interpreter (fp16: the interpreter's tl.dot
 mishandles bf16) against fp32, output NaN-poisoned first, ragged M and N tails, every launch mode
 (two kernels, PDL, one persistent kernel with its grid barrier), partial statistics combined
-over several steps, and the rows of exp(y) summing to 1 within the output rounding's bound."""
+over several steps, a barrier that times out writing NaN (never hanging), and the rows of
+exp(y) summing to 1 within the output rounding's bound."""
 from __future__ import annotations
 
 import dataclasses
@@ -103,6 +104,16 @@ for n, k, m, bias in ((200, 40, 37, 1), (131, 24, 5, 0), (2500, 32, 19, 1)):
 assert ran == set(IDS), ran
 # the persistent kernel leaves its barrier counters zero for the next launch
 assert all(int(c.abs().sum()) == 0 for c in launch_rowfix._COUNTERS.values()), launch_rowfix._COUNTERS
+# a grid barrier that cannot complete (here: a counter left at -5, four polls allowed) does not
+# hang: the output is NaN (loud; the gate refuses it) and the counters end zero again
+sig = FAMILY.make_signature(200, 40, "fp16", 1)
+args, _ = make_inputs(sig, 37, "cpu", 1)
+launch_rowfix._COUNTERS[torch.device("cpu")] = torch.tensor([-5, 0], dtype=torch.int32)
+launch_rowfix.MAX_SPINS = 4
+y = launch(configs.parse("rf_b32x32x32_w4_s2_one2"), sig, *args)
+assert torch.isnan(y).all(), y
+assert int(launch_rowfix._COUNTERS[torch.device("cpu")].abs().sum()) == 0
+launch_rowfix.MAX_SPINS = 1 << 14
 # rows dominated by one logit of a few hundred: each row of exp(y) sums to 1 within the bound
 # its fp16 rounding allows (the statistics are the rounded logits', as the subtraction's are)
 gen = torch.Generator().manual_seed(0)

@@ -15,8 +15,8 @@ log-sum-exp and subtracts it in place: the combine and the subtraction in one pa
     one1, one2  ONE persistent kernel of P = 1 or 2 CTAs an SM: the tiles, a grid barrier (an
           atomic counter the kernel leaves zero), the fix-ups. The barrier needs every CTA
           resident at once, so P CTAs must fit an SM at any register allocation (the predicate);
-          its wait is bounded (a barrier that cannot complete gives a wrong result the gate
-          refuses, never a hang).
+          its wait is bounded (a CTA whose wait runs out writes its output chunks NaN: a loud
+          wrong result the gate refuses, never a hang).
 """
 from __future__ import annotations
 

@@ -49,11 +49,12 @@ def _tile_phase(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, tile, M, N, K, T
 
 
 @triton.jit
-def _fix_phase(y_ptr, pmax_ptr, psum_ptr, item, M, N, T, stride_ym,
+def _fix_phase(y_ptr, pmax_ptr, psum_ptr, item, M, N, T, stride_ym, ready,
                FN: tl.constexpr, TB: tl.constexpr):
     """One (row, FN-column chunk): the row's lse from its T partials (TB at a time), then
     y -= lse in place. The chunk's load is issued before the partials' (independent: the two
-    latencies overlap)."""
+    latencies overlap). `ready` false (a grid barrier that timed out): the chunk is written NaN,
+    a loud wrong answer rather than a plausible one."""
     num_c = tl.cdiv(N, FN)
     row = item // num_c
     cols = (item % num_c) * FN + tl.arange(0, FN)
@@ -71,7 +72,7 @@ def _fix_phase(y_ptr, pmax_ptr, psum_ptr, item, M, N, T, stride_ym,
         new_max = tl.maximum(run_max, tl.max(pm, axis=0))  # finite: every tile has a column < N
         run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(ps * tl.exp(pm - new_max), axis=0)
         run_max = new_max
-    lse = run_max + tl.log(run_sum)
+    lse = tl.where(ready, run_max + tl.log(run_sum), float("nan"))
     tl.store(ptrs, (v - lse).to(y_ptr.dtype.element_ty), mask=ok)
 
 
@@ -94,7 +95,7 @@ def _fix_kernel(y_ptr, pmax_ptr, psum_ptr, M, N, T, stride_ym,
     """Phase 2, one (row, column chunk) a program. GDC: wait for the tiles kernel (PDL)."""
     if GDC:
         tl.extra.cuda.gdc_wait()
-    _fix_phase(y_ptr, pmax_ptr, psum_ptr, tl.program_id(0), M, N, T, stride_ym, FN, TB)
+    _fix_phase(y_ptr, pmax_ptr, psum_ptr, tl.program_id(0), M, N, T, stride_ym, True, FN, TB)
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
@@ -105,7 +106,8 @@ def _one_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, cnt_ptr, M, N, K
     """Both phases in one persistent launch of G CTAs (all resident: the predicate's check), a
     grid barrier between them. cnt_ptr[0] counts arrivals, cnt_ptr[1] departures; the last CTA
     to depart zeroes both, so the next launch (stream-ordered) finds them zero. The wait is
-    bounded by MAX_SPINS polls: a barrier that cannot complete yields wrong output, not a hang."""
+    bounded by MAX_SPINS polls: a CTA whose wait runs out writes its chunks NaN (a loud wrong
+    answer the gate refuses), never a hang."""
     pid = tl.program_id(0)
     G = tl.num_programs(0)
     for tile in range(pid, tl.cdiv(M, BM) * T, G):
@@ -118,8 +120,9 @@ def _one_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, cnt_ptr, M, N, K
         arrived = tl.atomic_add(cnt_ptr, 0, sem="acquire")
         spins += 1
     tl.debug_barrier()
+    ready = arrived >= G
     for item in range(pid, M * tl.cdiv(N, FN), G):
-        _fix_phase(y_ptr, pmax_ptr, psum_ptr, item, M, N, T, stride_ym, FN, TB)
+        _fix_phase(y_ptr, pmax_ptr, psum_ptr, item, M, N, T, stride_ym, ready, FN, TB)
     left = tl.atomic_add(cnt_ptr + 1, 1, sem="acq_rel")
     if left == G - 1:  # every CTA is past the barrier: reset for the next launch
         tl.atomic_xchg(cnt_ptr, 0)
