@@ -5,7 +5,9 @@ split the softmax's row statistics across N tiles and need their own kernels, la
 grammar, validity predicate and fp32 gate; the database file is `db/<arch>/gemm_log_softmax.json`.
 
 Lanes: triton_recompute (stats pass, then recompute + write once), triton_fixup (logits written
-once in the output dtype, then subtracted in place), torch (linear + log_softmax: the fallback
+once in the output dtype, then subtracted in place), linear_rows (cuBLAS, then a Triton row
+log-softmax), triton_rowfix (small M: tiles + statistics, one combined fix-up; two launches or
+one persistent), torch (linear + log_softmax: the fallback
 and the untuned choice). Importing this package touches neither torch nor triton.
 See docs/gemm_log_softmax.md.
 """
@@ -20,7 +22,7 @@ from tunedb.families.config_methods import ConfigMethods
 from tunedb.families.gemm_log_softmax import configs, keys
 from tunedb.records import Config, Signature
 
-KERNEL_SOURCES = ("kernels.py", "launch.py")
+KERNEL_SOURCES = ("kernels.py", "launch.py", "kernels_rowfix.py", "launch_rowfix.py")
 
 
 @lru_cache(maxsize=1)

@@ -6,6 +6,11 @@ keeps cuBLAS's GEMM and replaces only torch's log_softmax:
     triton_fixup      fx_b{BM}x{BN}x{BK}_w{W}_s{S}   fx_b128x128x64_w8_s3 (logits written once, fixed in place)
     linear_rows       lr_r{R}_c{C}_w{W}               lr_r1_c32768_w16     (F.linear, then a Triton row
                       log-softmax: R rows a program, C columns a chunk; one read of a row when C >= N)
+    triton_rowfix     rf_b{BM}x{BN}x{BK}_w{W}_s{S}_{L} rf_b64x64x64_w4_s3_pdl (M <= 1024: tiles write
+                      logits + statistics, one fix-up pass combines them and subtracts; L = two
+                      (two launches), pdl (the fix-up under programmatic dependent launch) or one{P}
+                      (one persistent launch, P CTAs an SM, a grid barrier between the phases);
+                      configs_rowfix.py)
 Sentinels: `torch` (F.linear then torch.log_softmax: the fallback) and `default` (the untuned
 choice: the torch arm too, no guessed tile is served unmeasured).
 """
@@ -17,6 +22,7 @@ from typing import Iterable, Sequence
 
 from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
+from tunedb.families.gemm_log_softmax import configs_rowfix as rowfix
 from tunedb.families.key_rules import head_reason
 from tunedb.families.tile_ids import TileIds, blocks
 from tunedb.records import ArchProfile, Config, Signature
@@ -24,7 +30,7 @@ from tunedb.records import ArchProfile, Config, Signature
 FAMILY = "gemm_log_softmax"
 OPS: tuple[str, ...] = ("gemm_log_softmax",)
 DTYPES: tuple[str, ...] = ("bf16", "fp16")
-TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup", "linear_rows")
+TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup", "linear_rows", "triton_rowfix")
 TILE_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup")
 LANES: tuple[str, ...] = TRITON_LANES + ("torch",)
 FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
@@ -54,7 +60,9 @@ def make_rows(rows: int, chunk: int, warps: int) -> Config:
 
 @lru_cache(maxsize=4096)
 def parse(config_id: str) -> Config:
-    """A config from its id: a tile (rc_/fx_), a linear_rows id (lr_) or a sentinel."""
+    """A config from its id: a tile (rc_/fx_), a linear_rows id (lr_), a rowfix id (rf_) or a sentinel."""
+    if isinstance(config_id, str) and config_id.startswith(rowfix.PREFIX):
+        return rowfix.parse(config_id)
     m = _ROWS_ID.match(config_id) if isinstance(config_id, str) else None
     if m is None:
         return TILE_IDS.parse(config_id)
@@ -80,7 +88,7 @@ _ROWS = ((1, 2048, 4), (1, 2048, 8), (1, 4096, 4), (1, 4096, 8), (1, 8192, 4), (
 
 def full_grid() -> tuple[Config, ...]:
     tiles = tuple(make(lane, *t) for lane in TILE_LANES for t in _TILES)
-    return tiles + tuple(make_rows(*r) for r in _ROWS)
+    return tiles + tuple(make_rows(*r) for r in _ROWS) + rowfix.grid()
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
@@ -97,6 +105,8 @@ def smem_bytes(cfg: Config) -> int:
     a linear_rows program reduces in registers (its cross-warp reductions need a few bytes)."""
     if cfg.lane == "linear_rows":
         return 0
+    if cfg.lane == "triton_rowfix":
+        return rowfix.smem_bytes(cfg)
     bm, bn, bk = blocks(cfg)
     return max(cfg.param("stages") * (bm + bn) * bk * 2, bm * bn * 4)
 
@@ -130,6 +140,8 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
         return f"lane {cfg.lane!r} is not a {FAMILY} lane"
     if cfg.lane == "linear_rows":
         return _rows_reason(cfg, sig.get("N"), m)
+    if cfg.lane == "triton_rowfix":
+        return rowfix.reason(cfg, sig.get("N"), sig.get("K"), m, arch)
     bm, bn, bk = blocks(cfg)
     need = smem_bytes(cfg)
     if need > arch.smem_per_block:
@@ -194,7 +206,7 @@ def compile_set(arch_family: str, referenced: Iterable[str]) -> tuple[Config, ..
 
 def simplicity(config_id: str) -> int:
     """Lower is simpler: the torch arm; cuBLAS's GEMM with a Triton row pass; the one-GEMM
-    fixup; the two-GEMM recompute."""
+    fixups (three launches, then the rowfix's two or one); the two-GEMM recompute."""
     if config_id in FAMILY_SENTINELS:
         return 0
-    return {"lr_": 1, "fx_": 2}.get(config_id[:3], 3)
+    return {"lr_": 1, "fx_": 2, "rf_": 2}.get(config_id[:3], 3)

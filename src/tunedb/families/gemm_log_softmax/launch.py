@@ -1,6 +1,6 @@
 """The launches of gemm_log_softmax: the torch arm (F.linear then log_softmax, the fallback),
 the fp32 reference, random inputs, the two fused Triton designs and the linear_rows lane
-(F.linear, then kernels._rows_kernel over the logits). Imports torch
+(F.linear, then kernels._rows_kernel over the logits); triton_rowfix launches in launch_rowfix.py. Imports torch
 lazily; the Triton kernels are imported on the first Triton launch.
 """
 from __future__ import annotations
@@ -109,4 +109,8 @@ def launch(config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None
         return torch_arm(x, weight, bias, out)
     if config.lane == "linear_rows":
         return rows_arm(config, x, weight, bias, out)
+    if config.lane == "triton_rowfix":
+        from tunedb.families.gemm_log_softmax.launch_rowfix import rowfix_arm
+
+        return rowfix_arm(config, x, weight, bias, out)
     return triton_arm(config, x, weight, bias, out)
