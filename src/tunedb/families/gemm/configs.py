@@ -120,7 +120,7 @@ def parse(config_id: str) -> Config:
         raise ConfigError(f"config id must be a string, got {config_id!r}")
     if config_id in SENTINELS:
         return Config.sentinel(config_id)
-    if config_id.startswith("dk"):
+    if config_id.startswith(("dk", "ds")):
         return decode.parse(config_id)
     m = _ID.match(config_id)
     if not m:

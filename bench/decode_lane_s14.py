@@ -1,0 +1,146 @@
+"""Which of the decode lane's new ideas pays, in one H200 run: the old `dk` lane's best, every `ds`
+(stream kernel) variant, cuBLAS and the pure read of the weight, side by side.
+
+    PYTHONPATH=src python bench/decode_lane_s14.py --out decode_lane_s14.json [--quick]
+        [--shapes 6144x4096,4096x4096,...] [--ms 1,4,8,16] [--budget-s 110] [--full-read]
+
+Per weight (default: the Llama-3-8B decode GEMMs, fused QKV 6144x4096, o 4096x4096, fused
+gate+up 28672x4096, down 4096x14336, LM head 128256x4096) and M in 1, 4, 8, 16:
+- cuBLAS (F.linear) and every lane config through bench/decode_limit.lane_arms, the same timing
+  as the BENCHMARKS.md section "The decode lane against the physical read limit" (cold copies
+  rotated in one CUDA graph of >= 16 back-to-back calls, median of 7 replays, each config checked
+  against the fp32 reference first, a config that fails is reported and not timed);
+- the old lane: session 9's winners (decode_limit.PRIOR, PDL twins among them);
+- the new lane: configs_decode.stream_grid() (tensor-core and FMA slabs, 1/2/4 K tiles per CTA,
+  deterministic and `_at` reductions), then the PDL twin of the best new config;
+- the read roofline: bench/read_roofline.py configs and torch.sum (decode_limit.read_arms).
+Back to back, a `_pdl` arm overlaps its own previous call, which a chain of different GEMMs does
+not (BENCHMARKS.md: PDL did not help in the chain), so the goals are judged without PDL and the
+PDL twin is reported apart. Prints the point table (us, % of 4.3 TB/s, x cuBLAS), the per-variant
+geomeans and the goal verdicts; writes everything to --out. Expected run time on the H200: about
+60-90 s (compiles in parallel first; --budget-s caps the timing; --quick drops half the variants).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import decode_bounds as db  # noqa: E402
+import decode_lane_summary as summ  # noqa: E402
+
+LLAMA = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)]
+
+
+def new_configs(quick: bool) -> list[str]:
+    from tunedb.families.gemm import configs_decode
+
+    grid = [c.id for c in configs_decode.stream_grid()]
+    if quick:  # one K tile per CTA, both reductions, both multiplies
+        grid = [c for c in grid if c.startswith("ds_t1_")]
+    return grid
+
+
+def old_configs(quick: bool) -> list[str]:
+    import decode_limit as dl
+
+    return list(dl.PRIOR[:5] if quick else dl.PRIOR)
+
+
+def measure(shapes, ms, quick: bool, full_read: bool, budget_s: float, sms: int) -> tuple[dict, list[dict]]:
+    import torch
+
+    import decode_limit as dl
+    from tunedb.families.gemm import configs_decode
+
+    new, old = new_configs(quick), old_configs(quick)
+    reads, rows = {}, []
+    start = time.time()
+    for idx, (n, k) in enumerate(shapes):
+        nbytes = db.weight_bytes(n, k)
+        try:
+            ws = [torch.randn(n, k, device=dl.DEVICE, dtype=dl._dtype()) * k ** -0.5
+                  for _ in range(dl.copies_for(nbytes))]
+            rd = reads[f"{n}x{k}"] = {"N": n, "K": k, "MB": round(nbytes / 1e6, 1),
+                                      **dl.read_arms(ws, sms, quick=not full_read)}
+            rd["read_bw"] = db.share(nbytes, rd["best_nopdl_us"])
+            print(f"read {n}x{k} {rd['MB']} MB: {rd['best_nopdl_us']:.2f} us ({rd['read_bw']:.1%}) "
+                  f"{rd['best_nopdl']}", flush=True)
+            for j, m in enumerate(ms):
+                left = budget_s - (time.time() - start)
+                points_left = (len(shapes) - idx) * len(ms) - j
+                g = dl.lane_arms(n, k, m, ws, new + old, time.time() + max(1.0, left / points_left))
+                row = {"N": n, "K": k, "M": m, "MB": rd["MB"], "read_us": rd["best_nopdl_us"],
+                       "cublas_us": g["cublas_us"], "all_us": g["configs"], "failed": g["failed"],
+                       "invalid": g.get("invalid", {}), "truncated": bool(g.get("truncated"))}
+                best_new = summ.best(row["all_us"], summ.is_new, pdl=False)
+                if best_new:
+                    twin = configs_decode.pdl_twin(configs_decode.parse(best_new)).id
+                    again = dl.lane_arms(n, k, m, ws, [twin], time.time() + 30)
+                    row["all_us"].update(again["configs"])
+                    row["failed"] += again["failed"]
+                    row["cublas_again_us"] = again["cublas_us"]  # the same arm twice: the run's noise
+                rows.append(row)
+                print(summ.point_line(row), flush=True)
+        except Exception as exc:  # noqa: BLE001 - one weight failing leaves the others measured
+            import traceback
+
+            traceback.print_exc()
+            reads.setdefault(f"{n}x{k}", {"N": n, "K": k})["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        ws = None
+        if dl.DEVICE == "cuda":
+            torch.cuda.empty_cache()
+    return reads, rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="decode_lane_s14.json")
+    ap.add_argument("--shapes", default=",".join(f"{n}x{k}" for n, k in LLAMA), help="NxK[,NxK...]")
+    ap.add_argument("--ms", default="1,4,8,16", help="decode M values (each 1..16)")
+    ap.add_argument("--budget-s", type=float, default=110.0, help="timing budget; later points get less")
+    ap.add_argument("--quick", action="store_true", help="one-K-tile new variants and 5 old configs only")
+    ap.add_argument("--full-read", action="store_true", help="every read_roofline config, not the quick four")
+    args = ap.parse_args(argv)
+    try:
+        shapes = db.parse_shapes(args.shapes)
+        ms = [int(v) for v in args.ms.split(",") if v.strip()]
+        if not ms or not all(1 <= m <= 16 for m in ms):
+            raise ValueError(f"--ms {args.ms!r}: expected integers in 1..16, e.g. 1,4,8,16")
+    except ValueError as exc:
+        ap.error(str(exc))
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("bench/decode_lane_s14.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from decode_lane import precompile
+
+    from tunedb.families.gemm import configs_decode
+
+    t0 = time.time()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    new = new_configs(args.quick)
+    precompile(sorted({*new, *(configs_decode.pdl_twin(configs_decode.parse(c)).id for c in new),
+                       *old_configs(args.quick)}))
+    reads, rows = measure(shapes, ms, args.quick, args.full_read, args.budget_s, sms)
+    lines = summ.report(rows, new)
+    summary = summ.summarize(rows, new)
+    summary["seconds"] = round(time.time() - t0, 1)
+    print(f"\nwall {summary['seconds']} s")
+    from tunedb.database import write_atomic
+
+    write_atomic(Path(args.out), json.dumps({"reads": reads, "rows": rows, "summary": summary, "report": lines,
+                                             "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                             "triton": __import__("triton").__version__, "args": vars(args)},
+                                            indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
