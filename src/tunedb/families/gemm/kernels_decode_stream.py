@@ -166,7 +166,8 @@ def spec(cfg: Config) -> StreamSpec:
     atomic, pdl = bool(cfg.param("atomic")), bool(cfg.param("pdl"))
     cx = (("BN", bn), ("BK", bk), ("TILES", cfg.param("tiles")), ("FMA", bool(cfg.param("fma"))),
           ("ATOMIC", atomic), ("PDL", pdl))
-    return StreamSpec("decode_stream", cx, cfg.param("warps"), cfg.param("stages"), pdl=pdl)
+    # num_stages 1: the kernel has no loop for Triton's pipeliner (its double buffer is unrolled)
+    return StreamSpec("decode_stream", cx, cfg.param("warps"), 1, pdl=pdl)
 
 
 def splits(sp: StreamSpec, k: int) -> int:
