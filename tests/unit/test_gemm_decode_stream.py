@@ -69,12 +69,12 @@ def test_stream_pdl_needs_sm90_and_configs_fit_shared_memory():
 def test_stream_configs_stay_out_of_the_build_space_until_measured():
     space = {c.id for c in FAMILY.config_space("sm90")}
     grid = [c.id for c in configs_decode.stream_grid()]
-    assert len(grid) == len(set(grid)) == 14 and not space & set(grid)
+    assert len(grid) == len(set(grid)) == 15 and not space & set(grid)
     assert not any(configs_decode.is_stream(c) for c in FAMILY.candidates(sig(), 1, SM90, ["triton_decode"]))
-    # the grid measures both reductions, both multiplies and 1, 2, 4 K tiles per CTA
+    # the grid measures both reductions, both multiplies and 1, 2, 4, 8 K tiles per CTA
     cfgs = [configs_decode.parse(c) for c in grid]
     assert {c.param("atomic") for c in cfgs} == {False, True} and {c.param("fma") for c in cfgs} == {False, True}
-    assert {c.param("tiles") for c in cfgs} == {1, 2, 4}
+    assert {c.param("tiles") for c in cfgs} == {1, 2, 4, 8}
 
 
 def test_stream_launch_arithmetic():

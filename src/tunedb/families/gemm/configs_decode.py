@@ -200,12 +200,12 @@ def shape_reason(cfg: Config, n: int, k: int, m: int | None) -> str | None:
 
 
 def stream_grid() -> list[Config]:
-    """The `ds` configs bench/decode_lane_s14.py measures side by side (14): tensor-core slabs of
-    16-32 KB at 8 x 16-byte loads per thread (64 and 128 registers on sm90, no spills: several CTAs
-    per SM), 1, 2 or 4 K tiles per CTA, the FMA path at 4-8 rows, atomic twins of the one-tile
-    shapes. Not in grid() (the build space) until the H200 shows which of them pay: the cost model
+    """The `ds` configs bench/decode_lane_s14.py measures side by side (15): tensor-core slabs of
+    8-32 KB at 4-8 x 16-byte loads per thread (63-128 registers on sm90 with Triton 3.6, no spills:
+    several CTAs per SM), 1, 2, 4 or 8 K tiles per CTA (fewer splits, a shorter reduction), the
+    FMA path at 4-8 rows, atomic twins of the one- and two-tile shapes. Not in grid() (the build space) until the H200 shows which of them pay: the cost model
     cannot rank a kernel it has never seen measured."""
-    dot = [make_stream(32, 256, 4, t) for t in (1, 2)] + [make_stream(64, 256, 8, t) for t in (1, 2, 4)]
+    dot = [make_stream(32, 256, 4, t) for t in (1, 2)] + [make_stream(64, 256, 8, t) for t in (1, 2, 4, 8)]
     dot.append(make_stream(16, 256, 4, 1))
     fma = [make_stream(4, 1024, 4, t, fma=True) for t in (1, 2, 4)] + [make_stream(8, 2048, 8, 1, fma=True)]
     atomic = [make_stream(32, 256, 4, 1, atomic=True), make_stream(64, 256, 8, 1, atomic=True),
