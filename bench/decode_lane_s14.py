@@ -16,7 +16,9 @@ gate+up 28672x4096, down 4096x14336, LM head 128256x4096) and M in 1, 4, 8, 16:
 - the read roofline: bench/read_roofline.py configs and torch.sum (decode_limit.read_arms).
 Back to back, a `_pdl` arm overlaps its own previous call, which a chain of different GEMMs does
 not (BENCHMARKS.md: PDL did not help in the chain), so the goals are judged without PDL and the
-PDL twin is reported apart. Prints the point table (us, % of 4.3 TB/s, x cuBLAS), the per-variant
+PDL twin is reported apart; the layer chain (qkv, o, gate_up, down over 4 cold layers, M = 1 and
+16: cuBLAS, old best, new best, new best with PDL) shows what PDL buys between different GEMMs.
+Prints the point table (us, % of 4.3 TB/s, x cuBLAS), the per-variant
 geomeans and the goal verdicts; writes everything to --out. Expected run time on the H200: about
 60-90 s (compiles in parallel first; --budget-s caps the timing; --quick drops half the variants).
 """
@@ -34,6 +36,8 @@ import decode_bounds as db  # noqa: E402
 import decode_lane_summary as summ  # noqa: E402
 
 LLAMA = [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)]
+# one Llama-3-8B layer's decode GEMMs in order (name, N, K, input): o's output feeds gate_up
+LAYER = [("qkv", 6144, 4096, "x"), ("o", 4096, 4096, "x"), ("gate_up", 28672, 4096, "o"), ("down", 4096, 14336, "h")]
 
 
 def new_configs(quick: bool) -> list[str]:
@@ -97,6 +101,55 @@ def measure(shapes, ms, quick: bool, full_read: bool, budget_s: float, sms: int)
     return reads, rows
 
 
+def layer_chain(rows: list[dict], m: int, layers: int = 4) -> dict:
+    """A layer's four GEMMs in sequence over `layers` cold copies (1.7 GB), one CUDA graph:
+    cuBLAS, the old lane's best without PDL, the new lane's best without PDL and the same with
+    every GEMM's PDL twin. Here a `_pdl` kernel overlaps a different GEMM's tail, as in a model.
+    Per-layer microseconds; {} when a GEMM of the layer has no measured pick at this M."""
+    import torch
+
+    import decode_lane_summary as summ
+    import decode_limit as dl
+    from tunedb.families.gemm import FAMILY, configs_decode
+
+    by_shape = {(r["N"], r["K"]): summ.picks(r) for r in rows if r["M"] == m}
+    if any((n, k) not in by_shape or not by_shape[(n, k)]["new"] for _, n, k, _ in LAYER):
+        return {}
+    ws = {name: [torch.randn(n, k, device=dl.DEVICE, dtype=dl._dtype()) * k ** -0.5 for _ in range(layers)]
+          for name, n, k, _ in LAYER}
+    outs = {name: torch.empty(m, n, device=dl.DEVICE, dtype=dl._dtype()) for name, n, _, _ in LAYER}
+    src = {(inp, k): outs[inp] if inp in outs else (torch.rand(m, k, device=dl.DEVICE) * 2 - 1).to(dl._dtype())
+           for _, _, k, inp in LAYER}
+
+    def chain(pick) -> float:
+        calls = []
+        for layer in range(layers):
+            for name, n, k, inp in LAYER:
+                cid = pick(n, k)
+                w, o, a = ws[name][layer], outs[name], src[(inp, k)]
+                if cid == "torch":  # as decode_limit times cuBLAS (the model's own call)
+                    calls.append(lambda a=a, w=w: torch.nn.functional.linear(a, w))
+                    continue
+                fn = FAMILY.launcher(FAMILY.parse_config(cid), FAMILY.make_signature("gemm", dl.DT, n, k))
+                calls.append(lambda fn=fn, a=a, w=w, o=o: fn(a, w, None, o))
+        for c in calls:  # warm: compiles, workspaces
+            c()
+        dl._sync()
+X
+
+    twin = lambda cid: configs_decode.pdl_twin(configs_decode.parse(cid)).id  # noqa: E731
+    res = {"M": m, "layers": layers, "cublas_us": chain(lambda n, k: "torch"),
+           "picks": {f"{n}x{k}": by_shape[(n, k)]["new"] for _, n, k, _ in LAYER}}
+    if all(by_shape[(n, k)]["old_nopdl"] for _, n, k, _ in LAYER):
+        res["old_us"] = chain(lambda n, k: by_shape[(n, k)]["old_nopdl"])
+    res["new_us"] = chain(lambda n, k: by_shape[(n, k)]["new"])
+    res["new_pdl_us"] = chain(lambda n, k: twin(by_shape[(n, k)]["new"]))
+    for key in ("old_us", "new_us", "new_pdl_us"):
+        if key in res:
+            res[key.replace("_us", "_x_cublas")] = res["cublas_us"] / res[key]
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="decode_lane_s14.json")
@@ -105,6 +158,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=110.0, help="timing budget; later points get less")
     ap.add_argument("--quick", action="store_true", help="one-K-tile new variants and 5 old configs only")
     ap.add_argument("--full-read", action="store_true", help="every read_roofline config, not the quick four")
+    ap.add_argument("--no-chain", action="store_true", help="skip the Llama layer chain (M = 1, 16)")
     args = ap.parse_args(argv)
     try:
         shapes = db.parse_shapes(args.shapes)
@@ -129,13 +183,24 @@ def main(argv=None) -> int:
     precompile(sorted({*new, *(configs_decode.pdl_twin(configs_decode.parse(c)).id for c in new),
                        *old_configs(args.quick)}))
     reads, rows = measure(shapes, ms, args.quick, args.full_read, args.budget_s, sms)
+    chains = []
+    if not args.no_chain:
+        for m in (1, 16):
+            try:
+                chains.append(layer_chain(rows, m))
+            except Exception as exc:  # noqa: BLE001 - the point table stands without the chain
+                import traceback
+
+                traceback.print_exc()
+                chains.append({"M": m, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
     lines = summ.report(rows, new)
+    summ.report_chains(chains)
     summary = summ.summarize(rows, new)
     summary["seconds"] = round(time.time() - t0, 1)
     print(f"\nwall {summary['seconds']} s")
     from tunedb.database import write_atomic
 
-    write_atomic(Path(args.out), json.dumps({"reads": reads, "rows": rows, "summary": summary, "report": lines,
+    write_atomic(Path(args.out), json.dumps({"reads": reads, "rows": rows, "chains": chains, "summary": summary, "report": lines,
                                              "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                                              "triton": __import__("triton").__version__, "args": vars(args)},
                                             indent=1) + "\n")

@@ -151,3 +151,18 @@ def report(rows: Sequence[Mapping], new: Sequence[str]) -> list[str]:
     for line in lines:
         print(line)
     return lines
+
+
+def report_chains(chains: Sequence[Mapping]) -> None:
+    """The layer chains: per-layer us and x cuBLAS for the old lane, the new, the new with PDL."""
+    if not chains:
+        return
+    print("\n| layer chain M | cuBLAS us | old best us (x) | new best us (x) | new best + PDL us (x) | new picks |")
+    print("|---|---|---|---|---|---|")
+    for c in chains:
+        if "cublas_us" not in c:
+            print(f"| {c.get('M')} | {c.get('error', 'no pick for every GEMM of the layer')} |")
+            continue
+        cells = [f"{c[k]:.1f} ({c[k.replace('_us', '_x_cublas')]:.3f}x)" if k in c else "-"
+                 for k in ("old_us", "new_us", "new_pdl_us")]
+        print(f"| {c['M']} | {c['cublas_us']:.1f} | {' | '.join(cells)} | {c['picks']} |")

@@ -65,9 +65,13 @@ dl.DEVICE, dl.DT, dl.L2 = "cpu", "fp16", 4096  # fp16: the interpreter's tl.dot 
 dl.replay_ms = lambda body, n, reps=7: (body(0), 0.01 * n)[1]  # one call stands in for the graph
 b.old_configs = lambda quick: ["dk1_n32x256_w4_s4"]
 b.new_configs = lambda quick: ["ds_t1_n32x256_w4", "ds_t2_n16x256_w4_at", "ds_t1_n4x1024_w4_fma"]
-reads, rows = b.measure([(40, 600), (72, 200)], [1, 16], True, False, 600.0, 3)
+reads, rows = b.measure([(40, 600), (72, 200), (72, 40), (40, 72)], [1, 16], True, False, 600.0, 3)
+# o's output (N=72) is gate_up's input (K=72), as in the model
+b.LAYER = [("qkv", 40, 600, "x"), ("o", 72, 200, "x"), ("gate_up", 40, 72, "o"), ("down", 72, 40, "h")]
+chains = [b.layer_chain(rows, 1, layers=2), b.layer_chain(rows, 16, layers=2)]
 lines = summ.report(rows, b.new_configs(True))
-print(json.dumps({"reads": reads, "rows": rows, "lines": lines}, default=str))
+summ.report_chains(chains)
+print(json.dumps({"reads": reads, "rows": rows, "lines": lines, "chains": chains}, default=str))
 """
 
 
@@ -81,12 +85,16 @@ def test_the_bench_path_runs_on_cpu_under_the_interpreter():
                          timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
-    assert [(r["N"], r["K"], r["M"]) for r in got["rows"]] == [(40, 600, 1), (40, 600, 16), (72, 200, 1), (72, 200, 16)]
+    assert [(r["N"], r["K"]) for r in got["rows"]] == [(40, 600)] * 2 + [(72, 200)] * 2 + [(72, 40)] * 2 + [(40, 72)] * 2
     for r in got["rows"]:
         assert not r["failed"] and not r["truncated"], r
         best = summ.picks(r)["new"]
         assert best in r["all_us"] and best + "_pdl" in r["all_us"]
-        # K=200: one 256-wide tile, so T=2 is refused by the predicate, not run
-        assert ("ds_t2_n16x256_w4_at" in r["invalid"]) == (r["K"] == 200)
+        # K <= 256: one 256-wide tile, so T=2 is refused by the predicate, not run
+        assert ("ds_t2_n16x256_w4_at" in r["invalid"]) == (r["K"] <= 256)
         assert "dk1_n32x256_w4_s4" in r["all_us"] and r["cublas_again_us"] > 0
     assert any("geomean goal" in ln for ln in got["lines"])
+    assert [c["M"] for c in got["chains"]] == [1, 16]
+    for c in got["chains"]:
+        assert {"cublas_us", "old_us", "new_us", "new_pdl_us", "new_pdl_x_cublas"} <= set(c), c
+        assert set(c["picks"]) == {"40x600", "72x200", "40x72", "72x40"}
