@@ -135,7 +135,8 @@ def layer_chain(rows: list[dict], m: int, layers: int = 4) -> dict:
         for c in calls:  # warm: compiles, workspaces
             c()
         dl._sync()
-X
+        # decode_limit's graph timer gives us per call; a layer is len(LAYER) calls
+        return dl.replay_ms(lambda i: calls[i](), len(calls)) * 1e3 * len(LAYER)
 
     twin = lambda cid: configs_decode.pdl_twin(configs_decode.parse(cid)).id  # noqa: E731
     res = {"M": m, "layers": layers, "cublas_us": chain(lambda n, k: "torch"),
