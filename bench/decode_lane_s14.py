@@ -55,13 +55,31 @@ def old_configs(quick: bool) -> list[str]:
     return list(dl.PRIOR[:5] if quick else dl.PRIOR)
 
 
-def measure(shapes, ms, quick: bool, full_read: bool, budget_s: float, sms: int) -> tuple[dict, list[dict]]:
+def precompile(cids: list[str]) -> set[str]:
+    """Compile every arm's binary in parallel (tunedb prebuild's workers, the cache key a launch
+    computes); the ids whose compile failed, which the run then leaves out instead of losing a
+    whole weight to one arm's exception."""
+    from tunedb.families.gemm import configs_decode, prebuild
+
+    t0 = time.time()
+    res = prebuild.run_jobs(prebuild.jobs_for([configs_decode.parse(c) for c in cids], ("bf16",)), "sm90", 16)
+    failed = {f["job"]["config_id"] for f in res["failed"]}
+    print(f"precompiled {res['ok']}/{res['jobs']} binaries in {time.time() - t0:.1f} s"
+          + (f"; failed (left out): {sorted(failed)}" if failed else ""), flush=True)
+    for f in res["failed"][:3]:
+        print(f"  {f['job']['config_id']}: {f.get('error', '')[-300:]}", flush=True)
+    return failed
+
+
+def measure(shapes, ms, quick: bool, full_read: bool, budget_s: float, sms: int,
+            skip: set[str] = frozenset()) -> tuple[dict, list[dict]]:
     import torch
 
     import decode_limit as dl
     from tunedb.families.gemm import configs_decode
 
-    new, old = new_configs(quick), old_configs(quick)
+    new = [c for c in new_configs(quick) if c not in skip]
+    old = [c for c in old_configs(quick) if c not in skip]
     reads, rows = {}, []
     start = time.time()
     for idx, (n, k) in enumerate(shapes):
@@ -82,8 +100,8 @@ def measure(shapes, ms, quick: bool, full_read: bool, budget_s: float, sms: int)
                        "cublas_us": g["cublas_us"], "all_us": g["configs"], "failed": g["failed"],
                        "invalid": g.get("invalid", {}), "truncated": bool(g.get("truncated"))}
                 best_new = summ.best(row["all_us"], summ.is_new, pdl=False)
-                if best_new:
-                    twin = configs_decode.pdl_twin(configs_decode.parse(best_new)).id
+                twin = best_new and configs_decode.pdl_twin(configs_decode.parse(best_new)).id
+                if twin and twin not in skip:
                     again = dl.lane_arms(n, k, m, ws, [twin], time.time() + 30)
                     row["all_us"].update(again["configs"])
                     row["failed"] += again["failed"]
@@ -174,16 +192,14 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench/decode_lane_s14.py needs a CUDA GPU", file=sys.stderr)
         return 2
-    from decode_lane import precompile
-
     from tunedb.families.gemm import configs_decode
 
     t0 = time.time()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     new = new_configs(args.quick)
-    precompile(sorted({*new, *(configs_decode.pdl_twin(configs_decode.parse(c)).id for c in new),
-                       *old_configs(args.quick)}))
-    reads, rows = measure(shapes, ms, args.quick, args.full_read, args.budget_s, sms)
+    failed = precompile(sorted({*new, *(configs_decode.pdl_twin(configs_decode.parse(c)).id for c in new),
+                                *old_configs(args.quick)}))
+    reads, rows = measure(shapes, ms, args.quick, args.full_read, args.budget_s, sms, failed)
     chains = []
     if not args.no_chain:
         for m in (1, 16):
@@ -201,7 +217,7 @@ def main(argv=None) -> int:
     print(f"\nwall {summary['seconds']} s")
     from tunedb.database import write_atomic
 
-    write_atomic(Path(args.out), json.dumps({"reads": reads, "rows": rows, "chains": chains, "summary": summary, "report": lines,
+    write_atomic(Path(args.out), json.dumps({"reads": reads, "rows": rows, "chains": chains, "compile_failed": sorted(failed), "summary": summary, "report": lines,
                                              "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                                              "triton": __import__("triton").__version__, "args": vars(args)},
                                             indent=1) + "\n")
