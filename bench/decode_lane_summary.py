@@ -125,6 +125,17 @@ def verdicts(s: Mapping) -> list[str]:
     return lines
 
 
+def _matrix(rows: Sequence[Mapping]) -> None:
+    """Every arm at every point as x cuBLAS (blank: invalid, failed or cut by the budget)."""
+    arms = list(dict.fromkeys(c for r in rows for c in r["all_us"]))
+    arms.sort(key=lambda c: (not is_new(c), c.endswith("_pdl"), c))
+    print("\n| arm (x cuBLAS) | " + " | ".join(f"{r['N']}x{r['K']} M{r['M']}" for r in rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    for c in arms:
+        cells = [f"{r['cublas_us'] / r['all_us'][c]:.2f}" if c in r["all_us"] else "" for r in rows]
+        print(f"| `{c}` | " + " | ".join(cells) + " |")
+
+
 def report(rows: Sequence[Mapping], new: Sequence[str]) -> list[str]:
     """Print the tables; return the verdict lines."""
     print("\n| N x K | MB | M | read us | cuBLAS us | % 4.3 | old best us | % 4.3 | x cuBLAS | new best us | % 4.3 | "
@@ -137,6 +148,7 @@ def report(rows: Sequence[Mapping], new: Sequence[str]) -> list[str]:
               f"{share(nb, r['cublas_us']):.1%} | {_cell(r, p['old'])} | {_cell(r, p['new'])} | {_cell(r, p['new_det'])} | "
               f"{_cell(r, p['new_pdl'])} | `{p['old']}` | `{p['new']}` |")
     s = summarize(rows, new)
+    _matrix(rows)
     print("\n| new variant | geomean x cuBLAS | points |")
     print("|---|---|---|")
     for c, v in sorted(s["per_variant"].items(), key=lambda kv: -kv[1]["geomean_x_cublas"]):
