@@ -56,7 +56,7 @@ from tunedb.families.group_gemm import arms, configs  # noqa: E402
 from tunedb.records import Config, Point  # noqa: E402
 
 DEVICE = "cuda"
-TABLE_MS = (1, 4, 16, 64, 256, 1024, 4096)  # the census of the shipped build (bench/device_s13_moe.sh)
+TABLE_MS = (1, 4, 16, 64, 128, 256, 1024, 4096)  # the census of the shipped build (bench/device_s13_moe.sh MOE_QWEN3_TOKENS)
 GRID_MS = (1, 16, 128, 1024, 4096)  # the goal's census sizes
 PRUNE = 1.3
 TOP_RETIME = 4

@@ -90,7 +90,7 @@ class MeasuringActor:
         ident = self.identify(self.index) if self.identify else _local_identity(self.opts, self.arch, self.gpu)
         m = self._measurer()
         if m.worker is not None:
-            from tunedb.measure.protocol import StartRequest
+            from tunedb.measure.isolated import StartRequest
 
             m.worker.prestart(StartRequest(self.opts.family))
         return tuple(ident), os.getpid()

@@ -227,7 +227,7 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     if gpu or (timer is not None and not opts.simulate and logged is None and compile_pool.configured()):
         measure.compiles = compile_pool.start_for_build(family, arch.arch_family, plans, finished)
         if measure.compiles is not None and measure.worker is not None:  # its start overlaps the first compiles
-            from tunedb.measure.protocol import StartRequest
+            from tunedb.measure.isolated import StartRequest
 
             measure.worker.prestart(StartRequest(opts.family))
     setup_s = time.perf_counter() - started

@@ -139,7 +139,7 @@ def start_worker(opts: Any, gpu: bool) -> Any:
     census or plan, and build(worker=) then owns it. None otherwise."""
     if not gpu or not opts.isolate or opts.simulate or opts.dry_run:
         return None
-    from tunedb.measure.protocol import StartRequest
+    from tunedb.measure.isolated import StartRequest
     from tunedb.measure.worker import Worker
 
     worker = Worker()
@@ -243,7 +243,7 @@ class Measurer:
         it alone is what the signature serves, and its rounds may stop once no arm can pass it.
         (Across several points a region's gate is a weighted geomean over them, and an arm
         behind torch here can still win a region; those points sample on.)"""
-        from tunedb.measure import protocol
+        from tunedb.measure import isolated, protocol
 
         if self.replayed is not None:  # the recorded build's own measurements (build/replay.py)
             out = self.replayed.measured(sig, m, ids)
@@ -262,7 +262,7 @@ class Measurer:
             waited = self.compiles.wait(sig, ids)
             self.phases["compile wait"] = self.phases.get("compile wait", 0.0) + waited
         if self.worker is not None:
-            out = protocol.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log,
+            out = isolated.measure_point_isolated(self.worker, self.family.name, sig, m, ids, log=self.log,
                                                   phases=self.phases, **kw)
         else:
             out = protocol.measure_point(self.family, sig, m, list(ids), timer=self.timer, log=self.log,

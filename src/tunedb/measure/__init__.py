@@ -20,7 +20,7 @@ from typing import Any
 _LAZY: dict[str, str] = {
     "measure_point": "tunedb.measure.protocol",
     "measure_problem": "tunedb.measure.protocol",
-    "measure_point_isolated": "tunedb.measure.protocol",
+    "measure_point_isolated": "tunedb.measure.isolated",
     "best": "tunedb.measure.protocol",
     "refuse_capture": "tunedb.measure.protocol",
     "Arm": "tunedb.measure.arms",

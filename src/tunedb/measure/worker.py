@@ -142,7 +142,7 @@ class Worker:
         return self._pending is not None
 
     def prestart(self, request: Any, timeout_s: float | None = None) -> None:
-        """Start the process now and send it `request` (protocol.StartRequest: imports, CUDA)
+        """Start the process now and send it `request` (isolated.StartRequest: imports, CUDA)
         without waiting, so the start overlaps what the caller does next; the next run() or
         wait_started() collects the reply. A live worker is left as it is."""
         if self.alive() or self.starting:

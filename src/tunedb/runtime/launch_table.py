@@ -133,8 +133,8 @@ def _selection_identity() -> str:
 
 @functools.cache
 def _code_identity(family_name: str) -> str:
-    """tunedb's version, the family's kernel hash and this runtime's code (the decomposition and
-    resolution): fixed for the process."""
+    """tunedb's version, the family's kernel hash and this runtime's code (the decomposition,
+    the autograd formula and resolution): fixed for the process."""
     import hashlib
     from pathlib import Path
 
@@ -145,7 +145,7 @@ def _code_identity(family_name: str) -> str:
     family = _family()
     impl = getattr(family, "impl_hash", None)
     h = hashlib.sha1(f"tunedb {tunedb.__version__}; {family_name} kernels {impl() if callable(impl) else impl};".encode())
-    sources = [Path(__file__), Path(inspect.getfile(type(family))).parent / "ops.py"]
+    sources = [Path(__file__), *(Path(inspect.getfile(type(family))).parent / n for n in ("ops.py", "ops_autograd.py"))]
     for path in sources:
         if path.exists():
             h.update(path.read_bytes())

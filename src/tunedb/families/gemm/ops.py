@@ -12,7 +12,8 @@ selection").
 ``weight`` is laid out like ``nn.Linear.weight`` (N, K); x is (..., K). CUDA tensors run the
 launcher the launch table bound for the shape; other devices (CPU, meta) run the torch arm
 (F.linear + activation), so a patched model still runs on a machine without a GPU. Fake
-kernels let torch.compile trace the ops; the autograd formula recomputes the pre-activation.
+kernels let torch.compile trace the ops; the autograd formula (ops_autograd.py) recomputes the
+pre-activation.
 
 Importing this module registers the ops (once per process). ``gemm`` / ``gemm_act`` below are
 the entry points: in plain eager inference they call the implementation directly (the
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from tunedb.errors import SignatureError
 from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.configs import ACTS as GEMM_ACTS, VENDOR_LANES
+from tunedb.families.gemm.ops_autograd import _TunedGemm
 from tunedb.runtime import launch_table
 
 # The activations the GEMM family fuses, as the torch arm computes them (the CPU/meta path).
@@ -255,52 +257,6 @@ def register_compile_decompositions() -> bool:
     if hasattr(cached, "cache_clear"):
         cached.cache_clear()
     return True
-
-
-def _act_backward(grad: torch.Tensor, pre: torch.Tensor, act: str) -> torch.Tensor:
-    if act == "none":
-        return grad
-    if act == "gelu":
-        return torch.ops.aten.gelu_backward(grad, pre)
-    if act == "gelu_tanh":
-        return torch.ops.aten.gelu_backward(grad, pre, approximate="tanh")
-    if act == "relu":
-        return torch.where(pre > 0, grad, torch.zeros_like(grad))
-    return torch.ops.aten.silu_backward(grad, pre)
-
-
-def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    x, weight, bias, act, _tiers = inputs
-    ctx.act = act or "none"
-    ctx.has_bias = bias is not None
-    ctx.save_for_backward(x, weight, bias)
-
-
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    x, weight, bias = ctx.saved_tensors
-    k = x.shape[-1]
-    if ctx.act != "none":  # recompute the pre-activation rather than keep it alive
-        grad = _act_backward(grad, F.linear(x, weight, bias), ctx.act)
-    g2 = grad.reshape(-1, weight.shape[0])
-    grad_x = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
-    grad_w = g2.t() @ x.reshape(-1, k) if ctx.needs_input_grad[1] else None
-    grad_b = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-    return grad_x, grad_w, grad_b, None, None
-
-
-class _TunedGemm(torch.autograd.Function):
-    """Autograd of both ops (act None: gemm): forward below autograd (the op itself)."""
-
-    @staticmethod
-    def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                act: str | None, tiers: str) -> torch.Tensor:
-        with torch._C._AutoDispatchBelowAutograd():
-            if act is None:
-                return torch.ops.tunedb.gemm.default(x, weight, tiers)
-            return torch.ops.tunedb.gemm_act.default(x, weight, bias, act, tiers)
-
-    setup_context = staticmethod(_setup)
-    backward = staticmethod(_backward)
 
 
 _dispatch_modes = torch._C._len_torch_dispatch_stack

@@ -8,7 +8,8 @@ that grows with the tile's arithmetic intensity, against a memory floor: the wei
 call), the activation once per column of tiles and split-K's int32/fp32 partials from L2; plus
 the launch and the stream's ramp, a second launch for the split-K lane, the in-kernel reduction's
 tail for the decode lane, less the ramp PDL hides. rank() keeps the k predicted-fastest, and at least the best of each
-lane, so a wrong guess about one lane never removes it from the measurement. pick() answers
+lane, so a wrong guess about one lane never removes it from the measurement; under block scales
+it also keeps BLOCK_SEEDS (below), the tiles measured to win broadly, whatever k. pick() answers
 nothing: an unmeasured shape keeps the `heuristic` sentinel (the family's stated untuned rule),
 so the model only prunes, it never serves.
 """
@@ -35,6 +36,42 @@ _PDL_SAVES_S = 1.0e-6  # PDL overlaps the ramp with the previous kernel's drain
 _DECODE_REDUCE_S = 1.0e-6  # the last split's store -> counter -> partial loads, per N slab
 _REGS_PER_THREAD = 96  # a decode/small-M tile's register estimate (no spills at 4-8 warps)
 _L2_VS_HBM = 3.0  # the activation's rereads and split partials stay in L2
+# Block scales: the model ranks the measured winners badly there (session 13 F, Llama-3-8B's
+# widths and the LM head: b64x128x128_w4_s4_g8 won every M=2048 point by 8-13% from model rank
+# 7-10, so a top-8 build missed it at 14336x4096; the M <= 16 winners sat at model ranks 38-75 and
+# reached the plan only through rank()'s one-per-tile-shape pass, at positions 4-15 of 16). So a
+# block-scaled point always measures these seeds too (those valid there: the predicate filters
+# them like any candidate). Derived, not picked by hand: per size class (M <= 16: the decode
+# sizes; M > 16), the greedy set cover of "within 3% of the point's best" over that build's
+# measurements (bench/fp8_block_seeds.py re-derives them from bench/results/s13_F/
+# block_measurements.jsonl.gz, and checks the rule leaving one width out: derived on the other
+# widths, seeds + top-8 keep a config within 1.6% of each held-out point's measured best (13.9
+# configs a point), where top-8 alone left 1.278 at 14336x4096 M=2048; top-16 + seeds measures
+# 20.9 a point, 3.3 more than top-16). The seeds alone do not carry over between widths at
+# M <= 16 (1.07-1.31 held out): there they back the ranking up, they do not replace it.
+BLOCK_SEEDS: dict[str, tuple[str, ...]] = {
+    "decode": ("sk4_b16x128x128_w4_s4", "dk8_n64x128_w4_s6", "b16x128x128_w4_s3_g8", "b16x128x128_w4_s4_g8",
+               "dk1_n128x128_w8_s4", "dk2_n128x128_w8_s4_pdl", "sk8_b16x128x128_w4_s3",
+               # the cover extended over session 14 C's exhaustive sweep (decode points no seed
+               # above came within 3% of: 1024x4096 M=1, 4096x4096 and 4096x14336 M=16)
+               "dk8_n64x128_w4_s4_pdl", "dk8_n32x128_w4_s6_pdl", "dk4_n64x128_w4_s4_pdl"),
+    "prefill": ("b64x128x128_w4_s4_g8",),
+}
+
+
+def seed_class(m: int) -> str:
+    """The size class whose seeds a block-scaled point at M measures: the decode lane's sizes
+    (M <= 16) or larger."""
+    return "decode" if m <= configs.DECODE_MAX_M else "prefill"
+
+
+def block_seeds(sig: Signature, m: int, candidates: Sequence[Config]) -> list[str]:
+    """The seeds of M's size class that are among `candidates` (the valid configs at the point),
+    for block-scaled signatures; none for other scale modes."""
+    if sig.get("scale") != "block":
+        return []
+    valid = {c.id for c in candidates}
+    return [cid for cid in BLOCK_SEEDS[seed_class(m)] if cid in valid]
 
 
 class PruningModel:
@@ -109,7 +146,8 @@ class PruningModel:
 
     def rank(self, sig: Signature, m: int, candidates: Sequence[Config], k: int) -> list[str]:
         """The k predicted-fastest ids, one per tile shape first (warps/stages variants of a
-        tile fill what is left), plus each lane's predicted best; sentinels first."""
+        tile fill what is left), plus each lane's predicted best, plus (block scales) the valid
+        BLOCK_SEEDS of M's size class; sentinels first."""
         timed = [(self.predict(sig, m, c.id), c) for c in candidates]
         sentinels = [c.id for t, c in timed if t is None]
         ranked = sorted(((t, c) for t, c in timed if t is not None), key=lambda tc: (tc[0], tc[1].id))
@@ -130,6 +168,7 @@ class PruningModel:
                              and (pdl is None or bool(c.param("pdl")) == pdl)), None)
                 if best is not None and best not in keep:
                     keep.append(best)
+        keep += [cid for cid in block_seeds(sig, m, candidates) if cid not in keep]
         return sentinels + keep
 
     def pick(self, sig: Signature, m: int, candidates: Sequence[Config]) -> Config | None:

@@ -1,0 +1,57 @@
+"""The autograd formula of the tuned GEMM ops (tunedb::gemm, tunedb::gemm_act): an
+autograd.Function whose forward redispatches below autograd to the op itself and whose backward
+recomputes the pre-activation rather than keep it alive. ops.py registers it as the ops'
+Autograd kernel when a gradient is needed or the tensors are not plain.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def _act_backward(grad: torch.Tensor, pre: torch.Tensor, act: str) -> torch.Tensor:
+    if act == "none":
+        return grad
+    if act == "gelu":
+        return torch.ops.aten.gelu_backward(grad, pre)
+    if act == "gelu_tanh":
+        return torch.ops.aten.gelu_backward(grad, pre, approximate="tanh")
+    if act == "relu":
+        return torch.where(pre > 0, grad, torch.zeros_like(grad))
+    return torch.ops.aten.silu_backward(grad, pre)
+
+
+def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, weight, bias, act, _tiers = inputs
+    ctx.act = act or "none"
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight, bias)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias = ctx.saved_tensors
+    k = x.shape[-1]
+    if ctx.act != "none":  # recompute the pre-activation rather than keep it alive
+        grad = _act_backward(grad, F.linear(x, weight, bias), ctx.act)
+    g2 = grad.reshape(-1, weight.shape[0])
+    grad_x = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
+    grad_w = g2.t() @ x.reshape(-1, k) if ctx.needs_input_grad[1] else None
+    grad_b = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    return grad_x, grad_w, grad_b, None, None
+
+
+class _TunedGemm(torch.autograd.Function):
+    """Autograd of both ops (act None: gemm): forward below autograd (the op itself)."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                act: str | None, tiers: str) -> torch.Tensor:
+        with torch._C._AutoDispatchBelowAutograd():
+            if act is None:
+                return torch.ops.tunedb.gemm.default(x, weight, tiers)
+            return torch.ops.tunedb.gemm_act.default(x, weight, bias, act, tiers)
+
+    setup_context = staticmethod(_setup)
+    backward = staticmethod(_backward)

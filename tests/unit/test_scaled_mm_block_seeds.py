@@ -1,0 +1,156 @@
+"""Block-scaled fp8's candidate rule (pruning.py): a build measures the pruning model's top-k plus
+the BLOCK_SEEDS of the point's size class that the validity predicate accepts, whatever k; the
+seeds are what bench/fp8_block_seeds.py derives from the recorded build (greedy cover of the
+near-best configs per size class), and only block-scaled signatures get them."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunedb import families
+from tunedb.arch import shipped_profile
+from tunedb.build import plan as buildplan
+from tunedb.build import steps as buildsteps
+from tunedb.families.scaled_mm import configs, pruning
+from tunedb.families.scaled_mm.pruning import BLOCK_SEEDS, PruningModel, seed_class
+
+SM90 = shipped_profile("sm90")
+FAM = families.get("scaled_mm_fp8")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sig(n=4096, k=4096, scale="block"):
+    return FAM.make_signature("scaled_mm", n, k, "bf16", scale)
+
+
+def valid(s, m):
+    return [c for c in FAM.candidates(s, m, SM90) if not c.is_sentinel]
+
+
+@pytest.fixture(scope="module")
+def seeds_bench():
+    spec = importlib.util.spec_from_file_location("bench_fp8_block_seeds", ROOT / "bench" / "fp8_block_seeds.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_fp8_block_seeds"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("n,k", [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
+                                 (5120, 1280)])
+@pytest.mark.parametrize("m", [1, 16, 2048])
+def test_every_valid_seed_is_measured_whatever_k(n, k, m):
+    s = sig(n, k)
+    cands = valid(s, m)
+    ids = {c.id for c in cands}
+    want = [c for c in BLOCK_SEEDS[seed_class(m)] if c in ids]
+    assert want, "each size class has seeds valid at the census widths"
+    ranked = PruningModel(SM90).rank(s, m, cands, 1)
+    assert set(want) <= set(ranked)
+    assert set(ranked) <= ids | {"heuristic", "torch"}  # nothing the predicate rejected
+
+
+def test_the_predicate_stays_the_only_filter():
+    s = sig()
+    # decode seeds never reach a point above the decode sizes: the predicate rejects them there
+    at2048 = PruningModel(SM90).rank(s, 2048, valid(s, 2048), 1)
+    assert not any(c.startswith("dk") for c in at2048)
+    assert "b64x128x128_w4_s4_g8" in at2048
+    # a seed missing from the candidates (rejected at this point) is not added back
+    cands = [c for c in valid(s, 1) if c.id != "dk8_n64x128_w4_s6"]
+    assert "dk8_n64x128_w4_s6" not in PruningModel(SM90).rank(s, 1, cands, 1)
+
+
+def test_only_block_scales_get_seeds():
+    s = sig(scale="row")
+    ranked = PruningModel(SM90).rank(s, 2048, valid(s, 2048), 1)
+    assert "b64x128x128_w4_s4_g8" not in ranked  # its rank under row scales is far below 1
+    assert pruning.block_seeds(s, 2048, valid(s, 2048)) == []
+
+
+def test_the_build_plan_measures_the_seeds():
+    s = sig(14336, 4096)
+    ranks = buildsteps.rankers(FAM, SM90, None)
+    for m in (1, 2048):
+        arms = buildplan.arms_for_point(FAM, s, m, SM90, ranks, top_k=8)
+        assert set(pruning.block_seeds(s, m, valid(s, m))) <= set(arms)
+        assert arms[-1] == "heuristic"  # the forced sentinel still closes the plan
+    # top-8 alone left out the tile that won this point by 1.28x (session 13 A2)
+    top8 = PruningModel(SM90).rank(s, 2048, valid(s, 2048), 8)
+    with_seeds = set(top8)
+    saved = pruning.BLOCK_SEEDS
+    try:
+        pruning.BLOCK_SEEDS = {"decode": (), "prefill": ()}
+        assert "b64x128x128_w4_s4_g8" not in PruningModel(SM90).rank(s, 2048, valid(s, 2048), 8)
+    finally:
+        pruning.BLOCK_SEEDS = saved
+    assert "b64x128x128_w4_s4_g8" in with_seeds
+
+
+def test_seeds_are_the_cover_of_the_recorded_build(seeds_bench):
+    times = seeds_bench.read_times(seeds_bench.LOG)
+    assert len(times) == 14
+    sweep = seeds_bench.read_sweep(seeds_bench.SWEEP)
+    assert len(sweep) == 14
+    assert seeds_bench.derive(times, sweep=sweep) == {k: tuple(v) for k, v in BLOCK_SEEDS.items()}
+    # the sweep only extends the build log's cover
+    assert seeds_bench.derive(times)["decode"] == BLOCK_SEEDS["decode"][:7]
+    # the cover's promise: every recorded point has a seed within 3% of its best
+    for p, t in times.items():
+        best = min(t.values())
+        assert any(t.get(c, float("inf")) <= 1.03 * best for c in BLOCK_SEEDS[seed_class(p[2])]), p
+    for p, t in sweep.items():
+        best = min(t.values())
+        assert any(t.get(c, float("inf")) <= 1.03 * best for c in BLOCK_SEEDS[seed_class(p[2])]), p
+
+
+def test_cover_is_a_greedy_cover(seeds_bench):
+    pts = {(1, 1, 1): {"a": 1.0, "b": 1.01, "c": 2.0},
+           (2, 2, 1): {"a": 1.0, "c": 1.02},
+           (3, 3, 1): {"b": 1.0, "c": 1.5},
+           (4, 4, 1): {"d": 1.0, "a": 1.2}}
+    out = seeds_bench.cover(pts)
+    assert out[0] == "a"  # near-best at two points, nearest on the points left
+    covered = {p for p in pts for c in out if c in seeds_bench.near(pts[p])}
+    assert covered == set(pts) and len(out) == 3
+
+
+def test_size_classes_follow_the_decode_lane():
+    assert seed_class(1) == seed_class(configs.DECODE_MAX_M) == "decode"
+    assert seed_class(configs.DECODE_MAX_M + 1) == seed_class(2048) == "prefill"
+
+
+@pytest.fixture(scope="module")
+def exhaustive_bench():
+    spec = importlib.util.spec_from_file_location("bench_fp8_block_exhaustive", ROOT / "bench" / "fp8_block_exhaustive.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_fp8_block_exhaustive"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_exhaustive_bench_sweeps_the_whole_valid_space(exhaustive_bench):
+    pts = exhaustive_bench.census_points(exhaustive_bench.CENSUS)
+    assert len(pts) == 14 and (128256, 4096, 1) in pts and (14336, 4096, 2048) in pts
+    space = set(exhaustive_bench.block_space())
+    for m in (1, 16, 2048):
+        assert {c.id for c in valid(sig(14336, 4096), m)} <= space
+    assert set(BLOCK_SEEDS["decode"]) | set(BLOCK_SEEDS["prefill"]) <= space
+
+
+def test_the_verdict_names_why_a_pick_misses(exhaustive_bench):
+    v = {"table_vs_best": 1.10, "best": "dk8_n64x128_w4_s6_pdl", "table_pick": "sk4_b16x128x128_w4_s4"}
+    assert exhaustive_bench.cause(v, {"sk4_b16x128x128_w4_s4": 10.0}) == "not a candidate of the build"
+    both = exhaustive_bench.cause(v, {"sk4_b16x128x128_w4_s4": 10.0, "dk8_n64x128_w4_s6_pdl": 10.5})
+    assert "timing disagree" in both and "10.5" in both
+    assert exhaustive_bench.cause(dict(v, table_vs_best=1.02), {}) == "within 3%"
+    built = exhaustive_bench.build_times(seeds_log())
+    assert built[(4096, 4096, 1)]["sk4_b16x128x128_w4_s4"] == pytest.approx(9.52, abs=0.01)
+    assert "heuristic" in built[(4096, 4096, 1)]
+
+
+def seeds_log():
+    return ROOT / "bench" / "results" / "s13_F" / "block_measurements.jsonl.gz"
