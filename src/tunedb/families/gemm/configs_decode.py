@@ -3,6 +3,7 @@
 Pure Python (no torch, no triton); `configs.py` owns the family-wide predicate and calls in here.
 
     dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_at][_pdl]      dk4_n64x256_w4_s4, dk8_n32x256_w4_s3_at_pdl
+    ds_t{T}_n{BN}x{BK}_w{W}[_fma][_at][_pdl]       ds_t1_n16x512_w8, ds_t4_n8x1024_w4_fma (stream kernel)
 
 One kernel streams W[N, K] in slabs of BN rows x BK columns (x, M <= 16 rows, padded to a
 16-row tile); SPLIT CTAs share an N block, each a contiguous run of K tiles, and the split-K
@@ -12,6 +13,13 @@ inputs give the same bits. `_at` configs accumulate with fp32 atomics instead (f
 large M, order of additions not fixed). `_pdl` configs launch with programmatic dependent launch
 and wait (gdc_wait) only after issuing their first W loads, so W streams while the previous
 kernel drains.
+
+`ds` configs launch the stream kernel (kernels_decode_stream.py): each CTA loads a whole BN x BK
+slab of W in one go (no shared-memory ring; the next slab is loaded before the current one is
+multiplied), many small CTAs instead of few fat ones, multiplied on the tensor cores or, `_fma`,
+on the CUDA cores. T is the K tiles a CTA owns (compiled in), so the split follows from K:
+cdiv(cdiv(K, BK), T) CTAs per BN-row block (one: no reduction). Same reductions (deterministic
+by default), same `_at` and `_pdl` meanings.
 """
 from __future__ import annotations
 
@@ -29,8 +37,61 @@ _WARPS = (2, 4, 8)
 _ID = re.compile(r"^dk(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<at>_at)?(?P<pdl>_pdl)?$")
 
 
+_DS_ID = re.compile(r"^ds_t(?P<tiles>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)(?P<fma>_fma)?(?P<at>_at)?(?P<pdl>_pdl)?$")
+_DS_BN_DOT = (16, 32, 64)  # tl.dot needs 16 columns
+_DS_BN_FMA = (1, 2, 4, 8, 16, 32)
+_DS_BK = (256, 512, 1024, 2048, 4096)
+_DS_TILES = (1, 2, 4, 8, 16, 32, 64)  # unrolled: compile time grows with T
+_DS_MAX_BYTES_PER_THREAD = 128  # a slab's registers: 8 x 16-byte loads per thread, as the best pure read
+
+
 def matches(config_id: str) -> bool:
-    return bool(config_id.startswith("dk") and _ID.match(config_id))
+    return bool((config_id.startswith("dk") and _ID.match(config_id))
+                or (config_id.startswith("ds") and _DS_ID.match(config_id)))
+
+
+def is_stream(cfg: Config) -> bool:
+    """Whether `cfg` launches the stream kernel (a `ds` config)."""
+    return cfg.param("kernel") == "stream"
+
+
+def make_stream(bn: int, bk: int, warps: int, tiles: int = 1, fma: bool = False, atomic: bool = False,
+                pdl: bool = False) -> Config:
+    """A `ds` (stream kernel) config from explicit parameters (ConfigError naming the bad one)."""
+    what = "triton_decode stream config"
+    allowed = _DS_BN_FMA if fma else _DS_BN_DOT
+    if bn not in allowed:
+        raise ConfigError(f"{what}: BN={bn} not allowed{' with tl.dot' if not fma else ''}; use one of {allowed}")
+    if bk not in _DS_BK:
+        raise ConfigError(f"{what}: BK={bk} not allowed; use one of {_DS_BK}")
+    if warps not in _WARPS:
+        raise ConfigError(f"{what}: warps={warps} not allowed; use one of {_WARPS}")
+    per_thread = bn * bk * 2 // (32 * warps)
+    if not 16 <= per_thread <= _DS_MAX_BYTES_PER_THREAD:
+        raise ConfigError(f"{what}: a {bn} x {bk} slab over {warps} warps is {per_thread} bytes per thread; "
+                          f"allowed 16..{_DS_MAX_BYTES_PER_THREAD} (one 16-byte vector up to 8)")
+    if tiles not in _DS_TILES:
+        raise ConfigError(f"{what}: T={tiles} K tiles per CTA not allowed; use one of {_DS_TILES}")
+    cid = (f"ds_t{tiles}_n{bn}x{bk}_w{warps}" + ("_fma" if fma else "") + ("_at" if atomic else "")
+           + ("_pdl" if pdl else ""))
+    # split_k 1 and stages 2 for the cost model's tile (its split depends on K; two slabs in flight)
+    return Config(cid, LANE, (("block", (MAX_M, bn, bk)), ("warps", warps), ("stages", 2), ("group_m", 1),
+                              ("split_k", 1), ("atomic", bool(atomic)), ("pdl", bool(pdl)),
+                              ("kernel", "stream"), ("tiles", tiles), ("fma", bool(fma))))
+
+
+def _parse_stream(config_id: str) -> Config:
+    m = _DS_ID.match(config_id)
+    if not m:
+        raise ConfigError(f"bad triton_decode config id {config_id!r}: expected ds_t1_n16x512_w8[_fma][_at][_pdl]")
+    try:
+        cfg = make_stream(int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["tiles"]), bool(m["fma"]),
+                          bool(m["at"]), bool(m["pdl"]))
+    except ConfigError as exc:
+        raise ConfigError(f"bad GEMM config id {config_id!r}: {exc}") from None
+    if cfg.id != config_id:
+        raise ConfigError(f"GEMM config id {config_id!r} is not canonical; expected {cfg.id!r}")
+    return cfg
 
 
 def make(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, atomic: bool = False,
@@ -55,6 +116,8 @@ def make(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, atomic: bo
 
 
 def parse(config_id: str) -> Config:
+    if config_id.startswith("ds"):
+        return _parse_stream(config_id)
     m = _ID.match(config_id)
     if not m:
         raise ConfigError(f"bad triton_decode config id {config_id!r}: expected dk4_n64x256_w4_s4[_at][_pdl]")
@@ -82,8 +145,12 @@ def grid() -> list[Config]:
 
 
 def smem_bytes(cfg: Config) -> int:
-    """The pipelined x and W tiles; the peeled first W tile lives in registers."""
+    """dk: the pipelined x and W tiles (the peeled first W tile lives in registers). ds: the
+    tl.dot operands' layout conversion (x's 16 rows and the slab) or, _fma, none beyond the
+    reduction scratch."""
     _, bn, bk = cfg.param("block")
+    if is_stream(cfg):
+        return 0 if cfg.param("fma") else (MAX_M + bn) * bk * 2
     return (MAX_M * bk + bn * bk) * 2 * cfg.param("stages")
 
 
@@ -121,6 +188,33 @@ def shape_reason(cfg: Config, n: int, k: int, m: int | None) -> str | None:
         return f"triton_decode serves M <= {MAX_M}, not M={m}"
     _, _, bk = cfg.param("block")
     split, k_tiles = cfg.param("split_k"), -(-k // bk)
+    if is_stream(cfg):
+        tiles = cfg.param("tiles")
+        if tiles > 1 and tiles >= 2 * k_tiles:
+            return (f"T={tiles} K tiles per CTA is at least twice the {k_tiles} K tiles of K={k} with BK={bk}: "
+                    f"T={tiles // 2} is the same split with half the unrolled loads")
+        return None
     if split > k_tiles:
         return f"split_k={split} exceeds the {k_tiles} K tiles of K={k} with BK={bk}"
     return None
+
+
+def stream_grid() -> list[Config]:
+    """The `ds` configs bench/decode_lane_s14.py measures side by side (15): tensor-core slabs of
+    8-32 KB at 4-8 x 16-byte loads per thread (63-128 registers on sm90 with Triton 3.6, no spills:
+    several CTAs per SM), 1, 2, 4 or 8 K tiles per CTA (fewer splits, a shorter reduction), the
+    FMA path at 4-8 rows, atomic twins of the one- and two-tile shapes. Not in grid() (the build space) until the H200 shows which of them pay: the cost model
+    cannot rank a kernel it has never seen measured."""
+    dot = [make_stream(32, 256, 4, t) for t in (1, 2)] + [make_stream(64, 256, 8, t) for t in (1, 2, 4, 8)]
+    dot.append(make_stream(16, 256, 4, 1))
+    fma = [make_stream(4, 1024, 4, t, fma=True) for t in (1, 2, 4)] + [make_stream(8, 2048, 8, 1, fma=True)]
+    atomic = [make_stream(32, 256, 4, 1, atomic=True), make_stream(64, 256, 8, 1, atomic=True),
+              make_stream(64, 256, 8, 2, atomic=True), make_stream(4, 1024, 4, 1, fma=True, atomic=True)]
+    return dot + fma + atomic
+
+
+def pdl_twin(cfg: Config) -> Config:
+    """`cfg` launched with programmatic dependent launch (itself when it already is)."""
+    if cfg.param("pdl"):
+        return cfg
+    return parse(cfg.id + "_pdl")

@@ -130,21 +130,35 @@ class DecodeSpec(KernelSpec):
 
 
 def spec(cfg: Config) -> DecodeSpec:
+    """The launch of a triton_decode config: this kernel for `dk`, the stream kernel for `ds`."""
+    if cfg.param("kernel") == "stream":
+        from tunedb.families.gemm import kernels_decode_stream
+
+        return kernels_decode_stream.spec(cfg)
     _, bn, bk = cfg.param("block")
     split, atomic, pdl = cfg.param("split_k"), bool(cfg.param("atomic")), bool(cfg.param("pdl"))
     cx = (("BN", bn), ("BK", bk), ("SPLIT", split), ("ATOMIC", atomic), ("PDL", pdl))
     return DecodeSpec("decode", cx, cfg.param("warps"), cfg.param("stages"), pdl=pdl)
 
 
-def grid_of(sp: DecodeSpec, n: int) -> Callable[[int, int], tuple[int, int]]:
+def grid_of(sp: DecodeSpec, n: int, k: int) -> Callable[[int, int], tuple[int, ...]]:
+    """The launch grid at (N, K) = (n, k) as grid(M, sms) (a `ds` config's splits depend on K)."""
+    if sp.name == "decode_stream":
+        from tunedb.families.gemm import kernels_decode_stream
+
+        return kernels_decode_stream.grid_of(sp, n, k)
     cx = dict(sp.constexprs)
     shape = (-(-n // cx["BN"]), cx["SPLIT"])
     return lambda m, sms: shape
 
 
-def workspace_sizes(sp: DecodeSpec, n: int) -> tuple[int, int]:
+def workspace_sizes(sp: DecodeSpec, n: int, k: int) -> tuple[int, int]:
     """(fp32 workspace elements, int32 counters) for N = n: sized for 16 rows, so one
     allocation serves every M <= 16."""
+    if sp.name == "decode_stream":
+        from tunedb.families.gemm import kernels_decode_stream
+
+        return kernels_decode_stream.workspace_sizes(sp, n, k)
     cx = dict(sp.constexprs)
     blocks, split = -(-n // cx["BN"]), cx["SPLIT"]
     if split == 1:

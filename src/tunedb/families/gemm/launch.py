@@ -174,8 +174,8 @@ def _decode(config: Config, sig: Signature) -> Launcher:
     spec = kernels_decode.spec(config)
     prep, n, k, has_bias, act = _prologue(sig)
     site = Site(spec.kernel, (n, k, has_bias, act), spec.kwargs(interpret=_interpreting()))
-    grid = kernels_decode.grid_of(spec, n)
-    ws_elems, counters = kernels_decode.workspace_sizes(spec, n)
+    grid = kernels_decode.grid_of(spec, n, k)
+    ws_elems, counters = kernels_decode.workspace_sizes(spec, n, k)
     scratch: dict[Any, tuple[Any, Any]] = {}
 
     def run(x, weight, bias, out):
