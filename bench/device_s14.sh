@@ -6,6 +6,8 @@
 # half done, and a killed build writes no table).
 #   bash bench/device_s14.sh s13_linalg:goal s13_linalg:retune s13_linalg:tests s13_tune:profile-test glsm-table
 # glsm-table (about 3 min): the shipped gemm_log_softmax table (docs/gemm_log_softmax.md).
+# decode (about 2.5 min): tests/gpu/test_decode_stream_gpu.py, bench/decode_lane_s14.py.
+# glsm-small (about 2 min): tests/gpu/test_gemm_log_softmax_rowfix_gpu.py, bench/glsm_small_m.py --quick.
 set -u
 T0=$(date +%s)
 export OUT=${OUT:-/tmp/out}
@@ -21,6 +23,16 @@ for s in "$@"; do
       LOGS_TGZ=glsm-table.tgz bash -c '. "$(dirname "$0")/device_stages.sh"; record_env
         stage glsm_build ${GLSM_S:-240} "python -m tunedb build --family gemm_log_softmax --census bench/census/ctc_heads.json --no-fill --out system --fresh --run-id s14-glsm && cp src/tunedb/db/sm90/gemm_log_softmax.json $FINAL/db/"
         stage glsm_tests ${GLSM_TESTS_S:-90} "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_gemm_log_softmax_gpu.py"
+        pack_logs' "$0" ;;
+    decode)  # issue 18: the decode lane's stream kernel (docs/decode_stream.md): GPU tests, then the bench
+      LOGS_TGZ=decode.tgz bash -c '. "$(dirname "$0")/device_stages.sh"; record_env
+        stage decode_tests ${DECODE_TESTS_S:-90} "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_decode_stream_gpu.py"
+        stage decode_bench ${DECODE_S:-150} "python bench/decode_lane_s14.py --budget-s ${DECODE_BUDGET:-70} --out $OUT/decode_lane_s14.json"
+        pack_logs' "$0" ;;
+    glsm-small)  # issue 25: the triton_rowfix lane: GPU tests, then bench/glsm_small_m.py
+      LOGS_TGZ=glsm-small.tgz bash -c '. "$(dirname "$0")/device_stages.sh"; record_env
+        stage rowfix_tests ${ROWFIX_TESTS_S:-90} "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_gemm_log_softmax_rowfix_gpu.py"
+        stage glsm_small ${GLSM_SMALL_S:-130} "python bench/glsm_small_m.py ${GLSM_SMALL_ARGS:---quick} --out $OUT/glsm_small"
         pack_logs' "$0" ;;
     *) echo "unknown stage $s" ;;
   esac
