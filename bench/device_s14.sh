@@ -34,6 +34,17 @@ for s in "$@"; do
         stage rowfix_tests ${ROWFIX_TESTS_S:-90} "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_gemm_log_softmax_rowfix_gpu.py"
         stage glsm_small ${GLSM_SMALL_S:-130} "python bench/glsm_small_m.py ${GLSM_SMALL_ARGS:---quick} --out $OUT/glsm_small"
         pack_logs' "$0" ;;
+    fp8-block-exh)  # issue 20: every block-valid config at every census point through the build's own
+      # protocol (one measurement); its log comes back for bench/fp8_block_seeds.py on the CPU
+      ( LOGS_TGZ=fp8-block-exh.tgz; . "$(dirname "$0")/device_stages.sh"; record_env
+        export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.cache/tunedb/triton}
+        stage fp8_block_compile 60 "python -c \"import sys; sys.path.insert(0, 'bench'); import fp8_block_exhaustive as b; print(round(b.compile_all(b.block_space(), 8), 1), 's')\""
+        stage fp8_block_exh ${FP8_EXH_S:-200} "python -m tunedb build --family scaled_mm_fp8 --census bench/census/quant_llama_fp8-block.json --no-fill --exhaustive --out $OUT/exh --run-id s14-fp8-exh-$(date +%s) && gzip -c $OUT/exh/measurements.jsonl > $OUT/fp8_block_exh_measurements.jsonl.gz && rm -f $OUT/exh/measurements.jsonl"
+        pack_logs ) ;;
+    glsm-rebuild)  # the gemm_log_softmax table after the rowfix lane (the family hash moved)
+      LOGS_TGZ=glsm-rebuild.tgz bash -c '. "$(dirname "$0")/device_stages.sh"; record_env
+        stage glsm_build ${GLSM_S:-200} "python -m tunedb build --family gemm_log_softmax --census bench/census/ctc_heads.json --no-fill --out system --fresh --run-id s14-glsm2-$(date +%s) && cp src/tunedb/db/sm90/gemm_log_softmax.json $FINAL/db/"
+        pack_logs' "$0" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
