@@ -17,15 +17,17 @@ by the next loads).
 
 The layout comes from the load: its offsets are declared non-contiguous (`tl.max_contiguous`
 1 on every axis), so the coalescing pass keeps the axes in their given order and puts the lanes
-on the first, the problem axis, one element per thread per register (checked on the sm90 TTGIR
-of Triton 3.6: no shuffle, barrier or shared memory in posv). potrf stores L through the coalesced layout
-Triton picks for the store (one conversion through shared memory at the end, where a
-thread-per-problem store would write 4- or 8-byte pieces of 32 sectors per instruction).
+on the first, the problem axis, one element per thread per register (checked on sm90 SASS of
+Triton 3.6: no shuffle, barrier or shared memory at one problem per thread). The stores keep that layout too:
+potrf's L through a coalesced layout would stage the whole tile in shared memory and, at n=16,
+spill (255 registers + 60 bytes); thread-per-problem stores write 4 or 8 bytes of 32 sectors per
+instruction instead, which L2 merges (the ladder measures what that costs).
 
 Pivots as in kernels_lane.py: the square root and its reciprocal from rsqrt and Newton steps;
 a pivot that is not positive (or NaN) sets info to the first such column (1-based) and is
 replaced by 1, so nothing loops on data and the other problems are untouched. Reductions that
-pick one register add -0.0 for the rest (x + -0.0 == x for every x, so the adds fold away).
+pick one register add -0.0 for the rest (x + -0.0 is x for every x, so the compiler may drop
+those adds; with +0.0 it may not, -0.0 + 0.0 being +0.0).
 """
 import triton
 import triton.language as tl
