@@ -4,12 +4,14 @@
         [--batch 4096] [--dtypes fp32] [--cap 5] [--rounds 9] [--budget-s 230] [--plan] [--quick|--goal]
 
 --goal: exactly the goal cells of "potrf and posv, n <= 32: >= 10x geomean over torch" (potrf,
-posv x n 4, 8, 16, 32 x batch 256, 4096, 65536 x fp32, fp64: 48 cells), --cap 9 (by the prior's
-rotation: three lane configs, three warp, two block, one thread where valid) and --budget-s 200
-unless given. Each cell reports the best of the older packings (thread/warp/block) and the best
-lane config (kernels_lane.py, session 13) beside torch, and the summary their geomeans over the
-cells. Expected on an H200: about 30 s compiling (the lane kernels are unrolled), then 48 cells
-in 60-120 s.
+posv x n 4, 8, 16, 32 x batch 256, 4096, 65536 x fp32, fp64: 48 cells), --cap 11 (by the prior's
+rotation: three lane configs, three warp, two block, one thread where valid, and two reg configs
+where reg runs: fp32 n <= 16, fp64 n <= 12) and --budget-s 200 unless given. Each cell reports
+the best of the older packings (thread/warp/block), the best lane config (kernels_lane.py,
+session 13) and the best reg config (kernels_reg.py, session 14) beside torch, and the summary
+their geomeans over the cells, with the geomean of the best arm without reg (what the table
+served before reg). Expected on an H200: about 40 s compiling (the lane and reg kernels are
+unrolled), then 48 cells in 70-140 s.
 
 --quick: only the goal cells (potrf, posv, gemm, gemv at n in 4, 8, 16, 32 x batch 4096, 65536
 x fp32, fp64: 64 cells), with --cap 6 and --budget-s 100 unless given; an explicit --ops/--n/--batch/--dtypes
@@ -60,8 +62,8 @@ INPLACE = ("potrf", "posv", "trsv")
 QUICK = {"ops": ("potrf", "posv", "gemm", "gemv"), "n": (4, 8, 16, 32), "batch": (4096, 65536),
          "dtypes": ("fp32", "fp64"), "budget_s": 100.0, "cap": 6}
 GOAL = {"ops": ("potrf", "posv"), "n": (4, 8, 16, 32), "batch": (256, 4096, 65536),
-        "dtypes": ("fp32", "fp64"), "budget_s": 200.0, "cap": 9}
-NEW_PACKINGS = ("lane_",)  # config-id prefixes of the packings added in session 13
+        "dtypes": ("fp32", "fp64"), "budget_s": 200.0, "cap": 11}
+NEW_PACKINGS = ("lane_", "reg_")  # config-id prefixes of the packings added in sessions 13 and 14
 
 
 def _csv(kind):
@@ -246,15 +248,19 @@ def measure_cell(cell_key, arms, args, seed):
     triton = [a for a in servable if not a.startswith("torch")]
     best_triton = min(triton, key=lambda a: info[a]["median_us"]) if triton else None
     old = [a for a in triton if not a.startswith(NEW_PACKINGS)]
-    new = [a for a in triton if a.startswith(NEW_PACKINGS)]
+    new = [a for a in triton if a.startswith("lane_")]
+    reg = [a for a in triton if a.startswith("reg_")]
     best_old = min(old, key=lambda a: info[a]["median_us"]) if old else None
     best_new = min(new, key=lambda a: info[a]["median_us"]) if new else None
+    best_reg = min(reg, key=lambda a: info[a]["median_us"]) if reg else None
+    before = [a for a in servable if not a.startswith("reg_")]  # what could be served before reg
+    best_before = min(before, key=lambda a: info[a]["median_us"]) if before else None
     best = min(servable, key=lambda a: info[a]["median_us"]) if servable else None
     del graphs, cell
     torch.cuda.empty_cache()
     return {"op": op, "dtype": cell_key[1], "n": cell_key[2], "batch": cell_key[3], "floor_us": fl,
             "target_us": target, "arms": info, "best_triton": best_triton, "best": best,
-            "best_old": best_old, "best_new": best_new,
+            "best_old": best_old, "best_new": best_new, "best_reg": best_reg, "best_before_reg": best_before,
             "wrong": [a for a in all_arms if not info[a]["ok"]]}
 
 
@@ -282,6 +288,12 @@ def summarize(cells):
         "potrf_posv_geomean_old_packings": geomean([speed_of(c, "best_old") for c in goal]),
         "potrf_posv_geomean_lane_packing": geomean([speed_of(c, "best_new") for c in goal]),
         "potrf_posv_cells_lane_wins": sum(1 for c in goal if c.get("best_new") and c["best_new"] == c["best_triton"]),
+        "potrf_posv_geomean_reg_packing": geomean([speed_of(c, "best_reg") for c in goal]),
+        "potrf_posv_cells_with_reg": sum(1 for c in goal if c.get("best_reg")),
+        "potrf_posv_cells_reg_wins": sum(1 for c in goal if c.get("best_reg") and c["best_reg"] == c["best_triton"]),
+        "potrf_posv_geomean_best_without_reg": geomean([speed_of(c, "best_before_reg") for c in goal]),
+        "potrf_posv_cells_within_3x_target_without_reg": sum(
+            1 for c in goal if c.get("best_before_reg") and c["arms"][c["best_before_reg"]]["x_floor"] <= 3.0),
         "potrf_posv_cells_within_3x_target": sum(1 for c in goal if c["best"] and c["arms"][c["best"]]["x_floor"] <= 3.0),
         "gemm_gemv_n_le_16_geomean_speedup": geomean(small), "gemm_gemv_cells": len(small),
         "cells_triton_slower_than_torch": sum(1 for c in cells if (speed(c) or 0) < 1.0),
@@ -291,8 +303,8 @@ def summarize(cells):
 
 
 def markdown(cells, summary):
-    lines = ["| op | dtype | n | batch | torch us | checked us | best Triton | us | ns/problem | speedup | x max(floor,3us) | best old | x | best lane | x |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | dtype | n | batch | torch us | checked us | best Triton | us | ns/problem | speedup | x max(floor,3us) | best old | x | best lane | x | best reg | x |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         a = c["arms"]
         t = a["torch"].get("median_us")
@@ -302,7 +314,8 @@ def markdown(cells, summary):
         lines.append(f"| {c['op']} | {c['dtype']} | {c['n']} | {c['batch']} | {t and f'{t:.1f}'} | "
                      f"{chk and f'{chk:.1f}' or '-'} | {bt or '-'} | {b.get('median_us', 0):.1f} | "
                      f"{b.get('ns_per_problem', 0):.2f} | {(b.get('speedup_vs_torch') or 0):.2f}x | "
-                     f"{b.get('x_floor', 0):.2f} | {_arm_cell(c, 'best_old')} | {_arm_cell(c, 'best_new')} |")
+                     f"{b.get('x_floor', 0):.2f} | {_arm_cell(c, 'best_old')} | {_arm_cell(c, 'best_new')} | "
+                     f"{_arm_cell(c, 'best_reg')} |")
     lines += ["", "```", json.dumps(summary, indent=1), "```"]
     return "\n".join(lines) + "\n"
 
@@ -348,7 +361,7 @@ def main(argv=None):
         print(f"{key[0]:5s} {key[1]} n={key[2]:3d} b={key[3]:5d}: torch {t and round(t, 1)} us, "
               f"best {bt} {bt and round(b['median_us'], 1)} us {bt and round(b['ns_per_problem'], 2)} ns/problem "
               f"({bt and round(b['speedup_vs_torch'], 2)}x torch, {bt and round(b['x_floor'], 2)}x floor); "
-              f"old {_arm_cell(res, 'best_old')}; lane {_arm_cell(res, 'best_new')}"
+              f"old {_arm_cell(res, 'best_old')}; lane {_arm_cell(res, 'best_new')}; reg {_arm_cell(res, 'best_reg')}"
               f"{' WRONG ' + str(res['wrong']) if res['wrong'] else ''}", flush=True)
     summary = summarize(done)
     summary.update(compile_s=compile_s, compile_failures=compile_failures, skipped_cells=len(skipped),

@@ -59,8 +59,17 @@ def test_every_cell_has_a_triton_config_and_the_space_is_what_the_predicate_admi
 
 def test_candidates_spend_a_cap_mostly_on_lane_and_warp_configs():
     capped = space.candidates("potrf", 16, "fp32", cap=5, batch=65536)
-    assert [c.packing for c in capped] == ["lane", "warp", "block", "lane", "thread"]
+    assert [c.packing for c in capped] == ["lane", "reg", "warp", "block", "thread"]
     assert capped[0].id == "lane_p2_w1"  # one column per lane, one warp per program
+    assert capped[1].id == "reg_p32_w1"  # one problem per thread, one warp per program
+    # a cap of 11 where reg runs spends the old cap of 9 on the other packings, plus two reg
+    eleven = space.candidates("potrf", 16, "fp32", cap=11, batch=4096)
+    old = [c for c in eleven if c.packing != "reg"]
+    assert len(old) == 9 and sum(c.packing == "reg" for c in eleven) == 2
+    assert sorted(c.packing for c in old) == sorted(["lane"] * 3 + ["warp"] * 3 + ["block"] * 2 + ["thread"])
+    # where reg cannot run, a cap of 9 is the old nine
+    nine = space.candidates("posv", 32, "fp32", cap=9, batch=4096)
+    assert sorted(c.packing for c in nine) == sorted(["lane"] * 3 + ["warp"] * 3 + ["block"] * 2 + ["thread"])
     # the ops without a lane kernel keep the rotation they had
     capped = space.candidates("gemm", 8, "fp32", cap=5, batch=65536)
     assert [c.packing for c in capped] == ["warp", "block", "thread", "warp", "warp"]

@@ -40,14 +40,22 @@ import triton.language as tl
 
 
 @triton.jit
-def _lane_load(A, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
+def _lane_load(A, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, COLS: tl.constexpr):
     """The mirrored symmetric tile t[c, p, r] = A[max(r, c), min(r, c)] and its indices."""
     p = tl.program_id(0).to(tl.int64) * P + tl.arange(0, P).to(tl.int64)
     c = tl.arange(0, NP)[:, None, None]
     pp = p[None, :, None]
     r = tl.arange(0, NP)[None, None, :]
     ok = (pp < batch) & (r < N) & (c < N)
-    low = tl.load(A + pp * (N * N) + r * N + c, mask=ok & (r >= c), other=0)
+    # contiguous along a row for COLS (the columns each lane holds) only: with 16-byte aligned
+    # pointers the coalescing pass would otherwise vectorise the load up to 16 bytes of a row
+    # (at fp32 n=4 a whole row per thread, rows across lanes), and Triton 3.6's
+    # TritonGPURemoveLayoutConversions then emits a use before its definition in posv
+    # ("operand #0 does not dominate this use", PassManager::run failed on the H200). A vector
+    # of the lane's own columns is the layout the loop wants anyway: on sm90 SASS it shortens
+    # posv's one-column kernels (fp32 n=32 4176 -> 2608 instructions) and leaves potrf's as they
+    # were (tests/unit/test_linalg_compile_sm90.py compiles every config)
+    low = tl.load(A + tl.max_contiguous(pp * (N * N) + r * N + c, [COLS, 1, 1]), mask=ok & (r >= c), other=0)
     t = tl.where(r >= c, low, tl.permute(low, (2, 1, 0)))
     return p, pp, r, c, t
 
@@ -98,8 +106,8 @@ def _lane_chol(t, r, c, y, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, S
 
 
 @triton.jit(do_not_specialize=["batch"])
-def potrf_lane(A, L, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
-    p, pp, r, c, t = _lane_load(A, batch, N, NP, P)
+def potrf_lane(A, L, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, COLS: tl.constexpr):
+    p, pp, r, c, t = _lane_load(A, batch, N, NP, P, COLS)
     t, s, inv, info, _ = _lane_chol(t, r, c, t, N, NP, P, False)
     out = tl.where(r > c, t * inv, tl.where(r == c, s, 0))
     ok = (pp < batch) & (r < N) & (c < N)
@@ -108,10 +116,10 @@ def potrf_lane(A, L, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.const
 
 
 @triton.jit(do_not_specialize=["batch"])
-def posv_lane(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
+def posv_lane(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, COLS: tl.constexpr):
     """A x = b: factor with the forward solve fused (z in every lane), then L^T x = z by rows of
     L with x spread across the lanes (lane c holds x_c)."""
-    p, pp, r, c, t = _lane_load(A, batch, N, NP, P)
+    p, pp, r, c, t = _lane_load(A, batch, N, NP, P, COLS)
     # b lane-wise, as the tile's columns lie: lane c holds b_c, then z_c (= L^-1 b), then x_c
     w = tl.load(B + pp * N + c, mask=(pp < batch) & (c < N), other=0)  # [NP, P, 1]
     t, s, inv, info, w = _lane_chol(t, r, c, w, N, NP, P, True)

@@ -8,7 +8,9 @@ n (padded to the next power of two NP with masks) and the dtype. Ids:
   warp_p{P}_w{W}    P problems per program in a [P, NP(, NP)] register layout, reductions along n;
   block_w{W}        one problem per program, the whole NP x NP tile across W warps;
   lane_p{P}_w{W}    potrf/posv only, n <= 32: one matrix column per lane, its rows in registers
-                    (kernels_lane.py), NP lanes per problem, P problems per program.
+                    (kernels_lane.py), NP lanes per problem, P problems per program;
+  reg_p{P}_w{W}     potrf/posv only, small n: one problem per thread, its lower triangle in that
+                    thread's registers (kernels_reg.py), P = 32*num_warps*k problems per program.
 The validity predicate bounds the register tile (elements held per thread) and the sequential
 work a thread-packed lane does, so every config it admits compiles without spilling, except
 block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm. Checked
@@ -24,7 +26,7 @@ import re
 from dataclasses import dataclass
 
 OPS = ("dot", "gemv", "gemm", "potrf", "trsv", "posv")
-PACKINGS = ("thread", "warp", "block", "lane")
+PACKINGS = ("thread", "warp", "block", "lane", "reg")
 DTYPES = ("fp32", "fp64", "fp16", "bf16")
 HALF_OPS = ("dot", "gemv", "gemm")  # ops that also take fp16/bf16 (accumulating in fp32)
 N_MIN, N_MAX = 2, 128
@@ -44,8 +46,11 @@ TILE_BUDGET = {"dot": (32, 32), "gemv": (128, 64), "gemm": (128, 64), "trsv": (1
                "potrf": (64, 32), "posv": (32, 16)}
 
 # candidates()' turns per packing (a packing with no valid config is skipped)
-ROTATION = ("lane", "warp", "block", "lane", "thread", "warp", "lane", "warp", "block")
-_ID = re.compile(r"^(?:(thread|warp|lane)_p(\d+)_w(\d+)|block_w(\d+))$")
+# With reg (session 14) every packing keeps its place in the first nine turns of the others:
+# a cap of 11 spends the old cap of 9 as before plus two reg configs; where reg has no valid
+# config (n > 16 in fp32, n > 12 in fp64, other ops) the first nine are the old nine.
+ROTATION = ("lane", "reg", "warp", "block", "thread", "lane", "warp", "lane", "reg", "warp", "block")
+_ID = re.compile(r"^(?:(thread|warp|lane|reg)_p(\d+)_w(\d+)|block_w(\d+))$")
 # Lane packing (kernels_lane.py): potrf/posv up to n = 32 (a problem's columns fit one warp's
 # lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
 # break the register-only row axis); the columns a lane holds, P * NP * NP / (32 * num_warps)
@@ -61,6 +66,15 @@ LANE_MAX_N = 32
 LANE_P = (1, 2, 4, 8, 16, 32, 64, 128)
 LANE_WARPS = (1, 2, 4)
 LANE_BUDGET = (32, 16)
+# Register packing (kernels_reg.py): potrf/posv, one problem per thread (P a multiple of
+# 32*num_warps: k = P / (32*num_warps) problems per thread), the lower triangle held in
+# registers: k * n(n+1)/2 elements per thread within REG_BUDGET (fp32, fp64). Calibrated on sm90
+# cubins (Triton 3.6, ptxas -v, P = 32): fp32 n=16 (136 elements) posv 255 registers / potrf
+# 168, no spill; fp64 n=12 (78) posv 216 / potrf 182, no spill, n=16 spills 2 KB; k=2 at fp32
+# n=8 (72) 123 registers.
+REG_P = (32, 64, 128, 256)
+REG_WARPS = (1, 2, 4)
+REG_BUDGET = (136, 78)
 
 
 @dataclass(frozen=True)
@@ -124,6 +138,8 @@ def invalid_reason(op: str, packing: str, problems: int, warps: int, n: int, dty
     lanes = 32 * warps
     if packing == "lane":
         return _lane_invalid(op, problems, warps, n, dtype, lanes)
+    if packing == "reg":
+        return _reg_invalid(op, problems, warps, n, dtype, lanes)
     if packing == "thread":
         if problems < lanes:
             # Each lane re-reads what it wrote; a replicated lane would read another's stale copy.
@@ -171,12 +187,35 @@ def _lane_invalid(op: str, problems: int, warps: int, n: int, dtype: str, lanes:
     return None
 
 
+def _reg_invalid(op: str, problems: int, warps: int, n: int, dtype: str, lanes: int) -> str | None:
+    if op not in LANE_OPS:
+        return f"reg packing runs {', '.join(LANE_OPS)} only, not {op}"
+    if warps not in REG_WARPS:
+        return f"reg packing takes num_warps in {REG_WARPS}, got {warps}"
+    if problems > max(REG_P):
+        return f"reg packing takes P <= {max(REG_P)}, got P={problems}"
+    if problems < lanes:
+        return f"reg packing needs P >= 32*num_warps ({lanes}): one problem per thread, got P={problems}"
+    per = problems // lanes * (n * (n + 1) // 2)
+    budget = REG_BUDGET[dtype == "fp64"]
+    if per > budget:
+        return (f"reg packing holds {per} elements per thread (the lower triangle of "
+                f"{problems // lanes} problem(s) of n={n}), over {budget} for {dtype} (it would spill)")
+    return None
+
+
+def lane_columns(problems: int, warps: int, n: int) -> int:
+    """Matrix columns each lane holds in a lane config (the kernel's COLS: its load's vector)."""
+    return max(1, problems * next_pow2(n) // (32 * warps))
+
+
 def config_space(op: str | None = None, n: int | None = None, dtype: str | None = None) -> list[KernelConfig]:
     """Every Triton config; restricted to the valid ones for (op, n, dtype) when all three are given."""
     out = [KernelConfig("thread", p, w) for p in THREAD_P for w in WARPS if p >= 32 * w]
     out += [KernelConfig("warp", p, w) for p in WARP_P for w in WARPS]
     out += [KernelConfig("block", 1, w) for w in WARPS]
     out += [KernelConfig("lane", p, w) for p in LANE_P for w in LANE_WARPS]
+    out += [KernelConfig("reg", p, w) for p in REG_P for w in REG_WARPS if p >= 32 * w]
     if op is None or n is None or dtype is None:
         return out
     return [c for c in out if invalid_reason(op, c.packing, c.problems, c.warps, n, dtype) is None]
@@ -196,7 +235,9 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     import math
 
     def score(c: KernelConfig) -> tuple[float, int]:
-        if c.packing == "lane":  # one warp per program and one or two columns per lane
+        if c.packing == "reg":  # one problem per thread, one or two warps per program
+            base = math.log2(c.problems / (32 * c.warps)) + 0.25 * abs(c.warps - 1.5)
+        elif c.packing == "lane":  # one warp per program and one or two columns per lane
             cols = c.problems * next_pow2(n) / (32 * c.warps)
             base = abs(math.log2(cols) - 0.5) + 0.5 * math.log2(c.warps)
         elif c.packing == "thread":

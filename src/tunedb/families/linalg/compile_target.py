@@ -1,0 +1,106 @@
+"""Compiling the unrolled linalg kernels (lane, reg) for a GPU target on a machine without one.
+
+The device runs an older Triton than the CPU machines (3.6 against 3.x), and a kernel that the
+interpreter runs can still fail in the device compiler's passes: session 14's posv lane kernels
+at fp32 n=4 died in TritonGPURemoveLayoutConversions ("operand #0 does not dominate this use")
+on the H200 only. `triton.compile(ASTSource, target=GPUTarget('cuda', 90, 32))` runs the whole
+pipeline (TTIR, TTGIR, LLVM, PTX, ptxas) with no GPU, so every config the tune can pick is
+compiled here in the Triton that imports, under the pointer alignment the device sees (torch
+allocations: 16-byte aligned pointers, which is what lets the coalescing pass vectorise).
+
+    PYTHONPATH=/tmp/t36/site:src python -m tunedb.families.linalg.compile_target \
+        [--packings lane,reg] [--n 4,8,16,32] [--jobs 2]
+
+prints one JSON object per kernel ({"op", "dtype", "n", "config", "ok", "error", "seconds",
+"shared"}) and exits 1 when any failed. tests/unit/test_linalg_compile_sm90.py runs it with
+Triton 3.6 where that wheel is available.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Sequence
+
+from tunedb.families.linalg import kernels_space as space
+
+PACKINGS = ("lane", "reg")  # the packings whose kernels are unrolled per n (the compile risk)
+OPS = ("potrf", "posv")
+TUNE_N = (4, 8, 16, 32)  # the tune's grid (ladder.GRID_N) where these packings run
+_POINTERS = {"potrf": ("A", "L", "INFO"), "posv": ("A", "B", "X", "INFO")}
+
+
+def items(packings: Sequence[str] = PACKINGS, ns: Sequence[int] = TUNE_N,
+          dtypes: Sequence[str] = ("fp32", "fp64")) -> list[tuple[str, str, int, str]]:
+    """Every (op, dtype, n, config id) the validity predicate admits for `packings`: a superset
+    of what the tune picks at any --max-arms, and what the heuristic may serve."""
+    return [(op, dt, n, c.id) for op in OPS for dt in dtypes for n in ns
+            for c in space.config_space(op, n, dt) if c.packing in packings]
+
+
+def _kernel(op: str, packing: str) -> Any:
+    if packing == "lane":
+        from tunedb.families.linalg import kernels_lane as mod
+    elif packing == "reg":
+        from tunedb.families.linalg import kernels_reg as mod
+    else:
+        raise ValueError(f"packing {packing!r}: compile_target compiles {', '.join(PACKINGS)}")
+    return getattr(mod, f"{op}_{packing}")
+
+
+def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
+    """Compile one kernel for cuda:`capability`; the outcome as a JSON-ready dict."""
+    op, dt, n, cid = item
+    out = {"op": op, "dtype": dt, "n": n, "config": cid, "ok": False, "error": "", "seconds": 0.0, "shared": None}
+    start = time.perf_counter()
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        cfg = space.parse_config(cid)
+        ptr = {"fp32": "*fp32", "fp64": "*fp64"}[dt]
+        names = _POINTERS[op]
+        sig = {name: ("*i32" if name == "INFO" else ptr) for name in names}
+        sig.update(batch="i32", N="constexpr", NP="constexpr", P="constexpr")
+        consts = {"N": n, "NP": space.next_pow2(n), "P": cfg.problems}
+        if cfg.packing == "lane":  # as launch.py passes them
+            sig["COLS"] = "constexpr"
+            consts["COLS"] = space.lane_columns(cfg.problems, cfg.warps, n)
+        src = ASTSource(fn=_kernel(op, cfg.packing), signature=sig, constexprs=consts,
+                        attrs={(i,): [["tt.divisibility", 16]] for i in range(len(names))})
+        kernel = triton.compile(src, target=GPUTarget("cuda", capability, 32), options={"num_warps": cfg.warps})
+        out.update(ok=True, shared=int(getattr(kernel.metadata, "shared", 0) or 0))
+    except Exception as exc:  # reported per kernel: the caller decides
+        text = str(exc).strip().splitlines()
+        out["error"] = f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]
+    out["seconds"] = round(time.perf_counter() - start, 2)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--packings", default=",".join(PACKINGS))
+    ap.add_argument("--n", default=",".join(map(str, TUNE_N)))
+    ap.add_argument("--dtypes", default="fp32,fp64")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--capability", type=int, default=90)
+    args = ap.parse_args(argv)
+    todo = items(args.packings.split(","), [int(x) for x in args.n.split(",")], args.dtypes.split(","))
+    if args.jobs > 1:
+        import concurrent.futures as cf
+        import functools
+        import multiprocessing as mp
+
+        with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+            results = list(pool.map(functools.partial(compile_one, capability=args.capability), todo))
+    else:
+        results = [compile_one(item, args.capability) for item in todo]
+    for res in results:
+        print(json.dumps(res), flush=True)
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
