@@ -84,9 +84,14 @@ def _parse_stream(config_id: str) -> Config:
     m = _DS_ID.match(config_id)
     if not m:
         raise ConfigError(f"bad triton_decode config id {config_id!r}: expected ds_t1_n16x512_w8[_fma][_at][_pdl]")
+    return _canonical(config_id, lambda: make_stream(int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["tiles"]),
+                                                     bool(m["fma"]), bool(m["at"]), bool(m["pdl"])))
+
+
+def _canonical(config_id: str, build) -> Config:
+    """The config `build` makes from an id's fields, which must spell that id exactly."""
     try:
-        cfg = make_stream(int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["tiles"]), bool(m["fma"]),
-                          bool(m["at"]), bool(m["pdl"]))
+        cfg = build()
     except ConfigError as exc:
         raise ConfigError(f"bad GEMM config id {config_id!r}: {exc}") from None
     if cfg.id != config_id:
@@ -121,14 +126,8 @@ def parse(config_id: str) -> Config:
     m = _ID.match(config_id)
     if not m:
         raise ConfigError(f"bad triton_decode config id {config_id!r}: expected dk4_n64x256_w4_s4[_at][_pdl]")
-    try:
-        cfg = make(int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["s"]), int(m["split"]),
-                   bool(m["at"]), bool(m["pdl"]))
-    except ConfigError as exc:
-        raise ConfigError(f"bad GEMM config id {config_id!r}: {exc}") from None
-    if cfg.id != config_id:
-        raise ConfigError(f"GEMM config id {config_id!r} is not canonical; expected {cfg.id!r}")
-    return cfg
+    return _canonical(config_id, lambda: make(int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["s"]),
+                                              int(m["split"]), bool(m["at"]), bool(m["pdl"])))
 
 
 def grid() -> list[Config]:
