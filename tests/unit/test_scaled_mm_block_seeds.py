@@ -154,3 +154,34 @@ def test_the_verdict_names_why_a_pick_misses(exhaustive_bench):
 
 def seeds_log():
     return ROOT / "bench" / "results" / "s13_F" / "block_measurements.jsonl.gz"
+
+
+@pytest.mark.parametrize("n,k", [(4096, 4096), (1024, 4096), (4096, 14336)])
+@pytest.mark.parametrize("m", [1, 16])
+def test_a_seed_brings_its_pdl_twin(n, k, m):
+    s = sig(n, k)
+    ids = {c.id for c in valid(s, m)}
+    ranked = set(PruningModel(SM90).rank(s, m, valid(s, m), 1))
+    pdl_seeds = [c for c in BLOCK_SEEDS["decode"] if c.endswith("_pdl") and c[:-4] in ids]
+    plain_seeds = [c for c in BLOCK_SEEDS["decode"] if c.startswith("dk") and not c.endswith("_pdl")
+                   and c + "_pdl" in ids]
+    assert pdl_seeds and plain_seeds
+    assert {c[:-4] for c in pdl_seeds} <= ranked  # dk8_n32x128_w4_s6_pdl brings dk8_n32x128_w4_s6
+    assert {c + "_pdl" for c in plain_seeds} <= ranked
+    # a twin the predicate rejects stays out: none on a row-scaled signature either
+    assert pruning.block_seeds(sig(n, k, "row"), m, valid(sig(n, k, "row"), m)) == []
+
+
+def test_the_protocol_sweep_is_covered_by_the_seeds_and_their_twins(seeds_bench):
+    """Session 14 E measured every block-valid config at every census point through the build's
+    protocol: every point has a seed or a seed's PDL twin within 3% of its best."""
+    sweep = seeds_bench.read_times(ROOT / "bench" / "results" / "s14_E" / "fp8_block_exh_measurements.jsonl.gz")
+    assert len(sweep) == 14
+    for p, t in sweep.items():
+        best = min(t.values())
+        seeds = set(BLOCK_SEEDS[seed_class(p[2])])
+        seeds |= {pruning._pdl_twin(c) for c in seeds}
+        assert any(t.get(c, float("inf")) <= 1.03 * best for c in seeds), p
+    # the seeds alone (no twins) leave the 4 MB width's M=16 point out: the twins are what cover it
+    p = (1024, 4096, 16)
+    assert not any(sweep[p].get(c, float("inf")) <= 1.03 * min(sweep[p].values()) for c in BLOCK_SEEDS["decode"])

@@ -65,13 +65,24 @@ def seed_class(m: int) -> str:
     return "decode" if m <= configs.DECODE_MAX_M else "prefill"
 
 
+def _pdl_twin(config_id: str) -> str:
+    return config_id[:-4] if config_id.endswith("_pdl") else config_id + "_pdl"
+
+
 def block_seeds(sig: Signature, m: int, candidates: Sequence[Config]) -> list[str]:
-    """The seeds of M's size class that are among `candidates` (the valid configs at the point),
-    for block-scaled signatures; none for other scale modes."""
+    """The seeds of M's size class, each with its PDL twin (the tile with programmatic dependent
+    launch toggled), that are among `candidates` (the valid configs at the point), for
+    block-scaled signatures; none for other scale modes. The twins: session 14's two exhaustive
+    sweeps of the block space disagreed on them (the bench's re-timing put PDL tiles up to 10%
+    ahead at the 4 MB width, the build's protocol put their non-PDL twins ahead), so a seed
+    stands for both and the build's own measurement decides."""
     if sig.get("scale") != "block":
         return []
     valid = {c.id for c in candidates}
-    return [cid for cid in BLOCK_SEEDS[seed_class(m)] if cid in valid]
+    out: list[str] = []
+    for cid in BLOCK_SEEDS[seed_class(m)]:
+        out += [c for c in (cid, _pdl_twin(cid)) if c in valid and c not in out]
+    return out
 
 
 class PruningModel:
