@@ -26,9 +26,12 @@ for s in $STAGES; do
       BLOG=${TUNEDB_CACHE_DIR:-$HOME/.cache/tunedb}/runs/$RID/measurements.jsonl
       stage fp8_block_compile 60 "python -c 'import sys; sys.path.insert(0, \"bench\"); import fp8_block_exhaustive as b; print(round(b.compile_all(b.block_space(), 8), 1), \"s\")'"
       stage fp8_build_block 100 "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k ${BLOCK_K:-16} --tie-band ${BLOCK_TIE:-0.01} --run-id $RID --census $CENSUS"
-      cp src/tunedb/db/sm90/scaled_mm_fp8.json "$FINAL/db/"
-      if [ -s "$BLOG" ]; then gzip -c "$BLOG" > "$LOGS/block_measurements.jsonl.gz"; else echo "no build log at $BLOG"; fi
-      stage fp8_block_exhaustive 140 "python bench/fp8_block_exhaustive.py --census $CENSUS --jobs 1 --budget-s 95 --build-log $LOGS/block_measurements.jsonl.gz --out $OUT/fp8_block_exhaustive.json" ;;
+      BUILD_LOG=""
+      if [ -s "$BLOG" ]; then  # the build wrote its table and log: bring both back
+        cp src/tunedb/db/sm90/scaled_mm_fp8.json "$FINAL/db/"
+        gzip -c "$BLOG" > "$LOGS/block_measurements.jsonl.gz"; BUILD_LOG="--build-log $LOGS/block_measurements.jsonl.gz"
+      else echo "no build log at $BLOG: the table is not copied back"; fi
+      stage fp8_block_exhaustive 140 "python bench/fp8_block_exhaustive.py --census $CENSUS --jobs 1 --budget-s 95 $BUILD_LOG --out $OUT/fp8_block_exhaustive.json" ;;
     *) echo "unknown stage $s" ;;
   esac
 done

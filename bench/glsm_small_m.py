@@ -40,7 +40,7 @@ from graph_timing import replay_ms  # noqa: E402
 FAM = families.get("gemm_log_softmax")
 LR = ("lr_r1_c8192_w16", "lr_r1_c16384_w16", "lr_r1_c32768_w16", "lr_r1_c2048_w8")  # the shipped table's small-M picks
 FX = ("fx_b16x128x64_w4_s3", "fx_b64x128x64_w4_s3")  # the old fixup's small-M tiles
-RF = tuple(c.id for c in configs_rowfix.grid())
+RF = tuple(c.id for c in configs_rowfix.grid() + configs_rowfix.one_launch_grid())  # the build space + the one-launch variants
 HEADS = ((5000, 256), (16000, 512), (32000, 512))
 MS, QUICK_MS = (64, 128, 256, 512, 1024), (64, 256, 1024)
 

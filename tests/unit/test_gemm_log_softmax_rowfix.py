@@ -24,9 +24,12 @@ SM90 = shipped_profile("sm90")
 
 def test_ids_round_trip_and_bad_ids():
     space = [c for c in FAMILY.config_space("sm90") if c.lane == rowfix.LANE]
-    assert {rowfix.per_sm(c) for c in space} >= {0, 1, 2}
-    assert {c.param("launch") for c in space} == set(rowfix.MODES)
-    for c in space:
+    # the build space holds the two-launch modes only; the one-launch configs are the bench's
+    assert {c.param("launch") for c in space} == {"two", "pdl"}
+    research = rowfix.one_launch_grid()
+    assert {rowfix.per_sm(c) for c in research} == {1, 2} and not set(research) & set(space)
+    assert {c.param("launch") for c in space + list(research)} == set(rowfix.MODES)
+    for c in space + list(research):
         assert FAMILY.parse_config(c.id) == c
     cfg = FAMILY.parse_config("rf_b64x64x64_w4_s3_one2")
     assert cfg.param("block") == (64, 64, 64) and rowfix.per_sm(cfg) == 2

@@ -186,8 +186,12 @@ def _decode(config: Config, sig: Signature) -> Launcher:
         if m:
             bufs = scratch.get(x2.device)
             if bufs is None:
-                bufs = scratch[x2.device] = (torch.zeros(ws_elems, dtype=torch.float32, device=x2.device),
-                                             torch.zeros(counters, dtype=torch.int32, device=x2.device))
+                bufs = (torch.zeros(ws_elems, dtype=torch.float32, device=x2.device),
+                        torch.zeros(counters, dtype=torch.int32, device=x2.device))
+                # buffers made inside a graph capture are zeroed only when the graph replays: they
+                # stay that graph's, and the next eager call makes (and keeps) its own
+                if not (x2.is_cuda and torch.cuda.is_current_stream_capturing()):
+                    scratch[x2.device] = bufs
             site(grid(m, 0), x2, w, y, b, bufs[0], bufs[1], m)
         return y
 
