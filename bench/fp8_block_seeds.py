@@ -3,6 +3,8 @@ what the recorded numbers say about the candidate rule (CPU only: no GPU, every 
 
     PYTHONPATH=src python bench/fp8_block_seeds.py [--log bench/results/s13_F/block_measurements.jsonl.gz]
         [--census bench/census/quant_llama_fp8-block.json] [--out seeds.json]
+    PYTHONPATH=src python bench/fp8_block_seeds.py --score EXH_LOG.jsonl.gz [--table FILE]
+        (a table's picks against an exhaustive log: `bash bench/device_s14.sh fp8-block-exh`)
 
 1. Derive: per size class (M <= 16, the decode lane's sizes; M > 16), the greedy set cover of
    "within 3% of the point's best measured time" over the log's points: the fewest configs such
@@ -189,6 +191,27 @@ def heuristic_times(log: Path) -> dict[tuple[int, int, int], float]:
     return out
 
 
+def score(table_path: Path, log: Path) -> dict:
+    """A database file's block-scaled picks against an exhaustive log measured through the build's
+    protocol (`tunedb build --exhaustive`, e.g. `bench/device_s14.sh fp8-block-exh`): per census
+    point the pick's time / the log's best, and heuristic / pick."""
+    times, heur = read_times(log), heuristic_times(log)
+    entries = json.loads(Path(table_path).read_text())["entries"]
+    rows = []
+    for (n, k, m), t in sorted(times.items()):
+        regions = entries[f"scaled_mm_fp8|op=scaled_mm|dt=fp8|N={n}|K={k}|scale=block|out=bf16"]["regions"]
+        pick = next(c for hi, c in regions if hi is None or m <= hi)
+        pick_us = heur.get((n, k, m)) if pick == "heuristic" else t.get(pick)
+        best = min(t, key=t.get)
+        rows.append({"N": n, "K": k, "M": m, "pick": pick, "pick_us": pick_us, "best": best, "best_us": t[best],
+                     "table_vs_best": pick_us / t[best] if pick_us else None,
+                     "heuristic_vs_table": heur[(n, k, m)] / pick_us if pick_us and (n, k, m) in heur else None})
+    ratios = [r["table_vs_best"] for r in rows if r["table_vs_best"]]
+    return {"rows": rows, "worst": max(ratios), "geomean": geomean(ratios),
+            "over_3pct": sum(r > TOL for r in ratios), "unmeasured_picks": sum(1 for r in rows if not r["pick_us"]),
+            "heuristic_vs_table": geomean([r["heuristic_vs_table"] for r in rows])}
+
+
 def geomean(xs):
     xs = [x for x in xs if x]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -200,8 +223,23 @@ def main() -> int:
     ap.add_argument("--sweep", type=Path, default=SWEEP, help="an exhaustive sweep's JSON whose uncovered points extend the cover")
     ap.add_argument("--census", type=Path, default=CENSUS)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--score", type=Path, default=None, metavar="EXH_LOG",
+                    help="only score --table against this exhaustive log (protocol timing) and exit")
+    ap.add_argument("--table", type=Path, default=ROOT / "src" / "tunedb" / "db" / "sm90" / "scaled_mm_fp8.json")
     args = ap.parse_args()
     from tunedb.families.scaled_mm import pruning
+
+    if args.score:
+        res = score(args.table, args.score)
+        for r in res["rows"]:
+            ratio = f"{r['table_vs_best']:.3f}" if r["table_vs_best"] else "unmeasured"
+            print(f"{r['N']}x{r['K']} M={r['M']}: {r['pick']} / {r['best']} = {ratio}")
+        print(f"{args.table.name} vs {args.score.name}: worst {res['worst']:.3f}, geomean {res['geomean']:.4f}, "
+              f"{res['over_3pct']} point(s) over {TOL}, {res['unmeasured_picks']} pick(s) the log lacks; "
+              f"heuristic / table {res['heuristic_vs_table']:.2f}")
+        if args.out:
+            args.out.write_text(json.dumps(res, indent=1))
+        return 0
 
     times = read_times(args.log)
     seeds = derive(times, sweep=read_sweep(args.sweep) if args.sweep else None)

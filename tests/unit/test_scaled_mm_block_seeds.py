@@ -185,3 +185,21 @@ def test_the_protocol_sweep_is_covered_by_the_seeds_and_their_twins(seeds_bench)
     # the seeds alone (no twins) leave the 4 MB width's M=16 point out: the twins are what cover it
     p = (1024, 4096, 16)
     assert not any(sweep[p].get(c, float("inf")) <= 1.03 * min(sweep[p].values()) for c in BLOCK_SEEDS["decode"])
+
+
+def test_score_reads_a_table_against_an_exhaustive_log(seeds_bench, tmp_path):
+    """`fp8_block_seeds.py --score`: the shipped table's block picks against session 14 E's
+    exhaustive log (every pick measured there; heuristic / table over the goal's 1.3x), and a
+    table serving a config the log never measured says so instead of scoring it."""
+    log = ROOT / "bench" / "results" / "s14_E" / "fp8_block_exh_measurements.jsonl.gz"
+    table = ROOT / "src" / "tunedb" / "db" / "sm90" / "scaled_mm_fp8.json"
+    res = seeds_bench.score(table, log)
+    assert len(res["rows"]) == 14 and res["unmeasured_picks"] == 0
+    assert 1.0 <= res["worst"] and res["heuristic_vs_table"] > 1.3
+    import json
+    doc = json.loads(table.read_text())
+    key = "scaled_mm_fp8|op=scaled_mm|dt=fp8|N=4096|K=4096|scale=block|out=bf16"
+    doc["entries"][key]["regions"] = [[None, "b16x16x16_w1_s1_g1"]]  # nothing the log holds
+    bad = tmp_path / "t.json"
+    bad.write_text(json.dumps(doc))
+    assert seeds_bench.score(bad, log)["unmeasured_picks"] == 3
