@@ -167,14 +167,20 @@ def replay(log: Path, census: Path, times, top_k: int, seeds, tie_band: float | 
         if rc:  # the rule's cross-evaluation asks for a (config, M) the device never measured
             return None
         table = json.loads((Path(tmp) / "db" / "sm90" / "scaled_mm_fp8.json").read_text())["entries"]
-    heur = heuristic_times(log)
+    return pick_rows(table, times, heuristic_times(log))
+
+
+def pick_rows(entries: dict, times, heur) -> list[dict]:
+    """Per census point of `times`: a table's block-scaled pick, its time there (None when the
+    measurements lack it), the best measured config, and the ratios."""
     rows = []
     for (n, k, m), t in sorted(times.items()):
-        regions = table[f"scaled_mm_fp8|op=scaled_mm|dt=fp8|N={n}|K={k}|scale=block|out=bf16"]["regions"]
+        regions = entries[f"scaled_mm_fp8|op=scaled_mm|dt=fp8|N={n}|K={k}|scale=block|out=bf16"]["regions"]
         pick = next(c for hi, c in regions if hi is None or m <= hi)
         pick_us = heur.get((n, k, m)) if pick == "heuristic" else t.get(pick)
-        rows.append({"N": n, "K": k, "M": m, "pick": pick, "pick_us": pick_us, "best": min(t, key=t.get),
-                     "best_us": min(t.values()), "table_vs_best": pick_us / min(t.values()) if pick_us else None,
+        best = min(t, key=t.get)
+        rows.append({"N": n, "K": k, "M": m, "pick": pick, "pick_us": pick_us, "best": best, "best_us": t[best],
+                     "table_vs_best": pick_us / t[best] if pick_us else None,
                      "heuristic_vs_table": heur[(n, k, m)] / pick_us if pick_us and (n, k, m) in heur else None})
     return rows
 
@@ -195,17 +201,8 @@ def score(table_path: Path, log: Path) -> dict:
     """A database file's block-scaled picks against an exhaustive log measured through the build's
     protocol (`tunedb build --exhaustive`, e.g. `bench/device_s14.sh fp8-block-exh`): per census
     point the pick's time / the log's best, and heuristic / pick."""
-    times, heur = read_times(log), heuristic_times(log)
     entries = json.loads(Path(table_path).read_text())["entries"]
-    rows = []
-    for (n, k, m), t in sorted(times.items()):
-        regions = entries[f"scaled_mm_fp8|op=scaled_mm|dt=fp8|N={n}|K={k}|scale=block|out=bf16"]["regions"]
-        pick = next(c for hi, c in regions if hi is None or m <= hi)
-        pick_us = heur.get((n, k, m)) if pick == "heuristic" else t.get(pick)
-        best = min(t, key=t.get)
-        rows.append({"N": n, "K": k, "M": m, "pick": pick, "pick_us": pick_us, "best": best, "best_us": t[best],
-                     "table_vs_best": pick_us / t[best] if pick_us else None,
-                     "heuristic_vs_table": heur[(n, k, m)] / pick_us if pick_us and (n, k, m) in heur else None})
+    rows = pick_rows(entries, read_times(log), heuristic_times(log))
     ratios = [r["table_vs_best"] for r in rows if r["table_vs_best"]]
     return {"rows": rows, "worst": max(ratios), "geomean": geomean(ratios),
             "over_3pct": sum(r > TOL for r in ratios), "unmeasured_picks": sum(1 for r in rows if not r["pick_us"]),
