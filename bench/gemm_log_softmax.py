@@ -50,16 +50,20 @@ def graph_us(call, weights, n_min=6) -> float:
     return replay_ms(lambda i: call(*weights[i % len(weights)]), n) * 1000.0
 
 
-def run_point(dt, n, k, m, l2, sm90):
+def time_arms(dt, n, k, m, l2, sm90, arms, device="cuda", timer=None) -> dict:
+    """torch and `arms` at one point: each checked against the fp32 reference first (NaN-poisoned
+    output; within 4x torch's error, else a failed row and not timed), then timed with `timer`
+    (graph_us: a CUDA graph over weight copies read cold). The row's times_us, errors, failed."""
+    timer = timer or graph_us
     sig = FAM.make_signature(n, k, dt, 1)
-    (x, w, b), _ = FAM.make_inputs(sig, m, "cuda", seed=m + n + k)
+    (x, w, b), _ = FAM.make_inputs(sig, m, device, seed=m + n + k)
     ref = FAM.reference(sig, x, w, b)
-    out = torch.empty((m, n), dtype=x.dtype, device="cuda")
+    out = torch.empty((m, n), dtype=x.dtype, device=device)
     copies = rotation_copies(1 << 40, l2, FAM.weight_bytes(sig), x.numel() * 2 + 2 * out.numel() * 2)
     weights = [(w.clone(), b.clone()) for _ in range(copies)]
     row = {"dt": dt, "N": n, "K": k, "M": m, "copies": copies, "times_us": {}, "errors": {}, "failed": {}}
     base_err = None
-    for cid in ("torch",) + ARMS:
+    for cid in ("torch",) + tuple(arms):
         cfg = FAM.parse_config(cid)
         why = FAM.invalid_reason(cfg, sig, m, sm90)
         if why:
@@ -78,13 +82,22 @@ def run_point(dt, n, k, m, l2, sm90):
         elif not err <= 4 * base_err:
             row["failed"][cid] = f"gate: error {err:.3g} > 4 x torch's {base_err:.3g}"
             continue
-        row["times_us"][cid] = graph_us(lambda w_, b_, c=cfg: FAM.launch(c, sig, x, w_, b_, out=out), weights)
+        row["times_us"][cid] = timer(lambda w_, b_, c=cfg: FAM.launch(c, sig, x, w_, b_, out=out), weights)
+    return row
+
+
+def best(times: dict, prefix: str) -> tuple:
+    """(us, config) of the fastest timed arm whose id starts with `prefix`; (None, None) if none."""
+    got = [(t, c) for c, t in times.items() if c.startswith(prefix)]
+    return min(got) if got else (None, None)
+
+
+def run_point(dt, n, k, m, l2, sm90):
+    row = time_arms(dt, n, k, m, l2, sm90, ARMS)
     times = row["times_us"]
     row["tuned"] = FAM.pick_rule().pick({c: t / 1000.0 for c, t in times.items()}).winner
     fused = {c: t for c, t in times.items() if c != "torch"}
-    best_rc = min((t, c) for c, t in fused.items() if c.startswith("rc_")) if any(c.startswith("rc_") for c in fused) else (None, None)
-    best_fx = min((t, c) for c, t in fused.items() if c.startswith("fx_")) if any(c.startswith("fx_") for c in fused) else (None, None)
-    best_lr = min((t, c) for c, t in fused.items() if c.startswith("lr_")) if any(c.startswith("lr_") for c in fused) else (None, None)
+    best_rc, best_fx, best_lr = best(fused, "rc_"), best(fused, "fx_"), best(fused, "lr_")
     row.update(torch_us=times.get("torch"), rc_us=best_rc[0], rc_best=best_rc[1], fx_us=best_fx[0], fx_best=best_fx[1],
                lr_us=best_lr[0], lr_best=best_lr[1],
                tuned_us=times[row["tuned"]], speedup=times["torch"] / times[row["tuned"]],

@@ -32,10 +32,9 @@ import torch
 from tunedb import families
 from tunedb.arch import shipped_profile
 from tunedb.families.gemm_log_softmax import configs_rowfix
-from tunedb.measure.timers import rotation_copies
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from graph_timing import replay_ms  # noqa: E402
+from gemm_log_softmax import best, time_arms  # noqa: E402  (bench/gemm_log_softmax.py)
 
 FAM = families.get("gemm_log_softmax")
 LR = ("lr_r1_c8192_w16", "lr_r1_c16384_w16", "lr_r1_c32768_w16", "lr_r1_c2048_w8")  # the shipped table's small-M picks
@@ -45,47 +44,9 @@ HEADS = ((5000, 256), (16000, 512), (32000, 512))
 MS, QUICK_MS = (64, 128, 256, 512, 1024), (64, 256, 1024)
 
 
-def graph_us(call, weights, n_min=6) -> float:
-    n = max(n_min, len(weights))
-    for wb in weights:
-        call(*wb)
-    return replay_ms(lambda i: call(*weights[i % len(weights)]), n) * 1000.0
-
-
-def best(times: dict, prefix: str):
-    got = [(t, c) for c, t in times.items() if c.startswith(prefix)]
-    return min(got) if got else (None, None)
-
-
-def run_point(n, k, m, l2, sm90, device="cuda", timer=graph_us, dt="bf16"):
+def run_point(n, k, m, l2, sm90, device="cuda", timer=None, dt="bf16"):
+    row = time_arms(dt, n, k, m, l2, sm90, LR + FX + RF, device=device, timer=timer)
     sig = FAM.make_signature(n, k, dt, 1)
-    (x, w, b), _ = FAM.make_inputs(sig, m, device, seed=m + n + k)
-    ref = FAM.reference(sig, x, w, b)
-    out = torch.empty((m, n), dtype=x.dtype, device=device)
-    copies = rotation_copies(1 << 40, l2, FAM.weight_bytes(sig), x.numel() * 2 + 2 * out.numel() * 2)
-    weights = [(w.clone(), b.clone()) for _ in range(copies)]
-    row = {"N": n, "K": k, "M": m, "copies": copies, "times_us": {}, "errors": {}, "failed": {}}
-    base_err = None
-    for cid in ("torch",) + LR + FX + RF:
-        cfg = FAM.parse_config(cid)
-        why = FAM.invalid_reason(cfg, sig, m, sm90)
-        if why:
-            row["failed"][cid] = f"invalid: {why}"
-            continue
-        try:
-            out.fill_(float("nan"))
-            FAM.launch(cfg, sig, x, w, b, out=out)
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-        except Exception as exc:  # a compile or launch failure is a row, not a crash
-            row["failed"][cid] = f"error: {type(exc).__name__}: {exc}"[:300]
-            continue
-        row["errors"][cid] = err
-        if cid == "torch":
-            base_err = err
-        elif not err <= 4 * base_err:
-            row["failed"][cid] = f"gate: error {err:.3g} > 4 x torch's {base_err:.3g}"
-            continue
-        row["times_us"][cid] = timer(lambda w_, b_, c=cfg: FAM.launch(c, sig, x, w_, b_, out=out), weights)
     times = row["times_us"]
     tt = times["torch"]
     for lane, prefix in (("lr", "lr_"), ("fx", "fx_"), ("rf", "rf_")):
