@@ -55,6 +55,11 @@ def is_stream(cfg: Config) -> bool:
     return cfg.param("kernel") == "stream"
 
 
+def _one_of(what: str, name: str, value: int, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{what}: {name}={value} not allowed; use one of {allowed}")
+
+
 def make_stream(bn: int, bk: int, warps: int, tiles: int = 1, fma: bool = False, atomic: bool = False,
                 pdl: bool = False) -> Config:
     """A `ds` (stream kernel) config from explicit parameters (ConfigError naming the bad one)."""
@@ -62,10 +67,8 @@ def make_stream(bn: int, bk: int, warps: int, tiles: int = 1, fma: bool = False,
     allowed = _DS_BN_FMA if fma else _DS_BN_DOT
     if bn not in allowed:
         raise ConfigError(f"{what}: BN={bn} not allowed{' with tl.dot' if not fma else ''}; use one of {allowed}")
-    if bk not in _DS_BK:
-        raise ConfigError(f"{what}: BK={bk} not allowed; use one of {_DS_BK}")
-    if warps not in _WARPS:
-        raise ConfigError(f"{what}: warps={warps} not allowed; use one of {_WARPS}")
+    _one_of(what, "BK", bk, _DS_BK)
+    _one_of(what, "warps", warps, _WARPS)
     per_thread = bn * bk * 2 // (32 * warps)
     if not 16 <= per_thread <= _DS_MAX_BYTES_PER_THREAD:
         raise ConfigError(f"{what}: a {bn} x {bk} slab over {warps} warps is {per_thread} bytes per thread; "
@@ -103,12 +106,9 @@ def make(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, atomic: bo
          pdl: bool = False) -> Config:
     """A triton_decode config from explicit parameters (ConfigError naming the bad one)."""
     what = "triton_decode config"
-    if bn not in _BN:
-        raise ConfigError(f"{what}: BN={bn} not allowed; use one of {_BN}")
-    if bk not in _BK:
-        raise ConfigError(f"{what}: BK={bk} not allowed; use one of {_BK}")
-    if warps not in _WARPS:
-        raise ConfigError(f"{what}: warps={warps} not allowed; use one of {_WARPS}")
+    _one_of(what, "BN", bn, _BN)
+    _one_of(what, "BK", bk, _BK)
+    _one_of(what, "warps", warps, _WARPS)
     if not 1 <= stages <= 8:
         raise ConfigError(f"{what}: stages={stages} not allowed; use 1..8")
     if not 1 <= split_k <= 64:
