@@ -20,54 +20,9 @@ CASES = [("lane_p16_w1", 2, "fp32", 19), ("lane_p8_w1", 3, "fp64", 9), ("lane_p1
 
 
 def _child() -> None:
-    import torch
+    from linalg_solver_checks import solver_failures
 
-    from tunedb.families.linalg import kernels_check as check
-    from tunedb.families.linalg.launch import launch
-
-    failures = []
-    for cid, n, dt, batch in CASES:
-        for op in ("potrf", "posv"):
-            for kind, seed in (("well", n), ("hard", 100 + n)):
-                ins = check.make_inputs(op, batch, n, dt, seed=seed, kind=kind)
-                poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
-                res = launch(op, cid, poisoned, *ins[1:])
-                ok, worst, bound = check.within_torch(op, dt, ins, res[0], launch(op, "torch", *ins))
-                if not ok:
-                    failures.append(f"{cid} {op} {dt} n={n} {kind}: residual {worst:.2e} > {bound:.2e}")
-                if res[1].any():
-                    failures.append(f"{cid} {op} {dt} n={n} {kind}: info {res[1].tolist()} on SPD input")
-                if op == "potrf" and not torch.equal(res[0], res[0].tril()):
-                    failures.append(f"{cid} potrf n={n}: L not zero above the diagonal")
-        # non-SPD problems: info names exactly those (first bad column), the others stay right
-        for op in ("potrf", "posv"):
-            ins = check.make_inputs(op, batch, n, dt, seed=7)
-            a = ins[0]
-            k = n // 2
-            a[batch - 1, k, k] = -1.0
-            want = torch.linalg.cholesky_ex(a.double()).info.int().tolist()
-            res = launch(op, cid, *ins)
-            if res[1].tolist() != want or want[-1] == 0:
-                failures.append(f"{cid} {op} n={n} non-SPD: info {res[1].tolist()} != {want}")
-            if batch > 1:
-                sub = tuple(t[:-1] for t in ins)
-                ok, worst, bound = check.within_torch(op, dt, sub, res[0][:-1], launch(op, "torch", *sub))
-                if not ok:
-                    failures.append(f"{cid} {op} n={n} non-SPD: the SPD problems' residual {worst:.2e} > {bound:.2e}")
-            if not torch.isfinite(res[0]).all():
-                failures.append(f"{cid} {op} n={n} non-SPD: a non-finite result from a finite input")
-    # in place: L over A, x over b (the kernels load everything before they store)
-    a, = check.make_inputs("potrf", 5, 8, "fp32", seed=3)
-    keep = a.clone()
-    low, _ = launch("potrf", "lane_p4_w1", a, inplace=True)
-    if low.data_ptr() != a.data_ptr() or not check.within_torch(
-            "potrf", "fp32", (keep,), low, launch("potrf", "torch", keep))[0]:
-        failures.append("lane potrf inplace: L not written over A correctly")
-    a, b = check.make_inputs("posv", 5, 8, "fp32", seed=4)
-    x, _ = launch("posv", "lane_p4_w1", a, b)
-    x2, _ = launch("posv", "lane_p4_w1", a, b, inplace=True)
-    if x2.data_ptr() != b.data_ptr() or not torch.equal(x2, x):
-        failures.append("lane posv inplace: x not written over b, or differs from the out-of-place x")
+    failures = solver_failures(CASES, second_bad=False, inplace_cfg="lane_p4_w1", inplace_batch=5, inplace_n=8)
     interpret_child.report(failures)
 
 

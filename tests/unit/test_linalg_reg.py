@@ -20,55 +20,9 @@ CASES = [("reg_p32_w1", 2, "fp32", 37), ("reg_p256_w1", 3, "fp64", 40), ("reg_p6
 
 
 def _child() -> None:
-    import torch
+    from linalg_solver_checks import solver_failures
 
-    from tunedb.families.linalg import kernels_check as check
-    from tunedb.families.linalg.launch import launch
-
-    failures = []
-    for cid, n, dt, batch in CASES:
-        for op in ("potrf", "posv"):
-            for kind, seed in (("well", n), ("hard", 100 + n)):
-                ins = check.make_inputs(op, batch, n, dt, seed=seed, kind=kind)
-                poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
-                res = launch(op, cid, poisoned, *ins[1:])
-                ok, worst, bound = check.within_torch(op, dt, ins, res[0], launch(op, "torch", *ins))
-                if not ok:
-                    failures.append(f"{cid} {op} {dt} n={n} {kind}: residual {worst:.2e} > {bound:.2e}")
-                if res[1].any():
-                    failures.append(f"{cid} {op} {dt} n={n} {kind}: info {res[1].tolist()} on SPD input")
-                if op == "potrf" and not torch.equal(res[0], res[0].tril()):
-                    failures.append(f"{cid} potrf n={n}: L not zero above the diagonal")
-        # non-SPD problems (one in the first program, one in the last): info names exactly
-        # those (first bad column), the others stay right and every result finite
-        for op in ("potrf", "posv"):
-            ins = check.make_inputs(op, batch, n, dt, seed=7)
-            a = ins[0]
-            a[batch - 1, n // 2, n // 2] = -1.0
-            a[1, 0, 0] = 0.0
-            want = torch.linalg.cholesky_ex(a.double()).info.int().tolist()
-            res = launch(op, cid, *ins)
-            if res[1].tolist() != want or want[-1] == 0 or want[1] != 1:
-                failures.append(f"{cid} {op} n={n} non-SPD: info {res[1].tolist()} != {want}")
-            keep = [i for i in range(batch) if want[i] == 0]
-            sub = tuple(t[keep] for t in ins)
-            ok, worst, bound = check.within_torch(op, dt, sub, res[0][keep], launch(op, "torch", *sub))
-            if not ok:
-                failures.append(f"{cid} {op} n={n} non-SPD: the SPD problems' residual {worst:.2e} > {bound:.2e}")
-            if not torch.isfinite(res[0]).all():
-                failures.append(f"{cid} {op} n={n} non-SPD: a non-finite result from a finite input")
-    # in place: L over A, x over b (the kernels load everything before they store)
-    a, = check.make_inputs("potrf", 33, 6, "fp32", seed=3)
-    keep = a.clone()
-    low, _ = launch("potrf", "reg_p32_w1", a, inplace=True)
-    if low.data_ptr() != a.data_ptr() or not check.within_torch(
-            "potrf", "fp32", (keep,), low, launch("potrf", "torch", keep))[0]:
-        failures.append("reg potrf inplace: L not written over A correctly")
-    a, b = check.make_inputs("posv", 33, 6, "fp32", seed=4)
-    x, _ = launch("posv", "reg_p32_w1", a, b)
-    x2, _ = launch("posv", "reg_p32_w1", a, b, inplace=True)
-    if x2.data_ptr() != b.data_ptr() or not torch.equal(x2, x):
-        failures.append("reg posv inplace: x not written over b, or differs from the out-of-place x")
+    failures = solver_failures(CASES, second_bad=True, inplace_cfg="reg_p32_w1", inplace_batch=33, inplace_n=6)
     interpret_child.report(failures)
 
 
