@@ -8,10 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tunedb.families.linalg import kernels_check as check  # noqa: E402
+from linalg_packing_checks import check_graph_replay, check_non_spd, check_reference  # noqa: E402
+
 from tunedb.families.linalg import kernels_prebuild  # noqa: E402
 from tunedb.families.linalg import kernels_space as space  # noqa: E402
-from tunedb.families.linalg.launch import launch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -42,15 +42,7 @@ def test_lane_configs_meet_the_fp64_reference(op, dt):
     for n in NS:
         for cid in _lane_configs(op, n, dt):
             for batch in BATCHES:
-                ins = check.make_inputs(op, batch, n, dt, device="cuda", seed=n * 31 + batch)
-                poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
-                shape = ins[0].shape if op == "potrf" else ins[1].shape
-                out = torch.full(shape, float("nan"), dtype=ins[0].dtype, device="cuda")
-                got, info = launch(op, cid, poisoned, *ins[1:], out=out)
-                assert got is out and not torch.isnan(out).any(), f"{cid} {op} n={n} batch={batch}: NaN in the result"
-                ok, worst, bound = check.within_torch(op, dt, ins, got, launch(op, "torch", *ins))
-                assert ok, f"{cid} {op} {dt} n={n} batch={batch}: residual {worst:.3e} > bound {bound:.3e}"
-                assert not info.any(), f"{cid} {op} n={n} batch={batch}: info on an SPD input"
+                check_reference(op, cid, n, dt, batch)
                 ran += 1
     assert ran == sum(len(_lane_configs(op, n, dt)) for n in NS) * len(BATCHES)
 
@@ -59,33 +51,11 @@ def test_lane_configs_meet_the_fp64_reference(op, dt):
 def test_lane_non_spd_problems_are_reported_and_the_others_solved(op):
     for n in (8, 32):
         cid = _lane_configs(op, n, "fp32")[0]
-        ins = check.make_inputs(op, 300, n, "fp32", device="cuda", seed=5)
-        ins[0][7, n - 3, n - 3] = -100.0
-        ins[0][299, 1, 1] = float("nan")
-        want = torch.linalg.cholesky_ex(ins[0].double()).info.int()
-        want[299] = 2  # a NaN pivot fails its column (torch's own report of NaN varies by backend)
-        got, info = launch(op, cid, *ins)
-        assert torch.equal(info, want), f"{cid} {op} n={n}: info {info.nonzero().tolist()} != {want.nonzero().tolist()}"
-        good = (want == 0).nonzero().flatten()
-        sub = tuple(t[good] for t in ins)
-        ok, worst, bound = check.within_torch(op, "fp32", sub, got[good], launch(op, "torch", *sub))
-        assert ok, f"{cid} {op} n={n}: the SPD problems' residual {worst:.3e} > {bound:.3e}"
+        check_non_spd(op, cid, n, "fp32")
 
 
 @pytest.mark.parametrize("op", ("potrf", "posv"))
 def test_lane_kernels_replay_in_a_cuda_graph(op):
     for n, dt in ((16, "fp32"), (32, "fp64")):
         cid = _lane_configs(op, n, dt)[0]
-        ins = check.make_inputs(op, 4096, n, dt, device="cuda", seed=9)
-        eager = launch(op, cid, *ins)[0].clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            launch(op, cid, *ins)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = launch(op, cid, *ins)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(captured[0], eager), f"{cid} {op} n={n} {dt}: the graph's result differs from eager"
+        check_graph_replay(op, cid, n, dt)
