@@ -8,42 +8,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tunedb.arch import shipped_profile  # noqa: E402
+from gemm_decode_checks import MS, SHAPES  # noqa: E402
+from gemm_decode_checks import capture as _graph  # noqa: E402
+from gemm_decode_checks import check as _check  # noqa: E402
+from gemm_decode_checks import valid as _valid  # noqa: E402
+
 from tunedb.families.gemm import FAMILY  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-SM90 = shipped_profile("sm90")
-SHAPES = [(1024, 4096), (4096, 4096), (6144, 4096), (14336, 4096), (28672, 4096), (4096, 14336),
-          (128256, 4096), (3584, 3584), (1536, 512), (2048, 512), (512, 2048), (512, 512), (512, 9728)]
-MS = (1, 4, 8, 16)
 # deterministic split (one K tile per CTA), atomic with 2 tiles, FMA, 4 tiles with PDL
 CONFIGS = ("ds_t1_n32x256_w4", "ds_t2_n64x256_w8_at", "ds_t1_n4x1024_w4_fma", "ds_t4_n64x256_w8_pdl")
-
-
-def _valid(cid, sig, m):
-    return FAMILY.invalid_reason(FAMILY.parse_config(cid), sig, m, SM90) is None
-
-
-def _graph(cid, sig, x, w, b, out):
-    """One warm-up launch, then the launch captured in a CUDA graph."""
-    cfg = FAMILY.parse_config(cid)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        FAMILY.launch(cfg, sig, x, w, b, out=out)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        FAMILY.launch(cfg, sig, x, w, b, out=out)
-    return g
-
-
-def _check(y, ref, what, x_dtype):
-    assert not torch.isnan(y).any(), f"{what}: elements left unwritten (NaN)"
-    rounding = (ref.to(x_dtype).float() - ref).abs().max().item()
-    err = (y.float() - ref).abs().max().item()
-    assert err <= 4 * rounding + 2e-3 * ref.abs().max().item(), f"{what}: error {err:.3e} (rounding {rounding:.3e})"
 
 
 @pytest.mark.parametrize("n,k", SHAPES)

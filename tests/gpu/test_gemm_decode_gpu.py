@@ -7,48 +7,27 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tunedb.arch import shipped_profile  # noqa: E402
+from gemm_decode_checks import MS, SHAPES, capture  # noqa: E402
+from gemm_decode_checks import check as _check  # noqa: E402
+from gemm_decode_checks import valid as _valid  # noqa: E402
+
 from tunedb.families.gemm import FAMILY  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-SM90 = shipped_profile("sm90")
-# (N, K): Llama-3-8B decode (k/v, q/o, qkv fused, gate/up, gate+up fused, down, lm_head), Conformer
-SHAPES = [(1024, 4096), (4096, 4096), (6144, 4096), (14336, 4096), (28672, 4096), (4096, 14336),
-          (128256, 4096), (3584, 3584), (1536, 512), (2048, 512), (512, 2048), (512, 512), (512, 9728)]
-MS = (1, 4, 8, 16)
 # deterministic without split, deterministic split, atomic split; each without and with PDL
 FAMILIES = [("dk1_n64x256_w4_s4", "dk1_n64x256_w4_s4_pdl"),
             ("dk4_n32x256_w4_s4", "dk4_n32x256_w4_s4_pdl"),
             ("dk8_n32x256_w4_s4_at", "dk8_n32x256_w4_s4_at_pdl")]
 
 
-def _valid(cid, sig, m):
-    return FAMILY.invalid_reason(FAMILY.parse_config(cid), sig, m, SM90) is None
-
-
 def _graph_run(cid, sig, x, w, b, out):
     """One warm-up launch, then the launch captured in a CUDA graph and replayed on a poisoned out."""
-    cfg = FAMILY.parse_config(cid)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        FAMILY.launch(cfg, sig, x, w, b, out=out)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        FAMILY.launch(cfg, sig, x, w, b, out=out)
+    g = capture(cid, sig, x, w, b, out)
     out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
     return out
-
-
-def _check(y, ref, what, x_dtype):
-    assert not torch.isnan(y).any(), f"{what}: elements left unwritten (NaN)"
-    rounding = (ref.to(x_dtype).float() - ref).abs().max().item()
-    err = (y.float() - ref).abs().max().item()
-    assert err <= 4 * rounding + 2e-3 * ref.abs().max().item(), f"{what}: error {err:.3e} (rounding {rounding:.3e})"
 
 
 @pytest.mark.parametrize("n,k", SHAPES)
