@@ -5,12 +5,12 @@ reductions, bias and activations, and the deterministic reduction's bitwise repe
 TRITON_INTERPRET must be set before any kernel is defined, so the kernel checks run in a child
 process (this file run as a script). fp16: the interpreter's tl.dot mishandles bf16 on CPU.
 """
-import json
-import os
-import subprocess
 import sys
 
 import pytest
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import interpret_child  # noqa: E402
 
 from tunedb.errors import ConfigError
 from tunedb.families.gemm import FAMILY, configs, configs_decode
@@ -101,40 +101,13 @@ CASES = [
 
 
 def _child() -> None:
-    import torch
+    from decode_interp_checks import decode_failures
 
-    failures = []
-
-    def run(cid, s, m, seed):
-        (x, w, b), _ = FAMILY.make_inputs(s, m, "cpu", seed=seed)
-        out = torch.full((m, s.get("N")), float("nan"), dtype=x.dtype)
-        y = FAMILY.launch(FAMILY.parse_config(cid), s, x, w, b, out=out)
-        return x, w, b, y
-
-    for cid, op, n, k, act, bias, ms in CASES:
-        s = FAMILY.make_signature(op, "fp16", n, k, act, bias)
-        for m in ms:
-            x, w, b, y = run(cid, s, m, seed=m)
-            ref = FAMILY.reference(s, x, w, b)
-            err = (y.float() - ref).abs().max().item()
-            rounding = (ref.to(x.dtype).float() - ref).abs().max().item()
-            if torch.isnan(y).any() or err > 4 * rounding + 2e-3:
-                failures.append(f"{cid} {s.format()} M={m}: err {err} (rounding {rounding})")
-    # the deterministic reduction: the same inputs give the same bits (and the counters reset)
-    s = FAMILY.make_signature("gemm_act", "fp16", 80, 200, "gelu", True)
-    for cid in ("dk4_n16x64_w4_s3", "dk3_n32x64_w4_s3"):
-        first, again = run(cid, s, 13, seed=7)[3], run(cid, s, 13, seed=7)[3]
-        if not torch.equal(first, again):
-            failures.append(f"{cid}: two runs on the same inputs differ")
-    print("RESULT " + json.dumps(failures))
+    interpret_child.report(decode_failures(CASES, det_k=200, det_cids=("dk4_n16x64_w4_s3", "dk3_n32x64_w4_s3")))
 
 
 def test_decode_kernel_matches_fp32_reference_under_the_interpreter():
-    env = dict(os.environ, TRITON_INTERPRET="1", TRITON_DEFAULT_FP_FUSION="1")
-    proc = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert json.loads(lines[-1][7:]) == []
+    assert interpret_child.failures(__file__, timeout=600, TRITON_DEFAULT_FP_FUSION="1") == []
 
 
 if __name__ == "__main__":
