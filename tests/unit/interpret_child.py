@@ -22,3 +22,25 @@ def failures(script: str, *args: str, timeout: float = 900, **env: str) -> list:
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads(lines[-1][len(MARK):])
+
+
+def snippet(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """In the test: run `code` (python -c) under TRITON_INTERPRET=1 with src/ and this folder
+    importable; the finished process (the caller checks its return code and output)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(os.path.dirname(os.path.dirname(here)), "src")
+    path = os.pathsep.join([src, here] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path))
+
+
+def gate_failures(family, sig, m: int, config_ids) -> dict:
+    """In the child: the measuring protocol's gate (NaN poison, second poison, tolerance) over
+    `config_ids` at (sig, M), timed eagerly once; {config: (status, detail)} of those it failed."""
+    from tunedb.measure import protocol
+    from tunedb.measure.arms import problem_for
+    from tunedb.measure.eager import EagerTimer
+
+    problem = problem_for(family, sig, m, list(config_ids))
+    got = protocol.measure_problem(problem, timer=EagerTimer(calls=1), seed=0)
+    return {r.config_id: (r.status, r.detail) for r in got if not r.status.ok}
