@@ -4,7 +4,6 @@ seeds are what bench/fp8_block_seeds.py derives from the recorded build (greedy 
 near-best configs per size class), and only block-scaled signatures get them."""
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -16,6 +15,9 @@ from tunedb.build import plan as buildplan
 from tunedb.build import steps as buildsteps
 from tunedb.families.scaled_mm import configs, pruning
 from tunedb.families.scaled_mm.pruning import BLOCK_SEEDS, PruningModel, seed_class
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_modules import bench_module  # noqa: E402
 
 SM90 = shipped_profile("sm90")
 FAM = families.get("scaled_mm_fp8")
@@ -32,11 +34,7 @@ def valid(s, m):
 
 @pytest.fixture(scope="module")
 def seeds_bench():
-    spec = importlib.util.spec_from_file_location("bench_fp8_block_seeds", ROOT / "bench" / "fp8_block_seeds.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_fp8_block_seeds"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("fp8_block_seeds")
 
 
 @pytest.mark.parametrize("n,k", [(4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336), (128256, 4096),
@@ -125,11 +123,7 @@ def test_size_classes_follow_the_decode_lane():
 
 @pytest.fixture(scope="module")
 def exhaustive_bench():
-    spec = importlib.util.spec_from_file_location("bench_fp8_block_exhaustive", ROOT / "bench" / "fp8_block_exhaustive.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_fp8_block_exhaustive"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("fp8_block_exhaustive")
 
 
 def test_the_exhaustive_bench_sweeps_the_whole_valid_space(exhaustive_bench):
