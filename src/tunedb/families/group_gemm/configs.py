@@ -129,14 +129,13 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
         if bm <= 32:  # decode: narrow tiles put more CTAs on a few experts' weight streams
             shapes += ((32, 128, 4),)
         tiles += [make(bm, bn, bk, w, s, 8) for bn, bk, w in shapes for s in (3, 4)]
-        # winners of the exhaustive grid outside those shapes (session 13 E: Qwen3 up/down M=128,
-        # Qwen3 down M=1024): two-stage BK=128 tiles at BM=16, an 8-warp BM=64 tile
-        extra = {16: ((256, 128, 4, 2), (128, 128, 4, 2)), 64: ((128, 64, 8, 3),)}.get(bm, ())
-        tiles += [make(bm, bn, bk, w, s, 8) for bn, bk, w, s in extra]
-        # session 14 B: Mixtral (E=8, top-2) at 16-128 tokens, one M block per expert, is won by
-        # BM=64 BK=128 tiles walking N without the grouped order (g1), 2.9-5.6% over the g8 twin
-        if bm == 64:
-            tiles += [make(64, 128, 128, w, 4, 1) for w in (4, 8)]
+        # winners of the exhaustive grid outside those shapes, (BN, BK, warps, stages, group_m):
+        # session 13 E (Qwen3 up/down M=128, Qwen3 down M=1024): two-stage BK=128 tiles at BM=16,
+        # an 8-warp BM=64 tile; session 14 C (Mixtral, E=8 top-2, at 16-128 tokens: one M block an
+        # expert): BM=64 BK=128 tiles walking N without the grouped order (g1), 2.9-5.6% over g8
+        extra = {16: ((256, 128, 4, 2, 8), (128, 128, 4, 2, 8)),
+                 64: ((128, 64, 8, 3, 8), (128, 128, 4, 4, 1), (128, 128, 8, 4, 1))}.get(bm, ())
+        tiles += [make(bm, bn, bk, w, s, g) for bn, bk, w, s, g in extra]
     out = [c for c in tiles if smem_bytes(c) <= smem and _acc_per_thread(c) <= MAX_ACC_PER_THREAD]
     if SLOTS_LANE in wanted:
         out += [c for c in slot_space() if smem_bytes(c) <= smem]
