@@ -37,8 +37,10 @@ class _Stream:
 
 
 class _Graph:
+    replays: list[str] = []
+
     def replay(self) -> None:
-        pass
+        self.replays.append("replay")
 
 
 @pytest.fixture
@@ -56,8 +58,12 @@ def cpu_cuda(monkeypatch):
     monkeypatch.setattr(cuda, "CUDAGraph", _Graph)
     monkeypatch.setattr(cuda, "graph", lambda g, pool=None: contextlib.nullcontext())
     monkeypatch.setattr(cuda, "Event", _Event)
+    trace: list[str] = []
+    monkeypatch.setattr(cuda, "_sleep", lambda cycles: trace.append("spin"))
+    monkeypatch.setattr(_Graph, "replays", trace)
     make = problems.make_inputs
     monkeypatch.setattr(problems, "make_inputs", lambda sig, batch, device, seed: make(sig, batch, "cpu", seed))
+    return trace
 
 
 def test_the_gate_passes_torch_and_fails_a_wrong_arm(cpu_cuda, monkeypatch):
@@ -88,6 +94,23 @@ def test_a_solver_cell_is_timed_on_restored_inputs(cpu_cuda, monkeypatch):
     assert set(got) == {"torch", configs.EAGER_ONLY} and all(isinstance(v, float) and v > 0 for v in got.values())
     reps = sum(st["reps"].values()) + len(st["reps"])  # the probe replay and the timed ones
     assert len(restores) == reps  # one restore before every replay
+
+
+def test_every_timed_window_opens_behind_a_spin_kernel(cpu_cuda):
+    """The host's graph launch stays out of the timed window: a spin kernel goes first. An op
+    with nothing to restore times a sample's replays back to back after one spin; a solver op
+    spins before each replay (each follows its own restore)."""
+    timer = gputimer.GraphTimer(get("linalg"))
+    cell = ladder.Cell("gemv", "fp32", 4, 256)
+    timer.sample(cell, ["torch"])
+    reps = timer._open(cell)["reps"]["torch"]
+    assert reps > 1  # the stand-in events time 10 us a replay: the sample needs several
+    assert cpu_cuda == ["spin", "replay", "spin"] + ["replay"] * reps  # the probe, then one window
+    cpu_cuda.clear()
+    cell = ladder.Cell("potrf", "fp32", 4, 32)
+    timer.sample(cell, ["torch"])
+    reps = timer._open(cell)["reps"]["torch"]
+    assert cpu_cuda == ["spin", "replay"] * (reps + 1)
 
 
 def test_a_tune_through_the_graph_timer_writes_a_table(cpu_cuda, tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ sample of an arm is `reps` replays, each timed alone with CUDA events; before ea
 solver op (input policy RING) the working sets are restored from the pristine ones, outside the
 timed region, so every timed launch consumes a fresh valid system, never its own output. The
 eager-only library arm is timed as R eager calls between events. ns per problem = time /
-(R x batch).
+(R x batch). A spin kernel before each timed window keeps the host's launch out of it; an op
+with nothing to restore times a sample's replays back to back in one window.
 
 The gate runs each arm once on working set 0 with its output poisoned (NaN), computes the worst
 residual of the first GATE_PROBLEMS problems in fp64, and passes it when it is within the
@@ -33,6 +34,8 @@ MAX_RING = 8
 WHY_CHARS = 300  # a failed arm's reason is cut to this many characters
 GATE_PROBLEMS = 4096
 TARGET_US = 200.0  # a sample spans at least this much GPU time (in separately timed replays)
+# ~40 us at the H200's boost clock: longer than the host takes to record an event and launch a graph
+LEAD_CYCLES = 80_000
 
 
 def _gpu_env() -> Any:
@@ -154,10 +157,15 @@ class GraphTimer:
             st["graphs"][arm] = graph
         return graph
 
-    def _once_ms(self, st: dict[str, Any], arm: str) -> float:
+    def _once_ms(self, st: dict[str, Any], arm: str, replays: int = 1) -> float:
+        """GPU ms of `replays` back-to-back replays of the arm's graph (one, with the inputs
+        restored before it, for a solver op). A spin kernel runs before the start event, so the
+        window opens on a GPU already fed: the host's event record and graph launch (several us,
+        with jitter of as much, against a 10-20 us replay at batch 256) fall outside it."""
         torch = self.torch
         if st["restore"]:
             self._restore(st)
+            replays = 1
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         if arm == configs.EAGER_ONLY:
             torch.cuda.synchronize()
@@ -166,11 +174,13 @@ class GraphTimer:
                 self._call(st, arm, args)
         else:
             graph = self._graph(st, arm)
+            torch.cuda._sleep(LEAD_CYCLES)
             start.record()
-            graph.replay()
+            for _ in range(replays):
+                graph.replay()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end)
+        return start.elapsed_time(end) / replays
 
     def sample(self, cell: Cell, order: Sequence[str]) -> Mapping[str, float | Status]:
         st = self._open(cell)
@@ -182,7 +192,10 @@ class GraphTimer:
                 if reps is None:  # first sample: one probe replay sizes the rest
                     probe = self._once_ms(st, arm)
                     reps = st["reps"][arm] = max(1, min(50, math.ceil(TARGET_US / 1000.0 / max(probe, 1e-6))))
-                total = sum(self._once_ms(st, arm) for _ in range(reps))
+                if st["restore"] or arm == configs.EAGER_ONLY:
+                    total = sum(self._once_ms(st, arm) for _ in range(reps))
+                else:  # nothing to restore: one window over every replay of the sample
+                    total = self._once_ms(st, arm, reps) * reps
                 out[arm] = total * 1e6 / (reps * per_problem)
             except Exception as exc:  # a capture or replay failure costs this arm
                 self._why[arm] = "timing: " + describe(exc)
