@@ -166,3 +166,52 @@ def test_pf_kernel_and_its_prefetch_addresses_under_the_interpreter():
 
 if __name__ == "__main__":
     _child()
+
+
+_PTX = r"""
+import json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from tunedb.families.gemm import configs_decode, kernels_decode
+
+sp = kernels_decode.spec(configs_decode.parse(sys.argv[1]))
+kw = sp.kwargs()
+opts = {"num_warps": kw.pop("num_warps"), "num_stages": kw.pop("num_stages")}
+kw.pop("launch_pdl", None)
+sig = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "b_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32",
+       "M": "i32", "N": "i32", "K": "i32", "HAS_BIAS": "i32", "ACT": "i32", **{k: "constexpr" for k in kw}}
+names = list(sig)
+src = ASTSource(fn=sp.kernel, signature=sig, constexprs={(names.index(k),): v for k, v in kw.items()},
+                attrs={(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 7, 8)})
+ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"]
+at = lambda pat: [m.start() for m in re.finditer(pat, ptx)]
+print(json.dumps({"launch": at(r"griddepcontrol\.launch_dependents"), "wait": at(r"griddepcontrol\.wait"),
+                  "prefetch": at(r"prefetch\.global\.L2::evict_last"), "w_loads": at(r"cp\.async|ld\.global")}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cid", ["dk8_n32x256_w4_s2_pf2_pdl", "dk4_n32x256_w4_s2_pf4"])
+def test_sm90_ptx_prefetches_before_the_wait_and_launches_dependents_first(cid):
+    """Compiled for sm90 (no GPU): the inline prefetch survives, and under PDL the order is
+    launch_dependents, the prefetches, the wait, then every global load."""
+    import os
+    import subprocess
+
+    pytest.importorskip("triton")
+    from tunedb.families.gemm import prebuild
+
+    if prebuild.ptxas_problem(90):
+        pytest.skip(prebuild.ptxas_problem(90))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _PTX, cid], capture_output=True, text=True, timeout=300,
+                         env=dict(env, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    at = __import__("json").loads(res.stdout.strip().splitlines()[-1])
+    assert at["prefetch"] and at["w_loads"]
+    if cid.endswith("_pdl"):
+        assert len(at["launch"]) == len(at["wait"]) == 1
+        assert at["launch"][0] < min(at["prefetch"]) and max(at["prefetch"]) < at["wait"][0] < min(at["w_loads"])
+    else:
+        assert not at["launch"] and not at["wait"] and max(at["prefetch"]) < min(at["w_loads"])

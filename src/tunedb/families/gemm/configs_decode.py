@@ -233,13 +233,18 @@ def pdl_twin(cfg: Config) -> Config:
 
 
 def pf_grid() -> list[Config]:
-    """The `_pf` configs bench/decode_pf.py measures (8, each also as its `_pdl` twin): the old
-    lane's 256-column slabs with a 2-stage ring (16-24 KB of shared memory as Triton 3.6 compiles
-    them: several CTAs per SM, so a PDL successor finds slots; one 3-stage 8-warp twin for contrast), from many small CTAs (split 8, 32 rows) to one wave of fat ones
-    (split 2 at 4096 columns: one CTA per SM at 4096 x 4096); P = 2 or 8 tiles (16-256 KB per CTA).
+    """The `_pf` configs bench/decode_pf.py measures (8, each also as its `_pdl` twin), 256-column
+    tiles, 2-stage rings (24 KB of shared memory at 32 rows, 40 KB at 64, as Triton 3.6 compiles
+    them for sm90: several CTAs per SM, so a PDL successor finds slots), except one 8-warp 3-stage
+    twin (80 KB: two CTAs per SM) for contrast.
+    At 4096 x 4096 (16 K tiles per row) they span: many small CTAs prefetching their whole run
+    (split 16/8/4 with P = 1/2/4: 16-64 KB per CTA, 512-2048 CTAs, several waves); one partial
+    wave of fat CTAs (split 2, 64 rows: 128 CTAs, one per SM, P = 8 the whole run, 256 KB each, or
+    P = 2, 64 KB) and half a wave (split 1: 64 CTAs, P = 8 half the run), which leave the next
+    kernel's CTAs room to become resident and prefetch early; the atomic reduction. P caps a CTA's
+    early footprint where the weight is larger than L2 (a wave of 128-264 CTAs x 16-256 KB).
     Not in grid() (the build space): the cost model cannot tell a prefetch twin from its original."""
-    out = []
-    for bn, split, pf in ((32, 8, 2), (32, 4, 4), (64, 4, 4), (64, 2, 8), (32, 16, 1), (64, 8, 2)):
-        out.append(make(bn, 256, 4, 2, split, pf=pf))
+    out = [make(32, 256, 4, 2, split, pf=pf) for split, pf in ((16, 1), (8, 2), (4, 4))]
+    out += [make(64, 256, 4, 2, 2, pf=8), make(64, 256, 4, 2, 2, pf=2), make(64, 256, 4, 2, 1, pf=8)]
     out += [make(32, 256, 4, 2, 8, atomic=True, pf=2), make(64, 256, 8, 3, 4, pf=4)]
     return out

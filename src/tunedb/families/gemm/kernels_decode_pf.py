@@ -36,8 +36,10 @@ twice). Only CTAs resident before the previous kernel ends prefetch early; each 
 BN x P x BK x 2 bytes, so the early footprint is (resident CTAs) x that. P caps it: a 117 MB
 weight (14336 x 4096) would not fit, and lines prefetched too early would be evicted (by the
 previous kernel's stream or by later prefetches) before they are read, costing the bytes twice.
-The configs the bench runs use P = 2-8 tiles of 256 columns (16-64 KB per CTA at BN = 32-64:
-4-17 MB over one wave of 264 CTAs). A row whose run does not start on a 128-byte line (K * 2 not a
+The configs the bench runs (configs_decode.pf_grid) use P = 1-8 tiles of 256 columns: 16-64 KB
+per CTA for the many-CTA configs (a few MB to ~17 MB over a wave of 264 resident CTAs) and 256 KB
+for the one-wave configs at 4096 x 4096 (128 CTAs: the whole 33.6 MB weight, which fits; at larger
+N those P = 8 configs can over-fill L2, which the bench shows as a loss there). A row whose run does not start on a 128-byte line (K * 2 not a
 multiple of 128, or a sliced weight) has one line at its end left to the loop. Under the Triton
 interpreter the prefetch and PDL are off (it runs no inline PTX and has no grid dependency control).
 Imports triton, never torch.
