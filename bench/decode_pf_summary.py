@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 
 from decode_bounds import GOAL_BW, GOAL_GEOMEAN, GOAL_MIN_MB, geomean, share, weight_bytes
 
-_PF = re.compile(r"_pf\d+")
+_PF = re.compile(r"_pfn?\d+")
 
 
 def is_pf(cid: str) -> bool:

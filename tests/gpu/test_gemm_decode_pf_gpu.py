@@ -4,7 +4,7 @@ reference with a poisoned output, inside a captured CUDA graph replayed twice (t
 atomic workspace left zero); a chain of three PDL GEMMs in one graph, each reading the previous
 one's output; a PDL GEMM whose *weight* is the previous PDL kernel's output (its prefetch runs
 before that kernel ends: L2 coherence must give it the new bytes); the deterministic reduction
-bitwise equal across runs and replays. About 30-50 s on an H200 (6 Triton compiles, then replays)."""
+bitwise equal across runs and replays. About 40-60 s on an H200 (10 Triton compiles, then replays)."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,8 +18,9 @@ from tunedb.families.gemm import FAMILY  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-# split 8 with P = 2 (whole run at K=4096), one wave of fat CTAs (P = 8), the atomic reduction, no PDL
-CONFIGS = ("dk8_n32x256_w4_s2_pf2_pdl", "dk2_n64x256_w4_s2_pf8_pdl", "dk8_n32x256_w4_s2_at_pf2_pdl",
+# split 8 with P = 2 (whole run at K=4096), one wave of fat CTAs (P = 8, normal priority), the atomic
+# reduction, no PDL
+CONFIGS = ("dk8_n32x256_w4_s2_pf2_pdl", "dk2_n64x256_w4_s2_pfn8_pdl", "dk8_n32x256_w4_s2_at_pf2_pdl",
            "dk4_n32x256_w4_s2_pf4")
 
 
@@ -33,7 +34,7 @@ def test_pf_configs_match_reference_in_a_graph(n, k):
         for m in MS:
             (x, w, b), _ = FAMILY.make_inputs(sig, m, "cuda", seed=m)
             ref = FAMILY.reference(sig, x, w, b)
-            for cid in CONFIGS:
+            for cid in CONFIGS if sig.dt == "bf16" else CONFIGS[::3]:  # fp16: two binaries, not four
                 if not _valid(cid, sig, m):
                     continue
                 out = torch.empty((m, n), dtype=x.dtype, device="cuda")

@@ -34,7 +34,12 @@ def test_pf_ids_round_trip_and_leave_other_configs_unchanged():
     assert configs_decode.make(32, 256, 4, 2, 8, atomic=True, pdl=True, pf=2) == cfg
     assert "pf" not in FAMILY.parse_config("dk8_n32x256_w4_s2_at_pdl").to_json()  # shipped ids keep their params
     assert configs_decode.pdl_twin(FAMILY.parse_config("dk4_n64x256_w4_s2_pf4")).id == "dk4_n64x256_w4_s2_pf4_pdl"
-    for bad, why in (("dk4_n32x256_w4_s2_pf3", "prefetch tiles P"), ("dk4_n32x256_w4_s2_pf02", "not canonical"),
+    pfn = FAMILY.parse_config("dk2_n64x256_w4_s2_pfn8_pdl")
+    assert pfn.param("pf") == 8 and pfn.param("pf_normal") is True and "pf_normal" not in cfg.to_json()
+    assert configs_decode.make(64, 256, 4, 2, 2, pdl=True, pf=8, pf_normal=True) == pfn
+    with pytest.raises(ConfigError, match="needs P >= 1"):
+        configs_decode.make(64, 256, 4, 2, 2, pf_normal=True)
+    for bad, why in (("dk4_n32x256_w4_s2_pf3", "prefetch tiles P"), ("dk4_n32x256_w4_s2_pfn0", "needs P >= 1"), ("dk4_n32x256_w4_s2_pf0", "not canonical"), ("dk4_n32x256_w4_s2_pf02", "not canonical"),
                      ("dk4_n32x256_w4_s2_pdl_pf2", "bad triton_decode config id"),
                      ("dk4_n32x256_w4_s2_pf2_at", "bad triton_decode config id")):
         with pytest.raises(ConfigError, match=why):
@@ -72,7 +77,8 @@ def test_pf_launch_spec():
     sp = kernels_decode.spec(configs_decode.parse("dk2_n64x256_w4_s2_pf8_pdl"))
     assert isinstance(sp, kernels_decode_pf.PrefetchSpec) and sp.kernel is kernels_decode_pf.decode_pf_kernel
     cx = dict(sp.constexprs)
-    assert (cx["PF"], cx["CH"], cx["SPLIT"], cx["PDL"]) == (8, 1024, 2, True)  # 64 rows x 32 lines, in 2 steps
+    assert (cx["PF"], cx["CH"], cx["SPLIT"], cx["LAST"], cx["PDL"]) == (8, 1024, 2, True, True)  # 64 x 32 lines: 2 steps
+    assert dict(kernels_decode.spec(configs_decode.parse("dk2_n64x256_w4_s2_pfn8_pdl")).constexprs)["LAST"] is False
     assert sp.kwargs()["launch_pdl"] is True and sp.kwargs()["PF"] == 8
     assert sp.kwargs(interpret=True)["PF"] == 0 and sp.kwargs(interpret=True)["PDL"] is False
     assert "launch_pdl" not in sp.kwargs(interpret=True)
@@ -87,7 +93,7 @@ CASES = [
     ("dk1_n32x64_w4_s2_pf2", "gemm", 80, 136, "none", False, tuple(range(1, 17))),
     ("dk3_n16x64_w4_s2_pf1", "gemm_act", 80, 136 + 64 * 4, "silu", True, (1, 5, 16)),
     ("dk2_n16x64_w4_s3_at_pf4_pdl", "gemm_act", 48, 200, "gelu", True, (1, 9, 16)),
-    ("dk4_n32x64_w2_s2_pf2_pdl", "gemm_act", 37, 300, "relu", True, (3, 16)),
+    ("dk4_n32x64_w2_s2_pfn2_pdl", "gemm_act", 37, 300, "relu", True, (3, 16)),
 ]
 
 
@@ -187,12 +193,13 @@ src = ASTSource(fn=sp.kernel, signature=sig, constexprs={(names.index(k),): v fo
 ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts).asm["ptx"]
 at = lambda pat: [m.start() for m in re.finditer(pat, ptx)]
 print(json.dumps({"launch": at(r"griddepcontrol\.launch_dependents"), "wait": at(r"griddepcontrol\.wait"),
-                  "prefetch": at(r"prefetch\.global\.L2::evict_last"), "w_loads": at(r"cp\.async|ld\.global")}))
+                  "prefetch": at(r"prefetch\.global\.L2(::evict_last)? "),
+                  "last": at(r"prefetch\.global\.L2::evict_last"), "w_loads": at(r"cp\.async|ld\.global")}))
 """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cid", ["dk8_n32x256_w4_s2_pf2_pdl", "dk4_n32x256_w4_s2_pf4"])
+@pytest.mark.parametrize("cid", ["dk8_n32x256_w4_s2_pf2_pdl", "dk4_n32x256_w4_s2_pf4", "dk2_n64x256_w4_s2_pfn8_pdl"])
 def test_sm90_ptx_prefetches_before_the_wait_and_launches_dependents_first(cid):
     """Compiled for sm90 (no GPU): the inline prefetch survives, and under PDL the order is
     launch_dependents, the prefetches, the wait, then every global load."""
@@ -210,6 +217,7 @@ def test_sm90_ptx_prefetches_before_the_wait_and_launches_dependents_first(cid):
     assert res.returncode == 0, res.stderr[-3000:]
     at = __import__("json").loads(res.stdout.strip().splitlines()[-1])
     assert at["prefetch"] and at["w_loads"]
+    assert len(at["last"]) == (0 if "_pfn" in cid else len(at["prefetch"]))
     if cid.endswith("_pdl"):
         assert len(at["launch"]) == len(at["wait"]) == 1
         assert at["launch"][0] < min(at["prefetch"]) and max(at["prefetch"]) < at["wait"][0] < min(at["w_loads"])

@@ -2,7 +2,7 @@
 
 Pure Python (no torch, no triton); `configs.py` owns the family-wide predicate and calls in here.
 
-    dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_at][_pf{P}][_pdl]  dk4_n64x256_w4_s4, dk8_n32x256_w4_s3_at_pdl,
+    dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_at][_pf{P}|_pfn{P}][_pdl]  dk4_n64x256_w4_s4, dk8_n32x256_w4_s3_at_pdl,
                                                    dk8_n32x256_w4_s2_pf2_pdl (prefetch twin)
     ds_t{T}_n{BN}x{BK}_w{W}[_fma][_at][_pdl]       ds_t1_n16x512_w8, ds_t4_n8x1024_w4_fma (stream kernel)
 
@@ -18,7 +18,9 @@ kernel drains.
 `_pf{P}` configs launch the prefetch twin (kernels_decode_pf.py): each CTA first issues L2
 prefetches of the first P K tiles of its slab, then (under `_pdl`) calls gdc_launch_dependents at
 its start and gdc_wait before any load, so a chain of them streams the next weight into L2 while
-the previous kernel drains. Not in grid() until the H200 shows what they buy (bench/decode_pf.py).
+the previous kernel drains. `_pf` prefetches with L2::evict_last priority, `_pfn{P}` with the
+normal one (lines kept evict_last can crowd out other data, a KV cache say, until evicted).
+Not in grid() until the H200 shows what they buy (bench/decode_pf.py).
 
 `ds` configs launch the stream kernel (kernels_decode_stream.py): each CTA loads a whole BN x BK
 slab of W in one go (no shared-memory ring; the next slab is loaded before the current one is
@@ -40,7 +42,7 @@ MAX_M = 16  # x rides in one 16-row tensor-core tile
 _BN = (16, 32, 64, 128)
 _BK = (64, 128, 256, 512)
 _WARPS = (2, 4, 8)
-_ID = re.compile(r"^dk(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<at>_at)?(?:_pf(?P<pf>\d+))?(?P<pdl>_pdl)?$")
+_ID = re.compile(r"^dk(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<at>_at)?(?:_pf(?P<pfn>n)?(?P<pf>\d+))?(?P<pdl>_pdl)?$")
 _PF = (1, 2, 4, 8, 16, 32)  # K tiles of a CTA's run prefetched into L2 before it reads
 
 
@@ -110,7 +112,7 @@ def _canonical(config_id: str, build) -> Config:
 
 
 def make(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, atomic: bool = False,
-         pdl: bool = False, pf: int = 0) -> Config:
+         pdl: bool = False, pf: int = 0, pf_normal: bool = False) -> Config:
     """A triton_decode config from explicit parameters (ConfigError naming the bad one)."""
     what = "triton_decode config"
     _one_of(what, "BN", bn, _BN)
@@ -124,11 +126,14 @@ def make(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, atomic: bo
         raise ConfigError(f"{what}: _at (atomic reduction) needs split_k >= 2")
     if pf:
         _one_of(what, "prefetch tiles P (_pf)", pf, _PF)
-    cid = (f"dk{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_at" if atomic else "") + (f"_pf{pf}" if pf else "")
+    elif pf_normal:
+        raise ConfigError(f"{what}: the normal-priority prefetch (_pfn) needs P >= 1 prefetched tiles")
+    pf_id = (f"_pfn{pf}" if pf_normal else f"_pf{pf}") if pf else ""
+    cid = (f"dk{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_at" if atomic else "") + pf_id
            + ("_pdl" if pdl else ""))
     params = (("block", (MAX_M, bn, bk)), ("warps", warps), ("stages", stages),
               ("group_m", 1), ("split_k", split_k), ("atomic", bool(atomic)), ("pdl", bool(pdl)))
-    return Config(cid, LANE, params + ((("pf", pf),) if pf else ()))
+    return Config(cid, LANE, params + ((("pf", pf),) if pf else ()) + ((("pf_normal", True),) if pf_normal else ()))
 
 
 def parse(config_id: str) -> Config:
@@ -138,7 +143,8 @@ def parse(config_id: str) -> Config:
     if not m:
         raise ConfigError(f"bad triton_decode config id {config_id!r}: expected dk4_n64x256_w4_s4[_at][_pf2][_pdl]")
     return _canonical(config_id, lambda: make(int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["s"]),
-                                              int(m["split"]), bool(m["at"]), bool(m["pdl"]), int(m["pf"] or 0)))
+                                              int(m["split"]), bool(m["at"]), bool(m["pdl"]), int(m["pf"] or 0),
+                                              bool(m["pfn"])))
 
 
 def grid() -> list[Config]:

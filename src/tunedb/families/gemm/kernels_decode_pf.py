@@ -2,7 +2,8 @@
 
 Same grid, split-K runs and in-kernel reduction as kernels_decode.py (a `dk` config's twin):
 grid (cdiv(N, BN), SPLIT), each CTA a BN-row slab of W over a contiguous run of K tiles. Before
-anything else the CTA issues `prefetch.global.L2::evict_last` for every 128-byte line of the first
+anything else the CTA issues `prefetch.global.L2::evict_last` (`_pfn{P}`: `prefetch.global.L2`,
+normal priority) for every 128-byte line of the first
 P tiles of its run (BN rows x P * BK columns; rows are K-contiguous, so a row's run is one
 contiguous segment); a prefetch is fire-and-forget (no register, no wait), so the whole slab is in
 flight from the CTA's first cycles whatever num_stages allows. Then the usual K loop reads W, now
@@ -32,7 +33,10 @@ every load of x and W and every store. Why that is safe:
 - Without PDL (`_pf{P}`) the kernel has no grid dependency control: it is the same prefetch as a
   deep, register-free read-ahead of one kernel, launched in stream order.
 What it costs: L2 capacity (60 MiB in two partitions; lines of the far partition may be held
-twice). Only CTAs resident before the previous kernel ends prefetch early; each holds
+twice), and with evict_last a priority that outlives the read (Triton's cp.async loads carry no
+eviction hint to demote a line once consumed): such lines are evicted after normal ones, so they
+can crowd out other data (a KV cache) until newer evict_last lines replace them; `_pfn` measures
+the normal priority against it. Only CTAs resident before the previous kernel ends prefetch early; each holds
 BN x P x BK x 2 bytes, so the early footprint is (resident CTAs) x that. P caps it: a 117 MB
 weight (14336 x 4096) would not fit, and lines prefetched too early would be evicted (by the
 previous kernel's stream or by later prefetches) before they are read, costing the bytes twice.
@@ -84,30 +88,36 @@ def slab_lines(pid_n, N, K, kt_lo, kt_hi, c, BN: tl.constexpr, BK: tl.constexpr,
 
 
 @triton.jit
-def _prefetch_l2(ptrs, on):
+def _prefetch_l2(ptrs, on, LAST: tl.constexpr):
     # non-pure: the compiler must neither drop nor move it past the wait; its dummy result (0)
     # is folded into the run's first K tile below
-    return tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2::evict_last [$1]; mov.u32 $0, 0; }",
-        "=r,l,r", [ptrs, on.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+    if LAST:
+        z = tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2::evict_last [$1]; mov.u32 $0, 0; }",
+            "=r,l,r", [ptrs, on.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        z = tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+            "=r,l,r", [ptrs, on.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+    return z
 
 
 @triton.jit
 def prefetch_slab(w_ptr, pid_n, N, K, kt_lo, kt_hi, BN: tl.constexpr, BK: tl.constexpr, PF: tl.constexpr,
-                  CH: tl.constexpr):
+                  CH: tl.constexpr, LAST: tl.constexpr):
     """Issue the slab's L2 prefetches; returns 0 (from the asm, so the prefetch stays live)."""
     LINES: tl.constexpr = PF * BK // 64
     zero = tl.zeros((CH,), dtype=tl.int32)
     for c in range(0, BN * LINES, CH):
         offs, on = slab_lines(pid_n, N, K, kt_lo, kt_hi, c, BN, BK, PF, CH)
-        zero |= _prefetch_l2(w_ptr + offs, on)
+        zero |= _prefetch_l2(w_ptr + offs, on, LAST)
     return tl.max(zero, axis=0)
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def decode_pf_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_BIAS, ACT,
                      BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, ATOMIC: tl.constexpr,
-                     PF: tl.constexpr, CH: tl.constexpr, PDL: tl.constexpr):
+                     PF: tl.constexpr, CH: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr):
     """y[M, N] = act(x[M, K] @ w[N, K]^T + b) for M <= 16; x, w, y contiguous. PF = 0: no prefetch."""
     BM: tl.constexpr = 16
     if PDL:
@@ -120,7 +130,7 @@ def decode_pf_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
     if PF > 0:
         # the asm's 0 joins the run's start: the prefetch stays live, and W and x addresses
         # (kt_lo * BK) keep their alignment, so their loads stay 16-byte vectors
-        kt_lo += prefetch_slab(w_ptr, pid_n, N, K, kt_lo, kt_hi, BN, BK, PF, CH)
+        kt_lo += prefetch_slab(w_ptr, pid_n, N, K, kt_lo, kt_hi, BN, BK, PF, CH, LAST)
     if PDL:
         # x is the previous kernel's output and everything below writes: only after it completes
         tl.extra.cuda.gdc_wait()
@@ -199,5 +209,5 @@ def spec(cfg) -> PrefetchSpec:
     _, bn, bk = cfg.param("block")
     split, atomic, pdl, pf = cfg.param("split_k"), bool(cfg.param("atomic")), bool(cfg.param("pdl")), cfg.param("pf")
     cx = (("BN", bn), ("BK", bk), ("SPLIT", split), ("ATOMIC", atomic), ("PF", pf), ("CH", chunk(bn, bk, pf)),
-          ("PDL", pdl))
+          ("LAST", not cfg.param("pf_normal")), ("PDL", pdl))
     return PrefetchSpec("decode_pf", cx, cfg.param("warps"), cfg.param("stages"), pdl=pdl)
