@@ -35,7 +35,8 @@ ROWS = [
 def test_picks_separate_old_pf_and_pdl():
     assert summ.picks(ROWS[0]) == {"old_pdl": "dk8_n128x128_w8_s4_at_pdl", "pf_pdl": "dk8_n32x256_w4_s2_pf2_pdl",
                                    "pf_nopdl": "dk8_n32x256_w4_s2_pf2"}
-    assert summ.is_pf("dk4_n64x256_w4_s2_at_pf4_pdl") and summ.is_pf("dk2_n64x256_w4_s2_pfn8") and not summ.is_pf("dk4_n64x256_w4_s2_at_pdl")
+    assert summ.is_pf("dk4_n64x256_w4_s2_at_pf4_pdl") and summ.is_pf("dk2_n64x256_w4_s2_pfn8")
+    assert not summ.is_pf("dk4_n64x256_w4_s2_at_pdl")
     assert summ.picks(ROWS[2])["old_pdl"] is None
 
 

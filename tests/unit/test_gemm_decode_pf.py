@@ -39,7 +39,8 @@ def test_pf_ids_round_trip_and_leave_other_configs_unchanged():
     assert configs_decode.make(64, 256, 4, 2, 2, pdl=True, pf=8, pf_normal=True) == pfn
     with pytest.raises(ConfigError, match="needs P >= 1"):
         configs_decode.make(64, 256, 4, 2, 2, pf_normal=True)
-    for bad, why in (("dk4_n32x256_w4_s2_pf3", "prefetch tiles P"), ("dk4_n32x256_w4_s2_pfn0", "needs P >= 1"), ("dk4_n32x256_w4_s2_pf0", "not canonical"), ("dk4_n32x256_w4_s2_pf02", "not canonical"),
+    for bad, why in (("dk4_n32x256_w4_s2_pf3", "prefetch tiles P"), ("dk4_n32x256_w4_s2_pfn0", "needs P >= 1"),
+                     ("dk4_n32x256_w4_s2_pf0", "not canonical"), ("dk4_n32x256_w4_s2_pf02", "not canonical"),
                      ("dk4_n32x256_w4_s2_pdl_pf2", "bad triton_decode config id"),
                      ("dk4_n32x256_w4_s2_pf2_at", "bad triton_decode config id")):
         with pytest.raises(ConfigError, match=why):

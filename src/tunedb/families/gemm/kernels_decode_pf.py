@@ -1,13 +1,13 @@
 """The triton_decode lane's prefetch twins (`_pf{P}` configs): each CTA asks L2 for its W slab first.
 
-Same grid, split-K runs and in-kernel reduction as kernels_decode.py (a `dk` config's twin):
-grid (cdiv(N, BN), SPLIT), each CTA a BN-row slab of W over a contiguous run of K tiles. Before
-anything else the CTA issues `prefetch.global.L2::evict_last` (`_pfn{P}`: `prefetch.global.L2`,
-normal priority) for every 128-byte line of the first
-P tiles of its run (BN rows x P * BK columns; rows are K-contiguous, so a row's run is one
-contiguous segment); a prefetch is fire-and-forget (no register, no wait), so the whole slab is in
-flight from the CTA's first cycles whatever num_stages allows. Then the usual K loop reads W, now
-mostly L2 hits (Triton 3.6 pipelines it through cp.async, num_stages deep).
+Same grid, split-K runs and in-kernel reduction as kernels_decode.py (a `dk` config's twin): grid
+(cdiv(N, BN), SPLIT), each CTA a BN-row slab of W over a contiguous run of K tiles. Before anything
+else the CTA issues `prefetch.global.L2::evict_last` (`_pfn{P}`: `prefetch.global.L2`, normal
+priority) for every 128-byte line of the first P tiles of its run (BN rows x P * BK columns; rows
+are K-contiguous, so a row's run is one contiguous segment); a prefetch is fire-and-forget (no
+register, no wait), so the whole slab is in flight from the CTA's first cycles whatever num_stages
+allows. Then the usual K loop reads W, now mostly L2 hits (Triton 3.6 pipelines it through cp.async,
+num_stages deep).
 
 Under PDL (`_pf{P}_pdl`) the order is: gdc_launch_dependents at the very start (the next kernel in
 the stream may launch as soon as every CTA of this one has started), the prefetch, gdc_wait, then
@@ -32,20 +32,21 @@ every load of x and W and every store. Why that is safe:
   counter (and the `_at` workspace) zero before it exits.
 - Without PDL (`_pf{P}`) the kernel has no grid dependency control: it is the same prefetch as a
   deep, register-free read-ahead of one kernel, launched in stream order.
-What it costs: L2 capacity (60 MiB in two partitions; lines of the far partition may be held
-twice), and with evict_last a priority that outlives the read (Triton's cp.async loads carry no
-eviction hint to demote a line once consumed): such lines are evicted after normal ones, so they
-can crowd out other data (a KV cache) until newer evict_last lines replace them; `_pfn` measures
-the normal priority against it. Only CTAs resident before the previous kernel ends prefetch early; each holds
-BN x P x BK x 2 bytes, so the early footprint is (resident CTAs) x that. P caps it: a 117 MB
-weight (14336 x 4096) would not fit, and lines prefetched too early would be evicted (by the
-previous kernel's stream or by later prefetches) before they are read, costing the bytes twice.
-The configs the bench runs (configs_decode.pf_grid) use P = 1-8 tiles of 256 columns: 16-64 KB
-per CTA for the many-CTA configs (a few MB to ~17 MB over a wave of 264 resident CTAs) and 256 KB
-for the one-wave configs at 4096 x 4096 (128 CTAs: the whole 33.6 MB weight, which fits; at larger
-N those P = 8 configs can over-fill L2, which the bench shows as a loss there). A row whose run does not start on a 128-byte line (K * 2 not a
-multiple of 128, or a sliced weight) has one line at its end left to the loop. Under the Triton
-interpreter the prefetch and PDL are off (it runs no inline PTX and has no grid dependency control).
+What it costs: L2 capacity (60 MiB in two partitions; lines of the far partition may be held twice),
+and with evict_last a priority that outlives the read (Triton's cp.async loads carry no eviction
+hint to demote a line once consumed): such lines are evicted after normal ones, so they can crowd
+out other data (a KV cache) until newer evict_last lines replace them; `_pfn` measures the normal
+priority against it. Only CTAs resident before the previous kernel ends prefetch early; each holds
+BN x P x BK x 2 bytes, so the early footprint is (resident CTAs) x that. P caps it: a 117 MB weight
+(14336 x 4096) would not fit, and lines prefetched too early would be evicted (by the previous
+kernel's stream or by later prefetches) before they are read, costing the bytes twice. The configs
+the bench runs (configs_decode.pf_grid) use P = 1-8 tiles of 256 columns: 16-64 KB per CTA for the
+many-CTA configs (a few MB to ~17 MB over a wave of 264 resident CTAs) and 256 KB for the one-wave
+configs at 4096 x 4096 (128 CTAs: the whole 33.6 MB weight, which fits; at larger N those P = 8
+configs can over-fill L2, which the bench shows as a loss there). A row whose run does not start on
+a 128-byte line (K * 2 not a multiple of 128, or a sliced weight) has one line at its end left to
+the loop. Under the Triton interpreter the prefetch and PDL are off (it runs no inline PTX and has
+no grid dependency control).
 Imports triton, never torch.
 """
 from __future__ import annotations
