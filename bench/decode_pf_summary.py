@@ -84,7 +84,8 @@ def summarize(rows: Sequence[Mapping], variants: Sequence[str]) -> dict:
 
 
 def verdicts(summary: Mapping) -> list[str]:
-    lines = []
+    lines = ["(each time is per call of a chain of 8 calls of one config: a PDL arm overlaps a copy of itself;"
+             " the Llama layer chain below is the model's case)"]
     for kind, name in (("pf_pdl", "new _pf lane (PDL)"), ("old_pdl", "old lane (PDL)"), ("read", "pure read")):
         s = summary["per_kind"].get(kind)
         if not s:
@@ -115,6 +116,13 @@ def report(rows: Sequence[Mapping], variants: Sequence[str], occupancy: Mapping[
     for kind, v in s["per_kind"].items():
         bw = f"{v['min_bw_m1_16MB']:.1%}" if v["min_bw_m1_16MB"] is not None else "-"
         print(f"| {kind} | {v['points']} | {v['geomean_x_cublas']:.3f}x | {v['geomean_gated']:.3f}x | {bw} |")
+    for r in rows:  # the goal's worst weight (33.6 MB): every arm side by side
+        if (r["N"], r["K"]) == (4096, 4096):
+            nb = weight_bytes(r["N"], r["K"])
+            print(f"\n4096x4096 M={r['M']}: cuBLAS {r['cublas_us']:.2f} us ({share(nb, r['cublas_us']):.1%}), "
+                  f"read {r.get('read_us') or float('nan'):.2f} us ({r.get('read')})")
+            for cid, us in sorted(r["all_us"].items(), key=lambda kv: kv[1]):
+                print(f"  {us:7.2f} us {share(nb, us):6.1%} x{r['cublas_us'] / us:.3f}  {cid}")
     lines = verdicts(s)
     print()
     for ln in lines:
