@@ -45,7 +45,7 @@ def test_pf_configs_match_reference_in_a_graph(n, k):
                     torch.cuda.synchronize()
                     _check(out, ref, f"{cid} {sig.format()} M={m}", x.dtype)
                 ran += 1
-    assert ran >= 8
+    assert ran >= len(MS)  # K = 512: only the split-2 config fits (2 K tiles)
 
 
 def _in_graph(calls):
