@@ -9,8 +9,8 @@ Per weight (default: the Llama-3-8B decode GEMMs o 4096x4096, fused qkv 6144x409
 CUDA graph of 8 back-to-back calls of one arm on 8 rotating cold copies of the weight (median of
 7 replays, per call), for (a) cuBLAS (F.linear), (b) the old lane's PDL configs (decode_limit's
 session-9 winners; best per point reported), (c) every `_pf` config of configs_decode.pf_grid()
-with and without PDL (--quick: the PDL twins and 3 non-PDL ones) and two `_pfn` (normal-priority
-prefetch) PDL configs, (d) a pure read of the weight
+with and without PDL (--quick: the PDL twins and 3 non-PDL ones) two `_pfn` (normal-priority
+prefetch) and three `_pfw` (dependents launched after the wait, not first) PDL configs, (d) a pure read of the weight
 (bench/read_roofline.py, quick sweep, PDL read arms included, and torch.sum). Every lane arm is
 checked against the fp32 reference before it is timed (a failure is listed, not timed). Back to
 back, a `_pdl` arm overlaps its predecessor (a copy of itself on another weight): that is what the
@@ -54,7 +54,9 @@ def pf_configs(quick: bool) -> list[str]:
     plain = grid[1:4] if quick else grid  # quick: split 8 and 4 (whole run), one wave of fat CTAs
     # the normal-priority prefetch (_pfn) against evict_last at a many-CTA and a one-wave config
     normal = ["dk8_n32x256_w4_s2_pfn2_pdl", "dk2_n64x256_w4_s2_pfn8_pdl"]
-    return [configs_decode.pdl_twin(c).id for c in grid] + normal + [c.id for c in plain]
+    # dependents launched after the wait (_pfw): one successor prefetching ahead, not a cascade
+    late = ["dk8_n32x256_w4_s2_pfw2_pdl", "dk2_n64x256_w4_s2_pfw8_pdl", "dk1_n64x256_w4_s2_pfw8_pdl"]
+    return [configs_decode.pdl_twin(c).id for c in grid] + normal + late + [c.id for c in plain]
 
 
 def chain_us(call, n: int | None = None) -> float:

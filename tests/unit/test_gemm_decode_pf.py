@@ -37,12 +37,17 @@ def test_pf_ids_round_trip_and_leave_other_configs_unchanged():
     pfn = FAMILY.parse_config("dk2_n64x256_w4_s2_pfn8_pdl")
     assert pfn.param("pf") == 8 and pfn.param("pf_normal") is True and "pf_normal" not in cfg.to_json()
     assert configs_decode.make(64, 256, 4, 2, 2, pdl=True, pf=8, pf_normal=True) == pfn
-    with pytest.raises(ConfigError, match="needs P >= 1"):
+    with pytest.raises(ConfigError, match="need P >= 1"):
         configs_decode.make(64, 256, 4, 2, 2, pf_normal=True)
-    for bad, why in (("dk4_n32x256_w4_s2_pf3", "prefetch tiles P"), ("dk4_n32x256_w4_s2_pfn0", "needs P >= 1"),
+    late = FAMILY.parse_config("dk2_n64x256_w4_s2_pfnw8_pdl")
+    assert (late.param("pf"), late.param("pf_normal"), late.param("pf_late")) == (8, True, True)
+    with pytest.raises(ConfigError, match="_pfw .* needs _pdl"):
+        FAMILY.parse_config("dk2_n64x256_w4_s2_pfw8")
+    for bad, why in (("dk4_n32x256_w4_s2_pf3", "prefetch tiles P"), ("dk4_n32x256_w4_s2_pfn0", "need P >= 1"),
                      ("dk4_n32x256_w4_s2_pf0", "not canonical"), ("dk4_n32x256_w4_s2_pf02", "not canonical"),
                      ("dk4_n32x256_w4_s2_pdl_pf2", "bad triton_decode config id"),
-                     ("dk4_n32x256_w4_s2_pf2_at", "bad triton_decode config id")):
+                     ("dk4_n32x256_w4_s2_pf2_at", "bad triton_decode config id"),
+                     ("dk4_n32x256_w4_s2_pfwn2_pdl", "bad triton_decode config id")):
         with pytest.raises(ConfigError, match=why):
             FAMILY.parse_config(bad)
 
@@ -79,7 +84,9 @@ def test_pf_launch_spec():
     assert isinstance(sp, kernels_decode_pf.PrefetchSpec) and sp.kernel is kernels_decode_pf.decode_pf_kernel
     cx = dict(sp.constexprs)
     assert (cx["PF"], cx["CH"], cx["SPLIT"], cx["LAST"], cx["PDL"]) == (8, 1024, 2, True, True)  # 64 x 32 lines: 2 steps
+    assert cx["EARLY"] is True
     assert dict(kernels_decode.spec(configs_decode.parse("dk2_n64x256_w4_s2_pfn8_pdl")).constexprs)["LAST"] is False
+    assert dict(kernels_decode.spec(configs_decode.parse("dk2_n64x256_w4_s2_pfw8_pdl")).constexprs)["EARLY"] is False
     assert sp.kwargs()["launch_pdl"] is True and sp.kwargs()["PF"] == 8
     assert sp.kwargs(interpret=True)["PF"] == 0 and sp.kwargs(interpret=True)["PDL"] is False
     assert "launch_pdl" not in sp.kwargs(interpret=True)
@@ -93,7 +100,7 @@ def test_pf_launch_spec():
 CASES = [
     ("dk1_n32x64_w4_s2_pf2", "gemm", 80, 136, "none", False, tuple(range(1, 17))),
     ("dk3_n16x64_w4_s2_pf1", "gemm_act", 80, 136 + 64 * 4, "silu", True, (1, 5, 16)),
-    ("dk2_n16x64_w4_s3_at_pf4_pdl", "gemm_act", 48, 200, "gelu", True, (1, 9, 16)),
+    ("dk2_n16x64_w4_s3_at_pfw4_pdl", "gemm_act", 48, 200, "gelu", True, (1, 9, 16)),
     ("dk4_n32x64_w2_s2_pfn2_pdl", "gemm_act", 37, 300, "relu", True, (3, 16)),
 ]
 
@@ -200,10 +207,12 @@ print(json.dumps({"launch": at(r"griddepcontrol\.launch_dependents"), "wait": at
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cid", ["dk8_n32x256_w4_s2_pf2_pdl", "dk4_n32x256_w4_s2_pf4", "dk2_n64x256_w4_s2_pfn8_pdl"])
+@pytest.mark.parametrize("cid", ["dk8_n32x256_w4_s2_pf2_pdl", "dk4_n32x256_w4_s2_pf4", "dk2_n64x256_w4_s2_pfn8_pdl",
+                                 "dk2_n64x256_w4_s2_pfw8_pdl"])
 def test_sm90_ptx_prefetches_before_the_wait_and_launches_dependents_first(cid):
     """Compiled for sm90 (no GPU): the inline prefetch survives, and under PDL the order is
-    launch_dependents, the prefetches, the wait, then every global load."""
+    launch_dependents, the prefetches, the wait, then every global load (`_pfw`: the prefetches,
+    the wait, launch_dependents, the loads)."""
     import os
     import subprocess
 
@@ -219,7 +228,10 @@ def test_sm90_ptx_prefetches_before_the_wait_and_launches_dependents_first(cid):
     at = __import__("json").loads(res.stdout.strip().splitlines()[-1])
     assert at["prefetch"] and at["w_loads"]
     assert len(at["last"]) == (0 if "_pfn" in cid else len(at["prefetch"]))
-    if cid.endswith("_pdl"):
+    if "_pfw" in cid:  # dependents launched right after the wait, still before any load
+        assert len(at["launch"]) == len(at["wait"]) == 1
+        assert max(at["prefetch"]) < at["wait"][0] < at["launch"][0] < min(at["w_loads"])
+    elif cid.endswith("_pdl"):
         assert len(at["launch"]) == len(at["wait"]) == 1
         assert at["launch"][0] < min(at["prefetch"]) and max(at["prefetch"]) < at["wait"][0] < min(at["w_loads"])
     else:

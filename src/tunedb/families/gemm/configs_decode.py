@@ -2,7 +2,7 @@
 
 Pure Python (no torch, no triton); `configs.py` owns the family-wide predicate and calls in here.
 
-    dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_at][_pf{P}|_pfn{P}][_pdl]  dk4_n64x256_w4_s4, dk8_n32x256_w4_s3_at_pdl,
+    dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_at][_pf[n][w]{P}][_pdl]  dk4_n64x256_w4_s4, dk8_n32x256_w4_s3_at_pdl,
                                                    dk8_n32x256_w4_s2_pf2_pdl (prefetch twin)
     ds_t{T}_n{BN}x{BK}_w{W}[_fma][_at][_pdl]       ds_t1_n16x512_w8, ds_t4_n8x1024_w4_fma (stream kernel)
 
@@ -19,7 +19,10 @@ kernel drains.
 prefetches of the first P K tiles of its slab, then (under `_pdl`) calls gdc_launch_dependents at
 its start and gdc_wait before any load, so a chain of them streams the next weight into L2 while
 the previous kernel drains. `_pf` prefetches with L2::evict_last priority, `_pfn{P}` with the
-normal one (lines kept evict_last can crowd out other data, a KV cache say, until evicted).
+normal one (lines kept evict_last can crowd out other data, a KV cache say, until evicted);
+`w` (`_pfw{P}_pdl`) calls gdc_launch_dependents right after the wait instead of first, so at most
+one successor prefetches ahead (a kernel whose CTAs all fit beside its predecessor's otherwise
+lets a whole cascade of successors launch and prefetch, past what L2 holds).
 Not in grid() until the H200 shows what they buy (bench/decode_pf.py).
 
 `ds` configs launch the stream kernel (kernels_decode_stream.py): each CTA loads a whole BN x BK
@@ -42,7 +45,7 @@ MAX_M = 16  # x rides in one 16-row tensor-core tile
 _BN = (16, 32, 64, 128)
 _BK = (64, 128, 256, 512)
 _WARPS = (2, 4, 8)
-_ID = re.compile(r"^dk(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<at>_at)?(?:_pf(?P<pfn>n)?(?P<pf>\d+))?(?P<pdl>_pdl)?$")
+_ID = re.compile(r"^dk(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<at>_at)?(?:_pf(?P<pfn>n)?(?P<pfw>w)?(?P<pf>\d+))?(?P<pdl>_pdl)?$")
 _PF = (1, 2, 4, 8, 16, 32)  # K tiles of a CTA's run prefetched into L2 before it reads
 
 
@@ -112,7 +115,7 @@ def _canonical(config_id: str, build) -> Config:
 
 
 def make(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, atomic: bool = False,
-         pdl: bool = False, pf: int = 0, pf_normal: bool = False) -> Config:
+         pdl: bool = False, pf: int = 0, pf_normal: bool = False, pf_late: bool = False) -> Config:
     """A triton_decode config from explicit parameters (ConfigError naming the bad one)."""
     what = "triton_decode config"
     _one_of(what, "BN", bn, _BN)
@@ -126,14 +129,18 @@ def make(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, atomic: bo
         raise ConfigError(f"{what}: _at (atomic reduction) needs split_k >= 2")
     if pf:
         _one_of(what, "prefetch tiles P (_pf)", pf, _PF)
-    elif pf_normal:
-        raise ConfigError(f"{what}: the normal-priority prefetch (_pfn) needs P >= 1 prefetched tiles")
-    pf_id = (f"_pfn{pf}" if pf_normal else f"_pf{pf}") if pf else ""
+    elif pf_normal or pf_late:
+        raise ConfigError(f"{what}: _pfn / _pfw (prefetch options) need P >= 1 prefetched tiles")
+    if pf_late and not pdl:
+        raise ConfigError(f"{what}: _pfw (launch dependents after the wait) needs _pdl")
+    pf_id = f"_pf{'n' if pf_normal else ''}{'w' if pf_late else ''}{pf}" if pf else ""
     cid = (f"dk{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_at" if atomic else "") + pf_id
            + ("_pdl" if pdl else ""))
     params = (("block", (MAX_M, bn, bk)), ("warps", warps), ("stages", stages),
               ("group_m", 1), ("split_k", split_k), ("atomic", bool(atomic)), ("pdl", bool(pdl)))
-    return Config(cid, LANE, params + ((("pf", pf),) if pf else ()) + ((("pf_normal", True),) if pf_normal else ()))
+    params += (("pf", pf),) if pf else ()
+    params += (("pf_normal", True),) if pf_normal else ()
+    return Config(cid, LANE, params + ((("pf_late", True),) if pf_late else ()))
 
 
 def parse(config_id: str) -> Config:
@@ -144,7 +151,7 @@ def parse(config_id: str) -> Config:
         raise ConfigError(f"bad triton_decode config id {config_id!r}: expected dk4_n64x256_w4_s4[_at][_pf2][_pdl]")
     return _canonical(config_id, lambda: make(int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["s"]),
                                               int(m["split"]), bool(m["at"]), bool(m["pdl"]), int(m["pf"] or 0),
-                                              bool(m["pfn"])))
+                                              bool(m["pfn"]), bool(m["pfw"])))
 
 
 def grid() -> list[Config]:

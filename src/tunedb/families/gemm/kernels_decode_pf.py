@@ -30,6 +30,11 @@ every load of x and W and every store. Why that is safe:
 - Consecutive calls of one config share the launcher's workspace and counters: call i + 1 touches
   them only after its gdc_wait, i.e. after call i completed, and call i's last split leaves its
   counter (and the `_at` workspace) zero before it exits.
+- The cascade: a successor that launches early triggers its own successor at once, so when the
+  CTAs of several calls all fit on the SMs (a grid of one partial wave), several kernels can be
+  resident and prefetching at the same time, past what L2 holds. `_pfw{P}_pdl` calls
+  gdc_launch_dependents right after gdc_wait instead: kernel i + 1 launches only once kernel i
+  passed its wait (kernel i - 1 completed), so one successor at most prefetches ahead.
 - Without PDL (`_pf{P}`) the kernel has no grid dependency control: it is the same prefetch as a
   deep, register-free read-ahead of one kernel, launched in stream order.
 What it costs: L2 capacity (60 MiB in two partitions; lines of the far partition may be held twice),
@@ -118,10 +123,11 @@ def prefetch_slab(w_ptr, pid_n, N, K, kt_lo, kt_hi, BN: tl.constexpr, BK: tl.con
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def decode_pf_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_BIAS, ACT,
                      BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, ATOMIC: tl.constexpr,
-                     PF: tl.constexpr, CH: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr):
+                     PF: tl.constexpr, CH: tl.constexpr, LAST: tl.constexpr, EARLY: tl.constexpr,
+                     PDL: tl.constexpr):
     """y[M, N] = act(x[M, K] @ w[N, K]^T + b) for M <= 16; x, w, y contiguous. PF = 0: no prefetch."""
     BM: tl.constexpr = 16
-    if PDL:
+    if PDL and EARLY:
         tl.extra.cuda.gdc_launch_dependents()  # first: the next kernel may start its own prefetch
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -135,6 +141,8 @@ def decode_pf_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
     if PDL:
         # x is the previous kernel's output and everything below writes: only after it completes
         tl.extra.cuda.gdc_wait()
+        if not EARLY:  # `_pfw`: one successor at a time prefetches ahead
+            tl.extra.cuda.gdc_launch_dependents()
     cols = pid_n * BN + tl.arange(0, BN)
     cols_in = (cols % N).to(tl.int64)
     rows = tl.arange(0, BM)
@@ -210,5 +218,5 @@ def spec(cfg) -> PrefetchSpec:
     _, bn, bk = cfg.param("block")
     split, atomic, pdl, pf = cfg.param("split_k"), bool(cfg.param("atomic")), bool(cfg.param("pdl")), cfg.param("pf")
     cx = (("BN", bn), ("BK", bk), ("SPLIT", split), ("ATOMIC", atomic), ("PF", pf), ("CH", chunk(bn, bk, pf)),
-          ("LAST", not cfg.param("pf_normal")), ("PDL", pdl))
+          ("LAST", not cfg.param("pf_normal")), ("EARLY", not cfg.param("pf_late")), ("PDL", pdl))
     return PrefetchSpec("decode_pf", cx, cfg.param("warps"), cfg.param("stages"), pdl=pdl)
