@@ -2,7 +2,8 @@
 
 Pure Python (no torch, no triton); `configs.py` owns the family-wide predicate and calls in here.
 
-    dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_at][_pdl]      dk4_n64x256_w4_s4, dk8_n32x256_w4_s3_at_pdl
+    dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_at][_pf[n][w]{P}][_pdl]  dk4_n64x256_w4_s4, dk8_n32x256_w4_s3_at_pdl,
+                                                   dk8_n32x256_w4_s2_pf2_pdl (prefetch twin)
     ds_t{T}_n{BN}x{BK}_w{W}[_fma][_at][_pdl]       ds_t1_n16x512_w8, ds_t4_n8x1024_w4_fma (stream kernel)
 
 One kernel streams W[N, K] in slabs of BN rows x BK columns (x, M <= 16 rows, padded to a
@@ -13,6 +14,16 @@ inputs give the same bits. `_at` configs accumulate with fp32 atomics instead (f
 large M, order of additions not fixed). `_pdl` configs launch with programmatic dependent launch
 and wait (gdc_wait) only after issuing their first W loads, so W streams while the previous
 kernel drains.
+
+`_pf{P}` configs launch the prefetch twin (kernels_decode_pf.py): each CTA first issues L2
+prefetches of the first P K tiles of its slab, then (under `_pdl`) calls gdc_launch_dependents at
+its start and gdc_wait before any load, so a chain of them streams the next weight into L2 while
+the previous kernel drains. `_pf` prefetches with L2::evict_last priority, `_pfn{P}` with the
+normal one (lines kept evict_last can crowd out other data, a KV cache say, until evicted);
+`w` (`_pfw{P}_pdl`) calls gdc_launch_dependents right after the wait instead of first, so at most
+one successor prefetches ahead (a kernel whose CTAs all fit beside its predecessor's otherwise
+lets a whole cascade of successors launch and prefetch, past what L2 holds).
+Not in grid() until the H200 shows what they buy (bench/decode_pf.py).
 
 `ds` configs launch the stream kernel (kernels_decode_stream.py): each CTA loads a whole BN x BK
 slab of W in one go (no shared-memory ring; the next slab is loaded before the current one is
@@ -34,7 +45,8 @@ MAX_M = 16  # x rides in one 16-row tensor-core tile
 _BN = (16, 32, 64, 128)
 _BK = (64, 128, 256, 512)
 _WARPS = (2, 4, 8)
-_ID = re.compile(r"^dk(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<at>_at)?(?P<pdl>_pdl)?$")
+_ID = re.compile(r"^dk(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<at>_at)?(?:_pf(?P<pfn>n)?(?P<pfw>w)?(?P<pf>\d+))?(?P<pdl>_pdl)?$")
+_PF = (1, 2, 4, 8, 16, 32)  # K tiles of a CTA's run prefetched into L2 before it reads
 
 
 _DS_ID = re.compile(r"^ds_t(?P<tiles>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)(?P<fma>_fma)?(?P<at>_at)?(?P<pdl>_pdl)?$")
@@ -103,7 +115,7 @@ def _canonical(config_id: str, build) -> Config:
 
 
 def make(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, atomic: bool = False,
-         pdl: bool = False) -> Config:
+         pdl: bool = False, pf: int = 0, pf_normal: bool = False, pf_late: bool = False) -> Config:
     """A triton_decode config from explicit parameters (ConfigError naming the bad one)."""
     what = "triton_decode config"
     _one_of(what, "BN", bn, _BN)
@@ -115,9 +127,20 @@ def make(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, atomic: bo
         raise ConfigError(f"{what}: split_k={split_k} not allowed; use 1..64")
     if atomic and split_k == 1:
         raise ConfigError(f"{what}: _at (atomic reduction) needs split_k >= 2")
-    cid = f"dk{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_at" if atomic else "") + ("_pdl" if pdl else "")
-    return Config(cid, LANE, (("block", (MAX_M, bn, bk)), ("warps", warps), ("stages", stages),
-                              ("group_m", 1), ("split_k", split_k), ("atomic", bool(atomic)), ("pdl", bool(pdl))))
+    if pf:
+        _one_of(what, "prefetch tiles P (_pf)", pf, _PF)
+    elif pf_normal or pf_late:
+        raise ConfigError(f"{what}: _pfn / _pfw (prefetch options) need P >= 1 prefetched tiles")
+    if pf_late and not pdl:
+        raise ConfigError(f"{what}: _pfw (launch dependents after the wait) needs _pdl")
+    pf_id = f"_pf{'n' if pf_normal else ''}{'w' if pf_late else ''}{pf}" if pf else ""
+    cid = (f"dk{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_at" if atomic else "") + pf_id
+           + ("_pdl" if pdl else ""))
+    params = (("block", (MAX_M, bn, bk)), ("warps", warps), ("stages", stages),
+              ("group_m", 1), ("split_k", split_k), ("atomic", bool(atomic)), ("pdl", bool(pdl)))
+    params += (("pf", pf),) if pf else ()
+    params += (("pf_normal", True),) if pf_normal else ()
+    return Config(cid, LANE, params + ((("pf_late", True),) if pf_late else ()))
 
 
 def parse(config_id: str) -> Config:
@@ -125,9 +148,10 @@ def parse(config_id: str) -> Config:
         return _parse_stream(config_id)
     m = _ID.match(config_id)
     if not m:
-        raise ConfigError(f"bad triton_decode config id {config_id!r}: expected dk4_n64x256_w4_s4[_at][_pdl]")
+        raise ConfigError(f"bad triton_decode config id {config_id!r}: expected dk4_n64x256_w4_s4[_at][_pf2][_pdl]")
     return _canonical(config_id, lambda: make(int(m["bn"]), int(m["bk"]), int(m["w"]), int(m["s"]),
-                                              int(m["split"]), bool(m["at"]), bool(m["pdl"])))
+                                              int(m["split"]), bool(m["at"]), bool(m["pdl"]), int(m["pf"] or 0),
+                                              bool(m["pfn"]), bool(m["pfw"])))
 
 
 def grid() -> list[Config]:
@@ -172,6 +196,8 @@ def pdl_supported() -> bool:
 
 
 def arch_reason(cfg: Config, cap: int) -> str | None:
+    if cfg.param("pf") and cap < 80:
+        return f"L2 prefetch with an eviction priority (_pf: prefetch.global.L2::evict_last) needs sm80 or newer, not sm{cap}"
     if cfg.param("pdl"):
         if cap < 90:
             return f"programmatic dependent launch (_pdl) needs sm90 or newer, not sm{cap}"
@@ -217,3 +243,21 @@ def pdl_twin(cfg: Config) -> Config:
     if cfg.param("pdl"):
         return cfg
     return parse(cfg.id + "_pdl")
+
+
+def pf_grid() -> list[Config]:
+    """The `_pf` configs bench/decode_pf.py measures (8, each also as its `_pdl` twin), 256-column
+    tiles, 2-stage rings (24 KB of shared memory at 32 rows, 40 KB at 64, as Triton 3.6 compiles
+    them for sm90: several CTAs per SM, so a PDL successor finds slots), except one 8-warp 3-stage
+    twin (80 KB: two CTAs per SM) for contrast.
+    At 4096 x 4096 (16 K tiles per row) they span: many small CTAs prefetching their whole run
+    (split 16/8/4 with P = 1/2/4: 16-64 KB per CTA, 512-2048 CTAs, several waves); one partial
+    wave of fat CTAs (split 2, 64 rows: 128 CTAs, one per SM, P = 8 the whole run, 256 KB each, or
+    P = 2, 64 KB) and half a wave (split 1: 64 CTAs, P = 8 half the run), which leave the next
+    kernel's CTAs room to become resident and prefetch early; the atomic reduction. P caps a CTA's
+    early footprint where the weight is larger than L2 (a wave of 128-264 CTAs x 16-256 KB).
+    Not in grid() (the build space): the cost model cannot tell a prefetch twin from its original."""
+    out = [make(32, 256, 4, 2, split, pf=pf) for split, pf in ((16, 1), (8, 2), (4, 4))]
+    out += [make(64, 256, 4, 2, 2, pf=8), make(64, 256, 4, 2, 2, pf=2), make(64, 256, 4, 2, 1, pf=8)]
+    out += [make(32, 256, 4, 2, 8, atomic=True, pf=2), make(64, 256, 8, 3, 4, pf=4)]
+    return out

@@ -130,11 +130,16 @@ class DecodeSpec(KernelSpec):
 
 
 def spec(cfg: Config) -> DecodeSpec:
-    """The launch of a triton_decode config: this kernel for `dk`, the stream kernel for `ds`."""
+    """The launch of a triton_decode config: this kernel for `dk`, the stream kernel for `ds`, the
+    prefetch twin (kernels_decode_pf.py) for `dk..._pf{P}`."""
     if cfg.param("kernel") == "stream":
         from tunedb.families.gemm import kernels_decode_stream
 
         return kernels_decode_stream.spec(cfg)
+    if cfg.param("pf"):
+        from tunedb.families.gemm import kernels_decode_pf
+
+        return kernels_decode_pf.spec(cfg)
     _, bn, bk = cfg.param("block")
     split, atomic, pdl = cfg.param("split_k"), bool(cfg.param("atomic")), bool(cfg.param("pdl"))
     cx = (("BN", bn), ("BK", bk), ("SPLIT", split), ("ATOMIC", atomic), ("PDL", pdl))
