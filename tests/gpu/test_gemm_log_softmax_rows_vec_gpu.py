@@ -1,0 +1,100 @@
+"""gemm_log_softmax's row pass with the divisibility hint (VEC) and the linear_rows PDL twins on
+the GPU: the row pass over rounded logits against float64 within half an ulp of the output
+(vocabularies that are multiples of 8 but not 16, such as 5000, where the hint turns 2-byte
+accesses into 16-byte ones; an odd N where it cannot), the pdl twins and the rowfix lane with the
+hint against the fp32 reference at the census heads (bf16 with bias, fp16 without) with rows of
+exp(y) summing to 1 within the output rounding's bound, and the pdl twin inside a captured CUDA
+graph of back-to-back calls on fresh inputs (its row pass waits on cuBLAS's GEMM). About 20-40 s
+on an H200 (first-launch compiles)."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tunedb import families  # noqa: E402
+from tunedb.arch import shipped_profile  # noqa: E402
+from tunedb.families.gemm_log_softmax.launch import row_vec, rows_pass  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+SM90 = shipped_profile("sm90")
+FAM = families.get("gemm_log_softmax")
+DTS = {"bf16": torch.bfloat16, "fp16": torch.float16}
+UNIT = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+PDL = ("lr_r1_c2048_w8_pdl", "lr_r1_c8192_w8_pdl", "lr_r1_c8192_w16_pdl", "lr_r1_c16384_w8_pdl",
+       "lr_r1_c16384_w16_pdl")
+RF = ("rf_b64x32x128_w4_s3_pdl", "rf_b64x64x64_w4_s3_pdl", "rf_b64x128x64_w4_s3_pdl", "rf_b64x64x64_w4_s3_two")
+
+
+def rel(y, ref):
+    return ((y.float() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+@pytest.mark.parametrize("m,n", [(300, 5000), (37, 5000), (64, 16000), (9, 4099), (5, 1000)])
+def test_row_pass_against_float64(m, n, dt):
+    dtype = DTS[dt]
+    gen = torch.Generator(device="cuda").manual_seed(m + n)
+    lg = (torch.randn((m, n), generator=gen, device="cuda") * 3).to(dtype)
+    lg[:, 7] += 40  # one dominant logit a row: its lse is near it, the rest far below
+    ref = torch.log_softmax(lg.double(), dim=-1)
+    assert row_vec(n, lg) == (8 if n % 8 == 0 else 1)
+    for r, c, w in ((1, 2048, 8), (1, 8192, 8), (1, 8192, 16), (2, 8192, 8), (4, 2048, 4), (1, 16384, 16)):
+        for vec in (None, 1):
+            for pdl in (False, True):
+                y = torch.full_like(lg, float("nan"))
+                rows_pass(lg, y, r, c, w, pdl=pdl, vec=vec)
+                err = (y.double() - ref).abs()
+                tol = 0.5 * UNIT[dtype] * ref.abs() + 1e-5
+                assert not torch.isnan(y).any() and (err <= tol).all(), (r, c, w, vec, pdl, err.max().item())
+
+
+@pytest.mark.parametrize("m,n,k,dt,bias", [(64, 5000, 256, "bf16", 1), (256, 5000, 256, "bf16", 1),
+                                           (1024, 5000, 256, "bf16", 1), (64, 32000, 512, "bf16", 1),
+                                           (256, 16000, 512, "bf16", 1), (100, 5000, 256, "fp16", 0)])
+def test_pdl_rows_and_rowfix_with_the_hint_against_fp32(m, n, k, dt, bias):
+    sig = FAM.make_signature(n, k, dt, bias)
+    args, _ = FAM.make_inputs(sig, m, "cuda", 1)
+    ref = FAM.reference(sig, *args)
+    base = rel(FAM.launch(FAM.parse_config("torch"), sig, *args), ref)
+    allowed = (ref.exp() * torch.expm1(UNIT[DTS[dt]] * ref.abs())).sum(-1) + 1e-3
+    ran = 0
+    for cid in PDL + RF:
+        cfg = FAM.parse_config(cid)
+        if FAM.invalid_reason(cfg, sig, m, SM90):
+            continue
+        out = torch.full((m, n), float("nan"), dtype=DTS[dt], device="cuda")
+        y = FAM.launch(cfg, sig, *args, out=out)
+        assert y is out and not torch.isnan(y).any(), cid
+        assert rel(y, ref) <= 4 * base, (cid, rel(y, ref), base)
+        dev = (y.float().exp().sum(-1) - 1).abs()
+        assert (dev <= allowed).all(), (cid, dev.max().item())
+        ran += 1
+    assert ran >= 3
+
+
+@pytest.mark.parametrize("cid", ["lr_r1_c8192_w8_pdl", "lr_r1_c2048_w8_pdl"])
+def test_pdl_row_pass_in_a_captured_graph_on_fresh_inputs(cid):
+    sig = FAM.make_signature(5000, 256, "bf16", 1)
+    cfg = FAM.parse_config(cid)
+    m = 256
+    ins = [FAM.make_inputs(sig, m, "cuda", s)[0] for s in range(3)]
+    outs = [torch.empty((m, 5000), dtype=torch.bfloat16, device="cuda") for _ in ins]
+    for a, o in zip(ins, outs):
+        FAM.launch(cfg, sig, *a, out=o)  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for a, o in zip(ins, outs):
+            FAM.launch(cfg, sig, *a, out=o)
+    for seed in (10, 20):
+        for i, (a, o) in enumerate(zip(ins, outs)):
+            fresh = FAM.make_inputs(sig, m, "cuda", seed + i)[0]
+            for dst, src in zip(a, fresh):
+                dst.copy_(src)
+            o.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        for a, o in zip(ins, outs):
+            ref = FAM.reference(sig, *a)
+            base = rel(FAM.launch(FAM.parse_config("torch"), sig, *a), ref)
+            assert not torch.isnan(o).any() and rel(o, ref) <= 4 * base, (cid, seed)
