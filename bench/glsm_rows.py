@@ -45,7 +45,7 @@ from gemm_log_softmax import graph_us  # noqa: E402  (bench/gemm_log_softmax.py)
 FAM = families.get("gemm_log_softmax")
 CENSUS = Path(__file__).resolve().parent / "census" / "ctc_heads.json"
 # linear_rows configs per N (the shipped table's picks first; --quick keeps the first two)
-LR = {5000: ("lr_r1_c2048_w8", "lr_r1_c8192_w8", "lr_r1_c8192_w16", "lr_r2_c8192_w8"),
+LR = {5000: ("lr_r1_c2048_w8", "lr_r1_c8192_w8", "lr_r1_c8192_w16", "lr_r2_c8192_w8", "lr_r4_c8192_w16"),
       16000: ("lr_r1_c16384_w8", "lr_r1_c16384_w16", "lr_r1_c8192_w8"),
       32000: ("lr_r1_c16384_w16", "lr_r1_c16384_w8", "lr_r1_c8192_w8")}
 RF = ("rf_b64x32x128_w4_s3_pdl", "rf_b64x128x64_w4_s3_pdl", "rf_b64x64x64_w4_s3_pdl", "rf_b128x128x64_w8_s3_pdl")

@@ -84,10 +84,11 @@ _TILES = ((16, 128, 64, 4, 3), (16, 256, 64, 4, 3), (32, 128, 64, 4, 3), (64, 12
 
 
 # (R, C, W): one row a program over chunks from 2k to the whole of a 32k vocabulary, and 2-4 rows
-# a program for short rows (a 5k row is 10 KB: one row a program leaves the SM short of bytes)
+# a program for short rows (a 5k row is 10 KB: one row a program leaves the SM short of bytes;
+# r4_c8192_w16 holds four whole 5k rows, 40 KB in flight a program, with two reductions)
 _ROWS = ((1, 2048, 4), (1, 2048, 8), (1, 4096, 4), (1, 4096, 8), (1, 8192, 4), (1, 8192, 8), (1, 8192, 16),
          (1, 16384, 8), (1, 16384, 16), (1, 32768, 8), (1, 32768, 16), (2, 4096, 4), (2, 8192, 8),
-         (4, 2048, 4), (4, 4096, 8))
+         (4, 2048, 4), (4, 4096, 8), (4, 8192, 16))
 # PDL twins of the configs the shipped table serves (session 14): at M = 64-256 the row pass's
 # launch gap after the GEMM is a large part of its 2-6 us
 _ROWS_PDL = ((1, 2048, 8), (1, 8192, 8), (1, 8192, 16), (1, 16384, 8), (1, 16384, 16))
