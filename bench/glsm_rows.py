@@ -14,6 +14,7 @@ graph over head-weight copies read cold, median of 7 replays / n):
   torch                 F.linear + torch.log_softmax
   lr_...@old, rf_...@old the shipped lanes as they ran before the hint (VEC=1)
   lr_..., lr_..._pdl, rf_... the same configs now (VEC from launch.row_vec), and the PDL twins
+  lr_..._p{P}           the persistent prefetching row pass (new)
   linear, lsm, copy     F.linear alone; torch.log_softmax alone; out.copy_(logits)
   pass:<cid>[@old]      the row pass alone over the logits (in L2 where they fit, as after the GEMM)
 Per point: torch us, the old pick (the family's pick rule over torch + the @old arms: what the
@@ -47,7 +48,10 @@ CENSUS = Path(__file__).resolve().parent / "census" / "ctc_heads.json"
 # linear_rows configs per N (the shipped table's picks first; --quick keeps the first two)
 LR = {5000: ("lr_r1_c2048_w8", "lr_r1_c8192_w8", "lr_r1_c8192_w16", "lr_r2_c8192_w8", "lr_r4_c8192_w16"),
       16000: ("lr_r1_c16384_w8", "lr_r1_c16384_w16", "lr_r1_c8192_w8"),
-      32000: ("lr_r1_c16384_w16", "lr_r1_c16384_w8", "lr_r1_c8192_w8")}
+      32000: ("lr_r1_c16384_w16", "lr_r1_c16384_w8", "lr_r1_c8192_w8", "lr_r1_c32768_w16")}
+# the persistent prefetching passes (new: no @old arm), whole rows of each N (--quick: the first)
+STREAM = {5000: ("lr_r1_c8192_w8_p4", "lr_r4_c8192_w16_p2"), 16000: ("lr_r1_c16384_w8_p2", "lr_r1_c16384_w16_p1"),
+          32000: ("lr_r1_c32768_w16_p1",)}
 RF = ("rf_b64x32x128_w4_s3_pdl", "rf_b64x128x64_w4_s3_pdl", "rf_b64x64x64_w4_s3_pdl", "rf_b128x128x64_w8_s3_pdl")
 RF_MAX_M = 256
 QUICK_MS = (64, 256, 1024, 8192)
@@ -68,9 +72,9 @@ def twin(cid: str) -> str | None:
     return pdl if any(c.id == pdl for c in FAM.config_space("sm90")) else None
 
 
-def run_point(n, k, m, l2, sm90, quick, device="cuda", timer=graph_us, dt="bf16", lr=None, rf=None):
-    """Every arm at one point; `device`, `timer`, `dt`, `lr` and `rf` let the CPU smoke test run
-    it under the interpreter (fp16: the interpreter's tl.dot mishandles bf16)."""
+def run_point(n, k, m, l2, sm90, quick, device="cuda", timer=graph_us, dt="bf16", lr=None, rf=None, stream=None):
+    """Every arm at one point; `device`, `timer`, `dt`, `lr`, `rf` and `stream` let the CPU smoke
+    test run it under the interpreter (fp16: the interpreter's tl.dot mishandles bf16)."""
     sig = FAM.make_signature(n, k, dt, 1)
     (x, w, b), _ = FAM.make_inputs(sig, m, device, seed=m + n + k)
     ref = FAM.reference(sig, x, w, b)
@@ -80,6 +84,7 @@ def run_point(n, k, m, l2, sm90, quick, device="cuda", timer=graph_us, dt="bf16"
     copies = rotation_copies(1 << 40, l2, FAM.weight_bytes(sig), x.numel() * 2 + 2 * out.numel() * 2)
     weights = [(w.clone(), b.clone()) for _ in range(copies)]
     lr = lr if lr is not None else (LR[n][:2] if quick else LR[n])
+    stream = stream if stream is not None else (STREAM[n][:1] if quick else STREAM[n])
     rf = rf if rf is not None else ((RF[:2] if quick else RF) if m <= RF_MAX_M else ())
     full = {"torch": lambda w_, b_: FAM.launch(FAM.parse_config("torch"), sig, x, w_, b_, out=out)}
     passes = {}
@@ -93,6 +98,11 @@ def run_point(n, k, m, l2, sm90, quick, device="cuda", timer=graph_us, dt="bf16"
         if twin(cid):
             tcfg = FAM.parse_config(twin(cid))
             full[tcfg.id] = lambda w_, b_, cfg=tcfg: FAM.launch(cfg, sig, x, w_, b_, out=out)
+    for cid in stream:
+        cfg = FAM.parse_config(cid)
+        r, c, wp, p = cfg.param("rows"), cfg.param("chunk"), cfg.param("warps"), cfg.param("persist")
+        full[cid] = lambda w_, b_, cfg=cfg: FAM.launch(cfg, sig, x, w_, b_, out=out)
+        passes[f"pass:{cid}"] = lambda r=r, c=c, wp=wp, p=p: rows_pass(logits, out, r, c, wp, persist=p)
     for cid in rf:
         cfg = FAM.parse_config(cid)
         full[cid + "@old"] = lambda w_, b_, cfg=cfg: rowfix_arm(cfg, x, w_, b_, out=out, vec=1)

@@ -1,7 +1,7 @@
 """gemm_log_softmax's row pass with the divisibility hint (VEC) and the linear_rows PDL twins on
 the GPU: the row pass over rounded logits against float64 within half an ulp of the output
 (vocabularies that are multiples of 8 but not 16, such as 5000, where the hint turns 2-byte
-accesses into 16-byte ones; an odd N where it cannot), the pdl twins and the rowfix lane with the
+accesses into 16-byte ones; an odd N where it cannot), the pdl twins, the persistent prefetching passes (`_p{P}`) and the rowfix lane with the
 hint against the fp32 reference at the census heads (bf16 with bias, fp16 without) with rows of
 exp(y) summing to 1 within the output rounding's bound, and the pdl twin inside a captured CUDA
 graph of back-to-back calls on fresh inputs (its row pass waits on cuBLAS's GEMM). About 20-40 s
@@ -22,6 +22,8 @@ DTS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 UNIT = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 PDL = ("lr_r1_c2048_w8_pdl", "lr_r1_c8192_w8_pdl", "lr_r1_c8192_w16_pdl", "lr_r1_c16384_w8_pdl",
        "lr_r1_c16384_w16_pdl")
+STREAM = ("lr_r1_c8192_w8_p4", "lr_r4_c8192_w16_p2", "lr_r1_c16384_w8_p2", "lr_r1_c16384_w16_p1",
+          "lr_r1_c32768_w16_p1", "lr_r1_c8192_w8_p4_pdl")
 RF = ("rf_b64x32x128_w4_s3_pdl", "rf_b64x64x64_w4_s3_pdl", "rf_b64x128x64_w4_s3_pdl", "rf_b64x64x64_w4_s3_two")
 
 
@@ -30,7 +32,7 @@ def rel(y, ref):
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
-@pytest.mark.parametrize("m,n", [(300, 5000), (37, 5000), (64, 16000), (9, 4099), (5, 1000)])
+@pytest.mark.parametrize("m,n", [(300, 5000), (2000, 5000), (37, 5000), (700, 16000), (9, 4099), (5, 1000)])
 def test_row_pass_against_float64(m, n, dt):
     dtype = DTS[dt]
     gen = torch.Generator(device="cuda").manual_seed(m + n)
@@ -38,19 +40,27 @@ def test_row_pass_against_float64(m, n, dt):
     lg[:, 7] += 40  # one dominant logit a row: its lse is near it, the rest far below
     ref = torch.log_softmax(lg.double(), dim=-1)
     assert row_vec(n, lg) == (8 if n % 8 == 0 else 1)
-    for r, c, w in ((1, 2048, 8), (1, 8192, 8), (1, 8192, 16), (2, 8192, 8), (4, 2048, 4), (1, 16384, 16)):
+    tol = 0.5 * UNIT[dtype] * ref.abs() + 1e-5
+    for r, c, w, p in ((1, 2048, 8, None), (1, 8192, 8, None), (1, 8192, 16, None), (2, 8192, 8, None),
+                       (4, 2048, 4, None), (1, 16384, 16, None), (1, 8192, 8, 4), (4, 8192, 16, 2), (1, 16384, 8, 2)):
+        if p and c < n:
+            continue  # a persistent pass holds whole rows
         for vec in (None, 1):
             for pdl in (False, True):
                 y = torch.full_like(lg, float("nan"))
-                rows_pass(lg, y, r, c, w, pdl=pdl, vec=vec)
+                rows_pass(lg, y, r, c, w, pdl=pdl, vec=vec, persist=p)
                 err = (y.double() - ref).abs()
-                tol = 0.5 * UNIT[dtype] * ref.abs() + 1e-5
-                assert not torch.isnan(y).any() and (err <= tol).all(), (r, c, w, vec, pdl, err.max().item())
+                assert not torch.isnan(y).any() and (err <= tol).all(), (r, c, w, p, vec, pdl, err.max().item())
+        if p:  # in place: a block is stored only after it was read (and prefetches never cross programs)
+            z = lg.clone()
+            rows_pass(z, z, r, c, w, persist=p)
+            assert ((z.double() - ref).abs() <= tol).all(), (r, c, w, p)
 
 
 @pytest.mark.parametrize("m,n,k,dt,bias", [(64, 5000, 256, "bf16", 1), (256, 5000, 256, "bf16", 1),
                                            (1024, 5000, 256, "bf16", 1), (64, 32000, 512, "bf16", 1),
-                                           (256, 16000, 512, "bf16", 1), (100, 5000, 256, "fp16", 0)])
+                                           (256, 16000, 512, "bf16", 1), (100, 5000, 256, "fp16", 0),
+                                           (2048, 32000, 512, "bf16", 1), (4096, 5000, 256, "fp16", 0)])
 def test_pdl_rows_and_rowfix_with_the_hint_against_fp32(m, n, k, dt, bias):
     sig = FAM.make_signature(n, k, dt, bias)
     args, _ = FAM.make_inputs(sig, m, "cuda", 1)
@@ -58,7 +68,7 @@ def test_pdl_rows_and_rowfix_with_the_hint_against_fp32(m, n, k, dt, bias):
     base = rel(FAM.launch(FAM.parse_config("torch"), sig, *args), ref)
     allowed = (ref.exp() * torch.expm1(UNIT[DTS[dt]] * ref.abs())).sum(-1) + 1e-3
     ran = 0
-    for cid in PDL + RF:
+    for cid in PDL + STREAM + RF:
         cfg = FAM.parse_config(cid)
         if FAM.invalid_reason(cfg, sig, m, SM90):
             continue
@@ -72,7 +82,7 @@ def test_pdl_rows_and_rowfix_with_the_hint_against_fp32(m, n, k, dt, bias):
     assert ran >= 3
 
 
-@pytest.mark.parametrize("cid", ["lr_r1_c8192_w8_pdl", "lr_r1_c2048_w8_pdl"])
+@pytest.mark.parametrize("cid", ["lr_r1_c8192_w8_pdl", "lr_r1_c2048_w8_pdl", "lr_r1_c8192_w8_p4_pdl"])
 def test_pdl_row_pass_in_a_captured_graph_on_fresh_inputs(cid):
     sig = FAM.make_signature(5000, 256, "bf16", 1)
     cfg = FAM.parse_config(cid)

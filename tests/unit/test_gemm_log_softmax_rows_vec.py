@@ -1,5 +1,5 @@
-"""The linear_rows row pass and the rowfix kernels with the divisibility hint (VEC) and the
-row pass under PDL (`lr_..._pdl`): ids and the predicate, launch.row_vec's rule, the kernels
+"""The linear_rows row pass and the rowfix kernels with the divisibility hint (VEC) the
+row pass under PDL (`lr_..._pdl`) and persistent (`lr_..._p{P}`): ids and the predicate, launch.row_vec's rule, the kernels
 under the interpreter against a float64 reference at vocabularies that are multiples of 8 but
 not 16 (where the hint matters on the GPU), and the sm90 PTX of the device's Triton (16-byte
 loads and stores at N=5000 with the hint, 2-byte ones without)."""
@@ -45,6 +45,26 @@ def test_pdl_row_ids_round_trip_and_the_predicate():
     assert "exceeds N" in FAMILY.invalid_reason(configs.parse("lr_r1_c16384_w16_pdl"), sig, 64, SM90)
 
 
+def test_persistent_row_ids_and_their_rules():
+    cfg = configs.parse("lr_r1_c8192_w8_p4")
+    assert cfg.param("persist") == 4 and cfg.param("launch") is None
+    assert configs.parse("lr_r1_c8192_w8_p4_pdl").param("launch") == "pdl"
+    with pytest.raises(ConfigError):
+        configs.parse("lr_r1_c8192_w8_p3")
+    with pytest.raises(ConfigError):
+        configs.parse("lr_r1_c8192_w8_pdl_p4")  # one canonical order
+    space = {c.id for c in FAMILY.config_space("sm90")}
+    assert {"lr_r1_c8192_w8_p4", "lr_r1_c32768_w16_p1"} <= space
+    s5, s32 = FAMILY.make_signature(5000, 256, "bf16", 1), FAMILY.make_signature(32000, 512, "bf16", 1)
+    assert FAMILY.invalid_reason(cfg, s5, 8192, SM90) is None
+    # whole rows only: 8192 columns do not hold a 32k row (the plain config's chunks do)
+    assert "whole rows" in FAMILY.invalid_reason(cfg, s32, 8192, SM90)
+    assert FAMILY.invalid_reason(configs.parse("lr_r1_c8192_w8"), s32, 8192, SM90) is None
+    # the prefetched block beside the fp32 one: 128 values a thread is too many
+    assert "persistent" in FAMILY.invalid_reason(configs.parse("lr_r1_c32768_w8_p1"), s32, 8192, SM90)
+    assert FAMILY.invalid_reason(configs.parse("lr_r1_c32768_w8"), s32, 8192, SM90) is None
+
+
 def test_row_vec_is_the_widest_divisor_of_n_strides_and_alignment():
     a = torch.empty(4, 5000, dtype=torch.bfloat16)
     assert row_vec(5000, a) == 8
@@ -85,6 +105,22 @@ for dt in (torch.bfloat16, torch.float16):
                     rows_pass(z, z, r, c, w, pdl=pdl, vec=vec)
                     assert torch.equal(z, y), (dt, n, m, r, c, vec, pdl)
     assert row_vec(40, lg) in (1, 8)
+# the persistent pass: P x 2 programs (the interpreter's 2 SMs) walking 1 to 7 blocks each with
+# the next block prefetched, ragged last blocks, in place (a block is stored only after it was read)
+for dt in (torch.bfloat16, torch.float16):
+    u = 2.0 ** -7 if dt == torch.bfloat16 else 2.0 ** -11
+    for n, m in ((40, 29), (1000, 9), (37, 3)):
+        lg = (torch.randn(m, n, generator=gen) * 3).to(dt)
+        ref = torch.log_softmax(lg.double(), dim=-1)
+        for r, c, w, p in ((1, 1024, 4, 1), (4, 1024, 8, 2), (2, 1024, 4, 4)):
+            for vec in (None, 1):
+                y = torch.full((m, n), float("nan"), dtype=dt)
+                rows_pass(lg, y, r, c, w, vec=vec, persist=p, pdl=p == 2)
+                err = (y.double() - ref).abs()
+                assert not torch.isnan(y).any() and (err <= u * ref.abs() + 1e-5).all(), (dt, n, m, r, p, vec)
+                z = lg.clone()
+                rows_pass(z, z, r, c, w, vec=vec, persist=p)
+                assert torch.equal(z, y), (dt, n, m, r, p, vec)
 # the whole linear_rows arm (pdl twin included) and the rowfix lane with the hint against the
 # float64 product's log_softmax (fp16: the interpreter's tl.dot mishandles bf16), within 4x
 # the torch arm's own error; N = 40 / 200 are multiples of 8, not 16 (vec 8)
@@ -95,7 +131,7 @@ for n, k, m, bias in ((40, 32, 9, 1), (200, 40, 37, 0)):
     ref = torch.log_softmax(torch.nn.functional.linear(x.double(), w.double(), None if b is None else b.double()), -1)
     rel = lambda y: ((y.double() - ref).norm() / ref.norm()).item()
     base = rel(launch(configs.parse("torch"), sig, *args))
-    for cid in ("lr_r1_c1024_w4_pdl", "lr_r1_c2048_w8_pdl", "lr_r2_c4096_w4"):
+    for cid in ("lr_r1_c1024_w4_pdl", "lr_r1_c2048_w8_pdl", "lr_r2_c4096_w4", "lr_r1_c1024_w4_p2", "lr_r4_c1024_w8_p1_pdl"):
         out = torch.full((m, n), float("nan"), dtype=torch.float16)
         y = launch(configs.parse(cid), sig, *args, out=out)
         assert y is out and not torch.isnan(y).any() and rel(y) <= 4 * base + 1e-6, (cid, n, rel(y), base)
@@ -106,7 +142,7 @@ for n, k, m, bias in ((40, 32, 9, 1), (200, 40, 37, 0)):
             y = rowfix_arm(cfg, *args, out=out, vec=vec)
             assert not torch.isnan(y).any() and rel(y) <= 4 * base + 1e-6, (cid, vec, n, rel(y), base)
 from interpret_child import gate_failures
-bad = gate_failures(FAMILY, FAMILY.make_signature(40, 32, "fp16", 1), 11, ["torch", "lr_r1_c1024_w4_pdl", "lr_r1_c2048_w8_pdl"])
+bad = gate_failures(FAMILY, FAMILY.make_signature(40, 32, "fp16", 1), 11, ["torch", "lr_r1_c1024_w4_pdl", "lr_r1_c2048_w8_pdl", "lr_r1_c1024_w4_p2"])
 assert not bad, bad
 print("ok")
 """
@@ -139,6 +175,8 @@ for vec in (1, 8):
     for one, c in ((True, 8192), (False, 2048)):
         out[f"rows vec{vec} one{int(one)}"] = widths(kernels._rows_kernel, rows, dict(R=1, C=c, ONE=one, VEC=vec, GDC=True), (0, 1), 8)
     out[f"fix vec{vec}"] = widths(kr._fix_kernel, fix, dict(FN=2048, TB=64, GDC=True, VEC=vec), (0, 1, 2), 4)
+    stream = {k: v for k, v in rows.items() if k != "ONE"}
+    out[f"stream vec{vec}"] = widths(kernels._rows_stream_kernel, stream, dict(R=1, C=8192, VEC=vec, GDC=True), (0, 1), 8)
 print("PTX " + json.dumps(out))
 """
 
@@ -175,5 +213,5 @@ def test_the_hint_vectorises_n5000_rows_on_sm90_with_the_device_triton():
             assert any(o.startswith("ld.global") and o.endswith("v4.b32") for o in ops), (name, ops)
             assert "st.global.v4.b32" in ops, (name, ops)
             assert not any(o.endswith(".b16") for o in ops), (name, ops)
-        elif name.startswith("rows"):  # the kernel as before the hint: 2-byte accesses at N=5000
+        elif name.startswith(("rows", "stream")):  # the kernels without the hint: 2-byte accesses at N=5000
             assert "ld.global.b16" in ops and "st.global.b16" in ops, (name, ops)

@@ -18,8 +18,11 @@ def test_census_points_are_the_ctc_heads():
     full, quick = g.census_points(False), g.census_points(True)
     assert len(full) == 15 and {(n, k) for n, k, _ in full} == {(5000, 256), (16000, 512), (32000, 512)}
     assert {m for *_, m in quick} == set(g.QUICK_MS) and full[0][2] == 64
-    for n in (5000, 16000, 32000):  # every named config exists and fits its N
+    for n in (5000, 16000, 32000):  # every named config parses and is valid at its N
         assert all(g.twin(c) is None or g.twin(c).endswith("_pdl") for c in g.LR[n])
+        sig = g.FAM.make_signature(n, 512, "bf16", 1)
+        for cid in g.LR[n] + g.STREAM[n]:
+            assert g.FAM.invalid_reason(g.FAM.parse_config(cid), sig, 8192, g.shipped_profile("sm90")) is None, cid
 
 
 _SMOKE = r"""
@@ -33,13 +36,14 @@ def timer(call, weights):
     calls.append(1)
     return 10.0 + len(calls)  # distinct times: the picks are well defined
 row = g.run_point(1100, 32, 9, 1 << 20, shipped_profile("sm90"), True, device="cpu", timer=timer, dt="fp16",
-                  lr=("lr_r1_c1024_w4", "lr_r1_c2048_w8"), rf=("rf_b16x32x32_w4_s2_pdl",))
+                  lr=("lr_r1_c1024_w4", "lr_r1_c2048_w8"), rf=("rf_b16x32x32_w4_s2_pdl",), stream=("lr_r1_c2048_w8_p2",))
 bad = {k: v for k, v in row["failed"].items() if not v.startswith("invalid")}
 assert not bad, bad
 t = row["times_us"]
 want = {"torch", "lr_r1_c1024_w4@old", "lr_r1_c1024_w4", "lr_r1_c2048_w8@old", "lr_r1_c2048_w8",
         "lr_r1_c2048_w8_pdl", "rf_b16x32x32_w4_s2_pdl@old", "rf_b16x32x32_w4_s2_pdl", "linear", "lsm", "copy",
-        "pass:lr_r1_c1024_w4@old", "pass:lr_r1_c1024_w4", "pass:lr_r1_c2048_w8@old", "pass:lr_r1_c2048_w8"}
+        "pass:lr_r1_c1024_w4@old", "pass:lr_r1_c1024_w4", "pass:lr_r1_c2048_w8@old", "pass:lr_r1_c2048_w8",
+        "lr_r1_c2048_w8_p2", "pass:lr_r1_c2048_w8_p2"}
 assert set(t) == want, sorted(set(t) ^ want)
 assert row["old_pick"] in ("torch", "lr_r1_c1024_w4", "lr_r1_c2048_w8", "rf_b16x32x32_w4_s2_pdl")
 assert "@" not in row["new_pick"] and row["bound_x"] == t["torch"] / (t["linear"] + t["copy"])

@@ -184,3 +184,39 @@ def _rows_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_ym, R: tl.constexpr, C: t
             ok = r_ok[:, None] & ((c0 + cols) < N)[None, :]
             v = tl.load(xrow + c0 + cols[None, :], mask=ok, other=0.0).to(tl.float32)
             tl.store(yrow + c0 + cols[None, :], (v - lse[:, None]).to(y_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _rows_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_ym, R: tl.constexpr, C: tl.constexpr,
+                        VEC: tl.constexpr, GDC: tl.constexpr):
+    """The persistent row pass (`lr_..._p{P}`): a grid of P programs an SM walks the row blocks
+    (R rows, whole rows held: C >= N), loading block i + G while it reduces and stores block i,
+    so one program's next read overlaps its own reductions and writes (the one-read kernel
+    above leaves them in sequence: at M >= 1024 its waves alternate between reading and
+    writing). The prefetched block is held in the input dtype. Launched with num_stages=1: the
+    prefetch is written out, not left to the pipeliner. y may be x: a block is stored only after
+    it was read, and blocks belong to one program each. VEC, GDC: as _rows_kernel's."""
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+    if VEC > 1:  # the same values, rewritten so that the compiler sees their divisibility
+        N = (N // VEC) * VEC
+        stride_xm = (stride_xm // VEC) * VEC
+        stride_ym = (stride_ym // VEC) * VEC
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    cols = tl.arange(0, C)
+    c_ok = cols < N
+    rows = pid * R + tl.arange(0, R)
+    nxt = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :],
+                  mask=(rows < M)[:, None] & c_ok[None, :], other=float("-inf"))
+    for blk in range(pid, tl.cdiv(M, R), G):
+        rows = blk * R + tl.arange(0, R)
+        r_ok = rows < M
+        v = nxt.to(tl.float32)
+        ahead = rows + G * R
+        nxt = tl.load(x_ptr + ahead[:, None].to(tl.int64) * stride_xm + cols[None, :],
+                      mask=(ahead < M)[:, None] & c_ok[None, :], other=float("-inf"))
+        mx = tl.where(r_ok, tl.max(v, axis=1), 0.0)  # rows past M: finite, never stored
+        lse = mx + tl.log(tl.sum(tl.exp(v - mx[:, None]), axis=1))
+        tl.store(y_ptr + rows[:, None].to(tl.int64) * stride_ym + cols[None, :],
+                 (v - lse[:, None]).to(y_ptr.dtype.element_ty), mask=r_ok[:, None] & c_ok[None, :])

@@ -98,21 +98,28 @@ def row_vec(n: int, *tensors: Any) -> int:
 
 
 def rows_pass(logits: Any, y: Any, rows: int, chunk: int, warps: int, pdl: bool = False,
-              vec: int | None = None) -> None:
-    """kernels._rows_kernel over [M, N] logits into y (may be the logits: in place). `vec` None:
-    row_vec's; 1 reproduces the kernel before the hint (the bench's old arm). `pdl` waits on the
-    previous kernel (F.linear's GEMM) under programmatic dependent launch; never under the
-    interpreter."""
+              vec: int | None = None, persist: int | None = None) -> None:
+    """The row pass over [M, N] logits into y (may be the logits: in place): kernels._rows_kernel,
+    or with `persist` P kernels._rows_stream_kernel on min(row blocks, P x SMs) programs (the
+    interpreter counts 2 SMs: programs that each walk several blocks). `vec` None: row_vec's; 1
+    reproduces the kernel before the hint (the bench's old arm). `pdl` waits on the previous
+    kernel (F.linear's GEMM) under programmatic dependent launch; never under the interpreter."""
     from tunedb.families.gemm_log_softmax import kernels
-    from tunedb.families.gemm_log_softmax.launch_rowfix import _interpreting
+    from tunedb.families.gemm_log_softmax.launch_rowfix import _interpreting, _sms
 
     m, n = logits.shape
     vec = row_vec(n, logits, y) if vec is None else vec
-    gdc = bool(pdl) and not _interpreting()
+    interp = _interpreting()
+    gdc = bool(pdl) and not interp
     extra = {"launch_pdl": True} if gdc else {}
-    kernels._rows_kernel[(-(-m // rows),)](logits, y, m, n, logits.stride(0), y.stride(0), R=rows, C=chunk,
-                                           ONE=one_pass(chunk, n), VEC=vec, GDC=gdc,
-                                           num_warps=warps, **extra)
+    blocks_ = -(-m // rows)
+    if persist:
+        grid = min(blocks_, persist * (2 if interp else _sms(logits.device)))
+        kernels._rows_stream_kernel[(grid,)](logits, y, m, n, logits.stride(0), y.stride(0), R=rows, C=chunk,
+                                             VEC=vec, GDC=gdc, num_warps=warps, num_stages=1, **extra)
+        return
+    kernels._rows_kernel[(blocks_,)](logits, y, m, n, logits.stride(0), y.stride(0), R=rows, C=chunk,
+                                     ONE=one_pass(chunk, n), VEC=vec, GDC=gdc, num_warps=warps, **extra)
 
 
 def rows_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None, vec: int | None = None) -> Any:
@@ -125,7 +132,7 @@ def rows_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = N
     lg = logits.reshape(-1, n)
     y = out.view(lg.shape[0], n) if out is not None else lg
     rows_pass(lg, y, config.param("rows"), config.param("chunk"), config.param("warps"),
-              pdl=config.param("launch") == "pdl", vec=vec)
+              pdl=config.param("launch") == "pdl", vec=vec, persist=config.param("persist"))
     return out if out is not None else logits
 
 
