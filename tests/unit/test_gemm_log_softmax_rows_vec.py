@@ -175,6 +175,13 @@ for vec in (1, 8):
     for one, c in ((True, 8192), (False, 2048)):
         out[f"rows vec{vec} one{int(one)}"] = widths(kernels._rows_kernel, rows, dict(R=1, C=c, ONE=one, VEC=vec, GDC=True), (0, 1), 8)
     out[f"fix vec{vec}"] = widths(kr._fix_kernel, fix, dict(FN=2048, TB=64, GDC=True, VEC=vec), (0, 1, 2), 4)
+    tiles = {"x_ptr": "*bf16", "w_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16", "pmax_ptr": "*fp32",
+             "psum_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "T": "i32", "stride_xm": "i32",
+             "stride_wn": "i32", "stride_ym": "i32", "HAS_BIAS": "constexpr", "BM": "constexpr", "BN": "constexpr",
+             "BK": "constexpr", "GDC": "constexpr", "VEC": "constexpr"}
+    ops, _ = widths(kr._tiles_kernel, tiles, dict(HAS_BIAS=True, BM=64, BN=128, BK=64, GDC=True, VEC=vec),
+                    (0, 1, 2, 3, 4, 5, 8, 10, 11), 4)  # K = strides = 256: specialised as the runtime does
+    out[f"tiles vec{vec}"] = ([o for o in ops if o.startswith("st.global")], True)  # the logits' stores
     stream = {k: v for k, v in rows.items() if k != "ONE"}
     out[f"stream vec{vec}"] = widths(kernels._rows_stream_kernel, stream, dict(R=1, C=8192, VEC=vec, GDC=True), (0, 1), 8)
 print("PTX " + json.dumps(out))
@@ -209,7 +216,9 @@ def test_the_hint_vectorises_n5000_rows_on_sm90_with_the_device_triton():
     got = json.loads(lines[-1][4:])
     for name, (ops, waits) in got.items():
         assert waits, name  # GDC=True: the wait on the GEMM is in the code
-        if "vec8" in name:
+        if name.startswith("tiles"):
+            assert ("st.global.v4.b32" in ops) == (name == "tiles vec8") and ("st.global.b16" in ops) == (name == "tiles vec1"), (name, ops)
+        elif "vec8" in name:
             assert any(o.startswith("ld.global") and o.endswith("v4.b32") for o in ops), (name, ops)
             assert "st.global.v4.b32" in ops, (name, ops)
             assert not any(o.endswith(".b16") for o in ops), (name, ops)
