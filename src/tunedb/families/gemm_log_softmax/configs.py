@@ -4,8 +4,11 @@ Pure Python (no torch, no triton). Two fused Triton lanes share one tile grammar
 keeps cuBLAS's GEMM and replaces only torch's log_softmax:
     triton_recompute  rc_b{BM}x{BN}x{BK}_w{W}_s{S}   rc_b64x128x64_w4_s3  (stats pass + recompute pass)
     triton_fixup      fx_b{BM}x{BN}x{BK}_w{W}_s{S}   fx_b128x128x64_w8_s3 (logits written once, fixed in place)
-    linear_rows       lr_r{R}_c{C}_w{W}               lr_r1_c32768_w16     (F.linear, then a Triton row
-                      log-softmax: R rows a program, C columns a chunk; one read of a row when C >= N)
+    linear_rows       lr_r{R}_c{C}_w{W}[_p{P}][_pdl]  lr_r1_c32768_w16     (F.linear, then a Triton row
+                      log-softmax: R rows a program, C columns a chunk; one read of a row when C >= N;
+                      _p{P}: persistent, P programs an SM walking the rows with the next block
+                      prefetched (whole rows only); _pdl: the row pass launched under programmatic
+                      dependent launch after the GEMM)
     triton_rowfix     rf_b{BM}x{BN}x{BK}_w{W}_s{S}_{L} rf_b64x64x64_w4_s3_pdl (M <= 1024: tiles write
                       logits + statistics, one fix-up pass combines them and subtracts; L = two
                       (two launches), pdl (the fix-up under programmatic dependent launch) or one{P}
@@ -45,17 +48,26 @@ def make(lane: str, bm: int, bn: int, bk: int, warps: int, stages: int) -> Confi
     return TILE_IDS.make(bm, bn, bk, warps, stages, lane=lane)
 
 
-_ROWS_ID = re.compile(r"^lr_r(?P<r>\d+)_c(?P<c>\d+)_w(?P<w>\d+)$")
-ROWS_R, ROWS_C, ROWS_W = (1, 2, 4), (1024, 2048, 4096, 8192, 16384, 32768), (4, 8, 16)
+_ROWS_ID = re.compile(r"^lr_r(?P<r>\d+)_c(?P<c>\d+)_w(?P<w>\d+)(?:_p(?P<p>\d+))?(?P<pdl>_pdl)?$")
+ROWS_R, ROWS_C, ROWS_W, ROWS_P = (1, 2, 4), (1024, 2048, 4096, 8192, 16384, 32768), (4, 8, 16), (1, 2, 4)
+MAX_STREAM_VALUES_PER_THREAD = 64  # the persistent pass holds a prefetched block beside the fp32 one
 MAX_ROW_VALUES_PER_THREAD = 128  # fp32 values of a chunk each thread holds; beyond, they spill
 
 
-def make_rows(rows: int, chunk: int, warps: int) -> Config:
-    """The linear_rows config: R rows a program, C columns a chunk, W warps."""
+def make_rows(rows: int, chunk: int, warps: int, pdl: bool = False, persist: int | None = None) -> Config:
+    """The linear_rows config: R rows a program, C columns a chunk, W warps; `persist` P: the
+    persistent prefetching pass with P programs an SM; `pdl` launches the row pass as a
+    programmatic dependent of F.linear's GEMM (its launch overlaps the GEMM's tail; it waits for
+    the GEMM's completion before reading). Plain ids keep their params."""
     for name, v, allowed in (("R", rows, ROWS_R), ("C", chunk, ROWS_C), ("warps", warps, ROWS_W)):
         if v not in allowed:
             raise ConfigError(f"linear_rows config: {name}={v} not allowed; use one of {allowed}")
-    return Config(f"lr_r{rows}_c{chunk}_w{warps}", "linear_rows", (("rows", rows), ("chunk", chunk), ("warps", warps)))
+    if persist is not None and persist not in ROWS_P:
+        raise ConfigError(f"linear_rows config: P={persist} programs an SM not allowed; use one of {ROWS_P}")
+    params = ((("rows", rows), ("chunk", chunk), ("warps", warps))
+              + ((("persist", persist),) if persist else ()) + ((("launch", "pdl"),) if pdl else ()))
+    cid = f"lr_r{rows}_c{chunk}_w{warps}{f'_p{persist}' if persist else ''}{'_pdl' if pdl else ''}"
+    return Config(cid, "linear_rows", params)
 
 
 @lru_cache(maxsize=4096)
@@ -66,7 +78,8 @@ def parse(config_id: str) -> Config:
     m = _ROWS_ID.match(config_id) if isinstance(config_id, str) else None
     if m is None:
         return TILE_IDS.parse(config_id)
-    cfg = make_rows(int(m["r"]), int(m["c"]), int(m["w"]))
+    cfg = make_rows(int(m["r"]), int(m["c"]), int(m["w"]), pdl=bool(m["pdl"]),
+                    persist=int(m["p"]) if m["p"] else None)
     if cfg.id != config_id:
         raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
     return cfg
@@ -80,15 +93,25 @@ _TILES = ((16, 128, 64, 4, 3), (16, 256, 64, 4, 3), (32, 128, 64, 4, 3), (64, 12
 
 
 # (R, C, W): one row a program over chunks from 2k to the whole of a 32k vocabulary, and 2-4 rows
-# a program for short rows (a 5k row is 10 KB: one row a program leaves the SM short of bytes)
+# a program for short rows (a 5k row is 10 KB: one row a program leaves the SM short of bytes;
+# r4_c8192_w16 holds four whole 5k rows, 40 KB in flight a program, with two reductions)
 _ROWS = ((1, 2048, 4), (1, 2048, 8), (1, 4096, 4), (1, 4096, 8), (1, 8192, 4), (1, 8192, 8), (1, 8192, 16),
          (1, 16384, 8), (1, 16384, 16), (1, 32768, 8), (1, 32768, 16), (2, 4096, 4), (2, 8192, 8),
-         (4, 2048, 4), (4, 4096, 8))
+         (4, 2048, 4), (4, 4096, 8), (4, 8192, 16))
+# PDL twins of the configs the shipped table serves (session 14): at M = 64-256 the row pass's
+# launch gap after the GEMM is a large part of its 2-6 us
+_ROWS_PDL = ((1, 2048, 8), (1, 8192, 8), (1, 8192, 16), (1, 16384, 8), (1, 16384, 16))
+# (R, C, W, P) persistent prefetching passes, whole rows of the census vocabularies (5k: C=8192,
+# 16k: 16384, 32k: 32768), P from what the registers let be resident (about 100-128 a thread
+# at 64 values, 60-70 at 32)
+_ROWS_STREAM = ((1, 8192, 8, 4), (4, 8192, 16, 2), (1, 16384, 8, 2), (1, 16384, 16, 1), (1, 32768, 16, 1))
 
 
 def full_grid() -> tuple[Config, ...]:
     tiles = tuple(make(lane, *t) for lane in TILE_LANES for t in _TILES)
-    return tiles + tuple(make_rows(*r) for r in _ROWS) + rowfix.grid()
+    return (tiles + tuple(make_rows(*r) for r in _ROWS) + tuple(make_rows(*r, pdl=True) for r in _ROWS_PDL)
+            + tuple(make_rows(r, c, w, persist=p) for r, c, w, p in _ROWS_STREAM)
+            + rowfix.grid())
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
@@ -139,7 +162,7 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     if cfg.lane not in TRITON_LANES:
         return f"lane {cfg.lane!r} is not a {FAMILY} lane"
     if cfg.lane == "linear_rows":
-        return _rows_reason(cfg, sig.get("N"), m)
+        return _rows_reason(cfg, sig.get("N"), m) or _rows_pdl_reason(cfg, arch)
     if cfg.lane == "triton_rowfix":
         return rowfix.reason(cfg, sig.get("N"), sig.get("K"), m, arch)
     bm, bn, bk = blocks(cfg)
@@ -159,15 +182,17 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     return None
 
 
-def one_pass(cfg: Config, n: int) -> bool:
+def one_pass(chunk: int, n: int) -> bool:
     """A linear_rows chunk holds the whole row (N rounded up to a power of two): one read of it."""
-    return cfg.param("chunk") >= _pow2_at_least(n)
+    return chunk >= _pow2_at_least(n)
 
 
 def _rows_reason(cfg: Config, n: int, m: int | None) -> str | None:
     """linear_rows: a chunk holds at most MAX_ROW_VALUES_PER_THREAD fp32 values a thread and is
     not more than twice the row (it would load mostly padding: a smaller chunk covers that N);
-    R rows a program need M >= R (given M), or the program computes padding rows."""
+    R rows a program need M >= R (given M), or the program computes padding rows. A persistent
+    pass (P) holds whole rows (C >= N rounded up) and at most MAX_STREAM_VALUES_PER_THREAD a thread
+    (the prefetched block sits beside the fp32 one)."""
     r, c, w = cfg.param("rows"), cfg.param("chunk"), cfg.param("warps")
     per_thread = r * c // (32 * w)
     if per_thread > MAX_ROW_VALUES_PER_THREAD:
@@ -176,6 +201,25 @@ def _rows_reason(cfg: Config, n: int, m: int | None) -> str | None:
         return f"C={c} exceeds N={n} rounded up to a power of two"
     if m is not None and r > max(1, m):
         return f"R={r} rows a program exceeds M={m}"
+    if cfg.param("persist"):
+        if not one_pass(c, n):
+            return f"a persistent row pass holds whole rows: C={c} < N={n} rounded up to a power of two"
+        if per_thread > MAX_STREAM_VALUES_PER_THREAD:
+            return (f"{per_thread} values per thread > {MAX_STREAM_VALUES_PER_THREAD} for a persistent pass "
+                    f"(it holds the prefetched block too; R={r}, C={c}, warps={w})")
+    return None
+
+
+def _rows_pdl_reason(cfg: Config, arch: ArchProfile) -> str | None:
+    """A `_pdl` row pass: as the rowfix lane's pdl rule (sm90+, a Triton with gdc_wait)."""
+    if cfg.param("launch", "plain") != "pdl":
+        return None
+    if rowfix._capability(arch.arch_family) < 90:
+        return f"programmatic dependent launch (pdl) needs sm90 or newer, not {arch.arch_family}"
+    from tunedb.families.gemm.configs_decode import pdl_supported
+
+    if not pdl_supported():
+        return "this Triton has no gdc_wait / launch_pdl (programmatic dependent launch needs 3.4+)"
     return None
 
 

@@ -22,6 +22,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+try:  # tl.extra.cuda.gdc_wait: Triton 3.4+ (the validity predicate refuses pdl configs elsewhere)
+    import triton.language.extra.cuda  # noqa: F401
+except ImportError:
+    pass
+
 
 @triton.jit
 def _logit_tile(x_ptr, w_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_xm, stride_wn,
@@ -135,11 +140,23 @@ def _fixup_kernel(y_ptr, lse_ptr, M, N, stride_ym, RB: tl.constexpr, FN: tl.cons
 
 @triton.jit
 def _rows_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_ym, R: tl.constexpr, C: tl.constexpr,
-                 ONE: tl.constexpr):
+                 ONE: tl.constexpr, VEC: tl.constexpr, GDC: tl.constexpr):
     """The linear_rows lane's pass over logits F.linear wrote: y[row] = x[row] - lse(row) for R
     rows a program, fp32 inside. ONE (C >= N): each row is read once and kept in registers;
     otherwise an online max/sum over C-column chunks, then a second sweep (the row was just read:
-    it comes from L2) writes. y may be x (in place)."""
+    it comes from L2) writes. y may be x (in place).
+
+    VEC (launch.row_vec): N and both row strides are multiples of VEC elements and the pointers
+    VEC-element aligned. Triton specialises an integer argument only when it divides by 16, so
+    without the hint a vocabulary such as 5000 (a multiple of 8, not 16) compiles to 2-byte
+    loads and stores; with VEC=8 they are 16-byte vectors (the sm90 compile test checks the PTX).
+    GDC: launched under programmatic dependent launch after F.linear's GEMM; wait for it here."""
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+    if VEC > 1:  # the same values, rewritten so that the compiler sees their divisibility
+        N = (N // VEC) * VEC
+        stride_xm = (stride_xm // VEC) * VEC
+        stride_ym = (stride_ym // VEC) * VEC
     rows = tl.program_id(0) * R + tl.arange(0, R)
     r_ok = rows < M
     cols = tl.arange(0, C)
@@ -167,3 +184,39 @@ def _rows_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_ym, R: tl.constexpr, C: t
             ok = r_ok[:, None] & ((c0 + cols) < N)[None, :]
             v = tl.load(xrow + c0 + cols[None, :], mask=ok, other=0.0).to(tl.float32)
             tl.store(yrow + c0 + cols[None, :], (v - lse[:, None]).to(y_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _rows_stream_kernel(x_ptr, y_ptr, M, N, stride_xm, stride_ym, R: tl.constexpr, C: tl.constexpr,
+                        VEC: tl.constexpr, GDC: tl.constexpr):
+    """The persistent row pass (`lr_..._p{P}`): a grid of P programs an SM walks the row blocks
+    (R rows, whole rows held: C >= N), loading block i + G while it reduces and stores block i,
+    so one program's next read overlaps its own reductions and writes (the one-read kernel
+    above leaves them in sequence: at M >= 1024 its waves alternate between reading and
+    writing). The prefetched block is held in the input dtype. Launched with num_stages=1: the
+    prefetch is written out, not left to the pipeliner. y may be x: a block is stored only after
+    it was read, and blocks belong to one program each. VEC, GDC: as _rows_kernel's."""
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+    if VEC > 1:  # the same values, rewritten so that the compiler sees their divisibility
+        N = (N // VEC) * VEC
+        stride_xm = (stride_xm // VEC) * VEC
+        stride_ym = (stride_ym // VEC) * VEC
+    pid = tl.program_id(0)
+    G = tl.num_programs(0)
+    cols = tl.arange(0, C)
+    c_ok = cols < N
+    rows = pid * R + tl.arange(0, R)
+    nxt = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :],
+                  mask=(rows < M)[:, None] & c_ok[None, :], other=float("-inf"))
+    for blk in range(pid, tl.cdiv(M, R), G):
+        rows = blk * R + tl.arange(0, R)
+        r_ok = rows < M
+        v = nxt.to(tl.float32)
+        ahead = rows + G * R
+        nxt = tl.load(x_ptr + ahead[:, None].to(tl.int64) * stride_xm + cols[None, :],
+                      mask=(ahead < M)[:, None] & c_ok[None, :], other=float("-inf"))
+        mx = tl.where(r_ok, tl.max(v, axis=1), 0.0)  # rows past M: finite, never stored
+        lse = mx + tl.log(tl.sum(tl.exp(v - mx[:, None]), axis=1))
+        tl.store(y_ptr + rows[:, None].to(tl.int64) * stride_ym + cols[None, :],
+                 (v - lse[:, None]).to(y_ptr.dtype.element_ty), mask=r_ok[:, None] & c_ok[None, :])

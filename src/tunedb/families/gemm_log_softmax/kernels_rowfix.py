@@ -80,21 +80,28 @@ def _fix_phase(y_ptr, pmax_ptr, psum_ptr, item, M, N, T, stride_ym, ready,
 def _tiles_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, M, N, K, T,
                   stride_xm, stride_wn, stride_ym,
                   HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                  GDC: tl.constexpr):
+                  GDC: tl.constexpr, VEC: tl.constexpr = 1):
     """Phase 1, one tile a program. GDC: let a PDL-launched fix-up's CTAs be scheduled as soon as
-    every tile has started (they wait at gdc_wait for this kernel's completion and memory)."""
+    every tile has started (they wait at gdc_wait for this kernel's completion and memory).
+    VEC: as kernels._rows_kernel's (N and stride_ym multiples of VEC: vector stores at N=5000)."""
     if GDC:
         tl.extra.cuda.gdc_launch_dependents()
+    if VEC > 1:  # the same values, rewritten so that the compiler sees their divisibility
+        N = (N // VEC) * VEC
+        stride_ym = (stride_ym // VEC) * VEC
     _tile_phase(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, tl.program_id(0), M, N, K, T,
                 stride_xm, stride_wn, stride_ym, HAS_BIAS, BM, BN, BK)
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _fix_kernel(y_ptr, pmax_ptr, psum_ptr, M, N, T, stride_ym,
-                FN: tl.constexpr, TB: tl.constexpr, GDC: tl.constexpr):
+                FN: tl.constexpr, TB: tl.constexpr, GDC: tl.constexpr, VEC: tl.constexpr = 1):
     """Phase 2, one (row, column chunk) a program. GDC: wait for the tiles kernel (PDL)."""
     if GDC:
         tl.extra.cuda.gdc_wait()
+    if VEC > 1:
+        N = (N // VEC) * VEC
+        stride_ym = (stride_ym // VEC) * VEC
     _fix_phase(y_ptr, pmax_ptr, psum_ptr, tl.program_id(0), M, N, T, stride_ym, True, FN, TB)
 
 
@@ -102,7 +109,7 @@ def _fix_kernel(y_ptr, pmax_ptr, psum_ptr, M, N, T, stride_ym,
 def _one_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, cnt_ptr, M, N, K, T,
                 stride_xm, stride_wn, stride_ym,
                 HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                FN: tl.constexpr, TB: tl.constexpr, MAX_SPINS: tl.constexpr):
+                FN: tl.constexpr, TB: tl.constexpr, MAX_SPINS: tl.constexpr, VEC: tl.constexpr = 1):
     """Both phases in one persistent launch of G CTAs (all resident: the predicate's check), a
     grid barrier between them. cnt_ptr[0] counts arrivals, cnt_ptr[1] departures; the last CTA
     to depart zeroes both, so the next launch (stream-ordered) finds them zero. The wait is
@@ -110,6 +117,9 @@ def _one_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, cnt_ptr, M, N, K
     answer the gate refuses), never a hang."""
     pid = tl.program_id(0)
     G = tl.num_programs(0)
+    if VEC > 1:
+        N = (N // VEC) * VEC
+        stride_ym = (stride_ym // VEC) * VEC
     for tile in range(pid, tl.cdiv(M, BM) * T, G):
         _tile_phase(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, tile, M, N, K, T,
                     stride_xm, stride_wn, stride_ym, HAS_BIAS, BM, BN, BK)

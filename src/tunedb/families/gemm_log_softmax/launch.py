@@ -86,21 +86,53 @@ def triton_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any =
     return out if out is not None else y.view(*lead, n)
 
 
-def rows_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
+def row_vec(n: int, *tensors: Any) -> int:
+    """The widest VEC in 8/4/2/1 elements such that N and every tensor's row stride are
+    multiples of it and every data pointer is VEC-element aligned: the kernels' divisibility hint
+    (Triton specialises an int only when it divides by 16: N=5000 would otherwise get 2-byte loads)."""
+    for vec in (8, 4, 2):
+        if n % vec == 0 and all(t.stride(0) % vec == 0 and t.data_ptr() % (vec * t.element_size()) == 0
+                                for t in tensors):
+            return vec
+    return 1
+
+
+def rows_pass(logits: Any, y: Any, rows: int, chunk: int, warps: int, pdl: bool = False,
+              vec: int | None = None, persist: int | None = None) -> None:
+    """The row pass over [M, N] logits into y (may be the logits: in place): kernels._rows_kernel,
+    or with `persist` P kernels._rows_stream_kernel on min(row blocks, P x SMs) programs (the
+    interpreter counts 2 SMs: programs that each walk several blocks). `vec` None: row_vec's; 1
+    reproduces the kernel before the hint (the bench's old arm). `pdl` waits on the previous
+    kernel (F.linear's GEMM) under programmatic dependent launch; never under the interpreter."""
+    from tunedb.families.gemm_log_softmax import kernels
+    from tunedb.families.gemm_log_softmax.launch_rowfix import _interpreting, _sms
+
+    m, n = logits.shape
+    vec = row_vec(n, logits, y) if vec is None else vec
+    interp = _interpreting()
+    gdc = bool(pdl) and not interp
+    extra = {"launch_pdl": True} if gdc else {}
+    blocks_ = -(-m // rows)
+    if persist:
+        grid = min(blocks_, persist * (2 if interp else _sms(logits.device)))
+        kernels._rows_stream_kernel[(grid,)](logits, y, m, n, logits.stride(0), y.stride(0), R=rows, C=chunk,
+                                             VEC=vec, GDC=gdc, num_warps=warps, num_stages=1, **extra)
+        return
+    kernels._rows_kernel[(blocks_,)](logits, y, m, n, logits.stride(0), y.stride(0), R=rows, C=chunk,
+                                     ONE=one_pass(chunk, n), VEC=vec, GDC=gdc, num_warps=warps, **extra)
+
+
+def rows_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None, vec: int | None = None) -> Any:
     """linear_rows: cuBLAS's logits (F.linear, in x's dtype, as torch's arm rounds them), then one
     Triton pass subtracting each row's log-sum-exp: into `out`, or in place over the logits."""
     import torch
 
-    from tunedb.families.gemm_log_softmax import kernels
-
     logits = torch.nn.functional.linear(x, weight, bias)
     n = logits.shape[-1]
     lg = logits.reshape(-1, n)
-    m = lg.shape[0]
-    y = out.view(m, n) if out is not None else lg
-    r, c = config.param("rows"), config.param("chunk")
-    kernels._rows_kernel[(-(-m // r),)](lg, y, m, n, lg.stride(0), y.stride(0), R=r, C=c,
-                                        ONE=one_pass(config, n), num_warps=config.param("warps"))
+    y = out.view(lg.shape[0], n) if out is not None else lg
+    rows_pass(lg, y, config.param("rows"), config.param("chunk"), config.param("warps"),
+              pdl=config.param("launch") == "pdl", vec=vec, persist=config.param("persist"))
     return out if out is not None else logits
 
 

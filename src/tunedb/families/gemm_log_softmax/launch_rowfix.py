@@ -62,8 +62,13 @@ def _counters(device: Any) -> Any:
     return cnt
 
 
-def rowfix_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
+def rowfix_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None,
+               vec: int | None = None) -> Any:
+    """`vec` None: launch.row_vec's divisibility hint over the output; 1: the kernels as before
+    the hint (the bench's old arm)."""
     import torch
+
+    from tunedb.families.gemm_log_softmax.launch import row_vec
 
     from tunedb.families.gemm_log_softmax import kernels_rowfix as kr
 
@@ -81,6 +86,7 @@ def rowfix_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any =
     psum = torch.empty((m, t), dtype=torch.float32, device=x.device)
     b = bias if bias is not None else w  # a placeholder pointer: HAS_BIAS=False never reads it
     fn, tb = fix_chunk(n), stat_block(t)
+    vec = row_vec(n, y) if vec is None else vec
     tiles, items = -(-m // bm) * t, m * (-(-n // fn))
     warps, stages = config.param("warps"), config.param("stages")
     interp = _interpreting()
@@ -91,12 +97,13 @@ def rowfix_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any =
         g = 1 if interp else min(max(tiles, items), p * _sms(x.device))
         kr._one_kernel[(g,)](x2, w, b, y, pmax, psum, cnt, m, n, k, t, x2.stride(0), w.stride(0), y.stride(0),
                              HAS_BIAS=bias is not None, BM=bm, BN=bn, BK=bk, FN=fn, TB=tb, MAX_SPINS=MAX_SPINS,
-                             num_warps=warps, num_stages=stages)
+                             VEC=vec, num_warps=warps, num_stages=stages)
     else:
         gdc = config.param("launch") == "pdl" and not interp
         kr._tiles_kernel[(tiles,)](x2, w, b, y, pmax, psum, m, n, k, t, x2.stride(0), w.stride(0), y.stride(0),
                                    HAS_BIAS=bias is not None, BM=bm, BN=bn, BK=bk, GDC=gdc,
-                                   num_warps=warps, num_stages=stages)
+                                   VEC=vec, num_warps=warps, num_stages=stages)
         extra = {"launch_pdl": True} if gdc else {}
-        kr._fix_kernel[(items,)](y, pmax, psum, m, n, t, y.stride(0), FN=fn, TB=tb, GDC=gdc, num_warps=4, **extra)
+        kr._fix_kernel[(items,)](y, pmax, psum, m, n, t, y.stride(0), FN=fn, TB=tb, GDC=gdc, VEC=vec, num_warps=4,
+                                 **extra)
     return out if out is not None else y.view(*lead, n)
