@@ -16,7 +16,7 @@ from tunedb.records import Config
 
 GEMV_BN = (4, 8, 16, 32, 64)
 GEMV_BK = (128, 256, 512, 1024)
-GEMV_SPLITS = (1, 2, 4, 8, 16)
+MAX_SPLIT = 16
 GEMV_WARPS = (1, 2, 4, 8)
 FMA_MAX_M = 4  # past it the CUDA-core product costs more issue slots than the stream leaves
 MMA_MIN_BN = 16
@@ -33,10 +33,11 @@ def rows_padded(m: int, dot: bool) -> int:
 def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: bool = False,
               pdl: bool = False) -> Config:
     """A `gv` config of the triton_decode lane; ConfigError naming the bad value."""
-    for name, v, allowed in (("BN", bn, GEMV_BN), ("BK", bk, GEMV_BK), ("warps", warps, GEMV_WARPS),
-                             ("split_k", split_k, GEMV_SPLITS)):
+    for name, v, allowed in (("BN", bn, GEMV_BN), ("BK", bk, GEMV_BK), ("warps", warps, GEMV_WARPS)):
         if v not in allowed:
             raise ConfigError(f"triton_decode gemv config: {name}={v} not allowed; use one of {allowed}")
+    if not 1 <= split_k <= MAX_SPLIT:
+        raise ConfigError(f"triton_decode gemv config: split_k={split_k} not allowed; use 1..{MAX_SPLIT}")
     if not 1 <= stages <= 8:
         raise ConfigError(f"triton_decode gemv config: stages={stages} not allowed; use 1..8")
     if dot and bn < MMA_MIN_BN:

@@ -173,9 +173,11 @@ class PruningModel:
             shapes.add(shape)
         keep = (first + rest)[:k]
         for lane in configs.TRITON_LANES:
-            for pdl in ((False, True) if lane == "triton_decode" else (None,)):
-                # the decode lane's best without PDL too: the PDL saving is modelled, not measured
-                best = next((c.id for _, c in ranked if c.lane == lane
+            decode = lane == "triton_decode"
+            # the decode lane's best without PDL too (the PDL saving is modelled, not measured),
+            # and of each of its kernels (`dk`, `gv`: the model does not tell their streams apart)
+            for pdl, kernel in ((p, k) for p in (False, True) for k in (None, "gemv")) if decode else ((None, None),):
+                best = next((c.id for _, c in ranked if c.lane == lane and c.param("kernel") == kernel
                              and (pdl is None or bool(c.param("pdl")) == pdl)), None)
                 if best is not None and best not in keep:
                     keep.append(best)
