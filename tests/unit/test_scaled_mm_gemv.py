@@ -75,6 +75,30 @@ def test_gemv_predicate_rules():
     assert configs.invalid_reason(fma, sig(family="scaled_mm"), 1, SM80) is None
 
 
+def test_the_bench_arms_are_valid_where_it_runs_them():
+    """bench/decode_gemv_fp8.py times every gv and pre-gv config it names at each width and M: a
+    typo or a predicate change would drop an arm silently on the device, so check them here."""
+    from bench_modules import bench_module
+
+    bench = bench_module("decode_gemv_fp8")
+    for n, k in bench.SHAPES:
+        s = sig(n, k)
+        for m in bench.MS:
+            for quick in (False, True):
+                ids = ("torch",) + bench.gv_ids(m, quick) + bench.CURRENT
+                assert [(c, configs.invalid_reason(configs.parse(c), s, m, SM90)) for c in ids
+                        if configs.invalid_reason(configs.parse(c), s, m, SM90)] == []
+        assert any(not configs.parse(c).param("dot") for c in bench.gv_ids(1, True))  # the FMA path
+        assert any(not configs.parse(c).param("dot") for c in bench.gv_ids(4, True))
+    assert bench.summarize([{"N": 4096, "K": 4096, "MB": 16.8, "read_share": 0.6, "M": {"1": {
+        "best_gv": "g", "best_current": "d", "arms": {"g": {"us": 5.0, "x_torch": 2.0, "share": 0.8},
+                                                     "d": {"us": 9.0, "x_torch": 1.0, "share": 0.4}}}}}]) == {
+        "goal": {"share_at_16MB_plus": 0.8, "x_torch_geomean": 1.2},
+        "best_gv": {"points": 1, "x_torch_geomean": 2.0, "x_torch_min": 2.0, "share_min_16MB_plus": 0.8},
+        "best_current": {"points": 1, "x_torch_geomean": 1.0, "x_torch_min": 1.0, "share_min_16MB_plus": 0.4},
+        "read_share_min_16MB_plus": 0.6}
+
+
 def _child() -> None:
     import torch
 
