@@ -33,22 +33,50 @@ from tunedb.families.scaled_mm.kernels import apply_scales
 
 
 @triton.jit
-def _gemv_tile(w, x, sx_row, sw_col, kt, BK: tl.constexpr, SCALE: tl.constexpr, INT: tl.constexpr,
-               DOT: tl.constexpr):
-    """One K tile's [MP, BN] product of x [MP, BK] and w [BN, BK] (block scales applied)."""
-    if DOT:
-        if INT:
-            part = tl.dot(x, tl.trans(w), out_dtype=tl.int32)
-        else:
-            part = tl.dot(x, tl.trans(w))
-    elif INT:
-        part = tl.sum(x.to(tl.int32)[:, None, :] * w.to(tl.int32)[None, :, :], axis=2)
+def _mma_tile(w, x, sx_row, sw_col, kt, BK: tl.constexpr, SCALE: tl.constexpr, INT: tl.constexpr):
+    """One K tile's [16, BN] tensor-core product of x [16, BK] and w [BN, BK], block scales applied."""
+    if INT:
+        part = tl.dot(x, tl.trans(w), out_dtype=tl.int32)
     else:
-        part = tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+        part = tl.dot(x, tl.trans(w))
     if SCALE == 2:
         kb = (kt * BK) // 128
         part = part * tl.load(sx_row + kb)[:, None] * tl.load(sw_col + kb)[None, :]
     return part
+
+
+@triton.jit
+def _fma_row(wf, x_ptr, sx_ptr, sw_col, R: tl.constexpr, M, K, kt, offs_k, k_ok, k_blocks,
+             BK: tl.constexpr, SCALE: tl.constexpr, INT: tl.constexpr):
+    """Row R (wrapped past M) of one K tile's product: sum_k wf[n, k] * x[R, k] -> [BN]. x's row
+    is a 1-D vector in the layout of wf's K axis, so the sum runs inside each thread's 16 bytes,
+    then across the warp's lanes: no shared memory, no layout conversion of the weight tile."""
+    ZERO: tl.constexpr = 0 if INT else 0.0  # Triton casts no int to fp8
+    row = (R % M).to(tl.int64)
+    xr = tl.load(x_ptr + row * K + kt * BK + offs_k, mask=k_ok, other=ZERO)
+    if INT:
+        part = tl.sum(wf * xr.to(tl.int32)[None, :], axis=1)
+    else:
+        part = tl.sum(wf * xr.to(tl.float32)[None, :], axis=1)
+    if SCALE == 2:
+        kb = (kt * BK) // 128
+        part = part * tl.load(sx_ptr + row * k_blocks + kb) * tl.load(sw_col + kb)
+    return part
+
+
+@triton.jit
+def _fma_tile(w, x_ptr, sx_ptr, sw_col, a0, a1, a2, a3, M, K, kt, offs_k, k_ok, k_blocks,
+              MP: tl.constexpr, BK: tl.constexpr, SCALE: tl.constexpr, INT: tl.constexpr):
+    """a_r += row r's product for r < MP (MP <= 4: one [BN] accumulator per row, unused ones
+    stay as they are)."""
+    wf = w.to(tl.int32) if INT else w.to(tl.float32)
+    a0 += _fma_row(wf, x_ptr, sx_ptr, sw_col, 0, M, K, kt, offs_k, k_ok, k_blocks, BK, SCALE, INT)
+    if MP > 1:
+        a1 += _fma_row(wf, x_ptr, sx_ptr, sw_col, 1, M, K, kt, offs_k, k_ok, k_blocks, BK, SCALE, INT)
+    if MP > 2:
+        a2 += _fma_row(wf, x_ptr, sx_ptr, sw_col, 2, M, K, kt, offs_k, k_ok, k_blocks, BK, SCALE, INT)
+        a3 += _fma_row(wf, x_ptr, sx_ptr, sw_col, 3, M, K, kt, offs_k, k_ok, k_blocks, BK, SCALE, INT)
+    return a0, a1, a2, a3
 
 
 @triton.jit(do_not_specialize=("M",))
@@ -56,7 +84,8 @@ def scaled_mm_gemv_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, ws_ptr, cnt_ptr, 
                           SCALE: tl.constexpr, INT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                           SPLIT: tl.constexpr, MP: tl.constexpr, DOT: tl.constexpr, PDL: tl.constexpr,
                           STAGES: tl.constexpr):
-    """y[M, N] = scaled(x[M, K] @ w[N, K]^T), M <= MP (16 with DOT); grid (cdiv(N, BN), SPLIT)."""
+    """y[M, N] = scaled(x[M, K] @ w[N, K]^T), M <= MP (16 with DOT, <= 4 without); grid
+    (cdiv(N, BN), SPLIT)."""
     WS_ROWS: tl.constexpr = 16  # the workspace's rows per slab and split (any M <= 16)
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -69,10 +98,9 @@ def scaled_mm_gemv_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, ws_ptr, cnt_ptr, 
     kt_lo = split * k_tiles // SPLIT
     kt_hi = (split + 1) * k_tiles // SPLIT
     ZERO: tl.constexpr = 0 if INT else 0.0
+    ACC: tl.constexpr = tl.int32 if INT else tl.float32
     w_ptrs = w_ptr + cols_in[:, None] * K + (kt_lo * BK + offs_k)[None, :]
-    x_ptrs = x_ptr + rows_in[:, None] * K + (kt_lo * BK + offs_k)[None, :]
     k_blocks = tl.cdiv(K, 128)
-    sx_row = sx_ptr + rows_in * k_blocks
     sw_col = sw_ptr + (cols_in // 128) * k_blocks
     k_left = K - kt_lo * BK
     w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=ZERO, eviction_policy="evict_first")
@@ -80,17 +108,45 @@ def scaled_mm_gemv_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, ws_ptr, cnt_ptr, 
         # x and the scales are the previous kernel's outputs: read them (and write anything) after it
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    x = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=ZERO)
-    acc = _gemv_tile(w, x, sx_row, sw_col, kt_lo, BK, SCALE, INT, DOT)
-    # an explicit num_stages: Triton pipelines loads that feed no dot only when the loop asks
-    # (cp.async into shared memory, STAGES - 1 tiles in flight per CTA)
-    for kt in tl.range(kt_lo + 1, kt_hi, num_stages=STAGES):
-        w_ptrs += BK
-        x_ptrs += BK
-        k_left = K - kt * BK
-        w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=ZERO, eviction_policy="evict_first")
-        x = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=ZERO)
-        acc += _gemv_tile(w, x, sx_row, sw_col, kt, BK, SCALE, INT, DOT)
+    # The first tile's product is taken after the loop: the loop's pipeline prologue (STAGES - 1
+    # tiles) is issued while that tile is still in flight, so a CTA starts with STAGES tiles
+    # requested instead of one (the ramp of a stream of a few tiles per CTA).
+    w0 = w
+    if DOT:
+        x_ptrs = x_ptr + rows_in[:, None] * K + (kt_lo * BK + offs_k)[None, :]
+        sx_row = sx_ptr + rows_in * k_blocks
+        x0_mask = offs_k[None, :] < k_left
+        acc = tl.zeros((MP, BN), dtype=ACC)
+        # an explicit num_stages: Triton pipelines (cp.async, STAGES - 1 tiles in flight) the loads
+        # of a loop that asks, dot or no dot
+        for kt in tl.range(kt_lo + 1, kt_hi, num_stages=STAGES):
+            k_left = K - kt * BK
+            off = (kt - kt_lo) * BK
+            w = tl.load(w_ptrs + off, mask=offs_k[None, :] < k_left, other=ZERO, eviction_policy="evict_first")
+            x = tl.load(x_ptrs + off, mask=offs_k[None, :] < k_left, other=ZERO)
+            acc += _mma_tile(w, x, sx_row, sw_col, kt, BK, SCALE, INT)
+        x = tl.load(x_ptrs, mask=x0_mask, other=ZERO)
+        acc += _mma_tile(w0, x, sx_row, sw_col, kt_lo, BK, SCALE, INT)
+    else:
+        k0_ok = offs_k < k_left
+        a0 = tl.zeros((BN,), dtype=ACC)
+        a1 = a0
+        a2 = a0
+        a3 = a0
+        for kt in tl.range(kt_lo + 1, kt_hi, num_stages=STAGES):
+            k_left = K - kt * BK
+            w = tl.load(w_ptrs + (kt - kt_lo) * BK, mask=offs_k[None, :] < k_left, other=ZERO,
+                        eviction_policy="evict_first")
+            a0, a1, a2, a3 = _fma_tile(w, x_ptr, sx_ptr, sw_col, a0, a1, a2, a3, M, K, kt, offs_k,
+                                       offs_k < k_left, k_blocks, MP, BK, SCALE, INT)
+        a0, a1, a2, a3 = _fma_tile(w0, x_ptr, sx_ptr, sw_col, a0, a1, a2, a3, M, K, kt_lo, offs_k, k0_ok,
+                                   k_blocks, MP, BK, SCALE, INT)
+        # the rows' accumulators into one [MP, BN] tile, once per CTA
+        acc = tl.where(rows[:, None] == 0, a0[None, :], 0)
+        if MP > 1:
+            acc += tl.where(rows[:, None] == 1, a1[None, :], 0)
+        if MP > 2:
+            acc += tl.where(rows[:, None] == 2, a2[None, :], 0) + tl.where(rows[:, None] == 3, a3[None, :], 0)
     out_mask = (rows[:, None] < M) & (cols[None, :] < N)
     y_ptrs = y_ptr + rows[:, None] * N + cols[None, :]
     if SPLIT == 1:
