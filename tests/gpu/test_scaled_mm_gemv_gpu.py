@@ -4,7 +4,7 @@ M = 1, 3, 16 (the FMA path where its predicate admits M, the tensor-core path ev
 4x torch._scaled_mm's own error, as the family's GPU tests), int8 bitwise equal to the exact
 product, and back-to-back calls (splits sharing the launcher's counters, PDL twins overlapping
 their predecessor) inside one captured CUDA graph, each output bitwise equal to its eager run.
-About 30-40 s on the H200, most of it compiling."""
+About 30-45 s on the H200, most of it compiling (~45 kernel variants)."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -26,8 +26,7 @@ def valid(fam, sig, m):
     return [c for c in IDS if fam.invalid_reason(fam.parse_config(c), sig, m, SM90) is None]
 
 
-@pytest.mark.parametrize("n, k", SHAPES)
-@pytest.mark.parametrize("scale", ["row", "tensor"])
+@pytest.mark.parametrize("n, k, scale", [(n, k, "row") for n, k in SHAPES] + [(4096, 4096, "tensor")])
 def test_fp8_gv_against_fp32_reference(n, k, scale):
     sig = FP8.make_signature("scaled_mm", n, k, "bf16", scale)
     for m in MS if scale == "row" else (1, 16):
@@ -53,7 +52,7 @@ def test_fp8_gv_against_fp32_reference(n, k, scale):
 @pytest.mark.parametrize("n, k", [(80, 200), (4096, 4096)])
 def test_int8_gv_bitwise_exact(n, k):
     sig = INT8.make_signature("scaled_mm", n, k, "bf16")
-    for m in MS:
+    for m in (1, 16):
         x, w, sx, sw = INT8.make_inputs(sig, m, "cuda", seed=m)[0]
         # the integer product is exact in fp64 and rounds to fp32 as the int32 accumulator does
         acc = (x.double() @ w.double().t()).float()
