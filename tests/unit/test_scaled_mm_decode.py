@@ -77,9 +77,12 @@ def test_pruning_model_ranks_the_decode_lane_for_small_m_only():
         dk = [c for c in ranked if c.startswith("dk")]
         assert any(c.endswith("_pdl") for c in dk) and any(not c.endswith("_pdl") for c in dk)
         assert any(c.startswith("sk") for c in ranked) and any(c.startswith("b") for c in ranked)
-        assert len({configs.parse(c).param("block") for c in dk}) >= 2  # more than one slab measured
+        decode = [c for c in ranked if c.startswith(("dk", "gv"))]
+        assert len({configs.parse(c).param("block") for c in decode}) >= 2  # more than one slab measured
+        gv = [c for c in ranked if c.startswith("gv")]
+        assert not gv or any(c.endswith("_pdl") for c in gv) and any(not c.endswith("_pdl") for c in gv)
         big = [c for c in configs.config_space("sm90") if configs.invalid_reason(c, sig, 2048, SM90) is None]
-        assert not any(c.startswith("dk") for c in model.rank(sig, 2048, big, 4))
+        assert not any(c.startswith(("dk", "gv")) for c in model.rank(sig, 2048, big, 4))
     # block scales at M=2048: two 64x128 CTAs per SM beat one 128x256 (session 10 C measured 2x),
     # and the build's top 8 holds the 64x128 tile that won that sweep
     blk = fp8_sig(4096, 4096, "block")

@@ -75,6 +75,21 @@ def test_gemv_predicate_rules():
     assert configs.invalid_reason(fma, sig(family="scaled_mm"), 1, SM80) is None
 
 
+def test_pruning_model_costs_the_fma_path_on_cuda_cores():
+    """The FMA path's estimate grows with M (one FMA per activation row and weight byte, not a
+    tensor-core tile), and at M=1 a build's top 6 measures it at Llama's 4096 widths."""
+    from tunedb.families.scaled_mm.pruning import PruningModel
+
+    model = PruningModel(SM90)
+    s = sig(4096, 14336)
+    assert model.predict(s, 1, "gv1_n8x512_w4_s5") < model.predict(s, 4, "gv1_n8x512_w4_s5")
+    assert model.predict(s, 1, "gv1_n16x512_w4_s5_mma") == model.predict(s, 4, "gv1_n16x512_w4_s5_mma")
+    for n, k in ((4096, 4096), (4096, 14336)):
+        cands = [c for c in configs.config_space("sm90") if configs.invalid_reason(c, sig(n, k), 1, SM90) is None]
+        top = model.rank(sig(n, k), 1, cands, 6)[:6]
+        assert any(c.startswith("gv") and not configs.parse(c).param("dot") for c in top), top
+
+
 def test_the_bench_arms_are_valid_where_it_runs_them():
     """bench/decode_gemv_fp8.py times every gv and pre-gv config it names at each width and M: a
     typo or a predicate change would drop an arm silently on the device, so check them here."""
