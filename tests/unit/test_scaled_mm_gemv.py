@@ -82,8 +82,9 @@ def test_pruning_model_costs_the_fma_path_on_cuda_cores():
 
     model = PruningModel(SM90)
     s = sig(4096, 14336)
-    assert model.predict(s, 1, "gv1_n8x512_w4_s5") < model.predict(s, 4, "gv1_n8x512_w4_s5")
-    assert model.predict(s, 1, "gv1_n16x512_w4_s5_mma") == model.predict(s, 4, "gv1_n16x512_w4_s5_mma")
+    assert model.predict(s, 1, "gv1_n8x512_w4_s5") < 0.95 * model.predict(s, 4, "gv1_n8x512_w4_s5")
+    # the tensor-core path pads M to 16 whatever M (only the activation's own bytes differ)
+    assert model.predict(s, 4, "gv1_n16x512_w4_s5_mma") == pytest.approx(model.predict(s, 1, "gv1_n16x512_w4_s5_mma"), rel=0.01)
     for n, k in ((4096, 4096), (4096, 14336)):
         cands = [c for c in configs.config_space("sm90") if configs.invalid_reason(c, sig(n, k), 1, SM90) is None]
         top = model.rank(sig(n, k), 1, cands, 6)[:6]
