@@ -16,8 +16,10 @@ split sums them in split order 0..SPLIT-1 (deterministic; int32 exactly) and res
 Arithmetic: int8 multiplies and sums in int32 (exact: the same bits as every other int8 arm);
 fp8 converts to fp32 and sums each K tile in fp32 before adding it to the accumulator; block
 scales (BK divides 128) scale each tile's sum. The epilogue is the family's apply_scales:
-(acc * x_scale[m]) * w_scale[n] in fp32, one rounding to the output. With PDL the first W tile
-is loaded before gdc_wait; x, the scales and every store come after it. Imports triton only.
+(acc * x_scale[m]) * w_scale[n] in fp32, one rounding to the output. The first W tile is loaded
+before the K loop and its product taken after it, so the loop's pipeline prologue (STAGES - 1
+tiles by cp.async) is requested while it is in flight; with PDL that first tile is loaded before
+gdc_wait, and x, the scales and every store come after it. Imports triton only.
 """
 from __future__ import annotations
 
