@@ -44,7 +44,7 @@ def test_decode_ids_round_trip_and_bad_values():
             configs.parse(bad)
     with pytest.raises(ConfigError, match="BM must be 16"):
         configs.make("triton_decode", 32, 64, 128, 4, 4, 1, 2)
-    decode = [c for c in configs.config_space("sm90") if c.lane == "triton_decode"]
+    decode = [c for c in configs.config_space("sm90") if c.id.startswith("dk")]  # gv: test_scaled_mm_gemv.py
     assert {c.param("split_k") for c in decode} == {1, 2, 4, 8, 16, 32}
     assert {c.param("block")[1] for c in decode} == {32, 64, 128} and {c.param("stages") for c in decode} == {4, 6}
     assert all(configs.parse(c.id) == c for c in decode)
@@ -70,13 +70,19 @@ def test_pruning_model_ranks_the_decode_lane_for_small_m_only():
     for sig in (fp8_sig(), fp8_sig(14336, 4096), fp8_sig(4096, 14336, "block"), int8_sig(1024, 4096)):
         cands = [c for c in configs.config_space("sm90") if configs.invalid_reason(c, sig, 1, SM90) is None]
         ranked = model.rank(sig, 1, cands, 6)  # the build command of docs/scaled_mm.md: --top-k 6
-        assert ranked[0].startswith("dk")  # the in-kernel reduction and PDL beat a second launch
+        # the in-kernel reduction and PDL beat a second launch; both decode kernels are measured
+        assert configs.parse(ranked[0]).lane == "triton_decode"
+        # (the gv space has no K block dividing 128: block scales keep the dk kernel)
+        assert any(c.startswith("gv") for c in ranked) == (sig.get("scale") != "block")
         dk = [c for c in ranked if c.startswith("dk")]
         assert any(c.endswith("_pdl") for c in dk) and any(not c.endswith("_pdl") for c in dk)
         assert any(c.startswith("sk") for c in ranked) and any(c.startswith("b") for c in ranked)
-        assert len({configs.parse(c).param("block") for c in dk}) >= 2  # more than one slab measured
+        decode = [c for c in ranked if c.startswith(("dk", "gv"))]
+        assert len({configs.parse(c).param("block") for c in decode}) >= 2  # more than one slab measured
+        gv = [c for c in ranked if c.startswith("gv")]
+        assert not gv or any(c.endswith("_pdl") for c in gv) and any(not c.endswith("_pdl") for c in gv)
         big = [c for c in configs.config_space("sm90") if configs.invalid_reason(c, sig, 2048, SM90) is None]
-        assert not any(c.startswith("dk") for c in model.rank(sig, 2048, big, 4))
+        assert not any(c.startswith(("dk", "gv")) for c in model.rank(sig, 2048, big, 4))
     # block scales at M=2048: two 64x128 CTAs per SM beat one 128x256 (session 10 C measured 2x),
     # and the build's top 8 holds the 64x128 tile that won that sweep
     blk = fp8_sig(4096, 4096, "block")

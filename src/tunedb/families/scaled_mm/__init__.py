@@ -24,7 +24,7 @@ from tunedb.families.contract import source_hash
 from tunedb.records import ArchProfile, Config, Signature
 
 # What decides the compiled kernels, their grids and the torch arms' GPU work: the soft validator.
-KERNEL_SOURCES = ("kernels.py", "arms.py", "launch.py", "../gemm/kernels_common.py")
+KERNEL_SOURCES = ("kernels.py", "kernels_gemv.py", "arms.py", "launch.py", "../gemm/kernels_common.py")
 
 
 @lru_cache(maxsize=None)
@@ -216,8 +216,8 @@ def simplicity(config_id: str) -> int:
         return 0
     if config_id == "torch":
         return 1
-    if config_id.startswith("dk"):
-        return 2 if config_id.startswith("dk1_") and not config_id.endswith("_pdl") else 3
+    if config_id.startswith(("dk", "gv")):
+        return 2 if config_id.startswith(("dk1_", "gv1_")) and not config_id.endswith("_pdl") else 3
     return 3 if config_id.startswith("sk") else 2
 
 

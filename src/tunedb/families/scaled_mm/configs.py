@@ -9,6 +9,7 @@ Config ids (format(parse(id)) == id, the GEMM family's grammar):
     triton_tma     tma_b{BM}x{BN}x{BK}_w{W}_s{S}_g{G} tma_b128x256x128_w8_s3_g8
     triton_splitk  sk{SPLIT}_b{BM}x{BN}x{BK}_w{W}_s{S}  sk4_b16x64x128_w4_s4
     triton_decode  dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_pdl]  dk8_n32x256_w4_s4, dk16_n64x128_w4_s6_pdl
+                   gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma][_pdl]  gv1_n16x512_w4_s3 (configs_gemv.py)
 The decode lane (M <= 16: a weight stream) is one kernel with its split-K reduced inside it by
 the last-arriving CTA of each N slab, in split order (int32 partials for int8: exact); `_pdl`
 launches it with programmatic dependent launch (its first weight tile loads while the previous
@@ -24,6 +25,7 @@ from functools import lru_cache
 from typing import Iterable, Sequence
 
 from tunedb.errors import ConfigError
+from tunedb.families.scaled_mm.configs_gemv import gemv_grid, gemv_reason, is_gemv, parse_gemv
 from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
 INT8_FAMILY = "scaled_mm"
@@ -124,6 +126,9 @@ def parse(config_id: str) -> Config:
             raise ConfigError(f"the scaled_mm families have no {config_id!r} arm; "
                               f"sentinels: {', '.join(FAMILY_SENTINELS)}")
         return Config.sentinel(config_id)
+    g = parse_gemv(config_id)
+    if g is not None:
+        return g
     d = _DK_ID.match(config_id)
     if d:
         cfg = make_decode(int(d["bn"]), int(d["bk"]), int(d["w"]), int(d["s"]), int(d["split"]), bool(d["pdl"]))
@@ -133,7 +138,7 @@ def parse(config_id: str) -> Config:
     m = _ID.match(config_id)
     if not m:
         raise ConfigError(f"bad scaled_mm config id {config_id!r}: expected b128x128x128_w8_s3_g8, "
-                          f"sk4_b16x64x128_w4_s4, dk8_n32x256_w4_s4[_pdl] or a sentinel ({', '.join(FAMILY_SENTINELS)})")
+                          f"sk4_b16x64x128_w4_s4, dk8_n32x256_w4_s4[_pdl], gv1_n16x512_w4_s3[_mma][_pdl] or a sentinel ({', '.join(FAMILY_SENTINELS)})")
     nums = {k: int(v) for k, v in m.groupdict().items() if v is not None and k != "tma"}
     if "split" in nums:
         if "g" in nums:
@@ -182,15 +187,16 @@ _DECODE_SLABS = ((32, 128), (64, 128), (128, 128), (32, 256), (64, 256), (32, 51
 
 
 def decode_grid() -> tuple[Config, ...]:
-    """The triton_decode space: every slab x split 1..32 x 4 or 6 stages, each with and without
-    PDL (the pruning model ranks them; the predicate drops splits beyond K's tiles)."""
+    """The triton_decode space: every `dk` slab x split 1..32 x 4 or 6 stages, each with and without
+    PDL, then the `gv` GEMV configs (configs_gemv.gemv_grid); the pruning model ranks them, the
+    predicate drops splits beyond K's tiles and FMA configs past their M."""
     out = []
     for bn, bk in _DECODE_SLABS:
         for split in _DECODE_SPLITS:
             for stages in (4, 6):
                 for pdl in (False, True):
                     out.append(make_decode(bn, bk, 8 if bn >= 128 else 4, stages, split, pdl))
-    return tuple(out)
+    return tuple(out) + gemv_grid()
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
@@ -292,6 +298,8 @@ def decode_reason(cfg: Config, k: int, m: int | None, cap: int) -> str | None:
 
         if not pdl_supported():
             return "this Triton has no gdc_wait / launch_pdl (programmatic dependent launch needs 3.4+)"
+    if is_gemv(cfg):
+        return gemv_reason(cfg, m)
     return None
 
 

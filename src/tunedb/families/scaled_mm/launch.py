@@ -119,10 +119,17 @@ def _triton(config: Config, sig: Signature) -> Launcher:
     kw = dict(SCALE=scale, INT=is_int, BM=bm, BN=bn, BK=bk, GROUP_M=group_m, SPLIT=split,
               num_warps=config.param("warps"), num_stages=config.param("stages"))
     decode = config.lane == "triton_decode"
+    gemv = config.param("kernel") == "gemv"
     if decode:
         pdl = bool(config.param("pdl")) and not _interpreting()  # the interpreter has no PDL
         dkw = dict(SCALE=scale, INT=is_int, BN=bn, BK=bk, SPLIT=split, PDL=pdl,
                    num_warps=kw["num_warps"], num_stages=kw["num_stages"], **({"launch_pdl": True} if pdl else {}))
+        if gemv:
+            from tunedb.families.scaled_mm.configs_gemv import gemv_reason, rows_padded
+            from tunedb.families.scaled_mm.kernels_gemv import scaled_mm_gemv_kernel
+
+            dot = bool(config.param("dot"))
+            dkw.update(DOT=dot, STAGES=kw["num_stages"])
         slabs = -(-n // bn)
         if split > -(-k // bk):  # a split without a K tile would count its neighbour's (the predicate)
             raise ValueError(f"{config.id} cannot serve K={k}: split_k={split} > {-(-k // bk)} K tiles of {bk}")
@@ -153,7 +160,14 @@ def _triton(config: Config, sig: Signature) -> Launcher:
                     torch.zeros(slabs * split * configs.DECODE_MAX_M * bn if split > 1 else 1, dtype=ws_dtype,
                                 device=x.device),
                     torch.zeros(slabs, dtype=torch.int32, device=x.device))
-            scaled_mm_decode_kernel[(slabs, split)](x2, w, y, sx, sw, bufs[0], bufs[1], m, n, k, **dkw)
+            if gemv:
+                why = gemv_reason(config, m)
+                if why:  # the predicate refuses it; so does the launch
+                    raise ValueError(f"{config.id} cannot serve M={m}: {why}")
+                scaled_mm_gemv_kernel[(slabs, split)](x2, w, y, sx, sw, bufs[0], bufs[1], m, n, k,
+                                                      MP=rows_padded(m, dot), **dkw)
+            else:
+                scaled_mm_decode_kernel[(slabs, split)](x2, w, y, sx, sw, bufs[0], bufs[1], m, n, k, **dkw)
         elif m:
             tiles = -(-m // bm) * -(-n // bn)
             if tma:

@@ -19,6 +19,7 @@ import math
 from typing import Sequence
 
 from tunedb.families.scaled_mm import configs
+from tunedb.families.scaled_mm.configs_gemv import rows_padded
 from tunedb.records import ArchProfile, Config, Signature
 
 _SPLIT_LAUNCH_MS = 0.004  # the split-K lane's reduction kernel: its launch inside a graph and its run
@@ -36,6 +37,8 @@ _PDL_SAVES_S = 1.0e-6  # PDL overlaps the ramp with the previous kernel's drain
 _DECODE_REDUCE_S = 1.0e-6  # the last split's store -> counter -> partial loads, per N slab
 _REGS_PER_THREAD = 96  # a decode/small-M tile's register estimate (no spills at 4-8 warps)
 _L2_VS_HBM = 3.0  # the activation's rereads and split partials stay in L2
+_FMA_FIXED = 2.0  # the gv FMA path's instructions per weight byte besides its FMAs (estimate)
+_CLOCK_HZ = 1.7e9
 # Block scales: the model ranks the measured winners badly there (session 13 F, Llama-3-8B's
 # widths and the LM head: b64x128x128_w4_s4_g8 won every M=2048 point by 8-13% from model rank
 # 7-10, so a top-8 build missed it at 14336x4096; the M <= 16 winners sat at model ranks 38-75 and
@@ -144,10 +147,17 @@ class PruningModel:
                 eff *= 0.75
         peak_per_sm = self.profile.peak_tflops(sig.dt) * 1e12 / self.sms
         compute_s = waves * (2.0 * bm * bn * math.ceil(k / split)) / (peak_per_sm * eff)
+        fma = c.param("kernel") == "gemv" and not c.param("dot")
+        if fma:
+            # the gv FMA path runs on CUDA cores: per weight byte about two instructions (the
+            # fp8/int8 conversion, the row sums' tail) plus one FMA per activation row, at 128
+            # lanes an SM per clock; its activation rows are MP, not a padded 16
+            mp = rows_padded(m, False)
+            compute_s = n * k * (_FMA_FIXED + mp) / (self.sms * 128 * _CLOCK_HZ)
         bw = self.profile.dram_bw_gbs * 1e9
         # the weight once (streamed), the output once; from L2: the activation once per column
         # of tiles (16 padded rows for the decode lane), split-K's partials written and read back
-        rows = configs.DECODE_MAX_M if c.lane == "triton_decode" else m
+        rows = rows_padded(m, False) if fma else configs.DECODE_MAX_M if c.lane == "triton_decode" else m
         l2_bytes = rows * k * math.ceil(n / bn) + (2 * m * n * 4 * split if split > 1 else 0)
         memory_s = (self.stream_s(n, k, bm, bn, bk, ctas, stages, warps) + m * k / bw + m * n * 2 / bw
                     + l2_bytes / (bw * _L2_VS_HBM))
@@ -177,9 +187,11 @@ class PruningModel:
             shapes.add(shape)
         keep = (first + rest)[:k]
         for lane in configs.TRITON_LANES:
-            for pdl in ((False, True) if lane == "triton_decode" else (None,)):
-                # the decode lane's best without PDL too: the PDL saving is modelled, not measured
-                best = next((c.id for _, c in ranked if c.lane == lane
+            decode = lane == "triton_decode"
+            # the decode lane's best without PDL too (the PDL saving is modelled, not measured),
+            # and of each of its kernels (`dk`, `gv`: the model does not tell their streams apart)
+            for pdl, kernel in ((p, k) for p in (False, True) for k in (None, "gemv")) if decode else ((None, None),):
+                best = next((c.id for _, c in ranked if c.lane == lane and c.param("kernel") == kernel
                              and (pdl is None or bool(c.param("pdl")) == pdl)), None)
                 if best is not None and best not in keep:
                     keep.append(best)

@@ -1,0 +1,96 @@
+"""The triton_decode lane's GEMV configs (`gv`, kernels_gemv.py): ids, their space and their part
+of the family's ONE validity predicate (configs.invalid_reason calls gemv_reason). Pure Python.
+
+    gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma][_pdl]      gv1_n16x512_w4_s3, gv2_n16x256_w4_s4_mma_pdl
+
+Without `_mma` the product is taken on CUDA cores (fp8/int8 converted in registers): M <= 4 and
+a bounded per-thread product tile; with `_mma` by one tensor-core dot per K tile (x padded to 16
+rows, BN >= 16: the 8-bit MMA's smallest tile), any M <= 16. Splits are reduced in the kernel.
+"""
+from __future__ import annotations
+
+import re
+
+from tunedb.errors import ConfigError
+from tunedb.records import Config
+
+GEMV_BN = (4, 8, 16, 32, 64)
+GEMV_BK = (128, 256, 512, 1024)
+MAX_SPLIT = 16
+GEMV_WARPS = (1, 2, 4, 8)
+FMA_MAX_M = 4  # past it the CUDA-core product costs more issue slots than the stream leaves
+MMA_MIN_BN = 16
+# the FMA path's [MP, BN, BK] product tile per thread, in 32-bit registers: past this it spills
+FMA_REGS = 128
+GV_ID = re.compile(r"^gv(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<mma>_mma)?(?P<pdl>_pdl)?$")
+
+
+def rows_padded(m: int, dot: bool) -> int:
+    """The kernel's MP: 16 for the tensor-core path, else the next power of two >= M."""
+    return 16 if dot else 1 << max(0, (m - 1).bit_length())
+
+
+def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: bool = False,
+              pdl: bool = False) -> Config:
+    """A `gv` config of the triton_decode lane; ConfigError naming the bad value."""
+    for name, v, allowed in (("BN", bn, GEMV_BN), ("BK", bk, GEMV_BK), ("warps", warps, GEMV_WARPS)):
+        if v not in allowed:
+            raise ConfigError(f"triton_decode gemv config: {name}={v} not allowed; use one of {allowed}")
+    if not 1 <= split_k <= MAX_SPLIT:
+        raise ConfigError(f"triton_decode gemv config: split_k={split_k} not allowed; use 1..{MAX_SPLIT}")
+    if not 1 <= stages <= 8:
+        raise ConfigError(f"triton_decode gemv config: stages={stages} not allowed; use 1..8")
+    if dot and bn < MMA_MIN_BN:
+        raise ConfigError(f"triton_decode gemv config: _mma needs BN >= {MMA_MIN_BN} (BN={bn})")
+    cid = f"gv{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_mma" if dot else "") + ("_pdl" if pdl else "")
+    return Config(cid, "triton_decode", (("block", (16, bn, bk)), ("warps", warps), ("stages", stages),
+                                         ("group_m", 1), ("split_k", split_k), ("pdl", bool(pdl)),
+                                         ("kernel", "gemv"), ("dot", bool(dot))))
+
+
+def parse_gemv(config_id: str) -> Config | None:
+    """The config of a `gv` id (None when the id is not one); ConfigError when malformed."""
+    g = GV_ID.match(config_id)
+    if not g:
+        return None
+    cfg = make_gemv(int(g["bn"]), int(g["bk"]), int(g["w"]), int(g["s"]), int(g["split"]), bool(g["mma"]),
+                    bool(g["pdl"]))
+    if cfg.id != config_id:
+        raise ConfigError(f"config id {config_id!r} is not canonical; expected {cfg.id!r}")
+    return cfg
+
+
+def is_gemv(cfg: Config) -> bool:
+    return cfg.param("kernel") == "gemv"
+
+
+def gemv_reason(cfg: Config, m: int) -> str | None:
+    """The gemv part of the predicate at M (the caller has checked M <= 16, the splits against
+    K's tiles and PDL's arch): the FMA path's M and register bounds."""
+    if cfg.param("dot"):
+        return None
+    if m > FMA_MAX_M:
+        return f"the gemv FMA path serves M <= {FMA_MAX_M}, not M={m} (its _mma twin serves M <= 16)"
+    _, bn, bk = cfg.param("block")
+    per_thread = rows_padded(m, False) * bn * bk // (32 * cfg.param("warps"))
+    if per_thread > FMA_REGS:
+        return (f"the gemv FMA path's product tile needs {per_thread} registers a thread at M={m} "
+                f"(BN={bn}, BK={bk}, {cfg.param('warps')} warps) > {FMA_REGS}")
+    return None
+
+
+# The space: FMA slabs of 4-32 rows x 256-1024 bytes of K (2-16 KB a tile; the narrow ones fit
+# M=3-4's product tile), tensor-core slabs of 16-32 rows; stages 3 and 5 (bytes in flight per CTA), splits 1-8, each with PDL.
+_FMA_SLABS = ((4, 512, 2), (4, 1024, 2), (8, 256, 2), (8, 512, 2), (16, 256, 4), (8, 1024, 4), (16, 512, 4), (16, 1024, 8), (32, 512, 8))
+_MMA_SLABS = ((16, 256, 4), (16, 512, 4), (32, 256, 4), (32, 512, 4))
+
+
+def gemv_grid() -> tuple[Config, ...]:
+    out = []
+    for slabs, dot in ((_FMA_SLABS, False), (_MMA_SLABS, True)):
+        for bn, bk, warps in slabs:
+            for split in (1, 2, 4, 8):
+                for stages in (3, 5):
+                    for pdl in (False, True):
+                        out.append(make_gemv(bn, bk, warps, stages, split, dot, pdl))
+    return tuple(out)
