@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Session 15's device calls: this session's stages, each script's logs in its own tarball
+# ($OUT/<stage>.tgz); any other stage name is handed to bench/device_s14.sh (`script:stage` runs
+# that stage of bench/device_<script>.sh). SKIP_AFTER_S skips every later stage once the call has
+# run that long.
+#   bash bench/device_s15.sh tests decode-pf glsm-rows gemv-fp8 s13_repro:all
+# tests       GPU_TESTS="file ..." side by side (kernel tests: compile-bound), KT_S each
+# decode-pf   bench/decode_pf.py --quick (issue 18: the decode lane's L2-prefetch twins; ~100 s)
+# glsm-rows   bench/glsm_rows.py --quick (issue 25: the row pass's vector hint, PDL, persistent pass; ~70 s)
+# gemv-fp8    bench/decode_gemv_fp8.py --quick (issue 20: the fp8/int8 GEMV kernel at M <= 16; ~60 s)
+# linalg-goal bench/linalg_ladder.py --goal (issue 19: every packing and torch at the goal cells)
+# glsm-build  the gemm_log_softmax table rebuilt (its kernels' hash moved), copied to $OUT/db/
+set -u
+T0=$(date +%s)
+export OUT=${OUT:-/tmp/out}
+HERE=$(dirname "$0")
+mkdir -p "$OUT/db"
+run_stage() {  # tarball-name timeout command
+  LOGS_TGZ=$1.tgz bash -c '. "$0/device_stages.sh"; export FINAL OUT; record_env; stage "$1" "$2" "$3"' "$HERE" "$@"
+}
+for s in "$@"; do
+  if [ -n "${SKIP_AFTER_S:-}" ] && [ $(( $(date +%s) - T0 )) -gt "$SKIP_AFTER_S" ]; then
+    echo "[skip $s] $(( $(date +%s) - T0 )) s > SKIP_AFTER_S=$SKIP_AFTER_S"; continue
+  fi
+  case $s in
+    tests)
+      for f in ${GPU_TESTS:-}; do n=$(basename "$f" .py)
+        run_stage "kt_$n" "${KT_S:-200}" "python -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider $f" & done
+      wait ;;
+    decode-pf) run_stage decode_pf "${DECODE_PF_S:-150}" "python bench/decode_pf.py --quick --out \$OUT/decode_pf.json" ;;
+    glsm-rows) run_stage glsm_rows "${GLSM_ROWS_S:-120}" "python bench/glsm_rows.py --quick --out \$OUT/glsm_rows" ;;
+    gemv-fp8) run_stage gemv_fp8 "${GEMV_S:-120}" "python bench/decode_gemv_fp8.py ${GEMV_ARGS:---quick} --out \$OUT/decode_gemv_fp8.json" ;;
+    linalg-goal) run_stage linalg_goal "${LINALG_GOAL_S:-200}" "python bench/linalg_ladder.py --goal ${LINALG_GOAL_ARGS:-} --out \$OUT/linalg_goal.json" ;;
+    glsm-build) run_stage glsm_build "${GLSM_S:-200}" "python -m tunedb build --family gemm_log_softmax --census bench/census/ctc_heads.json --no-fill --out system --fresh --run-id s15-glsm-\$(date +%s) && cp src/tunedb/db/sm90/gemm_log_softmax.json \$FINAL/db/" ;;
+    *) bash "$HERE/device_s14.sh" "$s" ;;
+  esac
+done
+echo "[device_s15] done in $(( $(date +%s) - T0 )) s"
