@@ -10,6 +10,7 @@
 # gemv-fp8    bench/decode_gemv_fp8.py --quick (issue 20: the fp8/int8 GEMV kernel at M <= 16; ~60 s)
 # linalg-goal bench/linalg_ladder.py --goal (issue 19: every packing and torch at the goal cells)
 # glsm-build  the gemm_log_softmax table rebuilt (its kernels' hash moved), copied to $OUT/db/
+# repro       bench/device_s13_repro.sh: the linalg table tuned twice in one call, compared (~135 s)
 set -u
 T0=$(date +%s)
 export OUT=${OUT:-/tmp/out}
@@ -32,6 +33,7 @@ for s in "$@"; do
     gemv-fp8) run_stage gemv_fp8 "${GEMV_S:-120}" "python bench/decode_gemv_fp8.py ${GEMV_ARGS:---quick} --out \$OUT/decode_gemv_fp8.json" ;;
     linalg-goal) run_stage linalg_goal "${LINALG_GOAL_S:-200}" "python bench/linalg_ladder.py --goal ${LINALG_GOAL_ARGS:-} --out \$OUT/linalg_goal.json" ;;
     glsm-build) run_stage glsm_build "${GLSM_S:-200}" "python -m tunedb build --family gemm_log_softmax --census bench/census/ctc_heads.json --no-fill --out system --fresh --run-id s15-glsm-\$(date +%s) && cp src/tunedb/db/sm90/gemm_log_softmax.json \$FINAL/db/" ;;
+    repro) LOGS_TGZ=repro.tgz bash "$HERE/device_s13_repro.sh" ;;
     *) bash "$HERE/device_s14.sh" "$s" ;;
   esac
 done
