@@ -117,7 +117,7 @@ def working_sets(censuses: Sequence[tuple[str, Any]], family: Any) -> dict[Signa
         calls: dict[Signature, int] = {}
         sizes: dict[Signature, int] = {}
         for p in shapes.points:
-            if p.signature.family != family.name or p.signature.op not in family.ops:
+            if not families.serves(family, p.signature):
                 continue
             size = sizes.get(p.signature)
             if size is None:
