@@ -117,6 +117,35 @@ def test_a_workload_callable_without_device_says_what_it_must_be(tmp_path, capsy
     assert "returning (model, input_factory[, decode_factory])" in line
 
 
+USER_MODELS = """
+import torch
+
+def raises(device):
+    raise RuntimeError("boom in the user's factory")
+
+def too_long(device):
+    with torch.device(device):
+        model = torch.nn.Sequential(torch.nn.Embedding(64, 16), torch.nn.Linear(16, 8))
+        pos = torch.arange(64, device=device)  # a position table of 64: longer inputs fail
+    def inputs(batch, length):
+        return (torch.zeros(batch, length, dtype=torch.long, device=device) + pos[:length] * 0,)
+    return model, inputs
+"""
+
+
+@pytest.mark.parametrize("cmd", ["tune", "census"])
+@pytest.mark.parametrize("fn, needle", [
+    ("raises", "failed in building the model: RuntimeError: boom in the user's factory"),
+    ("too_long", "failed in its forward at batch=1, length="),
+])
+def test_a_user_workload_that_raises_is_one_line_naming_the_step(home, capsys, monkeypatch, cmd, fn, needle):
+    (home / "mymod_raises.py").write_text(USER_MODELS)
+    monkeypatch.syspath_prepend(str(home))
+    argv = [cmd, f"mymod_raises:{fn}"] + (["--out", str(home / "c.json")] if cmd == "census" else [])
+    line = one_line_error(capsys, argv)
+    assert f"workload 'mymod_raises:{fn}' {needle}" in line
+
+
 def test_the_callable_contract_is_in_help(capsys):
     with pytest.raises(SystemExit):
         cli.main(["tune", "--help"])
