@@ -200,3 +200,18 @@ def test_status_marks_invalid_settings_and_still_reports(capsys, monkeypatch, tm
     assert cli.main(["status", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert list(rep["invalid_settings"]) == ["TUNEDB_MODEL_FALLBACK"]
+
+
+@pytest.mark.parametrize("cmd", ["tune", "build"])
+@pytest.mark.parametrize("flags, needle", [
+    (["--arch", "bogus"], "--arch 'bogus' is not an arch family: expected sm<digits>"),
+    (["--family", "nosuch"], "unknown kernel family 'nosuch'; registered: "),
+])
+def test_a_bad_arch_or_family_is_refused_before_the_census(home, capsys, monkeypatch, cmd, flags, needle):
+    """Not a plan for an arch nobody has (every shape 'default', exit 0), nor a census first."""
+    from tunedb import pipeline
+
+    monkeypatch.setattr(pipeline, "take_census", lambda *a, **k: pytest.fail("the census ran"))
+    argv = ["tune", "whisper-base"] if cmd == "tune" else ["build", "--census", str(home / "c.json"), "--out", "user"]
+    line = one_line_error(capsys, argv + flags)
+    assert needle in line
