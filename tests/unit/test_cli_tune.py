@@ -326,3 +326,21 @@ def test_a_build_skips_signatures_of_a_dtype_the_family_does_not_serve(tiers):
     res = pipeline.tune("toy", opts, shapes=shapes)
     assert set(database.load(tiers / "sim" / "sm90" / "gemm.json").entries) == {QKV}
     assert FP32.format() in res.build.skipped
+
+
+def test_the_cost_model_line_accounts_for_every_model_point(tiers, monkeypatch, capsys):
+    """Served + declined + predicted-fallback must add up to the model-tier points the table
+    shows (it said '0 of 4 served ...; 0 declined' and nothing about the other 4)."""
+    import re
+
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    monkeypatch.setenv("COLUMNS", "400")  # the line unwrapped
+    (tiers / "empty-system").mkdir()
+    with database.system_root_override(tiers / "empty-system"):
+        assert main(["tune", "whisper-base"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("cost model:"))
+    total, served = map(int, re.search(r"(\d+) of (\d+) unmeasured", line).groups()[::-1])
+    declined = int(re.search(r"; (\d+) declined", line).group(1))
+    rest = re.search(r"; (\d+) predicted the fallback fastest", line)
+    assert served + declined + (int(rest.group(1)) if rest else 0) == total > 0

@@ -79,9 +79,13 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
         decided = [serving.decision(s.point.signature.family, s.point.signature, s.point.m) for s in model_points]
         declined = sum(1 for d in decided if d is not None and d.declined)
         confident = sum(1 for d in decided if d is not None and d.best is not None and d.config is d.best)
+        # the rest: the model predicts the fallback itself fastest (or has no candidate to rank)
+        rest = len(model_points) - confident - declined
         console.print(f"cost model: {confident} of {len(model_points)} unmeasured point(s) served a predicted-faster "
                       f"config; {declined} declined (predicted gain not beyond the model's error band, or "
-                      f"the shape far from every measured one: the fallback serves)", highlight=False)
+                      f"the shape far from every measured one: the fallback serves)"
+                      + (f"; {rest} predicted the fallback fastest, which serves them" if rest else ""),
+                      highlight=False)
     if counts.get("unserved"):
         from tunedb import families
 
