@@ -215,3 +215,16 @@ def test_a_bad_arch_or_family_is_refused_before_the_census(home, capsys, monkeyp
     argv = ["tune", "whisper-base"] if cmd == "tune" else ["build", "--census", str(home / "c.json"), "--out", "user"]
     line = one_line_error(capsys, argv + flags)
     assert needle in line
+
+
+@pytest.mark.parametrize("device, needle", [
+    ("bogus", "--device 'bogus' is not a torch device"),
+    ("cuda", "--device 'cuda': no CUDA GPU here; use meta"),
+])
+def test_census_device_that_cannot_be_used_is_one_line(home, capsys, monkeypatch, device, needle):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    line = one_line_error(capsys, ["census", "whisper-base", "--impl", "mirror", "--device", device,
+                                   "--out", str(home / "c.json")])
+    assert needle in line

@@ -68,6 +68,21 @@ def probe(built: Any, key: modes.Key, model: Any = None, quantizer: Any = None) 
     return calls
 
 
+def _device(name: str) -> Any:
+    """The torch.device a census builds the model on; CensusError for a name torch does not
+    know or a CUDA device this machine lacks."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as exc:
+        raise CensusError(f"--device {name!r} is not a torch device ({exc}); use meta (the default: no weights), "
+                          f"cpu or cuda") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CensusError(f"--device {name!r}: no CUDA GPU here; use meta (the default: no weights, same shapes) or cpu")
+    return device
+
+
 @contextlib.contextmanager
 def _user_code(w: Workload, where: str) -> Iterator[None]:
     """A module:callable workload's own code failing (its factory, its forward on the probe's
@@ -128,8 +143,9 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
     if quantizer is not None:
         quantizer.require()  # before building the model: a missing library fails fast
     keys = traffic(w, mode, max_batch, chunk, manifest, seed)
+    dev = _device(device)
     with _user_code(w, "building the model"):
-        built = w.build(torch.device(device), impl)
+        built = w.build(dev, impl)
     if quantizer is not None:
         quantizer.quantize(built.model, device)
     if mode == "decode" and built.decode_inputs is None:
