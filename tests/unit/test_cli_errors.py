@@ -228,3 +228,15 @@ def test_census_device_that_cannot_be_used_is_one_line(home, capsys, monkeypatch
     line = one_line_error(capsys, ["census", "whisper-base", "--impl", "mirror", "--device", device,
                                    "--out", str(home / "c.json")])
     assert needle in line
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--max-length", "0"], "--max-length=0 must be a positive int"),
+    (["--max-length", "-5"], "--max-length=-5 must be a positive int"),
+    (["--length-step", "-5"], "--length-step=-5 must be an int >= 0"),
+])
+def test_census_length_flags_of_a_user_workload_are_checked(home, capsys, monkeypatch, flags, needle):
+    (home / "mymod_lengths.py").write_text(USER_MODELS)
+    monkeypatch.syspath_prepend(str(home))
+    line = one_line_error(capsys, ["census", "mymod_lengths:too_long", "--out", str(home / "c.json"), *flags])
+    assert needle in line
