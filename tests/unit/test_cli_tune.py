@@ -318,6 +318,7 @@ def test_tune_of_an_fp32_model_says_torch_serves_it_and_plans_no_triton_config(t
     rows = [line for line in out.splitlines() if "dt=fp32" in line and "│" in line]
     assert rows and all(" unserved " in line and " default " not in line for line in rows)
     assert "A GPU would measure nothing here either" in out
+    assert "of op(s) gemm dt=fp32 that no tunedb kernel family tunes" in " ".join(out.split())
 
 
 def test_a_build_skips_signatures_of_a_dtype_the_family_does_not_serve(tiers):

@@ -103,8 +103,10 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
                           f"those modules to torch", highlight=False)
         rest = [sig for sig in unserved if not served_elsewhere(sig)]
         if rest:
-            ops = sorted({f"{sig.op} dt={sig.dt}" for sig in rest})
-            console.print(f"unserved: {len(rest)} point(s) of {', '.join(ops)} that no tunedb kernel family "
+            # an op the family has is unserved for its dtype (fp32): say which
+            ops = sorted({f"{sig.op} dt={sig.dt}" if sig.op in families.get(families.DEFAULT).ops else sig.op
+                          for sig in rest})
+            console.print(f"unserved: {len(rest)} point(s) of op(s) {', '.join(ops)} that no tunedb kernel family "
                           f"tunes; they always run on torch and are listed because the census saw them",
                           highlight=False)
 
