@@ -82,7 +82,7 @@ def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = famil
     try:
         out = []
         for p in sorted(shapes.points, key=lambda p: (p.signature, p.m)):
-            if p.signature.family != family or p.signature.op not in fam.ops:
+            if not families.serves(fam, p.signature):
                 out.append(Served(p, "unserved", "-"))
                 continue
             res = selector.peek(family, p.signature, p.m)

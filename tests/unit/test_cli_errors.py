@@ -117,6 +117,35 @@ def test_a_workload_callable_without_device_says_what_it_must_be(tmp_path, capsy
     assert "returning (model, input_factory[, decode_factory])" in line
 
 
+USER_MODELS = """
+import torch
+
+def raises(device):
+    raise RuntimeError("boom in the user's factory")
+
+def too_long(device):
+    with torch.device(device):
+        model = torch.nn.Sequential(torch.nn.Embedding(64, 16), torch.nn.Linear(16, 8))
+        pos = torch.arange(64, device=device)  # a position table of 64: longer inputs fail
+    def inputs(batch, length):
+        return (torch.zeros(batch, length, dtype=torch.long, device=device) + pos[:length] * 0,)
+    return model, inputs
+"""
+
+
+@pytest.mark.parametrize("cmd", ["tune", "census"])
+@pytest.mark.parametrize("fn, needle", [
+    ("raises", "failed in building the model: RuntimeError: boom in the user's factory"),
+    ("too_long", "failed in its forward at batch=1, length="),
+])
+def test_a_user_workload_that_raises_is_one_line_naming_the_step(home, capsys, monkeypatch, cmd, fn, needle):
+    (home / "mymod_raises.py").write_text(USER_MODELS)
+    monkeypatch.syspath_prepend(str(home))
+    argv = [cmd, f"mymod_raises:{fn}"] + (["--out", str(home / "c.json")] if cmd == "census" else [])
+    line = one_line_error(capsys, argv)
+    assert f"workload 'mymod_raises:{fn}' {needle}" in line
+
+
 def test_the_callable_contract_is_in_help(capsys):
     with pytest.raises(SystemExit):
         cli.main(["tune", "--help"])
@@ -171,3 +200,43 @@ def test_status_marks_invalid_settings_and_still_reports(capsys, monkeypatch, tm
     assert cli.main(["status", "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert list(rep["invalid_settings"]) == ["TUNEDB_MODEL_FALLBACK"]
+
+
+@pytest.mark.parametrize("cmd", ["tune", "build"])
+@pytest.mark.parametrize("flags, needle", [
+    (["--arch", "bogus"], "--arch 'bogus' is not an arch family: expected sm<digits>"),
+    (["--family", "nosuch"], "unknown kernel family 'nosuch'; registered: "),
+])
+def test_a_bad_arch_or_family_is_refused_before_the_census(home, capsys, monkeypatch, cmd, flags, needle):
+    """Not a plan for an arch nobody has (every shape 'default', exit 0), nor a census first."""
+    from tunedb import pipeline
+
+    monkeypatch.setattr(pipeline, "take_census", lambda *a, **k: pytest.fail("the census ran"))
+    argv = ["tune", "whisper-base"] if cmd == "tune" else ["build", "--census", str(home / "c.json"), "--out", "user"]
+    line = one_line_error(capsys, argv + flags)
+    assert needle in line
+
+
+@pytest.mark.parametrize("device, needle", [
+    ("bogus", "--device 'bogus' is not a torch device"),
+    ("cuda", "--device 'cuda': no CUDA GPU here; use meta"),
+])
+def test_census_device_that_cannot_be_used_is_one_line(home, capsys, monkeypatch, device, needle):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    line = one_line_error(capsys, ["census", "whisper-base", "--impl", "mirror", "--device", device,
+                                   "--out", str(home / "c.json")])
+    assert needle in line
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--max-length", "0"], "--max-length=0 must be a positive int"),
+    (["--max-length", "-5"], "--max-length=-5 must be a positive int"),
+    (["--length-step", "-5"], "--length-step=-5 must be an int >= 0"),
+])
+def test_census_length_flags_of_a_user_workload_are_checked(home, capsys, monkeypatch, flags, needle):
+    (home / "mymod_lengths.py").write_text(USER_MODELS)
+    monkeypatch.syspath_prepend(str(home))
+    line = one_line_error(capsys, ["census", "mymod_lengths:too_long", "--out", str(home / "c.json"), *flags])
+    assert needle in line

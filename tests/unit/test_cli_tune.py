@@ -281,3 +281,67 @@ def test_a_census_that_fails_stops_the_worker_and_the_compiles_started_ahead(tie
     monkeypatch.setattr(pipeline, "take_census", fails)
     assert main(["tune", "whisper-base"]) != 0
     assert order == ["ahead", "release"] and spy.closed == 1
+
+
+FP32_WORKLOAD = """
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(13, 7)
+        self.b = torch.nn.Linear(7, 3, bias=False)
+
+    def forward(self, x):
+        return self.b(torch.nn.functional.gelu(self.a(x)))
+
+def make(device):
+    with torch.device(device):
+        model = Net()
+    return model, lambda batch, length: (torch.zeros(batch, length, 13, device=device),)
+"""
+FP32 = Signature.make("gemm", "gemm", "fp32", N=7, K=13)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_tune_of_an_fp32_model_says_torch_serves_it_and_plans_no_triton_config(tiers, tmp_path, monkeypatch,
+                                                                               capsys, fused):
+    """The GEMM family serves fp16/bf16 only; optimize() leaves an fp32 Linear to F.linear, so the
+    plan must say so (unserved), neither crash in the fused census nor show a Triton default."""
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    monkeypatch.setenv("COLUMNS", "200")
+    (tmp_path / "fp32_user_workload.py").write_text(FP32_WORKLOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["tune", "fp32_user_workload:make", "--max-batch-size", "2"] + ([] if fused else ["--no-fused"])
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "dt=fp32" in line and "│" in line]
+    assert rows and all(" unserved " in line and " default " not in line for line in rows)
+    assert "A GPU would measure nothing here either" in out
+    assert "of op(s) gemm dt=fp32 that no tunedb kernel family tunes" in " ".join(out.split())
+
+
+def test_a_build_skips_signatures_of_a_dtype_the_family_does_not_serve(tiers):
+    shapes = ShapeSet((Point(QKV, 16, 0.5, 10), Point(FP32, 16, 0.5, 10)))
+    opts = pipeline.BuildOptions(out=str(tiers / "sim"), simulate=True, top_k=4)
+    res = pipeline.tune("toy", opts, shapes=shapes)
+    assert set(database.load(tiers / "sim" / "sm90" / "gemm.json").entries) == {QKV}
+    assert FP32.format() in res.build.skipped
+
+
+def test_the_cost_model_line_accounts_for_every_model_point(tiers, monkeypatch, capsys):
+    """Served + declined + predicted-fallback must add up to the model-tier points the table
+    shows (it said '0 of 4 served ...; 0 declined' and nothing about the other 4)."""
+    import re
+
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    monkeypatch.setenv("COLUMNS", "400")  # the line unwrapped
+    (tiers / "empty-system").mkdir()
+    with database.system_root_override(tiers / "empty-system"):
+        assert main(["tune", "whisper-base"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("cost model:"))
+    total, served = map(int, re.search(r"(\d+) of (\d+) unmeasured", line).groups()[::-1])
+    declined = int(re.search(r"; (\d+) declined", line).group(1))
+    rest = re.search(r"; (\d+) predicted the fallback fastest", line)
+    assert served + declined + (int(rest.group(1)) if rest else 0) == total > 0

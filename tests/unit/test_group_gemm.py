@@ -312,3 +312,30 @@ def test_every_build_space_tile_fits_the_arch_shared_memory():
     for arch_family in ("sm80", "sm89", "sm90"):
         smem = configs.smem_per_block(arch_family)
         assert all(configs.smem_bytes(c) <= smem for c in FAM.config_space(arch_family)), arch_family
+
+
+MOE_WORKLOAD = """
+import torch, transformers
+
+def make(device):
+    cfg = transformers.MixtralConfig(num_hidden_layers=1, vocab_size=128, hidden_size=64, intermediate_size=96,
+                                     num_local_experts=4, num_experts_per_tok=2, num_attention_heads=4,
+                                     num_key_value_heads=2)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    return model, lambda batch, length: (torch.zeros(batch, length, dtype=torch.long, device=device),)
+"""
+
+
+def test_census_of_a_user_moe_model_as_tune_takes_it(tmp_path, monkeypatch):
+    """`tunedb tune mod:make` of a user's MoE model takes the census of the optimized model on
+    meta tensors: its swapped experts must yield their output's shape there, not launch Triton."""
+    from tunedb import pipeline
+
+    if not _stacked_layout():
+        pytest.skip("no stacked experts in this transformers")
+    (tmp_path / "moe_user_workload.py").write_text(MOE_WORKLOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shapes = pipeline.take_census("moe_user_workload:make", max_batch=2, fused=True)
+    gemm = {p.signature for p in shapes.points if p.signature.family == "gemm" and p.signature.op != "bmm"}
+    assert {(s.get("N"), s.get("K")) for s in gemm} >= {(64, 64), (32, 64), (128, 64)}  # q/o, k/v, head

@@ -109,7 +109,7 @@ def signatures_by_census(censuses: Sequence[tuple[str, ShapeSet]], family: Any
         for sig in shapes.signatures():
             if sig.family != family.name:
                 continue
-            if sig.op not in family.ops:
+            if not families.serves(family, sig):
                 skipped[sig] = None
                 continue
             if sig not in points:
@@ -127,7 +127,8 @@ def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arc
     points, owner, _ = by_census or signatures_by_census(censuses, family)
     if not points:
         raise BuildError(f"the census has no signature of an op of kernel family {opts.family!r} "
-                         f"(ops: {', '.join(family.ops)}) in {', '.join(n for n, _ in censuses)}")
+                         f"(ops: {', '.join(family.ops)}; dtypes: {', '.join(family.schema.dtypes) or 'any'}) "
+                         f"in {', '.join(n for n, _ in censuses)}")
     ranks = buildsteps.rankers(family, arch, calibrated)
     thin = (lambda pts: partition.thin(pts, opts.max_points)) if opts.thin else None
     # Every (signature, M, config) is predicted by the filter, the sort and the estimate: once.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -117,7 +118,7 @@ def working_sets(censuses: Sequence[tuple[str, Any]], family: Any) -> dict[Signa
         calls: dict[Signature, int] = {}
         sizes: dict[Signature, int] = {}
         for p in shapes.points:
-            if p.signature.family != family.name or p.signature.op not in family.ops:
+            if not families.serves(family, p.signature):
                 continue
             size = sizes.get(p.signature)
             if size is None:
@@ -290,6 +291,13 @@ def run_meta(opts: Any, arch: ArchProfile, points: Mapping[Signature, list[Point
 
 
 def check_options(opts: Any, gpu: bool) -> None:
+    families.get(opts.family)  # RegistryError naming the registered ones, before any census
+    arch_family = getattr(opts, "arch_family", None)
+    if arch_family is not None and not re.match(r"^sm\d+a?$", arch_family):
+        from tunedb.arch import PLANNING_LIMITS, SHIPPED_ARCHES
+
+        raise BuildError(f"--arch {arch_family!r} is not an arch family: expected sm<digits> (shipped tables: "
+                         f"{', '.join(SHIPPED_ARCHES)}; planning limits known for {', '.join(PLANNING_LIMITS)})")
     if getattr(opts, "gate_noise", None) is not None and not 0.0 <= opts.gate_noise < 1.0:
         raise BuildError(f"--gate-noise={opts.gate_noise} must be in [0, 1) (0.06: a one-point region must "
                          f"beat the fallback by the gate x 1.06, a four-point one by x 1.03)")

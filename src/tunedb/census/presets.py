@@ -284,5 +284,9 @@ def workload(name: str, unit: str = AUDIO, max_length: int = 3000, length_step: 
     if ":" in name:
         if unit not in (AUDIO, TEXT):
             raise CensusError(f"length unit {unit!r} is not one of {AUDIO}, {TEXT}")
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+            raise CensusError(f"--max-length={max_length!r} must be a positive int (the offline capture limit, in {unit})")
+        if isinstance(length_step, bool) or not isinstance(length_step, int) or length_step < 0:
+            raise CensusError(f"--length-step={length_step!r} must be an int >= 0 (0: the M-bucket ladder)")
         return _user_workload(name, unit, max_length, length_step)
     raise CensusError(f"unknown workload {name!r}; presets are {', '.join(PRESETS)}, or give module:callable")

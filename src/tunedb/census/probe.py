@@ -8,13 +8,14 @@ share of its calls made by keys above the capture limit (1 for those keys, 0 for
 """
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from tunedb.census import modes
 from tunedb.census.presets import AUDIO, Workload
-from tunedb.errors import CensusError
+from tunedb.errors import CensusError, TunedbError
 from tunedb.records import HALF_DTYPES, Point, ShapeSet, Signature
 
 
@@ -67,6 +68,37 @@ def probe(built: Any, key: modes.Key, model: Any = None, quantizer: Any = None) 
     return calls
 
 
+def _device(name: str) -> Any:
+    """The torch.device a census builds the model on; CensusError for a name torch does not
+    know or a CUDA device this machine lacks."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as exc:
+        raise CensusError(f"--device {name!r} is not a torch device ({exc}); use meta (the default: no weights), "
+                          f"cpu or cuda") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CensusError(f"--device {name!r}: no CUDA GPU here; use meta (the default: no weights, same shapes) or cpu")
+    return device
+
+
+@contextlib.contextmanager
+def _user_code(w: Workload, where: str) -> Iterator[None]:
+    """A module:callable workload's own code failing (its factory, its forward on the probe's
+    inputs) is the user's to fix: one CensusError naming the workload, the step, and the error."""
+    try:
+        yield
+    except TunedbError:
+        raise
+    except Exception as exc:
+        if ":" not in w.name:  # a preset failing is tunedb's bug: keep its traceback
+            raise
+        hint = (" (a census runs the model at each probe's batch and length; the lengths come from "
+                "--manifest, else a synthetic distribution: docs/census.md)") if "forward" in where else ""
+        raise CensusError(f"workload {w.name!r} failed in {where}: {type(exc).__name__}: {exc}{hint}") from exc
+
+
 def census_quantizer(scheme: str) -> Any:
     """The first registered family's quantizer for `scheme` (its census_quantizer hook)."""
     from tunedb import families
@@ -111,17 +143,22 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
     if quantizer is not None:
         quantizer.require()  # before building the model: a missing library fails fast
     keys = traffic(w, mode, max_batch, chunk, manifest, seed)
-    built = w.build(torch.device(device), impl)
+    dev = _device(device)
+    with _user_code(w, "building the model"):
+        built = w.build(dev, impl)
     if quantizer is not None:
         quantizer.quantize(built.model, device)
     if mode == "decode" and built.decode_inputs is None:
         raise CensusError(f"{w.name} returned no decode_factory: it is encoder-only and has no decode steps")
-    model = _optimized(w, built.model) if fused else None
+    with _user_code(w, "tunedb.optimize(model)"):
+        model = _optimized(w, built.model) if fused else None
     calls: Counter[tuple[Signature, int]] = Counter()
     eager: Counter[tuple[Signature, int]] = Counter()
     must: set[tuple[Signature, int]] = set()
     for key in sorted(keys):
-        recorded = probe(built, key, model, quantizer)
+        where = f"its forward at batch={key.batch}, " + (f"length={key.length} {w.unit}" if key.length else "one decode step")
+        with _user_code(w, where):
+            recorded = probe(built, key, model, quantizer)
         if not recorded:
             raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no call a family records")
         for point, n in recorded.items():

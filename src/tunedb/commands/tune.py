@@ -79,9 +79,13 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
         decided = [serving.decision(s.point.signature.family, s.point.signature, s.point.m) for s in model_points]
         declined = sum(1 for d in decided if d is not None and d.declined)
         confident = sum(1 for d in decided if d is not None and d.best is not None and d.config is d.best)
+        # the rest: the model predicts the fallback itself fastest (or has no candidate to rank)
+        rest = len(model_points) - confident - declined
         console.print(f"cost model: {confident} of {len(model_points)} unmeasured point(s) served a predicted-faster "
                       f"config; {declined} declined (predicted gain not beyond the model's error band, or "
-                      f"the shape far from every measured one: the fallback serves)", highlight=False)
+                      f"the shape far from every measured one: the fallback serves)"
+                      + (f"; {rest} predicted the fallback fastest, which serves them" if rest else ""),
+                      highlight=False)
     if counts.get("unserved"):
         from tunedb import families
 
@@ -99,16 +103,12 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
                           f"those modules to torch", highlight=False)
         rest = [sig for sig in unserved if not served_elsewhere(sig)]
         if rest:
-            ops = sorted({sig.op for sig in rest})
+            # an op the family has is unserved for its dtype (fp32): say which
+            ops = sorted({f"{sig.op} dt={sig.dt}" if sig.op in families.get(families.DEFAULT).ops else sig.op
+                          for sig in rest})
             console.print(f"unserved: {len(rest)} point(s) of op(s) {', '.join(ops)} that no tunedb kernel family "
                           f"tunes; they always run on torch and are listed because the census saw them",
                           highlight=False)
-
-def _family_ops(family: str) -> tuple[str, ...]:
-    from tunedb import families
-
-    return families.get(family).ops
-
 
 def stale_line(arch_family: str, family: str, workload: str) -> str | None:
     """What the shipped tier's staleness means, when its entries were measured under other
@@ -130,6 +130,9 @@ def stale_line(arch_family: str, family: str, workload: str) -> str | None:
 def gpu_line(args: argparse.Namespace, signatures: int) -> str:
     """What to run on a GPU machine after a CPU run measured nothing."""
     mode = f" --mode {args.mode}" if args.mode != "offline" else ""
+    if not signatures:
+        return (f"A GPU would measure nothing here either: no call of {args.workload} is one the "
+                f"{args.family} family tunes (see the table above).")
     return (f"On a GPU machine run `tunedb tune {args.workload}{mode}`: it measures these {signatures} "
             f"signature(s) into the user tier (add --dry-run first to see the plan and its estimated time).")
 
@@ -215,8 +218,9 @@ def run(args: argparse.Namespace) -> int:
     if not result.measured:
         console.print(NO_GPU if not gpu else "--dry-run: nothing was measured.")
         if not gpu:
+            fam = families.get(opts.family)
             console.print(gpu_line(args, len({p.signature for p in shapes.points
-                                              if p.signature.op in _family_ops(opts.family)})), highlight=False)
+                                              if families.serves(fam, p.signature)})), highlight=False)
         return 0
     b = result.build
     console.print(f"measured {b.arms_measured} arm(s) in {b.seconds:.1f} s; log: {b.log_path}")

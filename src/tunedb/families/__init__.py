@@ -71,3 +71,10 @@ def check_op(family: KernelFamily, op: str) -> None:
         raise RegistryError(
             f"unknown op {op!r} for kernel family {family.name!r}; its ops: {', '.join(family.ops)}"
         )
+
+
+def serves(family: KernelFamily, sig: Signature) -> bool:
+    """Whether `family` tunes calls keyed `sig`: its op and, where the schema lists dtypes, its
+    dtype (a census also records calls the family leaves to torch, fp32 GEMMs among them)."""
+    dtypes = family.schema.dtypes
+    return sig.family == family.name and sig.op in family.ops and (not dtypes or sig.dt in dtypes)

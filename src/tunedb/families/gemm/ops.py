@@ -63,7 +63,8 @@ _SERVED = (torch.float16, torch.bfloat16)  # what the GEMM family tunes; others 
 
 def _run(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
          act: str, key: tuple[Any, ...] | None = None) -> torch.Tensor:
-    if launch_table.recording_active():
+    # a dtype the family does not serve (fp32) is not its call: the aten census keys its GEMM
+    if launch_table.recording_active() and x.dtype in _SERVED:
         launch_table.record(op, x, weight, bias, act)
         with launch_table.recorded_call():
             return _execute(op, x, weight, bias, act, None)
