@@ -62,43 +62,49 @@ def _rows_load(A, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
 @triton.jit
 def _rows_chol(t, r, c, y, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, SOLVE: tl.constexpr):
     """Unrolled right-looking Cholesky of the symmetric tile t into L (its lower triangle; the
-    diagonal holds 1 / L[j, j] instead when SOLVE); with SOLVE, y ([P, 1, NP], along the
-    columns) becomes L^-1 y. Returns (t, info, y), info [P, 1].
+    diagonal holds 1 / L[j, j] instead when SOLVE, and -1 where the pivot failed); with SOLVE,
+    y ([P, 1, NP], along the columns) becomes L^-1 y. Returns (t, y).
 
-    Every vector the loop keeps is derived from the tile (a pick or the re-indexed column), not
-    created apart from it: a tensor made by tl.zeros takes Triton's default layout (the columns
-    across the lanes), and the compiler then converts the pivot and the column into that layout
-    and back at every step, and the whole tile at the end."""
+    Nothing the loop carries but the tile and y: a vector carried beside them (info, or the
+    pivots for a deferred scaling) takes another layout from its own store or from tl.zeros (the
+    columns across the lanes), and the compiler then reduces the pivot across the lanes and
+    converts the column twice at every step (checked on sm90 TTGIR, Triton 3.6)."""
     for j in tl.static_range(N):
         colj = tl.sum(tl.where(c == j, t, -0.0), axis=2)  # [P, NP(rows)]: t[r, j], a register pick
         rowj = colj[:, None, :]  # [P, 1, NP(cols)]: t[c, j] in every thread of the problem
         d = tl.sum(tl.where(c == j, rowj, -0.0), axis=2)  # [P, 1]: the pivot t[j, j]
         bad = (d <= 0) | (d != d)
-        if j == 0:
-            info = tl.where(bad, 1, 0)
-        else:
-            info = tl.where(bad & (info == 0), j + 1, info)
         sj, ij = _sqrt_rsqrt(tl.where(bad, 1, d))
         a = colj[:, :, None] * (ij * ij)[:, :, None]  # [P, NP, 1]: t[r, j] / d_j
         t = tl.where(c > j, t - a * rowj, t)
         # column j is final: L[r, j] = t[r, j] / s_j below the diagonal, s_j (or 1 / s_j) on it
-        diag = ij if SOLVE else sj
+        # a failed pivot leaves -1 on the diagonal (a kept one is positive): info is read off
+        # the diagonal after the loop (_info_of)
+        diag = tl.where(bad, -1.0, ij if SOLVE else sj)
         t = tl.where(c == j, tl.where(r == j, diag[:, :, None], t * ij[:, :, None]), t)
         if SOLVE:
             # z_j = y_j / s_j; y_c -= L[c, j] z_j for c > j, with L[c, j] = t[c, j] / s_j
             zj = tl.sum(tl.where(c == j, y, -0.0), axis=2)[:, :, None] * ij[:, :, None]  # [P, 1, 1]
             y = tl.where(c > j, y - rowj * (ij[:, :, None] * zj), tl.where(c == j, zj, y))
-    return t, info, y
+    return t, y
+
+
+@triton.jit
+def _store_info(INFO, t, p, r, c, batch, N: tl.constexpr):
+    """info: the first column (1-based) whose diagonal holds the failed pivot's -1, else 0; one
+    reduction across the problem's lanes after the loop."""
+    first = tl.min(tl.min(tl.where((r == c) & (r < N) & (t < 0), c + 1, N + 1), axis=2), axis=1)
+    tl.store(INFO + p, tl.where(first > N, 0, first), mask=p < batch)
 
 
 @triton.jit(do_not_specialize=["batch"])
 def potrf_rows(A, L, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
     p, pp, r, c, t = _rows_load(A, batch, N, NP, P)
-    t, info, _ = _rows_chol(t, r, c, t, N, NP, P, False)
+    t, _ = _rows_chol(t, r, c, t, N, NP, P, False)
     out = tl.where(r >= c, t, 0)
     tl.store(L + tl.max_contiguous(pp * (N * N) + r * N + c, [1, 1, 1]), out,
              mask=(pp < batch) & (r < N) & (c < N))
-    tl.store(INFO + p, tl.reshape(info, (P,)), mask=p < batch)
+    _store_info(INFO, t, p, r, c, batch, N)
 
 
 @triton.jit(do_not_specialize=["batch"])
@@ -108,19 +114,22 @@ def posv_rows(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.con
     p, pp, r, c, t = _rows_load(A, batch, N, NP, P)
     # b read by the threads of row 0 into the tile's layout, then handed along the problem's lanes
     # (one reduction over the row axis): y lies along the columns like the re-indexed pivot column
-    bt = tl.load(B + tl.max_contiguous(pp * N + c + 0 * r, [1, 1, 1]), mask=(pp < batch) & (c < N) & (r == 0), other=0)
+    # (offsets through a min, as A's through max/min: the compiler then sees no contiguity and
+    # keeps the tile's layout; pp * N + c would be vectorised into another layout, and y with it)
+    bt = tl.load(B + pp * N + tl.minimum(c, r + NP), mask=(pp < batch) & (c < N) & (r == 0), other=0)
     y = tl.sum(bt, axis=1, keep_dims=True)  # [P, 1, NP]
-    t, info, y = _rows_chol(t, r, c, y, N, NP, P, True)
-    rv = tl.arange(0, NP)[None, :]  # [1, NP]: the row index of a [P, NP] vector along the rows
+    t, y = _rows_chol(t, r, c, y, N, NP, P, True)
+    # x along the rows ([P, NP, 1], the thread of row r holds x_r); a store of another shape or
+    # contiguity would anchor x in another layout and every step's column would be converted
     for kk in tl.static_range(N):
         k = N - 1 - kk
-        zk = tl.sum(tl.where(c == k, y, -0.0), axis=2)  # [P, 1]: z_k, in every thread
-        colk = tl.sum(tl.where(c == k, t, -0.0), axis=2)  # [P, NP(rows)]: L[r, k]; 1 / L[k, k] at r = k
+        zk = tl.sum(tl.where(c == k, y, -0.0), axis=2, keep_dims=True)  # [P, 1, 1]: z_k, in every thread
+        colk = tl.sum(tl.where(c == k, t, -0.0), axis=2, keep_dims=True)  # [P, NP, 1]: L[r, k]; 1 / L[k, k] at r = k
         if kk == 0:
-            x = tl.where(rv == k, zk * colk, 0.0)  # x along the rows: the thread of row r holds x_r
+            x = tl.where(r == k, zk * colk, 0.0)
         else:
-            part = tl.sum(tl.where(rv > k, colk * x, 0), axis=1)[:, None]  # [P, 1]: across the lanes
-            x = tl.where(rv == k, (zk - part) * colk, x)
-    pv = p[:, None]
-    tl.store(X + tl.max_contiguous(pv * N + rv, [1, 1]), x, mask=(pv < batch) & (rv < N))
-    tl.store(INFO + p, tl.reshape(info, (P,)), mask=p < batch)
+            part = tl.sum(tl.where(r > k, colk * x, 0), axis=1, keep_dims=True)  # [P, 1, 1]: across the lanes
+            x = tl.where(r == k, (zk - part) * colk, x)
+    # stored through a tile-shaped pointer (column 0's lanes write), offsets through a min as above
+    tl.store(X + pp * N + tl.minimum(r, c + NP), tl.broadcast_to(x, (P, NP, NP)), mask=(pp < batch) & (r < N) & (c == 0))
+    _store_info(INFO, t, p, r, c, batch, N)
