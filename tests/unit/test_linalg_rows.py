@@ -39,8 +39,10 @@ def test_rows_kernels_match_the_fp64_reference_under_the_interpreter():
 def test_rows_packing_holds_whole_rows_within_its_register_budget():
     assert space.invalid_reason("posv", "rows", 2, 1, 32, "fp32") is None  # 16 threads x 2 rows of 32
     assert "spill" in space.invalid_reason("posv", "rows", 4, 1, 32, "fp32")  # 4 rows of 32: 128
-    assert space.invalid_reason("potrf", "rows", 1, 1, 32, "fp64") is None  # 32 threads x 1 row
-    assert "spill" in space.invalid_reason("potrf", "rows", 2, 1, 32, "fp64")
+    assert space.invalid_reason("posv", "rows", 1, 1, 32, "fp64") is None  # 32 threads x 1 row
+    assert "spill" in space.invalid_reason("posv", "rows", 2, 1, 32, "fp64")  # 2 rows: posv spills
+    assert space.invalid_reason("potrf", "rows", 2, 1, 32, "fp64") is None  # potrf does not
+    assert "spill" in space.invalid_reason("potrf", "rows", 4, 1, 32, "fp64")
     assert space.invalid_reason("potrf", "rows", 8, 1, 16, "fp32") is None  # 4 threads x 4 rows of 16
     assert "whole rows" in space.invalid_reason("potrf", "rows", 1, 1, 16, "fp32")  # 32 threads, 16 rows
     assert "reg packing" in space.invalid_reason("potrf", "rows", 32, 1, 4, "fp32")  # one thread each

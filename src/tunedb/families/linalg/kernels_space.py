@@ -81,12 +81,15 @@ REG_WARPS = (1, 2, 4)
 REG_BUDGET = (136, 78)
 # Rows packing (kernels_rows.py): potrf/posv, n <= 32, G = 32*num_warps/P threads per problem
 # (2 <= G <= NP: every thread holds whole rows, none is replicated), each holding NP/G rows of
-# NP columns: NP*NP/G elements per thread within ROWS_BUDGET (fp32, fp64). Calibrated on sm90
-# cubins (Triton 3.6, ptxas -v, kernels_rows.py as committed): see ROWS_CALIBRATION.
+# NP columns: NP*NP/G elements per thread within ROWS_BUDGET[op] (fp32, fp64). Calibrated on
+# sm90 cubins (Triton 3.6, ptxas -v, one warp): fp32 n=32 G=16 (64 elements) potrf 158 / posv
+# 225 registers, no spill; G=8 (128) potrf 255 + 16 bytes of spill. fp64 n=32 G=16 (64) potrf
+# 240 registers, no spill, posv 255 + 552 bytes; posv at G=32 (32) 255 + 80 bytes, left
+# admitted (fp64 posv n=32 has no other rows config; the ladder decides whether it is worth it).
 ROWS_MAX_N = 32
 ROWS_P = (1, 2, 4, 8, 16, 32, 64)
 ROWS_WARPS = (1, 2, 4)
-ROWS_BUDGET = (64, 32)
+ROWS_BUDGET = {"potrf": (64, 64), "posv": (64, 32)}
 
 
 @dataclass(frozen=True)
@@ -236,7 +239,7 @@ def _rows_invalid(op: str, problems: int, warps: int, n: int, dtype: str, lanes:
         return (f"rows packing needs 32*num_warps/P <= NP ({np2}) threads per problem so each holds "
                 f"whole rows, got {group} (P={problems}, num_warps={warps})")
     per = np2 * np2 // group
-    budget = ROWS_BUDGET[dtype == "fp64"]
+    budget = ROWS_BUDGET[op][dtype == "fp64"]
     if per > budget:
         return (f"rows packing holds {per} elements per thread ({np2 // group} rows of {np2}) for "
                 f"{op} in {dtype}, over {budget} (it would spill)")
@@ -279,7 +282,7 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
             base = math.log2(c.problems / (32 * c.warps)) + 0.25 * abs(c.warps - 1.5)
         elif c.packing == "rows":  # the fewest threads per problem the budget allows, one warp
             base = math.log2(32 * c.warps / c.problems) - math.log2(max(2, next_pow2(n) ** 2 // (
-                ROWS_BUDGET[dtype == "fp64"]))) + 0.5 * math.log2(c.warps)
+                ROWS_BUDGET[op][dtype == "fp64"]))) + 0.5 * math.log2(c.warps)
         elif c.packing == "lane":  # one warp per program and one or two columns per lane
             cols = c.problems * next_pow2(n) / (32 * c.warps)
             base = abs(math.log2(cols) - 0.5) + 0.5 * math.log2(c.warps)
