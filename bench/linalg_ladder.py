@@ -4,13 +4,16 @@
         [--batch 4096] [--dtypes fp32] [--cap 5] [--rounds 9] [--budget-s 230] [--plan] [--quick|--goal]
 
 --goal: exactly the goal cells of "potrf and posv, n <= 32: >= 10x geomean over torch" (potrf,
-posv x n 4, 8, 16, 32 x batch 256, 4096, 65536 x fp32, fp64: 48 cells), --cap 11 (by the prior's
-rotation: three lane configs, three warp, two block, one thread where valid, and two reg configs
-where reg runs: fp32 n <= 16, fp64 n <= 12) and --budget-s 200 unless given. Each cell reports
+posv x n 4, 8, 16, 32 x batch 256, 4096, 65536 x fp32, fp64: 48 cells), --cap 13 (by the prior's
+rotation: three lane configs, three warp, two block, one thread where valid, two reg configs
+where reg runs: fp32 n <= 16, fp64 n <= 12, and two rows configs where rows runs (n <= 32, from the second turn of the rotation on where reg does not run),
+kernels_rows.py, session 15) and --budget-s 200 unless given. Each cell reports
 the best of the older packings (thread/warp/block), the best lane config (kernels_lane.py,
-session 13) and the best reg config (kernels_reg.py, session 14) beside torch, and the summary
+session 13), the best reg config (kernels_reg.py, session 14) and the best rows config
+(kernels_rows.py, session 15) beside torch, and the summary
 their geomeans over the cells, with the geomean of the best arm without reg (what the table
-served before reg). Expected on an H200: about 40 s compiling (the lane and reg kernels are
+served before reg and rows). `--goal --n 16,32` is the rows packing's half (24 cells, about
+60-100 s with its compile). Expected on an H200: about 40 s compiling (the lane and reg kernels are
 unrolled), then 48 cells in 70-140 s.
 
 --quick: only the goal cells (potrf, posv, gemm, gemv at n in 4, 8, 16, 32 x batch 4096, 65536
@@ -62,8 +65,8 @@ INPLACE = ("potrf", "posv", "trsv")
 QUICK = {"ops": ("potrf", "posv", "gemm", "gemv"), "n": (4, 8, 16, 32), "batch": (4096, 65536),
          "dtypes": ("fp32", "fp64"), "budget_s": 100.0, "cap": 6}
 GOAL = {"ops": ("potrf", "posv"), "n": (4, 8, 16, 32), "batch": (256, 4096, 65536),
-        "dtypes": ("fp32", "fp64"), "budget_s": 200.0, "cap": 11}
-NEW_PACKINGS = ("lane_", "reg_")  # config-id prefixes of the packings added in sessions 13 and 14
+        "dtypes": ("fp32", "fp64"), "budget_s": 200.0, "cap": 13}
+NEW_PACKINGS = ("lane_", "reg_", "rows_")  # config-id prefixes of the packings added in sessions 13, 14, 15
 
 
 def _csv(kind):
@@ -250,17 +253,20 @@ def measure_cell(cell_key, arms, args, seed):
     old = [a for a in triton if not a.startswith(NEW_PACKINGS)]
     new = [a for a in triton if a.startswith("lane_")]
     reg = [a for a in triton if a.startswith("reg_")]
+    rows = [a for a in triton if a.startswith("rows_")]
     best_old = min(old, key=lambda a: info[a]["median_us"]) if old else None
     best_new = min(new, key=lambda a: info[a]["median_us"]) if new else None
     best_reg = min(reg, key=lambda a: info[a]["median_us"]) if reg else None
-    before = [a for a in servable if not a.startswith("reg_")]  # what could be served before reg
+    best_rows = min(rows, key=lambda a: info[a]["median_us"]) if rows else None
+    before = [a for a in servable if not a.startswith(("reg_", "rows_"))]  # what could be served before reg
     best_before = min(before, key=lambda a: info[a]["median_us"]) if before else None
     best = min(servable, key=lambda a: info[a]["median_us"]) if servable else None
     del graphs, cell
     torch.cuda.empty_cache()
     return {"op": op, "dtype": cell_key[1], "n": cell_key[2], "batch": cell_key[3], "floor_us": fl,
             "target_us": target, "arms": info, "best_triton": best_triton, "best": best,
-            "best_old": best_old, "best_new": best_new, "best_reg": best_reg, "best_before_reg": best_before,
+            "best_old": best_old, "best_new": best_new, "best_reg": best_reg, "best_rows": best_rows,
+            "best_before_reg": best_before,
             "wrong": [a for a in all_arms if not info[a]["ok"]]}
 
 
@@ -291,6 +297,9 @@ def summarize(cells):
         "potrf_posv_geomean_reg_packing": geomean([speed_of(c, "best_reg") for c in goal]),
         "potrf_posv_cells_with_reg": sum(1 for c in goal if c.get("best_reg")),
         "potrf_posv_cells_reg_wins": sum(1 for c in goal if c.get("best_reg") and c["best_reg"] == c["best_triton"]),
+        "potrf_posv_geomean_rows_packing": geomean([speed_of(c, "best_rows") for c in goal]),
+        "potrf_posv_cells_with_rows": sum(1 for c in goal if c.get("best_rows")),
+        "potrf_posv_cells_rows_wins": sum(1 for c in goal if c.get("best_rows") and c["best_rows"] == c["best_triton"]),
         "potrf_posv_geomean_best_without_reg": geomean([speed_of(c, "best_before_reg") for c in goal]),
         "potrf_posv_cells_within_3x_target_without_reg": sum(
             1 for c in goal if c.get("best_before_reg") and c["arms"][c["best_before_reg"]]["x_floor"] <= 3.0),
@@ -303,8 +312,8 @@ def summarize(cells):
 
 
 def markdown(cells, summary):
-    lines = ["| op | dtype | n | batch | torch us | checked us | best Triton | us | ns/problem | speedup | x max(floor,3us) | best old | x | best lane | x | best reg | x |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | dtype | n | batch | torch us | checked us | best Triton | us | ns/problem | speedup | x max(floor,3us) | best old | x | best lane | x | best reg | x | best rows | x |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         a = c["arms"]
         t = a["torch"].get("median_us")
@@ -315,7 +324,7 @@ def markdown(cells, summary):
                      f"{chk and f'{chk:.1f}' or '-'} | {bt or '-'} | {b.get('median_us', 0):.1f} | "
                      f"{b.get('ns_per_problem', 0):.2f} | {(b.get('speedup_vs_torch') or 0):.2f}x | "
                      f"{b.get('x_floor', 0):.2f} | {_arm_cell(c, 'best_old')} | {_arm_cell(c, 'best_new')} | "
-                     f"{_arm_cell(c, 'best_reg')} |")
+                     f"{_arm_cell(c, 'best_reg')} | {_arm_cell(c, 'best_rows')} |")
     lines += ["", "```", json.dumps(summary, indent=1), "```"]
     return "\n".join(lines) + "\n"
 
@@ -361,7 +370,8 @@ def main(argv=None):
         print(f"{key[0]:5s} {key[1]} n={key[2]:3d} b={key[3]:5d}: torch {t and round(t, 1)} us, "
               f"best {bt} {bt and round(b['median_us'], 1)} us {bt and round(b['ns_per_problem'], 2)} ns/problem "
               f"({bt and round(b['speedup_vs_torch'], 2)}x torch, {bt and round(b['x_floor'], 2)}x floor); "
-              f"old {_arm_cell(res, 'best_old')}; lane {_arm_cell(res, 'best_new')}; reg {_arm_cell(res, 'best_reg')}"
+              f"old {_arm_cell(res, 'best_old')}; lane {_arm_cell(res, 'best_new')}; reg {_arm_cell(res, 'best_reg')}; "
+              f"rows {_arm_cell(res, 'best_rows')}"
               f"{' WRONG ' + str(res['wrong']) if res['wrong'] else ''}", flush=True)
     summary = summarize(done)
     summary.update(compile_s=compile_s, compile_failures=compile_failures, skipped_cells=len(skipped),

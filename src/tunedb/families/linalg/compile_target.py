@@ -1,4 +1,4 @@
-"""Compiling the unrolled linalg kernels (lane, reg) for a GPU target on a machine without one.
+"""Compiling the unrolled linalg kernels (lane, reg, rows) for a GPU target on a machine without one.
 
 The device runs an older Triton than the CPU machines (3.6 against 3.x), and a kernel that the
 interpreter runs can still fail in the device compiler's passes: session 14's posv lane kernels
@@ -25,6 +25,9 @@ from typing import Any, Sequence
 
 from tunedb.families.linalg import kernels_space as space
 
+# rows (kernels_rows.py) compiles too (`--packings rows`; tests/unit/test_linalg_rows.py checks
+# the configs its GPU test runs): not in the default list, whose slow test it would double
+COMPILABLE = ("lane", "reg", "rows")
 PACKINGS = ("lane", "reg")  # the packings whose kernels are unrolled per n (the compile risk)
 OPS = ("potrf", "posv")
 # the tune's grid (ladder.GRID_N), where the shipped table measured these packings; the predicate
@@ -47,8 +50,10 @@ def _kernel(op: str, packing: str) -> Any:
         from tunedb.families.linalg import kernels_lane as mod
     elif packing == "reg":
         from tunedb.families.linalg import kernels_reg as mod
+    elif packing == "rows":
+        from tunedb.families.linalg import kernels_rows as mod
     else:
-        raise ValueError(f"packing {packing!r}: compile_target compiles {', '.join(PACKINGS)}")
+        raise ValueError(f"packing {packing!r}: compile_target compiles {', '.join(COMPILABLE)}")
     return getattr(mod, f"{op}_{packing}")
 
 

@@ -27,7 +27,7 @@ from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
 KERNEL_MODULE = "tunedb.families.linalg.launch"
 SPACE_MODULE = "tunedb.families.linalg.kernels_space"
-PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg")
+PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg", "rows")
 LANES: tuple[str, ...] = (*PACKINGS, "torch")
 LIBRARY = "torch"
 # The library arm as a user who calls the obvious API pays (torch.linalg.cholesky, which checks
@@ -36,7 +36,7 @@ EAGER_ONLY = "torch_checked"
 # An arm whose id starts with one of these needs an optional dependency (spec 003's tier). None
 # is installed on the device machine (nvmath-python's device APIs): no such arm exists today.
 DEPENDENCIES: dict[str, str] = {"nvmath": "nvmath-python"}
-_ID = re.compile(r"^(thread|warp|block|lane|reg)(?:_p([0-9]+))?_w([0-9]+)$")
+_ID = re.compile(r"^(thread|warp|block|lane|reg|rows)(?:_p([0-9]+))?_w([0-9]+)$")
 WARP_THREADS = 32
 
 
@@ -128,7 +128,7 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
 def simplicity(config_id: str) -> int:
     """Lower is simpler: the library arm (the fallback keeps a tie), then thread (sequential)
     before warp (shuffles) before block (barriers) before lane (fully unrolled) before reg (unrolled,
-    one problem per thread); within a packing fewer warps, then fewer
+    one problem per thread) before rows (unrolled, a few threads per problem); within a packing fewer warps, then fewer
     problems per program (a total order, so which of two tied configs of one packing takes a
     cell never depends on noise); anything else last."""
     if config_id in (LIBRARY, "default"):

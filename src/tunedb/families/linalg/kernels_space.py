@@ -11,6 +11,8 @@ n (padded to the next power of two NP with masks) and the dtype. Ids:
                     (kernels_lane.py), NP lanes per problem, P problems per program;
   reg_p{P}_w{W}     potrf/posv only, small n: one problem per thread, its lower triangle in that
                     thread's registers (kernels_reg.py), P = 32*num_warps*k problems per program.
+  rows_p{P}_w{W}    potrf/posv only, n <= 32: G = 32*num_warps/P threads per problem, each holding
+                    NP/G whole rows of the symmetric tile in registers (kernels_rows.py).
 The validity predicate bounds the register tile (elements held per thread) and the sequential
 work a thread-packed lane does, so every config it admits compiles without spilling, except
 block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm. Checked
@@ -26,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 OPS = ("dot", "gemv", "gemm", "potrf", "trsv", "posv")
-PACKINGS = ("thread", "warp", "block", "lane", "reg")
+PACKINGS = ("thread", "warp", "block", "lane", "reg", "rows")
 DTYPES = ("fp32", "fp64", "fp16", "bf16")
 HALF_OPS = ("dot", "gemv", "gemm")  # ops that also take fp16/bf16 (accumulating in fp32)
 N_MIN, N_MAX = 2, 128
@@ -49,8 +51,10 @@ TILE_BUDGET = {"dot": (32, 32), "gemv": (128, 64), "gemm": (128, 64), "trsv": (1
 # With reg (session 14) every packing keeps its place in the first nine turns of the others:
 # a cap of 11 spends the old cap of 9 as before plus two reg configs; where reg has no valid
 # config (n > 16 in fp32, n > 12 in fp64, other ops) the first nine are the old nine.
-ROTATION = ("lane", "reg", "warp", "block", "thread", "lane", "warp", "lane", "reg", "warp", "block")
-_ID = re.compile(r"^(?:(thread|warp|lane|reg)_p(\d+)_w(\d+)|block_w(\d+))$")
+# rows (session 15) takes two turns after those eleven: a cap of 13 spends the old cap of 11 as
+# before plus two rows configs; where rows has no valid config the first eleven are the old ones.
+ROTATION = ("lane", "reg", "warp", "block", "thread", "lane", "warp", "lane", "reg", "warp", "block", "rows", "rows")
+_ID = re.compile(r"^(?:(thread|warp|lane|reg|rows)_p(\d+)_w(\d+)|block_w(\d+))$")
 # Lane packing (kernels_lane.py): potrf/posv up to n = 32 (a problem's columns fit one warp's
 # lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
 # break the register-only row axis); the columns a lane holds, P * NP * NP / (32 * num_warps)
@@ -75,6 +79,17 @@ LANE_BUDGET = (32, 16)
 REG_P = (32, 64, 128, 256)
 REG_WARPS = (1, 2, 4)
 REG_BUDGET = (136, 78)
+# Rows packing (kernels_rows.py): potrf/posv, n <= 32, G = 32*num_warps/P threads per problem
+# (2 <= G <= NP: every thread holds whole rows, none is replicated), each holding NP/G rows of
+# NP columns: NP*NP/G elements per thread within ROWS_BUDGET[op] (fp32, fp64). Calibrated on
+# sm90 cubins (Triton 3.6, ptxas -v, one warp): fp32 n=32 G=16 (64 elements) potrf 158 / posv
+# 225 registers, no spill; G=8 (128) potrf 255 + 16 bytes of spill. fp64 n=32 G=16 (64) potrf
+# 240 registers, no spill, posv 255 + 552 bytes; posv at G=32 (32) 255 + 80 bytes, left
+# admitted (fp64 posv n=32 has no other rows config; the ladder decides whether it is worth it).
+ROWS_MAX_N = 32
+ROWS_P = (1, 2, 4, 8, 16, 32, 64)
+ROWS_WARPS = (1, 2, 4)
+ROWS_BUDGET = {"potrf": (64, 64), "posv": (64, 32)}
 
 
 @dataclass(frozen=True)
@@ -140,6 +155,8 @@ def invalid_reason(op: str, packing: str, problems: int, warps: int, n: int, dty
         return _lane_invalid(op, problems, warps, n, dtype, lanes)
     if packing == "reg":
         return _reg_invalid(op, problems, warps, n, dtype, lanes)
+    if packing == "rows":
+        return _rows_invalid(op, problems, warps, n, dtype, lanes)
     if packing == "thread":
         if problems < lanes:
             # Each lane re-reads what it wrote; a replicated lane would read another's stale copy.
@@ -204,6 +221,31 @@ def _reg_invalid(op: str, problems: int, warps: int, n: int, dtype: str, lanes: 
     return None
 
 
+def _rows_invalid(op: str, problems: int, warps: int, n: int, dtype: str, lanes: int) -> str | None:
+    if op not in LANE_OPS:
+        return f"rows packing runs {', '.join(LANE_OPS)} only, not {op}"
+    if n > ROWS_MAX_N:
+        return f"rows packing takes n <= {ROWS_MAX_N} (a problem's threads within one warp), got n={n}"
+    if warps not in ROWS_WARPS:
+        return f"rows packing takes num_warps in {ROWS_WARPS}, got {warps}"
+    if problems > max(ROWS_P):
+        return f"rows packing takes P <= {max(ROWS_P)}, got P={problems}"
+    if 2 * problems > lanes:
+        return (f"rows packing puts 32*num_warps/P >= 2 threads on a problem, got P={problems} at "
+                f"num_warps={warps} (one problem per thread is the reg packing)")
+    np2 = next_pow2(n)
+    group = lanes // problems
+    if group > np2:
+        return (f"rows packing needs 32*num_warps/P <= NP ({np2}) threads per problem so each holds "
+                f"whole rows, got {group} (P={problems}, num_warps={warps})")
+    per = np2 * np2 // group
+    budget = ROWS_BUDGET[op][dtype == "fp64"]
+    if per > budget:
+        return (f"rows packing holds {per} elements per thread ({np2 // group} rows of {np2}) for "
+                f"{op} in {dtype}, over {budget} (it would spill)")
+    return None
+
+
 def lane_columns(problems: int, warps: int, n: int) -> int:
     """Matrix columns each lane holds in a lane config (the kernel's COLS: its load's vector)."""
     return max(1, problems * next_pow2(n) // (32 * warps))
@@ -216,6 +258,7 @@ def config_space(op: str | None = None, n: int | None = None, dtype: str | None 
     out += [KernelConfig("block", 1, w) for w in WARPS]
     out += [KernelConfig("lane", p, w) for p in LANE_P for w in LANE_WARPS]
     out += [KernelConfig("reg", p, w) for p in REG_P for w in REG_WARPS if p >= 32 * w]
+    out += [KernelConfig("rows", p, w) for p in ROWS_P for w in ROWS_WARPS if 2 * p <= 32 * w]
     if op is None or n is None or dtype is None:
         return out
     return [c for c in out if invalid_reason(op, c.packing, c.problems, c.warps, n, dtype) is None]
@@ -237,6 +280,9 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     def score(c: KernelConfig) -> tuple[float, int]:
         if c.packing == "reg":  # one problem per thread, one or two warps per program
             base = math.log2(c.problems / (32 * c.warps)) + 0.25 * abs(c.warps - 1.5)
+        elif c.packing == "rows":  # the fewest threads per problem the budget allows, one warp
+            base = math.log2(32 * c.warps / c.problems) - math.log2(max(2, next_pow2(n) ** 2 // (
+                ROWS_BUDGET[op][dtype == "fp64"]))) + 0.5 * math.log2(c.warps)
         elif c.packing == "lane":  # one warp per program and one or two columns per lane
             cols = c.problems * next_pow2(n) / (32 * c.warps)
             base = abs(math.log2(cols) - 0.5) + 0.5 * math.log2(c.warps)

@@ -137,6 +137,11 @@ def _triton(op: str, cfg: space.KernelConfig, tensors: tuple, out: Any, n: int, 
 
         kern = {"potrf": kr.potrf_reg, "posv": kr.posv_reg}[op]
         meta["NP"] = space.next_pow2(n)
+    elif cfg.packing == "rows":
+        from tunedb.families.linalg import kernels_rows as kw_rows
+
+        kern = {"potrf": kw_rows.potrf_rows, "posv": kw_rows.posv_rows}[op]
+        meta["NP"] = space.next_pow2(n)
     elif cfg.packing == "thread":
         kern = {"dot": kt.dot_thread, "gemv": kt.gemv_thread, "gemm": kt.gemm_thread,
                 "potrf": kt.potrf_thread, "trsv": kt.trsv_thread, "posv": kt.posv_thread}[op]
