@@ -10,6 +10,7 @@
 # gemv-fp8    bench/decode_gemv_fp8.py --quick (issue 20: the fp8/int8 GEMV kernel at M <= 16; ~60 s)
 # linalg-goal bench/linalg_ladder.py --goal (issue 19: every packing and torch at the goal cells)
 # glsm-build  the gemm_log_softmax table rebuilt (its kernels' hash moved), copied to $OUT/db/
+# scaled-build  the int8, fp8 block and fp8 row-wise tables rebuilt, copied to $OUT/db/
 # repro       bench/device_s13_repro.sh: the linalg table tuned twice in one call, compared (~135 s)
 set -u
 T0=$(date +%s)
@@ -34,6 +35,10 @@ for s in "$@"; do
     linalg-goal) run_stage linalg_goal "${LINALG_GOAL_S:-200}" "python bench/linalg_ladder.py --goal ${LINALG_GOAL_ARGS:-} --out \$OUT/linalg_goal.json" ;;
     glsm-build) run_stage glsm_build "${GLSM_S:-200}" "python -m tunedb build --family gemm_log_softmax --census bench/census/ctc_heads.json --no-fill --out system --fresh --run-id s15-glsm-\$(date +%s) && cp src/tunedb/db/sm90/gemm_log_softmax.json \$FINAL/db/" ;;
     repro) LOGS_TGZ=repro.tgz bash "$HERE/device_s13_repro.sh" ;;
+    scaled-build)  # both W8A8 tables rebuilt (the families' hash moved with the GEMV kernel)
+      run_stage scaled_int8 "${INT8_S:-150}" "python -m tunedb build --family scaled_mm --out system --no-fill --top-k 8 --fresh --census bench/census/quant_llama_int8.json --run-id s15-int8-\$(date +%s) && cp src/tunedb/db/sm90/scaled_mm.json \$FINAL/db/"
+      run_stage scaled_fp8_block "${BLOCK_S:-120}" "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k 16 --tie-band 0.01 --fresh --census bench/census/quant_llama_fp8-block.json --run-id s15-block-\$(date +%s) && cp src/tunedb/db/sm90/scaled_mm_fp8.json \$FINAL/db/"
+      run_stage scaled_fp8_row "${ROW_S:-150}" "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k 8 --census bench/census/quant_llama_fp8-rowwise.json --run-id s15-row-\$(date +%s) && cp src/tunedb/db/sm90/scaled_mm_fp8.json \$FINAL/db/" ;;
     *) bash "$HERE/device_s14.sh" "$s" ;;
   esac
 done
