@@ -40,7 +40,7 @@ def row_lsm(logits: torch.Tensor, out: torch.Tensor, warps: int) -> torch.Tensor
     """The family's linear_rows pass at one row a program, the whole row in registers."""
     m, n = logits.shape
     kernels._rows_kernel[(m,)](logits, out, m, n, logits.stride(0), out.stride(0), R=1,
-                               C=triton.next_power_of_2(n), ONE=True, num_warps=warps)
+                               C=triton.next_power_of_2(n), ONE=True, VEC=1, GDC=False, num_warps=warps)
     return out
 
 
