@@ -230,6 +230,16 @@ def test_census_device_that_cannot_be_used_is_one_line(home, capsys, monkeypatch
     assert needle in line
 
 
+def test_census_device_index_beyond_the_machine_is_one_line(home, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    line = one_line_error(capsys, ["census", "whisper-base", "--impl", "mirror", "--device", "cuda:3",
+                                   "--out", str(home / "c.json")])
+    assert "'cuda:3'" in line and "1 CUDA device(s) (cuda:0 to cuda:0)" in line
+
+
 @pytest.mark.parametrize("flags, needle", [
     (["--max-length", "0"], "--max-length=0 must be a positive int"),
     (["--max-length", "-5"], "--max-length=-5 must be a positive int"),

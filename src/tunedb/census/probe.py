@@ -80,6 +80,9 @@ def _device(name: str) -> Any:
                           f"cpu or cuda") from exc
     if device.type == "cuda" and not torch.cuda.is_available():
         raise CensusError(f"--device {name!r}: no CUDA GPU here; use meta (the default: no weights, same shapes) or cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise CensusError(f"--device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                          f"(cuda:0 to cuda:{torch.cuda.device_count() - 1}); or use meta or cpu")
     return device
 
 
