@@ -96,7 +96,7 @@ def test_a_solver_cell_is_timed_on_restored_inputs(cpu_cuda, monkeypatch):
     assert len(restores) == reps  # one restore before every replay
 
 
-def test_every_timed_window_opens_behind_a_spin_kernel(cpu_cuda):
+def test_every_timed_window_opens_behind_a_spin_kernel(cpu_cuda, monkeypatch):
     """The host's graph launch stays out of the timed window: a spin kernel goes first. An op
     with nothing to restore times a sample's replays back to back after one spin; a solver op
     spins before each replay (each follows its own restore)."""
@@ -106,6 +106,13 @@ def test_every_timed_window_opens_behind_a_spin_kernel(cpu_cuda):
     reps = timer._open(cell)["reps"]["torch"]
     assert reps > 1  # the stand-in events time 10 us a replay: the sample needs several
     assert cpu_cuda == ["spin", "replay", "spin"] + ["replay"] * reps  # the probe, then one window
+    cpu_cuda.clear()
+    # a replay shorter than the host's launch of the next: one window (and one spin) each
+    monkeypatch.setattr(_Event, "elapsed_time", lambda self, other: 0.004)
+    cell = ladder.Cell("gemv", "fp32", 4, 512)
+    timer.sample(cell, ["torch"])
+    reps = timer._open(cell)["reps"]["torch"]
+    assert cpu_cuda == ["spin", "replay"] * (reps + 1)
     cpu_cuda.clear()
     cell = ladder.Cell("potrf", "fp32", 4, 32)
     timer.sample(cell, ["torch"])

@@ -9,7 +9,8 @@ solver op (input policy RING) the working sets are restored from the pristine on
 timed region, so every timed launch consumes a fresh valid system, never its own output. The
 eager-only library arm is timed as R eager calls between events. ns per problem = time /
 (R x batch). A spin kernel before each timed window keeps the host's launch out of it; an op
-with nothing to restore times a sample's replays back to back in one window.
+with nothing to restore times a sample's replays back to back in one window, unless a replay is
+shorter than BACK_TO_BACK_MIN_US (then the host's launches would set the pace).
 
 The gate runs each arm once on working set 0 with its output poisoned (NaN), computes the worst
 residual of the first GATE_PROBLEMS problems in fp64, and passes it when it is within the
@@ -36,6 +37,9 @@ GATE_PROBLEMS = 4096
 TARGET_US = 200.0  # a sample spans at least this much GPU time (in separately timed replays)
 # ~40 us at the H200's boost clock: longer than the host takes to record an event and launch a graph
 LEAD_CYCLES = 80_000
+# Back-to-back replays in one window only when a replay outlasts the host's launch of the next
+# (a few us) twice over; shorter ones are timed one window each, each behind its own spin
+BACK_TO_BACK_MIN_US = 10.0
 
 
 def _gpu_env() -> Any:
@@ -84,7 +88,7 @@ class GraphTimer:
         self._cell = cell
         self._state = {"sig": sig, "ring": ring, "inputs": inputs, "pristine": inputs.pristine,
                        "working": inputs.working, "graphs": {},
-                       "pool": torch.cuda.graph_pool_handle(), "reps": {},
+                       "pool": torch.cuda.graph_pool_handle(), "reps": {}, "short": {},
                        "torch_residual": problems.residual(sig, head[0], {}, head[1]),
                        "restore": sig.op in signatures.SOLVER_OPS}
         return self._state
@@ -192,7 +196,8 @@ class GraphTimer:
                 if reps is None:  # first sample: one probe replay sizes the rest
                     probe = self._once_ms(st, arm)
                     reps = st["reps"][arm] = max(1, min(50, math.ceil(TARGET_US / 1000.0 / max(probe, 1e-6))))
-                if st["restore"] or arm == configs.EAGER_ONLY:
+                    st["short"][arm] = probe * 1000.0 < BACK_TO_BACK_MIN_US
+                if st["restore"] or arm == configs.EAGER_ONLY or st["short"][arm]:
                     total = sum(self._once_ms(st, arm) for _ in range(reps))
                 else:  # nothing to restore: one window over every replay of the sample
                     total = self._once_ms(st, arm, reps) * reps
