@@ -110,6 +110,7 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
                           f"tunes; they always run on torch and are listed because the census saw them",
                           highlight=False)
 
+
 def stale_line(arch_family: str, family: str, workload: str) -> str | None:
     """What the shipped tier's staleness means, when its entries were measured under other
     versions than this machine's (the entries still serve; a GPU re-measures them)."""

@@ -190,7 +190,7 @@ class PruningModel:
             decode = lane == "triton_decode"
             # the decode lane's best without PDL too (the PDL saving is modelled, not measured),
             # and of each of its kernels (`dk`, `gv`: the model does not tell their streams apart)
-            for pdl, kernel in ((p, k) for p in (False, True) for k in (None, "gemv")) if decode else ((None, None),):
+            for pdl, kernel in ((p, kern) for p in (False, True) for kern in (None, "gemv")) if decode else ((None, None),):
                 best = next((c.id for _, c in ranked if c.lane == lane and c.param("kernel") == kernel
                              and (pdl is None or bool(c.param("pdl")) == pdl)), None)
                 if best is not None and best not in keep:
