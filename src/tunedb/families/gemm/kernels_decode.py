@@ -44,6 +44,45 @@ POINTERS = ("io", "io", "io", "io", "f32", "i32")
 INTS = ("M", "N", "K", "HAS_BIAS", "ACT")
 
 
+@triton.jit
+def finish_splitk(acc, y_ptr, b_ptr, ws_ptr, cnt_ptr, rows, cols, row_ok, pid_n, split, N, HAS_BIAS, ACT,
+                  BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr, ATOMIC: tl.constexpr):
+    """One CTA's [BM, BN] fp32 partial of N block `pid_n` into y: stored with the epilogue when
+    SPLIT == 1, else reduced in the kernel as the module docstring says (the last split to arrive
+    sums, applies the epilogue, stores y and leaves the workspace and its counter zero). Shared by
+    the decode kernels whose CTAs each own one split of one N block."""
+    out_mask = row_ok[:, None] & (cols[None, :] < N)
+    y_ptrs = y_ptr + rows[:, None] * N + cols[None, :]
+    if SPLIT == 1:
+        acc = epilogue(acc, b_ptr, cols, N, HAS_BIAS, ACT)
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        tile = rows[:, None] * BN + tl.arange(0, BN)[None, :]
+        row_mask = row_ok[:, None] & (tile >= 0)
+        if ATOMIC:
+            plane = ws_ptr + pid_n.to(tl.int64) * (BM * BN)
+            tl.atomic_add(plane + tile, acc, mask=row_mask, sem="relaxed")
+        else:
+            plane = ws_ptr + (pid_n.to(tl.int64) * SPLIT + split) * (BM * BN)
+            tl.store(plane + tile, acc, mask=row_mask)
+        tl.debug_barrier()  # every thread's partial is issued before the counter releases it
+        arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
+        if arrived == SPLIT - 1:
+            tl.debug_barrier()
+            total = tl.zeros((BM, BN), dtype=tl.float32)
+            if ATOMIC:
+                total = tl.load(plane + tile, mask=row_mask, other=0.0, cache_modifier=".cg")
+                tl.store(plane + tile, tl.zeros((BM, BN), dtype=tl.float32), mask=row_mask)
+            else:
+                first = ws_ptr + pid_n.to(tl.int64) * SPLIT * (BM * BN)
+                for s in tl.static_range(SPLIT):
+                    total += tl.load(first + s * (BM * BN) + tile, mask=row_mask, other=0.0,
+                                     cache_modifier=".cg")
+            tl.atomic_xchg(cnt_ptr + pid_n, 0)
+            total = epilogue(total, b_ptr, cols, N, HAS_BIAS, ACT)
+            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def decode_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_BIAS, ACT,
                   BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, ATOMIC: tl.constexpr,
@@ -77,36 +116,8 @@ def decode_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_BIAS
         w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         x = tl.load(x_ptrs, mask=row_ok[:, None] & (offs_k[None, :] < k_left), other=0.0)
         acc = tl.dot(x, tl.trans(w), acc)
-    out_mask = row_ok[:, None] & (cols[None, :] < N)
-    y_ptrs = y_ptr + rows[:, None] * N + cols[None, :]
-    if SPLIT == 1:
-        acc = epilogue(acc, b_ptr, cols, N, HAS_BIAS, ACT)
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
-    else:
-        tile = rows[:, None] * BN + tl.arange(0, BN)[None, :]
-        row_mask = row_ok[:, None] & (tile >= 0)
-        if ATOMIC:
-            plane = ws_ptr + pid_n.to(tl.int64) * (BM * BN)
-            tl.atomic_add(plane + tile, acc, mask=row_mask, sem="relaxed")
-        else:
-            plane = ws_ptr + (pid_n.to(tl.int64) * SPLIT + split) * (BM * BN)
-            tl.store(plane + tile, acc, mask=row_mask)
-        tl.debug_barrier()  # every thread's partial is issued before the counter releases it
-        arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
-        if arrived == SPLIT - 1:
-            tl.debug_barrier()
-            total = tl.zeros((BM, BN), dtype=tl.float32)
-            if ATOMIC:
-                total = tl.load(plane + tile, mask=row_mask, other=0.0, cache_modifier=".cg")
-                tl.store(plane + tile, tl.zeros((BM, BN), dtype=tl.float32), mask=row_mask)
-            else:
-                first = ws_ptr + pid_n.to(tl.int64) * SPLIT * (BM * BN)
-                for s in tl.static_range(SPLIT):
-                    total += tl.load(first + s * (BM * BN) + tile, mask=row_mask, other=0.0,
-                                     cache_modifier=".cg")
-            tl.atomic_xchg(cnt_ptr + pid_n, 0)
-            total = epilogue(total, b_ptr, cols, N, HAS_BIAS, ACT)
-            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_mask)
+    finish_splitk(acc, y_ptr, b_ptr, ws_ptr, cnt_ptr, rows, cols, row_ok, pid_n, split, N, HAS_BIAS, ACT,
+                  BM, BN, SPLIT, ATOMIC)
 
 
 @dataclass(frozen=True)

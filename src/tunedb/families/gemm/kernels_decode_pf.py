@@ -68,7 +68,8 @@ except ImportError:
     pass
 
 from tunedb.families.gemm.kernel_specs import KernelSpec
-from tunedb.families.gemm.kernels_common import NO_SPECIALIZE, epilogue
+from tunedb.families.gemm.kernels_common import NO_SPECIALIZE
+from tunedb.families.gemm.kernels_decode import finish_splitk
 
 LINE = 64  # 2-byte elements per 128-byte L2 line
 CHUNK = 1024  # prefetch addresses per step: 8 per thread at 4 warps (int64 registers)
@@ -158,36 +159,8 @@ def decode_pf_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
         acc = tl.dot(x, tl.trans(w), acc)
         w_ptrs += BK
         x_ptrs += BK
-    out_mask = row_ok[:, None] & (cols[None, :] < N)
-    y_ptrs = y_ptr + rows[:, None] * N + cols[None, :]
-    if SPLIT == 1:
-        acc = epilogue(acc, b_ptr, cols, N, HAS_BIAS, ACT)
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
-    else:
-        tile = rows[:, None] * BN + tl.arange(0, BN)[None, :]
-        row_mask = row_ok[:, None] & (tile >= 0)
-        if ATOMIC:
-            plane = ws_ptr + pid_n.to(tl.int64) * (BM * BN)
-            tl.atomic_add(plane + tile, acc, mask=row_mask, sem="relaxed")
-        else:
-            plane = ws_ptr + (pid_n.to(tl.int64) * SPLIT + split) * (BM * BN)
-            tl.store(plane + tile, acc, mask=row_mask)
-        tl.debug_barrier()  # every thread's partial is issued before the counter releases it
-        arrived = tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
-        if arrived == SPLIT - 1:
-            tl.debug_barrier()
-            total = tl.zeros((BM, BN), dtype=tl.float32)
-            if ATOMIC:
-                total = tl.load(plane + tile, mask=row_mask, other=0.0, cache_modifier=".cg")
-                tl.store(plane + tile, tl.zeros((BM, BN), dtype=tl.float32), mask=row_mask)
-            else:
-                first = ws_ptr + pid_n.to(tl.int64) * SPLIT * (BM * BN)
-                for s in tl.static_range(SPLIT):  # split order: the same inputs give the same bits
-                    total += tl.load(first + s * (BM * BN) + tile, mask=row_mask, other=0.0,
-                                     cache_modifier=".cg")
-            tl.atomic_xchg(cnt_ptr + pid_n, 0)
-            total = epilogue(total, b_ptr, cols, N, HAS_BIAS, ACT)
-            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_mask)
+    finish_splitk(acc, y_ptr, b_ptr, ws_ptr, cnt_ptr, rows, cols, row_ok, pid_n, split, N, HAS_BIAS, ACT,
+                  BM, BN, SPLIT, ATOMIC)
 
 
 def chunk(bn: int, bk: int, pf: int) -> int:
