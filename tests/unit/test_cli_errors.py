@@ -230,13 +230,29 @@ def test_census_device_that_cannot_be_used_is_one_line(home, capsys, monkeypatch
     assert needle in line
 
 
+@pytest.mark.parametrize("cmd", ["census", "tune"])
 @pytest.mark.parametrize("flags, needle", [
-    (["--max-length", "0"], "--max-length=0 must be a positive int"),
-    (["--max-length", "-5"], "--max-length=-5 must be a positive int"),
-    (["--length-step", "-5"], "--length-step=-5 must be an int >= 0"),
+    (["--max-length", "0"], "--max-length=0 must be a positive int (the offline capture limit, in frames)"),
+    (["--max-length", "-5", "--unit", "tokens"], "--max-length=-5 must be a positive int (the offline capture limit, in tokens)"),
+    (["--length-step", "-5"], "--length-step=-5 must be an int >= 0 (0: the M-bucket ladder)"),
 ])
-def test_census_length_flags_of_a_user_workload_are_checked(home, capsys, monkeypatch, flags, needle):
+def test_census_length_flags_of_a_user_workload_are_checked(home, capsys, monkeypatch, cmd, flags, needle):
+    """`tunedb tune` takes the census's length flags and refuses the same bad values, before the census."""
+    from tunedb import pipeline
+
     (home / "mymod_lengths.py").write_text(USER_MODELS)
     monkeypatch.syspath_prepend(str(home))
-    line = one_line_error(capsys, ["census", "mymod_lengths:too_long", "--out", str(home / "c.json"), *flags])
-    assert needle in line
+    monkeypatch.setattr(pipeline, "take_census", lambda *a, **k: pytest.fail("the census ran"))
+    out = ["--out", str(home / "c.json")] if cmd == "census" else []
+    line = one_line_error(capsys, [cmd, "mymod_lengths:too_long", *out, *flags])
+    assert line == f"tunedb {cmd}: error: {needle}"
+
+
+@pytest.mark.parametrize("cmd", ["census", "tune"])
+def test_a_length_unit_outside_frames_and_tokens_is_refused(home, capsys, cmd):
+    out = ["--out", str(home / "c.json")] if cmd == "census" else []
+    with pytest.raises(SystemExit) as exc:
+        cli.main([cmd, "mymod:make", *out, "--unit", "words"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --unit: invalid choice: 'words'" in err and "frames" in err and "tokens" in err
