@@ -256,3 +256,14 @@ def test_a_length_unit_outside_frames_and_tokens_is_refused(home, capsys, cmd):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "argument --unit: invalid choice: 'words'" in err and "frames" in err and "tokens" in err
+
+
+@pytest.mark.parametrize("cmd", ["census", "tune"])
+def test_an_absurd_manifest_duration_is_one_line_not_a_torch_overflow(home, capsys, cmd):
+    """conformer with a 1e9 s utterance: torch's 'Storage size calculation overflowed' traceback."""
+    manifest = home / "m.jsonl"
+    manifest.write_text('{"duration": 4.5}\n{"duration": 1e9}\n')
+    out = ["--out", str(home / "c.json")] if cmd == "census" else []
+    line = one_line_error(capsys, [cmd, "conformer", "--impl", "mirror", "--manifest", str(manifest), *out])
+    assert line == (f"tunedb {cmd}: error: manifest {manifest} line 2: 'duration' must be a positive number "
+                    f"at most 86400 s (24 h), got 1000000000.0")
