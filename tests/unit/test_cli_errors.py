@@ -267,3 +267,26 @@ def test_an_absurd_manifest_duration_is_one_line_not_a_torch_overflow(home, caps
     line = one_line_error(capsys, [cmd, "conformer", "--impl", "mirror", "--manifest", str(manifest), *out])
     assert line == (f"tunedb {cmd}: error: manifest {manifest} line 2: 'duration' must be a positive number "
                     f"at most 86400 s (24 h), got 1000000000.0")
+
+
+def test_a_corrupt_tier_file_is_one_line_under_a_command(home):
+    """`tunedb tune` reading a corrupt user-tier file printed the skip twice (tunedb's log line and
+    Python's DatabaseWarning with its file:line and source line): now tunedb's line, once."""
+    import subprocess
+    import sys
+
+    bad = home / "user" / "sm90" / "gemm.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"schema": 1, "kernel_')
+    import tunedb
+
+    src = str(Path(tunedb.__file__).resolve().parents[1])  # the tree under test
+    env = {**os.environ, "TUNEDB_CACHE_DIR": str(home / "cache"), "TUNEDB_USER_DB": str(home / "user"),
+           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-m", "tunedb", "tune", "whisper-base", "--impl", "mirror"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if str(bad) in line]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("tunedb: skipping user-tier database file (corrupt): ") and "not valid JSON" in lines[0]
+    assert "DatabaseWarning" not in proc.stderr
