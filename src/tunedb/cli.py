@@ -11,8 +11,10 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
+from typing import Any
 
-from tunedb.errors import TunedbError
+from tunedb.errors import DatabaseWarning, TunedbError
 
 # Exit status of a command whose reader went away (`tunedb diff A B | head`): what a shell
 # reports for a process ended by SIGPIPE (128 + 13).
@@ -60,6 +62,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_database_warnings(warnings.showwarning)
+        return _run(module, args)
+
+
+def _one_line_database_warnings(show: Any) -> Any:
+    """warnings.showwarning for a command: a DatabaseWarning is already worded as tunedb's own
+    line ('tunedb: skipping ...'), so it prints as that line alone, without Python's file:line
+    prefix and source line; other warnings print as `show` prints them."""
+    def showwarning(message: Any, category: type, filename: str, lineno: int, file: Any = None,
+                    line: str | None = None) -> None:
+        if not issubclass(category, DatabaseWarning):
+            return show(message, category, filename, lineno, file, line)
+        try:
+            print(message, file=sys.stderr if file is None else file)
+        except OSError:  # stderr gone: a warning is not worth a second error
+            pass
+    return showwarning
+
+
+def _run(module: Any, args: argparse.Namespace) -> int:
     try:
         if args.command != "status":  # status shows invalid settings instead of refusing them
             from tunedb import settings

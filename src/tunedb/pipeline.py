@@ -18,6 +18,7 @@ from tunedb.build import run, speculative, timeline
 from tunedb.build import steps as buildsteps
 from tunedb.build.run import (BuildOptions, BuildResult, Reporter, arch_profile, plan_build,  # noqa: F401
                               read_census, signatures_by_census)
+from tunedb.census.presets import AUDIO, USER_MAX_LENGTH
 from tunedb.evaluate import Evaluation
 from tunedb.evaluate.oracle import evaluate_logs  # noqa: F401 - re-exported: `tunedb evaluate`, tune's report
 from tunedb.records import Point, ShapeSet
@@ -48,15 +49,18 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
 
 def take_census(workload: str, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
                 manifest: str | None = None, capture: str | None = None, impl: str = "auto",
-                fused: bool = True, cached: bool = False) -> ShapeSet:
+                fused: bool = True, cached: bool = False, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH,
+                length_step: int = 0) -> ShapeSet:
     """The census of a workload on meta tensors (no GPU needed), merged with a capture file;
     fused: of tunedb.optimize(model), keyed as the run time calls (see census.probe); cached: a
-    preset's census is reused from the cache when taken before with the same key (census/cache.py)."""
+    preset's census is reused from the cache when taken before with the same key (census/cache.py);
+    unit, max_length, length_step: a module:callable's probe lengths (`tunedb census --unit`;
+    a preset fixes its own, so they are not in the cache key)."""
     from tunedb.census import cache, merge, presets, probe, read_capture
 
     def take() -> ShapeSet:
-        return probe.take_census(presets.workload(workload), mode, max_batch, chunk, manifest,
-                                 device="meta", impl=impl, fused=fused)
+        return probe.take_census(presets.workload(workload, unit, max_length, length_step), mode, max_batch,
+                                 chunk, manifest, device="meta", impl=impl, fused=fused)
 
     shapes = (cache.cached(workload, take, mode=mode, max_batch=max_batch, chunk=chunk, manifest=manifest,
                            impl=impl, fused=fused) if cached else take())

@@ -79,6 +79,23 @@ def test_manifest_errors_name_the_line_and_field(tmp_path):
     assert len(modes.read_manifest(MANIFEST, "duration")) == 24
 
 
+@pytest.mark.parametrize("field, top", [("duration", "86400 s (24 h)"), ("tokens", "16777216 tokens"),
+                                        ("output_tokens", "1048576 tokens")])
+def test_an_absurd_manifest_value_is_refused_with_the_allowed_range(tmp_path, field, top):
+    """1e9 s (samples or ms written as seconds) overflowed torch's size arithmetic in the probe;
+    a value past the bound is a mistake to fix, not traffic to weight (nor to clamp silently)."""
+    bound = modes.MANIFEST_MAX[field][0]
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text(json.dumps({field: bound}) + "\n")
+    assert modes.read_manifest(ok, field) == [float(bound)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({field: 3}) + "\n" + json.dumps({field: 1e9 if field != "tokens" else 1e12}) + "\n")
+    with pytest.raises(CensusError) as exc:
+        modes.read_manifest(bad, field)
+    assert str(exc.value) == (f"manifest {bad} line 2: {field!r} must be a positive number at most {top}, "
+                              f"got {1e9 if field != 'tokens' else 1e12!r}")
+
+
 def test_manifest_replay_weights_sum_to_one():
     census = take_census(workload("whisper-base"), "offline", max_batch=4, manifest=MANIFEST, impl="mirror")
     assert sum(p.weight for p in census.points) == pytest.approx(1.0)

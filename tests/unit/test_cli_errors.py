@@ -240,13 +240,63 @@ def test_census_device_index_beyond_the_machine_is_one_line(home, capsys, monkey
     assert "'cuda:3'" in line and "1 CUDA device(s) (cuda:0 to cuda:0)" in line
 
 
+@pytest.mark.parametrize("cmd", ["census", "tune"])
 @pytest.mark.parametrize("flags, needle", [
-    (["--max-length", "0"], "--max-length=0 must be a positive int"),
-    (["--max-length", "-5"], "--max-length=-5 must be a positive int"),
-    (["--length-step", "-5"], "--length-step=-5 must be an int >= 0"),
+    (["--max-length", "0"], "--max-length=0 must be a positive int (the offline capture limit, in frames)"),
+    (["--max-length", "-5", "--unit", "tokens"], "--max-length=-5 must be a positive int (the offline capture limit, in tokens)"),
+    (["--length-step", "-5"], "--length-step=-5 must be an int >= 0 (0: the M-bucket ladder)"),
 ])
-def test_census_length_flags_of_a_user_workload_are_checked(home, capsys, monkeypatch, flags, needle):
+def test_census_length_flags_of_a_user_workload_are_checked(home, capsys, monkeypatch, cmd, flags, needle):
+    """`tunedb tune` takes the census's length flags and refuses the same bad values, before the census."""
+    from tunedb import pipeline
+
     (home / "mymod_lengths.py").write_text(USER_MODELS)
     monkeypatch.syspath_prepend(str(home))
-    line = one_line_error(capsys, ["census", "mymod_lengths:too_long", "--out", str(home / "c.json"), *flags])
-    assert needle in line
+    monkeypatch.setattr(pipeline, "take_census", lambda *a, **k: pytest.fail("the census ran"))
+    out = ["--out", str(home / "c.json")] if cmd == "census" else []
+    line = one_line_error(capsys, [cmd, "mymod_lengths:too_long", *out, *flags])
+    assert line == f"tunedb {cmd}: error: {needle}"
+
+
+@pytest.mark.parametrize("cmd", ["census", "tune"])
+def test_a_length_unit_outside_frames_and_tokens_is_refused(home, capsys, cmd):
+    out = ["--out", str(home / "c.json")] if cmd == "census" else []
+    with pytest.raises(SystemExit) as exc:
+        cli.main([cmd, "mymod:make", *out, "--unit", "words"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --unit: invalid choice: 'words'" in err and "frames" in err and "tokens" in err
+
+
+@pytest.mark.parametrize("cmd", ["census", "tune"])
+def test_an_absurd_manifest_duration_is_one_line_not_a_torch_overflow(home, capsys, cmd):
+    """conformer with a 1e9 s utterance: torch's 'Storage size calculation overflowed' traceback."""
+    manifest = home / "m.jsonl"
+    manifest.write_text('{"duration": 4.5}\n{"duration": 1e9}\n')
+    out = ["--out", str(home / "c.json")] if cmd == "census" else []
+    line = one_line_error(capsys, [cmd, "conformer", "--impl", "mirror", "--manifest", str(manifest), *out])
+    assert line == (f"tunedb {cmd}: error: manifest {manifest} line 2: 'duration' must be a positive number "
+                    f"at most 86400 s (24 h), got 1000000000.0")
+
+
+def test_a_corrupt_tier_file_is_one_line_under_a_command(home):
+    """`tunedb tune` reading a corrupt user-tier file printed the skip twice (tunedb's log line and
+    Python's DatabaseWarning with its file:line and source line): now tunedb's line, once."""
+    import subprocess
+    import sys
+
+    bad = home / "user" / "sm90" / "gemm.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"schema": 1, "kernel_')
+    import tunedb
+
+    src = str(Path(tunedb.__file__).resolve().parents[1])  # the tree under test
+    env = {**os.environ, "TUNEDB_CACHE_DIR": str(home / "cache"), "TUNEDB_USER_DB": str(home / "user"),
+           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-m", "tunedb", "tune", "whisper-base", "--impl", "mirror"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if str(bad) in line]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("tunedb: skipping user-tier database file (corrupt): ") and "not valid JSON" in lines[0]
+    assert "DatabaseWarning" not in proc.stderr

@@ -345,3 +345,78 @@ def test_the_cost_model_line_accounts_for_every_model_point(tiers, monkeypatch, 
     declined = int(re.search(r"; (\d+) declined", line).group(1))
     rest = re.search(r"; (\d+) predicted the fallback fastest", line)
     assert served + declined + (int(rest.group(1)) if rest else 0) == total > 0
+
+
+BERT_WORKLOAD = """
+import torch
+
+POSITIONS = 512
+
+
+class Block(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.out = torch.nn.Linear(hidden, hidden)
+        self.up = torch.nn.Linear(hidden, 4 * hidden)
+        self.down = torch.nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        x = x + self.out(torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v)
+        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+class Bert(torch.nn.Module):
+    def __init__(self, vocab=100, hidden=64):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, hidden)
+        self.pos = torch.nn.Embedding(POSITIONS, hidden)
+        self.blocks = torch.nn.Sequential(Block(hidden), Block(hidden))
+
+    def forward(self, ids):
+        if ids.shape[1] > POSITIONS:  # what a real position table does past its end, said plainly
+            raise IndexError(f"{ids.shape[1]} tokens > {POSITIONS} positions")
+        return self.blocks(self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device)))
+
+
+def make(device):
+    with torch.device(device):
+        model = Bert().to(torch.bfloat16).eval()
+    return model, lambda batch, length: (torch.zeros(batch, length, dtype=torch.long, device=device),)
+"""
+
+
+def test_tune_of_a_text_model_takes_the_census_length_flags(tiers, tmp_path, monkeypatch, capsys):
+    """A BERT-style encoder with 512 positions under `tune`: --unit tokens --max-length 512 (as
+    `tunedb census` spells them) probe it in tokens within its positions, and the plan prints
+    (without them it was probed at audio-frame lengths past 3000 and failed)."""
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    monkeypatch.setenv("COLUMNS", "200")
+    (tmp_path / "bert_workload.py").write_text(BERT_WORKLOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    manifest = tmp_path / "prompts.jsonl"
+    manifest.write_text("".join(f'{{"tokens": {n}}}\n' for n in (12, 64, 100, 300, 512, 511, 200, 40)))
+    argv = ["tune", "bert_workload:make", "--unit", "tokens", "--max-length", "512", "--manifest", str(manifest)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "census of bert_workload:make (offline)" in out and "what tunedb would serve on sm90" in out
+    import re
+
+    ms = [int(m) for m in re.findall(r"│ gemm\|op=gemm\S* +│ +(\d+) │", out)]  # the GEMM rows' M
+    assert ms and max(ms) == 8 * 512  # the largest captured key: batch 8 at the 512-token limit
+    assert "No GPU: nothing was measured." in out
+    # what to run on a GPU is the same census: these flags, not the audio defaults
+    assert f"`tunedb tune bert_workload:make --manifest {manifest} --unit tokens --max-length 512`" in out
+
+
+def test_tune_and_census_length_flags_mean_the_same():
+    """Same defaults, choices, types and help: a census command line's length flags work under tune."""
+    from tunedb.cli import build_parser
+
+    def actions(cmd):
+        sub = next(a for a in build_parser(cmd)._actions if a.dest == "command").choices[cmd]
+        return {a.option_strings[0]: (a.default, a.choices, a.type, a.help) for a in sub._actions
+                if a.option_strings and a.option_strings[0] in ("--unit", "--max-length", "--length-step")}
+
+    assert actions("tune") == actions("census") and len(actions("tune")) == 3

@@ -1,5 +1,6 @@
 """Tier files: where they live, loading once per epoch, skipping bad files with one warning."""
 import json
+from pathlib import Path
 import warnings
 
 import pytest
@@ -82,6 +83,43 @@ def test_bad_file_is_skipped_with_one_warning_naming_it(tier_dirs, text, reason)
     database.reload()
     with pytest.warns(DatabaseWarning):
         database.lookup("sm90", "fake")  # a new epoch warns again
+
+
+def test_a_library_caller_gets_the_warning_once_and_a_handler_the_record(tier_dirs, tmp_path):
+    """The skip is one DatabaseWarning (catchable, filterable) and a 'tunedb' log record for an
+    application's handlers; with no handler configured, logging's last resort no longer prints
+    the record as a second line (a fresh interpreter: pytest's own log handlers hide it here)."""
+    import logging
+    import os
+    import subprocess
+    import sys
+
+    import tunedb
+
+    bad = tier_dirs.write("user", None, family="gemm", text='{"schema": 1, "kernel_')
+    database.reload()
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    logging.getLogger("tunedb").addHandler(handler)
+    try:
+        with pytest.warns(DatabaseWarning, match="not valid JSON"):
+            database.lookup("sm90", "gemm")
+    finally:
+        logging.getLogger("tunedb").removeHandler(handler)
+    assert len(seen) == 1 and str(bad) in seen[0]
+    src = str(Path(tunedb.__file__).resolve().parents[1])
+    env = {**os.environ, "TUNEDB_USER_DB": str(tier_dirs.user), "TUNEDB_CACHE_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", "from tunedb import database; database.lookup('sm90', 'gemm')"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if str(bad) in line]
+    assert len(lines) == 1 and "DatabaseWarning: tunedb: skipping user-tier database file" in lines[0], proc.stderr
 
 
 def test_unreadable_path_is_skipped_not_raised(tier_dirs):

@@ -56,6 +56,23 @@ def test_cli_refuses_a_census_without_gemm_signatures(tmp_path, capsys):
     assert "names no GEMM signature" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text, flags, says", [
+    ("{not json", [], "is not valid JSON: Expecting property name enclosed in double quotes (line 1, column 2)"),
+    ("", [], "is empty"),
+    # truncated after a signature: its signature text is no census to compile from
+    ('{"points": [{"signature": "gemm|op=gemm|dt=bf16|N=80|K=72", "M": 3}', ["--every-valid"],
+     "is not valid JSON: Expecting ',' delimiter (line 1, column 68)"),
+])
+def test_cli_says_what_is_wrong_with_a_census_that_is_not_json(tmp_path, capsys, text, flags, says):
+    """It said 'names no GEMM signature' (or compiled from a truncated file's fragments)."""
+    census = tmp_path / "corrupt.json"
+    census.write_text(text)
+    assert main(["prebuild", "--census", str(census), "--dry-run", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"tunedb prebuild: error: census file {census} {says}; give a census "
+                   f"(`tunedb census ... --out FILE`) or database file (JSON)")
+
+
 @pytest.mark.slow
 def test_compiles_for_sm90_without_a_gpu_and_the_second_run_hits_the_cache(tmp_path):
     """One small config for sm90 (no device here): cubins land in the cache; a rerun adds none."""

@@ -86,14 +86,20 @@ def test_recommend_without_a_table_says_heuristic(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs,needle", [
-    (dict(op="potrs", dtype="fp32", n=8, batch=1), "potrs"),
-    (dict(op="potrf", dtype="fp32", n=8, batch=0), "batch=0"),
-    (dict(op="potrf", dtype="fp32", n=8, batch=4, deps="some"), "native, all"),
-    (dict(op="potrf", dtype="fp32", n=8, batch=4, arch="sm75"), "sm75"),
+    (dict(op="potrs", dtype="fp32", n=8, batch=1), "unknown linalg op 'potrs'; allowed: "),
+    (dict(op="potrf", dtype="fp32", n=8, batch=0), "batch=0 must be a positive int (the number of problems)"),
+    (dict(op="potrf", dtype="fp32", n=8, batch=-3), "batch=-3 must be a positive int"),
+    (dict(op="potrf", dtype="fp32", n=8, batch=2.5), "batch=2.5 must be a positive int"),
+    (dict(op="potrf", dtype="fp32", n=8, batch=4, deps="some"), "deps='some' must be one of native, all"),
+    (dict(op="potrf", dtype="fp32", n=8, batch=4, arch="sm75"), "arch='sm75' has no shipped profile; shipped: "),
 ])
 def test_recommend_rejects_bad_arguments_clearly(kwargs, needle):
-    with pytest.raises(TunedbError, match=needle):
+    """Every bad argument is the API's bad-input class (SignatureError, a ValueError), never the
+    bare base class: `except ValueError` catches it, as it does a bad op."""
+    with pytest.raises(SignatureError) as info:
         tunedb.recommend(**kwargs)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TunedbError)
+    assert str(info.value).startswith(needle)
 
 
 def _result(op: str, n: int, batch: int, winner: str, native: str | None = None) -> CellResult:

@@ -42,6 +42,14 @@ _SYNTHETIC = {  # field -> (median, sigma, lo, hi)
 }
 
 
+# The largest manifest value taken as real traffic. Past it the value is a unit mistake (samples
+# or ms in `duration`) or a corrupt line, and it is refused: clamped, it would weight the census
+# toward a shape no request has, and unbounded it overflows torch's size arithmetic in the probe
+# (1e9 s: a [16, 2.5e10, 2.5e10] attention) or replays for hours (decode steps are simulated).
+MANIFEST_MAX = {"duration": (24 * 3600, "s (24 h)"), "tokens": (1 << 24, "tokens"),
+                "output_tokens": (1 << 20, "tokens")}
+
+
 @dataclass(frozen=True, order=True)
 class Key:
     """One probe: a forward at (batch, length); length 0 marks a decode step."""
@@ -67,8 +75,10 @@ def read_manifest(path: str | Path, field: str) -> list[float]:
         except json.JSONDecodeError as exc:
             raise CensusError(f"manifest {path} line {lineno} is not JSON: {exc.msg}") from exc
         value = row.get(field) if isinstance(row, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
-            raise CensusError(f"manifest {path} line {lineno}: {field!r} must be a positive number, got {value!r}")
+        top, unit = MANIFEST_MAX.get(field, (math.inf, ""))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top:
+            allowed = "a positive number" + (f" at most {top} {unit}" if top < math.inf else "")
+            raise CensusError(f"manifest {path} line {lineno}: {field!r} must be {allowed}, got {value!r}")
         values.append(float(value))
     if not values:
         raise CensusError(f"manifest {path} has no entries")

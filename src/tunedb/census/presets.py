@@ -23,6 +23,7 @@ from typing import Any, Callable
 from tunedb.errors import CensusError
 
 AUDIO, TEXT = "frames", "tokens"
+USER_MAX_LENGTH = 3000  # a module:callable workload's default capture limit, in its unit
 
 
 @dataclass(frozen=True)
@@ -277,16 +278,24 @@ def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> W
                     decoder=True)
 
 
-def workload(name: str, unit: str = AUDIO, max_length: int = 3000, length_step: int = 0) -> Workload:
+def check_lengths(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, length_step: int = 0) -> None:
+    """CensusError for bad length settings (--unit, --max-length, --length-step) of a
+    module:callable workload `name`; a preset fixes its own and ignores them."""
+    if name in PRESETS or ":" not in name:
+        return
+    if unit not in (AUDIO, TEXT):
+        raise CensusError(f"length unit {unit!r} is not one of {AUDIO}, {TEXT}")
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise CensusError(f"--max-length={max_length!r} must be a positive int (the offline capture limit, in {unit})")
+    if isinstance(length_step, bool) or not isinstance(length_step, int) or length_step < 0:
+        raise CensusError(f"--length-step={length_step!r} must be an int >= 0 (0: the M-bucket ladder)")
+
+
+def workload(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, length_step: int = 0) -> Workload:
     """A preset by name, or a user model named module:callable (unit/max_length/length_step apply to it)."""
     if name in PRESETS:
         return PRESETS[name]
     if ":" in name:
-        if unit not in (AUDIO, TEXT):
-            raise CensusError(f"length unit {unit!r} is not one of {AUDIO}, {TEXT}")
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-            raise CensusError(f"--max-length={max_length!r} must be a positive int (the offline capture limit, in {unit})")
-        if isinstance(length_step, bool) or not isinstance(length_step, int) or length_step < 0:
-            raise CensusError(f"--length-step={length_step!r} must be an int >= 0 (0: the M-bucket ladder)")
+        check_lengths(name, unit, max_length, length_step)
         return _user_workload(name, unit, max_length, length_step)
     raise CensusError(f"unknown workload {name!r}; presets are {', '.join(PRESETS)}, or give module:callable")

@@ -97,8 +97,9 @@ def _user_code(w: Workload, where: str) -> Iterator[None]:
     except Exception as exc:
         if ":" not in w.name:  # a preset failing is tunedb's bug: keep its traceback
             raise
-        hint = (" (a census runs the model at each probe's batch and length; the lengths come from "
-                "--manifest, else a synthetic distribution: docs/census.md)") if "forward" in where else ""
+        hint = (" (a census runs the model at each probe's batch and length, in --unit; the lengths come from "
+                "--manifest, else a synthetic distribution, and a batch past --max-length runs at its own "
+                "length: docs/census.md)") if "forward" in where else ""
         raise CensusError(f"workload {w.name!r} failed in {where}: {type(exc).__name__}: {exc}{hint}") from exc
 
 

@@ -23,12 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="meta", help="where to build the model (default meta: no weights)")
     parser.add_argument("--impl", default="auto", choices=("auto", "mirror", "hf", "torchaudio"),
                         help="preset implementation (default auto: transformers/torchaudio when importable)")
-    parser.add_argument("--unit", default="frames", choices=("frames", "tokens"),
-                        help="module:callable workloads: what input_factory's length counts")
-    parser.add_argument("--max-length", type=int, default=3000,
-                        help="module:callable workloads: the offline capture limit, in --unit")
-    parser.add_argument("--length-step", type=int, default=0,
-                        help="module:callable workloads: offline length buckets (0: the M-bucket ladder)")
+    add_length_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic traffic and replays")
     parser.add_argument("--fused", action="store_true",
                         help="take the census of tunedb.optimize(model): a Linear fused with its activation "
@@ -37,6 +32,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="quantize the full-precision model online with torchao first (W8A8); its "
                              "Linears are then recorded under scaled_mm / scaled_mm_fp8 (needs torchao)")
     parser.add_argument("--out", required=True, help="census JSON file to write")
+
+
+def add_length_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--unit, --max-length, --length-step: the probe lengths of a module:callable workload (the
+    census and `tunedb tune` alike; presets.check_lengths checks them, a preset ignores them)."""
+    from tunedb.census.presets import AUDIO, TEXT, USER_MAX_LENGTH
+
+    parser.add_argument("--unit", default=AUDIO, choices=(AUDIO, TEXT),
+                        help="module:callable workloads: what input_factory's length counts")
+    parser.add_argument("--max-length", type=int, default=USER_MAX_LENGTH,
+                        help="module:callable workloads: the offline capture limit, in --unit")
+    parser.add_argument("--length-step", type=int, default=0,
+                        help="module:callable workloads: offline length buckets (0: the M-bucket ladder)")
 
 
 def run(args: argparse.Namespace) -> int:

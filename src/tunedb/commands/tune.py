@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from tunedb.commands.build import RichReporter, add_build_options, options_from, phase_line, print_plan
+from tunedb.commands.census import add_length_options
 
 NO_GPU = "No GPU: nothing was measured."
 TUNE_TOP_K = 8
@@ -31,6 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     census.add_argument("--impl", default="auto", help="model implementation: auto, mirror, hf, torchaudio")
     census.add_argument("--no-fused", dest="fused", action="store_false",
                         help="census the aten-level GEMMs instead of the calls tunedb.optimize(model) makes")
+    add_length_options(census)
     # on demand, time matters more than the last 0.1%: top-8 measures 43% fewer arms than a
     # system-tier build's top-16 for 0.13% geomean regret (bench/topk_regret.py, BENCHMARKS.md)
     add_build_options(parser, out_default="user", top_k=TUNE_TOP_K)
@@ -38,7 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _census_kw(args: argparse.Namespace) -> dict[str, Any]:
     return dict(mode=args.mode, max_batch=args.max_batch_size, chunk=args.chunk_size,
-                manifest=args.manifest, capture=args.capture, impl=args.impl, fused=args.fused, cached=True)
+                manifest=args.manifest, capture=args.capture, impl=args.impl, fused=args.fused, cached=True,
+                unit=args.unit, max_length=args.max_length, length_step=args.length_step)
 
 
 def print_served(console: Any, served: list[Any], arch_family: str) -> None:
@@ -111,7 +114,7 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
                           highlight=False)
 
 
-def stale_line(arch_family: str, family: str, workload: str) -> str | None:
+def stale_line(arch_family: str, family: str, command: str) -> str | None:
     """What the shipped tier's staleness means, when its entries were measured under other
     versions than this machine's (the entries still serve; a GPU re-measures them)."""
     from tunedb import database
@@ -124,17 +127,30 @@ def stale_line(arch_family: str, family: str, workload: str) -> str | None:
             return (f"the shipped {arch_family} tier: {len(f.stale)} of {f.entries} entries are stale "
                     f"({'; '.join(reasons)}). They still serve: their configs are correct here, but "
                     f"their speed was measured under those versions. To re-measure for this machine's, "
-                    f"run `tunedb tune {workload}` on a GPU (it writes the user tier, which wins).")
+                    f"run `{command}` on a GPU (it writes the user tier, which wins).")
     return None
+
+
+def tune_command(args: argparse.Namespace) -> str:
+    """`tunedb tune` of this workload with the flags its census was taken with (the command a
+    GPU machine runs to measure it)."""
+    from tunedb.census.presets import AUDIO, PRESETS, USER_MAX_LENGTH
+
+    flags = f" --mode {args.mode}" if args.mode != "offline" else ""
+    flags += f" --manifest {args.manifest}" if args.manifest else ""
+    if args.workload not in PRESETS:  # a module:callable's probe lengths (a preset fixes its own)
+        given = (("--unit", args.unit, AUDIO), ("--max-length", args.max_length, USER_MAX_LENGTH),
+                 ("--length-step", args.length_step, 0))
+        flags += "".join(f" {flag} {value}" for flag, value, default in given if value != default)
+    return f"tunedb tune {args.workload}{flags}"
 
 
 def gpu_line(args: argparse.Namespace, signatures: int) -> str:
     """What to run on a GPU machine after a CPU run measured nothing."""
-    mode = f" --mode {args.mode}" if args.mode != "offline" else ""
     if not signatures:
         return (f"A GPU would measure nothing here either: no call of {args.workload} is one the "
                 f"{args.family} family tunes (see the table above).")
-    return (f"On a GPU machine run `tunedb tune {args.workload}{mode}`: it measures these {signatures} "
+    return (f"On a GPU machine run `{tune_command(args)}`: it measures these {signatures} "
             f"signature(s) into the user tier (add --dry-run first to see the plan and its estimated time).")
 
 
@@ -160,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
     simulated_out(args, console)
     opts = options_from(args)
     pipeline.buildsteps.check_options(opts, gpu=True)
+    from tunedb.census.presets import check_lengths
+
+    check_lengths(args.workload, args.unit, args.max_length, args.length_step)  # before a worker starts
     from tunedb.census import beside
 
     likely = pipeline.buildsteps.gpu_likely()
@@ -211,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
         compile_pool.release(families.get(opts.family))
     if result.served:
         print_served(console, result.served, opts.arch_family or "sm90")
-    stale = stale_line(opts.arch_family or "sm90", opts.family, args.workload)
+    stale = stale_line(opts.arch_family or "sm90", opts.family, tune_command(args))
     if stale:
         console.print(stale, highlight=False)
     if result.build is not None and opts.dry_run:

@@ -23,6 +23,9 @@ from tunedb.errors import CorruptDatabaseError, DatabaseError, DatabaseWarning, 
 
 TIERS: tuple[str, ...] = ("user", "system")  # precedence order
 log = logging.getLogger("tunedb")
+# a library's logger: records reach the handlers an application configures, and without any,
+# logging's last-resort handler no longer prints each skip a second time beside its DatabaseWarning
+log.addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,7 @@ def simulated_problem(db: schema.DatabaseFile, path: Path) -> str:
 
 
 def warn_once(key: str, reason: str, message: str) -> None:
-    """One DatabaseWarning (and one log record) per (key, reason) per epoch."""
+    """One DatabaseWarning (and one log record, for an application's handlers) per (key, reason) per epoch."""
     with _lock:
         if (key, reason) in _warned:
             return

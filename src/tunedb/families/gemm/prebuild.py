@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 from tunedb.families.gemm import configs
 from tunedb.families.gemm.kernel_specs import INTS, POINTERS, specs
 from tunedb.database.store import write_atomic
+from tunedb.errors import BuildError
 from tunedb.records import Config, Signature
 
 DTYPES = ("fp16", "bf16")
@@ -66,8 +67,19 @@ def jobs_for(configs_: Iterable[Config], dtypes: Sequence[str] = DTYPES) -> list
 
 
 def signatures_in(path: Path) -> list[Signature]:
-    """Every GEMM signature written in a census (or database) file, whatever its layout."""
-    text = Path(path).read_text()
+    """Every GEMM signature written in a census (or database) file, whatever its layout.
+    BuildError for a file that is not JSON (a truncated or corrupt one: its signature text is
+    not to be trusted, and "names no signature" would hide what is wrong)."""
+    try:
+        text = Path(path).read_text()
+        json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise BuildError(f"census file {path} is not a text (UTF-8) file: byte {exc.start} cannot be "
+                         f"decoded; give a census or database file (JSON)") from exc
+    except json.JSONDecodeError as exc:
+        what = "is empty" if not text.strip() else f"is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        raise BuildError(f"census file {path} {what}; give a census (`tunedb census ... --out FILE`) "
+                         f"or database file (JSON)") from exc
     out = {}
     for found in _SIG_TEXT.findall(text):
         try:

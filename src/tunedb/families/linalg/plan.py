@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tunedb.errors import TunedbError
+from tunedb.errors import SignatureError
 from tunedb.families.linalg import configs, signatures
 from tunedb.records import Config, Entry, Signature
 
@@ -48,12 +48,14 @@ class ExecutionPlan:
 
 
 def _check_args(op: Any, dtype: Any, n: Any, batch: Any, deps: Any) -> None:
+    """SignatureError (a ValueError) for a bad argument: they all key the cell, and op, dtype
+    and n already raise it from signatures.check."""
     signatures.check(op, dtype, n)
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-        raise TunedbError(f"batch={batch!r} must be a positive int (the number of problems)")
+        raise SignatureError(f"batch={batch!r} must be a positive int (the number of problems)")
     if deps not in DEPS:
-        raise TunedbError(f"deps={deps!r} must be one of {', '.join(DEPS)} "
-                          f"(native: no optional dependency; all: any measured arm)")
+        raise SignatureError(f"deps={deps!r} must be one of {', '.join(DEPS)} "
+                             f"(native: no optional dependency; all: any measured arm)")
 
 
 def serving_keys(sig: Signature) -> tuple[Signature, ...]:
@@ -102,7 +104,7 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
     from tunedb.families.linalg import FAMILY
 
     if arch not in arch_mod.SHIPPED_ARCHES:
-        raise TunedbError(f"arch={arch!r} has no shipped profile; shipped: {', '.join(arch_mod.SHIPPED_ARCHES)}")
+        raise SignatureError(f"arch={arch!r} has no shipped profile; shipped: {', '.join(arch_mod.SHIPPED_ARCHES)}")
     profile = arch_mod.shipped_profile(arch)
     sig = signatures.make_signature(op, dtype, n)
     db = _table(arch)
