@@ -30,6 +30,13 @@ def impl_hash() -> str:
     return source_hash(Path(__file__).parent, KERNEL_SOURCES)
 
 
+
+def _meta_result(x: Any, weight: Any, topk_ids: Any, out: Any) -> Any:
+    """A call on meta tensors (a census: `tunedb tune` of a MoE model): neither Triton nor the
+    torch arm's host-synced routing runs there, and the result's shape [M, top_k, N] is all a meta
+    call yields."""
+    return out if out is not None else x.new_empty((*topk_ids.shape, weight.shape[1]))
+
 class GroupGemmFamily(ConfigMethods):
     """See tunedb.families.KernelFamily."""
 
@@ -104,12 +111,20 @@ class GroupGemmFamily(ConfigMethods):
                out: Any = None) -> Any:
         from tunedb.families.group_gemm.launch import launch
 
+        if x.device.type == "meta":
+            return _meta_result(x, weight, topk_ids, out)
         return launch(config, sig, x, weight, topk_ids, topk_weights, out)
 
     def launcher(self, config: Config, sig: Signature) -> Any:
         from tunedb.families.group_gemm.launch import launcher
 
-        return launcher(config, sig)
+        run = launcher(config, sig)
+
+        def run_or_shape(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None, out: Any = None) -> Any:
+            if x.device.type == "meta":
+                return _meta_result(x, weight, topk_ids, out)
+            return run(x, weight, topk_ids, topk_weights, out)
+        return run_or_shape
 
     def reference(self, sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None,
                   dtype: Any = None) -> Any:

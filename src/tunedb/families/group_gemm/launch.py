@@ -73,26 +73,15 @@ def slots_launch(config: Config, sig: Signature, x: Any, weight: Any, topk_ids: 
     return out
 
 
-def _meta_out(x: Any, weight: Any, topk_ids: Any, out: Any) -> Any:
-    """A census on meta tensors: neither Triton nor the torch arm's host-synced routing runs
-    there, and the result's shape [M, top_k, N] is all a meta call yields."""
-    m, top_k = topk_ids.shape
-    return out if out is not None else x.new_empty((m, top_k, weight.shape[1]))
-
-
 def launcher(config: Config, sig: Signature) -> Launcher:
     """The callable that runs `config` for `sig`: (x, weight, topk_ids, topk_weights=None, out=None)."""
     if config.id == "torch":
         def run_torch(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None, out: Any = None) -> Any:
-            if x.device.type == "meta":
-                return _meta_out(x, weight, topk_ids, out)
             return arms.torch_arm(sig, x.device)(sig, x, weight, topk_ids, topk_weights, out)
         return run_torch
     cfg = configs.default_config(sig) if config.id == "default" else config
 
     def run(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None, out: Any = None) -> Any:
-        if x.device.type == "meta":
-            return _meta_out(x, weight, topk_ids, out)
         if x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
             # Triton runs CPU tensors only under its interpreter: the torch arm serves them
             return arms.torch_arm(sig, x.device)(sig, x, weight, topk_ids, topk_weights, out)
