@@ -1,8 +1,25 @@
 """The checks the GEMM decode lane's interpreter tests share (test_gemm_decode.py for `dk` configs,
 test_gemm_decode_stream.py for `ds`): each case at each M against an fp32 reference with the output
 NaN-poisoned (fp16: the interpreter's tl.dot mishandles bf16), then the deterministic reduction's
-bitwise repeatability. Runs inside the interpreter child; returns the failures as lines."""
+bitwise repeatability. Runs inside the interpreter child; returns the failures as lines. Also the
+pure-Python side those tests share: the signature maker and the two arches the predicate sees."""
 from __future__ import annotations
+
+
+def sig(n=4096, k=4096, op="gemm", act="none", bias=False, dt="bf16"):
+    """A GEMM family signature of the decode tests' defaults."""
+    from tunedb.families.gemm import FAMILY
+
+    return FAMILY.make_signature(op, dt, n, k, act, bias)
+
+
+def arches():
+    """(sm90 as shipped, an sm80 profile): the predicate refuses PDL and the prefetch off sm90."""
+    from tunedb.arch import shipped_profile
+    from tunedb.records import ArchProfile
+
+    return shipped_profile("sm90"), ArchProfile("sm80", "test", 108, 166912, 166912, 40 << 20, 0, 0.0, 0.0, 0.0,
+                                                0.0, 0.0, "test")
 
 
 def decode_failures(cases, det_k: int, det_cids) -> list[str]:

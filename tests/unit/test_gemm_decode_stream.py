@@ -16,14 +16,10 @@ import interpret_child  # noqa: E402
 
 from tunedb.errors import ConfigError
 from tunedb.families.gemm import FAMILY, configs_decode
-from tunedb.records import ArchProfile
 
-SM90 = __import__("tunedb.arch", fromlist=["x"]).shipped_profile("sm90")
-SM80 = ArchProfile("sm80", "test", 108, 166912, 166912, 40 << 20, 0, 0.0, 0.0, 0.0, 0.0, 0.0, "test")
+from decode_interp_checks import arches, sig  # noqa: E402
 
-
-def sig(n=4096, k=4096, op="gemm", act="none", bias=False, dt="bf16"):
-    return FAMILY.make_signature(op, dt, n, k, act, bias)
+SM90, SM80 = arches()
 
 
 def test_stream_ids_round_trip_and_name_their_parameters():
