@@ -67,9 +67,8 @@ try:  # tl.extra.cuda.gdc_*: Triton 3.4+ (the validity predicate refuses _pdl co
 except ImportError:
     pass
 
-from tunedb.families.gemm.kernel_specs import KernelSpec
 from tunedb.families.gemm.kernels_common import NO_SPECIALIZE
-from tunedb.families.gemm.kernels_decode import finish_splitk
+from tunedb.families.gemm.kernels_decode import DecodeSpec, finish_splitk
 
 LINE = 64  # 2-byte elements per 128-byte L2 line
 CHUNK = 1024  # prefetch addresses per step: 8 per thread at 4 warps (int64 registers)
@@ -169,21 +168,18 @@ def chunk(bn: int, bk: int, pf: int) -> int:
 
 
 @dataclass(frozen=True)
-class PrefetchSpec(KernelSpec):
-    """The prefetch kernel's launch: launch_pdl for `_pdl`; prefetch and PDL off under the interpreter."""
-
-    pdl: bool = False
+class PrefetchSpec(DecodeSpec):
+    """The prefetch kernel's launch: the decode kernel's (launch_pdl for `_pdl`, PDL off under the
+    interpreter), and no prefetch under the interpreter."""
 
     @property
     def kernel(self) -> Any:
         return decode_pf_kernel
 
     def kwargs(self, interpret: bool = False) -> dict[str, Any]:
-        kw = super().kwargs()
+        kw = super().kwargs(interpret)
         if interpret:
-            kw["PF"], kw["PDL"] = 0, False
-        elif self.pdl:
-            kw["launch_pdl"] = True
+            kw["PF"] = 0
         return kw
 
 

@@ -39,8 +39,8 @@ try:  # tl.extra.cuda.gdc_*: Triton 3.4+ (the validity predicate refuses _pdl co
 except ImportError:
     pass
 
-from tunedb.families.gemm.kernel_specs import KernelSpec
 from tunedb.families.gemm.kernels_common import NO_SPECIALIZE, epilogue
+from tunedb.families.gemm.kernels_decode import DecodeSpec
 from tunedb.records import Config
 
 BM_PAD = 16  # output rows a block's workspace plane holds (every M <= 16)
@@ -141,24 +141,13 @@ def stream_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_BIAS
 
 
 @dataclass(frozen=True)
-class StreamSpec(KernelSpec):
-    """The stream kernel's launch: constexprs, num_warps (stages 1: the double buffer is in
-    registers) and launch_pdl for `_pdl`."""
-
-    pdl: bool = False
+class StreamSpec(DecodeSpec):
+    """The stream kernel's launch: the decode kernel's (launch_pdl for `_pdl`, PDL off under the
+    interpreter), num_stages 1 (the double buffer is in registers)."""
 
     @property
     def kernel(self) -> Any:
         return stream_kernel
-
-    def kwargs(self, interpret: bool = False) -> dict[str, Any]:
-        """Under the interpreter PDL is off: it has no grid dependency control."""
-        kw = super().kwargs()
-        if self.pdl and not interpret:
-            kw["launch_pdl"] = True
-        else:
-            kw["PDL"] = False
-        return kw
 
 
 def spec(cfg: Config) -> StreamSpec:
