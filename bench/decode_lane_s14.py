@@ -122,43 +122,57 @@ def measure(shapes, ms, quick: bool, full_read: bool, budget_s: float, sms: int,
     return reads, rows
 
 
-def layer_chain(rows: list[dict], m: int, layers: int = 4) -> dict:
-    """A layer's four GEMMs in sequence over `layers` cold copies (1.7 GB), one CUDA graph:
-    cuBLAS, the old lane's best without PDL, the new lane's best without PDL and the same with
-    every GEMM's PDL twin. Here a `_pdl` kernel overlaps a different GEMM's tail, as in a model.
-    Per-layer microseconds; {} when a GEMM of the layer has no measured pick at this M."""
+def layer_chain_timer(m: int, layers: int = 4, sms: int = 0, gemms: list | None = None):
+    """chain(pick) -> microseconds per layer of the layer's GEMMs (`gemms`, default LAYER) in order
+    over `layers` cold copies (1.7 GB), one CUDA graph; pick(n, k) names each GEMM's arm: "torch"
+    (cuBLAS, as the model calls it), "read:<id>" (decode_limit's pure read of the weight; needs
+    `sms`) or a config id. Here a `_pdl` kernel overlaps a different GEMM's tail, as in a model."""
     import torch
 
-    import decode_lane_summary as summ
     import decode_limit as dl
-    from tunedb.families.gemm import FAMILY, configs_decode
+    from tunedb.families.gemm import FAMILY
 
-    by_shape = {(r["N"], r["K"]): summ.picks(r) for r in rows if r["M"] == m}
-    if any((n, k) not in by_shape or not by_shape[(n, k)]["new"] for _, n, k, _ in LAYER):
-        return {}
+    gemms = gemms or LAYER
+
     ws = {name: [torch.randn(n, k, device=dl.DEVICE, dtype=dl._dtype()) * k ** -0.5 for _ in range(layers)]
-          for name, n, k, _ in LAYER}
-    outs = {name: torch.empty(m, n, device=dl.DEVICE, dtype=dl._dtype()) for name, n, _, _ in LAYER}
+          for name, n, k, _ in gemms}
+    outs = {name: torch.empty(m, n, device=dl.DEVICE, dtype=dl._dtype()) for name, n, _, _ in gemms}
     src = {(inp, k): outs[inp] if inp in outs else (torch.rand(m, k, device=dl.DEVICE) * 2 - 1).to(dl._dtype())
-           for _, _, k, inp in LAYER}
+           for _, _, k, inp in gemms}
 
     def chain(pick) -> float:
         calls = []
         for layer in range(layers):
-            for name, n, k, inp in LAYER:
+            for name, n, k, inp in gemms:
                 cid = pick(n, k)
                 w, o, a = ws[name][layer], outs[name], src[(inp, k)]
                 if cid == "torch":  # as decode_limit times cuBLAS (the model's own call)
                     calls.append(lambda a=a, w=w: torch.nn.functional.linear(a, w))
-                    continue
-                fn = FAMILY.launcher(FAMILY.parse_config(cid), FAMILY.make_signature("gemm", dl.DT, n, k))
-                calls.append(lambda fn=fn, a=a, w=w, o=o: fn(a, w, None, o))
+                elif cid.startswith("read:"):
+                    calls.append(dl.read_call(cid[5:], w, sms))
+                else:
+                    fn = FAMILY.launcher(FAMILY.parse_config(cid), FAMILY.make_signature("gemm", dl.DT, n, k))
+                    calls.append(lambda fn=fn, a=a, w=w, o=o: fn(a, w, None, o))
         for c in calls:  # warm: compiles, workspaces
             c()
         dl._sync()
-        # decode_limit's graph timer gives us per call; a layer is len(LAYER) calls
-        return dl.replay_ms(lambda i: calls[i](), len(calls)) * 1e3 * len(LAYER)
+        # decode_limit's graph timer gives us per call; a layer is len(gemms) calls
+        return dl.replay_ms(lambda i: calls[i](), len(calls)) * 1e3 * len(gemms)
 
+    return chain
+
+
+def layer_chain(rows: list[dict], m: int, layers: int = 4) -> dict:
+    """The layer chain (layer_chain_timer) for cuBLAS, the old lane's best without PDL, the new
+    lane's best without PDL and the same with every GEMM's PDL twin. Per-layer microseconds; {}
+    when a GEMM of the layer has no measured pick at this M."""
+    import decode_lane_summary as summ
+    from tunedb.families.gemm import configs_decode
+
+    by_shape = {(r["N"], r["K"]): summ.picks(r) for r in rows if r["M"] == m}
+    if any((n, k) not in by_shape or not by_shape[(n, k)]["new"] for _, n, k, _ in LAYER):
+        return {}
+    chain = layer_chain_timer(m, layers)
     twin = lambda cid: configs_decode.pdl_twin(configs_decode.parse(cid)).id  # noqa: E731
     res = {"M": m, "layers": layers, "cublas_us": chain(lambda n, k: "torch"),
            "picks": {f"{n}x{k}": by_shape[(n, k)]["new"] for _, n, k, _ in LAYER}}

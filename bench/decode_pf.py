@@ -35,9 +35,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import decode_bounds as db  # noqa: E402
 import decode_pf_summary as summ  # noqa: E402
+from decode_lane_s14 import LAYER, layer_chain_timer  # noqa: E402  (one Llama layer's GEMMs, timed in order)
 
 LLAMA = [(4096, 4096), (6144, 4096), (14336, 4096), (28672, 4096), (4096, 14336), (128256, 4096)]
-LAYER = [("qkv", 6144, 4096, "x"), ("o", 4096, 4096, "x"), ("gate_up", 28672, 4096, "o"), ("down", 4096, 14336, "h")]
 COPIES = 8  # calls per chain, each on its own cold copy (>= 268 MB for a 33.6 MB weight: past 2 x L2)
 OLD_PDL = ("dk8_n128x128_w8_s4_at_pdl", "dk1_n64x128_w4_s4_pdl", "dk16_n64x128_w4_s4_at_pdl",
            "dk8_n32x256_w4_s4_at_pdl", "dk8_n128x128_w8_s4_pdl", "dk1_n32x256_w4_s4_pdl", "dk1_n128x128_w8_s4_pdl")
@@ -192,36 +192,13 @@ def measure(shapes, ms, quick: bool, budget_s: float, sms: int, skip=frozenset()
 
 
 def layer_chain(rows: list[dict], reads: dict, m: int, sms: int, layers: int = 4) -> dict:
-    """A layer's four GEMMs in order over `layers` cold copies, one CUDA graph: us per layer for
-    cuBLAS, the old best PDL, the best `_pf` PDL / non-PDL config per shape, the best read per shape."""
-    import torch
-
-    import decode_limit as dl
-    from tunedb.families.gemm import FAMILY
-
+    """decode_lane_s14's layer chain (a layer's four GEMMs in order over `layers` cold copies, one
+    CUDA graph): us per layer for cuBLAS, the old best PDL, the best `_pf` PDL / non-PDL config per
+    shape, the best read per shape."""
     by_shape = {(r["N"], r["K"]): summ.picks(r) for r in rows if r["M"] == m}
     if any((n, k) not in by_shape for _, n, k, _ in LAYER):
         return {"M": m, "error": "a layer GEMM has no measured point at this M"}
-    ws = {name: [torch.randn(n, k, device=dl.DEVICE, dtype=dl._dtype()) * k ** -0.5 for _ in range(layers)]
-          for name, n, k, _ in LAYER}
-    outs = {name: torch.empty(m, n, device=dl.DEVICE, dtype=dl._dtype()) for name, n, _, _ in LAYER}
-    src = {(inp, k): outs[inp] if inp in outs else (torch.rand(m, k, device=dl.DEVICE) * 2 - 1).to(dl._dtype())
-           for _, _, k, inp in LAYER}
-
-    def chain(pick) -> float:
-        calls = []
-        for layer in range(layers):
-            for name, n, k, inp in LAYER:
-                w, o, a = ws[name][layer], outs[name], src[(inp, k)]
-                cid = pick(n, k)
-                if cid == "torch":
-                    calls.append(lambda a=a, w=w: torch.nn.functional.linear(a, w))
-                elif cid.startswith("read:"):
-                    calls.append(dl.read_call(cid[5:], w, sms))
-                else:
-                    fn = FAMILY.launcher(FAMILY.parse_config(cid), FAMILY.make_signature("gemm", dl.DT, n, k))
-                    calls.append(lambda fn=fn, a=a, w=w, o=o: fn(a, w, None, o))
-        return chain_us(lambda i: calls[i](), len(calls)) * len(LAYER)
+    chain = layer_chain_timer(m, layers, sms, LAYER)
 
     res = {"M": m, "layers": layers, "cublas_us": chain(lambda n, k: "torch"), "picks": {}}
     for kind in ("old_pdl", "pf_pdl", "pf_nopdl"):
