@@ -47,6 +47,17 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def parse_ms(text: str, example: str = "1,4,8,16") -> list[int]:
+    """'1,16' -> [1, 16]: decode M values, each 1..16 (the decode lane's sizes)."""
+    try:
+        ms = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        ms = []
+    if not ms or not all(1 <= m <= 16 for m in ms):
+        raise ValueError(f"--ms {text!r}: expected integers in 1..16, e.g. {example}")
+    return ms
+
+
 def weight_bytes(n: int, k: int, elem: int = 2) -> int:
     return n * k * elem
 

@@ -198,9 +198,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         shapes = db.parse_shapes(args.shapes)
-        ms = [int(v) for v in args.ms.split(",") if v.strip()]
-        if not ms or not all(1 <= m <= 16 for m in ms):
-            raise ValueError(f"--ms {args.ms!r}: expected integers in 1..16, e.g. 1,4,8,16")
+        ms = db.parse_ms(args.ms, "1,4,8,16")
     except ValueError as exc:
         ap.error(str(exc))
 
