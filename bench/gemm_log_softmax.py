@@ -105,6 +105,19 @@ def run_point(dt, n, k, m, l2, sm90):
     return row
 
 
+def geomean(vals) -> float:
+    """The geometric mean of the values given (None and 0 left out; nan when none is left)."""
+    vals = [v for v in vals if v]
+    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else float("nan")
+
+
+def failed_arms(rows, where) -> list[str]:
+    """Markdown lines naming every arm that failed at a row (configs invalid there left out);
+    where(row) names the point. [] when none failed."""
+    fails = [f"{where(r)} {c}: {why}" for r in rows for c, why in r["failed"].items() if not why.startswith("invalid")]
+    return ["", "Failed arms:"] + [f"- {x}" for x in fails] if fails else []
+
+
 def markdown(rows):
     f = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
     lines = ["| dt | N | K | M | torch us | recompute best (us) | fixup best (us) | linear + rows best (us) | tuned pick | tuned us | tuned vs torch | best Triton arm vs torch |",
@@ -113,12 +126,9 @@ def markdown(rows):
         lines.append(f"| {r['dt']} | {r['N']} | {r['K']} | {r['M']} | {f(r['torch_us'])} | {r['rc_best'] or '-'} ({f(r['rc_us'])}) "
                      f"| {r['fx_best'] or '-'} ({f(r['fx_us'])}) | {r.get('lr_best') or '-'} ({f(r.get('lr_us'))}) | {r['tuned']} | {f(r['tuned_us'])} | {f(r['speedup'], '.2f')} "
                      f"| {f(r['best_fused_speedup'], '.2f')} |")
-    fails = [f"{r['dt']} {r['N']}x{r['K']} M={r['M']} {c}: {why}" for r in rows for c, why in r["failed"].items()
-             if not why.startswith("invalid")]
-    if fails:
-        lines += ["", "Failed arms:"] + [f"- {x}" for x in fails]
+    lines += failed_arms(rows, lambda r: f"{r['dt']} {r['N']}x{r['K']} M={r['M']}")
     sp = [r["speedup"] for r in rows]
-    lines += ["", f"tuned vs torch: geomean {math.exp(sum(map(math.log, sp)) / len(sp)):.2f}x, min {min(sp):.2f}x, "
+    lines += ["", f"tuned vs torch: geomean {geomean(sp):.2f}x, min {min(sp):.2f}x, "
                   f"max {max(sp):.2f}x; points >= 1.3x: {sum(s >= 1.3 for s in sp)}/{len(sp)}"]
     return "\n".join(lines)
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ from tunedb.families.gemm_log_softmax.launch_rowfix import rowfix_arm
 from tunedb.measure.timers import rotation_copies
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from gemm_log_softmax import graph_us  # noqa: E402  (bench/gemm_log_softmax.py)
+from gemm_log_softmax import failed_arms, geomean, graph_us  # noqa: E402  (bench/gemm_log_softmax.py)
 
 FAM = families.get("gemm_log_softmax")
 CENSUS = Path(__file__).resolve().parent / "census" / "ctc_heads.json"
@@ -167,11 +166,6 @@ def summarise(row):
         row[f"pass_{tag}_over_copy"] = min(ps) / t["copy"] if ps else None
 
 
-def geo(vals):
-    vals = [v for v in vals if v]
-    return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else float("nan")
-
-
 def markdown(rows):
     f = lambda v, s=".2f": "-" if v is None else format(v, s)  # noqa: E731
     lines = ["| N | K | M | torch us | linear us | lsm us | copy us | old pick | old x | new pick | new x | bound x "
@@ -182,13 +176,10 @@ def markdown(rows):
                      f"| {f(t['lsm'], '.1f')} | {f(t['copy'], '.1f')} | {r['old_pick']} | {f(r['old_x'])} "
                      f"| {r['new_pick']} | {f(r['new_x'])} | {f(r['bound_x'])} | {f(r['pass_old_over_copy'])} "
                      f"| {f(r['pass_new_over_copy'])} |")
-    fails = [f"{r['N']}x{r['K']} M={r['M']} {c}: {why}" for r in rows for c, why in r["failed"].items()
-             if not why.startswith("invalid")]
-    if fails:
-        lines += ["", "Failed arms:"] + [f"- {x}" for x in fails]
-    lines += ["", f"geomean over {len(rows)} points: old pick {geo([r['old_x'] for r in rows]):.3f}x, new pick "
-                  f"{geo([r['new_x'] for r in rows]):.3f}x, bound (cuBLAS + a row pass at copy speed) "
-                  f"{geo([r['bound_x'] for r in rows]):.3f}x torch"]
+    lines += failed_arms(rows, lambda r: f"{r['N']}x{r['K']} M={r['M']}")
+    lines += ["", f"geomean over {len(rows)} points: old pick {geomean([r['old_x'] for r in rows]):.3f}x, new pick "
+                  f"{geomean([r['new_x'] for r in rows]):.3f}x, bound (cuBLAS + a row pass at copy speed) "
+                  f"{geomean([r['bound_x'] for r in rows]):.3f}x torch"]
     return "\n".join(lines)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from tunedb.arch import shipped_profile
 from tunedb.families.gemm_log_softmax import configs_rowfix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from gemm_log_softmax import best, time_arms  # noqa: E402  (bench/gemm_log_softmax.py)
+from gemm_log_softmax import best, failed_arms, geomean, time_arms  # noqa: E402  (bench/gemm_log_softmax.py)
 
 FAM = families.get("gemm_log_softmax")
 LR = ("lr_r1_c8192_w16", "lr_r1_c16384_w16", "lr_r1_c32768_w16", "lr_r1_c2048_w8")  # the shipped table's small-M picks
@@ -62,11 +61,6 @@ def run_point(n, k, m, l2, sm90, device="cuda", timer=None, dt="bf16"):
     return row
 
 
-def geomean(v):
-    v = [x for x in v if x]
-    return math.exp(sum(map(math.log, v)) / len(v)) if v else float("nan")
-
-
 def markdown(rows):
     f = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
     lines = ["| N | K | M | torch us | W+y floor us | best linear_rows us (x) | best old fixup us (x) | best rowfix us (x) | rowfix config | pick | pick x torch | pick without rowfix x |",
@@ -81,10 +75,7 @@ def markdown(rows):
     for cid in RF:
         cells = [f(r["times_us"]["torch"] / r["times_us"][cid], ".2f") if cid in r["times_us"] else "-" for r in rows]
         lines.append(f"| {cid} | " + " | ".join(cells) + " |")
-    fails = [f"{r['N']}x{r['K']} M={r['M']} {c}: {why}" for r in rows for c, why in r["failed"].items()
-             if not why.startswith("invalid")]
-    if fails:
-        lines += ["", "Failed arms:"] + [f"- {x}" for x in fails]
+    lines += failed_arms(rows, lambda r: f"{r['N']}x{r['K']} M={r['M']}")
     lines += ["", f"pick x torch: geomean {geomean([r['pick_x'] for r in rows]):.2f} (without rowfix "
                   f"{geomean([r['pick_without_rf_x'] for r in rows]):.2f}); best rowfix x torch: geomean "
                   f"{geomean([r['rf_x'] for r in rows]):.2f}, at M <= 256: "
