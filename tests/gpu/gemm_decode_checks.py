@@ -1,5 +1,6 @@
-"""What the GEMM decode-lane GPU tests share (test_gemm_decode_gpu.py, test_decode_stream_gpu.py):
-the decode shapes, the validity check, a warmed-up graph capture, and the check against fp32."""
+"""What the GEMM decode-lane GPU tests share (test_gemm_decode_gpu.py, test_decode_stream_gpu.py,
+test_gemm_decode_pf_gpu.py): the decode shapes, the validity check, a warmed-up graph capture, the
+check against fp32, and the deterministic reduction's bitwise repeatability."""
 import torch
 
 from tunedb.arch import shipped_profile
@@ -36,3 +37,21 @@ def check(y, ref, what, x_dtype):
     rounding = (ref.to(x_dtype).float() - ref).abs().max().item()
     err = (y.float() - ref).abs().max().item()
     assert err <= 4 * rounding + 2e-3 * ref.abs().max().item(), f"{what}: error {err:.3e} (rounding {rounding:.3e})"
+
+
+def check_bitwise_repeatable(cid, sig, x, w, b):
+    """The config's output checked against fp32, then bitwise the same on three more eager calls
+    and on three replays of a captured graph (NaN-poisoned before each). Returns the output."""
+    cfg = FAMILY.parse_config(cid)
+    first = FAMILY.launch(cfg, sig, x, w, b).clone()
+    check(first, FAMILY.reference(sig, x, w, b), cid, x.dtype)
+    for _ in range(3):
+        assert torch.equal(FAMILY.launch(cfg, sig, x, w, b), first)
+    out = torch.empty_like(first)
+    g = capture(cid, sig, x, w, b, out)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first)
+    return first

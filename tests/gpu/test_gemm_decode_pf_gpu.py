@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gemm_decode_checks import MS, SHAPES  # noqa: E402
+from gemm_decode_checks import MS, SHAPES, check_bitwise_repeatable  # noqa: E402
 from gemm_decode_checks import capture as _graph  # noqa: E402
 from gemm_decode_checks import check as _check  # noqa: E402
 from gemm_decode_checks import valid as _valid  # noqa: E402
@@ -114,15 +114,4 @@ def test_a_weight_written_by_the_previous_pdl_kernel_is_read_new(cid):
 def test_pf_deterministic_reduction_is_bitwise_repeatable(cid):
     sig = FAMILY.make_signature("gemm_act", "bf16", 4096, 14336, "gelu", True)
     (x, w, b), _ = FAMILY.make_inputs(sig, 16, "cuda", seed=0)
-    cfg = FAMILY.parse_config(cid)
-    first = FAMILY.launch(cfg, sig, x, w, b).clone()
-    _check(first, FAMILY.reference(sig, x, w, b), cid, x.dtype)
-    for _ in range(3):
-        assert torch.equal(FAMILY.launch(cfg, sig, x, w, b), first)
-    out = torch.empty_like(first)
-    g = _graph(cid, sig, x, w, b, out)
-    for _ in range(3):
-        out.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, first)
+    check_bitwise_repeatable(cid, sig, x, w, b)
