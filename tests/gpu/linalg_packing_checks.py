@@ -1,10 +1,29 @@
-"""The GPU checks the linalg packings' tests share (test_linalg_lane_gpu.py, test_linalg_reg_gpu.py):
-one config at one point against the fp64 reference, the non-SPD report, and a CUDA-graph replay."""
+"""The GPU checks the linalg packings' tests share (test_linalg_{lane,reg,rows}_gpu.py): the prior's
+configs of a packing, compiling them first, one config at one point against the fp64 reference,
+the non-SPD report, and a CUDA-graph replay."""
 import torch
 
 from tunedb.families.linalg import kernels_check as check
+from tunedb.families.linalg import kernels_prebuild
+from tunedb.families.linalg import kernels_space as space
 from tunedb.families.linalg.launch import launch
 
+
+
+def packing_configs(packing, op, n, dt, count):
+    """The prior's first `count` configs of `packing` for (op, n, dt) at batch 4096."""
+    return [c.id for c in space.candidates(op, n, dt, batch=4096) if c.packing == packing][:count]
+
+
+def compile_or_skip(items):
+    """Every (op, config, n, dt) of a test module compiled first, in a process pool; the module
+    skips without a GPU."""
+    import pytest
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    failures = kernels_prebuild.compile_all(items)
+    assert not failures, "\n".join(failures[:20])
 
 def check_reference(op, cid, n, dt, batch):
     """The upper triangle never read (NaN-poisoned), every output element written, the residual

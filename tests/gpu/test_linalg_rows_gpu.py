@@ -10,9 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from linalg_packing_checks import check_graph_replay, check_non_spd, check_reference  # noqa: E402
-
-from tunedb.families.linalg import kernels_prebuild  # noqa: E402
-from tunedb.families.linalg import kernels_space as space  # noqa: E402
+from linalg_packing_checks import compile_or_skip, packing_configs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -22,7 +20,7 @@ BATCHES = (1, 257, 4096)
 
 
 def _rows_configs(op, n, dt):
-    return [c.id for c in space.candidates(op, n, dt, batch=4096) if c.packing == "rows"][:2]
+    return packing_configs("rows", op, n, dt, 2)
 
 
 ITEMS = [(op, cid, n, dt) for op in ("potrf", "posv") for n in NS for dt in DTYPES for cid in _rows_configs(op, n, dt)]
@@ -30,10 +28,7 @@ ITEMS = [(op, cid, n, dt) for op in ("potrf", "posv") for n in NS for dt in DTYP
 
 @pytest.fixture(scope="module", autouse=True)
 def compiled():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    failures = kernels_prebuild.compile_all(ITEMS)
-    assert not failures, "\n".join(failures[:20])
+    compile_or_skip(ITEMS)
 
 
 @pytest.mark.parametrize("dt", DTYPES)
