@@ -3,13 +3,15 @@
 # ($OUT/<stage>.tgz); any other stage name is handed to bench/device_s14.sh (`script:stage` runs
 # that stage of bench/device_<script>.sh). SKIP_AFTER_S skips every later stage once the call has
 # run that long.
-#   bash bench/device_s15.sh tests decode-pf glsm-rows gemv-fp8 s13_repro:all
-# tests       GPU_TESTS="file ..." side by side (kernel tests: compile-bound), KT_S each
+#   bash bench/device_s15.sh tests decode-pf glsm-rows gemv-fp8 repro
+# tests       GPU_TESTS="file ..." side by side (kernel tests: compile-bound), KT_S each: device_s12.sh's
+#             gpu-tests, its logs in one tarball
 # decode-pf   bench/decode_pf.py --quick (issue 18: the decode lane's L2-prefetch twins; ~100 s)
 # glsm-rows   bench/glsm_rows.py --quick (issue 25: the row pass's vector hint, PDL, persistent pass; ~70 s)
 # gemv-fp8    bench/decode_gemv_fp8.py --quick (issue 20: the fp8/int8 GEMV kernel at M <= 16; ~60 s)
 # linalg-goal bench/linalg_ladder.py --goal (issue 19: every packing and torch at the goal cells)
-# glsm-build  the gemm_log_softmax table rebuilt (its kernels' hash moved), copied to $OUT/db/
+# glsm-build  the gemm_log_softmax table rebuilt (its kernels' hash moved), copied to $OUT/db/:
+#             device_s14.sh's glsm-rebuild
 # scaled-build  the int8, fp8 block and fp8 row-wise tables rebuilt, copied to $OUT/db/
 # repro       bench/device_s13_repro.sh: the linalg table tuned twice in one call, compared (~135 s)
 set -u
@@ -25,15 +27,12 @@ for s in "$@"; do
     echo "[skip $s] $(( $(date +%s) - T0 )) s > SKIP_AFTER_S=$SKIP_AFTER_S"; continue
   fi
   case $s in
-    tests)
-      for f in ${GPU_TESTS:-}; do n=$(basename "$f" .py)
-        run_stage "kt_$n" "${KT_S:-200}" "python -m pytest -m gpu -q -rf --tb=short -p no:cacheprovider $f" & done
-      wait ;;
+    tests) LOGS_TGZ=gpu-tests.tgz bash "$HERE/device_s12.sh" gpu-tests ;;  # one tarball: the device returns so many files
     decode-pf) run_stage decode_pf "${DECODE_PF_S:-150}" "python bench/decode_pf.py --quick --out \$OUT/decode_pf.json" ;;
     glsm-rows) run_stage glsm_rows "${GLSM_ROWS_S:-120}" "python bench/glsm_rows.py --quick --out \$OUT/glsm_rows" ;;
     gemv-fp8) run_stage gemv_fp8 "${GEMV_S:-120}" "python bench/decode_gemv_fp8.py ${GEMV_ARGS:---quick} --out \$OUT/decode_gemv_fp8.json" ;;
     linalg-goal) run_stage linalg_goal "${LINALG_GOAL_S:-200}" "python bench/linalg_ladder.py --goal ${LINALG_GOAL_ARGS:-} --out \$OUT/linalg_goal.json" ;;
-    glsm-build) run_stage glsm_build "${GLSM_S:-200}" "python -m tunedb build --family gemm_log_softmax --census bench/census/ctc_heads.json --no-fill --out system --fresh --run-id s15-glsm-\$(date +%s) && cp src/tunedb/db/sm90/gemm_log_softmax.json \$FINAL/db/" ;;
+    glsm-build) bash "$HERE/device_s14.sh" glsm-rebuild ;;  # the same build (its GLSM_S)
     repro) LOGS_TGZ=repro.tgz bash "$HERE/device_s13_repro.sh" ;;
     scaled-build)  # both W8A8 tables rebuilt (the families' hash moved with the GEMV kernel)
       run_stage scaled_int8 "${INT8_S:-150}" "python -m tunedb build --family scaled_mm --out system --no-fill --top-k 8 --fresh --census bench/census/quant_llama_int8.json --run-id s15-int8-\$(date +%s) && cp src/tunedb/db/sm90/scaled_mm.json \$FINAL/db/"
