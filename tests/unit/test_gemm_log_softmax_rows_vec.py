@@ -6,15 +6,14 @@ loads and stores at N=5000 with the hint, 2-byte ones without)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import device_triton  # noqa: E402
 import interpret_child  # noqa: E402
 
 from tunedb.arch import shipped_profile
@@ -23,8 +22,6 @@ from tunedb.families.gemm_log_softmax import FAMILY, configs
 from tunedb.families.gemm_log_softmax.launch import row_vec
 
 SM90 = shipped_profile("sm90")
-SRC = Path(__file__).resolve().parents[2] / "src"
-WHEEL_SITE = Path("/tmp/t36/site")  # the device's Triton (3.6) installed beside the CPU's own
 
 
 def test_pdl_row_ids_round_trip_and_the_predicate():
@@ -188,28 +185,14 @@ print("PTX " + json.dumps(out))
 """
 
 
-def _device_triton_path() -> str | None:
-    try:
-        import triton
-
-        if triton.__version__.startswith("3.6"):
-            return ""
-    except ImportError:
-        pass
-    init = WHEEL_SITE / "triton" / "__init__.py"
-    return str(WHEEL_SITE) if init.is_file() and '"3.6' in init.read_text() or "'3.6" in (
-        init.read_text() if init.is_file() else "") else None
-
-
 @pytest.mark.slow
 def test_the_hint_vectorises_n5000_rows_on_sm90_with_the_device_triton():
     import json
 
-    path = _device_triton_path()
+    path = device_triton.path()
     if path is None:
-        pytest.skip(f"no Triton 3.6 here (neither the running Triton nor {WHEEL_SITE})")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(SRC)) if p))
-    env.pop("TRITON_INTERPRET", None)
+        pytest.skip(f"no Triton 3.6 here (neither the running Triton nor {device_triton.WHEEL_SITE})")
+    env = device_triton.child_env(path)
     proc = subprocess.run([sys.executable, "-c", _PTX], capture_output=True, text=True, timeout=600, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PTX ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]

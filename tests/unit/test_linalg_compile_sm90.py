@@ -8,7 +8,6 @@ the 3.6 wheel installed beside the CPU's own (pip install --no-deps --target /tm
 triton==3.6.0), or from the running Triton when that is 3.6; without either the test skips."""
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,32 +16,9 @@ import pytest
 
 from tunedb.families.linalg import compile_target, kernels_space as space
 
-DEVICE_TRITON = "3.6"
-WHEEL_SITE = Path("/tmp/t36/site")  # where the project's notes install the device's wheel
-SRC = Path(__file__).resolve().parents[2] / "src"
-
-
-def _site_version(site: Path) -> str | None:
-    init = site / "triton" / "__init__.py"
-    if not init.is_file():
-        return None
-    found = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", init.read_text())
-    return found.group(1) if found else None
-
-
-def _device_triton_path() -> str | None:
-    """The PYTHONPATH entry that makes `import triton` the device's version ('' for the
-    running one), or None when this machine has no such Triton."""
-    try:
-        import triton
-
-        if triton.__version__.startswith(DEVICE_TRITON):
-            return ""
-    except ImportError:
-        pass
-    version = _site_version(WHEEL_SITE)
-    return str(WHEEL_SITE) if version and version.startswith(DEVICE_TRITON) else None
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_triton import DEVICE_TRITON, WHEEL_SITE, child_env  # noqa: E402
+from device_triton import path as _device_triton_path  # noqa: E402
 
 def test_the_compile_list_is_every_lane_and_reg_config_the_validity_predicate_admits():
     items = compile_target.items()
@@ -61,8 +37,7 @@ def test_every_lane_and_reg_kernel_compiles_for_sm90_with_the_device_triton():
     path = _device_triton_path()
     if path is None:
         pytest.skip(f"no Triton {DEVICE_TRITON} here (neither the running Triton nor {WHEEL_SITE})")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, str(SRC)) if p))
-    env.pop("TRITON_INTERPRET", None)
+    env = child_env(path)
     jobs = str(max(1, min(4, (os.cpu_count() or 2))))
     proc = subprocess.run([sys.executable, "-m", "tunedb.families.linalg.compile_target", "--jobs", jobs],
                           capture_output=True, text=True, timeout=1500, env=env)

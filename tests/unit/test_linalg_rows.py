@@ -6,14 +6,13 @@ the others still right; the in-place forms. And the config space's rules for the
 register budget, whole rows per thread, its place in the candidates), and a compile for sm90 in
 the device's Triton (3.6) of the configs the GPU test runs."""
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import device_triton  # noqa: E402
 import interpret_child  # noqa: E402
 
 from tunedb.families.linalg import kernels_space as space  # noqa: E402
@@ -90,12 +89,10 @@ for op in ("potrf", "posv"):
 def test_the_gpu_tests_rows_kernels_compile_for_sm90_with_the_device_triton():
     """The first two rows configs of each op x dtype x n in {16, 32} (what the GPU test and the
     goal bench run first), compiled by Triton 3.6 for sm90 (2-4 minutes on 2 cores)."""
-    site = Path("/tmp/t36/site")
-    if not (site / "triton").is_dir():
-        pytest.skip(f"no Triton 3.6 wheel at {site}")
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(site), str(src))))
-    env.pop("TRITON_INTERPRET", None)
+    site = device_triton.path()
+    if site is None:
+        pytest.skip(f"no Triton 3.6 here (neither the running Triton nor {device_triton.WHEEL_SITE})")
+    env = device_triton.child_env(site)
     proc = subprocess.run([sys.executable, "-c", _COMPILE], capture_output=True, text=True, timeout=1500, env=env)
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) == 16 and all(r["config"].startswith("rows_") for r in results), proc.stderr[-3000:]

@@ -8,13 +8,13 @@ config, and the launch refusing an M the predicate refuses; and every gv kernel 
 sm90 by the device's Triton 3.6 (16-byte weight loads, the FMA loop pipelined through cp.async,
 no spills, griddepcontrol only in _pdl twins)."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import device_triton
 import interpret_child
 
 from tunedb.arch import shipped_profile
@@ -29,8 +29,6 @@ SM80 = ArchProfile("sm80", "A100", 108, 167936, 166912, 41943040, 65536, 1500.0,
 SHAPES = ((80, 520), (36, 200))  # N, K: K not a multiple of the K block, N not of BN
 FMA_IDS = ("gv1_n8x256_w2_s3", "gv2_n4x128_w2_s3_pdl", "gv3_n16x128_w4_s2")
 MMA_IDS = ("gv1_n16x256_w4_s3_mma", "gv2_n32x128_w4_s3_mma_pdl")
-WHEEL_SITE = Path("/tmp/t36/site")  # the device's Triton 3.6, installed beside the CPU's own
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def sig(n=4096, k=4096, scale="row", family="scaled_mm_fp8"):
@@ -217,11 +215,10 @@ def _compile_child(cases) -> None:
 
 @pytest.mark.slow
 def test_gemv_kernels_compile_for_sm90_with_the_device_triton():
-    init = WHEEL_SITE / "triton" / "__init__.py"
-    if not init.is_file() or "3.6" not in init.read_text().split("__version__", 1)[-1][:20]:
-        pytest.skip(f"no Triton 3.6 at {WHEEL_SITE}")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(WHEEL_SITE), str(SRC), str(Path(__file__).parent))))
-    env.pop("TRITON_INTERPRET", None)
+    site = device_triton.path()
+    if site is None:
+        pytest.skip(f"no Triton 3.6 here (neither the running Triton nor {device_triton.WHEEL_SITE})")
+    env = device_triton.child_env(site, str(Path(__file__).parent))
     proc = subprocess.run([sys.executable, __file__, "compile"], capture_output=True, text=True, timeout=600, env=env)
     rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert len(rows) == len(COMPILE_CASES), proc.stderr[-3000:]
