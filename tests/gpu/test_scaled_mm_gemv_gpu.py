@@ -122,3 +122,28 @@ def test_gv_pdl_chain_reads_what_the_previous_kernel_wrote(cid, m):
         torch.cuda.synchronize()
         for i, (o, w) in enumerate(zip(got, want)):
             assert torch.equal(o, w), f"{cid} link {i}: not bitwise equal to the eager chain"
+
+
+@pytest.mark.parametrize("cid", ["gv4_n32x256_w4_s5_mma", "gv3_n16x256_w4_s5"])
+def test_a_split_launcher_first_called_inside_a_capture(cid):
+    """A launcher whose first call is captured (its split counters and workspace made, and zeroed,
+    only inside the graph) keeps no buffers from the capture: an eager call before any replay makes
+    its own zeroed ones and is exact; the graph's replay is exact too."""
+    sig = INT8.make_signature("scaled_mm", 1024, 4096, "bf16")
+    m = 16 if "_mma" in cid else 1
+    x, w, sx, sw = INT8.make_inputs(sig, m, "cuda", seed=7)[0]
+    acc = (x.double() @ w.double().t()).float()
+    want = acc.mul_(sx.reshape(-1, 1)).mul_(sw.reshape(1, -1)).to(torch.bfloat16)
+    assert INT8.invalid_reason(INT8.parse_config(cid), sig, m, SM90) is None
+    run = INT8.launcher(INT8.parse_config(cid), sig)
+    INT8.launch(INT8.parse_config(cid), sig, x, w, sx, sw)  # compiles through another launcher
+    out = torch.empty((m, 1024), dtype=torch.bfloat16, device="cuda")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run(x, w, sx, sw, out)
+    for _ in range(2):
+        assert torch.equal(run(x, w, sx, sw, None), want), f"{cid}: eager call after the capture"
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want), f"{cid}: replay"

@@ -156,10 +156,13 @@ def _triton(config: Config, sig: Signature) -> Launcher:
                 raise ValueError(f"{config.id} (triton_decode) serves M <= {configs.DECODE_MAX_M}, got M={m}")
             bufs = scratch_bufs.get(x.device)
             if bufs is None:
-                bufs = scratch_bufs[x.device] = (
-                    torch.zeros(slabs * split * configs.DECODE_MAX_M * bn if split > 1 else 1, dtype=ws_dtype,
-                                device=x.device),
-                    torch.zeros(slabs, dtype=torch.int32, device=x.device))
+                bufs = (torch.zeros(slabs * split * configs.DECODE_MAX_M * bn if split > 1 else 1, dtype=ws_dtype,
+                                    device=x.device),
+                        torch.zeros(slabs, dtype=torch.int32, device=x.device))
+                # buffers made inside a graph capture are zeroed only when the graph replays: they
+                # stay that graph's, and the next eager call makes (and keeps) its own
+                if not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
+                    scratch_bufs[x.device] = bufs
             if gemv:
                 why = gemv_reason(config, m)
                 if why:  # the predicate refuses it; so does the launch
