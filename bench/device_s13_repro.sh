@@ -10,8 +10,11 @@
 # both runs before the solver leg (potrf, trsv, posv: 108 cells), so if the budget runs out the
 # ladder comparison is complete. Every stage runs under `timeout`, capped by what is left of
 # REPRO_BUDGET_S (300 s); a stage with under 10 s left is skipped and says so.
-# Knobs: REPRO_ARMS (--max-arms, 4 as the shipped table), REPRO_PICK (paired|median),
-#   REPRO_MAX_ROUNDS (45: extra rounds, 9 at a time, only while a cell is ambiguous), REPRO_DTYPES.
+# Knobs: REPRO_ARMS (--max-arms, 4 as the shipped table), REPRO_PICK (low|paired|median; low since
+#   session 16: lower quartiles, the band widened to REPRO_JITTER_NS a call), REPRO_JITTER_NS (150),
+#   REPRO_MAX_ROUNDS (45: extra rounds, 9 at a time, only while a cell is ambiguous (paired,
+#   median) or a burst took > 40% of an arm's samples (low)), REPRO_DTYPES.
+# The samples files keep each round's time, order and the GPU's SM clock and throttle reasons.
 # Expected: prebuild 60-120 s (263 kernels, cold Triton cache), each ladder leg 20-35 s, each
 #   solver leg 35-60 s, compare < 5 s: about 200-280 s.
 . "$(dirname "$0")/device_stages.sh"
@@ -19,10 +22,11 @@ record_env
 BUDGET=${REPRO_BUDGET_S:-300}
 T0=$(date +%s)
 ARMS=${REPRO_ARMS:-4}
-PICK=${REPRO_PICK:-paired}
+PICK=${REPRO_PICK:-low}
+JIT=${REPRO_JITTER_NS:-150}
 MAXR=${REPRO_MAX_ROUNDS:-45}
 DT=${REPRO_DTYPES:-fp32,fp64}
-TUNE="python -m tunedb linalg tune --max-arms $ARMS --dtypes $DT --pick $PICK --max-rounds $MAXR"
+TUNE="python -m tunedb linalg tune --max-arms $ARMS --dtypes $DT --pick $PICK --launch-jitter-ns $JIT --max-rounds $MAXR"
 stage() {  # name cap_s command... (device_stages.sh's, capped by what is left of BUDGET)
   local name=$1 cap=$2; shift 2
   local left=$(( BUDGET - ($(date +%s) - T0) - 5 ))  # 5 s kept for the comparison
@@ -43,9 +47,9 @@ compare() {  # every run's samples present so far, both ways: as tuned (all roun
   b=$(ls "$OUT"/b_*.jsonl 2>/dev/null | paste -sd, -)
   [ -n "$a" ] && [ -n "$b" ] || { echo "no samples of both runs"; return 1; }
   echo "== all rounds (the tables as tuned, and each rule on the same samples)"
-  python bench/linalg_pick_replay.py cross "$a" "$b" --out "$OUT/cross_all.json"
+  python bench/linalg_pick_replay.py cross "$a" "$b" --jitter-ns "$JIT" --out "$OUT/cross_all.json"
   echo "== each cell's first 9 rounds (a run without extra rounds)"
-  python bench/linalg_pick_replay.py cross "$a" "$b" --first 9 --out "$OUT/cross_first9.json"
+  python bench/linalg_pick_replay.py cross "$a" "$b" --jitter-ns "$JIT" --first 9 --out "$OUT/cross_first9.json"
   python -m tunedb diff "$OUT/a/sm90/linalg.json" "$OUT/b/sm90/linalg.json" > "$OUT/diff_ab.txt" 2>&1
   return 0
 }
