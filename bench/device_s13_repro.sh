@@ -5,7 +5,10 @@
 # compared cell by cell on the CPU: the tables as tuned, and every pick rule replayed on the same
 # samples (the median rule on each cell's first 9 rounds is what session 9 shipped).
 #   bash bench/device_s13_repro.sh [STAGE...]   (on the device, from the repository root)
-# Stages (default all, in this order): prebuild ladder-a ladder-b solver-a solver-b compare.
+# Stages (default all, in this order): prebuild ladder-a ladder-b solver-a solver-b compare seed-check.
+# seed-check (issue 19, session 16): the dot cells again in a third process with run a's seed (the
+# same shuffle order and ring inputs), compared with a and b: if c agrees with a where b does not,
+# the seed (order, inputs) moves the launch-floor cells; if not, the process does (~15 s).
 # The ladder leg (dot, gemv, gemm: 108 cells, where 14 of session 9's 17 moves were) is measured by
 # both runs before the solver leg (potrf, trsv, posv: 108 cells), so if the budget runs out the
 # ladder comparison is complete. Every stage runs under `timeout`, capped by what is left of
@@ -16,7 +19,8 @@
 #   median) or a burst took > 40% of an arm's samples (low)), REPRO_DTYPES.
 # The samples files keep each round's time, order and the GPU's SM clock and throttle reasons.
 # Expected: prebuild 60-120 s (263 kernels, cold Triton cache), each ladder leg 20-35 s, each
-#   solver leg 35-60 s, compare < 5 s: about 200-280 s.
+#   solver leg 35-60 s, compare < 5 s, seed-check 15-40 s: about 215-300 s (REPRO_BUDGET_S caps it;
+#   seed-check is the first to be skipped).
 . "$(dirname "$0")/device_stages.sh"
 record_env
 BUDGET=${REPRO_BUDGET_S:-300}
@@ -53,7 +57,15 @@ compare() {  # every run's samples present so far, both ways: as tuned (all roun
   python -m tunedb diff "$OUT/a/sm90/linalg.json" "$OUT/b/sm90/linalg.json" > "$OUT/diff_ab.txt" 2>&1
   return 0
 }
-STAGES=${*:-prebuild ladder-a ladder-b solver-a solver-b compare}
+seed_check() {  # run c (seed 0, dot only) against a and against b, on the dot cells
+  local a=$OUT/a_ladder.jsonl b=$OUT/b_ladder.jsonl c=$OUT/c_ladder.jsonl
+  [ -f "$a" ] && [ -f "$b" ] && [ -f "$c" ] || { echo "seed-check: missing samples"; return 1; }
+  echo "== a (seed 0) vs c (seed 0, another process), dot"
+  python bench/linalg_pick_replay.py cross "$a" "$c" --ops dot --jitter-ns "$JIT" --out "$OUT/cross_ac.json"
+  echo "== b (seed 1) vs c (seed 0), dot"
+  python bench/linalg_pick_replay.py cross "$b" "$c" --ops dot --jitter-ns "$JIT" --out "$OUT/cross_bc.json"
+}
+STAGES=${*:-prebuild ladder-a ladder-b solver-a solver-b compare seed-check}
 for s in $STAGES; do
   case $s in
     prebuild) stage prebuild 150 "$TUNE --prebuild --build-jobs ${REPRO_JOBS:-15}" ;;
@@ -62,6 +74,9 @@ for s in $STAGES; do
     solver-a) stage solver_a 110 "$TUNE --legs solver --seed 0 --build-jobs 4 --samples $OUT/a_solver.jsonl --out $OUT/a" ;;
     solver-b) stage solver_b 110 "$TUNE --legs solver --seed 1 --build-jobs 4 --samples $OUT/b_solver.jsonl --out $OUT/b" ;;
     compare) compare > "$OUT/compare.log" 2>&1; echo "[stage compare] rc=$?"; cat "$OUT/compare.log" ;;
+    seed-check)
+      stage ladder_c 40 "$TUNE --legs ladder --ops dot --seed 0 --build-jobs 4 --samples $OUT/c_ladder.jsonl --out $OUT/c"
+      seed_check > "$OUT/seed_check.log" 2>&1; echo "[stage seed-check] rc=$?"; grep -v "^ \{19\}" "$OUT/seed_check.log" ;;
     *) echo "unknown stage $s" ;;
   esac
 done
