@@ -72,16 +72,32 @@ def median(xs: list[float]) -> float:
     return pick.median(xs)
 
 
-RULES: dict[str, Callable[[Samples], str]] = {
-    "median": lambda s: pick.decide({a: median(v) for a, v in s.items()}).native,
-    "paired-plausible": lambda s: pick.decide_paired(s, tie="plausible").native,
-    "paired-shown": lambda s: pick.decide_paired(s, tie="shown").native,
+JITTER = {"ns": pick.LAUNCH_JITTER_NS}  # --jitter-ns: the "low" rule's launch jitter
+
+# each rule: (samples, batch) -> the native pick
+RULES: dict[str, Callable[[Samples, int], str]] = {
+    "median": lambda s, b: pick.decide({a: median(v) for a, v in s.items()}).native,
+    "paired-plausible": lambda s, b: pick.decide_paired(s, tie="plausible").native,
+    "paired-shown": lambda s, b: pick.decide_paired(s, tie="shown").native,
+    "low": lambda s, b: pick.decide_low(s, b, jitter_ns=JITTER["ns"]).native,
 }
 
 
-def regret(judge: Samples, a: str, b: str) -> float:
-    """b's pick over a's, timed by `judge`'s medians."""
-    return median(judge[b]) / median(judge[a]) - 1.0
+def regret(judge: Samples, a: str, b: str, stat: Callable[[list[float]], float] = median) -> float:
+    """b's pick over a's, timed by `judge`'s medians (or `stat`)."""
+    return stat(judge[b]) / stat(judge[a]) - 1.0
+
+
+def low(xs: list[float]) -> float:
+    return pick.quantile(xs, pick.LOW_QUANTILE)
+
+
+def cell_band(name: str, runs: tuple[Samples, ...], batch: int, band: float) -> float:
+    """The band a rule judged the cell with: the tie band, or for "low" the wider of the two
+    runs' noise bands (each run widened its own)."""
+    if name != "low":
+        return band
+    return max(pick.noise_band(min(pick.low_times(s).values()) * batch, band, JITTER["ns"]) for s in runs)
 
 
 def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dict, dict] | None = None) -> list[dict]:
@@ -102,14 +118,17 @@ def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dic
                     continue
                 pa, pb = recorded[0][k], recorded[1][k]
             else:
-                pa, pb = RULES[name](sa), RULES[name](sb)
+                pa, pb = RULES[name](sa, k[3]), RULES[name](sb, k[3])
             cells += 1
             if pa == pb:
                 same += 1
                 continue
-            worst = max(regret(sa, pa, pb), regret(sb, pb, pa)) if pa in sa and pb in sb else float("nan")
-            moves.append({"cell": list(k), "a": pa, "b": pb, "regret": round(worst, 4)})
-        beyond = [m for m in moves if not m["regret"] <= band]
+            stat = low if name == "low" else median  # "low" times an arm by its lower quartile
+            worst = (max(regret(sa, pa, pb, stat), regret(sb, pb, pa, stat)) if pa in sa and pb in sb
+                     else float("nan"))
+            moves.append({"cell": list(k), "a": pa, "b": pb, "regret": round(worst, 4),
+                          "band": round(cell_band(name, (sa, sb), k[3], band), 4)})
+        beyond = [m for m in moves if not m["regret"] <= m["band"]]
         rows.append({"rule": name, "cells": cells, "same": same, "moves": len(moves),
                      "beyond_band": len(beyond), "max_regret": max((m["regret"] for m in moves), default=0.0),
                      "move_list": moves})
@@ -122,7 +141,7 @@ def ambiguous(s: Samples) -> bool:
     return pick.ambiguous(s)
 
 
-def draw_picks(full: Samples, name: str, rng: random.Random, rounds: int, max_rounds: int) -> str:
+def draw_picks(full: Samples, name: str, rng: random.Random, rounds: int, max_rounds: int, batch: int = 1) -> str:
     """One simulated re-measurement: `rounds` paired rounds drawn with replacement from the
     recorded ones; while the cell is ambiguous and fewer than `max_rounds` are drawn, `rounds`
     more (what `tunedb linalg tune --max-rounds` does on the GPU); then the rule."""
@@ -131,7 +150,7 @@ def draw_picks(full: Samples, name: str, rng: random.Random, rounds: int, max_ro
     take = lambda: {a: [v[i] for i in idx] for a, v in full.items()}  # noqa: E731
     while len(idx) + rounds <= max_rounds and ambiguous(take()):
         idx += [rng.randrange(n) for _ in range(rounds)]
-    return RULES[name](take())
+    return RULES[name](take(), batch)
 
 
 def resample(run: dict, rules: list[str], band: float, draws: int, seed: int,
@@ -145,7 +164,7 @@ def resample(run: dict, rules: list[str], band: float, draws: int, seed: int,
             full = run[k]
             n = rounds or min(len(v) for v in full.values())
             for _ in range(draws):
-                picks = [draw_picks(full, name, rng, n, max_rounds or n) for _ in range(2)]
+                picks = [draw_picks(full, name, rng, n, max_rounds or n, k[3]) for _ in range(2)]
                 total += 1
                 if picks[0] == picks[1]:
                     agree += 1
@@ -202,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="resample: rounds per draw (default: recorded)")
     ap.add_argument("--max-rounds", type=int, default=None,
                     help="resample: draw --rounds more while the cell is ambiguous, up to this many")
+    ap.add_argument("--jitter-ns", type=float, default=pick.LAUNCH_JITTER_NS,
+                    help="the low rule's launch jitter, ns a call (0: the tie band alone)")
     ap.add_argument("--out", help="write the rows as JSON here")
     args = ap.parse_args(argv)
     rules = [r for r in args.rules.split(",") if r]
@@ -209,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown rule(s) {bad}; rules: {', '.join(RULES)}")
     ops = {o for o in args.ops.split(",") if o}
+    JITTER["ns"] = args.jitter_ns
     if args.mode == "table":
         total, amb = table_ambiguous(args.runs[0])
         print(f"{args.runs[0]}: {total} cells, {len(amb)} ambiguous at 90% (normal approximation, unpaired)")
@@ -239,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['rule']:>17} {r['cells']:>5} {r['same']:>5} {100 * r['same'] / max(1, r['cells']):>6.1f}% "
                   f"{r['moves']:>5} {r['beyond_band']:>6} {100 * r['max_regret']:>9.2f}%")
             for m in r["move_list"]:
-                print(f"{'':>19}{' '.join(map(str, m['cell']))}: {m['a']} / {m['b']} ({100 * m['regret']:+.2f}%)")
+                print(f"{'':>19}{' '.join(map(str, m['cell']))}: {m['a']} / {m['b']} ({100 * m['regret']:+.2f}%; "
+                      f"band {100 * m['band']:.1f}%)")
     else:
         rows = []
         print(f"{'run':>40} {'rule':>17} {'cells':>5} {'agree':>7} {'> band':>7} {'max regret':>10}")

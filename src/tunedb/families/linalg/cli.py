@@ -59,9 +59,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--max-rounds", type=int, default=None,
                       help="while a cell is ambiguous (an arm's paired interval straddles the band edge), "
                            "--rounds more rounds, up to this many (default: --rounds, no extra rounds)")
-    tune.add_argument("--pick", default="median", choices=("median", "paired"),
+    tune.add_argument("--pick", default="median", choices=("median", "paired", "low"),
                       help="median: the tie band on the medians (default); paired: an arm ties when its "
-                           "per-round ratio's 90%% interval is within the band")
+                           "per-round ratio's 90%% interval is within the band; low: each arm's lower "
+                           "quartile, the band widened to --launch-jitter-ns a call (pick.decide_low)")
+    tune.add_argument("--launch-jitter-ns", type=float, default=None,
+                      help="--pick low: the run-to-run jitter of one call's time, ns (default "
+                           "pick.LAUNCH_JITTER_NS, 150); a cell's band is max(margin, this / the "
+                           "fastest arm's ns a call); 0: the margin alone")
     tune.add_argument("--samples", default=None, metavar="FILE.jsonl",
                       help="write every cell's raw samples here (one cell a line; also with --dry-run)")
     tune.add_argument("--max-arms", type=int, default=12, help="Triton configs timed per cell")
@@ -155,6 +160,10 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     ns = _split(getattr(args, "n", None), tuple(map(str, grid_n)), "n")
     ns = tuple(int(n) for n in ns) if ns else None
     rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
+    jitter = getattr(args, "launch_jitter_ns", None)
+    jitter = pick.LAUNCH_JITTER_NS if jitter is None else jitter
+    if not (jitter >= 0 and jitter == jitter):
+        raise TunedbError(f"--launch-jitter-ns {jitter} must be a number >= 0 (ns a call; 0: the margin alone)")
     arch_family = arch_family or selector.current_arch_family()
     profile = selector.shipped_profile(arch_family)
     path = target(args.out, arch_family)
@@ -174,7 +183,8 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     reports = ladder.run(timer, legs, profile, quick=args.quick, rounds=args.rounds, seed=args.seed,
                          rule=rule, dtypes=dtypes, ops=ops, max_arms=args.max_arms,
                          allow_busy=getattr(args, "allow_busy", False), progress=log, ns=ns,
-                         decide=getattr(args, "pick", None) or "median", max_rounds=getattr(args, "max_rounds", None))
+                         decide=getattr(args, "pick", None) or "median", max_rounds=getattr(args, "max_rounds", None),
+                         jitter_ns=jitter)
     if getattr(args, "samples", None):
         _write_samples(Path(args.samples), reports)
     ladder.check_complete(reports, args.quick, dtypes, ops, ns)
@@ -186,7 +196,8 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     new = table.build(reports, old, arch_family=arch_family,
                       file_validators=validators.current(FAMILY.impl_hash()),
                       provenance=_provenance(timer, started), rule=rule, legs=legs, quick=args.quick,
-                      decide=getattr(args, "pick", None) or "median", max_rounds=getattr(args, "max_rounds", None))
+                      decide=getattr(args, "pick", None) or "median", max_rounds=getattr(args, "max_rounds", None),
+                      jitter_ns=jitter)
     changes = table.table_changes(old, new)
     measured = sum(len(r.results) for r in reports if not r.invalid)
     print(f"{measured} cells measured; {len(changes)} change(s) against {base if old else 'no table'}:")
@@ -221,7 +232,8 @@ def _write_samples(path: Path, reports: Any) -> None:
             lines.append(json.dumps({"op": c.op, "dt": c.dt, "n": c.n, "batch": c.batch, "leg": rep.leg,
                                      "invalid": bool(rep.invalid),
                                      "samples": {a: list(v) for a, v in r.samples.items()},
-                                     "statuses": dict(r.statuses), "winner": r.pick.winner, "native": r.pick.native},
+                                     "statuses": dict(r.statuses), "winner": r.pick.winner, "native": r.pick.native,
+                                     "rounds": [dict(x) for x in r.rounds]},
                                     sort_keys=True))
     path.parent.mkdir(parents=True, exist_ok=True)
     store.write_atomic(path, "\n".join(lines) + "\n")

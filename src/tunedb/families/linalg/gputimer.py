@@ -71,6 +71,14 @@ class GraphTimer:
     def foreign_pids(self) -> frozenset[int]:
         return self.env.foreign_pids()
 
+    def snapshot(self) -> dict[str, Any]:
+        """The GPU's SM clock, throttle reasons, temperature and power now (NVML; empty without
+        it): the ladder keeps them per round, so a slow stretch can be told from a clock drop."""
+        if not getattr(self.env, "available", False):
+            return {}
+        snap = self.env.snapshot()
+        return {k: snap[k] for k in ("sm_clock_mhz", "throttle", "temp_c", "power_w") if k in snap}
+
     def identity(self) -> dict[str, str]:
         return self.env.identity() if getattr(self.env, "available", False) else {}
 

@@ -3,10 +3,14 @@
 Per cell: each arm passes the numerical gate first (its worst residual within the verify
 factor of torch's on the same inputs; a failing arm is recorded with its status and never
 wins); then at least nine paired rounds, the surviving arms in a freshly shuffled order each
-round, every raw sample kept, and (with a cap) more rounds while the cell is ambiguous. The
-cell's decision is pick.decide on the medians, or pick.decide_paired on the paired rounds. The eager-only
-library arm (`torch_checked`) is measured and reported beside the others but never decides a
-cell. Timers are pluggable: gputimer.GraphTimer on a GPU (CUDA graphs over a ring of fresh
+round, every raw sample kept, and (with a cap) more rounds while the cell is ambiguous (paired)
+or a burst took much of it (low). The cell's decision is pick.decide on the medians,
+pick.decide_paired on the paired rounds, or pick.decide_low on the lower quartiles with the
+launch-jitter band. The eager-only library arm (`torch_checked`) is measured and reported beside
+the others but never decides a cell; it is timed in rounds of its own after the cell's paired
+rounds, since a sample right after it came out slow 2-4x more often than others (s15 B, D).
+Each round keeps when it ran, its order and (from a timer that has them) the GPU's clock and
+throttle readings, for telling a slow stretch's cause. Timers are pluggable: gputimer.GraphTimer on a GPU (CUDA graphs over a ring of fresh
 inputs), FakeTimer here (a cost function plus seeded noise), so the whole regeneration is tested
 without a GPU. A timer may say why an arm failed (`failure(cell, arm)`); the reason is kept
 beside the status (the log line, the table's evidence). The GPU must be quiet: a foreign compute process at the start refuses the run
@@ -15,6 +19,7 @@ beside the status (the log line, the table's evidence). The GPU must be quiet: a
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
@@ -135,6 +140,7 @@ class CellResult:
     residuals: Mapping[str, float | None]  # arm -> worst residual / torch's (the gate)
     pick: pick.CellPick
     errors: Mapping[str, str] = field(default_factory=dict)  # failed arm -> why (when the timer says)
+    rounds: tuple[Mapping[str, Any], ...] = ()  # per paired round: t_s, order, the timer's readings
 
     def failed(self) -> list[str]:
         """'arm status (why)' for every failed arm, for the log."""
@@ -145,17 +151,21 @@ class CellResult:
         return _median(self.samples.get(arm, ()))
 
 
-DECIDERS = ("median", "paired")
+DECIDERS = ("median", "paired", "low")
+# decide="low" measures more rounds while a burst took more than this share of an arm's samples
+DISTURBED_SHARE = 0.4
 
 
 def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: int = MIN_ROUNDS,
                  seed: int = 0, rule: Any = pick.LINALG_RULE, *, decide: str = "median",
-                 max_rounds: int | None = None) -> CellResult:
-    """Gate every arm, then `rounds` paired rounds; while the cell is ambiguous (pick.ambiguous:
-    an arm's paired interval straddles the band edge so that it moves the pick) and `rounds`
-    more fit in `max_rounds`, another `rounds`. decide="median": pick.decide on the medians (spec
-    003 as session 9 shipped it); "paired": pick.decide_paired (an arm ties when its paired
-    interval is within the band)."""
+                 max_rounds: int | None = None, jitter_ns: float = pick.LAUNCH_JITTER_NS) -> CellResult:
+    """Gate every arm, then `rounds` paired rounds of the servable arms; while the cell is open
+    and `rounds` more fit in `max_rounds`, another `rounds` (paired, median: pick.ambiguous, an
+    arm's paired interval straddles the band edge so that it moves the pick; low: a burst took
+    more than DISTURBED_SHARE of an arm's samples). Then the eager-only arm's rounds, as many.
+    decide="median": pick.decide on the medians (spec 003 as session 9 shipped it); "paired":
+    pick.decide_paired (an arm ties when its paired interval is within the band); "low":
+    pick.decide_low (lower quartiles, the band widened to `jitter_ns` a call)."""
     if rounds < MIN_ROUNDS:
         raise TunedbError(f"rounds={rounds} is below the {MIN_ROUNDS} paired rounds spec 003 requires")
     if decide not in DECIDERS:
@@ -167,17 +177,21 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
     for arm in arm_ids:
         status, ratio = timer.gate(cell, arm)
         statuses[arm], residuals[arm] = status.value, ratio
-    live = [a for a in arm_ids if statuses[a] == Status.OK.value]
-    samples: dict[str, list[float]] = {a: [] for a in live}
+    live = [a for a in arm_ids if statuses[a] == Status.OK.value and a != configs.EAGER_ONLY]
+    eager = [a for a in arm_ids if statuses[a] == Status.OK.value and a == configs.EAGER_ONLY]
+    samples: dict[str, list[float]] = {a: [] for a in (*live, *eager)}
     rng = random.Random(f"{seed}:{cell}")
+    log: list[dict[str, Any]] = []
+    t0 = time.monotonic()
     done = 0
-    while True:
+    while live:
         for _ in range(rounds):
-            _round(timer, cell, rng, live, samples, statuses)
+            log.append(_round(timer, cell, rng, live, samples, statuses, t0))
         done += rounds
-        servable = {a: v for a, v in samples.items() if a != configs.EAGER_ONLY}
-        if max_rounds is None or done + rounds > max_rounds or not pick.ambiguous(servable, rule):
+        if max_rounds is None or done + rounds > max_rounds or not _open(samples, rule, decide):
             break
+    for _ in range(done if eager else 0):  # never inside a paired round: see the module docstring
+        _round(timer, cell, rng, eager, samples, statuses, t0)
     frozen = {a: tuple(v) for a, v in samples.items()}
     why = getattr(timer, "failure", None)
     errors = {a: text for a, s in statuses.items() if s != Status.OK.value and why is not None
@@ -185,9 +199,19 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
     servable = {a: list(v) for a, v in frozen.items() if a != configs.EAGER_ONLY}
     if decide == "paired":
         chosen = pick.decide_paired(servable, rule)
+    elif decide == "low":
+        chosen = pick.decide_low(servable, cell.batch, rule, jitter_ns)
     else:
         chosen = pick.decide({a: _median(v) for a, v in servable.items()}, rule)
-    return CellResult(cell, frozen, statuses, residuals, chosen, errors)
+    return CellResult(cell, frozen, statuses, residuals, chosen, errors, tuple(log))
+
+
+def _open(samples: Mapping[str, list[float]], rule: Any, decide: str) -> bool:
+    """Whether the cell wants more rounds (see measure_cell)."""
+    servable = {a: v for a, v in samples.items() if a != configs.EAGER_ONLY and v}
+    if decide == "low":
+        return pick.disturbed(servable) > DISTURBED_SHARE
+    return pick.ambiguous(servable, rule)
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -195,11 +219,13 @@ def _median(values: Sequence[float]) -> float | None:
 
 
 def _round(timer: CellTimer, cell: Cell, rng: random.Random, live: list[str], samples: dict[str, list[float]],
-           statuses: dict[str, str]) -> None:
+           statuses: dict[str, str], t0: float = 0.0) -> dict[str, Any]:
     """One paired round: every live arm once, in a fresh shuffled order; an arm that fails
-    leaves the cell (its samples with it)."""
+    leaves the cell (its samples with it). Returns the round's record: seconds since the cell's
+    first round, the order, and the timer's readings after it (`snapshot()`, when it has one)."""
     order = list(live)
     rng.shuffle(order)
+    record: dict[str, Any] = {"t_s": round(time.monotonic() - t0, 6), "order": list(order)}
     got = timer.sample(cell, order)
     for arm in order:
         value = got.get(arm)
@@ -209,6 +235,10 @@ def _round(timer: CellTimer, cell: Cell, rng: random.Random, live: list[str], sa
             live.remove(arm)
         else:
             samples[arm].append(float(value))
+    snap = getattr(timer, "snapshot", None)
+    if snap is not None:
+        record.update(snap() or {})
+    return record
 
 
 @dataclass
@@ -223,7 +253,8 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
         seed: int = 0, rule: Any = pick.LINALG_RULE, dtypes: Sequence[str] = GRID_DTYPES,
         ops: Sequence[str] | None = None, max_arms: int | None = None, allow_busy: bool = False,
         progress: Callable[[str], None] | None = None, decide: str = "median",
-        max_rounds: int | None = None, ns: Sequence[int] | None = None) -> list[LegReport]:
+        max_rounds: int | None = None, ns: Sequence[int] | None = None,
+        jitter_ns: float = pick.LAUNCH_JITTER_NS) -> list[LegReport]:
     """Measure every cell of the chosen legs; refuses a busy GPU, invalidates a disturbed leg
     (allow_busy: measures anyway and marks each leg contended)."""
     busy = timer.foreign_pids()
@@ -235,7 +266,7 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
         report = LegReport(leg)
         for cell in cells((leg,), quick, dtypes, ops, ns):
             result = measure_cell(timer, cell, arms(cell, arch, max_arms), rounds, seed, rule,
-                                  decide=decide, max_rounds=max_rounds)
+                                  decide=decide, max_rounds=max_rounds, jitter_ns=jitter_ns)
             report.results.append(result)
             if progress is not None:
                 failed = result.failed()

@@ -133,7 +133,7 @@ def entries(results: Sequence[CellResult], soft: Mapping[str, str],
 
 def build(reports: Sequence[LegReport], old: Any, *, arch_family: str, file_validators: Mapping[str, str],
           provenance: Mapping[str, Any], rule: Any, legs: Sequence[str], quick: bool,
-          decide: str = "median", max_rounds: int | None = None) -> Any:
+          decide: str = "median", max_rounds: int | None = None, jitter_ns: float | None = None) -> Any:
     """The new DatabaseFile: this run's valid legs' cells over the old file's (a cell not measured
     now keeps its old decision and evidence)."""
     from tunedb.database.schema import DatabaseFile
@@ -153,7 +153,8 @@ def build(reports: Sequence[LegReport], old: Any, *, arch_family: str, file_vali
         "provenance": dict(provenance),
         "rule": {"tie_band": rule.tie_band, "dep_margin": rule.dep_margin, "fallback": rule.fallback,
                  "simplicity": "torch < thread < warp < block < lane", "rounds_min": 9, "decide": decide,
-                 **({"rounds_max": max_rounds} if max_rounds else {})},
+                 **({"rounds_max": max_rounds} if max_rounds else {}),
+                 **({"launch_jitter_ns": jitter_ns, "statistic": "lower quartile"} if decide == "low" else {})},
         "quick": quick,
         "legs": {**(old_tune.get("legs") or {}), **legs_record},
         "absent_dependencies": {name: "not installed: no arm measured" for name in configs.DEPENDENCIES.values()},
