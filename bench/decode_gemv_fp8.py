@@ -47,11 +47,12 @@ FMA_M4 = ("gv1_n4x512_w2_s5", "gv1_n8x512_w4_s5", "gv1_n16x256_w4_s5", "gv2_n8x5
           "gv1_n8x512_w4_s5_pdl")
 # the tensor-core path (weight slab on the MMA's M side since session 16): one warp per 16 rows
 # (mma.sync) and 64-128-row warpgroup slabs (wgmma), splits to fill 132 SMs at 4096 columns; the
-# two pre-session-16 winners' ids (4 warps on 32-64 rows) kept for the comparison
+# ids of the two pre-session-16 winners (gv1_n32x256_w4_s5_mma_pdl, gv2_n64x256_w4_s4_mma) kept
+# for the comparison
 MMA = ("gv1_n16x512_w1_s5_mma", "gv1_n16x256_w1_s5_mma", "gv2_n32x256_w2_s5_mma", "gv1_n32x512_w2_s3_mma",
-       "gv4_n64x256_w4_s3_mma", "gv2_n64x256_w4_s5_mma", "gv1_n64x256_w4_s3_mma", "gv4_n64x128_w4_s5_mma",
-       "gv8_n128x128_w4_s5_mma", "gv2_n128x128_w4_s5_mma", "gv1_n16x512_w1_s5_mma_pdl", "gv4_n64x256_w4_s3_mma_pdl",
-       "gv1_n32x256_w4_s5_mma_pdl", "gv2_n64x256_w4_s4_mma")
+       "gv4_n64x256_w4_s3_mma", "gv4_n64x256_w4_s4_mma", "gv2_n64x256_w4_s4_mma", "gv8_n64x256_w4_s4_mma",
+       "gv1_n64x256_w4_s3_mma", "gv4_n64x128_w4_s5_mma", "gv8_n128x128_w4_s5_mma", "gv2_n128x128_w4_s5_mma",
+       "gv1_n16x512_w1_s5_mma_pdl", "gv4_n64x256_w4_s4_mma_pdl", "gv1_n32x256_w4_s5_mma_pdl", "gv2_n16x512_w1_s5_mma")
 # the lane before gv: the shipped table's M <= 16 picks and runners-up (session 13 F's evidence)
 CURRENT = ("dk1_n32x256_w4_s6", "dk8_n64x128_w4_s6", "dk1_n128x128_w8_s4", "dk4_n128x128_w8_s4",
            "dk2_n32x256_w4_s4_pdl", "dk1_n64x256_w4_s4_pdl", "sk4_b16x128x128_w4_s4", "b16x128x128_w4_s4_g8")

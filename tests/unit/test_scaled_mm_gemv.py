@@ -179,9 +179,17 @@ COMPILE_CASES = [  # (config, M, operand, scale): each kernel shape of the gv sp
     ("gv1_n16x512_w4_s3", 1, "fp8", "row"), ("gv1_n16x1024_w8_s5_pdl", 1, "fp8", "row"),
     ("gv4_n8x256_w2_s5", 2, "fp8", "tensor"), ("gv2_n4x512_w2_s3_pdl", 4, "fp8", "row"),
     ("gv8_n32x512_w8_s3", 1, "fp8", "row"), ("gv1_n4x1024_w2_s5", 1, "int8", "row"),
-    ("gv2_n16x256_w4_s3_mma", 16, "fp8", "row"), ("gv8_n32x512_w4_s5_mma_pdl", 9, "fp8", "row"),
-    ("gv4_n16x512_w4_s3_mma", 16, "int8", "row"), ("gv2_n16x128_w4_s3_mma_pdl", 16, "fp8", "block"),
+    ("gv2_n16x256_w1_s3_mma", 16, "fp8", "row"), ("gv8_n32x512_w2_s5_mma_pdl", 9, "fp8", "row"),
+    ("gv4_n16x512_w1_s3_mma", 16, "int8", "row"), ("gv2_n16x128_w1_s3_mma_pdl", 16, "fp8", "block"),
+    ("gv2_n32x256_w4_s5_mma", 4, "fp8", "row"), ("gv4_n64x256_w4_s3_mma", 8, "fp8", "row"),
+    ("gv1_n64x128_w4_s5_mma_pdl", 16, "int8", "row"), ("gv8_n128x128_w4_s5_mma", 1, "fp8", "tensor"),
+    ("gv2_n64x128_w4_s5_mma", 16, "fp8", "block"),
 ]
+# the tensor-core path's K loop, instructions per weight byte a thread streams (Triton 3.6 sm90
+# PTX): 0.9-1.2 for a wgmma slab (2.1 with block scales), 1.9-3.3 for mma.sync; the x @ w^T
+# orientation before session 16 ran 4.9 at 16 x 512 on 4 warps (duplicated warps); ~8 a byte is
+# all 132 SMs issue at 4.3 TB/s
+MMA_LOOP_PER_BYTE = 3.5
 
 
 def _compile_child(cases) -> None:
@@ -215,12 +223,30 @@ def _compile_child(cases) -> None:
                                   options=dict(num_warps=cfg.param("warps"), num_stages=cfg.param("stages")))
             ptx = kern.asm["ptx"]
             # the first W tile by a 16-byte evict-first load, the loop's by 16-byte cp.async copies
+            threads = 32 * cfg.param("warps")
+            row.update(mma="wgmma" if "wgmma.mma_async" in ptx else "mma.sync" if "mma.sync" in ptx else None,
+                       loop_per_byte=_loop_instructions(ptx) * threads / (bn * bk))
             row.update(ok=True, wide_w=bool(re.search(r"ld\.global\.L1::evict_first\S*\.v4", ptx)),
                        cp_async=bool(re.search(r"cp\.async\.cg\.shared\.global[^;]*0x10", ptx)), local=bool(re.search(r"\b(ld|st)\.local", ptx)),
                        griddep="griddepcontrol.wait" in ptx)
         except Exception as exc:  # noqa: BLE001 - reported per case
             row.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[-800:]}")
         print(json.dumps(row), flush=True)
+
+
+def _loop_instructions(ptx: str) -> int:
+    """Instructions in the kernel's K loop: the longest block that branches back to its label."""
+    import re
+
+    lines, starts, best = ptx.splitlines(), {}, 0
+    for i, ln in enumerate(lines):
+        if (lab := re.match(r"^(\$L__BB\d+_\d+):", ln)):
+            starts[lab.group(1)] = i
+        back = re.search(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", ln)
+        if back and starts.get(back.group(1), i) < i:
+            body = lines[starts[back.group(1)]:i + 1]
+            best = max(best, sum(1 for b in body if re.match(r"\s+(@!?%p\d+\s+)?[a-z]", b)))
+    return best
 
 
 @pytest.mark.slow
@@ -238,6 +264,13 @@ def test_gemv_kernels_compile_for_sm90_with_the_device_triton():
         assert r["cp_async"], f"{r['id']}: the K loop is not pipelined (16-byte cp.async)"
         assert not r["local"], f"{r['id']}: spills to local memory"
         assert r["griddep"] == r["id"].endswith("_pdl"), r
+        if "_mma" in r["id"]:
+            _, bn, _ = configs.parse(r["id"]).param("block")
+            warps = configs.parse(r["id"]).param("warps")
+            # 64+ weight rows on one warpgroup: wgmma (the weight read by the tensor cores from
+            # shared memory); narrower slabs mma.sync
+            assert r["mma"] == ("wgmma" if bn >= 64 and warps == 4 else "mma.sync"), r
+            assert 0 < r["loop_per_byte"] <= MMA_LOOP_PER_BYTE, r
 
 
 if __name__ == "__main__":
