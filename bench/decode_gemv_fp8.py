@@ -219,7 +219,8 @@ def main() -> int:
             t = a["torch"]
             print(f"| {n}x{k} | {r['MB']} | {m} | {r['read_us']:.2f} us {r['read_share']:.0%} | {cell(pt['best_gv'])} "
                   f"| {cell(pt['best_current'])} | {t['us']:.2f} us {t['share']:.0%} |", flush=True)
-            print(f"|   gv paths | FMA: {cell(pt['best_gv_fma'])} | tensor-core: {cell(pt['best_gv_mma'])} |", flush=True)
+            print(f"|   gv paths | FMA: {cell(pt['best_gv_fma'])} | tensor-core: {cell(pt['best_gv_mma'])} |",
+                  flush=True)
             if "model" in pt:
                 print(f"|   model context (quantizer + GEMM, us) | {json.dumps({c: round(v, 2) for c, v in pt['model'].items()})} |",
                       flush=True)

@@ -7,6 +7,15 @@ w [BN, BK] @ x^T [BK, 16] (both K-major, as sm90's 8-bit MMAs take them), so BN 
 MMA's rows (BN = 64-128 on 4 warps: one wgmma m64n16k32 per 32 bytes of K, read from shared memory
 by the tensor cores) and x's rows past M are zero-filled copies that read nothing.
 
+Why a second decode kernel: at M <= 16 the call is a weight stream, and the `dk` kernel moved 37%
+of 4.3 TB/s at 4096x4096 where a pure read of the same bytes reaches 61-65% (session 13 F). Its
+slabs are 32-128 rows wide, so at 4096 columns its grid is 32-128 CTAs per split and it needs
+split-K (whose last-arriving CTA reduces serially: store, counter, reload) to fill the SMs;
+the FMA path here takes 4-16-row slabs, so an unsplit grid already holds 256-1024 CTAs (several
+per SM, each a few 16-byte loads in flight per thread), and split-K stays an option, reduced as
+the `dk` kernel does: partials in ws[slab, split, 16, BN], an acq_rel counter per slab, the last
+split sums them in split order 0..SPLIT-1 (deterministic; int32 exactly) and resets the counter.
+
 Why the tensor-core path is transposed (session 16; instruction counts from the K loop's sm90 PTX
 by Triton 3.6): it took x [16, BK] @ w^T, so a slab's BN columns were the MMA's N side: a 16 x 16
 product on 4 warps (warps [2, 2]) computed every tile twice, at 4.9 instructions a weight byte
@@ -48,7 +57,7 @@ def _mma_tile(w, x, sx_row, sw_col, kt, BK: tl.constexpr, SCALE: tl.constexpr, I
         part = tl.dot(w, tl.trans(x))
     if SCALE == 2:
         kb = (kt * BK) // 128
-        part = part * tl.load(sw_col + kb)[:, None] * tl.load(sx_row + kb)[None, :]
+        part = part * tl.load(sx_row + kb)[None, :] * tl.load(sw_col + kb)[:, None]  # x's scale first, as ever
     return part
 
 
