@@ -3,8 +3,8 @@ torch._scaled_mm): the triton_decode lane's `gv` GEMV configs against the lane a
 decode tiles, split-K and data-parallel tiles), torch._scaled_mm and a pure read of the same
 bytes, in ONE run on the H200.
 
-    PYTHONPATH=src python bench/decode_gemv_fp8.py --out decode_gemv_fp8.json           # ~90 s
-    PYTHONPATH=src python bench/decode_gemv_fp8.py --quick --out decode_gemv_fp8.json   # ~45 s
+    PYTHONPATH=src python bench/decode_gemv_fp8.py --out decode_gemv_fp8.json           # ~120 s
+    PYTHONPATH=src python bench/decode_gemv_fp8.py --quick --out decode_gemv_fp8.json   # ~60 s
 
 Per Llama-3-8B width (N x K fp8: 4096x4096 16.8 MB, 6144x4096 25.2 MB, 14336x4096 and 4096x14336
 58.7 MB, the 128256x4096 LM head 525 MB) and M = 1, 4, 16: weight copies rotated past 2x the
@@ -45,13 +45,19 @@ FMA_M1 = ("gv1_n16x512_w4_s5", "gv1_n16x512_w4_s3", "gv2_n16x512_w4_s5", "gv1_n8
           "gv2_n16x512_w4_s5_pdl")
 FMA_M4 = ("gv1_n4x512_w2_s5", "gv1_n8x512_w4_s5", "gv1_n16x256_w4_s5", "gv2_n8x512_w4_s5", "gv1_n16x512_w8_s5",
           "gv1_n8x512_w4_s5_pdl")
-MMA = ("gv1_n16x512_w4_s5_mma", "gv2_n16x256_w4_s5_mma", "gv1_n32x512_w4_s3_mma", "gv4_n16x512_w4_s3_mma",
-       "gv2_n64x256_w4_s4_mma", "gv1_n32x256_w4_s5_mma_pdl")
+# the tensor-core path (weight slab on the MMA's M side since session 16): one warp per 16 rows
+# (mma.sync) and 64-128-row warpgroup slabs (wgmma), splits to fill 132 SMs at 4096 columns; the
+# ids of the two pre-session-16 winners (gv1_n32x256_w4_s5_mma_pdl, gv2_n64x256_w4_s4_mma) kept
+# for the comparison
+MMA = ("gv1_n16x512_w1_s5_mma", "gv1_n16x256_w1_s5_mma", "gv2_n32x256_w2_s5_mma", "gv1_n32x512_w2_s3_mma",
+       "gv4_n64x256_w4_s3_mma", "gv4_n64x256_w4_s4_mma", "gv2_n64x256_w4_s4_mma", "gv8_n64x256_w4_s4_mma",
+       "gv1_n64x256_w4_s3_mma", "gv4_n64x128_w4_s5_mma", "gv8_n128x128_w4_s5_mma", "gv2_n128x128_w4_s5_mma",
+       "gv1_n16x512_w1_s5_mma_pdl", "gv4_n64x256_w4_s4_mma_pdl", "gv1_n32x256_w4_s5_mma_pdl", "gv2_n16x512_w1_s5_mma")
 # the lane before gv: the shipped table's M <= 16 picks and runners-up (session 13 F's evidence)
 CURRENT = ("dk1_n32x256_w4_s6", "dk8_n64x128_w4_s6", "dk1_n128x128_w8_s4", "dk4_n128x128_w8_s4",
            "dk2_n32x256_w4_s4_pdl", "dk1_n64x256_w4_s4_pdl", "sk4_b16x128x128_w4_s4", "b16x128x128_w4_s4_g8")
 QUICK_DROP = {"gv1_n16x512_w4_s3", "gv1_n8x512_w2_s5", "gv4_n16x512_w4_s3", "gv2_n8x512_w4_s5",
-              "gv4_n16x512_w4_s3_mma", "dk1_n64x256_w4_s4_pdl", "b16x128x128_w4_s4_g8"}
+              "gv1_n16x512_w8_s5", "gv1_n16x256_w4_s5", "dk1_n64x256_w4_s4_pdl", "b16x128x128_w4_s4_g8"}
 
 
 def share(nbytes: float, us: float) -> float:
@@ -140,7 +146,10 @@ def one_weight(n: int, k: int, quick: bool, model: bool, sms: int) -> dict:
         timed = {c: a["us"] for c, a in arms.items() if "us" in a}
         gv = min((c for c in timed if c.startswith("gv")), key=timed.get, default=None)
         cur = min((c for c in timed if c in CURRENT), key=timed.get, default=None)
-        pt = {"arms": arms, "best_gv": gv, "best_current": cur}
+        # per gv path too: the CUDA-core FMA path (M <= 4) and the tensor-core one (every M)
+        fma = min((c for c in timed if c.startswith("gv") and "_mma" not in c), key=timed.get, default=None)
+        mma = min((c for c in timed if c.startswith("gv") and "_mma" in c), key=timed.get, default=None)
+        pt = {"arms": arms, "best_gv": gv, "best_current": cur, "best_gv_fma": fma, "best_gv_mma": mma}
         if model and gv:
             pt["model"] = model_context(fam, sig, gv, x, ws, sw, copies, calls, quantize_rows)
         row["M"][str(m)] = pt
@@ -210,6 +219,8 @@ def main() -> int:
             t = a["torch"]
             print(f"| {n}x{k} | {r['MB']} | {m} | {r['read_us']:.2f} us {r['read_share']:.0%} | {cell(pt['best_gv'])} "
                   f"| {cell(pt['best_current'])} | {t['us']:.2f} us {t['share']:.0%} |", flush=True)
+            print(f"|   gv paths | FMA: {cell(pt['best_gv_fma'])} | tensor-core: {cell(pt['best_gv_mma'])} |",
+                  flush=True)
             if "model" in pt:
                 print(f"|   model context (quantizer + GEMM, us) | {json.dumps({c: round(v, 2) for c, v in pt['model'].items()})} |",
                       flush=True)

@@ -1,10 +1,10 @@
-"""The triton_decode lane's GEMV kernel (`gv` configs) on the GPU: fp8 per-tensor and row-wise
-scales against the fp32 product of the dequantized operands over odd and Llama-3-8B widths at
-M = 1, 3, 16 (the FMA path where its predicate admits M, the tensor-core path everywhere; within
-4x torch._scaled_mm's own error, as the family's GPU tests), int8 bitwise equal to the exact
-product, and back-to-back calls (splits sharing the launcher's counters, PDL twins overlapping
-their predecessor) inside one captured CUDA graph, each output bitwise equal to its eager run.
-About 30-45 s on the H200, most of it compiling (~45 kernel variants)."""
+"""The triton_decode lane's GEMV kernel (`gv` configs) on the GPU: fp8 per-tensor and row-wise scales
+(block scales at 4096x4096) against the fp32 product of the dequantized operands over odd and
+Llama-3-8B widths at M = 1, 3, 4, 8, 16 (the FMA path where its predicate admits M, the tensor-core
+path everywhere; within 4x torch._scaled_mm's own error, as the family's GPU tests), int8 bitwise
+equal to the exact product, and back-to-back calls (splits sharing the launcher's counters, PDL
+twins overlapping their predecessor) inside one captured CUDA graph, each output bitwise equal to
+its eager run. About 40-55 s on the H200, most of it compiling (~55 kernel variants)."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,16 +17,19 @@ pytestmark = pytest.mark.gpu
 SM90 = shipped_profile("sm90")
 INT8, FP8 = families.get("scaled_mm"), families.get("scaled_mm_fp8")
 IDS = ("gv1_n16x512_w4_s5", "gv2_n8x128_w2_s3", "gv4_n8x512_w2_s3_pdl", "gv2_n4x512_w2_s3", "gv3_n16x256_w4_s5",
-       "gv1_n16x512_w4_s5_mma_pdl", "gv4_n32x256_w4_s5_mma")
+       # the tensor-core path (w @ x^T): one warp per 16 rows, 32 rows on 4 warps, wgmma slabs
+       "gv1_n16x512_w1_s5_mma_pdl", "gv4_n32x256_w4_s5_mma", "gv2_n32x256_w2_s3_mma", "gv4_n64x256_w4_s4_mma",
+       "gv3_n128x128_w4_s5_mma_pdl", "gv2_n64x128_w4_s5_mma")
 SHAPES = [(80, 200), (4096, 4096), (6144, 4096), (4096, 14336)]  # N, K
-MS = (1, 3, 16)
+MS = (1, 3, 4, 8, 16)
 
 
 def valid(fam, sig, m):
     return [c for c in IDS if fam.invalid_reason(fam.parse_config(c), sig, m, SM90) is None]
 
 
-@pytest.mark.parametrize("n, k, scale", [(n, k, "row") for n, k in SHAPES] + [(4096, 4096, "tensor")])
+@pytest.mark.parametrize("n, k, scale", [(n, k, "row") for n, k in SHAPES] + [(4096, 4096, "tensor"),
+                                                                              (4096, 4096, "block")])
 def test_fp8_gv_against_fp32_reference(n, k, scale):
     sig = FP8.make_signature("scaled_mm", n, k, "bf16", scale)
     for m in MS if scale == "row" else (1, 16):
@@ -40,6 +43,9 @@ def test_fp8_gv_against_fp32_reference(n, k, scale):
         ran = valid(FP8, sig, m)
         if k >= 4096:  # the FMA path runs at M <= 4 (at K=200 its splits outnumber the K tiles)
             assert any(not c.endswith(("_mma", "_mma_pdl")) for c in ran) == (m <= 4), ran
+            # every tensor-core slab (block scales: those whose K block divides 128)
+            want = [c for c in IDS if "_mma" in c and (scale != "block" or "x128_" in c)]
+            assert [c for c in want if c not in ran] == [] and want, ran
         for cid in ran:
             out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
             y = FP8.launch(FP8.parse_config(cid), sig, *args, out=out)
@@ -52,7 +58,7 @@ def test_fp8_gv_against_fp32_reference(n, k, scale):
 @pytest.mark.parametrize("n, k", [(80, 200), (4096, 4096)])
 def test_int8_gv_bitwise_exact(n, k):
     sig = INT8.make_signature("scaled_mm", n, k, "bf16")
-    for m in (1, 16):
+    for m in (1, 4, 16):
         x, w, sx, sw = INT8.make_inputs(sig, m, "cuda", seed=m)[0]
         # the integer product is exact in fp64 and rounds to fp32 as the int32 accumulator does
         acc = (x.double() @ w.double().t()).float()
@@ -65,7 +71,7 @@ def test_int8_gv_bitwise_exact(n, k):
 
 
 @pytest.mark.parametrize("cid", ["gv4_n8x512_w2_s3_pdl", "gv1_n16x512_w4_s5", "gv3_n16x256_w4_s5",
-                                 "gv1_n16x512_w4_s5_mma_pdl"])
+                                 "gv1_n16x512_w1_s5_mma_pdl", "gv4_n64x256_w4_s4_mma"])
 def test_gv_back_to_back_in_a_graph(cid):
     """Four calls on different inputs in one captured graph (PDL lets each start under the previous;
     split configs share one workspace and counters): each output bitwise equal to its eager run
@@ -90,7 +96,8 @@ def test_gv_back_to_back_in_a_graph(cid):
             assert torch.equal(o, w), f"{cid} call {i}: not bitwise equal after a replay"
 
 
-@pytest.mark.parametrize("cid, m", [("gv4_n8x512_w2_s3_pdl", 1), ("gv1_n16x512_w4_s5_mma_pdl", 16)])
+@pytest.mark.parametrize("cid, m", [("gv4_n8x512_w2_s3_pdl", 1), ("gv1_n16x512_w1_s5_mma_pdl", 16),
+                                    ("gv3_n128x128_w4_s5_mma_pdl", 4)])
 def test_gv_pdl_chain_reads_what_the_previous_kernel_wrote(cid, m):
     """A model's chain in one graph: row quantizer -> gv (PDL) -> quantizer of its output -> gv ...
     Each PDL GEMM loads its first weight tile before gdc_wait and x after it, so every link must

@@ -4,8 +4,10 @@ of the family's ONE validity predicate (configs.invalid_reason calls gemv_reason
     gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma][_pdl]      gv1_n16x512_w4_s3, gv2_n16x256_w4_s4_mma_pdl
 
 Without `_mma` the product is taken on CUDA cores (fp8/int8 converted in registers): M <= 4 and
-a bounded per-thread product tile; with `_mma` by one tensor-core dot per K tile (x padded to 16
-rows, BN >= 16: the 8-bit MMA's smallest tile), any M <= 16. Splits are reduced in the kernel.
+a bounded per-thread product tile; with `_mma` by one tensor-core dot per K tile, the weight slab
+on the MMA's M side (w [BN, BK] @ x^T [BK, 16], x's rows past M zero-filled, not read; BN >= 16:
+the 8-bit MMA's smallest tile; BN >= 64 with 4 warps a warpgroup MMA), any M <= 16. Splits are
+reduced in the kernel.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import re
 from tunedb.errors import ConfigError
 from tunedb.records import Config
 
-GEMV_BN = (4, 8, 16, 32, 64)
+GEMV_BN = (4, 8, 16, 32, 64, 128)
 GEMV_BK = (128, 256, 512, 1024)
 MAX_SPLIT = 16
 GEMV_WARPS = (1, 2, 4, 8)
@@ -80,9 +82,14 @@ def gemv_reason(cfg: Config, m: int) -> str | None:
 
 
 # The space: FMA slabs of 4-32 rows x 256-1024 bytes of K (2-16 KB a tile; the narrow ones fit
-# M=3-4's product tile), tensor-core slabs of 16-32 rows; stages 3 and 5 (bytes in flight per CTA), splits 1-8, each with PDL.
+# M=3-4's product tile); tensor-core slabs of 16-128 rows, one warp per 16 rows up to a warpgroup
+# (64+ rows on 4 warps: wgmma m64n16k32, the weight read from shared memory by the tensor cores, no
+# per-byte instructions), 4-16 KB a tile; stages 3 and 5 (bytes in flight per CTA; 4 too for the
+# tensor-core slabs: 4 x 20 KB of a 64 x 256 slab keeps two CTAs on an SM, 5 one), splits 1-8,
+# each with PDL.
 _FMA_SLABS = ((4, 512, 2), (4, 1024, 2), (8, 256, 2), (8, 512, 2), (16, 256, 4), (8, 1024, 4), (16, 512, 4), (16, 1024, 8), (32, 512, 8))
-_MMA_SLABS = ((16, 256, 4), (16, 512, 4), (32, 256, 4), (32, 512, 4))
+_MMA_SLABS = ((16, 256, 1), (16, 512, 1), (32, 256, 2), (32, 256, 4), (32, 512, 2), (64, 128, 4), (64, 256, 4),
+              (128, 128, 4))
 
 
 def gemv_grid() -> tuple[Config, ...]:
@@ -90,7 +97,7 @@ def gemv_grid() -> tuple[Config, ...]:
     for slabs, dot in ((_FMA_SLABS, False), (_MMA_SLABS, True)):
         for bn, bk, warps in slabs:
             for split in (1, 2, 4, 8):
-                for stages in (3, 5):
+                for stages in (3, 5) if not dot else (3, 4, 5):
                     for pdl in (False, True):
                         out.append(make_gemv(bn, bk, warps, stages, split, dot, pdl))
     return tuple(out)

@@ -2,7 +2,10 @@
 K-contiguous bytes (16-byte vector loads, N rows wrapped so no load is masked in N), the product
 taken either by CUDA-core FMAs (M <= 4: each fp8/int8 weight converted in registers, multiplied
 by the M activation rows and summed over K; no tensor-core padding of M to 16 nor of N to the MMA
-tile) or, with DOT, by one tensor-core dot per K tile against x padded to 16 rows.
+tile) or, with DOT, by one tensor-core dot per K tile with the weight slab on the MMA's M side:
+w [BN, BK] @ x^T [BK, 16] (both K-major, as sm90's 8-bit MMAs take them), so BN rows of W fill the
+MMA's rows (BN = 64-128 on 4 warps: one wgmma m64n16k32 per 32 bytes of K, read from shared memory
+by the tensor cores) and x's rows past M are zero-filled copies that read nothing.
 
 Why a second decode kernel: at M <= 16 the call is a weight stream, and the `dk` kernel moved 37%
 of 4.3 TB/s at 4096x4096 where a pure read of the same bytes reaches 61-65% (session 13 F). Its
@@ -12,6 +15,16 @@ the FMA path here takes 4-16-row slabs, so an unsplit grid already holds 256-102
 per SM, each a few 16-byte loads in flight per thread), and split-K stays an option, reduced as
 the `dk` kernel does: partials in ws[slab, split, 16, BN], an acq_rel counter per slab, the last
 split sums them in split order 0..SPLIT-1 (deterministic; int32 exactly) and resets the counter.
+
+Why the tensor-core path is transposed (session 16; instruction counts from the K loop's sm90 PTX
+by Triton 3.6): it took x [16, BK] @ w^T, so a slab's BN columns were the MMA's N side: a 16 x 16
+product on 4 warps (warps [2, 2]) computed every tile twice, at 4.9 instructions a weight byte
+(ldmatrix, byte repacking of the fp8 operands: as many as the FMA path at M=1), and x was read as
+16 wrapped rows a tile whatever M (16 x K bytes from L2 per slab: as many as the weight at BN=16).
+Transposed, the padding falls on the MMA's N=16 side: one warp per 16 weight rows (2.1 a byte),
+64+ rows on 4 warps a wgmma (0.9 a byte), and M rows of x read. The FMA path at M = 4 runs 14
+instructions a weight byte (one FMA per row and byte, conversions, row sums): past the ~8 a byte
+that 132 SMs issue at 4.3 TB/s, hence ~2x M=1's time there; the tensor-core path is the M >= 2 one.
 
 Arithmetic: int8 multiplies and sums in int32 (exact: the same bits as every other int8 arm);
 fp8 converts to fp32 and sums each K tile in fp32 before adding it to the accumulator; block
@@ -36,14 +49,15 @@ from tunedb.families.scaled_mm.kernels import apply_scales
 
 @triton.jit
 def _mma_tile(w, x, sx_row, sw_col, kt, BK: tl.constexpr, SCALE: tl.constexpr, INT: tl.constexpr):
-    """One K tile's [16, BN] tensor-core product of x [16, BK] and w [BN, BK], block scales applied."""
+    """One K tile's [BN, 16] tensor-core product w [BN, BK] @ x[16, BK]^T (the weight on the MMA's
+    M side), block scales applied."""
     if INT:
-        part = tl.dot(x, tl.trans(w), out_dtype=tl.int32)
+        part = tl.dot(w, tl.trans(x), out_dtype=tl.int32)
     else:
-        part = tl.dot(x, tl.trans(w))
+        part = tl.dot(w, tl.trans(x))
     if SCALE == 2:
         kb = (kt * BK) // 128
-        part = part * tl.load(sx_row + kb)[:, None] * tl.load(sw_col + kb)[None, :]
+        part = part * tl.load(sx_row + kb)[None, :] * tl.load(sw_col + kb)[:, None]  # x's scale first, as ever
     return part
 
 
@@ -87,7 +101,7 @@ def scaled_mm_gemv_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, ws_ptr, cnt_ptr, 
                           SPLIT: tl.constexpr, MP: tl.constexpr, DOT: tl.constexpr, PDL: tl.constexpr,
                           STAGES: tl.constexpr):
     """y[M, N] = scaled(x[M, K] @ w[N, K]^T), M <= MP (16 with DOT, <= 4 without); grid
-    (cdiv(N, BN), SPLIT)."""
+    (cdiv(N, BN), SPLIT). DOT accumulates [BN, MP] and transposes it once for the epilogue."""
     WS_ROWS: tl.constexpr = 16  # the workspace's rows per slab and split (any M <= 16)
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -117,18 +131,22 @@ def scaled_mm_gemv_kernel(x_ptr, w_ptr, y_ptr, sx_ptr, sw_ptr, ws_ptr, cnt_ptr, 
     if DOT:
         x_ptrs = x_ptr + rows_in[:, None] * K + (kt_lo * BK + offs_k)[None, :]
         sx_row = sx_ptr + rows_in * k_blocks
-        x0_mask = offs_k[None, :] < k_left
-        acc = tl.zeros((MP, BN), dtype=ACC)
+        # rows past M are masked, not wrapped: a zero-filled copy moves no bytes, where a wrapped
+        # row would reread x from L2 (16 rows a tile whatever M)
+        row_ok = rows[:, None] < M
+        x0_mask = row_ok & (offs_k[None, :] < k_left)
+        acc = tl.zeros((BN, MP), dtype=ACC)
         # an explicit num_stages: Triton pipelines (cp.async, STAGES - 1 tiles in flight) the loads
         # of a loop that asks, dot or no dot
         for kt in tl.range(kt_lo + 1, kt_hi, num_stages=STAGES):
             k_left = K - kt * BK
             off = (kt - kt_lo) * BK
             w = tl.load(w_ptrs + off, mask=offs_k[None, :] < k_left, other=ZERO, eviction_policy="evict_first")
-            x = tl.load(x_ptrs + off, mask=offs_k[None, :] < k_left, other=ZERO)
+            x = tl.load(x_ptrs + off, mask=row_ok & (offs_k[None, :] < k_left), other=ZERO)
             acc += _mma_tile(w, x, sx_row, sw_col, kt, BK, SCALE, INT)
         x = tl.load(x_ptrs, mask=x0_mask, other=ZERO)
         acc += _mma_tile(w0, x, sx_row, sw_col, kt_lo, BK, SCALE, INT)
+        acc = tl.trans(acc)  # [MP, BN] for the epilogue: one small exchange per CTA
     else:
         k0_ok = offs_k < k_left
         a0 = tl.zeros((BN,), dtype=ACC)

@@ -37,7 +37,11 @@ _PDL_SAVES_S = 1.0e-6  # PDL overlaps the ramp with the previous kernel's drain
 _DECODE_REDUCE_S = 1.0e-6  # the last split's store -> counter -> partial loads, per N slab
 _REGS_PER_THREAD = 96  # a decode/small-M tile's register estimate (no spills at 4-8 warps)
 _L2_VS_HBM = 3.0  # the activation's rereads and split partials stay in L2
-_FMA_FIXED = 2.0  # the gv FMA path's instructions per weight byte besides its FMAs (estimate)
+# the gv FMA path's instructions per weight byte: fixed (loads, the weight's conversion) plus per
+# activation row (its FMA, x's conversion, the row sums' shuffles), from the K loop's sm90 PTX
+# (Triton 3.6: 4.75 a byte at M=1, 14 at M=4; session 16)
+_FMA_FIXED = 1.75
+_FMA_PER_ROW = 3.0
 _CLOCK_HZ = 1.7e9
 # Block scales: the model ranks the measured winners badly there (session 13 F, Llama-3-8B's
 # widths and the LM head: b64x128x128_w4_s4_g8 won every M=2048 point by 8-13% from model rank
@@ -149,15 +153,16 @@ class PruningModel:
         compute_s = waves * (2.0 * bm * bn * math.ceil(k / split)) / (peak_per_sm * eff)
         fma = c.param("kernel") == "gemv" and not c.param("dot")
         if fma:
-            # the gv FMA path runs on CUDA cores: per weight byte about two instructions (the
-            # fp8/int8 conversion, the row sums' tail) plus one FMA per activation row, at 128
-            # lanes an SM per clock; its activation rows are MP, not a padded 16
+            # the gv FMA path runs on CUDA cores: per weight byte its fixed instructions plus
+            # each activation row's, at 128 lanes an SM per clock; its rows are MP, not a padded 16
             mp = rows_padded(m, False)
-            compute_s = n * k * (_FMA_FIXED + mp) / (self.sms * 128 * _CLOCK_HZ)
+            compute_s = n * k * (_FMA_FIXED + _FMA_PER_ROW * mp) / (self.sms * 128 * _CLOCK_HZ)
         bw = self.profile.dram_bw_gbs * 1e9
         # the weight once (streamed), the output once; from L2: the activation once per column
-        # of tiles (16 padded rows for the decode lane), split-K's partials written and read back
-        rows = rows_padded(m, False) if fma else configs.DECODE_MAX_M if c.lane == "triton_decode" else m
+        # of tiles (16 padded rows for the `dk` kernel; the gv tensor-core path zero-fills rows
+        # past M without reading them), split-K's partials written and read back
+        gemv = c.param("kernel") == "gemv"
+        rows = rows_padded(m, False) if fma else m if gemv else configs.DECODE_MAX_M if c.lane == "triton_decode" else m
         l2_bytes = rows * k * math.ceil(n / bn) + (2 * m * n * 4 * split if split > 1 else 0)
         memory_s = (self.stream_s(n, k, bm, bn, bk, ctas, stages, warps) + m * k / bw + m * n * 2 / bw
                     + l2_bytes / (bw * _L2_VS_HBM))
