@@ -43,6 +43,7 @@ FMA_M1 = ("gv1_n16x512_w4_s5", "gv1_n8x512_w4_s5", "gv2_n16x512_w4_s5", "gv1_n16
 FMA_M4 = ("gv1_n4x512_w2_s5", "gv1_n8x512_w4_s5", "gv1_n16x256_w4_s5", "gv2_n8x512_w4_s5", "gv1_n8x512_w4_s5_pdl")
 MMA = ("gv1_n16x512_w4_s5_mma", "gv2_n16x256_w4_s5_mma", "gv1_n32x512_w4_s3_mma", "gv1_n32x256_w4_s5_mma",
        "gv2_n64x256_w4_s4_mma", "gv4_n16x512_w4_s3_mma", "gv1_n16x512_w4_s5_mma_pdl")
+DEVICE = "cuda"  # the CPU smoke test runs one_weight on cpu under the interpreter
 QUICK_DROP = {"gv1_n16x1024_w8_s3", "gv2_n8x512_w4_s5", "gv4_n16x512_w4_s3_mma", "gv2_n64x256_w4_s4_mma"}
 
 
@@ -79,18 +80,18 @@ def one_weight(n: int, k: int, quick: bool, sms: int, skip: set) -> dict:
     sig = FAMILY.make_signature("gemm", "bf16", n, k)
     nbytes = db.weight_bytes(n, k)
     copies = dl.copies_for(nbytes)
-    gen = torch.Generator(device="cuda").manual_seed(n + k)
-    ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen) * k ** -0.5 for _ in range(copies)]
+    gen = torch.Generator(device=DEVICE).manual_seed(n + k)
+    ws = [torch.randn(n, k, device=DEVICE, dtype=torch.bfloat16, generator=gen) * k ** -0.5 for _ in range(copies)]
     calls = max(16, copies)
     row: dict = {"N": n, "K": k, "MB": round(nbytes / 1e6, 1), "copies": copies, "M": {}}
     rid, rus = fp8.read_best(ws, n, k, True, sms, copies, calls)
     row.update(read=rid, read_us=rus, read_share=db.share(nbytes, rus))
     for m in MS:
-        x = (torch.rand(m, k, device="cuda", generator=gen) * 2 - 1).to(torch.bfloat16)
+        x = (torch.rand(m, k, device=DEVICE, generator=gen) * 2 - 1).to(torch.bfloat16)
         ref = x.double() @ ws[0].double().t()
         peak = ref.abs().max().item()
         bound = 4 * (ref.to(torch.bfloat16).double() - ref).abs().max().item() + 2e-3 * peak
-        outs = [torch.empty(m, n, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        outs = [torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16) for _ in range(2)]
         arms: dict = {}
         for cid in ("torch",) + dk_ids(quick) + gv_ids(m, quick):
             if cid in skip:
@@ -114,7 +115,8 @@ def one_weight(n: int, k: int, quick: bool, sms: int, skip: set) -> dict:
                     continue
                 for i in range(copies):
                     run(x, ws[i], None, outs[i % 2])
-                torch.cuda.synchronize()
+                if DEVICE == "cuda":
+                    torch.cuda.synchronize()
                 us = protocol_ms(lambda i, r=run: r(x, ws[i % copies], None, outs[i % 2]), calls) * 1e3
             except Exception as exc:  # noqa: BLE001 - one arm failing (compile, resources) leaves the rest
                 arms[cid] = {"status": "error", "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
@@ -131,7 +133,8 @@ def one_weight(n: int, k: int, quick: bool, sms: int, skip: set) -> dict:
                             "best_dk": pick("dk"), "best_dk_nopdl": pick("dk", False)}
         del ref
     ws.clear()
-    torch.cuda.empty_cache()
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
     return row
 
 

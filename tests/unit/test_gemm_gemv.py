@@ -101,12 +101,12 @@ def _child() -> None:
     failures = []
     dts = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for n, k in SHAPES:
-        for m in (1, 2, 3, 4, 9, 16):
+        for m in (1, 2, 3, 9, 16):
             ids = [c for c in FMA_IDS + MMA_IDS if gemv_reason(parse_gemv(c), n, k, m) is None]
             if (FMA_IDS[0] in ids) != (m <= 4) or any(c not in ids for c in MMA_IDS):
                 failures.append(f"N={n} K={k} M={m}: valid gv ids {ids}")
             for cid in ids:
-                for dt in ("fp16",) if "_mma" in cid else ("bf16", "fp16"):
+                for dt in ("fp16",) if "_mma" in cid else ("bf16", "fp16") if cid == FMA_IDS[0] else ("bf16",):
                     bias = (m + len(cid)) % 2 == 1  # about half the cases with a bias
                     sig = FAMILY.make_signature("gemm_act" if bias else "gemm", dt, n, k, bias=bias)
                     g = torch.Generator().manual_seed(m + n + k)
@@ -137,6 +137,44 @@ def _child() -> None:
 @pytest.mark.slow
 def test_gemv_kernel_under_interpreter():
     assert interpret_child.failures(__file__) == []
+
+
+def _bench_child() -> None:
+    """bench/decode_gemv_bf16.one_weight on the CPU at a small weight (timers and the read faked:
+    this checks the bench's flow, not its numbers): every gv arm it names at M <= 4 or with a
+    tensor-core checked and 'timed', the table row printed, the summary made."""
+    from bench_modules import bench_module
+
+    bench = bench_module("decode_gemv_bf16")
+    sys.path.insert(0, str(Path(bench.__file__).parent))
+    import decode_gemv_fp8
+    import decode_limit
+
+    bench.DEVICE = "cpu"
+    bench.protocol_ms = lambda body, n: (body(0), body(1), 0.01)[-1]
+    decode_gemv_fp8.read_best = lambda *a: ("torch.sum", 5.0)
+    decode_limit.copies_for = lambda nbytes: 2
+    failures = []
+    row = bench.one_weight(40, 1024, True, 4, set())
+    for m, pt in row["M"].items():
+        bench.print_point(row, m, pt)
+        gv = [c for c in pt["arms"] if c.startswith("gv")]
+        bad = {c: a for c, a in pt["arms"].items() if c.startswith("gv") and "us" not in a}
+        # the tensor-core path is checked in fp16 only (the interpreter's bf16 tl.dot): its bf16
+        # arms may fail the check here; the FMA arms must pass
+        if not gv or any("_mma" not in c for c in bad) or (int(m) <= 4) != any("_mma" not in c for c in gv):
+            failures.append(f"M={m}: gv arms {gv}, failed {bad}")
+        if pt["arms"]["torch"].get("x_cublas") != 1.0:
+            failures.append(f"M={m}: torch arm {pt['arms']['torch']}")
+    summary = bench.summarize([row])
+    if summary["best_gv"]["points"] != 0 or summary["read_share_min_16MB_plus"] is not None:
+        failures.append(f"summary of a non-Llama weight below 16 MB: {summary}")
+    interpret_child.report(failures)
+
+
+@pytest.mark.slow
+def test_the_bench_runs_its_flow_on_the_cpu():
+    assert interpret_child.failures(__file__, "bench") == []
 
 
 COMPILE_CASES = [  # (config, M, dtype): each kernel shape of the gv space once
@@ -204,5 +242,7 @@ def test_gemv_kernels_compile_for_sm90_with_the_device_triton():
 if __name__ == "__main__":
     if sys.argv[1:] == ["compile"]:
         _compile_child(COMPILE_CASES)
+    elif sys.argv[1:] == ["bench"]:
+        _bench_child()
     else:
         _child()
