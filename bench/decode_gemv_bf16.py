@@ -38,13 +38,17 @@ LLAMA = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 EXTRA = ((14336, 4096), (128256, 4096))
 MS = (1, 4, 8, 16)
 GOAL_SHARE, GOAL_X = 0.85, 1.15
-FMA_M1 = ("gv1_n16x512_w4_s5", "gv1_n8x512_w4_s5", "gv2_n16x512_w4_s5", "gv1_n16x1024_w8_s3",
-          "gv1_n32x512_w8_s5", "gv1_n4x512_w2_s5", "gv1_n16x512_w4_s5_pdl")
+# the sweep per M: the FMA path where its rules admit M (M <= 4, its [MP, BN, BK] product tile
+# within 128 registers a thread), the tensor-core path at every M (its shared memory, x's 16 rows
+# and the W tiles times the stages, leaves 2-4 CTAs an SM), one PDL twin of each
+FMA_M1 = ("gv1_n16x512_w4_s5", "gv1_n8x512_w4_s5", "gv2_n16x512_w4_s5", "gv1_n16x256_w4_s5", "gv1_n32x512_w8_s4",
+          "gv1_n4x512_w2_s5", "gv1_n16x1024_w8_s3", "gv1_n16x512_w4_s5_pdl")
 FMA_M4 = ("gv1_n4x512_w2_s5", "gv1_n8x512_w4_s5", "gv1_n16x256_w4_s5", "gv2_n8x512_w4_s5", "gv1_n8x512_w4_s5_pdl")
-MMA = ("gv1_n16x512_w4_s5_mma", "gv2_n16x256_w4_s5_mma", "gv1_n32x512_w4_s3_mma", "gv1_n32x256_w4_s5_mma",
-       "gv2_n64x256_w4_s4_mma", "gv4_n16x512_w4_s3_mma", "gv1_n16x512_w4_s5_mma_pdl")
+MMA = ("gv1_n16x256_w4_s5_mma", "gv2_n16x256_w4_s4_mma", "gv1_n32x256_w4_s4_mma", "gv1_n32x512_w4_s3_mma",
+       "gv2_n32x256_w4_s4_mma", "gv1_n64x256_w4_s3_mma", "gv4_n16x512_w4_s3_mma", "gv1_n16x256_w4_s5_mma_pdl")
+QUICK_DROP = {"gv1_n16x1024_w8_s3", "gv1_n4x512_w2_s5", "gv2_n8x512_w4_s5", "gv4_n16x512_w4_s3_mma",
+              "gv2_n32x256_w4_s4_mma"}
 DEVICE = "cuda"  # the CPU smoke test runs one_weight on cpu under the interpreter
-QUICK_DROP = {"gv1_n16x1024_w8_s3", "gv2_n8x512_w4_s5", "gv4_n16x512_w4_s3_mma", "gv2_n64x256_w4_s4_mma"}
 
 
 def gv_ids(m: int, quick: bool) -> tuple[str, ...]:

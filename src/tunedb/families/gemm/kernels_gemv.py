@@ -13,7 +13,7 @@ weights) moved 1.19-1.21x the bytes/s of that lane at M=1. Here, for two-byte we
   M to a 16-row tensor-core tile, so slabs of 4-16 rows are fine and an unsplit grid at N = 4096
   already holds 256-1024 CTAs (several per SM, several 16-byte loads in flight per thread).
 - mma path (DOT true, any M <= 16): one tensor-core dot per K tile against x padded to 16 rows
-  (x's rows wrapped: loads need no row mask; only rows < M are stored), BN >= 16.
+  (rows past M masked: zero-filled, not read), BN >= 16.
 - Bytes in flight from the start: the first W tile is loaded before the K loop and its product
   taken after it, so the loop's pipeline prologue (STAGES - 1 tiles by cp.async; `tl.range` with
   an explicit num_stages pipelines the loads of a loop with or without a dot) is requested while
@@ -91,16 +91,17 @@ def gemm_gemv_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
         tl.extra.cuda.gdc_launch_dependents()
     w0 = w  # its product is taken after the loop (the module docstring: STAGES tiles in flight)
     if DOT:
-        rows_in = (rows % M).to(tl.int64)  # wrapped: x loads need no row mask
-        x_ptrs = x_ptr + rows_in[:, None] * K + (kt_lo * BK + offs_k)[None, :]
+        # x's rows past M masked, not wrapped: a masked-off row is zero-filled without a read, so
+        # at M=1 a tile moves BK x 2 bytes of x from L2 beside BN x BK x 2 of W, not 16 rows of it
+        x_ptrs = x_ptr + rows[:, None].to(tl.int64) * K + (kt_lo * BK + offs_k)[None, :]
         acc = tl.zeros((MP, BN), dtype=tl.float32)
         for kt in tl.range(kt_lo + 1, kt_hi, num_stages=STAGES):
             off = (kt - kt_lo) * BK
             k_ok = offs_k[None, :] < K - kt * BK
             w = tl.load(w_ptrs + off, mask=k_ok, other=0.0, eviction_policy="evict_first")
-            x = tl.load(x_ptrs + off, mask=k_ok, other=0.0)
+            x = tl.load(x_ptrs + off, mask=row_ok[:, None] & k_ok, other=0.0)
             acc = tl.dot(x, tl.trans(w), acc)
-        x = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        x = tl.load(x_ptrs, mask=row_ok[:, None] & (offs_k[None, :] < k_left), other=0.0)
         acc = tl.dot(x, tl.trans(w0), acc)
     else:
         a0 = tl.zeros((BN,), dtype=tl.float32)
