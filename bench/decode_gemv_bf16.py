@@ -13,8 +13,8 @@ the 60 MiB L2 (every call reads its weight cold), each arm timed as bench/decode
 subtracted, median of 7 replays). Every GEMM arm is first checked against the fp64 product
 (decode_limit.lane_arms's bound: 4x the output's rounding + 2e-3 of the peak); a failing config
 is reported, not timed. The read is decode_gemv_fp8.read_best (bench/read_roofline.py's quick
-sweep and torch.sum). The lane as it is: session 9's winners (decode_limit.PRIOR, compiled in
-parallel first); the GEMV: a small sweep per M (the FMA path at M <= 4, the tensor-core path at
+sweep and torch.sum). The lane as it is: session 9's winners (decode_limit.PRIOR) and two tiles
+of the shipped space, compiled in parallel first; the GEMV: a small sweep per M (the FMA path at M <= 4, the tensor-core path at
 every M, one PDL twin each). Columns: us, share of 4.3 TB/s, x cuBLAS. Then the Llama layer chain
 (decode_lane_s14.layer_chain_timer: qkv, o, gate_up, down over 4 cold layers in one graph, no
 separator, M = 1 and 16): cuBLAS, the best dk per GEMM, the best gv per GEMM without PDL and the
@@ -57,9 +57,11 @@ def gv_ids(m: int, quick: bool) -> tuple[str, ...]:
 
 
 def dk_ids(quick: bool) -> tuple[str, ...]:
+    """The lane as it is: session 9's winners (decode_limit.PRIOR) and two of the shipped space's
+    split-K tiles (configs_decode.grid)."""
     import decode_limit as dl
 
-    return tuple(dl.PRIOR[:6] if quick else dl.PRIOR)
+    return tuple(dl.PRIOR[:6] if quick else dl.PRIOR) + ("dk4_n64x256_w4_s4", "dk8_n32x256_w4_s4")
 
 
 def gv_launch(cid: str, n: int, k: int):
