@@ -4,7 +4,7 @@ M = 1, 3, 8, 16 (the FMA path where its rules admit M, the tensor-core path ever
 bias, in fp16; then inside captured CUDA graphs, with and without PDL: back-to-back calls on
 different weights (split configs sharing the launcher's counters) and a chain where each call
 reads the previous call's output (a `_pdl` call must wait for it), each output bitwise equal to
-its eager run over three replays. About 25-40 s on the H200, most of it compiling (~25 binaries)."""
+its eager run over three replays. About 30-50 s on the H200, most of it compiling (~45 binaries: three specializations of N and K)."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -63,7 +63,7 @@ def test_gv_against_fp64_reference(n, k):
 def test_gv_bias_and_fp16(dt, bias):
     n, k = 136, 1000
     sig = FAMILY.make_signature("gemm_act" if bias else "gemm", dt, n, k, bias=bias)
-    for m in (1, 4, 16):
+    for m in (1, 16):
         x, w, b = inputs(n, k, m, dt, seed=7 + m, bias=bias)
         for cid in valid(n, k, m, dt):
             check(cid, sig, x, w, b)
