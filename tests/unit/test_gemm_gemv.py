@@ -89,6 +89,7 @@ def test_the_bench_arms_are_valid_where_it_runs_them():
                            {"N": 1, "K": 1, "error": "x"}])
     assert got["best_gv"] == {"points": 2, "x_cublas_geomean": 1.25, "x_cublas_min": 1.25, "share_min_m1_16MB_plus": 0.6}
     assert got["best_dk"]["x_cublas_geomean"] == 0.8 and got["best_of_both"]["x_cublas_min"] == 1.25
+    assert got["best_of_both"]["through_gate_geomean"] == 1.25
     assert got["cublas_share_min_m1_16MB_plus"] == 0.5 and got["read_share_min_16MB_plus"] == 0.9
 
 
