@@ -176,8 +176,9 @@ def layer_chains(rows: list, ms=(1, 16)) -> list:
             except Exception as exc:  # noqa: BLE001 - the other chains stand
                 res[f"{name}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         out.append(res)
-        print(f"layer chain M={m}: " + ", ".join(f"{key[:-3]} {v:.1f} us" for key, v in res.items()
-                                                 if key.endswith("_us")), flush=True)
+        print(f"layer chain M={m} (us per layer, x cuBLAS): " + ", ".join(
+            f"{key[:-3]} {v:.1f} ({res['cublas_us'] / v:.3f}x)" for key, v in res.items() if key.endswith("_us")),
+            flush=True)
     return out
 
 
