@@ -14,8 +14,9 @@ subtracted, median of 7 replays). Every GEMM arm is first checked against the fp
 (decode_limit.lane_arms's bound: 4x the output's rounding + 2e-3 of the peak); a failing config
 is reported, not timed. The read is decode_gemv_fp8.read_best (bench/read_roofline.py's quick
 sweep and torch.sum). The lane as it is: session 9's winners (decode_limit.PRIOR) and two tiles
-of the shipped space, compiled in parallel first; the GEMV: a small sweep per M (the FMA path at M <= 4, the tensor-core path at
-every M, one PDL twin each). Columns: us, share of 4.3 TB/s, x cuBLAS. Then the Llama layer chain
+of the shipped space, compiled in parallel first; the GEMV: a small sweep per M (the FMA path at
+M <= 4, summed every tile and `_lr` summed once after the loop; the tensor-core path at every M;
+a PDL twin of each kind). Columns: us, share of 4.3 TB/s, x cuBLAS. Then the Llama layer chain
 (decode_lane_s14.layer_chain_timer: qkv, o, gate_up, down over 4 cold layers in one graph, no
 separator, M = 1 and 16): cuBLAS, the best dk per GEMM, the best gv per GEMM without PDL and the
 same with each one's PDL twin (there a `_pdl` kernel's first tile overlaps a different GEMM's tail).
@@ -42,12 +43,16 @@ GOAL_SHARE, GOAL_X = 0.85, 1.15
 # within 128 registers a thread), the tensor-core path at every M (its shared memory, x's 16 rows
 # and the W tiles times the stages, leaves 2-4 CTAs an SM), one PDL twin of each
 FMA_M1 = ("gv1_n16x512_w4_s5", "gv1_n8x512_w4_s5", "gv2_n16x512_w4_s5", "gv1_n16x256_w4_s5", "gv1_n32x512_w8_s4",
-          "gv1_n4x512_w2_s5", "gv1_n16x1024_w8_s3", "gv1_n16x512_w4_s5_pdl")
-FMA_M4 = ("gv1_n4x512_w2_s5", "gv1_n8x512_w4_s5", "gv1_n16x256_w4_s5", "gv2_n8x512_w4_s5", "gv1_n8x512_w4_s5_pdl")
+          "gv1_n4x512_w2_s5", "gv1_n16x1024_w8_s3", "gv1_n16x512_w4_s5_pdl",
+          # late reduction: the [BN, BK] products summed once after the loop, not every tile
+          "gv1_n16x512_w4_s5_lr", "gv1_n8x512_w4_s5_lr", "gv2_n16x512_w4_s5_lr", "gv1_n16x256_w4_s5_lr",
+          "gv1_n32x512_w8_s4_lr", "gv1_n16x512_w4_s5_lr_pdl")
+FMA_M4 = ("gv1_n4x512_w2_s5", "gv1_n8x512_w4_s5", "gv1_n16x256_w4_s5", "gv2_n8x512_w4_s5", "gv1_n8x512_w4_s5_pdl",
+          "gv1_n8x512_w4_s5_lr", "gv1_n4x512_w2_s5_lr", "gv1_n8x512_w4_s5_lr_pdl")
 MMA = ("gv1_n16x256_w4_s5_mma", "gv2_n16x256_w4_s4_mma", "gv1_n32x256_w4_s4_mma", "gv1_n32x512_w4_s3_mma",
        "gv2_n32x256_w4_s4_mma", "gv1_n64x256_w4_s3_mma", "gv4_n16x512_w4_s3_mma", "gv1_n16x256_w4_s5_mma_pdl")
 QUICK_DROP = {"gv1_n16x1024_w8_s3", "gv1_n4x512_w2_s5", "gv2_n8x512_w4_s5", "gv4_n16x512_w4_s3_mma",
-              "gv2_n32x256_w4_s4_mma"}
+              "gv2_n32x256_w4_s4_mma", "gv1_n32x512_w8_s4", "gv1_n32x512_w8_s4_lr"}
 DEVICE = "cuda"  # the CPU smoke test runs one_weight on cpu under the interpreter
 
 
@@ -71,6 +76,23 @@ def gv_launch(cid: str, n: int, k: int):
     from tunedb.families.gemm import FAMILY, launch_gemv
 
     return launch_gemv.launcher(cid, FAMILY.make_signature("gemm", "bf16", n, k))
+
+
+def precompile_gv(quick: bool, arch: str) -> set[str]:
+    """Compile every gv binary the run launches (the sweep at each weight and M, and the PDL twins
+    the layer chain uses) in 16 worker processes first; the ids that failed, left out."""
+    from tunedb.families.gemm import configs_gemv, prebuild_gemv
+
+    ids = {c for m in MS for c in gv_ids(m, quick)}
+    ids |= {configs_gemv.pdl_twin(configs_gemv.parse_gemv(c)).id for c in ids}
+    t0 = time.time()
+    res = prebuild_gemv.compile_all(prebuild_gemv.jobs(sorted(ids), LLAMA + (() if quick else EXTRA), MS), arch, 16)
+    failed = {f["job"]["config_id"] for f in res["failed"]}
+    print(f"precompiled {res['ok']}/{res['jobs']} gv binaries in {time.time() - t0:.1f} s"
+          + (f"; failed (left out): {sorted(failed)}" if failed else ""), flush=True)
+    for f in res["failed"][:3]:
+        print(f"  {f['job']['config_id']}: {f['error'][-300:]}", flush=True)
+    return failed
 
 
 def one_weight(n: int, k: int, quick: bool, sms: int, skip: set) -> dict:
@@ -246,6 +268,7 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     failed = precompile(list(dk_ids(args.quick)))
+    failed |= precompile_gv(args.quick, "sm%d%d" % torch.cuda.get_device_capability())
     rows = []
     print("| N x K | MB | M | read | cuBLAS | best dk (x cuBLAS) | best gv (x cuBLAS) | best gv without PDL |\n|"
           + "---|" * 8, flush=True)

@@ -1,5 +1,6 @@
 """The GEMM decode lane's bf16/fp16 GEMV (`gv` configs: configs_gemv.py, kernels_gemv.py,
-launch_gemv.py): ids and the rules a config must meet (pure Python); the kernel under
+launch_gemv.py, prebuild_gemv.py): ids, the rules a config must meet and the prebuild's jobs (pure
+Python); the kernel under
 TRITON_INTERPRET=1 at small odd shapes against the fp64 product (the FMA path in bf16 and fp16,
 the tensor-core path in fp16: this CPU Triton's interpreter computes bf16 tl.dot wrongly, its
 bf16 FMA path right), with and without bias, every split bitwise equal on two calls (the
@@ -21,7 +22,7 @@ from tunedb.errors import ConfigError
 from tunedb.families.gemm.configs_gemv import gemv_grid, gemv_reason, make_gemv, parse_gemv, pdl_twin, rows_padded
 
 SHAPES = ((80, 520), (36, 200))  # N, K: K not a multiple of the K block, N not of BN
-FMA_IDS = ("gv1_n8x256_w2_s3", "gv2_n4x128_w2_s3_pdl", "gv3_n16x128_w4_s2")
+FMA_IDS = ("gv1_n8x256_w2_s3", "gv2_n4x128_w2_s3_pdl", "gv3_n16x128_w4_s2", "gv2_n8x128_w2_s3_lr")
 MMA_IDS = ("gv1_n16x256_w4_s3_mma", "gv2_n32x128_w4_s3_mma_pdl")
 
 
@@ -32,10 +33,12 @@ def test_gemv_ids_round_trip_and_bad_values():
     assert cfg.param("split_k") == 2 and cfg.param("stages") == 5
     assert pdl_twin(cfg).id == "gv2_n16x512_w4_s5_mma" and pdl_twin(pdl_twin(cfg)) == cfg
     fma = parse_gemv("gv1_n4x1024_w2_s3")
-    assert fma.param("dot") is False and fma.param("pdl") is False
+    assert fma.param("dot") is False and fma.param("pdl") is False and fma.param("late") is False
+    late = parse_gemv("gv2_n8x512_w4_s5_lr_pdl")
+    assert late.param("late") is True and pdl_twin(late).id == "gv2_n8x512_w4_s5_lr"
     for bad in ("gv1_n12x512_w4_s3", "gv17_n16x512_w4_s3", "gv1_n16x32_w4_s3", "gv1_n16x512_w4_s9",
                 "gv1_n8x512_w4_s3_mma", "gv1_n16x512_w4_s3_pdl_mma", "gv01_n16x512_w4_s3", "gv0_n16x512_w4_s3",
-                "gv1_n16x512_w16_s3", "dk1_n32x256_w4_s4"):
+                "gv1_n16x512_w16_s3", "dk1_n32x256_w4_s4", "gv1_n16x512_w4_s3_mma_lr", "gv1_n16x512_w4_s3_pdl_lr"):
         with pytest.raises(ConfigError):
             parse_gemv(bad)
     with pytest.raises(ConfigError, match="BN=12 not allowed"):
@@ -43,6 +46,7 @@ def test_gemv_ids_round_trip_and_bad_values():
     grid = gemv_grid()
     assert len({c.id for c in grid}) == len(grid) and all(parse_gemv(c.id) == c for c in grid)
     assert {c.param("dot") for c in grid} == {False, True} and {c.param("pdl") for c in grid} == {False, True}
+    assert {c.param("late") for c in grid} == {False, True} and not any(c.param("late") and c.param("dot") for c in grid)
     assert rows_padded(1, False) == 1 and rows_padded(3, False) == 4 and rows_padded(2, True) == 16
 
 
@@ -60,6 +64,18 @@ def test_gemv_rules():
     assert "split_k=8 > 4 K tiles" in gemv_reason(parse_gemv("gv8_n16x128_w4_s3"), 4096, 500, 1)
     assert "not 'fp32'" in gemv_reason(mma, 4096, 4096, 1, "fp32")
     assert "Triton 3.4+" in gemv_reason(parse_gemv("gv1_n16x512_w4_s3_pdl"), 4096, 4096, 1, pdl_ok=False)
+    # the late reduction holds the same [MP, BN, BK] tile across the loop: the same bound
+    assert "256 registers" in gemv_reason(parse_gemv("gv1_n16x512_w4_s3_lr"), 4096, 4096, 3)
+
+
+def test_prebuild_jobs_are_the_binaries_a_run_launches():
+    from tunedb.families.gemm.prebuild_gemv import GemvJob, jobs
+
+    got = jobs(["gv1_n16x512_w4_s5", "gv2_n16x256_w4_s5_mma_pdl"], [(4096, 4096), (80, 200)], (1, 3, 8, 16))
+    # FMA: MP 1 at M=1 (M=3 needs MP 4: 256 registers; 8, 16 not served); mma: MP 16 at every M,
+    # not at K=200 (one K tile for two splits); N=80 is 16-divisible, K=200 is not
+    assert got == [GemvJob("gv1_n16x512_w4_s5", 1, "bf16", True, False), GemvJob("gv1_n16x512_w4_s5", 1),
+                   GemvJob("gv2_n16x256_w4_s5_mma_pdl", 16)]
 
 
 def test_the_bench_arms_are_valid_where_it_runs_them():
@@ -182,10 +198,11 @@ COMPILE_CASES = [  # (config, M, dtype): each kernel shape of the gv space once
     ("gv1_n16x512_w4_s5", 1, "bf16"), ("gv1_n16x1024_w8_s3_pdl", 1, "bf16"), ("gv4_n8x256_w2_s5", 2, "fp16"),
     ("gv2_n4x512_w2_s3_pdl", 4, "bf16"), ("gv8_n32x512_w8_s3", 1, "bf16"), ("gv1_n16x512_w4_s5_mma", 16, "bf16"),
     ("gv2_n16x256_w4_s5_mma_pdl", 9, "bf16"), ("gv4_n64x256_w4_s4_mma", 1, "fp16"),
+    ("gv1_n16x512_w4_s5_lr", 1, "bf16"), ("gv2_n8x512_w4_s5_lr_pdl", 4, "bf16"), ("gv1_n16x256_w4_s3_lr", 2, "fp16"),
 ]
 # N and K without a 16-divisibility hint (the GPU test's 80x200, 136x1000): 2-byte loads, so no
 # 16-byte checks, but it must compile
-ODD_CASES = [("gv2_n8x256_w2_s3_pdl", 3, "bf16"), ("gv4_n32x256_w4_s3_mma", 16, "bf16")]
+ODD_CASES = [("gv2_n8x256_w2_s3_pdl", 3, "bf16"), ("gv4_n32x256_w4_s3_mma", 16, "bf16"), ("gv1_n8x256_w2_s3_lr", 1, "bf16")]
 
 
 def _compile_child(cases, odd=()) -> None:
@@ -197,7 +214,7 @@ def _compile_child(cases, odd=()) -> None:
     from triton.compiler import ASTSource
 
     from tunedb.families.gemm.kernels_gemv import gemm_gemv_kernel
-    from tunedb.families.gemm.launch_gemv import spec
+    from tunedb.families.gemm.kernels_gemv import spec
 
     for cid, m, dt in [*cases, *odd]:
         cfg = parse_gemv(cid)

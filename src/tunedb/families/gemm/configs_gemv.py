@@ -1,13 +1,15 @@
 """The GEMM decode lane's bf16/fp16 GEMV configs (`gv`, kernels_gemv.py): ids, a small space and
 the rules a `gv` config must meet at a signature and M. Pure Python (no torch, no triton).
 
-    gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma][_pdl]      gv1_n16x512_w4_s3, gv2_n16x256_w4_s4_mma_pdl
+    gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma|_lr][_pdl]  gv1_n16x512_w4_s3, gv2_n16x256_w4_s4_mma_pdl,
+                                                    gv1_n16x512_w4_s5_lr
 
 BN rows of W per CTA, BK elements of K per tile (16-byte vectors: 8 two-byte elements), W warps,
 S pipeline stages, SPLIT CTAs per slab over contiguous runs of K tiles (reduced in the kernel,
 deterministically). Without `_mma` the product is taken on CUDA cores (M <= 4, a bounded
-per-thread product tile); with `_mma` by one tensor-core dot per K tile (x padded to 16 rows,
-BN >= 16), any M <= 16. Not in the GEMM family's space or KERNEL_SOURCES yet: the family's table
+per-thread product tile), summed over K every tile or, `_lr` (late reduction), accumulated as
+[BN, BK] products and summed once after the loop; with `_mma` by one tensor-core dot per K tile
+(x padded to 16 rows, BN >= 16), any M <= 16. Not in the GEMM family's space or KERNEL_SOURCES yet: the family's table
 is not rebuilt with it until the H200 shows what it buys (bench/decode_gemv_bf16.py).
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ MMA_MIN_BN = 16  # tl.dot's smallest N
 # the FMA path's [MP, BN, BK] fp32 product tile per thread, in 32-bit registers: past this it spills
 FMA_REGS = 128
 DTYPES = ("bf16", "fp16")
-GV_ID = re.compile(r"^gv(?P<split>[1-9]\d*)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<mma>_mma)?(?P<pdl>_pdl)?$")
+GV_ID = re.compile(r"^gv(?P<split>[1-9]\d*)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<mma>_mma)?(?P<lr>_lr)?(?P<pdl>_pdl)?$")
 
 
 def rows_padded(m: int, dot: bool) -> int:
@@ -37,7 +39,7 @@ def rows_padded(m: int, dot: bool) -> int:
 
 
 def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: bool = False,
-              pdl: bool = False) -> Config:
+              pdl: bool = False, late: bool = False) -> Config:
     """A `gv` config; ConfigError naming the bad value and what is allowed."""
     for name, v, allowed in (("BN", bn, GEMV_BN), ("BK", bk, GEMV_BK), ("warps", warps, GEMV_WARPS)):
         if v not in allowed:
@@ -48,10 +50,13 @@ def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: 
         raise ConfigError(f"gemm gemv config: stages={stages} not allowed; use 1..8")
     if dot and bn < MMA_MIN_BN:
         raise ConfigError(f"gemm gemv config: _mma needs BN >= {MMA_MIN_BN}, not BN={bn}")
-    cid = f"gv{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_mma" if dot else "") + ("_pdl" if pdl else "")
+    if dot and late:
+        raise ConfigError("gemm gemv config: _lr (late reduction) is an FMA-path option; _mma has no K sum to defer")
+    cid = (f"gv{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_mma" if dot else "") + ("_lr" if late else "")
+           + ("_pdl" if pdl else ""))
     return Config(cid, LANE, (("block", (MAX_M, bn, bk)), ("warps", warps), ("stages", stages),
                               ("group_m", 1), ("split_k", split_k), ("pdl", bool(pdl)),
-                              ("kernel", "gemv"), ("dot", bool(dot))))
+                              ("kernel", "gemv"), ("dot", bool(dot)), ("late", bool(late))))
 
 
 def parse_gemv(config_id: str) -> Config:
@@ -60,7 +65,7 @@ def parse_gemv(config_id: str) -> Config:
     if not g:
         raise ConfigError(f"bad gemm gemv config id {config_id!r}: expected gv1_n16x512_w4_s3[_mma][_pdl]")
     cfg = make_gemv(int(g["bn"]), int(g["bk"]), int(g["w"]), int(g["s"]), int(g["split"]), bool(g["mma"]),
-                    bool(g["pdl"]))
+                    bool(g["pdl"]), bool(g["lr"]))
     if cfg.id != config_id:
         raise ConfigError(f"gemm gemv config id {config_id!r} is not canonical; expected {cfg.id!r}")
     return cfg
@@ -70,7 +75,7 @@ def pdl_twin(cfg: Config) -> Config:
     """The same config with PDL flipped."""
     _, bn, bk = cfg.param("block")
     return make_gemv(bn, bk, cfg.param("warps"), cfg.param("stages"), cfg.param("split_k"),
-                     bool(cfg.param("dot")), not cfg.param("pdl"))
+                     bool(cfg.param("dot")), not cfg.param("pdl"), bool(cfg.param("late")))
 
 
 def gemv_reason(cfg: Config, n: int, k: int, m: int, dt: str = "bf16", pdl_ok: bool = True) -> str | None:
@@ -111,5 +116,6 @@ def gemv_grid() -> tuple[Config, ...]:
             for split in (1, 2, 4, 8):
                 for stages in (3, 5):
                     for pdl in (False, True):
-                        out.append(make_gemv(bn, bk, warps, stages, split, dot, pdl))
+                        for late in (False,) if dot else (False, True):
+                            out.append(make_gemv(bn, bk, warps, stages, split, dot, pdl, late))
     return tuple(out)

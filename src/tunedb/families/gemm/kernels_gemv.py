@@ -12,6 +12,10 @@ weights) moved 1.19-1.21x the bytes/s of that lane at M=1. Here, for two-byte we
   M activation rows, summed over the tile's K inside each thread then across lanes: no padding of
   M to a 16-row tensor-core tile, so slabs of 4-16 rows are fine and an unsplit grid at N = 4096
   already holds 256-1024 CTAs (several per SM, several 16-byte loads in flight per thread).
+  Summed every tile, the reduction (5 shuffles a row and a shared-memory step when warps split K)
+  is about half the loop's instructions at sm90 (~590 PTX lines a 16x512 tile at 4 warps: ~2.4
+  instructions a cycle per SM to keep up with 4.3 TB/s); LATE (`_lr`) instead accumulates the
+  [BN, BK] products in registers and sums once after the loop (the same register bound).
 - mma path (DOT true, any M <= 16): one tensor-core dot per K tile against x padded to 16 rows
   (rows past M masked: zero-filled, not read), BN >= 16.
 - Bytes in flight from the start: the first W tile is loaded before the K loop and its product
@@ -41,35 +45,42 @@ except ImportError:
 
 from tunedb.families.gemm.kernels_common import NO_SPECIALIZE
 from tunedb.families.gemm.kernels_decode import finish_splitk
+from tunedb.records import Config
 
 
 @triton.jit
-def _fma_row(wf, x_ptr, R: tl.constexpr, M, K, kt, offs_k, k_ok, BK: tl.constexpr):
-    """Row R (wrapped past M) of one K tile's product: sum_k wf[n, k] * x[R, k] -> [BN] fp32.
-    x's row is a 1-D vector in the layout of wf's K axis, so the sum runs inside each thread's
-    16 bytes, then across the warp's lanes: no shared memory, no layout change of the W tile."""
+def _fma_row(wf, x_ptr, R: tl.constexpr, M, K, kt, offs_k, k_ok, BK: tl.constexpr, LATE: tl.constexpr):
+    """Row R (wrapped past M) of one K tile's product wf[n, k] * x[R, k]: summed over k -> [BN]
+    fp32, or with LATE left [BN, BK] for the caller to accumulate and sum once after the loop.
+    x's row is a 1-D vector in the layout of wf's K axis: no layout change of the W tile; the sum
+    runs inside each thread's 16 bytes, then across lanes (shuffles) and warps (shared memory)."""
     row = (R % M).to(tl.int64)
     xr = tl.load(x_ptr + row * K + kt * BK + offs_k, mask=k_ok, other=0.0)
-    return tl.sum(wf * xr.to(tl.float32)[None, :], axis=1)
+    prod = wf * xr.to(tl.float32)[None, :]
+    if not LATE:
+        prod = tl.sum(prod, axis=1)
+    return prod
 
 
 @triton.jit
-def _fma_tile(w, x_ptr, a0, a1, a2, a3, M, K, kt, offs_k, k_ok, MP: tl.constexpr, BK: tl.constexpr):
-    """a_r += row r's product for r < MP (MP <= 4: one [BN] accumulator per row)."""
+def _fma_tile(w, x_ptr, a0, a1, a2, a3, M, K, kt, offs_k, k_ok, MP: tl.constexpr, BK: tl.constexpr,
+              LATE: tl.constexpr):
+    """a_r += row r's product for r < MP (MP <= 4: one accumulator per row, [BN] or with LATE
+    [BN, BK])."""
     wf = w.to(tl.float32)
-    a0 += _fma_row(wf, x_ptr, 0, M, K, kt, offs_k, k_ok, BK)
+    a0 += _fma_row(wf, x_ptr, 0, M, K, kt, offs_k, k_ok, BK, LATE)
     if MP > 1:
-        a1 += _fma_row(wf, x_ptr, 1, M, K, kt, offs_k, k_ok, BK)
+        a1 += _fma_row(wf, x_ptr, 1, M, K, kt, offs_k, k_ok, BK, LATE)
     if MP > 2:
-        a2 += _fma_row(wf, x_ptr, 2, M, K, kt, offs_k, k_ok, BK)
-        a3 += _fma_row(wf, x_ptr, 3, M, K, kt, offs_k, k_ok, BK)
+        a2 += _fma_row(wf, x_ptr, 2, M, K, kt, offs_k, k_ok, BK, LATE)
+        a3 += _fma_row(wf, x_ptr, 3, M, K, kt, offs_k, k_ok, BK, LATE)
     return a0, a1, a2, a3
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def gemm_gemv_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_BIAS, ACT,
                      BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, MP: tl.constexpr,
-                     DOT: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
+                     DOT: tl.constexpr, LATE: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
     """y[M, N] = act(x[M, K] @ w[N, K]^T + b), M <= MP (16 with DOT, <= 4 without); x, w, y
     contiguous; grid (cdiv(N, BN), SPLIT)."""
     pid_n = tl.program_id(0)
@@ -104,7 +115,10 @@ def gemm_gemv_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
         x = tl.load(x_ptrs, mask=row_ok[:, None] & (offs_k[None, :] < k_left), other=0.0)
         acc = tl.dot(x, tl.trans(w0), acc)
     else:
-        a0 = tl.zeros((BN,), dtype=tl.float32)
+        if LATE:  # `_lr`: the [BN, BK] products accumulated, summed over K once after the loop
+            a0 = tl.zeros((BN, BK), dtype=tl.float32)
+        else:  # summed over K every tile (shuffles and a shared-memory step per tile and row)
+            a0 = tl.zeros((BN,), dtype=tl.float32)
         a1 = a0
         a2 = a0
         a3 = a0
@@ -112,8 +126,15 @@ def gemm_gemv_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
             kl = K - kt * BK
             w = tl.load(w_ptrs + (kt - kt_lo) * BK, mask=offs_k[None, :] < kl, other=0.0,
                         eviction_policy="evict_first")
-            a0, a1, a2, a3 = _fma_tile(w, x_ptr, a0, a1, a2, a3, M, K, kt, offs_k, offs_k < kl, MP, BK)
-        a0, a1, a2, a3 = _fma_tile(w0, x_ptr, a0, a1, a2, a3, M, K, kt_lo, offs_k, offs_k < k_left, MP, BK)
+            a0, a1, a2, a3 = _fma_tile(w, x_ptr, a0, a1, a2, a3, M, K, kt, offs_k, offs_k < kl, MP, BK, LATE)
+        a0, a1, a2, a3 = _fma_tile(w0, x_ptr, a0, a1, a2, a3, M, K, kt_lo, offs_k, offs_k < k_left, MP, BK, LATE)
+        if LATE:
+            a0 = tl.sum(a0, axis=1)
+            if MP > 1:
+                a1 = tl.sum(a1, axis=1)
+            if MP > 2:
+                a2 = tl.sum(a2, axis=1)
+                a3 = tl.sum(a3, axis=1)
         # the rows' accumulators into one [MP, BN] tile, once per CTA
         acc = tl.where(rows[:, None] == 0, a0[None, :], 0.0)
         if MP > 1:
@@ -156,3 +177,11 @@ class GemvSpec:
         if split == 1:
             return 1, 1
         return slabs * split * 16 * dict(self.constexprs)["BN"], slabs
+
+
+def spec(cfg: Config) -> GemvSpec:
+    """The launch of a `gv` config (configs_gemv.py)."""
+    _, bn, bk = cfg.param("block")
+    return GemvSpec((("BN", bn), ("BK", bk), ("SPLIT", cfg.param("split_k")), ("DOT", bool(cfg.param("dot"))),
+                     ("LATE", bool(cfg.param("late")))), cfg.param("warps"), cfg.param("stages"),
+                    pdl=bool(cfg.param("pdl")))

@@ -11,18 +11,12 @@ from typing import Any, Callable
 import torch
 
 from tunedb.families.gemm import configs_gemv
-from tunedb.families.gemm.kernels_gemv import GemvSpec
+from tunedb.families.gemm.kernels_gemv import spec
 from tunedb.families.gemm.launch import _interpreting, _prologue
 from tunedb.families.gemm.triton_launch import Site
 from tunedb.records import Config, Signature
 
 _LAUNCHERS: dict[tuple[str, Signature], Callable[..., Any]] = {}
-
-
-def spec(cfg: Config) -> GemvSpec:
-    _, bn, bk = cfg.param("block")
-    return GemvSpec((("BN", bn), ("BK", bk), ("SPLIT", cfg.param("split_k")), ("DOT", bool(cfg.param("dot")))),
-                    cfg.param("warps"), cfg.param("stages"), pdl=bool(cfg.param("pdl")))
 
 
 def launcher(config: Config | str, sig: Signature) -> Callable[..., Any]:
