@@ -3,7 +3,7 @@
 families/gemm/kernels_gemv.py) against the decode lane as it is (`dk` configs), cuBLAS
 (F.linear) and a pure read of the same bytes, in ONE run on the H200.
 
-    PYTHONPATH=src python bench/decode_gemv_bf16.py --quick --out decode_gemv_bf16.json   # ~80-110 s
+    PYTHONPATH=src python bench/decode_gemv_bf16.py --quick --out decode_gemv_bf16.json   # ~90-120 s (--no-chain ~15 s less)
     PYTHONPATH=src python bench/decode_gemv_bf16.py --out decode_gemv_bf16.json           # ~150-200 s
 
 Per weight (qkv 6144x4096, o 4096x4096, gate_up 28672x4096, down 4096x14336; without --quick
