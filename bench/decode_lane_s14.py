@@ -122,11 +122,13 @@ def measure(shapes, ms, quick: bool, full_read: bool, budget_s: float, sms: int,
     return reads, rows
 
 
-def layer_chain_timer(m: int, layers: int = 4, sms: int = 0, gemms: list | None = None):
+def layer_chain_timer(m: int, layers: int = 4, sms: int = 0, gemms: list | None = None, launch=None):
     """chain(pick) -> microseconds per layer of the layer's GEMMs (`gemms`, default LAYER) in order
     over `layers` cold copies (1.7 GB), one CUDA graph; pick(n, k) names each GEMM's arm: "torch"
     (cuBLAS, as the model calls it), "read:<id>" (decode_limit's pure read of the weight; needs
-    `sms`) or a config id. Here a `_pdl` kernel overlaps a different GEMM's tail, as in a model."""
+    `sms`) or a config id. Here a `_pdl` kernel overlaps a different GEMM's tail, as in a model.
+    `launch(cid, n, k)`, when given, returns fn(x, w, bias, out) for ids outside the GEMM family
+    (None: the family's launcher)."""
     import torch
 
     import decode_limit as dl
@@ -151,7 +153,9 @@ def layer_chain_timer(m: int, layers: int = 4, sms: int = 0, gemms: list | None 
                 elif cid.startswith("read:"):
                     calls.append(dl.read_call(cid[5:], w, sms))
                 else:
-                    fn = FAMILY.launcher(FAMILY.parse_config(cid), FAMILY.make_signature("gemm", dl.DT, n, k))
+                    fn = launch(cid, n, k) if launch is not None else None
+                    if fn is None:
+                        fn = FAMILY.launcher(FAMILY.parse_config(cid), FAMILY.make_signature("gemm", dl.DT, n, k))
                     calls.append(lambda fn=fn, a=a, w=w, o=o: fn(a, w, None, o))
         for c in calls:  # warm: compiles, workspaces
             c()

@@ -1,0 +1,121 @@
+"""The GEMM decode lane's bf16/fp16 GEMV configs (`gv`, kernels_gemv.py): ids, a small space and
+the rules a `gv` config must meet at a signature and M. Pure Python (no torch, no triton).
+
+    gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma|_lr][_pdl]  gv1_n16x512_w4_s3, gv2_n16x256_w4_s4_mma_pdl,
+                                                    gv1_n16x512_w4_s5_lr
+
+BN rows of W per CTA, BK elements of K per tile (16-byte vectors: 8 two-byte elements), W warps,
+S pipeline stages, SPLIT CTAs per slab over contiguous runs of K tiles (reduced in the kernel,
+deterministically). Without `_mma` the product is taken on CUDA cores (M <= 4, a bounded
+per-thread product tile), summed over K every tile or, `_lr` (late reduction), accumulated as
+[BN, BK] products and summed once after the loop; with `_mma` by one tensor-core dot per K tile
+(x padded to 16 rows, BN >= 16), any M <= 16. Not in the GEMM family's space or KERNEL_SOURCES yet: the family's table
+is not rebuilt with it until the H200 shows what it buys (bench/decode_gemv_bf16.py).
+"""
+from __future__ import annotations
+
+import re
+
+from tunedb.errors import ConfigError
+from tunedb.records import Config
+
+LANE = "triton_decode"
+MAX_M = 16
+GEMV_BN = (4, 8, 16, 32, 64)
+GEMV_BK = (64, 128, 256, 512, 1024)
+GEMV_WARPS = (1, 2, 4, 8)
+MAX_SPLIT = 16
+FMA_MAX_M = 4  # past it the CUDA-core product costs more issue slots than the stream leaves
+MMA_MIN_BN = 16  # tl.dot's smallest N
+# the FMA path's [MP, BN, BK] fp32 product tile per thread, in 32-bit registers: past this it spills
+FMA_REGS = 128
+DTYPES = ("bf16", "fp16")
+GV_ID = re.compile(r"^gv(?P<split>[1-9]\d*)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<mma>_mma)?(?P<lr>_lr)?(?P<pdl>_pdl)?$")
+
+
+def rows_padded(m: int, dot: bool) -> int:
+    """The kernel's MP at M = m: 16 for the tensor-core path, else the next power of two >= M."""
+    return 16 if dot else 1 << max(0, (m - 1).bit_length())
+
+
+def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: bool = False,
+              pdl: bool = False, late: bool = False) -> Config:
+    """A `gv` config; ConfigError naming the bad value and what is allowed."""
+    for name, v, allowed in (("BN", bn, GEMV_BN), ("BK", bk, GEMV_BK), ("warps", warps, GEMV_WARPS)):
+        if v not in allowed:
+            raise ConfigError(f"gemm gemv config: {name}={v} not allowed; use one of {allowed}")
+    if not 1 <= split_k <= MAX_SPLIT:
+        raise ConfigError(f"gemm gemv config: split_k={split_k} not allowed; use 1..{MAX_SPLIT}")
+    if not 1 <= stages <= 8:
+        raise ConfigError(f"gemm gemv config: stages={stages} not allowed; use 1..8")
+    if dot and bn < MMA_MIN_BN:
+        raise ConfigError(f"gemm gemv config: _mma needs BN >= {MMA_MIN_BN}, not BN={bn}")
+    if dot and late:
+        raise ConfigError("gemm gemv config: _lr (late reduction) is an FMA-path option; _mma has no K sum to defer")
+    cid = (f"gv{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_mma" if dot else "") + ("_lr" if late else "")
+           + ("_pdl" if pdl else ""))
+    return Config(cid, LANE, (("block", (MAX_M, bn, bk)), ("warps", warps), ("stages", stages),
+                              ("group_m", 1), ("split_k", split_k), ("pdl", bool(pdl)),
+                              ("kernel", "gemv"), ("dot", bool(dot)), ("late", bool(late))))
+
+
+def parse_gemv(config_id: str) -> Config:
+    """The config of a `gv` id; ConfigError when it is not one or not canonical."""
+    g = GV_ID.match(config_id)
+    if not g:
+        raise ConfigError(f"bad gemm gemv config id {config_id!r}: expected gv1_n16x512_w4_s3[_mma][_pdl]")
+    cfg = make_gemv(int(g["bn"]), int(g["bk"]), int(g["w"]), int(g["s"]), int(g["split"]), bool(g["mma"]),
+                    bool(g["pdl"]), bool(g["lr"]))
+    if cfg.id != config_id:
+        raise ConfigError(f"gemm gemv config id {config_id!r} is not canonical; expected {cfg.id!r}")
+    return cfg
+
+
+def pdl_twin(cfg: Config) -> Config:
+    """The same config with PDL flipped."""
+    _, bn, bk = cfg.param("block")
+    return make_gemv(bn, bk, cfg.param("warps"), cfg.param("stages"), cfg.param("split_k"),
+                     bool(cfg.param("dot")), not cfg.param("pdl"), bool(cfg.param("late")))
+
+
+def gemv_reason(cfg: Config, n: int, k: int, m: int, dt: str = "bf16", pdl_ok: bool = True) -> str | None:
+    """Why `cfg` cannot serve (N, K, M, dtype), or None: M <= 16 (<= 4 on the FMA path), the FMA
+    product tile's registers, a K tile for every split, a 2-byte dtype, PDL where the Triton has it."""
+    if dt not in DTYPES:
+        return f"the gemv kernel serves {DTYPES}, not {dt!r}"
+    if not 1 <= m <= MAX_M:
+        return f"the gemv kernel serves 1 <= M <= {MAX_M}, not M={m}"
+    if n < 1 or k < 1:
+        return f"the gemv kernel needs N, K >= 1, not N={n}, K={k}"
+    _, bn, bk = cfg.param("block")
+    if cfg.param("split_k") > -(-k // bk):
+        return f"split_k={cfg.param('split_k')} > {-(-k // bk)} K tiles of {bk} at K={k}"
+    if cfg.param("pdl") and not pdl_ok:
+        return "_pdl needs Triton 3.4+ (gdc_wait, launch_pdl) on sm90+"
+    if cfg.param("dot"):
+        return None
+    if m > FMA_MAX_M:
+        return f"the gemv FMA path serves M <= {FMA_MAX_M}, not M={m} (its _mma twin serves M <= {MAX_M})"
+    per_thread = rows_padded(m, False) * bn * bk // (32 * cfg.param("warps"))
+    if per_thread > FMA_REGS:
+        return (f"the gemv FMA path's product tile needs {per_thread} registers a thread at M={m} "
+                f"(BN={bn}, BK={bk}, {cfg.param('warps')} warps) > {FMA_REGS}")
+    return None
+
+
+# The space the bench sweeps: FMA slabs of 4-32 rows x 256-1024 elements of K (2-16 KB a tile;
+# the narrow ones fit M=3-4's product tile), tensor-core slabs of 16-64 rows; stages 3 and 5.
+FMA_SLABS = ((4, 512, 2), (8, 512, 4), (16, 256, 4), (8, 1024, 4), (16, 512, 4), (16, 512, 8), (32, 512, 8))
+MMA_SLABS = ((16, 256, 4), (16, 512, 4), (32, 256, 4), (32, 512, 4), (64, 256, 4))
+
+
+def gemv_grid() -> tuple[Config, ...]:
+    out = []
+    for slabs, dot in ((FMA_SLABS, False), (MMA_SLABS, True)):
+        for bn, bk, warps in slabs:
+            for split in (1, 2, 4, 8):
+                for stages in (3, 5):
+                    for pdl in (False, True):
+                        for late in (False,) if dot else (False, True):
+                            out.append(make_gemv(bn, bk, warps, stages, split, dot, pdl, late))
+    return tuple(out)

@@ -1,0 +1,70 @@
+"""Launching the bf16/fp16 GEMV kernel (kernels_gemv.py, `gv` configs) as the GEMM family launches
+its lanes: `launcher(config, sig)` -> fn(x, weight, bias, out), one cached closure per (config,
+signature), one launch site per MP (the kernel's padded rows: 1, 2, 4 on the FMA path, 16 on the
+tensor-core path), its split-K workspace and counters allocated once per device (the kernel
+leaves them zero). Torch module (imported lazily). Not wired into the family's lanes yet.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from tunedb.families.gemm import configs_gemv
+from tunedb.families.gemm.kernels_gemv import spec
+from tunedb.families.gemm.launch import _interpreting, _prologue
+from tunedb.families.gemm.triton_launch import Site
+from tunedb.records import Config, Signature
+
+_LAUNCHERS: dict[tuple[str, Signature], Callable[..., Any]] = {}
+
+
+def launcher(config: Config | str, sig: Signature) -> Callable[..., Any]:
+    """fn(x, weight, bias, out) -> y = act(x @ weight.T + bias) with the `gv` config, into `out`
+    when given; ValueError naming the bad value for an M, dtype or split the config cannot serve."""
+    cfg = configs_gemv.parse_gemv(config) if isinstance(config, str) else config
+    key = (cfg.id, sig)
+    if key not in _LAUNCHERS:
+        _LAUNCHERS[key] = _build(cfg, sig)
+    return _LAUNCHERS[key]
+
+
+def _build(cfg: Config, sig: Signature) -> Callable[..., Any]:
+    sp = spec(cfg)
+    prep, n, k, has_bias, act = _prologue(sig)
+    interpret = _interpreting()
+    why = configs_gemv.gemv_reason(cfg, n, k, 1, sig.dt)
+    if why:
+        raise ValueError(f"{cfg.id} cannot serve {sig.format()}: {why}")
+    dot = bool(cfg.param("dot"))
+    sites: dict[int, Site] = {}
+    grid = sp.grid(n)
+    ws_elems, counters = sp.workspace_sizes(n)
+    scratch: dict[Any, tuple[Any, Any]] = {}
+
+    def run(x, weight, bias, out):
+        x2, w, b, y = prep(x, weight, bias, out)
+        m = x2.shape[0]
+        if not m:
+            return y
+        why = configs_gemv.gemv_reason(cfg, n, k, m, sig.dt)
+        if why:
+            raise ValueError(f"{cfg.id} cannot serve M={m}: {why}")
+        if x2.dtype != w.dtype or x2.dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"{cfg.id} takes bf16 or fp16 x and weight of one dtype, got {x2.dtype}, {w.dtype}")
+        mp = configs_gemv.rows_padded(m, dot)
+        site = sites.get(mp)
+        if site is None:
+            site = sites[mp] = Site(sp.kernel, (n, k, has_bias, act), sp.kwargs(mp, interpret))
+        bufs = scratch.get(x2.device)
+        if bufs is None:
+            bufs = (torch.zeros(ws_elems, dtype=torch.float32, device=x2.device),
+                    torch.zeros(counters, dtype=torch.int32, device=x2.device))
+            # buffers made inside a graph capture are zeroed only when the graph replays: they
+            # stay that graph's, and the next eager call makes (and keeps) its own
+            if not (x2.is_cuda and torch.cuda.is_current_stream_capturing()):
+                scratch[x2.device] = bufs
+        site(grid, x2, w, y, b, bufs[0], bufs[1], m)
+        return y
+
+    return run
