@@ -98,15 +98,23 @@ def test_nothing_is_written_when_every_pick_holds_or_publish_is_off(gemm, tiers_
     assert path.read_bytes() == before and selector.resolve("gemm", A, 16).config.id == WIN
 
 
-def test_picks_of_no_tier_entry_and_torch_picks_are_not_timed(gemm, tiers_dirs):
+def test_picks_of_no_tier_entry_and_torch_picks_are_not_timed(gemm, tiers_dirs, monkeypatch):
     database.write_entries("user", "gemm", "sm90", [Entry(B, (Region(None, "torch"),))])
     selector.reload()
     timings = Timings({})
     result = confirm(None, _points((A, 16), (B, 32)), measurer=timings)
+    # A: no tier has it, so the default tier serves torch (the fallback); B runs torch
+    assert timings.asked == [] and list(result.verdicts) == []
+    # a Triton pick no entry holds (the model tier's): reported, not judged
+    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "auto")
+    selector.set_ranker("gemm", lambda s, m, cands: next(c for c in cands if not c.is_sentinel))
+    try:
+        result = confirm(None, _points((A, 16), (B, 32)), measurer=timings)
+    finally:
+        selector.set_ranker("gemm", None)
     assert timings.asked == []
-    # A takes the family default (no tier has it): reported, not judged; B already runs torch
     (verdict,) = result.verdicts
-    assert verdict.signature == A and verdict.tier == "default" and verdict.ratio is None
+    assert verdict.signature == A and verdict.tier == "model" and verdict.ratio is None
     assert "not judged" in verdict.line() and "prewarm" in verdict.line()
 
 

@@ -131,9 +131,15 @@ def test_a_config_failing_on_its_first_call_is_replaced_by_the_torch_arm(gemm, m
             return fail
         return real(config, sig)
 
-    monkeypatch.setattr(gemm, "launcher", broken)
     x, w, b = _tensors()
+    # a measured Triton pick (an unmeasured shape gets the torch arm: nothing would fail)
+    sig = launch_table.launcher("gemm_act", x, w, b, "gelu", 4).signature
+    cfg = gemm.parse_config("b32x64x128_w4_s3_g8")
+    database.write_entries("user", "gemm", "sm90", [Entry(sig, (Region(None, cfg.id),))], [cfg])
+    selector.reload()
+    monkeypatch.setattr(gemm, "launcher", broken)
     bound = launch_table.launcher("gemm_act", x, w, b, "gelu", 4)
+    assert bound.config.id == cfg.id
     with pytest.warns(TunedbWarning, match="failed on its first call.*out of resources.*torch arm"):
         out = launch_table.first_launch(bound, x, w, b)
     torch.testing.assert_close(out, torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)))

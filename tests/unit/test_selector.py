@@ -43,9 +43,9 @@ def test_user_tier_wins_then_system_then_default(fam, tier_dirs):
     # above the user entry's last region (no catch-all): the system tier answers
     r = selector.resolve("fake", sig(), 65)
     assert (r.config, r.tier) == (SPACE["big"], "system")
-    # a signature no tier has: the default
+    # a signature no tier has: the default tier, which serves the pick rule's fallback
     r = selector.resolve("fake", sig(n=96), 65)
-    assert (r.config, r.tier, r.entry_signature) == (SPACE["a"], "default", None)
+    assert (r.config.id, r.tier, r.entry_signature) == ("torch", "default", None)
 
 
 def test_regions_round_up(fam, tier_dirs):
@@ -339,5 +339,5 @@ def test_without_an_entry_or_a_model_the_familys_heuristic_answers(fam, tier_dir
     assert (r.config.id, r.tier) == ("b", "default")
     monkeypatch.setattr(fam, "heuristic", lambda s, m, arch: SPACE["big"], raising=False)
     selector.reload()
-    r = selector.resolve("fake", sig(n=32), 9)  # big needs N >= 64: invalid, the default answers
-    assert (r.config.id, r.tier) == ("a", "default")
+    r = selector.resolve("fake", sig(n=32), 9)  # big needs N >= 64: invalid, the fallback answers
+    assert (r.config.id, r.tier) == ("torch", "default")

@@ -40,12 +40,15 @@ def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.
     referenced = sorted({c for _, db in dbs for c in db.referenced_config_ids()})
     compiled = tuple(c for c in family.compile_set(arch.arch_family, referenced) if not c.is_sentinel)
     cache: dict[tuple[Signature, int], str | None] = {}
+    fallback = hook(family, "pick_rule")().fallback
 
     def model(sig: Signature, m: int) -> str | None:
         if (sig, m) not in cache:
             cands = serving.model_candidates(family, sig, compiled, arch)
             pick = model_obj.pick(sig, m, cands) if cands and model_obj is not None else None
-            cache[(sig, m)] = pick.id if pick is not None else "default"
+            # no pick: the runtime's default tier serves the fallback where it applies
+            unpicked = fallback if fallback in family.sentinels(sig) else "default"
+            cache[(sig, m)] = pick.id if pick is not None else unpicked
         return cache[(sig, m)]
 
     def from_file(db: database.DatabaseFile) -> evaluation.Selector:
@@ -59,7 +62,6 @@ def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.
         concrete = family.default_config(sig, arch).id
         return (concrete,) if cid == "default" else ("default",) if cid == concrete else ()
 
-    fallback = hook(family, "pick_rule")().fallback
     out: dict[str, evaluation.Selector] = {"default": lambda s, m: "default", fallback: lambda s, m: fallback}
     if model_obj is not None:
         out["cost model"] = model

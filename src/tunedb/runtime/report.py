@@ -161,11 +161,25 @@ def confidence_lines() -> list[str]:
     return lines
 
 
+def fallback_lines() -> list[str]:
+    """Per family: the shapes whose entry's region named a config its evidence does not support
+    there (serving.unsupported), each with why the fallback served instead."""
+    from tunedb.runtime import serving
+
+    lines = []
+    for family in sorted({fam for fam, _sig, _m in serving.fallbacks()}):
+        lines.append(serving.fallback_line(family))
+        for (_f, sig, m), (_key, _cid, why) in sorted(serving.fallbacks(family).items(),
+                                                       key=lambda kv: (kv[0][1].format(), kv[0][2])):
+            lines.append(f"  {sig.format()} M={m}: {why}")
+    return lines
+
+
 def tuning_report() -> str:
     """One line per family and optimized model, then the selector's per-family lines."""
     from tunedb import families
     from tunedb.families.contract import hook
 
     own = [line for name in families.names() for line in hook(families.get(name), "report_lines")()]
-    lines = model_lines() + own + list(selector.report_lines()) + confidence_lines()
+    lines = model_lines() + own + list(selector.report_lines()) + confidence_lines() + fallback_lines()
     return "\n".join(lines) if lines else selector.tuning_report()  # its "nothing called yet" line

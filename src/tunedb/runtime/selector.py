@@ -107,7 +107,7 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
         return _default(fam, sig, profile)
     files = database.lookup(arch_family, fam.name)
     compiled = _compiled_set(fam, arch_family, files)
-    for res, key, cid in serving.walk(fam, sig, m, ((res, res.db.entries) for res in files)):
+    for res, key, cid in serving.walk(fam, sig, m, ((res, res.db.entries) for res in files), record=True):
         config = _usable(fam, res, key, cid, sig, m, compiled, profile)
         if config is not None:
             return Resolution(config, res.tier, key)
@@ -120,17 +120,33 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
 
 
 def _default(fam: Any, sig: Signature, profile: ArchProfile | None) -> Resolution:
-    """The untuned answer: the family's heuristic when it has one for `sig`, else its default.
-    A heuristic is a guess, like the model tier: TUNEDB_MODEL_FALLBACK=0 turns both off, so only
-    measured entries and the family default serve."""
-    if profile is not None and settings.heuristic_enabled() and settings.model_fallback_enabled():
+    """The answer for a shape no tier measured: the family's heuristic when it has one for `sig`,
+    else the pick rule's fallback (the vendor op: what a config must beat to be served, so never
+    slower than it), else the family default. The family default is what TUNEDB_HEURISTIC=0 and a
+    missing arch profile get; for GEMM it is an untuned Triton tile, which once served shapes no
+    census named. A heuristic is a guess, like the model tier: TUNEDB_MODEL_FALLBACK=0 turns both
+    off, so only measured entries and the fallback serve."""
+    if profile is None or not settings.heuristic_enabled():
+        return Resolution(fam.default_config(sig, profile), "default", None)
+    if settings.model_fallback_enabled():
         try:
             config = hook(fam, "heuristic")(sig, None, profile)
-        except Exception:  # a broken heuristic costs itself: the default answers
+        except Exception:  # a broken heuristic costs itself: the fallback answers
             config = None
         if config is not None and fam.invalid_reason(config, sig, None, profile) is None:
             return Resolution(config, "default", None)
-    return Resolution(fam.default_config(sig, profile), "default", None)
+    fallback = _fallback(fam, sig, profile)
+    return Resolution(fallback if fallback is not None else fam.default_config(sig, profile), "default", None)
+
+
+def _fallback(fam: Any, sig: Signature, profile: ArchProfile) -> Config | None:
+    """The pick rule's fallback for `sig` as a config ('default' resolved), or None when it does
+    not apply or is invalid here."""
+    cid = hook(fam, "pick_rule")().fallback
+    if cid not in fam.sentinels(sig, settings.approximate_allowed()):
+        return None
+    config = fam.default_config(sig, profile) if cid == "default" else Config.sentinel(cid)
+    return config if fam.invalid_reason(config, sig, None, profile) is None else None
 
 
 def _usable(fam: Any, res: database.LoadResult, key: Signature, cid: str, sig: Signature, m: int,

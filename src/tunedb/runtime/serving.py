@@ -1,10 +1,12 @@
 """How a database serves a call, written once for the selector and the oracle: the serving-key
-walk (a family's keys for a signature, in runs of one op) and the model tier's candidate set.
+walk (a family's keys for a signature, in runs of one op), the measured support a region's config
+needs at the call's size, and the model tier's candidate set.
 
 Pure: no torch, no GPU, no concrete family (a family comes in through its contract hooks).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping
 
 from tunedb.families.contract import hook
@@ -31,9 +33,11 @@ def by_op(keys: Iterable[Signature]) -> list[tuple[Signature, ...]]:
 
 
 def walk(fam: Any, sig: Signature, m: int, sources: Iterable[tuple[Any, Mapping[Signature, Entry]]],
-         native: bool = False) -> Iterable[tuple[Any, Signature, str]]:
+         native: bool = False, record: bool = False) -> Iterable[tuple[Any, Signature, str]]:
     """(source, key, config id) in serving order for `sig` at size m over `sources` ((tag,
-    entries) pairs, the highest tier first): each op run of keys is asked of every source."""
+    entries) pairs, the highest tier first): each op run of keys is asked of every source. A
+    region's config that its entry's evidence does not support at m (`unsupported`) is replaced
+    by the pick rule's fallback; `record` (the selector's walk) keeps why for the report."""
     sources = list(sources)
     for group in by_op(serving_keys(fam, sig)):
         for tag, entries in sources:
@@ -41,7 +45,91 @@ def walk(fam: Any, sig: Signature, m: int, sources: Iterable[tuple[Any, Mapping[
                 entry = entries.get(key)
                 cid = entry.lookup(m, native) if entry is not None else None
                 if cid is not None:
+                    why = unsupported(fam, entry, m, cid, native)
+                    if why is not None:
+                        if record:
+                            _fallbacks[(fam.name, sig, m)] = (key, cid, why)
+                        cid = hook(fam, "pick_rule")().fallback
                     yield tag, key, cid
+
+
+# How far from a measured size a region's config may serve: one octave (a factor 2), the support
+# slack the GEMM model tier's confidence rule uses (families/gemm/confidence.SUPPORT_SLACK).
+SUPPORT_OCTAVES = 1.0
+
+# (family, signature, m) -> (entry key, the region's config, why the fallback served instead)
+_fallbacks: dict[tuple[str, Signature, int], tuple[Signature, str, str]] = {}
+
+
+def unsupported(fam: Any, entry: Entry, m: int, cid: str, native: bool = False) -> str | None:
+    """Why the evidence of `entry` does not support serving its region's config `cid` at size m
+    (None: it does). A config other than the pick rule's fallback (and its peers) serves m when
+    (1) it won a measured size of its region within a factor 2 of m, or (2) m lies between two
+    measured sizes and at both the config measured faster than the fallback by the gate. Else m
+    lies beyond what was measured (M=1 from a region measured only at M=1500, a catch-all far
+    above the largest size, a gap of 7 octaves) and the fallback, never slower than the vendor
+    op by construction, serves. An entry with no evidence (autotune's, a hand-written one) is
+    taken as written."""
+    rule = hook(fam, "pick_rule")()
+    if cid == rule.fallback or cid in rule.peers or not entry.evidence:
+        return None
+    sizes = sorted(_size(k) for k in entry.evidence if _size(k) is not None)
+    if not sizes or m < 1:
+        return None
+    lo, hi = _region_bounds(entry, m, native)
+    won = [s for s in sizes if lo < s and (hi is None or s <= hi)]
+    if any(abs(math.log2(m / s)) <= SUPPORT_OCTAVES + 1e-9 for s in won):
+        return None
+    below = [s for s in sizes if s < m]
+    above = [s for s in sizes if s > m]
+    if below and above and all(_beats(entry.evidence[f"M={s}"], cid, rule) for s in (below[-1], above[0])):
+        return None
+    near = min(won, key=lambda s: abs(math.log2(m / s))) if won else None
+    where = f"won at M={near}" if near is not None else "won at no measured size of its region"
+    return (f"{cid} {where}; M={m} is more than a factor 2 from it and not between two measured sizes "
+            f"({sizes[0]}..{sizes[-1]}) where it beat {rule.fallback}: {rule.fallback} serves")
+
+
+def _size(key: str) -> int | None:
+    try:
+        return int(key[2:]) if key.startswith("M=") else None
+    except ValueError:
+        return None
+
+
+def _region_bounds(entry: Entry, m: int, native: bool) -> tuple[int, int | None]:
+    """(exclusive lower bound, inclusive upper bound or None) of the region serving m."""
+    regions = entry.regions_native if native and entry.regions_native is not None else entry.regions
+    lo = 0
+    for region in regions:
+        if region.m_hi is None or region.m_hi >= m:
+            return lo, region.m_hi
+        lo = region.m_hi
+    return lo, None
+
+
+def _beats(point: Mapping[str, Any], cid: str, rule: Any) -> bool:
+    """Whether `cid` measured faster than the fallback by the gate at one evidence point."""
+    mine, base = point.get(cid), point.get(rule.fallback)
+    if not (isinstance(mine, (list, tuple)) and isinstance(base, (list, tuple))):
+        return False
+    return mine[0] > 0 and base[0] >= mine[0] * rule.min_speedup
+
+
+def fallbacks(family: str | None = None) -> dict[tuple[str, Signature, int], tuple[Signature, str, str]]:
+    """The sizes this epoch where a region's config lacked measured support and the fallback
+    served: (family, signature, m) -> (entry key, the region's config, why)."""
+    return {key: v for key, v in _fallbacks.items() if family is None or key[0] == family}
+
+
+def fallback_line(family: str) -> str | None:
+    """`bmm: 2 shape(s) beyond their entry's measured sizes: ...`; None when there were none."""
+    mine = fallbacks(family)
+    if not mine:
+        return None
+    return (f"{family}: {len(mine)} shape(s) beyond their entry's measured sizes (the region's config won "
+            f"no size within a factor 2, nor beat the fallback at the measured sizes on both sides): "
+            f"the fallback served")
 
 
 def model_candidates(fam: Any, sig: Signature, compiled: Iterable[Config], profile: ArchProfile,
@@ -92,6 +180,7 @@ def decisions(family: str | None = None) -> dict[tuple[str, Signature, int], Any
 
 def forget_decisions() -> None:
     _decisions.clear()
+    _fallbacks.clear()
 
 
 def confidence_line(family: str) -> str | None:

@@ -106,6 +106,15 @@ class GroupGemmFamily(ConfigMethods):
     def default_config(self, sig: Signature, arch: ArchProfile | None = None) -> Config:
         return Config.sentinel("default")
 
+    def heuristic(self, sig: Signature, m: int | None, arch: ArchProfile | None = None) -> Config | None:
+        """A key no table measured: None (the selector serves the fallback, torch._grouped_mm)
+        where torch._grouped_mm runs (bf16, N and K multiples of 8: arms.grouped_mm_reason, sm90
+        with torch >= 2.8); elsewhere the torch arm is the per-expert loop, which syncs the host
+        every call and cannot be captured, so the untuned tile (`default`) serves."""
+        if sig.dt == "bf16" and sig.get("N") % 8 == 0 and sig.get("K") % 8 == 0:
+            return None
+        return Config.sentinel("default")
+
     # --- tensors (torch imported lazily)
     def launch(self, config: Config, sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None,
                out: Any = None) -> Any:

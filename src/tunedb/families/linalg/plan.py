@@ -5,7 +5,10 @@ The plan comes from the shipped table (the system tier's `db/<arch>/linalg.json`
 heuristic (configs.heuristic). A cell's entry is its own signature's, or failing that the one of
 n rounded up to a power of two (the kernels pad n to the next power of two, so that entry ran the
 same register tile). Regions round the batch up: the first region whose batch bound is at or
-above the call's; beyond the largest measured batch, that batch's winner (the GPU is full there).
+above the call's. A kernel serves a batch only where the table's evidence supports it (the
+selector's rule, runtime/serving.unsupported): within a factor 2 of a batch it won, or between
+two measured batches at both of which it beat the library arm; elsewhere (batch 1 from a table
+measured from 256, 10**6 above 65536) the library arm serves, and the plan says why.
 `deps="native"` reads the winners without optional dependencies (`regions_native`; absent means
 the same as `regions`), `deps="all"` the full ones.
 """
@@ -17,6 +20,7 @@ from typing import Any
 from tunedb.errors import SignatureError
 from tunedb.families.linalg import configs, signatures
 from tunedb.records import Config, Entry, Signature
+from tunedb.runtime import serving
 
 DEPS: tuple[str, ...] = ("native", "all")
 
@@ -116,6 +120,10 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
         cid, hi = lookup(entry, batch, deps)
         if cid is None:
             continue
+        beyond = serving.unsupported(FAMILY, entry, batch, cid, native=deps == "native")
+        if beyond is not None:  # the selector's rule (runtime/serving.py): the library arm serves
+            return _plan(op, dtype, n, batch, deps, Config.sentinel("torch"), f"{key} batch={batch}", "measured",
+                         f"beyond the {arch} table's measured batches: {beyond}")
         config = Config.sentinel(cid) if cid in ("torch", "default") else configs.parse(cid)
         why = FAMILY.invalid_reason(config, sig, batch, profile)
         if why:
