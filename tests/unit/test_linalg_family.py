@@ -102,9 +102,10 @@ def test_recommend_rejects_bad_arguments_clearly(kwargs, needle):
     assert str(info.value).startswith(needle)
 
 
-def _result(op: str, n: int, batch: int, winner: str, native: str | None = None) -> CellResult:
+def _result(op: str, n: int, batch: int, winner: str, native: str | None = None,
+            torch_us: float = 3.0) -> CellResult:
     cell = Cell(op, "fp32", n, batch)
-    return CellResult(cell, {winner: (1.0,) * 9, "torch": (3.0,) * 9}, {winner: "ok", "torch": "ok"},
+    return CellResult(cell, {winner: (1.0,) * 9, "torch": (torch_us,) * 9}, {winner: "ok", "torch": "ok"},
                       {winner: 1.0, "torch": 1.0}, CellPick(winner, native or winner, "test"))
 
 
@@ -124,7 +125,8 @@ def test_regions_round_the_batch_up_and_merge_equal_neighbours():
 
 def test_recommend_reads_the_shipped_table_without_a_gpu(tmp_path):
     _write_table(tmp_path, [_result("potrf", 8, 256, "warp_p8_w4"), _result("potrf", 8, 4096, "thread_p64_w2"),
-                            _result("potrf", 8, 65536, "thread_p128_w4")])
+                            _result("potrf", 8, 65536, "thread_p128_w4"),
+                            _result("posv", 8, 65536, "thread_p128_w4", torch_us=1.01)])
     with tiers.system_root_override(tmp_path):
         small = tunedb.recommend("potrf", "fp32", 8, 200)
         mid = tunedb.recommend("potrf", "fp32", 8, 2048)
@@ -133,13 +135,16 @@ def test_recommend_reads_the_shipped_table_without_a_gpu(tmp_path):
         beyond = tunedb.recommend("potrf", "fp32", 8, 10 ** 6)
         padded = tunedb.recommend("potrf", "fp32", 7, 4096)
         other = tunedb.recommend("potrf", "fp32", 16, 4096)
+        untied = tunedb.recommend("posv", "fp32", 8, 10 ** 6)
     assert (small.arm, small.source, small.cell) == ("warp_p8_w4", "measured", "linalg|op=potrf|dt=fp32|n=8 batch<=256")
     assert (small.packing, small.problems_per_program, small.warps, small.grid) == ("warp", 8, 4, 25)
     assert mid.arm == "thread_p64_w2"
     assert above.arm == "thread_p128_w4" and "any batch" in above.cell
     # thread_p64_w2 was timed at 4096 only: 257 is 4 octaves from it, and nothing says it beat the
-    # library at 256; 10**6 lies 4 octaves above the largest measured batch
-    for plan_ in (gap, beyond):
+    # library at 256. 10**6 lies 4 octaves above the largest measured batch: the edge's winner keeps
+    # it where it beat torch by a margin there (3x), not where it barely did (1.01x)
+    assert beyond.arm == "thread_p128_w4"
+    for plan_ in (gap, untied):
         assert (plan_.arm, plan_.source) == ("torch", "measured") and "beyond the sm90 table's measured" in plan_.reason
     assert padded.arm == "thread_p64_w2" and "n=8 entry" in padded.reason
     assert other.source == "heuristic"

@@ -245,6 +245,10 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     # family's heuristic, else its default config; a build measures every valid config
     "cost_model": _none,
     "heuristic": _none,  # (sig, m, arch) -> Config or None: the untuned answer before default_config
+    # (sig) -> whether a config that beat the fallback by the gate at the measured size nearest m
+    # keeps serving beyond the measured range (runtime/serving.unsupported): only for independent
+    # per-item work whose every arm costs at most its edge time below it and scales alike above
+    "extrapolates": lambda family, sig: False,
     # (sig, args, kwargs, out) -> float: the residual rule's measure on the inputs the arm started
     # from (without the hook a residual rule cannot pass: the gate says so)
     "residual": _none,

@@ -57,6 +57,11 @@ def walk(fam: Any, sig: Signature, m: int, sources: Iterable[tuple[Any, Mapping[
 # slack the GEMM model tier's confidence rule uses (families/gemm/confidence.SUPPORT_SLACK).
 SUPPORT_OCTAVES = 1.0
 
+# Past the measured range (a family's `extrapolates` hook) a config keeps serving only where it
+# beat the fallback by this much at the edge: a margin that a difference in how the two scale
+# with the size cannot eat (linalg's winners beat torch 3-48x at the shipped grid's edges).
+EXTRAPOLATION_MARGIN = 1.5
+
 # (family, signature, m) -> (entry key, the region's config, why the fallback served instead)
 _fallbacks: dict[tuple[str, Signature, int], tuple[Signature, str, str]] = {}
 
@@ -65,7 +70,9 @@ def unsupported(fam: Any, entry: Entry, m: int, cid: str, native: bool = False) 
     """Why the evidence of `entry` does not support serving its region's config `cid` at size m
     (None: it does). A config other than the pick rule's fallback (and its peers) serves m when
     (1) it won a measured size of its region within a factor 2 of m, or (2) m lies between two
-    measured sizes and at both the config measured faster than the fallback by the gate. Else m
+    measured sizes and at both the config measured faster than the fallback by the gate, or (3) m
+    lies beyond the measured range, the family's `extrapolates` hook allows it for the signature,
+    and the config won and beat the fallback by EXTRAPOLATION_MARGIN at the edge size. Else m
     lies beyond what was measured (M=1 from a region measured only at M=1500, a catch-all far
     above the largest size, a gap of 7 octaves) and the fallback, never slower than the vendor
     op by construction, serves. An entry with no evidence (autotune's, a hand-written one) is
@@ -83,6 +90,10 @@ def unsupported(fam: Any, entry: Entry, m: int, cid: str, native: bool = False) 
     below = [s for s in sizes if s < m]
     above = [s for s in sizes if s > m]
     if below and above and all(_beats(entry.evidence[f"M={s}"], cid, rule) for s in (below[-1], above[0])):
+        return None
+    edge = sizes[0] if m < sizes[0] else sizes[-1] if m > sizes[-1] else None
+    if (edge is not None and edge in won and hook(fam, "extrapolates")(entry.signature)
+            and _beats(entry.evidence[f"M={edge}"], cid, rule, EXTRAPOLATION_MARGIN)):
         return None
     near = min(won, key=lambda s: abs(math.log2(m / s))) if won else None
     where = f"won at M={near}" if near is not None else "won at no measured size of its region"
@@ -108,12 +119,13 @@ def _region_bounds(entry: Entry, m: int, native: bool) -> tuple[int, int | None]
     return lo, None
 
 
-def _beats(point: Mapping[str, Any], cid: str, rule: Any) -> bool:
-    """Whether `cid` measured faster than the fallback by the gate at one evidence point."""
+def _beats(point: Mapping[str, Any], cid: str, rule: Any, margin: float = 1.0) -> bool:
+    """Whether `cid` measured faster than the fallback by the gate (and `margin`) at one
+    evidence point."""
     mine, base = point.get(cid), point.get(rule.fallback)
     if not (isinstance(mine, (list, tuple)) and isinstance(base, (list, tuple))):
         return False
-    return mine[0] > 0 and base[0] >= mine[0] * rule.min_speedup
+    return mine[0] > 0 and base[0] >= mine[0] * max(rule.min_speedup, margin)
 
 
 def fallbacks(family: str | None = None) -> dict[tuple[str, Signature, int], tuple[Signature, str, str]]:
