@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Session 16's device calls: this session's stages, each in its own tarball ($OUT/<stage>.tgz);
+# any other stage name is handed to bench/device_s15.sh (and from there to device_s14.sh, where
+# `script:stage` runs that stage of bench/device_<script>.sh). SKIP_AFTER_S skips every later
+# stage once the call has run that long.
+#   bash bench/device_s16.sh tests gemv-bf16 unseen fp8-block-exh
+# gemv-bf16  bench/decode_gemv_bf16.py --quick (issue 18: a bf16 GEMV kernel for the decode lane; ~120 s)
+# unseen     bench/unseen_shapes.py --quick (what the tables served at unmeasured shapes before vs now; ~60 s)
+set -u
+T0=$(date +%s)
+export OUT=${OUT:-/tmp/out}
+HERE=$(dirname "$0")
+mkdir -p "$OUT/db"
+run_stage() {  # tarball-name timeout command
+  LOGS_TGZ=$1.tgz bash -c '. "$0/device_stages.sh"; export FINAL OUT; record_env; stage "$1" "$2" "$3"' "$HERE" "$@"
+}
+for s in "$@"; do
+  if [ -n "${SKIP_AFTER_S:-}" ] && [ $(( $(date +%s) - T0 )) -gt "$SKIP_AFTER_S" ]; then
+    echo "[skip $s] $(( $(date +%s) - T0 )) s > SKIP_AFTER_S=$SKIP_AFTER_S"; continue
+  fi
+  case $s in
+    gemv-bf16) run_stage gemv_bf16 "${GEMV_BF16_S:-150}" "python bench/decode_gemv_bf16.py ${GEMV_BF16_ARGS:---quick} --out \$OUT/decode_gemv_bf16.json" ;;
+    unseen) run_stage unseen "${UNSEEN_S:-100}" "python bench/unseen_shapes.py --quick --out \$OUT/unseen" ;;
+    *) bash "$HERE/device_s15.sh" "$s" ;;
+  esac
+done
+echo "[device_s16] done in $(( $(date +%s) - T0 )) s"
