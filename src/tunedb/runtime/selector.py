@@ -116,10 +116,10 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
         config = _rank(fam, ranker, sig, m, compiled, profile)
         if config is not None:
             return Resolution(config, "model", None)
-    return _default(fam, sig, profile)
+    return _default(fam, sig, profile, m)
 
 
-def _default(fam: Any, sig: Signature, profile: ArchProfile | None) -> Resolution:
+def _default(fam: Any, sig: Signature, profile: ArchProfile | None, m: int | None = None) -> Resolution:
     """The answer for a shape no tier measured: the family's heuristic when it has one for `sig`,
     else the pick rule's fallback (the vendor op: what a config must beat to be served, so never
     slower than it), else the family default. The family default is what TUNEDB_HEURISTIC=0 and a
@@ -130,13 +130,20 @@ def _default(fam: Any, sig: Signature, profile: ArchProfile | None) -> Resolutio
         return Resolution(fam.default_config(sig, profile), "default", None)
     if settings.model_fallback_enabled():
         try:
-            config = hook(fam, "heuristic")(sig, None, profile)
+            config = hook(fam, "heuristic")(sig, _heuristic_size(fam, m), profile)
         except Exception:  # a broken heuristic costs itself: the fallback answers
             config = None
         if config is not None and fam.invalid_reason(config, sig, None, profile) is None:
             return Resolution(config, "default", None)
     fallback = _fallback(fam, sig, profile)
     return Resolution(fallback if fallback is not None else fam.default_config(sig, profile), "default", None)
+
+
+def _heuristic_size(fam: Any, m: int | None) -> int | None:
+    """The size a family's heuristic is asked at: the call's, for a family whose heuristic says
+    it answers per size (`HEURISTIC_PER_SIZE`), else None (one answer per signature, which the
+    family's op resolves per call, as scaled_mm's sentinel)."""
+    return m if getattr(fam, "HEURISTIC_PER_SIZE", False) else None
 
 
 def _fallback(fam: Any, sig: Signature, profile: ArchProfile) -> Config | None:
