@@ -116,6 +116,18 @@ def _split(text: str | None, allowed: tuple[str, ...], what: str) -> tuple[str, 
     return names
 
 
+def _check_flags(args: argparse.Namespace, grid: list, legs: Any, ops: Any, dtypes: Any) -> None:
+    """TunedbError for flags that would measure nothing useful (before any GPU work): a tie band
+    outside [0, 1), fewer than one Triton config a cell, or ops and dtypes with no cell between them."""
+    if args.margin is not None and not 0.0 <= args.margin < 1.0:
+        raise TunedbError(f"--margin {args.margin} must be a fraction in [0, 1) (the tie band; default 0.02)")
+    if args.max_arms < 1:
+        raise TunedbError(f"--max-arms {args.max_arms} must be at least 1 (Triton configs timed per cell)")
+    if not grid:
+        raise TunedbError(f"no cell to measure: the legs {', '.join(legs)} (ops {', '.join(ops or ()) or 'all'}) "
+                          f"take none of the dtypes {', '.join(dtypes)} (fp16/bf16: dot, gemv, gemm only)")
+
+
 def target(out: str, arch_family: str) -> Path:
     """--out -> the file the table goes to."""
     from tunedb.database import store, tiers
@@ -154,6 +166,7 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     grid_n = ladder.QUICK_N if args.quick else ladder.GRID_N
     ns = _split(getattr(args, "n", None), tuple(map(str, grid_n)), "n")
     ns = tuple(int(n) for n in ns) if ns else None
+    _check_flags(args, ladder.cells(legs, args.quick, dtypes, ops, ns), legs, ops, dtypes)
     rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
     arch_family = arch_family or selector.current_arch_family()
     profile = selector.shipped_profile(arch_family)
