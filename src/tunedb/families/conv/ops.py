@@ -43,10 +43,11 @@ def _record(op: str, x, weight, bias, stride, padding, dilation, groups, act) ->
 
 
 def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
+    keys.check_act(act)
     if _record(op, x, weight, bias, stride, padding, dilation, groups, act):
         with launch_table.recorded_call():
             return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
-    if not x.is_cuda or x.dtype not in _SERVED:
+    if not x.is_cuda or x.dtype not in _SERVED or x.numel() == 0:  # an empty batch has no key
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     return dispatch.call("conv", op, x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
 
@@ -64,6 +65,7 @@ _lib.impl("conv2d", _conv2d_impl, "CompositeExplicitAutograd")
 
 
 def _fake(op, x, weight, bias, stride, padding, dilation, groups, act):
+    keys.check_act(act)
     _record(op, x, weight, bias, stride, padding, dilation, groups, act)  # a census on meta tensors runs this
     n = 1 if op == "conv1d" else 2
     spatial = [keys.out_len(int(x.shape[2 + i]), int(weight.shape[2 + i]), stride[i], padding[i], dilation[i])
@@ -84,11 +86,15 @@ def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups, act="none")
 def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
     """F.conv1d(x, weight, bias, ...) then the activation, through the tuned selection."""
-    p = lambda v: list(keys._pair("arg", v, 1))  # noqa: E731
-    return torch.ops.tunedb.conv1d(x, weight, bias, p(stride), p(padding), p(dilation), groups, act)
+    p = lambda name, v: list(keys._pair(name, v, 1))  # noqa: E731
+    padding = keys.padding_ints("conv1d", padding, weight.shape[2:], stride, dilation)
+    return torch.ops.tunedb.conv1d(x, weight, bias, p("stride", stride), p("padding", padding),
+                                   p("dilation", dilation), groups, act)
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
-    p = lambda v: list(keys._pair("arg", v, 2))  # noqa: E731
-    return torch.ops.tunedb.conv2d(x, weight, bias, p(stride), p(padding), p(dilation), groups, act)
+    p = lambda name, v: list(keys._pair(name, v, 2))  # noqa: E731
+    padding = keys.padding_ints("conv2d", padding, weight.shape[2:], stride, dilation)
+    return torch.ops.tunedb.conv2d(x, weight, bias, p("stride", stride), p("padding", padding),
+                                   p("dilation", dilation), groups, act)
