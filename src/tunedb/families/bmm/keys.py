@@ -65,6 +65,15 @@ def dt_name(dtype: Any) -> str:
 
 def signature_of(op: str, a: Any, b: Any) -> tuple[Signature, int]:
     """(Signature, M) of a [B, M, K] @ b [B, K, N] (2-D operands: B = 1), concrete dtype."""
+    batch, m, n, k, dt = check_call(op, a, b)
+    if min(batch, m, n, k) < 1:
+        raise SignatureError(f"bmm needs non-empty operands; got B={batch}, M={m}, N={n}, K={k}")
+    return make_signature(batch, n, k, dt, layout_of(a, b)), m
+
+
+def check_call(op: str, a: Any, b: Any) -> tuple[int, int, int, int, str]:
+    """(B, M, N, K, dt) of a call, SignatureError naming a bad shape or dtype: every check but
+    emptiness (an empty product has no key, but is a valid call)."""
     if op not in OPS:
         raise SignatureError(f"unknown bmm op {op!r}; ops are {', '.join(OPS)}")
     sa, sb = tuple(a.shape), tuple(b.shape)
@@ -78,10 +87,7 @@ def signature_of(op: str, a: Any, b: Any) -> tuple[Signature, int]:
     if dt_name(b.dtype) != dt:
         raise SignatureError(f"bmm operands must share a dtype: a is {a.dtype}, b is {b.dtype}")
     batch, m, k = (int(d) for d in sa)
-    n = int(sb[2])
-    if min(batch, m, n, k) < 1:
-        raise SignatureError(f"bmm needs non-empty operands; got B={batch}, M={m}, N={n}, K={k}")
-    return make_signature(batch, n, k, dt, layout_of(a, b)), m
+    return batch, m, int(sb[2]), k, dt
 
 
 def work(sig: Signature, m: int) -> tuple[float, float]:

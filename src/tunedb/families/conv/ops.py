@@ -7,17 +7,19 @@ A CUDA call in fp16 / bf16 keys itself (keys.signature_of), resolves once per (e
 through runtime.dispatch (user tier, system tier, then the default: torch) and launches the
 chosen arm; anything else (CPU, fp32, meta) runs F.conv1d / F.conv2d plus the activation. No host
 synchronisation per call: CUDA graphs capture the launches. The fake kernels give torch.compile
-the output shape.
+the output shape. Where a gradient is wanted (training an optimize()d model) the torch form runs
+(runtime.grad_form): a served arm has no backward.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from tunedb.families.conv import keys
-from tunedb.runtime import dispatch, launch_table
+from tunedb.runtime import dispatch, grad_form, launch_table
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 for _op in keys.OPS:
@@ -62,6 +64,18 @@ def _conv2d_impl(x, weight, bias, stride, padding, dilation, groups, act="none")
 
 _lib.impl("conv1d", _conv1d_impl, "CompositeExplicitAutograd")
 _lib.impl("conv2d", _conv2d_impl, "CompositeExplicitAutograd")
+
+
+def _grad_form(op: str, x, weight, bias, stride, padding, dilation, groups, act="none"):
+    """Where a gradient is wanted (runtime.grad_form): F.conv plus the activation, which torch
+    differentiates (a Triton or cuDNN arm's result has no backward here); a census still keys it."""
+    keys.check_act(act)
+    _record(op, x, weight, bias, stride, padding, dilation, groups, act)
+    return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
+
+
+grad_form.register(_lib, "conv1d", functools.partial(_grad_form, "conv1d"))
+grad_form.register(_lib, "conv2d", functools.partial(_grad_form, "conv2d"))
 
 
 def _fake(op, x, weight, bias, stride, padding, dilation, groups, act):
