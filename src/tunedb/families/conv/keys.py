@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from tunedb.errors import SignatureError
-from tunedb.families.key_rules import head_reason
+from tunedb.families.key_rules import check_one_device, head_reason
 from tunedb.records import Signature
 
 FAMILY = "conv"
@@ -165,6 +165,7 @@ def signature_of(op: str, x: Any, weight: Any, bias: Any = None, stride: Any = 1
                  dilation: Any = 1, groups: int = 1, act: str = "none") -> tuple[Signature, int]:
     """(Signature, M) of one call: x [B, Cin, T] or [B, Cin, H, W]; weight [Cout, Cin/g, *k]."""
     n = dims_of(op)
+    check_one_device(op, x=x, weight=weight, bias=bias)
     xs, ws = tuple(x.shape), tuple(weight.shape)
     if len(xs) != n + 2 or len(ws) != n + 2:
         raise SignatureError(f"{op} needs x and weight of rank {n + 2}; got x {list(xs)}, weight {list(ws)}")

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from tunedb.errors import SignatureError
+from tunedb.families.key_rules import check_one_device
 from tunedb.families.gemm_log_softmax.configs import DTYPES, FAMILY, OPS, sig_reason
 from tunedb.records import Signature
 
@@ -50,6 +51,7 @@ def check_call(op: str, x: Any, weight: Any, bias: Any = None) -> tuple[int, int
     row count (an empty x has no key, but is a valid call; the fake kernel reads no M)."""
     if op not in OPS:
         raise SignatureError(f"unknown gemm_log_softmax op {op!r}; ops are {', '.join(OPS)}")
+    check_one_device("gemm_log_softmax", x=x, weight=weight, bias=bias)
     xs, ws = tuple(x.shape), tuple(weight.shape)
     if len(xs) < 1 or len(ws) != 2:
         raise SignatureError(f"gemm_log_softmax needs x [..., K] and weight [N, K]; got x {list(xs)}, weight {list(ws)}")
