@@ -56,7 +56,8 @@ def run(a: Any, b: Any) -> Any:
     """The op's implementation (every backend of tunedb::bmm runs this)."""
     import torch
 
-    if a.device.type != "cuda" or a.numel() == 0 or b.numel() == 0:  # an empty product has no key
+    if a.device.type != "cuda" or a.numel() == 0 or b.numel() == 0 or b.device != a.device:
+        # an empty product has no key; the memo keys a's device only (check_call names a mix)
         keys.check_call("bmm", a, b)  # the errors a CUDA call raises when it is first keyed
         return torch.matmul(a, b)
     bound = bound_for(a, b)  # a new (dtype, shapes, strides) is keyed, and checked, by dispatch

@@ -82,8 +82,8 @@ def run(op: str, *tensors: Any) -> Any:
     if first.device.type != "cuda":
         sig, _batch = signatures.signature_of(op, *tensors)
         return _family().launch(Config.sentinel("torch"), sig, *tensors)
-    if first.shape[0] == 0:
-        return _fake(op, *tensors)
+    if first.shape[0] == 0 or (len(tensors) > 1 and tensors[1].device != first.device):
+        return _fake(op, *tensors)  # the front memo keys first's device only: signature_of names a mix
     bound = bound_for(op, *tensors)
     if bound.launched:
         return bound.call(*tensors)
