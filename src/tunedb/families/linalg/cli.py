@@ -98,8 +98,14 @@ def _recommend(args: argparse.Namespace) -> int:
     return 0
 
 
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+
+
 def _plot(args: argparse.Namespace) -> int:
     from tunedb.families.linalg.plot import draw
+
+    if Path(args.out).suffix.lower() not in PLOT_FORMATS:
+        raise TunedbError(f"--out {args.out}: the plot is written as {', '.join(PLOT_FORMATS)} (by its suffix)")
 
     cells, measured = draw(Path(args.out), deps=args.deps, arch=args.arch)
     print(f"wrote {args.out}: {cells} cells, {measured} measured, {cells - measured} heuristic")
