@@ -142,3 +142,31 @@ def test_a_tuned_lstm_trains_like_the_module():
     for p, q in zip(plain.parameters(), tuned.rnn.parameters()):
         assert q.grad is not None
         torch.testing.assert_close(q.grad.float(), p.grad.float(), rtol=5e-2, atol=5e-2)
+
+
+def test_autocast_forwards_are_the_plain_models():
+    """Under autocast a conv of fp16 activations and fp32 weights ran into the op's dtype check
+    (torch's conv casts), and the product mode served fp32 products that autocast runs in fp16."""
+    from tunedb.families.bmm import serving
+    from tunedb.families.conv import patching
+
+    torch.manual_seed(0)
+    conv = torch.nn.Sequential(torch.nn.Conv1d(16, 16, 5, padding=2, groups=16), torch.nn.Conv1d(16, 8, 1)).cuda()
+    x = torch.randn(2, 16, 40, device="cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        want = conv(x)
+        patching.optimize(conv)
+        with launch_table.overriding(_triton):
+            got = conv(x)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k):
+            return torch.matmul(q, k.transpose(-1, -2))
+
+    q, k = torch.randn(2, 4, 24, 32, device="cuda"), torch.randn(2, 4, 24, 32, device="cuda")
+    model = serving.install(Attend())
+    with torch.autocast("cuda", dtype=torch.float16), launch_table.overriding(_triton):
+        got = model(q, k)
+    assert got.dtype == torch.float16

@@ -49,7 +49,8 @@ def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
     if _record(op, x, weight, bias, stride, padding, dilation, groups, act):
         with launch_table.recorded_call():
             return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
-    if not x.is_cuda or x.dtype not in _SERVED or x.numel() == 0:  # an empty batch has no key
+    # an empty batch has no key; under autocast torch's conv casts its operands (the op would not)
+    if not x.is_cuda or x.dtype not in _SERVED or x.numel() == 0 or torch.is_autocast_enabled("cuda"):
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     return dispatch.call("conv", op, x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
 
