@@ -1,8 +1,9 @@
 """TunedRNN on calls the persistent kernel must not take: a training step (the kernel has no
 backward: the module's weights got no gradient, with torch's 'silently incorrect' warning),
-inter-layer dropout in training mode (the kernel applies none) and a bad hx (the kernel read it
-unchecked). The CUDA call path is taken on the CPU here (SERVED_DEVICE), the selector answers a
-persistent config, and the kernel is stood in for by the module's result without history."""
+inter-layer dropout in training mode (the kernel applies none), autocast, and a bad hx (the
+kernel read it unchecked). The CUDA call path is taken on the CPU here (SERVED_DEVICE), the
+selector answers a persistent config, and the kernel is stood in for by the module's result
+without history."""
 from __future__ import annotations
 
 import pytest
@@ -74,4 +75,11 @@ def test_a_bad_hx_is_torchs_error_not_a_kernel_read(persistent_served):
         tuned(torch.randn(2, 5, 8), (h, h))
     with torch.no_grad(), pytest.raises((RuntimeError, ValueError), match="dtype|type"):
         tuned(torch.randn(2, 5, 8, dtype=torch.bfloat16))
+    assert persistent_served == []
+
+
+def test_autocast_is_the_modules(persistent_served):
+    tuned = census.optimize(_model())
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        tuned(torch.randn(2, 5, 8))
     assert persistent_served == []

@@ -50,11 +50,13 @@ SERVED_DEVICE = "cuda"  # where TunedRNN asks the selector (elsewhere the module
 
 def _kernel_may_serve(rnn: Any, x: Any, hx: Any) -> bool:
     """The persistent kernel computes this call as the module would: no gradient wanted (it has
-    no backward: a training step would leave the weights without gradient) and no inter-layer
-    dropout in training mode (it applies none)."""
+    no backward: a training step would leave the weights without gradient), no inter-layer
+    dropout in training mode (it applies none) and no autocast (the module's call is cast)."""
+    import torch
+
     from tunedb.runtime import grad_form
 
-    if rnn.training and rnn.dropout > 0 and rnn.num_layers > 1:
+    if (rnn.training and rnn.dropout > 0 and rnn.num_layers > 1) or torch.is_autocast_enabled(x.device.type):
         return False
     states = tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
     return not grad_form.wants_grad((x, *states, *rnn._flat_weights))
