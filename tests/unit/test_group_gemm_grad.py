@@ -1,7 +1,8 @@
 """A swapped MoE experts module in a training step: the group_gemm arms have no backward (a
 Triton arm's result carries no history; stood in for here by detached results of the torch
 arm), so a step that wants a gradient runs the model's own forward: the experts' weights and
-the router's weights get the unswapped model's gradients (they got none)."""
+the router's weights get the unswapped model's gradients (they got none). And a batch of no
+tokens is the model's (group_gemm raised 'needs at least one token')."""
 from __future__ import annotations
 
 import copy
@@ -55,5 +56,18 @@ def test_a_training_step_through_swapped_experts_gets_the_models_gradients(monke
         with torch.no_grad():
             _out(swapped(x))
         assert served  # without a wanted gradient the group_gemm call path serves
+    finally:
+        dispatch.clear()
+
+
+def test_no_tokens_is_the_models_result():
+    plain = _block().eval()
+    swapped = copy.deepcopy(plain)
+    assert moe.swap_experts(swapped) == ["experts"]
+    x = torch.randn(1, 0, 64, dtype=torch.bfloat16)
+    try:
+        with torch.no_grad():
+            want, got = _out(plain(x)), _out(swapped(x))
+        assert got.shape == want.shape
     finally:
         dispatch.clear()
