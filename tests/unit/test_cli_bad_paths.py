@@ -15,13 +15,14 @@ from tunedb.errors import CutoffError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tunedb", *argv], capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(ROOT)})
+def _cli(home: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(home), "TUNEDB_USER_DB": "off",
+           "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, "-m", "tunedb", *argv], capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_linalg_plot_to_an_unknown_format_says_which_are_written(tmp_path):
-    got = _cli("linalg", "plot", "--out", str(tmp_path / "grid.txt"))
+    got = _cli(tmp_path, "linalg", "plot", "--out", str(tmp_path / "grid.txt"))
     assert got.returncode == 2 and "Traceback" not in got.stderr
     assert "grid.txt" in got.stderr and ".png, .pdf, .svg" in got.stderr
     assert not (tmp_path / "grid.txt").exists()
