@@ -103,8 +103,9 @@ def test_fused_solvers_match_dense_solve_under_the_interpreter():
     assert json.loads(lines[-1][7:]) == []
 
 
-def test_dispatch_rule():
-    """auto takes the fused kernels on CUDA tensors they cover only; fused refuses n > 32 by name."""
+def test_dispatch_rule(monkeypatch):
+    """auto takes the fused kernels on CUDA tensors they cover only; fused refuses n > 32 by name,
+    and a CPU strip unless the Triton interpreter runs."""
     import torch
 
     from tunedb.cutoff import fused, layout, solvers
@@ -113,7 +114,11 @@ def test_dispatch_rule():
     strip, b = layout.random_system(2, 3, 33)
     assert not fused.covers(strip) and fused.covers(strip[..., :32, :96])
     assert not solvers._use_fused(strip[..., :4, :12], "auto")  # a CPU tensor: the composed path
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert solvers._use_fused(strip[..., :4, :12], "fused")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(CutoffError, match="runs Triton kernels on CUDA tensors; the strip is on cpu"):
+        solvers._use_fused(strip[..., :4, :12], "fused")
     with pytest.raises(CutoffError, match="kernels='fused' covers n <= 32; got n=33"):
         solvers.direct(strip, b, kernels="fused")
     with pytest.raises(CutoffError, match="kernels='fused' covers n <= 32; got n=33"):

@@ -140,7 +140,7 @@ def test_dry_run_diffs_and_writes_nothing(tmp_path, capsys):
 def test_a_margin_and_legs_are_checked():
     with pytest.raises(TunedbError, match="solvers"):
         ladder.parse_legs("ladder,solvers")
-    with pytest.raises(ValueError, match="tie_band"):
+    with pytest.raises(TunedbError, match="--margin 2.0"):
         cli.tune(_args(Path("/nonexistent/x.json"), margin=2.0), timer=ladder.FakeTimer(cost), arch_family="sm90")
 
 

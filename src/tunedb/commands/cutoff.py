@@ -67,7 +67,13 @@ def load_workload(spec: str):
         sys.modules.setdefault(path.stem, module)
         loader.loader.exec_module(module)
     else:
-        module = importlib.import_module(mod)
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (mod == exc.name or mod.startswith(exc.name + ".")):
+                raise  # the workload's own import failed: its traceback says where
+            raise CutoffError(f"--workload {spec!r}: no module named {exc.name!r} (MOD:FN names an importable "
+                              f"module, or give path/to/file.py:FN)") from None
     target = getattr(module, fn, None)
     if not callable(target):
         raise CutoffError(f"--workload: {mod} has no callable {fn!r}")

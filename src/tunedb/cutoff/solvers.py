@@ -28,6 +28,9 @@ except pcg's optional check_every. Numerical contract: both reach residual(strip
 """
 from __future__ import annotations
 
+import math
+import numbers
+import os
 from typing import Any
 
 from tunedb.cutoff import layout
@@ -104,6 +107,9 @@ def _use_fused(strip: Any, kernels: str, op: str = "pcg") -> bool:
         if not fused.covers(strip):
             raise CutoffError(f"kernels='fused' covers n <= {fused.MAX_N}; got n={strip.shape[-2]} "
                               "(use kernels='auto', which falls back to the composed solvers)")
+        if strip.device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+            raise CutoffError(f"kernels='fused' runs Triton kernels on CUDA tensors; the strip is on "
+                              f"{strip.device} (use kernels='auto' or 'torch' there, or TRITON_INTERPRET=1 on the CPU)")
         return True
     if kernels != "auto" or strip.device.type != "cuda":
         return False
@@ -148,6 +154,10 @@ def _safe_div(num: Any, den: Any) -> Any:
     return num / torch.where(den == 0, torch.ones_like(den), den)
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
 def pcg(strip: Any, b: Any, x0: Any = None, *, tol: float | None = None, max_iter: int = 100,
         check_every: int | None = None, kernels: str = "auto") -> tuple[Any, Any]:
     """(x, converged): block-Jacobi preconditioned CG from x0 (zeros when None); per problem it
@@ -156,10 +166,12 @@ def pcg(strip: Any, b: Any, x0: Any = None, *, tol: float | None = None, max_ite
     import torch
 
     batch, steps, n = layout.check(strip, b, x0)
-    if max_iter < 0:
-        raise CutoffError(f"max_iter must be >= 0; got {max_iter}")
-    if check_every is not None and check_every < 1:
-        raise CutoffError(f"check_every must be None or >= 1; got {check_every}")
+    if not _is_int(max_iter) or max_iter < 0:
+        raise CutoffError(f"max_iter must be an int >= 0; got {max_iter!r}")
+    if check_every is not None and (not _is_int(check_every) or check_every < 1):
+        raise CutoffError(f"check_every must be None or an int >= 1; got {check_every!r}")
+    if tol is not None and not (isinstance(tol, numbers.Real) and 0 < tol < math.inf):
+        raise CutoffError(f"tol must be a positive finite number (||r|| <= tol ||b||); got {tol!r}")
     _check_kernels(kernels)
     if tol is None:
         tol = 1e-10 if strip.dtype == torch.float64 else 1e-5
@@ -211,11 +223,18 @@ def solve(strip: Any, b: Any, x0: Any = None, *, linsys: str = "auto", signal: f
     if linsys == "auto":
         if signal is None:
             raise CutoffError("linsys='auto' needs signal= (the switching signal of this solve)")
+        try:
+            value = float(signal)
+        except (TypeError, ValueError):
+            value = math.nan
+        if math.isnan(value):
+            raise CutoffError(f"signal={signal!r} must be a number (the switching signal of this solve, "
+                              "compared with the persisted cutoff)")
         if decision is None:
             from tunedb.cutoff import store
 
             decision = store.lookup(problem or store.problem_class(strip), store.device_name(strip.device))
-        policy = decision.policy_for(float(signal))
+        policy = decision.policy_for(value)
     if policy == "direct":
         return direct(strip, b, kernels=kernels)[0]
     if policy == "iterative":

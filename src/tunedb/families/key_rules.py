@@ -1,8 +1,11 @@
 """The checks every family's `sig_reason` starts with: the key names this family, one of its ops,
-a dtype it serves, and positive integer sizes. Each family adds its own rules after these."""
+a dtype it serves, and positive integer sizes. Each family adds its own rules after these. And
+the one check of a call's tensors every op shares: they live on one device."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
+
+from tunedb.errors import SignatureError
 
 from tunedb.records import Signature
 
@@ -22,3 +25,14 @@ def head_reason(sig: Signature, family: str, ops: Sequence[str], dtypes: Sequenc
         if not isinstance(v, int) or v < 1:
             return f"{key}={v!r} must be a positive int"
     return None
+
+
+def check_one_device(what: str, **tensors: Any) -> None:
+    """SignatureError naming each tensor's device unless all of `tensors` (None skipped; metas
+    without a device too) are on one device: a CUDA kernel handed a CPU pointer fails inside
+    Triton, and its key would fall back to torch for the epoch; a meta among CPU tensors made
+    the dispatcher mix devices in the result."""
+    devices = {name: str(t.device) for name, t in tensors.items() if getattr(t, "device", None) is not None}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{name} on {dev}" for name, dev in devices.items())
+        raise SignatureError(f"{what}'s tensors must be on one device; got {listed}")

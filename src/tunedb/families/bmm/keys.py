@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunedb.errors import SignatureError
+from tunedb.families.key_rules import check_one_device
 from tunedb.families.bmm.configs import DTYPES, FAMILY, LAYOUTS, OPS, elem_bytes
 from tunedb.families.contract import SignatureSchema
 from tunedb.records import Signature
@@ -65,8 +66,18 @@ def dt_name(dtype: Any) -> str:
 
 def signature_of(op: str, a: Any, b: Any) -> tuple[Signature, int]:
     """(Signature, M) of a [B, M, K] @ b [B, K, N] (2-D operands: B = 1), concrete dtype."""
+    batch, m, n, k, dt = check_call(op, a, b)
+    if min(batch, m, n, k) < 1:
+        raise SignatureError(f"bmm needs non-empty operands; got B={batch}, M={m}, N={n}, K={k}")
+    return make_signature(batch, n, k, dt, layout_of(a, b)), m
+
+
+def check_call(op: str, a: Any, b: Any) -> tuple[int, int, int, int, str]:
+    """(B, M, N, K, dt) of a call, SignatureError naming a bad shape or dtype: every check but
+    emptiness (an empty product has no key, but is a valid call)."""
     if op not in OPS:
         raise SignatureError(f"unknown bmm op {op!r}; ops are {', '.join(OPS)}")
+    check_one_device("bmm", a=a, b=b)
     sa, sb = tuple(a.shape), tuple(b.shape)
     if len(sa) != len(sb) or len(sa) not in (2, 3):
         raise SignatureError(f"bmm needs a [B, M, K] and b [B, K, N] (or both 2-D); got a {list(sa)}, b {list(sb)}")
@@ -78,10 +89,7 @@ def signature_of(op: str, a: Any, b: Any) -> tuple[Signature, int]:
     if dt_name(b.dtype) != dt:
         raise SignatureError(f"bmm operands must share a dtype: a is {a.dtype}, b is {b.dtype}")
     batch, m, k = (int(d) for d in sa)
-    n = int(sb[2])
-    if min(batch, m, n, k) < 1:
-        raise SignatureError(f"bmm needs non-empty operands; got B={batch}, M={m}, N={n}, K={k}")
-    return make_signature(batch, n, k, dt, layout_of(a, b)), m
+    return batch, m, int(sb[2]), k, dt
 
 
 def work(sig: Signature, m: int) -> tuple[float, float]:

@@ -8,7 +8,8 @@ selector's user > system > default chain; unmeasured keys run torch.bmm) once pe
 strides) and epoch: later calls are one dict lookup, so a CUDA graph captured after an eager call
 replays what eager ran. A config that fails its first launch is replaced by torch.bmm for the
 epoch (launch_table.first_call). Other devices compute torch.matmul. The fake kernel lets
-torch.compile trace the op (it stays opaque). Forward only: no autograd formula.
+torch.compile trace the op (it stays opaque). An empty product returns torch.matmul's result. No
+autograd formula of its own: where a gradient is wanted torch.matmul runs (runtime.grad_form).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from tunedb.families.bmm import configs, keys
 from tunedb.records import Config
-from tunedb.runtime import launch_table
+from tunedb.runtime import grad_form, launch_table
 
 _lib: list[Any] = []
 _lock = threading.Lock()
@@ -55,8 +56,9 @@ def run(a: Any, b: Any) -> Any:
     """The op's implementation (every backend of tunedb::bmm runs this)."""
     import torch
 
-    if a.device.type != "cuda":
-        keys.signature_of("bmm", a, b)  # the errors a CUDA call raises when it is first keyed
+    if a.device.type != "cuda" or a.numel() == 0 or b.numel() == 0 or b.device != a.device:
+        # an empty product has no key; the memo keys a's device only (check_call names a mix)
+        keys.check_call("bmm", a, b)  # the errors a CUDA call raises when it is first keyed
         return torch.matmul(a, b)
     bound = bound_for(a, b)  # a new (dtype, shapes, strides) is keyed, and checked, by dispatch
     if bound.launched:
@@ -65,8 +67,15 @@ def run(a: Any, b: Any) -> Any:
 
 
 def _fake(a: Any, b: Any) -> Any:
-    keys.signature_of("bmm", a, b)
+    keys.check_call("bmm", a, b)
     return a.new_empty((*a.shape[:-1], b.shape[-1]))
+
+
+def _grad_form(a: Any, b: Any) -> Any:
+    import torch
+
+    keys.check_call("bmm", a, b)
+    return torch.matmul(a, b)
 
 
 def register() -> None:
@@ -82,6 +91,7 @@ def register() -> None:
         lib.define("bmm(Tensor a, Tensor b) -> Tensor")
         lib.impl("bmm", run, "CompositeExplicitAutograd")
         torch.library.register_fake("tunedb::bmm", _fake, lib=lib)
+        grad_form.register(lib, "bmm", _grad_form)
         _lib.append(lib)
 
 

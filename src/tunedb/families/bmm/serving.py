@@ -42,6 +42,8 @@ def fold(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]] | None:
         return None
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return None
+    if torch.is_autocast_enabled("cuda"):  # torch.matmul would cast the operands; the op would not
+        return None
     if a.numel() == 0 or b.numel() == 0:
         return None
     batch = tuple(a.shape[:-2])

@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from tunedb.errors import SignatureError
-from tunedb.families.key_rules import head_reason
+from tunedb.families.key_rules import check_one_device, head_reason
 from tunedb.records import Signature
 
 FAMILY = "conv"
@@ -31,6 +31,8 @@ ELEM_BYTES = 2
 
 def _pair(name: str, value: Any, dims: int) -> tuple[int, ...]:
     """An int or a sequence of `dims` ints (torch's conv argument forms) as a tuple."""
+    if isinstance(value, str) or (isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value)):
+        raise SignatureError(f"conv {name}={value!r}: expected an int or {dims} int(s)")
     if isinstance(value, (list, tuple)):
         vals = tuple(int(v) for v in value)
         if len(vals) == 1:
@@ -40,6 +42,32 @@ def _pair(name: str, value: Any, dims: int) -> tuple[int, ...]:
     if len(vals) != dims:
         raise SignatureError(f"conv {name}={value!r}: expected {dims} value(s)")
     return vals
+
+
+def check_act(act: Any) -> None:
+    """SignatureError unless `act` is an activation the op fuses (checked on every device: the
+    CPU path would otherwise skip an unknown one silently)."""
+    if act not in ACTS:
+        raise SignatureError(f"conv act={act!r} is not fused; allowed: {', '.join(ACTS)}")
+
+
+def padding_ints(op: str, padding: Any, kernel: Any, stride: Any, dilation: Any) -> Any:
+    """torch's string paddings as ints: 'valid' is 0; 'same' is d * (k - 1) / 2 per axis where
+    that is symmetric and the stride is 1 (SignatureError otherwise: the op pads symmetrically)."""
+    if not isinstance(padding, str):
+        return padding
+    n = dims_of(op)
+    if padding == "valid":
+        return [0] * n
+    if padding != "same":
+        raise SignatureError(f"{op} padding={padding!r}; allowed: an int, {n} int(s), 'valid' or 'same'")
+    ks, ss, ds = _pair("kernel", list(kernel), n), _pair("stride", stride, n), _pair("dilation", dilation, n)
+    if any(s != 1 for s in ss):
+        raise SignatureError(f"{op} padding='same' needs stride 1, got stride={list(ss)}")
+    if any(d * (k - 1) % 2 for k, d in zip(ks, ds)):
+        raise SignatureError(f"{op} padding='same' with kernel {list(ks)} and dilation {list(ds)} pads "
+                             f"unevenly; the op pads symmetrically: give the padding as ints")
+    return [d * (k - 1) // 2 for k, d in zip(ks, ds)]
 
 
 def dims_of(op: str) -> int:
@@ -137,6 +165,7 @@ def signature_of(op: str, x: Any, weight: Any, bias: Any = None, stride: Any = 1
                  dilation: Any = 1, groups: int = 1, act: str = "none") -> tuple[Signature, int]:
     """(Signature, M) of one call: x [B, Cin, T] or [B, Cin, H, W]; weight [Cout, Cin/g, *k]."""
     n = dims_of(op)
+    check_one_device(op, x=x, weight=weight, bias=bias)
     xs, ws = tuple(x.shape), tuple(weight.shape)
     if len(xs) != n + 2 or len(ws) != n + 2:
         raise SignatureError(f"{op} needs x and weight of rank {n + 2}; got x {list(xs)}, weight {list(ws)}")

@@ -7,17 +7,19 @@ A CUDA call in fp16 / bf16 keys itself (keys.signature_of), resolves once per (e
 through runtime.dispatch (user tier, system tier, then the default: torch) and launches the
 chosen arm; anything else (CPU, fp32, meta) runs F.conv1d / F.conv2d plus the activation. No host
 synchronisation per call: CUDA graphs capture the launches. The fake kernels give torch.compile
-the output shape.
+the output shape. Where a gradient is wanted (training an optimize()d model) the torch form runs
+(runtime.grad_form): a served arm has no backward.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from tunedb.families.conv import keys
-from tunedb.runtime import dispatch, launch_table
+from tunedb.runtime import dispatch, grad_form, launch_table
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 for _op in keys.OPS:
@@ -43,10 +45,12 @@ def _record(op: str, x, weight, bias, stride, padding, dilation, groups, act) ->
 
 
 def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
+    keys.check_act(act)
     if _record(op, x, weight, bias, stride, padding, dilation, groups, act):
         with launch_table.recorded_call():
             return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
-    if not x.is_cuda or x.dtype not in _SERVED:
+    # an empty batch has no key; under autocast torch's conv casts its operands (the op would not)
+    if not x.is_cuda or x.dtype not in _SERVED or x.numel() == 0 or torch.is_autocast_enabled("cuda"):
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     return dispatch.call("conv", op, x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
 
@@ -63,7 +67,20 @@ _lib.impl("conv1d", _conv1d_impl, "CompositeExplicitAutograd")
 _lib.impl("conv2d", _conv2d_impl, "CompositeExplicitAutograd")
 
 
+def _grad_form(op: str, x, weight, bias, stride, padding, dilation, groups, act="none"):
+    """Where a gradient is wanted (runtime.grad_form): F.conv plus the activation, which torch
+    differentiates (a Triton or cuDNN arm's result has no backward here); a census still keys it."""
+    keys.check_act(act)
+    _record(op, x, weight, bias, stride, padding, dilation, groups, act)
+    return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
+
+
+grad_form.register(_lib, "conv1d", functools.partial(_grad_form, "conv1d"))
+grad_form.register(_lib, "conv2d", functools.partial(_grad_form, "conv2d"))
+
+
 def _fake(op, x, weight, bias, stride, padding, dilation, groups, act):
+    keys.check_act(act)
     _record(op, x, weight, bias, stride, padding, dilation, groups, act)  # a census on meta tensors runs this
     n = 1 if op == "conv1d" else 2
     spatial = [keys.out_len(int(x.shape[2 + i]), int(weight.shape[2 + i]), stride[i], padding[i], dilation[i])
@@ -84,11 +101,15 @@ def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups, act="none")
 def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
     """F.conv1d(x, weight, bias, ...) then the activation, through the tuned selection."""
-    p = lambda v: list(keys._pair("arg", v, 1))  # noqa: E731
-    return torch.ops.tunedb.conv1d(x, weight, bias, p(stride), p(padding), p(dilation), groups, act)
+    p = lambda name, v: list(keys._pair(name, v, 1))  # noqa: E731
+    padding = keys.padding_ints("conv1d", padding, weight.shape[2:], stride, dilation)
+    return torch.ops.tunedb.conv1d(x, weight, bias, p("stride", stride), p("padding", padding),
+                                   p("dilation", dilation), groups, act)
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
-    p = lambda v: list(keys._pair("arg", v, 2))  # noqa: E731
-    return torch.ops.tunedb.conv2d(x, weight, bias, p(stride), p(padding), p(dilation), groups, act)
+    p = lambda name, v: list(keys._pair(name, v, 2))  # noqa: E731
+    padding = keys.padding_ints("conv2d", padding, weight.shape[2:], stride, dilation)
+    return torch.ops.tunedb.conv2d(x, weight, bias, p("stride", stride), p("padding", padding),
+                                   p("dilation", dilation), groups, act)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from tunedb.errors import SignatureError
 from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.configs import ACTS as GEMM_ACTS, VENDOR_LANES
+from tunedb.families.key_rules import check_one_device
 from tunedb.families.gemm.ops_autograd import _TunedGemm
 from tunedb.runtime import launch_table
 
@@ -43,17 +44,19 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act
     if act not in ACTS:
         raise SignatureError(f"unknown activation act={act!r}; allowed: {', '.join(ACTS)}")
     if weight.dim() != 2:
-        raise ValueError(f"weight must be 2-D (N, K), got shape {tuple(weight.shape)}")
+        raise SignatureError(f"weight must be 2-D (N, K), got shape {tuple(weight.shape)}")
     if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(
+        raise SignatureError(
             f"x's last dimension must equal weight's K={weight.shape[1]}, got x shape {tuple(x.shape)}"
         )
     if x.dtype != weight.dtype:
-        raise ValueError(f"x dtype {x.dtype} differs from weight dtype {weight.dtype}; cast one of them")
+        raise SignatureError(f"x dtype {x.dtype} differs from weight dtype {weight.dtype}; cast one of them")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+        raise SignatureError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
     if bias is not None and bias.dtype != x.dtype:
-        raise ValueError(f"bias dtype {bias.dtype} differs from x dtype {x.dtype}; cast one of them")
+        raise SignatureError(f"bias dtype {bias.dtype} differs from x dtype {x.dtype}; cast one of them")
+    # a key's first call only (a memoised CUDA key checks nothing: docs/runtime.md)
+    check_one_device("gemm", x=x, weight=weight, bias=bias)
 
 
 _Tensor = torch.Tensor

@@ -125,7 +125,9 @@ def fused_head_class() -> type:
             self.bias = linear.bias
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if x.dtype not in (torch.bfloat16, torch.float16):  # fp32 heads: torch's own pair
+            # torch's own pair for fp32 heads and under autocast (which casts the linear's
+            # operands and runs log_softmax in fp32; the fused op takes one dtype and keeps it)
+            if x.dtype not in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(x.device.type):
                 return torch.log_softmax(torch.nn.functional.linear(x, self.weight, self.bias), dim=-1)
             from tunedb.families.gemm_log_softmax.ops import gemm_log_softmax
 

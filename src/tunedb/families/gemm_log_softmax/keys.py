@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from tunedb.errors import SignatureError
+from tunedb.families.key_rules import check_one_device
 from tunedb.families.gemm_log_softmax.configs import DTYPES, FAMILY, OPS, sig_reason
 from tunedb.records import Signature
 
@@ -38,8 +39,19 @@ def dt_of(dtype: Any) -> str:
 
 def signature_of(op: str, x: Any, weight: Any, bias: Any = None) -> tuple[Signature, int]:
     """(Signature, M) of log_softmax(x @ weight.T + bias, -1)."""
+    n, k, dt = check_call(op, x, weight, bias)
+    m = int(math.prod(tuple(x.shape)[:-1]))
+    if m < 1:
+        raise SignatureError(f"gemm_log_softmax needs at least one row (x {list(x.shape)})")
+    return make_signature(n, k, dt, 0 if bias is None else 1, op), m
+
+
+def check_call(op: str, x: Any, weight: Any, bias: Any = None) -> tuple[int, int, str]:
+    """(N, K, dt) of a call, SignatureError naming a bad shape or dtype: every check but the
+    row count (an empty x has no key, but is a valid call; the fake kernel reads no M)."""
     if op not in OPS:
         raise SignatureError(f"unknown gemm_log_softmax op {op!r}; ops are {', '.join(OPS)}")
+    check_one_device("gemm_log_softmax", x=x, weight=weight, bias=bias)
     xs, ws = tuple(x.shape), tuple(weight.shape)
     if len(xs) < 1 or len(ws) != 2:
         raise SignatureError(f"gemm_log_softmax needs x [..., K] and weight [N, K]; got x {list(xs)}, weight {list(ws)}")
@@ -54,10 +66,7 @@ def signature_of(op: str, x: Any, weight: Any, bias: Any = None) -> tuple[Signat
             raise SignatureError(f"gemm_log_softmax bias has shape {list(bias.shape)}; expected [{n}] (N)")
         if str(bias.dtype) != str(x.dtype):
             raise SignatureError(f"gemm_log_softmax bias is {bias.dtype} but x is {x.dtype}; they must match")
-    m = int(math.prod(xs[:-1]))
-    if m < 1:
-        raise SignatureError(f"gemm_log_softmax needs at least one row (x {list(xs)})")
-    return make_signature(n, k, dt, 0 if bias is None else 1, op), m
+    return n, k, dt
 
 
 def work(sig: Signature, m: int) -> tuple[float, float]:

@@ -6,6 +6,8 @@ x [..., K] and weight [N, K] in bf16 or fp16 (bias [N] in the same dtype); y [..
 dtype. A CUDA call resolves through the selector (user tier, system tier, then the `torch`
 default) via runtime.dispatch and launches; CPU tensors run the torch arm. No host
 synchronisation per call (CUDA graphs capture it); the fake kernel gives torch.compile the shape.
+An empty x returns torch's empty result; where a gradient is wanted the torch arm runs
+(runtime.grad_form: a Triton arm has no backward).
 Importing this module registers the op (it imports torch).
 """
 from __future__ import annotations
@@ -15,17 +17,17 @@ from typing import Any
 import torch
 
 from tunedb.families.gemm_log_softmax.configs import FAMILY, OPS
+from tunedb.families.gemm_log_softmax.keys import check_call
 from tunedb.families.gemm_log_softmax.launch import torch_arm
+from tunedb.runtime import grad_form
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 _lib.define("gemm_log_softmax(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor")
 
 
 def _impl(x: Any, weight: Any, bias: Any = None) -> Any:
-    from tunedb.families.gemm_log_softmax.keys import signature_of
-
-    signature_of(OPS[0], x, weight, bias)  # clear errors for bad shapes or dtypes on every device
-    if not x.is_cuda:
+    check_call(OPS[0], x, weight, bias)  # clear errors for bad shapes or dtypes on every device
+    if not x.is_cuda or x.numel() == 0:  # an empty batch has no key: torch's (empty) result
         return torch_arm(x, weight, bias)
     from tunedb.runtime import dispatch
 
@@ -33,11 +35,18 @@ def _impl(x: Any, weight: Any, bias: Any = None) -> Any:
 
 
 def _fake(x: Any, weight: Any, bias: Any = None) -> Any:
+    check_call(OPS[0], x, weight, bias)  # torch.compile traces only calls the op can run
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _grad_form(x: Any, weight: Any, bias: Any = None) -> Any:
+    check_call(OPS[0], x, weight, bias)
+    return torch_arm(x, weight, bias)
 
 
 _lib.impl("gemm_log_softmax", _impl, "CompositeExplicitAutograd")
 torch.library.register_fake("tunedb::gemm_log_softmax", _fake, lib=_lib)
+grad_form.register(_lib, "gemm_log_softmax", _grad_form)
 
 
 def gemm_log_softmax(x: Any, weight: Any, bias: Any = None) -> Any:

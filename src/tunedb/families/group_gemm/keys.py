@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunedb.errors import SignatureError
+from tunedb.families.key_rules import check_one_device
 from tunedb.families.group_gemm.configs import FAMILY, sig_reason
 from tunedb.records import Signature
 
@@ -39,6 +40,7 @@ def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any 
     """(Signature, M) of y[t, j] = x[t or (t, j)] @ weight[topk_ids[t, j]].T."""
     if op != "group_gemm":
         raise SignatureError(f"unknown group_gemm op {op!r}; ops are group_gemm")
+    check_one_device("group_gemm", x=x, weight=weight, topk_ids=topk_ids, topk_weights=topk_weights)
     ws, ids = tuple(weight.shape), tuple(topk_ids.shape)
     if len(ws) != 3:
         raise SignatureError(f"group_gemm weight must be [E, N, K], got {list(ws)}")

@@ -128,10 +128,17 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
     """The experts' forward through two group_gemm calls (see the module docstring)."""
     from tunedb.runtime import dispatch
 
+    from tunedb.runtime import grad_form
+
     dts = {str(t.dtype) for t in (hidden_states, self.gate_up_proj, self.down_proj)}
     if len(dts) != 1 or not dts <= DTYPE_NAMES.keys():
         # cast after the swap (model.float()) or mixed operands: not a group_gemm key; the
         # model's own forward serves, as for experts never recognised
+        return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
+    if grad_form.wants_grad((hidden_states, top_k_weights, self.gate_up_proj, self.down_proj)) \
+            or hidden_states.numel() == 0:
+        # a training step: the Triton arm has no backward (the experts and the router would get
+        # no gradient); no token: no group_gemm key. The model's own forward computes it
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     inter = self.down_proj.shape[-1]
     ids = top_k_index if top_k_index.dtype.is_signed and top_k_index.dtype.itemsize >= 4 else top_k_index.int()

@@ -103,8 +103,14 @@ def _recommend(args: argparse.Namespace) -> int:
     return 0
 
 
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+
+
 def _plot(args: argparse.Namespace) -> int:
     from tunedb.families.linalg.plot import draw
+
+    if Path(args.out).suffix.lower() not in PLOT_FORMATS:
+        raise TunedbError(f"--out {args.out}: the plot is written as {', '.join(PLOT_FORMATS)} (by its suffix)")
 
     cells, measured = draw(Path(args.out), deps=args.deps, arch=args.arch)
     print(f"wrote {args.out}: {cells} cells, {measured} measured, {cells - measured} heuristic")
@@ -119,6 +125,18 @@ def _split(text: str | None, allowed: tuple[str, ...], what: str) -> tuple[str, 
     if bad or not names:
         raise TunedbError(f"unknown {what} {bad or text!r}; allowed: {', '.join(allowed)}")
     return names
+
+
+def _check_flags(args: argparse.Namespace, grid: list, legs: Any, ops: Any, dtypes: Any) -> None:
+    """TunedbError for flags that would measure nothing useful (before any GPU work): a tie band
+    outside [0, 1), fewer than one Triton config a cell, or ops and dtypes with no cell between them."""
+    if args.margin is not None and not 0.0 <= args.margin < 1.0:
+        raise TunedbError(f"--margin {args.margin} must be a fraction in [0, 1) (the tie band; default 0.02)")
+    if args.max_arms < 1:
+        raise TunedbError(f"--max-arms {args.max_arms} must be at least 1 (Triton configs timed per cell)")
+    if not grid:
+        raise TunedbError(f"no cell to measure: the legs {', '.join(legs)} (ops {', '.join(ops or ()) or 'all'}) "
+                          f"take none of the dtypes {', '.join(dtypes)} (fp16/bf16: dot, gemv, gemm only)")
 
 
 def target(out: str, arch_family: str) -> Path:
@@ -159,6 +177,7 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     grid_n = ladder.QUICK_N if args.quick else ladder.GRID_N
     ns = _split(getattr(args, "n", None), tuple(map(str, grid_n)), "n")
     ns = tuple(int(n) for n in ns) if ns else None
+    _check_flags(args, ladder.cells(legs, args.quick, dtypes, ops, ns), legs, ops, dtypes)
     rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
     jitter = getattr(args, "launch_jitter_ns", None)
     jitter = pick.LAUNCH_JITTER_NS if jitter is None else jitter

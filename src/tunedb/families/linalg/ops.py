@@ -14,7 +14,8 @@ graph captured after an eager call replays the kernel eager runs. Other devices 
 arm. A non-SPD problem of potrf/posv is reported in `info` (0, or the 1-based column whose pivot
 failed, as torch.linalg.cholesky_ex reports): never an exception, never a hang; the other
 problems of the batch are unaffected. Fake kernels let torch.compile trace the ops (they stay
-opaque in the graph). No autograd formula: the ops are forward-only.
+opaque in the graph). No autograd formula of their own: where a gradient is wanted the library
+arm's forms run (runtime.grad_form), so the gradient is torch's on every device.
 
 A new (op, dtype, n, batch) resolves through the generic run-time path (runtime/dispatch.py,
 which asks autotune()'s overrides and then the selector); this module keeps a cheaper front memo
@@ -29,7 +30,7 @@ from typing import Any
 
 from tunedb.families.linalg import signatures
 from tunedb.records import Config
-from tunedb.runtime import launch_table
+from tunedb.runtime import grad_form, launch_table
 
 OUTPUTS = {"dot": "Tensor", "gemv": "Tensor", "gemm": "Tensor", "potrf": "(Tensor, Tensor)",
            "trsv": "Tensor", "posv": "(Tensor, Tensor)"}
@@ -81,8 +82,8 @@ def run(op: str, *tensors: Any) -> Any:
     if first.device.type != "cuda":
         sig, _batch = signatures.signature_of(op, *tensors)
         return _family().launch(Config.sentinel("torch"), sig, *tensors)
-    if first.shape[0] == 0:
-        return _fake(op, *tensors)
+    if first.shape[0] == 0 or (len(tensors) > 1 and tensors[1].device != first.device):
+        return _fake(op, *tensors)  # the front memo keys first's device only: signature_of names a mix
     bound = bound_for(op, *tensors)
     if bound.launched:
         return bound.call(*tensors)
@@ -106,6 +107,15 @@ def _fake(op: str, *tensors: Any) -> Any:
     return (a.new_empty(a.shape), info) if op == "potrf" else (tensors[1].new_empty(tensors[1].shape), info)
 
 
+def _grad_form(op: str, *tensors: Any) -> Any:
+    """The op where a gradient is wanted (runtime.grad_form): the library arm's forms, which
+    torch differentiates (cholesky_ex, solve_triangular, bmm), on every device."""
+    from tunedb.families.linalg import problems
+
+    signatures.signature_of(op, *tensors)  # the same errors as a served call
+    return problems.torch_arm(op, *tensors)
+
+
 def register() -> None:
     """Define tunedb::linalg_<op> (once per process)."""
     if _lib:
@@ -120,6 +130,7 @@ def register() -> None:
             lib.define(f"linalg_{op}({ARGS[op]}) -> {OUTPUTS[op]}")
             lib.impl(f"linalg_{op}", functools.partial(run, op), "CompositeExplicitAutograd")
             torch.library.register_fake(f"tunedb::linalg_{op}", functools.partial(_fake, op), lib=lib)
+            grad_form.register(lib, f"linalg_{op}", functools.partial(_grad_form, op))
         _lib.append(lib)
 
 

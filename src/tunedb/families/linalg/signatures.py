@@ -17,11 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from tunedb.errors import SignatureError
+from tunedb.families.key_rules import check_one_device
 from tunedb.records import Signature
 
 FAMILY = "linalg"
 OPS: tuple[str, ...] = ("dot", "gemv", "gemm", "potrf", "trsv", "posv")
 SIZE_AXIS = "batch"
+ARG_NAMES = {"dot": ("x", "y"), "gemv": ("A", "x"), "gemm": ("A", "B"), "potrf": ("A",), "trsv": ("L", "b"),
+             "posv": ("A", "b")}
 N_MIN, N_MAX = 2, 128
 FLOAT_DTYPES: tuple[str, ...] = ("fp32", "fp64")
 HALF_OPS: tuple[str, ...] = ("dot", "gemv", "gemm")  # the ops that also take fp16 / bf16
@@ -98,6 +101,7 @@ def signature_of(op: str, *args: Any) -> tuple[Signature, int]:
     want = {"dot": 2, "gemv": 2, "gemm": 2, "potrf": 1, "trsv": 2, "posv": 2}[op]
     if len(args) != want:
         raise SignatureError(f"linalg {op} takes {want} tensor(s), got {len(args)}")
+    check_one_device(f"linalg {op}", **dict(zip(ARG_NAMES[op], args)))
     first = args[0]
     if op == "dot":
         shape = _shape(first)

@@ -45,6 +45,23 @@ def record(fn: Callable[[], Any]) -> Counter[tuple[Signature, int]]:
     return calls
 
 
+SERVED_DEVICE = "cuda"  # where TunedRNN asks the selector (elsewhere the module runs as it is)
+
+
+def _kernel_may_serve(rnn: Any, x: Any, hx: Any) -> bool:
+    """The persistent kernel computes this call as the module would: no gradient wanted (it has
+    no backward: a training step would leave the weights without gradient), no inter-layer
+    dropout in training mode (it applies none) and no autocast (the module's call is cast)."""
+    import torch
+
+    from tunedb.runtime import grad_form
+
+    if (rnn.training and rnn.dropout > 0 and rnn.num_layers > 1) or torch.is_autocast_enabled(x.device.type):
+        return False
+    states = tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
+    return not grad_form.wants_grad((x, *states, *rnn._flat_weights))
+
+
 @functools.lru_cache(maxsize=1)
 def tuned_class() -> type:
     import torch
@@ -68,7 +85,8 @@ def tuned_class() -> type:
                 self._flat = tuple(w.data_ptr() for w in self.rnn._flat_weights)
 
         def forward(self, x: Any, hx: Any = None) -> Any:
-            key = module_signature(self.rnn, x) if isinstance(x, torch.Tensor) and x.is_cuda else None
+            served = isinstance(x, torch.Tensor) and x.device.type == SERVED_DEVICE
+            key = module_signature(self.rnn, x) if served else None
             if key is None:
                 return self.rnn(x, hx)
             from tunedb.families.rnn.launch import arm_flags
@@ -77,12 +95,17 @@ def tuned_class() -> type:
             from tunedb import families
 
             config = launch_table.resolve(families.get(FAMILY), *key)[0]
+            if config.lane == "triton_persistent" and not _kernel_may_serve(self.rnn, x, hx):
+                return self.rnn(x, hx)  # the module's own arm (torch's default) computes it
             if config.lane == "triton_persistent":  # LSTM only (the predicate)
                 from tunedb.families.rnn.launch import persistent
 
                 sig = key[0]
                 shape = (sig.get("L") * (1 + sig.get("bidir")), sig.get("B"), sig.get("H"))
                 h0, c0 = hx if hx is not None else (x.new_zeros(shape), x.new_zeros(shape))
+                # torch's errors for a bad hx or an x of another dtype than the weights: the
+                # kernel would read them unchecked
+                self.rnn.check_forward_args(x, (h0, c0), None)
                 return persistent(config, sig, x, h0, c0, *self.rnn._flat_weights, states=True)
             if config.id != "nocudnn":
                 self._flatten_once()

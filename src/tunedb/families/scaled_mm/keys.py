@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from tunedb.errors import SignatureError
+from tunedb.families.key_rules import check_one_device
 from tunedb.families.scaled_mm.configs import (FP8_FAMILY, INT8_FAMILY, OPS, SCALE_BLOCK, SCALES,
                                                sig_reason)
 from tunedb.records import Signature
@@ -101,6 +102,7 @@ def signature_of(op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, out_d
     """(Signature, M) of y = (x @ weight.T) scaled; x [..., K], weight [N, K] (int8 or fp8)."""
     if op not in OPS:
         raise SignatureError(f"unknown quantized GEMM op {op!r}; ops are {', '.join(OPS)}")
+    check_one_device("scaled_mm", x=x, weight=weight, x_scale=x_scale, w_scale=w_scale)
     xs, wsh = tuple(x.shape), tuple(weight.shape)
     if len(xs) < 1 or len(wsh) != 2:
         raise SignatureError(f"scaled_mm needs x [..., K] and weight [N, K]; got x {list(xs)}, weight {list(wsh)}")

@@ -69,11 +69,27 @@ def served(family: str, sig: Signature, m: int, sms: int = 132) -> Config:
     return config
 
 
+def rows_scale(x: Any, x_scale: Any) -> Any:
+    """x_scale over x's leading dims ([..., 1] or [...], or [..., K/128] for block scales, as the
+    `_quant` op returns for an x of more than two dims) as the [M, ...] the keys take; any
+    other shape unchanged (the keys name it)."""
+    if x.dim() > 2 and x_scale is not None and x_scale.dim() >= x.dim() - 1:
+        lead = tuple(x.shape[:-1])
+        if tuple(x_scale.shape) == lead:
+            return x_scale.reshape(-1)
+        if x_scale.dim() == x.dim() and tuple(x_scale.shape[:-1]) == lead:
+            return x_scale.reshape(-1, x_scale.shape[-1])
+    return x_scale
+
+
 def _serve(family: str, op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any,
            scale: str, out_dtype: Any) -> Any:
+    x_scale = rows_scale(x, x_scale)
     sig, m = _key(family, op, x, weight, x_scale, w_scale, scale, out_dtype)
     if not x.is_cuda:
         return _cpu(sig, x, weight, x_scale, w_scale)
+    if m == 0:  # an empty batch launches nothing (a vendor GEMM need not take M=0)
+        return _fake(family, op, x, weight, x_scale, w_scale, scale, out_dtype)
     fam = families.get(family)
     return fam.launcher(chosen(family, sig, m), sig)(x, *dense(weight, x_scale, w_scale), None)
 
@@ -126,6 +142,7 @@ for _name, _fn in (("scaled_mm_int8", _int8_impl), ("scaled_mm_int8_quant", _int
 
 
 def _fake(family: str, op: str, x, weight, x_scale, w_scale, scale, out_dtype):
+    x_scale = rows_scale(x, x_scale)
     sig, _ = _key(family, op, x, weight, x_scale, w_scale, scale, out_dtype)
     n = weight.shape[0]
     out = arms.torch_dtype(sig.get("out"))

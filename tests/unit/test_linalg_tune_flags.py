@@ -1,0 +1,49 @@
+"""`tunedb linalg tune` refuses flags that would measure nothing useful with a clear error
+(TunedbError naming the flag and what is allowed), before any GPU work, instead of a traceback
+or a table of torch-only cells."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from tunedb.errors import TunedbError
+from tunedb.families.linalg import cli, ladder
+
+
+def _args(out, **kw) -> argparse.Namespace:
+    base = dict(prebuild=False, quick=True, legs="solver", ops=None, dtypes=None, margin=None, rounds=9,
+                max_arms=12, build_jobs=None, dry_run=False, out=str(out), seed=0, n=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+class _NoTimer:
+    """A timer the flag checks must refuse before touching."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the timer was used ({name}) for flags that should have been refused")
+
+
+@pytest.mark.parametrize("flags, words", [
+    (dict(margin=-1.0), "--margin -1.0"),
+    (dict(margin=1.5), "--margin 1.5"),
+    (dict(max_arms=0), "--max-arms 0"),
+    (dict(max_arms=-1), "--max-arms -1"),
+    (dict(dtypes="fp16"), "fp16"),
+    (dict(dtypes="bf16", ops="potrf"), "bf16"),
+])
+def test_bad_tune_flags_raise_a_clear_error_and_write_nothing(tmp_path, flags, words):
+    out = tmp_path / "t.json"
+    with pytest.raises(TunedbError) as err:
+        cli.tune(_args(out, **flags), timer=_NoTimer(), arch_family="sm90")
+    assert words in str(err.value)
+    assert not out.exists()
+
+
+def test_good_flags_still_measure(tmp_path):
+    out = tmp_path / "t.json"
+    cost = lambda cell, arm: 50.0 if arm == "torch" else 10.0  # noqa: E731
+    assert cli.tune(_args(out, ops="potrf", margin=0.0, max_arms=1), timer=ladder.FakeTimer(cost, seed=1),
+                    arch_family="sm90") == 0
+    assert out.exists()
