@@ -109,6 +109,12 @@ def _exit(module: Any, args: Any, output: Any) -> None:
         stack.pop().__exit__(None, None, None)
 
 
+# optimize()'s other families read a module's hooks as a user's (GEMM fuses nothing in a hooked
+# module); these two change no input or output, so they say they are tunedb's own
+_enter.tunedb_own_hook = True  # type: ignore[attr-defined]
+_exit.tunedb_own_hook = True  # type: ignore[attr-defined]
+
+
 def has_table() -> bool:
     """Whether this arch's bmm tables (user or system tier) hold any entry."""
     from tunedb import database

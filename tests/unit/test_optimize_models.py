@@ -1,0 +1,41 @@
+"""tunedb.optimize() on small models of shapes nobody measured, as a new user would write them:
+what it swaps, what it fuses, and that the optimized model computes what the plain one does on
+the CPU (the torch arm: exactly F.linear + activation)."""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+import tunedb
+from tunedb.families.bmm import serving as bmm_serving
+from tunedb.runtime import patching
+
+
+def _tuned(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if type(m).__name__ == "TunedLinear"]
+
+
+def test_the_bmm_product_mode_on_the_top_module_does_not_stop_gemm_fusing_there(monkeypatch):
+    # where this arch has a bmm table (sm90 ships one), the bmm family hooks the top module's
+    # forward; GEMM read those hooks as a user's and fused nothing in a top-level Sequential
+    monkeypatch.setattr(patching, "_measured", lambda name: name == "bmm")
+    monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8), nn.SiLU())
+    model = tunedb.optimize(copy.deepcopy(plain))
+    assert getattr(model, "_tunedb_bmm_serving", False)  # the product mode is installed
+    assert [m.act for m in _tuned(model)] == ["gelu", "silu"]
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), plain(x), rtol=0, atol=0)
+
+
+def test_a_users_hook_on_the_top_module_still_stops_fusion_there(monkeypatch):
+    monkeypatch.setattr(patching, "_measured", lambda name: name == "bmm")
+    monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
+    plain = nn.Sequential(nn.Linear(16, 32), nn.GELU())
+    plain.register_forward_hook(lambda mod, args, out: None)
+    model = tunedb.optimize(plain)
+    assert [m.act for m in _tuned(model)] == ["none"]
