@@ -127,3 +127,48 @@ def test_a_long_recurrent_census_probe_does_no_work_per_time_step():
         return count.ops
 
     assert ops_at(4096) == ops_at(16)
+
+
+ROUTER = """
+import torch
+
+
+class Router(torch.nn.Module):
+    '''A forward whose control flow reads the data (a router, an early exit).'''
+
+    def __init__(self):
+        super().__init__()
+        self.small = torch.nn.Linear(16, 32)
+        self.large = torch.nn.Linear(16, 32, bias=False)
+        self.out = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.small(x) if x.mean() > 0 else self.large(x)
+        return self.out(h)
+
+
+def make(device):
+    with torch.device(device):
+        model = Router().to(torch.bfloat16)
+    return model, lambda batch, length: (torch.randn(batch, length, 16, dtype=torch.bfloat16, device=device),)
+"""
+
+
+def test_a_data_dependent_forward_on_meta_is_told_to_take_the_census_on_the_cpu(tmp_path, capsys, monkeypatch):
+    from tunedb import settings
+    from tunedb.cli import main
+
+    (tmp_path / "router_workload.py").write_text(ROUTER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    manifest = tmp_path / "prompts.jsonl"
+    manifest.write_text('{"tokens": 8}\n{"tokens": 20}\n')
+    flags = ["--unit", "tokens", "--max-length", "32", "--max-batch-size", "2", "--manifest", str(manifest)]
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        assert main(["tune", "router_workload:make", *flags]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert "meta tensors" in err and "`tunedb census router_workload:make --device cpu --fused --out" in err
+        # and the remedy it names works
+        out = tmp_path / "census.json"
+        assert main(["census", "router_workload:make", "--device", "cpu", "--fused", *flags, "--out", str(out)]) == 0
+    assert out.exists()
