@@ -39,3 +39,34 @@ def test_a_users_hook_on_the_top_module_still_stops_fusion_there(monkeypatch):
     plain.register_forward_hook(lambda mod, args, out: None)
     model = tunedb.optimize(plain)
     assert [m.act for m in _tuned(model)] == ["none"]
+
+
+class Attention(nn.Module):
+    """Eager attention written as matmuls, between two Linears."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return self.out(torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v)
+
+
+def test_an_optimized_model_compiles_with_fullgraph_where_the_bmm_mode_is_installed(monkeypatch):
+    # the product mode's forward pre-hook built its class per call: under torch.compile a graph
+    # break, so fullgraph=True (which docs/runtime.md says works) failed on every optimized model
+    # of an arch with a bmm table (sm90 ships one)
+    monkeypatch.setattr(patching, "_measured", lambda name: name == "bmm")
+    monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
+    torch.manual_seed(0)
+    plain = Attention().eval()
+    model = tunedb.optimize(copy.deepcopy(plain))
+    assert getattr(model, "_tunedb_bmm_serving", False)
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), plain(x), rtol=0, atol=0)
+        torch.testing.assert_close(model(x), plain(x), rtol=0, atol=0)  # eager: the mode comes and goes
+    assert not getattr(bmm_serving._state, "modes", [])

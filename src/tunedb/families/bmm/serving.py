@@ -16,6 +16,7 @@ entries; under CUDA graphs the hop is paid at capture only.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -77,6 +78,13 @@ def _products() -> frozenset:
 
 def product_mode() -> Any:
     """A TorchFunctionMode serving tuned products (see the module docstring)."""
+    return _mode_class()()
+
+
+@functools.lru_cache(maxsize=1)
+def _mode_class() -> type:
+    """The ProductMode class, made once (a class statement per forward cost the eager call its
+    creation, and under torch.compile is a graph break: fullgraph=True failed on it)."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -91,10 +99,18 @@ def product_mode() -> Any:
                     return out
             return func(*args, **kwargs)
 
-    return ProductMode()
+    return ProductMode
+
+
+def _compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
 
 
 def _enter(module: Any, args: Any) -> None:
+    if _compiling():  # the compiler keeps the products (see the module docstring): no mode to trace
+        return
     stack = getattr(_state, "modes", None)
     if stack is None:
         stack = _state.modes = []
@@ -104,6 +120,8 @@ def _enter(module: Any, args: Any) -> None:
 
 
 def _exit(module: Any, args: Any, output: Any) -> None:
+    if _compiling():
+        return
     stack = getattr(_state, "modes", None)
     if stack:
         stack.pop().__exit__(None, None, None)
