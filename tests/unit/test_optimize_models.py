@@ -70,3 +70,29 @@ def test_an_optimized_model_compiles_with_fullgraph_where_the_bmm_mode_is_instal
         torch.testing.assert_close(compiled(x), plain(x), rtol=0, atol=0)
         torch.testing.assert_close(model(x), plain(x), rtol=0, atol=0)  # eager: the mode comes and goes
     assert not getattr(bmm_serving._state, "modes", [])
+
+
+def test_a_gpu_with_no_profile_serves_torch_not_an_untuned_triton_tile(tiers_dirs, monkeypatch):
+    # a new user's A100 (sm80: no shipped profile, none measured yet): every GEMM took the family
+    # default, the Triton tile b64x64x64 nobody timed there, in place of the cuBLAS call it had
+    import warnings
+
+    from tunedb import settings
+    from tunedb.records import Signature
+    from tunedb.runtime import selector
+
+    selector.configure("sm80")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for op, extra in (("gemm", {}), ("gemm_act", dict(act="gelu", bias=1))):
+                sig = Signature.make("gemm", op, "half", N=512, K=512, **extra)
+                for m in (1, 64, 4096):
+                    got = selector.resolve("gemm", sig, m)
+                    assert (got.config.id, got.tier) == ("torch", "default")
+            with settings.override(HEURISTIC="0"):  # asking for the family default by name still gets it
+                selector.reload()
+                assert selector.resolve("gemm", Signature.make("gemm", "gemm", "half", N=512, K=512), 64).config.id \
+                    not in ("torch", "default")
+    finally:
+        selector.configure()
