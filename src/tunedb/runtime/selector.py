@@ -243,7 +243,7 @@ def configure(arch_family: str | None = None, arch: ArchProfile | None = None) -
 
     Both None: detect it again at the next resolution (the current GPU's arch family and its
     cached or queried profile, see arch.current_profile; without a GPU, sm90's shipped one).
-    arch_family alone: that family's shipped profile (none shipped: every shape takes the default).
+    arch_family alone: that family's shipped profile (none shipped: every shape takes the fallback).
     """
     with _lock:
         _arch.clear()
