@@ -102,7 +102,8 @@ def _recurrent(func: Any, args: tuple, kwargs: dict) -> Any:
     """func(*args) for a torch._VF recurrent call; on meta, of a padded (not packed) input, run at
     one time step with the outputs widened to the input's length (states have no time axis)."""
     x = args[0] if args else None
-    padded = len(args) == 9 and isinstance(args[3], bool) and not kwargs  # (input, hx, params, has_biases, ..., batch_first)
+    # padded: (input, hx, params, has_biases, layers, dropout, train, bidirectional, batch_first)
+    padded = len(args) == 9 and isinstance(args[3], bool) and not kwargs
     if not (padded and isinstance(x, torch.Tensor) and x.device.type == "meta" and x.dim() in (2, 3)):
         return func(*args, **kwargs)
     time = 1 if (args[8] and x.dim() == 3) else 0
