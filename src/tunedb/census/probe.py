@@ -87,9 +87,11 @@ def _device(name: str) -> Any:
 
 
 @contextlib.contextmanager
-def _user_code(w: Workload, where: str) -> Iterator[None]:
+def _user_code(w: Workload, where: str, device: Any = None) -> Iterator[None]:
     """A module:callable workload's own code failing (its factory, its forward on the probe's
-    inputs) is the user's to fix: one CensusError naming the workload, the step, and the error."""
+    inputs) is the user's to fix: one CensusError naming the workload, the step, and the error;
+    on meta tensors, a forward that reads tensor values (data-dependent control flow, .item(),
+    nonzero) is told to take the census on a device that holds them."""
     try:
         yield
     except TunedbError:
@@ -100,7 +102,18 @@ def _user_code(w: Workload, where: str) -> Iterator[None]:
         hint = (" (a census runs the model at each probe's batch and length, in --unit; the lengths come from "
                 "--manifest, else a synthetic distribution, and a batch past --max-length runs at its own "
                 "length: docs/census.md)") if "forward" in where else ""
+        if getattr(device, "type", None) == "meta" and _needs_values(exc):
+            hint = (f" (the model reads tensor values -- data-dependent control flow, .item(), nonzero -- "
+                    f"which meta tensors, the census's default device, do not hold: take the census on the "
+                    f"CPU with random weights, `tunedb census {w.name} --device cpu --fused --out census.json` "
+                    f"with the same flags, then on a GPU `tunedb build --census census.json --out user`)")
         raise CensusError(f"workload {w.name!r} failed in {where}: {type(exc).__name__}: {exc}{hint}") from exc
+
+
+def _needs_values(exc: BaseException) -> bool:
+    """Whether an error is a meta tensor's lack of data (torch names meta, or a data-dependent op)."""
+    text = str(exc).lower()
+    return "meta" in text or "data-dependent" in text or "data-independent" in text
 
 
 def census_quantizer(scheme: str) -> Any:
@@ -161,7 +174,7 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
     must: set[tuple[Signature, int]] = set()
     for key in sorted(keys):
         where = f"its forward at batch={key.batch}, " + (f"length={key.length} {w.unit}" if key.length else "one decode step")
-        with _user_code(w, where):
+        with _user_code(w, where, dev):
             recorded = probe(built, key, model, quantizer)
         if not recorded:
             raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no call a family records")

@@ -20,12 +20,13 @@ from collections import Counter
 from typing import Any, Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tunedb import families
 from tunedb.families.contract import CensusRule, hook
 from tunedb.records import Signature
-from tunedb.runtime.launch_table import inside_recorded_call
+from tunedb.runtime.launch_table import inside_recorded_call, recorded_call
 
 aten = torch.ops.aten
 
@@ -65,6 +66,55 @@ def census_rules(names: tuple[str, ...] | None = None) -> dict[Any, list[CensusR
     return out
 
 
+class _FusedCalls(TorchFunctionMode):
+    """Calls that run as fused kernels on a GPU are not recorded as the products torch decomposes
+    them into elsewhere; they are skipped as a tuned op's own fallback is (recorded_call):
+
+    - F.scaled_dot_product_attention: one kernel on a GPU (flash, memory-efficient, cuDNN); on
+      meta tensors, the census's default device, torch runs its math path instead, two bmm per
+      call upcast to fp32 for half inputs, so a transformers model (SDPA is its default
+      attention) got fp32 bmm keys for every sequence length that no GPU run makes. Where a GPU
+      does take the math path, its products are issued from C++, out of the bmm family's reach.
+    - nn.LSTM / nn.GRU / nn.RNN (torch._VF): cuDNN on a GPU; on meta and CPU one addmm per time
+      step and layer, which the GEMM rules counted as linear layers of the recurrent weights
+      (thousands of calls at M = batch that tunedb never serves). The rnn family keys these
+      modules itself (families/rnn/census.py). On meta the call runs one time step and returns
+      outputs of the full length: the meta decomposition costs milliseconds per step, so a
+      census of a two-layer bidirectional LSTM took minutes at the synthetic token lengths.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _SDPA:
+            with recorded_call():
+                return func(*args, **kwargs)
+        if func in _RECURRENT:
+            with recorded_call():
+                return _recurrent(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+_RECURRENT = (torch._VF.lstm, torch._VF.gru, torch._VF.rnn_tanh, torch._VF.rnn_relu)
+
+
+def _recurrent(func: Any, args: tuple, kwargs: dict) -> Any:
+    """func(*args) for a torch._VF recurrent call; on meta, of a padded (not packed) input, run at
+    one time step with the outputs widened to the input's length (states have no time axis)."""
+    x = args[0] if args else None
+    # padded: (input, hx, params, has_biases, layers, dropout, train, bidirectional, batch_first)
+    padded = len(args) == 9 and isinstance(args[3], bool) and not kwargs
+    if not (padded and isinstance(x, torch.Tensor) and x.device.type == "meta" and x.dim() in (2, 3)):
+        return func(*args, **kwargs)
+    time = 1 if (args[8] and x.dim() == 3) else 0
+    if x.shape[time] <= 1:
+        return func(*args, **kwargs)
+    out, *states = func(x.narrow(time, 0, 1), *args[1:])
+    shape = list(out.shape)
+    shape[time] = x.shape[time]
+    return (out.new_empty(shape), *states)
+
+
 class Recorder(TorchDispatchMode):
     """Counts (Signature, size) of every call a family's census rule maps while active:
     ``with Recorder() as rec:``; `families` limits the rules to those families."""
@@ -74,6 +124,21 @@ class Recorder(TorchDispatchMode):
         self.calls: Counter[tuple[Signature, int]] = Counter()
         self._weights: dict[int, weakref.ref] = {}
         self._rules = census_rules(families)
+
+    def __enter__(self) -> "Recorder":
+        self._fused = _FusedCalls()
+        self._fused.__enter__()
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._fused.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._fused.__exit__(*exc)
 
     def is_weight(self, t: Any) -> bool:
         if isinstance(t, torch.nn.Parameter):

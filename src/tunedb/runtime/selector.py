@@ -100,9 +100,10 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
     arch_family, profile = _arch_state()
     if profile is None:
         tiers.warn_once("selector", f"no-profile:{arch_family}",
-                        f"tunedb: no arch profile for {arch_family}; every shape takes the family "
-                        f"default (call tunedb.runtime.selector.configure(arch=...))")
-        return _default(fam, sig, None)
+                        f"tunedb: no arch profile for {arch_family}; every shape takes the family's "
+                        f"fallback, untuned (measure one: `python -m tunedb.arch --measure`, or call "
+                        f"tunedb.runtime.selector.configure(arch=...))")
+        return _unprofiled(fam, sig)
     if not settings.heuristic_enabled():
         return _default(fam, sig, profile)
     files = database.lookup(arch_family, fam.name)
@@ -117,6 +118,19 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
         if config is not None:
             return Resolution(config, "model", None)
     return _default(fam, sig, profile, m)
+
+
+def _unprofiled(fam: Any, sig: Signature) -> Resolution:
+    """A GPU with no profile (an arch with no shipped one, before `python -m tunedb.arch
+    --measure`): nothing measured or modelled can serve, and the family default is a Triton tile
+    nobody timed on it (GEMM: b64x64x64 on every Linear of a new user's A100, where cuBLAS ran
+    before optimize()). The pick rule's fallback serves where it applies; TUNEDB_HEURISTIC=0
+    still asks for the default by name."""
+    if settings.heuristic_enabled():
+        fallback = hook(fam, "pick_rule")().fallback
+        if fallback in fam.sentinels(sig, settings.approximate_allowed()):
+            return Resolution(Config.sentinel(fallback), "default", None)
+    return _default(fam, sig, None)
 
 
 def _default(fam: Any, sig: Signature, profile: ArchProfile | None, m: int | None = None) -> Resolution:
@@ -252,7 +266,7 @@ def configure(arch_family: str | None = None, arch: ArchProfile | None = None) -
 
     Both None: detect it again at the next resolution (the current GPU's arch family and its
     cached or queried profile, see arch.current_profile; without a GPU, sm90's shipped one).
-    arch_family alone: that family's shipped profile (none shipped: every shape takes the default).
+    arch_family alone: that family's shipped profile (none shipped: every shape takes the fallback).
     """
     with _lock:
         _arch.clear()

@@ -16,6 +16,7 @@ entries; under CUDA graphs the hop is paid at capture only.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -79,6 +80,13 @@ def _products() -> frozenset:
 
 def product_mode() -> Any:
     """A TorchFunctionMode serving tuned products (see the module docstring)."""
+    return _mode_class()()
+
+
+@functools.lru_cache(maxsize=1)
+def _mode_class() -> type:
+    """The ProductMode class, made once (a class statement per forward cost the eager call its
+    creation, and under torch.compile is a graph break: fullgraph=True failed on it)."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -93,10 +101,18 @@ def product_mode() -> Any:
                     return out
             return func(*args, **kwargs)
 
-    return ProductMode()
+    return ProductMode
+
+
+def _compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
 
 
 def _enter(module: Any, args: Any) -> None:
+    if _compiling():  # the compiler keeps the products (see the module docstring): no mode to trace
+        return
     stack = getattr(_state, "modes", None)
     if stack is None:
         stack = _state.modes = []
@@ -106,9 +122,17 @@ def _enter(module: Any, args: Any) -> None:
 
 
 def _exit(module: Any, args: Any, output: Any) -> None:
+    if _compiling():
+        return
     stack = getattr(_state, "modes", None)
     if stack:
         stack.pop().__exit__(None, None, None)
+
+
+# optimize()'s other families read a module's hooks as a user's (GEMM fuses nothing in a hooked
+# module); these two change no input or output, so they say they are tunedb's own
+_enter.tunedb_own_hook = True  # type: ignore[attr-defined]
+_exit.tunedb_own_hook = True  # type: ignore[attr-defined]
 
 
 def has_table() -> bool:

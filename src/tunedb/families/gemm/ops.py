@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from tunedb.errors import SignatureError
 from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.configs import ACTS as GEMM_ACTS, VENDOR_LANES
+from tunedb.families.gemm import ops_autocast
 from tunedb.families.key_rules import check_one_device
 from tunedb.families.gemm.ops_autograd import _TunedGemm
 from tunedb.runtime import launch_table
@@ -298,6 +299,7 @@ def _gemm_act_autograd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 
 _lib.impl("gemm", _gemm_autograd, "Autograd")
 _lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
+ops_autocast.register(_lib, ACTS)  # under torch.autocast: what F.linear computes there
 
 
 # --- entry points -------------------------------------------------------------------------
@@ -306,6 +308,7 @@ _lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
 # the implementation directly (anything else goes through torch.ops.tunedb). On CUDA a call whose
 # exact key (op, act, shapes, dtypes) already ran this epoch was validated then, and goes straight
 # to its bound launcher (launch_table.known).
+# Under torch.autocast every call takes the dispatcher (ops_autocast.py).
 # The trace check: Dynamo's own flag (a plain `return False` in eager, constant True while
 # Dynamo traces; 45 ns cheaper than is_compiling()), then the dispatch-mode stack -- the other
 # tracers run under a mode (non-strict export's fake mode, make_fx's proxy mode), and a plain
@@ -317,6 +320,9 @@ _lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
 _compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
 _recording = launch_table.recording_active
 _known = launch_table.known
+# torch.autocast on for any device: the call goes through the dispatcher, whose Autocast kernel
+# (ops_autocast.py) computes what F.linear does under it (one C call, ~85 ns on a slow CPU)
+_autocast = torch._C._is_any_autocast_enabled
 
 
 def _token() -> str:
@@ -336,7 +342,7 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
     traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
-    if traced or (_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+    if traced or _autocast() or (_grad_enabled() and (x.requires_grad or weight.requires_grad)):
         return torch.ops.tunedb.gemm(x, weight, _token() if traced else "")
     key = None
     if x.is_cuda:
@@ -353,8 +359,8 @@ def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
              act: str = "none") -> torch.Tensor:
     """act(x @ weight.T + bias); act is one of none, gelu, gelu_tanh, relu, silu."""
     traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
-    if traced or (_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                       or (bias is not None and bias.requires_grad))):
+    if traced or _autocast() or (_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                                     or (bias is not None and bias.requires_grad))):
         return torch.ops.tunedb.gemm_act(x, weight, bias, act, _token() if traced else "")
     key = None
     if x.is_cuda:

@@ -93,8 +93,11 @@ def activation_kind(module: Any) -> str | None:
 
 
 def _hooked(module: nn.Module) -> bool:
-    return bool(module._forward_hooks or module._forward_pre_hooks
-                or getattr(module, "_backward_hooks", None))
+    """Whether a user's hooks watch `module` (tunedb's own, such as the bmm family's product mode
+    on the top module, mark themselves `tunedb_own_hook` and change no input or output)."""
+    hooks = (*module._forward_hooks.values(), *module._forward_pre_hooks.values())
+    return (any(not getattr(h, "tunedb_own_hook", False) for h in hooks)
+            or bool(getattr(module, "_backward_hooks", None)))
 
 
 def _self_attr(node: ast.AST) -> str | None:

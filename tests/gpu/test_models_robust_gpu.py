@@ -1,0 +1,71 @@
+"""Session 16's model robustness fixes on the GPU: optimize() of an fp32 model under CUDA autocast
+computes what the plain model does (dtype and values), and an optimized model with the bmm
+product mode compiles with fullgraph=True and matches eager. Expected run time: under 30 s."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tunedb  # noqa: E402
+from tunedb.families.bmm import serving as bmm_serving  # noqa: E402
+from tunedb.runtime import patching  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+nn = torch.nn
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512), nn.SiLU(),
+                         nn.Linear(512, 64, bias=False)).cuda().eval()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_an_fp32_model_under_cuda_autocast_matches_the_plain_model(dtype):
+    plain = _mlp()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="gemm")
+    x = torch.randn(4, 37, 512, device="cuda")
+    with torch.no_grad(), torch.autocast("cuda", dtype=dtype):
+        want, got = plain(x), tuned(x)
+    assert got.dtype == want.dtype == dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0)  # F.linear under autocast, both
+
+
+def test_an_fp16_model_under_bf16_autocast_returns_bf16():
+    plain = _mlp().half()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="gemm")
+    x = torch.randn(8, 512, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        tuned(x)  # an eager call outside autocast first: its key is memoised
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            want, got = plain(x), tuned(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+class Attention(nn.Module):
+    def __init__(self, d: int = 256) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return self.out(torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v)
+
+
+def test_fullgraph_compile_with_the_bmm_product_mode(monkeypatch):
+    monkeypatch.setattr(patching, "_measured", lambda name: name == "bmm")
+    monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
+    torch.manual_seed(0)
+    plain = Attention().cuda().half().eval()
+    model = tunedb.optimize(copy.deepcopy(plain))
+    assert getattr(model, "_tunedb_bmm_serving", False)
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(2, 128, 256, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), plain(x), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(model(x), plain(x), rtol=2e-2, atol=2e-2)
