@@ -37,6 +37,9 @@ LOG = ROOT / "bench" / "results" / "s13_F" / "block_measurements.jsonl.gz"
 SWEEP = ROOT / "bench" / "results" / "s14_C" / "fp8_block_exhaustive.json"  # all 188 valid configs
 # every block-valid config through the build's own protocol (`tunedb build --exhaustive`, s14 E)
 EXH = ROOT / "bench" / "results" / "s14_E" / "fp8_block_exh_measurements.jsonl.gz"
+# the decode points again through the build's protocol after the gv tensor-core path joined the
+# space (s16 F: every block-valid config at the six M <= 16 points of 1024/4096/14336 x 4096)
+EXH_GV = ROOT / "bench" / "results" / "s16_F" / "exh_measurements.jsonl.gz"
 EXH_TOL = 1.02  # the protocol sweep's cover leaves 1% of a 3% goal to run-to-run noise
 CENSUS = ROOT / "bench" / "census" / "quant_llama_fp8-block.json"
 TOL = 1.03
@@ -91,10 +94,12 @@ def cover(points: dict[tuple[int, int, int], dict[str, float]], tol: float = TOL
 def derive(times: dict[tuple[int, int, int], dict[str, float]], tol: float = TOL,
            sweep: dict[tuple[int, int, int], dict[str, float]] | None = None,
            exh: dict[tuple[int, int, int], dict[str, float]] | None = None,
-           exh_tol: float = EXH_TOL) -> dict[str, tuple[str, ...]]:
+           exh_tol: float = EXH_TOL,
+           exh_gv: dict[tuple[int, int, int], dict[str, float]] | None = None) -> dict[str, tuple[str, ...]]:
     """Per size class, the cover of the build log's points, extended by the cover of the
     exhaustive sweep's points that it leaves uncovered, then by the cover at `exh_tol` of the
-    protocol sweep's (`exh`: the build's own timer over every valid config). Each source's times
+    protocol sweep's (`exh`: the build's own timer over every valid config), then by the cover at
+    `exh_tol` of the decode sweep after the gv tensor-core path (`exh_gv`). Each source's times
     are compared only among themselves: two device calls' timings are never one run. The tighter
     tolerance of the last: session 14's table, whose candidates came within 2.8% of E's best at
     1024x4096 M=1, measured 3.8% behind in the independent sweep of session 15 A."""
@@ -105,6 +110,8 @@ def derive(times: dict[tuple[int, int, int], dict[str, float]], tol: float = TOL
             seeds += cover({p: t for p, t in sweep.items() if size_class(p[2]) == cls}, tol, start=seeds)
         if exh:
             seeds += cover({p: t for p, t in exh.items() if size_class(p[2]) == cls}, exh_tol, start=seeds)
+        if exh_gv:
+            seeds += cover({p: t for p, t in exh_gv.items() if size_class(p[2]) == cls}, exh_tol, start=seeds)
         out[cls] = tuple(seeds)
     return out
 
@@ -230,6 +237,8 @@ def main() -> int:
     ap.add_argument("--sweep", type=Path, default=SWEEP, help="an exhaustive sweep's JSON whose uncovered points extend the cover")
     ap.add_argument("--exh", type=Path, default=EXH,
                     help="a protocol sweep's log (`tunedb build --exhaustive`) whose points the cover reaches at 2%%")
+    ap.add_argument("--exh-gv", type=Path, default=EXH_GV,
+                    help="the decode points' protocol sweep after the gv tensor-core path, covered at 2%%")
     ap.add_argument("--census", type=Path, default=CENSUS)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--score", type=Path, default=None, metavar="EXH_LOG",
@@ -252,7 +261,8 @@ def main() -> int:
 
     times = read_times(args.log)
     seeds = derive(times, sweep=read_sweep(args.sweep) if args.sweep else None,
-                   exh=read_times(args.exh) if args.exh else None)
+                   exh=read_times(args.exh) if args.exh else None,
+                   exh_gv=read_times(args.exh_gv) if args.exh_gv else None)
     same = {k: tuple(v) for k, v in pruning.BLOCK_SEEDS.items()} == seeds
     print(f"derived seeds from {args.log.name} ({len(times)} points): {seeds}")
     print(f"pruning.BLOCK_SEEDS {'matches' if same else 'DIFFERS: ' + str(pruning.BLOCK_SEEDS)}")

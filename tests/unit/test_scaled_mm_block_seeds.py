@@ -95,12 +95,16 @@ def test_seeds_are_the_cover_of_the_recorded_build(seeds_bench):
     assert len(sweep) == 14
     exh = seeds_bench.read_times(seeds_bench.EXH)
     assert len(exh) == 14
-    assert seeds_bench.derive(times, sweep=sweep, exh=exh) == {k: tuple(v) for k, v in BLOCK_SEEDS.items()}
+    exh_gv = seeds_bench.read_times(seeds_bench.EXH_GV)
+    assert len(exh_gv) == 6
+    assert (seeds_bench.derive(times, sweep=sweep, exh=exh, exh_gv=exh_gv)
+            == {k: tuple(v) for k, v in BLOCK_SEEDS.items()})
+    assert seeds_bench.derive(times, sweep=sweep, exh=exh)["decode"] == BLOCK_SEEDS["decode"][:14]
     # each sweep only extends the cover before it
     assert seeds_bench.derive(times)["decode"] == BLOCK_SEEDS["decode"][:7]
     assert seeds_bench.derive(times, sweep=sweep)["decode"] == BLOCK_SEEDS["decode"][:10]
     # the protocol sweep's cover is tighter: every point has a seed within 2% of its best
-    for p, t in exh.items():
+    for p, t in list(exh.items()) + list(exh_gv.items()):
         best = min(t.values())
         assert any(t.get(c, float("inf")) <= 1.02 * best for c in BLOCK_SEEDS[seed_class(p[2])]), p
     # the cover's promise: every recorded point has a seed within 3% of its best
@@ -189,13 +193,14 @@ def test_the_protocol_sweep_is_covered_by_the_seeds_and_their_twins(seeds_bench)
 
 
 def test_score_reads_a_table_against_an_exhaustive_log(seeds_bench, tmp_path):
-    """`fp8_block_seeds.py --score`: the shipped table's block picks against session 14 E's
-    exhaustive log (every pick measured there; heuristic / table over the goal's 1.3x), and a
-    table serving a config the log never measured says so instead of scoring it."""
-    log = ROOT / "bench" / "results" / "s14_E" / "fp8_block_exh_measurements.jsonl.gz"
+    """`fp8_block_seeds.py --score`: the shipped table's block picks at the decode points against
+    session 16 F's exhaustive log (every valid config, the gv tensor-core path included, so every
+    pick is measured there; heuristic / table over the goal's 1.3x), and a table serving a config
+    the log never measured says so instead of scoring it."""
+    log = seeds_bench.EXH_GV
     table = ROOT / "src" / "tunedb" / "db" / "sm90" / "scaled_mm_fp8.json"
     res = seeds_bench.score(table, log)
-    assert len(res["rows"]) == 14 and res["unmeasured_picks"] == 0
+    assert len(res["rows"]) == 6 and res["unmeasured_picks"] == 0
     assert 1.0 <= res["worst"] and res["heuristic_vs_table"] > 1.3
     import json
     doc = json.loads(table.read_text())
@@ -203,4 +208,4 @@ def test_score_reads_a_table_against_an_exhaustive_log(seeds_bench, tmp_path):
     doc["entries"][key]["regions"] = [[None, "b16x16x16_w1_s1_g1"]]  # nothing the log holds
     bad = tmp_path / "t.json"
     bad.write_text(json.dumps(doc))
-    assert seeds_bench.score(bad, log)["unmeasured_picks"] == 3
+    assert seeds_bench.score(bad, log)["unmeasured_picks"] == 2
