@@ -78,3 +78,23 @@ def test_a_compiled_model_under_autocast_matches():
         want, got = plain(x), tuned(x)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_model_already_in_autocasts_dtype_keeps_the_tuned_op(monkeypatch, dtype):
+    """A bf16 model run under bf16 autocast (autocast casts nothing there) is served by the tuned
+    op, not by F.linear: autocast on must not silently turn tunedb off for a model already cast."""
+    served = []
+    real = ops._serve
+    monkeypatch.setattr(ops, "_serve", lambda *a: served.append(a[0]) or real(*a))
+    plain = _mlp().to(dtype).eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="gemm")
+    x = torch.randn(4, 32, dtype=dtype)
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype):
+        want, got = plain(x), tuned(x)
+        assert served, "no call reached the tuned op"
+        served.clear()
+        w32 = torch.randn(8, 32)  # an fp32 weight is cast by autocast: F.linear's call, not the op
+        assert ops.gemm(x, w32).dtype == dtype and not served
+    assert got.dtype == want.dtype == dtype
+    torch.testing.assert_close(got, want)

@@ -9,9 +9,12 @@ returned fp16 where the plain model returns bf16.
 
 So the ops get an Autocast kernel per device (the PyTorch convention for custom ops): it calls
 F.linear + activation with autocast still on, which applies autocast's own casts and cache --
-exactly the plain model's call. The tuned kernels are not used under autocast: their weight
-would be re-cast every call (autocast's cache belongs to aten::linear), which in a decode loop
-costs more than the GEMM; cast the model to fp16/bf16 for tuned kernels. The eager entry points
+exactly the plain model's call. Where autocast would cast nothing (x, weight and bias already in
+its dtype: a bf16 model under bf16 autocast) the kernel steps aside and the tuned op runs below
+it, so turning autocast on does not turn tunedb off for a model already cast. Otherwise the tuned
+kernels are not used under autocast: their weight would be re-cast every call (autocast's cache
+belongs to aten::linear), which in a decode loop costs more than the GEMM; cast the model to
+fp16/bf16 for tuned kernels. The eager entry points
 (ops.gemm / ops.gemm_act) send a call made under autocast through the dispatcher, which reaches
 this kernel; under torch.compile the trace sees the aten ops, as it would for the plain model.
 """
@@ -22,25 +25,48 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-# autocast's dispatch keys of the devices tunedb serves (CUDA) or runs a patched model on (CPU)
-AUTOCAST_KEYS = ("AutocastCPU", "AutocastCUDA")
+# autocast's dispatch keys of the devices tunedb serves (CUDA) or runs a patched model on (CPU),
+# with the device type whose autocast dtype each applies
+AUTOCAST_KEYS = {"AutocastCPU": "cpu", "AutocastCUDA": "cuda"}
+
+
+def _uncast(device_type: str, *tensors: torch.Tensor | None) -> bool:
+    """Whether autocast would leave every floating operand as it is (all in its dtype already)."""
+    dtype = torch.get_autocast_dtype(device_type)
+    return all(t is None or t.dtype == dtype for t in tensors)
 
 
 def register(lib: Any, acts: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> None:
     """Register both ops' Autocast kernels on `lib` (ops.py's Library); `acts` maps act names to
     the activation the torch arm applies."""
 
+    for key, device_type in AUTOCAST_KEYS.items():
+        below = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+        lib.impl("gemm", _gemm_kernel(device_type, below), key, with_keyset=True)
+        lib.impl("gemm_act", _gemm_act_kernel(device_type, below, acts), key, with_keyset=True)
+
+
+def _gemm_kernel(device_type: str, below: Any) -> Callable[..., torch.Tensor]:
     def gemm(_keyset: Any, x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.Tensor:
+        if _uncast(device_type, x, weight):
+            with torch._C._ExcludeDispatchKeyGuard(below):
+                return torch.ops.tunedb.gemm.default(x, weight, tiers)
         return F.linear(x, weight)
 
+    return gemm
+
+
+def _gemm_act_kernel(device_type: str, below: Any,
+                     acts: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> Callable[..., torch.Tensor]:
     def gemm_act(_keyset: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                  act: str, tiers: str = "") -> torch.Tensor:
         if act not in acts:  # the op's own error (ops._check), not a KeyError
             from tunedb.errors import SignatureError
 
             raise SignatureError(f"unknown activation act={act!r}; allowed: {', '.join(acts)}")
+        if _uncast(device_type, x, weight, bias):
+            with torch._C._ExcludeDispatchKeyGuard(below):
+                return torch.ops.tunedb.gemm_act.default(x, weight, bias, act, tiers)
         return acts[act](F.linear(x, weight, bias))
 
-    for key in AUTOCAST_KEYS:
-        lib.impl("gemm", gemm, key, with_keyset=True)
-        lib.impl("gemm_act", gemm_act, key, with_keyset=True)
+    return gemm_act
