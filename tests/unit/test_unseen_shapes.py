@@ -18,7 +18,7 @@ from tunedb.families.group_gemm.keys import make_signature as moe_sig
 from tunedb.families.linalg.signatures import make_signature as linalg_sig
 from tunedb.families.scaled_mm.keys import make_signature as smm_sig
 from tunedb.runtime import report, selector, serving
-from tunedb.records import Entry, Region, Signature
+from tunedb.records import Config, Entry, Region, Signature
 
 from fake_family import FakeFamily
 
@@ -137,3 +137,31 @@ def test_support_reads_the_regions_own_wins_and_the_fallback_at_both_neighbours(
     slow_at_16 = dict(ev, **{"M=16": {"a": [1.0, 0, 5], "big": [3.0, 0, 5], "torch": [3.0, 0, 5]}})
     assert serving.unsupported(fam, _entry([(16, "a"), (None, "big")], slow_at_16), 100, "big") is not None
     assert serving.unsupported(fam, _entry([(16, "a")], {}), 1, "a") is None  # no evidence: as written
+
+
+@pytest.mark.parametrize("arch_family, version, has_grouped_mm", [
+    ("sm80", (2, 8), True),    # an A100 on torch 2.8: _grouped_mm runs on sm90 only
+    ("sm75", (2, 13), True),   # a T4: _grouped_mm needs sm80+
+    ("sm90", (2, 7), False),   # torch before _grouped_mm
+])
+def test_an_unseen_bf16_moe_key_keeps_the_tile_where_torchs_arm_is_the_loop(monkeypatch, arch_family, version,
+                                                                              has_grouped_mm):
+    """Above 512 tokens the fallback is torch._grouped_mm only where it runs; where the torch arm
+    is the per-expert loop (host sync every call, no CUDA graph) the untuned tile keeps serving."""
+    import dataclasses
+
+    import torch
+
+    from tunedb import arch
+    from tunedb.families import get
+    from tunedb.families.group_gemm import arms
+
+    fam = get("group_gemm")
+    profile = dataclasses.replace(arch.shipped_profile("sm90"), arch_family=arch_family)
+    monkeypatch.setattr(arms, "_version", lambda: version)
+    if not has_grouped_mm:
+        monkeypatch.delattr(torch, "_grouped_mm", raising=False)
+    sig = moe_sig(8, 14336, 4096, 2, "bf16", "token")
+    assert fam.heuristic(sig, 4096, profile) == Config.sentinel("default")
+    monkeypatch.undo()
+    assert fam.heuristic(sig, 4096, arch.shipped_profile("sm90")) is None  # sm90 here: _grouped_mm

@@ -42,6 +42,22 @@ def _meta_result(x: Any, weight: Any, topk_ids: Any, out: Any) -> Any:
 UNTUNED_TILE_MAX_M = 512
 
 
+def _grouped_mm_serves(sig: Signature, arch: ArchProfile | None) -> bool:
+    """Whether the fallback is torch._grouped_mm for `sig` on `arch` (arms.grouped_mm_reason's
+    rule, from the profile's arch family rather than a device): else it is the per-expert loop."""
+    import torch
+
+    from tunedb.families.group_gemm import arms
+
+    if not hasattr(torch, "_grouped_mm") or sig.dt != "bf16" or sig.get("N") % 8 or sig.get("K") % 8:
+        return False
+    digits = "".join(ch for ch in (arch.arch_family if arch is not None else "") if ch.isdigit())
+    if not digits:
+        return False
+    sm = int(digits)
+    return sm >= 80 if arms._version() >= (2, 9) else sm // 10 == 9
+
+
 class GroupGemmFamily(ConfigMethods):
     """See tunedb.families.KernelFamily."""
 
@@ -121,7 +137,7 @@ class GroupGemmFamily(ConfigMethods):
         its time; Qwen3-30B-A3B M=1 1.12x) but ran Mixtral-8x7B at M=4096 1.77x slower (session
         11 C's untuned column, session 16 C). Elsewhere the torch arm is the per-expert loop, which
         syncs the host every call and cannot be captured: the tile serves at every size."""
-        if sig.dt == "bf16" and sig.get("N") % 8 == 0 and sig.get("K") % 8 == 0:
+        if _grouped_mm_serves(sig, arch):
             return Config.sentinel("default") if m is not None and m <= UNTUNED_TILE_MAX_M else None
         return Config.sentinel("default")
 
