@@ -171,3 +171,39 @@ def test_autocast_forwards_are_the_plain_models():
     with torch.autocast("cuda", dtype=torch.float16), launch_table.overriding(_triton):
         got = model(q, k)
     assert got.dtype == torch.float16
+
+
+def test_autocast_keeps_the_served_kernel_for_a_model_already_in_its_dtype():
+    """An fp16 conv and fp16 products under fp16 autocast are cast to nothing: the served Triton
+    arm answers (the override is asked), as outside autocast (runtime.autocast_rule)."""
+    from tunedb.families.bmm import serving
+    from tunedb.families.conv import patching
+
+    asked = []
+
+    def _count(family, sig, m):
+        asked.append(family.name)
+        return _triton(family, sig, m)
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(16, 16, 5, padding=2, groups=16).cuda().half()
+    x = torch.randn(2, 16, 40, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        want = conv(x)
+        patching.optimize(conv)
+        with torch.autocast("cuda", dtype=torch.float16), launch_table.overriding(_count):
+            got = conv(x)
+    assert "conv" in asked
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k):
+            return torch.matmul(q, k.transpose(-1, -2))
+
+    q, k = (torch.randn(2, 4, 24, 32, device="cuda", dtype=torch.float16) for _ in range(2))
+    model = serving.install(Attend())
+    asked.clear()
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16), launch_table.overriding(_count):
+        got = model(q, k)
+    assert "bmm" in asked
+    torch.testing.assert_close(got, torch.matmul(q, k.transpose(-1, -2)), rtol=1e-2, atol=1e-2)

@@ -35,6 +35,8 @@ def fold(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]] | None:
     """(a3, b3, batch shape) for a product the op may serve, else None."""
     import torch
 
+    from tunedb.runtime import autocast_rule
+
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return None
     if a.device.type != "cuda" or b.device != a.device or a.dtype != b.dtype or str(a.dtype) not in _SERVED_DTYPES:
@@ -43,7 +45,7 @@ def fold(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]] | None:
         return None
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return None
-    if torch.is_autocast_enabled("cuda"):  # torch.matmul would cast the operands; the op would not
+    if autocast_rule.casts("cuda", a, b):  # torch.matmul would cast the operands; the op would not
         return None
     if a.numel() == 0 or b.numel() == 0:
         return None

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from tunedb.families.conv import keys
-from tunedb.runtime import dispatch, grad_form, launch_table
+from tunedb.runtime import autocast_rule, dispatch, grad_form, launch_table
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 for _op in keys.OPS:
@@ -50,7 +50,7 @@ def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
         with launch_table.recorded_call():
             return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     # an empty batch has no key; under autocast torch's conv casts its operands (the op would not)
-    if not x.is_cuda or x.dtype not in _SERVED or x.numel() == 0 or torch.is_autocast_enabled("cuda"):
+    if not x.is_cuda or x.dtype not in _SERVED or x.numel() == 0 or autocast_rule.casts("cuda", x, weight, bias):
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     return dispatch.call("conv", op, x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
 

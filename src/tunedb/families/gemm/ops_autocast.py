@@ -25,15 +25,11 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from tunedb.runtime.autocast_rule import casts
+
 # autocast's dispatch keys of the devices tunedb serves (CUDA) or runs a patched model on (CPU),
 # with the device type whose autocast dtype each applies
 AUTOCAST_KEYS = {"AutocastCPU": "cpu", "AutocastCUDA": "cuda"}
-
-
-def _uncast(device_type: str, *tensors: torch.Tensor | None) -> bool:
-    """Whether autocast would leave every floating operand as it is (all in its dtype already)."""
-    dtype = torch.get_autocast_dtype(device_type)
-    return all(t is None or t.dtype == dtype for t in tensors)
 
 
 def register(lib: Any, acts: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> None:
@@ -48,7 +44,7 @@ def register(lib: Any, acts: dict[str, Callable[[torch.Tensor], torch.Tensor]]) 
 
 def _gemm_kernel(device_type: str, below: Any) -> Callable[..., torch.Tensor]:
     def gemm(_keyset: Any, x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.Tensor:
-        if _uncast(device_type, x, weight):
+        if not casts(device_type, x, weight):
             with torch._C._ExcludeDispatchKeyGuard(below):
                 return torch.ops.tunedb.gemm.default(x, weight, tiers)
         return F.linear(x, weight)
@@ -64,7 +60,7 @@ def _gemm_act_kernel(device_type: str, below: Any,
             from tunedb.errors import SignatureError
 
             raise SignatureError(f"unknown activation act={act!r}; allowed: {', '.join(acts)}")
-        if _uncast(device_type, x, weight, bias):
+        if not casts(device_type, x, weight, bias):
             with torch._C._ExcludeDispatchKeyGuard(below):
                 return torch.ops.tunedb.gemm_act.default(x, weight, bias, act, tiers)
         return acts[act](F.linear(x, weight, bias))

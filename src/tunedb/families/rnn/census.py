@@ -51,14 +51,14 @@ SERVED_DEVICE = "cuda"  # where TunedRNN asks the selector (elsewhere the module
 def _kernel_may_serve(rnn: Any, x: Any, hx: Any) -> bool:
     """The persistent kernel computes this call as the module would: no gradient wanted (it has
     no backward: a training step would leave the weights without gradient), no inter-layer
-    dropout in training mode (it applies none) and no autocast (the module's call is cast)."""
-    import torch
+    dropout in training mode (it applies none) and no autocast cast (the module's call would be
+    cast; a model already in autocast's dtype is not)."""
+    from tunedb.runtime import autocast_rule, grad_form
 
-    from tunedb.runtime import grad_form
-
-    if (rnn.training and rnn.dropout > 0 and rnn.num_layers > 1) or torch.is_autocast_enabled(x.device.type):
-        return False
     states = tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
+    if (rnn.training and rnn.dropout > 0 and rnn.num_layers > 1) \
+            or autocast_rule.casts(x.device.type, x, *states, *rnn._flat_weights):
+        return False
     return not grad_form.wants_grad((x, *states, *rnn._flat_weights))
 
 
