@@ -186,7 +186,7 @@ def test_autocast_keeps_the_served_kernel_for_a_model_already_in_its_dtype():
         return _triton(family, sig, m)
 
     torch.manual_seed(0)
-    conv = torch.nn.Conv1d(16, 16, 5, padding=2, groups=16).cuda().half()
+    conv = torch.nn.Sequential(torch.nn.Conv1d(16, 16, 5, padding=2, groups=16), torch.nn.Conv1d(16, 8, 1)).cuda().half()
     x = torch.randn(2, 16, 40, device="cuda", dtype=torch.float16)
     with torch.no_grad():
         want = conv(x)
