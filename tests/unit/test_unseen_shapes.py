@@ -165,3 +165,23 @@ def test_an_unseen_bf16_moe_key_keeps_the_tile_where_torchs_arm_is_the_loop(monk
     assert fam.heuristic(sig, 4096, profile) == Config.sentinel("default")
     monkeypatch.undo()
     assert fam.heuristic(sig, 4096, arch.shipped_profile("sm90")) is None  # sm90 here: _grouped_mm
+
+
+def test_the_oracle_replays_the_default_tier_the_runtime_serves(shipped):
+    """evaluate's per-file selector falls to the runtime's default tier where a file has no entry:
+    the family's heuristic first (group_gemm's untuned tile at decode sizes; scaled_mm's concrete
+    arm at M), as the selector serves, not the fallback (regret was scored on an arm never run)."""
+    from tunedb import arch
+    from tunedb.database.schema import DatabaseFile
+    from tunedb.evaluate import oracle
+    from tunedb.families import get
+
+    profile = arch.shipped_profile("sm90")
+    for family, sig, ms in (("group_gemm", moe_sig(8, 14336, 4096, 2, "bf16", "token"), (16, 512, 4096)),
+                            ("scaled_mm", smm_sig("scaled_mm", "scaled_mm", 3000, 5120, "bf16"), (1, 100, 3000))):
+        fam = get(family)
+        chosen, _ = oracle.selectors(fam, profile, [("empty", DatabaseFile(family, "sm90"))])
+        for m in ms:
+            want = selector.peek(family, sig, m).config
+            want = fam.heuristic(sig, m, profile) if want.id == "heuristic" else want
+            assert chosen["empty"](sig, m) == want.id, (family, m)

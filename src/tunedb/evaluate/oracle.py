@@ -17,7 +17,7 @@ from tunedb import evaluate as evaluation
 from tunedb.errors import BuildError
 from tunedb.families.contract import hook
 from tunedb.records import ArchProfile, Point, ShapeSet, Signature, merge_point
-from tunedb.runtime import serving
+from tunedb.runtime import serving, untuned
 
 
 def census_weights(censuses: Sequence[ShapeSet]) -> tuple[dict[tuple[Signature, int], float], dict[tuple[Signature, int], float]]:
@@ -46,9 +46,8 @@ def selectors(family: Any, arch: ArchProfile, dbs: Sequence[tuple[str, database.
         if (sig, m) not in cache:
             cands = serving.model_candidates(family, sig, compiled, arch)
             pick = model_obj.pick(sig, m, cands) if cands and model_obj is not None else None
-            # no pick: the runtime's default tier serves the fallback where it applies
-            unpicked = fallback if fallback in family.sentinels(sig) else "default"
-            cache[(sig, m)] = pick.id if pick is not None else unpicked
+            # no pick: the runtime's default tier (heuristic, else fallback, else default)
+            cache[(sig, m)] = pick.id if pick is not None else untuned.answer(family, sig, arch, m, concrete=True).id
         return cache[(sig, m)]
 
     def from_file(db: database.DatabaseFile) -> evaluation.Selector:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from tunedb import database, families, settings
 from tunedb.database import tiers
 from tunedb.families.contract import has_hook, hook
-from tunedb.runtime import serving
+from tunedb.runtime import serving, untuned
 from tunedb.errors import SignatureError, TunedbError
 from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
@@ -103,7 +103,7 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
                         f"tunedb: no arch profile for {arch_family}; every shape takes the family's "
                         f"fallback, untuned (measure one: `python -m tunedb.arch --measure`, or call "
                         f"tunedb.runtime.selector.configure(arch=...))")
-        return _unprofiled(fam, sig)
+        return Resolution(untuned.unprofiled(fam, sig), "default", None)
     if not settings.heuristic_enabled():
         return _default(fam, sig, profile)
     files = database.lookup(arch_family, fam.name)
@@ -120,54 +120,9 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
     return _default(fam, sig, profile, m)
 
 
-def _unprofiled(fam: Any, sig: Signature) -> Resolution:
-    """A GPU with no profile (an arch with no shipped one, before `python -m tunedb.arch
-    --measure`): nothing measured or modelled can serve, and the family default is a Triton tile
-    nobody timed on it (GEMM: b64x64x64 on every Linear of a new user's A100, where cuBLAS ran
-    before optimize()). The pick rule's fallback serves where it applies; TUNEDB_HEURISTIC=0
-    still asks for the default by name."""
-    if settings.heuristic_enabled():
-        fallback = hook(fam, "pick_rule")().fallback
-        if fallback in fam.sentinels(sig, settings.approximate_allowed()):
-            return Resolution(Config.sentinel(fallback), "default", None)
-    return _default(fam, sig, None)
-
-
 def _default(fam: Any, sig: Signature, profile: ArchProfile | None, m: int | None = None) -> Resolution:
-    """The answer for a shape no tier measured: the family's heuristic when it has one for `sig`,
-    else the pick rule's fallback (the vendor op: what a config must beat to be served, so never
-    slower than it), else the family default. The family default is what TUNEDB_HEURISTIC=0 and a
-    missing arch profile get; for GEMM it is an untuned Triton tile, which once served shapes no
-    census named. A heuristic is a guess, like the model tier: TUNEDB_MODEL_FALLBACK=0 turns both
-    off, so only measured entries and the fallback serve."""
-    if profile is None or not settings.heuristic_enabled():
-        return Resolution(fam.default_config(sig, profile), "default", None)
-    if settings.model_fallback_enabled():
-        try:
-            config = hook(fam, "heuristic")(sig, _heuristic_size(fam, m), profile)
-        except Exception:  # a broken heuristic costs itself: the fallback answers
-            config = None
-        if config is not None and fam.invalid_reason(config, sig, None, profile) is None:
-            return Resolution(config, "default", None)
-    fallback = _fallback(fam, sig, profile)
-    return Resolution(fallback if fallback is not None else fam.default_config(sig, profile), "default", None)
-
-
-def _heuristic_size(fam: Any, m: int | None) -> int | None:
-    """The size a family's heuristic is asked at: the call's, for a family whose heuristic says
-    it answers per size (`HEURISTIC_PER_SIZE`), else None (one answer per signature, which the
-    family's op resolves per call, as scaled_mm's sentinel)."""
-    return m if getattr(fam, "HEURISTIC_PER_SIZE", False) else None
-
-
-def _fallback(fam: Any, sig: Signature, profile: ArchProfile) -> Config | None:
-    """The pick rule's fallback for `sig` as a config ('default' resolved), or None when it does
-    not apply or is invalid here."""
-    cid = hook(fam, "pick_rule")().fallback
-    if cid not in fam.sentinels(sig, settings.approximate_allowed()):
-        return None
-    config = fam.default_config(sig, profile) if cid == "default" else Config.sentinel(cid)
-    return config if fam.invalid_reason(config, sig, None, profile) is None else None
+    """The default tier's answer (runtime/untuned.py: heuristic, else fallback, else default)."""
+    return Resolution(untuned.answer(fam, sig, profile, m), "default", None)
 
 
 def _usable(fam: Any, res: database.LoadResult, key: Signature, cid: str, sig: Signature, m: int,
