@@ -185,3 +185,15 @@ def test_the_oracle_replays_the_default_tier_the_runtime_serves(shipped):
             want = selector.peek(family, sig, m).config
             want = fam.heuristic(sig, m, profile) if want.id == "heuristic" else want
             assert chosen["empty"](sig, m) == want.id, (family, m)
+
+
+def test_the_report_of_unsupported_sizes_stays_short_for_a_server_of_many_lengths(shipped):
+    """A decoder calls the Whisper cross-attention entry at every length 1..749: the report names
+    a few and counts the rest, not one line per length."""
+    sig = bmm_sig(20, 1500, 64, "half", "nt")
+    for m in range(1, 750):
+        assert served("bmm", sig, m) == ("system", "torch")
+    text = report.tuning_report()
+    assert "bmm: 749 shape(s) beyond their entry's measured sizes" in text
+    assert f"{sig.format()} M=1: " in text and "... and 741 more" in text
+    assert len(text.splitlines()) < 40

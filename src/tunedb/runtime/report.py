@@ -161,17 +161,25 @@ def confidence_lines() -> list[str]:
     return lines
 
 
+# shapes listed per family under its fallback line: a server sees every sequence length, and a
+# report of thousands of lines hides the rest (serving.fallbacks() holds them all)
+FALLBACK_SHOWN = 8
+
+
 def fallback_lines() -> list[str]:
     """Per family: the shapes whose entry's region named a config its evidence does not support
-    there (serving.unsupported), each with why the fallback served instead."""
+    there (serving.unsupported), each with why the fallback served instead (the first
+    FALLBACK_SHOWN, then how many more)."""
     from tunedb.runtime import serving
 
     lines = []
     for family in sorted({fam for fam, _sig, _m in serving.fallbacks()}):
         lines.append(serving.fallback_line(family))
-        for (_f, sig, m), (_key, _cid, why) in sorted(serving.fallbacks(family).items(),
-                                                       key=lambda kv: (kv[0][1].format(), kv[0][2])):
+        shown = sorted(serving.fallbacks(family).items(), key=lambda kv: (kv[0][1].format(), kv[0][2]))
+        for (_f, sig, m), (_key, _cid, why) in shown[:FALLBACK_SHOWN]:
             lines.append(f"  {sig.format()} M={m}: {why}")
+        if len(shown) > FALLBACK_SHOWN:
+            lines.append(f"  ... and {len(shown) - FALLBACK_SHOWN} more (tunedb.runtime.serving.fallbacks())")
     return lines
 
 
