@@ -242,9 +242,13 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     # (sig) -> positions of the positional args ROTATE copies (None: every one but the first)
     "weight_args": _none,
     # (profile, params) -> a model with rank/predict/pick, or None: unmeasured keys get the
-    # family's heuristic, else its default config; a build measures every valid config
+    # family's heuristic, else the pick rule's fallback (runtime/untuned.py); a build measures
+    # every valid config
     "cost_model": _none,
-    "heuristic": _none,  # (sig, m, arch) -> Config or None: the untuned answer before default_config
+    # (sig, m, arch) -> Config or None: the untuned answer before the pick rule's fallback; the
+    # selector passes m=None (one answer per signature) unless the family class sets
+    # HEURISTIC_PER_SIZE = True (then the call's size: group_gemm)
+    "heuristic": _none,
     # (sig) -> whether a config that beat the fallback by the gate at the measured size nearest m
     # keeps serving beyond the measured range (runtime/serving.unsupported): only for independent
     # per-item work whose every arm costs at most its edge time below it and scales alike above
