@@ -32,7 +32,14 @@ def check_one_device(what: str, **tensors: Any) -> None:
     without a device too) are on one device: a CUDA kernel handed a CPU pointer fails inside
     Triton, and its key would fall back to torch for the epoch; a meta among CPU tensors made
     the dispatcher mix devices in the result."""
-    devices = {name: str(t.device) for name, t in tensors.items() if getattr(t, "device", None) is not None}
-    if len(set(devices.values())) > 1:
-        listed = ", ".join(f"{name} on {dev}" for name, dev in devices.items())
-        raise SignatureError(f"{what}'s tensors must be on one device; got {listed}")
+    first = None
+    for t in tensors.values():  # every call of some ops runs this: compare, format only on failure
+        dev = getattr(t, "device", None)
+        if dev is None:
+            continue
+        if first is None:
+            first = dev
+        elif dev != first:
+            listed = ", ".join(f"{name} on {t.device}" for name, t in tensors.items()
+                               if getattr(t, "device", None) is not None)
+            raise SignatureError(f"{what}'s tensors must be on one device; got {listed}")
