@@ -12,7 +12,7 @@ import torch
 
 from tunedb.families.gemm import configs_gemv
 from tunedb.families.gemm.kernels_gemv import spec
-from tunedb.families.gemm.launch import _interpreting, _prologue
+from tunedb.families.gemm.launch import _interpreting, _prologue, splitk_scratch
 from tunedb.families.gemm.triton_launch import Site
 from tunedb.records import Config, Signature
 
@@ -56,14 +56,7 @@ def _build(cfg: Config, sig: Signature) -> Callable[..., Any]:
         site = sites.get(mp)
         if site is None:
             site = sites[mp] = Site(sp.kernel, (n, k, has_bias, act), sp.kwargs(mp, interpret))
-        bufs = scratch.get(x2.device)
-        if bufs is None:
-            bufs = (torch.zeros(ws_elems, dtype=torch.float32, device=x2.device),
-                    torch.zeros(counters, dtype=torch.int32, device=x2.device))
-            # buffers made inside a graph capture are zeroed only when the graph replays: they
-            # stay that graph's, and the next eager call makes (and keeps) its own
-            if not (x2.is_cuda and torch.cuda.is_current_stream_capturing()):
-                scratch[x2.device] = bufs
+        bufs = scratch.get(x2.device) or splitk_scratch(scratch, x2, ws_elems, counters)
         site(grid, x2, w, y, b, bufs[0], bufs[1], m)
         return y
 
