@@ -14,18 +14,9 @@
 #             device_s14.sh's glsm-rebuild
 # scaled-build  the int8, fp8 block and fp8 row-wise tables rebuilt, copied to $OUT/db/
 # repro       bench/device_s13_repro.sh: the linalg table tuned twice in one call, compared (~135 s)
-set -u
-T0=$(date +%s)
-export OUT=${OUT:-/tmp/out}
-HERE=$(dirname "$0")
-mkdir -p "$OUT/db"
-run_stage() {  # tarball-name timeout command
-  LOGS_TGZ=$1.tgz bash -c '. "$0/device_stages.sh"; export FINAL OUT; record_env; stage "$1" "$2" "$3"' "$HERE" "$@"
-}
+. "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
-  if [ -n "${SKIP_AFTER_S:-}" ] && [ $(( $(date +%s) - T0 )) -gt "$SKIP_AFTER_S" ]; then
-    echo "[skip $s] $(( $(date +%s) - T0 )) s > SKIP_AFTER_S=$SKIP_AFTER_S"; continue
-  fi
+  skipping "$s" && continue
   case $s in
     tests) LOGS_TGZ=gpu-tests.tgz bash "$HERE/device_s12.sh" gpu-tests ;;  # one tarball: the device returns so many files
     decode-pf) run_stage decode_pf "${DECODE_PF_S:-150}" "python bench/decode_pf.py --quick --out \$OUT/decode_pf.json" ;;

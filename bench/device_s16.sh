@@ -6,18 +6,9 @@
 #   bash bench/device_s16.sh tests gemv-bf16 unseen fp8-block-exh
 # gemv-bf16  bench/decode_gemv_bf16.py --quick (issue 18: a bf16 GEMV kernel for the decode lane; ~120 s)
 # unseen     bench/unseen_shapes.py --quick (what the tables served at unmeasured shapes before vs now; ~60 s)
-set -u
-T0=$(date +%s)
-export OUT=${OUT:-/tmp/out}
-HERE=$(dirname "$0")
-mkdir -p "$OUT/db"
-run_stage() {  # tarball-name timeout command
-  LOGS_TGZ=$1.tgz bash -c '. "$0/device_stages.sh"; export FINAL OUT; record_env; stage "$1" "$2" "$3"' "$HERE" "$@"
-}
+. "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
-  if [ -n "${SKIP_AFTER_S:-}" ] && [ $(( $(date +%s) - T0 )) -gt "$SKIP_AFTER_S" ]; then
-    echo "[skip $s] $(( $(date +%s) - T0 )) s > SKIP_AFTER_S=$SKIP_AFTER_S"; continue
-  fi
+  skipping "$s" && continue
   case $s in
     gemv-bf16) run_stage gemv_bf16 "${GEMV_BF16_S:-150}" "python bench/decode_gemv_bf16.py ${GEMV_BF16_ARGS:---quick} --out \$OUT/decode_gemv_bf16.json" ;;
     unseen) run_stage unseen "${UNSEEN_S:-100}" "python bench/unseen_shapes.py --quick --out \$OUT/unseen" ;;
