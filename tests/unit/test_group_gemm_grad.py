@@ -14,20 +14,13 @@ transformers = pytest.importorskip("transformers")
 
 from tunedb.families.group_gemm import moe  # noqa: E402
 from tunedb.runtime import dispatch  # noqa: E402
+from test_group_gemm import _mixtral_block, _stacked_layout  # noqa: E402  (the family's test model)
 
 
 def _block():
-    if getattr(transformers.models.mixtral.modeling_mixtral, "MixtralExperts", None) is None:
+    if not _stacked_layout():
         pytest.skip("no stacked experts in this transformers")
-    cfg = transformers.MixtralConfig(hidden_size=64, intermediate_size=96, num_local_experts=4, num_experts_per_tok=2,
-                                     num_hidden_layers=1, vocab_size=64, num_attention_heads=4, num_key_value_heads=2)
-    torch.manual_seed(1)
-    block = transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock(cfg)
-    for p in block.parameters():
-        torch.nn.init.normal_(p, std=0.1)
-    if hasattr(block.experts, "config"):
-        block.experts.config._experts_implementation = "eager"
-    return block.to(torch.bfloat16)
+    return _mixtral_block(torch.bfloat16).train()  # a training step's module state
 
 
 def _out(y):
