@@ -85,14 +85,11 @@ def precompile_gv(quick: bool, arch: str) -> set[str]:
 
     ids = {c for m in MS for c in gv_ids(m, quick)}
     ids |= {configs_gemv.pdl_twin(configs_gemv.parse_gemv(c)).id for c in ids}
+    from decode_lane_s14 import compile_failures
+
     t0 = time.time()
     res = prebuild_gemv.compile_all(prebuild_gemv.jobs(sorted(ids), LLAMA + (() if quick else EXTRA), MS), arch, 16)
-    failed = {f["job"]["config_id"] for f in res["failed"]}
-    print(f"precompiled {res['ok']}/{res['jobs']} gv binaries in {time.time() - t0:.1f} s"
-          + (f"; failed (left out): {sorted(failed)}" if failed else ""), flush=True)
-    for f in res["failed"][:3]:
-        print(f"  {f['job']['config_id']}: {f['error'][-300:]}", flush=True)
-    return failed
+    return compile_failures(res, t0, "gv binaries")
 
 
 def one_weight(n: int, k: int, quick: bool, sms: int, skip: set) -> dict:

@@ -65,8 +65,14 @@ def precompile(cids: list[str]) -> set[str]:
 
     t0 = time.time()
     res = prebuild.run_jobs(prebuild.jobs_for([configs_decode.parse(c) for c in cids], ("bf16",)), "sm90", 16)
+    return compile_failures(res, t0, "binaries")
+
+
+def compile_failures(res: dict, t0: float, what: str) -> set[str]:
+    """Print a parallel compile's outcome (prebuild's result dict) and return the config ids
+    whose compile failed."""
     failed = {f["job"]["config_id"] for f in res["failed"]}
-    print(f"precompiled {res['ok']}/{res['jobs']} binaries in {time.time() - t0:.1f} s"
+    print(f"precompiled {res['ok']}/{res['jobs']} {what} in {time.time() - t0:.1f} s"
           + (f"; failed (left out): {sorted(failed)}" if failed else ""), flush=True)
     for f in res["failed"][:3]:
         print(f"  {f['job']['config_id']}: {f.get('error', '')[-300:]}", flush=True)
