@@ -95,6 +95,12 @@ def ratio_interval(arm: list[float], ref: list[float], coverage: float = 0.9) ->
     return ratios[k], median(ratios), ratios[n - 1 - k]
 
 
+def valid_samples(samples: Mapping[str, "list[float] | tuple[float, ...] | None"]) -> dict[str, list[float]]:
+    """The arms whose every round timed ok (finite, positive), as float lists."""
+    return {a: [float(t) for t in s] for a, s in samples.items()
+            if s and all(t is not None and math.isfinite(t) and t > 0 for t in s)}
+
+
 def decide_paired(samples: Mapping[str, "list[float] | tuple[float, ...] | None"],
                   rule: PickRule = LINALG_RULE, coverage: float = 0.9, tie: str = "plausible") -> CellPick:
     """Spec 003's rule on paired rounds (samples[arm][r]: round r's time; any unit, lower is better).
@@ -107,8 +113,7 @@ def decide_paired(samples: Mapping[str, "list[float] | tuple[float, ...] | None"
     low end of the fastest native arm's ratio to it clears 1 + dep_margin (shown beyond the margin)."""
     if tie not in TIE_TESTS:
         raise ValueError(f"tie={tie!r}; allowed: {', '.join(TIE_TESTS)}")
-    ok = {a: [float(t) for t in s] for a, s in samples.items()
-          if s and all(t is not None and math.isfinite(t) and t > 0 for t in s)}
+    ok = valid_samples(samples)
     native = {a: s for a, s in ok.items() if rule.is_native(a)}
     if not native:
         return CellPick(rule.fallback, rule.fallback, "no native arm measured ok: the fallback serves")
@@ -191,8 +196,7 @@ def noise_band(call_ns: float, tie_band: float = TIE_BAND, jitter_ns: float = LA
 def low_times(samples: Mapping[str, "list[float] | tuple[float, ...] | None"],
               q: float = LOW_QUANTILE) -> dict[str, float]:
     """Each arm's lower quantile over its rounds; arms without valid samples are left out."""
-    return {a: quantile(s, q) for a, s in samples.items()
-            if s and all(t is not None and math.isfinite(t) and t > 0 for t in s)}
+    return {a: quantile(s, q) for a, s in valid_samples(samples).items()}
 
 
 def decide_low(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], batch: int,
