@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from tunedb import families  # noqa: E402
+from tunedb.arch import shipped_profile  # noqa: E402
 from tunedb.errors import SignatureError  # noqa: E402
 from tunedb.runtime import launch_table  # noqa: E402
 
@@ -20,8 +21,14 @@ PINS = {"bmm": "b64x64x32_w4_s3_g8", "conv": "dw_t64_c64_w4"}
 
 
 def _triton(family, sig, m):
+    """The pinned Triton config where the family's validity predicate allows it (a depthwise
+    conv tile cannot run the pointwise conv beside it), else the table's own answer."""
     cid = PINS.get(family.name)
-    return (families.get(family.name).parse_config(cid), "test") if cid else None
+    if not cid:
+        return None
+    fam = families.get(family.name)
+    cfg = fam.parse_config(cid)
+    return None if fam.invalid_reason(cfg, sig, m, shipped_profile("sm90")) else (cfg, "test")
 
 
 def _grads(fn, ref, *inputs):
