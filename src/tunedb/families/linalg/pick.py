@@ -22,7 +22,7 @@ sample down) and a tie band widened to the launch jitter between processes (nois
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from tunedb.families.contract import PickRule
@@ -38,11 +38,15 @@ LINALG_RULE = PickRule(fallback=configs.LIBRARY, min_speedup=1.0, tie_band=TIE_B
 
 @dataclass(frozen=True)
 class CellPick:
-    """One cell's decision: the full winner, the native winner, and why."""
+    """One cell's decision: the full winner, the native winner, and why. `stat` names the
+    statistic the decision compared and `times` holds it per arm (ns per problem) when it is not
+    the median (the table keeps both: serving compares what the pick compared)."""
 
     winner: str
     native: str
     reason: str
+    stat: str = "median"
+    times: Mapping[str, float] = field(default_factory=dict)
 
 
 def decide(times: Mapping[str, float | None], rule: PickRule = LINALG_RULE) -> CellPick:
@@ -167,6 +171,7 @@ def ambiguous(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], r
 # sits above the noise, not at it); --launch-jitter-ns sets it, 0 turns the widening off.
 LAUNCH_JITTER_NS = 150.0
 LOW_QUANTILE = 0.25
+LOW_STAT = "q25"  # CellPick.stat of decide_low (the table's evidence `_stat`)
 DISTURBED = 0.10  # a sample this far above its arm's lower quartile is counted as disturbed
 
 
@@ -212,7 +217,7 @@ def decide_low(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], 
     band = noise_band(min(native) * batch, rule.tie_band, jitter_ns) if native else rule.tie_band
     got = decide(times, replace(rule, tie_band=band))
     return CellPick(got.winner, got.native, f"{got.reason}; lower quartile, band {band:.1%} "
-                                            f"(launch jitter {jitter_ns:g} ns a call)")
+                                            f"(launch jitter {jitter_ns:g} ns a call)", LOW_STAT, times)
 
 
 def disturbed(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], q: float = LOW_QUANTILE,
