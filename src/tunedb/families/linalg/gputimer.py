@@ -10,7 +10,8 @@ timed region, so every timed launch consumes a fresh valid system, never its own
 eager-only library arm is timed as R eager calls between events. ns per problem = time /
 (R x batch). A spin kernel before each timed window keeps the host's launch out of it; an op
 with nothing to restore times a sample's replays back to back in one window, unless a replay is
-shorter than BACK_TO_BACK_MIN_US (then the host's launches would set the pace).
+shorter than BACK_TO_BACK_MIN_US (then the host's launches would set the pace). `refresh(cell)`
+starts a new capture (new graphs, pool and working copies) for a further block of rounds.
 
 The gate runs each arm once on working set 0 with its output poisoned (NaN), computes the worst
 residual of the first GATE_PROBLEMS problems in fp64, and passes it when it is within the
@@ -107,6 +108,20 @@ class GraphTimer:
         k = GATE_PROBLEMS
         cut = tuple(t[:k] for t in args)
         return cut, (tuple(o[:k] for o in out) if isinstance(out, tuple) else out[:k])
+
+    def refresh(self, cell: Cell) -> None:
+        """A new capture for the cell's next block of rounds: new working copies of the ring, new
+        CUDA graphs in a new memory pool, each arm's replay count probed again. The old graphs and
+        buffers stay alive until the cell closes, so the new ones get other addresses (the
+        caching allocator would hand the freed blocks back). A shift of an arm's time between
+        captures is then seen inside one run (the blocks' spread) instead of only between runs."""
+        st = self._open(cell)
+        self.torch.cuda.synchronize()
+        inputs = st["inputs"]
+        st.setdefault("retired", []).append((st["graphs"], inputs.working))
+        inputs.working = [tuple(t.clone() for t in args) for args in inputs.pristine]
+        st["working"] = inputs.working
+        st["graphs"], st["pool"], st["reps"], st["short"] = {}, self.torch.cuda.graph_pool_handle(), {}, {}
 
     def close(self) -> None:
         self._state, self._cell, self._why = {}, None, {}
