@@ -68,7 +68,7 @@ seed_check() {  # run c (seed 0, dot only) against a and against b, on the dot c
 STAGES=${*:-prebuild ladder-a ladder-b solver-a solver-b compare seed-check}
 for s in $STAGES; do
   case $s in
-    prebuild) stage prebuild 150 "$TUNE --prebuild --build-jobs ${REPRO_JOBS:-15}" ;;
+    prebuild) stage prebuild 150 "$TUNE --prebuild --build-jobs ${REPRO_JOBS:-15} --out $OUT/pre" ;;  # --out: the user tier is off
     ladder-a) stage ladder_a 90 "$TUNE --legs ladder --seed 0 --build-jobs 4 --samples $OUT/a_ladder.jsonl --out $OUT/a" ;;
     ladder-b) stage ladder_b 90 "$TUNE --legs ladder --seed 1 --build-jobs 4 --samples $OUT/b_ladder.jsonl --out $OUT/b" ;;
     solver-a) stage solver_a 110 "$TUNE --legs solver --seed 0 --build-jobs 4 --samples $OUT/a_solver.jsonl --out $OUT/a" ;;
