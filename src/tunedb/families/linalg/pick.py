@@ -17,7 +17,10 @@ paired rounds (each arm's per-round ratio to the fastest, with an order-statisti
 `ambiguous` says whether a cell's intervals still straddle the band edge (the tune then measures
 more rounds). `decide_low` is the rule against the two noises the recorded re-measurements show
 (session 15 B and D, two tunes in one call): each arm's lower quartile (bursts only ever slow a
-sample down) and a tie band widened to the launch jitter between processes (noise_band).
+sample down) and a tie band widened to the launch jitter between processes (noise_band); with
+blocks of rounds (each a fresh capture), the median over blocks of each block's lower quartile
+(block_times). `near_edge` names the arms that sit within the noise of the band's edge, where the
+tune measures further blocks (session 17).
 """
 from __future__ import annotations
 
