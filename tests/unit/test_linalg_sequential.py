@@ -120,3 +120,22 @@ def test_the_recorded_s16_call_replays_unchanged_and_its_edge_cells_are_flagged(
     flagged = [k for k in moved if pick.near_edge(fa[k], k[3], 9) or pick.near_edge(fb[k], k[3], 9)]
     assert len(moved) == 6 and len(flagged) == 4
     assert {k[0] for k in set(moved) - set(flagged)} == {"posv"}
+
+
+def test_the_replay_reads_how_far_a_near_edge_arm_moved_between_captures(tmp_path):
+    """A cell measured in two blocks (captures): warp_p2_w1 at 1.12 of the fastest in the first,
+    1.08 in the second; the fastest's call is 5.3 ns x 256 = 1357 ns, so it moved 0.04 x 1357 =
+    54 ns a call between captures."""
+    import json
+
+    replay = bench_module("linalg_pick_replay")
+    p2 = [5.3 * 1.12] * 9 + [5.3 * 1.08] * 9
+    rec = {"op": "dot", "dt": "fp32", "n": 16, "batch": 256,
+           "samples": {"torch": [80.0] * 18, "warp_p4_w1": [5.3] * 18, "warp_p2_w1": p2},
+           "rounds": [{"block": b} for b in [0] * 9 + [1] * 9]}
+    one = dict(rec, n=8, rounds=[{"block": 0}] * 18)  # one capture: not counted
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(rec) + "\n" + json.dumps(one) + "\n")
+    got = replay.block_shifts(str(path))
+    assert got["arms"] == 1 and got["rows"][0]["arm"] == "warp_p2_w1" and got["rows"][0]["blocks"] == 2
+    assert got["rows"][0]["shift_ns"] == pytest.approx(0.04 * 5.3 * 256, abs=0.2)
