@@ -21,7 +21,7 @@ import hashlib
 from typing import Any, Mapping, Sequence
 
 from tunedb.errors import BuildError
-from tunedb.families.linalg import configs, signatures
+from tunedb.families.linalg import configs, pick, signatures
 from tunedb.families.linalg.ladder import CellResult, LegReport
 from tunedb.records import Entry, Region, Signature
 
@@ -164,7 +164,10 @@ def build(reports: Sequence[LegReport], old: Any, *, arch_family: str, file_vali
         "rule": {"tie_band": rule.tie_band, "dep_margin": rule.dep_margin, "fallback": rule.fallback,
                  "simplicity": "torch < thread < warp < block < lane", "rounds_min": 9, "decide": decide,
                  **({"rounds_max": max_rounds} if max_rounds else {}),
-                 **({"launch_jitter_ns": jitter_ns, "statistic": "lower quartile"} if decide == "low" else {})},
+                 **({"launch_jitter_ns": jitter_ns, "statistic": "lower quartile",
+                     "blocks": "median over blocks of rounds_min rounds, each a fresh capture",
+                     "edge_sigma_ns": pick.CAPTURE_SIGMA_NS, "edge_sigma_rel": pick.CAPTURE_SIGMA_REL}
+                    if decide == "low" else {})},
         "quick": quick,
         "legs": {**(old_tune.get("legs") or {}), **legs_record},
         "absent_dependencies": {name: "not installed: no arm measured" for name in configs.DEPENDENCIES.values()},
