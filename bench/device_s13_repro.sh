@@ -16,7 +16,8 @@
 # Knobs: REPRO_ARMS (--max-arms, 4 as the shipped table), REPRO_PICK (low|paired|median; low since
 #   session 16: lower quartiles, the band widened to REPRO_JITTER_NS a call), REPRO_JITTER_NS (150),
 #   REPRO_MAX_ROUNDS (45: extra rounds, 9 at a time, only while a cell is ambiguous (paired,
-#   median) or a burst took > 40% of an arm's samples (low)), REPRO_DTYPES.
+#   median) or a burst took > 40% of an arm's samples or the pick sits near its band's edge (low:
+#   each further block on fresh CUDA graphs, session 17)), REPRO_DTYPES.
 # The samples files keep each round's time, order and the GPU's SM clock and throttle reasons.
 # Expected: prebuild 60-120 s (263 kernels, cold Triton cache), each ladder leg 20-35 s, each
 #   solver leg 35-60 s, compare < 5 s, seed-check 15-40 s: about 215-300 s (REPRO_BUDGET_S caps it;
@@ -68,7 +69,7 @@ seed_check() {  # run c (seed 0, dot only) against a and against b, on the dot c
 STAGES=${*:-prebuild ladder-a ladder-b solver-a solver-b compare seed-check}
 for s in $STAGES; do
   case $s in
-    prebuild) stage prebuild 150 "$TUNE --prebuild --build-jobs ${REPRO_JOBS:-15}" ;;
+    prebuild) stage prebuild 150 "$TUNE --prebuild --build-jobs ${REPRO_JOBS:-15} --out $OUT/pre" ;;  # --out: the user tier is off
     ladder-a) stage ladder_a 90 "$TUNE --legs ladder --seed 0 --build-jobs 4 --samples $OUT/a_ladder.jsonl --out $OUT/a" ;;
     ladder-b) stage ladder_b 90 "$TUNE --legs ladder --seed 1 --build-jobs 4 --samples $OUT/b_ladder.jsonl --out $OUT/b" ;;
     solver-a) stage solver_a 110 "$TUNE --legs solver --seed 0 --build-jobs 4 --samples $OUT/a_solver.jsonl --out $OUT/a" ;;

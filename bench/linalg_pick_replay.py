@@ -12,6 +12,11 @@ Two modes, both pure CPU:
               indices for all arms) twice, `--draws` times; the share of draws whose two picks
               agree, and of disagreements beyond the band, timed by the full run's medians.
 
+  blocks A  a tune's samples (session 17 on): in cells measured in several blocks (each on fresh
+            CUDA graphs and buffers), how far a near-edge arm's ratio moved between blocks, in ns a
+            call: near the between-process shift, the noise is per capture (the blocks average it
+            away); near zero, it is per process.
+
   table T   a shipped table keeps only each arm's [median, sigma, rounds]: the cells whose pick
               depends on which end of a normal 90% interval of each ratio is believed (unpaired,
               se of a median 1.253 sigma / sqrt(rounds)); --moved LOG: a later tune's log, and
@@ -80,7 +85,45 @@ RULES: dict[str, Callable[[Samples, int], str]] = {
     "paired-plausible": lambda s, b: pick.decide_paired(s, tie="plausible").native,
     "paired-shown": lambda s, b: pick.decide_paired(s, tie="shown").native,
     "low": lambda s, b: pick.decide_low(s, b, jitter_ns=JITTER["ns"]).native,
+    # what `tune --pick low` decides since session 17: the median over blocks of 9 rounds of each
+    # block's lower quartile (one block: "low")
+    "low-blocks": lambda s, b: pick.decide_low(s, b, jitter_ns=JITTER["ns"], block=pick_blocks()).native,
 }
+
+
+def pick_blocks() -> int:
+    from tunedb.families.linalg import ladder
+
+    return ladder.MIN_ROUNDS
+
+
+def block_shifts(path: str) -> dict:
+    """Per arm near its cell's band edge (pick.near_edge on the first block) in cells measured in
+    two or more blocks (each on fresh graphs since session 17): how much its ratio to the
+    fastest moved between blocks, in ns a call (the ratio's range x the fastest arm's call).
+    Compare with the between-process shift (s15: p50 36-40 ns, p90 101-110 ns): near it, the
+    noise is per capture and the blocks average it; near zero, it is per process."""
+    shifts = []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        blocks = [r.get("block", 0) for r in rec.get("rounds", [])]
+        arms = {a: v for a, v in rec["samples"].items() if a != configs.EAGER_ONLY and v}
+        if not arms or len(set(blocks)) < 2:
+            continue
+        n = pick_blocks()
+        edge_arms = pick.near_edge({a: v[:n] for a, v in arms.items()}, rec["batch"], n)
+        k = min(len(v) for v in arms.values()) // n
+        per = [{a: pick.quantile(v[i * n:(i + 1) * n], pick.LOW_QUANTILE) for a, v in arms.items()} for i in range(k)]
+        call = min(per[0].values()) * rec["batch"]
+        for a in edge_arms:
+            ratios = [p[a] / min(p.values()) for p in per]
+            shifts.append({"cell": [rec["op"], rec["dt"], rec["n"], rec["batch"]], "arm": a, "blocks": k,
+                           "shift_ns": round((max(ratios) - min(ratios)) * call, 1)})
+    ns = sorted(s["shift_ns"] for s in shifts)
+    at = lambda q: ns[min(len(ns) - 1, int(q * len(ns)))] if ns else None  # noqa: E731
+    return {"arms": len(ns), "p50_ns": at(0.5), "p90_ns": at(0.9), "rows": shifts}
 
 
 def regret(judge: Samples, a: str, b: str, stat: Callable[[list[float]], float] = median) -> float:
@@ -95,7 +138,7 @@ def low(xs: list[float]) -> float:
 def cell_band(name: str, runs: tuple[Samples, ...], batch: int, band: float) -> float:
     """The band a rule judged the cell with: the tie band, or for "low" the wider of the two
     runs' noise bands (each run widened its own)."""
-    if name != "low":
+    if not name.startswith("low"):
         return band
     return max(pick.noise_band(min(pick.low_times(s).values()) * batch, band, JITTER["ns"]) for s in runs)
 
@@ -123,7 +166,7 @@ def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dic
             if pa == pb:
                 same += 1
                 continue
-            stat = low if name == "low" else median  # "low" times an arm by its lower quartile
+            stat = low if name.startswith("low") else median  # "low" times an arm by its lower quartile
             worst = (max(regret(sa, pa, pb, stat), regret(sb, pb, pa, stat)) if pa in sa and pb in sb
                      else float("nan"))
             moves.append({"cell": list(k), "a": pa, "b": pb, "regret": round(worst, 4),
@@ -209,7 +252,7 @@ def table_ambiguous(path: str, z: float = 1.645) -> tuple[int, set]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("cross", "resample", "table"))
+    ap.add_argument("mode", choices=("cross", "resample", "table", "blocks"))
     ap.add_argument("--moved", help="table: a later tune's log (its 'changed winner' lines)")
     ap.add_argument("runs", nargs="+", help="cross: two runs; resample: one or more (a run: FILE[,FILE...])")
     ap.add_argument("--first", type=int, default=None,
@@ -247,6 +290,17 @@ def main(argv: list[str] | None = None) -> int:
             moved_json = {" ".join(map(str, k)): v for k, v in moved.items()}
             Path(args.out).write_text(json.dumps({"cells": total, "ambiguous": sorted(map(list, amb)),
                                                   "moved": moved_json}, indent=1))
+        return 0
+    if args.mode == "blocks":
+        rows = []
+        for path in args.runs:
+            for one in path.split(","):
+                got = block_shifts(one)
+                print(f"{one}: {got['arms']} near-edge arm(s) in cells of 2+ blocks; their ratio's move between "
+                      f"blocks: p50 {got['p50_ns']} ns, p90 {got['p90_ns']} ns a call")
+                rows.append({"run": one, **got})
+        if args.out:
+            Path(args.out).write_text(json.dumps({"mode": "blocks", "rows": rows}, indent=1))
         return 0
     picks: list[dict] = [{} for _ in args.runs]
     runs = [{k: v for k, v in load(p, args.first, rec).items() if not ops or k[0] in ops}

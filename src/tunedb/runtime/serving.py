@@ -119,13 +119,39 @@ def _region_bounds(entry: Entry, m: int, native: bool) -> tuple[int, int | None]
     return lo, None
 
 
+# An evidence point whose pick compared another statistic than the median names it (`_stat`,
+# e.g. linalg's "q25" under `--pick low`) and keeps it per arm under `_stat:<arm>` (ms, as the
+# [median_ms, sigma_ms, n] triple's first element); a point without them was decided on medians.
+STAT = "_stat"
+STAT_KEY = "_stat:"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def point_times(point: Mapping[str, Any], *arms: str) -> tuple[float, ...] | None:
+    """The times of `arms` at one evidence point in the statistic the pick compared: each arm's
+    `_stat:<arm>` where the point names a statistic and has it for every one of them, else their
+    medians (never one of each); None when an arm has no measurement there (a failure status)."""
+    triples = [point.get(a) for a in arms]
+    if not all(isinstance(t, (list, tuple)) and t and _number(t[0]) for t in triples):
+        return None
+    if point.get(STAT) is not None:
+        stats = [point.get(STAT_KEY + a) for a in arms]
+        if all(_number(v) for v in stats):
+            return tuple(float(v) for v in stats)
+    return tuple(float(t[0]) for t in triples)
+
+
 def _beats(point: Mapping[str, Any], cid: str, rule: Any, margin: float = 1.0) -> bool:
     """Whether `cid` measured faster than the fallback by the gate (and `margin`) at one
-    evidence point."""
-    mine, base = point.get(cid), point.get(rule.fallback)
-    if not (isinstance(mine, (list, tuple)) and isinstance(base, (list, tuple))):
+    evidence point, in the statistic the point's pick compared (point_times)."""
+    got = point_times(point, cid, rule.fallback)
+    if got is None:
         return False
-    return mine[0] > 0 and base[0] >= mine[0] * max(rule.min_speedup, margin)
+    mine, base = got
+    return mine > 0 and base >= mine * max(rule.min_speedup, margin)
 
 
 def fallbacks(family: str | None = None) -> dict[tuple[str, Signature, int], tuple[Signature, str, str]]:

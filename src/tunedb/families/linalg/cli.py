@@ -5,7 +5,7 @@
     tunedb linalg plot --out F.png [--deps native|all]
         the winner of every cell (ops x n x batch, one panel per dtype), measured or heuristic
     tunedb linalg tune [--prebuild] [--quick] [--legs ladder,solver] [--ops ..] [--dtypes ..] [--n ..]
-                       [--margin M] [--pick median|paired] [--max-rounds N] [--samples F.jsonl]
+                       [--margin M] [--pick low|median|paired] [--max-rounds N] [--samples F.jsonl]
                        [--dry-run] [--out DIR|FILE.json|system|user]
         re-measure this GPU's table (the ladder), regenerate it under the pick rule and write it
         (--base FILE: start from that table instead of the --out file)
@@ -57,12 +57,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--margin", type=float, default=None, help="the tie band, a fraction (default 0.02)")
     tune.add_argument("--rounds", type=int, default=9, help="paired rounds per cell (at least 9)")
     tune.add_argument("--max-rounds", type=int, default=None,
-                      help="while a cell is ambiguous (an arm's paired interval straddles the band edge), "
-                           "--rounds more rounds, up to this many (default: --rounds, no extra rounds)")
-    tune.add_argument("--pick", default="median", choices=("median", "paired", "low"),
-                      help="median: the tie band on the medians (default); paired: an arm ties when its "
-                           "per-round ratio's 90%% interval is within the band; low: each arm's lower "
-                           "quartile, the band widened to --launch-jitter-ns a call (pick.decide_low)")
+                      help="while a cell is open, --rounds more rounds, up to this many (low: a burst "
+                           "took much of it or its pick sits within the noise of the band's edge, each "
+                           "further block on fresh CUDA graphs; paired, median: an arm's paired interval "
+                           "straddles the band edge). Default: 5 x --rounds under low, else --rounds")
+    tune.add_argument("--pick", default="low", choices=("low", "median", "paired"),
+                      help="low (default): each arm's lower quartile (the median over blocks), the band "
+                           "widened to --launch-jitter-ns a call (pick.decide_low); median: the tie band "
+                           "on the medians (sessions 9-15); paired: an arm ties when its per-round ratio's "
+                           "90%% interval is within the band")
     tune.add_argument("--launch-jitter-ns", type=float, default=None,
                       help="--pick low: the run-to-run jitter of one call's time, ns (default "
                            "pick.LAUNCH_JITTER_NS, 150); a cell's band is max(margin, this / the "
@@ -104,6 +107,9 @@ def _recommend(args: argparse.Namespace) -> int:
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")
+# --pick low without --max-rounds: up to this many blocks of --rounds (a clear cell stays at one;
+# a round costs about a ms, the cell's compile and capture dominate)
+LOW_BLOCKS = 5
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -168,7 +174,10 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     from tunedb.families.linalg import FAMILY, ladder, pick, signatures, table
 
     legs = ladder.parse_legs(args.legs)
+    decide = getattr(args, "pick", None) or "low"
     max_rounds = getattr(args, "max_rounds", None)
+    if max_rounds is None and decide == "low":
+        max_rounds = LOW_BLOCKS * args.rounds
     if max_rounds is not None and max_rounds < args.rounds:
         raise TunedbError(f"--max-rounds {max_rounds} is below --rounds {args.rounds}; give at least --rounds")
     ops = _split(args.ops, signatures.OPS, "op(s)")
@@ -202,8 +211,7 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     reports = ladder.run(timer, legs, profile, quick=args.quick, rounds=args.rounds, seed=args.seed,
                          rule=rule, dtypes=dtypes, ops=ops, max_arms=args.max_arms,
                          allow_busy=getattr(args, "allow_busy", False), progress=log, ns=ns,
-                         decide=getattr(args, "pick", None) or "median", max_rounds=getattr(args, "max_rounds", None),
-                         jitter_ns=jitter)
+                         decide=decide, max_rounds=max_rounds, jitter_ns=jitter)
     if getattr(args, "samples", None):
         _write_samples(Path(args.samples), reports)
     ladder.check_complete(reports, args.quick, dtypes, ops, ns)
@@ -215,8 +223,7 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     new = table.build(reports, old, arch_family=arch_family,
                       file_validators=validators.current(FAMILY.impl_hash()),
                       provenance=_provenance(timer, started), rule=rule, legs=legs, quick=args.quick,
-                      decide=getattr(args, "pick", None) or "median", max_rounds=getattr(args, "max_rounds", None),
-                      jitter_ns=jitter)
+                      decide=decide, max_rounds=max_rounds, jitter_ns=jitter)
     changes = table.table_changes(old, new)
     measured = sum(len(r.results) for r in reports if not r.invalid)
     print(f"{measured} cells measured; {len(changes)} change(s) against {base if old else 'no table'}:")

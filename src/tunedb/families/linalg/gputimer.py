@@ -10,7 +10,8 @@ timed region, so every timed launch consumes a fresh valid system, never its own
 eager-only library arm is timed as R eager calls between events. ns per problem = time /
 (R x batch). A spin kernel before each timed window keeps the host's launch out of it; an op
 with nothing to restore times a sample's replays back to back in one window, unless a replay is
-shorter than BACK_TO_BACK_MIN_US (then the host's launches would set the pace).
+shorter than BACK_TO_BACK_MIN_US (then the host's launches would set the pace). `refresh(cell)`
+starts a new capture (new graphs, pool and working copies) for a further block of rounds.
 
 The gate runs each arm once on working set 0 with its output poisoned (NaN), computes the worst
 residual of the first GATE_PROBLEMS problems in fp64, and passes it when it is within the
@@ -40,6 +41,8 @@ LEAD_CYCLES = 80_000
 # Back-to-back replays in one window only when a replay outlasts the host's launch of the next
 # (a few us) twice over; shorter ones are timed one window each, each behind its own spin
 BACK_TO_BACK_MIN_US = 10.0
+# refresh keeps an old capture alive (its inputs and an output a graph, roughly) up to this size
+KEEP_OLD_CAPTURE_BYTES = 4 << 30
 
 
 def _gpu_env() -> Any:
@@ -107,6 +110,27 @@ class GraphTimer:
         k = GATE_PROBLEMS
         cut = tuple(t[:k] for t in args)
         return cut, (tuple(o[:k] for o in out) if isinstance(out, tuple) else out[:k])
+
+    def refresh(self, cell: Cell) -> None:
+        """A new capture for the cell's next block of rounds: new working copies of the ring, new
+        CUDA graphs in a new memory pool, each arm's replay count probed again. The old graphs and
+        buffers stay alive until the cell closes, so the new ones get other addresses (the
+        caching allocator would hand the freed blocks back) while a capture's inputs and outputs
+        fit KEEP_OLD_CAPTURE_BYTES; a larger cell frees its old capture first. A shift of an arm's
+        time between captures is then seen inside one run (the blocks' spread) instead of only
+        between runs."""
+        st = self._open(cell)
+        self.torch.cuda.synchronize()
+        inputs = st["inputs"]
+        ring_bytes = sum(t.numel() * t.element_size() for args in inputs.working for t in args)
+        if ring_bytes * (len(st["graphs"]) + 1) <= KEEP_OLD_CAPTURE_BYTES:
+            st.setdefault("retired", []).append((st["graphs"], inputs.working))
+        else:  # a large cell (n=128 at batch 65536: 8.6 GB an input set): free it first, same addresses maybe
+            st["graphs"], st["working"], inputs.working = {}, [], []
+            self.torch.cuda.empty_cache()
+        inputs.working = [tuple(t.clone() for t in args) for args in inputs.pristine]
+        st["working"] = inputs.working
+        st["graphs"], st["pool"], st["reps"], st["short"] = {}, self.torch.cuda.graph_pool_handle(), {}, {}
 
     def close(self) -> None:
         self._state, self._cell, self._why = {}, None, {}

@@ -162,10 +162,13 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
     """Gate every arm, then `rounds` paired rounds of the servable arms; while the cell is open
     and `rounds` more fit in `max_rounds`, another `rounds` (paired, median: pick.ambiguous, an
     arm's paired interval straddles the band edge so that it moves the pick; low: a burst took
-    more than DISTURBED_SHARE of an arm's samples). Then the eager-only arm's rounds, as many.
+    more than DISTURBED_SHARE of an arm's samples, or the pick sits within the noise of its
+    band's edge, pick.near_edge; each further block on fresh graphs and buffers where the timer
+    can, `refresh(cell)`). Then the eager-only arm's rounds, as many. Each round records its block.
     decide="median": pick.decide on the medians (spec 003 as session 9 shipped it); "paired":
     pick.decide_paired (an arm ties when its paired interval is within the band); "low":
-    pick.decide_low (lower quartiles, the band widened to `jitter_ns` a call)."""
+    pick.decide_low (lower quartiles, the median over blocks of each block's; the band widened
+    to `jitter_ns` a call)."""
     if rounds < MIN_ROUNDS:
         raise TunedbError(f"rounds={rounds} is below the {MIN_ROUNDS} paired rounds spec 003 requires")
     if decide not in DECIDERS:
@@ -184,12 +187,18 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
     log: list[dict[str, Any]] = []
     t0 = time.monotonic()
     done = 0
+    block = 0
     while live:
         for _ in range(rounds):
-            log.append(_round(timer, cell, rng, live, samples, statuses, t0))
+            log.append({**_round(timer, cell, rng, live, samples, statuses, t0), "block": block})
         done += rounds
-        if max_rounds is None or done + rounds > max_rounds or not _open(samples, rule, decide):
+        if max_rounds is None or done + rounds > max_rounds or not _open(samples, rule, decide, cell, rounds,
+                                                                          jitter_ns):
             break
+        block += 1
+        refresh = getattr(timer, "refresh", None)
+        if refresh is not None and decide == "low":
+            refresh(cell)  # the next block on fresh graphs and buffers: a new capture to average over
     for _ in range(done if eager else 0):  # never inside a paired round: see the module docstring
         _round(timer, cell, rng, eager, samples, statuses, t0)
     frozen = {a: tuple(v) for a, v in samples.items()}
@@ -200,17 +209,19 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
     if decide == "paired":
         chosen = pick.decide_paired(servable, rule)
     elif decide == "low":
-        chosen = pick.decide_low(servable, cell.batch, rule, jitter_ns)
+        chosen = pick.decide_low(servable, cell.batch, rule, jitter_ns, block=rounds)
     else:
         chosen = pick.decide({a: _median(v) for a, v in servable.items()}, rule)
     return CellResult(cell, frozen, statuses, residuals, chosen, errors, tuple(log))
 
 
-def _open(samples: Mapping[str, list[float]], rule: Any, decide: str) -> bool:
+def _open(samples: Mapping[str, list[float]], rule: Any, decide: str, cell: Cell, block: int,
+          jitter_ns: float) -> bool:
     """Whether the cell wants more rounds (see measure_cell)."""
     servable = {a: v for a, v in samples.items() if a != configs.EAGER_ONLY and v}
     if decide == "low":
-        return pick.disturbed(servable) > DISTURBED_SHARE
+        return (pick.disturbed(servable) > DISTURBED_SHARE
+                or bool(pick.near_edge(servable, cell.batch, block, rule, jitter_ns)))
     return pick.ambiguous(servable, rule)
 
 
@@ -290,9 +301,13 @@ class FakeTimer:
 
     def __init__(self, cost: Callable[[Cell, str], float], *, noise: float = 0.005, seed: int = 0,
                  failing: frozenset[str] = frozenset(),
-                 intruder_after: int | None = None, round_noise: float = 0.0) -> None:
+                 intruder_after: int | None = None, round_noise: float = 0.0, capture_noise: float = 0.0) -> None:
         self.cost, self.noise, self.failing = cost, noise, failing
         self.round_noise = round_noise  # one factor per round, shared by its arms (a clock's drift)
+        # one factor per arm and capture (a process's or a graph's own offset), drawn at first use;
+        # refresh() starts a new capture (the GPU timer: new graphs and buffers)
+        self.capture_noise, self.capture, self._offsets = capture_noise, 0, {}
+        self.offset_rng = random.Random(f"capture:{seed}")
         self.rng = random.Random(seed)
         self.samples = 0
         self.intruder_after = intruder_after  # a foreign process appears after this many samples
@@ -305,7 +320,19 @@ class FakeTimer:
     def sample(self, cell: Cell, order: Sequence[str]) -> dict[str, float | Status]:
         self.samples += 1
         shared = 1.0 + self.rng.uniform(-self.round_noise, self.round_noise)
-        return {a: self.cost(cell, a) * shared * (1.0 + self.rng.uniform(-self.noise, self.noise)) for a in order}
+        return {a: self.cost(cell, a) * shared * self._offset(cell, a) * (1.0 + self.rng.uniform(-self.noise, self.noise))
+                for a in order}
+
+    def _offset(self, cell: Cell, arm: str) -> float:
+        if not self.capture_noise:
+            return 1.0
+        key = (cell, arm, self.capture)
+        if key not in self._offsets:
+            self._offsets[key] = 1.0 + self.offset_rng.gauss(0.0, self.capture_noise)
+        return self._offsets[key]
+
+    def refresh(self, cell: Cell) -> None:
+        self.capture += 1
 
     def foreign_pids(self) -> frozenset[int]:
         if self.intruder_after is not None and self.samples > self.intruder_after:

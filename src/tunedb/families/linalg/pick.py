@@ -17,12 +17,15 @@ paired rounds (each arm's per-round ratio to the fastest, with an order-statisti
 `ambiguous` says whether a cell's intervals still straddle the band edge (the tune then measures
 more rounds). `decide_low` is the rule against the two noises the recorded re-measurements show
 (session 15 B and D, two tunes in one call): each arm's lower quartile (bursts only ever slow a
-sample down) and a tie band widened to the launch jitter between processes (noise_band).
+sample down) and a tie band widened to the launch jitter between processes (noise_band); with
+blocks of rounds (each a fresh capture), the median over blocks of each block's lower quartile
+(block_times). `near_edge` names the arms that sit within the noise of the band's edge, where the
+tune measures further blocks (session 17).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from tunedb.families.contract import PickRule
@@ -38,11 +41,15 @@ LINALG_RULE = PickRule(fallback=configs.LIBRARY, min_speedup=1.0, tie_band=TIE_B
 
 @dataclass(frozen=True)
 class CellPick:
-    """One cell's decision: the full winner, the native winner, and why."""
+    """One cell's decision: the full winner, the native winner, and why. `stat` names the
+    statistic the decision compared and `times` holds it per arm (ns per problem) when it is not
+    the median (the table keeps both: serving compares what the pick compared)."""
 
     winner: str
     native: str
     reason: str
+    stat: str = "median"
+    times: Mapping[str, float] = field(default_factory=dict)
 
 
 def decide(times: Mapping[str, float | None], rule: PickRule = LINALG_RULE) -> CellPick:
@@ -167,6 +174,7 @@ def ambiguous(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], r
 # sits above the noise, not at it); --launch-jitter-ns sets it, 0 turns the widening off.
 LAUNCH_JITTER_NS = 150.0
 LOW_QUANTILE = 0.25
+LOW_STAT = "q25"  # CellPick.stat of decide_low (the table's evidence `_stat`)
 DISTURBED = 0.10  # a sample this far above its arm's lower quartile is counted as disturbed
 
 
@@ -199,20 +207,39 @@ def low_times(samples: Mapping[str, "list[float] | tuple[float, ...] | None"],
     return {a: quantile(s, q) for a, s in valid_samples(samples).items()}
 
 
+def block_times(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], block: int | None = None,
+                q: float = LOW_QUANTILE) -> dict[str, float]:
+    """Each arm's time: the lower quantile of its rounds, or with `block` (rounds a block; each
+    block of a tune on fresh CUDA graphs, see ladder.measure_cell) the median over blocks of each
+    block's lower quantile (a last partial block joins the one before it). One block: low_times."""
+    ok = valid_samples(samples)
+    if block is None or block < 1:
+        return {a: quantile(s, q) for a, s in ok.items()}
+    return {a: median([quantile(c, q) for c in _blocks(s, block)]) for a, s in ok.items()}
+
+
+def _blocks(values: list[float], block: int) -> list[list[float]]:
+    cuts = [values[i:i + block] for i in range(0, len(values), block)]
+    if len(cuts) > 1 and len(cuts[-1]) < block:
+        cuts[-2:] = [cuts[-2] + cuts[-1]]
+    return cuts
+
+
 def decide_low(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], batch: int,
                rule: PickRule = LINALG_RULE, jitter_ns: float = LAUNCH_JITTER_NS,
-               q: float = LOW_QUANTILE) -> CellPick:
-    """Spec 003's rule on each arm's lower quartile (ns per problem), with the cell's tie band
-    widened to the launch jitter (noise_band; `batch` turns ns per problem into ns per call).
-    The dependency margin is the rule's, unchanged."""
+               q: float = LOW_QUANTILE, block: int | None = None) -> CellPick:
+    """Spec 003's rule on each arm's lower quartile (ns per problem; with `block`, the median
+    over blocks of rounds of each block's: block_times), with the cell's tie band widened to the
+    launch jitter (noise_band; `batch` turns ns per problem into ns per call). The dependency
+    margin is the rule's, unchanged."""
     if batch < 1:
         raise ValueError(f"batch={batch} must be at least 1")
-    times = low_times(samples, q)
+    times = block_times(samples, block, q)
     native = [t for a, t in times.items() if rule.is_native(a)]
     band = noise_band(min(native) * batch, rule.tie_band, jitter_ns) if native else rule.tie_band
     got = decide(times, replace(rule, tie_band=band))
     return CellPick(got.winner, got.native, f"{got.reason}; lower quartile, band {band:.1%} "
-                                            f"(launch jitter {jitter_ns:g} ns a call)")
+                                            f"(launch jitter {jitter_ns:g} ns a call)", LOW_STAT, times)
 
 
 def disturbed(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], q: float = LOW_QUANTILE,
@@ -225,3 +252,61 @@ def disturbed(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], q
         s = samples[a]
         worst = max(worst, sum(t > low * (1.0 + slack) for t in s) / len(s))
     return worst
+
+
+# --- the sequential part: more captures where the pick sits at its band's edge ------------------
+# Two tunes disagree where an arm's ratio to the fastest lies within the between-process noise of
+# the band's edge (s16 D: the 5 cells left, all batch 256, 0.3-1.6% of the ratio from the edge).
+# No rule of one run's numbers removes that: any threshold has an edge, and a rule that moves
+# the edge by the run's own spread adds that spread's noise (the replay: a "plausible" tie on a
+# bootstrap interval agrees on 209 of s16 D's 216 cells where the point rule agrees on 211).
+# What lowers the chance that two runs straddle the edge is a smaller variance of the estimate
+# there: the sequential rule measures a cell whose pick is near the edge in further blocks of
+# rounds, each on fresh CUDA graphs, inputs and outputs (GraphTimer.refresh: a new capture, new
+# addresses), and decides on the median over blocks. "Near" is z x sigma / sqrt(blocks) in
+# ns a call, sigma the larger of CAPTURE_SIGMA_NS (the between-process sd of one estimate: the
+# change of a ratio between two runs has p90 101-110 ns, so sd 101-110 / 1.645 / sqrt(2) ~ 45 ns
+# per run; where a call is long the change is relative, p95 1.8%, so an sd of at least
+# CAPTURE_SIGMA_REL) and the spread of the arm's ratio over this run's blocks (from 3 blocks on).
+# If the between-process noise is per capture, the blocks average it away where it matters; if
+# it is per process, the blocks agree with each other and nothing changes (the device run says
+# which: each round records its block).
+CAPTURE_SIGMA_NS = 45.0
+CAPTURE_SIGMA_REL = 0.0065  # 1.8% / 1.96 / sqrt(2)
+EDGE_Z = 1.645
+
+
+def near_edge(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], batch: int, block: int,
+              rule: PickRule = LINALG_RULE, jitter_ns: float = LAUNCH_JITTER_NS,
+              sigma_ns: float = CAPTURE_SIGMA_NS, q: float = LOW_QUANTILE) -> list[str]:
+    """The native arms whose side of the band's edge could move the pick (the pick itself, and
+    every simpler arm), and whose ratio to the fastest lies within the edge's noise zone
+    (EDGE_Z x sigma / sqrt(blocks), sigma the largest of `sigma_ns` a call, CAPTURE_SIGMA_REL and the sd of the
+    arm's per-block ratios over 3 or more blocks). Empty: the pick is clear of the edge."""
+    if batch < 1 or block < 1:
+        raise ValueError(f"batch={batch} and block={block} must be at least 1")
+    ok = valid_samples(samples)
+    native = {a: s for a, s in ok.items() if rule.is_native(a)}
+    if len(native) < 2:
+        return []
+    times = block_times(native, block, q)
+    fastest = min(times.values())
+    call = fastest * batch
+    edge = 1.0 + noise_band(call, rule.tie_band, jitter_ns)
+    chosen = decide_low(ok, batch, rule, jitter_ns, q, block).native
+    rank = rule.simplicity(chosen)
+    blocks = {a: _blocks(list(s), block) for a, s in native.items()}
+    k = min(len(b) for b in blocks.values())
+    per_block = [min(quantile(b[i], q) for b in blocks.values()) for i in range(k)]
+    out = []
+    for a in sorted(native):
+        if rule.simplicity(a) > rank:
+            continue  # a less simple arm never takes the cell from the pick by crossing the edge
+        sigma = max(sigma_ns / call, CAPTURE_SIGMA_REL)
+        if k >= 3:
+            ratios = [quantile(blocks[a][i], q) / per_block[i] for i in range(k)]
+            mean = sum(ratios) / k
+            sigma = max(sigma, math.sqrt(sum((r - mean) ** 2 for r in ratios) / (k - 1)))
+        if abs(times[a] / fastest - edge) <= EDGE_Z * sigma / math.sqrt(k):
+            out.append(a)
+    return out

@@ -6,7 +6,10 @@ serving the rest. `regions_native` keeps the winners without optional dependenci
 entry format has it (it is written only when it differs; absent means the same as `regions`).
 Evidence per measured batch: every arm's [median_ms, sigma_ms, rounds] or failure status, and
 the winner's ns per problem and gate residual (over torch's), and for a failed arm the reason
-the timer gave (`_error:<arm>`; the entry's notes repeat them, one line per failed arm). The file's `model` object carries
+the timer gave (`_error:<arm>`; the entry's notes repeat them, one line per failed arm). A pick that
+compared another statistic than the median (`--pick low`: lower quartiles) names it (`_stat`) and
+keeps it per arm (`_stat:<arm>`, ms a call like the median), so serving (runtime/serving.point_times)
+compares what the pick compared; a point without `_stat` was decided on medians. The file's `model` object carries
 the retune's record (the format has no other free-form top-level field): provenance (UTC start,
 commit, dirty digest, GPU, versions), the pick rule's margins, the legs and per-leg correctness
 fingerprints (a digest of every arm's gate outcome per cell). A new table keeps the entries of
@@ -18,7 +21,7 @@ import hashlib
 from typing import Any, Mapping, Sequence
 
 from tunedb.errors import BuildError
-from tunedb.families.linalg import configs, signatures
+from tunedb.families.linalg import configs, pick, signatures
 from tunedb.families.linalg.ladder import CellResult, LegReport
 from tunedb.records import Entry, Region, Signature
 
@@ -72,6 +75,13 @@ def _evidence(result: CellResult, policy: str) -> dict[str, Any]:
             continue
         med = result.median(arm)
         point[arm] = [round(med * batch / 1e6, 6), round(_sigma(values) * batch / 1e6, 6), len(values)]
+    if result.pick.stat != "median":  # what the pick compared, beside the medians (serving.point_times)
+        from tunedb.runtime import serving
+
+        point[serving.STAT] = result.pick.stat
+        for arm, t in sorted(result.pick.times.items()):
+            if isinstance(point.get(arm), list):
+                point[serving.STAT_KEY + arm] = round(t * batch / 1e6, 6)
     winner = result.pick.winner
     med = result.median(winner)
     point["_ns_per_problem"] = None if med is None else round(med, 3)
@@ -154,7 +164,10 @@ def build(reports: Sequence[LegReport], old: Any, *, arch_family: str, file_vali
         "rule": {"tie_band": rule.tie_band, "dep_margin": rule.dep_margin, "fallback": rule.fallback,
                  "simplicity": "torch < thread < warp < block < lane", "rounds_min": 9, "decide": decide,
                  **({"rounds_max": max_rounds} if max_rounds else {}),
-                 **({"launch_jitter_ns": jitter_ns, "statistic": "lower quartile"} if decide == "low" else {})},
+                 **({"launch_jitter_ns": jitter_ns, "statistic": "lower quartile",
+                     "blocks": "median over blocks of rounds_min rounds, each a fresh capture",
+                     "edge_sigma_ns": pick.CAPTURE_SIGMA_NS, "edge_sigma_rel": pick.CAPTURE_SIGMA_REL}
+                    if decide == "low" else {})},
         "quick": quick,
         "legs": {**(old_tune.get("legs") or {}), **legs_record},
         "absent_dependencies": {name: "not installed: no arm measured" for name in configs.DEPENDENCIES.values()},
@@ -188,6 +201,8 @@ def moved_cells(old: Any, new: Any, tie_band: float) -> list[str]:
     """Each measured cell whose winner changed from `old` to `new`, with how much slower the old
     winner measured this time (new evidence): a move inside the tie band is noise the rule could
     not absorb (an arm at the band's edge), one beyond it is a real change."""
+    from tunedb.runtime import serving
+
     if old is None:
         return []
     lines = []
@@ -200,12 +215,12 @@ def moved_cells(old: Any, new: Any, tie_band: float) -> list[str]:
             was, now = before.lookup(batch), entry.lookup(batch)
             if was is None or was == now:
                 continue
-            t_was, t_now = point.get(was), point.get(now)
-            if isinstance(t_was, list) and isinstance(t_now, list) and t_now[0] > 0:
-                slower = t_was[0] / t_now[0] - 1.0
+            got = serving.point_times(point, was, now)
+            if got is not None and got[1] > 0:
+                slower = got[0] / got[1] - 1.0
                 where = "inside" if slower <= tie_band else "beyond"
                 how = f"the old winner {slower:+.1%} now: {where} the {tie_band:.0%} band"
             else:
-                how = f"the old winner measured {t_was!r} now"
+                how = f"the old winner measured {point.get(was)!r} now"
             lines.append(f"{sig} batch={batch}: {was} -> {now} ({how})")
     return lines
