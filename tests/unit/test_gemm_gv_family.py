@@ -222,3 +222,41 @@ def test_gv_through_the_family_launcher_matches_fp32_under_the_interpreter():
 
 if __name__ == "__main__":
     _child()
+
+
+def test_the_prebuild_plans_gv_binaries_for_decode_signatures():
+    from tunedb.families.gemm import compile_jobs, prebuild
+
+    s = sig(4096, 4096, dt="half")
+    jobs = prebuild.jobs_for_census([s], "sm90")
+    assert {j.config_id for j in jobs if j.config_id.startswith("gv")} == set(FMA + MMA)
+    assert {j.dt for j in jobs if j.config_id.startswith("gv")} == {"fp16", "bf16"}
+    built = compile_jobs.jobs("sm90", s, ["gv1_n16x256_w4_s5_lr", "torch"], "/tmp/cache")
+    assert [(j.job.config_id, j.job.dt) for j in built] == [("gv1_n16x256_w4_s5_lr", "bf16")]
+
+
+@pytest.mark.slow
+def test_the_prebuild_compiles_every_padded_row_count_a_gv_config_launches(tmp_path):
+    """A build's compile pool (prebuild.compile_job): the FMA config's binaries at MP = 1, 2, 4 and
+    the tensor-core config's at 16, for sm90 without a GPU; a second run compiles nothing."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), TRITON_DEFAULT_FP_FUSION="1")
+    code = ("from tunedb.families.gemm import prebuild as p; import json;"
+            "s = p.run_jobs([p.Job('gv1_n16x256_w4_s5_lr', 'bf16'), p.Job('gv4_n32x256_w4_s4_mma', 'fp16')], 'sm90', 2);"
+            "print(json.dumps(s))")
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    summary = run()
+    assert summary["ok"] == 2, summary["failed"]
+    assert len(sorted(Path(tmp_path / "triton").rglob("*.cubin"))) == 4
+    entries = sorted(p.name for p in (tmp_path / "triton").iterdir())
+    run()
+    assert sorted(p.name for p in (tmp_path / "triton").iterdir()) == entries
