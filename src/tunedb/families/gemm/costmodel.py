@@ -202,10 +202,11 @@ def _predict_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: Mode
 def _gemv_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelParams) -> float | Status:
     """A `gv` config: its weight read at the rate session 16 measured (decode_cost.gemv_us), plus
     the fused activation once per CTA slab on the busiest SM. Infeasible past M = 16 or with more
-    splits than K tiles (the predicate's rules, for callers that rank without it)."""
+    splits than K tiles: where the family's predicate (its gemv part) refuses it, for callers
+    that rank without the predicate."""
     m, n, k, dt, sig = _shape_of(shape)
     t = _tile_of(config)
-    if m > configs_gemv.MAX_M or t.split_k > _cdiv(k, t.bk):
+    if configs_gemv.gemv_reason(config, n, k, m, dt) is not None:
         return Status.INFEASIBLE
     dot = bool(config.param("dot"))
     mp = configs_gemv.rows_padded(m, dot)
