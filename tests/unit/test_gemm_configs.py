@@ -33,9 +33,15 @@ def test_registry_returns_family_and_names_registered_ones_on_error():
 def test_every_grid_id_round_trips(cid):
     cfg = FAMILY.parse_config(cid)
     assert cfg.id == cid
-    again = configs.make(cfg.lane, *cfg.param("block"), cfg.param("warps"), cfg.param("stages"),
-                         cfg.param("group_m"), cfg.param("split_k"), bool(cfg.param("ws")),
-                         bool(cfg.param("atomic")), bool(cfg.param("pdl")))
+    if cfg.param("kernel") == "gemv":  # the GEMV kernel's own parameters (dot, late): configs_gemv
+        from tunedb.families.gemm.configs_gemv import make_gemv
+
+        again = make_gemv(*cfg.param("block")[1:], cfg.param("warps"), cfg.param("stages"), cfg.param("split_k"),
+                          cfg.param("dot"), cfg.param("pdl"), cfg.param("late"))
+    else:
+        again = configs.make(cfg.lane, *cfg.param("block"), cfg.param("warps"), cfg.param("stages"),
+                             cfg.param("group_m"), cfg.param("split_k"), bool(cfg.param("ws")),
+                             bool(cfg.param("atomic")), bool(cfg.param("pdl")))
     assert again == cfg
     data = cfg.to_json()
     assert {"lane", "block", "warps", "stages", "group_m", "split_k"} <= set(data)

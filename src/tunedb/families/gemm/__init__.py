@@ -1,7 +1,8 @@
 """The GEMM kernel family: ops `gemm` (y = x @ W^T) and `gemm_act` (+ bias, + activation).
 
 Lanes: triton_mma (portable tl.dot tiles), triton_tma (sm90+ descriptors, persistent, optionally
-warp-specialised), triton_splitk (small M, deep K, deterministic reduction), and the torch arms
+warp-specialised), triton_splitk (small M, deep K, deterministic reduction), triton_decode (M <= 16:
+the `dk` slab kernel and the `gv` GEMV kernel, split-K reduced in the kernel), and the torch arms
 `torch` and `fused`. FAMILY is what `tunedb.families.get("gemm")` returns. Importing this package
 touches neither torch nor triton; launching does.
 """
@@ -21,7 +22,7 @@ from tunedb.records import ArchProfile, Config, Signature
 # triton_launch.py) is not here: a measurement times the GPU work in a CUDA graph, so editing
 # how a launch is issued leaves every measured entry valid.
 KERNEL_SOURCES = ("kernels_common.py", "kernels_mma.py", "kernels_tma.py", "kernels_splitk.py",
-                  "kernel_specs.py", "arms.py")
+                  "kernel_specs.py", "arms.py", "kernels_gemv.py", "kernels_decode.py")
 
 
 @lru_cache(maxsize=1)

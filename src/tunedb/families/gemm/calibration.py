@@ -20,6 +20,7 @@ from tunedb.families.gemm.costmodel import (ELEM_BYTES, ModelParams, Terms, _pre
                               _vendor_parts, _vendor_us, decode_flight, default_line, launches, predict,
                               terms, weight_bytes)
 from tunedb.families.gemm.configs import VENDOR_LANES
+from tunedb.families.gemm.configs_gemv import is_gemv
 from tunedb.records import ArchProfile, Config, Measurement, Status
 
 
@@ -74,8 +75,8 @@ def fit(measurements: Iterable[Measurement], configs: Mapping[str, Config] | Ite
                 vendor.setdefault(meas.config_id, []).append((parts, meas.median_ms * 1000.0))
             continue
         config = by_id.get(meas.config_id)
-        if config is None or config.is_sentinel:
-            continue
+        if config is None or config.is_sentinel or is_gemv(config):
+            continue  # a `gv` config is priced by its own measured rate (decode_cost.gemv_us)
         shape = (meas.signature, meas.m)
         tm = terms(config, shape, arch)
         if isinstance(tm, Status):
@@ -149,7 +150,7 @@ def _fit_activations(params: ModelParams, acted: Sequence[Measurement], by_id: M
                 torch_y.append((us - gemm) / us)
             continue
         config = by_id.get(meas.config_id)
-        if config is None or config.is_sentinel:
+        if config is None or config.is_sentinel or is_gemv(config):
             continue
         tm = terms(config, (sig, meas.m), arch)
         pred = _predict_us(config, (sig, meas.m), arch, plain)

@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 
 from tunedb.errors import ConfigError
 from tunedb.families.gemm import configs_decode as decode
+from tunedb.families.gemm import configs_gemv as gemv
 from tunedb.families.gemm.config_ids import (  # noqa: F401 - re-exported
     ACTS, ELEMENT_BYTES, FAMILY, GEMM_SENTINELS, LANES, OPS, TMA_ALIGN_BYTES, TRITON_LANES, VENDOR_LANES,
     blocks, from_json, make, parse)
@@ -100,7 +101,7 @@ def _splitk_grid() -> list[Config]:
 @lru_cache(maxsize=1)
 def full_grid() -> tuple[Config, ...]:
     """Every config of every Triton lane before any arch filter (sense-pruned, not feasibility-pruned)."""
-    return tuple(_mma_grid() + _tma_grid() + _splitk_grid() + decode.grid())
+    return tuple(_mma_grid() + _tma_grid() + _splitk_grid() + decode.grid() + list(gemv.space()))
 
 
 def lanes_of(lanes: Sequence[str] | None) -> tuple[str, ...]:
@@ -131,6 +132,8 @@ def ws_supported() -> bool:
 
 def smem_bytes(cfg: Config) -> int:
     """Shared memory a config needs: the operand ring (+ the TMA epilogue buffer, + barriers)."""
+    if gemv.is_gemv(cfg):
+        return gemv.smem_bytes(cfg)
     if cfg.lane == decode.LANE:
         return decode.smem_bytes(cfg)
     bm, bn, bk = blocks(cfg)
@@ -196,6 +199,8 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     if why:
         return why
     n, k = sig.get("N"), sig.get("K")
+    if gemv.is_gemv(cfg):  # PDL's arch and Triton: arch_reason above
+        return gemv.gemv_reason(cfg, n, k, m, sig.dt)
     if cfg.lane == decode.LANE:
         return decode.shape_reason(cfg, n, k, m)
     bm, bn, bk = blocks(cfg)
@@ -274,7 +279,7 @@ COVERAGE_BASIS: tuple[str, ...] = (
     "b16x64x256_w4_s3_g8", "b32x64x128_w4_s3_g8", "b64x128x64_w4_s3_g8", "b128x64x64_w4_s4_g8",
     "b128x256x64_w8_s3_g8", "tma_b128x256x64_w8_s3_g8", "tma_b128x128x64_w8_s4_g8",
     "tma_b64x128x64_w4_s4_g8", "tma_b128x256x64_w8_s3_g8_ws",
-    "dk1_n64x256_w4_s4", "dk4_n32x256_w4_s4",
+    "dk1_n64x256_w4_s4", "dk4_n32x256_w4_s4", "gv1_n16x256_w4_s5_lr", "gv1_n32x256_w4_s4_mma",
 )
 
 

@@ -9,8 +9,13 @@ S pipeline stages, SPLIT CTAs per slab over contiguous runs of K tiles (reduced 
 deterministically). Without `_mma` the product is taken on CUDA cores (M <= 4, a bounded
 per-thread product tile), summed over K every tile or, `_lr` (late reduction), accumulated as
 [BN, BK] products and summed once after the loop; with `_mma` by one tensor-core dot per K tile
-(x padded to 16 rows, BN >= 16), any M <= 16. Not in the GEMM family's space or KERNEL_SOURCES yet: the family's table
-is not rebuilt with it until the H200 shows what it buys (bench/decode_gemv_bf16.py).
+(x padded to 16 rows, BN >= 16), any M <= 16. Bias and every activation of the family run in
+the kernel's epilogue (kernels_common.epilogue), so `gemm_act` keys are served too.
+
+The GEMM family's space holds SPACE (six configs: session 16 C's winners and a split-4 twin of
+each path's for narrow weights); configs.invalid_reason calls gemv_reason for every `gv` config.
+The bench's wider sweep is gemv_grid(). `rows_padded` and the FMA path's rules (fma_reason) are
+also scaled_mm's (its configs_gemv imports them).
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ FMA_MAX_M = 4  # past it the CUDA-core product costs more issue slots than the s
 MMA_MIN_BN = 16  # tl.dot's smallest N
 # the FMA path's [MP, BN, BK] fp32 product tile per thread, in 32-bit registers: past this it spills
 FMA_REGS = 128
-DTYPES = ("bf16", "fp16")
+# the signature dtypes: the family's 'half' keys are measured in bf16 and served in fp16 or bf16
+DTYPES = ("bf16", "fp16", "half")
 GV_ID = re.compile(r"^gv(?P<split>[1-9]\d*)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<mma>_mma)?(?P<lr>_lr)?(?P<pdl>_pdl)?$")
 
 
@@ -59,6 +65,24 @@ def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: 
                               ("kernel", "gemv"), ("dot", bool(dot)), ("late", bool(late))))
 
 
+def is_gemv(cfg: Config) -> bool:
+    """Whether `cfg` launches the GEMV kernel (a `gv` config)."""
+    return cfg.param("kernel") == "gemv"
+
+
+def launch_rows(cfg: Config) -> tuple[int, ...]:
+    """Every MP (the kernel's padded rows: one binary each) the config launches over the Ms it
+    serves: 1, 2, 4 on the FMA path where the register rule admits them, 16 on the tensor-core path."""
+    if cfg.param("dot"):
+        return (MAX_M,)
+    return tuple(mp for mp in (1, 2, 4) if fma_reason(cfg, mp) is None)
+
+
+def max_m(cfg: Config) -> int:
+    """The largest M the config serves, 0 for none (the rules are monotone in M)."""
+    return max((m for m in range(1, MAX_M + 1) if fma_reason(cfg, m) is None), default=0)
+
+
 def parse_gemv(config_id: str) -> Config:
     """The config of a `gv` id; ConfigError when it is not one or not canonical."""
     g = GV_ID.match(config_id)
@@ -78,11 +102,15 @@ def pdl_twin(cfg: Config) -> Config:
                      bool(cfg.param("dot")), not cfg.param("pdl"), bool(cfg.param("late")))
 
 
-def gemv_reason(cfg: Config, n: int, k: int, m: int, dt: str = "bf16", pdl_ok: bool = True) -> str | None:
-    """Why `cfg` cannot serve (N, K, M, dtype), or None: M <= 16 (<= 4 on the FMA path), the FMA
-    product tile's registers, a K tile for every split, a 2-byte dtype, PDL where the Triton has it."""
+def gemv_reason(cfg: Config, n: int, k: int, m: int | None, dt: str = "bf16", pdl_ok: bool = True) -> str | None:
+    """Why `cfg` cannot serve (N, K, M, dtype), or None: M <= 16 (<= 4 on the FMA path; None, every
+    M, never), the FMA product tile's registers, a K tile for every split, a 2-byte dtype, PDL
+    where the Triton has it. No alignment rule: N is wrapped and K's tail masked, and Triton
+    specialises the loads on 16-byte alignment (odd N and K run narrower loads, correctly)."""
     if dt not in DTYPES:
         return f"the gemv kernel serves {DTYPES}, not {dt!r}"
+    if m is None:
+        return f"the gemv kernel serves M <= {MAX_M} only, so not every M"
     if not 1 <= m <= MAX_M:
         return f"the gemv kernel serves 1 <= M <= {MAX_M}, not M={m}"
     if n < 1 or k < 1:
@@ -92,15 +120,43 @@ def gemv_reason(cfg: Config, n: int, k: int, m: int, dt: str = "bf16", pdl_ok: b
         return f"split_k={cfg.param('split_k')} > {-(-k // bk)} K tiles of {bk} at K={k}"
     if cfg.param("pdl") and not pdl_ok:
         return "_pdl needs Triton 3.4+ (gdc_wait, launch_pdl) on sm90+"
+    return fma_reason(cfg, m)
+
+
+def fma_reason(cfg: Config, m: int) -> str | None:
+    """The FMA path's rules at M (None on the tensor-core path): M <= 4 and its [MP, BN, BK]
+    product tile within FMA_REGS registers a thread. Shared with scaled_mm's GEMV."""
     if cfg.param("dot"):
         return None
     if m > FMA_MAX_M:
         return f"the gemv FMA path serves M <= {FMA_MAX_M}, not M={m} (its _mma twin serves M <= {MAX_M})"
+    _, bn, bk = cfg.param("block")
     per_thread = rows_padded(m, False) * bn * bk // (32 * cfg.param("warps"))
     if per_thread > FMA_REGS:
         return (f"the gemv FMA path's product tile needs {per_thread} registers a thread at M={m} "
                 f"(BN={bn}, BK={bk}, {cfg.param('warps')} warps) > {FMA_REGS}")
     return None
+
+
+def smem_bytes(cfg: Config) -> int:
+    """The pipelined W tiles (and x's 16-row tiles on the tensor-core path), all stages counted."""
+    _, bn, bk = cfg.param("block")
+    return (bn + (MAX_M if cfg.param("dot") else 0)) * bk * 2 * cfg.param("stages")
+
+
+# The GEMM family's `gv` configs. Session 16 C (bench/decode_gemv_bf16.py --quick, the Llama-3-8B
+# decode weights, cold, CUDA graphs) measured 16 slabs; the winners: at M=1 the late-reduction
+# FMA slabs 16x256 (3 of 4 weights, 1.06-1.12x cuBLAS) and 8x512 (28672x4096); at M = 4-16 the
+# tensor-core slabs 32x256 (the 4096-row weights) and 64x256 (6144 and 28672 rows). Split-2 twins
+# lost at every one of those weights (N >= 4096: 128-3584 CTAs unsplit), so only one split twin
+# per path is kept, split 4, for the narrow weights (N = 512-2048: 32-128 CTAs unsplit, too few
+# to cover HBM latency); no PDL twins: the family's space serves none (configs_decode.grid).
+SPACE_IDS: tuple[str, ...] = ("gv1_n16x256_w4_s5_lr", "gv1_n8x512_w4_s5_lr", "gv4_n16x256_w4_s5_lr",
+                              "gv1_n32x256_w4_s4_mma", "gv1_n64x256_w4_s3_mma", "gv4_n32x256_w4_s4_mma")
+
+
+def space() -> tuple[Config, ...]:
+    return tuple(parse_gemv(c) for c in SPACE_IDS)
 
 
 # The space the bench sweeps: FMA slabs of 4-32 rows x 256-1024 elements of K (2-16 KB a tile;

@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Sequence, Union
 
 from tunedb import settings
 from tunedb.errors import ConfigError
-from tunedb.families.gemm import act_cost, confidence, decode_cost
+from tunedb.families.gemm import act_cost, confidence, configs_gemv, decode_cost
 from tunedb.families.gemm.model_params import ModelParams
 from tunedb.families.gemm.configs import VENDOR_LANES
 from tunedb.records import ArchProfile, Config, Signature, Status
@@ -178,6 +178,8 @@ def _line(config: Config, arch: ArchProfile, params: ModelParams, elem: int) -> 
 
 
 def _predict_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelParams) -> float | Status:
+    if configs_gemv.is_gemv(config):
+        return _gemv_us(config, shape, arch, params)
     tm = terms(config, shape, arch)
     if isinstance(tm, Status):
         return tm
@@ -195,6 +197,26 @@ def _predict_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: Mode
     a, b = _line(config, arch, params, ELEM_BYTES.get(dt, 2))
     us = max(tm.line_us(a + epi, b, params.latency_us) + fixed, tm.floor_us)
     return us if dec is None else max(us, dec + tm.wave_slots * epi + fixed)
+
+
+def _gemv_us(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelParams) -> float | Status:
+    """A `gv` config: its weight read at the rate session 16 measured (decode_cost.gemv_us), plus
+    the fused activation once per CTA slab on the busiest SM. Infeasible past M = 16 or with more
+    splits than K tiles: where the family's predicate (its gemv part) refuses it, for callers
+    that rank without the predicate."""
+    m, n, k, dt, sig = _shape_of(shape)
+    t = _tile_of(config)
+    if configs_gemv.gemv_reason(config, n, k, m, dt) is not None:
+        return Status.INFEASIBLE
+    dot = bool(config.param("dot"))
+    mp = configs_gemv.rows_padded(m, dot)
+    us = decode_cost.gemv_us(n, k, mp, t.bn, t.bk, t.stages, t.warps, t.split_k, dot,
+                             configs_gemv.smem_bytes(config), ELEM_BYTES.get(dt, 2), arch.sms,
+                             arch.smem_per_sm, arch.dram_bw_gbs * 1e3)
+    act = act_cost.act_of(sig)
+    if act is not None:
+        us += _cdiv(_cdiv(n, t.bn) * t.split_k, arch.sms) * act_cost.epilogue_us(act, mp, t.bn, params.act_epilogue)
+    return us
 
 
 def weight_bytes(shape: ShapeArg) -> float:

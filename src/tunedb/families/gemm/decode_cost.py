@@ -76,3 +76,40 @@ def fit_stream(rows: Sequence[tuple[float, float, float]], bw_bytes_us: float) -
                 best = (loss, lat, base, p)
     assert best is not None
     return {"stream": (round(best[1], 6), BW_SCALE), "base": (round(best[2], 6), 0.0), "combine": (best[3], 0.0)}
+
+
+# The GEMV kernel's term (`gv` configs, configs_gemv.py): a weight read at its measured rate. Its
+# prediction is this term alone (no tile line, no fitted decode law: those come from the tile
+# kernels' points). Fitted once, by a grid search of mean |log(pred / measured)|, on session 16
+# C's 56 cold CUDA-graph times of the space's slabs and their nearest kin (gv1 16x256 / 8x512 /
+# 16x512 `_lr`, 4x512 `_lr`, gv2 16x512 `_lr`, gv1 32x256 / 64x256 `_mma`; bench/decode_gemv_bf16.py
+# --quick on the Llama-3-8B decode weights, M = 1, 4, 8, 16, BENCHMARKS.md s16 C): mean error
+# 4.6%, worst 19% (the FMA path at M=4 on the 14336-deep weight, over-predicted).
+GV_FIXED_US = 4.25  # a graph-launched call's launch, ramp and drain
+GV_BW_SHARE = 0.95  # of the profile's DRAM bandwidth, for a long stream
+GV_LATENCY_US = 2.0  # loaded latency: each resident CTA keeps its S tiles in flight per this
+GV_FMA_US = 1.6e-7  # the FMA path's issue time per weight element and padded row, whole GPU (132 SMs)
+GV_SPLIT_US = 3.0  # split-K's tail: the last split's partial loads, sum and store
+_GV_SMS = 132
+_GV_MAX_CTAS = 32
+
+
+def gemv_resident(smem: int, warps: int, smem_per_sm: int) -> int:
+    """CTAs of a `gv` config one SM holds: its shared memory, 64 warps, 32 CTAs."""
+    return max(1, min(smem_per_sm // max(smem, 1), 64 // warps, _GV_MAX_CTAS))
+
+
+def gemv_us(n: int, k: int, mp: int, bn: int, bk: int, stages: int, warps: int, split: int, dot: bool,
+            smem: int, elem: int, sms: int, smem_per_sm: int, bw_bytes_us: float) -> float:
+    """A `gv` call's time in us at (N, K) with MP padded rows: fixed + the slower of the weight
+    stream and (FMA path) the product's issue time + split-K's tail. The stream runs at the
+    bandwidth's share or, where the grid holds too few bytes in flight, at the busiest SM's CTAs
+    x S tiles per latency (an unsplit 64-row slab at N = 4096 fills 64 of 132 SMs)."""
+    nbytes = n * k * elem
+    ctas = -(-n // bn) * split
+    per_sm = -(-ctas // sms)
+    conc = min(per_sm, gemv_resident(smem, warps, smem_per_sm))
+    cta_rate = stages * bn * bk * elem / GV_LATENCY_US
+    stream = max(nbytes / (GV_BW_SHARE * bw_bytes_us), per_sm * (nbytes / ctas) / (conc * cta_rate))
+    issue = 0.0 if dot else n * k * mp * GV_FMA_US * _GV_SMS / sms
+    return GV_FIXED_US + max(stream, issue) + (GV_SPLIT_US if split > 1 else 0.0)

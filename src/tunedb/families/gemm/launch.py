@@ -182,8 +182,12 @@ def _decode(config: Config, sig: Signature) -> Launcher:
     """The triton_decode lane: one kernel, M <= 16, its workspace and counters allocated once per
     device (the kernel leaves them zero). One closure serves one stream at a time: two streams
     running the same (config, signature) concurrently would share the counters."""
-    from tunedb.families.gemm import kernels_decode
+    from tunedb.families.gemm import configs_gemv, kernels_decode
 
+    if configs_gemv.is_gemv(config):  # the GEMV kernel (`gv`): its own launcher, same scratch
+        from tunedb.families.gemm.launch_gemv import launcher as gemv_launcher
+
+        return gemv_launcher(config, sig)
     spec = kernels_decode.spec(config)
     prep, n, k, has_bias, act = _prologue(sig)
     site = Site(spec.kernel, (n, k, has_bias, act), spec.kwargs(interpret=_interpreting()))

@@ -2,7 +2,9 @@
 its lanes: `launcher(config, sig)` -> fn(x, weight, bias, out), one cached closure per (config,
 signature), one launch site per MP (the kernel's padded rows: 1, 2, 4 on the FMA path, 16 on the
 tensor-core path), its split-K workspace and counters allocated once per device (the kernel
-leaves them zero). Torch module (imported lazily). Not wired into the family's lanes yet.
+leaves them zero). Torch module (imported lazily). The family's launch path (launch._decode)
+sends `gv` configs here, so a table entry serving one runs through this closure, captured or not
+(splitk_scratch keeps buffers made inside a capture to that graph).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ def _build(cfg: Config, sig: Signature) -> Callable[..., Any]:
     if why:
         raise ValueError(f"{cfg.id} cannot serve {sig.format()}: {why}")
     dot = bool(cfg.param("dot"))
+    top = configs_gemv.max_m(cfg)  # the per-call check: one comparison (the rules are monotone in M)
     sites: dict[int, Site] = {}
     grid = sp.grid(n)
     ws_elems, counters = sp.workspace_sizes(n)
@@ -47,9 +50,8 @@ def _build(cfg: Config, sig: Signature) -> Callable[..., Any]:
         m = x2.shape[0]
         if not m:
             return y
-        why = configs_gemv.gemv_reason(cfg, n, k, m, sig.dt)
-        if why:
-            raise ValueError(f"{cfg.id} cannot serve M={m}: {why}")
+        if m > top:
+            raise ValueError(f"{cfg.id} cannot serve M={m}: {configs_gemv.gemv_reason(cfg, n, k, m, sig.dt)}")
         if x2.dtype != w.dtype or x2.dtype not in (torch.bfloat16, torch.float16):
             raise ValueError(f"{cfg.id} takes bf16 or fp16 x and weight of one dtype, got {x2.dtype}, {w.dtype}")
         mp = configs_gemv.rows_padded(m, dot)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from tunedb.families.gemm import calibration, confidence, costmodel
+from tunedb.families.gemm import calibration, confidence, configs_gemv, costmodel
 from tunedb.records import ArchProfile, Config, Measurement, Signature, Status
 
 
@@ -36,9 +36,18 @@ class GemmCostModel:
         self._decide = costmodel.make_decider(profile, self.params, family.invalid_reason, self._default)
 
     def rank(self, sig: Signature, m: int, configs: Sequence[Config], k: int) -> list[str]:
-        """The k configs predicted fastest at (sig, m), fastest first."""
-        return [c.id for c, _ in costmodel.rank(configs, m, sig.get("N"), sig.get("K"), self.profile, k, None,
-                                                self.params, dt=sig.dt, default_config=self._default, sig=sig)]
+        """The k configs predicted fastest at (sig, m), fastest first, then (M <= 16) every `gv`
+        config among `configs` that the predicate admits here and the k left out: the family's
+        few GEMV slabs (configs_gemv.SPACE_IDS, at most 6 a point) are always measured at decode
+        sizes, as scaled_mm measures its seeds, so a build finds where they win whatever the
+        model's guess."""
+        ids = [c.id for c, _ in costmodel.rank(configs, m, sig.get("N"), sig.get("K"), self.profile, k, None,
+                                               self.params, dt=sig.dt, default_config=self._default, sig=sig)]
+        if m <= configs_gemv.MAX_M:
+            have = set(ids)
+            ids += [c.id for c in configs if configs_gemv.is_gemv(c) and c.id not in have
+                    and self.family.invalid_reason(c, sig, m, self.profile) is None]
+        return ids
 
     def predict(self, sig: Signature, m: int, config_id: str) -> float | None:
         """Predicted ms of one arm; None where the model cannot price it."""

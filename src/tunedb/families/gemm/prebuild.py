@@ -198,7 +198,12 @@ def compile_job(job: Job) -> dict:
     try:
         cfg = configs.parse(job.config_id)
         ints = _sample_ints(job)
-        if cfg.lane == "triton_decode":
+        if cfg.param("kernel") == "gemv":  # one binary per padded row count it launches
+            from tunedb.families.gemm import prebuild_gemv
+
+            for mp in prebuild_gemv.configs_gemv.launch_rows(cfg):
+                prebuild_gemv.warm(cfg, mp, job.dt, job.n_aligned, job.k_aligned)
+        elif cfg.lane == "triton_decode":
             from tunedb.families.gemm import kernels_decode as dec
 
             args = [_Pointer(job.dt if p == "io" else p) for p in dec.POINTERS]

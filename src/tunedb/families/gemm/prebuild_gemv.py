@@ -42,17 +42,24 @@ def jobs(config_ids: Iterable[str], shapes: Iterable[tuple[int, int]], ms: Itera
     return sorted(out)
 
 
-def compile_job(job: GemvJob) -> dict:
-    """Compile one job (in a worker whose driver reports the target); a failure is reported."""
+def warm(cfg, mp: int, dt: str, n_aligned: bool = True, k_aligned: bool = True) -> None:
+    """Compile the binary `cfg` launches at MP = mp in dtype dt (bf16/fp16) for an N and K of
+    that 16-divisibility, through the JIT's own warmup (the stand-in driver names the target).
+    The GEMM prebuild (prebuild.compile_job) calls this for each MP of a `gv` config."""
     from tunedb.families.gemm.kernels_gemv import spec
 
+    sp = spec(cfg)
+    ptrs = [prebuild._Pointer(p) for p in (dt, dt, dt, dt, "f32", "i32")]
+    # values matter only through Triton's specialisation (16-divisible or not); M never is
+    ints = [16, 4096 if n_aligned else 4104, 4096 if k_aligned else 4104, 0, 0]
+    sp.kernel.warmup(*ptrs, *ints, grid=(1,), **sp.kwargs(mp))
+
+
+def compile_job(job: GemvJob) -> dict:
+    """Compile one job (in a worker whose driver reports the target); a failure is reported."""
     start = time.perf_counter()
     try:
-        sp = spec(configs_gemv.parse_gemv(job.config_id))
-        ptrs = [prebuild._Pointer(p) for p in (job.dt, job.dt, job.dt, job.dt, "f32", "i32")]
-        # values matter only through Triton's specialisation (16-divisible or not); M never is
-        ints = [16, 4096 if job.n_aligned else 4104, 4096 if job.k_aligned else 4104, 0, 0]
-        sp.kernel.warmup(*ptrs, *ints, grid=(1,), **sp.kwargs(job.mp))
+        warm(configs_gemv.parse_gemv(job.config_id), job.mp, job.dt, job.n_aligned, job.k_aligned)
     except Exception as exc:  # noqa: BLE001 - one config failing to compile is reported, not fatal
         return {"job": asdict(job), "ok": False, "seconds": time.perf_counter() - start,
                 "error": f"{type(exc).__name__}: {str(exc)[-600:]}"}

@@ -14,22 +14,17 @@ from __future__ import annotations
 import re
 
 from tunedb.errors import ConfigError
+from tunedb.families.gemm.configs_gemv import FMA_MAX_M, FMA_REGS, fma_reason, rows_padded  # noqa: F401 - re-exported
 from tunedb.records import Config
 
 GEMV_BN = (4, 8, 16, 32, 64, 128)
 GEMV_BK = (128, 256, 512, 1024)
 MAX_SPLIT = 16
 GEMV_WARPS = (1, 2, 4, 8)
-FMA_MAX_M = 4  # past it the CUDA-core product costs more issue slots than the stream leaves
+# the FMA path's rules (M <= FMA_MAX_M, its [MP, BN, BK] product tile within FMA_REGS registers a
+# thread) and the kernel's padded rows are the bf16 GEMV's: one definition (gemm/configs_gemv.py)
 MMA_MIN_BN = 16
-# the FMA path's [MP, BN, BK] product tile per thread, in 32-bit registers: past this it spills
-FMA_REGS = 128
 GV_ID = re.compile(r"^gv(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<mma>_mma)?(?P<pdl>_pdl)?$")
-
-
-def rows_padded(m: int, dot: bool) -> int:
-    """The kernel's MP: 16 for the tensor-core path, else the next power of two >= M."""
-    return 16 if dot else 1 << max(0, (m - 1).bit_length())
 
 
 def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: bool = False,
@@ -68,17 +63,8 @@ def is_gemv(cfg: Config) -> bool:
 
 def gemv_reason(cfg: Config, m: int) -> str | None:
     """The gemv part of the predicate at M (the caller has checked M <= 16, the splits against
-    K's tiles and PDL's arch): the FMA path's M and register bounds."""
-    if cfg.param("dot"):
-        return None
-    if m > FMA_MAX_M:
-        return f"the gemv FMA path serves M <= {FMA_MAX_M}, not M={m} (its _mma twin serves M <= 16)"
-    _, bn, bk = cfg.param("block")
-    per_thread = rows_padded(m, False) * bn * bk // (32 * cfg.param("warps"))
-    if per_thread > FMA_REGS:
-        return (f"the gemv FMA path's product tile needs {per_thread} registers a thread at M={m} "
-                f"(BN={bn}, BK={bk}, {cfg.param('warps')} warps) > {FMA_REGS}")
-    return None
+    K's tiles and PDL's arch): the FMA path's M and register bounds (gemm's fma_reason)."""
+    return fma_reason(cfg, m)
 
 
 # The space: FMA slabs of 4-32 rows x 256-1024 bytes of K (2-16 KB a tile; the narrow ones fit
