@@ -70,6 +70,7 @@ def _tile_step(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, lse_ptr, cnt_ptr,
     tl.debug_barrier()  # every thread's stores issued before the release below publishes them
     done = tl.atomic_add(cnt_ptr + rb, 1, sem="acq_rel")
     if done == T - 1:  # the block's last tile: every partial of its rows is visible
+        tl.debug_barrier()  # no thread reads the partials before the acquire above completed
         _block_lse(pmax_ptr, psum_ptr, lse_ptr, offs_m, m_ok, T, TB)
         tl.debug_barrier()
         tl.atomic_xchg(cnt_ptr + tl.cdiv(M, BM) + rb, 1, sem="release")
