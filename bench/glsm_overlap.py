@@ -12,6 +12,9 @@ over head-weight copies read cold, median of replays):
   torch      F.linear + torch.log_softmax
   shipped    the config src/tunedb/db/sm90/gemm_log_softmax.json serves at (signature, M)
   ov_...     the triton_overlap configs (valid at M >= 256)
+  no-overlap the first ov config's tile as the rowfix lane's two kernels under PDL (tiles, then
+             the fix-up, at every M: the rowfix predicate's M <= 1024 bypassed): the same Triton
+             GEMM without the overlap, which says what the overlap itself buys
   linear     F.linear alone (the share of the time cuBLAS's GEMM takes)
 Per point: torch us, the shipped pick and its x torch, the best ov config and its x, the best of
 the two. Geomeans of shipped, best-of(shipped, ov) (what a rebuilt table could serve if the
@@ -31,8 +34,9 @@ import torch
 
 from tunedb import families
 from tunedb.arch import shipped_profile
-from tunedb.families.gemm_log_softmax import configs_overlap
+from tunedb.families.gemm_log_softmax import configs_overlap, configs_rowfix
 from tunedb.families.gemm_log_softmax.launch_overlap import overlap_arm
+from tunedb.families.gemm_log_softmax.launch_rowfix import rowfix_arm
 from tunedb.measure.timers import rotation_copies
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
@@ -82,12 +86,18 @@ def run_point(n, k, m, l2, sm90, table, ov_ids, device="cuda", timer=graph_us, d
         arms["shipped"] = FAM.parse_config(pick)
     for cid in ov_ids:
         arms[cid] = configs_overlap.parse(cid)
+    if ov_ids:
+        c0 = configs_overlap.parse(ov_ids[0])
+        arms["no-overlap"] = configs_rowfix.make(*c0.param("block"), c0.param("warps"), c0.param("stages"), "pdl")
     row = {"N": n, "K": k, "M": m, "copies": copies, "shipped_pick": pick, "times_us": {}, "errors": {}, "failed": {}}
     base = None
     for name, cfg in arms.items():
         if cfg.lane == configs_overlap.LANE:
             why = configs_overlap.reason(cfg, n, k, m, sm90)
             call = lambda w_, b_, cfg=cfg: overlap_arm(cfg, x, w_, b_, out=out)  # noqa: E731
+        elif name == "no-overlap":
+            why = configs_overlap.reason(arms[ov_ids[0]], n, k, m, sm90)  # where its ov twin runs
+            call = lambda w_, b_, cfg=cfg: rowfix_arm(cfg, x, w_, b_, out=out)  # noqa: E731
         else:
             why = FAM.invalid_reason(cfg, sig, m, sm90)
             call = lambda w_, b_, cfg=cfg: FAM.launch(cfg, sig, x, w_, b_, out=out)  # noqa: E731
@@ -126,13 +136,14 @@ def summarise(row):
 
 def markdown(rows):
     f = lambda v, s=".2f": "-" if v is None else format(v, s)  # noqa: E731
-    lines = ["| N | K | M | torch us | linear us | shipped pick | shipped x | best ov | ov us | ov x | best of both x |",
-             "|" + "---|" * 11]
+    lines = ["| N | K | M | torch us | linear us | shipped pick | shipped x | best ov | ov us | ov x | best of both x "
+             "| no-overlap x |", "|" + "---|" * 12]
     for r in rows:
         t = r["times_us"]
         lines.append(f"| {r['N']} | {r['K']} | {r['M']} | {f(t['torch'], '.1f')} | {f(t.get('linear'), '.1f')} "
                      f"| {r['shipped_pick']} | {f(r['shipped_x'])} | {r['ov_best'] or '-'} "
-                     f"| {f(t.get(r['ov_best']) if r['ov_best'] else None, '.1f')} | {f(r['ov_x'])} | {f(r['best_x'])} |")
+                     f"| {f(t.get(r['ov_best']) if r['ov_best'] else None, '.1f')} | {f(r['ov_x'])} | {f(r['best_x'])} "
+                     f"| {f(t['torch'] / t['no-overlap'] if t.get('no-overlap') else None)} |")
     lines += failed_arms(rows, lambda r: f"{r['N']}x{r['K']} M={r['M']}")
     valid = [r for r in rows if r["ov_x"]]
     lines += ["", f"geomean over {len(rows)} points: shipped {geomean([r['shipped_x'] for r in rows]):.3f}x, "
