@@ -11,8 +11,9 @@ and write mostly stay out of HBM, and it runs while other CTAs compute. CTAs pas
 drain the remaining fix-ups.
 
 LAG >= T makes every wait one on earlier tiles only; with the whole grid resident (one CTA an SM)
-nothing can wait forever. A wait is still bounded by MAX_SPINS polls: a fix-up whose wait ran
-out writes NaN (a loud wrong answer the gate refuses), never a hang. Loads of what other CTAs
+nothing can wait forever. The waits are still bounded: MAX_SPINS polls a CTA over all its waits;
+a fix-up whose wait ran out writes NaN, or leaves the tile's logits unnormalised when the tile's
+own write came after it (loudly wrong: off by the row's lse; the gate refuses it), never a hang. Loads of what other CTAs
 wrote use `.cg` (L2, never a stale L1 line). No torch import: launch_overlap.py passes tensors.
 """
 from __future__ import annotations
@@ -77,18 +78,19 @@ def _tile_step(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, lse_ptr, cnt_ptr,
 
 
 @triton.jit
-def _fix_step(y_ptr, lse_ptr, cnt_ptr, u, M, N, T, stride_ym,
-              BM: tl.constexpr, BN: tl.constexpr, FC: tl.constexpr, MAX_SPINS: tl.constexpr):
+def _fix_step(y_ptr, lse_ptr, cnt_ptr, u, M, N, T, stride_ym, budget,
+              BM: tl.constexpr, BN: tl.constexpr, FC: tl.constexpr):
     """Fix tile u in place (y -= lse of its rows) once its row block's lse is ready, FC columns
-    at a time (a whole 128 x 256 tile in fp32 would be 128 more registers a thread)."""
+    at a time (a whole 128 x 256 tile in fp32 would be 128 more registers a thread). `budget`:
+    the polls this CTA has left (one budget for all its waits: a fault that leaves every flag
+    down costs one bounded wait, not one a tile); returns what is left."""
     rb = u // T
     nt = u % T
     flag = cnt_ptr + tl.cdiv(M, BM) + rb
     ready = tl.atomic_add(flag, 0, sem="acquire")
-    spins = 0
-    while (ready == 0) & (spins < MAX_SPINS):
+    while (ready == 0) & (budget > 0):
         ready = tl.atomic_add(flag, 0, sem="acquire")
-        spins += 1
+        budget -= 1
     tl.debug_barrier()
     offs_m = rb * BM + tl.arange(0, BM)
     m_ok = offs_m < M
@@ -101,6 +103,7 @@ def _fix_step(y_ptr, lse_ptr, cnt_ptr, u, M, N, T, stride_ym,
         ptrs = row_ptrs[:, None] + offs_n[None, :]
         v = tl.load(ptrs, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
         tl.store(ptrs, (v - lse[:, None]).to(y_ptr.dtype.element_ty), mask=ok)
+    return budget
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
@@ -117,13 +120,14 @@ def _overlap_kernel(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, lse_ptr, cnt
         N = (N // VEC) * VEC
         stride_ym = (stride_ym // VEC) * VEC
     total = R * T
+    budget = pid * 0 + MAX_SPINS  # an i32 the loops carry (a constexpr would not change type)
     for t in range(pid, total, G):
         _tile_step(x_ptr, w_ptr, b_ptr, y_ptr, pmax_ptr, psum_ptr, lse_ptr, cnt_ptr, t, M, N, K, T,
                    stride_xm, stride_wn, stride_ym, HAS_BIAS, BM, BN, BK, TB)
         if t >= LAG:
-            _fix_step(y_ptr, lse_ptr, cnt_ptr, t - LAG, M, N, T, stride_ym, BM, BN, FC, MAX_SPINS)
+            budget = _fix_step(y_ptr, lse_ptr, cnt_ptr, t - LAG, M, N, T, stride_ym, budget, BM, BN, FC)
     # the drain: the fix-ups of the last LAG tiles, in the CTAs that would have had tiles t >= total
     first = pid + tl.cdiv(tl.maximum(total - pid, 0), G) * G
     for t in range(first, total + LAG, G):
         if t >= LAG:
-            _fix_step(y_ptr, lse_ptr, cnt_ptr, t - LAG, M, N, T, stride_ym, BM, BN, FC, MAX_SPINS)
+            budget = _fix_step(y_ptr, lse_ptr, cnt_ptr, t - LAG, M, N, T, stride_ym, budget, BM, BN, FC)

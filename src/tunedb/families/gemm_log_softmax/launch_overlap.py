@@ -12,7 +12,8 @@ from typing import Any
 
 from tunedb.records import Config
 
-MAX_SPINS = 1 << 16  # polls of a ready flag before a fix-up gives up (writes NaN): never a hang
+MAX_SPINS = 1 << 16  # polls of ready flags a CTA may spend over all its waits (0.3-1 us each)
+# before its fix-ups give up and write NaN: never a hang
 STAT_BLOCK = 16  # partials the row block's combine reads a row per step (64: the kernel spills)
 FIX_COLS = 64  # columns a fix-up step holds at a time (a whole 128 x 256 tile in fp32 spills)
 
@@ -24,9 +25,10 @@ def lag(grid: int, tiles_per_block: int) -> int:
 
 
 def overlap_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None,
-                vec: int | None = None, grid: int | None = None) -> Any:
+                vec: int | None = None, grid: int | None = None, max_spins: int = MAX_SPINS) -> Any:
     """y = log_softmax(x @ W^T + b) in one persistent launch. `vec` None: launch.row_vec's hint
-    over the output; `grid` None: one CTA an SM (tests pass other grids)."""
+    over the output; `grid` None: one CTA an SM; `max_spins`: a CTA's poll budget (tests pass
+    other grids and budgets)."""
     import torch
 
     from tunedb.families.gemm_log_softmax import kernels_overlap as ko
@@ -58,6 +60,6 @@ def overlap_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any 
     ko._overlap_kernel[(g,)](x2, w, b, y, pmax, psum, lse, cnt, m, n, k, t, r, lag(g, t),
                              x2.stride(0), w.stride(0), y.stride(0),
                              HAS_BIAS=bias is not None, BM=bm, BN=bn, BK=bk, TB=STAT_BLOCK, FC=min(bn, FIX_COLS),
-                             MAX_SPINS=MAX_SPINS, VEC=vec,
+                             MAX_SPINS=max_spins, VEC=vec,
                              num_warps=config.param("warps"), num_stages=config.param("stages"))
     return out if out is not None else y.view(*lead, n)
