@@ -7,8 +7,7 @@ grammar, validity predicate and fp32 gate; the database file is `db/<arch>/gemm_
 Lanes: triton_recompute (stats pass, then recompute + write once), triton_fixup (logits written
 once in the output dtype, then subtracted in place), linear_rows (cuBLAS, then a Triton row
 log-softmax), triton_rowfix (small M: tiles + statistics, one combined fix-up; two launches or
-one persistent), triton_overlap (M >= 256: one persistent launch, fix-ups overlapping the GEMM
-tiles; docs/glsm_gap.md), torch (linear + log_softmax: the fallback
+one persistent), torch (linear + log_softmax: the fallback
 and the untuned choice). Importing this package touches neither torch nor triton.
 See docs/gemm_log_softmax.md.
 """
@@ -23,8 +22,7 @@ from tunedb.families.config_methods import ConfigMethods
 from tunedb.families.gemm_log_softmax import configs, keys
 from tunedb.records import Config, Signature
 
-KERNEL_SOURCES = ("kernels.py", "launch.py", "kernels_rowfix.py", "launch_rowfix.py", "kernels_overlap.py",
-                  "launch_overlap.py")
+KERNEL_SOURCES = ("kernels.py", "launch.py", "kernels_rowfix.py", "launch_rowfix.py")
 
 
 @lru_cache(maxsize=1)
@@ -93,10 +91,6 @@ class GemmLogSoftmaxFamily(ConfigMethods):
 
     # --- tensors (torch imported lazily)
     def launch(self, config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
-        if config.lane == "triton_overlap":  # launch.py (hashed, older) dispatches the other lanes
-            from tunedb.families.gemm_log_softmax.launch_overlap import overlap_arm
-
-            return overlap_arm(config, x, weight, bias, out)
         from tunedb.families.gemm_log_softmax.launch import launch
 
         return launch(config, sig, x, weight, bias, out)

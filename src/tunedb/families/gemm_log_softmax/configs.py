@@ -14,9 +14,6 @@ keeps cuBLAS's GEMM and replaces only torch's log_softmax:
                       (two launches), pdl (the fix-up under programmatic dependent launch) or one{P}
                       (one persistent launch, P CTAs an SM, a grid barrier between the phases);
                       configs_rowfix.py)
-    triton_overlap    ov_b{BM}x{BN}x{BK}_w{W}_s{S}   ov_b128x256x64_w8_s3 (M >= 256: ONE persistent launch, the
-                      fix-ups of tiles written LAG tiles earlier overlapping later GEMM tiles, in L2;
-                      configs_overlap.py, docs/glsm_gap.md)
 Sentinels: `torch` (F.linear then torch.log_softmax: the fallback) and `default` (the untuned
 choice: the torch arm too, no guessed tile is served unmeasured).
 """
@@ -28,7 +25,6 @@ from typing import Iterable, Sequence
 
 from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
-from tunedb.families.gemm_log_softmax import configs_overlap as overlap
 from tunedb.families.gemm_log_softmax import configs_rowfix as rowfix
 from tunedb.families.key_rules import head_reason
 from tunedb.families.tile_ids import TileIds, blocks
@@ -37,7 +33,7 @@ from tunedb.records import ArchProfile, Config, Signature
 FAMILY = "gemm_log_softmax"
 OPS: tuple[str, ...] = ("gemm_log_softmax",)
 DTYPES: tuple[str, ...] = ("bf16", "fp16")
-TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup", "linear_rows", "triton_rowfix", "triton_overlap")
+TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup", "linear_rows", "triton_rowfix")
 TILE_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup")
 LANES: tuple[str, ...] = TRITON_LANES + ("torch",)
 FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
@@ -79,8 +75,6 @@ def parse(config_id: str) -> Config:
     """A config from its id: a tile (rc_/fx_), a linear_rows id (lr_), a rowfix id (rf_) or a sentinel."""
     if isinstance(config_id, str) and config_id.startswith(rowfix.PREFIX):
         return rowfix.parse(config_id)
-    if isinstance(config_id, str) and config_id.startswith(overlap.PREFIX):
-        return overlap.parse(config_id)
     m = _ROWS_ID.match(config_id) if isinstance(config_id, str) else None
     if m is None:
         return TILE_IDS.parse(config_id)
@@ -117,7 +111,7 @@ def full_grid() -> tuple[Config, ...]:
     tiles = tuple(make(lane, *t) for lane in TILE_LANES for t in _TILES)
     return (tiles + tuple(make_rows(*r) for r in _ROWS) + tuple(make_rows(*r, pdl=True) for r in _ROWS_PDL)
             + tuple(make_rows(r, c, w, persist=p) for r, c, w, p in _ROWS_STREAM)
-            + rowfix.grid() + overlap.grid())
+            + rowfix.grid())
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
@@ -136,8 +130,6 @@ def smem_bytes(cfg: Config) -> int:
         return 0
     if cfg.lane == "triton_rowfix":
         return rowfix.smem_bytes(cfg)
-    if cfg.lane == "triton_overlap":
-        return overlap.smem_bytes(cfg)
     bm, bn, bk = blocks(cfg)
     return max(cfg.param("stages") * (bm + bn) * bk * 2, bm * bn * 4)
 
@@ -173,8 +165,6 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
         return _rows_reason(cfg, sig.get("N"), m) or _rows_pdl_reason(cfg, arch)
     if cfg.lane == "triton_rowfix":
         return rowfix.reason(cfg, sig.get("N"), sig.get("K"), m, arch)
-    if cfg.lane == "triton_overlap":
-        return overlap.reason(cfg, sig.get("N"), sig.get("K"), m, arch)
     bm, bn, bk = blocks(cfg)
     need = smem_bytes(cfg)
     if need > arch.smem_per_block:
@@ -260,7 +250,7 @@ def compile_set(arch_family: str, referenced: Iterable[str]) -> tuple[Config, ..
 
 def simplicity(config_id: str) -> int:
     """Lower is simpler: the torch arm; cuBLAS's GEMM with a Triton row pass; the one-GEMM
-    fixups (three launches, then the rowfix's two or one, the overlap's one); the two-GEMM recompute."""
+    fixups (three launches, then the rowfix's two or one); the two-GEMM recompute."""
     if config_id in FAMILY_SENTINELS:
         return 0
-    return {"lr_": 1, "fx_": 2, "rf_": 2, "ov_": 2}.get(config_id[:3], 3)
+    return {"lr_": 1, "fx_": 2, "rf_": 2}.get(config_id[:3], 3)
