@@ -274,3 +274,41 @@ def test_the_product_mode_survives_deepcopy_and_torch_compile():
     assert len(twin._forward_pre_hooks) == 1 and len(twin._forward_hooks) == 1
     torch.testing.assert_close(torch.compile(twin, backend="eager")(q, q, q), want)
     assert not getattr(serving._state, "modes", [])  # every forward left its mode
+
+
+def test_the_product_mode_backs_off_in_eager_where_the_forward_served_no_product(monkeypatch):
+    """A forward that served no product with a tile (SDPA attention: no matmul at all) makes the
+    next 1, 2, 4, ... eager forwards skip the mode (its hop on every torch call cost Llama's eager
+    decode 26-37%); a forward that served one resets the gap; capture always runs the mode."""
+    from tunedb.families.bmm import serving
+
+    entered = []
+    real = serving.product_mode
+    monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
+    serves = {"now": False}
+
+    class Model(nn.Module):
+        def forward(self, x):
+            calls.append(x)
+            if serves["now"]:  # what serve() does when a tile answers a product
+                serving._state.served = getattr(serving._state, "served", 0) + 1
+            return x * 2
+
+    calls: list = []
+    model = serving.install(Model())
+    x = torch.ones(2)
+    for _ in range(12):
+        torch.testing.assert_close(model(x), x * 2)
+    assert entered == [0, 2, 5, 10]  # probes after gaps of 1, 2, 4 forwards
+    serves["now"] = True
+    entered.clear()
+    for _ in range(40):  # the next probe (after a gap of 8) serves: every forward enters again
+        model(x)
+    assert entered[0] == 19 and entered[1:4] == [20, 21, 22]
+    serves["now"] = False
+    monkeypatch.setattr(serving, "_capturing", lambda: True)
+    entered.clear()
+    for _ in range(3):
+        model(x)
+    assert entered == [52, 53, 54]  # under capture the mode runs whatever the last forward did
+    assert not getattr(serving._state, "modes", [])

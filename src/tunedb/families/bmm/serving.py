@@ -12,7 +12,12 @@ What it cannot swap: SDPA (transformers' default attention, torch's nn.Multihead
 fast path) never reaches a matmul; flash / SDPA kernels are not this family's. Products under
 torch.compile are left to inductor. The mode costs a Python hop per torch call inside the
 forward in eager mode, so optimize() installs it only when this arch has a bmm table with
-entries; under CUDA graphs the hop is paid at capture only.
+entries; under CUDA graphs the hop is paid at capture only. In eager mode a forward that served no
+product with a tile makes the model skip the mode for its next 1, 2, 4, ... 1024 eager forwards
+(probing again after each gap; a forward that serves one resets it): a model whose attention is
+SDPA (Llama in transformers) makes no product the op serves, and the hop on every torch call of its
+forward, our own GEMM launches' included, cost s17 D's Llama-3-8B decode 26-37% in eager. A
+forward under stream capture always runs the mode (paid once, at capture).
 """
 from __future__ import annotations
 
@@ -71,6 +76,7 @@ def serve(a: Any, b: Any) -> Any:
     if _decisions[key] is None:
         return None
     c = ops.bmm(a3, b3)
+    _state.served = getattr(_state, "served", 0) + 1
     return c.view(*batch, c.shape[-2], c.shape[-1])
 
 
@@ -112,23 +118,47 @@ def _compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+_MAX_GAP = 1024  # eager forwards skipped at most between two probes of a model serving nothing
+
+
+def _capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _enter(module: Any, args: Any) -> None:
     if _compiling():  # the compiler keeps the products (see the module docstring): no mode to trace
         return
     stack = getattr(_state, "modes", None)
     if stack is None:
         stack = _state.modes = []
+    skip = module.__dict__.get("_tunedb_bmm_skip", 0)
+    if skip and not _capturing():
+        module._tunedb_bmm_skip = skip - 1
+        stack.append(None)  # _exit pops one entry a forward
+        return
     mode = product_mode()
     mode.__enter__()
-    stack.append(mode)
+    stack.append((mode, getattr(_state, "served", 0)))
 
 
 def _exit(module: Any, args: Any, output: Any) -> None:
     if _compiling():
         return
     stack = getattr(_state, "modes", None)
-    if stack:
-        stack.pop().__exit__(None, None, None)
+    if not stack:
+        return
+    entry = stack.pop()
+    if entry is None:
+        return
+    mode, served_before = entry
+    mode.__exit__(None, None, None)
+    if getattr(_state, "served", 0) > served_before or _capturing():
+        module._tunedb_bmm_gap = 0
+        return
+    gap = min(2 * module.__dict__.get("_tunedb_bmm_gap", 0) or 1, _MAX_GAP)
+    module._tunedb_bmm_gap = module._tunedb_bmm_skip = gap
 
 
 # optimize()'s other families read a module's hooks as a user's (GEMM fuses nothing in a hooked
