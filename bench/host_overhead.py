@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 if cid:  # the selection's own cost: the entry point paired with its bound launcher
                     fns = dict(rows)
                     overheads[cid] = tuple(
-                        paired_overhead_us(fns[f"[{cid}] tunedb.runtime.{op}"], fns[f"[{cid}] {bound}"],
+                        paired_overhead_us(fns[f"[{cid}] tunedb.families.gemm.{op}"], fns[f"[{cid}] {bound}"],
                                            args.calls, 20, sync)[2]
                         for op, bound in (("ops.gemm", "bound launcher gemm"),
                                           ("ops.gemm_act (gelu)", "bound launcher gemm_act (gelu)")))
