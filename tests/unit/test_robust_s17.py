@@ -34,3 +34,27 @@ def test_recommend_still_reads_a_measured_entry_with_model_fallback_off():
     with settings.override(MODEL_FALLBACK="0"):
         got = tunedb.recommend("potrf", "fp32", 8, 2048)
     assert got.source == "measured"
+
+
+@pytest.mark.parametrize("bad", [8, -1, 100])
+def test_group_gemm_names_an_out_of_range_expert_id_and_the_allowed_range(bad):
+    # the CPU arm indexed past the stacked experts (or wrapped around at -1) and returned garbage
+    from tunedb.errors import SignatureError
+    from tunedb.runtime import dispatch
+
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    w = torch.randn(8, 32, 16, dtype=torch.bfloat16)
+    ids = torch.tensor([[0, 1], [2, bad], [3, 4], [5, 6]])
+    with pytest.raises(SignatureError, match=rf"expert id {bad} at \[1, 1\]; ids must be in 0\.\.7 "):
+        dispatch.call("group_gemm", "group_gemm", x, w, ids)
+    ids[1, 1] = 7  # the edge of the allowed range runs
+    assert dispatch.call("group_gemm", "group_gemm", x, w, ids).shape == (4, 2, 32)
+
+
+def test_group_gemm_ids_check_is_off_for_cuda_unless_asked():
+    # a check of CUDA ids reads them back (a device sync per call): only under the debug setting
+    assert settings.CHECK_INPUTS.default == "0"
+    with settings.override(CHECK_INPUTS="1"):
+        assert settings.check_inputs()
+    with settings.override(CHECK_INPUTS="yes"), pytest.raises(Exception, match="TUNEDB_CHECK_INPUTS='yes'"):
+        settings.check_inputs()
