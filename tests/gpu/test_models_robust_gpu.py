@@ -93,3 +93,30 @@ def test_group_gemm_bad_expert_id_on_cuda_is_named_under_check_inputs():
             tunedb.reload()
     ref = torch.einsum("tk,tjnk->tjn", x.float(), w[ids].float())  # slot j of token t: expert ids[t, j]
     torch.testing.assert_close(got.float(), ref, rtol=2e-2, atol=2e-1)
+
+
+def test_depthwise_conv1d_with_a_batch_above_the_grid_limit_runs():
+    # session 17: the direct depthwise kernel's grid has one z program per batch row (limit 65535);
+    # a larger batch served that kernel failed to launch, and now runs F.conv1d
+    from tunedb import families
+    from tunedb.families.conv.ops import conv1d
+    from tunedb.runtime import launch_table
+
+    fam = families.get("conv")
+    picked = []
+
+    def dw_everywhere(family, sig, m):
+        if family.name != "conv":
+            return None
+        picked.append(sig)
+        return fam.parse_config("dw_t64_c64_w4"), "test"
+
+    torch.manual_seed(0)
+    w = torch.randn(64, 1, 3, dtype=torch.float16, device="cuda")
+    for batch in (1000, 70000):
+        x = torch.randn(batch, 64, 8, dtype=torch.float16, device="cuda")
+        with torch.no_grad(), launch_table.overriding(dw_everywhere):
+            got = conv1d(x, w, None, 1, 1, 1, 64)
+        ref = torch.nn.functional.conv1d(x.float(), w.float(), None, 1, 1, 1, 64)
+        torch.testing.assert_close(got.float(), ref, rtol=1e-2, atol=1e-2)
+    assert len(picked) >= 2  # the dw config was the pick at both sizes; the large batch ran torch

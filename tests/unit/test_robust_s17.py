@@ -58,3 +58,17 @@ def test_group_gemm_ids_check_is_off_for_cuda_unless_asked():
         assert settings.check_inputs()
     with settings.override(CHECK_INPUTS="yes"), pytest.raises(Exception, match="TUNEDB_CHECK_INPUTS='yes'"):
         settings.check_inputs()
+
+
+def test_depthwise_conv_above_the_grid_limit_runs_the_torch_form():
+    # the direct depthwise kernel launches one grid-z program per batch row: a batch above 65535
+    # failed to launch on the GPU; the serving layer now runs F.conv1d for it (the GPU test runs it)
+    from tunedb.families.conv import configs
+    from tunedb.families.conv.ops import GRID_YZ_MAX, grid_fits
+
+    dw = configs.parse("dw_t64_c64_w4")
+    small = torch.empty(GRID_YZ_MAX, 128, 8, device="meta")
+    huge = torch.empty(GRID_YZ_MAX + 1, 128, 8, device="meta")
+    wide = torch.empty(2, 64 * GRID_YZ_MAX + 1, 8, device="meta")
+    assert grid_fits(dw, small) and not grid_fits(dw, huge) and not grid_fits(dw, wide)
+    assert grid_fits(configs.parse("ig_b64x64x32_w4_s3"), huge)  # its grid is (M blocks, Cout blocks)
