@@ -72,3 +72,53 @@ def test_depthwise_conv_above_the_grid_limit_runs_the_torch_form():
     wide = torch.empty(2, 64 * GRID_YZ_MAX + 1, 8, device="meta")
     assert grid_fits(dw, small) and not grid_fits(dw, huge) and not grid_fits(dw, wide)
     assert grid_fits(configs.parse("ig_b64x64x32_w4_s3"), huge)  # its grid is (M blocks, Cout blocks)
+
+
+def _stdin_script(code: str, tmp_path) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "CUDA_VISIBLE_DEVICES": "", "HOME": str(tmp_path),
+           "TUNEDB_USER_DB": str(tmp_path / "user"), "TUNEDB_CACHE_DIR": str(tmp_path / "cache")}
+    return subprocess.run([sys.executable, "-"], input=code, text=True, capture_output=True, env=env,
+                          cwd=tmp_path, timeout=240)
+
+
+PREWARM_ON_STDIN = """
+import torch, tunedb
+m = tunedb.optimize(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                        torch.nn.Linear(128, 64)).to(torch.bfloat16))
+print(tunedb.prewarm(m, (torch.randn(4, 64, dtype=torch.bfloat16),), budget_s=5).summary())
+"""
+
+
+def test_prewarm_from_a_script_on_stdin_without_a_gpu_says_why_in_one_line(tmp_path):
+    # it started a compile pool whose spawned children re-ran '<stdin>' and died, one traceback
+    # each, then warned once per point that the CUDA-graph timer needs a GPU
+    got = _stdin_script(PREWARM_ON_STDIN, tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert "Traceback" not in got.stderr and "FileNotFoundError" not in got.stderr
+    assert "prewarm: 2 must-tune points, 0 measured, 2 uncovered" in got.stdout
+    assert got.stderr.count("AutotuneWarning") == 1
+    assert "prewarm measured nothing: no CUDA GPU here" in got.stderr
+
+
+SPAWN_ON_STDIN = """
+import os
+from tunedb import families
+from tunedb.build import compile_pool
+pool = compile_pool._executor(families.get("gemm"), 1)
+print("child", pool.submit(os.getpid).result(timeout=120) != os.getpid())
+pool.shutdown()
+"""
+
+
+def test_a_compile_pool_started_from_a_script_on_stdin_runs(tmp_path):
+    # on a GPU machine the same script measured nothing: each spawned child re-ran __main__ from
+    # its __file__ '<stdin>' (spawn_main.importable_main drops a __file__ that names no file)
+    got = _stdin_script(SPAWN_ON_STDIN, tmp_path)
+    assert got.returncode == 0 and "child True" in got.stdout, got.stderr
+    assert "Traceback" not in got.stderr
