@@ -122,3 +122,134 @@ def test_a_compile_pool_started_from_a_script_on_stdin_runs(tmp_path):
     got = _stdin_script(SPAWN_ON_STDIN, tmp_path)
     assert got.returncode == 0 and "child True" in got.stdout, got.stderr
     assert "Traceback" not in got.stderr
+
+
+MIXED_WORKLOAD = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Conv1D(nn.Module):
+    # transformers.pytorch_utils.Conv1D's layout: weight [in, out], y = addmm(bias, x, weight)
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.reshape(-1, x.size(-1)), self.weight).view(*x.shape[:-1], self.nf)
+
+
+class Net(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.c_attn = Conv1D(3 * d, d)
+        self.mha = nn.MultiheadAttention(d, 4, batch_first=True)
+        self.head = nn.Parameter(torch.randn(16, d) * 0.02)
+        self.proj = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        q, k, v = self.c_attn(x).chunk(3, dim=-1)
+        x = self.mha(q, k, v, need_weights=False)[0]
+        return F.linear(self.proj(x), self.head)
+
+
+def make(device):
+    with torch.device(device):
+        model = Net().to(torch.bfloat16).eval()
+    return model, lambda batch, length: (torch.zeros(batch, length, 32, dtype=torch.bfloat16, device=device),)
+"""
+
+UNPATCHED_CONV1D = "gemm|op=unpatched|dt=half|N=96|K=32|src=conv1d"
+UNPATCHED_CALL = "gemm|op=unpatched|dt=half|N=16|K=32|src=call"  # F.linear(x, self.head)
+
+
+@pytest.fixture
+def mixed(tmp_path, monkeypatch):
+    (tmp_path / "mixed_workload.py").write_text(MIXED_WORKLOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        yield tmp_path
+
+
+def test_gemms_optimize_does_not_swap_are_keyed_seen_not_patched(mixed):
+    # a Conv1D ([in, out] weight: GPT-2), F.linear and nn.MultiheadAttention's projections were
+    # census'd as op=gemm points: planned, measured, and never served by optimize()
+    from tunedb import pipeline
+    from tunedb.records import Signature
+
+    fused = pipeline.take_census("mixed_workload:make", unit="tokens", max_length=64, max_batch=2)
+    sigs = {p.signature.format() for p in fused.points if p.signature.family == "gemm"}
+    assert sigs == {"gemm|op=gemm|dt=half|N=32|K=32",  # self.proj: the one nn.Linear
+                    "gemm|op=unpatched|dt=half|N=32|K=32|src=call",  # MHA's q/k/v and out projections
+                    UNPATCHED_CALL, UNPATCHED_CONV1D}
+    # MHA's attention is SDPA (its meta math path gave an fp32 bmm key per sequence length)
+    assert not [p for p in fused.points if p.signature.family == "bmm"]
+    # an aten-level census cannot tell F.linear from nn.Linear; an [in, out] weight it can
+    aten = pipeline.take_census("mixed_workload:make", unit="tokens", max_length=64, max_batch=2, fused=False)
+    assert UNPATCHED_CONV1D in {p.signature.format() for p in aten.points}
+    # nothing is built for them: no family serves the key
+    from tunedb import families
+
+    assert not families.serves(families.get("gemm"), Signature.parse(UNPATCHED_CONV1D))
+
+
+def test_tune_says_seen_not_patched_and_groups_a_long_plan(mixed, monkeypatch, capsys):
+    from tunedb import pipeline
+    from tunedb.cli import main
+    from tunedb.commands import plan_table
+
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    monkeypatch.setenv("COLUMNS", "200")
+    argv = ["tune", "mixed_workload:make", "--unit", "tokens", "--max-length", "512"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    census = int(out.split("census of mixed_workload:make (offline): ")[1].split(" point")[0])
+    assert census > plan_table.FULL_ROWS
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert 0 < len(rows) <= plan_table.TOP_ROWS  # one screen: a row per signature
+    assert any(UNPATCHED_CONV1D in r and " unserved " in r for r in rows)
+    assert "One row per point: --all-points" in out
+    text = " ".join(out.split())
+    assert "seen, not patched:" in text and "Conv1D-style [in, out] weight" in text
+    assert "F.linear, a packed in-projection (nn.MultiheadAttention)" in text
+    assert "it measures these 1 signature(s)" in text  # only the nn.Linear's key is measured
+    assert main(argv + ["--all-points"]) == 0
+    every = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    assert len(every) == census
+
+
+def test_the_grouped_plan_orders_signatures_by_time_share():
+    from tunedb.commands import plan_table
+    from tunedb.records import Point, Signature
+
+    class Served:
+        def __init__(self, sig, m, calls):
+            self.point = Point(Signature.parse(sig), m, weight=0.0, calls=calls)
+            self.tier, self.config_id = "model", "torch"
+
+    big, small = "gemm|op=gemm|dt=half|N=4096|K=4096", "gemm|op=gemm|dt=half|N=64|K=64"
+    served = [Served(small, m, 100) for m in (1, 2, 4, 8)] + [Served(big, 2048, 1)]
+    rows, basis = plan_table.grouped(served, "sm90")
+    assert basis == "time" and [r.signature.format() for r in rows] == [big, small]
+    assert rows[1].points == 4 and (rows[1].m_lo, rows[1].m_hi) == (1, 8)
+    assert abs(sum(r.share for r in rows) - 1) < 1e-9
+
+
+def test_tuning_report_lists_gemm_modules_seen_not_patched(mixed):
+    import importlib
+
+    torch.manual_seed(0)
+    model, inputs = importlib.import_module("mixed_workload").make("cpu")
+    x = inputs(2, 5)[0].normal_()
+    with torch.no_grad():
+        ref = model(x)
+        tuned = tunedb.optimize(model)
+        torch.testing.assert_close(tuned(x), ref, rtol=0, atol=0)
+    report = tunedb.tuning_report()
+    line = next(l for l in report.splitlines() if "seen, not patched" in l)
+    assert "2 GEMM modules (Net)" in line and "1 Conv1D with an [in, out] weight" in line
+    assert "1 nn.MultiheadAttention packed in-projection" in line

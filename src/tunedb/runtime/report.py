@@ -49,6 +49,37 @@ def register_model(model: Any, layers: list[Any], left: "list[tuple[Any, ...]] |
 
 
 _left_modules: dict[int, list[tuple[weakref.ref, tuple[Any, ...]]]] = {}
+# id(model) -> (model name, kind -> count of GEMM modules optimize() does not swap)
+_unpatched: dict[int, tuple[str, dict[str, int]]] = {}
+
+
+def register_unpatched(model: Any, counts: dict[str, int]) -> None:
+    """Remember the modules of `model` that make GEMMs no tuned op serves (the report's "seen,
+    not patched" line): tunedb claims nothing for them, and says so."""
+    live = {id(rec[0]()) for rec in _models if rec[0]() is not None}
+    for gone in [k for k in _unpatched if k not in live]:
+        del _unpatched[gone]
+    if counts:
+        _unpatched[id(model)] = (type(model).__name__, dict(counts))
+    else:
+        _unpatched.pop(id(model), None)
+
+
+def unpatched_lines(family: str = "gemm") -> list[str]:
+    """One line per live model with GEMM modules optimize() left to torch, by kind."""
+    from tunedb.families.gemm.patching import UNPATCHED_KINDS
+
+    lines = []
+    for ref, _name, _layers in _models:
+        model = ref()
+        got = _unpatched.get(id(model)) if model is not None else None
+        if got:
+            name, counts = got
+            total = sum(counts.values())
+            kinds = "; ".join(f"{n} {UNPATCHED_KINDS.get(k, k)}" for k, n in sorted(counts.items()))
+            lines.append(f"{family}: {total} GEMM module{'s' * (total != 1)} ({name}) seen, not patched "
+                         f"(torch runs them): {kinds}")
+    return lines
 
 
 def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
@@ -189,5 +220,5 @@ def tuning_report() -> str:
     from tunedb.families.contract import hook
 
     own = [line for name in families.names() for line in hook(families.get(name), "report_lines")()]
-    lines = model_lines() + own + list(selector.report_lines()) + confidence_lines() + fallback_lines()
+    lines = model_lines() + unpatched_lines() + own + list(selector.report_lines()) + confidence_lines() + fallback_lines()
     return "\n".join(lines) if lines else selector.tuning_report()  # its "nothing called yet" line

@@ -294,7 +294,40 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
             layers[id(tuned)] = tuned
             setattr(parent, attr, tuned)
     report.register_model(model, list(layers.values()), left=list(left.values()), why=LEFT_WHY)
+    report.register_unpatched(model, unpatched_modules(model))
     return model
+
+
+# Why a GEMM-making module is not swapped, as the report words it (census_rules.UNPATCHED keys
+# the same calls in a census, so neither the plan nor a build claims a gain for them).
+UNPATCHED_KINDS = {
+    "conv1d": "Conv1D with an [in, out] weight (the kernels read [out, in]: a copy per call)",
+    "in_proj": "nn.MultiheadAttention packed in-projection (torch's attention reads the weight itself)",
+    "hooked": "hooked nn.Linear (its hooks must keep firing)",
+    "subclass": "nn.Linear subclass or tensor-subclass weight",
+}
+
+
+def unpatched_modules(model: nn.Module) -> dict[str, int]:
+    """kind -> how many modules of `model` make GEMMs that optimize() leaves to torch (see
+    UNPATCHED_KINDS). F.linear calls in a forward have no module: the census keys them."""
+    counts: dict[str, int] = {}
+    inside_mha = {id(m.out_proj) for m in model.modules()
+                  if isinstance(m, nn.MultiheadAttention) and isinstance(getattr(m, "out_proj", None), nn.Module)}
+    for m in model.modules():
+        kind = None
+        if isinstance(m, nn.MultiheadAttention):
+            kind = "in_proj"
+        elif type(m).__name__ == "Conv1D" and getattr(getattr(m, "weight", None), "dim", lambda: 0)() == 2:
+            kind = "conv1d"
+        elif isinstance(m, nn.Linear) and id(m) not in inside_mha:
+            if type(m) is not nn.Linear or _subclass_weight(m):
+                kind = "subclass"
+            elif _hooked(m):
+                kind = "hooked"
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 LEFT_WHY = "torch serves every size"
