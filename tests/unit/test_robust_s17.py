@@ -253,3 +253,29 @@ def test_tuning_report_lists_gemm_modules_seen_not_patched(mixed):
     line = next(l for l in report.splitlines() if "seen, not patched" in l)
     assert "2 GEMM modules (Net)" in line and "1 Conv1D with an [in, out] weight" in line
     assert "1 nn.MultiheadAttention packed in-projection" in line
+
+
+def test_a_fused_hf_tanh_gelu_on_the_cpu_computes_what_the_model_wrote():
+    # Phi / GPT-J's NewGELUActivation computes tanh-GELU step by step in bf16; the fused op's CPU
+    # path ran F.gelu(approximate="tanh"), 67% of a Phi's logits differed (by up to 1 bf16 ulp)
+    pytest.importorskip("transformers")
+    from transformers.activations import NewGELUActivation
+    from torch import nn
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.act, self.fc2 = nn.Linear(64, 256), NewGELUActivation(), nn.Linear(256, 64)
+
+        def forward(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+
+    torch.manual_seed(0)
+    plain = MLP().to(torch.bfloat16)
+    x = torch.randn(4, 9, 64, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref = plain(x)
+        tuned = tunedb.optimize(plain, inplace=False)
+        assert [m.act for m in tuned.modules() if type(m).__name__ == "TunedLinear"] == ["gelu_tanh", "none"]
+        torch.testing.assert_close(tuned(x), ref, rtol=0, atol=0)
+        assert set(tuned.state_dict()) == set(plain.state_dict())

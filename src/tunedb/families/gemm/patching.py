@@ -34,10 +34,11 @@ import textwrap
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tunedb.families.gemm import ops
-from tunedb.runtime import report
+from tunedb.runtime import launch_table, report
 
 _HF_ACTS: dict[str, str] = {
     "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
@@ -49,8 +50,14 @@ _HF_ACTS: dict[str, str] = {
 class TunedLinear(nn.Module):
     """nn.Linear (optionally followed by an activation) running through tunedb's tuned ops."""
 
-    def __init__(self, linear: nn.Linear, act: str = "none", approximate: bool = False) -> None:
+    def __init__(self, linear: nn.Linear, act: str = "none", approximate: bool = False,
+                 act_module: Any = None) -> None:
         super().__init__()
+        # the activation module fused away, run as the model wrote it where no tuned kernel
+        # serves (a CPU tensor): transformers' NewGELUActivation (Phi, GPT-J) computes tanh-GELU
+        # step by step in the model's dtype, which F.gelu(approximate="tanh") rounds
+        # differently in bf16. Not a submodule: the module tree and state_dict stay as before.
+        object.__setattr__(self, "_act_module", act_module)
         if act not in ops.ACTS:
             raise ValueError(f"unknown activation act={act!r}; allowed: {', '.join(ops.ACTS)}")
         self.in_features = linear.in_features
@@ -62,6 +69,8 @@ class TunedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.bias
+        if self._act_module is not None and x.device.type == "cpu" and not launch_table.recording_active():
+            return self._act_module(F.linear(x, self.weight, bias))
         if bias is None and self.act == "none":
             return ops.gemm(x, self.weight)
         return ops.gemm_act(x, self.weight, bias, self.act)
@@ -286,7 +295,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
                 left[id(child)] = (child, _key_of(child, kind))
                 continue  # the module's own call is what tunedb would run, minus the entry path
             if fused is not None:
-                tuned = TunedLinear(child, kind, approximate)
+                tuned = TunedLinear(child, kind, approximate, act_module=getattr(parent, fused[1], None))
                 setattr(parent, fused[1], nn.Identity())
             else:
                 tuned = swapped.get(id(child)) or TunedLinear(child, approximate=approximate)
