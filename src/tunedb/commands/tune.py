@@ -104,15 +104,15 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
             return (sig.family != families.DEFAULT and sig.family in families.names()
                     and sig.op in families.get(sig.family).ops)
 
-        from tunedb.families.gemm.census_rules import UNPATCHED, UNPATCHED_WHY
+        from tunedb.census.unpatched import UNPATCHED, WHY
 
         unserved = [s.point.signature for s in served if s.tier == "unserved"]
-        seen = [sig for sig in unserved if sig.family == families.DEFAULT and sig.op == UNPATCHED]
+        seen = [sig for sig in unserved if sig.op == UNPATCHED]
         if seen:
             why = Counter(sig.get("src") for sig in seen)
-            console.print(f"seen, not patched: {len(seen)} point(s) over {len(set(seen))} signature(s) of GEMMs "
+            console.print(f"seen, not patched: {len(seen)} point(s) over {len(set(seen))} signature(s) of calls "
                           f"tunedb.optimize() does not swap ("
-                          + "; ".join(f"{n} {UNPATCHED_WHY.get(src, src)}" for src, n in sorted(why.items()))
+                          + "; ".join(f"{n} {WHY.get(src, src)}" for src, n in sorted(why.items()))
                           + "): torch runs them, and nothing is measured or claimed for them (docs/unseen_shapes.md)",
                           highlight=False, markup=False)
             unserved = [sig for sig in unserved if sig not in set(seen)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunedb.census import unpatched
 from tunedb.families.contract import CensusRule
 from tunedb.records import Signature
 
@@ -63,10 +64,7 @@ def is_gemm_product(recorder: Any, packet: Any, b: Any) -> bool:
 #   forward, nn.MultiheadAttention's packed in-projection, a hooked or subclassed Linear).
 #   Seen only where the census runs the optimized model (fused); an aten-level census cannot
 #   tell these from nn.Linear calls and keys them as gemm points, as it always did.
-UNPATCHED = "unpatched"
-UNPATCHED_WHY = {"conv1d": "a Conv1D-style [in, out] weight (the kernels read [out, in]; a copy per call)",
-                 "call": "F.linear, a packed in-projection (nn.MultiheadAttention) or a hooked/subclassed "
-                         "nn.Linear (no module optimize() swaps)"}
+UNPATCHED = unpatched.UNPATCHED
 
 
 def _in_out(b: Any) -> bool:

@@ -69,8 +69,9 @@ class TunedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.bias
-        if self._act_module is not None and x.device.type == "cpu" and not launch_table.recording_active():
-            return self._act_module(F.linear(x, self.weight, bias))
+        act_module = self.__dict__.get("_act_module")  # absent in a TunedLinear pickled before it existed
+        if act_module is not None and x.device.type == "cpu" and not launch_table.recording_active():
+            return act_module(F.linear(x, self.weight, bias))
         if bias is None and self.act == "none":
             return ops.gemm(x, self.weight)
         return ops.gemm_act(x, self.weight, bias, self.act)
@@ -303,7 +304,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
             layers[id(tuned)] = tuned
             setattr(parent, attr, tuned)
     report.register_model(model, list(layers.values()), left=list(left.values()), why=LEFT_WHY)
-    report.register_unpatched(model, unpatched_modules(model))
+    report.register_unpatched(model, "gemm", {UNPATCHED_KINDS[k]: n for k, n in unpatched_modules(model).items()})
     return model
 
 

@@ -91,7 +91,7 @@ def check_ids(topk_ids: Any, e: int) -> None:
         from tunedb.runtime import launch_table
 
         epoch = launch_table._selector_epoch()
-        if _CHECK_CUDA[0] is not epoch:  # a setting read costs ~20 us: once per epoch, not per call
+        if _CHECK_CUDA[0] != epoch:  # a setting read costs ~20 us: once per epoch, not per call
             from tunedb import settings
 
             _CHECK_CUDA[:] = [epoch, settings.check_inputs()]

@@ -139,7 +139,7 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
 
     # the selector's default tier (runtime/untuned.answer): TUNEDB_MODEL_FALLBACK=0 turns the
     # heuristic off there, so the plan must say the library arm then, as the serving path runs it
-    config = untuned.answer(FAMILY, sig, profile, batch)
+    config = untuned.answer(FAMILY, sig, profile, batch, concrete=True)  # the arm run at this batch
     why = ("no table for " + arch) if db is None else f"no measured entry for {sig}"
     rule = (f"heuristic: {configs.heuristic_packing(sig)} packing for n={n}, problems per program "
             f"filling {configs.PROGRAMS_PER_SM} programs per SM ({profile.sms} SMs)")
