@@ -168,9 +168,16 @@ MODEL_LOCAL_BAND = Setting(
     ("0", "1"),
 )
 
+CHECK_INPUTS = Setting(
+    "TUNEDB_CHECK_INPUTS", "0",
+    "'1': check index inputs' values on CUDA tensors too (group_gemm expert ids), a device sync "
+    "per call (CPU tensors are always checked: free there). Read at each database epoch.",
+    ("0", "1"),
+)
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
-                            EAGER_FALLBACK, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND)
+                            EAGER_FALLBACK, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
+                            CHECK_INPUTS)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -274,6 +281,10 @@ def timeline_enabled() -> bool:
 
 def census_beside_enabled() -> bool:
     return CENSUS_BESIDE.on()
+
+
+def check_inputs() -> bool:
+    return CHECK_INPUTS.on()
 
 
 def model_local_band_enabled() -> bool:

@@ -397,7 +397,8 @@ def test_tune_of_a_text_model_takes_the_census_length_flags(tiers, tmp_path, mon
     monkeypatch.syspath_prepend(str(tmp_path))
     manifest = tmp_path / "prompts.jsonl"
     manifest.write_text("".join(f'{{"tokens": {n}}}\n' for n in (12, 64, 100, 300, 512, 511, 200, 40)))
-    argv = ["tune", "bert_workload:make", "--unit", "tokens", "--max-length", "512", "--manifest", str(manifest)]
+    argv = ["tune", "bert_workload:make", "--unit", "tokens", "--max-length", "512", "--manifest", str(manifest),
+            "--all-points"]  # one row per point (a plan this long is grouped by signature by default)
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "census of bert_workload:make (offline)" in out and "what tunedb would serve on sm90" in out

@@ -26,6 +26,7 @@ from tunedb.build import timeline
 from tunedb.build.compile_done import DoneLog, done_log  # noqa: F401 - re-exported
 from tunedb.build.compile_pool_size import (  # noqa: F401 - re-exported
     MEMINFO, PoolSize, affinity_cores, mem_available, pool_size)
+from tunedb.measure.spawn_main import importable_main
 from tunedb.records import Signature
 
 def run_job(job: Any) -> dict:
@@ -72,6 +73,7 @@ class CompilePool:
         self.wait_limit_s = wait_limit_s
         self._own = executor is None if own is None else own
         # spawn: the parent may hold a CUDA context or a real Triton driver; compile workers start clean
+        importable_main()
         self._pool = executor or cf.ProcessPoolExecutor(
             max_workers=max(1, processes), mp_context=multiprocessing.get_context("spawn"))
         self._futures: dict[Hashable, cf.Future] = {}
@@ -225,6 +227,7 @@ def _exit_now() -> None:
 
 def _executor(family: Any, processes: int) -> cf.ProcessPoolExecutor:
     # spawn: the parent may hold a CUDA context or a real Triton driver; compile workers start clean
+    importable_main()
     return cf.ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
                                   initializer=_warm_process, initargs=(family.name,))
 

@@ -83,8 +83,24 @@ class _FusedCalls(TorchFunctionMode):
       census of a two-layer bidirectional LSTM took minutes at the synthetic token lengths.
     """
 
+    def __init__(self, recorder: Any = None) -> None:
+        super().__init__()
+        self.recorder = recorder
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is _MHA and self.recorder is not None:
+            # nn.MultiheadAttention's attention is SDPA called inside this function, where this
+            # mode no longer sees calls (a mode is off inside its own handler): its meta math
+            # path's fp32 products were recorded as bmm keys, one per sequence length. With
+            # need_weights=True it runs torch.bmm, which the bmm family's product mode (a
+            # function mode too) never reaches in there either. So no bmm key is recorded
+            # inside; its projections (mm/addmm) are, by the GEMM rule.
+            self.recorder.in_attention += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.recorder.in_attention -= 1
         if func is _SDPA:
             with recorded_call():
                 return func(*args, **kwargs)
@@ -95,6 +111,7 @@ class _FusedCalls(TorchFunctionMode):
 
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
+_MHA = torch.nn.functional.multi_head_attention_forward
 _RECURRENT = (torch._VF.lstm, torch._VF.gru, torch._VF.rnn_tanh, torch._VF.rnn_relu)
 
 
@@ -119,14 +136,18 @@ class Recorder(TorchDispatchMode):
     """Counts (Signature, size) of every call a family's census rule maps while active:
     ``with Recorder() as rec:``; `families` limits the rules to those families."""
 
-    def __init__(self, families: tuple[str, ...] | None = None) -> None:
+    def __init__(self, families: tuple[str, ...] | None = None, patched: bool = False) -> None:
         super().__init__()
+        # the model ran as tunedb.optimize() patched it: a rule may key the calls the patch left
+        # (GEMM: products outside a TunedLinear are seen, not served; census_rules.UNPATCHED)
+        self.patched = patched
+        self.in_attention = 0  # inside nn.MultiheadAttention's fused attention (_FusedCalls)
         self.calls: Counter[tuple[Signature, int]] = Counter()
         self._weights: dict[int, weakref.ref] = {}
         self._rules = census_rules(families)
 
     def __enter__(self) -> "Recorder":
-        self._fused = _FusedCalls()
+        self._fused = _FusedCalls(self)
         self._fused.__enter__()
         try:
             return super().__enter__()
@@ -165,8 +186,9 @@ class Recorder(TorchDispatchMode):
         return out
 
 
-def record(fn: Callable[[], Any]) -> Counter[tuple[Signature, int]]:
-    """Run fn() under the recorder and no_grad; the (Signature, size) -> calls it dispatched."""
-    with torch.no_grad(), Recorder() as rec:
+def record(fn: Callable[[], Any], patched: bool = False) -> Counter[tuple[Signature, int]]:
+    """Run fn() under the recorder and no_grad; the (Signature, size) -> calls it dispatched.
+    patched: fn runs the model tunedb.optimize() patched (Recorder.patched)."""
+    with torch.no_grad(), Recorder(patched=patched) as rec:
         fn()
     return rec.calls

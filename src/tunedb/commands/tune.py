@@ -33,6 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     census.add_argument("--no-fused", dest="fused", action="store_false",
                         help="census the aten-level GEMMs instead of the calls tunedb.optimize(model) makes")
     add_length_options(census)
+    parser.add_argument("--all-points", action="store_true",
+                        help="print one plan row per (signature, M) point; by default a plan of more than "
+                             "one screen is grouped by signature, heaviest first")
     # on demand, time matters more than the last 0.1%: top-8 measures 43% fewer arms than a
     # system-tier build's top-16 for 0.13% geomean regret (bench/topk_regret.py, BENCHMARKS.md)
     add_build_options(parser, out_default="user", top_k=TUNE_TOP_K)
@@ -44,14 +47,16 @@ def _census_kw(args: argparse.Namespace) -> dict[str, Any]:
                 unit=args.unit, max_length=args.max_length, length_step=args.length_step)
 
 
-def print_served(console: Any, served: list[Any], arch_family: str) -> None:
+def print_served(console: Any, served: list[Any], arch_family: str, all_points: bool = True) -> None:
     """What each census point would be served; on a terminal too narrow for the full keys, their
     short forms with a legend (signature_text), never wrapped or cut. A model-tier point shows
-    the predicted gain and its regime's error band, or the config the model declined."""
+    the predicted gain and its regime's error band, or the config the model declined. Without
+    all_points, a plan longer than one screen is grouped by signature (commands/plan_table.py)."""
     from rich import box
     from rich.table import Table
 
     from tunedb import signature_text
+    from tunedb.commands import plan_table
     from tunedb.runtime import serving
 
     def config_text(s: Any) -> str:
@@ -69,11 +74,14 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
                       s.tier, config_text(s))
         return t
 
-    full = table(lambda sig: sig.format(), compact=False)
-    compact = not signature_text.fits(console, full)
-    console.print(table(signature_text.short, compact=True) if compact else full)
-    if compact:
-        console.print(signature_text.legend({s.point.signature for s in served}), highlight=False)
+    if all_points or len(served) <= plan_table.FULL_ROWS:
+        full = table(lambda sig: sig.format(), compact=False)
+        compact = not signature_text.fits(console, full)
+        console.print(table(signature_text.short, compact=True) if compact else full)
+        if compact:
+            console.print(signature_text.legend({s.point.signature for s in served}), highlight=False)
+    else:
+        plan_table.print_grouped(console, served, arch_family)
     counts = Counter(s.tier for s in served)
     order = ("user", "system", "model", "default", "unserved")
     console.print("points per tier: " + ", ".join(f"{counts.get(t, 0)} {t}" for t in order))
@@ -96,7 +104,18 @@ def print_served(console: Any, served: list[Any], arch_family: str) -> None:
             return (sig.family != families.DEFAULT and sig.family in families.names()
                     and sig.op in families.get(sig.family).ops)
 
+        from tunedb.census.unpatched import UNPATCHED, WHY
+
         unserved = [s.point.signature for s in served if s.tier == "unserved"]
+        seen = [sig for sig in unserved if sig.op == UNPATCHED]
+        if seen:
+            why = Counter(sig.get("src") for sig in seen)
+            console.print(f"seen, not patched: {len(seen)} point(s) over {len(set(seen))} signature(s) of calls "
+                          f"tunedb.optimize() does not swap ("
+                          + "; ".join(f"{n} {WHY.get(src, src)}" for src, n in sorted(why.items()))
+                          + "): torch runs them, and nothing is measured or claimed for them (docs/unseen_shapes.md)",
+                          highlight=False, markup=False)
+            unserved = [sig for sig in unserved if sig not in set(seen)]
         elsewhere = [sig for sig in unserved if served_elsewhere(sig)]
         if elsewhere:
             fams = sorted({sig.family for sig in elsewhere})
@@ -229,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     finally:  # compiles no build took over (it stopped before measuring) must not outlive it
         compile_pool.release(families.get(opts.family))
     if result.served:
-        print_served(console, result.served, opts.arch_family or "sm90")
+        print_served(console, result.served, opts.arch_family or "sm90", all_points=args.all_points)
     stale = stale_line(opts.arch_family or "sm90", opts.family, tune_command(args))
     if stale:
         console.print(stale, highlight=False)

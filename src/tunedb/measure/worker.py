@@ -20,6 +20,7 @@ from typing import Any
 from tunedb.measure.gate import classify_exception, describe
 from tunedb.measure.gpuenv import add_reaper, register_worker, unregister_worker, wait_reaped
 from tunedb.errors import WorkerError
+from tunedb.measure.spawn_main import importable_main
 from tunedb.records import Status
 
 
@@ -109,6 +110,7 @@ class Worker:
     def _start(self) -> None:
         wait_reaped()  # an earlier worker still exiting: gone before this one measures
         parent, child = self._ctx.Pipe()
+        importable_main()  # a script on stdin: the child cannot re-run its __main__
         proc = self._ctx.Process(target=_serve, args=(child, self.device), daemon=True,
                                  name=f"tunedb-bench-worker-{self.device}")
         proc.start()

@@ -162,13 +162,26 @@ class Autotuner:
                 pool.close()
         self._compiles = {}
 
+    def cannot_measure(self) -> str | None:
+        """Why this tuner measures nothing on this machine (the protocol's CUDA-graph timer and
+        no CUDA GPU), or None. Then nothing is compiled either: a compile pool would only start
+        processes (and, from a script on stdin, fail to: a spawned child re-runs __main__)."""
+        if not self._on_gpu_only:
+            return None
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+        return ("no CUDA GPU here: tunedb measures on the GPU it serves (torch runs every call "
+                "on this machine); pass measurer= or timer= to measure otherwise")
+
     def compile_ahead(self, work: Any) -> None:
         """Queue (family, sig, m) points' candidates in the family's compile pool, in order, so
         their compiles run in parallel ahead of tune() (prewarm hands its whole list). Only when
         measuring on the GPU, or when TUNEDB_COMPILE_JOBS asks for a pool."""
         from tunedb.build import compile_pool
 
-        if not (self._on_gpu_only or compile_pool.configured()):
+        if not (self._on_gpu_only or compile_pool.configured()) or self.cannot_measure():
             return
         for family, sig, m in work:
             if family.name not in self._compiles:

@@ -16,10 +16,11 @@ winners were published optimize() runs again, swapping the modules a winner now 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tunedb.errors import UncoveredShapeError
+from tunedb.errors import AutotuneWarning, UncoveredShapeError
 from tunedb.records import Point, ShapeSet, Signature
 from tunedb.runtime import launch_table, report
 from tunedb.runtime.autotuner import Autotuner
@@ -115,6 +116,11 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
         tuner.setdefault("working_set_bytes",
                          sum(p.numel() * p.element_size() for p in model.parameters()))
     tuner_ = Autotuner(None, publish=True, enabled=True, **tuner)
+    why = tuner_.cannot_measure() if todo else None
+    if why:  # one line, not one warning per point (nor a compile pool's spawn tracebacks)
+        warnings.warn(f"prewarm measured nothing: {why}; {len(todo)} must-tune point"
+                      f"{'s' * (len(todo) != 1)} stay uncovered", AutotuneWarning, stacklevel=2)
+        todo = []
     # every point's candidates compile in parallel, in the order they will be measured
     tuner_.compile_ahead([(families.get(p.signature.family), p.signature, p.m) for *_, p in todo])
     for _w, _weight, _m, p in todo:
@@ -129,8 +135,8 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
     if strict and uncovered:
         shown = ", ".join(f"{p.signature} M={p.m}" for p in uncovered[:5])
         more = f" and {len(uncovered) - 5} more" if len(uncovered) > 5 else ""
+        remedy = (f"{why}" if why else "raise budget_s") + ", run `tunedb tune` on a GPU, or pass strict=False"
         raise UncoveredShapeError(
             f"{len(uncovered)} must-tune point{'s' * (len(uncovered) != 1)} no tier covers after "
-            f"prewarm ({result.summary()}): {shown}{more}; raise budget_s, run `tunedb tune`, or "
-            f"pass strict=False")
+            f"prewarm ({result.summary()}): {shown}{more}; {remedy}")
     return result

@@ -49,6 +49,36 @@ def register_model(model: Any, layers: list[Any], left: "list[tuple[Any, ...]] |
 
 
 _left_modules: dict[int, list[tuple[weakref.ref, tuple[Any, ...]]]] = {}
+# id(model) -> (family, model name, {why: count}) of the modules a family's optimize() left to torch
+_unpatched: dict[int, tuple[str, str, dict[str, int]]] = {}
+
+
+def register_unpatched(model: Any, family: str, counts: dict[str, int]) -> None:
+    """Remember the modules of `model` whose calls `family` could key but its optimize() does not
+    swap ({why, in the family's words: count}): the report's "seen, not patched" line, so that
+    tunedb claims nothing for them and says so."""
+    live = {id(rec[0]()) for rec in _models if rec[0]() is not None}
+    for gone in [k for k in _unpatched if k not in live]:
+        del _unpatched[gone]
+    if counts:
+        _unpatched[id(model)] = (family, type(model).__name__, dict(counts))
+    else:
+        _unpatched.pop(id(model), None)
+
+
+def unpatched_lines() -> list[str]:
+    """One line per live model with modules a family's optimize() left to torch, by why."""
+    lines = []
+    for ref, _name, _layers in _models:
+        model = ref()
+        got = _unpatched.get(id(model)) if model is not None else None
+        if got:
+            family, name, counts = got
+            total = sum(counts.values())
+            kinds = "; ".join(f"{n} {why}" for why, n in sorted(counts.items()))
+            lines.append(f"{family}: {total} module{'s' * (total != 1)} ({name}) seen, not patched "
+                         f"(torch runs them): {kinds}")
+    return lines
 
 
 def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
@@ -189,5 +219,5 @@ def tuning_report() -> str:
     from tunedb.families.contract import hook
 
     own = [line for name in families.names() for line in hook(families.get(name), "report_lines")()]
-    lines = model_lines() + own + list(selector.report_lines()) + confidence_lines() + fallback_lines()
+    lines = model_lines() + unpatched_lines() + own + list(selector.report_lines()) + confidence_lines() + fallback_lines()
     return "\n".join(lines) if lines else selector.tuning_report()  # its "nothing called yet" line

@@ -21,6 +21,8 @@ PACKETS = ("mm", "addmm", "bmm", "baddbmm", "_addmm_activation")
 def _record(recorder: Any, packet: Any, args: tuple, kwargs: dict) -> list[tuple[Signature, int]]:
     from tunedb.families.gemm.census_rules import dt_of, is_gemm_product, operands
 
+    if getattr(recorder, "in_attention", 0):
+        return []  # nn.MultiheadAttention's attention: one SDPA kernel on a GPU (census/recorder.py)
     a, b = operands(packet, args)
     if is_gemm_product(recorder, packet, b):
         return []

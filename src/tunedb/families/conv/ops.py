@@ -52,7 +52,26 @@ def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
     # an empty batch has no key; under autocast torch's conv casts its operands (the op would not)
     if not x.is_cuda or x.dtype not in _SERVED or x.numel() == 0 or autocast_rule.casts("cuda", x, weight, bias):
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
-    return dispatch.call("conv", op, x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
+    args = (x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
+    bound = dispatch.bound("conv", op, *args)
+    if not grid_fits(bound.config, x):
+        return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
+    return bound.call(*args)
+
+
+# CUDA's limit on a launch grid's y and z dimensions. The direct depthwise kernel (launch.py, a
+# hashed source) launches one z program per batch row (and one y program per channel block), so a batch above this fails to launch
+# ("invalid argument"): such a call runs the torch form. The key (M = B * T_out) cannot tell,
+# since the same M comes from a small batch of long inputs; the check is per call, on x's shape.
+GRID_YZ_MAX = 65535
+
+
+def grid_fits(config: Any, x: Any) -> bool:
+    """Whether `config`'s launch grid stays within CUDA's limits for input x."""
+    if config.lane != "triton_dw":
+        return True  # the implicit GEMM's grid is (M blocks, Cout blocks): x's limit is 2**31 - 1
+    _bt, bc = config.param("block")
+    return int(x.shape[0]) <= GRID_YZ_MAX and -(-int(x.shape[1]) // bc) <= GRID_YZ_MAX
 
 
 def _conv1d_impl(x, weight, bias, stride, padding, dilation, groups, act="none"):

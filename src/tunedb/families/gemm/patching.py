@@ -34,10 +34,11 @@ import textwrap
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tunedb.families.gemm import ops
-from tunedb.runtime import report
+from tunedb.runtime import launch_table, report
 
 _HF_ACTS: dict[str, str] = {
     "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
@@ -49,8 +50,14 @@ _HF_ACTS: dict[str, str] = {
 class TunedLinear(nn.Module):
     """nn.Linear (optionally followed by an activation) running through tunedb's tuned ops."""
 
-    def __init__(self, linear: nn.Linear, act: str = "none", approximate: bool = False) -> None:
+    def __init__(self, linear: nn.Linear, act: str = "none", approximate: bool = False,
+                 act_module: Any = None) -> None:
         super().__init__()
+        # the activation module fused away, run as the model wrote it where no tuned kernel
+        # serves (a CPU tensor): transformers' NewGELUActivation (Phi, GPT-J) computes tanh-GELU
+        # step by step in the model's dtype, which F.gelu(approximate="tanh") rounds
+        # differently in bf16. Not a submodule: the module tree and state_dict stay as before.
+        object.__setattr__(self, "_act_module", act_module)
         if act not in ops.ACTS:
             raise ValueError(f"unknown activation act={act!r}; allowed: {', '.join(ops.ACTS)}")
         self.in_features = linear.in_features
@@ -62,6 +69,9 @@ class TunedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = self.bias
+        act_module = self.__dict__.get("_act_module")  # absent in a TunedLinear pickled before it existed
+        if act_module is not None and x.device.type == "cpu" and not launch_table.recording_active():
+            return act_module(F.linear(x, self.weight, bias))
         if bias is None and self.act == "none":
             return ops.gemm(x, self.weight)
         return ops.gemm_act(x, self.weight, bias, self.act)
@@ -286,7 +296,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
                 left[id(child)] = (child, _key_of(child, kind))
                 continue  # the module's own call is what tunedb would run, minus the entry path
             if fused is not None:
-                tuned = TunedLinear(child, kind, approximate)
+                tuned = TunedLinear(child, kind, approximate, act_module=getattr(parent, fused[1], None))
                 setattr(parent, fused[1], nn.Identity())
             else:
                 tuned = swapped.get(id(child)) or TunedLinear(child, approximate=approximate)
@@ -294,7 +304,40 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
             layers[id(tuned)] = tuned
             setattr(parent, attr, tuned)
     report.register_model(model, list(layers.values()), left=list(left.values()), why=LEFT_WHY)
+    report.register_unpatched(model, "gemm", {UNPATCHED_KINDS[k]: n for k, n in unpatched_modules(model).items()})
     return model
+
+
+# Why a GEMM-making module is not swapped, as the report words it (census_rules.UNPATCHED keys
+# the same calls in a census, so neither the plan nor a build claims a gain for them).
+UNPATCHED_KINDS = {
+    "conv1d": "Conv1D with an [in, out] weight (the kernels read [out, in]: a copy per call)",
+    "in_proj": "nn.MultiheadAttention packed in-projection (torch's attention reads the weight itself)",
+    "hooked": "hooked nn.Linear (its hooks must keep firing)",
+    "subclass": "nn.Linear subclass or tensor-subclass weight",
+}
+
+
+def unpatched_modules(model: nn.Module) -> dict[str, int]:
+    """kind -> how many modules of `model` make GEMMs that optimize() leaves to torch (see
+    UNPATCHED_KINDS). F.linear calls in a forward have no module: the census keys them."""
+    counts: dict[str, int] = {}
+    inside_mha = {id(m.out_proj) for m in model.modules()
+                  if isinstance(m, nn.MultiheadAttention) and isinstance(getattr(m, "out_proj", None), nn.Module)}
+    for m in model.modules():
+        kind = None
+        if isinstance(m, nn.MultiheadAttention):
+            kind = "in_proj"
+        elif type(m).__name__ == "Conv1D" and getattr(getattr(m, "weight", None), "dim", lambda: 0)() == 2:
+            kind = "conv1d"
+        elif isinstance(m, nn.Linear) and id(m) not in inside_mha:
+            if type(m) is not nn.Linear or _subclass_weight(m):
+                kind = "subclass"
+            elif _hooked(m):
+                kind = "hooked"
+        if kind is not None:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 LEFT_WHY = "torch serves every size"

@@ -66,7 +66,45 @@ def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any 
         raise SignatureError(f"group_gemm x is {x.dtype} but weight is {weight.dtype}; they must match")
     if m < 1:
         raise SignatureError(f"group_gemm needs at least one token, got M={m}")
-    return make_signature(e, n, k, top_k, dt, form), m
+    sig = make_signature(e, n, k, top_k, dt, form)
+    check_ids(topk_ids, e)
+    return sig, m
+
+
+_CHECK_CUDA: list[Any] = [None, False]  # (database epoch, TUNEDB_CHECK_INPUTS then)
+
+
+def check_ids(topk_ids: Any, e: int) -> None:
+    """SignatureError naming the first expert id outside 0..E-1. An out-of-range id reads another
+    expert's (or no) memory in every arm: garbage on the CPU, an illegal address on the GPU.
+    CPU ids are checked every call (free); CUDA ids only under TUNEDB_CHECK_INPUTS=1, since
+    reading a value back costs a device sync (and cannot run inside a CUDA graph capture);
+    meta ids hold no values, nor do a compiler's traced ones."""
+    kind = topk_ids.device.type
+    if kind == "meta" or topk_ids.numel() == 0:
+        return
+    import torch
+
+    if torch.compiler.is_compiling():  # traced values are symbolic: the compiled call checks nothing
+        return
+    if kind == "cuda":
+        from tunedb.runtime import launch_table
+
+        epoch = launch_table._selector_epoch()
+        if _CHECK_CUDA[0] != epoch:  # a setting read costs ~20 us: once per epoch, not per call
+            from tunedb import settings
+
+            _CHECK_CUDA[:] = [epoch, settings.check_inputs()]
+        if not _CHECK_CUDA[1]:
+            return
+        if torch.cuda.is_current_stream_capturing():
+            return
+    lo, hi = (int(v) for v in topk_ids.aminmax())
+    if lo < 0 or hi >= e:
+        bad = lo if lo < 0 else hi
+        where = [int(i) for i in ((topk_ids == bad).nonzero()[0])]
+        raise SignatureError(f"group_gemm topk_ids holds expert id {bad} at {where}; ids must be in "
+                             f"0..{e - 1} (the weight's E={e} experts)")
 
 
 def work(sig: Signature, m: int) -> tuple[float, float]:

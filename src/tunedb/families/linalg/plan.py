@@ -40,7 +40,7 @@ class ExecutionPlan:
     warps: int | None
     grid: int | None  # programs launched
     cell: str  # "linalg|op=..|dt=..|n=.. batch<=H" (the measured region) or the heuristic's cell
-    source: str  # "measured" | "heuristic"
+    source: str  # "measured" | "heuristic" | "fallback" (the heuristic turned off by a setting)
     reason: str
 
     def describe(self) -> str:
@@ -102,7 +102,8 @@ def _plan(op: str, dtype: str, n: int, batch: int, deps: str, config: Config, ce
 def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
               arch: str = "sm90") -> ExecutionPlan:
     """The execution plan for (op, dtype, n, batch) on `arch`, from the shipped table or the
-    heuristic. No GPU needed. Bad arguments raise errors naming the value and what is allowed."""
+    heuristic (the serving path's: TUNEDB_MODEL_FALLBACK=0 turns it off, and the library arm
+    serves). No GPU needed. Bad arguments raise errors naming the value and what is allowed."""
     _check_args(op, dtype, n, batch, deps)
     from tunedb import arch as arch_mod
     from tunedb.families.linalg import FAMILY
@@ -133,11 +134,22 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
         note = "" if key == sig else f" (n={n} served by the n={key.get('n')} entry: same padded tile)"
         return _plan(op, dtype, n, batch, deps, config, f"{key} {bound}", "measured",
                      f"the {arch} table's winner{note}" + (f"; {'; '.join(skipped)}" if skipped else ""))
-    config = FAMILY.heuristic(sig, batch, profile)
+    from tunedb import settings
+    from tunedb.runtime import untuned
+
+    # the selector's default tier (runtime/untuned.answer): TUNEDB_MODEL_FALLBACK=0 turns the
+    # heuristic off there, so the plan must say the library arm then, as the serving path runs it
+    config = untuned.answer(FAMILY, sig, profile, batch, concrete=True)  # the arm run at this batch
     why = ("no table for " + arch) if db is None else f"no measured entry for {sig}"
     rule = (f"heuristic: {configs.heuristic_packing(sig)} packing for n={n}, problems per program "
             f"filling {configs.PROGRAMS_PER_SM} programs per SM ({profile.sms} SMs)")
-    if config.id == "torch":
+    if not settings.heuristic_enabled():
+        rule = "TUNEDB_HEURISTIC=0: the family default serves"
+    elif not settings.model_fallback_enabled():
+        rule = "TUNEDB_MODEL_FALLBACK=0 turns the heuristic off: the library arm serves"
+    elif config.id == "torch":
         rule = "heuristic: no kernel config applies, the library arm serves"
-    return _plan(op, dtype, n, batch, deps, config, f"{sig} batch={batch} (unmeasured)", "heuristic",
+    guessed = settings.heuristic_enabled() and settings.model_fallback_enabled()
+    return _plan(op, dtype, n, batch, deps, config, f"{sig} batch={batch} (unmeasured)",
+                 "heuristic" if guessed else "fallback",
                  f"{why}; {rule}" + (f"; {'; '.join(skipped)}" if skipped else ""))
