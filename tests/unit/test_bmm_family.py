@@ -313,3 +313,32 @@ def test_the_product_mode_backs_off_in_eager_where_the_forward_served_no_product
         model(x)
     assert entered == [52, 53, 54]  # under capture the mode runs whatever the last forward did
     assert not getattr(serving._state, "modes", [])
+
+
+def test_the_back_off_ends_when_the_database_epoch_moves_on(monkeypatch):
+    """A model backed off (its forwards served no product) probes again at its next forward once
+    the database moves to a new epoch (a tune, autotune()'s or prewarm's publish): the new tables
+    may serve what the old ones left to torch, and the back-off grows to 1024 forwards."""
+    from tunedb.families.bmm import serving
+    from tunedb.runtime import selector
+
+    entered = []
+    real = serving.product_mode
+    monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
+
+    class Model(nn.Module):
+        def forward(self, x):
+            calls.append(x)
+            return x * 2
+
+    calls: list = []
+    model = serving.install(Model())
+    x = torch.ones(2)
+    for _ in range(12):
+        model(x)
+    assert entered == [0, 2, 5, 10]  # skipping forwards 11-18
+    selector.reload()
+    model(x)
+    assert entered[-1] == 12  # the first forward of the new epoch probes
+    model(x)
+    assert entered[-1] == 12  # and serving nothing, it backs off again (a gap of 1)

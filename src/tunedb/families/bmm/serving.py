@@ -121,6 +121,13 @@ def _compiling() -> bool:
 _MAX_GAP = 1024  # eager forwards skipped at most between two probes of a model serving nothing
 
 
+def _epoch() -> Any:
+    """The database epoch (the selector's): a back-off holds only within the epoch it was set in."""
+    from tunedb.runtime import launch_table
+
+    return launch_table._selector_epoch()
+
+
 def _capturing() -> bool:
     import torch
 
@@ -134,6 +141,10 @@ def _enter(module: Any, args: Any) -> None:
     if stack is None:
         stack = _state.modes = []
     skip = module.__dict__.get("_tunedb_bmm_skip", 0)
+    if skip and module.__dict__.get("_tunedb_bmm_epoch") != _epoch():
+        # a new database epoch (a tune, autotune()'s or prewarm's publish, a reload) may serve
+        # what the last probe found torch for: probe now, not after up to _MAX_GAP forwards
+        skip = module._tunedb_bmm_skip = module._tunedb_bmm_gap = 0
     if skip and not _capturing():
         module._tunedb_bmm_skip = skip - 1
         stack.append(None)  # _exit pops one entry a forward
@@ -159,6 +170,7 @@ def _exit(module: Any, args: Any, output: Any) -> None:
         return
     gap = min(2 * module.__dict__.get("_tunedb_bmm_gap", 0) or 1, _MAX_GAP)
     module._tunedb_bmm_gap = module._tunedb_bmm_skip = gap
+    module._tunedb_bmm_epoch = _epoch()
 
 
 # optimize()'s other families read a module's hooks as a user's (GEMM fuses nothing in a hooked
