@@ -342,3 +342,27 @@ def test_the_back_off_ends_when_the_database_epoch_moves_on(monkeypatch):
     assert entered[-1] == 12  # the first forward of the new epoch probes
     model(x)
     assert entered[-1] == 12  # and serving nothing, it backs off again (a gap of 1)
+
+
+def test_a_model_whose_products_torch_served_backs_off_at_most_8_forwards(monkeypatch):
+    """Products the op could take, all served by torch at these shapes (a long decode), cap the
+    back-off at 8 forwards, so the next request's prefill (a tile's shapes) is probed soon."""
+    from tunedb.families.bmm import serving
+
+    entered = []
+    real = serving.product_mode
+    monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
+    monkeypatch.setattr(serving, "_epoch", lambda: 0)
+
+    class Model(nn.Module):
+        def forward(self, x):
+            calls.append(x)
+            serving._state.candidates = getattr(serving._state, "candidates", 0) + 1  # fold() took one
+            return x * 2
+
+    calls: list = []
+    model = serving.install(Model())
+    for _ in range(60):
+        model(torch.ones(2))
+    gaps = [b - a - 1 for a, b in zip(entered, entered[1:])]
+    assert gaps[:3] == [1, 2, 4] and set(gaps[3:]) == {8}

@@ -115,7 +115,8 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
                           + "; ".join(f"{n} {WHY.get(src, src)}" for src, n in sorted(why.items()))
                           + "): torch runs them, and nothing is measured or claimed for them (docs/unseen_shapes.md)",
                           highlight=False, markup=False)
-            unserved = [sig for sig in unserved if sig not in set(seen)]
+            seen_set = set(seen)
+            unserved = [sig for sig in unserved if sig not in seen_set]
         elsewhere = [sig for sig in unserved if served_elsewhere(sig)]
         if elsewhere:
             fams = sorted({sig.family for sig in elsewhere})

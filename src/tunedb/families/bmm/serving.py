@@ -16,7 +16,9 @@ entries; under CUDA graphs the hop is paid at capture only. In eager mode a forw
 product with a tile makes the model skip the mode for its next 1, 2, 4, ... 1024 eager forwards
 (probing again after each gap; a forward that serves one resets it): a model whose attention is
 SDPA (Llama in transformers) makes no product the op serves, and the hop on every torch call of its
-forward, our own GEMM launches' included, cost s17 D's Llama-3-8B decode 26-37% in eager. A
+forward, our own GEMM launches' included, cost s17 D's Llama-3-8B decode 26-37% in eager. A model
+whose forward made products the op could take but torch served at those shapes backs off at most
+8 forwards (its next request's shapes may be a tile's); a new database epoch ends a back-off; a
 forward under stream capture always runs the mode (paid once, at capture).
 """
 from __future__ import annotations
@@ -65,6 +67,7 @@ def serve(a: Any, b: Any) -> Any:
     folded = fold(a, b)
     if folded is None:
         return None
+    _state.candidates = getattr(_state, "candidates", 0) + 1
     a3, b3, batch = folded
     key = ops.call_key(a3, b3)
     if key not in _decisions or ops._overrides:
@@ -119,6 +122,9 @@ def _compiling() -> bool:
 
 
 _MAX_GAP = 1024  # eager forwards skipped at most between two probes of a model serving nothing
+# ... of a model that made products the op could take, all served by torch at those shapes: its
+# next request's shapes (a prefill after a long decode) may be a tile's, so it probes often
+_PRODUCT_GAP = 8
 
 
 def _epoch() -> Any:
@@ -151,7 +157,7 @@ def _enter(module: Any, args: Any) -> None:
         return
     mode = product_mode()
     mode.__enter__()
-    stack.append((mode, getattr(_state, "served", 0)))
+    stack.append((mode, getattr(_state, "served", 0), getattr(_state, "candidates", 0)))
 
 
 def _exit(module: Any, args: Any, output: Any) -> None:
@@ -163,12 +169,13 @@ def _exit(module: Any, args: Any, output: Any) -> None:
     entry = stack.pop()
     if entry is None:
         return
-    mode, served_before = entry
+    mode, served_before, candidates_before = entry
     mode.__exit__(None, None, None)
     if getattr(_state, "served", 0) > served_before or _capturing():
         module._tunedb_bmm_gap = 0
         return
-    gap = min(2 * module.__dict__.get("_tunedb_bmm_gap", 0) or 1, _MAX_GAP)
+    cap = _PRODUCT_GAP if getattr(_state, "candidates", 0) > candidates_before else _MAX_GAP
+    gap = min(2 * module.__dict__.get("_tunedb_bmm_gap", 0) or 1, cap)
     module._tunedb_bmm_gap = module._tunedb_bmm_skip = gap
     module._tunedb_bmm_epoch = _epoch()
 

@@ -80,14 +80,9 @@ def check_ids(topk_ids: Any, e: int) -> None:
     CPU ids are checked every call (free); CUDA ids only under TUNEDB_CHECK_INPUTS=1, since
     reading a value back costs a device sync (and cannot run inside a CUDA graph capture);
     meta ids hold no values, nor do a compiler's traced ones."""
-    kind = topk_ids.device.type
-    if kind == "meta" or topk_ids.numel() == 0:
+    if topk_ids.is_meta or topk_ids.numel() == 0:
         return
-    import torch
-
-    if torch.compiler.is_compiling():  # traced values are symbolic: the compiled call checks nothing
-        return
-    if kind == "cuda":
+    if topk_ids.is_cuda:  # the every-call path: the setting's memo first (is_cuda is cheaper than .device)
         from tunedb.runtime import launch_table
 
         epoch = launch_table._selector_epoch()
@@ -97,8 +92,12 @@ def check_ids(topk_ids: Any, e: int) -> None:
             _CHECK_CUDA[:] = [epoch, settings.check_inputs()]
         if not _CHECK_CUDA[1]:
             return
-        if torch.cuda.is_current_stream_capturing():
-            return
+    import torch
+
+    if torch.compiler.is_compiling():  # traced values are symbolic: the compiled call checks nothing
+        return
+    if topk_ids.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
     lo, hi = (int(v) for v in topk_ids.aminmax())
     if lo < 0 or hi >= e:
         bad = lo if lo < 0 else hi
