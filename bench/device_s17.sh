@@ -7,15 +7,12 @@
 #              entries too), the table copied to $OUT/db/ (~90 s)
 # pending      GPU tests the previous session never ran (autocast rule, robust models) (~80 s)
 # host         bench/host_overhead.py (host cost per call, eager; ~60 s)
-# glsm-overlap the gemm_log_softmax overlap arm: its GPU tests (~30-50 s), then
-#              bench/glsm_overlap.py --quick (~50-80 s) (docs/glsm_gap.md)
 . "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
   skipping "$s" && continue
   case $s in
     block-build) run_stage block_build "${BLOCK_S:-150}" "python -m tunedb build --family scaled_mm_fp8 --out system --no-fill --top-k 16 --tie-band 0.01 --census bench/census/quant_llama_fp8-block.json --run-id s17-block-\$(date +%s) && cp src/tunedb/db/sm90/scaled_mm_fp8.json \$FINAL/db/" ;;
     pending) run_stage pending "${PENDING_S:-150}" "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_api_edges_gpu.py tests/gpu/test_models_robust_gpu.py" ;;
-    glsm-overlap) run_stage glsm_overlap "${GLSM_OV_S:-200}" "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_gemm_log_softmax_overlap_gpu.py; python bench/glsm_overlap.py --quick --budget-s \${GLSM_OV_BUDGET:-90} --out \$OUT/glsm_overlap" ;;
     host) run_stage host "${HOST_S:-120}" "python bench/host_overhead.py --out \$OUT/host_overhead.json" ;;
     *) bash "$HERE/device_s16.sh" "$s" ;;
   esac
