@@ -2,6 +2,8 @@
 shapes a hashed launch cannot take, and models nobody gave us (each test fails before its fix)."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -279,3 +281,24 @@ def test_a_fused_hf_tanh_gelu_on_the_cpu_computes_what_the_model_wrote():
         assert [m.act for m in tuned.modules() if type(m).__name__ == "TunedLinear"] == ["gelu_tanh", "none"]
         torch.testing.assert_close(tuned(x), ref, rtol=0, atol=0)
         assert set(tuned.state_dict()) == set(plain.state_dict())
+
+
+def test_importable_main_keeps_a_relative_file_that_exists_from_pythons_start_dir(tmp_path, monkeypatch):
+    """A script run by a relative path that later chdirs keeps its __file__ (spawn reopens it from
+    the directory Python started in); '<stdin>' is dropped."""
+    import types
+    from multiprocessing import process
+
+    from tunedb.measure import spawn_main
+
+    (tmp_path / "run.py").write_text("x = 1\n")
+    monkeypatch.setattr(process, "ORIGINAL_DIR", str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for name, keep in (("run.py", True), ("<stdin>", False)):
+        main = types.ModuleType("__main__")
+        main.__file__, main.__spec__ = name, None
+        monkeypatch.setitem(sys.modules, "__main__", main)
+        spawn_main.importable_main()
+        assert hasattr(main, "__file__") is keep, name

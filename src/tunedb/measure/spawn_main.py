@@ -19,5 +19,11 @@ def importable_main() -> None:
     path = getattr(main, "__file__", None)
     if main is None or not isinstance(path, str) or getattr(main, "__spec__", None) is not None:
         return  # no path, or run with -m: the child imports the module by name
-    if not os.path.isfile(path):
-        del main.__file__
+    if os.path.isfile(path):
+        return
+    from multiprocessing import process
+
+    # a relative __file__ after a chdir: spawn reopens it from the directory Python started in
+    if not os.path.isabs(path) and os.path.isfile(os.path.join(process.ORIGINAL_DIR or "", path)):
+        return
+    del main.__file__
