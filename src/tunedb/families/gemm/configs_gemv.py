@@ -44,18 +44,28 @@ def rows_padded(m: int, dot: bool) -> int:
     return 16 if dot else 1 << max(0, (m - 1).bit_length())
 
 
+def slab_reason(bn: int, bk: int, warps: int, stages: int, split_k: int, dot: bool,
+                allowed_bn: tuple[int, ...], allowed_bk: tuple[int, ...], mma_min_bn: int) -> str | None:
+    """Why a GEMV slab's parameters are not allowed (None when they are): the rules every `gv` id
+    family shares (this family's and scaled_mm's, each with its own BN / BK sets and MMA floor)."""
+    for name, v, allowed in (("BN", bn, allowed_bn), ("BK", bk, allowed_bk), ("warps", warps, GEMV_WARPS)):
+        if v not in allowed:
+            return f"{name}={v} not allowed; use one of {allowed}"
+    if not 1 <= split_k <= MAX_SPLIT:
+        return f"split_k={split_k} not allowed; use 1..{MAX_SPLIT}"
+    if not 1 <= stages <= 8:
+        return f"stages={stages} not allowed; use 1..8"
+    if dot and bn < mma_min_bn:
+        return f"_mma needs BN >= {mma_min_bn}, not BN={bn}"
+    return None
+
+
 def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: bool = False,
               pdl: bool = False, late: bool = False) -> Config:
     """A `gv` config; ConfigError naming the bad value and what is allowed."""
-    for name, v, allowed in (("BN", bn, GEMV_BN), ("BK", bk, GEMV_BK), ("warps", warps, GEMV_WARPS)):
-        if v not in allowed:
-            raise ConfigError(f"gemm gemv config: {name}={v} not allowed; use one of {allowed}")
-    if not 1 <= split_k <= MAX_SPLIT:
-        raise ConfigError(f"gemm gemv config: split_k={split_k} not allowed; use 1..{MAX_SPLIT}")
-    if not 1 <= stages <= 8:
-        raise ConfigError(f"gemm gemv config: stages={stages} not allowed; use 1..8")
-    if dot and bn < MMA_MIN_BN:
-        raise ConfigError(f"gemm gemv config: _mma needs BN >= {MMA_MIN_BN}, not BN={bn}")
+    why = slab_reason(bn, bk, warps, stages, split_k, dot, GEMV_BN, GEMV_BK, MMA_MIN_BN)
+    if why:
+        raise ConfigError(f"gemm gemv config: {why}")
     if dot and late:
         raise ConfigError("gemm gemv config: _lr (late reduction) is an FMA-path option; _mma has no K sum to defer")
     cid = (f"gv{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_mma" if dot else "") + ("_lr" if late else "")

@@ -15,12 +15,11 @@ import re
 
 from tunedb.errors import ConfigError
 from tunedb.families.gemm.configs_gemv import FMA_MAX_M, FMA_REGS, fma_reason, rows_padded  # noqa: F401 - re-exported
+from tunedb.families.gemm.configs_gemv import GEMV_WARPS, MAX_SPLIT, slab_reason  # noqa: F401 - re-exported
 from tunedb.records import Config
 
 GEMV_BN = (4, 8, 16, 32, 64, 128)
 GEMV_BK = (128, 256, 512, 1024)
-MAX_SPLIT = 16
-GEMV_WARPS = (1, 2, 4, 8)
 # the FMA path's rules (M <= FMA_MAX_M, its [MP, BN, BK] product tile within FMA_REGS registers a
 # thread) and the kernel's padded rows are the bf16 GEMV's: one definition (gemm/configs_gemv.py)
 MMA_MIN_BN = 16
@@ -30,15 +29,9 @@ GV_ID = re.compile(r"^gv(?P<split>\d+)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P
 def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: bool = False,
               pdl: bool = False) -> Config:
     """A `gv` config of the triton_decode lane; ConfigError naming the bad value."""
-    for name, v, allowed in (("BN", bn, GEMV_BN), ("BK", bk, GEMV_BK), ("warps", warps, GEMV_WARPS)):
-        if v not in allowed:
-            raise ConfigError(f"triton_decode gemv config: {name}={v} not allowed; use one of {allowed}")
-    if not 1 <= split_k <= MAX_SPLIT:
-        raise ConfigError(f"triton_decode gemv config: split_k={split_k} not allowed; use 1..{MAX_SPLIT}")
-    if not 1 <= stages <= 8:
-        raise ConfigError(f"triton_decode gemv config: stages={stages} not allowed; use 1..8")
-    if dot and bn < MMA_MIN_BN:
-        raise ConfigError(f"triton_decode gemv config: _mma needs BN >= {MMA_MIN_BN} (BN={bn})")
+    why = slab_reason(bn, bk, warps, stages, split_k, dot, GEMV_BN, GEMV_BK, MMA_MIN_BN)
+    if why:
+        raise ConfigError(f"triton_decode gemv config: {why}")
     cid = f"gv{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_mma" if dot else "") + ("_pdl" if pdl else "")
     return Config(cid, "triton_decode", (("block", (16, bn, bk)), ("warps", warps), ("stages", stages),
                                          ("group_m", 1), ("split_k", split_k), ("pdl", bool(pdl)),
