@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 DEVICE_TRITON = "3.6"
@@ -41,3 +43,15 @@ def child_env(site: str, *extra: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (site, str(SRC), *extra) if p))
     env.pop("TRITON_INTERPRET", None)
     return env
+
+
+def run_child(args: list[str], timeout: float, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` under the device's Triton (child_env), output captured; the calling test is
+    skipped when this machine has no such Triton."""
+    import pytest
+
+    site = path()
+    if site is None:
+        pytest.skip(f"no Triton {DEVICE_TRITON} here (neither the running Triton nor {WHEEL_SITE})")
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                          env=child_env(site, *extra))

@@ -6,7 +6,6 @@ loads and stores at N=5000 with the hint, 2-byte ones without)."""
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 import sys
 
 import pytest
@@ -189,11 +188,7 @@ print("PTX " + json.dumps(out))
 def test_the_hint_vectorises_n5000_rows_on_sm90_with_the_device_triton():
     import json
 
-    path = device_triton.path()
-    if path is None:
-        pytest.skip(f"no Triton 3.6 here (neither the running Triton nor {device_triton.WHEEL_SITE})")
-    env = device_triton.child_env(path)
-    proc = subprocess.run([sys.executable, "-c", _PTX], capture_output=True, text=True, timeout=600, env=env)
+    proc = device_triton.run_child(["-c", _PTX], 600)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PTX ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     got = json.loads(lines[-1][4:])

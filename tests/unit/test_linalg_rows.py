@@ -6,7 +6,6 @@ the others still right; the in-place forms. And the config space's rules for the
 register budget, whole rows per thread, its place in the candidates), and a compile for sm90 in
 the device's Triton (3.6) of the configs the GPU test runs."""
 import json
-import subprocess
 import sys
 
 import pytest
@@ -89,11 +88,7 @@ for op in ("potrf", "posv"):
 def test_the_gpu_tests_rows_kernels_compile_for_sm90_with_the_device_triton():
     """The first two rows configs of each op x dtype x n in {16, 32} (what the GPU test and the
     goal bench run first), compiled by Triton 3.6 for sm90 (2-4 minutes on 2 cores)."""
-    site = device_triton.path()
-    if site is None:
-        pytest.skip(f"no Triton 3.6 here (neither the running Triton nor {device_triton.WHEEL_SITE})")
-    env = device_triton.child_env(site)
-    proc = subprocess.run([sys.executable, "-c", _COMPILE], capture_output=True, text=True, timeout=1500, env=env)
+    proc = device_triton.run_child(["-c", _COMPILE], 1500)
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(results) == 16 and all(r["config"].startswith("rows_") for r in results), proc.stderr[-3000:]
     failed = [f"{r['op']} {r['dtype']} n={r['n']} {r['config']}: {r['error']}" for r in results if not r["ok"]]

@@ -8,7 +8,6 @@ config, and the launch refusing an M the predicate refuses; and every gv kernel 
 sm90 by the device's Triton 3.6 (16-byte weight loads, the FMA loop pipelined through cp.async,
 no spills, griddepcontrol only in _pdl twins)."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -252,11 +251,7 @@ def _loop_instructions(ptx: str) -> int:
 
 @pytest.mark.slow
 def test_gemv_kernels_compile_for_sm90_with_the_device_triton():
-    site = device_triton.path()
-    if site is None:
-        pytest.skip(f"no Triton 3.6 here (neither the running Triton nor {device_triton.WHEEL_SITE})")
-    env = device_triton.child_env(site, str(Path(__file__).parent))
-    proc = subprocess.run([sys.executable, __file__, "compile"], capture_output=True, text=True, timeout=600, env=env)
+    proc = device_triton.run_child([__file__, "compile"], 600, str(Path(__file__).parent))
     rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert len(rows) == len(COMPILE_CASES), proc.stderr[-3000:]
     assert [r for r in rows if not r["ok"]] == []
