@@ -4,6 +4,8 @@ product mode compiles with fullgraph=True and matches eager. Expected run time: 
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,9 @@ torch = pytest.importorskip("torch")
 import tunedb  # noqa: E402
 from tunedb.families.bmm import serving as bmm_serving  # noqa: E402
 from tunedb.runtime import patching  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))  # the CPU tests' model
+from eager_attention import Attention  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 nn = torch.nn
@@ -46,22 +51,11 @@ def test_an_fp16_model_under_bf16_autocast_returns_bf16():
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-class Attention(nn.Module):
-    def __init__(self, d: int = 256) -> None:
-        super().__init__()
-        self.qkv = nn.Linear(d, 3 * d)
-        self.out = nn.Linear(d, d, bias=False)
-
-    def forward(self, x):
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        return self.out(torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v)
-
-
 def test_fullgraph_compile_with_the_bmm_product_mode(monkeypatch):
     monkeypatch.setattr(patching, "_measured", lambda name: name == "bmm")
     monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
     torch.manual_seed(0)
-    plain = Attention().cuda().half().eval()
+    plain = Attention(256).cuda().half().eval()
     model = tunedb.optimize(copy.deepcopy(plain))
     assert getattr(model, "_tunedb_bmm_serving", False)
     compiled = torch.compile(model, fullgraph=True)

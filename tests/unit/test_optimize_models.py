@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import tunedb
+from eager_attention import Attention
 from tunedb.families.bmm import serving as bmm_serving
 from tunedb.runtime import patching
 
@@ -39,19 +40,6 @@ def test_a_users_hook_on_the_top_module_still_stops_fusion_there(monkeypatch):
     plain.register_forward_hook(lambda mod, args, out: None)
     model = tunedb.optimize(plain)
     assert [m.act for m in _tuned(model)] == ["none"]
-
-
-class Attention(nn.Module):
-    """Eager attention written as matmuls, between two Linears."""
-
-    def __init__(self, d: int = 32) -> None:
-        super().__init__()
-        self.qkv = nn.Linear(d, 3 * d)
-        self.out = nn.Linear(d, d, bias=False)
-
-    def forward(self, x):
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        return self.out(torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v)
 
 
 def test_an_optimized_model_compiles_with_fullgraph_where_the_bmm_mode_is_installed(monkeypatch):
