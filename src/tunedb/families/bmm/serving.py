@@ -135,9 +135,9 @@ def _epoch() -> Any:
 
 
 def _capturing() -> bool:
-    import torch
+    from tunedb.runtime import launch_table
 
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return launch_table._capturing()
 
 
 def _enter(module: Any, args: Any) -> None:
