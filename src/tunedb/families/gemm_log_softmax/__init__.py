@@ -7,7 +7,9 @@ grammar, validity predicate and fp32 gate; the database file is `db/<arch>/gemm_
 Lanes: triton_recompute (stats pass, then recompute + write once), triton_fixup (logits written
 once in the output dtype, then subtracted in place), linear_rows (cuBLAS, then a Triton row
 log-softmax), triton_rowfix (small M: tiles + statistics, one combined fix-up; two launches or
-one persistent), torch (linear + log_softmax: the fallback
+one persistent), chunked_rows (cuBLAS and the linear_rows pass chunk by chunk of R rows, the
+pass over logits still in L2; one stream or the passes forked onto a second), torch (linear +
+log_softmax: the fallback
 and the untuned choice). Importing this package touches neither torch nor triton.
 See docs/gemm_log_softmax.md.
 """
@@ -22,7 +24,7 @@ from tunedb.families.config_methods import ConfigMethods
 from tunedb.families.gemm_log_softmax import configs, keys
 from tunedb.records import Config, Signature
 
-KERNEL_SOURCES = ("kernels.py", "launch.py", "kernels_rowfix.py", "launch_rowfix.py")
+KERNEL_SOURCES = ("kernels.py", "launch.py", "kernels_rowfix.py", "launch_rowfix.py", "launch_chunks.py")
 
 
 @lru_cache(maxsize=1)

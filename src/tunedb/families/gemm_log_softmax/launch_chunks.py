@@ -69,6 +69,13 @@ def chunked_rows(x2: Any, weight: Any, bias: Any, y: Any, chunk_rows: int, strea
     return y
 
 
+def chunked_arm(config: Any, x: Any, weight: Any, bias: Any = None, out: Any = None, vec: int | None = None) -> Any:
+    """The chunked_rows lane (configs_chunks.py): chunked_call with the config's parameters."""
+    return chunked_call(x, weight, bias, out, config.param("chunk_rows"), config.param("streams"),
+                        config.param("rows"), config.param("chunk"), config.param("warps"),
+                        pdl=config.param("launch") == "pdl", persist=config.param("persist"), vec=vec)
+
+
 def chunked_call(x: Any, weight: Any, bias: Any, out: Any, chunk_rows: int, streams: int, rows: int, chunk: int,
                  warps: int, pdl: bool = False, persist: int | None = None, vec: int | None = None) -> Any:
     """chunked_rows over x [..., K] into `out` [..., N] (allocated when None): the op's shapes."""
