@@ -92,6 +92,23 @@ def test_compile_set_and_pick_rule():
         "lc_m512_st2_r1_c8192_w8"
 
 
+def test_eager_fallback_where_the_chunks_launches_outrun_torch():
+    sig = FAMILY.make_signature(16000, 512, "bf16", 1)
+    p = FAMILY.parse_config
+    # one chunk (M <= R), on either stream setting: torch's own two launches; it serves
+    assert FAMILY.eager_fallback(sig, 64, p("lc_m256_st2_r1_c8192_w8"), SM90) is None
+    assert FAMILY.eager_fallback(sig, 256, p("lc_m256_st1_r1_c8192_w8"), SM90) is None
+    # 32 chunks of 256 rows at M = 8192: 64 launches, ~460 us of host issue > torch's ~350 us floor
+    assert FAMILY.eager_fallback(sig, 8192, p("lc_m256_st1_r1_c8192_w8"), SM90) == "torch"
+    # 8 chunks of 1024 on two streams: 32 host calls, ~230 us, under it
+    assert FAMILY.eager_fallback(sig, 8192, p("lc_m1024_st2_r1_c8192_w8"), SM90) is None
+    # four chunks at M = 1024: torch's floor is ~45 us; 8 launches (~58 us) outrun it
+    assert FAMILY.eager_fallback(sig, 1024, p("lc_m256_st1_r1_c8192_w8"), SM90) == "torch"
+    # other lanes are never flagged
+    assert FAMILY.eager_fallback(sig, 8192, p("lr_r1_c8192_w8"), SM90) is None
+    assert FAMILY.eager_fallback(sig, 8192, p("torch"), SM90) is None
+
+
 _INTERPRET = r"""
 import torch
 from tunedb.arch import shipped_profile

@@ -65,6 +65,13 @@ class GemmLogSoftmaxFamily(ConfigMethods):
     def weight_bytes(self, sig: Signature) -> int:
         return 2 * sig.get("N") * (sig.get("K") + sig.get("bias"))
 
+    def eager_fallback(self, sig: Signature, m: int, config: Config, profile: Any, params: Any = None) -> str | None:
+        """chunked_rows configs whose launches would make an eager call host-bound serve torch
+        there (configs_chunks.eager_fallback); every other config serves eager calls too."""
+        from tunedb.families.gemm_log_softmax.configs_chunks import eager_fallback
+
+        return eager_fallback(sig.get("N"), sig.get("K"), m, config, profile)
+
     def census_rules(self) -> tuple[Any, ...]:
         """None at the aten level: the dispatcher shows an addmm and a _log_softmax with nothing
         tying one's output to the other's input. census.record() (a function-level mode) and

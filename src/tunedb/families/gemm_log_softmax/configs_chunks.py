@@ -103,3 +103,21 @@ def reason(cfg: Config, n: int, elt_bytes: int, arch: ArchProfile) -> str | None
         return (f"a chunk's logits ({cfg.param('chunk_rows')} rows x N={n} x {elt_bytes} B = {need} B) exceed "
                 f"{L2_SHARE} of L2 ({budget} B of {arch.l2_bytes})")
     return None
+
+
+def eager_fallback(n: int, k: int, m: int, cfg: Config, profile: ArchProfile) -> str | None:
+    """The family's eager_fallback hook for this lane (runtime/host_bound.py): 'torch' when the
+    host time to issue the config's launches outside a CUDA graph (two a chunk, two more event
+    calls a chunk on two streams where there are several chunks, at profile.launch_us_eager each) exceeds torch's own eager
+    time, taken as the larger of its two launches' host time and a floor of its kernel time (its
+    GEMM at the bf16 peak plus three crossings of the logits at DRAM bandwidth: GEMM write,
+    log_softmax read and write). The config's kernels beat torch's in the build (else it is not
+    served), so such a call is host-bound and the GPU time the chunks save buys nothing. None:
+    the config serves eager calls too (one chunk on one stream always does). The build measures
+    in graphs, where launches cost the host nothing."""
+    if cfg.lane != LANE:
+        return None
+    chunks = -(-m // cfg.param("chunk_rows"))
+    host_us = chunks * (2 if cfg.param("streams") == 1 or chunks == 1 else 4) * profile.launch_us_eager
+    torch_gpu_us = 2.0 * m * n * k / (profile.bf16_tflops * 1e6) + 6.0 * m * n / (profile.dram_bw_gbs * 1e3)
+    return "torch" if host_us > max(2 * profile.launch_us_eager, torch_gpu_us) else None

@@ -53,7 +53,8 @@ def chunked_rows(x2: Any, weight: Any, bias: Any, y: Any, chunk_rows: int, strea
     from tunedb.families.gemm_log_softmax.launch import rows_pass
 
     m = x2.shape[0]
-    side = side_stream(y.device) if streams > 1 and y.is_cuda else None
+    # one chunk (M <= R) has nothing to overlap: no fork
+    side = side_stream(y.device) if streams > 1 and y.is_cuda and m > chunk_rows else None
     main = torch.cuda.current_stream(y.device) if side is not None else None
     for r0 in range(0, m, chunk_rows):
         yc = y[r0:r0 + chunk_rows]
