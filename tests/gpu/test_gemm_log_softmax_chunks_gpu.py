@@ -5,7 +5,7 @@ output NaN-poisoned first, at M with a short last chunk and at M <= R (one chunk
 PDL and two-stream variants inside a captured CUDA graph of back-to-back calls replayed on fresh
 inputs (the two-stream graph forks each chunk's row pass onto the side stream and joins it);
 a two-stream call from a non-default stream (the side stream waits on the caller's). About
-20-40 s on an H200 (a dozen row-pass compiles)."""
+30-50 s on an H200 (about 16 row-pass compiles: VEC, one or two sweeps, persistent, GDC)."""
 import pytest
 
 torch = pytest.importorskip("torch")
