@@ -161,7 +161,9 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     Rules: the signature is this family's; sentinels always run; a tile fits shared memory and
     keeps its fp32 accumulator in registers; the N tiles' statistics workspace stays bounded;
     a tile is not more than twice the problem along K or (given M) along M (it would compute
-    mostly padding: a smaller tile of the space covers that shape)."""
+    mostly padding: a smaller tile of the space covers that shape). linear_rows: _rows_reason and
+    the pdl rule; triton_rowfix: configs_rowfix.reason; chunked_rows: the row pass's rules at
+    min(M, R) rows, the pdl rule, and configs_chunks.reason (a chunk's logits within L2's share)."""
     why = sig_reason(sig)
     if why:
         return why
