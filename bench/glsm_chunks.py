@@ -12,20 +12,22 @@ error: else a failed row, not timed), then timed as bench/gemm_log_softmax.py ti
 CUDA graph of n calls over head-weight copies read cold, median of 7 replays / n):
   torch         F.linear + torch.log_softmax
   shipped       the config src/tunedb/db/sm90/gemm_log_softmax.json serves at (signature, M)
-  m{R}_s{S}     launch_chunks.chunked_rows with the shipped row pass's config (linear_rows' at
-                that point; the table's lr config of the signature where it serves rowfix):
-                chunks of R rows (R in CHUNKS, R < M, the chunk's logits R x N x 2 bytes at
-                most BUDGET), S = 1 (one stream) or 2 (each chunk's pass forked onto a side
-                stream, overlapping the next chunk's GEMM); --quick: R = 128 only at M <= 1024
-  m{R}_s{S}:lr_ full runs: the same with ALT's row pass (one read of each row)
-  whole_s1      the same with R = M: one GEMM into the output, the pass in place (what chunking
-                changes beside the shipped arm's separate logits buffer)
+  lc_m{R}_st{S}_<pass>  the family's chunked_rows lane (configs_chunks.py, through FAM.launch)
+                with the shipped row pass's config (linear_rows' at that point; the table's lr
+                config of the signature where it serves rowfix): chunks of R rows (R in CHUNKS,
+                R < M, valid by the family's predicate: the chunk's logits within 0.55 of L2),
+                st1 (one stream), st1 + _pdl (the pass a programmatic dependent of its chunk's
+                GEMM) and st2 (each chunk's pass forked onto a side stream, overlapping the next
+                chunk's GEMM); --quick: R = 128 only at M <= 1024; full runs also with ALT's
+                row pass (one read of each row)
+  whole_s1      launch_chunks.chunked_call with R = M: one GEMM into the output, the pass in
+                place (what chunking changes beside the shipped arm's separate logits buffer)
   linear        F.linear alone (cuBLAS's share)
 Per point: us, x torch and x shipped of every arm, the best chunked arm. Geomeans over the
 census points (M = 2048 left out) of shipped and best-of(shipped, chunked); and a projection over
 all 15 census points with M = 64 at the shipped table's own evidence (labelled as such). Writes
 DIR/glsm_chunks.json after every point. Expected run time on an H200: --quick 40-75 s (a few
-row-pass compiles, cuBLAS's first calls; 15 points, about 136 timed arms), full 90-150 s (set
+row-pass compiles, cuBLAS's first calls; 15 points, about 175 timed arms), full 90-150 s (set
 --budget-s 140); --budget-s stops
 starting new points (largest M first: M = 256, where one chunk of 128 rows is all there is,
 runs last).
@@ -42,6 +44,7 @@ import torch
 
 from tunedb import families
 from tunedb.arch import shipped_profile
+from tunedb.families.gemm_log_softmax import configs_chunks as chunks
 from tunedb.families.gemm_log_softmax.launch_chunks import chunked_call
 from tunedb.measure.timers import rotation_copies
 
@@ -54,13 +57,13 @@ CENSUS = ROOT / "bench" / "census" / "ctc_heads.json"
 TABLE = ROOT / "src" / "tunedb" / "db" / "sm90" / "gemm_log_softmax.json"
 MS = (256, 1024, 2048, 4096, 8192)
 EXTRA_MS = (2048,)  # not census points: left out of the census geomeans
-CHUNKS = (128, 256, 512, 1024, 2048, 4096)
+CHUNKS = chunks.CHUNK_ROWS
 QUICK_CHUNKS = CHUNKS
+VARIANTS = ((1, False), (1, True), (2, False))  # (streams, pdl)
 QUICK_SMALL_MAX_M = 1024  # --quick: R = 128 only up to this M (64 chunks at 8192 cost capture time)
 # full runs only: a second row pass inside the chunks, one read of each row (the shipped pass at
 # N = 16000 is two-pass, C = 8192 < N; at 32000 persistent; at 5000 one row a program)
 ALT = {5000: "lr_r4_c8192_w16", 16000: "lr_r1_c16384_w16", 32000: "lr_r1_c32768_w16"}
-BUDGET = 32 << 20  # a chunk's logits at most this (of the 60 MiB L2: W and x share it)
 
 
 def census_pairs() -> list[tuple[int, int]]:
@@ -109,7 +112,10 @@ def row_config(table: dict, sig_key: str, m: int) -> str:
     return "lr_r1_c8192_w8"
 
 
-def chunk_rows(n: int, m: int, grid, budget: int = BUDGET, quick: bool = False) -> tuple[int, ...]:
+def chunk_rows(n: int, m: int, grid, quick: bool = False, arch=None) -> tuple[int, ...]:
+    """R of the grid with R < M whose chunk's logits the family's predicate admits (arch: the
+    shipped sm90 profile's L2 unless given)."""
+    budget = chunks.l2_budget(arch or shipped_profile("sm90"))
     return tuple(r for r in grid if r < m and r * n * 2 <= budget and not (quick and r == 128 and m > QUICK_SMALL_MAX_M))
 
 
@@ -136,13 +142,13 @@ def run_point(n, k, m, l2, sm90, table, grid, device="cuda", timer=graph_us, dt=
     if pick != "torch":
         arms["shipped"] = lambda w_, b_, cfg=FAM.parse_config(pick): FAM.launch(cfg, sig, x, w_, b_, out=out)
     arms["whole_s1"] = lambda w_, b_: chunked_call(x, w_, b_, out, m, 1, **rp)
-    passes = {"": rp}
-    if alt and alt != lr and FAM.invalid_reason(FAM.parse_config(alt), sig, m, sm90) is None:
-        passes[":" + alt] = pass_params(alt)
-    for r in chunk_rows(n, m, grid, quick=quick):
-        for s in (1, 2):
-            for tag, pp in passes.items():
-                arms[f"m{r}_s{s}{tag}"] = lambda w_, b_, r=r, s=s, pp=pp: chunked_call(x, w_, b_, out, r, s, **pp)
+    passes = [rp] + ([pass_params(alt)] if alt and alt != lr else [])
+    for r in chunk_rows(n, m, grid, quick=quick, arch=sm90):
+        for pp in passes:
+            for s, pdl in VARIANTS:
+                cfg = chunks.make(r, s, pp["rows"], pp["chunk"], pp["warps"], pdl=pdl, persist=pp["persist"])
+                if FAM.invalid_reason(cfg, sig, m, sm90) is None:
+                    arms[cfg.id] = lambda w_, b_, cfg=cfg: FAM.launch(cfg, sig, x, w_, b_, out=out)
     row = {"N": n, "K": k, "M": m, "copies": copies, "shipped_pick": pick, "row_pass": lr, "times_us": {},
            "errors": {}, "failed": {}}
     base = None
@@ -169,7 +175,7 @@ def summarise(row):
     t = row["times_us"]
     tt = t["torch"]
     shipped = t.get("shipped", tt if row["shipped_pick"] == "torch" else None)
-    ch = {c: v for c, v in t.items() if c.startswith("m") or c == "whole_s1"}
+    ch = {c: v for c, v in t.items() if c.startswith(chunks.PREFIX) or c == "whole_s1"}
     best = min(ch, key=ch.get) if ch else None
     row["shipped_x"] = tt / shipped if shipped else None
     row["chunk_best"], row["chunk_x"] = best, (tt / ch[best] if best else None)
@@ -255,7 +261,8 @@ def main() -> int:
               f"x shipped {r['chunk_vs_shipped'] or 0:.3f}", file=sys.stderr, flush=True)
         env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "triton": __import__("triton").__version__, "wall_s": round(time.monotonic() - t0, 1),
-               "command": " ".join(sys.argv), "skipped": skipped, "l2_bytes": l2, "budget_bytes": BUDGET,
+               "command": " ".join(sys.argv), "skipped": skipped, "l2_bytes": l2,
+               "budget_bytes": chunks.l2_budget(sm90),
                "chunks": list(grid), "evidence_x_m64": ev}
         path.write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
     if skipped:

@@ -23,7 +23,8 @@ def test_points_and_chunk_grid():
     assert g.chunk_rows(32000, 8192, g.CHUNKS) == (128, 256, 512)
     assert g.chunk_rows(16000, 256, g.CHUNKS) == (128,)
     assert g.chunk_rows(5000, 8192, g.CHUNKS, quick=True) == (256, 512, 1024, 2048)
-    assert all(r * n * 2 <= g.BUDGET and r < m for n, _, m in pts for r in g.chunk_rows(n, m, g.CHUNKS))
+    budget = g.chunks.l2_budget(g.shipped_profile("sm90"))
+    assert all(r * n * 2 <= budget and r < m for n, _, m in pts for r in g.chunk_rows(n, m, g.CHUNKS))
 
 
 def test_row_config_follows_the_table():
@@ -80,16 +81,18 @@ def timer(call, weights):
     call(*weights[0])
     calls.append(1)
     return 10.0 + len(calls)
-sig = g.FAM.make_signature(1100, 32, "fp16", 1)
-table = {"entries": {sig.format(): {"regions": [[4, "rf_b16x32x32_w4_s2_pdl"], [None, "lr_r1_c2048_w8"]]}}}
-row = g.run_point(1100, 32, 9, 1 << 20, shipped_profile("sm90"), table, (2, 4, 8, 16), device="cpu", timer=timer,
-                  dt="fp16", alt="lr_r2_c2048_w8")
+sig = g.FAM.make_signature(300, 16, "fp16", 1)
+table = {"entries": {sig.format(): {"regions": [[4, "rf_b16x32x32_w4_s2_pdl"], [None, "lr_r2_c1024_w4"]]}}}
+row = g.run_point(300, 16, 130, 1 << 20, shipped_profile("sm90"), table, (128, 256), device="cpu", timer=timer,
+                  dt="fp16", alt="lr_r1_c1024_w4")
 assert not row["failed"], row["failed"]
 t = row["times_us"]
-want = {"torch", "shipped", "whole_s1", "linear"} | {f"m{r}_s{s}{a}" for r in (2, 4, 8) for s in (1, 2)
-                                                      for a in ("", ":lr_r2_c2048_w8")}
+# R = 128 only (R < M = 130): two chunks, the second of 2 rows; three variants of each pass
+want = {"torch", "shipped", "whole_s1", "linear"} | {f"lc_m128_{v}_{p}" for v in ("st1", "st2")
+                                                      for p in ("r2_c1024_w4", "r1_c1024_w4")} | {
+    "lc_m128_st1_r2_c1024_w4_pdl", "lc_m128_st1_r1_c1024_w4_pdl"}
 assert set(t) == want, sorted(set(t) ^ want)
-assert row["shipped_pick"] == "lr_r1_c2048_w8" and row["row_pass"] == "lr_r1_c2048_w8"
+assert row["shipped_pick"] == "lr_r2_c1024_w4" and row["row_pass"] == "lr_r2_c1024_w4"
 assert row["chunk_best"] == "whole_s1" and row["chunk_vs_shipped"] == t["shipped"] / t["whole_s1"]
 print(g.markdown([row], {"N=1100,M=64": 1.1}))
 print("ok")

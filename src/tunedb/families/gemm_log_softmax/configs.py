@@ -14,6 +14,9 @@ keeps cuBLAS's GEMM and replaces only torch's log_softmax:
                       (two launches), pdl (the fix-up under programmatic dependent launch) or one{P}
                       (one persistent launch, P CTAs an SM, a grid barrier between the phases);
                       configs_rowfix.py)
+    chunked_rows      lc_m{R}_st{S}_r{r}_c{C}_w{W}[_p{P}][_pdl] lc_m512_st2_r1_c8192_w8 (cuBLAS and the
+                      linear_rows pass chunk by chunk of R rows, the pass in L2; S streams;
+                      configs_chunks.py)
 Sentinels: `torch` (F.linear then torch.log_softmax: the fallback) and `default` (the untuned
 choice: the torch arm too, no guessed tile is served unmeasured).
 """
@@ -25,6 +28,7 @@ from typing import Iterable, Sequence
 
 from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
+from tunedb.families.gemm_log_softmax import configs_chunks as chunks
 from tunedb.families.gemm_log_softmax import configs_rowfix as rowfix
 from tunedb.families.key_rules import head_reason
 from tunedb.families.tile_ids import TileIds, blocks
@@ -33,7 +37,7 @@ from tunedb.records import ArchProfile, Config, Signature
 FAMILY = "gemm_log_softmax"
 OPS: tuple[str, ...] = ("gemm_log_softmax",)
 DTYPES: tuple[str, ...] = ("bf16", "fp16")
-TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup", "linear_rows", "triton_rowfix")
+TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup", "linear_rows", "triton_rowfix", "chunked_rows")
 TILE_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup")
 LANES: tuple[str, ...] = TRITON_LANES + ("torch",)
 FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
@@ -72,9 +76,12 @@ def make_rows(rows: int, chunk: int, warps: int, pdl: bool = False, persist: int
 
 @lru_cache(maxsize=4096)
 def parse(config_id: str) -> Config:
-    """A config from its id: a tile (rc_/fx_), a linear_rows id (lr_), a rowfix id (rf_) or a sentinel."""
+    """A config from its id: a tile (rc_/fx_), a linear_rows id (lr_), a rowfix id (rf_), a
+    chunked_rows id (lc_) or a sentinel."""
     if isinstance(config_id, str) and config_id.startswith(rowfix.PREFIX):
         return rowfix.parse(config_id)
+    if isinstance(config_id, str) and config_id.startswith(chunks.PREFIX):
+        return chunks.parse(config_id)
     m = _ROWS_ID.match(config_id) if isinstance(config_id, str) else None
     if m is None:
         return TILE_IDS.parse(config_id)
@@ -111,7 +118,7 @@ def full_grid() -> tuple[Config, ...]:
     tiles = tuple(make(lane, *t) for lane in TILE_LANES for t in _TILES)
     return (tiles + tuple(make_rows(*r) for r in _ROWS) + tuple(make_rows(*r, pdl=True) for r in _ROWS_PDL)
             + tuple(make_rows(r, c, w, persist=p) for r, c, w, p in _ROWS_STREAM)
-            + rowfix.grid())
+            + rowfix.grid() + chunks.grid())
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
@@ -125,8 +132,9 @@ def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[
 
 def smem_bytes(cfg: Config) -> int:
     """Pipelined operand buffers (two bytes per element) or the fp32 tile's layout conversion;
-    a linear_rows program reduces in registers (its cross-warp reductions need a few bytes)."""
-    if cfg.lane == "linear_rows":
+    a linear_rows program reduces in registers (its cross-warp reductions need a few bytes), and
+    a chunked_rows config runs cuBLAS and that row pass."""
+    if cfg.lane in ("linear_rows", "chunked_rows"):
         return 0
     if cfg.lane == "triton_rowfix":
         return rowfix.smem_bytes(cfg)
@@ -153,7 +161,9 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     Rules: the signature is this family's; sentinels always run; a tile fits shared memory and
     keeps its fp32 accumulator in registers; the N tiles' statistics workspace stays bounded;
     a tile is not more than twice the problem along K or (given M) along M (it would compute
-    mostly padding: a smaller tile of the space covers that shape)."""
+    mostly padding: a smaller tile of the space covers that shape). linear_rows: _rows_reason and
+    the pdl rule; triton_rowfix: configs_rowfix.reason; chunked_rows: the row pass's rules at
+    min(M, R) rows, the pdl rule, and configs_chunks.reason (a chunk's logits within L2's share)."""
     why = sig_reason(sig)
     if why:
         return why
@@ -165,6 +175,10 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
         return _rows_reason(cfg, sig.get("N"), m) or _rows_pdl_reason(cfg, arch)
     if cfg.lane == "triton_rowfix":
         return rowfix.reason(cfg, sig.get("N"), sig.get("K"), m, arch)
+    if cfg.lane == "chunked_rows":  # the row pass's rules at the chunk's rows, then the chunk's own
+        rp = chunks.row_pass(cfg)
+        return (_rows_reason(rp, sig.get("N"), None if m is None else min(m, cfg.param("chunk_rows")))
+                or _rows_pdl_reason(rp, arch) or chunks.reason(cfg, sig.get("N"), 2, arch))
     bm, bn, bk = blocks(cfg)
     need = smem_bytes(cfg)
     if need > arch.smem_per_block:
@@ -250,7 +264,8 @@ def compile_set(arch_family: str, referenced: Iterable[str]) -> tuple[Config, ..
 
 def simplicity(config_id: str) -> int:
     """Lower is simpler: the torch arm; cuBLAS's GEMM with a Triton row pass; the one-GEMM
-    fixups (three launches, then the rowfix's two or one); the two-GEMM recompute."""
+    fixups (three launches, then the rowfix's two or one) and the chunked row passes (two
+    launches a chunk); the two-GEMM recompute."""
     if config_id in FAMILY_SENTINELS:
         return 0
-    return {"lr_": 1, "fx_": 2, "rf_": 2}.get(config_id[:3], 3)
+    return {"lr_": 1, "fx_": 2, "rf_": 2, "lc_": 2}.get(config_id[:3], 3)

@@ -53,7 +53,8 @@ def chunked_rows(x2: Any, weight: Any, bias: Any, y: Any, chunk_rows: int, strea
     from tunedb.families.gemm_log_softmax.launch import rows_pass
 
     m = x2.shape[0]
-    side = side_stream(y.device) if streams > 1 and y.is_cuda else None
+    # one chunk (M <= R) has nothing to overlap: no fork
+    side = side_stream(y.device) if streams > 1 and y.is_cuda and m > chunk_rows else None
     main = torch.cuda.current_stream(y.device) if side is not None else None
     for r0 in range(0, m, chunk_rows):
         yc = y[r0:r0 + chunk_rows]
@@ -67,6 +68,13 @@ def chunked_rows(x2: Any, weight: Any, bias: Any, y: Any, chunk_rows: int, strea
     if side is not None:
         main.wait_stream(side)  # the caller's stream sees every pass done (and a capture joins)
     return y
+
+
+def chunked_arm(config: Any, x: Any, weight: Any, bias: Any = None, out: Any = None, vec: int | None = None) -> Any:
+    """The chunked_rows lane (configs_chunks.py): chunked_call with the config's parameters."""
+    return chunked_call(x, weight, bias, out, config.param("chunk_rows"), config.param("streams"),
+                        config.param("rows"), config.param("chunk"), config.param("warps"),
+                        pdl=config.param("launch") == "pdl", persist=config.param("persist"), vec=vec)
 
 
 def chunked_call(x: Any, weight: Any, bias: Any, out: Any, chunk_rows: int, streams: int, rows: int, chunk: int,
