@@ -8,10 +8,13 @@ step, no LM head), built by e2e_models.build; the tuned copy is tunedb.optimize(
 inplace=False) with the shipped tables only (TUNEDB_USER_DB=off, as e2e's "tunedb system").
 For each batch, eager only:
 
-1. timing: plain and tunedb alternate in --rounds rounds of --iters forwards (drift hits both);
+1. timing: plain, tunedb and "tunedb, s17 back-off" (another optimize() copy run under session
+   17's bmm back-off rule, where any torch-served product held the probe gap at 8 forwards;
+   --no-s17-backoff drops it) alternate in --rounds rounds of --iters forwards (drift hits all);
    per forward: host issue time (perf_counter around the call, no sync), wall time (call + sync)
-   and CUDA-event time; medians over all forwards, and the paired ratio (median over rounds of
-   plain's round wall over tunedb's).
+   and CUDA-event time, medians and means over all forwards (a probe forward under the bmm product
+   mode is an outlier the median hides), the paired ratio to plain (median over rounds of plain's
+   round wall over the variant's), and how many forwards ran under the product mode.
 2. torch.profiler (CPU + CUDA) over --prof-iters forwards of each: the top --top entries by self
    CPU time, per forward (us, calls), side by side, and the whole table as text beside --out.
 3. per-module host time: forward pre/post hooks (time.perf_counter_ns) on every module, inclusive
@@ -38,6 +41,7 @@ import e2e_models  # noqa: E402
 from e2e_timing import gc_paused, output_tensor, rel_err  # noqa: E402
 
 VARIANTS = ("plain", "tunedb")
+S17 = "tunedb, s17 back-off"  # timed only: tunedb.optimize() with session 17's bmm back-off rule
 
 
 def _sync(device: str):
@@ -72,27 +76,70 @@ def time_round(fn, iters: int, device: str) -> list[dict]:
 
 
 def timing(fns: dict, args) -> dict:
-    samples = {v: [] for v in VARIANTS}
-    ratios = []
-    for r in range(args.rounds):
-        order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
-        walls = {}
-        for v in order:
-            fns[v]()  # one untimed call of the same step
-            s = time_round(fns[v], args.iters, args.device)
-            samples[v] += s
-            walls[v] = sum(x["wall_us"] for x in s)
-        ratios.append(walls["plain"] / walls["tunedb"])
+    """Every variant of `fns` (plain first) in the same shuffled rounds; per variant the medians
+    and means per forward, its paired ratio to plain, and its forwards under the bmm mode."""
+    names = list(fns)
+    samples = {v: [] for v in names}
+    ratios = {v: [] for v in names if v != "plain"}
+    with mode_entries() as counter:
+        for r in range(args.rounds):
+            order = names if r % 2 == 0 else names[::-1]
+            walls = {}
+            for v in order:
+                counter.current = v
+                fns[v]()  # one untimed call of the same step
+                s = time_round(fns[v], args.iters, args.device)
+                samples[v] += s
+                walls[v] = sum(x["wall_us"] for x in s)
+            for v in ratios:
+                ratios[v].append(walls["plain"] / walls[v])
     res = {}
-    for v in VARIANTS:
+    for v in names:
         s = samples[v]
         res[v] = {k: statistics.median(x[k] for x in s) for k in ("host_us", "wall_us")}
+        # the mean too: a forward now and then under the bmm product mode (a probe) is an
+        # outlier a median hides, but e2e's block ratio (and a user's throughput) pays it
+        res[v].update({f"mean_{k}": statistics.fmean(x[k] for x in s) for k in ("host_us", "wall_us")})
         ev = [x["event_us"] for x in s if x["event_us"] is not None]
         res[v]["event_us"] = statistics.median(ev) if ev else None
-        res[v]["forwards"] = len(s)
-    res["speedup_wall_paired"] = statistics.median(ratios)
-    res["round_ratios"] = ratios
+        res[v]["forwards"] = len(s) + args.rounds  # the untimed call of each round included
+        res[v]["bmm_mode_forwards"] = counter.seen.count(v)
+        if v in ratios:
+            res[v]["speedup_wall_paired"] = statistics.median(ratios[v])
+            res[v]["round_ratios"] = ratios[v]
     return res
+
+
+class mode_entries:
+    """Counts entries of the bmm family's product mode (its eager probes) per variant while open."""
+
+    current = ""
+
+    def __enter__(self) -> "mode_entries":
+        from tunedb.families.bmm import serving
+
+        self.serving, self.real, self.seen = serving, serving.product_mode, []
+        serving.product_mode = lambda: self.seen.append(self.current) or self.real()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.serving.product_mode = self.real
+
+
+def s17_backoff(fn):
+    """fn with session 17's back-off rule: every torch-served product the mode folds counts as a
+    candidate (held the gap at 8 forwards), whatever its dtype."""
+    from tunedb.families.bmm import serving
+
+    real, always = serving.may_become_tile, (lambda dtype: True)
+
+    def call():
+        serving.may_become_tile = always
+        try:
+            return fn()
+        finally:
+            serving.may_become_tile = real
+    return call
 
 
 def profile(fn, iters: int, device: str, top: int, txt: Path | None) -> dict:
@@ -202,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=20, help="untimed forwards of each variant first (the bmm "
                    "mode's back-off settles over these)")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--no-s17-backoff", dest="s17_backoff", action="store_false",
+                   help="leave out the timed variant with session 17's bmm back-off rule")
     p.add_argument("--out", default=None, help="write the JSON report here (profiler tables beside it)")
     args = p.parse_args(argv)
     q = args.quick
@@ -229,21 +278,26 @@ def main(argv: list[str] | None = None) -> int:
     with settings.override(USER_DB="off"), torch.no_grad():
         tuned = tunedb.optimize(bm.module, inplace=False)
         models = {"plain": bm.module, "tunedb": tuned}
+        if args.s17_backoff:
+            models[S17] = tunedb.optimize(bm.module, inplace=False)
         print(f"{bm.label}; built and optimized in {time.monotonic() - t_start:.1f} s", flush=True)
         for b in batches:
             fns = {v: bm.call(models[v], b) for v in VARIANTS}
+            timed = dict(fns)
+            if args.s17_backoff:  # its own copy: the back-off state lives on the module
+                timed[S17] = s17_backoff(bm.call(models[S17], b))
             ref = output_tensor(fns["plain"]()).clone()
             err = rel_err(fns["tunedb"](), ref)
             for _ in range(args.warmup):
-                for v in VARIANTS:
-                    fns[v]()
+                for v in timed:
+                    timed[v]()
             with launch_table.recording() as seen:
                 fns["tunedb"]()
             served = {}
             for key, bound in launch_table.entries():
                 served[str(key)] = bound.config.id
             r = {"rel_err": err, "tuned_op_calls": len(seen), "served": served}
-            r["timing"] = timing(fns, args)
+            r["timing"] = timing(timed, args)
             r["profile"], r["modules"] = {}, {}
             for v in VARIANTS:
                 txt = (out_path.with_name(f"{out_path.stem}_b{b}_{v}_profile.txt") if out_path else None)
@@ -263,15 +317,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def show(b: int, r: dict, top: int) -> None:
     t = r["timing"]
+    names = [v for v in t if isinstance(t[v], dict)]
     print(f"\n=== batch {b}: rel err {r['rel_err']:.2e}; {r['tuned_op_calls']} tuned-op calls per forward; "
           f"served {sorted(set(r['served'].values()))}")
-    print(f"{'per forward (median)':<22} {'plain':>10} {'tunedb':>10} {'diff':>9}")
-    for k in ("host_us", "wall_us", "event_us"):
-        a, c = t["plain"][k], t["tunedb"][k]
-        if a is not None and c is not None:
-            print(f"{k:<22} {a:>10.1f} {c:>10.1f} {c - a:>+9.1f}")
-    print(f"{'speedup (paired wall)':<22} {t['speedup_wall_paired']:>10.3f}x  rounds "
-          + " ".join(f"{x:.3f}" for x in t["round_ratios"]))
+    print(f"{'per forward, us':<24}" + "".join(f"{v:>22}" for v in names))
+    for k in ("host_us", "wall_us", "event_us", "mean_host_us", "mean_wall_us"):
+        if all(t[v][k] is not None for v in names):
+            print(f"{k + (' (median)' if not k.startswith('mean') else ''):<24}"
+                  + "".join(f"{t[v][k]:>22.1f}" for v in names))
+    print(f"{'speedup (paired wall)':<24}{'':>22}" + "".join(f"{t[v]['speedup_wall_paired']:>21.3f}x"
+                                                            for v in names[1:]))
+    print(f"{'forwards under bmm mode':<24}" + "".join(f"{t[v]['bmm_mode_forwards']:>13} of {t[v]['forwards']:<5}"
+                                                      for v in names))
     pr = r["profile"]
     for v in VARIANTS:
         print(f"{v} profile: self CPU {pr[v]['self_cpu_us_total']:.1f} us, device "

@@ -366,3 +366,25 @@ def test_a_model_whose_products_torch_served_backs_off_at_most_8_forwards(monkey
         model(torch.ones(2))
     gaps = [b - a - 1 for a, b in zip(entered, entered[1:])]
     assert gaps[:3] == [1, 2, 4] and set(gaps[3:]) == {8}
+
+
+def test_only_a_dtype_some_table_tiles_counts_as_a_candidate_for_the_short_back_off(tiers_dirs):
+    """may_become_tile: a torch-served product holds the back-off at 8 forwards only if a loaded
+    table serves a tile for its dtype at some signature (a "half" key serves fp16 and bf16), or
+    autotune() overrides; Llama's fp32 rotary product under the shipped fp16 table does not."""
+    from tunedb.families.bmm import serving
+    from tunedb.records import Entry, Region
+    from tunedb.runtime import launch_table
+
+    tile = configs.parse("b64x128x64_w4_s3_g8")
+    assert not any(serving.may_become_tile(dt) for dt in (torch.float16, torch.bfloat16, torch.float32))
+    database.write_entries("user", "bmm", "sm90", [Entry(sig(8, 64, 1500), (Region(None, "torch"),))], [])
+    selector.reload()  # a table, but torch everywhere: still no candidate
+    assert not serving.may_become_tile(torch.float16)
+    database.write_entries("user", "bmm", "sm90", [Entry(sig(8, 1500, 64, lay="nt"), (Region(1500, tile.id),
+                                                                                      Region(None, "torch")))], [tile])
+    selector.reload()  # the new epoch forgets the answers of the last
+    assert serving.may_become_tile(torch.float16) and serving.may_become_tile(torch.bfloat16)
+    assert not serving.may_become_tile(torch.float32)
+    with launch_table.overriding(lambda family, s, m: None):  # autotune() may measure any dtype
+        assert serving.may_become_tile(torch.float32)

@@ -189,3 +189,20 @@ def test_a_tensor_on_another_gpu_is_launched_with_that_gpu_current(monkeypatch):
     x0, y0 = FakeTensor(4096), FakeTensor(8192)
     site((3,), x0, y0, 40)
     assert switched == [1, 1] and [e[0] for e in k.log] == ["jit", "direct", "jit"]  # device 0's own
+
+
+def test_a_site_asks_torch_c_getter_for_the_device_where_triton_asks_torch_cuda(monkeypatch):
+    """Triton 3.x's driver answers get_current_device with torch.cuda.current_device (Python: a
+    lazy-init check, then torch._C._cuda_getDevice): a site takes the C getter, which answers the
+    same index once CUDA is up; any other driver function is kept."""
+    import torch
+
+    def getter():
+        return 3
+
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", getter, raising=False)
+    assert triton_launch._current_device(torch.cuda.current_device) is getter
+    other = lambda: 0  # noqa: E731 - another driver's own function
+    assert triton_launch._current_device(other) is other
+    monkeypatch.delattr(torch._C, "_cuda_getDevice")
+    assert triton_launch._current_device(torch.cuda.current_device) is torch.cuda.current_device

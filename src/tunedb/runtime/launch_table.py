@@ -35,7 +35,7 @@ class Bound:
     """A shape's resolution, the launcher bound to it, and how often it ran this epoch."""
 
     __slots__ = ("family", "signature", "m", "config", "tier", "call", "counter", "seen_captured", "key",
-                 "launched", "eager")
+                 "launched", "eager", "direct")
 
     def __init__(self, family: str, signature: Signature, m: int, config: Config, tier: str,
                  call: Callable[..., Any], counter: Any = None) -> None:
@@ -52,6 +52,7 @@ class Bound:
         self.launched = False
         self.key: tuple[Any, ...] | None = None  # its launch-table key, once in the table
         self.eager: str | None = None  # the sentinel serving calls outside graph capture (host_bound)
+        self.direct = direct_of(call)
 
     @property
     def calls(self) -> int:
@@ -60,6 +61,14 @@ class Bound:
     def __repr__(self) -> str:
         return (f"Bound({self.signature}, M={self.m}, config={self.config.id}, tier={self.tier}, "
                 f"calls={self.calls})")
+
+
+def direct_of(call: Callable[..., Any]) -> "Callable[..., Any] | None":
+    """The launcher's `direct` attribute: a callable fn(x, weight, bias=None) computing exactly
+    what call(x, weight, bias, None) computes, with no Python frame of its own (the GEMM torch
+    arm without an activation names F.linear). The ops' memoised eager path calls it instead of
+    the launcher; None (most launchers, a graph_only wrapper) means call the launcher."""
+    return getattr(call, "direct", None)
 
 
 # Keys are plain tuples (op, torch dtype, N, K, act, has_bias, M): built and hashed on every
@@ -304,6 +313,7 @@ def _bind(op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:
     if eager is not None:
         bound.eager = eager
         bound.call = host_bound.graph_only(bound.call, _call_for(family, Config.sentinel(eager), sig))
+        bound.direct = direct_of(bound.call)  # the wrapper's: None (capture must see the tuned call)
     return bound
 
 
@@ -339,6 +349,7 @@ def first_call(bound: Bound, *args: Any) -> Any:
                       f"arm serves this shape until the next epoch", TunedbWarning, stacklevel=4)
         torch_arm = Config.sentinel("torch")
         bound.call = _call_for(family, torch_arm, bound.signature)
+        bound.direct = direct_of(bound.call)
         bound.config = torch_arm
         out = bound.call(*args)
     bound.launched = True

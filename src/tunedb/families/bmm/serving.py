@@ -18,8 +18,9 @@ product with a tile makes the model skip the mode for its next 1, 2, 4, ... 1024
 SDPA (Llama in transformers) makes no product the op serves, and the hop on every torch call of its
 forward, our own GEMM launches' included, cost s17 D's Llama-3-8B decode 26-37% in eager. A model
 whose forward made products the op could take but torch served at those shapes backs off at most
-8 forwards (its next request's shapes may be a tile's); a new database epoch ends a back-off; a
-forward under stream capture always runs the mode (paid once, at capture).
+8 forwards (its next request's shapes may be a tile's; only products of a dtype some loaded table
+serves with a tile count: may_become_tile); a new database epoch ends a back-off; a forward under
+stream capture always runs the mode (paid once, at capture).
 """
 from __future__ import annotations
 
@@ -36,6 +37,50 @@ _SERVED_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32")
 
 def _clear() -> None:
     _decisions.clear()
+    _tiled_dtypes.clear()
+
+
+# dtype name -> whether a loaded table serves a tile for some signature of that dtype (this epoch)
+_tiled_dtypes: dict[str, bool] = {}
+
+
+def may_become_tile(dtype: Any) -> bool:
+    """Whether a product of this dtype that torch serves now could be a tile's at another shape
+    (the next request's): a loaded bmm table (user or system tier) serves a tile somewhere for a
+    signature of that dtype, or an override (autotune()) is installed. Shapes move between
+    requests; a dtype does not. Llama's rotary embedding makes one fp32 product per forward
+    (inv_freq @ positions, K = 1), and no shipped table tiles fp32: counted as a candidate, it
+    held the back-off at 8 forwards, so one eager forward in nine ran under the mode."""
+    from tunedb.families.bmm import ops
+
+    if ops._overrides:
+        return True
+    name = str(dtype)
+    got = _tiled_dtypes.get(name)
+    if got is None:
+        from tunedb.database import tiers
+
+        tiers.on_reload(_clear)
+        got = _tiled_dtypes[name] = _table_tiles(name)
+    return got
+
+
+def _table_tiles(dtype_name: str) -> bool:
+    from tunedb import database
+    from tunedb.families.bmm import keys
+    from tunedb.records import HALF_DTYPES
+    from tunedb.runtime import selector
+
+    try:
+        dt = keys.dt_name(dtype_name)
+        dts = {dt, "half"} if dt in HALF_DTYPES else {dt}  # a "half" key serves fp16 and bf16
+        arch_family, _ = selector.current_arch()
+        return any(region.config_id not in configs.FAMILY_SENTINELS
+                   for res in database.lookup(arch_family, configs.FAMILY)
+                   for entry in res.db.entries.values() if entry.signature.dt in dts
+                   for region in entry.regions)
+    except Exception:  # a tier that cannot answer: assume it could (probe often, as before)
+        return True
 
 
 def fold(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]] | None:
@@ -67,7 +112,6 @@ def serve(a: Any, b: Any) -> Any:
     folded = fold(a, b)
     if folded is None:
         return None
-    _state.candidates = getattr(_state, "candidates", 0) + 1
     a3, b3, batch = folded
     key = ops.call_key(a3, b3)
     if key not in _decisions or ops._overrides:
@@ -77,6 +121,8 @@ def serve(a: Any, b: Any) -> Any:
         bound = ops.bound_for(a3, b3)
         _decisions[key] = None if ops.serves_torch(bound) else bound
     if _decisions[key] is None:
+        if may_become_tile(a3.dtype):  # a candidate: a later request's shapes may be a tile's
+            _state.candidates = getattr(_state, "candidates", 0) + 1
         return None
     c = ops.bmm(a3, b3)
     _state.served = getattr(_state, "served", 0) + 1

@@ -48,7 +48,10 @@ def _build(config: Config, sig: Signature) -> Launcher:
     if config.id == "default":
         return _build(configs.default_config(sig), sig)
     if config.id == "torch":
-        return arms.torch_arm(sig)
+        run = arms.torch_arm(sig)
+        if sig.get("act", "none") == "none":  # what run(x, weight, bias, None) computes, minus its frame
+            run.direct = torch.nn.functional.linear  # type: ignore[attr-defined]
+        return run
     if config.id == "fused":
         return arms.fused_arm(sig)
     if config.is_sentinel:
@@ -119,13 +122,14 @@ def _tiled(config: Config, sig: Signature) -> Launcher:
 def splitk_scratch(scratch: dict[Any, tuple[Any, Any]], x: Any, ws_elems: int,
                    counters: int) -> tuple[Any, Any]:
     """A zeroed split-K workspace and counters on x's device for a decode launcher, kept in
-    `scratch` (the kernels leave both zero after each call). Buffers made inside a graph capture
+    `scratch` under x.get_device() (the kernels leave both zero after each call; an index, not
+    x.device, which builds a torch.device per call). Buffers made inside a graph capture
     are zeroed only when the graph replays: they stay that graph's, and the next eager call makes
     (and keeps) its own."""
     bufs = (torch.zeros(ws_elems, dtype=torch.float32, device=x.device),
             torch.zeros(counters, dtype=torch.int32, device=x.device))
     if not (x.is_cuda and torch.cuda.is_current_stream_capturing()):
-        scratch[x.device] = bufs
+        scratch[x.get_device()] = bufs
     return bufs
 
 
@@ -201,7 +205,7 @@ def _decode(config: Config, sig: Signature) -> Launcher:
         if m > kernels_decode.BM_PAD:  # the validity predicate refuses it; so does the launch
             raise ValueError(f"{config.id} (triton_decode) serves M <= {kernels_decode.BM_PAD}, got M={m}")
         if m:
-            bufs = scratch.get(x2.device) or splitk_scratch(scratch, x2, ws_elems, counters)
+            bufs = scratch.get(x2.get_device()) or splitk_scratch(scratch, x2, ws_elems, counters)
             site(grid(m, 0), x2, w, y, b, bufs[0], bufs[1], m)
         return y
 

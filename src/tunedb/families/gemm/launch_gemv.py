@@ -19,6 +19,7 @@ from tunedb.families.gemm.triton_launch import Site
 from tunedb.records import Config, Signature
 
 _LAUNCHERS: dict[tuple[str, Signature], Callable[..., Any]] = {}
+_HALF = (torch.bfloat16, torch.float16)
 
 
 def launcher(config: Config | str, sig: Signature) -> Callable[..., Any]:
@@ -40,6 +41,7 @@ def _build(cfg: Config, sig: Signature) -> Callable[..., Any]:
         raise ValueError(f"{cfg.id} cannot serve {sig.format()}: {why}")
     dot = bool(cfg.param("dot"))
     top = configs_gemv.max_m(cfg)  # the per-call check: one comparison (the rules are monotone in M)
+    pads = [configs_gemv.rows_padded(m, dot) for m in range(top + 1)]  # MP by M, looked up per call
     sites: dict[int, Site] = {}
     grid = sp.grid(n)
     ws_elems, counters = sp.workspace_sizes(n)
@@ -52,13 +54,14 @@ def _build(cfg: Config, sig: Signature) -> Callable[..., Any]:
             return y
         if m > top:
             raise ValueError(f"{cfg.id} cannot serve M={m}: {configs_gemv.gemv_reason(cfg, n, k, m, sig.dt)}")
-        if x2.dtype != w.dtype or x2.dtype not in (torch.bfloat16, torch.float16):
+        dt = x2.dtype
+        if dt is not w.dtype or dt not in _HALF:
             raise ValueError(f"{cfg.id} takes bf16 or fp16 x and weight of one dtype, got {x2.dtype}, {w.dtype}")
-        mp = configs_gemv.rows_padded(m, dot)
+        mp = pads[m]
         site = sites.get(mp)
         if site is None:
             site = sites[mp] = Site(sp.kernel, (n, k, has_bias, act), sp.kwargs(mp, interpret))
-        bufs = scratch.get(x2.device) or splitk_scratch(scratch, x2, ws_elems, counters)
+        bufs = scratch.get(x2.get_device()) or splitk_scratch(scratch, x2, ws_elems, counters)
         site(grid, x2, w, y, b, bufs[0], bufs[1], m)
         return y
 

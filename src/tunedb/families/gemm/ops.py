@@ -131,7 +131,8 @@ def _serve(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         bound = _known(key)
         if bound is not None:
             bound.counter.calls += 1
-            return bound.call(x, weight, bias, None)
+            direct = bound.direct
+            return bound.call(x, weight, bias, None) if direct is None else direct(x, weight, bias)
     _check(x, weight, bias, act)
     return _run(op, x, weight, bias, act, key)
 
@@ -339,36 +340,46 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 
 
 # The entry points below repeat _serve's body inline: the eager hot path saves a call frame.
+# Their first test is the whole eager fast path (families/gemm/patching.py's TunedLinear.forward
+# repeats it, so a swapped Linear pays one frame less): a plain CUDA tensor, no tracer, dispatch
+# mode or autocast, no gradient wanted, and a call key that already ran this epoch. Anything
+# else (a miss included) takes _entry, which sorts the call as the checks below describe.
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
-    traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
-    if traced or _autocast() or (_grad_enabled() and (x.requires_grad or weight.requires_grad)):
-        return torch.ops.tunedb.gemm(x, weight, _token() if traced else "")
-    key = None
-    if x.is_cuda:
-        key = ("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None)
-        bound = _known(key)
+    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast())
+            and not (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
+        bound = _known(("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None))
         if bound is not None:
             bound.counter.calls += 1
-            return bound.call(x, weight, None, None)
-    _check(x, weight, None, "none")
-    return _run("gemm", x, weight, None, "none", key)
+            direct = bound.direct
+            return bound.call(x, weight, None, None) if direct is None else direct(x, weight)
+    return _entry("gemm", x, weight, None, "none")
 
 
 def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
              act: str = "none") -> torch.Tensor:
     """act(x @ weight.T + bias); act is one of none, gelu, gelu_tanh, relu, silu."""
+    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast())
+            and not (_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                          or (bias is not None and bias.requires_grad)))):
+        bound = _known(("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,
+                        None if bias is None else (bias.shape, bias.dtype, bias.is_contiguous())))
+        if bound is not None:
+            bound.counter.calls += 1
+            direct = bound.direct
+            return bound.call(x, weight, bias, None) if direct is None else direct(x, weight, bias)
+    return _entry("gemm_act", x, weight, bias, act)
+
+
+def _entry(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+           act: str) -> torch.Tensor:
+    """An entry-point call the fast path did not serve: traced, autocast or autograd calls go
+    through torch.ops.tunedb; an eager call is validated, resolved and (CUDA) memoised."""
     traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
     if traced or _autocast() or (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                                      or (bias is not None and bias.requires_grad))):
-        return torch.ops.tunedb.gemm_act(x, weight, bias, act, _token() if traced else "")
-    key = None
-    if x.is_cuda:
-        key = ("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,
-               None if bias is None else (bias.shape, bias.dtype, bias.is_contiguous()))
-        bound = _known(key)
-        if bound is not None:
-            bound.counter.calls += 1
-            return bound.call(x, weight, bias, None)
-    _check(x, weight, bias, act)
-    return _run("gemm_act", x, weight, bias, act, key)
+        token = _token() if traced else ""
+        if op == "gemm":
+            return torch.ops.tunedb.gemm(x, weight, token)
+        return torch.ops.tunedb.gemm_act(x, weight, bias, act, token)
+    return _serve(op, x, weight, bias, act)  # eager: the implementation, as the dispatcher's would

@@ -84,7 +84,7 @@ class Site:
             if knobs.runtime.interpret:
                 return False
             active = driver.active
-            self._device, self._stream = active.get_current_device, active.get_current_stream
+            self._device, self._stream = _current_device(active.get_current_device), active.get_current_stream
             self._knobs = knobs.runtime
         except Exception:  # another Triton's layout: JITFunction.run only
             return False
@@ -110,6 +110,16 @@ class Site:
         if run is None or function is None:
             return
         self._bins[key] = (run, function, packed, tuple(params.arguments.values())[len(varying):])
+
+
+def _current_device(triton_fn: Any) -> Any:
+    """torch's C getter where Triton's driver asks torch.cuda.current_device (Triton 3.x's
+    GPUDriver): the same index without its Python frames (a lazy-init check and a call, every
+    launch). A site launches only after a CUDA tensor exists, so CUDA is initialised by then."""
+    import torch
+
+    getter = getattr(torch._C, "_cuda_getDevice", None)
+    return getter if getter is not None and triton_fn is torch.cuda.current_device else triton_fn
 
 
 def device_guard(index: int) -> Any:

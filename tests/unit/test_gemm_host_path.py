@@ -1,0 +1,180 @@
+"""The eager host path of a tuned GEMM call: the memoised fast path of ops.gemm / gemm_act and
+TunedLinear.forward, the launcher's frameless `direct` call, and TunedLinear's Parameter reads.
+
+The fast path only runs for CUDA tensors; here each entry point's own source is compiled with
+`.is_cuda` read as `.is_cpu` (as bench/host_path.py times it), so the code tested is the code
+shipped, on CPU tensors, against a fake bound launcher in the launch table's call memo."""
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from runtime_fakes import gemm  # noqa: F401  (fixture)
+from tunedb.families.gemm import launch, ops, patching
+from tunedb.records import Config, Signature
+from tunedb.runtime import host_bound, launch_table
+
+
+def _as_cpu(fn, module, **extra):
+    ns = dict(vars(module), **extra)
+    exec(compile(textwrap.dedent(inspect.getsource(fn)).replace(".is_cuda", ".is_cpu"), "<as cpu>", "exec"), ns)
+    return ns[fn.__name__]
+
+
+class _Fake:
+    """A bound launcher for the memo: counts calls, records which path ran."""
+
+    def __init__(self, direct: bool) -> None:
+        self.counter = launch_table.Count()
+        self.ran: list[str] = []
+        self.direct = self._direct if direct else None
+
+    def call(self, x, weight, bias, out):
+        self.ran.append("call")
+        return F.linear(x, weight, bias) + 1
+
+    def _direct(self, x, weight, bias=None):
+        self.ran.append("direct")
+        return F.linear(x, weight, bias) + 1
+
+
+@pytest.fixture
+def cpu_entry(monkeypatch):
+    gemm_ = _as_cpu(ops.gemm, ops)
+    gemm_act = _as_cpu(ops.gemm_act, ops)
+    forward = _as_cpu(patching.TunedLinear.forward, patching)
+    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
+    launch_table.sync()  # this epoch started: a later sync must not empty the memo under the test
+    saved = dict(launch_table._calls)
+    launch_table._calls.clear()
+    yield gemm_, gemm_act
+    launch_table._calls.clear()
+    launch_table._calls.update(saved)
+
+
+def _key(op, act, x, w, b):
+    return (op, act, x.shape, x.dtype, w.shape, w.dtype,
+            None if b is None else (b.shape, b.dtype, b.is_contiguous()))
+
+
+@pytest.mark.parametrize("bias,act", [(False, "none"), (True, "none"), (False, "silu"), (True, "gelu")])
+def test_tuned_linear_and_the_entry_points_share_one_memo_key(cpu_entry, bias, act):
+    gemm_, gemm_act = cpu_entry
+    torch.set_grad_enabled(False)
+    try:
+        lin = torch.nn.Linear(8, 4, bias=bias)
+        layer = patching.TunedLinear(lin, act)
+        x = torch.randn(3, 8)
+        op = "gemm" if not bias and act == "none" else "gemm_act"
+        fake = _Fake(direct=True)
+        launch_table._calls[_key(op, act, x, lin.weight, lin.bias)] = fake
+        want = F.linear(x, lin.weight, lin.bias) + 1
+        torch.testing.assert_close(layer(x), want)
+        got = gemm_(x, lin.weight) if op == "gemm" else gemm_act(x, lin.weight, lin.bias, act)
+        torch.testing.assert_close(got, want)
+        assert fake.counter.calls == 2 and fake.ran == ["direct", "direct"]
+        fake.direct = None  # a launcher without a direct form: its own call, out=None
+        layer(x)
+        assert fake.ran[-1] == "call" and fake.counter.calls == 3
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_the_fast_path_steps_aside_for_grad_autocast_and_dispatch_modes(cpu_entry):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    lin = torch.nn.Linear(8, 4, bias=False)
+    layer = patching.TunedLinear(lin)
+    x = torch.randn(2, 8)
+    fake = _Fake(direct=True)
+    launch_table._calls[_key("gemm", "none", x, lin.weight, None)] = fake
+    plain = F.linear(x, lin.weight)
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    y = layer(x)  # grad enabled and the weight wants one: autograd's path, the true result
+    assert y.requires_grad and fake.counter.calls == 0
+    torch.testing.assert_close(y, plain)
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert layer(x).dtype == torch.bfloat16  # what F.linear computes under autocast
+        with Seen():
+            torch.testing.assert_close(layer(x), plain)
+        assert fake.counter.calls == 0
+        layer(x)
+        assert fake.counter.calls == 1  # and nothing else in the way: the memo serves
+
+
+def test_tuned_linear_reads_what_module_attribute_access_would():
+    from torch.nn.utils import parametrize
+
+    class Double(torch.nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    x = torch.randn(2, 8)
+    layer = patching.TunedLinear(torch.nn.Linear(8, 4))
+    with torch.no_grad():
+        # a Parameter put straight into _parameters (accelerate's device placement does)
+        new = torch.nn.Parameter(torch.randn(4, 8))
+        layer._parameters["weight"] = new
+        torch.testing.assert_close(layer(x), F.linear(x, new, layer.bias))
+        parametrize.register_parametrization(layer, "weight", Double())  # a property now
+        assert "weight" not in layer._parameters
+        torch.testing.assert_close(layer(x), F.linear(x, 2 * new, layer.bias))
+        no_bias = patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))
+        assert no_bias.bias is None
+        torch.testing.assert_close(no_bias(x), F.linear(x, no_bias.weight))
+
+
+def test_the_torch_arm_without_activation_names_f_linear_as_its_direct_form():
+    plain = Signature.parse("gemm|op=gemm|dt=bf16|N=64|K=32")
+    acted = Signature.parse("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=silu|bias=1")
+    run = launch.launcher(Config.sentinel("torch"), plain)
+    assert launch_table.direct_of(run) is F.linear
+    assert launch_table.direct_of(launch.launcher(Config.sentinel("torch"), acted)) is None
+    x, w = torch.randn(3, 32, dtype=torch.bfloat16), torch.randn(64, 32, dtype=torch.bfloat16)
+    torch.testing.assert_close(launch_table.direct_of(run)(x, w), run(x, w, None, None), rtol=0, atol=0)
+    both = host_bound.graph_only(run, run)  # capture must reach the tuned launcher: no direct form
+    assert launch_table.direct_of(both) is None
+
+
+def _stale(x, weight, bias=None):
+    raise AssertionError("the failed launcher's direct form ran")
+
+
+def test_a_bound_takes_its_launchers_direct_form_and_loses_it_with_a_fallback(gemm, monkeypatch):
+    from tunedb import database, families
+    from tunedb.errors import TunedbWarning
+    from tunedb.records import Entry, Region
+    from tunedb.runtime import selector
+
+    real = families.get("gemm").real
+
+    def launcher(config, sig):  # the real torch arm (F.linear direct form), a failing tile
+        if config.id == "torch":
+            return real.launcher(config, sig)
+
+        def fail(*args):
+            raise RuntimeError("out of resources: shared memory")
+        fail.direct = _stale  # a direct form the replacement must not inherit
+        return fail
+
+    monkeypatch.setattr(gemm, "launcher", launcher)
+    x, w = torch.randn(4, 32, dtype=torch.bfloat16), torch.randn(64, 32, dtype=torch.bfloat16)
+    bound = launch_table.launcher("gemm", x, w, None, "none", 4)
+    assert bound.config.id == "torch" and bound.direct is F.linear
+    cfg = gemm.parse_config("b32x64x128_w4_s3_g8")
+    database.write_entries("user", "gemm", "sm90", [Entry(bound.signature, (Region(None, cfg.id),))], [cfg])
+    selector.reload()
+    tile = launch_table.launcher("gemm", x, w, None, "none", 4)
+    assert tile.config.id == cfg.id and tile.direct is _stale
+    with pytest.warns(TunedbWarning, match="failed on its first call"):
+        launch_table.first_launch(tile, x, w, None)
+    assert tile.config.id == "torch" and tile.direct is F.linear  # the torch arm's own, re-read
