@@ -56,10 +56,12 @@ TILE_BUDGET = {"dot": (32, 32), "gemv": (128, 64), "gemm": (128, 64), "trsv": (1
 # config (n > 16 in fp32, n > 12 in fp64, other ops) the first nine are the old nine.
 # rows (session 15) takes two turns after those eleven: a cap of 13 spends the old cap of 11 as
 # before plus two rows configs; where rows has no valid config the first eleven are the old ones.
-# shfl (session 18) takes the first turn: it has one config per n (none outside potrf/posv n <= 32),
-# so where it is valid a cap of 13 spends one turn on it and drops the last of the old thirteen
-# (the second rows config); elsewhere the order is the old one.
-ROTATION = ("shfl", "lane", "reg", "warp", "block", "thread", "lane", "warp", "lane", "reg", "warp", "block", "rows", "rows")
+ROTATION = ("lane", "reg", "warp", "block", "thread", "lane", "warp", "lane", "reg", "warp", "block", "rows", "rows")
+# shfl (session 18, one config per n, potrf/posv n <= 32 only) stays out of the rotation: a cap
+# below SHFL_TURN picks exactly what it picked before, and a cap of SHFL_TURN or more spends one
+# turn less on the rotation and then takes the shfl config (so 14 = the old 13 plus shfl: the
+# shipped stage of bench/device_s17_linalg.sh tunes potrf/posv n <= 32 at 14).
+SHFL_TURN = 14
 _ID = re.compile(r"^(?:(thread|warp|lane|reg|rows|shfl)_p(\d+)_w(\d+)|block_w(\d+))$")
 # Lane packing (kernels_lane.py): potrf/posv up to n = 32 (a problem's columns fit one warp's
 # lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
@@ -332,10 +334,13 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
 
     valid = config_space(op, n, dtype)
     by_pack = {p: sorted((c for c in valid if c.packing == p), key=score) for p in PACKINGS}
+    shfl = by_pack.pop("shfl")
+    late = shfl if cap is None or cap >= SHFL_TURN else []
     picked: list[KernelConfig] = []
     limit = len(valid) if cap is None else min(cap, len(valid))
-    while len(picked) < limit:
+    turns = min(sum(map(len, by_pack.values())), max(0, limit - len(late)))
+    while len(picked) < turns:
         for p in ROTATION:
-            if by_pack[p] and len(picked) < limit:
+            if by_pack[p] and len(picked) < turns:
                 picked.append(by_pack[p].pop(0))
-    return picked
+    return picked + late[:max(0, limit - len(picked))]
