@@ -81,6 +81,9 @@ def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
         if cfg.packing == "lane":  # as launch.py passes them
             sig["COLS"] = "constexpr"
             consts["COLS"] = space.lane_columns(cfg.problems, cfg.warps, n)
+        if cfg.packing == "shfl":
+            sig["CH"] = "constexpr"
+            consts["CH"] = space.shfl_chunk(n)
         src = ASTSource(fn=_kernel(op, cfg.packing), signature=sig, constexprs=consts,
                         attrs={(i,): [["tt.divisibility", 16]] for i in range(len(names))})
         kernel = triton.compile(src, target=GPUTarget("cuda", capability, 32), options={"num_warps": cfg.warps})

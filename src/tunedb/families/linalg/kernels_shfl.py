@@ -7,10 +7,15 @@ FMAs) is most of the 100-200 ns each of the n dependent pivots costs (docs/linal
 lane_p1_w1 at fp32 n=32 batch 256 spends 190 ns a pivot). Here the same step is a warp-local
 gather: colj[c, p, r] = t[j, p, r] (lane j's registers: column j of the symmetric trailing
 matrix, i.e. t[r, j]) into every lane c of the problem, which Triton lowers to one `shfl.sync`
-per register and no shared memory or barrier (checked on sm90 PTX, Triton 3.6: fp32 n=32 has
-1024 shuffles, none of the loop's values pass through shared memory; only the load's mirror
-does, once). The pivot t[j, j] is then a register pick of colj in every lane, and the whole
+per register and no shared memory or barrier (checked on sm90 PTX, Triton 3.6: none of the
+loop's values pass through shared memory; only the load's mirror and the split into row chunks
+do, once). The pivot t[j, j] is then a register pick of colj in every lane, and the whole
 chain of a pivot is: shuffles (independent, pipelined), rsqrt + Newton, the rank-1 update.
+
+The pivot's gather only needs the rows at or below it, but a gather moves whole tensors: the tile
+is held as row chunks of CH = 8 rows (NP / CH = 1, 2 or 4 tensors [NP, P, CH], split once after
+the load), and pivot j gathers only the chunks that hold rows >= j, so a chunk of finished rows
+costs no shuffle (fp32 n=32: 640 shuffles for the whole tile's 1024; fp64 1344 for 2176).
 
 Each lane holds exactly one column (P * NP == 32, one warp per program: the gather axis must lie
 in the lanes alone; a column axis split across registers or warps makes the gather a select
@@ -41,53 +46,105 @@ def _from_lane(x, j):
 
 
 @triton.jit
-def _shfl_chol(t, r, c, y, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, SOLVE: tl.constexpr):
-    """Unrolled right-looking Cholesky of t[c, p, r] (deferred column scaling); with SOLVE,
-    y ([NP, P, 1], lane c holds y_c) becomes z = L^-1 y. Returns (t, s, inv, info, y)."""
+def _chunks(t, NP: tl.constexpr, P: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr):
+    """The tile's rows as NCH (1, 2 or 4) chunks of CH rows, [NP, P, CH] each (rows k*CH..),
+    in registers (a reshape of the row axis each lane holds); unused slots repeat chunk 0."""
+    if NCH == 1:
+        return t, t, t, t
+    elif NCH == 2:
+        t0, t1 = tl.split(tl.permute(tl.reshape(t, (NP, P, 2, CH)), (0, 1, 3, 2)))
+        return t0, t1, t0, t0
+    else:
+        u0, u1 = tl.split(tl.permute(tl.reshape(t, (NP, P, 2, 2, CH)), (0, 1, 4, 2, 3)))
+        t0, t2 = tl.split(u0)
+        t1, t3 = tl.split(u1)
+        return t0, t1, t2, t3
+
+
+@triton.jit
+def _pick(t0, t1, t2, t3, K: tl.constexpr):
+    if K == 0:
+        return t0
+    elif K == 1:
+        return t1
+    elif K == 2:
+        return t2
+    else:
+        return t3
+
+
+@triton.jit
+def _update(tk, cj, right, rr, K: tl.constexpr, j: tl.constexpr, CH: tl.constexpr, NCH: tl.constexpr):
+    """Chunk K's rank-1 update by pivot j: rows below j only; a chunk wholly above the pivot
+    (finished rows) takes no gather and no FMA, a chunk below it gathers its own rows of column j."""
+    if K < NCH:
+        if K == j // CH:
+            tk = tl.where(rr + K * CH > j, tk - cj * right, tk)
+        elif K > j // CH:
+            tk = tl.where(rr + K * CH > j, tk - _from_lane(tk, j) * right, tk)
+    return tk
+
+
+@triton.jit
+def _shfl_chol(t, c, y, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, CH: tl.constexpr,
+               NCH: tl.constexpr, SOLVE: tl.constexpr):
+    """Unrolled right-looking Cholesky of t[c, p, r] (deferred column scaling) on its row
+    chunks; with SOLVE, y ([NP, P, 1], lane c holds y_c) becomes z = L^-1 y.
+    Returns (t0, t1, t2, t3, s, inv, info, y)."""
+    t0, t1, t2, t3 = _chunks(t, NP, P, CH, NCH)
+    rr = tl.arange(0, CH)[None, None, :]
     info = tl.zeros([NP, P, 1], tl.int32)
     s = tl.zeros([NP, P, 1], t.dtype)
     inv = tl.zeros([NP, P, 1], t.dtype)
     for j in tl.static_range(N):
-        colj = _from_lane(t, j)  # [NP, P, NP]: t[r, j] in every lane
-        d = tl.sum(tl.where(r == j, colj, 0), axis=2, keep_dims=True)  # [NP, P, 1]: the pivot
-        rowj = tl.sum(tl.where(r == j, t, 0), axis=2, keep_dims=True)  # [NP, P, 1]: t[c, j], own register
+        tj = _pick(t0, t1, t2, t3, j // CH)
+        at_j = rr + (j // CH) * CH == j
+        cj = _from_lane(tj, j)  # [NP, P, CH]: column j's rows of the pivot's chunk, every lane
+        d = tl.sum(tl.where(at_j, cj, 0), axis=2, keep_dims=True)  # [NP, P, 1]: the pivot
+        rowj = tl.sum(tl.where(at_j, tj, 0), axis=2, keep_dims=True)  # [NP, P, 1]: t[c, j], own register
         bad = (d <= 0) | (d != d)
         info = tl.where(bad & (info == 0), j + 1, info)
         sj, ij = _sqrt_rsqrt(tl.where(bad, 1, d))
         s = tl.where(c == j, sj, s)
         inv = tl.where(c == j, ij, inv)
         right = tl.where(c > j, rowj * (ij * ij), 0)
-        t = tl.where(r > j, t - colj * right, t)
+        t0 = _update(t0, cj, right, rr, 0, j, CH, NCH)
+        t1 = _update(t1, cj, right, rr, 1, j, CH, NCH)
+        t2 = _update(t2, cj, right, rr, 2, j, CH, NCH)
+        t3 = _update(t3, cj, right, rr, 3, j, CH, NCH)
         if SOLVE:
             # z_j = y_j / s_j from lane j; lane c > j takes L[c, j] z_j, L[c, j] = t[c, j] / s_j
             zj = _from_lane(y, j) * ij
             y = tl.where(c > j, y - rowj * (ij * zj), tl.where(c == j, zj, y))
-    return t, s, inv, info, y
+    return t0, t1, t2, t3, s, inv, info, y
 
 
 @triton.jit(do_not_specialize=["batch"])
-def potrf_shfl(A, L, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
+def potrf_shfl(A, L, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, CH: tl.constexpr):
     p, pp, r, c, t = _lane_load(A, batch, N, NP, P, 1)
-    t, s, inv, info, _ = _shfl_chol(t, r, c, t, N, NP, P, False)
-    out = tl.where(r > c, t * inv, tl.where(r == c, s, 0))
-    ok = (pp < batch) & (r < N) & (c < N)
-    tl.store(L + pp * (N * N) + r * N + c, out, mask=ok)
+    t0, t1, t2, t3, s, inv, info, _ = _shfl_chol(t, c, t, N, NP, P, CH, NP // CH, False)
+    rr = tl.arange(0, CH)[None, None, :]
+    for k in tl.static_range(NP // CH):
+        rk = rr + k * CH
+        out = tl.where(rk > c, _pick(t0, t1, t2, t3, k) * inv, tl.where(rk == c, s, 0))
+        tl.store(L + pp * (N * N) + rk * N + c, out, mask=(pp < batch) & (rk < N) & (c < N))
     tl.store(INFO + pp + c * 0, info, mask=(pp < batch) & (c == 0))
 
 
 @triton.jit(do_not_specialize=["batch"])
-def posv_shfl(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr):
+def posv_shfl(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, CH: tl.constexpr):
     """A x = b: factor with the forward solve fused, then L^T x = z by rows of L with x across
     the lanes (lane c holds x_c)."""
     p, pp, r, c, t = _lane_load(A, batch, N, NP, P, 1)
     w = tl.load(B + pp * N + c, mask=(pp < batch) & (c < N), other=0)  # [NP, P, 1]
-    t, s, inv, info, w = _shfl_chol(t, r, c, w, N, NP, P, True)
+    t0, t1, t2, t3, s, inv, info, w = _shfl_chol(t, c, w, N, NP, P, CH, NP // CH, True)
+    rr = tl.arange(0, CH)[None, None, :]
     for kk in tl.static_range(N):
         k = N - 1 - kk
         # x_k = z_k / s_k from lane k; lane c < k: z_c -= L[k, c] x_k with L[k, c] = t[k, c] / s_c,
         # its own register k
         xk = _from_lane(w * inv, k)
-        lk = tl.sum(tl.where(r == k, t, 0), axis=2, keep_dims=True)  # [NP, P, 1]
+        lk = tl.sum(tl.where(rr + (k // CH) * CH == k, _pick(t0, t1, t2, t3, k // CH), 0), axis=2, keep_dims=True)
         w = tl.where(c < k, w - lk * inv * xk, tl.where(c == k, xk, w))
     tl.store(X + pp * N + c, w, mask=(pp < batch) & (c < N))
     tl.store(INFO + pp + c * 0, info, mask=(pp < batch) & (c == 0))

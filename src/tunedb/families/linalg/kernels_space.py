@@ -106,6 +106,7 @@ ROWS_BUDGET = {"potrf": (64, 64), "posv": (64, 32)}
 # or 2 x 64 registers (fp64) besides the pivots, within the lane packing's one-column budget.
 SHFL_MAX_N = 32
 SHFL_P = (1, 2, 4, 8, 16)
+SHFL_CHUNK = 8  # rows per chunk: pivot j gathers only the chunks that hold rows >= j
 
 
 @dataclass(frozen=True)
@@ -277,6 +278,12 @@ def _shfl_invalid(op: str, problems: int, warps: int, n: int) -> str | None:
         return (f"shfl packing holds one column per lane: P * NP must be 32, got P={problems}, NP={np2} "
                 f"(P={32 // np2} at n={n})")
     return None
+
+
+def shfl_chunk(n: int) -> int:
+    """Rows per chunk of a shfl tile (the kernel's CH): SHFL_CHUNK, or NP below it (NP / CH is
+    1, 2 or 4: the kernel holds at most four chunks)."""
+    return min(SHFL_CHUNK, next_pow2(n))
 
 
 def lane_columns(problems: int, warps: int, n: int) -> int:

@@ -148,6 +148,7 @@ def _triton(op: str, cfg: space.KernelConfig, tensors: tuple, out: Any, n: int, 
 
         kern = {"potrf": ks.potrf_shfl, "posv": ks.posv_shfl}[op]
         meta["NP"] = space.next_pow2(n)
+        meta["CH"] = space.shfl_chunk(n)
     elif cfg.packing == "thread":
         kern = {"dot": kt.dot_thread, "gemv": kt.gemv_thread, "gemm": kt.gemm_thread,
                 "potrf": kt.potrf_thread, "trsv": kt.trsv_thread, "posv": kt.posv_thread}[op]
