@@ -1,6 +1,6 @@
 """potrf/posv's new arms (session 18, kernels_shfl.py) beside torch and the shipped pick, where the goal falls short.
 
-    PYTHONPATH=src python bench/linalg_blocked.py --quick --out linalg_blocked.json [--table PATH]
+    python bench/linalg_blocked.py --quick --out linalg_blocked.json [--table PATH]   (repository root)
 
 The cells (docs/linalg_goal_gap.md): potrf and posv at n = 16 and 32 x batch 256, 4096, 65536 x
 fp32, fp64 (24 cells) and potrf at n = 4 and 8, batch 256 (4 cells). Per cell: torch (the
@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "src"))  # without PYTHONPATH=src too
 from linalg_ladder import MIN_US, floor_us  # noqa: E402
 
 DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "src" / "tunedb" / "db" / "sm90" / "linalg.json"
