@@ -12,14 +12,14 @@
 #             and `blocks`: how far near-edge arms moved between captures inside one run (against
 #             the 36-110 ns between processes). Expected 4 x 20-50 s = 100-170 s.
 #   shipped   run a's table (the whole grid at 4 arms under the new rule) with potrf/posv n <= 32
-#             re-tuned at --max-arms 13 (as s15 E's shipped cells) on top, to $FINAL/db/sm90/linalg.json;
+#             re-tuned at --max-arms 14 (s15 E's 13 arms plus session 18's shfl config) on top, to $FINAL/db/sm90/linalg.json;
 #             then bench/linalg_served.py on it (what it serves over torch, from its evidence).
 #             Expected 80-140 s (about 200 more kernels to compile, 48 cells x 14 arms).
 #   goal      python bench/linalg_ladder.py --goal (every arm and torch on the 48 goal cells in one
 #             run; --budget-s GOAL_BUDGET_S, 120 by default): 120-160 s. Not in the default list.
 # Expected total (default stages): 250-400 s. SKIP_AFTER_S=N skips every stage that would start
 # after N s (cut order if short: goal, then shipped; agree alone is ~250 s with prebuild).
-# Knobs: S17_ARMS (4), S17_SHIPPED_ARMS (13), S17_JOBS (15), S17_MAX_ROUNDS (45).
+# Knobs: S17_ARMS (4), S17_SHIPPED_ARMS (14), S17_JOBS (15), S17_MAX_ROUNDS (45).
 . "$(dirname "$0")/device_stages.sh"
 record_env
 T0=$(date +%s)
@@ -57,7 +57,7 @@ for s in $STAGES; do
     shipped)
       base=$OUT/a/sm90/linalg.json
       [ -f "$base" ] || base=src/tunedb/db/sm90/linalg.json  # without agree: on top of the shipped table
-      stage shipped 170 "$TUNE --legs solver --ops potrf,posv --n 4,8,16,32 --max-arms ${S17_SHIPPED_ARMS:-13} --build-jobs ${S17_JOBS:-15} --samples $OUT/shipped.jsonl --base $base --out $FINAL/db/sm90/linalg.json && python bench/linalg_served.py --table $FINAL/db/sm90/linalg.json --out $OUT/served.json" ;;
+      stage shipped 170 "$TUNE --legs solver --ops potrf,posv --n 4,8,16,32 --max-arms ${S17_SHIPPED_ARMS:-14} --build-jobs ${S17_JOBS:-15} --samples $OUT/shipped.jsonl --base $base --out $FINAL/db/sm90/linalg.json && python bench/linalg_served.py --table $FINAL/db/sm90/linalg.json --out $OUT/served.json" ;;
     goal) stage goal $(( ${GOAL_BUDGET_S:-120} + 60 )) "python bench/linalg_ladder.py --goal --budget-s ${GOAL_BUDGET_S:-120} --out $OUT/goal.json" ;;
     *) echo "unknown stage $s" ;;
   esac

@@ -4,10 +4,11 @@
         [--batch 4096] [--dtypes fp32] [--cap 5] [--rounds 9] [--budget-s 230] [--plan] [--quick|--goal]
 
 --goal: exactly the goal cells of "potrf and posv, n <= 32: >= 10x geomean over torch" (potrf,
-posv x n 4, 8, 16, 32 x batch 256, 4096, 65536 x fp32, fp64: 48 cells), --cap 13 (by the prior's
+posv x n 4, 8, 16, 32 x batch 256, 4096, 65536 x fp32, fp64: 48 cells), --cap 14 (by the prior's
 rotation: three lane configs, three warp, two block, one thread where valid, two reg configs
 where reg runs: fp32 n <= 16, fp64 n <= 12, and two rows configs where rows runs (n <= 32, from the second turn of the rotation on where reg does not run),
-kernels_rows.py, session 15) and --budget-s 200 unless given. Each cell reports
+kernels_rows.py, session 15; the 14th turn is the shfl config, kernels_shfl.py, session 18, timed
+in the best Triton arm and the best-overall columns) and --budget-s 200 unless given. Each cell reports
 the best of the older packings (thread/warp/block), the best lane config (kernels_lane.py,
 session 13), the best reg config (kernels_reg.py, session 14) and the best rows config
 (kernels_rows.py, session 15) beside torch, and the summary
@@ -65,8 +66,8 @@ INPLACE = ("potrf", "posv", "trsv")
 QUICK = {"ops": ("potrf", "posv", "gemm", "gemv"), "n": (4, 8, 16, 32), "batch": (4096, 65536),
          "dtypes": ("fp32", "fp64"), "budget_s": 100.0, "cap": 6}
 GOAL = {"ops": ("potrf", "posv"), "n": (4, 8, 16, 32), "batch": (256, 4096, 65536),
-        "dtypes": ("fp32", "fp64"), "budget_s": 200.0, "cap": 13}
-NEW_PACKINGS = ("lane_", "reg_", "rows_")  # config-id prefixes of the packings added in sessions 13, 14, 15
+        "dtypes": ("fp32", "fp64"), "budget_s": 200.0, "cap": 14}
+NEW_PACKINGS = ("lane_", "reg_", "rows_", "shfl_")  # config-id prefixes of the packings added in sessions 13, 14, 15, 18
 
 
 def _csv(kind):
@@ -258,7 +259,7 @@ def measure_cell(cell_key, arms, args, seed):
     best_new = min(new, key=lambda a: info[a]["median_us"]) if new else None
     best_reg = min(reg, key=lambda a: info[a]["median_us"]) if reg else None
     best_rows = min(rows, key=lambda a: info[a]["median_us"]) if rows else None
-    before = [a for a in servable if not a.startswith(("reg_", "rows_"))]  # what could be served before reg
+    before = [a for a in servable if not a.startswith(("reg_", "rows_", "shfl_"))]  # what could be served before reg
     best_before = min(before, key=lambda a: info[a]["median_us"]) if before else None
     best = min(servable, key=lambda a: info[a]["median_us"]) if servable else None
     del graphs, cell

@@ -80,9 +80,11 @@ def test_candidates_cap_keeps_every_packing_that_has_a_valid_config():
         full = space.config_space(op, 8, "fp32")
         capped = space.candidates(op, 8, "fp32", cap=5)
         assert len(capped) == min(5, len(full)) and set(capped) <= set(full)
-        # rows (session 15) takes its turns after the older packings' first eleven
-        assert {c.packing for c in capped} == {c.packing for c in full} - {"rows"}
-        assert {c.packing for c in space.candidates(op, 8, "fp32", cap=13)} == {c.packing for c in full}
+        # rows (session 15) takes its turns after the older packings' first eleven, shfl
+        # (session 18) its one turn at a cap of 14
+        assert {c.packing for c in capped} == {c.packing for c in full} - {"rows", "shfl"}
+        assert {c.packing for c in space.candidates(op, 8, "fp32", cap=13)} == {c.packing for c in full} - {"shfl"}
+        assert {c.packing for c in space.candidates(op, 8, "fp32", cap=14)} == {c.packing for c in full}
     assert set(space.candidates("dot", 8, "fp32")) == set(space.config_space("dot", 8, "fp32"))
 
 

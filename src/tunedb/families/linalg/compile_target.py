@@ -25,9 +25,11 @@ from typing import Any, Sequence
 
 from tunedb.families.linalg import kernels_space as space
 
+# shfl (kernels_shfl.py, one config per n) has its own test (tests/unit/test_linalg_shfl.py:
+# `--packings shfl`, which also reads the shuffles and barriers off the PTX).
 # rows (kernels_rows.py) compiles too (`--packings rows`; tests/unit/test_linalg_rows.py checks
 # the configs its GPU test runs): not in the default list, whose slow test it would double
-COMPILABLE = ("lane", "reg", "rows")
+COMPILABLE = ("lane", "reg", "rows", "shfl")
 PACKINGS = ("lane", "reg")  # the packings whose kernels are unrolled per n (the compile risk)
 OPS = ("potrf", "posv")
 # the tune's grid (ladder.GRID_N), where the shipped table measured these packings; the predicate
@@ -52,6 +54,8 @@ def _kernel(op: str, packing: str) -> Any:
         from tunedb.families.linalg import kernels_reg as mod
     elif packing == "rows":
         from tunedb.families.linalg import kernels_rows as mod
+    elif packing == "shfl":
+        from tunedb.families.linalg import kernels_shfl as mod
     else:
         raise ValueError(f"packing {packing!r}: compile_target compiles {', '.join(COMPILABLE)}")
     return getattr(mod, f"{op}_{packing}")
@@ -60,7 +64,8 @@ def _kernel(op: str, packing: str) -> Any:
 def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
     """Compile one kernel for cuda:`capability`; the outcome as a JSON-ready dict."""
     op, dt, n, cid = item
-    out = {"op": op, "dtype": dt, "n": n, "config": cid, "ok": False, "error": "", "seconds": 0.0, "shared": None}
+    out = {"op": op, "dtype": dt, "n": n, "config": cid, "ok": False, "error": "", "seconds": 0.0, "shared": None,
+           "shuffles": None, "barriers": None}
     start = time.perf_counter()
     try:
         import triton
@@ -76,10 +81,15 @@ def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
         if cfg.packing == "lane":  # as launch.py passes them
             sig["COLS"] = "constexpr"
             consts["COLS"] = space.lane_columns(cfg.problems, cfg.warps, n)
+        if cfg.packing == "shfl":
+            sig["CH"] = "constexpr"
+            consts["CH"] = space.shfl_chunk(n)
         src = ASTSource(fn=_kernel(op, cfg.packing), signature=sig, constexprs=consts,
                         attrs={(i,): [["tt.divisibility", 16]] for i in range(len(names))})
         kernel = triton.compile(src, target=GPUTarget("cuda", capability, 32), options={"num_warps": cfg.warps})
-        out.update(ok=True, shared=int(getattr(kernel.metadata, "shared", 0) or 0))
+        ptx = kernel.asm.get("ptx", "")
+        out.update(ok=True, shared=int(getattr(kernel.metadata, "shared", 0) or 0),
+                   shuffles=ptx.count("shfl.sync"), barriers=ptx.count("bar.sync"))
     except Exception as exc:  # reported per kernel: the caller decides
         text = str(exc).strip().splitlines()
         out["error"] = f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]

@@ -6,7 +6,9 @@ n, dtype)``) and `launch.py` (``launch(op, config, *tensors, out=, inplace=)``).
 `thread_p64_w4` (many problems per program, each carried by one thread), `warp_p8_w4` (one
 problem per warp, several per program), `block_w4` (one problem per program across its warps),
 `lane_p2_w1` (potrf/posv up to n = 32: one matrix column per lane, rows in its registers),
-`reg_p32_w1` (potrf/posv at small n: one problem per thread, its lower triangle in registers).
+`reg_p32_w1` (potrf/posv at small n: one problem per thread, its lower triangle in registers),
+`rows_p2_w1` (potrf/posv up to n = 32: a few threads per problem, whole rows each),
+`shfl_p1_w1` (potrf/posv up to n = 32: the lane layout, pivots broadcast by warp shuffles).
 Without the kernel module the family has the library arm only: nothing is pretended.
 
 Sentinels: `torch` (the library arm: bmm / matmul, cholesky_ex, solve_triangular; capturable),
@@ -27,7 +29,7 @@ from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
 KERNEL_MODULE = "tunedb.families.linalg.launch"
 SPACE_MODULE = "tunedb.families.linalg.kernels_space"
-PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg", "rows")
+PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg", "rows", "shfl")
 LANES: tuple[str, ...] = (*PACKINGS, "torch")
 LIBRARY = "torch"
 # The library arm as a user who calls the obvious API pays (torch.linalg.cholesky, which checks
@@ -36,7 +38,7 @@ EAGER_ONLY = "torch_checked"
 # An arm whose id starts with one of these needs an optional dependency (spec 003's tier). None
 # is installed on the device machine (nvmath-python's device APIs): no such arm exists today.
 DEPENDENCIES: dict[str, str] = {"nvmath": "nvmath-python"}
-_ID = re.compile(r"^(thread|warp|block|lane|reg|rows)(?:_p([0-9]+))?_w([0-9]+)$")
+_ID = re.compile(r"^(thread|warp|block|lane|reg|rows|shfl)(?:_p([0-9]+))?_w([0-9]+)$")
 WARP_THREADS = 32
 
 
@@ -79,7 +81,7 @@ def parse(config_id: str) -> Config:
     if match is None:
         raise ConfigError(f"bad linalg config id {config_id!r}: expected a sentinel "
                           f"({', '.join(SENTINELS)}) or thread_p<P>_w<W>, warp_p<P>_w<W>, block_w<W>, "
-                          "lane_p<P>_w<W>, reg_p<P>_w<W>")
+                          "lane_p<P>_w<W>, reg_p<P>_w<W>, rows_p<P>_w<W>, shfl_p<P>_w1")
     packing, per, warps = match.group(1), match.group(2), int(match.group(3))
     if packing == "block" and per is not None:
         raise ConfigError(f"bad linalg config id {config_id!r}: a block config runs one problem per program")
@@ -128,7 +130,8 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
 def simplicity(config_id: str) -> int:
     """Lower is simpler: the library arm (the fallback keeps a tie), then thread (sequential)
     before warp (shuffles) before block (barriers) before lane (fully unrolled) before reg (unrolled,
-    one problem per thread) before rows (unrolled, a few threads per problem); within a packing fewer warps, then fewer
+    one problem per thread) before rows (unrolled, a few threads per problem) before shfl
+    (unrolled, gathers across lanes); within a packing fewer warps, then fewer
     problems per program (a total order, so which of two tied configs of one packing takes a
     cell never depends on noise); anything else last."""
     if config_id in (LIBRARY, "default"):

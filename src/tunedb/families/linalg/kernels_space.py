@@ -13,6 +13,9 @@ n (padded to the next power of two NP with masks) and the dtype. Ids:
                     thread's registers (kernels_reg.py), P = 32*num_warps*k problems per program.
   rows_p{P}_w{W}    potrf/posv only, n <= 32: G = 32*num_warps/P threads per problem, each holding
                     NP/G whole rows of the symmetric tile in registers (kernels_rows.py).
+  shfl_p{P}_w1      potrf/posv only, n <= 32: the lane layout with one column per lane
+                    (P * NP == 32, one warp), each pivot's column broadcast by warp shuffles
+                    instead of a shared-memory transpose (kernels_shfl.py).
 The validity predicate bounds the register tile (elements held per thread) and the sequential
 work a thread-packed lane does, so every config it admits compiles without spilling, except
 block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm. Checked
@@ -28,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 OPS = ("dot", "gemv", "gemm", "potrf", "trsv", "posv")
-PACKINGS = ("thread", "warp", "block", "lane", "reg", "rows")
+PACKINGS = ("thread", "warp", "block", "lane", "reg", "rows", "shfl")
 DTYPES = ("fp32", "fp64", "fp16", "bf16")
 HALF_OPS = ("dot", "gemv", "gemm")  # ops that also take fp16/bf16 (accumulating in fp32)
 N_MIN, N_MAX = 2, 128
@@ -54,7 +57,12 @@ TILE_BUDGET = {"dot": (32, 32), "gemv": (128, 64), "gemm": (128, 64), "trsv": (1
 # rows (session 15) takes two turns after those eleven: a cap of 13 spends the old cap of 11 as
 # before plus two rows configs; where rows has no valid config the first eleven are the old ones.
 ROTATION = ("lane", "reg", "warp", "block", "thread", "lane", "warp", "lane", "reg", "warp", "block", "rows", "rows")
-_ID = re.compile(r"^(?:(thread|warp|lane|reg|rows)_p(\d+)_w(\d+)|block_w(\d+))$")
+# shfl (session 18, one config per n, potrf/posv n <= 32 only) stays out of the rotation: a cap
+# below SHFL_TURN picks exactly what it picked before, and a cap of SHFL_TURN or more spends one
+# turn less on the rotation and then takes the shfl config (so 14 = the old 13 plus shfl: the
+# shipped stage of bench/device_s17_linalg.sh tunes potrf/posv n <= 32 at 14).
+SHFL_TURN = 14
+_ID = re.compile(r"^(?:(thread|warp|lane|reg|rows|shfl)_p(\d+)_w(\d+)|block_w(\d+))$")
 # Lane packing (kernels_lane.py): potrf/posv up to n = 32 (a problem's columns fit one warp's
 # lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
 # break the register-only row axis); the columns a lane holds, P * NP * NP / (32 * num_warps)
@@ -90,6 +98,16 @@ ROWS_MAX_N = 32
 ROWS_P = (1, 2, 4, 8, 16, 32, 64)
 ROWS_WARPS = (1, 2, 4)
 ROWS_BUDGET = {"potrf": (64, 64), "posv": (64, 32)}
+# Shuffle packing (kernels_shfl.py): potrf/posv, n <= 32, exactly one column per lane of one warp
+# (P * NP == 32): the pivot broadcast is a gather along the lanes only when the column axis lies
+# in the lanes alone (with two columns a lane, or the problems across warps, Triton 3.6 lowers
+# it to selects over registers or a shared-memory exchange with a barrier per pivot: sm90 TTGIR).
+# A lane then holds NP rows of its column and the gathered chunk: within the lane packing's
+# one-column budget (sm90 cubins, Triton 3.6, ptxas -v: n=32 potrf fp32 163 / fp64 152 registers,
+# posv fp32 128 / fp64 150, fp64 posv n=16 102; no spill).
+SHFL_MAX_N = 32
+SHFL_P = (1, 2, 4, 8, 16)
+SHFL_CHUNK = 8  # rows per chunk: pivot j gathers only the chunks that hold rows >= j
 
 
 @dataclass(frozen=True)
@@ -121,7 +139,8 @@ def parse_config(config_id: str) -> KernelConfig:
     m = _ID.match(str(config_id))
     if not m:
         raise ValueError(f"bad linalg config id {config_id!r}: expected thread_p<P>_w<W>, "
-                         "warp_p<P>_w<W>, block_w<W> or lane_p<P>_w<W> (P a power of two, W in 1, 2, 4, 8)")
+                         "warp_p<P>_w<W>, block_w<W>, lane_p<P>_w<W>, reg_p<P>_w<W>, rows_p<P>_w<W> or shfl_p<P>_w1 "
+                         "(P a power of two, W in 1, 2, 4, 8)")
     if m.group(4):
         return KernelConfig("block", 1, int(m.group(4)))
     return KernelConfig(m.group(1), int(m.group(2)), int(m.group(3)))
@@ -157,6 +176,8 @@ def invalid_reason(op: str, packing: str, problems: int, warps: int, n: int, dty
         return _reg_invalid(op, problems, warps, n, dtype, lanes)
     if packing == "rows":
         return _rows_invalid(op, problems, warps, n, dtype, lanes)
+    if packing == "shfl":
+        return _shfl_invalid(op, problems, warps, n)
     if packing == "thread":
         if problems < lanes:
             # Each lane re-reads what it wrote; a replicated lane would read another's stale copy.
@@ -246,6 +267,26 @@ def _rows_invalid(op: str, problems: int, warps: int, n: int, dtype: str, lanes:
     return None
 
 
+def _shfl_invalid(op: str, problems: int, warps: int, n: int) -> str | None:
+    if op not in LANE_OPS:
+        return f"shfl packing runs {', '.join(LANE_OPS)} only, not {op}"
+    if n > SHFL_MAX_N:
+        return f"shfl packing takes n <= {SHFL_MAX_N} (a problem's columns across one warp's lanes), got n={n}"
+    if warps != 1:
+        return f"shfl packing runs one warp per program (the shuffles stay inside it), got num_warps={warps}"
+    np2 = next_pow2(n)
+    if problems * np2 != 32:
+        return (f"shfl packing holds one column per lane: P * NP must be 32, got P={problems}, NP={np2} "
+                f"(P={32 // np2} at n={n})")
+    return None
+
+
+def shfl_chunk(n: int) -> int:
+    """Rows per chunk of a shfl tile (the kernel's CH): SHFL_CHUNK, or NP below it (NP / CH is
+    1, 2 or 4: the kernel holds at most four chunks)."""
+    return min(SHFL_CHUNK, next_pow2(n))
+
+
 def lane_columns(problems: int, warps: int, n: int) -> int:
     """Matrix columns each lane holds in a lane config (the kernel's COLS: its load's vector)."""
     return max(1, problems * next_pow2(n) // (32 * warps))
@@ -259,6 +300,7 @@ def config_space(op: str | None = None, n: int | None = None, dtype: str | None 
     out += [KernelConfig("lane", p, w) for p in LANE_P for w in LANE_WARPS]
     out += [KernelConfig("reg", p, w) for p in REG_P for w in REG_WARPS if p >= 32 * w]
     out += [KernelConfig("rows", p, w) for p in ROWS_P for w in ROWS_WARPS if 2 * p <= 32 * w]
+    out += [KernelConfig("shfl", p, 1) for p in SHFL_P]
     if op is None or n is None or dtype is None:
         return out
     return [c for c in out if invalid_reason(op, c.packing, c.problems, c.warps, n, dtype) is None]
@@ -278,7 +320,9 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     import math
 
     def score(c: KernelConfig) -> tuple[float, int]:
-        if c.packing == "reg":  # one problem per thread, one or two warps per program
+        if c.packing == "shfl":  # one config per n
+            base = 0.0
+        elif c.packing == "reg":  # one problem per thread, one or two warps per program
             base = math.log2(c.problems / (32 * c.warps)) + 0.25 * abs(c.warps - 1.5)
         elif c.packing == "rows":  # the fewest threads per problem the budget allows, one warp
             base = math.log2(32 * c.warps / c.problems) - math.log2(max(2, next_pow2(n) ** 2 // (
@@ -298,10 +342,13 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
 
     valid = config_space(op, n, dtype)
     by_pack = {p: sorted((c for c in valid if c.packing == p), key=score) for p in PACKINGS}
+    shfl = by_pack.pop("shfl")
+    late = shfl if cap is None or cap >= SHFL_TURN else []
     picked: list[KernelConfig] = []
     limit = len(valid) if cap is None else min(cap, len(valid))
-    while len(picked) < limit:
+    turns = min(sum(map(len, by_pack.values())), max(0, limit - len(late)))
+    while len(picked) < turns:
         for p in ROTATION:
-            if by_pack[p] and len(picked) < limit:
+            if by_pack[p] and len(picked) < turns:
                 picked.append(by_pack[p].pop(0))
-    return picked
+    return picked + late[:max(0, limit - len(picked))]

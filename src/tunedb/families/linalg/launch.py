@@ -24,7 +24,8 @@ Writes (the in-place contract):
   - dot, gemv, gemm never write their inputs; out must not alias an input.
 An in-place call consumes its input: time it against a ring of fresh inputs.
 
-Configs: a Triton config id (`thread_p64_w2`, `warp_p8_w4`, `block_w4`, `lane_p2_w1`, `reg_p32_w1`; see kernels_space),
+Configs: a Triton config id (`thread_p64_w2`, `warp_p8_w4`, `block_w4`, `lane_p2_w1`, `reg_p32_w1`,
+`rows_p2_w1`, `shfl_p1_w1`; see kernels_space),
 a KernelConfig, or an object with `.id`; and two library arms: "torch" (the capturable forms:
 bmm for dot/gemv/gemm, cholesky_ex, solve_triangular, cholesky_ex + two solve_triangular for
 posv) and "torch_checked" (what the obvious API costs: torch.linalg.cholesky and
@@ -142,6 +143,12 @@ def _triton(op: str, cfg: space.KernelConfig, tensors: tuple, out: Any, n: int, 
 
         kern = {"potrf": kw_rows.potrf_rows, "posv": kw_rows.posv_rows}[op]
         meta["NP"] = space.next_pow2(n)
+    elif cfg.packing == "shfl":
+        from tunedb.families.linalg import kernels_shfl as ks
+
+        kern = {"potrf": ks.potrf_shfl, "posv": ks.posv_shfl}[op]
+        meta["NP"] = space.next_pow2(n)
+        meta["CH"] = space.shfl_chunk(n)
     elif cfg.packing == "thread":
         kern = {"dot": kt.dot_thread, "gemv": kt.gemv_thread, "gemm": kt.gemm_thread,
                 "potrf": kt.potrf_thread, "trsv": kt.trsv_thread, "posv": kt.posv_thread}[op]
