@@ -7,8 +7,8 @@
 #                host profile; issue 18; ~90 s)
 # glsm-chunks    bench/glsm_chunks.py --quick (the row pass on M chunks while their logits sit in
 #                L2; issue 25; ~90 s)
-# linalg-blocked bench/linalg_blocked.py --quick (blocked Cholesky arms vs torch and the shipped
-#                pick; issue 19; ~90 s)
+# linalg-blocked bench/linalg_blocked.py --quick (the shfl packing's potrf/posv vs torch and the
+#                shipped pick; issue 19; ~90 s)
 . "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
   skipping "$s" && continue
