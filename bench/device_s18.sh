@@ -9,6 +9,8 @@
 #                L2; issue 25; ~90 s)
 # linalg-blocked bench/linalg_blocked.py --quick (the shfl packing's potrf/posv vs torch and the
 #                shipped pick; issue 19; ~90 s)
+# interference   bench/launch_interference.py (does a Triton launch slow the host's next torch
+#                call? issue 18, eager; ~20 s)
 . "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
   skipping "$s" && continue
@@ -16,6 +18,7 @@ for s in "$@"; do
     eager-prof) run_stage eager_prof "${EAGER_PROF_S:-150}" "python bench/eager_profile.py --quick --out \$OUT/eager_profile.json" ;;
     glsm-chunks) run_stage glsm_chunks "${GLSM_CHUNKS_S:-150}" "python bench/glsm_chunks.py --quick --out \$OUT/glsm_chunks.json" ;;
     linalg-blocked) run_stage linalg_blocked "${LINALG_BLOCKED_S:-150}" "python bench/linalg_blocked.py --quick --out \$OUT/linalg_blocked.json" ;;
+    interference) run_stage interference "${INTERFERENCE_S:-90}" "python bench/launch_interference.py --out \$OUT/launch_interference.json" ;;
     *) bash "$HERE/device_s17.sh" "$s" ;;
   esac
 done
