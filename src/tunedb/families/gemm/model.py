@@ -83,12 +83,6 @@ def calibrate(profile: ArchProfile, measurements: Iterable[Measurement], configs
 # a reduce kernel (and allocates their workspace); every other lane one, with bias and activation
 # in its epilogue.
 LAUNCHES = {"triton_splitk": 2}
-# What a Triton call costs the host beyond the kernels it issues, in launch_us_eager units: our
-# launch path's Python over aten's (its own call 50.2 us against F.linear's 36.0) and the next
-# cuBLAS call's host time after a driver-API launch (43.0 us against 31.6 after an F.linear):
-# 25.6 us on the host whose launch_us_eager is 7.21 (bench/launch_interference.py, session 18 C,
-# H200, torch 2.11, Triton 3.6). A launch is not free eagerly even when it is one kernel.
-TRITON_HOST_LAUNCHES = 3.5
 
 
 def fallback_launches(sig: Signature) -> int:
@@ -98,33 +92,21 @@ def fallback_launches(sig: Signature) -> int:
 
 def eager_fallback(sig: Signature, m: int, config: Config, profile: ArchProfile, params: Any = None,
                    fallback: str = "torch") -> str | None:
-    """The GEMM family's eager_fallback hook. Outside a graph a call costs the host its launches
-    (profile.launch_us_eager each) plus, for a Triton config, TRITON_HOST_LAUNCHES more. Where that
-    exceeds the fallback's host cost, `fallback` serves the shape's eager calls when either the
-    fallback's predicted kernel is shorter than the config's host time (the call is host-bound: its
-    GPU saving buys nothing) or the config's predicted kernel saving is smaller than the host time
-    it adds (a device-bound caller gains less than a host-bound one loses). None: the config serves."""
+    """The GEMM family's eager_fallback hook. Outside a graph a call costs about the larger of its
+    host issue time (launches x profile.launch_us_eager) and its kernel time. `fallback` serves the
+    shape's eager calls when the config issues more launches than the fallback and the fallback's
+    predicted kernel is shorter than the config's host time: then the config's call is host-bound,
+    its GPU saving buys nothing, and its extra launches cost. None: the config serves."""
     if config.is_sentinel:
         return None
-    unit = profile.launch_us_eager
-    host_cfg = (LAUNCHES.get(config.lane, 1) + TRITON_HOST_LAUNCHES) * unit
-    host_fb = fallback_launches(sig) * unit
-    if host_cfg <= host_fb:
+    host_cfg = LAUNCHES.get(config.lane, 1) * profile.launch_us_eager
+    if host_cfg <= fallback_launches(sig) * profile.launch_us_eager:
         return None
     from tunedb import families
 
     family = families.get("gemm")
-    fit = params_of(params)
-
-    def predicted_us(cfg: Config) -> float | None:
-        ms = costmodel.predict(cfg, (sig, m), profile, fit,
-                               default_config=lambda s, _arch=None: family.default_config(s, profile))
-        return None if isinstance(ms, Status) else ms * 1000.0
-
-    fb_us = predicted_us(Config.sentinel(fallback))
-    if fb_us is None:
+    ms = costmodel.predict(Config.sentinel(fallback), (sig, m), profile, params_of(params),
+                           default_config=lambda s, _arch=None: family.default_config(s, profile))
+    if isinstance(ms, Status):
         return None
-    if fb_us < host_cfg:
-        return fallback
-    cfg_us = predicted_us(config)
-    return fallback if cfg_us is not None and fb_us - cfg_us < host_cfg - host_fb else None
+    return fallback if ms * 1000.0 < host_cfg else None
