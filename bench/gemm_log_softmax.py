@@ -50,39 +50,53 @@ def graph_us(call, weights, n_min=6) -> float:
     return replay_ms(lambda i: call(*weights[i % len(weights)]), n) * 1000.0
 
 
-def time_arms(dt, n, k, m, l2, sm90, arms, device="cuda", timer=None) -> dict:
-    """torch and `arms` at one point: each checked against the fp32 reference first (NaN-poisoned
-    output; within 4x torch's error, else a failed row and not timed), then timed with `timer`
-    (graph_us: a CUDA graph over weight copies read cold). The row's times_us, errors, failed."""
-    timer = timer or graph_us
+def point_inputs(dt, n, k, m, l2, device="cuda"):
+    """One point's inputs: (sig, x, w, b, the fp32 reference, a preallocated output, the number
+    of weight copies a cold read needs, those copies as (w, b) pairs)."""
     sig = FAM.make_signature(n, k, dt, 1)
     (x, w, b), _ = FAM.make_inputs(sig, m, device, seed=m + n + k)
     ref = FAM.reference(sig, x, w, b)
     out = torch.empty((m, n), dtype=x.dtype, device=device)
     copies = rotation_copies(1 << 40, l2, FAM.weight_bytes(sig), x.numel() * 2 + 2 * out.numel() * 2)
-    weights = [(w.clone(), b.clone()) for _ in range(copies)]
+    return sig, x, w, b, ref, out, copies, [(w.clone(), b.clone()) for _ in range(copies)]
+
+
+def gated_times(row, calls, w, b, out, ref, timer, weights) -> None:
+    """Each of `calls` ({name: call(w, b) writing `out`}, "torch" first) checked against the fp32
+    reference (NaN-poisoned output; within 4x torch's error, else a failed row and not timed),
+    then timed with `timer` over the weight copies: into row's errors, failed and times_us."""
+    base = None
+    for name, call in calls.items():
+        try:
+            out.fill_(float("nan"))
+            call(w, b)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+        except Exception as exc:  # a compile or launch failure is a row, not a crash
+            row["failed"][name] = f"error: {type(exc).__name__}: {exc}"[:300]
+            continue
+        row["errors"][name] = err
+        if name == "torch":
+            base = err
+        elif not err <= 4 * base:
+            row["failed"][name] = f"gate: error {err:.3g} > 4 x torch's {base:.3g}"
+            continue
+        row["times_us"][name] = timer(call, weights)
+
+
+def time_arms(dt, n, k, m, l2, sm90, arms, device="cuda", timer=None) -> dict:
+    """torch and `arms` at one point through gated_times (graph_us by default: a CUDA graph over
+    weight copies read cold). The row's times_us, errors, failed."""
+    sig, x, w, b, ref, out, copies, weights = point_inputs(dt, n, k, m, l2, device)
     row = {"dt": dt, "N": n, "K": k, "M": m, "copies": copies, "times_us": {}, "errors": {}, "failed": {}}
-    base_err = None
+    calls = {}
     for cid in ("torch",) + tuple(arms):
         cfg = FAM.parse_config(cid)
         why = FAM.invalid_reason(cfg, sig, m, sm90)
         if why:
             row["failed"][cid] = f"invalid: {why}"
             continue
-        try:
-            out.fill_(float("nan"))
-            FAM.launch(cfg, sig, x, w, b, out=out)
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-        except Exception as exc:  # a compile or launch failure is a row, not a crash
-            row["failed"][cid] = f"error: {type(exc).__name__}: {exc}"[:300]
-            continue
-        row["errors"][cid] = err
-        if cid == "torch":
-            base_err = err
-        elif not err <= 4 * base_err:
-            row["failed"][cid] = f"gate: error {err:.3g} > 4 x torch's {base_err:.3g}"
-            continue
-        row["times_us"][cid] = timer(lambda w_, b_, c=cfg: FAM.launch(c, sig, x, w_, b_, out=out), weights)
+        calls[cid] = lambda w_, b_, c=cfg: FAM.launch(c, sig, x, w_, b_, out=out)
+    gated_times(row, calls, w, b, out, ref, timer or graph_us, weights)
     return row
 
 

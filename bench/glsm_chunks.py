@@ -46,10 +46,9 @@ from tunedb import families
 from tunedb.arch import shipped_profile
 from tunedb.families.gemm_log_softmax import configs_chunks as chunks
 from tunedb.families.gemm_log_softmax.launch_chunks import chunked_call
-from tunedb.measure.timers import rotation_copies
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from gemm_log_softmax import failed_arms, geomean, graph_us  # noqa: E402  (bench/gemm_log_softmax.py)
+from gemm_log_softmax import failed_arms, gated_times, geomean, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
 
 FAM = families.get("gemm_log_softmax")
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,12 +128,7 @@ def run_point(n, k, m, l2, sm90, table, grid, device="cuda", timer=graph_us, dt=
               quick=False):
     """Every arm at one point; `device`, `timer`, `dt` and `lr` let the CPU smoke test run it
     under the interpreter (fp16: the interpreter's tl.dot mishandles bf16)."""
-    sig = FAM.make_signature(n, k, dt, 1)
-    (x, w, b), _ = FAM.make_inputs(sig, m, device, seed=m + n + k)
-    ref = FAM.reference(sig, x, w, b)
-    out = torch.empty((m, n), dtype=x.dtype, device=device)
-    copies = rotation_copies(1 << 40, l2, FAM.weight_bytes(sig), x.numel() * 2 + 2 * out.numel() * 2)
-    weights = [(w.clone(), b.clone()) for _ in range(copies)]
+    sig, x, w, b, ref, out, copies, weights = point_inputs(dt, n, k, m, l2, device)
     pick = shipped_pick(table, sig.format(), m)
     lr = lr or row_config(table, sig.format(), m)
     rp = pass_params(lr)
@@ -151,21 +145,7 @@ def run_point(n, k, m, l2, sm90, table, grid, device="cuda", timer=graph_us, dt=
                     arms[cfg.id] = lambda w_, b_, cfg=cfg: FAM.launch(cfg, sig, x, w_, b_, out=out)
     row = {"N": n, "K": k, "M": m, "copies": copies, "shipped_pick": pick, "row_pass": lr, "times_us": {},
            "errors": {}, "failed": {}}
-    base = None
-    for name, call in arms.items():
-        try:
-            out.fill_(float("nan"))
-            call(w, b)
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-        except Exception as exc:  # a compile or launch failure is a row, not a crash
-            row["failed"][name] = f"error: {type(exc).__name__}: {exc}"[:300]
-            continue
-        row["errors"][name] = err
-        base = err if name == "torch" else base
-        if name != "torch" and not err <= 4 * base:
-            row["failed"][name] = f"gate: error {err:.3g} > 4 x torch's {base:.3g}"
-            continue
-        row["times_us"][name] = timer(call, weights)
+    gated_times(row, arms, w, b, out, ref, timer, weights)
     row["times_us"]["linear"] = timer(lambda w_, b_: torch.nn.functional.linear(x, w_, b_), weights)
     summarise(row)
     return row

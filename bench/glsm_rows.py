@@ -38,10 +38,9 @@ from tunedb import families
 from tunedb.arch import shipped_profile
 from tunedb.families.gemm_log_softmax.launch import rows_arm, rows_pass
 from tunedb.families.gemm_log_softmax.launch_rowfix import rowfix_arm
-from tunedb.measure.timers import rotation_copies
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from gemm_log_softmax import failed_arms, geomean, graph_us  # noqa: E402  (bench/gemm_log_softmax.py)
+from gemm_log_softmax import failed_arms, gated_times, geomean, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
 
 FAM = families.get("gemm_log_softmax")
 CENSUS = Path(__file__).resolve().parent / "census" / "ctc_heads.json"
@@ -75,14 +74,9 @@ def twin(cid: str) -> str | None:
 def run_point(n, k, m, l2, sm90, quick, device="cuda", timer=graph_us, dt="bf16", lr=None, rf=None, stream=None):
     """Every arm at one point; `device`, `timer`, `dt`, `lr`, `rf` and `stream` let the CPU smoke
     test run it under the interpreter (fp16: the interpreter's tl.dot mishandles bf16)."""
-    sig = FAM.make_signature(n, k, dt, 1)
-    (x, w, b), _ = FAM.make_inputs(sig, m, device, seed=m + n + k)
-    ref = FAM.reference(sig, x, w, b)
-    out = torch.empty((m, n), dtype=x.dtype, device=device)
+    sig, x, w, b, ref, out, copies, weights = point_inputs(dt, n, k, m, l2, device)
     logits = torch.nn.functional.linear(x, w, b)
     lref = torch.log_softmax(logits.double(), dim=-1)
-    copies = rotation_copies(1 << 40, l2, FAM.weight_bytes(sig), x.numel() * 2 + 2 * out.numel() * 2)
-    weights = [(w.clone(), b.clone()) for _ in range(copies)]
     lr = lr if lr is not None else (LR[n][:2] if quick else LR[n])
     stream = stream if stream is not None else (STREAM[n][:1] if quick else STREAM[n])
     rf = rf if rf is not None else ((RF[:2] if quick else RF) if m <= RF_MAX_M else ())
@@ -112,26 +106,14 @@ def run_point(n, k, m, l2, sm90, quick, device="cuda", timer=graph_us, dt="bf16"
         if old:
             full[cid + "@old"] = old
     row = {"N": n, "K": k, "M": m, "copies": copies, "times_us": {}, "errors": {}, "failed": {}}
-    base = None
+    valid = {}
     for name, call in full.items():
-        cid = name.split("@")[0]
-        why = FAM.invalid_reason(FAM.parse_config(cid), sig, m, sm90)
+        why = FAM.invalid_reason(FAM.parse_config(name.split("@")[0]), sig, m, sm90)
         if why:
             row["failed"][name] = f"invalid: {why}"
-            continue
-        try:
-            out.fill_(float("nan"))
-            call(w, b)
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-        except Exception as exc:  # a compile or launch failure is a row, not a crash
-            row["failed"][name] = f"error: {type(exc).__name__}: {exc}"[:300]
-            continue
-        row["errors"][name] = err
-        base = err if name == "torch" else base
-        if name != "torch" and not err <= 4 * base:
-            row["failed"][name] = f"gate: error {err:.3g} > 4 x torch's {base:.3g}"
-            continue
-        row["times_us"][name] = timer(call, weights)
+        else:
+            valid[name] = call
+    gated_times(row, valid, w, b, out, ref, timer, weights)
     aux = {"linear": lambda w_, b_: torch.nn.functional.linear(x, w_, b_),
            "lsm": lambda w_, b_: torch.ops.aten._log_softmax.out(logits, -1, False, out=out),
            "copy": lambda w_, b_: out.copy_(logits)}
