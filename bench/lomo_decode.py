@@ -15,9 +15,7 @@ Runs in about 10 s.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import math
 import os
 import statistics
@@ -28,6 +26,7 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from costmodel_heldout import DEFAULT_DB, Study  # noqa: E402
+from lomo_cli import DEFAULT_LOG, replay_main  # noqa: E402
 
 from tunedb import database, families  # noqa: E402
 from tunedb.arch import shipped_profile  # noqa: E402
@@ -36,7 +35,6 @@ from tunedb.measure.log import read_measurements  # noqa: E402
 from tunedb.records import SENTINELS, Config, Status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_LOG = ROOT / "bench/results/2026-11-30_s3_system_sm90_buildall_measurements.jsonl.gz"
 CENSUS_DIR = ROOT / "bench/census"
 
 
@@ -138,18 +136,11 @@ def print_report(rows: Sequence[dict[str, Any]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--log", type=Path, default=DEFAULT_LOG)
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args(argv)
-    if not args.log.is_file():
-        ap.error(f"--log {args.log} is not a file")
-    rows = run(args.log)
-    print(f"log: {args.log.name}; fitted on the other models' signatures, scored at the held-out M <= 64 points")
-    print_report(rows)
-    if args.out:
-        database.write_atomic(args.out, json.dumps(rows, indent=1, sort_keys=True))
-    return 0
+    def report(rows, log):
+        print(f"log: {log.name}; fitted on the other models' signatures, scored at the held-out M <= 64 points")
+        print_report(rows)
+
+    return replay_main(argv, __doc__, run, report, default_log=DEFAULT_LOG)
 
 
 if __name__ == "__main__":

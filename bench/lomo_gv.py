@@ -4,6 +4,9 @@ to model, and how much of each held-out model's oracle gain could a rule serving
 
     python bench/lomo_gv.py [--log LOG.jsonl.gz] [--out JSON]     (about 40 s)
 
+--log defaults to session 17 B's build (`gv` in the build space; lomo_cli.GV_LOG): earlier logs
+hold no `gv` arm.
+
 The rule (gv_rule): at a held-out point with M <= M*, serve the `gv` arm the GEMV predictor
 (decode_cost.gemv_us, costmodel.predict) ranks fastest among the `gv` arms measured there; else
 torch. M* is chosen on the training models only: the largest of M_STARS such that the training
@@ -18,8 +21,6 @@ held-out split in view, i.e. the most any M* could show here.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -129,20 +130,9 @@ def print_report(doc: Mapping[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lomo_regret import DEFAULT_LOG
-    from tunedb import database
+    from lomo_cli import GV_LOG, replay_main
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--log", type=Path, default=DEFAULT_LOG)
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args(argv)
-    if not args.log.is_file():
-        ap.error(f"--log {args.log} is not a file")
-    doc = run(args.log)
-    print_report(doc)
-    if args.out:
-        database.write_atomic(args.out, json.dumps(doc, indent=1, sort_keys=True, default=str))
-    return 0
+    return replay_main(argv, __doc__, run, lambda doc, _log: print_report(doc), default_log=GV_LOG, json_default=str)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import lomo_transfer  # noqa: E402
+from lomo_cli import DEFAULT_LOG  # noqa: E402,F401  (the other LOMO benches read it from here too)
 from costmodel_heldout import DEFAULT_DB, Study  # noqa: E402
 
 from tunedb import database, families, settings  # noqa: E402
@@ -56,7 +57,6 @@ from tunedb.measure.log import read_measurements  # noqa: E402
 from tunedb.records import Signature  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_LOG = ROOT / "bench/results/2026-11-30_s3_system_sm90_buildall_measurements.jsonl.gz"
 CENSUS_DIR = ROOT / "bench/census"
 MARGIN_ONLY = {"*|*|*": (0.0, 1 << 30), "*+act|*|*": (0.0, 1 << 30)}
 GOAL_MAX = 0.05

@@ -26,8 +26,6 @@ torch consistently. Candidates are the arms measured at the held-out point (lomo
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -306,20 +304,9 @@ def to_json(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from lomo_regret import DEFAULT_LOG
-    from tunedb import database
+    from lomo_cli import replay_main
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--log", type=Path, default=DEFAULT_LOG)
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args(argv)
-    if not args.log.is_file():
-        ap.error(f"--log {args.log} is not a file")
-    doc = run(args.log)
-    print_report(doc)
-    if args.out:
-        database.write_atomic(args.out, json.dumps(to_json(doc), indent=1, sort_keys=True))
-    return 0
+    return replay_main(argv, __doc__, run, lambda doc, _log: print_report(doc), to_json=to_json)
 
 
 if __name__ == "__main__":
