@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 from tunedb import families  # noqa: E402
 from tunedb.arch import shipped_profile  # noqa: E402
 from tunedb.families.gemm_log_softmax import configs_chunks as chunks  # noqa: E402
+from glsm_checks import rel, replays_on_fresh_inputs, torch_err  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -22,12 +23,6 @@ DTS = {"bf16": torch.bfloat16, "fp16": torch.float16}
 UNIT = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
 
-def rel(y, ref):
-    return ((y.float() - ref).norm() / ref.norm()).item()
-
-
-def torch_err(sig, args, ref):
-    return rel(FAM.launch(FAM.parse_config("torch"), sig, *args), ref)
 
 
 # (M, N, K, dt, bias): short last chunks (2100 = 8 x 256 + 52; 1100; 1500), one chunk (200 <= R)
@@ -65,26 +60,7 @@ def test_chunked_configs_in_a_captured_graph_on_fresh_inputs(cid, n, k):
     cfg = FAM.parse_config(cid)
     m = 1100  # several chunks and a short last one
     assert FAM.invalid_reason(cfg, sig, m, SM90) is None
-    ins = [FAM.make_inputs(sig, m, "cuda", s)[0] for s in range(3)]
-    outs = [torch.empty((m, n), dtype=torch.bfloat16, device="cuda") for _ in ins]
-    for a, o in zip(ins, outs):
-        FAM.launch(cfg, sig, *a, out=o)  # compile and warm up (and make the side stream) outside the capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for a, o in zip(ins, outs):
-            FAM.launch(cfg, sig, *a, out=o)
-    for seed in (10, 20):
-        for i, (a, o) in enumerate(zip(ins, outs)):
-            fresh = FAM.make_inputs(sig, m, "cuda", seed + i)[0]
-            for dst, src in zip(a, fresh):
-                dst.copy_(src)
-            o.fill_(float("nan"))
-        g.replay()
-        torch.cuda.synchronize()
-        for a, o in zip(ins, outs):
-            ref = FAM.reference(sig, *a)
-            assert not torch.isnan(o).any() and rel(o, ref) <= 4 * torch_err(sig, a, ref), (cid, seed)
+    replays_on_fresh_inputs(cfg, sig, m, n, cid)  # the side stream is made by the warm-up, outside the capture
 
 
 def test_two_streams_from_a_non_default_stream():
