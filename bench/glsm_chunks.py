@@ -44,6 +44,7 @@ import torch
 
 from tunedb import families
 from tunedb.arch import shipped_profile
+from tunedb.database import write_atomic
 from tunedb.families.gemm_log_softmax import configs_chunks as chunks
 from tunedb.families.gemm_log_softmax.launch_chunks import chunked_call
 
@@ -244,11 +245,11 @@ def main() -> int:
                "command": " ".join(sys.argv), "skipped": skipped, "l2_bytes": l2,
                "budget_bytes": chunks.l2_budget(sm90),
                "chunks": list(grid), "evidence_x_m64": ev}
-        path.write_text(json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
+        write_atomic(path, json.dumps({"env": env, "rows": rows}, indent=1) + "\n")
     if skipped:
         doc = json.loads(path.read_text()) if path.exists() else {"env": {}, "rows": rows}
         doc["env"]["skipped"] = skipped
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        write_atomic(path, json.dumps(doc, indent=1) + "\n")
     print(markdown(rows, ev))
     print(f"\nwall {time.monotonic() - t0:.1f} s; skipped (budget): {skipped}")
     return 0

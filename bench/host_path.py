@@ -224,11 +224,13 @@ def main(argv: list[str] | None = None) -> int:
                      "TunedLinear over nn.Linear"):
             print(f"  {served:14s} {what:46s} {r['s17 ' + what]:7.1f} -> {r[what]:7.1f}")
     if args.out:
-        with open(args.out, "w") as fh:
-            json.dump({"bench": "host_path", "ns_per_call": results, "torch": torch.__version__,
-                       "python": platform.python_version(), "machine": platform.machine(),
-                       "calls": args.calls, "repeats": args.repeats}, fh, indent=1)
-            fh.write("\n")
+        from pathlib import Path
+
+        from tunedb.database import write_atomic
+
+        write_atomic(Path(args.out), json.dumps({"bench": "host_path", "ns_per_call": results, "torch": torch.__version__,
+                                                 "python": platform.python_version(), "machine": platform.machine(),
+                                                 "calls": args.calls, "repeats": args.repeats}, indent=1) + "\n")
     return 0
 
 

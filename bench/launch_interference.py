@@ -83,8 +83,11 @@ def main() -> None:
     for a in befores:
         print(f"| {a} | {own[a]:.1f} | {rows[f'{a} -> F.linear']:.1f} | {rows[f'{a} -> mul']:.1f} |")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"after": rows, "own": own, "iters": args.iters}, f, indent=1)
+        from pathlib import Path
+
+        from tunedb.database import write_atomic
+
+        write_atomic(Path(args.out), json.dumps({"after": rows, "own": own, "iters": args.iters}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

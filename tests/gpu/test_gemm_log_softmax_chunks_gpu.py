@@ -78,3 +78,34 @@ def test_two_streams_from_a_non_default_stream():
         y2 = y.clone()  # on the caller's stream: after the joined passes
     caller.synchronize()
     assert not torch.isnan(y2).any() and rel(y2, ref) <= 4 * torch_err(sig, args, ref)
+
+
+def test_the_op_serves_a_host_bound_chunked_pick_eagerly_with_torch_and_captured_with_itself(tiers_dirs):
+    """runtime.dispatch applies the family's eager_fallback: 64 chunks of 128 rows at M = 8192 are
+    host-bound eagerly at any launch cost above 3 us (torch serves), and the chunked config serves
+    the capture (its first run: the row pass compiles inside the capture); both match fp32.
+    About 5-10 s."""
+    from tunedb import database
+    from tunedb.families.gemm_log_softmax.ops import gemm_log_softmax
+    from tunedb.records import Entry, Region
+    from tunedb.runtime import dispatch, selector
+
+    sig = FAM.make_signature(16000, 512, "bf16", 1)
+    cfg = FAM.parse_config("lc_m128_st1_r1_c8192_w8")
+    database.write_entries("user", FAM.name, "sm90", [Entry(sig, (Region(None, cfg.id),))], [cfg])
+    selector.reload()
+    assert FAM.eager_fallback(sig, 8192, cfg, selector.current_arch()[1]) == "torch"
+    args, _ = FAM.make_inputs(sig, 8192, "cuda", 3)
+    ref = FAM.reference(sig, *args)
+    eager = gemm_log_softmax(*args)
+    b = dispatch.bound(FAM.name, "gemm_log_softmax", *args)
+    assert (b.tier, b.config.id, b.eager) == ("user", cfg.id, "torch")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        captured = gemm_log_softmax(*args)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(eager, FAM.launch(FAM.parse_config("torch"), sig, *args))
+    assert torch.equal(captured, FAM.launch(cfg, sig, *args))
+    assert rel(captured, ref) <= 4 * torch_err(sig, args, ref)

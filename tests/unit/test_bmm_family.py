@@ -388,3 +388,18 @@ def test_only_a_dtype_some_table_tiles_counts_as_a_candidate_for_the_short_back_
     assert not serving.may_become_tile(torch.float32)
     with launch_table.overriding(lambda family, s, m: None):  # autotune() may measure any dtype
         assert serving.may_become_tile(torch.float32)
+
+
+def test_an_installed_ranker_makes_every_dtype_a_candidate_for_the_short_back_off(tiers_dirs):
+    """selector.set_ranker("bmm", ...) lets the model tier pick a tile for keys no table holds: a
+    torch-served product's next shapes may be a tile's whatever its dtype (set_ranker starts an
+    epoch, which drops the per-dtype answers)."""
+    from tunedb.families.bmm import serving
+
+    assert not serving.may_become_tile(torch.float32)
+    selector.set_ranker("bmm", lambda s, m, candidates: candidates[0])
+    try:
+        assert serving.may_become_tile(torch.float32) and serving.may_become_tile(torch.float16)
+    finally:
+        selector.set_ranker("bmm", None)
+    assert not serving.may_become_tile(torch.float32)

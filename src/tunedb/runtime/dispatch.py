@@ -7,7 +7,9 @@ shape), launch the bound config.
 The family's `call_key(op, *args, **kwargs)` hook (default: signature_of) gives (Signature,
 size); resolution asks the active overrides (autotune()'s cache) and then the selector's chain
 (user > system > cost model > default), exactly as the launch table does for GEMM's ops, and
-the bound launch is `family.launch(config, sig, *args, out=None, **kwargs)`. A family registers
+the bound launch is `family.launch(config, sig, *args, out=None, **kwargs)`; where the family's
+`eager_fallback` hook names a sentinel (runtime/host_bound.py), that sentinel serves the calls
+made outside CUDA-graph capture, as for GEMM's ops. A family registers
 its torch.library ops in its `register_ops` hook and has them call this. Resolution never
 synchronises with the device; the memo is cleared when the database epoch moves on.
 """
@@ -20,7 +22,7 @@ from typing import Any, Callable
 from tunedb import families
 from tunedb.families.contract import hook
 from tunedb.records import Config, Signature
-from tunedb.runtime import launch_table
+from tunedb.runtime import host_bound, launch_table
 
 _lock = threading.Lock()
 _bound: dict[tuple[str, Signature, int], launch_table.Bound] = {}
@@ -51,6 +53,11 @@ def bound(family: str, op: str, *args: Any, **kwargs: Any) -> launch_table.Bound
     if found is None:
         config, tier, counter = launch_table.resolve(fam, sig, size)
         found = launch_table.Bound(fam.name, sig, size, config, tier, _launcher(fam, config, sig), counter)
+        eager = host_bound.eager_fallback(fam, sig, size, config, tier)
+        if eager is not None:  # as launch_table._bind does for GEMM's ops: capture gets the config
+            found.eager = eager
+            found.call = host_bound.graph_only(found.call, _launcher(fam, Config.sentinel(eager), sig))
+            found.direct = None
         if not launch_table._overrides:
             _bound[key] = found
     found.counter.calls += 1

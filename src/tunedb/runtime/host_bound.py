@@ -37,8 +37,8 @@ def _cuda() -> bool:
 def graph_only(tuned: Callable[..., Any], eager: Callable[..., Any]) -> Callable[..., Any]:
     """A launcher serving `tuned` inside CUDA-graph capture and `eager` outside it."""
 
-    def call(*args: Any) -> Any:
-        return tuned(*args) if _capturing() else eager(*args)
+    def call(*args: Any, **kwargs: Any) -> Any:  # kwargs: runtime.dispatch passes an op's through
+        return tuned(*args, **kwargs) if _capturing() else eager(*args, **kwargs)
 
     call.tuned, call.eager = tuned, eager  # type: ignore[attr-defined]
     return call

@@ -47,7 +47,7 @@ _tiled_dtypes: dict[str, bool] = {}
 def may_become_tile(dtype: Any) -> bool:
     """Whether a product of this dtype that torch serves now could be a tile's at another shape
     (the next request's): a loaded bmm table (user or system tier) serves a tile somewhere for a
-    signature of that dtype, or an override (autotune()) is installed. Shapes move between
+    signature of that dtype, or an override (autotune()) or a ranker (set_ranker) is installed. Shapes move between
     requests; a dtype does not. Llama's rotary embedding makes one fp32 product per forward
     (inv_freq @ positions, K = 1), and no shipped table tiles fp32: counted as a candidate, it
     held the back-off at 8 forwards, so one eager forward in nine ran under the mode."""
@@ -71,6 +71,8 @@ def _table_tiles(dtype_name: str) -> bool:
     from tunedb.records import HALF_DTYPES
     from tunedb.runtime import selector
 
+    if selector._rankers.get(configs.FAMILY) is not None:  # set_ranker(): the model tier may tile any key
+        return True
     try:
         dt = keys.dt_name(dtype_name)
         dts = {dt, "half"} if dt in HALF_DTYPES else {dt}  # a "half" key serves fp16 and bf16
