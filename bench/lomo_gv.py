@@ -55,9 +55,8 @@ def choose_m_star(train: Sequence[lt.Point], pick: Picker) -> int:
         if len(pts) < MIN_EVIDENCE:
             continue
         s = lt.score(pts, gv_rule(pts, pick, m_star))
-        if not lt.safe(s):
-            break  # a larger M* covers these points too
-        best = m_star
+        if lt.safe(s):  # every M* is judged: the geomean part of `safe` is not monotone in M*
+            best = m_star
     return best
 
 
