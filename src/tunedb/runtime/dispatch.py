@@ -22,7 +22,7 @@ from typing import Any, Callable
 from tunedb import families
 from tunedb.families.contract import hook
 from tunedb.records import Config, Signature
-from tunedb.runtime import host_bound, launch_table
+from tunedb.runtime import launch_table
 
 _lock = threading.Lock()
 _bound: dict[tuple[str, Signature, int], launch_table.Bound] = {}
@@ -51,13 +51,7 @@ def bound(family: str, op: str, *args: Any, **kwargs: Any) -> launch_table.Bound
     key = (family, sig, size)
     found = _bound.get(key)
     if found is None:
-        config, tier, counter = launch_table.resolve(fam, sig, size)
-        found = launch_table.Bound(fam.name, sig, size, config, tier, _launcher(fam, config, sig), counter)
-        eager = host_bound.eager_fallback(fam, sig, size, config, tier)
-        if eager is not None:  # as launch_table._bind does for GEMM's ops: capture gets the config
-            found.eager = eager
-            found.call = host_bound.graph_only(found.call, _launcher(fam, Config.sentinel(eager), sig))
-            found.direct = None
+        found = launch_table.bind(fam, sig, size, _launcher)
         if not launch_table._overrides:
             _bound[key] = found
     found.counter.calls += 1

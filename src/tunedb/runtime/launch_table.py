@@ -307,12 +307,21 @@ def _insert(key: tuple[Any, ...], op: str, x: Any, weight: Any, bias: Any, act: 
 def _bind(op: str, x: Any, weight: Any, bias: Any, act: str) -> Bound:
     family = _family()
     sig, m = signature_of(op, x, weight, bias, act)
-    config, tier, counter = resolve(family, sig, m)
-    bound = Bound(family.name, sig, m, config, tier, _call_for(family, config, sig), counter)
-    eager = host_bound.eager_fallback(family, sig, m, config, tier)
+    return bind(family, sig, m, _call_for)
+
+
+def bind(family: Any, sig: Signature, size: int,
+         make: Callable[[Any, Config, Signature], Callable[..., Any]]) -> Bound:
+    """A shape's Bound: its resolution (resolve) and `make(family, config, sig)`'s launcher; where
+    the family's eager_fallback hook names a sentinel, that sentinel's launcher serves the calls
+    made outside CUDA-graph capture (runtime/host_bound.py). GEMM's ops and runtime.dispatch's
+    families both bind here."""
+    config, tier, counter = resolve(family, sig, size)
+    bound = Bound(family.name, sig, size, config, tier, make(family, config, sig), counter)
+    eager = host_bound.eager_fallback(family, sig, size, config, tier)
     if eager is not None:
         bound.eager = eager
-        bound.call = host_bound.graph_only(bound.call, _call_for(family, Config.sentinel(eager), sig))
+        bound.call = host_bound.graph_only(bound.call, make(family, Config.sentinel(eager), sig))
         bound.direct = direct_of(bound.call)  # the wrapper's: None (capture must see the tuned call)
     return bound
 
