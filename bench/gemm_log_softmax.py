@@ -119,6 +119,11 @@ def run_point(dt, n, k, m, l2, sm90):
     return row
 
 
+def cell(v, spec: str = ".2f") -> str:
+    """A markdown table cell: `v` formatted, "-" for None."""
+    return "-" if v is None else format(v, spec)
+
+
 def geomean(vals) -> float:
     """The geometric mean of the values given (None and 0 left out; nan when none is left)."""
     vals = [v for v in vals if v]

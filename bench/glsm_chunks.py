@@ -49,7 +49,7 @@ from tunedb.families.gemm_log_softmax import configs_chunks as chunks
 from tunedb.families.gemm_log_softmax.launch_chunks import chunked_call
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from gemm_log_softmax import failed_arms, gated_times, geomean, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
+from gemm_log_softmax import cell, failed_arms, gated_times, geomean, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
 
 FAM = families.get("gemm_log_softmax")
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,7 +166,7 @@ def summarise(row):
 
 
 def markdown(rows, evidence_x=None):
-    f = lambda v, s=".2f": "-" if v is None else format(v, s)  # noqa: E731
+    f = cell
     lines = ["| N | K | M | torch us | linear us | shipped pick | shipped us | shipped x | row pass | best chunked "
              "| chunked us | chunked x torch | chunked x shipped |", "|" + "---|" * 13]
     for r in rows:

@@ -40,7 +40,7 @@ from tunedb.families.gemm_log_softmax.launch import rows_arm, rows_pass
 from tunedb.families.gemm_log_softmax.launch_rowfix import rowfix_arm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from gemm_log_softmax import failed_arms, gated_times, geomean, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
+from gemm_log_softmax import cell, failed_arms, gated_times, geomean, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
 
 FAM = families.get("gemm_log_softmax")
 CENSUS = Path(__file__).resolve().parent / "census" / "ctc_heads.json"
@@ -149,7 +149,7 @@ def summarise(row):
 
 
 def markdown(rows):
-    f = lambda v, s=".2f": "-" if v is None else format(v, s)  # noqa: E731
+    f = cell
     lines = ["| N | K | M | torch us | linear us | lsm us | copy us | old pick | old x | new pick | new x | bound x "
              "| pass old / copy | pass new / copy |", "|" + "---|" * 14]
     for r in rows:
