@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import interpret_child  # noqa: E402
-from bench_modules import bench_module  # noqa: E402
+from bench_modules import bench_module, bench_snippet  # noqa: E402
 
 
 def test_points_and_chunk_grid():
@@ -72,15 +72,6 @@ def test_chunk_loop_under_the_interpreter():
 
 
 _SMOKE = r"""
-import sys, torch
-sys.path.insert(0, BENCH)
-import glsm_chunks as g
-from tunedb.arch import shipped_profile
-calls = []
-def timer(call, weights):
-    call(*weights[0])
-    calls.append(1)
-    return 10.0 + len(calls)
 sig = g.FAM.make_signature(300, 16, "fp16", 1)
 table = {"entries": {sig.format(): {"regions": [[4, "rf_b16x32x32_w4_s2_pdl"], [None, "lr_r2_c1024_w4"]]}}}
 row = g.run_point(300, 16, 130, 1 << 20, shipped_profile("sm90"), table, (128, 256), device="cpu", timer=timer,
@@ -101,7 +92,5 @@ print("ok")
 
 @pytest.mark.slow
 def test_one_point_under_the_interpreter():
-    from bench_modules import BENCH
-
-    res = interpret_child.snippet(f"BENCH = {BENCH!r}\n" + _SMOKE)
+    res = interpret_child.snippet(bench_snippet("glsm_chunks", _SMOKE))
     assert res.returncode == 0 and "ok" in res.stdout, res.stdout[-2000:] + res.stderr[-3000:]

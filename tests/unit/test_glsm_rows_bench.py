@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import interpret_child  # noqa: E402
-from bench_modules import bench_module  # noqa: E402
+from bench_modules import bench_module, bench_snippet  # noqa: E402
 
 
 def test_census_points_are_the_ctc_heads():
@@ -26,15 +26,6 @@ def test_census_points_are_the_ctc_heads():
 
 
 _SMOKE = r"""
-import sys, torch
-sys.path.insert(0, BENCH)
-import glsm_rows as g
-from tunedb.arch import shipped_profile
-calls = []
-def timer(call, weights):
-    call(*weights[0])
-    calls.append(1)
-    return 10.0 + len(calls)  # distinct times: the picks are well defined
 row = g.run_point(1100, 32, 9, 1 << 20, shipped_profile("sm90"), True, device="cpu", timer=timer, dt="fp16",
                   lr=("lr_r1_c1024_w4", "lr_r1_c2048_w8"), rf=("rf_b16x32x32_w4_s2_pdl",), stream=("lr_r1_c2048_w8_p2",))
 bad = {k: v for k, v in row["failed"].items() if not v.startswith("invalid")}
@@ -54,7 +45,5 @@ print("ok")
 
 @pytest.mark.slow
 def test_one_point_under_the_interpreter():
-    from bench_modules import BENCH
-
-    res = interpret_child.snippet(f"BENCH = {BENCH!r}\n" + _SMOKE)
+    res = interpret_child.snippet(bench_snippet("glsm_rows", _SMOKE))
     assert res.returncode == 0 and "ok" in res.stdout, res.stdout[-2000:] + res.stderr[-3000:]
