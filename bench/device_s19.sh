@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Session 19's device calls: this session's stages, each in its own tarball ($OUT/<stage>.tgz);
+# any other stage name is handed to bench/device_s18.sh (and on down to device_s14.sh).
+# SKIP_AFTER_S skips every later stage once the call has run that long.
+#   bash bench/device_s19.sh glsm-l2
+# glsm-l2   bench/glsm_l2.py (the row pass forward vs from the last row block, into a separate
+#           output vs in place; issue 25; ~90 s)
+. "$(dirname "$0")/device_runner.sh"
+for s in "$@"; do
+  skipping "$s" && continue
+  case $s in
+    glsm-l2) run_stage glsm_l2 "${GLSM_L2_S:-170}" "python bench/glsm_l2.py --budget-s ${GLSM_L2_BUDGET:-120} --out \$OUT/glsm_l2.json" ;;
+    *) bash "$HERE/device_s18.sh" "$s" ;;
+  esac
+done
+echo "[device_s19] done in $(( $(date +%s) - T0 )) s"
