@@ -5,11 +5,15 @@
 #   bash bench/device_s19.sh glsm-l2
 # glsm-l2   bench/glsm_l2.py (the row pass forward vs from the last row block, into a separate
 #           output vs in place; issue 25; ~90 s)
+# nvmath    bench/nvmath_install.sh then bench/nvmath_probe.py (cuSOLVERDx through nvmath-python's
+#           device API: potrf/posv against torch; issue 19's optional dependency tier; carry
+#           .carry/nvmath; ~200 s)
 . "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
   skipping "$s" && continue
   case $s in
     glsm-l2) run_stage glsm_l2 "${GLSM_L2_S:-170}" "python bench/glsm_l2.py --budget-s ${GLSM_L2_BUDGET:-120} --out \$OUT/glsm_l2.json" ;;
+    nvmath) run_stage nvmath "${NVMATH_S:-330}" "bash bench/nvmath_install.sh; PYTHONPATH=/tmp/nvsite:src python bench/nvmath_probe.py --budget-s ${NVMATH_BUDGET:-240} --ns ${NVMATH_NS:-8,16,32} --out \$OUT/nvmath" ;;
     *) bash "$HERE/device_s18.sh" "$s" ;;
   esac
 done
