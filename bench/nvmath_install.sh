@@ -6,13 +6,13 @@
 # nvmath's import) into /tmp/nvsite (prepend it to PYTHONPATH). Prints what the machine had.
 set -u
 W=${NVMATH_WHEELS:-.carry/nvmath}
-echo "[nvmath] the machine's packages:"; pip list 2>/dev/null | grep -i -E "numba|cuda|nvidia|llvmlite|nvmath" | sed 's/^/  /'
+echo "[nvmath] the machine's packages:"; python -m pip list 2>/dev/null | grep -i -E "numba|cuda|nvidia|llvmlite|nvmath" | sed 's/^/  /'
 pip install -q --no-deps --no-index --target /tmp/nvsite "$W"/nvmath_python-*.whl "$W"/nvidia_libmathdx*.whl \
   "$W"/cuda_pathfinder*.whl "$W"/nvidia_cuda_cccl*.whl 2>&1 | grep -v -i warning | tail -3
-if ! PYTHONPATH=/tmp/nvsite python -c "import nvmath.device" > /tmp/nvsite_import.log 2>&1; then
+if ! PYTHONPATH=/tmp/nvsite python -c "import numpy as np; np.row_stack = getattr(np, 'row_stack', np.vstack); import nvmath.device" > /tmp/nvsite_import.log 2>&1; then
   echo "[nvmath] import with the machine's numba-cuda / cuda-core failed:"; tail -4 /tmp/nvsite_import.log
   pip install -q --no-deps --no-index --target /tmp/nvsite "$W"/numba_cuda-*.whl "$W"/cuda_core-*.whl 2>&1 | grep -v -i warning | tail -3
-  PYTHONPATH=/tmp/nvsite python -c "import nvmath.device" 2>&1 | tail -4 && echo "[nvmath] import ok with the carried numba-cuda / cuda-core"
+  PYTHONPATH=/tmp/nvsite python -c "import numpy as np; np.row_stack = getattr(np, 'row_stack', np.vstack); import nvmath.device" > /tmp/nvsite_import2.log 2>&1 && echo "[nvmath] import ok with the carried numba-cuda / cuda-core" || tail -4 /tmp/nvsite_import2.log
 else
   echo "[nvmath] import ok with the machine's numba-cuda / cuda-core"
 fi

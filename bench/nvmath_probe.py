@@ -31,6 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+if not hasattr(np, "row_stack"):  # numpy 2.4 removed it; numba-cuda 0.30 still overloads it at import
+    np.row_stack = np.vstack
+
 BATCHES = (256, 4096, 65536)
 DISTS = ("numba", "numba-cuda", "cuda-core", "cuda-bindings", "cuda-python", "llvmlite", "nvmath-python",
          "nvidia-libmathdx-cu13", "nvidia-cuda-cccl", "nvidia-cuda-nvrtc", "nvidia-nvjitlink", "cuda-pathfinder",
