@@ -40,6 +40,13 @@ DISTS = ("numba", "numba-cuda", "cuda-core", "cuda-bindings", "cuda-python", "ll
          "nvidia-cuda-nvrtc-cu13", "nvidia-nvjitlink-cu13")
 
 
+def trace() -> str:
+    """The traceback without the library listings some loaders append, head and tail kept."""
+    lines = [x for x in traceback.format_exc().splitlines() if not x.strip().startswith("lib") and x.strip() != "stubs"]
+    text = "\n".join(lines)
+    return text if len(text) <= 4000 else text[:2000] + "\n...\n" + text[-2000:]
+
+
 def versions() -> dict:
     out = {}
     for d in DISTS:
@@ -213,7 +220,7 @@ def main() -> int:
         import nvmath.device  # noqa: F401
         doc["import_s"] = time.time() - t0
     except Exception:
-        doc["errors"].append({"stage": "import", "trace": traceback.format_exc()[-3000:]})
+        doc["errors"].append({"stage": "import", "trace": trace()})
         print(doc["errors"][-1]["trace"], flush=True)
         (out / "nvmath_probe.json").write_text(json.dumps(doc, indent=1))
         return 1
@@ -237,7 +244,7 @@ def main() -> int:
                         compile_s = time.time() - t0
                     except Exception:
                         doc["errors"].append({"stage": "compile", "cell": [op, dt, n, bpb_s],
-                                              "trace": traceback.format_exc()[-3000:]})
+                                              "trace": trace()})
                         print(doc["errors"][-1]["trace"], flush=True)
                         continue
                     for batch in BATCHES:
@@ -258,7 +265,7 @@ def main() -> int:
                             row["torch_us"] = graph_us(lambda: torch_call(op)(a, b, None, None), reps)
                             row["x_torch"] = row["torch_us"] / row["us"]
                         except Exception:
-                            row["error"] = traceback.format_exc()[-2000:]
+                            row["error"] = trace()
                         doc["rows"].append(row)
                         print(f"{op} {dt} n={n} bpb={bpb_s}->{row['batches_per_block']} block={row['block_dim']} "
                               f"b={batch}: nvmath {row.get('us', float('nan')):.2f} us, torch "
