@@ -124,17 +124,29 @@ def rows_pass(logits: Any, y: Any, rows: int, chunk: int, warps: int, pdl: bool 
 
 
 def rows_arm(config: Config, x: Any, weight: Any, bias: Any = None, out: Any = None, vec: int | None = None) -> Any:
-    """linear_rows: cuBLAS's logits (F.linear, in x's dtype, as torch's arm rounds them), then one
-    Triton pass subtracting each row's log-sum-exp: into `out`, or in place over the logits."""
+    """linear_rows: cuBLAS's logits (in x's dtype, as torch's arm rounds them), then one Triton
+    pass subtracting each row's log-sum-exp in place. Without `out` the logits are F.linear's
+    own tensor; with `out` cuBLAS writes them straight into it (addmm with out=, F.linear's
+    call on 2-D input), so the pass reads and rewrites one buffer either way: a separate logits
+    buffer made the pass write lines it had not read, which cost 3-10% at N = 5000 (s19 A,
+    bench/glsm_l2.py), and the build times the arm with `out`."""
     import torch
 
-    logits = torch.nn.functional.linear(x, weight, bias)
-    n = logits.shape[-1]
-    lg = logits.reshape(-1, n)
-    y = out.view(lg.shape[0], n) if out is not None else lg
-    rows_pass(lg, y, config.param("rows"), config.param("chunk"), config.param("warps"),
-              pdl=config.param("launch") == "pdl", vec=vec, persist=config.param("persist"))
-    return out if out is not None else logits
+    rp = dict(pdl=config.param("launch") == "pdl", vec=vec, persist=config.param("persist"))
+    if out is None:
+        logits = torch.nn.functional.linear(x, weight, bias)
+        n = logits.shape[-1]
+        lg = logits.reshape(-1, n)
+        rows_pass(lg, lg, config.param("rows"), config.param("chunk"), config.param("warps"), **rp)
+        return logits
+    from tunedb.families.gemm_log_softmax.launch_chunks import chunk_gemm
+
+    n, k = weight.shape
+    x2 = x.reshape(-1, k)
+    y = out.view(x2.shape[0], n)
+    chunk_gemm(x2, weight, bias, y)
+    rows_pass(y, y, config.param("rows"), config.param("chunk"), config.param("warps"), **rp)
+    return out
 
 
 def launch(config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
