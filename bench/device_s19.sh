@@ -13,7 +13,7 @@ for s in "$@"; do
   skipping "$s" && continue
   case $s in
     glsm-l2) run_stage glsm_l2 "${GLSM_L2_S:-170}" "python bench/glsm_l2.py --budget-s ${GLSM_L2_BUDGET:-120} --out \$OUT/glsm_l2.json" ;;
-    nvmath) run_stage nvmath "${NVMATH_S:-330}" "bash bench/nvmath_install.sh; PYTHONPATH=src python bench/nvmath_probe.py --budget-s ${NVMATH_BUDGET:-240} --ns ${NVMATH_NS:-8,16,32} --out \$OUT/nvmath" ;;
+    nvmath) run_stage nvmath "${NVMATH_S:-330}" "bash bench/nvmath_install.sh; PYTHONPATH=src python bench/nvmath_probe.py --budget-s ${NVMATH_BUDGET:-240} --ns ${NVMATH_NS:-8,16,32} --bpbs ${NVMATH_BPBS:-suggested,1} --out \$OUT/nvmath" ;;
     *) bash "$HERE/device_s18.sh" "$s" ;;
   esac
 done

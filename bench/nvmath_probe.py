@@ -65,6 +65,7 @@ def build_kernel(op: str, dt: str, n: int, bpb):
     s = CholeskySolver(size=(n,), precision=prec, execution="Block", fill_mode="lower",
                        arrangement=("row_major", "col_major"), batches_per_block=bpb, block_dim="suggested")
     na, nb = s.a_size(), s.b_size()
+    dyn = (na + nb) * np.dtype(prec).itemsize > 48 * 1024  # past the static limit: dynamic, opted in
     per = s.batches_per_block
     sa0, sa1, sa2 = s.a_strides()
     sb0, sb1, _ = s.b_strides()
@@ -74,7 +75,10 @@ def build_kernel(op: str, dt: str, n: int, bpb):
     if op == "potrf":
         @cuda.jit
         def kernel(A, L, INFO, batch):
-            smem_a = cuda.shared.array(na, dtype=vt)
+            if dyn:
+                smem_a = cuda.shared.array(0, dtype=vt)[:na]
+            else:
+                smem_a = cuda.shared.array(na, dtype=vt)
             base = cuda.blockIdx.x * per
             tid = cuda.threadIdx.x
             nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
@@ -99,8 +103,13 @@ def build_kernel(op: str, dt: str, n: int, bpb):
     else:
         @cuda.jit
         def kernel(A, B, X, INFO, batch):
-            smem_a = cuda.shared.array(na, dtype=vt)
-            smem_b = cuda.shared.array(nb, dtype=vt)
+            if dyn:
+                smem_d = cuda.shared.array(0, dtype=vt)
+                smem_a = smem_d[:na]
+                smem_b = smem_d[na:na + nb]
+            else:
+                smem_a = cuda.shared.array(na, dtype=vt)
+                smem_b = cuda.shared.array(nb, dtype=vt)
             base = cuda.blockIdx.x * per
             tid = cuda.threadIdx.x
             nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
@@ -130,11 +139,28 @@ def build_kernel(op: str, dt: str, n: int, bpb):
                 r = idx % n
                 if base + p < batch:
                     X[base + p, r] = smem_b[p * sb0 + r * sb1]
+    kernel.dyn_bytes = (na + nb) * np.dtype(prec).itemsize if dyn else 0
     return kernel, s
+
+
+def opt_in_smem(kernel, args, nbytes):
+    """Raise the kernel's dynamic shared memory limit past 48 KiB (cuFuncSetAttribute)."""
+    import numba
+    from cuda.bindings import driver
+
+    compiled = kernel.compile(tuple(numba.typeof(a) for a in args))
+    handle = compiled.library.get_cufunc().handle
+    handle = getattr(handle, "value", handle)
+    res = driver.cuFuncSetAttribute(handle, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    nbytes)
+    if res[0] != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuFuncSetAttribute: {res[0]}")
 
 
 def launcher(kernel, solver, op):
     from numba import cuda
+
+    opted = []
 
     def call(a, b, out, info):
         stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
@@ -142,7 +168,10 @@ def launcher(kernel, solver, op):
         grid = -(-batch // solver.batches_per_block)
         args = [cuda.as_cuda_array(a)] + ([cuda.as_cuda_array(b)] if op == "posv" else []) + [
             cuda.as_cuda_array(out), cuda.as_cuda_array(info), batch]
-        kernel[grid, solver.block_dim, stream, 0](*args)
+        if kernel.dyn_bytes and not opted:
+            opt_in_smem(kernel, args, kernel.dyn_bytes)
+            opted.append(True)
+        kernel[grid, solver.block_dim, stream, kernel.dyn_bytes](*args)
     return call
 
 
