@@ -139,8 +139,7 @@ def build_kernel(op: str, dt: str, n: int, bpb):
                 r = idx % n
                 if base + p < batch:
                     X[base + p, r] = smem_b[p * sb0 + r * sb1]
-    kernel.dyn_bytes = (na + nb) * np.dtype(prec).itemsize if dyn else 0
-    return kernel, s
+    return kernel, s, ((na + nb) * np.dtype(prec).itemsize if dyn else 0)
 
 
 def opt_in_smem(kernel, args, nbytes):
@@ -157,7 +156,7 @@ def opt_in_smem(kernel, args, nbytes):
         raise RuntimeError(f"cuFuncSetAttribute: {res[0]}")
 
 
-def launcher(kernel, solver, op):
+def launcher(kernel, solver, op, dyn_bytes):
     from numba import cuda
 
     opted = []
@@ -168,10 +167,10 @@ def launcher(kernel, solver, op):
         grid = -(-batch // solver.batches_per_block)
         args = [cuda.as_cuda_array(a)] + ([cuda.as_cuda_array(b)] if op == "posv" else []) + [
             cuda.as_cuda_array(out), cuda.as_cuda_array(info), batch]
-        if kernel.dyn_bytes and not opted:
-            opt_in_smem(kernel, args, kernel.dyn_bytes)
+        if dyn_bytes and not opted:
+            opt_in_smem(kernel, args, dyn_bytes)
             opted.append(True)
-        kernel[grid, solver.block_dim, stream, kernel.dyn_bytes](*args)
+        kernel[grid, solver.block_dim, stream, dyn_bytes](*args)
     return call
 
 
@@ -263,8 +262,8 @@ def main() -> int:
                     bpb = bpb_s if bpb_s == "suggested" else int(bpb_s)
                     try:
                         t0 = time.time()
-                        kernel, solver = build_kernel(op, dt, n, bpb)
-                        call = launcher(kernel, solver, op)
+                        kernel, solver, dyn_bytes = build_kernel(op, dt, n, bpb)
+                        call = launcher(kernel, solver, op, dyn_bytes)
                         a, b = spd(256, n, dt, 1)
                         res = torch.empty_like(a) if op == "potrf" else torch.empty_like(b)
                         info = torch.empty(256, dtype=torch.int32, device="cuda")
