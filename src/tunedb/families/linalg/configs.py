@@ -30,13 +30,14 @@ from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 KERNEL_MODULE = "tunedb.families.linalg.launch"
 SPACE_MODULE = "tunedb.families.linalg.kernels_space"
 PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg", "rows", "shfl")
-LANES: tuple[str, ...] = (*PACKINGS, "torch")
+LANES: tuple[str, ...] = (*PACKINGS, "nvmath", "torch")
 LIBRARY = "torch"
 # The library arm as a user who calls the obvious API pays (torch.linalg.cholesky, which checks
 # info on the host, and cholesky_solve): cannot be captured; measured eagerly, never served.
 EAGER_ONLY = "torch_checked"
-# An arm whose id starts with one of these needs an optional dependency (spec 003's tier). None
-# is installed on the device machine (nvmath-python's device APIs): no such arm exists today.
+# An arm whose id starts with one of these needs an optional dependency (spec 003's tier):
+# `nvmath_b{B}` (kernels_nvmath.py: cuSOLVERDx through nvmath-python's device API), in the
+# space only where nvmath-python and numba-cuda are installed.
 DEPENDENCIES: dict[str, str] = {"nvmath": "nvmath-python"}
 _ID = re.compile(r"^(thread|warp|block|lane|reg|rows|shfl)(?:_p([0-9]+))?_w([0-9]+)$")
 WARP_THREADS = 32
@@ -68,7 +69,10 @@ def config_space(arch_family: str) -> tuple[Config, ...]:
     mod = space()
     if mod is None:
         return ()
-    return tuple(sorted((parse(c.id) for c in mod.config_space()), key=lambda c: c.id))
+    from tunedb.families.linalg import kernels_nvmath
+
+    deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK) if kernels_nvmath.available() else ()
+    return tuple(sorted((parse(cid) for cid in (*(c.id for c in mod.config_space()), *deps)), key=lambda c: c.id))
 
 
 def parse(config_id: str) -> Config:
@@ -77,6 +81,13 @@ def parse(config_id: str) -> Config:
         raise ConfigError(f"config id must be a string, got {config_id!r}")
     if config_id in SENTINELS:
         return Config.sentinel(config_id)
+    if config_id.startswith("nvmath"):
+        from tunedb.families.linalg import kernels_nvmath
+
+        bpb = kernels_nvmath.parse_bpb(config_id)
+        if bpb is None:
+            raise ConfigError(f"bad linalg config id {config_id!r}: the dependency tier's ids are nvmath_b<B>")
+        return Config(config_id, "nvmath", (("packing", "nvmath"), ("per_program", bpb), ("warps", 0)))
     match = _ID.match(config_id)
     if match is None:
         raise ConfigError(f"bad linalg config id {config_id!r}: expected a sentinel "
@@ -119,7 +130,12 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
         return f"sentinel {config.id!r} does not apply to linalg"
     dep = dependency(config.id)
     if dep is not None:
-        return f"{config.id} needs {DEPENDENCIES[dep]}, which is not installed"
+        from tunedb.families.linalg import kernels_nvmath
+
+        bpb = kernels_nvmath.parse_bpb(config.id)
+        if bpb is None:
+            return f"{config.id} is not an arm of the {DEPENDENCIES[dep]} tier (ids: nvmath_b<B>)"
+        return kernels_nvmath.invalid_reason(sig.op, bpb, sig.get("n"), sig.dt)
     mod = space()
     if mod is None:
         return f"{config.id}: the linalg kernel modules ({SPACE_MODULE}) are not available"

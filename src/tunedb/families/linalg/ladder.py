@@ -83,8 +83,8 @@ def cells(legs: Sequence[str], quick: bool = False, dtypes: Sequence[str] = GRID
 
 def arms(cell: Cell, arch: Any, max_arms: int | None = None) -> tuple[str, ...]:
     """The cell's arms: the library arm, the valid Triton configs (at most `max_arms`, by the
-    kernels' own prior, round-robin over packings), the eager-only library arm for the factor
-    and solve ops (reported, never served)."""
+    kernels' own prior, round-robin over packings), the dependency tier's valid arms (outside
+    the cap), the eager-only library arm for the factor and solve ops (reported, never served)."""
     sig = cell.signature
     triton = [c.id for c in configs.config_space(arch.arch_family if arch is not None else "sm90")
               if configs.invalid_reason(c, sig, cell.batch, arch) is None]
@@ -94,7 +94,8 @@ def arms(cell: Cell, arch: Any, max_arms: int | None = None) -> tuple[str, ...]:
         # (the s9 table, capped without it, never timed block_w1 at n=32, the quick ladder's winner)
         sms = getattr(arch, "sms", None) or 132
         keep = {c.id for c in space.candidates(cell.op, cell.n, cell.dt, max_arms, batch=cell.batch, sms=sms)}
-        triton = [a for a in triton if a in keep]
+        # the cap ranks Triton configs; a dependency arm (one a cell, where installed) is always timed
+        triton = [a for a in triton if a in keep or configs.dependency(a)]
     eager = (configs.EAGER_ONLY,) if cell.op in ("potrf", "posv") and configs.kernels() is not None else ()
     return (configs.LIBRARY, *triton, *eager)
 

@@ -25,7 +25,8 @@ Writes (the in-place contract):
 An in-place call consumes its input: time it against a ring of fresh inputs.
 
 Configs: a Triton config id (`thread_p64_w2`, `warp_p8_w4`, `block_w4`, `lane_p2_w1`, `reg_p32_w1`,
-`rows_p2_w1`, `shfl_p1_w1`; see kernels_space),
+`rows_p2_w1`, `shfl_p1_w1`; see kernels_space), the dependency tier's `nvmath_b1` (potrf and posv
+through cuSOLVERDx where nvmath-python is installed; kernels_nvmath),
 a KernelConfig, or an object with `.id`; and two library arms: "torch" (the capturable forms:
 bmm for dot/gemv/gemm, cholesky_ex, solve_triangular, cholesky_ex + two solve_triangular for
 posv) and "torch_checked" (what the obvious API costs: torch.linalg.cholesky and
@@ -61,6 +62,13 @@ def launch(op: str, config: Any, *tensors: Any, out: Any = None, inplace: bool =
             _out(op, tensors, n, batch, out)
         return torch_arm(op, cid == "torch_checked", tensors, out)
     out = _out(op, tensors, n, batch, out)
+    if cid.startswith("nvmath"):  # the optional dependency tier (kernels_nvmath.py)
+        from tunedb.families.linalg import kernels_nvmath
+
+        bpb = kernels_nvmath.parse_bpb(cid)
+        if bpb is None:
+            raise ValueError(f"unknown config {cid!r}: the dependency tier's ids are nvmath_b<B>")
+        return kernels_nvmath.launch(op, bpb, tensors, out, n, batch, dtype)
     cfg = space.parse_config(cid)
     why = space.invalid_reason(op, cfg.packing, cfg.problems, cfg.warps, n, dtype)
     if why:

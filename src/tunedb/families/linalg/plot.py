@@ -10,11 +10,11 @@ from pathlib import Path
 
 from tunedb.families.linalg import ladder, signatures
 
-COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800", "lane": "#9c27b0", "reg": "#e91e63", "rows": "#00bcd4", "shfl": "#795548"}
+COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800", "lane": "#9c27b0", "reg": "#e91e63", "rows": "#00bcd4", "shfl": "#795548", "nvmath": "#607d8b"}
 
 
 def _label(arm: str) -> str:
-    return arm.replace("thread_", "t").replace("warp_", "w").replace("block_", "b").replace("lane_", "l").replace("reg_", "r")
+    return arm.replace("thread_", "t").replace("warp_", "w").replace("block_", "b").replace("lane_", "l").replace("reg_", "r").replace("nvmath_", "nv")
 
 
 def draw(path: Path, deps: str = "native", arch: str = "sm90") -> tuple[int, int]:

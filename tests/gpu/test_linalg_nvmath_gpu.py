@@ -1,0 +1,47 @@
+"""The optional dependency tier of linalg (kernels_nvmath.py: potrf/posv through cuSOLVERDx, nvmath-
+python's device API) on the GPU, where nvmath-python and numba-cuda are installed (the device machine:
+bench/nvmath_install.sh; skipped elsewhere): nvmath_b1 at n in {5, 64, 128} (128: dynamic shared
+memory past 48 KiB) x fp32/fp64 against the fp64 reference within torch's bound, the upper triangle
+never read (NaN), every output written (NaN-poisoned out=), a ragged batch; the non-SPD report
+(a negative pivot, a NaN pivot) as the other packings give it; in place; a captured CUDA graph
+replaying the eager result bit for bit. Each (op, dtype, n) kernel compiles on its first launch
+(3-17 s): expected 1-2 minutes on an H200."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from linalg_packing_checks import check_graph_replay, check_non_spd, check_reference  # noqa: E402
+
+from tunedb.families.linalg import kernels_check as check  # noqa: E402
+from tunedb.families.linalg import kernels_nvmath  # noqa: E402
+from tunedb.families.linalg.launch import launch  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not kernels_nvmath.available(), reason="nvmath-python / numba-cuda not installed")]
+
+ARM = "nvmath_b1"
+CASES = [("potrf", "fp32", 64), ("potrf", "fp64", 128), ("posv", "fp64", 64), ("posv", "fp32", 128), ("posv", "fp64", 5)]
+
+
+@pytest.mark.parametrize("op,dt,n", CASES)
+def test_nvmath_meets_the_fp64_reference(op, dt, n):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    for batch in (1, 37, 4096):
+        check_reference(op, ARM, n, dt, batch)
+
+
+@pytest.mark.parametrize("op,dt,n", [("potrf", "fp32", 64), ("posv", "fp64", 64)])
+def test_nvmath_non_spd_problems_are_reported_and_the_others_solved(op, dt, n):
+    check_non_spd(op, ARM, n, dt)
+
+
+@pytest.mark.parametrize("op,dt,n", [("potrf", "fp64", 128), ("posv", "fp64", 64)])
+def test_nvmath_in_place_and_in_a_cuda_graph(op, dt, n):
+    ins = check.make_inputs(op, 300, n, dt, device="cuda", seed=3)
+    want = launch(op, ARM, *ins)[0].clone()
+    work = tuple(t.clone() for t in ins)
+    got, info = launch(op, ARM, *work, inplace=True)
+    target = work[0] if op == "potrf" else work[1]
+    assert got.data_ptr() == target.data_ptr() and torch.equal(got, want) and not info.any()
+    check_graph_replay(op, ARM, n, dt)

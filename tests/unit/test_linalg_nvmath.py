@@ -1,0 +1,83 @@
+"""The linalg family's optional dependency tier (kernels_nvmath.py, spec 003) on the CPU: its ids,
+its one validity predicate (op, dtype, shared memory, installed or not), the space and the ladder
+taking it only where nvmath-python is installed (and outside the Triton cap), the Triton prebuild
+leaving it alone, and a clear error where it cannot run. The GPU behaviour is
+tests/gpu/test_linalg_nvmath_gpu.py's."""
+import pytest
+
+from tunedb.arch import shipped_profile
+from tunedb.errors import ConfigError
+from tunedb.families.linalg import configs, kernels_nvmath, kernels_prebuild, ladder, signatures
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    monkeypatch.setattr(kernels_nvmath, "available", lambda: True)
+    configs.config_space.cache_clear()  # the space is cached per process (an install does not move mid-run)
+    yield
+    configs.config_space.cache_clear()
+
+
+@pytest.fixture
+def absent(monkeypatch):
+    monkeypatch.setattr(kernels_nvmath, "available", lambda: False)
+    configs.config_space.cache_clear()
+    yield
+    configs.config_space.cache_clear()
+
+
+def test_ids_parse_as_the_dependency_tier():
+    cfg = configs.parse("nvmath_b1")
+    assert cfg.lane == "nvmath" and cfg.param("per_program") == 1
+    assert configs.dependency("nvmath_b1") == "nvmath" and "nvmath" in configs.LANES
+    assert configs.shape_of(cfg) == ("nvmath", 1, 0) and configs.grid(cfg, 300) == 300
+    for bad in ("nvmath", "nvmath_b", "nvmath_bx", "nvmath_p1_w1"):
+        with pytest.raises(ConfigError, match="nvmath_b<B>"):
+            configs.parse(bad)
+
+
+def test_validity_names_what_is_wrong(installed):
+    cfg = configs.parse("nvmath_b1")
+    sm90 = shipped_profile("sm90")
+    for op, dt, n in (("potrf", "fp32", 4), ("posv", "fp64", 64), ("posv", "fp64", 128), ("potrf", "fp32", 128)):
+        assert configs.invalid_reason(cfg, signatures.make_signature(op, dt, n), 4096, sm90) is None
+    assert "potrf, posv only, not trsv" in configs.invalid_reason(cfg, signatures.make_signature("trsv", "fp32", 8), 1, sm90)
+    assert "one problem a block" in configs.invalid_reason(configs.parse("nvmath_b2"), signatures.make_signature("potrf", "fp32", 8), 1, sm90)
+    assert kernels_nvmath.invalid_reason("potrf", 1, 128, "fp16").endswith("not fp16")
+    # shared memory: n = 128 fp64 fits one problem (132 KiB), not past sm90's 227 KiB
+    assert kernels_nvmath.smem_bytes(128, "fp64", 1) == (128 * 128 + 128) * 8 <= kernels_nvmath.SMEM_LIMIT
+    assert "shared memory" in kernels_nvmath.invalid_reason("potrf", 1, 200, "fp64")
+
+
+def test_not_installed_is_invalid_and_not_in_the_space(absent):
+    sig = signatures.make_signature("posv", "fp64", 64)
+    why = configs.invalid_reason(configs.parse("nvmath_b1"), sig, 4096, shipped_profile("sm90"))
+    assert "nvmath-python" in why and "not importable" in why
+    assert not [c for c in configs.config_space("sm90") if c.lane == "nvmath"]
+    assert not [a for a in ladder.arms(ladder.Cell("posv", "fp64", 64, 4096), shipped_profile("sm90"), 2)
+                if configs.dependency(a)]
+
+
+def test_installed_joins_the_space_and_every_cell_past_the_cap(installed):
+    assert [c.id for c in configs.config_space("sm90") if c.lane == "nvmath"] == ["nvmath_b1"]
+    sm90 = shipped_profile("sm90")
+    capped = ladder.arms(ladder.Cell("posv", "fp64", 64, 4096), sm90, 2)
+    assert "nvmath_b1" in capped and capped[0] == "torch"
+    assert len([a for a in capped if not a.startswith(("torch", "nvmath"))]) <= 2
+    assert "nvmath_b1" not in ladder.arms(ladder.Cell("trsv", "fp64", 64, 4096), sm90, 2)
+
+
+def test_the_triton_prebuild_leaves_the_tier_to_its_own_process():
+    assert kernels_prebuild.compile_all([("posv", "nvmath_b1", 64, "fp64"), ("potrf", "torch", 8, "fp32")]) == []
+
+
+def test_launch_refuses_clearly_where_it_cannot_run(absent):
+    import torch
+
+    from tunedb.families.linalg.launch import launch
+
+    a = torch.eye(8, dtype=torch.float64).expand(3, 8, 8).contiguous()
+    with pytest.raises(ValueError, match="nvmath-python"):
+        launch("potrf", "nvmath_b1", a)
+    with pytest.raises(ValueError, match="nvmath_b<B>"):
+        launch("potrf", "nvmath_q", a)
