@@ -88,22 +88,24 @@ def config_ids(op: str, n: int, dtype: str) -> tuple[str, ...]:
     return tuple(config_id(b) for b in BATCHES_PER_BLOCK if invalid_reason(op, b, n, dtype) is None)
 
 
-def _import_device_api() -> Any:
+def _numba_cuda() -> Any:
+    """numba.cuda, imported after the row_stack shim (see the module docstring)."""
     import numpy as np
 
-    if not hasattr(np, "row_stack"):  # see the module docstring
+    if not hasattr(np, "row_stack"):
         np.row_stack = np.vstack
-    from nvmath.device import CholeskySolver
+    from numba import cuda
 
-    return CholeskySolver
+    return cuda
 
 
 def _build(op: str, dtype: str, n: int, bpb: int) -> tuple[Any, Any, int]:
     """(numba kernel, solver, dynamic shared memory bytes or 0) for one (op, dtype, n, B)."""
     import numpy as np
-    from numba import cuda
 
-    solver_cls = _import_device_api()
+    cuda = _numba_cuda()
+    from nvmath.device import CholeskySolver as solver_cls
+
     prec = {"fp32": np.float32, "fp64": np.float64}[dtype]
     s = solver_cls(size=(n,), precision=prec, execution="Block", fill_mode="lower",
                    arrangement=("row_major", "col_major"), batches_per_block=bpb, block_dim="suggested")
@@ -130,7 +132,7 @@ def _build(op: str, dtype: str, n: int, bpb: int) -> tuple[Any, Any, int]:
                 r = (idx // n) % n
                 c = idx % n
                 v = 1.0 if r == c else 0.0  # past the batch: the identity, never stored
-                if base + p < batch:
+                if base + p < batch and c <= r:  # the lower triangle only: the op's contract
                     v = A[base + p, r, c]
                 smem_a[p * sa0 + r * sa1 + c * sa2] = v
             cuda.syncthreads()
@@ -166,7 +168,7 @@ def _build(op: str, dtype: str, n: int, bpb: int) -> tuple[Any, Any, int]:
                 r = (idx // n) % n
                 c = idx % n
                 v = 1.0 if r == c else 0.0  # past the batch: the identity, never stored
-                if base + p < batch:
+                if base + p < batch and c <= r:  # the lower triangle only: the op's contract
                     v = A[base + p, r, c]
                 smem_a[p * sa0 + r * sa1 + c * sa2] = v
             for idx in range(tid, per * n, nt):
@@ -221,7 +223,7 @@ def launch(op: str, bpb: int, tensors: tuple, out: Any, n: int, batch: int, dtyp
     why = invalid_reason(op, bpb, n, dtype)
     if why:
         raise ValueError(why)
-    from numba import cuda
+    cuda = _numba_cuda()
 
     a = tensors[0]
     if not a.is_cuda:
