@@ -81,3 +81,28 @@ def test_launch_refuses_clearly_where_it_cannot_run(absent):
         launch("potrf", "nvmath_b1", a)
     with pytest.raises(ValueError, match="nvmath_b<B>"):
         launch("potrf", "nvmath_q", a)
+
+
+def _shipped_entry(op, dt, n):
+    from tunedb import database
+
+    files = database.lookup("sm90", "linalg")
+    key = signatures.make_signature(op, dt, n)
+    return next(res.db.entries[key] for res in files if key in res.db.entries)
+
+
+@pytest.mark.parametrize("have", [True, False])
+def test_serving_takes_the_native_winner_where_the_dependency_is_missing(monkeypatch, have):
+    """The shipped sm90 table's posv fp32 n=64 entry: cuSOLVERDx's arm won batch 4096 by the
+    dependency margin (session 19 E), block_w4 is the native winner; without nvmath-python the
+    native region serves, not the next tier."""
+    from tunedb.families.linalg import FAMILY
+    from tunedb.runtime import serving
+
+    monkeypatch.setattr(kernels_nvmath, "available", lambda: have)
+    entry = _shipped_entry("posv", "fp32", 64)
+    assert entry.lookup(4096) == "nvmath_b1" and entry.lookup(4096, native=True) == "block_w4"
+    sig = signatures.make_signature("posv", "fp32", 64)
+    got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 4096, [("system", {sig: entry})])]
+    assert got == (["nvmath_b1"] if have else ["block_w4"])
+    assert FAMILY.dependency_available("block_w4") and FAMILY.dependency_available("nvmath_b1") is have

@@ -253,6 +253,9 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     # keeps serving beyond the measured range (runtime/serving.unsupported): only for independent
     # per-item work whose every arm costs at most its edge time below it and scales alike above
     "extrapolates": lambda family, sig: False,
+    # (config_id) -> whether the arm's optional dependency (spec 003's tier) is installed here:
+    # where it is not, an entry's dependency-free regions serve (runtime/serving.walk)
+    "dependency_available": lambda family, config_id: True,
     # (sig, args, kwargs, out) -> float: the residual rule's measure on the inputs the arm started
     # from (without the hook a residual rule cannot pass: the gate says so)
     "residual": _none,

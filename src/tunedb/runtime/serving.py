@@ -37,15 +37,21 @@ def walk(fam: Any, sig: Signature, m: int, sources: Iterable[tuple[Any, Mapping[
     """(source, key, config id) in serving order for `sig` at size m over `sources` ((tag,
     entries) pairs, the highest tier first): each op run of keys is asked of every source. A
     region's config that its entry's evidence does not support at m (`unsupported`) is replaced
-    by the pick rule's fallback; `record` (the selector's walk) keeps why for the report."""
+    by the pick rule's fallback; `record` (the selector's walk) keeps why for the report. An
+    arm whose optional dependency is not installed here (the family's `dependency_available`)
+    gives way to the entry's dependency-free regions."""
     sources = list(sources)
+    available = hook(fam, "dependency_available")
     for group in by_op(serving_keys(fam, sig)):
         for tag, entries in sources:
             for key in group:
                 entry = entries.get(key)
                 cid = entry.lookup(m, native) if entry is not None else None
+                own_native = native
+                if cid is not None and not native and entry.regions_native is not None and not available(cid):
+                    own_native, cid = True, entry.lookup(m, native=True)
                 if cid is not None:
-                    why = unsupported(fam, entry, m, cid, native)
+                    why = unsupported(fam, entry, m, cid, own_native)
                     if why is not None:
                         if record:
                             _fallbacks[(fam.name, sig, m)] = (key, cid, why)

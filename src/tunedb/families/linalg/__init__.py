@@ -87,6 +87,15 @@ class LinalgFamily:
     def pick_rule(self) -> Any:
         return pick.LINALG_RULE
 
+    def dependency_available(self, config_id: str) -> bool:
+        """Whether an arm's optional dependency is installed here (True for a native arm): the
+        dependency tier's arms (kernels_nvmath) serve only where nvmath-python imports."""
+        if configs.dependency(config_id) is None:
+            return True
+        from tunedb.families.linalg import kernels_nvmath
+
+        return kernels_nvmath.available()
+
     def extrapolates(self, sig: Signature) -> bool:
         """Every op is independent small problems: below the smallest measured batch an arm's
         launch does less of the same work (the library arm keeps its launch floor, 9-50 us at
