@@ -45,3 +45,37 @@ def test_nvmath_in_place_and_in_a_cuda_graph(op, dt, n):
     target = work[0] if op == "potrf" else work[1]
     assert got.data_ptr() == target.data_ptr() and torch.equal(got, want) and not info.any()
     check_graph_replay(op, ARM, n, dt)
+
+
+def test_the_op_serves_the_tier_where_the_table_names_it(monkeypatch):
+    """posv fp64 n=64 at batch 4096: the shipped table's full winner is nvmath_b1 (session 19 E),
+    so the public op binds it and answers within torch's bound, eagerly and replayed from a CUDA
+    graph; the next epoch with the tier marked missing binds the native winner instead."""
+    from tunedb import settings
+    from tunedb.families.linalg import ops, problems, signatures
+    from tunedb.runtime import selector
+
+    sig = signatures.make_signature("posv", "fp64", 64)
+    a, b = problems.make_inputs(sig, 4096, "cuda", 11)[0]
+    with settings.override(USER_DB="off"):
+        selector.reload()
+        assert ops.bound_for("posv", a, b).config.id == ARM
+        x, info = ops.posv(a, b)
+        ref = problems.residual(sig, (a, b), {}, problems.torch_arm("posv", a, b))
+        assert problems.residual(sig, (a, b), {}, (x, info)) <= problems.residual_bound(sig, ref, 4.0)
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            ops.posv(a, b)
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            xg, _ = ops.posv(a, b)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(xg, x)
+        monkeypatch.setattr(kernels_nvmath, "available", lambda: False)
+        selector.reload()
+        assert ops.bound_for("posv", a, b).config.id == "torch"  # the entry's native winner there
+        monkeypatch.undo()
+        selector.reload()

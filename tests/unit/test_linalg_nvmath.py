@@ -106,3 +106,14 @@ def test_serving_takes_the_native_winner_where_the_dependency_is_missing(monkeyp
     got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 4096, [("system", {sig: entry})])]
     assert got == (["nvmath_b1"] if have else ["block_w4"])
     assert FAMILY.dependency_available("block_w4") and FAMILY.dependency_available("nvmath_b1") is have
+
+
+def test_recommend_names_the_full_and_the_native_winner():
+    import tunedb
+
+    full = tunedb.recommend("posv", "fp64", 64, 4096, deps="all")
+    native = tunedb.recommend("posv", "fp64", 64, 4096, deps="native")
+    assert (full.arm, full.packing, full.source) == ("nvmath_b1", "nvmath", "measured")
+    assert native.arm == "torch"
+    assert tunedb.recommend("posv", "fp32", 32, 4096, deps="all").arm == tunedb.recommend(
+        "posv", "fp32", 32, 4096, deps="native").arm  # n <= 32: the tier took no cell

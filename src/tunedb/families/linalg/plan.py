@@ -127,10 +127,16 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
                          f"beyond the {arch} table's measured batches: {beyond}")
         config = Config.sentinel(cid) if cid in ("torch", "default") else configs.parse(cid)
         why = FAMILY.invalid_reason(config, sig, batch, profile)
+        bound = "any batch" if hi is None else f"batch<={hi}"
+        if why and configs.dependency(cid) and not FAMILY.dependency_available(cid):
+            # deps="all" asks for the measured winner with every optional dependency: name it,
+            # and say what serves on a machine without the dependency (the native regions)
+            return _plan(op, dtype, n, batch, deps, config, f"{key} {bound}", "measured",
+                         f"the {arch} table's winner with optional dependencies; {why}: without it "
+                         f"the serving path runs the native winner (deps='native')")
         if why:
             skipped.append(f"{key} names {cid}, invalid here ({why})")
             continue
-        bound = "any batch" if hi is None else f"batch<={hi}"
         note = "" if key == sig else f" (n={n} served by the n={key.get('n')} entry: same padded tile)"
         return _plan(op, dtype, n, batch, deps, config, f"{key} {bound}", "measured",
                      f"the {arch} table's winner{note}" + (f"; {'; '.join(skipped)}" if skipped else ""))
