@@ -28,11 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
 import torch
-
-if not hasattr(np, "row_stack"):  # numpy 2.4 removed it; numba-cuda 0.30 still overloads it at import
-    np.row_stack = np.vstack
 
 BATCHES = (256, 4096, 65536)
 DISTS = ("numba", "numba-cuda", "cuda-core", "cuda-bindings", "cuda-python", "llvmlite", "nvmath-python",
@@ -57,121 +53,28 @@ def versions() -> dict:
     return out
 
 
-def build_kernel(op: str, dt: str, n: int, bpb):
-    from numba import cuda
-    from nvmath.device import CholeskySolver
+def launcher(op: str, dt: str, n: int, bpb):
+    """(call(a, b, out, info), solver): the family's cuSOLVERDx kernel (kernels_nvmath._build:
+    problems loaded into shared memory, A's lower triangle only, factorize or factorize +
+    solve, a NaN pivot found on L's diagonal) at any batches_per_block, launched on torch's
+    current stream. Calls B and D (session 19) ran this script's own copy of the kernel, which
+    loaded all of A and had no NaN scan (this file at 7fc1103); the timed work is the
+    library's factorize/solve either way."""
+    from tunedb.families.linalg import kernels_nvmath as nv
 
-    prec = {"fp32": np.float32, "fp64": np.float64}[dt]
-    s = CholeskySolver(size=(n,), precision=prec, execution="Block", fill_mode="lower",
-                       arrangement=("row_major", "col_major"), batches_per_block=bpb, block_dim="suggested")
-    na, nb = s.a_size(), s.b_size()
-    dyn = (na + nb) * np.dtype(prec).itemsize > 48 * 1024  # past the static limit: dynamic, opted in
-    per = s.batches_per_block
-    sa0, sa1, sa2 = s.a_strides()
-    sb0, sb1, _ = s.b_strides()
-    nn = n * n
-    vt = s.value_type
-
-    if op == "potrf":
-        @cuda.jit
-        def kernel(A, L, INFO, batch):
-            if dyn:
-                smem_a = cuda.shared.array(0, dtype=vt)[:na]
-            else:
-                smem_a = cuda.shared.array(na, dtype=vt)
-            base = cuda.blockIdx.x * per
-            tid = cuda.threadIdx.x
-            nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
-            tid = tid + cuda.threadIdx.y * cuda.blockDim.x + cuda.threadIdx.z * cuda.blockDim.x * cuda.blockDim.y
-            for idx in range(tid, per * nn, nt):
-                p = idx // nn
-                r = (idx // n) % n
-                c = idx % n
-                v = 1.0 if r == c else 0.0
-                if base + p < batch:
-                    v = A[base + p, r, c]
-                smem_a[p * sa0 + r * sa1 + c * sa2] = v
-            cuda.syncthreads()
-            s.factorize(smem_a, INFO[base:])
-            cuda.syncthreads()
-            for idx in range(tid, per * nn, nt):
-                p = idx // nn
-                r = (idx // n) % n
-                c = idx % n
-                if base + p < batch:
-                    L[base + p, r, c] = smem_a[p * sa0 + r * sa1 + c * sa2] if c <= r else 0.0
-    else:
-        @cuda.jit
-        def kernel(A, B, X, INFO, batch):
-            if dyn:
-                smem_d = cuda.shared.array(0, dtype=vt)
-                smem_a = smem_d[:na]
-                smem_b = smem_d[na:na + nb]
-            else:
-                smem_a = cuda.shared.array(na, dtype=vt)
-                smem_b = cuda.shared.array(nb, dtype=vt)
-            base = cuda.blockIdx.x * per
-            tid = cuda.threadIdx.x
-            nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
-            tid = tid + cuda.threadIdx.y * cuda.blockDim.x + cuda.threadIdx.z * cuda.blockDim.x * cuda.blockDim.y
-            for idx in range(tid, per * nn, nt):
-                p = idx // nn
-                r = (idx // n) % n
-                c = idx % n
-                v = 1.0 if r == c else 0.0
-                if base + p < batch:
-                    v = A[base + p, r, c]
-                smem_a[p * sa0 + r * sa1 + c * sa2] = v
-            for idx in range(tid, per * n, nt):
-                p = idx // n
-                r = idx % n
-                v = 0.0
-                if base + p < batch:
-                    v = B[base + p, r]
-                smem_b[p * sb0 + r * sb1] = v
-            cuda.syncthreads()
-            s.factorize(smem_a, INFO[base:])
-            cuda.syncthreads()
-            s.solve(smem_a, smem_b)
-            cuda.syncthreads()
-            for idx in range(tid, per * n, nt):
-                p = idx // n
-                r = idx % n
-                if base + p < batch:
-                    X[base + p, r] = smem_b[p * sb0 + r * sb1]
-    return kernel, s, ((na + nb) * np.dtype(prec).itemsize if dyn else 0)
-
-
-def opt_in_smem(kernel, args, nbytes):
-    """Raise the kernel's dynamic shared memory limit past 48 KiB (cuFuncSetAttribute)."""
-    import numba
-    from cuda.bindings import driver
-
-    compiled = kernel.compile(tuple(numba.typeof(a) for a in args))
-    handle = compiled.library.get_cufunc().handle
-    handle = getattr(handle, "value", handle)
-    res = driver.cuFuncSetAttribute(handle, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    nbytes)
-    if res[0] != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuFuncSetAttribute: {res[0]}")
-
-
-def launcher(kernel, solver, op, dyn_bytes):
-    from numba import cuda
-
+    kernel, solver, dyn = nv._build(op, dt, n, bpb)
+    cuda = nv._numba_cuda()
     opted = []
 
     def call(a, b, out, info):
-        stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
-        batch = a.shape[0]
-        grid = -(-batch // solver.batches_per_block)
         args = [cuda.as_cuda_array(a)] + ([cuda.as_cuda_array(b)] if op == "posv" else []) + [
-            cuda.as_cuda_array(out), cuda.as_cuda_array(info), batch]
-        if dyn_bytes and not opted:
-            opt_in_smem(kernel, args, dyn_bytes)
+            cuda.as_cuda_array(out), cuda.as_cuda_array(info), a.shape[0]]
+        if dyn and not opted:
+            nv._opt_in(kernel, args, dyn, torch.cuda.current_device())
             opted.append(True)
-        kernel[grid, solver.block_dim, stream, dyn_bytes](*args)
-    return call
+        stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+        kernel[-(-a.shape[0] // solver.batches_per_block), solver.block_dim, stream, dyn](*args)
+    return call, solver
 
 
 def torch_call(op):
@@ -245,6 +148,9 @@ def main() -> int:
     t_start = time.time()
     try:
         t0 = time.time()
+        from tunedb.families.linalg import kernels_nvmath
+
+        kernels_nvmath._numba_cuda()  # numba.cuda after the family's row_stack alias
         import nvmath.device  # noqa: F401
         doc["import_s"] = time.time() - t0
     except Exception:
@@ -262,8 +168,7 @@ def main() -> int:
                     bpb = bpb_s if bpb_s == "suggested" else int(bpb_s)
                     try:
                         t0 = time.time()
-                        kernel, solver, dyn_bytes = build_kernel(op, dt, n, bpb)
-                        call = launcher(kernel, solver, op, dyn_bytes)
+                        call, solver = launcher(op, dt, n, bpb)
                         a, b = spd(256, n, dt, 1)
                         res = torch.empty_like(a) if op == "potrf" else torch.empty_like(b)
                         info = torch.empty(256, dtype=torch.int32, device="cuda")
