@@ -106,3 +106,32 @@ def test_serving_takes_the_native_winner_where_the_dependency_is_missing(monkeyp
     got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 4096, [("system", {sig: entry})])]
     assert got == (["nvmath_b1"] if have else ["block_w4"])
     assert FAMILY.dependency_available("block_w4") and FAMILY.dependency_available("nvmath_b1") is have
+
+
+def test_a_broken_numba_counts_as_absent_not_as_an_error(tmp_path, monkeypatch):
+    """available() finds `numba.cuda`, which runs numba's __init__: where that raises something
+    other than ImportError (an OSError from a broken llvmlite), the tier is absent and the
+    native space and serving stand (before: config_space, so every linalg selection, raised)."""
+    import sys
+
+    from tunedb.families.linalg import FAMILY
+    from tunedb.runtime import serving
+
+    (tmp_path / "nvmath").mkdir()
+    (tmp_path / "nvmath" / "__init__.py").write_text("")
+    (tmp_path / "numba").mkdir()
+    (tmp_path / "numba" / "__init__.py").write_text("raise OSError('libllvmlite.so: cannot open shared object file')\n")
+    for name in ("nvmath", "numba", "numba.cuda"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    configs.config_space.cache_clear()
+    try:
+        space = configs.config_space("sm90")
+        assert space and not [c for c in space if c.lane == "nvmath"]
+        assert FAMILY.dependency_available("nvmath_b1") is False
+        entry = _shipped_entry("posv", "fp32", 64)
+        sig = signatures.make_signature("posv", "fp32", 64)
+        got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 4096, [("system", {sig: entry})])]
+        assert got == ["block_w4"]
+    finally:
+        configs.config_space.cache_clear()

@@ -71,7 +71,7 @@ def config_space(arch_family: str) -> tuple[Config, ...]:
         return ()
     from tunedb.families.linalg import kernels_nvmath
 
-    deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK) if kernels_nvmath.available() else ()
+    deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK) if dependency_tier_available() else ()
     return tuple(sorted((parse(cid) for cid in (*(c.id for c in mod.config_space()), *deps)), key=lambda c: c.id))
 
 
@@ -160,6 +160,19 @@ def simplicity(config_id: str) -> int:
 
 
 _RANK = 1_000_000  # one packing's span in simplicity()
+
+
+def dependency_tier_available() -> bool:
+    """Whether the dependency tier (kernels_nvmath) looks installed. Its probe finds `numba.cuda`,
+    which executes numba's own __init__: a broken numba (an OSError from llvmlite, an
+    AttributeError from a numpy it predates) counts as absent, so that an optional dependency
+    never takes the native space (every linalg selection) down with it."""
+    from tunedb.families.linalg import kernels_nvmath
+
+    try:
+        return bool(kernels_nvmath.available())
+    except Exception:
+        return False
 
 
 def dependency(config_id: str) -> str | None:
