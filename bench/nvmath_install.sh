@@ -16,4 +16,5 @@ if python -c "import numpy as np; np.row_stack = getattr(np, 'row_stack', np.vst
   echo "[nvmath] import ok"
 else
   echo "[nvmath] import failed:"; grep -v "^    lib" /tmp/nvmath_import.log | tail -6
+  exit 1  # what follows an install with && must not run on a half-installed tier
 fi

@@ -13,6 +13,7 @@ from tunedb.families.linalg import configs, kernels_nvmath, kernels_prebuild, la
 @pytest.fixture
 def installed(monkeypatch):
     monkeypatch.setattr(kernels_nvmath, "available", lambda: True)
+    monkeypatch.setitem(configs._DEVICE_API, "nvmath", True)  # as if nvmath.device had imported
     configs.config_space.cache_clear()  # the space is cached per process (an install does not move mid-run)
     yield
     configs.config_space.cache_clear()
@@ -31,7 +32,7 @@ def test_ids_parse_as_the_dependency_tier():
     assert cfg.lane == "nvmath" and cfg.param("per_program") == 1
     assert configs.dependency("nvmath_b1") == "nvmath" and "nvmath" in configs.LANES
     assert configs.shape_of(cfg) == ("nvmath", 1, 0) and configs.grid(cfg, 300) == 300
-    for bad in ("nvmath", "nvmath_b", "nvmath_bx", "nvmath_p1_w1"):
+    for bad in ("nvmath", "nvmath_b", "nvmath_bx", "nvmath_p1_w1", "nvmath_b0", "nvmath_b01"):
         with pytest.raises(ConfigError, match="nvmath_b<B>"):
             configs.parse(bad)
 
@@ -100,6 +101,7 @@ def test_serving_takes_the_native_winner_where_the_dependency_is_missing(monkeyp
     from tunedb.runtime import serving
 
     monkeypatch.setattr(kernels_nvmath, "available", lambda: have)
+    monkeypatch.setitem(configs._DEVICE_API, "nvmath", have)  # as if nvmath.device had (not) imported
     entry = _shipped_entry("posv", "fp32", 64)
     assert entry.lookup(4096) == "nvmath_b1" and entry.lookup(4096, native=True) == "block_w4"
     sig = signatures.make_signature("posv", "fp32", 64)
@@ -117,3 +119,43 @@ def test_recommend_names_the_full_and_the_native_winner():
     assert native.arm == "torch"
     assert tunedb.recommend("posv", "fp32", 32, 4096, deps="all").arm == tunedb.recommend(
         "posv", "fp32", 32, 4096, deps="native").arm  # n <= 32: the tier took no cell
+
+
+def test_a_broken_numba_counts_as_absent_not_as_an_error(tmp_path, monkeypatch):
+    """available() finds `numba.cuda`, which runs numba's __init__: where that raises something
+    other than ImportError (an OSError from a broken llvmlite), the tier is absent and the
+    native space and serving stand (before: config_space, so every linalg selection, raised)."""
+    import sys
+
+    from tunedb.families.linalg import FAMILY
+    from tunedb.runtime import serving
+
+    (tmp_path / "nvmath").mkdir()
+    (tmp_path / "nvmath" / "__init__.py").write_text("")
+    (tmp_path / "numba").mkdir()
+    (tmp_path / "numba" / "__init__.py").write_text("raise OSError('libllvmlite.so: cannot open shared object file')\n")
+    for name in ("nvmath", "numba", "numba.cuda"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    configs.config_space.cache_clear()
+    try:
+        space = configs.config_space("sm90")
+        assert space and not [c for c in space if c.lane == "nvmath"]
+        assert FAMILY.dependency_available("nvmath_b1") is False
+        entry = _shipped_entry("posv", "fp32", 64)
+        sig = signatures.make_signature("posv", "fp32", 64)
+        got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 4096, [("system", {sig: entry})])]
+        assert got == ["block_w4"]
+    finally:
+        configs.config_space.cache_clear()
+
+
+def test_found_but_without_its_device_api_counts_as_absent(monkeypatch):
+    """nvmath-python found (say, installed without the device extra) but nvmath.device does not
+    import here: the tier is absent, so the native regions serve (asked once a process)."""
+    monkeypatch.setattr(kernels_nvmath, "available", lambda: True)
+    monkeypatch.delitem(configs._DEVICE_API, "nvmath", raising=False)
+    monkeypatch.setattr(kernels_nvmath, "_numba_cuda", lambda: (_ for _ in ()).throw(ImportError("no numba.cuda")))
+    assert configs.dependency_tier_available() is False
+    assert configs._DEVICE_API["nvmath"] is False
+    monkeypatch.delitem(configs._DEVICE_API, "nvmath")

@@ -92,9 +92,7 @@ class LinalgFamily:
         dependency tier's arms (kernels_nvmath) serve only where nvmath-python imports."""
         if configs.dependency(config_id) is None:
             return True
-        from tunedb.families.linalg import kernels_nvmath
-
-        return kernels_nvmath.available()
+        return configs.dependency_tier_available()
 
     def extrapolates(self, sig: Signature) -> bool:
         """Every op is independent small problems: below the smallest measured batch an arm's

@@ -71,7 +71,7 @@ def config_space(arch_family: str) -> tuple[Config, ...]:
         return ()
     from tunedb.families.linalg import kernels_nvmath
 
-    deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK) if kernels_nvmath.available() else ()
+    deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK) if dependency_tier_available() else ()
     return tuple(sorted((parse(cid) for cid in (*(c.id for c in mod.config_space()), *deps)), key=lambda c: c.id))
 
 
@@ -85,8 +85,9 @@ def parse(config_id: str) -> Config:
         from tunedb.families.linalg import kernels_nvmath
 
         bpb = kernels_nvmath.parse_bpb(config_id)
-        if bpb is None:
-            raise ConfigError(f"bad linalg config id {config_id!r}: the dependency tier's ids are nvmath_b<B>")
+        if bpb is None or bpb < 1 or config_id != kernels_nvmath.config_id(bpb):
+            raise ConfigError(f"bad linalg config id {config_id!r}: the dependency tier's ids are nvmath_b<B>, "
+                              "B >= 1 without leading zeros")
         return Config(config_id, "nvmath", (("packing", "nvmath"), ("per_program", bpb), ("warps", 0)))
     match = _ID.match(config_id)
     if match is None:
@@ -160,6 +161,36 @@ def simplicity(config_id: str) -> int:
 
 
 _RANK = 1_000_000  # one packing's span in simplicity()
+
+
+_DEVICE_API: dict[str, bool] = {}  # whether nvmath.device imported in this process (asked once)
+
+
+def dependency_tier_available() -> bool:
+    """Whether the dependency tier (kernels_nvmath) can run here: its packages are found
+    (kernels_nvmath.available) and, once per process, its device API imports (nvmath.device
+    loads libmathdx and reads its version: plain nvmath-python without the device extra, or a
+    machine without a CUDA driver, stops there). Any exception counts as absent: the probe
+    finds `numba.cuda`, which executes numba's own __init__, and a broken numba (an OSError
+    from llvmlite, an AttributeError from a numpy it predates) must not take the native space
+    (every linalg selection) down with it."""
+    from tunedb.families.linalg import kernels_nvmath
+
+    try:
+        if not kernels_nvmath.available():
+            return False
+    except Exception:
+        return False
+    got = _DEVICE_API.get("nvmath")
+    if got is None:
+        try:
+            kernels_nvmath._numba_cuda()  # numba.cuda after the row_stack alias
+            importlib.import_module("nvmath.device")
+            got = True
+        except Exception:
+            got = False
+        _DEVICE_API["nvmath"] = got
+    return got
 
 
 def dependency(config_id: str) -> str | None:
