@@ -9,7 +9,9 @@ problem per warp, several per program), `block_w4` (one problem per program acro
 `reg_p32_w1` (potrf/posv at small n: one problem per thread, its lower triangle in registers),
 `rows_p2_w1` (potrf/posv up to n = 32: a few threads per problem, whole rows each),
 `shfl_p1_w1` (potrf/posv up to n = 32: the lane layout, pivots broadcast by warp shuffles).
-Without the kernel module the family has the library arm only: nothing is pretended.
+Without the kernel module the family has the library arm only: nothing is pretended. The
+optional dependency tier (`kernels_nvmath.py`, `nvmath_b1`: potrf/posv through cuSOLVERDx) joins
+the space only where `dependency_tier_available()`.
 
 Sentinels: `torch` (the library arm: bmm / matmul, cholesky_ex, solve_triangular; capturable),
 `default` (what an unmeasured cell runs with no guess allowed: `torch`) and `heuristic` (the
@@ -71,8 +73,11 @@ def config_space(arch_family: str) -> tuple[Config, ...]:
         return ()
     from tunedb.families.linalg import kernels_nvmath
 
-    deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK) if dependency_tier_available() else ()
-    return tuple(sorted((parse(cid) for cid in (*(c.id for c in mod.config_space()), *deps)), key=lambda c: c.id))
+    deps = ()
+    if dependency_tier_available():
+        deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK)
+    ids = (*(c.id for c in mod.config_space()), *deps)
+    return tuple(sorted((parse(cid) for cid in ids), key=lambda c: c.id))
 
 
 def parse(config_id: str) -> Config:
