@@ -48,6 +48,13 @@ def test_validity_names_what_is_wrong(installed):
     # shared memory: n = 128 fp64 fits one problem (132 KiB), not past sm90's 227 KiB
     assert kernels_nvmath.smem_bytes(128, "fp64", 1) == (128 * 128 + 128) * 8 <= kernels_nvmath.SMEM_LIMIT
     assert "shared memory" in kernels_nvmath.invalid_reason("potrf", 1, 200, "fp64")
+    # a GPU with less opt-in shared memory a block (sm89: 99 KiB) refuses n = 128 fp64 (132 KiB)
+    from tunedb.arch import planning_profile
+
+    sm89 = planning_profile("sm89")
+    why = configs.invalid_reason(cfg, signatures.make_signature("posv", "fp64", 128), 4096, sm89)
+    assert why is not None and "sm89 gives at most 101376" in why
+    assert configs.invalid_reason(cfg, signatures.make_signature("posv", "fp64", 64), 4096, sm89) is None
 
 
 def test_not_installed_is_invalid_and_not_in_the_space(absent):

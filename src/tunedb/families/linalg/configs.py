@@ -141,6 +141,10 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
         bpb = kernels_nvmath.parse_bpb(config.id)
         if bpb is None:
             return f"{config.id} is not an arm of the {DEPENDENCIES[dep]} tier (ids: nvmath_b<B>)"
+        need = kernels_nvmath.smem_bytes(sig.get("n"), sig.dt, bpb)
+        if arch is not None and need > arch.smem_per_block:  # the kernel module plans for sm90's
+            return (f"{config.id} at n={sig.get('n')} {sig.dt} needs {need} B of shared memory a block; "
+                    f"{arch.arch_family} gives at most {arch.smem_per_block}")
         return kernels_nvmath.invalid_reason(sig.op, bpb, sig.get("n"), sig.dt)
     mod = space()
     if mod is None:
