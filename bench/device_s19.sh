@@ -7,7 +7,7 @@
 #           output vs in place; issue 25; ~90 s)
 # nvmath    bench/nvmath_install.sh then bench/nvmath_probe.py (cuSOLVERDx through nvmath-python's
 #           device API: potrf/posv against torch; issue 19's optional dependency tier; carry
-#           .carry/nvmath; ~200 s)
+#           .carry/nvmath, built by bench/nvmath_carry.sh; ~200 s)
 # nvmath-tests  the installer, then tests/gpu/test_linalg_nvmath_gpu.py (the tier's arm; ~120 s)
 # nvmath-tune   potrf/posv at n = 64, 128 re-tuned with the tier in the ladder (4 Triton arms, the
 #               shipped table as the base) to $OUT/db/sm90/linalg.json, then what the whole table
