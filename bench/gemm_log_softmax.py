@@ -119,6 +119,16 @@ def run_point(dt, n, k, m, l2, sm90):
     return row
 
 
+def gpu_l2():
+    """(the shipped sm90 profile, this GPU's L2 bytes) for a bench's main, or None without CUDA
+    (said on stderr: the main returns 2)."""
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU", file=sys.stderr)
+        return None
+    sm90 = shipped_profile("sm90")
+    return sm90, torch.cuda.get_device_properties(0).L2_cache_size or sm90.l2_bytes
+
+
 def cell(v, spec: str = ".2f") -> str:
     """A markdown table cell: `v` formatted, "-" for None."""
     return "-" if v is None else format(v, spec)
@@ -157,15 +167,14 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="directory for gemm_log_softmax.json")
     ap.add_argument("--quick", action="store_true", help="2 vocabularies, K=512, M in {64, 1024, 8192}, bf16")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    gpu = gpu_l2()
+    if gpu is None:
         return 2
+    sm90, l2 = gpu
     grid = QUICK if args.quick else FULL
     points = [("bf16", n, k, m) for n in grid["ns"] for k in grid["ks"] for m in grid["ms"]]
     if not args.quick:
         points += [("fp16", 32000, 512, m) for m in (64, 1024, 8192)]
-    sm90 = shipped_profile("sm90")
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size or sm90.l2_bytes
     t0 = time.monotonic()
     rows = []
     for dt, n, k, m in points:

@@ -49,7 +49,7 @@ from tunedb.families.gemm_log_softmax import configs_chunks as chunks
 from tunedb.families.gemm_log_softmax.launch_chunks import chunked_call
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from gemm_log_softmax import cell, failed_arms, gated_times, geomean, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
+from gemm_log_softmax import cell, failed_arms, gated_times, geomean, gpu_l2, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
 
 FAM = families.get("gemm_log_softmax")
 ROOT = Path(__file__).resolve().parents[1]
@@ -218,11 +218,10 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=80.0, help="stop starting new points after this")
     ap.add_argument("--table", default=str(TABLE), help="the shipped table whose picks are timed")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    gpu = gpu_l2()
+    if gpu is None:
         return 2
-    sm90 = shipped_profile("sm90")
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size or sm90.l2_bytes
+    sm90, l2 = gpu
     table = json.loads(Path(args.table).read_text())
     grid = QUICK_CHUNKS if args.quick else CHUNKS
     out = Path(args.out)

@@ -36,14 +36,13 @@ import triton
 import triton.language as tl
 
 from tunedb import families
-from tunedb.arch import shipped_profile
 from tunedb.database import write_atomic
 from tunedb.families.gemm_log_softmax.configs import one_pass
 from tunedb.families.gemm_log_softmax.launch import row_vec, rows_pass
 from tunedb.families.gemm_log_softmax.launch_chunks import chunk_gemm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from gemm_log_softmax import cell, gated_times, geomean, graph_us, point_inputs  # noqa: E402
+from gemm_log_softmax import cell, gated_times, geomean, gpu_l2, graph_us, point_inputs  # noqa: E402
 from glsm_chunks import TABLE, evidence_x, pass_params, points, row_config, shipped_pick  # noqa: E402
 
 FAM = families.get("gemm_log_softmax")
@@ -194,11 +193,10 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=90.0, help="stop starting new points after this")
     ap.add_argument("--table", default=str(TABLE))
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    gpu = gpu_l2()
+    if gpu is None:
         return 2
-    sm90 = shipped_profile("sm90")
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size or sm90.l2_bytes
+    sm90, l2 = gpu
     table = json.loads(Path(args.table).read_text())
     out = Path(args.out)
     path = out if out.suffix == ".json" else out / "glsm_l2.json"

@@ -35,12 +35,12 @@ from pathlib import Path
 import torch
 
 from tunedb import families
-from tunedb.arch import shipped_profile
+from tunedb.arch import shipped_profile  # noqa: F401  (the bench test reads it from here)
 from tunedb.families.gemm_log_softmax.launch import rows_arm, rows_pass
 from tunedb.families.gemm_log_softmax.launch_rowfix import rowfix_arm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benches' shared modules
-from gemm_log_softmax import cell, failed_arms, gated_times, geomean, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
+from gemm_log_softmax import cell, failed_arms, gated_times, geomean, gpu_l2, graph_us, point_inputs  # noqa: E402  (bench/gemm_log_softmax.py)
 
 FAM = families.get("gemm_log_softmax")
 CENSUS = Path(__file__).resolve().parent / "census" / "ctc_heads.json"
@@ -171,11 +171,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="M in {64, 256, 1024, 8192}, fewer configs")
     ap.add_argument("--budget-s", type=float, default=140.0, help="stop starting new points after this")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
+    gpu = gpu_l2()
+    if gpu is None:
         return 2
-    sm90 = shipped_profile("sm90")
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size or sm90.l2_bytes
+    sm90, l2 = gpu
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
