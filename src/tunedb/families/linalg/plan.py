@@ -128,7 +128,7 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
         config = Config.sentinel(cid) if cid in ("torch", "default") else configs.parse(cid)
         why = FAMILY.invalid_reason(config, sig, batch, profile)
         bound = "any batch" if hi is None else f"batch<={hi}"
-        if why and configs.dependency(cid) and not FAMILY.dependency_available(cid):
+        if why and not FAMILY.dependency_available(cid):  # True for every native arm
             # deps="all" asks for the measured winner with every optional dependency: name it,
             # and say what serves on a machine without the dependency (the native regions)
             return _plan(op, dtype, n, batch, deps, config, f"{key} {bound}", "measured",
