@@ -1,6 +1,10 @@
 """potrf/posv's new arms (session 18, kernels_shfl.py) beside torch and the shipped pick, where the goal falls short.
 
     python bench/linalg_blocked.py --quick --out linalg_blocked.json [--table PATH]   (repository root)
+    python bench/linalg_blocked.py --quick --packings panel --ops potrf,posv,trsv --n 16,32,64,128
+
+The second form (session 20) times the panel packing (kernels_panel.py) at every batch of the
+grid for the named ops and n instead of the goal cells below.
 
 The cells (docs/linalg_goal_gap.md): potrf and posv at n = 16 and 32 x batch 256, 4096, 65536 x
 fp32, fp64 (24 cells) and potrf at n = 4 and 8, batch 256 (4 cells). Per cell: torch (the
@@ -40,7 +44,10 @@ DEFAULT_TABLE = Path(__file__).resolve().parents[1] / "src" / "tunedb" / "db" / 
 NEW_PACKINGS = ("shfl",)
 
 
-def cells() -> list[tuple[str, str, int, int]]:
+def cells(ops=None, ns=None) -> list[tuple[str, str, int, int]]:
+    if ops or ns:
+        return [(op, dt, n, b) for op in (ops or ("potrf", "posv")) for dt in ("fp32", "fp64")
+                for n in (ns or (16, 32)) for b in (256, 4096, 65536)]
     out = [(op, dt, n, b) for op in ("potrf", "posv") for dt in ("fp32", "fp64") for n in (16, 32)
            for b in (256, 4096, 65536)]
     out += [("potrf", dt, n, 256) for dt in ("fp32", "fp64") for n in (4, 8)]
@@ -58,10 +65,10 @@ def shipped(table: dict, op: str, dt: str, n: int, batch: int) -> tuple[str, flo
     return cid, (rec[0] if isinstance(rec, list) else None)
 
 
-def new_arms(op: str, dt: str, n: int) -> list[str]:
+def new_arms(op: str, dt: str, n: int, packings=NEW_PACKINGS) -> list[str]:
     from tunedb.families.linalg import kernels_space as space
 
-    return [c.id for c in space.config_space(op, n, dt) if c.packing in NEW_PACKINGS]
+    return [c.id for c in space.config_space(op, n, dt) if c.packing in packings]
 
 
 def geomean(xs):
@@ -77,7 +84,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=15, help="compile processes")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--packings", default=",".join(NEW_PACKINGS), help="the new packings timed")
+    ap.add_argument("--ops", default=None, help="with --n: every batch of these ops (default: the goal cells)")
+    ap.add_argument("--n", default=None)
     args = ap.parse_args(argv)
+    packings = tuple(args.packings.split(","))
+    ops = tuple(args.ops.split(",")) if args.ops else None
+    ns = tuple(int(x) for x in args.n.split(",")) if args.n else None
     rounds = args.rounds or (5 if args.quick else 9)
 
     import torch
@@ -90,9 +103,12 @@ def main(argv=None) -> int:
 
     table = json.loads(Path(args.table).read_text())
     plan = []
-    for op, dt, n, b in cells():
+    for op, dt, n, b in cells(ops, ns):
         served, table_ms = shipped(table, op, dt, n, b)
-        arms = list(dict.fromkeys(["torch", served, *new_arms(op, dt, n)]))
+        if served.startswith("nvmath"):  # the dependency tier (not installed here): its native pick
+            served = next(c for hi, c in table["entries"][f"linalg|op={op}|dt={dt}|n={n}"].get(
+                "regions_native", [[None, "torch"]]) if hi is None or b <= hi)
+        arms = list(dict.fromkeys(["torch", served, *new_arms(op, dt, n, packings)]))
         plan.append(((op, dt, n, b), served, table_ms, arms))
     t0 = time.time()
     fails = kernels_prebuild.compile_all([(op, a, n, dt) for (op, dt, n, _b), _s, _t, arms in plan
@@ -122,7 +138,7 @@ def main(argv=None) -> int:
                     samples[arm].append(v * b / 1000.0)  # ns per problem -> us per call
         us = {a: statistics.median(v) for a, v in samples.items() if v}
         floor = max(floor_us(op, dt, n, b), MIN_US)
-        new = [a for a in arms if a.split("_")[0] in NEW_PACKINGS and a in us]
+        new = [a for a in arms if a.split("_")[0] in packings and a in us]
         best_new = min(new, key=us.get) if new else None
         tor = us.get("torch")
         row = {"op": op, "dtype": dt, "n": n, "batch": b, "torch_us": tor, "shipped": served,

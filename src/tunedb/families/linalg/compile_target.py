@@ -29,14 +29,16 @@ from tunedb.families.linalg import kernels_space as space
 # `--packings shfl`, which also reads the shuffles and barriers off the PTX).
 # rows (kernels_rows.py) compiles too (`--packings rows`; tests/unit/test_linalg_rows.py checks
 # the configs its GPU test runs): not in the default list, whose slow test it would double
-COMPILABLE = ("lane", "reg", "rows", "shfl")
+COMPILABLE = ("lane", "reg", "rows", "shfl", "panel")
 PACKINGS = ("lane", "reg")  # the packings whose kernels are unrolled per n (the compile risk)
-OPS = ("potrf", "posv")
+OPS = ("potrf", "posv", "trsv")
 # the tune's grid (ladder.GRID_N), where the shipped table measured these packings; the predicate
 # also admits n = 2..32 between them (a model-tier or heuristic pick there compiles on first use,
 # unchecked here: `--n 2,3,...,32` checks them, about 8x the time)
 TUNE_N = (4, 8, 16, 32)
-_POINTERS = {"potrf": ("A", "L", "INFO"), "posv": ("A", "B", "X", "INFO")}
+_POINTERS = {"potrf": ("A", "L", "INFO"), "posv": ("A", "B", "X", "INFO"), "trsv": ("L", "B", "X")}
+# the panel kernels name their pointers apart (B is their panel width) and take a workspace
+_PANEL_POINTERS = {"potrf": ("A", "L", "INFO"), "posv": ("A", "Bv", "X", "W", "INFO"), "trsv": ("Lm", "Bv", "X")}
 
 
 def items(packings: Sequence[str] = PACKINGS, ns: Sequence[int] = TUNE_N,
@@ -56,6 +58,8 @@ def _kernel(op: str, packing: str) -> Any:
         from tunedb.families.linalg import kernels_rows as mod
     elif packing == "shfl":
         from tunedb.families.linalg import kernels_shfl as mod
+    elif packing == "panel":
+        from tunedb.families.linalg import kernels_panel as mod
     else:
         raise ValueError(f"packing {packing!r}: compile_target compiles {', '.join(COMPILABLE)}")
     return getattr(mod, f"{op}_{packing}")
@@ -74,10 +78,17 @@ def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
 
         cfg = space.parse_config(cid)
         ptr = {"fp32": "*fp32", "fp64": "*fp64"}[dt]
-        names = _POINTERS[op]
+        names = (_PANEL_POINTERS if cfg.packing == "panel" else _POINTERS)[op]
         sig = {name: ("*i32" if name == "INFO" else ptr) for name in names}
-        sig.update(batch="i32", N="constexpr", NP="constexpr", P="constexpr")
-        consts = {"N": n, "NP": space.next_pow2(n), "P": cfg.problems}
+        sig.update(batch="i32", N="constexpr", NP="constexpr")
+        consts = {"N": n, "NP": space.next_pow2(n)}
+        if cfg.packing == "panel":  # as launch.py passes them
+            consts["NP"] = space.panel_rows(n)
+            sig.update(B="constexpr", KC="constexpr")
+            consts["B"], consts["KC"] = space.panel_shape(dt)
+        else:
+            sig["P"] = "constexpr"
+            consts["P"] = cfg.problems
         if cfg.packing == "lane":  # as launch.py passes them
             sig["COLS"] = "constexpr"
             consts["COLS"] = space.lane_columns(cfg.problems, cfg.warps, n)

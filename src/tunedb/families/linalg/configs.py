@@ -31,7 +31,7 @@ from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
 KERNEL_MODULE = "tunedb.families.linalg.launch"
 SPACE_MODULE = "tunedb.families.linalg.kernels_space"
-PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg", "rows", "shfl")
+PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg", "rows", "shfl", "panel")
 LANES: tuple[str, ...] = (*PACKINGS, "nvmath", "torch")
 LIBRARY = "torch"
 # The library arm as a user who calls the obvious API pays (torch.linalg.cholesky, which checks
@@ -41,7 +41,7 @@ EAGER_ONLY = "torch_checked"
 # `nvmath_b{B}` (kernels_nvmath.py: cuSOLVERDx through nvmath-python's device API), in the
 # space only where nvmath-python and numba-cuda are installed.
 DEPENDENCIES: dict[str, str] = {"nvmath": "nvmath-python"}
-_ID = re.compile(r"^(thread|warp|block|lane|reg|rows|shfl)(?:_p([0-9]+))?_w([0-9]+)$")
+_ID = re.compile(r"^(thread|warp|block|lane|reg|rows|shfl|panel)(?:_p([0-9]+))?_w([0-9]+)$")
 WARP_THREADS = 32
 
 
@@ -98,11 +98,11 @@ def parse(config_id: str) -> Config:
     if match is None:
         raise ConfigError(f"bad linalg config id {config_id!r}: expected a sentinel "
                           f"({', '.join(SENTINELS)}) or thread_p<P>_w<W>, warp_p<P>_w<W>, block_w<W>, "
-                          "lane_p<P>_w<W>, reg_p<P>_w<W>, rows_p<P>_w<W>, shfl_p<P>_w1")
+                          "lane_p<P>_w<W>, reg_p<P>_w<W>, rows_p<P>_w<W>, shfl_p<P>_w1, panel_w<W>")
     packing, per, warps = match.group(1), match.group(2), int(match.group(3))
-    if packing == "block" and per is not None:
-        raise ConfigError(f"bad linalg config id {config_id!r}: a block config runs one problem per program")
-    if packing != "block" and per is None:
+    if packing in ("block", "panel") and per is not None:
+        raise ConfigError(f"bad linalg config id {config_id!r}: a {packing} config runs one problem per program")
+    if packing not in ("block", "panel") and per is None:
         raise ConfigError(f"bad linalg config id {config_id!r}: {packing} configs name their problems "
                           f"per program (_p<P>)")
     return Config(config_id, packing, (("packing", packing), ("per_program", int(per or 1)),
@@ -157,7 +157,8 @@ def simplicity(config_id: str) -> int:
     """Lower is simpler: the library arm (the fallback keeps a tie), then thread (sequential)
     before warp (shuffles) before block (barriers) before lane (fully unrolled) before reg (unrolled,
     one problem per thread) before rows (unrolled, a few threads per problem) before shfl
-    (unrolled, gathers across lanes); within a packing fewer warps, then fewer
+    (unrolled, gathers across lanes) before panel (unrolled panels through memory and barriers);
+    within a packing fewer warps, then fewer
     problems per program (a total order, so which of two tied configs of one packing takes a
     cell never depends on noise); anything else last."""
     if config_id in (LIBRARY, "default"):

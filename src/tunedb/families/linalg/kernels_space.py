@@ -16,6 +16,8 @@ n (padded to the next power of two NP with masks) and the dtype. Ids:
   shfl_p{P}_w1      potrf/posv only, n <= 32: the lane layout with one column per lane
                     (P * NP == 32, one warp), each pivot's column broadcast by warp shuffles
                     instead of a shared-memory transpose (kernels_shfl.py).
+  panel_w{W}        potrf/posv/trsv, n >= 16: one problem per program, left-looking in panels of
+                    PANEL_B columns through memory (kernels_panel.py), rows across 32*W threads.
 The validity predicate bounds the register tile (elements held per thread) and the sequential
 work a thread-packed lane does, so every config it admits compiles without spilling, except
 block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm. Checked
@@ -31,7 +33,7 @@ import re
 from dataclasses import dataclass
 
 OPS = ("dot", "gemv", "gemm", "potrf", "trsv", "posv")
-PACKINGS = ("thread", "warp", "block", "lane", "reg", "rows", "shfl")
+PACKINGS = ("thread", "warp", "block", "lane", "reg", "rows", "shfl", "panel")
 DTYPES = ("fp32", "fp64", "fp16", "bf16")
 HALF_OPS = ("dot", "gemv", "gemm")  # ops that also take fp16/bf16 (accumulating in fp32)
 N_MIN, N_MAX = 2, 128
@@ -62,7 +64,13 @@ ROTATION = ("lane", "reg", "warp", "block", "thread", "lane", "warp", "lane", "r
 # turn less on the rotation and then takes the shfl config (so 14 = the old 13 plus shfl: the
 # shipped stage of bench/device_s17_linalg.sh tunes potrf/posv n <= 32 at 14).
 SHFL_TURN = 14
-_ID = re.compile(r"^(?:(thread|warp|lane|reg|rows|shfl)_p(\d+)_w(\d+)|block_w(\d+))$")
+# panel (session 20, n >= 16) goes first where the tiles stop fitting (NP >= PANEL_FIRST_NP: the
+# n = 64/128 cells had one or two Triton configs, block_w8 spilling); below, it stays out of the
+# rotation like shfl: a cap of PANEL_TURN or more spends one turn less on the rotation and then
+# takes the panel configs (15 = the old 14 plus panel_w1).
+PANEL_TURN = 15
+PANEL_FIRST_NP = 64
+_ID = re.compile(r"^(?:(thread|warp|lane|reg|rows|shfl)_p(\d+)_w(\d+)|(block|panel)_w(\d+))$")
 # Lane packing (kernels_lane.py): potrf/posv up to n = 32 (a problem's columns fit one warp's
 # lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
 # break the register-only row axis); the columns a lane holds, P * NP * NP / (32 * num_warps)
@@ -108,6 +116,18 @@ ROWS_BUDGET = {"potrf": (64, 64), "posv": (64, 32)}
 SHFL_MAX_N = 32
 SHFL_P = (1, 2, 4, 8, 16)
 SHFL_CHUNK = 8  # rows per chunk: pivot j gathers only the chunks that hold rows >= j
+# Panel packing (kernels_panel.py): potrf/posv/trsv, n >= PANEL_MIN_N, one problem per program,
+# the matrix in memory and one panel of PANEL_B columns in registers ([NP rows, 1, B], rows across
+# the 32*W threads, NP / (32*W) rows a thread), updated KC columns at a time from a [NP, KC, B]
+# product. No thread without a row (32*W <= NP, one warp always admitted); rows a thread within
+# PANEL_ROWS (fp32, fp64). Calibrated on sm90 cubins (Triton 3.6, ptxas -v): fp64 n=64 W=2 potrf
+# 168 registers, no spill.
+PANEL_OPS = ("potrf", "posv", "trsv")
+PANEL_MIN_N = 16
+PANEL_WARPS = (1, 2, 4)
+PANEL_B = {"fp32": 8, "fp64": 8}
+PANEL_KC = {"fp32": 8, "fp64": 4}
+PANEL_ROWS = (4, 2)
 
 
 @dataclass(frozen=True)
@@ -120,8 +140,8 @@ class KernelConfig:
 
     @property
     def id(self) -> str:
-        if self.packing == "block":
-            return f"block_w{self.warps}"
+        if self.packing in ("block", "panel"):
+            return f"{self.packing}_w{self.warps}"
         return f"{self.packing}_p{self.problems}_w{self.warps}"
 
     @property
@@ -139,10 +159,11 @@ def parse_config(config_id: str) -> KernelConfig:
     m = _ID.match(str(config_id))
     if not m:
         raise ValueError(f"bad linalg config id {config_id!r}: expected thread_p<P>_w<W>, "
-                         "warp_p<P>_w<W>, block_w<W>, lane_p<P>_w<W>, reg_p<P>_w<W>, rows_p<P>_w<W> or shfl_p<P>_w1 "
+                         "warp_p<P>_w<W>, block_w<W>, lane_p<P>_w<W>, reg_p<P>_w<W>, rows_p<P>_w<W>, shfl_p<P>_w1 "
+                         "or panel_w<W> "
                          "(P a power of two, W in 1, 2, 4, 8)")
     if m.group(4):
-        return KernelConfig("block", 1, int(m.group(4)))
+        return KernelConfig(m.group(4), 1, int(m.group(5)))
     return KernelConfig(m.group(1), int(m.group(2)), int(m.group(3)))
 
 
@@ -178,6 +199,8 @@ def invalid_reason(op: str, packing: str, problems: int, warps: int, n: int, dty
         return _rows_invalid(op, problems, warps, n, dtype, lanes)
     if packing == "shfl":
         return _shfl_invalid(op, problems, warps, n)
+    if packing == "panel":
+        return _panel_invalid(op, problems, warps, n, dtype)
     if packing == "thread":
         if problems < lanes:
             # Each lane re-reads what it wrote; a replicated lane would read another's stale copy.
@@ -281,6 +304,42 @@ def _shfl_invalid(op: str, problems: int, warps: int, n: int) -> str | None:
     return None
 
 
+def _panel_invalid(op: str, problems: int, warps: int, n: int, dtype: str) -> str | None:
+    if op not in PANEL_OPS:
+        return f"panel packing runs {', '.join(PANEL_OPS)} only, not {op}"
+    if n < PANEL_MIN_N:
+        return f"panel packing takes n >= {PANEL_MIN_N}, got n={n}"
+    if problems != 1:
+        return f"panel packing carries one problem per program, got P={problems}"
+    if warps not in PANEL_WARPS:
+        return f"panel packing takes num_warps in {PANEL_WARPS}, got {warps}"
+    if op == "trsv":  # every lane carries the whole solve (one copy a lane, whatever n)
+        return None if warps == 1 else (
+            f"panel packing of trsv runs one warp (every thread carries the whole solve), got num_warps={warps}")
+    np2 = panel_rows(n)
+    if warps > 1 and 32 * warps > np2:
+        return (f"panel packing puts the {np2} rows across 32*num_warps threads: num_warps={warps} "
+                f"leaves threads without a row (at most {max(1, np2 // 32)})")
+    rows = max(1, np2 // (32 * warps))
+    budget = PANEL_ROWS[dtype == "fp64"]
+    if rows > budget:
+        return (f"panel packing holds {rows} rows a thread at n={n}, num_warps={warps}, over {budget} "
+                f"for {dtype} (it would spill)")
+    return None
+
+
+def panel_rows(n: int) -> int:
+    """The row axis of a panel tile (the kernel's NP): n padded to a power of two, and at least
+    one warp's 32 lanes (a shorter axis would replicate rows across lanes, and Triton 3.6 then
+    gives the tile a layout whose in-thread picks become shuffles: sm90 PTX, n = 16)."""
+    return max(32, next_pow2(n))
+
+
+def panel_shape(dtype: str) -> tuple[int, int]:
+    """(B, KC) of a panel kernel: columns a panel, columns of the update's product at a time."""
+    return PANEL_B["fp64" if dtype == "fp64" else "fp32"], PANEL_KC["fp64" if dtype == "fp64" else "fp32"]
+
+
 def shfl_chunk(n: int) -> int:
     """Rows per chunk of a shfl tile (the kernel's CH): SHFL_CHUNK, or NP below it (NP / CH is
     1, 2 or 4: the kernel holds at most four chunks)."""
@@ -301,6 +360,7 @@ def config_space(op: str | None = None, n: int | None = None, dtype: str | None 
     out += [KernelConfig("reg", p, w) for p in REG_P for w in REG_WARPS if p >= 32 * w]
     out += [KernelConfig("rows", p, w) for p in ROWS_P for w in ROWS_WARPS if 2 * p <= 32 * w]
     out += [KernelConfig("shfl", p, 1) for p in SHFL_P]
+    out += [KernelConfig("panel", 1, w) for w in PANEL_WARPS]
     if op is None or n is None or dtype is None:
         return out
     return [c for c in out if invalid_reason(op, c.packing, c.problems, c.warps, n, dtype) is None]
@@ -322,6 +382,8 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     def score(c: KernelConfig) -> tuple[float, int]:
         if c.packing == "shfl":  # one config per n
             base = 0.0
+        elif c.packing == "panel":  # two rows a thread first
+            base = abs(math.log2(max(1, next_pow2(n) // (32 * c.warps))) - 1)
         elif c.packing == "reg":  # one problem per thread, one or two warps per program
             base = math.log2(c.problems / (32 * c.warps)) + 0.25 * abs(c.warps - 1.5)
         elif c.packing == "rows":  # the fewest threads per problem the budget allows, one warp
@@ -343,10 +405,15 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     valid = config_space(op, n, dtype)
     by_pack = {p: sorted((c for c in valid if c.packing == p), key=score) for p in PACKINGS}
     shfl = by_pack.pop("shfl")
+    panel = by_pack.pop("panel")
     late = shfl if cap is None or cap >= SHFL_TURN else []
-    picked: list[KernelConfig] = []
     limit = len(valid) if cap is None else min(cap, len(valid))
-    turns = min(sum(map(len, by_pack.values())), max(0, limit - len(late)))
+    if next_pow2(n) >= PANEL_FIRST_NP:  # the packing built for these n goes first
+        picked = panel[:limit]
+    else:
+        picked = []
+        late = late + (panel if cap is None or cap >= PANEL_TURN else [])
+    turns = min(len(picked) + sum(map(len, by_pack.values())), max(0, limit - len(late)))
     while len(picked) < turns:
         for p in ROTATION:
             if by_pack[p] and len(picked) < turns:

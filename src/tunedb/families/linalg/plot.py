@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tunedb.families.linalg import ladder, signatures
 
-COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800", "lane": "#9c27b0", "reg": "#e91e63", "rows": "#00bcd4", "shfl": "#795548", "nvmath": "#607d8b"}
+COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800", "lane": "#9c27b0", "reg": "#e91e63", "rows": "#00bcd4", "shfl": "#795548", "panel": "#cddc39", "nvmath": "#607d8b"}
 
 
 def _label(arm: str) -> str:
