@@ -1,4 +1,4 @@
-"""The shfl packing of potrf/posv (kernels_shfl.py) under the Triton interpreter, through launch():
+"""The shfl packing of potrf/posv/trsv (kernels_shfl.py) under the Triton interpreter, through launch():
 every n class (NP = 2..32, odd n padded), ragged batches (a partial last program), fp32 and fp64,
 against an fp64 reference bounded by what torch gets on the same inputs; the upper triangle never
 read (NaN-poisoned); info on non-SPD problems with the others still right; the in-place forms.
@@ -23,11 +23,33 @@ CASES = [("shfl_p16_w1", 2, "fp32", 19), ("shfl_p8_w1", 3, "fp64", 11), ("shfl_p
          ("shfl_p2_w1", 16, "fp64", 3), ("shfl_p1_w1", 24, "fp32", 3), ("shfl_p1_w1", 32, "fp64", 3)]
 
 
+def _trsv_failures() -> list[str]:
+    """trsv (one row of L a lane): every n class against torch, the upper triangle NaN-poisoned,
+    in place (out=b) equal to out of place."""
+    import torch
+
+    from tunedb.families.linalg import kernels_check as check
+    from tunedb.families.linalg.launch import launch
+
+    failures = []
+    for cid, n, dt, batch in CASES:
+        ins = check.make_inputs("trsv", batch, n, dt, seed=n)
+        poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
+        x = launch("trsv", cid, poisoned, ins[1])
+        ok, worst, bound = check.within_torch("trsv", dt, ins, x, launch("trsv", "torch", *ins))
+        if not ok:
+            failures.append(f"{cid} trsv {dt} n={n}: residual {worst:.2e} > {bound:.2e}")
+        b = ins[1].clone()
+        if not torch.equal(launch("trsv", cid, ins[0], b, inplace=True), x):
+            failures.append(f"{cid} trsv {dt} n={n}: in place (out=b) differs from out of place")
+    return failures
+
+
 def _child() -> None:
     from linalg_solver_checks import solver_failures
 
     failures = solver_failures(CASES, second_bad=True, inplace_cfg="shfl_p2_w1", inplace_batch=5, inplace_n=9)
-    interpret_child.report(failures)
+    interpret_child.report(failures + _trsv_failures())
 
 
 @pytest.mark.slow
@@ -36,7 +58,7 @@ def test_shfl_kernels_match_the_fp64_reference_under_the_interpreter():
 
 
 def test_shfl_packing_is_one_column_per_lane_of_one_warp():
-    for op in ("potrf", "posv"):
+    for op in ("potrf", "posv", "trsv"):
         for dt in ("fp32", "fp64"):
             for n in range(2, 33):
                 ids = [c.id for c in space.config_space(op, n, dt) if c.packing == "shfl"]
@@ -46,7 +68,7 @@ def test_shfl_packing_is_one_column_per_lane_of_one_warp():
     assert "P * NP must be 32" in space.invalid_reason("posv", "shfl", 1, 1, 16, "fp64")  # idle lanes
     assert "one warp" in space.invalid_reason("potrf", "shfl", 2, 2, 32, "fp32")
     assert "n <= 32" in space.invalid_reason("potrf", "shfl", 1, 1, 64, "fp32")
-    assert "potrf, posv only" in space.invalid_reason("gemm", "shfl", 2, 1, 16, "fp32")
+    assert "potrf, posv, trsv only" in space.invalid_reason("gemm", "shfl", 2, 1, 16, "fp32")
     assert "num_warps" in space.invalid_reason("posv", "shfl", 1, 3, 32, "fp32")
     assert "power of two" in space.invalid_reason("posv", "shfl", 3, 1, 8, "fp32")
     assert space.parse_config("shfl_p4_w1") == space.KernelConfig("shfl", 4, 1)
@@ -112,6 +134,9 @@ def test_every_shfl_kernel_compiles_for_sm90_with_shuffles_and_no_barrier_per_pi
         n, np2, ch = r["n"], space.next_pow2(r["n"]), space.shfl_chunk(r["n"])
         # pivot j gathers the chunks holding rows >= j (potrf keeps all of them: it stores L)
         chunked = words * sum(np2 - (j // ch) * ch for j in range(n))
+        if r["op"] == "trsv":  # one shuffle a step (x_j from lane j), nothing else crosses a lane
+            assert r["shuffles"] == words * n and r["shared"] == 0 and r["barriers"] == 0, r
+            continue
         assert r["shuffles"] >= (chunked if r["op"] == "potrf" else words * n), r
         if np2 // ch == 4:  # n > 16: the chunks cut the gathers to at most 0.7 of the whole tile's
             assert r["shuffles"] <= 0.7 * words * n * np2, r

@@ -1,4 +1,4 @@
-"""Shuffle packing of potrf/posv: the lane packing's layout, every pivot broadcast by warp shuffles.
+"""Shuffle packing of potrf/posv/trsv: the lane packing's layout, every pivot broadcast by warp shuffles.
 
 The lane packing (kernels_lane.py) lays a problem's columns across a warp's lanes and its rows in
 each lane's registers; its one cross-lane step per pivot, the transpose of row j into a vector
@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from tunedb.families.linalg.kernels_lane import _lane_load, _sqrt_rsqrt
+from tunedb.families.linalg.kernels_thread import div_ieee
 
 
 @triton.jit
@@ -148,3 +149,29 @@ def posv_shfl(A, B, X, INFO, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.con
         w = tl.where(c < k, w - lk * inv * xk, tl.where(c == k, xk, w))
     tl.store(X + pp * N + c, w, mask=(pp < batch) & (c < N))
     tl.store(INFO + pp + c * 0, info, mask=(pp < batch) & (c == 0))
+
+
+@triton.jit(do_not_specialize=["batch"])
+def trsv_shfl(L, B, X, batch, N: tl.constexpr, NP: tl.constexpr, P: tl.constexpr, CH: tl.constexpr):
+    """L x = b (L lower; its upper triangle never read) by columns, one row of L a lane: lane c
+    holds row c in registers and y_c; step j hands x_j = y_j / L[j, j] from lane j to every lane
+    of the problem (one shuffle) and lane c > j takes L[c, j] x_j from its own register j. The
+    chain of a step is a multiply, a shuffle and an FMA (trsv_tile reduces a row across the lanes
+    at every step instead). X may alias B (b is read before x is written). CH is unused (the
+    packing's launch passes it)."""
+    p = tl.program_id(0).to(tl.int64) * P + tl.arange(0, P).to(tl.int64)
+    c = tl.arange(0, NP)[:, None, None]
+    pp = p[None, :, None]
+    r = tl.arange(0, NP)[None, None, :]
+    ok = (pp < batch) & (c < N)
+    # no contiguity declared: a vectorised row would put lanes along the row (the coalescing
+    # pass), and the gather needs the row index c in the lanes alone
+    row = tl.load(L + tl.max_contiguous(pp * (N * N) + c * N + r, [1, 1, 1]), mask=ok & (r <= c), other=0)
+    d = tl.sum(tl.where(r == c, row, 0), axis=2, keep_dims=True)  # [NP, P, 1]: L[c, c]
+    inv = div_ieee(tl.full(d.shape, 1, d.dtype), tl.where(c < N, d, 1))
+    y = tl.load(B + tl.max_contiguous(pp * N + c, [1, 1, 1]), mask=ok, other=0)  # [NP, P, 1]
+    for j in tl.static_range(N):
+        xj = _from_lane(y * inv, j)
+        lj = tl.sum(tl.where(r == j, row, 0), axis=2, keep_dims=True)  # L[c, j]: own register j
+        y = tl.where(c > j, y - lj * xj, tl.where(c == j, xj, y))
+    tl.store(X + tl.max_contiguous(pp * N + c, [1, 1, 1]), y, mask=ok)

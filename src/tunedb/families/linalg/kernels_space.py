@@ -13,7 +13,7 @@ n (padded to the next power of two NP with masks) and the dtype. Ids:
                     thread's registers (kernels_reg.py), P = 32*num_warps*k problems per program.
   rows_p{P}_w{W}    potrf/posv only, n <= 32: G = 32*num_warps/P threads per problem, each holding
                     NP/G whole rows of the symmetric tile in registers (kernels_rows.py).
-  shfl_p{P}_w1      potrf/posv only, n <= 32: the lane layout with one column per lane
+  shfl_p{P}_w1      potrf/posv/trsv, n <= 32: the lane layout with one column (trsv: row) per lane
                     (P * NP == 32, one warp), each pivot's column broadcast by warp shuffles
                     instead of a shared-memory transpose (kernels_shfl.py).
   panel_w{W}        potrf/posv/trsv, n >= 16: one problem per program, left-looking in panels of
@@ -114,6 +114,7 @@ ROWS_BUDGET = {"potrf": (64, 64), "posv": (64, 32)}
 # one-column budget (sm90 cubins, Triton 3.6, ptxas -v: n=32 potrf fp32 163 / fp64 152 registers,
 # posv fp32 128 / fp64 150, fp64 posv n=16 102; no spill).
 SHFL_MAX_N = 32
+SHFL_OPS = ("potrf", "posv", "trsv")  # trsv (session 20): one row of L a lane, x_j by one shuffle a step
 SHFL_P = (1, 2, 4, 8, 16)
 SHFL_CHUNK = 8  # rows per chunk: pivot j gathers only the chunks that hold rows >= j
 # Panel packing (kernels_panel.py): potrf/posv/trsv, n >= PANEL_MIN_N, one problem per program,
@@ -291,8 +292,8 @@ def _rows_invalid(op: str, problems: int, warps: int, n: int, dtype: str, lanes:
 
 
 def _shfl_invalid(op: str, problems: int, warps: int, n: int) -> str | None:
-    if op not in LANE_OPS:
-        return f"shfl packing runs {', '.join(LANE_OPS)} only, not {op}"
+    if op not in SHFL_OPS:
+        return f"shfl packing runs {', '.join(SHFL_OPS)} only, not {op}"
     if n > SHFL_MAX_N:
         return f"shfl packing takes n <= {SHFL_MAX_N} (a problem's columns across one warp's lanes), got n={n}"
     if warps != 1:

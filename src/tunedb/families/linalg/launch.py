@@ -154,7 +154,7 @@ def _triton(op: str, cfg: space.KernelConfig, tensors: tuple, out: Any, n: int, 
     elif cfg.packing == "shfl":
         from tunedb.families.linalg import kernels_shfl as ks
 
-        kern = {"potrf": ks.potrf_shfl, "posv": ks.posv_shfl}[op]
+        kern = {"potrf": ks.potrf_shfl, "posv": ks.posv_shfl, "trsv": ks.trsv_shfl}[op]
         meta["NP"] = space.next_pow2(n)
         meta["CH"] = space.shfl_chunk(n)
     elif cfg.packing == "panel":
