@@ -105,9 +105,10 @@ def main(argv=None) -> int:
     plan = []
     for op, dt, n, b in cells(ops, ns):
         served, table_ms = shipped(table, op, dt, n, b)
-        if served.startswith("nvmath"):  # the dependency tier (not installed here): its native pick
-            served = next(c for hi, c in table["entries"][f"linalg|op={op}|dt={dt}|n={n}"].get(
-                "regions_native", [[None, "torch"]]) if hi is None or b <= hi)
+        if served.startswith("nvmath"):  # the dependency tier (not timed here): its native pick
+            native = table["entries"][f"linalg|op={op}|dt={dt}|n={n}"].get("regions_native") or [[None, "torch"]]
+            served = next((c for hi, c in native if hi is None or b <= hi), "torch")
+            table_ms = None  # the table's time was the tier's, not this arm's
         arms = list(dict.fromkeys(["torch", served, *new_arms(op, dt, n, packings)]))
         plan.append(((op, dt, n, b), served, table_ms, arms))
     t0 = time.time()

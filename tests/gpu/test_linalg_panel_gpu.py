@@ -85,6 +85,12 @@ def test_panel_non_spd_problems_are_reported_and_the_others_solved(op):
     for n, dt in ((16, "fp32"), (37, "fp64"), (64, "fp32"), (128, "fp64")):
         for cid in _panel(op, n, dt):
             check_non_spd(op, cid, n, dt)
+            # a failed problem with a finite input keeps finite results (its pivot replaced by 1),
+            # here on the GPU, where the threads of a program really run apart
+            ins = check.make_inputs(op, 64, n, dt, device="cuda", seed=6)
+            ins[0][5, n // 2, n // 2] = -100.0
+            got, info = launch(op, cid, *ins)
+            assert info[5].item() > 0 and torch.isfinite(got).all(), f"{cid} {op} {dt} n={n}: non-finite"
 
 
 @pytest.mark.parametrize("op", ("potrf", "posv"))

@@ -92,7 +92,7 @@ def test_the_family_predicate_parses_shfl_ids_and_ranks_them_last():
 
 
 def test_shfl_takes_its_turn_at_a_cap_of_14_and_leaves_smaller_caps_alone():
-    for op, n, dt in (("potrf", 16, "fp32"), ("posv", 32, "fp64"), ("potrf", 4, "fp64")):
+    for op, n, dt in (("potrf", 16, "fp32"), ("posv", 32, "fp64"), ("potrf", 4, "fp64"), ("trsv", 16, "fp32")):
         for batch in (256, 4096, 65536):
             thirteen = space.candidates(op, n, dt, cap=13, batch=batch)
             fourteen = space.candidates(op, n, dt, cap=14, batch=batch)

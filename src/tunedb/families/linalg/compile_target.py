@@ -12,7 +12,8 @@ allocations: 16-byte aligned pointers, which is what lets the coalescing pass ve
         [--packings lane,reg] [--n 4,8,16,32] [--jobs 2]
 
 prints one JSON object per kernel ({"op", "dtype", "n", "config", "ok", "error", "seconds",
-"shared"}) and exits 1 when any failed. tests/unit/test_linalg_compile_sm90.py runs it with
+"shared", "shuffles", "barriers", "registers", "spill_bytes"}; the last two from Triton's ptxas
+-v, None without it) and exits 1 when any failed. tests/unit/test_linalg_compile_sm90.py runs it with
 Triton 3.6 where that wheel is available.
 """
 from __future__ import annotations
@@ -65,11 +66,36 @@ def _kernel(op: str, packing: str) -> Any:
     return getattr(mod, f"{op}_{packing}")
 
 
+def _ptxas_usage(ptx: str, capability: int) -> dict:
+    """Registers and spill bytes from Triton's own ptxas (`-v`); None where it cannot say."""
+    import os
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    arch = re.search(r"\.target\s+(sm_\w+)", ptx)
+    if not ptxas.exists() or arch is None:
+        return {"registers": None, "spill_bytes": None}
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        Path(src).write_text(ptx)
+        proc = subprocess.run([str(ptxas), f"-arch={arch.group(1)}", "-v", src, "-o", os.path.join(tmp, "k.cubin")],
+                              capture_output=True, text=True, timeout=300)
+    regs = re.search(r"Used (\d+) registers", proc.stderr)
+    spills = re.findall(r"(\d+) bytes spill stores", proc.stderr)
+    return {"registers": int(regs.group(1)) if regs else None,
+            "spill_bytes": sum(map(int, spills)) if regs else None}
+
+
 def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
     """Compile one kernel for cuda:`capability`; the outcome as a JSON-ready dict."""
     op, dt, n, cid = item
     out = {"op": op, "dtype": dt, "n": n, "config": cid, "ok": False, "error": "", "seconds": 0.0, "shared": None,
-           "shuffles": None, "barriers": None}
+           "shuffles": None, "barriers": None, "registers": None, "spill_bytes": None}
     start = time.perf_counter()
     try:
         import triton
@@ -83,7 +109,7 @@ def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
         sig.update(batch="i32", N="constexpr", NP="constexpr")
         consts = {"N": n, "NP": space.next_pow2(n)}
         if cfg.packing == "panel":  # as launch.py passes them
-            consts["NP"] = space.panel_rows(n)
+            consts["NP"] = space.panel_rows(n, op)
             sig.update(B="constexpr", KC="constexpr")
             consts["B"], consts["KC"] = space.panel_shape(dt)
         else:
@@ -101,6 +127,7 @@ def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
         ptx = kernel.asm.get("ptx", "")
         out.update(ok=True, shared=int(getattr(kernel.metadata, "shared", 0) or 0),
                    shuffles=ptx.count("shfl.sync"), barriers=ptx.count("bar.sync"))
+        out.update(_ptxas_usage(ptx, capability))
     except Exception as exc:  # reported per kernel: the caller decides
         text = str(exc).strip().splitlines()
         out["error"] = f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]

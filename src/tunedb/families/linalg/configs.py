@@ -8,7 +8,9 @@ problem per warp, several per program), `block_w4` (one problem per program acro
 `lane_p2_w1` (potrf/posv up to n = 32: one matrix column per lane, rows in its registers),
 `reg_p32_w1` (potrf/posv at small n: one problem per thread, its lower triangle in registers),
 `rows_p2_w1` (potrf/posv up to n = 32: a few threads per problem, whole rows each),
-`shfl_p1_w1` (potrf/posv up to n = 32: the lane layout, pivots broadcast by warp shuffles).
+`shfl_p1_w1` (potrf/posv/trsv up to n = 32: the lane layout, pivots broadcast by warp shuffles),
+`panel_w2` (potrf/posv/trsv from n = 16: one problem per program, left-looking in panels of 8
+columns through L and barriers).
 Without the kernel module the family has the library arm only: nothing is pretended. The
 optional dependency tier (`kernels_nvmath.py`, `nvmath_b1`: potrf/posv through cuSOLVERDx) joins
 the space only where `dependency_tier_available()`.
@@ -157,7 +159,7 @@ def simplicity(config_id: str) -> int:
     """Lower is simpler: the library arm (the fallback keeps a tie), then thread (sequential)
     before warp (shuffles) before block (barriers) before lane (fully unrolled) before reg (unrolled,
     one problem per thread) before rows (unrolled, a few threads per problem) before shfl
-    (unrolled, gathers across lanes) before panel (unrolled panels through memory and barriers);
+    (unrolled, gathers across lanes) before panel (panel loops through memory and barriers);
     within a packing fewer warps, then fewer
     problems per program (a total order, so which of two tied configs of one packing takes a
     cell never depends on noise); anything else last."""

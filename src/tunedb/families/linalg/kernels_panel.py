@@ -11,8 +11,8 @@ row axis lies across the lanes and warps and whose columns lie inside each threa
   2. left-looking update from the finished columns: t[r, c] -= sum_{k < c0} L[r, k] L[c0+c, k],
      KC columns of k at a time as a [NP, KC, B] product reduced inside each thread (L[r, k]: the
      thread's own rows; L[c0+c, k]: the same KC x B block in every thread, broadcast loads);
-  3. the diagonal block: staged through L, read back into every thread ([1, B, B], symmetric,
-     mirrored) and factored there redundantly, register picks only;
+  3. the diagonal block: staged through L, its lower triangle read back into every thread (an
+     [NP, B, B] tile, the same in every row) and factored there redundantly, register picks only;
   4. each row solves against that block in its own thread (a row of L21 = a row of the panel
      times L11^-T), the diagonal rows giving L11 itself;
   5. store the panel's columns of L (zeros above the diagonal), barrier, next panel.
@@ -121,6 +121,7 @@ def _chol_panel(A, L, X, base, xb, r, kk, jj, cc, Bv, info, c0, N: tl.constexpr,
 def _chol(A, L, X, base, xb, r, kk, jj, cc, Bv, N: tl.constexpr, B: tl.constexpr, KC: tl.constexpr,
           SOLVE: tl.constexpr):
     """Factor A into L panel by panel; with SOLVE, z = L^-1 b into X. Returns info ([1, 1, 1])."""
+    tl.static_assert(B % KC == 0, "the update's chunks of KC columns must tile the panels (k0 + kk < c0 unmasked)")
     info = r * 0  # [NP, 1, 1]: the same in every row
     # a loop, not unrolled: unrolled over the panels and their updates, n = 128 took minutes to compile
     for c0 in range(0, N, B):
@@ -139,7 +140,7 @@ def _back_panel(W, X, base, xb, r, jj, cc, c0, N: tl.constexpr, NP: tl.constexpr
     xv -= tl.sum(lrow * xr, axis=0, keep_dims=True)
     blk = tl.load(W + _offs(base + r * 0, c0 + jj, col, N), mask=(c0 + jj < N) & (col <= c0 + jj), other=0)  # L[c0+j, c0+c]
     for q in tl.static_range(B):  # column c = B - 1 - q of the panel; past n (padding) x_c = 0
-        rowc = _pick(blk, jj, B - 1 - q, 1)  # [1, 1, B]: L[c0 + c, c0 + c']
+        rowc = _pick(blk, jj, B - 1 - q, 1)  # [NP, 1, B]: L[c0 + c, c0 + c'], the same in every row
         live = c0 + B - 1 - q < N
         xc = tl.where(live, _pick(xv, cc, B - 1 - q, 2) / tl.where(live, _pick(rowc, cc, B - 1 - q, 2), 1.0), 0.0)
         xv = tl.where(cc == B - 1 - q, xc, tl.where(cc < B - 1 - q, xv - rowc * xc, xv))
@@ -159,7 +160,7 @@ def _trsv_panel(Lm, Bv, X, base, xb, r, kk, jj, cc, c0, N: tl.constexpr, NP: tl.
         zb -= tl.sum(lc * zk, axis=1, keep_dims=True)
     blk = tl.load(Lm + _offs(base + r * 0, col, c0 + jj, N), mask=(col < N) & (c0 + jj <= col), other=0)  # L[c0+c, c0+j]
     for j in tl.static_range(B):  # past n (padding) the entries stay 0 and are never stored
-        lj = _pick(blk, jj, j, 1)  # [1, 1, B]: L[c0 + c, c0 + j]
+        lj = _pick(blk, jj, j, 1)  # [32, 1, B]: L[c0 + c, c0 + j], the same in every lane
         live = c0 + j < N
         zj = tl.where(live, _pick(zb, cc, j, 2) / tl.where(live, _pick(lj, cc, j, 2), 1.0), 0.0)
         zb = tl.where(cc == j, zj, tl.where(cc > j, zb - zj * lj, zb))
@@ -201,13 +202,15 @@ def posv_panel(A, Bv, X, W, INFO, batch, N: tl.constexpr, NP: tl.constexpr, B: t
 @triton.jit(do_not_specialize=["batch"])
 def trsv_panel(Lm, Bv, X, batch, N: tl.constexpr, NP: tl.constexpr, B: tl.constexpr, KC: tl.constexpr):
     """L x = b (L lower; the upper triangle never read), panel by panel; X may be b itself. One
-    warp, every lane carrying the whole solve: the row axis is the 32 lanes, one copy each."""
+    warp, every lane carrying the whole solve: the row axis is the 32 lanes (NP = 32), one copy each."""
+    tl.static_assert(NP == 32, "trsv_panel runs one warp: its row axis is the 32 lanes")
+    tl.static_assert(B % KC == 0, "the update's chunks of KC columns must tile the panels (k0 + kk < c0 unmasked)")
     pid = tl.program_id(0).to(tl.int64)
     base = pid * (N * N)
     xb = pid * N
-    r = tl.arange(0, 32)[:, None, None]
+    r = tl.arange(0, NP)[:, None, None]
     kk = tl.arange(0, KC)[None, :, None]
     jj = tl.arange(0, B)[None, :, None]
     cc = tl.arange(0, B)[None, None, :]
     for c0 in range(0, N, B):
-        _trsv_panel(Lm, Bv, X, base, xb, r, kk, jj, cc, c0, N, 32, B, KC)
+        _trsv_panel(Lm, Bv, X, base, xb, r, kk, jj, cc, c0, N, NP, B, KC)

@@ -64,10 +64,12 @@ ROTATION = ("lane", "reg", "warp", "block", "thread", "lane", "warp", "lane", "r
 # turn less on the rotation and then takes the shfl config (so 14 = the old 13 plus shfl: the
 # shipped stage of bench/device_s17_linalg.sh tunes potrf/posv n <= 32 at 14).
 SHFL_TURN = 14
-# panel (session 20, n >= 16) goes first where the tiles stop fitting (NP >= PANEL_FIRST_NP: the
-# n = 64/128 cells had one or two Triton configs, block_w8 spilling); below, it stays out of the
+# panel (session 20, n >= 16) goes first where the tiles stop fitting (NP >= PANEL_FIRST_NP, i.e.
+# n >= 33: potrf/posv had one or two Triton configs there, block_w8 spilling; trsv's warp
+# configs sat 3-6x above the floor, so its panel config is worth the first turn too); there a
+# cap spends its first turns on panel and the rest on the rotation. Below, it stays out of the
 # rotation like shfl: a cap of PANEL_TURN or more spends one turn less on the rotation and then
-# takes the panel configs (15 = the old 14 plus panel_w1).
+# takes the panel configs (15 = the old 14 plus panel_w1), so a smaller cap picks what it did.
 PANEL_TURN = 15
 PANEL_FIRST_NP = 64
 _ID = re.compile(r"^(?:(thread|warp|lane|reg|rows|shfl)_p(\d+)_w(\d+)|(block|panel)_w(\d+))$")
@@ -121,8 +123,10 @@ SHFL_CHUNK = 8  # rows per chunk: pivot j gathers only the chunks that hold rows
 # the matrix in memory and one panel of PANEL_B columns in registers ([NP rows, 1, B], rows across
 # the 32*W threads, NP / (32*W) rows a thread), updated KC columns at a time from a [NP, KC, B]
 # product. No thread without a row (32*W <= NP, one warp always admitted); rows a thread within
-# PANEL_ROWS (fp32, fp64). Calibrated on sm90 cubins (Triton 3.6, ptxas -v): fp64 n=64 W=2 potrf
-# 168 registers, no spill.
+# PANEL_ROWS (fp32, fp64). Calibrated on sm90 cubins (Triton 3.6, ptxas -v, session 20's
+# kernels): potrf fp32 n=128 118 registers (W=2) / 208 (W=1), fp64 n=64 118 (W=2) / 233 (W=1);
+# posv fp64 n=64 W=1 250, n=128 W=2 252 / W=4 134 (two rows a thread in fp64 is the edge);
+# no config spills (tests/unit/test_linalg_panel.py reads the spills off ptxas).
 PANEL_OPS = ("potrf", "posv", "trsv")
 PANEL_MIN_N = 16
 PANEL_WARPS = (1, 2, 4)
@@ -325,20 +329,24 @@ def _panel_invalid(op: str, problems: int, warps: int, n: int, dtype: str) -> st
     budget = PANEL_ROWS[dtype == "fp64"]
     if rows > budget:
         return (f"panel packing holds {rows} rows a thread at n={n}, num_warps={warps}, over {budget} "
-                f"for {dtype} (it would spill)")
+                f"for {dtype} (it would spill; num_warps >= {np2 // (32 * budget)} fits)")
     return None
 
 
-def panel_rows(n: int) -> int:
+def panel_rows(n: int, op: str = "potrf") -> int:
     """The row axis of a panel tile (the kernel's NP): n padded to a power of two, and at least
     one warp's 32 lanes (a shorter axis would replicate rows across lanes, and Triton 3.6 then
-    gives the tile a layout whose in-thread picks become shuffles: sm90 PTX, n = 16)."""
-    return max(32, next_pow2(n))
+    gives the tile a layout whose in-thread picks become shuffles: sm90 PTX, n = 16). trsv's is
+    always the one warp's 32 lanes (every lane carries the whole solve)."""
+    return 32 if op == "trsv" else max(32, next_pow2(n))
 
 
 def panel_shape(dtype: str) -> tuple[int, int]:
-    """(B, KC) of a panel kernel: columns a panel, columns of the update's product at a time."""
-    return PANEL_B["fp64" if dtype == "fp64" else "fp32"], PANEL_KC["fp64" if dtype == "fp64" else "fp32"]
+    """(B, KC) of a panel kernel: columns a panel, columns of the update's product at a time
+    (KC divides B: the update's chunks never reach the panel's own columns)."""
+    b, kc = PANEL_B["fp64" if dtype == "fp64" else "fp32"], PANEL_KC["fp64" if dtype == "fp64" else "fp32"]
+    assert b % kc == 0, (b, kc)
+    return b, kc
 
 
 def shfl_chunk(n: int) -> int:
@@ -376,7 +384,9 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     fewer than two programs per SM pays for the missing programs. Packings then take turns in
     ROTATION (warp, block, thread, warp, warp, block, ...: the H200 ladder of 2026-12-01 had
     warp configs win most cells and thread configs none), so a cap of 3 or more keeps each
-    packing's best guess and spends the rest mostly on warp configs.
+    packing's best guess and spends the rest mostly on warp configs. shfl and, below NP = 64,
+    panel come after the rotation (SHFL_TURN, PANEL_TURN); from NP = 64 the panel configs come
+    first (PANEL_FIRST_NP).
     """
     import math
 
@@ -384,7 +394,7 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
         if c.packing == "shfl":  # one config per n
             base = 0.0
         elif c.packing == "panel":  # two rows a thread first
-            base = abs(math.log2(max(1, next_pow2(n) // (32 * c.warps))) - 1)
+            base = abs(math.log2(max(1, panel_rows(n, op) // (32 * c.warps))) - 1)
         elif c.packing == "reg":  # one problem per thread, one or two warps per program
             base = math.log2(c.problems / (32 * c.warps)) + 0.25 * abs(c.warps - 1.5)
         elif c.packing == "rows":  # the fewest threads per problem the budget allows, one warp

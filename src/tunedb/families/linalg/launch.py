@@ -162,7 +162,7 @@ def _triton(op: str, cfg: space.KernelConfig, tensors: tuple, out: Any, n: int, 
 
         kern = {"potrf": kp.potrf_panel, "posv": kp.posv_panel, "trsv": kp.trsv_panel}[op]
         meta.pop("P")
-        meta["NP"] = space.panel_rows(n)
+        meta["NP"] = space.panel_rows(n, op)
         meta["B"], meta["KC"] = space.panel_shape("fp64" if args[0].dtype == torch.float64 else "fp32")
     elif cfg.packing == "thread":
         kern = {"dot": kt.dot_thread, "gemv": kt.gemv_thread, "gemm": kt.gemm_thread,
