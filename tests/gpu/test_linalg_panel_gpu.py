@@ -1,4 +1,5 @@
-"""The panel packing of potrf/posv/trsv (kernels_panel.py) on the GPU: every config the predicate
+"""The panel packing of potrf/posv/trsv (kernels_panel.py) and its tl.dot form for potrf/posv
+(kernels_pdot.py: pdot, pdottf) on the GPU: every config the predicate
 admits at n in {16, 24, 37, 64, 100, 128} x fp32/fp64 x batch {1, 257, 4096} (65536 at n = 64),
 each run INSIDE a captured CUDA graph (warmed up on a side stream, as the tune times it) and the
 replay's result checked against the fp64 reference (bounded by what torch gets on the same
@@ -25,7 +26,8 @@ OPS = ("potrf", "posv", "trsv")
 
 
 def _panel(op, n, dt):
-    return [c.id for c in space.config_space(op, n, dt) if c.packing == "panel"]
+    """The panel configs, then (potrf/posv, n >= 33) the pdot / pdottf ones (kernels_pdot.py)."""
+    return [c.id for c in space.config_space(op, n, dt) if c.packing in ("panel", *space.PDOT_PACKINGS)]
 
 
 def _batches(n):
@@ -101,16 +103,21 @@ def test_panel_graph_replay_is_bitwise_the_eager_result(op):
 
 def test_panel_in_place_forms():
     for n, dt in ((64, "fp32"), (100, "fp64")):
-        cid = _panel("posv", n, dt)[0]
-        a, = check.make_inputs("potrf", 300, n, dt, device="cuda", seed=3)
-        want = launch("potrf", cid, a)[0]
-        low, _ = launch("potrf", cid, a, inplace=True)
-        assert low.data_ptr() == a.data_ptr() and torch.equal(low, want), f"{cid} potrf n={n}: in place"
-        a, b = check.make_inputs("posv", 300, n, dt, device="cuda", seed=4)
-        x = launch("posv", cid, a, b)[0].clone()
-        x2, _ = launch("posv", cid, a, b, inplace=True)
-        assert x2.data_ptr() == b.data_ptr() and torch.equal(x2, x), f"{cid} posv n={n}: in place"
+        for cid in (_panel("posv", n, dt)[0], _panel("posv", n, dt)[-1]):  # a panel and a pdot config
+            _in_place(cid, n, dt)
         low, b = check.make_inputs("trsv", 300, n, dt, device="cuda", seed=5)
         z = launch("trsv", "panel_w1", low, b).clone()
         z2 = launch("trsv", "panel_w1", low, b, inplace=True)
         assert z2.data_ptr() == b.data_ptr() and torch.equal(z2, z), f"panel_w1 trsv n={n}: in place"
+
+
+def _in_place(cid, n, dt):
+    """L over A equal to the out-of-place L; x over b equal to the out-of-place x."""
+    a, = check.make_inputs("potrf", 300, n, dt, device="cuda", seed=3)
+    want = launch("potrf", cid, a)[0]
+    low, _ = launch("potrf", cid, a, inplace=True)
+    assert low.data_ptr() == a.data_ptr() and torch.equal(low, want), f"{cid} potrf n={n}: in place"
+    a, b = check.make_inputs("posv", 300, n, dt, device="cuda", seed=4)
+    x = launch("posv", cid, a, b)[0].clone()
+    x2, _ = launch("posv", cid, a, b, inplace=True)
+    assert x2.data_ptr() == b.data_ptr() and torch.equal(x2, x), f"{cid} posv n={n}: in place"

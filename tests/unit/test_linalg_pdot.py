@@ -3,7 +3,9 @@ potrf and posv at n = 16 (one panel, no product) and 37 (products over two panel
 without its second sub-panel), fp32 and fp64, batch 2, against an fp64 reference bounded by what
 torch gets on the same inputs; the upper triangle never read (NaN-poisoned); info on a non-SPD
 problem as torch.linalg.cholesky_ex reports it with every result finite; posv in place (the
-factor over A, x over b). Not wired into launch(): the kernels are called directly."""
+factor over A, x over b). The kernels are called directly (n = 16 is below the packing's n >= 33
+in the space, and still a valid kernel); the packing's rules and place in the candidates are
+checked below, the launch path on the GPU (tests/gpu/test_linalg_panel_gpu.py)."""
 import sys
 
 import pytest
@@ -72,3 +74,35 @@ def test_pdot_kernels_match_the_fp64_reference_under_the_interpreter():
 
 if __name__ == "__main__":
     interpret_child.report(_failures())
+
+
+def test_pdot_packing_rules_and_ids():
+    from tunedb.families.linalg import configs
+    from tunedb.families.linalg import kernels_space as space
+
+    ids = lambda op, n, dt: [c.id for c in space.config_space(op, n, dt) if c.packing in space.PDOT_PACKINGS]  # noqa: E731
+    assert ids("potrf", 128, "fp32") == ["pdot_w2", "pdot_w4", "pdottf_w2", "pdottf_w4"]  # <= 2 rows a thread
+    assert ids("posv", 128, "fp64") == ["pdot_w4"]  # fp64: one row a thread (two spill)
+    assert ids("posv", 64, "fp32") == ["pdot_w1", "pdot_w2", "pdottf_w1", "pdottf_w2"]
+    assert ids("potrf", 32, "fp32") == [] and ids("trsv", 64, "fp32") == []
+    assert "fp32 only" in space.invalid_reason("potrf", "pdottf", 1, 4, 128, "fp64")
+    assert "n >= 33" in space.invalid_reason("posv", "pdot", 1, 1, 32, "fp32")
+    assert "num_warps >= 4 fits" in space.invalid_reason("posv", "pdot", 1, 2, 128, "fp64")
+    assert space.parse_config("pdottf_w2") == space.KernelConfig("pdottf", 1, 2)
+    assert configs.shape_of(configs.parse("pdot_w4")) == ("pdot", 1, 4)
+    assert configs.simplicity("pdot_w1") > configs.simplicity("panel_w4")
+    with pytest.raises(Exception, match="one problem per program"):
+        configs.parse("pdot_p2_w1")
+
+
+def test_pdot_goes_first_then_panel_at_n_33_and_up():
+    from tunedb.families.linalg import kernels_space as space
+
+    for op in ("potrf", "posv"):
+        for dt in ("fp32", "fp64"):
+            for n in (33, 64, 128):
+                valid = space.config_space(op, n, dt)
+                pdot = [c for c in valid if c.packing in space.PDOT_PACKINGS]
+                panel = [c for c in valid if c.packing == "panel"]
+                first = space.candidates(op, n, dt, cap=len(pdot) + len(panel), batch=4096)
+                assert set(first[:len(pdot)]) == set(pdot) and set(first[len(pdot):]) == set(panel), (op, n, dt, first)

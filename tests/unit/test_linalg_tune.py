@@ -28,8 +28,8 @@ def cost(cell: Cell, arm: str) -> float:
     if arm == configs.EAGER_ONLY:
         return 200.0 * cell.n
     packing, per, warps = configs.shape_of(configs.parse(arm))
-    if packing in ("lane", "reg", "rows", "panel"):  # slower than the others here
-        return {"lane": 30.0, "reg": 32.0, "rows": 34.0, "panel": 36.0}[packing] * cell.n * (1 + 0.001 * warps + 0.00001 * per)
+    if packing in ("lane", "reg", "rows", "panel", "pdot", "pdottf"):  # slower than the others here
+        return {"lane": 30.0, "reg": 32.0, "rows": 34.0, "panel": 36.0, "pdot": 38.0, "pdottf": 40.0}[packing] * cell.n * (1 + 0.001 * warps + 0.00001 * per)
     order = {"thread": 0, "warp": 1, "block": 2}[packing]
     if cell.n >= 32:
         order = 2 - order  # larger problems favour the wider packings

@@ -30,7 +30,7 @@ from tunedb.families.linalg import kernels_space as space
 # `--packings shfl`, which also reads the shuffles and barriers off the PTX).
 # rows (kernels_rows.py) compiles too (`--packings rows`; tests/unit/test_linalg_rows.py checks
 # the configs its GPU test runs): not in the default list, whose slow test it would double
-COMPILABLE = ("lane", "reg", "rows", "shfl", "panel")
+COMPILABLE = ("lane", "reg", "rows", "shfl", "panel", "pdot", "pdottf")
 PACKINGS = ("lane", "reg")  # the packings whose kernels are unrolled per n (the compile risk)
 OPS = ("potrf", "posv", "trsv")
 # the tune's grid (ladder.GRID_N), where the shipped table measured these packings; the predicate
@@ -61,6 +61,10 @@ def _kernel(op: str, packing: str) -> Any:
         from tunedb.families.linalg import kernels_shfl as mod
     elif packing == "panel":
         from tunedb.families.linalg import kernels_panel as mod
+    elif packing in ("pdot", "pdottf"):
+        from tunedb.families.linalg import kernels_pdot as mod
+
+        return getattr(mod, f"{op}_pdot")
     else:
         raise ValueError(f"packing {packing!r}: compile_target compiles {', '.join(COMPILABLE)}")
     return getattr(mod, f"{op}_{packing}")
@@ -104,7 +108,7 @@ def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
 
         cfg = space.parse_config(cid)
         ptr = {"fp32": "*fp32", "fp64": "*fp64"}[dt]
-        names = (_PANEL_POINTERS if cfg.packing == "panel" else _POINTERS)[op]
+        names = (_PANEL_POINTERS if cfg.packing in ("panel", *space.PDOT_PACKINGS) else _POINTERS)[op]
         sig = {name: ("*i32" if name == "INFO" else ptr) for name in names}
         sig.update(batch="i32", N="constexpr", NP="constexpr")
         consts = {"N": n, "NP": space.next_pow2(n)}
@@ -112,6 +116,10 @@ def compile_one(item: tuple[str, str, int, str], capability: int = 90) -> dict:
             consts["NP"] = space.panel_rows(n, op)
             sig.update(B="constexpr", KC="constexpr")
             consts["B"], consts["KC"] = space.panel_shape(dt)
+        elif cfg.packing in space.PDOT_PACKINGS:
+            sig.update(B="constexpr", KC="constexpr", PREC="constexpr")
+            consts.update(NP=space.panel_rows(n), B=space.PDOT_B, KC=space.PDOT_KC,
+                          PREC="tf32x3" if cfg.packing == "pdottf" else "ieee")
         else:
             sig["P"] = "constexpr"
             consts["P"] = cfg.problems

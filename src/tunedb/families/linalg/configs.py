@@ -10,7 +10,8 @@ problem per warp, several per program), `block_w4` (one problem per program acro
 `rows_p2_w1` (potrf/posv up to n = 32: a few threads per problem, whole rows each),
 `shfl_p1_w1` (potrf/posv/trsv up to n = 32: the lane layout, pivots broadcast by warp shuffles),
 `panel_w2` (potrf/posv/trsv from n = 16: one problem per program, left-looking in panels of 8
-columns through L and barriers).
+columns through L and barriers), `pdot_w2` / `pdottf_w2` (potrf/posv from n = 33: the panel
+packing with its update on tl.dot, fp32 FMA or fp64 DMMA / fp32 tf32x3).
 Without the kernel module the family has the library arm only: nothing is pretended. The
 optional dependency tier (`kernels_nvmath.py`, `nvmath_b1`: potrf/posv through cuSOLVERDx) joins
 the space only where `dependency_tier_available()`.
@@ -33,7 +34,7 @@ from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 
 KERNEL_MODULE = "tunedb.families.linalg.launch"
 SPACE_MODULE = "tunedb.families.linalg.kernels_space"
-PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg", "rows", "shfl", "panel")
+PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg", "rows", "shfl", "panel", "pdot", "pdottf")
 LANES: tuple[str, ...] = (*PACKINGS, "nvmath", "torch")
 LIBRARY = "torch"
 # The library arm as a user who calls the obvious API pays (torch.linalg.cholesky, which checks
@@ -43,8 +44,9 @@ EAGER_ONLY = "torch_checked"
 # `nvmath_b{B}` (kernels_nvmath.py: cuSOLVERDx through nvmath-python's device API), in the
 # space only where nvmath-python and numba-cuda are installed.
 DEPENDENCIES: dict[str, str] = {"nvmath": "nvmath-python"}
-_ID = re.compile(r"^(thread|warp|block|lane|reg|rows|shfl|panel)(?:_p([0-9]+))?_w([0-9]+)$")
+_ID = re.compile(r"^(thread|warp|block|lane|reg|rows|shfl|panel|pdot|pdottf)(?:_p([0-9]+))?_w([0-9]+)$")
 WARP_THREADS = 32
+_ONE_PROBLEM = ("block", "panel", "pdot", "pdottf")  # ids without _p<P>
 
 
 def _optional(name: str) -> Any | None:
@@ -100,11 +102,11 @@ def parse(config_id: str) -> Config:
     if match is None:
         raise ConfigError(f"bad linalg config id {config_id!r}: expected a sentinel "
                           f"({', '.join(SENTINELS)}) or thread_p<P>_w<W>, warp_p<P>_w<W>, block_w<W>, "
-                          "lane_p<P>_w<W>, reg_p<P>_w<W>, rows_p<P>_w<W>, shfl_p<P>_w1, panel_w<W>")
+                          "lane_p<P>_w<W>, reg_p<P>_w<W>, rows_p<P>_w<W>, shfl_p<P>_w1, panel_w<W>, pdot_w<W>, pdottf_w<W>")
     packing, per, warps = match.group(1), match.group(2), int(match.group(3))
-    if packing in ("block", "panel") and per is not None:
+    if packing in _ONE_PROBLEM and per is not None:
         raise ConfigError(f"bad linalg config id {config_id!r}: a {packing} config runs one problem per program")
-    if packing not in ("block", "panel") and per is None:
+    if packing not in _ONE_PROBLEM and per is None:
         raise ConfigError(f"bad linalg config id {config_id!r}: {packing} configs name their problems "
                           f"per program (_p<P>)")
     return Config(config_id, packing, (("packing", packing), ("per_program", int(per or 1)),
@@ -159,7 +161,8 @@ def simplicity(config_id: str) -> int:
     """Lower is simpler: the library arm (the fallback keeps a tie), then thread (sequential)
     before warp (shuffles) before block (barriers) before lane (fully unrolled) before reg (unrolled,
     one problem per thread) before rows (unrolled, a few threads per problem) before shfl
-    (unrolled, gathers across lanes) before panel (panel loops through memory and barriers);
+    (unrolled, gathers across lanes) before panel (panel loops through memory and barriers)
+    before pdot / pdottf (the same with tl.dot products);
     within a packing fewer warps, then fewer
     problems per program (a total order, so which of two tied configs of one packing takes a
     cell never depends on noise); anything else last."""

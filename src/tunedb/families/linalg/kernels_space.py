@@ -18,6 +18,9 @@ n (padded to the next power of two NP with masks) and the dtype. Ids:
                     instead of a shared-memory transpose (kernels_shfl.py).
   panel_w{W}        potrf/posv/trsv, n >= 16: one problem per program, left-looking in panels of
                     PANEL_B columns through memory (kernels_panel.py), rows across 32*W threads.
+  pdot_w{W}         potrf/posv, n >= 33: the panel packing with its left-looking update on tl.dot
+                    (kernels_pdot.py; fp32 on FMAs, fp64 on DMMA), 16-column panels;
+  pdottf_w{W}       the same in fp32 with tl.dot's tf32x3 (three tensor-core passes a product).
 The validity predicate bounds the register tile (elements held per thread) and the sequential
 work a thread-packed lane does, so every config it admits compiles without spilling, except
 block_w8 at n >= 64, admitted always so every (op, n, dtype) cell has a Triton arm. Checked
@@ -33,7 +36,7 @@ import re
 from dataclasses import dataclass
 
 OPS = ("dot", "gemv", "gemm", "potrf", "trsv", "posv")
-PACKINGS = ("thread", "warp", "block", "lane", "reg", "rows", "shfl", "panel")
+PACKINGS = ("thread", "warp", "block", "lane", "reg", "rows", "shfl", "panel", "pdot", "pdottf")
 DTYPES = ("fp32", "fp64", "fp16", "bf16")
 HALF_OPS = ("dot", "gemv", "gemm")  # ops that also take fp16/bf16 (accumulating in fp32)
 N_MIN, N_MAX = 2, 128
@@ -72,7 +75,7 @@ SHFL_TURN = 14
 # takes the panel configs (15 = the old 14 plus panel_w1), so a smaller cap picks what it did.
 PANEL_TURN = 15
 PANEL_FIRST_NP = 64
-_ID = re.compile(r"^(?:(thread|warp|lane|reg|rows|shfl)_p(\d+)_w(\d+)|(block|panel)_w(\d+))$")
+_ID = re.compile(r"^(?:(thread|warp|lane|reg|rows|shfl)_p(\d+)_w(\d+)|(block|panel|pdot|pdottf)_w(\d+))$")
 # Lane packing (kernels_lane.py): potrf/posv up to n = 32 (a problem's columns fit one warp's
 # lanes). Every lane holds distinct columns (P * NP >= 32 * num_warps: a replicated lane would
 # break the register-only row axis); the columns a lane holds, P * NP * NP / (32 * num_warps)
@@ -133,6 +136,17 @@ PANEL_WARPS = (1, 2, 4)
 PANEL_B = {"fp32": 8, "fp64": 8}
 PANEL_KC = {"fp32": 8, "fp64": 4}
 PANEL_ROWS = (4, 2)
+# pdot (kernels_pdot.py, session 20): potrf/posv, NP >= 64, one problem per program, rows across
+# 32*W threads, at most PDOT_ROWS (fp32, fp64) a thread and none without a row. Calibrated on
+# sm90 cubins (Triton 3.6, ptxas -v): fp32 n=128 W=1 (4 rows) spills 8-52 bytes, W=2 207-222
+# registers; fp64 n=64 W=1 (2 rows) spills 24-32 bytes, W=2 254; fp64 n=128 W=4 253-255, none
+# spills at these budgets. pdottf (input_precision tf32x3, fp32 only): the same budget.
+PDOT_PACKINGS = ("pdot", "pdottf")
+PDOT_OPS = ("potrf", "posv")
+PDOT_MIN_N = 33
+PDOT_ROWS = (2, 1)
+PDOT_B, PDOT_KC = 8, 16  # the factor's sub-panel and the product's k-chunk (the update's panel is 2B)
+ONE_PROBLEM = ("block", "panel", *PDOT_PACKINGS)  # packings whose ids carry no _p<P>
 
 
 @dataclass(frozen=True)
@@ -145,7 +159,7 @@ class KernelConfig:
 
     @property
     def id(self) -> str:
-        if self.packing in ("block", "panel"):
+        if self.packing in ONE_PROBLEM:
             return f"{self.packing}_w{self.warps}"
         return f"{self.packing}_p{self.problems}_w{self.warps}"
 
@@ -206,6 +220,8 @@ def invalid_reason(op: str, packing: str, problems: int, warps: int, n: int, dty
         return _shfl_invalid(op, problems, warps, n)
     if packing == "panel":
         return _panel_invalid(op, problems, warps, n, dtype)
+    if packing in PDOT_PACKINGS:
+        return _pdot_invalid(op, packing, problems, warps, n, dtype)
     if packing == "thread":
         if problems < lanes:
             # Each lane re-reads what it wrote; a replicated lane would read another's stale copy.
@@ -333,6 +349,28 @@ def _panel_invalid(op: str, problems: int, warps: int, n: int, dtype: str) -> st
     return None
 
 
+def _pdot_invalid(op: str, packing: str, problems: int, warps: int, n: int, dtype: str) -> str | None:
+    if op not in PDOT_OPS:
+        return f"{packing} packing runs {', '.join(PDOT_OPS)} only, not {op}"
+    if packing == "pdottf" and dtype != "fp32":
+        return f"pdottf packing (tf32x3 products) runs fp32 only, not {dtype} (pdot is the {dtype} form)"
+    if n < PDOT_MIN_N:
+        return f"{packing} packing takes n >= {PDOT_MIN_N} (16-column panels), got n={n}"
+    if problems != 1:
+        return f"{packing} packing carries one problem per program, got P={problems}"
+    if warps not in PANEL_WARPS:
+        return f"{packing} packing takes num_warps in {PANEL_WARPS}, got {warps}"
+    np2 = panel_rows(n)
+    rows = np2 // (32 * warps)
+    budget = PDOT_ROWS[dtype == "fp64"]
+    if rows < 1:
+        return f"{packing} packing at n={n} leaves threads without a row at num_warps={warps} (at most {np2 // 32})"
+    if rows > budget:
+        return (f"{packing} packing holds {rows} rows a thread at n={n}, num_warps={warps}, over {budget} "
+                f"for {dtype} (it would spill; num_warps >= {np2 // (32 * budget)} fits)")
+    return None
+
+
 def panel_rows(n: int, op: str = "potrf") -> int:
     """The row axis of a panel tile (the kernel's NP): n padded to a power of two, and at least
     one warp's 32 lanes (a shorter axis would replicate rows across lanes, and Triton 3.6 then
@@ -370,6 +408,7 @@ def config_space(op: str | None = None, n: int | None = None, dtype: str | None 
     out += [KernelConfig("rows", p, w) for p in ROWS_P for w in ROWS_WARPS if 2 * p <= 32 * w]
     out += [KernelConfig("shfl", p, 1) for p in SHFL_P]
     out += [KernelConfig("panel", 1, w) for w in PANEL_WARPS]
+    out += [KernelConfig(p, 1, w) for p in PDOT_PACKINGS for w in PANEL_WARPS]
     if op is None or n is None or dtype is None:
         return out
     return [c for c in out if invalid_reason(op, c.packing, c.problems, c.warps, n, dtype) is None]
@@ -393,8 +432,9 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     def score(c: KernelConfig) -> tuple[float, int]:
         if c.packing == "shfl":  # one config per n
             base = 0.0
-        elif c.packing == "panel":  # two rows a thread first
-            base = abs(math.log2(max(1, panel_rows(n, op) // (32 * c.warps))) - 1)
+        elif c.packing in ("panel", *PDOT_PACKINGS):  # two rows a thread first (pdot: the budget's most)
+            best = 1 if c.packing == "panel" else math.log2(PDOT_ROWS[dtype == "fp64"])
+            base = abs(math.log2(max(1, panel_rows(n, op) // (32 * c.warps))) - best)
         elif c.packing == "reg":  # one problem per thread, one or two warps per program
             base = math.log2(c.problems / (32 * c.warps)) + 0.25 * abs(c.warps - 1.5)
         elif c.packing == "rows":  # the fewest threads per problem the budget allows, one warp
@@ -417,10 +457,11 @@ def candidates(op: str, n: int, dtype: str, cap: int | None = None, batch: int |
     by_pack = {p: sorted((c for c in valid if c.packing == p), key=score) for p in PACKINGS}
     shfl = by_pack.pop("shfl")
     panel = by_pack.pop("panel")
+    pdot = [c for p in ("pdottf", "pdot") for c in by_pack.pop(p)]  # only from PDOT_MIN_N (> 32)
     late = shfl if cap is None or cap >= SHFL_TURN else []
     limit = len(valid) if cap is None else min(cap, len(valid))
-    if next_pow2(n) >= PANEL_FIRST_NP:  # the packing built for these n goes first
-        picked = panel[:limit]
+    if next_pow2(n) >= PANEL_FIRST_NP:  # the packings built for these n go first
+        picked = (pdot + panel)[:limit]
     else:
         picked = []
         late = late + (panel if cap is None or cap >= PANEL_TURN else [])

@@ -18,14 +18,14 @@ Writes (the in-place contract):
     result's shape and dtype (for potrf/posv `out` is L / x; info is always allocated).
   - trsv: out may be b itself (inplace=True means out=b).
   - potrf: inplace=True writes L over A (out=A).
-  - posv: inplace=True writes x over b and MAY overwrite A (the thread and panel packings keep
-    their factor there; the others leave A intact). Without inplace, posv never writes A or b
-    (the thread and panel packings then allocate an [batch, n, n] workspace, counted in their time).
+  - posv: inplace=True writes x over b and MAY overwrite A (the thread, panel and pdot packings
+    keep their factor there; the others leave A intact). Without inplace, posv never writes A or b
+    (those packings then allocate an [batch, n, n] workspace, counted in their time).
   - dot, gemv, gemm never write their inputs; out must not alias an input.
 An in-place call consumes its input: time it against a ring of fresh inputs.
 
 Configs: a Triton config id (`thread_p64_w2`, `warp_p8_w4`, `block_w4`, `lane_p2_w1`, `reg_p32_w1`,
-`rows_p2_w1`, `shfl_p1_w1`, `panel_w2`; see kernels_space), the dependency tier's `nvmath_b1` (potrf and posv
+`rows_p2_w1`, `shfl_p1_w1`, `panel_w2`, `pdot_w2`, `pdottf_w2`; see kernels_space), the dependency tier's `nvmath_b1` (potrf and posv
 through cuSOLVERDx where nvmath-python is installed; kernels_nvmath),
 a KernelConfig, or an object with `.id`; and two library arms: "torch" (the capturable forms:
 bmm for dot/gemv/gemm, cholesky_ex, solve_triangular, cholesky_ex + two solve_triangular for
@@ -164,6 +164,13 @@ def _triton(op: str, cfg: space.KernelConfig, tensors: tuple, out: Any, n: int, 
         meta.pop("P")
         meta["NP"] = space.panel_rows(n, op)
         meta["B"], meta["KC"] = space.panel_shape("fp64" if args[0].dtype == torch.float64 else "fp32")
+    elif cfg.packing in space.PDOT_PACKINGS:
+        from tunedb.families.linalg import kernels_pdot as kd
+
+        kern = {"potrf": kd.potrf_pdot, "posv": kd.posv_pdot}[op]
+        meta.pop("P")
+        meta.update(NP=space.panel_rows(n), B=space.PDOT_B, KC=space.PDOT_KC,
+                    PREC="tf32x3" if cfg.packing == "pdottf" else "ieee")
     elif cfg.packing == "thread":
         kern = {"dot": kt.dot_thread, "gemv": kt.gemv_thread, "gemm": kt.gemm_thread,
                 "potrf": kt.potrf_thread, "trsv": kt.trsv_thread, "posv": kt.posv_thread}[op]
@@ -180,7 +187,7 @@ def _triton(op: str, cfg: space.KernelConfig, tensors: tuple, out: Any, n: int, 
     if op == "potrf":
         kern[grid](args[0], out, info, batch, **meta)
         return out, info
-    if cfg.packing in ("thread", "panel"):
+    if cfg.packing in ("thread", "panel", *space.PDOT_PACKINGS):
         work = args[0] if inplace else torch.empty_like(args[0])
         kern[grid](args[0], args[1], out, work, info, batch, **meta)
     else:
