@@ -48,16 +48,16 @@ def test_nvmath_in_place_and_in_a_cuda_graph(op, dt, n):
 
 
 def test_the_op_serves_the_tier_where_the_table_names_it(monkeypatch):
-    """posv fp32 n=64 at batch 4096: the shipped table's full winner is nvmath_b1 (session 20 B,
-    by 1.08x over the panel packing), so the public op binds it and answers within torch's bound,
+    """posv fp32 n=64 at batch 65536: the shipped table's full winner is nvmath_b1 (session 20 E,
+    by 1.14x over the pdot packing), so the public op binds it and answers within torch's bound,
     eagerly and replayed from a CUDA graph; the next epoch with the tier marked missing binds the
-    native winner (panel_w1) instead."""
+    native winner (pdot_w1) instead."""
     from tunedb import settings
     from tunedb.families.linalg import ops, problems, signatures
     from tunedb.runtime import selector
 
     sig = signatures.make_signature("posv", "fp32", 64)
-    a, b = problems.make_inputs(sig, 4096, "cuda", 11)[0]
+    a, b = problems.make_inputs(sig, 65536, "cuda", 11)[0]
     with settings.override(USER_DB="off"):
         selector.reload()
         assert ops.bound_for("posv", a, b).config.id == ARM
@@ -77,6 +77,6 @@ def test_the_op_serves_the_tier_where_the_table_names_it(monkeypatch):
         assert torch.equal(xg, x)
         monkeypatch.setattr(kernels_nvmath, "available", lambda: False)
         selector.reload()
-        assert ops.bound_for("posv", a, b).config.id == "panel_w1"  # the entry's native winner there
+        assert ops.bound_for("posv", a, b).config.id == "pdot_w1"  # the entry's native winner there
         monkeypatch.undo()
         selector.reload()

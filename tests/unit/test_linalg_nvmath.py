@@ -101,29 +101,29 @@ def _shipped_entry(op, dt, n):
 
 @pytest.mark.parametrize("have", [True, False])
 def test_serving_takes_the_native_winner_where_the_dependency_is_missing(monkeypatch, have):
-    """The shipped sm90 table's posv fp32 n=64 entry: cuSOLVERDx's arm won batch 4096 by the
-    dependency margin (session 19 E), block_w4 is the native winner; without nvmath-python the
-    native region serves, not the next tier."""
+    """The shipped sm90 table's posv fp32 n=64 entry: cuSOLVERDx's arm won batch 65536 by the
+    dependency margin (session 20 E, 1.14x), pdot_w1 is the native winner; without nvmath-python
+    the native region serves, not the next tier."""
     from tunedb.families.linalg import FAMILY
     from tunedb.runtime import serving
 
     monkeypatch.setattr(kernels_nvmath, "available", lambda: have)
     monkeypatch.setitem(configs._DEVICE_API, "nvmath", have)  # as if nvmath.device had (not) imported
     entry = _shipped_entry("posv", "fp32", 64)
-    assert entry.lookup(4096) == "nvmath_b1" and entry.lookup(4096, native=True) == "block_w4"
+    assert entry.lookup(65536) == "nvmath_b1" and entry.lookup(65536, native=True) == "pdot_w1"
     sig = signatures.make_signature("posv", "fp32", 64)
-    got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 4096, [("system", {sig: entry})])]
-    assert got == (["nvmath_b1"] if have else ["block_w4"])
-    assert FAMILY.dependency_available("block_w4") and FAMILY.dependency_available("nvmath_b1") is have
+    got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 65536, [("system", {sig: entry})])]
+    assert got == (["nvmath_b1"] if have else ["pdot_w1"])
+    assert FAMILY.dependency_available("pdot_w1") and FAMILY.dependency_available("nvmath_b1") is have
 
 
 def test_recommend_names_the_full_and_the_native_winner():
     import tunedb
 
-    full = tunedb.recommend("posv", "fp64", 64, 4096, deps="all")
-    native = tunedb.recommend("posv", "fp64", 64, 4096, deps="native")
+    full = tunedb.recommend("posv", "fp32", 64, 65536, deps="all")
+    native = tunedb.recommend("posv", "fp32", 64, 65536, deps="native")
     assert (full.arm, full.packing, full.source) == ("nvmath_b1", "nvmath", "measured")
-    assert native.arm == "torch"
+    assert (native.arm, native.packing) == ("pdot_w1", "pdot")
     assert tunedb.recommend("posv", "fp32", 32, 4096, deps="all").arm == tunedb.recommend(
         "posv", "fp32", 32, 4096, deps="native").arm  # n <= 32: the tier took no cell
 
@@ -151,8 +151,8 @@ def test_a_broken_numba_counts_as_absent_not_as_an_error(tmp_path, monkeypatch):
         assert FAMILY.dependency_available("nvmath_b1") is False
         entry = _shipped_entry("posv", "fp32", 64)
         sig = signatures.make_signature("posv", "fp32", 64)
-        got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 4096, [("system", {sig: entry})])]
-        assert got == ["block_w4"]
+        got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 65536, [("system", {sig: entry})])]
+        assert got == ["pdot_w1"]
     finally:
         configs.config_space.cache_clear()
 
