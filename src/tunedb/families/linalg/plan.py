@@ -35,7 +35,7 @@ class ExecutionPlan:
     batch: int
     deps: str
     arm: str  # a config id or "torch"
-    packing: str  # "thread" | "warp" | "block" | "lane" | "reg" | "rows" | "shfl" | "panel" | "library"
+    packing: str  # "thread" | "warp" | "block" | "lane" | "reg" | "rows" | "shfl" | "panel" | "pdot" | "pdottf" | "library"
     problems_per_program: int | None  # None for the library arm
     warps: int | None
     grid: int | None  # programs launched

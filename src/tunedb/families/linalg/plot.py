@@ -1,6 +1,6 @@
 """`tunedb linalg plot`: the winner of every cell (ops x n x batch), one panel per dtype.
 
-Each cell is `recommend()`'s plan: its colour is the packing (library, thread, warp, block, lane), its
+Each cell is `recommend()`'s plan: its colour is the packing (library, thread, warp, block, lane, ...), its
 text the arm, and a cell the table did not measure (the heuristic's) is drawn pale and marked
 with "h". matplotlib is imported only here.
 """
@@ -10,11 +10,12 @@ from pathlib import Path
 
 from tunedb.families.linalg import ladder, signatures
 
-COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800", "lane": "#9c27b0", "reg": "#e91e63", "rows": "#00bcd4", "shfl": "#795548", "panel": "#cddc39", "nvmath": "#607d8b"}
+COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800", "lane": "#9c27b0", "reg": "#e91e63", "rows": "#00bcd4", "shfl": "#795548", "panel": "#cddc39", "pdot": "#8bc34a", "pdottf": "#009688", "nvmath": "#607d8b"}
 
 
 def _label(arm: str) -> str:
-    return arm.replace("thread_", "t").replace("warp_", "w").replace("block_", "b").replace("lane_", "l").replace("reg_", "r").replace("nvmath_", "nv")
+    return arm.replace("thread_", "t").replace("warp_", "w").replace("block_", "b").replace("lane_", "l").replace("reg_", "r").replace(
+        "pdottf_", "pt").replace("pdot_", "pd").replace("panel_", "pa").replace("nvmath_", "nv")
 
 
 def draw(path: Path, deps: str = "native", arch: str = "sm90") -> tuple[int, int]:
