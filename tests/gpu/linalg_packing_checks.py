@@ -1,6 +1,6 @@
-"""The GPU checks the linalg packings' tests share (test_linalg_{lane,reg,rows}_gpu.py): the prior's
-configs of a packing, compiling them first, one config at one point against the fp64 reference,
-the non-SPD report, and a CUDA-graph replay."""
+"""The GPU checks the linalg packings' tests share (test_linalg_{lane,reg,rows,shfl,panel}_gpu.py):
+the prior's configs of a packing, compiling them first, one config at one point against the fp64
+reference (eagerly, or replayed from a CUDA graph), the non-SPD report, and a CUDA-graph replay."""
 import torch
 
 from tunedb.families.linalg import kernels_check as check
@@ -69,3 +69,38 @@ def check_graph_replay(op, cid, n, dt):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured[0], eager), f"{cid} {op} n={n} {dt}: the graph's result differs from eager"
+
+
+def check_captured(op, cid, n, dt, batch):
+    """One config at one point run INSIDE a captured CUDA graph (warmed up on a side stream, as
+    the tune times it), the replay checked: the upper triangle never read (NaN), every output
+    element written (NaN-poisoned out=), the residual within torch's bound, no info on an SPD
+    input (potrf/posv), L zero above the diagonal (potrf), and for trsv in place (out=b) equal."""
+    ins = check.make_inputs(op, batch, n, dt, device="cuda", seed=n * 31 + batch)
+    poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
+    shape = ins[0].shape if op == "potrf" else ins[1].shape
+    out = torch.full(shape, float("nan"), dtype=ins[0].dtype, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        launch(op, cid, poisoned, *ins[1:], out=torch.empty_like(out))  # warm: compiled, allocator primed
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        res = launch(op, cid, poisoned, *ins[1:], out=out)
+    got, info = (res, None) if op == "trsv" else res
+    if info is not None:
+        info.fill_(-7)  # the replay must write every problem's info
+    graph.replay()
+    torch.cuda.synchronize()
+    where = f"{cid} {op} {dt} n={n} batch={batch}"
+    assert got is out and not torch.isnan(out).any(), f"{where}: NaN in the result"
+    ok, worst, bound = check.within_torch(op, dt, ins, got, launch(op, "torch", *ins))
+    assert ok, f"{where}: residual {worst:.3e} > bound {bound:.3e}"
+    if info is not None:
+        assert not info.any(), f"{where}: info {info.unique().tolist()} on an SPD input"
+    if op == "potrf":
+        assert torch.equal(got, got.tril()), f"{where}: L not zero above the diagonal"
+    if op == "trsv":
+        b = ins[1].clone()
+        assert torch.equal(launch(op, cid, ins[0], b, inplace=True), got), f"{where}: in place (out=b)"

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from linalg_packing_checks import check_graph_replay, check_non_spd, compile_or_skip  # noqa: E402
+from linalg_packing_checks import check_captured, check_graph_replay, check_non_spd, compile_or_skip  # noqa: E402
 
 from tunedb.families.linalg import kernels_check as check  # noqa: E402
 from tunedb.families.linalg import kernels_space as space  # noqa: E402
@@ -42,34 +42,6 @@ def compiled():
     compile_or_skip(ITEMS)
 
 
-def _captured_check(op, cid, n, dt, batch):
-    ins = check.make_inputs(op, batch, n, dt, device="cuda", seed=n * 31 + batch)
-    poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
-    shape = ins[0].shape if op == "potrf" else ins[1].shape
-    out = torch.full(shape, float("nan"), dtype=ins[0].dtype, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        launch(op, cid, poisoned, *ins[1:], out=torch.empty_like(out))  # warm: compiled, allocator primed
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        res = launch(op, cid, poisoned, *ins[1:], out=out)
-    got, info = res if op != "trsv" else (res, None)
-    if info is not None:
-        info.fill_(-7)  # the replay must write every problem's info
-    graph.replay()
-    torch.cuda.synchronize()
-    where = f"{cid} {op} {dt} n={n} batch={batch}"
-    assert got is out and not torch.isnan(out).any(), f"{where}: NaN in the result"
-    ok, worst, bound = check.within_torch(op, dt, ins, got, launch(op, "torch", *ins))
-    assert ok, f"{where}: residual {worst:.3e} > bound {bound:.3e}"
-    if info is not None:
-        assert not info.any(), f"{where}: info {info.unique().tolist()} on an SPD input"
-    if op == "potrf":
-        assert torch.equal(got, got.tril()), f"{where}: L not zero above the diagonal"
-
-
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("op", OPS)
 def test_every_panel_config_meets_the_fp64_reference_inside_a_cuda_graph(op, dt):
@@ -77,7 +49,7 @@ def test_every_panel_config_meets_the_fp64_reference_inside_a_cuda_graph(op, dt)
     for n in NS:
         for cid in _panel(op, n, dt):
             for batch in _batches(n):
-                _captured_check(op, cid, n, dt, batch)
+                check_captured(op, cid, n, dt, batch)
                 ran += 1
     assert ran == sum(len(_batches(n)) * len(_panel(op, n, dt)) for n in NS) > 0
 

@@ -11,11 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from linalg_packing_checks import check_non_spd, compile_or_skip  # noqa: E402
+from linalg_packing_checks import check_captured, check_non_spd, compile_or_skip  # noqa: E402
 
-from tunedb.families.linalg import kernels_check as check  # noqa: E402
 from tunedb.families.linalg import kernels_space as space  # noqa: E402
-from tunedb.families.linalg.launch import launch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -40,28 +38,6 @@ def compiled():
     compile_or_skip(ITEMS)
 
 
-def _captured_check(op, cid, n, dt, batch):
-    ins = check.make_inputs(op, batch, n, dt, device="cuda", seed=n * 31 + batch)
-    poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
-    shape = ins[0].shape if op == "potrf" else ins[1].shape
-    out = torch.full(shape, float("nan"), dtype=ins[0].dtype, device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        launch(op, cid, poisoned, *ins[1:], out=torch.empty_like(out))  # warm: compiled, allocator primed
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        got, info = launch(op, cid, poisoned, *ins[1:], out=out)
-    info.fill_(-7)  # the replay must write every problem's info
-    graph.replay()
-    torch.cuda.synchronize()
-    assert got is out and not torch.isnan(out).any(), f"{cid} {op} {dt} n={n} batch={batch}: NaN in the result"
-    ok, worst, bound = check.within_torch(op, dt, ins, got, launch(op, "torch", *ins))
-    assert ok, f"{cid} {op} {dt} n={n} batch={batch}: residual {worst:.3e} > bound {bound:.3e}"
-    assert not info.any(), f"{cid} {op} {dt} n={n} batch={batch}: info {info.unique().tolist()} on an SPD input"
-
-
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("op", OPS)
 def test_every_shfl_config_meets_the_fp64_reference_inside_a_cuda_graph(op, dt):
@@ -69,7 +45,7 @@ def test_every_shfl_config_meets_the_fp64_reference_inside_a_cuda_graph(op, dt):
     for n in NS:
         for cid in _shfl(op, n, dt):
             for batch in _batches(n):
-                _captured_check(op, cid, n, dt, batch)
+                check_captured(op, cid, n, dt, batch)
                 ran += 1
     assert ran == sum(len(_batches(n)) for n in NS)
 
@@ -87,22 +63,4 @@ def test_every_shfl_trsv_config_meets_the_fp64_reference_inside_a_cuda_graph():
     compile_or_skip(items)
     for _op, cid, n, dt in items:
         for batch in _batches(n):
-            ins = check.make_inputs("trsv", batch, n, dt, device="cuda", seed=n * 31 + batch)
-            poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
-            out = torch.full(ins[1].shape, float("nan"), dtype=ins[0].dtype, device="cuda")
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                launch("trsv", cid, poisoned, ins[1], out=torch.empty_like(out))
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                got = launch("trsv", cid, poisoned, ins[1], out=out)
-            graph.replay()
-            torch.cuda.synchronize()
-            where = f"{cid} trsv {dt} n={n} batch={batch}"
-            assert got is out and not torch.isnan(out).any(), f"{where}: NaN in the result"
-            ok, worst, bound = check.within_torch("trsv", dt, ins, got, launch("trsv", "torch", *ins))
-            assert ok, f"{where}: residual {worst:.3e} > bound {bound:.3e}"
-            b = ins[1].clone()
-            assert torch.equal(launch("trsv", cid, ins[0], b, inplace=True), got), f"{where}: in place"
+            check_captured("trsv", cid, n, dt, batch)

@@ -1,7 +1,8 @@
 """The solver checks the linalg packings' interpreter tests share (test_linalg_lane.py,
-test_linalg_reg.py): potrf/posv of each (config, n, dtype, batch) case against torch on well and
-badly conditioned SPD inputs with the upper triangle NaN-poisoned, the non-SPD report, and the
-in-place forms. Runs inside the interpreter child; returns the failures as lines."""
+test_linalg_reg.py, test_linalg_shfl.py, test_linalg_panel.py): potrf/posv of each (config, n,
+dtype, batch) case against torch on well and badly conditioned SPD inputs with the upper triangle
+NaN-poisoned, the non-SPD report, and the in-place forms; trsv the same way. Runs inside the
+interpreter child; returns the failures as lines."""
 from __future__ import annotations
 
 
@@ -60,4 +61,27 @@ def solver_failures(cases, second_bad: bool, inplace_cfg: str, inplace_batch: in
     x2, _ = launch("posv", inplace_cfg, a, b, inplace=True)
     if x2.data_ptr() != b.data_ptr() or not torch.equal(x2, x):
         failures.append(f"{packing} posv inplace: x not written over b, or differs from the out-of-place x")
+    return failures
+
+
+def trsv_failures(cases) -> list[str]:
+    """trsv of each (config, n, dtype, batch) case against torch, the upper triangle NaN-poisoned;
+    in place (out=b) equal to out of place."""
+    import torch
+
+    from tunedb.families.linalg import kernels_check as check
+    from tunedb.families.linalg.launch import launch
+
+    failures = []
+    for cid, n, dt, batch in cases:
+        ins = check.make_inputs("trsv", batch, n, dt, seed=n)
+        poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
+        x = launch("trsv", cid, poisoned, ins[1])
+        ok, worst, bound = check.within_torch("trsv", dt, ins, x, launch("trsv", "torch", *ins))
+        if not ok:
+            failures.append(f"{cid} trsv {dt} n={n}: residual {worst:.2e} > {bound:.2e}")
+        b = ins[1].clone()
+        x2 = launch("trsv", cid, ins[0], b, inplace=True)
+        if x2.data_ptr() != b.data_ptr() or not torch.equal(x2, x):
+            failures.append(f"{cid} trsv {dt} n={n}: in place (out=b) differs from out of place")
     return failures

@@ -22,34 +22,11 @@ CASES = [("panel_w1", 16, "fp32", 3), ("panel_w1", 21, "fp64", 3), ("panel_w1", 
          ("panel_w2", 64, "fp64", 2)]
 
 
-def _trsv_failures() -> list[str]:
-    import torch
-
-    from tunedb.families.linalg import kernels_check as check
-    from tunedb.families.linalg.launch import launch
-
-    failures = []
-    for cid, n, dt, batch in CASES:
-        if space.invalid_reason("trsv", "panel", 1, int(cid[-1]), n, dt):
-            cid = "panel_w1"
-        ins = check.make_inputs("trsv", batch, n, dt, seed=n)
-        poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
-        x = launch("trsv", cid, poisoned, ins[1])
-        ok, worst, bound = check.within_torch("trsv", dt, ins, x, launch("trsv", "torch", *ins))
-        if not ok:
-            failures.append(f"{cid} trsv {dt} n={n}: residual {worst:.2e} > {bound:.2e}")
-        b = ins[1].clone()
-        x2 = launch("trsv", cid, ins[0], b, inplace=True)
-        if x2.data_ptr() != b.data_ptr() or not torch.equal(x2, x):
-            failures.append(f"{cid} trsv {dt} n={n}: in place (out=b) differs from out-of-place")
-    return failures
-
-
 def _child() -> None:
-    from linalg_solver_checks import solver_failures
+    from linalg_solver_checks import solver_failures, trsv_failures
 
     failures = solver_failures(CASES, second_bad=True, inplace_cfg="panel_w1", inplace_batch=3, inplace_n=19)
-    interpret_child.report(failures + _trsv_failures())
+    interpret_child.report(failures + trsv_failures([("panel_w1", n, dt, b) for _c, n, dt, b in CASES]))  # one warp
 
 
 @pytest.mark.slow

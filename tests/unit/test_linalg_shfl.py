@@ -23,33 +23,11 @@ CASES = [("shfl_p16_w1", 2, "fp32", 19), ("shfl_p8_w1", 3, "fp64", 11), ("shfl_p
          ("shfl_p2_w1", 16, "fp64", 3), ("shfl_p1_w1", 24, "fp32", 3), ("shfl_p1_w1", 32, "fp64", 3)]
 
 
-def _trsv_failures() -> list[str]:
-    """trsv (one row of L a lane): every n class against torch, the upper triangle NaN-poisoned,
-    in place (out=b) equal to out of place."""
-    import torch
-
-    from tunedb.families.linalg import kernels_check as check
-    from tunedb.families.linalg.launch import launch
-
-    failures = []
-    for cid, n, dt, batch in CASES:
-        ins = check.make_inputs("trsv", batch, n, dt, seed=n)
-        poisoned = ins[0] + torch.triu(torch.full_like(ins[0], float("nan")), 1)
-        x = launch("trsv", cid, poisoned, ins[1])
-        ok, worst, bound = check.within_torch("trsv", dt, ins, x, launch("trsv", "torch", *ins))
-        if not ok:
-            failures.append(f"{cid} trsv {dt} n={n}: residual {worst:.2e} > {bound:.2e}")
-        b = ins[1].clone()
-        if not torch.equal(launch("trsv", cid, ins[0], b, inplace=True), x):
-            failures.append(f"{cid} trsv {dt} n={n}: in place (out=b) differs from out of place")
-    return failures
-
-
 def _child() -> None:
-    from linalg_solver_checks import solver_failures
+    from linalg_solver_checks import solver_failures, trsv_failures
 
     failures = solver_failures(CASES, second_bad=True, inplace_cfg="shfl_p2_w1", inplace_batch=5, inplace_n=9)
-    interpret_child.report(failures + _trsv_failures())
+    interpret_child.report(failures + trsv_failures(CASES))  # trsv's shfl configs are potrf's ids
 
 
 @pytest.mark.slow
