@@ -32,8 +32,9 @@ def compile_all(items: Iterable[tuple[str, str, int, str]], jobs: int | None = N
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    # the dependency tier compiles in the process that launches it (numba-cuda keeps it in memory)
-    todo = sorted(set((op, cid, n, dt) for op, cid, n, dt in items if not cid.startswith(("torch", "nvmath"))))
+    # the dependency tiers compile in the process that launches them (numba-cuda and NVRTC keep
+    # their kernels in memory)
+    todo = sorted(set((op, cid, n, dt) for op, cid, n, dt in items if not cid.startswith(("torch", "nvmath", "cuda"))))
     if not todo:
         return []
     jobs = jobs or max(1, min(16, (os.cpu_count() or 2) - 1))

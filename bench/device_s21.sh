@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Session 21's device calls: this session's stages, each in its own tarball ($OUT/<stage>.tgz);
+# any other stage name is handed to bench/device_s20.sh (and on down).
+# SKIP_AFTER_S skips every later stage once the call has run that long.
+#   bash bench/device_s21.sh cuda-tests cuda-probe
+# cuda-tests  tests/gpu/test_linalg_cuda_gpu.py (issue 19's CUDA C++ tier: every config inside a
+#             captured graph against fp64, non-SPD, in place; ~60 s)
+# cuda-probe  bench/cuda_probe.py --quick: the CUDA tier against the shipped pick and torch at
+#             potrf/posv n = 4..32 x batch 256/4096/65536 (CUDA_NS, default 4,8,16,32)
+. "$(dirname "$0")/device_runner.sh"
+for s in "$@"; do
+  skipping "$s" && continue
+  case $s in
+    cuda-tests) run_stage cuda_tests "${CUDA_TESTS_S:-200}" "PYTHONPATH=src python -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_linalg_cuda_gpu.py" ;;
+    cuda-probe) run_stage cuda_probe "${CUDA_PROBE_S:-300}" "PYTHONPATH=src python bench/cuda_probe.py --quick --ns ${CUDA_NS:-4,8,16,32} --out \$OUT/cuda_probe.json" ;;
+    *) bash "$HERE/device_s20.sh" "$s" ;;
+  esac
+done
+echo "[device_s21] done in $(( $(date +%s) - T0 )) s"

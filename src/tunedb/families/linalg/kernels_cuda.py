@@ -1,0 +1,306 @@
+"""The CUDA C++ tier of the small linear-algebra family: potrf and posv for n <= 32 as hand-written
+warp kernels, compiled at run time by NVRTC through torch (`torch.cuda._compile_kernel`).
+
+Why not Triton: the shfl packing (kernels_shfl.py) broadcasts each pivot's column with one warp
+shuffle per register, 640 shuffles a problem at fp32 n = 32, and at batch 65536 the SM's shuffle
+pipe (one warp instruction a clock) is the bound: 46 M shuffles on 132 SMs is ~200 us against
+the 66 us memory floor of posv there (shfl serves 298 us). Triton has no way to say "lane k
+writes one value to shared memory and every lane reads the column back as 16-byte broadcasts";
+CUDA does. Per pivot k here (one problem on NP = pow2(n) lanes of a warp, lane i holds row i of
+the symmetric tile in registers):
+
+  - the pivot a_kk reaches every lane of the problem by one shuffle from lane k;
+  - each lane scales its own a_ik into l_ik and writes it to a per-warp column buffer (one 4/8-byte
+    store), one __syncwarp (the buffer is double-buffered by k's parity, so this one barrier also
+    orders the next pivot's writes after this pivot's reads);
+  - lane i updates a_ij -= l_ik * l_jk for j > k, reading l_jk as 16-byte broadcast loads
+    (every lane of a problem reads the same address: one wavefront each).
+
+So a problem costs n shuffles and about n^2 / 8 (fp32) or n^2 / 4 (fp64) vector loads, not n^2 / 2
+shuffles. posv fuses the forward solve (lane k publishes z_k = b_k / l_kk in its own slot of the
+column buffer, which no lane reads as l_kk) and back-solves L^T x = z by columns of L from the
+shared-memory tile, x_k handed on by one shuffle a step.
+
+Memory: each warp stages its problems' contiguous n x n matrices through shared memory with
+coalesced loads (rows padded to n + 1 elements so the row-per-lane reads are conflict-free), and
+potrf stores L the same way (zeros above the diagonal). Each warp reads all its problems before
+it writes any and warps own disjoint problems, so `out` may alias A (potrf) or b (posv).
+
+Numerics as the Triton solvers: only the lower triangle of A is used (upper entries flow only
+into upper entries, which are never read); a pivot that is not positive (or NaN) sets info to
+its 1-based column (the first such) and is replaced by 1; 1/sqrt from rsqrt (fp32: one Newton
+step; fp64: CUDA's rsqrt, within an ulp).
+
+Config ids `cuda_p{P}_w{W}`: W warps a block (1, 2, 4, 8), each warp Q = 32 / NP problems, so
+P = W * Q problems a block (the id names P as the other packings do). Static shared memory
+only (<= 48 KiB a block), which bounds W at fp64 n = 32.
+
+It is a tier of its own (configs.DEPENDENCIES): it needs NVRTC at run time, so the pick rule
+takes it only past the dependency margin and every table entry keeps the native (Triton)
+winners for a machine without it. Kernels compile on first use (NVRTC, in process, about a
+second each), keyed by (op, dtype, n, W, device).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+PREFIX = "cuda"
+OPS = ("potrf", "posv")
+DTYPES = ("fp32", "fp64")
+MAX_N = 32
+WARPS = (1, 2, 4, 8)
+STATIC_SMEM = 48 * 1024
+_ID = re.compile(r"^cuda_p([0-9]+)_w([0-9]+)$")
+_ITEM = {"fp32": 4, "fp64": 8}
+_KERNELS: dict[tuple, Any] = {}
+_AVAILABLE: dict[str, bool] = {}
+
+SOURCE = r"""
+#if DOUBLE
+typedef double T;
+typedef double2 V;
+#define VEC 2
+#else
+typedef float T;
+typedef float4 V;
+#define VEC 4
+#endif
+#define Q (32 / NP)
+#define ST (N + 1)
+#define PER (N * N)
+#define CHUNK (Q * PER)
+
+__device__ __forceinline__ T rsqrt_t(T a) {
+#if DOUBLE
+  return rsqrt(a);
+#else
+  T r = rsqrtf(a);
+  return r * (1.5f - 0.5f * a * r * r);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(WARPS * 32)
+tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
+  __shared__ T tile[WARPS][CHUNK + Q * N];
+  __shared__ __align__(16) T colbuf[WARPS][2][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const long long first = ((long long)blockIdx.x * WARPS + warp) * Q;
+  if (first >= batch) return;  // uniform across the warp
+  const int nprob = (int)min((long long)Q, (long long)batch - first);
+  const int valid = nprob * PER;
+  T* tw = tile[warp];
+  const T* Ag = A + first * PER;
+#pragma unroll
+  for (int m = 0; m < (CHUNK + 31) / 32; ++m) {  // coalesced; every load in flight at once
+    const int e = lane + 32 * m;
+    if (e < CHUNK) {
+      const int q = e / PER, rc = e - q * PER, row = rc / N, c = rc - row * N;
+      tw[q * N * ST + row * ST + c] = e < valid ? Ag[e] : (row == c ? T(1) : T(0));
+    }
+  }
+  __syncwarp();
+  const int q = lane / NP, i = lane % NP, base = q * NP;
+  const bool live = i < N;
+  T r[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) r[j] = live ? tw[q * N * ST + i * ST + j] : T(0);
+#if POSV
+  T bi = (live && q < nprob) ? B[(first + q) * N + i] : T(0);
+#endif
+  int info = 0;
+  T rinv = T(1);
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    T akk = __shfl_sync(0xffffffffu, r[k], base + k);
+    if (!(akk > T(0))) {
+      if (info == 0) info = k + 1;
+      akk = T(1);
+    }
+    const T rs = rsqrt_t(akk);
+    const T lk = (i == k) ? akk * rs : r[k] * rs;
+    r[k] = lk;
+    if (i == k) rinv = rs;
+    T* c = colbuf[warp][k & 1];
+#if POSV
+    const T zk = bi * rs;
+    if (i == k) bi = zk;
+    c[lane] = (i == k) ? zk : lk;
+#else
+    c[lane] = lk;
+#endif
+    __syncwarp();
+#if POSV
+    if (i > k) bi -= lk * c[base + k];
+#endif
+#if NP >= VEC
+#pragma unroll
+    for (int v = (k + 1) / VEC; v < (N + VEC - 1) / VEC; ++v) {
+      const V w = *reinterpret_cast<const V*>(c + base + v * VEC);
+      const T* wp = reinterpret_cast<const T*>(&w);
+#pragma unroll
+      for (int t = 0; t < VEC; ++t) {
+        const int j = v * VEC + t;
+        if (j > k && j < N) r[j] -= lk * wp[t];
+      }
+    }
+#else
+#pragma unroll
+    for (int j = k + 1; j < N; ++j) r[j] -= lk * c[base + j];
+#endif
+  }
+  if (live) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) tw[q * N * ST + i * ST + j] = (j <= i) ? r[j] : T(0);
+  }
+  __syncwarp();
+#if POSV
+#pragma unroll
+  for (int k = N - 1; k >= 0; --k) {
+    const T xk = __shfl_sync(0xffffffffu, bi * rinv, base + k);
+    if (i < k) bi -= tw[q * N * ST + k * ST + i] * xk;
+    if (i == k) bi = xk;
+  }
+  if (live && q < nprob) OUT[(first + q) * N + i] = bi;
+#else
+  T* Og = OUT + first * PER;
+#pragma unroll
+  for (int m = 0; m < (CHUNK + 31) / 32; ++m) {
+    const int e = lane + 32 * m;
+    if (e < valid) {
+      const int qq = e / PER, rc = e - qq * PER, row = rc / N, cc = rc - row * N;
+      Og[e] = tw[qq * N * ST + row * ST + cc];
+    }
+  }
+#endif
+  if (i == 0 && q < nprob) INFO[first + q] = info;
+}
+"""
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def per_warp(n: int) -> int:
+    """Problems a warp carries: 32 / NP."""
+    return 32 // max(2, next_pow2(n))
+
+
+def config_id(problems: int, warps: int) -> str:
+    return f"{PREFIX}_p{problems}_w{warps}"
+
+
+def parse(config_id_: str) -> tuple[int, int] | None:
+    """(P, W) of `cuda_p{P}_w{W}`, or None for any other id."""
+    match = _ID.match(config_id_)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def smem_bytes(n: int, dtype: str, warps: int) -> int:
+    """Static shared memory a block: the staged tiles (rows padded to n + 1) and the column buffers."""
+    q = per_warp(n)
+    return warps * (q * n * (n + 1) + 2 * 32) * _ITEM.get(dtype, 8)
+
+
+def invalid_reason(op: str, problems: int, warps: int, n: int, dtype: str, check_runtime: bool = True) -> str | None:
+    """Why `cuda_p{problems}_w{warps}` cannot run op at (n, dtype) here, or None. With
+    check_runtime=False only the shape is judged (the shipped table's arms on a machine without
+    a GPU)."""
+    cid = config_id(problems, warps)
+    if op not in OPS:
+        return f"{cid} runs {', '.join(OPS)} only, not {op}"
+    if dtype not in DTYPES:
+        return f"{cid} runs {', '.join(DTYPES)} only, not {dtype}"
+    if not isinstance(n, int) or not 2 <= n <= MAX_N:
+        return f"{cid} takes n in 2..{MAX_N} (a problem's rows across one warp's lanes), got n={n!r}"
+    if warps not in WARPS:
+        return f"{cid}: warps a block must be one of {WARPS}, got {warps}"
+    if problems != warps * per_warp(n):
+        return (f"{cid}: a warp carries 32 / NP = {per_warp(n)} problems at n={n}, so P must be "
+                f"{warps * per_warp(n)} at {warps} warps, got P={problems}")
+    need = smem_bytes(n, dtype, warps)
+    if need > STATIC_SMEM:
+        return f"{cid} at n={n} {dtype} needs {need} B of static shared memory a block (at most {STATIC_SMEM})"
+    if check_runtime and not available():
+        return f"{cid} needs a CUDA device and NVRTC (torch.cuda._compile_kernel), which are not available here"
+    return None
+
+
+def config_ids(op: str, n: int, dtype: str) -> tuple[str, ...]:
+    """The tier's valid arms for a cell (none without a GPU and NVRTC)."""
+    out = []
+    for w in WARPS:
+        cid = config_id(w * per_warp(n), w) if isinstance(n, int) and n >= 2 else None
+        if cid and invalid_reason(op, w * per_warp(n), w, n, dtype) is None:
+            out.append(cid)
+    return tuple(out)
+
+
+def available() -> bool:
+    """A CUDA device is visible and torch can compile with NVRTC (asked once a process: a tiny
+    kernel is compiled, not launched)."""
+    got = _AVAILABLE.get("nvrtc")
+    if got is None:
+        got = False
+        try:
+            import torch
+
+            if torch.cuda.is_available() and hasattr(torch.cuda, "_compile_kernel") and torch.version.cuda:
+                torch.cuda._compile_kernel('extern "C" __global__ void tunedb_probe(int* x) { *x = 1; }',
+                                           "tunedb_probe")
+                got = True
+        except Exception:
+            got = False
+        _AVAILABLE["nvrtc"] = got
+    return got
+
+
+def defines(op: str, n: int, dtype: str, warps: int) -> dict[str, int]:
+    """The macros one kernel is compiled with."""
+    return {"N": n, "NP": max(2, next_pow2(n)), "WARPS": warps, "DOUBLE": int(dtype == "fp64"),
+            "POSV": int(op == "posv")}
+
+
+def source(op: str, n: int, dtype: str, warps: int) -> str:
+    """The full CUDA source of one kernel (macros, then SOURCE)."""
+    head = "".join(f"#define {k} {v}\n" for k, v in defines(op, n, dtype, warps).items())
+    return head + SOURCE
+
+
+def _kernel(op: str, n: int, dtype: str, warps: int, device: int) -> Any:
+    key = (op, dtype, n, warps, device)
+    kern = _KERNELS.get(key)
+    if kern is None:
+        import torch
+
+        with torch.cuda.device(device):
+            kern = torch.cuda._compile_kernel(source(op, n, dtype, warps), "tunedb_linalg")
+        _KERNELS[key] = kern
+    return kern
+
+
+def launch(op: str, problems: int, warps: int, tensors: tuple, out: Any, n: int, batch: int, dtype: str) -> tuple[Any, Any]:
+    """Run `cuda_p{problems}_w{warps}` on CUDA tensors (launch.py checked shapes and made `out`);
+    returns (L or x, info)."""
+    import torch
+
+    why = invalid_reason(op, problems, warps, n, dtype)
+    if why:
+        raise ValueError(why)
+    a = tensors[0]
+    if not a.is_cuda:
+        raise ValueError(f"{config_id(problems, warps)} runs on CUDA tensors only, got {a.device}")
+    info = torch.empty((batch,), dtype=torch.int32, device=a.device)
+    if batch == 0:
+        return out, info
+    args = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    if batch >= 2 ** 31:
+        raise ValueError(f"{config_id(problems, warps)} takes batch < 2**31, got {batch}")
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    kern = _kernel(op, n, dtype, warps, device)
+    b = args[1] if op == "posv" else args[0]  # potrf's kernel never reads B
+    grid = -(-batch // problems)
+    kern(grid=(grid, 1, 1), block=(32 * warps, 1, 1), args=[args[0], b, out, info, batch],
+         stream=torch.cuda.current_stream(a.device))
+    return out, info

@@ -1,0 +1,69 @@
+"""The CUDA C++ tier of potrf/posv (kernels_cuda.py) on the GPU: every config its predicate admits
+at n in {2, 3, 4, 5, 8, 12, 13, 16, 24, 32} x fp32/fp64 x batch {1, 257, 4096, 65536 (n >= 16)},
+each run INSIDE a captured CUDA graph (warmed up on a side stream, as the tune times it) and the
+replay's result checked against the fp64 reference (bounded by what torch gets on the same
+inputs), the upper triangle never read (NaN), every output element written (NaN-poisoned out=),
+no info on SPD input; the non-SPD report (a negative pivot in one problem, a NaN pivot in the
+last); in place (potrf out=A, posv out=b) equal to the out-of-place result. Kernels compile in
+process by NVRTC on first launch (about 0.2-1 s each). Expected run time on an H200: 30-60 s."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from linalg_packing_checks import check_captured, check_non_spd  # noqa: E402
+
+from tunedb.families.linalg import kernels_check as check  # noqa: E402
+from tunedb.families.linalg import kernels_cuda as kc  # noqa: E402
+from tunedb.families.linalg.launch import launch  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+NS = (2, 3, 4, 5, 8, 12, 13, 16, 24, 32)
+DTYPES = ("fp32", "fp64")
+OPS = ("potrf", "posv")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nvrtc():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    assert kc.available(), "a CUDA GPU with torch but no NVRTC: the CUDA tier cannot compile"
+
+
+def _batches(n):
+    return (1, 257, 4096, 65536) if n >= 16 else (1, 257, 4096)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("op", OPS)
+def test_every_cuda_config_meets_the_fp64_reference_inside_a_cuda_graph(op, dt):
+    ran = 0
+    for n in NS:
+        ids = kc.config_ids(op, n, dt)
+        assert ids, f"no CUDA config for {op} {dt} n={n}"
+        for cid in ids:
+            for batch in _batches(n):
+                check_captured(op, cid, n, dt, batch)
+                ran += 1
+    assert ran >= sum(len(_batches(n)) for n in NS)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_non_spd_problems_are_reported_and_the_others_solved(op):
+    for n, dt in ((4, "fp64"), (8, "fp32"), (13, "fp64"), (16, "fp32"), (32, "fp32"), (32, "fp64")):
+        for cid in kc.config_ids(op, n, dt)[:2]:
+            check_non_spd(op, cid, n, dt)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_in_place_equals_out_of_place(op):
+    for n, dt in ((5, "fp32"), (16, "fp64"), (32, "fp32")):
+        cid = kc.config_ids(op, n, dt)[-1]
+        ins = check.make_inputs(op, 1000, n, dt, device="cuda", seed=3)
+        want = launch(op, cid, *ins)[0].clone()
+        work = tuple(t.clone() for t in ins)
+        got = launch(op, cid, *work, inplace=True)[0]
+        assert got.data_ptr() == (work[0] if op == "potrf" else work[1]).data_ptr()
+        assert torch.equal(got, want), f"{cid} {op} {dt} n={n}: in place differs"
+        if op == "posv":
+            assert torch.equal(work[0], ins[0]), f"{cid} posv wrote A"
