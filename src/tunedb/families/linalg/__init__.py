@@ -24,7 +24,7 @@ from tunedb.records import ArchProfile, Config, Signature
 # What decides the compiled kernels, their launch grid and the library arm as served (not the
 # kernels' test inputs in kernels_check.py, nor host code here).
 KERNEL_SOURCES = ("kernels_space.py", "kernels_thread.py", "kernels_tile.py", "kernels_lane.py", "kernels_reg.py",
-                  "kernels_rows.py", "kernels_shfl.py", "kernels_panel.py", "kernels_pdot.py", "kernels_torch.py", "kernels_nvmath.py", "launch.py")
+                  "kernels_rows.py", "kernels_shfl.py", "kernels_panel.py", "kernels_pdot.py", "kernels_torch.py", "kernels_nvmath.py", "kernels_cuda.py", "launch.py")
 VERIFY_FACTOR = 4.0  # an arm's worst residual may reach 4x torch's on the same inputs
 
 
@@ -89,10 +89,12 @@ class LinalgFamily:
 
     def dependency_available(self, config_id: str) -> bool:
         """Whether an arm's optional dependency is installed here (True for a native arm): the
-        dependency tier's arms (kernels_nvmath) serve only where nvmath-python imports."""
-        if configs.dependency(config_id) is None:
+        dependency tiers' arms serve only where they can run: kernels_nvmath where nvmath-python
+        imports, kernels_cuda where torch sees a GPU and has NVRTC."""
+        tier = configs.dependency(config_id)
+        if tier is None:
             return True
-        return configs.dependency_tier_available()
+        return configs.dependency_tier_available(tier)
 
     def extrapolates(self, sig: Signature) -> bool:
         """Every op is independent small problems: below the smallest measured batch an arm's

@@ -13,8 +13,9 @@ problem per warp, several per program), `block_w4` (one problem per program acro
 columns through L and barriers), `pdot_w2` / `pdottf_w2` (potrf/posv from n = 33: the panel
 packing with its update on tl.dot, fp32 FMA or fp64 DMMA / fp32 tf32x3).
 Without the kernel module the family has the library arm only: nothing is pretended. The
-optional dependency tier (`kernels_nvmath.py`, `nvmath_b1`: potrf/posv through cuSOLVERDx) joins
-the space only where `dependency_tier_available()`.
+optional dependency tier (`kernels_nvmath.py`, `nvmath_b1`: potrf/posv through cuSOLVERDx) and the
+CUDA C++ tier (`kernels_cuda.py`, `cuda_p<P>_w<W>`: potrf/posv n <= 32 as warp kernels compiled by
+NVRTC) join the space only where `dependency_tier_available(tier)`.
 
 Sentinels: `torch` (the library arm: bmm / matmul, cholesky_ex, solve_triangular; capturable),
 `default` (what an unmeasured cell runs with no guess allowed: `torch`) and `heuristic` (the
@@ -35,15 +36,18 @@ from tunedb.records import SENTINELS, ArchProfile, Config, Signature
 KERNEL_MODULE = "tunedb.families.linalg.launch"
 SPACE_MODULE = "tunedb.families.linalg.kernels_space"
 PACKINGS: tuple[str, ...] = ("thread", "warp", "block", "lane", "reg", "rows", "shfl", "panel", "pdot", "pdottf")
-LANES: tuple[str, ...] = (*PACKINGS, "nvmath", "torch")
+LANES: tuple[str, ...] = (*PACKINGS, "nvmath", "cuda", "torch")
 LIBRARY = "torch"
 # The library arm as a user who calls the obvious API pays (torch.linalg.cholesky, which checks
 # info on the host, and cholesky_solve): cannot be captured; measured eagerly, never served.
 EAGER_ONLY = "torch_checked"
 # An arm whose id starts with one of these needs an optional dependency (spec 003's tier):
 # `nvmath_b{B}` (kernels_nvmath.py: cuSOLVERDx through nvmath-python's device API), in the
-# space only where nvmath-python and numba-cuda are installed.
-DEPENDENCIES: dict[str, str] = {"nvmath": "nvmath-python"}
+# space only where nvmath-python and numba-cuda are installed; `cuda_p{P}_w{W}` (kernels_cuda.py:
+# CUDA C++ compiled at run time), only where torch sees a GPU and can compile with NVRTC. Both
+# take a cell only past the pick rule's dependency margin, and each entry keeps the native
+# (Triton) winners for a machine without them.
+DEPENDENCIES: dict[str, str] = {"nvmath": "nvmath-python", "cuda": "NVRTC (torch.cuda's run-time compiler)"}
 _ID = re.compile(r"^(thread|warp|block|lane|reg|rows|shfl|panel|pdot|pdottf)(?:_p([0-9]+))?_w([0-9]+)$")
 WARP_THREADS = 32
 _ONE_PROBLEM = ("block", "panel", "pdot", "pdottf")  # ids without _p<P>
@@ -75,11 +79,13 @@ def config_space(arch_family: str) -> tuple[Config, ...]:
     mod = space()
     if mod is None:
         return ()
-    from tunedb.families.linalg import kernels_nvmath
+    from tunedb.families.linalg import kernels_cuda, kernels_nvmath
 
-    deps = ()
-    if dependency_tier_available():
+    deps: tuple[str, ...] = ()
+    if dependency_tier_available("nvmath"):
         deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK)
+    if dependency_tier_available("cuda"):  # every (P, W) the tier has at some n; validity is per cell
+        deps += tuple(kernels_cuda.config_id(w * q, w) for w in kernels_cuda.WARPS for q in (1, 2, 4, 8, 16))
     ids = (*(c.id for c in mod.config_space()), *deps)
     return tuple(sorted((parse(cid) for cid in ids), key=lambda c: c.id))
 
@@ -98,6 +104,14 @@ def parse(config_id: str) -> Config:
             raise ConfigError(f"bad linalg config id {config_id!r}: the dependency tier's ids are nvmath_b<B>, "
                               "B >= 1 without leading zeros")
         return Config(config_id, "nvmath", (("packing", "nvmath"), ("per_program", bpb), ("warps", 0)))
+    if config_id.startswith("cuda"):
+        from tunedb.families.linalg import kernels_cuda
+
+        shape = kernels_cuda.parse(config_id)
+        if shape is None or config_id != kernels_cuda.config_id(*shape):
+            raise ConfigError(f"bad linalg config id {config_id!r}: the CUDA tier's ids are cuda_p<P>_w<W>, "
+                              "without leading zeros")
+        return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", shape[0]), ("warps", shape[1])))
     match = _ID.match(config_id)
     if match is None:
         raise ConfigError(f"bad linalg config id {config_id!r}: expected a sentinel "
@@ -139,6 +153,17 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
     if config.is_sentinel:
         return f"sentinel {config.id!r} does not apply to linalg"
     dep = dependency(config.id)
+    if dep == "cuda":
+        from tunedb.families.linalg import kernels_cuda
+
+        shape = kernels_cuda.parse(config.id)
+        if shape is None:
+            return f"{config.id} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>)"
+        need = kernels_cuda.smem_bytes(sig.get("n"), sig.dt, shape[1]) if sig.dt in ("fp32", "fp64") else 0
+        if arch is not None and need > arch.smem_per_block:
+            return (f"{config.id} at n={sig.get('n')} {sig.dt} needs {need} B of shared memory a block; "
+                    f"{arch.arch_family} gives at most {arch.smem_per_block}")
+        return kernels_cuda.invalid_reason(sig.op, *shape, sig.get("n"), sig.dt)
     if dep is not None:
         from tunedb.families.linalg import kernels_nvmath
 
@@ -162,15 +187,21 @@ def simplicity(config_id: str) -> int:
     before warp (shuffles) before block (barriers) before lane (fully unrolled) before reg (unrolled,
     one problem per thread) before rows (unrolled, a few threads per problem) before shfl
     (unrolled, gathers across lanes) before panel (panel loops through memory and barriers)
-    before pdot / pdottf (the same with tl.dot products);
+    before pdot / pdottf (the same with tl.dot products) before the CUDA tier (run-time compiled);
     within a packing fewer warps, then fewer
     problems per program (a total order, so which of two tied configs of one packing takes a
     cell never depends on noise); anything else last."""
     if config_id in (LIBRARY, "default"):
         return 0
+    if config_id.startswith("cuda_"):  # after every Triton packing; fewer warps first
+        from tunedb.families.linalg import kernels_cuda
+
+        shape = kernels_cuda.parse(config_id)
+        if shape is not None:
+            return (len(PACKINGS) + 1) * _RANK + min(shape[1], 999) * 1000 + min(shape[0], 999)
     match = _ID.match(config_id)
     if match is None:
-        return (len(PACKINGS) + 1) * _RANK
+        return (len(PACKINGS) + 2) * _RANK
     packing, per, warps = match.group(1), int(match.group(2) or 1), int(match.group(3))
     return (PACKINGS.index(packing) + 1) * _RANK + min(warps, 999) * 1000 + min(per, 999)
 
@@ -181,14 +212,21 @@ _RANK = 1_000_000  # one packing's span in simplicity()
 _DEVICE_API: dict[str, bool] = {}  # whether nvmath.device imported in this process (asked once)
 
 
-def dependency_tier_available() -> bool:
-    """Whether the dependency tier (kernels_nvmath) can run here: its packages are found
-    (kernels_nvmath.available) and, once per process, its device API imports (nvmath.device
-    loads libmathdx and reads its version: plain nvmath-python without the device extra, or a
-    machine without a CUDA driver, stops there). Any exception counts as absent: the probe
-    finds `numba.cuda`, which executes numba's own __init__, and a broken numba (an OSError
+def dependency_tier_available(tier: str = "nvmath") -> bool:
+    """Whether an optional tier can run here. "cuda" (kernels_cuda): a CUDA device and NVRTC
+    through torch (kernels_cuda.available, asked once a process). "nvmath" (kernels_nvmath): its
+    packages are found (kernels_nvmath.available) and, once per process, its device API imports
+    (nvmath.device loads libmathdx and reads its version: plain nvmath-python without the device
+    extra, or a machine without a CUDA driver, stops there). Any exception counts as absent: the
+    probe finds `numba.cuda`, which executes numba's own __init__, and a broken numba (an OSError
     from llvmlite, an AttributeError from a numpy it predates) must not take the native space
     (every linalg selection) down with it."""
+    if tier == "cuda":
+        from tunedb.families.linalg import kernels_cuda
+
+        return kernels_cuda.available()
+    if tier != "nvmath":
+        raise ValueError(f"unknown linalg tier {tier!r}; tiers: {', '.join(DEPENDENCIES)}")
     from tunedb.families.linalg import kernels_nvmath
 
     try:

@@ -73,7 +73,10 @@ typedef float4 V;
 
 __device__ __forceinline__ T rsqrt_t(T a) {
 #if DOUBLE
-  return rsqrt(a);
+  double r;  // the hardware estimate (subnormals kept) and two Newton steps: the error squares each
+  asm("rsqrt.approx.f64 %0, %1;" : "=d"(r) : "d"(a));
+  r = r * (1.5 - 0.5 * a * r * r);
+  return r * (1.5 - 0.5 * a * r * r);
 #else
   T r = rsqrtf(a);
   return r * (1.5f - 0.5f * a * r * r);
@@ -110,16 +113,26 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 #endif
   int info = 0;
   T rinv = T(1);
+  T akk = __shfl_sync(0xffffffffu, r[0], base);
+  if (!(akk > T(0))) { info = 1; akk = T(1); }
+  T rs = rsqrt_t(akk);
 #pragma unroll
   for (int k = 0; k < N; ++k) {
-    T akk = __shfl_sync(0xffffffffu, r[k], base + k);
-    if (!(akk > T(0))) {
-      if (info == 0) info = k + 1;
-      akk = T(1);
-    }
-    const T rs = rsqrt_t(akk);
     const T lk = (i == k) ? akk * rs : r[k] * rs;
     r[k] = lk;
+    // Pivot k + 1 is issued before this pivot's column goes through shared memory: lane k + 1
+    // updates its own diagonal with l_{k+1,k} from its own register (the same value the column
+    // buffer would hand it, bit for bit), so the pivot chain is shuffle, rsqrt, multiply, FMA,
+    // and the store, barrier and broadcast loads below run beside it.
+    T akk_next = T(1), rs_next = T(1);
+    if (k + 1 < N) {
+      akk_next = __shfl_sync(0xffffffffu, r[k + 1] - lk * lk, base + k + 1);
+      if (!(akk_next > T(0))) {
+        if (info == 0) info = k + 2;
+        akk_next = T(1);
+      }
+      rs_next = rsqrt_t(akk_next);
+    }
     if (i == k) rinv = rs;
     T* c = colbuf[warp][k & 1];
 #if POSV
@@ -148,6 +161,8 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 #pragma unroll
     for (int j = k + 1; j < N; ++j) r[j] -= lk * c[base + j];
 #endif
+    akk = akk_next;
+    rs = rs_next;
   }
   if (live) {
 #pragma unroll

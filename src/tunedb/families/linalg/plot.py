@@ -10,12 +10,12 @@ from pathlib import Path
 
 from tunedb.families.linalg import ladder, signatures
 
-COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800", "lane": "#9c27b0", "reg": "#e91e63", "rows": "#00bcd4", "shfl": "#795548", "panel": "#cddc39", "pdot": "#8bc34a", "pdottf": "#009688", "nvmath": "#607d8b"}
+COLOURS = {"library": "#9e9e9e", "thread": "#4caf50", "warp": "#2196f3", "block": "#ff9800", "lane": "#9c27b0", "reg": "#e91e63", "rows": "#00bcd4", "shfl": "#795548", "panel": "#cddc39", "pdot": "#8bc34a", "pdottf": "#009688", "nvmath": "#607d8b", "cuda": "#3f51b5"}
 
 
 def _label(arm: str) -> str:
     return arm.replace("thread_", "t").replace("warp_", "w").replace("block_", "b").replace("lane_", "l").replace("reg_", "r").replace(
-        "pdottf_", "pt").replace("pdot_", "pd").replace("panel_", "pa").replace("nvmath_", "nv")
+        "pdottf_", "pt").replace("pdot_", "pd").replace("panel_", "pa").replace("nvmath_", "nv").replace("cuda_", "cu")
 
 
 def draw(path: Path, deps: str = "native", arch: str = "sm90") -> tuple[int, int]:

@@ -1,0 +1,116 @@
+"""The linalg family's CUDA C++ tier (kernels_cuda.py) on the CPU: its ids, its one validity
+predicate (op, dtype, n, problems a warp, static shared memory, NVRTC present or not), the space
+and the ladder taking it only where it can run (and outside the Triton cap), the pick rule's
+dependency margin, the Triton prebuild leaving it alone, a clear error where it cannot run, and
+the generated source's macros. The GPU behaviour is tests/gpu/test_linalg_cuda_gpu.py's."""
+import pytest
+
+from tunedb.arch import shipped_profile
+from tunedb.errors import ConfigError
+from tunedb.families.linalg import configs, kernels_cuda as kc, kernels_prebuild, ladder, signatures
+
+
+@pytest.fixture
+def present(monkeypatch):
+    monkeypatch.setitem(kc._AVAILABLE, "nvrtc", True)  # as if the probe kernel had compiled
+    configs.config_space.cache_clear()
+    yield
+    configs.config_space.cache_clear()
+
+
+@pytest.fixture
+def absent(monkeypatch):
+    monkeypatch.setitem(kc._AVAILABLE, "nvrtc", False)
+    configs.config_space.cache_clear()
+    yield
+    configs.config_space.cache_clear()
+
+
+def test_ids_parse_as_their_own_tier():
+    cfg = configs.parse("cuda_p2_w2")
+    assert cfg.lane == "cuda" and configs.shape_of(cfg) == ("cuda", 2, 2) and configs.grid(cfg, 301) == 151
+    assert configs.dependency("cuda_p2_w2") == "cuda" and "cuda" in configs.LANES
+    for bad in ("cuda", "cuda_p2", "cuda_w2", "cuda_p02_w2", "cuda_p2_w02", "cuda_px_w1"):
+        with pytest.raises(ConfigError, match="cuda_p<P>_w<W>"):
+            configs.parse(bad)
+    # after every Triton packing in the tie band's order, fewer warps first
+    assert configs.simplicity("cuda_p1_w1") > configs.simplicity("pdottf_w4")
+    assert configs.simplicity("cuda_p1_w1") < configs.simplicity("cuda_p2_w2")
+
+
+def test_problems_a_block_follow_n_and_the_warps():
+    assert [kc.per_warp(n) for n in (2, 3, 4, 5, 8, 9, 16, 17, 32)] == [16, 8, 8, 4, 4, 2, 2, 1, 1]
+    for n in (2, 5, 16, 32):
+        for w in kc.WARPS:
+            p = w * kc.per_warp(n)
+            assert kc.invalid_reason("potrf", p, w, n, "fp32", check_runtime=False) is None
+            why = kc.invalid_reason("potrf", p * 2, w, n, "fp32", check_runtime=False)
+            assert f"P must be {p} at {w} warps, got P={2 * p}" in why
+
+
+def test_validity_names_what_is_wrong():
+    assert "potrf, posv only, not trsv" in kc.invalid_reason("trsv", 1, 1, 32, "fp32", check_runtime=False)
+    assert "fp32, fp64 only, not fp16" in kc.invalid_reason("posv", 1, 1, 32, "fp16", check_runtime=False)
+    assert "n in 2..32" in kc.invalid_reason("posv", 1, 1, 33, "fp64", check_runtime=False)
+    assert "one of (1, 2, 4, 8)" in kc.invalid_reason("posv", 3, 3, 32, "fp64", check_runtime=False)
+    # static shared memory: fp64 n=32 holds 8960 B a warp, so 8 warps (71680 B) pass 48 KiB
+    assert kc.smem_bytes(32, "fp64", 1) == (32 * 33 + 64) * 8
+    assert kc.invalid_reason("potrf", 4, 4, 32, "fp64", check_runtime=False) is None
+    assert "static shared memory" in kc.invalid_reason("potrf", 8, 8, 32, "fp64", check_runtime=False)
+
+
+def test_absent_is_invalid_and_not_in_the_space(absent):
+    sig = signatures.make_signature("posv", "fp32", 32)
+    why = configs.invalid_reason(configs.parse("cuda_p1_w1"), sig, 4096, shipped_profile("sm90"))
+    assert "NVRTC" in why
+    assert not [c for c in configs.config_space("sm90") if c.lane == "cuda"]
+    assert not [a for a in ladder.arms(ladder.Cell("posv", "fp32", 32, 4096), shipped_profile("sm90"), 2)
+                if configs.dependency(a)]
+    from tunedb.families.linalg import FAMILY
+
+    assert FAMILY.dependency_available("cuda_p1_w1") is False and FAMILY.dependency_available("shfl_p1_w1")
+
+
+def test_present_joins_every_cell_it_can_run_past_the_cap(present):
+    sm90 = shipped_profile("sm90")
+    capped = ladder.arms(ladder.Cell("posv", "fp32", 16, 4096), sm90, 2)
+    assert sorted(a for a in capped if a.startswith("cuda")) == ["cuda_p16_w8", "cuda_p2_w1", "cuda_p4_w2", "cuda_p8_w4"]
+    assert len([a for a in capped if not a.startswith(("torch", "cuda"))]) <= 2
+    fp64 = [a for a in ladder.arms(ladder.Cell("potrf", "fp64", 32, 4096), sm90, 2) if a.startswith("cuda")]
+    assert sorted(fp64) == ["cuda_p1_w1", "cuda_p2_w2", "cuda_p4_w4"]  # 8 warps pass 48 KiB
+    assert not [a for a in ladder.arms(ladder.Cell("trsv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda")]
+    assert not [a for a in ladder.arms(ladder.Cell("posv", "fp32", 64, 4096), sm90, 2) if a.startswith("cuda")]
+
+
+def test_the_pick_takes_it_only_past_the_dependency_margin():
+    from tunedb.families.linalg import pick
+
+    rule = pick.LINALG_RULE
+    close = pick.decide({"torch": 100.0, "shfl_p1_w1": 10.0, "cuda_p1_w1": 9.8}, rule)
+    clear = pick.decide({"torch": 100.0, "shfl_p1_w1": 10.0, "cuda_p1_w1": 7.0}, rule)
+    assert (close.winner, close.native) == ("shfl_p1_w1", "shfl_p1_w1")
+    assert (clear.winner, clear.native) == ("cuda_p1_w1", "shfl_p1_w1")
+
+
+def test_the_triton_prebuild_leaves_the_tier_to_its_own_process():
+    assert kernels_prebuild.compile_all([("posv", "cuda_p1_w1", 32, "fp64")]) == []
+
+
+def test_launch_refuses_clearly_where_it_cannot_run(absent):
+    import torch
+
+    from tunedb.families.linalg.launch import launch
+
+    a = torch.eye(8, dtype=torch.float64).expand(3, 8, 8).contiguous()
+    with pytest.raises(ValueError, match="NVRTC"):
+        launch("potrf", "cuda_p4_w1", a)
+    with pytest.raises(ValueError, match="cuda_p<P>_w<W>"):
+        launch("potrf", "cuda_q", a)
+
+
+def test_the_source_is_specialised_by_macros():
+    src = kc.source("posv", 13, "fp64", 2)
+    head = src.split("\n")[:5]
+    assert head == ["#define N 13", "#define NP 16", "#define WARPS 2", "#define DOUBLE 1", "#define POSV 1"]
+    assert 'extern "C" __global__' in src and "tunedb_linalg" in src
+    assert kc.defines("potrf", 2, "fp32", 8)["NP"] == 2 and kc.defines("potrf", 2, "fp32", 8)["POSV"] == 0
