@@ -27,15 +27,17 @@ def absent(monkeypatch):
 
 
 def test_ids_parse_as_their_own_tier():
-    cfg = configs.parse("cuda_p2_w2")
-    assert cfg.lane == "cuda" and configs.shape_of(cfg) == ("cuda", 2, 2) and configs.grid(cfg, 301) == 151
-    assert configs.dependency("cuda_p2_w2") == "cuda" and "cuda" in configs.LANES
-    for bad in ("cuda", "cuda_p2", "cuda_w2", "cuda_p02_w2", "cuda_p2_w02", "cuda_px_w1"):
+    for cid, pipe in (("cuda_p2_w2", True), ("cudas_p2_w2", False)):
+        cfg = configs.parse(cid)
+        assert cfg.lane == "cuda" and configs.shape_of(cfg) == ("cuda", 2, 2) and configs.grid(cfg, 301) == 151
+        assert configs.dependency(cid) == "cuda" and kc.parse(cid) == (2, 2, pipe)
+    assert "cuda" in configs.LANES
+    for bad in ("cuda", "cuda_p2", "cuda_w2", "cuda_p02_w2", "cuda_p2_w02", "cuda_px_w1", "cudax_p1_w1"):
         with pytest.raises(ConfigError, match="cuda_p<P>_w<W>"):
             configs.parse(bad)
-    # after every Triton packing in the tie band's order, fewer warps first
-    assert configs.simplicity("cuda_p1_w1") > configs.simplicity("pdottf_w4")
-    assert configs.simplicity("cuda_p1_w1") < configs.simplicity("cuda_p2_w2")
+    # after every Triton packing in the tie band's order; serial pivots, then fewer warps first
+    assert configs.simplicity("cudas_p1_w1") > configs.simplicity("pdottf_w4")
+    assert configs.simplicity("cudas_p1_w1") < configs.simplicity("cudas_p2_w2") < configs.simplicity("cuda_p1_w1")
 
 
 def test_problems_a_block_follow_n_and_the_warps():
@@ -74,10 +76,11 @@ def test_absent_is_invalid_and_not_in_the_space(absent):
 def test_present_joins_every_cell_it_can_run_past_the_cap(present):
     sm90 = shipped_profile("sm90")
     capped = ladder.arms(ladder.Cell("posv", "fp32", 16, 4096), sm90, 2)
-    assert sorted(a for a in capped if a.startswith("cuda")) == ["cuda_p16_w8", "cuda_p2_w1", "cuda_p4_w2", "cuda_p8_w4"]
+    got = sorted(a for a in capped if a.startswith("cuda"))
+    assert got == sorted(f"{tier}_p{p}_w{w}" for tier in ("cuda", "cudas") for p, w in ((2, 1), (4, 2), (8, 4), (16, 8)))
     assert len([a for a in capped if not a.startswith(("torch", "cuda"))]) <= 2
     fp64 = [a for a in ladder.arms(ladder.Cell("potrf", "fp64", 32, 4096), sm90, 2) if a.startswith("cuda")]
-    assert sorted(fp64) == ["cuda_p1_w1", "cuda_p2_w2", "cuda_p4_w4"]  # 8 warps pass 48 KiB
+    assert sorted(fp64) == sorted(f"{tier}_p{w}_w{w}" for tier in ("cuda", "cudas") for w in (1, 2, 4))  # 8 warps: > 48 KiB
     assert not [a for a in ladder.arms(ladder.Cell("trsv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda")]
     assert not [a for a in ladder.arms(ladder.Cell("posv", "fp32", 64, 4096), sm90, 2) if a.startswith("cuda")]
 
@@ -106,11 +109,13 @@ def test_launch_refuses_clearly_where_it_cannot_run(absent):
         launch("potrf", "cuda_p4_w1", a)
     with pytest.raises(ValueError, match="cuda_p<P>_w<W>"):
         launch("potrf", "cuda_q", a)
+    with pytest.raises(ValueError, match="NVRTC"):
+        launch("posv", "cudas_p4_w1", a, a[:, 0])
 
 
 def test_the_source_is_specialised_by_macros():
-    src = kc.source("posv", 13, "fp64", 2)
-    head = src.split("\n")[:5]
-    assert head == ["#define N 13", "#define NP 16", "#define WARPS 2", "#define DOUBLE 1", "#define POSV 1"]
+    src = kc.source("posv", 13, "fp64", 2, pipe=False)
+    head = src.split("\n")[:6]
+    assert head == ["#define N 13", "#define NP 16", "#define WARPS 2", "#define DOUBLE 1", "#define POSV 1", "#define PIPE 0"]
     assert 'extern "C" __global__' in src and "tunedb_linalg" in src
     assert kc.defines("potrf", 2, "fp32", 8)["NP"] == 2 and kc.defines("potrf", 2, "fp32", 8)["POSV"] == 0

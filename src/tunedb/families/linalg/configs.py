@@ -85,7 +85,8 @@ def config_space(arch_family: str) -> tuple[Config, ...]:
     if dependency_tier_available("nvmath"):
         deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK)
     if dependency_tier_available("cuda"):  # every (P, W) the tier has at some n; validity is per cell
-        deps += tuple(kernels_cuda.config_id(w * q, w) for w in kernels_cuda.WARPS for q in (1, 2, 4, 8, 16))
+        deps += tuple(kernels_cuda.config_id(w * q, w, pipe) for w in kernels_cuda.WARPS for q in (1, 2, 4, 8, 16)
+                      for pipe in (True, False))
     ids = (*(c.id for c in mod.config_space()), *deps)
     return tuple(sorted((parse(cid) for cid in ids), key=lambda c: c.id))
 
@@ -109,8 +110,8 @@ def parse(config_id: str) -> Config:
 
         shape = kernels_cuda.parse(config_id)
         if shape is None or config_id != kernels_cuda.config_id(*shape):
-            raise ConfigError(f"bad linalg config id {config_id!r}: the CUDA tier's ids are cuda_p<P>_w<W>, "
-                              "without leading zeros")
+            raise ConfigError(f"bad linalg config id {config_id!r}: the CUDA tier's ids are cuda_p<P>_w<W> "
+                              "(pipelined pivots) and cudas_p<P>_w<W> (serial), without leading zeros")
         return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", shape[0]), ("warps", shape[1])))
     match = _ID.match(config_id)
     if match is None:
@@ -158,12 +159,12 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
 
         shape = kernels_cuda.parse(config.id)
         if shape is None:
-            return f"{config.id} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>)"
+            return f"{config.id} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>)"
         need = kernels_cuda.smem_bytes(sig.get("n"), sig.dt, shape[1]) if sig.dt in ("fp32", "fp64") else 0
         if arch is not None and need > arch.smem_per_block:
             return (f"{config.id} at n={sig.get('n')} {sig.dt} needs {need} B of shared memory a block; "
                     f"{arch.arch_family} gives at most {arch.smem_per_block}")
-        return kernels_cuda.invalid_reason(sig.op, *shape, sig.get("n"), sig.dt)
+        return kernels_cuda.invalid_reason(sig.op, shape[0], shape[1], sig.get("n"), sig.dt)
     if dep is not None:
         from tunedb.families.linalg import kernels_nvmath
 
@@ -193,12 +194,12 @@ def simplicity(config_id: str) -> int:
     cell never depends on noise); anything else last."""
     if config_id in (LIBRARY, "default"):
         return 0
-    if config_id.startswith("cuda_"):  # after every Triton packing; fewer warps first
+    if config_id.startswith("cuda"):  # after every Triton packing; serial pivots, then fewer warps first
         from tunedb.families.linalg import kernels_cuda
 
         shape = kernels_cuda.parse(config_id)
         if shape is not None:
-            return (len(PACKINGS) + 1) * _RANK + min(shape[1], 999) * 1000 + min(shape[0], 999)
+            return (len(PACKINGS) + 1) * _RANK + shape[2] * 500_000 + min(shape[1], 499) * 1000 + min(shape[0], 999)
     match = _ID.match(config_id)
     if match is None:
         return (len(PACKINGS) + 2) * _RANK

@@ -31,9 +31,15 @@ into upper entries, which are never read); a pivot that is not positive (or NaN)
 its 1-based column (the first such) and is replaced by 1; 1/sqrt from rsqrt (fp32: one Newton
 step; fp64: CUDA's rsqrt, within an ulp).
 
-Config ids `cuda_p{P}_w{W}`: W warps a block (1, 2, 4, 8), each warp Q = 32 / NP problems, so
-P = W * Q problems a block (the id names P as the other packings do). Static shared memory
-only (<= 48 KiB a block), which bounds W at fp64 n = 32.
+Config ids `cuda_p{P}_w{W}` and `cudas_p{P}_w{W}`: W warps a block (1, 2, 4, 8), each warp
+Q = 32 / NP problems, so P = W * Q problems a block (the id names P as the other packings do).
+`cuda_` pipelines the pivots: pivot k + 1's shuffle and rsqrt are issued before pivot k's column
+goes through shared memory (lane k + 1 updates its own diagonal from its own register), and fp64
+takes rsqrt from the hardware estimate and two Newton steps; `cudas_` runs them in series with
+CUDA's rsqrt. Measured on the H200 (session 21, bench/cuda_probe.py): the pipelined form is up to
+1.2x faster where a batch is one wave (latency), the serial one up to 10% faster at fp64 and
+batch 65536 (fewer registers: 112 against 130 at posv n = 32). Static shared memory only
+(<= 48 KiB a block), which bounds W at fp64 n = 32.
 
 It is a tier of its own (configs.DEPENDENCIES): it needs NVRTC at run time, so the pick rule
 takes it only past the dependency margin and every table entry keeps the native (Triton)
@@ -51,7 +57,7 @@ DTYPES = ("fp32", "fp64")
 MAX_N = 32
 WARPS = (1, 2, 4, 8)
 STATIC_SMEM = 48 * 1024
-_ID = re.compile(r"^cuda_p([0-9]+)_w([0-9]+)$")
+_ID = re.compile(r"^cuda(s?)_p([0-9]+)_w([0-9]+)$")
 _ITEM = {"fp32": 4, "fp64": 8}
 _KERNELS: dict[tuple, Any] = {}
 _AVAILABLE: dict[str, bool] = {}
@@ -72,11 +78,13 @@ typedef float4 V;
 #define CHUNK (Q * PER)
 
 __device__ __forceinline__ T rsqrt_t(T a) {
-#if DOUBLE
+#if DOUBLE && PIPE
   double r;  // the hardware estimate (subnormals kept) and two Newton steps: the error squares each
   asm("rsqrt.approx.f64 %0, %1;" : "=d"(r) : "d"(a));
   r = r * (1.5 - 0.5 * a * r * r);
   return r * (1.5 - 0.5 * a * r * r);
+#elif DOUBLE
+  return rsqrt(a);
 #else
   T r = rsqrtf(a);
   return r * (1.5f - 0.5f * a * r * r);
@@ -125,6 +133,7 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
     // buffer would hand it, bit for bit), so the pivot chain is shuffle, rsqrt, multiply, FMA,
     // and the store, barrier and broadcast loads below run beside it.
     T akk_next = T(1), rs_next = T(1);
+#if PIPE
     if (k + 1 < N) {
       akk_next = __shfl_sync(0xffffffffu, r[k + 1] - lk * lk, base + k + 1);
       if (!(akk_next > T(0))) {
@@ -133,6 +142,7 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
       }
       rs_next = rsqrt_t(akk_next);
     }
+#endif
     if (i == k) rinv = rs;
     T* c = colbuf[warp][k & 1];
 #if POSV
@@ -161,8 +171,19 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 #pragma unroll
     for (int j = k + 1; j < N; ++j) r[j] -= lk * c[base + j];
 #endif
+#if PIPE
     akk = akk_next;
     rs = rs_next;
+#else
+    if (k + 1 < N) {  // the next pivot after this column's broadcast: shorter live ranges
+      akk = __shfl_sync(0xffffffffu, r[k + 1], base + k + 1);
+      if (!(akk > T(0))) {
+        if (info == 0) info = k + 2;
+        akk = T(1);
+      }
+      rs = rsqrt_t(akk);
+    }
+#endif
   }
   if (live) {
 #pragma unroll
@@ -202,14 +223,14 @@ def per_warp(n: int) -> int:
     return 32 // max(2, next_pow2(n))
 
 
-def config_id(problems: int, warps: int) -> str:
-    return f"{PREFIX}_p{problems}_w{warps}"
+def config_id(problems: int, warps: int, pipe: bool = True) -> str:
+    return f"{PREFIX}{'' if pipe else 's'}_p{problems}_w{warps}"
 
 
-def parse(config_id_: str) -> tuple[int, int] | None:
-    """(P, W) of `cuda_p{P}_w{W}`, or None for any other id."""
+def parse(config_id_: str) -> tuple[int, int, bool] | None:
+    """(P, W, pipelined) of `cuda_p{P}_w{W}` / `cudas_p{P}_w{W}`, or None for any other id."""
     match = _ID.match(config_id_)
-    return (int(match.group(1)), int(match.group(2))) if match else None
+    return (int(match.group(2)), int(match.group(3)), not match.group(1)) if match else None
 
 
 def smem_bytes(n: int, dtype: str, warps: int) -> int:
@@ -244,12 +265,10 @@ def invalid_reason(op: str, problems: int, warps: int, n: int, dtype: str, check
 
 def config_ids(op: str, n: int, dtype: str) -> tuple[str, ...]:
     """The tier's valid arms for a cell (none without a GPU and NVRTC)."""
-    out = []
-    for w in WARPS:
-        cid = config_id(w * per_warp(n), w) if isinstance(n, int) and n >= 2 else None
-        if cid and invalid_reason(op, w * per_warp(n), w, n, dtype) is None:
-            out.append(cid)
-    return tuple(out)
+    if not isinstance(n, int) or n < 2:
+        return ()
+    return tuple(config_id(w * per_warp(n), w, pipe) for pipe in (True, False) for w in WARPS
+                 if invalid_reason(op, w * per_warp(n), w, n, dtype) is None)
 
 
 def available() -> bool:
@@ -271,49 +290,77 @@ def available() -> bool:
     return got
 
 
-def defines(op: str, n: int, dtype: str, warps: int) -> dict[str, int]:
+def defines(op: str, n: int, dtype: str, warps: int, pipe: bool = True) -> dict[str, int]:
     """The macros one kernel is compiled with."""
     return {"N": n, "NP": max(2, next_pow2(n)), "WARPS": warps, "DOUBLE": int(dtype == "fp64"),
-            "POSV": int(op == "posv")}
+            "POSV": int(op == "posv"), "PIPE": int(pipe)}
 
 
-def source(op: str, n: int, dtype: str, warps: int) -> str:
+def source(op: str, n: int, dtype: str, warps: int, pipe: bool = True) -> str:
     """The full CUDA source of one kernel (macros, then SOURCE)."""
-    head = "".join(f"#define {k} {v}\n" for k, v in defines(op, n, dtype, warps).items())
+    head = "".join(f"#define {k} {v}\n" for k, v in defines(op, n, dtype, warps, pipe).items())
     return head + SOURCE
 
 
-def _kernel(op: str, n: int, dtype: str, warps: int, device: int) -> Any:
-    key = (op, dtype, n, warps, device)
+def _kernel(op: str, n: int, dtype: str, warps: int, pipe: bool, device: int) -> Any:
+    key = (op, dtype, n, warps, pipe, device)
     kern = _KERNELS.get(key)
     if kern is None:
         import torch
 
         with torch.cuda.device(device):
-            kern = torch.cuda._compile_kernel(source(op, n, dtype, warps), "tunedb_linalg")
+            kern = torch.cuda._compile_kernel(source(op, n, dtype, warps, pipe), "tunedb_linalg")
         _KERNELS[key] = kern
     return kern
 
 
-def launch(op: str, problems: int, warps: int, tensors: tuple, out: Any, n: int, batch: int, dtype: str) -> tuple[Any, Any]:
-    """Run `cuda_p{problems}_w{warps}` on CUDA tensors (launch.py checked shapes and made `out`);
+def compile_all(items: list[tuple[str, str, int, str]], jobs: int = 8) -> list[str]:
+    """Compile the tier's (op, config id, n, dtype) kernels in this process on the current device,
+    `jobs` at a time (NVRTC runs outside the GIL); returns the failures as lines."""
+    import concurrent.futures as cf
+
+    import torch
+
+    device = torch.cuda.current_device()
+
+    def one(item: tuple[str, str, int, str]) -> str | None:
+        op, cid, n, dtype = item
+        try:
+            shape = parse(cid)
+            if shape is None:
+                raise ValueError(f"not an id of the CUDA tier: {cid!r}")
+            _kernel(op, n, dtype, shape[1], shape[2], device)
+            return None
+        except Exception as exc:  # reported to the caller, which decides
+            return f"{op} {cid} n={n} {dtype}: {type(exc).__name__}: {exc}"
+
+    with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return [e for e in pool.map(one, sorted(set(items))) if e]
+
+
+def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtype: str) -> tuple[Any, Any]:
+    """Run the tier's config `cid` on CUDA tensors (launch.py checked shapes and made `out`);
     returns (L or x, info)."""
     import torch
 
+    shape = parse(cid)
+    if shape is None:
+        raise ValueError(f"unknown config {cid!r}: the CUDA tier's ids are cuda_p<P>_w<W> and cudas_p<P>_w<W>")
+    problems, warps, pipe = shape
     why = invalid_reason(op, problems, warps, n, dtype)
     if why:
         raise ValueError(why)
     a = tensors[0]
     if not a.is_cuda:
-        raise ValueError(f"{config_id(problems, warps)} runs on CUDA tensors only, got {a.device}")
+        raise ValueError(f"{cid} runs on CUDA tensors only, got {a.device}")
     info = torch.empty((batch,), dtype=torch.int32, device=a.device)
     if batch == 0:
         return out, info
     args = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     if batch >= 2 ** 31:
-        raise ValueError(f"{config_id(problems, warps)} takes batch < 2**31, got {batch}")
+        raise ValueError(f"{cid} takes batch < 2**31, got {batch}")
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    kern = _kernel(op, n, dtype, warps, device)
+    kern = _kernel(op, n, dtype, warps, pipe, device)
     b = args[1] if op == "posv" else args[0]  # potrf's kernel never reads B
     grid = -(-batch // problems)
     kern(grid=(grid, 1, 1), block=(32 * warps, 1, 1), args=[args[0], b, out, info, batch],

@@ -33,12 +33,21 @@ def compile_all(items: Iterable[tuple[str, str, int, str]], jobs: int | None = N
     import multiprocessing as mp
 
     # the dependency tiers compile in the process that launches them (numba-cuda and NVRTC keep
-    # their kernels in memory)
+    # their kernels in memory): NVRTC's here, in threads, where a GPU and NVRTC are present;
+    # numba-cuda's on first launch
+    items = list(items)
+    jobs = jobs or max(1, min(16, (os.cpu_count() or 2) - 1))
+    failed: list[str] = []
+    nvrtc = [(op, cid, n, dt) for op, cid, n, dt in items if cid.startswith("cuda")]
+    if nvrtc:
+        from tunedb.families.linalg import kernels_cuda
+
+        if kernels_cuda.available():
+            failed = kernels_cuda.compile_all(nvrtc, jobs)
     todo = sorted(set((op, cid, n, dt) for op, cid, n, dt in items if not cid.startswith(("torch", "nvmath", "cuda"))))
     if not todo:
-        return []
-    jobs = jobs or max(1, min(16, (os.cpu_count() or 2) - 1))
+        return failed
     if jobs == 1:
-        return [e for e in map(_compile_one, todo) if e]
+        return failed + [e for e in map(_compile_one, todo) if e]
     with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        return [e for e in pool.map(_compile_one, todo, chunksize=4) if e]
+        return failed + [e for e in pool.map(_compile_one, todo, chunksize=4) if e]

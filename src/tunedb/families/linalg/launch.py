@@ -27,7 +27,8 @@ An in-place call consumes its input: time it against a ring of fresh inputs.
 Configs: a Triton config id (`thread_p64_w2`, `warp_p8_w4`, `block_w4`, `lane_p2_w1`, `reg_p32_w1`,
 `rows_p2_w1`, `shfl_p1_w1`, `panel_w2`, `pdot_w2`, `pdottf_w2`; see kernels_space), the dependency tier's `nvmath_b1` (potrf and posv
 through cuSOLVERDx where nvmath-python is installed; kernels_nvmath), the CUDA C++ tier's
-`cuda_p<P>_w<W>` (potrf and posv, n <= 32, compiled by NVRTC where torch has it; kernels_cuda),
+`cuda_p<P>_w<W>` / `cudas_p<P>_w<W>` (potrf and posv, n <= 32, compiled by NVRTC where torch has
+it; kernels_cuda),
 a KernelConfig, or an object with `.id`; and two library arms: "torch" (the capturable forms:
 bmm for dot/gemv/gemm, cholesky_ex, solve_triangular, cholesky_ex + two solve_triangular for
 posv) and "torch_checked" (what the obvious API costs: torch.linalg.cholesky and
@@ -73,10 +74,7 @@ def launch(op: str, config: Any, *tensors: Any, out: Any = None, inplace: bool =
     if cid.startswith("cuda"):  # the CUDA C++ tier (kernels_cuda.py), compiled by NVRTC
         from tunedb.families.linalg import kernels_cuda
 
-        shape = kernels_cuda.parse(cid)
-        if shape is None:
-            raise ValueError(f"unknown config {cid!r}: the CUDA tier's ids are cuda_p<P>_w<W>")
-        return kernels_cuda.launch(op, *shape, tensors, out, n, batch, dtype)
+        return kernels_cuda.launch(op, cid, tensors, out, n, batch, dtype)
     cfg = space.parse_config(cid)
     why = space.invalid_reason(op, cfg.packing, cfg.problems, cfg.warps, n, dtype)
     if why:
