@@ -126,7 +126,7 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   T rs = rsqrt_t(akk);
 #pragma unroll
   for (int k = 0; k < N; ++k) {
-    const T lk = (i == k) ? akk * rs : r[k] * rs;
+    const T lk = r[k] * rs;  // on lane k a_kk * rsqrt(a_kk): l_kk (a failed pivot keeps its finite value)
     r[k] = lk;
     // Pivot k + 1 is issued before this pivot's column goes through shared memory: lane k + 1
     // updates its own diagonal with l_{k+1,k} from its own register (the same value the column
@@ -187,7 +187,11 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   }
   if (live) {
 #pragma unroll
+#if POSV  // the back-solve reads the lower triangle only
+    for (int j = 0; j < N; ++j) tw[q * N * ST + i * ST + j] = r[j];
+#else
     for (int j = 0; j < N; ++j) tw[q * N * ST + i * ST + j] = (j <= i) ? r[j] : T(0);
+#endif
   }
   __syncwarp();
 #if POSV
@@ -302,40 +306,67 @@ def source(op: str, n: int, dtype: str, warps: int, pipe: bool = True) -> str:
     return head + SOURCE
 
 
-def _kernel(op: str, n: int, dtype: str, warps: int, pipe: bool, device: int) -> Any:
+def _kernel(op: str, n: int, dtype: str, warps: int, pipe: bool, device: int, cubin: Any = None) -> Any:
+    """The loaded kernel (compiled here, or from `cubin`: (binary, lowered name) of NVRTC)."""
     key = (op, dtype, n, warps, pipe, device)
     kern = _KERNELS.get(key)
     if kern is None:
         import torch
 
         with torch.cuda.device(device):
-            kern = torch.cuda._compile_kernel(source(op, n, dtype, warps, pipe), "tunedb_linalg")
+            if cubin is None:
+                kern = torch.cuda._compile_kernel(source(op, n, dtype, warps, pipe), "tunedb_linalg")
+            else:
+                from torch.cuda._utils import _cuda_load_module
+
+                loaded = _cuda_load_module(cubin[0], [cubin[1]])
+                kern = loaded[cubin[1]] if isinstance(loaded, dict) else getattr(loaded, cubin[1])
         _KERNELS[key] = kern
     return kern
 
 
 def compile_all(items: list[tuple[str, str, int, str]], jobs: int = 8) -> list[str]:
-    """Compile the tier's (op, config id, n, dtype) kernels in this process on the current device,
-    `jobs` at a time (NVRTC runs outside the GIL); returns the failures as lines."""
+    """Compile the tier's (op, config id, n, dtype) kernels for this process's current device:
+    NVRTC `jobs` at a time in threads (it runs outside the GIL), then each module loaded here, in
+    the calling thread (a fresh thread has no CUDA context current for the driver's module load).
+    Where this torch lacks the split NVRTC helpers, one at a time. Returns the failures as lines."""
     import concurrent.futures as cf
 
     import torch
 
     device = torch.cuda.current_device()
+    arch = "".join(map(str, torch.cuda.get_device_capability(device)))
+    try:
+        from torch.cuda._utils import _cuda_load_module, _nvrtc_compile  # noqa: F401
+    except ImportError:
+        _nvrtc_compile = None
 
-    def one(item: tuple[str, str, int, str]) -> str | None:
+    def one(item: tuple[str, str, int, str]) -> tuple[Any, str | None]:
         op, cid, n, dtype = item
         try:
             shape = parse(cid)
             if shape is None:
                 raise ValueError(f"not an id of the CUDA tier: {cid!r}")
-            _kernel(op, n, dtype, shape[1], shape[2], device)
-            return None
+            if _nvrtc_compile is None:
+                return None, None
+            return _nvrtc_compile(source(op, n, dtype, shape[1], shape[2]), "tunedb_linalg", arch), None
         except Exception as exc:  # reported to the caller, which decides
-            return f"{op} {cid} n={n} {dtype}: {type(exc).__name__}: {exc}"
+            return None, f"{op} {cid} n={n} {dtype}: {type(exc).__name__}: {exc}"
 
+    todo = sorted(set(items))
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return [e for e in pool.map(one, sorted(set(items))) if e]
+        built = list(pool.map(one, todo))
+    failed = []
+    for (op, cid, n, dtype), (cubin, err) in zip(todo, built):
+        if err is None:
+            try:
+                shape = parse(cid)
+                _kernel(op, n, dtype, shape[1], shape[2], device, cubin)
+            except Exception as exc:
+                err = f"{op} {cid} n={n} {dtype}: {type(exc).__name__}: {exc}"
+        if err:
+            failed.append(err)
+    return failed
 
 
 def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtype: str) -> tuple[Any, Any]:
