@@ -11,7 +11,7 @@
 for s in "$@"; do
   skipping "$s" && continue
   case $s in
-    cuda-tests) run_stage cuda_tests "${CUDA_TESTS_S:-200}" "PYTHONPATH=src python -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_linalg_cuda_gpu.py" ;;
+    cuda-tests) run_stage cuda_tests "${CUDA_TESTS_S:-200}" "PYTHONPATH=src python -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_linalg_cuda_gpu.py -k \"${CUDA_TESTS_K:-not nothing}\"" ;;
     cuda-probe) run_stage cuda_probe "${CUDA_PROBE_S:-300}" "PYTHONPATH=src python bench/cuda_probe.py --quick --ns ${CUDA_NS:-4,8,16,32} --out \$OUT/cuda_probe.json" ;;
     *) bash "$HERE/device_s20.sh" "$s" ;;
   esac

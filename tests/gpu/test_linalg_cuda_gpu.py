@@ -67,3 +67,41 @@ def test_cuda_in_place_equals_out_of_place(op):
         assert torch.equal(got, want), f"{cid} {op} {dt} n={n}: in place differs"
         if op == "posv":
             assert torch.equal(work[0], ins[0]), f"{cid} posv wrote A"
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_op_serves_the_tier_where_the_table_names_it(monkeypatch, op):
+    """fp32 n=32 at batch 4096: the shipped table's full winner is a CUDA-tier arm (session 21),
+    so the public op binds it and answers within torch's bound, eagerly and replayed from a CUDA
+    graph; the next epoch with NVRTC marked missing binds the entry's native (Triton) winner."""
+    from tunedb import database, settings
+    from tunedb.families.linalg import ops, problems, signatures
+    from tunedb.runtime import selector
+
+    sig = signatures.make_signature(op, "fp32", 32)
+    entry = next(res.db.entries[sig] for res in database.lookup("sm90", "linalg") if sig in res.db.entries)
+    full, native = entry.lookup(4096), entry.lookup(4096, native=True)
+    assert full.startswith("cuda") and not native.startswith("cuda"), (full, native)
+    args = problems.make_inputs(sig, 4096, "cuda", 11)[0]
+    fn = getattr(ops, op)
+    with settings.override(USER_DB="off"):
+        selector.reload()
+        assert ops.bound_for(op, *args).config.id == full
+        got = fn(*args)
+        ref = problems.residual(sig, args, {}, problems.torch_arm(op, *args))
+        assert problems.residual(sig, args, {}, got) <= problems.residual_bound(sig, ref, 4.0)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn(*args)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = fn(*args)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured[0], got[0])
+        monkeypatch.setitem(kc._AVAILABLE, "nvrtc", False)
+        selector.reload()
+        assert ops.bound_for(op, *args).config.id == native
+    selector.reload()
