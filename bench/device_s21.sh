@@ -7,12 +7,18 @@
 #             captured graph against fp64, non-SPD, in place; ~60 s)
 # cuda-probe  bench/cuda_probe.py --quick: the CUDA tier against the shipped pick and torch at
 #             potrf/posv n = 4..32 x batch 256/4096/65536 (CUDA_NS, default 4,8,16,32)
+# cuda-agree  two tunes of potrf/posv n <= 32 (seeds 0 and 1, separate processes, the shipped
+#             settings: --pick low --max-rounds 45 --max-arms 14, the CUDA tier in the ladder), then
+#             bench/linalg_pick_replay.py cross on their samples and `tunedb diff` of the two tables
 . "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
   skipping "$s" && continue
   case $s in
     cuda-tests) run_stage cuda_tests "${CUDA_TESTS_S:-200}" "PYTHONPATH=src python -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_linalg_cuda_gpu.py -k \"${CUDA_TESTS_K:-not nothing}\"" ;;
     cuda-probe) run_stage cuda_probe "${CUDA_PROBE_S:-300}" "PYTHONPATH=src python bench/cuda_probe.py --quick --ns ${CUDA_NS:-4,8,16,32} --out \$OUT/cuda_probe.json" ;;
+    cuda-agree)
+      TUNE="PYTHONPATH=src python -m tunedb linalg tune --pick low --max-rounds 45 --legs solver --ops potrf,posv --n 4,8,16,32 --max-arms 14 --build-jobs 15"
+      run_stage cuda_agree "${CUDA_AGREE_S:-330}" "$TUNE --seed 0 --samples \$OUT/a.jsonl --out \$OUT/a && $TUNE --seed 1 --samples \$OUT/b.jsonl --out \$OUT/b && PYTHONPATH=src python bench/linalg_pick_replay.py cross \$OUT/a.jsonl \$OUT/b.jsonl --rules median,low,low-blocks --out \$OUT/cross.json; PYTHONPATH=src python -m tunedb diff \$OUT/a/sm90/linalg.json \$OUT/b/sm90/linalg.json" ;;
     *) bash "$HERE/device_s20.sh" "$s" ;;
   esac
 done
