@@ -35,6 +35,8 @@ from torch import nn
 
 from tunedb.families.gemm import ops
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
+from tunedb.families.module_rules import holders
+from tunedb.families.module_rules import hooked as _hooked
 from tunedb.runtime import launch_table, report
 
 # the entry points' fast-path checks (ops.py), bound here once: TunedLinear.forward repeats them
@@ -127,22 +129,9 @@ def activation_kind(module: Any) -> str | None:
     return None
 
 
-def _hooked(module: nn.Module) -> bool:
-    """Whether a user's hooks watch `module` (tunedb's own, such as the bmm family's product mode
-    on the top module, mark themselves `tunedb_own_hook` and change no input or output)."""
-    hooks = (*module._forward_hooks.values(), *module._forward_pre_hooks.values())
-    return (any(not getattr(h, "tunedb_own_hook", False) for h in hooks)
-            or bool(getattr(module, "_backward_hooks", None)))
-
-
 def _linear_paths(model: nn.Module) -> dict[int, int]:
     """How many places (parent, attribute) hold each nn.Linear."""
-    count: dict[int, int] = {}
-    for parent in model.modules():
-        for child in parent._modules.values():
-            if type(child) is nn.Linear:
-                count[id(child)] = count.get(id(child), 0) + 1
-    return count
+    return holders(model, (nn.Linear,))
 
 
 def _may_fuse(children: dict[str, Any]) -> bool:

@@ -1,0 +1,91 @@
+"""Session 21's review on the CPU: models nobody gave us through the public API (each test fails
+before its fix)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import tunedb
+
+
+def _conv_bn_act() -> nn.Sequential:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv1d(4, 4, 3, groups=4), nn.BatchNorm1d(4), nn.SiLU()).eval()
+    m[1].running_mean.uniform_()
+    m[1].running_var.uniform_(0.5, 2.0)
+    return m
+
+
+def _same(model: nn.Module, x: torch.Tensor) -> None:
+    ref = copy.deepcopy(model)
+    got = tunedb.optimize(model, families="all")(x)
+    torch.testing.assert_close(got, ref(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("where", [0, 1])
+def test_conv_bn_act_is_not_fused_past_a_users_hook(where):
+    # a forward hook that changes the conv's or the norm's output: fused, the
+    # hooked module's own output was never produced and the hook's change was lost
+    m = _conv_bn_act()
+    m[where].register_forward_hook(lambda mod, args, out: out + 1.0)
+    _same(m, torch.randn(2, 4, 10))
+
+
+def test_conv2d_act_is_not_fused_past_a_hook_and_the_activations_hook_still_fires():
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    m[0].register_forward_hook(lambda mod, args, out: out - 1.0)
+    _same(m, torch.randn(2, 3, 8, 8))
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    calls = []
+    m[1].register_forward_hook(lambda mod, args, out: calls.append(1))
+    tunedb.optimize(m, families="all")(torch.randn(2, 3, 8, 8))
+    assert calls == [1]
+
+
+def test_a_batch_norm_held_in_two_places_is_not_absorbed():
+    # the absorbed norm passed its input through at its other caller too
+    class TwoUses(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seq = _conv_bn_act()
+            self.norm = self.seq[1]
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.norm(self.seq(x))
+
+    _same(TwoUses().eval(), torch.randn(2, 4, 10))
+
+
+def test_a_conv_held_in_two_places_is_not_fused_with_an_activation():
+    class TwoUses(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seq = nn.Sequential(nn.Conv2d(3, 3, 3, padding=1), nn.ReLU())
+            self.conv = self.seq[0]
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(x) - self.seq(x)
+
+    _same(TwoUses(), torch.randn(2, 3, 8, 8))
+
+
+def test_a_folded_conv_in_eval_mode_deepcopies_and_backpropagates_twice():
+    # the fold was cached with its autograd graph: deepcopy refused the non-leaf tensors, and the
+    # second backward walked the graph the first had freed
+    plain = _conv_bn_act()
+    ref = copy.deepcopy(plain)
+    m = tunedb.optimize(plain, families="all")
+    x = torch.randn(2, 4, 10)
+    m(x)
+    copy.deepcopy(m)
+    for _ in range(2):
+        m.zero_grad()
+        ref.zero_grad()
+        m(x).sum().backward()
+        ref(x).sum().backward()
+        torch.testing.assert_close(m[0].weight.grad, ref[0].weight.grad)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), ref(x))
