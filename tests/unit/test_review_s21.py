@@ -89,3 +89,38 @@ def test_a_folded_conv_in_eval_mode_deepcopies_and_backpropagates_twice():
         torch.testing.assert_close(m[0].weight.grad, ref[0].weight.grad)
     with torch.no_grad():
         torch.testing.assert_close(m(x), ref(x))
+
+
+class _Tagger(nn.Module):
+    """A model whose own forward reads its LSTM's attributes and calls flatten_parameters()."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, batch_first=True)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.lstm.flatten_parameters()
+        h0 = x.new_zeros(self.lstm.num_layers, x.shape[0], self.lstm.hidden_size)
+        return self.fc(self.lstm(x, (h0, h0))[0])
+
+
+def test_an_optimized_lstm_keeps_its_attributes_and_pickles(tmp_path):
+    # TunedRNN had no hidden_size / flatten_parameters (AttributeError in the model's forward),
+    # and was a class made inside a function, which torch.save could not name
+    torch.manual_seed(0)
+    plain = _Tagger()
+    ref = copy.deepcopy(plain)
+    model = tunedb.optimize(plain, families="all")
+    assert type(model.lstm).__name__ == "TunedRNN"
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(model(x), ref(x))
+    torch.save(model, tmp_path / "m.pt")
+    again = torch.load(tmp_path / "m.pt", weights_only=False)
+    torch.testing.assert_close(again(x), ref(x))
+
+
+def test_a_hooked_lstm_is_left_as_it_is():
+    model = nn.Sequential(nn.LSTM(8, 16))
+    model[0].register_forward_hook(lambda mod, args, out: None)
+    assert type(tunedb.optimize(model, families="all")[0]) is nn.LSTM
