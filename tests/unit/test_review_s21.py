@@ -124,3 +124,15 @@ def test_a_hooked_lstm_is_left_as_it_is():
     model = nn.Sequential(nn.LSTM(8, 16))
     model[0].register_forward_hook(lambda mod, args, out: None)
     assert type(tunedb.optimize(model, families="all")[0]) is nn.LSTM
+
+
+def test_prewarm_of_an_optimized_fp32_model_has_nothing_to_measure():
+    # no family serves an fp32 GEMM, so its calls record no point; prewarm raised "run
+    # tunedb.optimize(model) first" on a model that had been optimized (and on its deepcopy)
+    model = tunedb.optimize(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)))
+    x = torch.randn(2, 16)
+    for m in (model, copy.deepcopy(model)):
+        got = tunedb.prewarm(m, (x,), strict=True)
+        assert got.points == () and got.uncovered == ()
+    with pytest.raises(ValueError, match="optimize"):  # a model never optimized still hears it
+        tunedb.prewarm(nn.Sequential(nn.Linear(16, 32)).half(), (x.half(),))
