@@ -136,3 +136,15 @@ def test_prewarm_of_an_optimized_fp32_model_has_nothing_to_measure():
         assert got.points == () and got.uncovered == ()
     with pytest.raises(ValueError, match="optimize"):  # a model never optimized still hears it
         tunedb.prewarm(nn.Sequential(nn.Linear(16, 32)).half(), (x.half(),))
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"cache": 123}, "cache=123"), ({"top_k": "a"}, "top_k='a'"), ({"top_k": -1}, "top_k=-1"),
+    ({"enabled": "yes"}, "enabled='yes'"), ({"publish": None}, "publish=None"),
+    ({"working_set_bytes": -5}, "working_set_bytes=-5"),
+])
+def test_autotune_names_a_bad_argument_when_entered(kwargs, named):
+    # they were taken as given: a bad top_k failed at the first shape measured (a comparison
+    # with len() inside the model's forward, on a GPU), a truthy string enabled measuring
+    with pytest.raises((TypeError, ValueError), match=named):
+        tunedb.autotune(**kwargs)
