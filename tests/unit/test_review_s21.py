@@ -148,3 +148,24 @@ def test_autotune_names_a_bad_argument_when_entered(kwargs, named):
     # with len() inside the model's forward, on a GPU), a truthy string enabled measuring
     with pytest.raises((TypeError, ValueError), match=named):
         tunedb.autotune(**kwargs)
+
+
+def _ctc_head() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 16), nn.GELU(), nn.Linear(16, 29), nn.LogSoftmax(dim=-1)).to(torch.bfloat16)
+
+
+def test_an_optimized_log_softmax_head_pickles(tmp_path):
+    # the fused head was a class made inside a function, which torch.save could not name
+    model = tunedb.optimize(_ctc_head(), families="all")
+    assert type(model[2]).__name__ == "TunedLinearLogSoftmax"
+    x = torch.randn(3, 16, dtype=torch.bfloat16)
+    torch.save(model, tmp_path / "m.pt")
+    torch.testing.assert_close(torch.load(tmp_path / "m.pt", weights_only=False)(x), model(x))
+
+
+@pytest.mark.parametrize("where", [2, 3])
+def test_a_hooked_linear_or_log_softmax_is_not_fused_into_a_head(where):
+    model = _ctc_head()
+    model[where].register_forward_hook(lambda mod, args, out: out * 2.0)
+    _same(model, torch.randn(3, 16, dtype=torch.bfloat16))
