@@ -169,3 +169,16 @@ def test_a_hooked_linear_or_log_softmax_is_not_fused_into_a_head(where):
     model = _ctc_head()
     model[where].register_forward_hook(lambda mod, args, out: out * 2.0)
     _same(model, torch.randn(3, 16, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("spec", [":", ":make", ".rel:make", "broken_wl_s21:make"])
+def test_tune_names_a_workload_it_cannot_load(spec, tmp_path, monkeypatch, capsys):
+    # a user module failing at import, an empty or relative module name: a traceback (exit 1)
+    # instead of the one-line error naming the workload
+    from tunedb import cli
+
+    (tmp_path / "broken_wl_s21.py").write_text("raise RuntimeError('import boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["tune", spec]) == 2
+    err = capsys.readouterr().err
+    assert f"workload {spec!r}" in err and "Traceback" not in err
