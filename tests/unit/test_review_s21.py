@@ -182,3 +182,13 @@ def test_tune_names_a_workload_it_cannot_load(spec, tmp_path, monkeypatch, capsy
     assert cli.main(["tune", spec]) == 2
     err = capsys.readouterr().err
     assert f"workload {spec!r}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kwargs", [{"inplace": "no"}, {"approximate": "no"}, {"approximate": None}])
+def test_optimize_names_a_flag_that_is_not_a_bool(kwargs):
+    # a truthy "no" patched the caller's model in place (inplace="no"), or opted the whole
+    # process in to approximating arms (approximate="no")
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+    with pytest.raises(TypeError, match=f"{next(iter(kwargs))}="):
+        tunedb.optimize(model, **kwargs)
+    assert type(model[0]) is nn.Linear
