@@ -192,3 +192,15 @@ def test_optimize_names_a_flag_that_is_not_a_bool(kwargs):
     with pytest.raises(TypeError, match=f"{next(iter(kwargs))}="):
         tunedb.optimize(model, **kwargs)
     assert type(model[0]) is nn.Linear
+
+
+def test_recommend_takes_numpy_and_torch_integers():
+    # n and batch read off an array's shape or a numpy count were refused ("n=np.int64(16) must
+    # be an int"); a float or a bool still is
+    np = pytest.importorskip("numpy")
+    want = tunedb.recommend("potrf", "fp32", 16, 64)
+    assert tunedb.recommend("potrf", "fp32", np.int64(16), np.int32(64)) == want
+    assert tunedb.recommend("potrf", "fp32", torch.tensor(16), 64) == want
+    for bad in (16.0, True):
+        with pytest.raises(ValueError, match="n="):
+            tunedb.recommend("potrf", "fp32", bad, 64)
