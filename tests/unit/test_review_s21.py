@@ -204,3 +204,25 @@ def test_recommend_takes_numpy_and_torch_integers():
     for bad in (16.0, True):
         with pytest.raises(ValueError, match="n="):
             tunedb.recommend("potrf", "fp32", bad, 64)
+
+
+def test_a_saved_model_with_swapped_moe_experts_loads_and_serves(tmp_path):
+    # the experts' forward was a bound method, which pickle names by the attribute
+    # `tuned_forward` the module lacks: torch.save wrote a file torch.load could not read
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2)
+    torch.manual_seed(0)
+    plain = transformers.MixtralForCausalLM(cfg).eval().to(torch.bfloat16)
+    ref = copy.deepcopy(plain)
+    model = tunedb.optimize(plain, families="all")
+    experts = model.model.layers[0].mlp.experts
+    assert experts._tunedb_group_gemm
+    torch.save(model, tmp_path / "m.pt")
+    again = torch.load(tmp_path / "m.pt", weights_only=False)
+    loaded = again.model.layers[0].mlp.experts
+    assert loaded.forward.args[0] is loaded  # bound to the loaded module, not the saved one
+    ids = torch.randint(0, 64, (2, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(again(input_ids=ids).logits, ref(input_ids=ids).logits, atol=2e-2, rtol=2e-2)
