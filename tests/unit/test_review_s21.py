@@ -226,3 +226,16 @@ def test_a_saved_model_with_swapped_moe_experts_loads_and_serves(tmp_path):
     ids = torch.randint(0, 64, (2, 5))
     with torch.no_grad():
         torch.testing.assert_close(again(input_ids=ids).logits, ref(input_ids=ids).logits, atol=2e-2, rtol=2e-2)
+
+
+def test_a_folded_conv_exports_under_no_grad_after_an_eager_call():
+    # the fold's cache key read each tensor's data pointer, which torch.export's fake tensors
+    # do not have (RuntimeError: Cannot access data pointer of Tensor)
+    plain = _conv_bn_act()
+    ref = copy.deepcopy(plain)
+    model = tunedb.optimize(plain, families="all")
+    x = torch.randn(2, 4, 10)
+    with torch.no_grad():
+        model(x)
+        exported = torch.export.export(model, (x,))
+        torch.testing.assert_close(exported.module()(x), ref(x))

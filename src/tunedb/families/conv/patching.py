@@ -34,9 +34,12 @@ PATCH_RULES = ("nn.Conv1d -> TunedConv1d (tunedb::conv1d)",
 def _folded(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight, bias) of conv followed by bn in eval mode, computed in fp32 once per version
     where no gradient is wanted, and per call where one is (the fold is then part of the graph
-    that backward walks, and a cached graph would be freed by the first backward)."""
+    that backward walks, and a cached graph would be freed by the first backward) or while a
+    compiler traces (the fold goes into its graph)."""
     parts = (conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in parts):
+        return _fold(conv, bn)
+    if torch.compiler.is_compiling():  # traced tensors (torch.export's fakes) have no data pointer
         return _fold(conv, bn)
     key = tuple((t.data_ptr(), t._version) if t is not None else None for t in parts)
     cached = conv.__dict__.get("_tunedb_fold")
