@@ -3,6 +3,7 @@ before its fix)."""
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -239,3 +240,45 @@ def test_a_folded_conv_exports_under_no_grad_after_an_eager_call():
         model(x)
         exported = torch.export.export(model, (x,))
         torch.testing.assert_close(exported.module()(x), ref(x))
+
+
+class _ClosureHeld(nn.Module):
+    """fc's raw output is also read through a lambda made in __init__."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.GELU()
+        self.raw = lambda x: self.fc(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x)) + self.raw(x)
+
+
+class _CachedPropertyHeld(nn.Module):
+    """fc's raw output is also read through a cached_property."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.GELU()
+
+    @functools.cached_property
+    def raw(self):
+        return self.fc
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x)) - self.raw(x)
+
+
+@pytest.mark.parametrize("cls", [_ClosureHeld, _CachedPropertyHeld])
+def test_a_linear_read_outside_the_methods_is_not_fused(cls):
+    # fusion rule 2 counted the attribute's uses in methods and properties only: a closure made
+    # in __init__ or a cached_property also calling self.fc got the fused gelu(fc(x))
+    torch.manual_seed(0)
+    ref = cls()
+    torch.manual_seed(0)
+    model = tunedb.optimize(cls())
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(model(x), ref(x))
+    assert model.fc.act == "none"

@@ -8,7 +8,7 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
 2. A module whose own code (read as a Python AST) calls ``self.A(self.L(...))``, or runs
    ``v = self.L(...)`` immediately followed by ``v = self.A(v)`` (L an nn.Linear, A an
    activation module), where ``self.L`` and ``self.A`` each appear exactly once in all of the
-   class's methods and properties besides __init__: L's output then flows only into A, and A is
+   class's methods and properties besides __init__, and in the closures __init__ makes: L's output then flows only into A, and A is
    applied nowhere else, so A's attribute becomes nn.Identity. This covers Hugging Face's
    WhisperEncoderLayer / WhisperDecoderLayer (activation_fn(fc1(x))), LlamaMLP
    (act_fn(gate_proj(x)) * up_proj(x)) and the common `x = self.fc1(x); x = self.act(x)` style.
