@@ -59,8 +59,11 @@ def _user_db_value(value: str) -> str | None:
 
 
 def _file_value(value: str) -> str | None:
-    if Path(value).expanduser().is_dir():
+    path = Path(value).expanduser()
+    if path.is_dir():
         return "is a directory; use a file path (the recording is written there)"
+    if not path.parent.is_dir():  # else the first recorded call fails inside the model's forward
+        return f"names a file in {str(path.parent)!r}, which is not a directory; create it or use another path"
     return None
 
 

@@ -101,3 +101,11 @@ def test_path_settings_refuse_the_wrong_kind_of_path(tmp_path):
 def test_lenient_reads_what_status_reports():
     with settings.override(JIT_LAUNCH="true"), settings.lenient():
         assert settings.heuristic_enabled() is True
+
+
+def test_capture_in_a_missing_directory_is_refused_when_read(tmp_path):
+    # it was accepted, and on a GPU the first recorded call raised FileNotFoundError inside the
+    # model's forward (census/capture.record_call opens the file then)
+    with settings.override(CAPTURE=str(tmp_path / "no_such_dir" / "rec.jsonl")):
+        with pytest.raises(SettingsError, match="TUNEDB_CAPTURE=.*no_such_dir.*not a directory"):
+            settings.check_all()

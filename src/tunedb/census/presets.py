@@ -260,10 +260,12 @@ def _check_takes_device(spec: str, factory: Any) -> None:
 
 def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> Workload:
     module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CensusError(f"workload {spec!r} must be module:callable, both named; {CALLABLE_CONTRACT}")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise CensusError(f"cannot load workload {spec!r}: {exc}") from exc
+    except Exception as exc:  # the user's module runs at import: any error of its own is its message
+        raise CensusError(f"cannot load workload {spec!r}: {type(exc).__name__}: {exc}") from exc
     if not callable(factory):
         raise CensusError(f"workload {spec!r} is not callable")
     _check_takes_device(spec, factory)

@@ -19,6 +19,7 @@ flow runs on a CPU against fake measurements.
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -82,6 +83,7 @@ class Autotuner:
                  publisher: Publisher | None = None, arch_family: str | None = None,
                  approximate: bool | None = None, top_k: int | None = 16,
                  working_set_bytes: int | None = None, timer: Any = None) -> None:
+        _check_args(cache, publish, enabled, top_k, working_set_bytes)
         self.path = Path(cache) if cache is not None else None
         self.publish = publish
         self.enabled = enabled
@@ -369,6 +371,19 @@ def _top_k(family: Any, sig: Signature, m: int, configs: list[Config], profile: 
     except Exception:  # a model that cannot rank this shape: measure everything
         return configs
     return [c for c in configs if c.id in ranked] or configs
+
+
+def _check_args(cache: Any, publish: Any, enabled: Any, top_k: Any, working_set_bytes: Any) -> None:
+    """TypeError / ValueError naming a bad argument and what is allowed, when autotune() is
+    entered, not at the first shape it measures (inside the model's forward, on a GPU only)."""
+    if cache is not None and not isinstance(cache, (str, os.PathLike)):
+        raise TypeError(f"autotune cache={cache!r} must be a file path (str or os.PathLike) or None")
+    for name, value in (("publish", publish), ("enabled", enabled)):
+        if not isinstance(value, bool):
+            raise TypeError(f"autotune {name}={value!r} must be True or False")
+    for name, value, low in (("top_k", top_k, 1), ("working_set_bytes", working_set_bytes, 0)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+            raise ValueError(f"autotune {name}={value!r} must be None or an int >= {low}")
 
 
 def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True,

@@ -37,6 +37,9 @@ def optimize(model: Any, approximate: bool = False, inplace: bool = True,
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"optimize() needs a torch.nn.Module, got {type(model).__name__}")
+    for name, value in (("approximate", approximate), ("inplace", inplace)):
+        if not isinstance(value, bool):  # a truthy "no" would patch in place, or approximate
+            raise TypeError(f"optimize() {name}={value!r} must be True or False")
     global _everything
     chosen = patching_families(families)
     if not inplace:

@@ -5,7 +5,8 @@
 
 The points come from a census ShapeSet (its must-tune points), from Points, or from running
 the model once on example inputs (every tuned-op call it makes is must-tune: a model that is
-prewarmed is about to be captured). A point is covered when the user or system tier answers
+prewarmed is about to be captured; an optimized model none of whose calls a family serves, an
+fp32 model's GEMMs say, has no points). A point is covered when the user or system tier answers
 it. Uncovered points are measured under the protocol, weakest tier first (default before cost
 model), then heaviest, within budget_s; winners are published to the user tier at their M and a
 new epoch starts, so the next calls (and the graphs captured after them) serve them. In strict
@@ -77,11 +78,20 @@ def _recorded(model: Any, inputs: Any) -> tuple[Point, ...]:
     counts: dict[tuple[str, Signature, int], int] = {}
     for call in calls:
         counts[call] = counts.get(call, 0) + 1
+    if not counts and _optimized(model):
+        return ()  # its calls are ones no family serves (an fp32 model's GEMMs): nothing to measure
     if not counts:
         raise ValueError("the model made no tuned-op call on these inputs; run tunedb.optimize(model) "
                          "first, or pass a census ShapeSet")
     return tuple(Point(sig, m, weight=float(n), calls=n, must_tune=True)
                  for (_fam, sig, m), n in sorted(counts.items(), key=lambda kv: (str(kv[0][1]), kv[0][2])))
+
+
+def _optimized(model: Any) -> bool:
+    """Whether optimize() swapped any module of `model` or registered it (read off the modules'
+    classes too, so a deepcopy or an unpickled copy counts)."""
+    modules = model.modules() if hasattr(model, "modules") else ()
+    return report.registered(model) or any(type(m).__module__.startswith("tunedb.") for m in modules)
 
 
 def _tier(sig: Signature, m: int) -> str:

@@ -81,6 +81,11 @@ def unpatched_lines() -> list[str]:
     return lines
 
 
+def registered(model: Any) -> bool:
+    """Whether optimize() registered `model` (it may have left every module as written)."""
+    return any(ref() is model for ref, _name, _layers in _models)
+
+
 def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
     """(table keys of the modules optimize() left as written in `model`, why)."""
     return _left.get(id(model), ([], ""))

@@ -11,6 +11,9 @@ nn.Sequential:
   activation runs in the kernel's epilogue; the norm and activation modules pass their input
   through while the norm is in eval mode. In training mode the three run as before (the norm
   then uses batch statistics, which no folding can know).
+Only where each fused module is held in one place and no user hook watches it (module_rules): a
+fused module's own output is never produced, so its hooks, or a second caller, would get the
+fused result. Such a conv is still swapped, unfused.
 The op itself runs plain torch on CPU / fp32 inputs, so a patched model stays correct anywhere.
 """
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from tunedb.families.module_rules import holders, hooked
+
 PATCH_RULES = ("nn.Conv1d -> TunedConv1d (tunedb::conv1d)",
                "nn.Conv2d -> TunedConv2d (tunedb::conv2d)",
                "nn.Sequential(Conv2d, ReLU|SiLU) -> TunedConv2d(act=relu|silu), Identity",
@@ -27,12 +32,26 @@ PATCH_RULES = ("nn.Conv1d -> TunedConv1d (tunedb::conv1d)",
 
 
 def _folded(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weight, bias) of conv followed by bn in eval mode, computed in fp32 once per version."""
+    """(weight, bias) of conv followed by bn in eval mode, computed in fp32 once per version
+    where no gradient is wanted, and per call where one is (the fold is then part of the graph
+    that backward walks, and a cached graph would be freed by the first backward) or while a
+    compiler traces (the fold goes into its graph)."""
     parts = (conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in parts):
+        return _fold(conv, bn)
+    if torch.compiler.is_compiling():  # traced tensors (torch.export's fakes) have no data pointer
+        return _fold(conv, bn)
     key = tuple((t.data_ptr(), t._version) if t is not None else None for t in parts)
     cached = conv.__dict__.get("_tunedb_fold")
     if cached is not None and cached[0] == key:
         return cached[1]
+    with torch.no_grad():  # cached tensors are leaves: deepcopy and pickling take the module
+        out = _fold(conv, bn)
+    conv.__dict__["_tunedb_fold"] = (key, out)
+    return out
+
+
+def _fold(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tensor]:
     var, mean = bn.running_var.float(), bn.running_mean.float()
     scale = torch.rsqrt(var + bn.eps)
     if bn.weight is not None:
@@ -40,9 +59,7 @@ def _folded(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Te
     w = conv.weight.float() * scale.view(-1, *([1] * (conv.weight.dim() - 1)))
     b = conv.bias.float() if conv.bias is not None else torch.zeros_like(mean)
     b = (b - mean) * scale + (bn.bias.float() if bn.bias is not None else 0.0)
-    out = (w.to(conv.weight.dtype), b.to(conv.weight.dtype))
-    conv.__dict__["_tunedb_fold"] = (key, out)
-    return out
+    return w.to(conv.weight.dtype), b.to(conv.weight.dtype)
 
 
 class TunedConv1d(nn.Conv1d):
@@ -108,18 +125,24 @@ def _foldable(bn: Any, conv: Any) -> bool:
             and bn.num_features == conv.out_channels)
 
 
-def _fuse(seq: nn.Sequential) -> None:
+def _alone(held: dict[int, int], *modules: Any) -> bool:
+    """Whether each module is held in one place and watched by no user hook."""
+    return all(held.get(id(m)) == 1 and not hooked(m) for m in modules)
+
+
+def _fuse(seq: nn.Sequential, held: dict[int, int]) -> None:
     mods = seq._modules
     names = list(mods)
     for i, name in enumerate(names):
         conv = mods[name]
         nxt = [mods[n] for n in names[i + 1:i + 3]]
-        if type(conv) is nn.Conv2d and served(conv) and nxt and type(nxt[0]) in _ACTS:
+        if (type(conv) is nn.Conv2d and served(conv) and nxt and type(nxt[0]) in _ACTS and _alone(held, conv)
+                and not hooked(nxt[0])):  # the activation leaves this slot only: others may hold it
             conv.__class__ = TunedConv2d
             conv.tunedb_act = _ACTS[type(nxt[0])]
             mods[names[i + 1]] = nn.Identity()
         elif (type(conv) is nn.Conv1d and served(conv) and len(nxt) == 2 and _foldable(nxt[0], conv)
-              and type(nxt[1]) in _ACTS):
+              and type(nxt[1]) in _ACTS and _alone(held, conv, *nxt)):
             bn, act = nxt
             conv.__class__ = TunedConv1d
             conv.tunedb_act = _ACTS[type(act)]
@@ -134,9 +157,10 @@ def optimize(model: Any, approximate: bool = False) -> Any:
     """The model with its served convolutions swapped (in place); returns it."""
     from tunedb.families.conv import ops  # noqa: F401 -- registers the ops
 
+    held = holders(model, (*_TUNED, nn.BatchNorm1d, *_ACTS))
     for parent in list(model.modules()):
         if isinstance(parent, nn.Sequential):
-            _fuse(parent)
+            _fuse(parent, held)
     for module in list(model.modules()):
         if served(module):
             module.__class__ = _TUNED[type(module)]

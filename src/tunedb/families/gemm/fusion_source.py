@@ -57,23 +57,51 @@ def _pairs(tree: ast.AST) -> list[tuple[str, str]]:
     return out
 
 
+def _closures(tree: ast.AST) -> list[ast.AST]:
+    """The outermost lambdas and nested functions inside __init__'s source `tree`: code made
+    there that runs later, as methods do (`self.f = lambda x: self.fc(x)`)."""
+    init = tree.body[0] if isinstance(tree, ast.Module) and tree.body else tree
+    found: list[ast.AST] = []
+    stack = list(ast.iter_child_nodes(init))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append(node)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _function(attr: object) -> object:
+    """The function behind a class attribute: a property's getter, a cached_property's,
+    a staticmethod's or classmethod's; else the attribute itself."""
+    if isinstance(attr, property):
+        return attr.fget
+    if isinstance(attr, functools.cached_property):
+        return attr.func
+    if isinstance(attr, (staticmethod, classmethod)):
+        return attr.__func__
+    return attr
+
+
 @functools.lru_cache(maxsize=None)
 def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
     """(act attr, linear attr) pairs of cls whose linear output provably feeds only the act,
-    each attr named exactly once in the methods (and properties) of cls and its bases."""
+    each attr named exactly once in the methods (and properties) of cls and its bases, and in
+    the closures their __init__ makes (__init__'s own statements only build the module)."""
     trees: list[ast.AST] = []
     for klass in cls.__mro__:
         if klass in (nn.Module, object):
             continue  # mixins after nn.Module (HF's PreTrainedModel has several) are scanned too
         for name, fn in vars(klass).items():
-            if isinstance(fn, property):
-                fn = fn.fget
-            if name == "__init__" or not inspect.isfunction(fn):
+            fn = _function(fn)
+            if not inspect.isfunction(fn):
                 continue
             try:
-                trees.append(ast.parse(textwrap.dedent(inspect.getsource(fn))))
+                tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
             except (OSError, TypeError, SyntaxError):
                 return ()  # source unavailable: we cannot prove safety
+            trees.extend(_closures(tree) if name == "__init__" else (tree,))
     uses: dict[str, int] = {}
     for tree in trees:
         for node in ast.walk(tree):

@@ -8,7 +8,7 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
 2. A module whose own code (read as a Python AST) calls ``self.A(self.L(...))``, or runs
    ``v = self.L(...)`` immediately followed by ``v = self.A(v)`` (L an nn.Linear, A an
    activation module), where ``self.L`` and ``self.A`` each appear exactly once in all of the
-   class's methods and properties besides __init__: L's output then flows only into A, and A is
+   class's methods and properties besides __init__, and in the closures __init__ makes: L's output then flows only into A, and A is
    applied nowhere else, so A's attribute becomes nn.Identity. This covers Hugging Face's
    WhisperEncoderLayer / WhisperDecoderLayer (activation_fn(fc1(x))), LlamaMLP
    (act_fn(gate_proj(x)) * up_proj(x)) and the common `x = self.fc1(x); x = self.act(x)` style.
@@ -35,6 +35,8 @@ from torch import nn
 
 from tunedb.families.gemm import ops
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
+from tunedb.families.module_rules import holders
+from tunedb.families.module_rules import hooked as _hooked
 from tunedb.runtime import launch_table, report
 
 # the entry points' fast-path checks (ops.py), bound here once: TunedLinear.forward repeats them
@@ -127,22 +129,9 @@ def activation_kind(module: Any) -> str | None:
     return None
 
 
-def _hooked(module: nn.Module) -> bool:
-    """Whether a user's hooks watch `module` (tunedb's own, such as the bmm family's product mode
-    on the top module, mark themselves `tunedb_own_hook` and change no input or output)."""
-    hooks = (*module._forward_hooks.values(), *module._forward_pre_hooks.values())
-    return (any(not getattr(h, "tunedb_own_hook", False) for h in hooks)
-            or bool(getattr(module, "_backward_hooks", None)))
-
-
 def _linear_paths(model: nn.Module) -> dict[int, int]:
     """How many places (parent, attribute) hold each nn.Linear."""
-    count: dict[int, int] = {}
-    for parent in model.modules():
-        for child in parent._modules.values():
-            if type(child) is nn.Linear:
-                count[id(child)] = count.get(id(child), 0) + 1
-    return count
+    return holders(model, (nn.Linear,))
 
 
 def _may_fuse(children: dict[str, Any]) -> bool:

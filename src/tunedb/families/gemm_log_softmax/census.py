@@ -18,7 +18,6 @@ rule; instead:
 """
 from __future__ import annotations
 
-import functools
 import weakref
 from collections import Counter
 from typing import Any, Callable, Iterator
@@ -99,8 +98,11 @@ def _is_plain_linear(mod: Any) -> bool:
 
 def find_heads(model: Any) -> Iterator[tuple[str, int]]:
     """(qualified name of an nn.Sequential, index of its linear layer) for every nn.Linear (or
-    gemm's TunedLinear without activation) followed by nn.LogSoftmax over the last dimension."""
+    gemm's TunedLinear without activation) followed by nn.LogSoftmax over the last dimension,
+    neither watched by a user's hook (the fused module produces neither's own output)."""
     import torch
+
+    from tunedb.families.module_rules import hooked
 
     for name, mod in model.named_modules():
         if not isinstance(mod, torch.nn.Sequential):
@@ -108,30 +110,13 @@ def find_heads(model: Any) -> Iterator[tuple[str, int]]:
         items = list(mod)
         for i in range(len(items) - 1):
             if _is_plain_linear(items[i]) and isinstance(items[i + 1], torch.nn.LogSoftmax) \
-                    and items[i + 1].dim == -1:
+                    and items[i + 1].dim == -1 and not (hooked(items[i]) or hooked(items[i + 1])):
                 yield name, i
 
 
-@functools.lru_cache(maxsize=1)
 def fused_head_class() -> type:
-    import torch
-
-    class TunedLinearLogSoftmax(torch.nn.Module):
-        """nn.Linear + nn.LogSoftmax(dim=-1) as one tunedb::gemm_log_softmax call (same parameters)."""
-
-        def __init__(self, linear: torch.nn.Module) -> None:
-            super().__init__()
-            self.weight = linear.weight
-            self.bias = linear.bias
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            # torch's own pair for fp32 heads and under autocast (which casts the linear's
-            # operands and runs log_softmax in fp32; the fused op takes one dtype and keeps it)
-            if x.dtype not in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(x.device.type):
-                return torch.log_softmax(torch.nn.functional.linear(x, self.weight, self.bias), dim=-1)
-            from tunedb.families.gemm_log_softmax.ops import gemm_log_softmax
-
-            return gemm_log_softmax(x, self.weight, self.bias)
+    """TunedLinearLogSoftmax (families/gemm_log_softmax/module.py, which imports torch)."""
+    from tunedb.families.gemm_log_softmax.module import TunedLinearLogSoftmax
 
     return TunedLinearLogSoftmax
 

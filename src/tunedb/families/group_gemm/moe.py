@@ -17,7 +17,7 @@ ModuleList of per-expert Linears) are left alone: they run as the model wrote th
 """
 from __future__ import annotations
 
-import types
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -155,7 +155,9 @@ def swap_experts(model: Any) -> list[str]:
         module = model.get_submodule(info.name)
         if getattr(module, "_tunedb_group_gemm", False):
             continue
-        module.forward = types.MethodType(tuned_forward, module)
+        # a partial of this module's function, not a bound method: pickle names a method by its
+        # attribute (`tuned_forward`, which the module lacks), so torch.load of a saved model failed
+        module.forward = functools.partial(tuned_forward, module)
         module._tunedb_group_gemm = True
         swapped.append(info.name)
     return swapped

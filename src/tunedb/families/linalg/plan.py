@@ -14,6 +14,7 @@ the same as `regions`), `deps="all"` the full ones.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,17 @@ class ExecutionPlan:
                   f"{self.warps} warp(s), grid {self.grid}")
         return (f"{self.op} {self.dtype} n={self.n} batch={self.batch} (deps={self.deps}): {self.arm} "
                 f"-- {launch}; {self.source} ({self.cell}); {self.reason}")
+
+
+def _integer(value: Any) -> Any:
+    """An integer-valued argument as an int (numpy's and torch's integer scalars, which a caller
+    reading shapes or arrays passes, included); anything else as given, for the checks to name."""
+    if isinstance(value, bool):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
 
 
 def _check_args(op: Any, dtype: Any, n: Any, batch: Any, deps: Any) -> None:
@@ -104,6 +116,7 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
     """The execution plan for (op, dtype, n, batch) on `arch`, from the shipped table or the
     heuristic (the serving path's: TUNEDB_MODEL_FALLBACK=0 turns it off, and the library arm
     serves). No GPU needed. Bad arguments raise errors naming the value and what is allowed."""
+    n, batch = _integer(n), _integer(batch)
     _check_args(op, dtype, n, batch, deps)
     from tunedb import arch as arch_mod
     from tunedb.families.linalg import FAMILY

@@ -16,7 +16,6 @@ nn.LSTM does); state_dict keys stay the module's own (under `.rnn`).
 """
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from typing import Any, Callable
 
@@ -62,68 +61,25 @@ def _kernel_may_serve(rnn: Any, x: Any, hx: Any) -> bool:
     return not grad_form.wants_grad((x, *states, *rnn._flat_weights))
 
 
-@functools.lru_cache(maxsize=1)
 def tuned_class() -> type:
-    import torch
-
-    class TunedRNN(torch.nn.Module):
-        """An nn.LSTM / nn.GRU run under the arm the selector serves for its key."""
-
-        def __init__(self, rnn: torch.nn.Module) -> None:
-            super().__init__()
-            self.rnn = rnn
-            self._flat: tuple[int, ...] = ()  # the weights' pointers when last flattened (or found flat)
-
-        def _flatten_once(self) -> None:
-            """nn's flatten_parameters() skips bf16, so cuDNN would copy the weights every call:
-            flatten them in place once, again only after they moved (.to(), a new assignment)."""
-            from tunedb.families.rnn.weights import capturing, flatten_module
-
-            ptrs = tuple(w.data_ptr() for w in self.rnn._flat_weights)
-            if ptrs != self._flat and not capturing():
-                flatten_module(self.rnn)
-                self._flat = tuple(w.data_ptr() for w in self.rnn._flat_weights)
-
-        def forward(self, x: Any, hx: Any = None) -> Any:
-            served = isinstance(x, torch.Tensor) and x.device.type == SERVED_DEVICE
-            key = module_signature(self.rnn, x) if served else None
-            if key is None:
-                return self.rnn(x, hx)
-            from tunedb.families.rnn.launch import arm_flags
-            from tunedb.runtime import launch_table
-
-            from tunedb import families
-
-            config = launch_table.resolve(families.get(FAMILY), *key)[0]
-            if config.lane == "triton_persistent" and not _kernel_may_serve(self.rnn, x, hx):
-                return self.rnn(x, hx)  # the module's own arm (torch's default) computes it
-            if config.lane == "triton_persistent":  # LSTM only (the predicate)
-                from tunedb.families.rnn.launch import persistent
-
-                sig = key[0]
-                shape = (sig.get("L") * (1 + sig.get("bidir")), sig.get("B"), sig.get("H"))
-                h0, c0 = hx if hx is not None else (x.new_zeros(shape), x.new_zeros(shape))
-                # torch's errors for a bad hx or an x of another dtype than the weights: the
-                # kernel would read them unchecked
-                self.rnn.check_forward_args(x, (h0, c0), None)
-                return persistent(config, sig, x, h0, c0, *self.rnn._flat_weights, states=True)
-            if config.id != "nocudnn":
-                self._flatten_once()
-            with arm_flags(config):
-                return self.rnn(x, hx)
+    """TunedRNN (families/rnn/module.py, which imports torch)."""
+    from tunedb.families.rnn.module import TunedRNN
 
     return TunedRNN
 
 
 def optimize(model: Any) -> Any:
-    """Wrap every nn.LSTM / nn.GRU child in TunedRNN (a bare recurrent module is wrapped itself)."""
+    """Wrap every nn.LSTM / nn.GRU child in TunedRNN (a bare recurrent module is wrapped itself).
+    A hooked one stays: the persistent kernel runs without calling it, so its hooks would not fire."""
     import torch
+
+    from tunedb.families.module_rules import hooked
 
     cls = tuned_class()
     if isinstance(model, (torch.nn.LSTM, torch.nn.GRU)):
         return cls(model)
     for name, mod in list(model.named_modules()):
         for child_name, child in list(mod.named_children()):
-            if isinstance(child, (torch.nn.LSTM, torch.nn.GRU)) and not isinstance(mod, cls):
+            if isinstance(child, (torch.nn.LSTM, torch.nn.GRU)) and not isinstance(mod, cls) and not hooked(child):
                 setattr(mod, child_name, cls(child))
     return model

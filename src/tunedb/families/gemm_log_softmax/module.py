@@ -1,0 +1,26 @@
+"""TunedLinearLogSoftmax, optimize()'s fused head (families/gemm_log_softmax/census.py: the swap).
+
+A class of this module (not one made inside a function) so that torch.save / pickle of an
+optimized model can name it.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class TunedLinearLogSoftmax(torch.nn.Module):
+    """nn.Linear + nn.LogSoftmax(dim=-1) as one tunedb::gemm_log_softmax call (same parameters)."""
+
+    def __init__(self, linear: torch.nn.Module) -> None:
+        super().__init__()
+        self.weight = linear.weight
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # torch's own pair for fp32 heads and under autocast (which casts the linear's
+        # operands and runs log_softmax in fp32; the fused op takes one dtype and keeps it)
+        if x.dtype not in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(x.device.type):
+            return torch.log_softmax(torch.nn.functional.linear(x, self.weight, self.bias), dim=-1)
+        from tunedb.families.gemm_log_softmax.ops import gemm_log_softmax
+
+        return gemm_log_softmax(x, self.weight, self.bias)

@@ -1,0 +1,25 @@
+"""What every family's optimize() hook asks of a module before it fuses it with a neighbour:
+whether a user's hooks watch it, and how many places in the model hold it. A fused module's
+own output is never produced, so a hook on it, or a second place that calls it, would see (or
+return) the fused result instead of the module's."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def hooked(module: Any) -> bool:
+    """Whether a user's hooks watch `module` (tunedb's own, such as the bmm family's product mode
+    on the top module, mark themselves `tunedb_own_hook` and change no input or output)."""
+    hooks = (*module._forward_hooks.values(), *module._forward_pre_hooks.values())
+    return (any(not getattr(h, "tunedb_own_hook", False) for h in hooks)
+            or bool(getattr(module, "_backward_hooks", None)))
+
+
+def holders(model: Any, kinds: tuple[type, ...]) -> dict[int, int]:
+    """id(module) -> how many places (parent, attribute) hold it, for modules of exactly `kinds`."""
+    count: dict[int, int] = {}
+    for parent in model.modules():
+        for child in parent._modules.values():
+            if type(child) in kinds:
+                count[id(child)] = count.get(id(child), 0) + 1
+    return count

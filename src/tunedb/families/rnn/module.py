@@ -1,0 +1,72 @@
+"""TunedRNN, optimize()'s wrapper of an nn.LSTM / nn.GRU (families/rnn/census.py: the swap).
+
+A class of this module (not one made inside a function) so that torch.save / pickle of an
+optimized model can name it. Attributes the wrapper does not have (hidden_size, num_layers,
+flatten_parameters(), ...) are the wrapped module's, so a model's own forward that reads
+`self.lstm.hidden_size` or calls `self.lstm.flatten_parameters()` runs as before.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tunedb.families.rnn import census
+from tunedb.families.rnn.configs import FAMILY, module_signature
+
+
+class TunedRNN(torch.nn.Module):
+    """An nn.LSTM / nn.GRU run under the arm the selector serves for its key."""
+
+    def __init__(self, rnn: torch.nn.Module) -> None:
+        super().__init__()
+        self.rnn = rnn
+        self._flat: tuple[int, ...] = ()  # the weights' pointers when last flattened (or found flat)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)  # parameters, buffers and submodules (self.rnn)
+        except AttributeError:
+            # __dict__ read directly: while unpickling, _modules may not be there yet
+            rnn = self.__dict__.get("_modules", {}).get("rnn")
+            if rnn is None:
+                raise
+            return getattr(rnn, name)
+
+    def _flatten_once(self) -> None:
+        """nn's flatten_parameters() skips bf16, so cuDNN would copy the weights every call:
+        flatten them in place once, again only after they moved (.to(), a new assignment)."""
+        from tunedb.families.rnn.weights import capturing, flatten_module
+
+        ptrs = tuple(w.data_ptr() for w in self.rnn._flat_weights)
+        if ptrs != self._flat and not capturing():
+            flatten_module(self.rnn)
+            self._flat = tuple(w.data_ptr() for w in self.rnn._flat_weights)
+
+    def forward(self, x: Any, hx: Any = None) -> Any:
+        served = isinstance(x, torch.Tensor) and x.device.type == census.SERVED_DEVICE
+        key = module_signature(self.rnn, x) if served else None
+        if key is None:
+            return self.rnn(x, hx)
+        from tunedb.families.rnn.launch import arm_flags
+        from tunedb.runtime import launch_table
+
+        from tunedb import families
+
+        config = launch_table.resolve(families.get(FAMILY), *key)[0]
+        if config.lane == "triton_persistent" and not census._kernel_may_serve(self.rnn, x, hx):
+            return self.rnn(x, hx)  # the module's own arm (torch's default) computes it
+        if config.lane == "triton_persistent":  # LSTM only (the predicate)
+            from tunedb.families.rnn.launch import persistent
+
+            sig = key[0]
+            shape = (sig.get("L") * (1 + sig.get("bidir")), sig.get("B"), sig.get("H"))
+            h0, c0 = hx if hx is not None else (x.new_zeros(shape), x.new_zeros(shape))
+            # torch's errors for a bad hx or an x of another dtype than the weights: the
+            # kernel would read them unchecked
+            self.rnn.check_forward_args(x, (h0, c0), None)
+            return persistent(config, sig, x, h0, c0, *self.rnn._flat_weights, states=True)
+        if config.id != "nocudnn":
+            self._flatten_once()
+        with arm_flags(config):
+            return self.rnn(x, hx)
