@@ -1,5 +1,6 @@
-"""The CUDA C++ tier of potrf/posv (kernels_cuda.py) on the GPU: every config its predicate admits
-at n in {2, 3, 4, 5, 8, 12, 13, 16, 24, 32} x fp32/fp64 x batch {1, 257, 4096, 65536 (n >= 16)},
+"""The CUDA C++ tier (kernels_cuda.py) on the GPU: every config its predicate admits for potrf/posv
+at n in {2, 3, 4, 5, 8, 12, 13, 16, 24, 32, 33, 40, 48, 64} and trsv at n <= 32, x fp32/fp64 x
+batch {1, 257, 4096, 65536 (16 <= n <= 32)},
 each run INSIDE a captured CUDA graph (warmed up on a side stream, as the tune times it) and the
 replay's result checked against the fp64 reference (bounded by what torch gets on the same
 inputs), the upper triangle never read (NaN), every output element written (NaN-poisoned out=),
@@ -18,7 +19,7 @@ from tunedb.families.linalg.launch import launch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-NS = (2, 3, 4, 5, 8, 12, 13, 16, 24, 32)
+NS = (2, 3, 4, 5, 8, 12, 13, 16, 24, 32, 33, 40, 48, 64)
 DTYPES = ("fp32", "fp64")
 OPS = ("potrf", "posv")
 
@@ -31,33 +32,35 @@ def nvrtc():
 
 
 def _batches(n):
-    return (1, 257, 4096, 65536) if n >= 16 else (1, 257, 4096)
+    return (1, 257, 4096, 65536) if 16 <= n <= 32 else (1, 257, 4096)
 
 
 @pytest.mark.parametrize("dt", DTYPES)
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", (*OPS, "trsv"))
 def test_every_cuda_config_meets_the_fp64_reference_inside_a_cuda_graph(op, dt):
     ran = 0
-    for n in NS:
+    ns = [n for n in NS if n <= kc.MAX_N[op]]
+    for n in ns:
         ids = kc.config_ids(op, n, dt)
         assert ids, f"no CUDA config for {op} {dt} n={n}"
         for cid in ids:
             for batch in _batches(n):
                 check_captured(op, cid, n, dt, batch)
                 ran += 1
-    assert ran >= sum(len(_batches(n)) for n in NS)
+    assert ran >= sum(len(_batches(n)) for n in ns)
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_cuda_non_spd_problems_are_reported_and_the_others_solved(op):
-    for n, dt in ((4, "fp64"), (8, "fp32"), (13, "fp64"), (16, "fp32"), (32, "fp32"), (32, "fp64")):
+    for n, dt in ((4, "fp64"), (8, "fp32"), (13, "fp64"), (16, "fp32"), (32, "fp32"), (32, "fp64"), (40, "fp32"),
+                  (64, "fp64")):
         for cid in kc.config_ids(op, n, dt)[:2]:
             check_non_spd(op, cid, n, dt)
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_cuda_in_place_equals_out_of_place(op):
-    for n, dt in ((5, "fp32"), (16, "fp64"), (32, "fp32")):
+    for n, dt in ((5, "fp32"), (16, "fp64"), (32, "fp32"), (64, "fp64")):
         cid = kc.config_ids(op, n, dt)[-1]
         ins = check.make_inputs(op, 1000, n, dt, device="cuda", seed=3)
         want = launch(op, cid, *ins)[0].clone()

@@ -51,9 +51,16 @@ def test_problems_a_block_follow_n_and_the_warps():
 
 
 def test_validity_names_what_is_wrong():
-    assert "potrf, posv only, not trsv" in kc.invalid_reason("trsv", 1, 1, 32, "fp32", check_runtime=False)
+    assert "potrf, posv, trsv only, not gemv" in kc.invalid_reason("gemv", 1, 1, 32, "fp32", check_runtime=False)
     assert "fp32, fp64 only, not fp16" in kc.invalid_reason("posv", 1, 1, 32, "fp16", check_runtime=False)
-    assert "n in 2..32" in kc.invalid_reason("posv", 1, 1, 33, "fp64", check_runtime=False)
+    assert "posv at n in 2..64, got n=65" in kc.invalid_reason("posv", 1, 2, 65, "fp64", check_runtime=False)
+    assert "trsv at n in 2..32, got n=33" in kc.invalid_reason("trsv", 1, 2, 33, "fp64", check_runtime=False)
+    # past n = 32 one problem a block of NP / 32 warps, pipelined pivots only
+    assert kc.invalid_reason("potrf", 1, 2, 33, "fp64", check_runtime=False) is None
+    assert "(cuda_p1_w2), got P=2, W=4" in kc.invalid_reason("potrf", 2, 4, 64, "fp32", check_runtime=False)
+    assert "serial-pivot form" in kc.invalid_reason("posv", 1, 2, 64, "fp32", check_runtime=False, pipe=False)
+    assert "serial-pivot form" in kc.invalid_reason("trsv", 1, 1, 32, "fp32", check_runtime=False, pipe=False)
+    assert kc.smem_bytes(64, "fp64", 2) == (64 * 65 + 2 * (64 + 2)) * 8 <= kc.STATIC_SMEM
     assert "one of (1, 2, 4, 8)" in kc.invalid_reason("posv", 3, 3, 32, "fp64", check_runtime=False)
     # static shared memory: fp64 n=32 holds 8960 B a warp, so 8 warps (71680 B) pass 48 KiB
     assert kc.smem_bytes(32, "fp64", 1) == (32 * 33 + 64) * 8
@@ -81,8 +88,11 @@ def test_present_joins_every_cell_it_can_run_past_the_cap(present):
     assert len([a for a in capped if not a.startswith(("torch", "cuda"))]) <= 2
     fp64 = [a for a in ladder.arms(ladder.Cell("potrf", "fp64", 32, 4096), sm90, 2) if a.startswith("cuda")]
     assert sorted(fp64) == sorted(f"{tier}_p{w}_w{w}" for tier in ("cuda", "cudas") for w in (1, 2, 4))  # 8 warps: > 48 KiB
-    assert not [a for a in ladder.arms(ladder.Cell("trsv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda")]
-    assert not [a for a in ladder.arms(ladder.Cell("posv", "fp32", 64, 4096), sm90, 2) if a.startswith("cuda")]
+    trsv = sorted(a for a in ladder.arms(ladder.Cell("trsv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda"))
+    assert trsv == ["cuda_p16_w8", "cuda_p2_w1", "cuda_p4_w2", "cuda_p8_w4"]  # no serial form of trsv
+    assert [a for a in ladder.arms(ladder.Cell("posv", "fp32", 64, 4096), sm90, 2) if a.startswith("cuda")] == ["cuda_p1_w2"]
+    assert not [a for a in ladder.arms(ladder.Cell("posv", "fp32", 128, 4096), sm90, 2) if a.startswith("cuda")]
+    assert not [a for a in ladder.arms(ladder.Cell("gemv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda")]
 
 
 def test_the_pick_takes_it_only_past_the_dependency_margin():
@@ -114,6 +124,10 @@ def test_launch_refuses_clearly_where_it_cannot_run(absent):
 
 
 def test_the_source_is_specialised_by_macros():
+    from tunedb.families.linalg import kernels_cuda_src as cs
+
+    assert kc.source("trsv", 13, "fp32", 2).endswith(cs.TRSV) and kc.source("posv", 40, "fp32", 2).endswith(cs.BLOCK)
+    assert kc.source("potrf", 32, "fp64", 1).endswith(cs.WARP)
     src = kc.source("posv", 13, "fp64", 2, pipe=False)
     head = src.split("\n")[:6]
     assert head == ["#define N 13", "#define NP 16", "#define WARPS 2", "#define DOUBLE 1", "#define POSV 1", "#define PIPE 0"]

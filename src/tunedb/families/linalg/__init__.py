@@ -24,7 +24,8 @@ from tunedb.records import ArchProfile, Config, Signature
 # What decides the compiled kernels, their launch grid and the library arm as served (not the
 # kernels' test inputs in kernels_check.py, nor host code here).
 KERNEL_SOURCES = ("kernels_space.py", "kernels_thread.py", "kernels_tile.py", "kernels_lane.py", "kernels_reg.py",
-                  "kernels_rows.py", "kernels_shfl.py", "kernels_panel.py", "kernels_pdot.py", "kernels_torch.py", "kernels_nvmath.py", "kernels_cuda.py", "launch.py")
+                  "kernels_rows.py", "kernels_shfl.py", "kernels_panel.py", "kernels_pdot.py", "kernels_torch.py", "kernels_nvmath.py", "kernels_cuda.py",
+                  "kernels_cuda_src.py", "launch.py")
 VERIFY_FACTOR = 4.0  # an arm's worst residual may reach 4x torch's on the same inputs
 
 

@@ -85,8 +85,7 @@ def config_space(arch_family: str) -> tuple[Config, ...]:
     if dependency_tier_available("nvmath"):
         deps = tuple(kernels_nvmath.config_id(b) for b in kernels_nvmath.BATCHES_PER_BLOCK)
     if dependency_tier_available("cuda"):  # every (P, W) the tier has at some n; validity is per cell
-        deps += tuple(kernels_cuda.config_id(w * q, w, pipe) for w in kernels_cuda.WARPS for q in (1, 2, 4, 8, 16)
-                      for pipe in (True, False))
+        deps += kernels_cuda.all_ids()
     ids = (*(c.id for c in mod.config_space()), *deps)
     return tuple(sorted((parse(cid) for cid in ids), key=lambda c: c.id))
 
@@ -164,7 +163,7 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
         if arch is not None and need > arch.smem_per_block:
             return (f"{config.id} at n={sig.get('n')} {sig.dt} needs {need} B of shared memory a block; "
                     f"{arch.arch_family} gives at most {arch.smem_per_block}")
-        return kernels_cuda.invalid_reason(sig.op, shape[0], shape[1], sig.get("n"), sig.dt)
+        return kernels_cuda.invalid_reason(sig.op, shape[0], shape[1], sig.get("n"), sig.dt, pipe=shape[2])
     if dep is not None:
         from tunedb.families.linalg import kernels_nvmath
 

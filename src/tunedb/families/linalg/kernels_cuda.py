@@ -1,5 +1,6 @@
-"""The CUDA C++ tier of the small linear-algebra family: potrf and posv for n <= 32 as hand-written
-warp kernels, compiled at run time by NVRTC through torch (`torch.cuda._compile_kernel`).
+"""The CUDA C++ tier of the small linear-algebra family: potrf and posv for n <= 64 and trsv for
+n <= 32 as hand-written kernels (kernels_cuda_src.py), compiled at run time by NVRTC through torch
+(`torch.cuda._compile_kernel`).
 
 Why not Triton: the shfl packing (kernels_shfl.py) broadcasts each pivot's column with one warp
 shuffle per register, 640 shuffles a problem at fp32 n = 32, and at batch 65536 the SM's shuffle
@@ -31,8 +32,14 @@ into upper entries, which are never read); a pivot that is not positive (or NaN)
 its 1-based column (the first such) and is replaced by 1; 1/sqrt from rsqrt (fp32: one Newton
 step; fp64: CUDA's rsqrt, within an ulp).
 
+trsv (n <= 32) keeps the layout: x_j reaches every lane of the problem by one shuffle a step and
+row i takes L[i, j] x_j from its own register. From n = 33 to 64 (potrf, posv) one problem takes a
+block of NP = 64 threads, row i in thread i, and the pivot travels with the column through shared
+memory: one __syncthreads a pivot (kernels_cuda_src.BLOCK).
+
 Config ids `cuda_p{P}_w{W}` and `cudas_p{P}_w{W}`: W warps a block (1, 2, 4, 8), each warp
-Q = 32 / NP problems, so P = W * Q problems a block (the id names P as the other packings do).
+Q = 32 / NP problems, so P = W * Q problems a block (the id names P as the other packings do);
+past n = 32 one problem a block of NP / 32 warps (`cuda_p1_w2`).
 `cuda_` pipelines the pivots: pivot k + 1's shuffle and rsqrt are issued before pivot k's column
 goes through shared memory (lane k + 1 updates its own diagonal from its own register), and fp64
 takes rsqrt from the hardware estimate and two Newton steps; `cudas_` runs them in series with
@@ -52,170 +59,17 @@ import re
 from typing import Any
 
 PREFIX = "cuda"
-OPS = ("potrf", "posv")
+OPS = ("potrf", "posv", "trsv")
 DTYPES = ("fp32", "fp64")
-MAX_N = 32
+MAX_N = {"potrf": 64, "posv": 64, "trsv": 32}
+WARP_MAX_N = 32  # up to here a problem fits one warp's lanes (kernels_cuda_src.WARP / TRSV)
+SERIAL_OPS = ("potrf", "posv")  # the serial-pivot variant (cudas_) of the warp kernel
 WARPS = (1, 2, 4, 8)
 STATIC_SMEM = 48 * 1024
 _ID = re.compile(r"^cuda(s?)_p([0-9]+)_w([0-9]+)$")
 _ITEM = {"fp32": 4, "fp64": 8}
 _KERNELS: dict[tuple, Any] = {}
 _AVAILABLE: dict[str, bool] = {}
-
-SOURCE = r"""
-#if DOUBLE
-typedef double T;
-typedef double2 V;
-#define VEC 2
-#else
-typedef float T;
-typedef float4 V;
-#define VEC 4
-#endif
-#define Q (32 / NP)
-#define ST (N + 1)
-#define PER (N * N)
-#define CHUNK (Q * PER)
-
-__device__ __forceinline__ T rsqrt_t(T a) {
-#if DOUBLE && PIPE
-  double r;  // the hardware estimate (subnormals kept) and two Newton steps: the error squares each
-  asm("rsqrt.approx.f64 %0, %1;" : "=d"(r) : "d"(a));
-  r = r * (1.5 - 0.5 * a * r * r);
-  return r * (1.5 - 0.5 * a * r * r);
-#elif DOUBLE
-  return rsqrt(a);
-#else
-  T r = rsqrtf(a);
-  return r * (1.5f - 0.5f * a * r * r);
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
-tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
-  __shared__ T tile[WARPS][CHUNK + Q * N];
-  __shared__ __align__(16) T colbuf[WARPS][2][32];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const long long first = ((long long)blockIdx.x * WARPS + warp) * Q;
-  if (first >= batch) return;  // uniform across the warp
-  const int nprob = (int)min((long long)Q, (long long)batch - first);
-  const int valid = nprob * PER;
-  T* tw = tile[warp];
-  const T* Ag = A + first * PER;
-#pragma unroll
-  for (int m = 0; m < (CHUNK + 31) / 32; ++m) {  // coalesced; every load in flight at once
-    const int e = lane + 32 * m;
-    if (e < CHUNK) {
-      const int q = e / PER, rc = e - q * PER, row = rc / N, c = rc - row * N;
-      tw[q * N * ST + row * ST + c] = e < valid ? Ag[e] : (row == c ? T(1) : T(0));
-    }
-  }
-  __syncwarp();
-  const int q = lane / NP, i = lane % NP, base = q * NP;
-  const bool live = i < N;
-  T r[N];
-#pragma unroll
-  for (int j = 0; j < N; ++j) r[j] = live ? tw[q * N * ST + i * ST + j] : T(0);
-#if POSV
-  T bi = (live && q < nprob) ? B[(first + q) * N + i] : T(0);
-#endif
-  int info = 0;
-  T rinv = T(1);
-  T akk = __shfl_sync(0xffffffffu, r[0], base);
-  if (!(akk > T(0))) { info = 1; akk = T(1); }
-  T rs = rsqrt_t(akk);
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const T lk = r[k] * rs;  // on lane k a_kk * rsqrt(a_kk): l_kk (a failed pivot keeps its finite value)
-    r[k] = lk;
-    // Pivot k + 1 is issued before this pivot's column goes through shared memory: lane k + 1
-    // updates its own diagonal with l_{k+1,k} from its own register (the same value the column
-    // buffer would hand it, bit for bit), so the pivot chain is shuffle, rsqrt, multiply, FMA,
-    // and the store, barrier and broadcast loads below run beside it.
-    T akk_next = T(1), rs_next = T(1);
-#if PIPE
-    if (k + 1 < N) {
-      akk_next = __shfl_sync(0xffffffffu, r[k + 1] - lk * lk, base + k + 1);
-      if (!(akk_next > T(0))) {
-        if (info == 0) info = k + 2;
-        akk_next = T(1);
-      }
-      rs_next = rsqrt_t(akk_next);
-    }
-#endif
-    if (i == k) rinv = rs;
-    T* c = colbuf[warp][k & 1];
-#if POSV
-    const T zk = bi * rs;
-    if (i == k) bi = zk;
-    c[lane] = (i == k) ? zk : lk;
-#else
-    c[lane] = lk;
-#endif
-    __syncwarp();
-#if POSV
-    if (i > k) bi -= lk * c[base + k];
-#endif
-#if NP >= VEC
-#pragma unroll
-    for (int v = (k + 1) / VEC; v < (N + VEC - 1) / VEC; ++v) {
-      const V w = *reinterpret_cast<const V*>(c + base + v * VEC);
-      const T* wp = reinterpret_cast<const T*>(&w);
-#pragma unroll
-      for (int t = 0; t < VEC; ++t) {
-        const int j = v * VEC + t;
-        if (j > k && j < N) r[j] -= lk * wp[t];
-      }
-    }
-#else
-#pragma unroll
-    for (int j = k + 1; j < N; ++j) r[j] -= lk * c[base + j];
-#endif
-#if PIPE
-    akk = akk_next;
-    rs = rs_next;
-#else
-    if (k + 1 < N) {  // the next pivot after this column's broadcast: shorter live ranges
-      akk = __shfl_sync(0xffffffffu, r[k + 1], base + k + 1);
-      if (!(akk > T(0))) {
-        if (info == 0) info = k + 2;
-        akk = T(1);
-      }
-      rs = rsqrt_t(akk);
-    }
-#endif
-  }
-  if (live) {
-#pragma unroll
-#if POSV  // the back-solve reads the lower triangle only
-    for (int j = 0; j < N; ++j) tw[q * N * ST + i * ST + j] = r[j];
-#else
-    for (int j = 0; j < N; ++j) tw[q * N * ST + i * ST + j] = (j <= i) ? r[j] : T(0);
-#endif
-  }
-  __syncwarp();
-#if POSV
-#pragma unroll
-  for (int k = N - 1; k >= 0; --k) {
-    const T xk = __shfl_sync(0xffffffffu, bi * rinv, base + k);
-    if (i < k) bi -= tw[q * N * ST + k * ST + i] * xk;
-    if (i == k) bi = xk;
-  }
-  if (live && q < nprob) OUT[(first + q) * N + i] = bi;
-#else
-  T* Og = OUT + first * PER;
-#pragma unroll
-  for (int m = 0; m < (CHUNK + 31) / 32; ++m) {
-    const int e = lane + 32 * m;
-    if (e < valid) {
-      const int qq = e / PER, rc = e - qq * PER, row = rc / N, cc = rc - row * N;
-      Og[e] = tw[qq * N * ST + row * ST + cc];
-    }
-  }
-#endif
-  if (i == 0 && q < nprob) INFO[first + q] = info;
-}
-"""
 
 
 def next_pow2(n: int) -> int:
@@ -239,24 +93,35 @@ def parse(config_id_: str) -> tuple[int, int, bool] | None:
 
 def smem_bytes(n: int, dtype: str, warps: int) -> int:
     """Static shared memory a block: the staged tiles (rows padded to n + 1) and the column buffers."""
-    q = per_warp(n)
-    return warps * (q * n * (n + 1) + 2 * 32) * _ITEM.get(dtype, 8)
+    item = _ITEM.get(dtype, 8)
+    if n > WARP_MAX_N:  # one problem a block (BLOCK)
+        return (n * (n + 1) + 2 * (next_pow2(n) + 16 // item)) * item
+    return warps * (per_warp(n) * n * (n + 1) + 2 * 32) * item
 
 
-def invalid_reason(op: str, problems: int, warps: int, n: int, dtype: str, check_runtime: bool = True) -> str | None:
-    """Why `cuda_p{problems}_w{warps}` cannot run op at (n, dtype) here, or None. With
-    check_runtime=False only the shape is judged (the shipped table's arms on a machine without
-    a GPU)."""
-    cid = config_id(problems, warps)
+def invalid_reason(op: str, problems: int, warps: int, n: int, dtype: str, check_runtime: bool = True,
+                   pipe: bool = True) -> str | None:
+    """Why `cuda_p{problems}_w{warps}` (`cudas_` with pipe=False) cannot run op at (n, dtype)
+    here, or None. With check_runtime=False only the shape is judged (the shipped table's arms on
+    a machine without a GPU)."""
+    cid = config_id(problems, warps, pipe)
     if op not in OPS:
         return f"{cid} runs {', '.join(OPS)} only, not {op}"
     if dtype not in DTYPES:
         return f"{cid} runs {', '.join(DTYPES)} only, not {dtype}"
-    if not isinstance(n, int) or not 2 <= n <= MAX_N:
-        return f"{cid} takes n in 2..{MAX_N} (a problem's rows across one warp's lanes), got n={n!r}"
+    if not isinstance(n, int) or not 2 <= n <= MAX_N[op]:
+        return f"{cid} takes {op} at n in 2..{MAX_N[op]}, got n={n!r}"
     if warps not in WARPS:
         return f"{cid}: warps a block must be one of {WARPS}, got {warps}"
-    if problems != warps * per_warp(n):
+    if not pipe and (op not in SERIAL_OPS or n > WARP_MAX_N):
+        return (f"{cid}: the serial-pivot form runs {', '.join(SERIAL_OPS)} at n <= {WARP_MAX_N} only "
+                f"({config_id(problems, warps)} is the pipelined one)")
+    if n > WARP_MAX_N:
+        want = next_pow2(n) // 32
+        if problems != 1 or warps != want:
+            return (f"{cid}: past n={WARP_MAX_N} one problem takes a block of NP / 32 = {want} warps "
+                    f"({config_id(1, want)}), got P={problems}, W={warps}")
+    elif problems != warps * per_warp(n):
         return (f"{cid}: a warp carries 32 / NP = {per_warp(n)} problems at n={n}, so P must be "
                 f"{warps * per_warp(n)} at {warps} warps, got P={problems}")
     need = smem_bytes(n, dtype, warps)
@@ -271,8 +136,16 @@ def config_ids(op: str, n: int, dtype: str) -> tuple[str, ...]:
     """The tier's valid arms for a cell (none without a GPU and NVRTC)."""
     if not isinstance(n, int) or n < 2:
         return ()
-    return tuple(config_id(w * per_warp(n), w, pipe) for pipe in (True, False) for w in WARPS
-                 if invalid_reason(op, w * per_warp(n), w, n, dtype) is None)
+    shapes = [(1, next_pow2(n) // 32)] if n > WARP_MAX_N else [(w * per_warp(n), w) for w in WARPS]
+    return tuple(config_id(p, w, pipe) for pipe in (True, False) for p, w in shapes
+                 if invalid_reason(op, p, w, n, dtype, pipe=pipe) is None)
+
+
+def all_ids() -> tuple[str, ...]:
+    """Every id the tier has at some (op, n, dtype): validity is per cell (invalid_reason)."""
+    shapes = {(w * q, w) for w in WARPS for q in (1, 2, 4, 8, 16)}
+    shapes |= {(1, next_pow2(n) // 32) for n in range(WARP_MAX_N + 1, max(MAX_N.values()) + 1)}
+    return tuple(sorted(config_id(p, w, pipe) for p, w in shapes for pipe in (True, False)))
 
 
 def available() -> bool:
@@ -301,9 +174,12 @@ def defines(op: str, n: int, dtype: str, warps: int, pipe: bool = True) -> dict[
 
 
 def source(op: str, n: int, dtype: str, warps: int, pipe: bool = True) -> str:
-    """The full CUDA source of one kernel (macros, then SOURCE)."""
+    """The full CUDA source of one kernel: its macros, the common part, then its kernel."""
+    from tunedb.families.linalg import kernels_cuda_src as src
+
     head = "".join(f"#define {k} {v}\n" for k, v in defines(op, n, dtype, warps, pipe).items())
-    return head + SOURCE
+    body = src.TRSV if op == "trsv" else src.BLOCK if n > WARP_MAX_N else src.WARP
+    return head + src.COMMON + body
 
 
 def _kernel(op: str, n: int, dtype: str, warps: int, pipe: bool, device: int, cubin: Any = None) -> Any:
@@ -369,31 +245,32 @@ def compile_all(items: list[tuple[str, str, int, str]], jobs: int = 8) -> list[s
     return failed
 
 
-def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtype: str) -> tuple[Any, Any]:
+def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtype: str) -> Any:
     """Run the tier's config `cid` on CUDA tensors (launch.py checked shapes and made `out`);
-    returns (L or x, info)."""
+    returns (L or x, info), or x for trsv."""
     import torch
 
     shape = parse(cid)
     if shape is None:
         raise ValueError(f"unknown config {cid!r}: the CUDA tier's ids are cuda_p<P>_w<W> and cudas_p<P>_w<W>")
     problems, warps, pipe = shape
-    why = invalid_reason(op, problems, warps, n, dtype)
+    why = invalid_reason(op, problems, warps, n, dtype, pipe=pipe)
     if why:
         raise ValueError(why)
     a = tensors[0]
     if not a.is_cuda:
         raise ValueError(f"{cid} runs on CUDA tensors only, got {a.device}")
-    info = torch.empty((batch,), dtype=torch.int32, device=a.device)
-    if batch == 0:
-        return out, info
-    args = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     if batch >= 2 ** 31:
         raise ValueError(f"{cid} takes batch < 2**31, got {batch}")
+    info = torch.empty((batch,), dtype=torch.int32, device=a.device) if op != "trsv" else None
+    if batch == 0:
+        return out if info is None else (out, info)
+    args = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     kern = _kernel(op, n, dtype, warps, pipe, device)
-    b = args[1] if op == "posv" else args[0]  # potrf's kernel never reads B
+    b = args[1] if op in ("posv", "trsv") else args[0]  # potrf's kernel never reads B
     grid = -(-batch // problems)
-    kern(grid=(grid, 1, 1), block=(32 * warps, 1, 1), args=[args[0], b, out, info, batch],
+    kern(grid=(grid, 1, 1), block=(32 * warps, 1, 1),
+         args=[args[0], b, out, info if info is not None else out, batch],  # trsv never touches INFO
          stream=torch.cuda.current_stream(a.device))
-    return out, info
+    return out if info is None else (out, info)
