@@ -12,7 +12,9 @@
 #             bench/linalg_pick_replay.py cross on their samples and `tunedb diff` of the two tables
 # cuda-tune   (the nvmath carry installed when it travelled, so the dependency tier stays in the
 #             ladder) the shipped table re-tuned where the CUDA tier grew (trsv at n <= 32, 14 Triton arms;
-#             then potrf/posv at n = 64, CUDA_TUNE_ARMS Triton arms, default 6) to
+#             then potrf at n = 64 and posv at n = 64 in CUDA_POSV64_DTYPES (default fp64: posv fp32
+#             n = 64 keeps session 20's entry, where cuSOLVERDx won batch 65536 and the nvmath carry
+#             no longer fits beside the tree), CUDA_TUNE_ARMS Triton arms, default 6) to
 #             $OUT/db/sm90/linalg.json, then bench/linalg_served.py over all six ops
 . "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
@@ -25,7 +27,7 @@ for s in "$@"; do
       run_stage cuda_agree "${CUDA_AGREE_S:-330}" "$TUNE --seed 0 --samples \$OUT/a.jsonl --out \$OUT/a && $TUNE --seed 1 --samples \$OUT/b.jsonl --out \$OUT/b && PYTHONPATH=src python bench/linalg_pick_replay.py cross \$OUT/a.jsonl \$OUT/b.jsonl --rules median,low,low-blocks --out \$OUT/cross.json; PYTHONPATH=src python -m tunedb diff \$OUT/a/sm90/linalg.json \$OUT/b/sm90/linalg.json" ;;
     cuda-tune)
       TUNE="PYTHONPATH=src python -m tunedb linalg tune --pick low --max-rounds 45 --legs solver --build-jobs 15"
-      run_stage cuda_tune "${CUDA_TUNE_S:-400}" "if [ -d .carry/nvmath ]; then bash bench/nvmath_install.sh; fi; $TUNE --ops trsv --n 4,8,16,32 --max-arms 14 --samples \$OUT/trsv.jsonl --base src/tunedb/db/sm90/linalg.json --out \$OUT/t1 && $TUNE --ops potrf,posv --n 64 --max-arms ${CUDA_TUNE_ARMS:-6} --samples \$OUT/n64.jsonl --base \$OUT/t1/sm90/linalg.json --out \$OUT/db/sm90/linalg.json && PYTHONPATH=src python bench/linalg_served.py --table \$OUT/db/sm90/linalg.json --ops dot,gemv,gemm,trsv,potrf,posv --max-n 128 --out \$OUT/served_all.json" ;;
+      run_stage cuda_tune "${CUDA_TUNE_S:-400}" "if [ -d .carry/nvmath ]; then bash bench/nvmath_install.sh; fi; $TUNE --ops trsv --n 4,8,16,32 --max-arms 14 --samples \$OUT/trsv.jsonl --base src/tunedb/db/sm90/linalg.json --out \$OUT/t1 && $TUNE --ops potrf --n 64 --max-arms ${CUDA_TUNE_ARMS:-6} --samples \$OUT/potrf64.jsonl --base \$OUT/t1/sm90/linalg.json --out \$OUT/t2 && $TUNE --ops posv --dtypes ${CUDA_POSV64_DTYPES:-fp64} --n 64 --max-arms ${CUDA_TUNE_ARMS:-6} --samples \$OUT/posv64.jsonl --base \$OUT/t2/sm90/linalg.json --out \$OUT/db/sm90/linalg.json && PYTHONPATH=src python bench/linalg_served.py --table \$OUT/db/sm90/linalg.json --ops dot,gemv,gemm,trsv,potrf,posv --max-n 128 --out \$OUT/served_all.json" ;;
     *) bash "$HERE/device_s20.sh" "$s" ;;
   esac
 done
