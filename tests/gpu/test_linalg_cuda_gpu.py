@@ -35,19 +35,17 @@ def _batches(n):
     return (1, 257, 4096, 65536) if 16 <= n <= 32 else (1, 257, 4096)
 
 
+CELLS = [(op, n) for op in (*OPS, "trsv") for n in NS if n <= kc.MAX_N[op]]
+
+
 @pytest.mark.parametrize("dt", DTYPES)
-@pytest.mark.parametrize("op", (*OPS, "trsv"))
-def test_every_cuda_config_meets_the_fp64_reference_inside_a_cuda_graph(op, dt):
-    ran = 0
-    ns = [n for n in NS if n <= kc.MAX_N[op]]
-    for n in ns:
-        ids = kc.config_ids(op, n, dt)
-        assert ids, f"no CUDA config for {op} {dt} n={n}"
-        for cid in ids:
-            for batch in _batches(n):
-                check_captured(op, cid, n, dt, batch)
-                ran += 1
-    assert ran >= sum(len(_batches(n)) for n in ns)
+@pytest.mark.parametrize("op,n", CELLS, ids=[f"{op}-n{n}" for op, n in CELLS])
+def test_every_cuda_config_meets_the_fp64_reference_inside_a_cuda_graph(op, n, dt):
+    ids = kc.config_ids(op, n, dt)
+    assert ids, f"no CUDA config for {op} {dt} n={n}"
+    for cid in ids:
+        for batch in _batches(n):
+            check_captured(op, cid, n, dt, batch)
 
 
 @pytest.mark.parametrize("op", OPS)
