@@ -282,3 +282,47 @@ def test_a_linear_read_outside_the_methods_is_not_fused(cls):
     x = torch.randn(3, 8)
     torch.testing.assert_close(model(x), ref(x))
     assert model.fc.act == "none"
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+class _OuterCallsTheLinear(nn.Module):
+    """An outer module calls the block's fc directly: fc's raw output is read outside Block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) + self.block.fc(x)
+
+
+class _OuterCallsTheBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) * 2
+
+
+def test_a_linear_called_from_an_outer_module_is_not_fused():
+    # fusion rule 2 read only the owner's class: Outer's `self.block.fc(x)` got gelu(fc(x))
+    torch.manual_seed(0)
+    ref = _OuterCallsTheLinear()
+    torch.manual_seed(0)
+    model = tunedb.optimize(_OuterCallsTheLinear())
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(model(x), ref(x))
+    assert model.block.fc.act == "none"
+    # the block alone, called only as a whole from outside, still fuses
+    fused = tunedb.optimize(_OuterCallsTheBlock())
+    assert fused.block.fc.act == "gelu"

@@ -1,6 +1,8 @@
 """Which Linear of a module class feeds only one activation, read from the class's own source
 (Python AST, no tracing): optimize()'s fusion rule 2 (families/gemm/patching.py's docstring).
-`class_calls(cls)` gives the (activation attribute, linear attribute) pairs it can prove."""
+`class_calls(cls)` gives the (activation attribute, linear attribute) pairs it can prove;
+`outside_reads(cls)` the attribute names a class's code reads off anything but `self` (an outer
+module calling `self.block.fc(x)` would get the fused activation too)."""
 from __future__ import annotations
 
 import ast
@@ -111,3 +113,34 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
     pairs = dict.fromkeys(p for tree in trees for p in _pairs(tree))
     return tuple((act, lin) for act, lin in pairs
                  if act != lin and uses.get(act) == 1 and uses.get(lin) == 1)
+
+
+# Bases whose code is the library's, not a model's: they never name a model's submodules (and
+# reading transformers' PreTrainedModel costs 0.3-0.5 s of ast.parse, see patching._may_fuse).
+_LIBRARY_MODULES = ("torch.", "transformers.modeling_utils", "transformers.generation",
+                    "transformers.integrations", "transformers.utils", "transformers.configuration_utils")
+
+
+@functools.lru_cache(maxsize=None)
+def outside_reads(cls: type) -> frozenset[str] | None:
+    """The attribute names the code of cls and its model-specific bases reads off an expression
+    other than `self` (`self.block.fc`, `layer.fc`, `m.fc.weight`), or None when some of that
+    source cannot be read (then nothing is proven). A Linear of such a name may be called from
+    outside the module that owns it, where a fused activation would change the result."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass in (nn.Module, object) or klass.__module__.startswith(_LIBRARY_MODULES):
+            continue
+        for fn in vars(klass).values():
+            fn = _function(fn)
+            if not inspect.isfunction(fn):
+                continue
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+            except (OSError, TypeError, SyntaxError):
+                return None
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name)
+                                                            and node.value.id == "self"):
+                    names.add(node.attr)
+    return frozenset(names)

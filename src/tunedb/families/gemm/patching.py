@@ -35,6 +35,7 @@ from torch import nn
 
 from tunedb.families.gemm import ops
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
+from tunedb.families.gemm.fusion_source import outside_reads as _outside_reads
 from tunedb.families.module_rules import holders
 from tunedb.families.module_rules import hooked as _hooked
 from tunedb.runtime import launch_table, report
@@ -153,6 +154,20 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
             return None
         return activation_kind(act_mod)
 
+    outside: set[str] | None = None  # attribute names read off a module other than self, model-wide
+
+    def read_outside(name: str) -> bool:
+        nonlocal outside
+        if outside is None:
+            outside = set()
+            for cls in {type(m) for m in model.modules()}:
+                got = _outside_reads(cls)
+                if got is None:  # some model code unreadable: nothing is proven safe
+                    outside.add("*")
+                    break
+                outside |= got
+        return "*" in outside or name in outside
+
     for parent in model.modules():
         if _hooked(parent):
             continue
@@ -168,7 +183,7 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
             continue
         for act_attr, lin_attr in _class_calls(type(parent)):
             kind = fusable(children.get(lin_attr), children.get(act_attr))
-            if kind:
+            if kind and not read_outside(lin_attr):  # `self.block.fc(x)` elsewhere: keep fc plain
                 plan[(id(parent), lin_attr)] = (kind, act_attr)
     return plan
 
