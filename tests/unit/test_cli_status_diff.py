@@ -158,3 +158,9 @@ def test_diff_of_an_unsupported_schema_or_a_directory_exits_2(capsys, tmp_path):
     assert rc == 2 and "schema 2 is not supported" in err
     rc, _, err = run_cli(capsys, "diff", str(tmp_path), str(DATA / "a.json"))
     assert rc == 2 and str(tmp_path) in err
+
+
+@pytest.mark.parametrize("bad", ["h200", "sm9", "90", "SM90", "sm90x1"])
+def test_status_names_an_arch_that_is_not_an_arch_family(capsys, bad):
+    rc, _out, err = run_cli(capsys, "status", "--arch", bad)
+    assert rc == 2 and repr(bad) in err and "sm90" in err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,9 +30,16 @@ def _default_arch() -> str | None:
     return None
 
 
+_ARCH = re.compile(r"^sm[0-9]{2,3}[a-z]?$")  # an arch family as arch_family_of names it: sm80, sm90, sm100
+
+
 def run(args: argparse.Namespace) -> int:
     from tunedb import database, settings
+    from tunedb.errors import TunedbError
 
+    if args.arch is not None and not _ARCH.match(args.arch):
+        raise TunedbError(f"--arch {args.arch!r} is not an arch family; one looks like sm80, sm89, sm90 or sm100 "
+                          "(sm<major><minor>, the compute capability)")
     with settings.lenient():  # report bad values, do not stop on them
         arch = args.arch if args.arch is not None else _default_arch()
         rep = database.report(arch)
