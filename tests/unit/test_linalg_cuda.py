@@ -133,3 +133,28 @@ def test_the_source_is_specialised_by_macros():
     assert head == ["#define N 13", "#define NP 16", "#define WARPS 2", "#define DOUBLE 1", "#define POSV 1", "#define PIPE 0"]
     assert 'extern "C" __global__' in src and "tunedb_linalg" in src
     assert kc.defines("potrf", 2, "fp32", 8)["NP"] == 2 and kc.defines("potrf", 2, "fp32", 8)["POSV"] == 0
+
+
+GRID = [(op, n, dt, pipe) for op in ("potrf", "posv", "trsv") for n in (4, 8, 16, 32, 64) for dt in ("fp32", "fp64")
+        for pipe in (True, False)]
+
+
+def test_every_grid_kernel_compiles_for_sm90_without_spilling():
+    """Each kernel of the grid's n (4..64) compiles with NVRTC for sm_90 on the CPU machine (the
+    nvidia-cuda-nvrtc-cu12 wheel) and ptxas reports no spill: the sources are checked where no GPU
+    runs them."""
+    from nvrtc_cpu import compile_report, library
+
+    lib = library()
+    if lib is None:
+        pytest.skip("the nvidia-cuda-nvrtc-cu12 wheel is not installed")
+    compiled = 0
+    for op, n, dt, pipe in GRID:
+        shapes = [(1, 2)] if n > kc.WARP_MAX_N else [(w * kc.per_warp(n), w) for w in kc.WARPS]
+        valid = [(p, w) for p, w in shapes if not kc.invalid_reason(op, p, w, n, dt, check_runtime=False, pipe=pipe)]
+        for p, w in valid[:1] + valid[-1:] if len(valid) > 1 else valid:  # the warps change bounds and arrays only
+            ok, log, usage = compile_report(lib, kc.source(op, n, dt, w, pipe))
+            assert ok, f"{kc.config_id(p, w, pipe)} {op} {dt} n={n}: {log[:1500]}"
+            assert usage.get("spill_bytes", 0) == 0, f"{kc.config_id(p, w, pipe)} {op} {dt} n={n} spills: {usage}"
+            compiled += 1
+    assert compiled >= 60
