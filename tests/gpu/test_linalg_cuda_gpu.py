@@ -106,3 +106,20 @@ def test_the_op_serves_the_tier_where_the_table_names_it(monkeypatch, op):
         selector.reload()
         assert ops.bound_for(op, *args).config.id == native
     selector.reload()
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_trsv_reads_l_in_either_layout(dt):
+    """trsv takes L as the caller hands it: torch.linalg.cholesky's column-major L with no copy
+    (the COLMAJOR kernel), and a row-major copy of it; both give the same x, within torch's bound."""
+    for n in (3, 16, 32):
+        ins = check.make_inputs("trsv", 1000, n, dt, device="cuda", seed=n)
+        row = ins[0].contiguous()
+        col = row.mT.contiguous().mT  # each matrix column-major, as torch.linalg.cholesky returns L
+        assert col.mT.is_contiguous() and not col.is_contiguous() and torch.equal(col, row)
+        for cid in kc.config_ids("trsv", n, dt):
+            got_col = launch("trsv", cid, col, ins[1])
+            got_row = launch("trsv", cid, row, ins[1])
+            assert torch.equal(got_col, got_row), f"{cid} trsv {dt} n={n}: the two layouts differ"
+            ok, worst, bound = check.within_torch("trsv", dt, (row, ins[1]), got_row, launch("trsv", "torch", row, ins[1]))
+            assert ok, f"{cid} trsv {dt} n={n}: residual {worst:.3e} > {bound:.3e}"

@@ -129,8 +129,11 @@ def test_the_source_is_specialised_by_macros():
     assert kc.source("trsv", 13, "fp32", 2).endswith(cs.TRSV) and kc.source("posv", 40, "fp32", 2).endswith(cs.BLOCK)
     assert kc.source("potrf", 32, "fp64", 1).endswith(cs.WARP)
     src = kc.source("posv", 13, "fp64", 2, pipe=False)
-    head = src.split("\n")[:6]
-    assert head == ["#define N 13", "#define NP 16", "#define WARPS 2", "#define DOUBLE 1", "#define POSV 1", "#define PIPE 0"]
+    head = src.split("\n")[:7]
+    assert head == ["#define N 13", "#define NP 16", "#define WARPS 2", "#define DOUBLE 1", "#define POSV 1", "#define PIPE 0",
+                    "#define COLMAJOR 0"]
+    assert kc.defines("trsv", 8, "fp32", 1, colmajor=True)["COLMAJOR"] == 1
+    assert kc.defines("potrf", 8, "fp32", 1, colmajor=True)["COLMAJOR"] == 0  # trsv's L layout only
     assert 'extern "C" __global__' in src and "tunedb_linalg" in src
     assert kc.defines("potrf", 2, "fp32", 8)["NP"] == 2 and kc.defines("potrf", 2, "fp32", 8)["POSV"] == 0
 
@@ -153,8 +156,10 @@ def test_every_grid_kernel_compiles_for_sm90_without_spilling():
         shapes = [(1, 2)] if n > kc.WARP_MAX_N else [(w * kc.per_warp(n), w) for w in kc.WARPS]
         valid = [(p, w) for p, w in shapes if not kc.invalid_reason(op, p, w, n, dt, check_runtime=False, pipe=pipe)]
         for p, w in valid[:1] + valid[-1:] if len(valid) > 1 else valid:  # the warps change bounds and arrays only
-            ok, log, usage = compile_report(lib, kc.source(op, n, dt, w, pipe))
-            assert ok, f"{kc.config_id(p, w, pipe)} {op} {dt} n={n}: {log[:1500]}"
-            assert usage.get("spill_bytes", 0) == 0, f"{kc.config_id(p, w, pipe)} {op} {dt} n={n} spills: {usage}"
-            compiled += 1
+            for colmajor in (False, True) if op == "trsv" else (False,):
+                ok, log, usage = compile_report(lib, kc.source(op, n, dt, w, pipe, colmajor))
+                where = f"{kc.config_id(p, w, pipe)} {op} {dt} n={n} colmajor={colmajor}"
+                assert ok, f"{where}: {log[:1500]}"
+                assert usage.get("spill_bytes", 0) == 0, f"{where} spills: {usage}"
+                compiled += 1
     assert compiled >= 60

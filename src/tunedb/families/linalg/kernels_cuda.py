@@ -167,31 +167,32 @@ def available() -> bool:
     return got
 
 
-def defines(op: str, n: int, dtype: str, warps: int, pipe: bool = True) -> dict[str, int]:
-    """The macros one kernel is compiled with."""
+def defines(op: str, n: int, dtype: str, warps: int, pipe: bool = True, colmajor: bool = False) -> dict[str, int]:
+    """The macros one kernel is compiled with (colmajor: trsv's L given column-major)."""
     return {"N": n, "NP": max(2, next_pow2(n)), "WARPS": warps, "DOUBLE": int(dtype == "fp64"),
-            "POSV": int(op == "posv"), "PIPE": int(pipe)}
+            "POSV": int(op == "posv"), "PIPE": int(pipe), "COLMAJOR": int(colmajor and op == "trsv")}
 
 
-def source(op: str, n: int, dtype: str, warps: int, pipe: bool = True) -> str:
+def source(op: str, n: int, dtype: str, warps: int, pipe: bool = True, colmajor: bool = False) -> str:
     """The full CUDA source of one kernel: its macros, the common part, then its kernel."""
     from tunedb.families.linalg import kernels_cuda_src as src
 
-    head = "".join(f"#define {k} {v}\n" for k, v in defines(op, n, dtype, warps, pipe).items())
+    head = "".join(f"#define {k} {v}\n" for k, v in defines(op, n, dtype, warps, pipe, colmajor).items())
     body = src.TRSV if op == "trsv" else src.BLOCK if n > WARP_MAX_N else src.WARP
     return head + src.COMMON + body
 
 
-def _kernel(op: str, n: int, dtype: str, warps: int, pipe: bool, device: int, cubin: Any = None) -> Any:
+def _kernel(op: str, n: int, dtype: str, warps: int, pipe: bool, device: int, cubin: Any = None,
+            colmajor: bool = False) -> Any:
     """The loaded kernel (compiled here, or from `cubin`: (binary, lowered name) of NVRTC)."""
-    key = (op, dtype, n, warps, pipe, device)
+    key = (op, dtype, n, warps, pipe, colmajor, device)
     kern = _KERNELS.get(key)
     if kern is None:
         import torch
 
         with torch.cuda.device(device):
             if cubin is None:
-                kern = torch.cuda._compile_kernel(source(op, n, dtype, warps, pipe), "tunedb_linalg")
+                kern = torch.cuda._compile_kernel(source(op, n, dtype, warps, pipe, colmajor), "tunedb_linalg")
             else:
                 from torch.cuda._utils import _cuda_load_module
 
@@ -217,27 +218,28 @@ def compile_all(items: list[tuple[str, str, int, str]], jobs: int = 8) -> list[s
     except ImportError:
         _nvrtc_compile = None
 
-    def one(item: tuple[str, str, int, str]) -> tuple[Any, str | None]:
-        op, cid, n, dtype = item
+    def one(item: tuple[str, str, int, str, bool]) -> tuple[Any, str | None]:
+        op, cid, n, dtype, colmajor = item
         try:
             shape = parse(cid)
             if shape is None:
                 raise ValueError(f"not an id of the CUDA tier: {cid!r}")
             if _nvrtc_compile is None:
                 return None, None
-            return _nvrtc_compile(source(op, n, dtype, shape[1], shape[2]), "tunedb_linalg", arch), None
+            return _nvrtc_compile(source(op, n, dtype, shape[1], shape[2], colmajor), "tunedb_linalg", arch), None
         except Exception as exc:  # reported to the caller, which decides
             return None, f"{op} {cid} n={n} {dtype}: {type(exc).__name__}: {exc}"
 
-    todo = sorted(set(items))
+    # trsv in both of L's layouts (row-major; column-major as torch.linalg.cholesky returns it)
+    todo = sorted({(op, cid, n, dt, cm) for op, cid, n, dt in items for cm in ((False, True) if op == "trsv" else (False,))})
     with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         built = list(pool.map(one, todo))
     failed = []
-    for (op, cid, n, dtype), (cubin, err) in zip(todo, built):
+    for (op, cid, n, dtype, colmajor), (cubin, err) in zip(todo, built):
         if err is None:
             try:
                 shape = parse(cid)
-                _kernel(op, n, dtype, shape[1], shape[2], device, cubin)
+                _kernel(op, n, dtype, shape[1], shape[2], device, cubin, colmajor)
             except Exception as exc:
                 err = f"{op} {cid} n={n} {dtype}: {type(exc).__name__}: {exc}"
         if err:
@@ -265,9 +267,11 @@ def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtyp
     info = torch.empty((batch,), dtype=torch.int32, device=a.device) if op != "trsv" else None
     if batch == 0:
         return out if info is None else (out, info)
-    args = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    # trsv reads a column-major L as given (torch.linalg.cholesky's layout): no copy in its time
+    colmajor = op == "trsv" and not a.is_contiguous() and a.mT.is_contiguous()
+    args = [t if t.is_contiguous() or (k == 0 and colmajor) else t.contiguous() for k, t in enumerate(tensors)]
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    kern = _kernel(op, n, dtype, warps, pipe, device)
+    kern = _kernel(op, n, dtype, warps, pipe, device, colmajor=colmajor)
     b = args[1] if op in ("posv", "trsv") else args[0]  # potrf's kernel never reads B
     grid = -(-batch // problems)
     kern(grid=(grid, 1, 1), block=(32 * warps, 1, 1),

@@ -1,13 +1,14 @@
 """The CUDA C++ sources of the linalg family's CUDA tier (kernels_cuda.py compiles them with NVRTC).
 
 Each kernel is one source specialised by macros (kernels_cuda.defines): N, NP (pow2 of n), WARPS
-(a block's warps), DOUBLE, POSV and PIPE, and one entry point `tunedb_linalg(A, B, OUT, INFO,
+(a block's warps), DOUBLE, POSV, PIPE and COLMAJOR (trsv's L layout), and one entry point `tunedb_linalg(A, B, OUT, INFO,
 batch)` whatever the op (potrf ignores B; trsv ignores INFO):
   COMMON  the element and vector types and the pivot's reciprocal square root;
   WARP    potrf / posv for n <= 32: Q = 32 / NP problems a warp, lane i holding row i, pivots by
           shuffles, columns through shared memory (kernels_cuda's docstring has the design);
   TRSV    L x = b for n <= 32 in the same layout: x_j from lane j by one shuffle a step, row i
-          taking L[i, j] x_j from its own register j;
+          taking L[i, j] x_j from its own register j; L row-major, or with COLMAJOR each matrix
+          column-major (what torch.linalg.cholesky returns), read as given with no copy;
   BLOCK   potrf / posv for 32 < n <= 64: one problem a block of NP threads, row i in thread i,
           the pivot with its column through shared memory and one barrier a pivot.
 Inputs are row-major [batch, n, n] / [batch, n], contiguous. Only the lower triangle of A (L for
@@ -193,7 +194,11 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   for (int m = 0; m < (CHUNK + 31) / 32; ++m) {  // coalesced; every load in flight at once
     const int e = lane + 32 * m;
     if (e < CHUNK) {
+#if COLMAJOR  // each matrix column-major (as torch.linalg.cholesky returns L): element e is L[rc % N, rc / N]
+      const int q = e / PER, rc = e - q * PER, c = rc / N, row = rc - c * N;
+#else
       const int q = e / PER, rc = e - q * PER, row = rc / N, c = rc - row * N;
+#endif
       tw[q * N * ST + row * ST + c] = e < valid ? Ag[e] : (row == c ? T(1) : T(0));
     }
   }
