@@ -16,6 +16,8 @@
 #             n = 64 keeps session 20's entry, where cuSOLVERDx won batch 65536 and the nvmath carry
 #             no longer fits beside the tree), CUDA_TUNE_ARMS Triton arms, default 6) to
 #             $OUT/db/sm90/linalg.json, then bench/linalg_served.py over all six ops
+# trsv-tune   trsv at n <= 32 re-tuned over the shipped table (14 Triton arms + the CUDA tier), then
+#             bench/linalg_served.py over all six ops
 . "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
   skipping "$s" && continue
@@ -28,6 +30,8 @@ for s in "$@"; do
     cuda-tune)
       TUNE="PYTHONPATH=src python -m tunedb linalg tune --pick low --max-rounds 45 --legs solver --build-jobs 15"
       run_stage cuda_tune "${CUDA_TUNE_S:-400}" "if [ -d .carry/nvmath ]; then bash bench/nvmath_install.sh; fi; $TUNE --ops trsv --n 4,8,16,32 --max-arms 14 --samples \$OUT/trsv.jsonl --base src/tunedb/db/sm90/linalg.json --out \$OUT/t1 && $TUNE --ops potrf --n 64 --max-arms ${CUDA_TUNE_ARMS:-6} --samples \$OUT/potrf64.jsonl --base \$OUT/t1/sm90/linalg.json --out \$OUT/t2 && $TUNE --ops posv --dtypes ${CUDA_POSV64_DTYPES:-fp64} --n 64 --max-arms ${CUDA_TUNE_ARMS:-6} --samples \$OUT/posv64.jsonl --base \$OUT/t2/sm90/linalg.json --out \$OUT/db/sm90/linalg.json && PYTHONPATH=src python bench/linalg_served.py --table \$OUT/db/sm90/linalg.json --ops dot,gemv,gemm,trsv,potrf,posv --max-n 128 --out \$OUT/served_all.json" ;;
+    trsv-tune)
+      run_stage trsv_tune "${TRSV_TUNE_S:-150}" "PYTHONPATH=src python -m tunedb linalg tune --pick low --max-rounds 45 --legs solver --build-jobs 15 --ops trsv --n 4,8,16,32 --max-arms 14 --samples \$OUT/trsv.jsonl --base src/tunedb/db/sm90/linalg.json --out \$OUT/db/sm90/linalg.json && PYTHONPATH=src python bench/linalg_served.py --table \$OUT/db/sm90/linalg.json --ops dot,gemv,gemm,trsv,potrf,posv --max-n 128 --out \$OUT/served_all.json" ;;
     *) bash "$HERE/device_s20.sh" "$s" ;;
   esac
 done
