@@ -421,3 +421,32 @@ def test_tune_and_census_length_flags_mean_the_same():
                 if a.option_strings and a.option_strings[0] in ("--unit", "--max-length", "--length-step")}
 
     assert actions("tune") == actions("census") and len(actions("tune")) == 3
+
+
+LSTM_WORKLOAD = """
+import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(13, 7, batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+def make(device):
+    with torch.device(device):
+        model = Net()
+    return model, lambda batch, length: (torch.zeros(batch, length, 13, device=device),)
+"""
+
+
+def test_tune_of_a_recurrent_only_model_says_where_its_layers_are_tuned(tiers, tmp_path, monkeypatch, capsys):
+    """An LSTM-only model makes no call tune's census records: the error says which layers and
+    where they are tuned (it said only 'ran no call a family records')."""
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    (tmp_path / "lstm_user_workload.py").write_text(LSTM_WORKLOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["tune", "lstm_user_workload:make", "--max-batch-size", "2"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "LSTM layer(s) are not in tune's census" in err and "families='all'" in err

@@ -177,7 +177,12 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
         with _user_code(w, where, dev):
             recorded = probe(built, key, model, quantizer)
         if not recorded:
-            raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no call a family records")
+            lstm = sorted({type(m).__name__ for m in built.model.modules()} & {"LSTM", "GRU", "RNN"})
+            why = (f"; its {', '.join(lstm)} layer(s) are not in tune's census (the rnn family tunes them: "
+                   "tunedb.optimize(model, families='all'), docs/rnn.md)") if lstm else (
+                   "; the census records the aten GEMMs, batched products and convolutions a family keys")
+            raise CensusError(f"{w.name}: the probe at batch={key.batch}, length={key.length} ran no call a family "
+                              f"records{why}")
         for point, n in recorded.items():
             calls[point] += keys[key] * n
             if key.captured:
