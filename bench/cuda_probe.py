@@ -10,22 +10,17 @@ input set a cell (kernels_check.make_inputs), the arms:
   cuda_pP_wW   every config of the CUDA tier its predicate admits, through launch().
 Every arm's result is first checked with kernels_check.within_torch (an arm that fails or raises
 is skipped and reported); then timed in a CUDA graph of 10 calls, warmed up, replayed 9 times (5
-with --quick): the median microseconds a call (pdot_probe.graph_us). Not in place. The shipped
+with --quick): the median microseconds a call (arm_probe.graph_us). Not in place. The shipped
 Triton picks compile first in worker processes; the CUDA kernels compile in process (NVRTC).
 Prints a table (us a call; x = shipped / arm: over 1 is faster than the shipped pick) and writes
 the JSON to --out after every cell.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import time
-import traceback
-from pathlib import Path
 
-from pdot_probe import eager_ms, graph_us
+from arm_probe import cli, sweep, time_arms
 
 OPS = ("potrf", "posv")
 DTYPES = ("fp32", "fp64")
@@ -53,24 +48,7 @@ def cell(op: str, dt: str, n: int, batch: int, replays: int) -> dict:
         arms[cid] = (lambda cid: lambda: launch(op, cid, *ins))(cid)
     row = {"op": op, "dtype": dt, "n": n, "batch": batch, "shipped": pick, "us": {}, "calls": {},
            "residual": {}, "skipped": {}}
-    ref = arms["torch"]()
-    for aid, fn in arms.items():
-        try:
-            res = fn()
-            ok, worst, bound = check.within_torch(op, dt, ins, res[0], ref[0])
-            row["residual"][aid] = worst
-            if not ok:
-                row["skipped"][aid] = f"residual {worst:.2e} > {bound:.2e}"
-                continue
-            if int(res[1].abs().sum()) != 0:
-                row["skipped"][aid] = "info nonzero on SPD input"
-                continue
-            del res
-            row["us"][aid], row["calls"][aid] = graph_us(fn, replays, eager_ms(fn))
-        except Exception as e:
-            row["skipped"][aid] = f"{type(e).__name__}: {str(e)[:300]}"
-            traceback.print_exc()
-    return row
+    return time_arms(row, op, dt, ins, arms, replays)
 
 
 def show(row: dict) -> str:
@@ -84,24 +62,12 @@ def show(row: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="JSON file")
-    ap.add_argument("--quick", action="store_true", help="5 replays a graph, not 9")
-    ap.add_argument("--ops", default=",".join(OPS))
-    ap.add_argument("--dtypes", default=",".join(DTYPES))
-    ap.add_argument("--ns", default=",".join(map(str, NS)))
-    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
-    ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile workers")
-    args = ap.parse_args()
+    args, ops, dts, ns, batches, out = cli(__doc__.splitlines()[0], OPS, DTYPES, NS, BATCHES)
     import torch
 
     from tunedb.families.linalg import kernels_cuda as kc
     from tunedb.families.linalg import kernels_prebuild
 
-    ops, dts = args.ops.split(","), args.dtypes.split(",")
-    ns, batches = [int(x) for x in args.ns.split(",")], [int(x) for x in args.batches.split(",")]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "nvrtc": kc.available(),
            "rows": [], "compile": []}
     t0 = time.time()
@@ -110,17 +76,8 @@ def main() -> int:
     print(f"compiled {len(jobs)} shipped picks in {time.time() - t0:.0f}s; NVRTC: {doc['nvrtc']}", flush=True)
     for line in doc["compile"]:
         print("  FAILED " + line, flush=True)
-    replays = 5 if args.quick else 9
-    for op in ops:
-        for dt in dts:
-            for n in ns:
-                for batch in batches:
-                    row = cell(op, dt, n, batch, replays)
-                    row["elapsed_s"] = round(time.time() - t0, 1)
-                    doc["rows"].append(row)
-                    print(show(row), flush=True)
-                    out.write_text(json.dumps(doc, indent=1))
-                    torch.cuda.empty_cache()
+    cells = [(op, dt, n, b) for op in ops for dt in dts for n in ns for b in batches]
+    sweep(cells, cell, show, doc, out, t0, 5 if args.quick else 9)
     print(f"done in {time.time() - t0:.0f}s -> {out}", flush=True)
     return 0
 

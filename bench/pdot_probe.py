@@ -21,51 +21,15 @@ after every cell.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 import time
-import traceback
-from pathlib import Path
+
+from arm_probe import cli, sweep, time_arms
 
 OPS = ("potrf", "posv")
 DTYPES = ("fp32", "fp64")
 NS = (64, 128)
 BATCHES = (256, 4096, 65536)
-def graph_us(fn, replays: int, one_ms: float) -> tuple[float, int]:
-    """(median us a call, calls a graph) over `replays` replays of a graph of up to 10 calls."""
-    import torch
-
-    from graph_timing import replayed_ms
-
-    calls = 10 if one_ms <= 2.0 else max(1, int(20.0 / one_ms))
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()  # warm-up
-    torch.cuda.synchronize()
-    return replayed_ms(g, replays, calls) * 1000.0, calls
-
-
-def eager_ms(fn) -> float:
-    import torch
-
-    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    st.record()
-    fn()
-    en.record()
-    torch.cuda.synchronize()
-    return st.elapsed_time(en)
-
-
 def timed_configs(op: str, n: int, dt: str) -> list[str]:
     """The panel, pdot and pdottf configs kernels_space admits at (op, n, dt)."""
     from tunedb.families.linalg import kernels_space as space
@@ -82,24 +46,7 @@ def cell(op: str, dt: str, n: int, batch: int, replays: int) -> dict:
     for cid in timed_configs(op, n, dt):
         arms[cid] = (lambda cid: lambda: launch(op, cid, *ins))(cid)
     row = {"op": op, "dtype": dt, "n": n, "batch": batch, "us": {}, "calls": {}, "residual": {}, "skipped": {}}
-    ref = arms["torch"]()
-    for aid, fn in arms.items():
-        try:
-            res = fn()
-            ok, worst, bound = check.within_torch(op, dt, ins, res[0], ref[0])
-            row["residual"][aid] = worst
-            if not ok:
-                row["skipped"][aid] = f"residual {worst:.2e} > {bound:.2e}"
-                continue
-            if int(res[1].abs().sum()) != 0:
-                row["skipped"][aid] = "info nonzero on SPD input"
-                continue
-            del res
-            row["us"][aid], row["calls"][aid] = graph_us(fn, replays, eager_ms(fn))
-        except Exception as e:
-            row["skipped"][aid] = f"{type(e).__name__}: {str(e)[:300]}"
-            traceback.print_exc()
-    return row
+    return time_arms(row, op, dt, ins, arms, replays)
 
 
 def show(row: dict) -> str:
@@ -116,21 +63,9 @@ def show(row: dict) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="JSON file")
-    ap.add_argument("--quick", action="store_true", help="5 replays a graph, not 9")
-    ap.add_argument("--ops", default=",".join(OPS))
-    ap.add_argument("--dtypes", default=",".join(DTYPES))
-    ap.add_argument("--ns", default=",".join(map(str, NS)))
-    ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
-    ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1), help="compile workers")
-    args = ap.parse_args()
+    args, ops, dts, ns, batches, out = cli(__doc__.splitlines()[0], OPS, DTYPES, NS, BATCHES)
     import torch
 
-    ops, dts = args.ops.split(","), args.dtypes.split(",")
-    ns, batches = [int(x) for x in args.ns.split(",")], [int(x) for x in args.batches.split(",")]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     from tunedb.families.linalg import kernels_prebuild, kernels_space as space
 
     doc = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "B": space.PDOT_B,
@@ -141,17 +76,8 @@ def main() -> int:
     print(f"compiled {len(jobs)} kernels (panel, pdot, pdottf) in {time.time() - t0:.0f}s", flush=True)
     for line in doc["compile"]:
         print("  FAILED " + line, flush=True)
-    replays = 5 if args.quick else 9
-    for op in ops:
-        for dt in dts:
-            for n in ns:
-                for batch in batches:
-                    row = cell(op, dt, n, batch, replays)
-                    row["elapsed_s"] = round(time.time() - t0, 1)
-                    doc["rows"].append(row)
-                    print(show(row), flush=True)
-                    out.write_text(json.dumps(doc, indent=1))
-                    torch.cuda.empty_cache()
+    cells = [(op, dt, n, b) for op in ops for dt in dts for n in ns for b in batches]
+    sweep(cells, cell, show, doc, out, t0, 5 if args.quick else 9)
     print(f"done in {time.time() - t0:.0f}s -> {out}", flush=True)
     return 0
 

@@ -86,24 +86,42 @@ def _function(attr: object) -> object:
     return attr
 
 
-@functools.lru_cache(maxsize=None)
-def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
-    """(act attr, linear attr) pairs of cls whose linear output provably feeds only the act,
-    each attr named exactly once in the methods (and properties) of cls and its bases, and in
-    the closures their __init__ makes (__init__'s own statements only build the module)."""
-    trees: list[ast.AST] = []
+# Bases whose code is the library's, not a model's: they never name a model's submodules (and
+# reading transformers' PreTrainedModel costs 0.3-0.5 s of ast.parse, see patching._may_fuse).
+_LIBRARY_MODULES = ("torch.", "transformers.modeling_utils", "transformers.generation",
+                    "transformers.integrations", "transformers.utils", "transformers.configuration_utils")
+
+
+def _method_trees(cls: type, skip_library: bool = False) -> list[tuple[str, ast.AST]] | None:
+    """(name, parsed source) of every function, property and cached_property that cls and its
+    bases define (with skip_library, not the bases in _LIBRARY_MODULES); None when a source
+    cannot be read (then nothing is proven)."""
+    out = []
     for klass in cls.__mro__:
-        if klass in (nn.Module, object):
+        if klass in (nn.Module, object) or (skip_library and klass.__module__.startswith(_LIBRARY_MODULES)):
             continue  # mixins after nn.Module (HF's PreTrainedModel has several) are scanned too
         for name, fn in vars(klass).items():
             fn = _function(fn)
             if not inspect.isfunction(fn):
                 continue
             try:
-                tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+                out.append((name, ast.parse(textwrap.dedent(inspect.getsource(fn)))))
             except (OSError, TypeError, SyntaxError):
-                return ()  # source unavailable: we cannot prove safety
-            trees.extend(_closures(tree) if name == "__init__" else (tree,))
+                return None
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
+    """(act attr, linear attr) pairs of cls whose linear output provably feeds only the act,
+    each attr named exactly once in the methods (and properties) of cls and its bases, and in
+    the closures their __init__ makes (__init__'s own statements only build the module)."""
+    methods = _method_trees(cls)
+    if methods is None:
+        return ()  # source unavailable: we cannot prove safety
+    trees: list[ast.AST] = []
+    for name, tree in methods:
+        trees.extend(_closures(tree) if name == "__init__" else (tree,))
     uses: dict[str, int] = {}
     for tree in trees:
         for node in ast.walk(tree):
@@ -115,32 +133,18 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
                  if act != lin and uses.get(act) == 1 and uses.get(lin) == 1)
 
 
-# Bases whose code is the library's, not a model's: they never name a model's submodules (and
-# reading transformers' PreTrainedModel costs 0.3-0.5 s of ast.parse, see patching._may_fuse).
-_LIBRARY_MODULES = ("torch.", "transformers.modeling_utils", "transformers.generation",
-                    "transformers.integrations", "transformers.utils", "transformers.configuration_utils")
-
-
 @functools.lru_cache(maxsize=None)
 def outside_reads(cls: type) -> frozenset[str] | None:
     """The attribute names the code of cls and its model-specific bases reads off an expression
     other than `self` (`self.block.fc`, `layer.fc`, `m.fc.weight`), or None when some of that
     source cannot be read (then nothing is proven). A Linear of such a name may be called from
     outside the module that owns it, where a fused activation would change the result."""
+    methods = _method_trees(cls, skip_library=True)
+    if methods is None:
+        return None
     names: set[str] = set()
-    for klass in cls.__mro__:
-        if klass in (nn.Module, object) or klass.__module__.startswith(_LIBRARY_MODULES):
-            continue
-        for fn in vars(klass).values():
-            fn = _function(fn)
-            if not inspect.isfunction(fn):
-                continue
-            try:
-                tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-            except (OSError, TypeError, SyntaxError):
-                return None
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name)
-                                                            and node.value.id == "self"):
-                    names.add(node.attr)
+    for _name, tree in methods:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                names.add(node.attr)
     return frozenset(names)
