@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import sys
 import textwrap
 
 from torch import nn
@@ -133,18 +134,47 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
                  if act != lin and uses.get(act) == 1 and uses.get(lin) == 1)
 
 
+def _foreign_reads(tree: ast.AST) -> set[str]:
+    """Attribute names read off anything but `self` in `tree` (`self.block.fc`, `layer.fc`,
+    `m.fc.weight`), and the literal names of getattr(x, "fc")."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+            names.add(node.attr)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            names.add(node.args[1].value)
+    return names
+
+
+@functools.lru_cache(maxsize=None)
+def _module_reads(module_name: str) -> frozenset[str] | None:
+    """_foreign_reads over the whole source file of a module (its classes, and the helper
+    functions a model's forward may hand a submodule to), or None when it cannot be read."""
+    module = sys.modules.get(module_name)
+    try:
+        return frozenset(_foreign_reads(ast.parse(inspect.getsource(module)))) if module is not None else None
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
 @functools.lru_cache(maxsize=None)
 def outside_reads(cls: type) -> frozenset[str] | None:
-    """The attribute names the code of cls and its model-specific bases reads off an expression
-    other than `self` (`self.block.fc`, `layer.fc`, `m.fc.weight`), or None when some of that
+    """The attribute names read off an expression other than `self` in the source files of cls
+    and its model-specific bases (their methods and module-level helpers: `self.block.fc(x)`,
+    `def raw(block, x): return block.fc(x)`, `getattr(self.block, "fc")`), or None when some of that
     source cannot be read (then nothing is proven). A Linear of such a name may be called from
-    outside the module that owns it, where a fused activation would change the result."""
-    methods = _method_trees(cls, skip_library=True)
-    if methods is None:
-        return None
+    outside the module that owns it, where a fused activation would change the result. A
+    getattr with a computed name is not seen."""
     names: set[str] = set()
-    for _name, tree in methods:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
-                names.add(node.attr)
+    for klass in cls.__mro__:
+        if klass in (nn.Module, object) or klass.__module__.startswith(_LIBRARY_MODULES):
+            continue
+        got = _module_reads(klass.__module__)
+        if got is None:  # no file (a class made in exec or a notebook cell): its own methods
+            methods = _method_trees(klass, skip_library=True)
+            if methods is None:
+                return None
+            got = frozenset(n for _name, tree in methods for n in _foreign_reads(tree))
+        names |= got
     return frozenset(names)
