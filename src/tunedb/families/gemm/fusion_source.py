@@ -135,10 +135,15 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
 
 
 def _foreign_reads(tree: ast.AST) -> set[str]:
-    """Attribute names read off anything but `self` in `tree` (`self.block.fc`, `layer.fc`,
-    `m.fc.weight`), and the literal names of getattr(x, "fc")."""
+    """Attribute names taken off anything but `self` in `tree` and used as a value (called,
+    assigned, passed: `self.block.fc(x)`, `f = layer.fc`), and the literal names of
+    getattr(x, "fc") used so. An access read further (`model.fc.weight`, `block.fc.act`) reads the
+    module's parts, never its output, so it does not count."""
+    deref = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     names: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in deref:
+            continue
         if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
             names.add(node.attr)
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
@@ -160,9 +165,10 @@ def _module_reads(module_name: str) -> frozenset[str] | None:
 
 @functools.lru_cache(maxsize=None)
 def outside_reads(cls: type) -> frozenset[str] | None:
-    """The attribute names read off an expression other than `self` in the source files of cls
-    and its model-specific bases (their methods and module-level helpers: `self.block.fc(x)`,
-    `def raw(block, x): return block.fc(x)`, `getattr(self.block, "fc")`), or None when some of that
+    """The attribute names taken off an expression other than `self` and used as a value in the
+    source files of cls and its model-specific bases (their methods and module-level helpers:
+    `self.block.fc(x)`, `def raw(block, x): return block.fc(x)`, `getattr(self.block, "fc")(x)`;
+    not `model.fc.weight`: _foreign_reads), or None when some of that
     source cannot be read (then nothing is proven). A Linear of such a name may be called from
     outside the module that owns it, where a fused activation would change the result. A
     getattr with a computed name is not seen."""
