@@ -68,6 +68,14 @@ def test_validity_names_what_is_wrong():
     assert "static shared memory" in kc.invalid_reason("potrf", 8, 8, 32, "fp64", check_runtime=False)
 
 
+def test_a_batch_past_the_kernels_int_is_refused_by_the_predicate(present):
+    # the kernels take the batch as a 32-bit int (launch raised at 2**31, after the pick)
+    sig = signatures.make_signature("trsv", "fp32", 3)
+    cfg = configs.parse("cuda_p32_w4")
+    assert configs.invalid_reason(cfg, sig, 2 ** 31 - 1, shipped_profile("sm90")) is None
+    assert "batch < 2**31" in configs.invalid_reason(cfg, sig, 2 ** 31, shipped_profile("sm90"))
+
+
 def test_absent_is_invalid_and_not_in_the_space(absent):
     sig = signatures.make_signature("posv", "fp32", 32)
     why = configs.invalid_reason(configs.parse("cuda_p1_w1"), sig, 4096, shipped_profile("sm90"))

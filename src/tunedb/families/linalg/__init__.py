@@ -144,6 +144,13 @@ class LinalgFamily:
             from tunedb.families.linalg import problems
 
             return problems.torch_arm(sig.op, *args)
+        if configs.dependency(cid) == "cuda":
+            # the CUDA tier's module is loaded per device and launched in the current context:
+            # run it with the tensors' device current (a tensor on cuda:1 while cuda:0 is current)
+            import torch
+
+            with torch.cuda.device(args[0].device):
+                return mod.launch(sig.op, cid, *args, out=out, inplace=bool(kwargs.get("inplace", False)))
         return mod.launch(sig.op, cid, *args, out=out, inplace=bool(kwargs.get("inplace", False)))
 
     def reference(self, sig: Signature, *args: Any, **kwargs: Any) -> Any:

@@ -14,8 +14,8 @@ columns through L and barriers), `pdot_w2` / `pdottf_w2` (potrf/posv from n = 33
 packing with its update on tl.dot, fp32 FMA or fp64 DMMA / fp32 tf32x3).
 Without the kernel module the family has the library arm only: nothing is pretended. The
 optional dependency tier (`kernels_nvmath.py`, `nvmath_b1`: potrf/posv through cuSOLVERDx) and the
-CUDA C++ tier (`kernels_cuda.py`, `cuda_p<P>_w<W>`: potrf/posv n <= 32 as warp kernels compiled by
-NVRTC) join the space only where `dependency_tier_available(tier)`.
+CUDA C++ tier (`kernels_cuda.py`, `cuda_p<P>_w<W>` / `cudas_p<P>_w<W>`: potrf/posv to n = 64 and
+trsv to n = 32, compiled by NVRTC) join the space only where `dependency_tier_available(tier)`.
 
 Sentinels: `torch` (the library arm: bmm / matmul, cholesky_ex, solve_triangular; capturable),
 `default` (what an unmeasured cell runs with no guess allowed: `torch`) and `heuristic` (the
@@ -159,6 +159,8 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
         shape = kernels_cuda.parse(config.id)
         if shape is None:
             return f"{config.id} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>)"
+        if batch is not None and batch >= 2 ** 31:  # the kernels take the batch as a 32-bit int
+            return f"{config.id} takes batch < 2**31, got {batch}"
         need = kernels_cuda.smem_bytes(sig.get("n"), sig.dt, shape[1]) if sig.dt in ("fp32", "fp64") else 0
         if arch is not None and need > arch.smem_per_block:
             return (f"{config.id} at n={sig.get('n')} {sig.dt} needs {need} B of shared memory a block; "
