@@ -6,7 +6,7 @@ replay's result checked against the fp64 reference (bounded by what torch gets o
 inputs), the upper triangle never read (NaN), every output element written (NaN-poisoned out=),
 no info on SPD input; the non-SPD report (a negative pivot in one problem, a NaN pivot in the
 last); in place (potrf out=A, posv out=b) equal to the out-of-place result. Kernels compile in
-process by NVRTC on first launch (about 0.2-1 s each). Expected run time on an H200: 30-60 s."""
+process by NVRTC on first launch (about 0.3 s each). Expected run time on an H200: 30-60 s."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -111,15 +111,22 @@ def test_the_op_serves_the_tier_where_the_table_names_it(monkeypatch, op):
 @pytest.mark.parametrize("dt", DTYPES)
 def test_trsv_reads_l_in_either_layout(dt):
     """trsv takes L as the caller hands it: torch.linalg.cholesky's column-major L with no copy
-    (the COLMAJOR kernel), and a row-major copy of it; both give the same x, within torch's bound."""
-    for n in (3, 16, 32):
-        ins = check.make_inputs("trsv", 1000, n, dt, device="cuda", seed=n)
-        row = ins[0].contiguous()
-        col = row.mT.contiguous().mT  # each matrix column-major, as torch.linalg.cholesky returns L
-        assert col.mT.is_contiguous() and not col.is_contiguous() and torch.equal(col, row)
-        for cid in kc.config_ids("trsv", n, dt):
-            got_col = launch("trsv", cid, col, ins[1])
-            got_row = launch("trsv", cid, row, ins[1])
-            assert torch.equal(got_col, got_row), f"{cid} trsv {dt} n={n}: the two layouts differ"
-            ok, worst, bound = check.within_torch("trsv", dt, (row, ins[1]), got_row, launch("trsv", "torch", row, ins[1]))
-            assert ok, f"{cid} trsv {dt} n={n}: residual {worst:.3e} > {bound:.3e}"
+    (the COLMAJOR kernel), at a storage offset too, and a row-major copy of it; all give the same
+    x, within torch's bound (odd n, batch 1 and a partial last group of problems included)."""
+    for n in (3, 7, 11, 16, 17, 31, 32):
+        for batch in (1, 1000):
+            ins = check.make_inputs("trsv", batch, n, dt, device="cuda", seed=n + batch)
+            row = ins[0].contiguous()
+            col = row.mT.contiguous().mT  # each matrix column-major, as torch.linalg.cholesky returns L
+            assert col.mT.is_contiguous() and not col.is_contiguous() and torch.equal(col, row)
+            flat = row.mT.contiguous()
+            shifted = torch.cat([flat[:1], flat])[1:].mT  # the same, one matrix into its storage
+            assert shifted.storage_offset() == n * n and shifted.mT.is_contiguous()
+            want = launch("trsv", "torch", row, ins[1])
+            for cid in kc.config_ids("trsv", n, dt):
+                got_row = launch("trsv", cid, row, ins[1])
+                for other in (col, shifted):
+                    assert torch.equal(launch("trsv", cid, other, ins[1]), got_row), (
+                        f"{cid} trsv {dt} n={n} batch={batch}: the layouts differ")
+                ok, worst, bound = check.within_torch("trsv", dt, (row, ins[1]), got_row, want)
+                assert ok, f"{cid} trsv {dt} n={n} batch={batch}: residual {worst:.3e} > {bound:.3e}"
