@@ -134,15 +134,25 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
                  if act != lin and uses.get(act) == 1 and uses.get(lin) == 1)
 
 
+# Builtins that look at a module without running it: `type(model.fc)`, `isinstance(m.fc, ...)`
+_INSPECT = frozenset({"type", "isinstance", "id", "print", "repr", "str", "vars", "dir", "hasattr", "callable"})
+
+
 def _foreign_reads(tree: ast.AST) -> set[str]:
     """Attribute names taken off anything but `self` in `tree` and used as a value (called,
     assigned, passed: `self.block.fc(x)`, `f = layer.fc`), and the literal names of
-    getattr(x, "fc") used so. An access read further (`model.fc.weight`, `block.fc.act`) reads the
-    module's parts, never its output, so it does not count."""
-    deref = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    getattr(x, "fc") used so. An access read further (`model.fc.weight`, `block.fc.act`), handed
+    to an inspecting builtin (`type(model.fc)`) or compared (`m.fc is lin`) looks at the module,
+    never at its output, so it does not count."""
+    looked = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _INSPECT:
+            looked.update(id(a) for a in node.args)
+        elif isinstance(node, ast.Compare):
+            looked.update(id(a) for a in (node.left, *node.comparators))
     names: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in deref:
+        if id(node) in looked:
             continue
         if isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
             names.add(node.attr)
