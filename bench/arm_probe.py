@@ -70,11 +70,21 @@ def time_arms(row: dict, op: str, dt: str, ins: tuple, arms: dict[str, Callable[
 
 
 def sweep(cells: list[tuple[str, str, int, int]], cell: Callable[..., dict], show: Callable[[dict], str],
-          doc: dict, out: Path, t0: float, replays: int) -> None:
-    """cell(op, dt, n, batch, replays) for each cell in order: its row printed (show) and the
-    whole doc rewritten to `out` after every cell, so a cut run keeps what it measured."""
+          doc: dict, out: Path, t0: float, replays: int, compile_items: list | None = None, label: str = "kernels",
+          jobs: int | None = None) -> None:
+    """With `compile_items`, first compile them (kernels_prebuild.compile_all; the failures into
+    doc["compile"] and printed); then cell(op, dt, n, batch, replays) for each cell in order: its row
+    printed (show) and the whole doc rewritten to `out` after every cell, so a cut run keeps what it
+    measured."""
     import torch
 
+    if compile_items is not None:
+        from tunedb.families.linalg import kernels_prebuild
+
+        doc["compile"] = kernels_prebuild.compile_all(compile_items, jobs=jobs)  # the failures, as lines
+        print(f"compiled {len(compile_items)} {label} in {time.time() - t0:.0f}s", flush=True)
+        for line in doc["compile"]:
+            print("  FAILED " + line, flush=True)
     for op, dt, n, batch in cells:
         row = cell(op, dt, n, batch, replays)
         row["elapsed_s"] = round(time.time() - t0, 1)
@@ -82,6 +92,7 @@ def sweep(cells: list[tuple[str, str, int, int]], cell: Callable[..., dict], sho
         print(show(row), flush=True)
         out.write_text(json.dumps(doc, indent=1))
         torch.cuda.empty_cache()
+    print(f"done in {time.time() - t0:.0f}s -> {out}", flush=True)
 
 
 def cli(description: str, ops: tuple, dtypes: tuple, ns: tuple, batches: tuple) -> tuple[Any, list, list, list, list, Path]:

@@ -66,19 +66,14 @@ def main() -> int:
     import torch
 
     from tunedb.families.linalg import kernels_cuda as kc
-    from tunedb.families.linalg import kernels_prebuild
 
     doc = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "nvrtc": kc.available(),
            "rows": [], "compile": []}
     t0 = time.time()
     jobs = sorted({(op, shipped(op, dt, n, b), n, dt) for op in ops for dt in dts for n in ns for b in batches})
-    doc["compile"] = kernels_prebuild.compile_all(jobs, jobs=args.jobs)
-    print(f"compiled {len(jobs)} shipped picks in {time.time() - t0:.0f}s; NVRTC: {doc['nvrtc']}", flush=True)
-    for line in doc["compile"]:
-        print("  FAILED " + line, flush=True)
     cells = [(op, dt, n, b) for op in ops for dt in dts for n in ns for b in batches]
-    sweep(cells, cell, show, doc, out, t0, 5 if args.quick else 9)
-    print(f"done in {time.time() - t0:.0f}s -> {out}", flush=True)
+    sweep(cells, cell, show, doc, out, t0, 5 if args.quick else 9, jobs, f"shipped picks (NVRTC: {doc['nvrtc']})",
+          args.jobs)
     return 0
 
 

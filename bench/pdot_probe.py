@@ -66,19 +66,14 @@ def main() -> int:
     args, ops, dts, ns, batches, out = cli(__doc__.splitlines()[0], OPS, DTYPES, NS, BATCHES)
     import torch
 
-    from tunedb.families.linalg import kernels_prebuild, kernels_space as space
+    from tunedb.families.linalg import kernels_space as space
 
     doc = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "B": space.PDOT_B,
            "KC": space.PDOT_KC, "rows": [], "compile": []}
     t0 = time.time()
     jobs = [(op, cid, n, dt) for op in ops for dt in dts for n in ns for cid in timed_configs(op, n, dt)]
-    doc["compile"] = kernels_prebuild.compile_all(jobs, jobs=args.jobs)  # the failures, as lines
-    print(f"compiled {len(jobs)} kernels (panel, pdot, pdottf) in {time.time() - t0:.0f}s", flush=True)
-    for line in doc["compile"]:
-        print("  FAILED " + line, flush=True)
     cells = [(op, dt, n, b) for op in ops for dt in dts for n in ns for b in batches]
-    sweep(cells, cell, show, doc, out, t0, 5 if args.quick else 9)
-    print(f"done in {time.time() - t0:.0f}s -> {out}", flush=True)
+    sweep(cells, cell, show, doc, out, t0, 5 if args.quick else 9, jobs, "kernels (panel, pdot, pdottf)", args.jobs)
     return 0
 
 
