@@ -144,14 +144,19 @@ class LinalgFamily:
             from tunedb.families.linalg import problems
 
             return problems.torch_arm(sig.op, *args)
-        if configs.dependency(cid) == "cuda":
-            # the CUDA tier's module is loaded per device and launched in the current context:
-            # run it with the tensors' device current (a tensor on cuda:1 while cuda:0 is current)
+        inplace = bool(kwargs.get("inplace", False))
+        dev = getattr(args[0], "device", None)
+        if cid != "torch" and dev is not None and dev.type == "cuda" and dev.index is not None:
             import torch
 
-            with torch.cuda.device(args[0].device):
-                return mod.launch(sig.op, cid, *args, out=out, inplace=bool(kwargs.get("inplace", False)))
-        return mod.launch(sig.op, cid, *args, out=out, inplace=bool(kwargs.get("inplace", False)))
+            if dev.index != torch.cuda.current_device():
+                # kernel arms launch in the current device's context (the CUDA tier's modules
+                # load per device, Triton's launcher takes the current device): make the
+                # tensors' device current (a tensor on cuda:1 while cuda:0 is); the usual case
+                # pays one comparison
+                with torch.cuda.device(dev):
+                    return mod.launch(sig.op, cid, *args, out=out, inplace=inplace)
+        return mod.launch(sig.op, cid, *args, out=out, inplace=inplace)
 
     def reference(self, sig: Signature, *args: Any, **kwargs: Any) -> Any:
         from tunedb.families.linalg import problems

@@ -94,7 +94,8 @@ def arms(cell: Cell, arch: Any, max_arms: int | None = None) -> tuple[str, ...]:
         # (the s9 table, capped without it, never timed block_w1 at n=32, the quick ladder's winner)
         sms = getattr(arch, "sms", None) or 132
         keep = {c.id for c in space.candidates(cell.op, cell.n, cell.dt, max_arms, batch=cell.batch, sms=sms)}
-        # the cap ranks Triton configs; a dependency arm (one a cell, where installed) is always timed
+        # the cap ranks Triton configs; the dependency tiers' arms (nvmath one a cell, the CUDA tier up to
+        # eight, where each can run) are always timed
         triton = [a for a in triton if a in keep or configs.dependency(a)]
     eager = (configs.EAGER_ONLY,) if cell.op in ("potrf", "posv") and configs.kernels() is not None else ()
     return (configs.LIBRARY, *triton, *eager)

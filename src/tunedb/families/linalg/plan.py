@@ -36,7 +36,8 @@ class ExecutionPlan:
     batch: int
     deps: str
     arm: str  # a config id or "torch"
-    packing: str  # "thread" | "warp" | "block" | "lane" | "reg" | "rows" | "shfl" | "panel" | "pdot" | "pdottf" | "library"
+    packing: str  # "thread" | "warp" | "block" | "lane" | "reg" | "rows" | "shfl" | "panel" | "pdot" | "pdottf"
+    # | "nvmath" | "cuda" (the dependency tiers) | "library"
     problems_per_program: int | None  # None for the library arm
     warps: int | None
     grid: int | None  # programs launched
