@@ -1,13 +1,14 @@
-"""Does the CUDA C++ tier of potrf/posv (kernels_cuda.py) beat the shipped table's pick and torch?
+"""Does the CUDA C++ tier of potrf/posv/trsv (kernels_cuda.py) beat the shipped table's pick and torch?
 A probe, ONE run on the GPU:
 
     PYTHONPATH=src python bench/cuda_probe.py --quick --out $OUT/cuda_probe.json
 
-For potrf and posv, fp32 and fp64, n in (4, 8, 16, 32), batch in (256, 4096, 65536), on a fresh
+For potrf and posv (--ops: trsv too), fp32 and fp64, n in (4, 8, 16, 32) (--ns), batch in (256, 4096, 65536), on a fresh
 input set a cell (kernels_check.make_inputs), the arms:
   torch        launch(op, "torch", ...) (cholesky_ex, + two solve_triangular for posv);
   shipped      the arm the shipped sm90 table serves at the cell (tunedb.recommend);
-  cuda_pP_wW   every config of the CUDA tier its predicate admits, through launch().
+  cuda*        every config of the CUDA tier its predicate admits (cuda_pP_wW, cudas_pP_wW, cudat_tTS),
+               through launch().
 Every arm's result is first checked with kernels_check.within_torch (an arm that fails or raises
 is skipped and reported); then timed in a CUDA graph of 10 calls, warmed up, replayed 9 times (5
 with --quick): the median microseconds a call (arm_probe.graph_us). Not in place. The shipped

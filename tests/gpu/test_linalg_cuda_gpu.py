@@ -1,5 +1,6 @@
 """The CUDA C++ tier (kernels_cuda.py) on the GPU: every config its predicate admits for potrf/posv
-at n in {2, 3, 4, 5, 8, 12, 13, 16, 24, 32, 33, 40, 48, 64} and trsv at n <= 32, x fp32/fp64 x
+at n in {2, 3, 4, 5, 8, 12, 13, 16, 24, 32, 33, 40, 48, 64, 80, 100, 128} (past 64, and trsv past 32, the
+tile kernel `cudat_t<TS>` alone), x fp32/fp64 x
 batch {1, 257, 4096, 65536 (16 <= n <= 32)},
 each run INSIDE a captured CUDA graph (warmed up on a side stream, as the tune times it) and the
 replay's result checked against the fp64 reference (bounded by what torch gets on the same
@@ -19,7 +20,7 @@ from tunedb.families.linalg.launch import launch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-NS = (2, 3, 4, 5, 8, 12, 13, 16, 24, 32, 33, 40, 48, 64)
+NS = (2, 3, 4, 5, 8, 12, 13, 16, 24, 32, 33, 40, 48, 64, 80, 100, 128)
 DTYPES = ("fp32", "fp64")
 OPS = ("potrf", "posv")
 
@@ -35,7 +36,7 @@ def _batches(n):
     return (1, 257, 4096, 65536) if 16 <= n <= 32 else (1, 257, 4096)
 
 
-CELLS = [(op, n) for op in (*OPS, "trsv") for n in NS if n <= kc.MAX_N[op]]
+CELLS = [(op, n) for op in (*OPS, "trsv") for n in NS if n <= max(kc.MAX_N[op], kc.tile.MAX_N)]
 
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -51,15 +52,16 @@ def test_every_cuda_config_meets_the_fp64_reference_inside_a_cuda_graph(op, n, d
 @pytest.mark.parametrize("op", OPS)
 def test_cuda_non_spd_problems_are_reported_and_the_others_solved(op):
     for n, dt in ((4, "fp64"), (8, "fp32"), (13, "fp64"), (16, "fp32"), (32, "fp32"), (32, "fp64"), (40, "fp32"),
-                  (64, "fp64")):
-        for cid in kc.config_ids(op, n, dt)[:2]:
+                  (64, "fp64"), (100, "fp32"), (128, "fp64")):
+        ids = kc.config_ids(op, n, dt)
+        for cid in {*ids[:2], *(i for i in ids if i.startswith("cudat"))}:
             check_non_spd(op, cid, n, dt)
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_cuda_in_place_equals_out_of_place(op):
-    for n, dt in ((5, "fp32"), (16, "fp64"), (32, "fp32"), (64, "fp64")):
-        cid = kc.config_ids(op, n, dt)[-1]
+    for n, dt in ((5, "fp32"), (16, "fp64"), (32, "fp32"), (64, "fp64"), (100, "fp32"), (128, "fp64")):
+        cid = kc.config_ids(op, n, dt)[-1]  # past n = 8 a tile kernel
         ins = check.make_inputs(op, 1000, n, dt, device="cuda", seed=3)
         want = launch(op, cid, *ins)[0].clone()
         work = tuple(t.clone() for t in ins)
@@ -113,7 +115,7 @@ def test_trsv_reads_l_in_either_layout(dt):
     """trsv takes L as the caller hands it: torch.linalg.cholesky's column-major L with no copy
     (the COLMAJOR kernel), at a storage offset too, and a row-major copy of it; all give the same
     x, within torch's bound (odd n, batch 1 and a partial last group of problems included)."""
-    for n in (3, 7, 11, 16, 17, 31, 32):
+    for n in (3, 7, 11, 16, 17, 31, 32, 45, 128):
         for batch in (1, 1000):
             ins = check.make_inputs("trsv", batch, n, dt, device="cuda", seed=n + batch)
             row = ins[0].contiguous()

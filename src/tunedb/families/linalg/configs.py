@@ -15,7 +15,7 @@ packing with its update on tl.dot, fp32 FMA or fp64 DMMA / fp32 tf32x3).
 Without the kernel module the family has the library arm only: nothing is pretended. The
 optional dependency tier (`kernels_nvmath.py`, `nvmath_b1`: potrf/posv through cuSOLVERDx) and the
 CUDA C++ tier (`kernels_cuda.py`, `cuda_p<P>_w<W>` / `cudas_p<P>_w<W>`: potrf/posv to n = 64 and
-trsv to n = 32, compiled by NVRTC) join the space only where `dependency_tier_available(tier)`.
+trsv to n = 32; `cudat_t<TS>`, kernels_cuda_tile.py: all three from n = 8 to 128; compiled by NVRTC) join the space only where `dependency_tier_available(tier)`.
 
 Sentinels: `torch` (the library arm: bmm / matmul, cholesky_ex, solve_triangular; capturable),
 `default` (what an unmeasured cell runs with no guess allowed: `torch`) and `heuristic` (the
@@ -107,10 +107,14 @@ def parse(config_id: str) -> Config:
     if config_id.startswith("cuda"):
         from tunedb.families.linalg import kernels_cuda
 
+        ts = kernels_cuda.tile.parse(config_id)
+        if ts is not None and config_id == kernels_cuda.tile.config_id(ts):
+            return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", 1), ("warps", 0), ("tile", ts)))
         shape = kernels_cuda.parse(config_id)
         if shape is None or config_id != kernels_cuda.config_id(*shape):
             raise ConfigError(f"bad linalg config id {config_id!r}: the CUDA tier's ids are cuda_p<P>_w<W> "
-                              "(pipelined pivots) and cudas_p<P>_w<W> (serial), without leading zeros")
+                              "(pipelined pivots), cudas_p<P>_w<W> (serial) and cudat_t<TS> (tiles), "
+                              "without leading zeros")
         return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", shape[0]), ("warps", shape[1])))
     match = _ID.match(config_id)
     if match is None:
@@ -156,16 +160,17 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
     if dep == "cuda":
         from tunedb.families.linalg import kernels_cuda
 
-        shape = kernels_cuda.parse(config.id)
-        if shape is None:
-            return f"{config.id} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>)"
+        if kernels_cuda.parse(config.id) is None and kernels_cuda.tile.parse(config.id) is None:
+            return f"{config.id} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudat_t<TS>)"
         if batch is not None and batch >= 2 ** 31:  # the kernels take the batch as a 32-bit int
             return f"{config.id} takes batch < 2**31, got {batch}"
-        need = kernels_cuda.smem_bytes(sig.get("n"), sig.dt, shape[1]) if sig.dt in ("fp32", "fp64") else 0
-        if arch is not None and need > arch.smem_per_block:
-            return (f"{config.id} at n={sig.get('n')} {sig.dt} needs {need} B of shared memory a block; "
-                    f"{arch.arch_family} gives at most {arch.smem_per_block}")
-        return kernels_cuda.invalid_reason(sig.op, shape[0], shape[1], sig.get("n"), sig.dt, pipe=shape[2])
+        why = kernels_cuda.arm_invalid(sig.op, config.id, sig.get("n"), sig.dt)
+        if why is None and arch is not None:
+            need = kernels_cuda.arm_smem(sig.op, config.id, sig.get("n"), sig.dt)
+            if need > arch.smem_per_block:
+                why = (f"{config.id} at n={sig.get('n')} {sig.dt} needs {need} B of shared memory a block; "
+                       f"{arch.arch_family} gives at most {arch.smem_per_block}")
+        return why
     if dep is not None:
         from tunedb.families.linalg import kernels_nvmath
 
@@ -201,6 +206,9 @@ def simplicity(config_id: str) -> int:
         shape = kernels_cuda.parse(config_id)
         if shape is not None:
             return (len(PACKINGS) + 1) * _RANK + shape[2] * 500_000 + min(shape[1], 499) * 1000 + min(shape[0], 999)
+        ts = kernels_cuda.tile.parse(config_id)
+        if ts is not None:  # after the warp/block kernels; smaller tiles (more threads) last
+            return (len(PACKINGS) + 1) * _RANK + 900_000 + (99 - min(ts, 99))
     match = _ID.match(config_id)
     if match is None:
         return (len(PACKINGS) + 2) * _RANK

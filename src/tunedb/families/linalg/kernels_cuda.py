@@ -58,6 +58,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tunedb.families.linalg import kernels_cuda_tile as tile
+
 PREFIX = "cuda"
 OPS = ("potrf", "posv", "trsv")
 DTYPES = ("fp32", "fp64")
@@ -110,7 +112,7 @@ def invalid_reason(op: str, problems: int, warps: int, n: int, dtype: str, check
     if dtype not in DTYPES:
         return f"{cid} runs {', '.join(DTYPES)} only, not {dtype}"
     if not isinstance(n, int) or not 2 <= n <= MAX_N[op]:
-        return f"{cid} takes {op} at n in 2..{MAX_N[op]}, got n={n!r}"
+        return f"{cid} takes {op} at n in 2..{MAX_N[op]}, got n={n!r} (cudat_t<TS> takes n to {tile.MAX_N})"
     if warps not in WARPS:
         return f"{cid}: warps a block must be one of {WARPS}, got {warps}"
     if not pipe and (op not in SERIAL_OPS or n > WARP_MAX_N):
@@ -137,15 +139,40 @@ def config_ids(op: str, n: int, dtype: str) -> tuple[str, ...]:
     if not isinstance(n, int) or n < 2:
         return ()
     shapes = [(1, next_pow2(n) // 32)] if n > WARP_MAX_N else [(w * per_warp(n), w) for w in WARPS]
-    return tuple(config_id(p, w, pipe) for pipe in (True, False) for p, w in shapes
-                 if invalid_reason(op, p, w, n, dtype, pipe=pipe) is None)
+    ids = [config_id(p, w, pipe) for pipe in (True, False) for p, w in shapes]
+    ids += [tile.config_id(ts) for ts in tile.TILES]
+    return tuple(cid for cid in ids if arm_invalid(op, cid, n, dtype) is None)
 
 
 def all_ids() -> tuple[str, ...]:
-    """Every id the tier has at some (op, n, dtype): validity is per cell (invalid_reason)."""
+    """Every id the tier has at some (op, n, dtype): validity is per cell (arm_invalid)."""
     shapes = {(w * q, w) for w in WARPS for q in (1, 2, 4, 8, 16)}
     shapes |= {(1, next_pow2(n) // 32) for n in range(WARP_MAX_N + 1, max(MAX_N.values()) + 1)}
-    return tuple(sorted(config_id(p, w, pipe) for p, w in shapes for pipe in (True, False)))
+    ids = {config_id(p, w, pipe) for p, w in shapes for pipe in (True, False)}
+    return tuple(sorted(ids | {tile.config_id(ts) for ts in tile.TILES}))
+
+
+def arm_invalid(op: str, cid: str, n: int, dtype: str, check_runtime: bool = True) -> str | None:
+    """THE predicate for any id of the tier (warp/block `cuda_`/`cudas_` and tile `cudat_`)."""
+    ts = tile.parse(cid)
+    if ts is not None:
+        why = tile.invalid_reason(op, ts, n, dtype)
+        if why is None and check_runtime and not available():
+            why = f"{cid} needs a CUDA device and NVRTC (torch.cuda._compile_kernel), which are not available here"
+        return why
+    shape = parse(cid)
+    if shape is None:
+        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudat_t<TS>)"
+    return invalid_reason(op, shape[0], shape[1], n, dtype, check_runtime, shape[2])
+
+
+def arm_smem(op: str, cid: str, n: int, dtype: str) -> int:
+    """Static shared memory a block of the arm `cid` at (op, n, dtype)."""
+    ts = tile.parse(cid)
+    if ts is not None:
+        return tile.smem_bytes(op, n, dtype, ts)
+    shape = parse(cid)
+    return smem_bytes(n, dtype, shape[1]) if shape is not None else 0
 
 
 def available() -> bool:
@@ -174,7 +201,7 @@ def defines(op: str, n: int, dtype: str, warps: int, pipe: bool = True, colmajor
 
 
 def source(op: str, n: int, dtype: str, warps: int, pipe: bool = True, colmajor: bool = False) -> str:
-    """The full CUDA source of one kernel: its macros, the common part, then its kernel."""
+    """The full CUDA source of one warp/block kernel: its macros, the common part, then its kernel."""
     from tunedb.families.linalg import kernels_cuda_src as src
 
     head = "".join(f"#define {k} {v}\n" for k, v in defines(op, n, dtype, warps, pipe, colmajor).items())
@@ -182,17 +209,30 @@ def source(op: str, n: int, dtype: str, warps: int, pipe: bool = True, colmajor:
     return head + src.COMMON + body
 
 
-def _kernel(op: str, n: int, dtype: str, warps: int, pipe: bool, device: int, cubin: Any = None,
-            colmajor: bool = False) -> Any:
+def arm_source(op: str, cid: str, n: int, dtype: str, colmajor: bool = False) -> str:
+    """The full CUDA source of the arm `cid` at (op, n, dtype)."""
+    ts = tile.parse(cid)
+    if ts is not None:
+        from tunedb.families.linalg import kernels_cuda_src as src
+
+        head = "".join(f"#define {k} {v}\n" for k, v in tile.defines(op, n, dtype, ts, colmajor).items())
+        return head + src.COMMON + tile.SOURCE
+    shape = parse(cid)
+    if shape is None:
+        raise ValueError(f"not an id of the CUDA tier: {cid!r}")
+    return source(op, n, dtype, shape[1], shape[2], colmajor)
+
+
+def _kernel(op: str, cid: str, n: int, dtype: str, device: int, cubin: Any = None, colmajor: bool = False) -> Any:
     """The loaded kernel (compiled here, or from `cubin`: (binary, lowered name) of NVRTC)."""
-    key = (op, dtype, n, warps, pipe, colmajor, device)
+    key = (op, dtype, n, cid, colmajor, device)
     kern = _KERNELS.get(key)
     if kern is None:
         import torch
 
         with torch.cuda.device(device):
             if cubin is None:
-                kern = torch.cuda._compile_kernel(source(op, n, dtype, warps, pipe, colmajor), "tunedb_linalg")
+                kern = torch.cuda._compile_kernel(arm_source(op, cid, n, dtype, colmajor), "tunedb_linalg")
             else:
                 from torch.cuda._utils import _cuda_load_module
 
@@ -221,12 +261,10 @@ def compile_all(items: list[tuple[str, str, int, str]], jobs: int = 8) -> list[s
     def one(item: tuple[str, str, int, str, bool]) -> tuple[Any, str | None]:
         op, cid, n, dtype, colmajor = item
         try:
-            shape = parse(cid)
-            if shape is None:
-                raise ValueError(f"not an id of the CUDA tier: {cid!r}")
+            text = arm_source(op, cid, n, dtype, colmajor)
             if _nvrtc_compile is None:
                 return None, None
-            return _nvrtc_compile(source(op, n, dtype, shape[1], shape[2], colmajor), "tunedb_linalg", arch), None
+            return _nvrtc_compile(text, "tunedb_linalg", arch), None
         except Exception as exc:  # reported to the caller, which decides
             return None, f"{op} {cid} n={n} {dtype}: {type(exc).__name__}: {exc}"
 
@@ -238,8 +276,7 @@ def compile_all(items: list[tuple[str, str, int, str]], jobs: int = 8) -> list[s
     for (op, cid, n, dtype, colmajor), (cubin, err) in zip(todo, built):
         if err is None:
             try:
-                shape = parse(cid)
-                _kernel(op, n, dtype, shape[1], shape[2], device, cubin, colmajor)
+                _kernel(op, cid, n, dtype, device, cubin, colmajor)
             except Exception as exc:
                 err = f"{op} {cid} n={n} {dtype}: {type(exc).__name__}: {exc}"
         if err:
@@ -252,13 +289,10 @@ def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtyp
     returns (L or x, info), or x for trsv."""
     import torch
 
-    shape = parse(cid)
-    if shape is None:
-        raise ValueError(f"unknown config {cid!r}: the CUDA tier's ids are cuda_p<P>_w<W> and cudas_p<P>_w<W>")
-    problems, warps, pipe = shape
-    why = invalid_reason(op, problems, warps, n, dtype, pipe=pipe)
+    why = arm_invalid(op, cid, n, dtype)
     if why:
         raise ValueError(why)
+    ts = tile.parse(cid)
     a = tensors[0]
     if not a.is_cuda:
         raise ValueError(f"{cid} runs on CUDA tensors only, got {a.device}")
@@ -271,10 +305,14 @@ def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtyp
     colmajor = op == "trsv" and not a.is_contiguous() and a.mT.is_contiguous()
     args = [t if t.is_contiguous() or (k == 0 and colmajor) else t.contiguous() for k, t in enumerate(tensors)]
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    kern = _kernel(op, n, dtype, warps, pipe, device, colmajor=colmajor)
+    kern = _kernel(op, cid, n, dtype, device, colmajor=colmajor)
     b = args[1] if op in ("posv", "trsv") else args[0]  # potrf's kernel never reads B
-    grid = -(-batch // problems)
-    kern(grid=(grid, 1, 1), block=(32 * warps, 1, 1),
+    if ts is not None:  # one problem a block of one thread a lower tile
+        grid, threads = batch, tile.block_threads(op, n, ts)
+    else:
+        problems, warps, _pipe = parse(cid)
+        grid, threads = -(-batch // problems), 32 * warps
+    kern(grid=(grid, 1, 1), block=(threads, 1, 1),
          args=[args[0], b, out, info if info is not None else out, batch],  # trsv never touches INFO
          stream=torch.cuda.current_stream(a.device))
     return out if info is None else (out, info)
