@@ -97,7 +97,7 @@ def test_present_joins_every_cell_it_can_run_past_the_cap(present):
     assert len([a for a in capped if not a.startswith(("torch", "cuda"))]) <= 2
     fp64 = [a for a in ladder.arms(ladder.Cell("potrf", "fp64", 32, 4096), sm90, 2) if a.startswith("cuda")]
     assert sorted(fp64) == sorted([f"{tier}_p{w}_w{w}" for tier in ("cuda", "cudas") for w in (1, 2, 4)]  # 8 warps: > 48 KiB
-                                  + ["cudat_t2", "cudat_t4"])  # no fp64 t8: 64 doubles a thread
+                                  + ["cudat_t2", "cudat_t4", "cudat_t8"])
     trsv = sorted(a for a in ladder.arms(ladder.Cell("trsv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda"))
     assert trsv == ["cuda_p16_w8", "cuda_p2_w1", "cuda_p4_w2", "cuda_p8_w4", "cudat_t2", "cudat_t4"]  # no serial trsv
     assert [a for a in ladder.arms(ladder.Cell("posv", "fp32", 64, 4096), sm90, 2) if a.startswith("cuda")] == [

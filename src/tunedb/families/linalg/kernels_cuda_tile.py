@@ -62,10 +62,16 @@ def threads(op: str, n: int, ts: int) -> int:
     return sum(nr - c for c in range(nc))
 
 
+def stage_rows(dtype: str) -> int:
+    """Rows a block stages through shared memory at a time (a multiple of every tile side)."""
+    return 16 if dtype == "fp64" else 32
+
+
 def smem_bytes(op: str, n: int, dtype: str, ts: int) -> int:
-    """Static shared memory a block: the two column buffers and the solve's two vectors."""
+    """Static shared memory a block: the stage (rows of stride n | 1), the two column buffers and
+    the solve's two vectors."""
     nr, _nc = tiles(op, n, ts)
-    return 4 * nr * ts * (8 if dtype == "fp64" else 4)
+    return (stage_rows(dtype) * (n | 1) + 4 * nr * ts) * (8 if dtype == "fp64" else 4)
 
 
 def invalid_reason(op: str, ts: int, n: int, dtype: str) -> str | None:
@@ -81,8 +87,6 @@ def invalid_reason(op: str, ts: int, n: int, dtype: str) -> str | None:
         return f"{cid}: the tile side must be one of {TILES}, got {ts}"
     if n <= 2 * ts:
         return f"{cid} needs n > 2 * {ts} (at least three tile columns), got n={n}"
-    if dtype == "fp64" and ts == 8:  # 64 doubles a tile: ptxas spills at 255 registers a thread
-        return f"{cid} holds 64 fp64 values a thread, more than the registers take; use TS <= 4 for fp64"
     need = threads(op, n, ts)
     if need > MAX_THREADS:
         return f"{cid} at n={n} needs {need} threads a block (one a lower tile), more than {MAX_THREADS}"
@@ -93,6 +97,7 @@ def defines(op: str, n: int, dtype: str, ts: int, colmajor: bool = False) -> dic
     nr, nc = tiles(op, n, ts)
     count = threads(op, n, ts)
     return {"N": n, "TS": ts, "NTR": nr, "NTC": nc, "NTHREADS": count, "BLOCKT": -(-count // 32) * 32,
+            "CH": stage_rows(dtype),
             "DOUBLE": int(dtype == "fp64"), "POSV": int(op == "posv"), "TRSV": int(op == "trsv"),
             "PIPE": 1, "COLMAJOR": int(colmajor and op == "trsv")}
 
@@ -103,6 +108,7 @@ def block_threads(op: str, n: int, ts: int) -> int:
 
 SOURCE = r"""
 #define NRP (NTR * TS)
+#define SST (N | 1)  // the stage's row stride: odd, so rows TS apart and a column-major fill miss each other's banks
 #if COLMAJOR
 #define AT(i, j) Ag[(long long)(j) * N + (i)]
 #else
@@ -111,6 +117,7 @@ SOURCE = r"""
 
 extern "C" __global__ void __launch_bounds__(BLOCKT, 1)
 tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
+  __shared__ T stage[CH * SST];
   __shared__ __align__(16) T buf[2][NRP];
   __shared__ __align__(16) T ys[NRP];
   __shared__ __align__(16) T xs[NRP];
@@ -126,21 +133,40 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   }
   const int R0 = r * TS, C0 = c * TS;
   const T* Ag = A + p * (long long)(N * N);
+  const int warp = t >> 5, lane = t & 31;
   T a[TS][TS];
-#pragma unroll
-  for (int ii = 0; ii < TS; ++ii) {
-#pragma unroll
-    for (int jj = 0; jj < TS; ++jj) {
-      const int i = R0 + ii, j = C0 + jj;
-      T v = T(0);
-      if (r >= 0 && j <= i && j < N) {
+  // staged through shared memory CH rows at a time: the warps read whole rows coalesced (only the
+  // columns a lower chunk holds), then each thread takes its tile from the stage
+#pragma unroll 1
+  for (int R = 0; R < NRP; R += CH) {
+    const int cols = min(N, R + CH);
+#if COLMAJOR
+    for (int j = warp; j < cols; j += BLOCKT / 32)  // each column of L contiguous: lanes down the rows
+      for (int rr = lane; rr < CH; rr += 32) stage[rr * SST + j] = R + rr < N ? AT(R + rr, j) : T(0);
+#else
+    for (int rr = warp; rr < CH; rr += BLOCKT / 32) {
+      const int i = R + rr;
+      for (int j = lane; j < cols; j += 32) {
+        T v = T(0);
         if (i < N) v = AT(i, j);
 #if POSV
         else if (i == N) v = B[p * N + j];
 #endif
+        stage[rr * SST + j] = v;
       }
-      a[ii][jj] = v;
     }
+#endif
+    __syncthreads();
+    if (R0 >= R && R0 < R + CH) {
+#pragma unroll
+      for (int ii = 0; ii < TS; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < TS; ++jj) {
+          const int i = R0 + ii, j = C0 + jj;
+          a[ii][jj] = (j <= i && j < N && i <= N) ? stage[(i - R) * SST + j] : T(0);
+        }
+    }
+    __syncthreads();
   }
 #if TRSV
   for (int e = t; e < NRP; e += BLOCKT) ys[e] = e < N ? B[p * N + e] : T(0);
@@ -285,19 +311,25 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   }
 #endif
 #if !POSV && !TRSV
-  if (r >= 0) {  // L with zeros above the diagonal: this tile, and its mirror above the diagonal as zeros
-    T* Og = OUT + p * (long long)(N * N);
+  // L with zeros above the diagonal, CH rows at a time: tiles into the stage, whole rows out coalesced
+  T* Og = OUT + p * (long long)(N * N);
+#pragma unroll 1
+  for (int R = 0; R < N; R += CH) {
+    if (R0 >= R && R0 < R + CH) {
 #pragma unroll
-    for (int ii = 0; ii < TS; ++ii) {
+      for (int ii = 0; ii < TS; ++ii)
 #pragma unroll
-      for (int jj = 0; jj < TS; ++jj) {
-        const int i = R0 + ii, j = C0 + jj;
-        if (i < N && j < N) {
-          Og[(long long)i * N + j] = j <= i ? a[ii][jj] : T(0);
-          if (r != c) Og[(long long)j * N + i] = T(0);
+        for (int jj = 0; jj < TS; ++jj) {
+          const int i = R0 + ii, j = C0 + jj;
+          if (j <= i && i < N) stage[(i - R) * SST + j] = a[ii][jj];
         }
-      }
     }
+    __syncthreads();
+    for (int rr = warp; rr < CH && R + rr < N; rr += BLOCKT / 32) {
+      const int i = R + rr;
+      for (int j = lane; j < N; j += 32) Og[(long long)i * N + j] = j <= i ? stage[rr * SST + j] : T(0);
+    }
+    __syncthreads();
   }
 #endif
 #if !TRSV
