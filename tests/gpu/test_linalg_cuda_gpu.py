@@ -132,3 +132,22 @@ def test_trsv_reads_l_in_either_layout(dt):
                         f"{cid} trsv {dt} n={n} batch={batch}: the layouts differ")
                 ok, worst, bound = check.within_torch("trsv", dt, (row, ins[1]), got_row, want)
                 assert ok, f"{cid} trsv {dt} n={n} batch={batch}: residual {worst:.3e} > {bound:.3e}"
+
+
+@pytest.mark.parametrize("op", (*OPS, "trsv"))
+def test_tile_kernel_reads_a_misaligned_tensor_element_by_element(op):
+    """The tile kernel reads 16-byte vectors only where A, b and out are 16-byte aligned: the same
+    problems one element into their storage (a view, contiguous) give the same result bit for bit."""
+    for n, dt in ((64, "fp32"), (128, "fp64")):
+        ins = check.make_inputs(op, 300, n, dt, device="cuda", seed=n)
+        shifted = []
+        for t in ins:
+            flat = torch.cat([t.new_zeros(1), t.contiguous().flatten()])[1:]
+            shifted.append(flat.view(t.shape))
+        assert shifted[0].data_ptr() % 16 != 0 and torch.equal(shifted[0], ins[0].contiguous())
+        for cid in (i for i in kc.config_ids(op, n, dt) if i.startswith("cudat")):
+            want = launch(op, cid, *(t.contiguous() for t in ins))
+            got = launch(op, cid, *shifted)
+            if op == "trsv":
+                want, got = (want, None), (got, None)
+            assert torch.equal(got[0], want[0]), f"{cid} {op} {dt} n={n}: misaligned input differs"

@@ -62,16 +62,10 @@ def threads(op: str, n: int, ts: int) -> int:
     return sum(nr - c for c in range(nc))
 
 
-def stage_rows(dtype: str) -> int:
-    """Rows a block stages through shared memory at a time (a multiple of every tile side)."""
-    return 16 if dtype == "fp64" else 32
-
-
 def smem_bytes(op: str, n: int, dtype: str, ts: int) -> int:
-    """Static shared memory a block: the stage (rows of stride n | 1), the two column buffers and
-    the solve's two vectors."""
+    """Static shared memory a block: the two column buffers and the solve's two vectors."""
     nr, _nc = tiles(op, n, ts)
-    return (stage_rows(dtype) * (n | 1) + 4 * nr * ts) * (8 if dtype == "fp64" else 4)
+    return 4 * nr * ts * (8 if dtype == "fp64" else 4) + 4
 
 
 def invalid_reason(op: str, ts: int, n: int, dtype: str) -> str | None:
@@ -97,7 +91,6 @@ def defines(op: str, n: int, dtype: str, ts: int, colmajor: bool = False) -> dic
     nr, nc = tiles(op, n, ts)
     count = threads(op, n, ts)
     return {"N": n, "TS": ts, "NTR": nr, "NTC": nc, "NTHREADS": count, "BLOCKT": -(-count // 32) * 32,
-            "CH": stage_rows(dtype),
             "DOUBLE": int(dtype == "fp64"), "POSV": int(op == "posv"), "TRSV": int(op == "trsv"),
             "PIPE": 1, "COLMAJOR": int(colmajor and op == "trsv")}
 
@@ -108,7 +101,6 @@ def block_threads(op: str, n: int, ts: int) -> int:
 
 SOURCE = r"""
 #define NRP (NTR * TS)
-#define SST (N | 1)  // the stage's row stride: odd, so rows TS apart and a column-major fill miss each other's banks
 #if COLMAJOR
 #define AT(i, j) Ag[(long long)(j) * N + (i)]
 #else
@@ -117,7 +109,7 @@ SOURCE = r"""
 
 extern "C" __global__ void __launch_bounds__(BLOCKT, 1)
 tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
-  __shared__ T stage[CH * SST];
+  __shared__ int sinfo;  // the first failed pivot's column + 1, set by the diagonal tile's thread
   __shared__ __align__(16) T buf[2][NRP];
   __shared__ __align__(16) T ys[NRP];
   __shared__ __align__(16) T xs[NRP];
@@ -133,40 +125,53 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   }
   const int R0 = r * TS, C0 = c * TS;
   const T* Ag = A + p * (long long)(N * N);
-  const int warp = t >> 5, lane = t & 31;
   T a[TS][TS];
-  // staged through shared memory CH rows at a time: the warps read whole rows coalesced (only the
-  // columns a lower chunk holds), then each thread takes its tile from the stage
-#pragma unroll 1
-  for (int R = 0; R < NRP; R += CH) {
-    const int cols = min(N, R + CH);
-#if COLMAJOR
-    for (int j = warp; j < cols; j += BLOCKT / 32)  // each column of L contiguous: lanes down the rows
-      for (int rr = lane; rr < CH; rr += 32) stage[rr * SST + j] = R + rr < N ? AT(R + rr, j) : T(0);
+  // each thread reads its own tile (the loads independent, all in flight at once), as 16-byte
+  // vectors where whole tile rows (columns with COLMAJOR) are aligned, else element by element
+#if N % TS == 0 && TS >= VEC
+  const bool vec = ((((size_t)A) | ((size_t)B) | ((size_t)OUT)) & 15) == 0;
 #else
-    for (int rr = warp; rr < CH; rr += BLOCKT / 32) {
-      const int i = R + rr;
-      for (int j = lane; j < cols; j += 32) {
-        T v = T(0);
-        if (i < N) v = AT(i, j);
+  const bool vec = false;
+#endif
+  if (vec) {
+#pragma unroll
+    for (int q = 0; q < TS; ++q)
+#pragma unroll
+      for (int v = 0; v < TS / VEC; ++v) {
+        V w;
+        T* wp = reinterpret_cast<T*>(&w);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) wp[e] = T(0);
+#if COLMAJOR
+        const int j = C0 + q, i0 = R0 + v * VEC;  // a tile column: rows i0 .. i0 + VEC - 1
+        if (r >= 0 && i0 < N) w = *reinterpret_cast<const V*>(Ag + (long long)j * N + i0);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) a[v * VEC + e][q] = j <= i0 + e ? wp[e] : T(0);
+#else
+        const int i = R0 + q, j0 = C0 + v * VEC;  // a tile row: columns j0 .. j0 + VEC - 1
+        if (r >= 0 && i < N) w = *reinterpret_cast<const V*>(Ag + (long long)i * N + j0);
 #if POSV
-        else if (i == N) v = B[p * N + j];
+        else if (r >= 0 && i == N) w = *reinterpret_cast<const V*>(B + p * N + j0);
 #endif
-        stage[rr * SST + j] = v;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) a[q][v * VEC + e] = j0 + e <= i ? wp[e] : T(0);
+#endif
       }
-    }
+  } else {
+#pragma unroll
+    for (int ii = 0; ii < TS; ++ii)
+#pragma unroll
+      for (int jj = 0; jj < TS; ++jj) {
+        const int i = R0 + ii, j = C0 + jj;
+        T v = T(0);
+        if (r >= 0 && j <= i && j < N) {
+          if (i < N) v = AT(i, j);
+#if POSV
+          else if (i == N) v = B[p * N + j];
 #endif
-    __syncthreads();
-    if (R0 >= R && R0 < R + CH) {
-#pragma unroll
-      for (int ii = 0; ii < TS; ++ii)
-#pragma unroll
-        for (int jj = 0; jj < TS; ++jj) {
-          const int i = R0 + ii, j = C0 + jj;
-          a[ii][jj] = (j <= i && j < N && i <= N) ? stage[(i - R) * SST + j] : T(0);
         }
-    }
-    __syncthreads();
+        a[ii][jj] = v;
+      }
   }
 #if TRSV
   for (int e = t; e < NRP; e += BLOCKT) ys[e] = e < N ? B[p * N + e] : T(0);
@@ -174,7 +179,7 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 #if POSV
   for (int e = t; e < NRP; e += BLOCKT) ys[e] = T(0);  // rows past n stay 0: their x is 0
 #endif
-  int info = 0;
+  if (t == 0) sinfo = 0;
   T rinv[TS];
 #pragma unroll
   for (int ii = 0; ii < TS; ++ii) rinv[ii] = T(0);
@@ -191,13 +196,13 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
           if (r > kc || ii >= kk) col[R0 + ii] = a[ii][kk];
       }
       __syncthreads();
-      T d = col[k];
-      if (!(d > T(0))) {
-        if (info == 0) info = k + 1;
-        d = T(1);
-      }
-      const T rs = rsqrt_t(d);
-      if (c >= kc) {
+      if (c >= kc) {  // the threads left of the pivot's tile column are done: they only keep the barriers
+        T d = col[k];
+        if (!(d > T(0))) {
+          if (c == kc && r == kc && sinfo == 0) sinfo = k + 1;
+          d = T(1);
+        }
+        const T rs = rsqrt_t(d);
         T li[TS];
 #pragma unroll
         for (int ii = 0; ii < TS; ++ii) li[ii] = col[R0 + ii] * rs;
@@ -311,29 +316,45 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   }
 #endif
 #if !POSV && !TRSV
-  // L with zeros above the diagonal, CH rows at a time: tiles into the stage, whole rows out coalesced
-  T* Og = OUT + p * (long long)(N * N);
-#pragma unroll 1
-  for (int R = 0; R < N; R += CH) {
-    if (R0 >= R && R0 < R + CH) {
+  if (r >= 0) {  // L with zeros above the diagonal: this tile, and its mirror above the diagonal as zeros
+    T* Og = OUT + p * (long long)(N * N);
+    if (vec) {
 #pragma unroll
       for (int ii = 0; ii < TS; ++ii)
 #pragma unroll
+        for (int v = 0; v < TS / VEC; ++v) {
+          const int i = R0 + ii, j0 = C0 + v * VEC;
+          V w, z;
+          T* wp = reinterpret_cast<T*>(&w);
+          T* zp = reinterpret_cast<T*>(&z);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            wp[e] = j0 + e <= i ? a[ii][v * VEC + e] : T(0);
+            zp[e] = T(0);
+          }
+          if (i < N) {
+            *reinterpret_cast<V*>(Og + (long long)i * N + j0) = w;
+            if (r != c) *reinterpret_cast<V*>(Og + (long long)(C0 + ii) * N + R0 + v * VEC) = z;
+          }
+        }
+    } else {
+#pragma unroll
+      for (int ii = 0; ii < TS; ++ii) {
+#pragma unroll
         for (int jj = 0; jj < TS; ++jj) {
           const int i = R0 + ii, j = C0 + jj;
-          if (j <= i && i < N) stage[(i - R) * SST + j] = a[ii][jj];
+          if (i < N && j < N) {
+            Og[(long long)i * N + j] = j <= i ? a[ii][jj] : T(0);
+            if (r != c) Og[(long long)j * N + i] = T(0);
+          }
         }
+      }
     }
-    __syncthreads();
-    for (int rr = warp; rr < CH && R + rr < N; rr += BLOCKT / 32) {
-      const int i = R + rr;
-      for (int j = lane; j < N; j += 32) Og[(long long)i * N + j] = j <= i ? stage[rr * SST + j] : T(0);
-    }
-    __syncthreads();
   }
 #endif
 #if !TRSV
-  if (t == 0) INFO[p] = info;
+  __syncthreads();  // the last pivot's report
+  if (t == 0) INFO[p] = sinfo;
 #endif
 }
 """
