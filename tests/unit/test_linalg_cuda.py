@@ -92,20 +92,19 @@ def test_present_joins_every_cell_it_can_run_past_the_cap(present):
     sm90 = shipped_profile("sm90")
     capped = ladder.arms(ladder.Cell("posv", "fp32", 16, 4096), sm90, 2)
     got = sorted(a for a in capped if a.startswith("cuda"))
-    assert got == sorted([f"{tier}_p{p}_w{w}" for tier in ("cuda", "cudas") for p, w in ((2, 1), (4, 2), (8, 4), (16, 8))]
-                         + ["cudat_t2", "cudat_t4"])  # n > 2 TS
+    assert got == sorted(f"{tier}_p{p}_w{w}" for tier in ("cuda", "cudas") for p, w in ((2, 1), (4, 2), (8, 4), (16, 8)))
     assert len([a for a in capped if not a.startswith(("torch", "cuda"))]) <= 2
     fp64 = [a for a in ladder.arms(ladder.Cell("potrf", "fp64", 32, 4096), sm90, 2) if a.startswith("cuda")]
-    assert sorted(fp64) == sorted([f"{tier}_p{w}_w{w}" for tier in ("cuda", "cudas") for w in (1, 2, 4)]  # 8 warps: > 48 KiB
-                                  + ["cudat_t2", "cudat_t4", "cudat_t8"])
+    assert sorted(fp64) == sorted(f"{tier}_p{w}_w{w}" for tier in ("cuda", "cudas") for w in (1, 2, 4))  # 8 warps: > 48 KiB
     trsv = sorted(a for a in ladder.arms(ladder.Cell("trsv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda"))
-    assert trsv == ["cuda_p16_w8", "cuda_p2_w1", "cuda_p4_w2", "cuda_p8_w4", "cudat_t2", "cudat_t4"]  # no serial trsv
+    assert trsv == ["cuda_p16_w8", "cuda_p2_w1", "cuda_p4_w2", "cuda_p8_w4"]  # no serial trsv; the tiles from n = 33
     assert [a for a in ladder.arms(ladder.Cell("posv", "fp32", 64, 4096), sm90, 2) if a.startswith("cuda")] == [
         "cuda_p1_w2", "cudat_t2", "cudat_t4", "cudat_t8"]
     # n = 128: the tile kernel alone, and not t2 (one thread a 2 x 2 tile: 2080 threads a block)
     assert [a for a in ladder.arms(ladder.Cell("posv", "fp32", 128, 4096), sm90, 2) if a.startswith("cuda")] == [
         "cudat_t4", "cudat_t8"]
-    assert not [a for a in ladder.arms(ladder.Cell("trsv", "fp64", 12, 4096), sm90, 2) if a.startswith("cudat")]
+    trsv64 = [a for a in ladder.arms(ladder.Cell("trsv", "fp64", 64, 4096), sm90, 2) if a.startswith("cuda")]
+    assert trsv64 == ["cudat_t2", "cudat_t4", "cudat_t8"]
     assert not [a for a in ladder.arms(ladder.Cell("gemv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda")]
 
 

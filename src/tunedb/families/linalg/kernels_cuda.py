@@ -1,5 +1,6 @@
 """The CUDA C++ tier of the small linear-algebra family: potrf and posv for n <= 64 and trsv for
-n <= 32 as hand-written kernels (kernels_cuda_src.py), compiled at run time by NVRTC through torch
+n <= 32 as hand-written kernels (kernels_cuda_src.py), and all three for n = 33..128 as the tile
+kernel (`cudat_t<TS>`, kernels_cuda_tile.py), compiled at run time by NVRTC through torch
 (`torch.cuda._compile_kernel`).
 
 Why not Triton: the shfl packing (kernels_shfl.py) broadcasts each pivot's column with one warp
@@ -51,7 +52,7 @@ batch 65536 (fewer registers: 112 against 130 at posv n = 32). Static shared mem
 It is a tier of its own (configs.DEPENDENCIES): it needs NVRTC at run time, so the pick rule
 takes it only past the dependency margin and every table entry keeps the native (Triton)
 winners for a machine without it. Kernels compile on first use (NVRTC, in process, about a
-second each), keyed by (op, dtype, n, W, device).
+second each), keyed by (op, dtype, n, config id, trsv's L layout, device).
 """
 from __future__ import annotations
 

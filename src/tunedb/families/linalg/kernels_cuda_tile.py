@@ -1,4 +1,4 @@
-"""The CUDA tier's tile kernel (`cudat_t{TS}`): potrf, posv and trsv for 16 <= n <= 128, one problem
+"""The CUDA tier's tile kernel (`cudat_t{TS}`): potrf, posv and trsv for 33 <= n <= 128, one problem
 a block, the lower triangle of the matrix held in registers as TS x TS tiles, one thread a tile.
 
 Why: the row-per-thread block kernel (kernels_cuda_src.BLOCK) stops at n = 64 (a row of 64 in
@@ -34,7 +34,7 @@ import re
 PREFIX = "cudat"
 OPS = ("potrf", "posv", "trsv")
 DTYPES = ("fp32", "fp64")
-MIN_N, MAX_N = 16, 128
+MIN_N, MAX_N = 33, 128
 TILES = (2, 4, 8)
 MAX_THREADS = 1024
 _ID = re.compile(r"^cudat_t([0-9]+)$")

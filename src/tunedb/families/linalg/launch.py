@@ -27,8 +27,8 @@ An in-place call consumes its input: time it against a ring of fresh inputs.
 Configs: a Triton config id (`thread_p64_w2`, `warp_p8_w4`, `block_w4`, `lane_p2_w1`, `reg_p32_w1`,
 `rows_p2_w1`, `shfl_p1_w1`, `panel_w2`, `pdot_w2`, `pdottf_w2`; see kernels_space), the dependency tier's `nvmath_b1` (potrf and posv
 through cuSOLVERDx where nvmath-python is installed; kernels_nvmath), the CUDA C++ tier's
-`cuda_p<P>_w<W>` / `cudas_p<P>_w<W>` (potrf and posv, n <= 32, compiled by NVRTC where torch has
-it; kernels_cuda),
+`cuda_p<P>_w<W>` / `cudas_p<P>_w<W>` (potrf and posv to n = 64, trsv to n = 32) and `cudat_t<TS>`
+(all three at n = 33..128), compiled by NVRTC where torch has it (kernels_cuda, kernels_cuda_tile),
 a KernelConfig, or an object with `.id`; and two library arms: "torch" (the capturable forms:
 bmm for dot/gemv/gemm, cholesky_ex, solve_triangular, cholesky_ex + two solve_triangular for
 posv) and "torch_checked" (what the obvious API costs: torch.linalg.cholesky and
