@@ -99,17 +99,28 @@ def _shipped_entry(op, dt, n):
     return next(res.db.entries[key] for res in files if key in res.db.entries)
 
 
+def _nvmath_entry():
+    """posv fp32 n=64 as session 20 E measured it: cuSOLVERDx's arm won batch 65536 by the
+    dependency margin (1.14x), pdot_w1 the native winner (the shipped table lost that entry to the
+    CUDA tier's block kernel in session 22 D, so the entry is rebuilt here from the shipped one)."""
+    import dataclasses
+
+    from tunedb.records import Region
+
+    return dataclasses.replace(_shipped_entry("posv", "fp32", 64), regions=(Region(None, "nvmath_b1"),),
+                               regions_native=(Region(None, "pdot_w1"),))
+
+
 @pytest.mark.parametrize("have", [True, False])
 def test_serving_takes_the_native_winner_where_the_dependency_is_missing(monkeypatch, have):
-    """The shipped sm90 table's posv fp32 n=64 entry: cuSOLVERDx's arm won batch 65536 by the
-    dependency margin (session 20 E, 1.14x), pdot_w1 is the native winner; without nvmath-python
-    the native region serves, not the next tier."""
+    """An entry whose full winner is cuSOLVERDx's arm and pdot_w1 the native one (_nvmath_entry):
+    without nvmath-python the native region serves, not the next tier."""
     from tunedb.families.linalg import FAMILY
     from tunedb.runtime import serving
 
     monkeypatch.setattr(kernels_nvmath, "available", lambda: have)
     monkeypatch.setitem(configs._DEVICE_API, "nvmath", have)  # as if nvmath.device had (not) imported
-    entry = _shipped_entry("posv", "fp32", 64)
+    entry = _nvmath_entry()
     assert entry.lookup(65536) == "nvmath_b1" and entry.lookup(65536, native=True) == "pdot_w1"
     sig = signatures.make_signature("posv", "fp32", 64)
     got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 65536, [("system", {sig: entry})])]
@@ -120,10 +131,11 @@ def test_serving_takes_the_native_winner_where_the_dependency_is_missing(monkeyp
 def test_recommend_names_the_full_and_the_native_winner():
     import tunedb
 
+    entry = _shipped_entry("posv", "fp32", 64)  # the CUDA tier's block kernel since session 22 D
     full = tunedb.recommend("posv", "fp32", 64, 65536, deps="all")
     native = tunedb.recommend("posv", "fp32", 64, 65536, deps="native")
-    assert (full.arm, full.packing, full.source) == ("nvmath_b1", "nvmath", "measured")
-    assert (native.arm, native.packing) == ("pdot_w1", "pdot")
+    assert (full.arm, full.packing, full.source) == (entry.lookup(65536), "cuda", "measured")
+    assert native.arm == entry.lookup(65536, native=True) and configs.dependency(native.arm) is None
     assert tunedb.recommend("gemv", "fp32", 16, 4096, deps="all").arm == tunedb.recommend(
         "gemv", "fp32", 16, 4096, deps="native").arm  # gemv: no tier runs it
 
@@ -149,7 +161,7 @@ def test_a_broken_numba_counts_as_absent_not_as_an_error(tmp_path, monkeypatch):
         space = configs.config_space("sm90")
         assert space and not [c for c in space if c.lane == "nvmath"]
         assert FAMILY.dependency_available("nvmath_b1") is False
-        entry = _shipped_entry("posv", "fp32", 64)
+        entry = _nvmath_entry()
         sig = signatures.make_signature("posv", "fp32", 64)
         got = [cid for _tag, _key, cid in serving.walk(FAMILY, sig, 65536, [("system", {sig: entry})])]
         assert got == ["pdot_w1"]
