@@ -54,8 +54,8 @@ def test_the_block_covers_the_lower_tiles():
     assert src.startswith("#define N 40\n#define TS 4\n") and src.endswith(tile.SOURCE)
     # the two column buffers, the solve's two vectors and the info word
     assert tile.smem_bytes("posv", 128, "fp64", 8) == 4 * 17 * 8 * 8 + 4
-    # the panel form: the panel (TS columns, twice) and its pivots' reciprocals in place of the column buffers
-    assert tile.smem_bytes("posv", 128, "fp64", 8, panel=True) == (17 + 2) * 17 * 8 * 8 + 4
+    # the panel form: the panel (TS columns) and its pivots' reciprocals in place of the column buffers
+    assert tile.smem_bytes("posv", 128, "fp64", 8, panel=True) == (9 + 2) * 17 * 8 * 8 + 4
     assert tile.defines("posv", 64, "fp32", 4, panel=True)["PANEL"] == 1
 
 

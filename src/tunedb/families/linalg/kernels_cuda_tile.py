@@ -70,10 +70,10 @@ def threads(op: str, n: int, ts: int) -> int:
 
 
 def smem_bytes(op: str, n: int, dtype: str, ts: int, panel: bool = False) -> int:
-    """Static shared memory a block: the two column buffers (the double-buffered panel and its
-    pivots' reciprocals with `panel`) and the solve's two vectors."""
+    """Static shared memory a block: the two column buffers (the panel and its pivots' reciprocals
+    with `panel`) and the solve's two vectors."""
     nr, _nc = tiles(op, n, ts)
-    cols = 2 * ts + 1 if panel else 2
+    cols = ts + 1 if panel else 2
     return (cols + 2) * nr * ts * (8 if dtype == "fp64" else 4) + 4
 
 
@@ -121,9 +121,7 @@ extern "C" __global__ void __launch_bounds__(BLOCKT, 1)
 tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   __shared__ int sinfo;  // the first failed pivot's column + 1, set by the diagonal tile's thread
 #if PANEL
-  // the panel, column-major (pt[kc & 1][q][i] = A[i][kc * TS + q]); double-buffered by kc's parity, as
-  // the next panel's owners write theirs while threads right of them still read this one
-  __shared__ __align__(16) T pts[2][TS][NRP];
+  __shared__ __align__(16) T pt[TS][NRP];  // the panel, column-major: pt[q][i] = A[i][kc * TS + q]
   __shared__ T rsv[NRP];  // 1 / l_kk of each pivot
 #else
   __shared__ __align__(16) T buf[2][NRP];
@@ -208,7 +206,6 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 #pragma unroll 1
   for (int kc = 0; kc < NTC; ++kc) {
     const int K0 = kc * TS;
-    T (*pt)[NRP] = pts[kc & 1];
     if (c == kc) {
 #pragma unroll
       for (int jj = 0; jj < TS; ++jj)
