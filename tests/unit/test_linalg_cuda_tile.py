@@ -13,15 +13,12 @@ def test_tile_ids_parse_as_the_cuda_tier():
     cfg = configs.parse("cudat_t4")
     assert cfg.lane == "cuda" and cfg.param("tile") == 4 and configs.dependency("cudat_t4") == "cuda"
     assert tile.parse("cudat_t8") == 8 and tile.parse("cuda_p1_w2") is None and kc.parse("cudat_t4") is None
-    assert tile.parse("cudap_t4") == 4 and tile.is_panel("cudap_t4") and not tile.is_panel("cudat_t4")
-    assert configs.parse("cudap_t8").param("tile") == 8
     for bad in ("cudat_t04", "cudat_", "cudat_t", "cudat_tx"):
         with pytest.raises(ConfigError, match="cudat_t<TS>"):
             configs.parse(bad)
     assert "cudat_t2" in kc.all_ids() and "cudat_t8" in kc.all_ids()
     # after the warp and block kernels in the tie band's order; the bigger tile (fewer threads) first
     assert configs.simplicity("cuda_p16_w8") < configs.simplicity("cudat_t8") < configs.simplicity("cudat_t2")
-    assert configs.simplicity("cudat_t2") < configs.simplicity("cudap_t8") < configs.simplicity("cudap_t2")
 
 
 def test_the_predicate_names_what_is_wrong():
@@ -36,8 +33,6 @@ def test_the_predicate_names_what_is_wrong():
     assert "2080 threads" in tile.invalid_reason("potrf", 2, 128, "fp32")
     assert tile.invalid_reason("posv", 2, 64, "fp32") is None and tile.threads("posv", 64, 2) == 560
     assert kc.arm_invalid("posv", "cudat_t4", 128, "fp64", check_runtime=False) is None
-    assert kc.arm_invalid("posv", "cudap_t4", 128, "fp64", check_runtime=False) is None
-    assert "runs potrf, posv only, not trsv" in kc.arm_invalid("trsv", "cudap_t4", 64, "fp32", check_runtime=False)
     assert "cudat_t<TS>" in kc.arm_invalid("posv", "cudaz_t4", 128, "fp64", check_runtime=False)
 
 
@@ -54,16 +49,13 @@ def test_the_block_covers_the_lower_tiles():
     assert src.startswith("#define N 40\n#define TS 4\n") and src.endswith(tile.SOURCE)
     # the two column buffers, the solve's two vectors and the info word
     assert tile.smem_bytes("posv", 128, "fp64", 8) == 4 * 17 * 8 * 8 + 4
-    # the panel form: the panel (TS columns) and its pivots' reciprocals in place of the column buffers
-    assert tile.smem_bytes("posv", 128, "fp64", 8, panel=True) == (9 + 2) * 17 * 8 * 8 + 4
-    assert tile.defines("posv", 64, "fp32", 4, panel=True)["PANEL"] == 1
 
 
 GRID = [(op, n, dt) for op in ("potrf", "posv", "trsv") for n in (33, 64, 100, 128) for dt in ("fp32", "fp64")]
 
 
 def test_every_grid_tile_kernel_compiles_for_sm90_without_spilling():
-    """Each tile kernel (every valid TS, both forms) at n 33..128 compiles with NVRTC for sm_90 on the CPU
+    """Each tile kernel (every valid TS) at n 33..128 compiles with NVRTC for sm_90 on the CPU
     machine and ptxas reports no spill (trsv in both of L's layouts)."""
     from nvrtc_cpu import compile_report, library
 
@@ -72,12 +64,12 @@ def test_every_grid_tile_kernel_compiles_for_sm90_without_spilling():
         pytest.skip("the nvidia-cuda-nvrtc-cu12 wheel is not installed")
     compiled = 0
     for op, n, dt in GRID:
-        for cid in (tile.config_id(ts, panel) for ts in tile.TILES for panel in (False, True)):
-            if kc.arm_invalid(op, cid, n, dt, check_runtime=False):
+        for ts in tile.TILES:
+            if tile.invalid_reason(op, ts, n, dt):
                 continue
             for colmajor in (False, True) if op == "trsv" else (False,):
-                ok, log, usage = compile_report(lib, kc.arm_source(op, cid, n, dt, colmajor))
-                where = f"{cid} {op} {dt} n={n} colmajor={colmajor}"
+                ok, log, usage = compile_report(lib, kc.arm_source(op, tile.config_id(ts), n, dt, colmajor))
+                where = f"cudat_t{ts} {op} {dt} n={n} colmajor={colmajor}"
                 assert ok, f"{where}: {log[:1500]}"
                 assert usage.get("spill_bytes", 0) == 0, f"{where} spills: {usage}"
                 compiled += 1

@@ -15,7 +15,7 @@ packing with its update on tl.dot, fp32 FMA or fp64 DMMA / fp32 tf32x3).
 Without the kernel module the family has the library arm only: nothing is pretended. The
 optional dependency tier (`kernels_nvmath.py`, `nvmath_b1`: potrf/posv through cuSOLVERDx) and the
 CUDA C++ tier (`kernels_cuda.py`, `cuda_p<P>_w<W>` / `cudas_p<P>_w<W>`: potrf/posv to n = 64 and
-trsv to n = 32; `cudat_t<TS>` / `cudap_t<TS>`, kernels_cuda_tile.py: from n = 33 to 128; compiled by NVRTC) join the space only where `dependency_tier_available(tier)`.
+trsv to n = 32; `cudat_t<TS>`, kernels_cuda_tile.py: all three from n = 8 to 128; compiled by NVRTC) join the space only where `dependency_tier_available(tier)`.
 
 Sentinels: `torch` (the library arm: bmm / matmul, cholesky_ex, solve_triangular; capturable),
 `default` (what an unmeasured cell runs with no guess allowed: `torch`) and `heuristic` (the
@@ -108,12 +108,12 @@ def parse(config_id: str) -> Config:
         from tunedb.families.linalg import kernels_cuda
 
         ts = kernels_cuda.tile.parse(config_id)
-        if ts is not None and config_id == kernels_cuda.tile.config_id(ts, kernels_cuda.tile.is_panel(config_id)):
+        if ts is not None and config_id == kernels_cuda.tile.config_id(ts):
             return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", 1), ("warps", 0), ("tile", ts)))
         shape = kernels_cuda.parse(config_id)
         if shape is None or config_id != kernels_cuda.config_id(*shape):
             raise ConfigError(f"bad linalg config id {config_id!r}: the CUDA tier's ids are cuda_p<P>_w<W> "
-                              "(pipelined pivots), cudas_p<P>_w<W> (serial), cudat_t<TS> and cudap_t<TS> (tiles), "
+                              "(pipelined pivots), cudas_p<P>_w<W> (serial) and cudat_t<TS> (tiles), "
                               "without leading zeros")
         return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", shape[0]), ("warps", shape[1])))
     match = _ID.match(config_id)
@@ -161,7 +161,7 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
         from tunedb.families.linalg import kernels_cuda
 
         if kernels_cuda.parse(config.id) is None and kernels_cuda.tile.parse(config.id) is None:
-            return f"{config.id} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudat_t<TS>, cudap_t<TS>)"
+            return f"{config.id} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudat_t<TS>)"
         if batch is not None and batch >= 2 ** 31:  # the kernels take the batch as a 32-bit int
             return f"{config.id} takes batch < 2**31, got {batch}"
         why = kernels_cuda.arm_invalid(sig.op, config.id, sig.get("n"), sig.dt)
@@ -207,8 +207,8 @@ def simplicity(config_id: str) -> int:
         if shape is not None:
             return (len(PACKINGS) + 1) * _RANK + shape[2] * 500_000 + min(shape[1], 499) * 1000 + min(shape[0], 999)
         ts = kernels_cuda.tile.parse(config_id)
-        if ts is not None:  # after the warp/block kernels; column steps before panels, smaller tiles last
-            return (len(PACKINGS) + 1) * _RANK + 900_000 + 100 * kernels_cuda.tile.is_panel(config_id) + (99 - min(ts, 99))
+        if ts is not None:  # after the warp/block kernels; smaller tiles (more threads) last
+            return (len(PACKINGS) + 1) * _RANK + 900_000 + (99 - min(ts, 99))
     match = _ID.match(config_id)
     if match is None:
         return (len(PACKINGS) + 2) * _RANK

@@ -141,7 +141,7 @@ def config_ids(op: str, n: int, dtype: str) -> tuple[str, ...]:
         return ()
     shapes = [(1, next_pow2(n) // 32)] if n > WARP_MAX_N else [(w * per_warp(n), w) for w in WARPS]
     ids = [config_id(p, w, pipe) for pipe in (True, False) for p, w in shapes]
-    ids += [tile.config_id(ts, panel) for panel in (False, True) for ts in tile.TILES]
+    ids += [tile.config_id(ts) for ts in tile.TILES]
     return tuple(cid for cid in ids if arm_invalid(op, cid, n, dtype) is None)
 
 
@@ -150,20 +150,20 @@ def all_ids() -> tuple[str, ...]:
     shapes = {(w * q, w) for w in WARPS for q in (1, 2, 4, 8, 16)}
     shapes |= {(1, next_pow2(n) // 32) for n in range(WARP_MAX_N + 1, max(MAX_N.values()) + 1)}
     ids = {config_id(p, w, pipe) for p, w in shapes for pipe in (True, False)}
-    return tuple(sorted(ids | {tile.config_id(ts, panel) for ts in tile.TILES for panel in (False, True)}))
+    return tuple(sorted(ids | {tile.config_id(ts) for ts in tile.TILES}))
 
 
 def arm_invalid(op: str, cid: str, n: int, dtype: str, check_runtime: bool = True) -> str | None:
     """THE predicate for any id of the tier (warp/block `cuda_`/`cudas_` and tile `cudat_`)."""
     ts = tile.parse(cid)
     if ts is not None:
-        why = tile.invalid_reason(op, ts, n, dtype, tile.is_panel(cid))
+        why = tile.invalid_reason(op, ts, n, dtype)
         if why is None and check_runtime and not available():
             why = f"{cid} needs a CUDA device and NVRTC (torch.cuda._compile_kernel), which are not available here"
         return why
     shape = parse(cid)
     if shape is None:
-        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudat_t<TS>, cudap_t<TS>)"
+        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudat_t<TS>)"
     return invalid_reason(op, shape[0], shape[1], n, dtype, check_runtime, shape[2])
 
 
@@ -171,7 +171,7 @@ def arm_smem(op: str, cid: str, n: int, dtype: str) -> int:
     """Static shared memory a block of the arm `cid` at (op, n, dtype)."""
     ts = tile.parse(cid)
     if ts is not None:
-        return tile.smem_bytes(op, n, dtype, ts, tile.is_panel(cid))
+        return tile.smem_bytes(op, n, dtype, ts)
     shape = parse(cid)
     return smem_bytes(n, dtype, shape[1]) if shape is not None else 0
 
@@ -216,7 +216,7 @@ def arm_source(op: str, cid: str, n: int, dtype: str, colmajor: bool = False) ->
     if ts is not None:
         from tunedb.families.linalg import kernels_cuda_src as src
 
-        head = "".join(f"#define {k} {v}\n" for k, v in tile.defines(op, n, dtype, ts, colmajor, tile.is_panel(cid)).items())
+        head = "".join(f"#define {k} {v}\n" for k, v in tile.defines(op, n, dtype, ts, colmajor).items())
         return head + src.COMMON + tile.SOURCE
     shape = parse(cid)
     if shape is None:

@@ -37,24 +37,17 @@ DTYPES = ("fp32", "fp64")
 MIN_N, MAX_N = 33, 128
 TILES = (2, 4, 8)
 MAX_THREADS = 1024
-PANEL_OPS = ("potrf", "posv")  # the blocked form (cudap_): trsv has no factorization
-_ID = re.compile(r"^cuda([tp])_t([0-9]+)$")
+_ID = re.compile(r"^cudat_t([0-9]+)$")
 
 
-def config_id(ts: int, panel: bool = False) -> str:
-    return f"cuda{'p' if panel else 't'}_t{ts}"
+def config_id(ts: int) -> str:
+    return f"{PREFIX}_t{ts}"
 
 
 def parse(config_id_: str) -> int | None:
-    """TS of `cudat_t{TS}` / `cudap_t{TS}`, or None for any other id."""
+    """TS of `cudat_t{TS}`, or None for any other id."""
     match = _ID.match(config_id_)
-    return int(match.group(2)) if match else None
-
-
-def is_panel(config_id_: str) -> bool:
-    """Whether the id is the blocked form `cudap_t{TS}` (panels factored by one warp)."""
-    match = _ID.match(config_id_)
-    return bool(match) and match.group(1) == "p"
+    return int(match.group(1)) if match else None
 
 
 def tiles(op: str, n: int, ts: int) -> tuple[int, int]:
@@ -69,20 +62,17 @@ def threads(op: str, n: int, ts: int) -> int:
     return sum(nr - c for c in range(nc))
 
 
-def smem_bytes(op: str, n: int, dtype: str, ts: int, panel: bool = False) -> int:
-    """Static shared memory a block: the two column buffers (the panel and its pivots' reciprocals
-    with `panel`) and the solve's two vectors."""
+def smem_bytes(op: str, n: int, dtype: str, ts: int) -> int:
+    """Static shared memory a block: the two column buffers and the solve's two vectors."""
     nr, _nc = tiles(op, n, ts)
-    cols = ts + 1 if panel else 2
-    return (cols + 2) * nr * ts * (8 if dtype == "fp64" else 4) + 4
+    return 4 * nr * ts * (8 if dtype == "fp64" else 4) + 4
 
 
-def invalid_reason(op: str, ts: int, n: int, dtype: str, panel: bool = False) -> str | None:
-    """Why `cudat_t{ts}` (`cudap_t{ts}` with panel) cannot run op at (n, dtype), judged on the
-    shape alone, or None."""
-    cid = config_id(ts, panel)
-    if op not in (PANEL_OPS if panel else OPS):
-        return f"{cid} runs {', '.join(PANEL_OPS if panel else OPS)} only, not {op}"
+def invalid_reason(op: str, ts: int, n: int, dtype: str) -> str | None:
+    """Why `cudat_t{ts}` cannot run op at (n, dtype), judged on the shape alone, or None."""
+    cid = config_id(ts)
+    if op not in OPS:
+        return f"{cid} runs {', '.join(OPS)} only, not {op}"
     if dtype not in DTYPES:
         return f"{cid} runs {', '.join(DTYPES)} only, not {dtype}"
     if not isinstance(n, int) or not MIN_N <= n <= MAX_N:
@@ -97,12 +87,12 @@ def invalid_reason(op: str, ts: int, n: int, dtype: str, panel: bool = False) ->
     return None
 
 
-def defines(op: str, n: int, dtype: str, ts: int, colmajor: bool = False, panel: bool = False) -> dict[str, int]:
+def defines(op: str, n: int, dtype: str, ts: int, colmajor: bool = False) -> dict[str, int]:
     nr, nc = tiles(op, n, ts)
     count = threads(op, n, ts)
     return {"N": n, "TS": ts, "NTR": nr, "NTC": nc, "NTHREADS": count, "BLOCKT": -(-count // 32) * 32,
             "DOUBLE": int(dtype == "fp64"), "POSV": int(op == "posv"), "TRSV": int(op == "trsv"),
-            "PIPE": 1, "COLMAJOR": int(colmajor and op == "trsv"), "PANEL": int(panel and op in PANEL_OPS)}
+            "PIPE": 1, "COLMAJOR": int(colmajor and op == "trsv")}
 
 
 def block_threads(op: str, n: int, ts: int) -> int:
@@ -120,12 +110,7 @@ SOURCE = r"""
 extern "C" __global__ void __launch_bounds__(BLOCKT, 1)
 tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   __shared__ int sinfo;  // the first failed pivot's column + 1, set by the diagonal tile's thread
-#if PANEL
-  __shared__ __align__(16) T pt[TS][NRP];  // the panel, column-major: pt[q][i] = A[i][kc * TS + q]
-  __shared__ T rsv[NRP];  // 1 / l_kk of each pivot
-#else
   __shared__ __align__(16) T buf[2][NRP];
-#endif
   __shared__ __align__(16) T ys[NRP];
   __shared__ __align__(16) T xs[NRP];
   const int t = threadIdx.x;
@@ -198,80 +183,6 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   T rinv[TS];
 #pragma unroll
   for (int ii = 0; ii < TS; ++ii) rinv[ii] = T(0);
-#if PANEL
-  // blocked: the owners of tile column kc hand it to warp 0 through shared memory (column-major),
-  // warp 0 factors the panel alone (one __syncwarp a column), and every thread right of it takes
-  // the finished panel back for a rank-TS update: two __syncthreads a panel, not one a column
-  for (int e = t; e < NRP; e += BLOCKT) rsv[e] = T(0);  // padding columns: 1/l_kk = 0, x = 0
-#pragma unroll 1
-  for (int kc = 0; kc < NTC; ++kc) {
-    const int K0 = kc * TS;
-    if (c == kc) {
-#pragma unroll
-      for (int jj = 0; jj < TS; ++jj)
-#pragma unroll
-        for (int ii = 0; ii < TS; ++ii) pt[jj][R0 + ii] = a[ii][jj];
-    }
-    __syncthreads();
-    if (t < 32) {
-      const int lane = t;
-#pragma unroll
-      for (int kk = 0; kk < TS; ++kk) {
-        const int k = K0 + kk;
-        if (k >= N) break;  // uniform: the last tile column may be partial
-        T d = pt[kk][k];
-        if (!(d > T(0))) {
-          if (lane == 0 && sinfo == 0) sinfo = k + 1;
-          d = T(1);
-        }
-        const T rs = rsqrt_t(d);
-        T u[TS];  // l_{K0 + jj, k}: the pivot column inside the diagonal block, read before it is scaled
-#pragma unroll
-        for (int jj = kk + 1; jj < TS; ++jj) u[jj] = pt[kk][K0 + jj] * rs;
-        __syncwarp();
-        if (lane == 0) {
-          pt[kk][k] = d * rs;
-          rsv[k] = rs;
-        }
-#pragma unroll
-        for (int m = 0; m < (NRP + 31) / 32; ++m) {
-          const int i = k + 1 + lane + 32 * m;
-          if (i < NRP) {
-            const T l = pt[kk][i] * rs;
-            pt[kk][i] = l;
-#pragma unroll
-            for (int jj = kk + 1; jj < TS; ++jj) pt[jj][i] -= l * u[jj];
-          }
-        }
-        __syncwarp();
-      }
-    }
-    __syncthreads();
-    if (c == kc) {  // the finished panel back into its owners' registers (a diagonal tile: its lower half)
-#pragma unroll
-      for (int ii = 0; ii < TS; ++ii) {
-#pragma unroll
-        for (int jj = 0; jj < TS; ++jj) a[ii][jj] = (r != c || jj <= ii) ? pt[jj][R0 + ii] : T(0);
-        if (r == c) rinv[ii] = rsv[R0 + ii];
-      }
-    } else if (c > kc) {  // A_rc -= L_r,kc L_c,kc^T, one panel column at a time
-#pragma unroll
-      for (int q = 0; q < TS; ++q) {
-        T li[TS], lj[TS];
-#pragma unroll
-        for (int ii = 0; ii < TS; ++ii) {
-          li[ii] = pt[q][R0 + ii];
-          lj[ii] = pt[q][C0 + ii];
-        }
-#pragma unroll
-        for (int ii = 0; ii < TS; ++ii)
-#pragma unroll
-          for (int jj = 0; jj < TS; ++jj)
-            if (r != c || jj <= ii) a[ii][jj] -= li[ii] * lj[jj];
-      }
-    }
-  }
-#else
 #pragma unroll 1
   for (int kc = 0; kc < NTC; ++kc) {
 #pragma unroll
@@ -329,7 +240,6 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
       }
     }
   }
-#endif
 #endif
 #if POSV || TRSV
   // the triangular solve by tile rows; y (the right-hand side being reduced) and x in shared memory
