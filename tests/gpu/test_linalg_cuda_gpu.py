@@ -60,8 +60,9 @@ def test_cuda_non_spd_problems_are_reported_and_the_others_solved(op):
 
 @pytest.mark.parametrize("op", OPS)
 def test_cuda_in_place_equals_out_of_place(op):
-    for n, dt in ((5, "fp32"), (16, "fp64"), (32, "fp32"), (64, "fp64"), (100, "fp32"), (128, "fp64")):
-        cid = kc.config_ids(op, n, dt)[-1]  # past n = 8 a tile kernel
+    cells = [(n, dt, cid) for n, dt in ((5, "fp32"), (16, "fp64"), (32, "fp32"), (64, "fp64"), (100, "fp32"), (128, "fp64"))
+             for cid in {kc.config_ids(op, n, dt)[-1], *(i for i in kc.config_ids(op, n, dt) if i.startswith("cudat"))}]
+    for n, dt, cid in cells:  # the last warp/block config, and every tile kernel from n = 33
         ins = check.make_inputs(op, 1000, n, dt, device="cuda", seed=3)
         want = launch(op, cid, *ins)[0].clone()
         work = tuple(t.clone() for t in ins)

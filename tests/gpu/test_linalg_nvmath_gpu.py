@@ -47,23 +47,26 @@ def test_nvmath_in_place_and_in_a_cuda_graph(op, dt, n):
     check_graph_replay(op, ARM, n, dt)
 
 
-def test_the_op_serves_the_tier_where_the_table_names_it(monkeypatch):
-    """posv fp32 n=64 at batch 65536: the shipped table's full winner is nvmath_b1 (session 20 E,
-    by 1.14x over the pdot packing), so the public op binds it and answers within torch's bound,
-    eagerly and replayed from a CUDA graph; the next epoch with the tier marked missing binds the
-    native winner (pdot_w1) instead."""
-    from tunedb import settings
-    from tunedb.families.linalg import ops, problems, signatures
+def test_the_op_serves_the_tier_where_the_table_names_it(monkeypatch, tmp_path):
+    """posv fp32 n=64 at batch 65536 as session 20 E measured it (nvmath_b1 by 1.14x over the pdot
+    packing; the shipped table has named the CUDA tier's block kernel there since session 22, so
+    the entry goes into a user table, as `tunedb linalg tune` writes one): the public op binds
+    nvmath_b1 and answers within torch's bound, eagerly and replayed from a CUDA graph; the next
+    epoch with the tier marked missing binds the native winner (pdot_w1) instead."""
+    import dataclasses
+
+    from tunedb import database, settings
+    from tunedb.families.linalg import configs, ops, problems, signatures
+    from tunedb.records import Region
     from tunedb.runtime import selector
 
-    from tunedb import database
-
     sig = signatures.make_signature("posv", "fp32", 64)
-    entry = next(res.db.entries[sig] for res in database.lookup("sm90", "linalg") if sig in res.db.entries)
-    if entry.lookup(65536) != ARM:
-        pytest.skip(f"the shipped table names {entry.lookup(65536)} there since session 22 D, no nvmath arm")
+    shipped = next(res.db.entries[sig] for res in database.lookup("sm90", "linalg") if sig in res.db.entries)
+    entry = dataclasses.replace(shipped, regions=(Region(None, ARM),), regions_native=(Region(None, "pdot_w1"),))
+    with settings.override(USER_DB=str(tmp_path / "user")):
+        database.write_entries("user", "linalg", "sm90", [entry], configs=[configs.parse(ARM), configs.parse("pdot_w1")])
     a, b = problems.make_inputs(sig, 65536, "cuda", 11)[0]
-    with settings.override(USER_DB="off"):
+    with settings.override(USER_DB=str(tmp_path / "user")):
         selector.reload()
         assert ops.bound_for("posv", a, b).config.id == ARM
         x, info = ops.posv(a, b)

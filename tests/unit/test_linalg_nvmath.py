@@ -178,3 +178,28 @@ def test_found_but_without_its_device_api_counts_as_absent(monkeypatch):
     assert configs.dependency_tier_available() is False
     assert configs._DEVICE_API["nvmath"] is False
     monkeypatch.delitem(configs._DEVICE_API, "nvmath")
+
+
+def test_a_user_table_naming_the_tier_is_served_and_gives_way_without_it(tmp_path, monkeypatch):
+    """The shipped table names no nvmath arm since session 22, so a user table does: an entry
+    written to the user database (as `tunedb linalg tune` on a machine with nvmath-python would)
+    serves cuSOLVERDx's arm where the tier is installed and its native winner where it is not.
+    tests/gpu/test_linalg_nvmath_gpu.py serves the public op through this same entry."""
+    from tunedb import database, settings
+    from tunedb.runtime import selector
+
+    sig = signatures.make_signature("posv", "fp32", 64)
+    entry = _nvmath_entry()
+    with settings.override(USER_DB=str(tmp_path / "user")):
+        database.write_entries("user", "linalg", "sm90", [entry],
+                               configs=[configs.parse("nvmath_b1"), configs.parse("pdot_w1")])
+    for have, want in ((True, "nvmath_b1"), (False, "pdot_w1")):
+        monkeypatch.setattr(kernels_nvmath, "available", lambda have=have: have)
+        monkeypatch.setitem(configs._DEVICE_API, "nvmath", have)
+        with settings.override(USER_DB=str(tmp_path / "user")):
+            selector.configure("sm90")
+            try:
+                got = selector.resolve("linalg", sig, 65536)
+                assert (got.tier, got.config.id) == ("user", want), got
+            finally:
+                selector.configure()

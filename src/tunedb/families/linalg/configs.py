@@ -15,7 +15,7 @@ packing with its update on tl.dot, fp32 FMA or fp64 DMMA / fp32 tf32x3).
 Without the kernel module the family has the library arm only: nothing is pretended. The
 optional dependency tier (`kernels_nvmath.py`, `nvmath_b1`: potrf/posv through cuSOLVERDx) and the
 CUDA C++ tier (`kernels_cuda.py`, `cuda_p<P>_w<W>` / `cudas_p<P>_w<W>`: potrf/posv to n = 64 and
-trsv to n = 32; `cudat_t<TS>`, kernels_cuda_tile.py: all three from n = 8 to 128; compiled by NVRTC) join the space only where `dependency_tier_available(tier)`.
+trsv to n = 32; `cudat_t<TS>`, kernels_cuda_tile.py: all three from n = 33 to 128; compiled by NVRTC) join the space only where `dependency_tier_available(tier)`.
 
 Sentinels: `torch` (the library arm: bmm / matmul, cholesky_ex, solve_triangular; capturable),
 `default` (what an unmeasured cell runs with no guess allowed: `torch`) and `heuristic` (the
@@ -43,8 +43,9 @@ LIBRARY = "torch"
 EAGER_ONLY = "torch_checked"
 # An arm whose id starts with one of these needs an optional dependency (spec 003's tier):
 # `nvmath_b{B}` (kernels_nvmath.py: cuSOLVERDx through nvmath-python's device API), in the
-# space only where nvmath-python and numba-cuda are installed; `cuda_p{P}_w{W}` (kernels_cuda.py:
-# CUDA C++ compiled at run time), only where torch sees a GPU and can compile with NVRTC. Both
+# space only where nvmath-python and numba-cuda are installed; `cuda_p{P}_w{W}`, `cudas_p{P}_w{W}`
+# and `cudat_t{TS}` (kernels_cuda.py, kernels_cuda_tile.py: CUDA C++ compiled at run time), only
+# where torch sees a GPU and can compile with NVRTC. Both
 # take a cell only past the pick rule's dependency margin, and each entry keeps the native
 # (Triton) winners for a machine without them.
 DEPENDENCIES: dict[str, str] = {"nvmath": "nvmath-python", "cuda": "NVRTC (torch.cuda's run-time compiler)"}
