@@ -89,11 +89,14 @@ def _bands(ms: Sequence[int], table: Table, rule: PickRule) -> tuple[dict[tuple[
 def _effective_weights(points: Sequence[Point]) -> dict[int, float]:
     """Per-M weight; fill points (weight 0) get 1% of the mean positive weight so that they
     still matter a little to the DP and the gate without outvoting real traffic."""
-    by_m: dict[int, float] = {}
+    # math.fsum (exactly rounded) so that the weights, and every tie the greedy cover breaks on
+    # them, do not depend on the order the points come in
+    parts: dict[int, list[float]] = {}
     for p in points:
-        by_m[p.m] = by_m.get(p.m, 0.0) + p.weight
+        parts.setdefault(p.m, []).append(p.weight)
+    by_m = {m: math.fsum(ws) for m, ws in parts.items()}
     positive = [w for w in by_m.values() if w > 0]
-    floor = 0.01 * (sum(positive) / len(positive)) if positive else 1.0
+    floor = 0.01 * (math.fsum(positive) / len(positive)) if positive else 1.0
     return {m: w + floor for m, w in by_m.items()}
 
 
@@ -107,7 +110,7 @@ def set_cover(ms: Sequence[int], table: Table, weights: Mapping[int, float], rul
     uncovered, chosen = set(ms), []
     while uncovered:
         # Most covered weight; ties: more points, then the simpler arm (configs are in that order).
-        pick = max(configs, key=lambda c: (sum(weights[m] for m in covers[c] & uncovered),
+        pick = max(configs, key=lambda c: (math.fsum(weights[m] for m in covers[c] & uncovered),
                                            len(covers[c] & uncovered), -rank[c]))
         chosen.append(pick)
         uncovered -= covers[pick]
