@@ -1,4 +1,4 @@
-"""The linalg ops, registered with torch.library on first use: ``tunedb::linalg_<op>``.
+"""The linalg ops, registered with torch.library when this module is imported: ``tunedb::linalg_<op>``.
 
     tunedb::linalg_dot(Tensor x, Tensor y) -> Tensor                 [batch]
     tunedb::linalg_gemv(Tensor A, Tensor x) -> Tensor                [batch, n]
@@ -135,7 +135,7 @@ def register() -> None:
 
 
 def _op(name: str) -> Any:
-    register()
+    register()  # a no-op once this module is imported (it registers below)
     import torch
 
     return getattr(torch.ops.tunedb, f"linalg_{name}")
@@ -175,3 +175,10 @@ def posv(a: Any, b: Any) -> tuple[Any, Any]:
 def report() -> list[tuple[str, int, str, str, int]]:
     """(signature, batch, config, tier, calls) of every key resolved this epoch."""
     return [(b.signature.format(), b.m, b.config.id, b.tier, b.calls) for b in _bound.values()]
+
+
+# Registered at import, not on an op's first call: a first call inside torch.compile would run
+# register() under Dynamo, which cannot enter its lock (fullgraph=True raised "Unsupported
+# context manager"; without fullgraph the call graph-broke). Importing this module imports torch;
+# importing the family package still does not.
+register()
