@@ -31,3 +31,29 @@ def test_an_ops_first_call_may_be_inside_torch_compile_fullgraph():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _calls(batch: int = 3, n: int = 5):
+    a = _spd(batch, n)
+    b = torch.randn(batch, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    return {"dot": (b, b), "gemv": (a, b), "gemm": (a, a), "potrf": (a,),
+            "trsv": (torch.linalg.cholesky(a), b), "posv": (a, b)}
+
+
+@pytest.mark.parametrize("op", ["dot", "gemv", "gemm", "potrf", "trsv", "posv"])
+def test_each_ops_fake_kernel_promises_the_strides_the_op_returns(op):
+    # potrf's library arm returned cholesky_ex's column-major L while the fake promised a
+    # row-major one: Inductor's stride assert failed torch.compile(la.potrf) on every CPU call
+    args = _calls()[op]
+    for given in (args, tuple(t.mT if t.dim() == 3 else t for t in args)):  # transposed inputs too
+        torch.library.opcheck(getattr(torch.ops.tunedb, f"linalg_{op}").default, given,
+                              test_utils=("test_faketensor", "test_aot_dispatch_static"))
+    out = getattr(la, op)(*args)
+    assert (out[0] if isinstance(out, tuple) else out).is_contiguous()
+
+
+def test_potrf_compiles_with_inductor_and_matches_cholesky():
+    a = _spd(4, 6)
+    low, info = torch.compile(la.potrf, fullgraph=True)(a)
+    torch.testing.assert_close(low, torch.linalg.cholesky(a))
+    assert info.tolist() == [0, 0, 0, 0]

@@ -3,7 +3,7 @@
     tunedb::linalg_dot(Tensor x, Tensor y) -> Tensor                 [batch]
     tunedb::linalg_gemv(Tensor A, Tensor x) -> Tensor                [batch, n]
     tunedb::linalg_gemm(Tensor A, Tensor B) -> Tensor                [batch, n, n]
-    tunedb::linalg_potrf(Tensor A) -> (Tensor L, Tensor info)        info int32 [batch]
+    tunedb::linalg_potrf(Tensor A) -> (Tensor L, Tensor info)        L row-major, info int32 [batch]
     tunedb::linalg_trsv(Tensor L, Tensor b) -> Tensor                [batch, n]
     tunedb::linalg_posv(Tensor A, Tensor b) -> (Tensor x, Tensor info)
 
@@ -92,6 +92,15 @@ def run(op: str, *tensors: Any) -> Any:
     return launch_table.first_call(bound, *tensors)
 
 
+def _potrf(a: Any) -> Any:
+    """potrf's implementation: run's (L, info) with L row-major, the layout the fake kernel
+    promises and the kernel arms write. The library arm's cholesky_ex returns L column-major
+    (LAPACK's and cuSOLVER's layout), and Inductor asserts a compiled call's strides against the
+    fake's, so torch.compile(potrf) failed wherever the library arm serves (every CPU call)."""
+    low, info = run("potrf", a)
+    return (low if low.is_contiguous() else low.contiguous()), info
+
+
 def _fake(op: str, *tensors: Any) -> Any:
     import torch
 
@@ -113,7 +122,8 @@ def _grad_form(op: str, *tensors: Any) -> Any:
     from tunedb.families.linalg import problems
 
     signatures.signature_of(op, *tensors)  # the same errors as a served call
-    return problems.torch_arm(op, *tensors)
+    out = problems.torch_arm(op, *tensors)
+    return (out[0].contiguous(), out[1]) if op == "potrf" else out  # L row-major, as served
 
 
 def register() -> None:
@@ -128,7 +138,8 @@ def register() -> None:
         lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive in _lib
         for op in signatures.OPS:
             lib.define(f"linalg_{op}({ARGS[op]}) -> {OUTPUTS[op]}")
-            lib.impl(f"linalg_{op}", functools.partial(run, op), "CompositeExplicitAutograd")
+            impl = _potrf if op == "potrf" else functools.partial(run, op)
+            lib.impl(f"linalg_{op}", impl, "CompositeExplicitAutograd")
             torch.library.register_fake(f"tunedb::linalg_{op}", functools.partial(_fake, op), lib=lib)
             grad_form.register(lib, f"linalg_{op}", functools.partial(_grad_form, op))
         _lib.append(lib)
