@@ -57,3 +57,29 @@ def test_potrf_compiles_with_inductor_and_matches_cholesky():
     low, info = torch.compile(la.potrf, fullgraph=True)(a)
     torch.testing.assert_close(low, torch.linalg.cholesky(a))
     assert info.tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("op", ["posv", "gemv", "potrf"])
+def test_a_compiled_call_keeps_one_graph_as_the_batch_and_n_change(op):
+    # the fake kernel made every size concrete (int() on the symbolic batch): each new batch
+    # recompiled, and under fullgraph=True the 9th raised FailOnRecompileLimitHit
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(a, b):
+        out = {"posv": lambda: la.posv(a, b)[0], "gemv": lambda: la.gemv(a, b), "potrf": lambda: la.potrf(a)[0]}[op]()
+        return out * 2.0
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=backend, fullgraph=True)
+    for batch, n in ((2, 4), (3, 4), (5, 4), (7, 4), (9, 6), (11, 7)):
+        a = _spd(batch, n, seed=batch)
+        b = torch.randn(batch, n, generator=torch.Generator().manual_seed(batch), dtype=torch.float64)
+        torch.testing.assert_close(compiled(a, b), f(a, b))
+    assert len(graphs) <= 3, f"{len(graphs)} graphs for 6 shapes"
+    with pytest.raises(Exception, match="n must be from 2 to 128"):  # the traced range check still holds
+        compiled(_spd(4, 130), torch.zeros(4, 130, dtype=torch.float64))
+    torch._dynamo.reset()

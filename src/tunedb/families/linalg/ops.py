@@ -104,7 +104,7 @@ def _potrf(a: Any) -> Any:
 def _fake(op: str, *tensors: Any) -> Any:
     import torch
 
-    signatures.signature_of(op, *tensors)  # the same errors as a real call
+    signatures.check_call(op, *tensors)  # the same errors as a real call, no size specialised
     a = tensors[0]
     if op == "dot":
         return a.new_empty((a.shape[0],))
@@ -121,7 +121,7 @@ def _grad_form(op: str, *tensors: Any) -> Any:
     torch differentiates (cholesky_ex, solve_triangular, bmm), on every device."""
     from tunedb.families.linalg import problems
 
-    signatures.signature_of(op, *tensors)  # the same errors as a served call
+    signatures.check_call(op, *tensors)  # the same errors as a served call (traced: no size specialised)
     out = problems.torch_arm(op, *tensors)
     return (out[0].contiguous(), out[1]) if op == "potrf" else out  # L row-major, as served
 
