@@ -83,3 +83,26 @@ def test_a_compiled_call_keeps_one_graph_as_the_batch_and_n_change(op):
     with pytest.raises(Exception, match="n must be from 2 to 128"):  # the traced range check still holds
         compiled(_spd(4, 130), torch.zeros(4, 130, dtype=torch.float64))
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("bad", [(64, 8, 1), (64, 9), (32, 8)])
+def test_a_repeated_cuda_call_checks_b_as_the_first_call_does(tmp_path, bad):
+    # the CUDA path's front memo keyed (op, A's dtype, n, batch): a later call with a mismatched
+    # b hit the memo and skipped signature_of (the launcher's plain ValueError, not the
+    # SignatureError the first call raised); meta tensors take the CUDA path's resolution
+    from tunedb import settings
+    from tunedb.database import tiers
+    from tunedb.errors import SignatureError
+    from tunedb.runtime import selector
+
+    a = torch.empty(64, 8, 8, device="meta")
+    with settings.override(USER_DB="off"), tiers.system_root_override(tmp_path):
+        selector.configure(arch_family="sm90")
+        try:
+            la.bound_for("posv", a, torch.empty(64, 8, device="meta"))
+            with pytest.raises(SignatureError, match=r"posv's b must have shape \[batch, n\] = \[64, 8\]"):
+                la.bound_for("posv", a, torch.empty(*bad, device="meta"))
+            with pytest.raises(SignatureError, match="share one dtype"):
+                la.bound_for("posv", a, torch.empty(64, 8, device="meta", dtype=torch.float64))
+        finally:
+            selector.configure()

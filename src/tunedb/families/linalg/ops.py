@@ -38,7 +38,7 @@ ARGS = {"dot": "Tensor x, Tensor y", "gemv": "Tensor A, Tensor x", "gemm": "Tens
         "potrf": "Tensor A", "trsv": "Tensor L, Tensor b", "posv": "Tensor A, Tensor b"}
 
 
-_bound: dict[tuple[Any, ...], Any] = {}  # (op, torch dtype, n, batch) -> launch_table.Bound
+_bound: dict[tuple[Any, ...], Any] = {}  # (op, dtypes, shapes) -> launch_table.Bound
 _lock = threading.Lock()
 _lib: list[Any] = []
 _overrides = launch_table._overrides  # the runtime's override stack (autotune()), shared, never rebound
@@ -60,7 +60,10 @@ def bound_for(op: str, *tensors: Any) -> Any:
     through the generic run-time path (runtime.dispatch: autotune()'s overrides, then the
     selector's chain), and is kept here unless an override is active (autotune() may measure)."""
     first = tensors[0]
-    key = (op, first.dtype, first.shape[-1], first.shape[0])
+    # every tensor's whole shape and dtype: a key of the first's (n, batch) alone let a repeated
+    # call with a mismatched b (or a 4-D A) skip signature_of's checks and fail in the launcher
+    second = tensors[1] if len(tensors) > 1 else first
+    key = (op, first.dtype, first.shape, second.dtype, second.shape)
     hit = None if _overrides else _bound.get(key)
     if hit is not None:
         hit.counter.calls += 1
