@@ -32,6 +32,12 @@ class _NoTimer:
     (dict(max_arms=-1), "--max-arms -1"),
     (dict(dtypes="fp16"), "fp16"),
     (dict(dtypes="bf16", ops="potrf"), "bf16"),
+    # s22: refused by the ladder only after the compiles, or with a --max-rounds the user never gave
+    (dict(rounds=0), "--rounds 0 must be at least 9"),
+    (dict(rounds=-3), "--rounds -3 must be at least 9"),
+    (dict(rounds=8, max_rounds=40), "--rounds 8 must be at least 9"),
+    (dict(build_jobs=0), "--build-jobs 0 must be at least 1"),
+    (dict(build_jobs=-2), "--build-jobs -2 must be at least 1"),
 ])
 def test_bad_tune_flags_raise_a_clear_error_and_write_nothing(tmp_path, flags, words):
     out = tmp_path / "t.json"

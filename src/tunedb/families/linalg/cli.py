@@ -174,6 +174,14 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     from tunedb.families.linalg import FAMILY, ladder, pick, signatures, table
 
     legs = ladder.parse_legs(args.legs)
+    # before the timer and the compiles: ladder.measure_cell refused --rounds below nine only after
+    # minutes of kernel compiles, and --build-jobs 0 / -1 reached the process pool (or was the default)
+    if isinstance(args.rounds, bool) or not isinstance(args.rounds, int) or args.rounds < ladder.MIN_ROUNDS:
+        raise TunedbError(f"--rounds {args.rounds} must be at least {ladder.MIN_ROUNDS} (the paired rounds spec 003 "
+                          f"requires a cell)")
+    jobs = getattr(args, "build_jobs", None)
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise TunedbError(f"--build-jobs {jobs} must be at least 1 (processes compiling kernels; default: CPUs - 1)")
     decide = getattr(args, "pick", None) or "low"
     max_rounds = getattr(args, "max_rounds", None)
     if max_rounds is None and decide == "low":
