@@ -106,3 +106,18 @@ def test_a_repeated_cuda_call_checks_b_as_the_first_call_does(tmp_path, bad):
                 la.bound_for("posv", a, torch.empty(64, 8, device="meta", dtype=torch.float64))
         finally:
             selector.configure()
+
+
+@pytest.mark.parametrize("op", ["dot", "gemv", "gemm", "potrf", "trsv", "posv"])
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_none_given_for_a_tensor_is_named(op, device):
+    # torch.ops hands None through for a Tensor argument: the op raised AttributeError
+    # ('NoneType' object has no attribute 'device' / 'shape') from inside run() or signatures
+    from tunedb.errors import SignatureError
+    from tunedb.families.linalg import signatures
+
+    args = tuple(t.to(device) for t in _calls()[op])
+    for k, name in enumerate(signatures.ARG_NAMES[op]):
+        given = args[:k] + (None,) + args[k + 1:]
+        with pytest.raises(SignatureError, match=f"linalg {op}'s {name} must be a tensor, got None"):
+            getattr(la, op)(*given)

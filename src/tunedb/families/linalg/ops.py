@@ -82,6 +82,8 @@ def bound_for(op: str, *tensors: Any) -> Any:
 def run(op: str, *tensors: Any) -> Any:
     """The op's implementation (what every backend of tunedb::linalg_<op> runs)."""
     first = tensors[0]
+    if first is None or tensors[-1] is None:  # torch.ops passes a None given for a Tensor through
+        signatures.signature_of(op, *tensors)  # names it (SignatureError)
     if first.device.type != "cuda":
         sig, _batch = signatures.signature_of(op, *tensors)
         return _family().launch(Config.sentinel("torch"), sig, *tensors)

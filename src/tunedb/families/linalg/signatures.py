@@ -115,6 +115,9 @@ def check_call(op: str, *args: Any) -> tuple[str, Any, Any]:
     want = {"dot": 2, "gemv": 2, "gemm": 2, "potrf": 1, "trsv": 2, "posv": 2}[op]
     if len(args) != want:
         raise SignatureError(f"linalg {op} takes {want} tensor(s), got {len(args)}")
+    for name, t in zip(ARG_NAMES[op], args):  # the dispatcher hands a None given for a Tensor through
+        if not (hasattr(t, "shape") and hasattr(t, "dtype")):
+            raise SignatureError(f"linalg {op}'s {name} must be a tensor, got {'None' if t is None else type(t).__name__}")
     check_one_device(f"linalg {op}", **dict(zip(ARG_NAMES[op], args)))
     first = args[0]
     if op == "dot":
