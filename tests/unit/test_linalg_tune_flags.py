@@ -53,3 +53,31 @@ def test_good_flags_still_measure(tmp_path):
     assert cli.tune(_args(out, ops="potrf", margin=0.0, max_arms=1), timer=ladder.FakeTimer(cost, seed=1),
                     arch_family="sm90") == 0
     assert out.exists()
+
+
+def test_a_missing_base_is_refused_before_measuring(tmp_path):
+    # s22: it was read as "no table", so the written table held only the cells measured now
+    out = tmp_path / "t.json"
+    with pytest.raises(TunedbError, match=r"--base .*missing\.json is not a file"):
+        cli.tune(_args(out, base=str(tmp_path / "missing.json")), timer=_NoTimer(), arch_family="sm90")
+    assert not out.exists()
+
+
+def test_an_unwritable_out_is_refused_before_measuring(tmp_path):
+    # s22: store.write_atomic raised FileExistsError after the whole measurement
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(TunedbError, match="afile is a file, not a directory"):
+        cli.tune(_args(tmp_path / "afile" / "t.json"), timer=_NoTimer(), arch_family="sm90")
+    (tmp_path / "adir.json").mkdir()
+    with pytest.raises(TunedbError, match="is a directory"):
+        cli.tune(_args(tmp_path / "adir.json"), timer=_NoTimer(), arch_family="sm90")
+
+
+def test_a_corrupt_base_is_refused_before_measuring(tmp_path):
+    from tunedb.errors import CorruptDatabaseError
+
+    out = tmp_path / "t.json"
+    out.write_text("{not json")
+    with pytest.raises(CorruptDatabaseError, match="not valid JSON"):  # s22: raised after measuring
+        cli.tune(_args(out), timer=_NoTimer(), arch_family="sm90")
+    assert out.read_text() == "{not json"
