@@ -81,3 +81,11 @@ def test_a_corrupt_base_is_refused_before_measuring(tmp_path):
     with pytest.raises(CorruptDatabaseError, match="not valid JSON"):  # s22: raised after measuring
         cli.tune(_args(out), timer=_NoTimer(), arch_family="sm90")
     assert out.read_text() == "{not json"
+
+
+def test_an_unwritable_samples_file_is_refused_before_measuring(tmp_path):
+    # s22: --samples is written before the table, so its failure after measuring lost both
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(TunedbError, match="--samples: cannot write .*afile is a file"):
+        cli.tune(_args(tmp_path / "t.json", samples=str(tmp_path / "afile" / "s.jsonl")), timer=_NoTimer(),
+                 arch_family="sm90")

@@ -155,19 +155,19 @@ def target(out: str, arch_family: str) -> Path:
     return path if path.suffix == ".json" else path / arch_family / "linalg.json"
 
 
-def _check_target(path: Path, write: bool) -> None:
+def _check_target(path: Path, write: bool, flag: str = "--out") -> None:
     """TunedbError unless `path` can be the table's file: not a directory, and (`write`) the
     nearest existing folder above it a writable directory (store.write_atomic creates the rest)."""
     import os
 
     if path.is_dir():
-        raise TunedbError(f"--out: {path} is a directory, not the table's file")
+        raise TunedbError(f"{flag}: {path} is a directory, not a file")
     for parent in path.parents if write else ():
         if parent.exists():
             if not parent.is_dir():
-                raise TunedbError(f"--out: cannot write {path}: {parent} is a file, not a directory")
+                raise TunedbError(f"{flag}: cannot write {path}: {parent} is a file, not a directory")
             if not os.access(parent, os.W_OK | os.X_OK):
-                raise TunedbError(f"--out: cannot write {path}: {parent} is not writable")
+                raise TunedbError(f"{flag}: cannot write {path}: {parent} is not writable")
             return
 
 
@@ -223,6 +223,8 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     # missing --base was read as "no table" (the written table lost every cell not measured now),
     # and a corrupt base or an --out under a file failed only after the whole measurement
     _check_target(path, write=not args.dry_run)
+    if getattr(args, "samples", None):  # written before the table: a failure there lost the run
+        _check_target(Path(args.samples), write=True, flag="--samples")
     base = Path(args.base) if getattr(args, "base", None) else path
     if base is not path and not base.is_file():
         raise TunedbError(f"--base {base} is not a file (the table to start from; without --base the "
