@@ -2,6 +2,7 @@
 recommend() call and `tunedb linalg ...`): each test fails before its fix."""
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -121,3 +122,27 @@ def test_a_none_given_for_a_tensor_is_named(op, device):
         given = args[:k] + (None,) + args[k + 1:]
         with pytest.raises(SignatureError, match=f"linalg {op}'s {name} must be a tensor, got None"):
             getattr(la, op)(*given)
+
+
+def test_a_0d_tensor_on_the_cuda_path_is_named_not_indexed(tmp_path):
+    # run()'s CUDA branch read first.shape[0] before any check: a 0-d CUDA tensor raised
+    # IndexError; stand-ins with a "cuda" device take that branch on the CPU
+    from types import SimpleNamespace
+
+    from tunedb import settings
+    from tunedb.database import tiers
+    from tunedb.errors import SignatureError
+    from tunedb.runtime import selector
+
+    cuda = SimpleNamespace(type="cuda", index=0)
+
+    def stand_in(*shape):
+        return SimpleNamespace(device=cuda, shape=shape, dtype=torch.float32, numel=lambda: math.prod(shape))
+
+    with settings.override(USER_DB="off"), tiers.system_root_override(tmp_path):
+        selector.configure(arch_family="sm90")
+        try:
+            with pytest.raises(SignatureError, match=r"dot's x must have shape \[batch, n\], got \(\)"):
+                la.run("dot", stand_in(), stand_in())
+        finally:
+            selector.configure()

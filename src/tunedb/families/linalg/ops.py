@@ -87,8 +87,11 @@ def run(op: str, *tensors: Any) -> Any:
     if first.device.type != "cuda":
         sig, _batch = signatures.signature_of(op, *tensors)
         return _family().launch(Config.sentinel("torch"), sig, *tensors)
-    if first.shape[0] == 0 or (len(tensors) > 1 and tensors[1].device != first.device):
-        return _fake(op, *tensors)  # the front memo keys first's device only: signature_of names a mix
+    if first.numel() == 0 or (len(tensors) > 1 and tensors[1].device != first.device):
+        # an empty batch has nothing to launch (numel, not shape[0]: a 0-d tensor has no shape[0],
+        # and is named by signature_of like any bad shape); the front memo keys first's device
+        # only: signature_of names a mix
+        return _fake(op, *tensors)
     bound = bound_for(op, *tensors)
     if bound.launched:
         return bound.call(*tensors)
