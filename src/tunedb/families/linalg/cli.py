@@ -155,6 +155,22 @@ def target(out: str, arch_family: str) -> Path:
     return path if path.suffix == ".json" else path / arch_family / "linalg.json"
 
 
+def _check_target(path: Path, write: bool, flag: str = "--out") -> None:
+    """TunedbError unless `path` can be the table's file: not a directory, and (`write`) the
+    nearest existing folder above it a writable directory (store.write_atomic creates the rest)."""
+    import os
+
+    if path.is_dir():
+        raise TunedbError(f"{flag}: {path} is a directory, not a file")
+    for parent in path.parents if write else ():
+        if parent.exists():
+            if not parent.is_dir():
+                raise TunedbError(f"{flag}: cannot write {path}: {parent} is a file, not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise TunedbError(f"{flag}: cannot write {path}: {parent} is not writable")
+            return
+
+
 def _provenance(timer: Any, started: str) -> dict[str, Any]:
     try:
         from tunedb.measure import provenance  # the seam's layout
@@ -174,6 +190,14 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     from tunedb.families.linalg import FAMILY, ladder, pick, signatures, table
 
     legs = ladder.parse_legs(args.legs)
+    # before the timer and the compiles: ladder.measure_cell refused --rounds below nine only after
+    # minutes of kernel compiles, and --build-jobs 0 / -1 reached the process pool (or was the default)
+    if isinstance(args.rounds, bool) or not isinstance(args.rounds, int) or args.rounds < ladder.MIN_ROUNDS:
+        raise TunedbError(f"--rounds {args.rounds} must be at least {ladder.MIN_ROUNDS} (the paired rounds spec 003 "
+                          f"requires a cell)")
+    jobs = getattr(args, "build_jobs", None)
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise TunedbError(f"--build-jobs {jobs} must be at least 1 (processes compiling kernels; default: CPUs - 1)")
     decide = getattr(args, "pick", None) or "low"
     max_rounds = getattr(args, "max_rounds", None)
     if max_rounds is None and decide == "low":
@@ -195,6 +219,17 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     arch_family = arch_family or selector.current_arch_family()
     profile = selector.shipped_profile(arch_family)
     path = target(args.out, arch_family)
+    # the base table and the output's place are checked before anything is compiled or timed: a
+    # missing --base was read as "no table" (the written table lost every cell not measured now),
+    # and a corrupt base or an --out under a file failed only after the whole measurement
+    _check_target(path, write=not args.dry_run)
+    if getattr(args, "samples", None):  # written before the table: a failure there lost the run
+        _check_target(Path(args.samples), write=True, flag="--samples")
+    base = Path(args.base) if getattr(args, "base", None) else path
+    if base is not path and not base.is_file():
+        raise TunedbError(f"--base {base} is not a file (the table to start from; without --base the "
+                          f"--out file is the base, and none means no table)")
+    old = _read(base, arch_family)
     try:
         from tunedb.measure.provenance import utc_now  # the seam's layout
     except ImportError:
@@ -218,8 +253,6 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     for rep in reports:
         if rep.invalid:
             print(f"tunedb linalg tune: leg {rep.leg} invalid: {rep.invalid}", file=sys.stderr)
-    base = Path(args.base) if getattr(args, "base", None) else path
-    old = _read(base, arch_family)
     new = table.build(reports, old, arch_family=arch_family,
                       file_validators=validators.current(FAMILY.impl_hash()),
                       provenance=_provenance(timer, started), rule=rule, legs=legs, quick=args.quick,

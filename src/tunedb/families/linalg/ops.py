@@ -1,9 +1,9 @@
-"""The linalg ops, registered with torch.library on first use: ``tunedb::linalg_<op>``.
+"""The linalg ops, registered with torch.library when this module is imported: ``tunedb::linalg_<op>``.
 
     tunedb::linalg_dot(Tensor x, Tensor y) -> Tensor                 [batch]
     tunedb::linalg_gemv(Tensor A, Tensor x) -> Tensor                [batch, n]
     tunedb::linalg_gemm(Tensor A, Tensor B) -> Tensor                [batch, n, n]
-    tunedb::linalg_potrf(Tensor A) -> (Tensor L, Tensor info)        info int32 [batch]
+    tunedb::linalg_potrf(Tensor A) -> (Tensor L, Tensor info)        L row-major, info int32 [batch]
     tunedb::linalg_trsv(Tensor L, Tensor b) -> Tensor                [batch, n]
     tunedb::linalg_posv(Tensor A, Tensor b) -> (Tensor x, Tensor info)
 
@@ -38,7 +38,7 @@ ARGS = {"dot": "Tensor x, Tensor y", "gemv": "Tensor A, Tensor x", "gemm": "Tens
         "potrf": "Tensor A", "trsv": "Tensor L, Tensor b", "posv": "Tensor A, Tensor b"}
 
 
-_bound: dict[tuple[Any, ...], Any] = {}  # (op, torch dtype, n, batch) -> launch_table.Bound
+_bound: dict[tuple[Any, ...], Any] = {}  # (op, dtypes, shapes) -> launch_table.Bound
 _lock = threading.Lock()
 _lib: list[Any] = []
 _overrides = launch_table._overrides  # the runtime's override stack (autotune()), shared, never rebound
@@ -60,7 +60,10 @@ def bound_for(op: str, *tensors: Any) -> Any:
     through the generic run-time path (runtime.dispatch: autotune()'s overrides, then the
     selector's chain), and is kept here unless an override is active (autotune() may measure)."""
     first = tensors[0]
-    key = (op, first.dtype, first.shape[-1], first.shape[0])
+    # every tensor's whole shape and dtype: a key of the first's (n, batch) alone let a repeated
+    # call with a mismatched b (or a 4-D A) skip signature_of's checks and fail in the launcher
+    second = tensors[1] if len(tensors) > 1 else first
+    key = (op, first.dtype, first.shape, second.dtype, second.shape)
     hit = None if _overrides else _bound.get(key)
     if hit is not None:
         hit.counter.calls += 1
@@ -79,11 +82,16 @@ def bound_for(op: str, *tensors: Any) -> Any:
 def run(op: str, *tensors: Any) -> Any:
     """The op's implementation (what every backend of tunedb::linalg_<op> runs)."""
     first = tensors[0]
+    if first is None or tensors[-1] is None:  # torch.ops passes a None given for a Tensor through
+        signatures.signature_of(op, *tensors)  # names it (SignatureError)
     if first.device.type != "cuda":
         sig, _batch = signatures.signature_of(op, *tensors)
         return _family().launch(Config.sentinel("torch"), sig, *tensors)
-    if first.shape[0] == 0 or (len(tensors) > 1 and tensors[1].device != first.device):
-        return _fake(op, *tensors)  # the front memo keys first's device only: signature_of names a mix
+    if first.numel() == 0 or (len(tensors) > 1 and tensors[1].device != first.device):
+        # an empty batch has nothing to launch (numel, not shape[0]: a 0-d tensor has no shape[0],
+        # and is named by signature_of like any bad shape); the front memo keys first's device
+        # only: signature_of names a mix
+        return _fake(op, *tensors)
     bound = bound_for(op, *tensors)
     if bound.launched:
         return bound.call(*tensors)
@@ -92,10 +100,19 @@ def run(op: str, *tensors: Any) -> Any:
     return launch_table.first_call(bound, *tensors)
 
 
+def _potrf(a: Any) -> Any:
+    """potrf's implementation: run's (L, info) with L row-major, the layout the fake kernel
+    promises and the kernel arms write. The library arm's cholesky_ex returns L column-major
+    (LAPACK's and cuSOLVER's layout), and Inductor asserts a compiled call's strides against the
+    fake's, so torch.compile(potrf) failed wherever the library arm serves (every CPU call)."""
+    low, info = run("potrf", a)
+    return (low if low.is_contiguous() else low.contiguous()), info
+
+
 def _fake(op: str, *tensors: Any) -> Any:
     import torch
 
-    signatures.signature_of(op, *tensors)  # the same errors as a real call
+    signatures.check_call(op, *tensors)  # the same errors as a real call, no size specialised
     a = tensors[0]
     if op == "dot":
         return a.new_empty((a.shape[0],))
@@ -112,8 +129,9 @@ def _grad_form(op: str, *tensors: Any) -> Any:
     torch differentiates (cholesky_ex, solve_triangular, bmm), on every device."""
     from tunedb.families.linalg import problems
 
-    signatures.signature_of(op, *tensors)  # the same errors as a served call
-    return problems.torch_arm(op, *tensors)
+    signatures.check_call(op, *tensors)  # the same errors as a served call (traced: no size specialised)
+    out = problems.torch_arm(op, *tensors)
+    return (out[0].contiguous(), out[1]) if op == "potrf" else out  # L row-major, as served
 
 
 def register() -> None:
@@ -128,14 +146,15 @@ def register() -> None:
         lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive in _lib
         for op in signatures.OPS:
             lib.define(f"linalg_{op}({ARGS[op]}) -> {OUTPUTS[op]}")
-            lib.impl(f"linalg_{op}", functools.partial(run, op), "CompositeExplicitAutograd")
+            impl = _potrf if op == "potrf" else functools.partial(run, op)
+            lib.impl(f"linalg_{op}", impl, "CompositeExplicitAutograd")
             torch.library.register_fake(f"tunedb::linalg_{op}", functools.partial(_fake, op), lib=lib)
             grad_form.register(lib, f"linalg_{op}", functools.partial(_grad_form, op))
         _lib.append(lib)
 
 
 def _op(name: str) -> Any:
-    register()
+    register()  # a no-op once this module is imported (it registers below)
     import torch
 
     return getattr(torch.ops.tunedb, f"linalg_{name}")
@@ -175,3 +194,10 @@ def posv(a: Any, b: Any) -> tuple[Any, Any]:
 def report() -> list[tuple[str, int, str, str, int]]:
     """(signature, batch, config, tier, calls) of every key resolved this epoch."""
     return [(b.signature.format(), b.m, b.config.id, b.tier, b.calls) for b in _bound.values()]
+
+
+# Registered at import, not on an op's first call: a first call inside torch.compile would run
+# register() under Dynamo, which cannot enter its lock (fullgraph=True raised "Unsupported
+# context manager"; without fullgraph the call graph-broke). Importing this module imports torch;
+# importing the family package still does not.
+register()

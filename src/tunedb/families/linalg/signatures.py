@@ -77,8 +77,14 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
-def _shape(t: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in t.shape)
+def _dim(d: Any) -> Any:
+    """A dimension as an int, except a traced one (torch.SymInt), which stays symbolic: int()
+    on it would specialise the compiled graph to that size (a recompile per batch size)."""
+    return d if type(d).__name__ == "SymInt" else int(d)
+
+
+def _shape(t: Any) -> tuple[Any, ...]:
+    return tuple(_dim(d) for d in t.shape)
 
 
 def _matrix(name: str, t: Any) -> tuple[int, int]:
@@ -96,11 +102,22 @@ def _vector(name: str, t: Any, batch: int, n: int) -> None:
 def signature_of(op: str, *args: Any) -> tuple[Signature, int]:
     """(signature, batch) of one call from its tensors (or metas); SignatureError on bad shapes
     or dtypes, naming the value and what is allowed."""
+    dt, n, batch = check_call(op, *args)
+    return make_signature(op, dt, int(n)), int(batch)
+
+
+def check_call(op: str, *args: Any) -> tuple[str, Any, Any]:
+    """(dtype name, n, batch) of one call after every check signature_of makes, with no traced
+    size made concrete (the fake kernels' and the gradient form's check: a torch.compile'd call
+    with a changing batch keeps one graph)."""
     if op not in OPS:
         raise SignatureError(f"unknown linalg op {op!r}; allowed: {', '.join(OPS)}")
     want = {"dot": 2, "gemv": 2, "gemm": 2, "potrf": 1, "trsv": 2, "posv": 2}[op]
     if len(args) != want:
         raise SignatureError(f"linalg {op} takes {want} tensor(s), got {len(args)}")
+    for name, t in zip(ARG_NAMES[op], args):  # the dispatcher hands a None given for a Tensor through
+        if not (hasattr(t, "shape") and hasattr(t, "dtype")):
+            raise SignatureError(f"linalg {op}'s {name} must be a tensor, got {'None' if t is None else type(t).__name__}")
     check_one_device(f"linalg {op}", **dict(zip(ARG_NAMES[op], args)))
     first = args[0]
     if op == "dot":
@@ -119,7 +136,13 @@ def signature_of(op: str, *args: Any) -> tuple[Signature, int]:
     dts = {dtype_name(t.dtype) for t in args}
     if len(dts) != 1:
         raise SignatureError(f"linalg {op}'s tensors must share one dtype, got {sorted(dts)}")
-    return make_signature(op, dts.pop(), n), batch
+    dt = dts.pop()
+    if dt not in dtypes_for(op):
+        raise SignatureError(f"linalg op {op} does not take dtype {dt!r}; allowed: {', '.join(dtypes_for(op))}")
+    if not N_MIN <= n <= N_MAX:  # a traced n is guarded on the range, not specialised
+        raise SignatureError(f"linalg {op}: n={n} (shape {_shape(first)}) is outside the family's range; "
+                             f"n must be from {N_MIN} to {N_MAX}")
+    return dt, n, batch
 
 
 def work(sig: Signature, batch: int) -> tuple[float, float]:
