@@ -81,7 +81,7 @@ def test_a_system_group_gemm_table_serves_the_swapped_experts(tmp_path):
         dispatch.clear()
 
 
-def test_a_system_bmm_table_is_served_by_optimize_and_the_op(tmp_path):
+def test_a_system_bmm_table_is_served_by_optimize_and_the_op(tmp_path, monkeypatch):
     """A bmm table in the system tier: optimize() installs the product mode (it does so only where
     a table has entries) and the op's resolution of a run-time bf16 call with the census's
     shapes and layout answers from the system tier's `half` entry."""
@@ -99,6 +99,7 @@ def test_a_system_bmm_table_is_served_by_optimize_and_the_op(tmp_path):
             selector.configure("sm90")
             database.reload()
             assert serving.has_table()
+            monkeypatch.setattr(serving, "can_serve", lambda: True)  # as on a GPU
             model = families.get("bmm").optimize(nn.Linear(4, 4))
             assert getattr(model, "_tunedb_bmm_serving", False)
             bound = ops.bound_for(q, k.transpose(1, 2))

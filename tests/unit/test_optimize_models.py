@@ -23,6 +23,7 @@ def test_the_bmm_product_mode_on_the_top_module_does_not_stop_gemm_fusing_there(
     # forward; GEMM read those hooks as a user's and fused nothing in a top-level Sequential
     monkeypatch.setattr(patching, "_measured", lambda name: name == "bmm")
     monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
+    monkeypatch.setattr(bmm_serving, "can_serve", lambda: True)
     torch.manual_seed(0)
     plain = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8), nn.SiLU())
     model = tunedb.optimize(copy.deepcopy(plain))
@@ -36,6 +37,7 @@ def test_the_bmm_product_mode_on_the_top_module_does_not_stop_gemm_fusing_there(
 def test_a_users_hook_on_the_top_module_still_stops_fusion_there(monkeypatch):
     monkeypatch.setattr(patching, "_measured", lambda name: name == "bmm")
     monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
+    monkeypatch.setattr(bmm_serving, "can_serve", lambda: True)
     plain = nn.Sequential(nn.Linear(16, 32), nn.GELU())
     plain.register_forward_hook(lambda mod, args, out: None)
     model = tunedb.optimize(plain)
@@ -48,6 +50,7 @@ def test_an_optimized_model_compiles_with_fullgraph_where_the_bmm_mode_is_instal
     # of an arch with a bmm table (sm90 ships one)
     monkeypatch.setattr(patching, "_measured", lambda name: name == "bmm")
     monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
+    monkeypatch.setattr(bmm_serving, "can_serve", lambda: True)
     torch.manual_seed(0)
     plain = Attention().eval()
     model = tunedb.optimize(copy.deepcopy(plain))

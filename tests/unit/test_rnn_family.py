@@ -108,7 +108,7 @@ def test_optimize_wraps_and_keeps_outputs():
     assert type(model.pred).__name__ == "TunedRNN"
     after = model.pred(x)  # CPU: the module itself
     torch.testing.assert_close(after[0], before[0])
-    assert "pred.rnn.weight_ih_l0" in model.state_dict()
+    assert "pred.weight_ih_l0" in model.state_dict()  # the plain model's keys
 
 
 def test_both_arms_through_the_protocol_on_the_cpu():

@@ -68,11 +68,28 @@ def patching_families(which: "str | Iterable[str] | None" = None) -> tuple[str, 
     if which == "all":
         return names
     if which is not None:
-        asked = (which,) if isinstance(which, str) else tuple(which)
+        asked = (which,) if isinstance(which, str) else _names(which)
         for name in asked:
             _registry.get(name)  # RegistryError naming the unknown family and the registered ones
         return tuple(n for n in names if n in asked)
     return tuple(n for n in names if n == _registry.DEFAULT or _measured(n))
+
+
+def _names(which: Any) -> tuple[str, ...]:
+    """A families= value that is not one string, as a tuple of names; anything else (a number,
+    bytes, a mapping, a list holding a non-string) is refused naming it and what is allowed (an
+    int used to fail as "'int' object is not iterable")."""
+    from tunedb.errors import RegistryError
+
+    from collections.abc import Iterable as _Iterable, Mapping
+
+    names = None
+    if isinstance(which, _Iterable) and not isinstance(which, (bytes, bytearray, Mapping)):
+        names = tuple(which)
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise RegistryError(f"families={which!r}: allowed are None, \"all\", a family name or a list "
+                            f"of names; registered: {', '.join(_registry.names())}")
+    return names
 
 
 def _measured(name: str) -> bool:

@@ -12,8 +12,10 @@ What it cannot swap: SDPA (transformers' default attention, torch's nn.Multihead
 fast path) never reaches a matmul; flash / SDPA kernels are not this family's. Products under
 torch.compile are left to inductor. The mode costs a Python hop per torch call inside the
 forward in eager mode, so optimize() installs it only when this arch has a bmm table with
-entries; under CUDA graphs the hop is paid at capture only. In eager mode a forward that served no
-product with a tile makes the model skip the mode for its next 1, 2, 4, ... 1024 eager forwards
+entries and CUDA runs (without it no product is the mode's); under CUDA graphs the hop is paid
+at capture only. Its hooks make a model fail torch.jit.script (TorchScript compiles a module's
+forward hooks); `optimize(model, families=[...])` without "bmm" leaves them out. In eager mode
+a forward that served no product with a tile makes the model skip the mode for its next 1, 2, 4, ... 1024 eager forwards
 (probing again after each gap; a forward that serves one resets it): a model whose attention is
 SDPA (Llama in transformers) makes no product the op serves, and the hop on every torch call of its
 forward, our own GEMM launches' included, cost s17 D's Llama-3-8B decode 26-37% in eager. A model
@@ -253,6 +255,18 @@ def install(model: Any) -> Any:
     return model
 
 
+def can_serve() -> bool:
+    """Whether this process can run a product the mode would serve: it serves CUDA activations
+    only, so without CUDA the hooks would serve nothing, yet cost a hop per torch call of an
+    eager forward, and make the model fail torch.jit.script (TorchScript compiles a module's
+    forward hooks and needs them typed like its forward) and torch.jit.trace's check, which a
+    plain model passes."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def optimize(model: Any) -> Any:
-    """The family's optimize() hook: install the product mode where a bmm table has entries."""
-    return install(model) if has_table() else model
+    """The family's optimize() hook: install the product mode where a bmm table has entries and
+    CUDA runs (can_serve)."""
+    return install(model) if has_table() and can_serve() else model

@@ -27,13 +27,14 @@ TunedLinear keeps the Linear's Parameters (same names), so state_dict keys do no
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tunedb.families.gemm import ops
+from tunedb.families.gemm import linear_script, ops
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
 from tunedb.families.gemm.fusion_source import outside_reads as _outside_reads
 from tunedb.families.module_rules import holders
@@ -103,6 +104,21 @@ class TunedLinear(nn.Module):
         if bias is None and act == "none":
             return ops.gemm(x, weight)
         return ops.gemm_act(x, weight, bias, act)
+
+    # torch.jit.script compiles the source inspect finds for forward, and inspect follows
+    # __wrapped__: the scripted module calls the tuned op (linear_script.py), while eager calls
+    # pay nothing for it (a torch.jit.is_scripting() branch costs a call per forward)
+    forward.__wrapped__ = linear_script.script_forward  # type: ignore[attr-defined]
+
+    def _slow_forward(self, *args: Any, **kwargs: Any) -> Any:
+        # nn.Module.__call__ takes this path instead of forward only while torch.jit.trace
+        # records: the trace gets the tuned op (linear_script.traced_forward), under the module
+        # scope nn.Module's own _slow_forward names
+        self.__dict__["forward"] = functools.partial(linear_script.traced_forward, self)
+        try:
+            return super()._slow_forward(*args, **kwargs)
+        finally:
+            self.__dict__.pop("forward", None)
 
     def table_key(self) -> tuple[Any, ...]:
         """The launch-table key prefix of this layer's calls: (op, dtype, N, K, act, has_bias)."""

@@ -1,7 +1,7 @@
 """TunedRNN, optimize()'s wrapper of an nn.LSTM / nn.GRU (families/rnn/census.py: the swap).
 
 A class of this module (not one made inside a function) so that torch.save / pickle of an
-optimized model can name it. Attributes the wrapper does not have (hidden_size, num_layers,
+optimized model can name it. Its state_dict keys are the wrapped module's (no `rnn.` level). Attributes the wrapper does not have (hidden_size, num_layers,
 flatten_parameters(), ...) are the wrapped module's, so a model's own forward that reads
 `self.lstm.hidden_size` or calls `self.lstm.flatten_parameters()` runs as before.
 """
@@ -22,6 +22,10 @@ class TunedRNN(torch.nn.Module):
         super().__init__()
         self.rnn = rnn
         self._flat: tuple[int, ...] = ()  # the weights' pointers when last flattened (or found flat)
+        # state_dict keys as the wrapped module's: a plain model's checkpoint loads into the
+        # optimized one and back (the wrapper's `rnn.` level made both fail on missing keys)
+        self.register_state_dict_post_hook(_unwrapped_keys)
+        self.register_load_state_dict_pre_hook(_wrapped_keys)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -70,3 +74,19 @@ class TunedRNN(torch.nn.Module):
             self._flatten_once()
         with arm_flags(config):
             return self.rnn(x, hx)
+
+
+def _unwrapped_keys(module: TunedRNN, state_dict: Any, prefix: str, local_metadata: Any) -> None:
+    """state_dict(): `<prefix>rnn.<name>` -> `<prefix><name>`, the plain model's keys."""
+    inner = prefix + "rnn."
+    for key in [k for k in state_dict if k.startswith(inner)]:
+        state_dict[prefix + key[len(inner):]] = state_dict.pop(key)
+
+
+def _wrapped_keys(module: TunedRNN, state_dict: Any, prefix: str, *_: Any) -> None:
+    """load_state_dict(): the plain model's `<prefix><name>` -> `<prefix>rnn.<name>` (a state
+    dict saved with the `rnn.` level, by an earlier tunedb, loads as it is)."""
+    rnn = module._modules["rnn"]
+    names = {*rnn._parameters, *rnn._buffers}
+    for key in [k for k in state_dict if k.startswith(prefix) and k[len(prefix):] in names]:
+        state_dict[prefix + "rnn." + key[len(prefix):]] = state_dict.pop(key)
