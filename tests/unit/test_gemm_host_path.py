@@ -21,7 +21,10 @@ from tunedb.runtime import host_bound, launch_table
 
 def _as_cpu(fn, module, **extra):
     ns = dict(vars(module), **extra)
-    exec(compile(textwrap.dedent(inspect.getsource(fn)).replace(".is_cuda", ".is_cpu"), "<as cpu>", "exec"), ns)
+    # the code object's source: inspect follows a function's __wrapped__ (TunedLinear.forward's
+    # points at the forward torch.jit.script compiles), the code object is the eager body itself
+    source = inspect.getsource(fn.__code__)
+    exec(compile(textwrap.dedent(source).replace(".is_cuda", ".is_cpu"), "<as cpu>", "exec"), ns)
     return ns[fn.__name__]
 
 
