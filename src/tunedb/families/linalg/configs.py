@@ -161,11 +161,9 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
     if dep == "cuda":
         from tunedb.families.linalg import kernels_cuda
 
-        if kernels_cuda.parse(config.id) is None and kernels_cuda.tile.parse(config.id) is None:
-            return f"{config.id} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudat_t<TS>)"
-        if batch is not None and batch >= 2 ** 31:  # the kernels take the batch as a 32-bit int
-            return f"{config.id} takes batch < 2**31, got {batch}"
-        why = kernels_cuda.arm_invalid(sig.op, config.id, sig.get("n"), sig.dt)
+        why = kernels_cuda.arm_invalid(sig.op, config.id, sig.get("n"), sig.dt)  # unknown ids too
+        if why is None and batch is not None and batch >= 2 ** 31:  # the kernels take the batch as a 32-bit int
+            why = f"{config.id} takes batch < 2**31, got {batch}"
         if why is None and arch is not None:
             need = kernels_cuda.arm_smem(sig.op, config.id, sig.get("n"), sig.dt)
             if need > arch.smem_per_block:
