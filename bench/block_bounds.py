@@ -39,7 +39,6 @@ def main() -> int:
 
     from tunedb.families.linalg import kernels_check as check
     from tunedb.families.linalg import kernels_cuda as kc
-    from tunedb.families.linalg import kernels_cuda_tile as tile
 
     rows = []
     for op, dt, n, cid, batch, bounds in CELLS:
@@ -47,12 +46,7 @@ def main() -> int:
         out = torch.empty_like(ins[0] if op == "potrf" else ins[1])
         info = torch.empty((batch,), dtype=torch.int32, device="cuda")
         b = ins[1] if op == "posv" else ins[0]
-        ts = tile.parse(cid)
-        if ts is not None:
-            grid, block = batch, tile.block_threads(op, n, ts)
-        else:
-            problems, warps, _pipe = kc.parse(cid)
-            grid, block = -(-batch // problems), 32 * warps
+        grid, block = kc.geometry(op, cid, n, batch)
         row = {"op": op, "dtype": dt, "n": n, "config": cid, "batch": batch, "us": {}, "equal": {}}
         ref = None
         for mb in (0,) + bounds:

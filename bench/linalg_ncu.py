@@ -39,7 +39,6 @@ def main() -> int:
 
     from tunedb.families.linalg import kernels_check as check
     from tunedb.families.linalg import kernels_cuda as kc
-    from tunedb.families.linalg import kernels_cuda_tile as tile
 
     why = kc.arm_invalid(args.op, args.arm, args.n, args.dtype)
     if why:
@@ -50,12 +49,7 @@ def main() -> int:
     out = torch.empty_like(ins[0] if args.op == "potrf" else ins[1])
     info = torch.empty((args.batch,), dtype=torch.int32, device="cuda")
     b = ins[1] if args.op in ("posv", "trsv") else ins[0]
-    ts = tile.parse(args.arm)
-    if ts is not None:
-        grid, threads = args.batch, tile.block_threads(args.op, args.n, ts)
-    else:
-        problems, warps, _pipe = kc.parse(args.arm)
-        grid, threads = -(-args.batch // problems), 32 * warps
+    grid, threads = kc.geometry(args.op, args.arm, args.n, args.batch)
     for _ in range(2):
         kern(grid=(grid, 1, 1), block=(threads, 1, 1), args=[ins[0], b, out, info, args.batch])
     torch.cuda.synchronize()

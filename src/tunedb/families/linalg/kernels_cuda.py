@@ -36,7 +36,8 @@ step; fp64: CUDA's rsqrt, within an ulp).
 trsv (n <= 32) keeps the layout: x_j reaches every lane of the problem by one shuffle a step and
 row i takes L[i, j] x_j from its own register. From n = 33 to 64 (potrf, posv) one problem takes a
 block of NP = 64 threads, row i in thread i, and the pivot travels with the column through shared
-memory: one __syncthreads a pivot (kernels_cuda_src.BLOCK).
+memory: one __syncthreads a pivot (kernels_cuda_src.BLOCK); or one warp, lane i holding rows i and
+i + 32, with no block barrier (`cudaw_p<W>_w<W>`, kernels_cuda_wide.py).
 
 Config ids `cuda_p{P}_w{W}` and `cudas_p{P}_w{W}`: W warps a block (1, 2, 4, 8), each warp
 Q = 32 / NP problems, so P = W * Q problems a block (the id names P as the other packings do);
@@ -60,6 +61,7 @@ import re
 from typing import Any
 
 from tunedb.families.linalg import kernels_cuda_tile as tile
+from tunedb.families.linalg import kernels_cuda_wide as wide
 
 PREFIX = "cuda"
 OPS = ("potrf", "posv", "trsv")
@@ -141,7 +143,7 @@ def config_ids(op: str, n: int, dtype: str) -> tuple[str, ...]:
         return ()
     shapes = [(1, next_pow2(n) // 32)] if n > WARP_MAX_N else [(w * per_warp(n), w) for w in WARPS]
     ids = [config_id(p, w, pipe) for pipe in (True, False) for p, w in shapes]
-    ids += [tile.config_id(ts) for ts in tile.TILES]
+    ids += [wide.config_id(w) for w in wide.WARPS] + [tile.config_id(ts) for ts in tile.TILES]
     return tuple(cid for cid in ids if arm_invalid(op, cid, n, dtype) is None)
 
 
@@ -150,28 +152,30 @@ def all_ids() -> tuple[str, ...]:
     shapes = {(w * q, w) for w in WARPS for q in (1, 2, 4, 8, 16)}
     shapes |= {(1, next_pow2(n) // 32) for n in range(WARP_MAX_N + 1, max(MAX_N.values()) + 1)}
     ids = {config_id(p, w, pipe) for p, w in shapes for pipe in (True, False)}
-    return tuple(sorted(ids | {tile.config_id(ts) for ts in tile.TILES}))
+    return tuple(sorted(ids | {tile.config_id(ts) for ts in tile.TILES} | {wide.config_id(w) for w in wide.WARPS}))
 
 
 def arm_invalid(op: str, cid: str, n: int, dtype: str, check_runtime: bool = True) -> str | None:
-    """THE predicate for any id of the tier (warp/block `cuda_`/`cudas_` and tile `cudat_`)."""
-    ts = tile.parse(cid)
-    if ts is not None:
-        why = tile.invalid_reason(op, ts, n, dtype)
+    """THE predicate for any id of the tier (warp/block `cuda_`/`cudas_`, wide-warp `cudaw_`, tile `cudat_`)."""
+    ts, ww = tile.parse(cid), wide.parse(cid)
+    if ts is not None or ww is not None:
+        why = tile.invalid_reason(op, ts, n, dtype) if ts is not None else wide.invalid_reason(op, ww, n, dtype)
         if why is None and check_runtime and not available():
             why = f"{cid} needs a CUDA device and NVRTC (torch.cuda._compile_kernel), which are not available here"
         return why
     shape = parse(cid)
     if shape is None:
-        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudat_t<TS>)"
+        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudaw_p<W>_w<W>, cudat_t<TS>)"
     return invalid_reason(op, shape[0], shape[1], n, dtype, check_runtime, shape[2])
 
 
 def arm_smem(op: str, cid: str, n: int, dtype: str) -> int:
     """Static shared memory a block of the arm `cid` at (op, n, dtype)."""
-    ts = tile.parse(cid)
+    ts, ww = tile.parse(cid), wide.parse(cid)
     if ts is not None:
         return tile.smem_bytes(op, n, dtype, ts)
+    if ww is not None:
+        return wide.smem_bytes(n, dtype, ww)
     shape = parse(cid)
     return smem_bytes(n, dtype, shape[1]) if shape is not None else 0
 
@@ -218,6 +222,12 @@ def arm_source(op: str, cid: str, n: int, dtype: str, colmajor: bool = False) ->
 
         head = "".join(f"#define {k} {v}\n" for k, v in tile.defines(op, n, dtype, ts, colmajor).items())
         return head + src.COMMON + tile.SOURCE
+    ww = wide.parse(cid)
+    if ww is not None:
+        from tunedb.families.linalg import kernels_cuda_src as src
+
+        head = "".join(f"#define {k} {v}\n" for k, v in wide.defines(op, n, dtype, ww).items())
+        return head + src.COMMON + wide.SOURCE
     shape = parse(cid)
     if shape is None:
         raise ValueError(f"not an id of the CUDA tier: {cid!r}")
@@ -285,6 +295,17 @@ def compile_all(items: list[tuple[str, str, int, str]], jobs: int = 8) -> list[s
     return failed
 
 
+def geometry(op: str, cid: str, n: int, batch: int) -> tuple[int, int]:
+    """(blocks, threads a block) of the arm `cid` over `batch` problems (a valid id)."""
+    ts, ww = tile.parse(cid), wide.parse(cid)
+    if ts is not None:  # one problem a block of one thread a lower tile
+        return batch, tile.block_threads(op, n, ts)
+    if ww is not None:  # one problem a warp
+        return -(-batch // ww), 32 * ww
+    problems, warps, _pipe = parse(cid)
+    return -(-batch // problems), 32 * warps
+
+
 def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtype: str) -> Any:
     """Run the tier's config `cid` on CUDA tensors (launch.py checked shapes and made `out`);
     returns (L or x, info), or x for trsv."""
@@ -293,7 +314,6 @@ def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtyp
     why = arm_invalid(op, cid, n, dtype)
     if why:
         raise ValueError(why)
-    ts = tile.parse(cid)
     a = tensors[0]
     if not a.is_cuda:
         raise ValueError(f"{cid} runs on CUDA tensors only, got {a.device}")
@@ -308,11 +328,7 @@ def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtyp
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     kern = _kernel(op, cid, n, dtype, device, colmajor=colmajor)
     b = args[1] if op in ("posv", "trsv") else args[0]  # potrf's kernel never reads B
-    if ts is not None:  # one problem a block of one thread a lower tile
-        grid, threads = batch, tile.block_threads(op, n, ts)
-    else:
-        problems, warps, _pipe = parse(cid)
-        grid, threads = -(-batch // problems), 32 * warps
+    grid, threads = geometry(op, cid, n, batch)
     kern(grid=(grid, 1, 1), block=(threads, 1, 1),
          args=[args[0], b, out, info if info is not None else out, batch],  # trsv never touches INFO
          stream=torch.cuda.current_stream(a.device))
