@@ -29,11 +29,15 @@ CELLS = tuple((op, dt, 64, "cuda_p1_w2", b, (5, 6, 7, 8, 10))
     ("posv", "fp64", 128, "cudat_t4", 65536, (3, 4)),
     ("potrf", "fp64", 128, "cudat_t4", 65536, (3, 4)),
 )
+# --wide: the wide-warp kernel (one problem a warp of 32 threads: MB 12 caps at 168 registers, 16 at 128)
+WIDE_CELLS = tuple((op, dt, 64, "cudaw_p1_w1", b, (12, 16)) for op in ("potrf", "posv") for dt in ("fp32",)
+                   for b in (4096, 65536)) + (("posv", "fp64", 64, "cudaw_p1_w1", 4096, (8,)),)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--wide", action="store_true", help="the wide-warp kernel's cells (WIDE_CELLS)")
     args = ap.parse_args()
     import torch
 
@@ -41,7 +45,7 @@ def main() -> int:
     from tunedb.families.linalg import kernels_cuda as kc
 
     rows = []
-    for op, dt, n, cid, batch, bounds in CELLS:
+    for op, dt, n, cid, batch, bounds in WIDE_CELLS if args.wide else CELLS:
         ins = check.make_inputs(op, batch, n, dt, device="cuda", seed=n)
         out = torch.empty_like(ins[0] if op == "potrf" else ins[1])
         info = torch.empty((batch,), dtype=torch.int32, device="cuda")
