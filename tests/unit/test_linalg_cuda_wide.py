@@ -44,8 +44,9 @@ def test_the_source_is_the_common_part_and_the_kernel():
 
 def test_every_wide_kernel_compiles_for_sm90():
     """Each wide kernel at n 33..64 compiles with NVRTC for sm_90 on the CPU machine; fp32 keeps
-    both rows in registers without a spill (fp64 holds 96 doubles a lane: ptxas may spill past
-    n = 48, which the ladder's timing then judges)."""
+    both rows in at most 168 registers, without a spill except posv past n = 56, which is capped
+    there (launch bounds: 12 warps an SM, measured faster on the H200 than the uncapped form). fp64
+    holds 96 doubles a lane: ptxas may spill past n = 48, which the ladder's timing then judges."""
     from nvrtc_cpu import compile_report, library
 
     lib = library()
@@ -61,7 +62,9 @@ def test_every_wide_kernel_compiles_for_sm90():
                     ok, log, usage = compile_report(lib, kc.arm_source(op, wide.config_id(w), n, dt))
                     where = f"cudaw_p{w}_w{w} {op} {dt} n={n}"
                     assert ok, f"{where}: {log[:1500]}"
-                    if dt == "fp32":
+                    if dt == "fp32" and not (op == "posv" and n > 56):  # posv there: capped at 168 registers
                         assert usage.get("spill_bytes", 0) == 0, f"{where} spills: {usage}"
+                    if dt == "fp32":
+                        assert usage.get("registers", 0) <= 168, f"{where}: {usage}"
                     compiled += 1
     assert compiled >= 50

@@ -37,7 +37,7 @@ DTYPES = ("fp32", "fp64")
 MIN_N, MAX_N = 33, 128
 TILES = (2, 4, 8)
 MAX_THREADS = 1024
-_ID = re.compile(r"^cudat_t([0-9]+)$")
+_ID = re.compile(r"cudat_t([1-9][0-9]*)")
 
 
 def config_id(ts: int) -> str:
@@ -45,8 +45,8 @@ def config_id(ts: int) -> str:
 
 
 def parse(config_id_: str) -> int | None:
-    """TS of `cudat_t{TS}`, or None for any other id."""
-    match = _ID.match(config_id_)
+    """TS of `cudat_t{TS}` (canonical: no leading zeros), or None for any other id."""
+    match = _ID.fullmatch(config_id_)
     return int(match.group(1)) if match else None
 
 
@@ -79,8 +79,6 @@ def invalid_reason(op: str, ts: int, n: int, dtype: str) -> str | None:
         return f"{cid} takes n in {MIN_N}..{MAX_N}, got n={n!r}"
     if ts not in TILES:
         return f"{cid}: the tile side must be one of {TILES}, got {ts}"
-    if n <= 2 * ts:
-        return f"{cid} needs n > 2 * {ts} (at least three tile columns), got n={n}"
     need = threads(op, n, ts)
     if need > MAX_THREADS:
         return f"{cid} at n={n} needs {need} threads a block (one a lower tile), more than {MAX_THREADS}"
@@ -128,8 +126,10 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   T a[TS][TS];
   // each thread reads its own tile (the loads independent, all in flight at once), as 16-byte
   // vectors where whole tile rows (columns with COLMAJOR) are aligned, else element by element
-#if N % TS == 0 && TS >= VEC
-  const bool vec = ((((size_t)A) | ((size_t)B) | ((size_t)OUT)) & 15) == 0;
+#if N % TS == 0 && TS >= VEC && (POSV || TRSV)  // OUT takes x element by element
+  const bool vec = ((((size_t)A) | ((size_t)B)) & 15) == 0;
+#elif N % TS == 0 && TS >= VEC  // potrf: A read and L written in vectors
+  const bool vec = ((((size_t)A) | ((size_t)OUT)) & 15) == 0;
 #else
   const bool vec = false;
 #endif
@@ -180,6 +180,8 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   for (int e = t; e < NRP; e += BLOCKT) ys[e] = T(0);  // rows past n stay 0: their x is 0
 #endif
   if (t == 0) sinfo = 0;
+  for (int e = t; e < 2 * NRP; e += BLOCKT) buf[e / NRP][e % NRP] = T(0);
+  __syncthreads();  // the zeros land before the first column is written
   T rinv[TS];
 #pragma unroll
   for (int ii = 0; ii < TS; ++ii) rinv[ii] = T(0);
@@ -239,6 +241,46 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
         }
       }
     }
+#if !POSV && !TRSV
+    // potrf: the tiles of column kc are final once its pivots are done: their owners store them
+    // now (L, zeros above the diagonal, and each tile's mirror above the diagonal as zeros), so
+    // the stores drain while the columns to the right are factored (session 23)
+    if (c == kc) {
+      T* Og = OUT + p * (long long)(N * N);
+      if (vec) {
+#pragma unroll
+        for (int ii = 0; ii < TS; ++ii)
+#pragma unroll
+          for (int v = 0; v < TS / VEC; ++v) {
+            const int i = R0 + ii, j0 = C0 + v * VEC;
+            V w, z;
+            T* wp = reinterpret_cast<T*>(&w);
+            T* zp = reinterpret_cast<T*>(&z);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              wp[e] = j0 + e <= i ? a[ii][v * VEC + e] : T(0);
+              zp[e] = T(0);
+            }
+            if (i < N) {
+              *reinterpret_cast<V*>(Og + (long long)i * N + j0) = w;
+              if (r != c) *reinterpret_cast<V*>(Og + (long long)(C0 + ii) * N + R0 + v * VEC) = z;
+            }
+          }
+      } else {
+#pragma unroll
+        for (int ii = 0; ii < TS; ++ii) {
+#pragma unroll
+          for (int jj = 0; jj < TS; ++jj) {
+            const int i = R0 + ii, j = C0 + jj;
+            if (i < N && j < N) {
+              Og[(long long)i * N + j] = j <= i ? a[ii][jj] : T(0);
+              if (r != c) Og[(long long)j * N + i] = T(0);
+            }
+          }
+        }
+      }
+    }
+#endif
   }
 #endif
 #if POSV || TRSV
@@ -253,7 +295,7 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 #else
   T rinv[TS];
 #pragma unroll
-  for (int ii = 0; ii < TS; ++ii) rinv[ii] = (r == c && R0 + ii < N) ? T(1) / a[ii][ii] : T(0);
+  for (int ii = 0; ii < TS; ++ii) rinv[ii] = (r >= 0 && r == c && R0 + ii < N) ? T(1) / a[ii][ii] : T(0);
 #endif
   __syncthreads();
 #pragma unroll 1
@@ -313,43 +355,6 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
     }
 #endif
     __syncthreads();
-  }
-#endif
-#if !POSV && !TRSV
-  if (r >= 0) {  // L with zeros above the diagonal: this tile, and its mirror above the diagonal as zeros
-    T* Og = OUT + p * (long long)(N * N);
-    if (vec) {
-#pragma unroll
-      for (int ii = 0; ii < TS; ++ii)
-#pragma unroll
-        for (int v = 0; v < TS / VEC; ++v) {
-          const int i = R0 + ii, j0 = C0 + v * VEC;
-          V w, z;
-          T* wp = reinterpret_cast<T*>(&w);
-          T* zp = reinterpret_cast<T*>(&z);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            wp[e] = j0 + e <= i ? a[ii][v * VEC + e] : T(0);
-            zp[e] = T(0);
-          }
-          if (i < N) {
-            *reinterpret_cast<V*>(Og + (long long)i * N + j0) = w;
-            if (r != c) *reinterpret_cast<V*>(Og + (long long)(C0 + ii) * N + R0 + v * VEC) = z;
-          }
-        }
-    } else {
-#pragma unroll
-      for (int ii = 0; ii < TS; ++ii) {
-#pragma unroll
-        for (int jj = 0; jj < TS; ++jj) {
-          const int i = R0 + ii, j = C0 + jj;
-          if (i < N && j < N) {
-            Og[(long long)i * N + j] = j <= i ? a[ii][jj] : T(0);
-            if (r != c) Og[(long long)j * N + i] = T(0);
-          }
-        }
-      }
-    }
   }
 #endif
 #if !TRSV

@@ -78,7 +78,11 @@ SOURCE = r"""
 #define R1 (N - 32)  // rows held in r1: lanes i < R1
 #define FULL 0xffffffffu
 
+#if POSV && !DOUBLE && N > 56  // at most 168 registers: 12 warps an SM (session 23 C at n = 64: posv 1.06-1.12x; potrf lost, 0.79-0.84x)
+extern "C" __global__ void __launch_bounds__(WARPS * 32, 12 / WARPS)
+#else
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
+#endif
 tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   __shared__ T stage[WARPS][32 * ST];
   __shared__ __align__(16) T colbuf[WARPS][2][64];
