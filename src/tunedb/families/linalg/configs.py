@@ -113,12 +113,12 @@ def parse(config_id: str) -> Config:
             return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", 1), ("warps", 0), ("tile", ts)))
         ww = kernels_cuda.wide.parse(config_id)
         if ww is not None:  # parse admits the canonical id only
-            return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", ww), ("warps", ww), ("wide", 1)))
+            return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", ww[0]), ("warps", ww[1]), ("wide", 1)))
         shape = kernels_cuda.parse(config_id)
         if shape is None or config_id != kernels_cuda.config_id(*shape):
             raise ConfigError(f"bad linalg config id {config_id!r}: the CUDA tier's ids are cuda_p<P>_w<W> "
-                              "(pipelined pivots), cudas_p<P>_w<W> (serial), cudaw_p<W>_w<W> (a problem a "
-                              "warp, two rows a lane) and cudat_t<TS> (tiles), without leading zeros")
+                              "(pipelined pivots), cudas_p<P>_w<W> (serial), cudaw_p<P>_w<W> (two rows a "
+                              "lane) and cudat_t<TS> (tiles), without leading zeros")
         return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", shape[0]), ("warps", shape[1])))
     match = _ID.match(config_id)
     if match is None:
@@ -210,7 +210,7 @@ def simplicity(config_id: str) -> int:
             return (len(PACKINGS) + 1) * _RANK + shape[2] * 500_000 + min(shape[1], 499) * 1000 + min(shape[0], 999)
         ww = kernels_cuda.wide.parse(config_id)
         if ww is not None:  # after the warp/block kernels, before the tiles; fewer warps first
-            return (len(PACKINGS) + 1) * _RANK + 800_000 + min(ww, 999)
+            return (len(PACKINGS) + 1) * _RANK + 800_000 + min(ww[1], 99) * 1000 + min(ww[0], 999)
         ts = kernels_cuda.tile.parse(config_id)
         if ts is not None:  # after the warp/block kernels; smaller tiles (more threads) last
             return (len(PACKINGS) + 1) * _RANK + 900_000 + (99 - min(ts, 99))

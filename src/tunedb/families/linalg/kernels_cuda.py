@@ -37,7 +37,8 @@ trsv (n <= 32) keeps the layout: x_j reaches every lane of the problem by one sh
 row i takes L[i, j] x_j from its own register. From n = 33 to 64 (potrf, posv) one problem takes a
 block of NP = 64 threads, row i in thread i, and the pivot travels with the column through shared
 memory: one __syncthreads a pivot (kernels_cuda_src.BLOCK); or one warp, lane i holding rows i and
-i + 32, with no block barrier (`cudaw_p<W>_w<W>`, kernels_cuda_wide.py).
+i + 32, with no block barrier (`cudaw_p<P>_w<W>`, kernels_cuda_wide.py, which also runs n = 17..32
+at two problems a warp, lane i holding rows i and i + 16).
 
 Config ids `cuda_p{P}_w{W}` and `cudas_p{P}_w{W}`: W warps a block (1, 2, 4, 8), each warp
 Q = 32 / NP problems, so P = W * Q problems a block (the id names P as the other packings do);
@@ -143,7 +144,7 @@ def config_ids(op: str, n: int, dtype: str) -> tuple[str, ...]:
         return ()
     shapes = [(1, next_pow2(n) // 32)] if n > WARP_MAX_N else [(w * per_warp(n), w) for w in WARPS]
     ids = [config_id(p, w, pipe) for pipe in (True, False) for p, w in shapes]
-    ids += [wide.config_id(w) for w in wide.WARPS] + [tile.config_id(ts) for ts in tile.TILES]
+    ids += [*wide.ids_at(n), *(tile.config_id(ts) for ts in tile.TILES)]
     return tuple(cid for cid in ids if arm_invalid(op, cid, n, dtype) is None)
 
 
@@ -152,20 +153,21 @@ def all_ids() -> tuple[str, ...]:
     shapes = {(w * q, w) for w in WARPS for q in (1, 2, 4, 8, 16)}
     shapes |= {(1, next_pow2(n) // 32) for n in range(WARP_MAX_N + 1, max(MAX_N.values()) + 1)}
     ids = {config_id(p, w, pipe) for p, w in shapes for pipe in (True, False)}
-    return tuple(sorted(ids | {tile.config_id(ts) for ts in tile.TILES} | {wide.config_id(w) for w in wide.WARPS}))
+    ids |= {cid for n in (wide.MIN_N, wide.MAX_N) for cid in wide.ids_at(n)}
+    return tuple(sorted(ids | {tile.config_id(ts) for ts in tile.TILES}))
 
 
 def arm_invalid(op: str, cid: str, n: int, dtype: str, check_runtime: bool = True) -> str | None:
     """THE predicate for any id of the tier (warp/block `cuda_`/`cudas_`, wide-warp `cudaw_`, tile `cudat_`)."""
     ts, ww = tile.parse(cid), wide.parse(cid)
     if ts is not None or ww is not None:
-        why = tile.invalid_reason(op, ts, n, dtype) if ts is not None else wide.invalid_reason(op, ww, n, dtype)
+        why = tile.invalid_reason(op, ts, n, dtype) if ts is not None else wide.invalid_reason(op, *ww, n, dtype)
         if why is None and check_runtime and not available():
             why = f"{cid} needs a CUDA device and NVRTC (torch.cuda._compile_kernel), which are not available here"
         return why
     shape = parse(cid)
     if shape is None:
-        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudaw_p<W>_w<W>, cudat_t<TS>)"
+        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudaw_p<P>_w<W>, cudat_t<TS>)"
     return invalid_reason(op, shape[0], shape[1], n, dtype, check_runtime, shape[2])
 
 
@@ -175,7 +177,7 @@ def arm_smem(op: str, cid: str, n: int, dtype: str) -> int:
     if ts is not None:
         return tile.smem_bytes(op, n, dtype, ts)
     if ww is not None:
-        return wide.smem_bytes(n, dtype, ww)
+        return wide.smem_bytes(n, dtype, ww[1])
     shape = parse(cid)
     return smem_bytes(n, dtype, shape[1]) if shape is not None else 0
 
@@ -226,7 +228,7 @@ def arm_source(op: str, cid: str, n: int, dtype: str, colmajor: bool = False) ->
     if ww is not None:
         from tunedb.families.linalg import kernels_cuda_src as src
 
-        head = "".join(f"#define {k} {v}\n" for k, v in wide.defines(op, n, dtype, ww).items())
+        head = "".join(f"#define {k} {v}\n" for k, v in wide.defines(op, n, dtype, ww[1]).items())
         return head + src.COMMON + wide.SOURCE
     shape = parse(cid)
     if shape is None:
@@ -300,8 +302,8 @@ def geometry(op: str, cid: str, n: int, batch: int) -> tuple[int, int]:
     ts, ww = tile.parse(cid), wide.parse(cid)
     if ts is not None:  # one problem a block of one thread a lower tile
         return batch, tile.block_threads(op, n, ts)
-    if ww is not None:  # one problem a warp
-        return -(-batch // ww), 32 * ww
+    if ww is not None:  # 32 / L problems a warp
+        return -(-batch // ww[0]), 32 * ww[1]
     problems, warps, _pipe = parse(cid)
     return -(-batch // problems), 32 * warps
 
