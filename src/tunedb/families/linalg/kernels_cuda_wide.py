@@ -107,10 +107,11 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const long long p0 = ((long long)blockIdx.x * WARPS + warp) * G;
   if (p0 >= batch) return;  // uniform across the warp; no block barrier below
-  const int q = lane / L, i = lane % L, base = q * L;
+  // one problem a warp (G == 1) folds every per-problem index and guard below to a constant
+  const int q = G == 1 ? 0 : lane / L, i = G == 1 ? lane : lane % L, base = q * L;
   const long long p = p0 + q;
-  const int nprob = (int)min((long long)G, (long long)batch - p0);
-  const bool live = q < nprob, live1 = i < R1;
+  const int nprob = G == 1 ? 1 : (int)min((long long)G, (long long)batch - p0);
+  const bool live = G == 1 || q < nprob, live1 = i < R1;
   T* sw = stage[warp];
   T* sq = sw + q * L * ST;  // this lane's problem's part of the stage
   const T* Ag = A + p0 * PER;
@@ -131,8 +132,8 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   for (int m = 0; m < (G * R1 * N + 31) / 32; ++m) {
     const int e = lane + 32 * m;
     if (e < G * R1 * N) {
-      const int qq = e / (R1 * N), rem = e - qq * (R1 * N), row = rem / N, c = rem - row * N;
-      sw[qq * L * ST + row * ST + c] = qq < nprob ? Ag[qq * PER + L * N + rem] : T(row + L == c);
+      const int qq = G == 1 ? 0 : e / (R1 * N), rem = e - qq * (R1 * N), row = rem / N, c = rem - row * N;
+      sw[qq * L * ST + row * ST + c] = G == 1 || qq < nprob ? Ag[qq * PER + L * N + rem] : T(row + L == c);
     }
   }
   __syncwarp();
@@ -247,8 +248,9 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   __syncwarp();
 #pragma unroll 4
   for (int m = 0; m < G * L * N / 32; ++m) {  // rows 0..L-1 of each problem, all N columns
-    const int e = lane + 32 * m, qq = e / (L * N), rem = e - qq * (L * N), row = rem / N, cc = rem - row * N;
-    if (qq < nprob) Og[qq * PER + rem] = cc < L ? sw[qq * L * ST + row * ST + cc] : T(0);
+    const int e = lane + 32 * m, qq = G == 1 ? 0 : e / (L * N), rem = e - qq * (L * N), row = rem / N,
+              cc = rem - row * N;
+    if (G == 1 || qq < nprob) Og[qq * PER + rem] = cc < L ? sw[qq * L * ST + row * ST + cc] : T(0);
   }
   __syncwarp();
   if (live1) {
@@ -260,8 +262,8 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   for (int m = 0; m < (G * R1 * N + 31) / 32; ++m) {
     const int e = lane + 32 * m;
     if (e < G * R1 * N) {
-      const int qq = e / (R1 * N), rem = e - qq * (R1 * N), row = rem / N, cc = rem - row * N;
-      if (qq < nprob) Og[qq * PER + L * N + rem] = sw[qq * L * ST + row * ST + cc];
+      const int qq = G == 1 ? 0 : e / (R1 * N), rem = e - qq * (R1 * N), row = rem / N, cc = rem - row * N;
+      if (G == 1 || qq < nprob) Og[qq * PER + L * N + rem] = sw[qq * L * ST + row * ST + cc];
     }
   }
 #endif
