@@ -68,15 +68,23 @@ def smem_bytes(op: str, n: int, dtype: str, ts: int) -> int:
     return 4 * nr * ts * (8 if dtype == "fp64" else 4) + 4
 
 
+def cell_reason(cid: str, op: str, ops: tuple, dtype: str, dtypes: tuple, n: int, lo: int, hi: int) -> str | None:
+    """The checks every CUDA kernel of one n range shares: the op, the dtype, n in lo..hi."""
+    if op not in ops:
+        return f"{cid} runs {', '.join(ops)} only, not {op}"
+    if dtype not in dtypes:
+        return f"{cid} runs {', '.join(dtypes)} only, not {dtype}"
+    if not isinstance(n, int) or not lo <= n <= hi:
+        return f"{cid} takes n in {lo}..{hi}, got n={n!r}"
+    return None
+
+
 def invalid_reason(op: str, ts: int, n: int, dtype: str) -> str | None:
     """Why `cudat_t{ts}` cannot run op at (n, dtype), judged on the shape alone, or None."""
     cid = config_id(ts)
-    if op not in OPS:
-        return f"{cid} runs {', '.join(OPS)} only, not {op}"
-    if dtype not in DTYPES:
-        return f"{cid} runs {', '.join(DTYPES)} only, not {dtype}"
-    if not isinstance(n, int) or not MIN_N <= n <= MAX_N:
-        return f"{cid} takes n in {MIN_N}..{MAX_N}, got n={n!r}"
+    why = cell_reason(cid, op, OPS, dtype, DTYPES, n, MIN_N, MAX_N)
+    if why:
+        return why
     if ts not in TILES:
         return f"{cid}: the tile side must be one of {TILES}, got {ts}"
     need = threads(op, n, ts)

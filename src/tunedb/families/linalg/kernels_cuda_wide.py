@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import re
 
+from tunedb.families.linalg.kernels_cuda_tile import cell_reason
+
 PREFIX = "cudaw"
 OPS = ("potrf", "posv")
 DTYPES = ("fp32", "fp64")
@@ -68,12 +70,9 @@ def smem_bytes(n: int, dtype: str, warps: int) -> int:
 def invalid_reason(op: str, problems: int, warps: int, n: int, dtype: str) -> str | None:
     """Why `cudaw_p{problems}_w{warps}` cannot run op at (n, dtype), judged on the shape alone, or None."""
     cid = config_id(problems, warps)
-    if op not in OPS:
-        return f"{cid} runs {', '.join(OPS)} only, not {op}"
-    if dtype not in DTYPES:
-        return f"{cid} runs {', '.join(DTYPES)} only, not {dtype}"
-    if not isinstance(n, int) or not MIN_N <= n <= MAX_N:
-        return f"{cid} takes n in {MIN_N}..{MAX_N}, got n={n!r}"
+    why = cell_reason(cid, op, OPS, dtype, DTYPES, n, MIN_N, MAX_N)
+    if why:
+        return why
     if warps not in WARPS:
         return f"{cid}: warps a block must be one of {WARPS}, got {warps}"
     per = 32 // lanes(n)
