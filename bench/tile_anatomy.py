@@ -12,6 +12,9 @@ For a few potrf / posv cells at n = 64 / 128, the kernel's own source is compile
   staged    as served but L stored through a shared-memory stage, CH rows at a time, in whole rows
             (coalesced: a warp's store covers one row, where the served tile stores touch 32 rows).
 So stores = full - no-store, factorization = no-store - loads. Prints a table and writes JSON.
+The store forms edit the store block session 22's kernel ended with; since session 23 potrf
+stores each tile column inside the factorization loop, so on the current kernel only `full` and
+`no-factor` run (the s22 G and s23 A numbers are of the earlier kernel).
 """
 from __future__ import annotations
 
