@@ -82,7 +82,9 @@ def test_the_cost_model_ranks_and_picks_only_what_the_predicate_accepts(sig, m, 
 @given(signatures, st.integers(1, 70000))
 def test_the_selector_serves_only_configs_the_predicate_accepts(sig, m):
     """Whatever tier answers (the shipped sm90 tier, the cost model, the default), the config
-    passes the predicate for every M (the selector checks with m=None)."""
+    passes the predicate at the call's M: the selector judges a config at the size it serves
+    (runtime/selector._usable), so a lane valid only at some sizes (triton_decode's `gv`, M <= 16:
+    the shipped tier serves it at M = 1 for 4096 x 4096) serves there and nowhere else."""
     from tunedb import settings
     from tunedb.runtime import selector
     with settings.override(USER_DB="off"):
@@ -92,6 +94,24 @@ def test_the_selector_serves_only_configs_the_predicate_accepts(sig, m):
         finally:
             selector.configure()
     if not res.config.is_sentinel:
-        assert FAMILY.invalid_reason(res.config, sig, None, SM90) is None
+        assert FAMILY.invalid_reason(res.config, sig, m, SM90) is None
     else:
         assert res.config.id in FAMILY.sentinels(sig)
+
+
+def test_the_selector_serves_the_decode_lane_only_where_it_is_valid():
+    """The example hypothesis found (CI, session 23): the shipped sm90 tier serves a `gv` decode
+    config at M = 1 for fp16 4096 x 4096, valid at M = 1 and not at every M; past M = 16 the
+    selector never serves it."""
+    from tunedb import settings
+    from tunedb.runtime import selector
+    sig = FAMILY.make_signature("gemm", "fp16", 4096, 4096)
+    with settings.override(USER_DB="off"):
+        selector.configure("sm90")
+        try:
+            got = {m: selector.peek("gemm", sig, m).config for m in (1, 16, 17, 4096)}
+        finally:
+            selector.configure()
+    for m, cfg in got.items():
+        assert cfg.is_sentinel or FAMILY.invalid_reason(cfg, sig, m, SM90) is None, (m, cfg.id)
+    assert all(not cfg.id.startswith("gv") for m, cfg in got.items() if m > 16)
