@@ -54,14 +54,14 @@ def test_cuda_non_spd_problems_are_reported_and_the_others_solved(op):
     for n, dt in ((4, "fp64"), (8, "fp32"), (13, "fp64"), (16, "fp32"), (32, "fp32"), (32, "fp64"), (40, "fp32"),
                   (64, "fp64"), (100, "fp32"), (128, "fp64")):
         ids = kc.config_ids(op, n, dt)
-        for cid in {*ids[:2], *(i for i in ids if i.startswith(("cudat", "cudaw")))}:
+        for cid in {*ids[:2], *(i for i in ids if i.startswith(("cudat", "cudaw", "cudab")))}:
             check_non_spd(op, cid, n, dt)
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_cuda_in_place_equals_out_of_place(op):
     cells = [(n, dt, cid) for n, dt in ((5, "fp32"), (16, "fp64"), (32, "fp32"), (64, "fp64"), (100, "fp32"), (128, "fp64"))
-             for cid in {kc.config_ids(op, n, dt)[-1], *(i for i in kc.config_ids(op, n, dt) if i.startswith(("cudat", "cudaw")))}]
+             for cid in {kc.config_ids(op, n, dt)[-1], *(i for i in kc.config_ids(op, n, dt) if i.startswith(("cudat", "cudaw", "cudab")))}]
     for n, dt, cid in cells:  # the last warp/block config, and every wide-warp and tile kernel from n = 33
         ins = check.make_inputs(op, 1000, n, dt, device="cuda", seed=3)
         want = launch(op, cid, *ins)[0].clone()
@@ -146,7 +146,7 @@ def test_tile_kernel_reads_a_misaligned_tensor_element_by_element(op):
             flat = torch.cat([t.new_zeros(1), t.contiguous().flatten()])[1:]
             shifted.append(flat.view(t.shape))
         assert shifted[0].data_ptr() % 16 != 0 and torch.equal(shifted[0], ins[0].contiguous())
-        for cid in (i for i in kc.config_ids(op, n, dt) if i.startswith("cudat")):
+        for cid in (i for i in kc.config_ids(op, n, dt) if i.startswith(("cudat", "cudab"))):
             want = launch(op, cid, *(t.contiguous() for t in ins))
             got = launch(op, cid, *shifted)
             if op == "trsv":

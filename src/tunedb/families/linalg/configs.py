@@ -111,6 +111,9 @@ def parse(config_id: str) -> Config:
         ts = kernels_cuda.tile.parse(config_id)
         if ts is not None and config_id == kernels_cuda.tile.config_id(ts):
             return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", 1), ("warps", 0), ("tile", ts)))
+        bb = kernels_cuda.blocked.parse(config_id)
+        if bb is not None:  # parse admits the canonical id only
+            return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", 1), ("warps", bb[1]), ("panel", bb[0])))
         ww = kernels_cuda.wide.parse(config_id)
         if ww is not None:  # parse admits the canonical id only
             return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", ww[0]), ("warps", ww[1]), ("wide", 1)))
@@ -118,7 +121,7 @@ def parse(config_id: str) -> Config:
         if shape is None or config_id != kernels_cuda.config_id(*shape):
             raise ConfigError(f"bad linalg config id {config_id!r}: the CUDA tier's ids are cuda_p<P>_w<W> "
                               "(pipelined pivots), cudas_p<P>_w<W> (serial), cudaw_p<P>_w<W> (two rows a "
-                              "lane) and cudat_t<TS> (tiles), without leading zeros")
+                              "lane), cudat_t<TS> (tiles) and cudab_b<NB>_w<W> (panels), without leading zeros")
         return Config(config_id, "cuda", (("packing", "cuda"), ("per_program", shape[0]), ("warps", shape[1])))
     match = _ID.match(config_id)
     if match is None:
@@ -214,6 +217,9 @@ def simplicity(config_id: str) -> int:
         ts = kernels_cuda.tile.parse(config_id)
         if ts is not None:  # after the warp/block kernels; smaller tiles (more threads) last
             return (len(PACKINGS) + 1) * _RANK + 900_000 + (99 - min(ts, 99))
+        bb = kernels_cuda.blocked.parse(config_id)
+        if bb is not None:  # after the tiles; fewer warps, then narrower panels first
+            return (len(PACKINGS) + 1) * _RANK + 950_000 + min(bb[1], 99) * 100 + min(bb[0], 99)
     match = _ID.match(config_id)
     if match is None:
         return (len(PACKINGS) + 2) * _RANK

@@ -61,6 +61,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tunedb.families.linalg import kernels_cuda_blocked as blocked
 from tunedb.families.linalg import kernels_cuda_tile as tile
 from tunedb.families.linalg import kernels_cuda_wide as wide
 
@@ -144,7 +145,7 @@ def config_ids(op: str, n: int, dtype: str) -> tuple[str, ...]:
         return ()
     shapes = [(1, next_pow2(n) // 32)] if n > WARP_MAX_N else [(w * per_warp(n), w) for w in WARPS]
     ids = [config_id(p, w, pipe) for pipe in (True, False) for p, w in shapes]
-    ids += [*wide.ids_at(n), *(tile.config_id(ts) for ts in tile.TILES)]
+    ids += [*wide.ids_at(n), *(tile.config_id(ts) for ts in tile.TILES), *blocked.ids()]
     return tuple(cid for cid in ids if arm_invalid(op, cid, n, dtype) is None)
 
 
@@ -154,26 +155,31 @@ def all_ids() -> tuple[str, ...]:
     shapes |= {(1, next_pow2(n) // 32) for n in range(WARP_MAX_N + 1, max(MAX_N.values()) + 1)}
     ids = {config_id(p, w, pipe) for p, w in shapes for pipe in (True, False)}
     ids |= {cid for n in (wide.MIN_N, wide.MAX_N) for cid in wide.ids_at(n)}
-    return tuple(sorted(ids | {tile.config_id(ts) for ts in tile.TILES}))
+    return tuple(sorted(ids | {tile.config_id(ts) for ts in tile.TILES} | set(blocked.ids())))
 
 
 def arm_invalid(op: str, cid: str, n: int, dtype: str, check_runtime: bool = True) -> str | None:
-    """THE predicate for any id of the tier (warp/block `cuda_`/`cudas_`, wide-warp `cudaw_`, tile `cudat_`)."""
-    ts, ww = tile.parse(cid), wide.parse(cid)
-    if ts is not None or ww is not None:
-        why = tile.invalid_reason(op, ts, n, dtype) if ts is not None else wide.invalid_reason(op, *ww, n, dtype)
+    """THE predicate for any id of the tier (warp/block `cuda_`/`cudas_`, wide-warp `cudaw_`, tile
+    `cudat_`, blocked `cudab_`)."""
+    ts, ww, bb = tile.parse(cid), wide.parse(cid), blocked.parse(cid)
+    if ts is not None or ww is not None or bb is not None:
+        why = (tile.invalid_reason(op, ts, n, dtype) if ts is not None
+               else wide.invalid_reason(op, *ww, n, dtype) if ww is not None
+               else blocked.invalid_reason(op, *bb, n, dtype))
         if why is None and check_runtime and not available():
             why = f"{cid} needs a CUDA device and NVRTC (torch.cuda._compile_kernel), which are not available here"
         return why
     shape = parse(cid)
     if shape is None:
-        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudaw_p<P>_w<W>, cudat_t<TS>)"
+        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudaw_p<P>_w<W>, cudat_t<TS>, cudab_b<NB>_w<W>)"
     return invalid_reason(op, shape[0], shape[1], n, dtype, check_runtime, shape[2])
 
 
 def arm_smem(op: str, cid: str, n: int, dtype: str) -> int:
-    """Static shared memory a block of the arm `cid` at (op, n, dtype)."""
-    ts, ww = tile.parse(cid), wide.parse(cid)
+    """Shared memory a block of the arm `cid` at (op, n, dtype) (static; dynamic for `cudab_`)."""
+    ts, ww, bb = tile.parse(cid), wide.parse(cid), blocked.parse(cid)
+    if bb is not None:
+        return blocked.smem_bytes(n, dtype, bb[0])
     if ts is not None:
         return tile.smem_bytes(op, n, dtype, ts)
     if ww is not None:
@@ -224,12 +230,13 @@ def arm_source(op: str, cid: str, n: int, dtype: str, colmajor: bool = False) ->
 
         head = "".join(f"#define {k} {v}\n" for k, v in tile.defines(op, n, dtype, ts, colmajor).items())
         return head + src.COMMON + tile.SOURCE
-    ww = wide.parse(cid)
-    if ww is not None:
+    ww, bb = wide.parse(cid), blocked.parse(cid)
+    if ww is not None or bb is not None:
         from tunedb.families.linalg import kernels_cuda_src as src
 
-        head = "".join(f"#define {k} {v}\n" for k, v in wide.defines(op, n, dtype, ww[1]).items())
-        return head + src.COMMON + wide.SOURCE
+        macros = wide.defines(op, n, dtype, ww[1]) if ww is not None else blocked.defines(op, n, dtype, *bb)
+        head = "".join(f"#define {k} {v}\n" for k, v in macros.items())
+        return head + src.COMMON + (wide.SOURCE if ww is not None else blocked.SOURCE)
     shape = parse(cid)
     if shape is None:
         raise ValueError(f"not an id of the CUDA tier: {cid!r}")
@@ -297,9 +304,27 @@ def compile_all(items: list[tuple[str, str, int, str]], jobs: int = 8) -> list[s
     return failed
 
 
+def _allow_smem(kern: Any, nbytes: int) -> None:
+    """Let `kern` take `nbytes` of dynamic shared memory (past 48 KiB the driver wants an opt-in);
+    torch's `set_shared_memory_config` where this torch has it, else the driver call itself."""
+    if getattr(kern, "_tunedb_smem", 0) >= nbytes:
+        return
+    if hasattr(kern, "set_shared_memory_config"):
+        kern.set_shared_memory_config(nbytes)
+    elif nbytes >= 48 * 1024:
+        from torch.cuda._utils import _get_gpu_runtime_library
+
+        max_dynamic_smem = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        if _get_gpu_runtime_library().cuFuncSetAttribute(kern.func, max_dynamic_smem, nbytes) != 0:
+            raise RuntimeError(f"the driver refused {nbytes} B of dynamic shared memory for a linalg kernel")
+    kern._tunedb_smem = nbytes
+
+
 def geometry(op: str, cid: str, n: int, batch: int) -> tuple[int, int]:
     """(blocks, threads a block) of the arm `cid` over `batch` problems (a valid id)."""
-    ts, ww = tile.parse(cid), wide.parse(cid)
+    ts, ww, bb = tile.parse(cid), wide.parse(cid), blocked.parse(cid)
+    if bb is not None:  # one problem a block of W warps
+        return batch, 32 * bb[1]
     if ts is not None:  # one problem a block of one thread a lower tile
         return batch, tile.block_threads(op, n, ts)
     if ww is not None:  # 32 / L problems a warp
@@ -331,7 +356,10 @@ def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtyp
     kern = _kernel(op, cid, n, dtype, device, colmajor=colmajor)
     b = args[1] if op in ("posv", "trsv") else args[0]  # potrf's kernel never reads B
     grid, threads = geometry(op, cid, n, batch)
+    dynamic = arm_smem(op, cid, n, dtype) if blocked.parse(cid) is not None else 0
+    if dynamic:
+        _allow_smem(kern, dynamic)
     kern(grid=(grid, 1, 1), block=(threads, 1, 1),
          args=[args[0], b, out, info if info is not None else out, batch],  # trsv never touches INFO
-         stream=torch.cuda.current_stream(a.device))
+         shared_mem=dynamic, stream=torch.cuda.current_stream(a.device))
     return out if info is None else (out, info)

@@ -1,0 +1,390 @@
+"""The CUDA tier's blocked kernel (`cudab_b{NB}_w{W}`): potrf and posv for 33 <= n <= 128, one
+problem a block of W warps, the lower triangle in shared memory as NB x NB tiles, factored by
+panels of NB columns (right-looking, blocked).
+
+Why: the tile kernel (kernels_cuda_tile.py) keeps the lower triangle in registers, one thread a
+tile, and takes one barrier a pivot. Nsight Compute on the H200 (session 23, potrf fp32 n = 128,
+TS = 8): 47% of the warp samples wait at that barrier, two thirds of the threads (those left of
+the pivot's tile column) only keep the barriers, 3 blocks an SM (1 at fp64). The work that
+matters at n = 128 is the trailing update (n^3 / 6 FMAs); here every thread takes a share of it
+at every panel, because the tiles sit in shared memory and the work is handed out afresh:
+
+  1. the diagonal tile (P, P) is factored by warp 0 alone, lane r holding row r: the pivot by one
+     shuffle, the column through a double-buffered buffer with one __syncwarp (as the warp
+     kernel); 1/l_kk is kept for the solves;
+  2. the tiles below it, L_IP = A_IP L_PP^-T, one row a thread (posv: b's rows too, so the
+     forward solve rides along);
+  3. the trailing update A_IJ -= L_IP L_JP^T over every lower tile right of the panel, in 4 x 4
+     blocks of outputs a thread (16 FMAs for 8 16-byte shared loads per 4 (fp32) or 2 (fp64)
+     columns; micro-blocks wholly above a diagonal tile's diagonal are skipped); posv's b takes
+     its GEMV beside it.
+Three barriers a panel (NB columns), not one a pivot. Each tile row is stored with its 16-byte
+chunks permuted by the row (chunk ^ f(row)), so the column-wise reads of the update and the
+solves fall on distinct banks. posv then solves L^T x = y by tile rows from the bottom (warp 0
+solves the diagonal tile with one shuffle a step; every thread updates y above it).
+
+Memory: the lower tiles (padded to NT x NB with the identity) take NT(NT + 1)/2 NB^2 elements of
+dynamic shared memory, loaded with coalesced (16-byte where n and the pointers allow) reads;
+potrf writes L back the same way with zeros above the diagonal. A block reads its whole problem
+before it writes any of it, so OUT may alias A (potrf) or B (posv). Numerics as the other arms:
+only A's lower triangle is used, a pivot that is not positive (or NaN) sets info to its 1-based
+column (the first) and is replaced by 1.
+"""
+from __future__ import annotations
+
+import re
+
+from tunedb.families.linalg.kernels_cuda_tile import cell_reason
+
+PREFIX = "cudab"
+OPS = ("potrf", "posv")
+DTYPES = ("fp32", "fp64")
+MIN_N, MAX_N = 33, 128
+PANELS = (8, 16)
+WARPS = (4, 8, 16)
+MAX_SMEM = 227 * 1024  # dynamic shared memory a block on sm90 (opt-in)
+_ITEM = {"fp32": 4, "fp64": 8}
+_ID = re.compile(r"cudab_b([1-9][0-9]*)_w([1-9][0-9]*)")
+
+
+def config_id(nb: int, warps: int) -> str:
+    return f"{PREFIX}_b{nb}_w{warps}"
+
+
+def parse(config_id_: str) -> tuple[int, int] | None:
+    """(NB, W) of `cudab_b{NB}_w{W}` (canonical: no leading zeros), or None for any other id."""
+    match = _ID.fullmatch(config_id_)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def ids() -> tuple[str, ...]:
+    return tuple(config_id(nb, w) for nb in PANELS for w in WARPS)
+
+
+def smem_bytes(n: int, dtype: str, nb: int) -> int:
+    """Dynamic shared memory a block: the lower tiles, 1/l_kk, the pivot column (two buffers),
+    b / y / x, and the info word."""
+    nt = -(-n // nb)
+    elems = nt * (nt + 1) // 2 * nb * nb + 2 * nt * nb + 2 * nb
+    return elems * _ITEM.get(dtype, 8) + 16
+
+
+def invalid_reason(op: str, nb: int, warps: int, n: int, dtype: str) -> str | None:
+    """Why `cudab_b{nb}_w{warps}` cannot run op at (n, dtype), judged on the shape alone, or None."""
+    cid = config_id(nb, warps)
+    why = cell_reason(cid, op, OPS, dtype, DTYPES, n, MIN_N, MAX_N)
+    if why:
+        return why
+    if nb not in PANELS:
+        return f"{cid}: the panel width must be one of {PANELS}, got {nb}"
+    if warps not in WARPS:
+        return f"{cid}: warps a block must be one of {WARPS}, got {warps}"
+    need = smem_bytes(n, dtype, nb)
+    if need > MAX_SMEM:
+        return f"{cid} at n={n} {dtype} needs {need} B of shared memory a block (at most {MAX_SMEM})"
+    return None
+
+
+def defines(op: str, n: int, dtype: str, nb: int, warps: int) -> dict[str, int]:
+    return {"N": n, "NB": nb, "NT": -(-n // nb), "NTHREADS": 32 * warps, "DOUBLE": int(dtype == "fp64"),
+            "POSV": int(op == "posv"), "PIPE": 1}
+
+
+SOURCE = r"""
+#define NTILE (NT * (NT + 1) / 2)
+#define TSZ (NB * NB)
+#define CPR (NB / VEC)                // 16-byte chunks a tile row
+#define RPL (CPR >= 8 ? 1 : 8 / CPR)  // tile rows a 128-byte bank line
+#define NPAD (NT * NB)
+#define RC (NPAD / VEC)               // chunks a padded matrix row
+#define FULL 0xffffffffu
+#define UNR 8                         // global loads in flight a thread
+
+__device__ __forceinline__ int tbase(int I, int J) { return (I * (I + 1) / 2 + J) * TSZ; }
+
+// element (r, c) of a tile: row r's 16-byte chunks permuted by f(r), so the rows a warp reads at
+// one column chunk (4 m + q, m = 0..3, in the update) fall on distinct bank groups; f(0) = 0, so a
+// plain vector reads as row 0 of a tile
+__device__ __forceinline__ int sw(int r, int c) {
+  return r * NB + ((((c / VEC) ^ (((r / RPL) ^ (r >> 3)) & (CPR - 1))) * VEC) + (c % VEC));
+}
+
+__device__ __forceinline__ void unpack(const V& w, T* out) {
+  const T* wp = reinterpret_cast<const T*>(&w);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) out[e] = wp[e];
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS)
+tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* S = reinterpret_cast<T*>(smem_raw);  // the lower tiles
+  T* rinv = S + NTILE * TSZ;              // 1 / l_kk
+  T* col = rinv + NPAD;                   // the diagonal factor's column, two buffers
+  T* ys = col + 2 * NB;                   // posv: b, then y = L^-1 b, then x
+  int* sinfo = reinterpret_cast<int*>(ys + NPAD);
+  const int t = threadIdx.x;
+  const long long p = blockIdx.x;
+  if (p >= batch) return;  // uniform across the block
+  const T* Ag = A + p * (long long)PER;
+#if POSV
+  const bool vec = N % VEC == 0 && (((size_t)A) & 15) == 0;
+#else
+  const bool vec = N % VEC == 0 && ((((size_t)A) | ((size_t)OUT)) & 15) == 0;
+#endif
+  // the lower tiles, row chunks of the padded matrix (the identity past n), UNR loads in flight
+#pragma unroll 1
+  for (int e0 = t; e0 < NPAD * RC; e0 += NTHREADS * UNR) {
+    V v[UNR];
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) {
+      const int e = e0 + u * NTHREADS, i = e / RC, j0 = (e % RC) * VEC;
+      T* vp = reinterpret_cast<T*>(&v[u]);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) vp[q] = T(i == j0 + q);
+      if (e < NPAD * RC && j0 / NB <= i / NB && i < N) {
+        if (vec) {
+          if (j0 < N) v[u] = *reinterpret_cast<const V*>(Ag + (long long)i * N + j0);
+        } else {
+#pragma unroll
+          for (int q = 0; q < VEC; ++q)
+            if (j0 + q < N) vp[q] = Ag[(long long)i * N + j0 + q];
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) {
+      const int e = e0 + u * NTHREADS, i = e / RC, j0 = (e % RC) * VEC;
+      if (e < NPAD * RC && j0 / NB <= i / NB)
+        *reinterpret_cast<V*>(S + tbase(i / NB, j0 / NB) + sw(i % NB, j0 % NB)) = v[u];
+    }
+  }
+#if POSV
+  for (int i = t; i < NPAD; i += NTHREADS) ys[i] = i < N ? B[p * N + i] : T(0);
+#endif
+  if (t == 0) *sinfo = 0;
+  __syncthreads();
+
+#pragma unroll 1
+  for (int P = 0; P < NT; ++P) {
+    const T* D = S + tbase(P, P);
+    // 1. the diagonal tile, warp 0, lane r holding row r
+    if (t < 32) {
+      const int r = t;
+      T d[NB];
+#pragma unroll
+      for (int v = 0; v < CPR; ++v) {
+        V w;
+        T* wp = reinterpret_cast<T*>(&w);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) wp[e] = T(0);
+        if (r < NB) w = *reinterpret_cast<const V*>(D + sw(r, v * VEC));
+        unpack(w, d + v * VEC);
+      }
+#pragma unroll
+      for (int k = 0; k < NB; ++k) {
+        T piv = __shfl_sync(FULL, d[k], k);
+        if (!(piv > T(0))) {
+          if (r == k && *sinfo == 0) *sinfo = P * NB + k + 1;
+          piv = T(1);
+        }
+        const T rs = rsqrt_t(piv);
+        const T l = (r == k ? piv : d[k]) * rs;
+        d[k] = l;
+        if (r == k) rinv[P * NB + k] = rs;
+        T* c = col + (k & 1) * NB;
+        if (r < NB) c[r] = l;
+        __syncwarp();
+#pragma unroll
+        for (int v = (k + 1) / VEC; v < CPR; ++v) {
+          T lj[VEC];
+          unpack(*reinterpret_cast<const V*>(c + v * VEC), lj);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const int j = v * VEC + e;
+            if (j > k && j <= r) d[j] -= l * lj[e];
+          }
+        }
+      }
+      if (r < NB) {
+        T* Dw = S + tbase(P, P);
+#pragma unroll
+        for (int v = 0; v < CPR; ++v) {
+          V w;
+          T* wp = reinterpret_cast<T*>(&w);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) wp[e] = d[v * VEC + e];
+          *reinterpret_cast<V*>(Dw + sw(r, v * VEC)) = w;
+        }
+      }
+    }
+    __syncthreads();
+    // 2. the tiles below: each row x of them solves x L_PP^T = a (posv: b's rows as one more)
+    const int below = (NT - 1 - P) * NB;
+#pragma unroll 1
+    for (int w = t; w < below + POSV; w += NTHREADS) {
+      T* R = w < below ? S + tbase(P + 1 + w / NB, P) : ys + P * NB;
+      const int r = w < below ? w % NB : 0;
+      T x[NB];
+#pragma unroll
+      for (int v = 0; v < CPR; ++v) unpack(*reinterpret_cast<const V*>(R + sw(r, v * VEC)), x + v * VEC);
+#pragma unroll
+      for (int k = 0; k < NB; ++k) {
+        T s0 = x[k], s1 = T(0);
+#pragma unroll
+        for (int v = 0; v * VEC < k; ++v) {
+          T lk[VEC];
+          unpack(*reinterpret_cast<const V*>(D + sw(k, v * VEC)), lk);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const int m = v * VEC + e;
+            if (m < k) {
+              if (m & 1) s1 -= lk[e] * x[m];
+              else s0 -= lk[e] * x[m];
+            }
+          }
+        }
+        x[k] = (s0 + s1) * rinv[P * NB + k];
+      }
+#pragma unroll
+      for (int v = 0; v < CPR; ++v) {
+        V o;
+        T* op = reinterpret_cast<T*>(&o);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) op[e] = x[v * VEC + e];
+        *reinterpret_cast<V*>(R + sw(r, v * VEC)) = o;
+      }
+    }
+    __syncthreads();
+    // 3. the trailing update, 4 x 4 outputs a thread (posv: b's GEMV as more items)
+    const int m = NT - 1 - P;
+    const int nsy = m * (m + 1) / 2 * (NB / 4) * (NB / 4);
+#pragma unroll 1
+    for (int w = t; w < nsy + POSV * m * NB; w += NTHREADS) {
+      if (w < nsy) {
+        int tt = w / ((NB / 4) * (NB / 4)), ii = 0;
+        const int u = w % ((NB / 4) * (NB / 4)), mi = u / (NB / 4), mj = u % (NB / 4);
+        while (tt > ii) { tt -= ii + 1; ++ii; }
+        const int I = P + 1 + ii, J = P + 1 + tt;
+        if (I == J && mj > mi) continue;  // wholly above the diagonal
+        const T* La = S + tbase(I, P);
+        const T* Lb = S + tbase(J, P);
+        T acc[4][4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+          for (int b = 0; b < 4; ++b) acc[a][b] = T(0);
+#pragma unroll
+        for (int v = 0; v < CPR; ++v) {
+          T xa[4][VEC], xb[4][VEC];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            unpack(*reinterpret_cast<const V*>(La + sw(4 * mi + q, v * VEC)), xa[q]);
+            unpack(*reinterpret_cast<const V*>(Lb + sw(4 * mj + q, v * VEC)), xb[q]);
+          }
+#pragma unroll
+          for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+#pragma unroll
+              for (int e = 0; e < VEC; ++e) acc[a][b] += xa[a][e] * xb[b][e];
+        }
+        T* C = S + tbase(I, J);
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+          for (int h = 0; h < 4 / VEC; ++h) {
+            V* cp = reinterpret_cast<V*>(C + sw(4 * mi + a, 4 * mj + h * VEC));
+            V cv = *cp;
+            T* c = reinterpret_cast<T*>(&cv);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) c[e] -= acc[a][h * VEC + e];
+            *cp = cv;
+          }
+      } else {
+#if POSV
+        const int w2 = w - nsy, J = P + 1 + w2 / NB, r = w2 % NB;
+        const T* Lr = S + tbase(J, P);
+        T s0 = T(0), s1 = T(0);
+#pragma unroll
+        for (int v = 0; v < CPR; ++v) {
+          T l[VEC], y[VEC];
+          unpack(*reinterpret_cast<const V*>(Lr + sw(r, v * VEC)), l);
+          unpack(*reinterpret_cast<const V*>(ys + P * NB + v * VEC), y);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            if (e & 1) s1 += l[e] * y[e];
+            else s0 += l[e] * y[e];
+          }
+        }
+        ys[J * NB + r] -= s0 + s1;
+#endif
+      }
+    }
+    __syncthreads();
+  }
+
+#if POSV
+  // L^T x = y by tile rows from the bottom: warp 0 the diagonal tile, then y above it
+#pragma unroll 1
+  for (int P = NT - 1; P >= 0; --P) {
+    const T* D = S + tbase(P, P);
+    if (t < 32) {
+      const int r = t;
+      T y = r < NB ? ys[P * NB + r] : T(0);
+#pragma unroll
+      for (int k = NB - 1; k >= 0; --k) {
+        const T xk = __shfl_sync(FULL, y, k) * rinv[P * NB + k];
+        if (r == k) y = xk;
+        else if (r < k) y -= D[sw(k, r)] * xk;
+      }
+      if (r < NB) {
+        ys[P * NB + r] = y;
+        if (P * NB + r < N) OUT[p * N + P * NB + r] = y;
+      }
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int i = t; i < P * NB; i += NTHREADS) {
+      const T* Lt = S + tbase(P, i / NB);
+      const int c = i % NB;
+      T s0 = T(0), s1 = T(0);
+#pragma unroll
+      for (int r = 0; r < NB; ++r) {
+        if (r & 1) s1 += Lt[sw(r, c)] * ys[P * NB + r];
+        else s0 += Lt[sw(r, c)] * ys[P * NB + r];
+      }
+      ys[i] -= s0 + s1;
+    }
+    __syncthreads();
+  }
+#else
+  // L, zeros above the diagonal, coalesced
+  T* Og = OUT + p * (long long)PER;
+  if (vec) {
+#pragma unroll 4
+    for (int e = t; e < N * (N / VEC); e += NTHREADS) {
+      const int i = e / (N / VEC), j0 = (e % (N / VEC)) * VEC, I = i / NB, J = j0 / NB;
+      V w;
+      T* wp = reinterpret_cast<T*>(&w);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) wp[q] = T(0);
+      if (J <= I) {
+        w = *reinterpret_cast<const V*>(S + tbase(I, J) + sw(i % NB, j0 % NB));
+#pragma unroll
+        for (int q = 0; q < VEC; ++q)
+          if (j0 + q > i) wp[q] = T(0);
+      }
+      *reinterpret_cast<V*>(Og + (long long)i * N + j0) = w;
+    }
+  } else {
+#pragma unroll 4
+    for (int e = t; e < N * N; e += NTHREADS) {
+      const int i = e / N, j = e % N;
+      Og[(long long)i * N + j] = j <= i ? S[tbase(i / NB, j / NB) + sw(i % NB, j % NB)] : T(0);
+    }
+  }
+#endif
+  if (t == 0) INFO[p] = *sinfo;
+}
+"""
