@@ -19,7 +19,7 @@ def patched_source(op: str, arm: str, n: int, dtype: str, min_blocks: int) -> st
 
     text = kc.arm_source(op, arm, n, dtype)
     if min_blocks:
-        for old in ("__launch_bounds__(WARPS * 32)", "__launch_bounds__(BLOCKT, 1)"):
+        for old in ("__launch_bounds__(WARPS * 32)", "__launch_bounds__(BLOCKT, 1)", "__launch_bounds__(NTHREADS)"):
             if old in text:
                 return text.replace(old, old[:-1].split(",")[0] + f", {min_blocks})", 1)
         raise SystemExit(f"{arm}: no launch bounds to patch in its source")
@@ -50,8 +50,11 @@ def main() -> int:
     info = torch.empty((args.batch,), dtype=torch.int32, device="cuda")
     b = ins[1] if args.op in ("posv", "trsv") else ins[0]
     grid, threads = kc.geometry(args.op, args.arm, args.n, args.batch)
+    dynamic = kc.arm_smem(args.op, args.arm, args.n, args.dtype) if kc.blocked.parse(args.arm) else 0
+    if dynamic:
+        kc._allow_smem(kern, dynamic)
     for _ in range(2):
-        kern(grid=(grid, 1, 1), block=(threads, 1, 1), args=[ins[0], b, out, info, args.batch])
+        kern(grid=(grid, 1, 1), block=(threads, 1, 1), args=[ins[0], b, out, info, args.batch], shared_mem=dynamic)
     torch.cuda.synchronize()
     print(f"{args.op} {args.dtype} n={args.n} {args.arm} b={args.batch} min_blocks={args.min_blocks}: "
           f"grid {grid} x {threads} threads, info max {int(info.max())}")

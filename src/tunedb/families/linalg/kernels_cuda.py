@@ -179,7 +179,7 @@ def arm_smem(op: str, cid: str, n: int, dtype: str) -> int:
     """Shared memory a block of the arm `cid` at (op, n, dtype) (static; dynamic for `cudab_`)."""
     ts, ww, bb = tile.parse(cid), wide.parse(cid), blocked.parse(cid)
     if bb is not None:
-        return blocked.smem_bytes(n, dtype, bb[0])
+        return blocked.smem_bytes(op, n, dtype, bb[0])
     if ts is not None:
         return tile.smem_bytes(op, n, dtype, ts)
     if ww is not None:

@@ -61,11 +61,11 @@ def ids() -> tuple[str, ...]:
     return tuple(config_id(nb, w) for nb in PANELS for w in WARPS)
 
 
-def smem_bytes(n: int, dtype: str, nb: int) -> int:
-    """Dynamic shared memory a block: the lower tiles, 1/l_kk, the pivot column (two buffers),
-    b / y / x, and the info word."""
+def smem_bytes(op: str, n: int, dtype: str, nb: int) -> int:
+    """Dynamic shared memory a block: the lower tiles, the panel's 1/l_kk, the pivot column and a
+    row of the diagonal tile's inverse (two buffers each), posv's b / y / x, and the info word."""
     nt = -(-n // nb)
-    elems = nt * (nt + 1) // 2 * nb * nb + 2 * nt * nb + 2 * nb
+    elems = nt * (nt + 1) // 2 * nb * nb + 5 * nb + (op == "posv") * nt * nb
     return elems * _ITEM.get(dtype, 8) + 16
 
 
@@ -79,7 +79,7 @@ def invalid_reason(op: str, nb: int, warps: int, n: int, dtype: str) -> str | No
         return f"{cid}: the panel width must be one of {PANELS}, got {nb}"
     if warps not in WARPS:
         return f"{cid}: warps a block must be one of {WARPS}, got {warps}"
-    need = smem_bytes(n, dtype, nb)
+    need = smem_bytes(op, n, dtype, nb)
     if need > MAX_SMEM:
         return f"{cid} at n={n} {dtype} needs {need} B of shared memory a block (at most {MAX_SMEM})"
     return None
@@ -94,19 +94,35 @@ SOURCE = r"""
 #define NTILE (NT * (NT + 1) / 2)
 #define TSZ (NB * NB)
 #define CPR (NB / VEC)                // 16-byte chunks a tile row
-#define RPL (CPR >= 8 ? 1 : 8 / CPR)  // tile rows a 128-byte bank line
 #define NPAD (NT * NB)
 #define RC (NPAD / VEC)               // chunks a padded matrix row
+#define RCL ((RC + 31) / 32)          // of them a lane
+#define WARPS (NTHREADS / 32)
 #define FULL 0xffffffffu
-#define UNR 8                         // global loads in flight a thread
+#define UNR 8                         // rows a warp loads before it stores them
 
 __device__ __forceinline__ int tbase(int I, int J) { return (I * (I + 1) / 2 + J) * TSZ; }
 
-// element (r, c) of a tile: row r's 16-byte chunks permuted by f(r), so the rows a warp reads at
-// one column chunk (4 m + q, m = 0..3, in the update) fall on distinct bank groups; f(0) = 0, so a
-// plain vector reads as row 0 of a tile
+// element (r, c) of a tile: row r's 16-byte chunks permuted, chunk ^ SWZ(r), SWZ(r) = G(r / 4) ^
+// H(r % 4), so that the rows 4 m + q (m = 0..3) the update reads at one chunk fall on distinct
+// bank groups, and so do 8 (fp64 NB = 16: 16) consecutive rows read a row a lane; SWZ(0) = 0, so
+// a plain vector reads as row 0 of a tile
+#if CPR == 8
+#define SWG(m) ((((m) & 1) << 2) | (((m) >> 1) & 1))
+#define SWH(q) ((q) & 3)
+#elif CPR == 4
+#define SWG(m) ((m) & 3)
+#define SWH(q) ((q) & 2)
+#else
+#define SWG(m) ((m) & 1)
+#define SWH(q) 0
+#endif
+#define SWZ(r) (SWG((r) >> 2) ^ SWH((r) & 3))
+#ifndef INV
+#define INV 1  // the panel's rows solved through the diagonal tile's inverse (0: by substitution)
+#endif
 __device__ __forceinline__ int sw(int r, int c) {
-  return r * NB + ((((c / VEC) ^ (((r / RPL) ^ (r >> 3)) & (CPR - 1))) * VEC) + (c % VEC));
+  return r * NB + ((((c / VEC) ^ SWZ(r)) * VEC) + (c % VEC));
 }
 
 __device__ __forceinline__ void unpack(const V& w, T* out) {
@@ -115,15 +131,32 @@ __device__ __forceinline__ void unpack(const V& w, T* out) {
   for (int e = 0; e < VEC; ++e) out[e] = wp[e];
 }
 
+__device__ __forceinline__ V vzero() {
+  V w;
+  T* wp = reinterpret_cast<T*>(&w);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) wp[e] = T(0);
+  return w;
+}
+
+__device__ __forceinline__ V pack(const T* in) {
+  V w;
+  T* wp = reinterpret_cast<T*>(&w);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) wp[e] = in[e];
+  return w;
+}
+
 extern "C" __global__ void __launch_bounds__(NTHREADS)
 tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* S = reinterpret_cast<T*>(smem_raw);  // the lower tiles
-  T* rinv = S + NTILE * TSZ;              // 1 / l_kk
-  T* col = rinv + NPAD;                   // the diagonal factor's column, two buffers
-  T* ys = col + 2 * NB;                   // posv: b, then y = L^-1 b, then x
-  int* sinfo = reinterpret_cast<int*>(ys + NPAD);
-  const int t = threadIdx.x;
+  T* rinv = S + NTILE * TSZ;              // 1 / l_kk of the panel's pivots
+  T* col = rinv + NB;                     // the diagonal factor's column, two buffers
+  T* xrow = col + 2 * NB;                 // a row of the diagonal tile's inverse, two buffers
+  T* ys = xrow + 2 * NB;                  // posv: b, then y = L^-1 b, then x
+  int* sinfo = reinterpret_cast<int*>(ys + POSV * NPAD);
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const long long p = blockIdx.x;
   if (p >= batch) return;  // uniform across the block
   const T* Ag = A + p * (long long)PER;
@@ -132,32 +165,37 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 #else
   const bool vec = N % VEC == 0 && ((((size_t)A) | ((size_t)OUT)) & 15) == 0;
 #endif
-  // the lower tiles, row chunks of the padded matrix (the identity past n), UNR loads in flight
+  // the lower tiles: a warp a padded row at a time (lane -> column chunks), UNR rows in flight;
+  // the identity past n
 #pragma unroll 1
-  for (int e0 = t; e0 < NPAD * RC; e0 += NTHREADS * UNR) {
-    V v[UNR];
+  for (int i0 = warp * UNR; i0 < NPAD; i0 += WARPS * UNR) {
+    V v[UNR][RCL];
 #pragma unroll
-    for (int u = 0; u < UNR; ++u) {
-      const int e = e0 + u * NTHREADS, i = e / RC, j0 = (e % RC) * VEC;
-      T* vp = reinterpret_cast<T*>(&v[u]);
+    for (int u = 0; u < UNR; ++u)
 #pragma unroll
-      for (int q = 0; q < VEC; ++q) vp[q] = T(i == j0 + q);
-      if (e < NPAD * RC && j0 / NB <= i / NB && i < N) {
-        if (vec) {
-          if (j0 < N) v[u] = *reinterpret_cast<const V*>(Ag + (long long)i * N + j0);
-        } else {
+      for (int h = 0; h < RCL; ++h) {
+        const int i = i0 + u, j0 = (lane + 32 * h) * VEC;
+        T* vp = reinterpret_cast<T*>(&v[u][h]);
 #pragma unroll
-          for (int q = 0; q < VEC; ++q)
-            if (j0 + q < N) vp[q] = Ag[(long long)i * N + j0 + q];
+        for (int q = 0; q < VEC; ++q) vp[q] = T(i == j0 + q);
+        if (i < N && j0 < NPAD && j0 / NB <= i / NB) {
+          if (vec) {
+            if (j0 < N) v[u][h] = *reinterpret_cast<const V*>(Ag + (long long)i * N + j0);
+          } else {
+#pragma unroll
+            for (int q = 0; q < VEC; ++q)
+              if (j0 + q < N) vp[q] = Ag[(long long)i * N + j0 + q];
+          }
         }
       }
-    }
 #pragma unroll
-    for (int u = 0; u < UNR; ++u) {
-      const int e = e0 + u * NTHREADS, i = e / RC, j0 = (e % RC) * VEC;
-      if (e < NPAD * RC && j0 / NB <= i / NB)
-        *reinterpret_cast<V*>(S + tbase(i / NB, j0 / NB) + sw(i % NB, j0 % NB)) = v[u];
-    }
+    for (int u = 0; u < UNR; ++u)
+#pragma unroll
+      for (int h = 0; h < RCL; ++h) {
+        const int i = i0 + u, j0 = (lane + 32 * h) * VEC;
+        if (i < NPAD && j0 < NPAD && j0 / NB <= i / NB)
+          *reinterpret_cast<V*>(S + tbase(i / NB, j0 / NB) + sw(i % NB, j0 % NB)) = v[u][h];
+      }
   }
 #if POSV
   for (int i = t; i < NPAD; i += NTHREADS) ys[i] = i < N ? B[p * N + i] : T(0);
@@ -167,20 +205,20 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 
 #pragma unroll 1
   for (int P = 0; P < NT; ++P) {
-    const T* D = S + tbase(P, P);
-    // 1. the diagonal tile, warp 0, lane r holding row r
+    T* D = S + tbase(P, P);
+    // 1. the diagonal tile and its inverse X = L_PP^-1, warp 0, lane r holding row r of each:
+    // pivot k by one shuffle, L's column k and X's row k through shared memory, one __syncwarp
     if (t < 32) {
       const int r = t;
-      T d[NB];
+      T d[NB], x[NB];
 #pragma unroll
       for (int v = 0; v < CPR; ++v) {
-        V w;
-        T* wp = reinterpret_cast<T*>(&w);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) wp[e] = T(0);
+        V w = vzero();
         if (r < NB) w = *reinterpret_cast<const V*>(D + sw(r, v * VEC));
         unpack(w, d + v * VEC);
       }
+#pragma unroll
+      for (int c = 0; c < NB; ++c) x[c] = T(0);  // x[c] = -sum_{m < k} l_rm X_mc, c < r
 #pragma unroll
       for (int k = 0; k < NB; ++k) {
         T piv = __shfl_sync(FULL, d[k], k);
@@ -191,9 +229,18 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
         const T rs = rsqrt_t(piv);
         const T l = (r == k ? piv : d[k]) * rs;
         d[k] = l;
-        if (r == k) rinv[P * NB + k] = rs;
         T* c = col + (k & 1) * NB;
+        T* xk = xrow + (k & 1) * NB;
         if (r < NB) c[r] = l;
+        if (r == k) {  // row k of X: X_kc = rinv_k * x[c] (c < k), X_kk = rinv_k
+          rinv[k] = rs;
+#if INV
+#pragma unroll
+          for (int cc = 0; cc < NB; ++cc)
+            if (cc < k) xk[cc] = x[cc] * rs;
+          xk[k] = rs;
+#endif
+        }
         __syncwarp();
 #pragma unroll
         for (int v = (k + 1) / VEC; v < CPR; ++v) {
@@ -205,55 +252,78 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
             if (j > k && j <= r) d[j] -= l * lj[e];
           }
         }
+#if INV
+#pragma unroll
+        for (int v = 0; v * VEC <= k; ++v) {
+          T xv[VEC];
+          unpack(*reinterpret_cast<const V*>(xk + v * VEC), xv);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            if (v * VEC + e <= k && r > k) x[v * VEC + e] -= l * xv[e];
+        }
+#endif
       }
       if (r < NB) {
-        T* Dw = S + tbase(P, P);
 #pragma unroll
-        for (int v = 0; v < CPR; ++v) {
-          V w;
-          T* wp = reinterpret_cast<T*>(&w);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) wp[e] = d[v * VEC + e];
-          *reinterpret_cast<V*>(Dw + sw(r, v * VEC)) = w;
-        }
+        for (int v = 0; v < CPR; ++v) *reinterpret_cast<V*>(D + sw(r, v * VEC)) = pack(d + v * VEC);
       }
+#if INV
+      __syncwarp();
+      // X's strictly lower part, transposed into the tile's unused upper part: D[c][r] = X_rc
+      if (r < NB) {
+        const T rr = rinv[r];
+#pragma unroll
+        for (int c = 0; c < NB; ++c)
+          if (c < r) D[sw(c, r)] = x[c] * rr;
+      }
+#endif
     }
     __syncthreads();
-    // 2. the tiles below: each row x of them solves x L_PP^T = a (posv: b's rows as one more)
+    // 2. the tiles below: each row a of them becomes a X^T (posv: b's rows as one more), no chain
     const int below = (NT - 1 - P) * NB;
 #pragma unroll 1
     for (int w = t; w < below + POSV; w += NTHREADS) {
       T* R = w < below ? S + tbase(P + 1 + w / NB, P) : ys + P * NB;
       const int r = w < below ? w % NB : 0;
-      T x[NB];
+      T a[NB], o[NB];
 #pragma unroll
-      for (int v = 0; v < CPR; ++v) unpack(*reinterpret_cast<const V*>(R + sw(r, v * VEC)), x + v * VEC);
+      for (int v = 0; v < CPR; ++v) unpack(*reinterpret_cast<const V*>(R + sw(r, v * VEC)), a + v * VEC);
+#if !INV
 #pragma unroll
-      for (int k = 0; k < NB; ++k) {
-        T s0 = x[k], s1 = T(0);
+      for (int k = 0; k < NB; ++k) {  // o_k = (a_k - sum_{m < k} l_km o_m) / l_kk
+        T s0 = a[k], s1 = T(0);
 #pragma unroll
         for (int v = 0; v * VEC < k; ++v) {
           T lk[VEC];
           unpack(*reinterpret_cast<const V*>(D + sw(k, v * VEC)), lk);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            const int m = v * VEC + e;
-            if (m < k) {
-              if (m & 1) s1 -= lk[e] * x[m];
-              else s0 -= lk[e] * x[m];
+            const int mm = v * VEC + e;
+            if (mm < k) {
+              if (mm & 1) s1 -= lk[e] * o[mm];
+              else s0 -= lk[e] * o[mm];
             }
           }
         }
-        x[k] = (s0 + s1) * rinv[P * NB + k];
+        o[k] = (s0 + s1) * rinv[k];
       }
+#else
 #pragma unroll
-      for (int v = 0; v < CPR; ++v) {
-        V o;
-        T* op = reinterpret_cast<T*>(&o);
+      for (int k = 0; k < NB; ++k) o[k] = a[k] * rinv[k];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) op[e] = x[v * VEC + e];
-        *reinterpret_cast<V*>(R + sw(r, v * VEC)) = o;
+      for (int m = 0; m < NB - 1; ++m) {  // row m of the tile's upper part: X_km, k > m
+#pragma unroll
+        for (int v = (m + 1) / VEC; v < CPR; ++v) {
+          T xv[VEC];
+          unpack(*reinterpret_cast<const V*>(D + sw(m, v * VEC)), xv);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            if (v * VEC + e > m) o[v * VEC + e] += a[m] * xv[e];
+        }
       }
+#endif
+#pragma unroll
+      for (int v = 0; v < CPR; ++v) *reinterpret_cast<V*>(R + sw(r, v * VEC)) = pack(o + v * VEC);
     }
     __syncthreads();
     // 3. the trailing update, 4 x 4 outputs a thread (posv: b's GEMV as more items)
@@ -267,8 +337,15 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
         while (tt > ii) { tt -= ii + 1; ++ii; }
         const int I = P + 1 + ii, J = P + 1 + tt;
         if (I == J && mj > mi) continue;  // wholly above the diagonal
-        const T* La = S + tbase(I, P);
-        const T* Lb = S + tbase(J, P);
+        // row 4 mi + q's chunk c sits at chunk c ^ SWG(mi) ^ SWH(q): one offset a chunk c' = c ^ SWH(q)
+        // (CPR of them, c' known at compile time for each (c, q)) serves the four rows
+        const int La = tbase(I, P) + 4 * mi * NB, Lb = tbase(J, P) + 4 * mj * NB;
+        int oa[CPR], ob[CPR];
+#pragma unroll
+        for (int c = 0; c < CPR; ++c) {
+          oa[c] = La + (c ^ SWG(mi)) * VEC;
+          ob[c] = Lb + (c ^ SWG(mj)) * VEC;
+        }
         T acc[4][4];
 #pragma unroll
         for (int a = 0; a < 4; ++a)
@@ -279,8 +356,8 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
           T xa[4][VEC], xb[4][VEC];
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            unpack(*reinterpret_cast<const V*>(La + sw(4 * mi + q, v * VEC)), xa[q]);
-            unpack(*reinterpret_cast<const V*>(Lb + sw(4 * mj + q, v * VEC)), xb[q]);
+            unpack(*reinterpret_cast<const V*>(S + oa[v ^ SWH(q)] + q * NB), xa[q]);
+            unpack(*reinterpret_cast<const V*>(S + ob[v ^ SWH(q)] + q * NB), xb[q]);
           }
 #pragma unroll
           for (int a = 0; a < 4; ++a)
@@ -289,18 +366,19 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 #pragma unroll
               for (int e = 0; e < VEC; ++e) acc[a][b] += xa[a][e] * xb[b][e];
         }
-        T* C = S + tbase(I, J);
+        T* C = S + tbase(I, J) + 4 * mi * NB;
 #pragma unroll
-        for (int a = 0; a < 4; ++a)
+        for (int h = 0; h < 4 / VEC; ++h) {
 #pragma unroll
-          for (int h = 0; h < 4 / VEC; ++h) {
-            V* cp = reinterpret_cast<V*>(C + sw(4 * mi + a, 4 * mj + h * VEC));
-            V cv = *cp;
+          for (int a = 0; a < 4; ++a) {
+            T* cp = C + a * NB + ((((4 * mj) / VEC + h) ^ SWG(mi) ^ SWH(a)) * VEC);
+            V cv = *reinterpret_cast<const V*>(cp);
             T* c = reinterpret_cast<T*>(&cv);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) c[e] -= acc[a][h * VEC + e];
-            *cp = cv;
+            *reinterpret_cast<V*>(cp) = cv;
           }
+        }
       } else {
 #if POSV
         const int w2 = w - nsy, J = P + 1 + w2 / NB, r = w2 % NB;
@@ -332,9 +410,10 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
     if (t < 32) {
       const int r = t;
       T y = r < NB ? ys[P * NB + r] : T(0);
+      const T rr = r < NB ? T(1) / D[sw(r, r)] : T(0);
 #pragma unroll
       for (int k = NB - 1; k >= 0; --k) {
-        const T xk = __shfl_sync(FULL, y, k) * rinv[P * NB + k];
+        const T xk = __shfl_sync(FULL, y * rr, k);
         if (r == k) y = xk;
         else if (r < k) y -= D[sw(k, r)] * xk;
       }
@@ -359,29 +438,31 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
     __syncthreads();
   }
 #else
-  // L, zeros above the diagonal, coalesced
+  // L, zeros above the diagonal: a warp a row at a time, coalesced
   T* Og = OUT + p * (long long)PER;
-  if (vec) {
-#pragma unroll 4
-    for (int e = t; e < N * (N / VEC); e += NTHREADS) {
-      const int i = e / (N / VEC), j0 = (e % (N / VEC)) * VEC, I = i / NB, J = j0 / NB;
-      V w;
-      T* wp = reinterpret_cast<T*>(&w);
+#pragma unroll 1
+  for (int i = warp; i < N; i += WARPS) {
+    const int I = i / NB;
+    const T* Srow = S + tbase(I, 0);  // tile (I, J) at Srow + J * TSZ
+    if (vec) {
 #pragma unroll
-      for (int q = 0; q < VEC; ++q) wp[q] = T(0);
-      if (J <= I) {
-        w = *reinterpret_cast<const V*>(S + tbase(I, J) + sw(i % NB, j0 % NB));
+      for (int h = 0; h < (N / VEC + 31) / 32; ++h) {
+        const int j0 = (lane + 32 * h) * VEC, J = j0 / NB;
+        if (j0 < N) {
+          V w = vzero();
+          if (J <= I) {
+            w = *reinterpret_cast<const V*>(Srow + J * TSZ + sw(i % NB, j0 % NB));
 #pragma unroll
-        for (int q = 0; q < VEC; ++q)
-          if (j0 + q > i) wp[q] = T(0);
+            for (int q = 0; q < VEC; ++q)
+              if (j0 + q > i) reinterpret_cast<T*>(&w)[q] = T(0);
+          }
+          *reinterpret_cast<V*>(Og + (long long)i * N + j0) = w;
+        }
       }
-      *reinterpret_cast<V*>(Og + (long long)i * N + j0) = w;
-    }
-  } else {
-#pragma unroll 4
-    for (int e = t; e < N * N; e += NTHREADS) {
-      const int i = e / N, j = e % N;
-      Og[(long long)i * N + j] = j <= i ? S[tbase(i / NB, j / NB) + sw(i % NB, j % NB)] : T(0);
+    } else {
+#pragma unroll 1
+      for (int j = lane; j < N; j += 32)
+        Og[(long long)i * N + j] = j <= i ? S[tbase(I, j / NB) + sw(i % NB, j % NB)] : T(0);
     }
   }
 #endif
