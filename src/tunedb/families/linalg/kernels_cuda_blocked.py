@@ -40,8 +40,8 @@ PREFIX = "cudab"
 OPS = ("potrf", "posv")
 DTYPES = ("fp32", "fp64")
 MIN_N, MAX_N = 33, 128
-PANELS = (8, 16)
-WARPS = (4, 8, 16)
+PANELS = (16,)
+WARPS = (4, 8)
 MAX_SMEM = 227 * 1024  # dynamic shared memory a block on sm90 (opt-in)
 _ITEM = {"fp32": 4, "fp64": 8}
 _ID = re.compile(r"cudab_b([1-9][0-9]*)_w([1-9][0-9]*)")
@@ -62,10 +62,10 @@ def ids() -> tuple[str, ...]:
 
 
 def smem_bytes(op: str, n: int, dtype: str, nb: int) -> int:
-    """Dynamic shared memory a block: the lower tiles, the panel's 1/l_kk, the pivot column and a
-    row of the diagonal tile's inverse (two buffers each), posv's b / y / x, and the info word."""
+    """Dynamic shared memory a block: the lower tiles, the panel's 1/l_kk, the pivot column (two
+    buffers), posv's b / y / x, and the info word."""
     nt = -(-n // nb)
-    elems = nt * (nt + 1) // 2 * nb * nb + 5 * nb + (op == "posv") * nt * nb
+    elems = nt * (nt + 1) // 2 * nb * nb + 3 * nb + (op == "posv") * nt * nb
     return elems * _ITEM.get(dtype, 8) + 16
 
 
@@ -118,9 +118,7 @@ __device__ __forceinline__ int tbase(int I, int J) { return (I * (I + 1) / 2 + J
 #define SWH(q) 0
 #endif
 #define SWZ(r) (SWG((r) >> 2) ^ SWH((r) & 3))
-#ifndef INV
-#define INV 1  // the panel's rows solved through the diagonal tile's inverse (0: by substitution)
-#endif
+
 __device__ __forceinline__ int sw(int r, int c) {
   return r * NB + ((((c / VEC) ^ SWZ(r)) * VEC) + (c % VEC));
 }
@@ -153,8 +151,7 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   T* S = reinterpret_cast<T*>(smem_raw);  // the lower tiles
   T* rinv = S + NTILE * TSZ;              // 1 / l_kk of the panel's pivots
   T* col = rinv + NB;                     // the diagonal factor's column, two buffers
-  T* xrow = col + 2 * NB;                 // a row of the diagonal tile's inverse, two buffers
-  T* ys = xrow + 2 * NB;                  // posv: b, then y = L^-1 b, then x
+  T* ys = col + 2 * NB;                   // posv: b, then y = L^-1 b, then x
   int* sinfo = reinterpret_cast<int*>(ys + POSV * NPAD);
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const long long p = blockIdx.x;
@@ -206,19 +203,17 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
 #pragma unroll 1
   for (int P = 0; P < NT; ++P) {
     T* D = S + tbase(P, P);
-    // 1. the diagonal tile and its inverse X = L_PP^-1, warp 0, lane r holding row r of each:
-    // pivot k by one shuffle, L's column k and X's row k through shared memory, one __syncwarp
+    // 1. the diagonal tile, warp 0, lane r holding row r: pivot k by one shuffle, L's column k
+    // through shared memory (two buffers), one __syncwarp
     if (t < 32) {
       const int r = t;
-      T d[NB], x[NB];
+      T d[NB];
 #pragma unroll
       for (int v = 0; v < CPR; ++v) {
         V w = vzero();
         if (r < NB) w = *reinterpret_cast<const V*>(D + sw(r, v * VEC));
         unpack(w, d + v * VEC);
       }
-#pragma unroll
-      for (int c = 0; c < NB; ++c) x[c] = T(0);  // x[c] = -sum_{m < k} l_rm X_mc, c < r
 #pragma unroll
       for (int k = 0; k < NB; ++k) {
         T piv = __shfl_sync(FULL, d[k], k);
@@ -230,17 +225,8 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
         const T l = (r == k ? piv : d[k]) * rs;
         d[k] = l;
         T* c = col + (k & 1) * NB;
-        T* xk = xrow + (k & 1) * NB;
         if (r < NB) c[r] = l;
-        if (r == k) {  // row k of X: X_kc = rinv_k * x[c] (c < k), X_kk = rinv_k
-          rinv[k] = rs;
-#if INV
-#pragma unroll
-          for (int cc = 0; cc < NB; ++cc)
-            if (cc < k) xk[cc] = x[cc] * rs;
-          xk[k] = rs;
-#endif
-        }
+        if (r == k) rinv[k] = rs;
         __syncwarp();
 #pragma unroll
         for (int v = (k + 1) / VEC; v < CPR; ++v) {
@@ -252,34 +238,16 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
             if (j > k && j <= r) d[j] -= l * lj[e];
           }
         }
-#if INV
-#pragma unroll
-        for (int v = 0; v * VEC <= k; ++v) {
-          T xv[VEC];
-          unpack(*reinterpret_cast<const V*>(xk + v * VEC), xv);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            if (v * VEC + e <= k && r > k) x[v * VEC + e] -= l * xv[e];
-        }
-#endif
       }
       if (r < NB) {
 #pragma unroll
         for (int v = 0; v < CPR; ++v) *reinterpret_cast<V*>(D + sw(r, v * VEC)) = pack(d + v * VEC);
       }
-#if INV
-      __syncwarp();
-      // X's strictly lower part, transposed into the tile's unused upper part: D[c][r] = X_rc
-      if (r < NB) {
-        const T rr = rinv[r];
-#pragma unroll
-        for (int c = 0; c < NB; ++c)
-          if (c < r) D[sw(c, r)] = x[c] * rr;
-      }
-#endif
     }
     __syncthreads();
-    // 2. the tiles below: each row a of them becomes a X^T (posv: b's rows as one more), no chain
+    // 2. the tiles below: each row a of them solves o L_PP^T = a by substitution (posv: b's rows
+    // as one more). Solving through the diagonal tile's inverse instead (warp 0 inverting it
+    // beside the factorization, no chain here) lost 1.15-1.8x (session 24, bench/blocked_variants.py)
     const int below = (NT - 1 - P) * NB;
 #pragma unroll 1
     for (int w = t; w < below + POSV; w += NTHREADS) {
@@ -288,7 +256,6 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
       T a[NB], o[NB];
 #pragma unroll
       for (int v = 0; v < CPR; ++v) unpack(*reinterpret_cast<const V*>(R + sw(r, v * VEC)), a + v * VEC);
-#if !INV
 #pragma unroll
       for (int k = 0; k < NB; ++k) {  // o_k = (a_k - sum_{m < k} l_km o_m) / l_kk
         T s0 = a[k], s1 = T(0);
@@ -307,21 +274,6 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
         }
         o[k] = (s0 + s1) * rinv[k];
       }
-#else
-#pragma unroll
-      for (int k = 0; k < NB; ++k) o[k] = a[k] * rinv[k];
-#pragma unroll
-      for (int m = 0; m < NB - 1; ++m) {  // row m of the tile's upper part: X_km, k > m
-#pragma unroll
-        for (int v = (m + 1) / VEC; v < CPR; ++v) {
-          T xv[VEC];
-          unpack(*reinterpret_cast<const V*>(D + sw(m, v * VEC)), xv);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e)
-            if (v * VEC + e > m) o[v * VEC + e] += a[m] * xv[e];
-        }
-      }
-#endif
 #pragma unroll
       for (int v = 0; v < CPR; ++v) *reinterpret_cast<V*>(R + sw(r, v * VEC)) = pack(o + v * VEC);
     }
