@@ -100,15 +100,16 @@ def test_present_joins_every_cell_it_can_run_past_the_cap(present):
     trsv = sorted(a for a in ladder.arms(ladder.Cell("trsv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda"))
     assert trsv == ["cuda_p16_w8", "cuda_p2_w1", "cuda_p4_w2", "cuda_p8_w4"]  # no serial trsv; the tiles from n = 33
     assert [a for a in ladder.arms(ladder.Cell("posv", "fp32", 64, 4096), sm90, 2) if a.startswith("cuda")] == [
-        "cuda_p1_w2", "cudat_t2", "cudat_t4", "cudat_t8", "cudaw_p1_w1", "cudaw_p2_w2", "cudaw_p4_w4"]
+        "cuda_p1_w2", "cudab_b16_w4", "cudab_b16_w8", "cudat_t2", "cudat_t4", "cudat_t8", "cudaw_p1_w1", "cudaw_p2_w2",
+        "cudaw_p4_w4"]
     # fp64: four wide warps a block would need 70 KiB of static shared memory
     assert [a for a in ladder.arms(ladder.Cell("potrf", "fp64", 64, 4096), sm90, 2) if a.startswith("cudaw")] == [
         "cudaw_p1_w1", "cudaw_p2_w2"]
-    # n = 128: the tile kernel alone, and not t2 (one thread a 2 x 2 tile: 2080 threads a block)
+    # n = 128: the blocked and tile kernels, and not t2 (one thread a 2 x 2 tile: 2080 threads a block)
     assert [a for a in ladder.arms(ladder.Cell("posv", "fp32", 128, 4096), sm90, 2) if a.startswith("cuda")] == [
-        "cudat_t4", "cudat_t8"]
+        "cudab_b16_w4", "cudab_b16_w8", "cudat_t4", "cudat_t8"]
     trsv64 = [a for a in ladder.arms(ladder.Cell("trsv", "fp64", 64, 4096), sm90, 2) if a.startswith("cuda")]
-    assert trsv64 == ["cudat_t2", "cudat_t4", "cudat_t8"]
+    assert trsv64 == ["cudat_t2", "cudat_t4", "cudat_t8"]  # the blocked kernel runs potrf / posv only
     assert not [a for a in ladder.arms(ladder.Cell("gemv", "fp32", 16, 4096), sm90, 2) if a.startswith("cuda")]
 
 
