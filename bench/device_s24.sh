@@ -2,7 +2,7 @@
 # Session 24's device calls: this session's stages, each in its own tarball ($OUT/<stage>.tgz);
 # any other stage name is handed to bench/device_s23.sh (and on down).
 #   bash bench/device_s24.sh tile-tests blocked-variants
-# blocked-variants  bench/blocked_variants.py at commit 1a13754 (the INV A/B; removed with the inverse path)
+# blocked-variants  bench/blocked_variants.py: the blocked kernel's compile-time variants (lookahead, register cap) side by side
 . "$(dirname "$0")/device_runner.sh"
 for s in "$@"; do
   skipping "$s" && continue
