@@ -52,14 +52,15 @@ def test_shared_memory_and_geometry():
 def test_the_source_is_the_common_part_and_the_kernel():
     src = kc.arm_source("posv", "cudab_b16_w4", 100, "fp64")
     assert src.startswith("#define N 100\n#define NB 16\n#define NT 7\n#define NTHREADS 128\n#define DOUBLE 1\n"
-                          "#define POSV 1\n")
+                          "#define POSV 1\n#define PIPE 1\n#define MINB 3\n")
     assert src.endswith(blocked.SOURCE) and "extern __shared__" in src
 
 
 def test_every_blocked_kernel_compiles_for_sm90():
-    """Each blocked kernel compiles with NVRTC for sm_90 on the CPU machine, fp32 in at most 96
-    registers a thread (so 6 blocks of 4 warps an SM, as the shared memory allows), nothing spilling
-    past 64 B."""
+    """Each blocked kernel compiles with NVRTC for sm_90 on the CPU machine within the registers
+    its launch bounds allow for the blocks an SM the shared memory fits (fp32 at 4 warps: 6 blocks,
+    80 registers; fp64: 3 blocks), spilling at most 96 B (the cap measured 1.0-1.7x faster than the
+    uncapped form on the H200, session 24 call 7)."""
     from nvrtc_cpu import compile_report, library
 
     lib = library()
@@ -73,8 +74,10 @@ def test_every_blocked_kernel_compiles_for_sm90():
                     ok, log, usage = compile_report(lib, kc.arm_source(op, cid, n, dt))
                     where = f"{cid} {op} {dt} n={n}"
                     assert ok, f"{where}: {log[:1500]}"
-                    assert usage.get("spill_bytes", 0) <= 64, f"{where} spills: {usage}"
+                    assert usage.get("spill_bytes", 0) <= 96, f"{where} spills: {usage}"
+                    blocks = blocked.min_blocks(op, n, dt, *blocked.parse(cid))
+                    assert usage.get("registers", 0) * 32 * blocked.parse(cid)[1] * blocks <= 65536, (where, usage)
                     if dt == "fp32" and cid == "cudab_b16_w4":
-                        assert usage.get("registers", 0) <= 96, f"{where}: {usage}"
+                        assert blocks == 6, (where, blocks)
                     compiled += 1
     assert compiled == 40
