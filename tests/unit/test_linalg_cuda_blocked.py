@@ -7,6 +7,7 @@ import pytest
 
 from tunedb.errors import ConfigError
 from tunedb.families.linalg import configs, kernels_cuda as kc, kernels_cuda_blocked as blocked
+from tunedb.families.linalg import kernels_cuda_blocked_src as blocked_src
 
 
 def test_blocked_ids_parse_as_the_cuda_tier():
@@ -53,7 +54,7 @@ def test_the_source_is_the_common_part_and_the_kernel():
     src = kc.arm_source("posv", "cudab_b16_w4", 100, "fp64")
     assert src.startswith("#define N 100\n#define NB 16\n#define NT 7\n#define NTHREADS 128\n#define DOUBLE 1\n"
                           "#define POSV 1\n#define PIPE 1\n#define MINB 3\n")
-    assert src.endswith(blocked.SOURCE) and "extern __shared__" in src
+    assert src.endswith(blocked_src.SOURCE) and "extern __shared__" in src
 
 
 def test_every_blocked_kernel_compiles_for_sm90():

@@ -26,6 +26,7 @@ from tunedb.records import ArchProfile, Config, Signature
 KERNEL_SOURCES = ("kernels_space.py", "kernels_thread.py", "kernels_tile.py", "kernels_lane.py", "kernels_reg.py",
                   "kernels_rows.py", "kernels_shfl.py", "kernels_panel.py", "kernels_pdot.py", "kernels_torch.py", "kernels_nvmath.py", "kernels_cuda.py",
                   "kernels_cuda_src.py", "kernels_cuda_tile.py", "kernels_cuda_wide.py", "kernels_cuda_blocked.py",
+                  "kernels_cuda_blocked_src.py",
                   "launch.py")
 VERIFY_FACTOR = 4.0  # an arm's worst residual may reach 4x torch's on the same inputs
 

@@ -1,6 +1,8 @@
 """The CUDA C++ tier of the small linear-algebra family: potrf and posv for n <= 64 and trsv for
-n <= 32 as hand-written kernels (kernels_cuda_src.py), and all three for n = 33..128 as the tile
-kernel (`cudat_t<TS>`, kernels_cuda_tile.py), compiled at run time by NVRTC through torch
+n <= 32 as hand-written kernels (kernels_cuda_src.py), all three for n = 33..128 as the tile
+kernel (`cudat_t<TS>`, kernels_cuda_tile.py), and potrf / posv for n = 33..128 as the blocked
+kernel (`cudab_b<NB>_w<W>`, kernels_cuda_blocked.py: tiles in shared memory, panels of NB
+columns, the one that serves n = 128), compiled at run time by NVRTC through torch
 (`torch.cuda._compile_kernel`).
 
 Why not Triton: the shfl packing (kernels_shfl.py) broadcasts each pivot's column with one warp
@@ -158,34 +160,43 @@ def all_ids() -> tuple[str, ...]:
     return tuple(sorted(ids | {tile.config_id(ts) for ts in tile.TILES} | set(blocked.ids())))
 
 
+def id_kind(cid: str) -> tuple[str, tuple] | None:
+    """Which kernel of the tier an id names and its parameters, parsed once: ("tile", (TS,)),
+    ("wide", (P, W)), ("blocked", (NB, W)), ("warp", (P, W, pipelined)); None for anything else."""
+    for kind, parser in (("tile", tile.parse), ("wide", wide.parse), ("blocked", blocked.parse), ("warp", parse)):
+        got = parser(cid)
+        if got is not None:
+            return kind, got if isinstance(got, tuple) else (got,)
+    return None
+
+
 def arm_invalid(op: str, cid: str, n: int, dtype: str, check_runtime: bool = True) -> str | None:
     """THE predicate for any id of the tier (warp/block `cuda_`/`cudas_`, wide-warp `cudaw_`, tile
     `cudat_`, blocked `cudab_`)."""
-    ts, ww, bb = tile.parse(cid), wide.parse(cid), blocked.parse(cid)
-    if ts is not None or ww is not None or bb is not None:
-        why = (tile.invalid_reason(op, ts, n, dtype) if ts is not None
-               else wide.invalid_reason(op, *ww, n, dtype) if ww is not None
-               else blocked.invalid_reason(op, *bb, n, dtype))
-        if why is None and check_runtime and not available():
-            why = f"{cid} needs a CUDA device and NVRTC (torch.cuda._compile_kernel), which are not available here"
-        return why
-    shape = parse(cid)
-    if shape is None:
-        return f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudaw_p<P>_w<W>, cudat_t<TS>, cudab_b<NB>_w<W>)"
-    return invalid_reason(op, shape[0], shape[1], n, dtype, check_runtime, shape[2])
+    kind = id_kind(cid)
+    if kind is None:
+        return (f"{cid!r} is not an arm of the CUDA tier (ids: cuda_p<P>_w<W>, cudas_p<P>_w<W>, cudaw_p<P>_w<W>, "
+                "cudat_t<TS>, cudab_b<NB>_w<W>)")
+    name, args = kind
+    if name == "warp":
+        return invalid_reason(op, args[0], args[1], n, dtype, check_runtime, args[2])
+    why = {"tile": tile.invalid_reason, "wide": wide.invalid_reason, "blocked": blocked.invalid_reason}[name](
+        op, *args, n, dtype)
+    if why is None and check_runtime and not available():
+        why = f"{cid} needs a CUDA device and NVRTC (torch.cuda._compile_kernel), which are not available here"
+    return why
 
 
 def arm_smem(op: str, cid: str, n: int, dtype: str) -> int:
     """Shared memory a block of the arm `cid` at (op, n, dtype) (static; dynamic for `cudab_`)."""
-    ts, ww, bb = tile.parse(cid), wide.parse(cid), blocked.parse(cid)
-    if bb is not None:
-        return blocked.smem_bytes(op, n, dtype, bb[0])
-    if ts is not None:
-        return tile.smem_bytes(op, n, dtype, ts)
-    if ww is not None:
-        return wide.smem_bytes(n, dtype, ww[1])
-    shape = parse(cid)
-    return smem_bytes(n, dtype, shape[1]) if shape is not None else 0
+    name, args = id_kind(cid) or ("", ())
+    if name == "blocked":
+        return blocked.smem_bytes(op, n, dtype, args[0])
+    if name == "tile":
+        return tile.smem_bytes(op, n, dtype, args[0])
+    if name == "wide":
+        return wide.smem_bytes(n, dtype, args[1])
+    return smem_bytes(n, dtype, args[1]) if name == "warp" else 0
 
 
 def available() -> bool:
@@ -223,24 +234,20 @@ def source(op: str, n: int, dtype: str, warps: int, pipe: bool = True, colmajor:
 
 
 def arm_source(op: str, cid: str, n: int, dtype: str, colmajor: bool = False) -> str:
-    """The full CUDA source of the arm `cid` at (op, n, dtype)."""
-    ts = tile.parse(cid)
-    if ts is not None:
-        from tunedb.families.linalg import kernels_cuda_src as src
+    """The full CUDA source of the arm `cid` at (op, n, dtype): its macros, the common part, its kernel."""
+    from tunedb.families.linalg import kernels_cuda_blocked_src as bsrc
+    from tunedb.families.linalg import kernels_cuda_src as src
 
-        head = "".join(f"#define {k} {v}\n" for k, v in tile.defines(op, n, dtype, ts, colmajor).items())
-        return head + src.COMMON + tile.SOURCE
-    ww, bb = wide.parse(cid), blocked.parse(cid)
-    if ww is not None or bb is not None:
-        from tunedb.families.linalg import kernels_cuda_src as src
-
-        macros = wide.defines(op, n, dtype, ww[1]) if ww is not None else blocked.defines(op, n, dtype, *bb)
-        head = "".join(f"#define {k} {v}\n" for k, v in macros.items())
-        return head + src.COMMON + (wide.SOURCE if ww is not None else blocked.SOURCE)
-    shape = parse(cid)
-    if shape is None:
+    kind = id_kind(cid)
+    if kind is None:
         raise ValueError(f"not an id of the CUDA tier: {cid!r}")
-    return source(op, n, dtype, shape[1], shape[2], colmajor)
+    name, args = kind
+    if name == "warp":
+        return source(op, n, dtype, args[1], args[2], colmajor)
+    macros, body = {"tile": (lambda: tile.defines(op, n, dtype, args[0], colmajor), tile.SOURCE),
+                    "wide": (lambda: wide.defines(op, n, dtype, args[1]), wide.SOURCE),
+                    "blocked": (lambda: blocked.defines(op, n, dtype, *args), bsrc.SOURCE)}[name]
+    return "".join(f"#define {k} {v}\n" for k, v in macros().items()) + src.COMMON + body
 
 
 def _kernel(op: str, cid: str, n: int, dtype: str, device: int, cubin: Any = None, colmajor: bool = False) -> Any:
@@ -322,15 +329,12 @@ def _allow_smem(kern: Any, nbytes: int) -> None:
 
 def geometry(op: str, cid: str, n: int, batch: int) -> tuple[int, int]:
     """(blocks, threads a block) of the arm `cid` over `batch` problems (a valid id)."""
-    ts, ww, bb = tile.parse(cid), wide.parse(cid), blocked.parse(cid)
-    if bb is not None:  # one problem a block of W warps
-        return batch, 32 * bb[1]
-    if ts is not None:  # one problem a block of one thread a lower tile
-        return batch, tile.block_threads(op, n, ts)
-    if ww is not None:  # 32 / L problems a warp
-        return -(-batch // ww[0]), 32 * ww[1]
-    problems, warps, _pipe = parse(cid)
-    return -(-batch // problems), 32 * warps
+    name, args = id_kind(cid)
+    if name == "blocked":  # one problem a block of W warps
+        return batch, 32 * args[1]
+    if name == "tile":  # one problem a block of one thread a lower tile
+        return batch, tile.block_threads(op, n, args[0])
+    return -(-batch // args[0]), 32 * args[1]  # wide: 32 / L problems a warp; warp/block: P a block
 
 
 def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtype: str) -> Any:
@@ -356,7 +360,7 @@ def launch(op: str, cid: str, tensors: tuple, out: Any, n: int, batch: int, dtyp
     kern = _kernel(op, cid, n, dtype, device, colmajor=colmajor)
     b = args[1] if op in ("posv", "trsv") else args[0]  # potrf's kernel never reads B
     grid, threads = geometry(op, cid, n, batch)
-    dynamic = arm_smem(op, cid, n, dtype) if blocked.parse(cid) is not None else 0
+    dynamic = arm_smem(op, cid, n, dtype) if id_kind(cid)[0] == "blocked" else 0
     if dynamic:
         _allow_smem(kern, dynamic)
     kern(grid=(grid, 1, 1), block=(threads, 1, 1),

@@ -20,8 +20,8 @@ updates on finished rows too. Here a problem's L lanes carry it with no block ba
     L^T x = z from the bottom, x_k handed on by one shuffle a step, L's rows read from the stage.
 
 Memory: each warp stages L rows of each of its problems at a time through shared memory (rows
-padded to n + 1), coalesced: rows 0..L-1 at columns 0..L-1 only (their lower triangle), then rows
-L..n-1 whole; potrf writes L (zeros above the diagonal) back the same way. A warp's missing
+padded to n + 1), coalesced: rows 0..L-1 at columns 0..L-1 (the block holding their lower
+triangle; the upper entries it brings are never read), then rows L..n-1 whole; potrf writes L (zeros above the diagonal) back the same way. A warp's missing
 problems (the batch's tail) read as the identity and are never written. Every input is read
 before any output is written and warps own disjoint problems, so OUT may alias A (potrf) or B
 (posv).
@@ -119,7 +119,7 @@ tunedb_linalg(const T* A, const T* B, T* OUT, int* INFO, int batch) {
   T b1 = live && live1 ? B[p * N + L + i] : T(0);
 #endif
   T r0[N], r1[N];  // r0: row i at columns < L (only those are used); r1: row L + i
-  // rows 0..L-1 at columns 0..L-1 (their lower triangle), coalesced; a missing problem reads as I
+  // rows 0..L-1 at columns 0..L-1 (the block holding their lower triangle), coalesced; a missing problem reads as I
 #pragma unroll
   for (int m = 0; m < L; ++m) sq[m * ST + i] = live ? Ag[q * PER + m * N + i] : T(m == i);
   __syncwarp();
