@@ -21,8 +21,9 @@ updates on finished rows too. Here a problem's L lanes carry it with no block ba
 
 Memory: each warp stages L rows of each of its problems at a time through shared memory (rows
 padded to n + 1), coalesced: rows 0..L-1 at columns 0..L-1 (the block holding their lower
-triangle; the upper entries it brings are never read), then rows L..n-1 whole; potrf writes L (zeros above the diagonal) back the same way. A warp's missing
-problems (the batch's tail) read as the identity and are never written. Every input is read
+triangle; the upper entries it brings are never read), then rows L..n-1 whole; potrf writes L
+(zeros above the diagonal) back the same way. A warp's missing problems (the batch's tail) read
+as the identity and are never written. Every input is read
 before any output is written and warps own disjoint problems, so OUT may alias A (potrf) or B
 (posv).
 """
