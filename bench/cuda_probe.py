@@ -7,7 +7,8 @@ For potrf and posv (--ops: trsv too), fp32 and fp64, n in (4, 8, 16, 32) (--ns),
 input set a cell (kernels_check.make_inputs), the arms:
   torch        launch(op, "torch", ...) (cholesky_ex, + two solve_triangular for posv);
   shipped      the arm the shipped sm90 table serves at the cell (tunedb.recommend);
-  cuda*        every config of the CUDA tier its predicate admits (cuda_pP_wW, cudas_pP_wW, cudat_tTS),
+  cuda*        every config of the CUDA tier its predicate admits (cuda_pP_wW, cudas_pP_wW, cudaw_pP_wW,
+               cudat_tTS, cudab_bNB_wW),
                through launch().
 Every arm's result is first checked with kernels_check.within_torch (an arm that fails or raises
 is skipped and reported); then timed in a CUDA graph of 10 calls, warmed up, replayed 9 times (5
