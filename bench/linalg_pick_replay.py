@@ -62,7 +62,7 @@ def load(path: str, first: int | None = None, recorded: dict | None = None) -> d
                     key = (rec["op"], rec["dt"], rec["n"], rec["batch"])
                     out[key] = {a: list(s) for a, s in rec["samples"].items() if a != configs.EAGER_ONLY and s}
                     if recorded is not None and "native" in rec:
-                        recorded[key] = rec["native"]
+                        recorded[key] = {"native": rec["native"], "served": rec.get("winner", rec["native"])}
             continue
         for cell in json.loads(text)["cells"]:
             arms = {a: list(r["samples_us"]) for a, r in cell["arms"].items()
@@ -79,16 +79,22 @@ def median(xs: list[float]) -> float:
 
 JITTER = {"ns": pick.LAUNCH_JITTER_NS}  # --jitter-ns: the "low" rule's launch jitter
 
-# each rule: (samples, batch) -> the native pick
-RULES: dict[str, Callable[[Samples, int], str]] = {
-    "median": lambda s, b: pick.decide({a: median(v) for a, v in s.items()}).native,
-    "paired-plausible": lambda s, b: pick.decide_paired(s, tie="plausible").native,
-    "paired-shown": lambda s, b: pick.decide_paired(s, tie="shown").native,
-    "low": lambda s, b: pick.decide_low(s, b, jitter_ns=JITTER["ns"]).native,
+# each rule: (samples, batch) -> the cell's pick (CellPick: `winner` serves where the optional
+# tiers run, `native` elsewhere); PICKS["which"] says which of the two a comparison reads
+RULES: dict[str, Callable[[Samples, int], pick.CellPick]] = {
+    "median": lambda s, b: pick.decide({a: median(v) for a, v in s.items()}),
+    "paired-plausible": lambda s, b: pick.decide_paired(s, tie="plausible"),
+    "paired-shown": lambda s, b: pick.decide_paired(s, tie="shown"),
+    "low": lambda s, b: pick.decide_low(s, b, jitter_ns=JITTER["ns"]),
     # what `tune --pick low` decides since session 17: the median over blocks of 9 rounds of each
     # block's lower quartile (one block: "low")
-    "low-blocks": lambda s, b: pick.decide_low(s, b, jitter_ns=JITTER["ns"], block=pick_blocks()).native,
+    "low-blocks": lambda s, b: pick.decide_low(s, b, jitter_ns=JITTER["ns"], block=pick_blocks()),
 }
+PICKS = {"which": "native"}  # "native" (no optional tier) or "served" (the full winner: session 25)
+
+
+def chosen(got: pick.CellPick) -> str:
+    return got.winner if PICKS["which"] == "served" else got.native
 
 
 def pick_blocks() -> int:
@@ -137,10 +143,13 @@ def low(xs: list[float]) -> float:
 
 def cell_band(name: str, runs: tuple[Samples, ...], batch: int, band: float) -> float:
     """The band a rule judged the cell with: the tie band, or for "low" the wider of the two
-    runs' noise bands (each run widened its own)."""
-    if not name.startswith("low"):
+    runs' noise bands (each run widened its own, from its fastest native arm, as pick.decide_low)."""
+    if not name.startswith("low") and name != "as tuned":  # tunes decide by "low" since session 17
         return band
-    return max(pick.noise_band(min(pick.low_times(s).values()) * batch, band, JITTER["ns"]) for s in runs)
+    def fastest(s: Samples) -> float:
+        low_ = pick.low_times(s)
+        return min((t for a, t in low_.items() if pick.LINALG_RULE.is_native(a)), default=min(low_.values()))
+    return max(pick.noise_band(fastest(s) * batch, band, JITTER["ns"]) for s in runs)
 
 
 def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dict, dict] | None = None) -> list[dict]:
@@ -159,9 +168,9 @@ def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dic
             if name == "as tuned":
                 if k not in recorded[0] or k not in recorded[1]:
                     continue
-                pa, pb = recorded[0][k], recorded[1][k]
+                pa, pb = recorded[0][k][PICKS["which"]], recorded[1][k][PICKS["which"]]
             else:
-                pa, pb = RULES[name](sa, k[3]), RULES[name](sb, k[3])
+                pa, pb = chosen(RULES[name](sa, k[3])), chosen(RULES[name](sb, k[3]))
             cells += 1
             if pa == pb:
                 same += 1
@@ -193,7 +202,7 @@ def draw_picks(full: Samples, name: str, rng: random.Random, rounds: int, max_ro
     take = lambda: {a: [v[i] for i in idx] for a, v in full.items()}  # noqa: E731
     while len(idx) + rounds <= max_rounds and ambiguous(take()):
         idx += [rng.randrange(n) for _ in range(rounds)]
-    return RULES[name](take(), batch)
+    return chosen(RULES[name](take(), batch))
 
 
 def resample(run: dict, rules: list[str], band: float, draws: int, seed: int,
@@ -266,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="resample: draw --rounds more while the cell is ambiguous, up to this many")
     ap.add_argument("--jitter-ns", type=float, default=pick.LAUNCH_JITTER_NS,
                     help="the low rule's launch jitter, ns a call (0: the tie band alone)")
+    ap.add_argument("--picks", default="both", choices=("native", "served", "both"),
+                    help="cross: compare the native picks, the served ones (the full winner, optional "
+                         "tiers included), or both (default)")
     ap.add_argument("--out", help="write the rows as JSON here")
     args = ap.parse_args(argv)
     rules = [r for r in args.rules.split(",") if r]
@@ -309,13 +321,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode == "cross":
         if len(runs) != 2:
             ap.error(f"cross takes two runs, got {len(runs)}")
-        rows = cross(runs[0], runs[1], rules, band, None if args.first else (picks[0], picks[1]))
-        print(f"{'rule':>17} {'cells':>5} {'same':>5} {'same %':>7} {'moves':>5} {'> band':>6} {'max regret':>10}")
+        rows = []
+        for which in (("native", "served") if args.picks == "both" else (args.picks,)):
+            PICKS["which"] = which
+            rows += [{**r, "picks": which}
+                     for r in cross(runs[0], runs[1], rules, band, None if args.first else (picks[0], picks[1]))]
+        print(f"{'picks':>7} {'rule':>17} {'cells':>5} {'same':>5} {'same %':>7} {'moves':>5} {'> band':>6} {'max regret':>10}")
         for r in rows:
-            print(f"{r['rule']:>17} {r['cells']:>5} {r['same']:>5} {100 * r['same'] / max(1, r['cells']):>6.1f}% "
+            print(f"{r['picks']:>7} {r['rule']:>17} {r['cells']:>5} {r['same']:>5} {100 * r['same'] / max(1, r['cells']):>6.1f}% "
                   f"{r['moves']:>5} {r['beyond_band']:>6} {100 * r['max_regret']:>9.2f}%")
             for m in r["move_list"]:
-                print(f"{'':>19}{' '.join(map(str, m['cell']))}: {m['a']} / {m['b']} ({100 * m['regret']:+.2f}%; "
+                print(f"{'':>27}{' '.join(map(str, m['cell']))}: {m['a']} / {m['b']} ({100 * m['regret']:+.2f}%; "
                       f"band {100 * m['band']:.1f}%)")
     else:
         rows = []

@@ -191,7 +191,9 @@ def test_the_replay_of_the_session9_ladders_runs_every_rule(tmp_path):
     out = tmp_path / "cross.json"
     assert replay.main(["cross", w1, w2, "--ops", "gemm,gemv", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert [r["rule"] for r in rows] == list(replay.RULES) and all(r["cells"] == 32 for r in rows)
+    for which in ("native", "served"):  # both by default: the served pick is the full winner
+        assert [r["rule"] for r in rows if r["picks"] == which] == list(replay.RULES)
+    assert all(r["cells"] == 32 for r in rows)
     got = replay.resample(replay.load(w2), ["paired-shown"], pick.TIE_BAND, draws=2, seed=0, rounds=9, max_rounds=18)
     assert got[0]["cells"] == 64 and 0.0 <= got[0]["agree"] <= 1.0
 
@@ -218,3 +220,24 @@ def test_a_table_without_raw_samples_flags_the_cells_its_sigmas_leave_open(tmp_p
     path.write_text(json.dumps(table))
     total, amb = replay.table_ambiguous(str(path))
     assert total == 3 and amb == {("gemm", "fp32", 8, 256)}
+
+
+def test_the_replay_compares_the_served_picks_where_the_native_ones_agree(tmp_path):
+    """Session 25: two tunes agreed on 215 of 216 native picks while the CUDA tier's picks, which
+    serve wherever NVRTC runs, moved in nine cells; the replay reports both."""
+    replay = _bench("linalg_pick_replay")
+    def run(name: str, fast: str) -> str:
+        slow = "cuda_p4_w2" if fast == "cuda_p2_w1" else "cuda_p2_w1"
+        rec = {"op": "potrf", "dt": "fp32", "n": 16, "batch": 65536, "native": "block_w1", "winner": fast,
+               "samples": {"torch": [9.0] * 9, "block_w1": [3.0] * 9, fast: [1.0] * 9, slow: [1.3] * 9}}
+        path = tmp_path / name
+        path.write_text(json.dumps(rec) + "\n")
+        return str(path)
+    out = tmp_path / "cross.json"
+    assert replay.main(["cross", run("a.jsonl", "cuda_p2_w1"), run("b.jsonl", "cuda_p4_w2"),
+                        "--rules", "low", "--out", str(out)]) == 0
+    rows = {(r["picks"], r["rule"]): r for r in json.loads(out.read_text())["rows"]}
+    assert rows[("native", "low")]["same"] == rows[("native", "as tuned")]["same"] == 1
+    assert rows[("served", "low")]["same"] == rows[("served", "as tuned")]["same"] == 0
+    move = rows[("served", "as tuned")]["move_list"][0]
+    assert (move["a"], move["b"]) == ("cuda_p2_w1", "cuda_p4_w2") and move["regret"] > move["band"]

@@ -43,6 +43,25 @@ def test_near_edge_names_the_arms_whose_side_of_the_edge_moves_the_pick():
         pick.near_edge(at_edge, 256, 0)
 
 
+def test_near_edge_watches_the_optional_tiers_pick_and_margin():
+    """The CUDA tier serves most solver cells where it runs; session 25's two tunes moved nine of
+    its picks while the native ones held: its band and its margin over the native arms have edges
+    too. Cell: potrf fp32 n = 16 at 256 (a native block_w1 at 30 ns a problem, the tier's arms at
+    ~10: a call of ~2.6 us, the band 150 / (30 x 256) = 2%)."""
+    base = {"torch": [100.0] * 9, "block_w1": [30.0] * 9, "cuda_p2_w1": [10.0] * 9}
+    edge = 1.0 + pick.noise_band(30.0 * 256)
+    # cudas_p2_w1 (simpler) 0.5% past the band's edge around cuda_p2_w1: named
+    at_edge = {**base, "cudas_p2_w1": [10.0 * (edge + 0.005)] * 9}
+    assert pick.decide_low(at_edge, 256).winner == "cuda_p2_w1"
+    assert pick.near_edge(at_edge, 256, 9) == ["cudas_p2_w1"]
+    assert pick.near_edge({**base, "cudas_p2_w1": [10.0 * (edge + 0.2)] * 9}, 256, 9) == []
+    # the margin: the native arm 5.3% slower than the tier's pick sits at its 5% edge
+    margin = {"torch": [100.0] * 9, "block_w1": [10.53] * 9, "cuda_p2_w1": [10.0] * 9}
+    assert pick.decide_low(margin, 256).winner == "cuda_p2_w1"
+    assert pick.near_edge(margin, 256, 9) == ["block_w1", "cuda_p2_w1"]
+    assert pick.near_edge({**margin, "block_w1": [14.0] * 9}, 256, 9) == []
+
+
 def test_the_zone_narrows_with_blocks_that_agree():
     one = {"torch": [80.0] * 9, "warp_p4_w1": [5.3] * 9, "warp_p2_w1": [5.3 * (EDGE + 0.03)] * 9}
     assert pick.near_edge(one, 256, 9) == ["warp_p2_w1"]  # 3% < 1.645 x 3.3%

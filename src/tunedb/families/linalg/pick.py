@@ -279,34 +279,64 @@ EDGE_Z = 1.645
 def near_edge(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], batch: int, block: int,
               rule: PickRule = LINALG_RULE, jitter_ns: float = LAUNCH_JITTER_NS,
               sigma_ns: float = CAPTURE_SIGMA_NS, q: float = LOW_QUANTILE) -> list[str]:
-    """The native arms whose side of the band's edge could move the pick (the pick itself, and
-    every simpler arm), and whose ratio to the fastest lies within the edge's noise zone
-    (EDGE_Z x sigma / sqrt(blocks), sigma the largest of `sigma_ns` a call, CAPTURE_SIGMA_REL and the sd of the
-    arm's per-block ratios over 3 or more blocks). Empty: the pick is clear of the edge."""
+    """The arms whose side of an edge of the decision could move the cell's pick, and whose ratio
+    lies within that edge's noise zone (EDGE_Z x sigma / sqrt(blocks), sigma the largest of
+    `sigma_ns` a call, CAPTURE_SIGMA_REL and the sd of the arm's per-block ratios over 3 or more
+    blocks). Three edges: the tie band among native arms (the native pick and every simpler
+    arm, against the fastest native), the same band among the optional-dependency arms (the
+    tier's own pick, which serves wherever the tier runs: session 25 found the CUDA tier's picks
+    moving between two tunes while the native ones held), and the dependency margin (the fastest
+    native arm against the tier's pick). Empty: the pick is clear of every edge."""
     if batch < 1 or block < 1:
         raise ValueError(f"batch={batch} and block={block} must be at least 1")
     ok = valid_samples(samples)
     native = {a: s for a, s in ok.items() if rule.is_native(a)}
-    if len(native) < 2:
-        return []
-    times = block_times(native, block, q)
+    deps = {a: s for a, s in ok.items() if not rule.is_native(a)}
+    times = block_times(ok, block, q)
+    band = noise_band(min(times[a] for a in native) * batch, rule.tie_band, jitter_ns) if native else rule.tie_band
+    out: set[str] = set()
+    if len(native) >= 2:
+        chosen = decide_low(ok, batch, rule, jitter_ns, q, block).native
+        out |= _band_edge(native, chosen, band, batch, block, rule, sigma_ns, q)
+    if deps:
+        dep_pick = replace(rule, tie_band=band).tie_pick({a: times[a] for a in deps})
+        if len(deps) >= 2:
+            out |= _band_edge(deps, dep_pick, band, batch, block, rule, sigma_ns, q)
+        if native:
+            best = min(native, key=lambda a: times[a])
+            k = _block_count({best: native[best], dep_pick: deps[dep_pick]}, block)
+            sigma = max(sigma_ns / (times[dep_pick] * batch), CAPTURE_SIGMA_REL)
+            if abs(times[best] / times[dep_pick] - (1.0 + rule.dep_margin)) <= EDGE_Z * sigma / math.sqrt(k):
+                out |= {best, dep_pick}
+    return sorted(out)
+
+
+def _block_count(group: Mapping[str, "list[float] | tuple[float, ...]"], block: int) -> int:
+    return min(len(_blocks(list(s), block)) for s in group.values())
+
+
+def _band_edge(group: Mapping[str, "list[float] | tuple[float, ...]"], chosen: str, band: float, batch: int,
+               block: int, rule: PickRule, sigma_ns: float, q: float) -> set[str]:
+    """Within one group of arms (native, or one dependency tier's): the arms as simple as the
+    group's pick or simpler whose ratio to the group's fastest lies within the noise of the tie
+    band's edge (a less simple arm never takes the cell from the pick by crossing it)."""
+    times = block_times(group, block, q)
     fastest = min(times.values())
     call = fastest * batch
-    edge = 1.0 + noise_band(call, rule.tie_band, jitter_ns)
-    chosen = decide_low(ok, batch, rule, jitter_ns, q, block).native
+    edge = 1.0 + band
     rank = rule.simplicity(chosen)
-    blocks = {a: _blocks(list(s), block) for a, s in native.items()}
+    blocks = {a: _blocks(list(s), block) for a, s in group.items()}
     k = min(len(b) for b in blocks.values())
     per_block = [min(quantile(b[i], q) for b in blocks.values()) for i in range(k)]
-    out = []
-    for a in sorted(native):
-        if rule.simplicity(a) > rank:
-            continue  # a less simple arm never takes the cell from the pick by crossing the edge
+    out = set()
+    for a in sorted(group):
+        if rule.simplicity(a) > rank or times[a] == fastest:
+            continue  # the fastest arm's ratio is 1 by definition: it crosses no edge itself
         sigma = max(sigma_ns / call, CAPTURE_SIGMA_REL)
         if k >= 3:
             ratios = [quantile(blocks[a][i], q) / per_block[i] for i in range(k)]
             mean = sum(ratios) / k
             sigma = max(sigma, math.sqrt(sum((r - mean) ** 2 for r in ratios) / (k - 1)))
         if abs(times[a] / fastest - edge) <= EDGE_Z * sigma / math.sqrt(k):
-            out.append(a)
+            out.add(a)
     return out
