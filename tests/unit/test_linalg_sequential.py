@@ -126,9 +126,10 @@ def _runs(call: str, tmp_path: Path) -> tuple[str, str]:
 
 def test_the_recorded_s16_call_replays_unchanged_and_its_edge_cells_are_flagged(tmp_path):
     """s16 D (one capture a run): the block rule agrees on the same 211 of 216 cells as the
-    lower quartile; of the 6 cells the two runs' first 9 rounds disagree on, near_edge flags the 4
-    at the band's edge in at least one run (the other 2 are posv n=4's burst, which the burst
-    rule's rounds handle)."""
+    lower quartile; of the 6 cells the two runs' first 9 rounds disagree on, near_edge flags 5 in
+    at least one run: the 4 at the band's edge, and since session 25 (the edge's noise zone also
+    from the samples' own spread, pick.ratio_se) posv n=4 at 4096, one of the two burst cells (the
+    other, at 256, the burst rule's rounds handle)."""
     replay = bench_module("linalg_pick_replay")
     a, b = _runs("s16_D", tmp_path)
     ra, rb = replay.load(a), replay.load(b)
@@ -137,8 +138,8 @@ def test_the_recorded_s16_call_replays_unchanged_and_its_edge_cells_are_flagged(
     fa, fb = replay.load(a, first=9), replay.load(b, first=9)
     moved = [k for k in fa if pick.decide_low(fa[k], k[3]).native != pick.decide_low(fb[k], k[3]).native]
     flagged = [k for k in moved if pick.near_edge(fa[k], k[3], 9) or pick.near_edge(fb[k], k[3], 9)]
-    assert len(moved) == 6 and len(flagged) == 4
-    assert {k[0] for k in set(moved) - set(flagged)} == {"posv"}
+    assert len(moved) == 6 and len(flagged) == 5
+    assert set(moved) - set(flagged) == {("posv", "fp32", 4, 256)}
 
 
 def test_the_replay_reads_how_far_a_near_edge_arm_moved_between_captures(tmp_path):
@@ -158,3 +159,20 @@ def test_the_replay_reads_how_far_a_near_edge_arm_moved_between_captures(tmp_pat
     got = replay.block_shifts(str(path))
     assert got["arms"] == 1 and got["rows"][0]["arm"] == "warp_p2_w1" and got["rows"][0]["blocks"] == 2
     assert got["rows"][0]["shift_ns"] == pytest.approx(0.04 * 5.3 * 256, abs=0.2)
+
+
+def test_a_spread_out_cell_is_near_its_edge_by_its_own_samples():
+    """Session 25, potrf fp64 n = 64 at 65536 (a 1.5 ms call): samples spread +-8% within one
+    block, two arms 3% apart against a 2% band. The fixed 0.65% floor calls that clear of the
+    edge; the samples' spread says one block cannot tell (pick.ratio_se), so more blocks follow."""
+    p2 = [1685, 1572, 1631, 1555, 1611, 1450, 1449, 1440, 1568]  # us a call, call 2's run a
+    p1 = [1551, 1467, 1511, 1502, 1589, 1533, 1514, 1473, 1496]
+    spread = {"torch": [9000.0] * 9, "cudaw_p1_w1": [t * 1e3 / 65536 for t in p1],
+              "cudaw_p2_w2": [t * 1e3 / 65536 for t in p2]}  # ns a problem
+    assert pick.ratio_se(spread["cudaw_p1_w1"], spread["cudaw_p2_w2"], 9) > 0.01
+    assert pick.near_edge(spread, 65536, 9) == ["cudaw_p1_w1"]
+    tight = {a: [v[0]] * 9 for a, v in spread.items()}  # the same medians' order, no spread
+    tight["cudaw_p1_w1"] = [1500e3 / 65536] * 9
+    tight["cudaw_p2_w2"] = [1450e3 / 65536] * 9
+    assert pick.ratio_se(tight["cudaw_p1_w1"], tight["cudaw_p2_w2"], 9) == 0.0
+    assert pick.near_edge(tight, 65536, 9) == []

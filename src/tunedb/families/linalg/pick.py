@@ -305,10 +305,25 @@ def near_edge(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], b
         if native:
             best = min(native, key=lambda a: times[a])
             k = _block_count({best: native[best], dep_pick: deps[dep_pick]}, block)
-            sigma = max(sigma_ns / (times[dep_pick] * batch), CAPTURE_SIGMA_REL)
+            sigma = max(sigma_ns / (times[dep_pick] * batch), CAPTURE_SIGMA_REL,
+                        ratio_se(native[best], deps[dep_pick], block, q))
             if abs(times[best] / times[dep_pick] - (1.0 + rule.dep_margin)) <= EDGE_Z * sigma / math.sqrt(k):
                 out |= {best, dep_pick}
     return sorted(out)
+
+
+def ratio_se(arm: "list[float] | tuple[float, ...]", ref: "list[float] | tuple[float, ...]", block: int,
+             q: float = LOW_QUANTILE) -> float:
+    """The relative standard error of one block's ratio of two arms' lower quartiles, from the
+    samples' own spread (sd from the interquartile range, the se of a quartile of `block`
+    samples ~1.36 sd / sqrt(block)). Session 25: a 1.5 ms cell whose samples spread 8% moved its
+    pick between two tunes while the fixed 0.65% floor called it clear of the edge."""
+    def rel(xs: "list[float] | tuple[float, ...]") -> float:
+        if len(xs) < 4:
+            return 0.0
+        sd = (quantile(xs, 0.75) - quantile(xs, 0.25)) / 1.349
+        return 1.36 * sd / math.sqrt(block) / quantile(xs, q)
+    return math.hypot(rel(arm), rel(ref))
 
 
 def _block_count(group: Mapping[str, "list[float] | tuple[float, ...]"], block: int) -> int:
@@ -328,11 +343,12 @@ def _band_edge(group: Mapping[str, "list[float] | tuple[float, ...]"], chosen: s
     blocks = {a: _blocks(list(s), block) for a, s in group.items()}
     k = min(len(b) for b in blocks.values())
     per_block = [min(quantile(b[i], q) for b in blocks.values()) for i in range(k)]
+    first = min(times, key=lambda a: times[a])
     out = set()
     for a in sorted(group):
         if rule.simplicity(a) > rank or times[a] == fastest:
             continue  # the fastest arm's ratio is 1 by definition: it crosses no edge itself
-        sigma = max(sigma_ns / call, CAPTURE_SIGMA_REL)
+        sigma = max(sigma_ns / call, CAPTURE_SIGMA_REL, ratio_se(group[a], group[first], block, q))
         if k >= 3:
             ratios = [quantile(blocks[a][i], q) / per_block[i] for i in range(k)]
             mean = sum(ratios) / k
