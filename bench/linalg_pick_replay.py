@@ -141,9 +141,14 @@ def low(xs: list[float]) -> float:
     return pick.quantile(xs, pick.LOW_QUANTILE)
 
 
-def cell_band(name: str, runs: tuple[Samples, ...], batch: int, band: float) -> float:
+def cell_band(name: str, runs: tuple[Samples, ...], batch: int, band: float, picks: tuple[str, str] = ("", "")) -> float:
     """The band a rule judged the cell with: the tie band, or for "low" the wider of the two
-    runs' noise bands (each run widened its own, from its fastest native arm, as pick.decide_low)."""
+    runs' noise bands (each run widened its own, from its fastest native arm, as pick.decide_low);
+    between two picks of the optional tiers, their own band (PickRule.dep_band: the dependency
+    margin, session 25)."""
+    rule = pick.LINALG_RULE
+    if all(p and not rule.is_native(p) for p in picks):
+        band = max(band, rule.dep_band())
     if not name.startswith("low") and name != "as tuned":  # tunes decide by "low" since session 17
         return band
     def fastest(s: Samples) -> float:
@@ -179,7 +184,7 @@ def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dic
             worst = (max(regret(sa, pa, pb, stat), regret(sb, pb, pa, stat)) if pa in sa and pb in sb
                      else float("nan"))
             moves.append({"cell": list(k), "a": pa, "b": pb, "regret": round(worst, 4),
-                          "band": round(cell_band(name, (sa, sb), k[3], band), 4)})
+                          "band": round(cell_band(name, (sa, sb), k[3], band, (pa, pb)), 4)})
         beyond = [m for m in moves if not m["regret"] <= m["band"]]
         rows.append({"rule": name, "cells": cells, "same": same, "moves": len(moves),
                      "beyond_band": len(beyond), "max_regret": max((m["regret"] for m in moves), default=0.0),

@@ -47,9 +47,9 @@ def test_near_edge_watches_the_optional_tiers_pick_and_margin():
     """The CUDA tier serves most solver cells where it runs; session 25's two tunes moved nine of
     its picks while the native ones held: its band and its margin over the native arms have edges
     too. Cell: potrf fp32 n = 16 at 256 (a native block_w1 at 30 ns a problem, the tier's arms at
-    ~10: a call of ~2.6 us, the band 150 / (30 x 256) = 2%)."""
+    ~10; the native band 150 / (30 x 256) = 2%, the tier's own band the dependency margin, 5%)."""
     base = {"torch": [100.0] * 9, "block_w1": [30.0] * 9, "cuda_p2_w1": [10.0] * 9}
-    edge = 1.0 + pick.noise_band(30.0 * 256)
+    edge = 1.0 + max(pick.noise_band(30.0 * 256), pick.DEP_MARGIN)
     # cudas_p2_w1 (simpler) 0.5% past the band's edge around cuda_p2_w1: named
     at_edge = {**base, "cudas_p2_w1": [10.0 * (edge + 0.005)] * 9}
     assert pick.decide_low(at_edge, 256).winner == "cuda_p2_w1"
@@ -60,6 +60,19 @@ def test_near_edge_watches_the_optional_tiers_pick_and_margin():
     assert pick.decide_low(margin, 256).winner == "cuda_p2_w1"
     assert pick.near_edge(margin, 256, 9) == ["block_w1", "cuda_p2_w1"]
     assert pick.near_edge({**margin, "block_w1": [14.0] * 9}, 256, 9) == []
+
+
+def test_the_optional_tiers_configs_tie_within_the_dependency_margin():
+    """Spec 003: a dependency-carrying arm wins only by more than the margin; among the CUDA
+    tier's own configs the simplest within 5% of the fastest takes the cell (session 25: under a
+    2% band their near-equal times moved 13 of 216 served picks between two tunes)."""
+    times = {"torch": 100.0, "block_w1": 30.0, "cuda_p2_w1": 10.0, "cudas_p2_w1": 10.4}
+    got = pick.decide(times)
+    assert (got.winner, got.native) == ("cudas_p2_w1", "block_w1")
+    assert pick.decide({**times, "cudas_p2_w1": 10.6}).winner == "cuda_p2_w1"
+    assert pick.decide_low({a: [t] * 9 for a, t in times.items()}, 256).winner == "cudas_p2_w1"
+    # the native arms keep the spec's 2% band
+    assert pick.decide({"torch": 100.0, "warp_p2_w1": 10.3, "warp_p4_w1": 10.0}).native == "warp_p4_w1"
 
 
 def test_the_zone_narrows_with_blocks_that_agree():

@@ -6,7 +6,7 @@ nothing here imports torch.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from tunedb.records import SENTINELS
@@ -40,6 +40,10 @@ class PickRule:
     wins (`simplicity`: config id -> rank, lower is simpler; among equal ranks the fallback);
     dep_margin: an arm whose `dependency` is not None (it needs an optional library) wins only
     beyond this margin over the best dependency-free arm (spec 003: 5%);
+    dep_tie_band: the tie band among the dependency arms themselves (None: tie_band; the band
+    used is never narrower than tie_band). Linalg sets it to its dep_margin: a tier of many
+    near-equal configs (the CUDA tier: up to eight a cell) put an arm near a 2% edge in one cell
+    in twenty, and two tunes disagreed on 13 of 216 served picks (session 25);
     peers: arms as safe as the fallback (the same library in another mode, e.g. cuDNN with its
     autotuner beside torch's default): among the fallback and its peers the measured fastest
     serves, with no gate between them, and the gate compares every other arm against it;
@@ -53,6 +57,7 @@ class PickRule:
     min_speedup: float = 1.05
     tie_band: float = 0.03
     dep_margin: float = 0.05
+    dep_tie_band: float | None = None
     simplicity: Callable[[str], int] = default_simplicity
     dependency: Callable[[str], str | None] = no_dependency
     peers: tuple[str, ...] = ()
@@ -69,10 +74,16 @@ class PickRule:
             raise ValueError(f"pick rule gate_noise={self.gate_noise} must be in [0, 1)")
         if not self.dep_margin >= 0.0:
             raise ValueError(f"pick rule dep_margin={self.dep_margin} must be >= 0")
+        if self.dep_tie_band is not None and not 0.0 <= self.dep_tie_band < 1.0:
+            raise ValueError(f"pick rule dep_tie_band={self.dep_tie_band} must be None or in [0, 1)")
 
     def order(self, config_id: str) -> tuple[int, int, str]:
         """Sort key, simplest first: by simplicity, the fallback first among equals, then by id."""
         return (self.simplicity(config_id), 0 if config_id == self.fallback else 1, config_id)
+
+    def dep_band(self) -> float:
+        """The tie band among dependency arms: dep_tie_band, never narrower than tie_band."""
+        return self.tie_band if self.dep_tie_band is None else max(self.tie_band, self.dep_tie_band)
 
     def is_native(self, config_id: str) -> bool:
         return self.dependency(config_id) is None
@@ -117,8 +128,8 @@ class PickRule:
     def pick(self, times: Mapping[str, float]) -> PickResult:
         """One point's pick from measured times {arm: ms} (lower is better): the simplest
         dependency-free arm within the tie band of the fastest of them; a dependency arm instead
-        only when the fastest dependency-free arm is more than dep_margin slower; then the gate
-        against the fallback."""
+        (the simplest within dep_band() of the fastest dependency arm) only when the fastest
+        dependency-free arm is more than dep_margin slower; then the gate against the fallback."""
         clean = {c: float(t) for c, t in times.items() if t is not None and t > 0}
         if not clean:
             raise ValueError("pick needs at least one arm with a positive time")
@@ -127,7 +138,7 @@ class PickRule:
         native_pick = self.tie_pick(native) if native else None
         best = native_pick
         if deps:
-            dep_pick = self.tie_pick(deps)
+            dep_pick = replace(self, tie_band=self.dep_band()).tie_pick(deps)
             if not native or min(native.values()) > deps[dep_pick] * (1.0 + self.dep_margin):
                 best = dep_pick
         winner, reason = self.gate(best, clean[best], clean)

@@ -7,7 +7,10 @@
        The library arm is the fallback: it keeps any cell it ties (min_speedup 1.0: no gate
        beyond the band) and takes a cell no native arm measured.
     2. An arm that needs an optional dependency takes the cell only when the fastest native arm
-       is more than dep_margin slower (t* > t_dep x (1 + dep_margin)).
+       is more than dep_margin slower (t* > t_dep x (1 + dep_margin)); among those arms the
+       simplest within dep_margin of the fastest of them (spec 003: a dependency-carrying arm wins
+       only where it beats the simplest by more than the margin; session 25: the CUDA tier's
+       near-equal configs moved 13 of 216 served picks between two tunes under a 2% band).
     Each cell keeps both winners: `winner` (all arms) and `native` (no optional dependency).
 Because a tie goes to the simpler arm, a re-run whose noise stays inside the band reproduces the
 cell. Failed or unmeasured arms (None, non-finite, non-positive times) cannot win.
@@ -36,6 +39,7 @@ TIE_BAND = 0.02
 DEP_MARGIN = 0.05
 
 LINALG_RULE = PickRule(fallback=configs.LIBRARY, min_speedup=1.0, tie_band=TIE_BAND, dep_margin=DEP_MARGIN,
+                       dep_tie_band=DEP_MARGIN,
                        simplicity=configs.simplicity, dependency=configs.dependency)
 
 
@@ -135,7 +139,7 @@ def decide_paired(samples: Mapping[str, "list[float] | tuple[float, ...] | None"
            f"(paired rounds, {coverage:.0%} interval, tie band {rule.tie_band:.0%} {tie}, simplest wins)")
     deps = {a: s for a, s in ok.items() if not rule.is_native(a)}
     if deps:
-        best_dep = min(deps, key=lambda a: (med[a], rule.simplicity(a), a))
+        best_dep = replace(rule, tie_band=rule.dep_band()).tie_pick({a: med[a] for a in deps})
         low = ratio_interval(native[fastest], deps[best_dep], coverage)[0]
         if low > 1.0 + rule.dep_margin:
             return CellPick(best_dep, pick_native,
@@ -299,9 +303,10 @@ def near_edge(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], b
         chosen = decide_low(ok, batch, rule, jitter_ns, q, block).native
         out |= _band_edge(native, chosen, band, batch, block, rule, sigma_ns, q)
     if deps:
-        dep_pick = replace(rule, tie_band=band).tie_pick({a: times[a] for a in deps})
+        banded = replace(rule, tie_band=band)
+        dep_pick = replace(banded, tie_band=banded.dep_band()).tie_pick({a: times[a] for a in deps})
         if len(deps) >= 2:
-            out |= _band_edge(deps, dep_pick, band, batch, block, rule, sigma_ns, q)
+            out |= _band_edge(deps, dep_pick, banded.dep_band(), batch, block, rule, sigma_ns, q)
         if native:
             best = min(native, key=lambda a: times[a])
             k = _block_count({best: native[best], dep_pick: deps[dep_pick]}, block)
