@@ -84,3 +84,42 @@ def test_one_quick_retune_cell_through_the_graph_timer(tmp_path):
     point = entry["evidence"]["M=4096"]
     assert point["torch"][2] == 9 and point["_inputs"] == "ring"
     assert raw["model"]["tune"]["provenance"]["gpu_name"]
+
+
+@pytest.mark.parametrize("op", signatures.OPS)
+def test_every_served_arm_of_the_shipped_table_replays_in_a_graph_within_torchs_bound(op):
+    """Every cell of the shipped sm90 table (fp32/fp64, n = 4..128, batch 256/4096/65536): the
+    public op binds the cell's full winner (NVRTC present), answers within 4x torch's residual
+    against the fp64 reference, and a captured CUDA graph of it replays the eager result bit for
+    bit (spec 003: graph capture of every served arm; session 25 re-tuned the whole table)."""
+    from tunedb import database
+    from tunedb.runtime import selector
+
+    selector.reload()
+    entries = {sig: e for res in database.lookup("sm90", "linalg") if res.tier == "system"
+               for sig, e in res.db.entries.items() if sig.op == op}
+    assert entries, f"no shipped {op} entries"
+    seen = 0
+    for sig, entry in sorted(entries.items(), key=lambda kv: (kv[0].dt, kv[0].get("n"))):
+        for batch in (256, 4096, 65536):
+            want = entry.lookup(batch)
+            if want == "torch":
+                continue
+            args = problems.make_inputs(sig, batch, "cuda", 3)[0]
+            fn = getattr(ops, op)
+            assert ops.bound_for(op, *args).config.id == want, (sig, batch)
+            got = fn(*args)
+            first = lambda t: t[0] if isinstance(t, tuple) else t  # noqa: E731
+            ref = problems.residual(sig, args, {}, problems.torch_arm(op, *args))
+            res = problems.residual(sig, args, {}, got)
+            assert res <= problems.residual_bound(sig, ref, 4.0), (sig, batch, want, res, ref)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                captured = fn(*args)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(first(captured), first(got)), (sig, batch, want)
+            seen += 1
+            del args, got, captured, graph
+        torch.cuda.empty_cache()
+    assert seen > 0

@@ -80,13 +80,13 @@ def test_moe_sizes_far_from_the_tiles_evidence_get_torch(shipped):
 def test_linalg_batches_outside_the_grid_keep_the_edge_winner_and_recommend_agrees(shipped):
     """linalg's problems are independent (its `extrapolates` hook): below the smallest measured
     batch (256) and above the largest (65536) the edge's winner serves where it beat torch by the
-    gate there (potrf fp32 n=16: 4.5x at 256, 8.6x at 65536, session 18 C's table); a family without the hook falls back
-    (the scaled_mm and MoE tests above)."""
+    gate there (potrf fp32 n=16, native winners: lane_p2_w1 2.9x at 256, warp_p2_w1 7.7x at 65536,
+    session 25's table); a family without the hook falls back (the scaled_mm and MoE tests above)."""
     import tunedb
 
     sig = linalg_sig("potrf", "fp32", 16)
-    for batch, arm in ((1, "rows_p2_w1"), (100, "rows_p2_w1"), (256, "rows_p2_w1"), (1000, "shfl_p2_w1"),
-                       (131072, "shfl_p2_w1"), (10 ** 6, "shfl_p2_w1")):
+    for batch, arm in ((1, "lane_p2_w1"), (100, "lane_p2_w1"), (256, "lane_p2_w1"), (1000, "warp_p2_w1"),
+                       (131072, "warp_p2_w1"), (10 ** 6, "warp_p2_w1")):
         assert served("linalg", sig, batch) == ("system", arm), batch
     for n in (5, 12, 16):
         for batch in (1, 100, 1000, 10 ** 6):
