@@ -7,7 +7,9 @@ Two modes, both pure CPU:
   cross A B   two runs (different calls, or two regenerations in one call): the cells and arms
               both measured; per rule the cells with the same winner and, for every
               disagreement, its regret: how much slower one run's pick is than the other's,
-              timed by the other run's medians (the worse direction), inside or beyond the band.
+              timed by the other run's medians (the worse direction), inside or beyond the band;
+              for the native picks and the served ones (the full winner, optional tiers
+              included: --picks, both by default since session 25).
   resample A  one run: every cell's rounds drawn with replacement (paired: one draw of round
               indices for all arms) twice, `--draws` times; the share of draws whose two picks
               agree, and of disagreements beyond the band, timed by the full run's medians.
