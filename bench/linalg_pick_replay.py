@@ -147,10 +147,13 @@ def cell_band(name: str, runs: tuple[Samples, ...], batch: int, band: float, pic
     """The band a rule judged the cell with: the tie band, or for "low" the wider of the two
     runs' noise bands (each run widened its own, from its fastest native arm, as pick.decide_low);
     between two picks of the optional tiers, their own band (PickRule.dep_band: the dependency
-    margin, session 25)."""
+    margin, session 25); between one of them and a native pick, the dependency margin."""
     rule = pick.LINALG_RULE
-    if all(p and not rule.is_native(p) for p in picks):
+    deps = [bool(p) and not rule.is_native(p) for p in picks]
+    if all(deps):
         band = max(band, rule.dep_band())
+    elif any(deps):  # a dependency arm against a native one: the edge is the dependency margin
+        band = max(band, rule.dep_margin)
     if not name.startswith("low") and name != "as tuned":  # tunes decide by "low" since session 17
         return band
     def fastest(s: Samples) -> float:
@@ -182,15 +185,19 @@ def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dic
             if pa == pb:
                 same += 1
                 continue
-            stat = low if name.startswith("low") else median  # "low" times an arm by its lower quartile
-            worst = (max(regret(sa, pa, pb, stat), regret(sb, pb, pa, stat)) if pa in sa and pb in sb
-                     else float("nan"))
-            moves.append({"cell": list(k), "a": pa, "b": pb, "regret": round(worst, 4),
+            # "low" (and a tune since session 17) times an arm by its lower quartile
+            stat = low if name.startswith("low") or name == "as tuned" else median
+            both = pa in sa and pb in sb and pa in sb and pb in sa
+            worst = max(regret(sa, pa, pb, stat), regret(sb, pb, pa, stat)) if both else float("nan")
+            # the two picks' gap as each run timed them: a tie flip is inside the band in one run
+            gap = min(abs(regret(sa, pa, pb, stat)), abs(regret(sb, pa, pb, stat))) if both else float("nan")
+            moves.append({"cell": list(k), "a": pa, "b": pb, "regret": round(worst, 4), "gap": round(gap, 4),
                           "band": round(cell_band(name, (sa, sb), k[3], band, (pa, pb)), 4)})
         beyond = [m for m in moves if not m["regret"] <= m["band"]]
+        ties = [m for m in moves if m["gap"] <= m["band"]]
         rows.append({"rule": name, "cells": cells, "same": same, "moves": len(moves),
-                     "beyond_band": len(beyond), "max_regret": max((m["regret"] for m in moves), default=0.0),
-                     "move_list": moves})
+                     "beyond_band": len(beyond), "edge_ties": len(ties),
+                     "max_regret": max((m["regret"] for m in moves), default=0.0), "move_list": moves})
     return rows
 
 
@@ -333,13 +340,14 @@ def main(argv: list[str] | None = None) -> int:
             PICKS["which"] = which
             rows += [{**r, "picks": which}
                      for r in cross(runs[0], runs[1], rules, band, None if args.first else (picks[0], picks[1]))]
-        print(f"{'picks':>7} {'rule':>17} {'cells':>5} {'same':>5} {'same %':>7} {'moves':>5} {'> band':>6} {'max regret':>10}")
+        print(f"{'picks':>7} {'rule':>17} {'cells':>5} {'same':>5} {'same %':>7} {'moves':>5} {'> band':>6} "
+              f"{'ties':>5} {'max regret':>10}")
         for r in rows:
             print(f"{r['picks']:>7} {r['rule']:>17} {r['cells']:>5} {r['same']:>5} {100 * r['same'] / max(1, r['cells']):>6.1f}% "
-                  f"{r['moves']:>5} {r['beyond_band']:>6} {100 * r['max_regret']:>9.2f}%")
+                  f"{r['moves']:>5} {r['beyond_band']:>6} {r['edge_ties']:>5} {100 * r['max_regret']:>9.2f}%")
             for m in r["move_list"]:
-                print(f"{'':>27}{' '.join(map(str, m['cell']))}: {m['a']} / {m['b']} ({100 * m['regret']:+.2f}%; "
-                      f"band {100 * m['band']:.1f}%)")
+                print(f"{'':>27}{' '.join(map(str, m['cell']))}: {m['a']} / {m['b']} ({100 * m['regret']:+.2f}%, "
+                      f"gap {100 * m['gap']:.2f}%; band {100 * m['band']:.1f}%)")
     else:
         rows = []
         print(f"{'run':>40} {'rule':>17} {'cells':>5} {'agree':>7} {'> band':>7} {'max regret':>10}")

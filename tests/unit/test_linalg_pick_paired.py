@@ -241,3 +241,4 @@ def test_the_replay_compares_the_served_picks_where_the_native_ones_agree(tmp_pa
     assert rows[("served", "low")]["same"] == rows[("served", "as tuned")]["same"] == 0
     move = rows[("served", "as tuned")]["move_list"][0]
     assert (move["a"], move["b"]) == ("cuda_p2_w1", "cuda_p4_w2") and move["regret"] > move["band"]
+    assert rows[("served", "as tuned")]["edge_ties"] == 0  # 30% apart in both runs: no tie flip
