@@ -60,6 +60,9 @@ def test_near_edge_watches_the_optional_tiers_pick_and_margin():
     assert pick.decide_low(margin, 256).winner == "cuda_p2_w1"
     assert pick.near_edge(margin, 256, 9) == ["block_w1", "cuda_p2_w1"]
     assert pick.near_edge({**margin, "block_w1": [14.0] * 9}, 256, 9) == []
+    # a tier that cannot serve (twice the native arm's time) has no band edge to watch
+    slow = {"torch": [100.0] * 9, "block_w1": [10.0] * 9, "cuda_p2_w1": [20.0] * 9, "cudas_p2_w1": [21.0] * 9}
+    assert pick.decide_low(slow, 256).winner == "block_w1" and pick.near_edge(slow, 256, 9) == []
 
 
 def test_the_optional_tiers_configs_tie_within_the_dependency_margin():
@@ -73,6 +76,14 @@ def test_the_optional_tiers_configs_tie_within_the_dependency_margin():
     assert pick.decide_low({a: [t] * 9 for a, t in times.items()}, 256).winner == "cudas_p2_w1"
     # the native arms keep the spec's 2% band
     assert pick.decide({"torch": 100.0, "warp_p2_w1": 10.3, "warp_p4_w1": 10.0}).native == "warp_p4_w1"
+    # only the tier's arms that clear the margin compete: a slower one joining never hands the
+    # cell back to the native arm (cudas_p2_w1 is within 5% of cuda_p2_w1, not 5% past block_w1)
+    close = {"torch": 100.0, "block_w1": 10.8, "cuda_p2_w1": 10.0}
+    assert pick.decide(close).winner == pick.decide({**close, "cudas_p2_w1": 10.4}).winner == "cuda_p2_w1"
+    # the paired rule alike: the simplest of the arms shown past the margin, within 5%
+    paired = {"torch": [100.0] * 9, "block_w1": [30.0] * 9, "cuda_p2_w1": [10.0] * 9, "cudas_p2_w1": [10.4] * 9}
+    assert pick.decide_paired(paired).winner == "cudas_p2_w1"
+    assert pick.decide_paired({**paired, "cudas_p2_w1": [10.6] * 9}).winner == "cuda_p2_w1"
 
 
 def test_the_zone_narrows_with_blocks_that_agree():
@@ -176,16 +187,16 @@ def test_the_replay_reads_how_far_a_near_edge_arm_moved_between_captures(tmp_pat
 
 def test_a_spread_out_cell_is_near_its_edge_by_its_own_samples():
     """Session 25, potrf fp64 n = 64 at 65536 (a 1.5 ms call): samples spread +-8% within one
-    block, two arms 3% apart against a 2% band. The fixed 0.65% floor calls that clear of the
-    edge; the samples' spread says one block cannot tell (pick.ratio_se), so more blocks follow."""
+    block, two arms 3% apart against a 2% band (here as two native arms, whose band is 2%; the
+    cell's own were CUDA-tier arms). The fixed 0.65% floor calls that clear of the edge; the
+    samples' spread says one block cannot tell (pick.ratio_se), so more blocks follow."""
     p2 = [1685, 1572, 1631, 1555, 1611, 1450, 1449, 1440, 1568]  # us a call, call 2's run a
     p1 = [1551, 1467, 1511, 1502, 1589, 1533, 1514, 1473, 1496]
-    spread = {"torch": [9000.0] * 9, "cudaw_p1_w1": [t * 1e3 / 65536 for t in p1],
-              "cudaw_p2_w2": [t * 1e3 / 65536 for t in p2]}  # ns a problem
-    assert pick.ratio_se(spread["cudaw_p1_w1"], spread["cudaw_p2_w2"], 9) > 0.01
-    assert pick.near_edge(spread, 65536, 9) == ["cudaw_p1_w1"]
-    tight = {a: [v[0]] * 9 for a, v in spread.items()}  # the same medians' order, no spread
-    tight["cudaw_p1_w1"] = [1500e3 / 65536] * 9
-    tight["cudaw_p2_w2"] = [1450e3 / 65536] * 9
-    assert pick.ratio_se(tight["cudaw_p1_w1"], tight["cudaw_p2_w2"], 9) == 0.0
+    spread = {"torch": [9000.0] * 9, "warp_p2_w1": [t * 1e3 / 65536 for t in p1],
+              "warp_p4_w1": [t * 1e3 / 65536 for t in p2]}  # ns a problem; warp_p2_w1 is the simpler
+    assert pick.ratio_se(spread["warp_p2_w1"], spread["warp_p4_w1"], 9) > 0.01
+    assert pick.decide_low(spread, 65536, block=9).native == "warp_p4_w1"
+    assert pick.near_edge(spread, 65536, 9) == ["warp_p2_w1"]
+    tight = {"torch": [9000.0] * 9, "warp_p2_w1": [1500e3 / 65536] * 9, "warp_p4_w1": [1450e3 / 65536] * 9}
+    assert pick.ratio_se(tight["warp_p2_w1"], tight["warp_p4_w1"], 9) == 0.0
     assert pick.near_edge(tight, 65536, 9) == []

@@ -128,8 +128,8 @@ class PickRule:
     def pick(self, times: Mapping[str, float]) -> PickResult:
         """One point's pick from measured times {arm: ms} (lower is better): the simplest
         dependency-free arm within the tie band of the fastest of them; a dependency arm instead
-        (the simplest within dep_band() of the fastest dependency arm) only when the fastest
-        dependency-free arm is more than dep_margin slower; then the gate against the fallback."""
+        where one beats the fastest dependency-free arm by more than dep_margin (of those that
+        do, the simplest within dep_band() of the fastest); then the gate against the fallback."""
         clean = {c: float(t) for c, t in times.items() if t is not None and t > 0}
         if not clean:
             raise ValueError("pick needs at least one arm with a positive time")
@@ -138,9 +138,12 @@ class PickRule:
         native_pick = self.tie_pick(native) if native else None
         best = native_pick
         if deps:
-            dep_pick = replace(self, tie_band=self.dep_band()).tie_pick(deps)
-            if not native or min(native.values()) > deps[dep_pick] * (1.0 + self.dep_margin):
-                best = dep_pick
+            # only arms that clear the margin compete, so a slower arm of the tier joining a cell
+            # never hands it back to the native arms (session 25's review)
+            eligible = {c: t for c, t in deps.items()
+                        if not native or min(native.values()) > t * (1.0 + self.dep_margin)}
+            if eligible:
+                best = replace(self, tie_band=self.dep_band()).tie_pick(eligible)
         winner, reason = self.gate(best, clean[best], clean)
         if native_pick is None:
             return PickResult(winner, winner, reason)

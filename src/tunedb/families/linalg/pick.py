@@ -7,10 +7,10 @@
        The library arm is the fallback: it keeps any cell it ties (min_speedup 1.0: no gate
        beyond the band) and takes a cell no native arm measured.
     2. An arm that needs an optional dependency takes the cell only when the fastest native arm
-       is more than dep_margin slower (t* > t_dep x (1 + dep_margin)); among those arms the
-       simplest within dep_margin of the fastest of them (spec 003: a dependency-carrying arm wins
-       only where it beats the simplest by more than the margin; session 25: the CUDA tier's
-       near-equal configs moved 13 of 216 served picks between two tunes under a 2% band).
+       is more than dep_margin slower (t* > t_dep x (1 + dep_margin)); of the arms that clear
+       it, the simplest within dep_margin of the fastest of them (spec 003: a dependency-carrying
+       arm wins only where it beats the simplest by more than the margin; session 25: the CUDA
+       tier's near-equal configs moved 13 of 216 served picks between two tunes under a 2% band).
     Each cell keeps both winners: `winner` (all arms) and `native` (no optional dependency).
 Because a tie goes to the simpler arm, a re-run whose noise stays inside the band reproduces the
 cell. Failed or unmeasured arms (None, non-finite, non-positive times) cannot win.
@@ -121,7 +121,8 @@ def decide_paired(samples: Mapping[str, "list[float] | tuple[float, ...] | None"
     tie="plausible": its low end is (the simpler arm keeps the cell unless f is shown more than the
     band faster); tie="shown": its high end is (a simpler arm takes the cell only when shown
     within the band). The simplest tied arm takes the cell. A dependency arm wins only when the
-    low end of the fastest native arm's ratio to it clears 1 + dep_margin (shown beyond the margin)."""
+    low end of the fastest native arm's ratio to it clears 1 + dep_margin (shown beyond the margin);
+    of the arms that do, the simplest within dep_band() of the fastest (by median)."""
     if tie not in TIE_TESTS:
         raise ValueError(f"tie={tie!r}; allowed: {', '.join(TIE_TESTS)}")
     ok = valid_samples(samples)
@@ -138,13 +139,13 @@ def decide_paired(samples: Mapping[str, "list[float] | tuple[float, ...] | None"
     why = (f"{pick_native}: {mid:.4f}x [{lo:.4f}, {hi:.4f}] of fastest native {fastest} "
            f"(paired rounds, {coverage:.0%} interval, tie band {rule.tie_band:.0%} {tie}, simplest wins)")
     deps = {a: s for a, s in ok.items() if not rule.is_native(a)}
-    if deps:
-        best_dep = replace(rule, tie_band=rule.dep_band()).tie_pick({a: med[a] for a in deps})
-        low = ratio_interval(native[fastest], deps[best_dep], coverage)[0]
-        if low > 1.0 + rule.dep_margin:
-            return CellPick(best_dep, pick_native,
-                            f"{best_dep} ({rule.dependency(best_dep)}) beats the fastest native arm by at least "
-                            f"{low:.3f}x > {1 + rule.dep_margin:.2f}x; native: {why}")
+    clear = {a: ratio_interval(native[fastest], s, coverage)[0] for a, s in ok.items() if not rule.is_native(a)}
+    clear = {a: low for a, low in clear.items() if low > 1.0 + rule.dep_margin}
+    if clear:  # of the tier's arms shown beyond the margin, the simplest within its band
+        best_dep = replace(rule, tie_band=rule.dep_band()).tie_pick({a: med[a] for a in clear})
+        return CellPick(best_dep, pick_native,
+                        f"{best_dep} ({rule.dependency(best_dep)}) beats the fastest native arm by at least "
+                        f"{clear[best_dep]:.3f}x > {1 + rule.dep_margin:.2f}x; native: {why}")
     return CellPick(pick_native, pick_native, why)
 
 
@@ -285,36 +286,56 @@ def near_edge(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], b
               sigma_ns: float = CAPTURE_SIGMA_NS, q: float = LOW_QUANTILE) -> list[str]:
     """The arms whose side of an edge of the decision could move the cell's pick, and whose ratio
     lies within that edge's noise zone (EDGE_Z x sigma / sqrt(blocks), sigma the largest of
-    `sigma_ns` a call, CAPTURE_SIGMA_REL and the sd of the arm's per-block ratios over 3 or more
-    blocks). Three edges: the tie band among native arms (the native pick and every simpler
-    arm, against the fastest native), the same band among the optional-dependency arms (the
-    tier's own pick, which serves wherever the tier runs: session 25 found the CUDA tier's picks
-    moving between two tunes while the native ones held), and the dependency margin (the fastest
-    native arm against the tier's pick). Empty: the pick is clear of every edge."""
+    `sigma_ns` a call, CAPTURE_SIGMA_REL, the ratio's standard error from the samples' spread
+    (ratio_se) and, over 3 or more blocks, the sd of its per-block ratios). Three edges: the
+    native tie band (the native pick and every simpler native arm, against the fastest native);
+    the dependency margin (each optional-tier arm against the fastest native arm: which of them
+    clear it decides whether the tier serves and which of its arms compete); and the tier's own
+    band (dep_band(), among the arms that clear the margin: the tier's pick, which serves wherever
+    the tier runs; session 25 found those picks moving between two tunes while the native ones
+    held). Empty: the pick is clear of every edge."""
     if batch < 1 or block < 1:
         raise ValueError(f"batch={batch} and block={block} must be at least 1")
     ok = valid_samples(samples)
     native = {a: s for a, s in ok.items() if rule.is_native(a)}
     deps = {a: s for a, s in ok.items() if not rule.is_native(a)}
+    if not native:
+        return []  # the fallback serves (decide): no edge to be near
     times = block_times(ok, block, q)
-    band = noise_band(min(times[a] for a in native) * batch, rule.tie_band, jitter_ns) if native else rule.tie_band
+    band = noise_band(min(times[a] for a in native) * batch, rule.tie_band, jitter_ns)
     out: set[str] = set()
     if len(native) >= 2:
         chosen = decide_low(ok, batch, rule, jitter_ns, q, block).native
         out |= _band_edge(native, chosen, band, batch, block, rule, sigma_ns, q)
     if deps:
-        banded = replace(rule, tie_band=band)
-        dep_pick = replace(banded, tie_band=banded.dep_band()).tie_pick({a: times[a] for a in deps})
-        if len(deps) >= 2:
-            out |= _band_edge(deps, dep_pick, banded.dep_band(), batch, block, rule, sigma_ns, q)
-        if native:
-            best = min(native, key=lambda a: times[a])
-            k = _block_count({best: native[best], dep_pick: deps[dep_pick]}, block)
-            sigma = max(sigma_ns / (times[dep_pick] * batch), CAPTURE_SIGMA_REL,
-                        ratio_se(native[best], deps[dep_pick], block, q))
-            if abs(times[best] / times[dep_pick] - (1.0 + rule.dep_margin)) <= EDGE_Z * sigma / math.sqrt(k):
-                out |= {best, dep_pick}
+        best = min(native, key=lambda a: times[a])
+        edge = 1.0 + rule.dep_margin
+        for a in sorted(deps):
+            sigma = _sigma(native[best], deps[a], times[a] * batch, block, sigma_ns, q)
+            k = _block_count({best: native[best], a: deps[a]}, block)
+            if abs(times[best] / times[a] - edge) <= EDGE_Z * sigma / math.sqrt(k):
+                out |= {best, a}
+        eligible = {a: s for a, s in deps.items() if times[best] > times[a] * edge}
+        if len(eligible) >= 2:
+            dep_band = replace(rule, tie_band=band).dep_band()
+            dep_pick = replace(rule, tie_band=dep_band).tie_pick({a: times[a] for a in eligible})
+            out |= _band_edge(eligible, dep_pick, dep_band, batch, block, rule, sigma_ns, q)
     return sorted(out)
+
+
+def _sigma(arm: "list[float] | tuple[float, ...]", ref: "list[float] | tuple[float, ...]", call_ns: float,
+           block: int, sigma_ns: float, q: float) -> float:
+    """One block's sd of the ratio arm / ref: the largest of the capture floor (sigma_ns a call,
+    CAPTURE_SIGMA_REL), the samples' own spread (ratio_se) and, over 3 or more blocks, the sd of
+    the per-block ratios."""
+    sigma = max(sigma_ns / call_ns, CAPTURE_SIGMA_REL, ratio_se(arm, ref, block, q))
+    a, r = _blocks(list(arm), block), _blocks(list(ref), block)
+    k = min(len(a), len(r))
+    if k >= 3:
+        ratios = [quantile(a[i], q) / quantile(r[i], q) for i in range(k)]
+        mean = sum(ratios) / k
+        sigma = max(sigma, math.sqrt(sum((x - mean) ** 2 for x in ratios) / (k - 1)))
+    return sigma
 
 
 def ratio_se(arm: "list[float] | tuple[float, ...]", ref: "list[float] | tuple[float, ...]", block: int,
@@ -337,9 +358,10 @@ def _block_count(group: Mapping[str, "list[float] | tuple[float, ...]"], block: 
 
 def _band_edge(group: Mapping[str, "list[float] | tuple[float, ...]"], chosen: str, band: float, batch: int,
                block: int, rule: PickRule, sigma_ns: float, q: float) -> set[str]:
-    """Within one group of arms (native, or one dependency tier's): the arms as simple as the
-    group's pick or simpler whose ratio to the group's fastest lies within the noise of the tie
-    band's edge (a less simple arm never takes the cell from the pick by crossing it)."""
+    """Within one group of arms (the native ones, or the optional tiers' that clear the margin):
+    the arms as simple as the group's pick or simpler whose ratio to the group's fastest lies
+    within the noise of the tie band's edge (a less simple arm never takes the cell from the pick
+    by crossing it)."""
     times = block_times(group, block, q)
     fastest = min(times.values())
     call = fastest * batch

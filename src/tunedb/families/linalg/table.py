@@ -161,7 +161,8 @@ def build(reports: Sequence[LegReport], old: Any, *, arch_family: str, file_vali
     old_tune = ((old.model or {}).get("tune") or {}) if old is not None else {}
     record = {
         "provenance": dict(provenance),
-        "rule": {"tie_band": rule.tie_band, "dep_margin": rule.dep_margin, "fallback": rule.fallback,
+        "rule": {"tie_band": rule.tie_band, "dep_margin": rule.dep_margin, "dep_tie_band": rule.dep_band(),
+                 "fallback": rule.fallback,
                  "simplicity": "torch < thread < warp < block < lane", "rounds_min": 9, "decide": decide,
                  **({"rounds_max": max_rounds} if max_rounds else {}),
                  **({"launch_jitter_ns": jitter_ns, "statistic": "lower quartile",
