@@ -69,7 +69,7 @@ def _bands(ms: Sequence[int], table: Table, rule: PickRule) -> tuple[dict[tuple[
     winning kind), and its cost ratio to that best (1 inside the band). The winning kind at a
     point is dependency-free unless the fastest arm needing a dependency beats the fastest
     dependency-free one by more than the rule's dep_margin (spec 003); arms of the other kind
-    never count as tied."""
+    never count as tied, and the dependency kind ties within its own band (PickRule.dep_band)."""
     covers: dict[tuple[int, str], bool] = {}
     cost: dict[tuple[int, str], float] = {}
     for m in ms:
@@ -81,8 +81,9 @@ def _bands(ms: Sequence[int], table: Table, rule: PickRule) -> tuple[dict[tuple[
         for c, t in row.items():
             ratio = t / best
             same_kind = rule.is_native(c) != dep_wins
-            covers[(m, c)] = same_kind and ratio <= 1.0 + rule.tie_band
-            cost[(m, c)] = 1.0 if covers[(m, c)] else max(ratio, 1.0 + rule.tie_band)
+            band = rule.dep_band() if dep_wins else rule.tie_band  # the tier's own band (PickRule.pick)
+            covers[(m, c)] = same_kind and ratio <= 1.0 + band
+            cost[(m, c)] = 1.0 if covers[(m, c)] else max(ratio, 1.0 + band)
     return covers, cost
 
 
