@@ -11,6 +11,9 @@
         (--base FILE: start from that table instead of the --out file)
         (--dry-run: regenerate and diff against the current file, write nothing; --prebuild:
         compile every kernel (in --build-jobs processes) and measure nothing)
+    tunedb linalg repick --table FILE.json [--out FILE.json] [--margin M] [--dry-run]
+        re-decide a measured table under the current pick rule from the statistic each point
+        recorded (no GPU, nothing measured; repick.py)
 """
 from __future__ import annotations
 
@@ -84,6 +87,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="the table to start from and diff against (default: the --out file); "
                            "entries of cells not measured now are kept from it")
     tune.add_argument("--seed", type=int, default=0)
+    rp = sub.add_parser("repick", help="re-decide a measured table under the current pick rule (no GPU)")
+    rp.add_argument("--table", required=True, metavar="FILE.json", help="a linalg table tuned with --pick low")
+    rp.add_argument("--out", default=None, metavar="FILE.json", help="where to write it (default: --table)")
+    rp.add_argument("--margin", type=float, default=None, help="the tie band, a fraction (default 0.02)")
+    rp.add_argument("--launch-jitter-ns", type=float, default=None,
+                    help="the run-to-run jitter of one call's time, ns (default 150)")
+    rp.add_argument("--dry-run", action="store_true", help="show the moves; write nothing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,7 +104,9 @@ def run(args: argparse.Namespace) -> int:
         return _plot(args)
     if cmd == "tune":
         return tune(args)
-    print("usage: tunedb linalg {recommend,plot,tune} ... (tunedb linalg --help)", file=sys.stderr)
+    if cmd == "repick":
+        return _repick(args)
+    print("usage: tunedb linalg {recommend,plot,tune,repick} ... (tunedb linalg --help)", file=sys.stderr)
     return 2
 
 
@@ -103,6 +115,38 @@ def _recommend(args: argparse.Namespace) -> int:
 
     plan = recommend(args.op, args.dtype, args.n, args.batch, deps=args.deps, arch=args.arch)
     print(json.dumps(asdict(plan), indent=2) if args.json else plan.describe())
+    return 0
+
+
+def _repick(args: argparse.Namespace) -> int:
+    from tunedb.database import schema, store
+    from tunedb.families.linalg import pick, repick, table
+
+    src = Path(args.table)
+    if not src.is_file():
+        raise TunedbError(f"--table {src} is not a file (a linalg table, e.g. src/tunedb/db/sm90/linalg.json)")
+    if args.margin is not None and not 0.0 <= args.margin < 1.0:
+        raise TunedbError(f"--margin {args.margin} must be a fraction in [0, 1) (the tie band; default 0.02)")
+    jitter = pick.LAUNCH_JITTER_NS if args.launch_jitter_ns is None else args.launch_jitter_ns
+    if not (jitter >= 0 and jitter == jitter):
+        raise TunedbError(f"--launch-jitter-ns {jitter} must be a number >= 0 (ns a call; 0: the margin alone)")
+    out = Path(args.out) if args.out else src
+    if not args.dry_run:
+        _check_target(out, write=True)
+    old = schema.load(src, "linalg")
+    rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
+    from tunedb.measure.provenance import utc_now
+
+    new = repick.repick(old, rule, jitter, utc_now())
+    moved = table.moved_cells(old, new, rule.tie_band)
+    print(f"{src}: {len(moved)} cell(s) move under the current rule")
+    for line in moved:
+        print("  " + line)
+    if args.dry_run:
+        print("dry run: nothing written")
+        return 0
+    store.write_atomic(out, schema.dumps(new))
+    print(f"wrote {out}")
     return 0
 
 
