@@ -41,6 +41,7 @@ import math
 import random
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -156,10 +157,8 @@ def cell_band(name: str, runs: tuple[Samples, ...], batch: int, band: float, pic
         band = max(band, rule.dep_margin)
     if not name.startswith("low") and name != "as tuned":  # tunes decide by "low" since session 17
         return band
-    def fastest(s: Samples) -> float:
-        low_ = pick.low_times(s)
-        return min((t for a, t in low_.items() if pick.LINALG_RULE.is_native(a)), default=min(low_.values()))
-    return max(pick.noise_band(fastest(s) * batch, band, JITTER["ns"]) for s in runs)
+    banded = replace(rule, tie_band=band)
+    return max(pick.cell_band(pick.low_times(s), batch, banded, JITTER["ns"]) for s in runs)
 
 
 def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dict, dict] | None = None) -> list[dict]:

@@ -85,6 +85,10 @@ class PickRule:
         """The tie band among dependency arms: dep_tie_band, never narrower than tie_band."""
         return self.tie_band if self.dep_tie_band is None else max(self.tie_band, self.dep_tie_band)
 
+    def dep_tie_pick(self, times: Mapping[str, float]) -> str:
+        """The simplest dependency arm within dep_band() of the fastest of `times`."""
+        return replace(self, tie_band=self.dep_band()).tie_pick(times)
+
     def is_native(self, config_id: str) -> bool:
         return self.dependency(config_id) is None
 
@@ -143,7 +147,7 @@ class PickRule:
             eligible = {c: t for c, t in deps.items()
                         if not native or min(native.values()) > t * (1.0 + self.dep_margin)}
             if eligible:
-                best = replace(self, tie_band=self.dep_band()).tie_pick(eligible)
+                best = self.dep_tie_pick(eligible)
         winner, reason = self.gate(best, clean[best], clean)
         if native_pick is None:
             return PickResult(winner, winner, reason)

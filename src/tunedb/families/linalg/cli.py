@@ -120,34 +120,47 @@ def _recommend(args: argparse.Namespace) -> int:
 
 def _repick(args: argparse.Namespace) -> int:
     from tunedb.database import schema, store
-    from tunedb.families.linalg import pick, repick, table
+    from tunedb.families.linalg import repick, table
 
     src = Path(args.table)
     if not src.is_file():
         raise TunedbError(f"--table {src} is not a file (a linalg table, e.g. src/tunedb/db/sm90/linalg.json)")
-    if args.margin is not None and not 0.0 <= args.margin < 1.0:
-        raise TunedbError(f"--margin {args.margin} must be a fraction in [0, 1) (the tie band; default 0.02)")
-    jitter = pick.LAUNCH_JITTER_NS if args.launch_jitter_ns is None else args.launch_jitter_ns
-    if not (jitter >= 0 and jitter == jitter):
-        raise TunedbError(f"--launch-jitter-ns {jitter} must be a number >= 0 (ns a call; 0: the margin alone)")
+    rule, jitter = _rule(args)
     out = Path(args.out) if args.out else src
     if not args.dry_run:
         _check_target(out, write=True)
     old = schema.load(src, "linalg")
-    rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
     from tunedb.measure.provenance import utc_now
 
     new = repick.repick(old, rule, jitter, utc_now())
     moved = table.moved_cells(old, new, rule.tie_band)
-    print(f"{src}: {len(moved)} cell(s) move under the current rule")
-    for line in moved:
-        print("  " + line)
+    _lines(f"{src}: {len(moved)} cell(s) move under the current rule", moved)
     if args.dry_run:
         print("dry run: nothing written")
         return 0
     store.write_atomic(out, schema.dumps(new))
     print(f"wrote {out}")
     return 0
+
+
+def _rule(args: argparse.Namespace) -> tuple[Any, float]:
+    """(the pick rule with --margin, the launch jitter of --launch-jitter-ns), refused when out of range."""
+    from tunedb.families.linalg import pick
+
+    if args.margin is not None and not 0.0 <= args.margin < 1.0:
+        raise TunedbError(f"--margin {args.margin} must be a fraction in [0, 1) (the tie band; default 0.02)")
+    jitter = getattr(args, "launch_jitter_ns", None)
+    jitter = pick.LAUNCH_JITTER_NS if jitter is None else jitter
+    if not (jitter >= 0 and jitter == jitter):
+        raise TunedbError(f"--launch-jitter-ns {jitter} must be a number >= 0 (ns a call; 0: the margin alone)")
+    rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
+    return rule, jitter
+
+
+def _lines(title: str, lines: list[str]) -> None:
+    print(title)
+    for line in lines:
+        print("  " + line)
 
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")
@@ -178,10 +191,8 @@ def _split(text: str | None, allowed: tuple[str, ...], what: str) -> tuple[str, 
 
 
 def _check_flags(args: argparse.Namespace, grid: list, legs: Any, ops: Any, dtypes: Any) -> None:
-    """TunedbError for flags that would measure nothing useful (before any GPU work): a tie band
-    outside [0, 1), fewer than one Triton config a cell, or ops and dtypes with no cell between them."""
-    if args.margin is not None and not 0.0 <= args.margin < 1.0:
-        raise TunedbError(f"--margin {args.margin} must be a fraction in [0, 1) (the tie band; default 0.02)")
+    """TunedbError for flags that would measure nothing useful (before any GPU work): fewer than
+    one Triton config a cell, or ops and dtypes with no cell between them (the tie band: _rule)."""
     if args.max_arms < 1:
         raise TunedbError(f"--max-arms {args.max_arms} must be at least 1 (Triton configs timed per cell)")
     if not grid:
@@ -254,12 +265,8 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     grid_n = ladder.QUICK_N if args.quick else ladder.GRID_N
     ns = _split(getattr(args, "n", None), tuple(map(str, grid_n)), "n")
     ns = tuple(int(n) for n in ns) if ns else None
+    rule, jitter = _rule(args)  # --margin and --launch-jitter-ns refused before any GPU work
     _check_flags(args, ladder.cells(legs, args.quick, dtypes, ops, ns), legs, ops, dtypes)
-    rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
-    jitter = getattr(args, "launch_jitter_ns", None)
-    jitter = pick.LAUNCH_JITTER_NS if jitter is None else jitter
-    if not (jitter >= 0 and jitter == jitter):
-        raise TunedbError(f"--launch-jitter-ns {jitter} must be a number >= 0 (ns a call; 0: the margin alone)")
     arch_family = arch_family or selector.current_arch_family()
     profile = selector.shipped_profile(arch_family)
     path = target(args.out, arch_family)
@@ -303,14 +310,10 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
                       decide=decide, max_rounds=max_rounds, jitter_ns=jitter)
     changes = table.table_changes(old, new)
     measured = sum(len(r.results) for r in reports if not r.invalid)
-    print(f"{measured} cells measured; {len(changes)} change(s) against {base if old else 'no table'}:")
-    for line in changes:
-        print("  " + line)
+    _lines(f"{measured} cells measured; {len(changes)} change(s) against {base if old else 'no table'}:", changes)
     moved = table.moved_cells(old, new, rule.tie_band)
     if moved:
-        print(f"{len(moved)} measured cell(s) changed winner:")
-        for line in moved:
-            print("  " + line)
+        _lines(f"{len(moved)} measured cell(s) changed winner:", moved)
     if args.dry_run:
         print("dry run: nothing written")
         return 0

@@ -142,7 +142,7 @@ def decide_paired(samples: Mapping[str, "list[float] | tuple[float, ...] | None"
     clear = {a: ratio_interval(native[fastest], s, coverage)[0] for a, s in ok.items() if not rule.is_native(a)}
     clear = {a: low for a, low in clear.items() if low > 1.0 + rule.dep_margin}
     if clear:  # of the tier's arms shown beyond the margin, the simplest within its band
-        best_dep = replace(rule, tie_band=rule.dep_band()).tie_pick({a: med[a] for a in clear})
+        best_dep = rule.dep_tie_pick({a: med[a] for a in clear})
         return CellPick(best_dep, pick_native,
                         f"{best_dep} ({rule.dependency(best_dep)}) beats the fastest native arm by at least "
                         f"{clear[best_dep]:.3f}x > {1 + rule.dep_margin:.2f}x; native: {why}")
@@ -239,12 +239,25 @@ def decide_low(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], 
     margin is the rule's, unchanged."""
     if batch < 1:
         raise ValueError(f"batch={batch} must be at least 1")
-    times = block_times(samples, block, q)
+    return decide_times(block_times(samples, block, q), batch, rule, jitter_ns)
+
+
+def cell_band(times: Mapping[str, float], batch: int, rule: PickRule = LINALG_RULE,
+              jitter_ns: float = LAUNCH_JITTER_NS) -> float:
+    """The tie band decide_low judges a cell with: the rule's, widened to the launch jitter of
+    the fastest native arm's call (times in ns a problem)."""
     native = [t for a, t in times.items() if rule.is_native(a)]
-    band = noise_band(min(native) * batch, rule.tie_band, jitter_ns) if native else rule.tie_band
+    return noise_band(min(native) * batch, rule.tie_band, jitter_ns) if native else rule.tie_band
+
+
+def decide_times(times: Mapping[str, float], batch: int, rule: PickRule = LINALG_RULE,
+                 jitter_ns: float = LAUNCH_JITTER_NS) -> CellPick:
+    """decide_low on each arm's statistic already taken (ns a problem): what a `--pick low` tune
+    decided, and what `tunedb linalg repick` re-decides from a table's recorded statistic."""
+    band = cell_band(times, batch, rule, jitter_ns)
     got = decide(times, replace(rule, tie_band=band))
     return CellPick(got.winner, got.native, f"{got.reason}; lower quartile, band {band:.1%} "
-                                            f"(launch jitter {jitter_ns:g} ns a call)", LOW_STAT, times)
+                                            f"(launch jitter {jitter_ns:g} ns a call)", LOW_STAT, dict(times))
 
 
 def disturbed(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], q: float = LOW_QUANTILE,
@@ -302,40 +315,45 @@ def near_edge(samples: Mapping[str, "list[float] | tuple[float, ...] | None"], b
     if not native:
         return []  # the fallback serves (decide): no edge to be near
     times = block_times(ok, block, q)
-    band = noise_band(min(times[a] for a in native) * batch, rule.tie_band, jitter_ns)
+    band = cell_band(times, batch, rule, jitter_ns)
     out: set[str] = set()
     if len(native) >= 2:
-        chosen = decide_low(ok, batch, rule, jitter_ns, q, block).native
-        out |= _band_edge(native, chosen, band, batch, block, rule, sigma_ns, q)
+        chosen = decide_times(times, batch, rule, jitter_ns).native
+        out |= _band_edge(native, times, chosen, band, batch, block, rule, sigma_ns, q)
     if deps:
         best = min(native, key=lambda a: times[a])
         edge = 1.0 + rule.dep_margin
         for a in sorted(deps):
-            sigma = _sigma(native[best], deps[a], times[a] * batch, block, sigma_ns, q)
-            k = _block_count({best: native[best], a: deps[a]}, block)
+            sigma, k = _sigma(native[best], deps[a], times[a] * batch, block, sigma_ns, q)
             if abs(times[best] / times[a] - edge) <= EDGE_Z * sigma / math.sqrt(k):
                 out |= {best, a}
         eligible = {a: s for a, s in deps.items() if times[best] > times[a] * edge}
         if len(eligible) >= 2:
-            dep_band = replace(rule, tie_band=band).dep_band()
-            dep_pick = replace(rule, tie_band=dep_band).tie_pick({a: times[a] for a in eligible})
-            out |= _band_edge(eligible, dep_pick, dep_band, batch, block, rule, sigma_ns, q)
+            banded = replace(rule, tie_band=band)
+            dep_pick = banded.dep_tie_pick({a: times[a] for a in eligible})
+            out |= _band_edge(eligible, times, dep_pick, banded.dep_band(), batch, block, rule, sigma_ns, q)
     return sorted(out)
 
 
 def _sigma(arm: "list[float] | tuple[float, ...]", ref: "list[float] | tuple[float, ...]", call_ns: float,
-           block: int, sigma_ns: float, q: float) -> float:
-    """One block's sd of the ratio arm / ref: the largest of the capture floor (sigma_ns a call,
-    CAPTURE_SIGMA_REL), the samples' own spread (ratio_se) and, over 3 or more blocks, the sd of
-    the per-block ratios."""
-    sigma = max(sigma_ns / call_ns, CAPTURE_SIGMA_REL, ratio_se(arm, ref, block, q))
+           block: int, sigma_ns: float, q: float) -> tuple[float, int]:
+    """(one block's sd of the ratio arm / ref, the blocks both have): the largest of the capture
+    floor (sigma_ns a call, CAPTURE_SIGMA_REL), the samples' own spread (ratio_se) and, over 3 or
+    more blocks, the sd of the per-block ratios."""
     a, r = _blocks(list(arm), block), _blocks(list(ref), block)
     k = min(len(a), len(r))
-    if k >= 3:
-        ratios = [quantile(a[i], q) / quantile(r[i], q) for i in range(k)]
-        mean = sum(ratios) / k
-        sigma = max(sigma, math.sqrt(sum((x - mean) ** 2 for x in ratios) / (k - 1)))
-    return sigma
+    sigma = max(sigma_ns / call_ns, CAPTURE_SIGMA_REL, ratio_se(arm, ref, block, q),
+                _sd([quantile(a[i], q) / quantile(r[i], q) for i in range(k)]))
+    return sigma, k
+
+
+def _sd(ratios: list[float]) -> float:
+    """The sample sd of per-block ratios; 0 below 3 blocks (too few to say)."""
+    k = len(ratios)
+    if k < 3:
+        return 0.0
+    mean = sum(ratios) / k
+    return math.sqrt(sum((x - mean) ** 2 for x in ratios) / (k - 1))
 
 
 def ratio_se(arm: "list[float] | tuple[float, ...]", ref: "list[float] | tuple[float, ...]", block: int,
@@ -352,17 +370,13 @@ def ratio_se(arm: "list[float] | tuple[float, ...]", ref: "list[float] | tuple[f
     return math.hypot(rel(arm), rel(ref))
 
 
-def _block_count(group: Mapping[str, "list[float] | tuple[float, ...]"], block: int) -> int:
-    return min(len(_blocks(list(s), block)) for s in group.values())
-
-
-def _band_edge(group: Mapping[str, "list[float] | tuple[float, ...]"], chosen: str, band: float, batch: int,
-               block: int, rule: PickRule, sigma_ns: float, q: float) -> set[str]:
+def _band_edge(group: Mapping[str, "list[float] | tuple[float, ...]"], all_times: Mapping[str, float], chosen: str,
+               band: float, batch: int, block: int, rule: PickRule, sigma_ns: float, q: float) -> set[str]:
     """Within one group of arms (the native ones, or the optional tiers' that clear the margin):
     the arms as simple as the group's pick or simpler whose ratio to the group's fastest lies
     within the noise of the tie band's edge (a less simple arm never takes the cell from the pick
-    by crossing it)."""
-    times = block_times(group, block, q)
+    by crossing it). `all_times`: block_times of the cell, already taken."""
+    times = {a: all_times[a] for a in group}
     fastest = min(times.values())
     call = fastest * batch
     edge = 1.0 + band
@@ -375,11 +389,8 @@ def _band_edge(group: Mapping[str, "list[float] | tuple[float, ...]"], chosen: s
     for a in sorted(group):
         if rule.simplicity(a) > rank or times[a] == fastest:
             continue  # the fastest arm's ratio is 1 by definition: it crosses no edge itself
-        sigma = max(sigma_ns / call, CAPTURE_SIGMA_REL, ratio_se(group[a], group[first], block, q))
-        if k >= 3:
-            ratios = [quantile(blocks[a][i], q) / per_block[i] for i in range(k)]
-            mean = sum(ratios) / k
-            sigma = max(sigma, math.sqrt(sum((r - mean) ** 2 for r in ratios) / (k - 1)))
+        sigma = max(sigma_ns / call, CAPTURE_SIGMA_REL, ratio_se(group[a], group[first], block, q),
+                    _sd([quantile(blocks[a][i], q) / per_block[i] for i in range(k)]))
         if abs(times[a] / fastest - edge) <= EDGE_Z * sigma / math.sqrt(k):
             out.add(a)
     return out

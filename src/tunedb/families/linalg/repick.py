@@ -30,10 +30,7 @@ def point_pick(point: Mapping[str, Any], batch: int, rule: Any = pick.LINALG_RUL
     if not stat or batch < 1:
         return None
     times = {a: ms * 1e6 / batch for a, ms in stat.items()}  # ns a problem, as the tune compares
-    native = [t for a, t in times.items() if rule.is_native(a)]
-    band = pick.noise_band(min(native) * batch, rule.tie_band, jitter_ns) if native else rule.tie_band
-    got = pick.decide(times, replace(rule, tie_band=band))
-    return pick.CellPick(got.winner, got.native, got.reason, pick.LOW_STAT, times)
+    return pick.decide_times(times, batch, rule, jitter_ns)
 
 
 def repick_entry(entry: Entry, rule: Any = pick.LINALG_RULE,
