@@ -57,6 +57,30 @@ def test_the_gradient_is_torchs_even_where_a_kernel_serves(op, kernel_like_launc
         torch.testing.assert_close(got.grad, exp.grad)
 
 
+@pytest.mark.parametrize("op", ["dot", "gemv", "gemm", "potrf", "trsv", "posv"])
+def test_forward_mode_tangents_are_torchs(op, kernel_like_launch):
+    """torch.func.jvp and forward_ad's dual tensors set no requires_grad: below autograd the
+    served arm dropped their tangent silently (a zero jvp, a zero jacfwd)."""
+    base = _inputs(op)
+    g = torch.Generator().manual_seed(7)
+    tangents = tuple(torch.randn(t.shape, generator=g, dtype=t.dtype) for t in base)
+    if op in ("potrf", "posv"):  # stay on the symmetric matrices the op reads
+        tangents = (tangents[0] + tangents[0].mT,) + tangents[1:]
+
+    def first(fn):
+        return lambda *xs: (lambda out: out[0] if isinstance(out, tuple) else out)(fn(*xs))
+
+    _, mine = torch.func.jvp(first(getattr(la, op)), base, tangents)
+    _, want = torch.func.jvp(first(lambda *xs: problems.torch_arm(op, *xs)), base, tangents)
+    assert mine.abs().max() > 0
+    torch.testing.assert_close(mine, want)
+    import torch.autograd.forward_ad as fwad
+
+    with fwad.dual_level():
+        out = first(getattr(la, op))(*(fwad.make_dual(t, d) for t, d in zip(base, tangents)))
+        torch.testing.assert_close(fwad.unpack_dual(out).tangent, want)
+
+
 def test_without_a_wanted_gradient_the_served_arm_runs(kernel_like_launch):
     a, b = (t.clone().requires_grad_() for t in _inputs("posv"))
     with torch.no_grad():

@@ -90,3 +90,45 @@ def test_the_gemm_log_softmax_fake_refuses_what_the_op_refuses():
     with pytest.raises(SignatureError, match="bias has shape"):
         glsm_ops.gemm_log_softmax(x, torch.empty(33, 64, dtype=torch.bfloat16, device="meta"),
                                   torch.empty(32, dtype=torch.bfloat16, device="meta"))
+
+
+def _gemm_cases():
+    from tunedb.families.gemm import ops as gemm_ops
+
+    return {
+        "gemm": (gemm_ops.gemm, F.linear, lambda: (torch.randn(2, 3, 8), torch.randn(5, 8))),
+        "gemm_act": (lambda x, w, b: gemm_ops.gemm_act(x, w, b, "gelu_tanh"),
+                     lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"),
+                     lambda: (torch.randn(4, 8), torch.randn(5, 8), torch.randn(5))),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(CASES) + ["gemm", "gemm_act"])
+def test_forward_mode_and_functorch_transforms_get_torchs_derivatives(name):
+    """torch.func.jvp / forward_ad set no requires_grad: below autograd the tangent was dropped
+    (a zero jvp); the GEMM ops' autograd.Function had no jvp and no functorch rule (torch.func.grad
+    raised NotImplementedError)."""
+    fn, ref, make = {**CASES, **_gemm_cases()}[name]
+    torch.manual_seed(0)
+    inputs = make()
+    tangents = tuple(torch.randn_like(t) for t in inputs)
+    got = torch.func.jvp(fn, inputs, tangents)[1]
+    want = torch.func.jvp(ref, inputs, tangents)[1]
+    assert want.abs().max() > 0
+    torch.testing.assert_close(got, want)
+    g_got = torch.func.grad(lambda *xs: fn(*xs).float().sum(), argnums=tuple(range(len(inputs))))(*inputs)
+    g_want = torch.func.grad(lambda *xs: ref(*xs).float().sum(), argnums=tuple(range(len(inputs))))(*inputs)
+    for g, w in zip(g_got, g_want):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("k,n", [(0, 3), (4, 0)])
+def test_a_tuned_linear_with_an_empty_dimension_trains(k, n):
+    """Linear(0, 3) and Linear(4, 0): backward's reshape(-1, 0) had no answer for -1."""
+    import tunedb
+
+    lin = torch.nn.Linear(k, n)
+    model = tunedb.optimize(torch.nn.Sequential(lin))
+    x = torch.randn(2, k, requires_grad=True)
+    model(x).sum().backward()
+    assert x.grad.shape == (2, k) and lin.weight.grad.shape == (n, k)

@@ -16,10 +16,25 @@ from typing import Any, Callable
 
 
 def wants_grad(args: tuple[Any, ...]) -> bool:
-    """Grad mode is on and a tensor among `args` requires grad."""
+    """Grad mode is on and a tensor among `args` requires grad, or a tensor among them carries a
+    forward-mode tangent (forward_ad's dual tensors, torch.func.jvp / jacfwd): those set no
+    requires_grad, and below autograd the served arm would drop the tangent silently."""
     import torch
 
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+        return True
+    return _has_tangent(args)
+
+
+def _has_tangent(args: tuple[Any, ...]) -> bool:
+    import torch
+    from torch.autograd import forward_ad
+
+    level = forward_ad._current_level  # -1 outside every dual level: the common case, one read
+    if level < 0 or not torch._C._is_fwd_grad_enabled():
+        return False
+    return any(isinstance(t, torch.Tensor) and torch._unpack_dual(t, lv).tangent is not None
+               for t in args for lv in range(level + 1))
 
 
 def register(lib: Any, name: str, torch_form: Callable[..., Any]) -> None:

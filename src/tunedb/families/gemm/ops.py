@@ -32,7 +32,7 @@ from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.configs import ACTS as GEMM_ACTS, VENDOR_LANES
 from tunedb.families.gemm import ops_autocast
 from tunedb.families.key_rules import check_one_device
-from tunedb.families.gemm.ops_autograd import _TunedGemm
+from tunedb.families.gemm.ops_autograd import _TunedGemm, torch_form
 from tunedb.runtime import launch_table
 
 # The activations the GEMM family fuses, as the torch arm computes them (the CPU/meta path).
@@ -286,6 +286,8 @@ def _plain_no_grad(x: torch.Tensor, *rest: torch.Tensor | None) -> bool:
 
 
 def _gemm_autograd(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.Tensor:
+    if _transformed():
+        return torch_form(x, weight, None, None)
     if _plain_no_grad(x, weight):
         return _gemm_impl(x, weight)
     return _TunedGemm.apply(x, weight, None, None, tiers)
@@ -293,6 +295,8 @@ def _gemm_autograd(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> to
 
 def _gemm_act_autograd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                        act: str, tiers: str = "") -> torch.Tensor:
+    if _transformed():
+        return torch_form(x, weight, bias, act)
     if _plain_no_grad(x, weight, bias):
         return _gemm_act_impl(x, weight, bias, act)
     return _TunedGemm.apply(x, weight, bias, act, tiers)
@@ -324,6 +328,15 @@ _known = launch_table.known
 # torch.autocast on for any device: the call goes through the dispatcher, whose Autocast kernel
 # (ops_autocast.py) computes what F.linear does under it (one C call, ~85 ns on a slow CPU)
 _autocast = torch._C._is_any_autocast_enabled
+# A functorch transform (torch.func.grad, vmap, jvp, jacrev) active or a forward-AD dual level
+# open: the call runs the torch form (ops_autograd.torch_form), which every transform knows; the
+# tuned kernels and _TunedGemm (no jvp, no functorch rule) would drop a tangent or fail (~50 ns)
+_fwad = torch.autograd.forward_ad
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
+def _transformed() -> bool:
+    return _fwad._current_level >= 0 or _functorch_active()
 
 
 def _token() -> str:
@@ -346,7 +359,7 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 # else (a miss included) takes _entry, which sorts the call as the checks below describe.
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
-    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast())
+    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast() or _transformed())
             and not (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
         bound = _known(("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None))
         if bound is not None:
@@ -359,7 +372,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
              act: str = "none") -> torch.Tensor:
     """act(x @ weight.T + bias); act is one of none, gelu, gelu_tanh, relu, silu."""
-    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast())
+    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast() or _transformed())
             and not (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                           or (bias is not None and bias.requires_grad)))):
         bound = _known(("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,
@@ -374,7 +387,10 @@ def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
 def _entry(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
            act: str) -> torch.Tensor:
     """An entry-point call the fast path did not serve: traced, autocast or autograd calls go
-    through torch.ops.tunedb; an eager call is validated, resolved and (CUDA) memoised."""
+    through torch.ops.tunedb; an eager call is validated, resolved and (CUDA) memoised; under a
+    functorch transform or forward-mode AD the torch form serves (ops_autograd.torch_form)."""
+    if _transformed():
+        return torch_form(x, weight, bias, act)
     traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
     if traced or _autocast() or (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                                      or (bias is not None and bias.requires_grad))):

@@ -5,6 +5,7 @@ Autograd kernel when a gradient is needed or the tensors are not plain.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -23,6 +24,17 @@ def _act_backward(grad: torch.Tensor, pre: torch.Tensor, act: str) -> torch.Tens
     return torch.ops.aten.silu_backward(grad, pre)
 
 
+def torch_form(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act: str | None) -> torch.Tensor:
+    """What the ops compute, in torch's own differentiable ops: served under functorch transforms
+    and forward-mode AD, which know torch's ops and not this autograd.Function (no jvp, and
+    applied inside a Library kernel it has no functorch rule)."""
+    from tunedb.families.gemm.arms import act_fn
+
+    out = F.linear(x, weight, bias)
+    fn = act_fn(act or "none")
+    return out if fn is None else fn(out)
+
+
 def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     x, weight, bias, act, _tiers = inputs
     ctx.act = act or "none"
@@ -33,11 +45,12 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, weight, bias = ctx.saved_tensors
     k = x.shape[-1]
+    rows = math.prod(x.shape[:-1])  # not reshape(-1, ...): K = 0 or N = 0 leaves -1 undefined
     if ctx.act != "none":  # recompute the pre-activation rather than keep it alive
         grad = _act_backward(grad, F.linear(x, weight, bias), ctx.act)
-    g2 = grad.reshape(-1, weight.shape[0])
+    g2 = grad.reshape(rows, weight.shape[0])
     grad_x = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
-    grad_w = g2.t() @ x.reshape(-1, k) if ctx.needs_input_grad[1] else None
+    grad_w = g2.t() @ x.reshape(rows, k) if ctx.needs_input_grad[1] else None
     grad_b = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
     return grad_x, grad_w, grad_b, None, None
 

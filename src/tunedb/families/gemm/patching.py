@@ -42,8 +42,9 @@ from tunedb.families.module_rules import hooked as _hooked
 from tunedb.runtime import launch_table, report
 
 # the entry points' fast-path checks (ops.py), bound here once: TunedLinear.forward repeats them
-_Tensor, _compiling, _dispatch_modes, _autocast, _grad_enabled, _known = (
-    ops._Tensor, ops._compiling, ops._dispatch_modes, ops._autocast, ops._grad_enabled, launch_table.known)
+_Tensor, _compiling, _dispatch_modes, _autocast, _grad_enabled, _known, _transformed = (
+    ops._Tensor, ops._compiling, ops._dispatch_modes, ops._autocast, ops._grad_enabled, launch_table.known,
+    ops._transformed)
 
 _HF_ACTS: dict[str, str] = {
     "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
@@ -84,7 +85,7 @@ class TunedLinear(nn.Module):
         # ops.gemm / gemm_act's eager fast path, inline (one Python frame less per call): a plain
         # CUDA tensor, no tracer, mode or autocast, no gradient wanted, a key served this epoch.
         # The key is the one those entry points build, so either side's first call fills it.
-        if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast())
+        if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast() or _transformed())
                 and not (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                               or (bias is not None and bias.requires_grad)))):
             if bias is None:

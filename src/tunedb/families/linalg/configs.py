@@ -25,7 +25,6 @@ be captured in a CUDA graph: it is measured eagerly and reported, never served.
 from __future__ import annotations
 
 import importlib
-import math
 import re
 from functools import lru_cache
 from typing import Any, Sequence
@@ -152,7 +151,7 @@ def shape_of(config: Config) -> tuple[str, int, int]:
 def grid(config: Config, batch: int) -> int:
     """Programs launched for `batch` problems."""
     _packing, per, _warps = shape_of(config)
-    return max(1, math.ceil(batch / per))
+    return max(1, -(-int(batch) // per))  # integer ceil: exact at any batch (a float loses it past 2**53)
 
 
 def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: ArchProfile | None) -> str | None:

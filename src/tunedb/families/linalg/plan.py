@@ -161,8 +161,10 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
     # heuristic off there, so the plan must say the library arm then, as the serving path runs it
     config = untuned.answer(FAMILY, sig, profile, batch, concrete=True)  # the arm run at this batch
     why = ("no table for " + arch) if db is None else f"no measured entry for {sig}"
-    rule = (f"heuristic: {configs.heuristic_packing(sig)} packing for n={n}, problems per program "
-            f"filling {configs.PROGRAMS_PER_SM} programs per SM ({profile.sms} SMs)")
+    wanted, chosen = configs.heuristic_packing(sig), (configs.shape_of(config)[0] if not config.is_sentinel else None)
+    rule = (f"heuristic: {chosen or wanted} packing for n={n}"
+            + (f" ({wanted} has no valid config here)" if chosen and chosen != wanted else "")
+            + f", problems per program filling {configs.PROGRAMS_PER_SM} programs per SM ({profile.sms} SMs)")
     if not settings.heuristic_enabled():
         rule = "TUNEDB_HEURISTIC=0: the family default serves"
     elif not settings.model_fallback_enabled():
