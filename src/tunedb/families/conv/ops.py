@@ -49,14 +49,29 @@ def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
     if _record(op, x, weight, bias, stride, padding, dilation, groups, act):
         with launch_table.recorded_call():
             return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
-    # an empty batch has no key; under autocast torch's conv casts its operands (the op would not)
-    if not x.is_cuda or x.dtype not in _SERVED or x.numel() == 0 or autocast_rule.casts("cuda", x, weight, bias):
+    # an empty batch has no key, nor has an unbatched input ([C, L] / [C, H, W]: torch's form
+    # takes it); under autocast torch's conv casts its operands (the op would not)
+    if (not x.is_cuda or x.dtype not in _SERVED or x.numel() == 0 or x.dim() != weight.dim()
+            or autocast_rule.casts("cuda", x, weight, bias)):
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     args = (x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
     bound = dispatch.bound("conv", op, *args)
     if not grid_fits(bound.config, x):
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
-    return bound.call(*args)
+    y = bound.call(*args)
+    cfg = bound.config
+    if cfg.is_sentinel or (cfg.lane == "cudnn" and not cfg.param("channels_last", 0)):
+        return y  # F.conv itself: its output layout is the fake's
+    return _as_torch_lays_out(y, x)
+
+
+def _as_torch_lays_out(y, x):
+    """A Triton or channels-last arm's result in the layout F.conv gives for x (the fake kernel's,
+    which torch.compile's Inductor asserts on the real output): channels-last for a channels-last
+    4-D input, else contiguous. A copy only where the arm's layout differs."""
+    fmt = (torch.channels_last if x.dim() == 4 and not x.is_contiguous()
+           and x.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format)
+    return y if y.is_contiguous(memory_format=fmt) else y.contiguous(memory_format=fmt)
 
 
 # CUDA's limit on a launch grid's y and z dimensions. The direct depthwise kernel (launch.py, a
@@ -101,10 +116,9 @@ grad_form.register(_lib, "conv2d", functools.partial(_grad_form, "conv2d"))
 def _fake(op, x, weight, bias, stride, padding, dilation, groups, act):
     keys.check_act(act)
     _record(op, x, weight, bias, stride, padding, dilation, groups, act)  # a census on meta tensors runs this
-    n = 1 if op == "conv1d" else 2
-    spatial = [keys.out_len(int(x.shape[2 + i]), int(weight.shape[2 + i]), stride[i], padding[i], dilation[i])
-               for i in range(n)]
-    return x.new_empty((x.shape[0], weight.shape[0], *spatial))
+    # torch's own conv on the fake tensors: its shape, unbatched inputs and its output layout
+    # (channels-last in, channels-last out), which the served arms keep (_as_torch_lays_out)
+    return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
 
 
 @torch.library.register_fake("tunedb::conv1d", lib=_lib)

@@ -45,20 +45,25 @@ def _folded(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Te
     cached = conv.__dict__.get("_tunedb_fold")
     if cached is not None and cached[0] == key:
         return cached[1]
-    with torch.no_grad():  # cached tensors are leaves: deepcopy and pickling take the module
+    # cached tensors are leaves (deepcopy and pickling take the module), and normal tensors even
+    # when the first call ran under inference_mode: an inference tensor in the cache would make a
+    # later call that records autograd fail ("Inference tensors cannot be saved for backward")
+    with torch.inference_mode(False), torch.no_grad():
         out = _fold(conv, bn)
     conv.__dict__["_tunedb_fold"] = (key, out)
     return out
 
 
 def _fold(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tensor]:
-    var, mean = bn.running_var.float(), bn.running_mean.float()
+    # fp32 at least (half-precision weights fold without rounding the scale), fp64 for fp64 ones
+    ct = torch.promote_types(conv.weight.dtype, torch.float32)
+    var, mean = bn.running_var.to(ct), bn.running_mean.to(ct)
     scale = torch.rsqrt(var + bn.eps)
     if bn.weight is not None:
-        scale = scale * bn.weight.float()
-    w = conv.weight.float() * scale.view(-1, *([1] * (conv.weight.dim() - 1)))
-    b = conv.bias.float() if conv.bias is not None else torch.zeros_like(mean)
-    b = (b - mean) * scale + (bn.bias.float() if bn.bias is not None else 0.0)
+        scale = scale * bn.weight.to(ct)
+    w = conv.weight.to(ct) * scale.view(-1, *([1] * (conv.weight.dim() - 1)))
+    b = conv.bias.to(ct) if conv.bias is not None else torch.zeros_like(mean)
+    b = (b - mean) * scale + (bn.bias.to(ct) if bn.bias is not None else 0.0)
     return w.to(conv.weight.dtype), b.to(conv.weight.dtype)
 
 
