@@ -43,7 +43,8 @@ def test_support_between_measured_batches_follows_the_statistic_the_pick_used():
     beat torch at both. At M=16 its median is behind torch (a burst) while its lower quartile,
     what the pick compared, is ahead: it serves. Without `_stat` the medians decide: torch."""
     fam = FakeFamily()
-    at_256 = {"big": [1.0, 0, 9], "torch": [2.0, 0, 9]}
+    # big at 256 slower than torch at 16: the bound between them (rule 2b) proves nothing here
+    at_256 = {"big": [4.0, 0, 9], "torch": [8.0, 0, 9]}
     burst_16 = {"a": [1.0, 0, 9], "big": [3.5, 0.9, 9], "torch": [3.0, 0, 9]}
     low_16 = {**burst_16, "_stat": "q25", "_stat:a": 0.9, "_stat:big": 2.1, "_stat:torch": 2.9}
     assert serving.unsupported(fam, _entry({"M=16": low_16, "M=256": at_256}), 100, "big") is None
@@ -52,6 +53,18 @@ def test_support_between_measured_batches_follows_the_statistic_the_pick_used():
     ahead = {"a": [1.0, 0, 9], "big": [2.0, 0, 9], "torch": [3.0, 0, 9],
              "_stat": "q25", "_stat:a": 0.9, "_stat:big": 1.9, "_stat:torch": 1.8}
     assert serving.unsupported(fam, _entry({"M=16": ahead, "M=256": at_256}), 100, "big") is not None
+
+
+def test_between_two_regions_the_config_serves_where_its_time_above_beats_torchs_below():
+    """Rule 2b: `big` was timed only at M=256 (the other region's winner `a` at M=16); at M=100
+    it takes at most its M=256 time and torch at least its M=16 time, so where the first beats
+    the second by the gate `big` serves; where it does not, torch."""
+    fam = FakeFamily()
+    at_16 = {"a": [1.0, 0, 9], "torch": [3.0, 0, 9]}
+    assert serving.unsupported(fam, _entry({"M=16": at_16, "M=256": {"big": [2.0, 0, 9], "torch": [9.0, 0, 9]}}),
+                               100, "big") is None
+    assert serving.unsupported(fam, _entry({"M=16": at_16, "M=256": {"big": [3.5, 0, 9], "torch": [9.0, 0, 9]}}),
+                               100, "big") is not None
 
 
 def _cost(cell: Cell, arm: str) -> float:

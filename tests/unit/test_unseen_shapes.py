@@ -137,8 +137,12 @@ def test_support_reads_the_regions_own_wins_and_the_fallback_at_both_neighbours(
     assert serving.unsupported(fam, entry, 512, "big") is None
     assert "won at M=256" in serving.unsupported(fam, entry, 513, "big")
     assert serving.unsupported(fam, entry, 10 ** 6, "torch") is None  # the fallback needs no evidence
-    slow_at_16 = dict(ev, **{"M=16": {"a": [1.0, 0, 5], "big": [3.0, 0, 5], "torch": [3.0, 0, 5]}})
+    # big behind torch at 16, and its time at 256 no better than torch's at 16 (rule 2b's bound)
+    slow_at_16 = dict(ev, **{"M=16": {"a": [0.5, 0, 5], "big": [3.0, 0, 5], "torch": [0.9, 0, 5]}})
     assert serving.unsupported(fam, _entry([(16, "a"), (None, "big")], slow_at_16), 100, "big") is not None
+    # behind torch at 16, but its time at 256 beats torch's at 16: at 100 it is the faster (2b)
+    bounded = dict(ev, **{"M=16": {"a": [1.0, 0, 5], "big": [3.0, 0, 5], "torch": [3.0, 0, 5]}})
+    assert serving.unsupported(fam, _entry([(16, "a"), (None, "big")], bounded), 100, "big") is None
     assert serving.unsupported(fam, _entry([(16, "a")], {}), 1, "a") is None  # no evidence: as written
 
 

@@ -76,7 +76,9 @@ def unsupported(fam: Any, entry: Entry, m: int, cid: str, native: bool = False) 
     """Why the evidence of `entry` does not support serving its region's config `cid` at size m
     (None: it does). A config other than the pick rule's fallback (and its peers) serves m when
     (1) it won a measured size of its region within a factor 2 of m, or (2) m lies between two
-    measured sizes and at both the config measured faster than the fallback by the gate, or (3) m
+    measured sizes and at both the config measured faster than the fallback by the gate, or
+    (2b) between two measured sizes its time above m beats the fallback's time below m
+    (_bounded_between: neither time falls as the size grows), or (3) m
     lies beyond the measured range, the family's `extrapolates` hook allows it for the signature,
     and the config won and beat the fallback by EXTRAPOLATION_MARGIN at the edge size. Else m
     lies beyond what was measured (M=1 from a region measured only at M=1500, a catch-all far
@@ -97,6 +99,8 @@ def unsupported(fam: Any, entry: Entry, m: int, cid: str, native: bool = False) 
     above = [s for s in sizes if s > m]
     if below and above and all(_beats(entry.evidence[f"M={s}"], cid, rule) for s in (below[-1], above[0])):
         return None
+    if below and above and _bounded_between(entry, cid, rule, below, above):
+        return None
     edge = sizes[0] if m < sizes[0] else sizes[-1] if m > sizes[-1] else None
     if (edge is not None and edge in won and hook(fam, "extrapolates")(entry.signature)
             and _beats(entry.evidence[f"M={edge}"], cid, rule, EXTRAPOLATION_MARGIN)):
@@ -105,6 +109,22 @@ def unsupported(fam: Any, entry: Entry, m: int, cid: str, native: bool = False) 
     where = f"won at M={near}" if near is not None else "won at no measured size of its region"
     return (f"{cid} {where}; M={m} is more than a factor 2 from it and not between two measured sizes "
             f"({sizes[0]}..{sizes[-1]}) where it beat {rule.fallback}: {rule.fallback} serves")
+
+
+def _bounded_between(entry: Entry, cid: str, rule: Any, below: list[int], above: list[int]) -> bool:
+    """Rule (2b): between two measured sizes, `cid` timed at the nearest size above m faster (by
+    the gate) than the fallback at the nearest size below m where each was timed. Time does not
+    fall as the size grows (more problems, more rows), so at m the config takes at most its time
+    above and the fallback at least its time below: the config is the faster there too. It
+    serves a size between two regions whose winners differ (linalg potrf fp32 n=8: warp_p2_w1
+    won batch 256, warp_p8_w1 batch 4096, torch 3.7x and 7x slower; batch 1000 fell to torch)."""
+    def time_of(size: int, arm: str) -> float | None:
+        got = point_times(entry.evidence[f"M={size}"], arm)
+        return got[0] if got else None
+
+    mine = next((t for t in (time_of(s, cid) for s in above) if t is not None), None)
+    base = next((t for t in (time_of(s, rule.fallback) for s in reversed(below)) if t is not None), None)
+    return mine is not None and base is not None and mine > 0 and base >= mine * rule.min_speedup
 
 
 def _size(key: str) -> int | None:
