@@ -185,3 +185,13 @@ def test_persistent_states_match_nn_lstm_under_the_interpreter():
                PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     res = subprocess.run([sys.executable, "-c", _STATES], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+
+
+def test_an_attribute_written_on_the_wrapper_reaches_the_lstm():
+    """`model.lstm.dropout = 0.0` after optimize(): the write stayed on the wrapper and the LSTM
+    kept dropping out (train-mode outputs differed from the plain model's)."""
+    model = optimize(torch.nn.Sequential(torch.nn.LSTM(4, 8, num_layers=2, dropout=0.5)))
+    model[0].dropout = 0.0
+    assert model[0].rnn.dropout == 0.0
+    model.eval()
+    assert not model[0].rnn.training

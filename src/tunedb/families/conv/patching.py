@@ -70,7 +70,8 @@ def _fold(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tens
 class TunedConv1d(nn.Conv1d):
     tunedb_act = "none"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         from tunedb.families.conv import ops
 
         bn = self.__dict__.get("_tunedb_bn")
@@ -86,7 +87,8 @@ class TunedConv1d(nn.Conv1d):
 class TunedConv2d(nn.Conv2d):
     tunedb_act = "none"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         from tunedb.families.conv import ops
 
         return ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
@@ -96,14 +98,16 @@ class TunedConv2d(nn.Conv2d):
 class AbsorbedBatchNorm1d(nn.BatchNorm1d):
     """A batch norm folded into the conv before it: passes its input through in eval mode."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         return x if not self.training else super().forward(x)
 
 
 class _Absorbed:
     """An activation run by the conv's epilogue while `norm` is in eval mode."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         return x if not self.__dict__["_tunedb_norm"].training else super().forward(x)
 
 

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 
-def script_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+def script_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
     """The source torch.jit.script compiles for TunedLinear.forward (see TunedLinear)."""
-    return torch.ops.tunedb.gemm_act(x, self.weight, self.bias, self.act)
+    return torch.ops.tunedb.gemm_act(input, self.weight, self.bias, self.act)
 
 
 def traced_forward(module: Any, x: torch.Tensor) -> torch.Tensor:

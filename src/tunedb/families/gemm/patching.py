@@ -73,7 +73,8 @@ class TunedLinear(nn.Module):
         self.act = act
         self.approximate = approximate
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         # the Parameters straight from _parameters, which is what self.weight finds there through
         # Module.__getattr__, a Python frame per read (0.3-0.6 us on a slow host, paid by nn.Linear
         # twice a call); the attribute path serves what is not there (a parametrization's

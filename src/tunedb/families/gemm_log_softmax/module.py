@@ -16,7 +16,8 @@ class TunedLinearLogSoftmax(torch.nn.Module):
         self.weight = linear.weight
         self.bias = linear.bias
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         # torch's own pair for fp32 heads and under autocast (which casts the linear's
         # operands and runs log_softmax in fp32; the fused op takes one dtype and keeps it)
         if x.dtype not in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(x.device.type):

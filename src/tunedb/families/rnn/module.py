@@ -37,6 +37,17 @@ class TunedRNN(torch.nn.Module):
                 raise
             return getattr(rnn, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a plain attribute of the wrapped module (dropout, batch_first, ...) is written there, where
+        # its forward reads it (on the wrapper the write was silently ignored); the wrapper's own
+        # state, modules, parameters and `training` (train()/eval() set it on both) stay here
+        rnn = self.__dict__.get("_modules", {}).get("rnn")
+        if (rnn is not None and name != "training" and not name.startswith("_") and name in rnn.__dict__
+                and not isinstance(value, (torch.nn.Module, torch.Tensor))):
+            setattr(rnn, name, value)
+            return
+        super().__setattr__(name, value)
+
     def _flatten_once(self) -> None:
         """nn's flatten_parameters() skips bf16, so cuDNN would copy the weights every call:
         flatten them in place once, again only after they moved (.to(), a new assignment)."""
@@ -47,7 +58,8 @@ class TunedRNN(torch.nn.Module):
             flatten_module(self.rnn)
             self._flat = tuple(w.data_ptr() for w in self.rnn._flat_weights)
 
-    def forward(self, x: Any, hx: Any = None) -> Any:
+    def forward(self, input: Any, hx: Any = None) -> Any:
+        x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         served = isinstance(x, torch.Tensor) and x.device.type == census.SERVED_DEVICE
         key = module_signature(self.rnn, x) if served else None
         if key is None:

@@ -77,7 +77,8 @@ def _module_class() -> type:
                 return v.round().to(torch.int8), s
             return v.to(torch.float8_e4m3fn), s
 
-        def forward(self, x: Any) -> Any:
+        def forward(self, input: Any) -> Any:
+            x = input  # nn's own parameter name: module(input=t) works as on the module replaced
             lead = x.shape[:-1]
             x2 = x.reshape(-1, self.in_features).contiguous()
             if torchao_bridge.ACTIVE:  # a census is recording (tunedb census --fused --quantization)
