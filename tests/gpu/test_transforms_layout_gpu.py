@@ -67,7 +67,7 @@ def test_a_triton_conv_keeps_f_convs_layout_and_compiles_with_inductor():
         y = conv_ops.conv1d(x, w, None, 1, 2, 1, 16, act="silu")
         torch.testing.assert_close(y, F.silu(F.conv1d(x, w, None, 1, 2, 1, 16)), rtol=2e-2, atol=2e-2)
         assert y.is_contiguous()
-        model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.ReLU()).to(**h)
+        model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU()).to(**h)
         import tunedb
 
         tuned = tunedb.optimize(copy.deepcopy(model), families="all")
