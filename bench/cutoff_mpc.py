@@ -223,7 +223,7 @@ def workload(solver):
 
 
 def summarize(trace):
-    from tunedb.cutoff import fit
+    from tunedb.cutoff import fitting as fit
 
     t = trace.times_ms
     return {"mean_ms": fit.stat_of(t, "mean"), "p99_ms": fit.stat_of(t, "p99"), "max_ms": fit.stat_of(t, "max"),
@@ -258,8 +258,8 @@ def main(argv=None):
     args = parse_args(argv)
     import torch
 
-    from tunedb.cutoff import fit as fitmod
-    from tunedb.cutoff import probe as probemod
+    from tunedb.cutoff import fitting as fitmod
+    from tunedb.cutoff import probing as probemod
     from tunedb.cutoff import store
 
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tunedb import settings
-from tunedb.cutoff import fit as fitmod
-from tunedb.cutoff import layout, probe as probemod, solvers
+from tunedb.cutoff import fitting as fitmod
+from tunedb.cutoff import layout, probing as probemod, solvers
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

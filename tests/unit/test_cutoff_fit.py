@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from tunedb.cutoff.fit import fit, stat_of, within_band
-from tunedb.cutoff.probe import Probe, Trace
+from tunedb.cutoff.fitting import fit, stat_of, within_band
+from tunedb.cutoff.probing import Probe, Trace
 from tunedb.errors import CutoffError
 
 SIGNALS = tuple(float(s) for s in range(1, 101))
@@ -93,3 +93,37 @@ def test_one_policy_everywhere_gives_a_band_open_to_the_signal_domain_end(scale)
     # both policies equal within tolerance everywhere: the whole domain, cutoff mid-range
     h = fit(traces(lambda s: 10.05), statistic="mean", scale=scale)
     assert h.band[1] == float("inf") and h.band[0] == lo and SIGNALS[0] < h.cutoff < SIGNALS[-1]
+
+
+def test_package_attributes_stay_the_functions_after_use():
+    # the submodules are named probing/fitting so that importing them never rebinds
+    # tunedb.cutoff.probe / tunedb.cutoff.fit to a module
+    import tunedb.cutoff as cutoff
+    from tunedb.cutoff import fitting, probing  # noqa: F401
+
+    for _ in range(2):
+        assert callable(cutoff.probe) and callable(cutoff.fit)
+        f = cutoff.fit(traces(lambda s: 0.2 * s), statistic="mean")
+        assert 40.0 <= f.cutoff <= 60.0
+
+
+@pytest.mark.parametrize("kwargs, word", [({"k": 0}, "k must be"), ({"k": -2}, "k must be"),
+                                          ({"below": "direct", "above": "direct"}, "same policy")])
+def test_fit_refuses_bad_arguments_by_name(kwargs, word):
+    with pytest.raises(CutoffError, match=word):
+        fit(traces(lambda s: 0.2 * s), statistic="mean", **kwargs)
+
+
+@pytest.mark.parametrize("times, signals, word", [((1.0, float("nan")), (1.0, 2.0), "time nan"),
+                                                  ((1.0, 2.0), (1.0, float("inf")), "signal inf"),
+                                                  ((1.0, -2.0), (1.0, 2.0), "negative")])
+def test_trace_refuses_non_finite_or_negative_values(times, signals, word):
+    with pytest.raises(CutoffError, match=word):
+        Trace("direct", times, signals)
+
+
+def test_probe_refuses_negative_discard():
+    from tunedb.cutoff.probing import probe
+
+    with pytest.raises(CutoffError, match="discard must be"):
+        probe(lambda solver: None, problem="p", device="cpu", discard=-1)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tunedb import settings
-from tunedb.cutoff import fit as fitmod
-from tunedb.cutoff import layout, probe as probemod, solvers, store
+from tunedb.cutoff import fitting as fitmod
+from tunedb.cutoff import layout, probing as probemod, solvers, store
 from tunedb.errors import BusyGPUError, CutoffError
 from bench_modules import bench_module  # noqa: E402
 

@@ -81,7 +81,7 @@ def load_workload(spec: str):
 
 
 def _fit_and_report(probe, args) -> int:
-    from tunedb.cutoff import fit as fitmod
+    from tunedb.cutoff import fitting as fitmod
     from tunedb.cutoff import store
 
     f = fitmod.fit(probe, statistic=args.stat, tolerance=args.tol, scale=args.scale)
@@ -101,7 +101,7 @@ def _fit_and_report(probe, args) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tunedb.cutoff import probe as probemod
+    from tunedb.cutoff import probing as probemod
     from tunedb.cutoff import store
 
     if args.cutoff_cmd == "show":

@@ -16,8 +16,8 @@ from typing import Any
 _LAZY = {
     "direct": "tunedb.cutoff.solvers", "pcg": "tunedb.cutoff.solvers", "solve": "tunedb.cutoff.solvers",
     "residual": "tunedb.cutoff.layout", "random_system": "tunedb.cutoff.layout",
-    "probe": "tunedb.cutoff.probe", "Trace": "tunedb.cutoff.probe", "Probe": "tunedb.cutoff.probe",
-    "fit": "tunedb.cutoff.fit", "Fit": "tunedb.cutoff.fit",
+    "probe": "tunedb.cutoff.probing", "Trace": "tunedb.cutoff.probing", "Probe": "tunedb.cutoff.probing",
+    "fit": "tunedb.cutoff.fitting", "Fit": "tunedb.cutoff.fitting",
     "persist": "tunedb.cutoff.store", "lookup": "tunedb.cutoff.store", "Decision": "tunedb.cutoff.store",
     "load": "tunedb.cutoff.store",
 }

@@ -13,6 +13,7 @@ appears during it is recorded in `contended_by` (allow_busy measures anyway and 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,13 @@ class Trace:
     def __post_init__(self) -> None:
         if len(self.times_ms) != len(self.signals):
             raise CutoffError(f"trace {self.policy!r}: {len(self.times_ms)} times but {len(self.signals)} signals")
+        for what, values in (("time", self.times_ms), ("signal", self.signals)):
+            bad = next((v for v in values if not math.isfinite(v)), None)
+            if bad is not None:
+                raise CutoffError(f"trace {self.policy!r}: {what} {bad} is not finite; every time and signal "
+                                  "must be a finite number")
+        if any(t < 0 for t in self.times_ms):
+            raise CutoffError(f"trace {self.policy!r}: time {min(self.times_ms)} ms is negative; times are >= 0")
 
     def to_json(self) -> dict[str, Any]:
         return {"policy": self.policy, "times_ms": list(self.times_ms), "signals": list(self.signals)}
@@ -146,6 +154,8 @@ def probe(workload: Callable[[Callable[..., Any]], Any], *, problem: str,
     from tunedb.cutoff import store
     from tunedb.measure import provenance
 
+    if isinstance(discard, bool) or not isinstance(discard, int) or discard < 0:
+        raise CutoffError(f"discard must be an integer >= 0 (solves dropped from each run's start); got {discard!r}")
     for p in policies:
         if p not in ("direct", "iterative", "auto"):
             raise CutoffError(f"policy {p!r} not supported; allowed: direct, iterative, auto")

@@ -110,6 +110,10 @@ def fit(traces: Any, *, statistic: str = "p99", tolerance: float = 0.02, below: 
         raise CutoffError(f"tolerance must be in [0, 1); got {tolerance}")
     if scale not in ("linear", "log"):
         raise CutoffError(f"scale {scale!r} not supported; allowed: linear, log")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise CutoffError(f"k must be an integer >= 1 (neighbours paired per solve); got {k!r}")
+    if below == above:
+        raise CutoffError(f"below and above name the same policy {below!r}; a cutoff switches between two")
     tr = getattr(traces, "traces", traces)
     for p in (below, above):
         if p not in tr or not tr[p].times_ms:
