@@ -32,6 +32,19 @@ def test_round_trip(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["c.json"]  # no temp file left behind
 
 
+def test_a_census_of_unpatched_calls_reads_back(tmp_path):
+    # a fused census of the optimized model keys MHA's packed in-projection as op=unpatched;
+    # `tunedb tune` caches the census and must read it back (conformer did not)
+    seen = Signature.make("gemm", "unpatched", "half", N=1536, K=512, src="call")
+    c = census([Point(SIG, 64, 0.5, 2, True, 0.0), Point(seen, 64, 0.5, 2, True, 0.0)])
+    write_census(tmp_path / "c.json", c)
+    assert {p.signature for p in read_census(tmp_path / "c.json").points} == {SIG, seen}
+    bad = Signature.make("gemm", "unpatched", "half", N=1536, K=512, src="nowhere")
+    data = to_json(census([Point(bad, 64, 1.0, 2, True, 0.0)]))
+    with pytest.raises(CensusError, match="src='nowhere' is not one of conv1d, call"):
+        from_json(data, "c.json")
+
+
 @pytest.mark.parametrize("mutate,message", [
     (lambda d: d.pop("points"), "missing field 'points'"),
     (lambda d: d.update(schema=2), "'schema' must be 1"),

@@ -7,18 +7,21 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tunedb.census import unpatched
 from tunedb.errors import SignatureError
 from tunedb.families.gemm.configs import ACTS, ELEMENT_BYTES, FAMILY, OPS, sig_reason
 from tunedb.records import Signature
 
 _DT_OF_TORCH = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
 
-# Each op's key fields besides op and dt, in order, with their types. bmm is recorded by a
-# census (attention's batched products) though the family does not tune it.
+# Each op's key fields besides op and dt, in order, with their types. bmm (attention's batched
+# products) and unpatched (calls optimize() does not swap, census/unpatched.py) are recorded by
+# a census though the family tunes neither: a census file holding them must read back.
 KEY_FIELDS: dict[str, tuple[tuple[str, type], ...]] = {
     "gemm": (("N", int), ("K", int)),
     "gemm_act": (("N", int), ("K", int), ("act", str), ("bias", int)),
     "bmm": (("B", int), ("N", int), ("K", int)),
+    unpatched.UNPATCHED: (("N", int), ("K", int), ("src", str)),
 }
 
 
@@ -48,6 +51,9 @@ def check_key(sig: Signature) -> None:
         raise SignatureError(f"signature {sig.format()!r}: act={given['act']!r} is not one of {', '.join(ACTS)}")
     if sig.op == "gemm_act" and given["bias"] not in (0, 1):
         raise SignatureError(f"signature {sig.format()!r}: bias={given['bias']!r} must be 0 or 1")
+    if sig.op == unpatched.UNPATCHED and given["src"] not in unpatched.WHY:
+        raise SignatureError(f"signature {sig.format()!r}: src={given['src']!r} is not one of "
+                             f"{', '.join(unpatched.WHY)}")
 
 
 def make_signature(op: str, dt: str, n: int, k: int, act: str = "none", bias: bool = False) -> Signature:
