@@ -66,3 +66,24 @@ def test_the_command_reviews_writes_and_refuses_bad_input(tmp_path, capsys):
     assert cli.main(["linalg", "repick", "--table", str(bad)]) == 2  # named, never overwritten
     err = capsys.readouterr().err
     assert "bad.json" in err and "not valid JSON" in err and bad.read_text() == "{ not json"
+
+
+def test_repick_never_overwrites_a_file_that_is_not_a_linalg_table(tmp_path, capsys):
+    work = tmp_path / "linalg.json"
+    work.write_text(TUNED.read_text())
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    assert cli.main(["linalg", "repick", "--table", str(work), "--out", str(notes)]) == 2
+    assert "not a readable linalg table" in capsys.readouterr().err and notes.read_text() == "my notes"
+    again = tmp_path / "again.json"
+    again.write_text(TUNED.read_text())  # an existing linalg table is replaced, as --out says
+    assert cli.main(["linalg", "repick", "--table", str(work), "--out", str(again)]) == 0
+    assert _moves(again) == []
+
+
+def test_a_launch_jitter_longer_than_every_call_ties_instead_of_crashing(tmp_path, capsys):
+    work = tmp_path / "linalg.json"
+    work.write_text(TUNED.read_text())
+    assert cli.main(["linalg", "repick", "--table", str(work), "--launch-jitter-ns", "1e9", "--dry-run"]) == 0
+    assert "move under the current rule" in capsys.readouterr().out
+    assert pick.noise_band(10.0, 0.02, 1e9) < 1.0

@@ -130,6 +130,12 @@ def _repick(args: argparse.Namespace) -> int:
     if not args.dry_run:
         _check_target(out, write=True)
     old = schema.load(src, "linalg")
+    if not args.dry_run and out.exists() and out.resolve() != src.resolve():
+        try:  # --out replaces a linalg table, never some other file
+            schema.load(out, "linalg")
+        except (OSError, TunedbError) as exc:
+            raise TunedbError(f"--out {out} exists and is not a readable linalg table ({exc}); nothing was "
+                              "written: name a new file or a linalg table to replace") from None
     from tunedb.measure.provenance import utc_now
 
     new = repick.repick(old, rule, jitter, utc_now())

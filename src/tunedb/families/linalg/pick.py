@@ -196,6 +196,9 @@ def quantile(values: "list[float] | tuple[float, ...]", q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+MAX_NOISE_BAND = 0.99
+
+
 def noise_band(call_ns: float, tie_band: float = TIE_BAND, jitter_ns: float = LAUNCH_JITTER_NS) -> float:
     """The cell's tie band: the rule's band, widened to the launch jitter between processes where
     one call (ns per problem x batch) is short enough for it to matter."""
@@ -203,7 +206,9 @@ def noise_band(call_ns: float, tie_band: float = TIE_BAND, jitter_ns: float = LA
         raise ValueError(f"jitter_ns={jitter_ns} must be >= 0")
     if not (call_ns > 0 and math.isfinite(call_ns)):
         return tie_band
-    return max(tie_band, jitter_ns / call_ns)
+    # a jitter longer than the call ties every arm within (nearly) 2x: the simplest takes the
+    # cell; the band stays below 1, where a PickRule's band must lie
+    return max(tie_band, min(jitter_ns / call_ns, MAX_NOISE_BAND))
 
 
 def low_times(samples: Mapping[str, "list[float] | tuple[float, ...] | None"],
