@@ -119,11 +119,11 @@ EAGER_FALLBACK = Setting(
 
 
 def _count_value(value: str) -> str | None:
-    return None if value.isdigit() else "is not a whole number >= 0"
+    return None if value.isascii() and value.isdigit() else "is not a whole number >= 0"
 
 
 def _positive_value(value: str) -> str | None:
-    return None if value.isdigit() and int(value) > 0 else "is not a whole number > 0"
+    return None if value.isascii() and value.isdigit() and int(value) > 0 else "is not a whole number > 0"
 
 
 COMPILE_JOBS = Setting(

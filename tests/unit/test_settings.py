@@ -46,6 +46,14 @@ def test_bad_value_names_the_variable_and_what_is_allowed():
     assert "0, 1" in str(err.value)
 
 
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "-1", "4.5"])
+def test_a_count_that_is_not_ascii_digits_is_refused_by_name(value):
+    # str.isdigit() accepts a superscript two, which int() then cannot read
+    with settings.override(COMPILE_JOBS=value):
+        with pytest.raises(SettingsError, match="TUNEDB_COMPILE_JOBS"):
+            settings.compile_jobs()
+
+
 def test_override_restores_previous_values():
     before = os.environ.get("TUNEDB_COMPILE_SET")
     with settings.override(COMPILE_SET="all"):
@@ -109,3 +117,18 @@ def test_capture_in_a_missing_directory_is_refused_when_read(tmp_path):
     with settings.override(CAPTURE=str(tmp_path / "no_such_dir" / "rec.jsonl")):
         with pytest.raises(SettingsError, match="TUNEDB_CAPTURE=.*no_such_dir.*not a directory"):
             settings.check_all()
+
+
+def test_the_swap_decisions_never_swallow_a_bad_setting():
+    """optimize()'s per-module questions (a family measured here? torch everywhere for this key?)
+    caught every exception, so a bad TUNEDB_* value silently changed what was swapped."""
+    import torch
+
+    from tunedb.families.gemm import patching as gemm_patching
+    from tunedb.runtime import patching
+
+    with settings.override(MODEL_FALLBACK="maybe"):
+        with pytest.raises(SettingsError, match="TUNEDB_MODEL_FALLBACK"):
+            patching._measured("linalg")
+        with pytest.raises(SettingsError, match="TUNEDB_MODEL_FALLBACK"):
+            gemm_patching._torch_everywhere(("gemm", torch.bfloat16, 512, 512, "none", False))

@@ -132,7 +132,7 @@ def merge(*censuses: ShapeSet) -> ShapeSet:
     forwards = 0
     for c in censuses:
         for k, v in c.meta:
-            if k == "forwards" and v.isdigit():
+            if k == "forwards" and v.isascii() and v.isdigit():
                 forwards += int(v)  # the calls add up, so the forwards they came from do too
             elif k != "mode":
                 meta.setdefault(k, v)

@@ -26,6 +26,7 @@ from typing import Any, Iterable
 
 from tunedb import families as _registry
 from tunedb.families.contract import hook
+from tunedb.errors import SettingsError
 
 
 def optimize(model: Any, approximate: bool = False, inplace: bool = True,
@@ -79,7 +80,7 @@ def _names(which: Any) -> tuple[str, ...]:
     """A families= value that is not one string, as a tuple of names; anything else (a number,
     bytes, a mapping, a list holding a non-string) is refused naming it and what is allowed (an
     int used to fail as "'int' object is not iterable")."""
-    from tunedb.errors import RegistryError
+    from tunedb.errors import RegistryError, SettingsError
 
     from collections.abc import Iterable as _Iterable, Mapping
 
@@ -99,5 +100,7 @@ def _measured(name: str) -> bool:
 
     try:
         return any(res.db.entries for res in database.lookup(selector.current_arch_family(), name))
+    except SettingsError:  # a bad TUNEDB_* value is the user's to fix: named, never swallowed
+        raise
     except Exception:  # an unreadable tier is skipped by lookup; anything else: not measured
         return False

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tunedb.errors import SettingsError
 from tunedb.families.gemm import linear_script, ops
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
 from tunedb.families.gemm.fusion_source import outside_reads as _outside_reads
@@ -359,5 +360,7 @@ def _torch_everywhere(key: tuple[Any, ...]) -> bool:
     try:
         return all(fallback_everywhere(signatures.FAMILY, signatures.make_signature(op, dt, n, k, act, has_bias))
                    for dt in dts)
+    except SettingsError:  # a bad TUNEDB_* value is the user's to fix: named, never swallowed
+        raise
     except Exception:  # a tier or model that cannot answer: swap, as before
         return False
