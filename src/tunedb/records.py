@@ -10,6 +10,7 @@ Pure Python: no torch here.
 from __future__ import annotations
 
 import enum
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
@@ -254,6 +255,8 @@ class Provenance:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Provenance":
+        if not isinstance(data, Mapping):
+            raise ValueError(f"provenance must be an object, got {data!r:.60}")
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: str(v) for k, v in data.items() if k in known})
 
@@ -299,15 +302,34 @@ class Measurement:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Measurement":
+        """A measurement from a log line; ValueError naming the field when a time is not a finite
+        number (a hand-edited or foreign line must not reach the objective as text or inf)."""
+        samples = data.get("samples", ())
+        env = data.get("env") or {}
+        if not isinstance(samples, (list, tuple)):
+            raise ValueError(f"field 'samples' must be a list of times, got {samples!r:.60}")
+        if not isinstance(env, Mapping):
+            raise ValueError(f"field 'env' must be an object, got {env!r:.60}")
         return cls(
             signature=Signature.parse(data["signature"]), m=int(data["M"]),
             config_id=str(data["config"]), status=Status(data["status"]),
-            median_ms=data.get("median_ms"), sigma_ms=data.get("sigma_ms"),
-            n=int(data.get("n", 0)), samples=tuple(data.get("samples", ())),
-            l2=data.get("l2", "warm"), host_us=data.get("host_us"),
+            median_ms=_time_field(data, "median_ms"), sigma_ms=_time_field(data, "sigma_ms"),
+            n=int(data.get("n", 0)), samples=tuple(_time(v, "samples") for v in samples),
+            l2=data.get("l2", "warm"), host_us=_time_field(data, "host_us"),
             contended=bool(data.get("contended", False)), detail=str(data.get("detail", "")),
-            env=tuple(sorted((data.get("env") or {}).items())),
+            env=tuple(sorted(env.items())),
         )
+
+
+def _time(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"field {name!r}: {value!r:.40} is not a finite number")
+    return float(value)
+
+
+def _time_field(data: Mapping[str, Any], name: str) -> float | None:
+    value = data.get(name)
+    return None if value is None else _time(value, name)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,39 @@ def test_torn_and_foreign_lines_are_skipped_with_a_warning(tmp_path):
         read_log(tmp_path / "missing.jsonl")
 
 
+def test_lines_of_the_wrong_types_or_bytes_are_skipped_never_a_crash(tmp_path):
+    path = tmp_path / "log.jsonl"
+    MeasurementLog(path, PROV, run_id="r").append(measurements())
+    head = '{"signature": "gemm|op=gemm|dt=bf16|N=768|K=256", "M": 4, "config": "x", "status": "ok"'
+    with path.open("ab") as fh:
+        fh.write(b"\xff\xfe not utf-8\n")
+        fh.write((head + ', "median_ms": 0.1, "provenance": [1, 2]}\n').encode())
+        fh.write((head + ', "median_ms": "fast"}\n').encode())
+        fh.write((head + ', "median_ms": 1e999}\n').encode())  # json reads it as inf
+        fh.write((head + ', "median_ms": 0.1, "samples": [0.1, "x"]}\n').encode())
+    with pytest.warns(RuntimeWarning) as caught:
+        records = read_log(path)
+    assert len(records) == 2 and len(caught) == 5
+    assert "median_ms" in str(caught[2].message) and "inf" in str(caught[3].message)
+
+
+def test_a_compressed_log_cut_short_keeps_what_was_read(tmp_path):
+    import gzip
+
+    plain = tmp_path / "log.jsonl"
+    log = MeasurementLog(plain, PROV, run_id="r")
+    for _ in range(200):
+        log.append(measurements())
+    blob = gzip.compress(plain.read_bytes())
+    cut = tmp_path / "log.jsonl.gz"
+    cut.write_bytes(blob[: len(blob) // 2])
+    with pytest.warns(RuntimeWarning, match="skipped a bad line"):
+        records = read_log(cut)
+    assert 0 < len(records) < 400 and all(r.run_id == "r" for r in records)
+    with pytest.raises(MeasurementError, match="not a regular file"):
+        read_log(tmp_path)
+
+
 def test_non_finite_numbers_are_refused(tmp_path):
     bad = Measurement(SIG, 1, "x", Status.OK, float("inf"))
     with pytest.raises(ValueError):

@@ -72,18 +72,38 @@ class MeasurementLog:
 
 
 def iter_log(path: str | Path, strict: bool = False) -> Iterator[LogRecord]:
-    """The log's records; a `.gz` log (as committed under bench/results) is read as it is."""
+    """The log's records; a `.gz` log (as committed under bench/results) is read as it is. A line
+    that is not a measurement (torn, not UTF-8, a field of the wrong type) is skipped with a
+    warning naming file and line; a compressed log cut short ends where it was cut."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise MeasurementError(f"measurement log {path} is not a regular file")
     try:
-        fh = (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz"
-              else path.open("r", encoding="utf-8"))
+        fh = gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
     except OSError as exc:
         raise MeasurementError(f"cannot read measurement log {path}: {exc.strerror or exc}") from exc
+
+    def bad(lineno: int, exc: BaseException) -> None:
+        msg = f"measurement log {path}:{lineno}: skipped a bad line ({type(exc).__name__}: {exc})"
+        if strict:
+            raise MeasurementError(msg) from exc
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
+
     with fh:
-        for lineno, text in enumerate(fh, 1):
-            if not text.strip():
-                continue
+        lineno = 0
+        while True:
             try:
+                raw = fh.readline()
+            except (OSError, EOFError) as exc:  # a truncated or corrupt .gz: keep what was read
+                bad(lineno + 1, exc)
+                return
+            if not raw:
+                return
+            lineno += 1
+            try:
+                text = raw.decode("utf-8")
+                if not text.strip():
+                    continue
                 data = json.loads(text)
                 if not isinstance(data, dict):
                     raise ValueError("a line must be a JSON object")
@@ -92,11 +112,8 @@ def iter_log(path: str | Path, strict: bool = False) -> Iterator[LogRecord]:
                     Provenance.from_json(data.get("provenance") or {}),
                     str(data.get("run_id", "")),
                 )
-            except (ValueError, KeyError, TypeError) as exc:
-                msg = f"measurement log {path}:{lineno}: skipped a bad line ({type(exc).__name__}: {exc})"
-                if strict:
-                    raise MeasurementError(msg) from exc
-                warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                bad(lineno, exc)
                 continue
             yield rec
 
