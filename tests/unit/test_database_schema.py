@@ -1,6 +1,7 @@
 """The database file format: strict parsing, every corrupt case named, deterministic output."""
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -161,6 +162,24 @@ def test_non_finite_numbers_are_corrupt(constant):
     text = json.dumps(valid_raw()).replace("0.01", constant, 1)
     with pytest.raises(CorruptDatabaseError, match="non-finite number"):
         schema.loads(text, "x.json")
+
+
+def test_an_overflowing_literal_is_corrupt_not_an_infinite_time():
+    # json reads 1e999 as inf without a NaN/Infinity constant: the evidence check must refuse it
+    text = json.dumps(valid_raw()).replace("0.01", "1e999", 1)
+    with pytest.raises(CorruptDatabaseError, match="median_ms, sigma_ms, n"):
+        schema.parse(schema.loads(text, "x.json"), "x.json")
+
+
+def test_a_path_that_is_not_a_regular_file_is_corrupt_not_a_hang(tmp_path):
+    import os
+
+    fifo = tmp_path / "fake.json"
+    os.mkfifo(fifo)  # reading it would block forever
+    with pytest.raises(CorruptDatabaseError, match="not a regular file"):
+        schema.load(fifo)
+    with pytest.raises(CorruptDatabaseError, match="not a regular file"):
+        schema.load(Path("/dev/zero"))
 
 
 def test_deep_nesting_is_corrupt_not_a_crash():

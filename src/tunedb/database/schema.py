@@ -7,6 +7,7 @@ config the file does not define) is a CorruptDatabaseError that names the proble
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,9 +78,19 @@ def loads(text: str, source: str = "<string>") -> Any:
         raise _fail(source, "nested too deeply to read") from None
 
 
+# far above any table (the shipped ones are under a few MB): a path to a huge or endless file
+# is refused before it is read
+MAX_FILE_BYTES = 1 << 30
+
+
 def read_raw(path: Path) -> Any:
+    path = Path(path)
+    if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+        raise _fail(str(path), "not a regular file")
+    if path.exists() and path.stat().st_size > MAX_FILE_BYTES:
+        raise _fail(str(path), f"{path.stat().st_size} bytes, over the {MAX_FILE_BYTES >> 20} MiB a table may hold")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise _fail(str(path), "not UTF-8 text") from None
     return loads(text, str(path))
@@ -189,7 +200,7 @@ def _parse_evidence(value: Any, where: str, source: str) -> dict[str, Any]:
                 continue
             ok = (isinstance(result, list) and len(result) == 3
                   and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
-                          for x in result) and isinstance(result[2], int))
+                          and math.isfinite(x) for x in result) and isinstance(result[2], int))
             if not ok:
                 raise _fail(source, f"{where}: evidence[{point!r}][{arm!r}] must be "
                                     f"[median_ms, sigma_ms, n] or a failure status, got {result!r}")
