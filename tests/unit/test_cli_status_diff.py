@@ -164,3 +164,14 @@ def test_diff_of_an_unsupported_schema_or_a_directory_exits_2(capsys, tmp_path):
 def test_status_names_an_arch_that_is_not_an_arch_family(capsys, bad):
     rc, _out, err = run_cli(capsys, "status", "--arch", bad)
     assert rc == 2 and repr(bad) in err and "sm90" in err
+
+
+def test_status_table_shows_bracketed_text_as_written(capsys, tmp_path, monkeypatch):
+    # rich read "[bold]" in a user tier's path as markup and dropped it from the table
+    monkeypatch.setenv("COLUMNS", "250")
+    user = tmp_path / "[bold]tier"
+    (user / "sm90").mkdir(parents=True)
+    shutil.copy(TIER / "sm90" / "gemm.json", user / "sm90" / "gemm.json")
+    with settings.override(USER_DB=str(user)), tiers.system_root_override(TIER):
+        rc, out, _ = run_cli(capsys, "status", "--arch", "sm90")
+    assert rc == 0 and "[bold]tier" in out

@@ -54,17 +54,18 @@ def run(args: argparse.Namespace) -> int:
 def _render(rep, invalid: dict[str, str] | None = None) -> None:
     invalid = invalid or {}
     from rich.console import Console
+    from rich.markup import escape as esc  # paths, problems and values are text, never markup
     from rich.table import Table
 
     console = Console()
     env = ", ".join(f"{k}={v}" for k, v in sorted(rep.environment.items())) or "unknown"
     shown = rep.arch_filter or "all arch families"
-    console.print(f"tunedb status ({shown}); this environment: {env}")
+    console.print(f"tunedb status ({esc(shown)}); this environment: {esc(env)}")
     for tier in rep.tiers:
         if tier.root is None:
             console.print(f"[bold]{tier.tier} tier[/bold]: disabled (TUNEDB_USER_DB=off)")
             continue
-        table = Table(title=f"{tier.tier} tier: {tier.root}", title_justify="left")
+        table = Table(title=esc(f"{tier.tier} tier: {tier.root}"), title_justify="left")
         for col in ("arch", "family", "state", "entries", "stale", "path / why"):
             table.add_column(col, overflow="fold")
         for f in tier.files:
@@ -75,11 +76,11 @@ def _render(rep, invalid: dict[str, str] | None = None) -> None:
                     for reason in reasons:
                         counts[reason] = counts.get(reason, 0) + 1
                 why = "; ".join(f"{r} x{n}" for r, n in counts.items())
-                table.add_row(f.arch_family, f.kernel_family, "loaded", str(f.entries),
-                              str(len(f.stale)), f"{f.path}" + (f"\nstale: {why}" if why else ""))
+                table.add_row(esc(f.arch_family), esc(f.kernel_family), "loaded", str(f.entries),
+                              str(len(f.stale)), esc(f"{f.path}" + (f"\nstale: {why}" if why else "")))
             else:
-                table.add_row(f.arch_family, f.kernel_family, f"[red]skipped ({f.state})[/red]",
-                              "-", "-", f.problem)
+                table.add_row(esc(f.arch_family), esc(f.kernel_family), f"[red]skipped ({esc(f.state)})[/red]",
+                              "-", "-", esc(f.problem))
         if not tier.files:
             table.add_row("-", "-", "no files", "-", "-", "")
         console.print(table)
@@ -88,9 +89,10 @@ def _render(rep, invalid: dict[str, str] | None = None) -> None:
         settings_table.add_column(col, overflow="fold")
     for name, value, doc in rep.settings:
         if name in invalid:
-            settings_table.add_row(f"[red]{name}[/red]", f"[red]{value} (INVALID)[/red]", invalid[name])
+            settings_table.add_row(f"[red]{esc(name)}[/red]", f"[red]{esc(value)} (INVALID)[/red]",
+                                   esc(invalid[name]))
         else:
-            settings_table.add_row(name, value or "(unset)", doc)
+            settings_table.add_row(esc(name), esc(value or "(unset)"), esc(doc))
     console.print(settings_table)
     if invalid:
         console.print(f"[red]{len(invalid)} invalid setting(s)[/red]: every other tunedb command refuses "
