@@ -84,6 +84,11 @@ class BuildError(TunedbError):
     """A build cannot proceed with the given inputs or flags."""
 
 
+class EvaluationError(TunedbError, ValueError):
+    """An evaluation or a figure cannot be produced from the given inputs (e.g. a figure path
+    whose suffix names no format the plotter writes)."""
+
+
 class UncoveredShapeError(TunedbError):
     """Strict mode met a must-tune point that no tier covers."""
 

@@ -109,6 +109,17 @@ def test_evaluate_log_missing(tmp_path, capsys):
     assert "--log" in line and "no such file" in line
 
 
+@pytest.mark.parametrize("argv", [["plot", "--out", "{d}/fig.txt", "src/tunedb/db/sm90/gemm.json"],
+                                  ["evaluate", "--log", "{d}/m.jsonl", "--png", "{d}/fig.txt"]])
+def test_a_figure_path_without_a_figure_suffix_is_refused_before_any_work(tmp_path, capsys, argv):
+    # matplotlib refused the suffix only after the work, with a traceback
+    (tmp_path / "m.jsonl").write_text("")
+    root = Path(__file__).resolve().parents[2]
+    argv = [a.format(d=tmp_path) if "{d}" in a else str(root / a) if a.endswith(".json") else a for a in argv]
+    line = one_line_error(capsys, argv)
+    assert "fig.txt" in line and ".png, .pdf, .svg" in line and not (tmp_path / "fig.txt").exists()
+
+
 def test_a_workload_callable_without_device_says_what_it_must_be(tmp_path, capsys, monkeypatch):
     (tmp_path / "mymod_bad.py").write_text("def make():\n    return None\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -52,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
     from tunedb import evaluate, pipeline
 
     check_inputs(args.log, args.db)
+    if args.png:
+        from tunedb.evaluate.regret import check_figure_path
+
+        check_figure_path("--png", args.png)
     censuses = [pipeline.read_census(path) for path in args.census]
     ev, regions = pipeline.evaluate_logs(args.log, args.db, censuses, args.arch, args.family)
     if not ev.points:

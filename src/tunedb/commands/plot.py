@@ -14,7 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tunedb import database, evaluate
+    from tunedb.evaluate.regret import check_figure_path
 
+    check_figure_path("--out", args.out)
     db = database.load(Path(args.db))
     if not db.entries:
         raise DatabaseError(f"{args.db} has no entries to plot")

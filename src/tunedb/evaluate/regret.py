@@ -282,6 +282,23 @@ def draw_regret(ax: Any, ev: Evaluation) -> None:
     ax.legend(fontsize=6)
 
 
+FIGURE_FORMATS = (".png", ".pdf", ".svg")
+
+
+def check_figure_path(flag: str, path: str) -> None:
+    """EvaluationError unless `path` names a figure format matplotlib writes by its suffix and
+    does not name a directory: checked before any work, so a typo costs nothing."""
+    from pathlib import Path
+
+    from tunedb.errors import EvaluationError
+
+    if Path(path).suffix.lower() not in FIGURE_FORMATS:
+        raise EvaluationError(f"{flag} {path}: the figure is written as {', '.join(FIGURE_FORMATS)} "
+                              "(chosen by the file's suffix)")
+    if Path(path).is_dir():
+        raise EvaluationError(f"{flag} {path} is a directory; name the figure's file")
+
+
 def save_figure(path: str, ev: Evaluation | None, regions: Mapping[str, Sequence[Region]],
                 m_max: Mapping[str, int] | None = None) -> None:
     """A PNG: the regret panel (when `ev` is given) above the regions panel (when any)."""
