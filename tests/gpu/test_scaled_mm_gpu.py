@@ -171,6 +171,32 @@ def test_ops_under_torch_compile():
     assert torch.equal(g(*iargs), ops.scaled_mm_int8(*iargs) + 1)
 
 
+@pytest.mark.parametrize("m", [1, 64])
+def test_a_learnable_scale_gets_its_gradient_on_the_gpu(m):
+    """A scale requiring grad takes the torch form (the served arm has no backward): the value
+    within the arms' own agreement, the gradient exact against fp64."""
+    sig = INT8.make_signature("scaled_mm", 4096, 4096, "bf16")
+    (x, w, sx, sw), _ = INT8.make_inputs(sig, m, "cuda", seed=4)
+    with torch.no_grad():
+        served = ops.scaled_mm_int8(x, w, sx, sw)
+    ws = sw.reshape(-1).clone().requires_grad_()
+    y = ops.scaled_mm_int8(x, w, sx, ws)
+    assert torch.equal(y.detach(), served)  # int8: the torch form computes the arms' bits
+    y.float().sum().backward()
+    acc = x.double() @ w.double().t()
+    expect = (acc * sx.double().reshape(-1, 1)).sum(0)
+    assert torch.allclose(ws.grad.double(), expect, rtol=1e-5)
+    fsig = FP8.make_signature("scaled_mm", 4096, 4096, "bf16", "row")
+    (xf, wf, sxf, swf), _ = FP8.make_inputs(fsig, m, "cuda", seed=4)
+    xs = sxf.clone().requires_grad_()
+    yf = ops.scaled_mm_fp8(xf, wf, xs, swf)
+    ref = FP8.reference(fsig, xf, wf, sxf, swf)
+    assert (yf.float() - ref).abs().max() <= (ref.to(torch.bfloat16).float() - ref).abs().max() + 1e-3
+    yf.float().sum().backward()
+    rows = (xf.double() @ (wf.double() * swf.double().reshape(-1, 1)).t()).sum(1, keepdim=True)
+    assert torch.allclose(xs.grad.double(), rows, rtol=1e-3)
+
+
 def test_triton_compile_set_runs_on_the_model_shape():
     """Every config of the tuned compile set (the heuristic's tiles) on a Llama-like shape."""
     sig = FP8.make_signature("scaled_mm", 6144, 4096, "bf16", "block")

@@ -52,6 +52,28 @@ def test_int8_op_is_exact_then_rounded_once():
     assert ops.scaled_mm_int8(x, w, sx, sw, torch.float16).dtype == torch.float16
 
 
+def test_a_learnable_scale_gets_its_gradient_and_its_tangent():
+    """Below autograd the op dropped the gradient of a scale requiring grad (with a warning only);
+    the torch form runs where one is wanted: the gradient is exact, the value the same."""
+    from torch.func import jvp
+
+    _, (x, w, sx, sw) = _inputs(INT8)
+    sw = sw.reshape(-1).clone().requires_grad_()
+    y = ops.scaled_mm_int8(x, w, sx, sw, torch.float16)
+    g = torch.randn(y.shape, dtype=torch.float64)
+    y.backward(g.to(y.dtype))
+    acc = x.double() @ w.double().t()
+    expect = ((acc * sx.double()) * g.to(torch.float16).double()).sum(0)
+    assert sw.grad is not None and torch.allclose(sw.grad.double(), expect, rtol=1e-5)
+    with torch.no_grad():
+        assert torch.equal(ops.scaled_mm_int8(x, w, sx, sw, torch.float16), y.detach())
+    _, (xf, wf, sxf, swf) = _inputs(FP8, "row")
+    t = torch.rand_like(sxf)
+    _, dy = jvp(lambda s_: ops.scaled_mm_fp8(xf, wf, s_, swf), (sxf,), (t,))
+    rows = (xf.float() @ (wf.float() * swf.reshape(-1, 1)).t())
+    assert torch.allclose(dy.float(), (rows * t).to(torch.bfloat16).float(), rtol=2e-2, atol=1e-2)
+
+
 def test_quant_ops_return_rows_and_scales():
     sig, args = _inputs(INT8, op="scaled_mm_quant", out="int8")
     q, s = ops.scaled_mm_int8_quant(*args)

@@ -1,5 +1,5 @@
 """The Autograd kernel of tunedb's forward-only ops (linalg_*, bmm, conv1d/conv2d,
-gemm_log_softmax): where a gradient is wanted, the op's differentiable torch form runs.
+gemm_log_softmax, scaled_mm_*): where a gradient is wanted, the op's differentiable torch form runs.
 
 Their served arms (Triton kernels) have no backward. With no Autograd kernel, torch's fallback
 runs the op below autograd and, on backward, warns and hands back no gradient for its inputs: a

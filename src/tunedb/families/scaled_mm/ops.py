@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from tunedb import families
-from tunedb.runtime import selector
+from tunedb.runtime import grad_form, selector
 from tunedb.families.scaled_mm import arms, configs
 from tunedb.records import Config, Signature
 
@@ -139,6 +139,25 @@ def _fp8_quant_impl(x, weight, x_scale, w_scale, scale=""):
 for _name, _fn in (("scaled_mm_int8", _int8_impl), ("scaled_mm_int8_quant", _int8_quant_impl),
                    ("scaled_mm_fp8", _fp8_impl), ("scaled_mm_fp8_quant", _fp8_quant_impl)):
     _lib.impl(_name, _fn, "CompositeExplicitAutograd")
+
+
+def _torch_form(family: str, op: str, x, weight, x_scale, w_scale, scale, out_dtype):
+    """Where a gradient is wanted (a learnable scale, an fp8 operand requiring grad; forward-mode
+    tangents too): the CPU path's torch math on the inputs' device, which autograd differentiates.
+    The served arms have no backward: below autograd the gradient was dropped without a word."""
+    x_scale = rows_scale(x, x_scale)
+    sig, _ = _key(family, op, x, weight, x_scale, w_scale, scale, out_dtype)
+    return _cpu(sig, x, weight, x_scale, w_scale)
+
+
+grad_form.register(_lib, "scaled_mm_int8", lambda x, weight, x_scale, w_scale, out_dtype=None: _torch_form(
+    configs.INT8_FAMILY, "scaled_mm", x, weight, x_scale, w_scale, "", out_dtype))
+grad_form.register(_lib, "scaled_mm_int8_quant", lambda x, weight, x_scale, w_scale: _torch_form(
+    configs.INT8_FAMILY, "scaled_mm_quant", x, weight, x_scale, w_scale, "", None))
+grad_form.register(_lib, "scaled_mm_fp8", lambda x, weight, x_scale, w_scale, scale="", out_dtype=None: _torch_form(
+    configs.FP8_FAMILY, "scaled_mm", x, weight, x_scale, w_scale, scale, out_dtype))
+grad_form.register(_lib, "scaled_mm_fp8_quant", lambda x, weight, x_scale, w_scale, scale="": _torch_form(
+    configs.FP8_FAMILY, "scaled_mm_quant", x, weight, x_scale, w_scale, scale, None))
 
 
 def _fake(family: str, op: str, x, weight, x_scale, w_scale, scale, out_dtype):
