@@ -185,7 +185,7 @@ def test_a_learnable_scale_gets_its_gradient_on_the_gpu(m):
     y.float().sum().backward()
     acc = x.double() @ w.double().t()
     expect = (acc * sx.double().reshape(-1, 1)).sum(0)
-    assert torch.allclose(ws.grad.double(), expect, rtol=1e-5)
+    assert torch.allclose(ws.grad.double(), expect, rtol=1e-4, atol=1e-5 * expect.abs().max().item())
     fsig = FP8.make_signature("scaled_mm", 4096, 4096, "bf16", "row")
     (xf, wf, sxf, swf), _ = FP8.make_inputs(fsig, m, "cuda", seed=4)
     xs = sxf.clone().requires_grad_()
@@ -194,7 +194,7 @@ def test_a_learnable_scale_gets_its_gradient_on_the_gpu(m):
     assert (yf.float() - ref).abs().max() <= (ref.to(torch.bfloat16).float() - ref).abs().max() + 1e-3
     yf.float().sum().backward()
     rows = (xf.double() @ (wf.double() * swf.double().reshape(-1, 1)).t()).sum(1, keepdim=True)
-    assert torch.allclose(xs.grad.double(), rows, rtol=1e-3)
+    assert torch.allclose(xs.grad.double(), rows, rtol=1e-3, atol=1e-4 * rows.abs().max().item())
 
 
 def test_triton_compile_set_runs_on_the_model_shape():
