@@ -64,3 +64,29 @@ def test_no_tokens_is_the_models_result():
         assert got.shape == want.shape
     finally:
         dispatch.clear()
+
+
+def test_the_swapped_block_compiles_whole_and_the_op_checks_its_inputs():
+    """Through the tunedb::group_gemm op torch.compile(fullgraph=True) traces the swapped block
+    (it failed inside the selection's Python: a lock, lazy imports); an empty batch is empty, and
+    an expert id out of range is named in a compiled call too (it read garbage on the CPU)."""
+    from tunedb.errors import SignatureError
+    from tunedb.families.group_gemm.ops import group_gemm
+
+    block = _block().eval()
+    assert moe.swap_experts(block) == ["experts"]
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
+    try:
+        with torch.no_grad():
+            want = _out(block(x))
+            got = _out(torch.compile(block, fullgraph=True)(x))
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=2e-2)  # inductor fuses the bf16 epilogue
+        w = torch.randn(4, 16, 8, dtype=torch.bfloat16)
+        empty = group_gemm(torch.randn(0, 8, dtype=torch.bfloat16), w, torch.zeros(0, 2, dtype=torch.int32))
+        assert empty.shape == (0, 2, 16)
+        bad = torch.tensor([[0, 7]], dtype=torch.int32)
+        f = torch.compile(lambda a, b, i: group_gemm(a, b, i) + 1, fullgraph=True)
+        with pytest.raises(SignatureError, match="7"):
+            f(torch.randn(1, 8, dtype=torch.bfloat16), w, bad)
+    finally:
+        dispatch.clear()

@@ -106,7 +106,9 @@ class GroupGemmFamily(ConfigMethods):
         return torch.empty((m, top_k, sig.get("N")), dtype=torch_dtype(sig.dt), device=args[0].device)
 
     def register_ops(self) -> None:
-        return None  # optimize() calls runtime.dispatch directly (moe.py); no torch.library op yet
+        from tunedb.families.group_gemm import ops
+
+        ops.register()
 
     def optimize(self, model: Any, approximate: bool = False) -> Any:
         from tunedb.families.group_gemm.moe import swap_experts

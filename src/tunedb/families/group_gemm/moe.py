@@ -5,7 +5,7 @@ transformers 5.x keeps a MoE layer's experts as one module with stacked weights
 and `forward(hidden_states [T, H], top_k_index [T, k], top_k_weights [T, k]) -> [T, H]`
 (MixtralExperts, Qwen2MoeExperts, Qwen3MoeExperts, DeepseekV3Experts, ...). The router (the
 block's `gate`) and any shared expert stay the model's; only the experts' forward is replaced by
-two group_gemm calls:
+two calls of the tunedb::group_gemm op (ops.py):
 
     h = group_gemm(x [T, H], gate_up_proj, ids)            key (E, 2I, H, k, x=token)
     a = act(h[..., :I]) * h[..., I:]                        [T, k, I]
@@ -126,8 +126,7 @@ def meta_model(preset: str, layers: int = 2) -> Any:
 
 def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
     """The experts' forward through two group_gemm calls (see the module docstring)."""
-    from tunedb.runtime import dispatch
-
+    from tunedb.families.group_gemm.ops import group_gemm
     from tunedb.runtime import grad_form
 
     dts = {str(t.dtype) for t in (hidden_states, self.gate_up_proj, self.down_proj)}
@@ -142,9 +141,9 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     inter = self.down_proj.shape[-1]
     ids = top_k_index if top_k_index.dtype.is_signed and top_k_index.dtype.itemsize >= 4 else top_k_index.int()
-    h = dispatch.call("group_gemm", "group_gemm", hidden_states, self.gate_up_proj, ids)
+    h = group_gemm(hidden_states, self.gate_up_proj, ids)
     a = self.act_fn(h[..., :inter]) * h[..., inter:]
-    y = dispatch.call("group_gemm", "group_gemm", a.contiguous(), self.down_proj, ids, top_k_weights)
+    y = group_gemm(a.contiguous(), self.down_proj, ids, top_k_weights)
     return y.sum(1).to(hidden_states.dtype)
 
 

@@ -1,0 +1,88 @@
+"""The MoE grouped product as a torch.library op, registered on first use:
+
+    tunedb::group_gemm(Tensor x, Tensor weight, Tensor topk_ids, Tensor? topk_weights=None) -> Tensor
+        y[t, j] = x[t or (t, j)] @ weight[topk_ids[t, j]].T (* topk_weights[t, j]), [M, top_k, N]
+
+The swapped experts' forward (moe.tuned_forward) calls it. Through the op, torch.compile sees one
+opaque call with a fake kernel (the selection's Python, its locks and lazy imports, stay out of
+the trace: fullgraph=True failed on them), expert ids are checked where real values exist (a
+traced call's CPU ids were not), and M = 0 returns an empty [0, top_k, N] as torch's arms do. The
+implementation is runtime.dispatch's call (autotune()'s overrides, then the selector's chain).
+No backward of its own: where a gradient is wanted the fp32 reference runs (runtime.grad_form).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from tunedb.runtime import grad_form
+
+_lib: list[Any] = []
+_lock = threading.Lock()
+FAMILY = "group_gemm"
+
+
+def _empty(x: Any, weight: Any, topk_ids: Any) -> Any:
+    return x.new_empty((*topk_ids.shape, weight.shape[1]))
+
+
+def _check(x: Any, weight: Any, topk_ids: Any, topk_weights: Any) -> bool:
+    """Refuse bad shapes, dtypes or devices by name (keys.signature_of); False when there is no
+    token (M = 0: no key, an empty result)."""
+    from tunedb.families.group_gemm import keys
+
+    if topk_ids.dim() == 2 and topk_ids.shape[0] == 0:
+        return False
+    keys.signature_of("group_gemm", x, weight, topk_ids, topk_weights)
+    return True
+
+
+def run(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
+    """The op's implementation (every backend of tunedb::group_gemm runs this)."""
+    from tunedb.runtime import dispatch
+
+    if topk_ids.dim() == 2 and topk_ids.shape[0] == 0:
+        _check(x, weight, topk_ids, topk_weights)
+        return _empty(x, weight, topk_ids)
+    return dispatch.call(FAMILY, "group_gemm", x, weight, topk_ids, topk_weights)
+
+
+def _fake(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
+    _check(x, weight, topk_ids, topk_weights)
+    return _empty(x, weight, topk_ids)
+
+
+def _grad_form(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
+    import torch
+
+    from tunedb.families.group_gemm import arms, keys
+
+    if not _check(x, weight, topk_ids, topk_weights):
+        return _empty(x, weight, topk_ids)
+    sig, _ = keys.signature_of("group_gemm", x, weight, topk_ids, topk_weights)
+    return arms.reference(sig, x, weight, topk_ids, topk_weights, torch.float32).to(x.dtype)
+
+
+def register() -> None:
+    """Define tunedb::group_gemm (once per process)."""
+    if _lib:
+        return
+    with _lock:
+        if _lib:
+            return
+        import torch
+
+        lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive in _lib
+        lib.define("group_gemm(Tensor x, Tensor weight, Tensor topk_ids, Tensor? topk_weights=None) -> Tensor")
+        lib.impl("group_gemm", run, "CompositeExplicitAutograd")
+        torch.library.register_fake("tunedb::group_gemm", _fake, lib=lib)
+        grad_form.register(lib, "group_gemm", _grad_form)
+        _lib.append(lib)
+
+
+def group_gemm(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
+    """The grouped product through the tuned op (see the module docstring)."""
+    register()
+    import torch
+
+    return torch.ops.tunedb.group_gemm(x, weight, topk_ids, topk_weights)
