@@ -131,3 +131,25 @@ def test_the_regret_table_keeps_whole_worst_signatures_at_80_columns():
         text = buf.getvalue()
         assert max(len(line) for line in text.splitlines()) <= width
         assert expect in text and "…" not in text
+
+
+CONV = Signature.make("conv", "conv1d", "half", Cin=512, Cout=1024, k=31, s=1, p=15, d=1, g=512, bias=1,
+                      act="silu", lay="ntc")
+
+
+def test_a_terminal_too_narrow_for_short_keys_folds_them_and_keeps_every_column(tmp_path, capsys, monkeypatch):
+    """The plan of a conv census at 60 columns: rich cut the tier and config columns away."""
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    shapes = ShapeSet(tuple(Point(s, m, 0.1, 4, True) for s in (CONV, QKV) for m in (49, 7992)),
+                      "conformer", (("mode", "offline"), ("impl", "mirror")))
+    monkeypatch.setattr(pipeline, "take_census", lambda *a, **k: shapes)
+    monkeypatch.setenv("COLUMNS", "60")
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        assert cli.main(["tune", "conformer", "--family", "conv"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if "signature" in line and "M" in line)
+    assert "tier" in header and "config" in header and "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 60
+    flat = " ".join(out.split())
+    assert "`tunedb tune conformer --family conv`" in flat  # the GPU command keeps the family
+    assert "other families: 2 point(s) of gemm; this `tune` measures the conv family" in flat

@@ -87,12 +87,15 @@ def print_grouped(console: Any, served: Sequence[Any], arch_family: str) -> None
     rows, basis = grouped(served, arch_family)
     shown, rest = rows[:TOP_ROWS], rows[TOP_ROWS:]
 
-    def table(sig_text: Any, compact: bool) -> Table:
+    def table(sig_text: Any, compact: bool, fold: bool = False) -> Table:
         t = Table(title=f"what tunedb would serve on {arch_family}: {len(served)} points over {len(rows)} "
                         f"signatures, heaviest first", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
         for col in ("signature", "points", "M", f"{basis} %", "must", "tier", "config"):
+            # fold: the terminal is too narrow even for the short keys; the wide text cells take
+            # more lines instead of cutting the columns after them
+            folds = fold and col in ("signature", "tier", "config")
             t.add_column(col, justify="right" if col in ("points", "M", f"{basis} %", "must") else "left",
-                         no_wrap=True)
+                         no_wrap=not folds, overflow="fold" if folds else "ellipsis", min_width=8 if folds else None)
         for r in shown:
             m = str(r.m_lo) if r.m_lo == r.m_hi else f"{r.m_lo}-{r.m_hi}"
             t.add_row(sig_text(r.signature), str(r.points), m, f"{100 * r.share:.1f}", str(r.must) if r.must else "",
@@ -101,7 +104,10 @@ def print_grouped(console: Any, served: Sequence[Any], arch_family: str) -> None
 
     full = table(lambda sig: sig.format(), compact=False)
     compact = not signature_text.fits(console, full)
-    console.print(table(signature_text.short, compact=True) if compact else full)
+    short = table(signature_text.short, compact=True) if compact else full
+    if compact and not signature_text.fits(console, short):
+        short = table(signature_text.short, compact=True, fold=True)
+    console.print(short)
     if compact:
         console.print(signature_text.legend({r.signature for r in shown}), highlight=False)
     if rest:

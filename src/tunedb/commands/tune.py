@@ -47,9 +47,12 @@ def _census_kw(args: argparse.Namespace) -> dict[str, Any]:
                 unit=args.unit, max_length=args.max_length, length_step=args.length_step)
 
 
-def print_served(console: Any, served: list[Any], arch_family: str, all_points: bool = True) -> None:
-    """What each census point would be served; on a terminal too narrow for the full keys, their
-    short forms with a legend (signature_text), never wrapped or cut. A model-tier point shows
+def print_served(console: Any, served: list[Any], arch_family: str, all_points: bool = True,
+                 family: str | None = None) -> None:
+    """What each census point would be served (`family`: the one tuned, default gemm); on a
+    terminal too narrow for the full keys, their short forms with a legend (signature_text); where
+    even those do not fit, the signature and config cells fold onto more lines, so that no
+    column is ever cut away. A model-tier point shows
     the predicted gain and its regime's error band, or the config the model declined. Without
     all_points, a plan longer than one screen is grouped by signature (commands/plan_table.py)."""
     from rich import box
@@ -63,11 +66,13 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
         d = serving.decision(s.point.signature.family, s.point.signature, s.point.m) if s.tier == "model" else None
         return f"model: {d.describe()}" if d is not None and d.config.id == s.config_id else s.config_id
 
-    def table(sig_text: Any, compact: bool) -> Table:
+    def table(sig_text: Any, compact: bool, fold: bool = False) -> Table:
         t = Table(title=f"what tunedb would serve on {arch_family} (user > system > cost model > default)",
                   box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
         for col in ("signature", "M", "weight", "must-tune" if not compact else "must", "tier", "config"):
-            t.add_column(col, justify="right" if col in ("M", "weight") else "left", no_wrap=True)
+            folds = fold and col in ("signature", "config")
+            t.add_column(col, justify="right" if col in ("M", "weight") else "left", no_wrap=not folds,
+                         overflow="fold" if folds else "ellipsis", min_width=8 if folds else None)
         for s in served:
             p = s.point
             t.add_row(sig_text(p.signature), str(p.m), f"{p.weight:.3f}", "yes" if p.must_tune else "",
@@ -77,7 +82,10 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
     if all_points or len(served) <= plan_table.FULL_ROWS:
         full = table(lambda sig: sig.format(), compact=False)
         compact = not signature_text.fits(console, full)
-        console.print(table(signature_text.short, compact=True) if compact else full)
+        short = table(signature_text.short, compact=True) if compact else full
+        if compact and not signature_text.fits(console, short):
+            short = table(signature_text.short, compact=True, fold=True)
+        console.print(short)
         if compact:
             console.print(signature_text.legend({s.point.signature for s in served}), highlight=False)
     else:
@@ -100,8 +108,10 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
     if counts.get("unserved"):
         from tunedb import families
 
+        family = family or families.DEFAULT
+
         def served_elsewhere(sig: Any) -> bool:
-            return (sig.family != families.DEFAULT and sig.family in families.names()
+            return (sig.family != family and sig.family in families.names()
                     and sig.op in families.get(sig.family).ops)
 
         from tunedb.census.unpatched import UNPATCHED, WHY
@@ -120,15 +130,16 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
         elsewhere = [sig for sig in unserved if served_elsewhere(sig)]
         if elsewhere:
             fams = sorted({sig.family for sig in elsewhere})
-            console.print(f"other families: {len(elsewhere)} point(s) of {', '.join(fams)}; `tune` measures the "
-                          f"{families.DEFAULT} family, and until `tunedb census WORKLOAD --fused --out FILE` and "
-                          f"`tunedb build --family NAME --census FILE` measure them, tunedb.optimize() leaves "
-                          f"those modules to torch", highlight=False)
+            console.print(f"other families: {len(elsewhere)} point(s) of {', '.join(fams)}; this `tune` measures "
+                          f"the {family} family, and until `tunedb tune WORKLOAD --family NAME` (or `tunedb census "
+                          f"WORKLOAD --fused --out FILE` and `tunedb build --family NAME --census FILE`) measures "
+                          f"them, tunedb.optimize() serves those calls from the shipped tier or leaves them to "
+                          f"torch", highlight=False)
         rest = [sig for sig in unserved if not served_elsewhere(sig)]
         if rest:
             # an op the family has is unserved for its dtype (fp32): say which
-            ops = sorted({f"{sig.op} dt={sig.dt}" if sig.op in families.get(families.DEFAULT).ops else sig.op
-                          for sig in rest})
+            ops = sorted({f"{sig.op} dt={sig.dt}" if sig.family in families.names()
+                          and sig.op in families.get(sig.family).ops else sig.op for sig in rest})
             console.print(f"unserved: {len(rest)} point(s) of op(s) {', '.join(ops)} that no tunedb kernel family "
                           f"tunes; they always run on torch and are listed because the census saw them",
                           highlight=False)
@@ -162,6 +173,10 @@ def tune_command(args: argparse.Namespace) -> str:
         given = (("--unit", args.unit, AUDIO), ("--max-length", args.max_length, USER_MAX_LENGTH),
                  ("--length-step", args.length_step, 0))
         flags += "".join(f" {flag} {value}" for flag, value, default in given if value != default)
+    from tunedb import families
+
+    family = getattr(args, "family", None)
+    flags += f" --family {family}" if family and family != families.DEFAULT else ""
     return f"tunedb tune {args.workload}{flags}"
 
 
@@ -249,7 +264,8 @@ def run(args: argparse.Namespace) -> int:
     finally:  # compiles no build took over (it stopped before measuring) must not outlive it
         compile_pool.release(families.get(opts.family))
     if result.served:
-        print_served(console, result.served, opts.arch_family or "sm90", all_points=args.all_points)
+        print_served(console, result.served, opts.arch_family or "sm90", all_points=args.all_points,
+                     family=args.family)
     stale = stale_line(opts.arch_family or "sm90", opts.family, tune_command(args))
     if stale:
         console.print(stale, highlight=False)
