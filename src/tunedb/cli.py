@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("tunedb.commands.diff", "compare two database files entry by entry"),
     "prebuild": ("tunedb.commands.prebuild", "compile a family's kernels without a GPU into a persistent cache"),
     "plot": ("tunedb.commands.plot", "plot a database's regions along M"),
-    "linalg": ("tunedb.families.linalg.cli", "small batched linear algebra: recommend, plot, tune"),
+    "linalg": ("tunedb.families.linalg.cli", "small batched linear algebra: recommend, plot, tune, repick"),
     "cutoff": ("tunedb.commands.cutoff", "solver choice by measurement: probe, fit, show a cutoff"),
 }
 

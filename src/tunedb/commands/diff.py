@@ -13,6 +13,7 @@ from tunedb.errors import DatabaseError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "exit status: 0 the files agree, 1 they differ, 2 a file cannot be read"
     parser.add_argument("a", metavar="A.json", help="the old file")
     parser.add_argument("b", metavar="B.json", help="the new file")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")

@@ -24,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b, ...) "
                              f"or module:callable; {CALLABLE_CONTRACT}")
     census = parser.add_argument_group("census")
-    census.add_argument("--mode", default="offline", help="offline (default), streaming or decode")
+    census.add_argument("--mode", default="offline", help="offline (default), prefill (offline batching, eager), streaming or decode")
     census.add_argument("--max-batch-size", type=int, default=8, help="largest batch served (8)")
     census.add_argument("--chunk-size", type=int, default=None, help="streaming: input frames per chunk")
     census.add_argument("--manifest", default=None, help="traffic: a JSONL manifest (else synthetic)")
