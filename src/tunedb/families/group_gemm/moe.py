@@ -130,7 +130,7 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
     from tunedb.runtime import grad_form
 
     dts = {str(t.dtype) for t in (hidden_states, self.gate_up_proj, self.down_proj)}
-    if len(dts) != 1 or not dts <= DTYPE_NAMES.keys():
+    if len(dts) != 1 or not all(d in DTYPE_NAMES for d in dts):  # (dynamo cannot compare a set with dict keys)
         # cast after the swap (model.float()) or mixed operands: not a group_gemm key; the
         # model's own forward serves, as for experts never recognised
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
