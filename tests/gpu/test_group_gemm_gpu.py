@@ -134,7 +134,10 @@ def test_swapped_moe_block_runs_in_a_cuda_graph(serve):
     def slot_lane(family, sig, m):
         return (family.parse_config("sl_b1x32x256_w4_s3"), "test") if family.name == "group_gemm" else None
 
-    serving = launch_table.overriding(slot_lane) if serve == "slot_lane" else contextlib.nullcontext()
+    def serving_cm():
+        return launch_table.overriding(slot_lane) if serve == "slot_lane" else contextlib.nullcontext()
+
+    serving = serving_cm()
 
     cfg = transformers.MixtralConfig(hidden_size=256, intermediate_size=512, num_local_experts=8,
                                      num_experts_per_tok=2, num_hidden_layers=1, vocab_size=64,
@@ -172,7 +175,7 @@ def test_swapped_moe_block_runs_in_a_cuda_graph(serve):
     err = float((y.float() - ref).norm() / ref.norm())
     assert err < 2e-2, f"swapped block, graph replay: error {err:.2e} against transformers' own experts"
     # the op is opaque to torch.compile: fullgraph traces the swapped block, the same arm serves
-    with torch.no_grad(), serving:
+    with torch.no_grad(), serving_cm():
         compiled = _hidden(torch.compile(block, fullgraph=True)(x)).float()
     err = float((compiled - ref).norm() / ref.norm())
     assert err < 2e-2, f"swapped block, torch.compile fullgraph: error {err:.2e} against transformers' own experts"

@@ -51,3 +51,24 @@ def register(lib: Any, name: str, torch_form: Callable[..., Any]) -> None:
             return op(*args, **kwargs)
 
     lib.impl(name, autograd_kernel, "Autograd")
+
+
+def direct(args: tuple[Any, ...]) -> bool:
+    """Whether an eager call may run the op's implementation directly, skipping the dispatcher
+    and this Autograd kernel (8-31 us a call on the H200's host, bench/op_host_cost.py): plain
+    CUDA tensors, no compiler tracing, no dispatch mode (a census recorder), no functorch or
+    forward-AD transform, and no gradient wanted. The op's entry point asks; every other call
+    goes through torch.ops.tunedb, whose kernels handle it."""
+    import torch
+
+    x = args[0]
+    if type(x) is not torch.Tensor or not x.is_cuda:
+        return False
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
+            or torch._C._are_functorch_transforms_active():
+        return False
+    from torch.autograd import forward_ad
+
+    if forward_ad._current_level >= 0:
+        return False
+    return not (torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args))

@@ -126,7 +126,7 @@ def meta_model(preset: str, layers: int = 2) -> Any:
 
 def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
     """The experts' forward through two group_gemm calls (see the module docstring)."""
-    from tunedb.families.group_gemm.ops import group_gemm
+    from tunedb.families.group_gemm.ops import group_gemm, run as dispatch_call
     from tunedb.runtime import grad_form
 
     dts = {str(t.dtype) for t in (hidden_states, self.gate_up_proj, self.down_proj)}
@@ -141,9 +141,12 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     inter = self.down_proj.shape[-1]
     ids = top_k_index if top_k_index.dtype.is_signed and top_k_index.dtype.itemsize >= 4 else top_k_index.int()
-    h = group_gemm(hidden_states, self.gate_up_proj, ids)
+    # eager: the implementation directly (the op's dispatcher hop cost 31 us a call, bench/
+    # op_host_cost.py); a compiler's trace, a dispatch mode or a transform: the op
+    run = dispatch_call if grad_form.direct((hidden_states, self.gate_up_proj, ids)) else group_gemm
+    h = run(hidden_states, self.gate_up_proj, ids)
     a = self.act_fn(h[..., :inter]) * h[..., inter:]
-    y = group_gemm(a.contiguous(), self.down_proj, ids, top_k_weights)
+    y = run(a.contiguous(), self.down_proj, ids, top_k_weights)
     return y.sum(1).to(hidden_states.dtype)
 
 

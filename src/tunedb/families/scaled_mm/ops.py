@@ -195,6 +195,8 @@ def _fp8_quant_fake(x, weight, x_scale, w_scale, scale=""):
 
 def scaled_mm_int8(x: Any, weight: Any, x_scale: Any, w_scale: Any, out_dtype: Any = None) -> Any:
     """(x @ weight.T) * x_scale[row] * w_scale[col], int32-exact, rounded once to out_dtype."""
+    if grad_form.direct((x, weight, x_scale, w_scale)):  # the eager hot path: no dispatcher hop
+        return _int8_impl(x, weight, x_scale, w_scale, out_dtype)
     return torch.ops.tunedb.scaled_mm_int8(x, weight, x_scale, w_scale, out_dtype)
 
 
@@ -204,6 +206,8 @@ def scaled_mm_int8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any) -> tup
 
 def scaled_mm_fp8(x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: str = "",
                   out_dtype: Any = None) -> Any:
+    if grad_form.direct((x, weight, x_scale, w_scale)):
+        return _fp8_impl(x, weight, x_scale, w_scale, scale, out_dtype)
     return torch.ops.tunedb.scaled_mm_fp8(x, weight, x_scale, w_scale, scale, out_dtype)
 
 

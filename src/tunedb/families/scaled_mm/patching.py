@@ -33,6 +33,8 @@ def _module_class() -> type:
     import torch
     from torch import nn
 
+    from tunedb.families.scaled_mm import ops  # registers the ops; its entry points skip the dispatcher in eager
+
     class QuantizedLinear(nn.Module):
         """A torchao W8A8 Linear served by tunedb::scaled_mm_fp8 / tunedb::scaled_mm_int8."""
 
@@ -85,9 +87,9 @@ def _module_class() -> type:
                 torchao_bridge.ACTIVE[-1].calls[(self.signature(), x2.shape[0])] += 1
             q, s = self.quantize_input(x2)
             if self.dt == "int8":
-                y = torch.ops.tunedb.scaled_mm_int8(q, self.qweight, s, self.w_scale, x.dtype)
+                y = ops.scaled_mm_int8(q, self.qweight, s, self.w_scale, x.dtype)
             else:
-                y = torch.ops.tunedb.scaled_mm_fp8(q, self.qweight, s, self.w_scale, self.scale)
+                y = ops.scaled_mm_fp8(q, self.qweight, s, self.w_scale, self.scale)
             if self.bias is not None:
                 y = y + self.bias
             return y.view(*lead, self.out_features)
