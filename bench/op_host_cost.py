@@ -1,15 +1,18 @@
 """What the session-27 ops cost on the host per eager call (the torch.library dispatch and the
-Autograd kernel's wants_grad check), against the direct path they wrap, in the same run.
+Autograd kernel's wants_grad check), against the path before them and the eager entry points
+that skip the dispatcher (runtime.grad_form.direct), in the same run.
 
     PYTHONPATH=src python bench/op_host_cost.py [--iters 2000] [--out JSON]
 
 Rows (M = 1, bf16 / int8; host microseconds per call, perf_counter around a call with no sync
-inside, the stream synchronised every 32 calls so the queue never fills; pairs of the two paths
-interleaved in shuffled order; median over the calls):
-- group_gemm: `tunedb::group_gemm` (the op the swapped experts now call) vs `runtime.dispatch.call`
-  (what they called before), Mixtral-like key at reduced size (E=8, N=1024, K=512, top_k=2).
-- scaled_mm int8: `tunedb::scaled_mm_int8` (with its new Autograd kernel) vs the same op run below
-  autograd (`torch._C._AutoDispatchBelowAutograd`, what every call did before), 4096 x 4096.
+inside, the stream synchronised every 32 calls so the queue never fills; the paths interleaved
+in shuffled blocks; median over the calls). Columns: `op` through torch.ops.tunedb, `entry`
+what eager code now calls, `before` what it called before this session:
+- group_gemm: op `tunedb::group_gemm`; entry `ops.run` (what the swapped experts call in eager);
+  before `runtime.dispatch.call`; Mixtral-like key at reduced size (E=8, N=1024, K=512, top_k=2).
+- scaled_mm int8: op `tunedb::scaled_mm_int8` (with its new Autograd kernel); entry
+  `ops.scaled_mm_int8`; before the op below autograd (`torch._C._AutoDispatchBelowAutograd`, as
+  every call ran before it had an Autograd kernel), 4096 x 4096.
 A CUDA graph replays neither cost; these rows bound what an eager model pays.
 """
 from __future__ import annotations
@@ -35,17 +38,18 @@ def timed(fn, iters: int) -> list[float]:
     return out
 
 
-def paired(a, b, iters: int, rounds: int = 10) -> tuple[float, float]:
-    sa, sb = [], []
+def paired(fns, iters: int, rounds: int = 10) -> list[float]:
+    acc = [[] for _ in fns]
     for _ in range(5):
-        a(), b()
+        for fn in fns:
+            fn()
     torch.cuda.synchronize()
     for _ in range(rounds):
-        order = [(a, sa), (b, sb)]
+        order = list(range(len(fns)))
         random.shuffle(order)
-        for fn, acc in order:
-            acc.extend(timed(fn, iters // rounds))
-    return statistics.median(sa), statistics.median(sb)
+        for i in order:
+            acc[i].extend(timed(fns[i], iters // rounds))
+    return [statistics.median(a) for a in acc]
 
 
 def main() -> None:
@@ -56,6 +60,7 @@ def main() -> None:
     random.seed(0)
     from tunedb import families
     from tunedb.families.group_gemm import arms
+    from tunedb.families.group_gemm import ops as gg_ops
     from tunedb.families.group_gemm.ops import group_gemm
     from tunedb.families.scaled_mm import ops as sm_ops
     from tunedb.runtime import dispatch
@@ -66,27 +71,29 @@ def main() -> None:
     w = torch.randn(8, 1024, 512, device="cuda", dtype=torch.bfloat16)
     ids = arms.random_routing(1, 8, 2, gen, "cuda")
     with torch.no_grad():
-        op, direct = paired(lambda: group_gemm(x, w, ids), lambda: dispatch.call("group_gemm", "group_gemm", x, w, ids),
-                            args.iters)
-    rows.append({"row": "group_gemm M=1 E=8 N=1024 K=512 top_k=2", "op_us": op, "before_us": direct})
+        t = paired([lambda: group_gemm(x, w, ids), lambda: gg_ops.run(x, w, ids),
+                    lambda: dispatch.call("group_gemm", "group_gemm", x, w, ids)], args.iters)
+    rows.append({"row": "group_gemm M=1 E=8 N=1024 K=512 top_k=2", "op_us": t[0], "entry_us": t[1], "before_us": t[2]})
     fam = families.get("scaled_mm")
     sig = fam.make_signature("scaled_mm", 4096, 4096, "bf16", "row")
     (xi, wi, sx, sw), _ = fam.make_inputs(sig, 1, "cuda", 0)
-    below = torch.ops.tunedb.scaled_mm_int8.default
+    op = torch.ops.tunedb.scaled_mm_int8.default
 
     def below_autograd():
         with torch._C._AutoDispatchBelowAutograd():
-            return below(xi, wi, sx, sw, None)
+            return op(xi, wi, sx, sw, None)
 
+    fns = [lambda: op(xi, wi, sx, sw, None), lambda: sm_ops.scaled_mm_int8(xi, wi, sx, sw), below_autograd]
     with torch.no_grad():
-        op, direct = paired(lambda: sm_ops.scaled_mm_int8(xi, wi, sx, sw), below_autograd, args.iters)
-    rows.append({"row": "scaled_mm_int8 M=1 4096x4096 (no_grad)", "op_us": op, "before_us": direct})
-    op, direct = paired(lambda: sm_ops.scaled_mm_int8(xi, wi, sx, sw), below_autograd, args.iters)
+        t = paired(fns, args.iters)
+    rows.append({"row": "scaled_mm_int8 M=1 4096x4096 (no_grad)", "op_us": t[0], "entry_us": t[1], "before_us": t[2]})
+    t = paired(fns, args.iters)
     rows.append({"row": "scaled_mm_int8 M=1 4096x4096 (grad mode on, nothing requires grad)",
-                 "op_us": op, "before_us": direct})
-    print(f"{'row':<66} {'now us':>8} {'before us':>10} {'delta':>7}")
+                 "op_us": t[0], "entry_us": t[1], "before_us": t[2]})
+    print(f"{'row':<66} {'op us':>7} {'entry us':>9} {'before us':>10} {'entry-before':>13}")
     for r in rows:
-        print(f"{r['row']:<66} {r['op_us']:8.1f} {r['before_us']:10.1f} {r['op_us'] - r['before_us']:+7.1f}")
+        print(f"{r['row']:<66} {r['op_us']:7.1f} {r['entry_us']:9.1f} {r['before_us']:10.1f} "
+              f"{r['entry_us'] - r['before_us']:+13.1f}")
     if args.out:
         with open(args.out, "w") as fh:
             json.dump({"rows": rows, "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}, fh, indent=1)

@@ -261,3 +261,27 @@ def test_decode_lane_back_to_back_in_a_graph(cid, m):
         torch.cuda.synchronize()
         for i, (o, w) in enumerate(zip(outs, want)):
             assert torch.equal(o, w), f"{cid} M={m} call {i}: not bitwise equal after a replay"
+
+
+def test_the_eager_entry_point_skips_the_dispatcher_only_where_nothing_needs_it():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tunedb.runtime import grad_form
+
+    sig = INT8.make_signature("scaled_mm", 256, 256, "bf16")
+    args, _ = INT8.make_inputs(sig, 4, "cuda", seed=5)
+    assert grad_form.direct(args) and not grad_form.direct(tuple(a.cpu() for a in args))
+    sx = args[2].clone().requires_grad_()
+    assert not grad_form.direct((args[0], args[1], sx, args[3]))
+    with torch.no_grad():
+        assert grad_form.direct((args[0], args[1], sx, args[3]))
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, a=(), kw=None):
+            return func(*a, **(kw or {}))
+
+    with Mode():
+        assert not grad_form.direct(args)
+    with torch.no_grad():
+        direct = ops.scaled_mm_int8(*args)
+        assert torch.equal(direct, torch.ops.tunedb.scaled_mm_int8(*args, None))
