@@ -152,6 +152,9 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
 
 def swap_experts(model: Any) -> list[str]:
     """Route every recognised experts module's forward through group_gemm; the names swapped."""
+    from tunedb.families.group_gemm import ops
+
+    ops.register()  # now, outside any trace (the swapped forward calls the op under torch.compile)
     swapped = []
     for info in find_experts(model):
         module = model.get_submodule(info.name)

@@ -82,7 +82,8 @@ def register() -> None:
 
 def group_gemm(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
     """The grouped product through the tuned op (see the module docstring)."""
-    register()
+    if not _lib:  # (swap_experts registers it: a compiler's trace never reaches register's lock)
+        register()
     import torch
 
     return torch.ops.tunedb.group_gemm(x, weight, topk_ids, topk_weights)
