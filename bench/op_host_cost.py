@@ -13,6 +13,8 @@ what eager code now calls, `before` what it called before this session:
 - scaled_mm int8: op `tunedb::scaled_mm_int8` (with its new Autograd kernel); entry
   `ops.scaled_mm_int8`; before the op below autograd (`torch._C._AutoDispatchBelowAutograd`, as
   every call ran before it had an Autograd kernel), 4096 x 4096.
+- session 28: linalg potrf / posv (fp32, n = 8, batch 4096), bmm, conv2d, gemm_log_softmax:
+  op `torch.ops.tunedb.<op>`; entry the family's entry point; before = op (what it called).
 A CUDA graph replays neither cost; these rows bound what an eager model pays.
 """
 from __future__ import annotations
@@ -90,6 +92,36 @@ def main() -> None:
     t = paired(fns, args.iters)
     rows.append({"row": "scaled_mm_int8 M=1 4096x4096 (grad mode on, nothing requires grad)",
                  "op_us": t[0], "entry_us": t[1], "before_us": t[2]})
+    # session 28: the forward-only families' entry points skip the dispatcher too; `before`
+    # is the op, which those entry points called until then
+    spd = torch.randn(4096, 8, 8, device="cuda")
+    spd = spd @ spd.transpose(1, 2) + 8 * torch.eye(8, device="cuda")
+    rhs = torch.randn(4096, 8, device="cuda")
+    p, q = (torch.randn(16, 64, 64, device="cuda", dtype=torch.bfloat16),
+            torch.randn(16, 64, 32, device="cuda", dtype=torch.bfloat16))
+    cx = torch.randn(1, 64, 32, 32, device="cuda", dtype=torch.float16)
+    cw, cb = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.float16), torch.randn(64, device="cuda", dtype=torch.float16)
+    gx, gw = (torch.randn(1, 512, device="cuda", dtype=torch.bfloat16),
+              torch.randn(5000, 512, device="cuda", dtype=torch.bfloat16))
+    from tunedb.families.bmm import ops as bmm_ops
+    from tunedb.families.conv import ops as conv_ops
+    from tunedb.families.gemm_log_softmax import ops as glsm_ops
+    from tunedb.families.linalg import ops as linalg_ops
+
+    more = [("linalg potrf fp32 n=8 batch 4096", lambda: torch.ops.tunedb.linalg_potrf(spd),
+             lambda: linalg_ops.potrf(spd)),
+            ("linalg posv fp32 n=8 batch 4096", lambda: torch.ops.tunedb.linalg_posv(spd, rhs),
+             lambda: linalg_ops.posv(spd, rhs)),
+            ("bmm bf16 16x64x64 @ 16x64x32", lambda: torch.ops.tunedb.bmm(p, q), lambda: bmm_ops.bmm(p, q)),
+            ("conv2d fp16 1x64x32x32, 64 3x3, relu",
+             lambda: torch.ops.tunedb.conv2d(cx, cw, cb, [1, 1], [1, 1], [1, 1], 1, "relu"),
+             lambda: conv_ops.conv2d(cx, cw, cb, 1, 1, 1, 1, "relu")),
+            ("gemm_log_softmax bf16 M=1 N=5000 K=512", lambda: torch.ops.tunedb.gemm_log_softmax(gx, gw),
+             lambda: glsm_ops.gemm_log_softmax(gx, gw))]
+    for label, via_op, entry in more:
+        with torch.no_grad():
+            t = paired([via_op, entry], args.iters)
+        rows.append({"row": label + " (no_grad)", "op_us": t[0], "entry_us": t[1], "before_us": t[0]})
     print(f"{'row':<66} {'op us':>7} {'entry us':>9} {'before us':>10} {'entry-before':>13}")
     for r in rows:
         print(f"{r['row']:<66} {r['op_us']:7.1f} {r['entry_us']:9.1f} {r['before_us']:10.1f} "

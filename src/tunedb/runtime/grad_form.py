@@ -56,13 +56,20 @@ def register(lib: Any, name: str, torch_form: Callable[..., Any]) -> None:
 def direct(args: tuple[Any, ...]) -> bool:
     """Whether an eager call may run the op's implementation directly, skipping the dispatcher
     and this Autograd kernel (8-31 us a call on the H200's host, bench/op_host_cost.py): plain
-    CUDA tensors, no compiler tracing, no dispatch mode (a census recorder), no functorch or
+    CUDA tensors, no compiler tracing, no dispatch mode (a census recorder; a function mode, as
+    the bmm family's ProductMode around a whole forward, does not stop it: a mode sees the torch
+    functions the model calls, which the entry points are called from), no functorch or
     forward-AD transform, and no gradient wanted. The op's entry point asks; every other call
     goes through torch.ops.tunedb, whose kernels handle it."""
     import torch
 
     x = args[0]
     if type(x) is not torch.Tensor or not x.is_cuda:
+        return False
+    # a tensor subclass among the others (FakeTensor, a quantized wrapper) is the dispatcher's to
+    # route; a Parameter is a plain tensor to every kernel (its torch function is disabled)
+    plain = (torch.Tensor, torch.nn.Parameter)
+    if any(type(t) not in plain for t in args[1:] if isinstance(t, torch.Tensor)):
         return False
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
             or torch._C._are_functorch_transforms_active():

@@ -96,7 +96,11 @@ def register() -> None:
 
 
 def bmm(a: Any, b: Any) -> Any:
-    """a @ b per batch through the tuned op: [B, M, K] x [B, K, N] -> [B, M, N] (or 2-D)."""
+    """a @ b per batch through the tuned op: [B, M, K] x [B, K, N] -> [B, M, N] (or 2-D).
+    Plain eager inference on CUDA runs the implementation without the dispatcher hop
+    (runtime.grad_form.direct)."""
+    if grad_form.direct((a, b)):
+        return run(a, b)
     register()
     import torch
 

@@ -136,13 +136,17 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     """F.conv1d(x, weight, bias, ...) then the activation, through the tuned selection."""
     p = lambda name, v: list(keys._pair(name, v, 1))  # noqa: E731
     padding = keys.padding_ints("conv1d", padding, weight.shape[2:], stride, dilation)
-    return torch.ops.tunedb.conv1d(x, weight, bias, p("stride", stride), p("padding", padding),
-                                   p("dilation", dilation), groups, act)
+    args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
+    if grad_form.direct((x, weight, bias)):  # plain eager inference: no dispatcher hop
+        return _conv1d_impl(*args)
+    return torch.ops.tunedb.conv1d(*args)
 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
     p = lambda name, v: list(keys._pair(name, v, 2))  # noqa: E731
     padding = keys.padding_ints("conv2d", padding, weight.shape[2:], stride, dilation)
-    return torch.ops.tunedb.conv2d(x, weight, bias, p("stride", stride), p("padding", padding),
-                                   p("dilation", dilation), groups, act)
+    args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
+    if grad_form.direct((x, weight, bias)):
+        return _conv2d_impl(*args)
+    return torch.ops.tunedb.conv2d(*args)

@@ -50,5 +50,8 @@ grad_form.register(_lib, "gemm_log_softmax", _grad_form)
 
 
 def gemm_log_softmax(x: Any, weight: Any, bias: Any = None) -> Any:
-    """log_softmax(x @ weight.T + bias, dim=-1) through the tuned op (x's dtype out)."""
+    """log_softmax(x @ weight.T + bias, dim=-1) through the tuned op (x's dtype out); plain eager
+    inference on CUDA runs the implementation without the dispatcher hop (grad_form.direct)."""
+    if grad_form.direct((x, weight, bias)):
+        return _impl(x, weight, bias)
     return torch.ops.tunedb.gemm_log_softmax(x, weight, bias)

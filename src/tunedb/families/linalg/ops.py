@@ -160,35 +160,44 @@ def _op(name: str) -> Any:
     return getattr(torch.ops.tunedb, f"linalg_{name}")
 
 
+def _call(name: str, *tensors: Any) -> Any:
+    """The entry points' one path: in plain eager inference on CUDA the implementation itself
+    (grad_form.direct: the dispatcher hop and the Autograd kernel cost more host time than a
+    small solve takes on the GPU), anything else through torch.ops.tunedb."""
+    if grad_form.direct(tensors):
+        return _potrf(*tensors) if name == "potrf" else run(name, *tensors)
+    return _op(name)(*tensors)
+
+
 def dot(x: Any, y: Any) -> Any:
     """x . y per problem: [batch, n] x [batch, n] -> [batch]."""
-    return _op("dot")(x, y)
+    return _call("dot", x, y)
 
 
 def gemv(a: Any, x: Any) -> Any:
     """A @ x per problem: [batch, n, n] x [batch, n] -> [batch, n]."""
-    return _op("gemv")(a, x)
+    return _call("gemv", a, x)
 
 
 def gemm(a: Any, b: Any) -> Any:
     """A @ B per problem: [batch, n, n] x [batch, n, n] -> [batch, n, n]."""
-    return _op("gemm")(a, b)
+    return _call("gemm", a, b)
 
 
 def potrf(a: Any) -> tuple[Any, Any]:
     """(L, info): the lower Cholesky factor of each SPD A (only its lower triangle is read);
     info[i] != 0 where A[i] is not positive definite."""
-    return _op("potrf")(a)
+    return _call("potrf", a)
 
 
 def trsv(low: Any, b: Any) -> Any:
     """x with L x = b per problem (L lower triangular, non-unit diagonal; its upper part unread)."""
-    return _op("trsv")(low, b)
+    return _call("trsv", low, b)
 
 
 def posv(a: Any, b: Any) -> tuple[Any, Any]:
     """(x, info): x with A x = b per SPD problem; info as potrf's."""
-    return _op("posv")(a, b)
+    return _call("posv", a, b)
 
 
 def report() -> list[tuple[str, int, str, str, int]]:
