@@ -202,6 +202,13 @@ def _check_flags(args: argparse.Namespace, grid: list, legs: Any, ops: Any, dtyp
     if args.max_arms < 1:
         raise TunedbError(f"--max-arms {args.max_arms} must be at least 1 (Triton configs timed per cell)")
     if not grid:
+        from tunedb.families.linalg.ladder import LEGS
+
+        in_legs = [op for leg in legs for op in LEGS[leg]]
+        if ops is not None and not set(ops) & set(in_legs):
+            raise TunedbError(f"no cell to measure: the ops {', '.join(ops)} are in none of the legs "
+                              f"{', '.join(legs)} (" + "; ".join(f"{leg}: {', '.join(LEGS[leg])}" for leg in LEGS)
+                              + ")")
         raise TunedbError(f"no cell to measure: the legs {', '.join(legs)} (ops {', '.join(ops or ()) or 'all'}) "
                           f"take none of the dtypes {', '.join(dtypes)} (fp16/bf16: dot, gemv, gemm only)")
 

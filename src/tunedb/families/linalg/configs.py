@@ -148,6 +148,9 @@ def shape_of(config: Config) -> tuple[str, int, int]:
     return str(packing), int(per), int(warps)
 
 
+GRID_X_MAX = 2 ** 31 - 1  # CUDA's limit on a launch grid's x dimension: the Triton arms' programs
+
+
 def grid(config: Config, batch: int) -> int:
     """Programs launched for `batch` problems."""
     _packing, per, _warps = shape_of(config)
@@ -190,7 +193,10 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
     if mod is None:
         return f"{config.id}: the linalg kernel modules ({SPACE_MODULE}) are not available"
     packing, per, warps = shape_of(config)
-    return mod.invalid_reason(sig.op, packing, per, warps, sig.get("n"), sig.dt)
+    why = mod.invalid_reason(sig.op, packing, per, warps, sig.get("n"), sig.dt)
+    if why is None and batch is not None and grid(config, batch) > GRID_X_MAX:
+        why = f"{config.id} would launch {grid(config, batch)} programs at batch {batch}; CUDA allows {GRID_X_MAX}"
+    return why
 
 
 def simplicity(config_id: str) -> int:

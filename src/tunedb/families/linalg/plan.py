@@ -56,12 +56,19 @@ class ExecutionPlan:
 def _integer(value: Any) -> Any:
     """An integer-valued argument as an int (numpy's and torch's integer scalars, which a caller
     reading shapes or arrays passes, included); anything else as given, for the checks to name."""
-    if isinstance(value, bool):
-        return value
+    if isinstance(value, bool) or not isinstance(value, int) and _bool_or_array(value):
+        return value  # True is not a batch, nor a tensor holding one or several values
     try:
         return operator.index(value)
     except TypeError:
         return value
+
+
+def _bool_or_array(value: Any) -> bool:
+    """A bool scalar of numpy or torch, or an array of any dimension (operator.index takes a
+    one-element tensor, and a bool tensor, as the int it holds)."""
+    dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+    return shape is not None and (len(shape) > 0 or "bool" in str(dtype))
 
 
 def _check_args(op: Any, dtype: Any, n: Any, batch: Any, deps: Any) -> None:
@@ -118,6 +125,7 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
     heuristic (the serving path's: TUNEDB_MODEL_FALLBACK=0 turns it off, and the library arm
     serves). No GPU needed. Bad arguments raise errors naming the value and what is allowed."""
     n, batch = _integer(n), _integer(batch)
+    dtype = signatures.dtype_key(dtype)  # torch.float32 or "float32" as well as fp32
     _check_args(op, dtype, n, batch, deps)
     from tunedb import arch as arch_mod
     from tunedb.families.linalg import FAMILY

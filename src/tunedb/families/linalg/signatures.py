@@ -69,6 +69,16 @@ def check_signature(sig: Signature) -> None:
     check(sig.op, sig.dt, sig.get("n"))
 
 
+def dtype_key(dtype: Any) -> Any:
+    """A dtype as the short name the keys use (fp32, fp64, fp16, bf16): a torch dtype or its
+    name (torch.float32, "float32", "torch.float32") maps to it; anything else is returned as
+    given, for check() to name."""
+    if isinstance(dtype, str) and dtype in _ELEMENT_BYTES:
+        return dtype
+    text = str(dtype)
+    return _TORCH_NAMES.get(text if text.startswith("torch.") else f"torch.{text}", dtype)
+
+
 def dtype_name(dtype: Any) -> str:
     name = _TORCH_NAMES.get(str(dtype))
     if name is None:
@@ -119,6 +129,11 @@ def check_call(op: str, *args: Any) -> tuple[str, Any, Any]:
         if not (hasattr(t, "shape") and hasattr(t, "dtype")):
             raise SignatureError(f"linalg {op}'s {name} must be a tensor, got {'None' if t is None else type(t).__name__}")
     check_one_device(f"linalg {op}", **dict(zip(ARG_NAMES[op], args)))
+    for name, t in zip(ARG_NAMES[op], args):  # a sparse tensor failed deep in torch, or ran silently
+        layout = getattr(t, "layout", None)
+        if layout is not None and str(layout) != "torch.strided":
+            raise SignatureError(f"linalg {op}'s {name} must be a dense (strided) tensor, got layout {layout}; "
+                                 f"call .to_dense() first")
     first = args[0]
     if op == "dot":
         shape = _shape(first)
