@@ -224,8 +224,8 @@ def partition(points: Sequence[Point], table: Table, rule: PickRule | None = Non
 
 def _rule(rule: PickRule | None, fallback: str | None, min_speedup: float | None, tol: float | None) -> PickRule:
     rule = rule or PickRule()
-    if min_speedup is not None and min_speedup < 1.0:
-        raise BuildError(f"min_speedup={min_speedup} must be >= 1.0")
+    if min_speedup is not None and not 1.0 <= min_speedup < float("inf"):  # NaN included
+        raise BuildError(f"min_speedup={min_speedup} must be a finite number >= 1.0")
     if tol is not None and not 0.0 <= tol < 1.0:
         raise BuildError(f"tol={tol} must be in [0, 1)")
     over = {k: v for k, v in (("fallback", fallback), ("min_speedup", min_speedup), ("tie_band", tol))

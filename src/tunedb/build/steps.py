@@ -304,8 +304,8 @@ def check_options(opts: Any, gpu: bool) -> None:
     if getattr(opts, "tie_band", None) is not None and not 0.0 <= opts.tie_band < 1.0:
         raise BuildError(f"--tie-band={opts.tie_band} must be in [0, 1) (0.03: an arm within 3% of a point's "
                          f"fastest counts as fast as it; default: the family's pick rule)")
-    if opts.min_speedup is not None and opts.min_speedup < 1.0:
-        raise BuildError(f"--min-speedup={opts.min_speedup} must be >= 1.0 (1.05: a config must beat the "
+    if opts.min_speedup is not None and not 1.0 <= opts.min_speedup < float("inf"):  # NaN included
+        raise BuildError(f"--min-speedup={opts.min_speedup} must be a finite number >= 1.0 (1.05: a config must beat the "
                          f"family's fallback by 5%; default: the family's pick rule)")
     if opts.max_points is not None and not opts.thin:
         raise BuildError("--max-points needs --thin (without it every census point is measured)")

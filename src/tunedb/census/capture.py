@@ -42,6 +42,9 @@ def read_capture(path: str | Path) -> ShapeSet:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise CensusError(f"cannot read capture {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CensusError(f"capture {path} is not UTF-8 text (byte {exc.start}): a capture is the JSONL "
+                          f"that TUNEDB_CAPTURE writes") from exc
     acc: dict[tuple[Signature, int], list[int]] = {}
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -54,6 +57,9 @@ def read_capture(path: str | Path) -> ShapeSet:
             raise CensusError(f"capture {path} line {lineno} is not JSON: {exc.msg}") from exc
         try:
             sig = Signature.parse(row["signature"])
+            from tunedb import families
+
+            families.check_key(sig)  # a key no family serves is refused here, not after the measuring
             m, calls = row["M"], row.get("calls", 1)
             captured = row.get("captured", False)
         except (KeyError, TypeError, SignatureError) as exc:

@@ -109,6 +109,8 @@ def read_census(path: str | Path) -> ShapeSet:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise CensusError(f"cannot read census {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CensusError(f"census {path} is not UTF-8 text (byte {exc.start}): is it a census file?") from exc
     except json.JSONDecodeError as exc:
         raise CensusError(f"census {path} is not JSON: {exc.msg} (line {exc.lineno})") from exc
     return from_json(data, str(path))

@@ -66,6 +66,9 @@ def read_manifest(path: str | Path, field: str) -> list[float]:
         text = path.read_text()
     except OSError as exc:
         raise CensusError(f"cannot read manifest {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise CensusError(f"manifest {path} is not UTF-8 text (byte {exc.start}): a manifest is JSONL, "
+                          f"one JSON object a line") from exc
     values = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():

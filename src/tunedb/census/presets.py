@@ -258,12 +258,33 @@ def _check_takes_device(spec: str, factory: Any) -> None:
                           f"{CALLABLE_CONTRACT}")
 
 
+def _import_user_module(name: str) -> Any:
+    """The workload's module. As `python -m tunedb` does (and the `tunedb` console script does
+    not), a module in the working directory imports: `tunedb tune mymodel:make` run beside
+    mymodel.py failed with ModuleNotFoundError. The directory joins PYTHONPATH as well, for the
+    measuring worker's process."""
+    import os
+    import sys
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        top = name.partition(".")[0]
+        cwd = os.getcwd()
+        here = os.path.exists(os.path.join(cwd, f"{top}.py")) or os.path.isdir(os.path.join(cwd, top))
+        if exc.name != top or not here or cwd in sys.path or "" in sys.path:
+            raise
+    sys.path.insert(0, cwd)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
+    return importlib.import_module(name)
+
+
 def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> Workload:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise CensusError(f"workload {spec!r} must be module:callable, both named; {CALLABLE_CONTRACT}")
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
+        factory = getattr(_import_user_module(module_name), attr)
     except Exception as exc:  # the user's module runs at import: any error of its own is its message
         raise CensusError(f"cannot load workload {spec!r}: {type(exc).__name__}: {exc}") from exc
     if not callable(factory):

@@ -167,8 +167,17 @@ def tune_command(args: argparse.Namespace) -> str:
     GPU machine runs to measure it)."""
     from tunedb.census.presets import AUDIO, PRESETS, USER_MAX_LENGTH
 
-    flags = f" --mode {args.mode}" if args.mode != "offline" else ""
-    flags += f" --manifest {args.manifest}" if args.manifest else ""
+    import shlex
+
+    q = shlex.quote
+    flags = f" --mode {q(args.mode)}" if args.mode != "offline" else ""
+    # every flag the census depends on, so that the GPU run measures the census shown here
+    flags += f" --max-batch-size {args.max_batch_size}" if args.max_batch_size != 8 else ""
+    flags += f" --chunk-size {args.chunk_size}" if args.chunk_size is not None else ""
+    flags += f" --manifest {q(args.manifest)}" if args.manifest else ""
+    flags += f" --capture {q(args.capture)}" if args.capture else ""
+    flags += f" --impl {q(args.impl)}" if args.impl != "auto" else ""
+    flags += " --no-fused" if not args.fused else ""
     if args.workload not in PRESETS:  # a module:callable's probe lengths (a preset fixes its own)
         given = (("--unit", args.unit, AUDIO), ("--max-length", args.max_length, USER_MAX_LENGTH),
                  ("--length-step", args.length_step, 0))
@@ -177,7 +186,7 @@ def tune_command(args: argparse.Namespace) -> str:
 
     family = getattr(args, "family", None)
     flags += f" --family {family}" if family and family != families.DEFAULT else ""
-    return f"tunedb tune {args.workload}{flags}"
+    return f"tunedb tune {q(args.workload)}{flags}"
 
 
 def gpu_line(args: argparse.Namespace, signatures: int) -> str:
@@ -266,7 +275,10 @@ def run(args: argparse.Namespace) -> int:
     if result.served:
         print_served(console, result.served, opts.arch_family or "sm90", all_points=args.all_points,
                      family=args.family)
-    stale = stale_line(opts.arch_family or "sm90", opts.family, tune_command(args))
+    fam = families.get(opts.family)
+    tunable = len({p.signature for p in shapes.points if families.serves(fam, p.signature)})
+    # the stale tier's advice is to tune this workload: only where the family has a call to tune
+    stale = stale_line(opts.arch_family or "sm90", opts.family, tune_command(args)) if tunable else None
     if stale:
         console.print(stale, highlight=False)
     if result.build is not None and opts.dry_run:
@@ -274,9 +286,7 @@ def run(args: argparse.Namespace) -> int:
     if not result.measured:
         console.print(NO_GPU if not gpu else "--dry-run: nothing was measured.")
         if not gpu:
-            fam = families.get(opts.family)
-            console.print(gpu_line(args, len({p.signature for p in shapes.points
-                                              if families.serves(fam, p.signature)})), highlight=False)
+            console.print(gpu_line(args, tunable), highlight=False)
         return 0
     b = result.build
     console.print(f"measured {b.arms_measured} arm(s) in {b.seconds:.1f} s; log: {b.log_path}")
