@@ -86,6 +86,8 @@ def diff(a: DatabaseFile, b: DatabaseFile) -> tuple[Change, ...]:
     for what in ("kernel_family", "arch_family", "schema"):
         if getattr(a, what) != getattr(b, what):
             out.append(Change("changed", "file", what, getattr(a, what), getattr(b, what)))
+    if a.kernel_family != b.kernel_family:  # tables of two families share no entry, model or validator
+        return tuple(out)
     if dict(a.validators) != dict(b.validators):
         out.append(Change("changed", "file", "validators", _plain(dict(a.validators)),
                           _plain(dict(b.validators))))
