@@ -64,8 +64,20 @@ def probe(built: Any, key: modes.Key, model: Any = None, quantizer: Any = None) 
     with launch_table.recording() as tuned:
         calls = record(lambda: model(*inputs), patched=True)
     for _family, sig, m in tuned:
-        calls[(sig.with_dt("half") if sig.dt in HALF_DTYPES else sig, m)] += 1  # the census's dt
+        calls[(_census_dt(sig), m)] += 1
     return calls
+
+
+def _census_dt(sig: Signature) -> Signature:
+    """The census's dtype of a tuned call: `half` for fp16/bf16 where the family keys that
+    generic dtype (gemm, bmm, conv), else the call's own (group_gemm and gemm_log_softmax key
+    bf16 and fp16 apart: their calls were keyed dt=half, which the family does not tune)."""
+    from tunedb import families
+
+    if sig.dt not in HALF_DTYPES or sig.family not in families.names():
+        return sig
+    dtypes = families.get(sig.family).schema.dtypes
+    return sig.with_dt("half") if not dtypes or "half" in dtypes else sig
 
 
 def _device(name: str) -> Any:

@@ -37,18 +37,37 @@ def _check(x: Any, weight: Any, topk_ids: Any, topk_weights: Any) -> bool:
     return True
 
 
+def _record(x: Any, weight: Any, topk_ids: Any, topk_weights: Any) -> bool:
+    """A fused census (`tunedb tune` of a MoE model: the swapped experts on meta tensors) records
+    the call as the run time keys it; without this the experts' GEMMs, a MoE model's largest,
+    were in no census ("a GPU would measure nothing here")."""
+    from tunedb.runtime import launch_table
+
+    if not launch_table.recording_active():
+        return False
+    from tunedb.families.group_gemm import keys
+
+    sig, m = keys.signature_of("group_gemm", x, weight, topk_ids, topk_weights)
+    launch_table.record_key(FAMILY, sig, m)
+    return True
+
+
 def run(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
     """The op's implementation (every backend of tunedb::group_gemm runs this)."""
-    from tunedb.runtime import dispatch
+    from tunedb.runtime import dispatch, launch_table
 
     if topk_ids.dim() == 2 and topk_ids.shape[0] == 0:
         _check(x, weight, topk_ids, topk_weights)
         return _empty(x, weight, topk_ids)
+    if _record(x, weight, topk_ids, topk_weights):  # a census on a device: its arm's GEMMs not again
+        with launch_table.recorded_call():
+            return dispatch.call(FAMILY, "group_gemm", x, weight, topk_ids, topk_weights)
     return dispatch.call(FAMILY, "group_gemm", x, weight, topk_ids, topk_weights)
 
 
 def _fake(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
-    _check(x, weight, topk_ids, topk_weights)
+    if _check(x, weight, topk_ids, topk_weights):
+        _record(x, weight, topk_ids, topk_weights)  # a census on meta tensors runs this kernel
     return _empty(x, weight, topk_ids)
 
 
