@@ -93,6 +93,12 @@ def _run(module: Any, args: argparse.Namespace) -> int:
         return rc
     except BrokenPipeError:
         return _reader_gone()
+    except SystemExit as exc:
+        # rich's Console meets the closed pipe first: its on_broken_pipe points stdout at devnull
+        # and exits 1 from inside the BrokenPipeError's handler; the status is ours to give
+        if exc.code == 1 and isinstance(exc.__context__, BrokenPipeError):
+            return _reader_gone()
+        raise
     except TunedbError as exc:
         print(f"tunedb {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2

@@ -311,3 +311,17 @@ def test_a_corrupt_tier_file_is_one_line_under_a_command(home):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("tunedb: skipping user-tier database file (corrupt): ") and "not valid JSON" in lines[0]
     assert "DatabaseWarning" not in proc.stderr
+
+
+def test_a_closed_pipe_under_a_rich_table_exits_141(capsys, monkeypatch, tmp_path):
+    """`tunedb status | head -1` exited 1: rich's Console met the closed pipe first and exited
+    with its own status from inside the BrokenPipeError's handler."""
+    monkeypatch.setenv("TUNEDB_CACHE_DIR", str(tmp_path))
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    stream = os.fdopen(write_fd, "w", buffering=1)
+    monkeypatch.setattr("sys.stdout", stream)
+    rc = cli.main(["status"])
+    assert rc == cli.EXIT_BROKEN_PIPE
+    assert "Traceback" not in capsys.readouterr().err
+    stream.close()
