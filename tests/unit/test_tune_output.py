@@ -153,3 +153,22 @@ def test_a_terminal_too_narrow_for_short_keys_folds_them_and_keeps_every_column(
     flat = " ".join(out.split())
     assert "`tunedb tune conformer --family conv`" in flat  # the GPU command keeps the family
     assert "other families: 2 point(s) of gemm; this `tune` measures the conv family" in flat
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+def test_at_40_columns_no_column_is_cut_even_folded(tmp_path, capsys, monkeypatch, grouped):
+    """At 40 columns even the folded table was too wide: rich cut the config column to one letter
+    ("t" for torch) and dropped the signature column. The rows print as column=value lines then."""
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    sigs = [Signature.make("gemm", "gemm", "half", N=n, K=k) for n, k in ((1024, 256), (256, 1024), (768, 256))]
+    ms = range(8, 8 * (20 if grouped else 4), 8)
+    shapes = ShapeSet(tuple(Point(s, m, 0.01, 4, True) for s in sigs for m in ms), "w", (("mode", "offline"),))
+    monkeypatch.setattr(pipeline, "take_census", lambda *a, **k: shapes)
+    monkeypatch.setenv("COLUMNS", "40")
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        assert cli.main(["tune", "whisper-base"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 40 and "…" not in out
+    flat = " ".join(out.split())
+    assert flat.count("config=") == (3 if grouped else 3 * len(ms))
+    assert "signature=1024x256" in flat and "tier=" in flat

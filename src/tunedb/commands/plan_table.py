@@ -107,7 +107,7 @@ def print_grouped(console: Any, served: Sequence[Any], arch_family: str) -> None
     short = table(signature_text.short, compact=True) if compact else full
     if compact and not signature_text.fits(console, short):
         short = table(signature_text.short, compact=True, fold=True)
-    console.print(short)
+    print_fitting(console, short)
     if compact:
         console.print(signature_text.legend({r.signature for r in shown}), highlight=False)
     if rest:
@@ -117,3 +117,22 @@ def print_grouped(console: Any, served: Sequence[Any], arch_family: str) -> None
             "flops at the peak or its bytes at the bandwidth, the longer)") if basis == "time" else \
         "the share of the census's calls"
     console.print(f"{basis} % = {what}. One row per point: --all-points", highlight=False, markup=False)
+
+
+def print_fitting(console: Any, table: Any) -> None:
+    """`table`, or where even its folded cells leave it wider than the terminal (40 columns), its
+    rows one after another as `column=value` lines, which wrap: rich would otherwise cut the last
+    columns to a letter (the config a point is served)."""
+    from rich.measure import Measurement
+
+    unbounded = console.options.update_width(10_000)  # a table clamps its measure to the width given
+    if Measurement.get(console, unbounded, table).minimum <= console.width:
+        console.print(table)
+        return
+    if table.title:
+        console.print(str(table.title), highlight=False, markup=False)
+    columns = table.columns
+    cells = [[str(c) for c in col.cells] for col in columns]
+    for i in range(table.row_count):
+        console.print("- " + "  ".join(f"{str(col.header).replace(' ', '')}={cells[j][i]}" for j, col in enumerate(columns) if cells[j][i]),
+                      highlight=False, markup=False)

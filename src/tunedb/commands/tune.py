@@ -85,7 +85,7 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
         short = table(signature_text.short, compact=True) if compact else full
         if compact and not signature_text.fits(console, short):
             short = table(signature_text.short, compact=True, fold=True)
-        console.print(short)
+        plan_table.print_fitting(console, short)
         if compact:
             console.print(signature_text.legend({s.point.signature for s in served}), highlight=False)
     else:
