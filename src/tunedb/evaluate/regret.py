@@ -230,8 +230,24 @@ def _regret_table(ev: Evaluation, sig_text: Callable[[str], str], worst_column: 
     return table
 
 
+def size_axis(rows: Sequence[str]) -> str:
+    """The size axis the rows' signatures share (M for GEMM, batch for linalg); M when they are
+    not signatures or their families' axes differ."""
+    from tunedb import families
+    from tunedb.errors import SignatureError
+
+    axes = set()
+    for row in rows:
+        try:
+            sig = Signature.parse(row)
+        except (SignatureError, ValueError):
+            return "M"
+        axes.add(families.get(sig.family).schema.size if sig.family in families.names() else "M")
+    return axes.pop() if len(axes) == 1 else "M"
+
+
 def draw_regions(ax: Any, regions: Mapping[str, Sequence[Region]], m_max: Mapping[str, int] | None = None,
-                 title: str = "regions along M") -> None:
+                 title: str | None = None) -> None:
     """One horizontal bar per row label, split into its regions along a log M axis; each config
     gets one colour across rows. The catch-all ends at m_max[row] x 2 (or twice the last edge)."""
     import matplotlib.pyplot as plt
@@ -240,6 +256,8 @@ def draw_regions(ax: Any, regions: Mapping[str, Sequence[Region]], m_max: Mappin
     ids = sorted({r.config_id for rs in regions.values() for r in rs})
     cmap = plt.get_cmap("tab20")
     colour = {cid: cmap(i % 20) for i, cid in enumerate(ids)}
+    # past 20 configs the colours repeat: a hatch tells the repeats apart (the linalg table has 40+)
+    hatch = {cid: ("", "///", "...", "xxx", "\\\\\\")[(i // 20) % 5] for i, cid in enumerate(ids)}
     seen: set[str] = set()
     for y, row in enumerate(rows):
         lo = 1.0
@@ -250,13 +268,14 @@ def draw_regions(ax: Any, regions: Mapping[str, Sequence[Region]], m_max: Mappin
             label = r.config_id if r.config_id not in seen else None
             seen.add(r.config_id)
             ax.barh(y, hi - lo, left=lo, color=colour[r.config_id], edgecolor="black", linewidth=0.4,
-                    label=label)
+                    label=label, hatch=hatch[r.config_id])
             lo = hi
     ax.set_xscale("log")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(rows, fontsize=6)
-    ax.set_xlabel("M")
-    ax.set_title(title)
+    axis = size_axis(rows)
+    ax.set_xlabel(axis)
+    ax.set_title(title or f"regions along {axis}")
     if ids:
         ax.legend(fontsize=5, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
