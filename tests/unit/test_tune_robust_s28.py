@@ -90,3 +90,20 @@ def test_a_workload_module_in_the_working_directory_imports(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "census of mymodel_s28:make" in out.stdout and "No GPU: nothing was measured" in out.stdout
     assert not (Path.cwd() / "mymodel_s28.py").exists()
+
+
+def test_census_out_dash_writes_standard_output(tmp_path):
+    """`tunedb census ... --out -` wrote a file named '-'."""
+    (tmp_path / "mymodel_s28b.py").write_text(
+        "import torch\n"
+        "def make(device='cpu'):\n"
+        "    m = torch.nn.Linear(64, 32).to(device=device, dtype=torch.bfloat16)\n"
+        "    return m, lambda b, n: (torch.randn(b, n, 64, device=device, dtype=torch.bfloat16),)\n")
+    env = dict(os.environ, TUNEDB_CACHE_DIR=str(tmp_path / "c"), PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "tunedb", "census", "mymodel_s28b:make", "--unit", "tokens",
+                          "--max-length", "32", "--max-batch-size", "2", "--out", "-"],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout)
+    assert data["points"] and all(p["signature"].startswith("gemm|") for p in data["points"])
+    assert "-> standard output" in out.stderr and not (tmp_path / "-").exists()

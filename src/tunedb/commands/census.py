@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantization", default=None, choices=("fp8-rowwise", "fp8-block", "int8"),
                         help="quantize the full-precision model online with torchao first (W8A8); its "
                              "Linears are then recorded under scaled_mm / scaled_mm_fp8 (needs torchao)")
-    parser.add_argument("--out", required=True, help="census JSON file to write")
+    parser.add_argument("--out", required=True, help="census JSON file to write ('-': standard output, "
+                                                      "the summary then on standard error)")
 
 
 def add_length_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -53,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     from tunedb.census.presets import workload
     from tunedb.census.probe import take_census
 
-    check_out(args.out)  # before the census is taken
+    to_stdout = args.out == "-"
+    if not to_stdout:
+        check_out(args.out)  # before the census is taken
     w = workload(args.workload, args.unit, args.max_length, args.length_step)
     census = take_census(w, args.mode, args.max_batch_size, args.chunk_size, args.manifest,
                          args.device, args.impl, args.seed, fused=args.fused,
@@ -61,14 +65,23 @@ def run(args: argparse.Namespace) -> int:
     extra = [read_capture(p) for p in args.capture] + [read_census(p) for p in args.merge]
     if extra:
         census = merge(census, *extra)
-    write_census(args.out, census)
+    if to_stdout:
+        import json
+
+        from tunedb.census.censusfile import to_json
+
+        print(json.dumps(to_json(census), indent=1))
+    else:
+        write_census(args.out, census)
     from tunedb.census.presets import describe_impl
 
-    print(f"tunedb census: {describe_impl(dict(census.meta).get('impl', ''))}")
+    summary = sys.stderr if to_stdout else sys.stdout
+    print(f"tunedb census: {describe_impl(dict(census.meta).get('impl', ''))}", file=summary)
     tuned = [p for p in census.points if _tunable(p.signature)]
     sigs = {p.signature for p in tuned}
     print(f"tunedb census: {w.name} ({args.mode}): {len(tuned)} points of tuned ops over {len(sigs)} signatures, {sum(p.must_tune for p in tuned)} must-tune, "
-          f"{len(census.points) - len(tuned)} points of ops no family tunes -> {args.out}")
+          f"{len(census.points) - len(tuned)} points of ops no family tunes -> "
+          f"{'standard output' if to_stdout else args.out}", file=summary)
     return 0
 
 
