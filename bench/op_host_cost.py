@@ -108,6 +108,8 @@ def main() -> None:
     from tunedb.families.gemm_log_softmax import ops as glsm_ops
     from tunedb.families.linalg import ops as linalg_ops
 
+    bmm_ops.register()  # tunedb::bmm is defined lazily; the op column names it directly
+
     more = [("linalg potrf fp32 n=8 batch 4096", lambda: torch.ops.tunedb.linalg_potrf(spd),
              lambda: linalg_ops.potrf(spd)),
             ("linalg posv fp32 n=8 batch 4096", lambda: torch.ops.tunedb.linalg_posv(spd, rhs),
