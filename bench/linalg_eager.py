@@ -11,6 +11,8 @@ Python; when a kernel takes a few microseconds the loop runs at the host's pace.
 - `wall`: eager calls back to back, the stream synchronised before and after a block of R calls;
   wall time of the block / R, median over rounds (what a loop of calls costs);
 - `host`: perf_counter around one call with no sync inside (what the host spends issuing it);
+- `arm`: the table's pick, `pick>torch` where the eager rule (families/linalg/eager.py) serves
+  torch outside a capture;
 - `graph`: the same call captured R times in a CUDA graph and replayed, CUDA events / R (the
   device time alone: the bound an eager loop approaches when the host keeps ahead).
 
@@ -129,6 +131,7 @@ def cell(op: str, n: int, batch: int, dtype: torch.dtype, reps: int, rounds: int
     bound = lops.bound_for(op, *args)
     row["arm"] = bound.config.id
     row["tier"] = bound.tier
+    row["eager_arm"] = bound.eager or bound.config.id  # families/linalg/eager.py's rule
     return row
 
 
@@ -176,7 +179,7 @@ def main() -> None:
 
                     def g(v):
                         return f"{v:6.1f}" if v is not None else "     -"
-                    print(f"{op:6} {r['dtype']:8} {n:3d} {batch:6d} {r['arm'][:18]:18} | {r['tunedb_wall_us']:11.1f}"
+                    print(f"{op:6} {r['dtype']:8} {n:3d} {batch:6d} {(r['arm'] if r['eager_arm'] == r['arm'] else r['arm'] + '>' + r['eager_arm'])[:18]:18} | {r['tunedb_wall_us']:11.1f}"
                           f" {r['tunedb_host_us']:6.1f} {g(r['tunedb_graph_us'])} | {r['torch_wall_us']:10.1f}"
                           f" {r['torch_host_us']:6.1f} {g(r['torch_graph_us'])} | {r['ratio']:6.2f}x", flush=True)
     ratios = [r["ratio"] for r in rows]

@@ -160,6 +160,13 @@ class LinalgFamily:
                     return mod.launch(sig.op, cid, *args, out=out, inplace=inplace)
         return mod.launch(sig.op, cid, *args, out=out, inplace=inplace)
 
+    def eager_fallback(self, sig: Signature, m: int, config: Config, profile: ArchProfile, params: Any = None) -> str | None:
+        """The arm serving eager calls where the tuned arm's host time outweighs what its kernel
+        saves (eager.py: the torch arm for a Triton arm at small batches; never the CUDA tier)."""
+        from tunedb.families.linalg.eager import eager_fallback
+
+        return eager_fallback(sig, m, config, profile)
+
     def reference(self, sig: Signature, *args: Any, **kwargs: Any) -> Any:
         from tunedb.families.linalg import problems
 
