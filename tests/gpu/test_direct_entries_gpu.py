@@ -80,8 +80,14 @@ def test_the_direct_path_gives_the_ops_result_and_captures(name):
             captured = _flat(entry(*args))
         g.replay()
         torch.cuda.synchronize()
+        # a linalg key the eager rule serves with torch (families/linalg/eager.py: a small Triton
+        # gemv) runs the tuned arm under capture: the reference judges it, not bitwise equality
+        eager_torch = name == "gemv" and linalg_ops.bound_for("gemv", *args).eager == "torch"
         for c, o in zip(captured, via_op):
-            assert torch.equal(c, o), name
+            if eager_torch:
+                assert torch.allclose(c.to(ref.dtype), ref, rtol=tol, atol=tol), name
+            else:
+                assert torch.equal(c, o), name
 
 
 @pytest.mark.parametrize("name", ["potrf", "bmm", "conv2d"])

@@ -1,5 +1,5 @@
 """The small linear-algebra ops' eager shortcuts on the GPU (families/linalg/ops.py `_fast`):
-the CUDA tier's prepared launch (cuda_launcher) and the torch arm called directly give the
+the CUDA tier's and the Triton arms' prepared launches (cuda_launcher, triton_launcher) give the
 general path's result bit for bit, against an fp64 reference; a CUDA graph captured after them
 replays the same kernel; a strided input takes the general path; a Triton gemv at a small batch
 serves torch.bmm eagerly and itself under capture (eager.py). Shipped sm90 table
@@ -29,6 +29,8 @@ def _spd(batch, n, dtype):
 
 
 def _args(op, n, batch, dtype):
+    if op == "gemv":
+        return (torch.randn(batch, n, n, device="cuda", dtype=dtype), torch.randn(batch, n, device="cuda", dtype=dtype))
     a = _spd(batch, n, dtype)
     b = torch.randn(batch, n, device="cuda", dtype=dtype)
     if op == "trsv":
@@ -42,6 +44,8 @@ def _ref(op, args):
         return torch.linalg.cholesky(a)
     if op == "trsv":
         return torch.linalg.solve_triangular(a, args[1].double().unsqueeze(-1), upper=False).squeeze(-1)
+    if op == "gemv":
+        return (a @ args[1].double().unsqueeze(-1)).squeeze(-1)
     return torch.linalg.solve(a, args[1].double())
 
 
@@ -56,17 +60,19 @@ def _key(op, args):
 
 CELLS = [("potrf", 8, 4096, torch.float32), ("potrf", 8, 512, torch.float64), ("posv", 32, 4096, torch.float32),
          ("posv", 16, 16, torch.float32), ("trsv", 8, 4096, torch.float32), ("potrf", 64, 512, torch.float32),
-         ("posv", 128, 64, torch.float64), ("trsv", 64, 256, torch.float32)]
+         ("posv", 128, 64, torch.float64), ("trsv", 64, 256, torch.float32),
+         # Triton arms (triton_launcher): reg and lane posv, a warp gemv past the eager rule's batch
+         ("posv", 8, 4096, torch.float32), ("posv", 8, 16, torch.float32), ("gemv", 32, 65536, torch.float32)]
 
 
 @pytest.mark.parametrize("op,n,batch,dtype", CELLS)
-def test_the_cuda_tiers_prepared_launch_gives_the_general_paths_result(op, n, batch, dtype):
+def test_the_prepared_launch_gives_the_general_paths_result(op, n, batch, dtype):
     torch.manual_seed(0)
     args = _args(op, n, batch, dtype)
     with torch.no_grad():
         first = _flat(getattr(ops, op)(*args))  # the general path; the key's shortcut is made after it
         bound, fast = ops._fast[_key(op, args)]
-        assert bound.config.id.startswith("cuda"), bound
+        assert not bound.config.is_sentinel and bound.eager is None, bound
         assert fast is not None, f"no prepared launch for {bound}"
         got = _flat(getattr(ops, op)(*args))
         general = _flat(bound.call(*args))
@@ -75,7 +81,7 @@ def test_the_cuda_tiers_prepared_launch_gives_the_general_paths_result(op, n, ba
         tol = 1e-9 if dtype == torch.float64 else 2e-3
         ref = _ref(op, args)
         assert torch.allclose(got[0].double(), ref, rtol=tol, atol=tol * ref.abs().max().item())
-        if op != "trsv":
+        if op in ("potrf", "posv"):
             assert int(got[1].abs().sum()) == 0
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):

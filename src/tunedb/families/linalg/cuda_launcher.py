@@ -58,6 +58,8 @@ def prepare(op: str, cid: str, n: int, batch: int, dtype: str, device: int) -> C
     raw_stream = torch._C._cuda_getCurrentRawStream
     empty, int32 = torch.empty, torch.int32
     with_info = op != "trsv"
+    keep = (ptrs, count, block)  # the block holds raw addresses: its storage must live as long as call
+
 
     def call(tensors: tuple) -> Any:
         a = tensors[0]
@@ -70,6 +72,7 @@ def prepare(op: str, cid: str, n: int, batch: int, dtype: str, device: int) -> C
         out = empty(out_shape, dtype=tdtype, device=dev)
         info = empty((batch,), dtype=int32, device=dev) if with_info else out
         with lock:
+            ptrs, _count, block = keep
             ptrs[0].value, ptrs[1].value = a.data_ptr(), b.data_ptr()
             ptrs[2].value, ptrs[3].value = out.data_ptr(), info.data_ptr()
             err = launch_kernel(func, grid, 1, 1, threads, 1, 1, dynamic,

@@ -121,9 +121,9 @@ def _prepared(op: str, bound: Any, first: Any) -> Any:
     """A key's shortcut past the general launch path (family.launch -> launch.launch, which
     re-checks what the key already fixed), or None: the torch arm's forms called directly where
     the torch arm serves (the config, or the eager_fallback hook's choice outside a capture), the
-    CUDA tier's prepared launch (cuda_launcher) where one of its arms serves. Each returns None
-    for a call it does not take (a capture of an eager-fallback key, a strided input), which then
-    goes the general way. Not after a failed first call put the torch arm in (bound.config)."""
+    CUDA tier's prepared launch (cuda_launcher) or a Triton arm's (triton_launcher) where one
+    serves. Each returns None for a call it does not take (a capture of an eager-fallback key, a
+    strided input), which then goes the general way. Not after a failed first call put the torch arm in (bound.config)."""
     import torch
 
     from tunedb.families.linalg.kernels_torch import torch_arm
@@ -136,13 +136,15 @@ def _prepared(op: str, bound: Any, first: Any) -> Any:
             return lambda tensors: torch_arm(op, False, tensors, None)
         capturing = torch._C._cuda_isCurrentStreamCapturing
         return lambda tensors: None if capturing() else torch_arm(op, False, tensors, None)
-    if not cid.startswith("cuda") or not first.is_contiguous():
+    if not first.is_contiguous() or cid.startswith("nvmath") or bound.config.is_sentinel:
         return None
-    from tunedb.families.linalg import cuda_launcher
+    from tunedb.families.linalg import cuda_launcher, triton_launcher
 
+    n, batch, dtype = first.shape[-1], first.shape[0], signatures.dtype_name(first.dtype)
     try:
-        return cuda_launcher.prepare(op, cid, first.shape[-1], first.shape[0], signatures.dtype_name(first.dtype),
-                                     first.get_device())
+        if cid.startswith("cuda"):
+            return cuda_launcher.prepare(op, cid, n, batch, dtype, first.get_device())
+        return triton_launcher.prepare(op, cid, n, batch, dtype)
     except Exception:  # the general path keeps serving; this is only its shortcut
         return None
 
