@@ -3,9 +3,11 @@
 The table is measured in CUDA graphs, where a launch costs the host nothing. An eager call costs
 about the larger of its host issue time and its kernel time, and at batch <= 4096 most kernels
 here take 1-10 us while issuing one from Python takes longer (bench/linalg_eager.py, session 29,
-H200 host): a Triton arm ~46 us a call (its JIT launcher's specialisation and cache lookup),
-torch's bmm 13 us, cholesky_ex 33 us, solve_triangular 31 us, the three calls of posv 100-125 us.
-So a gemv that a Triton arm serves 1.5x faster in a graph ran 0.27-0.31x of torch.bmm eagerly.
+H200 host): a Triton arm 46 us a call through the general path, 25-40 us prepared (Triton's own
+launcher, its argument specialisation and cache lookup, is most of it), torch's bmm 13 us,
+cholesky_ex 31-33 us, solve_triangular 31 us, the three calls of posv 92-125 us, the CUDA tier's
+prepared launch 13-17 us. So a gemv that a Triton arm serves 1.5x faster in a graph ran
+0.27-0.31x of torch.bmm eagerly.
 
 Rule: the torch arm serves a shape's eager calls (CUDA-graph captures keep the tuned arm, which
 is what the table measured) when torch's estimate, max(host, kernel), is below the arm's. Host
@@ -23,14 +25,16 @@ from typing import Any, Mapping
 from tunedb.records import ArchProfile, Config, Signature
 
 # Host issue time of one eager call, in units of profile.launch_us_eager (7.21 us on the H200's
-# host; session 29 call 4 measured the us in the module docstring, medians over 1400 calls).
+# host; session 29 calls 4 and 7 measured the us in the module docstring, medians over 700 calls).
 TORCH_HOST = {"dot": 1.8, "gemv": 1.8, "gemm": 1.8, "potrf": 4.6, "trsv": 4.3, "posv": 14.0}
-# A Triton arm: 46 us on one host (6.4 units) and 75-79 us on another the same day (call 5, where
-# torch's calls also took 1.6x longer): the larger, so that a slower host than the profile's
-# still finds torch where the tuned gemv is host-bound (the faster host then loses up to 1.26x of
-# a Triton gemv's eager gain at batch 65536; the slower one would have run 0.63x of torch).
+# A Triton arm through the general path: 46 us on one host (6.4 units) and 75-79 us on another
+# the same day (call 5, where torch's calls also took 1.6x longer): the larger, so that a slower
+# host than the profile's still finds torch where the tuned gemv is host-bound. Call 7 measured
+# the prepared launch (triton_launcher) at 25-40 us (posv); this stays at the general path's
+# until a call measures a gemv that way (at batch 65536 torch then serves at 1.00x, where the
+# prepared Triton gemv would likely win).
 TRITON_HOST = 10.5
-CUDA_HOST = 2.8  # the prepared launch (cuda_launcher)
+CUDA_HOST = 2.4  # the prepared launch (cuda_launcher): 13-17 us in call 7
 
 
 def arm_host(config_id: str) -> float:
