@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from tunedb.census import modes
 from tunedb.census.presets import AUDIO, Workload
@@ -160,8 +160,12 @@ def _optimized(w: Workload, model: Any) -> Any:
 
 def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
                 manifest: str | Path | None = None, device: str = "meta", impl: str = "auto",
-                seed: int = 0, fused: bool = False, quantization: str | None = None) -> ShapeSet:
+                seed: int = 0, fused: bool = False, quantization: str | None = None,
+                progress: Callable[[int, int, str], None] | None = None) -> ShapeSet:
     """The census of workload `w` served in `mode` (see the module docstring for the weights).
+    progress(done, total, what): told before each step (building the model, optimize(), each
+    probe forward) and once more at the end (done == total), for a display; the census is the
+    same without it.
     fused: take it of tunedb.optimize(model), so a Linear that optimize() fuses with its
     activation is keyed as the gemm_act call the run time makes (bias and act included).
     quantization: a torchao scheme (fp8-rowwise, fp8-block, int8) applied to the full-precision
@@ -173,19 +177,24 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
         quantizer.require()  # before building the model: a missing library fails fast
     keys = traffic(w, mode, max_batch, chunk, manifest, seed)
     dev = _device(device)
+    steps = 2 + len(keys)
+    tell = progress or (lambda done, total, what: None)
+    tell(0, steps, f"{w.name}: building the model")
     with _user_code(w, "building the model"):
         built = w.build(dev, impl)
     if quantizer is not None:
         quantizer.quantize(built.model, device)
     if mode == "decode" and built.decode_inputs is None:
         raise CensusError(f"{w.name} returned no decode_factory: it is encoder-only and has no decode steps")
+    tell(1, steps, f"{w.name}: tunedb.optimize(model)")
     with _user_code(w, "tunedb.optimize(model)"):
         model = _optimized(w, built.model) if fused else None
     calls: Counter[tuple[Signature, int]] = Counter()
     eager: Counter[tuple[Signature, int]] = Counter()
     must: set[tuple[Signature, int]] = set()
-    for key in sorted(keys):
+    for i, key in enumerate(sorted(keys)):
         where = f"its forward at batch={key.batch}, " + (f"length={key.length} {w.unit}" if key.length else "one decode step")
+        tell(2 + i, steps, f"{w.name}: {where}")
         with _user_code(w, where, dev):
             recorded = probe(built, key, model, quantizer)
         if not recorded:
@@ -201,6 +210,7 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
                 must.add(point)
             else:
                 eager[point] += keys[key] * n
+    tell(steps, steps, f"{w.name}: done")
     total = sum(calls.values())
     points = []
     for point in sorted(set(calls) | must):

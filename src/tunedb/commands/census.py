@@ -59,9 +59,12 @@ def run(args: argparse.Namespace) -> int:
     if not to_stdout:
         check_out(args.out)  # before the census is taken
     w = workload(args.workload, args.unit, args.max_length, args.length_step)
-    census = take_census(w, args.mode, args.max_batch_size, args.chunk_size, args.manifest,
-                         args.device, args.impl, args.seed, fused=args.fused,
-                         quantization=args.quantization)
+    from tunedb.commands.census_progress import census_progress
+
+    with census_progress() as tell:
+        census = take_census(w, args.mode, args.max_batch_size, args.chunk_size, args.manifest,
+                             args.device, args.impl, args.seed, fused=args.fused,
+                             quantization=args.quantization, progress=tell)
     extra = [read_capture(p) for p in args.capture] + [read_census(p) for p in args.merge]
     if extra:
         census = merge(census, *extra)

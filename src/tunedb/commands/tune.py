@@ -247,7 +247,10 @@ def run(args: argparse.Namespace) -> int:
             speculative.start(args.workload, opts, _census_kw(args), worker=worker)
         if child is not None:
             child.wait()  # then the census below is read from the cache (or taken, if it failed)
-        shapes = pipeline.take_census(args.workload, **_census_kw(args))
+        from tunedb.commands.census_progress import census_progress
+
+        with census_progress() as tell:
+            shapes = pipeline.take_census(args.workload, **_census_kw(args), progress=tell)
         timeline.mark("census end")
         speculative.settle(opts.family)  # a profile measured in the worker beside the census is cached
     except BaseException:
