@@ -292,6 +292,8 @@ def run_meta(opts: Any, arch: ArchProfile, points: Mapping[Signature, list[Point
 
 def check_options(opts: Any, gpu: bool) -> None:
     families.get(opts.family)  # RegistryError naming the registered ones, before any census
+    if getattr(opts, "run_id", None):
+        checkpoint.check_run_id(opts.run_id)  # before a census, a lock or the --out directory exist
     arch_family = getattr(opts, "arch_family", None)
     if arch_family is not None and not re.match(r"^sm\d+a?$", arch_family):
         from tunedb.arch import PLANNING_LIMITS, SHIPPED_ARCHES
