@@ -3,8 +3,8 @@
 The table is measured in CUDA graphs, where a launch costs the host nothing. An eager call costs
 about the larger of its host issue time and its kernel time, and at batch <= 4096 most kernels
 here take 1-10 us while issuing one from Python takes longer (bench/linalg_eager.py, session 29,
-H200 host): a Triton arm 46 us a call through the general path, 25-40 us prepared (Triton's own
-launcher, its argument specialisation and cache lookup, is most of it), torch's bmm 13 us,
+H200 host): a Triton arm 46 us a call through the general path, 25-40 us with its kernel, grid
+and meta resolved once (a variant not shipped: triton_launcher.py says why), torch's bmm 13 us,
 cholesky_ex 31-33 us, solve_triangular 31 us, the three calls of posv 92-125 us, the CUDA tier's
 prepared launch 13-17 us. So a gemv that a Triton arm serves 1.5x faster in a graph ran
 0.27-0.31x of torch.bmm eagerly.
@@ -30,8 +30,8 @@ TORCH_HOST = {"dot": 1.8, "gemv": 1.8, "gemm": 1.8, "potrf": 4.6, "trsv": 4.3, "
 # A Triton arm through the general path: 46 us on one host (6.4 units) and 75-79 us on another
 # the same day (call 5, where torch's calls also took 1.6x longer): the larger, so that a slower
 # host than the profile's still finds torch where the tuned gemv is host-bound. Call 7 measured
-# the prepared launch (triton_launcher) at 25-40 us (posv); this stays at the general path's
-# until a call measures a gemv that way (at batch 65536 torch then serves at 1.00x, where the
+# a fully prepared Triton launch at 25-40 us (posv); this stays at the general path's until a
+# call measures the shipped prepared gemv (at batch 65536 torch then serves at 1.00x, where the
 # prepared Triton gemv would likely win).
 TRITON_HOST = 10.5
 CUDA_HOST = 2.4  # the prepared launch (cuda_launcher): 13-17 us in call 7

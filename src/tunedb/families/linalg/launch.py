@@ -128,24 +128,17 @@ def _out(op: str, tensors: tuple, n: int, batch: int, out: Any) -> Any:
 
 def _triton(op: str, cfg: space.KernelConfig, tensors: tuple, out: Any, n: int, batch: int, inplace: bool) -> Any:
     import torch
-
-    args = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-    info = torch.empty((batch,), dtype=torch.int32, device=args[0].device) if op in ("potrf", "posv") else None
-    if batch == 0:
-        return (out, info) if info is not None else out
-    kern, grid, meta = triton_kernel(op, cfg, n, batch, args[0].dtype == torch.float64)
-    return triton_run(op, cfg.packing, kern[grid], meta, args, out, info, batch, inplace)
-
-
-def triton_kernel(op: str, cfg: space.KernelConfig, n: int, batch: int, fp64: bool) -> tuple[Any, tuple, dict]:
-    """(jit function, grid, launch meta) of a valid Triton config for (op, n, batch): what every
-    call of that shape launches (ops' eager shortcut keeps it per key)."""
     import triton
     import triton.language as tl
 
     from tunedb.families.linalg import kernels_thread as kt
     from tunedb.families.linalg import kernels_tile as kw
 
+    args = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    acc = tl.float64 if args[0].dtype == torch.float64 else tl.float32
+    info = torch.empty((batch,), dtype=torch.int32, device=args[0].device) if op in ("potrf", "posv") else None
+    if batch == 0:
+        return (out, info) if info is not None else out
     grid = (triton.cdiv(batch, cfg.problems),)
     meta: dict[str, Any] = {"N": n, "P": cfg.problems, "num_warps": cfg.warps}
     if cfg.packing == "lane":
@@ -176,7 +169,7 @@ def triton_kernel(op: str, cfg: space.KernelConfig, n: int, batch: int, fp64: bo
         kern = {"potrf": kp.potrf_panel, "posv": kp.posv_panel, "trsv": kp.trsv_panel}[op]
         meta.pop("P")
         meta["NP"] = space.panel_rows(n, op)
-        meta["B"], meta["KC"] = space.panel_shape("fp64" if fp64 else "fp32")
+        meta["B"], meta["KC"] = space.panel_shape("fp64" if args[0].dtype == torch.float64 else "fp32")
     elif cfg.packing in space.PDOT_PACKINGS:
         from tunedb.families.linalg import kernels_pdot as kd
 
@@ -192,28 +185,17 @@ def triton_kernel(op: str, cfg: space.KernelConfig, n: int, batch: int, fp64: bo
                 "potrf": kw.potrf_tile, "trsv": kw.trsv_tile, "posv": kw.posv_tile}[op]
         meta["NP"] = space.next_pow2(n)
     if op in ("dot", "gemv", "gemm"):
-        meta["ACC"] = tl.float64 if fp64 else tl.float32
-    return kern, grid, meta
-
-
-def triton_run(op: str, packing: str, launch: Any, meta: dict, args: Any, out: Any, info: Any, batch: int,
-               inplace: bool) -> Any:
-    """Launch `launch` (a jit function indexed by its grid) on contiguous args in op's argument
-    form; returns what launch() returns."""
-    if op in ("dot", "gemv", "gemm"):
-        launch(args[0], args[1], out, batch, **meta)
+        kern[grid](args[0], args[1], out, batch, ACC=acc, **meta)
         return out
     if op == "trsv":
-        launch(args[0], args[1], out, batch, **meta)
+        kern[grid](args[0], args[1], out, batch, **meta)
         return out
     if op == "potrf":
-        launch(args[0], out, info, batch, **meta)
+        kern[grid](args[0], out, info, batch, **meta)
         return out, info
-    if packing in ("thread", "panel", *space.PDOT_PACKINGS):
-        import torch
-
+    if cfg.packing in ("thread", "panel", *space.PDOT_PACKINGS):
         work = args[0] if inplace else torch.empty_like(args[0])
-        launch(args[0], args[1], out, work, info, batch, **meta)
+        kern[grid](args[0], args[1], out, work, info, batch, **meta)
     else:
-        launch(args[0], args[1], out, info, batch, **meta)
+        kern[grid](args[0], args[1], out, info, batch, **meta)
     return out, info

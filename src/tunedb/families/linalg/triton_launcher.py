@@ -1,12 +1,16 @@
-"""Prepared launches of the Triton arms for eager calls: the jit function, its grid and launch
-meta resolved once per (op, config, n, batch, dtype), so that an eager call of a key already
-served skips the general path's re-checks (launch._check, the config id's parse and validity)
-and goes straight to Triton's launcher with the same arguments (launch.triton_run: the code the
-general path runs, so the results are the same bit for bit).
+"""Prepared launches of the Triton arms for eager calls: the config parsed and judged valid once
+per (op, config, n, batch, dtype), so that an eager call of a key already served skips the
+general path's layers (family.launch, launch.launch's shape checks, the config id's parse and
+validity, `_out`'s checks) and calls launch._triton itself, the code the general path ends in:
+the same kernel, arguments and result bit for bit.
 
-Session 29 (bench/linalg_eager.py, H200 host): a Triton posv took 83-89 us of host time an
-eager call, about half of it in that general path, half in Triton's own launcher (its argument
-specialisation and cache lookup), which this leaves as it is.
+Session 29 (bench/linalg_eager.py, H200 host): a Triton posv took 55-65 us of host time an
+eager call through the general path, about half of it in those layers and half in launch._triton
+and Triton's own launcher (its argument specialisation and cache lookup), which this leaves as
+they are. (Call 7 measured 25-27 us with a variant that also resolved launch._triton's kernel
+and meta once; that variant changed launch.py, one of the sources the shipped table's impl_hash
+covers, so the shipped tree keeps launch.py as measured and pays launch._triton's per-call
+resolution, a few microseconds more, not measured.)
 
 `prepare(...)` returns `call(tensors) -> result | None`; None (a strided input, a tensor on
 another device than the current one: Triton launches on the current device) sends the call the
@@ -33,23 +37,17 @@ def prepare(op: str, cid: str, n: int, batch: int, dtype: str) -> Callable[[tupl
         return None
     import torch
 
-    kern, grid, meta = launch.triton_kernel(op, cfg, n, batch, dtype == "fp64")
-    go = kern[grid]
     out_shape = (batch,) if op == "dot" else (batch, n) if op in ("gemv", "trsv", "posv") else (batch, n, n)
-    with_info = op in ("potrf", "posv")
     get_device = torch._C._cuda_getDevice
-    empty, int32, packing, run = torch.empty, torch.int32, cfg.packing, launch.triton_run
+    empty, run = torch.empty, launch._triton
 
     def call(tensors: tuple) -> Any:
         a = tensors[0]
         for t in tensors:
             if not t.is_contiguous():
                 return None
-        device = a.get_device()
-        if device != get_device():
+        if a.get_device() != get_device():
             return None
-        out = empty(out_shape, dtype=a.dtype, device=a.device)
-        info = empty((batch,), dtype=int32, device=a.device) if with_info else None
-        return run(op, packing, go, meta, tensors, out, info, batch, False)
+        return run(op, cfg, tensors, empty(out_shape, dtype=a.dtype, device=a.device), n, batch, False)
 
     return call
