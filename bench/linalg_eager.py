@@ -34,6 +34,7 @@ import statistics
 import time
 
 import torch
+from op_host_cost import timed  # bench/: host us per call, synchronised every 32 calls
 
 from tunedb.families.linalg import ops as lops
 from tunedb.families.linalg import problems
@@ -64,18 +65,6 @@ def _wall(fn, reps: int) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - t0) / reps * 1e6
-
-
-def _host(fn, reps: int) -> list[float]:
-    out = []
-    for i in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e6)
-        if i % 32 == 31:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return out
 
 
 def _graph(fn, reps: int) -> float:
@@ -114,7 +103,7 @@ def cell(op: str, n: int, batch: int, dtype: torch.dtype, reps: int, rounds: int
             random.shuffle(names)
             for k in names:
                 walls[k].append(_wall(fns[k], reps))
-                hosts[k].extend(_host(fns[k], reps))
+                hosts[k].extend(timed(fns[k], reps))
         graphs = {}
         for k, fn in fns.items():
             try:
