@@ -12,7 +12,13 @@ def hooked(module: Any) -> bool:
     on the top module, mark themselves `tunedb_own_hook` and change no input or output)."""
     hooks = (*module._forward_hooks.values(), *module._forward_pre_hooks.values())
     return (any(not getattr(h, "tunedb_own_hook", False) for h in hooks)
-            or bool(getattr(module, "_backward_hooks", None)))
+            or any(getattr(module, name, None) for name in _OTHER_HOOKS))
+
+
+# Hooks a swapped module would lose: backward (full and pre: register_full_backward_pre_hook),
+# and the state_dict / load_state_dict hooks that change what a checkpoint holds.
+_OTHER_HOOKS = ("_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+                "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 
 def holders(model: Any, kinds: tuple[type, ...]) -> dict[int, int]:

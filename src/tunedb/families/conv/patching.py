@@ -43,14 +43,16 @@ def _folded(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Te
         return _fold(conv, bn)
     key = tuple((t.data_ptr(), t._version) if t is not None else None for t in parts)
     cached = conv.__dict__.get("_tunedb_fold")
-    if cached is not None and cached[0] == key:
+    # the same tensors, not only the same addresses: a parameter replaced by a new tensor at the
+    # freed one's address starts at version 0 too (the cache holds the old ones, by identity)
+    if cached is not None and cached[0] == key and all(a is b for a, b in zip(cached[2], parts)):
         return cached[1]
     # cached tensors are leaves (deepcopy and pickling take the module), and normal tensors even
     # when the first call ran under inference_mode: an inference tensor in the cache would make a
     # later call that records autograd fail ("Inference tensors cannot be saved for backward")
     with torch.inference_mode(False), torch.no_grad():
         out = _fold(conv, bn)
-    conv.__dict__["_tunedb_fold"] = (key, out)
+    conv.__dict__["_tunedb_fold"] = (key, out, parts)
     return out
 
 

@@ -54,6 +54,9 @@ _HF_ACTS: dict[str, str] = {
 }
 
 
+_LINEAR_ATTRS = frozenset(vars(nn.Linear(1, 1, device="meta")))  # what every nn.Linear holds
+
+
 class TunedLinear(nn.Module):
     """nn.Linear (optionally followed by an activation) running through tunedb's tuned ops."""
 
@@ -73,6 +76,12 @@ class TunedLinear(nn.Module):
         self.bias = linear.bias
         self.act = act
         self.approximate = approximate
+        self.train(linear.training)
+        # a user's (or a library's: transformers' _is_hf_initialized) plain attributes on the
+        # Linear stay readable on the module that replaces it
+        for name, value in vars(linear).items():
+            if name not in _LINEAR_ATTRS and name not in self.__dict__ and not isinstance(value, (nn.Module, torch.Tensor)) and not callable(value):
+                self.__dict__[name] = value
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
@@ -167,7 +176,7 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
     plan: dict[tuple[int, str], tuple[str, str]] = {}
 
     def fusable(lin: Any, act_mod: Any) -> str | None:
-        if type(lin) is not nn.Linear or holders.get(id(lin)) != 1 or _hooked(lin):
+        if type(lin) is not nn.Linear or holders.get(id(lin)) != 1 or _kept(lin):
             return None
         if not isinstance(act_mod, nn.Module) or _hooked(act_mod):
             return None
@@ -188,7 +197,7 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
         return "*" in outside or name in outside
 
     for parent in model.modules():
-        if _hooked(parent):
+        if _hooked(parent) or "forward" in vars(parent):  # a forward set on the instance: its source is not the class's
             continue
         children = parent._modules
         if type(parent) is nn.Sequential:
@@ -202,9 +211,18 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
             continue
         for act_attr, lin_attr in _class_calls(type(parent)):
             kind = fusable(children.get(lin_attr), children.get(act_attr))
-            if kind and not read_outside(lin_attr):  # `self.block.fc(x)` elsewhere: keep fc plain
+            # `self.block.fc(x)` or `self.block.act(y)` elsewhere: keep both as they are
+            if kind and not read_outside(lin_attr) and not read_outside(act_attr):
                 plan[(id(parent), lin_attr)] = (kind, act_attr)
     return plan
+
+
+def _kept(linear: nn.Module) -> bool:
+    """A Linear optimize() leaves as it is: one a user's hooks watch (they must keep firing), or
+    one carrying more state than weight and bias (a buffer, another parameter, a child module),
+    which a TunedLinear would drop from the model and its state_dict."""
+    return (_hooked(linear) or bool(linear._buffers) or bool(linear._modules)
+            or any(name not in ("weight", "bias") for name in linear._parameters))
 
 
 def _subclass_weight(linear: nn.Module) -> bool:
@@ -246,7 +264,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
         allow_approximate()
     if not inplace:
         model = copy.deepcopy(model)
-    if type(model) is nn.Linear and not _subclass_weight(model):  # a bare Linear has no parent to patch
+    if type(model) is nn.Linear and not _subclass_weight(model) and not _kept(model):  # no parent to patch
         if _TorchEverywhere()(model, "none"):
             report.register_model(model, [], left=[(model, _key_of(model, "none"))], why=LEFT_WHY)
             return model
@@ -262,16 +280,19 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     served = _TorchEverywhere()
     for parent in list(model.modules()):
         for attr, child in list(parent._modules.items()):
-            if type(child) is not nn.Linear or _hooked(child) or _subclass_weight(child):
-                continue  # a hooked Linear stays, so its hooks keep firing
+            if type(child) is not nn.Linear or _kept(child) or _subclass_weight(child):
+                continue  # a hooked Linear stays, so its hooks keep firing (and its extra state stays)
             fused = plan.get((id(parent), attr))
             kind = fused[0] if fused is not None else "none"
             if served(child, kind):
                 left[id(child)] = (child, _key_of(child, kind))
                 continue  # the module's own call is what tunedb would run, minus the entry path
             if fused is not None:
-                tuned = TunedLinear(child, kind, approximate, act_module=getattr(parent, fused[1], None))
-                setattr(parent, fused[1], nn.Identity())
+                act_module = getattr(parent, fused[1], None)
+                tuned = TunedLinear(child, kind, approximate, act_module=act_module)
+                blank = nn.Identity()
+                blank.train(getattr(act_module, "training", child.training))
+                setattr(parent, fused[1], blank)
             else:
                 tuned = swapped.get(id(child)) or TunedLinear(child, approximate=approximate)
                 swapped[id(child)] = tuned
@@ -287,7 +308,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
 UNPATCHED_KINDS = {
     "conv1d": "Conv1D with an [in, out] weight (the kernels read [out, in]: a copy per call)",
     "in_proj": "nn.MultiheadAttention packed in-projection (torch's attention reads the weight itself)",
-    "hooked": "hooked nn.Linear (its hooks must keep firing)",
+    "hooked": "hooked nn.Linear, or one with more state than weight and bias (kept as it is)",
     "subclass": "nn.Linear subclass or tensor-subclass weight",
 }
 
@@ -307,7 +328,7 @@ def unpatched_modules(model: nn.Module) -> dict[str, int]:
         elif isinstance(m, nn.Linear) and id(m) not in inside_mha:
             if type(m) is not nn.Linear or _subclass_weight(m):
                 kind = "subclass"
-            elif _hooked(m):
+            elif _kept(m):
                 kind = "hooked"
         if kind is not None:
             counts[kind] = counts.get(kind, 0) + 1
