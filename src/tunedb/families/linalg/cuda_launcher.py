@@ -23,16 +23,14 @@ import ctypes
 import threading
 from typing import Any, Callable
 
-from tunedb.families.linalg import kernels_cuda
-
-_RESULT = {"potrf": "m", "posv": "v", "trsv": "v"}
+from tunedb.families.linalg import kernels_cuda, launch
 
 
 def prepare(op: str, cid: str, n: int, batch: int, dtype: str, device: int) -> Callable[[tuple], Any] | None:
     """The prepared eager launch of CUDA-tier arm `cid` for (op, n, batch, dtype) on `device`,
     or None where the tier cannot serve it this way (an arm the predicate refuses, no NVRTC,
     batch 0 or past the grid limit)."""
-    if op not in _RESULT or batch <= 0 or batch >= 2 ** 31:
+    if batch <= 0 or batch >= 2 ** 31:
         return None
     if kernels_cuda.arm_invalid(op, cid, n, dtype) is not None:
         return None
@@ -46,8 +44,6 @@ def prepare(op: str, cid: str, n: int, batch: int, dtype: str, device: int) -> C
     from torch.cuda._utils import _get_gpu_runtime_library
 
     launch_kernel = _get_gpu_runtime_library().cuLaunchKernel
-    tdtype = {"fp32": torch.float32, "fp64": torch.float64}[dtype]
-    out_shape = (batch, n, n) if _RESULT[op] == "m" else (batch, n)
     dev = torch.device("cuda", device)
     ptrs = [ctypes.c_void_p() for _ in range(4)]
     count = ctypes.c_int(batch)
@@ -56,10 +52,8 @@ def prepare(op: str, cid: str, n: int, batch: int, dtype: str, device: int) -> C
     lock = threading.Lock()
     get_device = torch._C._cuda_getDevice
     raw_stream = torch._C._cuda_getCurrentRawStream
-    empty, int32 = torch.empty, torch.int32
+    empty, int32, new_out = torch.empty, torch.int32, launch._out
     with_info = op != "trsv"
-    keep = (ptrs, count, block)  # the block holds raw addresses: its storage must live as long as call
-
 
     def call(tensors: tuple) -> Any:
         a = tensors[0]
@@ -69,10 +63,9 @@ def prepare(op: str, cid: str, n: int, batch: int, dtype: str, device: int) -> C
         if not (a.is_contiguous() and b.is_contiguous()) or a.get_device() != device \
                 or b.get_device() != device or get_device() != device:
             return None
-        out = empty(out_shape, dtype=tdtype, device=dev)
+        out = new_out(op, tensors, n, batch, None)  # the general path's result tensor
         info = empty((batch,), dtype=int32, device=dev) if with_info else out
         with lock:
-            ptrs, _count, block = keep
             ptrs[0].value, ptrs[1].value = a.data_ptr(), b.data_ptr()
             ptrs[2].value, ptrs[3].value = out.data_ptr(), info.data_ptr()
             err = launch_kernel(func, grid, 1, 1, threads, 1, 1, dynamic,
@@ -82,4 +75,5 @@ def prepare(op: str, cid: str, n: int, batch: int, dtype: str, device: int) -> C
                                f"n={n} {dtype} batch={batch}")
         return (out, info) if with_info else out
 
+    call.args = (ptrs, count, block)  # type: ignore[attr-defined]  # block holds raw addresses: their storage lives with call
     return call

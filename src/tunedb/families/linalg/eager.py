@@ -20,7 +20,7 @@ less host time than any torch form, so its arms always serve eager calls themsel
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from tunedb.records import ArchProfile, Config, Signature
 
@@ -74,14 +74,17 @@ def floor_us(sig: Signature, batch: int, profile: ArchProfile) -> float:
 
 
 def decide(sig: Signature, batch: int, config: Config, profile: ArchProfile,
-           evidence: Mapping[str, Any] | None) -> str | None:
-    """'torch' where torch's eager estimate is below the config's, else None."""
-    if config.is_sentinel:
+           evidence: Mapping[str, Any] | None | Callable[[], Mapping[str, Any] | None]) -> str | None:
+    """'torch' where torch's eager estimate is below the config's, else None. `evidence` may be
+    a callable, asked only where the host times leave the question open."""
+    if config.is_sentinel or sig.op not in TORCH_HOST:
         return None
     unit = profile.launch_us_eager
     host_arm, host_torch = arm_host(config.id) * unit, TORCH_HOST[sig.op] * unit
     if host_arm <= host_torch:
         return None  # the arm's kernel won in the graph and its host time is no worse
+    if callable(evidence):
+        evidence = evidence()
     g_torch = kernel_us(evidence, "torch", batch) if evidence else None
     if g_torch is None:
         g_torch = floor_us(sig, batch, profile)
@@ -105,10 +108,6 @@ def served_evidence(sig: Signature, batch: int) -> Mapping[str, Any] | None:
 
 
 def eager_fallback(sig: Signature, batch: int, config: Config, profile: ArchProfile) -> str | None:
-    """The family's eager_fallback hook (runtime/host_bound.py)."""
-    if config.is_sentinel or sig.op not in TORCH_HOST:
-        return None
-    unit = profile.launch_us_eager
-    if arm_host(config.id) * unit <= TORCH_HOST[sig.op] * unit:
-        return None
-    return decide(sig, batch, config, profile, served_evidence(sig, batch))
+    """The family's eager_fallback hook (runtime/host_bound.py); the serving entry's evidence is
+    looked up only where decide() needs it."""
+    return decide(sig, batch, config, profile, lambda: served_evidence(sig, batch))

@@ -37,9 +37,8 @@ def prepare(op: str, cid: str, n: int, batch: int, dtype: str) -> Callable[[tupl
         return None
     import torch
 
-    out_shape = (batch,) if op == "dot" else (batch, n) if op in ("gemv", "trsv", "posv") else (batch, n, n)
     get_device = torch._C._cuda_getDevice
-    empty, run = torch.empty, launch._triton
+    new_out, run = launch._out, launch._triton
 
     def call(tensors: tuple) -> Any:
         a = tensors[0]
@@ -48,6 +47,6 @@ def prepare(op: str, cid: str, n: int, batch: int, dtype: str) -> Callable[[tupl
                 return None
         if a.get_device() != get_device():
             return None
-        return run(op, cfg, tensors, empty(out_shape, dtype=a.dtype, device=a.device), n, batch, False)
+        return run(op, cfg, tensors, new_out(op, tensors, n, batch, None), n, batch, False)
 
     return call
