@@ -19,6 +19,9 @@ Python; when a kernel takes a few microseconds the loop runs at the host's pace.
 Columns for tunedb (the `tunedb.families.linalg.ops.<op>` entry points, shipped sm90 table, TUNEDB_USER_DB=off)
 and torch (the library arm's forms: torch.linalg.cholesky_ex; cholesky_ex then two
 solve_triangular for posv; solve_triangular; bmm for gemv). `ratio` = torch wall / tunedb wall.
+--unseen draws cells nobody tuned instead (seeded): n between and beyond the table's n = 4, 8, 16,
+32, 64, 128 and batches off its power-of-two grid, so the graph columns say whether what the
+default path serves at an unmeasured size beats torch's forms there.
 --profile adds cProfile's top functions by own time over 2000 eager tunedb calls of potrf and
 posv (n = 8, batch 4096), so the host path's cost shows by name.
 """
@@ -124,6 +127,19 @@ def cell(op: str, n: int, batch: int, dtype: torch.dtype, reps: int, rounds: int
     return row
 
 
+def unseen_cells(rng: random.Random, count: int) -> list[tuple]:
+    """(op, n, batch, dtype) off the table's grid: n not a power of two, batches off the pow2
+    ladder, fp64 for a quarter.
+    Large n keep the batch small enough for torch's forms to finish in a few seconds a cell."""
+    cells = set()
+    while len(cells) < count:
+        op = rng.choice(("potrf", "posv", "trsv", "gemv"))
+        n = rng.choice((3, 5, 6, 12, 20, 24, 40, 48, 96, 100))
+        batch = rng.choice((7, 100, 1000, 3000, 20000) if n <= 48 else (7, 100, 1000, 3000))
+        cells.add((op, n, batch, torch.float64 if rng.random() < 0.25 else torch.float32))
+    return list(cells)
+
+
 def profile(op: str, iters: int = 2000) -> str:
     args = _inputs(op, 8, 4096, torch.float32)
     entry = getattr(lops, op)
@@ -149,32 +165,40 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--unseen", action="store_true", help="cells off the table's grid (see the docstring)")
+    ap.add_argument("--cells", type=int, default=36, help="with --unseen: how many")
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out")
     a = ap.parse_args()
-    random.seed(0)
-    torch.manual_seed(0)
+    random.seed(a.seed)
+    torch.manual_seed(a.seed)
     ns = (8, 32) if a.quick else (4, 8, 16, 32)
     batches = (16, 4096) if a.quick else (16, 512, 4096, 65536)
+    grid = [(op, n, batch, dtype) for op in ("potrf", "posv", "trsv", "gemv") for n in ns for batch in batches
+            for dtype in ((torch.float32,) if n != 8 else (torch.float32, torch.float64))]
+    if a.unseen:
+        grid = sorted(unseen_cells(random.Random(a.seed), a.cells), key=lambda c: ("potrf posv trsv gemv".index(c[0]), c[1], c[2]))
     rows = []
     hdr = (f"{'op':6} {'dtype':8} {'n':>3} {'batch':>6} {'arm':18} | {'tunedb wall':>11} {'host':>6} {'graph':>6}"
            f" | {'torch wall':>10} {'host':>6} {'graph':>6} | {'ratio':>6}")
     print(hdr)
-    for op in ("potrf", "posv", "trsv", "gemv"):
-        for n in ns:
-            for batch in batches:
-                for dtype in (torch.float32,) if n != 8 else (torch.float32, torch.float64):
-                    r = cell(op, n, batch, dtype, a.reps, a.rounds)
-                    rows.append(r)
+    for op, n, batch, dtype in grid:
+        r = cell(op, n, batch, dtype, a.reps, a.rounds)
+        rows.append(r)
 
-                    def g(v):
-                        return f"{v:6.1f}" if v is not None else "     -"
-                    print(f"{op:6} {r['dtype']:8} {n:3d} {batch:6d} {(r['arm'] if r['eager_arm'] == r['arm'] else r['arm'] + '>' + r['eager_arm'])[:18]:18} | {r['tunedb_wall_us']:11.1f}"
-                          f" {r['tunedb_host_us']:6.1f} {g(r['tunedb_graph_us'])} | {r['torch_wall_us']:10.1f}"
-                          f" {r['torch_host_us']:6.1f} {g(r['torch_graph_us'])} | {r['ratio']:6.2f}x", flush=True)
+        def g(v):
+            return f"{v:6.1f}" if v is not None else "     -"
+        print(f"{op:6} {r['dtype']:8} {n:3d} {batch:6d} {(r['arm'] if r['eager_arm'] == r['arm'] else r['arm'] + '>' + r['eager_arm'])[:18]:18} | {r['tunedb_wall_us']:11.1f}"
+              f" {r['tunedb_host_us']:6.1f} {g(r['tunedb_graph_us'])} | {r['torch_wall_us']:10.1f}"
+              f" {r['torch_host_us']:6.1f} {g(r['torch_graph_us'])} | {r['ratio']:6.2f}x", flush=True)
     ratios = [r["ratio"] for r in rows]
     geo = statistics.geometric_mean(ratios)
     print(f"\ncells {len(rows)}; torch wall / tunedb wall: geomean {geo:.3f}x, min {min(ratios):.3f}x, "
           f"cells below 1.0x: {sum(x < 1 for x in ratios)}")
+    graphs = [r["torch_graph_us"] / r["tunedb_graph_us"] for r in rows if r["torch_graph_us"] and r["tunedb_graph_us"]]
+    if graphs:
+        print(f"graph: torch / tunedb geomean {statistics.geometric_mean(graphs):.3f}x, min {min(graphs):.3f}x, "
+              f"cells below 1.0x: {sum(x < 1 for x in graphs)} of {len(graphs)}")
     prof = {}
     if a.profile:
         for op in ("potrf", "posv"):

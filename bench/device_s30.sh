@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Session 30's device calls: this session's stages, each in its own tarball ($OUT/<stage>.tgz);
+# any other stage name is handed to bench/device_s29.sh (and on down).
+#   bash bench/device_s30.sh sweep linalg-unseen
+# sweep          bench/unseen_sweep.py: random shapes, served arm vs the vendor op (SWEEP_ARGS)
+# linalg-unseen  bench/linalg_eager.py --unseen: linalg cells off the table's grid, tunedb vs torch (LU_ARGS)
+. "$(dirname "$0")/device_runner.sh"
+for s in "$@"; do
+  skipping "$s" && continue
+  case $s in
+    sweep) run_stage sweep "${SWEEP_S:-330}" "PYTHONPATH=src python bench/unseen_sweep.py --out \$OUT ${SWEEP_ARGS:-}" ;;
+    linalg-unseen) run_stage linalg_unseen "${LU_S:-240}" "PYTHONPATH=src python bench/linalg_eager.py --unseen --reps 40 --rounds 5 ${LU_ARGS:-} --out \$OUT/linalg_unseen.json" ;;
+    *) bash "$HERE/device_s29.sh" "$s" ;;
+  esac
+done
+echo "[device_s30] done in $(( $(date +%s) - T0 )) s"
