@@ -133,3 +133,39 @@ def test_a_small_triton_gemv_serves_torch_eagerly_and_itself_in_a_graph():
         torch.cuda.synchronize()
     ref = (a.double() @ x.double().unsqueeze(-1)).squeeze(-1)
     assert torch.allclose(captured.double(), ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["potrf", "posv", "trsv", "gemv"])
+def test_any_batch_shape_runs_the_tuned_arm_and_keeps_the_shape(op):
+    # torch.linalg's shapes on the entry points: [2, 64, n, n] is the table's batch 128, a 2-D A
+    # is one problem; the results come back in the input's batch shape, against fp64
+    n = 8
+    flat = _args(op, n, 128, torch.float32)
+    args = tuple(t.reshape(2, 64, *t.shape[1:]) for t in flat)
+    out = _flat(ops.__dict__[op](*args))
+    ref = _ref(op, flat)
+    assert out[0].shape == (args[0].shape if op == "potrf" else args[1].shape)
+    torch.testing.assert_close(out[0].reshape(ref.shape).double(), ref, rtol=1e-4, atol=1e-4)
+    if op in ("potrf", "posv"):
+        assert out[1].shape == (2, 64) and int(out[1].abs().sum()) == 0
+    assert _key(op, flat) in ops._bound  # the flattened key resolved through the table
+    one = _flat(ops.__dict__[op](*(t[0, 0] for t in args)))
+    torch.testing.assert_close(one[0].double(), ref[0], rtol=1e-4, atol=1e-4)
+
+
+def test_an_n_past_the_family_runs_torchs_forms_on_the_gpu_and_in_a_graph():
+    a, b = _spd(16, 160, torch.float64), torch.randn(16, 160, device="cuda", dtype=torch.float64)
+    x, info = ops.posv(a, b)
+    torch.testing.assert_close(x, torch.linalg.solve(a, b))
+    assert info.shape == (16,) and int(info.abs().sum()) == 0
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ops.posv(a, b)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        got, _ = ops.posv(a, b)
+    b.copy_(torch.randn_like(b))
+    g.replay()
+    torch.testing.assert_close(got, torch.linalg.solve(a, b))

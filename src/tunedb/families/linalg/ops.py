@@ -7,7 +7,9 @@
     tunedb::linalg_trsv(Tensor L, Tensor b) -> Tensor                [batch, n]
     tunedb::linalg_posv(Tensor A, Tensor b) -> (Tensor x, Tensor info)
 
-The ops are functional (they never write their inputs). A CUDA call resolves its config through
+The Python entry points below also take torch.linalg's shapes (any leading batch dimensions, or
+none; an n outside 2..128 runs torch's forms): _any_shape. The ops are functional (they never
+write their inputs). A CUDA call resolves its config through
 the selector (user tier > system tier > the heuristic > the library arm) once per (op, dtype, n,
 batch) and epoch; later calls of that key are one dict lookup to the bound launcher, so a CUDA
 graph captured after an eager call replays the kernel eager runs. Other devices take the library
@@ -215,10 +217,66 @@ def _op(name: str) -> Any:
 def _call(name: str, *tensors: Any) -> Any:
     """The entry points' one path: in plain eager inference on CUDA the implementation itself
     (grad_form.direct: the dispatcher hop and the Autograd kernel cost more host time than a
-    small solve takes on the GPU), anything else through torch.ops.tunedb."""
+    small solve takes on the GPU), anything else through torch.ops.tunedb. Shapes other than
+    the ops' own (leading batch dimensions other than one, an n the family does not serve) go
+    through _any_shape first."""
+    first = tensors[0]
+    try:
+        canonical = first.dim() == _CORE[name] + 1 and N_MIN <= first.shape[-1] <= N_MAX
+    except AttributeError:  # not a tensor: the op names it
+        canonical = True
+    if not canonical:
+        return _any_shape(name, tensors)
     if grad_form.direct(tensors):
         return _potrf(*tensors) if name == "potrf" else run(name, *tensors)
     return _op(name)(*tensors)
+
+
+# Trailing dimensions of one problem, per operand: the first (x for dot, else the n x n matrix)
+# and the second (y, x or b: a vector; gemm's B: a matrix).
+_CORE = {"dot": 1, "gemv": 2, "gemm": 2, "potrf": 2, "trsv": 2, "posv": 2}
+_CORE2 = {"dot": 1, "gemv": 1, "gemm": 2, "trsv": 1, "posv": 1}
+N_MIN, N_MAX = signatures.N_MIN, signatures.N_MAX
+
+
+def _any_shape(name: str, tensors: tuple) -> Any:
+    """torch.linalg's shape convention on the entry points: any leading batch dimensions (none for
+    one problem: a 2-D A, 1-D vectors), flattened into the ops' one batch dimension and restored
+    on the results (info takes the batch shape, 0-d for one problem, as cholesky_ex's). An n
+    outside the family's 2..128 runs torch's forms (what the torch arm runs; no kernel here is
+    built for it), on every device, so a system one step past the table is served, not refused.
+    The operands' batch shapes must be equal (no broadcasting). Anything else goes to the op
+    unchanged, whose checks name the bad value."""
+    import torch
+
+    from tunedb.errors import SignatureError
+
+    first = tensors[0]
+    cores = (_CORE[name],) + ((_CORE2[name],) if len(tensors) > 1 else ())
+    if any(not isinstance(t, torch.Tensor) or t.dim() < c for t, c in zip(tensors, cores)):
+        return _op(name)(*tensors)
+    lead = tuple(first.shape[:first.dim() - cores[0]])
+    for t, c, what in zip(tensors[1:], cores[1:], ("second operand",)):
+        other = tuple(t.shape[:t.dim() - c])
+        if other != lead:
+            raise SignatureError(f"linalg {name}: the {what}'s batch shape {list(other)} (shape {list(t.shape)}) "
+                                 f"differs from the first's {list(lead)} (shape {list(first.shape)}); "
+                                 f"batch dimensions must match (no broadcasting)")
+    batch = functools.reduce(lambda x, y: x * y, lead, 1)  # not -1: a 0 x 0 problem has no size to infer
+    flat = tuple(t.reshape(batch, *t.shape[t.dim() - c:]) for t, c in zip(tensors, cores))
+    n = first.shape[-1]
+    if N_MIN <= n <= N_MAX:
+        out = _call(name, *flat)
+    else:
+        from tunedb.families.linalg.kernels_torch import torch_arm
+
+        out = torch_arm(name, False, flat, None)
+        if name == "potrf":  # L row-major, as every arm returns it
+            out = (out[0].contiguous(), out[1])
+    if isinstance(out, tuple):
+        res, info = out
+        return res.reshape(lead + tuple(res.shape[1:])), info.reshape(lead)
+    return out.reshape(lead + tuple(out.shape[1:]))
 
 
 def dot(x: Any, y: Any) -> Any:

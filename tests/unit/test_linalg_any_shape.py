@@ -1,0 +1,93 @@
+"""The linalg entry points take torch.linalg's shapes: any leading batch dimensions (none for one
+problem), restored on the results; an n past the family's 2..128 (or 1) runs torch's forms
+instead of raising; operands whose batch shapes differ are refused by name. CPU (the library
+arm); tests/gpu/test_linalg_eager_gpu.py checks the same shapes on the tuned CUDA arms."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tunedb.errors import SignatureError  # noqa: E402
+from tunedb.families.linalg import ops  # noqa: E402
+
+
+def _spd(*shape):
+    n = shape[-1]
+    g = torch.randn(*shape, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
+    return g @ g.mT + n * torch.eye(n, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3), (2, 1, 2)], ids=lambda s: f"lead{list(s)}")
+@pytest.mark.parametrize("n", [1, 5, 130])
+def test_potrf_and_posv_keep_the_batch_shape(lead, n):
+    a = _spd(*lead, n, n)
+    b = torch.randn(*lead, n, dtype=torch.float64)
+    low, info = ops.potrf(a)
+    assert low.shape == a.shape and info.shape == lead and info.dtype == torch.int32
+    assert low.is_contiguous()  # row-major, as every arm returns it
+    torch.testing.assert_close(low, torch.linalg.cholesky(a))
+    x, info = ops.posv(a, b)
+    assert x.shape == b.shape and info.shape == lead
+    torch.testing.assert_close(x, torch.linalg.solve(a, b))
+
+
+@pytest.mark.parametrize("n", [4, 129])
+def test_trsv_gemv_gemm_dot_keep_the_batch_shape(n):
+    a = _spd(2, 3, n, n)
+    low = torch.linalg.cholesky(a)
+    b = torch.randn(2, 3, n, dtype=torch.float64)
+    torch.testing.assert_close(ops.trsv(low, b), torch.linalg.solve_triangular(low, b.unsqueeze(-1), upper=False).squeeze(-1))
+    torch.testing.assert_close(ops.gemv(a, b), (a @ b.unsqueeze(-1)).squeeze(-1))
+    torch.testing.assert_close(ops.gemm(a, a), a @ a)
+    torch.testing.assert_close(ops.dot(b, b), (b * b).sum(-1))
+    one = ops.dot(b[0, 0], b[0, 0])  # one problem: two vectors give a 0-d result
+    assert one.shape == () and torch.allclose(one, b[0, 0] @ b[0, 0])
+
+
+def test_a_non_spd_problem_is_reported_in_info_at_its_batch_index():
+    a = _spd(2, 3, 4, 4)
+    a[1, 2, 2, 2] = -100.0
+    _, info = ops.potrf(a)
+    assert info.tolist() == [[0, 0, 0], [0, 0, 3]]
+
+
+def test_empty_batches_and_empty_problems():
+    assert ops.potrf(torch.empty(0, 3, 5, 5, dtype=torch.float64))[0].shape == (0, 3, 5, 5)
+    low, info = ops.potrf(torch.empty(3, 0, 0, dtype=torch.float64))
+    assert low.shape == (3, 0, 0) and info.tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("b_shape", [(3, 5, 6), (6,), (4, 3, 6)])
+def test_batch_shapes_must_match(b_shape):
+    a = _spd(3, 4, 6, 6)
+    with pytest.raises(SignatureError, match=r"batch shape .* differs from the first's \[3, 4\]"):
+        ops.posv(a, torch.randn(*b_shape, dtype=torch.float64))
+
+
+def test_bad_inputs_are_still_named():
+    a = _spd(2, 3, 5, 5)
+    with pytest.raises(SignatureError, match="b must be a tensor"):
+        ops.posv(a, None)
+    with pytest.raises(SignatureError, match="share one dtype"):
+        ops.posv(a, torch.randn(2, 3, 5))
+    with pytest.raises(SignatureError, match="does not take dtype 'fp16'"):
+        ops.potrf(a.half())
+
+
+def test_gradients_flow_through_the_reshape_and_the_torch_forms():
+    for shape in ((2, 3, 5, 5), (2, 130, 130)):
+        a = _spd(*shape).requires_grad_()
+        low, _ = ops.potrf(a)
+        low.sum().backward()
+        ref = a.detach().clone().requires_grad_()
+        torch.linalg.cholesky(ref).sum().backward()
+        torch.testing.assert_close(a.grad, ref.grad)
+
+
+def test_compiled_calls_take_any_batch_shape():
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: ops.posv(a, b)[0] * 2.0, backend="eager", fullgraph=True)
+    for shape in ((2, 3, 5, 5), (6, 6), (2, 140, 140)):
+        a = _spd(*shape)
+        b = torch.randn(*shape[:-1], dtype=torch.float64)
+        torch.testing.assert_close(f(a, b), torch.linalg.solve(a, b) * 2.0)
+    torch._dynamo.reset()
