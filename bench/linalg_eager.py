@@ -168,16 +168,17 @@ def main() -> None:
     ap.add_argument("--unseen", action="store_true", help="cells off the table's grid (see the docstring)")
     ap.add_argument("--cells", type=int, default=36, help="with --unseen: how many")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ops", default="potrf,posv,trsv,gemv", help="comma-separated subset of the grid's ops")
     ap.add_argument("--out")
     a = ap.parse_args()
     random.seed(a.seed)
     torch.manual_seed(a.seed)
     ns = (8, 32) if a.quick else (4, 8, 16, 32)
     batches = (16, 4096) if a.quick else (16, 512, 4096, 65536)
-    grid = [(op, n, batch, dtype) for op in ("potrf", "posv", "trsv", "gemv") for n in ns for batch in batches
+    grid = [(op, n, batch, dtype) for op in a.ops.split(",") for n in ns for batch in batches
             for dtype in ((torch.float32,) if n != 8 else (torch.float32, torch.float64))]
     if a.unseen:
-        grid = sorted(unseen_cells(random.Random(a.seed), a.cells), key=lambda c: ("potrf posv trsv gemv".index(c[0]), c[1], c[2]))
+        grid = sorted((c for c in unseen_cells(random.Random(a.seed), a.cells) if c[0] in a.ops.split(",")), key=lambda c: ("potrf posv trsv gemv".index(c[0]), c[1], c[2]))
     rows = []
     hdr = (f"{'op':6} {'dtype':8} {'n':>3} {'batch':>6} {'arm':18} | {'tunedb wall':>11} {'host':>6} {'graph':>6}"
            f" | {'torch wall':>10} {'host':>6} {'graph':>6} | {'ratio':>6}")

@@ -114,3 +114,15 @@ def test_what_the_dispatcher_must_see_goes_through_the_op(name):
     out = _flat(entry(leaf, *args[1:]))[0]
     out.float().sum().backward()
     assert leaf.grad is not None and torch.isfinite(leaf.grad).all()
+
+
+def test_bmm_with_attention_shapes_matches_the_flattened_call_bitwise():
+    # [B, H, T, D] @ [B, H, D, T'] (a transposed k, a view): the entry point flattens the leading
+    # dimensions into the op's one batch, which serves what the 3-D call serves, bit for bit
+    q = torch.randn(2, 8, 64, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 8, 96, 64, device="cuda", dtype=torch.bfloat16)
+    got = bmm_ops.bmm(q, k.transpose(-1, -2))
+    flat = bmm_ops.bmm(q.reshape(16, 64, 64), k.reshape(16, 96, 64).transpose(-1, -2))
+    assert got.shape == (2, 8, 64, 96)
+    assert torch.equal(got.reshape(16, 64, 96), flat)
+    torch.testing.assert_close(got.float(), q.float() @ k.float().transpose(-1, -2), rtol=2e-2, atol=2e-2)

@@ -140,7 +140,8 @@ def test_a_0d_tensor_on_the_cuda_path_is_named_not_indexed(tmp_path):
     cuda = SimpleNamespace(type="cuda", index=0)
 
     def stand_in(*shape):
-        return SimpleNamespace(device=cuda, shape=shape, dtype=torch.float32, numel=lambda: math.prod(shape))
+        return SimpleNamespace(device=cuda, is_cuda=True, get_device=lambda: 0, shape=shape, dtype=torch.float32,
+                               numel=lambda: math.prod(shape))
 
     with settings.override(USER_DB="off"), tiers.system_root_override(tmp_path):
         selector.configure(arch_family="sm90")

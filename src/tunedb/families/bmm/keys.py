@@ -80,7 +80,9 @@ def check_call(op: str, a: Any, b: Any) -> tuple[int, int, int, int, str]:
     check_one_device("bmm", a=a, b=b)
     sa, sb = tuple(a.shape), tuple(b.shape)
     if len(sa) != len(sb) or len(sa) not in (2, 3):
-        raise SignatureError(f"bmm needs a [B, M, K] and b [B, K, N] (or both 2-D); got a {list(sa)}, b {list(sb)}")
+        raise SignatureError(f"bmm needs a [B, M, K] and b [B, K, N] (or both 2-D; the bmm() entry point also "
+                             f"takes [..., M, K] and [..., K, N] with equal leading dimensions); "
+                             f"got a {list(sa)}, b {list(sb)}")
     if len(sa) == 2:
         sa, sb = (1, *sa), (1, *sb)
     if sa[0] != sb[0] or sa[2] != sb[1]:

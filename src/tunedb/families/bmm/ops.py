@@ -2,6 +2,8 @@
 
     tunedb::bmm(Tensor a, Tensor b) -> Tensor      a [B, M, K] @ b [B, K, N] -> [B, M, N] (or 2-D)
 
+The Python entry point bmm() also takes [..., M, K] x [..., K, N] with equal leading dimensions.
+
 Any strides (a transposed or expanded operand runs in place). A CUDA call resolves its config
 through the generic run-time path (runtime/dispatch.py: autotune()'s overrides, then the
 selector's user > system > default chain; unmeasured keys run torch.bmm) once per (dtype, shapes,
@@ -13,6 +15,7 @@ autograd formula of its own: where a gradient is wanted torch.matmul runs (runti
 """
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -96,9 +99,16 @@ def register() -> None:
 
 
 def bmm(a: Any, b: Any) -> Any:
-    """a @ b per batch through the tuned op: [B, M, K] x [B, K, N] -> [B, M, N] (or 2-D).
+    """a @ b per batch through the tuned op: [B, M, K] x [B, K, N] -> [B, M, N] (or 2-D), and
+    [..., M, K] x [..., K, N] with equal leading dimensions (attention's [B, H, T, D] products:
+    flattened into one batch dimension, which keeps a transposed operand a view, and restored).
     Plain eager inference on CUDA runs the implementation without the dispatcher hop
     (runtime.grad_form.direct)."""
+    if getattr(a, "ndim", 3) > 3 and getattr(b, "ndim", 0) == a.ndim and a.shape[:-2] == b.shape[:-2]:
+        lead = tuple(a.shape[:-2])
+        batch = functools.reduce(lambda x, y: x * y, lead, 1)  # not -1: an empty M or K has no size to infer
+        out = bmm(a.reshape(batch, *a.shape[-2:]), b.reshape(batch, *b.shape[-2:]))
+        return out.reshape(lead + tuple(out.shape[-2:]))
     if grad_form.direct((a, b)):
         return run(a, b)
     register()

@@ -92,10 +92,11 @@ def run(op: str, *tensors: Any) -> Any:
     first = tensors[0]
     if first is None or tensors[-1] is None:  # torch.ops passes a None given for a Tensor through
         signatures.signature_of(op, *tensors)  # names it (SignatureError)
-    if first.device.type != "cuda":
+    if not first.is_cuda:
         sig, _batch = signatures.signature_of(op, *tensors)
         return _family().launch(Config.sentinel("torch"), sig, *tensors)
-    if first.numel() == 0 or (len(tensors) > 1 and tensors[1].device != first.device):
+    # get_device: the index (-1 off CUDA), without building two torch.device objects a call
+    if first.numel() == 0 or (len(tensors) > 1 and tensors[1].get_device() != first.get_device()):
         # an empty batch has nothing to launch (numel, not shape[0]: a 0-d tensor has no shape[0],
         # and is named by signature_of like any bad shape); the front memo keys first's device
         # only: signature_of names a mix
@@ -137,10 +138,11 @@ def _prepared(op: str, bound: Any, first: Any) -> Any:
     if bound.eager is not None or cid in ("torch", "default"):
         if (bound.eager or "torch") != "torch":
             return None
+        form = _bmm_form(op, torch.bmm) or (lambda tensors: torch_arm(op, False, tensors, None))
         if bound.eager is None:
-            return lambda tensors: torch_arm(op, False, tensors, None)
+            return form
         capturing = torch._C._cuda_isCurrentStreamCapturing
-        return lambda tensors: None if capturing() else torch_arm(op, False, tensors, None)
+        return lambda tensors: None if capturing() else form(tensors)
     if not first.is_contiguous() or cid.startswith("nvmath") or bound.config.is_sentinel:
         return None
     from tunedb.families.linalg import cuda_launcher, triton_launcher
@@ -152,6 +154,18 @@ def _prepared(op: str, bound: Any, first: Any) -> Any:
         return triton_launcher.prepare(op, cid, n, batch, dtype)
     except Exception:  # the general path keeps serving; this is only its shortcut
         return None
+
+
+def _bmm_form(op: str, bmm: Any) -> Any:
+    """The torch arm's bmm forms (kernels_torch.torch_arm's, the same calls) without its dispatch
+    on the op's name: gemv's is a 13-14 us eager call on the H200's host, so each step counts."""
+    if op == "gemv":
+        return lambda t: bmm(t[0], t[1].unsqueeze(2)).squeeze(2)
+    if op == "gemm":
+        return lambda t: bmm(t[0], t[1])
+    if op == "dot":
+        return lambda t: bmm(t[0].unsqueeze(1), t[1].unsqueeze(2)).view(t[0].shape[0])
+    return None
 
 
 def _potrf(a: Any) -> Any:

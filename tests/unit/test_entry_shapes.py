@@ -1,4 +1,4 @@
-"""The linalg entry points take torch.linalg's shapes: any leading batch dimensions (none for one
+"""The linalg and bmm entry points take torch.linalg's shapes: any leading batch dimensions (none for one
 problem), restored on the results; an n past the family's 2..128 (or 1) runs torch's forms
 instead of raising; operands whose batch shapes differ are refused by name. CPU (the library
 arm); tests/gpu/test_linalg_eager_gpu.py checks the same shapes on the tuned CUDA arms."""
@@ -91,3 +91,16 @@ def test_compiled_calls_take_any_batch_shape():
         b = torch.randn(*shape[:-1], dtype=torch.float64)
         torch.testing.assert_close(f(a, b), torch.linalg.solve(a, b) * 2.0)
     torch._dynamo.reset()
+
+
+def test_bmm_takes_equal_leading_dimensions():
+    from tunedb.families.bmm import ops as bmm_ops
+
+    q, k = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 6, 5)
+    torch.testing.assert_close(bmm_ops.bmm(q, k.transpose(-1, -2)), q @ k.transpose(-1, -2))
+    assert bmm_ops.bmm(torch.randn(2, 3, 0, 5), torch.randn(2, 3, 5, 6)).shape == (2, 3, 0, 6)
+    with pytest.raises(SignatureError, match=r"equal leading dimensions\); got a \[2, 3, 4, 5\], b \[2, 4, 5, 6\]"):
+        bmm_ops.bmm(q, torch.randn(2, 4, 5, 6))
+    x = q.clone().requires_grad_()
+    bmm_ops.bmm(x, k.transpose(-1, -2)).sum().backward()
+    torch.testing.assert_close(x.grad, k.sum(-2, keepdim=True).expand_as(q))
