@@ -120,6 +120,9 @@ def cell(op: str, n: int, batch: int, dtype: torch.dtype, reps: int, rounds: int
         row[f"{k}_host_us"] = statistics.median(hosts[k])
         row[f"{k}_graph_us"] = graphs[k]
     row["ratio"] = row["torch_wall_us"] / row["tunedb_wall_us"]
+    if not problems_n_ok(n):  # past the family's n the entry point runs torch's forms
+        row["arm"] = row["tier"] = row["eager_arm"] = "torch forms"
+        return row
     bound = lops.bound_for(op, *args)
     row["arm"] = bound.config.id
     row["tier"] = bound.tier
@@ -127,15 +130,22 @@ def cell(op: str, n: int, batch: int, dtype: torch.dtype, reps: int, rounds: int
     return row
 
 
+def problems_n_ok(n: int) -> bool:
+    from tunedb.families.linalg import signatures
+
+    return signatures.N_MIN <= n <= signatures.N_MAX
+
+
 def unseen_cells(rng: random.Random, count: int) -> list[tuple]:
-    """(op, n, batch, dtype) off the table's grid: n not a power of two, batches off the pow2
-    ladder, fp64 for a quarter.
+    """(op, n, batch, dtype) off the table's grid: n not a power of two (and 160, past the
+    family, which the entry points hand to torch's forms), batches off the pow2 ladder, fp64 for
+    a quarter.
     Large n keep the batch small enough for torch's forms to finish in a few seconds a cell."""
     cells = set()
     while len(cells) < count:
         op = rng.choice(("potrf", "posv", "trsv", "gemv"))
-        n = rng.choice((3, 5, 6, 12, 20, 24, 40, 48, 96, 100))
-        batch = rng.choice((7, 100, 1000, 3000, 20000) if n <= 48 else (7, 100, 1000, 3000))
+        n = rng.choice((3, 5, 6, 12, 20, 24, 40, 48, 96, 100, 160))
+        batch = rng.choice((7, 100, 1000, 3000, 20000) if n <= 48 else (7, 100, 1000, 3000) if n <= 128 else (7, 100))
         cells.add((op, n, batch, torch.float64 if rng.random() < 0.25 else torch.float32))
     return list(cells)
 
