@@ -2,9 +2,9 @@
 
 The table is measured in CUDA graphs, where a launch costs the host nothing. An eager call costs
 about the larger of its host issue time and its kernel time, and at batch <= 4096 most kernels
-here take 1-10 us while issuing one from Python takes longer (bench/linalg_eager.py, session 29,
-H200 host): a Triton arm 46 us a call through the general path, 25-40 us with its kernel, grid
-and meta resolved once (a variant not shipped: triton_launcher.py says why), torch's bmm 13 us,
+here take 1-10 us while issuing one from Python takes longer (bench/linalg_eager.py, sessions 29
+and 30, H200 host): a Triton arm 46 us a call through the general path, 31-36 us through its
+prepared launch (triton_launcher), torch's bmm 13 us,
 cholesky_ex 31-33 us, solve_triangular 31 us, the three calls of posv 92-125 us, the CUDA tier's
 prepared launch 13-17 us. So a gemv that a Triton arm serves 1.5x faster in a graph ran
 0.27-0.31x of torch.bmm eagerly.
@@ -27,13 +27,12 @@ from tunedb.records import ArchProfile, Config, Signature
 # Host issue time of one eager call, in units of profile.launch_us_eager (7.21 us on the H200's
 # host; session 29 calls 4 and 7 measured the us in the module docstring, medians over 700 calls).
 TORCH_HOST = {"dot": 1.8, "gemv": 1.8, "gemm": 1.8, "potrf": 4.6, "trsv": 4.3, "posv": 14.0}
-# A Triton arm through the general path: 46 us on one host (6.4 units) and 75-79 us on another
-# the same day (call 5, where torch's calls also took 1.6x longer): the larger, so that a slower
-# host than the profile's still finds torch where the tuned gemv is host-bound. Call 7 measured
-# a fully prepared Triton launch at 25-40 us (posv); this stays at the general path's until a
-# call measures the shipped prepared gemv (at batch 65536 torch then serves at 1.00x, where the
-# prepared Triton gemv would likely win).
-TRITON_HOST = 10.5
+# A Triton arm's prepared eager launch (triton_launcher): 31-34 us host a call for the gemv arms
+# and 33-36 us for posv's (session 30 calls 1 and 3, bench/linalg_eager.py with
+# TUNEDB_EAGER_FALLBACK=0 for the gemv); 5.5 units (40 us) leaves 15-25% for a slower host. Was
+# 10.5, the general path's cost on a slow host (75-79 us, session 29 call 5), which sent the
+# gemvs at batch 65536 to torch.bmm (1.00x) where the arm eagerly is 1.43-1.60x (call 3).
+TRITON_HOST = 5.5
 CUDA_HOST = 2.4  # the prepared launch (cuda_launcher): 13-17 us in call 7
 
 
