@@ -352,7 +352,6 @@ def test_a_model_whose_products_torch_served_backs_off_at_most_8_forwards(monkey
     entered = []
     real = serving.product_mode
     monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
-    monkeypatch.setattr(serving, "_epoch", lambda: 0)
 
     class Model(nn.Module):
         def forward(self, x):
