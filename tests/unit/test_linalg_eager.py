@@ -35,10 +35,11 @@ def _decide(op, dt, n, batch, cid, profile):
     (8, 4096, "warp_p8_w1", "torch"),    # 0.30x
     (32, 16, "warp_p2_w4", "torch"),     # 0.30x
     (16, 4096, "warp_p4_w2", "torch"),   # 0.28x
-    # batch 65536: torch's bmm takes 48-64 us of kernel; the arm's prepared launch (31-34 us of host,
-    # session 30 call 3) ran 1.45x / 1.43x eagerly (the general path's 46-79 us: 1.03x / 0.63x)
-    (4, 65536, "warp_p32_w1", None),
-    (8, 65536, "warp_p8_w1", None),
+    # batch 65536: torch's bmm takes 48-64 us of kernel; the arm's prepared launch (31-36 us of host
+    # on a fast host, 50-54 on a slow one: session 30 calls 3, 4) ran n = 4, 8 1.45-1.60x / 0.89-0.97x
+    # eagerly, n = 16 1.43x / 1.25x: torch keeps the first two
+    (4, 65536, "warp_p32_w1", "torch"),
+    (8, 65536, "warp_p8_w1", "torch"),
     (16, 65536, "warp_p2_w1", None),
     (32, 65536, "warp_p2_w4", None),     # 2.23x: torch's bmm takes 156 us there
 ])
