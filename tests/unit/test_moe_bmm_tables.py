@@ -100,7 +100,7 @@ def test_a_system_bmm_table_is_served_by_optimize_and_the_op(tmp_path, monkeypat
             database.reload()
             assert serving.has_table()
             monkeypatch.setattr(serving, "can_serve", lambda: True)  # as on a GPU
-            model = families.get("bmm").optimize(nn.Linear(4, 4))
+            model = families.get("bmm").optimize(nn.MultiheadAttention(8, 2))  # a module that makes products
             assert getattr(model, "_tunedb_bmm_serving", False)
             bound = ops.bound_for(q, k.transpose(1, 2))
             assert bound.tier == "system" and bound.signature.get("lay") == "nt"

@@ -24,6 +24,9 @@ def test_the_bmm_product_mode_on_the_top_module_does_not_stop_gemm_fusing_there(
     monkeypatch.setattr(patching, "_measured", lambda name: name == "bmm")
     monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
     monkeypatch.setattr(bmm_serving, "can_serve", lambda: True)
+    from tunedb.families.bmm import product_source
+
+    monkeypatch.setattr(product_source, "makes_products", lambda model: True)  # as a model with attention
     torch.manual_seed(0)
     plain = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8), nn.SiLU())
     model = tunedb.optimize(copy.deepcopy(plain))

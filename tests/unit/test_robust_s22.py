@@ -92,6 +92,9 @@ def test_without_cuda_the_bmm_product_mode_is_not_installed_and_the_model_script
 def test_the_product_mode_is_still_installed_where_cuda_runs(monkeypatch):
     monkeypatch.setattr(bmm_serving, "has_table", lambda: True)
     monkeypatch.setattr(bmm_serving, "can_serve", lambda: True)
+    from tunedb.families.bmm import product_source
+
+    monkeypatch.setattr(product_source, "makes_products", lambda model: True)  # (its own test: test_bmm_product_source)
     model = tunedb.optimize(nn.Sequential(nn.Linear(4, 4)))
     assert getattr(model, "_tunedb_bmm_serving", False)
 

@@ -283,6 +283,8 @@ def can_serve() -> bool:
 
 
 def optimize(model: Any) -> Any:
-    """The family's optimize() hook: install the product mode where a bmm table has entries and
-    CUDA runs (can_serve)."""
-    return install(model) if has_table() and can_serve() else model
+    """The family's optimize() hook: install the product mode where a bmm table has entries, CUDA
+    runs (can_serve) and the model's code can make a product (product_source.makes_products)."""
+    from tunedb.families.bmm.product_source import makes_products
+
+    return install(model) if has_table() and can_serve() and makes_products(model) else model

@@ -1,0 +1,85 @@
+"""optimize() installs the bmm family's ProductMode hooks only on a model whose code can make a
+product the mode serves (families/bmm/product_source.py): the hooks cost a backed-off eager
+forward 10-30 us on the H200's host, and an SDPA model makes no product for them."""
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from tunedb.families.bmm import product_source, serving  # noqa: E402
+
+
+# a model file of its own (this one holds products: EagerAttention below)
+SDPA_SOURCE = """
+from torch import nn
+
+
+class SdpaBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    @property
+    def width(self):
+        return 8
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        return nn.functional.scaled_dot_product_attention(q, k, v)
+"""
+
+
+@pytest.fixture
+def SdpaBlock(tmp_path, monkeypatch):
+    import importlib.util
+    import sys
+
+    path = tmp_path / "sdpa_model.py"
+    path.write_text(SDPA_SOURCE)
+    spec = importlib.util.spec_from_file_location("sdpa_model", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "sdpa_model", module)  # imported as a user's model file is
+    spec.loader.exec_module(module)
+    return module.SdpaBlock
+
+
+class EagerAttention(nn.Module):
+    def forward(self, q, k):
+        return (q @ k.transpose(-1, -2)).softmax(-1)
+
+
+@pytest.fixture
+def tables_and_cuda(monkeypatch):
+    monkeypatch.setattr(serving, "has_table", lambda: True)
+    monkeypatch.setattr(serving, "can_serve", lambda: True)
+
+
+def test_a_model_without_products_gets_no_hooks(tables_and_cuda, SdpaBlock):
+    model = serving.optimize(nn.Sequential(SdpaBlock(), nn.LayerNorm(8)))
+    assert not model._forward_pre_hooks and not getattr(model, "_tunedb_bmm_serving", False)
+
+
+@pytest.mark.parametrize("make", [lambda: nn.Sequential(nn.Linear(8, 8), EagerAttention()),
+                                  lambda: nn.Sequential(nn.MultiheadAttention(8, 2)),
+                                  lambda: nn.TransformerEncoderLayer(8, 2)],
+                         ids=["matmul operator", "nn.MultiheadAttention", "nn.TransformerEncoderLayer"])
+def test_a_model_that_can_make_products_gets_the_hooks(tables_and_cuda, make):
+    model = serving.optimize(make())
+    assert model._tunedb_bmm_serving and model._forward_pre_hooks
+
+
+def test_a_class_whose_source_cannot_be_read_counts_as_making_products():
+    scope = {"nn": nn}
+    exec("class Hidden(nn.Module):\n    def forward(self, x):\n        return x\n", scope)
+    assert product_source.makes_products(nn.Sequential(scope["Hidden"]()))
+
+
+@pytest.mark.parametrize("code,want", [
+    ("y = torch.matmul(a, b)", True), ("y = a.bmm(b)", True), ("a @= b", True), ("from torch import matmul", True),
+    ("y = torch.einsum('ij,jk', a, b)", False), ("@property\ndef f(self): return 1", False),
+])
+def test_what_counts_as_a_product_in_a_file(tmp_path, code, want):
+    path = tmp_path / "m.py"
+    path.write_text(code + "\n")
+    product_source._file_has_products.cache_clear()
+    assert product_source._file_has_products(str(path)) is want
