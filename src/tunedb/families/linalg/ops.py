@@ -263,34 +263,50 @@ def _any_shape(name: str, tensors: tuple) -> Any:
     unchanged, whose checks name the bad value."""
     import torch
 
-    from tunedb.errors import SignatureError
-
     first = tensors[0]
     cores = (_CORE[name],) + ((_CORE2[name],) if len(tensors) > 1 else ())
-    if any(not isinstance(t, torch.Tensor) or t.dim() < c for t, c in zip(tensors, cores)):
-        return _op(name)(*tensors)
+    for t, c in zip(tensors, cores):
+        if not isinstance(t, torch.Tensor) or t.dim() < c:
+            return _op(name)(*tensors)
     lead = tuple(first.shape[:first.dim() - cores[0]])
     for t, c, what in zip(tensors[1:], cores[1:], ("second operand",)):
         other = tuple(t.shape[:t.dim() - c])
         if other != lead:
+            from tunedb.errors import SignatureError
+
             raise SignatureError(f"linalg {name}: the {what}'s batch shape {list(other)} (shape {list(t.shape)}) "
                                  f"differs from the first's {list(lead)} (shape {list(first.shape)}); "
                                  f"batch dimensions must match (no broadcasting)")
+    if not N_MIN <= first.shape[-1] <= N_MAX:
+        return _torch_forms(name, tensors)
     batch = functools.reduce(lambda x, y: x * y, lead, 1)  # not -1: a 0 x 0 problem has no size to infer
     flat = tuple(t.reshape(batch, *t.shape[t.dim() - c:]) for t, c in zip(tensors, cores))
-    n = first.shape[-1]
-    if N_MIN <= n <= N_MAX:
-        out = _call(name, *flat)
-    else:
-        from tunedb.families.linalg.kernels_torch import torch_arm
-
-        out = torch_arm(name, False, flat, None)
-        if name == "potrf":  # L row-major, as every arm returns it
-            out = (out[0].contiguous(), out[1])
+    out = _call(name, *flat)
     if isinstance(out, tuple):
         res, info = out
         return res.reshape(lead + tuple(res.shape[1:])), info.reshape(lead)
     return out.reshape(lead + tuple(out.shape[1:]))
+
+
+def _torch_forms(op: str, tensors: tuple) -> Any:
+    """The torch arm's forms (kernels_torch.torch_arm's: cholesky_ex, solve_triangular, matmul)
+    on any batch shape, for an n the family does not serve: no reshape of their own."""
+    import torch
+
+    a = tensors[0]
+    if op == "dot":
+        return (a.unsqueeze(-2) @ tensors[1].unsqueeze(-1)).squeeze(-1).squeeze(-1)
+    if op == "gemv":
+        return (a @ tensors[1].unsqueeze(-1)).squeeze(-1)
+    if op == "gemm":
+        return a @ tensors[1]
+    if op == "trsv":
+        return torch.linalg.solve_triangular(a, tensors[1].unsqueeze(-1), upper=False).squeeze(-1)
+    factor, info = torch.linalg.cholesky_ex(a)
+    if op == "potrf":
+        return factor.contiguous(), info  # L row-major, as every arm returns it
+    y = torch.linalg.solve_triangular(factor, tensors[1].unsqueeze(-1), upper=False)
+    return torch.linalg.solve_triangular(factor.mT, y, upper=True).squeeze(-1), info
 
 
 def dot(x: Any, y: Any) -> Any:
