@@ -169,3 +169,14 @@ def test_an_n_past_the_family_runs_torchs_forms_on_the_gpu_and_in_a_graph():
     b.copy_(torch.randn_like(b))
     g.replay()
     torch.testing.assert_close(got, torch.linalg.solve(a, b))
+
+
+def test_vmap_is_one_call_of_the_tuned_arm_bitwise():
+    # torch.vmap over [4, 32, 8, 8]: the vmap rule makes it the op's batch of 128, which the table
+    # serves as the flattened call does: the same kernel, the same bits
+    flat = _args("posv", 8, 128, torch.float32)
+    a, b = flat[0].reshape(4, 32, 8, 8), flat[1].reshape(4, 32, 8)
+    x = torch.vmap(lambda m, v: ops.posv(m, v)[0])(a, b)
+    want, _ = ops.posv(*flat)
+    assert torch.equal(x.reshape(128, 8), want)
+    torch.testing.assert_close(x.reshape(128, 8).double(), _ref("posv", flat), rtol=1e-4, atol=1e-4)

@@ -104,3 +104,34 @@ def test_bmm_takes_equal_leading_dimensions():
     x = q.clone().requires_grad_()
     bmm_ops.bmm(x, k.transpose(-1, -2)).sum().backward()
     torch.testing.assert_close(x.grad, k.sum(-2, keepdim=True).expand_as(q))
+
+
+def test_vmap_runs_one_call_over_the_vmapped_problems(recwarn):
+    # a vmap rule per op: the vmapped dimension joins the op's batch (torch's fallback would loop
+    # over the slices and warn "There is a performance drop")
+    a = _spd(6, 4, 5, 5)
+    b = torch.randn(6, 4, 5, dtype=torch.float64)
+    x = torch.vmap(lambda m, v: ops.posv(m, v)[0])(a, b)
+    torch.testing.assert_close(x, torch.linalg.solve(a, b))
+    shared = torch.vmap(lambda m, v: ops.posv(m, v)[0], in_dims=(None, 0))(a[0], b)
+    torch.testing.assert_close(shared, torch.linalg.solve(a[0].expand(6, 4, 5, 5), b))
+    low, info = torch.vmap(ops.potrf)(a[:, 0])  # one problem per vmapped slice (2-D)
+    torch.testing.assert_close(low, torch.linalg.cholesky(a[:, 0]))
+    assert info.shape == (6,)
+    torch.testing.assert_close(torch.vmap(ops.dot, in_dims=(1, 1))(b, b), (b * b).sum(-1).T)
+    torch.testing.assert_close(torch.vmap(torch.vmap(ops.gemv))(a, b), (a @ b.unsqueeze(-1)).squeeze(-1))
+    grads = torch.vmap(torch.func.grad(lambda m: ops.potrf(m)[0].sum()))(a[:, 0])
+    torch.testing.assert_close(grads, torch.vmap(torch.func.grad(lambda m: torch.linalg.cholesky(m).sum()))(a[:, 0]))
+    assert not [w for w in recwarn if "performance drop" in str(w.message)]
+
+
+def test_bmm_under_vmap_and_in_dtypes_it_has_no_kernel_for(recwarn):
+    from tunedb.families.bmm import ops as bmm_ops
+
+    a, b = torch.randn(6, 4, 5, 7), torch.randn(6, 4, 7, 3)
+    torch.testing.assert_close(torch.vmap(bmm_ops.bmm)(a, b), a @ b)
+    torch.testing.assert_close(torch.vmap(bmm_ops.bmm, in_dims=(0, None))(a, b[0]), a @ b[0])
+    assert not [w for w in recwarn if "performance drop" in str(w.message)]
+    torch.testing.assert_close(bmm_ops.bmm(a.double(), b.double()), a.double() @ b.double())  # torch's product
+    ints = bmm_ops.bmm(torch.ones(2, 3, 4, dtype=torch.int64), torch.ones(2, 4, 5, dtype=torch.int64))
+    assert ints.dtype == torch.int64 and int(ints[0, 0, 0]) == 4

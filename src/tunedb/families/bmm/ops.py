@@ -29,6 +29,15 @@ _bound: dict[tuple[Any, ...], Any] = {}  # (dtype, shapes, strides) -> launch_ta
 _overrides = launch_table._overrides  # autotune()'s override stack, shared, never rebound
 
 
+@functools.lru_cache(maxsize=1)
+def _served_dtypes() -> frozenset:
+    """The dtypes the family has kernels for (resolved on first use: importing this module does
+    not import torch)."""
+    import torch
+
+    return frozenset((torch.float16, torch.bfloat16, torch.float32))
+
+
 def _clear() -> None:
     _bound.clear()
 
@@ -95,7 +104,16 @@ def register() -> None:
         lib.impl("bmm", run, "CompositeExplicitAutograd")
         torch.library.register_fake("tunedb::bmm", _fake, lib=lib)
         grad_form.register(lib, "bmm", _grad_form)
+        torch.library.register_vmap("tunedb::bmm", _vmap, lib=lib)
         _lib.append(lib)
+
+
+def _vmap(info: Any, in_dims: tuple, a: Any, b: Any) -> Any:
+    """torch.vmap's rule for tunedb::bmm: the vmapped dimension joins the product's batch (an
+    operand not vmapped is expanded to it); one product, not one per vmapped slice."""
+    a, b = (t.unsqueeze(0).expand(info.batch_size, *t.shape) if d is None else t.movedim(d, 0)
+            for t, d in zip((a, b), in_dims))
+    return bmm(a, b), 0
 
 
 def bmm(a: Any, b: Any) -> Any:
@@ -104,6 +122,11 @@ def bmm(a: Any, b: Any) -> Any:
     flattened into one batch dimension, which keeps a transposed operand a view, and restored).
     Plain eager inference on CUDA runs the implementation without the dispatcher hop
     (runtime.grad_form.direct)."""
+    import torch
+
+    if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype not in _served_dtypes()
+            and a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2]):
+        return torch.matmul(a, b)  # a dtype the family has no kernel for (fp64, integers): torch's product
     if getattr(a, "ndim", 3) > 3 and getattr(b, "ndim", 0) == a.ndim and a.shape[:-2] == b.shape[:-2]:
         lead = tuple(a.shape[:-2])
         batch = functools.reduce(lambda x, y: x * y, lead, 1)  # not -1: an empty M or K has no size to infer
@@ -112,8 +135,6 @@ def bmm(a: Any, b: Any) -> Any:
     if grad_form.direct((a, b)):
         return run(a, b)
     register()
-    import torch
-
     return torch.ops.tunedb.bmm(a, b)
 
 

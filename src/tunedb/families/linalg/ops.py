@@ -168,6 +168,20 @@ def _bmm_form(op: str, bmm: Any) -> Any:
     return None
 
 
+def _vmap(op: str, info: Any, in_dims: tuple, *tensors: Any) -> Any:
+    """torch.vmap's rule for tunedb::linalg_<op>: the vmapped dimension joins the op's batch (an
+    operand not vmapped is expanded to it), one call over V x batch problems instead of torch's
+    fallback of one call per vmapped slice; the results are split back, vmapped at dimension 0."""
+    size = info.batch_size
+    moved = [t.unsqueeze(0).expand(size, *t.shape) if d is None else t.movedim(d, 0)
+             for t, d in zip(tensors, in_dims)]
+    batch = moved[0].shape[1]
+    out = _op(op)(*(t.reshape(size * batch, *t.shape[2:]) for t in moved))
+    if isinstance(out, tuple):
+        return tuple(o.reshape(size, batch, *o.shape[1:]) for o in out), (0, 0)
+    return out.reshape(size, batch, *out.shape[1:]), 0
+
+
 def _potrf(a: Any) -> Any:
     """potrf's implementation: run's (L, info) with L row-major, the layout the fake kernel
     promises and the kernel arms write. The library arm's cholesky_ex returns L column-major
@@ -218,6 +232,7 @@ def register() -> None:
             lib.impl(f"linalg_{op}", impl, "CompositeExplicitAutograd")
             torch.library.register_fake(f"tunedb::linalg_{op}", functools.partial(_fake, op), lib=lib)
             grad_form.register(lib, f"linalg_{op}", functools.partial(_grad_form, op))
+            torch.library.register_vmap(f"tunedb::linalg_{op}", functools.partial(_vmap, op), lib=lib)
         _lib.append(lib)
 
 
