@@ -21,8 +21,8 @@ import argparse
 import copy
 import json
 import statistics
-import time
 
+import linalg_eager  # bench/: _wall, a block of calls timed by wall clock
 import torch
 from e2e_timing import graph_of, paired_rounds, rel_err
 from torch import nn
@@ -75,12 +75,7 @@ def _block_ms(step, n: int) -> float:
     """Wall time of n calls back to back, the stream synchronised before and after, per call (ms):
     what a loop of eager forwards costs where the host sets the pace; for graph replays it is
     the replay's device time plus its launch."""
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        step()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e3
+    return linalg_eager._wall(step, n) / 1e3
 
 
 def point(plain, tuned, batch: int, tokens: int, rounds: int, per_round: int) -> dict:
