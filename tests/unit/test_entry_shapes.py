@@ -135,3 +135,15 @@ def test_bmm_under_vmap_and_in_dtypes_it_has_no_kernel_for(recwarn):
     torch.testing.assert_close(bmm_ops.bmm(a.double(), b.double()), a.double() @ b.double())  # torch's product
     ints = bmm_ops.bmm(torch.ones(2, 3, 4, dtype=torch.int64), torch.ones(2, 4, 5, dtype=torch.int64))
     assert ints.dtype == torch.int64 and int(ints[0, 0, 0]) == 4
+
+
+def test_gemm_log_softmax_computes_torchs_form_for_fp32_and_fp64():
+    from tunedb.families.gemm_log_softmax import ops as glsm_ops
+
+    for dtype in (torch.float32, torch.float64):
+        x, w, b = torch.randn(2, 3, 8, dtype=dtype), torch.randn(10, 8, dtype=dtype), torch.randn(10, dtype=dtype)
+        got = glsm_ops.gemm_log_softmax(x, w, b)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, torch.log_softmax(x @ w.T + b, -1))
+    with pytest.raises(SignatureError, match="got torch.float32"):  # a dtype mix is still named
+        glsm_ops.gemm_log_softmax(torch.randn(3, 8), torch.randn(10, 8).bfloat16())

@@ -3,7 +3,7 @@
     tunedb::gemm_log_softmax(x, weight, bias=None) -> y = log_softmax(x @ weight.T + bias, -1)
 
 x [..., K] and weight [N, K] in bf16 or fp16 (bias [N] in the same dtype); y [..., N] in x's
-dtype. A CUDA call resolves through the selector (user tier, system tier, then the `torch`
+dtype. The Python entry point computes torch's form for fp32 and fp64 operands. A CUDA call resolves through the selector (user tier, system tier, then the `torch`
 default) via runtime.dispatch and launches; CPU tensors run the torch arm. No host
 synchronisation per call (CUDA graphs capture it); the fake kernel gives torch.compile the shape.
 An empty x returns torch's empty result; where a gradient is wanted the torch arm runs
@@ -47,11 +47,16 @@ def _grad_form(x: Any, weight: Any, bias: Any = None) -> Any:
 _lib.impl("gemm_log_softmax", _impl, "CompositeExplicitAutograd")
 torch.library.register_fake("tunedb::gemm_log_softmax", _fake, lib=_lib)
 grad_form.register(_lib, "gemm_log_softmax", _grad_form)
+_TORCH_ONLY = (torch.float32, torch.float64)
 
 
 def gemm_log_softmax(x: Any, weight: Any, bias: Any = None) -> Any:
     """log_softmax(x @ weight.T + bias, dim=-1) through the tuned op (x's dtype out); plain eager
-    inference on CUDA runs the implementation without the dispatcher hop (grad_form.direct)."""
+    inference on CUDA runs the implementation without the dispatcher hop (grad_form.direct).
+    fp32 and fp64 operands (the op's kernels are bf16/fp16) compute torch's form, unchanged."""
+    if (isinstance(x, torch.Tensor) and x.dtype in _TORCH_ONLY and isinstance(weight, torch.Tensor)
+            and weight.dtype == x.dtype and (bias is None or getattr(bias, "dtype", None) == x.dtype)):
+        return torch.log_softmax(torch.nn.functional.linear(x, weight, bias), -1)
     if grad_form.direct((x, weight, bias)):
         return _impl(x, weight, bias)
     return torch.ops.tunedb.gemm_log_softmax(x, weight, bias)
