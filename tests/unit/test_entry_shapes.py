@@ -147,3 +147,14 @@ def test_gemm_log_softmax_computes_torchs_form_for_fp32_and_fp64():
         torch.testing.assert_close(got, torch.log_softmax(x @ w.T + b, -1))
     with pytest.raises(SignatureError, match="got torch.float32"):  # a dtype mix is still named
         glsm_ops.gemm_log_softmax(torch.randn(3, 8), torch.randn(10, 8).bfloat16())
+
+
+@pytest.mark.parametrize("n", [1, 129, 300])
+def test_recommend_names_torchs_forms_for_an_n_past_the_family(n):
+    import tunedb
+
+    plan = tunedb.recommend("posv", "fp32", n, 100)
+    assert (plan.arm, plan.packing, plan.source) == ("torch", "library", "fallback")
+    assert "outside the family's 2..128" in plan.reason
+    with pytest.raises(SignatureError, match="does not take dtype 'fp16'"):  # the other arguments are still checked
+        tunedb.recommend("posv", "fp16", n, 100)

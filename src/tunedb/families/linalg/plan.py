@@ -42,7 +42,8 @@ class ExecutionPlan:
     warps: int | None
     grid: int | None  # programs launched
     cell: str  # "linalg|op=..|dt=..|n=.. batch<=H" (the measured region) or the heuristic's cell
-    source: str  # "measured" | "heuristic" | "fallback" (the heuristic turned off by a setting)
+    source: str  # "measured" | "heuristic" | "fallback" (the heuristic turned off by a setting, or an n
+    # outside the family's range: torch's forms)
     reason: str
 
     def describe(self) -> str:
@@ -126,6 +127,12 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
     serves). No GPU needed. Bad arguments raise errors naming the value and what is allowed."""
     n, batch = _integer(n), _integer(batch)
     dtype = signatures.dtype_key(dtype)  # torch.float32 or "float32" as well as fp32
+    if isinstance(n, int) and not isinstance(n, bool) and n >= 0 and not signatures.N_MIN <= n <= signatures.N_MAX:
+        _check_args(op, dtype, signatures.N_MIN, batch, deps)  # op, dtype, batch and deps still named
+        return _plan(op, dtype, n, batch, deps, Config.sentinel("torch"),
+                     f"linalg|op={op}|dt={dtype}|n={n} (outside n={signatures.N_MIN}..{signatures.N_MAX})", "fallback",
+                     f"n={n} is outside the family's {signatures.N_MIN}..{signatures.N_MAX}: the entry points run "
+                     f"torch's forms (cholesky_ex, solve_triangular, matmul); no kernel here is built for it")
     _check_args(op, dtype, n, batch, deps)
     from tunedb import arch as arch_mod
     from tunedb.families.linalg import FAMILY
