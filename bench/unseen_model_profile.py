@@ -17,7 +17,7 @@ import statistics
 import time
 
 import torch
-import unseen_model as um
+import unseen_decoder as um
 from op_host_cost import timed
 
 

@@ -59,13 +59,51 @@ def test_a_model_without_products_gets_no_hooks(tables_and_cuda, SdpaBlock):
     assert not model._forward_pre_hooks and not getattr(model, "_tunedb_bmm_serving", False)
 
 
-@pytest.mark.parametrize("make", [lambda: nn.Sequential(nn.Linear(8, 8), EagerAttention()),
-                                  lambda: nn.Sequential(nn.MultiheadAttention(8, 2)),
-                                  lambda: nn.TransformerEncoderLayer(8, 2)],
-                         ids=["matmul operator", "nn.MultiheadAttention", "nn.TransformerEncoderLayer"])
-def test_a_model_that_can_make_products_gets_the_hooks(tables_and_cuda, make):
-    model = serving.optimize(make())
+def test_a_model_that_can_make_products_gets_the_hooks(tables_and_cuda):
+    model = serving.optimize(nn.Sequential(nn.Linear(8, 8), EagerAttention()))
     assert model._tunedb_bmm_serving and model._forward_pre_hooks
+
+
+@pytest.mark.parametrize("make", [lambda: nn.MultiheadAttention(8, 2), lambda: nn.TransformerEncoderLayer(8, 2)],
+                         ids=["nn.MultiheadAttention", "nn.TransformerEncoderLayer"])
+def test_torch_nn_attention_gets_no_hooks(tables_and_cuda, make):
+    # their products run inside F.multi_head_attention_forward, a torch function the mode sees
+    # whole and does not enter: the mode never serves them
+    model = serving.optimize(make())
+    assert not getattr(model, "_tunedb_bmm_serving", False)
+
+
+def _load(tmp_path, monkeypatch, name, source):
+    import importlib.util
+    import sys
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_product_in_an_imported_user_module_counts(tmp_path, monkeypatch):
+    _load(tmp_path, monkeypatch, "attn_helpers", "def scores(q, k):\n    return q @ k.transpose(-1, -2)\n")
+    model_module = _load(tmp_path, monkeypatch, "helper_model", (
+        "from torch import nn\nfrom attn_helpers import scores\n\n\nclass Block(nn.Module):\n"
+        "    def forward(self, x):\n        return scores(x, x)\n"))
+    product_source._file_has_products.cache_clear()
+    assert product_source.makes_products(nn.Sequential(model_module.Block()))
+
+
+def test_a_replaced_forward_or_a_users_hook_counts(SdpaBlock):
+    block = SdpaBlock()
+    assert not product_source.makes_products(nn.Sequential(block))
+    hooked = SdpaBlock()
+    hooked.register_forward_hook(lambda mod, args, out: None)
+    assert product_source.makes_products(nn.Sequential(hooked))
+    replaced = SdpaBlock()
+    replaced.forward = lambda x: x
+    assert product_source.makes_products(nn.Sequential(replaced))
 
 
 def test_a_class_whose_source_cannot_be_read_counts_as_making_products():

@@ -85,8 +85,6 @@ def test_a_system_bmm_table_is_served_by_optimize_and_the_op(tmp_path, monkeypat
     """A bmm table in the system tier: optimize() installs the product mode (it does so only where
     a table has entries) and the op's resolution of a run-time bf16 call with the census's
     shapes and layout answers from the system tier's `half` entry."""
-    from torch import nn
-
     from tunedb.families.bmm import ops, serving
 
     scores = Signature.make("bmm", "bmm", "half", B=8, N=1500, K=64, lay="nt")
@@ -100,7 +98,9 @@ def test_a_system_bmm_table_is_served_by_optimize_and_the_op(tmp_path, monkeypat
             database.reload()
             assert serving.has_table()
             monkeypatch.setattr(serving, "can_serve", lambda: True)  # as on a GPU
-            model = families.get("bmm").optimize(nn.MultiheadAttention(8, 2))  # a module that makes products
+            from eager_attention import Attention  # tests/unit: attention written as matmuls
+
+            model = families.get("bmm").optimize(Attention())
             assert getattr(model, "_tunedb_bmm_serving", False)
             bound = ops.bound_for(q, k.transpose(1, 2))
             assert bound.tier == "system" and bound.signature.get("lay") == "nt"

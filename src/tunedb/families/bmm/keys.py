@@ -60,7 +60,8 @@ def keyed_as(sig: Signature, m: int) -> Signature:
 def dt_name(dtype: Any) -> str:
     dt = _DT.get(str(dtype))
     if dt is None:
-        raise SignatureError(f"bmm serves torch.float16, torch.bfloat16 and torch.float32 operands, got {dtype}")
+        raise SignatureError(f"bmm serves torch.float16, torch.bfloat16 and torch.float32 operands, got {dtype} "
+                             f"(the bmm() entry point computes torch.matmul for two operands of another dtype)")
     return dt
 
 

@@ -125,9 +125,15 @@ def bmm(a: Any, b: Any) -> Any:
     import torch
 
     if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype not in _served_dtypes()
-            and a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2]):
+            and b.dtype == a.dtype and a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2]
+            and a.shape[-1] == b.shape[-2]):
         return torch.matmul(a, b)  # a dtype the family has no kernel for (fp64, integers): torch's product
     if getattr(a, "ndim", 3) > 3 and getattr(b, "ndim", 0) == a.ndim and a.shape[:-2] == b.shape[:-2]:
+        if a.shape[-1] != b.shape[-2]:
+            from tunedb.errors import SignatureError
+
+            raise SignatureError(f"bmm needs a [..., M, K] and b [..., K, N]: a's K={a.shape[-1]} but b's "
+                                 f"K={b.shape[-2]}; got a {list(a.shape)}, b {list(b.shape)}")
         lead = tuple(a.shape[:-2])
         batch = functools.reduce(lambda x, y: x * y, lead, 1)  # not -1: an empty M or K has no size to infer
         out = bmm(a.reshape(batch, *a.shape[-2:]), b.reshape(batch, *b.shape[-2:]))

@@ -197,13 +197,14 @@ def _enter(module: Any, args: Any) -> None:
     state = module.__dict__
     skip = state.get("_tunedb_bmm_skip", 0)
     if skip:
-        # a new database epoch (a tune, autotune()'s or prewarm's publish, a reload) may serve what
-        # the last probe found torch for: probe now, not after up to _MAX_GAP forwards
-        if state.get("_tunedb_bmm_epoch") == epoch() and not capturing():
+        if state.get("_tunedb_bmm_epoch") != epoch():
+            # a new database epoch (a tune, autotune()'s or prewarm's publish, a reload) may serve
+            # what the last probe found torch for: probe now, not after up to _MAX_GAP forwards
+            state["_tunedb_bmm_skip"] = state["_tunedb_bmm_gap"] = 0
+        elif not capturing():  # (a capture always runs the mode, and keeps the back-off)
             state["_tunedb_bmm_skip"] = skip - 1
             stack.append(None)  # _exit pops one entry a forward
             return
-        state["_tunedb_bmm_skip"] = state["_tunedb_bmm_gap"] = 0
     mode = product_mode()
     mode.__enter__()
     stack.append((mode, getattr(_state, "served", 0), getattr(_state, "candidates", 0)))

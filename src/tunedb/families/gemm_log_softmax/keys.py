@@ -46,9 +46,10 @@ def signature_of(op: str, x: Any, weight: Any, bias: Any = None) -> tuple[Signat
     return make_signature(n, k, dt, 0 if bias is None else 1, op), m
 
 
-def check_call(op: str, x: Any, weight: Any, bias: Any = None) -> tuple[int, int, str]:
+def check_call(op: str, x: Any, weight: Any, bias: Any = None, served_dtype: bool = True) -> tuple[int, int, str]:
     """(N, K, dt) of a call, SignatureError naming a bad shape or dtype: every check but the
-    row count (an empty x has no key, but is a valid call; the fake kernel reads no M)."""
+    row count (an empty x has no key, but is a valid call; the fake kernel reads no M).
+    served_dtype=False: any one float dtype (the entry point's torch form for fp32/fp64)."""
     if op not in OPS:
         raise SignatureError(f"unknown gemm_log_softmax op {op!r}; ops are {', '.join(OPS)}")
     check_one_device("gemm_log_softmax", x=x, weight=weight, bias=bias)
@@ -58,7 +59,7 @@ def check_call(op: str, x: Any, weight: Any, bias: Any = None) -> tuple[int, int
     n, k = (int(d) for d in ws)
     if xs[-1] != k:
         raise SignatureError(f"gemm_log_softmax x has K={xs[-1]} but weight [N, K] has K={k}")
-    dt = dt_of(x.dtype)
+    dt = dt_of(x.dtype) if served_dtype else str(x.dtype).removeprefix("torch.")
     if str(weight.dtype) != str(x.dtype):
         raise SignatureError(f"gemm_log_softmax x is {x.dtype} but weight is {weight.dtype}; they must match")
     if bias is not None:

@@ -54,8 +54,8 @@ def gemm_log_softmax(x: Any, weight: Any, bias: Any = None) -> Any:
     """log_softmax(x @ weight.T + bias, dim=-1) through the tuned op (x's dtype out); plain eager
     inference on CUDA runs the implementation without the dispatcher hop (grad_form.direct).
     fp32 and fp64 operands (the op's kernels are bf16/fp16) compute torch's form, unchanged."""
-    if (isinstance(x, torch.Tensor) and x.dtype in _TORCH_ONLY and isinstance(weight, torch.Tensor)
-            and weight.dtype == x.dtype and (bias is None or getattr(bias, "dtype", None) == x.dtype)):
+    if isinstance(x, torch.Tensor) and x.dtype in _TORCH_ONLY and isinstance(weight, torch.Tensor):
+        check_call(OPS[0], x, weight, bias, served_dtype=False)  # shapes, one dtype, one device
         return torch.log_softmax(torch.nn.functional.linear(x, weight, bias), -1)
     if grad_form.direct((x, weight, bias)):
         return _impl(x, weight, bias)

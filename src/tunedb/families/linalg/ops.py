@@ -170,12 +170,18 @@ def _bmm_form(op: str, bmm: Any) -> Any:
 
 def _vmap(op: str, info: Any, in_dims: tuple, *tensors: Any) -> Any:
     """torch.vmap's rule for tunedb::linalg_<op>: the vmapped dimension joins the op's batch (an
-    operand not vmapped is expanded to it), one call over V x batch problems instead of torch's
-    fallback of one call per vmapped slice; the results are split back, vmapped at dimension 0."""
+    operand not vmapped is expanded to it, which copies it V times), one call over V x batch
+    problems instead of torch's fallback of one call per vmapped slice; the results are split
+    back, vmapped at dimension 0."""
     size = info.batch_size
     moved = [t.unsqueeze(0).expand(size, *t.shape) if d is None else t.movedim(d, 0)
              for t, d in zip(tensors, in_dims)]
     batch = moved[0].shape[1]
+    if any(t.dim() < 2 or t.shape[1] != batch for t in moved):
+        from tunedb.errors import SignatureError
+
+        raise SignatureError(f"linalg {op} under vmap: each operand's slice must be [batch, ...] with one batch; "
+                             f"got slices {[list(t.shape[1:]) for t in moved]}")
     out = _op(op)(*(t.reshape(size * batch, *t.shape[2:]) for t in moved))
     if isinstance(out, tuple):
         return tuple(o.reshape(size, batch, *o.shape[1:]) for o in out), (0, 0)
@@ -281,8 +287,8 @@ def _any_shape(name: str, tensors: tuple) -> Any:
     first = tensors[0]
     cores = (_CORE[name],) + ((_CORE2[name],) if len(tensors) > 1 else ())
     for t, c in zip(tensors, cores):
-        if not isinstance(t, torch.Tensor) or t.dim() < c:
-            return _op(name)(*tensors)
+        if not isinstance(t, torch.Tensor) or t.dim() < c or t.layout != torch.strided:
+            return _op(name)(*tensors)  # the op's checks name it (a sparse tensor cannot be reshaped)
     lead = tuple(first.shape[:first.dim() - cores[0]])
     for t, c, what in zip(tensors[1:], cores[1:], ("second operand",)):
         other = tuple(t.shape[:t.dim() - c])
@@ -292,10 +298,11 @@ def _any_shape(name: str, tensors: tuple) -> Any:
             raise SignatureError(f"linalg {name}: the {what}'s batch shape {list(other)} (shape {list(t.shape)}) "
                                  f"differs from the first's {list(lead)} (shape {list(first.shape)}); "
                                  f"batch dimensions must match (no broadcasting)")
-    if not N_MIN <= first.shape[-1] <= N_MAX:
-        return _torch_forms(name, tensors)
     batch = functools.reduce(lambda x, y: x * y, lead, 1)  # not -1: a 0 x 0 problem has no size to infer
     flat = tuple(t.reshape(batch, *t.shape[t.dim() - c:]) for t, c in zip(tensors, cores))
+    if not N_MIN <= first.shape[-1] <= N_MAX:
+        signatures.check_call(name, *flat, n_range=False)  # square A, shapes, one dtype and device
+        return _torch_forms(name, tensors)
     out = _call(name, *flat)
     if isinstance(out, tuple):
         res, info = out

@@ -116,10 +116,11 @@ def signature_of(op: str, *args: Any) -> tuple[Signature, int]:
     return make_signature(op, dt, int(n)), int(batch)
 
 
-def check_call(op: str, *args: Any) -> tuple[str, Any, Any]:
+def check_call(op: str, *args: Any, n_range: bool = True) -> tuple[str, Any, Any]:
     """(dtype name, n, batch) of one call after every check signature_of makes, with no traced
     size made concrete (the fake kernels' and the gradient form's check: a torch.compile'd call
-    with a changing batch keeps one graph)."""
+    with a changing batch keeps one graph). n_range=False: every check but n's range (the entry
+    points' calls past the family, which torch's forms run)."""
     if op not in OPS:
         raise SignatureError(f"unknown linalg op {op!r}; allowed: {', '.join(OPS)}")
     want = {"dot": 2, "gemv": 2, "gemm": 2, "potrf": 1, "trsv": 2, "posv": 2}[op]
@@ -154,7 +155,7 @@ def check_call(op: str, *args: Any) -> tuple[str, Any, Any]:
     dt = dts.pop()
     if dt not in dtypes_for(op):
         raise SignatureError(f"linalg op {op} does not take dtype {dt!r}; allowed: {', '.join(dtypes_for(op))}")
-    if not N_MIN <= n <= N_MAX:  # a traced n is guarded on the range, not specialised
+    if n_range and not N_MIN <= n <= N_MAX:  # a traced n is guarded on the range, not specialised
         raise SignatureError(f"linalg {op}: n={n} (shape {_shape(first)}) is outside the family's range; "
                              f"n must be from {N_MIN} to {N_MAX}")
     return dt, n, batch
