@@ -121,3 +121,8 @@ def test_what_counts_as_a_product_in_a_file(tmp_path, code, want):
     path.write_text(code + "\n")
     product_source._file_has_products.cache_clear()
     assert product_source._file_has_products(str(path)) is want
+
+
+def test_tunedbs_own_hooks_do_not_count_as_a_users(SdpaBlock):
+    model = serving.install(nn.Sequential(SdpaBlock()))
+    assert model._forward_pre_hooks and not product_source.makes_products(model)

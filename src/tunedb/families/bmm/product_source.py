@@ -35,7 +35,8 @@ def makes_products(model: Any) -> bool:
     """Whether any module of `model` may call a product the mode serves."""
     seen: set[type] = set()
     for module in model.modules():
-        if "forward" in module.__dict__ or module._forward_hooks or module._forward_pre_hooks:
+        hooks = (*module._forward_hooks.values(), *module._forward_pre_hooks.values())
+        if "forward" in module.__dict__ or any(not getattr(h, "tunedb_own_hook", False) for h in hooks):
             return True
         cls = type(module)
         if cls in seen:
