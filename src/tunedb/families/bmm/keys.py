@@ -23,6 +23,7 @@ from tunedb.records import Signature
 SCHEMA = SignatureSchema(key=(("B", int), ("N", int), ("K", int), ("lay", str)), size="M", ladder="m",
                          choices=(("lay", LAYOUTS),), dtypes=DTYPES)
 _DT = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
+SERVED_DTYPES = frozenset(_DT)  # str(torch dtype) of the operands the family has kernels for
 
 
 def make_signature(b: int, n: int, k: int, dt: str = "half", lay: str = "nn") -> Signature:

@@ -15,27 +15,17 @@ autograd formula of its own: where a gradient is wanted torch.matmul runs (runti
 """
 from __future__ import annotations
 
-import functools
 import threading
 from typing import Any
 
 from tunedb.families.bmm import configs, keys
 from tunedb.records import Config
-from tunedb.runtime import grad_form, launch_table
+from tunedb.runtime import batch_dims, grad_form, launch_table
 
 _lib: list[Any] = []
 _lock = threading.Lock()
 _bound: dict[tuple[Any, ...], Any] = {}  # (dtype, shapes, strides) -> launch_table.Bound
 _overrides = launch_table._overrides  # autotune()'s override stack, shared, never rebound
-
-
-@functools.lru_cache(maxsize=1)
-def _served_dtypes() -> frozenset:
-    """The dtypes the family has kernels for (resolved on first use: importing this module does
-    not import torch)."""
-    import torch
-
-    return frozenset((torch.float16, torch.bfloat16, torch.float32))
 
 
 def _clear() -> None:
@@ -124,7 +114,7 @@ def bmm(a: Any, b: Any) -> Any:
     (runtime.grad_form.direct)."""
     import torch
 
-    if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype not in _served_dtypes()
+    if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and str(a.dtype) not in keys.SERVED_DTYPES
             and b.dtype == a.dtype and a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2]
             and a.shape[-1] == b.shape[-2]):
         return torch.matmul(a, b)  # a dtype the family has no kernel for (fp64, integers): torch's product
@@ -134,10 +124,8 @@ def bmm(a: Any, b: Any) -> Any:
 
             raise SignatureError(f"bmm needs a [..., M, K] and b [..., K, N]: a's K={a.shape[-1]} but b's "
                                  f"K={b.shape[-2]}; got a {list(a.shape)}, b {list(b.shape)}")
-        lead = tuple(a.shape[:-2])
-        batch = functools.reduce(lambda x, y: x * y, lead, 1)  # not -1: an empty M or K has no size to infer
-        out = bmm(a.reshape(batch, *a.shape[-2:]), b.reshape(batch, *b.shape[-2:]))
-        return out.reshape(lead + tuple(out.shape[-2:]))
+        (a3, b3), lead = batch_dims.fold((a, b), (2, 2), "bmm")
+        return batch_dims.unfold(bmm(a3, b3), lead)
     if grad_form.direct((a, b)):
         return run(a, b)
     register()

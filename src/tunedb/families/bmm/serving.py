@@ -219,14 +219,15 @@ def _exit(module: Any, args: Any, output: Any) -> None:
         return
     mode, served_before, candidates_before = entry
     mode.__exit__(None, None, None)
+    _compiling_now, capturing, epoch = _checks or _bind_checks()
     state = module.__dict__
-    if getattr(_state, "served", 0) > served_before or _capturing():
+    if getattr(_state, "served", 0) > served_before or capturing():
         state["_tunedb_bmm_gap"] = 0
         return
     cap = _PRODUCT_GAP if getattr(_state, "candidates", 0) > candidates_before else _MAX_GAP
     gap = min(2 * state.get("_tunedb_bmm_gap", 0) or 1, cap)
     state["_tunedb_bmm_gap"] = state["_tunedb_bmm_skip"] = gap
-    state["_tunedb_bmm_epoch"] = (_checks or _bind_checks())[2]()  # a back-off holds within its epoch
+    state["_tunedb_bmm_epoch"] = epoch()  # a back-off holds within its epoch
 
 
 _checks: list[Any] = []
@@ -234,15 +235,17 @@ _checks: list[Any] = []
 
 def _bind_checks() -> list[Any]:
     """(is_compiling, is the current stream capturing, the database epoch: the selector's, which
-    is the tiers'), bound once: the hook
-    is installed only where CUDA runs (optimize), so torch's C getter of the capture state is
-    safe to call, without torch.cuda's availability check in Python each forward."""
+    is the tiers'), bound once: the hook is installed only where CUDA runs (optimize), so torch's
+    C getter of the capture state is safe to call, without torch.cuda's availability check in
+    Python each forward."""
     import torch
 
     from tunedb.database import tiers
 
     fast = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) if torch.cuda.is_available() else None
-    capturing = fast or _capturing  # (a CPU build's torch._C names a dummy that raises)
+    # a CPU build's torch._C names a dummy that raises: there the module's _capturing, looked up
+    # at each call
+    capturing = fast or (lambda: _capturing())
     _checks[:] = [torch.compiler.is_compiling, capturing, tiers.epoch]
     return _checks
 

@@ -8,7 +8,7 @@
     tunedb::linalg_posv(Tensor A, Tensor b) -> (Tensor x, Tensor info)
 
 The Python entry points below also take torch.linalg's shapes (any leading batch dimensions, or
-none; an n outside 2..128 runs torch's forms): _any_shape. The ops are functional (they never
+none, folded by runtime/batch_dims; an n outside 2..128 runs torch's forms): _any_shape. The ops are functional (they never
 write their inputs). A CUDA call resolves its config through
 the selector (user tier > system tier > the heuristic > the library arm) once per (op, dtype, n,
 batch) and epoch; later calls of that key are one dict lookup to the bound launcher, so a CUDA
@@ -35,7 +35,7 @@ from typing import Any
 
 from tunedb.families.linalg import signatures
 from tunedb.records import Config
-from tunedb.runtime import grad_form, launch_table
+from tunedb.runtime import batch_dims, grad_form, launch_table
 
 OUTPUTS = {"dot": "Tensor", "gemv": "Tensor", "gemm": "Tensor", "potrf": "(Tensor, Tensor)",
            "trsv": "Tensor", "posv": "(Tensor, Tensor)"}
@@ -138,7 +138,7 @@ def _prepared(op: str, bound: Any, first: Any) -> Any:
     if bound.eager is not None or cid in ("torch", "default"):
         if (bound.eager or "torch") != "torch":
             return None
-        form = _bmm_form(op, torch.bmm) or (lambda tensors: torch_arm(op, False, tensors, None))
+        form = functools.partial(torch_arm, op, False, out=None)
         if bound.eager is None:
             return form
         capturing = torch._C._cuda_isCurrentStreamCapturing
@@ -156,36 +156,17 @@ def _prepared(op: str, bound: Any, first: Any) -> Any:
         return None
 
 
-def _bmm_form(op: str, bmm: Any) -> Any:
-    """The torch arm's bmm forms (kernels_torch.torch_arm's, the same calls) without its dispatch
-    on the op's name: gemv's is a 13-14 us eager call on the H200's host, so each step counts."""
-    if op == "gemv":
-        return lambda t: bmm(t[0], t[1].unsqueeze(2)).squeeze(2)
-    if op == "gemm":
-        return lambda t: bmm(t[0], t[1])
-    if op == "dot":
-        return lambda t: bmm(t[0].unsqueeze(1), t[1].unsqueeze(2)).view(t[0].shape[0])
-    return None
-
-
 def _vmap(op: str, info: Any, in_dims: tuple, *tensors: Any) -> Any:
     """torch.vmap's rule for tunedb::linalg_<op>: the vmapped dimension joins the op's batch (an
     operand not vmapped is expanded to it, which copies it V times), one call over V x batch
     problems instead of torch's fallback of one call per vmapped slice; the results are split
     back, vmapped at dimension 0."""
     size = info.batch_size
-    moved = [t.unsqueeze(0).expand(size, *t.shape) if d is None else t.movedim(d, 0)
-             for t, d in zip(tensors, in_dims)]
-    batch = moved[0].shape[1]
-    if any(t.dim() < 2 or t.shape[1] != batch for t in moved):
-        from tunedb.errors import SignatureError
-
-        raise SignatureError(f"linalg {op} under vmap: each operand's slice must be [batch, ...] with one batch; "
-                             f"got slices {[list(t.shape[1:]) for t in moved]}")
-    out = _op(op)(*(t.reshape(size * batch, *t.shape[2:]) for t in moved))
-    if isinstance(out, tuple):
-        return tuple(o.reshape(size, batch, *o.shape[1:]) for o in out), (0, 0)
-    return out.reshape(size, batch, *out.shape[1:]), 0
+    moved = tuple(t.unsqueeze(0).expand(size, *t.shape) if d is None else t.movedim(d, 0)
+                  for t, d in zip(tensors, in_dims))
+    flat, lead = batch_dims.fold(moved, tuple(max(t.dim() - 2, 0) for t in moved), f"linalg {op} under vmap")
+    out = batch_dims.unfold(_op(op)(*flat), lead)
+    return out, (0, 0) if isinstance(out, tuple) else 0
 
 
 def _potrf(a: Any) -> Any:
@@ -278,57 +259,28 @@ def _any_shape(name: str, tensors: tuple) -> Any:
     """torch.linalg's shape convention on the entry points: any leading batch dimensions (none for
     one problem: a 2-D A, 1-D vectors), flattened into the ops' one batch dimension and restored
     on the results (info takes the batch shape, 0-d for one problem, as cholesky_ex's). An n
-    outside the family's 2..128 runs torch's forms (what the torch arm runs; no kernel here is
-    built for it), on every device, so a system one step past the table is served, not refused.
+    outside the family's 2..128 runs the torch arm's forms (no kernel here is built for it), on
+    every device, so a system one step past the table is served, not refused.
     The operands' batch shapes must be equal (no broadcasting). Anything else goes to the op
     unchanged, whose checks name the bad value."""
     import torch
+
+    from tunedb.families.linalg.kernels_torch import torch_arm
 
     first = tensors[0]
     cores = (_CORE[name],) + ((_CORE2[name],) if len(tensors) > 1 else ())
     for t, c in zip(tensors, cores):
         if not isinstance(t, torch.Tensor) or t.dim() < c or t.layout != torch.strided:
             return _op(name)(*tensors)  # the op's checks name it (a sparse tensor cannot be reshaped)
-    lead = tuple(first.shape[:first.dim() - cores[0]])
-    for t, c, what in zip(tensors[1:], cores[1:], ("second operand",)):
-        other = tuple(t.shape[:t.dim() - c])
-        if other != lead:
-            from tunedb.errors import SignatureError
-
-            raise SignatureError(f"linalg {name}: the {what}'s batch shape {list(other)} (shape {list(t.shape)}) "
-                                 f"differs from the first's {list(lead)} (shape {list(first.shape)}); "
-                                 f"batch dimensions must match (no broadcasting)")
-    batch = functools.reduce(lambda x, y: x * y, lead, 1)  # not -1: a 0 x 0 problem has no size to infer
-    flat = tuple(t.reshape(batch, *t.shape[t.dim() - c:]) for t, c in zip(tensors, cores))
+    flat, lead = batch_dims.fold(tensors, cores, f"linalg {name}")
     if not N_MIN <= first.shape[-1] <= N_MAX:
         signatures.check_call(name, *flat, n_range=False)  # square A, shapes, one dtype and device
-        return _torch_forms(name, tensors)
-    out = _call(name, *flat)
-    if isinstance(out, tuple):
-        res, info = out
-        return res.reshape(lead + tuple(res.shape[1:])), info.reshape(lead)
-    return out.reshape(lead + tuple(out.shape[1:]))
-
-
-def _torch_forms(op: str, tensors: tuple) -> Any:
-    """The torch arm's forms (kernels_torch.torch_arm's: cholesky_ex, solve_triangular, matmul)
-    on any batch shape, for an n the family does not serve: no reshape of their own."""
-    import torch
-
-    a = tensors[0]
-    if op == "dot":
-        return (a.unsqueeze(-2) @ tensors[1].unsqueeze(-1)).squeeze(-1).squeeze(-1)
-    if op == "gemv":
-        return (a @ tensors[1].unsqueeze(-1)).squeeze(-1)
-    if op == "gemm":
-        return a @ tensors[1]
-    if op == "trsv":
-        return torch.linalg.solve_triangular(a, tensors[1].unsqueeze(-1), upper=False).squeeze(-1)
-    factor, info = torch.linalg.cholesky_ex(a)
-    if op == "potrf":
-        return factor.contiguous(), info  # L row-major, as every arm returns it
-    y = torch.linalg.solve_triangular(factor, tensors[1].unsqueeze(-1), upper=False)
-    return torch.linalg.solve_triangular(factor.mT, y, upper=True).squeeze(-1), info
+        out = torch_arm(name, False, flat, None)  # the library arm's forms, no kernel here is built for n
+        if name == "potrf":
+            out = (out[0].contiguous(), out[1])  # L row-major, as every arm returns it
+    else:
+        out = _call(name, *flat)
+    return batch_dims.unfold(out, lead)
 
 
 def dot(x: Any, y: Any) -> Any:
