@@ -32,9 +32,11 @@ def _block_ms(step, n: int) -> float:
 def _grads(model, inputs) -> torch.Tensor:
     """Every floating parameter's gradient of mean(out^2), flattened in fp32 (zeros where none)."""
     model.zero_grad(set_to_none=True)
+    model.train()  # cuDNN's RNN backward runs in training mode only (no model here has dropout)
     with torch.enable_grad():
         out = model(*inputs)
         out.float().square().mean().backward()
+    model.eval()
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).float().flatten()
                       for p in model.parameters()])
 
@@ -57,25 +59,46 @@ def check(name: str) -> dict:
     return row
 
 
-def timing(name: str, rounds: int, per_round: int) -> dict:
+def variants(which: str) -> dict:
+    """name -> optimize()'s families= for each timed variant besides plain."""
+    from tunedb.runtime import patching
+
+    default = patching.patching_families()
+    out = {"tunedb": None}
+    if which == "all":
+        out["gemm only"] = "gemm"
+        out["no bmm"] = [f for f in default if f != "bmm"]
+    return out
+
+
+def timing(name: str, rounds: int, per_round: int, settle: int, which: str = "tunedb") -> dict:
     import tunedb
 
     plain, inputs = build(name)
-    tuned = tunedb.optimize(copy.deepcopy(plain))
+    models = {"plain": plain}
+    for label, fams in variants(which).items():
+        models[label] = tunedb.optimize(copy.deepcopy(plain), families=fams)
     capturable = ZOO[name][2]
     with torch.no_grad():
-        steps = {"plain eager": lambda: plain(*inputs), "tunedb eager": lambda: tuned(*inputs)}
+        steps = {f"{label} eager": (lambda m=m: m(*inputs)) for label, m in models.items()}
+        for step in steps.values():
+            for _ in range(settle):  # the bmm mode's back-off (1, 2, 4, ... forwards) settles
+                step()
         if capturable:
-            steps["plain graph"] = graph_of(steps["plain eager"], warmup=3).replay
-            steps["tunedb graph"] = graph_of(steps["tunedb eager"], warmup=3).replay
+            for label in models:
+                steps[f"{label} graph"] = graph_of(steps[f"{label} eager"], warmup=3).replay
         for f in steps.values():
             f()
         per = paired_rounds(steps, rounds, lambda step: _block_ms(step, per_round), seed=len(name), warmup=1)
     row = {"ms": {k: statistics.median(v) for k, v in per.items()}}
-    for mode in ("eager", "graph"):
-        if f"plain {mode}" in per:
-            ratios = [t / p for t, p in zip(per[f"tunedb {mode}"], per[f"plain {mode}"])]
-            row[f"{mode}_tunedb_over_plain"] = statistics.median(ratios)
+    for label in models:
+        if label == "plain":
+            continue
+        for mode in ("eager", "graph"):
+            if f"plain {mode}" in per:
+                ratios = [t / p for t, p in zip(per[f"{label} {mode}"], per[f"plain {mode}"])]
+                key = f"{mode}_tunedb_over_plain" if label == "tunedb" else f"{mode}_{label}_over_plain"
+                row[key] = statistics.median(ratios)
     return row
 
 
@@ -83,6 +106,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(ZOO), help=f"comma-separated, of: {', '.join(ZOO)}")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--settle", type=int, default=200,
+                    help="untimed eager forwards of each variant first (the bmm mode's back-off settles)")
+    ap.add_argument("--variants", choices=("tunedb", "all"), default="tunedb",
+                    help="all: also optimize(families='gemm') and every default family but bmm")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     names = [n for n in a.models.split(",") if n]
@@ -98,7 +125,7 @@ def main(argv=None) -> int:
         selector.reload()
         for name in names:
             try:
-                rows[name] = {**check(name), **timing(name, rounds, per_round)}
+                rows[name] = {**check(name), **timing(name, rounds, per_round, a.settle, a.variants)}
             except Exception as exc:  # one model's failure is a row, not the end of the run
                 rows[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             print(f"{name}: {rows[name]}", flush=True)
@@ -116,6 +143,11 @@ def main(argv=None) -> int:
         print(f"| {name} | {', '.join(r['swapped']) or '-'} | {r['err_plain']:.1e} / {r['err_tunedb']:.1e} | "
               f"{r['grad_err_plain']:.1e} / {r['grad_err_tunedb']:.1e} | {ms['plain eager']:.4f} / "
               f"{ms['tunedb eager']:.4f} | {r['eager_tunedb_over_plain']:.3f} | {graph} |")
+    extra = sorted({k for r in rows.values() for k in r if k.endswith("_over_plain") and "tunedb" not in k})
+    if extra:
+        print("\n| model | " + " | ".join(extra) + " |\n|---|" + "---|" * len(extra))
+        for name, r in rows.items():
+            print(f"| {name} | " + " | ".join(f"{r[k]:.3f}" if k in r else "" for k in extra) + " |")
     print("\nserved:\n" + "\n".join(served))
     if a.out:
         with open(a.out, "w") as f:

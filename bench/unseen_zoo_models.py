@@ -53,7 +53,8 @@ class ViT(nn.Module):
 class TxEncoder(nn.Module):
     def __init__(self, d: int = 640, heads: int = 10, ffn: int = 2560, layers: int = 2) -> None:
         super().__init__()
-        layer = nn.TransformerEncoderLayer(d, heads, ffn, batch_first=True, norm_first=True, activation="gelu")
+        layer = nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0, batch_first=True, norm_first=True,
+                                           activation="gelu")
         self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

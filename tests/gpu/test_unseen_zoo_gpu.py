@@ -29,8 +29,10 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _grads(model, inputs) -> torch.Tensor:
     model.zero_grad(set_to_none=True)
+    model.train()  # cuDNN's RNN backward runs in training mode only (no model here has dropout)
     with torch.enable_grad():
         model(*inputs).float().square().mean().backward()
+    model.eval()
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).float().flatten()
                       for p in model.parameters()])
 

@@ -73,6 +73,20 @@ def test_torch_nn_attention_gets_no_hooks(tables_and_cuda, make):
     assert not getattr(model, "_tunedb_bmm_serving", False)
 
 
+def test_a_model_holding_torch_attention_gets_no_hooks_even_with_products(tables_and_cuda):
+    # any TorchFunctionMode turns nn.MultiheadAttention's and nn.TransformerEncoderLayer's native
+    # fast path off (has_torch_function is true under a mode), in CUDA graphs too
+    from torch.overrides import has_torch_function
+
+    x = torch.randn(2)
+    with serving.product_mode():
+        assert has_torch_function((x,))  # why: the fast paths check exactly this
+    for attention in (nn.MultiheadAttention(8, 2, batch_first=True), nn.TransformerEncoderLayer(8, 2)):
+        model = serving.optimize(nn.ModuleList([EagerAttention(), attention]))
+        assert not getattr(model, "_tunedb_bmm_serving", False) and not model._forward_pre_hooks
+    assert serving.optimize(nn.ModuleList([EagerAttention()]))._tunedb_bmm_serving
+
+
 def _load(tmp_path, monkeypatch, name, source):
     import importlib.util
     import sys
@@ -126,3 +140,24 @@ def test_what_counts_as_a_product_in_a_file(tmp_path, code, want):
 def test_tunedbs_own_hooks_do_not_count_as_a_users(SdpaBlock):
     model = serving.install(nn.Sequential(SdpaBlock()))
     assert model._forward_pre_hooks and not product_source.makes_products(model)
+
+
+def test_a_product_torch_serves_is_not_reshaped_again(monkeypatch):
+    # a head-split operand's reshape is a copy: once the call's decision is torch, the mode hands
+    # the product back untouched (session 31: einsum attention was 1.09x slower in CUDA graphs)
+    from tunedb.families.bmm import ops
+
+    folds = []
+    real = serving._folded
+    monkeypatch.setattr(serving, "eligible", lambda a, b: True)
+    monkeypatch.setattr(serving, "_folded", lambda a, b: folds.append(1) or real(a, b))
+    monkeypatch.setattr(ops, "bound_for", lambda a3, b3: "torch's")
+    monkeypatch.setattr(ops, "serves_torch", lambda bound: True)
+    monkeypatch.setattr(serving, "may_become_tile", lambda dtype: False)
+    serving._decisions.clear()
+    a = torch.randn(2, 3, 5, 4)
+    v = torch.randn(2, 5, 3, 4).transpose(1, 2)  # (2, 3, 5, 4), batch dims that do not merge
+    assert serving.serve(a.transpose(-1, -2), v) is None and folds == [1]
+    assert serving.serve(a.transpose(-1, -2), v) is None and folds == [1]  # decided: no fold
+    assert serving.serve(a.transpose(-1, -2), v.contiguous()) is None and folds == [1, 1]  # other strides: another call
+    serving._decisions.clear()

@@ -87,50 +87,69 @@ def _table_tiles(dtype_name: str) -> bool:
         return True
 
 
-def fold(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]] | None:
-    """(a3, b3, batch shape) for a product the op may serve, else None."""
+def eligible(a: Any, b: Any) -> bool:
+    """Whether the op may serve torch.matmul(a, b): two CUDA activations of one served dtype, 3-D
+    or more with equal batch dims, no gradient wanted, no autocast cast, not empty."""
     import torch
 
     from tunedb.runtime import autocast_rule
 
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        return None
+        return False
     if a.device.type != "cuda" or b.device != a.device or a.dtype != b.dtype or str(a.dtype) not in _SERVED_DTYPES:
-        return None
+        return False
     if a.dim() < 3 or a.dim() != b.dim() or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
-        return None
+        return False
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-        return None
+        return False
     if autocast_rule.casts("cuda", a, b):  # torch.matmul would cast the operands; the op would not
-        return None
-    if a.numel() == 0 or b.numel() == 0:
-        return None
+        return False
+    return a.numel() != 0 and b.numel() != 0
+
+
+def fold(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]] | None:
+    """(a3, b3, batch shape) for a product the op may serve, else None. A 4-D attention operand
+    whose batch dims do not merge into one (a head-split view: q.view(b, t, h, d).transpose(1, 2))
+    is copied here, as torch.matmul copies it too."""
+    return _folded(a, b) if eligible(a, b) else None
+
+
+def _folded(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]]:
     batch = tuple(a.shape[:-2])
     return a.reshape(-1, a.shape[-2], a.shape[-1]), b.reshape(-1, b.shape[-2], b.shape[-1]), batch
 
 
 def serve(a: Any, b: Any) -> Any:
-    """tunedb::bmm's result for a product whose key runs a Triton tile, else None."""
+    """tunedb::bmm's result for a product whose key runs a Triton tile, else None.
+
+    The decision is keyed on the call as made (shapes and strides, which decide what fold()
+    gives), so a product torch serves is handed back before fold() reshapes anything: reshaping a
+    head-split operand is a copy, which a torch-served product would pay on top of torch.matmul's
+    own (session 31: einsum attention 1.09x slower in CUDA graphs)."""
     from tunedb.families.bmm import ops
 
-    folded = fold(a, b)
-    if folded is None:
+    if not eligible(a, b):
         return None
-    a3, b3, batch = folded
-    key = ops.call_key(a3, b3)
-    if key not in _decisions or ops._overrides:
+    key = ops.call_key(a, b)
+    decision = _decisions.get(key, _UNSEEN)
+    if decision is _UNSEEN or ops._overrides:
         from tunedb.database import tiers
 
         tiers.on_reload(_clear)
+        a3, b3, _batch = _folded(a, b)
         bound = ops.bound_for(a3, b3)
-        _decisions[key] = None if ops.serves_torch(bound) else bound
-    if _decisions[key] is None:
-        if may_become_tile(a3.dtype):  # a candidate: a later request's shapes may be a tile's
+        decision = _decisions[key] = None if ops.serves_torch(bound) else bound
+    if decision is None:
+        if may_become_tile(a.dtype):  # a candidate: a later request's shapes may be a tile's
             _state.candidates = getattr(_state, "candidates", 0) + 1
         return None
+    a3, b3, batch = _folded(a, b)
     c = ops.bmm(a3, b3)
     _state.served = getattr(_state, "served", 0) + 1
     return c.view(*batch, c.shape[-2], c.shape[-1])
+
+
+_UNSEEN = object()
 
 
 def _products() -> frozenset:
@@ -286,9 +305,26 @@ def can_serve() -> bool:
     return torch.cuda.is_available()
 
 
+def holds_native_fast_path(model: Any) -> bool:
+    """Whether `model` holds an nn.MultiheadAttention (alone or inside torch's Transformer layers).
+    Their inference forward takes a fused native path (torch._native_multi_head_attention,
+    torch._transformer_encoder_layer_fwd) only while torch.overrides.has_torch_function() is false
+    for their tensors, which ANY active TorchFunctionMode makes true: under the product mode they
+    run their composite path, in CUDA graphs too (session 31, H200: a ViT 1.17x and torch's
+    TransformerEncoder 1.41x slower than plain in graphs). The mode never serves their products
+    (product_source.py), so it is left off such a model: what the fast path buys is larger than
+    what the mode's tiles bought anywhere (1.03x over torch.bmm in geomean)."""
+    import torch
+
+    return any(isinstance(m, torch.nn.MultiheadAttention) for m in model.modules())
+
+
 def optimize(model: Any) -> Any:
     """The family's optimize() hook: install the product mode where a bmm table has entries, CUDA
-    runs (can_serve) and the model's code can make a product (product_source.makes_products)."""
+    runs (can_serve), the model's code can make a product (product_source.makes_products) and no
+    native fast path would be lost (holds_native_fast_path)."""
     from tunedb.families.bmm.product_source import makes_products
 
-    return install(model) if has_table() and can_serve() and makes_products(model) else model
+    if not (has_table() and can_serve()) or holds_native_fast_path(model):
+        return model
+    return install(model) if makes_products(model) else model
