@@ -77,7 +77,10 @@ def test_an_fp32_rotary_product_no_table_tiles_backs_off_past_8_forwards(monkeyp
     calls: list = []
     model = serving.install(Rotary())
     assert serving.fold(inv[None, :, None].expand(1, -1, 1), pos[:, None, :].float()) is not None
-    assert not serving.may_become_tile(torch.float32)
+    from tunedb.families.bmm import keys
+
+    a3, b3, _ = serving.fold(inv[None, :, None].expand(1, -1, 1), pos[:, None, :].float())
+    assert not serving.may_become_tile(keys.signature_of("bmm", a3, b3)[0])
     x = torch.ones(4, device="cuda")
     with torch.inference_mode():
         for _ in range(80):

@@ -313,6 +313,15 @@ def test_the_product_mode_backs_off_in_eager_where_the_forward_served_no_product
         model(x)
     assert entered == [52, 53, 54]  # under capture the mode runs whatever the last forward did
     assert not getattr(serving._state, "modes", [])
+    monkeypatch.setattr(serving, "_capturing", lambda: False)
+    serving._checks.clear()
+    entered.clear()
+    for _ in range(3):
+        model(x)
+    # and the capture left the eager back-off where it was: the forward after it probes (the
+    # last eager forward served), then a gap of 1 (session 31: a capture used to restart the
+    # back-off from nothing, so eager forwards after it ran the mode often)
+    assert entered == [55, 57]
 
 
 def test_the_back_off_ends_when_the_database_epoch_moves_on(monkeypatch):
@@ -367,38 +376,42 @@ def test_a_model_whose_products_torch_served_backs_off_at_most_8_forwards(monkey
     assert gaps[:3] == [1, 2, 4] and set(gaps[3:]) == {8}
 
 
-def test_only_a_dtype_some_table_tiles_counts_as_a_candidate_for_the_short_back_off(tiers_dirs):
+def test_only_a_signature_some_table_tiles_counts_as_a_candidate_for_the_short_back_off(tiers_dirs):
     """may_become_tile: a torch-served product holds the back-off at 8 forwards only if a loaded
-    table serves a tile for its dtype at some signature (a "half" key serves fp16 and bf16), or
-    autotune() overrides; Llama's fp32 rotary product under the shipped fp16 table does not."""
+    table names a tile for its signature at some M (a "half" key serves fp16 and bf16), or
+    autotune() overrides; a model nobody measured (no entry for its shapes) backs off fully, and
+    so does Llama's fp32 rotary product under the shipped fp16 table."""
     from tunedb.families.bmm import serving
     from tunedb.records import Entry, Region
     from tunedb.runtime import launch_table
 
     tile = configs.parse("b64x128x64_w4_s3_g8")
-    assert not any(serving.may_become_tile(dt) for dt in (torch.float16, torch.bfloat16, torch.float32))
+    cross = sig(8, 1500, 64, lay="nt")
+    assert not any(serving.may_become_tile(cross.with_dt(dt)) for dt in ("fp16", "bf16", "fp32"))
     database.write_entries("user", "bmm", "sm90", [Entry(sig(8, 64, 1500), (Region(None, "torch"),))], [])
     selector.reload()  # a table, but torch everywhere: still no candidate
-    assert not serving.may_become_tile(torch.float16)
-    database.write_entries("user", "bmm", "sm90", [Entry(sig(8, 1500, 64, lay="nt"), (Region(1500, tile.id),
-                                                                                      Region(None, "torch")))], [tile])
+    assert not serving.may_become_tile(sig(8, 64, 1500, dt="fp16"))
+    database.write_entries("user", "bmm", "sm90", [Entry(cross, (Region(1500, tile.id), Region(None, "torch")))], [tile])
     selector.reload()  # the new epoch forgets the answers of the last
-    assert serving.may_become_tile(torch.float16) and serving.may_become_tile(torch.bfloat16)
-    assert not serving.may_become_tile(torch.float32)
-    with launch_table.overriding(lambda family, s, m: None):  # autotune() may measure any dtype
-        assert serving.may_become_tile(torch.float32)
+    assert serving.may_become_tile(cross.with_dt("fp16")) and serving.may_become_tile(cross.with_dt("bf16"))
+    assert not serving.may_become_tile(cross.with_dt("fp32"))
+    assert not serving.may_become_tile(sig(8, 1500, 64, dt="bf16"))  # the same sizes, another layout
+    assert not serving.may_become_tile(sig(6, 77, 64, dt="bf16", lay="nt"))  # shapes no table names
+    with launch_table.overriding(lambda family, s, m: None):  # autotune() may measure any key
+        assert serving.may_become_tile(cross.with_dt("fp32"))
 
 
-def test_an_installed_ranker_makes_every_dtype_a_candidate_for_the_short_back_off(tiers_dirs):
+def test_an_installed_ranker_makes_every_signature_a_candidate_for_the_short_back_off(tiers_dirs):
     """selector.set_ranker("bmm", ...) lets the model tier pick a tile for keys no table holds: a
-    torch-served product's next shapes may be a tile's whatever its dtype (set_ranker starts an
-    epoch, which drops the per-dtype answers)."""
+    torch-served product's next shapes may be a tile's whatever its signature (set_ranker starts
+    an epoch, which drops the per-signature answers)."""
     from tunedb.families.bmm import serving
 
-    assert not serving.may_become_tile(torch.float32)
+    fp32, fp16 = sig(4, 96, 32, dt="fp32"), sig(4, 96, 32, dt="fp16")
+    assert not serving.may_become_tile(fp32)
     selector.set_ranker("bmm", lambda s, m, candidates: candidates[0])
     try:
-        assert serving.may_become_tile(torch.float32) and serving.may_become_tile(torch.float16)
+        assert serving.may_become_tile(fp32) and serving.may_become_tile(fp16)
     finally:
         selector.set_ranker("bmm", None)
-    assert not serving.may_become_tile(torch.float32)
+    assert not serving.may_become_tile(fp32)

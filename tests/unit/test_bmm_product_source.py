@@ -151,9 +151,11 @@ def test_a_product_torch_serves_is_not_reshaped_again(monkeypatch):
     real = serving._folded
     monkeypatch.setattr(serving, "eligible", lambda a, b: True)
     monkeypatch.setattr(serving, "_folded", lambda a, b: folds.append(1) or real(a, b))
-    monkeypatch.setattr(ops, "bound_for", lambda a3, b3: "torch's")
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(ops, "bound_for", lambda a3, b3: SimpleNamespace(signature="bmm|..."))
     monkeypatch.setattr(ops, "serves_torch", lambda bound: True)
-    monkeypatch.setattr(serving, "may_become_tile", lambda dtype: False)
+    monkeypatch.setattr(serving, "may_become_tile", lambda signature: False)
     serving._decisions.clear()
     a = torch.randn(2, 3, 5, 4)
     v = torch.randn(2, 5, 3, 4).transpose(1, 2)  # (2, 3, 5, 4), batch dims that do not merge

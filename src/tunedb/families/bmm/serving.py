@@ -20,9 +20,10 @@ a forward that served no product with a tile makes the model skip the mode for i
 SDPA (Llama in transformers) makes no product the op serves, and the hop on every torch call of its
 forward, our own GEMM launches' included, cost s17 D's Llama-3-8B decode 26-37% in eager. A model
 whose forward made products the op could take but torch served at those shapes backs off at most
-8 forwards (its next request's shapes may be a tile's; only products of a dtype some loaded table
-serves with a tile count: may_become_tile); a new database epoch ends a back-off; a forward under
-stream capture always runs the mode (paid once, at capture).
+8 forwards (its next request's M may be a tile's; only products whose signature some loaded
+table tiles at another M count: may_become_tile); a new database epoch ends a back-off; a forward
+under stream capture always runs the mode (paid once, at capture) and leaves the back-off as it
+was. A model holding nn.MultiheadAttention gets no mode (holds_native_fast_path).
 """
 from __future__ import annotations
 
@@ -33,56 +34,55 @@ from typing import Any
 from tunedb.families.bmm import configs
 
 _state = threading.local()
-_decisions: dict[tuple[Any, ...], Any] = {}  # call_key -> bound (a tile) or None (torch)
+_decisions: dict[tuple[Any, ...], Any] = {}  # call_key -> bound (a tile), _CANDIDATE or None (torch)
 _SERVED_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32")
 
 
 def _clear() -> None:
     _decisions.clear()
-    _tiled_dtypes.clear()
+    _tiled_sigs.clear()
 
 
-# dtype name -> whether a loaded table serves a tile for some signature of that dtype (this epoch)
-_tiled_dtypes: dict[str, bool] = {}
+# Signature -> whether a loaded table names a tile for it at some size (this epoch)
+_tiled_sigs: dict[Any, bool] = {}
+# what _decisions holds for a product torch serves at this shape but a tile may serve at another M
+_CANDIDATE = "candidate"
 
 
-def may_become_tile(dtype: Any) -> bool:
-    """Whether a product of this dtype that torch serves now could be a tile's at another shape
-    (the next request's): a loaded bmm table (user or system tier) serves a tile somewhere for a
-    signature of that dtype, or an override (autotune()) or a ranker (set_ranker) is installed. Shapes move between
-    requests; a dtype does not. Llama's rotary embedding makes one fp32 product per forward
-    (inv_freq @ positions, K = 1), and no shipped table tiles fp32: counted as a candidate, it
-    held the back-off at 8 forwards, so one eager forward in nine ran under the mode."""
+def may_become_tile(signature: Any) -> bool:
+    """Whether a product that torch serves now could be a tile's at another M (the next request's
+    shapes): a loaded bmm table (user or system tier) names a tile at some size for its signature
+    (B, N, K, layout and dtype; M is the size axis), or an override (autotune()) or a ranker
+    (set_ranker) is installed. The family has no heuristic, so a signature no table measured is
+    torch's at every M: its products are not candidates and the mode backs off fully. Judged per
+    dtype before session 31, an unseen model's bf16 attention (no table names its shapes, but a
+    shipped table tiles some bf16 key) held the back-off at 8 forwards: one eager forward in nine
+    ran under the mode, 1.30x plain in eager (einsum attention, H200)."""
     from tunedb.families.bmm import ops
 
     if ops._overrides:
         return True
-    name = str(dtype)
-    got = _tiled_dtypes.get(name)
+    got = _tiled_sigs.get(signature)
     if got is None:
         from tunedb.database import tiers
 
         tiers.on_reload(_clear)
-        got = _tiled_dtypes[name] = _table_tiles(name)
+        got = _tiled_sigs[signature] = _table_tiles(signature)
     return got
 
 
-def _table_tiles(dtype_name: str) -> bool:
+def _table_tiles(signature: Any) -> bool:
     from tunedb import database
-    from tunedb.families.bmm import keys
-    from tunedb.records import HALF_DTYPES
     from tunedb.runtime import selector
 
     if selector._rankers.get(configs.FAMILY) is not None:  # set_ranker(): the model tier may tile any key
         return True
     try:
-        dt = keys.dt_name(dtype_name)
-        dts = {dt, "half"} if dt in HALF_DTYPES else {dt}  # a "half" key serves fp16 and bf16
         arch_family, _ = selector.current_arch()
+        files = database.lookup(arch_family, configs.FAMILY)
         return any(region.config_id not in configs.FAMILY_SENTINELS
-                   for res in database.lookup(arch_family, configs.FAMILY)
-                   for entry in res.db.entries.values() if entry.signature.dt in dts
-                   for region in entry.regions)
+                   for key in signature.lookup_keys() for res in files
+                   for region in getattr(res.db.entries.get(key), "regions", ()))
     except Exception:  # a tier that cannot answer: assume it could (probe often, as before)
         return True
 
@@ -138,10 +138,15 @@ def serve(a: Any, b: Any) -> Any:
         tiers.on_reload(_clear)
         a3, b3, _batch = _folded(a, b)
         bound = ops.bound_for(a3, b3)
-        decision = _decisions[key] = None if ops.serves_torch(bound) else bound
+        if not ops.serves_torch(bound):
+            decision = bound
+        else:  # a candidate when a later request's M may be a tile's
+            decision = _CANDIDATE if may_become_tile(bound.signature) else None
+        _decisions[key] = decision
     if decision is None:
-        if may_become_tile(a.dtype):  # a candidate: a later request's shapes may be a tile's
-            _state.candidates = getattr(_state, "candidates", 0) + 1
+        return None
+    if decision is _CANDIDATE:
+        _state.candidates = getattr(_state, "candidates", 0) + 1
         return None
     a3, b3, batch = _folded(a, b)
     c = ops.bmm(a3, b3)
@@ -240,7 +245,9 @@ def _exit(module: Any, args: Any, output: Any) -> None:
     mode.__exit__(None, None, None)
     _compiling_now, capturing, epoch = _checks or _bind_checks()
     state = module.__dict__
-    if getattr(_state, "served", 0) > served_before or capturing():
+    if capturing():  # a capture always runs the mode and leaves the eager back-off as it was
+        return
+    if getattr(_state, "served", 0) > served_before:
         state["_tunedb_bmm_gap"] = 0
         return
     cap = _PRODUCT_GAP if getattr(_state, "candidates", 0) > candidates_before else _MAX_GAP
