@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     from tunedb import settings
     from tunedb.runtime import report, selector
 
-    rounds, per_round = (5, 5) if a.quick else (9, 10)
+    rounds, per_round = (5, 5) if a.quick else (15, 20)
     rows = {}
     with settings.override(USER_DB="off"):  # the shipped tables alone, as on a new machine
         selector.reload()
