@@ -77,6 +77,12 @@ MODEL_FALLBACK = Setting(
     "'auto': the cost-model tier ranks configs for uncovered shapes; '0': tier off.",
     ("auto", "0", "1"),
 )
+LEAVE_UNMEASURED = Setting(
+    "TUNEDB_LEAVE_UNMEASURED", "1",
+    "'1': optimize() leaves as written a module whose key no table measured where the cost model "
+    "declines it at every probed size (autotune() swaps those on entry); '0': swap it.",
+    ("0", "1"),
+)
 COMPILE_SET = Setting(
     "TUNEDB_COMPILE_SET", "tuned",
     "'tuned': configs the DB references + default + coverage basis; 'all': whole space.",
@@ -177,7 +183,7 @@ CHECK_INPUTS = Setting(
     "per call (CPU tensors are always checked: free there). Read at each database epoch.",
     ("0", "1"),
 )
-ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, COMPILE_SET, HEURISTIC, APPROXIMATE,
+ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, LEAVE_UNMEASURED, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
                             EAGER_FALLBACK, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
                             CHECK_INPUTS)
@@ -268,6 +274,10 @@ def capture_path() -> Path | None:
 
 def jit_launch() -> bool:
     return JIT_LAUNCH.on()
+
+
+def leave_unmeasured() -> bool:
+    return LEAVE_UNMEASURED.on()
 
 
 def eager_fallback_enabled() -> bool:

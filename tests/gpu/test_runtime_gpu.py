@@ -15,7 +15,8 @@ from tunedb.records import Entry, Region, Signature  # noqa: E402
 from tunedb.families.gemm import ops  # noqa: E402
 from tunedb.runtime import launch_table  # noqa: E402
 from tunedb.runtime.autotuner import autotune  # noqa: E402
-from tunedb.families.gemm.patching import TunedLinear, optimize  # noqa: E402
+from tunedb.families.gemm.patching import TunedLinear  # noqa: E402
+from tunedb.runtime.patching import optimize  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -113,7 +114,8 @@ def test_optimize_real_models_within_tolerance(tiers_dirs, build, fused_act, dty
     torch.manual_seed(0)
     model, inputs, pick = build(dtype)
     reference = copy.deepcopy(model)
-    optimize(model)
+    # every Linear through the tuned ops: the default leaves a key no table measured as written
+    optimize(model, families="all")
     layers = [m for m in model.modules() if isinstance(m, TunedLinear)]
     assert layers and any(m.act == fused_act for m in layers)
     with torch.no_grad():
@@ -158,7 +160,10 @@ def test_prewarm_measures_a_models_shapes_into_the_user_tier_then_strict_passes(
     with torch.no_grad():
         model(x)
     tiers_seen = {bound.tier for _key, bound in launch_table.entries()}
-    assert tiers_seen == {"user"}
+    # a Linear whose measured winner is torch stays the model's own (optimize() left it; prewarm's
+    # re-run swaps only what a tier now serves with a config): its calls bypass the launch table
+    assert tiers_seen <= {"user"}
+    assert tiers_seen or not any(isinstance(m, TunedLinear) for m in model.modules())
 
 
 @pytest.mark.parametrize("cid", ["torch", TRITON_CFG])

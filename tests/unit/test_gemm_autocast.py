@@ -14,6 +14,14 @@ import tunedb
 from tunedb.families.gemm import ops
 
 
+@pytest.fixture(autouse=True)
+def _swap_unmeasured(monkeypatch):
+    # the rules under test act on swapped layers: a model no table measured is left as written by
+    # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
+    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+
+
+
 class CastsItsInput(nn.Module):
     """A block that hands a bf16 activation to an fp32 Linear (what autocast's own linear output
     does to the next layer of an fp32 model)."""

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from runtime_fakes import gemm  # noqa: F401  (fixture)
+import tunedb
 from tunedb import database, tuning_report
 from tunedb.families.gemm import FAMILY
 from tunedb.families.gemm.costmodel import ModelParams
@@ -59,9 +60,69 @@ def test_a_size_no_entry_covers_is_left_to_the_model_tier_and_autotune(tiers_dir
     assert fallback_everywhere("gemm", Signature.parse("gemm|op=gemm|dt=bf16|N=4096|K=4096"))
 
 
-def test_a_model_no_table_covers_is_swapped_so_autotune_sees_it(tiers_dirs):
+def test_a_model_no_table_covers_is_left_and_autotune_swaps_it(tiers_dirs):
+    """A model nobody measured: every key is the fallback's by a guess (no entry covers it), so
+    its Linears stay the model's own (session 31: swapping them cost eight unseen models 1.05-1.14x
+    plain eagerly, for the same cuBLAS calls); entering autotune() swaps them, since it measures
+    only the calls that reach tunedb."""
+    from runtime_fakes import FakeMeasurer
+
+    from tunedb.runtime.fallback_everywhere import GUESSED, left_reason
+
+    assert left_reason("gemm", Signature.parse("gemm|op=gemm|dt=bf16|N=64|K=32")) == GUESSED
     m = optimize(Two(64, 96))
-    assert type(m.a) is TunedLinear and type(m.b) is TunedLinear
+    assert type(m.a) is nn.Linear and type(m.b) is nn.Linear
+    keys, why = report.left_as_written(m)
+    assert len(keys) == 2 and "2 of them because no table measured their key" in why and "autotune()" in why
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    with tunedb.autotune(cache=None, publish=False, measurer=FakeMeasurer(lambda s, m_, ids: "torch"),
+                         arch_family="sm90"):
+        assert type(m.a) is TunedLinear and type(m.b) is TunedLinear
+        torch.testing.assert_close(m.a(x), torch.nn.functional.linear(x, m.a.weight))
+    assert type(m.a) is TunedLinear  # swapped for good: re-optimize() keeps what it swapped
+
+
+def test_a_guess_the_model_tier_would_serve_is_swapped(tiers_dirs, monkeypatch):
+    """Where the cost model would serve a config at some probed size, the Linear is swapped (the
+    model tier serves there at run time); where it declines every probe, the Linear is left."""
+    from tunedb.families.gemm import signatures
+    from tunedb.runtime import fallback_everywhere
+    from tunedb.runtime.fallback_everywhere import GUESSED, left_reason
+
+    monkeypatch.setenv("TUNEDB_MODEL_FALLBACK", "1")  # the fixture turns guesses off; back on
+    selector.reload()
+    asked = []
+
+    class Model:
+        def decide(self, sig, m, candidates):
+            asked.append(m)
+            return None if m < 700 else type("D", (), {"config": candidates[0]})()
+
+    monkeypatch.setattr(selector, "family_model", lambda fam, profile: Model())
+    monkeypatch.setattr(selector, "_compiled_set", lambda fam, arch, files: {TRITON: FAMILY.parse_config(TRITON)})
+    sig = signatures.make_signature("gemm", "bf16", 96, 32)
+    assert left_reason("gemm", sig) is None and max(asked) == 768  # the probe at 768 found the config
+    assert type(optimize(Two(64, 96)).b) is TunedLinear
+    monkeypatch.setattr(Model, "decide", lambda self, sig, m, candidates: None)
+    assert left_reason("gemm", sig) == GUESSED
+    assert fallback_everywhere.PROBES[:16] == tuple(range(1, 17)) and fallback_everywhere.PROBES[-1] == 65536
+
+
+def test_a_measured_piece_is_asked_at_every_probe_not_only_its_top(tiers_dirs):
+    """A region's config serves only near the sizes it was measured at, so a piece whose ends
+    fall back to torch may still serve the config inside: the Linear must be swapped."""
+    from tunedb.runtime import serving
+
+    real = serving.unsupported
+    sig_text = "gemm|op=gemm|dt=bf16|N=96|K=32"
+    _write("user", {sig_text: [Region(None, TRITON)]})
+    # as if TRITON's evidence were at large M only: unsupported below 100 (the piece's ends: 1, 2)
+    serving.unsupported = lambda fam, entry, m, cid, native=False: "far" if m < 100 else None
+    try:
+        assert not fallback_everywhere("gemm", Signature.parse(sig_text))
+        assert type(optimize(Two(64, 96)).b) is TunedLinear
+    finally:
+        serving.unsupported = real
 
 
 def test_fused_pair_left_whole_and_fp32_weights_judged_under_both_dtypes(tiers_dirs):
@@ -134,8 +195,10 @@ def test_an_installed_ranker_is_never_second_guessed(tiers_dirs):
 
 
 def test_prewarm_sees_an_unmeasured_model_and_serves_its_winners(gemm, tiers_dirs, monkeypatch):
-    """A model nobody measured: optimize() swaps its Linears (no entry covers them, so autotune
-    and prewarm see their calls); prewarm measures them and the fused pair serves its winner."""
+    """A model nobody measured: optimize() leaves its Linears (no entry covers them, and the cost
+    model declines); prewarm records their calls, measures them, publishes, and re-runs
+    optimize(): the fused pair serves its Triton winner; out's winner is torch, measured at M=4
+    only, so above it a guess answers and out stays left (GUESSED)."""
     import tunedb
     from runtime_fakes import FakeMeasurer
 
@@ -153,12 +216,11 @@ def test_prewarm_sees_an_unmeasured_model_and_serves_its_winners(gemm, tiers_dir
             return self.out(self.act(self.fc(x)))
 
     m = optimize(MLP())
-    assert type(m.fc) is TunedLinear and type(m.out) is TunedLinear
+    assert type(m.fc) is nn.Linear and type(m.out) is nn.Linear and type(m.act) is nn.SiLU
     x = torch.randn(4, 32, dtype=torch.bfloat16)
     winner = lambda sig, m_, ids: "torch" if sig.op == "gemm" else next(i for i in ids if i != "torch")  # noqa: E731
     res = tunedb.prewarm(m, (x,), measurer=FakeMeasurer(winner), arch_family="sm90")
     seen = {(p.signature.format(), p.m) for p in res.points}
     assert seen == {("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=silu|bias=1", 4), ("gemm|op=gemm|dt=bf16|N=32|K=64", 4)}
     assert type(m.fc) is TunedLinear and m.fc.act == "silu" and type(m.act) is nn.Identity
-    # out's winner is torch, but measured at M=4 only: above it the model tier may answer
-    assert type(optimize(MLP()).out) is TunedLinear
+    assert type(m.out) is nn.Linear

@@ -21,7 +21,11 @@ def test_unmeasured_families_leave_their_modules_alone(tiers_dirs, monkeypatch):
     assert patching.patching_families() == ("gemm",)
     m = patching.optimize(_model())
     assert type(m[0]) is torch.nn.Conv1d and type(m[2]) is torch.nn.LSTM
-    assert type(m[1]).__name__ == "TunedLinear"  # the default family patches what no table covers
+    # the default family judges what no table covers: torch's by a guess, the Linear is left (its
+    # mark says so: autotune() swaps it on entry), and with TUNEDB_LEAVE_UNMEASURED=0 it is swapped
+    assert type(m[1]) is torch.nn.Linear and m[1].__dict__["_tunedb_left"][1] is True
+    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+    assert type(patching.optimize(_model())[1]).__name__ == "TunedLinear"
 
 
 def test_a_measured_family_patches_and_all_or_names_force_it(monkeypatch):

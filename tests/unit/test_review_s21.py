@@ -12,6 +12,14 @@ from torch import nn
 import tunedb
 
 
+@pytest.fixture(autouse=True)
+def _swap_unmeasured(monkeypatch):
+    # the rules under test act on swapped layers: a model no table measured is left as written by
+    # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
+    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+
+
+
 def _conv_bn_act() -> nn.Sequential:
     torch.manual_seed(0)
     m = nn.Sequential(nn.Conv1d(4, 4, 3, groups=4), nn.BatchNorm1d(4), nn.SiLU()).eval()

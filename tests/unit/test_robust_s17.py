@@ -12,6 +12,14 @@ from tunedb import settings
 from tunedb.database import tiers
 
 
+@pytest.fixture(autouse=True)
+def _swap_unmeasured(monkeypatch):
+    # the rules under test act on swapped layers: a model no table measured is left as written by
+    # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
+    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+
+
+
 def test_recommend_honours_model_fallback_off_as_the_serving_path_does(tmp_path):
     # the selector's default tier turns the linalg heuristic off under TUNEDB_MODEL_FALLBACK=0
     # (runtime/untuned.answer) and serves the library arm; recommend() still said the heuristic

@@ -9,6 +9,14 @@ from runtime_fakes import gemm  # noqa: F401  (fixture)
 from tunedb.runtime import launch_table, report
 from tunedb.families.gemm.patching import TunedLinear, activation_kind, optimize
 
+
+@pytest.fixture(autouse=True)
+def _swap_unmeasured(monkeypatch):
+    # the rules under test act on swapped layers: a model no table measured is left as written by
+    # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
+    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+
+
 # This file is the source of its models, and optimize() refuses to fuse an activation (or a
 # Linear) whose attribute name the model's source files read off another module as a value; so
 # the tests read a TunedLinear's `act` as `layer.__dict__["act"]` and a model's activation child

@@ -88,10 +88,11 @@ def _recorded(model: Any, inputs: Any) -> tuple[Point, ...]:
 
 
 def _optimized(model: Any) -> bool:
-    """Whether optimize() swapped any module of `model` or registered it (read off the modules'
-    classes too, so a deepcopy or an unpickled copy counts)."""
+    """Whether optimize() swapped any module of `model`, left one as written, or registered it
+    (read off the modules' classes and marks too, so a deepcopy or an unpickled copy counts)."""
     modules = model.modules() if hasattr(model, "modules") else ()
-    return report.registered(model) or any(type(m).__module__.startswith("tunedb.") for m in modules)
+    return (report.registered(model) or bool(report.left_in(model))
+            or any(type(m).__module__.startswith("tunedb.") for m in modules))
 
 
 def _tier(sig: Signature, m: int) -> str:
@@ -140,6 +141,10 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
         if tuner_.tune(families.get(p.signature.family), p.signature, p.m) is not None:
             measured.append(p)
     tuner_.flush()  # publishes the winners and starts the epoch that serves them
+    if measured and model is not None:
+        from tunedb.runtime import patching
+
+        patching.swap_left(model)  # what optimize() left as written and a tier now serves is swapped
     uncovered = tuple(p for p in points if _tier(p.signature, p.m) not in COVERED_TIERS)
     result = PrewarmResult(points, tuple(measured), uncovered, time.monotonic() - start, exhausted)
     if strict and uncovered:

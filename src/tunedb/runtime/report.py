@@ -30,25 +30,44 @@ _left: dict[int, tuple[list[tuple[Any, ...]], str]] = {}
 
 
 def register_model(model: Any, layers: list[Any], left: "list[tuple[Any, ...]] | None" = None,
-                   why: str = "") -> None:
+                   why: str = "", family: str = "") -> None:
     """Remember `model`'s tuned layers for the report (replacing an earlier registration), and
-    the table keys of the modules left as written (`why`: the reason, e.g. "torch serves every
-    size")."""
+    the modules left as written: (module, table key, guessed) each, guessed when they were left
+    only because no table measured some of their sizes and the guessing tiers decline there
+    (runtime/fallback_everywhere.left_reason: autotune() swaps those, runtime/patching.py), with
+    `why` (the reason, e.g. "torch serves every size") and the `family` whose optimize() left
+    them."""
     _models[:] = [rec for rec in _models if rec[0]() is not None and rec[0]() is not model]
     live = {id(rec[0]()) for rec in _models}
     for gone in [k for k in _left if k not in live]:
         del _left[gone]
         _left_modules.pop(gone, None)
+        _left_family.pop(gone, None)
     _models.append((weakref.ref(model), type(model).__name__, [weakref.ref(l) for l in layers]))
     if left:
-        _left[id(model)] = ([key for _m, key in left], why)
-        _left_modules[id(model)] = [(weakref.ref(m), key) for m, key in left]
+        _left[id(model)] = ([item[1] for item in left], why)
+        _left_modules[id(model)] = [(weakref.ref(item[0]), item[1], bool(item[2:] and item[2])) for item in left]
+        _left_family[id(model)] = family
     else:
         _left.pop(id(model), None)
         _left_modules.pop(id(model), None)
+        _left_family.pop(id(model), None)
 
 
-_left_modules: dict[int, list[tuple[weakref.ref, tuple[Any, ...]]]] = {}
+def left_models(guessed_only: bool = False) -> list[tuple[Any, str]]:
+    """(model, family) of each live registered model with modules left as written (with
+    guessed_only, only models holding a module left for want of measurements)."""
+    out = []
+    for ref, _name, _layers in _models:
+        model = ref()
+        mods = _left_modules.get(id(model)) if model is not None else None
+        if mods and (not guessed_only or any(g and r() is not None for r, _k, g in mods)):
+            out.append((model, _left_family.get(id(model), "")))
+    return out
+
+
+_left_modules: dict[int, list[tuple[weakref.ref, tuple[Any, ...], bool]]] = {}
+_left_family: dict[int, str] = {}  # id(model) -> the family whose optimize() left its modules
 # id(model) -> (family, model name, {why: count}) of the modules a family's optimize() left to torch
 _unpatched: dict[int, tuple[str, str, dict[str, int]]] = {}
 
@@ -91,16 +110,26 @@ def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
     return _left.get(id(model), ([], ""))
 
 
+# The attribute optimize() writes into a module it left as written: (table key, guessed). It is
+# in the module's __dict__, so a deepcopy or an unpickled copy of the model keeps it, where the
+# registry above (held by id) does not.
+LEFT_MARK = "_tunedb_left"
+
+
+def left_in(model: Any) -> list[tuple[Any, tuple[Any, ...], bool]]:
+    """(module, table key, guessed) of each module of `model` optimize() left as written."""
+    modules = model.modules() if hasattr(model, "modules") else ()
+    return [(m, *m.__dict__[LEFT_MARK]) for m in modules if LEFT_MARK in m.__dict__]
+
+
 @contextlib.contextmanager
 def recording_left(model: Any) -> Iterator[int]:
-    """While inside, each module optimize() left as written in `model` records the tuned-op call
-    it would make if swapped (launch_table.record of its key's op and act), so that prewarm sees
-    every shape a tier could serve; yields how many modules were hooked. Hooks are removed after."""
-    handles = []
-    for ref, key in _left_modules.get(id(model), ()):
-        module = ref()
-        if module is not None:
-            handles.append(module.register_forward_hook(functools.partial(_record_left, key[0], key[4])))
+    """While inside, each module optimize() left as written in `model` (or in the model it was
+    copied from) records the tuned-op call it would make if swapped (launch_table.record of its
+    key's op and act), so that prewarm sees every shape a tier could serve; yields how many
+    modules were hooked. Hooks are removed after."""
+    handles = [module.register_forward_hook(functools.partial(_record_left, key[0], key[4]))
+               for module, key, _guessed in left_in(model)]
     try:
         yield len(handles)
     finally:

@@ -55,6 +55,7 @@ _compiled: dict[str, dict[str, Config]] = {}  # family -> id -> compiled config,
 _past_counts: dict[tuple[str, str, str], int] = {}  # (family, signature, tier) from earlier epochs
 _rankers: dict[str, Ranker] = {}
 _family_rankers: dict[str, Ranker | None] = {}  # each family's cost-model pick, built this epoch
+_family_models: dict[str, Any] = {}  # each family's cost model (or None), built this epoch
 _arch: dict[str, Any] = {}  # "family", "profile": pinned or detected; empty until first needed
 
 
@@ -165,19 +166,30 @@ def _ranker_for(fam: Any, profile: ArchProfile) -> Ranker | None:
     params)` hook, built once per epoch from the parameters the arch's database file ships).
     None: the family has no cost model, and the default answers."""
     ranker = _rankers.get(fam.name)
-    if ranker is not None or not has_hook(fam, "cost_model"):
+    if ranker is not None:
         return ranker
     if fam.name not in _family_rankers:
+        model = family_model(fam, profile)
+        _family_rankers[fam.name] = (functools.partial(serving.model_pick, model, family=fam.name)
+                                     if model is not None else None)
+    return _family_rankers[fam.name]
+
+
+def family_model(fam: Any, profile: ArchProfile) -> Any:
+    """The family's cost model for this epoch (its `cost_model(profile, params)` hook on the
+    parameters the arch's database file ships), built once; None without one or when it cannot
+    be built (the warning says why)."""
+    if not has_hook(fam, "cost_model"):
+        return None
+    if fam.name not in _family_models:
         try:
-            model = hook(fam, "cost_model")(profile, model_params(fam.name))
-            _family_rankers[fam.name] = (functools.partial(serving.model_pick, model, family=fam.name)
-                                         if model is not None else None)
+            _family_models[fam.name] = hook(fam, "cost_model")(profile, model_params(fam.name))
         except Exception as exc:  # a broken model costs its tier, not the op
             tiers.warn_once("selector", f"model:{fam.name}:{type(exc).__name__}",
                             f"tunedb: the {fam.name} cost model could not be built ({exc!r}); "
                             f"the default answers")
-            _family_rankers[fam.name] = None
-    return _family_rankers[fam.name]
+            _family_models[fam.name] = None
+    return _family_models[fam.name]
 
 
 def _rank(fam: Any, ranker: Ranker, sig: Signature, m: int, compiled: Mapping[str, Config],
@@ -304,6 +316,7 @@ def _clear_epoch() -> None:
         _memo.clear()
         _compiled.clear()
         _family_rankers.clear()
+        _family_models.clear()
         serving.forget_decisions()
 
 

@@ -13,8 +13,11 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
    WhisperEncoderLayer / WhisperDecoderLayer (activation_fn(fc1(x))), LlamaMLP
    (act_fn(gate_proj(x)) * up_proj(x)) and the common `x = self.fc1(x); x = self.act(x)` style.
 3. Left as written: a Linear whose key (with its fused activation) tunedb would serve with torch
-   at every size, judged when optimize() runs (runtime/fallback_everywhere.py): the swap would
-   only add the entry path's host time (eager decode: 0.97x of plain on Llama-3-8B, H200).
+   at every size, judged when optimize() runs (runtime/fallback_everywhere.py): measured so, or
+   a key no table measured that the cost model declines at every probed size (autotune()
+   swaps those on entry: runtime/patching.swap_guessed). The swap would only add the entry
+   path's host time (eager decode: 0.97x of plain on Llama-3-8B; eight unseen models 1.04-1.14x;
+   H200).
 4. Never fused: a Linear reachable from two places (shared module), a Linear or activation
    with hooks, subclasses of nn.Linear, and everything else. Those Linears are still swapped
    (one TunedLinear per shared Linear), unfused, except hooked ones and subclasses (e.g.
@@ -34,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tunedb import settings
 from tunedb.errors import SettingsError
 from tunedb.families.gemm import linear_script, ops
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
@@ -41,6 +45,8 @@ from tunedb.families.gemm.fusion_source import outside_reads as _outside_reads
 from tunedb.families.module_rules import holders
 from tunedb.families.module_rules import hooked as _hooked
 from tunedb.runtime import launch_table, report
+from tunedb.runtime.fallback_everywhere import GUESSED, MEASURED
+from tunedb.families.gemm.signatures import FAMILY as FAMILY_NAME
 
 # the entry points' fast-path checks (ops.py), bound here once: TunedLinear.forward repeats them
 _Tensor, _compiling, _dispatch_modes, _autocast, _grad_enabled, _known, _transformed = (
@@ -80,7 +86,8 @@ class TunedLinear(nn.Module):
         # a user's (or a library's: transformers' _is_hf_initialized) plain attributes on the
         # Linear stay readable on the module that replaces it
         for name, value in vars(linear).items():
-            if name not in _LINEAR_ATTRS and name not in self.__dict__ and not isinstance(value, (nn.Module, torch.Tensor)) and not callable(value):
+            if (name not in _LINEAR_ATTRS and name not in self.__dict__ and name != report.LEFT_MARK
+                    and not isinstance(value, (nn.Module, torch.Tensor)) and not callable(value)):
                 self.__dict__[name] = value
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -265,9 +272,13 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     if not inplace:
         model = copy.deepcopy(model)
     if type(model) is nn.Linear and not _subclass_weight(model) and not _kept(model):  # no parent to patch
-        if _TorchEverywhere()(model, "none"):
-            report.register_model(model, [], left=[(model, _key_of(model, "none"))], why=LEFT_WHY)
+        reason = _TorchEverywhere()(model, "none")
+        if reason is not None:
+            left_one = [(model, _key_of(model, "none"), reason == GUESSED)]
+            model.__dict__[report.LEFT_MARK] = left_one[0][1:]
+            report.register_model(model, [], left=left_one, why=_left_why(left_one), family=FAMILY_NAME)
             return model
+        model.__dict__.pop(report.LEFT_MARK, None)
         tuned = TunedLinear(model, approximate=approximate)
         report.register_model(tuned, [tuned])
         return tuned
@@ -276,7 +287,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     swapped: dict[int, TunedLinear] = {}
     # a model optimized before (re-run after a tune): its TunedLinears stay and stay reported
     layers: dict[int, TunedLinear] = {id(m): m for m in model.modules() if type(m) is TunedLinear}
-    left: dict[int, tuple[nn.Module, tuple[Any, ...]]] = {}
+    left: dict[int, tuple[nn.Module, tuple[Any, ...], bool]] = {}
     served = _TorchEverywhere()
     for parent in list(model.modules()):
         for attr, child in list(parent._modules.items()):
@@ -284,9 +295,12 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
                 continue  # a hooked Linear stays, so its hooks keep firing (and its extra state stays)
             fused = plan.get((id(parent), attr))
             kind = fused[0] if fused is not None else "none"
-            if served(child, kind):
-                left[id(child)] = (child, _key_of(child, kind))
-                continue  # the module's own call is what tunedb would run, minus the entry path
+            reason = served(child, kind)
+            if reason is not None:
+                left[id(child)] = (child, _key_of(child, kind), reason == GUESSED)
+                child.__dict__[report.LEFT_MARK] = left[id(child)][1:]
+                continue
+            child.__dict__.pop(report.LEFT_MARK, None)  # the module's own call is what tunedb would run, minus the entry path
             if fused is not None:
                 act_module = getattr(parent, fused[1], None)
                 tuned = TunedLinear(child, kind, approximate, act_module=act_module)
@@ -298,7 +312,8 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
                 swapped[id(child)] = tuned
             layers[id(tuned)] = tuned
             setattr(parent, attr, tuned)
-    report.register_model(model, list(layers.values()), left=list(left.values()), why=LEFT_WHY)
+    report.register_model(model, list(layers.values()), left=list(left.values()), why=_left_why(left.values()),
+                          family=FAMILY_NAME)
     report.register_unpatched(model, "gemm", {UNPATCHED_KINDS[k]: n for k, n in unpatched_modules(model).items()})
     return model
 
@@ -336,6 +351,13 @@ def unpatched_modules(model: nn.Module) -> dict[str, int]:
 
 
 LEFT_WHY = "torch serves every size"
+LEFT_WHY_GUESSED = ("{n} of them because no table measured their key and the cost model declines it: "
+                    "autotune() or tunedb.prewarm(model, inputs) measures them")
+
+
+def _left_why(left: Any) -> str:
+    guessed = sum(1 for item in left if item[2])
+    return LEFT_WHY + (f"; {LEFT_WHY_GUESSED.format(n=guessed)}" if guessed else "")
 
 
 def _key_of(linear: nn.Linear, act: str) -> tuple[Any, ...]:
@@ -347,41 +369,46 @@ def _key_of(linear: nn.Linear, act: str) -> tuple[Any, ...]:
 
 
 class _TorchEverywhere:
-    """Whether tunedb would serve a Linear (fused with an act) with torch at every size, from the
-    tiers present now (runtime/fallback_everywhere.py), memoised per key for one optimize() call.
-    The weight's dtype decides where it is fp16/bf16; any other dtype (an fp32 model cast after
-    optimize()) must get torch under both. Never while optimize() patches everything (the
-    census of `tunedb tune` must see every Linear as the run-time call it would make)."""
+    """Why tunedb would serve a Linear (fused with an act) with torch at every size, from the
+    tiers present now (runtime/fallback_everywhere.left_reason: MEASURED, GUESSED, or None to
+    swap), memoised per key for one optimize() call. The weight's dtype decides where it is
+    fp16/bf16; any other dtype (an fp32 model cast after optimize()) must get torch under both.
+    Never while optimize() patches everything (the census of `tunedb tune` must see every Linear
+    as the run-time call it would make); GUESSED counts as swap inside autotune()'s swap
+    (runtime/patching.swap_guessed: its calls must reach the tuner)."""
 
     def __init__(self) -> None:
         from tunedb.runtime import patching
 
         self.off = patching.patching_everything()
-        self.memo: dict[tuple[Any, ...], bool] = {}
+        self.swap_guessed = patching.swapping_guessed() or not settings.leave_unmeasured()
+        self.memo: dict[tuple[Any, ...], str | None] = {}
 
-    def __call__(self, linear: nn.Linear, act: str) -> bool:
+    def __call__(self, linear: nn.Linear, act: str) -> str | None:
         if self.off:
-            return False
+            return None
         key = _key_of(linear, act)
-        got = self.memo.get(key)
-        if got is None:
-            got = self.memo[key] = _torch_everywhere(key)
-        return got
+        if key not in self.memo:
+            self.memo[key] = _torch_everywhere(key)
+        got = self.memo[key]
+        return None if got == GUESSED and self.swap_guessed else got
 
 
-def _torch_everywhere(key: tuple[Any, ...]) -> bool:
+def _torch_everywhere(key: tuple[Any, ...]) -> str | None:
     from tunedb.families.gemm import signatures
-    from tunedb.runtime.fallback_everywhere import fallback_everywhere
+    from tunedb.runtime.fallback_everywhere import left_reason
 
     op, dtype, n, k, act, has_bias = key
     if n == 0 or k == 0:
-        return False
+        return None
     dts = [signatures._DT_OF_TORCH.get(str(dtype))] if str(dtype) in signatures._DT_OF_TORCH \
         else sorted(set(signatures._DT_OF_TORCH.values()))
     try:
-        return all(fallback_everywhere(signatures.FAMILY, signatures.make_signature(op, dt, n, k, act, has_bias))
-                   for dt in dts)
+        reasons = [left_reason(signatures.FAMILY, signatures.make_signature(op, dt, n, k, act, has_bias)) for dt in dts]
     except SettingsError:  # a bad TUNEDB_* value is the user's to fix: named, never swallowed
         raise
     except Exception:  # a tier or model that cannot answer: swap, as before
-        return False
+        return None
+    if None in reasons:
+        return None
+    return GUESSED if GUESSED in reasons else MEASURED
