@@ -21,7 +21,6 @@ def _swap_unmeasured(monkeypatch):
     monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
 
 
-
 class CastsItsInput(nn.Module):
     """A block that hands a bf16 activation to an fp32 Linear (what autocast's own linear output
     does to the next layer of an fp32 model)."""

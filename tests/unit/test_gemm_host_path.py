@@ -26,7 +26,6 @@ def _swap_unmeasured(monkeypatch):
     monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
 
 
-
 def _as_cpu(fn, module, **extra):
     ns = dict(vars(module), **extra)
     # the code object's source: inspect follows a function's __wrapped__ (TunedLinear.forward's

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 import torch
 from torch import nn
 
@@ -16,13 +15,11 @@ from tunedb.families.bmm import serving as bmm_serving
 from tunedb.runtime import patching
 
 
-
 @pytest.fixture(autouse=True)
 def _swap_unmeasured(monkeypatch):
     # the rules under test act on swapped layers: a model no table measured is left as written by
     # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
     monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
-
 
 
 def _tuned(model: nn.Module) -> list[nn.Module]:

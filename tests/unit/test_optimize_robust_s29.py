@@ -23,7 +23,6 @@ def _swap_unmeasured(monkeypatch):
     monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
 
 
-
 def _same(model, x):
     model.eval()
     with torch.no_grad():

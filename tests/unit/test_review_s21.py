@@ -19,7 +19,6 @@ def _swap_unmeasured(monkeypatch):
     monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
 
 
-
 def _conv_bn_act() -> nn.Sequential:
     torch.manual_seed(0)
     m = nn.Sequential(nn.Conv1d(4, 4, 3, groups=4), nn.BatchNorm1d(4), nn.SiLU()).eval()

@@ -19,7 +19,6 @@ def _swap_unmeasured(monkeypatch):
     monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
 
 
-
 def test_recommend_honours_model_fallback_off_as_the_serving_path_does(tmp_path):
     # the selector's default tier turns the linalg heuristic off under TUNEDB_MODEL_FALLBACK=0
     # (runtime/untuned.answer) and serves the library arm; recommend() still said the heuristic
