@@ -60,14 +60,16 @@ def check(name: str) -> dict:
 
 
 def variants(which: str) -> dict:
-    """name -> optimize()'s families= for each timed variant besides plain."""
+    """name -> (optimize()'s families=, TUNEDB_* settings during optimize()) of each timed variant
+    besides plain."""
     from tunedb.runtime import patching
 
     default = patching.patching_families()
-    out = {"tunedb": None}
+    out = {"tunedb": (None, {})}
     if which == "all":
-        out["gemm only"] = "gemm"
-        out["no bmm"] = [f for f in default if f != "bmm"]
+        out["swap unmeasured"] = (None, {"LEAVE_UNMEASURED": "0"})  # what optimize() did before session 31
+        out["gemm only"] = ("gemm", {"LEAVE_UNMEASURED": "0"})
+        out["no bmm"] = ([f for f in default if f != "bmm"], {"LEAVE_UNMEASURED": "0"})
     return out
 
 
@@ -76,8 +78,11 @@ def timing(name: str, rounds: int, per_round: int, settle: int, which: str = "tu
 
     plain, inputs = build(name)
     models = {"plain": plain}
-    for label, fams in variants(which).items():
-        models[label] = tunedb.optimize(copy.deepcopy(plain), families=fams)
+    from tunedb import settings
+
+    for label, (fams, knobs) in variants(which).items():
+        with settings.override(**knobs):
+            models[label] = tunedb.optimize(copy.deepcopy(plain), families=fams)
     capturable = ZOO[name][2]
     with torch.no_grad():
         steps = {f"{label} eager": (lambda m=m: m(*inputs)) for label, m in models.items()}
@@ -109,7 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--settle", type=int, default=200,
                     help="untimed eager forwards of each variant first (the bmm mode's back-off settles)")
     ap.add_argument("--variants", choices=("tunedb", "all"), default="tunedb",
-                    help="all: also optimize(families='gemm') and every default family but bmm")
+                    help="all: also optimize() swapping unmeasured Linears (TUNEDB_LEAVE_UNMEASURED=0), "
+                         "and that with families='gemm' and every default family but bmm")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     names = [n for n in a.models.split(",") if n]
