@@ -66,6 +66,8 @@ def variants(which: str) -> dict:
 
     default = patching.patching_families()
     out = {"tunedb": (None, {})}
+    if which in ("all", "aa"):
+        out["plain copy"] = ([], {})  # A/A: optimize() with no family, the model as it was
     if which == "all":
         out["swap unmeasured"] = (None, {"LEAVE_UNMEASURED": "0"})  # what optimize() did before session 31
         out["gemm only"] = ("gemm", {"LEAVE_UNMEASURED": "0"})
@@ -113,8 +115,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--settle", type=int, default=200,
                     help="untimed eager forwards of each variant first (the bmm mode's back-off settles)")
-    ap.add_argument("--variants", choices=("tunedb", "all"), default="tunedb",
-                    help="all: also optimize() swapping unmeasured Linears (TUNEDB_LEAVE_UNMEASURED=0), "
+    ap.add_argument("--variants", choices=("tunedb", "aa", "all"), default="aa",
+                    help="aa (default): also an untouched copy of plain (the A/A noise); all: also "
+                         "optimize() swapping unmeasured Linears (TUNEDB_LEAVE_UNMEASURED=0), "
                          "and that with families='gemm' and every default family but bmm")
     ap.add_argument("--out")
     a = ap.parse_args(argv)

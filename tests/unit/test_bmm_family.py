@@ -415,3 +415,44 @@ def test_an_installed_ranker_makes_every_signature_a_candidate_for_the_short_bac
     finally:
         selector.set_ranker("bmm", None)
     assert not serving.may_become_tile(fp32)
+
+def test_a_model_that_never_serves_a_product_retires_the_mode_until_a_new_epoch_or_autotune(monkeypatch):
+    """After a probe that follows a gap of 64 forwards serves nothing again (and meets no
+    candidate), the mode's hooks come off the model: kept on, the hooks alone cost a small
+    unseen model's eager forward 3-8% (session 31). A new epoch or autotune() re-arms it."""
+    from tunedb.families.bmm import serving
+    from tunedb.runtime import launch_table, selector
+
+    entered = []
+    real = serving.product_mode
+    monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
+
+    class Model(nn.Module):
+        def forward(self, x):
+            calls.append(x)
+            return x * 2
+
+    calls: list = []
+    model = serving.install(Model())
+    x = torch.ones(2)
+    for _ in range(200):
+        torch.testing.assert_close(model(x), x * 2)
+    assert entered == [0, 2, 5, 10, 19, 36, 69, 134]  # the probe after the gap of 64 retired it
+    assert not model._forward_pre_hooks and not model._forward_hooks and not model._forward_hooks_always_called
+    assert not model._tunedb_bmm_serving
+    selector.reload()  # a new epoch (a tune, a publish) re-arms it
+    assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1 and model._tunedb_bmm_serving
+    entered.clear()
+    calls.clear()
+    for _ in range(3):
+        model(x)
+    assert entered == [0, 2]  # probing from the start again
+    for _ in range(200):
+        model(x)
+    assert not model._forward_pre_hooks
+    with launch_table.overriding(lambda family, s, m: None):  # autotune() entering re-arms it too
+        assert len(model._forward_pre_hooks) == 1
+        for _ in range(300):  # and under autotune it never retires
+            model(x)
+        assert len(model._forward_pre_hooks) == 1
+    assert not getattr(serving._state, "modes", [])

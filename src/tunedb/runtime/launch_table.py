@@ -367,14 +367,27 @@ def first_call(bound: Bound, *args: Any) -> Any:
 
 @contextlib.contextmanager
 def overriding(override: Override) -> Iterator[None]:
-    """Install a resolver override for the duration; the table is cleared on entry and exit."""
+    """Install a resolver override for the duration; the table is cleared on entry and exit, and
+    the on_override hooks run on entry."""
     _overrides.append(override)
     clear()
+    for hook in tuple(_override_hooks):
+        hook()
     try:
         yield
     finally:
         _overrides.remove(override)
         clear()
+
+
+_override_hooks: list[Callable[[], None]] = []
+
+
+def on_override(hook: Callable[[], None]) -> None:
+    """Call `hook` whenever an override is installed (autotune() entering: the bmm family re-arms
+    the product mode of models it had stopped probing)."""
+    if hook not in _override_hooks:
+        _override_hooks.append(hook)
 
 
 def recording_active() -> bool:

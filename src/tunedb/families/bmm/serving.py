@@ -23,12 +23,15 @@ whose forward made products the op could take but torch served at those shapes b
 8 forwards (its next request's M may be a tile's; only products whose signature some loaded
 table tiles at another M count: may_become_tile); a new database epoch ends a back-off; a forward
 under stream capture always runs the mode (paid once, at capture) and leaves the back-off as it
-was. A model holding nn.MultiheadAttention gets no mode (holds_native_fast_path).
+was. A model whose probe after a 64-forward gap again finds nothing retires the mode (its hooks
+come off: _retire) until a new epoch or autotune() re-arms it. A model holding
+nn.MultiheadAttention gets no mode (holds_native_fast_path).
 """
 from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Any
 
 from tunedb.families.bmm import configs
@@ -251,9 +254,51 @@ def _exit(module: Any, args: Any, output: Any) -> None:
         state["_tunedb_bmm_gap"] = 0
         return
     cap = _PRODUCT_GAP if getattr(_state, "candidates", 0) > candidates_before else _MAX_GAP
+    if cap == _MAX_GAP and state.get("_tunedb_bmm_gap", 0) >= _RETIRE_GAP and not _overridden():
+        _retire(module)
+        return
     gap = min(2 * state.get("_tunedb_bmm_gap", 0) or 1, cap)
     state["_tunedb_bmm_gap"] = state["_tunedb_bmm_skip"] = gap
     state["_tunedb_bmm_epoch"] = epoch()  # a back-off holds within its epoch
+
+
+# A probe after a gap this long that again served nothing and met no candidate (no product
+# whose signature a table tiles at any M) retires the mode on that model: its hooks come off.
+# Kept on, the hooks alone (Module.__call__'s hooked path and the skip path) cost an eager
+# forward 3-10 us on the H200's host: 3-8% of a small unseen model's forward (session 31,
+# bench/unseen_zoo.py). A new database epoch (a tune, a publish) or autotune() entering re-arms
+# it (_revive); so does optimize() run again.
+_RETIRE_GAP = 64
+_retired: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def _overridden() -> bool:
+    from tunedb.families.bmm import ops
+
+    return bool(ops._overrides)
+
+
+def _retire(module: Any) -> None:
+    from tunedb.database import tiers
+    from tunedb.runtime import launch_table
+
+    for hooks in (module._forward_pre_hooks, module._forward_hooks):
+        for key in [k for k, h in hooks.items() if h is _enter or h is _exit]:
+            del hooks[key]
+            module._forward_hooks_always_called.pop(key, None)
+    for name in ("_tunedb_bmm_skip", "_tunedb_bmm_gap", "_tunedb_bmm_epoch"):
+        module.__dict__.pop(name, None)
+    module.__dict__["_tunedb_bmm_serving"] = False
+    _retired.add(module)
+    tiers.on_reload(_revive)
+    launch_table.on_override(_revive)
+
+
+def _revive() -> None:
+    """Re-install the mode on every live model it retired from (a new epoch, or autotune())."""
+    for module in list(_retired):
+        install(module)
+    _retired.clear()
 
 
 _checks: list[Any] = []
