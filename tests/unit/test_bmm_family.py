@@ -277,26 +277,38 @@ def test_the_product_mode_survives_deepcopy_and_torch_compile():
     assert not getattr(serving._state, "modes", [])  # every forward left its mode
 
 
+def _counting_model(monkeypatch, body=lambda: None):
+    """A model under the product mode's hooks that counts its forwards (calls) and the forward at
+    which each entered the mode (entered); body() runs inside each forward."""
+    from tunedb.families.bmm import serving
+
+    calls: list = []
+    entered: list = []
+    real = serving.product_mode
+    monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
+
+    class Model(nn.Module):
+        def forward(self, x):
+            calls.append(x)
+            body()
+            return x * 2
+
+    return serving.install(Model()), calls, entered
+
+
 def test_the_product_mode_backs_off_in_eager_where_the_forward_served_no_product(monkeypatch):
     """A forward that served no product with a tile (SDPA attention: no matmul at all) makes the
     next 1, 2, 4, ... eager forwards skip the mode (its hop on every torch call cost Llama's eager
     decode 26-37%); a forward that served one resets the gap; capture always runs the mode."""
     from tunedb.families.bmm import serving
 
-    entered = []
-    real = serving.product_mode
-    monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
     serves = {"now": False}
 
-    class Model(nn.Module):
-        def forward(self, x):
-            calls.append(x)
-            if serves["now"]:  # what serve() does when a tile answers a product
-                serving._state.served = getattr(serving._state, "served", 0) + 1
-            return x * 2
+    def body():
+        if serves["now"]:  # what serve() does when a tile answers a product
+            serving._state.served = getattr(serving._state, "served", 0) + 1
 
-    calls: list = []
-    model = serving.install(Model())
+    model, calls, entered = _counting_model(monkeypatch, body)
     x = torch.ones(2)
     for _ in range(12):
         torch.testing.assert_close(model(x), x * 2)
@@ -331,17 +343,7 @@ def test_the_back_off_ends_when_the_database_epoch_moves_on(monkeypatch):
     from tunedb.families.bmm import serving
     from tunedb.runtime import selector
 
-    entered = []
-    real = serving.product_mode
-    monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
-
-    class Model(nn.Module):
-        def forward(self, x):
-            calls.append(x)
-            return x * 2
-
-    calls: list = []
-    model = serving.install(Model())
+    model, calls, entered = _counting_model(monkeypatch)
     x = torch.ones(2)
     for _ in range(12):
         model(x)
@@ -358,18 +360,10 @@ def test_a_model_whose_products_torch_served_backs_off_at_most_8_forwards(monkey
     back-off at 8 forwards, so the next request's prefill (a tile's shapes) is probed soon."""
     from tunedb.families.bmm import serving
 
-    entered = []
-    real = serving.product_mode
-    monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
+    def body():
+        serving._state.candidates = getattr(serving._state, "candidates", 0) + 1  # serve() met one
 
-    class Model(nn.Module):
-        def forward(self, x):
-            calls.append(x)
-            serving._state.candidates = getattr(serving._state, "candidates", 0) + 1  # fold() took one
-            return x * 2
-
-    calls: list = []
-    model = serving.install(Model())
+    model, calls, entered = _counting_model(monkeypatch, body)
     for _ in range(60):
         model(torch.ones(2))
     gaps = [b - a - 1 for a, b in zip(entered, entered[1:])]
@@ -423,17 +417,7 @@ def test_a_model_that_never_serves_a_product_retires_the_mode_until_a_new_epoch_
     from tunedb.families.bmm import serving
     from tunedb.runtime import launch_table, selector
 
-    entered = []
-    real = serving.product_mode
-    monkeypatch.setattr(serving, "product_mode", lambda: entered.append(len(calls)) or real())
-
-    class Model(nn.Module):
-        def forward(self, x):
-            calls.append(x)
-            return x * 2
-
-    calls: list = []
-    model = serving.install(Model())
+    model, calls, entered = _counting_model(monkeypatch)
     x = torch.ones(2)
     for _ in range(200):
         torch.testing.assert_close(model(x), x * 2)
