@@ -80,7 +80,7 @@ MODEL_FALLBACK = Setting(
 LEAVE_UNMEASURED = Setting(
     "TUNEDB_LEAVE_UNMEASURED", "1",
     "'1': optimize() leaves as written a module whose key no table measured where the cost model "
-    "declines it at every probed size (autotune() swaps those on entry); '0': swap it.",
+    "declines it at every probed size (autotune() and prewarm measure those); '0': swap it.",
     ("0", "1"),
 )
 COMPILE_SET = Setting(

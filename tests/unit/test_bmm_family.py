@@ -440,3 +440,40 @@ def test_a_model_that_never_serves_a_product_retires_the_mode_until_a_new_epoch_
             model(x)
         assert len(model._forward_pre_hooks) == 1
     assert not getattr(serving._state, "modes", [])
+
+
+def test_retirement_never_replaces_a_forwards_exception_nor_strands_an_outer_forwards_mode(monkeypatch):
+    """The probe that would retire the mode raising (an OOM, say): torch runs the always-called
+    hook inside its own loop over the hooks dict, so the hooks must stay on and the user's error
+    must come out as it was. A module calling itself: the inner forward's probe must not take the
+    hooks off while the outer forward is in flight (its _exit would never run, and the mode would
+    stay on the thread for good)."""
+    from tunedb.families.bmm import serving
+
+    fail = {"now": False}
+
+    def body():
+        if fail["now"]:
+            raise MemoryError("out of memory (simulated)")
+
+    model, calls, entered = _counting_model(monkeypatch, body)
+    model.register_forward_hook(lambda mod, args, out: None, always_call=True)  # a user's hook after ours
+    x = torch.ones(2)
+    for _ in range(134):
+        model(x)
+    assert entered[-1] == 69  # the next forward (134) is the probe that would retire
+    fail["now"] = True
+    with pytest.raises(MemoryError, match="simulated"):
+        model(x)
+    assert model._tunedb_bmm_serving and len(model._forward_pre_hooks) == 1
+    assert not getattr(serving._state, "modes", []) and not torch._C._len_torch_function_stack()
+
+    class Recursive(nn.Module):
+        def forward(self, x, depth=0):
+            return self(x, depth + 1) if depth == 0 else x * 2
+
+    rec = serving.install(Recursive())
+    for _ in range(300):
+        rec(x)
+        assert not getattr(serving._state, "modes", []) and not torch._C._len_torch_function_stack()
+    assert not rec._forward_pre_hooks  # retired, between two forwards

@@ -60,26 +60,37 @@ def test_a_size_no_entry_covers_is_left_to_the_model_tier_and_autotune(tiers_dir
     assert fallback_everywhere("gemm", Signature.parse("gemm|op=gemm|dt=bf16|N=4096|K=4096"))
 
 
-def test_a_model_no_table_covers_is_left_and_autotune_swaps_it(tiers_dirs):
+def test_a_model_no_table_covers_is_left_and_autotune_measures_it(gemm, tiers_dirs):
     """A model nobody measured: every key is the fallback's by a guess (no entry covers it), so
     its Linears stay the model's own (session 31: swapping them cost eight unseen models 1.05-1.14x
-    plain eagerly, for the same cuBLAS calls); entering autotune() swaps them, since it measures
-    only the calls that reach tunedb."""
+    plain eagerly, for the same cuBLAS calls). autotune() measures their calls through hooks
+    while active (their output stays torch's), publishes, and re-runs optimize() on the model:
+    a Linear whose winner is a config is swapped in, one whose winner is torch stays."""
     from runtime_fakes import FakeMeasurer
 
     from tunedb.runtime.fallback_everywhere import GUESSED, left_reason
 
     assert left_reason("gemm", Signature.parse("gemm|op=gemm|dt=bf16|N=64|K=32")) == GUESSED
     m = optimize(Two(64, 96))
+    other = optimize(Two(48, 80))  # a second optimized model that never runs under autotune()
     assert type(m.a) is nn.Linear and type(m.b) is nn.Linear
     keys, why = report.left_as_written(m)
     assert len(keys) == 2 and "2 of them because no table measured their key" in why and "autotune()" in why
     x = torch.randn(3, 32, dtype=torch.bfloat16)
-    with tunedb.autotune(cache=None, publish=False, measurer=FakeMeasurer(lambda s, m_, ids: "torch"),
-                         arch_family="sm90"):
-        assert type(m.a) is TunedLinear and type(m.b) is TunedLinear
-        torch.testing.assert_close(m.a(x), torch.nn.functional.linear(x, m.a.weight))
-    assert type(m.a) is TunedLinear  # swapped for good: re-optimize() keeps what it swapped
+    meas = FakeMeasurer(lambda sig, m_, ids: "torch" if "N=64|" in sig.format() else next(i for i in ids if i != "torch"))
+    with tunedb.autotune(cache=None, measurer=meas, arch_family="sm90"):
+        torch.testing.assert_close(m(x), Two.forward(m, x))  # torch's output inside the context
+    assert {(sig.format(), size) for sig, size, *_ in meas.calls} == {
+        ("gemm|op=gemm|dt=bf16|N=64|K=32", 3), ("gemm|op=gemm|dt=bf16|N=96|K=32", 3)}
+    assert type(m.b) is TunedLinear  # its winner is a config: swapped in after publishing
+    assert type(m.a) is nn.Linear  # torch won (measured at M=3; above it a guess): still left
+    assert type(other.a) is nn.Linear and type(other.b) is nn.Linear  # never ran: untouched
+    assert not m.a._forward_hooks and not m.b.weight.grad_fn  # the measuring hooks are gone
+    copy_ = __import__("copy").deepcopy(other)  # a copy is found by its marks
+    assert runtime_patching.swap_left(copy_) and type(copy_.a) is nn.Linear
+    bare = optimize(nn.Linear(32, 40, bias=False).to(torch.bfloat16))
+    assert type(bare) is nn.Linear and not runtime_patching.swap_left(bare)  # no parent: it stays, marked
+    assert report.left_in(bare)
 
 
 def test_a_guess_the_model_tier_would_serve_is_swapped(tiers_dirs, monkeypatch):

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 from tunedb.errors import AutotuneWarning, CaptureActiveError
 from tunedb.families.contract import hook
 from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signature
-from tunedb.runtime import launch_table
+from tunedb.runtime import launch_table, report
 from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result
 from tunedb.runtime.nogpu import warn_no_gpu
 from tunedb.runtime.launch_table import _capturing as capturing  # the runtime's one capture check
@@ -137,29 +137,46 @@ class Autotuner:
             warn_no_gpu("autotune", "every shape no tier covers takes the fallback and "
                         + (f"the cache {self.path} is not written" if self.path else "no result is kept"))
         self.open()
-        if self.enabled:  # Linears optimize() left for want of measurements: their calls must reach us
-            from tunedb.runtime import patching
-
-            patching.swap_guessed()
         self._ctx = launch_table.overriding(self.resolve)
         self._ctx.__enter__()
+        # Linears optimize() left as written because no table measured them: their calls do not
+        # reach the tuned op, so hooks measure them (their output stays torch's in the context)
+        self._left_ctx = report.measuring_guessed(self._measure_left) if self.enabled else None
+        self._left_touched = self._left_ctx.__enter__() if self._left_ctx is not None else []
         return self
+
+    def _measure_left(self, sig: Signature, m: int) -> None:
+        from tunedb import families
+
+        if self.cannot_measure() or capturing():
+            return
+        self.resolve(families.get(sig.family), sig, m)
 
     def __exit__(self, *exc: Any) -> None:
         ctx, self._ctx = self._ctx, None
+        left_ctx, self._left_ctx = getattr(self, "_left_ctx", None), None
         try:
+            if left_ctx is not None:
+                left_ctx.__exit__(*exc)
             if ctx is not None:
                 ctx.__exit__(*exc)
         finally:
-            self.flush()
+            published = self.flush()
+            if published:  # a left Linear whose winner is a config is swapped in (optimize() again)
+                from tunedb.runtime import patching
 
-    def flush(self) -> None:
-        """Write the cache file (atomically) and publish new winners; safe to call twice."""
+                for model in getattr(self, "_left_touched", ()):
+                    patching.swap_left(model)
+
+    def flush(self) -> bool:
+        """Write the cache file (atomically) and publish new winners; safe to call twice. True
+        when winners were published (a new epoch serves them)."""
         if self.cache is None:
-            return
+            return False
         if self.save_path is not None and self.cache.dirty:
             self.cache.save(self.save_path)
-        if self.publish and self.measured and self._publish():
+        published = bool(self.publish and self.measured and self._publish())
+        if published:
             from tunedb.runtime import selector
             selector.reload()  # the production path serves the new winners from here on
         self.measured = []
@@ -167,6 +184,7 @@ class Autotuner:
             if pool is not None:
                 pool.close()
         self._compiles = {}
+        return published
 
     def cannot_measure(self) -> str | None:
         """Why this tuner measures nothing on this machine (the protocol's CUDA-graph timer and

@@ -17,9 +17,10 @@ for the same cuBLAS calls. A guess the probes miss (the model tier serving at an
 probes) leaves that size to torch, the safe side. Any region naming another config, the
 family default serving a non-fallback config, an installed ranker (set_ranker: never
 second-guessed) or a model-tier answer other than the fallback at a probe answers None (swap).
-`tunedb.autotune()` (a context with no model to hook) tunes only the calls that reach tunedb, so
-on entering it swaps the GUESSED modules of the models optimize() registered
-(runtime/patching.swap_guessed); prewarm records them and swaps what it measured.
+`tunedb.autotune()` (a context with no model to hook) tunes the calls that reach tunedb, and
+the GUESSED modules of the models optimize() registered through forward hooks while it is active
+(report.measuring_guessed); after publishing it re-runs optimize() on the models whose modules
+ran (runtime/patching.swap_left), as prewarm does for its model.
 A tier written later in the process (tunedb tune, autotune's user tier) is not seen by modules
 already left: re-run optimize() after it (it swaps what a tier now serves and keeps what it
 swapped before). Pure of torch; no concrete family named (families come through their hooks).

@@ -17,10 +17,10 @@ answers with torch) are left as written by default: swapping them adds tunedb's 
 the call the module makes anyway (runtime/fallback_everywhere.py; the report lists them as "left
 as written"). `families="all"` patches those too (patching_everything()): the census records
 every module as the run-time call it could become. A tier written later in the process (a tune,
-autotune's user tier) reaches left modules only when optimize() runs again; prewarm runs it for
-its model after publishing (swap_left). Modules left only because no table measured their key
-(a model nobody measured) are swapped when autotune() is entered (swap_guessed), so its calls
-reach the tuner.
+autotune's user tier) reaches left modules only when optimize() runs again; prewarm and
+autotune() run it after publishing for the models whose left modules they measured (swap_left).
+Modules left only because no table measured their key (a model nobody measured) are measured
+by autotune() through forward hooks while it is active (report.measuring_guessed).
 """
 from __future__ import annotations
 
@@ -58,47 +58,23 @@ def optimize(model: Any, approximate: bool = False, inplace: bool = True,
 
 
 _everything = False
-_guessed = False
-
-
-def swapping_guessed() -> bool:
-    """True inside swap_guessed(): a module left as written only for want of measurements
-    (fallback_everywhere.GUESSED) is swapped, so that its calls reach autotune()."""
-    return _guessed
-
-
-def swap_guessed() -> int:
-    """Swap, in every live model optimize() registered, the modules it left as written only
-    because no table measured their key (the guessing tiers decline it): autotune() calls this
-    on entering, since it measures only the calls that reach tunedb. A bare module given to
-    optimize() (no parent to swap it in) stays. Returns how many models were re-optimized."""
-    from tunedb.runtime import report
-
-    global _guessed
-    done = 0
-    for model, family in report.left_models(guessed_only=True):
-        if not family:
-            continue
-        outer, _guessed = _guessed, True
-        try:
-            got = hook(_registry.get(family), "optimize")(model)
-        finally:
-            _guessed = outer
-        done += got is model
-    return done
 
 
 def swap_left(model: Any) -> bool:
-    """Re-run, on `model`, the optimize() of the family that left some of its modules as written
-    (prewarm calls it after publishing what it measured: what a tier now serves is swapped in).
-    False when optimize() left nothing in it."""
+    """Re-run, on `model`, the optimize() of each family that left some of its modules as written
+    (prewarm and autotune() call it after publishing what they measured: what a tier now serves
+    with a config is swapped in). Found by the registry or by the marks the modules carry (a
+    deepcopy or an unpickled copy of an optimized model). False when nothing was left in it."""
     from tunedb.runtime import report
 
-    for held, family in report.left_models():
-        if held is model and family:
-            hook(_registry.get(family), "optimize")(model)
-            return True
-    return False
+    marked = report.left_in(model)
+    if any(module is model for module, *_rest in marked):
+        return False  # a bare module given to optimize(): no parent to swap it in (optimize() it again)
+    families = {family for held, family in report.left_models() if held is model and family}
+    families |= {family for *_m, family in marked if family}
+    for family in sorted(families):
+        hook(_registry.get(family), "optimize")(model)
+    return bool(families)
 
 
 def patching_everything() -> bool:

@@ -110,14 +110,14 @@ def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
     return _left.get(id(model), ([], ""))
 
 
-# The attribute optimize() writes into a module it left as written: (table key, guessed). It is
+# The attribute optimize() writes into a module it left as written: (table key, guessed, family). It is
 # in the module's __dict__, so a deepcopy or an unpickled copy of the model keeps it, where the
 # registry above (held by id) does not.
 LEFT_MARK = "_tunedb_left"
 
 
-def left_in(model: Any) -> list[tuple[Any, tuple[Any, ...], bool]]:
-    """(module, table key, guessed) of each module of `model` optimize() left as written."""
+def left_in(model: Any) -> list[tuple[Any, tuple[Any, ...], bool, str]]:
+    """(module, table key, guessed, family) of each module of `model` optimize() left as written."""
     modules = model.modules() if hasattr(model, "modules") else ()
     return [(m, *m.__dict__[LEFT_MARK]) for m in modules if LEFT_MARK in m.__dict__]
 
@@ -129,12 +129,48 @@ def recording_left(model: Any) -> Iterator[int]:
     key's op and act), so that prewarm sees every shape a tier could serve; yields how many
     modules were hooked. Hooks are removed after."""
     handles = [module.register_forward_hook(functools.partial(_record_left, key[0], key[4]))
-               for module, key, _guessed in left_in(model)]
+               for module, key, _guessed, _family in left_in(model)]
     try:
         yield len(handles)
     finally:
         for h in handles:
             h.remove()
+
+
+@contextlib.contextmanager
+def measuring_guessed(measure: Any) -> Iterator[list[Any]]:
+    """While inside, each module optimize() left as written for want of measurements (guessed)
+    in a live registered model calls measure(signature, m) with the tuned-op call it would make
+    if swapped (its output stays the module's own); yields the list of the models whose modules
+    did (autotune() re-runs optimize() on those after publishing). Hooks are removed after."""
+    touched: list[Any] = []
+    handles = []
+    for ref, _name, _layers in _models:
+        model = ref()
+        for ref_m, key, guessed in (_left_modules.get(id(model), ()) if model is not None else ()):
+            module = ref_m()
+            if guessed and module is not None:
+                hook = functools.partial(_measure_left, measure, touched, weakref.ref(model), key[0], key[4])
+                handles.append(module.register_forward_hook(hook))
+    try:
+        yield touched
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _measure_left(measure: Any, touched: list[Any], model_ref: Any, op: str, act: str, module: Any,
+                  args: tuple[Any, ...], _out: Any) -> None:
+    if not args:
+        return
+    try:
+        sig, m = launch_table.signature_of(op, args[0], module.weight, module.bias, act)
+    except TunedbError:  # a dtype the family never serves: no shape to tune
+        return
+    measure(sig, m)
+    model = model_ref()
+    if model is not None and not any(t is model for t in touched):
+        touched.append(model)
 
 
 def _record_left(op: str, act: str, module: Any, args: tuple[Any, ...], _out: Any) -> None:

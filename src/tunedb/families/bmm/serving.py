@@ -30,6 +30,7 @@ nn.MultiheadAttention gets no mode (holds_native_fast_path).
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import weakref
 from typing import Any
@@ -145,7 +146,8 @@ def serve(a: Any, b: Any) -> Any:
             decision = bound
         else:  # a candidate when a later request's M may be a tile's
             decision = _CANDIDATE if may_become_tile(bound.signature) else None
-        _decisions[key] = decision
+        if not ops._overrides:  # autotune()'s answers last only while it is active
+            _decisions[key] = decision
     if decision is None:
         return None
     if decision is _CANDIDATE:
@@ -218,10 +220,14 @@ def _enter(module: Any, args: Any) -> None:
     compiling, capturing, epoch = _checks or _bind_checks()
     if compiling():  # the compiler keeps the products (see the module docstring): no mode to trace
         return
+    state = module.__dict__
+    if state.get("_tunedb_bmm_retired"):  # its hooks are coming off (_retire): push nothing
+        return
     stack = getattr(_state, "modes", None)
     if stack is None:
         stack = _state.modes = []
-    state = module.__dict__
+    with _inflight_lock:
+        state["_tunedb_bmm_inflight"] = state.get("_tunedb_bmm_inflight", 0) + 1
     skip = state.get("_tunedb_bmm_skip", 0)
     if skip:
         if state.get("_tunedb_bmm_epoch") != epoch():
@@ -230,32 +236,36 @@ def _enter(module: Any, args: Any) -> None:
             state["_tunedb_bmm_skip"] = state["_tunedb_bmm_gap"] = 0
         elif not capturing():  # (a capture always runs the mode, and keeps the back-off)
             state["_tunedb_bmm_skip"] = skip - 1
-            stack.append(None)  # _exit pops one entry a forward
+            stack.append((module, None))  # _exit pops the entry its own forward pushed
             return
     mode = product_mode()
     mode.__enter__()
-    stack.append((mode, getattr(_state, "served", 0), getattr(_state, "candidates", 0)))
+    stack.append((module, mode, getattr(_state, "served", 0), getattr(_state, "candidates", 0)))
 
 
 def _exit(module: Any, args: Any, output: Any) -> None:
     stack = getattr(_state, "modes", None)
-    if not stack:  # (a compiled forward pushed nothing)
+    if not stack or stack[-1][0] is not module:  # this forward pushed nothing (compiled, retiring)
         return
     entry = stack.pop()
-    if entry is None:
+    state = module.__dict__
+    with _inflight_lock:
+        state["_tunedb_bmm_inflight"] = state.get("_tunedb_bmm_inflight", 1) - 1
+    if entry[1] is None:
         return
-    mode, served_before, candidates_before = entry
+    _module, mode, served_before, candidates_before = entry
     mode.__exit__(None, None, None)
     _compiling_now, capturing, epoch = _checks or _bind_checks()
-    state = module.__dict__
     if capturing():  # a capture always runs the mode and leaves the eager back-off as it was
         return
     if getattr(_state, "served", 0) > served_before:
         state["_tunedb_bmm_gap"] = 0
         return
     cap = _PRODUCT_GAP if getattr(_state, "candidates", 0) > candidates_before else _MAX_GAP
-    if cap == _MAX_GAP and state.get("_tunedb_bmm_gap", 0) >= _RETIRE_GAP and not _overridden():
-        _retire(module)
+    # never while an exception unwinds (torch then runs this hook inside its own loop over the
+    # hooks dict, which _retire changes) nor under autotune()
+    if (cap == _MAX_GAP and state.get("_tunedb_bmm_gap", 0) >= _RETIRE_GAP and not _overridden()
+            and sys.exc_info()[1] is None and _retire(module)):
         return
     gap = min(2 * state.get("_tunedb_bmm_gap", 0) or 1, cap)
     state["_tunedb_bmm_gap"] = state["_tunedb_bmm_skip"] = gap
@@ -270,6 +280,7 @@ def _exit(module: Any, args: Any, output: Any) -> None:
 # it (_revive); so does optimize() run again.
 _RETIRE_GAP = 64
 _retired: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_inflight_lock = threading.Lock()  # each hooked module's forwards in flight (_tunedb_bmm_inflight)
 
 
 def _overridden() -> bool:
@@ -278,27 +289,36 @@ def _overridden() -> bool:
     return bool(ops._overrides)
 
 
-def _retire(module: Any) -> None:
+def _retire(module: Any) -> bool:
+    """Take the mode's hooks off `module` unless one of its forwards is in flight (another
+    thread's, or an outer call of the same module): one whose _exit would then never run would
+    leave the mode on its thread's stack. True when it did."""
     from tunedb.database import tiers
     from tunedb.runtime import launch_table
 
-    for hooks in (module._forward_pre_hooks, module._forward_hooks):
-        for key in [k for k, h in hooks.items() if h is _enter or h is _exit]:
-            del hooks[key]
-            module._forward_hooks_always_called.pop(key, None)
+    state = module.__dict__
+    with _inflight_lock:
+        if state.get("_tunedb_bmm_inflight", 0):
+            return False
+        state["_tunedb_bmm_retired"] = True  # a forward whose pre-hook already ran pushes nothing
+        for hooks in (module._forward_pre_hooks, module._forward_hooks):
+            for key in [k for k, h in hooks.items() if h is _enter or h is _exit]:
+                del hooks[key]
+                module._forward_hooks_always_called.pop(key, None)
     for name in ("_tunedb_bmm_skip", "_tunedb_bmm_gap", "_tunedb_bmm_epoch"):
-        module.__dict__.pop(name, None)
-    module.__dict__["_tunedb_bmm_serving"] = False
+        state.pop(name, None)
+    state["_tunedb_bmm_serving"] = False
     _retired.add(module)
     tiers.on_reload(_revive)
     launch_table.on_override(_revive)
+    return True
 
 
 def _revive() -> None:
     """Re-install the mode on every live model it retired from (a new epoch, or autotune())."""
     for module in list(_retired):
+        _retired.discard(module)
         install(module)
-    _retired.clear()
 
 
 _checks: list[Any] = []
@@ -340,6 +360,7 @@ def install(model: Any) -> Any:
     """Wrap `model`'s forward in ProductMode (once)."""
     if getattr(model, "_tunedb_bmm_serving", False):
         return model
+    model.__dict__.pop("_tunedb_bmm_retired", None)
     model.register_forward_pre_hook(_enter)
     model.register_forward_hook(_exit, always_call=True)
     model._tunedb_bmm_serving = True

@@ -15,7 +15,8 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
 3. Left as written: a Linear whose key (with its fused activation) tunedb would serve with torch
    at every size, judged when optimize() runs (runtime/fallback_everywhere.py): measured so, or
    a key no table measured that the cost model declines at every probed size (autotune()
-   swaps those on entry: runtime/patching.swap_guessed). The swap would only add the entry
+   measures those through hooks, then re-runs optimize(): report.measuring_guessed). The swap
+   would only add the entry
    path's host time (eager decode: 0.97x of plain on Llama-3-8B; eight unseen models 1.04-1.14x;
    H200).
 4. Never fused: a Linear reachable from two places (shared module), a Linear or activation
@@ -275,7 +276,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
         reason = _TorchEverywhere()(model, "none")
         if reason is not None:
             left_one = [(model, _key_of(model, "none"), reason == GUESSED)]
-            model.__dict__[report.LEFT_MARK] = left_one[0][1:]
+            model.__dict__[report.LEFT_MARK] = (*left_one[0][1:], FAMILY_NAME)
             report.register_model(model, [], left=left_one, why=_left_why(left_one), family=FAMILY_NAME)
             return model
         model.__dict__.pop(report.LEFT_MARK, None)
@@ -298,7 +299,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
             reason = served(child, kind)
             if reason is not None:
                 left[id(child)] = (child, _key_of(child, kind), reason == GUESSED)
-                child.__dict__[report.LEFT_MARK] = left[id(child)][1:]
+                child.__dict__[report.LEFT_MARK] = (*left[id(child)][1:], FAMILY_NAME)
                 continue
             child.__dict__.pop(report.LEFT_MARK, None)  # the module's own call is what tunedb would run, minus the entry path
             if fused is not None:
@@ -374,14 +375,13 @@ class _TorchEverywhere:
     swap), memoised per key for one optimize() call. The weight's dtype decides where it is
     fp16/bf16; any other dtype (an fp32 model cast after optimize()) must get torch under both.
     Never while optimize() patches everything (the census of `tunedb tune` must see every Linear
-    as the run-time call it would make); GUESSED counts as swap inside autotune()'s swap
-    (runtime/patching.swap_guessed: its calls must reach the tuner)."""
+    as the run-time call it would make); GUESSED counts as swap with TUNEDB_LEAVE_UNMEASURED=0."""
 
     def __init__(self) -> None:
         from tunedb.runtime import patching
 
         self.off = patching.patching_everything()
-        self.swap_guessed = patching.swapping_guessed() or not settings.leave_unmeasured()
+        self.swap_guessed = not settings.leave_unmeasured()
         self.memo: dict[tuple[Any, ...], str | None] = {}
 
     def __call__(self, linear: nn.Linear, act: str) -> str | None:
