@@ -102,7 +102,8 @@ def _guesses_fallback(fam: Any, sig: Signature, sizes: list[int], fallback: str,
     model = selector.family_model(fam, profile) if settings.model_fallback_enabled() else None
     candidates: tuple = ()
     if model is not None:
-        compiled = selector._compiled_set(fam, arch_family, files)
+        with selector._lock:  # as the selector builds it (an epoch may be clearing it)
+            compiled = selector._compiled_set(fam, arch_family, files)
         candidates = serving.model_candidates(fam, sig, compiled.values(), profile, settings.approximate_allowed())
     for m in sizes:
         if candidates:

@@ -181,15 +181,16 @@ def family_model(fam: Any, profile: ArchProfile) -> Any:
     be built (the warning says why)."""
     if not has_hook(fam, "cost_model"):
         return None
-    if fam.name not in _family_models:
-        try:
-            _family_models[fam.name] = hook(fam, "cost_model")(profile, model_params(fam.name))
-        except Exception as exc:  # a broken model costs its tier, not the op
-            tiers.warn_once("selector", f"model:{fam.name}:{type(exc).__name__}",
-                            f"tunedb: the {fam.name} cost model could not be built ({exc!r}); "
-                            f"the default answers")
-            _family_models[fam.name] = None
-    return _family_models[fam.name]
+    with _lock:  # (re-entrant) an epoch cleared meanwhile must not keep the last epoch's model
+        if fam.name not in _family_models:
+            try:
+                _family_models[fam.name] = hook(fam, "cost_model")(profile, model_params(fam.name))
+            except Exception as exc:  # a broken model costs its tier, not the op
+                tiers.warn_once("selector", f"model:{fam.name}:{type(exc).__name__}",
+                                f"tunedb: the {fam.name} cost model could not be built ({exc!r}); "
+                                f"the default answers")
+                _family_models[fam.name] = None
+        return _family_models[fam.name]
 
 
 def _rank(fam: Any, ranker: Ranker, sig: Signature, m: int, compiled: Mapping[str, Config],
