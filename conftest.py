@@ -39,3 +39,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def swap_unmeasured(monkeypatch):
+    """optimize() swaps the Linears of keys no table measured (TUNEDB_LEAVE_UNMEASURED=0): for the
+    tests whose rules act on swapped layers (fusion, autocast, the host path); by default such a
+    model is left as written (tests/unit/test_left_as_written.py)."""
+    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")

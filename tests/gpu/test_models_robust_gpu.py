@@ -18,15 +18,8 @@ from tunedb.runtime import patching  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))  # the CPU tests' model
 from eager_attention import Attention  # noqa: E402
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("swap_unmeasured")]
 nn = torch.nn
-
-
-@pytest.fixture(autouse=True)
-def _swap_unmeasured(monkeypatch):
-    # these tests exercise the tuned ops on keys no table measured, which optimize() leaves as
-    # written by default (TUNEDB_LEAVE_UNMEASURED)
-    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
 
 
 def _mlp() -> nn.Module:

@@ -18,14 +18,10 @@ from tunedb.runtime import selector  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import unseen_zoo  # noqa: E402
+from e2e_timing import rel_err  # noqa: E402
 from unseen_zoo_models import ZOO, build  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    assert a.shape == b.shape
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
 
 
 @pytest.fixture(autouse=True)
@@ -69,4 +65,4 @@ def test_unseen_model_graph_replay_matches_its_eager_call(name, leave):
         torch.cuda.synchronize()
     out = keep[-1]
     assert torch.isfinite(out.float()).all()
-    assert _rel(out, eager) <= 1e-2  # cuDNN may pick another algorithm inside a capture
+    assert rel_err(out, eager) <= 1e-2  # cuDNN may pick another algorithm inside a capture

@@ -18,12 +18,8 @@ from tunedb.families.gemm import launch, ops, patching
 from tunedb.records import Config, Signature
 from tunedb.runtime import host_bound, launch_table
 
-
-@pytest.fixture(autouse=True)
-def _swap_unmeasured(monkeypatch):
-    # the rules under test act on swapped layers: a model no table measured is left as written by
-    # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
-    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+# the rules under test act on swapped layers (a model no table measured is left as written)
+pytestmark = pytest.mark.usefixtures("swap_unmeasured")
 
 
 def _as_cpu(fn, module, **extra):

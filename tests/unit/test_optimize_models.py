@@ -14,12 +14,8 @@ from eager_attention import Attention
 from tunedb.families.bmm import serving as bmm_serving
 from tunedb.runtime import patching
 
-
-@pytest.fixture(autouse=True)
-def _swap_unmeasured(monkeypatch):
-    # the rules under test act on swapped layers: a model no table measured is left as written by
-    # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
-    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+# the rules under test act on swapped layers (a model no table measured is left as written)
+pytestmark = pytest.mark.usefixtures("swap_unmeasured")
 
 
 def _tuned(model: nn.Module) -> list[nn.Module]:

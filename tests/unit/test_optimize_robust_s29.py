@@ -15,12 +15,8 @@ import tunedb
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from fusion_models_s29 import MLP, Block  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _swap_unmeasured(monkeypatch):
-    # the rules under test act on swapped layers: a model no table measured is left as written by
-    # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
-    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+# the rules under test act on swapped layers (a model no table measured is left as written)
+pytestmark = pytest.mark.usefixtures("swap_unmeasured")
 
 
 def _same(model, x):

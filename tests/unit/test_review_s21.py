@@ -11,12 +11,8 @@ from torch import nn
 
 import tunedb
 
-
-@pytest.fixture(autouse=True)
-def _swap_unmeasured(monkeypatch):
-    # the rules under test act on swapped layers: a model no table measured is left as written by
-    # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
-    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+# the rules under test act on swapped layers (a model no table measured is left as written)
+pytestmark = pytest.mark.usefixtures("swap_unmeasured")
 
 
 def _conv_bn_act() -> nn.Sequential:

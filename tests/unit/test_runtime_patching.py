@@ -9,12 +9,8 @@ from runtime_fakes import gemm  # noqa: F401  (fixture)
 from tunedb.runtime import launch_table, report
 from tunedb.families.gemm.patching import TunedLinear, activation_kind, optimize
 
-
-@pytest.fixture(autouse=True)
-def _swap_unmeasured(monkeypatch):
-    # the rules under test act on swapped layers: a model no table measured is left as written by
-    # default (TUNEDB_LEAVE_UNMEASURED, tests/unit/test_left_as_written.py), so swap it here
-    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")
+# the rules under test act on swapped layers (a model no table measured is left as written)
+pytestmark = pytest.mark.usefixtures("swap_unmeasured")
 
 
 # This file is the source of its models, and optimize() refuses to fuse an activation (or a

@@ -100,6 +100,8 @@ class Autotuner:
         self._failed: set[tuple[Signature, int]] = set()
         self._warned: set[tuple[Signature, str]] = set()
         self._ctx: Any = None
+        self._left_ctx: Any = None  # measuring_guessed's context while active
+        self._left_touched: list[Any] = []
         self._compiles: dict[str, Any] = {}  # family name -> compile_pool.CompilePool (or None)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -141,20 +143,21 @@ class Autotuner:
         self._ctx.__enter__()
         # Linears optimize() left as written because no table measured them: their calls do not
         # reach the tuned op, so hooks measure them (their output stays torch's in the context)
-        self._left_ctx = report.measuring_guessed(self._measure_left) if self.enabled else None
+        measuring = self.enabled and not self.cannot_measure()
+        self._left_ctx = report.measuring_guessed(self._measure_left) if measuring else None
         self._left_touched = self._left_ctx.__enter__() if self._left_ctx is not None else []
         return self
 
     def _measure_left(self, sig: Signature, m: int) -> None:
         from tunedb import families
 
-        if self.cannot_measure() or capturing():
+        if capturing():
             return
         self.resolve(families.get(sig.family), sig, m)
 
     def __exit__(self, *exc: Any) -> None:
         ctx, self._ctx = self._ctx, None
-        left_ctx, self._left_ctx = getattr(self, "_left_ctx", None), None
+        left_ctx, self._left_ctx = self._left_ctx, None
         try:
             if left_ctx is not None:
                 left_ctx.__exit__(*exc)
@@ -165,7 +168,7 @@ class Autotuner:
             if published:  # a left Linear whose winner is a config is swapped in (optimize() again)
                 from tunedb.runtime import patching
 
-                for model in getattr(self, "_left_touched", ()):
+                for model in self._left_touched:
                     patching.swap_left(model)
 
     def flush(self) -> bool:

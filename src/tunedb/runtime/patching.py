@@ -63,15 +63,14 @@ _everything = False
 def swap_left(model: Any) -> bool:
     """Re-run, on `model`, the optimize() of each family that left some of its modules as written
     (prewarm and autotune() call it after publishing what they measured: what a tier now serves
-    with a config is swapped in). Found by the registry or by the marks the modules carry (a
-    deepcopy or an unpickled copy of an optimized model). False when nothing was left in it."""
+    with a config is swapped in). Found by the marks the modules carry, which a deepcopy or an
+    unpickled copy of an optimized model keeps. False when nothing was left in it."""
     from tunedb.runtime import report
 
     marked = report.left_in(model)
     if any(module is model for module, *_rest in marked):
         return False  # a bare module given to optimize(): no parent to swap it in (optimize() it again)
-    families = {family for held, family in report.left_models() if held is model and family}
-    families |= {family for *_m, family in marked if family}
+    families = {family for *_m, family in marked}
     for family in sorted(families):
         hook(_registry.get(family), "optimize")(model)
     return bool(families)

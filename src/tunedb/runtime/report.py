@@ -30,44 +30,26 @@ _left: dict[int, tuple[list[tuple[Any, ...]], str]] = {}
 
 
 def register_model(model: Any, layers: list[Any], left: "list[tuple[Any, ...]] | None" = None,
-                   why: str = "", family: str = "") -> None:
+                   why: str = "") -> None:
     """Remember `model`'s tuned layers for the report (replacing an earlier registration), and
-    the modules left as written: (module, table key, guessed) each, guessed when they were left
-    only because no table measured some of their sizes and the guessing tiers decline there
-    (runtime/fallback_everywhere.left_reason: autotune() swaps those, runtime/patching.py), with
-    `why` (the reason, e.g. "torch serves every size") and the `family` whose optimize() left
-    them."""
+    the table keys of the modules left as written ((module, key, ...) each; `why`: the reason,
+    e.g. "torch serves every size"). Which modules were left, and why, the modules' own marks
+    say (LEFT_MARK, written by the family's optimize())."""
     _models[:] = [rec for rec in _models if rec[0]() is not None and rec[0]() is not model]
     live = {id(rec[0]()) for rec in _models}
     for gone in [k for k in _left if k not in live]:
         del _left[gone]
-        _left_modules.pop(gone, None)
-        _left_family.pop(gone, None)
     _models.append((weakref.ref(model), type(model).__name__, [weakref.ref(l) for l in layers]))
     if left:
         _left[id(model)] = ([item[1] for item in left], why)
-        _left_modules[id(model)] = [(weakref.ref(item[0]), item[1], bool(item[2:] and item[2])) for item in left]
-        _left_family[id(model)] = family
     else:
         _left.pop(id(model), None)
-        _left_modules.pop(id(model), None)
-        _left_family.pop(id(model), None)
 
 
-def left_models(guessed_only: bool = False) -> list[tuple[Any, str]]:
-    """(model, family) of each live registered model with modules left as written (with
-    guessed_only, only models holding a module left for want of measurements)."""
-    out = []
-    for ref, _name, _layers in _models:
-        model = ref()
-        mods = _left_modules.get(id(model)) if model is not None else None
-        if mods and (not guessed_only or any(g and r() is not None for r, _k, g in mods)):
-            out.append((model, _left_family.get(id(model), "")))
-    return out
+def _live_models() -> list[Any]:
+    return [model for ref, _name, _layers in _models if (model := ref()) is not None]
 
 
-_left_modules: dict[int, list[tuple[weakref.ref, tuple[Any, ...], bool]]] = {}
-_left_family: dict[int, str] = {}  # id(model) -> the family whose optimize() left its modules
 # id(model) -> (family, model name, {why: count}) of the modules a family's optimize() left to torch
 _unpatched: dict[int, tuple[str, str, dict[str, int]]] = {}
 
@@ -123,18 +105,23 @@ def left_in(model: Any) -> list[tuple[Any, tuple[Any, ...], bool, str]]:
 
 
 @contextlib.contextmanager
-def recording_left(model: Any) -> Iterator[int]:
-    """While inside, each module optimize() left as written in `model` (or in the model it was
-    copied from) records the tuned-op call it would make if swapped (launch_table.record of its
-    key's op and act), so that prewarm sees every shape a tier could serve; yields how many
-    modules were hooked. Hooks are removed after."""
-    handles = [module.register_forward_hook(functools.partial(_record_left, key[0], key[4]))
-               for module, key, _guessed, _family in left_in(model)]
+def _forward_hooks(pairs: list[tuple[Any, Any]]) -> Iterator[int]:
+    """Each (module, hook) pair's forward hook while inside; yields how many."""
+    handles = [module.register_forward_hook(hook) for module, hook in pairs]
     try:
         yield len(handles)
     finally:
         for h in handles:
             h.remove()
+
+
+def recording_left(model: Any) -> Any:
+    """While inside, each module optimize() left as written in `model` (or in the model it was
+    copied from) records the tuned-op call it would make if swapped (launch_table.record of its
+    key's op and act), so that prewarm sees every shape a tier could serve; yields how many
+    modules were hooked. Hooks are removed after."""
+    return _forward_hooks([(module, functools.partial(_record_left, key[0], key[4]))
+                           for module, key, _guessed, _family in left_in(model)])
 
 
 @contextlib.contextmanager
@@ -144,19 +131,14 @@ def measuring_guessed(measure: Any) -> Iterator[list[Any]]:
     if swapped (its output stays the module's own); yields the list of the models whose modules
     did (autotune() re-runs optimize() on those after publishing). Hooks are removed after."""
     touched: list[Any] = []
-    handles = []
-    for ref, _name, _layers in _models:
-        model = ref()
-        for ref_m, key, guessed in (_left_modules.get(id(model), ()) if model is not None else ()):
-            module = ref_m()
-            if guessed and module is not None:
-                hook = functools.partial(_measure_left, measure, touched, weakref.ref(model), key[0], key[4])
-                handles.append(module.register_forward_hook(hook))
-    try:
+    pairs: dict[int, tuple[Any, Any]] = {}  # one hook a module, held by two models or not
+    for model in _live_models():
+        for module, key, guessed, _family in left_in(model):
+            if guessed and id(module) not in pairs:
+                pairs[id(module)] = (module, functools.partial(_measure_left, measure, touched,
+                                                               weakref.ref(model), key[0], key[4]))
+    with _forward_hooks(list(pairs.values())):
         yield touched
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def _measure_left(measure: Any, touched: list[Any], model_ref: Any, op: str, act: str, module: Any,
