@@ -1,6 +1,6 @@
 """Leading batch dimensions folded into the one batch dimension tunedb's ops take, and restored:
-the entry points' torch.linalg-style shapes (linalg, bmm) and their ops' torch.vmap rules, which
-fold the vmapped dimension the same way."""
+the entry points' torch.linalg-style shapes (linalg, bmm), the bmm product mode's 4-D attention
+products, and the ops' torch.vmap rules, which fold the vmapped dimension the same way."""
 from __future__ import annotations
 
 import functools
@@ -31,3 +31,10 @@ def unfold(out: Any, lead: tuple) -> Any:
     if isinstance(out, tuple):
         return tuple(o.reshape(lead + tuple(o.shape[1:])) for o in out)
     return out.reshape(lead + tuple(out.shape[1:]))
+
+
+def vmapped_front(tensors: tuple, in_dims: tuple, size: int) -> tuple:
+    """The operands of a torch.vmap rule with the vmapped dimension first: moved there, or, for an
+    operand not vmapped (in_dim None), expanded to `size` (a view)."""
+    return tuple(t.unsqueeze(0).expand(size, *t.shape) if d is None else t.movedim(d, 0)
+                 for t, d in zip(tensors, in_dims))

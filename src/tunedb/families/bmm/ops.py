@@ -101,8 +101,7 @@ def register() -> None:
 def _vmap(info: Any, in_dims: tuple, a: Any, b: Any) -> Any:
     """torch.vmap's rule for tunedb::bmm: the vmapped dimension joins the product's batch (an
     operand not vmapped is expanded to it); one product, not one per vmapped slice."""
-    a, b = (t.unsqueeze(0).expand(info.batch_size, *t.shape) if d is None else t.movedim(d, 0)
-            for t, d in zip((a, b), in_dims))
+    a, b = batch_dims.vmapped_front((a, b), in_dims, info.batch_size)
     return bmm(a, b), 0
 
 

@@ -119,8 +119,10 @@ def fold(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]] | None:
 
 
 def _folded(a: Any, b: Any) -> tuple[Any, Any, tuple[int, ...]]:
-    batch = tuple(a.shape[:-2])
-    return a.reshape(-1, a.shape[-2], a.shape[-1]), b.reshape(-1, b.shape[-2], b.shape[-1]), batch
+    from tunedb.runtime import batch_dims
+
+    (a3, b3), batch = batch_dims.fold((a, b), (2, 2), "bmm")
+    return a3, b3, batch
 
 
 def serve(a: Any, b: Any) -> Any:
@@ -153,10 +155,12 @@ def serve(a: Any, b: Any) -> Any:
     if decision is _CANDIDATE:
         _state.candidates = getattr(_state, "candidates", 0) + 1
         return None
+    from tunedb.runtime import batch_dims
+
     a3, b3, batch = _folded(a, b)
     c = ops.bmm(a3, b3)
     _state.served = getattr(_state, "served", 0) + 1
-    return c.view(*batch, c.shape[-2], c.shape[-1])
+    return batch_dims.unfold(c, batch)
 
 
 _UNSEEN = object()

@@ -161,9 +161,7 @@ def _vmap(op: str, info: Any, in_dims: tuple, *tensors: Any) -> Any:
     operand not vmapped is expanded to it, which copies it V times), one call over V x batch
     problems instead of torch's fallback of one call per vmapped slice; the results are split
     back, vmapped at dimension 0."""
-    size = info.batch_size
-    moved = tuple(t.unsqueeze(0).expand(size, *t.shape) if d is None else t.movedim(d, 0)
-                  for t, d in zip(tensors, in_dims))
+    moved = batch_dims.vmapped_front(tensors, in_dims, info.batch_size)
     flat, lead = batch_dims.fold(moved, tuple(max(t.dim() - 2, 0) for t in moved), f"linalg {op} under vmap")
     out = batch_dims.unfold(_op(op)(*flat), lead)
     return out, (0, 0) if isinstance(out, tuple) else 0
