@@ -148,15 +148,22 @@ def main(argv: list[str] | None = None) -> int:
         # Cache this GPU's arch profile from a process that then exits: a driver that measured
         # it itself would hold a CUDA context on GPU 0, which actor 0's gate counts as foreign.
         subprocess.run([sys.executable, "-c", "from tunedb import arch; arch.current_profile()"], check=True)
-    rows = []
+    rows, seen = [], {}
     for n, kill in runs:
-        rows.append(build(n, kill, args, out / f"w{n}{'k' if kill else ''}"))
+        name = f"w{n}{'k' if kill else ''}"
+        seen[name] = seen.get(name, 0) + 1
+        # a repeated entry (e.g. 1,2,2k,2) is a second build of the same points: the run's own noise floor
+        rows.append(build(n, kill, args, out / (name if seen[name] == 1 else f"{name}_{seen[name]}")))
+        rows[-1]["repeat"] = seen[name]
         print(f"--workers {n}{' (one actor killed)' if kill else ''}: measured in {rows[-1]['measure_s']:.1f} s",
               file=sys.stderr)
     base = next((r for r in rows if r["workers"] == 1 and not r["killed"]), rows[0])
     for r in rows:
         r["speedup"] = round(base["measure_s"] / r["measure_s"], 3)
         r["vs_1gpu"] = compare(base["path"], r["path"]) if r is not base else None
+    for r in rows:  # each repeat against its own first build: two builds of one kind, one run
+        first = next(x for x in rows if (x["workers"], x["killed"], x.get("repeat")) == (r["workers"], r["killed"], 1))
+        r["vs_first_of_kind"] = compare(first["path"], r["path"]) if r.get("repeat", 1) > 1 and first is not base else None
     print(f"{'GPUs':>4} {'measure s':>9} {'wall s':>7} {'points':>6} {'pts/s':>7} {'arms/s':>7} "
           f"{'speedup':>7} {'busy per GPU':<20} {'regions vs 1 GPU':<30} killed")
     for r in rows:
@@ -164,9 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         cmp_ = (f"{r['vs_1gpu']['identical']}/{r['vs_1gpu']['shared']} sigs, "
                 f"{100 * r['vs_1gpu']['points_same'] / max(1, r['vs_1gpu']['points']):.1f}% pts, rc {r['vs_1gpu']['diff_rc']}"
                 if r["vs_1gpu"] else "-")
-        print(f"{str(r['workers']) + ('k' if r['killed'] else ''):>4} {r['measure_s']:>9.1f} {r['wall_s']:>7.1f} {r['points']:>6} {r['points_per_s']:>7.2f} "
+        print(f"{str(r['workers']) + ('k' if r['killed'] else '') + ('#' + str(r['repeat']) if r.get('repeat', 1) > 1 else ''):>4} {r['measure_s']:>9.1f} {r['wall_s']:>7.1f} {r['points']:>6} {r['points_per_s']:>7.2f} "
               f"{r['arms_per_s']:>7.1f} {r['speedup']:>7.2f} {busy:<20} {cmp_:<30} "
               f"{r['killed_pid'] or '-'}{' (lost: ' + str(len(r['lost'])) + ')' if r['lost'] else ''}")
+        if r.get("vs_first_of_kind"):
+            v = r["vs_first_of_kind"]
+            print(f"     against the first {r['workers']}-GPU build of this run: {v['identical']}/{v['shared']} sigs, "
+                  f"{100 * v['points_same'] / max(1, v['points']):.1f}% pts")
     out.mkdir(parents=True, exist_ok=True)
     (out / "build_scaling.json").write_text(json.dumps({"census": args.census, "quick": args.quick, "max_points": args.max_points, "top_k": args.top_k,
                                                          "gate_noise": args.gate_noise,

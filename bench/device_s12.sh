@@ -15,7 +15,7 @@ for s in "$@"; do
     prebuild-llama)  # both builds of the scaling run start from one warm cache (compiling is never timed)
       stage prebuild_llama ${PB_S:-150} "python -m tunedb prebuild --census bench/census/llama-3-8b_decode.json $([ "${SCALE_P:-6}" = 0 ] || echo --thin --max-points ${SCALE_P:-6}) --jobs ${PB_JOBS:-24}" ;;
     scaling)  # issue 26: 1 GPU, 2 GPUs, 2 GPUs with one actor SIGKILLed, at the same points
-      stage scaling ${SCALE_S:-420} "python bench/build_scaling.py --workers ${SCALE_RUNS:-1,2,2k} --max-points ${SCALE_P:-6} --top-k ${SCALE_K:-4} --kill-after ${SCALE_KILL:-25} ${SCALE_GATE:+--gate-noise $SCALE_GATE} ${SCALE_EXTRA:-} --out $OUT/scaling && for f in 1 2 2k; do [ -d $OUT/scaling/w\$f ] && python -m tunedb diff $OUT/scaling/w1/sm90/gemm.json $OUT/scaling/w\$f/sm90/gemm.json > $OUT/scaling/diff_w\$f.txt 2>&1; done; true" ;;
+      stage scaling ${SCALE_S:-420} "python bench/build_scaling.py --workers ${SCALE_RUNS:-1,2,2k} --max-points ${SCALE_P:-6} --top-k ${SCALE_K:-4} --kill-after ${SCALE_KILL:-25} ${SCALE_GATE:+--gate-noise $SCALE_GATE} ${SCALE_EXTRA:-} --out $OUT/scaling && for d in $OUT/scaling/w*/; do f=\$(basename \$d); python -m tunedb diff $OUT/scaling/w1/sm90/gemm.json \$d/sm90/gemm.json > $OUT/scaling/diff_\$f.txt 2>&1; done; true" ;;
     workers-test) stage workers_test 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_build_workers_gpu.py" ;;
     cutoff-mpc) stage cutoff_mpc 150 "python bench/cutoff_mpc.py --out $OUT/cutoff_mpc.json --config $OUT/cutoff_decisions.json" ;;
     cutoff-tests) stage cutoff_tests 200 "python -m pytest -m gpu -q -rf --tb=short tests/gpu/test_cutoff_fused_gpu.py tests/gpu/test_cutoff_gpu.py" ;;
