@@ -37,7 +37,7 @@ def regions_of(plans, meas, rule) -> dict:
     for p in plans:
         got = by_sig.get(p.signature, [])
         alpha = {q.m: q.eager_share for q in p.points}
-        out[p.signature] = Entry(p.signature, partition(p.points, objective_table(got, alpha), rule, catch_all=True).regions)
+        out[p.signature] = Entry(p.signature, partition(p.points, objective_table(got, alpha, reference=rule.fallback), rule, catch_all=True).regions)
     return out
 
 

@@ -97,6 +97,37 @@ def test_objective_table_adds_host_time_by_alpha():
     assert objective_table([ok, bad], {16: 1.0})[(16, "torch")] == pytest.approx(0.014)
 
 
+def _timed(cid, samples, run, m=16, host_us=0.0):
+    med = sorted(samples)[len(samples) // 2]
+    return Measurement(SIG, m, cid, Status.OK, median_ms=med, n=len(samples), samples=tuple(samples),
+                       host_us=host_us, env=(("run", run),))
+
+
+def test_a_level_shift_mid_call_does_not_make_an_arm_look_faster():
+    """The GPU's level doubles after round 3; the tile is halved away after 5 rounds, torch runs
+    on: their medians, taken apart, make the tile look 2x faster; paired rounds say 0.9x."""
+    torch_ = _timed("torch", [1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0], "a")
+    tile = _timed("tile", [0.9, 0.9, 0.9, 1.8, 1.8], "a")
+    unpaired = objective_table([torch_, tile], 0.0)
+    assert unpaired[(16, "tile")] / unpaired[(16, "torch")] == pytest.approx(0.45)
+    paired = objective_table([torch_, tile], 0.0, reference="torch")
+    assert paired[(16, "tile")] / paired[(16, "torch")] == pytest.approx(0.9)
+
+
+def test_cross_arms_pair_with_the_reference_timed_in_their_own_call():
+    first = [_timed("torch", [1.0] * 5, "a"), _timed("tile", [1.1] * 5, "a")]
+    cross = [_timed("other", [1.5] * 5, "b", host_us=10.0), _timed("torch", [1.6] * 5, "b")]  # a slower call
+    table = objective_table(first + cross, {16: 0.5}, reference="torch")
+    level = (1.0 + 1.6) / 2  # the reference's level: the median of its calls' medians
+    assert table[(16, "torch")] == pytest.approx(level)
+    assert table[(16, "tile")] == pytest.approx(1.1 * level)
+    assert table[(16, "other")] == pytest.approx(1.5 / 1.6 * level + 0.5 * 0.010)  # host time still added
+    orphan = _timed("lone", [0.7] * 5, "c")  # no reference in its call: its own median
+    assert objective_table(first + [orphan], 0.0, reference="torch")[(16, "lone")] == pytest.approx(0.7)
+    short = _timed("brief", [0.5, 0.5], "a")  # fewer shared rounds than PAIRED_MIN_ROUNDS: its median
+    assert objective_table(first + [short], 0.0, reference="torch")[(16, "brief")] == pytest.approx(0.5)
+
+
 def test_cross_eval_plan():
     ranked = {16: ["a", "b", "c", "d"], 64: ["e", "a"]}
     plan = cross_eval_plan(pts(16, 64), ranked, top=3)

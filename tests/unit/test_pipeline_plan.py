@@ -84,3 +84,44 @@ def test_checkpoint_roundtrip_and_torn_files(tmp_path):
 def test_bad_run_ids_are_refused(tmp_path, bad):
     with pytest.raises(BuildError, match="bad run id"):
         checkpoint.open_run(bad, {}, root=tmp_path)
+
+
+def _edge_ranker(sig, m, configs, k):
+    """A model whose favourite changes at M = 32: configs[0] below, configs[1] from 32 up."""
+    return [configs[0].id if m < 32 else configs[1].id]
+
+
+def test_a_point_measures_its_neighbours_ranked_configs_across_a_region_edge():
+    census = [Point(SIG, m, 1.0 / 6, 1) for m in (8, 16, 24, 32, 40, 128)]
+    plan = buildplan.plan_signature(GEMM, census, SM90, [_edge_ranker], top_k=1, fill=False)
+    valid = [c for c in GEMM.config_space("sm90") if GEMM.invalid_reason(c, SIG, 24, SM90) is None]
+    low, high = valid[0].id, valid[1].id
+    assert plan.arms[24][:2] == (low, high)  # its own pick first, then the one borrowed from M = 32
+    assert plan.arms[32][:2] == (high, low)
+    assert plan.arms[8][:1] == (low,) and high not in plan.arms[8]  # two points from the edge: not borrowed
+    assert plan.arms[128][:1] == (high,) and low not in plan.arms[128]  # 128 > 2 x 40: too far to borrow
+    for ids in plan.arms.values():
+        assert ids[-2:] == ("default", "torch")  # the forced arms stay last
+
+
+def test_borrowing_respects_the_validity_predicate_at_the_borrowing_point():
+    arms = {8: ("a", "default", "torch"), 16: ("b", "default", "torch"), 64: ("c", "default", "torch")}
+    got = buildplan.borrow_neighbours(arms, ("default", "torch"), lambda m, cid: not (m == 8 and cid == "b"))
+    assert got[8] == ("a", "default", "torch")  # b is refused at M = 8
+    assert got[16] == ("b", "a", "default", "torch")  # 64 is more than 2x away
+    assert got[64] == ("c", "default", "torch")
+
+
+def test_the_first_pass_is_the_same_whatever_the_measurements():
+    """What makes two builds comparable: the pairs measured before any result exists come from the
+    plan alone (the model's ranking and the neighbours), never from a timing."""
+    census = [Point(SIG, m, 1.0 / 16, 1) for m in range(1, 17)]
+    ranks = buildsteps.rankers(GEMM, SM90, None)
+    a = buildplan.plan_signature(GEMM, census, SM90, ranks, top_k=4)
+    b = buildplan.plan_signature(GEMM, census, SM90, ranks, top_k=4)
+    assert dict(a.arms) == dict(b.arms)
+    for m, ids in a.arms.items():
+        assert len(ids) == len(set(ids))
+        for cid in ids:
+            cfg = next((c for c in GEMM.config_space("sm90") if c.id == cid), None)
+            assert cfg is None or GEMM.invalid_reason(cfg, SIG, m, SM90) is None

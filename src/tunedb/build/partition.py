@@ -18,6 +18,7 @@ margin, with the dependency-free partition kept beside the full one (``regions_n
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
@@ -38,16 +39,55 @@ class Partition:
     regions_native: tuple[Region, ...] | None = None  # the dependency-free winner (spec 003)
 
 
-def objective_table(measurements: Iterable[Measurement], alpha: Mapping[int, float] | float = 0.0) -> dict[tuple[int, str], float]:
+def objective_table(measurements: Iterable[Measurement], alpha: Mapping[int, float] | float = 0.0,
+                    reference: str | None = None) -> dict[tuple[int, str], float]:
     """{(M, config id): GPU time + alpha * host time} over ok measurements; alpha per M or global.
-    A config measured twice at one M keeps its later measurement (a log is appended in order)."""
+    A config measured twice at one M keeps its later measurement (a log is appended in order).
+
+    With `reference` (the rule's fallback), an arm timed in the same protocol call as the
+    reference (env "run") gets its GPU time from paired rounds: the median over their shared
+    rounds of arm / reference, times the reference's level at that M (the median of its calls'
+    medians). Why: a level shift in the middle of a call (clocks, a neighbour's traffic) moves
+    both arms of a round, but not equally many samples of each, so two medians taken apart can
+    differ by 10% on a 7 us kernel (session 12, N=1024 at M=7); the paired ratio does not move.
+    Arms without a paired reference call (older logs, a failed reference) keep their median."""
+    meas = [m for m in measurements]
+    refs: dict[int, dict[str, Measurement]] = {}
+    if reference is not None:
+        for x in meas:
+            if x.config_id == reference and x.status.ok and x.median_ms is not None:
+                refs.setdefault(x.m, {})[_run_of(x)] = x
+    level = {m: statistics.median(r.median_ms for r in by_run.values()) for m, by_run in refs.items()}
     out: dict[tuple[int, str], float] = {}
-    for meas in measurements:
-        a = alpha.get(meas.m, 0.0) if isinstance(alpha, Mapping) else float(alpha)
-        value = meas.objective(a)
-        if value is not None:
-            out[(meas.m, meas.config_id)] = value
+    for x in meas:
+        a = alpha.get(x.m, 0.0) if isinstance(alpha, Mapping) else float(alpha)
+        value = x.objective(a)
+        if value is None:
+            continue
+        if x.m in level:
+            ref = refs[x.m].get(_run_of(x)) if x.config_id != reference else None
+            gpu = level[x.m] if x.config_id == reference else _paired(x, ref, level[x.m])
+            if gpu is not None:
+                value = gpu + a * (x.host_us or 0.0) / 1000.0
+        out[(x.m, x.config_id)] = value
     return out
+
+
+PAIRED_MIN_ROUNDS = 3
+
+
+def _run_of(x: Measurement) -> str:
+    return str(dict(x.env).get("run", ""))
+
+
+def _paired(x: Measurement, ref: Measurement | None, level: float) -> float | None:
+    """x's GPU time on the reference's level from their shared rounds; None when unpaired."""
+    if ref is None or not _run_of(x):
+        return None
+    n = min(len(x.samples), len(ref.samples))
+    if n < PAIRED_MIN_ROUNDS or any(r <= 0 for r in ref.samples[:n]):
+        return None
+    return statistics.median(s / r for s, r in zip(x.samples[:n], ref.samples[:n])) * level
 
 
 def cross_eval_plan(points: Sequence[Point] | Sequence[int], ranked_per_point: Mapping[int, Sequence[str]],

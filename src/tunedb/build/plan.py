@@ -3,7 +3,9 @@
 Per signature: the census points, plus the bucket ladder's edges between the smallest and the
 largest census M (weight 0: they locate region boundaries, traffic does not flow through them);
 per point: the cost model's top-k valid configs plus the forced arms (the family's sentinels:
-default, torch, and fused where it applies), or every valid config with `exhaustive`. The
+default, torch, and fused where it applies), or every valid config with `exhaustive`; each point
+also measures its neighbours' ranked configs (``borrow_neighbours``), so a config the model ranks
+just past a region edge is measured on both sides of it in every build. The
 ranking and the time prediction come in as callables, so this module needs neither the cost
 model nor torch; the plan it returns is what `--dry-run` prints and what the build measures.
 """
@@ -19,6 +21,13 @@ from tunedb.records import SENTINELS, ArchProfile, Config, Point, Signature, mer
 
 TOP_K = 16
 CROSS_TOP = 3
+# A point borrows the ranked arms of the census points next to it when they lie within this
+# factor in M. Why: cross-evaluation picks each point's measured top-3, a rank that noise
+# reorders among near-equal configs; a config the model ranks only above a region edge was then
+# measured below it in one build and not in the next (session 32: the LM head's M <= 32, a
+# 1.06x config, in 5 of 11 builds; the builds agreed on 84-90% of points across that split,
+# 95-99% within either side). Borrowing is decided by the model alone, so every build measures it.
+NEIGHBOUR_SPAN = 2.0
 # Protocol cost per (point, arm) beyond the kernel's own time: the numerical gate, graph capture,
 # warm-up and the interleaved rounds' bookkeeping. Used for --dry-run's estimate only.
 ARM_OVERHEAD_S = 0.12
@@ -105,6 +114,25 @@ def arms_for_point(family: KernelFamily, sig: Signature, m: int, arch: ArchProfi
     return tuple(ids) + forced
 
 
+def borrow_neighbours(arms: Mapping[int, tuple[str, ...]], forced: Sequence[str],
+                      valid: Callable[[int, str], bool], span: float = NEIGHBOUR_SPAN) -> dict[int, tuple[str, ...]]:
+    """Each point's arms plus the ranked (non-forced) arms of the points next to it in M that lie
+    within `span` of it and that `valid` (the family's predicate at this M) accepts; borrowed
+    ids come after the point's own ranked ones, the forced arms stay last. Depends on the plan
+    only, never on a measurement, so every build of the same points measures the same pairs."""
+    ms = sorted(arms)
+    out: dict[int, tuple[str, ...]] = {}
+    skip = set(forced)
+    for i, m in enumerate(ms):
+        own = [c for c in arms[m] if c not in skip]
+        borrowed: list[str] = []
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(ms) and max(m, ms[j]) <= span * min(m, ms[j]):
+                borrowed += [c for c in arms[ms[j]] if c not in skip and c not in own and valid(m, c)]
+        out[m] = tuple(dict.fromkeys(own + borrowed)) + tuple(c for c in arms[m] if c in skip)
+    return out
+
+
 def estimate_seconds(sig: Signature, arms: Mapping[int, Sequence[str]], predict: Predictor | None,
                      cross_pairs: int = 0, compiled: Iterable[str] = ()) -> float:
     """Rough wall time of measuring `arms` (+ cross-evaluation): protocol overhead per arm, the
@@ -138,6 +166,10 @@ def plan_signature(family: KernelFamily, census: Sequence[Point], arch: ArchProf
     space = family.config_space(arch.arch_family)
     arms = {p.m: arms_for_point(family, sig, p.m, arch, rankers, top_k=top_k, exhaustive=exhaustive,
                                 approximate=approximate, space=space) for p in points}
+    if not exhaustive:
+        by_id = {c.id: c for c in space}
+        forced = forced_arms(family, sig, approximate)
+        arms = borrow_neighbours(arms, forced, lambda m, cid: cid in by_id and family.invalid_reason(by_id[cid], sig, m, arch) is None)
     census_ms = tuple(sorted({p.m for p in census} & {p.m for p in points}))
     return SignaturePlan(sig, points, census_ms, arms, forced_arms(family, sig, approximate))
 

@@ -24,7 +24,10 @@ from tunedb.records import Measurement, Provenance, Signature
 
 class LoggedRun:
     """A measurement log, keyed for a replay: (signature, M) -> its configs in first-logged order,
-    and (signature, M, config) -> the latest Measurement of it."""
+    and (signature, M, config) -> its Measurements in logged order. An arm timed in two calls at
+    one point (the fallback, again in the cross call) answers a request with every record not yet
+    served, each with its call's id, so the replayed arms pair as the recorded ones did
+    (partition.objective_table); once all are served, the latest answers again."""
 
     def __init__(self, path: str | Path) -> None:
         from tunedb.measure.log import read_log
@@ -51,11 +54,12 @@ class LoggedRun:
         self.run_id = run_id
         self.provenance: Provenance = mine[-1].provenance
         self._arms: dict[tuple[Signature, int], dict[str, None]] = {}  # configs in first-logged order
-        self._latest: dict[tuple[Signature, int, str], Measurement] = {}
+        self._logged: dict[tuple[Signature, int, str], list[Measurement]] = {}
+        self._served: dict[tuple[Signature, int, str], int] = {}
         for r in mine:
             m = r.measurement
             self._arms.setdefault((m.signature, m.m), {})[m.config_id] = None
-            self._latest[(m.signature, m.m, m.config_id)] = m
+            self._logged.setdefault((m.signature, m.m, m.config_id), []).append(m)
 
     def use_latest_covering(self, points: Sequence[tuple[Signature, int]]) -> None:
         """Answer from the latest run that measured every point (none: stay on the latest run,
@@ -74,11 +78,17 @@ class LoggedRun:
         return tuple(ids)
 
     def measured(self, sig: Signature, m: int, ids: Sequence[str]) -> tuple[Measurement, ...]:
-        missing = [c for c in ids if (sig, m, c) not in self._latest]
+        missing = [c for c in ids if (sig, m, c) not in self._logged]
         if missing:
             raise BuildError(f"--replay {self.path}: no measurement of {', '.join(missing)} for "
                              f"{sig.format()} at M={m}; the log holds {', '.join(self.arms(sig, m))}")
-        return tuple(self._latest[(sig, m, c)] for c in ids)
+        out: list[Measurement] = []
+        for c in ids:
+            key = (sig, m, c)
+            logged, i = self._logged[key], self._served.get(key, 0)
+            out.extend(logged[i:] if i < len(logged) else logged[-1:])
+            self._served[key] = len(logged)
+        return tuple(out)
 
     def check_arch(self, arch_family: str) -> None:
         """A log names the arch family it was built for (logs before session 13's end do not)."""

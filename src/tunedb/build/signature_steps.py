@@ -46,7 +46,8 @@ def first_requests(plan: buildplan.SignaturePlan) -> list[tuple[int, tuple[str, 
 def cross_requests(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
                    valid: Callable[[Signature, int, str], bool] | None = None) -> dict[int, list[str]]:
     """M -> config ids: every point's top configs measured at the other points (sorted by M),
-    minus pairs already measured and pairs the validity predicate refuses."""
+    minus pairs already measured and pairs the validity predicate refuses; a point with any
+    also times its fallback again, last, so the cross arms pair with it (objective_table)."""
     alpha = {p.m: p.eager_share for p in plan.points}
     ranked = {p.m: [cid for _, cid in sorted((x.objective(alpha[p.m]), x.config_id)
                                             for x in meas if x.m == p.m and x.status.ok)]
@@ -56,6 +57,10 @@ def cross_requests(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
                                             [(x.m, x.config_id) for x in meas]):
         if valid is None or valid(plan.signature, m, cid):
             extra.setdefault(m, []).append(cid)
+    fallback = pick_rule(families.get(plan.signature.family)).fallback
+    if fallback in plan.forced:
+        for ids in extra.values():
+            ids.append(fallback)
     return dict(sorted(extra.items()))
 
 
@@ -67,7 +72,7 @@ def finish_signature(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
         rule = pick_rule(families.get(plan.signature.family), opts.min_speedup, getattr(opts, "gate_noise", None),
                          getattr(opts, "tie_band", None))
     alpha = {p.m: p.eager_share for p in plan.points}
-    table = partition.objective_table(meas, alpha)
+    table = partition.objective_table(meas, alpha, reference=rule.fallback)
     part = partition.partition(plan.points, table, rule, catch_all=True)
     keep = set(part.chosen) | {r.config_id for r in part.regions + (part.regions_native or ())} | set(plan.forced)
     source = "simulated" if opts.simulate else "build"

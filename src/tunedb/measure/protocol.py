@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -146,7 +147,9 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
     if phases is not None:
         add_phase(phases, "prepare", t1 - t0)
         add_phase(phases, "rounds", time.perf_counter() - t1)
-    out = _measurements(problem, prepared, run, merge_snapshots(before, after), timer)
+    # one id per call: arms of one call share their rounds, so partition.objective_table can
+    # pair each arm's samples with the reference's of the same rounds
+    out = _measurements(problem, prepared, run, {**merge_snapshots(before, after), "run": uuid.uuid4().hex[:12]}, timer)
     if log is not None:
         log.append(out)
     return out
