@@ -92,21 +92,31 @@ def _edge_ranker(sig, m, configs, k):
 
 
 def test_a_point_measures_its_neighbours_ranked_configs_across_a_region_edge():
-    census = [Point(SIG, m, 1.0 / 6, 1) for m in (8, 16, 24, 32, 40, 128)]
+    census = [Point(SIG, m, 1.0 / 5, 1) for m in (24, 28, 32, 36, 128)]
     plan = buildplan.plan_signature(GEMM, census, SM90, [_edge_ranker], top_k=1, fill=False)
-    valid = [c for c in GEMM.config_space("sm90") if GEMM.invalid_reason(c, SIG, 24, SM90) is None]
+    valid = [c for c in GEMM.config_space("sm90") if GEMM.invalid_reason(c, SIG, 28, SM90) is None]
     low, high = valid[0].id, valid[1].id
-    assert plan.arms[24][:2] == (low, high)  # its own pick first, then the one borrowed from M = 32
+    assert plan.arms[28][:2] == (low, high)  # its own pick first, then the one borrowed from M = 32
     assert plan.arms[32][:2] == (high, low)
-    assert plan.arms[8][:1] == (low,) and high not in plan.arms[8]  # two points from the edge: not borrowed
-    assert plan.arms[128][:1] == (high,) and low not in plan.arms[128]  # 128 > 2 x 40: too far to borrow
+    assert plan.arms[24][:1] == (low,) and high not in plan.arms[24]  # two points from the edge: not borrowed
+    assert plan.arms[128][:1] == (high,) and low not in plan.arms[128]
     for ids in plan.arms.values():
         assert ids[-2:] == ("default", "torch")  # the forced arms stay last
 
 
+def test_only_close_neighbours_lend_their_arms():
+    """The ladder's sqrt(2) and 2x steps above 128 do not borrow (NEIGHBOUR_SPAN): whisper's
+    1500 / 3000 / 6000 / 12000 would nearly double their arms."""
+    arms = {1500: ("a", "torch"), 3000: ("b", "torch"), 3600: ("c", "torch")}
+    got = buildplan.borrow_neighbours(arms, ("torch",), lambda m, cid: True)
+    assert got[1500] == ("a", "torch")
+    assert got[3000] == ("b", "c", "torch")  # 3600 <= 1.25 x 3000
+    assert got[3600] == ("c", "b", "torch")
+
+
 def test_borrowing_respects_the_validity_predicate_at_the_borrowing_point():
     arms = {8: ("a", "default", "torch"), 16: ("b", "default", "torch"), 64: ("c", "default", "torch")}
-    got = buildplan.borrow_neighbours(arms, ("default", "torch"), lambda m, cid: not (m == 8 and cid == "b"))
+    got = buildplan.borrow_neighbours(arms, ("default", "torch"), lambda m, cid: not (m == 8 and cid == "b"), span=2.0)
     assert got[8] == ("a", "default", "torch")  # b is refused at M = 8
     assert got[16] == ("b", "a", "default", "torch")  # 64 is more than 2x away
     assert got[64] == ("c", "default", "torch")

@@ -27,7 +27,9 @@ CROSS_TOP = 3
 # measured below it in one build and not in the next (session 32: the LM head's M <= 32, a
 # 1.06x config, in 5 of 11 builds; the builds agreed on 84-90% of points across that split,
 # 95-99% within either side). Borrowing is decided by the model alone, so every build measures it.
-NEIGHBOUR_SPAN = 2.0
+# 1.25: dense decode censuses (M = 1..64) borrow (+3.6% arms on Llama-3-8B decode); the ladder's
+# sqrt(2) and 2x steps do not (2x would add 77% to whisper-base's arms, and its tune's wall).
+NEIGHBOUR_SPAN = 1.25
 # Protocol cost per (point, arm) beyond the kernel's own time: the numerical gate, graph capture,
 # warm-up and the interleaved rounds' bookkeeping. Used for --dry-run's estimate only.
 ARM_OVERHEAD_S = 0.12
