@@ -172,6 +172,20 @@ def test_the_cli_starts_the_worker_before_its_census_and_hands_it_to_the_tune(ti
     assert order == ["start", "census", ("tune", spy)]
 
 
+def test_the_cli_tune_skips_the_cross_calls_second_torch_and_build_keeps_it(tiers, monkeypatch):
+    """`tunedb tune` puts its wall time first (BuildOptions.pair_cross); a build keeps pairing."""
+    from tunedb.build import steps as buildsteps
+    seen = []
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
+    monkeypatch.setattr(buildsteps, "start_worker", lambda opts, gpu: None)
+    monkeypatch.setattr(pipeline, "take_census", lambda w, **kw: ShapeSet((Point(QKV, 16, 1.0, 10),)))
+    monkeypatch.setattr(pipeline, "tune", lambda workload, opts, shapes=None, reporter=None, worker=None:
+                        seen.append(opts) or pipeline.TuneResult(shapes))
+    assert main(["tune", "whisper-base"]) == 0
+    assert seen and seen[0].pair_cross is False
+    assert pipeline.BuildOptions().pair_cross is True
+
+
 class StartSpy:
     """start_worker's stand-in: records each call (and whether has_gpu had been asked yet) and
     hands out a PrestartSpy where a real one would start a worker."""

@@ -321,3 +321,21 @@ def test_cross_evaluation_never_carries_a_config_past_its_valid_sizes(cache):
     assert all(r.m_hi is not None and r.m_hi <= 16 for r in regions if r.config_id.startswith("dk"))
     lines = [json.loads(x) for x in (cache / "out" / "measurements.jsonl").read_text().splitlines()]
     assert not [x for x in lines if x.get("config_id", "").startswith("dk") and x.get("m", 0) > 16]
+
+
+@pytest.mark.parametrize("pair", [True, False])
+def test_the_cross_call_times_torch_again_unless_tune_opts_out(cache, pair):
+    """A build's cross-evaluation call also times torch, so its arms pair with torch from their
+    own rounds (partition.objective_table); `tunedb tune` trades that for wall time."""
+    from tunedb.measure.log import read_measurements
+
+    shapes = census((WINS, (8, 24, 64)))
+    pipeline.build([("c", shapes)], opts(cache / "out", pair_cross=pair), timer=FakeTimer(truth, noise_sigma=0.002, seed=1))
+    calls: dict = {}
+    for x in read_measurements(cache / "out" / "measurements.jsonl"):
+        calls.setdefault((x.m, dict(x.env)["run"]), []).append(x.config_id)
+    cross = [ids for ids in calls.values() if "default" not in ids]  # a point's first call holds every forced arm
+    assert cross
+    for ids in cross:
+        assert ("torch" in ids) is pair
+        assert not pair or ids[-1] == "torch"

@@ -115,7 +115,8 @@ class PointTasks:
         ready: list[tuple[PointTask, float, Hashable | None]] = []
         if task.kind == "arms" and not any(t.kind == "arms" for t in job.waiting):
             job.cross = {m: tuple(ids) for m, ids in
-                         signature_steps.cross_requests(job.plan, self.measurements(job), self.valid).items()}
+                         signature_steps.cross_requests(job.plan, self.measurements(job), self.valid,
+                                                         getattr(self.opts, "pair_cross", True)).items()}
             share = float(job.plan.est_seconds or 0.0) / max(1, 2 * len(job.plan.points))
             for m in job.cross:
                 t = PointTask(job.plan.signature, m, "cross")

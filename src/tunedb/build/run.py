@@ -52,6 +52,10 @@ class BuildOptions:
     ray: str | None = None
     simulate_delay_ms: float = 0.0  # --simulate with --workers/--ray: sleep per arm (stands in for GPU time)
     replay: str | None = None  # a measurement log: rebuild from its numbers and its plan, no GPU (build/replay.py)
+    # the cross-evaluation call times the fallback again, so its arms pair with it
+    # (partition.objective_table): a build's tables must come out the same on a re-run; `tunedb
+    # tune` turns it off (+1 arm per point, 0.5-2 s of a 15-33 s whisper-base tune, session 32)
+    pair_cross: bool = True
 
 
 @dataclass

@@ -25,7 +25,7 @@ def build_signature(plan: buildplan.SignaturePlan, measure: Callable[..., tuple[
         got = measure(plan.signature, m, ids, alpha, decides=decides)
         meas.extend(got)
         on_arms(len(got))
-    for m, ids in cross_requests(plan, meas, getattr(measure, "valid", None)).items():
+    for m, ids in cross_requests(plan, meas, getattr(measure, "valid", None), getattr(opts, "pair_cross", True)).items():
         got = measure(plan.signature, m, ids, point_alpha(plan, m))
         meas.extend(got)
         on_arms(len(got))
@@ -44,10 +44,12 @@ def first_requests(plan: buildplan.SignaturePlan) -> list[tuple[int, tuple[str, 
 
 
 def cross_requests(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
-                   valid: Callable[[Signature, int, str], bool] | None = None) -> dict[int, list[str]]:
+                   valid: Callable[[Signature, int, str], bool] | None = None,
+                   pair: bool = True) -> dict[int, list[str]]:
     """M -> config ids: every point's top configs measured at the other points (sorted by M),
-    minus pairs already measured and pairs the validity predicate refuses; a point with any
-    also times its fallback again, last, so the cross arms pair with it (objective_table)."""
+    minus pairs already measured and pairs the validity predicate refuses; with `pair`
+    (BuildOptions.pair_cross), a point with any also times its fallback again, last, so the
+    cross arms pair with it (objective_table)."""
     alpha = {p.m: p.eager_share for p in plan.points}
     ranked = {p.m: [cid for _, cid in sorted((x.objective(alpha[p.m]), x.config_id)
                                             for x in meas if x.m == p.m and x.status.ok)]
@@ -58,7 +60,7 @@ def cross_requests(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
         if valid is None or valid(plan.signature, m, cid):
             extra.setdefault(m, []).append(cid)
     fallback = pick_rule(families.get(plan.signature.family)).fallback
-    if fallback in plan.forced:
+    if pair and fallback in plan.forced:
         for ids in extra.values():
             ids.append(fallback)
     return dict(sorted(extra.items()))

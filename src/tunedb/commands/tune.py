@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from tunedb.commands.build import RichReporter, add_build_options, options_from, phase_line, print_plan
@@ -218,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     simulated_out(args, console)
-    opts = options_from(args)
+    opts = replace(options_from(args), pair_cross=False)  # wall time first (BuildOptions.pair_cross)
     pipeline.buildsteps.check_options(opts, gpu=True)
     from tunedb.census.presets import check_lengths
 
