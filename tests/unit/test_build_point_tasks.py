@@ -1,10 +1,13 @@
 """A multi-GPU build's point tasks without Ray (build/point_tasks.py): the signatures decided
 from point tasks handed to two workers in any order are the serial build's; a point's
-cross-evaluation waits for all its signature's arms and goes to the GPU that timed its arms;
-a point whose GPU died is measured whole on another, and only that measurement is kept."""
+cross-evaluation waits for all its signature's arms. A build pairs each call with its own
+torch, so the cross call goes to any GPU and a dead GPU's finished arms stand; without pairing
+(`tunedb tune`) it goes to the GPU that timed the point's arms, and a point whose GPU died is
+measured whole on another, of which only that measurement is kept."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,15 @@ def setup():
     family = families.get("gemm")
     arch = pipeline.arch_profile("sm90", real=False)
     measurer = buildsteps.Measurer(family, opts, arch, None, {})
+    serial = {p.signature: signature_steps.build_signature(p, measurer, opts)[0] for p in plans}
+    return plans, opts, measurer, serial
+
+
+@pytest.fixture(scope="module")
+def pinned(setup):
+    """The same, unpaired (`tunedb tune`'s BuildOptions.pair_cross=False): cross tasks pinned."""
+    plans, opts, measurer, _ = setup
+    opts = replace(opts, pair_cross=False)
     serial = {p.signature: signature_steps.build_signature(p, measurer, opts)[0] for p in plans}
     return plans, opts, measurer, serial
 
@@ -71,9 +83,10 @@ def run(plans, opts, measurer, seed, die=None, grouped=True):
     return entries, kept, backend.requests
 
 
+@pytest.mark.parametrize("mode", ["paired", "pinned"])
 @pytest.mark.parametrize("seed,grouped", [(0, True), (1, True), (2, False)])
-def test_point_tasks_decide_as_the_serial_build(setup, seed, grouped) -> None:
-    plans, opts, measurer, serial = setup
+def test_point_tasks_decide_as_the_serial_build(request, mode, seed, grouped) -> None:
+    plans, opts, measurer, serial = request.getfixturevalue("setup" if mode == "paired" else "pinned")
     entries, kept, requests = run(plans, opts, measurer, seed, grouped=grouped)
     assert {s: e.regions for s, e in entries.items()} == {s: e.regions for s, e in serial.items()}
     assert {s: e.evidence for s, e in entries.items()} == {s: e.evidence for s, e in serial.items()}
@@ -83,14 +96,27 @@ def test_point_tasks_decide_as_the_serial_build(setup, seed, grouped) -> None:
         if task.kind == "arms":
             where[(task.signature, task.m)] = w
     for w, task, req in requests:
-        if task.kind == "cross":  # on the GPU that timed the point's arms, after every arm was in
-            assert w == where[(task.signature, task.m)]
+        if task.kind == "cross":  # after every arm of its signature was in
             arms_done = [i for i, (_, t, _) in enumerate(requests) if t.signature == task.signature and t.kind == "arms"]
             assert max(arms_done) < requests.index((w, task, req))
+            assert (req.ids[-1] == "torch") is (mode == "paired")  # the cross call's own torch
+            if mode == "pinned":  # on the GPU that timed the point's arms
+                assert w == where[(task.signature, task.m)]
 
 
-def test_a_dead_gpus_point_is_measured_whole_on_the_other(setup) -> None:
-    plans, opts, measurer, serial = setup
+def test_paired_cross_tasks_go_to_any_gpu(setup) -> None:
+    """Unpinned, an idle GPU takes cross tasks whose arms the other GPU timed (the tail)."""
+    plans, opts, measurer, _ = setup
+    moved = 0
+    for seed in range(4):
+        _, _, requests = run(plans, opts, measurer, seed)
+        where = {(t.signature, t.m): w for w, t, _ in requests if t.kind == "arms"}
+        moved += sum(1 for w, t, _ in requests if t.kind == "cross" and w != where[(t.signature, t.m)])
+    assert moved > 0
+
+
+def test_a_dead_gpus_point_is_measured_whole_on_the_other_when_pinned(pinned) -> None:
+    plans, opts, measurer, serial = pinned
     entries, kept, requests = run(plans, opts, measurer, 0, die=(0, "cross"))
     lost = next(t for w, t, _ in requests if w == 0 and t.kind == "cross")
     again = [(w, r) for w, t, r in requests if t == lost and w == 1]
@@ -101,6 +127,17 @@ def test_a_dead_gpus_point_is_measured_whole_on_the_other(setup) -> None:
     at_m = [x for x in kept[lost.signature] if x.m == lost.m]
     assert sorted(x.config_id for x in at_m) == sorted(req.ids)  # GPU 0's arms at M were dropped
     assert set(entries) == set(serial)
+
+
+def test_a_dead_gpus_finished_arms_stand_when_paired(setup) -> None:
+    plans, opts, measurer, serial = setup
+    entries, kept, requests = run(plans, opts, measurer, 0, die=(0, "cross"))
+    lost = next(t for w, t, _ in requests if w == 0 and t.kind == "cross")
+    again = [r for w, t, r in requests if t == lost and w == 1]
+    assert len(again) == 1
+    plan = next(p for p in plans if p.signature == lost.signature)
+    assert not set(again[0].ids) & (set(plan.arms[lost.m]) - {"torch"})  # only the cross arms (+ torch)
+    assert {s: e.regions for s, e in entries.items()} == {s: e.regions for s, e in serial.items()}
 
 
 class Dying(Shuffled):
@@ -121,9 +158,10 @@ class Dying(Shuffled):
         return [Outcome(worker, task, value=got)]
 
 
+@pytest.mark.parametrize("mode", ["paired", "pinned"])
 @pytest.mark.parametrize("seed", range(12))
-def test_deaths_anywhere_finish_every_signature_once_each_point_from_one_gpu(setup, seed) -> None:
-    plans, opts, measurer, serial = setup
+def test_deaths_anywhere_finish_every_signature_once(request, mode, seed) -> None:
+    plans, opts, measurer, serial = request.getfixturevalue("setup" if mode == "paired" else "pinned")
     n = 2 + seed % 3
     tasks = PointTasks(plans, opts, measurer.valid)
     sched = Scheduler.of(tasks.tasks(), group=lambda t: t.signature)
@@ -149,5 +187,5 @@ def test_deaths_anywhere_finish_every_signature_once_each_point_from_one_gpu(set
         assert len(pairs) == len(set(pairs))
         assert len([x for x in meas if x.config_id != "torch"]) == len({(x.m, x.config_id) for x in meas if x.config_id != "torch"})
         assert all(len({r for (m, r) in calls if m == mm}) <= 2 for mm in {x.m for x in meas})
-        for m in {x.m for x in meas}:  # every comparison at a point timed on one GPU
-            assert len({backend.who[id(x)] for x in meas if x.m == m}) == 1, (sig, m)
+        for m in {x.m for x in meas}:  # every comparison at a point timed on one GPU (pinned)
+            assert mode == "paired" or len({backend.who[id(x)] for x in meas if x.m == m}) == 1, (sig, m)

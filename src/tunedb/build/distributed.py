@@ -3,13 +3,13 @@
 One measuring actor per GPU (`num_gpus=1`); each measures with its own Measurer, i.e. the
 measurement protocol in its own worker subprocess on its GPU as a one-GPU build does. The
 driver runs each signature's steps as point tasks (build/point_tasks.py: a point's arms, then
-its cross-evaluation on the same GPU) handed out through build/scheduler.py; when a signature's
+its cross-evaluation, on any GPU since each call pairs with its own fallback) handed out through build/scheduler.py; when a signature's
 last task is in, the driver decides its regions, appends its measurements to the one log and
 checkpoints it, so the run directory and the log look as a serial build's would, and the final
 write is the serial build's. A killed actor (or a dead host) loses the point it held, which goes
-to another actor, and the arms it timed at points whose cross-evaluation had not run yet (each
-such point is measured again whole elsewhere: a point's comparisons stay on one GPU); a killed
-driver resumes from the checkpoints (finished signatures) with the same --run-id. All GPUs must
+to another actor (without pairing, `tunedb tune`, also the arms it timed at points whose
+cross-evaluation had not run yet: each such point is measured again whole elsewhere, so that a
+point's comparisons stay on one GPU); a killed driver resumes from the checkpoints (finished signatures) with the same --run-id. All GPUs must
 be one arch family and SKU.
 
 Ray is imported only here, and only when one of those flags is given.

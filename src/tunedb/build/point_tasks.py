@@ -5,12 +5,15 @@ GPUs finish at best 5/3 faster than one, and a killed actor cost a whole signatu
 signature runs as signature_steps.build_signature does, in its three steps, with every measurement a task
 the scheduler hands out (grouped by signature: a signature stays on the GPU that started it
 unless another GPU has nothing else to do): first each point's arms (task "arms"), then, once all of them are
-in, each point's cross-evaluation (task "cross"), pinned to the GPU that measured that point's
-arms, so every point's arms -- and so every comparison against the fallback the partition makes
-at that point -- are timed on one device (the build refuses GPUs of different SKUs). If that GPU
-died, its point is measured again whole (arms and cross) on another, replacing the first half,
-which never reaches the log. The last task of a signature yields its Entry (finish_signature):
-the same decision the serial build makes from the same measurements.
+in, each point's cross-evaluation (task "cross"). A build (BuildOptions.pair_cross) times the
+fallback again in the cross call and pairs every arm with the fallback of its own call
+(partition.objective_table), so a point's two calls need not share a GPU: any GPU takes a cross
+task, an idle one takes the tail, and a dead GPU's finished arms stand. Without pairing (`tunedb
+tune`) a cross task is pinned to the GPU that timed the point's arms, so every comparison at a
+point is made on one device (the build refuses GPUs of different SKUs); if that GPU died, the
+point is measured again whole (arms and cross) on another, replacing the first half, which never
+reaches the log. The last task of a signature yields its Entry (finish_signature): the same
+decision the serial build makes from the same measurements.
 """
 from __future__ import annotations
 
@@ -68,6 +71,8 @@ class PointTasks:
                  rule: Any = None) -> None:
         self.opts, self.valid, self.rule = opts, valid, rule
         self.jobs = {p.signature: _Job(p) for p in plans}
+        # paired calls compare through the fallback of their own call: no need to pin
+        self.pinned = not getattr(opts, "pair_cross", True)
 
     def tasks(self) -> list[tuple[PointTask, float]]:
         """Every point's arms, the largest signature first (its points in M order); a task's
@@ -88,7 +93,7 @@ class PointTasks:
         alpha = signature_steps.point_alpha(plan, m)
         if task.kind == "arms":
             return Request(plan.signature, m, tuple(plan.arms[m]), alpha, len(plan.points) == 1)
-        if job.device.get(m) == worker:
+        if not self.pinned or job.device.get(m) == worker:
             job.whole.discard(m)
             return Request(plan.signature, m, job.cross[m], alpha, False)
         job.whole.add(m)  # the GPU that timed this point's arms died: measure the point whole here
@@ -96,7 +101,7 @@ class PointTasks:
         return Request(plan.signature, m, ids, alpha, False)
 
     def pin(self, task: PointTask) -> Hashable | None:
-        return self.jobs[task.signature].device.get(task.m) if task.kind == "cross" else None
+        return self.jobs[task.signature].device.get(task.m) if task.kind == "cross" and self.pinned else None
 
     def done(self, task: PointTask, worker: Hashable, got: Sequence[Measurement]
              ) -> tuple[list[tuple[PointTask, float, Hashable | None]], Entry | None, list[Measurement]]:
@@ -121,7 +126,7 @@ class PointTasks:
             for m in job.cross:
                 t = PointTask(job.plan.signature, m, "cross")
                 job.waiting.add(t)
-                ready.append((t, share, job.device[m]))
+                ready.append((t, share, job.device[m] if self.pinned else None))
         if job.waiting:
             return ready, None, []
         meas = self.measurements(job)
