@@ -189,3 +189,14 @@ def test_deaths_anywhere_finish_every_signature_once(request, mode, seed) -> Non
         assert all(len({r for (m, r) in calls if m == mm}) <= 2 for mm in {x.m for x in meas})
         for m in {x.m for x in meas}:  # every comparison at a point timed on one GPU (pinned)
             assert mode == "paired" or len({backend.who[id(x)] for x in meas if x.m == m}) == 1, (sig, m)
+
+
+def test_a_point_whose_host_time_counts_keeps_its_cross_task_on_its_gpu(setup) -> None:
+    """Pairing levels GPU times, not host times: where the census's eager share is > 0 the cross
+    call stays with the arms (with --ray the two could run on two hosts' CPUs)."""
+    plans, opts, measurer, _ = setup
+    eager = [replace(p, points=tuple(replace(q, eager_share=0.5) for q in p.points)) for p in plans]
+    _, _, requests = run(eager, opts, measurer, 1)
+    where = {(t.signature, t.m): w for w, t, _ in requests if t.kind == "arms"}
+    crossed = [(w, t) for w, t, _ in requests if t.kind == "cross"]
+    assert crossed and all(w == where[(t.signature, t.m)] for w, t in crossed)

@@ -339,3 +339,34 @@ def test_the_cross_call_times_torch_again_unless_tune_opts_out(cache, pair):
     for ids in cross:
         assert ("torch" in ids) is pair
         assert not pair or ids[-1] == "torch"
+
+
+def test_torch_is_timed_for_as_many_rounds_as_any_arm_of_its_call(cache):
+    """The fallback is never halved away (Measurer.request's keep), so every arm pairs with it
+    over all of its rounds; each call has its own id."""
+    from tunedb.measure.log import read_measurements
+
+    pipeline.build([("c", census((WINS, (8, 24, 64))))], opts(cache / "out"), timer=FakeTimer(truth, noise_sigma=0.02, seed=3))
+    calls: dict = {}
+    for x in read_measurements(cache / "out" / "measurements.jsonl"):
+        calls.setdefault(dict(x.env)["run"], []).append(x)
+    assert len(calls) >= 3
+    for got in calls.values():
+        assert len({x.m for x in got}) == 1  # one call times one point
+        torch_ = [x for x in got if x.config_id == "torch"]
+        if torch_:
+            assert len(torch_[0].samples) == max(len(x.samples) for x in got if x.status.ok)
+
+
+def test_evidence_keeps_what_the_partition_compared(cache):
+    """Where the arms paired with torch, the evidence names it ('_stat': 'paired') and keeps each
+    arm's paired time, the numbers the runtime's gate checks read (serving.point_times)."""
+    from tunedb.runtime import serving
+
+    pipeline.build([("c", census((WINS, (8, 24, 64))))], opts(cache / "out"), timer=FakeTimer(truth, noise_sigma=0.002, seed=1))
+    entry = database.load(cache / "out" / "sm90" / "gemm.json", "gemm", "sm90").entries[WINS]
+    for key, row in entry.evidence.items():
+        arms = [a for a, v in row.items() if not a.startswith("_") and isinstance(v, list)]
+        assert row.get("_stat") == "paired" and all(f"_stat:{a}" in row for a in arms), key
+        times = serving.point_times(row, *arms)
+        assert times == tuple(row[f"_stat:{a}"] for a in arms)

@@ -76,6 +76,12 @@ def objective_table(measurements: Iterable[Measurement], alpha: Mapping[int, flo
 PAIRED_MIN_ROUNDS = 3
 
 
+def is_paired_point(measurements: Iterable[Measurement], m: int, reference: str) -> bool:
+    """Whether objective_table puts M's arms on the reference's level: the reference was timed
+    there, ok, by a call with an id (logs from before session 32 have none)."""
+    return any(x.m == m and x.config_id == reference and x.status.ok and _run_of(x) for x in measurements)
+
+
 def _run_of(x: Measurement) -> str:
     return str(dict(x.env).get("run", ""))
 

@@ -93,7 +93,7 @@ class PointTasks:
         alpha = signature_steps.point_alpha(plan, m)
         if task.kind == "arms":
             return Request(plan.signature, m, tuple(plan.arms[m]), alpha, len(plan.points) == 1)
-        if not self.pinned or job.device.get(m) == worker:
+        if not self._pins(job, m) or job.device.get(m) == worker:
             job.whole.discard(m)
             return Request(plan.signature, m, job.cross[m], alpha, False)
         job.whole.add(m)  # the GPU that timed this point's arms died: measure the point whole here
@@ -101,7 +101,14 @@ class PointTasks:
         return Request(plan.signature, m, ids, alpha, False)
 
     def pin(self, task: PointTask) -> Hashable | None:
-        return self.jobs[task.signature].device.get(task.m) if task.kind == "cross" and self.pinned else None
+        job = self.jobs[task.signature]
+        return job.device.get(task.m) if task.kind == "cross" and self._pins(job, task.m) else None
+
+    def _pins(self, job: _Job, m: int) -> bool:
+        """Whether M's cross task goes to the GPU that timed its arms: unpaired, or where host time
+        counts (alpha > 0): pairing levels GPU times, not host times, and with --ray the two calls
+        could run on two hosts' CPUs."""
+        return self.pinned or signature_steps.point_alpha(job.plan, m) > 0
 
     def done(self, task: PointTask, worker: Hashable, got: Sequence[Measurement]
              ) -> tuple[list[tuple[PointTask, float, Hashable | None]], Entry | None, list[Measurement]]:
@@ -126,7 +133,7 @@ class PointTasks:
             for m in job.cross:
                 t = PointTask(job.plan.signature, m, "cross")
                 job.waiting.add(t)
-                ready.append((t, share, job.device[m] if self.pinned else None))
+                ready.append((t, share, job.device[m] if self._pins(job, m) else None))
         if job.waiting:
             return ready, None, []
         meas = self.measurements(job)

@@ -83,9 +83,13 @@ def simulated_timer(family: Any, arch: ArchProfile, seed: int, noise: float) -> 
     return FakeTimer(cost, noise_sigma=noise, seed=seed)
 
 
-def evidence(meas: Sequence[Measurement], keep: set[str]) -> dict[str, Any]:
+def evidence(meas: Sequence[Measurement], keep: set[str],
+             paired: Mapping[tuple[int, str], float] | None = None) -> dict[str, Any]:
     """Per M: {config: [median, sigma, n] or its failure status, '_l2': ...}, for `keep` and each
-    point's best; the full record is the measurement log."""
+    point's best; the full record is the measurement log. `paired` (partition.objective_table at
+    alpha 0 with the fallback as reference) adds what the partition compared at a point where it
+    paired: '_stat': 'paired' and '_stat:<arm>' ms per arm (runtime.serving.point_times reads
+    them), since a raw median of another protocol call is not on the same footing."""
     out: dict[str, dict[str, Any]] = {}
     best: dict[int, tuple[float, str]] = {}
     for x in meas:
@@ -98,6 +102,15 @@ def evidence(meas: Sequence[Measurement], keep: set[str]) -> dict[str, Any]:
         row[x.config_id] = ([round(x.median_ms, 6), round(x.sigma_ms or 0.0, 6), x.n] if x.status.ok
                             else x.status.value)
         row["_l2"] = x.l2
+        if paired is not None and x.status.ok and (x.m, x.config_id) in paired:
+            row[f"_stat:{x.config_id}"] = round(paired[(x.m, x.config_id)], 6)
+    for key, row in out.items():
+        arms = [a for a, v in row.items() if not a.startswith("_") and isinstance(v, list)]
+        if arms and all(f"_stat:{a}" in row for a in arms):
+            row["_stat"] = "paired"
+        else:  # never one of each (point_times): a point with an unpaired-only arm keeps medians
+            for a in arms:
+                row.pop(f"_stat:{a}", None)
     return out
 
 
@@ -234,6 +247,9 @@ class Measurer:
                                   working_set_bytes=self.working_set.get(sig))
         if decides and self.rule.min_speedup > 1.0:
             kw["fallback_gate"] = (self.rule.fallback, self.rule.required(1))
+        refs = tuple(c for c in (self.rule.fallback, *self.rule.peers) if c in ids)
+        if refs:  # never halved away: every arm pairs with them over all its rounds (objective_table)
+            kw["keep"] = refs
         if self._impl is None:
             self._impl = (database.validators.family_impl_hash(self.family),)
         return MeasureRequest(sig, m, tuple(ids), tuple(sorted(kw.items())), self._impl[0]), kw

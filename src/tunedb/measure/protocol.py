@@ -149,7 +149,7 @@ def measure_problem(problem: Problem, *, timer: Timer | None = None, alpha: floa
         add_phase(phases, "rounds", time.perf_counter() - t1)
     # one id per call: arms of one call share their rounds, so partition.objective_table can
     # pair each arm's samples with the reference's of the same rounds
-    out = _measurements(problem, prepared, run, {**merge_snapshots(before, after), "run": uuid.uuid4().hex[:12]}, timer)
+    out = _measurements(problem, prepared, run, merge_snapshots(before, after), timer, uuid.uuid4().hex[:12])
     if log is not None:
         log.append(out)
     return out
@@ -202,12 +202,13 @@ def _rounds(run: _Run, session: Any, env: Any,
 
 
 def _measurements(problem: Problem, prepared: Mapping[str, Prepared], run: _Run,
-                  env: dict[str, Any], timer: Timer) -> tuple[Measurement, ...]:
+                  env: dict[str, Any], timer: Timer, call_id: str) -> tuple[Measurement, ...]:
     out = []
     for cid in problem.config_ids:
         p = prepared[cid]
         info = dict(env)
         info.update(dict(p.info))
+        info["run"] = call_id  # after p.info: a replayed record's own id must not come back
         info["timer"] = getattr(timer, "name", type(timer).__name__)
         info["rounds"] = run.rounds
         info["stop"] = run.stop if run.alive else "no live arm"
