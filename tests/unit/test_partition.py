@@ -131,7 +131,7 @@ def test_cross_arms_pair_with_the_reference_timed_in_their_own_call():
 def test_evidence_without_call_ids_keeps_medians():
     """Logs from before call ids (session 32) pair nothing: no point claims a paired statistic."""
     from tunedb.build.partition import is_paired_point
-    from tunedb.build.steps import evidence
+    from tunedb.build.signature_steps import evidence
 
     old = [Measurement(SIG, 16, "torch", Status.OK, median_ms=0.010, n=5, samples=(0.01,) * 5),
            Measurement(SIG, 16, "tile", Status.OK, median_ms=0.008, n=5, samples=(0.008,) * 5)]

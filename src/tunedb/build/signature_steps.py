@@ -1,16 +1,17 @@
 """One signature's build, in the three steps a serial build runs in line and a multi-GPU build
 hands out point by point (build/point_tasks.py): every point's arms (first_requests), then each
 point's leaders at the other points (cross_requests, which needs every first result), then the
-partition into regions (finish_signature). build_signature chains them for one measurer.
+partition into regions and the evidence it rests on (finish_signature, evidence).
+build_signature chains them for one measurer.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tunedb import families
 from tunedb.build import partition
 from tunedb.build import plan as buildplan
-from tunedb.build.steps import evidence, pick_rule
+from tunedb.build.steps import pick_rule
 from tunedb.families.contract import PickRule
 from tunedb.records import Entry, Measurement, Signature
 
@@ -81,3 +82,34 @@ def finish_signature(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
     gpu = partition.objective_table(meas, 0.0, reference=rule.fallback)
     paired = {k: v for k, v in gpu.items() if partition.is_paired_point(meas, k[0], rule.fallback)}
     return Entry(plan.signature, part.regions, evidence(meas, keep, paired), source, {}, part.notes, part.regions_native)
+
+
+def evidence(meas: Sequence[Measurement], keep: set[str],
+             paired: Mapping[tuple[int, str], float] | None = None) -> dict[str, Any]:
+    """Per M: {config: [median, sigma, n] or its failure status, '_l2': ...}, for `keep` and each
+    point's best; the full record is the measurement log. `paired` (partition.objective_table at
+    alpha 0 with the fallback as reference) adds what the partition compared at a point where it
+    paired: '_stat': 'paired' and '_stat:<arm>' ms per arm (runtime.serving.point_times reads
+    them), since a raw median of another protocol call is not on the same footing."""
+    out: dict[str, dict[str, Any]] = {}
+    best: dict[int, tuple[float, str]] = {}
+    for x in meas:
+        if x.status.ok and (x.m not in best or (x.median_ms, x.config_id) < best[x.m]):
+            best[x.m] = (x.median_ms, x.config_id)
+    for x in meas:
+        if x.config_id not in keep and best.get(x.m, (0, ""))[1] != x.config_id:
+            continue
+        row = out.setdefault(f"M={x.m}", {})
+        row[x.config_id] = ([round(x.median_ms, 6), round(x.sigma_ms or 0.0, 6), x.n] if x.status.ok
+                            else x.status.value)
+        row["_l2"] = x.l2
+        if paired is not None and x.status.ok and (x.m, x.config_id) in paired:
+            row[f"_stat:{x.config_id}"] = round(paired[(x.m, x.config_id)], 6)
+    for key, row in out.items():
+        arms = [a for a, v in row.items() if not a.startswith("_") and isinstance(v, list)]
+        if arms and all(f"_stat:{a}" in row for a in arms):
+            row["_stat"] = "paired"
+        else:  # never one of each (point_times): a point with an unpaired-only arm keeps medians
+            for a in arms:
+                row.pop(f"_stat:{a}", None)
+    return out

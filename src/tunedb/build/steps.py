@@ -83,37 +83,6 @@ def simulated_timer(family: Any, arch: ArchProfile, seed: int, noise: float) -> 
     return FakeTimer(cost, noise_sigma=noise, seed=seed)
 
 
-def evidence(meas: Sequence[Measurement], keep: set[str],
-             paired: Mapping[tuple[int, str], float] | None = None) -> dict[str, Any]:
-    """Per M: {config: [median, sigma, n] or its failure status, '_l2': ...}, for `keep` and each
-    point's best; the full record is the measurement log. `paired` (partition.objective_table at
-    alpha 0 with the fallback as reference) adds what the partition compared at a point where it
-    paired: '_stat': 'paired' and '_stat:<arm>' ms per arm (runtime.serving.point_times reads
-    them), since a raw median of another protocol call is not on the same footing."""
-    out: dict[str, dict[str, Any]] = {}
-    best: dict[int, tuple[float, str]] = {}
-    for x in meas:
-        if x.status.ok and (x.m not in best or (x.median_ms, x.config_id) < best[x.m]):
-            best[x.m] = (x.median_ms, x.config_id)
-    for x in meas:
-        if x.config_id not in keep and best.get(x.m, (0, ""))[1] != x.config_id:
-            continue
-        row = out.setdefault(f"M={x.m}", {})
-        row[x.config_id] = ([round(x.median_ms, 6), round(x.sigma_ms or 0.0, 6), x.n] if x.status.ok
-                            else x.status.value)
-        row["_l2"] = x.l2
-        if paired is not None and x.status.ok and (x.m, x.config_id) in paired:
-            row[f"_stat:{x.config_id}"] = round(paired[(x.m, x.config_id)], 6)
-    for key, row in out.items():
-        arms = [a for a, v in row.items() if not a.startswith("_") and isinstance(v, list)]
-        if arms and all(f"_stat:{a}" in row for a in arms):
-            row["_stat"] = "paired"
-        else:  # never one of each (point_times): a point with an unpaired-only arm keeps medians
-            for a in arms:
-                row.pop(f"_stat:{a}", None)
-    return out
-
-
 def working_sets(censuses: Sequence[tuple[str, Any]], family: Any) -> dict[Signature, int]:
     """The weight bytes each signature is measured behind (the protocol's L2 state): per census --
     one served model -- every weight one forward reads, i.e. each signature's weight bytes (the
