@@ -130,12 +130,12 @@ def test_cross_arms_pair_with_the_reference_timed_in_their_own_call():
 
 def test_evidence_without_call_ids_keeps_medians():
     """Logs from before call ids (session 32) pair nothing: no point claims a paired statistic."""
-    from tunedb.build.partition import is_paired_point
+    from tunedb.build.partition import paired_points
     from tunedb.build.signature_steps import evidence
 
     old = [Measurement(SIG, 16, "torch", Status.OK, median_ms=0.010, n=5, samples=(0.01,) * 5),
            Measurement(SIG, 16, "tile", Status.OK, median_ms=0.008, n=5, samples=(0.008,) * 5)]
-    assert not is_paired_point(old, 16, "torch")
+    assert 16 not in paired_points(old, "torch")
     row = evidence(old, {"torch", "tile"}, {})["M=16"]
     assert "_stat" not in row and not any(k.startswith("_stat:") for k in row)
 

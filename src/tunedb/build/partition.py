@@ -51,12 +51,8 @@ def objective_table(measurements: Iterable[Measurement], alpha: Mapping[int, flo
     both arms of a round, but not equally many samples of each, so two medians taken apart can
     differ by 10% on a 7 us kernel (session 12, N=1024 at M=7); the paired ratio does not move.
     Arms without a paired reference call (older logs, a failed reference) keep their median."""
-    meas = [m for m in measurements]
-    refs: dict[int, dict[str, Measurement]] = {}
-    if reference is not None:
-        for x in meas:
-            if x.config_id == reference and x.status.ok and x.median_ms is not None:
-                refs.setdefault(x.m, {})[_run_of(x)] = x
+    meas = list(measurements)
+    refs = _references(meas, reference) if reference is not None else {}
     level = {m: statistics.median(r.median_ms for r in by_run.values()) for m, by_run in refs.items()}
     out: dict[tuple[int, str], float] = {}
     for x in meas:
@@ -76,10 +72,19 @@ def objective_table(measurements: Iterable[Measurement], alpha: Mapping[int, flo
 PAIRED_MIN_ROUNDS = 3
 
 
-def is_paired_point(measurements: Iterable[Measurement], m: int, reference: str) -> bool:
-    """Whether objective_table puts M's arms on the reference's level: the reference was timed
-    there, ok, by a call with an id (logs from before session 32 have none)."""
-    return any(x.m == m and x.config_id == reference and x.status.ok and _run_of(x) for x in measurements)
+def _references(meas: Sequence[Measurement], reference: str) -> dict[int, dict[str, Measurement]]:
+    """M -> call id -> the reference's ok measurement in that call ('' for a log without ids)."""
+    refs: dict[int, dict[str, Measurement]] = {}
+    for x in meas:
+        if x.config_id == reference and x.status.ok and x.median_ms is not None:
+            refs.setdefault(x.m, {})[_run_of(x)] = x
+    return refs
+
+
+def paired_points(measurements: Iterable[Measurement], reference: str) -> set[int]:
+    """The Ms where objective_table puts arms on the reference's level from paired rounds: the
+    reference was timed there, ok, by a call with an id (logs from before session 32 have none)."""
+    return {m for m, by_run in _references(list(measurements), reference).items() if any(by_run)}
 
 
 def _run_of(x: Measurement) -> str:

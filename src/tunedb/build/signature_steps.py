@@ -80,7 +80,8 @@ def finish_signature(plan: buildplan.SignaturePlan, meas: Sequence[Measurement],
     keep = set(part.chosen) | {r.config_id for r in part.regions + (part.regions_native or ())} | set(plan.forced)
     source = "simulated" if opts.simulate else "build"
     gpu = partition.objective_table(meas, 0.0, reference=rule.fallback)
-    paired = {k: v for k, v in gpu.items() if partition.is_paired_point(meas, k[0], rule.fallback)}
+    at = partition.paired_points(meas, rule.fallback)
+    paired = {k: v for k, v in gpu.items() if k[0] in at}
     return Entry(plan.signature, part.regions, evidence(meas, keep, paired), source, {}, part.notes, part.regions_native)
 
 
