@@ -26,7 +26,7 @@ Per cell (op, dtype, n, batch): the torch arm (the capturable forms, in CUDA gra
 dot/gemv/gemm, cholesky_ex, solve_triangular, cholesky_ex + two solve_triangular for posv),
 for potrf/posv also the checked eager forms a user of the obvious API pays (torch.linalg.cholesky,
 torch.cholesky_solve; timed eagerly, never servable in a graph), and the Triton configs the
-validity predicate admits (at most --cap per cell, by kernels_space.candidates' prior for the
+validity predicate admits (at most --cap per cell, by kernels_prior.candidates' prior for the
 cell's batch, every packing kept). All arms go through launch.launch.
 
 Timing: each arm is a CUDA graph of R launches, launch i on ring slot i; the ring's slots are
@@ -96,6 +96,7 @@ def parse_args(argv=None):
         if getattr(args, name) is None:
             setattr(args, name, value)
     from tunedb.families.linalg import kernels_space as space
+    from tunedb.families.linalg import kernels_prior as prior
 
     for op in args.ops:
         if op not in space.OPS:
@@ -128,7 +129,7 @@ def plan(args):
                 continue
             for n in args.n:
                 for b in args.batch:
-                    ids = [c.id for c in space.candidates(op, n, dt, cap=args.cap or None, batch=b)]
+                    ids = [c.id for c in prior.candidates(op, n, dt, cap=args.cap or None, batch=b)]
                     cells.append(((op, dt, n, b), ids))
     return sorted(cells, key=lambda c: priority(c[0]))
 

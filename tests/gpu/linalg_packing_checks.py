@@ -6,13 +6,14 @@ import torch
 from tunedb.families.linalg import kernels_check as check
 from tunedb.families.linalg import kernels_prebuild
 from tunedb.families.linalg import kernels_space as space
+from tunedb.families.linalg import kernels_prior as prior
 from tunedb.families.linalg.launch import launch
 
 
 
 def packing_configs(packing, op, n, dt, count):
     """The prior's first `count` configs of `packing` for (op, n, dt) at batch 4096."""
-    return [c.id for c in space.candidates(op, n, dt, batch=4096) if c.packing == packing][:count]
+    return [c.id for c in prior.candidates(op, n, dt, batch=4096) if c.packing == packing][:count]
 
 
 def compile_or_skip(items):

@@ -5,6 +5,7 @@ import torch
 
 from tunedb.families.linalg import kernels_check as check
 from tunedb.families.linalg import kernels_space as space
+from tunedb.families.linalg import kernels_prior as prior
 from tunedb.families.linalg.launch import launch
 
 
@@ -58,34 +59,34 @@ def test_every_cell_has_a_triton_config_and_the_space_is_what_the_predicate_admi
 
 
 def test_candidates_spend_a_cap_mostly_on_lane_and_warp_configs():
-    capped = space.candidates("potrf", 16, "fp32", cap=5, batch=65536)
+    capped = prior.candidates("potrf", 16, "fp32", cap=5, batch=65536)
     assert [c.packing for c in capped] == ["lane", "reg", "warp", "block", "thread"]
     assert capped[0].id == "lane_p2_w1"  # one column per lane, one warp per program
     assert capped[1].id == "reg_p32_w1"  # one problem per thread, one warp per program
     # a cap of 11 where reg runs spends the old cap of 9 on the other packings, plus two reg
-    eleven = space.candidates("potrf", 16, "fp32", cap=11, batch=4096)
+    eleven = prior.candidates("potrf", 16, "fp32", cap=11, batch=4096)
     old = [c for c in eleven if c.packing != "reg"]
     assert len(old) == 9 and sum(c.packing == "reg" for c in eleven) == 2
     assert sorted(c.packing for c in old) == sorted(["lane"] * 3 + ["warp"] * 3 + ["block"] * 2 + ["thread"])
     # where reg cannot run, a cap of 9 is the old nine
-    nine = space.candidates("posv", 32, "fp32", cap=9, batch=4096)
+    nine = prior.candidates("posv", 32, "fp32", cap=9, batch=4096)
     assert sorted(c.packing for c in nine) == sorted(["lane"] * 3 + ["warp"] * 3 + ["block"] * 2 + ["thread"])
     # the ops without a lane kernel keep the rotation they had
-    capped = space.candidates("gemm", 8, "fp32", cap=5, batch=65536)
+    capped = prior.candidates("gemm", 8, "fp32", cap=5, batch=65536)
     assert [c.packing for c in capped] == ["warp", "block", "thread", "warp", "warp"]
 
 
 def test_candidates_cap_keeps_every_packing_that_has_a_valid_config():
     for op in space.OPS:
         full = space.config_space(op, 8, "fp32")
-        capped = space.candidates(op, 8, "fp32", cap=5)
+        capped = prior.candidates(op, 8, "fp32", cap=5)
         assert len(capped) == min(5, len(full)) and set(capped) <= set(full)
         # rows (session 15) takes its turns after the older packings' first eleven, shfl
         # (session 18) its one turn at a cap of 14
         assert {c.packing for c in capped} == {c.packing for c in full} - {"rows", "shfl"}
-        assert {c.packing for c in space.candidates(op, 8, "fp32", cap=13)} == {c.packing for c in full} - {"shfl"}
-        assert {c.packing for c in space.candidates(op, 8, "fp32", cap=14)} == {c.packing for c in full}
-    assert set(space.candidates("dot", 8, "fp32")) == set(space.config_space("dot", 8, "fp32"))
+        assert {c.packing for c in prior.candidates(op, 8, "fp32", cap=13)} == {c.packing for c in full} - {"shfl"}
+        assert {c.packing for c in prior.candidates(op, 8, "fp32", cap=14)} == {c.packing for c in full}
+    assert set(prior.candidates("dot", 8, "fp32")) == set(space.config_space("dot", 8, "fp32"))
 
 
 def test_simplicity_orders_thread_warp_block():
@@ -148,8 +149,8 @@ def test_hard_inputs_are_spd_with_the_stated_spread():
 
 
 def test_candidates_prefer_configs_that_fill_the_gpu_at_small_batch():
-    small = space.candidates("potrf", 8, "fp32", cap=5, batch=256)
-    large = space.candidates("potrf", 8, "fp32", cap=5, batch=65536)
+    small = prior.candidates("potrf", 8, "fp32", cap=5, batch=256)
+    large = prior.candidates("potrf", 8, "fp32", cap=5, batch=65536)
     warp_small = min(c.problems for c in small if c.packing == "warp")
     warp_large = min(c.problems for c in large if c.packing == "warp")
     assert warp_small < warp_large and max([c.problems for c in small if c.packing == "warp"][:2]) <= 4

@@ -16,6 +16,7 @@ import device_triton  # noqa: E402
 import interpret_child  # noqa: E402
 
 from tunedb.families.linalg import kernels_space as space  # noqa: E402
+from tunedb.families.linalg import kernels_prior as prior  # noqa: E402
 
 # (config, n, dtype, batch): one problem a program, so any batch; n = 21 and 37 end in a partial panel
 CASES = [("panel_w1", 16, "fp32", 3), ("panel_w1", 21, "fp64", 3), ("panel_w1", 37, "fp32", 2),
@@ -68,11 +69,11 @@ def test_panel_goes_first_from_n_33_and_after_shfl_below():
         for n in (33, 48, 64, 100, 128):
             # potrf/posv: the pdot configs (kernels_pdot.py) come first, then panel's
             early = {c for c in space.config_space(op, n, dt) if c.packing in ("panel", *space.PDOT_PACKINGS)}
-            first = space.candidates(op, n, dt, cap=len(early) + 1, batch=4096)
+            first = prior.candidates(op, n, dt, cap=len(early) + 1, batch=4096)
             assert set(first[:-1]) == early and first[-1].packing not in ("panel", *space.PDOT_PACKINGS), (op, n, first)
     for op, n, dt in (("potrf", 16, "fp32"), ("posv", 32, "fp64")):
-        fourteen = space.candidates(op, n, dt, cap=14, batch=4096)
-        fifteen = space.candidates(op, n, dt, cap=15, batch=4096)
+        fourteen = prior.candidates(op, n, dt, cap=14, batch=4096)
+        fifteen = prior.candidates(op, n, dt, cap=15, batch=4096)
         assert not any(c.packing == "panel" for c in fourteen)
         assert fifteen == fourteen + [space.KernelConfig("panel", 1, 1)]
 

@@ -96,6 +96,7 @@ def test_pdot_packing_rules_and_ids():
 
 
 def test_pdot_goes_first_then_panel_at_n_33_and_up():
+    from tunedb.families.linalg import kernels_prior as prior
     from tunedb.families.linalg import kernels_space as space
 
     for op in ("potrf", "posv"):
@@ -104,5 +105,5 @@ def test_pdot_goes_first_then_panel_at_n_33_and_up():
                 valid = space.config_space(op, n, dt)
                 pdot = [c for c in valid if c.packing in space.PDOT_PACKINGS]
                 panel = [c for c in valid if c.packing == "panel"]
-                first = space.candidates(op, n, dt, cap=len(pdot) + len(panel), batch=4096)
+                first = prior.candidates(op, n, dt, cap=len(pdot) + len(panel), batch=4096)
                 assert set(first[:len(pdot)]) == set(pdot) and set(first[len(pdot):]) == set(panel), (op, n, dt, first)

@@ -15,6 +15,7 @@ import device_triton  # noqa: E402
 import interpret_child  # noqa: E402
 
 from tunedb.families.linalg import kernels_space as space  # noqa: E402
+from tunedb.families.linalg import kernels_prior as prior  # noqa: E402
 
 # (config, n, dtype, batch): G = 32*num_warps/P threads per problem
 CASES = [("rows_p4_w1", 16, "fp32", 9), ("rows_p2_w1", 24, "fp32", 5), ("rows_p2_w1", 32, "fp32", 5),
@@ -54,14 +55,14 @@ def test_rows_packing_holds_whole_rows_within_its_register_budget():
 
 def test_rows_configs_take_two_turns_after_the_old_eleven():
     # where reg runs (fp32 n=16) a cap of 11 is the old eleven and 13 adds two rows configs
-    thirteen = space.candidates("potrf", 16, "fp32", cap=13, batch=4096)
-    eleven = space.candidates("potrf", 16, "fp32", cap=11, batch=4096)
+    thirteen = prior.candidates("potrf", 16, "fp32", cap=13, batch=4096)
+    eleven = prior.candidates("potrf", 16, "fp32", cap=11, batch=4096)
     assert [c for c in thirteen if c.packing != "rows"] == eleven
     assert sum(c.packing == "rows" for c in thirteen) == 2
     # where reg cannot run (n=32) the rows turns come within the goal bench's cap of 11
-    assert sum(c.packing == "rows" for c in space.candidates("posv", 32, "fp64", cap=11, batch=4096)) >= 1
-    assert sum(c.packing == "rows" for c in space.candidates("posv", 32, "fp32", cap=11, batch=4096)) == 2
-    assert not any(c.packing == "rows" for c in space.candidates("gemm", 16, "fp32", cap=20))
+    assert sum(c.packing == "rows" for c in prior.candidates("posv", 32, "fp64", cap=11, batch=4096)) >= 1
+    assert sum(c.packing == "rows" for c in prior.candidates("posv", 32, "fp32", cap=11, batch=4096)) == 2
+    assert not any(c.packing == "rows" for c in prior.candidates("gemm", 16, "fp32", cap=20))
 
 
 def test_the_family_parses_rows_ids_and_ranks_them_last():
@@ -79,7 +80,7 @@ from tunedb.families.linalg import compile_target, kernels_space as space
 for op in ("potrf", "posv"):
     for dt in ("fp32", "fp64"):
         for n in (16, 32):
-            for cid in [c.id for c in space.candidates(op, n, dt, batch=4096) if c.packing == "rows"][:2]:
+            for cid in [c.id for c in prior.candidates(op, n, dt, batch=4096) if c.packing == "rows"][:2]:
                 print(json.dumps(compile_target.compile_one((op, dt, n, cid))), flush=True)
 """
 

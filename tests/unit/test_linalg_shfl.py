@@ -16,6 +16,7 @@ import device_triton  # noqa: E402
 import interpret_child  # noqa: E402
 
 from tunedb.families.linalg import kernels_space as space  # noqa: E402
+from tunedb.families.linalg import kernels_prior as prior  # noqa: E402
 
 # (config, n, dtype, batch): P = 32 / NP problems per program; batches leave a partial program
 CASES = [("shfl_p16_w1", 2, "fp32", 19), ("shfl_p8_w1", 3, "fp64", 11), ("shfl_p8_w1", 4, "fp32", 11),
@@ -72,16 +73,16 @@ def test_the_family_predicate_parses_shfl_ids_and_ranks_them_last():
 def test_shfl_takes_its_turn_at_a_cap_of_14_and_leaves_smaller_caps_alone():
     for op, n, dt in (("potrf", 16, "fp32"), ("posv", 32, "fp64"), ("potrf", 4, "fp64"), ("trsv", 16, "fp32")):
         for batch in (256, 4096, 65536):
-            thirteen = space.candidates(op, n, dt, cap=13, batch=batch)
-            fourteen = space.candidates(op, n, dt, cap=14, batch=batch)
+            thirteen = prior.candidates(op, n, dt, cap=13, batch=batch)
+            fourteen = prior.candidates(op, n, dt, cap=14, batch=batch)
             assert not any(c.packing == "shfl" for c in thirteen)
             assert fourteen == thirteen + [c for c in space.config_space(op, n, dt) if c.packing == "shfl"]
-        everything = space.candidates(op, n, dt)
+        everything = prior.candidates(op, n, dt)
         assert set(everything) == set(space.config_space(op, n, dt))
         # shfl closes the rotation's list; only the panel packing (session 20) comes after it
         tail = [c.packing for c in everything if c.packing in ("shfl", "panel")]
         assert [c.packing for c in everything[-len(tail):]] == tail and tail[0] == "shfl"
-    assert not any(c.packing == "shfl" for c in space.candidates("gemm", 16, "fp32", cap=40))
+    assert not any(c.packing == "shfl" for c in prior.candidates("gemm", 16, "fp32", cap=40))
 
 
 _COMPILE = """

@@ -113,8 +113,9 @@ def within_torch(op: str, dtype: str, inputs: tuple, result: Any, torch_result: 
 def one_per_packing(op: str, n: int, dtype: str) -> list:
     """The prior's first valid config of each packing (what the GPU tests cover per cell)."""
     from tunedb.families.linalg import kernels_space as space
+    from tunedb.families.linalg import kernels_prior as prior
 
-    ranked = space.candidates(op, n, dtype)
+    ranked = prior.candidates(op, n, dtype)
     firsts: dict = {}
     for c in ranked:
         firsts.setdefault(c.packing, c)

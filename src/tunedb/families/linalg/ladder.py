@@ -92,8 +92,10 @@ def arms(cell: Cell, arch: Any, max_arms: int | None = None) -> tuple[str, ...]:
     if max_arms is not None and len(triton) > max_arms and space is not None:
         # the prior sees the batch: a config that cannot fill the GPU at this batch ranks lower
         # (the s9 table, capped without it, never timed block_w1 at n=32, the quick ladder's winner)
+        from tunedb.families.linalg import kernels_prior as prior  # (kernels_space is there: space)
+
         sms = getattr(arch, "sms", None) or 132
-        keep = {c.id for c in space.candidates(cell.op, cell.n, cell.dt, max_arms, batch=cell.batch, sms=sms)}
+        keep = {c.id for c in prior.candidates(cell.op, cell.n, cell.dt, max_arms, batch=cell.batch, sms=sms)}
         # the cap ranks Triton configs; the dependency tiers' arms (nvmath one a cell, the CUDA tier up to
         # eight, where each can run) are always timed
         triton = [a for a in triton if a in keep or configs.dependency(a)]
