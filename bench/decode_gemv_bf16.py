@@ -50,7 +50,11 @@ FMA_M1 = ("gv1_n16x512_w4_s5", "gv1_n8x512_w4_s5", "gv2_n16x512_w4_s5", "gv1_n16
 FMA_M4 = ("gv1_n4x512_w2_s5", "gv1_n8x512_w4_s5", "gv1_n16x256_w4_s5", "gv2_n8x512_w4_s5", "gv1_n8x512_w4_s5_pdl",
           "gv1_n8x512_w4_s5_lr", "gv1_n4x512_w2_s5_lr", "gv1_n8x512_w4_s5_lr_pdl")
 MMA = ("gv1_n16x256_w4_s5_mma", "gv2_n16x256_w4_s4_mma", "gv1_n32x256_w4_s4_mma", "gv1_n32x512_w4_s3_mma",
-       "gv2_n32x256_w4_s4_mma", "gv1_n64x256_w4_s3_mma", "gv4_n16x512_w4_s3_mma", "gv1_n16x256_w4_s5_mma_pdl")
+       "gv2_n32x256_w4_s4_mma", "gv1_n64x256_w4_s3_mma", "gv4_n16x512_w4_s3_mma", "gv1_n16x256_w4_s5_mma_pdl",
+       # warpgroup slabs (the weight on the MMA's M side since session 33: wgmma from 64 rows), the
+       # fp8 GEMV's winners' shapes in two-byte elements, and one warp a 16-row slab
+       "gv1_n64x128_w4_s5_mma", "gv2_n64x128_w4_s4_mma", "gv4_n64x128_w4_s4_mma", "gv2_n64x256_w4_s3_mma",
+       "gv1_n128x128_w4_s4_mma", "gv1_n16x256_w1_s5_mma")
 QUICK_DROP = {"gv1_n16x1024_w8_s3", "gv1_n4x512_w2_s5", "gv2_n8x512_w4_s5", "gv4_n16x512_w4_s3_mma",
               "gv2_n32x256_w4_s4_mma", "gv1_n32x512_w8_s4", "gv1_n32x512_w8_s4_lr"}
 DEVICE = "cuda"  # the CPU smoke test runs one_weight on cpu under the interpreter

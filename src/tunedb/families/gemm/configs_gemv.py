@@ -26,7 +26,7 @@ from tunedb.records import Config
 
 LANE = "triton_decode"
 MAX_M = 16
-GEMV_BN = (4, 8, 16, 32, 64)
+GEMV_BN = (4, 8, 16, 32, 64, 128)
 GEMV_BK = (64, 128, 256, 512, 1024)
 GEMV_WARPS = (1, 2, 4, 8)
 MAX_SPLIT = 16
@@ -172,7 +172,7 @@ def space() -> tuple[Config, ...]:
 # The space the bench sweeps: FMA slabs of 4-32 rows x 256-1024 elements of K (2-16 KB a tile;
 # the narrow ones fit M=3-4's product tile), tensor-core slabs of 16-64 rows; stages 3 and 5.
 FMA_SLABS = ((4, 512, 2), (8, 512, 4), (16, 256, 4), (8, 1024, 4), (16, 512, 4), (16, 512, 8), (32, 512, 8))
-MMA_SLABS = ((16, 256, 4), (16, 512, 4), (32, 256, 4), (32, 512, 4), (64, 256, 4))
+MMA_SLABS = ((16, 256, 4), (16, 512, 4), (32, 256, 4), (32, 512, 4), (64, 128, 4), (64, 256, 4), (128, 128, 4))
 
 
 def gemv_grid() -> tuple[Config, ...]:
