@@ -16,9 +16,8 @@ weights) moved 1.19-1.21x the bytes/s of that lane at M=1. Here, for two-byte we
   is about half the loop's instructions at sm90 (~590 PTX lines a 16x512 tile at 4 warps: ~2.4
   instructions a cycle per SM to keep up with 4.3 TB/s); LATE (`_lr`) instead accumulates the
   [BN, BK] products in registers and sums once after the loop (the same register bound).
-- mma path (DOT true, any M <= 16): one tensor-core dot per K tile, w [BN, BK] @ x^T with x padded
-  to 16 rows (rows past M masked: zero-filled, not read), BN >= 16: the weight slab on the MMA's
-  M side (wgmma at BN >= 64, mma.sync below), the [BN, 16] product transposed once for the epilogue.
+- mma path (DOT true, any M <= 16): one tensor-core dot per K tile against x padded to 16 rows
+  (rows past M masked: zero-filled, not read), BN >= 16.
 - Bytes in flight from the start: the first W tile is loaded before the K loop and its product
   taken after it, so the loop's pipeline prologue (STAGES - 1 tiles by cp.async; `tl.range` with
   an explicit num_stages pipelines the loads of a loop with or without a dot) is requested while
@@ -106,19 +105,15 @@ def gemm_gemv_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
         # x's rows past M masked, not wrapped: a masked-off row is zero-filled without a read, so
         # at M=1 a tile moves BK x 2 bytes of x from L2 beside BN x BK x 2 of W, not 16 rows of it
         x_ptrs = x_ptr + rows[:, None].to(tl.int64) * K + (kt_lo * BK + offs_k)[None, :]
-        # the weight on the MMA's M side (w [BN, BK] @ x^T [BK, MP]): wgmma from BN = 64, and no
-        # warp computes padding rows of x (with x on the M side, 16 - M of the 16 rows were zeros
-        # multiplied; the fp8 GEMV's same change bought 1.12-1.19x at M = 4-16, session 16 B)
-        acc_t = tl.zeros((BN, MP), dtype=tl.float32)
+        acc = tl.zeros((MP, BN), dtype=tl.float32)
         for kt in tl.range(kt_lo + 1, kt_hi, num_stages=STAGES):
             off = (kt - kt_lo) * BK
             k_ok = offs_k[None, :] < K - kt * BK
             w = tl.load(w_ptrs + off, mask=k_ok, other=0.0, eviction_policy="evict_first")
             x = tl.load(x_ptrs + off, mask=row_ok[:, None] & k_ok, other=0.0)
-            acc_t = tl.dot(w, tl.trans(x), acc_t)
+            acc = tl.dot(x, tl.trans(w), acc)
         x = tl.load(x_ptrs, mask=row_ok[:, None] & (offs_k[None, :] < k_left), other=0.0)
-        acc_t = tl.dot(w0, tl.trans(x), acc_t)
-        acc = tl.trans(acc_t)  # [MP, BN] for the epilogue, once a CTA
+        acc = tl.dot(x, tl.trans(w0), acc)
     else:
         if LATE:  # `_lr`: the [BN, BK] products accumulated, summed over K once after the loop
             a0 = tl.zeros((BN, BK), dtype=tl.float32)
