@@ -10,7 +10,10 @@ BLOCK / (32 x warps) elements per thread in flight), grid-stride over the blocks
 CTAs per SM) chosen at launch. Each CTA stores one fp32 partial sum, so the read cannot be
 optimised away and its result is checked (the partials sum to the weight's sum). `_pdl` binaries
 load their first block before `gdc_wait`, as the lane's `_pdl` configs do with their first W
-tile: under programmatic dependent launch that read overlaps the previous kernel's tail.
+tile: under programmatic dependent launch that read overlaps the previous kernel's tail. `_pdlate`
+binaries (session 33) trigger their dependents only after their own last block (not right after
+`gdc_wait`), so the next kernel's CTAs take an SM's slots only as this one drains instead of
+waiting at `gdc_wait` through its whole last wave (bench/decode_chain.py times both in chains).
 Imports triton (bench only; tunedb never imports this).
 """
 from __future__ import annotations
@@ -27,7 +30,8 @@ except ImportError:
 
 
 @triton.jit
-def read_kernel(w_ptr, out_ptr, numel, n_blocks, BLOCK: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr):
+def read_kernel(w_ptr, out_ptr, numel, n_blocks, BLOCK: tl.constexpr, EVEN: tl.constexpr, PDL: tl.constexpr,
+                LATE: tl.constexpr = False):
     """out[pid] = sum over the blocks pid, pid + grid, ... of w (fp32)."""
     pid = tl.program_id(0)
     step = tl.num_programs(0)
@@ -40,7 +44,8 @@ def read_kernel(w_ptr, out_ptr, numel, n_blocks, BLOCK: tl.constexpr, EVEN: tl.c
     if PDL:
         # nothing here depends on the previous kernel; the wait is where a GEMV's would be
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        if not LATE:
+            tl.extra.cuda.gdc_launch_dependents()
     acc = v.to(tl.float32)
     stride = step.to(tl.int64) * BLOCK
     base = start
@@ -51,6 +56,8 @@ def read_kernel(w_ptr, out_ptr, numel, n_blocks, BLOCK: tl.constexpr, EVEN: tl.c
         else:
             v = tl.load(w_ptr + base + offs, mask=base + offs < numel, other=0.0)
         acc += v.to(tl.float32)
+    if PDL and LATE:
+        tl.extra.cuda.gdc_launch_dependents()
     tl.store(out_ptr + pid, tl.sum(acc, axis=0))
 
 
@@ -64,11 +71,12 @@ class ReadConfig:
     stages: int
     ctas_per_sm: int = 0
     pdl: bool = False
+    late: bool = False  # with pdl: trigger the dependents after the last block, not at the start
 
     @property
     def id(self) -> str:
         grid = "all" if self.ctas_per_sm == 0 else f"{self.ctas_per_sm}xsm"
-        return f"read_b{self.block}_w{self.warps}_s{self.stages}_{grid}" + ("_pdl" if self.pdl else "")
+        return f"read_b{self.block}_w{self.warps}_s{self.stages}_{grid}" + (("_pdlate" if self.late else "_pdl") if self.pdl else "")
 
     def grid(self, numel: int, sms: int) -> int:
         blocks = -(-numel // self.block)
@@ -84,9 +92,15 @@ def configs(quick: bool = False, pdl: bool = True) -> list[ReadConfig]:
     return [ReadConfig(b, w, s, g, p) for b, w, s in binaries for g in grids for p in ((False, True) if pdl else (False,))]
 
 
+def late_twins(cfgs: list[ReadConfig]) -> list[ReadConfig]:
+    """The `_pdlate` twin of every PDL config in `cfgs` (kept out of configs(): the sweeps that
+    call it time each arm alone, where no next kernel exists to trigger)."""
+    return [ReadConfig(c.block, c.warps, c.stages, c.ctas_per_sm, True, True) for c in cfgs if c.pdl and not c.late]
+
+
 def by_id(config_id: str) -> ReadConfig:
     """The read config of an id configs() makes (ValueError naming it otherwise)."""
-    for cfg in configs(quick=False):
+    for cfg in configs(quick=False) + late_twins(configs(quick=False)):
         if cfg.id == config_id:
             return cfg
     raise ValueError(f"unknown read config {config_id!r}; e.g. {configs(quick=False)[0].id!r}")
@@ -97,7 +111,7 @@ def launcher(cfg: ReadConfig, numel: int, sms: int, interpret: bool = False):
     grid = cfg.grid(numel, sms)
     n_blocks = -(-numel // cfg.block)
     kw = {"BLOCK": cfg.block, "EVEN": numel % cfg.block == 0, "PDL": cfg.pdl and not interpret,
-          "num_warps": cfg.warps, "num_stages": cfg.stages}
+          "LATE": cfg.late, "num_warps": cfg.warps, "num_stages": cfg.stages}
     if cfg.pdl and not interpret:
         kw["launch_pdl"] = True
 
