@@ -8,8 +8,7 @@ Lanes: triton_recompute (stats pass, then recompute + write once), triton_fixup 
 once in the output dtype, then subtracted in place), linear_rows (cuBLAS, then a Triton row
 log-softmax), triton_rowfix (small M: tiles + statistics, one combined fix-up; two launches or
 one persistent), chunked_rows (cuBLAS and the linear_rows pass chunk by chunk of R rows, the
-pass over logits still in L2; one stream or the passes forked onto a second), split_rows (cuBLAS,
-then every row split into column chunks: a statistics pass and the rowfix fix-up), torch (linear +
+pass over logits still in L2; one stream or the passes forked onto a second), torch (linear +
 log_softmax: the fallback
 and the untuned choice). Importing this package touches neither torch nor triton.
 See docs/gemm_log_softmax.md.
@@ -25,8 +24,7 @@ from tunedb.families.config_methods import ConfigMethods
 from tunedb.families.gemm_log_softmax import configs, keys
 from tunedb.records import Config, Signature
 
-KERNEL_SOURCES = ("kernels.py", "launch.py", "kernels_rowfix.py", "launch_rowfix.py", "launch_chunks.py",
-                  "launch_split.py")
+KERNEL_SOURCES = ("kernels.py", "launch.py", "kernels_rowfix.py", "launch_rowfix.py", "launch_chunks.py")
 
 
 @lru_cache(maxsize=1)
@@ -68,15 +66,11 @@ class GemmLogSoftmaxFamily(ConfigMethods):
         return 2 * sig.get("N") * (sig.get("K") + sig.get("bias"))
 
     def eager_fallback(self, sig: Signature, m: int, config: Config, profile: Any, params: Any = None) -> str | None:
-        """chunked_rows and split_rows configs whose launches would make an eager call host-bound
-        serve torch there (configs_chunks.eager_fallback, configs_split.eager_fallback); every
-        other config serves eager calls too."""
-        from tunedb.families.gemm_log_softmax import configs_split
-        from tunedb.families.gemm_log_softmax.configs_chunks import eager_fallback, torch_gpu_us
+        """chunked_rows configs whose launches would make an eager call host-bound serve torch
+        there (configs_chunks.eager_fallback); every other config serves eager calls too."""
+        from tunedb.families.gemm_log_softmax.configs_chunks import eager_fallback
 
-        n, k = sig.get("N"), sig.get("K")
-        return (eager_fallback(n, k, m, config, profile)
-                or configs_split.eager_fallback(config, torch_gpu_us(n, k, m, profile), profile.launch_us_eager))
+        return eager_fallback(sig.get("N"), sig.get("K"), m, config, profile)
 
     def census_rules(self) -> tuple[Any, ...]:
         """None at the aten level: the dispatcher shows an addmm and a _log_softmax with nothing

@@ -17,9 +17,6 @@ keeps cuBLAS's GEMM and replaces only torch's log_softmax:
     chunked_rows      lc_m{R}_st{S}_r{r}_c{C}_w{W}[_p{P}][_pdl] lc_m512_st2_r1_c8192_w8 (cuBLAS and the
                       linear_rows pass chunk by chunk of R rows, the pass in L2; S streams;
                       configs_chunks.py)
-    split_rows        ls_c{C}_w{W}[_pdl]               ls_c2048_w4        (cuBLAS, then the rows split into
-                      chunks of C columns: a statistics pass and the rowfix fix-up, one (row, chunk)
-                      a program; configs_split.py)
 Sentinels: `torch` (F.linear then torch.log_softmax: the fallback) and `default` (the untuned
 choice: the torch arm too, no guessed tile is served unmeasured).
 """
@@ -33,7 +30,6 @@ from tunedb.arch import planning_smem_per_block as smem_per_block
 from tunedb.errors import ConfigError
 from tunedb.families.gemm_log_softmax import configs_chunks as chunks
 from tunedb.families.gemm_log_softmax import configs_rowfix as rowfix
-from tunedb.families.gemm_log_softmax import configs_split as split
 from tunedb.families.key_rules import head_reason
 from tunedb.families.tile_ids import TileIds, blocks
 from tunedb.records import ArchProfile, Config, Signature
@@ -41,8 +37,7 @@ from tunedb.records import ArchProfile, Config, Signature
 FAMILY = "gemm_log_softmax"
 OPS: tuple[str, ...] = ("gemm_log_softmax",)
 DTYPES: tuple[str, ...] = ("bf16", "fp16")
-TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup", "linear_rows", "triton_rowfix", "chunked_rows",
-                                 "split_rows")
+TRITON_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup", "linear_rows", "triton_rowfix", "chunked_rows")
 TILE_LANES: tuple[str, ...] = ("triton_recompute", "triton_fixup")
 LANES: tuple[str, ...] = TRITON_LANES + ("torch",)
 FAMILY_SENTINELS: tuple[str, ...] = ("default", "torch")
@@ -82,9 +77,7 @@ def make_rows(rows: int, chunk: int, warps: int, pdl: bool = False, persist: int
 @lru_cache(maxsize=4096)
 def parse(config_id: str) -> Config:
     """A config from its id: a tile (rc_/fx_), a linear_rows id (lr_), a rowfix id (rf_), a
-    chunked_rows id (lc_), a split_rows id (ls_) or a sentinel."""
-    if isinstance(config_id, str) and config_id.startswith(split.PREFIX):
-        return split.parse(config_id)
+    chunked_rows id (lc_) or a sentinel."""
     if isinstance(config_id, str) and config_id.startswith(rowfix.PREFIX):
         return rowfix.parse(config_id)
     if isinstance(config_id, str) and config_id.startswith(chunks.PREFIX):
@@ -125,7 +118,7 @@ def full_grid() -> tuple[Config, ...]:
     tiles = tuple(make(lane, *t) for lane in TILE_LANES for t in _TILES)
     return (tiles + tuple(make_rows(*r) for r in _ROWS) + tuple(make_rows(*r, pdl=True) for r in _ROWS_PDL)
             + tuple(make_rows(r, c, w, persist=p) for r, c, w, p in _ROWS_STREAM)
-            + rowfix.grid() + chunks.grid() + split.grid())
+            + rowfix.grid() + chunks.grid())
 
 
 def config_space(arch_family: str, lanes: Sequence[str] | None = None) -> tuple[Config, ...]:
@@ -141,7 +134,7 @@ def smem_bytes(cfg: Config) -> int:
     """Pipelined operand buffers (two bytes per element) or the fp32 tile's layout conversion;
     a linear_rows program reduces in registers (its cross-warp reductions need a few bytes), and
     a chunked_rows config runs cuBLAS and that row pass."""
-    if cfg.lane in ("linear_rows", "chunked_rows", "split_rows"):
+    if cfg.lane in ("linear_rows", "chunked_rows"):
         return 0
     if cfg.lane == "triton_rowfix":
         return rowfix.smem_bytes(cfg)
@@ -170,8 +163,7 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
     a tile is not more than twice the problem along K or (given M) along M (it would compute
     mostly padding: a smaller tile of the space covers that shape). linear_rows: _rows_reason and
     the pdl rule; triton_rowfix: configs_rowfix.reason; chunked_rows: the row pass's rules at
-    min(M, R) rows, the pdl rule, and configs_chunks.reason (a chunk's logits within L2's share);
-    split_rows: configs_split.reason with the pdl rule."""
+    min(M, R) rows, the pdl rule, and configs_chunks.reason (a chunk's logits within L2's share)."""
     why = sig_reason(sig)
     if why:
         return why
@@ -183,8 +175,6 @@ def invalid_reason(cfg: Config, sig: Signature, m: int | None, arch: ArchProfile
         return _rows_reason(cfg, sig.get("N"), m) or _rows_pdl_reason(cfg, arch)
     if cfg.lane == "triton_rowfix":
         return rowfix.reason(cfg, sig.get("N"), sig.get("K"), m, arch)
-    if cfg.lane == "split_rows":
-        return split.reason(cfg, sig.get("N"), arch, _rows_pdl_reason)
     if cfg.lane == "chunked_rows":  # the row pass's rules at the chunk's rows, then the chunk's own
         rp = chunks.row_pass(cfg)
         return (_rows_reason(rp, sig.get("N"), None if m is None else min(m, cfg.param("chunk_rows")))
@@ -235,8 +225,7 @@ def _rows_reason(cfg: Config, n: int, m: int | None) -> str | None:
 
 
 def _rows_pdl_reason(cfg: Config, arch: ArchProfile) -> str | None:
-    """A `_pdl` row pass (linear_rows, split_rows): as the rowfix lane's pdl rule (sm90+, a Triton
-    with gdc_wait)."""
+    """A `_pdl` row pass: as the rowfix lane's pdl rule (sm90+, a Triton with gdc_wait)."""
     if cfg.param("launch", "plain") != "pdl":
         return None
     if rowfix._capability(arch.arch_family) < 90:
@@ -275,8 +264,8 @@ def compile_set(arch_family: str, referenced: Iterable[str]) -> tuple[Config, ..
 
 def simplicity(config_id: str) -> int:
     """Lower is simpler: the torch arm; cuBLAS's GEMM with a Triton row pass; the one-GEMM
-    fixups (three launches, then the rowfix's two or one), the chunked row passes (two
-    launches a chunk) and cuBLAS with the split passes (three launches); the two-GEMM recompute."""
+    fixups (three launches, then the rowfix's two or one) and the chunked row passes (two
+    launches a chunk); the two-GEMM recompute."""
     if config_id in FAMILY_SENTINELS:
         return 0
-    return {"lr_": 1, "fx_": 2, "rf_": 2, "lc_": 2, "ls_": 2}.get(config_id[:3], 3)
+    return {"lr_": 1, "fx_": 2, "rf_": 2, "lc_": 2}.get(config_id[:3], 3)

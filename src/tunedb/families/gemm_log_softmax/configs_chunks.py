@@ -119,10 +119,5 @@ def eager_fallback(n: int, k: int, m: int, cfg: Config, profile: ArchProfile) ->
         return None
     chunks = -(-m // cfg.param("chunk_rows"))
     host_us = chunks * (2 if cfg.param("streams") == 1 or chunks == 1 else 4) * profile.launch_us_eager
-    return "torch" if host_us > max(2 * profile.launch_us_eager, torch_gpu_us(n, k, m, profile)) else None
-
-
-def torch_gpu_us(n: int, k: int, m: int, profile: ArchProfile) -> float:
-    """A floor of torch's kernel time: its GEMM at the bf16 peak plus three crossings of the
-    logits at DRAM bandwidth (GEMM write, log_softmax read and write)."""
-    return 2.0 * m * n * k / (profile.bf16_tflops * 1e6) + 6.0 * m * n / (profile.dram_bw_gbs * 1e3)
+    torch_gpu_us = 2.0 * m * n * k / (profile.bf16_tflops * 1e6) + 6.0 * m * n / (profile.dram_bw_gbs * 1e3)
+    return "torch" if host_us > max(2 * profile.launch_us_eager, torch_gpu_us) else None

@@ -1,5 +1,4 @@
-"""Triton kernels of the triton_rowfix lane (configs_rowfix.py says the design) and the split_rows
-lane's statistics pass (configs_split.py; its fix-up is this lane's `_fix_kernel`): phase 1 writes
+"""Triton kernels of the triton_rowfix lane (configs_rowfix.py says the design): phase 1 writes
 each tile's logits (output dtype) and its rows' (max, sum of exp) of those rounded logits; phase
 2 combines each row's partials into its log-sum-exp and subtracts it in place, one (row, column
 chunk) a program. Launched as two kernels (`_tiles_kernel`, `_fix_kernel`; the second may run
@@ -104,32 +103,6 @@ def _fix_kernel(y_ptr, pmax_ptr, psum_ptr, M, N, T, stride_ym,
         N = (N // VEC) * VEC
         stride_ym = (stride_ym // VEC) * VEC
     _fix_phase(y_ptr, pmax_ptr, psum_ptr, tl.program_id(0), M, N, T, stride_ym, True, FN, TB)
-
-
-@triton.jit(do_not_specialize=NO_SPECIALIZE)
-def _chunk_stats_kernel(y_ptr, pmax_ptr, psum_ptr, M, N, T, stride_ym,
-                        FN: tl.constexpr, GDC: tl.constexpr, VEC: tl.constexpr = 1):
-    """The split_rows lane's first pass over logits already in y (cuBLAS's): one (row, FN-column
-    chunk) a program, its max and sum of exp into the [M, T] partials _fix_kernel combines (the
-    same partials the tiles phase writes). GDC: wait for the GEMM, then let the PDL-launched
-    fix-up's CTAs be scheduled (they wait at gdc_wait for this kernel's completion and memory)."""
-    if GDC:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    if VEC > 1:
-        N = (N // VEC) * VEC
-        stride_ym = (stride_ym // VEC) * VEC
-    item = tl.program_id(0)
-    num_c = tl.cdiv(N, FN)
-    row = item // num_c
-    chunk = item % num_c
-    cols = chunk * FN + tl.arange(0, FN)
-    v = tl.load(y_ptr + row.to(tl.int64) * stride_ym + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-    c_max = tl.max(v, axis=0)  # finite or a real -inf: every chunk holds a column < N
-    c_sum = tl.sum(tl.exp(v - c_max), axis=0)
-    stat = row.to(tl.int64) * T + chunk
-    tl.store(pmax_ptr + stat, c_max)
-    tl.store(psum_ptr + stat, c_sum)
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)

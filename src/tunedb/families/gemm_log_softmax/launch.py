@@ -1,7 +1,7 @@
 """The launches of gemm_log_softmax: the torch arm (F.linear then log_softmax, the fallback),
 the fp32 reference, random inputs, the two fused Triton designs and the linear_rows lane
 (F.linear, then kernels._rows_kernel over the logits); triton_rowfix launches in launch_rowfix.py,
-chunked_rows in launch_chunks.py, split_rows in launch_split.py. Imports torch
+chunked_rows in launch_chunks.py. Imports torch
 lazily; the Triton kernels are imported on the first Triton launch.
 """
 from __future__ import annotations
@@ -162,8 +162,4 @@ def launch(config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None
         from tunedb.families.gemm_log_softmax.launch_chunks import chunked_arm
 
         return chunked_arm(config, x, weight, bias, out)
-    if config.lane == "split_rows":
-        from tunedb.families.gemm_log_softmax.launch_split import split_arm
-
-        return split_arm(config, x, weight, bias, out)
     return triton_arm(config, x, weight, bias, out)
