@@ -1,7 +1,13 @@
 """The linalg family on the GPU: the served ops against the fp64 reference, the non-SPD report,
 CUDA-graph capture of every op (the captured kernel is the eager one), torch.compile, and one
 quick retune cell through the CUDA-graph timer. Run: pytest -m gpu tests/gpu/test_linalg_family_gpu.py
-(about a minute, most of it Triton compiles)."""
+(about a minute, most of it Triton compiles).
+
+The module runs with the eager rule off (TUNEDB_EAGER_FALLBACK=0, the ops' memo cleared around
+each test): outside a graph that rule serves torch's forms where a launch costs the host more
+than the kernel saves (families/linalg/eager.py), so an eager call would check torch instead of
+the arm the table serves, and would differ in its bits from the captured arm. The rule itself is
+tests/gpu/test_linalg_eager_gpu.py's."""
 from __future__ import annotations
 
 import argparse
@@ -21,9 +27,11 @@ def _inputs(op: str, dt: str, n: int, batch: int, seed: int = 0):
 
 
 @pytest.fixture(autouse=True)
-def _no_user_tier():
-    with settings.override(USER_DB="off"):
+def _table_arms_eagerly():
+    ops._clear()
+    with settings.override(USER_DB="off", EAGER_FALLBACK="0"):
         yield
+    ops._clear()
 
 
 @pytest.mark.parametrize("op", signatures.OPS)
@@ -82,7 +90,9 @@ def test_one_quick_retune_cell_through_the_graph_timer(tmp_path):
     raw = json.loads(out.read_text())
     entry = raw["entries"]["linalg|op=potrf|dt=fp32|n=8"]
     point = entry["evidence"]["M=4096"]
-    assert point["torch"][2] == 9 and point["_inputs"] == "ring"
+    # blocks of 9 rounds: one, or up to five where the cell's pick sits near its band's edge
+    # (pick.near_edge, the sequential step)
+    assert point["torch"][2] in (9, 18, 27, 36, 45) and point["_inputs"] == "ring", point["torch"]
     assert raw["model"]["tune"]["provenance"]["gpu_name"]
 
 
