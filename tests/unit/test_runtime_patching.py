@@ -165,7 +165,40 @@ def test_llama_like_mlp_fuses_silu_into_gate_proj_only():
 def test_conformer_like_feed_forward_fuses_through_the_sequential():
     tuned = _check_same(ConformerLikeFeedForward(), torch.randn(4, 7, 32))
     assert _tuned(tuned) == {"sequential.1": ("silu", True), "sequential.4": ("none", True)}
-    assert isinstance(tuned.sequential[2], nn.Identity)
+    assert isinstance(tuned._modules["sequential"][2], nn.Identity)
+
+
+class IndexesItsSequential(nn.Module):
+    """Reads a Sequential's Linear on its own: its pre-activation output is wanted."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d))
+
+    def forward(self, x):
+        return self.mlp(x) + self.mlp[0](x)
+
+
+class WalksItsSequential(nn.Module):
+    """Runs a Sequential's children one by one and keeps every intermediate output."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.SiLU())
+
+    def forward(self, x):
+        feats = []
+        for layer in self.body:
+            x = layer(x)
+            feats.append(x)
+        return torch.cat(feats, -1)
+
+
+@pytest.mark.parametrize("module,seq", [(IndexesItsSequential, "mlp"), (WalksItsSequential, "body")])
+def test_no_fusion_in_a_sequential_whose_children_run_one_by_one(module, seq):
+    tuned = _check_same(module(), torch.randn(3, 32))
+    assert all(act == "none" for act, _ in _tuned(tuned).values()), _tuned(tuned)
+    assert not any(isinstance(m, nn.Identity) for m in tuned._modules[seq])
 
 
 @pytest.mark.parametrize("module", [ReusesOutput, ActTwice])

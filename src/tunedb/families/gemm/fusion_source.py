@@ -2,7 +2,10 @@
 (Python AST, no tracing): optimize()'s fusion rule 2 (families/gemm/patching.py's docstring).
 `class_calls(cls)` gives the (activation attribute, linear attribute) pairs it can prove;
 `outside_reads(cls)` the attribute names a class's code reads off anything but `self` (an outer
-module calling `self.block.fc(x)` would get the fused activation too)."""
+module calling `self.block.fc(x)` would get the fused activation too); `self_values(cls)` the
+attributes of `self` its code uses other than by calling them (`self.mlp[0](x)`, `for layer in
+self.body`: a Sequential's children run one by one, where a fused pair would change the result:
+rule 1's check)."""
 from __future__ import annotations
 
 import ast
@@ -194,3 +197,52 @@ def outside_reads(cls: type) -> frozenset[str] | None:
             got = frozenset(n for _name, tree in methods for n in _foreign_reads(tree))
         names |= got
     return frozenset(names)
+
+
+@functools.lru_cache(maxsize=None)
+def self_values(cls: type) -> frozenset[str] | None:
+    """The attributes of `self` that cls's code (its and its model-specific bases' methods and
+    properties, and the closures __init__ makes) uses other than by calling them: indexed,
+    sliced, iterated, passed, returned or bound to a name (`self.mlp[0](x)`, `for m in self.body`,
+    `f(self.mlp)`). A call `self.mlp(x)` and a look at the module (`self.mlp.weight`, `type(...)`,
+    a comparison) do not count. None when some source cannot be read (nothing is proven)."""
+    methods = _method_trees(cls, skip_library=True)
+    if methods is None:
+        return None
+    names: set[str] = set()
+    for name, tree in methods:
+        for part in (_closures(tree) if name == "__init__" else (tree,)):
+            passive = {id(node.func) for node in ast.walk(part) if isinstance(node, ast.Call)}
+            passive |= {id(node.value) for node in ast.walk(part) if isinstance(node, ast.Attribute)}
+            for node in ast.walk(part):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _INSPECT:
+                    passive.update(id(a) for a in node.args)
+                elif isinstance(node, ast.Compare):
+                    passive.update(id(a) for a in (node.left, *node.comparators))
+            for node in ast.walk(part):
+                attr = _self_attr(node)
+                if attr is not None and id(node) not in passive and not isinstance(getattr(node, "ctx", None), ast.Store):
+                    names.add(attr)
+    return frozenset(names)
+
+
+def sequentials_called_whole(model: nn.Module, read_outside) -> set[int]:
+    """The ids of `model`'s nn.Sequential modules that every module holding them only calls
+    (self_values), whose attribute no model code reads off another module (`read_outside(name)`),
+    and the model itself when it is one (its caller's code is not ours to read). A Sequential held
+    by a container (ModuleList, ModuleDict, another Sequential) counts as called: whoever walks
+    the container calls its elements, as a Sequential's own forward does."""
+    owners: dict[int, list[tuple[nn.Module, str]]] = {}
+    for owner in model.modules():
+        for attr, child in owner._modules.items():
+            if type(child) is nn.Sequential:
+                owners.setdefault(id(child), []).append((owner, attr))
+    whole = {id(m) for m in model.modules() if type(m) is nn.Sequential}
+    for seq_id, held in owners.items():
+        for owner, attr in held:
+            if type(owner) in (nn.ModuleList, nn.ModuleDict, nn.Sequential):
+                continue
+            used = self_values(type(owner))
+            if used is None or attr in used or read_outside(attr):
+                whole.discard(seq_id)
+    return whole

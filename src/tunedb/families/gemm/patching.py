@@ -4,7 +4,11 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
 
 1. nn.Sequential (the exact class, whose forward feeds each child only to the next): a
    Linear immediately followed by an activation module fuses; the activation's slot becomes
-   nn.Identity. This covers torchaudio's Conformer feed-forward (Linear, SiLU, ...).
+   nn.Identity. This covers torchaudio's Conformer feed-forward (Linear, SiLU, ...). Not where
+   the module holding the Sequential uses it other than by calling it (`self.mlp[0](x)`, `for
+   layer in self.body: ...; feats.append(x)`: its children then run one by one, and the Linear's
+   own output would carry the activation; fusion_source.self_values), nor where any model code
+   reads its attribute off another module (`model.mlp[0]`; outside_reads).
 2. A module whose own code (read as a Python AST) calls ``self.A(self.L(...))``, or runs
    ``v = self.L(...)`` immediately followed by ``v = self.A(v)`` (L an nn.Linear, A an
    activation module), where ``self.L`` and ``self.A`` each appear exactly once in all of the
@@ -43,6 +47,7 @@ from tunedb.errors import SettingsError
 from tunedb.families.gemm import linear_script, ops
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
 from tunedb.families.gemm.fusion_source import outside_reads as _outside_reads
+from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
 from tunedb.families.module_rules import holders
 from tunedb.families.module_rules import hooked as _hooked
 from tunedb.runtime import launch_table, report
@@ -204,11 +209,14 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
                 outside |= got
         return "*" in outside or name in outside
 
+    whole = _called_whole(model, read_outside)
     for parent in model.modules():
         if _hooked(parent) or "forward" in vars(parent):  # a forward set on the instance: its source is not the class's
             continue
         children = parent._modules
         if type(parent) is nn.Sequential:
+            if id(parent) not in whole:
+                continue
             names = list(children)
             for here, nxt in zip(names, names[1:]):
                 kind = fusable(children[here], children[nxt])
