@@ -76,7 +76,7 @@ def test_the_family_parses_rows_ids_and_ranks_them_last():
 
 _COMPILE = """
 import json
-from tunedb.families.linalg import compile_target, kernels_space as space
+from tunedb.families.linalg import compile_target, kernels_prior as prior
 for op in ("potrf", "posv"):
     for dt in ("fp32", "fp64"):
         for n in (16, 32):
