@@ -138,3 +138,10 @@ def serves_torch(bound: Any) -> bool:
 def report() -> list[tuple[str, int, str, str, int]]:
     """(signature, M, config, tier, calls) of every key resolved this epoch."""
     return [(b.signature.format(), b.m, b.config.id, b.tier, b.calls) for b in _bound.values()]
+
+
+# Registered at import, not on an op's first call: a first call inside torch.compile would run
+# register() under Dynamo, which cannot enter its lock (fullgraph=True raised "Unsupported
+# context manager"; linalg's ops had the same fix). Importing this module imports torch;
+# importing the family package still does not.
+register()

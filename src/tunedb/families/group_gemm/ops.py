@@ -106,3 +106,10 @@ def group_gemm(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> 
     import torch
 
     return torch.ops.tunedb.group_gemm(x, weight, topk_ids, topk_weights)
+
+
+# Registered at import, not on an op's first call: a first call inside torch.compile would run
+# register() under Dynamo, which cannot enter its lock (fullgraph=True raised "Unsupported
+# context manager"; linalg's ops had the same fix). Importing this module imports torch;
+# importing the family package still does not.
+register()
