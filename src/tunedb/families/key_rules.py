@@ -27,6 +27,18 @@ def head_reason(sig: Signature, family: str, ops: Sequence[str], dtypes: Sequenc
     return None
 
 
+def check_tensors(what: str, optional: tuple[str, ...] = (), **args: Any) -> None:
+    """SignatureError naming each argument that is not a tensor (those named in `optional` may be
+    None): a None or a number where a tensor belongs failed deep inside with an AttributeError."""
+    import torch
+
+    for name, t in args.items():
+        if isinstance(t, torch.Tensor) or (t is None and name in optional):
+            continue
+        allowed = "a tensor or None" if name in optional else "a tensor"
+        raise SignatureError(f"{what}'s {name} must be {allowed}, got {'None' if t is None else type(t).__name__}")
+
+
 def check_one_device(what: str, **tensors: Any) -> None:
     """SignatureError naming each tensor's device unless all of `tensors` (None skipped; metas
     without a device too) are on one device: a CUDA kernel handed a CPU pointer fails inside

@@ -25,6 +25,7 @@ the demoted Ms; then a new epoch starts. One case is not exact: Ms that another 
 from __future__ import annotations
 
 import math
+import numbers
 import random
 import statistics
 import time
@@ -192,8 +193,8 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
     only). Extra keywords (rounds=, block_ms=, seed=) go to graph_measurer."""
     from tunedb.runtime.prewarm import points_of
 
-    if not (0 <= tol < 1):
-        raise ValueError(f"tol={tol} must be in [0, 1)")
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < 1:
+        raise ValueError(f"tol={tol!r} must be a number in [0, 1)")
     shapes_only = model is None or isinstance(inputs, ShapeSet) or (
         isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs))
     if measurer is None and not shapes_only and warn_no_gpu(

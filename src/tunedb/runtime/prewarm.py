@@ -16,6 +16,7 @@ winners were published optimize() runs again, swapping the modules a winner now 
 """
 from __future__ import annotations
 
+import numbers
 import time
 import warnings
 from dataclasses import dataclass
@@ -109,8 +110,8 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
     Autotuner that measures."""
     from tunedb import families
 
-    if budget_s < 0:
-        raise ValueError(f"budget_s={budget_s} must be >= 0")
+    if isinstance(budget_s, bool) or not isinstance(budget_s, numbers.Real) or not 0 <= budget_s < float("inf"):
+        raise ValueError(f"budget_s={budget_s!r} must be a number of seconds >= 0 (finite)")
     if isinstance(model, (ShapeSet, list, tuple)) and inputs is None:
         model, inputs = None, model
     points = points_of(model, inputs)

@@ -14,6 +14,7 @@ M = B * H_out * W_out is one number along the time axis. conv1d: M = B * T_out.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 from tunedb.errors import SignatureError
@@ -31,14 +32,22 @@ ELEM_BYTES = 2
 
 def _pair(name: str, value: Any, dims: int) -> tuple[int, ...]:
     """An int or a sequence of `dims` ints (torch's conv argument forms) as a tuple."""
-    if isinstance(value, str) or (isinstance(value, (list, tuple)) and any(isinstance(v, str) for v in value)):
-        raise SignatureError(f"conv {name}={value!r}: expected an int or {dims} int(s)")
+    def whole(v: Any) -> int:
+        # operator.index, as torch's conv takes its ints: 1.5 or None is refused, not truncated
+        if isinstance(v, bool):
+            raise SignatureError(f"conv {name}={value!r}: expected an int or {dims} int(s), got a bool")
+        try:
+            return operator.index(v)
+        except TypeError:
+            raise SignatureError(f"conv {name}={value!r}: expected an int or {dims} int(s), "
+                                 f"got {type(v).__name__}") from None
+
     if isinstance(value, (list, tuple)):
-        vals = tuple(int(v) for v in value)
+        vals = tuple(whole(v) for v in value)
         if len(vals) == 1:
             vals = vals * dims
     else:
-        vals = (int(value),) * dims
+        vals = (whole(value),) * dims
     if len(vals) != dims:
         raise SignatureError(f"conv {name}={value!r}: expected {dims} value(s)")
     return vals

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from tunedb.families.conv import keys
+from tunedb.families.key_rules import check_tensors
 from tunedb.runtime import autocast_rule, dispatch, grad_form, launch_table
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
@@ -45,6 +46,7 @@ def _record(op: str, x, weight, bias, stride, padding, dilation, groups, act) ->
 
 
 def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
+    check_tensors(op, ("bias",), x=x, weight=weight, bias=bias)
     keys.check_act(act)
     if _record(op, x, weight, bias, stride, padding, dilation, groups, act):
         with launch_table.recorded_call():
@@ -134,6 +136,7 @@ def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups, act="none")
 def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
     """F.conv1d(x, weight, bias, ...) then the activation, through the tuned selection."""
+    check_tensors("conv1d", ("bias",), x=x, weight=weight, bias=bias)
     p = lambda name, v: list(keys._pair(name, v, 1))  # noqa: E731
     padding = keys.padding_ints("conv1d", padding, weight.shape[2:], stride, dilation)
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
@@ -144,6 +147,7 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
+    check_tensors("conv2d", ("bias",), x=x, weight=weight, bias=bias)
     p = lambda name, v: list(keys._pair(name, v, 2))  # noqa: E731
     padding = keys.padding_ints("conv2d", padding, weight.shape[2:], stride, dilation)
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)

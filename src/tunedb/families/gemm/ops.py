@@ -31,7 +31,7 @@ from tunedb.errors import SignatureError
 from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.configs import ACTS as GEMM_ACTS, VENDOR_LANES
 from tunedb.families.gemm import ops_autocast
-from tunedb.families.key_rules import check_one_device
+from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.gemm.ops_autograd import _TunedGemm, torch_form
 from tunedb.runtime import launch_table
 
@@ -286,6 +286,8 @@ def _plain_no_grad(x: torch.Tensor, *rest: torch.Tensor | None) -> bool:
 
 
 def _gemm_autograd(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> torch.Tensor:
+    if type(x) not in _PLAIN or type(weight) not in _PLAIN:  # a subclass passes; None, a number: named
+        check_tensors("gemm", x=x, weight=weight)
     if _transformed():
         return torch_form(x, weight, None, None)
     if _plain_no_grad(x, weight):
@@ -295,6 +297,8 @@ def _gemm_autograd(x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> to
 
 def _gemm_act_autograd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                        act: str, tiers: str = "") -> torch.Tensor:
+    if type(x) not in _PLAIN or type(weight) not in _PLAIN or (bias is not None and type(bias) not in _PLAIN):
+        check_tensors("gemm_act", ("bias",), x=x, weight=weight, bias=bias)
     if _transformed():
         return torch_form(x, weight, bias, act)
     if _plain_no_grad(x, weight, bias):
@@ -389,6 +393,8 @@ def _entry(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     """An entry-point call the fast path did not serve: traced, autocast or autograd calls go
     through torch.ops.tunedb; an eager call is validated, resolved and (CUDA) memoised; under a
     functorch transform or forward-mode AD the torch form serves (ops_autograd.torch_form)."""
+    if type(x) is not _Tensor or type(weight) not in _PLAIN or (bias is not None and type(bias) not in _PLAIN):
+        check_tensors(op, ("bias",), x=x, weight=weight, bias=bias)
     if _transformed():
         return torch_form(x, weight, bias, act)
     traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from tunedb.errors import SignatureError
-from tunedb.families.key_rules import check_one_device
+from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.gemm_log_softmax.configs import DTYPES, FAMILY, OPS, sig_reason
 from tunedb.records import Signature
 
@@ -52,6 +52,7 @@ def check_call(op: str, x: Any, weight: Any, bias: Any = None, served_dtype: boo
     served_dtype=False: any one float dtype (the entry point's torch form for fp32/fp64)."""
     if op not in OPS:
         raise SignatureError(f"unknown gemm_log_softmax op {op!r}; ops are {', '.join(OPS)}")
+    check_tensors("gemm_log_softmax", ("bias",), x=x, weight=weight, bias=bias)
     check_one_device("gemm_log_softmax", x=x, weight=weight, bias=bias)
     xs, ws = tuple(x.shape), tuple(weight.shape)
     if len(xs) < 1 or len(ws) != 2:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunedb.errors import SignatureError
-from tunedb.families.key_rules import check_one_device
+from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.group_gemm.configs import FAMILY, sig_reason
 from tunedb.records import Signature
 
@@ -36,10 +36,13 @@ def dt_name(dtype: Any) -> str:
     return name
 
 
-def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> tuple[Signature, int]:
-    """(Signature, M) of y[t, j] = x[t or (t, j)] @ weight[topk_ids[t, j]].T."""
+def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None,
+                 allow_empty: bool = False) -> tuple[Signature, int]:
+    """(Signature, M) of y[t, j] = x[t or (t, j)] @ weight[topk_ids[t, j]].T. allow_empty: M = 0
+    passes every other check (a call without tokens is valid, and has no key to serve)."""
     if op != "group_gemm":
         raise SignatureError(f"unknown group_gemm op {op!r}; ops are group_gemm")
+    check_tensors("group_gemm", ("topk_weights",), x=x, weight=weight, topk_ids=topk_ids, topk_weights=topk_weights)
     check_one_device("group_gemm", x=x, weight=weight, topk_ids=topk_ids, topk_weights=topk_weights)
     ws, ids = tuple(weight.shape), tuple(topk_ids.shape)
     if len(ws) != 3:
@@ -64,7 +67,7 @@ def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any 
     dt = dt_name(x.dtype)
     if dt_name(weight.dtype) != dt:
         raise SignatureError(f"group_gemm x is {x.dtype} but weight is {weight.dtype}; they must match")
-    if m < 1:
+    if m < 1 and not (allow_empty and m == 0):
         raise SignatureError(f"group_gemm needs at least one token, got M={m}")
     sig = make_signature(e, n, k, top_k, dt, form)
     check_ids(topk_ids, e)

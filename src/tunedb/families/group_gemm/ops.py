@@ -31,10 +31,8 @@ def _check(x: Any, weight: Any, topk_ids: Any, topk_weights: Any) -> bool:
     token (M = 0: no key, an empty result)."""
     from tunedb.families.group_gemm import keys
 
-    if topk_ids.dim() == 2 and topk_ids.shape[0] == 0:
-        return False
-    keys.signature_of("group_gemm", x, weight, topk_ids, topk_weights)
-    return True
+    _, m = keys.signature_of("group_gemm", x, weight, topk_ids, topk_weights, allow_empty=True)
+    return m > 0
 
 
 def _record(x: Any, weight: Any, topk_ids: Any, topk_weights: Any) -> bool:
@@ -56,8 +54,8 @@ def run(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
     """The op's implementation (every backend of tunedb::group_gemm runs this)."""
     from tunedb.runtime import dispatch, launch_table
 
-    if topk_ids.dim() == 2 and topk_ids.shape[0] == 0:
-        _check(x, weight, topk_ids, topk_weights)
+    if getattr(topk_ids, "ndim", None) == 2 and topk_ids.shape[0] == 0:
+        _check(x, weight, topk_ids, topk_weights)  # no token: every other check still applies
         return _empty(x, weight, topk_ids)
     if _record(x, weight, topk_ids, topk_weights):  # a census on a device: its arm's GEMMs not again
         with launch_table.recorded_call():
@@ -101,6 +99,9 @@ def register() -> None:
 
 def group_gemm(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
     """The grouped product through the tuned op (see the module docstring)."""
+    from tunedb.families.key_rules import check_tensors
+
+    check_tensors("group_gemm", ("topk_weights",), x=x, weight=weight, topk_ids=topk_ids, topk_weights=topk_weights)
     if not _lib:  # (swap_experts registers it: a compiler's trace never reaches register's lock)
         register()
     import torch

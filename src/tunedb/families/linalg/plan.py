@@ -127,18 +127,22 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
     serves). No GPU needed. Bad arguments raise errors naming the value and what is allowed."""
     n, batch = _integer(n), _integer(batch)
     dtype = signatures.dtype_key(dtype)  # torch.float32 or "float32" as well as fp32
-    if isinstance(n, int) and not isinstance(n, bool) and n >= 0 and not signatures.N_MIN <= n <= signatures.N_MAX:
+    from tunedb import arch as arch_mod
+
+    if arch not in arch_mod.SHIPPED_ARCHES:  # named for every n, also those torch's forms serve
+        raise SignatureError(f"arch={arch!r} has no shipped profile; shipped: {', '.join(arch_mod.SHIPPED_ARCHES)}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise SignatureError(f"linalg n={n!r} must be a whole number >= 0 (the family's kernels cover "
+                             f"{signatures.N_MIN}..{signatures.N_MAX}; other sizes run torch's forms)")
+    if not signatures.N_MIN <= n <= signatures.N_MAX:
         _check_args(op, dtype, signatures.N_MIN, batch, deps)  # op, dtype, batch and deps still named
         return _plan(op, dtype, n, batch, deps, Config.sentinel("torch"),
                      f"linalg|op={op}|dt={dtype}|n={n} (outside n={signatures.N_MIN}..{signatures.N_MAX})", "fallback",
                      f"n={n} is outside the family's {signatures.N_MIN}..{signatures.N_MAX}: the entry points run "
                      f"torch's forms (cholesky_ex, solve_triangular, matmul); no kernel here is built for it")
     _check_args(op, dtype, n, batch, deps)
-    from tunedb import arch as arch_mod
     from tunedb.families.linalg import FAMILY
 
-    if arch not in arch_mod.SHIPPED_ARCHES:
-        raise SignatureError(f"arch={arch!r} has no shipped profile; shipped: {', '.join(arch_mod.SHIPPED_ARCHES)}")
     profile = arch_mod.shipped_profile(arch)
     sig = signatures.make_signature(op, dtype, n)
     db = _table(arch)

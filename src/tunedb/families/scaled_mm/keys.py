@@ -73,7 +73,9 @@ def infer_scale(w_scale: Any, n: int, k: int) -> str:
     it does not depend on M, so M=1 is not ambiguous): one value (tensor), one per output
     channel (row) or one per 128x128 block (block)."""
     shape = tuple(w_scale.shape)
-    if math.prod(shape) == 1 and len(shape) <= 2 and n > 1:
+    # a 0-d scale is only ever per tensor; [1] / [1, 1] are per tensor too unless N = 1, where they
+    # are per channel (the same numbers either way)
+    if shape == () or (math.prod(shape) == 1 and len(shape) <= 2 and n > 1):
         return "tensor"
     if shape in ((n,), (n, 1)):
         return "row"
