@@ -325,3 +325,30 @@ def test_a_closed_pipe_under_a_rich_table_exits_141(capsys, monkeypatch, tmp_pat
     assert rc == cli.EXIT_BROKEN_PIPE
     assert "Traceback" not in capsys.readouterr().err
     stream.close()
+
+
+def test_a_directory_that_takes_no_new_file_stops_the_build_before_measuring(home, capsys, monkeypatch):
+    """The target's directory exists (with the lock file an earlier write left) but takes no new
+    file: the atomic write's temporary file would fail after the whole measurement (session 33's
+    CLI audit). os.access is faked for that directory: as root a chmod would not stop anything."""
+    import os
+
+    from tunedb import arch, pipeline
+    from tunedb.build import run as build_run
+    from tunedb.database import target as target_mod
+
+    out = home / "ro"
+    (out / "sm90").mkdir(parents=True)
+    (out / "sm90" / "gemm.json.lock").write_text("")
+    census = write_census(home / "c.json", QKV.format())
+    measurers = []
+    real_access = os.access
+    monkeypatch.setattr(target_mod.os, "access",
+                        lambda p, mode: False if Path(p) == out / "sm90" else real_access(p, mode))
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: True)
+    monkeypatch.setattr(build_run, "arch_profile", lambda family, real: arch.shipped_profile("sm90"))
+    monkeypatch.setattr(build_run.buildsteps, "start_worker", lambda opts, gpu: None)
+    monkeypatch.setattr(build_run.buildsteps, "Measurer", lambda *a, **k: measurers.append(a))
+    line = one_line_error(capsys, ["build", "--census", str(census), "--out", str(out), "--in-process"])
+    assert line.startswith("tunedb build: error: cannot write the target") and "a new file cannot be made" in line
+    assert "nothing was measured" in line and measurers == []

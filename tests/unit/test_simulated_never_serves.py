@@ -76,3 +76,34 @@ def test_tune_simulate_writes_to_a_temporary_directory_not_the_user_tier(tiers, 
     (written,) = tiers.glob("tunedb-simulate-*/sm90/gemm.json")
     db = database.load(written)
     assert {e.source for e in db.entries.values()} == {"simulated"}
+
+
+@pytest.mark.parametrize("where", ["user dir", "user file", "system file"])
+def test_a_simulated_build_refuses_a_tier_named_by_path(tiers, where):
+    """--out as a path inside a tier's directory is that tier: refused before anything is measured,
+    and the tier's file keeps its bytes (session 33's CLI audit merged simulated entries into it)."""
+    measured = tiers / "user" / "sm90" / "gemm.json"
+    measured.parent.mkdir(parents=True)
+    measured.write_text((DATA / "a.json").read_text())
+    before = measured.read_bytes()
+    out = {"user dir": str(tiers / "user"), "user file": str(measured),
+           "system file": str(database.system_root() / "sm90" / "gemm.json")}[where]
+    with pytest.raises(BuildError, match=r"--simulate refuses --out .* lies in the (user|system) tier"):
+        pipeline.build([("c", ShapeSet((Point(QKV, 16, 1.0, 4),)))],
+                       pipeline.BuildOptions(out=out, simulate=True, top_k=2, arch_family="sm90"))
+    assert measured.read_bytes() == before
+
+
+def test_a_simulated_build_never_merges_into_measured_entries(tiers):
+    target = tiers / "elsewhere" / "sm90" / "gemm.json"
+    target.parent.mkdir(parents=True)
+    target.write_text((DATA / "a.json").read_text())
+    before = target.read_bytes()
+    census = [("c", ShapeSet((Point(QKV, 16, 1.0, 4),)))]
+    with pytest.raises(BuildError, match="--simulate refuses to merge into .* measured entr"):
+        pipeline.build(census, pipeline.BuildOptions(out=str(tiers / "elsewhere"), simulate=True, top_k=2,
+                                                     arch_family="sm90"))
+    assert target.read_bytes() == before
+    # a new place takes it, and so does the same place with --fresh (the user asked to replace it)
+    pipeline.build(census, pipeline.BuildOptions(out=str(tiers / "new"), simulate=True, top_k=2, arch_family="sm90"))
+    assert {e.source for e in database.load(tiers / "new" / "sm90" / "gemm.json").entries.values()} == {"simulated"}

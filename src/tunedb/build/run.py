@@ -187,6 +187,8 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     if not opts.dry_run:  # a target the final write would refuse stops the build before measuring
         database.check_target(target, opts.family, arch.arch_family, fresh=opts.fresh, write=not opts.no_write)
     existing = buildsteps.existing_file(target, opts.family, arch.arch_family)
+    if opts.simulate and not opts.fresh and not opts.dry_run and existing is not None:
+        buildsteps.refuse_simulated_merge(target, existing)
     by_census = signatures_by_census(censuses, family)
     compiled = buildsteps.prebuilt_configs(opts.family, arch.arch_family)
     plans, owner = plan_build(censuses, opts, arch, buildsteps.model_params(existing.model if existing else None),

@@ -303,6 +303,8 @@ def check_options(opts: Any, gpu: bool) -> None:
     if opts.simulate and opts.out in ("system", "user"):
         raise BuildError(f"--simulate refuses --out {opts.out}: a tier serves measured results only and "
                          f"simulated ones are the cost model plus noise; write them to --out DIR")
+    if opts.simulate and not getattr(opts, "dry_run", False):
+        _refuse_tier_path(opts.out)
     if getattr(opts, "replay", None) and (opts.simulate or opts.workers or opts.ray):
         raise BuildError("--replay rebuilds from a log's numbers: it takes no --simulate, --workers or --ray")
     if not (opts.simulate or opts.dry_run or gpu or getattr(opts, "replay", None)):
@@ -314,6 +316,32 @@ def prebuilt_configs(family: str, arch_family: str) -> set[str]:
     """Configs `tunedb prebuild` compiled for this build's compiler (the family's
     `prebuilt_configs` hook, which may point the compiler at that cache as a side effect)."""
     return set(hook(families.get(family), "prebuilt_configs")(arch_family) or ())
+
+
+def _refuse_tier_path(out: str) -> None:
+    """BuildError when a --simulate build's --out lies inside a tier's directory (the user tier's
+    or the shipped one's): written by path, simulated entries would merge into a file that serves
+    measured ones, and the file's validators would become this machine's."""
+    out_path = Path(out).expanduser().resolve()
+    for tier in database.TIERS:
+        base = database.system_root() if tier == "system" else database.user_root()
+        if base is None:
+            continue
+        base = Path(base).expanduser().resolve()
+        if out_path == base or base in out_path.parents:
+            raise BuildError(f"--simulate refuses --out {out}: it lies in the {tier} tier ({base}), which serves "
+                             f"measured results only; write simulated ones to a directory outside it")
+
+
+def refuse_simulated_merge(target: Path, existing: database.DatabaseFile) -> None:
+    """BuildError before measuring when a --simulate build would merge into a file holding
+    measured entries (a simulated result never sits beside or replaces a measured one)."""
+    measured = sorted(s.format() for s, e in existing.entries.items() if e.source != "simulated")
+    if measured:
+        raise BuildError(f"--simulate refuses to merge into {target}: it holds {len(measured)} measured "
+                         f"entr{'y' if len(measured) == 1 else 'ies'} ({measured[0]}{', ...' if len(measured) > 1 else ''}); "
+                         f"write simulated results to another --out, or pass --fresh to replace the file; "
+                         f"nothing was measured")
 
 
 def target_file(out: str, arch_family: str, family: str) -> Path:

@@ -53,3 +53,9 @@ def _check_writable(path: Path) -> None:
                             f"{NOTHING_MEASURED}") from None
     if path.exists() and not os.access(path, os.W_OK):
         raise DatabaseError(f"cannot write the target {path}: permission denied; {NOTHING_MEASURED}")
+    # the atomic write's temporary file goes beside the target: the directory must take a new
+    # file (a lock file left by an earlier write says nothing about that)
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise DatabaseError(f"cannot write the target {path}: {path.parent}: permission denied (a new file "
+                            f"cannot be made there); choose a writable place (--out DIR, or "
+                            f"TUNEDB_USER_DB=DIR for the user tier); {NOTHING_MEASURED}")
