@@ -134,3 +134,26 @@ def test_a_gzipped_log_reads_like_the_plain_one(tmp_path):
     packed = tmp_path / "m.jsonl.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert [r.measurement for r in read_log(packed)] == [r.measurement for r in read_log(plain)]
+
+
+def test_a_file_that_is_no_log_is_one_error_not_a_warning_a_line(tmp_path):
+    """A census or a database handed over as a log (session 33's CLI audit: 10,274 warnings, then
+    an error that never said the file was no log): the first few bad lines are warned about, the
+    rest counted in one warning, and a file of several lines none of which is a measurement is a
+    MeasurementError saying so. One torn line alone stays a warning (a writer killed mid-line)."""
+    census = tmp_path / "census.json"
+    census.write_text("\n".join(f'{{"signature": "x", "M": {m}}}' for m in range(40)) + "\n")
+    with pytest.warns(RuntimeWarning) as caught, pytest.raises(MeasurementError, match="is not a measurement log"):
+        read_log(census)
+    assert len(caught) <= 6
+    path = tmp_path / "log.jsonl"
+    MeasurementLog(path, PROV, run_id="r").append(measurements())
+    with path.open("a") as fh:
+        fh.write("\n".join("garbage" for _ in range(30)) + "\n")
+    with pytest.warns(RuntimeWarning) as caught:
+        assert len(read_log(path)) == 2
+    assert len(caught) == 6 and "25 more bad line(s) skipped (30 in all, 2 measurements read)" in str(caught[-1].message)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text('{"signature": "gemm|op=gemm|dt=bf16|N=768|K=256", "M"')
+    with pytest.warns(RuntimeWarning):
+        assert read_log(torn) == []

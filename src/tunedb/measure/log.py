@@ -74,7 +74,9 @@ class MeasurementLog:
 def iter_log(path: str | Path, strict: bool = False) -> Iterator[LogRecord]:
     """The log's records; a `.gz` log (as committed under bench/results) is read as it is. A line
     that is not a measurement (torn, not UTF-8, a field of the wrong type) is skipped with a
-    warning naming file and line; a compressed log cut short ends where it was cut."""
+    warning naming file and line (the first SHOWN_BAD_LINES; the rest counted in one warning); a
+    file of several lines none of which is a measurement (a census or a database given by
+    mistake) is a MeasurementError; a compressed log cut short ends where it was cut."""
     path = Path(path)
     if path.exists() and not path.is_file():
         raise MeasurementError(f"measurement log {path} is not a regular file")
@@ -83,12 +85,32 @@ def iter_log(path: str | Path, strict: bool = False) -> Iterator[LogRecord]:
     except OSError as exc:
         raise MeasurementError(f"cannot read measurement log {path}: {exc.strerror or exc}") from exc
 
+    skipped: list[str] = []
+    yielded = 0
+
     def bad(lineno: int, exc: BaseException) -> None:
         msg = f"measurement log {path}:{lineno}: skipped a bad line ({type(exc).__name__}: {exc})"
         if strict:
             raise MeasurementError(msg) from exc
-        warnings.warn(msg, RuntimeWarning, stacklevel=4)
+        skipped.append(msg)
+        if len(skipped) <= SHOWN_BAD_LINES:  # a file that is no log at all is one error below, not a line each
+            warnings.warn(msg, RuntimeWarning, stacklevel=4)
 
+    for rec in _records(path, fh, bad):
+        yielded += 1
+        yield rec
+    if len(skipped) > 1 and not yielded:  # one torn line alone is a writer killed mid-line, not a wrong file
+        raise MeasurementError(f"{path} is not a measurement log: none of its lines is a measurement "
+                               f"({len(skipped)} skipped; the first: {skipped[0].split(': ', 1)[1]})")
+    if len(skipped) > SHOWN_BAD_LINES:
+        warnings.warn(f"measurement log {path}: {len(skipped) - SHOWN_BAD_LINES} more bad line(s) skipped "
+                      f"({len(skipped)} in all, {yielded} measurements read)", RuntimeWarning, stacklevel=2)
+
+
+SHOWN_BAD_LINES = 5  # bad lines of a log warned about one by one; the rest are counted
+
+
+def _records(path: Path, fh, bad) -> Iterator[LogRecord]:
     with fh:
         lineno = 0
         while True:
