@@ -200,3 +200,22 @@ def test_worked_example_comparison_run_solves_every_step_by_every_policy():
     traces = {r.policy: r.trace() for r in recs}
     assert all(len(t.times_ms) == 7 for t in traces.values())
     assert traces["direct"].signals == traces["iterative"].signals == traces["auto"].signals
+
+
+def test_cli_a_failing_workload_and_a_trace_file_of_the_wrong_shape_are_one_line(tmp_path, capsys):
+    """The user's workload raising, and `cutoff fit` of JSON that is no probe file (a list, a
+    number where the traces go): one error line naming the file or the policy, never a traceback
+    (session 33's CLI audit)."""
+    from tunedb.cli import main
+
+    wl = tmp_path / "boom.py"
+    wl.write_text("def run(solver):\n    raise RuntimeError('boom in user code')\n")
+    assert main(["cutoff", "probe", "--workload", f"{wl}:run", "--problem", "toy", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "the workload failed under policy" in err and "boom in user code" in err and "Traceback" not in err
+    for i, text in enumerate(("[1, 2, 3]", "null", '{"problem": "x", "device": "cpu", "traces": 5}')):
+        bad = tmp_path / f"bad{i}.json"
+        bad.write_text(text)
+        assert main(["cutoff", "fit", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert "probe file" in err and "Traceback" not in err and err.count("\n") == 1, err

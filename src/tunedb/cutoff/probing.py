@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from tunedb.errors import BusyGPUError, CutoffError
+from tunedb.errors import BusyGPUError, CutoffError, TunedbError
 
 FORMAT = "tunedb-cutoff-probe"
 
@@ -89,7 +89,7 @@ class Probe:
     def load(cls, path: str | Path) -> "Probe":
         try:
             return cls.from_json(json.loads(Path(path).read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             if isinstance(exc, CutoffError):
                 raise
             raise CutoffError(f"cannot read probe file {path}: {type(exc).__name__}: {exc}") from exc
@@ -176,7 +176,13 @@ def probe(workload: Callable[[Callable[..., Any]], Any], *, problem: str,
     traces = {}
     for policy in policies:
         rec = Recorder(policy, dev, decision if policy == "auto" else None, **solve_kwargs)
-        workload(rec)
+        try:
+            workload(rec)
+        except TunedbError:
+            raise
+        except Exception as exc:  # the user's code: one line naming it, as tune and census do
+            raise CutoffError(f"the workload failed under policy {policy!r}: {type(exc).__name__}: {exc} "
+                              f"(it is called as FN(solver); run it on its own to see the traceback)") from exc
         traces[policy] = rec.trace(discard)
         if cuda:
             seen |= set(env.foreign_pids())
