@@ -114,6 +114,12 @@ def test_capture_record_read_and_merge(tmp_path):
     path.write_text('{"signature": "gemm|op=gemm|dt=half|N=1|K=1", "M": 0, "calls": 1}\n{}\n')
     with pytest.raises(CensusError, match="line 1: M must be an int >= 1"):
         read_capture(path)
+    # a file holding nothing but one torn or foreign line, or nothing, is no capture (session 33's
+    # CLI audit: `--capture garbage.json` was taken as an empty capture, rc 0)
+    for text, why in (("garbage", "holds no captured call"), ("", "is empty"), ("\n\n", "is empty")):
+        path.write_text(text)
+        with pytest.raises(CensusError, match=why):
+            read_capture(path)
 
 
 def test_cli_census_with_manifest_and_capture(tmp_path, capsys):

@@ -69,6 +69,13 @@ def read_capture(path: str | Path) -> ShapeSet:
         cur = acc.setdefault((sig, m), [0, 0])
         cur[0] += calls
         cur[1] += calls if captured is True else 0
+    if not acc and any(line.strip() for line in lines):
+        # a torn last line is a writer killed mid-line, but a file holding nothing else is no capture
+        raise CensusError(f"capture {path} holds no captured call (its only line is not JSON): a capture "
+                          f"is the JSONL that TUNEDB_CAPTURE writes, one call key a line")
+    if not acc:
+        raise CensusError(f"capture {path} is empty: no call was captured (run the model with "
+                          f"TUNEDB_CAPTURE={path} first)")
     total = sum(c for c, _ in acc.values())
     points = tuple(
         Point(sig, m, weight=(calls / total if total else 0.0), calls=calls, must_tune=cap > 0,
