@@ -172,3 +172,14 @@ def test_at_40_columns_no_column_is_cut_even_folded(tmp_path, capsys, monkeypatc
     flat = " ".join(out.split())
     assert flat.count("config=") == (3 if grouped else 3 * len(ms))
     assert "signature=1024x256" in flat and "tier=" in flat
+
+
+def test_what_to_run_on_a_gpu_keeps_the_flags_that_change_the_measurement(cpu, capsys, monkeypatch, tmp_path):
+    """--out, --top-k, --exhaustive and the like stay in the command suggested for a GPU, and the
+    sentence names where it writes; after --dry-run it does not suggest --dry-run (CLI audit)."""
+    with database.system_root_override(system_tier(cpu / "sys", "0.0.1")):
+        lines = tune(capsys, monkeypatch, 250, "--out", str(tmp_path / "db"), "--top-k", "4", "--exhaustive",
+                     "--dry-run").splitlines()
+    (line,) = [ln for ln in lines if ln.startswith("On a GPU machine run")]
+    assert f"--out {tmp_path / 'db'} --top-k 4 --exhaustive`" in line
+    assert f"into {tmp_path / 'db'}." in line and "add --dry-run" not in line

@@ -187,6 +187,17 @@ def tune_command(args: argparse.Namespace) -> str:
 
     family = getattr(args, "family", None)
     flags += f" --family {family}" if family and family != families.DEFAULT else ""
+    # and the build's own flags that change what is measured or where it goes (--arch is the GPU's
+    # own there; --dry-run is the sentence's advice)
+    out = getattr(args, "out", "user")
+    flags += f" --out {q(out)}" if out != "user" else ""
+    flags += f" --top-k {args.top_k}" if getattr(args, "top_k", TUNE_TOP_K) != TUNE_TOP_K else ""
+    for flag, attr in (("--exhaustive", "exhaustive"), ("--thin", "thin"), ("--fresh", "fresh")):
+        flags += f" {flag}" if getattr(args, attr, False) else ""
+    flags += " --no-fill" if getattr(args, "fill", True) is False else ""
+    for flag, attr in (("--max-points", "max_points"), ("--min-speedup", "min_speedup"),
+                       ("--gate-noise", "gate_noise"), ("--tie-band", "tie_band")):
+        flags += f" {flag} {getattr(args, attr)}" if getattr(args, attr, None) is not None else ""
     return f"tunedb tune {q(args.workload)}{flags}"
 
 
@@ -195,8 +206,11 @@ def gpu_line(args: argparse.Namespace, signatures: int) -> str:
     if not signatures:
         return (f"A GPU would measure nothing here either: no call of {args.workload} is one the "
                 f"{args.family} family tunes (see the table above).")
+    out = getattr(args, "out", "user")
+    where = {"user": "the user tier", "system": "the shipped (system) tier"}.get(out, out)
+    first = "" if getattr(args, "dry_run", False) else " (add --dry-run first to see the plan and its estimated time)"
     return (f"On a GPU machine run `{tune_command(args)}`: it measures these {signatures} "
-            f"signature(s) into the user tier (add --dry-run first to see the plan and its estimated time).")
+            f"signature(s) into {where}{first}.")
 
 
 def simulated_out(args: argparse.Namespace, console: Any) -> None:
