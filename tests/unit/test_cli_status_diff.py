@@ -175,3 +175,22 @@ def test_status_table_shows_bracketed_text_as_written(capsys, tmp_path, monkeypa
     with settings.override(USER_DB=str(user)), tiers.system_root_override(TIER):
         rc, out, _ = run_cli(capsys, "status", "--arch", "sm90")
     assert rc == 0 and "[bold]tier" in out
+
+
+@pytest.mark.parametrize("which", ["root", "arch"])
+def test_status_with_an_unlistable_user_tier_directory_reports_it_and_exits_0(shipped, capsys, monkeypatch, which):
+    """A user-tier directory that cannot be listed (chmod 000; faked here: root reads anything):
+    status says which directory it skipped and exits 0, as it does for a corrupt file (CLI audit:
+    it stopped with "Permission denied; choose a writable place", or showed "no files")."""
+    blocked = shipped if which == "root" else shipped / "sm90"
+    real = Path.iterdir
+
+    def iterdir(self):
+        if self == blocked:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    rc, out, err = run_cli(capsys, "status")
+    assert rc == 0, err
+    assert f"skipping user-tier directory {blocked}: Permission denied" in " ".join((out + err).split())

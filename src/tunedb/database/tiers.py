@@ -206,9 +206,25 @@ def discover(tier: str, arch_family: str | None = None) -> tuple[tuple[str, str,
     if base is None or not base.is_dir():
         return ()
     out = []
-    for arch_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+    try:
+        arch_dirs = sorted(p for p in base.iterdir() if p.is_dir())
+    except OSError as exc:
+        _unreadable(tier, base, exc)
+        return ()
+    for arch_dir in arch_dirs:
         if arch_family is not None and arch_dir.name != arch_family:
             continue
-        for path in sorted(arch_dir.glob("*.json")):
-            out.append((arch_dir.name, path.stem, path))
+        try:
+            files = sorted(p for p in arch_dir.iterdir() if p.suffix == ".json")
+        except OSError as exc:
+            _unreadable(tier, arch_dir, exc)
+            continue
+        out.extend((arch_dir.name, path.stem, path) for path in files)
     return tuple(out)
+
+
+def _unreadable(tier: str, where: Path, exc: OSError) -> None:
+    """A tier directory that cannot be listed: one warning naming it (its files are skipped, as a
+    corrupt file is), never an error for a reader; a writer says so when it writes."""
+    warnings.warn(f"skipping {tier}-tier directory {where}: {exc.strerror or exc} (its database files "
+                  f"cannot be listed)", DatabaseWarning, stacklevel=3)
