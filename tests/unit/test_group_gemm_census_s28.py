@@ -36,3 +36,20 @@ def test_a_fused_census_of_a_moe_model_keys_its_experts(tmp_path, monkeypatch):
     assert by_sig["group_gemm"] and all(m >= 1 for m in by_sig["group_gemm"])
     # the expert GEMMs are not counted again as aten GEMMs of the gemm family
     assert not any(p.signature.family == "gemm" and p.signature.get("N") == 192 for p in shapes.points)
+
+
+def test_an_aten_level_census_of_a_moe_model_says_its_experts_are_missing(tmp_path, monkeypatch, capsys):
+    """Without --fused no expert GEMM is keyed (transformers' expert blocks issue no aten call a
+    family keys): the census says so in its meta and its summary, instead of reporting "0 points
+    of ops no family tunes" (session 33's model audit)."""
+    from tunedb import cli
+
+    (tmp_path / "moe_s33.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    shapes = pipeline.take_census("moe_s33:make", unit="tokens", max_length=64, max_batch=2, fused=False)
+    assert not any(p.signature.family == "group_gemm" for p in shapes.points)
+    assert dict(shapes.meta)["experts_not_recorded"].startswith("2 (model.layers.0.mlp.experts")
+    out = tmp_path / "c.json"
+    assert cli.main(["census", "moe_s33:make", "--unit", "tokens", "--max-length", "64", "--max-batch-size", "2",
+                     "--out", str(out)]) == 0
+    assert "mixture-of-experts block(s) are not in this census" in capsys.readouterr().out

@@ -158,6 +158,18 @@ def _optimized(w: Workload, model: Any) -> Any:
                       f"got {type(model).__name__}")
 
 
+def _experts_unkeyed(model: Any) -> str:
+    """The mixture-of-experts blocks (group_gemm's layouts) an aten-level census cannot key: their
+    count and the first name, or '' (the fused census keys them as optimize() calls them)."""
+    try:
+        from tunedb.families.group_gemm.moe import find_experts
+
+        found = find_experts(model)  # bf16/fp16 experts: those optimize() swaps (fp32 ones run as written)
+    except Exception:  # a model the recogniser cannot read: say nothing rather than fail the census
+        return ""
+    return f"{len(found)} ({found[0].name}, ...)" if found else ""
+
+
 def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
                 manifest: str | Path | None = None, device: str = "meta", impl: str = "auto",
                 seed: int = 0, fused: bool = False, quantization: str | None = None,
@@ -218,7 +230,9 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
         share = eager[point] / c if c else (0.0 if point in must else 1.0)
         points.append(Point(point[0], point[1], weight=(c / total if total else 0.0), calls=c,
                             must_tune=point in must, eager_share=share))
+    unkeyed = () if fused else _experts_unkeyed(built.model)
     meta = (("mode", mode), ("impl", built.impl), ("device", str(device)), ("fused", "yes" if fused else "no"),
+            *((("experts_not_recorded", unkeyed),) if unkeyed else ()),
             *((("quantization", quantization),) if quantization else ()),
             ("max_batch_size", str(max_batch)),
             ("chunk_size", str(chunk or "")), ("traffic", str(manifest) if manifest else f"synthetic(seed={seed})"),

@@ -85,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"tunedb census: {w.name} ({args.mode}): {len(tuned)} points of tuned ops over {len(sigs)} signatures, {sum(p.must_tune for p in tuned)} must-tune, "
           f"{len(census.points) - len(tuned)} points of ops no family tunes -> "
           f"{'standard output' if to_stdout else args.out}", file=summary)
+    unkeyed = dict(census.meta).get("experts_not_recorded")
+    if unkeyed:
+        print(f"tunedb census: {unkeyed} mixture-of-experts block(s) are not in this census: their expert "
+              f"GEMMs are keyed only as optimize() calls them (add --fused; `tunedb tune` does by default)",
+              file=summary)
     return 0
 
 
