@@ -159,15 +159,21 @@ def _optimized(w: Workload, model: Any) -> Any:
 
 
 def _experts_unkeyed(model: Any) -> str:
-    """The mixture-of-experts blocks (group_gemm's layouts) an aten-level census cannot key: their
-    count and the first name, or '' (the fused census keys them as optimize() calls them)."""
-    try:
-        from tunedb.families.group_gemm.moe import find_experts
+    """The modules an aten-level census cannot key (each family's `aten_unkeyed` hook: group_gemm's
+    mixture-of-experts blocks): their count and the first name, or '' (the fused census keys them
+    as optimize() calls them)."""
+    from tunedb import families
+    from tunedb.families.contract import has_hook, hook
 
-        found = find_experts(model)  # bf16/fp16 experts: those optimize() swaps (fp32 ones run as written)
-    except Exception:  # a model the recogniser cannot read: say nothing rather than fail the census
-        return ""
-    return f"{len(found)} ({found[0].name}, ...)" if found else ""
+    found: list[str] = []
+    for name in families.names():
+        family = families.get(name)
+        if has_hook(family, "aten_unkeyed"):
+            try:
+                found += list(hook(family, "aten_unkeyed")(model))
+            except Exception:  # a model a family cannot read: say nothing rather than fail the census
+                continue
+    return f"{len(found)} ({found[0]}, ...)" if found else ""
 
 
 def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,

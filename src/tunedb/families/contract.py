@@ -261,6 +261,9 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     "residual": _none,
     "make_out": _none,  # (sig, args, kwargs, reference) -> output buffer (None: like the reference)
     "census_rules": lambda family: (),  # () -> CensusRules (which aten calls become signatures)
+    # (model) -> names of the model's modules whose calls only the fused census keys (the aten
+    # level sees none of them: transformers' MoE expert blocks), for the census to say so
+    "aten_unkeyed": lambda family, model: (),
     "serving_keys": lambda family, sig: sig.lookup_keys(),  # (sig) -> keys that may serve sig, most specific first
     "warm_start": _none,  # () -> None: one-time compiler state for a measuring worker
     "prebuild": _none,  # (args) -> exit status of `tunedb prebuild --family NAME`

@@ -110,6 +110,12 @@ class GroupGemmFamily(ConfigMethods):
 
         ops.register()
 
+    def aten_unkeyed(self, model: Any) -> tuple[str, ...]:
+        """The model's bf16/fp16 experts modules (moe.find_experts): keyed by the fused census only."""
+        from tunedb.families.group_gemm.moe import find_experts
+
+        return tuple(e.name for e in find_experts(model))
+
     def optimize(self, model: Any, approximate: bool = False) -> Any:
         from tunedb.families.group_gemm.moe import swap_experts
 
