@@ -141,18 +141,25 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
 _INSPECT = frozenset({"type", "isinstance", "id", "print", "repr", "str", "vars", "dir", "hasattr", "callable"})
 
 
-def _foreign_reads(tree: ast.AST) -> set[str]:
-    """Attribute names taken off anything but `self` in `tree` and used as a value (called,
-    assigned, passed: `self.block.fc(x)`, `f = layer.fc`), and the literal names of
-    getattr(x, "fc") used so. An access read further (`model.fc.weight`, `block.fc.act`), handed
-    to an inspecting builtin (`type(model.fc)`) or compared (`m.fc is lin`) looks at the module,
-    never at its output, so it does not count."""
+def _looks(tree: ast.AST) -> set[int]:
+    """ids of the expressions in `tree` that only look at a module, never run it: one read further
+    (`x.fc.weight`), handed to an inspecting builtin (`type(x.fc)`), or compared (`m.fc is lin`)."""
     looked = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _INSPECT:
             looked.update(id(a) for a in node.args)
         elif isinstance(node, ast.Compare):
             looked.update(id(a) for a in (node.left, *node.comparators))
+    return looked
+
+
+def _foreign_reads(tree: ast.AST) -> set[str]:
+    """Attribute names taken off anything but `self` in `tree` and used as a value (called,
+    assigned, passed: `self.block.fc(x)`, `f = layer.fc`), and the literal names of
+    getattr(x, "fc") used so. An access read further (`model.fc.weight`, `block.fc.act`), handed
+    to an inspecting builtin (`type(model.fc)`) or compared (`m.fc is lin`) looks at the module,
+    never at its output, so it does not count."""
+    looked = _looks(tree)
     names: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in looked:
@@ -212,13 +219,7 @@ def self_values(cls: type) -> frozenset[str] | None:
     names: set[str] = set()
     for name, tree in methods:
         for part in (_closures(tree) if name == "__init__" else (tree,)):
-            passive = {id(node.func) for node in ast.walk(part) if isinstance(node, ast.Call)}
-            passive |= {id(node.value) for node in ast.walk(part) if isinstance(node, ast.Attribute)}
-            for node in ast.walk(part):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _INSPECT:
-                    passive.update(id(a) for a in node.args)
-                elif isinstance(node, ast.Compare):
-                    passive.update(id(a) for a in (node.left, *node.comparators))
+            passive = _looks(part) | {id(node.func) for node in ast.walk(part) if isinstance(node, ast.Call)}
             for node in ast.walk(part):
                 attr = _self_attr(node)
                 if attr is not None and id(node) not in passive and not isinstance(getattr(node, "ctx", None), ast.Store):
