@@ -183,10 +183,20 @@ CHECK_INPUTS = Setting(
     "per call (CPU tensors are always checked: free there). Read at each database epoch.",
     ("0", "1"),
 )
+CHAIN_PDL = Setting(
+    "TUNEDB_CHAIN_PDL", "0",
+    "'1': inside a CUDA-graph capture, a decode-lane GEMM (M <= 16) whose call directly follows another "
+    "tunedb decode-lane launch, with an nn.Parameter weight, is launched as its config's PDL twin "
+    "(runtime/capture_chain.py). Default '0': every call launches the config as measured, and a measured "
+    "`_pdl` config runs without PDL (it reads the weight before the kernel ahead finishes). Off by "
+    "default: on the H200 it won back to back (bench/gv_prefetch.py) but lost in Llama-3-8B decode "
+    "(session 34, bench/chain_pdl_e2e.py: 1.086x plain without it, 1.056x with it).",
+    ("0", "1"),
+)
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, LEAVE_UNMEASURED, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
                             EAGER_FALLBACK, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
-                            CHECK_INPUTS)
+                            CHECK_INPUTS, CHAIN_PDL)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -282,6 +292,10 @@ def leave_unmeasured() -> bool:
 
 def eager_fallback_enabled() -> bool:
     return EAGER_FALLBACK.on()
+
+
+def chain_pdl_enabled() -> bool:
+    return CHAIN_PDL.on()
 
 
 def measure_ahead_enabled() -> bool:

@@ -49,7 +49,7 @@ def test_every_space_config_through_the_family_launcher_eager_and_in_a_graph(n, 
             ref = x.double() @ w.double().t() + (0 if bias is None else bias.double())
             ref = torch.nn.functional.silu(ref) if act == "silu" else ref
             ids = [c.id for c in FAMILY.candidates(s, m, arch) if configs_gemv.is_gemv(c)]
-            assert len(ids) == (6 if m <= 4 else 3)
+            assert len(ids) == (7 if m <= 4 else 4)
             for cid in ids:
                 fn = FAMILY.launcher(FAMILY.parse_config(cid), s)
                 y = fn(x, w, bias, None)
@@ -106,3 +106,54 @@ def test_the_public_op_serves_a_gv_config_from_the_system_tier(tmp_path):
                     assert torch.equal(yg, y)
             finally:
                 selector.configure()
+
+
+def test_captured_decode_calls_after_ours_launch_the_pdl_twin(monkeypatch):
+    """With TUNEDB_CHAIN_PDL=1, inside a capture a served gv config launches as its PDL twin where
+    the call directly follows one of ours and its weight is an nn.Parameter (the driver's capture
+    query answering on this GPU), as measured everywhere else (first in the graph, after torch's kernels: a weight-normed
+    Linear's weight); every output against fp64, replayed."""
+    from tunedb.families.gemm import ops
+    from tunedb.runtime import capture_chain, launch_table
+
+    follows: list[bool] = []
+    real = capture_chain.follows_ours
+    monkeypatch.setattr(capture_chain, "follows_ours", lambda s: follows.append(real(s)) or follows[-1])
+    n, k = 4096, 4096
+    cfg = FAMILY.parse_config("gv1_n16x256_w4_s5_lr")
+    torch.manual_seed(0)
+    q, kk = (torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    normed = torch.nn.utils.parametrizations.weight_norm(
+        torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16))
+    x = (torch.rand(1, k, device="cuda") * 2 - 1).to(torch.bfloat16)
+
+    def step():
+        a = ops.gemm(x, q.weight)
+        b = ops.gemm(x, kk.weight)
+        c = ops.gemm(x, normed.weight)
+        d = ops.gemm(a, kk.weight)
+        return a, b, c, d
+
+    from tunedb import settings
+
+    with torch.no_grad(), settings.override(CHAIN_PDL="1"), launch_table.overriding(
+            lambda family, sig, m: (cfg, "autotune") if family.name == "gemm" and m == 1 else None):
+        eager = step()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graphs asks
+            step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = step()
+            info = capture_chain.capture_info(int(torch.cuda.current_stream().cuda_stream))
+        graph.replay()
+        torch.cuda.synchronize()
+        refs = [x.double() @ w.double().t() for w in (q.weight, kk.weight, normed.weight)]
+        refs.append(eager[0].double() @ kk.weight.double().t())
+        for i, (out, ref) in enumerate(zip(got, refs)):
+            assert (out.double() - ref).abs().max().item() <= _bound(ref), i
+            assert torch.equal(out, eager[i]), i  # the PDL twin computes the plain config's bits
+    assert info is not None and len(info[1]) == 1, info
+    assert follows == [False, True, False, True], follows

@@ -37,7 +37,7 @@ def test_every_grid_id_round_trips(cid):
         from tunedb.families.gemm.configs_gemv import make_gemv
 
         again = make_gemv(*cfg.param("block")[1:], cfg.param("warps"), cfg.param("stages"), cfg.param("split_k"),
-                          cfg.param("dot"), cfg.param("pdl"), cfg.param("late"))
+                          cfg.param("dot"), cfg.param("pdl"), cfg.param("late"), cfg.param("pre", 1))
     else:
         again = configs.make(cfg.lane, *cfg.param("block"), cfg.param("warps"), cfg.param("stages"),
                              cfg.param("group_m"), cfg.param("split_k"), bool(cfg.param("ws")),

@@ -77,7 +77,8 @@ def test_pdl_needs_sm90_and_a_triton_with_gdc(monkeypatch):
 def test_space_holds_deterministic_configs_without_pdl():
     space = [c for c in FAMILY.config_space("sm90") if c.lane == "triton_decode"]
     assert {c.param("split_k") for c in space} == {1, 2, 4, 8, 16}
-    assert not any(c.param("atomic") or c.param("pdl") for c in space)  # twins: parseable, valid, not in the space
+    # dk twins: parseable, valid, not in the space (the gv lane's PDL twins are: test_gemm_gv_family)
+    assert not any(c.param("atomic") or c.param("pdl") for c in space if c.param("kernel") != "gemv")
     assert any(c.lane == "triton_decode" for c in FAMILY.compile_set("sm90", []))
 
 

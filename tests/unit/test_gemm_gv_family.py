@@ -21,20 +21,22 @@ from tunedb.runtime import selector
 
 SM90, SM80 = arches()
 FMA = ("gv1_n16x256_w4_s5_lr", "gv1_n8x512_w4_s5_lr", "gv4_n16x256_w4_s5_lr")
-MMA = ("gv1_n32x256_w4_s4_mma", "gv1_n64x256_w4_s3_mma", "gv4_n32x256_w4_s4_mma")
+MMA = ("gv1_n32x256_w4_s4_mma", "gv1_n64x256_w4_s3_mma", "gv4_n32x256_w4_s4_mma", "gv1_n16x256_w1_s5_mma")
 
 
 def gv_ids(configs_):
     return sorted(c.id for c in configs_ if configs_gemv.is_gemv(c))
 
 
-def test_space_holds_the_six_gv_configs_and_they_parse_through_the_family():
+def test_space_holds_the_seven_gv_configs_and_they_parse_through_the_family():
     assert gv_ids(FAMILY.config_space("sm90")) == sorted(FMA + MMA)
     for cid in FMA + MMA:
         cfg = FAMILY.parse_config(cid)
         assert cfg.lane == "triton_decode" and configs.from_json(cid, cfg.to_json()) == cfg
-    # PDL twins parse (the bench runs them) but stay out of the space, as the dk lane's do
+    # PDL twins parse (the run time launches a served config's twin where a captured call follows
+    # one of ours: runtime/capture_chain.py) but stay out of the space, as the dk lane's do
     assert FAMILY.parse_config("gv1_n16x256_w4_s5_lr_pdl").param("pdl") is True
+    assert FAMILY.parse_config("gv1_n8x256_w4_s5_lr_p4_pdl").param("pre") == 4
     assert not any(c.param("pdl") for c in FAMILY.config_space("sm90"))
 
 
@@ -78,8 +80,8 @@ def test_predicate_splits_dtypes_epilogues_and_pdl():
 
 
 @pytest.mark.parametrize("n,k,counts", [
-    (4096, 4096, {1: 6, 2: 6, 3: 6, 4: 6, 5: 3, 8: 3, 16: 3, 17: 0, 64: 0}),
-    (2048, 512, {1: 4, 4: 4, 5: 2, 16: 2, 17: 0}),  # K=512: two tiles of 256, no split 4
+    (4096, 4096, {1: 7, 2: 7, 3: 7, 4: 7, 5: 4, 8: 4, 16: 4, 17: 0, 64: 0}),
+    (2048, 512, {1: 5, 4: 5, 5: 3, 16: 3, 17: 0}),  # K=512: two tiles of 256, no split 4
 ])
 def test_candidates_gain_gv_at_decode_sizes_only(n, k, counts):
     s = sig(n, k)
@@ -104,7 +106,7 @@ def test_cost_model_prices_gv_at_its_measured_rate_and_the_build_always_measures
     assert costmodel.predict(FAMILY.parse_config(MMA[0]), (sig(), 17), SM90) is Status.INFEASIBLE
     model = FAMILY.cost_model(SM90, None)
     s = sig(4096, 4096)
-    for m, want in ((1, 6), (14, 3), (17, 0)):
+    for m, want in ((1, 7), (14, 4), (17, 0)):
         cands = FAMILY.candidates(s, m, SM90)
         ranked = model.rank(s, m, cands, 2)
         top = [c.id for c, _ in costmodel.rank(cands, m, 4096, 4096, SM90, 2, None, None, dt=s.dt, sig=s)]

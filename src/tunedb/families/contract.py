@@ -279,6 +279,10 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     # outside CUDA-graph capture (where the host issues every launch), or None: the config serves
     # every call (runtime/host_bound.py)
     "eager_fallback": _none,
+    # (config) -> (plain_config, pdl_config, admits) or None: a config with a programmatic-dependent-
+    # launch twin; inside a capture the twin serves the calls that directly follow one of ours and
+    # that admits(*launch_args) allows, the plain config every other call (runtime/capture_chain.py)
+    "pdl_pair": _none,
     # (arch_family, sig, config_ids) -> picklable jobs, each with run() -> {"ok", "error", "seconds"},
     # that compile those configs into compiler_cache() as a launch would (build/compile_pool.py)
     "compile_jobs": lambda family, arch_family, sig, config_ids: [],

@@ -90,6 +90,13 @@ class GemmFamily:
 
         return eager_fallback(sig, m, config, profile, params)
 
+    def pdl_pair(self, config: Config) -> Any:
+        """A decode-lane config and its PDL twin, launched by the run time where a captured call
+        follows one of ours (launch_gemv.pdl_pair, runtime/capture_chain.py)."""
+        from tunedb.families.gemm.launch_gemv import pdl_pair
+
+        return pdl_pair(config)
+
     def invalid_reason(self, config: Config, sig: Signature, m: int | None, arch: ArchProfile) -> str | None:
         return configs.invalid_reason(config, sig, m, arch)
 

@@ -1,19 +1,20 @@
 """The GEMM decode lane's bf16/fp16 GEMV configs (`gv`, kernels_gemv.py): ids, a small space and
 the rules a `gv` config must meet at a signature and M. Pure Python (no torch, no triton).
 
-    gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma|_lr][_pdl]  gv1_n16x512_w4_s3, gv2_n16x256_w4_s4_mma_pdl,
-                                                    gv1_n16x512_w4_s5_lr
+    gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma|_lr][_p{PRE}][_pdl]  gv1_n16x512_w4_s3, gv2_n16x256_w4_s4_mma_pdl,
+                                                             gv1_n8x512_w4_s5_lr_p8_pdl
 
 BN rows of W per CTA, BK elements of K per tile (16-byte vectors: 8 two-byte elements), W warps,
 S pipeline stages, SPLIT CTAs per slab over contiguous runs of K tiles (reduced in the kernel,
 deterministically). Without `_mma` the product is taken on CUDA cores (M <= 4, a bounded
 per-thread product tile), summed over K every tile or, `_lr` (late reduction), accumulated as
 [BN, BK] products and summed once after the loop; with `_mma` by one tensor-core dot per K tile
-(x padded to 16 rows, BN >= 16), any M <= 16. Bias and every activation of the family run in
+(x padded to 16 rows, BN >= 16), any M <= 16. `_p{PRE}` makes the first tile PRE K tiles wide
+(PRE in 2, 4, 8): with `_pdl` that much of each CTA's slab is requested before gdc_wait. Bias and every activation of the family run in
 the kernel's epilogue (kernels_common.epilogue), so `gemm_act` keys are served too.
 
-The GEMM family's space holds SPACE (six configs: session 16 C's winners and a split-4 twin of
-each path's for narrow weights); configs.invalid_reason calls gemv_reason for every `gv` config.
+The GEMM family's space holds SPACE (session 16 C's winners, a split-4 twin of each path's for
+narrow weights, and session 33's one-warp tensor-core slab); configs.invalid_reason calls gemv_reason for every `gv` config.
 The bench's wider sweep is gemv_grid(). `rows_padded` and the FMA path's rules (fma_reason) are
 also scaled_mm's (its configs_gemv imports them).
 """
@@ -36,7 +37,13 @@ MMA_MIN_BN = 16  # tl.dot's smallest N
 FMA_REGS = 128
 # the signature dtypes: the family's 'half' keys are measured in bf16 and served in fp16 or bf16
 DTYPES = ("bf16", "fp16", "half")
-GV_ID = re.compile(r"^gv(?P<split>[1-9]\d*)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<mma>_mma)?(?P<lr>_lr)?(?P<pdl>_pdl)?$")
+GV_ID = re.compile(r"^gv(?P<split>[1-9]\d*)_n(?P<bn>\d+)x(?P<bk>\d+)_w(?P<w>\d+)_s(?P<s>\d+)(?P<mma>_mma)?(?P<lr>_lr)?"
+                   r"(?:_p(?P<pre>\d+))?(?P<pdl>_pdl)?$")
+PRES = (1, 2, 4, 8)
+# the wide first tile's bytes a thread (BN x PRE x BK x 2 over the CTA's threads): 64 registers,
+# 128 once converted to fp32; at 512 bytes ptxas spilled (session 34: 255 registers and 200 bytes
+# of spill stores for gv1_n8x512_w4_s5_p8_pdl, 1.6x slower than without the wide tile)
+PRE_BYTES = 256
 
 
 def rows_padded(m: int, dot: bool) -> int:
@@ -61,18 +68,24 @@ def slab_reason(bn: int, bk: int, warps: int, stages: int, split_k: int, dot: bo
 
 
 def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: bool = False,
-              pdl: bool = False, late: bool = False) -> Config:
+              pdl: bool = False, late: bool = False, pre: int = 1) -> Config:
     """A `gv` config; ConfigError naming the bad value and what is allowed."""
     why = slab_reason(bn, bk, warps, stages, split_k, dot, GEMV_BN, GEMV_BK, MMA_MIN_BN)
     if why:
         raise ConfigError(f"gemm gemv config: {why}")
+    if pre not in PRES:
+        raise ConfigError(f"gemm gemv config: PRE={pre} not allowed; use one of {PRES}")
+    if bn * pre * bk * 2 > PRE_BYTES * 32 * warps:
+        raise ConfigError(f"gemm gemv config: the first tile (BN={bn} x PRE={pre} x BK={bk}, two bytes) needs "
+                          f"{bn * pre * bk * 2 // (32 * warps)} bytes a thread on {warps} warps > {PRE_BYTES}")
     if dot and late:
         raise ConfigError("gemm gemv config: _lr (late reduction) is an FMA-path option; _mma has no K sum to defer")
     cid = (f"gv{split_k}_n{bn}x{bk}_w{warps}_s{stages}" + ("_mma" if dot else "") + ("_lr" if late else "")
-           + ("_pdl" if pdl else ""))
-    return Config(cid, LANE, (("block", (MAX_M, bn, bk)), ("warps", warps), ("stages", stages),
-                              ("group_m", 1), ("split_k", split_k), ("pdl", bool(pdl)),
-                              ("kernel", "gemv"), ("dot", bool(dot)), ("late", bool(late))))
+           + (f"_p{pre}" if pre > 1 else "") + ("_pdl" if pdl else ""))
+    params = (("block", (MAX_M, bn, bk)), ("warps", warps), ("stages", stages), ("group_m", 1),
+              ("split_k", split_k), ("pdl", bool(pdl)), ("kernel", "gemv"), ("dot", bool(dot)), ("late", bool(late)))
+    # PRE = 1 adds no parameter: the configs of tables written before PRE existed stay equal
+    return Config(cid, LANE, params + ((("pre", pre),) if pre > 1 else ()))
 
 
 def is_gemv(cfg: Config) -> bool:
@@ -97,9 +110,9 @@ def parse_gemv(config_id: str) -> Config:
     """The config of a `gv` id; ConfigError when it is not one or not canonical."""
     g = GV_ID.match(config_id)
     if not g:
-        raise ConfigError(f"bad gemm gemv config id {config_id!r}: expected gv1_n16x512_w4_s3[_mma][_pdl]")
+        raise ConfigError(f"bad gemm gemv config id {config_id!r}: expected gv1_n16x512_w4_s3[_mma|_lr][_p8][_pdl]")
     cfg = make_gemv(int(g["bn"]), int(g["bk"]), int(g["w"]), int(g["s"]), int(g["split"]), bool(g["mma"]),
-                    bool(g["pdl"]), bool(g["lr"]))
+                    bool(g["pdl"]), bool(g["lr"]), int(g["pre"] or 1))
     if cfg.id != config_id:
         raise ConfigError(f"gemm gemv config id {config_id!r} is not canonical; expected {cfg.id!r}")
     return cfg
@@ -109,7 +122,7 @@ def pdl_twin(cfg: Config) -> Config:
     """The same config with PDL flipped."""
     _, bn, bk = cfg.param("block")
     return make_gemv(bn, bk, cfg.param("warps"), cfg.param("stages"), cfg.param("split_k"),
-                     bool(cfg.param("dot")), not cfg.param("pdl"), bool(cfg.param("late")))
+                     bool(cfg.param("dot")), not cfg.param("pdl"), bool(cfg.param("late")), cfg.param("pre", 1))
 
 
 def gemv_reason(cfg: Config, n: int, k: int, m: int | None, dt: str = "bf16", pdl_ok: bool = True) -> str | None:
@@ -128,6 +141,10 @@ def gemv_reason(cfg: Config, n: int, k: int, m: int | None, dt: str = "bf16", pd
     _, bn, bk = cfg.param("block")
     if cfg.param("split_k") > -(-k // bk):
         return f"split_k={cfg.param('split_k')} > {-(-k // bk)} K tiles of {bk} at K={k}"
+    pre = cfg.param("pre", 1)
+    if pre > 1 and pre * cfg.param("split_k") > -(-k // bk):
+        return (f"_p{pre} needs {pre} K tiles of {bk} in each of {cfg.param('split_k')} split(s); "
+                f"K={k} has {-(-k // bk)}")
     if cfg.param("pdl") and not pdl_ok:
         return "_pdl needs Triton 3.4+ (gdc_wait, launch_pdl) on sm90+"
     return fma_reason(cfg, m)
@@ -160,9 +177,15 @@ def smem_bytes(cfg: Config) -> int:
 # tensor-core slabs 32x256 (the 4096-row weights) and 64x256 (6144 and 28672 rows). Split-2 twins
 # lost at every one of those weights (N >= 4096: 128-3584 CTAs unsplit), so only one split twin
 # per path is kept, split 4, for the narrow weights (N = 512-2048: 32-128 CTAs unsplit, too few
-# to cover HBM latency); no PDL twins: the family's space serves none (configs_decode.grid).
+# to cover HBM latency). Session 34 added s33's one-warp 16-row tensor-core slab (the best gv at
+# M = 4-16 on three of four weights; the rebuilt table serves it at 4096x4096, M = 2-14). Its
+# PDL twins with 4-8-tile first tiles were measured in the build and never won: the protocol
+# times each call after a separator kernel, where a PDL launch has nothing of ours to overlap
+# (they win back to back: bench/gv_prefetch.py); the run time launches a served gv config's PDL
+# twin where the call follows one of ours in a captured graph (launch_gemv.pdl_switch).
 SPACE_IDS: tuple[str, ...] = ("gv1_n16x256_w4_s5_lr", "gv1_n8x512_w4_s5_lr", "gv4_n16x256_w4_s5_lr",
-                              "gv1_n32x256_w4_s4_mma", "gv1_n64x256_w4_s3_mma", "gv4_n32x256_w4_s4_mma")
+                              "gv1_n32x256_w4_s4_mma", "gv1_n64x256_w4_s3_mma", "gv4_n32x256_w4_s4_mma",
+                              "gv1_n16x256_w1_s5_mma")
 
 
 def space() -> tuple[Config, ...]:

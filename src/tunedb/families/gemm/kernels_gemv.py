@@ -27,7 +27,13 @@ weights) moved 1.19-1.21x the bytes/s of that lane at M=1. Here, for two-byte we
   split order 0..SPLIT-1 and applies the epilogue, counters left zero): same inputs, same bits.
 - PDL (`_pdl` twins, launch_pdl on sm90, Triton 3.4+): the first W tile is loaded before
   gdc_wait; x, the bias and every store come after it. As for the `dk` `_pdl` configs, this
-  assumes the kernel just before it did not write the weight (true in a model's forward).
+  assumes the kernel just before it did not write the weight: the run time serves a `_pdl`
+  config only inside a CUDA-graph capture and for an nn.Parameter weight (launch_gemv.py).
+- PRE (`_p{PRE}`): the first tile is PRE K tiles wide, so with PDL that many of a CTA's tiles
+  are requested before gdc_wait (session 34, bench/gv_prefetch.py: back to back in a graph, M=1,
+  one W tile before the wait moved 59% / 78% of 4.3 TB/s at 16.8 / 33.6 MB, four to eight 72% /
+  81%; a pure read that loads half its bytes first 93% / 98%). Its product is taken after the
+  loop (with `_lr` summed at once, outside the [BN, BK] accumulators).
 Under the interpreter PDL is off (no grid dependency control). Imports triton, never torch.
 """
 from __future__ import annotations
@@ -80,9 +86,10 @@ def _fma_tile(w, x_ptr, a0, a1, a2, a3, M, K, kt, offs_k, k_ok, MP: tl.constexpr
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def gemm_gemv_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_BIAS, ACT,
                      BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, MP: tl.constexpr,
-                     DOT: tl.constexpr, LATE: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
+                     DOT: tl.constexpr, LATE: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr,
+                     PRE: tl.constexpr = 1):
     """y[M, N] = act(x[M, K] @ w[N, K]^T + b), M <= MP (16 with DOT, <= 4 without); x, w, y
-    contiguous; grid (cdiv(N, BN), SPLIT)."""
+    contiguous; grid (cdiv(N, BN), SPLIT). The first PRE K tiles of the split are one wide tile."""
     pid_n = tl.program_id(0)
     split = tl.program_id(1)
     cols = pid_n * BN + tl.arange(0, BN)
@@ -95,24 +102,30 @@ def gemm_gemv_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
     kt_hi = (split + 1) * k_tiles // SPLIT
     w_ptrs = w_ptr + cols_in[:, None] * K + (kt_lo * BK + offs_k)[None, :]
     k_left = K - kt_lo * BK
-    w = tl.load(w_ptrs, mask=offs_k[None, :] < k_left, other=0.0, eviction_policy="evict_first")
+    # the first tile is PRE tiles wide, masked to this split's own K range (a split shorter than
+    # PRE tiles must not read its neighbour's)
+    offs_p = tl.arange(0, PRE * BK)
+    p_ok = offs_p < tl.minimum(k_left, (kt_hi - kt_lo) * BK)
+    w0 = tl.load(w_ptr + cols_in[:, None] * K + (kt_lo * BK + offs_p)[None, :], mask=p_ok[None, :], other=0.0,
+                 eviction_policy="evict_first")
     if PDL:
         # x and the bias are the previous kernels' outputs: read them (and write anything) after
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    w0 = w  # its product is taken after the loop (the module docstring: STAGES tiles in flight)
+    # w0's product is taken after the loop (the module docstring: STAGES tiles in flight)
     if DOT:
         # x's rows past M masked, not wrapped: a masked-off row is zero-filled without a read, so
         # at M=1 a tile moves BK x 2 bytes of x from L2 beside BN x BK x 2 of W, not 16 rows of it
         x_ptrs = x_ptr + rows[:, None].to(tl.int64) * K + (kt_lo * BK + offs_k)[None, :]
         acc = tl.zeros((MP, BN), dtype=tl.float32)
-        for kt in tl.range(kt_lo + 1, kt_hi, num_stages=STAGES):
+        for kt in tl.range(kt_lo + PRE, kt_hi, num_stages=STAGES):
             off = (kt - kt_lo) * BK
             k_ok = offs_k[None, :] < K - kt * BK
             w = tl.load(w_ptrs + off, mask=k_ok, other=0.0, eviction_policy="evict_first")
             x = tl.load(x_ptrs + off, mask=row_ok[:, None] & k_ok, other=0.0)
             acc = tl.dot(x, tl.trans(w), acc)
-        x = tl.load(x_ptrs, mask=row_ok[:, None] & (offs_k[None, :] < k_left), other=0.0)
+        x = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + (kt_lo * BK + offs_p)[None, :],
+                    mask=row_ok[:, None] & p_ok[None, :], other=0.0)
         acc = tl.dot(x, tl.trans(w0), acc)
     else:
         if LATE:  # `_lr`: the [BN, BK] products accumulated, summed over K once after the loop
@@ -122,12 +135,16 @@ def gemm_gemv_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
         a1 = a0
         a2 = a0
         a3 = a0
-        for kt in tl.range(kt_lo + 1, kt_hi, num_stages=STAGES):
+        for kt in tl.range(kt_lo + PRE, kt_hi, num_stages=STAGES):
             kl = K - kt * BK
             w = tl.load(w_ptrs + (kt - kt_lo) * BK, mask=offs_k[None, :] < kl, other=0.0,
                         eviction_policy="evict_first")
             a0, a1, a2, a3 = _fma_tile(w, x_ptr, a0, a1, a2, a3, M, K, kt, offs_k, offs_k < kl, MP, BK, LATE)
-        a0, a1, a2, a3 = _fma_tile(w0, x_ptr, a0, a1, a2, a3, M, K, kt_lo, offs_k, offs_k < k_left, MP, BK, LATE)
+        if LATE and PRE > 1:  # the wide tile's [BN, PRE x BK] products fit no [BN, BK] accumulator
+            z = tl.zeros((BN,), dtype=tl.float32)
+            p0, p1, p2, p3 = _fma_tile(w0, x_ptr, z, z, z, z, M, K, kt_lo, offs_p, p_ok, MP, BK, False)
+        else:
+            a0, a1, a2, a3 = _fma_tile(w0, x_ptr, a0, a1, a2, a3, M, K, kt_lo, offs_p, p_ok, MP, BK, LATE)
         if LATE:
             a0 = tl.sum(a0, axis=1)
             if MP > 1:
@@ -135,6 +152,13 @@ def gemm_gemv_kernel(x_ptr, w_ptr, y_ptr, b_ptr, ws_ptr, cnt_ptr, M, N, K, HAS_B
             if MP > 2:
                 a2 = tl.sum(a2, axis=1)
                 a3 = tl.sum(a3, axis=1)
+            if PRE > 1:
+                a0 += p0
+                if MP > 1:
+                    a1 += p1
+                if MP > 2:
+                    a2 += p2
+                    a3 += p3
         # the rows' accumulators into one [MP, BN] tile, once per CTA
         acc = tl.where(rows[:, None] == 0, a0[None, :], 0.0)
         if MP > 1:
@@ -183,5 +207,5 @@ def spec(cfg: Config) -> GemvSpec:
     """The launch of a `gv` config (configs_gemv.py)."""
     _, bn, bk = cfg.param("block")
     return GemvSpec((("BN", bn), ("BK", bk), ("SPLIT", cfg.param("split_k")), ("DOT", bool(cfg.param("dot"))),
-                     ("LATE", bool(cfg.param("late")))), cfg.param("warps"), cfg.param("stages"),
-                    pdl=bool(cfg.param("pdl")))
+                     ("LATE", bool(cfg.param("late"))), ("PRE", cfg.param("pre", 1))), cfg.param("warps"),
+                    cfg.param("stages"), pdl=bool(cfg.param("pdl")))

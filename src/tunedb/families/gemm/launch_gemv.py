@@ -22,6 +22,40 @@ _LAUNCHERS: dict[tuple[str, Signature], Callable[..., Any]] = {}
 _HALF = (torch.bfloat16, torch.float16)
 
 
+def pdl_pair(config: Config) -> tuple[Config, Config, Callable[..., bool]] | None:
+    """(the config without PDL, its `_pdl` twin, static_weight) for a decode-lane config (`gv`,
+    `dk`, `ds`) where this Triton and GPU launch PDL, else None (runtime/capture_chain.switch
+    launches the twin where a captured call follows one of ours).
+
+    A `_pdl` kernel loads weight tiles before gdc_wait, i.e. possibly before the kernel ahead of
+    it has finished: right only when that kernel did not write the weight. After one of our GEMMs
+    (capture_chain) that holds unless that GEMM computed the weight, so the weight must also be a
+    module's nn.Parameter (a weight computed in the forward, by a parametrization or a GEMM, is a
+    plain tensor)."""
+    if config.lane != configs_gemv.LANE or config.is_sentinel or not _pdl_here():
+        return None
+    from tunedb.errors import ConfigError
+    from tunedb.families.gemm import config_ids
+
+    try:
+        if config.param("pdl"):
+            return config_ids.parse(config.id.removesuffix("_pdl")), config, static_weight
+        return config, config_ids.parse(config.id + "_pdl"), static_weight
+    except ConfigError:  # an id whose grammar has no PDL twin
+        return None
+
+
+def _pdl_here() -> bool:
+    from tunedb.families.gemm.configs_decode import pdl_supported
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0) and pdl_supported()
+
+
+def static_weight(x: Any, weight: Any, *rest: Any) -> bool:
+    """Whether this call may read `weight` before the previous kernel finishes (pdl_pair)."""
+    return isinstance(weight, torch.nn.Parameter)
+
+
 def launcher(config: Config | str, sig: Signature) -> Callable[..., Any]:
     """fn(x, weight, bias, out) -> y = act(x @ weight.T + bias) with the `gv` config, into `out`
     when given; ValueError naming the bad value for an M, dtype or split the config cannot serve."""

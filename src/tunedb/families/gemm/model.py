@@ -38,7 +38,7 @@ class GemmCostModel:
     def rank(self, sig: Signature, m: int, configs: Sequence[Config], k: int) -> list[str]:
         """The k configs predicted fastest at (sig, m), fastest first, then (M <= 16) every `gv`
         config among `configs` that the predicate admits here and the k left out: the family's
-        few GEMV slabs (configs_gemv.SPACE_IDS, at most 6 a point) are always measured at decode
+        few GEMV slabs (configs_gemv.SPACE_IDS, at most 7 a point) are always measured at decode
         sizes, as scaled_mm measures its seeds, so a build finds where they win whatever the
         model's guess."""
         ids = [c.id for c, _ in costmodel.rank(configs, m, sig.get("N"), sig.get("K"), self.profile, k, None,
