@@ -1,6 +1,8 @@
-"""Eight models no table names (bench/unseen_zoo_models.py: a ViT, torch's TransformerEncoder, a
+"""Fourteen models no table names (bench/unseen_zoo_models.py: a ViT, torch's TransformerEncoder, a
 conv net, a conv + GRU + LSTM speech model, a tied-embedding LM step, einsum attention, a
-weight-normed MLP, a masked-routing MoE), as a new user would try them: `tunedb.optimize` on the
+weight-normed MLP, a masked-routing MoE; session 34 added GPT-2 with Conv1D projections, a T5
+encoder-decoder, a diffusion UNet, a Mamba-like scan, Mixer/ConvNeXt on strided views, shared and
+fp32 heads: bench/unseen_zoo_models2.py), as a new user would try them: `tunedb.optimize` on the
 shipped tables (no tune) against the same model plain, in one run.
 
     PYTHONPATH=src python bench/unseen_zoo.py [--models vit,txenc] [--quick] [--out JSON]
@@ -10,7 +12,7 @@ Per model (bf16, CUDA, eval): the output's relative Frobenius error against the 
 respect to every parameter against fp32's (autograd through whatever tunedb serves), then wall
 time per forward, eager and as a CUDA-graph replay (models with data-dependent shapes: eager
 only), plain and tunedb in paired shuffled rounds; the ratio is the median of the per-round
-ratios (tunedb / plain: above 1 is slower). Expected: about 90 s on the H200.
+ratios (tunedb / plain: above 1 is slower). Expected: about 150 s on the H200.
 """
 from __future__ import annotations
 

@@ -17,6 +17,29 @@ from each other) so what serves is tunedb's default path on unseen shapes:
 - einsum_attn: attention written with einsum and @ (the bmm family's products), batch 6 x 77.
 - weightnorm: an MLP whose first Linear is weight-normed (a parametrization), rows 300.
 - moe: a top-1 mixture of 6 experts routed with boolean masks (data-dependent shapes: eager only).
+
+The next six live in unseen_zoo_models2.py (ZOO2, merged into ZOO below):
+
+- gpt2_conv1d: GPT-2 blocks whose projections are Hugging Face-style Conv1D modules (weight
+  [in, out], torch.addmm), causal SDPA, tanh-GELU, a functional tied head (vocab 7000); batch 3 x
+  37 tokens, width 576, MLP 2240.
+- t5_encdec: a T5-like encoder-decoder (hand-written RMSNorm, bias-free Linears, bucketed relative
+  position bias added to torch.matmul scores, cross-attention, one embedding for both stacks);
+  int inputs: encoder ids [2, 50], decoder ids [2, 9]; width 416, 6 heads of 48, FFN 1184.
+- unet: a small diffusion UNet (GroupNorm + SiLU conv residual blocks, stride-2 conv down,
+  ConvTranspose2d and nearest + conv up, torch.bmm self-attention on [B, HW, C] at 12x12 with
+  nn.Linear q/k/v, a timestep MLP); input [2, 4, 48, 48] and int timesteps [2]; widths 88/176,
+  timestep MLP 360.
+- mamba_like: two gated blocks (Linear in-projection to 2x width, causal depthwise conv1d kernel 4
+  padded 3 and sliced, SiLU gating, a selective scan as a Python loop over 24 steps with an einsum
+  per step, x/dt projections of widths 46 and 22, Linear out-projection); input [2, 24, 352].
+- mixer_convnext: a patchify conv, a ConvNeXt block (depthwise 7x7, LayerNorm and Linears on a 4-D
+  NHWC tensor, layer scale), a 2x2 downsampling conv and an MLP-Mixer block whose token-mixing
+  Linears run on a transposed (strided) view; input [4, 3, 64, 64]; widths 168/672, 264/1056,
+  tokens 64 -> 232.
+- shared_heads: one Linear (+ SiLU) applied twice in a loop, one held under two names, an fp32
+  head (an nn.Linear subclass computing in fp32 in a bf16 model) and nn.Bilinear; input [64, 200],
+  width 336.
 """
 from __future__ import annotations
 
@@ -25,6 +48,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from unseen_zoo_models2 import ZOO2
 
 
 class ViT(nn.Module):
@@ -166,6 +190,7 @@ ZOO: dict[str, tuple[type[nn.Module], Callable[[Any, Any], tuple[torch.Tensor, .
     "weightnorm": (WeightNormMLP, _randn(300, 272), True),
     "moe": (MoE, _randn(200, 448), False),
 }
+ZOO.update(ZOO2)
 
 
 def build(name: str, device: Any = "cuda", dtype: torch.dtype = torch.bfloat16, seed: int = 0
