@@ -247,15 +247,28 @@ def _parse(aid: str) -> tuple[tuple, int, bool]:
     return (bn, bk, int(w[1:]), int(s[1:]), "mma" in tail), pre, "pdl" in tail
 
 
-def layer_chain(rows: list[dict], layers: int = 4, cache: int = 512) -> dict:
-    """Llama-3-8B decode layers at M=1 in one CUDA graph (cold: `layers` sets of weights), us a layer."""
+# the shipped gemm table's M=1 picks at the Llama widths (session 34's rebuild) and their PDL twins
+FAMILY_PICKS = {"q": "gv1_n16x256_w4_s5_lr", "k": "gv1_n8x512_w4_s5_lr", "v": "gv1_n8x512_w4_s5_lr",
+                "o": "gv1_n16x256_w4_s5_lr", "gate": "gv1_n8x512_w4_s5_lr", "up": "gv1_n8x512_w4_s5_lr",
+                "down": "gv1_n16x256_w4_s5_lr"}
+
+
+def layer_chain(rows: list[dict], layers: int = 4, cache: int = 512, family: bool = False) -> dict:
+    """Llama-3-8B decode layers at M=1 in one CUDA graph (cold: `layers` sets of weights), us a layer;
+    with `family`, every GEMM through the GEMM family's launcher of FAMILY_PICKS (and `_pdl` twins)."""
     import torch
     import torch.nn.functional as F
 
     import decode_limit as dl
 
+    if family:
+        rows = [{"M": 1, "N": LLAMA[n][0], "K": LLAMA[n][1], "arms": {c: {"us": 1.0}, c + "_pdl": {"us": 1.0}}}
+                for n, c in FAMILY_PICKS.items()]
     picks = {}
     for name, (n, k) in LLAMA.items():
+        if family:
+            picks[name] = (FAMILY_PICKS[name], FAMILY_PICKS[name] + "_pdl")
+            continue
         nopdl = _pick(rows, n, k, lambda a: a.startswith("gvp") and not a.endswith("_pdl"))
         pdl = _pick(rows, n, k, lambda a: a.startswith("gvp") and a.endswith("_pdl"))
         if nopdl is None or pdl is None:
@@ -289,6 +302,13 @@ def layer_chain(rows: list[dict], layers: int = 4, cache: int = 512) -> dict:
         fns = {}
         for name, (nopdl, pdl) in picks.items():
             use = pdl if variant == "pdl" or (variant == "pdl after ours" and name in AFTER_GEMM) else nopdl
+            if family:  # the GEMM family's own launcher of a `gv` id
+                from tunedb.families.gemm import FAMILY
+
+                n, k = LLAMA[name]
+                fn = FAMILY.launcher(FAMILY.parse_config(use), FAMILY.make_signature("gemm", "bf16", n, k))
+                fns[name] = (lambda x, w, y, fn=fn: fn(x, w, None, y), use)
+                continue
             cfg, pre, on = _parse(use)
             fns[name] = (launcher(cfg, pre, on, 1), use)
 
@@ -315,10 +335,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="gv_prefetch.json")
     ap.add_argument("--quick", action="store_true", help="three weights, no layer chain")
+    ap.add_argument("--family-chain", action="store_true",
+                    help="only the layer chain, through the GEMM family's launchers (the table's picks and twins)")
     args = ap.parse_args()
     import torch
 
     t0 = time.time()
+    if args.family_chain:
+        chain = layer_chain([], family=True)
+        print("layer chain (family launchers):", json.dumps(chain, indent=1))
+        Path(args.out).write_text(json.dumps({"layer_chain_family": chain, "torch": torch.__version__}, indent=1))
+        return
     rows = []
     for n, k in QUICK_SHAPES if args.quick else SHAPES:
         for m in (1, 16):
