@@ -58,16 +58,31 @@ def one(n: int, k: int, m: int, sms: int) -> dict:
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     sig = FAMILY.make_signature("gemm", "bf16", n, k)
     row = {"N": n, "K": k, "M": m, "MB": round(nbytes / 1e6, 1), "copies": copies, "arms": {}}
+    thunks = {}
     for arm in arms_for(m):
         if arm == "torch":
-            calls = [lambda w=w: torch.nn.functional.linear(x, w) for w in ws]
+            thunks[arm] = lambda w: (lambda: torch.nn.functional.linear(x, w))
         elif arm.startswith("read:"):
-            calls = [dl.read_call(arm[5:], w, sms) for w in ws]
+            thunks[arm] = lambda w, rid=arm[5:]: dl.read_call(rid, w, sms)
         else:
             fn = FAMILY.launcher(FAMILY.parse_config(arm), sig)
-            calls = [lambda w=w: fn(x, w, None, out) for w in ws]
+            thunks[arm] = lambda w, fn=fn: (lambda: fn(x, w, None, out))
+    time_arms(row, thunks, ws, nbytes)
+    del ws
+    torch.cuda.empty_cache()
+    return row
+
+
+def time_arms(row: dict, thunks: dict, ws: list, nbytes: int) -> None:
+    """row["arms"][arm] = {us, share of PEAK_TBS, x_torch} for each arm, `thunks[arm](w)` making its
+    call on weight copy w, timed back to back over the copies (decode_limit.graph_us); an arm that
+    fails is recorded with its error and the run goes on. `thunks` must hold "torch"."""
+    import decode_limit as dl
+
+    for arm, thunk_for in thunks.items():
+        calls = [thunk_for(w) for w in ws]
         try:
-            us = dl.graph_us(lambda i: calls[i](), copies, MIN_CALLS)
+            us = dl.graph_us(lambda i: calls[i](), len(ws), MIN_CALLS)
         except Exception as exc:  # noqa: BLE001 - reported per arm, the run goes on
             row["arms"][arm] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
             continue
@@ -76,9 +91,6 @@ def one(n: int, k: int, m: int, sms: int) -> dict:
     for a in row["arms"].values():
         if "us" in a:
             a["x_torch"] = torch_us / a["us"]
-    del ws
-    torch.cuda.empty_cache()
-    return row
 
 
 def best(row: dict, pred) -> tuple[str, dict] | None:
@@ -93,16 +105,17 @@ KINDS = (("read", lambda a: a.startswith("read:") and not a.endswith(("_pdl", "_
          ("gv _pdl", lambda a: a.startswith("gv") and a.endswith("_pdl")))
 
 
-def table(rows: list[dict], m: int) -> str:
-    head = "| N x K | MB | torch | " + " | ".join(k for k, _ in KINDS) + " |"
-    lines = [f"M = {m}: us per call back to back (share of {PEAK_TBS} TB/s; x torch)", head,
-             "|" + "---|" * (3 + len(KINDS))]
+def table(rows: list[dict], m: int, kinds: tuple = KINDS) -> str:
+    """One markdown table of rows at M = m: torch, then the fastest arm of each (label, predicate)."""
+    head = "| N x K | MB | torch | " + " | ".join(k for k, _ in kinds) + " |"
+    lines = [f"M = {m}: us per call back to back, cold (share of {PEAK_TBS} TB/s; x torch)", head,
+             "|" + "---|" * (3 + len(kinds))]
     for r in rows:
         if r["M"] != m:
             continue
         t = r["arms"]["torch"]
         cells = [f"{t['us']:.2f} ({t['share']:.0%})"]
-        for _, pred in KINDS:
+        for _, pred in kinds:
             b = best(r, pred)
             cells.append("-" if b is None else f"{b[1]['us']:.2f} ({b[1]['share']:.0%}; {b[1]['x_torch']:.2f}x) `{b[0].removeprefix('read:')}`")
         lines.append(f"| {r['N']}x{r['K']} | {r['MB']} | " + " | ".join(cells) + " |")

@@ -39,9 +39,9 @@ except ImportError:
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import decode_chain  # noqa: E402 - bench/: the back-to-back timing and its table
 
 PEAK_TBS = 4.3
-MIN_CALLS = 32
 SHAPES = ((2048, 4096), (4096, 4096), (6144, 4096), (1024, 4096), (4096, 14336), (14336, 4096), (28672, 4096))
 QUICK_SHAPES = ((2048, 4096), (4096, 4096), (4096, 14336))
 # (BN, BK, warps, stages, DOT): the family's winners at M=1 / M=16 (decode_chain.GV) and two more
@@ -183,26 +183,16 @@ def one(n: int, k: int, m: int) -> dict:
             row["arms"][aid] = {"error": f"wrong: relative error {err:.2e}"}
             continue
         timed.append((aid, lambda w, fn=fn: (lambda: fn(x, w, out))))
-    for aid, thunk_for in timed:
-        calls = [thunk_for(w) for w in ws]
-        try:
-            us = dl.graph_us(lambda i: calls[i](), copies, MIN_CALLS)
-        except Exception as exc:  # noqa: BLE001
-            row["arms"][aid] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-            continue
-        row["arms"][aid] = {"us": us, "share": nbytes / (us * 1e-6) / (PEAK_TBS * 1e12)}
-    t_us = row["arms"]["torch"]["us"]
-    for a in row["arms"].values():
-        if "us" in a:
-            a["x_torch"] = t_us / a["us"]
+    decode_chain.time_arms(row, dict(timed), ws, nbytes)
     del ws
     torch.cuda.empty_cache()
     return row
 
 
-def best(row: dict, pred):
-    got = [(a["us"], name) for name, a in row["arms"].items() if "us" in a and pred(name)]
-    return min(got)[1] if got else None
+def best(row: dict, pred) -> str | None:
+    """The fastest arm's id among those `pred` admits, or None."""
+    got = decode_chain.best(row, pred)
+    return got[0] if got else None
 
 
 KINDS = (("read _pdl", lambda a: a.startswith("read:")),
@@ -212,19 +202,7 @@ KINDS = (("read _pdl", lambda a: a.startswith("read:")),
 
 
 def table(rows: list[dict], m: int) -> str:
-    lines = [f"M = {m}: us per call back to back, cold (share of {PEAK_TBS} TB/s; x torch)",
-             "| N x K | MB | torch | " + " | ".join(k for k, _ in KINDS) + " |", "|" + "---|" * (3 + len(KINDS))]
-    for r in rows:
-        if r["M"] != m:
-            continue
-        t = r["arms"]["torch"]
-        cells = [f"{t['us']:.2f} ({t['share']:.0%})"]
-        for _, pred in KINDS:
-            b = best(r, pred)
-            a = r["arms"].get(b) if b else None
-            cells.append("-" if a is None else f"{a['us']:.2f} ({a['share']:.0%}; {a['x_torch']:.2f}x) `{b.removeprefix('read:')}`")
-        lines.append(f"| {r['N']}x{r['K']} | {r['MB']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return decode_chain.table(rows, m, KINDS)
 
 
 LLAMA = {"q": (4096, 4096), "k": (1024, 4096), "v": (1024, 4096), "o": (4096, 4096),
