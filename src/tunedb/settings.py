@@ -188,8 +188,9 @@ CHAIN_PDL = Setting(
     "'1': inside a CUDA-graph capture, a decode-lane kernel (M <= 16) whose call directly follows another "
     "of tunedb's decode-lane launches, with an nn.Parameter weight, is launched as its config's PDL twin "
     "(the family's pdl_pair hook; runtime/capture_chain.py). Default '0': every call launches the config "
-    "as measured, and a measured `_pdl` config runs without PDL (it reads the weight before the kernel "
-    "ahead finishes). Off by default: on the H200 it won back to back (bench/gv_prefetch.py) but lost "
+    "as measured, and a measured `_pdl` config of the matrix-multiply family's decode lane runs without PDL "
+    "(it reads the weight before the kernel ahead finishes; scaled_mm's `_pdl` configs are not switched). "
+    "Read when a shape is first bound and at each captured call. Off by default: on the H200 it won back to back (bench/gv_prefetch.py) but lost "
     "in Llama-3-8B decode (session 34, bench/chain_pdl_e2e.py: 1.086x plain without it, 1.056x with it).",
     ("0", "1"),
 )

@@ -149,3 +149,34 @@ def test_with_chain_pdl_off_a_plain_config_is_bound_as_it_is_and_a_pdl_config_ru
         monkeypatch.setattr(capture_chain, "_capturing_stream", lambda: 5)
         monkeypatch.setattr(capture_chain, "follows_ours", lambda s: True)
         assert bound.call(None, torch.nn.Parameter(torch.ones(2, 2)), None, None) == "gv1_n8x512_w4_s5_lr"
+
+
+def test_a_non_contiguous_parameter_is_not_read_early():
+    # the launcher copies it to a contiguous buffer right before the kernel: that copy would be the
+    # kernel the twin's early weight reads overlap
+    w = torch.nn.Parameter(torch.ones(4, 6).t())
+    assert not w.is_contiguous() and not static_weight(None, w, None, None)
+
+
+def test_a_pfw_config_pairs_with_its_plain_prefetch(pdl_here):
+    for cid, plain in (("dk8_n32x256_w4_s2_pfw2_pdl", "dk8_n32x256_w4_s2_pf2"),
+                       ("dk2_n64x256_w4_s2_pfnw8_pdl", "dk2_n64x256_w4_s2_pfn8")):
+        got = pdl_pair(FAMILY.parse_config(cid))
+        assert (got[0].id, got[1].id) == (plain, cid)
+
+
+def test_a_config_and_its_twin_share_their_split_k_buffers():
+    from tunedb.families.gemm.launch import decode_scratch
+
+    sig = FAMILY.make_signature("gemm", "bf16", 4096, 4096)
+    for a, b in (("gv4_n16x256_w4_s5_lr", "gv4_n16x256_w4_s5_lr_pdl"),
+                 ("dk8_n32x256_w4_s2_pf2", "dk8_n32x256_w4_s2_pfw2_pdl")):
+        assert decode_scratch(FAMILY.parse_config(a), sig) is decode_scratch(FAMILY.parse_config(b), sig)
+    assert decode_scratch(FAMILY.parse_config("gv4_n16x256_w4_s5_lr"), sig) is not \
+        decode_scratch(FAMILY.parse_config("gv1_n16x256_w4_s5_lr"), sig)
+
+
+def test_pre_1_ids_keep_their_old_rules():
+    # the first-tile register rule is PRE's: at PRE 1 the kernel is as it always was
+    for cid in ("gv1_n64x512_w4_s3_mma", "gv1_n16x512_w1_s3", "gv1_n128x256_w4_s3_mma"):
+        assert FAMILY.parse_config(cid).id == cid

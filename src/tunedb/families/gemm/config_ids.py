@@ -8,7 +8,7 @@ Config ids (format(parse(id)) == id):
     triton_splitk  sk{SPLIT}_b{BM}x{BN}x{BK}_w{W}_s{S}      sk4_b16x64x256_w4_s4
     triton_decode  dk{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_at][_pdl] dk4_n64x256_w4_s4  (configs_decode.py)
                    ds_t{T}_n{BN}x{BK}_w{W}[_fma][_at][_pdl] ds_t1_n32x256_w4  (the stream kernel)
-                   gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma|_lr][_pdl] gv1_n16x256_w4_s5_lr  (GEMV, configs_gemv.py)
+                   gv{SPLIT}_n{BN}x{BK}_w{W}_s{S}[_mma|_lr][_p{PRE}][_pdl] gv1_n16x256_w4_s5_lr  (GEMV, configs_gemv.py)
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def parse(config_id: str) -> Config:
     if not m:
         raise ConfigError(
             f"bad GEMM config id {config_id!r}: expected b128x128x64_w8_s3_g8, "
-            f"tma_b128x256x64_w8_s3_g8[_ws], sk4_b16x64x256_w4_s4, dk4_n64x256_w4_s4[_at][_pdl], ds_t1_n32x256_w4[_fma][_at][_pdl], gv1_n16x256_w4_s5_lr or a sentinel ({', '.join(SENTINELS)})"
+            f"tma_b128x256x64_w8_s3_g8[_ws], sk4_b16x64x256_w4_s4, dk4_n64x256_w4_s4[_at][_pdl], ds_t1_n32x256_w4[_fma][_at][_pdl], gv1_n16x256_w4_s5_lr[_p4][_pdl] or a sentinel ({', '.join(SENTINELS)})"
         )
     if m["tma"]:
         lane = "triton_tma"

@@ -75,7 +75,7 @@ def make_gemv(bn: int, bk: int, warps: int, stages: int, split_k: int = 1, dot: 
         raise ConfigError(f"gemm gemv config: {why}")
     if pre not in PRES:
         raise ConfigError(f"gemm gemv config: PRE={pre} not allowed; use one of {PRES}")
-    if bn * pre * bk * 2 > PRE_BYTES * 32 * warps:
+    if pre > 1 and bn * pre * bk * 2 > PRE_BYTES * 32 * warps:  # PRE 1 is the kernel as it always was
         raise ConfigError(f"gemm gemv config: the first tile (BN={bn} x PRE={pre} x BK={bk}, two bytes) needs "
                           f"{bn * pre * bk * 2 // (32 * warps)} bytes a thread on {warps} warps > {PRE_BYTES}")
     if dot and late:

@@ -7,6 +7,7 @@ contiguous [M, N] output; x is made contiguous when it is not (as a view of [M, 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Callable
 
 import torch
@@ -119,6 +120,23 @@ def _tiled(config: Config, sig: Signature) -> Launcher:
     return run_tma
 
 
+_DECODE_SCRATCH: dict[tuple[str, Signature], dict[Any, tuple[Any, Any]]] = {}
+
+
+def decode_scratch(config: Config, sig: Signature) -> dict[Any, tuple[Any, Any]]:
+    """The per-device split-K buffers of a decode config, shared with its `_pdl` twin (the same
+    sizes; runtime/capture_chain.switch runs one of the two per call). Without the sharing, a twin
+    first run inside a capture made its own buffers there: two fill kernels between the GEMM it
+    follows and itself, so it no longer followed ours (and paid them at every replay)."""
+    return _DECODE_SCRATCH.setdefault((plain_decode_id(config.id), sig), {})
+
+
+def plain_decode_id(config_id: str) -> str:
+    """A decode config's id without PDL: `_pdl` dropped, and `_pfw` (dependents launched after
+    the wait, which exists only with PDL) made the same prefetch without it (`_pf`)."""
+    return re.sub(r"(_pfn?)w(\d+)", r"\1\2", config_id.removesuffix("_pdl"))
+
+
 def splitk_scratch(scratch: dict[Any, tuple[Any, Any]], x: Any, ws_elems: int,
                    counters: int) -> tuple[Any, Any]:
     """A zeroed split-K workspace and counters on x's device for a decode launcher, kept in
@@ -197,7 +215,7 @@ def _decode(config: Config, sig: Signature) -> Launcher:
     site = Site(spec.kernel, (n, k, has_bias, act), spec.kwargs(interpret=_interpreting()))
     grid = kernels_decode.grid_of(spec, n, k)
     ws_elems, counters = kernels_decode.workspace_sizes(spec, n, k)
-    scratch: dict[Any, tuple[Any, Any]] = {}
+    scratch = decode_scratch(config, sig)
 
     def run(x, weight, bias, out):
         x2, w, b, y = prep(x, weight, bias, out)

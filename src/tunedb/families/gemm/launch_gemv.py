@@ -14,7 +14,7 @@ import torch
 
 from tunedb.families.gemm import configs_gemv
 from tunedb.families.gemm.kernels_gemv import spec
-from tunedb.families.gemm.launch import _interpreting, _prologue, splitk_scratch
+from tunedb.families.gemm.launch import _interpreting, _prologue, decode_scratch, plain_decode_id, splitk_scratch
 from tunedb.families.gemm.triton_launch import Site
 from tunedb.records import Config, Signature
 
@@ -39,7 +39,7 @@ def pdl_pair(config: Config) -> tuple[Config, Config, Callable[..., bool]] | Non
 
     try:
         if config.param("pdl"):
-            return config_ids.parse(config.id.removesuffix("_pdl")), config, static_weight
+            return config_ids.parse(plain_decode_id(config.id)), config, static_weight
         return config, config_ids.parse(config.id + "_pdl"), static_weight
     except ConfigError:  # an id whose grammar has no PDL twin
         return None
@@ -53,7 +53,9 @@ def _pdl_here() -> bool:
 
 def static_weight(x: Any, weight: Any, *rest: Any) -> bool:
     """Whether this call may read `weight` before the previous kernel finishes (pdl_pair)."""
-    return isinstance(weight, torch.nn.Parameter)
+    # a non-contiguous Parameter is copied by the launcher right before the kernel: that copy
+    # would be the kernel the twin's early weight reads overlap
+    return isinstance(weight, torch.nn.Parameter) and weight.is_contiguous()
 
 
 def launcher(config: Config | str, sig: Signature) -> Callable[..., Any]:
@@ -79,7 +81,7 @@ def _build(cfg: Config, sig: Signature) -> Callable[..., Any]:
     sites: dict[int, Site] = {}
     grid = sp.grid(n)
     ws_elems, counters = sp.workspace_sizes(n)
-    scratch: dict[Any, tuple[Any, Any]] = {}
+    scratch = decode_scratch(cfg, sig)
 
     def run(x, weight, bias, out):
         x2, w, b, y = prep(x, weight, bias, out)
