@@ -187,7 +187,7 @@ CHAIN_PDL = Setting(
     "TUNEDB_CHAIN_PDL", "0",
     "'1': inside a CUDA-graph capture, a decode-lane kernel (M <= 16) whose call directly follows another "
     "of tunedb's decode-lane launches, with an nn.Parameter weight, is launched as its config's PDL twin "
-    "(the family's pdl_pair hook; runtime/capture_chain.py). Default '0': every call launches the config "
+    "(the family's pdl_pair hook; runtime/capture_chain.pdl_switch). Default '0': every call launches the config "
     "as measured, and a measured `_pdl` config of the matrix-multiply family's decode lane runs without PDL "
     "(it reads the weight before the kernel ahead finishes; scaled_mm's `_pdl` configs are not switched). "
     "Read when a shape is first bound and at each captured call. Off by default: on the H200 it won back to back (bench/gv_prefetch.py) but lost "

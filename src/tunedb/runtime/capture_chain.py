@@ -87,6 +87,25 @@ def _capturing_stream() -> int | None:
     return int(torch.cuda.current_stream().cuda_stream)
 
 
+def pdl_switch(family: Any, config: Any, sig: Any, make: Callable[..., Callable[..., Any]]) -> Callable[..., Any] | None:
+    """launch_table.bind's launcher for a config the family pairs with a PDL twin (its pdl_pair
+    hook): switch(make(plain), make(twin), admits), or None to keep the config's own launcher.
+    With TUNEDB_CHAIN_PDL off a plain config has nothing to switch to (the hook is not asked); a
+    measured `_pdl` config is still switched: it runs its plain twin unless a call is admitted."""
+    from tunedb import settings
+    from tunedb.families.contract import has_hook, hook
+
+    if config.is_sentinel or not has_hook(family, "pdl_pair"):
+        return None
+    if not settings.chain_pdl_enabled() and not config.param("pdl"):
+        return None
+    pair = hook(family, "pdl_pair")(config)
+    if pair is None:
+        return None
+    plain, pdl, admits = pair
+    return switch(make(family, plain, sig), make(family, pdl, sig), admits)
+
+
 def switch(plain: Callable[..., Any], pdl: Callable[..., Any], admits: Callable[..., bool]) -> Callable[..., Any]:
     """A launcher running `pdl` for a captured call that follows one of ours and that admits(*args)
     allows, `plain` for every other call; every captured call is noted as ours."""

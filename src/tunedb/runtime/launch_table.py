@@ -318,32 +318,15 @@ def bind(family: Any, sig: Signature, size: int,
     families both bind here."""
     config, tier, counter = resolve(family, sig, size)
     bound = Bound(family.name, sig, size, config, tier, make(family, config, sig), counter)
-    pair = _pdl_pair(family, config)
-    if pair is not None:
-        plain, pdl, admits = pair
-        bound.call = capture_chain.switch(make(family, plain, sig), make(family, pdl, sig), admits)
-        bound.direct = None
+    chained = capture_chain.pdl_switch(family, config, sig, make)
+    if chained is not None:
+        bound.call, bound.direct = chained, None
     eager = host_bound.eager_fallback(family, sig, size, config, tier)
     if eager is not None:
         bound.eager = eager
         bound.call = host_bound.graph_only(bound.call, make(family, Config.sentinel(eager), sig))
         bound.direct = direct_of(bound.call)  # the wrapper's: None (capture must see the tuned call)
     return bound
-
-
-def _pdl_pair(family: Any, config: Config) -> "tuple[Config, Config, Callable[..., bool]] | None":
-    from tunedb.families.contract import has_hook, hook
-
-    from tunedb import settings
-
-    if config.is_sentinel or not has_hook(family, "pdl_pair"):
-        return None
-    pair = hook(family, "pdl_pair")(config)
-    # with TUNEDB_CHAIN_PDL off a plain config has nothing to switch to; a measured `_pdl` config
-    # is still wrapped: the switch runs its plain twin (it may not read the weight early unchecked)
-    if pair is None or (not settings.chain_pdl_enabled() and pair[0] is config):
-        return None
-    return pair
 
 
 def _call_for(family: Any, config: Config, sig: Signature) -> Callable[..., Any]:
