@@ -143,11 +143,11 @@ def test_a_tuned_lstm_trains_like_the_module():
     torch.manual_seed(0)
     plain = torch.nn.LSTM(32, 64, batch_first=True).cuda().to(torch.bfloat16)
     tuned = census.optimize(torch.nn.LSTM(32, 64, batch_first=True).cuda().to(torch.bfloat16))
-    tuned.rnn.load_state_dict(plain.state_dict())
+    tuned.load_state_dict(plain.state_dict())
     x = torch.randn(4, 10, 32, device="cuda", dtype=torch.bfloat16)
     plain(x)[0].float().square().sum().backward()
     tuned(x)[0].float().square().sum().backward()
-    for p, q in zip(plain.parameters(), tuned.rnn.parameters()):
+    for p, q in zip(plain.parameters(), tuned.parameters()):
         assert q.grad is not None
         torch.testing.assert_close(q.grad.float(), p.grad.float(), rtol=5e-2, atol=5e-2)
 

@@ -117,7 +117,7 @@ def test_bf16_weights_reach_cudnn_as_one_buffer():
     from tunedb.families.rnn.census import optimize
 
     tuned = optimize(lstm)
-    tuned._flatten_once()  # what TunedRNN.forward does before a cuDNN arm (whichever arm serves this key)
+    tuned._flatten_once()  # what TunedLSTM.forward does before a cuDNN arm (whichever arm serves this key)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert torch.equal(lstm(xb)[0], plain)

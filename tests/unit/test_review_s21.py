@@ -116,7 +116,7 @@ def test_an_optimized_lstm_keeps_its_attributes_and_pickles(tmp_path):
     plain = _Tagger()
     ref = copy.deepcopy(plain)
     model = tunedb.optimize(plain, families="all")
-    assert type(model.lstm).__name__ == "TunedRNN"
+    assert type(model.lstm).__name__ == "TunedLSTM" and isinstance(model.lstm, nn.LSTM)
     x = torch.randn(2, 5, 8)
     torch.testing.assert_close(model(x), ref(x))
     torch.save(model, tmp_path / "m.pt")

@@ -105,7 +105,7 @@ def test_optimize_wraps_and_keeps_outputs():
     x = torch.randn(2, 5, 8)
     before = model.pred(x)
     optimize(model)
-    assert type(model.pred).__name__ == "TunedRNN"
+    assert type(model.pred).__name__ == "TunedLSTM"
     after = model.pred(x)  # CPU: the module itself
     torch.testing.assert_close(after[0], before[0])
     assert "pred.weight_ih_l0" in model.state_dict()  # the plain model's keys
@@ -192,6 +192,6 @@ def test_an_attribute_written_on_the_wrapper_reaches_the_lstm():
     kept dropping out (train-mode outputs differed from the plain model's)."""
     model = optimize(torch.nn.Sequential(torch.nn.LSTM(4, 8, num_layers=2, dropout=0.5)))
     model[0].dropout = 0.0
-    assert model[0].rnn.dropout == 0.0
+    assert model[0].dropout == 0.0
     model.eval()
-    assert not model[0].rnn.training
+    assert not model[0].training

@@ -8,7 +8,7 @@ nn.LSTM / nn.GRU call with its input and reads the key from the module's attribu
 tensors too). It misses functional calls (torch._VF.lstm, nn.LSTMCell loops) and
 PackedSequence inputs (their batch changes per step; not served).
 
-`optimize(model)` wraps every nn.LSTM / nn.GRU in a TunedRNN that asks the selector which arm
+`optimize(model)` swaps every nn.LSTM / nn.GRU to TunedLSTM / TunedGRU, which ask the selector which arm
 serves the call's key and runs the original module under that arm's flags (cuDNN, its weights
 flattened into one buffer once, bf16 included: weights.py; or cuDNN off),
 or the Triton persistent kernel on the module's own weights (returning output and states as
@@ -44,7 +44,7 @@ def record(fn: Callable[[], Any]) -> Counter[tuple[Signature, int]]:
     return calls
 
 
-SERVED_DEVICE = "cuda"  # where TunedRNN asks the selector (elsewhere the module runs as it is)
+SERVED_DEVICE = "cuda"  # where TunedLSTM / TunedGRU ask the selector (elsewhere the module runs as it is)
 
 
 def _kernel_may_serve(rnn: Any, x: Any, hx: Any) -> bool:
@@ -61,25 +61,22 @@ def _kernel_may_serve(rnn: Any, x: Any, hx: Any) -> bool:
     return not grad_form.wants_grad((x, *states, *rnn._flat_weights))
 
 
-def tuned_class() -> type:
-    """TunedRNN (families/rnn/module.py, which imports torch)."""
-    from tunedb.families.rnn.module import TunedRNN
+def tuned_classes() -> dict[type, type]:
+    """nn.LSTM -> TunedLSTM, nn.GRU -> TunedGRU (families/rnn/module.py, which imports torch)."""
+    from tunedb.families.rnn.module import TUNED
 
-    return TunedRNN
+    return TUNED
 
 
 def optimize(model: Any) -> Any:
-    """Wrap every nn.LSTM / nn.GRU child in TunedRNN (a bare recurrent module is wrapped itself).
-    A hooked one stays: the persistent kernel runs without calling it, so its hooks would not fire."""
-    import torch
-
+    """Swap the class of every nn.LSTM / nn.GRU in the model (a bare one too) to its tuned class,
+    in place; the model is returned. Only the exact torch classes: a user's subclass may override
+    forward, which the swap would drop. A hooked module stays: the persistent kernel runs without
+    calling it, so its hooks would not fire."""
     from tunedb.families.module_rules import hooked
 
-    cls = tuned_class()
-    if isinstance(model, (torch.nn.LSTM, torch.nn.GRU)):
-        return cls(model)
-    for name, mod in list(model.named_modules()):
-        for child_name, child in list(mod.named_children()):
-            if isinstance(child, (torch.nn.LSTM, torch.nn.GRU)) and not isinstance(mod, cls) and not hooked(child):
-                setattr(mod, child_name, cls(child))
+    tuned = tuned_classes()
+    for module in list(model.modules()):
+        if type(module) in tuned and not hooked(module):
+            module.__class__ = tuned[type(module)]
     return model

@@ -61,11 +61,20 @@ def dt_of(dtype: Any) -> str:
     return dt
 
 
+def rnn_op(module: Any) -> str | None:
+    """"lstm" / "gru" for an nn.LSTM / nn.GRU or a subclass (optimize()'s TunedLSTM, a user's
+    own), else None; read from the class's bases, so this module needs no torch."""
+    for cls in type(module).__mro__:
+        if cls.__module__ == "torch.nn.modules.rnn" and cls.__name__.lower() in OPS:
+            return cls.__name__.lower()
+    return None
+
+
 def module_signature(module: Any, x: Any) -> tuple[Signature, int] | None:
     """(Signature, T) of an nn.LSTM / nn.GRU call on a batched tensor x; None where the call is
     not served (PackedSequence, unbatched input, LSTM projections, another dtype)."""
-    op = type(module).__name__.lower()
-    if op not in OPS or not hasattr(x, "shape") or len(x.shape) != 3 or getattr(module, "proj_size", 0):
+    op = rnn_op(module)
+    if op is None or not hasattr(x, "shape") or len(x.shape) != 3 or getattr(module, "proj_size", 0):
         return None
     if str(x.dtype) not in _DT:
         return None

@@ -68,7 +68,9 @@ def flatten_module(rnn: Any) -> bool:
     module's weights are one buffer afterwards. A no-op when they already are, off cuDNN, while
     capturing, for LSTM projections and for aliased parameters (nn's own conditions)."""
     weights = list(rnn._flat_weights)
-    op = type(rnn).__name__.lower()
+    from tunedb.families.rnn.configs import rnn_op
+
+    op = rnn_op(rnn)
     if op not in _MODES or getattr(rnn, "proj_size", 0) or not cudnn_applies(weights):
         return False
     if is_flat(weights):
