@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 35's device stages (see BENCHMARKS.md "Session 35"): each stage under its own timeout,
+# logs under $OUT. Usage: bash bench/device_s35.sh STAGE...
+#   tests     GPU tests named by GPU_TESTS (default: rnn and API edges, for the LSTM / GRU class swap)
+#   preplain  bench/gv_pre_plain.py (gv's wide first tile without PDL, separator and back to back)
+#   other stages go to bench/device_s34.sh (gvtests build e2e chain chaine2e zoo)
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}"
+export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; t0=$(date +%s)
+stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/stages.log"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/env.log" 2>&1
+python -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/env.log" 2>&1
+for stage in "$@"; do
+  stamp "stage $stage"
+  case "$stage" in
+    tests) timeout ${TESTS_S:-200} python -m pytest -m gpu -q -p no:cacheprovider \
+             ${GPU_TESTS:-tests/gpu/test_rnn_gpu.py tests/gpu/test_api_edges_gpu.py} 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
+    preplain) timeout ${PP_S:-200} python bench/gv_pre_plain.py --out "$OUT/gv_pre_plain.json" 2>&1 \
+             | tee "$OUT/gv_pre_plain.log" | tail -16 ;;
+    *) OUT=$OUT bash bench/device_s34.sh "$stage" ;;
+  esac
+done
+stamp done
