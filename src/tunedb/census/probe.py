@@ -216,7 +216,9 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
         with _user_code(w, where, dev):
             recorded = probe(built, key, model, quantizer)
         if not recorded:
-            lstm = sorted({type(m).__name__ for m in built.model.modules()} & {"LSTM", "GRU", "RNN"})
+            # the torch base class's name: optimize() may have swapped an LSTM's class to TunedLSTM
+            lstm = sorted({c.__name__ for m in built.model.modules() for c in type(m).__mro__
+                           if c.__module__ == "torch.nn.modules.rnn"} & {"LSTM", "GRU", "RNN"})
             why = (f"; its {', '.join(lstm)} layer(s) are not in tune's census (the rnn family tunes them: "
                    "tunedb.optimize(model, families='all'), docs/rnn.md)") if lstm else (
                    "; the census records the aten GEMMs, batched products and convolutions a family keys")
