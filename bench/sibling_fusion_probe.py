@@ -1,4 +1,4 @@
-"""What one GEMM for sibling projections would buy Llama-3-8B decode (issue 18's end-to-end goal).
+"""What one GEMM for sibling projections buys Llama-3-8B decode (issue 18's end-to-end goal).
 
     PYTHONPATH=src:bench python bench/sibling_fusion_probe.py --out sibling_fusion_probe.json   # ~60 s
 
@@ -12,6 +12,8 @@ written, plain and through tunedb.optimize() (shipped tables, no tune), in paire
 fused key 6144x4096 (28672x4096) is in no shipped table, so tunedb serves it as its fallback
 does (cuBLAS). The rewrite is the probe's own (a closure per layer), valid only for a forward
 that calls the siblings on the same tensor, in order, once each: what a feature would prove.
+Since session 35 the feature exists (families/gemm/siblings.py, TUNEDB_SIBLINGS, default on):
+`tunedb` is optimize() with it, `tunedb, siblings off` without it (the rewritten models too).
 """
 from __future__ import annotations
 
@@ -92,9 +94,12 @@ def main(argv=None) -> int:
         bm = build("llama-3-8b", "cuda", batches=(1, 16))
         plain = bm.module
         variants = {"plain qkv": fuse(plain, QKV), "plain qkv+gu": fuse(plain, QKV_GU)}
-        variants["tunedb"] = tunedb.optimize(plain, inplace=False)
-        variants["tunedb qkv"] = tunedb.optimize(fuse(plain, QKV), inplace=False)
-        variants["tunedb qkv+gu"] = tunedb.optimize(fuse(plain, QKV_GU), inplace=False)
+        with settings.override(SIBLINGS="0"):
+            variants["tunedb, siblings off"] = tunedb.optimize(plain, inplace=False)
+        variants["tunedb"] = tunedb.optimize(plain, inplace=False)  # TUNEDB_SIBLINGS=1: one launch a group
+        with settings.override(SIBLINGS="0"):
+            variants["tunedb qkv"] = tunedb.optimize(fuse(plain, QKV), inplace=False)
+            variants["tunedb qkv+gu"] = tunedb.optimize(fuse(plain, QKV_GU), inplace=False)
         for batch in (1, 16):
             ref = output_tensor(bm.call(plain, batch)())
             graphs, errs = {}, {}

@@ -194,10 +194,18 @@ CHAIN_PDL = Setting(
     "in Llama-3-8B decode (session 34, bench/chain_pdl_e2e.py: 1.086x plain without it, 1.056x with it).",
     ("0", "1"),
 )
+SIBLINGS = Setting(
+    "TUNEDB_SIBLINGS", "1",
+    "'1': projections that optimize() finds called on the same tensor in a module's code (q, k and v "
+    "of an attention, gate and up of an MLP; two or three) run as one launch when called with one row "
+    "(decode, batch 1) on a GPU with a shipped arch profile, each writing its own output. '0': each runs "
+    "alone. Read when optimize() runs.",
+    ("0", "1"),
+)
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, LEAVE_UNMEASURED, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
                             EAGER_FALLBACK, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
-                            CHECK_INPUTS, CHAIN_PDL)
+                            CHECK_INPUTS, CHAIN_PDL, SIBLINGS)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -297,6 +305,10 @@ def eager_fallback_enabled() -> bool:
 
 def chain_pdl_enabled() -> bool:
     return CHAIN_PDL.on()
+
+
+def siblings_enabled() -> bool:
+    return SIBLINGS.on()
 
 
 def measure_ahead_enabled() -> bool:

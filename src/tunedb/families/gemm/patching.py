@@ -28,6 +28,10 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
    (one TunedLinear per shared Linear), unfused, except hooked ones and subclasses (e.g.
    nn.MultiheadAttention's out_proj, whose weight the attention reads directly), which stay.
 
+5. Siblings (siblings.py, sibling_source.py): TunedLinears a module's code calls on the same
+   tensor in one straight run of statements (q, k, v; gate and up) are grouped, and a call at one
+   row runs the group as one launch, each member taking its own output for that same tensor.
+
 Activations: nn.GELU (approximate 'none' -> gelu, 'tanh' -> gelu_tanh), nn.ReLU, nn.SiLU, and
 Hugging Face's GELUActivation, NewGELUActivation / GELUTanh / PytorchGELUTanh, SiLUActivation.
 TunedLinear keeps the Linear's Parameters (same names), so state_dict keys do not change.
@@ -44,7 +48,7 @@ from torch import nn
 
 from tunedb import settings
 from tunedb.errors import SettingsError
-from tunedb.families.gemm import linear_script, ops
+from tunedb.families.gemm import linear_script, ops, siblings
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
 from tunedb.families.gemm.fusion_source import outside_reads as _outside_reads
 from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
@@ -112,6 +116,11 @@ class TunedLinear(nn.Module):
         if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast() or _transformed())
                 and not (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                               or (bias is not None and bias.requires_grad)))):
+            sib = self.__dict__.get("_siblings")  # (group, index): siblings.py, one launch at one row
+            if sib is not None:
+                y = sib[0].call(sib[1], x)
+                if y is not None:
+                    return y
             if bias is None:
                 bound = _known(("gemm" if act == "none" else "gemm_act", act, x.shape, x.dtype,
                                 weight.shape, weight.dtype, None))
@@ -321,6 +330,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
                 swapped[id(child)] = tuned
             layers[id(tuned)] = tuned
             setattr(parent, attr, tuned)
+    siblings.attach(model, TunedLinear)
     report.register_model(model, list(layers.values()), left=list(left.values()), why=_left_why(left.values()))
     report.register_unpatched(model, "gemm", {UNPATCHED_KINDS[k]: n for k, n in unpatched_modules(model).items()})
     return model

@@ -1,0 +1,83 @@
+"""One launch for two or three sibling projections at M = 1 (families/gemm/siblings.py):
+y_g = act_g(x @ W_g^T (+ b_g)) for g < G, every W_g [N_g, K] row-major as nn.Linear stores it, fp32
+accumulation, each y_g its own contiguous [N_g] output in x's dtype.
+
+Why: at decode a layer's q, k and v projections read the same x, and each GEMV pays a fixed cost
+(launch, ramp-up, tail) that its bytes do not: 5.4 us for the 8.4 MB k projection at M=1 whose
+bytes need 1.95 us at 4.3 TB/s (BENCHMARKS.md, session 35). Programs [0, NB0) stream W_0's
+slabs, [NB0, NB0 + NB1) W_1's, the rest W_2's, each in its own branch (three pointers, no
+concatenated copy of the weights). A program's slab is BN rows streamed in [BN, BK] tiles of
+K-contiguous bytes by a pipelined loop (`tl.range` with num_stages: cp.async prologue of
+STAGES - 1 tiles); the products are accumulated in [BN, BK] fp32 registers and summed once after
+the loop (the `gv` kernel's `_lr` form, kernels_gemv.py). Rows past N_g are clamped for the loads
+and masked for the store; bias and activation are the family's epilogue (kernels_common.py), in
+fp32 before the one rounding. Imports triton, never torch.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from tunedb.families.gemm.kernels_common import ACT_CODES, epilogue
+
+
+@triton.jit
+def _slab(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, K, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BN: tl.constexpr,
+          BK: tl.constexpr, STAGES: tl.constexpr):
+    rows = blk * BN + tl.arange(0, BN)
+    row_ok = rows < n
+    rows_in = tl.where(row_ok, rows, 0).to(tl.int64)
+    offs_k = tl.arange(0, BK)
+    w_ptrs = w_ptr + rows_in[:, None] * K + offs_k[None, :]
+    acc = tl.zeros((BN, BK), dtype=tl.float32)
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
+        k_ok = offs_k < K - k0
+        w = tl.load(w_ptrs + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
+        xv = tl.load(x_ptr + k0 + offs_k, mask=k_ok, other=0.0)
+        acc += w.to(tl.float32) * xv.to(tl.float32)[None, :]
+    y = epilogue(tl.sum(acc, axis=1)[None, :], b_ptr, rows, n, HAS_BIAS, ACT)  # the family's bias + activation
+    tl.store(y_ptr + rows[None, :], y.to(y_ptr.dtype.element_ty), mask=row_ok[None, :])
+
+
+# K stays specialised: its divisibility by 16 is what lets the W rows load as 16-byte vectors
+@triton.jit(do_not_specialize=("N0", "N1", "N2", "NB0", "NB1"))
+def siblings_kernel(x_ptr, w0_ptr, w1_ptr, w2_ptr, y0_ptr, y1_ptr, y2_ptr, b0_ptr, b1_ptr, b2_ptr,
+                    N0, N1, N2, NB0, NB1, K, HAS_BIAS: tl.constexpr, ACT0: tl.constexpr, ACT1: tl.constexpr,
+                    ACT2: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    pid = tl.program_id(0)
+    if pid < NB0:
+        _slab(x_ptr, w0_ptr, y0_ptr, b0_ptr, N0, pid, K, HAS_BIAS, ACT0, BN, BK, STAGES)
+    elif pid < NB0 + NB1:  # with two siblings every program past NB0 (the grid is NB0 + NB1)
+        _slab(x_ptr, w1_ptr, y1_ptr, b1_ptr, N1, pid - NB0, K, HAS_BIAS, ACT1, BN, BK, STAGES)
+    else:
+        _slab(x_ptr, w2_ptr, y2_ptr, b2_ptr, N2, pid - NB0 - NB1, K, HAS_BIAS, ACT2, BN, BK, STAGES)
+
+
+def tile(k: int) -> tuple[int, int, int, int]:
+    """(BN, BK, warps, stages): the shipped gemm table's M=1 pick at the Llama widths
+    (`gv1_n16x256_w4_s5_lr`), BK narrowed to K's power of two below 256."""
+    bk = 256
+    while bk > 16 and bk > k:
+        bk //= 2
+    return 16, bk, 4, 5
+
+
+def launch(x, weights, biases, outs, acts=None, interpret: bool = False,
+           tiles: tuple[int, int, int, int] | None = None) -> None:
+    """siblings_kernel over x [K] (contiguous), weights [N_g, K] and outs [N_g] (contiguous; biases
+    [N_g] or all None; acts: each output's activation, a name of ACT_CODES, default none), one
+    launch; `tiles` (BN, BK, warps, stages) in place of tile(K)."""
+    k = x.shape[-1]
+    bn, bk, warps, stages = tiles or tile(k)
+    ns = [w.shape[0] for w in weights]
+    nbs = [triton.cdiv(n, bn) for n in ns]
+    pad = lambda seq: list(seq) + [seq[-1]] * (3 - len(seq))  # noqa: E731 - G = 2: a third branch never taken
+    w0, w1, w2 = pad(weights)
+    y0, y1, y2 = pad(outs)
+    has_bias = biases[0] is not None
+    b0, b1, b2 = pad(biases) if has_bias else (w0, w0, w0)
+    n0, n1, n2 = pad(ns)
+    a0, a1, a2 = pad([ACT_CODES[a] for a in (acts or ["none"] * len(weights))])
+    kw = {} if interpret else {"num_warps": warps, "num_stages": stages}
+    siblings_kernel[(sum(nbs),)](x, w0, w1, w2, y0, y1, y2, b0, b1, b2, n0, n1, n2, nbs[0], nbs[1], k,
+                                 HAS_BIAS=has_bias, ACT0=a0, ACT1=a1, ACT2=a2, BN=bn, BK=bk, STAGES=stages, **kw)

@@ -1,0 +1,140 @@
+"""Sibling projections in one launch: optimize()'s groups of TunedLinears that a module's code
+calls on the same tensor (sibling_source.py), run at one row as kernels_siblings.py's one launch.
+
+Why: at decode batch 1 each projection is a weight stream with a fixed cost its bytes do not
+pay (launch, ramp-up, tail). Measured on the H200 at M=1 (BENCHMARKS.md, session 35,
+bench/siblings_gemv.py; separator after each call): Llama-3-8B q/k/v 15.4 us in one launch
+against 27.0 us for three cuBLAS calls and 21.4 us for tunedb's tuned calls one by one (16.6 us
+for one cuBLAS call over a concatenated copy of the weights); gate/up 55.6 against 61.8; Qwen2-7B
+q/k/v with bias 10.8 against 25.4; BERT-base q/k/v 4.1 against 14.0.
+
+How a call runs: the first member called with a one-row CUDA tensor x (fp16/bf16, contiguous;
+every member's weight of x's dtype, contiguous, on x's device; biases all present or all absent;
+no gradient, tracer, mode or autocast: TunedLinear's fast-path conditions) computes every
+member's output in one launch, returns its own and keeps the others for x. A member then called
+with that same tensor object, unmodified since (its version counter), takes its kept output
+once; any other call (another tensor, a second call, more rows, a CPU tensor) runs the member
+alone as before. So a group the source rule found wrongly costs the siblings' work once, never a
+wrong result. Outputs are each member's own contiguous tensor, as F.linear's. The weights are
+the members' own Parameters, read at every call (no concatenated copy; `.to()` and
+load_state_dict are seen). In a CUDA-graph capture the launch is captured with the first
+member's call and its siblings take their outputs from it. Only on a GPU whose arch family has
+a shipped profile (the rule every measured choice follows); TUNEDB_SIBLINGS=0 groups nothing.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from tunedb import settings
+from tunedb.families.gemm.fusion_source import outside_reads
+from tunedb.families.gemm.sibling_source import sibling_calls
+
+MAX_MEMBERS = 3  # the kernel's branches
+_DTYPES = (torch.float16, torch.bfloat16)
+
+
+class SiblingGroup:
+    """The members (TunedLinears, in the module's attribute order) and what the last group launch
+    left for the members not yet called: the tensor it ran on, its version, and the outputs."""
+
+    def __init__(self, members: list[Any]) -> None:
+        self.members = members
+        self._x: Any = None
+        self._version = -1
+        self._kept: list[Any] = []
+        self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
+
+    def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs
+        return {"members": self.members}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["members"])
+
+    def call(self, index: int, x: Any) -> Any:
+        """Member `index`'s output for x from the group, or None: the member runs alone."""
+        if x is self._x and x._version == self._version:
+            y = self._kept[index]
+            if y is not None:
+                self._kept[index] = None
+                if not any(v is not None for v in self._kept):
+                    self._x, self._kept = None, []
+                return y
+        weights, biases = self._operands(x)
+        if weights is None:
+            return None
+        from tunedb.families.gemm import kernels_siblings
+
+        lead = x.shape[:-1]
+        outs = [torch.empty(*lead, w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
+        kernels_siblings.launch(x.view(-1), weights, biases, [o.view(-1) for o in outs], [m.act for m in self.members])
+        self._x, self._version = x, x._version
+        self._kept = list(outs)
+        self._kept[index] = None
+        return outs[index]
+
+    def _operands(self, x: Any) -> tuple[list[Any] | None, list[Any]]:
+        k = x.shape[-1] if x.dim() else -1
+        if x.dtype not in _DTYPES or x.numel() != k or k < 1 or not x.is_contiguous():
+            return None, []
+        weights, biases = [], []
+        for m in self.members:
+            p = m._parameters
+            w = p["weight"] if "weight" in p else m.weight
+            b = p["bias"] if "bias" in p else m.bias
+            if (type(w) not in (torch.Tensor, nn.Parameter) or w.dim() != 2 or w.shape[1] != k or w.dtype != x.dtype
+                    or w.device != x.device or not w.is_contiguous()):
+                return None, []
+            if b is not None and (b.dtype != x.dtype or b.device != x.device or not b.is_contiguous() or b.dim() != 1):
+                return None, []
+            weights.append(w)
+            biases.append(b)
+        if len({b is None for b in biases}) != 1:
+            return None, []
+        if self._arch_ok is None:
+            from tunedb.runtime import selector
+
+            self._arch_ok = selector.current_arch()[1] is not None
+        return (weights, biases) if self._arch_ok else (None, [])
+
+
+def attach(model: nn.Module, tuned_cls: type) -> int:
+    """Group the sibling TunedLinears of every module of `model` (sibling_source's rule, each
+    member of `tuned_cls` (with its fused activation, if any), held in one place, read by no other module's
+    code, of one in_features and weight dtype, biases all present or all absent); returns how many
+    groups were made. Members already grouped (optimize() run again) stay as they are."""
+    if not settings.siblings_enabled():
+        return 0
+    held: dict[int, int] = {}
+    for parent in model.modules():
+        for child in parent._modules.values():
+            held[id(child)] = held.get(id(child), 0) + 1
+    outside: set[str] = set()
+    for cls in {type(m) for m in model.modules()}:
+        got = outside_reads(cls)
+        if got is None:
+            return 0  # some model code unreadable: nothing is proven safe
+        outside |= got
+    made = 0
+    for parent in model.modules():
+        if type(parent) is nn.Sequential or "forward" in vars(parent) or parent._forward_hooks or parent._forward_pre_hooks:
+            continue
+        if sum(type(c) is tuned_cls for c in parent._modules.values()) < 2:
+            continue
+        for names in sibling_calls(type(parent)):
+            members = [parent._modules.get(n) for n in names]
+            if (len(members) > MAX_MEMBERS or any(type(m) is not tuned_cls for m in members)
+                    or any(held.get(id(m)) != 1 or "_siblings" in m.__dict__ for m in members)
+                    or any(n in outside for n in names)):
+                continue
+            ws = [m.weight for m in members]
+            if (len({w.shape[1] if w.dim() == 2 else -1 for w in ws}) != 1 or len({w.dtype for w in ws}) != 1
+                    or len({m.bias is None for m in members}) != 1):
+                continue
+            group = SiblingGroup(members)
+            for i, m in enumerate(members):
+                m.__dict__["_siblings"] = (group, i)
+            made += 1
+    return made

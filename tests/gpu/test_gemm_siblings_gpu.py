@@ -1,0 +1,102 @@
+"""Sibling projections in one launch on the GPU (families/gemm/siblings.py, kernels_siblings.py):
+the kernel against the fp64 product at decode widths and odd sizes, fp16 and bf16, with and
+without bias; an optimized attention block at one row, eager and replayed from a CUDA graph with
+new input values, against each projection run alone; more rows and a second call run alone; a
+transformers Llama decode step through tunedb.optimize() against the plain model."""
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+import tunedb  # noqa: E402
+from tunedb.families.gemm import kernels_siblings, patching  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from sibling_models import Attn  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+
+
+def _bound(ref, dt):
+    return 4 * (ref.to(dt).double() - ref).abs().max().item() + 1e-3 * ref.abs().max().item()
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("k,ns,bias", [(4096, (4096, 1024, 1024), False), (4096, (14336, 14336), False),
+                                       (3584, (3584, 512, 512), True), (768, (768, 768, 768), True),
+                                       (1000, (333, 17, 65), True), (40, (8, 24), False)])
+def test_the_kernel_matches_fp64(dt, k, ns, bias):
+    g = torch.Generator(device="cuda").manual_seed(k)
+    x = torch.randn(k, device="cuda", dtype=dt, generator=g)
+    ws = [torch.randn(n, k, device="cuda", dtype=dt, generator=g) * k ** -0.5 for n in ns]
+    bs = [torch.randn(n, device="cuda", dtype=dt, generator=g) for n in ns] if bias else [None] * len(ns)
+    outs = [torch.full((n,), float("nan"), device="cuda", dtype=dt) for n in ns]
+    kernels_siblings.launch(x, ws, bs, outs)
+    for w, b, o in zip(ws, bs, outs):
+        ref = w.double() @ x.double() + (b.double() if b is not None else 0)
+        assert (o.double() - ref).abs().max().item() <= _bound(ref, dt)
+
+
+def _optimized(monkeypatch, model):
+    monkeypatch.setattr(patching, "_TorchEverywhere", lambda: (lambda linear, act: None))  # every Linear swapped
+    return tunedb.optimize(model)
+
+
+def test_an_attention_block_at_one_row_eager_and_in_a_graph(monkeypatch):
+    torch.manual_seed(0)
+    model = nn.Sequential(Attn(d=1024, kv=256, bias=True)).cuda().half().eval()
+    ref = copy.deepcopy(model)
+    _optimized(monkeypatch, model)
+    attn = model[0]
+    group = attn.q_proj.__dict__["_siblings"][0]
+    launches = []
+    real = kernels_siblings.launch
+    monkeypatch.setattr(kernels_siblings, "launch", lambda *a, **kw: (launches.append(1), real(*a, **kw))[1])
+    x = torch.randn(1, 1, 1024, device="cuda", dtype=torch.half)
+    with torch.no_grad():
+        got, want = model(x), ref(x)
+        assert len(launches) == 1 and group._x is None  # every sibling took its output
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+        for name in ("q_proj", "k_proj", "v_proj"):  # each output as the projection alone computes it
+            alone = torch.nn.functional.linear(x, getattr(ref[0], name).weight, getattr(ref[0], name).bias)
+            mine = getattr(attn, name)(x)  # a second call: runs alone or launches anew, never a kept output
+            torch.testing.assert_close(mine, alone, rtol=1e-2, atol=1e-2)
+        two = torch.randn(2, 1024, device="cuda", dtype=torch.half)
+        n = len(launches)
+        torch.testing.assert_close(model(two), ref(two), rtol=2e-2, atol=2e-2)
+        assert len(launches) == n  # two rows: each projection alone
+        static = torch.randn(1, 1024, device="cuda", dtype=torch.half)
+        model(static)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = model(static)
+        for _ in range(3):
+            static.copy_(torch.randn(1, 1024, device="cuda", dtype=torch.half))
+            graph.replay()
+            torch.testing.assert_close(out, ref(static), rtol=2e-2, atol=2e-2)
+
+
+def test_a_transformers_llama_decode_step(monkeypatch):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+                                   num_key_value_heads=2, vocab_size=1000)
+    torch.manual_seed(0)
+    plain = transformers.LlamaModel(cfg).cuda().half().eval()
+    model = _optimized(monkeypatch, copy.deepcopy(plain))
+    grouped = [m for m in model.modules() if "_siblings" in m.__dict__]
+    assert len(grouped) == 2 * (3 + 2)  # q/k/v and gate (its SiLU fused) / up in each layer
+    ids = torch.randint(0, 1000, (1, 1), device="cuda")
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).last_hidden_state, plain(ids).last_hidden_state, rtol=3e-2, atol=3e-2)

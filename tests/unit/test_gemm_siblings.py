@@ -1,0 +1,181 @@
+"""Sibling projections in one launch (families/gemm/siblings.py, sibling_source.py,
+kernels_siblings.py): which calls the source rule groups, what the run time hands each member
+(never another tensor's output, never a stale one), and the kernel under the interpreter."""
+from __future__ import annotations
+
+import copy
+import pickle
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import interpret_child
+import tunedb
+from tunedb import settings
+from tunedb.families.gemm import kernels_siblings, patching, siblings
+from tunedb.families.gemm.sibling_source import sibling_calls
+
+from sibling_models import Attn, Block, CalledTwice, Conditional, Cross, OneExpr, Rebound
+
+
+def test_the_source_rule_groups_only_unconditional_calls_on_one_unrebound_name():
+    assert sibling_calls(Attn) == (("q_proj", "k_proj", "v_proj"),)
+    assert sibling_calls(Cross) == (("k_proj", "v_proj"),)  # q runs on another name (h, not kv)
+    assert sibling_calls(Rebound) == ()  # h is rebound between the calls
+    assert sibling_calls(Conditional) == ()  # b or c may not run
+    assert sibling_calls(CalledTwice) == ()  # a is called elsewhere too
+    assert sibling_calls(Block) == ()  # a loop between the calls
+    assert set(map(frozenset, sibling_calls(OneExpr))) == {frozenset({"gate", "up"})}
+
+
+class _Fake:
+    """kernels_siblings.launch on the CPU: F.linear per member, counting launches."""
+
+    def __init__(self) -> None:
+        self.launches = 0
+
+    def __call__(self, x, weights, biases, outs, acts=None, **_):
+        self.launches += 1
+        for w, b, o, a in zip(weights, biases, outs, acts or ["none"] * len(weights)):
+            y = torch.nn.functional.linear(x, w, b)
+            o.copy_({"none": y, "silu": torch.nn.functional.silu(y)}[a])
+
+
+def _group(bias: bool = False, dtype=torch.float16):
+    torch.manual_seed(0)
+    attn = Attn(bias=bias).to(dtype)
+    members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
+    g = siblings.SiblingGroup(members)
+    g._arch_ok = True
+    return g, members
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    f = _Fake()
+    monkeypatch.setattr(kernels_siblings, "launch", f)
+    return f
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_launch_serves_each_sibling_once_for_the_same_tensor(fake, bias):
+    g, members = _group(bias)
+    x = torch.randn(1, 1, 16, dtype=torch.float16)
+    ys = [g.call(i, x) for i in range(3)]
+    assert fake.launches == 1
+    for m, y in zip(members, ys):
+        assert y.shape == (1, 1, m.out_features) and y.is_contiguous()
+        torch.testing.assert_close(y, torch.nn.functional.linear(x, m.weight, m.bias))
+    assert g.call(1, x) is not None and fake.launches == 2  # called again: a new launch, not a stale output
+    assert g._kept[1] is None
+
+
+def test_another_tensor_or_a_modified_one_never_gets_a_kept_output(fake):
+    g, _ = _group()
+    x = torch.randn(1, 16, dtype=torch.float16)
+    g.call(0, x)
+    other = x.clone()
+    assert g.call(1, other) is not None and fake.launches == 2  # another tensor: its own launch
+    g.call(0, x)
+    x.add_(1.0)  # modified in place after the launch
+    y = g.call(1, x)
+    assert fake.launches == 4
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, g.members[1].weight))
+
+
+def test_calls_the_kernel_cannot_take_run_alone(fake):
+    g, members = _group()
+    assert g.call(0, torch.randn(2, 16, dtype=torch.float16)) is None  # two rows
+    assert g.call(0, torch.randn(1, 16, dtype=torch.float32)) is None  # fp32
+    assert g.call(0, torch.randn(16, 2, dtype=torch.float16).t()[:1]) is None  # not contiguous
+    members[2].weight = nn.Parameter(members[2].weight.detach().float())  # one weight of another dtype
+    assert g.call(0, torch.randn(1, 16, dtype=torch.float16)) is None
+    assert fake.launches == 0
+    g2, _ = _group()
+    g2._arch_ok = False  # no shipped profile for this GPU
+    assert g2.call(0, torch.randn(1, 16, dtype=torch.float16)) is None
+
+
+def test_a_group_pickles_and_copies_without_its_kept_outputs(fake):
+    g, _ = _group()
+    x = torch.randn(1, 16, dtype=torch.float16)
+    g.call(0, x)
+    for again in (copy.deepcopy(g), pickle.loads(pickle.dumps(g))):
+        assert again._x is None and again._kept == [] and len(again.members) == 3
+        assert again.call(1, x) is not None  # a new launch there, not the original's output
+
+
+def test_optimize_groups_served_siblings_and_leaves_outputs_unchanged(monkeypatch):
+    monkeypatch.setattr(patching, "_TorchEverywhere", lambda: (lambda linear, act: None))  # swap every Linear
+    model = nn.Sequential(Attn())
+    ref = copy.deepcopy(model)
+    tunedb.optimize(model)
+    attn = model[0]
+    got = [attn.q_proj.__dict__.get("_siblings"), attn.k_proj.__dict__.get("_siblings"),
+           attn.v_proj.__dict__.get("_siblings")]
+    assert all(s is not None for s in got) and len({id(s[0]) for s in got}) == 1 and [s[1] for s in got] == [0, 1, 2]
+    assert "_siblings" not in attn.o_proj.__dict__
+    x = torch.randn(1, 16)
+    torch.testing.assert_close(model(x), ref(x))  # CPU: every member runs alone
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    again = copy.deepcopy(model)
+    s = again[0].k_proj.__dict__["_siblings"]
+    assert s[0].members[1] is again[0].k_proj  # the copy's group holds the copy's members
+
+
+def test_no_group_when_turned_off_shared_or_read_from_outside(monkeypatch):
+    monkeypatch.setattr(patching, "_TorchEverywhere", lambda: (lambda linear, act: None))
+    with settings.override(SIBLINGS="0"):
+        m = tunedb.optimize(nn.Sequential(Attn()))
+    assert "_siblings" not in m[0].q_proj.__dict__
+    shared = Attn()
+    model = nn.Sequential(shared)
+    model.extra = shared.k_proj  # k_proj held in two places
+    tunedb.optimize(model)
+    assert "_siblings" not in model[0].q_proj.__dict__
+
+
+def _interpreted() -> list:
+    torch.manual_seed(0)
+    failures = []
+    acts = {"none": lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu,
+            "gelu": torch.nn.functional.gelu, "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}
+    for k, ns, bias, dt, names in ((64, (40, 16, 16), False, torch.float16, ("none", "silu", "relu")),
+                                   (300, (33, 17), True, torch.float16, ("gelu", "none")),
+                                   (8, (5, 7, 9), True, torch.float16, ("none", "none", "gelu_tanh")),
+                                   (512, (48, 48), False, torch.float16, ("silu", "none"))):
+        x = torch.randn(k, dtype=dt)
+        ws = [torch.randn(n, k, dtype=dt) for n in ns]
+        bs = [torch.randn(n, dtype=dt) for n in ns] if bias else [None] * len(ns)
+        outs = [torch.full((n,), float("nan"), dtype=dt) for n in ns]
+        kernels_siblings.launch(x, ws, bs, outs, list(names), interpret=True)
+        for w, b, o, a in zip(ws, bs, outs, names):
+            ref = acts[a](w.double() @ x.double() + (b.double() if b is not None else 0))
+            err = (o.double() - ref).abs().max().item()
+            bound = 4 * (ref.to(dt).double() - ref).abs().max().item() + 1e-3 * ref.abs().max().item()
+            if not err <= bound:
+                failures.append(f"K={k} N={w.shape[0]} bias={bias} act={a}: {err:.3g} > {bound:.3g}")
+    return failures
+
+
+def test_the_kernel_under_the_interpreter():
+    assert interpret_child.failures(__file__) == []
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    interpret_child.report(_interpreted())
+
+
+def test_a_member_with_a_fused_activation_gets_it_in_the_group(fake):
+    torch.manual_seed(0)
+    gate, up = nn.Linear(16, 32).half(), nn.Linear(16, 32).half()
+    members = [patching.TunedLinear(gate, "silu"), patching.TunedLinear(up)]
+    g = siblings.SiblingGroup(members)
+    g._arch_ok = True
+    x = torch.randn(1, 16, dtype=torch.float16)
+    y0, y1 = g.call(0, x), g.call(1, x)
+    torch.testing.assert_close(y0, torch.nn.functional.silu(gate(x)))
+    torch.testing.assert_close(y1, up(x))
