@@ -179,3 +179,20 @@ def test_a_member_with_a_fused_activation_gets_it_in_the_group(fake):
     y0, y1 = g.call(0, x), g.call(1, x)
     torch.testing.assert_close(y0, torch.nn.functional.silu(gate(x)))
     torch.testing.assert_close(y1, up(x))
+
+
+def test_siblings_left_as_written_join_their_group_and_run_as_nn_linear_otherwise():
+    # no table names these keys: optimize() leaves the Linears as written, except siblings, which
+    # become TunedLinears marked _as_written (F.linear for every call the group does not take)
+    model = nn.Sequential(Attn(d=24, kv=8))
+    ref = copy.deepcopy(model)
+    tunedb.optimize(model)
+    attn = model[0]
+    assert type(attn.o_proj) is nn.Linear  # no sibling: left as written
+    for name in ("q_proj", "k_proj", "v_proj"):
+        m = getattr(attn, name)
+        assert type(m) is patching.TunedLinear and m.__dict__.get("_as_written") and "_siblings" in m.__dict__
+    x = torch.randn(1, 24)
+    assert torch.equal(model(x), ref(x))  # CPU: nn.Linear's own computation
+    assert [n for n, _ in model.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    assert list(model.state_dict()) == list(ref.state_dict())

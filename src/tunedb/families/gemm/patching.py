@@ -121,6 +121,8 @@ class TunedLinear(nn.Module):
                 y = sib[0].call(sib[1], x)
                 if y is not None:
                     return y
+                if "_as_written" in self.__dict__:
+                    return F.linear(x, weight, bias)
             if bias is None:
                 bound = _known(("gemm" if act == "none" else "gemm_act", act, x.shape, x.dtype,
                                 weight.shape, weight.dtype, None))
@@ -131,6 +133,8 @@ class TunedLinear(nn.Module):
                 bound.counter.calls += 1
                 direct = bound.direct
                 return bound.call(x, weight, bias, None) if direct is None else direct(x, weight, bias)
+        if "_as_written" in self.__dict__:  # swapped only to join its siblings (siblings.attach): run as nn.Linear
+            return F.linear(x, weight, bias)
         act_module = self.__dict__.get("_act_module")  # absent in a TunedLinear pickled before it existed
         # x.is_cpu, not x.device.type: the device property builds a torch.device object per call
         if act_module is not None and x.is_cpu and not launch_table.recording_active():
@@ -330,7 +334,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
                 swapped[id(child)] = tuned
             layers[id(tuned)] = tuned
             setattr(parent, attr, tuned)
-    siblings.attach(model, TunedLinear)
+    siblings.attach(model, TunedLinear, lambda lin: not _kept(lin) and not _subclass_weight(lin))
     report.register_model(model, list(layers.values()), left=list(left.values()), why=_left_why(left.values()))
     report.register_unpatched(model, "gemm", {UNPATCHED_KINDS[k]: n for k, n in unpatched_modules(model).items()})
     return model

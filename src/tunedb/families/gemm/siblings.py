@@ -100,11 +100,13 @@ class SiblingGroup:
         return (weights, biases) if self._arch_ok else (None, [])
 
 
-def attach(model: nn.Module, tuned_cls: type) -> int:
-    """Group the sibling TunedLinears of every module of `model` (sibling_source's rule, each
-    member of `tuned_cls` (with its fused activation, if any), held in one place, read by no other module's
-    code, of one in_features and weight dtype, biases all present or all absent); returns how many
-    groups were made. Members already grouped (optimize() run again) stay as they are."""
+def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
+    """Group the sibling projections of every module of `model` (sibling_source's rule; each member
+    a `tuned_cls` (its fused activation kept) or a plain nn.Linear that `swappable(linear)` admits
+    and optimize() left as written, held in one place, read by no other module's code, of one
+    in_features and weight dtype, biases all present or all absent); returns how many groups were
+    made. A plain member becomes a `tuned_cls` marked `_as_written`: a call the group does not take
+    runs F.linear as the Linear did. Members already grouped (optimize() run again) stay."""
     if not settings.siblings_enabled():
         return 0
     held: dict[int, int] = {}
@@ -118,23 +120,39 @@ def attach(model: nn.Module, tuned_cls: type) -> int:
             return 0  # some model code unreadable: nothing is proven safe
         outside |= got
     made = 0
-    for parent in model.modules():
+    for parent in list(model.modules()):
         if type(parent) is nn.Sequential or "forward" in vars(parent) or parent._forward_hooks or parent._forward_pre_hooks:
             continue
-        if sum(type(c) is tuned_cls for c in parent._modules.values()) < 2:
+        if sum(type(c) in (tuned_cls, nn.Linear) for c in parent._modules.values()) < 2:
             continue
         for names in sibling_calls(type(parent)):
             members = [parent._modules.get(n) for n in names]
-            if (len(members) > MAX_MEMBERS or any(type(m) is not tuned_cls for m in members)
-                    or any(held.get(id(m)) != 1 or "_siblings" in m.__dict__ for m in members)
-                    or any(n in outside for n in names)):
+            if not _groupable(members, names, tuned_cls, swappable, held, outside):
                 continue
-            ws = [m.weight for m in members]
-            if (len({w.shape[1] if w.dim() == 2 else -1 for w in ws}) != 1 or len({w.dtype for w in ws}) != 1
-                    or len({m.bias is None for m in members}) != 1):
-                continue
+            for i, (n, m) in enumerate(zip(names, members)):
+                if type(m) is nn.Linear:
+                    members[i] = tuned_cls(m)
+                    members[i].__dict__["_as_written"] = True
+                    setattr(parent, n, members[i])
             group = SiblingGroup(members)
             for i, m in enumerate(members):
                 m.__dict__["_siblings"] = (group, i)
             made += 1
     return made
+
+
+def _groupable(members: list[Any], names: tuple[str, ...], tuned_cls: type, swappable: Any,
+               held: dict[int, int], outside: set[str]) -> bool:
+    if len(members) > MAX_MEMBERS or any(n in outside for n in names):
+        return False
+    for m in members:
+        if type(m) is tuned_cls:
+            if "_siblings" in m.__dict__:
+                return False
+        elif type(m) is not nn.Linear or not swappable(m):
+            return False
+        if held.get(id(m)) != 1:
+            return False
+    ws = [m.weight for m in members]
+    return (all(isinstance(w, torch.Tensor) and w.dim() == 2 for w in ws) and len({w.shape[1] for w in ws}) == 1
+            and len({w.dtype for w in ws}) == 1 and len({m.bias is None for m in members}) == 1)
