@@ -15,6 +15,9 @@ fp32 before the one rounding. Imports triton, never torch.
 """
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import triton
 import triton.language as tl
 
@@ -67,17 +70,28 @@ def launch(x, weights, biases, outs, acts=None, interpret: bool = False,
     """siblings_kernel over x [K] (contiguous), weights [N_g, K] and outs [N_g] (contiguous; biases
     [N_g] or all None; acts: each output's activation, a name of ACT_CODES, default none), one
     launch; `tiles` (BN, BK, warps, stages) in place of tile(K)."""
-    k = x.shape[-1]
-    bn, bk, warps, stages = tiles or tile(k)
-    ns = [w.shape[0] for w in weights]
-    nbs = [triton.cdiv(n, bn) for n in ns]
-    pad = lambda seq: list(seq) + [seq[-1]] * (3 - len(seq))  # noqa: E731 - G = 2: a third branch never taken
-    w0, w1, w2 = pad(weights)
-    y0, y1, y2 = pad(outs)
+    ns = tuple(w.shape[0] for w in weights)
     has_bias = biases[0] is not None
-    b0, b1, b2 = pad(biases) if has_bias else (w0, w0, w0)
-    n0, n1, n2 = pad(ns)
-    a0, a1, a2 = pad([ACT_CODES[a] for a in (acts or ["none"] * len(weights))])
-    kw = {} if interpret else {"num_warps": warps, "num_stages": stages}
-    siblings_kernel[(sum(nbs),)](x, w0, w1, w2, y0, y1, y2, b0, b1, b2, n0, n1, n2, nbs[0], nbs[1], k,
-                                 HAS_BIAS=has_bias, ACT0=a0, ACT1=a1, ACT2=a2, BN=bn, BK=bk, STAGES=stages, **kw)
+    site, grid = site_for(ns, x.shape[-1], has_bias, tuple(acts or ("none",) * len(ns)), interpret, tiles)
+    pad = lambda seq: list(seq) + [seq[-1]] * (3 - len(seq))  # noqa: E731 - two siblings: a third branch never taken
+    w0, w1, w2 = pad(weights)
+    b0, b1, b2 = pad(biases) if has_bias else (w0, w0, w0)  # unread without HAS_BIAS
+    site(grid, x, w0, w1, w2, *pad(outs), b0, b1, b2)
+
+
+@functools.lru_cache(maxsize=256)
+def site_for(ns: tuple[int, ...], k: int, has_bias: bool, acts: tuple[str, ...], interpret: bool = False,
+             tiles: tuple[int, int, int, int] | None = None) -> tuple[Any, tuple[int]]:
+    """(launch site, grid) of one group's shapes: the sizes are fixed arguments, the tensors vary
+    (triton_launch.Site: the compiled binary called without JITFunction.run's per-call binding,
+    tens of microseconds of host time a launch)."""
+    from tunedb.families.gemm.triton_launch import Site
+
+    bn, bk, warps, stages = tiles or tile(k)
+    nbs = [triton.cdiv(n, bn) for n in ns]
+    full = list(ns) + [ns[-1]] * (3 - len(ns))
+    codes = [ACT_CODES[a] for a in acts] + [0] * (3 - len(acts))
+    constexprs = {"HAS_BIAS": has_bias, "ACT0": codes[0], "ACT1": codes[1], "ACT2": codes[2], "BN": bn, "BK": bk,
+                  "STAGES": stages, **({} if interpret else {"num_warps": warps, "num_stages": stages})}
+    site = Site(siblings_kernel, (full[0], full[1], full[2], nbs[0], nbs[1], k), constexprs)
+    return site, (sum(nbs),)
