@@ -33,10 +33,18 @@ def test_string_paddings_match_torch(kernel, dilation):
                                F.conv2d(x2, w2, None, 1, "same", dilation))
 
 
+def test_same_padding_with_an_even_kernel_pads_as_torch_does():
+    # k=4: torch pads 1 before and 2 after (the op refused it before session 35)
+    torch.manual_seed(0)
+    x, w = torch.randn(1, 4, 16, dtype=torch.float64), torch.randn(4, 2, 4, dtype=torch.float64)
+    torch.testing.assert_close(ops.conv1d(x, w, None, 1, "same", 1, 2), F.conv1d(x, w, None, 1, "same", 1, 2))
+    x2, w2 = torch.randn(2, 3, 9, 8, dtype=torch.float64), torch.randn(4, 3, 2, 3, dtype=torch.float64)
+    b2 = torch.randn(4, dtype=torch.float64)
+    torch.testing.assert_close(ops.conv2d(x2, w2, b2, 1, "same", (1, 2)), F.conv2d(x2, w2, b2, 1, "same", (1, 2)))
+
+
 def test_string_paddings_the_op_cannot_pad_are_refused():
     x, w = torch.randn(1, 4, 16), torch.randn(4, 4, 4)
-    with pytest.raises(SignatureError, match="unevenly"):
-        ops.conv1d(x, w, None, 1, "same")  # k=4: torch pads 1 left, 2 right
     with pytest.raises(SignatureError, match="stride 1"):
         ops.conv1d(x, torch.randn(4, 4, 3), None, 2, "same")
     with pytest.raises(SignatureError, match="'full'.*'valid' or 'same'"):

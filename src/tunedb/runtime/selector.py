@@ -229,13 +229,21 @@ def set_ranker(family: str, ranker: Ranker | None) -> None:
     reload()
 
 
-def configure(arch_family: str | None = None, arch: ArchProfile | None = None) -> None:
+def configure(arch_family: str | None = None, arch: ArchProfile | str | None = None) -> None:
     """Pin the architecture selections are made for. New epoch.
 
     Both None: detect it again at the next resolution (the current GPU's arch family and its
     cached or queried profile, see arch.current_profile; without a GPU, sm90's shipped one).
     arch_family alone: that family's shipped profile (none shipped: every shape takes the fallback).
+    arch may also be an arch family's name ("sm90"): the same as arch_family=arch.
     """
+    if isinstance(arch, str):
+        if arch_family is not None and arch_family != arch:
+            raise TunedbError(f"arch={arch!r} names another arch family than arch_family={arch_family!r}")
+        arch_family, arch = arch, None
+    elif arch is not None and not isinstance(arch, ArchProfile):
+        raise TypeError(f"configure(arch=...) takes an ArchProfile or an arch family's name such as 'sm90', "
+                        f"got {type(arch).__name__} {arch!r}")
     with _lock:
         _arch.clear()
         if arch is not None:

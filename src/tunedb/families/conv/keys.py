@@ -60,9 +60,21 @@ def check_act(act: Any) -> None:
         raise SignatureError(f"conv act={act!r} is not fused; allowed: {', '.join(ACTS)}")
 
 
+def same_extra(op: str, padding: Any, kernel: Any, dilation: Any) -> list[int]:
+    """padding='same' with an even d * (k - 1) on some axis: the extra element each axis pads on its
+    far side (torch's own rule: half the total before, the rest after), which the op adds with
+    F.pad before a symmetric padding_ints; [] when nothing is uneven."""
+    if padding != "same":
+        return []
+    n = dims_of(op)
+    ks, ds = _pair("kernel", list(kernel), n), _pair("dilation", dilation, n)
+    extra = [d * (k - 1) % 2 for k, d in zip(ks, ds)]
+    return extra if any(extra) else []
+
+
 def padding_ints(op: str, padding: Any, kernel: Any, stride: Any, dilation: Any) -> Any:
-    """torch's string paddings as ints: 'valid' is 0; 'same' is d * (k - 1) / 2 per axis where
-    that is symmetric and the stride is 1 (SignatureError otherwise: the op pads symmetrically)."""
+    """torch's string paddings as ints: 'valid' is 0; 'same' (stride 1 only, as torch) is
+    d * (k - 1) // 2 per axis, the symmetric part (same_extra: the rest)."""
     if not isinstance(padding, str):
         return padding
     n = dims_of(op)
@@ -73,9 +85,6 @@ def padding_ints(op: str, padding: Any, kernel: Any, stride: Any, dilation: Any)
     ks, ss, ds = _pair("kernel", list(kernel), n), _pair("stride", stride, n), _pair("dilation", dilation, n)
     if any(s != 1 for s in ss):
         raise SignatureError(f"{op} padding='same' needs stride 1, got stride={list(ss)}")
-    if any(d * (k - 1) % 2 for k, d in zip(ks, ds)):
-        raise SignatureError(f"{op} padding='same' with kernel {list(ks)} and dilation {list(ds)} pads "
-                             f"unevenly; the op pads symmetrically: give the padding as ints")
     return [d * (k - 1) // 2 for k, d in zip(ks, ds)]
 
 

@@ -133,12 +133,23 @@ def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups, act="none")
     return _fake("conv2d", x, weight, bias, stride, padding, dilation, groups, act)
 
 
+def _far_pad(x: Any, extra: list[int]) -> Any:
+    """x padded with zeros by extra[i] after spatial axis i (F.pad lists the last axis first)."""
+    pads: list[int] = []
+    for e in reversed(extra):
+        pads += [0, e]
+    return torch.nn.functional.pad(x, pads)
+
+
 def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
     """F.conv1d(x, weight, bias, ...) then the activation, through the tuned selection."""
     check_tensors("conv1d", ("bias",), x=x, weight=weight, bias=bias)
     p = lambda name, v: list(keys._pair(name, v, 1))  # noqa: E731
+    extra = keys.same_extra("conv1d", padding, weight.shape[2:], dilation)
     padding = keys.padding_ints("conv1d", padding, weight.shape[2:], stride, dilation)
+    if extra:  # 'same' with an even kernel: torch pads the far side one more
+        x = _far_pad(x, extra)
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
     if grad_form.direct((x, weight, bias)):  # plain eager inference: no dispatcher hop
         return _conv1d_impl(*args)
@@ -149,7 +160,10 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
            groups: int = 1, act: str = "none") -> Any:
     check_tensors("conv2d", ("bias",), x=x, weight=weight, bias=bias)
     p = lambda name, v: list(keys._pair(name, v, 2))  # noqa: E731
+    extra = keys.same_extra("conv2d", padding, weight.shape[2:], dilation)
     padding = keys.padding_ints("conv2d", padding, weight.shape[2:], stride, dilation)
+    if extra:  # 'same' with an even kernel: torch pads the far side one more
+        x = _far_pad(x, extra)
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
     if grad_form.direct((x, weight, bias)):
         return _conv2d_impl(*args)

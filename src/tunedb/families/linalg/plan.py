@@ -145,7 +145,10 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
 
     profile = arch_mod.shipped_profile(arch)
     sig = signatures.make_signature(op, dtype, n)
-    db = _table(arch)
+    from tunedb import settings
+
+    # the selector's first rule (runtime/selector._choose): TUNEDB_HEURISTIC=0 bypasses every tier
+    db = _table(arch) if settings.heuristic_enabled() else None
     skipped = []
     for key in serving_keys(sig) if db is not None else ():
         entry = db.entries.get(key)
@@ -173,19 +176,19 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
         note = "" if key == sig else f" (n={n} served by the n={key.get('n')} entry: same padded tile)"
         return _plan(op, dtype, n, batch, deps, config, f"{key} {bound}", "measured",
                      f"the {arch} table's winner{note}" + (f"; {'; '.join(skipped)}" if skipped else ""))
-    from tunedb import settings
     from tunedb.runtime import untuned
 
     # the selector's default tier (runtime/untuned.answer): TUNEDB_MODEL_FALLBACK=0 turns the
     # heuristic off there, so the plan must say the library arm then, as the serving path runs it
     config = untuned.answer(FAMILY, sig, profile, batch, concrete=True)  # the arm run at this batch
-    why = ("no table for " + arch) if db is None else f"no measured entry for {sig}"
+    why = ("no table for " + arch) if db is None else (
+        f"no measured entry for {sig} usable at batch={batch}" if skipped else f"no measured entry for {sig}")
     wanted, chosen = configs.heuristic_packing(sig), (configs.shape_of(config)[0] if not config.is_sentinel else None)
     rule = (f"heuristic: {chosen or wanted} packing for n={n}"
             + (f" ({wanted} has no valid config here)" if chosen and chosen != wanted else "")
             + f", problems per program filling {configs.PROGRAMS_PER_SM} programs per SM ({profile.sms} SMs)")
     if not settings.heuristic_enabled():
-        rule = "TUNEDB_HEURISTIC=0: the family default serves"
+        why, rule = "TUNEDB_HEURISTIC=0 bypasses the tiers", "the family default serves"
     elif not settings.model_fallback_enabled():
         rule = "TUNEDB_MODEL_FALLBACK=0 turns the heuristic off: the library arm serves"
     elif config.id == "torch":

@@ -68,14 +68,19 @@ def scale_shapes(scale: str, m: int, n: int, k: int) -> tuple[tuple[tuple[int, .
     return ((m, kb),), ((nb, kb),)
 
 
-def infer_scale(w_scale: Any, n: int, k: int) -> str:
+def infer_scale(w_scale: Any, n: int, k: int, x_scale: Any = None) -> str:
     """The fp8 scale mode a call's weight scale implies (the weight's, not the activation's:
     it does not depend on M, so M=1 is not ambiguous): one value (tensor), one per output
-    channel (row) or one per 128x128 block (block)."""
+    channel (row) or one per 128x128 block (block). One exception: at N, K <= 128 a block
+    weight scale is [1, 1] too, and then an activation scale of more than one value (which a
+    per-tensor call cannot have) says block."""
     shape = tuple(w_scale.shape)
+    block = (-(-n // SCALE_BLOCK), -(-k // SCALE_BLOCK))
     # a 0-d scale is only ever per tensor; [1] / [1, 1] are per tensor too unless N = 1, where they
     # are per channel (the same numbers either way)
     if shape == () or (math.prod(shape) == 1 and len(shape) <= 2 and n > 1):
+        if shape == block and x_scale is not None and math.prod(tuple(x_scale.shape)) > 1:
+            return "block"
         return "tensor"
     if shape in ((n,), (n, 1)):
         return "row"
@@ -119,7 +124,7 @@ def signature_of(op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, out_d
     if family == INT8_FAMILY:
         scale = "row"
     elif scale is None:
-        scale = infer_scale(w_scale, int(n), int(k))
+        scale = infer_scale(w_scale, int(n), int(k), x_scale)
     if scale not in SCALES[family]:
         raise SignatureError(f"scale={scale!r} not allowed; {family} takes {', '.join(SCALES[family])}")
     out = out_name(out_dtype)
