@@ -66,7 +66,7 @@ def test_an_attention_block_at_one_row_eager_and_in_a_graph(monkeypatch):
     x = torch.randn(1, 1, 1024, device="cuda", dtype=torch.half)
     with torch.no_grad():
         got, want = model(x), ref(x)
-        assert len(launches) == 1 and group._x is None  # every sibling took its output
+        assert len(launches) == 1 and group._state is None  # every sibling took its output
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
         for name in ("q_proj", "k_proj", "v_proj"):  # each output as the projection alone computes it
             alone = torch.nn.functional.linear(x, getattr(ref[0], name).weight, getattr(ref[0], name).bias)

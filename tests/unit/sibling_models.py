@@ -65,3 +65,25 @@ class Block(nn.Module):
 class OneExpr(nn.Module):
     def forward(self, x):
         return self.down(self.act(self.gate(x)) * self.up(x))
+
+
+class InPlaceBetween(nn.Module):
+    def forward(self, h):
+        a = self.a(h)
+        h.mul_(2)
+        return a + self.b(h)
+
+
+class Aliased(nn.Module):
+    def forward(self, h):
+        a = self.a(h)
+        g = h
+        return a, self.b(h), g
+
+
+class ShapeRead(nn.Module):
+    def forward(self, h):
+        shape = h.shape[:-1]
+        a = self.a(h).view(*shape, -1)
+        b = self.b(h).view(*shape, -1)
+        return a, b

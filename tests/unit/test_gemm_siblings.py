@@ -17,7 +17,8 @@ from tunedb import settings
 from tunedb.families.gemm import kernels_siblings, patching, siblings
 from tunedb.families.gemm.sibling_source import sibling_calls
 
-from sibling_models import Attn, Block, CalledTwice, Conditional, Cross, OneExpr, Rebound
+from sibling_models import (Aliased, Attn, Block, CalledTwice, Conditional, Cross, InPlaceBetween, OneExpr, Rebound,
+                            ShapeRead)
 
 
 def test_the_source_rule_groups_only_unconditional_calls_on_one_unrebound_name():
@@ -28,6 +29,9 @@ def test_the_source_rule_groups_only_unconditional_calls_on_one_unrebound_name()
     assert sibling_calls(CalledTwice) == ()  # a is called elsewhere too
     assert sibling_calls(Block) == ()  # a loop between the calls
     assert set(map(frozenset, sibling_calls(OneExpr))) == {frozenset({"gate", "up"})}
+    assert sibling_calls(InPlaceBetween) == ()  # h changed in place between the calls
+    assert sibling_calls(Aliased) == ()  # h aliased between them
+    assert sibling_calls(ShapeRead) == (("a", "b"),)  # reading h.shape changes nothing
 
 
 class _Fake:
@@ -69,7 +73,7 @@ def test_one_launch_serves_each_sibling_once_for_the_same_tensor(fake, bias):
         assert y.shape == (1, 1, m.out_features) and y.is_contiguous()
         torch.testing.assert_close(y, torch.nn.functional.linear(x, m.weight, m.bias))
     assert g.call(1, x) is not None and fake.launches == 2  # called again: a new launch, not a stale output
-    assert g._kept[1] is None
+    assert g._state[2][1] is None
 
 
 def test_another_tensor_or_a_modified_one_never_gets_a_kept_output(fake):
@@ -103,7 +107,7 @@ def test_a_group_pickles_and_copies_without_its_kept_outputs(fake):
     x = torch.randn(1, 16, dtype=torch.float16)
     g.call(0, x)
     for again in (copy.deepcopy(g), pickle.loads(pickle.dumps(g))):
-        assert again._x is None and again._kept == [] and len(again.members) == 3
+        assert again._state is None and len(again.members) == 3
         assert again.call(1, x) is not None  # a new launch there, not the original's output
 
 
@@ -196,3 +200,13 @@ def test_siblings_left_as_written_join_their_group_and_run_as_nn_linear_otherwis
     assert torch.equal(model(x), ref(x))  # CPU: nn.Linear's own computation
     assert [n for n, _ in model.named_parameters()] == [n for n, _ in ref.named_parameters()]
     assert list(model.state_dict()) == list(ref.state_dict())
+
+
+def test_inference_tensors_group_without_a_version_counter(fake):
+    g, members = _group()
+    with torch.inference_mode():
+        x = torch.randn(1, 16, dtype=torch.float16)
+        ys = [g.call(i, x) for i in range(3)]
+        assert fake.launches == 1
+        for m, y in zip(members, ys):
+            torch.testing.assert_close(y, torch.nn.functional.linear(x, m.weight))

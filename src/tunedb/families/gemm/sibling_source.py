@@ -6,7 +6,8 @@ run sibling projections as one launch (families/gemm/siblings.py).
 `self.A(v)`, `self.B(v)` (`self.C(v)`) with the same local name v, each call unconditional
 (not inside `x if c else y`, `and` / `or`, a lambda or a comprehension), in consecutive plain
 statements (assignments, expressions, `return`) of one block, v not rebound between the first
-and the last of them, and each attribute named exactly once in all of the class's methods,
+and the last of them nor used there other than by those calls and reads such as `v.shape` (not
+passed on, aliased, indexed or given a method call: `v.mul_(2)`), and each attribute named exactly once in all of the class's methods,
 properties and the closures its __init__ makes. Hugging Face's LlamaAttention (`self.q_proj(
 hidden_states)`, then k_proj, then v_proj) and LlamaMLP (`self.act_fn(self.gate_proj(x)) *
 self.up_proj(x)`) match; a cross-attention's `self.q_proj(hidden_states)` and
@@ -42,6 +43,30 @@ def _calls(stmt: ast.AST) -> list[tuple[str, str]]:
     return out
 
 
+# reads of a tensor that cannot change it
+_LOOKS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "size", "dim", "numel", "requires_grad"})
+
+
+def _other_uses(stmt: ast.AST) -> set[str]:
+    """Names `stmt` uses other than as the one argument of a `self.attr(name)` call or by a read in
+    _LOOKS (`v.shape`): passed on, aliased, indexed, or a method called on them (`v.mul_(2)`)."""
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(stmt):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    out = set()
+    for node in ast.walk(stmt):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            continue
+        up = parents.get(id(node))
+        if isinstance(up, ast.Attribute) and up.attr in _LOOKS:
+            continue
+        if isinstance(up, ast.Call) and node in up.args and _call_of(up)[0] is not None and len(up.args) == 1:
+            continue
+        out.add(node.id)
+    return out
+
+
 def _bound(stmt: ast.AST) -> set[str]:
     """Names `stmt` binds or deletes (targets, walrus)."""
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
@@ -66,8 +91,12 @@ def _groups(tree: ast.AST) -> list[tuple[str, ...]]:
                     for name in list(runs):
                         close(name)
                     continue
+                other = _other_uses(stmt)
+                for name in other:  # v may change here (in place, through an alias): the run ends before
+                    close(name)
                 for attr, name in _calls(stmt):
-                    runs.setdefault(name, []).append(attr)
+                    if name not in other:
+                        runs.setdefault(name, []).append(attr)
                 for name in _bound(stmt):
                     close(name)
             for name in list(runs):

@@ -33,18 +33,26 @@ from tunedb.families.gemm.fusion_source import outside_reads
 from tunedb.families.gemm.sibling_source import sibling_calls
 
 MAX_MEMBERS = 3  # the kernel's branches
+
+
+def _version(x: Any) -> int | None:
+    """x's version counter; None for an inference tensor (torch.inference_mode), which keeps none:
+    there the source rule's guarantee (no in-place use of the tensor between the calls) stands alone."""
+    try:
+        return x._version
+    except RuntimeError:
+        return None
 _DTYPES = (torch.float16, torch.bfloat16)
 
 
 class SiblingGroup:
     """The members (TunedLinears, in the module's attribute order) and what the last group launch
-    left for the members not yet called: the tensor it ran on, its version, and the outputs."""
+    left for the members not yet called: one state tuple (the tensor it ran on, its version, the
+    outputs), replaced whole, so a thread reading it sees one launch's outputs or none."""
 
     def __init__(self, members: list[Any]) -> None:
         self.members = members
-        self._x: Any = None
-        self._version = -1
-        self._kept: list[Any] = []
+        self._state: tuple[Any, Any, list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
 
     def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs
@@ -55,12 +63,14 @@ class SiblingGroup:
 
     def call(self, index: int, x: Any) -> Any:
         """Member `index`'s output for x from the group, or None: the member runs alone."""
-        if x is self._x and x._version == self._version:
-            y = self._kept[index]
+        state = self._state
+        if state is not None and state[0] is x and state[1] == _version(x):
+            kept = state[2]
+            y = kept[index]
             if y is not None:
-                self._kept[index] = None
-                if not any(v is not None for v in self._kept):
-                    self._x, self._kept = None, []
+                kept[index] = None
+                if not any(v is not None for v in kept):
+                    self._state = None
                 return y
         weights, biases = self._operands(x)
         if weights is None:
@@ -70,9 +80,9 @@ class SiblingGroup:
         lead = x.shape[:-1]
         outs = [torch.empty(*lead, w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
         kernels_siblings.launch(x.view(-1), weights, biases, [o.view(-1) for o in outs], [m.act for m in self.members])
-        self._x, self._version = x, x._version
-        self._kept = list(outs)
-        self._kept[index] = None
+        kept = list(outs)
+        kept[index] = None
+        self._state = (x, _version(x), kept)
         return outs[index]
 
     def _operands(self, x: Any) -> tuple[list[Any] | None, list[Any]]:
