@@ -115,9 +115,16 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
     return tuple(out) if out[-1] == max_batch else tuple(out + [max_batch])
 
 
+# a census probes its model at each batch it keys (decode: every batch from 1, about 0.25 s each on
+# a CPU at Llama-3-8B widths), and M = batch x length must stay a 32-bit size: bounds a serving
+# setting never needs to pass
+MAX_BATCH = 4096
+MAX_CHUNK = 1 << 20
+
+
 def _check_batch(max_batch: int) -> None:
-    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-        raise CensusError(f"--max-batch-size={max_batch!r} must be a positive int")
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH:
+        raise CensusError(f"--max-batch-size={max_batch!r} must be an int from 1 to {MAX_BATCH}")
 
 
 def length_bucket(length: int, step: int, fixed_length: int | None = None) -> int:
@@ -194,8 +201,9 @@ def concurrency(job_steps: Sequence[int], max_batch: int, load: float = 0.5, see
 
 
 def streaming(lengths: Sequence[int], max_batch: int, chunk: int, seed: int = 0) -> Counter[Key]:
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise CensusError(f"--chunk-size={chunk!r} must be a positive int (input frames per chunk)")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= MAX_CHUNK:
+        raise CensusError(f"--chunk-size={chunk!r} must be an int from 1 to {MAX_CHUNK} (input frames per chunk)")
+    _check_batch(max_batch)
     hist = concurrency([math.ceil(n / chunk) for n in lengths], max_batch, seed=seed)
     counts: Counter[Key] = Counter({Key(w, chunk, True): 0 for w in range(1, max_batch + 1)})
     for width, steps in hist.items():

@@ -301,6 +301,9 @@ def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> W
                     decoder=True)
 
 
+MAX_USER_LENGTH = 1 << 20
+
+
 def check_lengths(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, length_step: int = 0) -> None:
     """CensusError for bad length settings (--unit, --max-length, --length-step) of a
     module:callable workload `name`; a preset fixes its own and ignores them."""
@@ -310,8 +313,14 @@ def check_lengths(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGT
         raise CensusError(f"length unit {unit!r} is not one of {AUDIO}, {TEXT}")
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise CensusError(f"--max-length={max_length!r} must be a positive int (the offline capture limit, in {unit})")
+    if max_length > MAX_USER_LENGTH:
+        raise CensusError(f"--max-length={max_length} is above {MAX_USER_LENGTH} (M = batch x length must stay "
+                          f"a 32-bit size)")
     if isinstance(length_step, bool) or not isinstance(length_step, int) or length_step < 0:
         raise CensusError(f"--length-step={length_step!r} must be an int >= 0 (0: the M-bucket ladder)")
+    if length_step > max_length:
+        raise CensusError(f"--length-step={length_step} is larger than --max-length={max_length}: no length "
+                          f"would be captured; use a step from 0 to {max_length}")
 
 
 def workload(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, length_step: int = 0) -> Workload:

@@ -231,6 +231,11 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
             else:
                 eager[point] += keys[key] * n
     tell(steps, steps, f"{w.name}: done")
+    wanted = getattr(quantizer, "family", None)
+    if wanted and not any(sig.family == wanted for sig, _m in calls):
+        raise CensusError(f"{w.name}: --quantization {quantization} recorded no {wanted} call: the quantized "
+                          f"Linears ran as torchao's own kernels, which the census cannot key (their activations' "
+                          f"dtype is not one the scheme's tunedb op takes: bf16 or fp16)")
     total = sum(calls.values())
     points = []
     for point in sorted(set(calls) | must):

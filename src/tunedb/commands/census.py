@@ -94,10 +94,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tunable(sig) -> bool:
-    """Whether a registered family has `sig`'s op (a census also records ops nobody tunes)."""
+    """Whether a registered family tunes `sig` (its op and dtype: a census also records calls
+    nobody tunes, fp32 GEMMs among them; families.serves, as `tunedb tune` counts them)."""
     from tunedb import families
 
     try:
-        return sig.op in families.get(sig.family).ops
+        return families.serves(families.get(sig.family), sig)
     except Exception:  # a family this process does not know
         return False

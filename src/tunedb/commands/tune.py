@@ -30,7 +30,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     census.add_argument("--chunk-size", type=int, default=None, help="streaming: input frames per chunk")
     census.add_argument("--manifest", default=None, help="traffic: a JSONL manifest (else synthetic)")
     census.add_argument("--capture", default=None, help="merge a TUNEDB_CAPTURE recording")
-    census.add_argument("--impl", default="auto", help="model implementation: auto, mirror, hf, torchaudio")
+    census.add_argument("--impl", default="auto", choices=("auto", "mirror", "hf", "torchaudio"),
+                        help="model implementation: auto, mirror, hf, torchaudio")
     census.add_argument("--no-fused", dest="fused", action="store_false",
                         help="census the aten-level GEMMs instead of the calls tunedb.optimize(model) makes")
     add_length_options(census)
@@ -146,7 +147,7 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
                           highlight=False)
 
 
-def stale_line(arch_family: str, family: str, command: str) -> str | None:
+def stale_line(arch_family: str, family: str, command: str, where: str = "user") -> str | None:
     """What the shipped tier's staleness means, when its entries were measured under other
     versions than this machine's (the entries still serve; a GPU re-measures them)."""
     from tunedb import database
@@ -159,7 +160,7 @@ def stale_line(arch_family: str, family: str, command: str) -> str | None:
             return (f"the shipped {arch_family} tier: {len(f.stale)} of {f.entries} entries are stale "
                     f"({'; '.join(reasons)}). They still serve: their configs are correct here, but "
                     f"their speed was measured under those versions. To re-measure for this machine's, "
-                    f"run `{command}` on a GPU (it writes the user tier, which wins).")
+                    f"run `{command}` on a GPU" + (" (it writes the user tier, which wins)." if where == "user" else "."))
     return None
 
 
@@ -189,8 +190,10 @@ def tune_command(args: argparse.Namespace) -> str:
     flags += f" --family {family}" if family and family != families.DEFAULT else ""
     # and the build's own flags that change what is measured or where it goes (--arch is the GPU's
     # own there; --dry-run is the sentence's advice)
-    out = getattr(args, "out", "user")
+    # the --out the user gave (--simulate swaps "user" for a temporary directory: simulated_out)
+    out = getattr(args, "given_out", None) or getattr(args, "out", "user")
     flags += f" --out {q(out)}" if out != "user" else ""
+    flags += " --no-write" if getattr(args, "no_write", False) else ""
     flags += f" --top-k {args.top_k}" if getattr(args, "top_k", TUNE_TOP_K) != TUNE_TOP_K else ""
     for flag, attr in (("--exhaustive", "exhaustive"), ("--thin", "thin"), ("--fresh", "fresh")):
         flags += f" {flag}" if getattr(args, attr, False) else ""
@@ -204,8 +207,14 @@ def tune_command(args: argparse.Namespace) -> str:
 def gpu_line(args: argparse.Namespace, signatures: int) -> str:
     """What to run on a GPU machine after a CPU run measured nothing."""
     if not signatures:
+        # a family whose calls tune's census cannot key (its recorder keys modules: rnn's LSTMs)
+        from tunedb import families
+
+        route = (f" Where the {args.family} family keys its calls from modules tune's census does not run "
+                 f"(recurrent layers), measure them with `tunedb build --family {args.family} --census FILE` "
+                 f"on a census its own recorder took (docs/{args.family}.md).") if args.family != families.DEFAULT else ""
         return (f"A GPU would measure nothing here either: no call of {args.workload} is one the "
-                f"{args.family} family tunes (see the table above).")
+                f"{args.family} family tunes (see the table above).{route}")
     out = getattr(args, "out", "user")
     where = {"user": "the user tier", "system": "the shipped (system) tier"}.get(out, out)
     first = "" if getattr(args, "dry_run", False) else " (add --dry-run first to see the plan and its estimated time)"
@@ -219,6 +228,7 @@ def simulated_out(args: argparse.Namespace, console: Any) -> None:
     import tempfile
 
     if args.simulate and args.out in ("user", "system"):
+        args.given_out = args.out
         tier, args.out = args.out, tempfile.mkdtemp(prefix="tunedb-simulate-")
         console.print(f"--simulate: writing to the temporary directory {args.out}, not the {tier} "
                       f"tier (simulated results never serve; name a directory with --out DIR to keep them)",
@@ -296,7 +306,8 @@ def run(args: argparse.Namespace) -> int:
     fam = families.get(opts.family)
     tunable = len({p.signature for p in shapes.points if families.serves(fam, p.signature)})
     # the stale tier's advice is to tune this workload: only where the family has a call to tune
-    stale = stale_line(opts.arch_family or "sm90", opts.family, tune_command(args)) if tunable else None
+    where = "user" if (getattr(args, "given_out", None) or args.out) == "user" else "elsewhere"
+    stale = stale_line(opts.arch_family or "sm90", opts.family, tune_command(args), where) if tunable else None
     if stale:
         console.print(stale, highlight=False)
     if result.build is not None and opts.dry_run:

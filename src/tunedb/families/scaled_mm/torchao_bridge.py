@@ -112,8 +112,13 @@ def quantize_model(model: Any, scheme: str, device: Any = "meta") -> int:
     config = torchao_config(scheme)
     from torchao.quantization import quantize_
 
-    with _shape_only_quantization(device):
-        quantize_(module, config)
+    try:
+        with _shape_only_quantization(device):
+            quantize_(module, config)
+    except Exception as exc:  # torchao's own checks (PerRow fp8 takes bf16 only): named, not a traceback
+        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in module.parameters()})
+        raise CensusError(f"--quantization {scheme}: torchao could not quantize {type(module).__name__} "
+                          f"(parameters {', '.join(dtypes) or 'none'}): {type(exc).__name__}: {exc}") from exc
     n = sum(1 for m in module.modules() if isinstance(m, torch.nn.Linear) and is_quantized(m.weight))
     if not n:
         raise CensusError(f"--quantization {scheme}: torchao quantized no Linear of {type(module).__name__}")
@@ -221,6 +226,7 @@ class Quantizer:
 
     def __init__(self, scheme: str) -> None:
         self.scheme = scheme
+        self.family = family_of(scheme)  # the family whose calls the census must find
 
     def require(self) -> None:
         require_torchao(self.scheme)
