@@ -9,6 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from glsm_models import CtcModel, FunctionalHead  # noqa: E402
 import interpret_child  # noqa: E402
 
 from tunedb import families
@@ -109,29 +110,6 @@ def test_pick_rule_keeps_torch_without_a_win():
         == "fx_b64x128x64_w4_s3"
     # and cuBLAS's GEMM with one Triton row pass is simpler than either fused design
     assert rule.pick({"torch": 1.0, "fx_b64x128x64_w4_s3": 0.70, "lr_r1_c8192_w8": 0.71}).winner == "lr_r1_c8192_w8"
-
-
-class CtcModel(torch.nn.Module):
-    def __init__(self, d: int = 64, vocab: int = 300) -> None:
-        super().__init__()
-        self.enc = torch.nn.Linear(d, d)
-        self.ctc_head = torch.nn.Sequential(torch.nn.Dropout(0.0), torch.nn.Linear(d, vocab),
-                                            torch.nn.LogSoftmax(dim=-1))
-        self.aux = torch.nn.Linear(d, 10)  # not followed by log_softmax: not a key
-
-    def forward(self, x):
-        h = torch.relu(self.enc(x))
-        self.aux(h)
-        return self.ctc_head(h)
-
-
-class FunctionalHead(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = torch.nn.Linear(32, 500, bias=False)
-
-    def forward(self, x):
-        return torch.nn.functional.log_softmax(self.proj(x), dim=-1)
 
 
 def test_census_on_meta_tensors_sees_linear_then_log_softmax():

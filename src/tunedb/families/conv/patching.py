@@ -2,7 +2,8 @@
 
 A served module (zeros padding, numeric padding, not transposed) changes class in place to
 TunedConv1d / TunedConv2d: the parameters, hooks and state dict stay as they are. Inside an
-nn.Sequential:
+nn.Sequential (the exact class, that every holder only calls: gemm's rule 1,
+fusion_source.sequentials_called_whole):
 - Conv2d then nn.ReLU / nn.SiLU becomes one call with the activation fused (the Conformer's
   Conv2dSubsampling: conv2d(3x3, stride 2) + ReLU, twice); the activation becomes nn.Identity.
 - Conv1d then BatchNorm1d then nn.SiLU / nn.ReLU (the Conformer's depthwise conv, its batch norm
@@ -10,7 +11,10 @@ nn.Sequential:
   bias (in fp32, cached per parameter version, so a captured graph replays no folding) and the
   activation runs in the kernel's epilogue; the norm and activation modules pass their input
   through while the norm is in eval mode. In training mode the three run as before (the norm
-  then uses batch statistics, which no folding can know).
+  then uses batch statistics, which no folding can know), and so do calls no kernel serves (a CPU
+  or fp32 input, an unbatched one): conv, norm and activation as written, no fold. The fold is
+  cached per parameter version and eps; an in-place write through `.data` bumps no version and
+  is not seen (load_state_dict, an in-place op under no_grad or a new Parameter are).
 Only where each fused module is held in one place and no user hook watches it (module_rules): a
 fused module's own output is never produced, so its hooks, or a second caller, would get the
 fused result. Such a conv is still swapped, unfused.
@@ -41,7 +45,7 @@ def _folded(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Te
         return _fold(conv, bn)
     if torch.compiler.is_compiling():  # traced tensors (torch.export's fakes) have no data pointer
         return _fold(conv, bn)
-    key = tuple((t.data_ptr(), t._version) if t is not None else None for t in parts)
+    key = (*((t.data_ptr(), t._version) if t is not None else None for t in parts), bn.eps)
     cached = conv.__dict__.get("_tunedb_fold")
     # the same tensors, not only the same addresses: a parameter replaced by a new tensor at the
     # freed one's address starts at version 0 too (the cache holds the old ones, by identity)
@@ -80,6 +84,12 @@ class TunedConv1d(nn.Conv1d):
         if bn is not None:
             if bn.training:
                 return ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+            if not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 3):
+                # no kernel serves this call: conv, norm and activation as the model wrote them (the
+                # fold rounds differently, and BatchNorm1d's own input checks stay)
+                y = ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+                y = nn.BatchNorm1d.forward(bn, y)
+                return torch.relu(y) if self.tunedb_act == "relu" else torch.nn.functional.silu(y)
             w, b = _folded(self, bn)
             return ops.conv1d(x, w, b, self.stride, self.padding, self.dilation, self.groups, self.tunedb_act)
         return ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
@@ -151,7 +161,7 @@ def _fuse(seq: nn.Sequential, held: dict[int, int]) -> None:
                 and not hooked(nxt[0])):  # the activation leaves this slot only: others may hold it
             conv.__class__ = TunedConv2d
             conv.tunedb_act = _ACTS[type(nxt[0])]
-            mods[names[i + 1]] = nn.Identity()
+            mods[names[i + 1]] = nn.Identity().train(nxt[0].training)
         elif (type(conv) is nn.Conv1d and served(conv) and len(nxt) == 2 and _foldable(nxt[0], conv)
               and type(nxt[1]) in _ACTS and _alone(held, conv, *nxt)):
             bn, act = nxt
@@ -164,13 +174,29 @@ def _fuse(seq: nn.Sequential, held: dict[int, int]) -> None:
             act.__dict__["_tunedb_norm"] = bn
 
 
+def _called_whole(model: nn.Module) -> set[int]:
+    from tunedb.families.gemm.fusion_source import outside_reads, sequentials_called_whole
+
+    outside: set[str] = set()
+    for cls in {type(m) for m in model.modules()}:
+        got = outside_reads(cls)
+        if got is None:
+            return set()  # some model code unreadable: nothing is proven
+        outside |= got
+    return sequentials_called_whole(model, lambda name: name in outside)
+
+
 def optimize(model: Any, approximate: bool = False) -> Any:
     """The model with its served convolutions swapped (in place); returns it."""
     from tunedb.families.conv import ops  # noqa: F401 -- registers the ops
 
     held = holders(model, (*_TUNED, nn.BatchNorm1d, *_ACTS))
+    whole = _called_whole(model)
     for parent in list(model.modules()):
-        if isinstance(parent, nn.Sequential):
+        # the exact class, called whole by every holder (gemm's rule 1): a subclass's forward, or
+        # code walking the children (`for layer in self.features: ...; feats.append(x)`), would
+        # see a fused module's output where it wanted the conv's own
+        if type(parent) is nn.Sequential and id(parent) in whole:
             _fuse(parent, held)
     for module in list(model.modules()):
         if served(module):

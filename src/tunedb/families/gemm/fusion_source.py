@@ -231,19 +231,32 @@ def sequentials_called_whole(model: nn.Module, read_outside) -> set[int]:
     """The ids of `model`'s nn.Sequential modules that every module holding them only calls
     (self_values), whose attribute no model code reads off another module (`read_outside(name)`),
     and the model itself when it is one (its caller's code is not ours to read). A Sequential held
-    by a container (ModuleList, ModuleDict, another Sequential) counts as called: whoever walks
-    the container calls its elements, as a Sequential's own forward does."""
+    by another Sequential counts as called where that one does (its forward calls its children
+    whole); one held by a ModuleList or ModuleDict does not: the code walking the container may
+    index into its elements (`self.layers[0][0](x)`), which no rule here reads."""
     owners: dict[int, list[tuple[nn.Module, str]]] = {}
     for owner in model.modules():
         for attr, child in owner._modules.items():
             if type(child) is nn.Sequential:
                 owners.setdefault(id(child), []).append((owner, attr))
     whole = {id(m) for m in model.modules() if type(m) is nn.Sequential}
+    inside: dict[int, list[int]] = {}  # a Sequential -> the Sequentials holding it
     for seq_id, held in owners.items():
         for owner, attr in held:
-            if type(owner) in (nn.ModuleList, nn.ModuleDict, nn.Sequential):
+            if type(owner) is nn.Sequential:
+                inside.setdefault(seq_id, []).append(id(owner))
+                continue
+            if type(owner) in (nn.ModuleList, nn.ModuleDict):
+                whole.discard(seq_id)
                 continue
             used = self_values(type(owner))
             if used is None or attr in used or read_outside(attr):
                 whole.discard(seq_id)
+    changed = True
+    while changed:  # held by a Sequential that is not called whole: neither is it
+        changed = False
+        for seq_id, outer in inside.items():
+            if seq_id in whole and any(o not in whole for o in outer):
+                whole.discard(seq_id)
+                changed = True
     return whole

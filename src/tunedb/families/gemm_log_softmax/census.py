@@ -104,14 +104,35 @@ def find_heads(model: Any) -> Iterator[tuple[str, int]]:
 
     from tunedb.families.module_rules import hooked
 
+    whole = _called_whole(model)
+    held: dict[int, int] = {}  # id -> places holding it (a Linear shared with another path stays)
+    for parent in model.modules():
+        for child in parent._modules.values():
+            held[id(child)] = held.get(id(child), 0) + 1
     for name, mod in model.named_modules():
-        if not isinstance(mod, torch.nn.Sequential):
+        # the exact class, called whole: a subclass's forward, or code calling `self.head[0](x)`,
+        # would get log-probabilities where it wanted logits (the gemm rule's, fusion_source.py)
+        if type(mod) is not torch.nn.Sequential or id(mod) not in whole:
             continue
         items = list(mod)
         for i in range(len(items) - 1):
-            if _is_plain_linear(items[i]) and isinstance(items[i + 1], torch.nn.LogSoftmax) \
-                    and items[i + 1].dim == -1 and not (hooked(items[i]) or hooked(items[i + 1])):
+            lin, lsm = items[i], items[i + 1]
+            if _is_plain_linear(lin) and type(lsm) is torch.nn.LogSoftmax and lsm.dim == -1 \
+                    and not (hooked(lin) or hooked(lsm)) and held.get(id(lin)) == 1 and held.get(id(lsm)) == 1:
                 yield name, i
+
+
+def _called_whole(model: Any) -> set[int]:
+    """ids of the Sequentials of `model` that every holder only calls (gemm's rule 1)."""
+    from tunedb.families.gemm.fusion_source import outside_reads, sequentials_called_whole
+
+    outside: set[str] = set()
+    for cls in {type(m) for m in model.modules()}:
+        got = outside_reads(cls)
+        if got is None:
+            return set()  # some model code unreadable: nothing is proven
+        outside |= got
+    return sequentials_called_whole(model, lambda name: name in outside)
 
 
 def fused_head_class() -> type:
@@ -129,6 +150,8 @@ def optimize(model: Any) -> Any:
     cls = fused_head_class()
     for name, i in list(find_heads(model)):
         seq = model.get_submodule(name) if name else model
+        training = seq[i + 1].training
         seq[i] = cls(seq[i])
         seq[i + 1] = torch.nn.Identity()
+        seq[i + 1].train(training)
     return model

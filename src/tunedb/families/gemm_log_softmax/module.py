@@ -15,6 +15,9 @@ class TunedLinearLogSoftmax(torch.nn.Module):
         super().__init__()
         self.weight = linear.weight
         self.bias = linear.bias
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.train(linear.training)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
