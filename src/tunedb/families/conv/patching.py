@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tunedb.families.gemm.fusion_source import called_whole
 from tunedb.families.module_rules import holders, hooked
 
 PATCH_RULES = ("nn.Conv1d -> TunedConv1d (tunedb::conv1d)",
@@ -174,24 +175,12 @@ def _fuse(seq: nn.Sequential, held: dict[int, int]) -> None:
             act.__dict__["_tunedb_norm"] = bn
 
 
-def _called_whole(model: nn.Module) -> set[int]:
-    from tunedb.families.gemm.fusion_source import outside_reads, sequentials_called_whole
-
-    outside: set[str] = set()
-    for cls in {type(m) for m in model.modules()}:
-        got = outside_reads(cls)
-        if got is None:
-            return set()  # some model code unreadable: nothing is proven
-        outside |= got
-    return sequentials_called_whole(model, lambda name: name in outside)
-
-
 def optimize(model: Any, approximate: bool = False) -> Any:
     """The model with its served convolutions swapped (in place); returns it."""
     from tunedb.families.conv import ops  # noqa: F401 -- registers the ops
 
     held = holders(model, (*_TUNED, nn.BatchNorm1d, *_ACTS))
-    whole = _called_whole(model)
+    whole = called_whole(model)
     for parent in list(model.modules()):
         # the exact class, called whole by every holder (gemm's rule 1): a subclass's forward, or
         # code walking the children (`for layer in self.features: ...; feats.append(x)`), would

@@ -115,14 +115,13 @@ def _method_trees(cls: type, skip_library: bool = False) -> list[tuple[str, ast.
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
-    """(act attr, linear attr) pairs of cls whose linear output provably feeds only the act,
-    each attr named exactly once in the methods (and properties) of cls and its bases, and in
-    the closures their __init__ makes (__init__'s own statements only build the module)."""
+def code_trees(cls: type) -> tuple[list[ast.AST], dict[str, int]] | None:
+    """(the trees of cls's code that run after construction: methods, properties and the
+    closures __init__ makes; how many times each `self.<attr>` is named in them), or None when a
+    source cannot be read."""
     methods = _method_trees(cls)
     if methods is None:
-        return ()  # source unavailable: we cannot prove safety
+        return None
     trees: list[ast.AST] = []
     for name, tree in methods:
         trees.extend(_closures(tree) if name == "__init__" else (tree,))
@@ -132,6 +131,18 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
             name = _self_attr(node)
             if name is not None:
                 uses[name] = uses.get(name, 0) + 1
+    return trees, uses
+
+
+@functools.lru_cache(maxsize=None)
+def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
+    """(act attr, linear attr) pairs of cls whose linear output provably feeds only the act,
+    each attr named exactly once in the methods (and properties) of cls and its bases, and in
+    the closures their __init__ makes (__init__'s own statements only build the module)."""
+    code = code_trees(cls)
+    if code is None:
+        return ()  # source unavailable: we cannot prove safety
+    trees, uses = code
     pairs = dict.fromkeys(p for tree in trees for p in _pairs(tree))
     return tuple((act, lin) for act, lin in pairs
                  if act != lin and uses.get(act) == 1 and uses.get(lin) == 1)
@@ -260,3 +271,21 @@ def sequentials_called_whole(model: nn.Module, read_outside) -> set[int]:
                 whole.discard(seq_id)
                 changed = True
     return whole
+
+
+def model_outside_reads(model: nn.Module) -> frozenset[str] | None:
+    """The attribute names the source files of `model`'s module classes read off a module other
+    than self (outside_reads, over every class), or None when some source cannot be read."""
+    names: set[str] = set()
+    for cls in {type(m) for m in model.modules()}:
+        got = outside_reads(cls)
+        if got is None:
+            return None
+        names |= got
+    return frozenset(names)
+
+
+def called_whole(model: nn.Module) -> set[int]:
+    """sequentials_called_whole with the model's own outside reads (nothing when unreadable)."""
+    outside = model_outside_reads(model)
+    return set() if outside is None else sequentials_called_whole(model, lambda name: name in outside)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from tunedb.families.gemm.fusion_source import _call_of, _closures, _method_trees, _self_attr
+from tunedb.families.gemm.fusion_source import _call_of, code_trees
 
 # statements that run every expression in them once, in order, and fall through to the next
 _PLAIN = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)
@@ -107,17 +107,9 @@ def _groups(tree: ast.AST) -> list[tuple[str, ...]]:
 @functools.lru_cache(maxsize=None)
 def sibling_calls(cls: type) -> tuple[tuple[str, ...], ...]:
     """The sibling groups of cls (see the module docstring); () when its source cannot be read."""
-    methods = _method_trees(cls)
-    if methods is None:
+    code = code_trees(cls)
+    if code is None:
         return ()
-    trees: list[ast.AST] = []
-    for name, tree in methods:
-        trees.extend(_closures(tree) if name == "__init__" else (tree,))
-    uses: dict[str, int] = {}
-    for tree in trees:
-        for node in ast.walk(tree):
-            name = _self_attr(node)
-            if name is not None:
-                uses[name] = uses.get(name, 0) + 1
+    trees, uses = code
     found = dict.fromkeys(g for tree in trees for g in _groups(tree))
     return tuple(g for g in found if len(set(g)) == len(g) and all(uses.get(a) == 1 for a in g))

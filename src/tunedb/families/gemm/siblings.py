@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from tunedb import settings
-from tunedb.families.gemm.fusion_source import outside_reads
+from tunedb.families.gemm.fusion_source import model_outside_reads
 from tunedb.families.gemm.sibling_source import sibling_calls
 
 MAX_MEMBERS = 3  # the kernel's branches
@@ -123,12 +123,9 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
     for parent in model.modules():
         for child in parent._modules.values():
             held[id(child)] = held.get(id(child), 0) + 1
-    outside: set[str] = set()
-    for cls in {type(m) for m in model.modules()}:
-        got = outside_reads(cls)
-        if got is None:
-            return 0  # some model code unreadable: nothing is proven safe
-        outside |= got
+    outside = model_outside_reads(model)
+    if outside is None:
+        return 0  # some model code unreadable: nothing is proven safe
     made = 0
     for parent in list(model.modules()):
         if type(parent) is nn.Sequential or "forward" in vars(parent) or parent._forward_hooks or parent._forward_pre_hooks:
@@ -152,7 +149,7 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
 
 
 def _groupable(members: list[Any], names: tuple[str, ...], tuned_cls: type, swappable: Any,
-               held: dict[int, int], outside: set[str]) -> bool:
+               held: dict[int, int], outside: frozenset[str]) -> bool:
     if len(members) > MAX_MEMBERS or any(n in outside for n in names):
         return False
     for m in members:

@@ -102,9 +102,10 @@ def find_heads(model: Any) -> Iterator[tuple[str, int]]:
     neither watched by a user's hook (the fused module produces neither's own output)."""
     import torch
 
+    from tunedb.families.gemm.fusion_source import called_whole
     from tunedb.families.module_rules import hooked
 
-    whole = _called_whole(model)
+    whole = called_whole(model)
     held: dict[int, int] = {}  # id -> places holding it (a Linear shared with another path stays)
     for parent in model.modules():
         for child in parent._modules.values():
@@ -120,19 +121,6 @@ def find_heads(model: Any) -> Iterator[tuple[str, int]]:
             if _is_plain_linear(lin) and type(lsm) is torch.nn.LogSoftmax and lsm.dim == -1 \
                     and not (hooked(lin) or hooked(lsm)) and held.get(id(lin)) == 1 and held.get(id(lsm)) == 1:
                 yield name, i
-
-
-def _called_whole(model: Any) -> set[int]:
-    """ids of the Sequentials of `model` that every holder only calls (gemm's rule 1)."""
-    from tunedb.families.gemm.fusion_source import outside_reads, sequentials_called_whole
-
-    outside: set[str] = set()
-    for cls in {type(m) for m in model.modules()}:
-        got = outside_reads(cls)
-        if got is None:
-            return set()  # some model code unreadable: nothing is proven
-        outside |= got
-    return sequentials_called_whole(model, lambda name: name in outside)
 
 
 def fused_head_class() -> type:
