@@ -33,6 +33,11 @@ class SignatureError(TunedbError, ValueError):
     """A signature string or value is malformed or not supported."""
 
 
+class OperandMismatchError(SignatureError, RuntimeError):
+    """Operands that do not fit together (a K, dtype or bias that differs): also the RuntimeError
+    torch's own op raises for the same call, so code written against nn.Linear still catches it."""
+
+
 class ConfigError(TunedbError, ValueError):
     """A config id or parameter dict is malformed."""
 

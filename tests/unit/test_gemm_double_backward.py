@@ -25,3 +25,4 @@ def test_a_gradient_penalty_through_a_silu_layer_matches_torch():
     ref_gx, = torch.autograd.grad(torch.nn.functional.silu(x @ w.t()).sum(), x, create_graph=True)
     ref, = torch.autograd.grad(ref_gx.square().sum(), w)
     torch.testing.assert_close(got, ref)
+

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from tunedb.errors import SignatureError
+from tunedb.errors import OperandMismatchError, SignatureError
 from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.configs import ACTS as GEMM_ACTS, VENDOR_LANES
 from tunedb.families.gemm import ops_autocast
@@ -47,15 +47,15 @@ def _check(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, act
     if weight.dim() != 2:
         raise SignatureError(f"weight must be 2-D (N, K), got shape {tuple(weight.shape)}")
     if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
-        raise SignatureError(
+        raise OperandMismatchError(
             f"x's last dimension must equal weight's K={weight.shape[1]}, got x shape {tuple(x.shape)}"
         )
     if x.dtype != weight.dtype:
-        raise SignatureError(f"x dtype {x.dtype} differs from weight dtype {weight.dtype}; cast one of them")
+        raise OperandMismatchError(f"x dtype {x.dtype} differs from weight dtype {weight.dtype}; cast one of them")
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise SignatureError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+        raise OperandMismatchError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
     if bias is not None and bias.dtype != x.dtype:
-        raise SignatureError(f"bias dtype {bias.dtype} differs from x dtype {x.dtype}; cast one of them")
+        raise OperandMismatchError(f"bias dtype {bias.dtype} differs from x dtype {x.dtype}; cast one of them")
     # a key's first call only (a memoised CUDA key checks nothing: docs/runtime.md)
     check_one_device("gemm", x=x, weight=weight, bias=bias)
 
