@@ -49,7 +49,7 @@ class _Fake:
 
 def _group(bias: bool = False, dtype=torch.float16):
     torch.manual_seed(0)
-    attn = Attn(bias=bias).to(dtype)
+    attn = Attn(bias=bias).to(dtype).requires_grad_(False)  # inference weights (or calls under no_grad)
     members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
     g = siblings.SiblingGroup(members)
     g._arch_ok = True
@@ -175,7 +175,7 @@ if __name__ == "__main__":
 
 def test_a_member_with_a_fused_activation_gets_it_in_the_group(fake):
     torch.manual_seed(0)
-    gate, up = nn.Linear(16, 32).half(), nn.Linear(16, 32).half()
+    gate, up = nn.Linear(16, 32).half().requires_grad_(False), nn.Linear(16, 32).half().requires_grad_(False)
     members = [patching.TunedLinear(gate, "silu"), patching.TunedLinear(up)]
     g = siblings.SiblingGroup(members)
     g._arch_ok = True
@@ -210,3 +210,12 @@ def test_inference_tensors_group_without_a_version_counter(fake):
         assert fake.launches == 1
         for m, y in zip(members, ys):
             torch.testing.assert_close(y, torch.nn.functional.linear(x, m.weight))
+
+
+def test_a_sibling_whose_weight_wants_a_gradient_keeps_it(fake):
+    g, members = _group()
+    members[1].weight.requires_grad_(True)  # k trained, q and v frozen
+    x = torch.randn(1, 16, dtype=torch.float16)
+    assert g.call(0, x) is None and fake.launches == 0  # grad enabled: every member alone
+    with torch.no_grad():
+        assert g.call(0, x) is not None and fake.launches == 1

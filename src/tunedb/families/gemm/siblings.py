@@ -42,6 +42,8 @@ def _version(x: Any) -> int | None:
         return x._version
     except RuntimeError:
         return None
+
+
 _DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -102,6 +104,10 @@ class SiblingGroup:
             weights.append(w)
             biases.append(b)
         if len({b is None for b in biases}) != 1:
+            return None, []
+        # the calling member checked its own operands for a wanted gradient, not its siblings'
+        # (q frozen, k trained): a sibling's gradient would be lost in the one launch
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*weights, *biases)):
             return None, []
         if self._arch_ok is None:
             from tunedb.runtime import selector
