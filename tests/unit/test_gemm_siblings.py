@@ -219,3 +219,13 @@ def test_a_sibling_whose_weight_wants_a_gradient_keeps_it(fake):
     assert g.call(0, x) is None and fake.launches == 0  # grad enabled: every member alone
     with torch.no_grad():
         assert g.call(0, x) is not None and fake.launches == 1
+
+
+def test_the_report_names_the_groups_and_counts_their_launches(fake):
+    g, _ = _group()
+    g.names = ("q_proj", "k_proj", "v_proj")
+    x = torch.randn(1, 16, dtype=torch.float16)
+    [g.call(i, x) for i in range(3)]
+    lines = [ln for ln in siblings.report_lines() if "q_proj+k_proj+v_proj" in ln]
+    assert lines and "run as one launch" in lines[0]
+    assert any(line.startswith("siblings:") for line in tunedb.tuning_report().splitlines())

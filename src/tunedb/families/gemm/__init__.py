@@ -146,6 +146,14 @@ class GemmFamily:
 
         return optimize(model, approximate=approximate, inplace=True)
 
+    def report_lines(self) -> list[str]:
+        """tuning_report()'s line on sibling projections run as one launch (siblings.py); none
+        before optimize() made a group (the module imports torch: not imported until then)."""
+        import sys
+
+        mod = sys.modules.get("tunedb.families.gemm.siblings")
+        return mod.report_lines() if mod is not None else []
+
     def prebuild(self, args: Any) -> int:
         """`tunedb prebuild --family gemm`: Triton configs compiled into the persistent cache."""
         from tunedb.families.gemm.prebuild_cli import run

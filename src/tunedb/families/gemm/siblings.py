@@ -23,6 +23,7 @@ a shipped profile (the rule every measured choice follows); TUNEDB_SIBLINGS=0 gr
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -47,21 +48,38 @@ def _version(x: Any) -> int | None:
 _DTYPES = (torch.float16, torch.bfloat16)
 
 
+_LIVE: "weakref.WeakSet[SiblingGroup]" = weakref.WeakSet()  # the groups of models still alive: report_lines
+
+
+def report_lines() -> list[str]:
+    """One tuning_report() line: the live groups, their members' names, and the launches so far."""
+    groups = list(_LIVE)
+    if not groups:
+        return []
+    names = sorted({"+".join(g.names) for g in groups})
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return [f"siblings: {len(groups)} group(s) of projections called on one tensor ({shown}) run as one launch "
+            f"at one row; {sum(g.launches for g in groups)} such launch(es) so far (TUNEDB_SIBLINGS=0: each alone)"]
+
+
 class SiblingGroup:
     """The members (TunedLinears, in the module's attribute order) and what the last group launch
     left for the members not yet called: one state tuple (the tensor it ran on, its version, the
     outputs), replaced whole, so a thread reading it sees one launch's outputs or none."""
 
-    def __init__(self, members: list[Any]) -> None:
+    def __init__(self, members: list[Any], names: tuple[str, ...] = ()) -> None:
         self.members = members
+        self.names = names  # the members' attribute names (the report)
+        self.launches = 0
         self._state: tuple[Any, Any, list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
+        _LIVE.add(self)
 
     def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs
-        return {"members": self.members}
+        return {"members": self.members, "names": self.names}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["members"])
+        self.__init__(state["members"], tuple(state.get("names", ())))
 
     def call(self, index: int, x: Any) -> Any:
         """Member `index`'s output for x from the group, or None: the member runs alone."""
@@ -82,6 +100,7 @@ class SiblingGroup:
         lead = x.shape[:-1]
         outs = [torch.empty(*lead, w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
         kernels_siblings.launch(x.view(-1), weights, biases, [o.view(-1) for o in outs], [m.act for m in self.members])
+        self.launches += 1
         kept = list(outs)
         kept[index] = None
         self._state = (x, _version(x), kept)
@@ -147,7 +166,7 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
                     members[i] = tuned_cls(m)
                     members[i].__dict__["_as_written"] = True
                     setattr(parent, n, members[i])
-            group = SiblingGroup(members)
+            group = SiblingGroup(members, tuple(names))
             for i, m in enumerate(members):
                 m.__dict__["_siblings"] = (group, i)
             made += 1
