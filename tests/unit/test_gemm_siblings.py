@@ -229,3 +229,11 @@ def test_the_report_names_the_groups_and_counts_their_launches(fake):
     lines = [ln for ln in siblings.report_lines() if "q_proj+k_proj+v_proj" in ln]
     assert lines and "run as one launch" in lines[0]
     assert any(line.startswith("siblings:") for line in tunedb.tuning_report().splitlines())
+
+
+def test_a_few_deep_rows_run_alone(fake):
+    torch.manual_seed(0)
+    lins = [nn.Linear(4096, 64, bias=False).half().requires_grad_(False) for _ in range(3)]
+    g = siblings.SiblingGroup([patching.TunedLinear(m) for m in lins])
+    g._arch_ok = True
+    assert g.call(0, torch.randn(1, 4096, dtype=torch.float16)) is None and fake.launches == 0

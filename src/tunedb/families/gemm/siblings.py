@@ -46,6 +46,7 @@ def _version(x: Any) -> int | None:
 
 
 _DTYPES = (torch.float16, torch.bfloat16)
+DEEP_K, FEW_ROWS = 2048, 512  # past K = 2048, fewer than 512 rows (32 programs) run alone
 
 
 _LIVE: "weakref.WeakSet[SiblingGroup]" = weakref.WeakSet()  # the groups of models still alive: report_lines
@@ -123,6 +124,10 @@ class SiblingGroup:
             weights.append(w)
             biases.append(b)
         if len({b is None for b in biases}) != 1:
+            return None, []
+        if k > DEEP_K and sum(w.shape[0] for w in weights) < FEW_ROWS:
+            # few programs each streaming a deep slab: latency-bound where cuBLAS splits K (no
+            # group of this kind was measured; the smallest, 1536 rows at K=1024, won 4.4x)
             return None, []
         # the calling member checked its own operands for a wanted gradient, not its siblings'
         # (q frozen, k trained): a sibling's gradient would be lost in the one launch
