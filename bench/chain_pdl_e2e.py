@@ -13,7 +13,6 @@ compute the same bits (PDL changes when a kernel starts, never what it computes)
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -22,7 +21,7 @@ import torch
 
 import tunedb
 from e2e_models import build
-from e2e_timing import output_tensor, paired_speedups, rel_err
+from e2e_timing import output_tensor, paired_speedups, rel_err, rounds_args, run_env, write_result
 from tunedb import settings
 from tunedb.measure.cudagraph import capture
 from tunedb.families.gemm import launch_gemv
@@ -52,11 +51,7 @@ def _wide_twin(pair):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out")
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--per-round", type=int, default=20)
-    a = ap.parse_args(argv)
+    a = rounds_args(__doc__, argv)
     t0 = time.time()
     rows = {}
     with settings.override(USER_DB="off"), torch.no_grad():
@@ -110,8 +105,7 @@ def main(argv=None) -> int:
                 "pdl_bits_equal": all(bool(torch.equal(out_of[k], out_of["tunedb, no PDL"])) for k in VARIANTS),
             })
             print(f"batch {batch}: {json.dumps(rows[batch], default=str)}", flush=True)
-    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "wall_s": round(time.time() - t0, 1),
-           "model": bm.label}
+    env = run_env(bm.label, t0)
     print("\n| batch | variant | ms | x plain | twin launches (of calls asked) |")
     print("|---|---|---|---|---|")
     for b, r in rows.items():
@@ -119,10 +113,7 @@ def main(argv=None) -> int:
             x = r["speedup_over_plain"].get(label, 1.0)
             tw = f"{r.get(label + ': twin launches', '-')} of {r.get(label + ': captured calls asked', '-')}"
             print(f"| {b} | {label} | {r['ms'][label]:.4f} | {x:.3f} | {tw} |")
-    print(env)
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump({"env": env, "rows": rows}, f, indent=1, default=str)
+    write_result(a.out, env, rows)
     return 0
 
 

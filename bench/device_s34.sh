@@ -8,13 +8,7 @@
 #   chain    bench/gv_prefetch.py (back to back and the Llama layer chain)
 #   chaine2e bench/chain_pdl_e2e.py (Llama-3-8B decode in graphs, PDL twins after ours on / off)
 #   zoo      the unseen-zoo GPU tests and bench (every model of bench/unseen_zoo_models.py)
-set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}"
-export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; t0=$(date +%s)
-stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/stages.log"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/env.log" 2>&1
-python -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/env.log" 2>&1
+. "$(dirname "$0")/device_env.sh"
 for stage in "$@"; do
   stamp "stage $stage"
   case "$stage" in

@@ -5,13 +5,7 @@
 #   preplain  bench/gv_pre_plain.py (gv's wide first tile without PDL, separator and back to back)
 #   siblings  bench/siblings_gemv.py and bench/sibling_fusion_probe.py (one launch for sibling projections)
 #   other stages go to bench/device_s34.sh (gvtests build e2e chain chaine2e zoo)
-set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}"
-export TUNEDB_CACHE_DIR=${TUNEDB_CACHE_DIR:-/tmp/tunedb-cache} TUNEDB_USER_DB=${TUNEDB_USER_DB:-/tmp/tunedb-user}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; t0=$(date +%s)
-stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/stages.log"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/env.log" 2>&1
-python -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/env.log" 2>&1
+. "$(dirname "$0")/device_env.sh"
 for stage in "$@"; do
   stamp "stage $stage"
   case "$stage" in

@@ -170,3 +170,35 @@ def pinned(config_id: str):
     cfg = FAMILY.parse_config(config_id)
     with launch_table.overriding(lambda fam, sig, m: (cfg, "pinned")):
         yield cfg
+
+
+def rounds_args(doc: str, argv=None):
+    """The paired-round benches' arguments (--out, --rounds, --per-round; chain_pdl_e2e.py,
+    sibling_fusion_probe.py), parsed."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--out")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--per-round", type=int, default=20)
+    return ap.parse_args(argv)
+
+
+def run_env(label: str, t0: float) -> dict:
+    """The GPU, torch version, wall seconds since t0 and the bench model's label (a result's env)."""
+    import time
+
+    import torch
+
+    return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "wall_s": round(time.time() - t0, 1),
+            "model": label}
+
+
+def write_result(out: str | None, env: dict, rows: dict) -> None:
+    """Print env; with --out, write {"env", "rows"} there as JSON."""
+    import json
+
+    print(env)
+    if out:
+        with open(out, "w") as f:
+            json.dump({"env": env, "rows": rows}, f, indent=1, default=str)

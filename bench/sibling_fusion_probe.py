@@ -17,7 +17,6 @@ Since session 35 the feature exists (families/gemm/siblings.py, TUNEDB_SIBLINGS,
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import statistics
@@ -28,7 +27,7 @@ from torch import nn
 
 import tunedb
 from e2e_models import build
-from e2e_timing import output_tensor, paired_speedups, rel_err
+from e2e_timing import output_tensor, paired_speedups, rel_err, rounds_args, run_env, write_result
 from tunedb import settings
 from tunedb.measure.cudagraph import capture
 from tunedb.runtime import selector
@@ -82,11 +81,7 @@ QKV_GU = QKV + (("gate_proj", "up_proj"),)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out")
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--per-round", type=int, default=20)
-    a = ap.parse_args(argv)
+    a = rounds_args(__doc__, argv)
     t0 = time.time()
     rows = {}
     with settings.override(USER_DB="off"), torch.no_grad():
@@ -116,18 +111,14 @@ def main(argv=None) -> int:
             rows[batch] = {"ms": ms, "speedup_over_plain": {k: statistics.median(v) for k, v in ratios.items()},
                            "err_vs_plain": errs}
             print(f"batch {batch}: {json.dumps(rows[batch])}", flush=True)
-    env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "wall_s": round(time.time() - t0, 1),
-           "model": bm.label}
+    env = run_env(bm.label, t0)
     print("\n| batch | variant | ms | x plain | rel err vs plain |")
     print("|---|---|---|---|---|")
     for b, r in rows.items():
         for label in r["ms"]:
             print(f"| {b} | {label} | {r['ms'][label]:.4f} | {r['speedup_over_plain'].get(label, 1.0):.3f} "
                   f"| {r['err_vs_plain'].get(label, 0.0):.1e} |")
-    print(env)
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump({"env": env, "rows": rows}, f, indent=1, default=str)
+    write_result(a.out, env, rows)
     return 0
 
 

@@ -35,16 +35,19 @@ def test_the_source_rule_groups_only_unconditional_calls_on_one_unrebound_name()
 
 
 class _Fake:
-    """kernels_siblings.launch on the CPU: F.linear per member, counting launches."""
+    """kernels_siblings.site_for on the CPU: a launch site computing F.linear per member (the
+    kernel's argument order: x, three weights, three outputs, three biases), counting launches."""
 
     def __init__(self) -> None:
         self.launches = 0
 
-    def __call__(self, x, weights, biases, outs, acts=None, **_):
-        self.launches += 1
-        for w, b, o, a in zip(weights, biases, outs, acts or ["none"] * len(weights)):
-            y = torch.nn.functional.linear(x, w, b)
-            o.copy_({"none": y, "silu": torch.nn.functional.silu(y)}[a])
+    def site_for(self, ns, k, has_bias, acts, *_, **__):
+        def site(grid, x, *ptrs):
+            self.launches += 1
+            for i, a in enumerate(acts):
+                y = torch.nn.functional.linear(x, ptrs[i], ptrs[6 + i] if has_bias else None)
+                ptrs[3 + i].copy_({"none": y, "silu": torch.nn.functional.silu(y)}[a])
+        return site, (1,)
 
 
 def _group(bias: bool = False, dtype=torch.float16):
@@ -59,7 +62,7 @@ def _group(bias: bool = False, dtype=torch.float16):
 @pytest.fixture
 def fake(monkeypatch):
     f = _Fake()
-    monkeypatch.setattr(kernels_siblings, "launch", f)
+    monkeypatch.setattr(kernels_siblings, "site_for", f.site_for)
     return f
 
 

@@ -21,11 +21,12 @@ _OTHER_HOOKS = ("_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks", "
                 "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks")
 
 
-def holders(model: Any, kinds: tuple[type, ...]) -> dict[int, int]:
-    """id(module) -> how many places (parent, attribute) hold it, for modules of exactly `kinds`."""
+def holders(model: Any, kinds: tuple[type, ...] | None = None) -> dict[int, int]:
+    """id(module) -> how many places (parent, attribute) hold it, for modules of exactly `kinds`
+    (every module when None)."""
     count: dict[int, int] = {}
     for parent in model.modules():
         for child in parent._modules.values():
-            if type(child) in kinds:
+            if kinds is None or type(child) in kinds:
                 count[id(child)] = count.get(id(child), 0) + 1
     return count

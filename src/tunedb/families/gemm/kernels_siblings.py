@@ -71,12 +71,17 @@ def launch(x, weights, biases, outs, acts=None, interpret: bool = False,
     [N_g] or all None; acts: each output's activation, a name of ACT_CODES, default none), one
     launch; `tiles` (BN, BK, warps, stages) in place of tile(K)."""
     ns = tuple(w.shape[0] for w in weights)
-    has_bias = biases[0] is not None
-    site, grid = site_for(ns, x.shape[-1], has_bias, tuple(acts or ("none",) * len(ns)), interpret, tiles)
-    pad = lambda seq: list(seq) + [seq[-1]] * (3 - len(seq))  # noqa: E731 - two siblings: a third branch never taken
-    w0, w1, w2 = pad(weights)
-    b0, b1, b2 = pad(biases) if has_bias else (w0, w0, w0)  # unread without HAS_BIAS
-    site(grid, x, w0, w1, w2, *pad(outs), b0, b1, b2)
+    site, grid = site_for(ns, x.shape[-1], biases[0] is not None, tuple(acts or ("none",) * len(ns)), interpret, tiles)
+    site(grid, *varying(x, weights, biases, outs))
+
+
+def varying(x, weights, biases, outs) -> tuple:
+    """The tensors of one launch in the kernel's order, padded to three siblings (with two, a third
+    branch never taken; without bias the bias pointers are never read)."""
+    w = (*weights, *weights[-1:] * (3 - len(weights)))
+    y = (*outs, *outs[-1:] * (3 - len(outs)))
+    b = (*biases, *biases[-1:] * (3 - len(biases))) if biases[0] is not None else (w[0],) * 3
+    return (x, *w, *y, *b)
 
 
 @functools.lru_cache(maxsize=256)

@@ -50,7 +50,7 @@ from tunedb import settings
 from tunedb.errors import SettingsError
 from tunedb.families.gemm import linear_script, ops, siblings
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
-from tunedb.families.gemm.fusion_source import outside_reads as _outside_reads
+from tunedb.families.gemm.fusion_source import model_outside_reads
 from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
 from tunedb.families.module_rules import holders
 from tunedb.families.module_rules import hooked as _hooked
@@ -208,19 +208,12 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
             return None
         return activation_kind(act_mod)
 
-    outside: set[str] | None = None  # attribute names read off a module other than self, model-wide
+    outside: list[frozenset[str] | None] = []  # attribute names read off a module other than self, model-wide
 
     def read_outside(name: str) -> bool:
-        nonlocal outside
-        if outside is None:
-            outside = set()
-            for cls in {type(m) for m in model.modules()}:
-                got = _outside_reads(cls)
-                if got is None:  # some model code unreadable: nothing is proven safe
-                    outside.add("*")
-                    break
-                outside |= got
-        return "*" in outside or name in outside
+        if not outside:  # read once, at the first question (the class sources are parsed then)
+            outside.append(model_outside_reads(model))
+        return outside[0] is None or name in outside[0]  # None: some model code unreadable, nothing proven
 
     whole = _called_whole(model, read_outside)
     for parent in model.modules():

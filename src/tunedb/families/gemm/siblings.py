@@ -32,6 +32,7 @@ from torch import nn
 from tunedb import settings
 from tunedb.families.gemm.fusion_source import model_outside_reads
 from tunedb.families.gemm.sibling_source import sibling_calls
+from tunedb.families.module_rules import holders
 
 MAX_MEMBERS = 3  # the kernel's branches
 
@@ -72,11 +73,12 @@ class SiblingGroup:
         self.members = members
         self.names = names  # the members' attribute names (the report)
         self.launches = 0
+        self._site: tuple[Any, Any, Any] | None = None  # (shapes key, launch site, grid) of the last launch
         self._state: tuple[Any, Any, list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
         _LIVE.add(self)
 
-    def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs
+    def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs or sites
         return {"members": self.members, "names": self.names}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -100,7 +102,13 @@ class SiblingGroup:
 
         lead = x.shape[:-1]
         outs = [torch.empty(*lead, w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
-        kernels_siblings.launch(x.view(-1), weights, biases, [o.view(-1) for o in outs], [m.act for m in self.members])
+        key = (tuple(w.shape[0] for w in weights), x.shape[-1], biases[0] is not None)
+        if self._site is None or self._site[0] != key:  # the shapes change only with the weights
+            # the members' fused activations are fixed at their swap (read here, not in __init__: an
+            # unpickled group's members are not restored yet when it is)
+            self._site = (key, *kernels_siblings.site_for(*key, tuple(m.act for m in self.members)))
+        _, site, grid = self._site
+        site(grid, *kernels_siblings.varying(x.view(-1), weights, biases, [o.view(-1) for o in outs]))
         self.launches += 1
         kept = list(outs)
         kept[index] = None
@@ -149,13 +157,8 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
     runs F.linear as the Linear did. Members already grouped (optimize() run again) stay."""
     if not settings.siblings_enabled():
         return 0
-    held: dict[int, int] = {}
-    for parent in model.modules():
-        for child in parent._modules.values():
-            held[id(child)] = held.get(id(child), 0) + 1
-    outside = model_outside_reads(model)
-    if outside is None:
-        return 0  # some model code unreadable: nothing is proven safe
+    held = holders(model)
+    outside: list[frozenset[str] | None] = []  # read at the first candidate group (parses the model's sources)
     made = 0
     for parent in list(model.modules()):
         if type(parent) is nn.Sequential or "forward" in vars(parent) or parent._forward_hooks or parent._forward_pre_hooks:
@@ -163,8 +166,12 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
         if sum(type(c) in (tuned_cls, nn.Linear) for c in parent._modules.values()) < 2:
             continue
         for names in sibling_calls(type(parent)):
+            if not outside:
+                outside.append(model_outside_reads(model))
+            if outside[0] is None:
+                return made  # some model code unreadable: nothing is proven safe
             members = [parent._modules.get(n) for n in names]
-            if not _groupable(members, names, tuned_cls, swappable, held, outside):
+            if not _groupable(members, names, tuned_cls, swappable, held, outside[0]):
                 continue
             for i, (n, m) in enumerate(zip(names, members)):
                 if type(m) is nn.Linear:

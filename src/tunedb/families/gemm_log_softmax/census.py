@@ -103,13 +103,10 @@ def find_heads(model: Any) -> Iterator[tuple[str, int]]:
     import torch
 
     from tunedb.families.gemm.fusion_source import called_whole
-    from tunedb.families.module_rules import hooked
+    from tunedb.families.module_rules import holders, hooked
 
     whole = called_whole(model)
-    held: dict[int, int] = {}  # id -> places holding it (a Linear shared with another path stays)
-    for parent in model.modules():
-        for child in parent._modules.values():
-            held[id(child)] = held.get(id(child), 0) + 1
+    held = holders(model)  # a Linear shared with another path stays
     for name, mod in model.named_modules():
         # the exact class, called whole: a subclass's forward, or code calling `self.head[0](x)`,
         # would get log-probabilities where it wanted logits (the gemm rule's, fusion_source.py)
