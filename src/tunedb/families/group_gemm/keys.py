@@ -82,7 +82,7 @@ def check_ids(topk_ids: Any, e: int) -> None:
     expert's (or no) memory in every arm: garbage on the CPU, an illegal address on the GPU.
     CPU ids are checked every call (free); CUDA ids only under TUNEDB_CHECK_INPUTS=1, since
     reading a value back costs a device sync (and cannot run inside a CUDA graph capture);
-    meta ids hold no values, nor do a compiler's traced ones."""
+    meta ids hold no values, nor do a compiler's traced or fake ones."""
     if topk_ids.is_meta or topk_ids.numel() == 0:
         return
     if topk_ids.is_cuda:  # the every-call path: the setting's memo first (is_cuda is cheaper than .device)
@@ -98,6 +98,10 @@ def check_ids(topk_ids: Any, e: int) -> None:
     import torch
 
     if torch.compiler.is_compiling():  # traced values are symbolic: the compiled call checks nothing
+        return
+    from torch._guards import detect_fake_mode
+
+    if detect_fake_mode(topk_ids) is not None:  # fake propagation (AOT dispatch, a FakeTensorMode)
         return
     if topk_ids.is_cuda and torch.cuda.is_current_stream_capturing():
         return

@@ -63,7 +63,8 @@ def scale_shapes(scale: str, m: int, n: int, k: int) -> tuple[tuple[tuple[int, .
     if scale == "tensor":
         return ((), (1,), (1, 1)), ((), (1,), (1, 1))
     if scale == "row":
-        return ((m,), (m, 1)), ((n,), (n, 1))
+        # [1, N]: the weight scale as torch._scaled_mm's scale_b takes it (vLLM's w_scale.t())
+        return ((m,), (m, 1)), ((n,), (n, 1), (1, n))
     kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
     return ((m, kb),), ((nb, kb),)
 
@@ -82,12 +83,12 @@ def infer_scale(w_scale: Any, n: int, k: int, x_scale: Any = None) -> str:
         if shape == block and x_scale is not None and math.prod(tuple(x_scale.shape)) > 1:
             return "block"
         return "tensor"
-    if shape in ((n,), (n, 1)):
+    if shape in ((n,), (n, 1), (1, n)):
         return "row"
     if shape == (-(-n // SCALE_BLOCK), -(-k // SCALE_BLOCK)):
         return "block"
     raise SignatureError(f"cannot tell the scale mode from w_scale of shape {list(shape)} (N={n}, K={k}): "
-                         f"use [] (tensor), [N] or [N, 1] (row) or [ceil(N/128), ceil(K/128)] (block)")
+                         f"use [] (tensor), [N], [N, 1] or [1, N] (row) or [ceil(N/128), ceil(K/128)] (block)")
 
 
 def check_scales(sig: Signature, m: int, x_scale: Any, w_scale: Any) -> None:
