@@ -92,6 +92,25 @@ def test_another_tensor_or_a_modified_one_never_gets_a_kept_output(fake):
     torch.testing.assert_close(y, torch.nn.functional.linear(x, g.members[1].weight))
 
 
+@pytest.mark.parametrize("change", ["write weight", "write bias", "replace weight"])
+def test_a_sibling_whose_weight_changed_since_the_launch_runs_alone(fake, change):
+    """The kept output was computed from the weight the launch read: after an in-place write
+    (load_state_dict, .data edits) or a new Parameter, the sibling computes its own."""
+    g, members = _group(bias=True)
+    x = torch.randn(1, 16, dtype=torch.float16)
+    g.call(0, x)
+    m = members[1]
+    with torch.no_grad():
+        if change == "write weight":
+            m.weight.mul_(2.0)
+        elif change == "write bias":
+            m.bias.add_(1.0)
+        else:
+            m.weight = nn.Parameter(m.weight.detach() * 3.0)
+    assert g.call(1, x) is None  # not the kept output: the member runs alone
+    assert g.call(2, x) is not None and fake.launches == 1  # the untouched sibling still takes its own
+
+
 def test_calls_the_kernel_cannot_take_run_alone(fake):
     g, members = _group()
     assert g.call(0, torch.randn(2, 16, dtype=torch.float16)) is None  # two rows

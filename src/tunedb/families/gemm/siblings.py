@@ -13,8 +13,8 @@ every member's weight of x's dtype, contiguous, on x's device; biases all presen
 no gradient, tracer, mode or autocast: TunedLinear's fast-path conditions) computes every
 member's output in one launch, returns its own and keeps the others for x. A member then called
 with that same tensor object, unmodified since (its version counter), takes its kept output
-once; any other call (another tensor, a second call, more rows, a CPU tensor) runs the member
-alone as before. So a group the source rule found wrongly costs the siblings' work once, never a
+once, if its weight and bias are the ones the launch read, unwritten since; any other call
+(another tensor, a second call, more rows, a CPU tensor) runs the member alone as before. So a group the source rule found wrongly costs the siblings' work once, never a
 wrong result. Outputs are each member's own contiguous tensor, as F.linear's. The weights are
 the members' own Parameters, read at every call (no concatenated copy; `.to()` and
 load_state_dict are seen). In a CUDA-graph capture the launch is captured with the first
@@ -46,6 +46,14 @@ def _version(x: Any) -> int | None:
         return None
 
 
+def _stamp(member: Any) -> tuple[Any, ...]:
+    """A member's registered weight and bias with their version counters: a kept output is the
+    member's only while these are what the launch read."""
+    p = member._parameters
+    w, b = p.get("weight"), p.get("bias")
+    return (w, None if w is None else _version(w), b, None if b is None else _version(b))
+
+
 _DTYPES = (torch.float16, torch.bfloat16)
 DEEP_K, FEW_ROWS = 2048, 512  # past K = 2048, fewer than 512 rows (32 programs) run alone
 
@@ -67,14 +75,15 @@ def report_lines() -> list[str]:
 class SiblingGroup:
     """The members (TunedLinears, in the module's attribute order) and what the last group launch
     left for the members not yet called: one state tuple (the tensor it ran on, its version, the
-    outputs), replaced whole, so a thread reading it sees one launch's outputs or none."""
+    outputs, each member's weight and bias as read), replaced whole, so a thread reading it sees
+    one launch's outputs or none."""
 
     def __init__(self, members: list[Any], names: tuple[str, ...] = ()) -> None:
         self.members = members
         self.names = names  # the members' attribute names (the report)
         self.launches = 0
         self._site: tuple[Any, Any, Any] | None = None  # (shapes key, launch site, grid) of the last launch
-        self._state: tuple[Any, Any, list[Any]] | None = None
+        self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
         _LIVE.add(self)
 
@@ -94,7 +103,10 @@ class SiblingGroup:
                 kept[index] = None
                 if not any(v is not None for v in kept):
                     self._state = None
-                return y
+                now, then = _stamp(self.members[index]), state[3][index]
+                if now[0] is then[0] and now[1] == then[1] and now[2] is then[2] and now[3] == then[3]:
+                    return y
+                return None  # its weight or bias was replaced or written in place since the launch
         weights, biases = self._operands(x)
         if weights is None:
             return None
@@ -112,7 +124,7 @@ class SiblingGroup:
         self.launches += 1
         kept = list(outs)
         kept[index] = None
-        self._state = (x, _version(x), kept)
+        self._state = (x, _version(x), kept, [_stamp(m) for m in self.members])
         return outs[index]
 
     def _operands(self, x: Any) -> tuple[list[Any] | None, list[Any]]:
