@@ -1,7 +1,9 @@
-"""Sibling projections at M = 1 in one launch (families/gemm/kernels_siblings.py) against the
-same GEMMs one by one (issue 18: decode end to end).
+"""Sibling projections at M = 1 (and, with --rows, 2-16: the kernel's tensor-core path) in one
+launch (families/gemm/kernels_siblings.py) against the same GEMMs one by one (issue 18: decode
+end to end).
 
     PYTHONPATH=src:bench python bench/siblings_gemv.py --out siblings_gemv.json   # ~30 s
+    PYTHONPATH=src:bench python bench/siblings_gemv.py --rows 1,4,8,16 --dtypes bfloat16 --out s.json
 
 Per group (Llama-3-8B q/k/v and gate/up, Qwen2-7B q/k/v with bias, a BERT-base and a small
 decoder's q/k/v), fp16 and bf16 where said, weights cold (copies rotated past 2x the L2), each arm
@@ -27,11 +29,12 @@ GROUPS = {"llama3-8b qkv": (4096, (4096, 1024, 1024), False), "llama3-8b gate/up
           "small decoder qkv": (1024, (1024, 256, 256), False), "llama3-70b qkv": (8192, (8192, 1024, 1024), False)}
 
 
-# (BN, BK, warps, stages) besides kernels_siblings.tile's
+# (BN, BK, warps, stages) besides kernels_siblings.tile's: one row (FMA slabs), 2-16 rows (tl.dot: BN >= 16)
 TILES = ((8, 512, 4, 5), (32, 256, 8, 4), (16, 512, 4, 4), (8, 256, 2, 6), (16, 256, 4, 3))
+TILES_MMA = ((16, 128, 1, 6), (32, 256, 2, 4), (16, 512, 2, 4), (32, 128, 1, 5), (64, 128, 4, 4))
 
 
-def one(name: str, dtype_name: str) -> dict:
+def one(name: str, dtype_name: str, m: int = 1) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -48,19 +51,19 @@ def one(name: str, dtype_name: str) -> dict:
     bias = [torch.randn(n, device="cuda", dtype=dtype, generator=gen) if has_bias else None for n in ns]
     cats = [torch.cat(ws) for ws in sets]
     bcat = torch.cat(bias) if has_bias else None
-    x = (torch.rand(1, k, device="cuda", generator=gen) * 2 - 1).to(dtype)
+    x = (torch.rand(m, k, device="cuda", generator=gen) * 2 - 1).to(dtype)
     refs = [x.double() @ w.double().t() + (b.double() if b is not None else 0) for w, b in zip(sets[0], bias)]
-    outs = [torch.empty(1, n, device="cuda", dtype=dtype) for n in ns]
+    outs = [torch.empty(m, n, device="cuda", dtype=dtype) for n in ns]
     arms = {
         "torch": lambda i: [F.linear(x, w, b) for w, b in zip(sets[i], bias)],
         "tunedb": lambda i: [ops.gemm(x, w) if b is None else ops.gemm_act(x, w, b, "none") for w, b in zip(sets[i], bias)],
         "cat": lambda i: F.linear(x, cats[i], bcat).split(list(ns), -1),
-        "siblings": lambda i: (kernels_siblings.launch(x.view(-1), sets[i], bias, [o.view(-1) for o in outs]), outs)[1],
+        "siblings": lambda i: (kernels_siblings.launch(x, sets[i], bias, outs), outs)[1],
     }
-    for t in TILES:
+    for t in (TILES if m == 1 else TILES_MMA):
         arms["siblings " + "x".join(map(str, t))] = (lambda t: lambda i: (kernels_siblings.launch(
-            x.view(-1), sets[i], bias, [o.view(-1) for o in outs], tiles=t), outs)[1])(t)
-    row = {"group": name, "dtype": dtype_name, "K": k, "N": list(ns), "MB": round(nbytes / 1e6, 1), "arms": {}}
+            x, sets[i], bias, outs, tiles=t), outs)[1])(t)
+    row = {"group": name, "dtype": dtype_name, "M": m, "K": k, "N": list(ns), "MB": round(nbytes / 1e6, 1), "arms": {}}
     calls = max(16, copies)
     for arm, fn in arms.items():
         try:
@@ -91,13 +94,23 @@ def line(r: dict) -> str:
     x = f"{t['sep_us'] / s['sep_us']:.3f}" if "sep_us" in t and "sep_us" in s else "-"
     tu = a.get("tunedb", {})
     xt = f"{tu['sep_us'] / s['sep_us']:.3f}" if "sep_us" in tu and "sep_us" in s else "-"
-    return f"| {r['group']} | {r['dtype']} | {r['MB']} | " + " | ".join(cells) + f" | {x} | {xt} |"
+    return f"| {r['group']} | {r['dtype']} | {r.get('M', 1)} | {r['MB']} | " + " | ".join(cells) + f" | {x} | {xt} |"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="siblings_gemv.json")
+    ap.add_argument("--rows", default="1", help="comma-separated rows M (1-16)")
+    ap.add_argument("--dtypes", default="", help="comma-separated torch dtypes (default: fp16, and bf16 for Llama)")
+    ap.add_argument("--groups", default="", help="comma-separated group names (default: all)")
     args = ap.parse_args()
+    rows_m = [int(v) for v in args.rows.split(",")]
+    if not all(1 <= v <= 16 for v in rows_m):
+        ap.error(f"--rows takes 1 to 16, got {args.rows!r}")
+    groups = [g for g in args.groups.split(",") if g] or list(GROUPS)
+    bad = [g for g in groups if g not in GROUPS]
+    if bad:
+        ap.error(f"unknown group(s) {bad}; groups are {list(GROUPS)}")
     import torch
     import triton
 
@@ -108,12 +121,15 @@ def main() -> None:
     rows = []
     with settings.override(USER_DB="off"):
         selector.reload()
-        for name in GROUPS:
-            for dt in (("float16", "bfloat16") if name.startswith("llama3-8b") else ("float16",)):
-                rows.append(one(name, dt))
-                Path(args.out).write_text(json.dumps({"rows": rows}, indent=1))
-    print("| group | dtype | MB | torch sep / b2b us | tunedb | cat | siblings | siblings x torch (sep) | x tunedb |")
-    print("|---|---|---|---|---|---|---|---|---|")
+        for name in groups:
+            dts = args.dtypes.split(",") if args.dtypes else (
+                ("float16", "bfloat16") if name.startswith("llama3-8b") else ("float16",))
+            for dt in dts:
+                for m in rows_m:
+                    rows.append(one(name, dt, m))
+                    Path(args.out).write_text(json.dumps({"rows": rows}, indent=1))
+    print("| group | dtype | M | MB | torch sep / b2b us | tunedb | cat | siblings | siblings x torch (sep) | x tunedb |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(line(r))
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
@@ -123,7 +139,7 @@ def main() -> None:
         best = min((a for a in r["arms"] if a.startswith("siblings") and "sep_us" in r["arms"][a]),
                    key=lambda a: r["arms"][a]["sep_us"], default=None)
         if best:
-            print(r["group"], r["dtype"], "best siblings tile", best, round(r["arms"][best]["sep_us"], 2),
+            print(r["group"], r["dtype"], "M", r.get("M", 1), "best siblings tile", best, round(r["arms"][best]["sep_us"], 2),
                   "x torch", round(r["arms"]["torch"]["sep_us"] / r["arms"][best]["sep_us"], 3))
     print(env)
 

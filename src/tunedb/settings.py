@@ -202,10 +202,24 @@ SIBLINGS = Setting(
     "alone. Read when optimize() runs.",
     ("0", "1"),
 )
+
+
+def _rows_value(value: str) -> str | None:
+    ok = value.isascii() and value.isdigit() and 1 <= int(value) <= 16
+    return None if ok else "is not a whole number from 1 to 16"
+
+
+SIBLING_ROWS = Setting(
+    "TUNEDB_SIBLING_ROWS", "1",
+    "The most rows (batch x tokens) at which a sibling group runs as one launch: '1' (measured: "
+    "decode batch 1); 2-16 add the group's tensor-core path (not yet measured on a GPU). Read when "
+    "optimize() runs.",
+    check=_rows_value,
+)
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, LEAVE_UNMEASURED, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
                             EAGER_FALLBACK, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
-                            CHECK_INPUTS, CHAIN_PDL, SIBLINGS)
+                            CHECK_INPUTS, CHAIN_PDL, SIBLINGS, SIBLING_ROWS)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -309,6 +323,10 @@ def chain_pdl_enabled() -> bool:
 
 def siblings_enabled() -> bool:
     return SIBLINGS.on()
+
+
+def sibling_rows() -> int:
+    return int(SIBLING_ROWS.raw())
 
 
 def measure_ahead_enabled() -> bool:

@@ -104,3 +104,44 @@ def test_a_transformers_llama_decode_step(monkeypatch):
     ids = torch.randint(0, 1000, (1, 1), device="cuda")
     with torch.no_grad():
         torch.testing.assert_close(model(ids).last_hidden_state, plain(ids).last_hidden_state, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m", [2, 4, 8, 16])
+@pytest.mark.parametrize("k,ns,bias", [(4096, (4096, 1024, 1024), False), (4096, (14336, 14336), False),
+                                       (1000, (333, 17, 65), True)])
+def test_the_tensor_core_path_matches_fp64(dt, m, k, ns, bias):
+    """2-16 rows (TUNEDB_SIBLING_ROWS > 1): every row of every member against fp64, rows past M
+    never written (the outputs are exactly [M, N_g])."""
+    g = torch.Generator(device="cuda").manual_seed(k + m)
+    x = torch.randn(m, k, device="cuda", dtype=dt, generator=g)
+    ws = [torch.randn(n, k, device="cuda", dtype=dt, generator=g) * k ** -0.5 for n in ns]
+    bs = [torch.randn(n, device="cuda", dtype=dt, generator=g) for n in ns] if bias else [None] * len(ns)
+    outs = [torch.full((m + 1, n), float("nan"), device="cuda", dtype=dt) for n in ns]  # a guard row after M
+    kernels_siblings.launch(x, ws, bs, [o[:m] for o in outs])
+    for w, b, o in zip(ws, bs, outs):
+        ref = x.double() @ w.double().t() + (b.double() if b is not None else 0)
+        assert (o[:m].double() - ref).abs().max().item() <= _bound(ref, dt)
+        assert torch.isnan(o[m]).all()
+
+
+def test_sixteen_rows_through_optimize_in_a_graph(monkeypatch):
+    monkeypatch.setenv("TUNEDB_SIBLING_ROWS", "16")
+    torch.manual_seed(0)
+    model = nn.Sequential(Attn(d=1024, kv=256, bias=False)).cuda().to(torch.bfloat16).eval()
+    ref = copy.deepcopy(model)
+    _optimized(monkeypatch, model)
+    group = model[0].q_proj.__dict__["_siblings"][0]
+    static = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        model(static)
+        before = group.launches
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = model(static)
+        assert group.launches == before + 1
+        for _ in range(3):
+            static.copy_(torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16))
+            graph.replay()
+            torch.testing.assert_close(out, ref(static), rtol=3e-2, atol=3e-2)

@@ -41,12 +41,14 @@ class _Fake:
     def __init__(self) -> None:
         self.launches = 0
 
-    def site_for(self, ns, k, has_bias, acts, *_, **__):
+    def site_for(self, ns, k, has_bias, acts, interpret=False, tiles=None, m=1):
+        self.rows = m
+
         def site(grid, x, *ptrs):
             self.launches += 1
             for i, a in enumerate(acts):
-                y = torch.nn.functional.linear(x, ptrs[i], ptrs[6 + i] if has_bias else None)
-                ptrs[3 + i].copy_({"none": y, "silu": torch.nn.functional.silu(y)}[a])
+                y = torch.nn.functional.linear(x.view(m, k), ptrs[i], ptrs[6 + i] if has_bias else None)
+                ptrs[3 + i].copy_({"none": y, "silu": torch.nn.functional.silu(y)}[a].view(-1))
         return site, (1,)
 
 
@@ -168,21 +170,26 @@ def _interpreted() -> list:
     failures = []
     acts = {"none": lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu,
             "gelu": torch.nn.functional.gelu, "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}
-    for k, ns, bias, dt, names in ((64, (40, 16, 16), False, torch.float16, ("none", "silu", "relu")),
-                                   (300, (33, 17), True, torch.float16, ("gelu", "none")),
-                                   (8, (5, 7, 9), True, torch.float16, ("none", "none", "gelu_tanh")),
-                                   (512, (48, 48), False, torch.float16, ("silu", "none"))):
-        x = torch.randn(k, dtype=dt)
+    # (K, N's, bias, dtype, activations, rows): one row (the FMA slabs) and 2-16 rows (the
+    # tensor-core path: rows past M masked), odd N and K; fp16 (the interpreter's bf16 dot is wrong)
+    for k, ns, bias, dt, names, m in ((64, (40, 16, 16), False, torch.float16, ("none", "silu", "relu"), 1),
+                                      (300, (33, 17), True, torch.float16, ("gelu", "none"), 1),
+                                      (8, (5, 7, 9), True, torch.float16, ("none", "none", "gelu_tanh"), 1),
+                                      (512, (48, 48), False, torch.float16, ("silu", "none"), 1),
+                                      (72, (40, 16, 24), True, torch.float16, ("none", "silu", "none"), 2),
+                                      (300, (33, 17), False, torch.float16, ("gelu", "relu"), 5),
+                                      (8, (5, 7, 9), True, torch.float16, ("none", "none", "gelu_tanh"), 16)):
+        x = torch.randn(m, k, dtype=dt) if m > 1 else torch.randn(k, dtype=dt)
         ws = [torch.randn(n, k, dtype=dt) for n in ns]
         bs = [torch.randn(n, dtype=dt) for n in ns] if bias else [None] * len(ns)
-        outs = [torch.full((n,), float("nan"), dtype=dt) for n in ns]
+        outs = [torch.full((*x.shape[:-1], n), float("nan"), dtype=dt) for n in ns]
         kernels_siblings.launch(x, ws, bs, outs, list(names), interpret=True)
         for w, b, o, a in zip(ws, bs, outs, names):
-            ref = acts[a](w.double() @ x.double() + (b.double() if b is not None else 0))
+            ref = acts[a](x.double() @ w.double().t() + (b.double() if b is not None else 0))
             err = (o.double() - ref).abs().max().item()
             bound = 4 * (ref.to(dt).double() - ref).abs().max().item() + 1e-3 * ref.abs().max().item()
             if not err <= bound:
-                failures.append(f"K={k} N={w.shape[0]} bias={bias} act={a}: {err:.3g} > {bound:.3g}")
+                failures.append(f"M={m} K={k} N={w.shape[0]} bias={bias} act={a}: {err:.3g} > {bound:.3g}")
     return failures
 
 
@@ -259,3 +266,25 @@ def test_a_few_deep_rows_run_alone(fake):
     g = siblings.SiblingGroup([patching.TunedLinear(m) for m in lins])
     g._arch_ok = True
     assert g.call(0, torch.randn(1, 4096, dtype=torch.float16)) is None and fake.launches == 0
+
+
+def test_more_rows_group_only_up_to_the_setting_read_at_optimize(fake, monkeypatch):
+    """TUNEDB_SIBLING_ROWS (default 1): a group takes calls of up to that many rows; its outputs
+    keep the caller's leading shape; past it, or with the default, each member runs alone."""
+    g, members = _group(bias=True)
+    x = torch.randn(2, 3, 16, dtype=torch.float16)  # six rows
+    assert g.call(0, x) is None and fake.launches == 0  # default: one row
+    g.max_rows = 16
+    ys = [g.call(i, x) for i in range(3)]
+    assert fake.launches == 1 and fake.rows == 6
+    for m, y in zip(members, ys):
+        assert y.shape == (2, 3, m.out_features) and y.is_contiguous()
+        torch.testing.assert_close(y, torch.nn.functional.linear(x, m.weight, m.bias))
+    assert g.call(0, torch.randn(17, 16, dtype=torch.float16)) is None  # past the kernel's 16
+    monkeypatch.setenv("TUNEDB_SIBLING_ROWS", "8")
+    monkeypatch.setattr(patching, "_TorchEverywhere", lambda: (lambda linear, act: None))
+    model = tunedb.optimize(nn.Sequential(Attn()))
+    assert model[0].q_proj.__dict__["_siblings"][0].max_rows == 8
+    monkeypatch.setenv("TUNEDB_SIBLING_ROWS", "17")
+    with pytest.raises(tunedb.errors.SettingsError, match="TUNEDB_SIBLING_ROWS='17'"):
+        tunedb.optimize(nn.Sequential(Attn()))

@@ -125,8 +125,9 @@ def test_the_swap_decisions_never_swallow_a_bad_setting():
     import torch
 
     from tunedb.families.gemm import patching as gemm_patching
-    from tunedb.runtime import patching
+    from tunedb.runtime import patching, selector
 
+    selector.reload()  # an earlier optimize() in this process memoised the arch and tiers (no setting read)
     with settings.override(MODEL_FALLBACK="maybe"):
         with pytest.raises(SettingsError, match="TUNEDB_MODEL_FALLBACK"):
             patching._measured("linalg")

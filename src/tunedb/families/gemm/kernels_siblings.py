@@ -11,7 +11,14 @@ K-contiguous bytes by a pipelined loop (`tl.range` with num_stages: cp.async pro
 STAGES - 1 tiles); the products are accumulated in [BN, BK] fp32 registers and summed once after
 the loop (the `gv` kernel's `_lr` form, kernels_gemv.py). Rows past N_g are clamped for the loads
 and masked for the store; bias and activation are the family's epilogue (kernels_common.py), in
-fp32 before the one rounding. Imports triton, never torch.
+fp32 before the one rounding.
+
+Rows 2..16 (MP = 16, the tensor-core path): x is [M, K] and each y_g [M, N_g]; a program's slab
+is BN rows of W_g and one tensor-core dot per K tile, tl.dot(x tile [16, BK], W tile^T), with
+x's rows past M masked (zero-filled, never read), as the `gv` kernel's `_mma` configs
+(kernels_gemv.py; session 33 measured its one-warp 16-row slab the best `gv` at M = 4-16 on
+three of four Llama weights). Not measured as a group yet: siblings.py launches it only under
+TUNEDB_SIBLING_ROWS > 1. Imports triton, never torch.
 """
 from __future__ import annotations
 
@@ -42,37 +49,77 @@ def _slab(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, K, HAS_BIAS: tl.constexpr, ACT: tl
     tl.store(y_ptr + rows[None, :], y.to(y_ptr.dtype.element_ty), mask=row_ok[None, :])
 
 
+@triton.jit
+def _slab_mma(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+              BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, MP: tl.constexpr):
+    rows = blk * BN + tl.arange(0, BN)
+    row_ok = rows < n
+    rows_in = tl.where(row_ok, rows, 0).to(tl.int64)
+    ms = tl.arange(0, MP)
+    m_ok = ms < M
+    offs_k = tl.arange(0, BK)
+    w_ptrs = w_ptr + rows_in[:, None] * K + offs_k[None, :]
+    x_ptrs = x_ptr + ms[:, None].to(tl.int64) * K + offs_k[None, :]
+    acc = tl.zeros((MP, BN), dtype=tl.float32)
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
+        k_ok = offs_k < K - k0
+        w = tl.load(w_ptrs + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
+        xv = tl.load(x_ptrs + k0, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        acc = tl.dot(xv, tl.trans(w), acc)
+    y = epilogue(acc, b_ptr, rows, n, HAS_BIAS, ACT)
+    tl.store(y_ptr + ms[:, None].to(tl.int64) * n + rows[None, :], y.to(y_ptr.dtype.element_ty),
+             mask=m_ok[:, None] & row_ok[None, :])
+
+
+@triton.jit
+def _member(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr, STAGES: tl.constexpr, MP: tl.constexpr):
+    if MP == 1:
+        _slab(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, K, HAS_BIAS, ACT, BN, BK, STAGES)
+    else:
+        _slab_mma(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS, ACT, BN, BK, STAGES, MP)
+
+
 # K stays specialised: its divisibility by 16 is what lets the W rows load as 16-byte vectors
-@triton.jit(do_not_specialize=("N0", "N1", "N2", "NB0", "NB1"))
+@triton.jit(do_not_specialize=("N0", "N1", "N2", "NB0", "NB1", "M"))
 def siblings_kernel(x_ptr, w0_ptr, w1_ptr, w2_ptr, y0_ptr, y1_ptr, y2_ptr, b0_ptr, b1_ptr, b2_ptr,
-                    N0, N1, N2, NB0, NB1, K, HAS_BIAS: tl.constexpr, ACT0: tl.constexpr, ACT1: tl.constexpr,
-                    ACT2: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+                    N0, N1, N2, NB0, NB1, M, K, HAS_BIAS: tl.constexpr, ACT0: tl.constexpr, ACT1: tl.constexpr,
+                    ACT2: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+                    MP: tl.constexpr = 1):
     pid = tl.program_id(0)
     if pid < NB0:
-        _slab(x_ptr, w0_ptr, y0_ptr, b0_ptr, N0, pid, K, HAS_BIAS, ACT0, BN, BK, STAGES)
+        _member(x_ptr, w0_ptr, y0_ptr, b0_ptr, N0, pid, M, K, HAS_BIAS, ACT0, BN, BK, STAGES, MP)
     elif pid < NB0 + NB1:  # with two siblings every program past NB0 (the grid is NB0 + NB1)
-        _slab(x_ptr, w1_ptr, y1_ptr, b1_ptr, N1, pid - NB0, K, HAS_BIAS, ACT1, BN, BK, STAGES)
+        _member(x_ptr, w1_ptr, y1_ptr, b1_ptr, N1, pid - NB0, M, K, HAS_BIAS, ACT1, BN, BK, STAGES, MP)
     else:
-        _slab(x_ptr, w2_ptr, y2_ptr, b2_ptr, N2, pid - NB0 - NB1, K, HAS_BIAS, ACT2, BN, BK, STAGES)
+        _member(x_ptr, w2_ptr, y2_ptr, b2_ptr, N2, pid - NB0 - NB1, M, K, HAS_BIAS, ACT2, BN, BK, STAGES, MP)
 
 
-def tile(k: int) -> tuple[int, int, int, int]:
-    """(BN, BK, warps, stages): the shipped gemm table's M=1 pick at the Llama widths
-    (`gv1_n16x256_w4_s5_lr`), BK narrowed to K's power of two below 256."""
+MAX_ROWS = 16  # the tensor-core path's tile height
+
+
+def tile(k: int, m: int = 1) -> tuple[int, int, int, int]:
+    """(BN, BK, warps, stages). One row: the shipped gemm table's M=1 pick at the Llama widths
+    (`gv1_n16x256_w4_s5_lr`); 2-16 rows: the `gv` lane's one-warp 16-row tensor-core slab
+    (`gv1_n16x256_w1_s5_mma`). BK narrowed to K's power of two below 256 (16 at least: tl.dot's)."""
     bk = 256
     while bk > 16 and bk > k:
         bk //= 2
-    return 16, bk, 4, 5
+    return (16, bk, 4, 5) if m == 1 else (16, bk, 1, 5)
 
 
 def launch(x, weights, biases, outs, acts=None, interpret: bool = False,
            tiles: tuple[int, int, int, int] | None = None) -> None:
-    """siblings_kernel over x [K] (contiguous), weights [N_g, K] and outs [N_g] (contiguous; biases
-    [N_g] or all None; acts: each output's activation, a name of ACT_CODES, default none), one
-    launch; `tiles` (BN, BK, warps, stages) in place of tile(K)."""
+    """siblings_kernel over x [M, K] or [K] (contiguous, M <= 16), weights [N_g, K] and outs
+    [M, N_g] or [N_g] (contiguous; biases [N_g] or all None; acts: each output's activation, a
+    name of ACT_CODES, default none), one launch; `tiles` (BN, BK, warps, stages) in place of tile()."""
+    k = x.shape[-1]
+    m = x.numel() // k
+    if not 1 <= m <= MAX_ROWS:
+        raise ValueError(f"siblings_kernel takes 1 to {MAX_ROWS} rows of x, got {m} (x {list(x.shape)})")
     ns = tuple(w.shape[0] for w in weights)
-    site, grid = site_for(ns, x.shape[-1], biases[0] is not None, tuple(acts or ("none",) * len(ns)), interpret, tiles)
-    site(grid, *varying(x, weights, biases, outs))
+    site, grid = site_for(ns, k, biases[0] is not None, tuple(acts or ("none",) * len(ns)), interpret, tiles, m)
+    site(grid, *varying(x.view(-1), weights, biases, [o.view(-1) for o in outs]))
 
 
 def varying(x, weights, biases, outs) -> tuple:
@@ -86,17 +133,18 @@ def varying(x, weights, biases, outs) -> tuple:
 
 @functools.lru_cache(maxsize=256)
 def site_for(ns: tuple[int, ...], k: int, has_bias: bool, acts: tuple[str, ...], interpret: bool = False,
-             tiles: tuple[int, int, int, int] | None = None) -> tuple[Any, tuple[int]]:
-    """(launch site, grid) of one group's shapes: the sizes are fixed arguments, the tensors vary
-    (triton_launch.Site: the compiled binary called without JITFunction.run's per-call binding,
-    tens of microseconds of host time a launch)."""
+             tiles: tuple[int, int, int, int] | None = None, m: int = 1) -> tuple[Any, tuple[int]]:
+    """(launch site, grid) of one group's shapes at m rows: the sizes are fixed arguments, the
+    tensors vary (triton_launch.Site: the compiled binary called without JITFunction.run's
+    per-call binding, tens of microseconds of host time a launch)."""
     from tunedb.families.gemm.triton_launch import Site
 
-    bn, bk, warps, stages = tiles or tile(k)
+    bn, bk, warps, stages = tiles or tile(k, m)
     nbs = [triton.cdiv(n, bn) for n in ns]
     full = list(ns) + [ns[-1]] * (3 - len(ns))
     codes = [ACT_CODES[a] for a in acts] + [0] * (3 - len(acts))
     constexprs = {"HAS_BIAS": has_bias, "ACT0": codes[0], "ACT1": codes[1], "ACT2": codes[2], "BN": bn, "BK": bk,
-                  "STAGES": stages, **({} if interpret else {"num_warps": warps, "num_stages": stages})}
-    site = Site(siblings_kernel, (full[0], full[1], full[2], nbs[0], nbs[1], k), constexprs)
+                  "STAGES": stages, "MP": 1 if m == 1 else MAX_ROWS,
+                  **({} if interpret else {"num_warps": warps, "num_stages": stages})}
+    site = Site(siblings_kernel, (full[0], full[1], full[2], nbs[0], nbs[1], m, k), constexprs)
     return site, (sum(nbs),)

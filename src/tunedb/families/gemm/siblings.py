@@ -1,5 +1,6 @@
 """Sibling projections in one launch: optimize()'s groups of TunedLinears that a module's code
-calls on the same tensor (sibling_source.py), run at one row as kernels_siblings.py's one launch.
+calls on the same tensor (sibling_source.py), run at one row (up to TUNEDB_SIBLING_ROWS rows) as
+kernels_siblings.py's one launch.
 
 Why: at decode batch 1 each projection is a weight stream with a fixed cost its bytes do not
 pay (launch, ramp-up, tail). Measured on the H200 at M=1 (BENCHMARKS.md, session 35,
@@ -8,7 +9,8 @@ against 27.0 us for three cuBLAS calls and 21.4 us for tunedb's tuned calls one 
 for one cuBLAS call over a concatenated copy of the weights); gate/up 55.6 against 61.8; Qwen2-7B
 q/k/v with bias 10.8 against 25.4; BERT-base q/k/v 4.1 against 14.0.
 
-How a call runs: the first member called with a one-row CUDA tensor x (fp16/bf16, contiguous;
+How a call runs: the first member called with a one-row CUDA tensor x (or up to
+TUNEDB_SIBLING_ROWS rows, the kernel's tensor-core path, not yet measured: default 1; fp16/bf16, contiguous;
 every member's weight of x's dtype, contiguous, on x's device; biases all present or all absent;
 no gradient, tracer, mode or autocast: TunedLinear's fast-path conditions) computes every
 member's output in one launch, returns its own and keeps the others for x. A member then called
@@ -67,9 +69,11 @@ def report_lines() -> list[str]:
     if not groups:
         return []
     names = sorted({"+".join(g.names) for g in groups})
+    rows = max(g.max_rows for g in groups)
+    at = "one row" if rows == 1 else f"up to {rows} rows"
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     return [f"siblings: {len(groups)} group(s) of projections called on one tensor ({shown}) run as one launch "
-            f"at one row; {sum(g.launches for g in groups)} such launch(es) so far (TUNEDB_SIBLINGS=0: each alone)"]
+            f"at {at}; {sum(g.launches for g in groups)} such launch(es) so far (TUNEDB_SIBLINGS=0: each alone)"]
 
 
 class SiblingGroup:
@@ -78,9 +82,10 @@ class SiblingGroup:
     outputs, each member's weight and bias as read), replaced whole, so a thread reading it sees
     one launch's outputs or none."""
 
-    def __init__(self, members: list[Any], names: tuple[str, ...] = ()) -> None:
+    def __init__(self, members: list[Any], names: tuple[str, ...] = (), max_rows: int = 1) -> None:
         self.members = members
         self.names = names  # the members' attribute names (the report)
+        self.max_rows = max_rows  # TUNEDB_SIBLING_ROWS when optimize() ran
         self.launches = 0
         self._site: tuple[Any, Any, Any] | None = None  # (shapes key, launch site, grid) of the last launch
         self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
@@ -88,10 +93,10 @@ class SiblingGroup:
         _LIVE.add(self)
 
     def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs or sites
-        return {"members": self.members, "names": self.names}
+        return {"members": self.members, "names": self.names, "max_rows": self.max_rows}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["members"], tuple(state.get("names", ())))
+        self.__init__(state["members"], tuple(state.get("names", ())), state.get("max_rows", 1))
 
     def call(self, index: int, x: Any) -> Any:
         """Member `index`'s output for x from the group, or None: the member runs alone."""
@@ -114,11 +119,13 @@ class SiblingGroup:
 
         lead = x.shape[:-1]
         outs = [torch.empty(*lead, w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
-        key = (tuple(w.shape[0] for w in weights), x.shape[-1], biases[0] is not None)
-        if self._site is None or self._site[0] != key:  # the shapes change only with the weights
+        k = x.shape[-1]
+        key = (tuple(w.shape[0] for w in weights), k, biases[0] is not None, x.numel() // k)
+        if self._site is None or self._site[0] != key:  # the shapes change with the weights and rows
             # the members' fused activations are fixed at their swap (read here, not in __init__: an
             # unpickled group's members are not restored yet when it is)
-            self._site = (key, *kernels_siblings.site_for(*key, tuple(m.act for m in self.members)))
+            acts = tuple(m.act for m in self.members)
+            self._site = (key, *kernels_siblings.site_for(key[0], k, key[2], acts, False, None, key[3]))
         _, site, grid = self._site
         site(grid, *kernels_siblings.varying(x.view(-1), weights, biases, [o.view(-1) for o in outs]))
         self.launches += 1
@@ -129,7 +136,7 @@ class SiblingGroup:
 
     def _operands(self, x: Any) -> tuple[list[Any] | None, list[Any]]:
         k = x.shape[-1] if x.dim() else -1
-        if x.dtype not in _DTYPES or x.numel() != k or k < 1 or not x.is_contiguous():
+        if x.dtype not in _DTYPES or k < 1 or not x.numel() or x.numel() > k * self.max_rows or not x.is_contiguous():
             return None, []
         weights, biases = [], []
         for m in self.members:
@@ -169,6 +176,7 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
     runs F.linear as the Linear did. Members already grouped (optimize() run again) stay."""
     if not settings.siblings_enabled():
         return 0
+    max_rows = settings.sibling_rows()
     held = holders(model)
     outside: list[frozenset[str] | None] = []  # read at the first candidate group (parses the model's sources)
     made = 0
@@ -190,7 +198,7 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
                     members[i] = tuned_cls(m)
                     members[i].__dict__["_as_written"] = True
                     setattr(parent, n, members[i])
-            group = SiblingGroup(members, tuple(names))
+            group = SiblingGroup(members, tuple(names), max_rows)
             for i, m in enumerate(members):
                 m.__dict__["_siblings"] = (group, i)
             made += 1
