@@ -326,7 +326,7 @@ def siblings_enabled() -> bool:
 
 
 def sibling_rows() -> int:
-    return int(SIBLING_ROWS.raw())
+    return int(SIBLING_ROWS.raw() or SIBLING_ROWS.default)  # set but empty: the default
 
 
 def measure_ahead_enabled() -> bool:
@@ -356,7 +356,7 @@ def compile_jobs() -> int | None:
 
 
 def compile_mem_mb() -> int:
-    return int(COMPILE_MEM_MB.raw())
+    return int(COMPILE_MEM_MB.raw() or COMPILE_MEM_MB.default)  # set but empty: the default
 
 
 @contextlib.contextmanager

@@ -61,6 +61,10 @@ class LoggedRun:
             self._arms.setdefault((m.signature, m.m), {})[m.config_id] = None
             self._logged.setdefault((m.signature, m.m, m.config_id), []).append(m)
 
+    def simulated(self) -> bool:
+        """Whether the run answering was timed by the --simulate build's fake timer."""
+        return any(dict(r.measurement.env).get("timer") == "fake" for r in self._runs[self.run_id])
+
     def use_latest_covering(self, points: Sequence[tuple[Signature, int]]) -> None:
         """Answer from the latest run that measured every point (none: stay on the latest run,
         whose first missing point stops the replay)."""

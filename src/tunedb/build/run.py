@@ -197,6 +197,12 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     if logged is not None:
         plans = replay.replan(plans, logged)  # picks the run, whose provenance names its arch
         logged.check_arch(arch.arch_family)
+        if logged.simulated():  # a --simulate build's log: its entries are simulated as that build's were
+            what = f"--replay of a simulated log ({opts.replay})"
+            buildsteps.check_simulated_out(opts, what)
+            opts = dataclasses.replace(opts, simulate=True)
+            if not opts.fresh and not opts.dry_run and existing is not None:
+                buildsteps.refuse_simulated_merge(target, existing)
     result = BuildResult(plans, skipped=tuple(s.format() for s in by_census[2]))
     result.triton_cache = str(families.hook(family, "compiler_cache")() or "")
     result.prebuilt = len(compiled)

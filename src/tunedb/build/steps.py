@@ -300,11 +300,8 @@ def check_options(opts: Any, gpu: bool) -> None:
         raise BuildError(f"--thin needs --max-points N with N >= 2, got {opts.max_points}")
     if opts.top_k < 1:
         raise BuildError(f"top-k={opts.top_k} must be >= 1")
-    if opts.simulate and opts.out in ("system", "user"):
-        raise BuildError(f"--simulate refuses --out {opts.out}: a tier serves measured results only and "
-                         f"simulated ones are the cost model plus noise; write them to --out DIR")
-    if opts.simulate and not getattr(opts, "dry_run", False):
-        _refuse_tier_path(opts.out)
+    if opts.simulate:
+        check_simulated_out(opts, "--simulate")
     if getattr(opts, "replay", None) and (opts.simulate or opts.workers or opts.ray):
         raise BuildError("--replay rebuilds from a log's numbers: it takes no --simulate, --workers or --ray")
     if not (opts.simulate or opts.dry_run or gpu or getattr(opts, "replay", None)):
@@ -318,18 +315,31 @@ def prebuilt_configs(family: str, arch_family: str) -> set[str]:
     return set(hook(families.get(family), "prebuilt_configs")(arch_family) or ())
 
 
-def _refuse_tier_path(out: str) -> None:
+def check_simulated_out(opts: Any, what: str) -> None:
+    """BuildError when simulated entries (a --simulate build, or a replay of its log) would go to
+    a tier, by name or by a path inside its directory."""
+    if opts.out in ("system", "user"):
+        raise BuildError(f"{what} refuses --out {opts.out}: a tier serves measured results only and "
+                         f"simulated ones are the cost model plus noise; write them to --out DIR")
+    if not getattr(opts, "dry_run", False):
+        _refuse_tier_path(opts.out, what)
+
+
+def _refuse_tier_path(out: str, what: str = "--simulate") -> None:
     """BuildError when a --simulate build's --out lies inside a tier's directory (the user tier's
     or the shipped one's): written by path, simulated entries would merge into a file that serves
     measured ones, and the file's validators would become this machine's."""
-    out_path = Path(out).expanduser().resolve()
+    try:
+        out_path = Path(out).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise BuildError(f"--out {out} cannot be resolved: {exc}") from None
     for tier in database.TIERS:
         base = database.system_root() if tier == "system" else database.user_root()
         if base is None:
             continue
         base = Path(base).expanduser().resolve()
         if out_path == base or base in out_path.parents:
-            raise BuildError(f"--simulate refuses --out {out}: it lies in the {tier} tier ({base}), which serves "
+            raise BuildError(f"{what} refuses --out {out}: it lies in the {tier} tier ({base}), which serves "
                              f"measured results only; write simulated ones to a directory outside it")
 
 

@@ -173,7 +173,7 @@ def _checked_text(db: DatabaseFile, path: Path) -> str:
 
 
 def _read_for_merge(path: Path, kernel_family: str, arch_family: str) -> DatabaseFile | None:
-    if not path.exists():
+    if not os.path.lexists(path):  # a dangling link or a link loop is there: read (and refused)
         return None
     try:
         return schema.load(path, kernel_family, arch_family)

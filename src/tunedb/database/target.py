@@ -28,7 +28,7 @@ def check_target(path: Path, kernel_family: str, arch_family: str, *, fresh: boo
                             f"(--out DIR writes DIR/<arch>/<family>.json); {NOTHING_MEASURED}")
     if write:
         _check_writable(path)
-    if fresh or not path.exists():
+    if fresh or not os.path.lexists(path):  # a dangling link or a link loop is not "no file"
         return
     try:
         schema.load(path, kernel_family, arch_family)

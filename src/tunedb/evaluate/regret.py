@@ -11,8 +11,10 @@ are imported only by the functions that draw.
 from __future__ import annotations
 
 import bisect
+import io
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tunedb.records import Measurement, Region, Signature
@@ -339,5 +341,9 @@ def save_figure(path: str, ev: Evaluation | None, regions: Mapping[str, Sequence
     if regions:
         draw_regions(axes[i][0], regions, m_max)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    buf = io.BytesIO()  # the whole PNG first, then one atomic replace of the file
+    fig.savefig(buf, format="png", dpi=130)
     plt.close(fig)
+    from tunedb.database import write_atomic
+
+    write_atomic(Path(path), buf.getvalue())

@@ -22,6 +22,7 @@ other environment differences (SKU, torch, Triton, tunedb) warn and the file sti
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -30,7 +31,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from tunedb.buckets import bucket_of
 from tunedb.errors import AutotuneWarning, SignatureError
-from tunedb.database import write_atomic
+from tunedb.database import lock_path, write_atomic
+from tunedb.database.store import LOCK_TIMEOUT_S
 from tunedb.records import Signature
 
 VERSION = 3
@@ -110,9 +112,29 @@ class AutotuneCache:
         return {"version": VERSION, "env": self.env, "results": out}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the whole file atomically (temp file in the same folder + os.replace)."""
+        """Merge into the file and write it whole, atomically, under its lock: re-read what is
+        there (another process sharing the cache may have added results since this one loaded
+        it), keep those this cache lacks, write (temp file in the same folder + os.replace).
+        CacheRefused when the file there is not a usable cache (corrupt, another arch): it is
+        never overwritten."""
+        import filelock
+
         target = Path(path)
-        write_atomic(target, json.dumps(self.to_json(), indent=1) + "\n")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with filelock.FileLock(str(lock_path(target)), timeout=LOCK_TIMEOUT_S):
+                if os.path.lexists(target):  # a dangling link or a link loop is not "no file"
+                    theirs = AutotuneCache(self.env, self._bucket)
+                    with warnings.catch_warnings():  # load_into's warnings were given at open
+                        warnings.simplefilter("ignore", AutotuneWarning)
+                        theirs.load_into(target)
+                    for result in theirs.results():
+                        if result.m not in self._results.get(result.signature, {}).get(result.bucket, {}):
+                            self.add(result, mark_dirty=False)
+                write_atomic(target, json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n")
+        except filelock.Timeout:
+            raise CacheRefused(f"could not take the lock {lock_path(target)} within {LOCK_TIMEOUT_S:.0f} s; "
+                               f"another writer holds it") from None
         self.dirty = False
         return target
 
@@ -146,6 +168,26 @@ class AutotuneCache:
                           f"({'; '.join(diffs)}); its results still serve", AutotuneWarning, stacklevel=3)
         for result in loaded:
             self.add(result, mark_dirty=version != VERSION)
+
+
+def check_writable(path: Path) -> None:
+    """DatabaseError naming the cache path when its write at exit would fail: what the write does
+    first (the folder, its lock file beside it), done now, before anything is measured."""
+    from tunedb.errors import DatabaseError
+
+    path = Path(path)
+    if path.is_dir():
+        raise DatabaseError(f"autotune cache {path} is a directory; cache= takes a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock_path(path), "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise DatabaseError(f"autotune cache {path} cannot be written: {exc.filename or path.parent}: "
+                            f"{exc.strerror or exc}; pass cache= a writable path (or None)") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise DatabaseError(f"autotune cache {path} cannot be written: {path.parent} takes no new file; "
+                            f"pass cache= a writable path (or None)")
 
 
 def _parse(version: Any, results: dict[str, Any],
@@ -190,16 +232,40 @@ def _config(row: Any) -> str:
 
 def _ms(row: dict[str, Any]) -> float | None:
     ms = row.get("ms")
-    return float(ms) if ms is not None else None
+    if ms is None:
+        return None
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:
+        raise ValueError(f"time {ms!r} must be a finite number >= 0 (ms)")
+    return float(ms)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        seen[key] = value
+    return seen
 
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(), object_pairs_hook=_unique_keys,
+                          parse_constant=_no_constant)
     except (OSError, UnicodeDecodeError) as exc:
         raise CacheRefused(f"cannot read it: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise CacheRefused(f"not JSON ({exc})") from exc
+    except ValueError as exc:  # a duplicate key, NaN / Infinity
+        raise CacheRefused(f"not a valid cache ({exc})") from exc
+    except RecursionError:
+        raise CacheRefused("nested too deeply to read") from None
     if not isinstance(data, dict):
         raise CacheRefused(f"top level must be an object, got {type(data).__name__}")
+    if "version" in data and type(data["version"]) is not int:
+        raise CacheRefused(f"'version' must be a whole number, got {data['version']!r}")
     return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")

@@ -24,11 +24,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tunedb.errors import AutotuneWarning, CaptureActiveError
+from tunedb.errors import AutotuneWarning, CaptureActiveError, DatabaseError
 from tunedb.families.contract import hook
 from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signature
 from tunedb.runtime import launch_table, report
-from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result
+from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result, check_writable
 from tunedb.runtime.nogpu import warn_no_gpu
 from tunedb.runtime.launch_table import _capturing as capturing  # the runtime's one capture check
 from tunedb.runtime.selector import shipped_profile as selector_shipped
@@ -103,6 +103,7 @@ class Autotuner:
         self._left_ctx: Any = None  # measuring_guessed's context while active
         self._left_touched: list[Any] = []
         self._compiles: dict[str, Any] = {}  # family name -> compile_pool.CompilePool (or None)
+        self._published = False  # the last flush published winners
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -118,27 +119,41 @@ class Autotuner:
         if self.cache is not None:
             return self
         self.cache = AutotuneCache(environment(self.arch_family))
-        if self.path is not None and self.path.exists():
+        if self.path is not None and os.path.lexists(self.path):
             try:
                 self.cache.load_into(self.path)
             except CacheRefused as exc:
-                self.save_path = self.path.with_name(f"{self.path.stem}.{self.arch_family}{self.path.suffix}")
-                warnings.warn(f"autotune cache {self.path} not loaded: {exc}; it is left as it is, "
-                              f"and this run's results go to {self.save_path}", AutotuneWarning,
-                              stacklevel=3)
-                if self.save_path.exists():  # an earlier run's results here: keep building on them
-                    try:
-                        self.cache.load_into(self.save_path)
-                    except CacheRefused as again:
-                        warnings.warn(f"autotune cache {self.save_path} not loaded either: {again}; "
-                                      f"it will be overwritten", AutotuneWarning, stacklevel=3)
+                self.save_path = self._beside(exc)
         return self
+
+    def _beside(self, exc: CacheRefused) -> Path:
+        """Where this run's results go when the cache file is unusable (left as it is): the
+        first of <stem>.<arch><suffix>, <stem>.<arch>.2<suffix>, ... that is absent or loads
+        (an earlier run's results there: built on). An unusable file is never overwritten."""
+        path = self.path
+        assert path is not None
+        refused = [f"{path}: {exc}"]
+        for n in range(1, 100):
+            tag = self.arch_family if n == 1 else f"{self.arch_family}.{n}"
+            side = path.with_name(f"{path.stem}.{tag}{path.suffix}")
+            if not os.path.lexists(side):
+                break
+            try:
+                self.cache.load_into(side)
+                break
+            except CacheRefused as again:
+                refused.append(f"{side}: {again}")
+        warnings.warn(f"autotune cache not loaded ({'; '.join(refused)}); left as it is, and this run's "
+                      f"results go to {side}", AutotuneWarning, stacklevel=4)
+        return side
 
     def __enter__(self) -> "Autotuner":
         if self.enabled and self._on_gpu_only:
             warn_no_gpu("autotune", "every shape no tier covers takes the fallback and "
                         + (f"the cache {self.path} is not written" if self.path else "no result is kept"))
         self.open()
+        if self.save_path is not None:  # at the start, not after the measuring at exit
+            check_writable(self.save_path)
         self._ctx = launch_table.overriding(self.resolve)
         self._ctx.__enter__()
         # Linears optimize() left as written because no table measured them: their calls do not
@@ -164,21 +179,22 @@ class Autotuner:
             if ctx is not None:
                 ctx.__exit__(*exc)
         finally:
-            published = self.flush()
-            if published:  # a left Linear whose winner is a config is swapped in (optimize() again)
-                from tunedb.runtime import patching
+            try:
+                self.flush()
+            finally:
+                if self._published:  # a left Linear whose winner is a config is swapped in (optimize() again)
+                    from tunedb.runtime import patching
 
-                for model in self._left_touched:
-                    patching.swap_left(model)
+                    for model in self._left_touched:
+                        patching.swap_left(model)
 
     def flush(self) -> bool:
-        """Write the cache file (atomically) and publish new winners; safe to call twice. True
-        when winners were published (a new epoch serves them)."""
+        """Publish new winners and write the cache file (a locked, atomic merge); safe to call
+        twice. True when winners were published (a new epoch serves them). The publish comes
+        first: a cache file that cannot be written (DatabaseError, naming it) loses nothing else."""
         if self.cache is None:
             return False
-        if self.save_path is not None and self.cache.dirty:
-            self.cache.save(self.save_path)
-        published = bool(self.publish and self.measured and self._publish())
+        published = self._published = bool(self.publish and self.measured and self._publish())
         if published:
             from tunedb.runtime import selector
             selector.reload()  # the production path serves the new winners from here on
@@ -187,6 +203,13 @@ class Autotuner:
             if pool is not None:
                 pool.close()
         self._compiles = {}
+        if self.save_path is not None and self.cache.dirty:
+            try:
+                self.cache.save(self.save_path)
+            except (CacheRefused, OSError) as exc:
+                kept = "published to the user tier" if published else "not published (publish=False or none new)"
+                raise DatabaseError(f"autotune cache {self.save_path} not written: {exc}; this run's results "
+                                    f"were {kept}") from None
         return published
 
     def cannot_measure(self) -> str | None:

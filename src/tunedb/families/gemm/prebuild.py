@@ -80,6 +80,9 @@ def signatures_in(path: Path) -> list[Signature]:
         what = "is empty" if not text.strip() else f"is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         raise BuildError(f"census file {path} {what}; give a census (`tunedb census ... --out FILE`) "
                          f"or database file (JSON)") from exc
+    except RecursionError:
+        raise BuildError(f"census file {path} is nested too deeply to read; give a census or database "
+                         f"file (JSON)") from None
     out = {}
     for found in _SIG_TEXT.findall(text):
         try:

@@ -105,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
         if a not in configs.known_arches():
             raise BuildError(f"unknown --arch {a!r}: prebuild compiles for {', '.join(configs.known_arches())}")
     if args.census is not None and not args.census.is_file():
-        raise BuildError(f"census file {args.census} does not exist")
+        what = ("is a directory" if args.census.is_dir() else "is not a regular file" if args.census.exists()
+                else "does not exist")
+        raise BuildError(f"census file {args.census} {what}; give a census or database file (JSON)")
     planned = {a: _jobs_for_arch(args, a) for a in arches}
     reference = {j.config_id for jobs, _ in planned.values() for j in jobs}
     if "sm90" not in planned:

@@ -6,6 +6,7 @@ with "h". matplotlib is imported only here.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from tunedb.families.linalg import ladder, signatures
@@ -55,6 +56,10 @@ def draw(path: Path, deps: str = "native", arch: str = "sm90") -> tuple[int, int
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    buf = io.BytesIO()  # the whole PNG first, then one atomic replace of the file
+    fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
+    from tunedb.database import write_atomic
+
+    write_atomic(Path(path), buf.getvalue())
     return total, measured
