@@ -231,6 +231,24 @@ def test_siblings_left_as_written_join_their_group_and_run_as_nn_linear_otherwis
     assert list(model.state_dict()) == list(ref.state_dict())
 
 
+def test_siblings_left_as_written_stay_visible_and_serve_once_a_tier_does(monkeypatch):
+    """They keep the left-as-written mark (prewarm and autotune() measure them; the report lists
+    them) and, once a tier serves their key, optimize() run again (swap_left) serves them tuned."""
+    from tunedb.runtime import report
+
+    model = nn.Sequential(Attn(d=24, kv=8))
+    tunedb.optimize(model)
+    attn = model[0]
+    assert {n for n, m in attn.named_children() if report.LEFT_MARK in m.__dict__} == {"q_proj", "k_proj", "v_proj",
+                                                                                       "o_proj"}
+    monkeypatch.setattr(patching, "_TorchEverywhere", lambda: (lambda linear, act: None))  # a tier serves them now
+    tunedb.optimize(model)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        m = getattr(attn, name)
+        assert "_as_written" not in m.__dict__ and report.LEFT_MARK not in m.__dict__ and "_siblings" in m.__dict__
+    assert type(attn.o_proj) is patching.TunedLinear
+
+
 def test_inference_tensors_group_without_a_version_counter(fake):
     g, members = _group()
     with torch.inference_mode():

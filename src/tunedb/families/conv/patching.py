@@ -12,9 +12,12 @@ fusion_source.sequentials_called_whole):
   activation runs in the kernel's epilogue; the norm and activation modules pass their input
   through while the norm is in eval mode. In training mode the three run as before (the norm
   then uses batch statistics, which no folding can know), and so do calls no kernel serves (a CPU
-  or fp32 input, an unbatched one): conv, norm and activation as written, no fold. The fold is
-  cached per parameter version and eps; an in-place write through `.data` bumps no version and
-  is not seen (load_state_dict, an in-place op under no_grad or a new Parameter are).
+  or fp32 input, an unbatched one): conv, norm and activation as written, no fold. The three run
+  fused only while each still sits in its slot (module surgery after optimize() un-fuses them).
+  The fold is cached per parameter version and eps until the next optimizer step in the process
+  or training-mode call of the norm; an in-place write through `.data` bumps no version and is
+  not seen (load_state_dict, an in-place op under no_grad or a new Parameter are), nor is any
+  write between the replays of a CUDA graph captured with the fold (capture again).
 Only where each fused module is held in one place and no user hook watches it (module_rules): a
 fused module's own output is never produced, so its hooks, or a second caller, would get the
 fused result. Such a conv is still swapped, unfused.
@@ -36,18 +39,67 @@ PATCH_RULES = ("nn.Conv1d -> TunedConv1d (tunedb::conv1d)",
                "nn.Sequential(Conv1d, BatchNorm1d, SiLU|ReLU) -> TunedConv1d(folded norm, act) in eval mode")
 
 
-def _folded(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tensor]:
+_STEPS = [0]  # optimizer steps taken in this process (a fused step writes parameters unversioned)
+_HOOKED: list[Any] = []
+
+
+def _count_steps() -> None:
+    if not _HOOKED:  # at the first fold, not at import
+        def bump(*_: Any) -> None:
+            _STEPS[0] += 1
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        _HOOKED.append(register_optimizer_step_post_hook(bump))
+
+
+class _Fusion:
+    """Conv1d, BatchNorm1d and activation fused by optimize() in one nn.Sequential: each holds
+    this, and each runs fused only while all three still sit in the slots they were found in
+    (module surgery after optimize(): convert_sync_batchnorm, a slot set to nn.Identity or a new
+    norm, makes every one of them run as written). The fold cache lives here."""
+
+    def __init__(self, seq: Any, names: tuple[str, str, str], conv: Any, bn: Any, act: Any) -> None:
+        self.seq, self.names, self.conv, self.bn, self.act = seq, names, conv, bn, act
+        self.cache: tuple[Any, Any, Any] | None = None
+
+    def intact(self) -> bool:
+        if self.seq is None:
+            return False
+        m = self.seq._modules
+        return m.get(self.names[0]) is self.conv and m.get(self.names[1]) is self.bn and m.get(self.names[2]) is self.act
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "_Fusion":
+        import copy
+
+        if id(self.seq) not in memo:  # one module copied alone (fuse_conv_bn_eval's deepcopy): unfused
+            return _Fusion(None, self.names, None, None, None)
+        return _Fusion(memo[id(self.seq)], self.names, *(copy.deepcopy(m, memo) for m in (self.conv, self.bn, self.act)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "cache": None}
+
+
+def _fusion(module: Any) -> _Fusion | None:
+    """The module's fusion while it holds: None when it was never fused or no longer is."""
+    f = module.__dict__.get("_tunedb_fusion")
+    return f if f is not None and f.intact() else None
+
+
+def _folded(conv: nn.Module, bn: nn.BatchNorm1d, fusion: _Fusion) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight, bias) of conv followed by bn in eval mode, computed in fp32 once per version
     where no gradient is wanted, and per call where one is (the fold is then part of the graph
     that backward walks, and a cached graph would be freed by the first backward) or while a
-    compiler traces (the fold goes into its graph)."""
+    compiler traces (the fold goes into its graph). The cache also ends at any optimizer step in
+    the process (a fused step leaves the version counters as they were) and when the norm runs
+    in training mode (its running statistics are updated without one)."""
     parts = (conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in parts):
         return _fold(conv, bn)
     if torch.compiler.is_compiling():  # traced tensors (torch.export's fakes) have no data pointer
         return _fold(conv, bn)
-    key = (*((t.data_ptr(), t._version) if t is not None else None for t in parts), bn.eps)
-    cached = conv.__dict__.get("_tunedb_fold")
+    _count_steps()
+    key = (*((t.data_ptr(), t._version) if t is not None else None for t in parts), bn.eps, _STEPS[0])
+    cached = fusion.cache
     # the same tensors, not only the same addresses: a parameter replaced by a new tensor at the
     # freed one's address starts at version 0 too (the cache holds the old ones, by identity)
     if cached is not None and cached[0] == key and all(a is b for a, b in zip(cached[2], parts)):
@@ -57,7 +109,7 @@ def _folded(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Te
     # later call that records autograd fail ("Inference tensors cannot be saved for backward")
     with torch.inference_mode(False), torch.no_grad():
         out = _fold(conv, bn)
-    conv.__dict__["_tunedb_fold"] = (key, out, parts)
+    fusion.cache = (key, out, parts)
     return out
 
 
@@ -74,27 +126,38 @@ def _fold(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tens
     return w.to(conv.weight.dtype), b.to(conv.weight.dtype)
 
 
+def _activate(y: torch.Tensor, act: str) -> torch.Tensor:
+    return torch.relu(y) if act == "relu" else torch.nn.functional.silu(y) if act == "silu" else y
+
+
 class TunedConv1d(nn.Conv1d):
     tunedb_act = "none"
 
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        x = input  # nn's own parameter name: module(input=t) works as on the module replaced
+    def _own(self, x: torch.Tensor, act: str) -> torch.Tensor:
         from tunedb.families.conv import ops
 
-        bn = self.__dict__.get("_tunedb_bn")
-        if bn is not None:
-            if bn.training:
-                return ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
-            if not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 3):
-                # no kernel serves this call: conv, norm and activation as the model wrote them (the
-                # fold rounds differently, and BatchNorm1d's own input checks stay)
-                y = ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
-                y = nn.BatchNorm1d.forward(bn, y)
-                return torch.relu(y) if self.tunedb_act == "relu" else torch.nn.functional.silu(y)
-            w, b = _folded(self, bn)
-            return ops.conv1d(x, w, b, self.stride, self.padding, self.dilation, self.groups, self.tunedb_act)
-        return ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
-                          self.tunedb_act)
+        if self.padding_mode != "zeros":  # set after optimize(): nn's own forward pads it
+            return _activate(nn.Conv1d.forward(self, x), act)
+        return ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, act)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        x = input  # nn's own parameter name: module(input=t) works as on the module replaced
+        fusion = _fusion(self)
+        if fusion is None:
+            return self._own(x, "none")
+        bn = fusion.bn
+        if bn.training:  # the norm and activation run as modules (batch statistics)
+            fusion.cache = None
+            return self._own(x, "none")
+        if not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 3) \
+                or self.padding_mode != "zeros":
+            # no kernel serves this call: conv, norm and activation as the model wrote them (the
+            # fold rounds differently, and BatchNorm1d's own input checks stay)
+            return _activate(nn.BatchNorm1d.forward(bn, self._own(x, "none")), self.tunedb_act)
+        from tunedb.families.conv import ops
+
+        w, b = _folded(self, bn, fusion)
+        return ops.conv1d(x, w, b, self.stride, self.padding, self.dilation, self.groups, self.tunedb_act)
 
 
 class TunedConv2d(nn.Conv2d):
@@ -102,6 +165,8 @@ class TunedConv2d(nn.Conv2d):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
+        if self.padding_mode != "zeros":  # set after optimize(): nn's own forward pads it
+            return _activate(nn.Conv2d.forward(self, x), self.tunedb_act)
         from tunedb.families.conv import ops
 
         return ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
@@ -113,15 +178,21 @@ class AbsorbedBatchNorm1d(nn.BatchNorm1d):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
-        return x if not self.training else super().forward(x)
+        fusion = _fusion(self)
+        if fusion is None or self.training:
+            if fusion is not None:
+                fusion.cache = None  # the running statistics move without a version bump
+            return super().forward(x)
+        return x
 
 
 class _Absorbed:
-    """An activation run by the conv's epilogue while `norm` is in eval mode."""
+    """An activation run by the conv's epilogue while the fused norm is in eval mode."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
-        return x if not self.__dict__["_tunedb_norm"].training else super().forward(x)
+        fusion = _fusion(self)
+        return super().forward(x) if fusion is None or fusion.bn.training else x
 
 
 class AbsorbedSiLU(_Absorbed, nn.SiLU):
@@ -170,9 +241,10 @@ def _fuse(seq: nn.Sequential, held: dict[int, int]) -> None:
             conv.tunedb_act = _ACTS[type(act)]
             bn.__class__ = AbsorbedBatchNorm1d
             act.__class__ = _ABSORBED[type(act)]
-            # references, not submodules: the state dict and module tree stay as they were
-            conv.__dict__["_tunedb_bn"] = bn
-            act.__dict__["_tunedb_norm"] = bn
+            # a reference, not a submodule: the state dict and module tree stay as they were
+            fusion = _Fusion(seq, (name, names[i + 1], names[i + 2]), conv, bn, act)
+            for m in (conv, bn, act):
+                m.__dict__["_tunedb_fusion"] = fusion
 
 
 def optimize(model: Any, approximate: bool = False) -> Any:

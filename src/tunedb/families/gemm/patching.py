@@ -306,6 +306,10 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     served = _TorchEverywhere()
     for parent in list(model.modules()):
         for attr, child in list(parent._modules.items()):
+            if type(child) is TunedLinear and "_as_written" in child.__dict__ and served(child, "none") is None:
+                del child.__dict__["_as_written"]  # a sibling left as written whose key a tier serves now
+                child.__dict__.pop(report.LEFT_MARK, None)
+                continue
             if type(child) is not nn.Linear or _kept(child) or _subclass_weight(child):
                 continue  # a hooked Linear stays, so its hooks keep firing (and its extra state stays)
             fused = plan.get((id(parent), attr))

@@ -35,6 +35,7 @@ from tunedb import settings
 from tunedb.families.gemm.fusion_source import model_outside_reads
 from tunedb.families.gemm.sibling_source import sibling_calls
 from tunedb.families.module_rules import holders
+from tunedb.runtime import report
 
 MAX_MEMBERS = 3  # the kernel's branches
 
@@ -197,6 +198,8 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
                 if type(m) is nn.Linear:
                     members[i] = tuned_cls(m)
                     members[i].__dict__["_as_written"] = True
+                    if report.LEFT_MARK in m.__dict__:  # still left as written: prewarm / autotune() measure it
+                        members[i].__dict__[report.LEFT_MARK] = m.__dict__[report.LEFT_MARK]
                     setattr(parent, n, members[i])
             group = SiblingGroup(members, tuple(names), max_rows)
             for i, m in enumerate(members):
