@@ -126,24 +126,11 @@ def reference(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: 
     rows = x.reshape(-1, k)
     flat = topk_ids.reshape(-1).long()
     y = torch.zeros((m * top_k, n), dtype=dtype, device=x.device)
-    from torch._guards import detect_fake_mode
-
-    if torch.compiler.is_compiling() or detect_fake_mode(topk_ids) is not None:
-        # a trace (the grad form under torch.compile): each expert's slots as a data-dependent
-        # index would leave unbacked sizes in the graph, which Dynamo refuses; every slot row
-        # times every expert, masked, has static shapes (E times the flops: only a traced
-        # training call of the op itself comes here, optimize()'s experts run the model's own
-        # forward when a gradient is wanted)
-        src = rows if sig.get("x") == "slot" else rows.repeat_interleave(top_k, dim=0)
-        src = src.to(dtype)
-        for ex in range(e):
-            y = y + (flat == ex).unsqueeze(1).to(dtype) * (src @ weight[ex].to(dtype).T)
-    else:
-        for ex in range(e):
-            slots = (flat == ex).nonzero().flatten()
-            if slots.numel():
-                src = slots if sig.get("x") == "slot" else slots // top_k
-                y[slots] = rows.index_select(0, src).to(dtype) @ weight[ex].to(dtype).T
+    for ex in range(e):
+        slots = (flat == ex).nonzero().flatten()
+        if slots.numel():
+            src = slots if sig.get("x") == "slot" else slots // top_k
+            y[slots] = rows.index_select(0, src).to(dtype) @ weight[ex].to(dtype).T
     if topk_weights is not None:
         y = y * topk_weights.reshape(-1, 1).to(dtype)
     return y.view(m, top_k, n)

@@ -77,7 +77,32 @@ def _grad_form(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> 
     if not _check(x, weight, topk_ids, topk_weights):
         return _empty(x, weight, topk_ids)
     sig, _ = keys.signature_of("group_gemm", x, weight, topk_ids, topk_weights)
+    from torch._guards import detect_fake_mode
+
+    if torch.compiler.is_compiling() or detect_fake_mode(topk_ids) is not None:
+        return _traced_form(sig, x, weight, topk_ids, topk_weights)
     return arms.reference(sig, x, weight, topk_ids, topk_weights, torch.float32).to(x.dtype)
+
+
+def _traced_form(sig: Any, x: Any, weight: Any, topk_ids: Any, topk_weights: Any) -> Any:
+    """The grad form under a trace (torch.compile of a training call of the op): the reference's
+    per-expert index of slots is data-dependent (unbacked sizes Dynamo refuses when they are not
+    in the output), so every slot row times every expert, masked: static shapes, E times the
+    flops. optimize()'s swapped experts never come here (a training step runs the model's own
+    forward)."""
+    import torch
+
+    m, top_k = topk_ids.shape
+    e, n, k = weight.shape
+    rows = x.reshape(-1, k).float()
+    src = rows if sig.get("x") == "slot" else rows.repeat_interleave(top_k, dim=0)
+    flat = topk_ids.reshape(-1)
+    y = torch.zeros((m * top_k, n), dtype=torch.float32, device=x.device)
+    for ex in range(e):
+        y = y + (flat == ex).unsqueeze(1).float() * (src @ weight[ex].float().T)
+    if topk_weights is not None:
+        y = y * topk_weights.reshape(-1, 1).float()
+    return y.view(m, top_k, n).to(x.dtype)
 
 
 def register() -> None:
