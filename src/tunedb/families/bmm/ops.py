@@ -116,6 +116,9 @@ def bmm(a: Any, b: Any) -> Any:
     if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and str(a.dtype) not in keys.SERVED_DTYPES
             and b.dtype == a.dtype and a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2]
             and a.shape[-1] == b.shape[-2]):
+        from tunedb.families.key_rules import check_one_device
+
+        check_one_device("bmm", a=a, b=b)  # torch.matmul of cpu and meta operands returns a meta tensor
         return torch.matmul(a, b)  # a dtype the family has no kernel for (fp64, integers): torch's product
     if getattr(a, "ndim", 3) > 3 and getattr(b, "ndim", 0) == a.ndim and a.shape[:-2] == b.shape[:-2]:
         if a.shape[-1] != b.shape[-2]:

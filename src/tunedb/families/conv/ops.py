@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from tunedb.families.conv import keys
-from tunedb.families.key_rules import check_tensors
+from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.runtime import autocast_rule, dispatch, grad_form, launch_table
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
@@ -47,6 +47,7 @@ def _record(op: str, x, weight, bias, stride, padding, dilation, groups, act) ->
 
 def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
     check_tensors(op, ("bias",), x=x, weight=weight, bias=bias)
+    check_one_device(op, x=x, weight=weight, bias=bias)  # torch's conv returns garbage for cpu x with a meta weight
     keys.check_act(act)
     if _record(op, x, weight, bias, stride, padding, dilation, groups, act):
         with launch_table.recorded_call():
@@ -117,6 +118,7 @@ grad_form.register(_lib, "conv2d", functools.partial(_grad_form, "conv2d"))
 
 def _fake(op, x, weight, bias, stride, padding, dilation, groups, act):
     keys.check_act(act)
+    check_one_device(op, x=x, weight=weight, bias=bias)  # a meta operand beside CPU ones dispatches here
     _record(op, x, weight, bias, stride, padding, dilation, groups, act)  # a census on meta tensors runs this
     # torch's own conv on the fake tensors: its shape, unbatched inputs and its output layout
     # (channels-last in, channels-last out), which the served arms keep (_as_torch_lays_out)

@@ -19,8 +19,8 @@ def _act_backward(grad: torch.Tensor, pre: torch.Tensor, act: str) -> torch.Tens
         return torch.ops.aten.gelu_backward(grad, pre)
     if act == "gelu_tanh":
         return torch.ops.aten.gelu_backward(grad, pre, approximate="tanh")
-    if act == "relu":
-        return torch.where(pre > 0, grad, torch.zeros_like(grad))
+    if act == "relu":  # aten's own rule: where pre is NaN the gradient passes, as F.relu's does
+        return torch.ops.aten.threshold_backward(grad, pre, 0)
     if torch.is_grad_enabled():  # a double backward (create_graph): aten's silu_backward has no derivative
         s = torch.sigmoid(pre)
         return grad * s * (1 + pre * (1 - s))

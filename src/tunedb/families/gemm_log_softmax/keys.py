@@ -33,7 +33,8 @@ def make_signature(n: int, k: int, dt: str = "bf16", bias: int = 1, op: str = "g
 def dt_of(dtype: Any) -> str:
     dt = _DT.get(str(dtype))
     if dt is None:
-        raise SignatureError(f"gemm_log_softmax takes torch.bfloat16 or torch.float16 operands, got {dtype}")
+        raise SignatureError(f"gemm_log_softmax takes torch.bfloat16 or torch.float16 operands (tunedb."
+                             f"gemm_log_softmax also float32 / float64: torch's form), got {dtype}")
     return dt
 
 

@@ -97,9 +97,16 @@ def _traced_form(sig: Any, x: Any, weight: Any, topk_ids: Any, topk_weights: Any
     rows = x.reshape(-1, k).float()
     src = rows if sig.get("x") == "slot" else rows.repeat_interleave(top_k, dim=0)
     flat = topk_ids.reshape(-1)
+    if not flat.is_cuda:  # as eager CPU calls (keys.check_ids): an id outside 0..E-1 raises at run time
+        torch._assert_async(((flat >= 0) & (flat < e)).all(),
+                            f"group_gemm topk_ids holds an expert id outside 0..{e - 1} (the weight's E={e} experts)")
     y = torch.zeros((m * top_k, n), dtype=torch.float32, device=x.device)
     for ex in range(e):
-        y = y + (flat == ex).unsqueeze(1).float() * (src @ weight[ex].float().T)
+        # where, not a 0/1 product, and an expert no slot routes to read as zeros: it may hold NaN /
+        # Inf, which 0 * NaN would spread to every slot (forward, and backward through src)
+        hit = flat == ex
+        w = torch.where(hit.any(), weight[ex].float(), 0.0)
+        y = y + torch.where(hit.unsqueeze(1), src @ w.T, 0.0)
     if topk_weights is not None:
         y = y * topk_weights.reshape(-1, 1).float()
     return y.view(m, top_k, n).to(x.dtype)

@@ -77,10 +77,15 @@ def infer_scale(w_scale: Any, n: int, k: int, x_scale: Any = None) -> str:
     per-tensor call cannot have) says block."""
     shape = tuple(w_scale.shape)
     block = (-(-n // SCALE_BLOCK), -(-k // SCALE_BLOCK))
+    xs = tuple(x_scale.shape) if x_scale is not None else None
     # a 0-d scale is only ever per tensor; [1] / [1, 1] are per tensor too unless N = 1, where they
-    # are per channel (the same numbers either way)
-    if shape == () or (math.prod(shape) == 1 and len(shape) <= 2 and n > 1):
-        if shape == block and x_scale is not None and math.prod(tuple(x_scale.shape)) > 1:
+    # are per channel (the same numbers either way): then the activation's scale tells (one
+    # value: per tensor)
+    one = math.prod(shape) == 1 and len(shape) <= 2
+    if shape == () or (one and (n > 1 or (xs is not None and math.prod(xs) == 1 and len(xs) <= 2))):
+        # a block scale is [1, 1] too at N, K <= 128: an activation scale [M, KB] of other than one
+        # value (M > 1, or no row at all) is a per-tensor call's never
+        if shape == block and xs is not None and len(xs) == 2 and xs[1] == block[1] and math.prod(xs) != 1:
             return "block"
         return "tensor"
     if shape in ((n,), (n, 1), (1, n)):
