@@ -75,3 +75,26 @@ def test_group_gemm_compiled_for_training_checks_ids_and_keeps_an_unrouted_exper
     bad[1, 1] = 9
     with pytest.raises(RuntimeError, match="expert id outside 0..3"):
         compiled(x.clone().requires_grad_(), w, bad)
+
+
+def test_an_encoder_layers_fast_path_feed_forward_is_left_to_torch_and_said_so(monkeypatch):
+    """nn.TransformerEncoderLayer (batch_first, ReLU/GELU) runs torch's fused fast path at
+    inference, which never calls linear1 / linear2: they stay nn.Linear and the report lists them
+    as seen, not patched (a census would have counted them as tuned calls). Without batch_first
+    there is no fast path and they are swapped as any Linear."""
+    from torch import nn
+
+    import tunedb
+    from tunedb.families.gemm import patching
+
+    monkeypatch.setattr(patching, "_TorchEverywhere", lambda: (lambda linear, act: None))  # a table serves every key
+    fast = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2).eval()
+    tunedb.optimize(fast)
+    assert all(type(layer.linear1) is nn.Linear and type(layer.linear2) is nn.Linear for layer in fast.layers)
+    assert any("4 nn.TransformerEncoderLayer feed-forward" in line for line in tunedb.tuning_report().splitlines())
+    x = torch.randn(2, 5, 32)
+    with torch.inference_mode():
+        fast(x)  # the fast path, as before optimize()
+    slow = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=False), 2).eval()
+    tunedb.optimize(slow)
+    assert all(type(layer.linear1) is patching.TunedLinear for layer in slow.layers)

@@ -54,6 +54,9 @@ from tunedb.families.gemm.fusion_source import model_outside_reads
 from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
 from tunedb.families.module_rules import holders
 from tunedb.families.module_rules import hooked as _hooked
+from tunedb.families.gemm.left_modules import ENCODER_FF, UNPATCHED_KINDS, encoder_fast_path, unpatched_modules
+from tunedb.families.gemm.left_modules import kept as _kept
+from tunedb.families.gemm.left_modules import subclass_weight as _subclass_weight
 from tunedb.runtime import launch_table, report
 from tunedb.runtime.fallback_everywhere import GUESSED, MEASURED
 from tunedb.families.gemm.signatures import FAMILY as FAMILY_NAME
@@ -239,21 +242,6 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
     return plan
 
 
-def _kept(linear: nn.Module) -> bool:
-    """A Linear optimize() leaves as it is: one a user's hooks watch (they must keep firing), or
-    one carrying more state than weight and bias (a buffer, another parameter, a child module),
-    which a TunedLinear would drop from the model and its state_dict."""
-    return (_hooked(linear) or bool(linear._buffers) or bool(linear._modules)
-            or any(name not in ("weight", "bias") for name in linear._parameters))
-
-
-def _subclass_weight(linear: nn.Module) -> bool:
-    """A weight that is a tensor subclass (a torchao quantized tensor, say) is not a dense GEMM
-    operand: the Linear is left to the family that serves it (scaled_mm for torchao W8A8)."""
-    w = linear.weight
-    return isinstance(w, torch.Tensor) and type(w) not in (torch.Tensor, nn.Parameter)
-
-
 def allow_approximate() -> None:
     """Opt this process in to approximating arms, as TUNEDB_APPROXIMATE=1 does, and start a new
     epoch so that selections already made are made again under the opt-in.
@@ -305,7 +293,10 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     left: dict[int, tuple[nn.Module, tuple[Any, ...], bool]] = {}
     served = _TorchEverywhere()
     for parent in list(model.modules()):
+        fast = encoder_fast_path(parent)
         for attr, child in list(parent._modules.items()):
+            if fast and attr in ENCODER_FF:
+                continue  # torch's fused encoder layer reads these weights itself at inference
             if type(child) is TunedLinear and "_as_written" in child.__dict__ and served(child, "none") is None:
                 del child.__dict__["_as_written"]  # a sibling left as written whose key a tier serves now
                 child.__dict__.pop(report.LEFT_MARK, None)
@@ -335,38 +326,6 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     report.register_model(model, list(layers.values()), left=list(left.values()), why=_left_why(left.values()))
     report.register_unpatched(model, "gemm", {UNPATCHED_KINDS[k]: n for k, n in unpatched_modules(model).items()})
     return model
-
-
-# Why a GEMM-making module is not swapped, as the report words it (census_rules.UNPATCHED keys
-# the same calls in a census, so neither the plan nor a build claims a gain for them).
-UNPATCHED_KINDS = {
-    "conv1d": "Conv1D with an [in, out] weight (the kernels read [out, in]: a copy per call)",
-    "in_proj": "nn.MultiheadAttention packed in-projection (torch's attention reads the weight itself)",
-    "hooked": "hooked nn.Linear, or one with more state than weight and bias (kept as it is)",
-    "subclass": "nn.Linear subclass or tensor-subclass weight",
-}
-
-
-def unpatched_modules(model: nn.Module) -> dict[str, int]:
-    """kind -> how many modules of `model` make GEMMs that optimize() leaves to torch (see
-    UNPATCHED_KINDS). F.linear calls in a forward have no module: the census keys them."""
-    counts: dict[str, int] = {}
-    inside_mha = {id(m.out_proj) for m in model.modules()
-                  if isinstance(m, nn.MultiheadAttention) and isinstance(getattr(m, "out_proj", None), nn.Module)}
-    for m in model.modules():
-        kind = None
-        if isinstance(m, nn.MultiheadAttention):
-            kind = "in_proj"
-        elif type(m).__name__ == "Conv1D" and getattr(getattr(m, "weight", None), "dim", lambda: 0)() == 2:
-            kind = "conv1d"
-        elif isinstance(m, nn.Linear) and id(m) not in inside_mha:
-            if type(m) is not nn.Linear or _subclass_weight(m):
-                kind = "subclass"
-            elif _kept(m):
-                kind = "hooked"
-        if kind is not None:
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts
 
 
 LEFT_WHY = "torch serves every size"
