@@ -74,7 +74,7 @@ class Served:
     """What the selector would serve at one census point, and from which tier."""
 
     point: Point
-    tier: str  # user, system, model, default; "unserved" for an op the family lacks
+    tier: str  # user, system, model, default; OTHER for another family's op; "unserved" for an op none serves
     config_id: str
 
 
@@ -89,13 +89,19 @@ def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = famil
         out = []
         for p in sorted(shapes.points, key=lambda p: (p.signature, p.m)):
             if not families.serves(fam, p.signature):
-                out.append(Served(p, "unserved", "-"))
+                owner = p.signature.family
+                other = (owner != family and owner in families.names()
+                         and families.serves(families.get(owner), p.signature))
+                out.append(Served(p, OTHER if other else "unserved", "-"))
                 continue
             res = selector.peek(family, p.signature, p.m)
             out.append(Served(p, res.tier, res.config.id))
         return out
     finally:
         selector.configure()
+
+
+OTHER = "other"  # a point another family serves: this plan (one family's) does not resolve it
 
 
 @dataclass

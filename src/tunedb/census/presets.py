@@ -295,10 +295,25 @@ def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> W
         out = factory(device=device)
         if not isinstance(out, tuple) or len(out) not in (2, 3) or not all(callable(x) for x in out):
             raise CensusError(f"workload {spec!r} must return (model, input_factory[, decode_factory]), got {out!r:.100}")
-        return Built(out[0], out[1], out[2] if len(out) == 3 else None, "user")
+        decode = _positional(spec, "decode_factory", out[2]) if len(out) == 3 else None
+        return Built(out[0], _positional(spec, "input_factory", out[1]), decode, "user")
 
     return Workload(spec, unit, build, max_length=max_length, length_step=length_step, streaming=True,
                     decoder=True)
+
+
+def _positional(spec: str, name: str, make: Callable[..., Any]) -> Callable[..., tuple]:
+    """`make` checked to return the model's positional inputs (a tuple or list): the census calls
+    model(*inputs), which a dict would turn into its keys and a tensor into its rows."""
+    def inputs(*args: int) -> tuple:
+        got = make(*args)
+        if not isinstance(got, (tuple, list)):
+            raise CensusError(f"workload {spec!r}: {name}({', '.join(map(str, args))}) returned a "
+                              f"{type(got).__name__}; it must return a tuple of the model's positional inputs "
+                              f"(the census calls model(*inputs); for keyword inputs, wrap the model in a module "
+                              f"whose forward takes them positionally)")
+        return tuple(got)
+    return inputs
 
 
 MAX_USER_LENGTH = 1 << 20

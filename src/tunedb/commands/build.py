@@ -139,14 +139,37 @@ def print_plan(console: Any, plans: Sequence[Any]) -> None:
 
     from tunedb.build.plan import plan_rows
 
+    from rich import box
+
+    from tunedb import signature_text
+    from tunedb.commands.plan_table import print_fitting
+
     rows = plan_rows(plans)
-    table = Table(title="build plan (nothing measured)")
-    for col in ("signature", "census pts", "fill pts", "arms", "cross-eval", "configs", "est. s"):
-        table.add_column(col, justify="left" if col == "signature" else "right")
-    for r in rows:
-        table.add_row(r["signature"], str(r["census_points"]), str(r["fill_points"]), str(r["arms"]),
+
+    def table(sig_text: Any, fold: bool = False, compact: bool = False) -> Any:
+        t = Table(title="build plan (nothing measured)", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
+        for col in ("signature", "census pts", "fill pts", "arms", "cross-eval", "configs", "est. s"):
+            sig_col = col == "signature"
+            t.add_column(col, justify="left" if sig_col else "right", no_wrap=not (fold and sig_col),
+                         overflow="fold" if fold and sig_col else "ellipsis")
+        for r in rows:
+            t.add_row(sig_text(r["signature"]), str(r["census_points"]), str(r["fill_points"]), str(r["arms"]),
                       str(r["cross_eval"]), str(r["configs"]), f"{r['est_seconds']:.0f}")
-    console.print(table)
+        return t
+
+    # the full keys where they fit; on a narrow terminal the short forms (a cut key reads
+    # `gemm|op=gemm...` on every row), folded if even those do not
+    shown = table(str)
+    compact = not signature_text.fits(console, shown)
+    if compact:
+        shown = table(signature_text.short, compact=True)
+        if not signature_text.fits(console, shown):
+            shown = table(signature_text.short, fold=True, compact=True)
+    print_fitting(console, shown)
+    if compact:
+        from tunedb.records import Signature
+
+        console.print(signature_text.legend({Signature.parse(r["signature"]) for r in rows}), highlight=False)
     total = sum(r["est_seconds"] for r in rows)
     arms = sum(r["arms"] + r["cross_eval"] for r in rows)
     console.print(f"{len(rows)} signature(s), {sum(len(r['M']) for r in rows)} point(s), about {arms} "

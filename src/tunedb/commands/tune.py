@@ -92,8 +92,10 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
             console.print(signature_text.legend({s.point.signature for s in served}), highlight=False)
     else:
         plan_table.print_grouped(console, served, arch_family)
+    from tunedb.pipeline import OTHER
+
     counts = Counter(s.tier for s in served)
-    order = ("user", "system", "model", "default", "unserved")
+    order = ("user", "system", "model", "default", "unserved") + ((OTHER,) if counts.get(OTHER) else ())
     console.print("points per tier: " + ", ".join(f"{counts.get(t, 0)} {t}" for t in order))
     model_points = [s for s in served if s.tier == "model"]
     if model_points:
@@ -107,7 +109,7 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
                       f"the shape far from every measured one: the fallback serves)"
                       + (f"; {rest} predicted the fallback fastest, which serves them" if rest else ""),
                       highlight=False)
-    if counts.get("unserved"):
+    if counts.get("unserved") or counts.get(OTHER):
         from tunedb import families
 
         family = family or families.DEFAULT
@@ -118,7 +120,7 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
 
         from tunedb.census.unpatched import UNPATCHED, WHY
 
-        unserved = [s.point.signature for s in served if s.tier == "unserved"]
+        unserved = [s.point.signature for s in served if s.tier in ("unserved", OTHER)]
         seen = [sig for sig in unserved if sig.op == UNPATCHED]
         if seen:
             why = Counter(sig.get("src") for sig in seen)
@@ -210,11 +212,14 @@ def gpu_line(args: argparse.Namespace, signatures: int) -> str:
         # a family whose calls tune's census cannot key (its recorder keys modules: rnn's LSTMs)
         from tunedb import families
 
-        route = (f" Where the {args.family} family keys its calls from modules tune's census does not run "
-                 f"(recurrent layers), measure them with `tunedb build --family {args.family} --census FILE` "
-                 f"on a census its own recorder took (docs/{args.family}.md).") if args.family != families.DEFAULT else ""
+        fam = families.get(args.family)
+        if not fam.census_rules():  # it keys modules (rnn: nn.LSTM / nn.GRU), which tune's census does not record
+            return (f"tune's census records no call of the {args.family} family: it keys its modules "
+                    f"themselves, not the calls tune's census sees, so this plan cannot say whether "
+                    f"{args.workload} has any. Take its census with its own recorder (docs/{args.family}.md: "
+                    f"census.record), then on a GPU `tunedb build --family {args.family} --census FILE`.")
         return (f"A GPU would measure nothing here either: no call of {args.workload} is one the "
-                f"{args.family} family tunes (see the table above).{route}")
+                f"{args.family} family tunes (see the table above).")
     out = getattr(args, "out", "user")
     where = {"user": "the user tier", "system": "the shipped (system) tier"}.get(out, out)
     first = "" if getattr(args, "dry_run", False) else " (add --dry-run first to see the plan and its estimated time)"
