@@ -10,7 +10,7 @@ import torch
 from runtime_fakes import FakeMeasurer, gemm  # noqa: F401  (fixture)
 from tunedb import database
 from tunedb.runtime import selector
-from tunedb.errors import AutotuneWarning, MeasurementError
+from tunedb.errors import AutotuneWarning, DatabaseError, MeasurementError
 from tunedb.records import Signature
 from tunedb.runtime import autotuner, launch_table
 from tunedb.runtime.autotuner import autotune
@@ -233,3 +233,25 @@ def test_a_decode_lane_winner_is_served_at_the_sizes_it_serves(gemm):
             assert t.resolve(gemm, SIG, 8)[0].id == decode
             assert t.resolve(gemm, SIG, 40)[0].id != decode
     assert decode in meas.calls[0][2] and decode not in meas.calls[1][2]
+
+
+def test_an_unusable_cache_and_side_file_stay_as_they_are(gemm, tmp_path):
+    """The cache is corrupt and so is the <stem>.<arch> file an earlier run wrote beside it:
+    neither is overwritten (the side file was, after a warning); the results go to the next name."""
+    path, side = tmp_path / "tune.json", tmp_path / "tune.sm90.json"
+    path.write_text("{corrupt")
+    side.write_text("{also corrupt")
+    with pytest.warns(AutotuneWarning, match="tune.sm90.2.json"):
+        with autotune(cache=path, measurer=FakeMeasurer(_pick), publish=False, arch_family="sm90") as tuner:
+            tuner.resolve(gemm, SIG, 100)
+    assert path.read_text() == "{corrupt" and side.read_text() == "{also corrupt"
+    assert WIN in (tmp_path / "tune.sm90.2.json").read_text()
+
+
+def test_an_unwritable_cache_path_is_refused_on_entry(gemm, tmp_path):
+    (tmp_path / "afile").write_text("")
+    meas = FakeMeasurer(_pick)
+    with pytest.raises(DatabaseError, match="cannot be written"):
+        with autotune(cache=tmp_path / "afile" / "tune.json", measurer=meas, publish=False, arch_family="sm90"):
+            pass
+    assert meas.calls == []  # nothing measured before the refusal

@@ -103,15 +103,45 @@ def test_other_environment_differences_warn_and_still_serve(tmp_path):
 
 
 @pytest.mark.parametrize("text, reason", [
-    ("{not json", "not JSON"),
+    ("{not json", "not valid JSON"),
     ("[]", "top level must be an object"),
     (json.dumps({"version": 9, "results": {}}), "unknown cache version 9"),
     (json.dumps({"version": 3, "results": {"gemm|bad": {}}}), "bad version-3 content"),
     (json.dumps({"version": 3, "results": {SIG.format(): {"104": {"100": {"ms": 1}}}}}), "string 'config'"),
     (json.dumps({"version": 1, "results": {SIG.format(): {"0": "x"}}}), "positive"),
+    ('{"version": 3, "results": {"%s": {"104": {"100": {"config": "x", "ms": NaN}}}}}' % SIG.format(), "NaN"),
+    (json.dumps({"version": 3, "results": {SIG.format(): {"104": {"100": {"config": "x", "ms": -5}}}}}), ">= 0"),
+    ('{"version": 3, "version": 3, "results": {}}', "duplicate key"),
+    (json.dumps({"version": True, "results": {}}), "whole number"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
 ])
 def test_unusable_files_are_refused_with_the_reason(tmp_path, text, reason):
     path = tmp_path / "tune.json"
     path.write_text(text)
     with pytest.raises(CacheRefused, match=reason):
         AutotuneCache(ENV).load_into(path)
+
+
+def test_two_caches_sharing_a_file_keep_each_others_results(tmp_path):
+    """Each save re-reads the file under its lock and keeps what another process added since it
+    loaded (a whole-file write used to drop the other's results)."""
+    path = tmp_path / "tune.json"
+    a, b = AutotuneCache(ENV), AutotuneCache(ENV)
+    a.record(SIG, 100, "x", 0.1)
+    b.record(SIG, 3000, "y", 0.2)
+    a.save(path)
+    b.save(path)
+    merged = AutotuneCache(ENV)
+    merged.load_into(path)
+    assert merged.lookup(SIG, 100).config_id == "x" and merged.lookup(SIG, 3000).config_id == "y"
+    assert "NaN" not in path.read_text()
+
+
+def test_a_save_never_overwrites_an_unusable_file(tmp_path):
+    path = tmp_path / "tune.json"
+    path.write_text("{truncated")
+    cache = AutotuneCache(ENV)
+    cache.record(SIG, 100, "x", 0.1)
+    with pytest.raises(CacheRefused, match="not valid JSON"):
+        cache.save(path)
+    assert path.read_text() == "{truncated"

@@ -100,3 +100,28 @@ def test_a_build_log_records_its_implementation_and_arch_and_the_replay_keeps_th
     log.write_text("".join(json.dumps(x) + "\n" for x in lines))
     with pytest.raises(BuildError, match="measured for sm80 .*pass --arch sm80"):
         replay(tmp_path, log)
+
+
+def test_a_simulated_builds_log_replays_as_simulated_and_never_into_a_tier(recorded):
+    """The log's measurements carry the fake timer (--simulate): the replay's entries are marked
+    simulated, as that build's were, and the tiers refuse them (they served as measured)."""
+    tmp_path, _, log = recorded
+    again = replay(tmp_path, log)
+    assert {e["source"] for e in json.loads(again.path.read_text())["entries"].values()} == {"simulated"}
+    opts = pipeline.BuildOptions(out="user", replay=str(log))
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        with pytest.raises(BuildError, match="simulated log .* refuses --out user"):
+            pipeline.build(CENSUS, opts)
+    assert not (tmp_path / "user").exists() or not list((tmp_path / "user").rglob("*.json"))
+
+
+def test_a_link_loop_at_the_target_is_refused_not_replaced(recorded):
+    tmp_path, _, log = recorded
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    (loop / "gemm.json").symlink_to("gemm.json")
+    opts = pipeline.BuildOptions(out=str(loop / "gemm.json"), replay=str(log))
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(tmp_path / "user")):
+        with pytest.raises(Exception, match="unreadable|symbolic links|cannot be resolved"):
+            pipeline.build(CENSUS, opts)
+    assert (loop / "gemm.json").is_symlink()

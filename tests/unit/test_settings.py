@@ -133,3 +133,11 @@ def test_the_swap_decisions_never_swallow_a_bad_setting():
             patching._measured("linalg")
         with pytest.raises(SettingsError, match="TUNEDB_MODEL_FALLBACK"):
             gemm_patching._torch_everywhere(("gemm", torch.bfloat16, 512, 512, "none", False))
+
+
+def test_a_number_setting_set_but_empty_reads_as_its_default():
+    """TUNEDB_COMPILE_MEM_MB= (set, empty) passed the check and then failed int('') where the
+    compile pool sized itself."""
+    with settings.override(COMPILE_MEM_MB="", SIBLING_ROWS=""):
+        settings.check_all()
+        assert settings.compile_mem_mb() == 1024 and settings.sibling_rows() == 1

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from tunedb.buckets import bucket_of
-from tunedb.errors import AutotuneWarning, SignatureError
+from tunedb.errors import AutotuneWarning, CorruptDatabaseError, SignatureError
 from tunedb.database import lock_path, write_atomic
+from tunedb.database.schema import loads as strict_loads
 from tunedb.database.store import LOCK_TIMEOUT_S
 from tunedb.records import Signature
 
@@ -239,33 +240,15 @@ def _ms(row: dict[str, Any]) -> float | None:
     return float(ms)
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"key {key!r} appears twice in one object")
-        seen[key] = value
-    return seen
-
-
 def _read(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(), object_pairs_hook=_unique_keys,
-                          parse_constant=_no_constant)
+        data = strict_loads(path.read_text(), str(path))  # the tables' JSON: no repeated key, NaN, Infinity
     except (OSError, UnicodeDecodeError) as exc:
         raise CacheRefused(f"cannot read it: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise CacheRefused(f"not JSON ({exc})") from exc
-    except ValueError as exc:  # a duplicate key, NaN / Infinity
-        raise CacheRefused(f"not a valid cache ({exc})") from exc
-    except RecursionError:
-        raise CacheRefused("nested too deeply to read") from None
+    except CorruptDatabaseError as exc:
+        raise CacheRefused(str(exc).removeprefix(f"{path}: ")) from None
     if not isinstance(data, dict):
         raise CacheRefused(f"top level must be an object, got {type(data).__name__}")
     if "version" in data and type(data["version"]) is not int:
         raise CacheRefused(f"'version' must be a whole number, got {data['version']!r}")
     return data
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
