@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import Any
 
-from tunedb.errors import DatabaseWarning, TunedbError
+from tunedb.errors import DatabaseWarning, TunedbError, TunedbWarning
 
 # Exit status of a command whose reader went away (`tunedb diff A B | head`): what a shell
 # reports for a process ended by SIGPIPE (128 + 13).
@@ -70,13 +70,21 @@ def main(argv: list[str] | None = None) -> int:
 def _one_line_database_warnings(show: Any) -> Any:
     """warnings.showwarning for a command: a DatabaseWarning is already worded as tunedb's own
     line ('tunedb: skipping ...'), so it prints as that line alone, without Python's file:line
-    prefix and source line; other warnings print as `show` prints them."""
+    prefix and source line; any other warning tunedb's own code raises prints as 'tunedb
+    warning: ...' on one line (its source line means nothing to a command's user); a library's
+    warnings print as `show` prints them."""
+    import os
+
+    own = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
     def showwarning(message: Any, category: type, filename: str, lineno: int, file: Any = None,
                     line: str | None = None) -> None:
-        if not issubclass(category, DatabaseWarning):
+        ours = issubclass(category, TunedbWarning) or os.path.abspath(filename or "").startswith(own)
+        if not ours:
             return show(message, category, filename, lineno, file, line)
+        text = str(message) if issubclass(category, DatabaseWarning) else f"tunedb warning: {message}"
         try:
-            print(message, file=sys.stderr if file is None else file)
+            print(text, file=sys.stderr if file is None else file)
         except OSError:  # stderr gone: a warning is not worth a second error
             pass
     return showwarning

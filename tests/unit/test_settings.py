@@ -141,3 +141,15 @@ def test_a_number_setting_set_but_empty_reads_as_its_default():
     with settings.override(COMPILE_MEM_MB="", SIBLING_ROWS=""):
         settings.check_all()
         assert settings.compile_mem_mb() == 1024 and settings.sibling_rows() == 1
+
+
+def test_a_command_prints_tunedbs_own_warnings_on_one_line(tmp_path, capsys):
+    """A warning tunedb's code raises (a skipped log line) printed Python's file:line prefix and
+    the source line before the command's error."""
+    from tunedb import cli
+
+    log = tmp_path / "existing.json"
+    log.write_text('{"a": 1}\n')
+    assert cli.main(["evaluate", "--log", str(log)]) != 0
+    err = capsys.readouterr().err
+    assert "tunedb warning: measurement log" in err and "log.py:" not in err and "return [" not in err
