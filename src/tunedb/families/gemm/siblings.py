@@ -10,14 +10,15 @@ for one cuBLAS call over a concatenated copy of the weights); gate/up 55.6 again
 q/k/v with bias 10.8 against 25.4; BERT-base q/k/v 4.1 against 14.0.
 
 How a call runs: the first member called with a one-row CUDA tensor x (or up to
-TUNEDB_SIBLING_ROWS rows, the kernel's tensor-core path, not yet measured: default 1; fp16/bf16, contiguous;
-every member's weight of x's dtype, contiguous, on x's device; biases all present or all absent;
-no gradient, tracer, mode or autocast: TunedLinear's fast-path conditions) computes every
-member's output in one launch, returns its own and keeps the others for x. A member then called
-with that same tensor object, unmodified since (its version counter), takes its kept output
-once, if its weight and bias are the ones the launch read, unwritten since; any other call
-(another tensor, a second call, more rows, a CPU tensor) runs the member alone as before. So a group the source rule found wrongly costs the siblings' work once, never a
-wrong result. Outputs are each member's own contiguous tensor, as F.linear's. The weights are
+TUNEDB_SIBLING_ROWS rows: the kernel's tensor-core path, not yet measured, so the default is 1;
+fp16/bf16, contiguous; every member's weight of x's dtype, contiguous, on x's device; biases all
+present or all absent; no gradient, tracer, mode or autocast: TunedLinear's fast-path
+conditions) computes every member's output in one launch, returns its own and keeps the others
+for x. A member then called with that same tensor object, unmodified since (its version
+counter), takes its kept output once, if its weight and bias are the ones the launch read,
+unwritten since; any other call (another tensor, a second call, more rows, a CPU tensor) runs
+the member alone as before. So a group the source rule found wrongly costs the siblings' work
+once, never a wrong result. Outputs are each member's own contiguous tensor, as F.linear's. The weights are
 the members' own Parameters, read at every call (no concatenated copy; `.to()` and
 load_state_dict are seen). In a CUDA-graph capture the launch is captured with the first
 member's call and its siblings take their outputs from it. Only on a GPU whose arch family has
