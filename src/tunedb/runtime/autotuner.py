@@ -152,8 +152,8 @@ class Autotuner:
             warn_no_gpu("autotune", "every shape no tier covers takes the fallback and "
                         + (f"the cache {self.path} is not written" if self.path else "no result is kept"))
         self.open()
-        if self.save_path is not None:  # at the start, not after the measuring at exit
-            check_writable(self.save_path)
+        if self.save_path is not None and (self.cache.dirty or (self.enabled and not self.cannot_measure())):
+            check_writable(self.save_path)  # the exit's write, checked before anything is measured
         self._ctx = launch_table.overriding(self.resolve)
         self._ctx.__enter__()
         # Linears optimize() left as written because no table measured them: their calls do not
