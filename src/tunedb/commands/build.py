@@ -135,41 +135,28 @@ class RichReporter:
 
 
 def print_plan(console: Any, plans: Sequence[Any]) -> None:
+    from rich import box
     from rich.table import Table
 
     from tunedb.build.plan import plan_rows
-
-    from rich import box
-
-    from tunedb import signature_text
-    from tunedb.commands.plan_table import print_fitting
+    from tunedb.commands.plan_table import print_keyed
+    from tunedb.records import Signature
 
     rows = plan_rows(plans)
 
-    def table(sig_text: Any, fold: bool = False, compact: bool = False) -> Any:
+    def table(sig_text: Any, compact: bool, fold: bool = False) -> Any:
         t = Table(title="build plan (nothing measured)", box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)
         for col in ("signature", "census pts", "fill pts", "arms", "cross-eval", "configs", "est. s"):
             sig_col = col == "signature"
             t.add_column(col, justify="left" if sig_col else "right", no_wrap=not (fold and sig_col),
                          overflow="fold" if fold and sig_col else "ellipsis")
         for r in rows:
-            t.add_row(sig_text(r["signature"]), str(r["census_points"]), str(r["fill_points"]), str(r["arms"]),
-                      str(r["cross_eval"]), str(r["configs"]), f"{r['est_seconds']:.0f}")
+            t.add_row(sig_text(Signature.parse(r["signature"])), str(r["census_points"]), str(r["fill_points"]),
+                      str(r["arms"]), str(r["cross_eval"]), str(r["configs"]), f"{r['est_seconds']:.0f}")
         return t
 
-    # the full keys where they fit; on a narrow terminal the short forms (a cut key reads
-    # `gemm|op=gemm...` on every row), folded if even those do not
-    shown = table(str)
-    compact = not signature_text.fits(console, shown)
-    if compact:
-        shown = table(signature_text.short, compact=True)
-        if not signature_text.fits(console, shown):
-            shown = table(signature_text.short, fold=True, compact=True)
-    print_fitting(console, shown)
-    if compact:
-        from tunedb.records import Signature
-
-        console.print(signature_text.legend({Signature.parse(r["signature"]) for r in rows}), highlight=False)
+    # a cut key read `gemm|op=gemm...` on every row of an 80-column terminal
+    print_keyed(console, table, {Signature.parse(r["signature"]) for r in rows})
     total = sum(r["est_seconds"] for r in rows)
     arms = sum(r["arms"] + r["cross_eval"] for r in rows)
     console.print(f"{len(rows)} signature(s), {sum(len(r['M']) for r in rows)} point(s), about {arms} "

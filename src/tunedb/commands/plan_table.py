@@ -82,8 +82,6 @@ def print_grouped(console: Any, served: Sequence[Any], arch_family: str) -> None
     from rich import box
     from rich.table import Table
 
-    from tunedb import signature_text
-
     rows, basis = grouped(served, arch_family)
     shown, rest = rows[:TOP_ROWS], rows[TOP_ROWS:]
 
@@ -102,14 +100,7 @@ def print_grouped(console: Any, served: Sequence[Any], arch_family: str) -> None
                       _counted(r.tiers, r.points), _counted(r.configs, r.points))
         return t
 
-    full = table(lambda sig: sig.format(), compact=False)
-    compact = not signature_text.fits(console, full)
-    short = table(signature_text.short, compact=True) if compact else full
-    if compact and not signature_text.fits(console, short):
-        short = table(signature_text.short, compact=True, fold=True)
-    print_fitting(console, short)
-    if compact:
-        console.print(signature_text.legend({r.signature for r in shown}), highlight=False)
+    print_keyed(console, table, {r.signature for r in shown})
     if rest:
         console.print(f"... and {len(rest)} more signature(s) with {sum(r.points for r in rest)} point(s), "
                       f"{100 * sum(r.share for r in rest):.1f}% of the {basis}", highlight=False, markup=False)
@@ -117,6 +108,21 @@ def print_grouped(console: Any, served: Sequence[Any], arch_family: str) -> None
             "flops at the peak or its bytes at the bandwidth, the longer)") if basis == "time" else \
         "the share of the census's calls"
     console.print(f"{basis} % = {what}. One row per point: --all-points", highlight=False, markup=False)
+
+
+def print_keyed(console: Any, table: Any, sigs: Any) -> None:
+    """A table of signature rows, `table(sig_text, compact, fold=False)`: with the full keys where
+    they fit the terminal, else the short forms (folded if even those do not) and their legend."""
+    from tunedb import signature_text
+
+    full = table(lambda sig: sig.format(), compact=False)
+    compact = not signature_text.fits(console, full)
+    shown = table(signature_text.short, compact=True) if compact else full
+    if compact and not signature_text.fits(console, shown):
+        shown = table(signature_text.short, compact=True, fold=True)
+    print_fitting(console, shown)
+    if compact:
+        console.print(signature_text.legend(sigs), highlight=False)
 
 
 def print_fitting(console: Any, table: Any) -> None:

@@ -60,7 +60,6 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
     from rich import box
     from rich.table import Table
 
-    from tunedb import signature_text
     from tunedb.commands import plan_table
     from tunedb.runtime import serving
 
@@ -82,14 +81,7 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
         return t
 
     if all_points or len(served) <= plan_table.FULL_ROWS:
-        full = table(lambda sig: sig.format(), compact=False)
-        compact = not signature_text.fits(console, full)
-        short = table(signature_text.short, compact=True) if compact else full
-        if compact and not signature_text.fits(console, short):
-            short = table(signature_text.short, compact=True, fold=True)
-        plan_table.print_fitting(console, short)
-        if compact:
-            console.print(signature_text.legend({s.point.signature for s in served}), highlight=False)
+        plan_table.print_keyed(console, table, {s.point.signature for s in served})
     else:
         plan_table.print_grouped(console, served, arch_family)
     from tunedb.pipeline import OTHER
@@ -113,14 +105,11 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
         from tunedb import families
 
         family = family or families.DEFAULT
-
-        def served_elsewhere(sig: Any) -> bool:
-            return (sig.family != family and sig.family in families.names()
-                    and sig.op in families.get(sig.family).ops)
-
         from tunedb.census.unpatched import UNPATCHED, WHY
 
-        unserved = [s.point.signature for s in served if s.tier in ("unserved", OTHER)]
+        # another family's points: plan_served marked them OTHER (that family serves their key)
+        elsewhere = [s.point.signature for s in served if s.tier == OTHER]
+        unserved = [s.point.signature for s in served if s.tier == "unserved"]
         seen = [sig for sig in unserved if sig.op == UNPATCHED]
         if seen:
             why = Counter(sig.get("src") for sig in seen)
@@ -131,7 +120,6 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
                           highlight=False, markup=False)
             seen_set = set(seen)
             unserved = [sig for sig in unserved if sig not in seen_set]
-        elsewhere = [sig for sig in unserved if served_elsewhere(sig)]
         if elsewhere:
             fams = sorted({sig.family for sig in elsewhere})
             console.print(f"other families: {len(elsewhere)} point(s) of {', '.join(fams)}; this `tune` measures "
@@ -139,7 +127,7 @@ def print_served(console: Any, served: list[Any], arch_family: str, all_points: 
                           f"WORKLOAD --fused --out FILE` and `tunedb build --family NAME --census FILE`) measures "
                           f"them, tunedb.optimize() serves those calls from the shipped tier or leaves them to "
                           f"torch", highlight=False)
-        rest = [sig for sig in unserved if not served_elsewhere(sig)]
+        rest = unserved
         if rest:
             # an op the family has is unserved for its dtype (fp32): say which
             ops = sorted({f"{sig.op} dt={sig.dt}" if sig.family in families.names()

@@ -39,23 +39,25 @@ def check_target(path: Path, kernel_family: str, arch_family: str, *, fresh: boo
         raise DatabaseError(f"target {path} is unreadable: {exc.strerror or exc}; {NOTHING_MEASURED}") from None
 
 
-def _check_writable(path: Path) -> None:
-    # The writer's own first steps (the directory, then its lock file), taken now: what fails
-    # here would fail at the end, and the lock file is created by every write anyway.
+def unwritable(path: Path) -> str | None:
+    """Why a whole-file write of `path` (under its lock, atomically) would fail, or None: the
+    writer's own first steps (the directory, then its lock file) are taken now, and the directory
+    must take a new file (the temporary one goes beside the target)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(lock_path(path), "a", encoding="utf-8"):
             pass
     except OSError as exc:
-        where = exc.filename or path.parent
-        raise DatabaseError(f"cannot write the target {path}: {where}: {exc.strerror or exc}; choose a "
-                            f"writable place (--out DIR, or TUNEDB_USER_DB=DIR for the user tier); "
-                            f"{NOTHING_MEASURED}") from None
+        return f"{exc.filename or path.parent}: {exc.strerror or exc}"
     if path.exists() and not os.access(path, os.W_OK):
-        raise DatabaseError(f"cannot write the target {path}: permission denied; {NOTHING_MEASURED}")
-    # the atomic write's temporary file goes beside the target: the directory must take a new
-    # file (a lock file left by an earlier write says nothing about that)
+        return "permission denied"
     if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise DatabaseError(f"cannot write the target {path}: {path.parent}: permission denied (a new file "
-                            f"cannot be made there); choose a writable place (--out DIR, or "
+        return f"{path.parent}: permission denied (a new file cannot be made there)"
+    return None
+
+
+def _check_writable(path: Path) -> None:
+    why = unwritable(path)
+    if why is not None:
+        raise DatabaseError(f"cannot write the target {path}: {why}; choose a writable place (--out DIR, or "
                             f"TUNEDB_USER_DB=DIR for the user tier); {NOTHING_MEASURED}")

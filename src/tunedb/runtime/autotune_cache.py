@@ -172,23 +172,17 @@ class AutotuneCache:
 
 
 def check_writable(path: Path) -> None:
-    """DatabaseError naming the cache path when its write at exit would fail: what the write does
-    first (the folder, its lock file beside it), done now, before anything is measured."""
+    """DatabaseError naming the cache path when its write at exit would fail (checked before
+    anything is measured)."""
+    from tunedb.database.target import unwritable
     from tunedb.errors import DatabaseError
 
     path = Path(path)
     if path.is_dir():
         raise DatabaseError(f"autotune cache {path} is a directory; cache= takes a file path")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path(path), "a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise DatabaseError(f"autotune cache {path} cannot be written: {exc.filename or path.parent}: "
-                            f"{exc.strerror or exc}; pass cache= a writable path (or None)") from None
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise DatabaseError(f"autotune cache {path} cannot be written: {path.parent} takes no new file; "
-                            f"pass cache= a writable path (or None)")
+    why = unwritable(path)
+    if why is not None:
+        raise DatabaseError(f"autotune cache {path} cannot be written: {why}; pass cache= a writable path (or None)")
 
 
 def _parse(version: Any, results: dict[str, Any],

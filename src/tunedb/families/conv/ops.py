@@ -30,10 +30,14 @@ for _op in keys.OPS:
 _SERVED = (torch.float16, torch.bfloat16)
 
 
+def activate(y, act: str):
+    """The op's activation (keys.ACTS) in torch's own form."""
+    return torch.relu(y) if act == "relu" else F.silu(y) if act == "silu" else y
+
+
 def _plain(op: str, x, weight, bias, stride, padding, dilation, groups, act):
     conv = F.conv1d if op == "conv1d" else F.conv2d
-    y = conv(x, weight, bias, stride, padding, dilation, groups)
-    return torch.relu(y) if act == "relu" else F.silu(y) if act == "silu" else y
+    return activate(conv(x, weight, bias, stride, padding, dilation, groups), act)
 
 
 def _record(op: str, x, weight, bias, stride, padding, dilation, groups, act) -> bool:

@@ -126,10 +126,6 @@ def _fold(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tens
     return w.to(conv.weight.dtype), b.to(conv.weight.dtype)
 
 
-def _activate(y: torch.Tensor, act: str) -> torch.Tensor:
-    return torch.relu(y) if act == "relu" else torch.nn.functional.silu(y) if act == "silu" else y
-
-
 class TunedConv1d(nn.Conv1d):
     tunedb_act = "none"
 
@@ -137,7 +133,7 @@ class TunedConv1d(nn.Conv1d):
         from tunedb.families.conv import ops
 
         if self.padding_mode != "zeros":  # set after optimize(): nn's own forward pads it
-            return _activate(nn.Conv1d.forward(self, x), act)
+            return ops.activate(nn.Conv1d.forward(self, x), act)
         return ops.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, act)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -149,13 +145,13 @@ class TunedConv1d(nn.Conv1d):
         if bn.training:  # the norm and activation run as modules (batch statistics)
             fusion.cache = None
             return self._own(x, "none")
+        from tunedb.families.conv import ops
+
         if not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 3) \
                 or self.padding_mode != "zeros":
             # no kernel serves this call: conv, norm and activation as the model wrote them (the
             # fold rounds differently, and BatchNorm1d's own input checks stay)
-            return _activate(nn.BatchNorm1d.forward(bn, self._own(x, "none")), self.tunedb_act)
-        from tunedb.families.conv import ops
-
+            return ops.activate(nn.BatchNorm1d.forward(bn, self._own(x, "none")), self.tunedb_act)
         w, b = _folded(self, bn, fusion)
         return ops.conv1d(x, w, b, self.stride, self.padding, self.dilation, self.groups, self.tunedb_act)
 
@@ -165,10 +161,10 @@ class TunedConv2d(nn.Conv2d):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
-        if self.padding_mode != "zeros":  # set after optimize(): nn's own forward pads it
-            return _activate(nn.Conv2d.forward(self, x), self.tunedb_act)
         from tunedb.families.conv import ops
 
+        if self.padding_mode != "zeros":  # set after optimize(): nn's own forward pads it
+            return ops.activate(nn.Conv2d.forward(self, x), self.tunedb_act)
         return ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
                           self.tunedb_act)
 

@@ -114,7 +114,7 @@ class SiblingGroup:
                 if now[0] is then[0] and now[1] == then[1] and now[2] is then[2] and now[3] == then[3]:
                     return y
                 return None  # its weight or bias was replaced or written in place since the launch
-        weights, biases = self._operands(x)
+        weights, biases, stamps = self._operands(x)
         if weights is None:
             return None
         from tunedb.families.gemm import kernels_siblings
@@ -133,40 +133,44 @@ class SiblingGroup:
         self.launches += 1
         kept = list(outs)
         kept[index] = None
-        self._state = (x, _version(x), kept, [_stamp(m) for m in self.members])
+        self._state = (x, _version(x), kept, stamps)
         return outs[index]
 
-    def _operands(self, x: Any) -> tuple[list[Any] | None, list[Any]]:
+    def _operands(self, x: Any) -> tuple[list[Any] | None, list[Any], list[Any]]:
+        """(weights, biases, each member's _stamp) of a launch for x, or (None, [], [])."""
         k = x.shape[-1] if x.dim() else -1
         if x.dtype not in _DTYPES or k < 1 or not x.numel() or x.numel() > k * self.max_rows or not x.is_contiguous():
-            return None, []
-        weights, biases = [], []
+            return None, [], []
+        weights, biases, stamps = [], [], []
         for m in self.members:
             p = m._parameters
             w = p["weight"] if "weight" in p else m.weight
             b = p["bias"] if "bias" in p else m.bias
             if (type(w) not in (torch.Tensor, nn.Parameter) or w.dim() != 2 or w.shape[1] != k or w.dtype != x.dtype
                     or w.device != x.device or not w.is_contiguous()):
-                return None, []
+                return None, [], []
             if b is not None and (b.dtype != x.dtype or b.device != x.device or not b.is_contiguous() or b.dim() != 1):
-                return None, []
+                return None, [], []
             weights.append(w)
             biases.append(b)
+            # what _stamp(m) reads, from the lookups just made: the registered weight and bias only
+            wr, br = (w if "weight" in p else None), (b if "bias" in p else None)
+            stamps.append((wr, None if wr is None else _version(wr), br, None if br is None else _version(br)))
         if len({b is None for b in biases}) != 1:
-            return None, []
+            return None, [], []
         if k > DEEP_K and sum(w.shape[0] for w in weights) < FEW_ROWS:
             # few programs each streaming a deep slab: latency-bound where cuBLAS splits K (no
             # group of this kind was measured; the smallest, 1536 rows at K=1024, won 4.4x)
-            return None, []
+            return None, [], []
         # the calling member checked its own operands for a wanted gradient, not its siblings'
         # (q frozen, k trained): a sibling's gradient would be lost in the one launch
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (*weights, *biases)):
-            return None, []
+            return None, [], []
         if self._arch_ok is None:
             from tunedb.runtime import selector
 
             self._arch_ok = selector.current_arch()[1] is not None
-        return (weights, biases) if self._arch_ok else (None, [])
+        return (weights, biases, stamps) if self._arch_ok else (None, [], [])
 
 
 def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
