@@ -26,12 +26,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # name -> (K, sibling N's, bias)
 GROUPS = {"llama3-8b qkv": (4096, (4096, 1024, 1024), False), "llama3-8b gate/up": (4096, (14336, 14336), False),
           "qwen2-7b qkv": (3584, (3584, 512, 512), True), "bert-base qkv": (768, (768, 768, 768), True),
-          "small decoder qkv": (1024, (1024, 256, 256), False), "llama3-70b qkv": (8192, (8192, 1024, 1024), False)}
+          "small decoder qkv": (1024, (1024, 256, 256), False), "llama3-70b qkv": (8192, (8192, 1024, 1024), False),
+          "qwen2-7b gate/up": (3584, (18944, 18944), False), "llama3.2-3b qkv": (3072, (3072, 1024, 1024), False),
+          "llama3.2-3b gate/up": (3072, (8192, 8192), False), "llama3.2-1b gate/up": (2048, (8192, 8192), False),
+          "qwen2-0.5b gate/up": (896, (4864, 4864), False)}
 
 
-# (BN, BK, warps, stages) besides kernels_siblings.tile's: one row (FMA slabs), 2-16 rows (tl.dot: BN >= 16)
+# (BN, BK, warps, stages[, W on the MMA's M side]) besides kernels_siblings.tile's: one row (FMA
+# slabs), 2-16 rows (tl.dot: BN >= 16; with the fifth entry BN >= 64)
 TILES = ((8, 512, 4, 5), (32, 256, 8, 4), (16, 512, 4, 4), (8, 256, 2, 6), (16, 256, 4, 3))
-TILES_MMA = ((16, 128, 1, 6), (32, 256, 2, 4), (16, 512, 2, 4), (32, 128, 1, 5), (64, 128, 4, 4))
+TILES_MMA = ((16, 256, 1, 5), (32, 256, 2, 4), (32, 128, 1, 5), (32, 128, 2, 6), (64, 128, 4, 5), (64, 64, 4, 6),
+             (64, 128, 8, 4), (128, 128, 4, 4), (64, 128, 4, 4, 1), (64, 256, 4, 3, 1), (128, 128, 4, 4, 1),
+             (128, 64, 4, 5, 1), (64, 64, 4, 6, 1), (128, 128, 8, 4, 1))
 
 
 def one(name: str, dtype_name: str, m: int = 1) -> dict:

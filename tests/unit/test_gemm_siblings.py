@@ -170,26 +170,30 @@ def _interpreted() -> list:
     failures = []
     acts = {"none": lambda t: t, "relu": torch.relu, "silu": torch.nn.functional.silu,
             "gelu": torch.nn.functional.gelu, "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}
-    # (K, N's, bias, dtype, activations, rows): one row (the FMA slabs) and 2-16 rows (the
-    # tensor-core path: rows past M masked), odd N and K; fp16 (the interpreter's bf16 dot is wrong)
-    for k, ns, bias, dt, names, m in ((64, (40, 16, 16), False, torch.float16, ("none", "silu", "relu"), 1),
-                                      (300, (33, 17), True, torch.float16, ("gelu", "none"), 1),
-                                      (8, (5, 7, 9), True, torch.float16, ("none", "none", "gelu_tanh"), 1),
-                                      (512, (48, 48), False, torch.float16, ("silu", "none"), 1),
-                                      (72, (40, 16, 24), True, torch.float16, ("none", "silu", "none"), 2),
-                                      (300, (33, 17), False, torch.float16, ("gelu", "relu"), 5),
-                                      (8, (5, 7, 9), True, torch.float16, ("none", "none", "gelu_tanh"), 16)):
+    # (K, N's, bias, dtype, activations, rows, tile): one row (the FMA slabs) and 2-16 rows (the
+    # tensor-core path: rows past M masked; x or, with a fifth tile entry, W on the MMA's M side),
+    # odd N and K; fp16 (the interpreter's bf16 dot is wrong)
+    for k, ns, bias, dt, names, m, t in (
+            (64, (40, 16, 16), False, torch.float16, ("none", "silu", "relu"), 1, None),
+            (300, (33, 17), True, torch.float16, ("gelu", "none"), 1, None),
+            (8, (5, 7, 9), True, torch.float16, ("none", "none", "gelu_tanh"), 1, None),
+            (512, (48, 48), False, torch.float16, ("silu", "none"), 1, None),
+            (72, (40, 16, 24), True, torch.float16, ("none", "silu", "none"), 2, None),
+            (300, (33, 17), False, torch.float16, ("gelu", "relu"), 5, None),
+            (8, (5, 7, 9), True, torch.float16, ("none", "none", "gelu_tanh"), 16, None),
+            (72, (70, 16, 24), True, torch.float16, ("none", "silu", "none"), 3, (64, 32, 4, 2, 1)),
+            (300, (33, 130), False, torch.float16, ("gelu", "none"), 16, (64, 64, 4, 2, 1))):
         x = torch.randn(m, k, dtype=dt) if m > 1 else torch.randn(k, dtype=dt)
         ws = [torch.randn(n, k, dtype=dt) for n in ns]
         bs = [torch.randn(n, dtype=dt) for n in ns] if bias else [None] * len(ns)
         outs = [torch.full((*x.shape[:-1], n), float("nan"), dtype=dt) for n in ns]
-        kernels_siblings.launch(x, ws, bs, outs, list(names), interpret=True)
+        kernels_siblings.launch(x, ws, bs, outs, list(names), interpret=True, tiles=t)
         for w, b, o, a in zip(ws, bs, outs, names):
             ref = acts[a](x.double() @ w.double().t() + (b.double() if b is not None else 0))
             err = (o.double() - ref).abs().max().item()
             bound = 4 * (ref.to(dt).double() - ref).abs().max().item() + 1e-3 * ref.abs().max().item()
             if not err <= bound:
-                failures.append(f"M={m} K={k} N={w.shape[0]} bias={bias} act={a}: {err:.3g} > {bound:.3g}")
+                failures.append(f"M={m} K={k} N={w.shape[0]} bias={bias} act={a} tile={t}: {err:.3g} > {bound:.3g}")
     return failures
 
 
@@ -284,6 +288,19 @@ def test_a_few_deep_rows_run_alone(fake):
     g = siblings.SiblingGroup([patching.TunedLinear(m) for m in lins])
     g._arch_ok = True
     assert g.call(0, torch.randn(1, 4096, dtype=torch.float16)) is None and fake.launches == 0
+
+
+def test_more_rows_group_only_below_the_byte_cap(fake, monkeypatch):
+    """At 2-16 rows a group whose weights pass MMA_MAX_BYTES runs each member alone (cuBLAS streams
+    large weights faster); one row groups whatever the size."""
+    g, members = _group()
+    g.max_rows = 16
+    nbytes = sum(m.weight.numel() for m in members) * 2
+    monkeypatch.setattr(siblings, "MMA_MAX_BYTES", nbytes - 1)
+    assert g.call(0, torch.randn(4, 16, dtype=torch.float16)) is None and fake.launches == 0
+    assert g.call(0, torch.randn(1, 16, dtype=torch.float16)) is not None and fake.launches == 1
+    monkeypatch.setattr(siblings, "MMA_MAX_BYTES", nbytes)
+    assert g.call(0, torch.randn(4, 16, dtype=torch.float16)) is not None and fake.launches == 2
 
 
 def test_more_rows_group_only_up_to_the_setting_read_at_optimize(fake, monkeypatch):

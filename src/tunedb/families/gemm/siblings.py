@@ -60,6 +60,11 @@ def _stamp(member: Any) -> tuple[Any, ...]:
 
 _DTYPES = (torch.float16, torch.bfloat16)
 DEEP_K, FEW_ROWS = 2048, 512  # past K = 2048, fewer than 512 rows (32 programs) run alone
+# At 2-16 rows only groups of at most this many weight bytes launch together: session 37 (H200,
+# bench/siblings_gemv.py --rows) measured 33-50 MB of q/k/v at 1.6-1.9x cuBLAS one by one and
+# Llama-3-8B's 235 MB gate/up at 0.95x (cuBLAS streams large weights faster than the group's
+# tensor-core slabs; one launch saves only ~4 us of 61 there)
+MMA_MAX_BYTES = 128 << 20
 
 
 _LIVE: "weakref.WeakSet[SiblingGroup]" = weakref.WeakSet()  # the groups of models still alive: report_lines
@@ -157,6 +162,8 @@ class SiblingGroup:
             wr, br = (w if "weight" in p else None), (b if "bias" in p else None)
             stamps.append((wr, None if wr is None else _version(wr), br, None if br is None else _version(br)))
         if len({b is None for b in biases}) != 1:
+            return None, [], []
+        if x.numel() > k and sum(w.numel() for w in weights) * x.element_size() > MMA_MAX_BYTES:
             return None, [], []
         if k > DEEP_K and sum(w.shape[0] for w in weights) < FEW_ROWS:
             # few programs each streaming a deep slab: latency-bound where cuBLAS splits K (no
