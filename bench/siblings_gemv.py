@@ -29,7 +29,7 @@ GROUPS = {"llama3-8b qkv": (4096, (4096, 1024, 1024), False), "llama3-8b gate/up
           "small decoder qkv": (1024, (1024, 256, 256), False), "llama3-70b qkv": (8192, (8192, 1024, 1024), False),
           "qwen2-7b gate/up": (3584, (18944, 18944), False), "llama3.2-3b qkv": (3072, (3072, 1024, 1024), False),
           "llama3.2-3b gate/up": (3072, (8192, 8192), False), "llama3.2-1b gate/up": (2048, (8192, 8192), False),
-          "qwen2-0.5b gate/up": (896, (4864, 4864), False)}
+          "qwen2-0.5b gate/up": (896, (4864, 4864), False), "deep narrow qkv": (4096, (512, 128, 128), False)}
 
 
 # (BN, BK, warps, stages[, W on the MMA's M side]) besides kernels_siblings.tile's: one row (FMA

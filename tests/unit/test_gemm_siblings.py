@@ -288,6 +288,12 @@ def test_a_few_deep_rows_run_alone(fake):
     g = siblings.SiblingGroup([patching.TunedLinear(m) for m in lins])
     g._arch_ok = True
     assert g.call(0, torch.randn(1, 4096, dtype=torch.float16)) is None and fake.launches == 0
+    # 768 rows: 48 one-row slabs group; at 16 rows the slabs are 64 rows high, 12 programs: alone
+    lins = [nn.Linear(4096, 256, bias=False).half().requires_grad_(False) for _ in range(3)]
+    g = siblings.SiblingGroup([patching.TunedLinear(m) for m in lins], max_rows=16)
+    g._arch_ok = True
+    assert g.call(0, torch.randn(1, 4096, dtype=torch.float16)) is not None and fake.launches == 1
+    assert g.call(0, torch.randn(16, 4096, dtype=torch.float16)) is None and fake.launches == 1
 
 
 def test_more_rows_group_only_below_the_byte_cap(fake, monkeypatch):

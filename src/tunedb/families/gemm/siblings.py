@@ -59,7 +59,7 @@ def _stamp(member: Any) -> tuple[Any, ...]:
 
 
 _DTYPES = (torch.float16, torch.bfloat16)
-DEEP_K, FEW_ROWS = 2048, 512  # past K = 2048, fewer than 512 rows (32 programs) run alone
+DEEP_K, FEW_PROGRAMS = 2048, 32  # past K = 2048, fewer than 32 programs (slabs) run alone
 # At 2-16 rows only groups of at most this many weight bytes launch together: session 37 (H200,
 # bench/siblings_gemv.py --rows) measured 33-50 MB of q/k/v at 1.6-1.9x cuBLAS one by one and
 # Llama-3-8B's 235 MB gate/up at 0.95x (cuBLAS streams large weights faster than the group's
@@ -122,7 +122,7 @@ class SiblingGroup:
         weights, biases, stamps = self._operands(x)
         if weights is None:
             return None
-        from tunedb.families.gemm import kernels_siblings
+        from tunedb.families.gemm import kernels_siblings  # imported by _operands
 
         lead = x.shape[:-1]
         outs = [torch.empty(*lead, w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
@@ -165,7 +165,10 @@ class SiblingGroup:
             return None, [], []
         if x.numel() > k and sum(w.numel() for w in weights) * x.element_size() > MMA_MAX_BYTES:
             return None, [], []
-        if k > DEEP_K and sum(w.shape[0] for w in weights) < FEW_ROWS:
+        from tunedb.families.gemm import kernels_siblings
+
+        bn = kernels_siblings.tile(k, x.numel() // k)[0]
+        if k > DEEP_K and sum(-(-w.shape[0] // bn) for w in weights) < FEW_PROGRAMS:
             # few programs each streaming a deep slab: latency-bound where cuBLAS splits K (no
             # group of this kind was measured; the smallest, 1536 rows at K=1024, won 4.4x)
             return None, [], []
