@@ -140,7 +140,7 @@ def test_a_number_setting_set_but_empty_reads_as_its_default():
     compile pool sized itself."""
     with settings.override(COMPILE_MEM_MB="", SIBLING_ROWS=""):
         settings.check_all()
-        assert settings.compile_mem_mb() == 1024 and settings.sibling_rows() == 1
+        assert settings.compile_mem_mb() == 1024 and settings.sibling_rows() == 16
 
 
 def test_a_command_prints_tunedbs_own_warnings_on_one_line(tmp_path, capsys):

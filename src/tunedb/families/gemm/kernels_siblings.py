@@ -16,9 +16,10 @@ fp32 before the one rounding.
 Rows 2..16 (MP = 16, the tensor-core path): x is [M, K] and each y_g [M, N_g]; a program's slab
 is BN rows of W_g and one tensor-core dot per K tile, tl.dot(x tile [16, BK], W tile^T), with
 x's rows past M masked (zero-filled, never read), as the `gv` kernel's `_mma` configs
-(kernels_gemv.py), or with W_ON_M the weight on the MMA's M side, tl.dot(W tile, x tile^T) into a
-[BN, 16] accumulator (sm90's wgmma needs 64 rows on that side), transposed for the epilogue.
-siblings.py launches it only under TUNEDB_SIBLING_ROWS > 1 and below MMA_MAX_BYTES of weights
+(kernels_gemv.py); the tile by the group's size (tile()). The weight on the MMA's M side,
+tl.dot(W tile, x tile^T) into [BN, 16] for sm90's wgmma, lost to this form at every group measured
+(session 37 call 2). siblings.py launches it only under TUNEDB_SIBLING_ROWS > 1 and up to
+MMA_MAX_BYTES of weights
 (siblings.py). Imports triton, never torch.
 """
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _slab(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, K, HAS_BIAS: tl.constexpr, ACT: tl
 
 @triton.jit
 def _slab_mma(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-              BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, MP: tl.constexpr, W_ON_M: tl.constexpr):
+              BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, MP: tl.constexpr):
     rows = blk * BN + tl.arange(0, BN)
     row_ok = rows < n
     rows_in = tl.where(row_ok, rows, 0).to(tl.int64)
@@ -61,21 +62,12 @@ def _slab_mma(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS: tl.constexpr, 
     offs_k = tl.arange(0, BK)
     w_ptrs = w_ptr + rows_in[:, None] * K + offs_k[None, :]
     x_ptrs = x_ptr + ms[:, None].to(tl.int64) * K + offs_k[None, :]
-    if W_ON_M:  # the weight slab on the MMA's M side (BN >= 64: sm90's wgmma), acc [BN, MP]
-        acc_t = tl.zeros((BN, MP), dtype=tl.float32)
-        for k0 in tl.range(0, K, BK, num_stages=STAGES):
-            k_ok = offs_k < K - k0
-            w = tl.load(w_ptrs + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
-            xv = tl.load(x_ptrs + k0, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            acc_t = tl.dot(w, tl.trans(xv), acc_t)
-        acc = tl.trans(acc_t)
-    else:
-        acc = tl.zeros((MP, BN), dtype=tl.float32)
-        for k0 in tl.range(0, K, BK, num_stages=STAGES):
-            k_ok = offs_k < K - k0
-            w = tl.load(w_ptrs + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
-            xv = tl.load(x_ptrs + k0, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            acc = tl.dot(xv, tl.trans(w), acc)
+    acc = tl.zeros((MP, BN), dtype=tl.float32)
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
+        k_ok = offs_k < K - k0
+        w = tl.load(w_ptrs + k0, mask=k_ok[None, :], other=0.0, eviction_policy="evict_first")
+        xv = tl.load(x_ptrs + k0, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        acc = tl.dot(xv, tl.trans(w), acc)
     y = epilogue(acc, b_ptr, rows, n, HAS_BIAS, ACT)
     tl.store(y_ptr + ms[:, None].to(tl.int64) * n + rows[None, :], y.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & row_ok[None, :])
@@ -83,11 +75,11 @@ def _slab_mma(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS: tl.constexpr, 
 
 @triton.jit
 def _member(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, BN: tl.constexpr,
-            BK: tl.constexpr, STAGES: tl.constexpr, MP: tl.constexpr, W_ON_M: tl.constexpr):
+            BK: tl.constexpr, STAGES: tl.constexpr, MP: tl.constexpr):
     if MP == 1:
         _slab(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, K, HAS_BIAS, ACT, BN, BK, STAGES)
     else:
-        _slab_mma(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS, ACT, BN, BK, STAGES, MP, W_ON_M)
+        _slab_mma(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS, ACT, BN, BK, STAGES, MP)
 
 
 # K stays specialised: its divisibility by 16 is what lets the W rows load as 16-byte vectors
@@ -95,38 +87,47 @@ def _member(x_ptr, w_ptr, y_ptr, b_ptr, n, blk, M, K, HAS_BIAS: tl.constexpr, AC
 def siblings_kernel(x_ptr, w0_ptr, w1_ptr, w2_ptr, y0_ptr, y1_ptr, y2_ptr, b0_ptr, b1_ptr, b2_ptr,
                     N0, N1, N2, NB0, NB1, M, K, HAS_BIAS: tl.constexpr, ACT0: tl.constexpr, ACT1: tl.constexpr,
                     ACT2: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
-                    MP: tl.constexpr = 1, W_ON_M: tl.constexpr = False):
+                    MP: tl.constexpr = 1):
     pid = tl.program_id(0)
     if pid < NB0:
-        _member(x_ptr, w0_ptr, y0_ptr, b0_ptr, N0, pid, M, K, HAS_BIAS, ACT0, BN, BK, STAGES, MP, W_ON_M)
+        _member(x_ptr, w0_ptr, y0_ptr, b0_ptr, N0, pid, M, K, HAS_BIAS, ACT0, BN, BK, STAGES, MP)
     elif pid < NB0 + NB1:  # with two siblings every program past NB0 (the grid is NB0 + NB1)
-        _member(x_ptr, w1_ptr, y1_ptr, b1_ptr, N1, pid - NB0, M, K, HAS_BIAS, ACT1, BN, BK, STAGES, MP, W_ON_M)
+        _member(x_ptr, w1_ptr, y1_ptr, b1_ptr, N1, pid - NB0, M, K, HAS_BIAS, ACT1, BN, BK, STAGES, MP)
     else:
-        _member(x_ptr, w2_ptr, y2_ptr, b2_ptr, N2, pid - NB0 - NB1, M, K, HAS_BIAS, ACT2, BN, BK, STAGES, MP, W_ON_M)
+        _member(x_ptr, w2_ptr, y2_ptr, b2_ptr, N2, pid - NB0 - NB1, M, K, HAS_BIAS, ACT2, BN, BK, STAGES, MP)
 
 
 MAX_ROWS = 16  # the tensor-core path's tile height
 
 
-def tile(k: int, m: int = 1) -> tuple[int, ...]:
-    """(BN, BK, warps, stages[, weight on the MMA's M side]). One row: the shipped gemm table's M=1
-    pick at the Llama widths (`gv1_n16x256_w4_s5_lr`); 2-16 rows: 64-row slabs of 128-wide K tiles,
-    4 warps, 4 stages, x on the MMA's M side: measured (session 37, bench/siblings_gemv.py --rows)
-    within 4% of the best of five tiles on Llama-3-8B and Qwen2-7B q/k/v and gate/up at M = 4-16,
-    where the gv lane's one-warp 16-row slab ran 1.8-2x slower. BK narrowed to K's power of two
-    below the tile's (16 at least: tl.dot's)."""
-    bk = 256 if m == 1 else 128
+def tile(k: int, m: int = 1, rows: int = 0) -> tuple[int, int, int, int]:
+    """(BN, BK, warps, stages) for a group of `rows` weight rows in
+    all at K = k and m rows of x. One row: the shipped gemm table's M=1 pick at the Llama widths
+    (`gv1_n16x256_w4_s5_lr`). 2-16 rows, by the group's rows (session 37 call 2, bench/siblings_gemv.py
+    --rows 2,4,16 over eleven groups of 768-37888 rows and 3-272 MB, fourteen tiles): up to 2560
+    rows 32-row slabs of 256-wide K tiles (2 warps: enough programs for a small group), up to 6144
+    64-row slabs (4 warps, 5 stages), past it 128-row slabs (4 warps, 4 stages). Chosen on that
+    sweep, so in-sample: within 3.4% of the best tile at every point, 1.03-3.5x cuBLAS one by one.
+    The gv lane's one-warp 16-row slab ran 1.8-2.5x slower. BK narrowed to K's power of two below the tile's (16 at least: tl.dot's)."""
+    if m == 1:
+        bn, bk, warps, stages = 16, 256, 4, 5
+    elif rows <= 2560:
+        bn, bk, warps, stages = 32, 256, 2, 4
+    elif rows <= 6144:
+        bn, bk, warps, stages = 64, 128, 4, 5
+    else:
+        bn, bk, warps, stages = 128, 128, 4, 4
     while bk > 16 and bk > k:
         bk //= 2
-    return (16, bk, 4, 5) if m == 1 else (64, bk, 4, 4)
+    return bn, bk, warps, stages
 
 
 def launch(x, weights, biases, outs, acts=None, interpret: bool = False,
-           tiles: tuple[int, ...] | None = None) -> None:
+           tiles: tuple[int, int, int, int] | None = None) -> None:
     """siblings_kernel over x [M, K] or [K] (contiguous, M <= 16), weights [N_g, K] and outs
     [M, N_g] or [N_g] (contiguous; biases [N_g] or all None; acts: each output's activation, a
-    name of ACT_CODES, default none), one launch; `tiles` (BN, BK, warps, stages[, weight on the
-    MMA's M side]) in place of tile()."""
+    name of ACT_CODES, default none), one launch; `tiles` (BN, BK, warps, stages) in place of
+    tile()."""
     k = x.shape[-1]
     m = x.numel() // k
     if not 1 <= m <= MAX_ROWS:
@@ -147,19 +148,18 @@ def varying(x, weights, biases, outs) -> tuple:
 
 @functools.lru_cache(maxsize=256)
 def site_for(ns: tuple[int, ...], k: int, has_bias: bool, acts: tuple[str, ...], interpret: bool = False,
-             tiles: tuple[int, ...] | None = None, m: int = 1) -> tuple[Any, tuple[int]]:
+             tiles: tuple[int, int, int, int] | None = None, m: int = 1) -> tuple[Any, tuple[int]]:
     """(launch site, grid) of one group's shapes at m rows: the sizes are fixed arguments, the
     tensors vary (triton_launch.Site: the compiled binary called without JITFunction.run's
     per-call binding, tens of microseconds of host time a launch)."""
     from tunedb.families.gemm.triton_launch import Site
 
-    bn, bk, warps, stages, *form = tiles or tile(k, m)
+    bn, bk, warps, stages = tiles or tile(k, m, sum(ns))
     nbs = [triton.cdiv(n, bn) for n in ns]
     full = list(ns) + [ns[-1]] * (3 - len(ns))
     codes = [ACT_CODES[a] for a in acts] + [0] * (3 - len(acts))
     constexprs = {"HAS_BIAS": has_bias, "ACT0": codes[0], "ACT1": codes[1], "ACT2": codes[2], "BN": bn, "BK": bk,
                   "STAGES": stages, "MP": 1 if m == 1 else MAX_ROWS,
-                  "W_ON_M": bool(form and form[0]) and m > 1,
                   **({} if interpret else {"num_warps": warps, "num_stages": stages})}
     site = Site(siblings_kernel, (full[0], full[1], full[2], nbs[0], nbs[1], m, k), constexprs)
     return site, (sum(nbs),)

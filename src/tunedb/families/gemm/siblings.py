@@ -1,5 +1,5 @@
 """Sibling projections in one launch: optimize()'s groups of TunedLinears that a module's code
-calls on the same tensor (sibling_source.py), run at one row (up to TUNEDB_SIBLING_ROWS rows) as
+calls on the same tensor (sibling_source.py), run at 1 to TUNEDB_SIBLING_ROWS rows (default 16) as
 kernels_siblings.py's one launch.
 
 Why: at decode batch 1 each projection is a weight stream with a fixed cost its bytes do not
@@ -9,9 +9,9 @@ against 27.0 us for three cuBLAS calls and 21.4 us for tunedb's tuned calls one 
 for one cuBLAS call over a concatenated copy of the weights); gate/up 55.6 against 61.8; Qwen2-7B
 q/k/v with bias 10.8 against 25.4; BERT-base q/k/v 4.1 against 14.0.
 
-How a call runs: the first member called with a one-row CUDA tensor x (or up to
-TUNEDB_SIBLING_ROWS rows: the kernel's tensor-core path, not yet measured, so the default is 1;
-fp16/bf16, contiguous; every member's weight of x's dtype, contiguous, on x's device; biases all
+How a call runs: the first member called with a CUDA tensor x of up to TUNEDB_SIBLING_ROWS rows
+(default 16; past one row the kernel's tensor-core path, measured at 1.03-3.5x cuBLAS one by one
+over eleven groups, session 37; fp16/bf16, contiguous; every member's weight of x's dtype, contiguous, on x's device; biases all
 present or all absent; no gradient, tracer, mode or autocast: TunedLinear's fast-path
 conditions) computes every member's output in one launch, returns its own and keeps the others
 for x. A member then called with that same tensor object, unmodified since (its version
@@ -59,12 +59,15 @@ def _stamp(member: Any) -> tuple[Any, ...]:
 
 
 _DTYPES = (torch.float16, torch.bfloat16)
-DEEP_K, FEW_PROGRAMS = 2048, 32  # past K = 2048, fewer than 32 programs (slabs) run alone
-# At 2-16 rows only groups of at most this many weight bytes launch together: session 37 (H200,
-# bench/siblings_gemv.py --rows) measured 33-50 MB of q/k/v at 1.6-1.9x cuBLAS one by one and
-# Llama-3-8B's 235 MB gate/up at 0.95x (cuBLAS streams large weights faster than the group's
-# tensor-core slabs; one launch saves only ~4 us of 61 there)
-MMA_MAX_BYTES = 128 << 20
+# Past K = 2048 a group of fewer weight rows than this runs alone: few programs each streaming a
+# deep slab are latency-bound where cuBLAS splits K. One row: no such group measured (the
+# smallest, 1536 rows at K = 1024, won 4.4x), 512 rows is 32 programs; 2-16 rows: 768 rows at
+# K = 4096 won 1.9x (session 37 call 2), half that is the edge of measured support.
+DEEP_K, FEW_ROWS, FEW_ROWS_MMA = 2048, 512, 384
+# At 2-16 rows a group of more weight bytes runs each member alone: session 37 call 2 measured
+# groups of 3-272 MB at 1.03-3.5x cuBLAS one by one (the least over the largest: one launch saves a
+# few us of 60-75); twice the largest is the edge of measured support.
+MMA_MAX_BYTES = 544 << 20
 
 
 _LIVE: "weakref.WeakSet[SiblingGroup]" = weakref.WeakSet()  # the groups of models still alive: report_lines
@@ -122,7 +125,7 @@ class SiblingGroup:
         weights, biases, stamps = self._operands(x)
         if weights is None:
             return None
-        from tunedb.families.gemm import kernels_siblings  # imported by _operands
+        from tunedb.families.gemm import kernels_siblings
 
         lead = x.shape[:-1]
         outs = [torch.empty(*lead, w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
@@ -165,12 +168,7 @@ class SiblingGroup:
             return None, [], []
         if x.numel() > k and sum(w.numel() for w in weights) * x.element_size() > MMA_MAX_BYTES:
             return None, [], []
-        from tunedb.families.gemm import kernels_siblings
-
-        bn = kernels_siblings.tile(k, x.numel() // k)[0]
-        if k > DEEP_K and sum(-(-w.shape[0] // bn) for w in weights) < FEW_PROGRAMS:
-            # few programs each streaming a deep slab: latency-bound where cuBLAS splits K (no
-            # group of this kind was measured; the smallest, 1536 rows at K=1024, won 4.4x)
+        if k > DEEP_K and sum(w.shape[0] for w in weights) < (FEW_ROWS if x.numel() == k else FEW_ROWS_MMA):
             return None, [], []
         # the calling member checked its own operands for a wanted gradient, not its siblings'
         # (q frozen, k trained): a sibling's gradient would be lost in the one launch
