@@ -65,7 +65,28 @@ def _group(bias: bool = False, dtype=torch.float16):
 def fake(monkeypatch):
     f = _Fake()
     monkeypatch.setattr(kernels_siblings, "site_for", f.site_for)
+    monkeypatch.setattr(siblings, "_capturing", lambda: True)  # as in a CUDA-graph capture (the eager rule apart)
     return f
+
+
+def test_outside_a_capture_a_group_launches_only_at_one_row_with_a_served_member(fake, monkeypatch):
+    """The eager rule: the host sets the pace there, and one Triton launch costs more than the
+    cuBLAS calls of members left as written (or of more rows) it would replace."""
+    monkeypatch.setattr(siblings, "_capturing", lambda: False)
+    g, members = _group()
+    g.max_rows = 16
+    one, four = torch.randn(1, 16, dtype=torch.float16), torch.randn(4, 16, dtype=torch.float16)
+    assert g.call(0, four) is None and fake.launches == 0  # more rows eagerly: alone
+    assert g.call(0, one) is not None and fake.launches == 1  # one row, served members: one launch
+    assert g.may_take(one) and not g.may_take(four)
+    members[0].__dict__["_as_written"] = True
+    assert g.may_take(one)  # one member served still makes the launch worth it
+    for m in members:
+        m.__dict__["_as_written"] = True
+    assert g.call(0, torch.randn(1, 16, dtype=torch.float16)) is None and fake.launches == 1
+    assert not g.may_take(one)
+    monkeypatch.setattr(siblings, "_capturing", lambda: True)  # in a capture the launch is free of host cost
+    assert g.may_take(one) and g.may_take(four) and not g.may_take(torch.randn(17, 16, dtype=torch.float16))
 
 
 @pytest.mark.parametrize("bias", [False, True])

@@ -112,6 +112,11 @@ class TunedLinear(nn.Module):
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
+        d = self.__dict__
+        if "_as_written" in d:  # swapped only to join its siblings (siblings.attach): nn.Linear's cost where it can
+            sib = d.get("_siblings")
+            if sib is None or type(x) is not _Tensor or not x.is_cuda or not sib[0].may_take(x):
+                return F.linear(x, weight, bias)
         act = self.act
         # ops.gemm / gemm_act's eager fast path, inline (one Python frame less per call): a plain
         # CUDA tensor, no tracer, mode or autocast, no gradient wanted, a key served this epoch.

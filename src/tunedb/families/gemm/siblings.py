@@ -70,6 +70,11 @@ DEEP_K, FEW_ROWS, FEW_ROWS_MMA = 2048, 512, 384
 MMA_MAX_BYTES = 544 << 20
 
 
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (called only with CUDA tensors)."""
+    return torch.cuda.is_current_stream_capturing()
+
+
 _LIVE: "weakref.WeakSet[SiblingGroup]" = weakref.WeakSet()  # the groups of models still alive: report_lines
 
 
@@ -108,8 +113,25 @@ class SiblingGroup:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["members"], tuple(state.get("names", ())), state.get("max_rows", 1))
 
+    def as_written(self) -> bool:
+        """Every member runs as written (F.linear) when the group does not take its call."""
+        return all("_as_written" in m.__dict__ for m in self.members)
+
+    def may_take(self, x: Any) -> bool:
+        """Whether a call on CUDA x is worth the group's look: outside a CUDA-graph capture the
+        eager rule below; past max_rows never."""
+        k = x.shape[-1] if x.dim() else 0
+        return 0 < x.numel() <= k * self.max_rows and (_capturing() or (x.numel() == k and not self.as_written()))
+
     def call(self, index: int, x: Any) -> Any:
-        """Member `index`'s output for x from the group, or None: the member runs alone."""
+        """Member `index`'s output for x from the group, or None: the member runs alone.
+
+        Eager rule: outside a CUDA-graph capture a group launches only at one row with a member
+        tunedb serves. Eagerly the host sets the pace and one Triton launch costs more host time
+        than the cuBLAS calls it replaces (session 37 call 3: a decoder no table names, its q/k/v
+        and gate/up left as written, grouped eagerly at 1 and 16 rows 1.17-1.18x slower than
+        plain, in graphs 1.18-1.20x faster); at one row with served members (Triton launches of
+        their own) it gained 1.15x (Llama-3-8B, session 35)."""
         state = self._state
         if state is not None and state[0] is x and state[1] == _version(x):
             kept = state[2]
@@ -122,6 +144,8 @@ class SiblingGroup:
                 if now[0] is then[0] and now[1] == then[1] and now[2] is then[2] and now[3] == then[3]:
                     return y
                 return None  # its weight or bias was replaced or written in place since the launch
+        if not _capturing() and (x.numel() != x.shape[-1] or self.as_written()):
+            return None
         weights, biases, stamps = self._operands(x)
         if weights is None:
             return None
