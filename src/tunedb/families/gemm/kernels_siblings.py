@@ -18,9 +18,8 @@ is BN rows of W_g and one tensor-core dot per K tile, tl.dot(x tile [16, BK], W 
 x's rows past M masked (zero-filled, never read), as the `gv` kernel's `_mma` configs
 (kernels_gemv.py); the tile by the group's size (tile()). The weight on the MMA's M side,
 tl.dot(W tile, x tile^T) into [BN, 16] for sm90's wgmma, lost to this form at every group measured
-(session 37 call 2). siblings.py launches it only under TUNEDB_SIBLING_ROWS > 1 and up to
-MMA_MAX_BYTES of weights
-(siblings.py). Imports triton, never torch.
+(session 37 call 2). siblings.py launches it at 2 to TUNEDB_SIBLING_ROWS rows, up to
+MMA_MAX_BYTES of weights. Imports triton, never torch.
 """
 from __future__ import annotations
 
@@ -101,14 +100,15 @@ MAX_ROWS = 16  # the tensor-core path's tile height
 
 
 def tile(k: int, m: int = 1, rows: int = 0) -> tuple[int, int, int, int]:
-    """(BN, BK, warps, stages) for a group of `rows` weight rows in
-    all at K = k and m rows of x. One row: the shipped gemm table's M=1 pick at the Llama widths
-    (`gv1_n16x256_w4_s5_lr`). 2-16 rows, by the group's rows (session 37 call 2, bench/siblings_gemv.py
-    --rows 2,4,16 over eleven groups of 768-37888 rows and 3-272 MB, fourteen tiles): up to 2560
-    rows 32-row slabs of 256-wide K tiles (2 warps: enough programs for a small group), up to 6144
-    64-row slabs (4 warps, 5 stages), past it 128-row slabs (4 warps, 4 stages). Chosen on that
-    sweep, so in-sample: within 3.4% of the best tile at every point, 1.03-3.5x cuBLAS one by one.
-    The gv lane's one-warp 16-row slab ran 1.8-2.5x slower. BK narrowed to K's power of two below the tile's (16 at least: tl.dot's)."""
+    """(BN, BK, warps, stages) for a group of `rows` weight rows in all at K = k and m rows of x.
+    One row: the shipped gemm table's M=1 pick at the Llama widths (`gv1_n16x256_w4_s5_lr`). 2-16
+    rows, by the group's rows (session 37 call 2, bench/siblings_gemv.py --rows 2,4,16 over eleven
+    groups of 768-37888 rows and 3-272 MB, fourteen tiles): up to 2560 rows 32-row slabs of
+    256-wide K tiles (2 warps: enough programs for a small group), up to 6144 64-row slabs (4
+    warps, 5 stages), past it 128-row slabs (4 warps, 4 stages). Chosen on that sweep, so
+    in-sample: within 3.4% of the best tile at every point, 1.03-3.5x cuBLAS one by one. The gv
+    lane's one-warp 16-row slab ran 1.8-2.5x slower. BK narrowed to K's power of two below the
+    tile's (16 at least: tl.dot's)."""
     if m == 1:
         bn, bk, warps, stages = 16, 256, 4, 5
     elif rows <= 2560:

@@ -11,8 +11,9 @@ q/k/v with bias 10.8 against 25.4; BERT-base q/k/v 4.1 against 14.0.
 
 How a call runs: the first member called with a CUDA tensor x of up to TUNEDB_SIBLING_ROWS rows
 (default 16; past one row the kernel's tensor-core path, measured at 1.03-3.5x cuBLAS one by one
-over eleven groups, session 37; fp16/bf16, contiguous; every member's weight of x's dtype, contiguous, on x's device; biases all
-present or all absent; no gradient, tracer, mode or autocast: TunedLinear's fast-path
+over eleven groups, session 37; outside a CUDA-graph capture one row only, with a member tunedb
+serves: the eager rule, call()), fp16/bf16, contiguous; every member's weight of x's dtype,
+contiguous, on x's device; biases all present or all absent; no gradient, tracer, mode or autocast: TunedLinear's fast-path
 conditions) computes every member's output in one launch, returns its own and keeps the others
 for x. A member then called with that same tensor object, unmodified since (its version
 counter), takes its kept output once, if its weight and bias are the ones the launch read,
@@ -118,10 +119,12 @@ class SiblingGroup:
         return all("_as_written" in m.__dict__ for m in self.members)
 
     def may_take(self, x: Any) -> bool:
-        """Whether a call on CUDA x is worth the group's look: outside a CUDA-graph capture the
-        eager rule below; past max_rows never."""
+        """Whether a launch for CUDA x is worth making: 1 to max_rows rows, and outside a CUDA-graph
+        capture the eager rule (call()). The one check of rows and capture: call() asks it before
+        a launch, a left-as-written member before it looks at the group at all."""
         k = x.shape[-1] if x.dim() else 0
-        return 0 < x.numel() <= k * self.max_rows and (_capturing() or (x.numel() == k and not self.as_written()))
+        rows = x.numel()
+        return 0 < rows <= k * self.max_rows and (_capturing() or (rows == k and not self.as_written()))
 
     def call(self, index: int, x: Any) -> Any:
         """Member `index`'s output for x from the group, or None: the member runs alone.
@@ -144,7 +147,7 @@ class SiblingGroup:
                 if now[0] is then[0] and now[1] == then[1] and now[2] is then[2] and now[3] == then[3]:
                     return y
                 return None  # its weight or bias was replaced or written in place since the launch
-        if not _capturing() and (x.numel() != x.shape[-1] or self.as_written()):
+        if not self.may_take(x):
             return None
         weights, biases, stamps = self._operands(x)
         if weights is None:
@@ -170,8 +173,8 @@ class SiblingGroup:
 
     def _operands(self, x: Any) -> tuple[list[Any] | None, list[Any], list[Any]]:
         """(weights, biases, each member's _stamp) of a launch for x, or (None, [], [])."""
-        k = x.shape[-1] if x.dim() else -1
-        if x.dtype not in _DTYPES or k < 1 or not x.numel() or x.numel() > k * self.max_rows or not x.is_contiguous():
+        k = x.shape[-1]  # 1 to max_rows rows of it: may_take
+        if x.dtype not in _DTYPES or not x.is_contiguous():
             return None, [], []
         weights, biases, stamps = [], [], []
         for m in self.members:
