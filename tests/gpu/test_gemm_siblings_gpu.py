@@ -128,6 +128,40 @@ def test_the_tensor_core_path_matches_fp64(dt, m, k, ns, bias):
         assert torch.isnan(o[m]).all()
 
 
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("tiles", [(64, 128, 4, 5, 2), (64, 128, 4, 5, 4), (32, 128, 1, 5, 3), (128, 128, 4, 4, 2)])
+@pytest.mark.parametrize("k,ns,bias", [(4096, (4096, 1024, 1024), False), (3584, (3584, 512, 512), True),
+                                       (1000, (333, 17, 65), True)])
+def test_the_split_k_form_in_a_graph_matches_fp64_and_repeats_its_bits(dt, tiles, k, ns, bias):
+    """K split into runs reduced inside the kernel (bench/siblings_gemv.py times it): against fp64
+    at M = 5, captured once and replayed on new inputs (the counters left zero by every launch),
+    and the same input replayed twice gives the same bits (the sum's order is fixed)."""
+    m = 5
+    g = torch.Generator(device="cuda").manual_seed(k + tiles[-1])
+    x = torch.randn(m, k, device="cuda", dtype=dt, generator=g)
+    ws = [torch.randn(n, k, device="cuda", dtype=dt, generator=g) * k ** -0.5 for n in ns]
+    bs = [torch.randn(n, device="cuda", dtype=dt, generator=g) for n in ns] if bias else [None] * len(ns)
+    outs = [torch.empty(m, n, device="cuda", dtype=dt) for n in ns]
+    sizes = kernels_siblings.workspace_sizes(ns, k, m, tiles)
+    work = (torch.zeros(sizes[0], device="cuda"), torch.zeros(sizes[1], device="cuda", dtype=torch.int32))
+    kernels_siblings.launch(x, ws, bs, outs, tiles=tiles, workspace=work)  # compiled outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernels_siblings.launch(x, ws, bs, outs, tiles=tiles, workspace=work)
+    seen = []
+    for trial in range(3):
+        if trial == 2:
+            x.copy_(torch.randn(m, k, device="cuda", dtype=dt, generator=g))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not work[1].any()
+        for w, b, o in zip(ws, bs, outs):
+            ref = x.double() @ w.double().t() + (b.double() if b is not None else 0)
+            assert (o.double() - ref).abs().max().item() <= _bound(ref, dt)
+        seen.append([o.clone() for o in outs])
+    assert all(torch.equal(a, b) for a, b in zip(seen[0], seen[1]))
+
+
 def test_sixteen_rows_through_optimize_in_a_graph(monkeypatch):
     monkeypatch.setenv("TUNEDB_SIBLING_ROWS", "16")
     torch.manual_seed(0)

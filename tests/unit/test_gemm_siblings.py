@@ -204,7 +204,12 @@ def _interpreted() -> list:
             (8, (5, 7, 9), True, torch.float16, ("none", "none", "gelu_tanh"), 16, None),
             (40, (2000, 700, 9), True, torch.float16, ("none", "silu", "none"), 3, None),  # 64-row slabs
             (24, (5000, 1500), False, torch.float16, ("gelu", "none"), 16, None),  # 128-row slabs
-            (300, (33, 130), False, torch.float16, ("gelu", "relu"), 7, (64, 64, 4, 2))):
+            (300, (33, 130), False, torch.float16, ("gelu", "relu"), 7, (64, 64, 4, 2)),
+            # K split into runs reduced in the kernel: uneven runs (5 K tiles in 3), a bias and an
+            # activation applied once after the sum, three members' blocks in one workspace
+            (300, (33, 130), False, torch.float16, ("gelu", "relu"), 7, (64, 64, 4, 2, 3)),
+            (72, (40, 16, 24), True, torch.float16, ("none", "silu", "none"), 2, (32, 16, 2, 2, 4)),
+            (40, (200, 70, 9), True, torch.float16, ("silu", "none", "gelu"), 16, (64, 16, 4, 2, 3))):
         x = torch.randn(m, k, dtype=dt) if m > 1 else torch.randn(k, dtype=dt)
         ws = [torch.randn(n, k, dtype=dt) for n in ns]
         bs = [torch.randn(n, dtype=dt) for n in ns] if bias else [None] * len(ns)
@@ -216,6 +221,25 @@ def _interpreted() -> list:
             bound = 4 * (ref.to(dt).double() - ref).abs().max().item() + 1e-3 * ref.abs().max().item()
             if not err <= bound:
                 failures.append(f"M={m} K={k} N={w.shape[0]} bias={bias} act={a} tile={t}: {err:.3g} > {bound:.3g}")
+    # one workspace over launches: the counters are left zero, and the split sum has one order
+    # (the same inputs give the same bits, a new input its own result)
+    k, ns, m, t = 96, (48, 20), 5, (16, 16, 2, 2, 3)
+    ws = [torch.randn(n, k, dtype=torch.float16) for n in ns]
+    sizes = kernels_siblings.workspace_sizes(ns, k, m, t)
+    work = (torch.zeros(sizes[0]), torch.zeros(sizes[1], dtype=torch.int32))
+    runs = []
+    for x in (torch.randn(m, k, dtype=torch.float16),) * 2 + (torch.randn(m, k, dtype=torch.float16),):
+        outs = [torch.empty(m, n, dtype=torch.float16) for n in ns]
+        kernels_siblings.launch(x, ws, [None, None], outs, interpret=True, tiles=t, workspace=work)
+        runs.append(outs)
+        if work[1].any():
+            failures.append(f"counters left {work[1].tolist()}")
+        for w, o in zip(ws, outs):
+            ref = x.double() @ w.double().t()
+            if not (o.double() - ref).abs().max().item() <= 4e-3 * ref.abs().max().item():
+                failures.append(f"reused workspace: wrong output for N={w.shape[0]}")
+    if not all(torch.equal(a, b) for a, b in zip(runs[0], runs[1])):
+        failures.append("split-K sibling outputs differ bitwise between two runs on the same inputs")
     return failures
 
 

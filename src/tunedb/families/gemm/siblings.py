@@ -103,7 +103,7 @@ class SiblingGroup:
         self.names = names  # the members' attribute names (the report)
         self.max_rows = max_rows  # TUNEDB_SIBLING_ROWS when optimize() ran
         self.launches = 0
-        self._site: tuple[Any, Any, Any] | None = None  # (shapes key, launch site, grid) of the last launch
+        self._site: tuple[Any, Any, Any, Any] | None = None  # (shapes key, site, grid, workspace) of the last launch
         self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
         _LIVE.add(self)
@@ -162,9 +162,13 @@ class SiblingGroup:
             # the members' fused activations are fixed at their swap (read here, not in __init__: an
             # unpickled group's members are not restored yet when it is)
             acts = tuple(m.act for m in self.members)
-            self._site = (key, *kernels_siblings.site_for(key[0], k, key[2], acts, False, None, key[3]))
-        _, site, grid = self._site
-        site(grid, *kernels_siblings.varying(x.view(-1), weights, biases, [o.view(-1) for o in outs]))
+            site, grid = kernels_siblings.site_for(key[0], k, key[2], acts, False, None, key[3])
+            sizes = kernels_siblings.workspace_sizes(key[0], k, key[3])  # zero counters, left zero by each launch
+            work = (torch.zeros(sizes[0], device=x.device, dtype=torch.float32),
+                    torch.zeros(sizes[1], device=x.device, dtype=torch.int32))
+            self._site = (key, site, grid, work)
+        _, site, grid, work = self._site
+        site(grid, *kernels_siblings.varying(x.view(-1), weights, biases, [o.view(-1) for o in outs], work))
         self.launches += 1
         kept = list(outs)
         kept[index] = None
