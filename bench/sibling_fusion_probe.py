@@ -13,7 +13,9 @@ fused key 6144x4096 (28672x4096) is in no shipped table, so tunedb serves it as 
 does (cuBLAS). The rewrite is the probe's own (a closure per layer), valid only for a forward
 that calls the siblings on the same tensor, in order, once each: what a feature would prove.
 Since session 35 the feature exists (families/gemm/siblings.py, TUNEDB_SIBLINGS, default on):
-`tunedb` is optimize() with it, `tunedb, siblings off` without it (the rewritten models too).
+`tunedb` is optimize() with it, `tunedb, siblings off` without it (the rewritten models too),
+`tunedb, split auto` with TUNEDB_SIBLING_SPLIT=auto (K split where a group's slabs are fewer than
+the SMs; at one row nothing changes).
 """
 from __future__ import annotations
 
@@ -92,6 +94,8 @@ def main(argv=None) -> int:
         with settings.override(SIBLINGS="0"):
             variants["tunedb, siblings off"] = tunedb.optimize(plain, inplace=False)
         variants["tunedb"] = tunedb.optimize(plain, inplace=False)  # TUNEDB_SIBLINGS=1: one launch a group
+        with settings.override(SIBLING_SPLIT="auto"):  # K split for groups of fewer slabs than SMs (session 38)
+            variants["tunedb, split auto"] = tunedb.optimize(plain, inplace=False)
         with settings.override(SIBLINGS="0"):
             variants["tunedb qkv"] = tunedb.optimize(fuse(plain, QKV), inplace=False)
             variants["tunedb qkv+gu"] = tunedb.optimize(fuse(plain, QKV_GU), inplace=False)

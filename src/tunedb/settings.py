@@ -197,9 +197,9 @@ CHAIN_PDL = Setting(
 SIBLINGS = Setting(
     "TUNEDB_SIBLINGS", "1",
     "'1': projections that optimize() finds called on the same tensor in a module's code (q, k and v "
-    "of an attention, gate and up of an MLP; two or three) run as one launch when called with one row "
-    "(decode, batch 1) on a GPU with a shipped arch profile, each writing its own output. '0': each runs "
-    "alone. Read when optimize() runs.",
+    "of an attention, gate and up of an MLP; two or three) run as one launch on a GPU with a shipped arch "
+    "profile, each writing its own output: in a CUDA-graph capture at 1 to TUNEDB_SIBLING_ROWS rows, "
+    "eagerly at one row with a member tunedb serves. '0': each runs alone. Read when optimize() runs.",
     ("0", "1"),
 )
 
@@ -216,10 +216,18 @@ SIBLING_ROWS = Setting(
     "groups; '1' keeps batch-1 decode only). Read when optimize() runs.",
     check=_rows_value,
 )
+SIBLING_SPLIT = Setting(
+    "TUNEDB_SIBLING_SPLIT", "1",
+    "'auto': at 2-16 rows a sibling group of fewer weight slabs than the GPU has SMs splits K into runs "
+    "(reduced in the kernel in a fixed order) until it has about two programs an SM, each run four K "
+    "tiles at least; '1': K not split (the measured default; the split form is not measured yet). "
+    "Read when optimize() runs.",
+    ("1", "auto"),
+)
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, LEAVE_UNMEASURED, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
                             EAGER_FALLBACK, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
-                            CHECK_INPUTS, CHAIN_PDL, SIBLINGS, SIBLING_ROWS)
+                            CHECK_INPUTS, CHAIN_PDL, SIBLINGS, SIBLING_ROWS, SIBLING_SPLIT)
 
 
 _checked: set[tuple[str | None, ...]] = set()
@@ -327,6 +335,10 @@ def siblings_enabled() -> bool:
 
 def sibling_rows() -> int:
     return int(SIBLING_ROWS.raw() or SIBLING_ROWS.default)  # set but empty: the default
+
+
+def sibling_split_auto() -> bool:
+    return SIBLING_SPLIT.raw() == "auto"
 
 
 def measure_ahead_enabled() -> bool:

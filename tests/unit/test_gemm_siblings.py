@@ -42,7 +42,7 @@ class _Fake:
         self.launches = 0
 
     def site_for(self, ns, k, has_bias, acts, interpret=False, tiles=None, m=1):
-        self.rows = m
+        self.rows, self.tiles = m, tiles
 
         def site(grid, x, *ptrs):
             self.launches += 1
@@ -374,4 +374,47 @@ def test_more_rows_group_only_up_to_the_setting_read_at_optimize(fake, monkeypat
     assert model[0].q_proj.__dict__["_siblings"][0].max_rows == 8
     monkeypatch.setenv("TUNEDB_SIBLING_ROWS", "17")
     with pytest.raises(tunedb.errors.SettingsError, match="TUNEDB_SIBLING_ROWS='17'"):
+        tunedb.optimize(nn.Sequential(Attn()))
+
+
+def test_the_split_rule_fills_the_sms_only_where_the_slabs_do_not():
+    """kernels_siblings.split_for: a group of fewer slabs than SMs splits K until it has about two
+    programs an SM, each run four K tiles at least, eight runs at most; tile() asks it only when
+    given the SM count and at 2-16 rows."""
+    split_for = kernels_siblings.split_for
+    assert split_for(96, 4096, 128, 132) == 3  # Llama-3-8B q/k/v, 64-row slabs: 288 programs
+    assert split_for(72, 3584, 128, 132) == 4  # Qwen2-7B q/k/v
+    assert split_for(224, 4096, 128, 132) == 1  # gate/up: the slabs fill the SMs
+    assert split_for(72, 768, 256, 132) == 1  # three K tiles: no run of four
+    assert split_for(24, 4096, 256, 132) == 4  # 16 K tiles: four runs of four, not the 11 wanted
+    assert split_for(2, 1 << 20, 128, 132) == 8  # at most eight
+    assert kernels_siblings.tile(4096, 16, 6144, sms=132) == (64, 128, 4, 5, 3)
+    assert kernels_siblings.tile(4096, 16, 6144)[-1] == 1  # no SM count: not split
+    assert kernels_siblings.tile(4096, 1, 6144, sms=132)[-1] == 1  # one row: the FMA slabs, never split
+    assert kernels_siblings.workspace_sizes((4096, 1024, 1024), 4096, 16, (64, 128, 4, 5, 3)) == (96 * 3 * 16 * 64, 96)
+    assert kernels_siblings.workspace_sizes((4096, 1024, 1024), 4096, 16) == (1, 1)
+    with pytest.raises(ValueError, match="split 3 at M=1"):
+        kernels_siblings.workspace_sizes((64,), 4096, 1, (16, 256, 4, 5, 3))
+
+
+def test_split_auto_is_read_at_optimize_and_reaches_the_launch(fake, monkeypatch):
+    """TUNEDB_SIBLING_SPLIT=auto: the groups optimize() makes split K by the GPU's SM count (the
+    launch gets a split tile and a workspace of its size); '1' (the default) never splits; any
+    other value is refused naming it."""
+    monkeypatch.setattr(patching, "_TorchEverywhere", lambda: (lambda linear, act: None))
+    model = tunedb.optimize(nn.Sequential(Attn()))
+    assert model[0].q_proj.__dict__["_siblings"][0].split is False
+    monkeypatch.setenv("TUNEDB_SIBLING_SPLIT", "auto")
+    model = tunedb.optimize(nn.Sequential(Attn(d=2048, kv=256)).half().requires_grad_(False))
+    g = model[0].q_proj.__dict__["_siblings"][0]
+    assert g.split is True and copy.deepcopy(g).split is True
+    g._arch_ok = True
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"multi_processor_count": 132}))
+    x = torch.randn(4, 2048, dtype=torch.float16)
+    y = g.call(0, x)
+    assert fake.launches == 1 and fake.tiles == (32, 256, 2, 4, 2)  # 80 slabs of 32 rows, 8 K tiles: two runs
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, g.members[0].weight))
+    assert g._site[3][1].numel() == 80 and g._site[3][0].numel() == 80 * 2 * 16 * 32
+    monkeypatch.setenv("TUNEDB_SIBLING_SPLIT", "2")
+    with pytest.raises(tunedb.errors.SettingsError, match="TUNEDB_SIBLING_SPLIT='2'"):
         tunedb.optimize(nn.Sequential(Attn()))

@@ -115,7 +115,7 @@ def siblings_kernel(x_ptr, w0_ptr, w1_ptr, w2_ptr, y0_ptr, y1_ptr, y2_ptr, b0_pt
 MAX_ROWS = 16  # the tensor-core path's tile height
 
 
-def tile(k: int, m: int = 1, rows: int = 0) -> tuple[int, int, int, int, int]:
+def tile(k: int, m: int = 1, rows: int = 0, sms: int = 0) -> tuple[int, int, int, int, int]:
     """(BN, BK, warps, stages, split) for a group of `rows` weight rows in all at K = k and m rows
     of x. One row: the shipped gemm table's M=1 pick at the Llama widths (`gv1_n16x256_w4_s5_lr`).
     2-16 rows, by the group's rows (session 37 call 2, bench/siblings_gemv.py --rows 2,4,16 over
@@ -124,8 +124,9 @@ def tile(k: int, m: int = 1, rows: int = 0) -> tuple[int, int, int, int, int]:
     warps, 5 stages), past it 128-row slabs (4 warps, 4 stages). Chosen on that sweep, so
     in-sample: within 3.4% of the best tile at every point, 1.03-3.5x cuBLAS one by one. The gv
     lane's one-warp 16-row slab ran 1.8-2.5x slower. BK narrowed to K's power of two below the
-    tile's (16 at least: tl.dot's). Split 1 (K not split) everywhere: the split forms are not
-    measured yet (bench/siblings_gemv.py --rows times them)."""
+    tile's (16 at least: tl.dot's). K is not split unless `sms` (the GPU's SM count) is given at
+    2-16 rows (TUNEDB_SIBLING_SPLIT=auto; split_for): the split forms are not measured yet
+    (bench/siblings_gemv.py --rows times them)."""
     if m == 1:
         bn, bk, warps, stages = 16, 256, 4, 5
     elif rows <= 2560:
@@ -136,7 +137,23 @@ def tile(k: int, m: int = 1, rows: int = 0) -> tuple[int, int, int, int, int]:
         bn, bk, warps, stages = 128, 128, 4, 4
     while bk > 16 and bk > k:
         bk //= 2
-    return bn, bk, warps, stages, 1
+    split = split_for(-(-rows // bn), k, bk, sms) if sms and m > 1 else 1
+    return bn, bk, warps, stages, split
+
+
+SPLIT_MAX, SPLIT_MIN_TILES = 8, 4
+
+
+def split_for(blocks: int, k: int, bk: int, sms: int) -> int:
+    """How many runs to split K into for a group of about `blocks` weight slabs (BN rows each) on
+    `sms` SMs: 1 when the slabs alone fill every SM; else the fewest runs giving about two programs
+    an SM (each streaming its bytes in flight: session 37's 96-program q/k/v moved 72% of HBM where
+    224 programs of gate/up moved 95%), at most SPLIT_MAX and each run SPLIT_MIN_TILES K tiles at
+    least (a run must still fill its pipeline). A hypothesis until measured (TUNEDB_SIBLING_SPLIT)."""
+    if blocks >= sms:
+        return 1
+    want = -(-2 * sms // max(1, blocks))
+    return max(1, min(want, SPLIT_MAX, -(-k // bk) // SPLIT_MIN_TILES))
 
 
 def _tiles(tiles: tuple[int, ...] | None, k: int, m: int, rows: int) -> tuple[int, int, int, int, int]:

@@ -98,10 +98,12 @@ class SiblingGroup:
     outputs, each member's weight and bias as read), replaced whole, so a thread reading it sees
     one launch's outputs or none."""
 
-    def __init__(self, members: list[Any], names: tuple[str, ...] = (), max_rows: int = 1) -> None:
+    def __init__(self, members: list[Any], names: tuple[str, ...] = (), max_rows: int = 1,
+                 split: bool = False) -> None:
         self.members = members
         self.names = names  # the members' attribute names (the report)
         self.max_rows = max_rows  # TUNEDB_SIBLING_ROWS when optimize() ran
+        self.split = split  # TUNEDB_SIBLING_SPLIT=auto when optimize() ran: K split by the SM count
         self.launches = 0
         self._site: tuple[Any, Any, Any, Any] | None = None  # (shapes key, site, grid, workspace) of the last launch
         self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
@@ -109,10 +111,11 @@ class SiblingGroup:
         _LIVE.add(self)
 
     def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs or sites
-        return {"members": self.members, "names": self.names, "max_rows": self.max_rows}
+        return {"members": self.members, "names": self.names, "max_rows": self.max_rows, "split": self.split}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["members"], tuple(state.get("names", ())), state.get("max_rows", 1))
+        self.__init__(state["members"], tuple(state.get("names", ())), state.get("max_rows", 1),
+                      state.get("split", False))
 
     def as_written(self) -> bool:
         """Every member runs as written (F.linear) when the group does not take its call."""
@@ -162,8 +165,10 @@ class SiblingGroup:
             # the members' fused activations are fixed at their swap (read here, not in __init__: an
             # unpickled group's members are not restored yet when it is)
             acts = tuple(m.act for m in self.members)
-            site, grid = kernels_siblings.site_for(key[0], k, key[2], acts, False, None, key[3])
-            sizes = kernels_siblings.workspace_sizes(key[0], k, key[3])  # zero counters, left zero by each launch
+            sms = torch.cuda.get_device_properties(x.device).multi_processor_count if self.split else 0
+            tiles = kernels_siblings.tile(k, key[3], sum(key[0]), sms)
+            site, grid = kernels_siblings.site_for(key[0], k, key[2], acts, False, tiles, key[3])
+            sizes = kernels_siblings.workspace_sizes(key[0], k, key[3], tiles)  # zero counters, left zero by each launch
             work = (torch.zeros(sizes[0], device=x.device, dtype=torch.float32),
                     torch.zeros(sizes[1], device=x.device, dtype=torch.int32))
             self._site = (key, site, grid, work)
@@ -221,7 +226,7 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
     runs F.linear as the Linear did. Members already grouped (optimize() run again) stay."""
     if not settings.siblings_enabled():
         return 0
-    max_rows = settings.sibling_rows()
+    max_rows, split = settings.sibling_rows(), settings.sibling_split_auto()
     held = holders(model)
     outside: list[frozenset[str] | None] = []  # read at the first candidate group (parses the model's sources)
     made = 0
@@ -245,7 +250,7 @@ def attach(model: nn.Module, tuned_cls: type, swappable: Any) -> int:
                     if report.LEFT_MARK in m.__dict__:  # still left as written: prewarm / autotune() measure it
                         members[i].__dict__[report.LEFT_MARK] = m.__dict__[report.LEFT_MARK]
                     setattr(parent, n, members[i])
-            group = SiblingGroup(members, tuple(names), max_rows)
+            group = SiblingGroup(members, tuple(names), max_rows, split)
             for i, m in enumerate(members):
                 m.__dict__["_siblings"] = (group, i)
             made += 1
