@@ -73,9 +73,21 @@ def test_llama_3_8b_prefill_and_decode():
     assert gemms(probe(b, Key(4, 0, True))) == llama_expected(4, 4)
 
 
+def test_llama_3_2_3b_prefill_and_decode_with_its_tied_head():
+    # hidden 3072, 28 layers, 24 heads / 8 KV heads of 128: q and o 3072x3072, k and v 1024x3072,
+    # gate/up 8192x3072, down 3072x8192; the LM head (128256x3072) is the embedding's weight
+    b = built("llama-3.2-3b")
+    head = b.model.lm_head if hasattr(b.model, "lm_head") else b.model.model.lm_head
+    assert head.weight is b.model.embed_tokens.weight
+    for key, m_body, m_head in ((Key(2, 7, False), 14, 2), (Key(4, 0, True), 4, 4)):
+        assert gemms(probe(b, key)) == {(3072, 3072, m_body): 2 * 28, (1024, 3072, m_body): 2 * 28,
+                                        (8192, 3072, m_body): 2 * 28, (3072, 8192, m_body): 28,
+                                        (128256, 3072, m_head): 1}
+
+
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 @pytest.mark.parametrize("name,key", [("whisper-base", Key(2, 3000, True)), ("llama-3-8b", Key(2, 5, False)),
-                                      ("llama-3-8b", Key(3, 0, True))])
+                                      ("llama-3-8b", Key(3, 0, True)), ("llama-3.2-3b", Key(2, 0, True))])
 def test_transformers_and_mirror_record_the_same_gemms(name, key):
     hf = built(name, "hf")
     assert hf.impl == "hf"

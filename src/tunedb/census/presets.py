@@ -57,6 +57,9 @@ WHISPER_FRAMES = 3000  # a 30 s log-mel window; the encoder sees 1500 positions 
 CONFORMER = dict(input_dim=512, num_heads=8, ffn_dim=2048, num_layers=16, depthwise_conv_kernel_size=31,
                  n_mels=80)
 LLAMA_3_8B = dict(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, vocab=128256)
+# Llama-3.2-3B: decode weights of 6-50 MB (q 3072x3072, k/v 1024x3072, gate/up 8192x3072, down
+# 3072x8192) between the audio presets' and Llama-3-8B's, and a head tied to the embedding
+LLAMA_3_2_3B = dict(hidden=3072, intermediate=8192, layers=28, heads=24, kv_heads=8, vocab=128256, tied=1)
 
 
 _LIBRARY_CLASS = {"hf": ("transformers", "LlamaForCausalLM"), "torchaudio": ("torchaudio.models", "Conformer")}
@@ -169,11 +172,15 @@ def _build_conformer(device: Any, impl: str) -> Built:
     return Built(model, inputs, None, impl)
 
 
-def _build_llama(device: Any, impl: str) -> Built:
+def _build_llama(c: dict[str, int]) -> Callable[[Any, str], Built]:
+    return lambda device, impl: _llama(c, device, impl)
+
+
+def _llama(c: dict[str, int], device: Any, impl: str) -> Built:
     import torch
 
     impl = _choose(impl, "hf", ("mirror", "hf"))
-    c = LLAMA_3_8B
+    tied = bool(c.get("tied", 0))
     with torch.device(device):
         if impl == "hf":
             from transformers import LlamaConfig, LlamaForCausalLM
@@ -181,13 +188,15 @@ def _build_llama(device: Any, impl: str) -> Built:
             hf = LlamaConfig(hidden_size=c["hidden"], intermediate_size=c["intermediate"],
                              num_hidden_layers=c["layers"], num_attention_heads=c["heads"],
                              num_key_value_heads=c["kv_heads"], vocab_size=c["vocab"],
-                             max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False)
+                             max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=tied)
             hf._attn_implementation = "eager"
             model = LlamaForCausalLM(hf)
         else:
             from tunedb.census.models import LlamaMirror
 
             model = LlamaMirror(c["hidden"], c["intermediate"], c["layers"], c["heads"], c["kv_heads"], c["vocab"])
+            if tied:
+                model.lm_head.weight = model.embed_tokens.weight
     model = model.to(_dtype()).eval()
 
     def ids(batch: int, length: int) -> torch.Tensor:
@@ -233,8 +242,10 @@ PRESETS: dict[str, Workload] = {
                                  config=tuple(WHISPER["whisper-large-v3"].items())),
     "conformer": Workload("conformer", AUDIO, _build_conformer, max_length=3000, length_step=200,
                           streaming=True, config=tuple(CONFORMER.items())),
-    "llama-3-8b": Workload("llama-3-8b", TEXT, _build_llama, max_length=8192, decoder=True,
+    "llama-3-8b": Workload("llama-3-8b", TEXT, _build_llama(LLAMA_3_8B), max_length=8192, decoder=True,
                            config=tuple(LLAMA_3_8B.items())),
+    "llama-3.2-3b": Workload("llama-3.2-3b", TEXT, _build_llama(LLAMA_3_2_3B), max_length=8192, decoder=True,
+                             config=tuple(LLAMA_3_2_3B.items())),
 }
 
 

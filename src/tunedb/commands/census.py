@@ -10,7 +10,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     from tunedb.census.presets import CALLABLE_CONTRACT
 
-    parser.add_argument("workload", help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b) "
+    parser.add_argument("workload", help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b, llama-3.2-3b) "
                                          f"or module:callable; {CALLABLE_CONTRACT}")
     parser.add_argument("--mode", choices=MODES, default="offline", help="service mode (default offline)")
     parser.add_argument("--max-batch-size", type=int, default=8, help="largest batch / cohort (default 8)")

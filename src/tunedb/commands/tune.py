@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from tunedb.census.presets import CALLABLE_CONTRACT
 
     parser.add_argument("workload", metavar="WORKLOAD",
-                        help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b, ...) "
+                        help="a preset (whisper-base, whisper-large-v3, conformer, llama-3-8b, llama-3.2-3b) "
                              f"or module:callable; {CALLABLE_CONTRACT}")
     census = parser.add_argument_group("census")
     census.add_argument("--mode", default="offline", help="offline (default), prefill (offline batching, eager), streaming or decode")
