@@ -55,6 +55,8 @@ SPECS: dict[str, Spec] = {
                              (1, 8), (1,), presets.WHISPER_FRAMES, "encoder, 30 s window (M = 1500 x batch)"),
     "llama-3-8b": Spec("llama-3-8b", presets.LLAMA_3_8B, "layers", 2, 2, (1, 16, 64), (1, 64), 0,
                        "2 decoder layers, decode step, no LM head (M = batch)"),
+    "llama-3.2-3b": Spec("llama-3.2-3b", presets.LLAMA_3_2_3B, "layers", 2, 2, (1, 16, 64), (1, 16), 0,
+                         "2 decoder layers, decode step, no LM head (M = batch)"),
     "conformer": Spec("conformer", presets.CONFORMER, "num_layers", 4, 2, (8,), (8,), 3000,
                       "encoder, 30 s of frames (M = 749 x batch)"),
 }
