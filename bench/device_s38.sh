@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Session 38's device stages (written without a device: session 38 was lent none). Usage:
 # bash bench/device_s38.sh STAGE...
+#   probe3b   bench/sibling_fusion_probe.py --model llama-3.2-3b (keys no shipped table names: its
+#             siblings are left-as-written members; split auto in the same rounds)
 #   pack      every file under $OUT into one all.tgz (the run returns eight files at most): last
 #   other stages go to bench/device_s37.sh (tests, rows, rowse2e, unseen, zoo); its `rows` now
 #             also times the split-K sibling tiles (bench/siblings_gemv.py TILES_MMA), its `rowse2e`
 #             TUNEDB_SIBLING_SPLIT=auto in the same rounds (`tunedb, split auto`), and its `tests` the
 #             split-K form in a graph (tests/gpu/test_gemm_siblings_gpu.py)
 # The first call planned: GPU_TESTS=tests/gpu/test_gemm_siblings_gpu.py E2E_ROWS=16 \
-#   bash bench/device_s38.sh tests unseen zoo rowse2e rows pack
+#   bash bench/device_s38.sh tests unseen zoo rowse2e probe3b rows pack
 . "$(dirname "$0")/device_env.sh"
 for stage in "$@"; do
   case "$stage" in
+    probe3b) stamp "stage probe3b"; timeout ${PROBE_S:-150} python bench/sibling_fusion_probe.py --model llama-3.2-3b \
+               --out "$OUT/sibling_probe_3b.json" 2>&1 | tee "$OUT/sibling_probe_3b.log" | tail -9 ;;
     pack) stamp "stage pack"; (cd "$OUT" && tar czf /tmp/all.tgz . && rm -rf "${OUT:?}"/* && mv /tmp/all.tgz "$OUT/") ;;
     *) OUT=$OUT bash bench/device_s37.sh "$stage" ;;
   esac

@@ -172,12 +172,14 @@ def pinned(config_id: str):
         yield cfg
 
 
-def rounds_args(doc: str, argv=None):
+def rounds_args(doc: str, argv=None, models: tuple[str, ...] = ()):
     """The paired-round benches' arguments (--out, --rounds, --per-round; chain_pdl_e2e.py,
-    sibling_fusion_probe.py), parsed."""
+    sibling_fusion_probe.py; with `models`, --model: one of them, the first by default), parsed."""
     import argparse
 
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    if models:
+        ap.add_argument("--model", choices=models, default=models[0])
     ap.add_argument("--out")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--per-round", type=int, default=20)

@@ -1,6 +1,7 @@
 """What one GEMM for sibling projections buys Llama-3-8B decode (issue 18's end-to-end goal).
 
     PYTHONPATH=src:bench python bench/sibling_fusion_probe.py --out sibling_fusion_probe.json   # ~60 s
+    PYTHONPATH=src:bench python bench/sibling_fusion_probe.py --model llama-3.2-3b --out p3b.json  # keys no table names
 
 A probe, not a feature: at decode a layer's q, k and v projections (and gate and up) read the
 same input and are three (two) GEMMs whose fixed cost (launch, ramp, tail: 5.4 us for the 8.4 MB
@@ -83,12 +84,12 @@ QKV_GU = QKV + (("gate_proj", "up_proj"),)
 
 
 def main(argv=None) -> int:
-    a = rounds_args(__doc__, argv)
+    a = rounds_args(__doc__, argv, models=("llama-3-8b", "llama-3.2-3b"))
     t0 = time.time()
     rows = {}
     with settings.override(USER_DB="off"), torch.no_grad():
         selector.reload()
-        bm = build("llama-3-8b", "cuda", batches=(1, 16))
+        bm = build(a.model, "cuda", batches=(1, 16))
         plain = bm.module
         variants = {"plain qkv": fuse(plain, QKV), "plain qkv+gu": fuse(plain, QKV_GU)}
         with settings.override(SIBLINGS="0"):
