@@ -76,14 +76,16 @@ def test_outside_a_capture_a_group_launches_only_at_one_row_with_a_served_member
     g, members = _group()
     g.max_rows = 16
     one, four = torch.randn(1, 16, dtype=torch.float16), torch.randn(4, 16, dtype=torch.float16)
-    assert g.call(0, four) is None and fake.launches == 0  # more rows eagerly: alone
-    assert g.call(0, one) is not None and fake.launches == 1  # one row, served members: one launch
+    assert g.call(0, four) is None and fake.launches == 1  # more rows eagerly: alone (one priming launch)
+    assert g.call(0, four) is None and g.call(1, torch.randn(4, 16, dtype=torch.float16)) is None
+    assert fake.launches == 1 and g.launches == 0  # primed once per row count; no group output served
+    assert g.call(0, one) is not None and fake.launches == 2  # one row, served members: one launch
     assert g.may_take(one) and not g.may_take(four)
     members[0].__dict__["_as_written"] = True
     assert g.may_take(one)  # one member served still makes the launch worth it
     for m in members:
         m.__dict__["_as_written"] = True
-    assert g.call(0, torch.randn(1, 16, dtype=torch.float16)) is None and fake.launches == 1
+    assert g.call(0, torch.randn(1, 16, dtype=torch.float16)) is None and fake.launches == 2  # one row: primed
     assert not g.may_take(one)
     monkeypatch.setattr(siblings, "_capturing", lambda: True)  # in a capture the launch is free of host cost
     assert g.may_take(one) and g.may_take(four) and not g.may_take(torch.randn(17, 16, dtype=torch.float16))
@@ -414,7 +416,36 @@ def test_split_auto_is_read_at_optimize_and_reaches_the_launch(fake, monkeypatch
     y = g.call(0, x)
     assert fake.launches == 1 and fake.tiles == (32, 256, 2, 4, 2)  # 80 slabs of 32 rows, 8 K tiles: two runs
     torch.testing.assert_close(y, torch.nn.functional.linear(x, g.members[0].weight))
-    assert g._site[3][1].numel() == 80 and g._site[3][0].numel() == 80 * 2 * 16 * 32
+    (_site, _grid, work), = g._sites.values()
+    assert work[1].numel() == 80 and work[0].numel() == 80 * 2 * 16 * 32
     monkeypatch.setenv("TUNEDB_SIBLING_SPLIT", "2")
     with pytest.raises(tunedb.errors.SettingsError, match="TUNEDB_SIBLING_SPLIT='2'"):
         tunedb.optimize(nn.Sequential(Attn()))
+
+
+def test_an_eager_warm_up_primes_what_a_capture_will_launch(fake, monkeypatch):
+    """The eager rule leaves the group's launch to the capture; the first eager call of each row
+    count launches once anyway (outputs dropped) so that the capture finds the kernel loaded and
+    the workspace made: CUDA may refuse a module load inside a capture, and an allocation there
+    adds fill kernels to every replay. A launch that fails turns the group off, with a warning,
+    before any capture."""
+    monkeypatch.setattr(siblings, "_capturing", lambda: False)
+    g, members = _group()
+    g.max_rows = 16
+    for m in members:
+        m.__dict__["_as_written"] = True  # a model no table names: every member left as written
+    x = torch.randn(3, 16, dtype=torch.float16)
+    assert not g.may_take(x) and fake.launches == 1 and len(g._sites) == 1
+    assert not g.may_take(torch.randn(3, 16, dtype=torch.float16)) and fake.launches == 1
+    monkeypatch.setattr(siblings, "_capturing", lambda: True)  # the capture: the site made eagerly serves
+    made = dict(g._sites)
+    assert g.may_take(x) and g.call(0, x) is not None and fake.launches == 2 and g._sites == made
+
+    def broken(*a, **kw):
+        raise RuntimeError("out of resource: shared memory")
+    monkeypatch.setattr(kernels_siblings, "site_for", broken)
+    monkeypatch.setattr(siblings, "_capturing", lambda: False)
+    with pytest.warns(tunedb.errors.TunedbWarning, match="members run alone"):
+        assert not g.may_take(torch.randn(5, 16, dtype=torch.float16))
+    monkeypatch.setattr(siblings, "_capturing", lambda: True)
+    assert g.call(0, torch.randn(5, 16, dtype=torch.float16)) is None  # off: each member alone

@@ -105,7 +105,8 @@ class SiblingGroup:
         self.max_rows = max_rows  # TUNEDB_SIBLING_ROWS when optimize() ran
         self.split = split  # TUNEDB_SIBLING_SPLIT=auto when optimize() ran: K split by the SM count
         self.launches = 0
-        self._site: tuple[Any, Any, Any, Any] | None = None  # (shapes key, site, grid, workspace) of the last launch
+        self._sites: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}  # shapes key -> (site, grid, workspace)
+        self._primed: set[tuple[int, Any]] = set()  # (rows, dtype) the eager rule declined and _prime saw
         self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
         _LIVE.add(self)
@@ -124,10 +125,39 @@ class SiblingGroup:
     def may_take(self, x: Any) -> bool:
         """Whether a launch for CUDA x is worth making: 1 to max_rows rows, and outside a CUDA-graph
         capture the eager rule (call()). The one check of rows and capture: call() asks it before
-        a launch, a left-as-written member before it looks at the group at all."""
+        a launch, a left-as-written member before it looks at the group at all. Where the eager
+        rule alone declines, the first such call of each row count primes the launch (_prime)."""
         k = x.shape[-1] if x.dim() else 0
         rows = x.numel()
-        return 0 < rows <= k * self.max_rows and (_capturing() or (rows == k and not self.as_written()))
+        if not 0 < rows <= k * self.max_rows:
+            return False
+        if _capturing() or (rows == k and not self.as_written()):
+            return True
+        if (rows // k, x.dtype) not in self._primed:
+            self._prime(x)
+        return False
+
+    def _prime(self, x: Any) -> None:
+        """Launch once for an eager call the eager rule declines (the outputs dropped), so that a
+        capture after an eager warm-up finds the kernel loaded and its workspace made: a first
+        launch inside a capture loads the module there, which CUDA may refuse ("operation not
+        permitted when stream is capturing"), and allocates there (fill kernels in the graph at
+        every replay). Once per (rows, dtype); a launch that fails turns the group off (each
+        member alone) with a warning, as it would fail inside the capture too."""
+        self._primed.add((x.numel() // x.shape[-1], x.dtype))
+        weights, biases, _stamps = self._operands(x)
+        if weights is None:
+            return
+        try:
+            self._launch(x, weights, biases)
+        except Exception as exc:  # noqa: BLE001 - a kernel that cannot run: the members run alone
+            import warnings
+
+            from tunedb.errors import TunedbWarning
+
+            self._arch_ok = False
+            warnings.warn(f"tunedb: the sibling launch of {'+'.join(self.names) or 'a group'} failed "
+                          f"({type(exc).__name__}: {exc}); its members run alone", TunedbWarning, stacklevel=4)
 
     def call(self, index: int, x: Any) -> Any:
         """Member `index`'s output for x from the group, or None: the member runs alone.
@@ -155,13 +185,22 @@ class SiblingGroup:
         weights, biases, stamps = self._operands(x)
         if weights is None:
             return None
+        outs = self._launch(x, weights, biases)
+        self.launches += 1
+        kept = list(outs)
+        kept[index] = None
+        self._state = (x, _version(x), kept, stamps)
+        return outs[index]
+
+    def _launch(self, x: Any, weights: list[Any], biases: list[Any]) -> list[Any]:
+        """One group launch for x; each member's output (x's leading shape)."""
         from tunedb.families.gemm import kernels_siblings
 
-        lead = x.shape[:-1]
-        outs = [torch.empty(*lead, w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
         k = x.shape[-1]
-        key = (tuple(w.shape[0] for w in weights), k, biases[0] is not None, x.numel() // k)
-        if self._site is None or self._site[0] != key:  # the shapes change with the weights and rows
+        # one a row count (the shapes change with the rows) and device (the workspace lives on one)
+        key = (tuple(w.shape[0] for w in weights), k, biases[0] is not None, x.numel() // k, x.get_device())
+        got = self._sites.get(key)
+        if got is None:
             # the members' fused activations are fixed at their swap (read here, not in __init__: an
             # unpickled group's members are not restored yet when it is)
             acts = tuple(m.act for m in self.members)
@@ -171,14 +210,12 @@ class SiblingGroup:
             sizes = kernels_siblings.workspace_sizes(key[0], k, key[3], tiles)  # zero counters, left zero by each launch
             work = (torch.zeros(sizes[0], device=x.device, dtype=torch.float32),
                     torch.zeros(sizes[1], device=x.device, dtype=torch.int32))
-            self._site = (key, site, grid, work)
-        _, site, grid, work = self._site
+            got = self._sites[key] = (site, grid, work)
+            self._primed.add((key[3], x.dtype))  # launched once: nothing left to prime at this row count
+        site, grid, work = got
+        outs = [torch.empty(*x.shape[:-1], w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
         site(grid, *kernels_siblings.varying(x.view(-1), weights, biases, [o.view(-1) for o in outs], work))
-        self.launches += 1
-        kept = list(outs)
-        kept[index] = None
-        self._state = (x, _version(x), kept, stamps)
-        return outs[index]
+        return outs
 
     def _operands(self, x: Any) -> tuple[list[Any] | None, list[Any], list[Any]]:
         """(weights, biases, each member's _stamp) of a launch for x, or (None, [], [])."""
