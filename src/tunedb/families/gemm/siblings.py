@@ -208,8 +208,10 @@ class SiblingGroup:
             tiles = kernels_siblings.tile(k, key[3], sum(key[0]), sms)
             site, grid = kernels_siblings.site_for(key[0], k, key[2], acts, False, tiles, key[3])
             sizes = kernels_siblings.workspace_sizes(key[0], k, key[3], tiles)  # zero counters, left zero by each launch
-            work = (torch.zeros(sizes[0], device=x.device, dtype=torch.float32),
-                    torch.zeros(sizes[1], device=x.device, dtype=torch.int32))
+            # unsplit, the kernel never reads them: empty (no fill kernel, even made inside a capture)
+            make = torch.zeros if tiles[-1] > 1 else torch.empty
+            work = (make(sizes[0], device=x.device, dtype=torch.float32),
+                    make(sizes[1], device=x.device, dtype=torch.int32))
             got = self._sites[key] = (site, grid, work)
             self._primed.add((key[3], x.dtype))  # launched once: nothing left to prime at this row count
         site, grid, work = got
