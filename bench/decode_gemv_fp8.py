@@ -14,6 +14,7 @@ in-context cost subtracted, median of 7 replays). Every GEMM arm is first checke
 fp32 product of the dequantized operands (4x torch's own error, as the GPU tests); a config
 failing it is reported `incorrect`, not timed. Columns: time, share of 4.3 TB/s (weight + its
 scales), time of torch._scaled_mm / time (x torch), and the share of the read's best.
+With --xm, bench/fp8_gemv_xm.py's tiles (x on the MMA's M side, a probe) are timed beside them.
 With --model (default on without --quick), the best gv config and its PDL twin are also timed in
 a model's context: each call preceded by the row quantizer that writes its x (launch.quantize_rows),
 reported as the pair's time (the PDL twin's first weight tile loads while the quantizer runs).
@@ -30,6 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import fp8_gemv_xm  # noqa: E402
 from graph_timing import protocol_ms, replay_ms  # noqa: E402
 
 BW = 4.3e12
@@ -93,7 +95,7 @@ def read_best(ws, n: int, k: int, quick: bool, sms: int, copies: int, calls: int
     return best, timed[best]
 
 
-def one_weight(n: int, k: int, quick: bool, model: bool, sms: int) -> dict:
+def one_weight(n: int, k: int, quick: bool, model: bool, sms: int, xm: bool = False) -> dict:
     import torch
 
     from tunedb import families
@@ -120,11 +122,16 @@ def one_weight(n: int, k: int, quick: bool, model: bool, sms: int) -> dict:
         base = max(((ref.to(torch.bfloat16).float() - ref).abs().max() / peak).item(),
                    ((torch_run(x, w, sx, sw, None).float() - ref).abs().max() / peak).item())
         arms: dict = {}
-        for cid in ("torch",) + gv_ids(m, quick) + tuple(c for c in CURRENT if not (quick and c in QUICK_DROP)):
-            cfg = fam.parse_config(cid)
-            if fam.invalid_reason(cfg, sig, m, arch):
-                continue
-            run = torch_run if cid == "torch" else fam.launcher(cfg, sig)
+        probes = {fp8_gemv_xm.tile_id(t): fp8_gemv_xm.launcher(t) for t in fp8_gemv_xm.TILES} if xm else {}
+        for cid in (("torch",) + gv_ids(m, quick) + tuple(c for c in CURRENT if not (quick and c in QUICK_DROP))
+                    + tuple(probes)):
+            if cid in probes:  # x on the MMA's M side (bench/fp8_gemv_xm.py): not a family config
+                run = probes[cid]
+            else:
+                cfg = fam.parse_config(cid)
+                if fam.invalid_reason(cfg, sig, m, arch):
+                    continue
+                run = torch_run if cid == "torch" else fam.launcher(cfg, sig)
             try:
                 err = ((run(x, w, sx, sw, None).float() - ref).abs().max() / peak).item()
                 if not err <= 4 * base + 1e-4:
@@ -149,7 +156,8 @@ def one_weight(n: int, k: int, quick: bool, model: bool, sms: int) -> dict:
         # per gv path too: the CUDA-core FMA path (M <= 4) and the tensor-core one (every M)
         fma = min((c for c in timed if c.startswith("gv") and "_mma" not in c), key=timed.get, default=None)
         mma = min((c for c in timed if c.startswith("gv") and "_mma" in c), key=timed.get, default=None)
-        pt = {"arms": arms, "best_gv": gv, "best_current": cur, "best_gv_fma": fma, "best_gv_mma": mma}
+        pt = {"arms": arms, "best_gv": gv, "best_current": cur, "best_gv_fma": fma, "best_gv_mma": mma,
+              "best_xm": min((c for c in timed if c in probes), key=timed.get, default=None)}
         if model and gv:
             pt["model"] = model_context(fam, sig, gv, x, ws, sw, copies, calls, quantize_rows)
         row["M"][str(m)] = pt
@@ -186,6 +194,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="decode_gemv_fp8.json")
     ap.add_argument("--quick", action="store_true", help="4 widths, fewer configs, no PDL reads, no model context")
+    ap.add_argument("--xm", action="store_true", help="also time bench/fp8_gemv_xm.py's tiles (x on the MMA's M side)")
     ap.add_argument("--model", action=argparse.BooleanOptionalAction, default=None,
                     help="time the best gv config in a model's context (default: on without --quick)")
     args = ap.parse_args()
@@ -202,7 +211,7 @@ def main() -> int:
           "| lane before gv: us, %, x torch | torch._scaled_mm us, % |\n|" + "---|" * 7, flush=True)
     for n, k in (QUICK_SHAPES if args.quick else SHAPES):
         try:
-            r = one_weight(n, k, args.quick, model, sms)
+            r = one_weight(n, k, args.quick, model, sms, args.xm)
         except Exception as exc:  # noqa: BLE001 - one width failing leaves the others measured
             rows.append({"N": n, "K": k, "error": f"{type(exc).__name__}: {str(exc)[:400]}"})
             print(f"| {n}x{k} | error {rows[-1]['error']} |", flush=True)
@@ -219,8 +228,8 @@ def main() -> int:
             t = a["torch"]
             print(f"| {n}x{k} | {r['MB']} | {m} | {r['read_us']:.2f} us {r['read_share']:.0%} | {cell(pt['best_gv'])} "
                   f"| {cell(pt['best_current'])} | {t['us']:.2f} us {t['share']:.0%} |", flush=True)
-            print(f"|   gv paths | FMA: {cell(pt['best_gv_fma'])} | tensor-core: {cell(pt['best_gv_mma'])} |",
-                  flush=True)
+            print(f"|   gv paths | FMA: {cell(pt['best_gv_fma'])} | tensor-core: {cell(pt['best_gv_mma'])} |"
+                  + (f" x on M (probe): {cell(pt['best_xm'])} |" if args.xm else ""), flush=True)
             if "model" in pt:
                 print(f"|   model context (quantizer + GEMM, us) | {json.dumps({c: round(v, 2) for c, v in pt['model'].items()})} |",
                       flush=True)
@@ -238,7 +247,7 @@ def summarize(rows: list) -> dict:
     """Per arm family (best gv, best before gv): geomean x torch over every point, and the lowest
     share of 4.3 TB/s at weights >= 16 MB; the goals beside them."""
     out: dict = {"goal": {"share_at_16MB_plus": GOAL_SHARE, "x_torch_geomean": GOAL_X}}
-    for key in ("best_gv", "best_current"):
+    for key in ("best_gv", "best_current", "best_xm"):
         xs, shares = [], []
         for r in rows:
             for pt in r.get("M", {}).values():
