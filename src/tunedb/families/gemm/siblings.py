@@ -12,7 +12,8 @@ q/k/v with bias 10.8 against 25.4; BERT-base q/k/v 4.1 against 14.0.
 How a call runs: the first member called with a CUDA tensor x of up to TUNEDB_SIBLING_ROWS rows
 (default 16; past one row the kernel's tensor-core path, measured at 1.03-3.5x cuBLAS one by one
 over eleven groups, session 37; outside a CUDA-graph capture one row only, with a member tunedb
-serves: the eager rule, call()), fp16/bf16, contiguous; every member's weight of x's dtype,
+serves: the eager rule, call(), whose declined calls prime the launch once, may_take()), fp16/bf16,
+contiguous; every member's weight of x's dtype,
 contiguous, on x's device; biases all present or all absent; no gradient, tracer, mode or autocast: TunedLinear's fast-path
 conditions) computes every member's output in one launch, returns its own and keeps the others
 for x. A member then called with that same tensor object, unmodified since (its version
