@@ -187,11 +187,12 @@ def test_a_model_no_table_names_warmed_up_eagerly_then_captured(rows):
                 model(static)
         torch.cuda.current_stream().wait_stream(side)
         assert group.launches == 0 and len(group._sites) == 1  # primed, no output served eagerly
-        made = dict(group._sites)
+        assert len(group._work) == 1  # its workspace made outside the capture
+        made, work = dict(group._sites), dict(group._work)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = model(static)
-        assert group.launches == 1 and group._sites == made
+        assert group.launches == 1 and group._sites == made and group._work == work
         for _ in range(3):
             static.copy_(torch.randn(rows, 1152, device="cuda", dtype=torch.bfloat16))
             graph.replay()

@@ -416,8 +416,12 @@ def test_split_auto_is_read_at_optimize_and_reaches_the_launch(fake, monkeypatch
     y = g.call(0, x)
     assert fake.launches == 1 and fake.tiles == (32, 256, 2, 4, 2)  # 80 slabs of 32 rows, 8 K tiles: two runs
     torch.testing.assert_close(y, torch.nn.functional.linear(x, g.members[0].weight))
-    (_site, _grid, work), = g._sites.values()
-    assert work[1].numel() == 80 and work[0].numel() == 80 * 2 * 16 * 32
+    (_site, _grid, sizes), = g._sites.values()
+    assert sizes == (80 * 2 * 16 * 32, 80) and g._work == {}  # made inside the capture: that graph's only
+    monkeypatch.setattr(siblings, "_capturing", lambda: False)
+    assert not g.may_take(torch.randn(5, 2048, dtype=torch.float16)) and fake.launches == 2  # primed eagerly
+    (ws, counters), = g._work.values()  # kept, zeroed, shared by the row counts
+    assert (ws.numel(), counters.numel()) == sizes and not ws.any() and not counters.any()
     monkeypatch.setenv("TUNEDB_SIBLING_SPLIT", "2")
     with pytest.raises(tunedb.errors.SettingsError, match="TUNEDB_SIBLING_SPLIT='2'"):
         tunedb.optimize(nn.Sequential(Attn()))

@@ -106,8 +106,9 @@ class SiblingGroup:
         self.max_rows = max_rows  # TUNEDB_SIBLING_ROWS when optimize() ran
         self.split = split  # TUNEDB_SIBLING_SPLIT=auto when optimize() ran: K split by the SM count
         self.launches = 0
-        self._sites: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}  # shapes key -> (site, grid, workspace)
-        self._primed: set[tuple[int, Any]] = set()  # (rows, dtype) the eager rule declined and _prime saw
+        self._sites: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}  # shapes key -> (site, grid, workspace sizes)
+        self._work: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (sizes, device) -> workspace made outside a capture
+        self._primed: set[tuple[int, Any]] = set()  # (rows, dtype) launched, or declined eagerly and primed
         self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
         _LIVE.add(self)
@@ -208,17 +209,27 @@ class SiblingGroup:
             sms = torch.cuda.get_device_properties(x.device).multi_processor_count if self.split else 0
             tiles = kernels_siblings.tile(k, key[3], sum(key[0]), sms)
             site, grid = kernels_siblings.site_for(key[0], k, key[2], acts, False, tiles, key[3])
-            sizes = kernels_siblings.workspace_sizes(key[0], k, key[3], tiles)  # zero counters, left zero by each launch
-            # unsplit, the kernel never reads them: empty (no fill kernel, even made inside a capture)
-            make = torch.zeros if tiles[-1] > 1 else torch.empty
-            work = (make(sizes[0], device=x.device, dtype=torch.float32),
-                    make(sizes[1], device=x.device, dtype=torch.int32))
-            got = self._sites[key] = (site, grid, work)
-            self._primed.add((key[3], x.dtype))  # launched once: nothing left to prime at this row count
-        site, grid, work = got
+            got = self._sites[key] = (site, grid, kernels_siblings.workspace_sizes(key[0], k, key[3], tiles))
+        site, grid, sizes = got
+        work = self._work.get((sizes, key[4]))
+        if work is None:
+            work = self._workspace(sizes, x)
         outs = [torch.empty(*x.shape[:-1], w.shape[0], device=x.device, dtype=x.dtype) for w in weights]
         site(grid, *kernels_siblings.varying(x.view(-1), weights, biases, [o.view(-1) for o in outs], work))
+        if (key[3], x.dtype) not in self._primed and not _capturing():
+            self._primed.add((key[3], x.dtype))  # launched outside a capture: nothing left to prime
         return outs
+
+    def _workspace(self, sizes: tuple[int, int], x: Any) -> tuple[Any, Any]:
+        """The split-K workspace and counters of `sizes` on x's device, zeroed (each launch leaves them
+        zero), shared by the group's row counts; unsplit ((1, 1): never read) empty, so no fill
+        kernel. One made inside a capture is zeroed only when that graph replays: it stays that
+        graph's (kept nowhere), and the next call outside a capture makes the group's own."""
+        make = torch.zeros if sizes != (1, 1) else torch.empty
+        work = (make(sizes[0], device=x.device, dtype=torch.float32), make(sizes[1], device=x.device, dtype=torch.int32))
+        if not _capturing():
+            self._work[(sizes, x.get_device())] = work
+        return work
 
     def _operands(self, x: Any) -> tuple[list[Any] | None, list[Any], list[Any]]:
         """(weights, biases, each member's _stamp) of a launch for x, or (None, [], [])."""
