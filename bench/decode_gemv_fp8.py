@@ -247,7 +247,8 @@ def summarize(rows: list) -> dict:
     """Per arm family (best gv, best before gv): geomean x torch over every point, and the lowest
     share of 4.3 TB/s at weights >= 16 MB; the goals beside them."""
     out: dict = {"goal": {"share_at_16MB_plus": GOAL_SHARE, "x_torch_geomean": GOAL_X}}
-    for key in ("best_gv", "best_current", "best_xm"):
+    xm = any(pt.get("best_xm") for r in rows for pt in r.get("M", {}).values())  # --xm's probe, where it ran
+    for key in ("best_gv", "best_current") + (("best_xm",) if xm else ()):
         xs, shares = [], []
         for r in rows:
             for pt in r.get("M", {}).values():

@@ -119,6 +119,11 @@ def test_the_bench_arms_are_valid_where_it_runs_them():
         "best_gv": {"points": 1, "x_torch_geomean": 2.0, "x_torch_min": 2.0, "share_min_16MB_plus": 0.8},
         "best_current": {"points": 1, "x_torch_geomean": 1.0, "x_torch_min": 1.0, "share_min_16MB_plus": 0.4},
         "read_share_min_16MB_plus": 0.6}
+    # --xm: the probe's best gets its own line where it ran
+    got = bench.summarize([{"N": 4096, "K": 4096, "MB": 16.8, "read_share": 0.6, "M": {"1": {
+        "best_gv": "g", "best_current": None, "best_xm": "x", "arms": {"g": {"us": 5.0, "x_torch": 2.0, "share": 0.8},
+                                                                   "x": {"us": 4.0, "x_torch": 2.5, "share": 0.9}}}}}])
+    assert got["best_xm"] == {"points": 1, "x_torch_geomean": 2.5, "x_torch_min": 2.5, "share_min_16MB_plus": 0.9}
 
 
 def _child() -> None:
