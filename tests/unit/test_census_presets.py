@@ -105,6 +105,8 @@ def test_torchaudio_and_mirror_conformer_record_the_same_gemms():
 def test_unknown_workloads_and_impls():
     with pytest.raises(CensusError, match="presets are"):
         workload("whisper-tiny")
+    with pytest.raises(CensusError, match=r"tunedb build --census my_census\.json"):
+        workload("my_census.json")  # a census file: the error names the command that measures one
     with pytest.raises(CensusError, match="impl='nope'"):
         workload("whisper-base").build(META, "nope")
     if importlib.util.find_spec("torchaudio") is None:

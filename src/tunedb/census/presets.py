@@ -356,4 +356,7 @@ def workload(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, le
     if ":" in name:
         check_lengths(name, unit, max_length, length_step)
         return _user_workload(name, unit, max_length, length_step)
-    raise CensusError(f"unknown workload {name!r}; presets are {', '.join(PRESETS)}, or give module:callable")
+    hint = ""
+    if name.endswith((".json", ".jsonl")):  # a census file (tunedb census --out): build measures one
+        hint = f"; a census file is measured by `tunedb build --census {name}`"
+    raise CensusError(f"unknown workload {name!r}; presets are {', '.join(PRESETS)}, or give module:callable{hint}")
