@@ -357,6 +357,6 @@ def workload(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, le
         check_lengths(name, unit, max_length, length_step)
         return _user_workload(name, unit, max_length, length_step)
     hint = ""
-    if name.endswith((".json", ".jsonl")):  # a census file (tunedb census --out): build measures one
+    if name.endswith(".json"):  # a census file (tunedb census --out; a .jsonl is a measurement log, not one)
         hint = f"; a census file is measured by `tunedb build --census {name}`"
     raise CensusError(f"unknown workload {name!r}; presets are {', '.join(PRESETS)}, or give module:callable{hint}")
