@@ -153,7 +153,7 @@ def test_fused_pair_left_whole_and_fp32_weights_judged_under_both_dtypes(tiers_d
     # an fp32 model may be cast after optimize(): a Triton region under either dtype swaps it
     _write("user", {silu.format("fp16"): [Region(None, TRITON)], silu.format("bf16"): [Region(None, "torch")]})
     m = optimize(MLP())
-    assert type(m.fc) is TunedLinear and m.fc.act == "silu" and type(m.act) is nn.Identity
+    assert type(m.fc) is TunedLinear and m.fc.act == "silu" and isinstance(m.act, nn.Identity)
 
 
 def test_census_mode_and_a_rerun_after_a_new_tier_swap_them(tiers_dirs):
@@ -233,5 +233,5 @@ def test_prewarm_sees_an_unmeasured_model_and_serves_its_winners(gemm, tiers_dir
     res = tunedb.prewarm(m, (x,), measurer=FakeMeasurer(winner), arch_family="sm90")
     seen = {(p.signature.format(), p.m) for p in res.points}
     assert seen == {("gemm|op=gemm_act|dt=bf16|N=64|K=32|act=silu|bias=1", 4), ("gemm|op=gemm|dt=bf16|N=32|K=64", 4)}
-    assert type(m.fc) is TunedLinear and m.fc.act == "silu" and type(m.act) is nn.Identity
+    assert type(m.fc) is TunedLinear and m.fc.act == "silu" and isinstance(m.act, nn.Identity)
     assert type(m.out) is nn.Linear

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from runtime_fakes import gemm  # noqa: F401  (fixture)
+from fusion_models_s40 import ReachesIntoItsSequential, WalkedBlock, WalksABlocksChildren
 from tunedb.runtime import launch_table, report
 from tunedb.families.gemm.patching import TunedLinear, activation_kind, optimize
 
@@ -192,6 +193,22 @@ class WalksItsSequential(nn.Module):
             x = layer(x)
             feats.append(x)
         return torch.cat(feats, -1)
+
+
+@pytest.mark.parametrize("how", ["children", "get_submodule", "_modules"])
+def test_no_fusion_in_a_sequential_whose_children_are_reached_by_a_method(how):
+    tuned = _check_same(ReachesIntoItsSequential(how=how), torch.randn(3, 32))
+    assert all(act == "none" for act, _ in _tuned(tuned).values()), _tuned(tuned)
+    assert not any(isinstance(m, nn.Identity) for m in tuned.head)
+    assert type(tuned.head[3]) is nn.LogSoftmax  # the log-softmax head stays as written too
+
+
+def test_no_fusion_in_a_block_whose_holder_walks_its_children():
+    tuned = _check_same(WalksABlocksChildren(), torch.randn(3, 32))
+    assert _tuned(tuned) == {"block.fc": ("none", True)}
+    assert isinstance(tuned.block.act, nn.GELU)
+    tuned = _check_same(WalkedBlock(), torch.randn(3, 32))  # the same block called whole: fused
+    assert _tuned(tuned) == {"fc": ("gelu", True)}
 
 
 @pytest.mark.parametrize("module,seq", [(IndexesItsSequential, "mlp"), (WalksItsSequential, "body")])

@@ -199,9 +199,14 @@ def gpu_line(args: argparse.Namespace, signatures: int) -> str:
     if not signatures:
         # a family whose calls tune's census cannot key (its recorder keys modules: rnn's LSTMs)
         from tunedb import families
+        from tunedb.families.contract import hook
 
         fam = families.get(args.family)
-        if not fam.census_rules():  # it keys modules (rnn: nn.LSTM / nn.GRU), which tune's census does not record
+        if not hook(fam, "census_rules")():  # rnn keys modules (nn.LSTM / nn.GRU); linalg is tuned over its grid
+            if args.family == "linalg":
+                return ("tune's census records no call of the linalg family: its table covers a grid of "
+                        "ops, dtypes, sizes and batches, not a model's calls. On a GPU: `tunedb linalg tune` "
+                        "(docs/linalg.md); `tunedb linalg recommend` says what the shipped table serves.")
             return (f"tune's census records no call of the {args.family} family: it keys its modules "
                     f"themselves, not the calls tune's census sees, so this plan cannot say whether "
                     f"{args.workload} has any. Take its census with its own recorder (docs/{args.family}.md: "

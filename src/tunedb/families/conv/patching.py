@@ -139,6 +139,8 @@ class TunedConv1d(nn.Conv1d):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         fusion = _fusion(self)
+        if not isinstance(x, torch.Tensor):  # torch.fx's Proxy: each of the three records nn's own form
+            return nn.Conv1d.forward(self, x)
         if fusion is None:
             return self._own(x, "none")
         bn = fusion.bn
@@ -163,7 +165,8 @@ class TunedConv2d(nn.Conv2d):
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         from tunedb.families.conv import ops
 
-        if self.padding_mode != "zeros":  # set after optimize(): nn's own forward pads it
+        # set after optimize() (nn's own forward pads it), or torch.fx's Proxy (nn's own form)
+        if self.padding_mode != "zeros" or not isinstance(x, torch.Tensor):
             return ops.activate(nn.Conv2d.forward(self, x), self.tunedb_act)
         return ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
                           self.tunedb_act)
@@ -175,11 +178,15 @@ class AbsorbedBatchNorm1d(nn.BatchNorm1d):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         fusion = _fusion(self)
-        if fusion is None or self.training:
-            if fusion is not None:
+        if fusion is None or self.training or not isinstance(x, torch.Tensor):
+            if fusion is not None and isinstance(x, torch.Tensor):
                 fusion.cache = None  # the running statistics move without a version bump
             return super().forward(x)
         return x
+
+    def _check_input_dim(self, input: Any) -> None:
+        if isinstance(input, torch.Tensor):  # torch.fx's Proxy has no dim() to check (plain BatchNorm1d is a leaf there)
+            super()._check_input_dim(input)
 
 
 class _Absorbed:
@@ -188,7 +195,9 @@ class _Absorbed:
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         fusion = _fusion(self)
-        return super().forward(x) if fusion is None or fusion.bn.training else x
+        if fusion is None or fusion.bn.training or not isinstance(x, torch.Tensor):  # a Proxy: nn's own form
+            return super().forward(x)
+        return x
 
 
 class AbsorbedSiLU(_Absorbed, nn.SiLU):

@@ -152,10 +152,17 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
 _INSPECT = frozenset({"type", "isinstance", "id", "print", "repr", "str", "vars", "dir", "hasattr", "callable"})
 
 
+# Reads off a module that reach its children, to run them one by one (`self.head.children()`,
+# `m.body.get_submodule("0")`, `seq._modules["0"]`): a use of the module, not a look at it
+_REACH = frozenset({"children", "named_children", "modules", "named_modules", "_modules", "get_submodule",
+                    "__getitem__", "__iter__", "apply"})
+
+
 def _looks(tree: ast.AST) -> set[int]:
     """ids of the expressions in `tree` that only look at a module, never run it: one read further
-    (`x.fc.weight`), handed to an inspecting builtin (`type(x.fc)`), or compared (`m.fc is lin`)."""
-    looked = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    (`x.fc.weight`, but not a read that reaches its children: _REACH), handed to an inspecting
+    builtin (`type(x.fc)`), or compared (`m.fc is lin`)."""
+    looked = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr not in _REACH}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _INSPECT:
             looked.update(id(a) for a in node.args)
@@ -183,15 +190,23 @@ def _foreign_reads(tree: ast.AST) -> set[str]:
     return names
 
 
+def _reached(tree: ast.AST) -> set[str]:
+    """Attribute names whose module `tree` reaches into (`self.block.children()`,
+    `model.block.get_submodule("fc")`): its children may then run one by one."""
+    return {node.value.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in _REACH and isinstance(node.value, ast.Attribute)}
+
+
 @functools.lru_cache(maxsize=None)
-def _module_reads(module_name: str) -> frozenset[str] | None:
-    """_foreign_reads over the whole source file of a module (its classes, and the helper
-    functions a model's forward may hand a submodule to), or None when it cannot be read."""
+def _module_reads(module_name: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(_foreign_reads, _reached) over the whole source file of a module (its classes, and the
+    helper functions a model's forward may hand a submodule to), or None when it cannot be read."""
     module = sys.modules.get(module_name)
     try:
-        return frozenset(_foreign_reads(ast.parse(inspect.getsource(module)))) if module is not None else None
+        tree = ast.parse(inspect.getsource(module)) if module is not None else None
     except (OSError, TypeError, SyntaxError):
         return None
+    return None if tree is None else (frozenset(_foreign_reads(tree)), frozenset(_reached(tree)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -203,7 +218,24 @@ def outside_reads(cls: type) -> frozenset[str] | None:
     source cannot be read (then nothing is proven). A Linear of such a name may be called from
     outside the module that owns it, where a fused activation would change the result. A
     getattr with a computed name is not seen."""
+    got = _class_reads(cls)
+    return None if got is None else got[0]
+
+
+@functools.lru_cache(maxsize=None)
+def reached_reads(cls: type) -> frozenset[str] | None:
+    """The attribute names whose module the source files of cls and its model-specific bases
+    reach into (_reached: `self.block.children()`), or None when some of that source cannot be
+    read. A module of such a name may have its children run one by one, so fusing two of them
+    (rule 2) would hand the first one's caller the second one's output."""
+    got = _class_reads(cls)
+    return None if got is None else got[1]
+
+
+def _class_reads(cls: type) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(outside reads, reached names) over cls's and its model-specific bases' source files."""
     names: set[str] = set()
+    reached: set[str] = set()
     for klass in cls.__mro__:
         if klass in (nn.Module, object) or klass.__module__.startswith(_LIBRARY_MODULES):
             continue
@@ -212,9 +244,11 @@ def outside_reads(cls: type) -> frozenset[str] | None:
             methods = _method_trees(klass, skip_library=True)
             if methods is None:
                 return None
-            got = frozenset(n for _name, tree in methods for n in _foreign_reads(tree))
-        names |= got
-    return frozenset(names)
+            got = (frozenset(n for _name, tree in methods for n in _foreign_reads(tree)),
+                   frozenset(n for _name, tree in methods for n in _reached(tree)))
+        names |= got[0]
+        reached |= got[1]
+    return frozenset(names), frozenset(reached)
 
 
 @functools.lru_cache(maxsize=None)
@@ -279,6 +313,17 @@ def model_outside_reads(model: nn.Module) -> frozenset[str] | None:
     names: set[str] = set()
     for cls in {type(m) for m in model.modules()}:
         got = outside_reads(cls)
+        if got is None:
+            return None
+        names |= got
+    return frozenset(names)
+
+
+def model_reached_reads(model: nn.Module) -> frozenset[str] | None:
+    """reached_reads over every module class of `model`, or None when some source cannot be read."""
+    names: set[str] = set()
+    for cls in {type(m) for m in model.modules()}:
+        got = reached_reads(cls)
         if got is None:
             return None
         names |= got

@@ -52,6 +52,8 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     if ctx.act != "none":  # recompute the pre-activation rather than keep it alive
         grad = _act_backward(grad, F.linear(x, weight, bias), ctx.act)
     g2 = grad.reshape(rows, weight.shape[0])
+    if weight.is_complex() or x.is_complex():  # y = x W^T is holomorphic: autograd wants grad times the conjugates
+        weight, x = weight.conj(), x.conj()
     grad_x = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
     grad_w = g2.t() @ x.reshape(rows, k) if ctx.needs_input_grad[1] else None
     grad_b = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None

@@ -4,8 +4,8 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
 
 1. nn.Sequential (the exact class, whose forward feeds each child only to the next): a
    Linear immediately followed by an activation module fuses; the activation's slot becomes
-   nn.Identity. This covers torchaudio's Conformer feed-forward (Linear, SiLU, ...). Not where
-   the module holding the Sequential uses it other than by calling it (`self.mlp[0](x)`, `for
+   nn.Identity (fused_pair.FusedActivation: module surgery after optimize() unfuses the pair).
+   This covers torchaudio's Conformer feed-forward (Linear, SiLU, ...). Not where the module holding the Sequential uses it other than by calling it (`self.mlp[0](x)`, `for
    layer in self.body: ...; feats.append(x)`: its children then run one by one, and the Linear's
    own output would carry the activation; fusion_source.self_values), nor where any model code
    reads its attribute off another module (`model.mlp[0]`; outside_reads).
@@ -48,9 +48,10 @@ from torch import nn
 
 from tunedb import settings
 from tunedb.errors import SettingsError
-from tunedb.families.gemm import linear_script, ops, siblings
+from tunedb.families.gemm import fused_pair, linear_script, ops, siblings
+from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
-from tunedb.families.gemm.fusion_source import model_outside_reads
+from tunedb.families.gemm.fusion_source import model_outside_reads, model_reached_reads
 from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
 from tunedb.families.module_rules import holders
 from tunedb.families.module_rules import hooked as _hooked
@@ -113,11 +114,13 @@ class TunedLinear(nn.Module):
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
         d = self.__dict__
+        act = self.act
+        if act != "none" and "_tunedb_fused" in d and not d["_tunedb_fused"].intact():
+            return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it (fused_pair)
         if "_as_written" in d:  # swapped only to join its siblings (siblings.attach): nn.Linear's cost where it can
             sib = d.get("_siblings")
             if sib is None or type(x) is not _Tensor or not x.is_cuda or not sib[0].may_take(x):
                 return F.linear(x, weight, bias)
-        act = self.act
         # ops.gemm / gemm_act's eager fast path, inline (one Python frame less per call): a plain
         # CUDA tensor, no tracer, mode or autocast, no gradient wanted, a key served this epoch.
         # The key is the one those entry points build, so either side's first call fills it.
@@ -144,6 +147,14 @@ class TunedLinear(nn.Module):
         if "_as_written" in self.__dict__:  # swapped only to join its siblings (siblings.attach): run as nn.Linear
             return F.linear(x, weight, bias)
         act_module = self.__dict__.get("_act_module")  # absent in a TunedLinear pickled before it existed
+        # torch.fx's Proxy (symbolic_trace records nn.Linear's own form, which FX passes know), a
+        # nested tensor or a non-tensor (nn.Linear's own error): the tuned ops take none of them
+        if not isinstance(x, _Tensor) or x.is_nested:
+            y = F.linear(x, weight, bias)
+            # the module's forward, not its __call__: symbolic_trace would record a call of a
+            # module that is not installed as a submodule
+            fn = act_module.forward if act_module is not None else act_fn(act)
+            return y if fn is None else fn(y)
         # x.is_cpu, not x.device.type: the device property builds a torch.device object per call
         if act_module is not None and x.is_cpu and not launch_table.recording_active():
             return act_module(F.linear(x, weight, bias))
@@ -224,6 +235,19 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
         return outside[0] is None or name in outside[0]  # None: some model code unreadable, nothing proven
 
     whole = _called_whole(model, read_outside)
+    reached: list[frozenset[str] | None] = []  # attribute names whose module some model code reaches into
+
+    def walked(module: nn.Module) -> bool:
+        """Whether model code may run `module`'s children one by one (`self.block.children()`)."""
+        if not reached:
+            reached.append(model_reached_reads(model))
+            held_as.update((id(child), set()) for child in model.modules())
+            for owner in model.modules():
+                for attr, child in owner._modules.items():
+                    held_as[id(child)].add(attr)
+        return reached[0] is None or bool(held_as.get(id(module), set()) & reached[0])
+
+    held_as: dict[int, set[str]] = {}
     for parent in model.modules():
         if _hooked(parent) or "forward" in vars(parent):  # a forward set on the instance: its source is not the class's
             continue
@@ -241,6 +265,8 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
             continue
         for act_attr, lin_attr in _class_calls(type(parent)):
             kind = fusable(children.get(lin_attr), children.get(act_attr))
+            if kind and walked(parent):
+                break
             # `self.block.fc(x)` or `self.block.act(y)` elsewhere: keep both as they are
             if kind and not read_outside(lin_attr) and not read_outside(act_attr):
                 plan[(id(parent), lin_attr)] = (kind, act_attr)
@@ -319,9 +345,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
             if fused is not None:
                 act_module = getattr(parent, fused[1], None)
                 tuned = TunedLinear(child, kind, approximate, act_module=act_module)
-                blank = nn.Identity()
-                blank.train(getattr(act_module, "training", child.training))
-                setattr(parent, fused[1], blank)
+                setattr(parent, fused[1], fused_pair.record(parent, attr, fused[1], tuned, act_module))
             else:
                 tuned = swapped.get(id(child)) or TunedLinear(child, approximate=approximate)
                 swapped[id(child)] = tuned

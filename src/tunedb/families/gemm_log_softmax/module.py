@@ -23,7 +23,9 @@ class TunedLinearLogSoftmax(torch.nn.Module):
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         # torch's own pair for fp32 heads and under autocast (which casts the linear's
         # operands and runs log_softmax in fp32; the fused op takes one dtype and keeps it)
-        if x.dtype not in (torch.bfloat16, torch.float16) or torch.is_autocast_enabled(x.device.type):
+        # torch.fx's Proxy (symbolic_trace records torch's pair) and nested tensors likewise
+        if (not isinstance(x, torch.Tensor) or x.is_nested or x.dtype not in (torch.bfloat16, torch.float16)
+                or torch.is_autocast_enabled(x.device.type)):
             return torch.log_softmax(torch.nn.functional.linear(x, self.weight, self.bias), dim=-1)
         from tunedb.families.gemm_log_softmax.ops import gemm_log_softmax
 

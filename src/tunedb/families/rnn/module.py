@@ -34,6 +34,11 @@ class _Served:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         served = isinstance(x, torch.Tensor) and x.device.type == census.SERVED_DEVICE
         key = module_signature(self, x) if served else None
+        if not isinstance(x, torch.Tensor) and isinstance(x, torch.fx.Proxy):
+            # symbolic_trace: a call of this module, as it records nn.LSTM's (a leaf there); the
+            # traced module then calls this forward with tensors
+            tracer = x.tracer
+            return tracer.create_proxy("call_module", tracer.path_of_module(self), (x,) if hx is None else (x, hx), {})
         if key is None:
             return super().forward(x, hx)  # type: ignore[misc]
         from tunedb.families.rnn.launch import arm_flags

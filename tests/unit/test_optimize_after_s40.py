@@ -1,0 +1,132 @@
+"""What a user does with a model after optimize(): module surgery (a LoRA-style wrapper or a new
+Linear set in a fused Linear's slot, a new activation, a hook added later), copying one layer,
+torch.fx.symbolic_trace (FX quantization, feature extraction), nested tensors, complex weights.
+Each gives what the plain model gives."""
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+from fusion_models_s40 import EveryFamily, FusedMLP, LoraLike
+from tunedb.families.gemm.patching import TunedLinear, optimize
+
+pytestmark = pytest.mark.usefixtures("swap_unmeasured")
+
+
+def _pair(seed=0):
+    torch.manual_seed(seed)
+    plain = FusedMLP().eval()
+    tuned = optimize(copy.deepcopy(plain))
+    fc1 = tuned._modules["fc1"]
+    assert type(fc1) is TunedLinear and fc1.__dict__["act"] == "gelu"  # fused: what the tests below undo
+    assert isinstance(tuned._modules["act"], nn.Identity)
+    return plain, tuned
+
+
+def _same(plain, tuned, x):
+    with torch.no_grad():
+        want, got = plain(x), tuned(x)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def _set(model, name, module):
+    model._modules[name] = module
+
+
+@pytest.mark.parametrize("surgery", ["new linear", "lora wrapper", "new activation", "activation removed"])
+def test_module_surgery_after_optimize_gives_the_plain_result(surgery):
+    plain, tuned = _pair()
+    x = torch.randn(3, 16)
+    for model in (plain, tuned):
+        torch.manual_seed(1)
+        old = model._modules["fc1"]
+        if surgery == "new linear":
+            _set(model, "fc1", nn.Linear(16, 32))
+        elif surgery == "lora wrapper":
+            _set(model, "fc1", LoraLike(old, 16, 32))
+        elif surgery == "new activation":
+            _set(model, "act", nn.ReLU())
+        else:
+            _set(model, "act", nn.Identity())
+    _same(plain, tuned, x)
+
+
+def test_a_hook_added_after_optimize_sees_the_linears_own_output():
+    plain, tuned = _pair()
+    x = torch.randn(3, 16)
+    seen = {}
+    for name, model in (("plain", plain), ("tuned", tuned)):
+        model._modules["fc1"].register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o.clone()))
+    _same(plain, tuned, x)
+    torch.testing.assert_close(seen["tuned"], seen["plain"], rtol=0, atol=0)
+    assert (seen["plain"] < 0).any()  # the pre-activation, not GELU's output
+
+
+def test_a_hook_on_the_activations_slot_sees_its_input():
+    plain, tuned = _pair()
+    x = torch.randn(3, 16)
+    seen = {}
+    for name, model in (("plain", plain), ("tuned", tuned)):
+        model._modules["act"].register_forward_pre_hook(lambda m, i, name=name: seen.__setitem__(name, i[0].clone()))
+    _same(plain, tuned, x)
+    torch.testing.assert_close(seen["tuned"], seen["plain"], rtol=0, atol=0)
+
+
+def test_copies_keep_or_drop_the_fusion_as_the_slots_do():
+    plain, tuned = _pair()
+    x = torch.randn(3, 16)
+    for copied in (copy.deepcopy(tuned), pickle.loads(pickle.dumps(tuned))):
+        assert copied._modules["fc1"].__dict__["_tunedb_fused"].intact()  # the whole model: still fused
+        _same(plain, copied, x)
+    alone = copy.deepcopy(tuned._modules["fc1"])  # one layer copied: a Linear, as nn.Linear's copy is
+    with torch.no_grad():
+        torch.testing.assert_close(alone(x), plain._modules["fc1"](x), rtol=0, atol=0)
+    _same(plain, tuned, x)  # the original is untouched
+
+
+def test_symbolic_trace_records_the_plain_forms_of_every_family():
+    import tunedb
+
+    torch.manual_seed(0)
+    plain = EveryFamily().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    kinds = {type(m).__name__ for m in tuned.modules()}
+    assert {"TunedConv2d", "TunedConv1d", "TunedLSTM", "TunedLinear", "TunedLinearLogSoftmax"} <= kinds, kinds
+    x = torch.randn(2, 1, 9, 9)
+    traced = torch.fx.symbolic_trace(tuned)
+    with torch.no_grad():
+        torch.testing.assert_close(traced(x), plain(x), rtol=1e-5, atol=1e-5)
+    assert any(n.op == "call_module" and n.target == "lstm" for n in traced.graph.nodes)
+
+
+@pytest.mark.parametrize("layout", [torch.jagged, torch.strided])
+def test_nested_tensors_run_as_through_nn_linear(layout):
+    plain, tuned = _pair()
+    for name, width in (("fc1", 16), ("fc2", 32)):  # fused with GELU, and not
+        parts = [torch.randn(3, width), torch.randn(5, width)]
+        with torch.no_grad():
+            want = plain._modules[name](torch.nested.nested_tensor(parts, layout=layout))
+            got = tuned._modules[name](torch.nested.nested_tensor(parts, layout=layout))
+        for a, b in zip(got.unbind(), want.unbind()):
+            torch.testing.assert_close(a, torch.nn.functional.gelu(b) if name == "fc1" else b, rtol=0, atol=0)
+
+
+def test_a_non_tensor_input_raises_nn_linears_own_type_error():
+    _, tuned = _pair()
+    with pytest.raises(TypeError):
+        tuned._modules["fc2"]([1.0] * 32)
+
+
+def test_complex_gradients_are_the_conjugate_ones():
+    from tunedb.families.gemm import ops
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, dtype=torch.complex128, requires_grad=True)
+    w = torch.randn(5, 4, dtype=torch.complex128, requires_grad=True)
+    b = torch.randn(5, dtype=torch.complex128, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w, b: ops.gemm_act(x, w, b, "none"), (x, w, b))
+    assert torch.autograd.gradcheck(lambda x, w: ops.gemm(x, w), (x, w))
