@@ -47,7 +47,21 @@ class Setting:
         return self.raw() == "1"
 
 
+def _path_problem(value: str) -> str | None:
+    """Why a path value cannot be used before looking at the file system, or None."""
+    if not value.strip():
+        return "is blank; use a path (or unset the variable for the default)"
+    try:
+        Path(value).expanduser()
+    except RuntimeError:  # '~name' of a user this machine does not know
+        return f"starts with {value.split('/')[0]!r}, whose home directory is unknown here; use a full path"
+    return None
+
+
 def _directory_value(value: str) -> str | None:
+    why = _path_problem(value)
+    if why:
+        return why
     path = Path(value).expanduser()
     if path.exists() and not path.is_dir():
         return "is not a directory (it names an existing file); use a directory path"
@@ -59,6 +73,9 @@ def _user_db_value(value: str) -> str | None:
 
 
 def _file_value(value: str) -> str | None:
+    why = _path_problem(value)
+    if why:
+        return why
     path = Path(value).expanduser()
     if path.is_dir():
         return "is a directory; use a file path (the recording is written there)"
@@ -270,16 +287,25 @@ def lenient() -> Iterator[None]:
         _lenient.on = saved
 
 
+def _expand(raw: str) -> Path:
+    """raw with ~ expanded; as written where it cannot be (an unknown ~name: the setting's check
+    refuses it, and `tunedb status`, which reads leniently, shows it as written)."""
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:
+        return Path(raw)
+
+
 def cache_root() -> Path:
     raw = CACHE_DIR.raw()
-    return Path(raw).expanduser() if raw else Path.home() / ".cache" / "tunedb"
+    return _expand(raw) if raw else Path.home() / ".cache" / "tunedb"
 
 
 def triton_cache_dir() -> Path:
     """Where Triton's kernel cache lives: TRITON_CACHE_DIR when set (Triton's own variable), else
     <cache_root>/triton, which `tunedb prebuild` fills and the GEMM launcher points Triton at."""
     raw = os.environ.get("TRITON_CACHE_DIR", "")
-    return Path(raw).expanduser() if raw else cache_root() / "triton"
+    return _expand(raw) if raw else cache_root() / "triton"
 
 
 def user_db_dir() -> Path | None:
@@ -288,7 +314,7 @@ def user_db_dir() -> Path | None:
     if raw.strip().lower() == "off":
         return None
     if raw:
-        return Path(raw).expanduser()
+        return _expand(raw)
     return cache_root() / "v1"
 
 
@@ -310,7 +336,7 @@ def approximate_allowed() -> bool:
 
 def capture_path() -> Path | None:
     raw = CAPTURE.raw()
-    return Path(raw).expanduser() if raw else None
+    return _expand(raw) if raw else None
 
 
 def jit_launch() -> bool:

@@ -57,3 +57,16 @@ def test_solve_auto_with_a_numeric_signal_follows_the_decision(system):
     for signal in (0.5, 2, torch.tensor(3.0)):
         x = solvers.solve(strip, b, signal=signal, decision=decision, tol=1e-12, max_iter=60)
         assert float(layout.residual(strip, b, x).max()) < 1e-9
+
+
+def test_solve_marks_a_system_that_is_not_positive_definite():
+    strip, b = layout.random_system(2, 3, 4, dtype=torch.float64)[:2]
+    bad = strip.clone()
+    bad[0, 1, :, 4:8] = -bad[0, 1, :, 4:8]  # one diagonal block of problem 0 negated: indefinite
+    x, ok = solvers.solve(bad, b, linsys="direct", return_ok=True)
+    assert ok.tolist() == [False, True]
+    assert torch.isnan(x[0]).all() and torch.isfinite(x[1]).all()  # never a finite wrong answer
+    torch.testing.assert_close(x[1], solvers.direct(strip, b)[0][1])
+    assert torch.isnan(solvers.solve(bad, b, linsys="direct")[0]).all()
+    x, ok = solvers.solve(strip, b, linsys="iterative", return_ok=True, max_iter=1)
+    assert ok.shape == (2,) and torch.isfinite(x).all()

@@ -153,3 +153,16 @@ def test_a_command_prints_tunedbs_own_warnings_on_one_line(tmp_path, capsys):
     assert cli.main(["evaluate", "--log", str(log)]) != 0
     err = capsys.readouterr().err
     assert "tunedb warning: measurement log" in err and "log.py:" not in err and "return [" not in err
+
+
+def test_path_settings_refuse_an_unknown_home_and_a_blank_value():
+    for name in ("USER_DB", "CACHE_DIR", "CAPTURE"):
+        with settings.override(**{name: "~no_such_user_tunedb/x"}):
+            assert "whose home directory is unknown here" in settings.problems()[f"TUNEDB_{name}"]
+        with settings.override(**{name: "   "}):
+            assert "is blank" in settings.problems()[f"TUNEDB_{name}"]
+    with settings.override(USER_DB="~no_such_user_tunedb/x"):
+        with pytest.raises(SettingsError, match="TUNEDB_USER_DB='~no_such_user_tunedb/x' starts with"):
+            settings.user_db_dir()
+        with settings.lenient():  # what `tunedb status` reads: the value as written, no traceback
+            assert str(settings.user_db_dir()) == "~no_such_user_tunedb/x"

@@ -269,7 +269,7 @@ def _check_takes_device(spec: str, factory: Any) -> None:
                           f"{CALLABLE_CONTRACT}")
 
 
-def _import_user_module(name: str) -> Any:
+def import_user_module(name: str) -> Any:
     """The workload's module. As `python -m tunedb` does (and the `tunedb` console script does
     not), a module in the working directory imports: `tunedb tune mymodel:make` run beside
     mymodel.py failed with ModuleNotFoundError. The directory joins PYTHONPATH as well, for the
@@ -295,7 +295,7 @@ def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> W
     if not module_name or not attr:
         raise CensusError(f"workload {spec!r} must be module:callable, both named; {CALLABLE_CONTRACT}")
     try:
-        factory = getattr(_import_user_module(module_name), attr)
+        factory = getattr(import_user_module(module_name), attr)
     except Exception as exc:  # the user's module runs at import: any error of its own is its message
         raise CensusError(f"cannot load workload {spec!r}: {type(exc).__name__}: {exc}") from exc
     if not callable(factory):

@@ -67,8 +67,10 @@ def load_workload(spec: str):
         sys.modules.setdefault(path.stem, module)
         loader.loader.exec_module(module)
     else:
-        try:
-            module = importlib.import_module(mod)
+        from tunedb.census.presets import import_user_module
+
+        try:  # a module beside the working directory imports, as `tunedb tune MOD:FN` finds it
+            module = import_user_module(mod)
         except ModuleNotFoundError as exc:
             if exc.name is None or not (mod == exc.name or mod.startswith(exc.name + ".")):
                 raise  # the workload's own import failed: its traceback says where

@@ -161,8 +161,14 @@ def probe(workload: Callable[[Callable[..., Any]], Any], *, problem: str,
             raise CutoffError(f"policy {p!r} not supported; allowed: direct, iterative, auto")
         if p == "auto" and decision is None:
             raise CutoffError("probing policy 'auto' needs decision= (a fitted Decision)")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise CutoffError(f"device={device!r} is not a torch device ({exc}); allowed: 'cuda', 'cuda:N', 'cpu'") from None
     cuda = dev.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise CutoffError(f"device={device!r}: no CUDA GPU here (torch {torch.__version__}); probe on the GPU "
+                          "that will run the solves (the cutoff is per device), or device='cpu' to try the recipe")
     gpu: dict[str, str] = {}
     seen: set[int] = set()
     if cuda:

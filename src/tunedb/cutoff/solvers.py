@@ -214,11 +214,15 @@ def pcg(strip: Any, b: Any, x0: Any = None, *, tol: float | None = None, max_ite
 
 def solve(strip: Any, b: Any, x0: Any = None, *, linsys: str = "auto", signal: float | None = None,
           problem: str | None = None, decision: Any = None, tol: float | None = None,
-          max_iter: int = 100, check_every: int | None = None, kernels: str = "auto") -> Any:
-    """x: the solution by the chosen policy. linsys: "direct", "iterative", or "auto", which
+          max_iter: int = 100, check_every: int | None = None, kernels: str = "auto",
+          return_ok: bool = False) -> Any:
+    """x: the solution by the chosen policy (with return_ok, (x, ok): ok a [batch] bool on the
+    device, as direct() and pcg() give). linsys: "direct", "iterative", or "auto", which
     switches per call on `signal` (the caller's switching signal, a host number) against the
     persisted cutoff of this problem class on this device (`decision`, else the user's
-    configuration, see tunedb.cutoff.store)."""
+    configuration, see tunedb.cutoff.store). A problem the direct solve finds not positive
+    definite gets NaN in x (no host sync: the caller sees it, never a finite wrong answer); one
+    that PCG leaves unconverged within max_iter keeps its last iterate (ok says which)."""
     policy = linsys
     if linsys == "auto":
         if signal is None:
@@ -236,7 +240,10 @@ def solve(strip: Any, b: Any, x0: Any = None, *, linsys: str = "auto", signal: f
             decision = store.lookup(problem or store.problem_class(strip), store.device_name(strip.device))
         policy = decision.policy_for(value)
     if policy == "direct":
-        return direct(strip, b, kernels=kernels)[0]
+        x, ok = direct(strip, b, kernels=kernels)
+        x = x.masked_fill(~ok.view(-1, *([1] * (x.dim() - 1))), math.nan)
+        return (x, ok) if return_ok else x
     if policy == "iterative":
-        return pcg(strip, b, x0, tol=tol, max_iter=max_iter, check_every=check_every, kernels=kernels)[0]
+        x, ok = pcg(strip, b, x0, tol=tol, max_iter=max_iter, check_every=check_every, kernels=kernels)
+        return (x, ok) if return_ok else x
     raise CutoffError(f"linsys={linsys!r} not supported; allowed: direct, iterative, auto")
