@@ -13,6 +13,7 @@
     │   └── BusyGPUError           another compute process is on the GPU
     ├── WorkerError           the benchmark worker subprocess misbehaved
     ├── CensusError           a workload or manifest cannot be censused
+    ├── InputFileError        a named input file is a FIFO, device or directory, or too large (also OSError)
     ├── BuildError            a build cannot proceed (bad flags, refused target)
     ├── UncoveredShapeError   strict mode met a must-tune point no tier covers
     └── CutoffError           a solver-cutoff call, trace or decision file is malformed
@@ -116,3 +117,13 @@ class NoGPUWarning(AutotuneWarning):
 
 class CutoffError(TunedbError, ValueError):
     """A block-tridiagonal system, a cutoff trace, fit or decision file is malformed."""
+
+
+class InputFileError(TunedbError, OSError):
+    """A file named as input (a census, manifest, capture, decision or probe file) that is not a
+    regular file, or larger than any such file: a FIFO blocks a reader forever and /dev/zero never
+    ends. Also an OSError, so every reader's `except OSError` names the file as for a missing one."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "not a readable input file"
+

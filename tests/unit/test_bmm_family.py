@@ -74,6 +74,18 @@ def test_bad_calls_say_what_is_wrong(a_shape, b_shape, dtypes, words):
         BMM.signature_of("bmm", a, b)
 
 
+def test_a_none_operand_is_named():
+    from tunedb.families.bmm.ops import bmm
+
+    a = torch.randn(2, 3, 4)
+    with pytest.raises(SignatureError, match="bmm's b must be a tensor, got None"):
+        bmm(a, None)
+    with pytest.raises(SignatureError, match="bmm's a must be a tensor, got None"):
+        bmm(None, a)
+    with pytest.raises(SignatureError, match="bmm's b must be a tensor, got None"):
+        BMM.signature_of("bmm", a, None)
+
+
 def test_schema_refuses_bad_fields():
     with pytest.raises(SignatureError, match="lay='xy'; allowed: nn, nt, tn, tt"):
         keys.make_signature(2, 3, 4, "half", "xy")

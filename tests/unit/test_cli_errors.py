@@ -352,3 +352,15 @@ def test_a_directory_that_takes_no_new_file_stops_the_build_before_measuring(hom
     line = one_line_error(capsys, ["build", "--census", str(census), "--out", str(out), "--in-process"])
     assert line.startswith("tunedb build: error: cannot write the target") and "a new file cannot be made" in line
     assert "nothing was measured" in line and measurers == []
+
+
+def test_one_census_named_twice_is_planned_once(capsys, tmp_path, monkeypatch):
+    census = Path(__file__).resolve().parents[2] / "bench" / "census" / "conformer_streaming.json"
+    monkeypatch.chdir(census.parent)
+    outs = []
+    for names in ([str(census)], [str(census), "conformer_streaming.json"]):
+        argv = ["build", *(a for n in names for a in ("--census", n)), "--out", str(tmp_path / "db"),
+                "--arch", "sm90", "--dry-run"]
+        assert cli.main(argv) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and "est. s" in outs[0]

@@ -219,3 +219,13 @@ def test_cli_a_failing_workload_and_a_trace_file_of_the_wrong_shape_are_one_line
         assert main(["cutoff", "fit", str(bad)]) == 2
         err = capsys.readouterr().err
         assert "probe file" in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_probe_on_a_machine_without_cuda_or_a_bad_device_says_so(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CutoffError, match="device='cuda': no CUDA GPU here"):
+        probemod.probe(small_workload, problem="toy", device="cuda")
+    with pytest.raises(CutoffError, match="device='bogus' is not a torch device"):
+        probemod.probe(small_workload, problem="toy", device="bogus")

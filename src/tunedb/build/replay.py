@@ -33,8 +33,10 @@ class LoggedRun:
         from tunedb.measure.log import read_log
 
         self.path = Path(path)
-        if not self.path.is_file():
+        if not self.path.exists():
             raise BuildError(f"--replay {path}: no such measurement log")
+        if not self.path.is_file():
+            raise BuildError(f"--replay {path}: not a regular file (a directory, FIFO or device); give a measurement log")
         records = read_log(self.path)
         if not records:
             raise BuildError(f"--replay {path}: the log holds no measurement")

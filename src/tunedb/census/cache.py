@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from tunedb.input_files import read_text
 from tunedb.records import ShapeSet
 
 _LIBRARIES = ("torch", "transformers", "torchaudio")
@@ -52,8 +53,8 @@ def key(workload: str, **args: Any) -> str | None:
     manifest = args.get("manifest")
     if manifest is not None:
         try:
-            args["manifest"] = hashlib.sha256(Path(manifest).read_bytes()).hexdigest()
-        except OSError:
+            args["manifest"] = hashlib.sha256(read_text(manifest).encode()).hexdigest()
+        except (OSError, UnicodeDecodeError):
             return None  # the census itself reports the unreadable manifest
     text = json.dumps({"workload": workload, "args": args, "versions": _versions(), "source": source_hash()},
                       sort_keys=True, default=str)

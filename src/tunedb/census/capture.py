@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from tunedb.input_files import read_text
 from tunedb import settings
 from tunedb.errors import CensusError, SignatureError
 from tunedb.records import Point, ShapeSet, Signature
@@ -39,7 +40,7 @@ def read_capture(path: str | Path) -> ShapeSet:
     must_tune when any of its calls were captured; eager_share = share of calls not captured."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        lines = read_text(path).splitlines()
     except OSError as exc:
         raise CensusError(f"cannot read capture {path}: {exc}") from exc
     except UnicodeDecodeError as exc:

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+from tunedb.input_files import read_text
 from tunedb import families
 from tunedb.errors import CensusError, SignatureError
 from tunedb.records import Point, ShapeSet, Signature, merge_point
@@ -106,7 +107,7 @@ def from_json(data: Any, where: str = "census") -> ShapeSet:
 def read_census(path: str | Path) -> ShapeSet:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except OSError as exc:
         raise CensusError(f"cannot read census {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from tunedb.input_files import read_text
 from tunedb.buckets import bucket_of, edges_upto
 from tunedb.errors import CensusError
 
@@ -63,7 +64,7 @@ def read_manifest(path: str | Path, field: str) -> list[float]:
     """The `field` values of a JSONL manifest (one JSON object per line; NeMo: "duration" in s)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_text(path)
     except OSError as exc:
         raise CensusError(f"cannot read manifest {path}: {exc}") from exc
     except UnicodeDecodeError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from tunedb import families
@@ -229,7 +230,10 @@ def run(args: argparse.Namespace) -> int:
 
     opts = options_from(args)
     pipeline.buildsteps.check_options(opts, gpu=True)  # flag errors before reading any census (GPU checked later)
-    censuses = [(path, pipeline.read_census(path)) for path in args.census]
+    # one file named twice (a shell glob and a name) is one census: planned twice, its every
+    # signature would be estimated and counted twice
+    paths = list({str(Path(p).resolve()): p for p in args.census}.values())
+    censuses = [(path, pipeline.read_census(path)) for path in paths]
     console = Console(file=sys.stderr if args.json else sys.stdout)
     reporter = None if (args.json or opts.dry_run) else RichReporter(console)
     result = pipeline.build(censuses, opts, reporter=reporter)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from tunedb.input_files import read_text
 from tunedb.errors import BusyGPUError, CutoffError, TunedbError
 
 FORMAT = "tunedb-cutoff-probe"
@@ -88,7 +89,7 @@ class Probe:
     @classmethod
     def load(cls, path: str | Path) -> "Probe":
         try:
-            return cls.from_json(json.loads(Path(path).read_text()))
+            return cls.from_json(json.loads(read_text(path)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             if isinstance(exc, CutoffError):
                 raise
@@ -166,7 +167,7 @@ def probe(workload: Callable[[Callable[..., Any]], Any], *, problem: str,
     except (RuntimeError, TypeError) as exc:
         raise CutoffError(f"device={device!r} is not a torch device ({exc}); allowed: 'cuda', 'cuda:N', 'cpu'") from None
     cuda = dev.type == "cuda"
-    if cuda and not torch.cuda.is_available():
+    if cuda and env is None and not torch.cuda.is_available():  # (an env given: a test's stand-in GPU)
         raise CutoffError(f"device={device!r}: no CUDA GPU here (torch {torch.__version__}); probe on the GPU "
                           "that will run the solves (the cutoff is per device), or device='cpu' to try the recipe")
     gpu: dict[str, str] = {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from tunedb.input_files import read_text
 from tunedb.errors import CutoffError
 
 FORMAT = "tunedb-cutoff-decisions"
@@ -95,7 +96,7 @@ def load(path: str | Path | None = None) -> dict[str, Decision]:
     if not path.exists():
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except (OSError, ValueError) as exc:
         raise CutoffError(f"cannot read cutoff decisions {path}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -272,6 +272,9 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     "patch_rules": lambda family: (),  # () -> optimize()'s module patch rules (descriptive)
     "optimize": lambda family, model, approximate=False: model,  # (model, approximate) -> patched model
     "calibrate": _none,  # (profile, measurements, configs, old) -> the database file's `model` object
+    # (raw) -> why a database file's `model` object cannot calibrate the cost model, or None: the
+    # selector then takes the next tier's (a user file's bad object never hides the shipped one)
+    "model_problem": _none,
     "weight_bytes": lambda family, sig: 0,  # (sig) -> weight bytes one call reads (the L2 working set)
     "prebuilt_configs": lambda family, arch_family: frozenset(),  # (arch_family) -> ids `tunedb prebuild` compiled
     "compiler_cache": _none,  # () -> where the family's compiled kernels are cached (for reports)

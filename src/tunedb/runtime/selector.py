@@ -288,9 +288,14 @@ def model_params(family: str) -> Mapping[str, Any] | None:
     """The cost-model object ("model") of the first usable tier file of `family` for the
     current arch, this epoch: what a ranker reads its parameters from."""
     arch_family, _ = current_arch()
+    fam = families.get(family)
     for res in database.lookup(arch_family, family):
         if res.db.model is not None:
-            return res.db.model
+            why = hook(fam, "model_problem")(res.db.model)
+            if why is None:
+                return res.db.model
+            tiers.warn_once(str(res.path), "model", f"tunedb: skipping {res.path}'s cost-model object ({why}); "
+                            "the next tier's calibrates the model")
     return None
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunedb.errors import SignatureError
-from tunedb.families.key_rules import check_one_device
+from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.bmm.configs import DTYPES, FAMILY, LAYOUTS, OPS, elem_bytes
 from tunedb.families.contract import SignatureSchema
 from tunedb.records import Signature
@@ -79,8 +79,12 @@ def check_call(op: str, a: Any, b: Any) -> tuple[int, int, int, int, str]:
     emptiness (an empty product has no key, but is a valid call)."""
     if op not in OPS:
         raise SignatureError(f"unknown bmm op {op!r}; ops are {', '.join(OPS)}")
+    try:
+        sa, sb = tuple(a.shape), tuple(b.shape)
+    except AttributeError:  # a None or a number where a tensor belongs: named (nothing paid on a good call)
+        check_tensors("bmm", a=a, b=b)
+        raise
     check_one_device("bmm", a=a, b=b)
-    sa, sb = tuple(a.shape), tuple(b.shape)
     if len(sa) != len(sb) or len(sa) not in (2, 3):
         raise SignatureError(f"bmm needs a [B, M, K] and b [B, K, N] (or both 2-D; the bmm() entry point also "
                              f"takes [..., M, K] and [..., K, N] with equal leading dimensions); "

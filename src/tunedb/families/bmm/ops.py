@@ -58,7 +58,14 @@ def run(a: Any, b: Any) -> Any:
     """The op's implementation (every backend of tunedb::bmm runs this)."""
     import torch
 
-    if a.device.type != "cuda" or a.numel() == 0 or b.numel() == 0 or b.device != a.device:
+    try:
+        off = a.device.type != "cuda" or a.numel() == 0 or b.numel() == 0 or b.device != a.device
+    except AttributeError:  # a None or a number where a tensor belongs: named (nothing paid on a good call)
+        from tunedb.families.key_rules import check_tensors
+
+        check_tensors("bmm", a=a, b=b)
+        raise
+    if off:
         # an empty product has no key; the memo keys a's device only (check_call names a mix)
         keys.check_call("bmm", a, b)  # the errors a CUDA call raises when it is first keyed
         return torch.matmul(a, b)

@@ -77,6 +77,16 @@ class GemmFamily:
 
         return GemmCostModel(self, profile, params)
 
+    def model_problem(self, raw: Any) -> str | None:
+        """The contract's model_problem hook: why `raw` is no ModelParams object, or None."""
+        from tunedb.families.gemm.model_params import ModelParams
+
+        try:
+            ModelParams.from_json(raw)
+        except Exception as exc:  # any malformed field: named by from_json's ConfigError, else by the exception
+            return str(exc) or type(exc).__name__
+        return None
+
     def calibrate(self, profile: ArchProfile, measurements: Any, configs: Any, old: Any = None) -> Any:
         """The contract's calibrate hook: the database file's `model` object after a build."""
         from tunedb.families.gemm.model import calibrate

@@ -2,6 +2,8 @@
 JSON form, as a tier file's `model` key stores them. Pure Python."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -74,21 +76,37 @@ class ModelParams:
             # bands calibrated before point supports were kept (no key, or the [min, max] work
             # range): nothing says whether a shape is near one they were measured on, so decline
             uncertainty = {}
-        return cls(scale=float(data.get("scale", 1.0)),
-                   lane_eff={**default.lane_eff, **dict(data.get("lane_eff") or {})},
-                   setup_us=float(data.get("setup_us", default.setup_us)),
+        lane_eff = data.get("lane_eff") or {}
+        if not isinstance(lane_eff, Mapping):
+            raise ConfigError(f"cost-model lane_eff must be an object of lane -> efficiency, got {lane_eff!r:.80}")
+        return cls(scale=_number(data, "scale", 1.0, positive=True),
+                   lane_eff={**default.lane_eff, **{str(k): _number(lane_eff, k, 0.0, positive=True, what="lane_eff")
+                                                    for k in lane_eff}},
+                   setup_us=_number(data, "setup_us", default.setup_us),
                    # a model written before the latency term was fitted without it
-                   latency_us=float(data.get("latency_us", 0.0)),
-                   l2_bw_factor=float(data.get("l2_bw_factor", default.l2_bw_factor)),
+                   latency_us=_number(data, "latency_us", 0.0),
+                   l2_bw_factor=_number(data, "l2_bw_factor", default.l2_bw_factor, positive=True),
                    per_config=_pairs(data, "per_config", "[a_us, b_us]"),
                    sentinel=_pairs(data, "sentinel", "[scale, overhead_us]"),
-                   torch_margin=float(data.get("torch_margin", default.torch_margin)),
-                   fitted_on=int(data.get("fitted_on", 0)),
+                   torch_margin=_number(data, "torch_margin", default.torch_margin),
+                   fitted_on=int(_number(data, "fitted_on", 0)),
                    # a model written before the bands were calibrated has none: the tier declines
                    uncertainty=uncertainty, support=support,
                    act_epilogue=_pairs(data, "act_epilogue", "[per_cta_us, per_elem_us]"),
-                   kernel_us=float(data.get("kernel_us", 0.0)), local=confidence.parse_local(data.get("local")),
+                   kernel_us=_number(data, "kernel_us", 0.0), local=confidence.parse_local(data.get("local")),
                    decode=_pairs(data, "decode", "[value, value]"))
+
+
+def _number(data: Mapping[str, Any], key: str, default: float, positive: bool = False, what: str = "") -> float:
+    """data[key] as a finite number >= 0 (> 0 with positive), default when absent; else a
+    ConfigError naming the field (a scale of -1e9 would rank every shape as it pleased)."""
+    value = data.get(key, default)
+    name = f"{what}[{key!r}]" if what else key
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (positive and value == 0):
+        allowed = "a finite number > 0" if positive else "a finite number >= 0"
+        raise ConfigError(f"cost-model {name} must be {allowed}, got {value!r:.80}")
+    return float(value)
 
 
 def _points(raw: Any) -> dict[str, tuple[tuple[float, float, float], ...]] | None:

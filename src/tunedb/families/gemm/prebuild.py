@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from tunedb.input_files import read_text
 from tunedb.families.gemm import configs
 from tunedb.families.gemm.kernel_specs import INTS, POINTERS, specs
 from tunedb.database.store import write_atomic
@@ -71,7 +72,7 @@ def signatures_in(path: Path) -> list[Signature]:
     BuildError for a file that is not JSON (a truncated or corrupt one: its signature text is
     not to be trusted, and "names no signature" would hide what is wrong)."""
     try:
-        text = Path(path).read_text()
+        text = read_text(path)
         json.loads(text)
     except UnicodeDecodeError as exc:
         raise BuildError(f"census file {path} is not a text (UTF-8) file: byte {exc.start} cannot be "

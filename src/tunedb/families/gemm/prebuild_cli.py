@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from tunedb.input_files import read_text
 from tunedb.errors import BuildError
 from tunedb.records import SENTINELS
 
@@ -18,7 +19,7 @@ def _referenced_ids(path: Path | None) -> list[str]:
     if path is None:
         return []
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except (OSError, ValueError) as exc:
         raise BuildError(f"cannot read database file {path}: {exc}") from exc
     ids = list((data.get("configs") or {}).keys()) if isinstance(data, dict) else []

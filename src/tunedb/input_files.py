@@ -1,0 +1,30 @@
+"""Reading a file a user names as input (a census, manifest, capture, cutoff decision or probe
+file): a regular file of bounded size, read as text, else InputFileError naming the path and
+what it is. The database's own reader (database/schema.read_raw) applies the same rule."""
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from tunedb.errors import InputFileError
+
+# far above any census, manifest or table tunedb reads (the largest are a few MB)
+MAX_INPUT_BYTES = 1 << 30
+
+
+def read_text(path: str | Path, encoding: str = "utf-8") -> str:
+    """The text of `path`. A path that does not exist raises what Path.read_text raises (the
+    callers name a missing file already); one that is not a regular file, or is over
+    MAX_INPUT_BYTES, raises InputFileError (an OSError) before anything is read."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        return path.read_text(encoding=encoding)
+    if stat.S_ISDIR(st.st_mode):
+        raise InputFileError(f"{path} is a directory; give a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputFileError(f"{path} is not a regular file (a FIFO or device would block or never end); give a file")
+    if st.st_size > MAX_INPUT_BYTES:
+        raise InputFileError(f"{path} holds {st.st_size} bytes, over the {MAX_INPUT_BYTES >> 20} MiB an input file may")
+    return path.read_text(encoding=encoding)
