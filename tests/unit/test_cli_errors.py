@@ -364,3 +364,16 @@ def test_one_census_named_twice_is_planned_once(capsys, tmp_path, monkeypatch):
         assert cli.main(argv) == 0
         outs.append(capsys.readouterr().out)
     assert outs[0] == outs[1] and "est. s" in outs[0]
+
+
+def test_an_empty_out_names_what_is_allowed(capsys):
+    census = Path(__file__).resolve().parents[2] / "bench" / "census" / "conformer_streaming.json"
+    line = one_line_error(capsys, ["build", "--census", str(census), "--out", "", "--arch", "sm90", "--dry-run"])
+    assert "--out '' names no directory; use 'user', 'system' or a directory path" in line
+
+
+def test_cutoff_fit_of_a_json_list_says_it_is_no_probe(capsys, tmp_path):
+    path = tmp_path / "probe.json"
+    path.write_text("[1, 2]")
+    line = one_line_error(capsys, ["cutoff", "fit", str(path)])
+    assert "not a probe file: a JSON list" in line

@@ -279,6 +279,9 @@ def check_options(opts: Any, gpu: bool) -> None:
     families.get(opts.family)  # RegistryError naming the registered ones, before any census
     if getattr(opts, "run_id", None):
         checkpoint.check_run_id(opts.run_id)  # before a census, a lock or the --out directory exist
+    out = getattr(opts, "out", None)
+    if isinstance(out, str) and not out.strip():
+        raise BuildError("--out '' names no directory; use 'user', 'system' or a directory path")
     arch_family = getattr(opts, "arch_family", None)
     if arch_family is not None and not re.match(r"^sm\d+a?$", arch_family):
         from tunedb.arch import PLANNING_LIMITS, SHIPPED_ARCHES

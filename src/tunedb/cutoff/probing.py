@@ -72,6 +72,9 @@ class Probe:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Probe":
+        if not isinstance(data, Mapping):
+            raise CutoffError(f"not a probe file: a JSON {type(data).__name__} where a probe is an object "
+                              f"with format {FORMAT!r} (what `tunedb cutoff probe --out` writes)")
         if data.get("format") != FORMAT:
             raise CutoffError(f"not a probe file: format {data.get('format')!r}, expected {FORMAT!r}")
         return cls(str(data["problem"]), str(data["device"]), str(data["timer"]),
