@@ -93,6 +93,22 @@ RULES: dict[str, Callable[[Samples, int], pick.CellPick]] = {
     # block's lower quartile (one block: "low")
     "low-blocks": lambda s, b: pick.decide_low(s, b, jitter_ns=JITTER["ns"], block=pick_blocks()),
 }
+# --keep TABLE: each cell's (winner, native) in the table a re-tune starts from; the "-keep" rules
+# let those arms keep their cells while they tie (families/linalg/keep.py)
+INCUMBENT: dict[tuple, tuple[str, str]] = {}
+CELL: dict[str, tuple] = {}  # the cell the rules are deciding now (cross sets it)
+
+
+def _kept(s: Samples, b: int, block: int | None) -> pick.CellPick:
+    from tunedb.families.linalg import keep
+
+    got = pick.decide_low(s, b, jitter_ns=JITTER["ns"], block=block)
+    return keep.keep_incumbent(got, pick.block_times(s, block), b, INCUMBENT.get(CELL.get("key")),
+                               jitter_ns=JITTER["ns"])
+
+
+RULES["low-keep"] = lambda s, b: _kept(s, b, None)
+RULES["low-blocks-keep"] = lambda s, b: _kept(s, b, pick_blocks())
 PICKS = {"which": "native"}  # "native" (no optional tier) or "served" (the full winner: session 25)
 
 
@@ -174,6 +190,7 @@ def cross(ra: dict, rb: dict, rules: list[str], band: float, recorded: tuple[dic
             if not arms:
                 continue
             sa, sb = {a: ra[k][a] for a in arms}, {a: rb[k][a] for a in arms}
+            CELL["key"] = k
             if name == "as tuned":
                 if k not in recorded[0] or k not in recorded[1]:
                     continue
@@ -291,8 +308,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--picks", default="both", choices=("native", "served", "both"),
                     help="cross: compare the native picks, the served ones (the full winner, optional "
                          "tiers included), or both (default)")
+    ap.add_argument("--keep", default=None, metavar="TABLE.json",
+                    help="the table a re-tune starts from: the *-keep rules let its picks keep their cells "
+                         "while they tie (families/linalg/keep.py)")
     ap.add_argument("--out", help="write the rows as JSON here")
     args = ap.parse_args(argv)
+    if args.keep:
+        from tunedb.database import schema
+        from tunedb.families.linalg import keep
+
+        INCUMBENT.update(keep.incumbents(schema.load(Path(args.keep), "linalg").entries))
     rules = [r for r in args.rules.split(",") if r]
     bad = [r for r in rules if r not in RULES]
     if bad:

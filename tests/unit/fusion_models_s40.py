@@ -95,3 +95,18 @@ class EveryFamily(nn.Module):
         h = self.c1(self.c2(x).mean(-1))
         h, _ = self.lstm(h.transpose(1, 2))
         return self.head(self.ff(h))
+
+
+class InitsWithModules(nn.Module):
+    """Initialises its block through modules() (a recursive walk, not a forward's): still fuses."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.mlp = WalkedBlock(d)
+        self.register_module("spare", None)  # a slot holding no module
+        for m in self.mlp.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, x):
+        return self.mlp(x)

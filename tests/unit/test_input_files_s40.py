@@ -1,10 +1,11 @@
-"""Input files that are not regular files (a FIFO, a device, a directory): every reader of a file a
-user names refuses them at once with a clear error, where a FIFO hung the reader and /dev/zero
-read without bound."""
+"""Input files that are not regular files: every reader of a file a user names refuses a device
+(/dev/zero read without bound) and a directory at once with a clear error, and reads a pipe
+(`--census <(...)`) to its end."""
 from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import pytest
 
@@ -12,13 +13,6 @@ from tunedb.errors import BuildError, CensusError, CutoffError, InputFileError
 from tunedb.input_files import read_text
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and /dev/zero are POSIX")
-
-
-@pytest.fixture
-def fifo(tmp_path):
-    path = tmp_path / "fifo"
-    os.mkfifo(path)
-    return path
 
 
 def _readers():
@@ -35,18 +29,33 @@ def _readers():
 
 
 @pytest.mark.parametrize("index", range(6))
-def test_every_reader_refuses_a_fifo_and_a_device_at_once(fifo, index):
+def test_every_reader_refuses_a_device_and_a_directory_at_once(tmp_path, index):
     reader, error = _readers()[index]
-    for path in (fifo, "/dev/zero"):
-        with pytest.raises(error, match="not a regular file"):
-            reader(path)
+    with pytest.raises(error, match="not a regular file or a pipe"):
+        reader("/dev/zero")
+    with pytest.raises(error, match="is a directory"):
+        reader(tmp_path)
 
 
-def test_read_text_names_a_directory_and_passes_a_missing_file_through(tmp_path):
-    with pytest.raises(InputFileError, match="is a directory; give a file"):
-        read_text(tmp_path)
+def test_a_pipe_is_read_to_its_end(tmp_path):
+    from tunedb.census.modes import read_manifest
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text('{"duration": 1.5}\n{"duration": 2.0}\n'))
+    writer.start()
+    assert read_manifest(fifo, "duration") == [1.5, 2.0]  # `--manifest <(...)` works
+    writer.join(timeout=10)
+
+
+def test_read_text_passes_a_missing_file_through_and_bounds_what_it_reads(tmp_path, monkeypatch):
+    from tunedb import input_files
+
     with pytest.raises(FileNotFoundError):
         read_text(tmp_path / "missing.json")
     (tmp_path / "ok.json").write_text("{}")
     assert read_text(tmp_path / "ok.json") == "{}"
+    monkeypatch.setattr(input_files, "MAX_INPUT_BYTES", 1)
+    with pytest.raises(InputFileError, match="over the 0 MiB"):
+        read_text(tmp_path / "ok.json")
     assert isinstance(InputFileError("x"), OSError)

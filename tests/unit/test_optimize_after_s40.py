@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from typing import Tuple
 
 import pytest
 import torch
@@ -130,3 +131,26 @@ def test_complex_gradients_are_the_conjugate_ones():
     b = torch.randn(5, dtype=torch.complex128, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x, w, b: ops.gemm_act(x, w, b, "none"), (x, w, b))
     assert torch.autograd.gradcheck(lambda x, w: ops.gemm(x, w), (x, w))
+
+
+def _noop_hook(module: nn.Module, inputs: Tuple[torch.Tensor], output: torch.Tensor) -> None:
+    return None  # a hook TorchScript compiles (torch.jit.script scripts a module's hooks)
+
+
+@pytest.mark.parametrize("surgery", ["none", "hook on the linear", "lora wrapper"])
+def test_torch_jit_script_and_trace_give_the_plain_result_and_leave_the_model_as_it_was(surgery):
+    plain, tuned = _pair()
+    x = torch.randn(3, 16)
+    for model in (plain, tuned):
+        if surgery == "hook on the linear":
+            model._modules["fc1"].register_forward_hook(_noop_hook)
+        elif surgery == "lora wrapper":
+            torch.manual_seed(1)
+            _set(model, "fc1", LoraLike(model._modules["fc1"], 16, 32))
+    with torch.no_grad():
+        want = plain(x)
+        for compiled in (torch.jit.script(tuned), torch.jit.trace(tuned, x, check_trace=False)):
+            torch.testing.assert_close(compiled(x), want, rtol=1e-6, atol=1e-6)
+        assert type(tuned._modules["act"]).__name__ == "FusedActivation"  # scripting replaced nothing
+        torch.testing.assert_close(tuned(x), want, rtol=0, atol=0)
+

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from runtime_fakes import gemm  # noqa: F401  (fixture)
-from fusion_models_s40 import ReachesIntoItsSequential, WalkedBlock, WalksABlocksChildren
+from fusion_models_s40 import InitsWithModules, ReachesIntoItsSequential, WalkedBlock, WalksABlocksChildren
 from tunedb.runtime import launch_table, report
 from tunedb.families.gemm.patching import TunedLinear, activation_kind, optimize
 
@@ -193,6 +193,11 @@ class WalksItsSequential(nn.Module):
             x = layer(x)
             feats.append(x)
         return torch.cat(feats, -1)
+
+
+def test_a_modules_walk_in_init_and_an_empty_slot_leave_fusion_alone():
+    tuned = _check_same(InitsWithModules(), torch.randn(3, 32))
+    assert _tuned(tuned) == {"mlp.fc": ("gelu", True)}
 
 
 @pytest.mark.parametrize("how", ["children", "get_submodule", "_modules"])

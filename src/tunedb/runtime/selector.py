@@ -56,6 +56,9 @@ _past_counts: dict[tuple[str, str, str], int] = {}  # (family, signature, tier) 
 _rankers: dict[str, Ranker] = {}
 _family_rankers: dict[str, Ranker | None] = {}  # each family's cost-model pick, built this epoch
 _family_models: dict[str, Any] = {}  # each family's cost model (or None), built this epoch
+# (family, database file) -> why its `model` object cannot calibrate (None: it can), this epoch:
+# model_params runs at every launch-table bind (host_bound), the check parses the whole object
+_model_problems: dict[tuple[str, str], str | None] = {}
 _arch: dict[str, Any] = {}  # "family", "profile": pinned or detected; empty until first needed
 
 
@@ -288,10 +291,12 @@ def model_params(family: str) -> Mapping[str, Any] | None:
     """The cost-model object ("model") of the first usable tier file of `family` for the
     current arch, this epoch: what a ranker reads its parameters from."""
     arch_family, _ = current_arch()
-    fam = families.get(family)
     for res in database.lookup(arch_family, family):
         if res.db.model is not None:
-            why = hook(fam, "model_problem")(res.db.model)
+            seen = (family, str(res.path))
+            if seen not in _model_problems:
+                _model_problems[seen] = hook(families.get(family), "model_problem")(res.db.model)
+            why = _model_problems[seen]
             if why is None:
                 return res.db.model
             tiers.warn_once(str(res.path), "model", f"tunedb: skipping {res.path}'s cost-model object ({why}); "
@@ -331,6 +336,7 @@ def _clear_epoch() -> None:
         _compiled.clear()
         _family_rankers.clear()
         _family_models.clear()
+        _model_problems.clear()
         serving.forget_decisions()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.modules import module as _nn_module
 
@@ -61,19 +62,39 @@ def pair_of(module: nn.Module) -> FusedPair | None:
 
 class FusedActivation(nn.Identity):
     """The activation's slot after optimize() fused it into the Linear before it: passes its input
-    through while the pair is intact, and runs the activation the model wrote once it is not."""
+    through while the pair is intact, and runs the activation the model wrote (its child `act`,
+    which holds no state: the state dict is unchanged) once it is not."""
 
     def forward(self, input: Any) -> Any:
         pair = self.__dict__.get("_tunedb_fused")
         if pair is None or pair.intact():
             return input
-        return pair.act_module(input)
+        return self._modules["act"](input)
+
+    def __prepare_scriptable__(self) -> "FusedActivation":
+        """torch.jit.script compiles _script_forward with the pair's state now (returns self:
+        what this returns replaces the module in the eager model's slot)."""
+        pair = self.__dict__.get("_tunedb_fused")
+        self.__dict__["_script_apply"] = pair is not None and not pair.intact()
+        return self
+
+
+def _script_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
+    """FusedActivation.forward as torch.jit.script compiles it (inspect follows __wrapped__)."""
+    if self._script_apply:
+        return self.act(input)
+    return input
+
+
+FusedActivation.forward.__wrapped__ = _script_forward  # type: ignore[attr-defined]
 
 
 def record(parent: nn.Module, lin_attr: str, act_attr: str, linear: nn.Module, act_module: Any) -> FusedActivation:
     """The module for the activation's slot, with the pair recorded in it and in `linear`."""
     blank = FusedActivation()
     blank.train(getattr(act_module, "training", linear.training))
+    if isinstance(act_module, nn.Module):
+        blank.act = act_module
     pair = FusedPair(parent, lin_attr, act_attr, linear, blank, act_module)
     linear.__dict__["_tunedb_fused"] = pair
     blank.__dict__["_tunedb_fused"] = pair

@@ -153,9 +153,11 @@ _INSPECT = frozenset({"type", "isinstance", "id", "print", "repr", "str", "vars"
 
 
 # Reads off a module that reach its children, to run them one by one (`self.head.children()`,
-# `m.body.get_submodule("0")`, `seq._modules["0"]`): a use of the module, not a look at it
-_REACH = frozenset({"children", "named_children", "modules", "named_modules", "_modules", "get_submodule",
-                    "__getitem__", "__iter__", "apply"})
+# `m.body.get_submodule("0")`, `seq._modules["0"]`): a use of the module, not a look at it. Not the
+# recursive walks (modules(), named_modules(), apply()): models use them to initialise weights
+# (`for m in self.mlp.modules(): nn.init...`), and a forward that runs every module of a tree
+# would run the tree twice
+_REACH = frozenset({"children", "named_children", "_modules", "get_submodule", "__getitem__", "__iter__"})
 
 
 def _looks(tree: ast.AST) -> set[int]:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 def script_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
     """The source torch.jit.script compiles for TunedLinear.forward (see TunedLinear)."""
-    return torch.ops.tunedb.gemm_act(input, self.weight, self.bias, self.act)
+    return torch.ops.tunedb.gemm_act(input, self.weight, self.bias, self._script_act)
 
 
 def traced_forward(module: Any, x: torch.Tensor) -> torch.Tensor:
@@ -27,6 +27,9 @@ def traced_forward(module: Any, x: torch.Tensor) -> torch.Tensor:
     module on the CPU runs as in eager mode (the model's own rounding, TunedLinear.forward)."""
     weight, bias, act = module.weight, module.bias, module.act
     act_module = module.__dict__.get("_act_module")
+    pair = module.__dict__.get("_tunedb_fused")
+    if act != "none" and pair is not None and not pair.intact():  # the slot applies it (fused_pair)
+        act, act_module = "none", None
     if act_module is not None and x.is_cpu:
         return act_module(F.linear(x, weight, bias))
     if bias is None and act == "none":

@@ -167,6 +167,14 @@ class TunedLinear(nn.Module):
     # pay nothing for it (a torch.jit.is_scripting() branch costs a call per forward)
     forward.__wrapped__ = linear_script.script_forward  # type: ignore[attr-defined]
 
+    def __prepare_scriptable__(self) -> "TunedLinear":
+        """torch.jit.script compiles script_forward, whose activation is `_script_act`: self.act,
+        or none where the pair no longer holds (fused_pair: its slot then applies it). Returns
+        self: torch.jit.script puts what this returns into the eager model's slot."""
+        pair = self.__dict__.get("_tunedb_fused")
+        self.__dict__["_script_act"] = "none" if pair is not None and not pair.intact() else self.act
+        return self
+
     def _slow_forward(self, *args: Any, **kwargs: Any) -> Any:
         # nn.Module.__call__ takes this path instead of forward only while torch.jit.trace
         # records: the trace gets the tuned op (linear_script.traced_forward), under the module
@@ -241,10 +249,10 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
         """Whether model code may run `module`'s children one by one (`self.block.children()`)."""
         if not reached:
             reached.append(model_reached_reads(model))
-            held_as.update((id(child), set()) for child in model.modules())
             for owner in model.modules():
                 for attr, child in owner._modules.items():
-                    held_as[id(child)].add(attr)
+                    if child is not None:  # add_module(name, None) holds a slot, not a module
+                        held_as.setdefault(id(child), set()).add(attr)
         return reached[0] is None or bool(held_as.get(id(module), set()) & reached[0])
 
     held_as: dict[int, set[str]] = {}

@@ -86,6 +86,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     tune.add_argument("--base", default=None, metavar="FILE.json",
                       help="the table to start from and diff against (default: the --out file); "
                            "entries of cells not measured now are kept from it")
+    tune.add_argument("--keep", default="base", metavar="base|none|FILE.json",
+                      help="--pick low: the table whose picks keep their cells while they still tie "
+                           "(an arm leaves a cell only for one faster by more than one more band: "
+                           "re-tunes stop trading edge ties; families/linalg/keep.py). base (default): "
+                           "the table this tune starts from; none: every cell decided afresh")
     tune.add_argument("--seed", type=int, default=0)
     rp = sub.add_parser("repick", help="re-decide a measured table under the current pick rule (no GPU)")
     rp.add_argument("--table", required=True, metavar="FILE.json", help="a linalg table tuned with --pick low")
@@ -294,6 +299,7 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
         raise TunedbError(f"--base {base} is not a file (the table to start from; without --base the "
                           f"--out file is the base, and none means no table)")
     old = _read(base, arch_family)
+    incumbents = _incumbents(getattr(args, "keep", "none"), old, arch_family)
     try:
         from tunedb.measure.provenance import utc_now  # the seam's layout
     except ImportError:
@@ -310,7 +316,7 @@ def tune(args: argparse.Namespace, timer: Any = None, arch_family: str | None = 
     reports = ladder.run(timer, legs, profile, quick=args.quick, rounds=args.rounds, seed=args.seed,
                          rule=rule, dtypes=dtypes, ops=ops, max_arms=args.max_arms,
                          allow_busy=getattr(args, "allow_busy", False), progress=log, ns=ns,
-                         decide=decide, max_rounds=max_rounds, jitter_ns=jitter)
+                         decide=decide, max_rounds=max_rounds, jitter_ns=jitter, incumbents=incumbents)
     if getattr(args, "samples", None):
         _write_samples(Path(args.samples), reports)
     ladder.check_complete(reports, args.quick, dtypes, ops, ns)
@@ -357,6 +363,21 @@ def _write_samples(path: Path, reports: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     store.write_atomic(path, "\n".join(lines) + "\n")
     print(f"wrote {len(lines)} cell(s) of raw samples to {path}", file=sys.stderr)
+
+
+def _incumbents(keep_arg: str, old: Any, arch_family: str) -> dict:
+    """--keep: the cells' (winner, native) a tune lets keep their cells (keep.incumbents)."""
+    from tunedb.families.linalg import keep
+
+    if keep_arg == "none":
+        return {}
+    if keep_arg == "base":
+        return keep.incumbents(old.entries) if old is not None else {}
+    path = Path(keep_arg)
+    if not path.is_file():
+        raise TunedbError(f"--keep {keep_arg}: not a file; allowed: base (the table this tune starts from), "
+                          f"none, or a linalg table's path")
+    return keep.incumbents(_read(path, arch_family).entries)
 
 
 def _read(path: Path, arch_family: str) -> Any:

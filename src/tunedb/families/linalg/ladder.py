@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tunedb.errors import BusyGPUError, MeasurementError, TunedbError
-from tunedb.families.linalg import configs, pick, signatures
+from tunedb.families.linalg import configs, keep, pick, signatures
 from tunedb.measure.stats import median
 from tunedb.records import Signature, Status
 
@@ -162,7 +162,8 @@ DISTURBED_SHARE = 0.4
 
 def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: int = MIN_ROUNDS,
                  seed: int = 0, rule: Any = pick.LINALG_RULE, *, decide: str = "median",
-                 max_rounds: int | None = None, jitter_ns: float = pick.LAUNCH_JITTER_NS) -> CellResult:
+                 max_rounds: int | None = None, jitter_ns: float = pick.LAUNCH_JITTER_NS,
+                 incumbent: tuple[str, str] | None = None) -> CellResult:
     """Gate every arm, then `rounds` paired rounds of the servable arms; while the cell is open
     and `rounds` more fit in `max_rounds`, another `rounds` (paired, median: pick.ambiguous, an
     arm's paired interval straddles the band edge so that it moves the pick; low: a burst took
@@ -172,7 +173,8 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
     decide="median": pick.decide on the medians (spec 003 as session 9 shipped it); "paired":
     pick.decide_paired (an arm ties when its paired interval is within the band); "low":
     pick.decide_low (lower quartiles, the median over blocks of each block's; the band widened
-    to `jitter_ns` a call)."""
+    to `jitter_ns` a call), then under low the `incumbent` (the table's (winner, native) of this
+    cell) keeps the cell while it still ties (keep.keep_incumbent)."""
     if rounds < MIN_ROUNDS:
         raise TunedbError(f"rounds={rounds} is below the {MIN_ROUNDS} paired rounds spec 003 requires")
     if decide not in DECIDERS:
@@ -214,6 +216,8 @@ def measure_cell(timer: CellTimer, cell: Cell, arm_ids: Sequence[str], rounds: i
         chosen = pick.decide_paired(servable, rule)
     elif decide == "low":
         chosen = pick.decide_low(servable, cell.batch, rule, jitter_ns, block=rounds)
+        chosen = keep.keep_incumbent(chosen, pick.block_times(servable, rounds), cell.batch, incumbent, rule,
+                                     jitter_ns)
     else:
         chosen = pick.decide({a: _median(v) for a, v in servable.items()}, rule)
     return CellResult(cell, frozen, statuses, residuals, chosen, errors, tuple(log))
@@ -269,9 +273,11 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
         ops: Sequence[str] | None = None, max_arms: int | None = None, allow_busy: bool = False,
         progress: Callable[[str], None] | None = None, decide: str = "median",
         max_rounds: int | None = None, ns: Sequence[int] | None = None,
-        jitter_ns: float = pick.LAUNCH_JITTER_NS) -> list[LegReport]:
+        jitter_ns: float = pick.LAUNCH_JITTER_NS,
+        incumbents: Mapping[tuple[str, str, int, int], tuple[str, str]] | None = None) -> list[LegReport]:
     """Measure every cell of the chosen legs; refuses a busy GPU, invalidates a disturbed leg
-    (allow_busy: measures anyway and marks each leg contended)."""
+    (allow_busy: measures anyway and marks each leg contended). `incumbents`: (op, dt, n, batch)
+    -> the table's (winner, native), kept under decide="low" while they tie (keep.py)."""
     busy = timer.foreign_pids()
     if busy and not allow_busy:
         raise BusyGPUError(f"the GPU is busy: foreign compute process(es) {sorted(busy)}; "
@@ -281,7 +287,8 @@ def run(timer: CellTimer, legs: Sequence[str], arch: Any, *, quick: bool = False
         report = LegReport(leg)
         for cell in cells((leg,), quick, dtypes, ops, ns):
             result = measure_cell(timer, cell, arms(cell, arch, max_arms), rounds, seed, rule,
-                                  decide=decide, max_rounds=max_rounds, jitter_ns=jitter_ns)
+                                  decide=decide, max_rounds=max_rounds, jitter_ns=jitter_ns,
+                                  incumbent=(incumbents or {}).get((cell.op, cell.dt, cell.n, cell.batch)))
             report.results.append(result)
             if progress is not None:
                 failed = result.failed()

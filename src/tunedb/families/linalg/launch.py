@@ -11,7 +11,7 @@ fp32 and fp64 everywhere, fp16/bf16 also for dot/gemv/gemm (accumulated in fp32,
 potrf and posv read only the lower triangle of A. info is int32 [batch]: 0, or the 1-based
 first column whose pivot is not positive (or NaN), as torch.linalg.cholesky_ex reports; the
 other problems of the batch are unaffected, and a failed problem's L / x are unspecified for
-the Triton arms (they may hold NaN or inf even for a finite input: read info, not the values).
+the Triton arms (finite when its input is finite: a failed pivot is replaced by 1).
 
 Writes (the in-place contract):
   - out=None allocates the result; `out=` writes it into a given contiguous tensor of the
