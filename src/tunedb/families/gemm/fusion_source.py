@@ -309,27 +309,26 @@ def sequentials_called_whole(model: nn.Module, read_outside) -> set[int]:
     return whole
 
 
-def model_outside_reads(model: nn.Module) -> frozenset[str] | None:
-    """The attribute names the source files of `model`'s module classes read off a module other
-    than self (outside_reads, over every class), or None when some source cannot be read."""
+def _over_classes(model: nn.Module, per_class) -> frozenset[str] | None:
+    """The union of per_class(cls) over `model`'s module classes, or None when one is None."""
     names: set[str] = set()
     for cls in {type(m) for m in model.modules()}:
-        got = outside_reads(cls)
+        got = per_class(cls)
         if got is None:
             return None
         names |= got
     return frozenset(names)
+
+
+def model_outside_reads(model: nn.Module) -> frozenset[str] | None:
+    """The attribute names the source files of `model`'s module classes read off a module other
+    than self (outside_reads, over every class), or None when some source cannot be read."""
+    return _over_classes(model, outside_reads)
 
 
 def model_reached_reads(model: nn.Module) -> frozenset[str] | None:
     """reached_reads over every module class of `model`, or None when some source cannot be read."""
-    names: set[str] = set()
-    for cls in {type(m) for m in model.modules()}:
-        got = reached_reads(cls)
-        if got is None:
-            return None
-        names |= got
-    return frozenset(names)
+    return _over_classes(model, reached_reads)
 
 
 def called_whole(model: nn.Module) -> set[int]:
