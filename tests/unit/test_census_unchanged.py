@@ -62,7 +62,7 @@ def test_the_hf_llama_decode_census_equals_the_recorded_one():
 
 def _structure(model: torch.nn.Module) -> list[tuple[str, str, str]]:
     """(module path, class, act) of every submodule: what optimize() swapped and fused."""
-    return [(name, type(m).__name__, getattr(m, "act", "")) for name, m in model.named_modules()]
+    return [(name, type(m).__name__, str(getattr(m, "act", ""))) for name, m in model.named_modules()]
 
 
 def _optimized(name: str, impl: str) -> torch.nn.Module:

@@ -62,14 +62,14 @@ def pair_of(module: nn.Module) -> FusedPair | None:
 
 class FusedActivation(nn.Identity):
     """The activation's slot after optimize() fused it into the Linear before it: passes its input
-    through while the pair is intact, and runs the activation the model wrote (its child `act`,
-    which holds no state: the state dict is unchanged) once it is not."""
+    through while the pair is intact, and runs the activation the model wrote (its child
+    `activation`, which holds no state: the state dict is unchanged) once it is not."""
 
     def forward(self, input: Any) -> Any:
         pair = self.__dict__.get("_tunedb_fused")
         if pair is None or pair.intact():
             return input
-        return self._modules["act"](input)
+        return self._modules["activation"](input)
 
     def __prepare_scriptable__(self) -> "FusedActivation":
         """torch.jit.script compiles _script_forward with the pair's state now (returns self:
@@ -82,7 +82,7 @@ class FusedActivation(nn.Identity):
 def _script_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
     """FusedActivation.forward as torch.jit.script compiles it (inspect follows __wrapped__)."""
     if self._script_apply:
-        return self.act(input)
+        return self.activation(input)
     return input
 
 
@@ -94,7 +94,7 @@ def record(parent: nn.Module, lin_attr: str, act_attr: str, linear: nn.Module, a
     blank = FusedActivation()
     blank.train(getattr(act_module, "training", linear.training))
     if isinstance(act_module, nn.Module):
-        blank.act = act_module
+        blank.activation = act_module
     pair = FusedPair(parent, lin_attr, act_attr, linear, blank, act_module)
     linear.__dict__["_tunedb_fused"] = pair
     blank.__dict__["_tunedb_fused"] = pair
