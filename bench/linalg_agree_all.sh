@@ -11,7 +11,9 @@
 set -u
 OUT=${OUT:?OUT is where the tables and samples go}
 export PYTHONPATH=${PYTHONPATH:-src} TUNEDB_USER_DB=off
-TUNE="python -m tunedb linalg tune --pick low --max-rounds 45 --max-arms ${AGREE_ARMS:-4}"
+# AGREE_TUNE_ARGS: more tune flags for both runs (session 40: --keep src/tunedb/db/sm90/linalg.json,
+# both tunes starting from the shipped table, as a re-tune of it would)
+TUNE="python -m tunedb linalg tune --pick low --max-rounds 45 --max-arms ${AGREE_ARMS:-4} ${AGREE_TUNE_ARGS:-}"
 T0=$(date +%s)
 step() {  # name timeout command...
   local name=$1 t=$2; shift 2
