@@ -154,3 +154,40 @@ def test_torch_jit_script_and_trace_give_the_plain_result_and_leave_the_model_as
         assert type(tuned._modules["act"]).__name__ == "FusedActivation"  # scripting replaced nothing
         torch.testing.assert_close(tuned(x), want, rtol=0, atol=0)
 
+
+
+@pytest.mark.parametrize("surgery", ["new activation", "activation dropped", "hook on the conv"])
+def test_a_fused_conv2d_unfuses_after_surgery_too(surgery):
+    import tunedb
+
+    torch.manual_seed(0)
+    plain = EveryFamily().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    assert type(tuned.c2[0]).__name__ == "TunedConv2d" and type(tuned.c2[1]).__name__ == "FusedActivation"
+    seen = {}
+    for name, model in (("plain", plain), ("tuned", tuned)):
+        if surgery == "new activation":
+            model.c2[1] = nn.Tanh()
+        elif surgery == "activation dropped":
+            model.c2[1] = nn.Identity()
+        else:
+            model.c2[0].register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o.min().item()))
+    x = torch.randn(2, 1, 9, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(tuned(x), plain(x), rtol=1e-5, atol=1e-5)
+    if seen:
+        assert seen["tuned"] == pytest.approx(seen["plain"]) and seen["plain"] < 0  # the conv's own output
+
+
+def test_a_dropped_fused_model_is_freed_without_the_cyclic_gc():
+    import gc
+    import weakref
+
+    _, tuned = _pair()
+    weight = weakref.ref(tuned._modules["fc1"].weight)
+    gc.disable()
+    try:
+        del tuned
+        assert weight() is None  # the pair holds the parent, Linear and slot weakly: no cycle
+    finally:
+        gc.enable()

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tunedb.families.gemm import fused_pair
 from tunedb.families.gemm.fusion_source import called_whole
 from tunedb.families.module_rules import holders, hooked
 
@@ -165,11 +166,14 @@ class TunedConv2d(nn.Conv2d):
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         from tunedb.families.conv import ops
 
+        act = self.tunedb_act
+        pair = self.__dict__.get("_tunedb_fused")
+        if act != "none" and pair is not None and not pair.intact():  # its slot applies the activation
+            act = "none"
         # set after optimize() (nn's own forward pads it), or torch.fx's Proxy (nn's own form)
         if self.padding_mode != "zeros" or not isinstance(x, torch.Tensor):
-            return ops.activate(nn.Conv2d.forward(self, x), self.tunedb_act)
-        return ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
-                          self.tunedb_act)
+            return ops.activate(nn.Conv2d.forward(self, x), act)
+        return ops.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, act)
 
 
 class AbsorbedBatchNorm1d(nn.BatchNorm1d):
@@ -238,7 +242,9 @@ def _fuse(seq: nn.Sequential, held: dict[int, int]) -> None:
                 and not hooked(nxt[0])):  # the activation leaves this slot only: others may hold it
             conv.__class__ = TunedConv2d
             conv.tunedb_act = _ACTS[type(nxt[0])]
-            mods[names[i + 1]] = nn.Identity().train(nxt[0].training)
+            # the slot passes through while the pair holds, and applies the activation after
+            # module surgery (a new activation, a hook, the conv replaced: fused_pair)
+            mods[names[i + 1]] = fused_pair.record(seq, name, names[i + 1], conv, nxt[0])
         elif (type(conv) is nn.Conv1d and served(conv) and len(nxt) == 2 and _foldable(nxt[0], conv)
               and type(nxt[1]) in _ACTS and _alone(held, conv, *nxt)):
             bn, act = nxt

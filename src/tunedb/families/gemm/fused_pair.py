@@ -8,6 +8,7 @@ holds the same rule for conv, norm and activation."""
 from __future__ import annotations
 
 import copy
+import weakref
 from typing import Any
 
 import torch
@@ -21,24 +22,38 @@ _GLOBAL = tuple(getattr(_nn_module, name, {}) for name in (
 
 
 
+def _dead() -> None:
+    return None
+
+
 class FusedPair:
     """Where optimize() fused `linear` (held as `parent.<lin_attr>`) with the activation module
     `act_module` (held as `parent.<act_attr>`, replaced there by `blank`). A reference kept in
-    both modules' __dict__, not a submodule: the module tree and state dict stay as they were."""
+    both modules' __dict__, not a submodule: the module tree and state dict stay as they were.
+    The parent, Linear and slot are held weakly: the model holds them, and a strong reference
+    here would make a cycle that keeps a dropped model's weights alive until the cyclic GC runs."""
 
     def __init__(self, parent: nn.Module | None, lin_attr: str, act_attr: str, linear: nn.Module | None,
                  blank: nn.Module | None, act_module: Any) -> None:
-        self.parent, self.lin_attr, self.act_attr = parent, lin_attr, act_attr
-        self.linear, self.blank, self.act_module = linear, blank, act_module
+        self.lin_attr, self.act_attr, self.act_module = lin_attr, act_attr, act_module
+        self._refs(parent, linear, blank)
+
+    def _refs(self, parent: Any, linear: Any, blank: Any) -> None:
+        self._parent, self._linear, self._blank = (
+            _dead if m is None else weakref.ref(m) for m in (parent, linear, blank))
+
+    @property
+    def parent(self) -> nn.Module | None:
+        return self._parent()
 
     def intact(self) -> bool:
         # on every fused call's host path (0.2-0.3 us), so written out: no helper frames
-        parent = self.parent
+        parent = self._parent()
         if parent is None:
             return False
         slots = parent._modules
-        linear, blank = self.linear, self.blank
-        if slots.get(self.lin_attr) is not linear or slots.get(self.act_attr) is not blank:
+        linear, blank = self._linear(), self._blank()
+        if linear is None or slots.get(self.lin_attr) is not linear or slots.get(self.act_attr) is not blank:
             return False
         if (linear._forward_hooks or linear._forward_pre_hooks or linear._backward_hooks or linear._backward_pre_hooks
                 or blank._forward_hooks or blank._forward_pre_hooks or blank._backward_hooks
@@ -48,10 +63,21 @@ class FusedPair:
         return not (g0 or g1 or g2 or g3)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "FusedPair":
-        if id(self.parent) not in memo:  # one module copied alone: no slot holds the copy, unfused
+        parent = self._parent()
+        if parent is None or id(parent) not in memo:  # one module copied alone: no slot holds the copy, unfused
             return FusedPair(None, self.lin_attr, self.act_attr, None, None, copy.deepcopy(self.act_module, memo))
-        return FusedPair(memo[id(self.parent)], self.lin_attr, self.act_attr,
-                         *(copy.deepcopy(m, memo) for m in (self.linear, self.blank, self.act_module)))
+        return FusedPair(memo[id(parent)], self.lin_attr, self.act_attr,
+                         *(copy.deepcopy(m, memo) for m in (self._linear(), self._blank(), self.act_module)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickle keeps the objects (its memo resolves the model's own references to them); one
+        # layer pickled alone brings its parent, which nothing holds after loading: unfused then
+        return {"lin_attr": self.lin_attr, "act_attr": self.act_attr, "act_module": self.act_module,
+                "refs": (self._parent(), self._linear(), self._blank())}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.lin_attr, self.act_attr, self.act_module = state["lin_attr"], state["act_attr"], state["act_module"]
+        self._refs(*state["refs"])
 
 
 def pair_of(module: nn.Module) -> FusedPair | None:
@@ -69,7 +95,9 @@ class FusedActivation(nn.Identity):
         pair = self.__dict__.get("_tunedb_fused")
         if pair is None or pair.intact():
             return input
-        return self._modules["activation"](input)
+        # the child's forward, not its __call__: a hook on every module (or a process-wide one)
+        # fires once, on this slot, as on the activation module the plain model holds here
+        return self._modules["activation"].forward(input)
 
     def __prepare_scriptable__(self) -> "FusedActivation":
         """torch.jit.script compiles _script_forward with the pair's state now (returns self:
