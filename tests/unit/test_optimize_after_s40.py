@@ -191,3 +191,18 @@ def test_a_dropped_fused_model_is_freed_without_the_cyclic_gc():
         assert weight() is None  # the pair holds the parent, Linear and slot weakly: no cycle
     finally:
         gc.enable()
+
+
+def test_prewarm_of_a_compiled_model_finds_the_points_of_the_model_it_wraps():
+    import tunedb
+    from tunedb.errors import UncoveredShapeError
+
+    model = tunedb.optimize(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).to(torch.bfloat16))
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    compiled = torch.compile(model)  # never called: prewarm records the wrapped module eagerly
+    eager = tunedb.prewarm(model, (x,), budget_s=0)
+    assert eager.points  # bf16 GEMMs no table measured
+    got = tunedb.prewarm(compiled, (x,), budget_s=0)
+    assert got.points == eager.points
+    with pytest.raises(UncoveredShapeError):
+        tunedb.prewarm(compiled, (x,), budget_s=0, strict=True)

@@ -114,6 +114,9 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
         raise ValueError(f"budget_s={budget_s!r} must be a number of seconds >= 0 (finite)")
     if isinstance(model, (ShapeSet, list, tuple)) and inputs is None:
         model, inputs = None, model
+    # a torch.compile'd module: its compiled graph never reaches the recorder (it found 0 points
+    # and strict passed); the module it wraps makes the same calls
+    model = getattr(model, "_orig_mod", model)
     points = points_of(model, inputs)
     start = time.monotonic()
     todo = []
