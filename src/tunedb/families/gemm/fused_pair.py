@@ -28,14 +28,14 @@ def _dead() -> None:
 
 class FusedPair:
     """Where optimize() fused `linear` (held as `parent.<lin_attr>`) with the activation module
-    `act_module` (held as `parent.<act_attr>`, replaced there by `blank`). A reference kept in
+    held as `parent.<act_attr>` (replaced there by `blank`, which holds it). A reference kept in
     both modules' __dict__, not a submodule: the module tree and state dict stay as they were.
     The parent, Linear and slot are held weakly: the model holds them, and a strong reference
     here would make a cycle that keeps a dropped model's weights alive until the cyclic GC runs."""
 
     def __init__(self, parent: nn.Module | None, lin_attr: str, act_attr: str, linear: nn.Module | None,
-                 blank: nn.Module | None, act_module: Any) -> None:
-        self.lin_attr, self.act_attr, self.act_module = lin_attr, act_attr, act_module
+                 blank: nn.Module | None) -> None:
+        self.lin_attr, self.act_attr = lin_attr, act_attr
         self._refs(parent, linear, blank)
 
     def _refs(self, parent: Any, linear: Any, blank: Any) -> None:
@@ -65,25 +65,19 @@ class FusedPair:
     def __deepcopy__(self, memo: dict[int, Any]) -> "FusedPair":
         parent = self._parent()
         if parent is None or id(parent) not in memo:  # one module copied alone: no slot holds the copy, unfused
-            return FusedPair(None, self.lin_attr, self.act_attr, None, None, copy.deepcopy(self.act_module, memo))
+            return FusedPair(None, self.lin_attr, self.act_attr, None, None)
         return FusedPair(memo[id(parent)], self.lin_attr, self.act_attr,
-                         *(copy.deepcopy(m, memo) for m in (self._linear(), self._blank(), self.act_module)))
+                         *(copy.deepcopy(m, memo) for m in (self._linear(), self._blank())))
 
     def __getstate__(self) -> dict[str, Any]:
         # pickle keeps the objects (its memo resolves the model's own references to them); one
         # layer pickled alone brings its parent, which nothing holds after loading: unfused then
-        return {"lin_attr": self.lin_attr, "act_attr": self.act_attr, "act_module": self.act_module,
+        return {"lin_attr": self.lin_attr, "act_attr": self.act_attr,
                 "refs": (self._parent(), self._linear(), self._blank())}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.lin_attr, self.act_attr, self.act_module = state["lin_attr"], state["act_attr"], state["act_module"]
+        self.lin_attr, self.act_attr = state["lin_attr"], state["act_attr"]
         self._refs(*state["refs"])
-
-
-def pair_of(module: nn.Module) -> FusedPair | None:
-    """The module's fusion, or None when it was never fused (a TunedLinear pickled before the
-    fusion was recorded runs fused as it did then)."""
-    return module.__dict__.get("_tunedb_fused")
 
 
 class FusedActivation(nn.Identity):
@@ -123,7 +117,7 @@ def record(parent: nn.Module, lin_attr: str, act_attr: str, linear: nn.Module, a
     blank.train(getattr(act_module, "training", linear.training))
     if isinstance(act_module, nn.Module):
         blank.activation = act_module
-    pair = FusedPair(parent, lin_attr, act_attr, linear, blank, act_module)
+    pair = FusedPair(parent, lin_attr, act_attr, linear, blank)
     linear.__dict__["_tunedb_fused"] = pair
     blank.__dict__["_tunedb_fused"] = pair
     return blank
