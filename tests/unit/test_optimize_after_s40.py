@@ -206,3 +206,36 @@ def test_prewarm_of_a_compiled_model_finds_the_points_of_the_model_it_wraps():
     assert got.points == eager.points
     with pytest.raises(UncoveredShapeError):
         tunedb.prewarm(compiled, (x,), budget_s=0, strict=True)
+
+
+def test_the_conv1d_norm_activation_triple_unfuses_for_a_hook_and_is_freed_without_the_gc():
+    import gc
+    import weakref
+
+    import tunedb
+
+    torch.manual_seed(0)
+    plain = EveryFamily().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    assert type(tuned.c1[1]).__name__ == "AbsorbedBatchNorm1d"
+    seen = {}
+    for name, model in (("plain", plain), ("tuned", tuned)):
+        model.c1[0].register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o.clone()))
+    x = torch.randn(2, 1, 9, 9)
+    with torch.no_grad():
+        torch.testing.assert_close(tuned(x), plain(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(seen["tuned"], seen["plain"], rtol=1e-5, atol=1e-5)  # the conv's own output
+    fusion = tuned.c1[0].__dict__["_tunedb_fusion"]
+    old_state = {"seq": tuned.c1, "names": fusion.names, "conv": tuned.c1[0], "bn": tuned.c1[1],
+                 "act": tuned.c1[2], "cache": None}  # a _Fusion pickled before session 40
+    restored = fusion.__class__.__new__(fusion.__class__)
+    restored.__setstate__(old_state)
+    assert restored.conv is tuned.c1[0] and restored.names == fusion.names
+    fresh = tunedb.optimize(copy.deepcopy(plain), families="all")
+    weight = weakref.ref(fresh.c1[0].weight)
+    gc.disable()
+    try:
+        del fresh
+        assert weight() is None
+    finally:
+        gc.enable()

@@ -25,6 +25,7 @@ The op itself runs plain torch on CPU / fp32 inputs, so a patched model stays co
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -53,31 +54,55 @@ def _count_steps() -> None:
         _HOOKED.append(register_optimizer_step_post_hook(bump))
 
 
+def _none() -> None:
+    return None
+
+
 class _Fusion:
     """Conv1d, BatchNorm1d and activation fused by optimize() in one nn.Sequential: each holds
-    this, and each runs fused only while all three still sit in the slots they were found in
-    (module surgery after optimize(): convert_sync_batchnorm, a slot set to nn.Identity or a new
-    norm, makes every one of them run as written). The fold cache lives here."""
+    this, and each runs fused only while all three still sit in the slots they were found in and
+    no hook watches any of them (module surgery after optimize(): convert_sync_batchnorm, a slot
+    set to nn.Identity or a new norm, a hook added later, makes every one of them run as
+    written). The fold cache lives here. The Sequential and the three are held weakly (the model
+    holds them; strong references here made a cycle that kept a dropped model alive until the
+    cyclic GC ran)."""
 
     def __init__(self, seq: Any, names: tuple[str, str, str], conv: Any, bn: Any, act: Any) -> None:
-        self.seq, self.names, self.conv, self.bn, self.act = seq, names, conv, bn, act
+        self.names = names
+        self._refs = tuple(_none if m is None else weakref.ref(m) for m in (seq, conv, bn, act))
         self.cache: tuple[Any, Any, Any] | None = None
 
+    seq = property(lambda self: self._refs[0]())
+    conv = property(lambda self: self._refs[1]())
+    bn = property(lambda self: self._refs[2]())
+    act = property(lambda self: self._refs[3]())
+
     def intact(self) -> bool:
-        if self.seq is None:
+        seq, conv, bn, act = (r() for r in self._refs)
+        if seq is None:
             return False
-        m = self.seq._modules
-        return m.get(self.names[0]) is self.conv and m.get(self.names[1]) is self.bn and m.get(self.names[2]) is self.act
+        m = seq._modules
+        if not (m.get(self.names[0]) is conv and m.get(self.names[1]) is bn and m.get(self.names[2]) is act):
+            return False
+        if any(x._forward_hooks or x._forward_pre_hooks or x._backward_hooks or x._backward_pre_hooks
+               for x in (conv, bn, act)):
+            return False
+        return not any(fused_pair.GLOBAL_HOOKS)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "_Fusion":
         import copy
 
-        if id(self.seq) not in memo:  # one module copied alone (fuse_conv_bn_eval's deepcopy): unfused
+        seq = self.seq
+        if seq is None or id(seq) not in memo:  # one module copied alone (fuse_conv_bn_eval's deepcopy): unfused
             return _Fusion(None, self.names, None, None, None)
-        return _Fusion(memo[id(self.seq)], self.names, *(copy.deepcopy(m, memo) for m in (self.conv, self.bn, self.act)))
+        return _Fusion(memo[id(seq)], self.names, *(copy.deepcopy(m, memo) for m in (self.conv, self.bn, self.act)))
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "cache": None}
+        return {"names": self.names, "refs": tuple(r() for r in self._refs)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        refs = state.get("refs") or tuple(state.get(k) for k in ("seq", "conv", "bn", "act"))  # pickled before s40
+        self.__init__(refs[0], state["names"], *refs[1:])
 
 
 def _fusion(module: Any) -> _Fusion | None:

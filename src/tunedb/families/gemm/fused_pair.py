@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.modules import module as _nn_module
 
 # torch's process-wide hooks (register_module_forward_hook): dicts mutated in place, bound once
-_GLOBAL = tuple(getattr(_nn_module, name, {}) for name in (
+GLOBAL_HOOKS = tuple(getattr(_nn_module, name, {}) for name in (
     "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
     "_global_backward_pre_hooks"))
 
@@ -59,7 +59,7 @@ class FusedPair:
                 or blank._forward_hooks or blank._forward_pre_hooks or blank._backward_hooks
                 or blank._backward_pre_hooks):
             return False
-        g0, g1, g2, g3 = _GLOBAL
+        g0, g1, g2, g3 = GLOBAL_HOOKS
         return not (g0 or g1 or g2 or g3)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "FusedPair":
