@@ -5,7 +5,8 @@ How fusion is decided (no torch.fx, no tracing; a structural rule that errs towa
 1. nn.Sequential (the exact class, whose forward feeds each child only to the next): a
    Linear immediately followed by an activation module fuses; the activation's slot becomes
    nn.Identity (fused_pair.FusedActivation: module surgery after optimize() unfuses the pair).
-   This covers torchaudio's Conformer feed-forward (Linear, SiLU, ...). Not where the module holding the Sequential uses it other than by calling it (`self.mlp[0](x)`, `for
+   This covers torchaudio's Conformer feed-forward (Linear, SiLU, ...). Not where the module
+   holding the Sequential uses it other than by calling it (`self.mlp[0](x)`, `for
    layer in self.body: ...; feats.append(x)`: its children then run one by one, and the Linear's
    own output would carry the activation; fusion_source.self_values), nor where any model code
    reads its attribute off another module (`model.mlp[0]`; outside_reads).
