@@ -60,6 +60,13 @@ def test_a_size_no_entry_covers_is_left_to_the_model_tier_and_autotune(tiers_dir
     assert fallback_everywhere("gemm", Signature.parse("gemm|op=gemm|dt=bf16|N=4096|K=4096"))
 
 
+def test_an_fp32_model_left_as_written_is_told_to_cast_not_to_measure(gemm, tiers_dirs):
+    m = optimize(Two(64, 96).float())
+    keys, why = report.left_as_written(m)
+    assert len(keys) == 2 and "2 of them hold float32 weights" in why and "cast to fp16 or bf16" in why
+    assert "because no table measured" not in why  # prewarm would find no point to measure
+
+
 def test_a_model_no_table_covers_is_left_and_autotune_measures_it(gemm, tiers_dirs):
     """A model nobody measured: every key is the fallback's by a guess (no entry covers it), so
     its Linears stay the model's own (session 31: swapping them cost eight unseen models 1.05-1.14x

@@ -371,9 +371,20 @@ LEFT_WHY_GUESSED = ("{n} of them because no table measured their key and the cos
                     "autotune() or tunedb.prewarm(model, inputs) measures them")
 
 
+LEFT_WHY_WIDE = ("{n} of them hold {dtypes} weights, which the GEMM family serves only once the model "
+                 "is cast to fp16 or bf16 (prewarm and autotune find nothing to measure before)")
+
+
 def _left_why(left: Any) -> str:
-    guessed = sum(1 for item in left if item[2])
-    return LEFT_WHY + (f"; {LEFT_WHY_GUESSED.format(n=guessed)}" if guessed else "")
+    left = list(left)
+    half = (torch.float16, torch.bfloat16)
+    wide = [item for item in left if item[1][1] not in half]  # key: (op, dtype, n, k, act, has_bias)
+    guessed = sum(1 for item in left if item[2] and item[1][1] in half)
+    why = LEFT_WHY + (f"; {LEFT_WHY_GUESSED.format(n=guessed)}" if guessed else "")
+    if wide:
+        dtypes = "/".join(sorted({str(item[1][1]).replace("torch.", "") for item in wide}))
+        why += f"; {LEFT_WHY_WIDE.format(n=len(wide), dtypes=dtypes)}"
+    return why
 
 
 def _key_of(linear: nn.Linear, act: str) -> tuple[Any, ...]:
