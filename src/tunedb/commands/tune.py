@@ -202,15 +202,11 @@ def gpu_line(args: argparse.Namespace, signatures: int) -> str:
         from tunedb.families.contract import hook
 
         fam = families.get(args.family)
-        if not hook(fam, "census_rules")():  # rnn keys modules (nn.LSTM / nn.GRU); linalg is tuned over its grid
-            if args.family == "linalg":
-                return ("tune's census records no call of the linalg family: its table covers a grid of "
-                        "ops, dtypes, sizes and batches, not a model's calls. On a GPU: `tunedb linalg tune` "
-                        "(docs/linalg.md); `tunedb linalg recommend` says what the shipped table serves.")
-            return (f"tune's census records no call of the {args.family} family: it keys its modules "
-                    f"themselves, not the calls tune's census sees, so this plan cannot say whether "
-                    f"{args.workload} has any. Take its census with its own recorder (docs/{args.family}.md: "
-                    f"census.record), then on a GPU `tunedb build --family {args.family} --census FILE`.")
+        if not hook(fam, "census_rules")():  # rnn keys modules (nn.LSTM / nn.GRU); linalg tunes a grid of sizes
+            return (f"tune's census records no call of the {args.family} family: its table is keyed by what "
+                    f"the family records itself (its modules, or a grid of problem sizes), not by the calls "
+                    f"tune's census sees, so this plan cannot say whether {args.workload} has any. "
+                    f"docs/{args.family}.md says how its table is measured on a GPU.")
         return (f"A GPU would measure nothing here either: no call of {args.workload} is one the "
                 f"{args.family} family tunes (see the table above).")
     out = getattr(args, "out", "user")

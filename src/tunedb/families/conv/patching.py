@@ -84,10 +84,7 @@ class _Fusion:
         m = seq._modules
         if not (m.get(self.names[0]) is conv and m.get(self.names[1]) is bn and m.get(self.names[2]) is act):
             return False
-        if any(x._forward_hooks or x._forward_pre_hooks or x._backward_hooks or x._backward_pre_hooks
-               for x in (conv, bn, act)):
-            return False
-        return not any(fused_pair.GLOBAL_HOOKS)
+        return not fused_pair.watched(conv, bn, act)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "_Fusion":
         import copy
@@ -191,10 +188,7 @@ class TunedConv2d(nn.Conv2d):
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         from tunedb.families.conv import ops
 
-        act = self.tunedb_act
-        pair = self.__dict__.get("_tunedb_fused")
-        if act != "none" and pair is not None and not pair.intact():  # its slot applies the activation
-            act = "none"
+        act = fused_pair.live_act(self, self.tunedb_act)  # "none" after surgery: its slot applies it
         # set after optimize() (nn's own forward pads it), or torch.fx's Proxy (nn's own form)
         if self.padding_mode != "zeros" or not isinstance(x, torch.Tensor):
             return ops.activate(nn.Conv2d.forward(self, x), act)

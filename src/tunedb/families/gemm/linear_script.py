@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tunedb.families.gemm import fused_pair
+
 
 def script_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
     """The source torch.jit.script compiles for TunedLinear.forward (see TunedLinear)."""
@@ -27,8 +29,7 @@ def traced_forward(module: Any, x: torch.Tensor) -> torch.Tensor:
     module on the CPU runs as in eager mode (the model's own rounding, TunedLinear.forward)."""
     weight, bias, act = module.weight, module.bias, module.act
     act_module = module.__dict__.get("_act_module")
-    pair = module.__dict__.get("_tunedb_fused")
-    if act != "none" and pair is not None and not pair.intact():  # the slot applies it (fused_pair)
+    if fused_pair.live_act(module, act) != act:  # the pair no longer holds: the slot applies it
         act, act_module = "none", None
     if act_module is not None and x.is_cpu:
         return act_module(F.linear(x, weight, bias))

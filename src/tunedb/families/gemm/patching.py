@@ -172,8 +172,7 @@ class TunedLinear(nn.Module):
         """torch.jit.script compiles script_forward, whose activation is `_script_act`: self.act,
         or none where the pair no longer holds (fused_pair: its slot then applies it). Returns
         self: torch.jit.script puts what this returns into the eager model's slot."""
-        pair = self.__dict__.get("_tunedb_fused")
-        self.__dict__["_script_act"] = "none" if pair is not None and not pair.intact() else self.act
+        self.__dict__["_script_act"] = fused_pair.live_act(self, self.act)
         return self
 
     def _slow_forward(self, *args: Any, **kwargs: Any) -> Any:

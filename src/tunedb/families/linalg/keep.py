@@ -53,11 +53,7 @@ def keep_incumbent(got: pick.CellPick, times: Mapping[str, float | None], batch:
 def incumbents(entries: Mapping[object, object]) -> dict[tuple[str, str, int, int], tuple[str, str]]:
     """(op, dt, n, batch) -> (served winner, native winner) of every cell a table's entries
     measured (its evidence points): what `--keep FILE` lets keep its cells."""
-    out = {}
-    for sig, entry in entries.items():
-        for key in entry.evidence:
-            batch = int(key[2:])
-            winner = entry.lookup(batch)
-            if winner is not None:
-                out[(sig.op, sig.dt, int(sig.get("n")), batch)] = (winner, entry.lookup(batch, native=True) or winner)
-    return out
+    from tunedb.families.linalg.table import old_cells
+
+    return {(sig.op, sig.dt, int(sig.get("n")), batch): (winner, native)
+            for sig, entry in entries.items() for batch, (winner, native, _point) in old_cells(entry).items()}

@@ -101,7 +101,7 @@ def fingerprint(results: Sequence[CellResult]) -> str:
     return h.hexdigest()[:16]
 
 
-def _old_cells(entry: Entry | None) -> dict[int, tuple[str, str, Any]]:
+def old_cells(entry: Entry | None) -> dict[int, tuple[str, str, Any]]:
     """batch -> (winner, native winner, evidence point) of every cell an old entry measured."""
     if entry is None:
         return {}
@@ -124,7 +124,7 @@ def entries(results: Sequence[CellResult], soft: Mapping[str, str],
     out = {}
     for sig, group in by_sig.items():
         policy = "ring" if sig.op in signatures.SOLVER_OPS else "rotate"
-        cells = _old_cells((old or {}).get(sig))
+        cells = old_cells((old or {}).get(sig))
         for r in group:
             cells[r.cell.batch] = (r.pick.winner, r.pick.native, _evidence(r, policy))
         batches = sorted(cells)
