@@ -1,7 +1,7 @@
 """Where an eager decode forward's host time goes: plain PyTorch against tunedb.optimize(), side by side.
 
     PYTHONPATH=src python bench/eager_profile.py --quick --out $OUT/eager_profile.json
-        [--batches 1,16] [--iters 60] [--rounds 6] [--prof-iters 10] [--device cuda]
+        [--model llama-3-8b|unseen] [--batches 1,16] [--iters 60] [--rounds 6] [--prof-iters 10] [--device cuda]
 
 The model is bench/e2e.py's Llama-3-8B (2 decoder layers, hf, SDPA attention, bf16, one decode
 step, no LM head), built by e2e_models.build; the tuned copy is tunedb.optimize(model,
@@ -237,11 +237,29 @@ def show_side(title: str, a: dict, b: dict, cols: tuple[str, ...], top: int, sor
         print(f"{k[:58]:<58} | {cells} | {pb.get(sort, 0) - pa.get(sort, 0):+.2f}")
 
 
+class _Unseen:
+    """bench/unseen_decoder.py's model in BenchModel's shape: label, module, call(module, batch)."""
+
+    def __init__(self, batches: tuple[int, ...]) -> None:
+        import torch
+        from unseen_decoder import FFN, HEADS, KV_HEADS, WIDTH, build
+
+        self.module = build(2)
+        self.label = f"unseen decoder (2 layers, width {WIDTH}, ffn {FFN}, {HEADS}/{KV_HEADS} heads, bf16, decode)"
+        self.inputs = {b: torch.randn(b, 1, WIDTH, device="cuda", dtype=torch.bfloat16) for b in batches}
+
+    def call(self, module, batch: int):
+        x = self.inputs[batch]
+        return lambda: module(x)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer forwards (about 40-60 s on the H200)")
     p.add_argument("--batches", default="1,16")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--model", default="llama-3-8b", choices=("llama-3-8b", "unseen"),
+                   help="unseen: bench/unseen_decoder.py's decoder (no table names its keys; 2 layers)")
     p.add_argument("--iters", type=int, default=None, help="timed forwards per round (default 60, quick 30)")
     p.add_argument("--rounds", type=int, default=None, help="paired rounds (default 10, quick 6)")
     p.add_argument("--prof-iters", type=int, default=None, help="profiled forwards (default 30, quick 10)")
@@ -270,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     out_path = Path(args.out) if args.out else None
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
-    bm = e2e_models.build("llama-3-8b", args.device, batches=batches)
+    bm = (_Unseen(batches) if args.model == "unseen"
+          else e2e_models.build("llama-3-8b", args.device, batches=batches))
     report = {"model": bm.label, "device": args.device, "torch": torch.__version__, "batches": {},
               "args": vars(args)}
     if args.device == "cuda":
