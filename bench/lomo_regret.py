@@ -16,6 +16,8 @@ inside it), and the tiers then pick at each of W's measured points:
   * transfer: bench/lomo_transfer.py's nearest-measured-neighbour rule (a config measured to beat
     torch at every training point of the same epilogue kind near the point's M and weight), its
     parameters chosen on the training models' own leave-one-model-out splits, never on the held-out one,
+  * nk transfer: bench/lomo_nk.py's variant of it (neighbours within octaves in M, N and K apart,
+    and the config within a tolerance of the best arm at each of them), chosen the same way,
 scored by tunedb.evaluate against the best arm measured at the point. The oracle is the build's
 measured set (the cost model's top configs, the sentinels and the coverage basis), not an
 exhaustive sweep: an exhaustive oracle per model needs a device call per model (whisper-base's
@@ -45,6 +47,7 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import lomo_nk  # noqa: E402
 import lomo_transfer  # noqa: E402
 from lomo_cli import DEFAULT_LOG  # noqa: E402,F401  (the other LOMO benches read it from here too)
 from costmodel_heldout import DEFAULT_DB, Study  # noqa: E402
@@ -148,6 +151,8 @@ def run(log: Path, pool: str = "measured", db_path: Path = DEFAULT_DB, check: bo
         picks = split_picks(study, held, pool)
         tr = lomo_transfer.run_split(tpoints, held)
         picks["transfer"] = tr["picks"]
+        nk = lomo_nk.run_split(tpoints, held)
+        picks["nk transfer"] = nk["picks"]
         selectors: dict[str, evaluation.Selector] = {"torch": lambda s, m: "torch"}
         for name, table in picks.items():
             selectors[name] = (lambda t: (lambda s, m: t.get((s, m))))(table)
@@ -160,11 +165,13 @@ def run(log: Path, pool: str = "measured", db_path: Path = DEFAULT_DB, check: bo
             summ[name]["gain_kept"] = None if base <= GAIN_FLOOR or g is None else (base - g) / base
             summ[name]["served_max"] = served_max(ev, name, picks[name]) if name in picks else None
         served = {k: sum(1 for c in picks[name].values() if c not in (None, "torch"))
-                  for k, name in (("rule", "rule"), ("local", "local band"), ("transfer", "transfer"))}
+                  for k, name in (("rule", "rule"), ("local", "local band"), ("transfer", "transfer"),
+                                  ("nk", "nk transfer"))}
         row = {"held_out": workload, "signatures": len(held), "points": len(ev.points),
                "train_signatures": len(logged - named), "rule_served_config": served["rule"],
                "local_served_config": served["local"], "transfer_served_config": served["transfer"],
-               "transfer_params": tr["params"], "selectors": summ}
+               "transfer_params": tr["params"], "nk_served_config": served["nk"], "nk_params": nk["params"],
+               "selectors": summ}
         if check:
             row["sanity"] = sanity(study, held, pool)
         rows.append(row)
@@ -199,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{'gain kept':>9} {'served<=5%':>10} {'<=torch':>7}")
     for r in rows:
         base = r["selectors"]["torch"]["geomean"]
-        for name in ("torch", "margin only", "rule", "local band", "transfer"):
+        for name in ("torch", "margin only", "rule", "local band", "transfer", "nk transfer"):
             s = r["selectors"][name]
             sm = s.get("served_max")
             ok_max = "-" if name == "torch" else "yes" if sm is None or sm <= GOAL_MAX else "no"
@@ -209,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{'':18} the rule served a Triton config at {r['rule_served_config']} of {r['points']} point(s), "
               f"the local band at {r['local_served_config']}, the transfer rule at {r['transfer_served_config']} "
               f"(its parameters, chosen on the other models: {_params(r['transfer_params'])})")
+        print(f"{'':18} the nk transfer rule served a Triton config at {r['nk_served_config']} point(s) (its "
+              f"parameters, chosen on the other models: {lomo_nk.describe(r['nk_params'])})")
         if "sanity" in r:
             c = r["sanity"]
             for name, key in (("rule", "rule"), ("local band", "local")):

@@ -222,6 +222,26 @@ def test_autotune_picks_through_the_familys_pick_rule(gemm):
         assert t.resolve(gemm, SIG, 8)[0].id == WIN
 
 
+def test_arms_timed_at_zero_are_no_winner_and_the_fallback_serves(gemm):
+    """A timer whose baselines eat the kernel reads 0 ms for every arm (session 41, an H100): the
+    shape is left to the fallback with a warning that names the times, not a ValueError from
+    inside the model's forward; one arm with a real time still wins over zeros."""
+    from tunedb.records import Measurement, Status
+
+    def measurer(times):
+        def measure(family, sig, m, ids, incumbent):
+            return [Measurement(sig, m, cid, Status.OK, median_ms=times.get(cid, 0.0), n=9) for cid in ids]
+        return measure
+
+    with pytest.warns(AutotuneWarning, match="no usable arm.*at 0.0 ms"):
+        with autotune(cache=None, measurer=measurer({}), publish=False, arch_family="sm90") as t:
+            assert t.resolve(gemm, SIG, 8) is None  # the launch table's own tiers serve it
+            assert t.measured == []
+    with autotune(cache=None, measurer=measurer({WIN: 0.5, "torch": 1.0}), publish=False,
+                  arch_family="sm90") as t:
+        assert t.resolve(gemm, SIG, 8)[0].id == WIN
+
+
 def test_a_decode_lane_winner_is_served_at_the_sizes_it_serves(gemm):
     """triton_decode configs (M <= 16 only) are candidates at small M; a winner is served there
     (checked at the call's M, not for every M) and never offered above 16."""

@@ -82,9 +82,11 @@ def test_outside_a_capture_a_group_launches_only_at_one_row_with_a_served_member
     assert g.call(0, one) is not None and fake.launches == 2  # one row, served members: one launch
     assert g.may_take(one) and not g.may_take(four)
     members[0].__dict__["_as_written"] = True
+    g.refresh()  # what optimize() calls where a mark changes
     assert g.may_take(one)  # one member served still makes the launch worth it
     for m in members:
         m.__dict__["_as_written"] = True
+    g.refresh()
     assert g.call(0, torch.randn(1, 16, dtype=torch.float16)) is None and fake.launches == 2  # one row: primed
     assert not g.may_take(one)
     monkeypatch.setattr(siblings, "_capturing", lambda: True)  # in a capture the launch is free of host cost
@@ -293,8 +295,11 @@ def test_siblings_left_as_written_stay_visible_and_serve_once_a_tier_does(monkey
     attn = model[0]
     assert {n for n, m in attn.named_children() if report.LEFT_MARK in m.__dict__} == {"q_proj", "k_proj", "v_proj",
                                                                                        "o_proj"}
+    group = attn.q_proj.__dict__["_siblings"][0]
+    assert group.as_written()  # asked at every eager call, and kept
     monkeypatch.setattr(patching, "_TorchEverywhere", lambda: (lambda linear, act: None))  # a tier serves them now
     tunedb.optimize(model)
+    assert not group.as_written()  # optimize() told the group: it launches eagerly at one row again
     for name in ("q_proj", "k_proj", "v_proj"):
         m = getattr(attn, name)
         assert "_as_written" not in m.__dict__ and report.LEFT_MARK not in m.__dict__ and "_siblings" in m.__dict__

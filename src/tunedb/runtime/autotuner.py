@@ -289,10 +289,14 @@ class Autotuner:
             warnings.warn(f"autotune could not measure {sig} at M={m} ({type(exc).__name__}: {exc}); "
                           f"the fallback serves it", AutotuneWarning, stacklevel=2)
             return None
-        ok = [r for r in results if r.status.ok and r.config_id in ids]
+        # a time of zero is a timer that could not resolve the arm (its replay overhead and
+        # separator baselines ate the kernel: session 41, an H100), never a winner
+        ok = [r for r in results if r.status.ok and r.config_id in ids
+              and r.median_ms is not None and r.median_ms > 0]
         if not ok:
             self._failed.add((sig, m))
-            why = "; ".join(f"{r.config_id}: {r.status.value}" for r in results[:5]) or "no arm measured"
+            why = "; ".join(f"{r.config_id}: {r.status.value}"
+                            + (f" at {r.median_ms} ms" if r.status.ok else "") for r in results[:5]) or "no arm measured"
             warnings.warn(f"autotune found no usable arm for {sig} at M={m} ({why}); the fallback "
                           f"serves it", AutotuneWarning, stacklevel=2)
             return None

@@ -1,8 +1,11 @@
 """A Linear and the activation optimize() fused into it, and the module left in the activation's
-slot: the pair runs fused only while both still sit in the slots they were found in and nothing
-watches either (module surgery after optimize(): a LoRA or quantization wrapper set in the
-Linear's slot, a new activation set in its own, a hook added on either). Otherwise the Linear
-runs as nn.Linear and the slot's module applies the activation the model wrote, so every module
+slot: the pair runs fused only while both still sit in the slots they were found in, the slot
+still holds the activation module fused as its child `activation`, and nothing watches any of the
+three (module surgery after optimize(): a LoRA or quantization wrapper set in the Linear's slot,
+a new activation set in its own, a hook added on either; session 41: what a walk of
+named_modules() does to the activation it finds as that child, as code that swaps every nn.GELU
+for another module or hooks every activation does). Otherwise the Linear runs as nn.Linear and
+the slot's module applies the activation the model wrote (its own hooks firing), so every module
 gives what it gave before optimize(). The conv family's _Fusion (families/conv/patching.py)
 holds the same rule for conv, norm and activation."""
 from __future__ import annotations
@@ -26,6 +29,14 @@ def _dead() -> None:
     return None
 
 
+def _UNREAD() -> None:  # a pair pickled before session 41 names no activation: the slot's child, read at first use
+    return None
+
+
+def _own_hooks(m: nn.Module) -> bool:
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks)
+
+
 def watched(*modules: nn.Module) -> bool:
     """Whether a hook watches any of `modules`, or every module (a process-wide hook): a fusion
     would hand it the fused output: every fusion's intact() asks it (FusedPair's unrolled)."""
@@ -45,19 +56,21 @@ def live_act(module: nn.Module, act: str) -> str:
 
 class FusedPair:
     """Where optimize() fused `linear` (held as `parent.<lin_attr>`) with the activation module
-    held as `parent.<act_attr>` (replaced there by `blank`, which holds it). A reference kept in
+    held as `parent.<act_attr>` (replaced there by `blank`, which holds it as its child
+    `activation`: `act`). A reference kept in
     both modules' __dict__, not a submodule: the module tree and state dict stay as they were.
-    The parent, Linear and slot are held weakly: the model holds them, and a strong reference
-    here would make a cycle that keeps a dropped model's weights alive until the cyclic GC runs."""
+    The parent, Linear, slot and activation are held weakly: the model holds them, and a strong
+    reference here would make a cycle that keeps a dropped model's weights alive until the cyclic
+    GC runs."""
 
     def __init__(self, parent: nn.Module | None, lin_attr: str, act_attr: str, linear: nn.Module | None,
-                 blank: nn.Module | None) -> None:
+                 blank: nn.Module | None, act: nn.Module | None = None) -> None:
         self.lin_attr, self.act_attr = lin_attr, act_attr
-        self._refs(parent, linear, blank)
+        self._refs(parent, linear, blank, act)
 
-    def _refs(self, parent: Any, linear: Any, blank: Any) -> None:
-        self._parent, self._linear, self._blank = (
-            _dead if m is None else weakref.ref(m) for m in (parent, linear, blank))
+    def _refs(self, parent: Any, linear: Any, blank: Any, act: Any) -> None:
+        self._parent, self._linear, self._blank, self._act = (
+            _dead if m is None else weakref.ref(m) for m in (parent, linear, blank, act))
 
     def intact(self) -> bool:
         # on every fused call's host path (0.2-0.3 us), so written out: no helper frames
@@ -68,6 +81,13 @@ class FusedPair:
         linear, blank = self._linear(), self._blank()
         if linear is None or slots.get(self.lin_attr) is not linear or slots.get(self.act_attr) is not blank:
             return False
+        if self._act is _UNREAD:
+            self._read_act(blank)
+        # the activation fused still the slot's child (set there by a walk that swaps every
+        # nn.GELU, say) and unwatched (a hook every activation module found gets)
+        act = self._act()
+        if blank._modules.get("activation") is not act or (act is not None and _own_hooks(act)):
+            return False
         # watched(linear, blank) unrolled: this runs twice on every fused call's host path, and the
         # helper's frame and loop cost a third more (0.64 vs 0.48 us on the CPU host)
         if (linear._forward_hooks or linear._forward_pre_hooks or linear._backward_hooks or linear._backward_pre_hooks
@@ -77,22 +97,33 @@ class FusedPair:
         g0, g1, g2, g3 = _GLOBAL_HOOKS
         return not (g0 or g1 or g2 or g3)
 
+    def _read_act(self, blank: Any) -> None:
+        act = None if blank is None else blank._modules.get("activation")
+        self._act = _dead if act is None else weakref.ref(act)
+
     def __deepcopy__(self, memo: dict[int, Any]) -> "FusedPair":
         parent = self._parent()
+        if self._act is _UNREAD:
+            self._read_act(self._blank())
         if parent is None or id(parent) not in memo:  # one module copied alone: no slot holds the copy, unfused
             return FusedPair(None, self.lin_attr, self.act_attr, None, None)
         return FusedPair(memo[id(parent)], self.lin_attr, self.act_attr,
-                         *(copy.deepcopy(m, memo) for m in (self._linear(), self._blank())))
+                         *(copy.deepcopy(m, memo) for m in (self._linear(), self._blank(), self._act())))
 
     def __getstate__(self) -> dict[str, Any]:
         # pickle keeps the objects (its memo resolves the model's own references to them); one
         # layer pickled alone brings its parent, which nothing holds after loading: unfused then
+        if self._act is _UNREAD:
+            self._read_act(self._blank())
         return {"lin_attr": self.lin_attr, "act_attr": self.act_attr,
-                "refs": (self._parent(), self._linear(), self._blank())}
+                "refs": (self._parent(), self._linear(), self._blank(), self._act())}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.lin_attr, self.act_attr = state["lin_attr"], state["act_attr"]
-        self._refs(*state["refs"])
+        refs = state["refs"]
+        self._refs(*refs[:3], refs[3] if len(refs) > 3 else None)
+        if len(refs) <= 3:
+            self._act = _UNREAD
 
 
 class FusedActivation(nn.Identity):
@@ -105,8 +136,10 @@ class FusedActivation(nn.Identity):
         if pair is None or pair.intact():
             return input
         # the child's forward, not its __call__: a hook on every module (or a process-wide one)
-        # fires once, on this slot, as on the activation module the plain model holds here
-        return self._modules["activation"].forward(input)
+        # fires once, on this slot, as on the activation module the plain model holds here; but
+        # hooks of the child's own (set on it as found by named_modules()) fire, as they would there
+        act = self._modules["activation"]
+        return act(input) if _own_hooks(act) else act.forward(input)
 
     def __prepare_scriptable__(self) -> "FusedActivation":
         """torch.jit.script compiles _script_forward with the pair's state now (returns self:
@@ -132,7 +165,7 @@ def record(parent: nn.Module, lin_attr: str, act_attr: str, linear: nn.Module, a
     blank.train(getattr(act_module, "training", linear.training))
     if isinstance(act_module, nn.Module):
         blank.activation = act_module
-    pair = FusedPair(parent, lin_attr, act_attr, linear, blank)
+    pair = FusedPair(parent, lin_attr, act_attr, linear, blank, blank._modules.get("activation"))
     linear.__dict__["_tunedb_fused"] = pair
     blank.__dict__["_tunedb_fused"] = pair
     return blank

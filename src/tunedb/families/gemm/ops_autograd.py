@@ -52,11 +52,20 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     if ctx.act != "none":  # recompute the pre-activation rather than keep it alive
         grad = _act_backward(grad, F.linear(x, weight, bias), ctx.act)
     g2 = grad.reshape(rows, weight.shape[0])
+    # F.linear folds x into one addmm where x is 2-D or contiguous (its bias gradient: the folded
+    # gradient summed over rows), else runs matmul then adds the bias (summed over the leading
+    # dims of the unfolded gradient, which a non-contiguous gradient sums in another order): the
+    # same sums, so that a CPU model's gradients are bitwise its plain model's
+    flat = x.dim() <= 2 or x.is_contiguous()
     if weight.is_complex() or x.is_complex():  # y = x W^T is holomorphic: autograd wants grad times the conjugates
         weight, x = weight.conj(), x.conj()
-    grad_x = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
-    grad_w = g2.t() @ x.reshape(rows, k) if ctx.needs_input_grad[1] else None
-    grad_b = g2.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    # mm, not @, as torch's addmm / mm backward call it: under vmap (a vectorized jacobian's
+    # batched backward) matmul's batching rule sums in another order
+    grad_x = g2.mm(weight).view(x.shape) if ctx.needs_input_grad[0] else None
+    grad_w = g2.t().mm(x.reshape(rows, k)) if ctx.needs_input_grad[1] else None
+    grad_b = None
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        grad_b = g2.sum(0) if flat else grad.sum(tuple(range(grad.dim() - 1)))
     return grad_x, grad_w, grad_b, None, None
 
 

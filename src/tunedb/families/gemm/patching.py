@@ -338,6 +338,8 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
                 continue  # torch's fused encoder layer reads these weights itself at inference
             if type(child) is TunedLinear and "_as_written" in child.__dict__ and served(child, "none") is None:
                 del child.__dict__["_as_written"]  # a sibling left as written whose key a tier serves now
+                if "_siblings" in child.__dict__:
+                    child.__dict__["_siblings"][0].refresh()
                 child.__dict__.pop(report.LEFT_MARK, None)
                 continue
             if type(child) is not nn.Linear or _kept(child) or _subclass_weight(child):

@@ -72,9 +72,14 @@ DEEP_K, FEW_ROWS, FEW_ROWS_MMA = 2048, 512, 384
 MMA_MAX_BYTES = 544 << 20
 
 
+# torch.cuda.is_current_stream_capturing's own C function: a left-as-written member asks it at
+# every eager call, and the wrapper's Python frame is a third of that cost on a slow host
+_IS_CAPTURING = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+
+
 def _capturing() -> bool:
     """Whether the current CUDA stream is capturing a graph (called only with CUDA tensors)."""
-    return torch.cuda.is_current_stream_capturing()
+    return _IS_CAPTURING() if _IS_CAPTURING is not None else torch.cuda.is_current_stream_capturing()
 
 
 _LIVE: "weakref.WeakSet[SiblingGroup]" = weakref.WeakSet()  # the groups of models still alive: report_lines
@@ -111,6 +116,7 @@ class SiblingGroup:
         self._primed: set[tuple[int, Any]] = set()  # (rows, dtype) launched, or declined eagerly and primed
         self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
+        self._written: bool | None = None  # as_written(), kept from the first call on (refresh())
         _LIVE.add(self)
 
     def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs or sites
@@ -121,15 +127,25 @@ class SiblingGroup:
                       state.get("split", False))
 
     def as_written(self) -> bool:
-        """Every member runs as written (F.linear) when the group does not take its call."""
-        return all("_as_written" in m.__dict__ for m in self.members)
+        """Every member runs as written (F.linear) when the group does not take its call. Kept
+        from the first ask (members' marks are read then, never while unpickling builds them);
+        optimize() calls refresh() where it unmarks a member."""
+        written = self._written
+        if written is None:
+            written = self._written = all("_as_written" in m.__dict__ for m in self.members)
+        return written
+
+    def refresh(self) -> None:
+        """A member's mark changed (optimize() re-run after a tune serves it now)."""
+        self._written = None
 
     def may_take(self, x: Any) -> bool:
         """Whether a launch for CUDA x is worth making: 1 to max_rows rows, and outside a CUDA-graph
         capture the eager rule (call()). The one check of rows and capture: call() asks it before
         a launch, a left-as-written member before it looks at the group at all. Where the eager
         rule alone declines, the first such call of each row count primes the launch (_prime)."""
-        k = x.shape[-1] if x.dim() else 0
+        shape = x.shape
+        k = shape[-1] if shape else 0
         rows = x.numel()
         if not 0 < rows <= k * self.max_rows:
             return False

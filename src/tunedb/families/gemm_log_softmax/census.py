@@ -129,14 +129,18 @@ def fused_head_class() -> type:
 
 def optimize(model: Any) -> Any:
     """Swap every find_heads() pair in place: the Linear becomes one fused module, the
-    LogSoftmax an nn.Identity (indices and state_dict keys of the Linear are kept)."""
-    import torch
+    LogSoftmax's slot an nn.Identity (gemm's fused_pair.FusedActivation, holding the LogSoftmax:
+    indices and state_dict keys of the Linear are kept). As a GEMM + activation pair (session 41):
+    module surgery after optimize() (a new Linear or module in either slot, the LogSoftmax
+    swapped or hooked where a walk of named_modules() finds it) unfuses the head, the Linear then
+    giving its logits and the slot applying its module."""
+    from tunedb.families.gemm import fused_pair
 
     cls = fused_head_class()
     for name, i in list(find_heads(model)):
         seq = model.get_submodule(name) if name else model
-        training = seq[i + 1].training
-        seq[i] = cls(seq[i])
-        seq[i + 1] = torch.nn.Identity()
-        seq[i + 1].train(training)
+        lin_attr, lsm_attr = list(seq._modules)[i:i + 2]
+        head = cls(seq[i])
+        seq._modules[lsm_attr] = fused_pair.record(seq, lin_attr, lsm_attr, head, seq[i + 1])
+        seq._modules[lin_attr] = head
     return model
