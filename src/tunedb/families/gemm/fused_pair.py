@@ -98,7 +98,12 @@ class FusedPair:
         return not (g0 or g1 or g2 or g3)
 
     def _read_act(self, blank: Any) -> None:
-        act = None if blank is None else blank._modules.get("activation")
+        """A pair pickled before session 41: the activation a TunedLinear fused (it keeps it), else
+        the slot's child now."""
+        linear = self._linear()
+        act = None if linear is None else linear.__dict__.get("_act_module")
+        if act is None and blank is not None:
+            act = blank._modules.get("activation")
         self._act = _dead if act is None else weakref.ref(act)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "FusedPair":

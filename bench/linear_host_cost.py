@@ -1,0 +1,72 @@
+"""Host time per eager call of one Linear, as a model issues it: nn.Linear against what optimize()
+puts in its place when no table names the key (a sibling left as written: a TunedLinear marked
+_as_written that asks its group whether to launch, then runs F.linear), and F.linear alone.
+
+    PYTHONPATH=src python bench/linear_host_cost.py [--rows 1,16,512] [--calls 2000] [--rounds 9]
+
+A small weight (256 x 256 bf16), so the GPU never sets the pace: each round times --calls calls
+back to back with perf_counter (no synchronisation inside), the variants in shuffled order per
+round; the table shows the median over rounds of us per call and the difference to nn.Linear.
+Expected: about 10 s.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="1,16,512")
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=9)
+    args = ap.parse_args(argv)
+    import torch
+    from torch import nn
+
+    from tunedb.families.gemm import siblings
+    from tunedb.families.gemm.patching import TunedLinear
+
+    torch.set_grad_enabled(False)
+    dev, dt = "cuda", torch.bfloat16
+    plain = [nn.Linear(256, 256).to(dev, dt) for _ in range(3)]
+    members = [TunedLinear(lin) for lin in plain]
+    for m in members:
+        m.__dict__["_as_written"] = True
+    group = siblings.SiblingGroup(members, ("q", "k", "v"), max_rows=16)
+    for i, m in enumerate(members):
+        m.__dict__["_siblings"] = (group, i)
+    lin0, mem0 = plain[0], members[0]
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; us per eager call (median of "
+          f"{args.rounds} rounds of {args.calls})")
+    print(f"{'rows':>5} {'F.linear':>10} {'nn.Linear':>10} {'as written':>11} {'d vs nn.Linear':>15}")
+    for rows in (int(r) for r in args.rows.split(",")):
+        x = torch.randn(rows, 256, device=dev, dtype=dt)
+        variants = {"F.linear": lambda: torch.nn.functional.linear(x, lin0.weight, lin0.bias),
+                    "nn.Linear": lambda: lin0(x), "as written": lambda: mem0(x)}
+        for f in variants.values():
+            f()
+        torch.cuda.synchronize()
+        per = {k: [] for k in variants}
+        rng = random.Random(rows)
+        for _ in range(args.rounds):
+            order = list(variants)
+            rng.shuffle(order)
+            for k in order:
+                f = variants[k]
+                t0 = time.perf_counter()
+                for _ in range(args.calls):
+                    f()
+                per[k].append((time.perf_counter() - t0) / args.calls * 1e6)
+                torch.cuda.synchronize()
+        med = {k: statistics.median(v) for k, v in per.items()}
+        print(f"{rows:>5} {med['F.linear']:>10.2f} {med['nn.Linear']:>10.2f} {med['as written']:>11.2f} "
+              f"{med['as written'] - med['nn.Linear']:>+15.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
