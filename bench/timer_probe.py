@@ -44,7 +44,7 @@ def main(argv=None) -> int:
             for r in res:
                 env = dict(r.env)
                 keep = {k2: env[k2] for k2 in ("separator_us", "separator_alone_us", "replay_overhead_us",
-                                               "overlap_ratio", "self_overlap", "calls_per_graph", "inputs")
+                                               "overlap_ratio", "self_overlap", "calls_per_graph", "inputs", "tiny_replays_us")
                         if k2 in env}
                 samples = [round(s * 1000, 3) for s in r.samples[:8]]
                 print(f"  {r.config_id:<28} {r.status.value:<8} median_us={None if r.median_ms is None else round(r.median_ms * 1000, 3)}"

@@ -72,6 +72,22 @@ def test_failed_arms_keep_their_status_and_never_get_a_time():
         assert out[cid].median_ms is None and out[cid].objective(0.5) is None
 
 
+def test_an_arm_timed_at_zero_has_no_valid_time_and_a_build_skips_it():
+    """A timer whose baselines take the whole arm reads 0 ms per call (session 41, an H100): that
+    is no time at all, never the fastest arm; the build's objective table leaves it out."""
+    from tunedb.build.partition import objective_table
+
+    costs = {"default": 1.0, "zero": 0.0}
+    out = {x.config_id: x for x in measure_point(
+        None, SIG, 64, list(costs), timer=FakeTimer(lambda s, m, c: costs[c], noise_sigma=0.0))}
+    assert out["default"].status is Status.OK
+    assert out["zero"].status is Status.TIMEOUT and out["zero"].median_ms is None
+    assert "no valid timing" in out["zero"].detail
+    import dataclasses
+    old_log = dataclasses.replace(out["default"], config_id="zero", median_ms=0.0)  # written before the check
+    assert objective_table([out["default"], old_log]) == {(64, "default"): pytest.approx(1.0)}
+
+
 def test_alpha_weighs_host_issue_time():
     costs = {"default": 0.010, "torch": 0.009}
     host = {"default": 2.0, "torch": 6.0}  # microseconds

@@ -58,7 +58,7 @@ def objective_table(measurements: Iterable[Measurement], alpha: Mapping[int, flo
     for x in meas:
         a = alpha.get(x.m, 0.0) if isinstance(alpha, Mapping) else float(alpha)
         value = x.objective(a)
-        if value is None:
+        if value is None or not value > 0:  # no valid time (a log from before the protocol said so)
             continue
         if x.m in level:
             ref = refs[x.m].get(_run_of(x)) if x.config_id != reference else None

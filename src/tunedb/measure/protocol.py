@@ -224,6 +224,12 @@ def _measurements(problem: Problem, prepared: Mapping[str, Prepared], run: _Run,
                                   detail=detail, env=tuple(sorted(info.items())))
         if status.ok:
             med, sigma, n = stats.summarize(samples)
+        if status.ok and not med > 0:
+            # the timer's baselines (replay overhead, separator) took the whole arm: no valid
+            # time, as with no round at all (session 41: an H100 read 0 ms for every arm)
+            status = Status.TIMEOUT
+            kw["detail"] = f"no valid timing: median {med} ms per call after the timer's baselines were subtracted"
+        if status.ok:
             out.append(Measurement(problem.signature, problem.m, cid, status, med, sigma, n,
                                    samples, **kw))
         else:
