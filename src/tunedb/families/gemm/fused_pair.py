@@ -86,7 +86,8 @@ class FusedPair:
         # the activation fused still the slot's child (set there by a walk that swaps every
         # nn.GELU, say) and unwatched (a hook every activation module found gets)
         act = self._act()
-        if blank._modules.get("activation") is not act or (act is not None and _own_hooks(act)):
+        if blank._modules.get("activation") is not act or (act is not None and (
+                act._forward_hooks or act._forward_pre_hooks or act._backward_hooks or act._backward_pre_hooks)):
             return False
         # watched(linear, blank) unrolled: this runs twice on every fused call's host path, and the
         # helper's frame and loop cost a third more (0.64 vs 0.48 us on the CPU host)
