@@ -212,8 +212,9 @@ class GraphSession:
         one, two = capture(lambda: tick.add_(1.0)), capture(lambda: (tick.add_(1.0), tick.add_(1.0)))
         pairs = [self.timer.time_graphs([one, two]) for _ in range(9)]
         t1, t2 = stats.median([p[0] for p in pairs]), stats.median([p[1] for p in pairs])
-        # never more than one tiny kernel's whole replay: a first replay timed slow (t2 < t1)
-        # made the estimate exceed it, and every arm's per-call time came out 0
+        # never more than one tiny kernel's whole replay: were one replay timed slow (t2 < t1),
+        # 2 t1 - t2 would exceed it and every arm's per-call time come out 0 (the suspected cause
+        # of session 41's zero arms on an H100, not reproduced there: hence tiny_replays_us)
         self.overhead_ms = min(max(2 * t1 - t2, 0.0), t1)
         self.tiny_replays_ms = (t1, t2)
         self.sep_alone_ms = max(t2 - t1, 0.0)

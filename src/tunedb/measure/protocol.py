@@ -225,8 +225,9 @@ def _measurements(problem: Problem, prepared: Mapping[str, Prepared], run: _Run,
         if status.ok:
             med, sigma, n = stats.summarize(samples)
         if status.ok and not med > 0:
-            # the timer's baselines (replay overhead, separator) took the whole arm: no valid
-            # time, as with no round at all (session 41: an H100 read 0 ms for every arm)
+            # nothing left after the timer's baselines (replay overhead, separator) were
+            # subtracted: no valid time, as with no round at all (session 41: an H100 read 0 ms
+            # for every arm of two points once, and pick_rule raised inside prewarm)
             status = Status.TIMEOUT
             kw["detail"] = f"no valid timing: median {med} ms per call after the timer's baselines were subtracted"
         if status.ok:

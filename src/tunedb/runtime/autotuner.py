@@ -289,8 +289,8 @@ class Autotuner:
             warnings.warn(f"autotune could not measure {sig} at M={m} ({type(exc).__name__}: {exc}); "
                           f"the fallback serves it", AutotuneWarning, stacklevel=2)
             return None
-        # a time of zero is a timer that could not resolve the arm (its replay overhead and
-        # separator baselines ate the kernel: session 41, an H100), never a winner
+        # a time of zero is a timer that could not resolve the arm (session 41, an H100: every
+        # arm of prewarm's two points), never a winner
         ok = [r for r in results if r.status.ok and r.config_id in ids
               and r.median_ms is not None and r.median_ms > 0]
         if not ok:
