@@ -189,15 +189,10 @@ def test_a_model_no_table_names_warmed_up_eagerly_then_captured(rows):
         assert group.launches == 0 and len(group._sites) == 1  # primed, no output served eagerly
         assert len(group._work) == 1  # its workspace made outside the capture
         made, work = dict(group._sites), dict(group._work)
-        from tunedb.runtime import graph_captures
-
-        assert graph_captures.active() is False  # the eager calls asked the count, not the driver
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            assert graph_captures.active() is True
             out = model(static)
-        assert graph_captures.active() is False
-        assert group.launches == 1 and group._sites == made and group._work == work  # the count saw torch's capture
+        assert group.launches == 1 and group._sites == made and group._work == work
         for _ in range(3):
             static.copy_(torch.randn(rows, 1152, device="cuda", dtype=torch.bfloat16))
             graph.replay()

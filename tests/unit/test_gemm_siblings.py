@@ -52,12 +52,6 @@ class _Fake:
         return site, (1,)
 
 
-@pytest.fixture(autouse=True)
-def _driver_says_no_capture(monkeypatch):
-    """The driver's own capture answer (asked before a priming launch) on a CPU-only torch."""
-    monkeypatch.setattr(siblings, "_capturing_now", lambda: False)
-
-
 def _group(bias: bool = False, dtype=torch.float16):
     torch.manual_seed(0)
     attn = Attn(bias=bias).to(dtype).requires_grad_(False)  # inference weights (or calls under no_grad)

@@ -38,7 +38,7 @@ from tunedb import settings
 from tunedb.families.gemm.fusion_source import model_outside_reads
 from tunedb.families.gemm.sibling_source import sibling_calls
 from tunedb.families.module_rules import holders
-from tunedb.runtime import graph_captures, report
+from tunedb.runtime import report
 
 MAX_MEMBERS = 3  # the kernel's branches
 
@@ -72,19 +72,16 @@ DEEP_K, FEW_ROWS, FEW_ROWS_MMA = 2048, 512, 384
 MMA_MAX_BYTES = 544 << 20
 
 
+# torch.cuda.is_current_stream_capturing's own C function, one Python frame fewer: a
+# left-as-written member asks it at every eager call (session 41 tried a count of torch's
+# captures instead, kept by wrapping CUDAGraph's capture methods: the member's excess host time
+# over nn.Linear stayed, +1.4 us a call on an H100, so torch is not patched for it)
+_IS_CAPTURING = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+
+
 def _capturing() -> bool:
-    """Whether a CUDA-graph capture is under way, as runtime/graph_captures counts torch's (a list
-    read: a left-as-written member asks at every eager call, and the driver's answer costs 1-2 us
-    there); the driver's answer where nothing is counted. Either answer is correct here: a capture
-    the count misses runs each member alone, another thread's capture launches the group eagerly."""
-    counted = graph_captures.active()
-    return _capturing_now() if counted is None else counted
-
-
-def _capturing_now() -> bool:
-    """The driver's answer for the current stream (called only with CUDA tensors): asked before a
-    priming launch, which must never land in a capture the count missed."""
-    return torch.cuda.is_current_stream_capturing()
+    """Whether the current CUDA stream is capturing a graph (called only with CUDA tensors)."""
+    return _IS_CAPTURING() if _IS_CAPTURING is not None else torch.cuda.is_current_stream_capturing()
 
 
 _LIVE: "weakref.WeakSet[SiblingGroup]" = weakref.WeakSet()  # the groups of models still alive: report_lines
@@ -122,7 +119,6 @@ class SiblingGroup:
         self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
         self._written: bool | None = None  # as_written(), kept from the first call on (refresh())
-        graph_captures.watch()
         _LIVE.add(self)
 
     def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs or sites
@@ -158,8 +154,6 @@ class SiblingGroup:
         if _capturing() or (rows == k and not self.as_written()):
             return True
         if (rows // k, x.dtype) not in self._primed:
-            if _capturing_now():
-                return True
             self._prime(x)
         return False
 
