@@ -2,12 +2,16 @@
 puts in its place when no table names the key (a sibling left as written: a TunedLinear marked
 _as_written that asks its group whether to launch, then runs F.linear), and F.linear alone.
 
-    PYTHONPATH=src python bench/linear_host_cost.py [--rows 1,16,512] [--calls 2000] [--rounds 9]
+    PYTHONPATH=src python bench/linear_host_cost.py [--rows 1,16,512] [--calls 2000] [--rounds 9] [--pieces]
 
 A small weight (256 x 256 bf16), so the GPU never sets the pace: each round times --calls calls
 back to back with perf_counter (no synchronisation inside), the variants in shuffled order per
 round; the table shows the median over rounds of us per call and the difference to nn.Linear.
-Expected: about 10 s.
+--pieces adds the member's path taken apart (session 41 found the member +1.4-2.6 us a call over
+nn.Linear on the device hosts while the same Python path is 0.3 us cheaper on a CPU host): its
+forward called directly (no Module.__call__), a TunedLinear marked as written with no group
+(the forward's preamble alone), the group's may_take alone, and nn.Linear's forward directly.
+Expected: about 10 s (20 s with --pieces).
 """
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", default="1,16,512")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--pieces", action="store_true")
+    ap.add_argument("--device", default="cuda", help="cpu runs the script's own check (the member exits at is_cuda)")
     args = ap.parse_args(argv)
     import torch
     from torch import nn
@@ -31,7 +37,8 @@ def main(argv=None) -> int:
     from tunedb.families.gemm.patching import TunedLinear
 
     torch.set_grad_enabled(False)
-    dev, dt = "cuda", torch.bfloat16
+    dev, dt = args.device, torch.bfloat16
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     plain = [nn.Linear(256, 256).to(dev, dt) for _ in range(3)]
     members = [TunedLinear(lin) for lin in plain]
     for m in members:
@@ -40,16 +47,27 @@ def main(argv=None) -> int:
     for i, m in enumerate(members):
         m.__dict__["_siblings"] = (group, i)
     lin0, mem0 = plain[0], members[0]
-    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; us per eager call (median of "
+    alone = TunedLinear(plain[0])
+    alone.__dict__["_as_written"] = True  # no _siblings: the forward's checks, then F.linear
+    print(f"{torch.cuda.get_device_name() if dev == 'cuda' else 'CPU'}, torch {torch.__version__}; us per eager call (median of "
           f"{args.rounds} rounds of {args.calls})")
-    print(f"{'rows':>5} {'F.linear':>10} {'nn.Linear':>10} {'as written':>11} {'d vs nn.Linear':>15}")
+    names = ["F.linear", "nn.Linear", "as written"]
+    if args.pieces:
+        names += ["nn.Linear.forward", "member.forward", "no group", "may_take"]
+    print(" ".join(f"{'rows':>5}" if i < 0 else f"{n:>17}" for i, n in enumerate([None] + names, -1))
+          + f" {'as written - nn.Linear':>23}")
     for rows in (int(r) for r in args.rows.split(",")):
         x = torch.randn(rows, 256, device=dev, dtype=dt)
         variants = {"F.linear": lambda: torch.nn.functional.linear(x, lin0.weight, lin0.bias),
                     "nn.Linear": lambda: lin0(x), "as written": lambda: mem0(x)}
+        if args.pieces:
+            variants.update({"nn.Linear.forward": lambda: lin0.forward(x), "member.forward": lambda: mem0.forward(x),
+                             "no group": lambda: alone(x)})
+            # may_take is asked with CUDA tensors only (a CPU build cannot ask about capture)
+            variants["may_take"] = (lambda: group.may_take(x)) if dev == "cuda" else (lambda: None)
         for f in variants.values():
             f()
-        torch.cuda.synchronize()
+        sync()
         per = {k: [] for k in variants}
         rng = random.Random(rows)
         for _ in range(args.rounds):
@@ -61,10 +79,10 @@ def main(argv=None) -> int:
                 for _ in range(args.calls):
                     f()
                 per[k].append((time.perf_counter() - t0) / args.calls * 1e6)
-                torch.cuda.synchronize()
+                sync()
         med = {k: statistics.median(v) for k, v in per.items()}
-        print(f"{rows:>5} {med['F.linear']:>10.2f} {med['nn.Linear']:>10.2f} {med['as written']:>11.2f} "
-              f"{med['as written'] - med['nn.Linear']:>+15.2f}")
+        print(f"{rows:>5} " + " ".join(f"{med[n]:>17.2f}" for n in names)
+              + f" {med['as written'] - med['nn.Linear']:>+23.2f}")
     return 0
 
 
