@@ -294,6 +294,14 @@ def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> W
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise CensusError(f"workload {spec!r} must be module:callable, both named; {CALLABLE_CONTRACT}")
+    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
+        # a file path (mymodel.py:make, ./mymodel:make) failed in importlib with a message that
+        # did not say what to give instead
+        import os
+
+        where, stem = os.path.split(module_name.removesuffix(".py"))
+        raise CensusError(f"workload {spec!r} names a file; give its module: {stem}:{attr}, run in "
+                          f"{where or '.'} (or with that directory on PYTHONPATH)")
     try:
         factory = getattr(import_user_module(module_name), attr)
     except Exception as exc:  # the user's module runs at import: any error of its own is its message

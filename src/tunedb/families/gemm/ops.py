@@ -398,7 +398,8 @@ def _entry(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     if _transformed():
         return torch_form(x, weight, bias, act)
     traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
-    if traced or _autocast() or (_grad_enabled() and (x.requires_grad or weight.requires_grad
+    autocast = _autocast() and not (_recording() and ops_autocast.off_for(x))  # a census: see off_for
+    if traced or autocast or (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                                      or (bias is not None and bias.requires_grad))):
         token = _token() if traced else ""
         if op == "gemm":

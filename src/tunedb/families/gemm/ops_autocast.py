@@ -32,6 +32,16 @@ from tunedb.runtime.autocast_rule import casts
 AUTOCAST_KEYS = {"AutocastCPU": "cpu", "AutocastCUDA": "cuda"}
 
 
+def off_for(x: torch.Tensor) -> bool:
+    """Autocast is on, but for no device x is on (a meta census of a model whose forward enters
+    torch.autocast: no Autocast kernel applies to meta tensors). The census recorder's entry
+    points then serve the call eagerly: through the dispatcher it reached the recorder's own
+    handler, where an fp32 call's F.linear ran unseen, so `tunedb tune` (a fused census) lost
+    the GEMMs the aten-level census keys (session 41's CLI audit)."""
+    device_type = x.device.type
+    return device_type not in AUTOCAST_KEYS.values() or not torch.is_autocast_enabled(device_type)
+
+
 def register(lib: Any, acts: dict[str, Callable[[torch.Tensor], torch.Tensor]]) -> None:
     """Register both ops' Autocast kernels on `lib` (ops.py's Library); `acts` maps act names to
     the activation the torch arm applies."""
