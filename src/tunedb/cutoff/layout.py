@@ -30,6 +30,14 @@ def blocks(strip: Any) -> tuple[Any, Any, Any]:
 def check(strip: Any, b: Any, x0: Any = None) -> tuple[int, int, int]:
     """(batch, T, n) of a well-formed system; raises CutoffError naming the bad value. Shapes,
     dtypes and devices only: nothing here reads the data (no host sync)."""
+    import torch
+
+    # b is required and every operand a tensor: b=None slipped past (x0's "optional") and failed
+    # deep in the solvers; a numpy b was named as "float64 ... the strip is torch.float64"
+    for name, v in (("strip", strip), ("b", b), ("x0", x0)):
+        if not isinstance(v, torch.Tensor) and not (name == "x0" and v is None):
+            shape = "[batch, T, n, 3n]" if name == "strip" else "[batch, T, n]"
+            raise CutoffError(f"{name} must be a torch.Tensor {shape}; got {type(v).__name__}")
     if strip.dim() != 4 or strip.shape[-1] != 3 * strip.shape[-2]:
         raise CutoffError(f"strip must be [batch, T, n, 3n]; got shape {tuple(strip.shape)}")
     batch, steps, n, _ = strip.shape

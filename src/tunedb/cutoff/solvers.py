@@ -238,6 +238,9 @@ def solve(strip: Any, b: Any, x0: Any = None, *, linsys: str = "auto", signal: f
             from tunedb.cutoff import store
 
             decision = store.lookup(problem or store.problem_class(strip), store.device_name(strip.device))
+        elif not callable(getattr(decision, "policy_for", None)):  # was an AttributeError from inside
+            raise CutoffError(f"decision={decision!r} must be a fitted Decision (tunedb.cutoff.fit / persist / "
+                              "lookup), or None to look this problem's cutoff up")
         policy = decision.policy_for(value)
     if policy == "direct":
         x, ok = direct(strip, b, kernels=kernels)

@@ -33,6 +33,7 @@ import functools
 import threading
 from typing import Any
 
+from tunedb.errors import SignatureError
 from tunedb.families.linalg import signatures
 from tunedb.records import Config
 from tunedb.runtime import batch_dims, grad_form, launch_table
@@ -267,9 +268,13 @@ def _any_shape(name: str, tensors: tuple) -> Any:
 
     first = tensors[0]
     cores = (_CORE[name],) + ((_CORE2[name],) if len(tensors) > 1 else ())
-    for t, c in zip(tensors, cores):
-        if not isinstance(t, torch.Tensor) or t.dim() < c or t.layout != torch.strided:
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
             return _op(name)(*tensors)  # the op's checks name it (a sparse tensor cannot be reshaped)
+    for t, c, arg in zip(tensors, cores, signatures.ARG_NAMES[name]):
+        if t.dim() < c:  # named here: the op's checks start at the first operand, and blamed A for a 0-d b
+            raise SignatureError(f"linalg {name}'s {arg} must have shape {'[..., n, n]' if c == 2 else '[..., n]'} "
+                                 f"(any leading batch dimensions), got shape {list(t.shape)}")
     flat, lead = batch_dims.fold(tensors, cores, f"linalg {name}")
     if not N_MIN <= first.shape[-1] <= N_MAX:
         signatures.check_call(name, *flat, n_range=False)  # square A, shapes, one dtype and device
