@@ -13,7 +13,9 @@ two calls of the tunedb::group_gemm op (ops.py):
     out = y.sum(1)                                          [T, H]
 
 Layouts this does not recognise (transposed or biased experts, gpt-oss; transformers 4.x's
-ModuleList of per-expert Linears) are left alone: they run as the model wrote them.
+ModuleList of per-expert Linears; experts with their own _apply_gate or a post-expert norm; a
+user's class that only names its weights like transformers') are left alone: they run as the
+model wrote them.
 """
 from __future__ import annotations
 
@@ -63,6 +65,29 @@ def _top_k(module: Any, parent: Any) -> int | None:
     return k if isinstance(k, int) and k > 0 else None
 
 
+def _generic_forward(module: Any) -> bool:
+    """Whether `module` computes transformers' generic experts forward, the one tuned_forward
+    replaces it with: its class's forward is transformers' own (not a user's class or subclass
+    that merely names its weights gate_up_proj / down_proj / act_fn: a whole MoE block taking
+    forward(x) crashed on the swap, up-then-gate rows or per-expert biases were silently dropped,
+    s41 audit), not replaced on the instance, and its gate is the decorator's default
+    act(gate) * up (DeepSeek-V4, Step3p7, GLM-5-Next, MiniMax-M3 clamp or reshape it in their own
+    _apply_gate, which the swap dropped)."""
+    cls = type(module)
+    if not str(getattr(cls.forward, "__module__", "")).startswith("transformers."):
+        return False
+    if "forward" in vars(module) and not getattr(module, "_tunedb_group_gemm", False):
+        return False
+    gate = getattr(cls, "_apply_gate", None)
+    if gate is None:
+        return True
+    # the generic gate lives with the experts decorator (transformers.integrations; named
+    # _default_apply_gate in 5.25), a model's own override in its modeling file
+    where = str(getattr(gate, "__module__", ""))
+    return where.startswith("transformers.integrations.") or (
+        getattr(gate, "__name__", "") == "_default_apply_gate" and where.startswith("transformers."))
+
+
 def recognise(module: Any, parent: Any = None, dt: str | None = None) -> tuple[int, int, int, int, str] | None:
     """(E, H, I, top_k, dt) when `module` is a stacked-weight experts module this family serves.
     Experts whose weights are neither bf16 nor fp16 (a model still in fp32) are not served: None,
@@ -71,7 +96,8 @@ def recognise(module: Any, parent: Any = None, dt: str | None = None) -> tuple[i
     if gu is None or dp is None or not hasattr(module, "act_fn"):
         return None
     if getattr(module, "is_transposed", False) or getattr(module, "has_bias", False) \
-            or not getattr(module, "has_gate", True) or not getattr(module, "is_concatenated", True):
+            or not getattr(module, "has_gate", True) or not getattr(module, "is_concatenated", True) \
+            or getattr(module, "has_post_expert_norm", False) or not _generic_forward(module):
         return None
     if len(getattr(gu, "shape", ())) != 3 or len(getattr(dp, "shape", ())) != 3:
         return None
@@ -135,9 +161,11 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
         # model's own forward serves, as for experts never recognised
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     if grad_form.wants_grad((hidden_states, top_k_weights, self.gate_up_proj, self.down_proj)) \
-            or hidden_states.numel() == 0:
+            or hidden_states.numel() == 0 or getattr(self, "_is_expert_parallel", False):
         # a training step: the Triton arm has no backward (the experts and the router would get
-        # no gradient); no token: no group_gemm key. The model's own forward computes it
+        # no gradient); no token: no group_gemm key; expert parallelism (transformers'
+        # distributed/expert_parallel.py) routes non-local slots to the sentinel id E, which the
+        # model's forward skips and group_gemm refuses (s41 audit). The model's own forward computes it
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     inter = self.down_proj.shape[-1]
     ids = top_k_index if top_k_index.dtype.is_signed and top_k_index.dtype.itemsize >= 4 else top_k_index.int()
