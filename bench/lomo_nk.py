@@ -185,8 +185,7 @@ def run(log: Path) -> dict[str, Any]:
     return {"splits": splits, "fixed": fixed}
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{100 * v:.1f}%"
+_pct = lt._pct
 
 
 def describe(p: Mapping[str, Any]) -> str:

@@ -48,15 +48,10 @@ class UpGateExperts(nn.Module):
         self.act_fn = nn.SiLU()
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
-        out = torch.zeros_like(hidden_states)
-        for e in range(self.num_experts):
-            tok, pos = torch.where(top_k_index == e)
-            if tok.numel() == 0:
-                continue
-            up, gate = F.linear(hidden_states[tok], self.gate_up_proj[e]).chunk(2, dim=-1)
-            y = F.linear(self.act_fn(gate) * up, self.down_proj[e]) * top_k_weights[tok, pos, None]
-            out.index_add_(0, tok, y.to(out.dtype))
-        return out
+        def expert(e, h):
+            up, gate = F.linear(h, self.gate_up_proj[e]).chunk(2, dim=-1)
+            return F.linear(self.act_fn(gate) * up, self.down_proj[e])
+        return _routed(hidden_states, top_k_index, top_k_weights, self.num_experts, expert)
 
 
 class BiasedExperts(nn.Module):
@@ -72,15 +67,10 @@ class BiasedExperts(nn.Module):
         self.act_fn = nn.SiLU()
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
-        out = torch.zeros_like(hidden_states)
-        for e in range(self.num_experts):
-            tok, pos = torch.where(top_k_index == e)
-            if tok.numel() == 0:
-                continue
-            g, u = F.linear(hidden_states[tok], self.gate_up_proj[e], self.gate_up_proj_bias[e]).chunk(2, dim=-1)
-            y = F.linear(self.act_fn(g) * u, self.down_proj[e], self.down_proj_bias[e]) * top_k_weights[tok, pos, None]
-            out.index_add_(0, tok, y.to(out.dtype))
-        return out
+        def expert(e, h):
+            g, u = F.linear(h, self.gate_up_proj[e], self.gate_up_proj_bias[e]).chunk(2, dim=-1)
+            return F.linear(self.act_fn(g) * u, self.down_proj[e], self.down_proj_bias[e])
+        return _routed(hidden_states, top_k_index, top_k_weights, self.num_experts, expert)
 
 
 class Block(nn.Module):
@@ -111,3 +101,15 @@ class Block(nn.Module):
         if self.shared is not None:
             y = y + self.shared(x)
         return y.reshape(shape)
+
+
+def _routed(hidden_states, top_k_index, top_k_weights, num_experts, expert):
+    """transformers' experts loop: each expert's tokens through `expert(e, h)`, weighted, summed."""
+    out = torch.zeros_like(hidden_states)
+    for e in range(num_experts):
+        tok, pos = torch.where(top_k_index == e)
+        if tok.numel() == 0:
+            continue
+        y = expert(e, hidden_states[tok]) * top_k_weights[tok, pos, None]
+        out.index_add_(0, tok, y.to(out.dtype))
+    return out

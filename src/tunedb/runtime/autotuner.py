@@ -289,22 +289,21 @@ class Autotuner:
             warnings.warn(f"autotune could not measure {sig} at M={m} ({type(exc).__name__}: {exc}); "
                           f"the fallback serves it", AutotuneWarning, stacklevel=2)
             return None
-        # a time of zero is a timer that could not resolve the arm (session 41, an H100: every
-        # arm of prewarm's two points), never a winner
-        ok = [r for r in results if r.status.ok and r.config_id in ids
-              and r.median_ms is not None and r.median_ms > 0]
-        if not ok:
+        # the times the family's pick rule takes (a time of zero is a timer that could not
+        # resolve the arm, session 41 on an H100: never a winner)
+        times = {r.config_id: t for r in results if r.status.ok and r.config_id in ids
+                 and (t := r.objective(0.0)) is not None and t > 0}
+        if not times:
             self._failed.add((sig, m))
             why = "; ".join(f"{r.config_id}: {r.status.value}"
                             + (f" at {r.median_ms} ms" if r.status.ok else "") for r in results[:5]) or "no arm measured"
             warnings.warn(f"autotune found no usable arm for {sig} at M={m} ({why}); the fallback "
                           f"serves it", AutotuneWarning, stacklevel=2)
             return None
-        # the family's pick rule, as the build's partition applies it: the fallback keeps the
-        # shape unless an arm beats it by the gate; inside the tie band the simpler arm wins
-        times = {r.config_id: r.objective(0.0) for r in ok}
+        # as the build's partition applies it: the fallback keeps the shape unless an arm beats
+        # it by the gate; inside the tie band the simpler arm wins
         winner = hook(family, "pick_rule")().pick(times).winner
-        best = next(r for r in ok if r.config_id == winner)
+        best = next(r for r in results if r.config_id == winner and r.status.ok)
         result = self.cache.record(sig, m, best.config_id, best.median_ms)
         self.measured.append((family.name, result, results))
         return result

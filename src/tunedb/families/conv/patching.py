@@ -25,7 +25,6 @@ The op itself runs plain torch on CPU / fp32 inputs, so a patched model stays co
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -54,10 +53,6 @@ def _count_steps() -> None:
         _HOOKED.append(register_optimizer_step_post_hook(bump))
 
 
-def _none() -> None:
-    return None
-
-
 class _Fusion:
     """Conv1d, BatchNorm1d and activation fused by optimize() in one nn.Sequential: each holds
     this, and each runs fused only while all three still sit in the slots they were found in and
@@ -69,7 +64,7 @@ class _Fusion:
 
     def __init__(self, seq: Any, names: tuple[str, str, str], conv: Any, bn: Any, act: Any) -> None:
         self.names = names
-        self._refs = tuple(_none if m is None else weakref.ref(m) for m in (seq, conv, bn, act))
+        self._refs = tuple(fused_pair.weak(m) for m in (seq, conv, bn, act))
         self.cache: tuple[Any, Any, Any] | None = None
 
     seq = property(lambda self: self._refs[0]())

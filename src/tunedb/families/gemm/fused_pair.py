@@ -29,6 +29,12 @@ def _dead() -> None:
     return None
 
 
+def weak(m: Any) -> Any:
+    """A weak reference to m, or one that is always dead for None: what the fusions hold (the model
+    holds its modules; a strong reference from them would be a cycle)."""
+    return _dead if m is None else weakref.ref(m)
+
+
 def _UNREAD() -> None:  # a pair pickled before session 41 names no activation: the slot's child, read at first use
     return None
 
@@ -69,8 +75,7 @@ class FusedPair:
         self._refs(parent, linear, blank, act)
 
     def _refs(self, parent: Any, linear: Any, blank: Any, act: Any) -> None:
-        self._parent, self._linear, self._blank, self._act = (
-            _dead if m is None else weakref.ref(m) for m in (parent, linear, blank, act))
+        self._parent, self._linear, self._blank, self._act = (weak(m) for m in (parent, linear, blank, act))
 
     def intact(self) -> bool:
         # on every fused call's host path (0.2-0.3 us), so written out: no helper frames
@@ -105,7 +110,7 @@ class FusedPair:
         act = None if linear is None else linear.__dict__.get("_act_module")
         if act is None and blank is not None:
             act = blank._modules.get("activation")
-        self._act = _dead if act is None else weakref.ref(act)
+        self._act = weak(act)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "FusedPair":
         parent = self._parent()
