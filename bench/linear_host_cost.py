@@ -11,7 +11,11 @@ round; the table shows the median over rounds of us per call and the difference 
 nn.Linear on the device hosts while the same Python path is 0.3 us cheaper on a CPU host): its
 forward called directly (no Module.__call__), a TunedLinear marked as written with no group
 (the forward's preamble alone), the group's may_take alone, and nn.Linear's forward directly.
-Expected: about 10 s (20 s with --pieces).
+--group (session 42) times the three members of a q/k/v group called in turn, per call: as three
+nn.Linear, left as written (the eager rule declines), and grouped eagerly (a group whose may_take
+says yes to every call: one launch at the first call, the others read its outputs; what the eager
+rule would cost if it took these calls).
+Expected: about 10 s (20 s with --pieces, 30 s with both).
 """
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--pieces", action="store_true")
+    ap.add_argument("--group", action="store_true",
+                    help="also the three members called in turn: as nn.Linear, left as written, grouped eagerly "
+                         "(a group that takes every call: one launch for the three)")
     ap.add_argument("--device", default="cuda", help="cpu runs the script's own check (the member exits at is_cuda)")
     args = ap.parse_args(argv)
     import torch
@@ -47,6 +54,13 @@ def main(argv=None) -> int:
     for i, m in enumerate(members):
         m.__dict__["_siblings"] = (group, i)
     lin0, mem0 = plain[0], members[0]
+    eager_members = [TunedLinear(lin) for lin in plain]
+    for m in eager_members:
+        m.__dict__["_as_written"] = True
+    eager_group = siblings.SiblingGroup(eager_members, ("q", "k", "v"), max_rows=16)
+    eager_group.may_take = lambda x: True  # every call taken, as inside a capture (the eager rule declines it)
+    for i, m in enumerate(eager_members):
+        m.__dict__["_siblings"] = (eager_group, i)
     alone = TunedLinear(plain[0])
     alone.__dict__["_as_written"] = True  # no _siblings: the forward's checks, then F.linear
     print(f"{torch.cuda.get_device_name() if dev == 'cuda' else 'CPU'}, torch {torch.__version__}; us per eager call (median of "
@@ -54,6 +68,8 @@ def main(argv=None) -> int:
     names = ["F.linear", "nn.Linear", "as written"]
     if args.pieces:
         names += ["nn.Linear.forward", "member.forward", "no group", "may_take"]
+    if args.group:  # per call of the three (their sum / 3), so the columns compare
+        names += ["3 nn.Linear / 3", "3 as written / 3", "3 grouped / 3"]
     print(" ".join(f"{'rows':>5}" if i < 0 else f"{n:>17}" for i, n in enumerate([None] + names, -1))
           + f" {'as written - nn.Linear':>23}")
     for rows in (int(r) for r in args.rows.split(",")):
@@ -65,6 +81,13 @@ def main(argv=None) -> int:
                              "no group": lambda: alone(x)})
             # may_take is asked with CUDA tensors only (a CPU build cannot ask about capture)
             variants["may_take"] = (lambda: group.may_take(x)) if dev == "cuda" else (lambda: None)
+        if args.group:
+            p0, p1, p2 = plain
+            m0, m1, m2 = members
+            e0, e1, e2 = eager_members
+            variants.update({"3 nn.Linear / 3": lambda: (p0(x), p1(x), p2(x)),
+                             "3 as written / 3": lambda: (m0(x), m1(x), m2(x)),
+                             "3 grouped / 3": lambda: (e0(x), e1(x), e2(x))})
         for f in variants.values():
             f()
         sync()
@@ -78,11 +101,13 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 for _ in range(args.calls):
                     f()
-                per[k].append((time.perf_counter() - t0) / args.calls * 1e6)
+                per[k].append((time.perf_counter() - t0) / args.calls * 1e6 / (3 if k.startswith("3 ") else 1))
                 sync()
         med = {k: statistics.median(v) for k, v in per.items()}
         print(f"{rows:>5} " + " ".join(f"{med[n]:>17.2f}" for n in names)
               + f" {med['as written'] - med['nn.Linear']:>+23.2f}")
+    if args.group:
+        print(f"the eager group launched {eager_group.launches} time(s) (0 on a CPU: it takes CUDA tensors only)")
     return 0
 
 

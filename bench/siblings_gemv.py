@@ -29,7 +29,12 @@ GROUPS = {"llama3-8b qkv": (4096, (4096, 1024, 1024), False), "llama3-8b gate/up
           "small decoder qkv": (1024, (1024, 256, 256), False), "llama3-70b qkv": (8192, (8192, 1024, 1024), False),
           "qwen2-7b gate/up": (3584, (18944, 18944), False), "llama3.2-3b qkv": (3072, (3072, 1024, 1024), False),
           "llama3.2-3b gate/up": (3072, (8192, 8192), False), "llama3.2-1b gate/up": (2048, (8192, 8192), False),
-          "qwen2-0.5b gate/up": (896, (4864, 4864), False), "deep narrow qkv": (4096, (512, 128, 128), False)}
+          "qwen2-0.5b gate/up": (896, (4864, 4864), False), "deep narrow qkv": (4096, (512, 128, 128), False),
+          # session 42: groups of few weight slabs, where K split in the kernel may pay: tensor-parallel
+          # shards (Llama-3-70B q/k/v over 8 GPUs, Llama-3-8B over 4; "deep narrow qkv" is Llama-3-8B's
+          # over 8) and DeepSeek-V3's MLA down-projections (q_a, kv_a with its rope part)
+          "llama3-70b tp8 qkv": (8192, (1024, 128, 128), False), "llama3-8b tp4 qkv": (4096, (1024, 256, 256), False),
+          "llama3-8b tp8 gate/up": (4096, (1792, 1792), False), "deepseek-v3 mla q_a/kv_a": (7168, (1536, 576), False)}
 
 
 # (BN, BK, warps, stages[, split]) besides kernels_siblings.tile's: one row (FMA slabs), 2-16 rows (tl.dot:
@@ -41,7 +46,8 @@ TILES_MMA = ((16, 256, 1, 5), (32, 256, 2, 4), (32, 128, 1, 5), (64, 128, 4, 5),
              # session 38: deeper pipelines and K split in the kernel (a fifth number: the runs of K
              # tiles, reduced in split order), for groups of too few programs to keep HBM busy
              (64, 128, 4, 7), (64, 128, 4, 5, 2), (64, 128, 4, 5, 3), (64, 128, 4, 5, 4), (32, 128, 1, 5, 2),
-             (64, 64, 4, 6, 2), (32, 256, 2, 4, 2), (128, 128, 4, 4, 2))
+             (64, 64, 4, 6, 2), (32, 256, 2, 4, 2), (128, 128, 4, 4, 2),
+             (32, 256, 2, 4, 3), (32, 256, 2, 4, 4), (64, 128, 4, 5, 6))
 
 
 def one(name: str, dtype_name: str, m: int = 1) -> dict:
@@ -76,7 +82,10 @@ def one(name: str, dtype_name: str, m: int = 1) -> dict:
         return lambda i: (kernels_siblings.launch(x, sets[i], bias, outs, tiles=t, workspace=work), outs)[1]
     arms["siblings"] = group(None)
     for t in (TILES if m == 1 else TILES_MMA):
-        arms["siblings " + "x".join(map(str, t))] = group(t)
+        try:
+            arms["siblings " + "x".join(map(str, t))] = group(t)
+        except ValueError:  # a split the kernel refuses at this K (fewer K tiles than runs): not a candidate
+            continue
     row = {"group": name, "dtype": dtype_name, "M": m, "K": k, "N": list(ns), "MB": round(nbytes / 1e6, 1), "arms": {}}
     calls = max(16, copies)
     for arm, fn in arms.items():

@@ -385,17 +385,21 @@ def test_more_rows_group_only_up_to_the_setting_read_at_optimize(fake, monkeypat
 
 
 def test_the_split_rule_fills_the_sms_only_where_the_slabs_do_not():
-    """kernels_siblings.split_for: a group of fewer slabs than SMs splits K until it has about two
-    programs an SM, each run four K tiles at least, eight runs at most; tile() asks it only when
+    """kernels_siblings.split_for: a group of at most half as many slabs as SMs splits K up to one
+    program an SM, each run four K tiles at least, eight runs at most; groups of more slabs stay
+    whole (splitting Llama-3-8B's 96 q/k/v slabs lost 36%, session 42); tile() asks it only when
     given the SM count and at 2-16 rows."""
     split_for = kernels_siblings.split_for
-    assert split_for(96, 4096, 128, 132) == 3  # Llama-3-8B q/k/v, 64-row slabs: 288 programs
-    assert split_for(72, 3584, 128, 132) == 4  # Qwen2-7B q/k/v
-    assert split_for(224, 4096, 128, 132) == 1  # gate/up: the slabs fill the SMs
+    assert split_for(96, 4096, 128, 132) == 1  # Llama-3-8B q/k/v, 64-row slabs: whole
+    assert split_for(72, 3584, 128, 132) == 1  # Qwen2-7B q/k/v
+    assert split_for(67, 7168, 256, 132) == 1  # more slabs than half the SMs
+    assert split_for(66, 7168, 256, 132) == 2  # DeepSeek-V3 q_a/kv_a, 32-row slabs: 132 programs
+    assert split_for(40, 8192, 256, 132) == 3  # Llama-3-70B q/k/v over 8 GPUs
     assert split_for(72, 768, 256, 132) == 1  # three K tiles: no run of four
-    assert split_for(24, 4096, 256, 132) == 4  # 16 K tiles: four runs of four, not the 11 wanted
+    assert split_for(24, 4096, 256, 132) == 4  # 16 K tiles: four runs of four, not the 5 that fit
     assert split_for(2, 1 << 20, 128, 132) == 8  # at most eight
-    assert kernels_siblings.tile(4096, 16, 6144, sms=132) == (64, 128, 4, 5, 3)
+    assert kernels_siblings.tile(4096, 16, 6144, sms=132) == (64, 128, 4, 5, 1)
+    assert kernels_siblings.tile(4096, 16, 768, sms=132) == (32, 256, 2, 4, 4)  # Llama-3-8B q/k/v over 8 GPUs
     assert kernels_siblings.tile(4096, 16, 6144)[-1] == 1  # no SM count: not split
     assert kernels_siblings.tile(4096, 1, 6144, sms=132)[-1] == 1  # one row: the FMA slabs, never split
     assert kernels_siblings.workspace_sizes((4096, 1024, 1024), 4096, 16, (64, 128, 4, 5, 3)) == (96 * 3 * 16 * 64, 96)
@@ -405,21 +409,23 @@ def test_the_split_rule_fills_the_sms_only_where_the_slabs_do_not():
 
 
 def test_split_auto_is_read_at_optimize_and_reaches_the_launch(fake, monkeypatch):
-    """TUNEDB_SIBLING_SPLIT=auto: the groups optimize() makes split K by the GPU's SM count (the
-    launch gets a split tile and a workspace of its size); '1' (the default) never splits; any
-    other value is refused naming it."""
+    """TUNEDB_SIBLING_SPLIT=auto (the default): the groups optimize() makes split K by the GPU's SM
+    count (the launch gets a split tile and a workspace of its size); '1' never splits; any other
+    value is refused naming it."""
     monkeypatch.setattr(patching, "_TorchEverywhere", lambda: (lambda linear, act: None))
+    monkeypatch.setenv("TUNEDB_SIBLING_SPLIT", "1")
     model = tunedb.optimize(nn.Sequential(Attn()))
     assert model[0].q_proj.__dict__["_siblings"][0].split is False
-    monkeypatch.setenv("TUNEDB_SIBLING_SPLIT", "auto")
+    monkeypatch.delenv("TUNEDB_SIBLING_SPLIT")
     model = tunedb.optimize(nn.Sequential(Attn(d=2048, kv=256)).half().requires_grad_(False))
     g = model[0].q_proj.__dict__["_siblings"][0]
     assert g.split is True and copy.deepcopy(g).split is True
     g._arch_ok = True
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"multi_processor_count": 132}))
+    # a GPU of 264 SMs: 80 slabs of 32 rows are fewer than half of them
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"multi_processor_count": 264}))
     x = torch.randn(4, 2048, dtype=torch.float16)
     y = g.call(0, x)
-    assert fake.launches == 1 and fake.tiles == (32, 256, 2, 4, 2)  # 80 slabs of 32 rows, 8 K tiles: two runs
+    assert fake.launches == 1 and fake.tiles == (32, 256, 2, 4, 2)  # 8 K tiles: two runs of four
     torch.testing.assert_close(y, torch.nn.functional.linear(x, g.members[0].weight))
     (_site, _grid, sizes), = g._sites.values()
     assert sizes == (80 * 2 * 16 * 32, 80) and g._work == {}  # made inside the capture: that graph's only

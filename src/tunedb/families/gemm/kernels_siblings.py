@@ -124,9 +124,8 @@ def tile(k: int, m: int = 1, rows: int = 0, sms: int = 0) -> tuple[int, int, int
     warps, 5 stages), past it 128-row slabs (4 warps, 4 stages). Chosen on that sweep, so
     in-sample: within 3.4% of the best tile at every point, 1.03-3.5x cuBLAS one by one. The gv
     lane's one-warp 16-row slab ran 1.8-2.5x slower. BK narrowed to K's power of two below the
-    tile's (16 at least: tl.dot's). K is not split unless `sms` (the GPU's SM count) is given at
-    2-16 rows (TUNEDB_SIBLING_SPLIT=auto; split_for): the split forms are not measured yet
-    (bench/siblings_gemv.py --rows times them)."""
+    tile's (16 at least: tl.dot's). At 2-16 rows with `sms` (the GPU's SM count) given, a group
+    of too few slabs to fill the SMs splits K (split_for; TUNEDB_SIBLING_SPLIT, default auto)."""
     if m == 1:
         bn, bk, warps, stages = 16, 256, 4, 5
     elif rows <= 2560:
@@ -145,15 +144,18 @@ SPLIT_MAX, SPLIT_MIN_TILES = 8, 4
 
 
 def split_for(blocks: int, k: int, bk: int, sms: int) -> int:
-    """How many runs to split K into for a group of about `blocks` weight slabs (BN rows each) on
-    `sms` SMs: 1 when the slabs alone fill every SM; else the fewest runs giving about two programs
-    an SM (each streaming its bytes in flight: session 37's 96-program q/k/v moved 72% of HBM where
-    224 programs of gate/up moved 95%), at most SPLIT_MAX and each run SPLIT_MIN_TILES K tiles at
-    least (a run must still fill its pipeline). A hypothesis until measured (TUNEDB_SIBLING_SPLIT)."""
-    if blocks >= sms:
-        return 1
-    want = -(-2 * sms // max(1, blocks))
-    return max(1, min(want, SPLIT_MAX, -(-k // bk) // SPLIT_MIN_TILES))
+    """How many runs to split K into for a group of `blocks` weight slabs (BN rows each) on `sms`
+    SMs: as many as keep the programs at one an SM at most (sms // blocks), only where that is two
+    or more, at most SPLIT_MAX and each run SPLIT_MIN_TILES K tiles at least (a run must still
+    fill its pipeline). Measured (bench/siblings_gemv.py --rows 2,16; session 42 calls 1 and 2,
+    H200 and H100, seventeen groups): tensor-parallel shards and MLA down-projections of 768-2112
+    rows at K = 4096-8192 (24-66 slabs) ran 1.3-1.7x faster split (Llama-3-8B q/k/v over 8 GPUs
+    12.1 -> 7.3 us, DeepSeek-V3's q_a/kv_a 19.7 -> 15.1 us), within 5% of the best of eleven
+    split tiles; splitting past one program an SM lost (Llama-3-8B q/k/v's 96 slabs split 3:
+    16.5 -> 22.5 us, the rule session 38 wrote), so groups of more slabs than half the SMs stay
+    whole."""
+    runs = min(sms // max(1, blocks), SPLIT_MAX, -(-k // bk) // SPLIT_MIN_TILES)
+    return runs if runs >= 2 else 1
 
 
 def _tiles(tiles: tuple[int, ...] | None, k: int, m: int, rows: int) -> tuple[int, int, int, int, int]:
