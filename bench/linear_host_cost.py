@@ -10,7 +10,8 @@ round; the table shows the median over rounds of us per call and the difference 
 --pieces adds the member's path taken apart (session 41 found the member +1.4-2.6 us a call over
 nn.Linear on the device hosts while the same Python path is 0.3 us cheaper on a CPU host): its
 forward called directly (no Module.__call__), a TunedLinear marked as written with no group
-(the forward's preamble alone), the group's may_take alone, and nn.Linear's forward directly.
+(the forward's preamble alone), the group's may_take alone, nn.Linear's forward directly, and the
+two capture questions (the driver's, the current stream's raw handle) alone.
 --group (session 42) times the three members of a q/k/v group called in turn, per call: as three
 nn.Linear, left as written (the eager rule declines), and grouped eagerly (a group whose may_take
 says yes to every call: one launch at the first call, the others read its outputs; what the eager
@@ -67,7 +68,7 @@ def main(argv=None) -> int:
           f"{args.rounds} rounds of {args.calls})")
     names = ["F.linear", "nn.Linear", "as written"]
     if args.pieces:
-        names += ["nn.Linear.forward", "member.forward", "no group", "may_take"]
+        names += ["nn.Linear.forward", "member.forward", "no group", "may_take", "driver query", "stream query"]
     if args.group:  # per call of the three (their sum / 3), so the columns compare
         names += ["3 nn.Linear / 3", "3 as written / 3", "3 grouped / 3"]
     print(" ".join(f"{'rows':>5}" if i < 0 else f"{n:>17}" for i, n in enumerate([None] + names, -1))
@@ -81,6 +82,12 @@ def main(argv=None) -> int:
                              "no group": lambda: alone(x)})
             # may_take is asked with CUDA tensors only (a CPU build cannot ask about capture)
             variants["may_take"] = (lambda: group.may_take(x)) if dev == "cuda" else (lambda: None)
+            # the capture question two ways: the driver's (cudaStreamIsCapturing) and the current
+            # stream's raw handle (0: the default stream, never capturing), what may_take asks first
+            cap = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            variants["driver query"] = cap if dev == "cuda" and cap else (lambda: None)
+            variants["stream query"] = (lambda: raw(0)) if dev == "cuda" and raw else (lambda: None)
         if args.group:
             p0, p1, p2 = plain
             m0, m1, m2 = members

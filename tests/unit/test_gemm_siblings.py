@@ -93,6 +93,27 @@ def test_outside_a_capture_a_group_launches_only_at_one_row_with_a_served_member
     assert g.may_take(one) and g.may_take(four) and not g.may_take(torch.randn(17, 16, dtype=torch.float16))
 
 
+def test_the_capture_question_skips_the_driver_on_a_default_stream(fake, monkeypatch):
+    """A device running on its default stream cannot be capturing (torch refuses a capture there),
+    so the eager rule does not ask the driver then; on any other stream it does, and a capture
+    there takes the group as before."""
+    asked = []
+    monkeypatch.setattr(siblings, "_capturing", lambda: asked.append(1) or True)
+    streams = {}
+    monkeypatch.setattr(siblings, "_RAW_STREAM", lambda index: streams.setdefault("raw", 0))
+    g, members = _group()
+    for m in members:
+        m.__dict__["_as_written"] = True
+    g.refresh()
+    g.max_rows = 16
+    four = torch.randn(4, 16, dtype=torch.float16)
+    assert not g.may_take(four) and asked == []  # default stream: no capture, no driver query
+    streams["raw"] = 0x7F00  # a side stream: the driver is asked, and says capturing
+    assert g.may_take(four) and asked == [1]
+    monkeypatch.setattr(siblings, "_RAW_STREAM", None)  # a build without the raw-stream getter: always asked
+    assert g.may_take(four) and asked == [1, 1]
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_one_launch_serves_each_sibling_once_for_the_same_tensor(fake, bias):
     g, members = _group(bias)
