@@ -36,6 +36,9 @@ def main(argv=None) -> int:
     ap.add_argument("--group", action="store_true",
                     help="also the three members called in turn: as nn.Linear, left as written, grouped eagerly "
                          "(a group that takes every call: one launch for the three)")
+    ap.add_argument("--served", action="store_true",
+                    help="also a Linear whose key the shipped table serves with a Triton config (fp16 512x2048, "
+                         "gv1_n8x512_w4_s5_lr at 1-3 rows) against nn.Linear of the same weight: the Triton launch's host cost")
     ap.add_argument("--device", default="cuda", help="cpu runs the script's own check (the member exits at is_cuda)")
     args = ap.parse_args(argv)
     import torch
@@ -113,9 +116,41 @@ def main(argv=None) -> int:
         med = {k: statistics.median(v) for k, v in per.items()}
         print(f"{rows:>5} " + " ".join(f"{med[n]:>17.2f}" for n in names)
               + f" {med['as written'] - med['nn.Linear']:>+23.2f}")
+    if args.served and dev == "cuda":
+        _served(args, torch, nn, TunedLinear)
     if args.group:
         print(f"the eager group launched {eager_group.launches} time(s) (0 on a CPU: it takes CUDA tensors only)")
     return 0
+
+
+def _served(args, torch, nn, tuned_cls) -> None:
+    """nn.Linear against a TunedLinear of the same fp16 512x2048 weight, whose key the shipped sm90
+    table serves with a Triton decode-lane config at 1-3 rows (the shipped tables alone: USER_DB off)."""
+    import tunedb
+    from tunedb import settings
+    from tunedb.runtime import selector
+
+    with settings.override(USER_DB="off"):
+        selector.reload()
+        lin = nn.Linear(2048, 512, bias=False).to("cuda", torch.float16)
+        tl = tuned_cls(lin)
+        x = torch.randn(1, 2048, device="cuda", dtype=torch.float16)
+        torch.testing.assert_close(tl(x), lin(x), rtol=2e-2, atol=2e-2)
+        variants = {"F.linear": lambda: torch.nn.functional.linear(x, lin.weight), "nn.Linear": lambda: lin(x),
+                    "TunedLinear (Triton)": lambda: tl(x)}
+        per = {k: [] for k in variants}
+        for _ in range(args.rounds):
+            for k, f in variants.items():
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(args.calls):
+                    f()
+                per[k].append((time.perf_counter() - t0) / args.calls * 1e6)
+            torch.cuda.synchronize()
+        report = tunedb.tuning_report()
+    print("served key, 1 row, fp16 512x2048 (us per eager call): " + ", ".join(
+        f"{k} {statistics.median(v):.2f}" for k, v in per.items()))
+    print(f"  {str(report)[:400]}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import tunedb  # noqa: E402
-from tunedb.families.gemm import kernels_siblings, patching  # noqa: E402
+from tunedb.families.gemm import kernels_siblings, patching, siblings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from sibling_models import Attn  # noqa: E402
@@ -57,6 +57,7 @@ def test_an_attention_block_at_one_row_eager_and_in_a_graph(monkeypatch):
     torch.manual_seed(0)
     model = nn.Sequential(Attn(d=1024, kv=256, bias=True)).cuda().half().eval()
     ref = copy.deepcopy(model)
+    monkeypatch.setattr(siblings, "EAGER_MIN_BYTES", 0)  # its 3 MB group launches eagerly at one row too
     _optimized(monkeypatch, model)
     attn = model[0]
     group = attn.q_proj.__dict__["_siblings"][0]

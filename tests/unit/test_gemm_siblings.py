@@ -76,6 +76,10 @@ def test_outside_a_capture_a_group_launches_only_at_one_row_with_a_served_member
     g, members = _group()
     g.max_rows = 16
     one, four = torch.randn(1, 16, dtype=torch.float16), torch.randn(4, 16, dtype=torch.float16)
+    assert not g.eager_one_row()  # a few KB of weights: eagerly its launch costs more host time than it saves
+    monkeypatch.setattr(siblings, "EAGER_MIN_BYTES", 0)
+    g.refresh()
+    assert g.eager_one_row()
     assert g.call(0, four) is None and fake.launches == 1  # more rows eagerly: alone (one priming launch)
     assert g.call(0, four) is None and g.call(1, torch.randn(4, 16, dtype=torch.float16)) is None
     assert fake.launches == 1 and g.launches == 0  # primed once per row count; no group output served

@@ -70,6 +70,14 @@ DEEP_K, FEW_ROWS, FEW_ROWS_MMA = 2048, 512, 384
 # groups of 3-272 MB at 1.03-3.5x cuBLAS one by one (the least over the largest: one launch saves a
 # few us of 60-75); twice the largest is the edge of measured support.
 MMA_MAX_BYTES = 544 << 20
+# Eagerly (no capture) a group with a member tunedb serves launches at one row only if its weights
+# are this large: its launch costs the host more than the three calls it replaces (session 42:
+# +6 us over three nn.Linear calls on a fast H100 host, +21 us on a slow one, where a served
+# member's own Triton launch costs +0.8 us), so only a group whose one-row kernel saves GPU time
+# a decode step waits for pays for it. Llama-3-8B's 50 MB q/k/v gained (1.15x eager decode b1,
+# session 35); a tensor-parallel shard's 12.6 MB q/k/v lost (Llama-3-8B over 4 GPUs, one served
+# member: 1.11x slower eagerly at b1, session 42 call 4).
+EAGER_MIN_BYTES = 32 << 20
 
 
 # torch.cuda.is_current_stream_capturing's own C function, one Python frame fewer: a
@@ -133,6 +141,7 @@ class SiblingGroup:
         self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
         self._written: bool | None = None  # as_written(), kept from the first call on (refresh())
+        self._eager_row: bool | None = None  # eager_one_row(), kept likewise
         _LIVE.add(self)
 
     def __getstate__(self) -> dict[str, Any]:  # pickle / deepcopy: members, never kept outputs or sites
@@ -151,9 +160,20 @@ class SiblingGroup:
             written = self._written = all("_as_written" in m.__dict__ for m in self.members)
         return written
 
+    def eager_one_row(self) -> bool:
+        """Whether an eager call at one row is worth a launch: a member tunedb serves (its own call
+        would be a Triton launch anyway) and EAGER_MIN_BYTES of weights at least. Kept as
+        as_written() is."""
+        take = self._eager_row
+        if take is None:
+            weights = [m.__dict__.get("_parameters", {}).get("weight") for m in self.members]
+            size = sum(w.numel() * w.element_size() for w in weights if isinstance(w, torch.Tensor))
+            take = self._eager_row = not self.as_written() and size >= EAGER_MIN_BYTES
+        return take
+
     def refresh(self) -> None:
         """A member's mark changed (optimize() re-run after a tune serves it now)."""
-        self._written = None
+        self._written = self._eager_row = None
 
     def may_take(self, x: Any) -> bool:
         """Whether a launch for CUDA x is worth making: 1 to max_rows rows, and outside a CUDA-graph
@@ -165,7 +185,7 @@ class SiblingGroup:
         rows = x.numel()
         if not 0 < rows <= k * self.max_rows:
             return False
-        if _capturing_for(x) or (rows == k and not self.as_written()):
+        if _capturing_for(x) or (rows == k and self.eager_one_row()):
             return True
         if (rows // k, x.dtype) not in self._primed:
             self._prime(x)
@@ -197,7 +217,7 @@ class SiblingGroup:
         """Member `index`'s output for x from the group, or None: the member runs alone.
 
         Eager rule: outside a CUDA-graph capture a group launches only at one row with a member
-        tunedb serves. Eagerly the host sets the pace and one Triton launch costs more host time
+        tunedb serves and EAGER_MIN_BYTES of weights (eager_one_row). Eagerly the host sets the pace and one Triton launch costs more host time
         than the cuBLAS calls it replaces (session 37 call 3: a decoder no table names, its q/k/v
         and gate/up left as written, grouped eagerly at 1 and 16 rows 1.17-1.18x slower than
         plain, in graphs 1.18-1.20x faster); at one row with served members (Triton launches of
