@@ -75,8 +75,9 @@ MMA_MAX_BYTES = 544 << 20
 # +6 us over three nn.Linear calls on a fast H100 host, +21 us on a slow one, where a served
 # member's own Triton launch costs +0.8 us), so only a group whose one-row kernel saves GPU time
 # a decode step waits for pays for it. Llama-3-8B's 50 MB q/k/v gained (1.15x eager decode b1,
-# session 35); a tensor-parallel shard's 12.6 MB q/k/v lost (Llama-3-8B over 4 GPUs, one served
-# member: 1.11x slower eagerly at b1, session 42 call 4).
+# session 35). A tensor-parallel shard's 12.6 MB q/k/v with one served member ran 1.11-1.12x
+# slower than plain eagerly at b1 with and without this rule (session 42 calls 4 and 6: the
+# members' Python, not the group, set that), so the bound rests on the host costs above.
 EAGER_MIN_BYTES = 32 << 20
 
 
