@@ -219,10 +219,11 @@ class SiblingGroup:
 
         Eager rule: outside a CUDA-graph capture a group launches only at one row with a member
         tunedb serves and EAGER_MIN_BYTES of weights (eager_one_row). Eagerly the host sets the
-        pace and one Triton launch costs more host time than the cuBLAS calls it replaces (session 37 call 3: a decoder no table names, its q/k/v
-        and gate/up left as written, grouped eagerly at 1 and 16 rows 1.17-1.18x slower than
-        plain, in graphs 1.18-1.20x faster); at one row with served members (Triton launches of
-        their own) it gained 1.15x (Llama-3-8B, session 35)."""
+        pace and one Triton launch costs more host time than the cuBLAS calls it replaces
+        (session 37 call 3: a decoder no table names, its q/k/v and gate/up left as written,
+        grouped eagerly at 1 and 16 rows 1.17-1.18x slower than plain, in graphs 1.18-1.20x
+        faster; session 42 call 2 again 1.21-1.26x); at one row with served members (Triton
+        launches of their own) it gained 1.15x (Llama-3-8B, session 35)."""
         state = self._state
         if state is not None and state[0] is x and state[1] == _version(x):
             kept = state[2]
