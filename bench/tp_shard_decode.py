@@ -31,6 +31,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--per-round", type=int, default=20)
     ap.add_argument("--out")
+    ap.add_argument("--parts", action="store_true",
+                    help="also tunedb with siblings off, and with its served layers running F.linear (same rounds)")
     a = ap.parse_args(argv)
     import tunedb
     from tunedb import settings
@@ -44,6 +46,14 @@ def main(argv=None) -> int:
             variants["tunedb split"] = tunedb.optimize(copy.deepcopy(plain))
         with settings.override(SIBLING_SPLIT="1"):
             variants["tunedb no split"] = tunedb.optimize(copy.deepcopy(plain))
+        if a.parts:  # where the eager excess comes from: the sibling members, or the served layers' launches
+            with settings.override(SIBLINGS="0"):
+                variants["tunedb siblings off"] = tunedb.optimize(copy.deepcopy(plain))
+            served_plain = tunedb.optimize(copy.deepcopy(plain))
+            for m in served_plain.modules():
+                if type(m).__name__ == "TunedLinear" and "_as_written" not in m.__dict__:
+                    m.__dict__["_as_written"] = True  # F.linear for every call its group does not take
+            variants["tunedb served as F.linear"] = served_plain
         rows = []
         for batch in (1, 16):
             x = torch.randn(batch, 1, WIDTH, device="cuda", dtype=torch.bfloat16)
@@ -73,6 +83,12 @@ def main(argv=None) -> int:
                   f"{ms[f'tunedb no split {mode}']:.4f} | {r[f'tunedb split {mode} / plain']:.3f} | "
                   f"{r[f'tunedb no split {mode} / plain']:.3f} | {r[f'plain copy {mode} / plain']:.3f} | "
                   f"{r['rel_err']['tunedb split']:.1e} |")
+    if a.parts:
+        print("\n| batch | mode | siblings off / plain | served as F.linear / plain |")
+        for r in rows:
+            for mode in ("graph", "eager"):
+                print(f"| {r['batch']} | {mode} | {r[f'tunedb siblings off {mode} / plain']:.3f} | "
+                      f"{r[f'tunedb served as F.linear {mode} / plain']:.3f} |")
     print(f"\nserved (tuning_report): {report!s:.1500}")
     if a.out:
         with open(a.out, "w") as f:

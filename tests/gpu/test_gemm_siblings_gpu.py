@@ -17,7 +17,7 @@ import tunedb  # noqa: E402
 from tunedb.families.gemm import kernels_siblings, patching, siblings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from sibling_models import Attn  # noqa: E402
+from sibling_models import Attn, Shard  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -134,7 +134,8 @@ def test_the_tensor_core_path_matches_fp64(dt, m, k, ns, bias):
 
 
 @pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("tiles", [(64, 128, 4, 5, 2), (64, 128, 4, 5, 4), (32, 128, 1, 5, 3), (128, 128, 4, 4, 2)])
+@pytest.mark.parametrize("tiles", [(64, 128, 4, 5, 2), (64, 128, 4, 5, 4), (32, 128, 1, 5, 3), (128, 128, 4, 4, 2),
+                                   (32, 256, 2, 4, 2), (32, 256, 2, 4, 4)])  # the last two: split_for's picks
 @pytest.mark.parametrize("k,ns,bias", [(4096, (4096, 1024, 1024), False), (3584, (3584, 512, 512), True),
                                        (1000, (333, 17, 65), True)])
 def test_the_split_k_form_in_a_graph_matches_fp64_and_repeats_its_bits(dt, tiles, k, ns, bias):
@@ -220,3 +221,34 @@ def test_sixteen_rows_through_optimize_in_a_graph(monkeypatch):
             static.copy_(torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16))
             graph.replay()
             torch.testing.assert_close(out, ref(static), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16])
+def test_a_tensor_parallel_shard_through_optimize_in_a_graph(dt):
+    """The default K split (TUNEDB_SIBLING_SPLIT=auto) on a group of few slabs: Llama-3-8B's q/k/v
+    over 8 GPUs (512 + 128 + 128 rows at K = 4096), left as written (no table names the keys),
+    captured at 4 rows after an eager warm-up; the replays give the plain model's outputs on new
+    inputs and leave the workspace's counters zero."""
+    torch.manual_seed(0)
+    model = nn.Sequential(Shard()).cuda().to(dt).eval()
+    ref = copy.deepcopy(model)
+    tunedb.optimize(model)
+    group = model[0].q_proj.__dict__["_siblings"][0]
+    assert group.split is True
+    static = torch.randn(4, 4096, device="cuda", dtype=dt)
+    with torch.no_grad():
+        model(static)  # eager: each member alone, the group primed
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = model(static)
+        assert group.launches == 1
+        (_site, _grid, sizes), = group._sites.values()
+        assert sizes != (1, 1)  # a split workspace: the split form is what ran
+        for _ in range(3):
+            static.copy_(torch.randn(4, 4096, device="cuda", dtype=dt))
+            graph.replay()
+            torch.testing.assert_close(out, ref(static), rtol=3e-2, atol=3e-2)
+        (work,) = group._work.values()
+        torch.cuda.synchronize()
+        assert not work[1].any()

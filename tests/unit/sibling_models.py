@@ -87,3 +87,20 @@ class ShapeRead(nn.Module):
         a = self.a(h).view(*shape, -1)
         b = self.b(h).view(*shape, -1)
         return a, b
+
+
+class Shard(nn.Module):
+    """One GPU's q/k/v of a tensor-parallel attention (Llama-3-8B over 8 GPUs by default): few weight
+    rows at a deep K, the groups the sibling K split serves."""
+
+    def __init__(self, d: int = 4096, q: int = 512, kv: int = 128, bias: bool = False) -> None:
+        super().__init__()
+        self.q_proj = nn.Linear(d, q, bias=bias)
+        self.k_proj = nn.Linear(d, kv, bias=bias)
+        self.v_proj = nn.Linear(d, kv, bias=bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        q = self.q_proj(hidden_states)
+        k = self.k_proj(hidden_states)
+        v = self.v_proj(hidden_states)
+        return torch.cat([q, k, v], -1)

@@ -17,7 +17,7 @@ from tunedb import settings
 from tunedb.families.gemm import kernels_siblings, patching, siblings
 from tunedb.families.gemm.sibling_source import sibling_calls
 
-from sibling_models import (Aliased, Attn, Block, CalledTwice, Conditional, Cross, InPlaceBetween, OneExpr, Rebound,
+from sibling_models import (Aliased, Attn, Shard, Block, CalledTwice, Conditional, Cross, InPlaceBetween, OneExpr, Rebound,
                             ShapeRead)
 
 
@@ -461,6 +461,23 @@ def test_split_auto_is_read_at_optimize_and_reaches_the_launch(fake, monkeypatch
     monkeypatch.setenv("TUNEDB_SIBLING_SPLIT", "2")
     with pytest.raises(tunedb.errors.SettingsError, match="TUNEDB_SIBLING_SPLIT='2'"):
         tunedb.optimize(nn.Sequential(Attn()))
+
+
+def test_a_tensor_parallel_shard_splits_k_by_default(fake, monkeypatch):
+    """A shard's q/k/v (512 + 128 + 128 rows at K = 4096: 24 slabs of 32 rows on 132 SMs) gets the
+    split tile with no setting at all, at 2-16 rows; one row stays on the unsplit FMA slabs."""
+    monkeypatch.delenv("TUNEDB_SIBLING_SPLIT", raising=False)
+    model = tunedb.optimize(nn.Sequential(Shard()).half().requires_grad_(False))
+    g = model[0].q_proj.__dict__["_siblings"][0]
+    assert g.split is True
+    g._arch_ok = True
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"multi_processor_count": 132}))
+    x = torch.randn(4, 4096, dtype=torch.float16)
+    y = g.call(0, x)
+    assert fake.tiles == (32, 256, 2, 4, 4)  # four runs of four K tiles: 96 programs
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, g.members[0].weight))
+    g.call(0, torch.randn(1, 4096, dtype=torch.float16))
+    assert fake.tiles[-1] == 1
 
 
 def test_an_eager_warm_up_primes_what_a_capture_will_launch(fake, monkeypatch):
