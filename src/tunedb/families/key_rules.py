@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tunedb.errors import SignatureError
+from tunedb.errors import OperandMismatchError, SignatureError
 
 from tunedb.records import Signature
 
@@ -54,4 +54,6 @@ def check_one_device(what: str, **tensors: Any) -> None:
         elif dev != first:
             listed = ", ".join(f"{name} on {t.device}" for name, t in tensors.items()
                                if getattr(t, "device", None) is not None)
-            raise SignatureError(f"{what}'s tensors must be on one device; got {listed}")
+            # also the RuntimeError torch raises for tensors on two devices (a CUDA model fed a CPU
+            # input): code written against the plain model still catches it (s42 audit)
+            raise OperandMismatchError(f"{what}'s tensors must be on one device; got {listed}")

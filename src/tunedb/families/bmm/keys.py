@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunedb.errors import SignatureError
+from tunedb.errors import OperandMismatchError, SignatureError
 from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.bmm.configs import DTYPES, FAMILY, LAYOUTS, OPS, elem_bytes
 from tunedb.families.contract import SignatureSchema
@@ -85,17 +85,20 @@ def check_call(op: str, a: Any, b: Any) -> tuple[int, int, int, int, str]:
         check_tensors("bmm", a=a, b=b)
         raise
     check_one_device("bmm", a=a, b=b)
+    # operands that do not fit together: OperandMismatchError, also the RuntimeError torch.bmm
+    # raises for the same call (a ValueError before, s42 audit)
     if len(sa) != len(sb) or len(sa) not in (2, 3):
-        raise SignatureError(f"bmm needs a [B, M, K] and b [B, K, N] (or both 2-D; the bmm() entry point also "
-                             f"takes [..., M, K] and [..., K, N] with equal leading dimensions); "
-                             f"got a {list(sa)}, b {list(sb)}")
+        raise OperandMismatchError(f"bmm needs a [B, M, K] and b [B, K, N] (or both 2-D; the bmm() entry point "
+                                   f"also takes [..., M, K] and [..., K, N] with equal leading dimensions); "
+                                   f"got a {list(sa)}, b {list(sb)}")
     if len(sa) == 2:
         sa, sb = (1, *sa), (1, *sb)
     if sa[0] != sb[0] or sa[2] != sb[1]:
-        raise SignatureError(f"bmm shapes do not match: a {list(sa)} @ b {list(sb)} (need a [B, M, K], b [B, K, N])")
+        raise OperandMismatchError(f"bmm shapes do not match: a {list(sa)} @ b {list(sb)} (need a [B, M, K], "
+                                   f"b [B, K, N])")
+    if str(a.dtype) != str(b.dtype):  # before the served dtype: fp32 @ fp64 is a mismatch, as torch says
+        raise OperandMismatchError(f"bmm operands must share a dtype: a is {a.dtype}, b is {b.dtype}")
     dt = dt_name(a.dtype)
-    if dt_name(b.dtype) != dt:
-        raise SignatureError(f"bmm operands must share a dtype: a is {a.dtype}, b is {b.dtype}")
     batch, m, k = (int(d) for d in sa)
     return batch, m, int(sb[2]), k, dt
 

@@ -129,10 +129,10 @@ def bmm(a: Any, b: Any) -> Any:
         return torch.matmul(a, b)  # a dtype the family has no kernel for (fp64, integers): torch's product
     if getattr(a, "ndim", 3) > 3 and getattr(b, "ndim", 0) == a.ndim and a.shape[:-2] == b.shape[:-2]:
         if a.shape[-1] != b.shape[-2]:
-            from tunedb.errors import SignatureError
+            from tunedb.errors import OperandMismatchError  # (a RuntimeError too, as torch's)
 
-            raise SignatureError(f"bmm needs a [..., M, K] and b [..., K, N]: a's K={a.shape[-1]} but b's "
-                                 f"K={b.shape[-2]}; got a {list(a.shape)}, b {list(b.shape)}")
+            raise OperandMismatchError(f"bmm needs a [..., M, K] and b [..., K, N]: a's K={a.shape[-1]} but "
+                                       f"b's K={b.shape[-2]}; got a {list(a.shape)}, b {list(b.shape)}")
         (a3, b3), lead = batch_dims.fold((a, b), (2, 2), "bmm")
         return batch_dims.unfold(bmm(a3, b3), lead)
     if grad_form.direct((a, b)):

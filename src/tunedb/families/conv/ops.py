@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from tunedb.errors import SignatureError
 from tunedb.families.conv import keys
 from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.runtime import autocast_rule, dispatch, grad_form, launch_table
@@ -62,7 +63,13 @@ def _serve(op: str, x, weight, bias, stride, padding, dilation, groups, act):
             or autocast_rule.casts("cuda", x, weight, bias)):
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     args = (x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups, act)
-    bound = dispatch.bound("conv", op, *args)
+    try:
+        bound = dispatch.bound("conv", op, *args)
+    except SignatureError:
+        # operands that do not fit together (x's channels vs weight and groups, x and weight of
+        # two dtypes, an input shorter than the dilated kernel) have no key: torch's conv raises
+        # its own RuntimeError for them, as the module replaced did (the key's was a ValueError)
+        return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     if not grid_fits(bound.config, x):
         return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
     y = bound.call(*args)
@@ -139,6 +146,18 @@ def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups, act="none")
     return _fake("conv2d", x, weight, bias, stride, padding, dilation, groups, act)
 
 
+# A functorch transform (torch.func.vmap, grad, jacrev) active: the ops have no vmap rule, so
+# vmap ran them once per vmapped slice (a batch-1 conv each: other low bits than the batched
+# F.conv, and V launches); torch's own conv folds the vmapped dimension into its batch
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
+def _transformed(op: str, x, weight, bias, stride, padding, dilation, groups, act):
+    check_one_device(op, x=x, weight=weight, bias=bias)
+    keys.check_act(act)
+    return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
+
+
 def _far_pad(x: Any, extra: list[int]) -> Any:
     """x padded with zeros by extra[i] after spatial axis i (F.pad lists the last axis first)."""
     pads: list[int] = []
@@ -159,6 +178,8 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
     if grad_form.direct((x, weight, bias)):  # plain eager inference: no dispatcher hop
         return _conv1d_impl(*args)
+    if _functorch_active():
+        return _transformed("conv1d", *args)
     return torch.ops.tunedb.conv1d(*args)
 
 
@@ -173,4 +194,6 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
     if grad_form.direct((x, weight, bias)):
         return _conv2d_impl(*args)
+    if _functorch_active():
+        return _transformed("conv2d", *args)
     return torch.ops.tunedb.conv2d(*args)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tunedb.errors import SignatureError
+from tunedb.errors import OperandMismatchError, SignatureError
 from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.gemm_log_softmax.configs import DTYPES, FAMILY, OPS, sig_reason
 from tunedb.records import Signature
@@ -50,25 +50,30 @@ def signature_of(op: str, x: Any, weight: Any, bias: Any = None) -> tuple[Signat
 def check_call(op: str, x: Any, weight: Any, bias: Any = None, served_dtype: bool = True) -> tuple[int, int, str]:
     """(N, K, dt) of a call, SignatureError naming a bad shape or dtype: every check but the
     row count (an empty x has no key, but is a valid call; the fake kernel reads no M).
-    served_dtype=False: any one float dtype (the entry point's torch form for fp32/fp64)."""
+    served_dtype=False: any one float dtype (the entry point's torch form for fp32/fp64).
+    Operands that do not fit together (a 0-d x, a K, dtype or bias that differs) raise
+    OperandMismatchError, also the RuntimeError torch's linear raises for the same call: an
+    optimize()d head's caller catching nn.Linear's error got a ValueError (s42 audit)."""
     if op not in OPS:
         raise SignatureError(f"unknown gemm_log_softmax op {op!r}; ops are {', '.join(OPS)}")
     check_tensors("gemm_log_softmax", ("bias",), x=x, weight=weight, bias=bias)
     check_one_device("gemm_log_softmax", x=x, weight=weight, bias=bias)
     xs, ws = tuple(x.shape), tuple(weight.shape)
     if len(xs) < 1 or len(ws) != 2:
-        raise SignatureError(f"gemm_log_softmax needs x [..., K] and weight [N, K]; got x {list(xs)}, weight {list(ws)}")
+        raise OperandMismatchError(f"gemm_log_softmax needs x [..., K] and weight [N, K]; got x {list(xs)}, "
+                                   f"weight {list(ws)}")
     n, k = (int(d) for d in ws)
     if xs[-1] != k:
-        raise SignatureError(f"gemm_log_softmax x has K={xs[-1]} but weight [N, K] has K={k}")
-    dt = dt_of(x.dtype) if served_dtype else str(x.dtype).removeprefix("torch.")
+        raise OperandMismatchError(f"gemm_log_softmax x has K={xs[-1]} but weight [N, K] has K={k}")
+    # the pair's dtype before the served one: x int64 on a bf16 weight is a mismatch, as torch says
     if str(weight.dtype) != str(x.dtype):
-        raise SignatureError(f"gemm_log_softmax x is {x.dtype} but weight is {weight.dtype}; they must match")
+        raise OperandMismatchError(f"gemm_log_softmax x is {x.dtype} but weight is {weight.dtype}; they must match")
+    dt = dt_of(x.dtype) if served_dtype else str(x.dtype).removeprefix("torch.")
     if bias is not None:
         if tuple(bias.shape) != (n,):
-            raise SignatureError(f"gemm_log_softmax bias has shape {list(bias.shape)}; expected [{n}] (N)")
+            raise OperandMismatchError(f"gemm_log_softmax bias has shape {list(bias.shape)}; expected [{n}] (N)")
         if str(bias.dtype) != str(x.dtype):
-            raise SignatureError(f"gemm_log_softmax bias is {bias.dtype} but x is {x.dtype}; they must match")
+            raise OperandMismatchError(f"gemm_log_softmax bias is {bias.dtype} but x is {x.dtype}; they must match")
     return n, k, dt
 
 

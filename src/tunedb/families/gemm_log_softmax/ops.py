@@ -19,7 +19,7 @@ import torch
 from tunedb.families.gemm_log_softmax.configs import FAMILY, OPS
 from tunedb.families.gemm_log_softmax.keys import check_call
 from tunedb.families.gemm_log_softmax.launch import torch_arm
-from tunedb.runtime import grad_form
+from tunedb.runtime import batch_dims, grad_form
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 _lib.define("gemm_log_softmax(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor")
@@ -47,6 +47,26 @@ def _grad_form(x: Any, weight: Any, bias: Any = None) -> Any:
 _lib.impl("gemm_log_softmax", _impl, "CompositeExplicitAutograd")
 torch.library.register_fake("tunedb::gemm_log_softmax", _fake, lib=_lib)
 grad_form.register(_lib, "gemm_log_softmax", _grad_form)
+
+
+def _vmap(info: Any, in_dims: tuple, x: Any, weight: Any, bias: Any = None) -> Any:
+    """torch.vmap's rule for the op (an optimize()d head under vmap computes torch's pair instead:
+    module.py). Without one, torch's fallback ran the op once per vmapped slice, with a warning
+    (s42 audit). A vmapped x only: the vmapped dim joins x's leading (row) dims, one call. A
+    vmapped weight or bias (per-sample heads, not one GEMM): a batched matmul, torch's form."""
+    x_dim, w_dim, b_dim = in_dims
+    if w_dim is None and b_dim is None:
+        return gemm_log_softmax(x.movedim(x_dim, 0), weight, bias), 0
+    size = info.batch_size
+    x, weight = batch_dims.vmapped_front((x, weight), (x_dim, w_dim), size)
+    lead = x.shape[1:-1]
+    logits = torch.matmul(x.reshape(size, -1, x.shape[-1]), weight.mT)
+    if bias is not None:
+        logits = logits + batch_dims.vmapped_front((bias,), (b_dim,), size)[0].unsqueeze(1)
+    return torch.log_softmax(logits, -1).reshape(size, *lead, weight.shape[1]), 0
+
+
+torch.library.register_vmap("tunedb::gemm_log_softmax", _vmap, lib=_lib)
 _TORCH_ONLY = (torch.float32, torch.float64)
 
 

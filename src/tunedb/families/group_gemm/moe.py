@@ -161,11 +161,15 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
         # model's own forward serves, as for experts never recognised
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     if grad_form.wants_grad((hidden_states, top_k_weights, self.gate_up_proj, self.down_proj)) \
-            or hidden_states.numel() == 0 or getattr(self, "_is_expert_parallel", False):
+            or hidden_states.numel() == 0 or getattr(self, "_is_expert_parallel", False) \
+            or _autocast_casts(hidden_states, self.gate_up_proj, self.down_proj):
         # a training step: the Triton arm has no backward (the experts and the router would get
         # no gradient); no token: no group_gemm key; expert parallelism (transformers'
         # distributed/expert_parallel.py) routes non-local slots to the sentinel id E, which the
-        # model's forward skips and group_gemm refuses (s41 audit). The model's own forward computes it
+        # model's forward skips and group_gemm refuses (s41 audit); autocast to another dtype: the
+        # model's F.linear calls run in the autocast dtype, group_gemm would keep the experts' (an
+        # fp16 model under bf16 autocast differed from plain by 1e-2, s42 audit). The model's own
+        # forward computes it
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     inter = self.down_proj.shape[-1]
     ids = top_k_index if top_k_index.dtype.is_signed and top_k_index.dtype.itemsize >= 4 else top_k_index.int()
@@ -176,6 +180,18 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
     a = self.act_fn(h[..., :inter]) * h[..., inter:]
     y = run(a.contiguous(), self.down_proj, ids, top_k_weights)
     return y.sum(1).to(hidden_states.dtype)
+
+
+def _autocast_casts(x: Any, *weights: Any) -> bool:
+    """Autocast is on for x's device and would cast the experts' operands (runtime.autocast_rule),
+    False on a device autocast has no key for (meta: a census), where torch.is_autocast_enabled
+    raises."""
+    from tunedb.runtime import autocast_rule
+
+    try:
+        return autocast_rule.casts(x.device.type, x, *weights)
+    except RuntimeError:
+        return False
 
 
 def swap_experts(model: Any) -> list[str]:

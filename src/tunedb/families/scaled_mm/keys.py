@@ -15,7 +15,7 @@ from typing import Any
 
 from tunedb.errors import SignatureError
 from tunedb.families.key_rules import check_one_device
-from tunedb.families.scaled_mm.configs import (FP8_FAMILY, INT8_FAMILY, OPS, SCALE_BLOCK, SCALES,
+from tunedb.families.scaled_mm.configs import (FP8_FAMILY, INT8_FAMILY, OPS, OUTS, SCALE_BLOCK, SCALES,
                                                sig_reason)
 from tunedb.records import Signature
 
@@ -51,10 +51,15 @@ def operand_dt(dtype: Any) -> str:
     return dt
 
 
-def out_name(dtype: Any) -> str:
+def out_name(dtype: Any, family: str | None = None, op: str | None = None) -> str:
+    """The key's out name of a torch dtype. With the family and op, an unserved dtype's error
+    lists what that op allows (the whole table named int8 / fp8 as choices for a GEMM output)."""
     name = _OUT_OF_TORCH.get(str(dtype))
     if name is None:
-        raise SignatureError(f"output dtype {dtype} is not served; use one of {', '.join(_OUT_OF_TORCH)}")
+        names = {v: k for k, v in _OUT_OF_TORCH.items()}
+        allowed = [names[o] for o in OUTS[(family, op)]] if (family, op) in OUTS else list(_OUT_OF_TORCH)
+        what = f"{family} op={op}" if (family, op) in OUTS else "the quantized GEMMs"
+        raise SignatureError(f"output dtype {dtype} is not served by {what}; use one of {', '.join(allowed)}")
     return name
 
 
@@ -133,7 +138,7 @@ def signature_of(op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, out_d
         scale = infer_scale(w_scale, int(n), int(k), x_scale)
     if scale not in SCALES[family]:
         raise SignatureError(f"scale={scale!r} not allowed; {family} takes {', '.join(SCALES[family])}")
-    out = out_name(out_dtype)
+    out = out_name(out_dtype, family, op)
     sig = make_signature(family, op, int(n), int(k), out, scale)
     check_scales(sig, m, x_scale, w_scale)
     return sig, m

@@ -6,11 +6,14 @@ torchao's configs) and runs the GEMM through tunedb's op, so the selector's tabl
 row-wise, torchao's Triton kernel for blocks, _int_mm for int8). The weight and its scales are
 torchao's own tensors' data, shared, not copied.
 
-Numerics: the activation's scale is amax/QMAX per row (or block), as torchao computes it (on
-CUDA, per-token scales take one kernel, launch.quantize_rows; torch ops otherwise); the
+Numerics: the activation's scale is amax/QMAX per row (or block) in fp32 (on CUDA, per-token
+scales take one kernel, launch.quantize_rows; torch ops otherwise). torchao 0.18 differs: fp8
+divides amax by 448 in the activation's dtype (bf16), int8 takes amax/127.5 over [-128, 127];
+so q differs in places and outputs differ by about the activation's 8-bit rounding. The
 quantized GEMM accumulates in fp32 per K tile (torchao's fp8 default asks cuBLAS for fast
 accumulation, which is less precise), so outputs agree with torchao's to the fp8 (int8) rounding
-of the activation, not bit for bit.
+of the activation, not bit for bit. Activations of a dtype the op does not serve (fp32; fp16 for
+fp8) run torchao's own path (QuantizedLinear.served_dtype); served ones come back in their dtype.
 
 The report (tuning_report()) gets one line per optimized model and family, spec 000's wording:
 "scaled_mm_fp8: 15 quantized layer(s) over 5 signature(s) (LlamaMirror): 15 with a tuning entry
@@ -79,8 +82,18 @@ def _module_class() -> type:
                 return v.round().to(torch.int8), s
             return v.to(torch.float8_e4m3fn), s
 
+        def served_dtype(self, dtype: Any) -> bool:
+            """Whether the op serves an activation of `dtype` (its output is the activation's
+            dtype, as torchao's): fp8 writes bf16 only, int8 bf16 or fp16. The census keys the
+            same calls only (torchao_bridge.linear_key)."""
+            return dtype == torch.bfloat16 or (self.dt == "int8" and dtype == torch.float16)
+
         def forward(self, input: Any) -> Any:
             x = input  # nn's own parameter name: module(input=t) works as on the module replaced
+            if not self.served_dtype(x.dtype):
+                # an fp32 (or, for fp8, fp16) activation: torchao's own path, what the model ran
+                # before optimize(); the op returned bf16 here (fp8) or refused fp32 (int8)
+                return torch.nn.functional.linear(x, self.torchao_weight, self.bias)
             lead = x.shape[:-1]
             x2 = x.reshape(-1, self.in_features).contiguous()
             if torchao_bridge.ACTIVE:  # a census is recording (tunedb census --fused --quantization)
@@ -91,7 +104,9 @@ def _module_class() -> type:
             else:
                 y = ops.scaled_mm_fp8(q, self.qweight, s, self.w_scale, self.scale)
             if self.bias is not None:
-                y = y + self.bias
+                # added in fp32 where the dtypes differ (a bf16 bias on an fp16 activation), then
+                # the activation's dtype, as torchao returns it (the sum promoted to fp32 here)
+                y = (y + self.bias).to(x.dtype)
             return y.view(*lead, self.out_features)
 
         def signature(self) -> Any:
