@@ -77,8 +77,15 @@ class _TunedGemm(torch.autograd.Function):
                 act: str | None, tiers: str) -> torch.Tensor:
         with torch._C._AutoDispatchBelowAutograd():
             if act is None:
-                return torch.ops.tunedb.gemm.default(x, weight, tiers)
-            return torch.ops.tunedb.gemm_act.default(x, weight, bias, act, tiers)
+                out = torch.ops.tunedb.gemm.default(x, weight, tiers)
+            else:
+                out = torch.ops.tunedb.gemm_act.default(x, weight, bias, act, tiers)
+        # the torch arm's F.linear of a 3-D x with a bias returns a view of its 2-D addmm: an
+        # autograd.Function's output that is a view may not be modified in place ("created
+        # inside a custom Function"), which transformers' Longformer (`q /= sqrt(d)`) and DeBERTa
+        # (on a permute of it) do in training, where plain F.linear's output allows it. aten's own
+        # linear reshapes with _unsafe_view for this reason: the same storage, not a tracked view
+        return torch.ops.aten._unsafe_view(out, out.shape) if out._is_view() else out
 
     setup_context = staticmethod(_setup)
     backward = staticmethod(_backward)

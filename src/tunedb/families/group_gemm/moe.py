@@ -178,8 +178,31 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
     run = dispatch_call if grad_form.direct((hidden_states, self.gate_up_proj, ids)) else group_gemm
     h = run(hidden_states, self.gate_up_proj, ids)
     a = self.act_fn(h[..., :inter]) * h[..., inter:]
-    y = run(a.contiguous(), self.down_proj, ids, top_k_weights)
+    eager = getattr(getattr(self, "config", None), "_experts_implementation", None) in (None, "eager")
+    # transformers' grouped_mm / batched_mm forms (grouped_mm is its default) weight each slot in
+    # the promoted dtype and round once after the sum over k: fp32 routing weights (Mixtral's
+    # router) on bf16 experts are applied here, not rounded to bf16 per slot by the op (a tiny
+    # bf16 Mixtral's logits differed from plain on the CPU, s42 audit). Its eager form rounds
+    # each weighted slot, as the op does
+    weighted_here = not eager and top_k_weights.dtype != hidden_states.dtype
+    y = run(a.contiguous(), self.down_proj, ids, None if weighted_here else top_k_weights)
+    if weighted_here:
+        y = y * top_k_weights.unsqueeze(-1)
+    if eager and y.shape[1] > 2:
+        return _add_in_expert_order(y, top_k_index).to(hidden_states.dtype)
     return y.sum(1).to(hidden_states.dtype)
+
+
+def _add_in_expert_order(y: Any, top_k_index: Any) -> Any:
+    """y [T, k, H] summed over k as transformers' eager experts forward does: index_add_ into
+    the output's dtype, one expert at a time in ascending id, each add rounded (a sum over k
+    rounds once: a bf16 model with top-3 routing differed from plain, s42 audit)."""
+    order = top_k_index.argsort(dim=1, stable=True)
+    y = y.gather(1, order.unsqueeze(-1).expand_as(y))
+    out = y[:, 0]
+    for j in range(1, y.shape[1]):
+        out = out + y[:, j]
+    return out
 
 
 def _autocast_casts(x: Any, *weights: Any) -> bool:
