@@ -51,20 +51,10 @@ def main(argv=None) -> int:
     dev, dt = args.device, torch.bfloat16
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     plain = [nn.Linear(256, 256).to(dev, dt) for _ in range(3)]
-    members = [TunedLinear(lin) for lin in plain]
-    for m in members:
-        m.__dict__["_as_written"] = True
-    group = siblings.SiblingGroup(members, ("q", "k", "v"), max_rows=16)
-    for i, m in enumerate(members):
-        m.__dict__["_siblings"] = (group, i)
+    members, group = _grouped(plain, TunedLinear, siblings)
     lin0, mem0 = plain[0], members[0]
-    eager_members = [TunedLinear(lin) for lin in plain]
-    for m in eager_members:
-        m.__dict__["_as_written"] = True
-    eager_group = siblings.SiblingGroup(eager_members, ("q", "k", "v"), max_rows=16)
+    eager_members, eager_group = _grouped(plain, TunedLinear, siblings)
     eager_group.may_take = lambda x: True  # every call taken, as inside a capture (the eager rule declines it)
-    for i, m in enumerate(eager_members):
-        m.__dict__["_siblings"] = (eager_group, i)
     alone = TunedLinear(plain[0])
     alone.__dict__["_as_written"] = True  # no _siblings: the forward's checks, then F.linear
     print(f"{torch.cuda.get_device_name() if dev == 'cuda' else 'CPU'}, torch {torch.__version__}; us per eager call (median of "
@@ -98,21 +88,8 @@ def main(argv=None) -> int:
             variants.update({"3 nn.Linear / 3": lambda: (p0(x), p1(x), p2(x)),
                              "3 as written / 3": lambda: (m0(x), m1(x), m2(x)),
                              "3 grouped / 3": lambda: (e0(x), e1(x), e2(x))})
-        for f in variants.values():
-            f()
-        sync()
-        per = {k: [] for k in variants}
-        rng = random.Random(rows)
-        for _ in range(args.rounds):
-            order = list(variants)
-            rng.shuffle(order)
-            for k in order:
-                f = variants[k]
-                t0 = time.perf_counter()
-                for _ in range(args.calls):
-                    f()
-                per[k].append((time.perf_counter() - t0) / args.calls * 1e6 / (3 if k.startswith("3 ") else 1))
-                sync()
+        per = _rounds(variants, args.rounds, args.calls, sync, random.Random(rows))
+        per = {k: [t / 3 for t in v] if k.startswith("3 ") else v for k, v in per.items()}
         med = {k: statistics.median(v) for k, v in per.items()}
         print(f"{rows:>5} " + " ".join(f"{med[n]:>17.2f}" for n in names)
               + f" {med['as written'] - med['nn.Linear']:>+23.2f}")
@@ -121,6 +98,38 @@ def main(argv=None) -> int:
     if args.group:
         print(f"the eager group launched {eager_group.launches} time(s) (0 on a CPU: it takes CUDA tensors only)")
     return 0
+
+
+def _grouped(plain, tuned_cls, siblings):
+    """TunedLinears of `plain` marked as written, in one q/k/v SiblingGroup: (members, group)."""
+    members = [tuned_cls(lin) for lin in plain]
+    group = siblings.SiblingGroup(members, ("q", "k", "v"), max_rows=16)
+    for i, m in enumerate(members):
+        m.__dict__["_as_written"] = True
+        m.__dict__["_siblings"] = (group, i)
+    return members, group
+
+
+def _rounds(variants, rounds: int, calls: int, sync, rng=None) -> dict:
+    """us per call of each variant, one value per round: `calls` calls back to back with no
+    synchronisation inside (host time), the stream synchronised between variants; the order
+    shuffled per round when an rng is given. Each variant runs once first (warm-up)."""
+    for f in variants.values():
+        f()
+    sync()
+    per = {k: [] for k in variants}
+    for _ in range(rounds):
+        order = list(variants)
+        if rng is not None:
+            rng.shuffle(order)
+        for k in order:
+            f = variants[k]
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                f()
+            per[k].append((time.perf_counter() - t0) / calls * 1e6)
+            sync()
+    return per
 
 
 def _served(args, torch, nn, tuned_cls) -> None:
@@ -138,15 +147,7 @@ def _served(args, torch, nn, tuned_cls) -> None:
         torch.testing.assert_close(tl(x), lin(x), rtol=2e-2, atol=2e-2)
         variants = {"F.linear": lambda: torch.nn.functional.linear(x, lin.weight), "nn.Linear": lambda: lin(x),
                     "TunedLinear (Triton)": lambda: tl(x)}
-        per = {k: [] for k in variants}
-        for _ in range(args.rounds):
-            for k, f in variants.items():
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(args.calls):
-                    f()
-                per[k].append((time.perf_counter() - t0) / args.calls * 1e6)
-            torch.cuda.synchronize()
+        per = _rounds(variants, args.rounds, args.calls, torch.cuda.synchronize)
         report = tunedb.tuning_report()
     print("served key, 1 row, fp16 512x2048 (us per eager call): " + ", ".join(
         f"{k} {statistics.median(v):.2f}" for k, v in per.items()))

@@ -7,19 +7,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from unseen_decoder import Mlp  # gate, up, down: a SiLU-gated MLP (imports only torch too)
 
 WIDTH, FFN, HEADS, KV_HEADS, HEAD_DIM = 4096, 14336, 32, 8, 128
-
-
-class ShardMlp(nn.Module):
-    def __init__(self, d: int, f: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(d, f, bias=False)
-        self.up_proj = nn.Linear(d, f, bias=False)
-        self.down_proj = nn.Linear(f, d, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class ShardBlock(nn.Module):
@@ -31,7 +21,7 @@ class ShardBlock(nn.Module):
         self.v_proj = nn.Linear(WIDTH, self.kv * HEAD_DIM, bias=False)
         self.o_proj = nn.Linear(self.heads * HEAD_DIM, WIDTH, bias=False)
         self.norm1, self.norm2 = nn.RMSNorm(WIDTH), nn.RMSNorm(WIDTH)
-        self.mlp = ShardMlp(WIDTH, FFN // tp)
+        self.mlp = Mlp(WIDTH, FFN // tp)
 
     def forward(self, x):
         b, t, _ = x.shape

@@ -17,7 +17,7 @@ import tunedb  # noqa: E402
 from tunedb.families.gemm import kernels_siblings, patching, siblings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from sibling_models import Attn, Shard  # noqa: E402
+from sibling_models import Attn  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -230,7 +230,7 @@ def test_a_tensor_parallel_shard_through_optimize_in_a_graph(dt):
     captured at 4 rows after an eager warm-up; the replays give the plain model's outputs on new
     inputs and leave the workspace's counters zero."""
     torch.manual_seed(0)
-    model = nn.Sequential(Shard()).cuda().to(dt).eval()
+    model = nn.Sequential(Attn(d=4096, kv=128, q=512)).cuda().to(dt).eval()
     ref = copy.deepcopy(model)
     tunedb.optimize(model)
     group = model[0].q_proj.__dict__["_siblings"][0]

@@ -8,12 +8,16 @@ from torch import nn
 
 
 class Attn(nn.Module):
-    def __init__(self, d: int = 16, kv: int = 8, bias: bool = False) -> None:
+    """q/k/v and o; `q` narrower than d is one GPU's share of a tensor-parallel attention (few
+    weight rows at a deep K: the groups the sibling K split serves)."""
+
+    def __init__(self, d: int = 16, kv: int = 8, bias: bool = False, q: int | None = None) -> None:
         super().__init__()
-        self.q_proj = nn.Linear(d, d, bias=bias)
+        q = q or d
+        self.q_proj = nn.Linear(d, q, bias=bias)
         self.k_proj = nn.Linear(d, kv, bias=bias)
         self.v_proj = nn.Linear(d, kv, bias=bias)
-        self.o_proj = nn.Linear(d, d, bias=bias)
+        self.o_proj = nn.Linear(q, d, bias=bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         q = self.q_proj(hidden_states)
@@ -88,19 +92,3 @@ class ShapeRead(nn.Module):
         b = self.b(h).view(*shape, -1)
         return a, b
 
-
-class Shard(nn.Module):
-    """One GPU's q/k/v of a tensor-parallel attention (Llama-3-8B over 8 GPUs by default): few weight
-    rows at a deep K, the groups the sibling K split serves."""
-
-    def __init__(self, d: int = 4096, q: int = 512, kv: int = 128, bias: bool = False) -> None:
-        super().__init__()
-        self.q_proj = nn.Linear(d, q, bias=bias)
-        self.k_proj = nn.Linear(d, kv, bias=bias)
-        self.v_proj = nn.Linear(d, kv, bias=bias)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        q = self.q_proj(hidden_states)
-        k = self.k_proj(hidden_states)
-        v = self.v_proj(hidden_states)
-        return torch.cat([q, k, v], -1)

@@ -17,7 +17,7 @@ from tunedb import settings
 from tunedb.families.gemm import kernels_siblings, patching, siblings
 from tunedb.families.gemm.sibling_source import sibling_calls
 
-from sibling_models import (Aliased, Attn, Shard, Block, CalledTwice, Conditional, Cross, InPlaceBetween, OneExpr, Rebound,
+from sibling_models import (Aliased, Attn, Block, CalledTwice, Conditional, Cross, InPlaceBetween, OneExpr, Rebound,
                             ShapeRead)
 
 
@@ -467,7 +467,7 @@ def test_a_tensor_parallel_shard_splits_k_by_default(fake, monkeypatch):
     """A shard's q/k/v (512 + 128 + 128 rows at K = 4096: 24 slabs of 32 rows on 132 SMs) gets the
     split tile with no setting at all, at 2-16 rows; one row stays on the unsplit FMA slabs."""
     monkeypatch.delenv("TUNEDB_SIBLING_SPLIT", raising=False)
-    model = tunedb.optimize(nn.Sequential(Shard()).half().requires_grad_(False))
+    model = tunedb.optimize(nn.Sequential(Attn(d=4096, kv=128, q=512)).half().requires_grad_(False))
     g = model[0].q_proj.__dict__["_siblings"][0]
     assert g.split is True
     g._arch_ok = True

@@ -12,11 +12,22 @@ from __future__ import annotations
 from typing import Any
 
 
+def enabled(device_type: str) -> bool:
+    """torch.is_autocast_enabled(device_type), False for a device autocast has no key for (meta:
+    a census on meta tensors, where torch raises "unknown device type for autocast")."""
+    import torch
+
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:
+        return False
+
+
 def casts(device_type: str, *tensors: Any) -> bool:
     """Autocast is on for `device_type` and would cast one of `tensors` (None skipped)."""
     import torch
 
-    if not torch.is_autocast_enabled(device_type):
+    if not enabled(device_type):
         return False
     dtype = torch.get_autocast_dtype(device_type)
     return any(t is not None and t.dtype != dtype for t in tensors)

@@ -85,6 +85,15 @@ def direct(args: tuple[Any, ...]) -> bool:
 _names: list[Any] = []
 
 
+def transformed() -> bool:
+    """A functorch transform (torch.func.vmap, grad, jvp, jacrev) active or a forward-AD dual
+    level open: a call then runs its op's torch form, which every transform knows (the tuned ops
+    have no functorch rule and no jvp: vmap ran them once per slice, a tangent was dropped).
+    ~50 ns with torch's checks bound once (the GEMM entry points ask it on every call)."""
+    names = _names or _bind()
+    return names[6]._current_level >= 0 or names[5]()
+
+
 def _bind() -> list[Any]:
     import torch
     from torch.autograd import forward_ad

@@ -146,13 +146,10 @@ def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups, act="none")
     return _fake("conv2d", x, weight, bias, stride, padding, dilation, groups, act)
 
 
-# A functorch transform (torch.func.vmap, grad, jacrev) active: the ops have no vmap rule, so
-# vmap ran them once per vmapped slice (a batch-1 conv each: other low bits than the batched
-# F.conv, and V launches); torch's own conv folds the vmapped dimension into its batch
-_functorch_active = torch._C._are_functorch_transforms_active
-
-
 def _transformed(op: str, x, weight, bias, stride, padding, dilation, groups, act):
+    """The call under a torch.func / forward-AD transform (grad_form.transformed): the ops have no
+    vmap rule, so vmap ran them once per vmapped slice (a batch-1 conv each: other low bits than
+    the batched F.conv, and V launches); torch's own conv folds the vmapped dimension into its batch."""
     check_one_device(op, x=x, weight=weight, bias=bias)
     keys.check_act(act)
     return _plain(op, x, weight, bias, stride, padding, dilation, groups, act)
@@ -178,7 +175,7 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
     if grad_form.direct((x, weight, bias)):  # plain eager inference: no dispatcher hop
         return _conv1d_impl(*args)
-    if _functorch_active():
+    if grad_form.transformed():
         return _transformed("conv1d", *args)
     return torch.ops.tunedb.conv1d(*args)
 
@@ -194,6 +191,6 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
     if grad_form.direct((x, weight, bias)):
         return _conv2d_impl(*args)
-    if _functorch_active():
+    if grad_form.transformed():
         return _transformed("conv2d", *args)
     return torch.ops.tunedb.conv2d(*args)

@@ -33,7 +33,7 @@ from tunedb.families.gemm.configs import ACTS as GEMM_ACTS, VENDOR_LANES
 from tunedb.families.gemm import ops_autocast
 from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.gemm.ops_autograd import _TunedGemm, torch_form
-from tunedb.runtime import launch_table
+from tunedb.runtime import grad_form, launch_table
 
 # The activations the GEMM family fuses, as the torch arm computes them (the CPU/meta path).
 ACTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -332,15 +332,9 @@ _known = launch_table.known
 # torch.autocast on for any device: the call goes through the dispatcher, whose Autocast kernel
 # (ops_autocast.py) computes what F.linear does under it (one C call, ~85 ns on a slow CPU)
 _autocast = torch._C._is_any_autocast_enabled
-# A functorch transform (torch.func.grad, vmap, jvp, jacrev) active or a forward-AD dual level
-# open: the call runs the torch form (ops_autograd.torch_form), which every transform knows; the
-# tuned kernels and _TunedGemm (no jvp, no functorch rule) would drop a tangent or fail (~50 ns)
-_fwad = torch.autograd.forward_ad
-_functorch_active = torch._C._are_functorch_transforms_active
-
-
-def _transformed() -> bool:
-    return _fwad._current_level >= 0 or _functorch_active()
+# A functorch or forward-AD transform: the call runs the torch form (ops_autograd.torch_form); the
+# tuned kernels and _TunedGemm (no jvp, no functorch rule) would drop a tangent or fail
+_transformed = grad_form.transformed
 
 
 def _token() -> str:

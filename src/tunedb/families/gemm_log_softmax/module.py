@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from tunedb.runtime import autocast_rule, grad_form
+
 
 class TunedLinearLogSoftmax(torch.nn.Module):
     """nn.Linear + nn.LogSoftmax(dim=-1) as one tunedb::gemm_log_softmax call (same parameters)."""
@@ -30,18 +32,9 @@ class TunedLinearLogSoftmax(torch.nn.Module):
         # and under torch.func transforms (vmap of a model's forward), whose batching rule of
         # linear rounds apart from the unvmapped linear: torch's pair there is plain's bits (s42)
         if (not isinstance(x, torch.Tensor) or x.is_nested or x.dtype not in (torch.bfloat16, torch.float16)
-                or _autocast_on(x.device.type) or torch._C._are_functorch_transforms_active()):
+                or autocast_rule.enabled(x.device.type) or grad_form.transformed()):
             return torch.log_softmax(torch.nn.functional.linear(x, self.weight, self.bias), dim=-1)
         from tunedb.families.gemm_log_softmax.ops import gemm_log_softmax
 
         return gemm_log_softmax(x, self.weight, self.bias)
 
-
-def _autocast_on(device_type: str) -> bool:
-    """Autocast is on for `device_type`. torch.is_autocast_enabled raises for a device autocast
-    has no key for (meta: a census of a bf16 CTC model on meta tensors raised "unknown device
-    type for autocast" in the fused head, where the plain model runs; s42 audit): off there."""
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except RuntimeError:
-        return False

@@ -153,7 +153,7 @@ def meta_model(preset: str, layers: int = 2) -> Any:
 def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> Any:
     """The experts' forward through two group_gemm calls (see the module docstring)."""
     from tunedb.families.group_gemm.ops import group_gemm, run as dispatch_call
-    from tunedb.runtime import grad_form
+    from tunedb.runtime import autocast_rule, grad_form
 
     dts = {str(t.dtype) for t in (hidden_states, self.gate_up_proj, self.down_proj)}
     if len(dts) != 1 or not all(d in DTYPE_NAMES for d in dts):  # (dynamo cannot compare a set with dict keys)
@@ -162,7 +162,7 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     if grad_form.wants_grad((hidden_states, top_k_weights, self.gate_up_proj, self.down_proj)) \
             or hidden_states.numel() == 0 or getattr(self, "_is_expert_parallel", False) \
-            or _autocast_casts(hidden_states, self.gate_up_proj, self.down_proj):
+            or autocast_rule.casts(hidden_states.device.type, hidden_states, self.gate_up_proj, self.down_proj):
         # a training step: the Triton arm has no backward (the experts and the router would get
         # no gradient); no token: no group_gemm key; expert parallelism (transformers'
         # distributed/expert_parallel.py) routes non-local slots to the sentinel id E, which the
@@ -203,18 +203,6 @@ def _add_in_expert_order(y: Any, top_k_index: Any) -> Any:
     for j in range(1, y.shape[1]):
         out = out + y[:, j]
     return out
-
-
-def _autocast_casts(x: Any, *weights: Any) -> bool:
-    """Autocast is on for x's device and would cast the experts' operands (runtime.autocast_rule),
-    False on a device autocast has no key for (meta: a census), where torch.is_autocast_enabled
-    raises."""
-    from tunedb.runtime import autocast_rule
-
-    try:
-        return autocast_rule.casts(x.device.type, x, *weights)
-    except RuntimeError:
-        return False
 
 
 def swap_experts(model: Any) -> list[str]:
