@@ -252,3 +252,37 @@ def test_a_tensor_parallel_shard_through_optimize_in_a_graph(dt):
         (work,) = group._work.values()
         torch.cuda.synchronize()
         assert not work[1].any()
+
+
+def test_eager_calls_on_the_default_stream_skip_the_group_once_primed_and_a_capture_still_groups():
+    """A member left as written, called eagerly on the default stream at a size its group declines:
+    the first call primes, the second records the size as quiet, and later calls skip may_take
+    (nn.Linear's cost); the outputs stay F.linear's. A capture on a side stream afterwards still
+    launches the group, and its replays give the plain model's outputs."""
+    torch.manual_seed(0)
+    model = nn.Sequential(Attn(d=1152, kv=384, bias=True)).cuda().to(torch.bfloat16).eval()
+    ref = copy.deepcopy(model)
+    tunedb.optimize(model)
+    group = model[0].q_proj.__dict__["_siblings"][0]
+    assert group.as_written()
+    static = torch.randn(4, 1152, device="cuda", dtype=torch.bfloat16)
+    asked = []
+    take = group.may_take
+    group.may_take = lambda x: asked.append(x.shape[0]) or take(x)
+    with torch.no_grad():
+        for _ in range(2):
+            model(static)
+        assert (static.numel(), torch.bfloat16) in group.quiet and len(asked) == 6
+        for _ in range(3):
+            torch.testing.assert_close(model(static), ref(static), rtol=0, atol=0)
+        assert len(asked) == 6 and group.launches == 0  # quiet: no may_take, no launch
+        del group.may_take
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = model(static)
+        assert group.launches == 1
+        for _ in range(3):
+            static.copy_(torch.randn(4, 1152, device="cuda", dtype=torch.bfloat16))
+            graph.replay()
+            torch.testing.assert_close(out, ref(static), rtol=3e-2, atol=3e-2)

@@ -118,6 +118,31 @@ def test_the_capture_question_skips_the_driver_on_a_default_stream(fake, monkeyp
     assert g.may_take(four) and asked == [1, 1]
 
 
+def test_a_declined_eager_size_on_a_default_stream_becomes_quiet_until_a_refresh(fake, monkeypatch):
+    """The members' forward skips may_take for a (numel, dtype) its group declined again after
+    priming on a default stream (nothing is captured there); a side stream never makes a size
+    quiet, and refresh() (a member's mark changed) forgets them."""
+    monkeypatch.setattr(siblings, "_capturing", lambda: False)
+    streams = {"raw": 0}
+    monkeypatch.setattr(siblings, "_RAW_STREAM", lambda index: streams["raw"])
+    g, members = _group()
+    for m in members:
+        m.__dict__["_as_written"] = True
+    g.refresh()
+    g.max_rows = 16
+    four = torch.randn(4, 16, dtype=torch.float16)
+    assert not g.may_take(four) and g.quiet == set() and fake.launches == 1  # primed, not yet quiet
+    assert not g.may_take(four) and g.quiet == {(64, torch.float16)}
+    streams["raw"] = 0x7F00  # a side stream not capturing: declined, but never quiet
+    assert not g.may_take(torch.randn(2, 16, dtype=torch.float16))
+    assert not g.may_take(torch.randn(2, 16, dtype=torch.float16))
+    assert g.quiet == {(64, torch.float16)}
+    streams["raw"] = 0
+    assert not g.may_take(torch.randn(17, 16, dtype=torch.float16)) and g.quiet == {(64, torch.float16)}
+    g.refresh()
+    assert g.quiet == set()
+
+
 @pytest.mark.parametrize("bias", [False, True])
 def test_one_launch_serves_each_sibling_once_for_the_same_tensor(fake, bias):
     g, members = _group(bias)

@@ -68,6 +68,10 @@ _Tensor, _compiling, _dispatch_modes, _autocast, _grad_enabled, _known, _transfo
     ops._Tensor, ops._compiling, ops._dispatch_modes, ops._autocast, ops._grad_enabled, launch_table.known,
     ops._transformed)
 
+# a device's current raw stream (0: the default stream, where nothing is captured); bound only where
+# a group's quiet set can hold anything (siblings.SiblingGroup.may_take fills it only with the getter)
+_raw_stream = siblings._RAW_STREAM
+
 _HF_ACTS: dict[str, str] = {
     "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
     "PytorchGELUTanh": "gelu_tanh", "GELUPytorchTanh": "gelu_tanh", "FastGELUActivation": "",
@@ -120,7 +124,9 @@ class TunedLinear(nn.Module):
             return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it (fused_pair)
         if "_as_written" in d:  # swapped only to join its siblings (siblings.attach): nn.Linear's cost where it can
             sib = d.get("_siblings")
-            if sib is None or type(x) is not _Tensor or not x.is_cuda or not sib[0].may_take(x):
+            if (sib is None or type(x) is not _Tensor or not x.is_cuda
+                    or ((x.numel(), x.dtype) in sib[0].quiet and not _raw_stream(x.get_device()))
+                    or not sib[0].may_take(x)):
                 return F.linear(x, weight, bias)
         # ops.gemm / gemm_act's eager fast path, inline (one Python frame less per call): a plain
         # CUDA tensor, no tracer, mode or autocast, no gradient wanted, a key served this epoch.
@@ -129,7 +135,8 @@ class TunedLinear(nn.Module):
                 and not (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                               or (bias is not None and bias.requires_grad)))):
             sib = self.__dict__.get("_siblings")  # (group, index): siblings.py, one launch at one row
-            if sib is not None:
+            # (a size its group declines eagerly, on a default stream: no launch, no kept output to take)
+            if sib is not None and not ((x.numel(), x.dtype) in sib[0].quiet and not _raw_stream(x.get_device())):
                 y = sib[0].call(sib[1], x)
                 if y is not None:
                     return y

@@ -139,6 +139,9 @@ class SiblingGroup:
         self._sites: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}  # shapes key -> (site, grid, workspace sizes)
         self._work: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (sizes, device) -> workspace made outside a capture
         self._primed: set[tuple[int, Any]] = set()  # (rows, dtype) launched, or declined eagerly and primed
+        # (x.numel(), dtype) of eager calls on a default stream that may_take declined after their
+        # priming: the members' forward answers those with two C calls (quiet()), not may_take's frames
+        self.quiet: set[tuple[int, Any]] = set()
         self._state: tuple[Any, Any, list[Any], list[Any]] | None = None
         self._arch_ok: bool | None = None  # decided at the first CUDA call (configure() may pin it before)
         self._written: bool | None = None  # as_written(), kept from the first call on (refresh())
@@ -175,6 +178,7 @@ class SiblingGroup:
     def refresh(self) -> None:
         """A member's mark changed (optimize() re-run after a tune serves it now)."""
         self._written = self._eager_row = None
+        self.quiet = set()
 
     def may_take(self, x: Any) -> bool:
         """Whether a launch for CUDA x is worth making: 1 to max_rows rows, and outside a CUDA-graph
@@ -190,6 +194,8 @@ class SiblingGroup:
             return True
         if (rows // k, x.dtype) not in self._primed:
             self._prime(x)
+        elif _RAW_STREAM is not None and _RAW_STREAM(x.get_device()) == 0:
+            self.quiet.add((rows, x.dtype))  # declined again, primed, on a stream nothing captures
         return False
 
     def _prime(self, x: Any) -> None:
