@@ -6,6 +6,7 @@
 #             layers (carry .stage: the torchao wheel is installed first), robust models)
 #   tpparts   bench/tp_shard_decode.py --tp 4 --parts: the shard's eager excess taken apart
 #             (siblings off; served layers running F.linear)
+#   walls     bench/tp_shard_profile.py --walls: the shard's eager forward, gc on and off
 #   host      bench/linear_host_cost.py --pieces --served: a member's and a served layer's eager host cost
 #   moe       bench/moe.py --quick: the group_gemm kernel part and two MoE layers end to end
 #   other stages go to bench/device_s41.sh
@@ -19,6 +20,7 @@ for stage in "$@"; do
                > "$OUT/tests43.txt" 2>&1; tail -15 "$OUT/tests43.txt" ;;
     tpparts) stamp "stage tpparts"; timeout ${TP_S:-120} python bench/tp_shard_decode.py --tp ${TP:-4} --parts \
                --out "$OUT/tp_parts.json" 2>&1 | tee "$OUT/tp_parts.txt" | tail -22 ;;
+    walls) stamp "stage walls"; timeout 60 python bench/tp_shard_profile.py --tp ${TP:-4} --walls 2>&1 | tee "$OUT/walls.txt" | tail -6 ;;
     host) stamp "stage host"; timeout 90 python bench/linear_host_cost.py --pieces --served --rows 1,16 2>&1 | tee "$OUT/host.txt" | tail -30 ;;
     moe) stamp "stage moe"; timeout ${MOE_S:-280} python bench/moe.py --quick --out "$OUT/moe" \
            > "$OUT/moe.txt" 2>&1; tail -40 "$OUT/moe.txt" ;;

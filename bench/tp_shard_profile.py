@@ -2,7 +2,7 @@
 cProfile's top functions by own time over 200 eager forwards at one row, plain and
 tunedb.optimize() (shipped tables, USER_DB off), and per-forward wall times of both.
 
-    PYTHONPATH=src:bench python bench/tp_shard_profile.py [--tp 4] [--batch 1]
+    PYTHONPATH=src:bench python bench/tp_shard_profile.py [--tp 4] [--batch 1] [--walls]
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tp", type=int, default=4)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--walls", action="store_true",
+                    help="only per-forward wall times, paired rounds, with Python's garbage collector on and off")
     a = ap.parse_args(argv)
     import tunedb
     from tunedb import settings
@@ -32,6 +34,9 @@ def main(argv=None) -> int:
         plain = build(4, a.tp)
         tuned = tunedb.optimize(copy.deepcopy(plain))
         x = torch.randn(a.batch, 1, WIDTH, device="cuda", dtype=torch.bfloat16)
+        if a.walls:
+            _walls({"plain": plain, "tunedb": tuned}, x, a.calls)
+            return 0
         for name, m in (("plain", plain), ("tunedb", tuned)):
             for _ in range(20):
                 m(x)
@@ -54,6 +59,36 @@ def main(argv=None) -> int:
             print(s.getvalue()[:16000])
         print(str(tunedb.tuning_report())[:1500])
     return 0
+
+
+def _walls(models, x, calls: int, rounds: int = 9) -> None:
+    """us per eager forward, median of paired rounds in shuffled order, gc on and off: whether the
+    collector's passes (more Python objects made per call) are part of the excess."""
+    import gc
+    import random
+    import statistics
+
+    per = {f"{name} gc {state}": [] for name in models for state in ("on", "off")}
+    rng = random.Random(0)
+    for m in models.values():
+        for _ in range(20):
+            m(x)
+    for _ in range(rounds):
+        plan = list(per)
+        rng.shuffle(plan)
+        for label in plan:
+            name, _, state = label.split()
+            m = models[name]
+            (gc.disable if state == "off" else gc.enable)()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                m(x)
+            torch.cuda.synchronize()
+            per[label].append((time.perf_counter() - t0) / calls * 1e6)
+            gc.enable()
+    for label, v in per.items():
+        print(f"{label}: {statistics.median(v):.1f} us per eager forward")
 
 
 if __name__ == "__main__":
