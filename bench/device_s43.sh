@@ -7,6 +7,7 @@
 #   tpparts   bench/tp_shard_decode.py --tp 4 --parts: the shard's eager excess taken apart
 #             (siblings off; served layers running F.linear)
 #   walls     bench/tp_shard_profile.py --walls: the shard's eager forward, gc on and off
+#   trace     bench/tp_shard_trace.py: a served layer's in-place host time and torch.profiler's table
 #   host      bench/linear_host_cost.py --pieces --served: a member's and a served layer's eager host cost
 #   moe       bench/moe.py --quick: the group_gemm kernel part and two MoE layers end to end
 #   other stages go to bench/device_s41.sh
@@ -21,6 +22,8 @@ for stage in "$@"; do
     tpparts) stamp "stage tpparts"; timeout ${TP_S:-120} python bench/tp_shard_decode.py --tp ${TP:-4} --parts \
                --out "$OUT/tp_parts.json" 2>&1 | tee "$OUT/tp_parts.txt" | tail -22 ;;
     walls) stamp "stage walls"; timeout 60 python bench/tp_shard_profile.py --tp ${TP:-4} --walls 2>&1 | tee "$OUT/walls.txt" | tail -6 ;;
+    trace) stamp "stage trace"; timeout 120 python bench/tp_shard_trace.py --tp ${TP:-4} --batch ${B:-1} > "$OUT/trace.txt" 2>&1
+           head -12 "$OUT/trace.txt"; grep -A26 "^== " "$OUT/trace.txt" | cut -c1-170 ;;
     host) stamp "stage host"; timeout 90 python bench/linear_host_cost.py --pieces --served --rows 1,16 2>&1 | tee "$OUT/host.txt" | tail -30 ;;
     moe) stamp "stage moe"; timeout ${MOE_S:-280} python bench/moe.py --quick --out "$OUT/moe" \
            > "$OUT/moe.txt" 2>&1; tail -40 "$OUT/moe.txt" ;;
