@@ -60,3 +60,33 @@ def _torch():
     from tunedb.records import Config
 
     return Config.sentinel("torch")
+
+
+def test_a_one_row_gv_pick_is_primed_eagerly_served_by_torch_eagerly_and_tuned_in_a_graph(tiers_dirs):
+    """The equal-launches rule (session 43): a user-tier one-launch GEMV pick for a microsecond
+    GEMM (a tensor-parallel q_proj at one row) serves eager calls with torch's bits; the first
+    eager call also runs the pick once, so its split-K workspace exists before the capture, which
+    runs the pick and replays the fp32 reference's result on new inputs."""
+    from tunedb.families.gemm import launch
+
+    n, k, m, gv = 1024, 4096, 1, "gv1_n8x512_w4_s5_lr"
+    sig = Signature.parse(f"gemm|op=gemm|dt=bf16|N={n}|K={k}")
+    cfg = FAMILY.parse_config(gv)
+    database.write_entries("user", "gemm", "sm90", [Entry(sig, (Region(1, cfg.id),))], [cfg])
+    selector.reload()
+    (x, w, _bias), _ = FAMILY.make_inputs(sig, m, "cuda", 0)
+    eager = ops.gemm(x, w)
+    bound = launch_table.launcher("gemm", x, w, None, "none", m)
+    assert (bound.config.id, bound.eager) == (gv, "torch")
+    assert torch.equal(eager, FAMILY.launch(_torch(), sig, x, w))
+    made = {key: dict(v) for key, v in launch._DECODE_SCRATCH.items() if key[0] == launch.plain_decode_id(gv)}
+    assert made and all(made.values())  # the prime made the pick's workspace outside any capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ops.gemm(x, w)
+    for seed in range(3):
+        x.copy_(FAMILY.make_inputs(sig, m, "cuda", seed + 1)[0][0])
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _rel(captured, x.float() @ w.float().T) < 1e-2
+        assert torch.equal(captured, FAMILY.launch(cfg, sig, x, w))  # captured: the pick's own bits

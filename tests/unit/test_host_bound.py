@@ -26,13 +26,19 @@ def sig(n: int, k: int, op: str = "gemm", **extra) -> Signature:
 def test_split_k_on_a_microsecond_gemm_serves_torch_eagerly():
     # Llama-3-8B's k/v projection at decode: cuBLAS runs it in a few us, under two launches' host time
     assert eager_fallback(sig(1024, 4096), 1, SPLITK, PROFILE) == "torch"
-    # a single-launch tile costs the host what cuBLAS costs: it serves every call
-    assert eager_fallback(sig(1024, 4096), 1, TILE, PROFILE) is None
+    # a single-launch tile too: its Triton launch costs the host more than cuBLAS's, and its GPU
+    # saving buys nothing where the step is host-bound (session 43)
+    assert eager_fallback(sig(1024, 4096), 1, TILE, PROFILE) == "torch"
+    # ... but not a GEMM longer than a launch's host time, nor a fused activation (one launch
+    # against torch's two)
+    assert eager_fallback(sig(14336, 4096), 16, TILE, PROFILE) is None
+    assert eager_fallback(sig(1024, 4096, "gemm_act", act="silu", bias=0), 1, TILE, PROFILE) is None
     # a GEMM far longer than two launches runs GPU-bound even eagerly: the config serves
     assert eager_fallback(sig(14336, 4096), 16, SPLITK, PROFILE) is None
-    # with an activation the torch arm issues two kernels too: split-K adds no launch over it
+    # with an activation the torch arm issues two kernels too: split-K adds no launch over it, but
+    # its two Triton launches still cost the host more than torch's two
     assert fallback_launches(sig(1024, 4096, "gemm_act", act="silu", bias=0)) == 2
-    assert eager_fallback(sig(1024, 4096, "gemm_act", act="silu", bias=0), 1, SPLITK, PROFILE) is None
+    assert eager_fallback(sig(1024, 4096, "gemm_act", act="silu", bias=0), 1, SPLITK, PROFILE) == "torch"
     assert eager_fallback(sig(1024, 4096), 1, Config.sentinel("torch"), PROFILE) is None
 
 
@@ -69,3 +75,23 @@ def test_the_setting_refuses_a_bad_value():
     with settings.override(EAGER_FALLBACK="yes"):
         with pytest.raises(Exception, match="TUNEDB_EAGER_FALLBACK='yes'"):
             settings.eager_fallback_enabled()
+
+
+def test_graph_only_primes_the_tuned_launcher_once_and_reads_the_stream_handle_first(monkeypatch):
+    """With prime, the first eager call also runs the tuned launcher (a capture after an eager
+    warm-up then loads and allocates nothing); on a default stream torch's capture query is
+    never asked; a side stream asks it, and a capture there gets the tuned launcher."""
+    calls, asked, on_default = [], [], [True]
+    monkeypatch.setattr(host_bound, "_cuda", lambda: True)
+    monkeypatch.setattr(host_bound, "_default_stream_check", lambda: (lambda: on_default[0]))
+    monkeypatch.setattr(host_bound, "_capturing", lambda: asked.append(1) or not on_default[0])
+    call = host_bound.graph_only(lambda *a: calls.append(("tuned", a)) or "t",
+                                 lambda *a: calls.append(("eager", a)) or "e", prime=True)
+    assert call(1) == "e" and call(2) == "e"
+    assert calls == [("tuned", (1,)), ("eager", (1,)), ("eager", (2,))] and asked == []
+    on_default[0] = False  # a side stream, capturing
+    assert call(3) == "t" and asked == [1] and calls[-1] == ("tuned", (3,))
+    unprimed = host_bound.graph_only(lambda *a: calls.append(("tuned", a)), lambda *a: calls.append(("eager", a)))
+    on_default[0] = True
+    unprimed(4)
+    assert calls[-1] == ("eager", (4,)) and calls[-2] == ("tuned", (3,))  # no prime without it

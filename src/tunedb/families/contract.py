@@ -282,6 +282,10 @@ DEFAULTS: Mapping[str, Callable[..., Any]] = {
     # outside CUDA-graph capture (where the host issues every launch), or None: the config serves
     # every call (runtime/host_bound.py)
     "eager_fallback": _none,
+    # (config) -> whether the first eager call of a shape eager_fallback moved runs the config once
+    # too (its outputs dropped), so that a capture finds its binary loaded and its workspace made
+    # outside the graph; only for launchers that write nothing but their output
+    "eager_prime": lambda family, config: False,
     # (config) -> (plain_config, pdl_config, admits) or None: a config with a programmatic-dependent-
     # launch twin; inside a capture the twin serves the calls that directly follow one of ours and
     # that admits(*launch_args) allows, the plain config every other call (runtime/capture_chain.py)

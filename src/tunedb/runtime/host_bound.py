@@ -7,11 +7,17 @@ issues more launches than the vendor call (split-K: a partial and a reduce kerne
 workspace allocation) makes the model slower (measured: Llama-3-8B decode b1 eager 0.90x of plain
 with one split-K key, the same keys 1.01x in graphs; BENCHMARKS.md session 10, X1).
 
+A single launch costs the host more through Triton's launcher than through cuBLAS's (session 43,
+H100: a tensor-parallel shard's four served one-row q_proj calls made its eager step 7.5% slower
+than the same calls as F.linear), so the GEMM family's rule also sends a config of as many
+launches as torch's to torch eagerly where torch's kernel is shorter than a launch's host time.
+
 A family's `eager_fallback(sig, m, config, profile, params)` hook names the sentinel that should
 serve a shape's eager calls (None: the config serves every call). The bound launcher then asks,
 per call, whether the current stream is capturing: captured calls (a CUDA graph, what the
 measurement saw) get the tuned config, eager calls the fallback. Only shapes the hook flags pay
-for that query (a C call, well under a microsecond).
+for that query (the current stream's handle, two C calls; torch's capture query only on a side
+stream).
 """
 from __future__ import annotations
 
@@ -34,11 +40,34 @@ def _cuda() -> bool:
         return False
 
 
-def graph_only(tuned: Callable[..., Any], eager: Callable[..., Any]) -> Callable[..., Any]:
-    """A launcher serving `tuned` inside CUDA-graph capture and `eager` outside it."""
+def _default_stream_check() -> Callable[[], bool] | None:
+    """A C-only question "is the current device on its default stream?" (nothing is captured
+    there: torch refuses a capture on it), or None where this torch build has no such getters."""
+    import torch
+
+    raw, device = (getattr(torch._C, name, None) for name in ("_cuda_getCurrentRawStream", "_cuda_getDevice"))
+    if raw is None or device is None:
+        return None
+    return lambda: raw(device()) == 0
+
+
+def graph_only(tuned: Callable[..., Any], eager: Callable[..., Any], prime: bool = False) -> Callable[..., Any]:
+    """A launcher serving `tuned` inside CUDA-graph capture and `eager` outside it. An eager call
+    on a default stream (the usual eager model) is told by the stream handle alone; only a side
+    stream asks torch whether it is capturing. With `prime`, the first eager call runs `tuned`
+    once before `eager` (its outputs dropped): a capture after an eager warm-up then finds the
+    tuned kernel loaded and its workspace made, where a first launch inside the capture would
+    load it there (CUDA may refuse) and allocate there (fill kernels in every replay)."""
+    on_default = _default_stream_check() if _cuda() else None
+    primed = [] if prime else [True]
 
     def call(*args: Any, **kwargs: Any) -> Any:  # kwargs: runtime.dispatch passes an op's through
-        return tuned(*args, **kwargs) if _capturing() else eager(*args, **kwargs)
+        if (on_default is not None and on_default()) or not _capturing():
+            if not primed:
+                primed.append(True)
+                tuned(*args, **kwargs)
+            return eager(*args, **kwargs)
+        return tuned(*args, **kwargs)
 
     call.tuned, call.eager = tuned, eager  # type: ignore[attr-defined]
     return call

@@ -323,8 +323,10 @@ def bind(family: Any, sig: Signature, size: int,
         bound.call, bound.direct = chained, None
     eager = host_bound.eager_fallback(family, sig, size, config, tier)
     if eager is not None:
+        from tunedb.families.contract import hook
         bound.eager = eager
-        bound.call = host_bound.graph_only(bound.call, make(family, Config.sentinel(eager), sig))
+        bound.call = host_bound.graph_only(bound.call, make(family, Config.sentinel(eager), sig),
+                                           prime=bool(hook(family, "eager_prime")(config)))
         bound.direct = direct_of(bound.call)  # the wrapper's: None (capture must see the tuned call)
     return bound
 

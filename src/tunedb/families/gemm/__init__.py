@@ -100,6 +100,12 @@ class GemmFamily:
 
         return eager_fallback(sig, m, config, profile, params)
 
+    def eager_prime(self, config: Config) -> bool:
+        """Every GEMM launcher writes only its output: the first eager call of a shape served by
+        torch eagerly runs the config once, so its capture finds the kernel loaded and the
+        split-K workspace made (runtime/host_bound.graph_only)."""
+        return True
+
     def pdl_pair(self, config: Config) -> Any:
         """A decode-lane config and its PDL twin, launched by the run time where a captured call
         follows one of ours (launch_gemv.pdl_pair, runtime/capture_chain.py)."""

@@ -94,13 +94,17 @@ def eager_fallback(sig: Signature, m: int, config: Config, profile: ArchProfile,
                    fallback: str = "torch") -> str | None:
     """The GEMM family's eager_fallback hook. Outside a graph a call costs about the larger of its
     host issue time (launches x profile.launch_us_eager) and its kernel time. `fallback` serves the
-    shape's eager calls when the config issues more launches than the fallback and the fallback's
-    predicted kernel is shorter than the config's host time: then the config's call is host-bound,
-    its GPU saving buys nothing, and its extra launches cost. None: the config serves."""
+    shape's eager calls when the config issues at least as many launches as the fallback and the
+    fallback's predicted kernel is shorter than the config's host time: then the config's call is
+    host-bound and its GPU saving buys nothing. Its extra launches cost, and so does a Triton
+    launch against cuBLAS's at equal counts (+1.3 us a call in a loop of its own; a
+    tensor-parallel shard's four served one-row q_proj calls made its eager step 7.5% slower than
+    the same calls as F.linear, session 43 call 1, H100). A config of fewer launches (an
+    activation fused) serves. None: the config serves."""
     if config.is_sentinel:
         return None
     host_cfg = LAUNCHES.get(config.lane, 1) * profile.launch_us_eager
-    if host_cfg <= fallback_launches(sig) * profile.launch_us_eager:
+    if host_cfg < fallback_launches(sig) * profile.launch_us_eager:
         return None
     from tunedb import families
 
