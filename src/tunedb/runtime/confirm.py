@@ -195,6 +195,8 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
 
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 <= tol < 1:
         raise ValueError(f"tol={tol!r} must be a number in [0, 1)")
+    if not isinstance(publish, bool):  # publish="no" is truthy: it wrote the user tier
+        raise TypeError(f"confirm publish={publish!r} must be True or False")
     shapes_only = model is None or isinstance(inputs, ShapeSet) or (
         isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs))
     if measurer is None and not shapes_only and warn_no_gpu(

@@ -74,6 +74,9 @@ def _recorded(model: Any, inputs: Any) -> tuple[Point, ...]:
 
     if model is None:
         raise TypeError("prewarm needs a model to run example inputs through")
+    if not callable(model):  # a string or a state_dict failed as "'str' object is not callable"
+        raise TypeError(f"prewarm needs a model to run example inputs through (a torch.nn.Module or a "
+                        f"callable), got {type(model).__name__}")
     with torch.no_grad(), launch_table.recording() as calls, report.recording_left(model):
         forward_of(model, inputs)()  # modules optimize() left as written are recorded too
     counts: dict[tuple[str, Signature, int], int] = {}
@@ -112,6 +115,8 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
 
     if isinstance(budget_s, bool) or not isinstance(budget_s, numbers.Real) or not 0 <= budget_s < float("inf"):
         raise ValueError(f"budget_s={budget_s!r} must be a number of seconds >= 0 (finite)")
+    if not isinstance(strict, bool):  # strict="no" is truthy: it raised where the user asked it not to
+        raise TypeError(f"prewarm strict={strict!r} must be True or False")
     if isinstance(model, (ShapeSet, list, tuple)) and inputs is None:
         model, inputs = None, model
     # a torch.compile'd module: its compiled graph never reaches the recorder (it found 0 points

@@ -33,7 +33,7 @@ from tunedb.families.gemm.configs import ACTS as GEMM_ACTS, VENDOR_LANES
 from tunedb.families.gemm import ops_autocast
 from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.gemm.ops_autograd import _TunedGemm, torch_form
-from tunedb.runtime import grad_form, launch_table
+from tunedb.runtime import batch_dims, grad_form, launch_table
 
 # The activations the GEMM family fuses, as the torch arm computes them (the CPU/meta path).
 ACTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -309,6 +309,36 @@ def _gemm_act_autograd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 _lib.impl("gemm", _gemm_autograd, "Autograd")
 _lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
 ops_autocast.register(_lib, ACTS)  # under torch.autocast: what F.linear computes there
+
+
+def _vmap_gemm(info: Any, in_dims: tuple, x: torch.Tensor, weight: torch.Tensor, tiers: str = "") -> Any:
+    return _vmap_act(info, (*in_dims[:2], None), x, weight, None, "none")
+
+
+def _vmap_act(info: Any, in_dims: tuple, x: torch.Tensor, weight: torch.Tensor,
+              bias: torch.Tensor | None = None, act: str = "none", tiers: str = "") -> Any:
+    """torch.vmap's rule for the ops called directly (an exported optimize()d model's graph calls
+    them; the entry points run the torch form under a transform). Without one, torch's fallback
+    ran the op once per vmapped slice, with a warning and other low bits than vmap over the plain
+    layer (s43 audit). A vmapped x only: the vmapped dim joins x's rows, one call (F.linear's own
+    batching). A vmapped weight or bias (per-sample layers): a batched matmul in torch's ops."""
+    x_dim, w_dim, b_dim = (*in_dims, None, None)[:3]
+    if w_dim is None and b_dim is None:
+        x = x.movedim(x_dim, 0)
+        return (gemm(x, weight) if bias is None and act == "none" else gemm_act(x, weight, bias, act)), 0
+    size = info.batch_size
+    x, weight = batch_dims.vmapped_front((x, weight), (x_dim, w_dim), size)
+    if size:  # the checks of one vmapped slice (bad operands are named as outside vmap)
+        _check(x[0], weight[0], bias if b_dim is None else bias.select(b_dim, 0), act)
+    lead = x.shape[1:-1]
+    y = torch.matmul(x.reshape(size, -1, x.shape[-1]), weight.mT)
+    if bias is not None:
+        y = y + batch_dims.vmapped_front((bias,), (b_dim,), size)[0].unsqueeze(1)
+    return ACTS[act](y).reshape(size, *lead, weight.shape[1]), 0
+
+
+torch.library.register_vmap("tunedb::gemm", _vmap_gemm, lib=_lib)
+torch.library.register_vmap("tunedb::gemm_act", _vmap_act, lib=_lib)
 
 
 # --- entry points -------------------------------------------------------------------------

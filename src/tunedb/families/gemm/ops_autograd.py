@@ -32,7 +32,13 @@ def torch_form(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     and forward-mode AD, which know torch's ops and not this autograd.Function (no jvp, and
     applied inside a Library kernel it has no functorch rule)."""
     from tunedb.families.gemm.arms import act_fn
+    from tunedb.families.gemm.configs import ACTS
 
+    if act is not None and act not in ACTS:  # as ops._check names it (act_fn raised a bare KeyError)
+        from tunedb.errors import SignatureError
+
+        allowed = ("none", *sorted(a for a in ACTS if a != "none"))
+        raise SignatureError(f"unknown activation act={act!r}; allowed: {', '.join(allowed)}")
     out = F.linear(x, weight, bias)
     fn = act_fn(act or "none")
     return out if fn is None else fn(out)

@@ -54,7 +54,9 @@ def _vmap(info: Any, in_dims: tuple, x: Any, weight: Any, bias: Any = None) -> A
     module.py). Without one, torch's fallback ran the op once per vmapped slice, with a warning
     (s42 audit). A vmapped x only: the vmapped dim joins x's leading (row) dims, one call. A
     vmapped weight or bias (per-sample heads, not one GEMM): a batched matmul, torch's form."""
-    x_dim, w_dim, b_dim = in_dims
+    # a call that leaves bias to its schema default (op(x, weight)) hands two in_dims, not three:
+    # unpacking three raised ValueError for every such call under vmap (s43 audit)
+    x_dim, w_dim, b_dim = (*in_dims, None)[:3]
     if w_dim is None and b_dim is None:
         return gemm_log_softmax(x.movedim(x_dim, 0), weight, bias), 0
     size = info.batch_size
