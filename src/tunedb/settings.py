@@ -58,11 +58,25 @@ def _path_problem(value: str) -> str | None:
     return None
 
 
+def _unusable(path: Path) -> str | None:
+    """Why the file system refuses to look `path` up (a name too long, say), or None."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as exc:  # else Path.exists() raises it from deep inside a setting's check
+        return f"cannot be used as a path ({exc.strerror or exc}); use another path"
+    return None
+
+
 def _directory_value(value: str) -> str | None:
     why = _path_problem(value)
     if why:
         return why
     path = Path(value).expanduser()
+    why = _unusable(path)
+    if why:
+        return why
     if path.exists() and not path.is_dir():
         return "is not a directory (it names an existing file); use a directory path"
     return None
@@ -77,6 +91,9 @@ def _file_value(value: str) -> str | None:
     if why:
         return why
     path = Path(value).expanduser()
+    why = _unusable(path)
+    if why:
+        return why
     if path.is_dir():
         return "is a directory; use a file path (the recording is written there)"
     if not path.parent.is_dir():  # else the first recorded call fails inside the model's forward
@@ -141,8 +158,12 @@ EAGER_FALLBACK = Setting(
 )
 
 
+MAX_COMPILE_JOBS = 1024  # processes; far above any machine's cores (each compile takes ~1 GiB)
+
+
 def _count_value(value: str) -> str | None:
-    return None if value.isascii() and value.isdigit() else "is not a whole number >= 0"
+    ok = value.isascii() and value.isdigit() and int(value) <= MAX_COMPILE_JOBS
+    return None if ok else f"is not a whole number from 0 to {MAX_COMPILE_JOBS}"
 
 
 def _positive_value(value: str) -> str | None:

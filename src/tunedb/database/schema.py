@@ -64,11 +64,24 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name} is not allowed (a failure is a status string)")
 
 
+MAX_INT = 2 ** 63 - 1  # every count, size and time in a table fits; a larger one no float holds
+
+
+def _bounded_int(digits: str) -> int:
+    # a huge integer is valid JSON, but math.isfinite() and every float() of it raise
+    # OverflowError far from the reader (a crash in selection, status, diff)
+    if len(digits.lstrip("-")) > 19 or abs(int(digits)) > MAX_INT:
+        shown = digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits.lstrip('-'))} digits)"
+        raise ValueError(f"integer {shown} is too large (a table's numbers fit in 64 bits)")
+    return int(digits)
+
+
 def loads(text: str, source: str = "<string>") -> Any:
     """JSON text -> raw object; CorruptDatabaseError when it is not JSON, repeats a key or
-    holds NaN/Infinity."""
+    holds NaN/Infinity or an integer beyond 64 bits."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
+                          parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         raise _fail(source, f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno} "
                             f"column {exc.colno}") from None
@@ -200,7 +213,8 @@ def _parse_evidence(value: Any, where: str, source: str) -> dict[str, Any]:
                 continue
             ok = (isinstance(result, list) and len(result) == 3
                   and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
-                          and math.isfinite(x) for x in result) and isinstance(result[2], int))
+                          and (isinstance(x, int) or math.isfinite(x)) for x in result)
+                  and isinstance(result[2], int))
             if not ok:
                 raise _fail(source, f"{where}: evidence[{point!r}][{arm!r}] must be "
                                     f"[median_ms, sigma_ms, n] or a failure status, got {result!r}")

@@ -138,7 +138,7 @@ def load_file(tier: str, path: Path, kernel_family: str, arch_family: str) -> Lo
         return result("mismatch", problem=str(exc))
     except CorruptDatabaseError as exc:
         return result("corrupt", problem=str(exc))
-    except (TypeError, ValueError, RecursionError) as exc:  # a shape parse() did not foresee
+    except (TypeError, ValueError, ArithmeticError, RecursionError) as exc:  # a shape parse() did not foresee
         return result("corrupt", problem=f"{path}: unreadable structure: {exc}")
     fake = simulated_problem(db, path)
     if fake:

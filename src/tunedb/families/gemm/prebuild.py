@@ -84,6 +84,9 @@ def signatures_in(path: Path) -> list[Signature]:
     except RecursionError:
         raise BuildError(f"census file {path} is nested too deeply to read; give a census or database "
                          f"file (JSON)") from None
+    except ValueError as exc:  # valid JSON Python will not read (an integer of over 4300 digits)
+        raise BuildError(f"census file {path} cannot be read: {exc}; give a census or database "
+                         f"file (JSON)") from None
     out = {}
     for found in _SIG_TEXT.findall(text):
         try:

@@ -16,18 +16,21 @@ from tunedb.records import SENTINELS
 
 
 def _referenced_ids(path: Path | None) -> list[str]:
+    """The config ids a GEMM database file defines or its regions name. The file is read as every
+    reader reads a table (database/schema.py): a corrupt one, or another family's, is refused by
+    name rather than crashing here or silently adding nothing."""
     if path is None:
         return []
+    from tunedb.database import schema
+    from tunedb.errors import DatabaseError
+
     try:
-        data = json.loads(read_text(path))
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"cannot read database file {path}: {exc}") from exc
-    ids = list((data.get("configs") or {}).keys()) if isinstance(data, dict) else []
-    for entry in (data.get("entries") or {}).values() if isinstance(data, dict) else ():
-        for region in entry.get("regions", []) if isinstance(entry, dict) else ():
-            if isinstance(region, list) and len(region) == 2 and isinstance(region[1], str):
-                ids.append(region[1])
-    return ids
+        db = schema.parse(schema.loads(read_text(path), str(path)), str(path), kernel_family="gemm")
+    except UnicodeDecodeError as exc:
+        raise BuildError(f"cannot read database file {path}: not UTF-8 text (byte {exc.start})") from None
+    except (OSError, DatabaseError) as exc:
+        raise BuildError(f"cannot read database file {path}: {exc}") from None
+    return [*db.configs, *db.referenced_config_ids()]
 
 
 def _planned_jobs(args: argparse.Namespace) -> list:
