@@ -8,6 +8,7 @@ Public API (imported lazily; importing tunedb touches neither the GPU nor the di
     tunedb.prewarm(...)        measure a model's uncovered must-tune points before capture
     tunedb.confirm(...)        judge a model's Triton picks inside its captured forward
     tunedb.recommend(...)      the execution plan of one small batched linear-algebra cell
+    tunedb.register_ops()      every family's torch.library ops now (before torch.export.load)
     tunedb.cutoff              solver choice by measurement (probe / fit / persist; solve(linsys="auto"))
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ _LAZY: dict[str, str] = {
     "prewarm": "tunedb.runtime.prewarm:prewarm",
     "confirm": "tunedb.runtime.confirm:confirm",
     "recommend": "tunedb.families.linalg.plan:recommend",
+    "register_ops": "tunedb.runtime.dispatch:register_all",
 }
 
 __all__ = ["__version__", "cutoff", *_LAZY]

@@ -142,3 +142,30 @@ def test_prewarm_with_good_arguments_still_runs_on_the_cpu():
 def test_confirm_publish_must_be_a_bool(publish):
     with pytest.raises(TypeError, match=f"publish={publish!r} must be True or False"):
         tunedb.confirm(_bf16_model(), (torch.randn(3, 8, dtype=torch.bfloat16),), publish=publish)
+
+
+def test_a_saved_exported_optimized_model_loads_in_a_fresh_process_after_register_ops(tmp_path):
+    """torch.export.load resolves torch.ops.tunedb.* by name; importing tunedb registers no op,
+    so a fresh process calls tunedb.register_ops() first, then runs the program as saved."""
+    import subprocess
+    import sys
+
+    torch.manual_seed(0)
+    plain = _mlp().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    x = torch.randn(5, 64)
+    path = tmp_path / "tuned.pt2"
+    torch.export.save(torch.export.export(tuned, (x,)), str(path))
+    torch.save({"x": x, "want": plain(x).detach()}, tmp_path / "io.pt")
+    code = ("import sys, torch, tunedb\n"
+            "io = torch.load(sys.argv[2])\n"
+            "if sys.argv[3] == 'register': print(sorted(tunedb.register_ops()))\n"
+            "ep = torch.export.load(sys.argv[1])\n"
+            "print('equal', torch.equal(ep.module()(io['x']), io['want']))\n")
+    run = lambda how: subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "io.pt"), how],
+                                     capture_output=True, text=True, timeout=120)
+    ok = run("register")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "equal True" in ok.stdout and "'gemm'" in ok.stdout
+    bare = run("bare")  # without it the op is unknown by name (what register_ops is for)
+    assert bare.returncode != 0 and "tunedb" in bare.stderr

@@ -39,6 +39,17 @@ def ensure_ops(family: str) -> None:
                 _registered.add(family)
 
 
+def register_all() -> tuple[str, ...]:
+    """tunedb.register_ops(): every family's torch.library ops registered now (each once per
+    process), so that a program saved from an optimized model (torch.export.save) loads in a
+    fresh process: torch.export.load resolves torch.ops.tunedb.* by name, and importing tunedb
+    registers nothing (it touches neither torch nor the disk). Returns the families' names."""
+    names = tuple(families.names())
+    for name in names:
+        ensure_ops(name)
+    return names
+
+
 def bound(family: str, op: str, *args: Any, **kwargs: Any) -> launch_table.Bound:
     """The resolution and launcher serving this call's shape (counted as one call)."""
     fam = families.get(family)
