@@ -122,3 +122,11 @@ def test_a_reasonable_compile_job_count_still_reads(monkeypatch):
     monkeypatch.setenv("TUNEDB_COMPILE_JOBS", "64")
     assert settings.compile_jobs() == 64
     assert os.environ["TUNEDB_COMPILE_JOBS"] == "64"
+
+
+def test_a_control_character_in_a_database_file_is_named_once_with_its_line():
+    from tunedb.database import schema
+
+    with pytest.raises(CorruptDatabaseError) as err:
+        schema.loads('{"a": "x\ty"}', "bad.json")
+    assert "Invalid control character at line 1" in str(err.value) and "at at" not in str(err.value)

@@ -83,7 +83,8 @@ def loads(text: str, source: str = "<string>") -> Any:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
                           parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
-        raise _fail(source, f"not valid JSON (truncated?): {exc.msg} at line {exc.lineno} "
+        # (json's own message may end in "at": "Invalid control character at")
+        raise _fail(source, f"not valid JSON (truncated?): {exc.msg.removesuffix(' at')} at line {exc.lineno} "
                             f"column {exc.colno}") from None
     except ValueError as exc:  # from _no_duplicates / _no_constant
         raise _fail(source, str(exc)) from None
