@@ -168,18 +168,25 @@ def test_the_split_k_form_in_a_graph_matches_fp64_and_repeats_its_bits(dt, tiles
     assert all(torch.equal(a, b) for a, b in zip(seen[0], seen[1]))
 
 
-@pytest.mark.parametrize("rows", [1, 4])
-def test_a_model_no_table_names_warmed_up_eagerly_then_captured(rows):
-    """The default path on keys no table measured: q/k/v left as written join their group, which
-    eagerly launches only to prime (the eager rule), so the capture after an eager warm-up (CUDA's
-    global capture mode, torch's default) loads no module and allocates nothing; the graph's
-    outputs are the plain model's on new inputs."""
+def _unnamed_attention():
+    """An optimized bf16 attention block whose q/k/v no table names (a group left as written),
+    its plain copy, and the group."""
     torch.manual_seed(0)
     model = nn.Sequential(Attn(d=1152, kv=384, bias=True)).cuda().to(torch.bfloat16).eval()
     ref = copy.deepcopy(model)
     tunedb.optimize(model)
     group = model[0].q_proj.__dict__["_siblings"][0]
     assert group.as_written()
+    return model, ref, group
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_a_model_no_table_names_warmed_up_eagerly_then_captured(rows):
+    """The default path on keys no table measured: q/k/v left as written join their group, which
+    eagerly launches only to prime (the eager rule), so the capture after an eager warm-up (CUDA's
+    global capture mode, torch's default) loads no module and allocates nothing; the graph's
+    outputs are the plain model's on new inputs."""
+    model, ref, group = _unnamed_attention()
     static = torch.randn(rows, 1152, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         side = torch.cuda.Stream()
@@ -259,12 +266,7 @@ def test_eager_calls_on_the_default_stream_skip_the_group_once_primed_and_a_capt
     the first member's call primes, the second's records the size as quiet, and later calls skip may_take
     (nn.Linear's cost); the outputs stay F.linear's. A capture on a side stream afterwards still
     launches the group, and its replays give the plain model's outputs."""
-    torch.manual_seed(0)
-    model = nn.Sequential(Attn(d=1152, kv=384, bias=True)).cuda().to(torch.bfloat16).eval()
-    ref = copy.deepcopy(model)
-    tunedb.optimize(model)
-    group = model[0].q_proj.__dict__["_siblings"][0]
-    assert group.as_written()
+    model, ref, group = _unnamed_attention()
     static = torch.randn(4, 1152, device="cuda", dtype=torch.bfloat16)
     asked = []
     take = group.may_take

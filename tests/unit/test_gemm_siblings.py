@@ -61,6 +61,16 @@ def _group(bias: bool = False, dtype=torch.float16):
     return g, members
 
 
+def _written_group():
+    """A group of members all left as written (no table names them), up to 16 rows, and a 4-row x."""
+    g, members = _group()
+    for m in members:
+        m.__dict__["_as_written"] = True
+    g.refresh()
+    g.max_rows = 16
+    return g, torch.randn(4, 16, dtype=torch.float16)
+
+
 @pytest.fixture
 def fake(monkeypatch):
     f = _Fake()
@@ -105,12 +115,7 @@ def test_the_capture_question_skips_the_driver_on_a_default_stream(fake, monkeyp
     monkeypatch.setattr(siblings, "_capturing", lambda: asked.append(1) or True)
     streams = {}
     monkeypatch.setattr(siblings, "_RAW_STREAM", lambda index: streams.setdefault("raw", 0))
-    g, members = _group()
-    for m in members:
-        m.__dict__["_as_written"] = True
-    g.refresh()
-    g.max_rows = 16
-    four = torch.randn(4, 16, dtype=torch.float16)
+    g, four = _written_group()
     assert not g.may_take(four) and asked == []  # default stream: no capture, no driver query
     streams["raw"] = 0x7F00  # a side stream: the driver is asked, and says capturing
     assert g.may_take(four) and asked == [1]
@@ -125,12 +130,7 @@ def test_a_declined_eager_size_on_a_default_stream_becomes_quiet_until_a_refresh
     monkeypatch.setattr(siblings, "_capturing", lambda: False)
     streams = {"raw": 0}
     monkeypatch.setattr(siblings, "_RAW_STREAM", lambda index: streams["raw"])
-    g, members = _group()
-    for m in members:
-        m.__dict__["_as_written"] = True
-    g.refresh()
-    g.max_rows = 16
-    four = torch.randn(4, 16, dtype=torch.float16)
+    g, four = _written_group()
     assert not g.may_take(four) and g.quiet == set() and fake.launches == 1  # primed, not yet quiet
     assert not g.may_take(four) and g.quiet == {(64, torch.float16)}
     streams["raw"] = 0x7F00  # a side stream not capturing: declined, but never quiet
