@@ -66,6 +66,12 @@ class _Fusion:
         self.names = names
         self._refs = tuple(fused_pair.weak(m) for m in (seq, conv, bn, act))
         self.cache: tuple[Any, Any, Any] | None = None
+        fused_pair.watch_placements()
+
+    shared = False  # set into a second slot (fused_pair._placed): unfused for good
+
+    def owns(self, seq: Any, name: str, module: Any) -> bool:
+        return seq is self.seq and name in self.names and module is self._refs[1 + self.names.index(name)]()
 
     seq = property(lambda self: self._refs[0]())
     conv = property(lambda self: self._refs[1]())
@@ -74,7 +80,7 @@ class _Fusion:
 
     def intact(self) -> bool:
         seq, conv, bn, act = (r() for r in self._refs)
-        if seq is None:
+        if seq is None or self.shared:
             return False
         m = seq._modules
         if not (m.get(self.names[0]) is conv and m.get(self.names[1]) is bn and m.get(self.names[2]) is act):
@@ -87,14 +93,17 @@ class _Fusion:
         seq = self.seq
         if seq is None or id(seq) not in memo:  # one module copied alone (fuse_conv_bn_eval's deepcopy): unfused
             return _Fusion(None, self.names, None, None, None)
-        return _Fusion(memo[id(seq)], self.names, *(copy.deepcopy(m, memo) for m in (self.conv, self.bn, self.act)))
+        fusion = _Fusion(memo[id(seq)], self.names, *(copy.deepcopy(m, memo) for m in (self.conv, self.bn, self.act)))
+        fusion.shared = self.shared
+        return fusion
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"names": self.names, "refs": tuple(r() for r in self._refs)}
+        return {"names": self.names, "refs": tuple(r() for r in self._refs), "shared": self.shared}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         refs = state.get("refs") or tuple(state.get(k) for k in ("seq", "conv", "bn", "act"))  # pickled before s40
         self.__init__(refs[0], state["names"], *refs[1:])
+        self.shared = state.get("shared", False)
 
 
 def _fusion(module: Any) -> _Fusion | None:

@@ -25,6 +25,25 @@ _GLOBAL_HOOKS = tuple(getattr(_nn_module, name, {}) for name in (
 
 
 
+def _placed(parent: nn.Module, name: str, module: Any) -> None:
+    """torch's module-registration hook (process-wide, set once a fusion exists): a fused module
+    (Linear, conv, norm) or activation slot set into a slot other than its own after optimize()
+    (`model.tap = model.fc1`: one module in two places) ends that fusion for good; called from
+    the new place it must give what the plain model's module gives there."""
+    d = getattr(module, "__dict__", None) or {}
+    fusion = d.get("_tunedb_fused") or d.get("_tunedb_fusion")
+    if fusion is not None and not fusion.owns(parent, name, module):
+        fusion.shared = True
+
+
+_PLACED: list[Any] = []
+
+
+def watch_placements() -> None:
+    if not _PLACED:
+        _PLACED.append(_nn_module.register_module_module_registration_hook(_placed))
+
+
 def _dead() -> None:
     return None
 
@@ -74,13 +93,20 @@ class FusedPair:
         self.lin_attr, self.act_attr = lin_attr, act_attr
         self._refs(parent, linear, blank, act)
 
+    shared = False  # set into a second slot (_placed): unfused for good
+
+    def owns(self, parent: Any, name: str, module: Any) -> bool:
+        return parent is self._parent() and module is (self._linear() if name == self.lin_attr else
+                                                       self._blank() if name == self.act_attr else object())
+
     def _refs(self, parent: Any, linear: Any, blank: Any, act: Any) -> None:
+        watch_placements()
         self._parent, self._linear, self._blank, self._act = (weak(m) for m in (parent, linear, blank, act))
 
     def intact(self) -> bool:
         # on every fused call's host path (0.2-0.3 us), so written out: no helper frames
         parent = self._parent()
-        if parent is None:
+        if parent is None or self.shared:
             return False
         slots = parent._modules
         linear, blank = self._linear(), self._blank()
@@ -118,21 +144,24 @@ class FusedPair:
             self._read_act(self._blank())
         if parent is None or id(parent) not in memo:  # one module copied alone: no slot holds the copy, unfused
             return FusedPair(None, self.lin_attr, self.act_attr, None, None)
-        return FusedPair(memo[id(parent)], self.lin_attr, self.act_attr,
+        pair = FusedPair(memo[id(parent)], self.lin_attr, self.act_attr,
                          *(copy.deepcopy(m, memo) for m in (self._linear(), self._blank(), self._act())))
+        pair.shared = self.shared
+        return pair
 
     def __getstate__(self) -> dict[str, Any]:
         # pickle keeps the objects (its memo resolves the model's own references to them); one
         # layer pickled alone brings its parent, which nothing holds after loading: unfused then
         if self._act is _UNREAD:
             self._read_act(self._blank())
-        return {"lin_attr": self.lin_attr, "act_attr": self.act_attr,
+        return {"lin_attr": self.lin_attr, "act_attr": self.act_attr, "shared": self.shared,
                 "refs": (self._parent(), self._linear(), self._blank(), self._act())}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.lin_attr, self.act_attr = state["lin_attr"], state["act_attr"]
         refs = state["refs"]
         self._refs(*refs[:3], refs[3] if len(refs) > 3 else None)
+        self.shared = state.get("shared", False)
         if len(refs) <= 3:
             self._act = _UNREAD
 
