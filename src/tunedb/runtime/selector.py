@@ -95,9 +95,24 @@ def _resolve_slow(family: str, sig: Signature, m: int) -> Slot:
     with _lock:
         slot = _memo.get((family, sig, m))
         if slot is None:
-            slot = Slot(_choose(families.get(family), sig, m))
+            fam = families.get(family)
+            check_signature(fam, sig)
+            slot = Slot(_choose(fam, sig, m))
             _memo[(family, sig, m)] = slot
         return slot
+
+
+def check_signature(fam: Any, sig: Signature) -> None:
+    """SignatureError naming the bad field and what is allowed when `sig` is no key of `fam`'s
+    (an op it lacks, a dtype it does not serve, a field missing, extra, mistyped or out of range):
+    no tier can serve it, and its default tier's config would be judged on nothing."""
+    if sig.op not in fam.ops:
+        raise SignatureError(f"{sig}: op {sig.op!r} is not an op of kernel family {fam.name!r}; "
+                             f"its ops: {', '.join(fam.ops)}")
+    fam.schema.check(sig)
+    own = getattr(fam, "check_key", None)
+    if own is not None:
+        own(sig)
 
 
 def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
@@ -198,7 +213,7 @@ def family_model(fam: Any, profile: ArchProfile) -> Any:
 
 def _rank(fam: Any, ranker: Ranker, sig: Signature, m: int, compiled: Mapping[str, Config],
           profile: ArchProfile) -> Config | None:
-    candidates = serving.model_candidates(fam, sig, compiled.values(), profile, settings.approximate_allowed())
+    candidates = serving.model_candidates(fam, sig, compiled.values(), profile, settings.approximate_allowed(), m)
     if not candidates:
         return None
     try:

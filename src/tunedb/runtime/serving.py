@@ -197,14 +197,16 @@ def fallback_line(family: str) -> str | None:
 
 
 def model_candidates(fam: Any, sig: Signature, compiled: Iterable[Config], profile: ArchProfile,
-                     approximate: bool = False) -> tuple[Config, ...]:
+                     approximate: bool = False, m: int | None = None) -> tuple[Config, ...]:
     """What the model tier chooses among: the compiled, valid, non-sentinel configs (sorted by
     id), plus the pick rule's fallback when it applies to `sig` -- the framework's op is a
     candidate too: where no compiled config is predicted to beat it, the model tier answers the
     fallback (held out of calibration on the H200 log: 16% geomean regret over tiles alone, 3%
-    with torch; bench/costmodel_heldout.py). Empty when no compiled config is valid."""
+    with torch; bench/costmodel_heldout.py). Empty when no compiled config is valid. Judged at
+    size `m` when given (the call's: linalg's block lane cannot launch past CUDA's grid limit),
+    else for every size."""
     configs = tuple(sorted((c for c in compiled if not c.is_sentinel
-                            and fam.invalid_reason(c, sig, None, profile) is None), key=lambda c: c.id))
+                            and fam.invalid_reason(c, sig, m, profile) is None), key=lambda c: c.id))
     if not configs:
         return ()
     fallback = hook(fam, "pick_rule")().fallback

@@ -29,7 +29,9 @@ def answer(fam: Any, sig: Signature, profile: ArchProfile | None, m: int | None 
             config = hook(fam, "heuristic")(sig, m if concrete else heuristic_size(fam, m), profile)
         except Exception:  # a broken heuristic costs itself: the fallback answers
             config = None
-        if config is not None and fam.invalid_reason(config, sig, None, profile) is None:
+        # judged at the call's size (None: every size): a heuristic asked once per signature
+        # may name a config that cannot launch at this one (linalg's block lane past CUDA's grid)
+        if config is not None and fam.invalid_reason(config, sig, m, profile) is None:
             return config
     found = fallback(fam, sig, profile)
     return found if found is not None else fam.default_config(sig, profile)

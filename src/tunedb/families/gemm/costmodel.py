@@ -281,6 +281,10 @@ def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelPar
     m, n, k, dt, sig = _shape_of(shape)
     if min(m, n, k) < 1:
         raise ConfigError(f"shape M={m}, N={n}, K={k} must be positive")
+    if not config.is_sentinel:
+        _tile_of(config)  # a malformed config: ConfigError naming the field, before the predicate
+        if _invalid(config, sig or Signature.make("gemm", "gemm", dt, N=n, K=k), m, arch):
+            return Status.INFEASIBLE  # THE validity predicate's no: a status, never a time
     if config.is_sentinel:
         if config.id in VENDOR_LANES:
             parts = _vendor_parts(config.id, shape, arch, params)
@@ -294,6 +298,13 @@ def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelPar
         config = default_config(sig or Signature.make("gemm", "gemm", dt, N=n, K=k), arch)
     us = _predict_us(config, shape, arch, params)
     return us if isinstance(us, Status) else us / 1000.0
+
+
+def _invalid(config: Config, sig: Signature, m: int, arch: ArchProfile) -> str | None:
+    """The family's validity predicate (configs.invalid_reason) on a Triton config at (sig, m)."""
+    from tunedb.families.gemm import configs  # lazily: configs is the predicate's module
+
+    return configs.invalid_reason(config, sig, m, arch)
 
 
 def rank(configs: Iterable[Config], M: int, N: int, K: int, arch: ArchProfile, k: int = 16,
