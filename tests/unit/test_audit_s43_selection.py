@@ -72,6 +72,16 @@ def test_a_key_the_family_cannot_serve_is_refused_naming_the_bad_value(shipped, 
         assert name in str(err.value)
 
 
+def test_a_model_call_with_such_a_key_runs_the_framework_op_instead_of_failing(shipped):
+    """The run time's resolution (launch_table.resolve: a model's forward) serves torch where the
+    selector refuses a key, as first_call's fallback would; asking the selector raises."""
+    from tunedb.runtime import launch_table
+
+    sig = Signature.parse("gemm|op=gemm|dt=fp32|N=512|K=512")
+    config, tier, _counter = launch_table.resolve(families.get("gemm"), sig, 64)
+    assert (config.id, tier) == ("torch", "default")
+
+
 def _random_keys(name: str, rng: random.Random, count: int) -> list[Signature]:
     fam = families.get(name)
     path = DB / f"{name}.json"

@@ -14,6 +14,7 @@ import functools
 from typing import Any, Callable, Iterator
 
 from tunedb import families as _families
+from tunedb.errors import SignatureError
 from tunedb.records import Config, Signature
 from tunedb.runtime import capture_chain, host_bound
 
@@ -252,7 +253,13 @@ def resolve(family: Any, sig: Signature, m: int) -> tuple[Config, str, Any]:
         got = override(family, sig, m)
         if got is not None:
             return (*got, Count())
-    slot = _selector().slot(family.name, sig, m)
+    try:
+        slot = _selector().slot(family.name, sig, m)
+    except SignatureError:
+        # a call whose key its family cannot serve (a dtype or field no kernel of it takes): the
+        # framework's op runs it, as first_call's fallback would; the selector's error is for
+        # callers that ask about a key (plans, the CLI), not for a model's forward
+        return Config.sentinel("torch"), "default", Count()
     return slot.resolution.config, slot.resolution.tier, slot
 
 
