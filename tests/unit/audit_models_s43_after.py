@@ -21,12 +21,12 @@ class TapMLP(nn.Module):
         return y
 
 
-class TapSequential(nn.Module):
-    """Linear + ReLU fuse inside the Sequential (gemm rule 1); `tap` as in TapMLP."""
+class TapSeq(nn.Module):
+    """A Sequential whose modules fuse (the GEMM or the conv family's rules); `tap` as in TapMLP."""
 
-    def __init__(self, d=16):
+    def __init__(self, body):
         super().__init__()
-        self.body = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d))
+        self.body = body
         self.tap = None
 
     def forward(self, x):
@@ -36,31 +36,16 @@ class TapSequential(nn.Module):
         return y
 
 
-class TapConv1d(nn.Module):
-    """Conv1d + BatchNorm1d + ReLU fuse in the Sequential (the conv family, families="all")."""
-
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(nn.Conv1d(4, 4, 3, padding=1), nn.BatchNorm1d(4), nn.ReLU())
-        self.tap = None
-
-    def forward(self, x):
-        y = self.features(x)
-        if self.tap is not None:
-            y = y + self.tap(x)
-        return y
+def tap_sequential(d=16):
+    """Linear + ReLU fuse inside the Sequential (gemm rule 1)."""
+    return TapSeq(nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d)))
 
 
-class TapConv2d(nn.Module):
-    """Conv2d + SiLU fuse in the Sequential (the conv family, families="all")."""
+def tap_conv1d():
+    """Conv1d + BatchNorm1d + ReLU fuse (the conv family, families="all")."""
+    return TapSeq(nn.Sequential(nn.Conv1d(4, 4, 3, padding=1), nn.BatchNorm1d(4), nn.ReLU()))
 
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.SiLU())
-        self.tap = None
 
-    def forward(self, x):
-        y = self.features(x)
-        if self.tap is not None:
-            y = y + self.tap(x)
-        return y
+def tap_conv2d():
+    """Conv2d + SiLU fuse (the conv family, families="all")."""
+    return TapSeq(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.SiLU()))

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import tunedb
-from audit_models_s43_after import TapConv1d, TapConv2d, TapMLP, TapSequential
+from audit_models_s43_after import TapMLP, tap_conv1d, tap_conv2d, tap_sequential
 
 pytestmark = pytest.mark.usefixtures("swap_unmeasured")
 
@@ -38,8 +38,8 @@ def _same(plain, tuned, x):
 @pytest.mark.parametrize("cls, share", [
     (TapMLP, lambda m: m.fc1),
     (TapMLP, lambda m: nn.Sequential(m.fc1, m.act)),
-    (TapSequential, lambda m: m.body[0]),
-    (TapSequential, lambda m: nn.Sequential(nn.Linear(16, 16), m.body[1])),
+    (tap_sequential, lambda m: m.body[0]),
+    (tap_sequential, lambda m: nn.Sequential(nn.Linear(16, 16), m.body[1])),
 ])
 def test_a_fused_module_shared_into_a_second_place_gives_the_plain_result(cls, share):
     plain, tuned = _pair(cls)
@@ -51,9 +51,9 @@ def test_a_fused_module_shared_into_a_second_place_gives_the_plain_result(cls, s
 
 
 @pytest.mark.parametrize("cls, fused, share, shape", [
-    (TapConv1d, "AbsorbedBatchNorm1d", lambda m: m.features[0], (2, 4, 9)),
-    (TapConv1d, "AbsorbedBatchNorm1d", lambda m: nn.Sequential(m.features[1], m.features[2]), (2, 4, 9)),
-    (TapConv2d, "FusedActivation", lambda m: m.features[0], (2, 4, 5, 5)),
+    (tap_conv1d, "AbsorbedBatchNorm1d", lambda m: m.body[0], (2, 4, 9)),
+    (tap_conv1d, "AbsorbedBatchNorm1d", lambda m: nn.Sequential(m.body[1], m.body[2]), (2, 4, 9)),
+    (tap_conv2d, "FusedActivation", lambda m: m.body[0], (2, 4, 5, 5)),
 ])
 def test_a_fused_conv_module_shared_into_a_second_place_gives_the_plain_result(cls, fused, share, shape):
     plain, tuned = _pair(cls, fused)
