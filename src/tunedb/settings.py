@@ -48,20 +48,14 @@ class Setting:
 
 
 def _path_problem(value: str) -> str | None:
-    """Why a path value cannot be used before looking at the file system, or None."""
+    """Why a path value cannot be used as a path at all (blank, an unknown '~user', a name the
+    file system refuses to look up: too long, say), or None."""
     if not value.strip():
         return "is blank; use a path (or unset the variable for the default)"
     try:
-        Path(value).expanduser()
+        os.stat(Path(value).expanduser())
     except RuntimeError:  # '~name' of a user this machine does not know
         return f"starts with {value.split('/')[0]!r}, whose home directory is unknown here; use a full path"
-    return None
-
-
-def _unusable(path: Path) -> str | None:
-    """Why the file system refuses to look `path` up (a name too long, say), or None."""
-    try:
-        os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         pass
     except OSError as exc:  # else Path.exists() raises it from deep inside a setting's check
@@ -74,9 +68,6 @@ def _directory_value(value: str) -> str | None:
     if why:
         return why
     path = Path(value).expanduser()
-    why = _unusable(path)
-    if why:
-        return why
     if path.exists() and not path.is_dir():
         return "is not a directory (it names an existing file); use a directory path"
     return None
@@ -91,9 +82,6 @@ def _file_value(value: str) -> str | None:
     if why:
         return why
     path = Path(value).expanduser()
-    why = _unusable(path)
-    if why:
-        return why
     if path.is_dir():
         return "is a directory; use a file path (the recording is written there)"
     if not path.parent.is_dir():  # else the first recorded call fails inside the model's forward
