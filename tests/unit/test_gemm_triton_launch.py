@@ -77,8 +77,23 @@ def test_second_call_of_a_specialisation_launches_the_binary_with_triton_argumen
     gx, gy, gz, stream, function, packed, meta, enter, exit_, *rest = args
     assert (gx, gy, gz, stream, function, packed) == (3, 1, 1, 1234, "fn1", "meta1")
     assert (meta, enter, exit_) == (None, None, None)
-    # parameter order, constexprs and defaults included (the launcher skips constexprs itself)
-    assert rest == [x, y, 40, 512, 256, 0, 2, 128, 64]  # launch options (num_warps) are not parameters
+    # parameter order, constexprs and defaults included (the launcher skips constexprs itself);
+    # tensors as their addresses, so Triton's launcher neither calls data_ptr() nor asks the driver
+    assert rest == [4096, 8192, 40, 512, 256, 0, 2, 128, 64]  # launch options (num_warps) are not parameters
+
+
+def test_a_tensor_off_the_current_gpu_is_never_launched_by_address():
+    # an address skips the driver's pointer check, so a CPU tensor (-1) or one on another GPU in
+    # any position must reach Triton's own path, which refuses it, never the binary
+    k = FakeKernel()
+    site = _site(k)
+    x = FakeTensor(4096)
+    site((1,), x, FakeTensor(8192), 8)
+    for other in (FakeTensor(8192, device=-1), FakeTensor(8192, device=1)):
+        site((1,), x, other, 8)
+        assert k.log[-1][0] == "jit" and k.log[-1][2][:2] == (x, other)
+    site((1,), x, FakeTensor(8192), 8)
+    assert k.log[-1][0] == "direct"
 
 
 def test_each_triton_specialisation_gets_its_own_binary():

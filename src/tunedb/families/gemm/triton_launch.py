@@ -46,7 +46,7 @@ class Site:
             index = varying[0].get_device()
             if index != device and index >= 0:  # (a CPU tensor: Triton's own error below)
                 return self._elsewhere(grid, varying)
-            key = _key(varying, device)
+            key, args = _key(varying, device)
             if key is not None:
                 binary = self._bins.get(key)
                 if binary is not None:
@@ -54,7 +54,7 @@ class Site:
                     gx = grid[0]
                     gy = grid[1] if len(grid) > 1 else 1
                     gz = grid[2] if len(grid) > 2 else 1
-                    run(gx, gy, gz, self._stream(device), function, packed, None, None, None, *varying, *tail)
+                    run(gx, gy, gz, self._stream(device), function, packed, None, None, None, *args, *tail)
                     return
                 compiled = self.kernel[grid](*varying, *self.fixed, **self.constexprs)
                 self._remember(key, varying, compiled)
@@ -143,15 +143,26 @@ def _active(hook: Any) -> bool:
     return bool(calls) if isinstance(calls, list) else True
 
 
-def _key(varying: tuple[Any, ...], device: Any) -> tuple[Any, ...] | None:
-    """What Triton specialises the varying arguments on, or None when a site cannot key it."""
+def _key(varying: tuple[Any, ...], device: Any) -> tuple[tuple[Any, ...] | None, list[Any]]:
+    """What Triton specialises the varying arguments on (None when a site cannot key them), and
+    the launcher's arguments: each tensor as its address. Triton's launcher takes an int as the
+    device pointer as it is, where a tensor costs it a data_ptr() call and a cuPointerGetAttribute
+    query; the site reads every address for the key anyway. An int skips the driver's check that
+    the memory is on a GPU, so a tensor on any device but the current one is not keyed: the JIT
+    path raises Triton's own error for it (a CPU tensor) or the caller moves it (another GPU)."""
     key: list[Any] = [device]
+    args: list[Any] = []
     for a in varying:
         if type(a) is int:
             if a > _I32_MAX or a < -_I32_MAX:
-                return None
+                return None, args
             key.append(1 if a == 1 else 16 if a % 16 == 0 else 0)
+            args.append(a)
         else:
+            if a.get_device() != device:
+                return None, args
+            ptr = a.data_ptr()
             key.append(a.dtype)
-            key.append(a.data_ptr() % 16 == 0)
-    return tuple(key)
+            key.append(ptr % 16 == 0)
+            args.append(ptr)
+    return tuple(key), args
