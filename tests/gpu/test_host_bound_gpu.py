@@ -90,3 +90,44 @@ def test_a_one_row_gv_pick_is_primed_eagerly_served_by_torch_eagerly_and_tuned_i
         torch.cuda.synchronize()
         assert _rel(captured, x.float() @ w.float().T) < 1e-2
         assert torch.equal(captured, FAMILY.launch(cfg, sig, x, w))  # captured: the pick's own bits
+
+
+def test_a_tuned_linear_answers_a_primed_eager_torch_size_with_f_linear_and_a_capture_still_gets_the_pick(tiers_dirs):
+    """A served TunedLinear whose size the eager rule gives to torch (eager_sizes.py): the first
+    eager call goes through the bound launcher (priming the pick), later eager calls on the default
+    stream are F.linear's bits straight from the layer's memo and still counted on the Bound; a
+    capture (a side stream) runs the pick; a reload (a new launch-table generation) empties the
+    memo's say until an eager call fills it again."""
+    from torch import nn
+
+    import tunedb
+    from tunedb.families.gemm.patching import TunedLinear
+
+    n, k, gv = 1024, 4096, "gv1_n8x512_w4_s5_lr"
+    sig = Signature.parse(f"gemm|op=gemm|dt=bf16|N={n}|K={k}")
+    cfg = FAMILY.parse_config(gv)
+    database.write_entries("user", "gemm", "sm90", [Entry(sig, (Region(1, cfg.id),))], [cfg])
+    selector.reload()
+    lin = tunedb.optimize(nn.Sequential(nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)))[0]
+    assert isinstance(lin, TunedLinear)
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    want = torch.nn.functional.linear(x, lin.weight)
+    with torch.no_grad():
+        outs = [lin(x) for _ in range(3)]
+        bound = launch_table.launcher("gemm", x, lin.weight, None, "none", 1)
+        assert (bound.config.id, bound.eager) == (gv, "torch")
+        memo = lin.__dict__["_eager_sizes"]
+        assert memo.bounds == {(x.numel(), x.dtype): bound} and memo.weight is lin.weight
+        calls = bound.calls
+        assert torch.equal(lin(x), want) and bound.calls == calls + 1  # answered by the memo, counted
+        assert all(torch.equal(o, want) for o in outs)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = lin(x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, FAMILY.launch(cfg, sig, x, lin.weight))  # the pick, not F.linear
+        assert _rel(captured, x.float() @ lin.weight.float().T) < 1e-2
+        selector.reload()
+        assert memo.generation != launch_table.generation[0]
+        assert torch.equal(lin(x), want)

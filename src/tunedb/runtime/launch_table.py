@@ -115,6 +115,9 @@ _calls: dict[tuple[Any, ...], Bound] = {}
 # known(key): the Bound of a call key already served this epoch, else None. The dict's own get
 # (the dict is only ever cleared, never replaced): one C call on every eager tuned-op call.
 known: Callable[[tuple[Any, ...]], "Bound | None"] = _calls.get
+# Bumped whenever _calls is emptied: a layer's own memo of its eager sizes (gemm/eager_sizes.py)
+# holds for one generation, as the entries of _calls do.
+generation: list[int] = [0]
 
 
 # The compile token: the identity of this epoch's selection, computed when a compiler first asks
@@ -194,6 +197,7 @@ def clear() -> None:
 
     _table.clear()
     _calls.clear()
+    generation[0] += 1
     _epoch[0] = _selector_epoch()
     _capture[0] = _capture_path()
     _selection_id[0] = None
@@ -442,6 +446,7 @@ def recording() -> Iterator[list[tuple[str, Signature, int]]]:
     sink: list[tuple[str, Signature, int]] = []
     _recorders.append(sink)
     _calls.clear()  # every call must reach record() while this block runs
+    generation[0] += 1
     try:
         yield sink
     finally:

@@ -48,19 +48,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from tunedb import settings
-from tunedb.errors import SettingsError
 from tunedb.families.gemm import fused_pair, linear_script, ops, siblings
 from tunedb.families.gemm.arms import act_fn
+from tunedb.families.gemm.eager_sizes import note as _note_eager
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
 from tunedb.families.gemm.fusion_source import model_outside_reads, model_reached_reads
 from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
 from tunedb.families.module_rules import holders
 from tunedb.families.module_rules import hooked as _hooked
 from tunedb.families.gemm.left_modules import ENCODER_FF, UNPATCHED_KINDS, encoder_fast_path, unpatched_modules
+from tunedb.families.gemm.left_as_written import TorchEverywhere as _TorchEverywhere
+from tunedb.families.gemm.left_as_written import key_of as _key_of
+from tunedb.families.gemm.left_as_written import left_why as _left_why
+from tunedb.families.gemm.left_as_written import torch_everywhere as _torch_everywhere  # noqa: F401 - tests reach it here
 from tunedb.families.gemm.left_modules import kept as _kept
 from tunedb.families.gemm.left_modules import subclass_weight as _subclass_weight
 from tunedb.runtime import launch_table, report
-from tunedb.runtime.fallback_everywhere import GUESSED, MEASURED
+from tunedb.runtime.fallback_everywhere import GUESSED
 from tunedb.families.gemm.signatures import FAMILY as FAMILY_NAME
 
 # the entry points' fast-path checks (ops.py), bound here once: TunedLinear.forward repeats them
@@ -71,6 +75,7 @@ _Tensor, _compiling, _dispatch_modes, _autocast, _grad_enabled, _known, _transfo
 # a device's current raw stream (0: the default stream, where nothing is captured); bound only where
 # a group's quiet set can hold anything (siblings.SiblingGroup.may_take fills it only with the getter)
 _raw_stream = siblings._RAW_STREAM
+_generation = launch_table.generation
 
 _HF_ACTS: dict[str, str] = {
     "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
@@ -128,6 +133,12 @@ class TunedLinear(nn.Module):
                     or ((x.numel(), x.dtype) in sib[0].quiet and not _raw_stream(x.get_device()))
                     or not sib[0].may_take(x)):
                 return F.linear(x, weight, bias)
+        sizes = d.get("_eager_sizes")  # sizes whose served config yields to F.linear eagerly (eager_sizes.py)
+        if sizes is not None and sizes.generation == _generation[0] and sizes.weight is weight and type(x) is _Tensor:
+            b = sizes.bounds.get((x.numel(), x.dtype))
+            if b is not None and x.is_cuda and not _raw_stream(x.get_device()) and not (_compiling() or _dispatch_modes()):
+                b.counter.calls += 1
+                return F.linear(x, weight, bias)
         # ops.gemm / gemm_act's eager fast path, inline (one Python frame less per call): a plain
         # CUDA tensor, no tracer, mode or autocast, no gradient wanted, a key served this epoch.
         # The key is the one those entry points build, so either side's first call fills it.
@@ -151,7 +162,12 @@ class TunedLinear(nn.Module):
             if bound is not None:
                 bound.counter.calls += 1
                 direct = bound.direct
-                return bound.call(x, weight, bias, None) if direct is None else direct(x, weight, bias)
+                if direct is not None:
+                    return direct(x, weight, bias)
+                y = bound.call(x, weight, bias, None)
+                if bound.eager == "torch" and act == "none" and _raw_stream is not None and not _raw_stream(x.get_device()):
+                    _note_eager(d, x, weight, bound, _generation[0])  # this call ran F.linear's arm, primed
+                return y
         if "_as_written" in self.__dict__:  # swapped only to join its siblings (siblings.attach): run as nn.Linear
             return F.linear(x, weight, bias)
         act_module = self.__dict__.get("_act_module")  # absent in a TunedLinear pickled before it existed
@@ -297,7 +313,6 @@ def allow_approximate() -> None:
     inherited by benchmark worker subprocesses, whose validity checks must agree."""
     import os
 
-    from tunedb import settings
 
     from tunedb.runtime import selector
     if not settings.approximate_allowed():
@@ -372,77 +387,3 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
     report.register_model(model, list(layers.values()), left=list(left.values()), why=_left_why(left.values()))
     report.register_unpatched(model, "gemm", {UNPATCHED_KINDS[k]: n for k, n in unpatched_modules(model).items()})
     return model
-
-
-LEFT_WHY = "torch serves every size"
-LEFT_WHY_GUESSED = ("{n} of them because no table measured their key and the cost model declines it: "
-                    "autotune() or tunedb.prewarm(model, inputs) measures them")
-
-
-LEFT_WHY_WIDE = ("{n} of them hold {dtypes} weights, which the GEMM family serves only once the model "
-                 "is cast to fp16 or bf16 (prewarm and autotune find nothing to measure before)")
-
-
-def _left_why(left: Any) -> str:
-    left = list(left)
-    half = (torch.float16, torch.bfloat16)
-    wide = [item for item in left if item[1][1] not in half]  # key: (op, dtype, n, k, act, has_bias)
-    guessed = sum(1 for item in left if item[2] and item[1][1] in half)
-    why = LEFT_WHY + (f"; {LEFT_WHY_GUESSED.format(n=guessed)}" if guessed else "")
-    if wide:
-        dtypes = "/".join(sorted({str(item[1][1]).replace("torch.", "") for item in wide}))
-        why += f"; {LEFT_WHY_WIDE.format(n=len(wide), dtypes=dtypes)}"
-    return why
-
-
-def _key_of(linear: nn.Linear, act: str) -> tuple[Any, ...]:
-    """The table_key() a TunedLinear of `linear` (fused with `act`) would have."""
-    has_bias = linear.bias is not None
-    op = "gemm" if not has_bias and act == "none" else "gemm_act"
-    n, k = linear.weight.shape
-    return (op, linear.weight.dtype, n, k, act, has_bias)
-
-
-class _TorchEverywhere:
-    """Why tunedb would serve a Linear (fused with an act) with torch at every size, from the
-    tiers present now (runtime/fallback_everywhere.left_reason: MEASURED, GUESSED, or None to
-    swap), memoised per key for one optimize() call. The weight's dtype decides where it is
-    fp16/bf16; any other dtype (an fp32 model cast after optimize()) must get torch under both.
-    Never while optimize() patches everything (the census of `tunedb tune` must see every Linear
-    as the run-time call it would make); GUESSED counts as swap with TUNEDB_LEAVE_UNMEASURED=0."""
-
-    def __init__(self) -> None:
-        from tunedb.runtime import patching
-
-        self.off = patching.patching_everything()
-        self.swap_guessed = not settings.leave_unmeasured()
-        self.memo: dict[tuple[Any, ...], str | None] = {}
-
-    def __call__(self, linear: nn.Linear, act: str) -> str | None:
-        if self.off:
-            return None
-        key = _key_of(linear, act)
-        if key not in self.memo:
-            self.memo[key] = _torch_everywhere(key)
-        got = self.memo[key]
-        return None if got == GUESSED and self.swap_guessed else got
-
-
-def _torch_everywhere(key: tuple[Any, ...]) -> str | None:
-    from tunedb.families.gemm import signatures
-    from tunedb.runtime.fallback_everywhere import left_reason
-
-    op, dtype, n, k, act, has_bias = key
-    if n == 0 or k == 0:
-        return None
-    dts = [signatures._DT_OF_TORCH.get(str(dtype))] if str(dtype) in signatures._DT_OF_TORCH \
-        else sorted(set(signatures._DT_OF_TORCH.values()))
-    try:
-        reasons = [left_reason(signatures.FAMILY, signatures.make_signature(op, dt, n, k, act, has_bias)) for dt in dts]
-    except SettingsError:  # a bad TUNEDB_* value is the user's to fix: named, never swallowed
-        raise
-    except Exception:  # a tier or model that cannot answer: swap, as before
-        return None
-    if None in reasons:
-        return None
-    return GUESSED if GUESSED in reasons else MEASURED

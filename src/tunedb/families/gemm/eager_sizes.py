@@ -1,0 +1,42 @@
+"""A TunedLinear's memo of the sizes its served config yields to F.linear outside graph capture.
+
+The GEMM family's eager rule (runtime/host_bound.py) serves a shape's eager calls with torch where
+the tuned config's kernel is shorter than its launch's host time; the bound launcher then asks
+per call whether the stream is capturing and calls torch's arm. That path (the entry checks, the
+call key, the capture question, the arm's frame) cost +5.3 us a call in place in a
+tensor-parallel shard's decode step, against +1.4 us in a loop of its own (session 44 call 1,
+H100, bench/tp_shard_trace.py: CPU caches are cold between layers of a real model, so each Python
+step costs more there). Once such a size has run eagerly (the first eager call primes the tuned
+kernel: host_bound.graph_only), the layer remembers it here and answers its later eager calls on a
+default stream with F.linear straight away (what the torch arm computes for a GEMM without an
+activation), counting the call on the same Bound so that tuning_report() still sees it.
+
+A memo holds for one generation of the launch table's call memo (launch_table.generation: a new
+epoch, an override, a recorder each start a new one) and one weight object (a Parameter assigned
+after optimize() is another key). Never pickled or copied: a copy starts empty.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class EagerSizes:
+    """(x.numel(), x.dtype) -> the Bound whose eager calls F.linear answers, for one generation and weight."""
+
+    __slots__ = ("generation", "weight", "bounds")
+
+    def __init__(self, generation: int = -1, weight: Any = None) -> None:
+        self.generation = generation
+        self.weight = weight
+        self.bounds: dict[tuple[Any, Any], Any] = {}
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:  # pickle and deepcopy: an empty memo
+        return (EagerSizes, ())
+
+
+def note(d: dict[str, Any], x: Any, weight: Any, bound: Any, generation: int) -> None:
+    """Remember x's size in the layer's memo (its __dict__ `d`) as answered by F.linear eagerly."""
+    memo = d.get("_eager_sizes")
+    if memo is None or memo.generation != generation or memo.weight is not weight:
+        memo = d["_eager_sizes"] = EagerSizes(generation, weight)
+    memo.bounds[(x.numel(), x.dtype)] = bound
