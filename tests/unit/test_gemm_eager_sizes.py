@@ -1,5 +1,6 @@
 """A TunedLinear's memo of its eager torch sizes (families/gemm/eager_sizes.py): keyed per weight
-and launch-table generation, never carried by a copy or a pickle, and never consulted off CUDA."""
+and launch-table generation, never keeping a weight alive, never carried by a copy or a pickle,
+and never consulted off CUDA."""
 from __future__ import annotations
 
 import copy
@@ -24,13 +25,26 @@ def test_a_new_generation_or_another_weight_starts_a_fresh_memo():
     x = torch.zeros(2, 8, dtype=torch.bfloat16)
     note(d, x, w, b, 5)
     memo = d["_eager_sizes"]
-    assert memo.bounds == {(16, torch.bfloat16): b} and memo.generation == 5 and memo.weight is w
+    assert memo.bounds == {(16, torch.bfloat16): b} and memo.generation == 5 and memo.weight == id(w)
     note(d, torch.zeros(1, 8), w, b, 5)  # the same generation and weight: one memo, two sizes
     assert d["_eager_sizes"] is memo and len(memo.bounds) == 2
     note(d, x, w2, b, 5)
-    assert d["_eager_sizes"] is not memo and d["_eager_sizes"].weight is w2
+    assert d["_eager_sizes"] is not memo and d["_eager_sizes"].weight == id(w2)
     note(d, x, w2, b, 6)
     assert d["_eager_sizes"].generation == 6 and len(d["_eager_sizes"].bounds) == 1
+
+
+def test_a_memo_keeps_no_weight_alive():
+    import gc
+    import weakref
+
+    d: dict = {}
+    w = torch.nn.Parameter(torch.zeros(4, 8))
+    gone = weakref.ref(w)
+    note(d, torch.zeros(1, 8), w, FakeBound(), 1)
+    del w
+    gc.collect()
+    assert gone() is None  # a weight replaced after optimize() is freed, memo or not
 
 
 def test_clearing_the_table_and_recording_each_start_a_generation():
@@ -46,7 +60,7 @@ def test_copies_and_pickles_of_a_layer_carry_no_memo_entries():
     note(lin.__dict__, torch.zeros(1, 8), lin.weight, FakeBound(), launch_table.generation[0])
     for other in (copy.deepcopy(lin), pickle.loads(pickle.dumps(lin))):
         memo = other.__dict__["_eager_sizes"]
-        assert isinstance(memo, EagerSizes) and memo.bounds == {} and memo.weight is None
+        assert isinstance(memo, EagerSizes) and memo.bounds == {} and memo.weight == 0
         x = torch.randn(3, 8)
         assert torch.equal(other(x), nn.functional.linear(x, other.weight))
 

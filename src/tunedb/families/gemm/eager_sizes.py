@@ -12,8 +12,11 @@ default stream with F.linear straight away (what the torch arm computes for a GE
 activation), counting the call on the same Bound so that tuning_report() still sees it.
 
 A memo holds for one generation of the launch table's call memo (launch_table.generation: a new
-epoch, an override, a recorder each start a new one) and one weight object (a Parameter assigned
-after optimize() is another key). Never pickled or copied: a copy starts empty.
+epoch, an override, a recorder each start a new one) and one weight Parameter, held by its id()
+so that the memo never keeps a replaced weight alive (an id reused by a later Parameter can only
+send that layer's eager calls to F.linear, which computes the same thing). Only a layer whose
+weight is a Parameter in its own _parameters keeps one: a parametrization's weight is a new
+tensor every call. Never pickled or copied: a copy starts empty.
 """
 from __future__ import annotations
 
@@ -25,9 +28,9 @@ class EagerSizes:
 
     __slots__ = ("generation", "weight", "bounds")
 
-    def __init__(self, generation: int = -1, weight: Any = None) -> None:
+    def __init__(self, generation: int = -1, weight: int = 0) -> None:
         self.generation = generation
-        self.weight = weight
+        self.weight = weight  # id() of the weight Parameter
         self.bounds: dict[tuple[Any, Any], Any] = {}
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:  # pickle and deepcopy: an empty memo
@@ -37,6 +40,6 @@ class EagerSizes:
 def note(d: dict[str, Any], x: Any, weight: Any, bound: Any, generation: int) -> None:
     """Remember x's size in the layer's memo (its __dict__ `d`) as answered by F.linear eagerly."""
     memo = d.get("_eager_sizes")
-    if memo is None or memo.generation != generation or memo.weight is not weight:
-        memo = d["_eager_sizes"] = EagerSizes(generation, weight)
+    if memo is None or memo.generation != generation or memo.weight != id(weight):
+        memo = d["_eager_sizes"] = EagerSizes(generation, id(weight))
     memo.bounds[(x.numel(), x.dtype)] = bound
