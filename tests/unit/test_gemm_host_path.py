@@ -38,6 +38,7 @@ class _Fake:
         self.counter = launch_table.Count()
         self.ran: list[str] = []
         self.direct = self._direct if direct else None
+        self.eager = None  # launch_table.Bound's: no eager fallback (host_bound)
 
     def call(self, x, weight, bias, out):
         self.ran.append("call")
@@ -184,3 +185,67 @@ def test_a_bound_takes_its_launchers_direct_form_and_loses_it_with_a_fallback(ge
     with pytest.warns(TunedbWarning, match="failed on its first call"):
         launch_table.first_launch(tile, x, w, None)
     assert tile.config.id == "torch" and tile.direct is F.linear  # the torch arm's own, re-read
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_size_the_bound_gives_torch_eagerly_is_answered_by_f_linear_from_the_layer_memo(monkeypatch, bias):
+    """eager_sizes.py through TunedLinear.forward's own source (CUDA read as CPU, the stream handle
+    faked): the first eager call of a bound whose eager arm is torch goes through the launcher
+    (which primes the pick), later ones on a default stream are F.linear's, counted on the bound;
+    a side stream (a capture), a dispatch mode, a new launch-table generation or another weight
+    Parameter goes back to the launcher; an activation layer never keeps a memo."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    stream = [0]
+    forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda device: stream[0])
+    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
+    launch_table.sync()
+    saved = dict(launch_table._calls)
+    launch_table._calls.clear()
+    torch.set_grad_enabled(False)
+    try:
+        lin = torch.nn.Linear(8, 4, bias=bias)
+        layer = patching.TunedLinear(lin)
+        x = torch.randn(3, 8)
+        op = "gemm" if not bias else "gemm_act"
+        fake = _Fake(direct=False)
+        fake.eager = "torch"
+        launch_table._calls[_key(op, "none", x, lin.weight, lin.bias)] = fake
+        plain = F.linear(x, lin.weight, lin.bias)
+        torch.testing.assert_close(layer(x), plain + 1)  # the launcher's call (the fake marks it)
+        assert fake.ran == ["call"]
+        for _ in range(2):
+            assert torch.equal(layer(x), plain)  # F.linear's bits, from the memo
+        assert fake.ran == ["call"] and fake.counter.calls == 3
+        stream[0] = 7  # a side stream: what a capture runs on
+        layer(x)
+        assert fake.ran == ["call", "call"]
+        stream[0] = 0
+
+        class Watch(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        counted = fake.counter.calls
+        with Watch():
+            assert torch.equal(layer(x), plain)
+        # a mode keeps the entry points' path (the op through the dispatcher, which runs the torch
+        # arm here), neither the memo nor the bound: nothing counted on it
+        assert fake.counter.calls == counted == 4 and fake.ran == ["call", "call"]
+        launch_table.generation[0] += 1
+        layer(x)
+        assert fake.ran[-1] == "call" and len(fake.ran) == 3  # a new generation: the launcher again
+        layer.weight = torch.nn.Parameter(lin.weight.detach().clone())
+        launch_table._calls[_key(op, "none", x, layer.weight, lin.bias)] = fake
+        layer(x)
+        assert len(fake.ran) == 4  # another weight Parameter: the launcher again, then remembered
+        assert torch.equal(layer(x), F.linear(x, layer.weight, lin.bias)) and len(fake.ran) == 4
+        act = patching.TunedLinear(torch.nn.Linear(8, 4), "silu")
+        launch_table._calls[_key("gemm_act", "silu", x, act.weight, act.bias)] = fake
+        act(x)
+        act(x)
+        assert "_eager_sizes" not in act.__dict__
+    finally:
+        torch.set_grad_enabled(True)
+        launch_table._calls.clear()
+        launch_table._calls.update(saved)
