@@ -235,6 +235,12 @@ def test_a_size_the_bound_gives_torch_eagerly_is_answered_by_f_linear_from_the_l
         launch_table.generation[0] += 1
         layer(x)
         assert fake.ran[-1] == "call" and len(fake.ran) == 3  # a new generation: the launcher again
+        if bias:  # the bias set to None: another call key (gemm, not gemm_act), never this memo entry
+            kept, layer.bias = layer.bias, None
+            counted = fake.counter.calls
+            layer(x)
+            assert fake.counter.calls == counted
+            layer.bias = kept
         layer.weight = torch.nn.Parameter(lin.weight.detach().clone())
         launch_table._calls[_key(op, "none", x, layer.weight, lin.bias)] = fake
         layer(x)

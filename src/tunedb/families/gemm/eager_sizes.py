@@ -16,7 +16,9 @@ epoch, an override, a recorder each start a new one) and one weight Parameter, h
 so that the memo never keeps a replaced weight alive (an id reused by a later Parameter can only
 send that layer's eager calls to F.linear, which computes the same thing). Only a layer whose
 weight is a Parameter in its own _parameters keeps one: a parametrization's weight is a new
-tensor every call. Never pickled or copied: a copy starts empty.
+tensor every call. A sibling member keeps none (its group's launch must see its calls). A
+compiler's trace never reads the memo (its fields would become guards). Never pickled or copied:
+a copy starts empty.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from typing import Any
 
 
 class EagerSizes:
-    """(x.numel(), x.dtype) -> the Bound whose eager calls F.linear answers, for one generation and weight."""
+    """(x.shape, x.dtype, bias is None) -> the Bound whose eager calls F.linear answers, for one
+    generation and weight."""
 
     __slots__ = ("generation", "weight", "bounds")
 
@@ -37,9 +40,10 @@ class EagerSizes:
         return (EagerSizes, ())
 
 
-def note(d: dict[str, Any], x: Any, weight: Any, bound: Any, generation: int) -> None:
-    """Remember x's size in the layer's memo (its __dict__ `d`) as answered by F.linear eagerly."""
+def note(d: dict[str, Any], x: Any, weight: Any, bias: Any, bound: Any, generation: int) -> None:
+    """Remember x's shape (with its dtype and whether the call has a bias: the call key's op) in the
+    layer's memo (its __dict__ `d`) as answered by F.linear eagerly."""
     memo = d.get("_eager_sizes")
     if memo is None or memo.generation != generation or memo.weight != id(weight):
         memo = d["_eager_sizes"] = EagerSizes(generation, id(weight))
-    memo.bounds[(x.numel(), x.dtype)] = bound
+    memo.bounds[(x.shape, x.dtype, bias is None)] = bound

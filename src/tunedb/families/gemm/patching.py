@@ -133,10 +133,12 @@ class TunedLinear(nn.Module):
                     or ((x.numel(), x.dtype) in sib[0].quiet and not _raw_stream(x.get_device()))
                     or not sib[0].may_take(x)):
                 return F.linear(x, weight, bias)
-        sizes = d.get("_eager_sizes")  # sizes whose served config yields to F.linear eagerly (eager_sizes.py)
+        # sizes whose served config yields to F.linear eagerly (eager_sizes.py); never read while a
+        # compiler traces (its fields would become guards: a recompile at every reload)
+        sizes = None if _compiling() else d.get("_eager_sizes")
         if sizes is not None and sizes.generation == _generation[0] and sizes.weight == id(weight) and type(x) is _Tensor:
-            b = sizes.bounds.get((x.numel(), x.dtype))
-            if b is not None and x.is_cuda and not _raw_stream(x.get_device()) and not (_compiling() or _dispatch_modes()):
+            b = sizes.bounds.get((x.shape, x.dtype, bias is None))
+            if b is not None and x.is_cuda and not _raw_stream(x.get_device()) and not _dispatch_modes():
                 b.counter.calls += 1
                 return F.linear(x, weight, bias)
         # ops.gemm / gemm_act's eager fast path, inline (one Python frame less per call): a plain
@@ -165,9 +167,9 @@ class TunedLinear(nn.Module):
                 if direct is not None:
                     return direct(x, weight, bias)
                 y = bound.call(x, weight, bias, None)
-                if (bound.eager == "torch" and act == "none" and _raw_stream is not None and params.get("weight") is weight
-                        and not _raw_stream(x.get_device())):
-                    _note_eager(d, x, weight, bound, _generation[0])  # this call ran F.linear's arm, primed
+                if (act == "none" and bound.eager == "torch" and _raw_stream is not None and params.get("weight") is weight
+                        and "_siblings" not in d and not _raw_stream(x.get_device())):
+                    _note_eager(d, x, weight, bias, bound, _generation[0])  # this call ran F.linear's arm, primed
                 return y
         if "_as_written" in self.__dict__:  # swapped only to join its siblings (siblings.attach): run as nn.Linear
             return F.linear(x, weight, bias)
