@@ -124,7 +124,7 @@ def test_the_swap_decisions_never_swallow_a_bad_setting():
     caught every exception, so a bad TUNEDB_* value silently changed what was swapped."""
     import torch
 
-    from tunedb.families.gemm import patching as gemm_patching
+    from tunedb.families.gemm import left_as_written
     from tunedb.runtime import patching, selector
 
     selector.reload()  # an earlier optimize() in this process memoised the arch and tiers (no setting read)
@@ -132,7 +132,7 @@ def test_the_swap_decisions_never_swallow_a_bad_setting():
         with pytest.raises(SettingsError, match="TUNEDB_MODEL_FALLBACK"):
             patching._measured("linalg")
         with pytest.raises(SettingsError, match="TUNEDB_MODEL_FALLBACK"):
-            gemm_patching._torch_everywhere(("gemm", torch.bfloat16, 512, 512, "none", False))
+            left_as_written.torch_everywhere(("gemm", torch.bfloat16, 512, 512, "none", False))
 
 
 def test_a_number_setting_set_but_empty_reads_as_its_default():

@@ -115,54 +115,19 @@ _calls: dict[tuple[Any, ...], Bound] = {}
 # known(key): the Bound of a call key already served this epoch, else None. The dict's own get
 # (the dict is only ever cleared, never replaced): one C call on every eager tuned-op call.
 known: Callable[[tuple[Any, ...]], "Bound | None"] = _calls.get
-# Bumped whenever _calls is emptied: a layer's own memo of its eager sizes (gemm/eager_sizes.py)
-# holds for one generation, as the entries of _calls do.
+# Bumped whenever _calls is emptied (_forget_calls): a layer's own memo of its eager sizes
+# (gemm/eager_sizes.py) holds for one generation, as the entries of _calls do.
 generation: list[int] = [0]
+
+
+def _forget_calls() -> None:
+    _calls.clear()
+    generation[0] += 1
 
 
 # The compile token: the identity of this epoch's selection, computed when a compiler first asks
 # for it in the epoch (compile_token) and forgotten by clear().
 _selection_id: list["str | None"] = [None]
-
-
-def _selection_identity() -> str:
-    """A hash of what this epoch's selection depends on: the selector's state (arch, rankers,
-    settings), the tier files as this epoch loaded them (what the selector serves from, not
-    what is on disk now), tunedb's version, the family's kernel hash and this runtime's code."""
-    import hashlib
-
-    from tunedb.database import schema, tiers
-
-    sel, family = _selector(), _family()
-    h = hashlib.sha1(sel.state_key().encode())
-    arch_family, _profile = sel.current_arch()
-    for tier in tiers.TIERS:
-        res = tiers.get(tier, arch_family, family.name)
-        loaded = "" if res is None or res.db is None else schema.dumps(res.db)
-        h.update(f"{tier}:{'off' if res is None else res.state}:{loaded};".encode())
-    h.update(_code_identity(family.name).encode())
-    return h.hexdigest()[:16]
-
-
-@functools.cache
-def _code_identity(family_name: str) -> str:
-    """tunedb's version, the family's kernel hash and this runtime's code (the decomposition,
-    the autograd formula and resolution): fixed for the process."""
-    import hashlib
-    from pathlib import Path
-
-    import tunedb
-
-    import inspect
-
-    family = _family()
-    impl = getattr(family, "impl_hash", None)
-    h = hashlib.sha1(f"tunedb {tunedb.__version__}; {family_name} kernels {impl() if callable(impl) else impl};".encode())
-    sources = [Path(__file__), *(Path(inspect.getfile(type(family))).parent / n for n in ("ops.py", "ops_autograd.py"))]
-    for path in sources:
-        if path.exists():
-            h.update(path.read_bytes())
-    return h.hexdigest()
 
 
 def compile_token() -> str:
@@ -175,7 +140,9 @@ def compile_token() -> str:
     ident = _selection_id[0]
     if ident is None:
         try:
-            ident = _selection_identity()
+            from tunedb.runtime.selection_identity import identity
+
+            ident = identity(_selector(), _family(), __file__)
         except Exception:  # noqa: BLE001 - a token that can never match another process's
             import uuid
 
@@ -196,8 +163,7 @@ def clear() -> None:
     from tunedb.database import tiers
 
     _table.clear()
-    _calls.clear()
-    generation[0] += 1
+    _forget_calls()
     _epoch[0] = _selector_epoch()
     _capture[0] = _capture_path()
     _selection_id[0] = None
@@ -445,8 +411,7 @@ def recording() -> Iterator[list[tuple[str, Signature, int]]]:
     """Collect (family, signature, M) of every tuned-op call made inside the block."""
     sink: list[tuple[str, Signature, int]] = []
     _recorders.append(sink)
-    _calls.clear()  # every call must reach record() while this block runs
-    generation[0] += 1
+    _forget_calls()  # every call must reach record() while this block runs
     try:
         yield sink
     finally:

@@ -285,7 +285,7 @@ def predict(config: Config, shape: ShapeArg, arch: ArchProfile, params: ModelPar
         _tile_of(config)  # a malformed config: ConfigError naming the field, before the predicate
         if _invalid(config, sig or Signature.make("gemm", "gemm", dt, N=n, K=k), m, arch):
             return Status.INFEASIBLE  # THE validity predicate's no: a status, never a time
-    if config.is_sentinel:
+    else:
         if config.id in VENDOR_LANES:
             parts = _vendor_parts(config.id, shape, arch, params)
             if not parts:

@@ -60,7 +60,6 @@ from tunedb.families.gemm.left_modules import ENCODER_FF, UNPATCHED_KINDS, encod
 from tunedb.families.gemm.left_as_written import TorchEverywhere as _TorchEverywhere
 from tunedb.families.gemm.left_as_written import key_of as _key_of
 from tunedb.families.gemm.left_as_written import left_why as _left_why
-from tunedb.families.gemm.left_as_written import torch_everywhere as _torch_everywhere  # noqa: F401 - tests reach it here
 from tunedb.families.gemm.left_modules import kept as _kept
 from tunedb.families.gemm.left_modules import subclass_weight as _subclass_weight
 from tunedb.runtime import launch_table, report
