@@ -208,6 +208,35 @@ def test_a_model_no_table_names_warmed_up_eagerly_then_captured(rows):
             torch.testing.assert_close(out, ref(static), rtol=3e-2, atol=3e-2)
 
 
+@pytest.mark.parametrize("rows", [1, 4])
+def test_members_quiet_eagerly_on_the_default_stream_still_launch_as_a_group_in_a_capture(rows):
+    """quiet_members.py on the GPU: after eager calls on the default stream each member left as
+    written runs F.linear with no question asked (its quiet forward); torch.cuda.graph's capture
+    sets those aside, so the group's one launch is captured, and puts the same objects back; the
+    replays and the eager calls after it give the plain model's outputs."""
+    from tunedb.families.gemm import quiet_members
+
+    model, ref, group = _unnamed_attention()
+    members = [model[0].q_proj, model[0].k_proj, model[0].v_proj]
+    static = torch.randn(rows, 1152, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(model(static), ref(static), rtol=3e-2, atol=3e-2)
+        quiet = [m.__dict__.get("forward") for m in members]
+        assert all(quiet_members.is_quiet(f) for f in quiet) and group.launches == 0
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = model(static)
+        assert group.launches == 1 and [m.__dict__.get("forward") for m in members] == quiet
+        for _ in range(3):
+            static.copy_(torch.randn(rows, 1152, device="cuda", dtype=torch.bfloat16))
+            graph.replay()
+            torch.testing.assert_close(out, ref(static), rtol=3e-2, atol=3e-2)
+            torch.testing.assert_close(model(static), ref(static), rtol=3e-2, atol=3e-2)
+        assert group.launches == 1  # eager calls after the capture: each member alone again
+
+
 def test_sixteen_rows_through_optimize_in_a_graph(monkeypatch):
     monkeypatch.setenv("TUNEDB_SIBLING_ROWS", "16")
     torch.manual_seed(0)

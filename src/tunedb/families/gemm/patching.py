@@ -51,6 +51,8 @@ from tunedb import settings
 from tunedb.families.gemm import fused_pair, linear_script, ops, siblings
 from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.eager_sizes import note as _note_eager
+from tunedb.families.gemm.quiet_members import enter as _quiet_enter
+from tunedb.families.gemm.quiet_members import is_quiet as _is_quiet
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
 from tunedb.families.gemm.fusion_source import model_outside_reads, model_reached_reads
 from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
@@ -128,9 +130,15 @@ class TunedLinear(nn.Module):
             return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it (fused_pair)
         if "_as_written" in d:  # swapped only to join its siblings (siblings.attach): nn.Linear's cost where it can
             sib = d.get("_siblings")
-            if (sib is None or type(x) is not _Tensor or not x.is_cuda
-                    or ((x.numel(), x.dtype) in sib[0].quiet and not _raw_stream(x.get_device()))
-                    or not sib[0].may_take(x)):
+            if sib is None or type(x) is not _Tensor or not x.is_cuda:
+                return F.linear(x, weight, bias)
+            if (x.numel(), x.dtype) in sib[0].quiet and not _raw_stream(x.get_device()):
+                # declined eagerly after priming: a group that never launches eagerly lets the
+                # member run F.linear with no question asked until a capture (quiet_members.py)
+                if not sib[0].eager_one_row() and not _compiling():
+                    _quiet_enter(self)
+                return F.linear(x, weight, bias)
+            if not sib[0].may_take(x):
                 return F.linear(x, weight, bias)
         # sizes whose served config yields to F.linear eagerly (eager_sizes.py); never read while a
         # compiler traces (its fields would become guards: a recompile at every reload)
@@ -192,6 +200,14 @@ class TunedLinear(nn.Module):
     # __wrapped__: the scripted module calls the tuned op (linear_script.py), while eager calls
     # pay nothing for it (a torch.jit.is_scripting() branch costs a call per forward)
     forward.__wrapped__ = linear_script.script_forward  # type: ignore[attr-defined]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """nn.Module's state without a quiet forward (quiet_members.py: a closure over this layer's
+        own slots); a copy or an unpickled layer starts without one."""
+        state = super().__getstate__()
+        if _is_quiet(state.get("forward")):
+            del state["forward"]
+        return state
 
     def __prepare_scriptable__(self) -> "TunedLinear":
         """torch.jit.script compiles script_forward, whose activation is `_script_act`: self.act,

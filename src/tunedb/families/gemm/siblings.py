@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from tunedb import settings
+from tunedb.families.gemm import quiet_members
 from tunedb.families.gemm.fusion_source import model_outside_reads
 from tunedb.families.gemm.sibling_source import sibling_calls
 from tunedb.families.module_rules import holders
@@ -179,6 +180,7 @@ class SiblingGroup:
         """A member's mark changed (optimize() re-run after a tune serves it now)."""
         self._written = self._eager_row = None
         self.quiet = set()
+        quiet_members.leave(self.members)
 
     def may_take(self, x: Any) -> bool:
         """Whether a launch for CUDA x is worth making: 1 to max_rows rows, and outside a CUDA-graph

@@ -1,0 +1,165 @@
+"""Sibling members left as written, quiet eagerly (families/gemm/quiet_members.py), through
+TunedLinear.forward's own source with CUDA read as CPU and the stream handle faked (as
+test_gemm_host_path.py does): once a member's group declined its eager call on a default stream
+after priming, the member runs F.linear with no question asked; a CUDA-graph capture sets that
+aside (the group's launch is captured) and puts it back; a refresh, a copy or a parametrization
+leave it."""
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from test_gemm_host_path import _as_cpu
+from tunedb.families.gemm import kernels_siblings, patching, quiet_members, siblings
+
+from sibling_models import Attn
+
+
+class _Graph:
+    """torch.cuda.CUDAGraph's capture methods, as a CPU stand-in: record the calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        self.calls.append("begin")
+
+    def capture_end(self):
+        self.calls.append("end")
+
+
+@pytest.fixture
+def world(monkeypatch):
+    """A written q/k/v group on the CPU: a fake launch site counting launches, streams faked
+    (0: the default stream), a fresh capture wrap over _Graph, TunedLinear.forward as CPU."""
+    launches = []
+
+    def site_for(ns, k, has_bias, acts, interpret=False, tiles=None, m=1):
+        def site(grid, x, *ptrs):
+            launches.append(m)
+            for i in range(len(acts)):
+                y = F.linear(x.view(m, k), ptrs[i], ptrs[6 + i] if has_bias else None)
+                ptrs[3 + i].copy_(y.view(-1))
+        return site, (1,)
+
+    stream = {"raw": 0, "capturing": False}
+    monkeypatch.setattr(kernels_siblings, "site_for", site_for)
+    monkeypatch.setattr(siblings, "_RAW_STREAM", lambda index: stream["raw"])
+    monkeypatch.setattr(siblings, "_capturing", lambda: stream["capturing"])
+    forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda index: stream["raw"])
+    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
+    monkeypatch.setattr(torch.cuda.graphs, "CUDAGraph", _Graph)
+    monkeypatch.setattr(quiet_members, "_wrapped", [False])
+    monkeypatch.setattr(quiet_members, "_captures", [0])
+    monkeypatch.setattr(siblings, "EAGER_MIN_BYTES", 1 << 40)
+    torch.set_grad_enabled(False)
+    yield launches, stream
+    torch.set_grad_enabled(True)
+
+
+def _written(bias: bool):
+    torch.manual_seed(0)
+    attn = Attn(bias=bias).to(torch.float16)
+    members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
+    for m in members:
+        m.__dict__["_as_written"] = True
+    g = siblings.SiblingGroup(members, ("q_proj", "k_proj", "v_proj"), max_rows=16)
+    g._arch_ok = True
+    for i, m in enumerate(members):
+        m.__dict__["_siblings"] = (g, i)
+    return g, members
+
+
+def _plain(members, x):
+    return [F.linear(x, m.weight, m.bias) for m in members]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_declined_member_goes_quiet_and_a_capture_sees_the_group_launch(world, bias):
+    launches, stream = world
+    g, members = _written(bias)
+    x = torch.randn(4, 16, dtype=torch.float16)
+    ys = [m(x) for m in members]  # q primes the launch (outputs dropped), k makes the size quiet, v goes quiet
+    assert launches == [4] and ["forward" in m.__dict__ for m in members] == [False, False, True]
+    assert all(torch.equal(a, b) for a, b in zip(ys, _plain(members, x)))
+    ys = [m(x) for m in members]  # declined on a default stream, primed: each member goes quiet
+    assert all(quiet_members.is_quiet(m.__dict__.get("forward")) for m in members)
+    assert all(torch.equal(a, b) for a, b in zip(ys, _plain(members, x)))
+    quiet = [m.__dict__["forward"] for m in members]
+    assert all(torch.equal(m(x), y) for m, y in zip(members, _plain(members, x))) and launches == [4]
+
+    graph = torch.cuda.graphs.CUDAGraph()  # wrapped at the first member's enter()
+    graph.capture_begin()
+    assert graph.calls == ["begin"] and all("forward" not in m.__dict__ for m in members)
+    stream.update(raw=0x7F00, capturing=True)
+    ys = [m(x) for m in members]  # in the capture: one group launch, each member takes its output
+    assert launches == [4, 4] and g.launches == 1
+    assert all(torch.equal(a, b) for a, b in zip(ys, _plain(members, x)))
+    graph.capture_end()
+    stream.update(raw=0, capturing=False)
+    assert graph.calls == ["begin", "end"]
+    assert [m.__dict__.get("forward") for m in members] == quiet  # the same objects back (a compiled guard's)
+
+
+def test_a_nested_capture_keeps_them_aside_until_the_last_ends_and_a_failed_begin_counts_nothing(world):
+    g, members = _written(False)
+    x = torch.randn(2, 16, dtype=torch.float16)
+    for _ in range(3):
+        for m in members:
+            m(x)
+    assert all("forward" in m.__dict__ for m in members)
+    outer, inner = torch.cuda.graphs.CUDAGraph(), torch.cuda.graphs.CUDAGraph()
+    outer.capture_begin()
+    inner.capture_begin()
+    inner.capture_end()
+    assert all("forward" not in m.__dict__ for m in members)
+    assert not quiet_members.enter(members[0])  # never entered while a capture runs
+    outer.capture_end()
+    assert all("forward" in m.__dict__ for m in members) and quiet_members._captures == [0]
+
+    def refused(self, **kwargs):
+        raise RuntimeError("CUDA graphs must be captured on a non-default stream")
+
+    _Graph.capture_begin, kept = refused, _Graph.capture_begin
+    quiet_members._wrapped[0] = False
+    try:
+        quiet_members.leave(members)
+        quiet_members.enter(members[0])  # wraps the refusing begin
+        with pytest.raises(RuntimeError, match="non-default stream"):
+            torch.cuda.graphs.CUDAGraph().capture_begin()
+        assert quiet_members._captures == [0] and "forward" in members[0].__dict__
+    finally:
+        _Graph.capture_begin = kept
+
+
+def test_refresh_copies_and_a_parametrization_leave_quiet(world):
+    launches, _stream = world
+    g, members = _written(True)
+    x = torch.randn(3, 16, dtype=torch.float16)
+    for _ in range(3):
+        for m in members:
+            m(x)
+    assert all("forward" in m.__dict__ for m in members)
+    twin = copy.deepcopy(members[1])
+    assert "forward" not in twin.__dict__  # a copy starts without (its closure would read the original)
+    assert "forward" not in pickle.loads(pickle.dumps(members[1])).__dict__
+    assert torch.equal(twin(x), F.linear(x, twin.weight, twin.bias))
+
+    torch.nn.utils.parametrize.register_parametrization(members[0], "weight", _Double())
+    y = members[0](x)  # the weight left its slot: the layer's own forward, no longer quiet
+    assert torch.equal(y, F.linear(x, members[0].weight, members[0].bias))
+    assert "forward" not in members[0].__dict__
+
+    members[2].weight = torch.nn.Parameter(torch.randn(8, 16, dtype=torch.float16))  # a new weight: read per call
+    assert torch.equal(members[2](x), F.linear(x, members[2].weight, members[2].bias))
+    g.refresh()  # optimize() re-run serves a member now: the group's rule may differ
+    assert all("forward" not in m.__dict__ for m in members)
+
+
+class _Double(torch.nn.Module):
+    def forward(self, w):
+        return w * 2
