@@ -199,6 +199,7 @@ def test_a_size_the_bound_gives_torch_eagerly_is_answered_by_f_linear_from_the_l
     stream = [0]
     forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda device: stream[0])
     monkeypatch.setattr(patching.TunedLinear, "forward", forward)
+    monkeypatch.setattr(patching, "_raw_stream", lambda device: stream[0])  # _memo_ok's
     launch_table.sync()
     saved = dict(launch_table._calls)
     launch_table._calls.clear()
@@ -251,6 +252,60 @@ def test_a_size_the_bound_gives_torch_eagerly_is_answered_by_f_linear_from_the_l
         act(x)
         act(x)
         assert "_eager_sizes" not in act.__dict__
+    finally:
+        torch.set_grad_enabled(True)
+        launch_table._calls.clear()
+        launch_table._calls.update(saved)
+
+
+class _TorchArm(_Fake):
+    """A bound whose config is the torch arm: its `direct` is F.linear itself."""
+
+    def __init__(self) -> None:
+        super().__init__(direct=False)
+        self.direct = F.linear
+
+
+def test_a_torch_arm_size_is_remembered_and_a_sibling_member_only_for_a_size_its_group_declines(monkeypatch):
+    """The memo (eager_sizes.py) also holds sizes whose config is the torch arm (F.linear itself,
+    no launcher frame): after the first eager call the layer answers from it, counted on the
+    bound. A sibling member remembers a size only once its group declined that size eagerly on a
+    default stream (quiet): a size its group may launch for stays on the group's path."""
+    from tunedb.families.gemm import siblings
+
+    stream = [0]
+    forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda device: stream[0])
+    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
+    monkeypatch.setattr(patching, "_raw_stream", lambda device: stream[0])
+    launch_table.sync()
+    saved = dict(launch_table._calls)
+    launch_table._calls.clear()
+    torch.set_grad_enabled(False)
+    try:
+        layer = patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))
+        x = torch.randn(3, 8)
+        arm = _TorchArm()
+        launch_table._calls[_key("gemm", "none", x, layer.weight, None)] = arm
+        for _ in range(3):
+            assert torch.equal(layer(x), F.linear(x, layer.weight))
+        assert arm.counter.calls == 3 and set(layer.__dict__["_eager_sizes"].bounds) == {(x.shape, x.dtype, True)}
+        calls = []
+        monkeypatch.setattr(launch_table, "known", lambda key: calls.append(key))  # the memo answers first
+        monkeypatch.setattr(patching, "_known", lambda key: calls.append(key))
+        layer(x)
+        assert calls == [] and arm.counter.calls == 4
+
+        member = patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))
+        group = siblings.SiblingGroup([member, patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))])
+        member.__dict__["_siblings"] = (group, 0)
+        monkeypatch.setattr(group, "call", lambda index, x: None)  # the group declines (a CPU tensor)
+        monkeypatch.setattr(patching, "_known", launch_table.known)
+        launch_table._calls[_key("gemm", "none", x, member.weight, None)] = arm
+        member(x)
+        assert "_eager_sizes" not in member.__dict__  # not quiet: the group may still want the size
+        group.quiet.add((x.numel(), x.dtype))
+        member(x)
+        assert set(member.__dict__["_eager_sizes"].bounds) == {(x.shape, x.dtype, True)}
     finally:
         torch.set_grad_enabled(True)
         launch_table._calls.clear()

@@ -9,14 +9,18 @@ H100, bench/tp_shard_trace.py: CPU caches are cold between layers of a real mode
 step costs more there). Once such a size has run eagerly (the first eager call primes the tuned
 kernel: host_bound.graph_only), the layer remembers it here and answers its later eager calls on a
 default stream with F.linear straight away (what the torch arm computes for a GEMM without an
-activation), counting the call on the same Bound so that tuning_report() still sees it.
+activation), counting the call on the same Bound so that tuning_report() still sees it. A size
+whose config is the torch arm itself (the bound's `direct` is F.linear) is remembered at its first
+eager call likewise (session 45): the memo's lookup costs less than the call key and the entry
+checks it replaces.
 
 A memo holds for one generation of the launch table's call memo (launch_table.generation: a new
 epoch, an override, a recorder each start a new one) and one weight Parameter, held by its id()
 so that the memo never keeps a replaced weight alive (an id reused by a later Parameter can only
 send that layer's eager calls to F.linear, which computes the same thing). Only a layer whose
 weight is a Parameter in its own _parameters keeps one: a parametrization's weight is a new
-tensor every call. A sibling member keeps none (its group's launch must see its calls). A
+tensor every call. A sibling member keeps only sizes its group declines eagerly on a default
+stream (the group's `quiet` set: it launches for none of those outside a capture). A
 compiler's trace never reads the memo (its fields would become guards). Never pickled or copied:
 a copy starts empty.
 """

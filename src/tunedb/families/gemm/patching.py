@@ -77,6 +77,15 @@ _Tensor, _compiling, _dispatch_modes, _autocast, _grad_enabled, _known, _transfo
 # a group's quiet set can hold anything (siblings.SiblingGroup.may_take fills it only with the getter)
 _raw_stream = siblings._RAW_STREAM
 _generation = launch_table.generation
+_linear = F.linear
+
+
+def _memo_ok(d: dict[str, Any], x: Any, weight: Any, params: dict[str, Any], sib: Any) -> bool:
+    """Whether an eager call that ran F.linear's arm may enter the layer's memo (eager_sizes.py):
+    on a default stream, the weight a registered Parameter, and for a sibling member only a size
+    its group declines there (quiet: it launches for none of those eagerly)."""
+    return (_raw_stream is not None and params.get("weight") is weight and not _raw_stream(x.get_device())
+            and (sib is None or (x.numel(), x.dtype) in sib[0].quiet))
 
 _HF_ACTS: dict[str, str] = {
     "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
@@ -172,10 +181,12 @@ class TunedLinear(nn.Module):
                 bound.counter.calls += 1
                 direct = bound.direct
                 if direct is not None:
-                    return direct(x, weight, bias)
+                    y = direct(x, weight, bias)
+                    if direct is _linear and act == "none" and _memo_ok(d, x, weight, params, sib):
+                        _note_eager(d, x, weight, bias, bound, _generation[0])  # the torch arm: F.linear's call
+                    return y
                 y = bound.call(x, weight, bias, None)
-                if (act == "none" and bound.eager == "torch" and _raw_stream is not None and params.get("weight") is weight
-                        and "_siblings" not in d and not _raw_stream(x.get_device())):
+                if act == "none" and bound.eager == "torch" and _memo_ok(d, x, weight, params, sib):
                     _note_eager(d, x, weight, bias, bound, _generation[0])  # this call ran F.linear's arm, primed
                 return y
         if "_as_written" in self.__dict__:  # swapped only to join its siblings (siblings.attach): run as nn.Linear
