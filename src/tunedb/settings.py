@@ -145,6 +145,15 @@ EAGER_FALLBACK = Setting(
     ("0", "1"),
 )
 
+EAGER_KERNEL_US = Setting(
+    "TUNEDB_EAGER_KERNEL_US", "64",
+    "Outside CUDA-graph capture, a GEMM shape whose torch kernel is predicted shorter than this many "
+    "microseconds is served by torch eagerly whatever its tuned config (captured calls keep the config): "
+    "an eager decode step is host-bound, where a Triton launch's extra host time costs and its GPU saving "
+    "buys nothing (session 45, H100: Llama-3-8B layers at batch 1 eagerly 1.110x slower than plain with "
+    "the decode configs served, 0.990x with them as F.linear). '0': only the launch-count rule.",
+    check=lambda v: None if v.isascii() and v.isdigit() else "is not a whole number of microseconds >= 0",
+)
 
 MAX_COMPILE_JOBS = 1024  # processes; far above any machine's cores (each compile takes ~1 GiB)
 
@@ -358,6 +367,11 @@ def leave_unmeasured() -> bool:
 
 def eager_fallback_enabled() -> bool:
     return EAGER_FALLBACK.on()
+
+
+def eager_kernel_us() -> int:
+    """TUNEDB_EAGER_KERNEL_US: below this predicted torch kernel time, torch serves eager calls."""
+    return int(EAGER_KERNEL_US.raw() or "0")
 
 
 def chain_pdl_enabled() -> bool:

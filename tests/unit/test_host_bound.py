@@ -29,12 +29,12 @@ def test_split_k_on_a_microsecond_gemm_serves_torch_eagerly():
     # a single-launch tile too: its Triton launch costs the host more than cuBLAS's, and its GPU
     # saving buys nothing where the step is host-bound (session 43)
     assert eager_fallback(sig(1024, 4096), 1, TILE, PROFILE) == "torch"
-    # ... but not a GEMM longer than a launch's host time, nor a fused activation (one launch
+    # ... but not a GEMM longer than TUNEDB_EAGER_KERNEL_US, nor a fused activation (one launch
     # against torch's two)
-    assert eager_fallback(sig(14336, 4096), 16, TILE, PROFILE) is None
+    assert eager_fallback(sig(14336, 4096), 2048, TILE, PROFILE) is None
     assert eager_fallback(sig(1024, 4096, "gemm_act", act="silu", bias=0), 1, TILE, PROFILE) is None
     # a GEMM far longer than two launches runs GPU-bound even eagerly: the config serves
-    assert eager_fallback(sig(14336, 4096), 16, SPLITK, PROFILE) is None
+    assert eager_fallback(sig(14336, 4096), 2048, SPLITK, PROFILE) is None
     # with an activation the torch arm issues two kernels too: split-K adds no launch over it, but
     # its two Triton launches still cost the host more than torch's two
     assert fallback_launches(sig(1024, 4096, "gemm_act", act="silu", bias=0)) == 2
@@ -42,7 +42,23 @@ def test_split_k_on_a_microsecond_gemm_serves_torch_eagerly():
     assert eager_fallback(sig(1024, 4096), 1, Config.sentinel("torch"), PROFILE) is None
 
 
-def test_a_slower_host_moves_the_line():
+def test_a_decode_gemm_under_the_eager_kernel_bound_is_torch_eagerly_whatever_one_launch_costs(monkeypatch):
+    """An eager decode step is host-bound as a whole: Llama-3-8B's up projection at 16 rows (a
+    117 MB weight, tens of microseconds of kernel, longer than a launch) still goes to torch eagerly
+    under TUNEDB_EAGER_KERNEL_US (default 64); '0' leaves only the launch-count rule."""
+    assert settings.eager_kernel_us() == 64
+    assert eager_fallback(sig(14336, 4096), 16, TILE, PROFILE) == "torch"
+    assert eager_fallback(sig(4096, 14336), 1, TILE, PROFILE) == "torch"
+    assert eager_fallback(sig(14336, 4096), 2048, TILE, PROFILE) is None  # a prefill GEMM: GPU-bound
+    monkeypatch.setenv("TUNEDB_EAGER_KERNEL_US", "0")
+    assert eager_fallback(sig(14336, 4096), 16, TILE, PROFILE) is None
+    monkeypatch.setenv("TUNEDB_EAGER_KERNEL_US", "1e3")
+    with pytest.raises(Exception, match="TUNEDB_EAGER_KERNEL_US='1e3' is not a whole number"):
+        settings.eager_kernel_us()
+
+
+def test_a_slower_host_moves_the_line(monkeypatch):
+    monkeypatch.setenv("TUNEDB_EAGER_KERNEL_US", "0")  # the launch-count rule alone
     slow = dataclasses.replace(PROFILE, launch_us_eager=1000.0)
     fast = dataclasses.replace(PROFILE, launch_us_eager=0.01)
     assert eager_fallback(sig(14336, 4096), 16, SPLITK, slow) == "torch"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from tunedb import settings
 from tunedb.families.gemm import calibration, confidence, configs_gemv, costmodel
 from tunedb.records import ArchProfile, Config, Measurement, Signature, Status
 
@@ -99,8 +100,13 @@ def eager_fallback(sig: Signature, m: int, config: Config, profile: ArchProfile,
     host-bound and its GPU saving buys nothing. Its extra launches cost, and so does a Triton
     launch against cuBLAS's at equal counts (+1.3 us a call in a loop of its own; a
     tensor-parallel shard's four served one-row q_proj calls made its eager step 7.5% slower than
-    the same calls as F.linear, session 43 call 1, H100). A config of fewer launches (an
-    activation fused) serves. None: the config serves."""
+    the same calls as F.linear, session 43 call 1, H100). Past that, torch serves eagerly every
+    such shape whose kernel is shorter than TUNEDB_EAGER_KERNEL_US (64 us): a decode GEMM's kernel
+    is, and an eager decode step is host-bound as a whole, so the config's GPU saving buys nothing
+    while its launch costs the host more (session 45, H100: Llama-3-8B layers at batch 1 eagerly
+    1.110x slower than plain with the decode configs served, 0.990x with them as F.linear, where
+    each kernel alone was longer than a launch). A config of fewer launches (an activation fused)
+    serves. None: the config serves."""
     if config.is_sentinel:
         return None
     host_cfg = LAUNCHES.get(config.lane, 1) * profile.launch_us_eager
@@ -113,4 +119,4 @@ def eager_fallback(sig: Signature, m: int, config: Config, profile: ArchProfile,
                            default_config=lambda s, _arch=None: family.default_config(s, profile))
     if isinstance(ms, Status):
         return None
-    return fallback if ms * 1000.0 < host_cfg else None
+    return fallback if ms * 1000.0 < max(host_cfg, settings.eager_kernel_us()) else None
