@@ -147,8 +147,9 @@ EAGER_FALLBACK = Setting(
 
 EAGER_KERNEL_US = Setting(
     "TUNEDB_EAGER_KERNEL_US", "64",
-    "Outside CUDA-graph capture, a GEMM shape whose torch kernel is predicted shorter than this many "
-    "microseconds is served by torch eagerly whatever its tuned config (captured calls keep the config): "
+    "Outside CUDA-graph capture, a matrix-multiply shape whose torch kernel is predicted shorter than this many "
+    "microseconds is served by torch eagerly whatever its tuned config (captured calls keep the config), "
+    "and a sibling group launches eagerly only if its weights take this long to stream: "
     "an eager decode step is host-bound, where a Triton launch's extra host time costs and its GPU saving "
     "buys nothing (session 45, H100: Llama-3-8B layers at batch 1 eagerly 1.110x slower than plain with "
     "the decode configs served, 0.990x with them as F.linear). '0': only the launch-count rule.",

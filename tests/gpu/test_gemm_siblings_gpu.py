@@ -58,6 +58,7 @@ def test_an_attention_block_at_one_row_eager_and_in_a_graph(monkeypatch):
     model = nn.Sequential(Attn(d=1024, kv=256, bias=True)).cuda().half().eval()
     ref = copy.deepcopy(model)
     monkeypatch.setattr(siblings, "EAGER_MIN_BYTES", 0)  # its 3 MB group launches eagerly at one row too
+    monkeypatch.setenv("TUNEDB_EAGER_KERNEL_US", "0")
     _optimized(monkeypatch, model)
     attn = model[0]
     group = attn.q_proj.__dict__["_siblings"][0]

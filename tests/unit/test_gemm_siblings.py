@@ -88,6 +88,7 @@ def test_outside_a_capture_a_group_launches_only_at_one_row_with_a_served_member
     one, four = torch.randn(1, 16, dtype=torch.float16), torch.randn(4, 16, dtype=torch.float16)
     assert not g.eager_one_row()  # a few KB of weights: eagerly its launch costs more host time than it saves
     monkeypatch.setattr(siblings, "EAGER_MIN_BYTES", 0)
+    monkeypatch.setenv("TUNEDB_EAGER_KERNEL_US", "0")  # the stream-time bound off too
     g.refresh()
     assert g.eager_one_row()
     assert g.call(0, four) is None and fake.launches == 1  # more rows eagerly: alone (one priming launch)
@@ -531,3 +532,25 @@ def test_an_eager_warm_up_primes_what_a_capture_will_launch(fake, monkeypatch):
         assert not g.may_take(torch.randn(5, 16, dtype=torch.float16))
     monkeypatch.setattr(siblings, "_capturing", lambda: True)
     assert g.call(0, torch.randn(5, 16, dtype=torch.float16)) is None  # off: each member alone
+
+
+def test_eagerly_a_group_launches_only_if_its_weights_stream_for_the_eager_kernel_bound(fake, monkeypatch):
+    """eager_one_row's second bound (session 45): the weights must take TUNEDB_EAGER_KERNEL_US to
+    stream at the arch profile's DRAM bandwidth, the line under which a GEMM's eager calls go to
+    torch; a slower memory (or a larger group) passes it, '0' turns it off."""
+    import dataclasses
+
+    from tunedb.arch import shipped_profile
+    from tunedb.runtime import selector
+
+    monkeypatch.setattr(siblings, "EAGER_MIN_BYTES", 0)
+    profile = shipped_profile("sm90")
+    g, _members = _group()  # 3 x 16 x 16 fp16 weights: 1.5 KB
+    for bw, takes in ((profile.dram_bw_gbs, False), (1e-3, True)):  # 64 us of 4.2 TB/s; of 1 MB/s: 64 bytes
+        monkeypatch.setattr(selector, "current_arch", lambda bw=bw: ("sm90", dataclasses.replace(profile, dram_bw_gbs=bw)))
+        g.refresh()
+        assert g.eager_one_row() is takes
+    monkeypatch.setattr(selector, "current_arch", lambda: ("sm90", profile))
+    monkeypatch.setenv("TUNEDB_EAGER_KERNEL_US", "0")
+    g.refresh()
+    assert g.eager_one_row()

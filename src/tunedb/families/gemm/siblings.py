@@ -79,7 +79,22 @@ MMA_MAX_BYTES = 544 << 20
 # session 35). A tensor-parallel shard's 12.6 MB q/k/v with one served member ran 1.11-1.12x
 # slower than plain eagerly at b1 with and without this rule (session 42 calls 4 and 6: the
 # members' Python, not the group, set that), so the bound rests on the host costs above.
+# Session 45 (H100 hosts) added a second bound: the weights' stream at the arch's DRAM bandwidth
+# must take TUNEDB_EAGER_KERNEL_US (64 us) at least, the line under which a GEMM's eager calls go
+# to torch (families/gemm/model.eager_fallback): an eager decode step is host-bound as a whole
+# (Llama-3-8B layers at b1 eagerly: 1.11-1.14x plain's time with the groups launching, 1.04x
+# with siblings off, same rounds, a noisy host), so Llama-3-8B's 50 MB q/k/v and 235 MB gate/up
+# run as their members' own calls eagerly now, and a 70B-class gate/up (940 MB) still launches.
 EAGER_MIN_BYTES = 32 << 20
+
+
+def _eager_stream_bytes() -> float:
+    """Weight bytes whose stream takes TUNEDB_EAGER_KERNEL_US at this arch's DRAM bandwidth (0
+    where no profile is shipped: no group launches there at all)."""
+    from tunedb.runtime import selector
+
+    profile = selector.current_arch()[1]
+    return 0.0 if profile is None else settings.eager_kernel_us() * profile.dram_bw_gbs * 1e3
 
 
 # torch.cuda.is_current_stream_capturing's own C function, one Python frame fewer: a
@@ -167,13 +182,14 @@ class SiblingGroup:
 
     def eager_one_row(self) -> bool:
         """Whether an eager call at one row is worth a launch: a member tunedb serves (its own call
-        would be a Triton launch anyway) and EAGER_MIN_BYTES of weights at least. Kept as
-        as_written() is."""
+        would be a Triton launch anyway) and EAGER_MIN_BYTES of weights at least, as many as
+        stream in TUNEDB_EAGER_KERNEL_US. Kept as as_written() is."""
         take = self._eager_row
         if take is None:
             weights = [m.__dict__.get("_parameters", {}).get("weight") for m in self.members]
             size = sum(w.numel() * w.element_size() for w in weights if isinstance(w, torch.Tensor))
-            take = self._eager_row = not self.as_written() and size >= EAGER_MIN_BYTES
+            take = self._eager_row = (not self.as_written() and size >= EAGER_MIN_BYTES
+                                      and size >= _eager_stream_bytes())
         return take
 
     def refresh(self) -> None:
