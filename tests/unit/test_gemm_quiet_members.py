@@ -83,12 +83,11 @@ def test_a_declined_member_goes_quiet_and_a_capture_sees_the_group_launch(world,
     launches, stream = world
     g, members = _written(bias)
     x = torch.randn(4, 16, dtype=torch.float16)
-    ys = [m(x) for m in members]  # q primes the launch (outputs dropped), k makes the size quiet, v goes quiet
-    assert launches == [4] and ["forward" in m.__dict__ for m in members] == [False, False, True]
+    ys = [m(x) for m in members]  # q primes the launch (outputs dropped); each declined call: quiet
+    assert launches == [4] and all(quiet_members.is_quiet(m.__dict__.get("forward")) for m in members)
     assert all(torch.equal(a, b) for a, b in zip(ys, _plain(members, x)))
-    ys = [m(x) for m in members]  # declined on a default stream, primed: each member goes quiet
-    assert all(quiet_members.is_quiet(m.__dict__.get("forward")) for m in members)
-    assert all(torch.equal(a, b) for a, b in zip(ys, _plain(members, x)))
+    ys = [m(x) for m in members]
+    assert all(torch.equal(a, b) for a, b in zip(ys, _plain(members, x))) and launches == [4]
     quiet = [m.__dict__["forward"] for m in members]
     assert all(torch.equal(m(x), y) for m, y in zip(members, _plain(members, x))) and launches == [4]
 
@@ -163,3 +162,19 @@ def test_refresh_copies_and_a_parametrization_leave_quiet(world):
 class _Double(torch.nn.Module):
     def forward(self, w):
         return w * 2
+
+
+def test_a_member_called_with_more_rows_than_its_group_takes_goes_quiet_too(world):
+    """An encoder's q/k/v called on a whole sequence (more rows than TUNEDB_SIBLING_ROWS) are
+    declined before any priming; eagerly on a default stream that is as final as a primed
+    decline, so the members go quiet at their first call; a side stream never makes them quiet."""
+    launches, stream = world
+    g, members = _written(False)
+    many = torch.randn(40, 16, dtype=torch.float16)
+    stream["raw"] = 0x7F00  # a side stream, not capturing: declined, never quiet
+    assert torch.equal(members[0](many), F.linear(many, members[0].weight))
+    assert "forward" not in members[0].__dict__
+    stream["raw"] = 0
+    ys = [m(many) for m in members]
+    assert launches == [] and all(quiet_members.is_quiet(m.__dict__.get("forward")) for m in members)
+    assert all(torch.equal(a, b) for a, b in zip(ys, _plain(members, many)))

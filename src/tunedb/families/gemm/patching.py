@@ -141,13 +141,13 @@ class TunedLinear(nn.Module):
             sib = d.get("_siblings")
             if sib is None or type(x) is not _Tensor or not x.is_cuda:
                 return F.linear(x, weight, bias)
-            if (x.numel(), x.dtype) in sib[0].quiet and not _raw_stream(x.get_device()):
-                # declined eagerly after priming: a group that never launches eagerly lets the
-                # member run F.linear with no question asked until a capture (quiet_members.py)
-                if not sib[0].eager_one_row() and not _compiling():
+            group = sib[0]
+            if ((x.numel(), x.dtype) in group.quiet and not _raw_stream(x.get_device())) or not group.may_take(x):
+                # declined on a default stream (primed where it could launch at all): a group that
+                # never launches eagerly lets the member run F.linear with no question asked until
+                # a capture (quiet_members.py), whatever the rows (more than the group takes too)
+                if not group.eager_one_row() and not _raw_stream(x.get_device()) and not _compiling():
                     _quiet_enter(self)
-                return F.linear(x, weight, bias)
-            if not sib[0].may_take(x):
                 return F.linear(x, weight, bias)
         # sizes whose served config yields to F.linear eagerly (eager_sizes.py); never read while a
         # compiler traces (its fields would become guards: a recompile at every reload)

@@ -8,8 +8,9 @@ still asked per call whether this call might be one to take: +0.50 us a call ove
 loop of its own and about +0.9 us in place (sessions 43-44, H100), 3-5% of an eager decode step of
 a model no table names (ten members in a two-layer decoder, 24 in a tensor-parallel shard).
 
-So once such a member's call was declined eagerly on a default stream after its group was primed
-(the group's `quiet` set, siblings.py), the member answers its eager calls with a forward of its
+So once such a member's call was declined eagerly on a default stream (its group primed for that
+row count where it could launch at all: more rows than TUNEDB_SIBLING_ROWS never launch, an
+encoder's whole sequence), the member answers its eager calls with a forward of its
 own (in its instance __dict__, which nn.Module.__call__ reads before the class's) that is F.linear
 of its registered weight and bias and nothing else: what nn.Linear.forward computes, without its
 two Module.__getattr__ frames. While any CUDA graph is being captured (torch.cuda.CUDAGraph's
