@@ -74,6 +74,17 @@ def _written(bias: bool):
     return g, members
 
 
+def _quiet(bias: bool, rows: int):
+    """A written group whose members went quiet after eager calls of `rows` rows, and that x."""
+    g, members = _written(bias)
+    x = torch.randn(rows, 16, dtype=torch.float16)
+    for _ in range(2):
+        for m in members:
+            m(x)
+    assert all(quiet_members.is_quiet(m.__dict__.get("forward")) for m in members)
+    return g, members, x
+
+
 def _plain(members, x):
     return [F.linear(x, m.weight, m.bias) for m in members]
 
@@ -105,12 +116,7 @@ def test_a_declined_member_goes_quiet_and_a_capture_sees_the_group_launch(world,
 
 
 def test_a_nested_capture_keeps_them_aside_until_the_last_ends_and_a_failed_begin_counts_nothing(world):
-    g, members = _written(False)
-    x = torch.randn(2, 16, dtype=torch.float16)
-    for _ in range(3):
-        for m in members:
-            m(x)
-    assert all("forward" in m.__dict__ for m in members)
+    _g, members, _x = _quiet(False, 2)
     outer, inner = torch.cuda.graphs.CUDAGraph(), torch.cuda.graphs.CUDAGraph()
     outer.capture_begin()
     inner.capture_begin()
@@ -136,13 +142,7 @@ def test_a_nested_capture_keeps_them_aside_until_the_last_ends_and_a_failed_begi
 
 
 def test_refresh_copies_and_a_parametrization_leave_quiet(world):
-    launches, _stream = world
-    g, members = _written(True)
-    x = torch.randn(3, 16, dtype=torch.float16)
-    for _ in range(3):
-        for m in members:
-            m(x)
-    assert all("forward" in m.__dict__ for m in members)
+    g, members, x = _quiet(True, 3)
     twin = copy.deepcopy(members[1])
     assert "forward" not in twin.__dict__  # a copy starts without (its closure would read the original)
     assert "forward" not in pickle.loads(pickle.dumps(members[1])).__dict__
