@@ -7,6 +7,7 @@ leave it."""
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
 
 import pytest
@@ -36,6 +37,7 @@ class _Graph:
 def world(monkeypatch):
     """A written q/k/v group on the CPU: a fake launch site counting launches, streams faked
     (0: the default stream), a fresh capture wrap over _Graph, TunedLinear.forward as CPU."""
+    gc.collect()  # groups and members of earlier tests (each holds the other) leave the quiet set
     launches = []
 
     def site_for(ns, k, has_bias, acts, interpret=False, tiles=None, m=1):
@@ -50,9 +52,13 @@ def world(monkeypatch):
     monkeypatch.setattr(kernels_siblings, "site_for", site_for)
     monkeypatch.setattr(siblings, "_RAW_STREAM", lambda index: stream["raw"])
     monkeypatch.setattr(siblings, "_capturing", lambda: stream["capturing"])
-    forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda index: stream["raw"])
-    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
-    monkeypatch.setattr(torch.cuda.graphs, "CUDAGraph", _Graph)
+    raw = lambda index: stream["raw"]  # noqa: E731
+    monkeypatch.setattr(patching.TunedLinear, "forward", _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=raw))
+    monkeypatch.setattr(patching, "_raw_stream", raw)
+    # the quiet forward's own source, CUDA read as CPU too (its side-stream test is then reachable)
+    monkeypatch.setattr(quiet_members, "_RAW_STREAM", raw)
+    monkeypatch.setattr(quiet_members, "_forward", _as_cpu(quiet_members._forward, quiet_members, _RAW_STREAM=raw))
+    monkeypatch.setattr(torch.cuda.graphs, "CUDAGraph", type("Graph", (_Graph,), {}))  # wrapped afresh per test
     monkeypatch.setattr(quiet_members, "_wrapped", [False])
     monkeypatch.setattr(quiet_members, "_captures", [0])
     monkeypatch.setattr(siblings, "EAGER_MIN_BYTES", 1 << 40)
@@ -126,19 +132,17 @@ def test_a_nested_capture_keeps_them_aside_until_the_last_ends_and_a_failed_begi
     outer.capture_end()
     assert all("forward" in m.__dict__ for m in members) and quiet_members._captures == [0]
 
-    def refused(self, **kwargs):
-        raise RuntimeError("CUDA graphs must be captured on a non-default stream")
+    class Refusing(_Graph):
+        def capture_begin(self, pool=None, capture_error_mode="global"):
+            raise RuntimeError("CUDA graphs must be captured on a non-default stream")
 
-    _Graph.capture_begin, kept = refused, _Graph.capture_begin
+    torch.cuda.graphs.CUDAGraph = Refusing  # the fixture's monkeypatch restores torch's
     quiet_members._wrapped[0] = False
-    try:
-        quiet_members.leave(members)
-        quiet_members.enter(members[0])  # wraps the refusing begin
-        with pytest.raises(RuntimeError, match="non-default stream"):
-            torch.cuda.graphs.CUDAGraph().capture_begin()
-        assert quiet_members._captures == [0] and "forward" in members[0].__dict__
-    finally:
-        _Graph.capture_begin = kept
+    quiet_members.leave(members)
+    assert quiet_members.enter(members[0])  # wraps the refusing begin
+    with pytest.raises(RuntimeError, match="non-default stream"):
+        torch.cuda.graphs.CUDAGraph().capture_begin()
+    assert quiet_members._captures == [0] and "forward" in members[0].__dict__
 
 
 def test_refresh_copies_and_a_parametrization_leave_quiet(world):
@@ -178,3 +182,50 @@ def test_a_member_called_with_more_rows_than_its_group_takes_goes_quiet_too(worl
     ys = [m(many) for m in members]
     assert launches == [] and all(quiet_members.is_quiet(m.__dict__.get("forward")) for m in members)
     assert all(torch.equal(a, b) for a, b in zip(ys, _plain(members, many)))
+
+
+def test_a_side_stream_call_takes_the_layer_forward_and_primes_while_the_default_stream_stays_quiet(world):
+    """torch's recommended warm-up before a capture runs on a side stream: a quiet member hands
+    such a call to TunedLinear.forward, which primes the group at those rows (and stays quiet)."""
+    launches, stream = world
+    g, members, x = _quiet(False, 3)
+    two = torch.randn(2, 16, dtype=torch.float16)
+    members[0](two)  # default stream: F.linear, no priming
+    assert launches == [3]
+    stream["raw"] = 0x7F00
+    y = members[0](two)
+    assert launches == [3, 2] and torch.equal(y, F.linear(two, members[0].weight))
+    assert quiet_members.is_quiet(members[0].__dict__.get("forward"))
+
+
+def test_a_capture_primes_the_kernel_forms_its_quiet_groups_never_ran(world, monkeypatch):
+    """Quiet members never primed the rows a capture may call with: before the capture begins
+    each such group runs its kernel's forms not yet run (one row, a few, sixteen)."""
+    from test_gemm_host_path import _as_cpu as as_cpu
+
+    from tunedb.families.gemm import kernels_siblings as ks
+
+    assert siblings.MAX_ROWS_KERNEL == ks.MAX_ROWS
+    monkeypatch.setattr(siblings.SiblingGroup, "prime_forms", as_cpu(siblings.SiblingGroup.prime_forms, siblings))
+    launches, _stream = world
+    g, members, x = _quiet(False, 3)
+    assert launches == [3]
+    graph = torch.cuda.graphs.CUDAGraph()
+    graph.capture_begin()
+    assert sorted(launches) == [1, 2, 3, 16]
+    graph.capture_end()
+    graph.capture_begin()  # primed once
+    graph.capture_end()
+    assert sorted(launches) == [1, 2, 3, 16]
+
+
+def test_a_bias_registered_later_a_script_and_a_data_parallel_replica(world):
+    g, members, x = _quiet(False, 3)
+    m = members[0]
+    del m.bias
+    m.bias = torch.nn.Parameter(torch.randn(16, dtype=torch.float16))
+    assert torch.equal(m(x), F.linear(x, m.weight, m.bias))  # read from its slot at every call
+    replica = members[1]._replicate_for_data_parallel()
+    assert "forward" not in replica.__dict__ and quiet_members.is_quiet(members[1].__dict__.get("forward"))
+    members[2].__prepare_scriptable__()  # what torch.jit.script calls first: the closure goes
+    assert "forward" not in members[2].__dict__

@@ -46,6 +46,7 @@ def test_a_decode_gemm_under_the_eager_kernel_bound_is_torch_eagerly_whatever_on
     """An eager decode step is host-bound as a whole: Llama-3-8B's up projection at 16 rows (a
     117 MB weight, tens of microseconds of kernel, longer than a launch) still goes to torch eagerly
     under TUNEDB_EAGER_KERNEL_US (default 64); '0' leaves only the launch-count rule."""
+    monkeypatch.delenv("TUNEDB_EAGER_KERNEL_US", raising=False)
     assert settings.eager_kernel_us() == 64
     assert eager_fallback(sig(14336, 4096), 16, TILE, PROFILE) == "torch"
     assert eager_fallback(sig(4096, 14336), 1, TILE, PROFILE) == "torch"

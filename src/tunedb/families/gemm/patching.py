@@ -53,6 +53,7 @@ from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.eager_sizes import note as _note_eager
 from tunedb.families.gemm.quiet_members import enter as _quiet_enter
 from tunedb.families.gemm.quiet_members import is_quiet as _is_quiet
+from tunedb.families.gemm.quiet_members import leave as _quiet_leave
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
 from tunedb.families.gemm.fusion_source import model_outside_reads, model_reached_reads
 from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
@@ -146,7 +147,8 @@ class TunedLinear(nn.Module):
                 # declined on a default stream (primed where it could launch at all): a group that
                 # never launches eagerly lets the member run F.linear with no question asked until
                 # a capture (quiet_members.py), whatever the rows (more than the group takes too)
-                if not group.eager_one_row() and not _raw_stream(x.get_device()) and not _compiling():
+                if (_raw_stream is not None and not _raw_stream(x.get_device()) and not _compiling()
+                        and not group.eager_one_row()):
                     _quiet_enter(self)
                 return F.linear(x, weight, bias)
         # sizes whose served config yields to F.linear eagerly (eager_sizes.py); never read while a
@@ -220,11 +222,18 @@ class TunedLinear(nn.Module):
             del state["forward"]
         return state
 
+    def _replicate_for_data_parallel(self) -> "TunedLinear":
+        replica = super()._replicate_for_data_parallel()  # a copy of __dict__: drop the quiet forward
+        if _is_quiet(replica.__dict__.get("forward")):
+            del replica.__dict__["forward"]
+        return replica
+
     def __prepare_scriptable__(self) -> "TunedLinear":
         """torch.jit.script compiles script_forward, whose activation is `_script_act`: self.act,
         or none where the pair no longer holds (fused_pair: its slot then applies it). Returns
         self: torch.jit.script puts what this returns into the eager model's slot."""
         self.__dict__["_script_act"] = fused_pair.live_act(self, self.act)
+        _quiet_leave((self,))  # TorchScript would compile the quiet forward, a closure it cannot
         return self
 
     def _slow_forward(self, *args: Any, **kwargs: Any) -> Any:

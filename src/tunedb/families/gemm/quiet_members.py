@@ -11,21 +11,31 @@ a model no table names (ten members in a two-layer decoder, 24 in a tensor-paral
 So once such a member's call was declined eagerly on a default stream (its group primed for that
 row count where it could launch at all: more rows than TUNEDB_SIBLING_ROWS never launch, an
 encoder's whole sequence), the member answers its eager calls with a forward of its
-own (in its instance __dict__, which nn.Module.__call__ reads before the class's) that is F.linear
-of its registered weight and bias and nothing else: what nn.Linear.forward computes, without its
-two Module.__getattr__ frames. While any CUDA graph is being captured (torch.cuda.CUDAGraph's
-capture_begin to capture_end, wrapped once here: torch.cuda.graph, make_graphed_callables and
-Inductor's CUDA-graph trees all begin and end through them) those forwards are set aside, so the
-capture sees TunedLinear.forward and the group's launch; capture_end puts the same objects back
-(a compiled model's guard on a module's forward sees what it saw before). A quiet member is left
-by its group's refresh() (a member is served now), a pickle or copy (TunedLinear.__getstate__), a
-weight no longer registered (a parametrization: the call falls back to TunedLinear.forward), or
-TUNEDB_SIBLINGS=0 at optimize() (no group at all). A capture begun through torch._C._CUDAGraph
-directly is not seen: there the members run F.linear, a correct result without the group's gain.
+own (in its instance __dict__, which nn.Module.__call__ reads before the class's): F.linear of its
+registered weight and bias for a CUDA tensor on a default stream (or a CPU tensor, or while a
+compiler traces), TunedLinear.forward for anything else (a side stream: torch's recommended
+warm-up before a capture, which primes the group there). That is what nn.Linear.forward computes,
+without its two Module.__getattr__ frames.
+
+While any CUDA graph is being captured (torch.cuda.CUDAGraph's capture_begin to capture_end,
+wrapped once here: torch.cuda.graph, make_graphed_callables and Inductor's CUDA-graph trees all
+begin and end through them) those forwards are set aside, so the capture sees TunedLinear.forward
+and the group's launch, and capture_end puts the same objects back. Before the capture begins, each
+such group is primed at the row counts it has not run yet (one, a few, sixteen: the kernel's
+specialisations), so no module is loaded and no workspace made inside the capture whatever rows
+the capture calls with. Dynamo guards on a module's instance forward: a member going quiet after a
+model was compiled, or a model compiled while its members were quiet then run inside a capture,
+recompiles once. A quiet member is left by its group's refresh() (a member is served now), a
+pickle, copy or DataParallel replica (TunedLinear's own), torch.jit.script
+(TunedLinear.__prepare_scriptable__), a weight or bias no longer in its slot (a parametrization:
+the call falls back to TunedLinear.forward). A capture begun past torch.cuda.CUDAGraph
+(torch._C._CUDAGraph, torch.accelerator.Graph) is not seen: there the members run F.linear, a
+correct result without the group's gain.
 """
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from typing import Any
 
@@ -35,71 +45,68 @@ import torch.nn.functional as F
 _captures = [0]  # CUDA-graph captures begun and not yet ended, in every thread
 _QUIET: "weakref.WeakSet[Any]" = weakref.WeakSet()  # members whose quiet forward is installed
 _SET_ASIDE: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # during captures
+_LOCK = threading.Lock()  # enter / leave against a capture's begin and end in another thread
 _wrapped = [False]
-MARK = "_tunedb_quiet"  # an attribute of every quiet forward: TunedLinear.__getstate__ drops them
+MARK = "_tunedb_quiet"  # an attribute of every quiet forward: TunedLinear drops them from copies
+_Tensor = torch.Tensor
+_compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def enter(member: Any) -> bool:
     """Install `member`'s quiet forward (the caller saw its group decline an eager call on a
-    default stream after priming, and that the group never launches eagerly); False where it
-    cannot be: inside a capture, a weight or bias not registered as a Parameter slot, a forward
-    already in the instance (torch.jit.trace's), or no capture hook."""
+    default stream, and that the group never launches eagerly); False where it cannot be: inside
+    a capture, a weight not in its Parameter slot or a bias neither there nor None, a forward
+    already in the instance (torch.jit.trace's), no stream getter or no capture hook."""
     d = member.__dict__
     params = member._parameters
-    if _captures[0] or "forward" in d or "weight" not in params or not _wrap_captures():
+    if "forward" in d or "weight" not in params or _RAW_STREAM is None:
         return False
-    if "bias" in params:
-        fn = _with_bias(member, params)
-    elif "bias" in d and d["bias"] is None:
-        fn = _without_bias(member, params)
-    else:
+    if "bias" not in params and not ("bias" in d and d["bias"] is None):
         return False
-    setattr(fn, MARK, True)
-    d["forward"] = fn
-    _QUIET.add(member)
+    with _LOCK:
+        if _captures[0] or not _wrap_captures():
+            return False
+        fn = _forward(member, params, d)
+        setattr(fn, MARK, True)
+        d["forward"] = fn
+        _QUIET.add(member)
     return True
 
 
 def leave(members: Any) -> None:
-    """Take the quiet forward off each of `members` (their group changed: refresh())."""
-    for m in members:
-        _SET_ASIDE.pop(m, None)
-        _QUIET.discard(m)
-        if is_quiet(m.__dict__.get("forward")):
-            del m.__dict__["forward"]
+    """Take the quiet forward off each of `members` (their group changed, a copy, a script)."""
+    with _LOCK:
+        for m in members:
+            _SET_ASIDE.pop(m, None)
+            _QUIET.discard(m)
+            if is_quiet(m.__dict__.get("forward")):
+                del m.__dict__["forward"]
 
 
 def is_quiet(fn: Any) -> bool:
     return getattr(fn, MARK, False) is True
 
 
-def _with_bias(member: Any, params: dict[str, Any]) -> Any:
-    linear = F.linear
+def _forward(member: Any, params: dict[str, Any], d: dict[str, Any]) -> Any:
+    """The quiet forward: it holds the layer's Parameter dict and a weak reference to the layer,
+    never the layer or its __dict__ (which holds this function: a cycle would keep a deleted
+    model's GPU memory until the cyclic collector ran)."""
+    linear, raw, compiling, ref = F.linear, _RAW_STREAM, _compiling, weakref.ref(member)
 
     def forward(input: Any) -> Any:
-        try:
-            w, b = params["weight"], params["bias"]
-        except KeyError:  # a parametrization took the weight out of its slot: the layer's own forward
-            return _fall_back(member, input)
-        return linear(input, w, b)
+        if type(input) is _Tensor and (not input.is_cuda or compiling() or not raw(input.get_device())):
+            try:
+                w = params["weight"]
+                b = params["bias"] if "bias" in params else ref().__dict__["bias"]
+            except KeyError:  # a parametrization took it out of its slot: the layer's own forward
+                layer = ref()
+                leave((layer,))
+                return layer.forward(input)
+            return linear(input, w, b)
+        layer = ref()
+        return type(layer).forward(layer, input)  # a side stream (a warm-up: primes), a subclass, a Proxy
     return forward
-
-
-def _without_bias(member: Any, params: dict[str, Any]) -> Any:
-    linear = F.linear
-
-    def forward(input: Any) -> Any:
-        try:
-            w = params["weight"]
-        except KeyError:
-            return _fall_back(member, input)
-        return linear(input, w)
-    return forward
-
-
-def _fall_back(member: Any, input: Any) -> Any:
-    leave((member,))
-    return member.forward(input)
 
 
 def _wrap_captures() -> bool:
@@ -114,8 +121,8 @@ def _wrap_captures() -> bool:
 
     @functools.wraps(begin)
     def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _begun()
         try:
+            _begun()
             return begin(self, *args, **kwargs)
         except BaseException:
             _ended()
@@ -134,19 +141,29 @@ def _wrap_captures() -> bool:
 
 
 def _begun() -> None:
-    _captures[0] += 1
-    for m in list(_QUIET):
-        fn = m.__dict__.get("forward")
-        if is_quiet(fn):
-            del m.__dict__["forward"]
-            _SET_ASIDE[m] = fn
+    """A capture begins: set the quiet forwards aside, then prime their groups (outside the lock:
+    a first prime compiles) on the stream about to be captured, before it captures."""
+    groups: dict[int, Any] = {}
+    with _LOCK:
+        _captures[0] += 1
+        for m in list(_QUIET):
+            fn = m.__dict__.get("forward")
+            if is_quiet(fn):
+                del m.__dict__["forward"]
+                _SET_ASIDE[m] = fn
+                sib = m.__dict__.get("_siblings")
+                if sib is not None:
+                    groups[id(sib[0])] = sib[0]
+    for group in groups.values():
+        group.prime_forms()
 
 
 def _ended() -> None:
-    _captures[0] = max(0, _captures[0] - 1)
-    if _captures[0]:
-        return
-    for m, fn in list(_SET_ASIDE.items()):
-        if "forward" not in m.__dict__ and m in _QUIET:
-            m.__dict__["forward"] = fn
-    _SET_ASIDE.clear()
+    with _LOCK:
+        _captures[0] = max(0, _captures[0] - 1)
+        if _captures[0]:
+            return
+        for m, fn in list(_SET_ASIDE.items()):
+            if "forward" not in m.__dict__ and m in _QUIET:
+                m.__dict__["forward"] = fn
+        _SET_ASIDE.clear()

@@ -42,6 +42,7 @@ from tunedb.families.module_rules import holders
 from tunedb.runtime import report
 
 MAX_MEMBERS = 3  # the kernel's branches
+MAX_ROWS_KERNEL = 16  # kernels_siblings.MAX_ROWS (the module imports triton: read at a launch only)
 
 
 def _version(x: Any) -> int | None:
@@ -215,6 +216,18 @@ class SiblingGroup:
         elif _RAW_STREAM is not None and _RAW_STREAM(x.get_device()) == 0:
             self.quiet.add((rows, x.dtype))  # declined again, primed, on a stream nothing captures
         return False
+
+    def prime_forms(self) -> None:
+        """Prime the kernel's specialisations this group has not run (one row, a few, sixteen: MP
+        and Triton's M == 1 / M % 16 keys; every other row count shares one of those binaries and
+        the workspace), on the current stream, before a capture begins (quiet_members: members that
+        answered their eager calls themselves never primed the rows the capture may call with)."""
+        w = self.members[0].__dict__.get("_parameters", {}).get("weight")
+        if self._arch_ok is False or not isinstance(w, torch.Tensor) or w.dtype not in _DTYPES or not w.is_cuda:
+            return
+        for rows in (1, 2, MAX_ROWS_KERNEL):
+            if rows <= self.max_rows and (rows, w.dtype) not in self._primed:
+                self._prime(torch.zeros(rows, w.shape[1], dtype=w.dtype, device=w.device))
 
     def _prime(self, x: Any) -> None:
         """Launch once for an eager call the eager rule declines (the outputs dropped), so that a
