@@ -155,7 +155,10 @@ def _begun() -> None:
                 if sib is not None:
                     groups[id(sib[0])] = sib[0]
     for group in groups.values():
-        group.prime_forms()
+        try:
+            group.prime_forms()
+        except Exception:  # noqa: BLE001 - best effort (memory for a priming input): never the capture's failure
+            pass
 
 
 def _ended() -> None:
