@@ -1,0 +1,114 @@
+"""Why tunedb+compile runs slower than compile alone without CUDA graphs: one model, both compiled
+(default mode, dynamic=False, no CUDA graphs), taken apart in one process.
+
+    PYTHONPATH=src:bench python bench/compile_nograph.py [--model llama-3-8b] [--batches 1,16] [--out JSON]
+
+bench/e2e.py's "eager" rows of the compiled variants (session 45, H100: tunedb+compile 0.50-0.65x
+of compile; session 35, H200: 0.72-0.91x) run the compiled forward without graphs, where every
+host microsecond counts. Per batch this prints: the graph breaks Dynamo finds in the tuned model
+(torch._dynamo.explain), how many calls per forward still reach tunedb's run time (ops that stayed
+opaque in the compiled graph rather than decomposing into aten ops), the forward's time for plain
+compiled and tuned compiled (paired rounds, CUDA events; on a CPU the wall clock), and the
+torch.profiler CPU-side ops of one forward of each, largest first (what the tuned one adds).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+
+def _ms(fn, iters: int, cuda: bool) -> float:
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3 / iters
+
+
+def _cpu_ops(fn, top: int) -> list[tuple[str, int, float]]:
+    """(op name, count, self CPU us) of one call of fn, the `top` largest by self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return [(e.key, e.count, round(e.self_cpu_time_total, 1)) for e in rows]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="llama-3-8b")
+    ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out")
+    a = ap.parse_args(argv)
+    import torch
+
+    import tunedb
+    from e2e_models import build
+    from tunedb.runtime import selector
+
+    cuda = a.device.startswith("cuda")
+    batches = tuple(int(b) for b in a.batches.split(","))
+    bm = build(a.model, a.device, batches=batches)
+    tuned_module = tunedb.optimize(bm.module, inplace=False)
+    result = {"model": a.model, "device": a.device, "torch": torch.__version__, "batches": {}}
+    if cuda:
+        result["gpu"] = torch.cuda.get_device_name()
+    with torch.no_grad():
+        for b in batches:
+            args = bm.inputs[b]
+
+            def call(module, args=args):
+                run = bm.runner(module)  # a transformers LM is called as generation calls it
+                return lambda: run(*args)
+            explained = torch._dynamo.explain(lambda *xs: bm.runner(tuned_module)(*xs))(*args)
+            torch._dynamo.reset()
+            plain = torch.compile(bm.module, dynamic=False)
+            tuned = torch.compile(tuned_module, dynamic=False)
+            steps = {"compile": call(plain), "tunedb+compile": call(tuned)}
+            for step in steps.values():
+                for _ in range(3):
+                    step()
+            selector.reset_counters()
+            steps["tunedb+compile"]()
+            reached = {fam: {"calls": c["calls"], **{sig: sum(t.values()) for sig, t in c["signatures"].items()}}
+                       for fam, c in selector.counters().items()}
+            per: dict[str, list[float]] = {k: [] for k in steps}
+            for _ in range(a.rounds):
+                for k, step in steps.items():
+                    per[k].append(_ms(step, a.iters, cuda))
+            ms = {k: statistics.median(v) for k, v in per.items()}
+            ratio = statistics.median(p / t for p, t in zip(per["compile"], per["tunedb+compile"]))
+            ops = {k: _cpu_ops(step, a.top) for k, step in steps.items()}
+            result["batches"][b] = {"graph_breaks": explained.graph_break_count, "graphs": explained.graph_count,
+                                    "break_reasons": [r.reason[:200] for r in explained.break_reasons[:5]],
+                                    "calls_reaching_tunedb": reached, "ms": ms,
+                                    "tunedb_compile_over_compile": ratio, "cpu_ops": ops}
+            print(f"== {a.model} batch {b}: graph breaks {explained.graph_break_count} ({explained.graph_count} graphs); "
+                  f"calls reaching tunedb per forward: {reached}")
+            print(f"   ms compile {ms['compile']:.4f}, tunedb+compile {ms['tunedb+compile']:.4f}: "
+                  f"tunedb+compile / compile speed {ratio:.3f}x")
+            for r in result["batches"][b]["break_reasons"]:
+                print(f"   break: {r}")
+            for k, rows in ops.items():
+                print(f"   {k}: " + "; ".join(f"{n} x{c} {us}us" for n, c, us in rows[:a.top]))
+            torch._dynamo.reset()
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
