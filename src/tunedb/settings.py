@@ -14,6 +14,14 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from tunedb.errors import SettingsError
+from tunedb.setting_values import MAX_COMPILE_JOBS  # noqa: F401 - part of the settings' surface
+from tunedb.setting_values import count_value as _count_value
+from tunedb.setting_values import directory_value as _directory_value
+from tunedb.setting_values import file_value as _file_value
+from tunedb.setting_values import microseconds_value as _microseconds_value
+from tunedb.setting_values import positive_value as _positive_value
+from tunedb.setting_values import rows_value as _rows_value
+from tunedb.setting_values import user_db_value as _user_db_value
 
 
 @dataclass(frozen=True)
@@ -45,48 +53,6 @@ class Setting:
     def on(self) -> bool:
         """An on/off setting ('0' or '1') is '1'."""
         return self.raw() == "1"
-
-
-def _path_problem(value: str) -> str | None:
-    """Why a path value cannot be used as a path at all (blank, an unknown '~user', a name the
-    file system refuses to look up: too long, say), or None."""
-    if not value.strip():
-        return "is blank; use a path (or unset the variable for the default)"
-    try:
-        os.stat(Path(value).expanduser())
-    except RuntimeError:  # '~name' of a user this machine does not know
-        return f"starts with {value.split('/')[0]!r}, whose home directory is unknown here; use a full path"
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    except OSError as exc:  # else Path.exists() raises it from deep inside a setting's check
-        return f"cannot be used as a path ({exc.strerror or exc}); use another path"
-    return None
-
-
-def _directory_value(value: str) -> str | None:
-    why = _path_problem(value)
-    if why:
-        return why
-    path = Path(value).expanduser()
-    if path.exists() and not path.is_dir():
-        return "is not a directory (it names an existing file); use a directory path"
-    return None
-
-
-def _user_db_value(value: str) -> str | None:
-    return None if value.strip().lower() == "off" else _directory_value(value)
-
-
-def _file_value(value: str) -> str | None:
-    why = _path_problem(value)
-    if why:
-        return why
-    path = Path(value).expanduser()
-    if path.is_dir():
-        return "is a directory; use a file path (the recording is written there)"
-    if not path.parent.is_dir():  # else the first recorded call fails inside the model's forward
-        return f"names a file in {str(path.parent)!r}, which is not a directory; create it or use another path"
-    return None
 
 
 USER_DB = Setting(
@@ -153,20 +119,8 @@ EAGER_KERNEL_US = Setting(
     "an eager decode step is host-bound, where a Triton launch's extra host time costs and its GPU saving "
     "buys nothing (session 45, H100: Llama-3-8B layers at batch 1 eagerly 1.110x slower than plain with "
     "the decode configs served, 0.990x with them as F.linear). '0': only the launch-count rule.",
-    check=lambda v: None if v.isascii() and v.isdigit() else "is not a whole number of microseconds >= 0",
+    check=_microseconds_value,
 )
-
-MAX_COMPILE_JOBS = 1024  # processes; far above any machine's cores (each compile takes ~1 GiB)
-
-
-def _count_value(value: str) -> str | None:
-    ok = value.isascii() and value.isdigit() and int(value) <= MAX_COMPILE_JOBS
-    return None if ok else f"is not a whole number from 0 to {MAX_COMPILE_JOBS}"
-
-
-def _positive_value(value: str) -> str | None:
-    return None if value.isascii() and value.isdigit() and int(value) > 0 else "is not a whole number > 0"
-
 
 COMPILE_JOBS = Setting(
     "TUNEDB_COMPILE_JOBS", "",
@@ -240,11 +194,6 @@ SIBLINGS = Setting(
 )
 
 
-def _rows_value(value: str) -> str | None:
-    ok = value.isascii() and value.isdigit() and 1 <= int(value) <= 16
-    return None if ok else "is not a whole number from 1 to 16"
-
-
 SIBLING_ROWS = Setting(
     "TUNEDB_SIBLING_ROWS", "16",
     "The most rows (batch x tokens) at which a sibling group runs as one launch: 1-16; past one row "
@@ -262,7 +211,7 @@ SIBLING_SPLIT = Setting(
 )
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, LEAVE_UNMEASURED, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
-                            EAGER_FALLBACK, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
+                            EAGER_FALLBACK, EAGER_KERNEL_US, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
                             CHECK_INPUTS, CHAIN_PDL, SIBLINGS, SIBLING_ROWS, SIBLING_SPLIT)
 
 

@@ -201,12 +201,10 @@ def test_a_side_stream_call_takes_the_layer_forward_and_primes_while_the_default
 def test_a_capture_primes_the_kernel_forms_its_quiet_groups_never_ran(world, monkeypatch):
     """Quiet members never primed the rows a capture may call with: before the capture begins
     each such group runs its kernel's forms not yet run (one row, a few, sixteen)."""
-    from test_gemm_host_path import _as_cpu as as_cpu
-
     from tunedb.families.gemm import kernels_siblings as ks
 
     assert siblings.MAX_ROWS_KERNEL == ks.MAX_ROWS
-    monkeypatch.setattr(siblings.SiblingGroup, "prime_forms", as_cpu(siblings.SiblingGroup.prime_forms, siblings))
+    monkeypatch.setattr(siblings.SiblingGroup, "prime_forms", _as_cpu(siblings.SiblingGroup.prime_forms, siblings))
     launches, _stream = world
     g, members, x = _quiet(False, 3)
     assert launches == [3]

@@ -166,3 +166,14 @@ def test_path_settings_refuse_an_unknown_home_and_a_blank_value():
             settings.user_db_dir()
         with settings.lenient():  # what `tunedb status` reads: the value as written, no traceback
             assert str(settings.user_db_dir()) == "~no_such_user_tunedb/x"
+
+
+def test_every_declared_setting_is_checked_listed_and_overridable():
+    """A Setting left out of ALL is never checked up front, never shown by `tunedb status` and
+    refused by override() (TUNEDB_EAGER_KERNEL_US was, for a while)."""
+    from tunedb import settings
+
+    declared = {v.name for v in vars(settings).values() if isinstance(v, settings.Setting)}
+    assert declared == {s.name for s in settings.ALL}
+    with settings.override(EAGER_KERNEL_US="0"):
+        assert settings.eager_kernel_us() == 0

@@ -81,7 +81,7 @@ _generation = launch_table.generation
 _linear = F.linear
 
 
-def _memo_ok(d: dict[str, Any], x: Any, weight: Any, params: dict[str, Any], sib: Any) -> bool:
+def _memo_ok(x: Any, weight: Any, params: dict[str, Any], sib: Any) -> bool:
     """Whether an eager call that ran F.linear's arm may enter the layer's memo (eager_sizes.py):
     on a default stream, the weight a registered Parameter, and for a sibling member only a size
     its group declines there (quiet: it launches for none of those eagerly)."""
@@ -143,12 +143,12 @@ class TunedLinear(nn.Module):
             if sib is None or type(x) is not _Tensor or not x.is_cuda:
                 return F.linear(x, weight, bias)
             group = sib[0]
-            if ((x.numel(), x.dtype) in group.quiet and not _raw_stream(x.get_device())) or not group.may_take(x):
+            default = _raw_stream is not None and not _raw_stream(x.get_device())
+            if (default and (x.numel(), x.dtype) in group.quiet) or not group.may_take(x):
                 # declined on a default stream (primed where it could launch at all): a group that
                 # never launches eagerly lets the member run F.linear with no question asked until
                 # a capture (quiet_members.py), whatever the rows (more than the group takes too)
-                if (_raw_stream is not None and not _raw_stream(x.get_device()) and not _compiling()
-                        and not group.eager_one_row()):
+                if default and not _compiling() and not group.eager_one_row():
                     _quiet_enter(self)
                 return F.linear(x, weight, bias)
         # sizes whose served config yields to F.linear eagerly (eager_sizes.py); never read while a
@@ -184,11 +184,11 @@ class TunedLinear(nn.Module):
                 direct = bound.direct
                 if direct is not None:
                     y = direct(x, weight, bias)
-                    if direct is _linear and act == "none" and _memo_ok(d, x, weight, params, sib):
+                    if direct is _linear and act == "none" and _memo_ok(x, weight, params, sib):
                         _note_eager(d, x, weight, bias, bound, _generation[0])  # the torch arm: F.linear's call
                     return y
                 y = bound.call(x, weight, bias, None)
-                if act == "none" and bound.eager == "torch" and _memo_ok(d, x, weight, params, sib):
+                if act == "none" and bound.eager == "torch" and _memo_ok(x, weight, params, sib):
                     _note_eager(d, x, weight, bias, bound, _generation[0])  # this call ran F.linear's arm, primed
                 return y
         if "_as_written" in self.__dict__:  # swapped only to join its siblings (siblings.attach): run as nn.Linear

@@ -3,7 +3,7 @@
 optimize() swaps a Linear no table names for a TunedLinear marked `_as_written` only so that its
 sibling group (siblings.py) can run the members as one launch inside a CUDA-graph capture. A group
 whose launch never pays eagerly (SiblingGroup.eager_one_row() false: every group of members left
-as written, and groups under EAGER_MIN_BYTES) declines every eager call, yet TunedLinear.forward
+as written, and groups whose weights stream in less than TUNEDB_EAGER_KERNEL_US) declines every eager call, yet TunedLinear.forward
 still asked per call whether this call might be one to take: +0.50 us a call over nn.Linear in a
 loop of its own and about +0.9 us in place (sessions 43-44, H100), 3-5% of an eager decode step of
 a model no table names (ten members in a two-layer decoder, 24 in a tensor-parallel shard).
@@ -49,7 +49,8 @@ _LOCK = threading.Lock()  # enter / leave against a capture's begin and end in a
 _wrapped = [False]
 MARK = "_tunedb_quiet"  # an attribute of every quiet forward: TunedLinear drops them from copies
 _Tensor = torch.Tensor
-_compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
+# the raw handle of a device's current stream (0: the legacy default stream, where torch refuses a
+# capture); siblings.py reads the same getter
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
@@ -67,7 +68,7 @@ def enter(member: Any) -> bool:
     with _LOCK:
         if _captures[0] or not _wrap_captures():
             return False
-        fn = _forward(member, params, d)
+        fn = _forward(member, params)
         setattr(fn, MARK, True)
         d["forward"] = fn
         _QUIET.add(member)
@@ -88,11 +89,13 @@ def is_quiet(fn: Any) -> bool:
     return getattr(fn, MARK, False) is True
 
 
-def _forward(member: Any, params: dict[str, Any], d: dict[str, Any]) -> Any:
+def _forward(member: Any, params: dict[str, Any]) -> Any:
     """The quiet forward: it holds the layer's Parameter dict and a weak reference to the layer,
     never the layer or its __dict__ (which holds this function: a cycle would keep a deleted
     model's GPU memory until the cyclic collector ran)."""
-    linear, raw, compiling, ref = F.linear, _RAW_STREAM, _compiling, weakref.ref(member)
+    from tunedb.families.gemm.ops import _compiling as compiling  # the entry points' own check
+
+    linear, raw, ref = F.linear, _RAW_STREAM, weakref.ref(member)
 
     def forward(input: Any) -> Any:
         if type(input) is _Tensor and (not input.is_cuda or compiling() or not raw(input.get_device())):

@@ -111,8 +111,9 @@ def _capturing() -> bool:
 
 
 # the raw handle of a device's current stream: 0 for the legacy default stream, where nothing is
-# captured (torch refuses a capture there: "CUDA graphs must be captured on a non-default stream")
-_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+# captured (torch refuses a capture there: "CUDA graphs must be captured on a non-default stream");
+# one getter for the group and its quiet members
+_RAW_STREAM = quiet_members._RAW_STREAM
 
 
 def _capturing_for(x: Any) -> bool:
