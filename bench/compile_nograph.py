@@ -74,6 +74,8 @@ def main(argv=None) -> int:
                 return lambda: run(*args)
             explained = torch._dynamo.explain(lambda *xs: bm.runner(tuned_module)(*xs))(*args)
             torch._dynamo.reset()
+            plain_breaks = torch._dynamo.explain(lambda *xs: bm.runner(bm.module)(*xs))(*args).graph_break_count
+            torch._dynamo.reset()
             plain = torch.compile(bm.module, dynamic=False)
             tuned = torch.compile(tuned_module, dynamic=False)
             steps = {"compile": call(plain), "tunedb+compile": call(tuned)}
@@ -92,10 +94,12 @@ def main(argv=None) -> int:
             ratio = statistics.median(p / t for p, t in zip(per["compile"], per["tunedb+compile"]))
             ops = {k: _cpu_ops(step, a.top) for k, step in steps.items()}
             result["batches"][b] = {"graph_breaks": explained.graph_break_count, "graphs": explained.graph_count,
-                                    "break_reasons": [r.reason[:200] for r in explained.break_reasons[:5]],
+                                    "plain_graph_breaks": plain_breaks,
+                                    "break_reasons": [r.reason[:200] for r in explained.break_reasons[:12]],
                                     "calls_reaching_tunedb": reached, "ms": ms,
                                     "tunedb_compile_over_compile": ratio, "cpu_ops": ops}
-            print(f"== {a.model} batch {b}: graph breaks {explained.graph_break_count} ({explained.graph_count} graphs); "
+            print(f"== {a.model} batch {b}: graph breaks {explained.graph_break_count} ({explained.graph_count} graphs; "
+                  f"the plain model {plain_breaks}); "
                   f"calls reaching tunedb per forward: {reached}")
             print(f"   ms compile {ms['compile']:.4f}, tunedb+compile {ms['tunedb+compile']:.4f}: "
                   f"tunedb+compile / compile speed {ratio:.3f}x")

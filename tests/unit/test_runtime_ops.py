@@ -285,6 +285,33 @@ def test_an_m1_triton_pick_goes_to_the_compiler_under_coordinate_descent(tiers_d
     assert not any("addmm" in t or "tunedb" in t for t in targets), targets
 
 
+def test_a_pick_the_eager_rule_yields_goes_to_the_compiler_unless_it_captures_graphs(tiers_dirs):
+    """A Triton pick whose eager calls torch serves (a kernel shorter than its host time:
+    model.eager_fallback) decomposes to F.linear in a compile without CUDA graphs, whose forward
+    the host issues call by call; under mode="reduce-overhead" (triton.cudagraphs) it stays the op,
+    as does a pick the eager rule keeps."""
+    from torch._inductor import config as inductor_config
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from tunedb.runtime import launch_table
+
+    _serve("gemm|op=gemm|dt=bf16|N=96|K=32", "b32x32x32_w4_s3_g8")
+    _serve("gemm|op=gemm|dt=bf16|N=64|K=32", "b32x32x32_w4_s3_g8")
+    with FakeTensorMode():
+        x = torch.empty(4, 32, device="cuda", dtype=torch.bfloat16)
+        w96, w64 = (torch.empty(n, 32, device="cuda", dtype=torch.bfloat16) for n in (96, 64))
+        with inductor_config.patch({"triton.cudagraphs": False, "coordinate_descent_tuning": False}):
+            assert ops._gemm_decomposition(x, w96) is NotImplemented  # binds it (no eager rule on a CPU)
+            assert ops._gemm_decomposition(x, w64) is NotImplemented
+            (bound,) = [b for key, b in launch_table.entries() if key[2] == 96]
+            bound.eager = "torch"  # what the rule names on a GPU for a short kernel
+            y = ops._gemm_decomposition(x, w96)
+            assert y is not NotImplemented and y.shape == (4, 96)
+            assert ops._gemm_decomposition(x, w64) is NotImplemented  # the rule keeps this pick
+        with inductor_config.patch({"triton.cudagraphs": True, "coordinate_descent_tuning": False}):
+            assert ops._gemm_decomposition(x, w96) is NotImplemented
+
+
 def test_inductor_compiles_cpu_calls_to_plain_aten():
     """On the CPU the op is the torch arm: Inductor's code calls no tunedb op and matches eager."""
     from torch._inductor.utils import run_and_get_code

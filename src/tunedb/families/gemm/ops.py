@@ -200,12 +200,27 @@ def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         return NotImplemented  # the op stays in the graph, resolved per call
     if bound.config.id in VENDOR_LANES:  # torch ops: the compiler can take them
         return bound.call(x, weight, bias, None)
+    if bound.eager == "torch" and not _compiler_captures():
+        # without CUDA graphs the compiled forward issues its kernels from the host one by one, as
+        # an eager call does: the eager rule's torch arm (model.eager_fallback: a kernel shorter
+        # than its host time) is what serves. Session 46 (H100, Llama-3-8B layers, default mode):
+        # the decode picks kept as opaque ops made tunedb+compile 0.58x of compile alone
+        return ACTS[act](F.linear(x, weight, bias))
     if bound.m == 1 and _compiler_reduces_vectors():
         # an mm, which the compiler reduces (an addmm it would not); the bias is added to the
         # rounded product, one rounding more than the fused epilogue (within the dtype's tolerance)
         y = F.linear(x, weight)
         return ACTS[act](y if bias is None else y + bias)
     return NotImplemented  # a Triton config: the op stays in the graph
+
+
+def _compiler_captures() -> bool:
+    """Whether Inductor records the compiled forward in CUDA graphs (mode="reduce-overhead" sets
+    triton.cudagraphs for the compile it patches). A model compiled without them and captured by
+    hand gets cuBLAS there for these shapes, as compile alone would."""
+    from torch._inductor import config as inductor_config
+
+    return bool(getattr(getattr(inductor_config, "triton", None), "cudagraphs", False))
 
 
 def _compiler_reduces_vectors() -> bool:

@@ -140,7 +140,10 @@ class TunedLinear(nn.Module):
             return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it (fused_pair)
         if "_as_written" in d:  # swapped only to join its siblings (siblings.attach): nn.Linear's cost where it can
             sib = d.get("_siblings")
-            if sib is None or type(x) is not _Tensor or not x.is_cuda:
+            # a compiler's trace takes nn.Linear's own form: the group's launch is host state (kept
+            # outputs, primed rows, stream queries) that Dynamo breaks its graph on (session 46:
+            # 10 breaks in Llama-3-8B, tunedb+compile 0.58-0.71x of compile without CUDA graphs)
+            if sib is None or type(x) is not _Tensor or not x.is_cuda or _compiling():
                 return F.linear(x, weight, bias)
             group = sib[0]
             default = _raw_stream is not None and not _raw_stream(x.get_device())
