@@ -285,31 +285,39 @@ def test_an_m1_triton_pick_goes_to_the_compiler_under_coordinate_descent(tiers_d
     assert not any("addmm" in t or "tunedb" in t for t in targets), targets
 
 
-def test_a_pick_the_eager_rule_yields_goes_to_the_compiler_unless_it_captures_graphs(tiers_dirs):
+def test_a_pick_the_eager_rule_yields_goes_to_the_compiler_unless_it_captures_graphs(tiers_dirs, monkeypatch):
     """A Triton pick whose eager calls torch serves (a kernel shorter than its host time:
     model.eager_fallback) decomposes to F.linear in a compile without CUDA graphs, whose forward
-    the host issues call by call; under mode="reduce-overhead" (triton.cudagraphs) it stays the op,
-    as does a pick the eager rule keeps."""
+    the host issues call by call; so does an epilogue pick whose bare product the rule yields
+    (Inductor fuses the activation: one launch either way). Under mode="reduce-overhead"
+    (triton.cudagraphs) the op stays, as does a pick the rule keeps."""
     from torch._inductor import config as inductor_config
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from tunedb.runtime import launch_table
+    from tunedb.runtime import host_bound
 
+    asked = []
+
+    def rule(family, sig, m, config, tier):  # the GPU's rule, on a CPU: short kernels at N=96
+        asked.append(sig.format())
+        return "torch" if sig.op == "gemm" and dict(sig.params)["N"] == 96 else None
+    monkeypatch.setattr(host_bound, "eager_fallback", rule)
     _serve("gemm|op=gemm|dt=bf16|N=96|K=32", "b32x32x32_w4_s3_g8")
     _serve("gemm|op=gemm|dt=bf16|N=64|K=32", "b32x32x32_w4_s3_g8")
+    _serve("gemm|op=gemm_act|dt=bf16|N=96|K=32|act=silu|bias=0", "b32x32x32_w4_s3_g8")
     with FakeTensorMode():
         x = torch.empty(4, 32, device="cuda", dtype=torch.bfloat16)
         w96, w64 = (torch.empty(n, 32, device="cuda", dtype=torch.bfloat16) for n in (96, 64))
         with inductor_config.patch({"triton.cudagraphs": False, "coordinate_descent_tuning": False}):
-            assert ops._gemm_decomposition(x, w96) is NotImplemented  # binds it (no eager rule on a CPU)
-            assert ops._gemm_decomposition(x, w64) is NotImplemented
-            (bound,) = [b for key, b in launch_table.entries() if key[2] == 96]
-            bound.eager = "torch"  # what the rule names on a GPU for a short kernel
             y = ops._gemm_decomposition(x, w96)
             assert y is not NotImplemented and y.shape == (4, 96)
+            y = ops._gemm_act_decomposition(x, w96, None, "silu")
+            assert y is not NotImplemented and y.shape == (4, 96)
+            assert "gemm|op=gemm|dt=bf16|N=96|K=32" in asked  # asked about the bare product
             assert ops._gemm_decomposition(x, w64) is NotImplemented  # the rule keeps this pick
         with inductor_config.patch({"triton.cudagraphs": True, "coordinate_descent_tuning": False}):
             assert ops._gemm_decomposition(x, w96) is NotImplemented
+            assert ops._gemm_act_decomposition(x, w96, None, "silu") is NotImplemented
 
 
 def test_inductor_compiles_cpu_calls_to_plain_aten():

@@ -200,7 +200,7 @@ def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         return NotImplemented  # the op stays in the graph, resolved per call
     if bound.config.id in VENDOR_LANES:  # torch ops: the compiler can take them
         return bound.call(x, weight, bias, None)
-    if bound.eager == "torch" and not _compiler_captures():
+    if not _compiler_captures() and _yields_to_compiler(op, bound, x, weight):
         # without CUDA graphs the compiled forward issues its kernels from the host one by one, as
         # an eager call does: the eager rule's torch arm (model.eager_fallback: a kernel shorter
         # than its host time) is what serves. Session 46 (H100, Llama-3-8B layers, default mode):
@@ -212,6 +212,22 @@ def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         y = F.linear(x, weight)
         return ACTS[act](y if bias is None else y + bias)
     return NotImplemented  # a Triton config: the op stays in the graph
+
+
+def _yields_to_compiler(op: str, bound: Any, x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the eager rule gives this pick's calls to torch. For a fused epilogue it is asked
+    about the bare product: Inductor fuses the bias and activation into the next pointwise kernel,
+    so torch's form issues one launch there, not the two an eager call would (the rule keeps an
+    epilogue pick eagerly for that launch)."""
+    if bound.eager == "torch":
+        return True
+    if op == "gemm":
+        return False
+    from tunedb import families
+    from tunedb.runtime import host_bound
+
+    bare, _ = launch_table.signature_of("gemm", x, weight, None, "none")
+    return host_bound.eager_fallback(families.get("gemm"), bare, bound.m, bound.config, bound.tier) == "torch"
 
 
 def _compiler_captures() -> bool:

@@ -17,15 +17,16 @@ compiler traces), TunedLinear.forward for anything else (a side stream: torch's 
 warm-up before a capture, which primes the group there). That is what nn.Linear.forward computes,
 without its two Module.__getattr__ frames.
 
-While any CUDA graph is being captured (torch.cuda.CUDAGraph's capture_begin to capture_end,
-wrapped once here: torch.cuda.graph, make_graphed_callables and Inductor's CUDA-graph trees all
-begin and end through them) those forwards are set aside, so the capture sees TunedLinear.forward
-and the group's launch, and capture_end puts the same objects back. Before the capture begins, each
-such group is primed at the row counts it has not run yet (one, a few, sixteen: the kernel's
+A capture runs on a side stream, where the quiet forward hands the call to TunedLinear.forward
+and the group launches; the forward stays in place (Dynamo guards on a module's instance forward:
+setting it aside for a capture made a model compiled while its members were quiet recompile inside
+the capture, which invalidated it -- session 46, Llama-3-8B compiled then captured). Before a
+capture begins (torch.cuda.CUDAGraph's capture_begin, wrapped once here: torch.cuda.graph,
+make_graphed_callables and Inductor's CUDA-graph trees all begin through it) each quiet member's
+group is primed at the row counts it has not run yet (one, a few, sixteen: the kernel's
 specialisations), so no module is loaded and no workspace made inside the capture whatever rows
-the capture calls with. Dynamo guards on a module's instance forward: a member going quiet after a
-model was compiled, or a model compiled while its members were quiet then run inside a capture,
-recompiles once. A quiet member is left by its group's refresh() (a member is served now), a
+the capture calls with. A member going quiet after a model was compiled recompiles it once.
+A quiet member is left by its group's refresh() (a member is served now), a
 pickle, copy or DataParallel replica (TunedLinear's own), torch.jit.script
 (TunedLinear.__prepare_scriptable__), a weight or bias no longer in its slot (a parametrization:
 the call falls back to TunedLinear.forward). A capture begun past torch.cuda.CUDAGraph
@@ -44,7 +45,6 @@ import torch.nn.functional as F
 
 _captures = [0]  # CUDA-graph captures begun and not yet ended, in every thread
 _QUIET: "weakref.WeakSet[Any]" = weakref.WeakSet()  # members whose quiet forward is installed
-_SET_ASIDE: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # during captures
 _LOCK = threading.Lock()  # enter / leave against a capture's begin and end in another thread
 _wrapped = [False]
 MARK = "_tunedb_quiet"  # an attribute of every quiet forward: TunedLinear drops them from copies
@@ -79,7 +79,6 @@ def leave(members: Any) -> None:
     """Take the quiet forward off each of `members` (their group changed, a copy, a script)."""
     with _LOCK:
         for m in members:
-            _SET_ASIDE.pop(m, None)
             _QUIET.discard(m)
             if is_quiet(m.__dict__.get("forward")):
                 del m.__dict__["forward"]
@@ -144,19 +143,15 @@ def _wrap_captures() -> bool:
 
 
 def _begun() -> None:
-    """A capture begins: set the quiet forwards aside, then prime their groups (outside the lock:
-    a first prime compiles) on the stream about to be captured, before it captures."""
+    """A capture begins: prime the quiet members' groups (outside the lock: a first prime
+    compiles) on the stream about to be captured, before it captures."""
     groups: dict[int, Any] = {}
     with _LOCK:
         _captures[0] += 1
         for m in list(_QUIET):
-            fn = m.__dict__.get("forward")
-            if is_quiet(fn):
-                del m.__dict__["forward"]
-                _SET_ASIDE[m] = fn
-                sib = m.__dict__.get("_siblings")
-                if sib is not None:
-                    groups[id(sib[0])] = sib[0]
+            sib = m.__dict__.get("_siblings")
+            if sib is not None and is_quiet(m.__dict__.get("forward")):
+                groups[id(sib[0])] = sib[0]
     for group in groups.values():
         try:
             group.prime_forms()
@@ -167,9 +162,3 @@ def _begun() -> None:
 def _ended() -> None:
     with _LOCK:
         _captures[0] = max(0, _captures[0] - 1)
-        if _captures[0]:
-            return
-        for m, fn in list(_SET_ASIDE.items()):
-            if "forward" not in m.__dict__ and m in _QUIET:
-                m.__dict__["forward"] = fn
-        _SET_ASIDE.clear()
