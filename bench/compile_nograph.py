@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     from tunedb.runtime import selector
 
     cuda = a.device.startswith("cuda")
+    torch._logging.set_logs(recompiles=True)  # why a frame compiles twice (the guard that failed), to stderr
     batches = tuple(int(b) for b in a.batches.split(","))
     bm = build(a.model, a.device, batches=batches)
     tuned_module = tunedb.optimize(bm.module, inplace=False)
