@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -441,3 +442,28 @@ def test_the_token_names_the_tiers_as_loaded_not_as_on_disk(tiers_dirs):
     assert launch_table.compile_token() == loaded
     selector.reload()
     assert launch_table.compile_token() != loaded
+
+
+@pytest.mark.parametrize("mode,captures", [("default", False), ("reduce-overhead", True)])
+def test_the_decomposition_sees_whether_the_compile_records_cuda_graphs(monkeypatch, mode, captures):
+    """The eager rule's decomposition reads Inductor's triton.cudagraphs while the compiler
+    decomposes: torch.compile(mode="reduce-overhead") patches it on for that compile, so a pick
+    stays the tuned op there and yields to aten in a default-mode compile."""
+    seen = []
+
+    def decompose(*args):
+        seen.append(ops._compiler_captures())
+        return NotImplemented
+    monkeypatch.setattr(ops, "_decompose", decompose)
+    x, w, b = _inputs(lead=(6,))
+
+    def fn(x):
+        return ops.gemm_act(x, w, b, "silu") * 3
+
+    torch._dynamo.reset()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # reduce-overhead on a CPU: cudagraphs skipped, said once
+        got = torch.compile(fn, dynamic=False, fullgraph=True, mode=mode)(x)
+    torch._dynamo.reset()
+    assert seen and set(seen) == {captures}
+    torch.testing.assert_close(got, fn(x))
