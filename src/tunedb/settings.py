@@ -122,6 +122,16 @@ EAGER_KERNEL_US = Setting(
     check=_microseconds_value,
 )
 
+COMPILED_GRAPHS = Setting(
+    "TUNEDB_COMPILED_GRAPHS", "auto",
+    "Whether a torch.compile'd forward runs inside CUDA graphs, read while a compiler traces: 'auto' "
+    "(default) takes Inductor's own setting (mode='reduce-overhead' records graphs), and without graphs a "
+    "tuned pick whose eager calls torch serves (TUNEDB_EAGER_KERNEL_US) compiles to torch's form; '1': "
+    "every compiled forward is captured (compiled in default mode, then captured by hand as serving "
+    "engines do), so the tuned picks stay in the compiled code.",
+    ("auto", "1"),
+)
+
 COMPILE_JOBS = Setting(
     "TUNEDB_COMPILE_JOBS", "",
     "Compile processes a build runs ahead of measuring; empty: sized to the free cores and "
@@ -211,7 +221,7 @@ SIBLING_SPLIT = Setting(
 )
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, LEAVE_UNMEASURED, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
-                            EAGER_FALLBACK, EAGER_KERNEL_US, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
+                            EAGER_FALLBACK, EAGER_KERNEL_US, COMPILED_GRAPHS, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
                             CHECK_INPUTS, CHAIN_PDL, SIBLINGS, SIBLING_ROWS, SIBLING_SPLIT)
 
 
@@ -334,6 +344,10 @@ def siblings_enabled() -> bool:
 
 def sibling_rows() -> int:
     return int(SIBLING_ROWS.raw() or SIBLING_ROWS.default)  # set but empty: the default
+
+
+def compiled_graphs_forced() -> bool:
+    return COMPILED_GRAPHS.raw() == "1"
 
 
 def sibling_split_auto() -> bool:

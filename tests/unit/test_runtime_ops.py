@@ -295,6 +295,7 @@ def test_a_pick_the_eager_rule_yields_goes_to_the_compiler_unless_it_captures_gr
     from torch._inductor import config as inductor_config
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from tunedb import settings
     from tunedb.runtime import host_bound
 
     asked = []
@@ -319,6 +320,10 @@ def test_a_pick_the_eager_rule_yields_goes_to_the_compiler_unless_it_captures_gr
         with inductor_config.patch({"triton.cudagraphs": True, "coordinate_descent_tuning": False}):
             assert ops._gemm_decomposition(x, w96) is NotImplemented
             assert ops._gemm_act_decomposition(x, w96, None, "silu") is NotImplemented
+        # a default-mode compile its user captures by hand (TUNEDB_COMPILED_GRAPHS=1): the picks stay
+        with inductor_config.patch({"triton.cudagraphs": False, "coordinate_descent_tuning": False}), \
+                settings.override(COMPILED_GRAPHS="1"):
+            assert ops._gemm_decomposition(x, w96) is NotImplemented
 
 
 def test_inductor_compiles_cpu_calls_to_plain_aten():
@@ -460,8 +465,10 @@ def test_the_decomposition_sees_whether_the_compile_records_cuda_graphs(monkeypa
     def fn(x):
         return ops.gemm_act(x, w, b, "silu") * 3
 
+    from torch._inductor import config as inductor_config
+
     torch._dynamo.reset()
-    with torch.no_grad(), warnings.catch_warnings():
+    with torch.no_grad(), warnings.catch_warnings(), inductor_config.patch(force_disable_caches=True):
         warnings.simplefilter("ignore")  # reduce-overhead on a CPU: cudagraphs skipped, said once
         got = torch.compile(fn, dynamic=False, fullgraph=True, mode=mode)(x)
     torch._dynamo.reset()

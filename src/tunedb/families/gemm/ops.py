@@ -231,11 +231,16 @@ def _yields_to_compiler(op: str, bound: Any, x: torch.Tensor, weight: torch.Tens
 
 
 def _compiler_captures() -> bool:
-    """Whether Inductor records the compiled forward in CUDA graphs (mode="reduce-overhead" sets
-    triton.cudagraphs for the compile it patches). A model compiled without them and captured by
-    hand gets cuBLAS there for these shapes, as compile alone would."""
+    """Whether the compiled forward will run in CUDA graphs: Inductor records them
+    (mode="reduce-overhead" sets triton.cudagraphs for the compile it patches), or
+    TUNEDB_COMPILED_GRAPHS=1 says the user captures it by hand (otherwise such a capture gets
+    cuBLAS for these shapes, as compile alone would)."""
     from torch._inductor import config as inductor_config
 
+    from tunedb import settings
+
+    if settings.compiled_graphs_forced():
+        return True
     return bool(getattr(getattr(inductor_config, "triton", None), "cudagraphs", False))
 
 
