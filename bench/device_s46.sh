@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Session 46's device stages. Usage: bash bench/device_s46.sh STAGE...
+#   tests46   pytest -m gpu over the files session 46 changed after its last call (the Inductor test of
+#             a Triton pick the eager rule yields; siblings under compile; host_bound)
+#   orders    bench/compile_nograph.py with the plain model compiled first, then the tuned one first
+#             (the two share HF's code objects: the second compiled pays the first's failed guard)
+#   other stages go to bench/device_s45.sh (tests45, nograph), then device_s43.sh (tpparts with TP=1),
+#   then device_s37.sh's unseen / zoo
+. "$(dirname "$0")/device_env.sh"
+for stage in "$@"; do
+  case "$stage" in
+    tests46) stamp "stage tests46"
+             timeout ${TESTS_S:-240} python -m pytest -m gpu -q -p no:cacheprovider \
+               ${GPU_TESTS:-tests/gpu/test_runtime_gpu.py tests/gpu/test_gemm_siblings_gpu.py tests/gpu/test_host_bound_gpu.py} \
+               > "$OUT/tests46.txt" 2>&1; tail -8 "$OUT/tests46.txt" ;;
+    orders) stamp "stage orders"
+            for first in "" "--tuned-first"; do
+              timeout ${NG_S:-150} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
+                --batches ${NG_BATCHES:-1,16} $first --out "$OUT/nograph${first}.json" > "$OUT/nograph${first}.txt" 2>&1
+              grep "== \|ms compile" "$OUT/nograph${first}.txt"
+            done ;;
+    *) OUT=$OUT bash bench/device_s45.sh "$stage" ;;
+  esac
+done
+stamp done
