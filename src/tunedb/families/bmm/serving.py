@@ -19,8 +19,7 @@ a forward that served no product with a tile makes the model skip the mode for i
 (probing again after each gap; a forward that serves one resets it): a model whose attention is
 SDPA (Llama in transformers) makes no product the op serves, and the hop on every torch call of its
 forward, our own GEMM launches' included, cost s17 D's Llama-3-8B decode 26-37% in eager. A model
-whose forward made products the op could take but torch served at those shapes, or tiled
-products short enough that eagerly the model's own call runs them (eager_line.py), backs off at most
+whose forward made products the op could take but torch served at those shapes backs off at most
 8 forwards (its next request's M may be a tile's; only products whose signature some loaded
 table tiles at another M count: may_become_tile); a new database epoch ends a back-off; a forward
 under stream capture always runs the mode (paid once, at capture) and leaves the back-off as it
@@ -36,7 +35,7 @@ import threading
 import weakref
 from typing import Any
 
-from tunedb.families.bmm import configs, eager_line
+from tunedb.families.bmm import configs
 
 _state = threading.local()
 _decisions: dict[tuple[Any, ...], Any] = {}  # call_key -> bound (a tile), _CANDIDATE or None (torch)
@@ -46,11 +45,6 @@ _SERVED_DTYPES = ("torch.float16", "torch.bfloat16", "torch.float32")
 def _clear() -> None:
     _decisions.clear()
     _tiled_sigs.clear()
-    _eager_torch.clear()
-
-
-# call keys of tile decisions whose torch kernel is short: eagerly the model's own call runs (eager_line.py)
-_eager_torch: set[tuple[Any, ...]] = set()
 
 
 # Signature -> whether a loaded table names a tile for it at some size (this epoch)
@@ -152,15 +146,13 @@ def serve(a: Any, b: Any) -> Any:
         bound = ops.bound_for(a3, b3)
         if not ops.serves_torch(bound):
             decision = bound
-            if not ops._overrides and eager_line.short_eagerly(a3, b3):
-                _eager_torch.add(key)
         else:  # a candidate when a later request's M may be a tile's
             decision = _CANDIDATE if may_become_tile(bound.signature) else None
         if not ops._overrides:  # autotune()'s answers last only while it is active
             _decisions[key] = decision
     if decision is None:
         return None
-    if decision is _CANDIDATE or (key in _eager_torch and not _capturing()):
+    if decision is _CANDIDATE:
         _state.candidates = getattr(_state, "candidates", 0) + 1
         return None
     from tunedb.runtime import batch_dims
