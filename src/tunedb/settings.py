@@ -107,7 +107,8 @@ JIT_LAUNCH = Setting(
 EAGER_FALLBACK = Setting(
     "TUNEDB_EAGER_FALLBACK", "1",
     "'1': outside CUDA-graph capture, a shape whose kernel is shorter than the host time its tuned "
-    "config's launches cost is served by the fallback (the family's eager_fallback hook); '0': off.",
+    "config's launches cost is served by the fallback (the family's eager_fallback hook), and a "
+    "torch.compile'd forward without CUDA graphs gets torch's form for it (TUNEDB_COMPILED_GRAPHS); '0': off.",
     ("0", "1"),
 )
 
@@ -118,7 +119,8 @@ EAGER_KERNEL_US = Setting(
     "and a sibling group launches eagerly only if its weights take this long to stream: "
     "an eager decode step is host-bound, where a Triton launch's extra host time costs and its GPU saving "
     "buys nothing (session 45, H100: Llama-3-8B layers at batch 1 eagerly 1.110x slower than plain with "
-    "the decode configs served, 0.990x with them as F.linear). '0': only the launch-count rule.",
+    "the decode configs served, 0.990x with them as F.linear); a compile without CUDA graphs follows the "
+    "same line. '0': only the launch-count rule.",
     check=_microseconds_value,
 )
 
@@ -128,8 +130,8 @@ COMPILED_GRAPHS = Setting(
     "(default) takes Inductor's own setting (mode='reduce-overhead' records graphs), and without graphs a "
     "tuned pick whose eager calls torch serves (TUNEDB_EAGER_KERNEL_US) compiles to torch's form; '1': "
     "every compiled forward is captured (compiled in default mode, then captured by hand as serving "
-    "engines do), so the tuned picks stay in the compiled code.",
-    ("auto", "1"),
+    "engines do), so the tuned picks stay in the compiled code; '0' is 'auto'.",
+    ("auto", "0", "1"),
 )
 
 COMPILE_JOBS = Setting(

@@ -213,8 +213,8 @@ def test_a_model_no_table_names_warmed_up_eagerly_then_captured(rows):
 def test_members_quiet_eagerly_on_the_default_stream_still_launch_as_a_group_in_a_capture(rows):
     """quiet_members.py on the GPU: after eager calls on the default stream each member left as
     written runs F.linear with no question asked (its quiet forward); torch.cuda.graph's capture
-    sets those aside, so the group's one launch is captured, and puts the same objects back; the
-    replays and the eager calls after it give the plain model's outputs."""
+    runs on a side stream, where that forward hands the call to TunedLinear.forward, so the group's
+    one launch is captured; the replays and the eager calls after it give the plain model's outputs."""
     from tunedb.families.gemm import quiet_members
 
     model, ref, group = _unnamed_attention()

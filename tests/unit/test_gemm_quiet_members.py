@@ -1,9 +1,9 @@
 """Sibling members left as written, quiet eagerly (families/gemm/quiet_members.py), through
 TunedLinear.forward's own source with CUDA read as CPU and the stream handle faked (as
 test_gemm_host_path.py does): once a member's group declined its eager call on a default stream
-after priming, the member runs F.linear with no question asked; a CUDA-graph capture sets that
-aside (the group's launch is captured) and puts it back; a refresh, a copy or a parametrization
-leave it."""
+after priming, the member runs F.linear with no question asked; a CUDA-graph capture (a side
+stream) still reaches the group's launch through it, which stays in place; a refresh, a copy or a
+parametrization leave it."""
 from __future__ import annotations
 
 import copy

@@ -313,6 +313,7 @@ def test_a_pick_the_eager_rule_yields_goes_to_the_compiler_unless_it_captures_gr
         with inductor_config.patch({"triton.cudagraphs": False, "coordinate_descent_tuning": False}):
             y = ops._gemm_decomposition(x, w96)
             assert y is not NotImplemented and y.shape == (4, 96)
+            asked.clear()
             y = ops._gemm_act_decomposition(x, w96, None, "silu")
             assert y is not NotImplemented and y.shape == (4, 96)
             assert "gemm|op=gemm|dt=bf16|N=96|K=32" in asked  # asked about the bare product
@@ -474,3 +475,41 @@ def test_the_decomposition_sees_whether_the_compile_records_cuda_graphs(monkeypa
     torch._dynamo.reset()
     assert seen and set(seen) == {captures}
     torch.testing.assert_close(got, fn(x))
+
+
+def test_the_compile_token_names_the_settings_the_decomposition_reads(tiers_dirs):
+    """A persistent compile cache is keyed on the graph before decomposition: the token it holds
+    must change with the eager rule's settings and TUNEDB_COMPILED_GRAPHS, read per trace."""
+    from tunedb import settings
+    from tunedb.runtime import launch_table
+
+    base = launch_table.compile_token()
+    seen = {base}
+    for change in ({"COMPILED_GRAPHS": "1"}, {"EAGER_KERNEL_US": "32"}, {"EAGER_FALLBACK": "0"}):
+        with settings.override(**change):
+            seen.add(launch_table.compile_token())
+    assert len(seen) == 4
+    with settings.override(COMPILED_GRAPHS="0"):  # '0' is 'auto'
+        assert launch_table.compile_token() == base
+    assert launch_table.compile_token() == base
+
+
+def test_at_m1_under_coordinate_descent_a_yielded_pick_with_bias_is_still_an_mm(tiers_dirs, monkeypatch):
+    """max-autotune-no-cudagraphs (coordinate descent, no graphs): an M=1 pick the eager rule
+    yields is handed over as mm + bias add, the form Inductor reduces and fuses, not an addmm."""
+    from torch._inductor import config as inductor_config
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tunedb.runtime import host_bound
+
+    monkeypatch.setattr(host_bound, "eager_fallback", lambda family, sig, m, config, tier: "torch")
+    _serve("gemm|op=gemm_act|dt=bf16|N=96|K=32|act=none|bias=1", "b64x64x64_w4_s3_g8")
+    with FakeTensorMode():
+        w, b = (torch.empty(96, 32, device="cuda", dtype=torch.bfloat16),
+                torch.empty(96, device="cuda", dtype=torch.bfloat16))
+        x1 = torch.empty(1, 32, device="cuda", dtype=torch.bfloat16)
+        with inductor_config.patch({"triton.cudagraphs": False, "coordinate_descent_tuning": True}):
+            graph = make_fx(lambda x, w, b: ops._gemm_act_decomposition(x, w, b, "none"))(x1, w, b)
+    targets = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+    assert "aten.mm.default" in targets and not any("addmm" in t for t in targets), targets

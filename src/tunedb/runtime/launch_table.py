@@ -148,7 +148,22 @@ def compile_token() -> str:
 
             ident = f"unidentified-{uuid.uuid4().hex[:12]}"
         _selection_id[0] = ident
+    ident += _compile_form()
     return ident + "+opaque" if _opaque() else ident
+
+
+def _compile_form() -> str:
+    """The settings a decomposition reads beside the selection (the eager rule, and whether the
+    compiled forward runs in CUDA graphs), read per trace: a compile cache keyed on the graph
+    must not return code decided under other values (a persistent AOTAutograd cache outlives
+    the process). Inductor's own `triton.cudagraphs` is in its cache key already."""
+    from tunedb import settings
+
+    try:
+        return (f"+eager={int(settings.eager_fallback_enabled())}/{settings.eager_kernel_us()}"
+                f"/graphs={int(settings.compiled_graphs_forced())}")
+    except Exception:  # noqa: BLE001 - a setting refused mid-process: never the trace's failure
+        return "+eager=?"
 
 
 def _opaque() -> bool:

@@ -200,17 +200,17 @@ def _decompose(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
         return NotImplemented  # the op stays in the graph, resolved per call
     if bound.config.id in VENDOR_LANES:  # torch ops: the compiler can take them
         return bound.call(x, weight, bias, None)
+    if bound.m == 1 and _compiler_reduces_vectors():
+        # an mm, which the compiler reduces (an addmm it would not); the bias is added to the
+        # rounded product, one rounding more than the fused epilogue (within the dtype's tolerance)
+        y = F.linear(x, weight)
+        return ACTS[act](y if bias is None else y + bias)
     if not _compiler_captures() and _yields_to_compiler(op, bound, x, weight):
         # without CUDA graphs the compiled forward issues its kernels from the host one by one, as
         # an eager call does: the eager rule's torch arm (model.eager_fallback: a kernel shorter
         # than its host time) is what serves. Session 46 (H100, Llama-3-8B layers, default mode):
         # the decode picks kept as opaque ops made tunedb+compile 0.58x of compile alone
         return ACTS[act](F.linear(x, weight, bias))
-    if bound.m == 1 and _compiler_reduces_vectors():
-        # an mm, which the compiler reduces (an addmm it would not); the bias is added to the
-        # rounded product, one rounding more than the fused epilogue (within the dtype's tolerance)
-        y = F.linear(x, weight)
-        return ACTS[act](y if bias is None else y + bias)
     return NotImplemented  # a Triton config: the op stays in the graph
 
 
@@ -226,8 +226,11 @@ def _yields_to_compiler(op: str, bound: Any, x: torch.Tensor, weight: torch.Tens
     from tunedb import families
     from tunedb.runtime import host_bound
 
-    bare, _ = launch_table.signature_of("gemm", x, weight, None, "none")
-    return host_bound.eager_fallback(families.get("gemm"), bare, bound.m, bound.config, bound.tier) == "torch"
+    try:
+        bare, _ = launch_table.signature_of("gemm", x, weight, None, "none")
+        return host_bound.eager_fallback(families.get("gemm"), bare, bound.m, bound.config, bound.tier) == "torch"
+    except Exception:  # noqa: BLE001 - the rule is lost, never the compile: the op stays
+        return False
 
 
 def _compiler_captures() -> bool:

@@ -30,8 +30,9 @@ A quiet member is left by its group's refresh() (a member is served now), a
 pickle, copy or DataParallel replica (TunedLinear's own), torch.jit.script
 (TunedLinear.__prepare_scriptable__), a weight or bias no longer in its slot (a parametrization:
 the call falls back to TunedLinear.forward). A capture begun past torch.cuda.CUDAGraph
-(torch._C._CUDAGraph, torch.accelerator.Graph) is not seen: there the members run F.linear, a
-correct result without the group's gain.
+(torch._C._CUDAGraph, torch.accelerator.Graph) still reaches the group (a side stream), but is
+not primed before it begins: a row form the group never ran may load its module or make its
+workspace inside that capture.
 """
 from __future__ import annotations
 
