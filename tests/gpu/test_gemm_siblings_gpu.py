@@ -169,6 +169,16 @@ def test_the_split_k_form_in_a_graph_matches_fp64_and_repeats_its_bits(dt, tiles
     assert all(torch.equal(a, b) for a, b in zip(seen[0], seen[1]))
 
 
+def _warm_up_on_a_side_stream(fn, x, calls=2):
+    """torch's recommended warm-up before a capture: a few calls on a side stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(calls):
+            fn(x)
+    torch.cuda.current_stream().wait_stream(side)
+
+
 def _unnamed_attention():
     """An optimized bf16 attention block whose q/k/v no table names (a group left as written),
     its plain copy, and the group."""
@@ -190,12 +200,7 @@ def test_a_model_no_table_names_warmed_up_eagerly_then_captured(rows):
     model, ref, group = _unnamed_attention()
     static = torch.randn(rows, 1152, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                model(static)
-        torch.cuda.current_stream().wait_stream(side)
+        _warm_up_on_a_side_stream(model, static)
         assert group.launches == 0 and len(group._sites) == 1  # primed, no output served eagerly
         assert len(group._work) == 1  # its workspace made outside the capture
         made, work = dict(group._sites), dict(group._work)
@@ -370,12 +375,7 @@ def test_a_model_compiled_while_its_members_are_quiet_is_captured_without_a_reco
         assert quiet_members.is_quiet(model[0].q_proj.__dict__.get("forward"))
         compiled = torch.compile(model, dynamic=False)
         compiled(static)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                compiled(static)
-        torch.cuda.current_stream().wait_stream(side)
+        _warm_up_on_a_side_stream(compiled, static)
         frames = counters["stats"]["unique_graphs"]
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
