@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pin", default=None, help="serve every tuned shape with this config")
     p.add_argument("--opaque-m1", action="store_true",
                    help="keep Triton-served M=1 shapes opaque under coordinate_descent_tuning (no "
-                        "ops._compiler_reduces_vectors rule): A/B the rule against Inductor's reduction")
+                        "ops_compile._compiler_reduces_vectors rule): A/B the rule against Inductor's reduction")
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args(argv)
 
@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     compiled = args.compile or args.against_max_autotune or args.compile_cdt
     if args.opaque_m1:
-        from tunedb.families.gemm import ops
+        from tunedb.families.gemm import ops_compile
 
-        ops._compiler_reduces_vectors = lambda: False  # read at trace time, so before the compiles
+        ops_compile._compiler_reduces_vectors = lambda: False  # read at trace time, so before the compiles
     try:
         bm, plain, variant, pin = e2e_models.plain_and_tuned(
             args.model, "cuda", args.batch, args.pin, compiled,

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tunedb.errors import SignatureError
-from tunedb.families.gemm import ops
+from tunedb.families.gemm import ops, ops_compile
 
 ACTS = {
     "none": lambda y: y,
@@ -238,22 +238,22 @@ def test_inductor_decomposes_a_torch_served_shape_and_keeps_a_triton_one(tiers_d
         w64, b64 = (torch.empty(64, 32, device="cuda", dtype=torch.bfloat16),
                     torch.empty(64, device="cuda", dtype=torch.bfloat16))
         w96 = torch.empty(96, 32, device="cuda", dtype=torch.bfloat16)
-        y = ops._gemm_act_decomposition(x, w64, b64, "gelu")
+        y = ops_compile._gemm_act_decomposition(x, w64, b64, "gelu")
         assert y is not NotImplemented and y.shape == (4, 10, 64)
-        assert ops._gemm_act_decomposition(x, w96, None, "silu") is NotImplemented
+        assert ops_compile._gemm_act_decomposition(x, w96, None, "silu") is NotImplemented
         w48, b48 = (torch.empty(48, 32, device="cuda", dtype=torch.bfloat16),
                     torch.empty(48, device="cuda", dtype=torch.bfloat16))
-        assert ops._gemm_act_decomposition(x, w48, b48, "relu").shape == (4, 10, 48)  # _addmm_activation
+        assert ops_compile._gemm_act_decomposition(x, w48, b48, "relu").shape == (4, 10, 48)  # _addmm_activation
         served = {(key[2], b.m): (b.config.id, b.tier, b.calls) for key, b in launch_table.entries()}
         assert served == {(64, 40): ("torch", "user", 0), (96, 40): ("b64x64x64_w4_s3_g8", "user", 0),
                           (48, 40): ("fused", "user", 0)}
         with launch_table.overriding(lambda fam, sig, m: None):  # autotune()/pin: never decided here
-            assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is NotImplemented
+            assert ops_compile._gemm_act_decomposition(x, w64, b64, "gelu") is NotImplemented
         with settings.override(CAPTURE=str(tiers_dirs / "capture.jsonl")):  # a census must see it
             launch_table.clear()
-            assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is NotImplemented
+            assert ops_compile._gemm_act_decomposition(x, w64, b64, "gelu") is NotImplemented
         launch_table.clear()
-        assert ops._gemm_act_decomposition(x, w64, b64, "gelu") is not NotImplemented
+        assert ops_compile._gemm_act_decomposition(x, w64, b64, "gelu") is not NotImplemented
 
 
 def test_an_m1_triton_pick_goes_to_the_compiler_under_coordinate_descent(tiers_dirs):
@@ -273,14 +273,14 @@ def test_an_m1_triton_pick_goes_to_the_compiler_under_coordinate_descent(tiers_d
         x1, x4 = (torch.empty(1, 1, 32, device="cuda", dtype=torch.bfloat16),
                   torch.empty(4, 32, device="cuda", dtype=torch.bfloat16))
         with inductor_config.patch(coordinate_descent_tuning=False):
-            assert ops._gemm_act_decomposition(x1, w, b, "silu") is NotImplemented
-            assert ops._gemm_decomposition(x1, w) is NotImplemented
+            assert ops_compile._gemm_act_decomposition(x1, w, b, "silu") is NotImplemented
+            assert ops_compile._gemm_decomposition(x1, w) is NotImplemented
         with inductor_config.patch(coordinate_descent_tuning=True):
-            assert ops._gemm_act_decomposition(x1, w, b, "silu").shape == (1, 1, 96)
-            assert ops._gemm_decomposition(x1, w).shape == (1, 1, 96)
-            assert ops._gemm_act_decomposition(x4, w, b, "silu") is NotImplemented
+            assert ops_compile._gemm_act_decomposition(x1, w, b, "silu").shape == (1, 1, 96)
+            assert ops_compile._gemm_decomposition(x1, w).shape == (1, 1, 96)
+            assert ops_compile._gemm_act_decomposition(x4, w, b, "silu") is NotImplemented
             # what the compiler is handed: an mm (which it reduces), the bias add, the activation
-            graph = make_fx(lambda x, w, b: ops._gemm_act_decomposition(x, w, b, "silu"))(x1, w, b)
+            graph = make_fx(lambda x, w, b: ops_compile._gemm_act_decomposition(x, w, b, "silu"))(x1, w, b)
     targets = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
     assert {"aten.mm.default", "aten.add.Tensor", "aten.silu.default"} <= targets, targets
     assert not any("addmm" in t or "tunedb" in t for t in targets), targets
@@ -311,20 +311,20 @@ def test_a_pick_the_eager_rule_yields_goes_to_the_compiler_unless_it_captures_gr
         x = torch.empty(4, 32, device="cuda", dtype=torch.bfloat16)
         w96, w64 = (torch.empty(n, 32, device="cuda", dtype=torch.bfloat16) for n in (96, 64))
         with inductor_config.patch({"triton.cudagraphs": False, "coordinate_descent_tuning": False}):
-            y = ops._gemm_decomposition(x, w96)
+            y = ops_compile._gemm_decomposition(x, w96)
             assert y is not NotImplemented and y.shape == (4, 96)
             asked.clear()
-            y = ops._gemm_act_decomposition(x, w96, None, "silu")
+            y = ops_compile._gemm_act_decomposition(x, w96, None, "silu")
             assert y is not NotImplemented and y.shape == (4, 96)
             assert "gemm|op=gemm|dt=bf16|N=96|K=32" in asked  # asked about the bare product
-            assert ops._gemm_decomposition(x, w64) is NotImplemented  # the rule keeps this pick
+            assert ops_compile._gemm_decomposition(x, w64) is NotImplemented  # the rule keeps this pick
         with inductor_config.patch({"triton.cudagraphs": True, "coordinate_descent_tuning": False}):
-            assert ops._gemm_decomposition(x, w96) is NotImplemented
-            assert ops._gemm_act_decomposition(x, w96, None, "silu") is NotImplemented
+            assert ops_compile._gemm_decomposition(x, w96) is NotImplemented
+            assert ops_compile._gemm_act_decomposition(x, w96, None, "silu") is NotImplemented
         # a default-mode compile its user captures by hand (TUNEDB_COMPILED_GRAPHS=1): the picks stay
         with inductor_config.patch({"triton.cudagraphs": False, "coordinate_descent_tuning": False}), \
                 settings.override(COMPILED_GRAPHS="1"):
-            assert ops._gemm_decomposition(x, w96) is NotImplemented
+            assert ops_compile._gemm_decomposition(x, w96) is NotImplemented
 
 
 def test_inductor_compiles_cpu_calls_to_plain_aten():
@@ -342,7 +342,7 @@ def test_inductor_compiles_cpu_calls_to_plain_aten():
     torch._dynamo.reset()
     with torch.no_grad(), inductor_config.patch(force_disable_caches=True):
         got, code = run_and_get_code(torch.compile(fn, dynamic=False, fullgraph=True), x)
-    assert ops._decompositions_registered  # by the fake kernel, during the trace
+    assert ops_compile.registered[0]  # by the fake kernel, during the trace
     assert torch.ops.tunedb.gemm_act.default in decompositions
     assert "ops.tunedb" not in "".join(code)
     torch.testing.assert_close(got, fn(x))
@@ -403,12 +403,12 @@ def test_symbolic_and_empty_sizes_under_the_decomposition():
     with FakeTensorMode(shape_env=env):
         u = env.create_unbacked_symint()
         w = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16)
-        assert ops._gemm_decomposition(torch.empty(u, 32, device="cuda", dtype=torch.bfloat16), w) is NotImplemented
-        cpu = ops._gemm_decomposition(torch.empty(u, 32), torch.empty(64, 32))
+        assert ops_compile._gemm_decomposition(torch.empty(u, 32, device="cuda", dtype=torch.bfloat16), w) is NotImplemented
+        cpu = ops_compile._gemm_decomposition(torch.empty(u, 32), torch.empty(64, 32))
         assert cpu is not NotImplemented and cpu.shape[1] == 64
-        assert ops._gemm_act_decomposition(torch.empty(4, 32), torch.empty(64, 32), None, "relu").shape == (4, 64)
+        assert ops_compile._gemm_act_decomposition(torch.empty(4, 32), torch.empty(64, 32), None, "relu").shape == (4, 64)
     x = torch.randn(3, 32)
-    y = ops._gemm_act_decomposition(x, torch.empty(0, 32), None, "gelu")
+    y = ops_compile._gemm_act_decomposition(x, torch.empty(0, 32), None, "gelu")
     assert y.shape == (3, 0) and torch.equal(y, ops.gemm_act(x, torch.empty(0, 32), None, "gelu"))
 
 
@@ -418,7 +418,7 @@ def test_inductor_lowers_an_op_the_decomposition_keeps(monkeypatch):
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import run_and_get_code
 
-    monkeypatch.setattr(ops, "_decompose", lambda *args: NotImplemented)
+    monkeypatch.setattr(ops_compile, "_decompose", lambda *args: NotImplemented)
     x, w, b = _inputs(lead=(6,))
 
     def fn(x):
@@ -458,9 +458,9 @@ def test_the_decomposition_sees_whether_the_compile_records_cuda_graphs(monkeypa
     seen = []
 
     def decompose(*args):
-        seen.append(ops._compiler_captures())
+        seen.append(ops_compile._compiler_captures())
         return NotImplemented
-    monkeypatch.setattr(ops, "_decompose", decompose)
+    monkeypatch.setattr(ops_compile, "_decompose", decompose)
     x, w, b = _inputs(lead=(6,))
 
     def fn(x):
@@ -510,6 +510,6 @@ def test_at_m1_under_coordinate_descent_a_yielded_pick_with_bias_is_still_an_mm(
                 torch.empty(96, device="cuda", dtype=torch.bfloat16))
         x1 = torch.empty(1, 32, device="cuda", dtype=torch.bfloat16)
         with inductor_config.patch({"triton.cudagraphs": False, "coordinate_descent_tuning": True}):
-            graph = make_fx(lambda x, w, b: ops._gemm_act_decomposition(x, w, b, "none"))(x1, w, b)
+            graph = make_fx(lambda x, w, b: ops_compile._gemm_act_decomposition(x, w, b, "none"))(x1, w, b)
     targets = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
     assert "aten.mm.default" in targets and not any("addmm" in t for t in targets), targets
