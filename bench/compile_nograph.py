@@ -2,6 +2,10 @@
 (default mode, dynamic=False, no CUDA graphs), taken apart in one process.
 
     PYTHONPATH=src:bench python bench/compile_nograph.py [--model llama-3-8b] [--batches 1,16] [--out JSON]
+        [--tuned-first] [--mode reduce-overhead]
+
+--mode reduce-overhead compiles both with Inductor's CUDA graphs instead: the same comparison where
+the tuned picks stay in the compiled code (ops_compile.py), the mode a user who wants graphs picks.
 
 bench/e2e.py's "eager" rows of the compiled variants (session 45, H100: tunedb+compile 0.50-0.65x
 of compile; session 35, H200: 0.72-0.91x) run the compiled forward without graphs, where every
@@ -54,6 +58,9 @@ def main(argv=None) -> int:
                     help="compile the tuned model first: the two share the model's code objects, so the "
                          "second one compiled pays the first one's failed guard check per call on "
                          "each shared frame (both orders measured show that share)")
+    ap.add_argument("--mode", default="default", choices=("default", "reduce-overhead"),
+                    help="torch.compile's mode for both models: reduce-overhead records CUDA graphs "
+                         "(Inductor's cudagraph trees), where the tuned picks stay in the compiled code")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     import torch
@@ -68,6 +75,7 @@ def main(argv=None) -> int:
     bm = build(a.model, a.device, batches=batches)
     tuned_module = tunedb.optimize(bm.module, inplace=False)
     result = {"model": a.model, "device": a.device, "torch": torch.__version__, "tuned_first": a.tuned_first,
+              "mode": a.mode,
               "batches": {}}
     if cuda:
         result["gpu"] = torch.cuda.get_device_name()
@@ -82,8 +90,8 @@ def main(argv=None) -> int:
             torch._dynamo.reset()
             plain_breaks = torch._dynamo.explain(lambda *xs: bm.runner(bm.module)(*xs))(*args).graph_break_count
             torch._dynamo.reset()
-            plain = torch.compile(bm.module, dynamic=False)
-            tuned = torch.compile(tuned_module, dynamic=False)
+            plain = torch.compile(bm.module, dynamic=False, mode=a.mode)
+            tuned = torch.compile(tuned_module, dynamic=False, mode=a.mode)
             steps = {"compile": call(plain), "tunedb+compile": call(tuned)}
             if a.tuned_first:
                 steps = dict(reversed(steps.items()))

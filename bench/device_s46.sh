@@ -4,6 +4,7 @@
 #             a Triton pick the eager rule yields; siblings under compile; host_bound)
 #   orders    bench/compile_nograph.py with the plain model compiled first, then the tuned one first
 #             (the two share HF's code objects: the second compiled pays the first's failed guard)
+#   graphs    the same pair compiled with mode="reduce-overhead" (Inductor's CUDA graphs: the picks stay)
 #   other stages go to bench/device_s45.sh (tests45, nograph), then device_s43.sh (tpparts with TP=1),
 #   then device_s37.sh's unseen / zoo
 . "$(dirname "$0")/device_env.sh"
@@ -19,6 +20,10 @@ for stage in "$@"; do
                 --batches ${NG_BATCHES:-1,16} $first --out "$OUT/nograph${first}.json" > "$OUT/nograph${first}.txt" 2>&1
               grep "== \|ms compile" "$OUT/nograph${first}.txt"
             done ;;
+    graphs) stamp "stage graphs"
+            timeout ${NG_S:-150} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} --mode reduce-overhead \
+              --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphs.json" > "$OUT/compile_graphs.txt" 2>&1
+            grep "== \|ms compile" "$OUT/compile_graphs.txt" ;;
     *) OUT=$OUT bash bench/device_s45.sh "$stage" ;;
   esac
 done
