@@ -7,7 +7,9 @@ serve with a torch-level arm (torch: F.linear + activation; fused: _addmm_activa
 those aten ops: the compiled graph then holds exactly what compiling the plain model would (the
 activation fused into its neighbours, no dispatcher call per GEMM), and the op stays opaque only
 where a Triton config was measured faster -- except at M=1 under coordinate-descent tuning,
-where the compiler gets F.linear too (_compiler_reduces_vectors). The choice is the one a call
+where the compiler gets F.linear too (_compiler_reduces_vectors), and where the compiled forward
+runs without CUDA graphs and the eager rule gives the pick's calls to torch (_yields_to_compiler,
+_compiler_captures). The choice is the one a call
 would get now (same tiers, kept in the launch table: the report names the tier's choice, which
 for those M=1 shapes Inductor's reduction replaces in the compiled code). The entry points
 pass the selection state's token (launch_table.compile_token) as the ops' `tiers` argument,
