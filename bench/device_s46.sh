@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 46's device stages. Usage: bash bench/device_s46.sh STAGE...
-#   tests46   pytest -m gpu over the files session 46 changed after its last call (the Inductor test of
+#   tests46   device_s45.sh's tests45 over the files session 46 changed after its last call (the Inductor test of
 #             a Triton pick the eager rule yields; siblings under compile; host_bound)
 #   orders    bench/compile_nograph.py with the plain model compiled first, then the tuned one first
 #             (the two share HF's code objects: the second compiled pays the first's failed guard)
@@ -10,10 +10,8 @@
 . "$(dirname "$0")/device_env.sh"
 for stage in "$@"; do
   case "$stage" in
-    tests46) stamp "stage tests46"
-             timeout ${TESTS_S:-240} python -m pytest -m gpu -q -p no:cacheprovider \
-               ${GPU_TESTS:-tests/gpu/test_runtime_gpu.py tests/gpu/test_gemm_siblings_gpu.py tests/gpu/test_host_bound_gpu.py} \
-               > "$OUT/tests46.txt" 2>&1; tail -8 "$OUT/tests46.txt" ;;
+    tests46) GPU_TESTS=${GPU_TESTS:-"tests/gpu/test_runtime_gpu.py tests/gpu/test_gemm_siblings_gpu.py tests/gpu/test_host_bound_gpu.py"} \
+             TESTS_S=${TESTS_S:-240} OUT=$OUT bash bench/device_s45.sh tests45 ;;  # its runner, these files (log: tests45.txt)
     orders) stamp "stage orders"
             for first in "" "--tuned-first"; do
               timeout ${NG_S:-150} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \

@@ -151,7 +151,7 @@ class TunedLinear(nn.Module):
                 # declined on a default stream (primed where it could launch at all): a group that
                 # never launches eagerly lets the member run F.linear with no question asked until
                 # a capture (quiet_members.py), whatever the rows (more than the group takes too)
-                if default and not _compiling() and not group.eager_one_row():
+                if default and not group.eager_one_row():  # (a trace returned above)
                     _quiet_enter(self)
                 return F.linear(x, weight, bias)
         # sizes whose served config yields to F.linear eagerly (eager_sizes.py); never read while a
