@@ -13,7 +13,9 @@ host microsecond counts. Per batch this prints: the graph breaks Dynamo finds in
 (torch._dynamo.explain), how many calls per forward still reach tunedb's run time (ops that stayed
 opaque in the compiled graph rather than decomposing into aten ops), the forward's time for plain
 compiled and tuned compiled (paired rounds, CUDA events; on a CPU the wall clock), and the
-torch.profiler CPU-side ops of one forward of each, largest first (what the tuned one adds).
+torch.profiler CPU-side ops of one forward of each, largest first (what the tuned one adds), and
+its GPU kernels with their device time (what the tuned one runs instead, and whether its time
+on the GPU or on the host is what differs).
 """
 from __future__ import annotations
 
@@ -44,6 +46,28 @@ def _cpu_ops(fn, top: int) -> list[tuple[str, int, float]]:
         fn()
     rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
     return [(e.key, e.count, round(e.self_cpu_time_total, 1)) for e in rows]
+
+
+def _gpu_kernels(fn, top: int) -> dict:
+    """The GPU kernels of one call of fn: their summed device time and the `top` largest by it
+    ((name, count, us)). Kernels replayed inside CUDA graphs are listed too where CUPTI reports
+    them; an empty list says it did not."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        if "CUDA" not in str(getattr(e, "device_type", "")):
+            continue
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0.0)
+        rows.append((e.key[:90], e.count, round(float(us), 1)))
+    rows.sort(key=lambda r: r[2], reverse=True)
+    return {"total_us": round(sum(r[2] for r in rows), 1), "kernels": len(rows), "top": rows[:top]}
 
 
 def main(argv=None) -> int:
@@ -109,11 +133,13 @@ def main(argv=None) -> int:
             ms = {k: statistics.median(v) for k, v in per.items()}
             ratio = statistics.median(p / t for p, t in zip(per["compile"], per["tunedb+compile"]))
             ops = {k: _cpu_ops(step, a.top) for k, step in steps.items()}
+            kernels = {k: _gpu_kernels(step, a.top) for k, step in steps.items()} if cuda else {}
             result["batches"][b] = {"graph_breaks": explained.graph_break_count, "graphs": explained.graph_count,
                                     "plain_graph_breaks": plain_breaks,
                                     "break_reasons": [r.reason[:200] for r in explained.break_reasons[:12]],
                                     "calls_reaching_tunedb": reached, "ms": ms,
-                                    "tunedb_compile_over_compile": ratio, "cpu_ops": ops}
+                                    "tunedb_compile_over_compile": ratio, "cpu_ops": ops,
+                                    "gpu_kernels": kernels}
             print(f"== {a.model} batch {b}: graph breaks {explained.graph_break_count} ({explained.graph_count} graphs; "
                   f"the plain model {plain_breaks}); "
                   f"calls reaching tunedb per forward: {reached}")
@@ -123,6 +149,9 @@ def main(argv=None) -> int:
                 print(f"   break: {r}")
             for k, rows in ops.items():
                 print(f"   {k}: " + "; ".join(f"{n} x{c} {us}us" for n, c, us in rows[:a.top]))
+            for k, g in kernels.items():
+                print(f"   {k} GPU: {g['total_us']}us over {g['kernels']} kernel names: "
+                      + "; ".join(f"{n} x{c} {us}us" for n, c, us in g["top"]))
             torch._dynamo.reset()
     if a.out:
         with open(a.out, "w") as f:

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Session 47's device stages. Usage: bash bench/device_s47.sh STAGE...
+#   graphs    bench/compile_nograph.py with mode="reduce-overhead" (Inductor's CUDA graphs keep the tuned
+#             picks opaque), now with each model's GPU kernels and their device time
+#   forced    the same in default mode with TUNEDB_COMPILED_GRAPHS=1 (the picks kept, no graphs): the
+#             kernels the compiled graphs replay, listed where CUPTI does not see inside a graph
+#   other stages go to bench/device_s46.sh (tests46, orders), then device_s45 / s43 / s37
+. "$(dirname "$0")/device_env.sh"
+for stage in "$@"; do
+  case "$stage" in
+    graphs) stamp "stage graphs"
+            timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} --mode reduce-overhead \
+              --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphs.json" > "$OUT/compile_graphs.txt" 2>&1
+            grep "== \|ms compile\|GPU:" "$OUT/compile_graphs.txt" | cut -c1-1500 ;;
+    forced) stamp "stage forced"
+            TUNEDB_COMPILED_GRAPHS=1 timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
+              --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_forced.json" > "$OUT/compile_forced.txt" 2>&1
+            grep "== \|ms compile\|GPU:" "$OUT/compile_forced.txt" | cut -c1-1500 ;;
+    *) OUT=$OUT bash bench/device_s46.sh "$stage" ;;
+  esac
+done
+stamp done
