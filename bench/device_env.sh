@@ -8,3 +8,4 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; t0=$(date +%s)
 stamp() { echo "=== [$(( $(date +%s) - t0 ))s] $*" | tee -a "$OUT/stages.log"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/env.log" 2>&1
 python -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/env.log" 2>&1
+python -c "import transformers; print('transformers', transformers.__version__)" >> "$OUT/env.log" 2>&1
