@@ -4,6 +4,9 @@
 #             picks opaque), now with each model's GPU kernels and their device time
 #   forced    the same in default mode with TUNEDB_COMPILED_GRAPHS=1 (the picks kept, no graphs): the
 #             kernels the compiled graphs replay, listed where CUPTI does not see inside a graph
+#   graphs0   graphs with TUNEDB_SIBLINGS=0 (no groups: each member's own pick, the compiled form before
+#             siblings_compile.py), its own process
+#   tests47   pytest -m gpu over siblings_compile's and the sibling groups' GPU tests (log: tests47.txt)
 #   other stages go to bench/device_s46.sh (tests46, orders), then device_s45 / s43 / s37
 . "$(dirname "$0")/device_env.sh"
 for stage in "$@"; do
@@ -12,6 +15,14 @@ for stage in "$@"; do
             timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} --mode reduce-overhead \
               --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphs.json" > "$OUT/compile_graphs.txt" 2>&1
             grep "== \|ms compile\|GPU:" "$OUT/compile_graphs.txt" | cut -c1-1500 ;;
+    graphs0) stamp "stage graphs0"
+            TUNEDB_SIBLINGS=0 timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
+              --mode reduce-overhead --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphs0.json" > "$OUT/compile_graphs0.txt" 2>&1
+            grep "== \|ms compile\|GPU:" "$OUT/compile_graphs0.txt" | cut -c1-1500 ;;
+    tests47) stamp "stage tests47"
+             timeout ${TESTS_S:-300} python -m pytest -m gpu -q -p no:cacheprovider \
+               ${GPU_TESTS:-tests/gpu/test_siblings_compile_gpu.py tests/gpu/test_gemm_siblings_gpu.py} \
+               > "$OUT/tests47.txt" 2>&1; tail -15 "$OUT/tests47.txt" ;;
     forced) stamp "stage forced"
             TUNEDB_COMPILED_GRAPHS=1 timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
               --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_forced.json" > "$OUT/compile_forced.txt" 2>&1

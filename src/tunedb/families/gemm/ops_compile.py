@@ -124,8 +124,11 @@ def register_compile_decompositions() -> bool:
     costs ~1.5 s to import, so it is not done at import). False where this torch's Inductor has
     no such table: the ops then stay opaque, as before."""
     registered[0] = True
+    from tunedb.families.gemm import siblings_compile
+
     decompositions = {torch.ops.tunedb.gemm.default: _gemm_decomposition,
-                      torch.ops.tunedb.gemm_act.default: _gemm_act_decomposition}
+                      torch.ops.tunedb.gemm_act.default: _gemm_act_decomposition,
+                      torch.ops.tunedb.sibling.default: siblings_compile.decomposition}
     try:
         from torch._inductor import decomposition as inductor_decompositions
         from torch._inductor import lowering
@@ -138,7 +141,7 @@ def register_compile_decompositions() -> bool:
         # fallback kernel, with the layout constraint it would give a custom op by itself);
         # registered up front, because Inductor refuses to make one for an op it has a
         # decomposition for
-        for op in decompositions:
+        for op in (*decompositions, torch.ops.tunedb.siblings.default):
             if op not in lowering.lowerings:
                 tag = lowering.get_layout_constraint_tag(op, with_default=True)
                 lowering.make_fallback(op, layout_constraint=lowering.tag_to_layout_constraint(tag),
@@ -146,6 +149,7 @@ def register_compile_decompositions() -> bool:
     except Exception:  # another Inductor: keep the ops opaque rather than break its lowering
         return False
     table.update(decompositions)
+    siblings_compile.install_pass()  # a group's members on one tensor -> one launch (graphs only)
     cached = getattr(inductor_decompositions, "fast_random_decomps", None)  # a cached copy of it
     if hasattr(cached, "cache_clear"):
         cached.cache_clear()

@@ -54,6 +54,7 @@ from tunedb.families.gemm.eager_sizes import note as _note_eager
 from tunedb.families.gemm.quiet_members import enter as _quiet_enter
 from tunedb.families.gemm.quiet_members import is_quiet as _is_quiet
 from tunedb.families.gemm.quiet_members import leave as _quiet_leave
+from tunedb.families.gemm.siblings_compile import member_call as _member_call
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
 from tunedb.families.gemm.fusion_source import model_outside_reads, model_reached_reads
 from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
@@ -138,6 +139,10 @@ class TunedLinear(nn.Module):
         act = self.act
         if act != "none" and "_tunedb_fused" in d and not d["_tunedb_fused"].intact():
             return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it (fused_pair)
+        if "_siblings" in d and _compiling():  # the group's traced form: one launch in compiled graphs
+            y = _member_call(self, x)
+            if y is not None:
+                return y
         if "_as_written" in d:  # swapped only to join its siblings (siblings.attach): nn.Linear's cost where it can
             sib = d.get("_siblings")
             # a compiler's trace takes nn.Linear's own form: the group's launch is host state (kept

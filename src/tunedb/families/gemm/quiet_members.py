@@ -12,8 +12,9 @@ So once such a member's call was declined eagerly on a default stream (its group
 row count where it could launch at all: more rows than TUNEDB_SIBLING_ROWS never launch, an
 encoder's whole sequence), the member answers its eager calls with a forward of its
 own (in its instance __dict__, which nn.Module.__call__ reads before the class's): F.linear of its
-registered weight and bias for a CUDA tensor on a default stream (or a CPU tensor, or while a
-compiler traces), TunedLinear.forward for anything else (a side stream: torch's recommended
+registered weight and bias for a CUDA tensor on a default stream (or a CPU tensor),
+TunedLinear.forward for anything else (a compiler's trace: the group's traced form,
+siblings_compile.py) (a side stream: torch's recommended
 warm-up before a capture, which primes the group there). That is what nn.Linear.forward computes,
 without its two Module.__getattr__ frames.
 
@@ -98,7 +99,7 @@ def _forward(member: Any, params: dict[str, Any]) -> Any:
     linear, raw, ref = F.linear, _RAW_STREAM, weakref.ref(member)
 
     def forward(input: Any) -> Any:
-        if type(input) is _Tensor and (not input.is_cuda or compiling() or not raw(input.get_device())):
+        if type(input) is _Tensor and (not input.is_cuda or (not compiling() and not raw(input.get_device()))):
             try:
                 w = params["weight"]
                 b = params["bias"] if "bias" in params else ref().__dict__["bias"]
@@ -108,7 +109,8 @@ def _forward(member: Any, params: dict[str, Any]) -> Any:
                 return layer.forward(input)
             return linear(input, w, b)
         layer = ref()
-        return type(layer).forward(layer, input)  # a side stream (a warm-up: primes), a subclass, a Proxy
+        # a side stream (a warm-up: primes), a compiler's trace (siblings_compile), a subclass, a Proxy
+        return type(layer).forward(layer, input)
     return forward
 
 

@@ -1,0 +1,260 @@
+"""Sibling groups in compiled code: optimize()'s groups of projections called on one tensor
+(siblings.py) run as one launch inside a compiled forward that runs in CUDA graphs.
+
+Eagerly a group's first member launches for all and keeps the others' outputs (host state that
+Dynamo cannot trace: session 46's graph breaks), so a compiled model ran each member alone --
+in Llama-3-8B decode in graphs that is 0.937x plain's time where the groups give 0.887x (session
+46, H100, `tp_shard_decode.py --tp 1`). Here a member traced by a compiler becomes
+``tunedb::sibling(x, the group's weights, biases, acts, written, index)``: the member's own output,
+pure, so the graph stays functional and Dynamo needs no state. Then:
+
+- where the compiled forward runs without CUDA graphs, or the group's launch does not admit the
+  traced shapes (more rows than the kernel takes, fp32, a deep K over few rows...), the op
+  decomposes into the member's own form (its tuned op, or F.linear for a member left as
+  written): what compiling a model without groups gives;
+- otherwise it stays, and a post-grad pass of Inductor's (GroupPass, installed when a compiler
+  first traces a tuned op) replaces the members of one group called on one tensor by one
+  ``tunedb::siblings`` node (the launch) and getitems of it. A member whose siblings the graph
+  does not call with the same tensor stays a ``tunedb::sibling`` node, which runs that member
+  alone: a pass that does not run (a user's config replaced it) costs no extra work.
+
+The pass touches no other node, so the compiles of other models in the process are unchanged
+(its uuid enters Inductor's cache key). TUNEDB_SIBLINGS=0 makes no groups at all.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tunedb import settings
+from tunedb.families.gemm import ops, siblings
+
+_lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
+_lib.define("sibling(Tensor x, Tensor[] weights, Tensor?[] biases, str[] acts, bool[] written, int index, "
+            "str tiers='') -> Tensor")
+_lib.define("siblings(Tensor x, Tensor[] weights, Tensor?[] biases, str[] acts) -> Tensor[]")
+_work: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (sizes, device) -> split-K workspace made outside a capture
+
+
+def member_call(layer: Any, x: Any) -> Any:
+    """While a compiler traces: member `layer`'s output as a ``tunedb::sibling`` op, or None (the
+    member's own path): x on CUDA in a dtype the kernel takes, 1 to the group's rows, no gradient
+    wanted, every member's weight (and bias) registered."""
+    group, index = layer.__dict__["_siblings"]
+    if not isinstance(x, torch.Tensor) or not x.is_cuda or x.dtype not in siblings._DTYPES or x.dim() == 0:
+        return None
+    k = x.shape[-1]
+    if k == 0 or not 0 < x.numel() <= k * group.max_rows:
+        return None
+    weights, biases, acts, written = [], [], [], []
+    for m in group.members:
+        p = m._parameters
+        if "weight" not in p or p["weight"] is None:
+            return None
+        weights.append(p["weight"])
+        biases.append(p.get("bias"))
+        acts.append(m.act)
+        written.append("_as_written" in m.__dict__)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *weights, *biases)):
+        return None
+    return torch.ops.tunedb.sibling(x, weights, biases, acts, written, index, ops._token())
+
+
+def _check_member(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
+                  index: int) -> None:
+    if not 0 <= index < len(weights) or not len(weights) == len(biases) == len(acts) == len(written):
+        raise ValueError(f"tunedb::sibling: index {index} of {len(weights)} weights, {len(biases)} biases, "
+                         f"{len(acts)} acts, {len(written)} written flags (one each per member)")
+    ops._check(x, weights[index], biases[index], acts[index])
+
+
+def _member(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
+            index: int, tiers: str) -> Any:
+    """Member `index` alone: F.linear for one left as written, else its tuned op."""
+    _check_member(x, weights, biases, acts, written, index)
+    w, b, act = weights[index], biases[index], acts[index]
+    if written[index]:
+        return ops.ACTS[act](F.linear(x, w, b))
+    if b is None and act == "none":
+        return torch.ops.tunedb.gemm(x, w, tiers)
+    return torch.ops.tunedb.gemm_act(x, w, b, act, tiers)
+
+
+def _sibling_impl(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
+                  index: int, tiers: str = "") -> Any:
+    return _member(x, weights, biases, acts, written, index, tiers)
+
+
+def admits(x: Any, weights: list[Any], biases: list[Any], acts: list[str]) -> bool:
+    """Whether one launch of kernels_siblings takes these operands (real or fake tensors): the
+    checks of SiblingGroup._operands and may_take (capture assumed), on a GPU with a shipped profile."""
+    k = x.shape[-1] if x.dim() else 0
+    rows = x.numel() // k if k else 0
+    if not (x.is_cuda and x.dtype in siblings._DTYPES and x.is_contiguous() and 0 < rows <= siblings.MAX_ROWS_KERNEL
+            and 2 <= len(weights) <= siblings.MAX_MEMBERS and settings.siblings_enabled()):
+        return False
+    from tunedb.families.gemm.kernels_common import ACT_CODES
+
+    if any(a not in ACT_CODES for a in acts) or len({b is None for b in biases}) != 1:
+        return False
+    for w, b in zip(weights, biases):
+        if w.dim() != 2 or w.shape[1] != k or w.dtype != x.dtype or w.device != x.device or not w.is_contiguous():
+            return False
+        if b is not None and (b.dim() != 1 or b.shape[0] != w.shape[0] or b.dtype != x.dtype or not b.is_contiguous()):
+            return False
+    if rows > 1 and sum(w.numel() for w in weights) * x.element_size() > siblings.MMA_MAX_BYTES:
+        return False
+    if k > siblings.DEEP_K and sum(w.shape[0] for w in weights) < (siblings.FEW_ROWS if rows == 1 else siblings.FEW_ROWS_MMA):
+        return False
+    from tunedb.runtime import selector
+
+    return selector.current_arch()[1] is not None
+
+
+def _siblings_impl(x: Any, weights: list[Any], biases: list[Any], acts: list[str]) -> list[Any]:
+    if not admits(x, weights, biases, acts):
+        return [ops.ACTS[a](F.linear(x, w, b)) for w, b, a in zip(weights, biases, acts)]
+    from tunedb.families.gemm import kernels_siblings
+
+    k = x.shape[-1]
+    m = x.numel() // k
+    ns = tuple(w.shape[0] for w in weights)
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if settings.sibling_split_auto() else 0
+    tiles = kernels_siblings.tile(k, m, sum(ns), sms)
+    sizes = kernels_siblings.workspace_sizes(ns, k, m, tiles)
+    work = _work.get((sizes, x.get_device()))
+    if work is None:  # zeroed; every launch leaves it zero. One made inside a capture stays that graph's
+        make = torch.zeros if sizes != (1, 1) else torch.empty
+        work = (make(sizes[0], device=x.device, dtype=torch.float32), make(sizes[1], device=x.device, dtype=torch.int32))
+        if not siblings._capturing_for(x):
+            _work[(sizes, x.get_device())] = work
+    outs = [x.new_empty((*x.shape[:-1], n)) for n in ns]
+    kernels_siblings.launch(x, weights, biases, outs, tuple(acts), tiles=tiles, workspace=work)
+    return outs
+
+
+_lib.impl("sibling", _sibling_impl, "CompositeExplicitAutograd")
+_lib.impl("siblings", _siblings_impl, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("tunedb::sibling", lib=_lib)
+def _sibling_fake(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
+                  index: int, tiers: str = "") -> Any:
+    _check_member(x, weights, biases, acts, written, index)
+    if x.device.type != "meta":
+        from tunedb.families.gemm import ops_compile
+
+        if not ops_compile.registered[0]:
+            ops_compile.register_compile_decompositions()
+    return x.new_empty((*x.shape[:-1], weights[index].shape[0]))
+
+
+@torch.library.register_fake("tunedb::siblings", lib=_lib)
+def _siblings_fake(x: Any, weights: list[Any], biases: list[Any], acts: list[str]) -> list[Any]:
+    return [x.new_empty((*x.shape[:-1], w.shape[0])) for w in weights]
+
+
+def decomposition(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
+                  index: int, tiers: str = "") -> Any:
+    """Inductor's decomposition of ``tunedb::sibling``: kept (NotImplemented) for GroupPass where
+    the compiled forward runs in CUDA graphs and one launch takes the group; the member's own form
+    otherwise (decomposed in turn by its tuned op's rule)."""
+    if _kept(x, weights, biases, acts):
+        return NotImplemented
+    return _member(x, weights, biases, acts, written, index, tiers)
+
+
+def _kept(x: Any, weights: list[Any], biases: list[Any], acts: list[str]) -> bool:
+    from tunedb.families.gemm import ops_compile
+
+    return ops_compile._compiler_captures() and admits(x, weights, biases, acts)
+
+
+def group(graph: torch.fx.Graph) -> int:
+    """Replace each set of ``tunedb::sibling`` nodes of one group on one tensor (same x, weights,
+    biases, acts; two indices or more) by one ``tunedb::siblings`` node and getitems of it;
+    returns how many launches were made."""
+    sibling = torch.ops.tunedb.sibling.default
+    found: dict[tuple[Any, ...], list[Any]] = {}
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is sibling:
+            x, weights, biases, acts = node.args[:4]
+            key = (x, tuple(weights), tuple(biases), tuple(acts))
+            found.setdefault(key, []).append(node)
+    made = 0
+    for (x, weights, biases, acts), nodes in found.items():
+        if len({n.args[5] for n in nodes}) < 2:
+            continue  # one member called on this tensor: it runs alone
+        vals = [n.meta.get("val") for n in nodes]
+        outs: list[Any] = [None] * len(weights)
+        for n, v in zip(nodes, vals):
+            outs[n.args[5]] = v
+        xv = x.meta.get("val") if hasattr(x, "meta") else None
+        if xv is None or any(v is None for v in vals):
+            continue  # no fake values to type the new node with: leave the members as they are
+        for i, w in enumerate(weights):
+            if outs[i] is None:
+                outs[i] = xv.new_empty((*xv.shape[:-1], w.meta["val"].shape[0]))
+        with graph.inserting_before(nodes[0]):
+            launch = graph.call_function(torch.ops.tunedb.siblings.default, (x, list(weights), list(biases), list(acts)))
+            launch.meta["val"] = outs
+        for n in nodes:
+            with graph.inserting_before(n):
+                item = graph.call_function(operator.getitem, (launch, n.args[5]))
+                item.meta["val"] = n.meta["val"]
+            n.replace_all_uses_with(item)
+            graph.erase_node(n)
+        made += 1
+    return made
+
+
+def _pass_base() -> type:
+    try:
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+    except Exception:  # an Inductor without it: a plain class (Inductor then skips its cache)
+        return object
+    return CustomGraphPass
+
+
+class GroupPass(_pass_base()):  # type: ignore[misc]
+    """Inductor's post_grad_custom_pre_pass: group() over the graph, after the user's own pass."""
+
+    def __init__(self, inner: Any = None) -> None:
+        self.inner = inner
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        if self.inner is not None:
+            self.inner(graph)
+        group(graph)
+
+    def uuid(self) -> Any:
+        inner = self.inner
+        inner_id = ""
+        if inner is not None:
+            inner_id = inner.uuid() if callable(getattr(inner, "uuid", None)) else None
+            if inner_id is None:
+                return None  # the user's pass has no identity: Inductor bypasses its cache, as before
+        try:
+            from torch._inductor.custom_graph_pass import get_hash_for_files
+
+            return get_hash_for_files((__file__,)).hex() + str(inner_id)
+        except Exception:  # noqa: BLE001 - no hash: no cache entry, never a failed compile
+            return None
+
+
+def install_pass() -> bool:
+    """Put GroupPass in Inductor's post_grad_custom_pre_pass (wrapping a pass already there);
+    idempotent. False where this Inductor has no such hook."""
+    try:
+        from torch._inductor import config as inductor_config
+    except Exception:  # noqa: BLE001
+        return False
+    if not hasattr(inductor_config, "post_grad_custom_pre_pass"):
+        return False
+    current = inductor_config.post_grad_custom_pre_pass
+    if not isinstance(current, GroupPass):
+        inductor_config.post_grad_custom_pre_pass = GroupPass(current)
+    return True
