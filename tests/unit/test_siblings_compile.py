@@ -299,3 +299,23 @@ def test_inductor_compiles_each_member_alone_without_graphs(monkeypatch):
     # CPU tensors: the members' own forms, a served member's tuned op decomposed in turn (F.linear)
     assert "torch.ops.tunedb." not in source, source
     torch.testing.assert_close(got, sum(y.sum(-1) for y in _want(x, ws, bs, ("none",) * 3)))
+
+
+def test_dynamo_leaves_members_alone_under_autocast(monkeypatch):
+    monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
+    attn = Attn(d=16, kv=8).to(torch.bfloat16)
+    members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
+    g = siblings.SiblingGroup(members, ("q_proj", "k_proj", "v_proj"), max_rows=16)
+    for i, m in enumerate(members):
+        m.__dict__["_siblings"] = (g, i)
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.compile(_Attn(members), backend=backend)(torch.randn(2, 16, dtype=torch.bfloat16))
+    torch._dynamo.reset()
+    assert graphs and not [n for gm in graphs for n in gm.graph.nodes if n.target in TRACED]

@@ -42,7 +42,7 @@ _work: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (sizes, device) -> split-K
 def member_call(layer: Any, x: Any) -> Any:
     """While a compiler traces: member `layer`'s output as a ``tunedb::sibling`` op, or None (the
     member's own path): x on CUDA in a dtype the kernel takes, 1 to the group's rows, no gradient
-    wanted, every member's weight (and bias) registered."""
+    wanted, no autocast or functorch transform, every member's weight registered."""
     group, index = layer.__dict__["_siblings"]
     if not isinstance(x, torch.Tensor) or not x.is_cuda or x.dtype not in siblings._DTYPES or x.dim() == 0:
         return None
@@ -59,6 +59,8 @@ def member_call(layer: Any, x: Any) -> Any:
         acts.append(m.act)
         written.append("_as_written" in m.__dict__)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *weights, *biases)):
+        return None
+    if ops._autocast() or ops._transformed():  # the member's own path casts (ops_autocast) or runs torch's form
         return None
     return torch.ops.tunedb.sibling(x, weights, biases, acts, written, index, ops._token())
 
