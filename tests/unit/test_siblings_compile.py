@@ -164,7 +164,11 @@ def test_the_decomposition_keeps_the_op_only_for_graphs(monkeypatch, graphs):
         assert siblings_compile.decomposition(x17, ws, bs, ["none"] * 3, [True] * 3, 1) is not NotImplemented
 
 
-def test_install_pass_wraps_a_users_pass_once(monkeypatch):
+# Inductor's config is set through its own patch(): pytest's monkeypatch (9.2) restores an
+# attribute that is not in a module's __dict__ by deleting it, which hides a config entry for good
+
+
+def test_install_pass_wraps_a_users_pass_once():
     from torch._inductor import config as inductor_config
 
     seen = []
@@ -172,16 +176,16 @@ def test_install_pass_wraps_a_users_pass_once(monkeypatch):
     def users(graph):
         seen.append(graph)
 
-    monkeypatch.setattr(inductor_config, "post_grad_custom_pre_pass", users)
-    assert siblings_compile.install_pass() and siblings_compile.install_pass()
-    installed = inductor_config.post_grad_custom_pre_pass
-    assert isinstance(installed, siblings_compile.GroupPass) and installed.inner is users
-    assert installed.uuid() is None  # the user's pass has no identity: Inductor skips its cache, as before
-    installed(torch.fx.Graph())
-    assert len(seen) == 1
-    monkeypatch.setattr(inductor_config, "post_grad_custom_pre_pass", None)
-    siblings_compile.install_pass()
-    assert isinstance(inductor_config.post_grad_custom_pre_pass.uuid(), str)
+    with inductor_config.patch(post_grad_custom_pre_pass=users):
+        assert siblings_compile.install_pass() and siblings_compile.install_pass()
+        installed = inductor_config.post_grad_custom_pre_pass
+        assert isinstance(installed, siblings_compile.GroupPass) and installed.inner is users
+        assert installed.uuid() is None  # the user's pass has no identity: Inductor skips its cache, as before
+        installed(torch.fx.Graph())
+        assert len(seen) == 1
+    with inductor_config.patch(post_grad_custom_pre_pass=None):
+        siblings_compile.install_pass()
+        assert isinstance(inductor_config.post_grad_custom_pre_pass.uuid(), str)
 
 
 def _as_cpu(fn, module):
@@ -263,9 +267,7 @@ def test_inductor_compiles_a_groups_members_to_one_launch_where_kept(monkeypatch
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import run_and_get_code
 
-    monkeypatch.setattr(inductor_config, "post_grad_custom_pre_pass", inductor_config.post_grad_custom_pre_pass)
     monkeypatch.setattr(siblings_compile, "_kept", lambda *args: True)
-    assert ops_compile.register_compile_decompositions()
     x, ws, bs = _operands(bias=True)
 
     def fn(x, w0, w1, w2, b0, b1, b2):
@@ -273,7 +275,10 @@ def test_inductor_compiles_a_groups_members_to_one_launch_where_kept(monkeypatch
         return q.sum(-1) + k.sum(-1) * v.sum(-1)
 
     torch._dynamo.reset()
-    got, code = run_and_get_code(torch.compile(fn, dynamic=False, fullgraph=True), x, *ws, *bs)
+    with inductor_config.patch(post_grad_custom_pre_pass=inductor_config.post_grad_custom_pre_pass):
+        assert ops_compile.register_compile_decompositions()
+        siblings_compile.install_pass()
+        got, code = run_and_get_code(torch.compile(fn, dynamic=False, fullgraph=True), x, *ws, *bs)
     torch._dynamo.reset()
     source = "\n".join(code)
     assert source.count("torch.ops.tunedb.siblings.default(") == 1, source
