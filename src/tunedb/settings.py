@@ -200,8 +200,9 @@ SIBLINGS = Setting(
     "TUNEDB_SIBLINGS", "1",
     "'1': projections that optimize() finds called on the same tensor in a module's code (q, k and v "
     "of an attention, gate and up of an MLP; two or three) run as one launch on a GPU with a shipped arch "
-    "profile, each writing its own output: in a CUDA-graph capture at 1 to TUNEDB_SIBLING_ROWS rows, "
-    "eagerly at one row with a member tunedb serves. '0': each runs alone. Read when optimize() runs.",
+    "profile, each writing its own output: in a CUDA-graph capture at 1 to TUNEDB_SIBLING_ROWS rows (and "
+    "in a torch.compile'd forward that runs in graphs), eagerly at one row with a member tunedb serves. "
+    "'0': each runs alone. Read when optimize() runs.",
     ("0", "1"),
 )
 
