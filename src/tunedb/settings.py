@@ -134,6 +134,15 @@ COMPILED_GRAPHS = Setting(
     ("auto", "0", "1"),
 )
 
+COMPILED_SIBLINGS = Setting(
+    "TUNEDB_COMPILED_SIBLINGS", "0",
+    "Sibling groups (TUNEDB_SIBLINGS) inside a torch.compile'd forward that runs in CUDA graphs, read "
+    "while a compiler traces: '1': a group's members called on one tensor compile to one launch "
+    "(families/gemm/siblings_compile.py: CPU-tested, not yet measured on a GPU); '0' (default): each member "
+    "compiles alone, as before session 47.",
+    ("0", "1"),
+)
+
 COMPILE_JOBS = Setting(
     "TUNEDB_COMPILE_JOBS", "",
     "Compile processes a build runs ahead of measuring; empty: sized to the free cores and "
@@ -201,7 +210,8 @@ SIBLINGS = Setting(
     "'1': projections that optimize() finds called on the same tensor in a module's code (q, k and v "
     "of an attention, gate and up of an MLP; two or three) run as one launch on a GPU with a shipped arch "
     "profile, each writing its own output: in a CUDA-graph capture at 1 to TUNEDB_SIBLING_ROWS rows (and "
-    "in a torch.compile'd forward that runs in graphs), eagerly at one row with a member tunedb serves. "
+    "in a torch.compile'd forward in graphs with TUNEDB_COMPILED_SIBLINGS=1), eagerly at one row with a "
+    "member tunedb serves. "
     "'0': each runs alone. Read when optimize() runs.",
     ("0", "1"),
 )
@@ -224,7 +234,7 @@ SIBLING_SPLIT = Setting(
 )
 ALL: tuple[Setting, ...] = (USER_DB, MODEL_FALLBACK, LEAVE_UNMEASURED, COMPILE_SET, HEURISTIC, APPROXIMATE,
                             CAPTURE, CACHE_DIR, JIT_LAUNCH, COMPILE_JOBS, COMPILE_MEM_MB,
-                            EAGER_FALLBACK, EAGER_KERNEL_US, COMPILED_GRAPHS, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
+                            EAGER_FALLBACK, EAGER_KERNEL_US, COMPILED_GRAPHS, COMPILED_SIBLINGS, MEASURE_AHEAD, TIMELINE, CENSUS_BESIDE, MODEL_LOCAL_BAND,
                             CHECK_INPUTS, CHAIN_PDL, SIBLINGS, SIBLING_ROWS, SIBLING_SPLIT)
 
 
@@ -351,6 +361,10 @@ def sibling_rows() -> int:
 
 def compiled_graphs_forced() -> bool:
     return COMPILED_GRAPHS.raw() == "1"
+
+
+def compiled_siblings_on() -> bool:
+    return COMPILED_SIBLINGS.raw() == "1"
 
 
 def sibling_split_auto() -> bool:

@@ -151,6 +151,7 @@ def test_admits_nothing_with_siblings_off(monkeypatch):
 
 @pytest.mark.parametrize("graphs", [False, True])
 def test_the_decomposition_keeps_the_op_only_for_graphs(monkeypatch, graphs):
+    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
     monkeypatch.setattr(ops_compile, "_compiler_captures", lambda: graphs)
     mode, x, ws, bs = _fake_cuda()
     with mode:
@@ -166,6 +167,16 @@ def test_the_decomposition_keeps_the_op_only_for_graphs(monkeypatch, graphs):
 
 # Inductor's config is set through its own patch(): pytest's monkeypatch (9.2) restores an
 # attribute that is not in a module's __dict__ by deleting it, which hides a config entry for good
+
+
+def test_the_decomposition_keeps_nothing_unless_opted_in(monkeypatch):
+    monkeypatch.setattr(ops_compile, "_compiler_captures", lambda: True)
+    mode, x, ws, bs = _fake_cuda()
+    for value, kept in (("0", False), ("1", True)):
+        monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", value)
+        with mode:
+            got = siblings_compile.decomposition(x, ws, bs, ["none"] * 3, [True] * 3, 1)
+        assert (got is NotImplemented) == kept
 
 
 def test_install_pass_wraps_a_users_pass_once():

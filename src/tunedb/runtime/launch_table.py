@@ -161,7 +161,7 @@ def _compile_form() -> str:
 
     try:
         return (f"+eager={int(settings.eager_fallback_enabled())}/{settings.eager_kernel_us()}"
-                f"/graphs={int(settings.compiled_graphs_forced())}")
+                f"/graphs={int(settings.compiled_graphs_forced())}/siblings={int(settings.compiled_siblings_on())}")
     except Exception:  # noqa: BLE001 - a setting refused mid-process: never the trace's failure
         return "+eager=?"
 

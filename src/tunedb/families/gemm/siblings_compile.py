@@ -20,6 +20,11 @@ pure, so the graph stays functional and Dynamo needs no state. Then:
 
 The pass touches no other node, so the compiles of other models in the process are unchanged
 (its uuid enters Inductor's cache key). TUNEDB_SIBLINGS=0 makes no groups at all.
+
+Opt-in (TUNEDB_COMPILED_SIBLINGS=1) until measured on a GPU: session 47 built and CPU-tested it
+(Dynamo's trace, the pass, Inductor end to end) but got no device call that started; its GPU
+tests (tests/gpu/test_siblings_compile_gpu.py) set the setting. With it off (default) a member
+still traces as the op and decomposes to its own form: the compiled code is what it was before.
 """
 from __future__ import annotations
 
@@ -172,7 +177,7 @@ def decomposition(x: Any, weights: list[Any], biases: list[Any], acts: list[str]
 def _kept(x: Any, weights: list[Any], biases: list[Any], acts: list[str]) -> bool:
     from tunedb.families.gemm import ops_compile
 
-    return ops_compile._compiler_captures() and admits(x, weights, biases, acts)
+    return settings.compiled_siblings_on() and ops_compile._compiler_captures() and admits(x, weights, biases, acts)
 
 
 def group(graph: torch.fx.Graph) -> int:
