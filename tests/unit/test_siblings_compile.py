@@ -219,6 +219,7 @@ class _Attn(torch.nn.Module):
 def test_dynamo_traces_each_member_as_the_op_in_one_graph(monkeypatch, written):
     """The traced form on a GPU, with the CPU standing in for CUDA (member_call's device test):
     three member ops on one tensor in one graph, no group state touched, outputs the plain layers'."""
+    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
     monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
     torch.manual_seed(0)
     attn = Attn(d=16, kv=8).to(torch.bfloat16)
@@ -252,6 +253,7 @@ def test_dynamo_traces_each_member_as_the_op_in_one_graph(monkeypatch, written):
 
 
 def test_dynamo_leaves_members_alone_when_a_gradient_is_wanted(monkeypatch):
+    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
     monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
     attn = Attn(d=16, kv=8)
     members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
@@ -318,6 +320,7 @@ def test_inductor_compiles_each_member_alone_without_graphs(monkeypatch):
 
 
 def test_dynamo_leaves_members_alone_under_autocast(monkeypatch):
+    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
     monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
     attn = Attn(d=16, kv=8).to(torch.bfloat16)
     members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
@@ -335,3 +338,25 @@ def test_dynamo_leaves_members_alone_under_autocast(monkeypatch):
         torch.compile(_Attn(members), backend=backend)(torch.randn(2, 16, dtype=torch.bfloat16))
     torch._dynamo.reset()
     assert graphs and not [n for gm in graphs for n in gm.graph.nodes if n.target in TRACED]
+
+
+def test_dynamo_traces_members_as_before_unless_opted_in(monkeypatch):
+    monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
+    attn = Attn(d=16, kv=8).to(torch.bfloat16)
+    members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
+    g = siblings.SiblingGroup(members, ("q_proj", "k_proj", "v_proj"), max_rows=16)
+    for i, m in enumerate(members):
+        m.__dict__["_siblings"] = (g, i)
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_Attn(members), backend=backend, fullgraph=True)(torch.randn(2, 16, dtype=torch.bfloat16))
+    torch._dynamo.reset()
+    assert graphs and not [n for gm in graphs for n in gm.graph.nodes if n.target in TRACED]
+    # the trace reads no other member's weight through the group (no guard on it)
+    assert not [n for n in graphs[0].graph.nodes if n.op == "placeholder" and "siblings" in n.name]

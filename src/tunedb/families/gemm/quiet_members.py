@@ -12,9 +12,9 @@ So once such a member's call was declined eagerly on a default stream (its group
 row count where it could launch at all: more rows than TUNEDB_SIBLING_ROWS never launch, an
 encoder's whole sequence), the member answers its eager calls with a forward of its
 own (in its instance __dict__, which nn.Module.__call__ reads before the class's): F.linear of its
-registered weight and bias for a CUDA tensor on a default stream (or a CPU tensor),
-TunedLinear.forward for anything else (a compiler's trace: the group's traced form,
-siblings_compile.py) (a side stream: torch's recommended
+registered weight and bias for a CUDA tensor on a default stream (or a CPU tensor, or a
+compiler's trace), TunedLinear.forward for anything else (a compiler's trace with
+TUNEDB_COMPILED_SIBLINGS=1 too: the group's traced form, siblings_compile.py) (a side stream: torch's recommended
 warm-up before a capture, which primes the group there). That is what nn.Linear.forward computes,
 without its two Module.__getattr__ frames.
 
@@ -95,11 +95,12 @@ def _forward(member: Any, params: dict[str, Any]) -> Any:
     never the layer or its __dict__ (which holds this function: a cycle would keep a deleted
     model's GPU memory until the cyclic collector ran)."""
     from tunedb.families.gemm.ops import _compiling as compiling  # the entry points' own check
+    from tunedb.families.gemm.siblings_compile import _opted_in as grouped  # compiled groups (a trace's constant)
 
     linear, raw, ref = F.linear, _RAW_STREAM, weakref.ref(member)
 
     def forward(input: Any) -> Any:
-        if type(input) is _Tensor and (not input.is_cuda or (not compiling() and not raw(input.get_device()))):
+        if type(input) is _Tensor and (not input.is_cuda or (not grouped() if compiling() else not raw(input.get_device()))):
             try:
                 w = params["weight"]
                 b = params["bias"] if "bias" in params else ref().__dict__["bias"]

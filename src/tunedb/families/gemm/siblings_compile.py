@@ -44,10 +44,21 @@ _lib.define("siblings(Tensor x, Tensor[] weights, Tensor?[] biases, str[] acts) 
 _work: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (sizes, device) -> split-K workspace made outside a capture
 
 
+def _opted_in() -> bool:
+    return settings.compiled_siblings_on()
+
+
+# read by Dynamo at trace time as a constant (ops._token's mark): off, a member's trace is exactly
+# what it was before this module (no guard on the group's other members)
+_opted_in._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def member_call(layer: Any, x: Any) -> Any:
     """While a compiler traces: member `layer`'s output as a ``tunedb::sibling`` op, or None (the
     member's own path): x on CUDA in a dtype the kernel takes, 1 to the group's rows, no gradient
-    wanted, no autocast or functorch transform, every member's weight registered."""
+    wanted, no autocast or functorch transform, every member's weight registered; TUNEDB_COMPILED_SIBLINGS=1."""
+    if not _opted_in():
+        return None
     group, index = layer.__dict__["_siblings"]
     if not isinstance(x, torch.Tensor) or not x.is_cuda or x.dtype not in siblings._DTYPES or x.dim() == 0:
         return None
