@@ -4,8 +4,8 @@
 #             picks opaque), now with each model's GPU kernels and their device time
 #   forced    the same in default mode with TUNEDB_COMPILED_GRAPHS=1 (the picks kept, no graphs): the
 #             kernels the compiled graphs replay, listed where CUPTI does not see inside a graph
-#   graphs0   graphs with TUNEDB_SIBLINGS=0 (no groups: each member's own pick, the compiled form before
-#             siblings_compile.py), its own process
+#   graphsib  graphs with TUNEDB_COMPILED_SIBLINGS=1 (a group's members on one tensor compile to one
+#             launch: siblings_compile.py), its own process: what the groups add to graphs' picks
 #   tests47   pytest -m gpu over siblings_compile's and the sibling groups' GPU tests (log: tests47.txt)
 #   other stages go to bench/device_s46.sh (tests46, orders), then device_s45 / s43 / s37
 . "$(dirname "$0")/device_env.sh"
@@ -15,9 +15,9 @@ for stage in "$@"; do
             timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} --mode reduce-overhead \
               --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphs.json" > "$OUT/compile_graphs.txt" 2>&1
             grep "== \|ms compile\|GPU:" "$OUT/compile_graphs.txt" | cut -c1-1500 ;;
-    graphs0) stamp "stage graphs0"
-            TUNEDB_SIBLINGS=0 timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
-              --mode reduce-overhead --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphs0.json" > "$OUT/compile_graphs0.txt" 2>&1
+    graphsib) stamp "stage graphsib"
+            TUNEDB_COMPILED_SIBLINGS=1 timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
+              --mode reduce-overhead --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphsib.json" > "$OUT/compile_graphsib.txt" 2>&1
             grep "== \|ms compile\|GPU:" "$OUT/compile_graphs0.txt" | cut -c1-1500 ;;
     tests47) stamp "stage tests47"
              timeout ${TESTS_S:-300} python -m pytest -m gpu -q -p no:cacheprovider \
