@@ -18,7 +18,7 @@ for stage in "$@"; do
     graphsib) stamp "stage graphsib"
             TUNEDB_COMPILED_SIBLINGS=1 timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
               --mode reduce-overhead --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphsib.json" > "$OUT/compile_graphsib.txt" 2>&1
-            grep "== \|ms compile\|GPU:" "$OUT/compile_graphs0.txt" | cut -c1-1500 ;;
+            grep "== \|ms compile\|GPU:" "$OUT/compile_graphsib.txt" | cut -c1-1500 ;;
     tests47) stamp "stage tests47"
              timeout ${TESTS_S:-300} python -m pytest -m gpu -q -p no:cacheprovider \
                ${GPU_TESTS:-tests/gpu/test_siblings_compile_gpu.py tests/gpu/test_gemm_siblings_gpu.py} \
