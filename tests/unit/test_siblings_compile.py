@@ -215,22 +215,24 @@ class _Attn(torch.nn.Module):
         return self.q_proj(h) * (self.k_proj(h).sum(-1, keepdim=True) + self.v_proj(h).sum(-1, keepdim=True))
 
 
-@pytest.mark.parametrize("written", [False, True])
-def test_dynamo_traces_each_member_as_the_op_in_one_graph(monkeypatch, written):
-    """The traced form on a GPU, with the CPU standing in for CUDA (member_call's device test):
-    three member ops on one tensor in one graph, no group state touched, outputs the plain layers'."""
-    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
+def _grouped(monkeypatch, dt=torch.bfloat16, written=False, opted_in=True):
+    """A q/k/v group of TunedLinears on the CPU, member_call reading the CPU as CUDA."""
+    if opted_in:
+        monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
     monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
     torch.manual_seed(0)
-    attn = Attn(d=16, kv=8).to(torch.bfloat16)
+    attn = Attn(d=16, kv=8).to(dt)
     members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
     g = siblings.SiblingGroup(members, ("q_proj", "k_proj", "v_proj"), max_rows=16)
     for i, m in enumerate(members):
         m.__dict__["_siblings"] = (g, i)
         if written:
             m.__dict__["_as_written"] = True
-    model = _Attn(members)
-    x = torch.randn(3, 16, dtype=torch.bfloat16)
+    return _Attn(members), g, members
+
+
+def _dynamo_graphs(model, *xs, fullgraph=True):
+    """The graphs Dynamo hands its backend for model(x) of each x, and the outputs."""
     graphs = []
 
     def backend(gm, inputs):
@@ -238,38 +240,39 @@ def test_dynamo_traces_each_member_as_the_op_in_one_graph(monkeypatch, written):
         return gm.forward
 
     torch._dynamo.reset()
-    with torch.no_grad():
-        got = torch.compile(model, backend=backend, fullgraph=True)(x)
-        too_many = torch.compile(model, backend=backend, fullgraph=True)(torch.randn(17, 16, dtype=torch.bfloat16))
+    compiled = torch.compile(model, backend=backend, fullgraph=fullgraph)
+    outs = [compiled(x) for x in xs]
     torch._dynamo.reset()
-    calls = [n for n in graphs[0].graph.nodes if n.op == "call_function" and n.target in TRACED]
+    return graphs, outs
+
+
+def _traced_calls(graphs):
+    return [n for gm in graphs for n in gm.graph.nodes if n.op == "call_function" and n.target in TRACED]
+
+
+@pytest.mark.parametrize("written", [False, True])
+def test_dynamo_traces_each_member_as_the_op_in_one_graph(monkeypatch, written):
+    """The traced form on a GPU, with the CPU standing in for CUDA (member_call's device test):
+    three member ops on one tensor in one graph, no group state touched, outputs the plain layers'."""
+    model, g, _ = _grouped(monkeypatch, written=written)
+    x = torch.randn(3, 16, dtype=torch.bfloat16)
+    with torch.no_grad():
+        graphs, (got, too_many) = _dynamo_graphs(model, x, torch.randn(17, 16, dtype=torch.bfloat16))
+    calls = _traced_calls(graphs[:1])
     assert sorted(n.args[5] for n in calls) == [0, 1, 2] and len({n.args[0] for n in calls}) == 1
-    assert [n.args[4] for n in calls][0] == [written] * 3
+    assert all(n.args[4] == [written] * 3 for n in calls)
     assert g.launches == 0 and g._state is None and not g.quiet
-    want = model(x)  # eager on the CPU: each member's torch form
-    torch.testing.assert_close(got, want)
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x))  # eager on the CPU: each member's torch form
     assert too_many.shape == (17, 16)
-    assert not [n for n in graphs[-1].graph.nodes if n.target in TRACED]  # 17 rows: the members' own forms
+    assert not _traced_calls(graphs[-1:])  # 17 rows: the members' own forms
 
 
 def test_dynamo_leaves_members_alone_when_a_gradient_is_wanted(monkeypatch):
-    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
-    monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
-    attn = Attn(d=16, kv=8)
-    members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
-    g = siblings.SiblingGroup(members, ("q_proj", "k_proj", "v_proj"), max_rows=16)
-    for i, m in enumerate(members):
-        m.__dict__["_siblings"] = (g, i)
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    torch.compile(_Attn(members), backend=backend)(torch.randn(2, 16)).sum().backward()
-    torch._dynamo.reset()
-    assert not [n for gm in graphs for n in gm.graph.nodes if n.target in TRACED]
+    model, _g, members = _grouped(monkeypatch, dt=torch.float32)
+    graphs, (y,) = _dynamo_graphs(model, torch.randn(2, 16), fullgraph=False)
+    y.sum().backward()
+    assert graphs and not _traced_calls(graphs)
     assert members[0].weight.grad is not None
 
 
@@ -320,43 +323,16 @@ def test_inductor_compiles_each_member_alone_without_graphs(monkeypatch):
 
 
 def test_dynamo_leaves_members_alone_under_autocast(monkeypatch):
-    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
-    monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
-    attn = Attn(d=16, kv=8).to(torch.bfloat16)
-    members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
-    g = siblings.SiblingGroup(members, ("q_proj", "k_proj", "v_proj"), max_rows=16)
-    for i, m in enumerate(members):
-        m.__dict__["_siblings"] = (g, i)
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
+    model, _g, _ = _grouped(monkeypatch)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        torch.compile(_Attn(members), backend=backend)(torch.randn(2, 16, dtype=torch.bfloat16))
-    torch._dynamo.reset()
-    assert graphs and not [n for gm in graphs for n in gm.graph.nodes if n.target in TRACED]
+        graphs, _ = _dynamo_graphs(model, torch.randn(2, 16, dtype=torch.bfloat16), fullgraph=False)
+    assert graphs and not _traced_calls(graphs)
 
 
 def test_dynamo_traces_members_as_before_unless_opted_in(monkeypatch):
-    monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
-    attn = Attn(d=16, kv=8).to(torch.bfloat16)
-    members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]
-    g = siblings.SiblingGroup(members, ("q_proj", "k_proj", "v_proj"), max_rows=16)
-    for i, m in enumerate(members):
-        m.__dict__["_siblings"] = (g, i)
-    graphs = []
-
-    def backend(gm, inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
+    model, _g, _ = _grouped(monkeypatch, opted_in=False)
     with torch.no_grad():
-        torch.compile(_Attn(members), backend=backend, fullgraph=True)(torch.randn(2, 16, dtype=torch.bfloat16))
-    torch._dynamo.reset()
-    assert graphs and not [n for gm in graphs for n in gm.graph.nodes if n.target in TRACED]
+        graphs, _ = _dynamo_graphs(model, torch.randn(2, 16, dtype=torch.bfloat16))
+    assert graphs and not _traced_calls(graphs)
     # the trace reads no other member's weight through the group (no guard on it)
     assert not [n for n in graphs[0].graph.nodes if n.op == "placeholder" and "siblings" in n.name]
