@@ -103,15 +103,16 @@ def test_the_pass_launches_for_two_of_three_members_and_types_the_third():
     x, ws, bs = _operands(bias=False)
 
     def f(x, w0, w1, w2):
-        acts, written = ["none"] * 3, [True] * 3
-        return (torch.ops.tunedb.sibling(x, [w0, w1, w2], [None] * 3, acts, written, 0),
-                torch.ops.tunedb.sibling(x, [w0, w1, w2], [None] * 3, acts, written, 2))
+        acts, written = ["none"] * 3, [True] * 3  # a group optimize() marked for the K split
+        return (torch.ops.tunedb.sibling(x, [w0, w1, w2], [None] * 3, acts, written, 0, True),
+                torch.ops.tunedb.sibling(x, [w0, w1, w2], [None] * 3, acts, written, 2, True))
 
     gm = _traced(f, x, *ws)
     assert siblings_compile.group(gm.graph) == 1
     gm.recompile()
     launch = next(n for n in gm.graph.nodes if n.target is SIBS)
     assert [tuple(v.shape) for v in launch.meta["val"]] == [(1, 1, 6), (1, 1, 4), (1, 1, 4)]
+    assert launch.args[4] is True  # the group's split goes to its launch
     for got, w in zip(gm(x, *ws), (F.linear(x, ws[0]), F.linear(x, ws[2]))):
         torch.testing.assert_close(got, w)
 
@@ -151,10 +152,12 @@ def test_admits_nothing_with_siblings_off(monkeypatch):
 
 @pytest.mark.parametrize("graphs", [False, True])
 def test_the_decomposition_keeps_the_op_only_for_graphs(monkeypatch, graphs):
+    from torch._inductor import config as inductor_config
+
     monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
     monkeypatch.setattr(ops_compile, "_compiler_captures", lambda: graphs)
     mode, x, ws, bs = _fake_cuda()
-    with mode:
+    with mode, inductor_config.patch(post_grad_custom_pre_pass=None):
         got = siblings_compile.decomposition(x, ws, bs, ["none"] * 3, [True] * 3, 1)
     if graphs:
         assert got is NotImplemented
@@ -172,31 +175,39 @@ def test_the_decomposition_keeps_the_op_only_for_graphs(monkeypatch, graphs):
 def test_the_decomposition_keeps_nothing_unless_opted_in(monkeypatch):
     monkeypatch.setattr(ops_compile, "_compiler_captures", lambda: True)
     mode, x, ws, bs = _fake_cuda()
+    from torch._inductor import config as inductor_config
+
     for value, kept in (("0", False), ("1", True)):
         monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", value)
-        with mode:
+        with mode, inductor_config.patch(post_grad_custom_pre_pass=None):
             got = siblings_compile.decomposition(x, ws, bs, ["none"] * 3, [True] * 3, 1)
         assert (got is NotImplemented) == kept
 
 
-def test_install_pass_wraps_a_users_pass_once():
+def test_install_pass_leaves_a_users_pass_alone():
     from torch._inductor import config as inductor_config
 
-    seen = []
-
     def users(graph):
-        seen.append(graph)
+        pass
 
-    with inductor_config.patch(post_grad_custom_pre_pass=users):
+    for theirs in (users, [users]):
+        with inductor_config.patch(post_grad_custom_pre_pass=theirs):
+            assert not siblings_compile.install_pass()
+            assert inductor_config.post_grad_custom_pre_pass is theirs
+    with inductor_config.patch(post_grad_custom_pre_pass=None):
         assert siblings_compile.install_pass() and siblings_compile.install_pass()
         installed = inductor_config.post_grad_custom_pre_pass
-        assert isinstance(installed, siblings_compile.GroupPass) and installed.inner is users
-        assert installed.uuid() is None  # the user's pass has no identity: Inductor skips its cache, as before
-        installed(torch.fx.Graph())
-        assert len(seen) == 1
-    with inductor_config.patch(post_grad_custom_pre_pass=None):
-        siblings_compile.install_pass()
-        assert isinstance(inductor_config.post_grad_custom_pre_pass.uuid(), str)
+        assert isinstance(installed, siblings_compile.GroupPass) and isinstance(installed.uuid(), str)
+
+
+def test_a_decomposition_beside_a_users_pass_compiles_the_member_alone(monkeypatch):
+    from torch._inductor import config as inductor_config
+
+    monkeypatch.setattr(siblings_compile, "_kept", lambda *args: True)
+    x, ws, bs = _operands()
+    with inductor_config.patch(post_grad_custom_pre_pass=lambda graph: None):
+        got = siblings_compile.decomposition(x, ws, bs, ["none"] * 3, [True] * 3, 1)
+    torch.testing.assert_close(got, F.linear(x, ws[1], bs[1]))
 
 
 def _as_cpu(fn, module):
@@ -291,9 +302,8 @@ def test_inductor_compiles_a_groups_members_to_one_launch_where_kept(monkeypatch
         return q.sum(-1) + k.sum(-1) * v.sum(-1)
 
     torch._dynamo.reset()
-    with inductor_config.patch(post_grad_custom_pre_pass=inductor_config.post_grad_custom_pre_pass):
+    with inductor_config.patch(post_grad_custom_pre_pass=None):  # the keeping decomposition installs the pass
         assert ops_compile.register_compile_decompositions()
-        siblings_compile.install_pass()
         got, code = run_and_get_code(torch.compile(fn, dynamic=False, fullgraph=True), x, *ws, *bs)
     torch._dynamo.reset()
     source = "\n".join(code)

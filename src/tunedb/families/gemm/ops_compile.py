@@ -149,7 +149,6 @@ def register_compile_decompositions() -> bool:
     except Exception:  # another Inductor: keep the ops opaque rather than break its lowering
         return False
     table.update(decompositions)
-    siblings_compile.install_pass()  # a group's members on one tensor -> one launch (graphs only)
     cached = getattr(inductor_decompositions, "fast_random_decomps", None)  # a cached copy of it
     if hasattr(cached, "cache_clear"):
         cached.cache_clear()

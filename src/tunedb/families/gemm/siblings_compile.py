@@ -12,8 +12,8 @@ pure, so the graph stays functional and Dynamo needs no state. Then:
   traced shapes (more rows than the kernel takes, fp32, a deep K over few rows...), the op
   decomposes into the member's own form (its tuned op, or F.linear for a member left as
   written): what compiling a model without groups gives;
-- otherwise it stays, and a post-grad pass of Inductor's (GroupPass, installed when a compiler
-  first traces a tuned op) replaces the members of one group called on one tensor by one
+- otherwise it stays, and a post-grad pass of Inductor's (GroupPass, installed by the first
+  decomposition that keeps a member, where the user has no pass of their own there) replaces the members of one group called on one tensor by one
   ``tunedb::siblings`` node (the launch) and getitems of it. A member whose siblings the graph
   does not call with the same tensor stays a ``tunedb::sibling`` node, which runs that member
   alone: a pass that does not run (a user's config replaced it) costs no extra work.
@@ -23,8 +23,9 @@ The pass touches no other node, so the compiles of other models in the process a
 
 Opt-in (TUNEDB_COMPILED_SIBLINGS=1) until measured on a GPU: session 47 built and CPU-tested it
 (Dynamo's trace, the pass, Inductor end to end) but got no device call that started; its GPU
-tests (tests/gpu/test_siblings_compile_gpu.py) set the setting. With it off (default) a member
-still traces as the op and decomposes to its own form: the compiled code is what it was before.
+tests (tests/gpu/test_siblings_compile_gpu.py) set the setting. With it off (default) a member's
+trace reads no other member (a trace constant: member_call returns at once) and compiles to what
+it compiled to before.
 """
 from __future__ import annotations
 
@@ -39,9 +40,8 @@ from tunedb.families.gemm import ops, siblings
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 _lib.define("sibling(Tensor x, Tensor[] weights, Tensor?[] biases, str[] acts, bool[] written, int index, "
-            "str tiers='') -> Tensor")
-_lib.define("siblings(Tensor x, Tensor[] weights, Tensor?[] biases, str[] acts) -> Tensor[]")
-_work: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # (sizes, device) -> split-K workspace made outside a capture
+            "bool split=False, str tiers='') -> Tensor")
+_lib.define("siblings(Tensor x, Tensor[] weights, Tensor?[] biases, str[] acts, bool split=False) -> Tensor[]")
 
 
 def _opted_in() -> bool:
@@ -78,7 +78,7 @@ def member_call(layer: Any, x: Any) -> Any:
         return None
     if ops._autocast() or ops._transformed():  # the member's own path casts (ops_autocast) or runs torch's form
         return None
-    return torch.ops.tunedb.sibling(x, weights, biases, acts, written, index, ops._token())
+    return torch.ops.tunedb.sibling(x, weights, biases, acts, written, index, group.split, ops._token())
 
 
 def _check_member(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
@@ -102,7 +102,7 @@ def _member(x: Any, weights: list[Any], biases: list[Any], acts: list[str], writ
 
 
 def _sibling_impl(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
-                  index: int, tiers: str = "") -> Any:
+                  index: int, split: bool = False, tiers: str = "") -> Any:
     return _member(x, weights, biases, acts, written, index, tiers)
 
 
@@ -132,7 +132,7 @@ def admits(x: Any, weights: list[Any], biases: list[Any], acts: list[str]) -> bo
     return selector.current_arch()[1] is not None
 
 
-def _siblings_impl(x: Any, weights: list[Any], biases: list[Any], acts: list[str]) -> list[Any]:
+def _siblings_impl(x: Any, weights: list[Any], biases: list[Any], acts: list[str], split: bool = False) -> list[Any]:
     if not admits(x, weights, biases, acts):
         return [ops.ACTS[a](F.linear(x, w, b)) for w, b, a in zip(weights, biases, acts)]
     from tunedb.families.gemm import kernels_siblings
@@ -140,15 +140,16 @@ def _siblings_impl(x: Any, weights: list[Any], biases: list[Any], acts: list[str
     k = x.shape[-1]
     m = x.numel() // k
     ns = tuple(w.shape[0] for w in weights)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if settings.sibling_split_auto() else 0
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if split else 0  # the group's, at optimize()
     tiles = kernels_siblings.tile(k, m, sum(ns), sms)
     sizes = kernels_siblings.workspace_sizes(ns, k, m, tiles)
-    work = _work.get((sizes, x.get_device()))
-    if work is None:  # zeroed; every launch leaves it zero. One made inside a capture stays that graph's
-        make = torch.zeros if sizes != (1, 1) else torch.empty
-        work = (make(sizes[0], device=x.device, dtype=torch.float32), make(sizes[1], device=x.device, dtype=torch.int32))
-        if not siblings._capturing_for(x):
-            _work[(sizes, x.get_device())] = work
+    # made per call, never kept: Inductor's CUDA-graph trees run their warm-up on a side stream
+    # allocating into the graph's pool, where a kept tensor fails the pool's check (and could be
+    # overwritten when the tree restores a checkpoint), and one kept tensor shared by groups replayed
+    # on two streams would race. Unsplit ((1, 1): never read) costs no kernel; a split workspace
+    # costs a fill (a memset node in a graph) where the eager group keeps its own zeroed one
+    make = torch.zeros if sizes != (1, 1) else torch.empty
+    work = (make(sizes[0], device=x.device, dtype=torch.float32), make(sizes[1], device=x.device, dtype=torch.int32))
     outs = [x.new_empty((*x.shape[:-1], n)) for n in ns]
     kernels_siblings.launch(x, weights, biases, outs, tuple(acts), tiles=tiles, workspace=work)
     return outs
@@ -160,7 +161,7 @@ _lib.impl("siblings", _siblings_impl, "CompositeExplicitAutograd")
 
 @torch.library.register_fake("tunedb::sibling", lib=_lib)
 def _sibling_fake(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
-                  index: int, tiers: str = "") -> Any:
+                  index: int, split: bool = False, tiers: str = "") -> Any:
     _check_member(x, weights, biases, acts, written, index)
     if x.device.type != "meta":
         from tunedb.families.gemm import ops_compile
@@ -171,16 +172,16 @@ def _sibling_fake(x: Any, weights: list[Any], biases: list[Any], acts: list[str]
 
 
 @torch.library.register_fake("tunedb::siblings", lib=_lib)
-def _siblings_fake(x: Any, weights: list[Any], biases: list[Any], acts: list[str]) -> list[Any]:
+def _siblings_fake(x: Any, weights: list[Any], biases: list[Any], acts: list[str], split: bool = False) -> list[Any]:
     return [x.new_empty((*x.shape[:-1], w.shape[0])) for w in weights]
 
 
 def decomposition(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
-                  index: int, tiers: str = "") -> Any:
+                  index: int, split: bool = False, tiers: str = "") -> Any:
     """Inductor's decomposition of ``tunedb::sibling``: kept (NotImplemented) for GroupPass where
     the compiled forward runs in CUDA graphs and one launch takes the group; the member's own form
     otherwise (decomposed in turn by its tuned op's rule)."""
-    if _kept(x, weights, biases, acts):
+    if _kept(x, weights, biases, acts) and install_pass():  # the pass groups the kept members
         return NotImplemented
     return _member(x, weights, biases, acts, written, index, tiers)
 
@@ -207,17 +208,20 @@ def group(graph: torch.fx.Graph) -> int:
         if len({n.args[5] for n in nodes}) < 2:
             continue  # one member called on this tensor: it runs alone
         vals = [n.meta.get("val") for n in nodes]
+        wvals = [w.meta.get("val") if hasattr(w, "meta") else None for w in weights]
         outs: list[Any] = [None] * len(weights)
         for n, v in zip(nodes, vals):
             outs[n.args[5]] = v
         xv = x.meta.get("val") if hasattr(x, "meta") else None
-        if xv is None or any(v is None for v in vals):
+        if xv is None or any(v is None for v in (*vals, *wvals)):
             continue  # no fake values to type the new node with: leave the members as they are
         for i, w in enumerate(weights):
             if outs[i] is None:
-                outs[i] = xv.new_empty((*xv.shape[:-1], w.meta["val"].shape[0]))
+                outs[i] = xv.new_empty((*xv.shape[:-1], wvals[i].shape[0]))
         with graph.inserting_before(nodes[0]):
-            launch = graph.call_function(torch.ops.tunedb.siblings.default, (x, list(weights), list(biases), list(acts)))
+            split = bool(nodes[0].args[6]) if len(nodes[0].args) > 6 else bool(nodes[0].kwargs.get("split", False))
+            launch = graph.call_function(torch.ops.tunedb.siblings.default,
+                                         (x, list(weights), list(biases), list(acts), split))
             launch.meta["val"] = outs
         for n in nodes:
             with graph.inserting_before(n):
@@ -232,40 +236,38 @@ def group(graph: torch.fx.Graph) -> int:
 def _pass_base() -> type:
     try:
         from torch._inductor.custom_graph_pass import CustomGraphPass
-    except Exception:  # an Inductor without it: a plain class (Inductor then skips its cache)
+    except Exception:  # noqa: BLE001 - an Inductor without it: a plain class (Inductor then skips its cache)
         return object
     return CustomGraphPass
 
 
 class GroupPass(_pass_base()):  # type: ignore[misc]
-    """Inductor's post_grad_custom_pre_pass: group() over the graph, after the user's own pass."""
-
-    def __init__(self, inner: Any = None) -> None:
-        self.inner = inner
+    """Inductor's post_grad_custom_pre_pass: group() over the graph."""
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        if self.inner is not None:
-            self.inner(graph)
         group(graph)
 
     def uuid(self) -> Any:
-        inner = self.inner
-        inner_id = ""
-        if inner is not None:
-            inner_id = inner.uuid() if callable(getattr(inner, "uuid", None)) else None
-            if inner_id is None:
-                return None  # the user's pass has no identity: Inductor bypasses its cache, as before
+        """A hash of the code whose choices a compiled graph keeps: this module, the launch's checks
+        (siblings.py), the decompositions (ops_compile.py) and the kernel."""
         try:
+            from pathlib import Path
+
             from torch._inductor.custom_graph_pass import get_hash_for_files
 
-            return get_hash_for_files((__file__,)).hex() + str(inner_id)
+            here = Path(__file__)
+            files = (here, here.with_name("siblings.py"), here.with_name("ops_compile.py"),
+                     here.with_name("kernels_siblings.py"))
+            return get_hash_for_files(tuple(str(f) for f in files)).hex()
         except Exception:  # noqa: BLE001 - no hash: no cache entry, never a failed compile
             return None
 
 
 def install_pass() -> bool:
-    """Put GroupPass in Inductor's post_grad_custom_pre_pass (wrapping a pass already there);
-    idempotent. False where this Inductor has no such hook."""
+    """Put GroupPass in Inductor's post_grad_custom_pre_pass, called by a decomposition that keeps
+    a member op (so never without TUNEDB_COMPILED_SIBLINGS=1); True where it is there. A pass the
+    user put there (a callable, a list, an inference-aware pass) is left alone and False returned:
+    the members then decompose to their own forms, as without the setting."""
     try:
         from torch._inductor import config as inductor_config
     except Exception:  # noqa: BLE001
@@ -273,6 +275,6 @@ def install_pass() -> bool:
     if not hasattr(inductor_config, "post_grad_custom_pre_pass"):
         return False
     current = inductor_config.post_grad_custom_pre_pass
-    if not isinstance(current, GroupPass):
-        inductor_config.post_grad_custom_pre_pass = GroupPass(current)
-    return True
+    if current is None:
+        inductor_config.post_grad_custom_pre_pass = current = GroupPass()
+    return isinstance(current, GroupPass)
