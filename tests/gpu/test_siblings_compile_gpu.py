@@ -100,3 +100,26 @@ def test_default_mode_groups_only_when_the_user_captures(monkeypatch, forced):
             static.copy_(torch.randn_like(static))
             graph.replay()
             _close(out, ref, static)
+
+
+def test_reduce_overhead_splits_k_for_a_tensor_parallel_shard():
+    """A group of few slabs at a deep K (Llama-3-8B's q/k/v over 8 GPUs, left as written), which
+    optimize() marks for the K split: compiled with mode="reduce-overhead" at 4 rows, one launch of
+    the split form (its workspace made per call: a kept one made in the tree's warm-up would sit in
+    the graph's pool and fail the tree's check), replays matching the plain block."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    model = nn.Sequential(Attn(d=4096, kv=128, q=512)).cuda().to(torch.bfloat16).eval()
+    ref = copy.deepcopy(model)
+    tunedb.optimize(model)
+    assert model[0].q_proj.__dict__["_siblings"][0].split is True
+    x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
+        _, code = run_and_get_code(compiled, x)
+        assert "\n".join(code).count("torch.ops.tunedb.siblings.default(") == 1
+        for _ in range(4):
+            torch.compiler.cudagraph_mark_step_begin()
+            x = torch.randn_like(x)
+            _close(compiled(x).clone(), ref, x)
