@@ -48,8 +48,8 @@ def _opted_in() -> bool:
     return settings.compiled_siblings_on()
 
 
-# read by Dynamo at trace time as a constant (ops._token's mark): off, a member's trace is exactly
-# what it was before this module (no guard on the group's other members)
+# read by Dynamo at trace time as a constant (ops._token's mark): off, a member's trace returns
+# here and reads no other member (no guard on their weights), compiling to what it did before
 _opted_in._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
