@@ -138,7 +138,7 @@ COMPILED_SIBLINGS = Setting(
     "TUNEDB_COMPILED_SIBLINGS", "0",
     "Sibling groups (TUNEDB_SIBLINGS) inside a torch.compile'd forward that runs in CUDA graphs, read "
     "while a compiler traces: '1': a group's members called on one tensor compile to one launch "
-    "(families/gemm/siblings_compile.py: CPU-tested, not yet measured on a GPU); '0' (default): each member "
+    "(CPU-tested, not yet measured on a GPU: docs/runtime.md); '0' (default): each member "
     "compiles alone, as before session 47.",
     ("0", "1"),
 )
