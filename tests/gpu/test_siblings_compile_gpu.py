@@ -19,6 +19,7 @@ from tunedb.families.gemm import patching  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from sibling_models import Attn  # noqa: E402
+from test_gemm_siblings_gpu import _warm_up_on_a_side_stream  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -87,12 +88,7 @@ def test_default_mode_groups_only_when_the_user_captures(monkeypatch, forced):
         source = "\n".join(code)
         assert source.count("torch.ops.tunedb.siblings.default(") == (1 if forced else 0), source
         assert "torch.ops.tunedb.sibling.default(" not in source
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                compiled(static)
-        torch.cuda.current_stream().wait_stream(side)
+        _warm_up_on_a_side_stream(compiled, static)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = compiled(static)

@@ -89,6 +89,14 @@ MMA_MAX_BYTES = 544 << 20
 EAGER_MIN_BYTES = 32 << 20
 
 
+def sizes_admit(rows: int, k: int, weights: list[Any], itemsize: int) -> bool:
+    """The launch's size rules (MMA_MAX_BYTES past one row, DEEP_K over few weight rows): the
+    eager group's and the compiled one's (siblings_compile.admits)."""
+    if rows > 1 and sum(w.numel() for w in weights) * itemsize > MMA_MAX_BYTES:
+        return False
+    return not (k > DEEP_K and sum(w.shape[0] for w in weights) < (FEW_ROWS if rows == 1 else FEW_ROWS_MMA))
+
+
 def _eager_stream_bytes() -> float:
     """Weight bytes whose stream takes TUNEDB_EAGER_KERNEL_US at this arch's DRAM bandwidth (0
     where no profile is shipped: no group launches there at all)."""
@@ -345,9 +353,7 @@ class SiblingGroup:
             stamps.append((wr, None if wr is None else _version(wr), br, None if br is None else _version(br)))
         if len({b is None for b in biases}) != 1:
             return None, [], []
-        if x.numel() > k and sum(w.numel() for w in weights) * x.element_size() > MMA_MAX_BYTES:
-            return None, [], []
-        if k > DEEP_K and sum(w.shape[0] for w in weights) < (FEW_ROWS if x.numel() == k else FEW_ROWS_MMA):
+        if not sizes_admit(x.numel() // k, k, weights, x.element_size()):
             return None, [], []
         # the calling member checked its own operands for a wanted gradient, not its siblings'
         # (q frozen, k trained): a sibling's gradient would be lost in the one launch

@@ -123,9 +123,7 @@ def admits(x: Any, weights: list[Any], biases: list[Any], acts: list[str]) -> bo
             return False
         if b is not None and (b.dim() != 1 or b.shape[0] != w.shape[0] or b.dtype != x.dtype or not b.is_contiguous()):
             return False
-    if rows > 1 and sum(w.numel() for w in weights) * x.element_size() > siblings.MMA_MAX_BYTES:
-        return False
-    if k > siblings.DEEP_K and sum(w.shape[0] for w in weights) < (siblings.FEW_ROWS if rows == 1 else siblings.FEW_ROWS_MMA):
+    if not siblings.sizes_admit(rows, k, weights, x.element_size()):
         return False
     from tunedb.runtime import selector
 
