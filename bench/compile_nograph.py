@@ -48,6 +48,36 @@ def _cpu_ops(fn, top: int) -> list[tuple[str, int, float]]:
     return [(e.key, e.count, round(e.self_cpu_time_total, 1)) for e in rows]
 
 
+def _py_calls(fn) -> dict[str, int]:
+    """Python function calls of one call of fn, per function (file:line name): what runs as Python
+    bytecode between the compiled regions (a compiled region runs none), so the difference between
+    two models names each frame one of them runs eagerly (a Dynamo cache lookup each)."""
+    import sys
+
+    seen: dict[str, int] = {}
+
+    def hook(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            name = f"{code.co_filename.rsplit('/', 2)[-1]}:{code.co_firstlineno} {code.co_name}"
+            seen[name] = seen.get(name, 0) + 1
+
+    sys.setprofile(hook)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def _calls_diff(calls: dict[str, dict[str, int]], top: int) -> list[tuple[str, int]]:
+    """(function, tuned calls minus plain calls) where they differ, largest first."""
+    plain, tuned = calls["compile"], calls["tunedb+compile"]
+    diff = {k: tuned.get(k, 0) - plain.get(k, 0) for k in set(plain) | set(tuned)}
+    rows = sorted(((k, d) for k, d in diff.items() if d), key=lambda r: (-abs(r[1]), r[0]))
+    return rows[:top]
+
+
 def _gpu_kernels(fn, top: int) -> dict:
     """The GPU kernels of one call of fn: their summed device time and the `top` largest by it
     ((name, count, us)). Kernels replayed inside CUDA graphs are listed too where CUPTI reports
@@ -140,12 +170,16 @@ def main(argv=None) -> int:
             ratio = statistics.median(p / t for p, t in zip(per["compile"], per["tunedb+compile"]))
             ops = {k: _cpu_ops(step, a.top) for k, step in steps.items()}
             kernels = {k: _gpu_kernels(step, a.top) for k, step in steps.items()} if cuda else {}
+            calls = {k: _py_calls(step) for k, step in steps.items()}
+            calls_diff = _calls_diff(calls, 3 * a.top)
             result["batches"][b] = {"graph_breaks": explained.graph_break_count, "graphs": explained.graph_count,
                                     "plain_graph_breaks": plain_breaks,
                                     "break_reasons": [r.reason[:200] for r in explained.break_reasons[:12]],
                                     "calls_reaching_tunedb": reached, "ms": ms,
                                     "tunedb_compile_over_compile": ratio, "cpu_ops": ops,
-                                    "gpu_kernels": kernels}
+                                    "gpu_kernels": kernels,
+                                    "python_calls": {k: sum(v.values()) for k, v in calls.items()},
+                                    "python_calls_tuned_minus_plain": calls_diff}
             print(f"== {a.model} batch {b}: graph breaks {explained.graph_break_count} ({explained.graph_count} graphs; "
                   f"the plain model {plain_breaks}); "
                   f"calls reaching tunedb per forward: {reached}")
@@ -158,6 +192,9 @@ def main(argv=None) -> int:
             for k, g in kernels.items():
                 print(f"   {k} GPU: {g['total_us']}us over {g['kernels']} kernel names: "
                       + "; ".join(f"{n} x{c} {us}us" for n, c, us in g["top"]))
+            print(f"   python calls per forward: compile {sum(calls['compile'].values())}, tunedb+compile "
+                  f"{sum(calls['tunedb+compile'].values())}; tuned minus plain: "
+                  + "; ".join(f"{n} {d:+d}" for n, d in calls_diff))
             torch._dynamo.reset()
     if a.out:
         with open(a.out, "w") as f:
