@@ -8,11 +8,14 @@ from typing import Any
 
 
 def hooked(module: Any) -> bool:
-    """Whether a user's hooks watch `module` (tunedb's own, such as the bmm family's product mode
+    """Whether a user's hooks watch `module` or replace its forward (tunedb's own, such as the bmm family's product mode
     on the top module, mark themselves `tunedb_own_hook` and change no input or output)."""
     hooks = (*module._forward_hooks.values(), *module._forward_pre_hooks.values())
     return (any(not getattr(h, "tunedb_own_hook", False) for h in hooks)
-            or any(getattr(module, name, None) for name in _OTHER_HOOKS))
+            or any(getattr(module, name, None) for name in _OTHER_HOOKS)
+            # a forward set on the instance (accelerate's offload hook, a LoRA or debugging patch)
+            # is a hook in effect: the code that runs is not the class's
+            or "forward" in module.__dict__)
 
 
 # Hooks a swapped module would lose: backward (full and pre: register_full_backward_pre_hook),

@@ -143,6 +143,8 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
     if code is None:
         return ()  # source unavailable: we cannot prove safety
     trees, uses = code
+    if any(_runs_own_children(tree) for tree in trees):  # `for m in self.children(): x = m(x)`
+        return ()
     pairs = dict.fromkeys(p for tree in trees for p in _pairs(tree))
     return tuple((act, lin) for act, lin in pairs
                  if act != lin and uses.get(act) == 1 and uses.get(lin) == 1)
@@ -158,6 +160,63 @@ _INSPECT = frozenset({"type", "isinstance", "id", "print", "repr", "str", "vars"
 # (`for m in self.mlp.modules(): nn.init...`), and a forward that runs every module of a tree
 # would run the tree twice
 _REACH = frozenset({"children", "named_children", "_modules", "get_submodule", "__getitem__", "__iter__"})
+
+
+WALKED_ANY = "*"  # _reached's mark: code runs the children of a module it holds by a plain name
+
+
+def _reach_receiver(node: ast.AST) -> ast.AST | None:
+    """R for an expression that reaches R's children: `R.children()`, `R.named_children()`,
+    `R.get_submodule(...)`, `R.__getitem__(...)`, `R.__iter__()`, `R._modules` (and an index,
+    `.values()` or `.items()` of it); else None."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr in ("values", "items") and isinstance(node.func.value, ast.Attribute) \
+                and node.func.value.attr == "_modules":
+            return node.func.value.value
+        if node.func.attr in _REACH and node.func.attr != "_modules":
+            return node.func.value
+    if isinstance(node, ast.Attribute) and node.attr == "_modules":
+        return node.value
+    return None
+
+
+def _bound_names(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _calls_a_name(nodes: list[ast.AST], names: set[str]) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names
+               for node in nodes for n in ast.walk(node))
+
+
+def child_runs(tree: ast.AST) -> list[ast.AST]:
+    """The receivers R whose children `tree` runs one by one: a reached child called
+    (`blk.get_submodule("fc")(x)`, `self._modules["fc"](x)`), or a loop or comprehension over
+    R's children that calls what it binds (`for m in self.children(): x = m(x)`). A reach that
+    only looks (`len(list(m.children()))`, `m._modules[name] = new`) is not a run."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            receiver = _reach_receiver(node.func)
+            if receiver is not None:
+                out.append(receiver)
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            receiver = _reach_receiver(node.iter)
+            if receiver is not None and _calls_a_name(node.body, _bound_names(node.target)):
+                out.append(receiver)
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            elts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+            for gen in node.generators:
+                receiver = _reach_receiver(gen.iter)
+                if receiver is not None and _calls_a_name(elts + gen.ifs, _bound_names(gen.target)):
+                    out.append(receiver)
+    return out
+
+
+def _runs_own_children(tree: ast.AST) -> bool:
+    return any(isinstance(r, ast.Name) and r.id == "self" for r in child_runs(tree))
 
 
 def _looks(tree: ast.AST) -> set[int]:
@@ -189,14 +248,50 @@ def _foreign_reads(tree: ast.AST) -> set[str]:
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
               and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
             names.add(node.args[1].value)
+    names.update(_literal_children(tree))
+    return names
+
+
+def _literal_children(tree: ast.AST) -> set[str]:
+    """The names in `blk.get_submodule("mlp.fc")` and `m._modules["fc"]` (on self too: another use
+    than a pair's), each part of a dotted path, where the child reached is used as a module is
+    run: called, bound to a name, passed to a function other than an inspecting builtin, or
+    returned. Read further (`.weight`, an index) or inspected, it is only looked at."""
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        literal = None
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get_submodule"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            literal = node.args[0].value
+        elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
+              and node.value.attr == "_modules" and isinstance(node.slice, ast.Constant)):
+            literal = node.slice.value
+        if not isinstance(literal, str):
+            continue
+        parent = parents.get(id(node))
+        used = (isinstance(parent, (ast.Assign, ast.AnnAssign, ast.Return, ast.Yield, ast.NamedExpr))
+                and getattr(parent, "value", None) is node
+                or isinstance(parent, ast.Call) and (parent.func is node or (
+                    node in parent.args and not (isinstance(parent.func, ast.Name) and parent.func.id in _INSPECT))))
+        if used:
+            names.update(literal.split("."))
     return names
 
 
 def _reached(tree: ast.AST) -> set[str]:
     """Attribute names whose module `tree` reaches into (`self.block.children()`,
-    `model.block.get_submodule("fc")`): its children may then run one by one."""
-    return {node.value.attr for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and node.attr in _REACH and isinstance(node.value, ast.Attribute)}
+    `model.block.get_submodule("fc")`): its children may then run one by one; WALKED_ANY when it
+    runs the children of a module held by a plain name (`for m in layer.children(): x = m(x)`,
+    `blk.get_submodule("fc")(x)`), which may be any module."""
+    names = {node.value.attr for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and node.attr in _REACH and isinstance(node.value, ast.Attribute)}
+    for receiver in child_runs(tree):
+        if isinstance(receiver, ast.Attribute):
+            names.add(receiver.attr)
+        elif not (isinstance(receiver, ast.Name) and receiver.id == "self"):  # self's own: class_calls
+            names.add(WALKED_ANY)
+    return names
 
 
 @functools.lru_cache(maxsize=None)

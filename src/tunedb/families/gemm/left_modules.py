@@ -11,13 +11,24 @@ from torch import nn
 
 from tunedb.families.module_rules import hooked as _hooked
 
+LINEAR_ATTRS = frozenset(vars(nn.Linear(1, 1, device="meta")))  # what every nn.Linear holds
+
+
+def carried(value: object) -> bool:
+    """Whether a plain attribute a user (or a library: transformers' _is_hf_initialized) set on a
+    Linear is one the TunedLinear replacing it copies: a value, not a tensor, module or callable."""
+    return not isinstance(value, (nn.Module, torch.Tensor)) and not callable(value)
+
 
 def kept(linear: nn.Module) -> bool:
-    """A Linear optimize() leaves as it is: one a user's hooks watch (they must keep firing), or
-    one carrying more state than weight and bias (a buffer, another parameter, a child module),
-    which a TunedLinear would drop from the model and its state_dict."""
+    """A Linear optimize() leaves as it is: one a user's hooks watch (they must keep firing; a
+    forward set on the instance counts), or one carrying more state than weight and bias (a
+    buffer, another parameter, a child module, an attribute holding a tensor or a callable that
+    its forward's callers may read), which a TunedLinear would drop from the model and its
+    state_dict."""
     return (_hooked(linear) or bool(linear._buffers) or bool(linear._modules)
-            or any(name not in ("weight", "bias") for name in linear._parameters))
+            or any(name not in ("weight", "bias") for name in linear._parameters)
+            or any(name not in LINEAR_ATTRS and not carried(value) for name, value in vars(linear).items()))
 
 
 def subclass_weight(linear: nn.Module) -> bool:

@@ -51,24 +51,25 @@ from tunedb import settings
 from tunedb.families.gemm import fused_pair, linear_script, ops, siblings
 from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.eager_sizes import note as _note_eager
+from tunedb.families.gemm.fusion_source import WALKED_ANY, model_outside_reads, model_reached_reads
+from tunedb.families.gemm.fusion_source import class_calls as _class_calls
+from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
+from tunedb.families.gemm.left_as_written import TorchEverywhere as _TorchEverywhere
+from tunedb.families.gemm.left_as_written import key_of as _key_of
+from tunedb.families.gemm.left_as_written import left_why as _left_why
+from tunedb.families.gemm.left_modules import (ENCODER_FF, LINEAR_ATTRS, UNPATCHED_KINDS, carried,
+                                               encoder_fast_path, unpatched_modules)
+from tunedb.families.gemm.left_modules import kept as _kept
+from tunedb.families.gemm.left_modules import subclass_weight as _subclass_weight
 from tunedb.families.gemm.quiet_members import enter as _quiet_enter
 from tunedb.families.gemm.quiet_members import is_quiet as _is_quiet
 from tunedb.families.gemm.quiet_members import leave as _quiet_leave
 from tunedb.families.gemm.siblings_compile import member_call as _member_call
-from tunedb.families.gemm.fusion_source import class_calls as _class_calls
-from tunedb.families.gemm.fusion_source import model_outside_reads, model_reached_reads
-from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
+from tunedb.families.gemm.signatures import FAMILY as FAMILY_NAME
 from tunedb.families.module_rules import holders
 from tunedb.families.module_rules import hooked as _hooked
-from tunedb.families.gemm.left_modules import ENCODER_FF, UNPATCHED_KINDS, encoder_fast_path, unpatched_modules
-from tunedb.families.gemm.left_as_written import TorchEverywhere as _TorchEverywhere
-from tunedb.families.gemm.left_as_written import key_of as _key_of
-from tunedb.families.gemm.left_as_written import left_why as _left_why
-from tunedb.families.gemm.left_modules import kept as _kept
-from tunedb.families.gemm.left_modules import subclass_weight as _subclass_weight
 from tunedb.runtime import launch_table, report
 from tunedb.runtime.fallback_everywhere import GUESSED
-from tunedb.families.gemm.signatures import FAMILY as FAMILY_NAME
 
 # the entry points' fast-path checks (ops.py), bound here once: TunedLinear.forward repeats them
 _Tensor, _compiling, _dispatch_modes, _autocast, _grad_enabled, _known, _transformed = (
@@ -96,9 +97,6 @@ _HF_ACTS: dict[str, str] = {
 }
 
 
-_LINEAR_ATTRS = frozenset(vars(nn.Linear(1, 1, device="meta")))  # what every nn.Linear holds
-
-
 class TunedLinear(nn.Module):
     """nn.Linear (optionally followed by an activation) running through tunedb's tuned ops."""
 
@@ -122,8 +120,8 @@ class TunedLinear(nn.Module):
         # a user's (or a library's: transformers' _is_hf_initialized) plain attributes on the
         # Linear stay readable on the module that replaces it
         for name, value in vars(linear).items():
-            if (name not in _LINEAR_ATTRS and name not in self.__dict__ and name != report.LEFT_MARK
-                    and not isinstance(value, (nn.Module, torch.Tensor)) and not callable(value)):
+            if (name not in LINEAR_ATTRS and name not in self.__dict__ and name != report.LEFT_MARK
+                    and carried(value)):
                 self.__dict__[name] = value
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -322,7 +320,8 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
                 for attr, child in owner._modules.items():
                     if child is not None:  # add_module(name, None) holds a slot, not a module
                         held_as.setdefault(id(child), set()).add(attr)
-        return reached[0] is None or bool(held_as.get(id(module), set()) & reached[0])
+        return (reached[0] is None or WALKED_ANY in reached[0]
+                or bool(held_as.get(id(module), set()) & reached[0]))
 
     held_as: dict[int, set[str]] = {}
     for parent in model.modules():
@@ -358,7 +357,6 @@ def allow_approximate() -> None:
     shape shared by an exact and an approximate model must resolve one way); it is also
     inherited by benchmark worker subprocesses, whose validity checks must agree."""
     import os
-
 
     from tunedb.runtime import selector
     if not settings.approximate_allowed():
