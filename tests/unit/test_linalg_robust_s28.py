@@ -2,6 +2,7 @@
 dtype potrf "does not take", accepted a bool or a one-element tensor as a batch and planned Triton
 grids CUDA cannot launch; a sparse input failed deep in torch (or ran); `linalg tune --ops potrf
 --legs ladder` blamed the dtypes."""
+import re
 import subprocess
 import sys
 
@@ -71,3 +72,27 @@ def test_tune_names_the_ops_outside_the_chosen_legs(tmp_path):
     assert out.returncode == 2, out.stderr
     assert "the ops potrf are in none of the legs ladder" in out.stderr and "solver: potrf" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("op, args, named", [
+    ("potrf", (torch.ones(4, 5),), "[4, 5]"),
+    ("gemv", (torch.ones(200, 200), torch.ones(201)), "[201]"),
+    ("trsv", (torch.eye(3).expand(1, 2, 3, 3), torch.ones(1, 2, 4)), "[1, 2, 4]"),
+])
+def test_a_bad_shape_with_leading_dims_is_named_as_the_caller_passed_it(op, args, named):
+    # the checks ran on the folded operands: potrf of a [4, 5] matrix said "got shape (1, 4, 5)"
+    with pytest.raises(SignatureError, match=re.escape(named)):
+        getattr(ops, op)(*args)
+
+
+def test_a_matrix_of_right_hand_sides_is_refused_as_what_it_is():
+    # posv(A [4, 4], b [4, 2]) said the batch shapes differed: b takes one vector per problem
+    with pytest.raises(SignatureError, match=r"one vector per problem.*\[4, 2\]"):
+        ops.posv(torch.eye(4), torch.ones(4, 2))
+
+
+def test_recommend_names_a_batch_held_by_a_meta_tensor():
+    import tunedb
+
+    with pytest.raises(SignatureError, match="batch="):
+        tunedb.recommend("potrf", "fp32", 8, torch.tensor(5, device="meta"))

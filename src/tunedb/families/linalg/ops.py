@@ -275,6 +275,7 @@ def _any_shape(name: str, tensors: tuple) -> Any:
         if t.dim() < c:  # named here: the op's checks start at the first operand, and blamed A for a 0-d b
             raise SignatureError(f"linalg {name}'s {arg} must have shape {'[..., n, n]' if c == 2 else '[..., n]'} "
                                  f"(any leading batch dimensions), got shape {list(t.shape)}")
+    _check_cores(name, tensors, cores)
     flat, lead = batch_dims.fold(tensors, cores, f"linalg {name}")
     if not N_MIN <= first.shape[-1] <= N_MAX:
         signatures.check_call(name, *flat, n_range=False)  # square A, shapes, one dtype and device
@@ -284,6 +285,29 @@ def _any_shape(name: str, tensors: tuple) -> Any:
     else:
         out = _call(name, *flat)
     return batch_dims.unfold(out, lead)
+
+
+def _check_cores(name: str, tensors: tuple, cores: tuple) -> None:
+    """The problems' own dimensions, named with the shapes the caller passed (the op's checks see
+    them folded): A square, and every other operand's n A's."""
+    args = signatures.ARG_NAMES[name]
+    first = tensors[0]
+    n = first.shape[-1]
+    if cores[0] == 2 and first.shape[-2] != n:
+        raise SignatureError(f"linalg {name}'s {args[0]} must be square, shape [..., n, n], got shape {list(first.shape)}")
+    if len(tensors) < 2:
+        return
+    t, c = tensors[1], cores[1]
+    want = (n,) * c
+    if tuple(t.shape[t.dim() - c:]) == want:
+        return
+    if c == 1 and t.dim() >= 2 and t.shape[-2] == n and tuple(t.shape[:-1]) == tuple(first.shape[:first.dim() - cores[0] + 1]):
+        raise SignatureError(f"linalg {name}'s {args[1]} takes one vector per problem, shape [..., n] with n = {n} "
+                             f"({args[0]}'s), got shape {list(t.shape)}: a matrix of right-hand sides [..., n, k] "
+                             f"is not taken (pass each column, {args[1]}[..., j], or move k into the batch)")
+    core = "[..., n, n]" if c == 2 else "[..., n]"
+    raise SignatureError(f"linalg {name}'s {args[1]} must have shape {core} with n = {n} ({args[0]}'s shape "
+                         f"{list(first.shape)}), got shape {list(t.shape)}")
 
 
 def dot(x: Any, y: Any) -> Any:

@@ -61,7 +61,7 @@ def _integer(value: Any) -> Any:
         return value  # True is not a batch, nor a tensor holding one or several values
     try:
         return operator.index(value)
-    except TypeError:
+    except (TypeError, RuntimeError):  # RuntimeError: a meta (or fake) tensor holds no value to read
         return value
 
 
