@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import types
 
+import pytest
 import torch
 from torch import nn
 
@@ -25,6 +26,11 @@ class Attention(nn.Module):
         return self.o(torch.softmax(q @ k.transpose(-1, -2), -1) @ v)
 
 
+MLP = """
+import torch
+from torch import nn
+
+
 class MLP(nn.Module):
     def __init__(self, d=8):
         super().__init__()
@@ -33,19 +39,29 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.act(self.fc(x))
+"""
+
+# Each model's source is a file of its own: the fusion rules read a class's whole source file
+CASES = {
+    # a class running its own children one by one: fc's own output is the first tap
+    "taps": MLP + """
 
     def taps(self, x):
-        """Every child's output in turn: fc's own output is the first."""
         outs = []
         for m in self.children():
             x = m(x)
             outs.append(x)
-        return outs
+        return torch.stack(outs)
 
 
-class ByLocalName(nn.Module):
-    """Calls a block's fc alone through a local name and a literal path."""
+class Model(MLP):
+    def forward(self, x):
+        return super().forward(x) + self.taps(x).sum(0)
+""",
+    # a block's fc called alone through a local name
+    "local": MLP + """
 
+class Model(nn.Module):
     def __init__(self, d=8):
         super().__init__()
         self.blocks = nn.ModuleList([MLP(d), MLP(d)])
@@ -55,37 +71,57 @@ class ByLocalName(nn.Module):
         for blk in self.blocks:
             y = y + blk(x) + blk.get_submodule("fc")(x)
         return y
+""",
+    # a literal path from self down into a child block
+    "path": MLP + """
 
-
-class PlainMLP(nn.Module):
+class Model(nn.Module):
     def __init__(self, d=8):
         super().__init__()
-        self.fc = nn.Linear(d, d)
-        self.act = nn.GELU()
+        self.mlp = MLP(d)
 
     def forward(self, x):
-        return self.act(self.fc(x))
+        return self.mlp(x) + self.get_submodule("mlp.fc")(x)
+""",
+    # each layer's children run in a comprehension
+    "comprehension": MLP + """
 
-
-class ByModulesKey(nn.Module):
+class Model(nn.Module):
     def __init__(self, d=8):
         super().__init__()
-        self.mlp = PlainMLP(d)
+        self.layers = nn.ModuleList([MLP(d)])
 
     def forward(self, x):
-        return self.mlp(x) + self.mlp._modules["fc"](x)
+        return sum(m(x) for layer in self.layers for m in layer.children()) + self.layers[0](x)
+""",
+    # a look at the children (a count through a local name) runs none alone: the pair fuses
+    "look": MLP + """
 
-
-class WalksLayersChildren(nn.Module):
-    """Runs each layer's children in a comprehension, as a feature-tap helper does."""
-
+class Model(nn.Module):
     def __init__(self, d=8):
         super().__init__()
-        self.layers = nn.ModuleList([PlainMLP(d)])
+        self.mlp = MLP(d)
+        m = self.mlp
+        self.depth = len(list(m.children()))
 
     def forward(self, x):
-        outs = [m(x) for layer in self.layers for m in layer.children()]
-        return sum(outs) + self.layers[0](x)
+        return self.mlp(x)
+""",
+}
+
+
+def _model(tmp_path, name):
+    import importlib.util
+    import sys
+
+    path = tmp_path / f"unseen_s48_{name}.py"
+    path.write_text(CASES[name])
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # where inspect finds the source, as for any imported model
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    return module.Model().eval()
 
 
 def _same(plain, x, **kw):
@@ -126,25 +162,24 @@ def test_a_conv_whose_forward_is_set_on_the_instance_keeps_its_activation():
     assert type(tuned[1]) is nn.ReLU
 
 
-def test_a_class_running_its_own_children_one_by_one_is_not_fused():
-    plain = MLP().eval()
-    tuned = _same(plain, torch.randn(2, 8), families="all")
-    with torch.no_grad():
-        assert torch.equal(plain.taps(torch.ones(2, 8))[0], tuned.taps(torch.ones(2, 8))[0])
-    assert tuned.fc.__dict__.get("act", "none") == "none"
+def _fused(model):
+    return [name for name, m in model.named_modules() if isinstance(m, TunedLinear) and m.__dict__["act"] != "none"]
 
 
-def test_children_run_through_a_local_name_or_a_literal_path_are_not_fused():
+@pytest.mark.parametrize("name", ["taps", "local", "path", "comprehension"])
+def test_children_run_one_by_one_are_not_fused(tmp_path, name):
+    plain = _model(tmp_path, name)
     x = torch.randn(2, 8)
-    for cls in (ByLocalName, ByModulesKey, WalksLayersChildren):
-        torch.manual_seed(0)
-        plain = cls().eval()
-        tuned = _same(plain, x, families="all")
-        assert not any(isinstance(m, TunedLinear) and m.__dict__["act"] != "none" for m in tuned.modules()), cls
-        plain.train()
-        tuned.train()
-        plain(x).sum().backward()
-        tuned(x).sum().backward()
-        for a, b in zip(plain.parameters(), tuned.parameters()):
-            assert torch.equal(a.grad, b.grad)
+    tuned = _same(plain, x, families="all")
+    assert not _fused(tuned)
+    plain.train()
+    tuned.train()
+    plain(x).sum().backward()
+    tuned(x).sum().backward()
+    for a, b in zip(plain.parameters(), tuned.parameters()):
+        assert torch.equal(a.grad, b.grad)
 
+
+def test_a_look_at_the_children_leaves_the_pair_fused(tmp_path):
+    tuned = _same(_model(tmp_path, "look"), torch.randn(2, 8), families="all")
+    assert _fused(tuned) == ["mlp.fc"]
