@@ -3,7 +3,8 @@ attention block compiled with mode="reduce-overhead" runs each group as one tune
 launch and matches the plain block within the plain compiled block's distance from fp64, over
 new inputs replayed from Inductor's CUDA graphs; compiled in default mode it compiles each member
 alone, unless TUNEDB_COMPILED_GRAPHS=1 says the user captures it (then one launch, captured by
-hand after a warm-up). TUNEDB_COMPILED_SIBLINGS=1 throughout (opt-in until measured)."""
+hand after a warm-up). TUNEDB_COMPILED_SIBLINGS=1 throughout (the default since session 48, set
+so that a user's environment does not change what is tested)."""
 import copy
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.gpu
 def cuda(monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")  # opt-in until measured
+    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")  # the default, whatever the environment says
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()

@@ -228,8 +228,7 @@ class _Attn(torch.nn.Module):
 
 def _grouped(monkeypatch, dt=torch.bfloat16, written=False, opted_in=True):
     """A q/k/v group of TunedLinears on the CPU, member_call reading the CPU as CUDA."""
-    if opted_in:
-        monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1")
+    monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1" if opted_in else "0")
     monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
     torch.manual_seed(0)
     attn = Attn(d=16, kv=8).to(dt)
@@ -339,7 +338,7 @@ def test_dynamo_leaves_members_alone_under_autocast(monkeypatch):
     assert graphs and not _traced_calls(graphs)
 
 
-def test_dynamo_traces_members_as_before_unless_opted_in(monkeypatch):
+def test_dynamo_traces_members_as_before_when_turned_off(monkeypatch):
     model, _g, _ = _grouped(monkeypatch, opted_in=False)
     with torch.no_grad():
         graphs, _ = _dynamo_graphs(model, torch.randn(2, 16, dtype=torch.bfloat16))
