@@ -37,7 +37,7 @@ import threading
 import weakref
 from typing import Any
 
-from tunedb.families.bmm import configs
+from tunedb.families.bmm import compiled_calls, configs
 
 _state = threading.local()
 _decisions: dict[tuple[Any, ...], Any] = {}  # call_key -> bound (a tile), _CANDIDATE or None (torch)
@@ -232,7 +232,7 @@ def _enter(module: Any, args: Any) -> None:
         # while the compiler takes every product: the hooks serve nothing there, yet made each
         # compiled forward's host path longer (Module's hooked call path, the hooks' guards,
         # these frames: Llama-3-8B 0.94x of compile alone, session 48). Off until a new epoch.
-        _retire_outside[0](module)
+        compiled_calls.outside_dynamo(_retire)(module)
         return
     if compiling():  # another trace (export's): no mode to trace
         return
@@ -355,28 +355,10 @@ def _bind_checks() -> list[Any]:
     compiling = torch.compiler.is_compiling
     # Dynamo's trace alone (is_compiling is also true for a whole torch.compile'd call on newer torch)
     tracing = getattr(torch.compiler, "is_dynamo_compiling", compiling)
-    _checks[:] = [compiling, capturing, tiers.epoch, tracing, _compiled_call_check()]
+    _checks[:] = [compiling, capturing, tiers.epoch, tracing, compiled_calls.compiled_call]
     return _checks
 
 
-def _compiled_call_check() -> Any:
-    """Whether a compiled call runs now: torch.compile(module) runs the module's hooks as Python
-    outside Dynamo ("invoke hooks outside of dynamo", its OptimizedModule), inside the call's flag
-    that torch's own module tracker reads; a compiled function runs a model as Python after a
-    graph break under Dynamo's frame callback. Dynamo not loaded yet: no such call. A torch
-    without either getter answers never."""
-
-    def compiled_call() -> bool:
-        frames = sys.modules.get("torch._dynamo.eval_frame")
-        flag = getattr(frames, "_is_in_optimized_module", None)
-        return (flag is not None and bool(flag())) or (callback is not None and callback() is not None)
-
-    # Dynamo's frame callback, set for the length of any compiled call (a compiled function that
-    # calls the model as Python after a graph break too); None outside one and under disable()
-    callback = getattr(getattr(getattr(sys.modules.get("torch._C"), "_dynamo", None), "eval_frame", None),
-                       "get_eval_frame_callback", None)
-
-    return compiled_call
 
 
 # optimize()'s other families read a module's hooks as a user's (GEMM fuses nothing in a hooked
@@ -399,39 +381,13 @@ def install(model: Any) -> Any:
     if getattr(model, "_tunedb_bmm_serving", False):
         return model
     model.__dict__.pop("_tunedb_bmm_retired", None)
-    _frames_dynamo_skips()
+    compiled_calls.skip_frames(_enter, _exit)
     model.register_forward_pre_hook(_enter)
     model.register_forward_hook(_exit, always_call=True)
     model._tunedb_bmm_serving = True
     return model
 
 
-@functools.lru_cache(maxsize=1)
-def _frames_dynamo_skips() -> None:
-    """Mark the hooks' own frames for Dynamo to run as Python, never to compile as frames of their
-    own (its non-recursive skip; a trace that reaches them from a compiled caller, as
-    module.compile()'s, still inlines them: no graph break). torch.compile(model) runs a module's
-    hooks outside its compiled forward, where Dynamo compiled each hook as a frame and ran that
-    on every call, so _enter never ran as Python there and could not take the hooks off (session
-    48: 23 us a call on this CPU, compiled forward 0.94x of compile alone on the H100). A torch
-    without the skip keeps the hooks traced."""
-    import sys
-
-    frames = sys.modules.get("torch._dynamo.eval_frame")
-    if frames is None:
-        import torch._dynamo.eval_frame as frames  # optimize() has loaded Dynamo already: a lookup
-    skip = getattr(frames, "skip_code", None)
-    if skip is not None:
-        skip(_enter.__code__)
-        skip(_exit.__code__)
-    # what _enter calls in a compiled call runs as Python too (Dynamo would compile _retire as a
-    # frame, and fullgraph=True fails on its lock)
-    disable = getattr(sys.modules.get("torch._dynamo"), "disable", None)
-    if disable is not None:
-        _retire_outside[0] = disable(_retire, reason="tunedb's product mode leaving a compiled model")
-
-
-_retire_outside: list[Any] = [lambda module: _retire(module)]  # _frames_dynamo_skips' form, once bound
 
 
 def can_serve() -> bool:
