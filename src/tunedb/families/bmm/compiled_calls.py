@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def compiled_call() -> bool:
@@ -40,7 +41,7 @@ def _callback() -> Callable[[], Any] | None:
     return getattr(getattr(dynamo, "eval_frame", None), "get_eval_frame_callback", None)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def skip_frames(*fns: Callable[..., Any]) -> None:
     """Mark each function's own frame for Dynamo to run as Python, never to compile as a frame of
     its own (its non-recursive skip: a trace that reaches it from a compiled caller, as
@@ -53,7 +54,7 @@ def skip_frames(*fns: Callable[..., Any]) -> None:
             skip(fn.__code__)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def outside_dynamo(fn: Callable[..., Any]) -> Callable[..., Any]:
     """fn, run with Dynamo off for its whole call (what a skipped frame calls would otherwise be
     compiled as frames of their own: serving._retire's lock fails fullgraph=True)."""
