@@ -94,6 +94,31 @@ class Model(nn.Module):
     def forward(self, x):
         return sum(m(x) for layer in self.layers for m in layer.children()) + self.layers[0](x)
 """,
+    # a Sequential subclass that iterates itself, keeping each child's output
+    "iterates": MLP + """
+
+class Taps(nn.Sequential):
+    def __init__(self, d=8):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        outs = []
+        for m in self:
+            x = m(x)
+            outs.append(x)
+        return outs[0] + self.act(self.fc(x))
+
+
+class Model(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.taps = Taps(d)
+
+    def forward(self, x):
+        return self.taps(x)
+""",
     # a look at the children (a count through a local name) runs none alone: the pair fuses
     "look": MLP + """
 
@@ -166,7 +191,7 @@ def _fused(model):
     return [name for name, m in model.named_modules() if isinstance(m, TunedLinear) and m.__dict__["act"] != "none"]
 
 
-@pytest.mark.parametrize("name", ["taps", "local", "path", "comprehension"])
+@pytest.mark.parametrize("name", ["taps", "local", "path", "comprehension", "iterates"])
 def test_children_run_one_by_one_are_not_fused(tmp_path, name):
     plain = _model(tmp_path, name)
     x = torch.randn(2, 8)

@@ -182,6 +182,14 @@ def _reach_receiver(node: ast.AST) -> ast.AST | None:
     return None
 
 
+def _loop_receiver(node: ast.AST) -> ast.AST | None:
+    """_reach_receiver of a loop's iterable, and `self` iterated itself (a Sequential or
+    ModuleList subclass's `for m in self: x = m(x)`)."""
+    if isinstance(node, ast.Name) and node.id == "self":
+        return node
+    return _reach_receiver(node)
+
+
 def _bound_names(target: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
@@ -203,13 +211,13 @@ def child_runs(tree: ast.AST) -> list[ast.AST]:
             if receiver is not None:
                 out.append(receiver)
         elif isinstance(node, (ast.For, ast.AsyncFor)):
-            receiver = _reach_receiver(node.iter)
+            receiver = _loop_receiver(node.iter)
             if receiver is not None and _calls_a_name(node.body, _bound_names(node.target)):
                 out.append(receiver)
         elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             elts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
             for gen in node.generators:
-                receiver = _reach_receiver(gen.iter)
+                receiver = _loop_receiver(gen.iter)
                 if receiver is not None and _calls_a_name(elts + gen.ifs, _bound_names(gen.target)):
                     out.append(receiver)
     return out
