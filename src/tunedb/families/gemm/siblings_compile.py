@@ -22,8 +22,9 @@ The pass touches no other node, so the compiles of other models in the process a
 (its uuid enters Inductor's cache key). TUNEDB_SIBLINGS=0 makes no groups at all.
 
 On by default since session 48 (TUNEDB_COMPILED_SIBLINGS; H100, bench/compile_nograph.py --mode
-reduce-overhead, Llama-3-8B layers: 1.070x / 1.014x of compile alone at b1 / b16, against 0.930x /
-0.994x with each member alone; its GPU tests, tests/gpu/test_siblings_compile_gpu.py, passed).
+reduce-overhead, Llama-3-8B layers: 10% / 6% less GPU time than compile alone at b1 / b16, the
+same Python calls per forward; the host-bound wall ratio spread 0.88-1.07 over five runs; its GPU
+tests, tests/gpu/test_siblings_compile_gpu.py, passed).
 With it off a member's trace reads no other member (a trace constant: member_call returns at
 once) and compiles to what it compiled to before session 47.
 """
