@@ -104,6 +104,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="llama-3-8b")
     ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--layers", type=int, help="the model's depth (default: the bench spec's, 2 for "
+                    "Llama-3-8B): more layers make the forward less host-bound")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--top", type=int, default=15)
@@ -126,9 +128,9 @@ def main(argv=None) -> int:
     cuda = a.device.startswith("cuda")
     torch._logging.set_logs(recompiles=True)  # why a frame compiles twice (the guard that failed), to stderr
     batches = tuple(int(b) for b in a.batches.split(","))
-    bm = build(a.model, a.device, batches=batches)
+    bm = build(a.model, a.device, batches=batches, layers=a.layers)
     tuned_module = tunedb.optimize(bm.module, inplace=False)
-    result = {"model": a.model, "device": a.device, "torch": torch.__version__, "tuned_first": a.tuned_first,
+    result = {"model": a.model, "device": a.device, "layers": bm.layers, "torch": torch.__version__, "tuned_first": a.tuned_first,
               "mode": a.mode,
               "batches": {}}
     if cuda:

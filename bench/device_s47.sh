@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Session 47's device stages. Usage: bash bench/device_s47.sh STAGE...
+#   (NG_LAYERS=8: a deeper, less host-bound model; NG_ORDER=--tuned-first: the other compile order)
 #   graphs    bench/compile_nograph.py with mode="reduce-overhead" (Inductor's CUDA graphs keep the tuned
 #             picks opaque), now with each model's GPU kernels and their device time
 #   forced    the same in default mode with TUNEDB_COMPILED_GRAPHS=1 (the picks kept, no graphs): the
@@ -15,7 +16,8 @@ for stage in "$@"; do
   case "$stage" in
     graphs) stamp "stage graphs"
             timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} --mode reduce-overhead \
-              --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphs.json" > "$OUT/compile_graphs.txt" 2>&1
+              --batches ${NG_BATCHES:-1,16} ${NG_LAYERS:+--layers $NG_LAYERS} ${NG_ORDER:-} \
+              --out "$OUT/compile_graphs.json" > "$OUT/compile_graphs.txt" 2>&1
             grep "== \|ms compile\|GPU:" "$OUT/compile_graphs.txt" | cut -c1-1500 ;;
     graphsib) stamp "stage graphsib"
             TUNEDB_COMPILED_SIBLINGS=1 timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \

@@ -94,9 +94,10 @@ class BenchModel:
 
 
 def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed: int = 0,
-          attn: str = "sdpa", batches: tuple[int, ...] | None = None) -> BenchModel:
+          attn: str = "sdpa", batches: tuple[int, ...] | None = None, layers: int | None = None) -> BenchModel:
     """The model `name` (a key of SPECS) at its benchmark depth on `device` (meta: no weights).
 
+    layers: its depth, when not the spec's (a deeper model is less host-bound).
     attn: the attention a transformers model runs. The census preset asks for "eager" (so a
     census sees attention's matmuls); a deployment runs transformers' default, "sdpa"."""
     import torch
@@ -105,7 +106,9 @@ def build(name: str, device: str, impl: str = "auto", quick: bool = False, seed:
     if name not in SPECS:
         raise ValueError(f"unknown model {name!r}; models are {', '.join(SPECS)}")
     spec = SPECS[name]
-    layers = spec.quick_layers if quick else spec.layers
+    if layers is not None and (type(layers) is not int or layers < 1):
+        raise ValueError(f"layers must be a positive int, got {layers!r}")
+    layers = layers or (spec.quick_layers if quick else spec.layers)
     if batches is None:
         batches = spec.quick_batches if quick else spec.batches
     elif not batches or any(type(b) is not int or b < 1 for b in batches):
