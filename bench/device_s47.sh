@@ -21,7 +21,7 @@ for stage in "$@"; do
             grep "== \|ms compile\|GPU:" "$OUT/compile_graphs.txt" | cut -c1-1500 ;;
     graphsib) stamp "stage graphsib"
             TUNEDB_COMPILED_SIBLINGS=1 timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
-              --mode reduce-overhead --batches ${NG_BATCHES:-1,16} --out "$OUT/compile_graphsib.json" > "$OUT/compile_graphsib.txt" 2>&1
+              --mode reduce-overhead --batches ${NG_BATCHES:-1,16} ${NG_LAYERS:+--layers $NG_LAYERS} ${NG_ORDER:-} --out "$OUT/compile_graphsib.json" > "$OUT/compile_graphsib.txt" 2>&1
             grep "== \|ms compile\|GPU:" "$OUT/compile_graphsib.txt" | cut -c1-1500 ;;
     tests47) stamp "stage tests47"
              timeout ${TESTS_S:-300} python -m pytest -m gpu -q -p no:cacheprovider \
@@ -29,7 +29,7 @@ for stage in "$@"; do
                > "$OUT/tests47.txt" 2>&1; tail -15 "$OUT/tests47.txt" ;;
     nograph) stamp "stage nograph"
             timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
-              --batches ${NG_BATCHES:-1,16} --out "$OUT/nograph.json" > "$OUT/nograph.txt" 2>&1
+              --batches ${NG_BATCHES:-1,16} ${NG_LAYERS:+--layers $NG_LAYERS} ${NG_ORDER:-} --out "$OUT/nograph.json" > "$OUT/nograph.txt" 2>&1
             grep "== \|ms compile\|GPU:" "$OUT/nograph.txt" | cut -c1-1500 ;;
     forced) stamp "stage forced"
             TUNEDB_COMPILED_GRAPHS=1 timeout ${NG_S:-180} python bench/compile_nograph.py --model ${NG_MODEL:-llama-3-8b} \
