@@ -326,6 +326,26 @@ def test_a_compiled_call_running_the_hooks_as_python_takes_them_off():
         torch._dynamo.reset()
 
 
+def test_another_threads_compiled_call_leaves_an_eager_models_hooks_on(monkeypatch):
+    """torch's "in an optimized module" flag is process-wide: set while another thread runs a
+    torch.compile'd module (and left set by two such calls overlapping). An eager call on this
+    thread must keep its model's hooks: only this thread's Dynamo frame callback counts."""
+    import torch._dynamo.eval_frame as frames
+
+    from tunedb.families.bmm import serving
+
+    class Attend(nn.Module):
+        def forward(self, q):
+            return torch.matmul(q, q.transpose(-1, -2))
+
+    model = serving.install(Attend())
+    monkeypatch.setattr(frames, "_in_optimized_module", True)
+    q = torch.randn(2, 3, 5, 4)
+    torch.testing.assert_close(model(q), Attend()(q))
+    assert len(model._forward_pre_hooks) == 1 and len(model._forward_hooks) == 1
+    assert not getattr(serving._state, "modes", [])
+
+
 def _counting_model(monkeypatch, body=lambda: None):
     """A model under the product mode's hooks that counts its forwards (calls) and the forward at
     which each entered the mode (entered); body() runs inside each forward."""

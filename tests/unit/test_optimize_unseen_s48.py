@@ -119,6 +119,37 @@ class Model(nn.Module):
     def forward(self, x):
         return self.taps(x)
 """,
+    # the class's own walk, wrapped in enumerate, calling forward
+    "enumerate": MLP + """
+
+    def first(self, x):
+        for i, m in enumerate(self.children()):
+            return m.forward(x)
+
+
+class Model(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.mlp = MLP(d)
+
+    def forward(self, x):
+        return self.mlp(x) + self.mlp.first(x)
+""",
+    # a block's children handed to a lambda that runs them, and indexed out of a list
+    "map": MLP + """
+
+def run_each(block, x):
+    return list(map(lambda m: m(x), block.children()))[0] + list(block.children())[0](x)
+
+
+class Model(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.blk = MLP(d)
+
+    def forward(self, x):
+        return self.blk(x) + run_each(self.blk, x)
+""",
     # a look at the children (a count through a local name) runs none alone: the pair fuses
     "look": MLP + """
 
@@ -191,7 +222,7 @@ def _fused(model):
     return [name for name, m in model.named_modules() if isinstance(m, TunedLinear) and m.__dict__["act"] != "none"]
 
 
-@pytest.mark.parametrize("name", ["taps", "local", "path", "comprehension", "iterates"])
+@pytest.mark.parametrize("name", ["taps", "local", "path", "comprehension", "iterates", "enumerate", "map"])
 def test_children_run_one_by_one_are_not_fused(tmp_path, name):
     plain = _model(tmp_path, name)
     x = torch.randn(2, 8)

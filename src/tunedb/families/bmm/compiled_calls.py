@@ -8,8 +8,7 @@ compiled forward host time (session 48: 23 us a call on this CPU; Llama-3-8B's c
 0.94x of compile alone on the H100). With the frames skipped, the pre-hook runs as Python, sees
 the compiled call and takes the hooks off.
 
-Reads torch's private Dynamo state (`_is_in_optimized_module`, `get_eval_frame_callback`,
-`skip_code`) through getattr: a torch without one of them answers "no compiled call" or leaves
+Reads torch's private Dynamo state (`get_eval_frame_callback`, `skip_code`) through getattr: a torch without one of them answers "no compiled call" or leaves
 the hooks traced, as before. Imports nothing until asked.
 """
 from __future__ import annotations
@@ -21,16 +20,14 @@ from typing import Any
 
 
 def compiled_call() -> bool:
-    """Whether a compiled call runs now: a torch.compile'd module's (its flag, which torch's own
-    module tracker reads), or any compiled function's that runs this code as Python after a graph
-    break (Dynamo's frame callback, set for the call's whole length; None outside one and under
-    torch.compiler.disable). Dynamo not loaded: no such call."""
-    frames = sys.modules.get("torch._dynamo.eval_frame")
-    if frames is None:
+    """Whether a compiled call runs now on this thread: a torch.compile'd module's (its hooks run
+    as Python inside the call) or any compiled function's that runs this code as Python after a
+    graph break. Dynamo's frame callback, per thread, is set for the call's whole length (None
+    outside one and under torch.compiler.disable); torch's process-wide `_is_in_optimized_module`
+    flag is not read: another thread's compiled call would take an eager model's hooks off.
+    Dynamo not loaded: no such call."""
+    if "torch._dynamo.eval_frame" not in sys.modules:
         return False
-    flag = getattr(frames, "_is_in_optimized_module", None)
-    if flag is not None and flag():
-        return True
     callback = _callback()
     return callback is not None and callback() is not None
 
@@ -60,4 +57,4 @@ def outside_dynamo(fn: Callable[..., Any]) -> Callable[..., Any]:
     compiled as frames of their own: serving._retire's lock fails fullgraph=True)."""
     dynamo = sys.modules.get("torch._dynamo")
     disable = getattr(dynamo, "disable", None)
-    return fn if disable is None else disable(fn, reason="tunedb's product mode leaving a compiled model")
+    return fn if disable is None else disable(fn)  # (no reason=: torch before 2.8 takes none)

@@ -12,7 +12,7 @@ What it cannot swap: SDPA (transformers' default attention, torch's nn.Multihead
 fast path) never reaches a matmul; flash / SDPA kernels are not this family's. Products under
 torch.compile are left to inductor: torch.compile(model) runs a module's hooks as Python around its
 compiled forward, so the first compiled call takes them off (session 48: they cost each compiled
-forward host time, Llama-3-8B 0.94x of compile alone), and model.compile() traces them away. The mode costs a Python hop per torch call inside the
+forward host time, Llama-3-8B 0.94x of compile alone), and model.compile() sheds or traces them alike. The mode costs a Python hop per torch call inside the
 forward in eager mode, so optimize() installs it only when this arch has a bmm table with
 entries and CUDA runs (without it no product is the mode's); under CUDA graphs the hop is paid
 at capture only. Its hooks make a model fail torch.jit.script (TorchScript compiles a module's

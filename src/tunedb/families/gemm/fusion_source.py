@@ -182,12 +182,14 @@ def _reach_receiver(node: ast.AST) -> ast.AST | None:
     return None
 
 
-def _loop_receiver(node: ast.AST) -> ast.AST | None:
-    """_reach_receiver of a loop's iterable, and `self` iterated itself (a Sequential or
-    ModuleList subclass's `for m in self: x = m(x)`)."""
-    if isinstance(node, ast.Name) and node.id == "self":
-        return node
-    return _reach_receiver(node)
+def _reaches_in(node: ast.AST, loop: bool = False) -> list[ast.AST]:
+    """The receivers of every reach anywhere inside the expression `node`
+    (`enumerate(R.children())`, `list(R.children())[0]`, `next(iter(R.children()))`); with `loop`,
+    also `self` iterated itself (a Sequential or ModuleList subclass's `for m in self: x = m(x)`)."""
+    if loop and isinstance(node, ast.Name) and node.id == "self":
+        return [node]
+    found = [_reach_receiver(n) for n in ast.walk(node)]
+    return [r for r in found if r is not None]
 
 
 def _bound_names(target: ast.AST) -> set[str]:
@@ -195,31 +197,51 @@ def _bound_names(target: ast.AST) -> set[str]:
 
 
 def _calls_a_name(nodes: list[ast.AST], names: set[str]) -> bool:
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names
-               for node in nodes for n in ast.walk(node))
+    """Whether `nodes` call a module bound to one of `names`: `m(x)`, `m.forward(x)`,
+    `m.__call__(x)`, `getattr(R, name)(x)` (a named_children loop's name)."""
+    for node in nodes:
+        for n in ast.walk(node):
+            if not isinstance(n, ast.Call):
+                continue
+            f = n.func
+            if isinstance(f, ast.Name) and f.id in names:
+                return True
+            if (isinstance(f, ast.Attribute) and f.attr in ("forward", "__call__")
+                    and isinstance(f.value, ast.Name) and f.value.id in names):
+                return True
+            if (isinstance(f, ast.Call) and isinstance(f.func, ast.Name) and f.func.id == "getattr"
+                    and len(f.args) >= 2 and isinstance(f.args[1], ast.Name) and f.args[1].id in names):
+                return True
+    return False
+
+
+def _lambda_runs(node: ast.AST) -> bool:
+    """A lambda that calls its own parameter (`map(lambda m: m(x), R.children())`)."""
+    return isinstance(node, ast.Lambda) and _calls_a_name([node.body], {a.arg for a in node.args.args})
 
 
 def child_runs(tree: ast.AST) -> list[ast.AST]:
     """The receivers R whose children `tree` runs one by one: a reached child called
-    (`blk.get_submodule("fc")(x)`, `self._modules["fc"](x)`), or a loop or comprehension over
-    R's children that calls what it binds (`for m in self.children(): x = m(x)`). A reach that
-    only looks (`len(list(m.children()))`, `m._modules[name] = new`) is not a run."""
-    out = []
+    (`blk.get_submodule("fc")(x)`, `self._modules["fc"](x)`, `list(R.children())[0](x)`), a loop
+    or comprehension over R's children (however wrapped: `enumerate`, `zip`, `list`) that calls
+    what it binds (`for i, m in enumerate(self.children()): x = m(x)`, `m.forward(x)`), or a call
+    handing R's children to a lambda that calls its parameter (`map(lambda m: m(x), ...)`). A
+    reach that only looks (`len(list(m.children()))`, `m._modules[name] = new`) is not a run."""
+    out: list[ast.AST] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            receiver = _reach_receiver(node.func)
-            if receiver is not None:
-                out.append(receiver)
+            if not isinstance(node.func, ast.Name):  # a called reach (a plain name is no reach)
+                out.extend(_reaches_in(node.func))
+            if any(_lambda_runs(a) for a in node.args):
+                out.extend(r for a in node.args for r in _reaches_in(a))
         elif isinstance(node, (ast.For, ast.AsyncFor)):
-            receiver = _loop_receiver(node.iter)
-            if receiver is not None and _calls_a_name(node.body, _bound_names(node.target)):
-                out.append(receiver)
+            if _calls_a_name(node.body, _bound_names(node.target)):
+                out.extend(_reaches_in(node.iter, loop=True))
         elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             elts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
             for gen in node.generators:
-                receiver = _loop_receiver(gen.iter)
-                if receiver is not None and _calls_a_name(elts + gen.ifs, _bound_names(gen.target)):
-                    out.append(receiver)
+                if _calls_a_name(elts + gen.ifs, _bound_names(gen.target)):
+                    out.extend(_reaches_in(gen.iter, loop=True))
     return out
 
 
