@@ -16,6 +16,13 @@ import textwrap
 
 from torch import nn
 
+from tunedb.families.gemm.child_runs import (
+    REACH,
+    WALKED_ANY,
+    child_runs,
+    runs_own_children,
+)
+
 
 def _self_attr(node: ast.AST) -> str | None:
     """'x' for the expression `self.x`, else None."""
@@ -143,7 +150,7 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
     if code is None:
         return ()  # source unavailable: we cannot prove safety
     trees, uses = code
-    if any(_runs_own_children(tree) for tree in trees):  # `for m in self.children(): x = m(x)`
+    if any(runs_own_children(tree) for tree in trees):  # `for m in self.children(): x = m(x)`
         return ()
     pairs = dict.fromkeys(p for tree in trees for p in _pairs(tree))
     return tuple((act, lin) for act, lin in pairs
@@ -154,106 +161,11 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
 _INSPECT = frozenset({"type", "isinstance", "id", "print", "repr", "str", "vars", "dir", "hasattr", "callable"})
 
 
-# Reads off a module that reach its children, to run them one by one (`self.head.children()`,
-# `m.body.get_submodule("0")`, `seq._modules["0"]`): a use of the module, not a look at it. Not the
-# recursive walks (modules(), named_modules(), apply()): models use them to initialise weights
-# (`for m in self.mlp.modules(): nn.init...`), and a forward that runs every module of a tree
-# would run the tree twice
-_REACH = frozenset({"children", "named_children", "_modules", "get_submodule", "__getitem__", "__iter__"})
-
-
-WALKED_ANY = "*"  # _reached's mark: code runs the children of a module it holds by a plain name
-
-
-def _reach_receiver(node: ast.AST) -> ast.AST | None:
-    """R for an expression that reaches R's children: `R.children()`, `R.named_children()`,
-    `R.get_submodule(...)`, `R.__getitem__(...)`, `R.__iter__()`, `R._modules` (and an index,
-    `.values()` or `.items()` of it); else None."""
-    if isinstance(node, ast.Subscript):
-        node = node.value
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        if node.func.attr in ("values", "items") and isinstance(node.func.value, ast.Attribute) \
-                and node.func.value.attr == "_modules":
-            return node.func.value.value
-        if node.func.attr in _REACH and node.func.attr != "_modules":
-            return node.func.value
-    if isinstance(node, ast.Attribute) and node.attr == "_modules":
-        return node.value
-    return None
-
-
-def _reaches_in(node: ast.AST, loop: bool = False) -> list[ast.AST]:
-    """The receivers of every reach anywhere inside the expression `node`
-    (`enumerate(R.children())`, `list(R.children())[0]`, `next(iter(R.children()))`); with `loop`,
-    also `self` iterated itself (a Sequential or ModuleList subclass's `for m in self: x = m(x)`)."""
-    if loop and isinstance(node, ast.Name) and node.id == "self":
-        return [node]
-    found = [_reach_receiver(n) for n in ast.walk(node)]
-    return [r for r in found if r is not None]
-
-
-def _bound_names(target: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-
-
-def _calls_a_name(nodes: list[ast.AST], names: set[str]) -> bool:
-    """Whether `nodes` call a module bound to one of `names`: `m(x)`, `m.forward(x)`,
-    `m.__call__(x)`, `getattr(R, name)(x)` (a named_children loop's name)."""
-    for node in nodes:
-        for n in ast.walk(node):
-            if not isinstance(n, ast.Call):
-                continue
-            f = n.func
-            if isinstance(f, ast.Name) and f.id in names:
-                return True
-            if (isinstance(f, ast.Attribute) and f.attr in ("forward", "__call__")
-                    and isinstance(f.value, ast.Name) and f.value.id in names):
-                return True
-            if (isinstance(f, ast.Call) and isinstance(f.func, ast.Name) and f.func.id == "getattr"
-                    and len(f.args) >= 2 and isinstance(f.args[1], ast.Name) and f.args[1].id in names):
-                return True
-    return False
-
-
-def _lambda_runs(node: ast.AST) -> bool:
-    """A lambda that calls its own parameter (`map(lambda m: m(x), R.children())`)."""
-    return isinstance(node, ast.Lambda) and _calls_a_name([node.body], {a.arg for a in node.args.args})
-
-
-def child_runs(tree: ast.AST) -> list[ast.AST]:
-    """The receivers R whose children `tree` runs one by one: a reached child called
-    (`blk.get_submodule("fc")(x)`, `self._modules["fc"](x)`, `list(R.children())[0](x)`), a loop
-    or comprehension over R's children (however wrapped: `enumerate`, `zip`, `list`) that calls
-    what it binds (`for i, m in enumerate(self.children()): x = m(x)`, `m.forward(x)`), or a call
-    handing R's children to a lambda that calls its parameter (`map(lambda m: m(x), ...)`). A
-    reach that only looks (`len(list(m.children()))`, `m._modules[name] = new`) is not a run."""
-    out: list[ast.AST] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name):  # a called reach (a plain name is no reach)
-                out.extend(_reaches_in(node.func))
-            if any(_lambda_runs(a) for a in node.args):
-                out.extend(r for a in node.args for r in _reaches_in(a))
-        elif isinstance(node, (ast.For, ast.AsyncFor)):
-            if _calls_a_name(node.body, _bound_names(node.target)):
-                out.extend(_reaches_in(node.iter, loop=True))
-        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            elts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
-            for gen in node.generators:
-                if _calls_a_name(elts + gen.ifs, _bound_names(gen.target)):
-                    out.extend(_reaches_in(gen.iter, loop=True))
-    return out
-
-
-def _runs_own_children(tree: ast.AST) -> bool:
-    return any(isinstance(r, ast.Name) and r.id == "self" for r in child_runs(tree))
-
-
 def _looks(tree: ast.AST) -> set[int]:
     """ids of the expressions in `tree` that only look at a module, never run it: one read further
-    (`x.fc.weight`, but not a read that reaches its children: _REACH), handed to an inspecting
+    (`x.fc.weight`, but not a read that reaches its children: REACH), handed to an inspecting
     builtin (`type(x.fc)`), or compared (`m.fc is lin`)."""
-    looked = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr not in _REACH}
+    looked = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr not in REACH}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _INSPECT:
             looked.update(id(a) for a in node.args)
@@ -315,7 +227,7 @@ def _reached(tree: ast.AST) -> set[str]:
     runs the children of a module held by a plain name (`for m in layer.children(): x = m(x)`,
     `blk.get_submodule("fc")(x)`), which may be any module."""
     names = {node.value.attr for node in ast.walk(tree)
-             if isinstance(node, ast.Attribute) and node.attr in _REACH and isinstance(node.value, ast.Attribute)}
+             if isinstance(node, ast.Attribute) and node.attr in REACH and isinstance(node.value, ast.Attribute)}
     for receiver in child_runs(tree):
         if isinstance(receiver, ast.Attribute):
             names.add(receiver.attr)
