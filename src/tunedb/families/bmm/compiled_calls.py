@@ -19,23 +19,16 @@ from collections.abc import Callable
 from typing import Any
 
 
-def compiled_call() -> bool:
-    """Whether a compiled call runs now on this thread: a torch.compile'd module's (its hooks run
-    as Python inside the call) or any compiled function's that runs this code as Python after a
-    graph break. Dynamo's frame callback, per thread, is set for the call's whole length (None
-    outside one and under torch.compiler.disable); torch's process-wide `_is_in_optimized_module`
-    flag is not read: another thread's compiled call would take an eager model's hooks off.
-    Dynamo not loaded: no such call."""
-    if "torch._dynamo.eval_frame" not in sys.modules:
-        return False
-    callback = _callback()
-    return callback is not None and callback() is not None
-
-
-@functools.lru_cache(maxsize=1)
-def _callback() -> Callable[[], Any] | None:
+def frame_callback() -> Callable[[], Any]:
+    """The getter of Dynamo's frame callback (torch's C function: no Python frame per call). Its
+    answer is not None while a compiled call runs on this thread: a torch.compile'd module's, whose
+    hooks run as Python inside it, or any compiled function's that runs the caller as Python after
+    a graph break (None outside one, under torch.compiler.disable, and before Dynamo is first
+    used). It is per thread, unlike torch's process-wide `_is_in_optimized_module` flag, which
+    another thread's compiled call sets. A torch without it: never a compiled call."""
     dynamo = getattr(sys.modules.get("torch._C"), "_dynamo", None)
-    return getattr(getattr(dynamo, "eval_frame", None), "get_eval_frame_callback", None)
+    getter = getattr(getattr(dynamo, "eval_frame", None), "get_eval_frame_callback", None)
+    return getter if getter is not None else (lambda: None)
 
 
 @functools.cache

@@ -223,11 +223,11 @@ def _enter(module: Any, args: Any) -> None:
     # above): the skip path reads the module's __dict__ and the bound checks only, and writes the
     # counter into __dict__ (Module.__setattr__ walks the parameter, buffer and module dicts
     # first). It cost an unseen decoder's forward 32 us on the H200's host (session 30).
-    compiling, capturing, epoch, tracing, compiled_call = _checks or _bind_checks()
+    compiling, capturing, epoch, tracing, frame_callback = _checks or _bind_checks()
     if tracing():  # Dynamo traces the hook (module.compile()): the compiler keeps the products
         return
     state = module.__dict__
-    if compiled_call():
+    if frame_callback() is not None:
         # a torch.compile'd module's call, whose hooks run as Python outside the compiled graphs
         # while the compiler takes every product: the hooks serve nothing there, yet made each
         # compiled forward's host path longer (Module's hooked call path, the hooks' guards,
@@ -341,7 +341,8 @@ _checks: list[Any] = []
 
 def _bind_checks() -> list[Any]:
     """(is_compiling, is the current stream capturing, the database epoch: the selector's, which
-    is the tiers', whether Dynamo traces, whether a compiled module's call runs), bound once: the hook is installed only where CUDA runs (optimize), so torch's
+    is the tiers', whether Dynamo traces, Dynamo's frame callback: compiled_calls), bound once:
+    the hook is installed only where CUDA runs (optimize), so torch's
     C getter of the capture state is safe to call, without torch.cuda's availability check in
     Python each forward."""
     import torch
@@ -355,10 +356,8 @@ def _bind_checks() -> list[Any]:
     compiling = torch.compiler.is_compiling
     # Dynamo's trace alone (is_compiling is also true for a whole torch.compile'd call on newer torch)
     tracing = getattr(torch.compiler, "is_dynamo_compiling", compiling)
-    _checks[:] = [compiling, capturing, tiers.epoch, tracing, compiled_calls.compiled_call]
+    _checks[:] = [compiling, capturing, tiers.epoch, tracing, compiled_calls.frame_callback()]
     return _checks
-
-
 
 
 # optimize()'s other families read a module's hooks as a user's (GEMM fuses nothing in a hooked
@@ -386,8 +385,6 @@ def install(model: Any) -> Any:
     model.register_forward_hook(_exit, always_call=True)
     model._tunedb_bmm_serving = True
     return model
-
-
 
 
 def can_serve() -> bool:

@@ -228,11 +228,10 @@ def _reached(tree: ast.AST) -> set[str]:
     `blk.get_submodule("fc")(x)`), which may be any module."""
     names = {node.value.attr for node in ast.walk(tree)
              if isinstance(node, ast.Attribute) and node.attr in REACH and isinstance(node.value, ast.Attribute)}
-    for receiver in child_runs(tree):
-        if isinstance(receiver, ast.Attribute):
-            names.add(receiver.attr)
-        elif not (isinstance(receiver, ast.Name) and receiver.id == "self"):  # self's own: class_calls
-            names.add(WALKED_ANY)
+    # a run through `self.X` is in names already (its reach is); `self`'s own is class_calls'
+    if any(not isinstance(r, ast.Attribute) and not (isinstance(r, ast.Name) and r.id == "self")
+           for r in child_runs(tree)):
+        names.add(WALKED_ANY)
     return names
 
 

@@ -325,7 +325,7 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
 
     held_as: dict[int, set[str]] = {}
     for parent in model.modules():
-        if _hooked(parent) or "forward" in vars(parent):  # a forward set on the instance: its source is not the class's
+        if _hooked(parent):  # (a forward set on the instance counts: its source is not the class's)
             continue
         children = parent._modules
         if type(parent) is nn.Sequential:
