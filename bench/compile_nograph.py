@@ -2,7 +2,7 @@
 (default mode, dynamic=False, no CUDA graphs), taken apart in one process.
 
     PYTHONPATH=src:bench python bench/compile_nograph.py [--model llama-3-8b] [--batches 1,16] [--out JSON]
-        [--tuned-first] [--mode reduce-overhead]
+        [--tuned-first] [--mode reduce-overhead] [--layers N] [--private-code]
 
 --mode reduce-overhead compiles both with Inductor's CUDA graphs instead: the same comparison where
 the tuned picks stay in the compiled code (ops_compile.py), the mode a user who wants graphs picks.
@@ -117,6 +117,9 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", default="default", choices=("default", "reduce-overhead"),
                     help="torch.compile's mode for both models: reduce-overhead records CUDA graphs "
                          "(Inductor's cudagraph trees), where the tuned picks stay in the compiled code")
+    ap.add_argument("--private-code", action="store_true",
+                    help="give the tuned model code objects of its own (bench/private_code.py), so the two "
+                    "compiled models share no Dynamo cache entries (a cost a user with one model never pays)")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     import torch
@@ -130,8 +133,12 @@ def main(argv=None) -> int:
     batches = tuple(int(b) for b in a.batches.split(","))
     bm = build(a.model, a.device, batches=batches, layers=a.layers)
     tuned_module = tunedb.optimize(bm.module, inplace=False)
+    if a.private_code:
+        from private_code import private_code
+
+        private_code(tuned_module)
     result = {"model": a.model, "device": a.device, "layers": bm.layers, "torch": torch.__version__, "tuned_first": a.tuned_first,
-              "mode": a.mode,
+              "mode": a.mode, "private_code": a.private_code,
               "batches": {}}
     if cuda:
         result["gpu"] = torch.cuda.get_device_name()
