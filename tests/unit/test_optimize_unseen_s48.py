@@ -94,6 +94,16 @@ class Model(nn.Module):
     def forward(self, x):
         return sum(m(x) for layer in self.layers for m in layer.children()) + self.layers[0](x)
 """,
+    # a layer fetched by name from named_modules() and run alone (a feature-probing API)
+    "by_name": MLP + """
+
+class Model(MLP):
+    def feature(self, name, x):
+        return dict(self.named_modules())[name](x)
+
+    def forward(self, x):
+        return super().forward(x) + self.feature("fc", x)
+""",
     # a Sequential subclass that iterates itself, keeping each child's output
     "iterates": MLP + """
 
@@ -159,6 +169,10 @@ class Model(nn.Module):
         self.mlp = MLP(d)
         m = self.mlp
         self.depth = len(list(m.children()))
+        for sub in self.modules():  # an initialisation walk: a look, no module run
+            if isinstance(sub, nn.Linear):
+                nn.init.zeros_(sub.bias)
+        self.names = [name for name, _ in self.named_modules()]
 
     def forward(self, x):
         return self.mlp(x)
@@ -222,7 +236,7 @@ def _fused(model):
     return [name for name, m in model.named_modules() if isinstance(m, TunedLinear) and m.__dict__["act"] != "none"]
 
 
-@pytest.mark.parametrize("name", ["taps", "local", "path", "comprehension", "iterates", "enumerate", "map"])
+@pytest.mark.parametrize("name", ["taps", "local", "path", "comprehension", "iterates", "enumerate", "map", "by_name"])
 def test_children_run_one_by_one_are_not_fused(tmp_path, name):
     plain = _model(tmp_path, name)
     x = torch.randn(2, 8)

@@ -42,6 +42,7 @@ def register(lib: Any, name: str, torch_form: Callable[..., Any]) -> None:
     torch_form(*args) where a gradient is wanted, else the op below autograd."""
     import torch
 
+    bind()
     op = getattr(torch.ops.tunedb, name).default
 
     def autograd_kernel(*args: Any, **kwargs: Any) -> Any:
@@ -92,6 +93,14 @@ def transformed() -> bool:
     ~50 ns with torch's checks bound once (the GEMM entry points ask it on every call)."""
     names = _names or _bind()
     return names[6]._current_level >= 0 or names[5]()
+
+
+def bind() -> list[Any]:
+    """Bind the checks' names now (the op modules call it at import). Bound lazily on a first call
+    inside a torch.compile'd frame instead, the binding's import and list write ran between
+    Dynamo's two passes over that frame, and the second took the other branch: the compile failed
+    with SpeculationLogDivergence where the frame graph-broke later."""
+    return _names or _bind()
 
 
 def _bind() -> list[Any]:

@@ -85,6 +85,11 @@ def check_call(op: str, a: Any, b: Any) -> tuple[int, int, int, int, str]:
         check_tensors("bmm", a=a, b=b)
         raise
     check_one_device("bmm", a=a, b=b)
+    for name, t in (("a", a), ("b", b)):
+        layout = getattr(t, "layout", None)
+        if layout is not None and str(layout) != "torch.strided":  # torch.bmm computes a sparse product; no arm here reads one
+            raise SignatureError(f"bmm's {name} must be a dense (strided) tensor, got layout {t.layout}: "
+                                 f"pass {name}.to_dense(), or call torch.bmm for a sparse product")
     # operands that do not fit together: OperandMismatchError, also the RuntimeError torch.bmm
     # raises for the same call (a ValueError before, s42 audit)
     if len(sa) != len(sb) or len(sa) not in (2, 3):

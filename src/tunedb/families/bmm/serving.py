@@ -95,12 +95,14 @@ def _table_tiles(signature: Any) -> bool:
 
 def eligible(a: Any, b: Any) -> bool:
     """Whether the op may serve torch.matmul(a, b): two CUDA activations of one served dtype, 3-D
-    or more with equal batch dims, no gradient wanted, no autocast cast, not empty."""
+    or more with equal batch dims, dense, no gradient wanted, no autocast cast, not empty."""
     import torch
 
     from tunedb.runtime import autocast_rule
 
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    if a.layout != torch.strided or b.layout != torch.strided:  # a sparse product is torch's
         return False
     if a.device.type != "cuda" or b.device != a.device or a.dtype != b.dtype or str(a.dtype) not in _SERVED_DTYPES:
         return False
@@ -381,6 +383,7 @@ def install(model: Any) -> Any:
         return model
     model.__dict__.pop("_tunedb_bmm_retired", None)
     compiled_calls.skip_frames(_enter, _exit)
+    _checks or _bind_checks()  # now: bound on a first call that model.compile() traces, it diverged (grad_form.bind)
     model.register_forward_pre_hook(_enter)
     model.register_forward_hook(_exit, always_call=True)
     model._tunedb_bmm_serving = True

@@ -163,10 +163,18 @@ def _far_pad(x: Any, extra: list[int]) -> Any:
     return torch.nn.functional.pad(x, pads)
 
 
+def _check_weight_rank(op: str, weight: Any, rank: int, shape: str) -> None:
+    """Named before the padding rules read the kernel size off weight.shape[2:] (a weight of the
+    wrong rank was blamed on a 'kernel' argument the op does not have)."""
+    if weight.dim() != rank:
+        raise SignatureError(f"{op}'s weight must be {rank}-D {shape}, got shape {list(weight.shape)}")
+
+
 def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
     """F.conv1d(x, weight, bias, ...) then the activation, through the tuned selection."""
     check_tensors("conv1d", ("bias",), x=x, weight=weight, bias=bias)
+    _check_weight_rank("conv1d", weight, 3, "[C_out, C_in / groups, kW]")
     p = lambda name, v: list(keys._pair(name, v, 1))  # noqa: E731
     extra = keys.same_extra("conv1d", padding, weight.shape[2:], dilation)
     padding = keys.padding_ints("conv1d", padding, weight.shape[2:], stride, dilation)
@@ -183,6 +191,7 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
     check_tensors("conv2d", ("bias",), x=x, weight=weight, bias=bias)
+    _check_weight_rank("conv2d", weight, 4, "[C_out, C_in / groups, kH, kW]")
     p = lambda name, v: list(keys._pair(name, v, 2))  # noqa: E731
     extra = keys.same_extra("conv2d", padding, weight.shape[2:], dilation)
     padding = keys.padding_ints("conv2d", padding, weight.shape[2:], stride, dilation)

@@ -12,6 +12,9 @@ import ast
 # (`for m in self.mlp.modules(): nn.init...`), and a forward that runs every module of a tree
 # would run the tree twice
 REACH = frozenset({"children", "named_children", "_modules", "get_submodule", "__getitem__", "__iter__"})
+# ... and what child_runs follows, where only a call of what they yield counts: a layer fetched by
+# name from a recursive walk and run (`dict(self.named_modules())[name](x)`) is a run
+_RUN_REACH = REACH | {"modules", "named_modules"}
 
 
 WALKED_ANY = "*"  # _reached's mark: code runs the children of a module it holds by a plain name
@@ -27,7 +30,7 @@ def _reach_receiver(node: ast.AST) -> ast.AST | None:
         if node.func.attr in ("values", "items") and isinstance(node.func.value, ast.Attribute) \
                 and node.func.value.attr == "_modules":
             return node.func.value.value
-        if node.func.attr in REACH and node.func.attr != "_modules":
+        if node.func.attr in _RUN_REACH and node.func.attr != "_modules":
             return node.func.value
     if isinstance(node, ast.Attribute) and node.attr == "_modules":
         return node.value

@@ -228,10 +228,13 @@ def _reached(tree: ast.AST) -> set[str]:
     `blk.get_submodule("fc")(x)`), which may be any module."""
     names = {node.value.attr for node in ast.walk(tree)
              if isinstance(node, ast.Attribute) and node.attr in REACH and isinstance(node.value, ast.Attribute)}
-    # a run through `self.X` is in names already (its reach is); `self`'s own is class_calls'
-    if any(not isinstance(r, ast.Attribute) and not (isinstance(r, ast.Name) and r.id == "self")
-           for r in child_runs(tree)):
-        names.add(WALKED_ANY)
+    # a run through `self.X` (a recursive walk's too: `dict(self.X.named_modules())[k](x)`) names
+    # X; `self`'s own is class_calls'
+    for r in child_runs(tree):
+        if isinstance(r, ast.Attribute):
+            names.add(r.attr)
+        elif not (isinstance(r, ast.Name) and r.id == "self"):
+            names.add(WALKED_ANY)
     return names
 
 

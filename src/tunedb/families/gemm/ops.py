@@ -81,11 +81,11 @@ def _unserved(x: torch.Tensor) -> bool:
 
 def _execute(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
              act: str, key: tuple[Any, ...] | None) -> torch.Tensor:
+    n, k = weight.shape
+    if _unserved(x) or k == 0:  # the bias as given: torch's CPU linear rounds a strided one apart
+        return ACTS[act](F.linear(x, weight, bias))
     if bias is not None and not bias.is_contiguous():  # the Triton epilogue reads it at stride 1
         bias, key = bias.contiguous(), None  # and such calls never take the call memo
-    n, k = weight.shape
-    if _unserved(x) or k == 0:
-        return ACTS[act](F.linear(x, weight, bias))
     m = x.numel() // k
     if m == 0 or n == 0:
         return x.new_empty((*x.shape[:-1], n))
@@ -267,6 +267,7 @@ _autocast = torch._C._is_any_autocast_enabled
 # A functorch or forward-AD transform: the call runs the torch form (ops_autograd.torch_form); the
 # tuned kernels and _TunedGemm (no jvp, no functorch rule) would drop a tangent or fail
 _transformed = grad_form.transformed
+grad_form.bind()  # now, not on a first call inside a compiled frame (grad_form.bind)
 
 
 def _token() -> str:

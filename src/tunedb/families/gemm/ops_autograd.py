@@ -68,7 +68,12 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     # mm, not @, as torch's addmm / mm backward call it: under vmap (a vectorized jacobian's
     # batched backward) matmul's batching rule sums in another order
     grad_x = g2.mm(weight).view(x.shape) if ctx.needs_input_grad[0] else None
-    grad_w = g2.t().mm(x.reshape(rows, k)) if ctx.needs_input_grad[1] else None
+    grad_w = None
+    if ctx.needs_input_grad[1]:
+        # torch's mm backward takes mat2 = W^T's layout: a row-major W (W^T column-major) as
+        # (g^T x), any other as (x^T g)^T, which a BLAS sums in another order
+        x2 = x.reshape(rows, k)
+        grad_w = g2.t().mm(x2) if weight.stride(1) == 1 and weight.stride(0) == k else x2.t().mm(g2).t()
     grad_b = None
     if ctx.has_bias and ctx.needs_input_grad[2]:
         grad_b = g2.sum(0) if flat else grad.sum(tuple(range(grad.dim() - 1)))

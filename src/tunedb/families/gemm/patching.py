@@ -124,6 +124,11 @@ class TunedLinear(nn.Module):
                     and carried(value)):
                 self.__dict__[name] = value
 
+    def reset_parameters(self) -> None:
+        """nn.Linear's initialisation on the same Parameters, in place: a re-init loop asking
+        hasattr(m, "reset_parameters") skipped the swapped layers and kept their old weights."""
+        nn.Linear.reset_parameters(self)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         # the Parameters straight from _parameters, which is what self.weight finds there through

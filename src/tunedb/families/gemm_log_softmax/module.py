@@ -21,6 +21,11 @@ class TunedLinearLogSoftmax(torch.nn.Module):
         self.out_features = linear.out_features
         self.train(linear.training)
 
+    def reset_parameters(self) -> None:
+        """nn.Linear's initialisation, in place on the same Parameters (a re-init loop asks
+        hasattr(m, "reset_parameters"))."""
+        torch.nn.Linear.reset_parameters(self)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         pair = self.__dict__.get("_tunedb_fused")  # census.optimize: the LogSoftmax's slot

@@ -64,6 +64,9 @@ def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any 
     if topk_weights is not None and tuple(topk_weights.shape) != (m, top_k):
         raise SignatureError(f"group_gemm topk_weights must be [M, top_k] = {[m, top_k]}, "
                              f"got {list(topk_weights.shape)}")
+    if topk_weights is not None and (not topk_weights.is_floating_point() or topk_weights.is_complex()):
+        raise SignatureError(f"group_gemm topk_weights must be a real floating dtype (float32, bfloat16, "
+                             f"float16 or float64), got {topk_weights.dtype}")
     dt = dt_name(x.dtype)
     if dt_name(weight.dtype) != dt:
         raise SignatureError(f"group_gemm x is {x.dtype} but weight is {weight.dtype}; they must match")

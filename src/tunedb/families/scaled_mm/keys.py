@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from tunedb.errors import SignatureError
-from tunedb.families.key_rules import check_one_device
+from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.scaled_mm.configs import (FP8_FAMILY, INT8_FAMILY, OPS, OUTS, SCALE_BLOCK, SCALES,
                                                sig_reason)
 from tunedb.records import Signature
@@ -93,6 +93,10 @@ def infer_scale(w_scale: Any, n: int, k: int, x_scale: Any = None) -> str:
         if shape == block and xs is not None and len(xs) == 2 and xs[1] == block[1] and math.prod(xs) != 1:
             return "block"
         return "tensor"
+    if shape == block == (1, n) and xs is not None and len(xs) == 2 and xs[1] == block[1] > 1:
+        # [1, N] is a row-wise weight scale and, at N <= 128 with N = ceil(K/128), a block one:
+        # the activation's [M, ceil(K/128)] (a row-wise call's is [M] or [M, 1]) says block
+        return "block"
     if shape in ((n,), (n, 1), (1, n)):
         return "row"
     if shape == (-(-n // SCALE_BLOCK), -(-k // SCALE_BLOCK)):
@@ -120,6 +124,7 @@ def signature_of(op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, out_d
     """(Signature, M) of y = (x @ weight.T) scaled; x [..., K], weight [N, K] (int8 or fp8)."""
     if op not in OPS:
         raise SignatureError(f"unknown quantized GEMM op {op!r}; ops are {', '.join(OPS)}")
+    check_tensors("scaled_mm", x=x, weight=weight, x_scale=x_scale, w_scale=w_scale)
     check_one_device("scaled_mm", x=x, weight=weight, x_scale=x_scale, w_scale=w_scale)
     xs, wsh = tuple(x.shape), tuple(weight.shape)
     if len(xs) < 1 or len(wsh) != 2:

@@ -73,7 +73,8 @@ def rows_scale(x: Any, x_scale: Any) -> Any:
     """x_scale over x's leading dims ([..., 1], what the `_quant` ops return for an x of more
     than two dims; [...]; or [..., ceil(K/128)] for block scales) as the [M, ...] the keys take;
     any other shape unchanged (the keys name it)."""
-    if x.dim() > 2 and x_scale is not None and x_scale.dim() >= x.dim() - 1:
+    if (isinstance(x, torch.Tensor) and isinstance(x_scale, torch.Tensor) and x.dim() > 2
+            and x_scale.dim() >= x.dim() - 1):
         lead = tuple(x.shape[:-1])
         if tuple(x_scale.shape) == lead:
             return x_scale.reshape(-1)
