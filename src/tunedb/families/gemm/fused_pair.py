@@ -166,6 +166,20 @@ class FusedPair:
             self._act = _UNREAD
 
 
+def intact_now(pair: FusedPair) -> bool:
+    """pair.intact(), which a compiler's trace runs once and keeps as a constant of the graph:
+    traced, its reads (weakrefs, the parent's slots, every hook dict) were 15-20 guards a pair on
+    each side of it, checked at every compiled call (Llama-3-8B, 8 layers, no CUDA graphs: 4-5% of
+    the forward, session 49). What it reads is guarded where it can change: the parent's forward
+    reads both slots (a module swapped in retraces) and Dynamo guards the hooks of the modules it
+    calls. Eagerly one frame more than pair.intact()."""
+    return pair.intact()
+
+
+# torch.compiler.assume_constant_result's mark, set directly (that function imports Dynamo: ops._token)
+intact_now._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 class FusedActivation(nn.Identity):
     """The activation's slot after optimize() fused it into the Linear before it: passes its input
     through while the pair is intact, and runs the activation the model wrote (its child
@@ -173,7 +187,7 @@ class FusedActivation(nn.Identity):
 
     def forward(self, input: Any) -> Any:
         pair = self.__dict__.get("_tunedb_fused")
-        if pair is None or pair.intact():
+        if pair is None or intact_now(pair):
             return input
         # the child's forward, not its __call__: a hook on every module (or a process-wide one)
         # fires once, on this slot, as on the activation module the plain model holds here; but

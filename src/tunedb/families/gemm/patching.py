@@ -90,6 +90,37 @@ def _memo_ok(x: Any, weight: Any, params: dict[str, Any], sib: Any) -> bool:
     return (_raw_stream is not None and params.get("weight") is weight and not _raw_stream(x.get_device())
             and (sib is None or (x.numel(), x.dtype) in sib[0].quiet))
 
+def _traced(layer: Any, x: Any, weight: Any, bias: Any) -> Any:
+    """TunedLinear.forward while a compiler traces, reading no more of the layer than it decides
+    on (each read is a guard checked at every compiled call): the fused pair's state once
+    (fused_pair.intact_now), the sibling group's traced form (one launch in compiled graphs), nn.Linear's
+    own form for a member left as written (the group's eager launch is host state Dynamo would
+    break its graph on: session 46), else the tuned op, which the compiler keeps opaque or
+    decomposes (ops_compile.py)."""
+    d = layer.__dict__
+    act = layer.act
+    if act != "none" and "_tunedb_fused" in d and not fused_pair.intact_now(d["_tunedb_fused"]):
+        return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it
+    if "_siblings" in d:
+        y = _member_call(layer, x)
+        if y is not None:
+            return y
+    if "_as_written" in d:
+        return F.linear(x, weight, bias)
+    if not isinstance(x, _Tensor) or x.is_nested:  # a tracer's proxy or a nested tensor: nn's own form
+        y = F.linear(x, weight, bias)
+        act_module = d.get("_act_module")
+        fn = act_module.forward if act_module is not None else act_fn(act)
+        return y if fn is None else fn(y)
+    if x.is_cpu and not launch_table.recording_active():
+        act_module = d.get("_act_module")  # the module fused away, as the model computes it on the CPU
+        if act_module is not None:
+            return act_module(F.linear(x, weight, bias))
+    if bias is None and act == "none":
+        return ops.gemm(x, weight)
+    return ops.gemm_act(x, weight, bias, act)
+
+
 _HF_ACTS: dict[str, str] = {
     "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh", "GELUTanh": "gelu_tanh",
     "PytorchGELUTanh": "gelu_tanh", "GELUPytorchTanh": "gelu_tanh", "FastGELUActivation": "",
@@ -138,20 +169,15 @@ class TunedLinear(nn.Module):
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
+        if _compiling():
+            return _traced(self, x, weight, bias)
         d = self.__dict__
         act = self.act
         if act != "none" and "_tunedb_fused" in d and not d["_tunedb_fused"].intact():
             return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it (fused_pair)
-        if "_siblings" in d and _compiling():  # the group's traced form: one launch in compiled graphs
-            y = _member_call(self, x)
-            if y is not None:
-                return y
         if "_as_written" in d:  # swapped only to join its siblings (siblings.attach): nn.Linear's cost where it can
             sib = d.get("_siblings")
-            # a compiler's trace takes nn.Linear's own form: the group's launch is host state (kept
-            # outputs, primed rows, stream queries) that Dynamo breaks its graph on (session 46:
-            # 10 breaks in Llama-3-8B, tunedb+compile 0.58-0.71x of compile without CUDA graphs)
-            if sib is None or type(x) is not _Tensor or not x.is_cuda or _compiling():
+            if sib is None or type(x) is not _Tensor or not x.is_cuda:
                 return F.linear(x, weight, bias)
             group = sib[0]
             default = _raw_stream is not None and not _raw_stream(x.get_device())
@@ -163,8 +189,8 @@ class TunedLinear(nn.Module):
                     _quiet_enter(self)
                 return F.linear(x, weight, bias)
         # sizes whose served config yields to F.linear eagerly (eager_sizes.py); never read while a
-        # compiler traces (its fields would become guards: a recompile at every reload)
-        sizes = None if _compiling() else d.get("_eager_sizes")
+        # compiler traces (_traced: its fields would become guards, a recompile at every reload)
+        sizes = d.get("_eager_sizes")
         if sizes is not None and sizes.generation == _generation[0] and sizes.weight == id(weight) and type(x) is _Tensor:
             b = sizes.bounds.get((x.shape, x.dtype, bias is None))
             if b is not None and x.is_cuda and not _raw_stream(x.get_device()) and not _dispatch_modes():
@@ -173,7 +199,7 @@ class TunedLinear(nn.Module):
         # ops.gemm / gemm_act's eager fast path, inline (one Python frame less per call): a plain
         # CUDA tensor, no tracer, mode or autocast, no gradient wanted, a key served this epoch.
         # The key is the one those entry points build, so either side's first call fills it.
-        if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast() or _transformed())
+        if (type(x) is _Tensor and x.is_cuda and not (_dispatch_modes() or _autocast() or _transformed())
                 and not (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                               or (bias is not None and bias.requires_grad)))):
             sib = self.__dict__.get("_siblings")  # (group, index): siblings.py, one launch at one row

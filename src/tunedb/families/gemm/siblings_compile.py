@@ -66,20 +66,29 @@ def member_call(layer: Any, x: Any) -> Any:
     k = x.shape[-1]
     if k == 0 or not 0 < x.numel() <= k * group.max_rows:
         return None
-    weights, biases, acts, written = [], [], [], []
+    acts, written = _spec(group)
+    weights, biases = [], []
     for m in group.members:
         p = m._parameters
         if "weight" not in p or p["weight"] is None:
             return None
         weights.append(p["weight"])
         biases.append(p.get("bias"))
-        acts.append(m.act)
-        written.append("_as_written" in m.__dict__)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *weights, *biases)):
         return None
     if ops._autocast() or ops._transformed():  # the member's own path casts (ops_autocast) or runs torch's form
         return None
     return torch.ops.tunedb.sibling(x, weights, biases, acts, written, index, group.split, ops._token())
+
+
+def _spec(group: Any) -> tuple[list[str], list[bool]]:
+    """The members' activations and left-as-written flags, which a trace takes as constants (each
+    member's own trace guards its `act`): read member by member in every member's trace, they were
+    two to three guards a member per member, checked at every compiled call."""
+    return [m.act for m in group.members], ["_as_written" in m.__dict__ for m in group.members]
+
+
+_spec._dynamo_marked_constant = True  # type: ignore[attr-defined]  # assume_constant_result's mark
 
 
 def _check_member(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],

@@ -1,0 +1,93 @@
+"""TunedLinear under a compiler's trace (patching._traced): the fused pair's state is read once per
+trace (fused_pair.intact_now, a constant of the graph) instead of as 15-20 guards checked at every
+compiled call; surgery after the compile must still retrace and give the plain model's answer."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import tunedb
+from tunedb.families.gemm import fused_pair
+
+
+def MLP():  # a block fusion rule 2 fuses (its source file reads no `fc` of other objects)
+    from fusion_models_s40 import WalkedBlock
+
+    return WalkedBlock(16)
+
+
+def _guards(model, x) -> int:
+    """Guards of the compiled forward, counted from Dynamo's guard log."""
+    import logging
+
+    torch._dynamo.reset()
+    lines: list[str] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    log = logging.getLogger("torch._dynamo.guards")
+    handler = Grab()
+    torch._logging.set_logs(guards=True)
+    log.addHandler(handler)
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend="eager")(x)
+    finally:
+        log.removeHandler(handler)
+        torch._logging.set_logs()
+    return sum(line.count("+- ") - line.count("+- GuardManager") for line in lines)
+
+
+def _fused(model) -> bool:
+    return model.fc.__dict__.get("act") == "gelu"
+
+
+def test_a_fused_pair_adds_few_guards_to_a_compiled_forward():
+    plain = MLP().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    assert _fused(tuned)
+    x = torch.randn(3, 16)
+    extra = _guards(tuned, x) - _guards(plain, x)
+    # traced, intact() read weakrefs, both slots and every hook dict on both sides of the pair
+    assert extra <= 25, extra  # 41 before session 49
+
+
+@pytest.mark.parametrize("surgery", ["act", "linear", "hook"])
+def test_surgery_after_a_compile_gives_the_plain_compiled_models_answer(surgery):
+    """A swapped slot retraces (Dynamo guards both slots' types through the block's forward) and
+    the new trace reads the pair again. A hook added after the compile is compiled code's business
+    (Dynamo does not guard module hooks by default): the tuned model does what the plain one does."""
+    torch.manual_seed(0)
+    plain = MLP().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    assert _fused(tuned)
+    x = torch.randn(3, 16)
+    torch._dynamo.reset()
+    compiled_plain, compiled = torch.compile(plain, backend="eager"), torch.compile(tuned, backend="eager")
+    with torch.no_grad():
+        assert torch.equal(compiled(x), compiled_plain(x))
+        if surgery == "act":
+            plain.act, tuned.act = nn.ReLU(), nn.ReLU()
+        elif surgery == "linear":
+            fresh = nn.Linear(16, 16)
+            plain.fc, tuned.fc = fresh, copy.deepcopy(fresh)
+        else:
+            tuned.act.register_forward_hook(lambda m, i, o: o * 2)
+            plain.act.register_forward_hook(lambda m, i, o: o * 2)
+        assert torch.equal(compiled(x), compiled_plain(x)), surgery
+        if surgery != "hook":
+            assert torch.equal(compiled(x), plain(x))
+
+
+def test_intact_now_is_a_trace_constant_and_the_pairs_answer_eagerly():
+    tuned = tunedb.optimize(MLP().eval(), families="all")
+    pair = tuned.fc.__dict__["_tunedb_fused"]
+    assert fused_pair.intact_now._dynamo_marked_constant is True
+    assert fused_pair.intact_now(pair) is pair.intact() is True
+    tuned.act = nn.ReLU()
+    assert fused_pair.intact_now(pair) is pair.intact() is False
