@@ -194,3 +194,13 @@ def test_status_with_an_unlistable_user_tier_directory_reports_it_and_exits_0(sh
     rc, out, err = run_cli(capsys, "status")
     assert rc == 0, err
     assert f"skipping user-tier directory {blocked}: Permission denied" in " ".join((out + err).split())
+
+
+def test_status_shows_a_user_tier_it_cannot_look_up_as_invalid_and_exits_0(capsys, tmp_path):
+    """A path whose lookup raises (a name too long for the file system) is a setting status shows
+    INVALID, never an error of status itself."""
+    long = tmp_path / ("a" * 300)
+    with settings.override(USER_DB=str(long)):
+        rc, out, err = run_cli(capsys, "status")
+    assert rc == 0, err
+    assert "INVALID" in out and "TUNEDB_USER_DB" in out

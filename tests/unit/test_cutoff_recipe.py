@@ -229,3 +229,55 @@ def test_probe_on_a_machine_without_cuda_or_a_bad_device_says_so(monkeypatch):
         probemod.probe(small_workload, problem="toy", device="cuda")
     with pytest.raises(CutoffError, match="device='bogus' is not a torch device"):
         probemod.probe(small_workload, problem="toy", device="bogus")
+
+
+def _decision_file(path, decisions, version=1):
+    path.write_text(json.dumps({"format": "tunedb-cutoff-decisions", "version": version, "decisions": decisions}))
+    return path
+
+
+@pytest.mark.parametrize("decisions,message", [
+    ([], "'decisions' must be an object"),
+    ({"a": 5}, "malformed decision 5: a JSON object expected"),
+    ({"a": [1, 2]}, "malformed decision \\[1, 2\\]"),
+])
+def test_a_decision_file_of_the_wrong_shape_is_named_not_a_traceback(tmp_path, decisions, message):
+    path = _decision_file(tmp_path / "d.json", decisions)
+    with pytest.raises(CutoffError, match=message):
+        store.load(path)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("below", "bogus", "below='bogus'; allowed: direct, iterative"),
+    ("statistic", "weird", "statistic='weird'; allowed: mean, p99, max"),
+    ("tolerance", -5, "tolerance=-5.0"),
+    ("provenance", [1], "malformed decision"),
+])
+def test_a_decision_value_no_fit_writes_is_named_at_load(tmp_path, field, value, message):
+    probe = make_probe()
+    good = tmp_path / "good.json"
+    store.persist(fitmod.fit(probe, statistic="mean"), probe, path=good)
+    doc = json.loads(good.read_text())
+    doc["decisions"]["mpc|n=4@cpu"][field] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(CutoffError, match=message):
+        store.load(bad)
+
+
+def test_a_newer_decision_file_is_refused_and_never_rewritten(tmp_path):
+    path = _decision_file(tmp_path / "d.json", {}, version=2)
+    before = path.read_bytes()
+    with pytest.raises(CutoffError, match="version 2; this tunedb reads version 1"):
+        store.load(path)
+    probe = make_probe()
+    with pytest.raises(CutoffError, match="version 2"):
+        store.persist(fitmod.fit(probe, statistic="mean"), probe, path=path)
+    assert path.read_bytes() == before
+
+
+def test_a_decision_file_repeating_a_key_is_refused(tmp_path):
+    path = tmp_path / "d.json"
+    path.write_text('{"format": "tunedb-cutoff-decisions", "version": 1, "decisions": {}, "decisions": {}}')
+    with pytest.raises(CutoffError, match="duplicate key 'decisions'"):
+        store.load(path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -20,6 +21,7 @@ from tunedb.input_files import read_text
 from tunedb.errors import CutoffError
 
 FORMAT = "tunedb-cutoff-decisions"
+VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -47,13 +49,34 @@ class Decision:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Decision":
+        if not isinstance(data, Mapping):
+            raise CutoffError(f"malformed decision {data!r}: a JSON object expected")
         try:
-            return cls(str(data["problem"]), str(data["device"]), float(data["cutoff"]),
+            made = cls(str(data["problem"]), str(data["device"]), float(data["cutoff"]),
                        str(data["below"]), str(data["above"]), str(data["statistic"]),
                        float(data["tolerance"]), tuple(float(v) for v in data["band"]),
-                       dict(data.get("fit", {})), {k: str(v) for k, v in data.get("provenance", {}).items()})
+                       dict(data.get("fit", {})), {k: str(v) for k, v in dict(data.get("provenance", {})).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise CutoffError(f"malformed decision {dict(data)!r}: {type(exc).__name__}: {exc}") from exc
+        made._check()
+        return made
+
+    def _check(self) -> None:
+        """CutoffError naming a value no fit writes (read from a file someone edited): found at
+        load, not as a confusing error of the solve that applies it."""
+        from tunedb.cutoff.fitting import STATISTICS
+        from tunedb.cutoff.solvers import POLICIES
+
+        what = f"decision {key(self.problem, self.device)!r}"
+        for name in ("below", "above"):
+            if getattr(self, name) not in POLICIES:
+                raise CutoffError(f"{what}: {name}={getattr(self, name)!r}; allowed: {', '.join(POLICIES)}")
+        if self.statistic not in STATISTICS:
+            raise CutoffError(f"{what}: statistic={self.statistic!r}; allowed: {', '.join(STATISTICS)}")
+        if math.isnan(self.cutoff):
+            raise CutoffError(f"{what}: cutoff is NaN; a number is needed")
+        if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
+            raise CutoffError(f"{what}: tolerance={self.tolerance!r}; a finite number >= 0 is needed")
 
 
 def config_path() -> Path:
@@ -96,12 +119,35 @@ def load(path: str | Path | None = None) -> dict[str, Decision]:
     if not path.exists():
         return {}
     try:
-        data = json.loads(read_text(path))
+        data = json.loads(read_text(path), object_pairs_hook=_no_duplicates)
     except (OSError, ValueError) as exc:
         raise CutoffError(f"cannot read cutoff decisions {path}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CutoffError(f"{path} is not a cutoff decision file (format {FORMAT!r} expected)")
-    return {k: Decision.from_json(v) for k, v in data.get("decisions", {}).items()}
+    if data.get("version") != VERSION:
+        # a newer tunedb's file: refused, so that persist() never rewrites (and drops) what it cannot read
+        raise CutoffError(f"{path} is a cutoff decision file of version {data.get('version')!r}; this tunedb "
+                          f"reads version {VERSION} (the file is left as it is)")
+    decisions = data.get("decisions", {})
+    if not isinstance(decisions, dict):
+        raise CutoffError(f"{path}: 'decisions' must be an object of problem@device -> decision, "
+                          f"got {type(decisions).__name__}")
+    out = {}
+    for k, v in decisions.items():
+        try:
+            out[k] = Decision.from_json(v)
+        except CutoffError as exc:
+            raise CutoffError(f"{path}: {exc}") from None
+    return out
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
 
 
 _memo: dict[tuple[str, int], dict[str, Decision]] = {}
@@ -138,6 +184,6 @@ def persist(fit: Any, probe: Any, *, path: str | Path | None = None) -> Decision
                          "contended_by": ",".join(str(x) for x in probe.contended_by)})
     table = load(p)
     table[key(decision.problem, decision.device)] = decision
-    doc = {"format": FORMAT, "version": 1, "decisions": {k: d.to_json() for k, d in sorted(table.items())}}
+    doc = {"format": FORMAT, "version": VERSION, "decisions": {k: d.to_json() for k, d in sorted(table.items())}}
     write_atomic(p, json.dumps(doc, indent=1) + "\n")
     return decision

@@ -203,7 +203,13 @@ def loaded(arch_family: str, kernel_family: str) -> tuple[LoadResult, ...]:
 def discover(tier: str, arch_family: str | None = None) -> tuple[tuple[str, str, Path], ...]:
     """(arch family, kernel family, path) of every *.json file under a tier's root, sorted."""
     base = root(tier)
-    if base is None or not base.is_dir():
+    if base is None:
+        return ()
+    try:
+        if not base.is_dir():  # (is_dir raises for EACCES or a name too long: a reader's warning)
+            return ()
+    except OSError as exc:
+        _unreadable(tier, base, exc)
         return ()
     out = []
     try:
