@@ -90,13 +90,14 @@ def _memo_ok(x: Any, weight: Any, params: dict[str, Any], sib: Any) -> bool:
     return (_raw_stream is not None and params.get("weight") is weight and not _raw_stream(x.get_device())
             and (sib is None or (x.numel(), x.dtype) in sib[0].quiet))
 
-def _traced(layer: Any, x: Any, weight: Any, bias: Any) -> Any:
+def _traced(layer: Any, x: Any) -> Any:
     """TunedLinear.forward while a compiler traces, reading no more of the layer than it decides
     on (each read is a guard checked at every compiled call): the fused pair's state once
     (fused_pair.intact_now), the sibling group's traced form (one launch in compiled graphs), nn.Linear's
     own form for a member left as written (the group's eager launch is host state Dynamo would
     break its graph on: session 46), else the tuned op, which the compiler keeps opaque or
     decomposes (ops_compile.py)."""
+    weight, bias = layer.weight, layer.bias  # as nn.Linear reads them (Dynamo's own guards on parameters)
     d = layer.__dict__
     act = layer.act
     if act != "none" and "_tunedb_fused" in d and not fused_pair.intact_now(d["_tunedb_fused"]):
@@ -166,11 +167,11 @@ class TunedLinear(nn.Module):
         # Module.__getattr__, a Python frame per read (0.3-0.6 us on a slow host, paid by nn.Linear
         # twice a call); the attribute path serves what is not there (a parametrization's
         # property, a bias of None kept as a plain attribute)
+        if _compiling():
+            return _traced(self, x)
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
-        if _compiling():
-            return _traced(self, x, weight, bias)
         d = self.__dict__
         act = self.act
         if act != "none" and "_tunedb_fused" in d and not d["_tunedb_fused"].intact():
