@@ -91,3 +91,25 @@ def test_intact_now_is_a_trace_constant_and_the_pairs_answer_eagerly():
     assert fused_pair.intact_now(pair) is pair.intact() is True
     tuned.act = nn.ReLU()
     assert fused_pair.intact_now(pair) is pair.intact() is False
+
+
+@pytest.mark.parametrize("mode,graphs", [(None, False), ("reduce-overhead", True)])
+def test_a_trace_knows_whether_its_inductor_compile_records_graphs(mode, graphs):
+    """siblings_compile._backend_graphs read at trace time (a constant of the graph): a member's
+    trace reads its group only where the compiled forward may run in CUDA graphs."""
+    from tunedb.families.gemm import siblings_compile
+
+    def probe():  # run at trace time, as _may_group runs it
+        return siblings_compile._backend_graphs()
+
+    probe._dynamo_marked_constant = True
+
+    def f(x):
+        return x + (2 if probe() else 1)
+
+    assert probe() is None  # outside a trace: unknown
+    torch._dynamo.reset()
+    got = torch.compile(f, mode=mode)(torch.zeros(3))
+    assert torch.equal(got, torch.full((3,), 2.0 if graphs else 1.0))
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(f, backend="eager")(torch.zeros(3)), torch.ones(3))  # not Inductor: unknown

@@ -54,11 +54,46 @@ def _opted_in() -> bool:
 _opted_in._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
+def _backend_graphs() -> bool | None:
+    """Whether the backend of the trace under way records CUDA graphs: Inductor with
+    triton.cudagraphs (mode="reduce-overhead" sets it in the backend's own options, which Inductor
+    applies only when it compiles, after the trace), read off Dynamo's compiler at trace time; None
+    where it cannot tell (another backend, a torch whose internals differ)."""
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+
+        fn = InstructionTranslator.current_tx().output.compiler_fn
+        for _ in range(8):  # Dynamo's debug wrapper(s) around the backend
+            if type(fn).__name__ == "_TorchCompileInductorWrapper" and isinstance(getattr(fn, "config", None), dict):
+                from torch._inductor import config as inductor_config
+
+                return bool(fn.config.get("triton.cudagraphs", inductor_config.triton.cudagraphs))
+            fn = getattr(fn, "_torchdynamo_orig_backend", None) or getattr(fn, "compiler_fn", None)
+            if fn is None:
+                return None
+    except Exception:  # noqa: BLE001 - internals of Dynamo: unknown, the members are read
+        return None
+    return None
+
+
+def _may_group() -> bool:
+    """Whether a member's trace reads its group at all: opted in, and a compile whose forward may
+    run in CUDA graphs (the decomposition keeps the group only there, `_kept`). Without graphs the
+    member's own form is what the graph gets anyway, and reading every member's weights from every
+    member's trace cost guards at each compiled call (9 member reads for q/k/v)."""
+    if not _opted_in():
+        return False
+    return settings.compiled_graphs_forced() or _backend_graphs() is not False
+
+
+_may_group._dynamo_marked_constant = True  # type: ignore[attr-defined]  # a trace's constant
+
+
 def member_call(layer: Any, x: Any) -> Any:
     """While a compiler traces: member `layer`'s output as a ``tunedb::sibling`` op, or None (the
     member's own path): x on CUDA in a dtype the kernel takes, 1 to the group's rows, no gradient
     wanted, no autocast or functorch transform, every member's weight registered; TUNEDB_COMPILED_SIBLINGS on."""
-    if not _opted_in():
+    if not _may_group():
         return None
     group, index = layer.__dict__["_siblings"]
     if not isinstance(x, torch.Tensor) or not x.is_cuda or x.dtype not in siblings._DTYPES or x.dim() == 0:
