@@ -83,27 +83,8 @@ def grouped_mm(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights:
     offs = torch.searchsorted(sorted_e, torch.arange(1, e + 1, dtype=sorted_e.dtype, device=flat.device),
                               out_int32=True)
     xs = rows.index_select(0, order if per_slot else order // top_k)
-    ys = torch._grouped_mm(xs, _grouped_layout(weight).transpose(1, 2), offs=offs)
+    ys = torch._grouped_mm(xs, weight.transpose(1, 2), offs=offs)
     return _finish(ys, order, topk_weights, out, m, top_k, n)
-
-
-def _grouped_layout(weight: Any) -> Any:
-    """weight [E, N, K] in a layout torch._grouped_mm takes: each expert's matrix with a unit
-    stride along N or K, the other stride 16-byte aligned and no expert overlapping the next;
-    anything else (a strided K, an expanded expert or row, experts innermost) is copied, where
-    _grouped_mm raised "Invalid strides/sizes"."""
-    e, n, k = weight.shape
-    s0, s1, s2 = weight.stride()
-    align = max(16 // weight.element_size(), 1)
-    if s2 == 1 and s1 >= k:
-        inner = s1 % align == 0
-    elif s1 == 1 and s2 >= n:
-        inner = s2 % align == 0
-    else:
-        inner = False
-    if inner and (e == 1 or (s0 % align == 0 and s0 >= n * k)):
-        return weight
-    return weight.contiguous()
 
 
 def loop(sig: Signature, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None, out: Any = None) -> Any:

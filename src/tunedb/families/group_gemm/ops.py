@@ -57,10 +57,34 @@ def run(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:
     if getattr(topk_ids, "ndim", None) == 2 and topk_ids.shape[0] == 0:
         _check(x, weight, topk_ids, topk_weights)  # no token: every other check still applies
         return _empty(x, weight, topk_ids)
+    weight = _grouped_layout(weight)
     if _record(x, weight, topk_ids, topk_weights):  # a census on a device: its arm's GEMMs not again
         with launch_table.recorded_call():
             return dispatch.call(FAMILY, "group_gemm", x, weight, topk_ids, topk_weights)
     return dispatch.call(FAMILY, "group_gemm", x, weight, topk_ids, topk_weights)
+
+
+def _grouped_layout(weight: Any) -> Any:
+    """weight [E, N, K] in a layout every arm takes: each expert's matrix with a unit stride along
+    N or K, the other stride 16-byte aligned, no expert overlapping the next; anything else (a
+    strided K, an expanded expert or row, experts innermost) is copied, where torch._grouped_mm
+    raised "Invalid strides/sizes". Here, not in the arm: arms.py is among the sources the shipped
+    table's impl_hash covers, and no measured call changes (the Triton lane reads any strides)."""
+    shape = getattr(weight, "shape", None)
+    if shape is None or len(shape) != 3 or str(getattr(weight, "layout", None)) != "torch.strided":
+        return weight  # the keys name it
+    e, n, k = shape
+    s0, s1, s2 = weight.stride()
+    align = max(16 // weight.element_size(), 1)
+    if s2 == 1 and s1 >= k:
+        inner = s1 % align == 0
+    elif s1 == 1 and s2 >= n:
+        inner = s2 % align == 0
+    else:
+        inner = False
+    if inner and (e == 1 or (s0 % align == 0 and s0 >= n * k)):
+        return weight
+    return weight.contiguous()
 
 
 def _fake(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> Any:

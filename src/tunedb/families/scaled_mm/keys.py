@@ -124,7 +124,9 @@ def signature_of(op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, out_d
     """(Signature, M) of y = (x @ weight.T) scaled; x [..., K], weight [N, K] (int8 or fp8)."""
     if op not in OPS:
         raise SignatureError(f"unknown quantized GEMM op {op!r}; ops are {', '.join(OPS)}")
-    check_tensors("scaled_mm", x=x, weight=weight, x_scale=x_scale, w_scale=w_scale)
+    for name, t in (("x", x), ("weight", weight), ("x_scale", x_scale), ("w_scale", w_scale)):
+        if getattr(t, "shape", None) is None:  # None or a number: named (duck-typed: anything with a shape is read)
+            check_tensors("scaled_mm", **{name: t})
     check_one_device("scaled_mm", x=x, weight=weight, x_scale=x_scale, w_scale=w_scale)
     xs, wsh = tuple(x.shape), tuple(weight.shape)
     if len(xs) < 1 or len(wsh) != 2:
