@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from tunedb.database.schema import no_duplicate_keys
 from tunedb.input_files import read_text
 from tunedb.errors import CutoffError
 
@@ -119,7 +120,7 @@ def load(path: str | Path | None = None) -> dict[str, Decision]:
     if not path.exists():
         return {}
     try:
-        data = json.loads(read_text(path), object_pairs_hook=_no_duplicates)
+        data = json.loads(read_text(path), object_pairs_hook=no_duplicate_keys)
     except (OSError, ValueError) as exc:
         raise CutoffError(f"cannot read cutoff decisions {path}: {type(exc).__name__}: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -138,15 +139,6 @@ def load(path: str | Path | None = None) -> dict[str, Decision]:
             out[k] = Decision.from_json(v)
         except CutoffError as exc:
             raise CutoffError(f"{path}: {exc}") from None
-    return out
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"duplicate key {k!r}")
-        out[k] = v
     return out
 
 

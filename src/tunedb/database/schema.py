@@ -50,7 +50,7 @@ def _fail(source: str, problem: str) -> CorruptDatabaseError:
     return CorruptDatabaseError(f"{source}: {problem}")
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
@@ -80,13 +80,13 @@ def loads(text: str, source: str = "<string>") -> Any:
     """JSON text -> raw object; CorruptDatabaseError when it is not JSON, repeats a key or
     holds NaN/Infinity or an integer beyond 64 bits."""
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant,
+        return json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=_no_constant,
                           parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         # (json's own message may end in "at": "Invalid control character at")
         raise _fail(source, f"not valid JSON (truncated?): {exc.msg.removesuffix(' at')} at line {exc.lineno} "
                             f"column {exc.colno}") from None
-    except ValueError as exc:  # from _no_duplicates / _no_constant
+    except ValueError as exc:  # from no_duplicate_keys / _no_constant
         raise _fail(source, str(exc)) from None
     except RecursionError:
         raise _fail(source, "nested too deeply to read") from None
