@@ -104,6 +104,32 @@ class Model(MLP):
     def forward(self, x):
         return super().forward(x) + self.feature("fc", x)
 """,
+    # a descendant fetched by its dotted name from a recursive walk of the holder and run alone
+    "deep_name": MLP + """
+
+class Model(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.mlp = MLP(d)
+
+    def forward(self, x):
+        return self.mlp(x) + dict(self.named_modules())["mlp.fc"](x)
+""",
+    # every module of a recursive walk run on a tensor it fits (a probing loop)
+    "deep_loop": MLP + """
+
+class Model(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.mlp = MLP(d)
+
+    def forward(self, x):
+        y = self.mlp(x)
+        for name, m in self.named_modules():
+            if name == "mlp.fc":
+                y = y + m(x)
+        return y
+""",
     # a Sequential subclass that iterates itself, keeping each child's output
     "iterates": MLP + """
 
@@ -236,7 +262,8 @@ def _fused(model):
     return [name for name, m in model.named_modules() if isinstance(m, TunedLinear) and m.__dict__["act"] != "none"]
 
 
-@pytest.mark.parametrize("name", ["taps", "local", "path", "comprehension", "iterates", "enumerate", "map", "by_name"])
+@pytest.mark.parametrize("name", ["taps", "local", "path", "comprehension", "iterates", "enumerate", "map", "by_name",
+                                  "deep_name", "deep_loop"])
 def test_children_run_one_by_one_are_not_fused(tmp_path, name):
     plain = _model(tmp_path, name)
     x = torch.randn(2, 8)

@@ -20,7 +20,7 @@ _RUN_REACH = REACH | {"modules", "named_modules"}
 WALKED_ANY = "*"  # _reached's mark: code runs the children of a module it holds by a plain name
 
 
-def _reach_receiver(node: ast.AST) -> ast.AST | None:
+def _reach_receiver(node: ast.AST, reach: frozenset[str] = _RUN_REACH) -> ast.AST | None:
     """R for an expression that reaches R's children: `R.children()`, `R.named_children()`,
     `R.get_submodule(...)`, `R.__getitem__(...)`, `R.__iter__()`, `R._modules` (and an index,
     `.values()` or `.items()` of it); else None."""
@@ -28,22 +28,22 @@ def _reach_receiver(node: ast.AST) -> ast.AST | None:
         node = node.value
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         if node.func.attr in ("values", "items") and isinstance(node.func.value, ast.Attribute) \
-                and node.func.value.attr == "_modules":
+                and node.func.value.attr == "_modules" and "_modules" in reach:
             return node.func.value.value
-        if node.func.attr in _RUN_REACH and node.func.attr != "_modules":
+        if node.func.attr in reach and node.func.attr != "_modules":
             return node.func.value
-    if isinstance(node, ast.Attribute) and node.attr == "_modules":
+    if isinstance(node, ast.Attribute) and node.attr == "_modules" and "_modules" in reach:
         return node.value
     return None
 
 
-def _reaches_in(node: ast.AST, loop: bool = False) -> list[ast.AST]:
+def _reaches_in(node: ast.AST, loop: bool = False, reach: frozenset[str] = _RUN_REACH) -> list[ast.AST]:
     """The receivers of every reach anywhere inside the expression `node`
     (`enumerate(R.children())`, `list(R.children())[0]`, `next(iter(R.children()))`); with `loop`,
     also `self` iterated itself (a Sequential or ModuleList subclass's `for m in self: x = m(x)`)."""
     if loop and isinstance(node, ast.Name) and node.id == "self":
         return [node]
-    found = [_reach_receiver(n) for n in ast.walk(node)]
+    found = [_reach_receiver(n, reach) for n in ast.walk(node)]
     return [r for r in found if r is not None]
 
 
@@ -75,7 +75,7 @@ def _lambda_runs(node: ast.AST) -> bool:
     return isinstance(node, ast.Lambda) and _calls_a_name([node.body], {a.arg for a in node.args.args})
 
 
-def child_runs(tree: ast.AST) -> list[ast.AST]:
+def child_runs(tree: ast.AST, reach: frozenset[str] = _RUN_REACH) -> list[ast.AST]:
     """The receivers R whose children `tree` runs one by one: a reached child called
     (`blk.get_submodule("fc")(x)`, `self._modules["fc"](x)`, `list(R.children())[0](x)`), a loop
     or comprehension over R's children (however wrapped: `enumerate`, `zip`, `list`) that calls
@@ -86,18 +86,27 @@ def child_runs(tree: ast.AST) -> list[ast.AST]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name):  # a called reach (a plain name is no reach)
-                out.extend(_reaches_in(node.func))
+                out.extend(_reaches_in(node.func, reach=reach))
             if any(_lambda_runs(a) for a in node.args):
-                out.extend(r for a in node.args for r in _reaches_in(a))
+                out.extend(r for a in node.args for r in _reaches_in(a, reach=reach))
         elif isinstance(node, (ast.For, ast.AsyncFor)):
             if _calls_a_name(node.body, _bound_names(node.target)):
-                out.extend(_reaches_in(node.iter, loop=True))
+                out.extend(_reaches_in(node.iter, loop=reach is _RUN_REACH, reach=reach))
         elif isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             elts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
             for gen in node.generators:
                 if _calls_a_name(elts + gen.ifs, _bound_names(gen.target)):
-                    out.extend(_reaches_in(gen.iter, loop=True))
+                    out.extend(_reaches_in(gen.iter, loop=reach is _RUN_REACH, reach=reach))
     return out
+
+
+RECURSIVE = frozenset({"modules", "named_modules"})
+
+
+def walks_deep(tree: ast.AST) -> bool:
+    """Whether `tree` runs modules it finds by a recursive walk (`dict(self.named_modules())[k](x)`,
+    `for _, m in self.named_modules(): m(x)`): any descendant may then run alone, however deep."""
+    return bool(child_runs(tree, RECURSIVE))
 
 
 def runs_own_children(tree: ast.AST) -> bool:

@@ -166,14 +166,23 @@ class FusedPair:
             self._act = _UNREAD
 
 
-def intact_now(pair: FusedPair) -> bool:
+def intact_now(pair: FusedPair, child: Any = None) -> bool:
     """pair.intact(), which a compiler's trace runs once and keeps as a constant of the graph:
     traced, its reads (weakrefs, the parent's slots, every hook dict) were 15-20 guards a pair on
     each side of it, checked at every compiled call (Llama-3-8B, 8 layers, no CUDA graphs: 4-5% of
     the forward, session 49). What it reads is guarded where it can change: the parent's forward
     reads both slots (a module swapped in retraces) and Dynamo guards the hooks of the modules it
-    calls. Eagerly one frame more than pair.intact()."""
+    calls. The activation slot's child is passed in (`child`, unused here) for the guard Dynamo puts
+    on a constant function's argument: an identity guard, so a walk that swaps the nn.GELU held in
+    the slot after a compile retraces (intact() then says no). Eagerly one frame more than
+    pair.intact()."""
     return pair.intact()
+
+
+def slot_child(pair: FusedPair) -> Any:
+    """The activation slot's current child (intact_now's `child`), or None."""
+    blank = pair._blank()
+    return None if blank is None else blank._modules.get("activation")
 
 
 # torch.compiler.assume_constant_result's mark, set directly (that function imports Dynamo: ops._token)
@@ -187,7 +196,7 @@ class FusedActivation(nn.Identity):
 
     def forward(self, input: Any) -> Any:
         pair = self.__dict__.get("_tunedb_fused")
-        if pair is None or intact_now(pair):
+        if pair is None or intact_now(pair, self._modules.get("activation")):
             return input
         # the child's forward, not its __call__: a hook on every module (or a process-wide one)
         # fires once, on this slot, as on the activation module the plain model holds here; but

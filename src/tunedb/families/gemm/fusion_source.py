@@ -21,6 +21,7 @@ from tunedb.families.gemm.child_runs import (
     WALKED_ANY,
     child_runs,
     runs_own_children,
+    walks_deep,
 )
 
 
@@ -235,6 +236,8 @@ def _reached(tree: ast.AST) -> set[str]:
             names.add(r.attr)
         elif not (isinstance(r, ast.Name) and r.id == "self"):
             names.add(WALKED_ANY)
+    if walks_deep(tree):  # a module found by a recursive walk and run: any descendant, however deep
+        names.add(WALKED_ANY)
     return names
 
 

@@ -100,7 +100,8 @@ def _traced(layer: Any, x: Any) -> Any:
     weight, bias = layer.weight, layer.bias  # as nn.Linear reads them (Dynamo's own guards on parameters)
     d = layer.__dict__
     act = layer.act
-    if act != "none" and "_tunedb_fused" in d and not fused_pair.intact_now(d["_tunedb_fused"]):
+    pair = d.get("_tunedb_fused") if act != "none" else None
+    if pair is not None and not fused_pair.intact_now(pair, fused_pair.slot_child(pair)):
         return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it
     if "_siblings" in d:
         y = _member_call(layer, x)
