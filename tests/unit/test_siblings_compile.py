@@ -18,7 +18,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
 
-from tunedb.families.gemm import ops_compile, patching, siblings, siblings_compile  # noqa: E402
+from tunedb.families.gemm import linear_forms, ops_compile, patching, siblings, siblings_compile  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sibling_models import Attn  # noqa: E402
@@ -229,7 +229,7 @@ class _Attn(torch.nn.Module):
 def _grouped(monkeypatch, dt=torch.bfloat16, written=False, opted_in=True):
     """A q/k/v group of TunedLinears on the CPU, member_call reading the CPU as CUDA."""
     monkeypatch.setenv("TUNEDB_COMPILED_SIBLINGS", "1" if opted_in else "0")
-    monkeypatch.setattr(patching, "_member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
+    monkeypatch.setattr(linear_forms, "member_call", _as_cpu(siblings_compile.member_call, siblings_compile))
     torch.manual_seed(0)
     attn = Attn(d=16, kv=8).to(dt)
     members = [patching.TunedLinear(getattr(attn, n)) for n in ("q_proj", "k_proj", "v_proj")]

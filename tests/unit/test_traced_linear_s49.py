@@ -1,4 +1,4 @@
-"""TunedLinear under a compiler's trace (patching._traced): the fused pair's state is read once per
+"""TunedLinear under a compiler's trace (linear_forms.traced): the fused pair's state is read once per
 trace (fused_pair.intact_now, a constant of the graph) instead of as 15-20 guards checked at every
 compiled call; surgery after the compile must still retrace and give the plain model's answer."""
 from __future__ import annotations

@@ -88,7 +88,7 @@ def check_call(op: str, a: Any, b: Any) -> tuple[int, int, int, int, str]:
     for name, t in (("a", a), ("b", b)):
         layout = getattr(t, "layout", None)
         if layout is not None and str(layout) != "torch.strided":  # torch.bmm computes a sparse product; no arm here reads one
-            raise SignatureError(f"bmm's {name} must be a dense (strided) tensor, got layout {t.layout}: "
+            raise SignatureError(f"bmm's {name} must be a dense (strided) tensor, got layout {layout}: "
                                  f"pass {name}.to_dense(), or call torch.bmm for a sparse product")
     # operands that do not fit together: OperandMismatchError, also the RuntimeError torch.bmm
     # raises for the same call (a ValueError before, s42 audit)

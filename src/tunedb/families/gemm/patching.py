@@ -49,7 +49,6 @@ from torch import nn
 
 from tunedb import settings
 from tunedb.families.gemm import fused_pair, linear_script, ops, siblings
-from tunedb.families.gemm.arms import act_fn
 from tunedb.families.gemm.eager_sizes import note as _note_eager
 from tunedb.families.gemm.fusion_source import WALKED_ANY, model_outside_reads, model_reached_reads
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
@@ -64,7 +63,8 @@ from tunedb.families.gemm.left_modules import subclass_weight as _subclass_weigh
 from tunedb.families.gemm.quiet_members import enter as _quiet_enter
 from tunedb.families.gemm.quiet_members import is_quiet as _is_quiet
 from tunedb.families.gemm.quiet_members import leave as _quiet_leave
-from tunedb.families.gemm.siblings_compile import member_call as _member_call
+from tunedb.families.gemm.linear_forms import general as _general
+from tunedb.families.gemm.linear_forms import traced as _traced
 from tunedb.families.gemm.signatures import FAMILY as FAMILY_NAME
 from tunedb.families.module_rules import holders
 from tunedb.families.module_rules import hooked as _hooked
@@ -89,38 +89,6 @@ def _memo_ok(x: Any, weight: Any, params: dict[str, Any], sib: Any) -> bool:
     its group declines there (quiet: it launches for none of those eagerly)."""
     return (_raw_stream is not None and params.get("weight") is weight and not _raw_stream(x.get_device())
             and (sib is None or (x.numel(), x.dtype) in sib[0].quiet))
-
-def _traced(layer: Any, x: Any) -> Any:
-    """TunedLinear.forward while a compiler traces, reading no more of the layer than it decides
-    on (each read is a guard checked at every compiled call): the fused pair's state once
-    (fused_pair.intact_now), the sibling group's traced form (one launch in compiled graphs), nn.Linear's
-    own form for a member left as written (the group's eager launch is host state Dynamo would
-    break its graph on: session 46), else the tuned op, which the compiler keeps opaque or
-    decomposes (ops_compile.py)."""
-    weight, bias = layer.weight, layer.bias  # as nn.Linear reads them (Dynamo's own guards on parameters)
-    d = layer.__dict__
-    act = layer.act
-    pair = d.get("_tunedb_fused") if act != "none" else None
-    if pair is not None and not fused_pair.intact_now(pair, fused_pair.slot_child(pair)):
-        return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it
-    if "_siblings" in d:
-        y = _member_call(layer, x)
-        if y is not None:
-            return y
-    if "_as_written" in d:
-        return F.linear(x, weight, bias)
-    if not isinstance(x, _Tensor) or x.is_nested:  # a tracer's proxy or a nested tensor: nn's own form
-        y = F.linear(x, weight, bias)
-        act_module = d.get("_act_module")
-        fn = act_module.forward if act_module is not None else act_fn(act)
-        return y if fn is None else fn(y)
-    if x.is_cpu and not launch_table.recording_active():
-        act_module = d.get("_act_module")  # the module fused away, as the model computes it on the CPU
-        if act_module is not None:
-            return act_module(F.linear(x, weight, bias))
-    if bias is None and act == "none":
-        return ops.gemm(x, weight)
-    return ops.gemm_act(x, weight, bias, act)
 
 
 _HF_ACTS: dict[str, str] = {
@@ -164,12 +132,12 @@ class TunedLinear(nn.Module):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
+        if _compiling():
+            return _traced(self, x)
         # the Parameters straight from _parameters, which is what self.weight finds there through
         # Module.__getattr__, a Python frame per read (0.3-0.6 us on a slow host, paid by nn.Linear
         # twice a call); the attribute path serves what is not there (a parametrization's
         # property, a bias of None kept as a plain attribute)
-        if _compiling():
-            return _traced(self, x)
         params = self._parameters
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
@@ -232,21 +200,7 @@ class TunedLinear(nn.Module):
                 return y
         if "_as_written" in self.__dict__:  # swapped only to join its siblings (siblings.attach): run as nn.Linear
             return F.linear(x, weight, bias)
-        act_module = self.__dict__.get("_act_module")  # absent in a TunedLinear pickled before it existed
-        # torch.fx's Proxy (symbolic_trace records nn.Linear's own form, which FX passes know), a
-        # nested tensor or a non-tensor (nn.Linear's own error): the tuned ops take none of them
-        if not isinstance(x, _Tensor) or x.is_nested:
-            y = F.linear(x, weight, bias)
-            # the module's forward, not its __call__: symbolic_trace would record a call of a
-            # module that is not installed as a submodule
-            fn = act_module.forward if act_module is not None else act_fn(act)
-            return y if fn is None else fn(y)
-        # x.is_cpu, not x.device.type: the device property builds a torch.device object per call
-        if act_module is not None and x.is_cpu and not launch_table.recording_active():
-            return act_module(F.linear(x, weight, bias))
-        if bias is None and act == "none":
-            return ops.gemm(x, weight)
-        return ops.gemm_act(x, weight, bias, act)
+        return _general(self, x, weight, bias, act)
 
     # torch.jit.script compiles the source inspect finds for forward, and inspect follows
     # __wrapped__: the scripted module calls the tuned op (linear_script.py), while eager calls
