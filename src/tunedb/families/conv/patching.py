@@ -80,7 +80,7 @@ class _Fusion:
 
     def intact(self) -> bool:
         seq, conv, bn, act = (r() for r in self._refs)
-        if seq is None or self.shared:
+        if seq is None or conv is None or bn is None or act is None or self.shared:  # one deleted: its slot is gone
             return False
         m = seq._modules
         if not (m.get(self.names[0]) is conv and m.get(self.names[1]) is bn and m.get(self.names[2]) is act):
@@ -110,6 +110,16 @@ def _fusion(module: Any) -> _Fusion | None:
     """The module's fusion while it holds: None when it was never fused or no longer is."""
     f = module.__dict__.get("_tunedb_fusion")
     return f if f is not None and f.intact() else None
+
+
+def _fused_call(module: Any) -> _Fusion | None:
+    """_fusion(module), asked by the module's forward, and None also where that forward was not
+    called by the Sequential's own code (fused_pair.run_by: a loop over its children collecting
+    each output gets each module's own)."""
+    f = module.__dict__.get("_tunedb_fusion")
+    if f is None or not f.intact():
+        return None
+    return f if fused_pair._compiling() or fused_pair.run_by(f.seq, 2) else None
 
 
 def _folded(conv: nn.Module, bn: nn.BatchNorm1d, fusion: _Fusion) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,7 +175,7 @@ class TunedConv1d(nn.Conv1d):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
-        fusion = _fusion(self)
+        fusion = _fused_call(self)
         if not isinstance(x, torch.Tensor):  # torch.fx's Proxy: each of the three records nn's own form
             return nn.Conv1d.forward(self, x)
         if fusion is None:
@@ -192,7 +202,10 @@ class TunedConv2d(nn.Conv2d):
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         from tunedb.families.conv import ops
 
-        act = fused_pair.live_act(self, self.tunedb_act)  # "none" after surgery: its slot applies it
+        pair = self.__dict__.get("_tunedb_fused")
+        # "none" after surgery or for a caller other than the parent's code: its slot applies it
+        act = self.tunedb_act if pair is None or (
+            pair.intact() if fused_pair._compiling() else pair.fused_here()) else "none"
         # set after optimize() (nn's own forward pads it), or torch.fx's Proxy (nn's own form)
         if self.padding_mode != "zeros" or not isinstance(x, torch.Tensor):
             return ops.activate(nn.Conv2d.forward(self, x), act)
@@ -204,7 +217,7 @@ class AbsorbedBatchNorm1d(nn.BatchNorm1d):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
-        fusion = _fusion(self)
+        fusion = _fused_call(self)
         if fusion is None or self.training or not isinstance(x, torch.Tensor):
             if fusion is not None and isinstance(x, torch.Tensor):
                 fusion.cache = None  # the running statistics move without a version bump
@@ -221,7 +234,7 @@ class _Absorbed:
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
-        fusion = _fusion(self)
+        fusion = _fused_call(self)
         if fusion is None or fusion.bn.training or not isinstance(x, torch.Tensor):  # a Proxy: nn's own form
             return super().forward(x)
         return x

@@ -143,8 +143,9 @@ class TunedLinear(nn.Module):
         bias = params["bias"] if "bias" in params else self.bias
         d = self.__dict__
         act = self.act
-        if act != "none" and "_tunedb_fused" in d and not d["_tunedb_fused"].intact():
-            return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it (fused_pair)
+        if act != "none" and "_tunedb_fused" in d and not d["_tunedb_fused"].fused_here():
+            # surgery after optimize(), or a caller other than the parent's code: the activation's slot applies it (fused_pair)
+            return F.linear(x, weight, bias)
         if "_as_written" in d:  # swapped only to join its siblings (siblings.attach): nn.Linear's cost where it can
             sib = d.get("_siblings")
             if sib is None or type(x) is not _Tensor or not x.is_cuda:

@@ -29,7 +29,7 @@ class TunedLinearLogSoftmax(torch.nn.Module):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         pair = self.__dict__.get("_tunedb_fused")  # census.optimize: the LogSoftmax's slot
-        if pair is not None and not pair.intact():  # surgery after optimize(): the slot applies its module
+        if pair is not None and not (pair.intact() if torch.compiler.is_compiling() else pair.fused_here()):  # surgery, or called by other code: the slot applies its module
             return torch.nn.functional.linear(x, self.weight, self.bias)
         # torch's own pair for fp32 heads and under autocast (which casts the linear's
         # operands and runs log_softmax in fp32; the fused op takes one dtype and keeps it)
