@@ -91,6 +91,12 @@ def _child() -> None:
     x, ok = solvers.direct(strip, b, kernels="fused")
     if ok.tolist() != [True, False]:
         failures.append(f"non-SPD: ok {ok.tolist()}, expected [True, False]")
+    # a residual test that cannot be decided (inf in b; ||b||^2 past fp32's range) is not converged
+    strip, b = layout.random_system(2, 3, 4, dtype=torch.float32, seed=10)
+    big = b * 1e19
+    x, conv, _ = fused.pcg(strip, big, None, tol=1e-5, max_iter=20)
+    if bool(conv.any()):
+        failures.append(f"overflowing ||b||^2 reported converged: {conv.tolist()}")
     print("RESULT " + json.dumps(failures))
 
 

@@ -156,3 +156,18 @@ def test_random_systems_are_spd_at_every_n(n):
         dense = layout.to_dense(strip)
         torch.testing.assert_close(dense, dense.mT, rtol=0, atol=1e-12)
         assert float(torch.linalg.eigvalsh(dense)[:, 0].min()) >= 1.0
+
+
+def test_pcg_never_reports_an_undecidable_residual_test_as_converged():
+    """||b||^2 is the test's bound: an inf in b, or a finite fp32 b whose square overflows, made
+    r.r <= inf true before any iteration (converged, with x NaN); such problems are not converged."""
+    strip, b = layout.random_system(2, 3, 4, seed=11)
+    b_inf = b.clone()
+    b_inf[0, 0, 0] = float("inf")
+    _, conv = solvers.pcg(strip, b_inf)
+    assert conv.tolist() == [False, True]
+    s32, b32 = layout.random_system(2, 3, 4, dtype=torch.float32, seed=12)
+    x, conv = solvers.pcg(s32, b32 * 1e19)
+    assert not bool(conv.any())
+    x, ok = solvers.solve(s32, b32 * 1e19, linsys="iterative", return_ok=True)
+    assert not bool(ok.any())

@@ -119,7 +119,7 @@ def test_class_codes_reach_decorated_and_nested_functions():
     class Block(nn.Module):
         @deco
         def forward(self, x):
-            inner = lambda t: t  # noqa: E731
+            inner = lambda t: t
             return inner(x)
 
         @staticmethod

@@ -175,3 +175,77 @@ def test_fused_census_of_a_quantized_model_keys_the_same_points():
 
     plain, fused = quantized(False), quantized(True)
     assert plain and fused == plain
+
+
+def test_a_quantized_linear_keeps_the_linears_state_dict_keys_and_weight():
+    """Checkpoints of the model before optimize() load after it, and `.weight` is still the
+    torchao tensor (an earlier layer renamed it torchao_weight)."""
+    import io
+
+    import tunedb
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 384)).to(torch.bfloat16)
+    tb.quantize_model(model, "int8", "cpu")
+    keys = sorted(model.state_dict())
+    before = {k: v for k, v in model.state_dict().items()}
+    tunedb.optimize(model, families="all")
+    assert sorted(model.state_dict()) == keys == ["0.bias", "0.weight"]
+    assert model[0].weight is model[0].torchao_weight and tb.is_quantized(model[0].weight)
+    model.load_state_dict(before)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    again = torch.load(buf, weights_only=False)
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        torch.testing.assert_close(again(x), model(x))
+
+
+def test_int8_per_tensor_weights_and_empty_batches():
+    """An int8 weight quantized per tensor (one scale) is served with that scale on every channel;
+    an fp8 per-tensor layer given no rows returns no rows."""
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, PerTensor, quantize_
+
+    import tunedb
+    from tunedb.families.scaled_mm.patching import quantized_linear_class
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 384, bias=False)).to(torch.bfloat16)
+    full = torch.nn.Sequential(torch.nn.Linear(256, 384, bias=False)).to(torch.bfloat16)
+    full.load_state_dict(model.state_dict())
+    try:
+        quantize_(model, Int8DynamicActivationInt8WeightConfig(granularity=PerTensor()))
+    except (TypeError, ValueError) as exc:  # a torchao without per-tensor int8
+        pytest.skip(f"this torchao has no per-tensor int8 config: {exc}")
+    tunedb.optimize(model, families="all")
+    assert isinstance(model[0], quantized_linear_class()) and model[0].w_scale.shape == (384, 1)
+    x = torch.randn(4, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        y, ref = model(x).float(), full(x).float()
+        assert ((y - ref).norm() / ref.norm()).item() < 0.08
+        assert model(x[:0]).shape == (0, 384)
+
+    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig
+
+    fp8 = Tiny().to(torch.bfloat16)
+    try:
+        quantize_(fp8, Float8DynamicActivationFloat8WeightConfig(granularity=PerTensor()))
+    except Exception as exc:  # noqa: BLE001 - fp8 per tensor needs a capable torchao / device check
+        pytest.skip(f"fp8 per-tensor quantization unavailable here: {exc}")
+    tunedb.optimize(fp8, families="all")
+    if isinstance(fp8.up, quantized_linear_class()) and fp8.up.scale == "tensor":
+        with torch.no_grad():
+            assert fp8.up(torch.randn(0, 256, dtype=torch.bfloat16)).shape == (0, 384)
+
+
+def test_an_int8_layer_is_keyed_by_the_activation_dtype_it_runs():
+    import tunedb
+
+    model = Tiny().to(torch.bfloat16)
+    tb.quantize_model(model, "int8", "cpu")
+    tunedb.optimize(model, families="all")
+    assert model.up.signature().format().count("bf16") == 1
+    with torch.no_grad():
+        model(torch.randn(2, 256, dtype=torch.float16))
+    assert "fp16" in model.up.signature().format() and "bf16" not in model.up.signature().format()

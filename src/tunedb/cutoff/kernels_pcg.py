@@ -162,5 +162,6 @@ def pcg(S, s_b, s_t, s_r, s_c, B, b_b, b_t, b_i, X0, x_b, x_t, x_i, MINV, X, R, 
             tl.store(P + off, pv, mask=m2)
         tl.debug_barrier()
         it += 1
-    tl.store(CONV + pid, (rr <= bound).to(tl.int8))
+    # an infinite bound (b holding inf, or ||b||^2 past the dtype's range) proves nothing
+    tl.store(CONV + pid, ((rr <= bound) & (bound < float("inf"))).to(tl.int8))
     tl.store(ITERS + pid, it)

@@ -193,6 +193,9 @@ def pcg(strip: Any, b: Any, x0: Any = None, *, tol: float | None = None, max_ite
     x = b.new_zeros(b.shape) if x0 is None else x0  # never written: every update makes a new x
     r = b - layout.matvec(strip, x)
     bound = (tol * b.flatten(1).norm(dim=1)) ** 2
+    # an infinite or NaN bound (b holding inf, or ||b||^2 past the dtype's range) proves nothing:
+    # those problems never count as converged (rr <= inf held before any iteration)
+    bound = torch.where(torch.isfinite(bound), bound, torch.full_like(bound, -1.0))
     done = dot(r, r) <= bound
     z = precond(r)
     p = z
