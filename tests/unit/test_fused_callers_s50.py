@@ -132,3 +132,19 @@ def test_class_codes_reach_decorated_and_nested_functions():
     nested = [c for c in fwd.__wrapped__.__code__.co_consts if hasattr(c, "co_name")]
     assert nested and all(id(c) in codes for c in nested)
     assert id(nn.Module._call_impl.__code__) not in codes
+
+
+@pytest.mark.parametrize("objects", [True, False])
+def test_a_compiled_fused_pair_traces_with_or_without_object_constants(monkeypatch, objects):
+    """torch 2.11's Dynamo refuses an object argument to a function marked constant (every compile of
+    a model with a fused pair failed on the H100); there the trace reads the pair itself."""
+    monkeypatch.setattr(fused_pair, "_OBJECTS_CONSTANT", [objects])
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 4))
+    plain, opt = _optimized(seq)
+    assert type(opt[1]) is fused_pair.FusedActivation
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(opt, backend="eager", fullgraph=True)(x), plain(x))
+    torch._dynamo.reset()

@@ -54,7 +54,7 @@ def test_a_fused_pair_adds_few_guards_to_a_compiled_forward():
     x = torch.randn(3, 16)
     extra = _guards(tuned, x) - _guards(plain, x)
     # traced, intact() read weakrefs, both slots and every hook dict on both sides of the pair
-    assert extra <= 30, extra  # 41 before session 49
+    assert extra <= 32, extra  # 41 before session 49 (26 then; 31 with session 50's version check and caller rule)
 
 
 def _swap_every_gelu(model):

@@ -267,6 +267,38 @@ def slot_child(pair: FusedPair) -> Any:
 # torch.compiler.assume_constant_result's mark, set directly (that function imports Dynamo: ops._token)
 intact_now._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
+_OBJECTS_CONSTANT: list[bool] = []
+
+
+def objects_constant() -> bool:
+    """Whether this torch's Dynamo calls a function marked constant with an object argument (torch
+    2.13: the object identity-guarded), which intact_now and siblings_compile._spec take. torch 2.11
+    refuses it (InternalTorchDynamoError: "UserDefinedObjectVariable(...) is not a constant", every
+    compile of a model with a fused pair or a sibling group: H100, session 50); there the trace reads
+    what they read itself (more guards, the same graph). Itself a trace constant of no argument."""
+    if not _OBJECTS_CONSTANT:
+        try:
+            import inspect
+
+            from torch._dynamo.variables import functions
+
+            src = inspect.getsource(functions.invoke_and_store_as_constant)
+            _OBJECTS_CONSTANT.append("UserDefinedObjectVariable" in src)
+        except Exception:  # noqa: BLE001 - internals of Dynamo: unknown, the safe form
+            _OBJECTS_CONSTANT.append(False)
+    return _OBJECTS_CONSTANT[0]
+
+
+objects_constant._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def intact_traced(pair: FusedPair) -> bool:
+    """pair's state as a compiler's trace reads it: a constant where this torch allows
+    (intact_now), else intact() traced."""
+    if objects_constant():
+        return intact_now(pair, slot_child(pair))
+    return pair.intact()
+
 
 class FusedActivation(nn.Identity):
     """The activation's slot after optimize() fused it into the Linear before it: passes its input
@@ -277,7 +309,7 @@ class FusedActivation(nn.Identity):
         pair = self.__dict__.get("_tunedb_fused")
         # traced: the pair's state as a constant; eagerly also who called (run_by: a caller of
         # its own hands this slot an input the Linear did not fuse)
-        if pair is None or (intact_now(pair, self._modules.get("activation")) if _compiling() else pair.fused_here()):
+        if pair is None or (intact_traced(pair) if _compiling() else pair.fused_here()):
             return input
         # the child's forward, not its __call__: a hook on every module (or a process-wide one)
         # fires once, on this slot, as on the activation module the plain model holds here; but

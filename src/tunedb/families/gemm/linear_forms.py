@@ -26,7 +26,7 @@ def traced(layer: Any, x: Any) -> Any:
     d = layer.__dict__
     act = layer.act
     pair = d.get("_tunedb_fused") if act != "none" else None
-    if pair is not None and not fused_pair.intact_now(pair, fused_pair.slot_child(pair)):
+    if pair is not None and not fused_pair.intact_traced(pair):
         return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it
     if "_siblings" in d:
         y = member_call(layer, x)

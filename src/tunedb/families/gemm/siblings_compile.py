@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from tunedb import settings
-from tunedb.families.gemm import ops, siblings
+from tunedb.families.gemm import fused_pair, ops, siblings
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 _lib.define("sibling(Tensor x, Tensor[] weights, Tensor?[] biases, str[] acts, bool[] written, int index, "
@@ -101,7 +101,7 @@ def member_call(layer: Any, x: Any) -> Any:
     k = x.shape[-1]
     if k == 0 or not 0 < x.numel() <= k * group.max_rows:
         return None
-    acts, written = _spec(group)
+    acts, written = _spec(group) if fused_pair.objects_constant() else _spec_read(group)
     weights, biases = [], []
     for m in group.members:
         p = m._parameters
@@ -124,6 +124,11 @@ def _spec(group: Any) -> tuple[list[str], list[bool]]:
 
 
 _spec._dynamo_marked_constant = True  # type: ignore[attr-defined]  # assume_constant_result's mark
+
+
+def _spec_read(group: Any) -> tuple[list[str], list[bool]]:
+    """_spec, traced (a torch whose Dynamo refuses an object argument to a constant: fused_pair.objects_constant)."""
+    return [m.act for m in group.members], ["_as_written" in m.__dict__ for m in group.members]
 
 
 def _check_member(x: Any, weights: list[Any], biases: list[Any], acts: list[str], written: list[bool],
