@@ -73,6 +73,11 @@ def torch_arm(op: str, *args: Any) -> Any:
     forms, with its out= contract) and this one only where that module is absent."""
     import torch
 
+    dev = args[0].device.type if isinstance(args[0], torch.Tensor) else "cpu"
+    if torch.is_autocast_enabled(dev):  # the op's dtype is its operands' (its fake's): no autocast inside
+        with torch.autocast(dev, enabled=False):
+            return torch_arm(op, *args)
+
     if op == "dot":
         x, y = args
         return torch.matmul(x.unsqueeze(-2), y.unsqueeze(-1)).reshape(x.shape[0])
