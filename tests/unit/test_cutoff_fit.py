@@ -127,3 +127,17 @@ def test_probe_refuses_negative_discard():
 
     with pytest.raises(CutoffError, match="discard must be"):
         probe(lambda solver: None, problem="p", device="cpu", discard=-1)
+
+
+@pytest.mark.parametrize("bad", [{"tolerance": "0.05"}, {"tolerance": None}, {"traces": None},
+                                 {"traces": {"direct": {"times_ms": [1.0]}, "iterative": {"times_ms": [1.0]}}}])
+def test_fit_names_a_bad_argument(bad):
+    from tunedb import cutoff
+    from tunedb.cutoff.probing import Trace
+    from tunedb.errors import CutoffError
+
+    traces = {"direct": Trace("direct", (1.0, 1.0), (0.1, 0.2)), "iterative": Trace("iterative", (0.5, 2.0), (0.1, 0.2))}
+    kw = dict(bad)
+    traces = kw.pop("traces", traces)
+    with pytest.raises(CutoffError, match="tolerance must be a number|fit takes a Probe"):
+        cutoff.fit(traces, **kw)

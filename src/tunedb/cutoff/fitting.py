@@ -106,8 +106,8 @@ def fit(traces: Any, *, statistic: str = "p99", tolerance: float = 0.02, below: 
 
     if statistic not in STATISTICS:
         raise CutoffError(f"statistic {statistic!r} not supported; allowed: {', '.join(STATISTICS)}")
-    if not (0.0 <= tolerance < 1.0):
-        raise CutoffError(f"tolerance must be in [0, 1); got {tolerance}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 1.0:
+        raise CutoffError(f"tolerance must be a number in [0, 1); got {tolerance!r}")
     if scale not in ("linear", "log"):
         raise CutoffError(f"scale {scale!r} not supported; allowed: linear, log")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -115,6 +115,10 @@ def fit(traces: Any, *, statistic: str = "p99", tolerance: float = 0.02, below: 
     if below == above:
         raise CutoffError(f"below and above name the same policy {below!r}; a cutoff switches between two")
     tr = getattr(traces, "traces", traces)
+    if not isinstance(tr, dict) or not all(hasattr(t, "times_ms") for t in tr.values()):
+        raise CutoffError(f"fit takes a Probe or a {{policy: Trace}} mapping (tunedb.cutoff.probe's); got "
+                          f"{type(tr).__name__}" + (f" of {sorted({type(t).__name__ for t in tr.values()})}"
+                                                    if isinstance(tr, dict) else ""))
     for p in (below, above):
         if p not in tr or not tr[p].times_ms:
             raise CutoffError(f"no trace (or an empty one) for policy {p!r}; have {sorted(tr)}")
