@@ -148,3 +148,39 @@ def test_a_compiled_fused_pair_traces_with_or_without_object_constants(monkeypat
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(opt, backend="eager", fullgraph=True)(x), plain(x))
     torch._dynamo.reset()
+
+
+def _scriptables():
+    torch.manual_seed(0)
+    return [
+        ("conv1d", nn.Sequential(nn.Conv1d(4, 4, 3)), torch.randn(2, 4, 9)),
+        ("conv2d+relu", nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU()), torch.randn(1, 1, 6, 6)),
+        ("conv1d+bn+silu", nn.Sequential(nn.Conv1d(4, 4, 3, padding=1), nn.BatchNorm1d(4), nn.SiLU()).eval(),
+         torch.randn(2, 4, 9)),
+        ("lstm", nn.Sequential(nn.LSTM(4, 6)), torch.randn(5, 2, 4)),
+        ("gru", nn.Sequential(nn.GRU(4, 6, num_layers=2)), torch.randn(5, 2, 4)),
+        ("glsm", nn.Sequential(nn.Linear(8, 5), nn.LogSoftmax(dim=-1)), torch.randn(3, 8)),
+        ("linear+gelu", nn.Sequential(nn.Linear(8, 5), nn.GELU()), torch.randn(3, 8)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7), ids=[c[0] for c in _scriptables()])
+def test_torch_jit_script_of_an_optimized_model_gives_the_plain_models_output(case):
+    _, seq, x = _scriptables()[case]
+    plain, opt = _optimized(seq)
+    scripted = torch.jit.script(opt)
+    with torch.no_grad():
+        want = plain(x)
+        got, eager_after = scripted(x), opt(x)  # the eager model, whose slots scripting rewrote, too
+    if isinstance(want, tuple):
+        want, got, eager_after = want[0], got[0], eager_after[0]
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(eager_after, want)
+    assert sorted(opt.state_dict()) == sorted(plain.state_dict())
+
+
+def test_the_fused_head_keeps_the_linears_repr_and_attributes():
+    head = nn.Sequential(nn.Linear(8, 5, bias=False), nn.LogSoftmax(dim=-1))
+    head[0].my_tag = "keep"
+    tunedb.optimize(head, families="all")
+    assert "in_features=8, out_features=5, bias=False" in repr(head[0]) and head[0].my_tag == "keep"

@@ -165,6 +165,10 @@ def _fold(conv: nn.Module, bn: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tens
 
 class TunedConv1d(nn.Conv1d):
     tunedb_act = "none"
+    _scripts_plain = True
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        return fused_pair.as_plain(self, nn.Conv1d)
 
     def _own(self, x: torch.Tensor, act: str) -> torch.Tensor:
         from tunedb.families.conv import ops
@@ -197,6 +201,10 @@ class TunedConv1d(nn.Conv1d):
 
 class TunedConv2d(nn.Conv2d):
     tunedb_act = "none"
+    _scripts_plain = True
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        return fused_pair.as_plain(self, nn.Conv2d)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
@@ -215,6 +223,9 @@ class TunedConv2d(nn.Conv2d):
 class AbsorbedBatchNorm1d(nn.BatchNorm1d):
     """A batch norm folded into the conv before it: passes its input through in eval mode."""
 
+    def __prepare_scriptable__(self) -> nn.Module:
+        return fused_pair.as_plain(self, nn.BatchNorm1d)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         fusion = _fused_call(self)
@@ -231,6 +242,9 @@ class AbsorbedBatchNorm1d(nn.BatchNorm1d):
 
 class _Absorbed:
     """An activation run by the conv's epilogue while the fused norm is in eval mode."""
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        return fused_pair.as_plain(self, type(self).__mro__[2])  # AbsorbedSiLU -> nn.SiLU
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced

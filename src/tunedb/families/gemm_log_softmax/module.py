@@ -10,6 +10,9 @@ import torch
 from tunedb.runtime import autocast_rule, grad_form
 
 
+_LINEAR_ATTRS = frozenset(vars(torch.nn.Linear(1, 1, device="meta")))  # what every nn.Linear holds
+
+
 class TunedLinearLogSoftmax(torch.nn.Module):
     """nn.Linear + nn.LogSoftmax(dim=-1) as one tunedb::gemm_log_softmax call (same parameters)."""
 
@@ -20,6 +23,21 @@ class TunedLinearLogSoftmax(torch.nn.Module):
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.train(linear.training)
+        # a user's (or a library's) plain attributes on the Linear stay readable, as TunedLinear keeps them
+        for name, value in vars(linear).items():
+            if name not in self.__dict__ and name not in _LINEAR_ATTRS and not isinstance(
+                    value, (torch.nn.Module, torch.Tensor)) and not callable(value):
+                self.__dict__[name] = value
+
+    _scripts_plain = True  # fused_pair.FusedActivation: the LogSoftmax slot applies its module when scripted
+
+    def __prepare_scriptable__(self) -> torch.nn.Module:
+        from tunedb.families.gemm import fused_pair
+
+        return fused_pair.as_plain(self, torch.nn.Linear)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
     def reset_parameters(self) -> None:
         """nn.Linear's initialisation, in place on the same Parameters (a re-init loop asks

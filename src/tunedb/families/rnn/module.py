@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from tunedb.families.gemm import fused_pair
 from tunedb.families.rnn import census
 from tunedb.families.rnn.configs import FAMILY, module_signature
 
@@ -69,9 +70,15 @@ class _Served:
 class TunedLSTM(_Served, torch.nn.LSTM):
     """An nn.LSTM run under the arm the selector serves for its key."""
 
+    def __prepare_scriptable__(self) -> torch.nn.Module:
+        return fused_pair.as_plain(self, torch.nn.LSTM)  # TorchScript compiles nn.LSTM's own forward
+
 
 class TunedGRU(_Served, torch.nn.GRU):
     """An nn.GRU run under the arm the selector serves for its key."""
+
+    def __prepare_scriptable__(self) -> torch.nn.Module:
+        return fused_pair.as_plain(self, torch.nn.GRU)
 
 
 TUNED = {torch.nn.LSTM: TunedLSTM, torch.nn.GRU: TunedGRU}
