@@ -54,6 +54,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if sys.stdout is None:  # started with stdout closed (`>&-`): what a command prints is discarded
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the process's stdout from here on
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(only=chosen)

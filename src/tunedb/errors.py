@@ -127,3 +127,8 @@ class InputFileError(TunedbError, OSError):
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "not a readable input file"
 
+
+
+class OutputFileError(TunedbError, ValueError):
+    """A file named as output that tunedb cannot write as asked (a figure's suffix naming a format
+    it does not write)."""

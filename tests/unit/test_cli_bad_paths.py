@@ -42,3 +42,22 @@ def test_a_workloads_own_failing_import_keeps_its_traceback(tmp_path, monkeypatc
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ModuleNotFoundError, match="nosuch_dependency_xyz"):
         cutoff_cmd.load_workload("wl_broken_import:fn")
+
+
+@pytest.mark.parametrize("suffix, magic", [("svg", b"<?xml"), ("pdf", b"%PDF"), ("png", b"\x89PNG")])
+def test_a_figure_is_written_in_the_format_its_suffix_names(tmp_path, suffix, magic):
+    """They were PNG bytes whatever the suffix."""
+    out = tmp_path / f"grid.{suffix}"
+    got = _cli(tmp_path, "linalg", "plot", "--out", str(out))
+    assert got.returncode == 0, got.stderr
+    assert out.read_bytes().startswith(magic)
+
+
+def test_a_closed_stdout_is_not_a_traceback(tmp_path):
+    """`tunedb diff A A >&-` raised AttributeError at its flush and exited 1 ("the files differ")."""
+    gemm = str(ROOT / "src" / "tunedb" / "db" / "sm90" / "gemm.json")
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TUNEDB_USER_DB": "off",
+           "CUDA_VISIBLE_DEVICES": ""}
+    got = subprocess.run([sys.executable, "-m", "tunedb", "diff", gemm, gemm], stdout=None, stderr=subprocess.PIPE,
+                         text=True, timeout=300, env=env, close_fds=True, preexec_fn=lambda: __import__("os").close(1))
+    assert got.returncode == 0 and "Traceback" not in got.stderr

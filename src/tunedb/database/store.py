@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -41,7 +42,18 @@ def target_path(target: str | os.PathLike, arch_family: str, kernel_family: str)
 
 def write_atomic(path: Path, text: str | bytes) -> None:
     """Replace `path` with `text` (str: UTF-8; bytes as they are): a temp file in the same
-    directory, fsync, os.replace."""
+    directory, fsync, os.replace. A symlink is followed (the file it names is replaced, the link
+    stays); a target that is not a regular file (/dev/null, a FIFO) is written through, never
+    replaced by a file; an existing file keeps its mode (a new one gets 0644)."""
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        with open(path, "wb" if isinstance(text, bytes) else "w", **({} if isinstance(text, bytes) else {"encoding": "utf-8"})) as out:
+            out.write(text)  # a device or a pipe: what it does with the bytes is its own
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -49,7 +61,7 @@ def write_atomic(path: Path, text: str | bytes) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -11,10 +11,8 @@ are imported only by the functions that draw.
 from __future__ import annotations
 
 import bisect
-import io
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tunedb.records import Measurement, Region, Signature
@@ -341,9 +339,6 @@ def save_figure(path: str, ev: Evaluation | None, regions: Mapping[str, Sequence
     if regions:
         draw_regions(axes[i][0], regions, m_max)
     fig.tight_layout()
-    buf = io.BytesIO()  # the whole PNG first, then one atomic replace of the file
-    fig.savefig(buf, format="png", dpi=130)
-    plt.close(fig)
-    from tunedb.database import write_atomic
+    from tunedb import figures
 
-    write_atomic(Path(path), buf.getvalue())
+    figures.save(fig, path, dpi=130)  # the suffix's format, the whole figure, one atomic replace

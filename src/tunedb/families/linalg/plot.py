@@ -6,7 +6,6 @@ with "h". matplotlib is imported only here.
 """
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 from tunedb.families.linalg import ladder, signatures
@@ -56,10 +55,7 @@ def draw(path: Path, deps: str = "native", arch: str = "sm90") -> tuple[int, int
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()  # the whole PNG first, then one atomic replace of the file
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    from tunedb.database import write_atomic
+    from tunedb import figures
 
-    write_atomic(Path(path), buf.getvalue())
+    figures.save(fig, path, dpi=120)  # the suffix's format, the whole figure, one atomic replace
     return total, measured
