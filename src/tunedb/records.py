@@ -29,7 +29,9 @@ _VALUE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 
 def _parse_value(text: str) -> int | str:
-    return int(text) if text.isascii() and text.isdigit() else text
+    # digits past any size a key holds stay text (int() of 4300+ digits raises; a corrupt key is
+    # then refused where its value is checked, not by a traceback here)
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 30 else text
 
 
 @dataclass(frozen=True, order=True)

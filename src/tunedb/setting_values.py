@@ -52,19 +52,24 @@ def file_value(value: str) -> str | None:
 MAX_COMPILE_JOBS = 1024  # processes; far above any machine's cores (each compile takes ~1 GiB)
 
 
+def _digits(value: str, most: int = 18) -> bool:
+    """A whole number written in at most `most` digits (int() of 4300 digits or more raises)."""
+    return value.isascii() and value.isdigit() and len(value.lstrip("0") or "0") <= most
+
+
 def count_value(value: str) -> str | None:
-    ok = value.isascii() and value.isdigit() and int(value) <= MAX_COMPILE_JOBS
+    ok = _digits(value) and int(value) <= MAX_COMPILE_JOBS
     return None if ok else f"is not a whole number from 0 to {MAX_COMPILE_JOBS}"
 
 
 def positive_value(value: str) -> str | None:
-    return None if value.isascii() and value.isdigit() and int(value) > 0 else "is not a whole number > 0"
+    return None if _digits(value) and int(value) > 0 else "is not a whole number > 0 (at most 18 digits)"
 
 
 def rows_value(value: str) -> str | None:
-    ok = value.isascii() and value.isdigit() and 1 <= int(value) <= 16
+    ok = _digits(value) and 1 <= int(value) <= 16
     return None if ok else "is not a whole number from 1 to 16"
 
 
 def microseconds_value(value: str) -> str | None:
-    return None if value.isascii() and value.isdigit() else "is not a whole number of microseconds >= 0"
+    return None if _digits(value, 12) else "is not a whole number of microseconds >= 0 (at most 12 digits)"

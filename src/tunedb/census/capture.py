@@ -52,10 +52,10 @@ def read_capture(path: str | Path) -> ShapeSet:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # not JSON, or an integer past Python's 4300-digit limit
             if lineno == len(lines):
                 continue  # the writer died mid-line
-            raise CensusError(f"capture {path} line {lineno} is not JSON: {exc.msg}") from exc
+            raise CensusError(f"capture {path} line {lineno} is not JSON: {getattr(exc, 'msg', exc)}") from exc
         try:
             sig = Signature.parse(row["signature"])
             from tunedb import families

@@ -22,6 +22,10 @@ from tunedb.records import Point, ShapeSet, Signature, merge_point
 SCHEMA = 1
 
 
+M_MAX = 2**31 - 1  # a size M past any tensor dimension a GEMM is launched with (32-bit)
+WEIGHT_MAX = 1e15  # a weight is a share or a call count: far below what a sum could overflow
+
+
 def to_json(census: ShapeSet) -> dict[str, Any]:
     meta = dict(census.meta)
     points = sorted(census.points, key=lambda p: (p.signature, p.m))
@@ -88,10 +92,10 @@ def from_json(data: Any, where: str = "census") -> ShapeSet:
         calls = _field(row, "calls", (int,), at)
         must = _field(row, "must_tune", (bool,), at)
         eager = float(_field(row, "eager_share", (int, float), at))
-        if m < 1:
-            raise CensusError(f"{at}: field 'M' must be >= 1, got {m}")
-        if not (weight >= 0 and math.isfinite(weight)):
-            raise CensusError(f"{at}: field 'weight' must be a finite number >= 0, got {weight}")
+        if not 1 <= m <= M_MAX:
+            raise CensusError(f"{at}: field 'M' must be in [1, {M_MAX}], got {m}")
+        if not 0 <= weight <= WEIGHT_MAX:  # (NaN fails too) sums of weights must stay finite
+            raise CensusError(f"{at}: field 'weight' must be a number in [0, {WEIGHT_MAX:g}], got {weight}")
         if calls < 0:
             raise CensusError(f"{at}: field 'calls' must be >= 0, got {calls}")
         if not 0.0 <= eager <= 1.0:
@@ -114,6 +118,8 @@ def read_census(path: str | Path) -> ShapeSet:
         raise CensusError(f"census {path} is not UTF-8 text (byte {exc.start}): is it a census file?") from exc
     except json.JSONDecodeError as exc:
         raise CensusError(f"census {path} is not JSON: {exc.msg} (line {exc.lineno})") from exc
+    except ValueError as exc:  # an integer past Python's 4300-digit limit
+        raise CensusError(f"census {path}: {str(exc)[:120]}") from exc
     return from_json(data, str(path))
 
 

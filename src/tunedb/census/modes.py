@@ -76,8 +76,8 @@ def read_manifest(path: str | Path, field: str) -> list[float]:
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CensusError(f"manifest {path} line {lineno} is not JSON: {exc.msg}") from exc
+        except ValueError as exc:  # not JSON, or an integer past Python's 4300-digit limit
+            raise CensusError(f"manifest {path} line {lineno} is not JSON: {str(getattr(exc, 'msg', exc))[:120]}") from exc
         value = row.get(field) if isinstance(row, dict) else None
         top, unit = MANIFEST_MAX.get(field, (math.inf, ""))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top:

@@ -134,7 +134,7 @@ def _records(path: Path, fh, bad) -> Iterator[LogRecord]:
                     Provenance.from_json(data.get("provenance") or {}),
                     str(data.get("run_id", "")),
                 )
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
                 bad(lineno, exc)
                 continue
             yield rec
