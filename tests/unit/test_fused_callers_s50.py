@@ -184,3 +184,20 @@ def test_the_fused_head_keeps_the_linears_repr_and_attributes():
     head[0].my_tag = "keep"
     tunedb.optimize(head, families="all")
     assert "in_features=8, out_features=5, bias=False" in repr(head[0]) and head[0].my_tag == "keep"
+
+
+@pytest.mark.parametrize("name", ["TapBlock", "DunderBlock", "FirstChildBlock"])
+def test_a_block_running_its_linear_by_a_computed_name_is_not_fused(name):
+    import fusion_models_s50 as models
+
+    torch.manual_seed(0)
+    plain = getattr(models, name)().eval()
+    opt = tunedb.optimize(copy.deepcopy(plain), families="all")
+    assert type(opt.act) is not fused_pair.FusedActivation
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), plain(x))
+    from fusion_models_s40 import FusedMLP  # the rule still fuses the plain form, in a file of its own
+
+    fused = tunedb.optimize(FusedMLP().eval(), families="all")
+    assert any(type(m) is fused_pair.FusedActivation for m in fused.modules())

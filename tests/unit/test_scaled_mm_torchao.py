@@ -249,3 +249,21 @@ def test_an_int8_layer_is_keyed_by_the_activation_dtype_it_runs():
     with torch.no_grad():
         model(torch.randn(2, 256, dtype=torch.float16))
     assert "fp16" in model.up.signature().format() and "bf16" not in model.up.signature().format()
+
+
+@pytest.mark.parametrize("scheme", ["int8", "fp8-rowwise"])
+def test_dtype_casts_after_optimize_keep_the_operands(scheme):
+    """`.to(torch.bfloat16)` cast the fp32 weight-scale buffer (the next call refused it) and would
+    cast fp8 data; the operands are taken from the torchao weight again after any cast."""
+    import tunedb
+
+    torch.manual_seed(0)
+    model = Tiny().to(torch.bfloat16)
+    tb.quantize_model(model, scheme, "cpu")
+    tunedb.optimize(model, families="all")
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        before = model(x)
+        model.to(torch.bfloat16)
+        assert model.up.w_scale.dtype == torch.float32 and model.up.qweight.dtype == model.up.weight.qdata.dtype
+        torch.testing.assert_close(model(x), before)

@@ -11,7 +11,8 @@ import ast
 # recursive walks (modules(), named_modules(), apply()): models use them to initialise weights
 # (`for m in self.mlp.modules(): nn.init...`), and a forward that runs every module of a tree
 # would run the tree twice
-REACH = frozenset({"children", "named_children", "_modules", "get_submodule", "__getitem__", "__iter__"})
+REACH = frozenset({"children", "named_children", "_modules", "get_submodule", "__getitem__", "__iter__",
+                   "__getattr__"})
 # ... and what child_runs follows, where only a call of what they yield counts: a layer fetched by
 # name from a recursive walk and run (`dict(self.named_modules())[name](x)`) is a run
 _RUN_REACH = REACH | {"modules", "named_modules"}
@@ -35,6 +36,22 @@ def _reach_receiver(node: ast.AST, reach: frozenset[str] = _RUN_REACH) -> ast.AS
     if isinstance(node, ast.Attribute) and node.attr == "_modules" and "_modules" in reach:
         return node.value
     return None
+
+
+def _dynamic_getattr(node: ast.AST) -> ast.AST | None:
+    """R for `getattr(R, name)` with a computed name and R `self` or an attribute chain on it (a
+    child by a name the AST cannot read; a constant name is `self.fc`), else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and not isinstance(node.args[1], ast.Constant) and _of_self(node.args[0])):
+        return node.args[0]
+    return None
+
+
+def _of_self(node: ast.AST) -> bool:
+    """`self` or an attribute chain on it (`self.block`, `self.a.b`)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == "self"
 
 
 def _reaches_in(node: ast.AST, loop: bool = False, reach: frozenset[str] = _RUN_REACH) -> list[ast.AST]:
@@ -83,8 +100,20 @@ def child_runs(tree: ast.AST, reach: frozenset[str] = _RUN_REACH) -> list[ast.AS
     handing R's children to a lambda that calls its parameter (`map(lambda m: m(x), ...)`). A
     reach that only looks (`len(list(m.children()))`, `m._modules[name] = new`) is not a run."""
     out: list[ast.AST] = []
+    bound: dict[str, list[ast.AST]] = {}  # a name bound to a reached child (`first = next(iter(self.children()))`)
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            receivers = _reaches_in(node.value, reach=reach)
+            if _dynamic_getattr(node.value) is not None:
+                receivers.append(node.value.args[0])
+            for name in (n for t in targets for n in _bound_names(t)) if receivers else ():
+                bound.setdefault(name, []).extend(receivers)
         if isinstance(node, ast.Call):
+            f = node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr in ("forward", "__call__") \
+                else node.func
+            if _dynamic_getattr(f) is not None:  # getattr(self, name)(x): that child run
+                out.append(f.args[0])
             if not isinstance(node.func, ast.Name):  # a called reach (a plain name is no reach)
                 out.extend(_reaches_in(node.func, reach=reach))
             if any(_lambda_runs(a) for a in node.args):
@@ -97,6 +126,9 @@ def child_runs(tree: ast.AST, reach: frozenset[str] = _RUN_REACH) -> list[ast.AS
             for gen in node.generators:
                 if _calls_a_name(elts + gen.ifs, _bound_names(gen.target)):
                     out.extend(_reaches_in(gen.iter, loop=reach is _RUN_REACH, reach=reach))
+    for name, receivers in bound.items():
+        if _calls_a_name([tree], {name}):  # ... and then called
+            out.extend(receivers)
     return out
 
 

@@ -27,16 +27,28 @@ class QuantizedLinear(nn.Module):
         self.dt = "int8" if w.qdata.dtype == torch.int8 else "fp8"
         self.family = INT8_FAMILY if self.dt == "int8" else FP8_FAMILY
         self.scale = "row" if self.dt == "int8" else torchao_bridge.scale_mode(w)
-        n = self.out_features
-        self.register_buffer("qweight", w.qdata.contiguous(), persistent=False)
-        ws = w.scale.to(torch.float32)
-        if self.scale == "row":  # int8 per tensor (one scale) served per channel: the same scale N times
-            ws = ws.reshape(-1, 1).expand(n, 1) if ws.numel() == 1 else ws.reshape(n, 1)
-        self.register_buffer("w_scale", ws.contiguous(), persistent=False)
         # the torchao tensor the layer came from, under nn.Linear's name: state_dict keys and
         # checkpoints stay the Linear's (`weight`, `bias`)
         self.weight = w
         self.bias = linear.bias
+        self._bind()
+
+    def _bind(self) -> None:
+        """qweight and w_scale, the op's operands, from the torchao weight (its data, shared)."""
+        w = self.weight
+        self.register_buffer("qweight", w.qdata.contiguous(), persistent=False)
+        ws = w.scale.to(torch.float32)
+        if self.scale == "row":  # int8 per tensor (one scale) served per channel: the same scale N times
+            ws = ws.reshape(-1, 1).expand(self.out_features, 1) if ws.numel() == 1 else ws.reshape(self.out_features, 1)
+        self.register_buffer("w_scale", ws.contiguous(), persistent=False)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "QuantizedLinear":
+        """.to(dtype) / .half() / .cuda() as on the torchao Linear: the weight goes its own way (torchao's
+        tensor keeps its quantized data), and the operands are taken from it again: a float cast must
+        not reach the fp32 scales or the fp8 data."""
+        out = super()._apply(fn, recurse)
+        self._bind()
+        return out
 
     @property
     def torchao_weight(self) -> Any:
