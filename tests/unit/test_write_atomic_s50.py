@@ -36,3 +36,14 @@ def test_dev_null_stays_a_device():
     write_atomic(os.devnull, "discarded")
     after = os.stat(os.devnull)
     assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
+
+
+def test_a_lone_surrogate_escape_makes_a_file_corrupt_and_a_pair_is_text():
+    import pytest
+
+    from tunedb.database import schema
+    from tunedb.errors import CorruptDatabaseError
+
+    with pytest.raises(CorruptDatabaseError, match="lone UTF-16 surrogate"):
+        schema.loads('{"validators": {"triton": "3.6\\ud800"}}', "gemm.json")
+    assert schema.loads('{"note": "\\ud83d\\ude00"}') == {"note": "\U0001F600"}

@@ -76,12 +76,22 @@ def _bounded_int(digits: str) -> int:
     return int(digits)
 
 
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def loads(text: str, source: str = "<string>") -> Any:
     """JSON text -> raw object; CorruptDatabaseError when it is not JSON, repeats a key or
-    holds NaN/Infinity or an integer beyond 64 bits."""
+    holds NaN/Infinity, an integer beyond 64 bits or a lone surrogate escape (not text: printing it
+    raised UnicodeEncodeError in `tunedb status` and `diff`)."""
     try:
-        return json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=_no_constant,
-                          parse_int=_bounded_int)
+        raw = json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=_no_constant,
+                         parse_int=_bounded_int)
+        if _SURROGATE.search(text):  # a \udXXX escape: only a pair makes a character
+            try:
+                json.dumps(raw, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("holds a lone UTF-16 surrogate escape (\\ud800-\\udfff): not text") from None
+        return raw
     except json.JSONDecodeError as exc:
         # (json's own message may end in "at": "Invalid control character at")
         raise _fail(source, f"not valid JSON (truncated?): {exc.msg.removesuffix(' at')} at line {exc.lineno} "
