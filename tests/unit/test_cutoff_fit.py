@@ -141,3 +141,20 @@ def test_fit_names_a_bad_argument(bad):
     traces = kw.pop("traces", traces)
     with pytest.raises(CutoffError, match="tolerance must be a number|fit takes a Probe"):
         cutoff.fit(traces, **kw)
+
+
+def test_an_open_band_is_written_as_standard_json_and_read_back():
+    """An open band edge was written as Infinity, which jq and JSON.parse refuse."""
+    import json
+    import math
+
+    from tunedb.cutoff.fitting import Fit
+    from tunedb.cutoff.store import Decision
+
+    fit = Fit("p99", 0.02, "iterative", "direct", 7.5, 7.5, (7.5, math.inf), 1.0, 1.0, {"direct": 1.0},
+              4, "index", "linear")
+    text = json.dumps(fit.to_json(), allow_nan=False)
+    assert Fit.from_json(json.loads(text)) == fit
+    d = Decision("p", "cpu", 7.5, band=(-math.inf, math.inf), fit=fit.to_json())
+    back = Decision.from_json(json.loads(json.dumps(d.to_json(), allow_nan=False)))
+    assert back.band == (-math.inf, math.inf) and back.cutoff == 7.5

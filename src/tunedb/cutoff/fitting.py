@@ -51,14 +51,28 @@ class Fit:
         out = asdict(self)
         out["band"] = list(self.band)
         out["fixed"] = dict(self.fixed)
-        return out
+        return json_floats(out)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Fit":
         d = dict(data)
         d["band"] = tuple(float(v) for v in d["band"])
         d["fixed"] = {k: float(v) for k, v in d["fixed"].items()}
+        for name in ("tolerance", "cutoff", "optimum", "value_at_optimum", "value_at_cutoff"):
+            d[name] = float(d[name])  # "inf" / "nan" as written by json_floats
         return cls(**d)
+
+
+def json_floats(obj: Any) -> Any:
+    """obj with every non-finite float written as its text ("inf", "-inf", "nan"), which float()
+    reads back: standard JSON has no Infinity or NaN (jq and JSON.parse refuse the file)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return repr(obj)
+    if isinstance(obj, dict):
+        return {k: json_floats(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_floats(v) for v in obj]
+    return obj
 
 
 def stat_of(values: Any, stat: str) -> float:

@@ -43,10 +43,12 @@ class Decision:
         return self.below if signal <= self.cutoff else self.above
 
     def to_json(self) -> dict[str, Any]:
-        return {"problem": self.problem, "device": self.device, "cutoff": self.cutoff,
-                "below": self.below, "above": self.above, "statistic": self.statistic,
-                "tolerance": self.tolerance, "band": list(self.band), "fit": dict(self.fit),
-                "provenance": dict(self.provenance)}
+        from tunedb.cutoff.fitting import json_floats  # an open band's edge as "inf": standard JSON
+
+        return json_floats({"problem": self.problem, "device": self.device, "cutoff": self.cutoff,
+                            "below": self.below, "above": self.above, "statistic": self.statistic,
+                            "tolerance": self.tolerance, "band": list(self.band), "fit": dict(self.fit),
+                            "provenance": dict(self.provenance)})
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Decision":
@@ -177,5 +179,5 @@ def persist(fit: Any, probe: Any, *, path: str | Path | None = None) -> Decision
     table = load(p)
     table[key(decision.problem, decision.device)] = decision
     doc = {"format": FORMAT, "version": VERSION, "decisions": {k: d.to_json() for k, d in sorted(table.items())}}
-    write_atomic(p, json.dumps(doc, indent=1) + "\n")
+    write_atomic(p, json.dumps(doc, indent=1, allow_nan=False) + "\n")
     return decision
