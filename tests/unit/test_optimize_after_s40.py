@@ -112,8 +112,9 @@ def test_nested_tensors_run_as_through_nn_linear(layout):
         with torch.no_grad():
             want = plain._modules[name](torch.nested.nested_tensor(parts, layout=layout))
             got = tuned._modules[name](torch.nested.nested_tensor(parts, layout=layout))
+        # called alone (not by its block's forward), fused fc1 gives nn.Linear's output too (session 50)
         for a, b in zip(got.unbind(), want.unbind()):
-            torch.testing.assert_close(a, torch.nn.functional.gelu(b) if name == "fc1" else b, rtol=0, atol=0)
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_a_non_tensor_input_raises_nn_linears_own_type_error():
