@@ -201,3 +201,21 @@ def test_a_block_running_its_linear_by_a_computed_name_is_not_fused(name):
 
     fused = tunedb.optimize(FusedMLP().eval(), families="all")
     assert any(type(m) is fused_pair.FusedActivation for m in fused.modules())
+
+
+@pytest.mark.parametrize("case", range(5), ids=[c[0] for c in _pairs()])
+@pytest.mark.parametrize("wrapped", [0, -1])
+def test_a_forward_wrapped_on_the_instance_unfuses_both_sides(case, wrapped):
+    """accelerate's offload hooks set `module.forward` to a wrapper: the wrapper, not the parent,
+    calls the module, so the caller rule would unfuse that side only (a lost activation)."""
+    _, seq, x = _pairs()[case]
+    plain, opt = _optimized(seq)
+    module = opt[wrapped]
+    inner = module.forward
+
+    def wrapper(*args, **kwargs):
+        return inner(*args, **kwargs)
+
+    module.forward = wrapper
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), plain(x))

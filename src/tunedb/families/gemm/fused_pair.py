@@ -200,6 +200,10 @@ class FusedPair:
                 or blank._forward_hooks or blank._forward_pre_hooks or blank._backward_hooks
                 or blank._backward_pre_hooks):
             return False
+        # a forward set on the instance (accelerate's offload hooks wrap it: the wrapper, not the
+        # parent, then calls the Linear, and run_by would unfuse one side only; torch.jit.trace's)
+        if "forward" in linear.__dict__ or "forward" in blank.__dict__:
+            return False
         g0, g1, g2, g3 = _GLOBAL_HOOKS
         return not (g0 or g1 or g2 or g3)
 
