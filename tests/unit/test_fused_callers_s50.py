@@ -219,3 +219,29 @@ def test_a_forward_wrapped_on_the_instance_unfuses_both_sides(case, wrapped):
     module.forward = wrapper
     with torch.no_grad():
         torch.testing.assert_close(opt(x), plain(x))
+
+
+@pytest.mark.parametrize("case", range(5), ids=[c[0] for c in _pairs()])
+@pytest.mark.parametrize("side", [0, -1])
+def test_one_side_compiled_alone_unfuses_the_pair(case, side):
+    """Module.compile() of one side: its trace cannot see who calls it while the other side's
+    eager call can (the activation was applied twice in a loop over the children)."""
+    _, seq, x = _pairs()[case]
+    plain, opt = _optimized(seq)
+    torch._dynamo.reset()
+    opt[side].compile(backend="eager")
+    with torch.no_grad():
+        torch.testing.assert_close(opt(x), plain(x))
+        y, yp = x, x
+        for m, p in zip(opt, plain):
+            y, yp = m(y), p(yp)
+            torch.testing.assert_close(y, yp)
+    torch._dynamo.reset()
+
+
+def test_jit_trace_keeps_the_fused_activation():
+    for _, seq, x in _pairs():
+        plain, opt = _optimized(seq)
+        with torch.no_grad():
+            traced = torch.jit.trace(opt, x, check_trace=False)
+            torch.testing.assert_close(traced(x), plain(x))

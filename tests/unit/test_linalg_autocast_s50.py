@@ -28,3 +28,9 @@ def test_autocast_leaves_the_ops_dtype_alone(op):
         want = ref[0] if isinstance(ref, tuple) else ref
         assert got.dtype == torch.float32
         torch.testing.assert_close(got, want)
+
+
+def test_autocast_past_the_tables_n_keeps_the_dtype():
+    a = torch.randn(2, 130, 130)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert ops.gemm(a, a).dtype == torch.float32

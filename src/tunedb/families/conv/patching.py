@@ -85,8 +85,8 @@ class _Fusion:
         m = seq._modules
         if not (m.get(self.names[0]) is conv and m.get(self.names[1]) is bn and m.get(self.names[2]) is act):
             return False
-        if "forward" in conv.__dict__ or "forward" in bn.__dict__ or "forward" in act.__dict__:
-            return False  # a wrapped forward (accelerate's hooks): the wrapper calls it, unfused (fused_pair)
+        if fused_pair._rewired(conv) or fused_pair._rewired(bn) or fused_pair._rewired(act):
+            return False  # a wrapped forward (accelerate's hooks) or one compiled alone: unfused (fused_pair)
         return not fused_pair.watched(conv, bn, act)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "_Fusion":

@@ -47,6 +47,22 @@ def _dynamic_getattr(node: ast.AST) -> ast.AST | None:
     return None
 
 
+def _child_of(node: ast.AST, reach: frozenset[str]) -> ast.AST | None:
+    """R for an expression whose value is one of R's children: `next(iter(R.children()))`,
+    `list(R.children())[0]`, `R._modules["fc"]`, `R.get_submodule("fc")`, `getattr(self, name)`;
+    not an expression that only looks at them (`type(next(m for m in R.modules()))`)."""
+    while True:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
+              and node.func.id in ("next", "iter", "list", "tuple")):
+            node = node.args[0]
+        else:
+            break
+    r = _dynamic_getattr(node) if reach is _RUN_REACH else None  # (not a recursive walk's: walks_deep)
+    return r if r is not None else _reach_receiver(node, reach)
+
+
 def _of_self(node: ast.AST) -> bool:
     """`self` or an attribute chain on it (`self.block`, `self.a.b`)."""
     while isinstance(node, ast.Attribute):
@@ -104,15 +120,14 @@ def child_runs(tree: ast.AST, reach: frozenset[str] = _RUN_REACH) -> list[ast.AS
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            receivers = _reaches_in(node.value, reach=reach)
-            if _dynamic_getattr(node.value) is not None:
-                receivers.append(node.value.args[0])
+            child = _child_of(node.value, reach)
+            receivers = [] if child is None else [child]
             for name in (n for t in targets for n in _bound_names(t)) if receivers else ():
                 bound.setdefault(name, []).extend(receivers)
         if isinstance(node, ast.Call):
             f = node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr in ("forward", "__call__") \
                 else node.func
-            if _dynamic_getattr(f) is not None:  # getattr(self, name)(x): that child run
+            if reach is _RUN_REACH and _dynamic_getattr(f) is not None:  # getattr(self, name)(x): that child run
                 out.append(f.args[0])
             if not isinstance(node.func, ast.Name):  # a called reach (a plain name is no reach)
                 out.extend(_reaches_in(node.func, reach=reach))

@@ -117,6 +117,14 @@ def run_by(parent: Any, depth: int) -> bool:
     return f.f_code.co_name.startswith("torch_dynamo_resume_in_")
 
 
+def _rewired(m: Any) -> bool:
+    """Whether `m` runs other code than its class's forward: a forward set on the instance (not
+    TunedLinear's own jit.trace form, marked `_tunedb_trace`), or Module.compile()'s compiled call."""
+    d = m.__dict__
+    fwd = d.get("forward")
+    return (fwd is not None and not getattr(fwd, "_tunedb_trace", False)) or d.get("_compiled_call_impl") is not None
+
+
 def _dead() -> None:
     return None
 
@@ -201,8 +209,10 @@ class FusedPair:
                 or blank._backward_pre_hooks):
             return False
         # a forward set on the instance (accelerate's offload hooks wrap it: the wrapper, not the
-        # parent, then calls the Linear, and run_by would unfuse one side only; torch.jit.trace's)
-        if "forward" in linear.__dict__ or "forward" in blank.__dict__:
+        # parent, then calls the Linear, and run_by would unfuse one side only; TunedLinear's own
+        # torch.jit.trace form is marked and keeps the pair), or one side compiled alone
+        # (Module.compile(): its trace cannot see the caller, the other side's eager call can)
+        if _rewired(linear) or _rewired(blank):
             return False
         g0, g1, g2, g3 = _GLOBAL_HOOKS
         return not (g0 or g1 or g2 or g3)

@@ -234,7 +234,9 @@ class TunedLinear(nn.Module):
         # nn.Module.__call__ takes this path instead of forward only while torch.jit.trace
         # records: the trace gets the tuned op (linear_script.traced_forward), under the module
         # scope nn.Module's own _slow_forward names
-        self.__dict__["forward"] = functools.partial(linear_script.traced_forward, self)
+        traced = functools.partial(linear_script.traced_forward, self)
+        traced._tunedb_trace = True  # type: ignore[attr-defined]  # fused_pair: the pair still holds
+        self.__dict__["forward"] = traced
         try:
             return super()._slow_forward(*args, **kwargs)
         finally:

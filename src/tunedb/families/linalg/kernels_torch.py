@@ -14,11 +14,6 @@ from typing import Any
 def torch_arm(op: str, checked: bool, tensors: tuple, out: Any) -> Any:
     import torch
 
-    dev = tensors[0].device.type if isinstance(tensors[0], torch.Tensor) else "cpu"
-    if torch.is_autocast_enabled(dev):  # the op's dtype is its operands' (its fake's): no autocast inside
-        with torch.autocast(dev, enabled=False):
-            return torch_arm(op, checked, tensors, out)
-
     a = tensors[0]
     info = None
     if op == "dot":

@@ -29,6 +29,7 @@ calls (bench/linalg_eager.py, session 29).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from typing import Any
@@ -88,11 +89,25 @@ def bound_for(op: str, *tensors: Any) -> Any:
     return got
 
 
+def _any_autocast() -> bool:
+    import torch
+
+    check = getattr(torch._C, "_is_any_autocast_enabled", None)
+    return True if check is None else check()
+
+
 def run(op: str, *tensors: Any) -> Any:
     """The op's implementation (what every backend of tunedb::linalg_<op> runs)."""
     first = tensors[0]
     if first is None or tensors[-1] is None:  # torch.ops passes a None given for a Tensor through
         signatures.signature_of(op, *tensors)  # names it (SignatureError)
+    if _any_autocast() and hasattr(first, "device"):
+        import torch
+
+        dev = first.device.type
+        if torch.is_autocast_enabled(dev):  # the op's dtype is its operands' (its fake's): the
+            with torch.autocast(dev, enabled=False):  # torch arm's bmm would run in bf16
+                return run(op, *tensors)
     if not first.is_cuda:
         sig, _batch = signatures.signature_of(op, *tensors)
         return _family().launch(Config.sentinel("torch"), sig, *tensors)
@@ -279,7 +294,9 @@ def _any_shape(name: str, tensors: tuple) -> Any:
     flat, lead = batch_dims.fold(tensors, cores, f"linalg {name}")
     if not N_MIN <= first.shape[-1] <= N_MAX:
         signatures.check_call(name, *flat, n_range=False)  # square A, shapes, one dtype and device
-        out = torch_arm(name, False, flat, None)  # the library arm's forms, no kernel here is built for n
+        dev = first.device.type
+        with torch.autocast(dev, enabled=False) if torch.is_autocast_enabled(dev) else contextlib.nullcontext():
+            out = torch_arm(name, False, flat, None)  # the library arm's forms, no kernel here is built for n
         if name == "potrf":
             out = (out[0].contiguous(), out[1])  # L row-major, as every arm returns it
     else:
