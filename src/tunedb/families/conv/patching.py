@@ -118,10 +118,8 @@ def _fused_call(module: Any) -> _Fusion | None:
     """_fusion(module), asked by the module's forward, and None also where that forward was not
     called by the Sequential's own code (fused_pair.run_by: a loop over its children collecting
     each output gets each module's own)."""
-    f = module.__dict__.get("_tunedb_fusion")
-    if f is None or not f.intact():
-        return None
-    return f if fused_pair._compiling() or fused_pair.run_by(f.seq, 2) else None
+    f = _fusion(module)
+    return f if f is None or fused_pair._compiling() or fused_pair.run_by(f.seq, 2) else None
 
 
 def _folded(conv: nn.Module, bn: nn.BatchNorm1d, fusion: _Fusion) -> tuple[torch.Tensor, torch.Tensor]:
@@ -214,8 +212,7 @@ class TunedConv2d(nn.Conv2d):
 
         pair = self.__dict__.get("_tunedb_fused")
         # "none" after surgery or for a caller other than the parent's code: its slot applies it
-        act = self.tunedb_act if pair is None or (
-            pair.intact() if fused_pair._compiling() else pair.fused_here()) else "none"
+        act = self.tunedb_act if pair is None or pair.fused_here() else "none"
         # set after optimize() (nn's own forward pads it), or torch.fx's Proxy (nn's own form)
         if self.padding_mode != "zeros" or not isinstance(x, torch.Tensor):
             return ops.activate(nn.Conv2d.forward(self, x), act)

@@ -218,8 +218,12 @@ class FusedPair:
         return not (g0 or g1 or g2 or g3)
 
     def fused_here(self) -> bool:
-        """intact(), called from an eager forward of the Linear or the slot, and that forward
-        called by the parent's own code (run_by): one more frame walk on the fused call's path."""
+        """Whether the forward of the Linear (conv) or the slot calling this runs fused: while a
+        compiler traces, the pair's state (intact_traced, a trace constant where this torch allows);
+        eagerly intact() and that forward called by the parent's own code (run_by: one more frame
+        walk on the fused call's path). Called directly by the forward (run_by counts frames)."""
+        if _compiling():
+            return intact_traced(self)
         return self.intact() and run_by(self._parent(), 2)
 
     def _read_act(self, blank: Any) -> None:
@@ -321,9 +325,8 @@ class FusedActivation(nn.Identity):
 
     def forward(self, input: Any) -> Any:
         pair = self.__dict__.get("_tunedb_fused")
-        # traced: the pair's state as a constant; eagerly also who called (run_by: a caller of
-        # its own hands this slot an input the Linear did not fuse)
-        if pair is None or (intact_traced(pair) if _compiling() else pair.fused_here()):
+        # eagerly also who called (run_by: a caller of its own hands this slot an input the Linear did not fuse)
+        if pair is None or pair.fused_here():
             return input
         # the child's forward, not its __call__: a hook on every module (or a process-wide one)
         # fires once, on this slot, as on the activation module the plain model holds here; but

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from tunedb.families.gemm.left_modules import LINEAR_ATTRS, carried
 from tunedb.runtime import autocast_rule, grad_form
-
-
-_LINEAR_ATTRS = frozenset(vars(torch.nn.Linear(1, 1, device="meta")))  # what every nn.Linear holds
 
 
 class TunedLinearLogSoftmax(torch.nn.Module):
@@ -25,8 +23,7 @@ class TunedLinearLogSoftmax(torch.nn.Module):
         self.train(linear.training)
         # a user's (or a library's) plain attributes on the Linear stay readable, as TunedLinear keeps them
         for name, value in vars(linear).items():
-            if name not in self.__dict__ and name not in _LINEAR_ATTRS and not isinstance(
-                    value, (torch.nn.Module, torch.Tensor)) and not callable(value):
+            if name not in self.__dict__ and name not in LINEAR_ATTRS and carried(value):
                 self.__dict__[name] = value
 
     _scripts_plain = True  # fused_pair.FusedActivation: the LogSoftmax slot applies its module when scripted
@@ -47,7 +44,7 @@ class TunedLinearLogSoftmax(torch.nn.Module):
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
         pair = self.__dict__.get("_tunedb_fused")  # census.optimize: the LogSoftmax's slot
-        if pair is not None and not (pair.intact() if torch.compiler.is_compiling() else pair.fused_here()):  # surgery, or called by other code: the slot applies its module
+        if pair is not None and not pair.fused_here():  # surgery, or called by other code: the slot applies its module
             return torch.nn.functional.linear(x, self.weight, self.bias)
         # torch's own pair for fp32 heads and under autocast (which casts the linear's
         # operands and runs log_softmax in fp32; the fused op takes one dtype and keeps it)
