@@ -94,13 +94,92 @@ def test_surgery_after_a_compile_gives_the_plain_compiled_models_answer(surgery)
             assert torch.equal(compiled(x), plain(x))
 
 
-def test_intact_now_is_a_trace_constant_and_the_pairs_answer_eagerly():
+def test_intact_key_is_a_trace_constant_and_the_pairs_answer_eagerly():
     tuned = tunedb.optimize(MLP().eval(), families="all")
     pair = tuned.fc.__dict__["_tunedb_fused"]
-    assert fused_pair.intact_now._dynamo_marked_constant is True
-    assert fused_pair.intact_now(pair) is pair.intact() is True
+    assert fused_pair.intact_key._dynamo_marked_constant is True
+    assert tuned.act.__dict__["_tunedb_key"] == pair.key  # the slot's own copy
+    assert fused_pair.intact_key(pair.key) is pair.intact() is True
     tuned.act = nn.ReLU()
-    assert fused_pair.intact_now(pair) is pair.intact() is False
+    assert fused_pair.intact_key(pair.key) is pair.intact() is False
+    assert fused_pair.intact_key(-1) is False  # no such pair
+
+
+def _lambda_guards(model, x) -> list[str]:
+    """The object-aliasing guards of the compiled forward (`a is b`, a Python lambda each at every call)."""
+    import logging
+
+    torch._dynamo.reset()
+    lines: list[str] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    log = logging.getLogger("torch._dynamo.guards")
+    handler = Grab()
+    torch._logging.set_logs(guards=True)
+    log.addHandler(handler)
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend="eager")(x)
+    finally:
+        log.removeHandler(handler)
+        torch._logging.set_logs()
+    return [ln for ln in "\n".join(lines).splitlines() if "LAMBDA_GUARD" in ln and "L['" in ln]
+
+
+def test_a_fused_pair_adds_no_aliasing_guard():
+    """Each side reads only what it holds itself (the Linear its pair, the slot its own copy of the
+    pair's key): a pair read from both sides, or a weakref to a module the trace also reached
+    through the parent, was an `a is b` guard in Python at every compiled call (five a pair on
+    torch 2.11, session 50)."""
+    tuned = tunedb.optimize(MLP().eval(), families="all")
+    assert _fused(tuned)
+    tuned.fc.__dict__.pop("_act_module")  # its CPU-only form reads the activation module the slot holds too
+    guards = _lambda_guards(tuned, torch.randn(3, 16))
+    assert not [g for g in guards if "_tunedb" in g or "._blank" in g or "._linear" in g], guards
+
+
+def test_a_new_child_of_the_same_type_in_the_slot_retraces():
+    """A walk setting another nn.GELU (tanh form) into the fused slot: the pair takes a new key,
+    which both sides' compiled code guards, so the next call retraces and applies the new module."""
+    torch.manual_seed(0)
+    plain = MLP().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    assert _fused(tuned)
+    x = torch.randn(3, 16)
+    torch._dynamo.reset()
+    compiled = torch.compile(tuned, backend="eager")
+    with torch.no_grad():
+        assert torch.equal(compiled(x), plain(x))
+        key = tuned.fc.__dict__["_tunedb_fused"].key
+        tuned.act.activation = nn.GELU(approximate="tanh")
+        plain.act = nn.GELU(approximate="tanh")
+        new = tuned.fc.__dict__["_tunedb_fused"].key
+        assert new != key and tuned.act.__dict__["_tunedb_key"] == new
+        assert torch.equal(compiled(x), plain(x))
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_model_holds_one_pair_with_a_key_of_its_own(how):
+    import io
+
+    tuned = tunedb.optimize(MLP().eval(), families="all")
+    if how == "deepcopy":
+        twin = copy.deepcopy(tuned)
+    else:
+        buf = io.BytesIO()
+        torch.save(tuned, buf)
+        buf.seek(0)
+        twin = torch.load(buf, weights_only=False)
+    pair = twin.fc.__dict__["_tunedb_fused"]
+    assert pair is twin.act.__dict__["_tunedb_fused"]  # deepcopy made two pairs before session 51
+    assert twin.act.__dict__["_tunedb_key"] == pair.key != tuned.fc.__dict__["_tunedb_fused"].key
+    assert fused_pair.intact_key(pair.key)
+    twin.act = nn.ReLU()  # the copy's surgery: the original's pair holds
+    assert not fused_pair.intact_key(pair.key)
+    assert fused_pair.intact_key(tuned.fc.__dict__["_tunedb_fused"].key)
 
 
 @pytest.mark.parametrize("mode,graphs", [(None, False), ("reduce-overhead", True)])

@@ -11,10 +11,11 @@ holds the same rule for conv, norm and activation."""
 from __future__ import annotations
 
 import copy
+import itertools
 import sys
 import types
 import weakref
-from typing import Any
+from typing import Any, Self
 
 import torch
 from torch import nn
@@ -36,6 +37,12 @@ def _placed(parent: nn.Module, name: str, module: Any) -> None:
     fusion = d.get("_tunedb_fused") or d.get("_tunedb_fusion")
     if fusion is not None and not fusion.owns(parent, name, module):
         fusion.shared = True
+    if name == "activation" and type(parent) is FusedActivation:
+        # a new child in a fused slot (a walk swapping every nn.GELU): compiled code of either
+        # side guards the pair's key, so it retraces and the new trace asks intact() again
+        pair = parent.__dict__.get("_tunedb_fused")
+        if pair is not None:
+            pair.rekey()
 
 
 _PLACED: list[Any] = []
@@ -169,10 +176,28 @@ class FusedPair:
     reference here would make a cycle that keeps a dropped model's weights alive until the cyclic
     GC runs."""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # the key a compiler's trace reads (intact_key): every pair object its own, from birth,
+        # so one built by pickle or deepcopy has it before any module's __setstate__ reads it
+        pair = super().__new__(cls)
+        pair.key = 0
+        pair.rekey()
+        return pair
+
     def __init__(self, parent: nn.Module | None, lin_attr: str, act_attr: str, linear: nn.Module | None,
                  blank: nn.Module | None, act: nn.Module | None = None) -> None:
         self.lin_attr, self.act_attr = lin_attr, act_attr
         self._refs(parent, linear, blank, act)
+
+    def rekey(self) -> None:
+        """A new key for this pair, copied into its slot (FusedActivation's trace reads its own
+        copy): compiled code guarding the old one retraces."""
+        _BY_KEY.pop(self.key, None)
+        self.key = next(_KEYS)
+        _BY_KEY[self.key] = self
+        blank = self._blank() if "_blank" in self.__dict__ else None
+        if blank is not None and blank.__dict__.get("_tunedb_fused") is self:
+            blank.__dict__["_tunedb_key"] = self.key
 
     shared = False  # set into a second slot (_placed): unfused for good
 
@@ -219,11 +244,11 @@ class FusedPair:
 
     def fused_here(self) -> bool:
         """Whether the forward of the Linear (conv) or the slot calling this runs fused: while a
-        compiler traces, the pair's state (intact_traced, a trace constant where this torch allows);
+        compiler traces, the pair's state (intact_key: a constant of the trace);
         eagerly intact() and that forward called by the parent's own code (run_by: one more frame
         walk on the fused call's path). Called directly by the forward (run_by counts frames)."""
         if _compiling():
-            return intact_traced(self)
+            return intact_key(self.key)
         return self.intact() and run_by(self._parent(), 2)
 
     def _read_act(self, blank: Any) -> None:
@@ -235,14 +260,17 @@ class FusedPair:
             act = blank._modules.get("activation")
         self._act = weak(act)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "FusedPair":
+    def __deepcopy__(self, memo: dict[int, Any]) -> FusedPair:
         parent = self._parent()
         if self._act is _UNREAD:
             self._read_act(self._blank())
         if parent is None or id(parent) not in memo:  # one module copied alone: no slot holds the copy, unfused
             return FusedPair(None, self.lin_attr, self.act_attr, None, None)
-        pair = FusedPair(memo[id(parent)], self.lin_attr, self.act_attr,
-                         *(copy.deepcopy(m, memo) for m in (self._linear(), self._blank(), self._act())))
+        # in the memo before its modules are copied: the copy of the other side, reached from
+        # theirs, holds this same pair (it made a second one)
+        pair = memo[id(self)] = FusedPair.__new__(FusedPair)
+        refs = [copy.deepcopy(m, memo) for m in (self._linear(), self._blank(), self._act())]
+        pair.__init__(memo[id(parent)], self.lin_attr, self.act_attr, *refs)
         pair.shared = self.shared
         return pair
 
@@ -263,37 +291,37 @@ class FusedPair:
             self._act = _UNREAD
 
 
-def intact_now(pair: FusedPair, child: Any = None) -> bool:
-    """pair.intact(), which a compiler's trace runs once and keeps as a constant of the graph:
-    traced, its reads (weakrefs, the parent's slots, every hook dict) were 15-20 guards a pair on
-    each side of it, checked at every compiled call (Llama-3-8B, 8 layers, no CUDA graphs: 4-5% of
-    the forward, session 49). What it reads is guarded where it can change: the parent's forward
-    reads both slots (a module swapped in retraces) and Dynamo guards the hooks of the modules it
-    calls. The activation slot's child is passed in (`child`, unused here) for the guard Dynamo puts
-    on a constant function's argument: an identity guard, so a walk that swaps the nn.GELU held in
-    the slot after a compile retraces (intact() then says no). Eagerly one frame more than
-    pair.intact()."""
-    return pair.intact()
+_KEYS = itertools.count(1)
+_BY_KEY: weakref.WeakValueDictionary[int, FusedPair] = weakref.WeakValueDictionary()
 
 
-def slot_child(pair: FusedPair) -> Any:
-    """The activation slot's current child (intact_now's `child`), or None."""
-    blank = pair._blank()
-    return None if blank is None else blank._modules.get("activation")
+def intact_key(key: int) -> bool:
+    """The intact() of the pair with `key`, which a compiler's trace runs once and keeps as a
+    constant of the graph. Its argument is an int, which every Dynamo takes as a constant (torch
+    2.11's refuses an object argument) and guards by value, read by each side from what it holds
+    itself: the Linear (conv, head) from its pair, the slot from its own copy (`_tunedb_key`).
+    Reading the pair from both sides made Dynamo guard their identity with a Python lambda, and
+    tracing intact() read weakrefs, both slots and every hook dict: 15-20 guards and up to five
+    lambdas a pair at every compiled call (Llama-3-8B, 8 layers, no CUDA graphs: 2-5% of the
+    forward, sessions 49-50). What intact() reads is guarded where it can change: the parent's
+    forward reads both slots (a module swapped in retraces), and a new child in the slot gives
+    the pair a new key (_placed)."""
+    pair = _BY_KEY.get(key)
+    return pair is not None and pair.intact()
 
 
 # torch.compiler.assume_constant_result's mark, set directly (that function imports Dynamo: ops._token)
-intact_now._dynamo_marked_constant = True  # type: ignore[attr-defined]
+intact_key._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 _OBJECTS_CONSTANT: list[bool] = []
 
 
 def objects_constant() -> bool:
     """Whether this torch's Dynamo calls a function marked constant with an object argument (torch
-    2.13: the object identity-guarded), which intact_now and siblings_compile._spec take. torch 2.11
-    refuses it (InternalTorchDynamoError: "UserDefinedObjectVariable(...) is not a constant", every
-    compile of a model with a fused pair or a sibling group: H100, session 50); there the trace reads
-    what they read itself (more guards, the same graph). Itself a trace constant of no argument."""
+    2.13: the object identity-guarded), which siblings_compile._spec takes. torch 2.11 refuses it
+    (InternalTorchDynamoError: "UserDefinedObjectVariable(...) is not a constant", every compile of
+    a model with a sibling group: H100, session 50); there the trace reads what it reads itself
+    (more guards, the same graph). Itself a trace constant of no argument."""
     if not _OBJECTS_CONSTANT:
         try:
             import inspect
@@ -310,31 +338,35 @@ def objects_constant() -> bool:
 objects_constant._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
-def intact_traced(pair: FusedPair) -> bool:
-    """pair's state as a compiler's trace reads it: a constant where this torch allows
-    (intact_now), else intact() traced."""
-    if objects_constant():
-        return intact_now(pair, slot_child(pair))
-    return pair.intact()
-
-
 class FusedActivation(nn.Identity):
     """The activation's slot after optimize() fused it into the Linear before it: passes its input
     through while the pair is intact, and runs the activation the model wrote (its child
     `activation`, which holds no state: the state dict is unchanged) once it is not."""
 
     def forward(self, input: Any) -> Any:
-        pair = self.__dict__.get("_tunedb_fused")
-        # eagerly also who called (run_by: a caller of its own hands this slot an input the Linear did not fuse)
-        if pair is None or pair.fused_here():
-            return input
+        d = self.__dict__
+        if _compiling():  # the slot's own copy of the pair's key (intact_key: no read of the pair object)
+            if "_tunedb_key" not in d or intact_key(d["_tunedb_key"]):
+                return input
+        else:
+            pair = d.get("_tunedb_fused")
+            # eagerly also who called (run_by: a caller of its own hands this slot an input the Linear did not fuse)
+            if pair is None or pair.fused_here():
+                return input
         # the child's forward, not its __call__: a hook on every module (or a process-wide one)
         # fires once, on this slot, as on the activation module the plain model holds here; but
         # hooks of the child's own (set on it as found by named_modules()) fire, as they would there
         act = self._modules["activation"]
         return act(input) if _own_hooks(act) else act.forward(input)
 
-    def __prepare_scriptable__(self) -> "FusedActivation":
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """nn.Module's, then the key of the pair this copy (deepcopy, pickle) holds: a new pair's."""
+        super().__setstate__(state)
+        pair = self.__dict__.get("_tunedb_fused")
+        if pair is not None:
+            self.__dict__["_tunedb_key"] = pair.key
+
+    def __prepare_scriptable__(self) -> FusedActivation:
         """torch.jit.script compiles _script_forward with the pair's state now (returns self:
         what this returns replaces the module in the eager model's slot)."""
         pair = self.__dict__.get("_tunedb_fused")
@@ -363,7 +395,7 @@ def as_plain(module: nn.Module, cls: type) -> nn.Module:
     then apply their own modules)."""
     plain = copy.copy(module)
     plain.__class__ = cls
-    for key in ("_tunedb_fused", "_tunedb_fusion", "_tunedb_flat"):
+    for key in ("_tunedb_fused", "_tunedb_fusion", "_tunedb_flat", "_tunedb_key"):
         plain.__dict__.pop(key, None)
     return plain
 
@@ -375,6 +407,10 @@ def record(parent: nn.Module, lin_attr: str, act_attr: str, linear: nn.Module, a
     if isinstance(act_module, nn.Module):
         blank.activation = act_module
     pair = FusedPair(parent, lin_attr, act_attr, linear, blank, blank._modules.get("activation"))
+    # the code run_by counts as the parent's, read now, from the class optimize() read for the
+    # fusion: a forward patched onto the class later (calling the Linear its own way) is not
+    class_codes(type(parent))
     linear.__dict__["_tunedb_fused"] = pair
     blank.__dict__["_tunedb_fused"] = pair
+    blank.__dict__["_tunedb_key"] = pair.key
     return blank

@@ -96,6 +96,19 @@ def _any_autocast() -> bool:
     return True if check is None else check()
 
 
+def _autocast_on(dev: str) -> bool:
+    """Whether autocast is on for device type `dev`; False for one autocast does not know (meta:
+    torch.is_autocast_enabled raises there, so shapes inferred on meta tensors failed)."""
+    if not _any_autocast():
+        return False
+    import torch
+
+    try:
+        return torch.is_autocast_enabled(dev)
+    except RuntimeError:
+        return False
+
+
 def run(op: str, *tensors: Any) -> Any:
     """The op's implementation (what every backend of tunedb::linalg_<op> runs)."""
     first = tensors[0]
@@ -105,7 +118,7 @@ def run(op: str, *tensors: Any) -> Any:
         import torch
 
         dev = first.device.type
-        if torch.is_autocast_enabled(dev):  # the op's dtype is its operands' (its fake's): the
+        if _autocast_on(dev):  # the op's dtype is its operands' (its fake's): the
             with torch.autocast(dev, enabled=False):  # torch arm's bmm would run in bf16
                 return run(op, *tensors)
     if not first.is_cuda:
@@ -253,12 +266,14 @@ def _call(name: str, *tensors: Any) -> Any:
     first = tensors[0]
     try:
         canonical = first.dim() == _CORE[name] + 1 and N_MIN <= first.shape[-1] <= N_MAX
-    except AttributeError:  # not a tensor: the op names it
+    except (AttributeError, RuntimeError):  # not a tensor, or a nested one (no sizes): the op names it
         canonical = True
     if not canonical:
         return _any_shape(name, tensors)
     if grad_form.direct(tensors):
         return _potrf(*tensors) if name == "potrf" else run(name, *tensors)
+    if any(getattr(t, "is_nested", False) for t in tensors):  # the dispatcher has no NestedTensor kernel
+        signatures.signature_of(name, *tensors)  # names it (SignatureError)
     return _op(name)(*tensors)
 
 
@@ -295,7 +310,7 @@ def _any_shape(name: str, tensors: tuple) -> Any:
     if not N_MIN <= first.shape[-1] <= N_MAX:
         signatures.check_call(name, *flat, n_range=False)  # square A, shapes, one dtype and device
         dev = first.device.type
-        with torch.autocast(dev, enabled=False) if torch.is_autocast_enabled(dev) else contextlib.nullcontext():
+        with torch.autocast(dev, enabled=False) if _autocast_on(dev) else contextlib.nullcontext():
             out = torch_arm(name, False, flat, None)  # the library arm's forms, no kernel here is built for n
         if name == "potrf":
             out = (out[0].contiguous(), out[1])  # L row-major, as every arm returns it

@@ -127,6 +127,9 @@ def check_call(op: str, *args: Any, n_range: bool = True) -> tuple[str, Any, Any
     if len(args) != want:
         raise SignatureError(f"linalg {op} takes {want} tensor(s), got {len(args)}")
     for name, t in zip(ARG_NAMES[op], args):  # the dispatcher hands a None given for a Tensor through
+        if getattr(t, "is_nested", False):  # strided layout too, but no sizes (torch's "Internal error")
+            raise SignatureError(f"linalg {op}'s {name} must be a dense tensor, got a nested tensor; stack its "
+                                 f"problems into one [batch, ...] tensor (torch.stack(t.unbind())) first")
         if not (hasattr(t, "shape") and hasattr(t, "dtype")):
             raise SignatureError(f"linalg {op}'s {name} must be a tensor, got {'None' if t is None else type(t).__name__}")
     check_one_device(f"linalg {op}", **dict(zip(ARG_NAMES[op], args)))

@@ -1,0 +1,41 @@
+"""linalg entry points on inputs session 51's probe found unserved: meta tensors at an n outside
+2..128 (shape inference before a model is materialized) and nested tensors (a named refusal)."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tunedb.errors import SignatureError
+from tunedb.families.linalg import ops
+
+
+@pytest.mark.parametrize("n", [1, 129, 200])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_meta_tensors_outside_the_served_n_give_meta_results_of_torchs_shapes(n, autocast):
+    A = torch.empty(3, n, n, device="meta")
+    b = torch.empty(3, n, device="meta")
+    with torch.autocast("cpu", enabled=autocast):
+        L, info = ops.potrf(A)
+        x, info2 = ops.posv(A, b)
+        y = ops.gemv(A, b)
+    assert L.shape == (3, n, n) and x.shape == (3, n) and y.shape == (3, n)
+    assert info.shape == info2.shape == (3,)
+    assert L.device.type == x.device.type == y.device.type == "meta"
+
+
+def _nested(*shapes):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.nested.nested_tensor([torch.ones(s) for s in shapes])
+
+
+@pytest.mark.parametrize("which", ["first", "second"])
+def test_a_nested_tensor_is_refused_by_name(which):
+    x = _nested((3,), (3,))
+    args = (x, torch.ones(2, 3)) if which == "first" else (torch.ones(2, 3), x)
+    with pytest.raises(SignatureError, match=r"dot's [xy] must be a dense tensor, got a nested tensor"):
+        ops.dot(*args)
+    with pytest.raises(SignatureError, match="potrf's A must be a dense tensor"):
+        ops.potrf(_nested((3, 3), (3, 3)))
