@@ -44,6 +44,13 @@ def test_an_unknown_family_is_refused():
         patching.optimize(_model(), families=["nosuch"])
 
 
+@pytest.mark.parametrize("families,hint", [("gemmx", ""), (["all"], "a value of its own")])
+def test_the_refusal_names_every_allowed_value(families, hint):
+    with pytest.raises(RegistryError, match=r"allowed are None .*\"all\", or names of .*gemm") as err:
+        patching.optimize(_model(), families=families)
+    assert hint in str(err.value)
+
+
 def test_measured_reads_the_tiers(tiers_dirs):
     assert not patching._measured("conv")  # empty temp tiers: nothing measured
     assert database is not None

@@ -90,7 +90,14 @@ def patching_families(which: "str | Iterable[str] | None" = None) -> tuple[str, 
     if which is not None:
         asked = (which,) if isinstance(which, str) else _names(which)
         for name in asked:
-            _registry.get(name)  # RegistryError naming the unknown family and the registered ones
+            if name not in names:
+                from tunedb.errors import RegistryError
+
+                hint = ' ("all" is a value of its own: families="all", not in a list)' if name == "all" else ""
+                raise RegistryError(f"families={which!r}: unknown kernel family {name!r}{hint}; allowed are None "
+                                    f"(the default and every family measured here), \"all\", or names of "
+                                    f"{', '.join(names)}")
+            _registry.get(name)
         return tuple(n for n in names if n in asked)
     return tuple(n for n in names if n == _registry.DEFAULT or _measured(n))
 
