@@ -346,7 +346,11 @@ class FusedActivation(nn.Identity):
     def forward(self, input: Any) -> Any:
         d = self.__dict__
         if _compiling():  # the slot's own copy of the pair's key (intact_key: no read of the pair object)
-            if "_tunedb_key" not in d or intact_key(d["_tunedb_key"]):
+            key = d.get("_tunedb_key")
+            if key is None:  # a slot not made by record(): its pair's, read
+                pair = d.get("_tunedb_fused")
+                key = None if pair is None else pair.key
+            if key is None or intact_key(key):
                 return input
         else:
             pair = d.get("_tunedb_fused")
