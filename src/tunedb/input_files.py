@@ -12,12 +12,13 @@ from tunedb.errors import InputFileError
 MAX_INPUT_BYTES = 1 << 30
 
 
-def read_text(path: str | Path, encoding: str = "utf-8") -> str:
+def read_text(path: str | Path, encoding: str = "utf-8-sig") -> str:
     """The text of `path`. A path that does not exist raises what Path.read_text raises (the
     callers name a missing file already); a directory or a device (/dev/zero would never end)
     raises InputFileError (an OSError) before anything is read, and so does a file, or a pipe's
     stream, of more than MAX_INPUT_BYTES. A pipe is read (`--census <(...)`, /dev/stdin); a named
-    FIFO waits for its writer, as `cat` would."""
+    FIFO waits for its writer, as `cat` would. UTF-8, with or without the byte-order mark Windows
+    editors write (Notepad, PowerShell 5's `Out-File -Encoding utf8`)."""
     path = Path(path)
     try:
         st = path.stat()

@@ -24,6 +24,7 @@ SCHEMA = 1
 
 M_MAX = 2**31 - 1  # a size M past any tensor dimension a GEMM is launched with (32-bit)
 WEIGHT_MAX = 1e15  # a weight is a share or a call count: far below what a sum could overflow
+CALLS_MAX = 10**15  # a call count: far past any census, far below what a sum of counts could overflow
 
 
 def to_json(census: ShapeSet) -> dict[str, Any]:
@@ -96,14 +97,18 @@ def from_json(data: Any, where: str = "census") -> ShapeSet:
             raise CensusError(f"{at}: field 'M' must be in [1, {M_MAX}], got {m}")
         if not 0 <= weight <= WEIGHT_MAX:  # (NaN fails too) sums of weights must stay finite
             raise CensusError(f"{at}: field 'weight' must be a number in [0, {WEIGHT_MAX:g}], got {weight}")
-        if calls < 0:
-            raise CensusError(f"{at}: field 'calls' must be >= 0, got {calls}")
+        if not 0 <= calls <= CALLS_MAX:
+            raise CensusError(f"{at}: field 'calls' must be an integer in [0, {CALLS_MAX}], got "
+                              f"{calls if calls < 10**30 else f'an integer of {len(str(calls))} digits'}")
         if not 0.0 <= eager <= 1.0:
             raise CensusError(f"{at}: field 'eager_share' must be in [0, 1], got {eager}")
         points.append(Point(sig, m, weight, calls, must, eager))
-    keys = [(p.signature, p.m) for p in points]
-    if len(set(keys)) != len(keys):
-        raise CensusError(f"{where}: a (signature, M) appears twice in 'points'")
+    seen: dict[tuple[Signature, int], int] = {}
+    for i, p in enumerate(points):
+        j = seen.setdefault((p.signature, p.m), i)
+        if j != i:
+            raise CensusError(f"{where}: points[{j}] and points[{i}] are the same point "
+                              f"({p.signature.format()!r} at M={p.m}); merge them into one (sum their calls)")
     meta_items = tuple(sorted((str(k), str(v)) for k, v in meta.items() if k != "mode"))
     return ShapeSet(tuple(points), workload, (("mode", mode),) + meta_items)
 

@@ -66,7 +66,7 @@ def read_manifest(path: str | Path, field: str) -> list[float]:
     try:
         text = read_text(path)
     except OSError as exc:
-        raise CensusError(f"cannot read manifest {path}: {exc}") from exc
+        raise CensusError(f"cannot read manifest {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise CensusError(f"manifest {path} is not UTF-8 text (byte {exc.start}): a manifest is JSONL, "
                           f"one JSON object a line") from exc
@@ -78,7 +78,13 @@ def read_manifest(path: str | Path, field: str) -> list[float]:
             row = json.loads(line)
         except ValueError as exc:  # not JSON, or an integer past Python's 4300-digit limit
             raise CensusError(f"manifest {path} line {lineno} is not JSON: {str(getattr(exc, 'msg', exc))[:120]}") from exc
-        value = row.get(field) if isinstance(row, dict) else None
+        if not isinstance(row, dict):
+            raise CensusError(f"manifest {path} line {lineno} is a JSON {type(row).__name__}, not an object; "
+                              f"a manifest is JSONL, one object a line with a {field!r} field")
+        if field not in row:
+            raise CensusError(f"manifest {path} line {lineno} has no {field!r} field (this workload reads "
+                              f"{field!r}; the line has {', '.join(map(repr, list(row)[:6])) or 'no fields'})")
+        value = row[field]
         top, unit = MANIFEST_MAX.get(field, (math.inf, ""))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top:
             allowed = "a positive number" + (f" at most {top} {unit}" if top < math.inf else "")

@@ -357,6 +357,24 @@ def check_lengths(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGT
                           f"would be captured; use a step from 0 to {max_length}")
 
 
+def _json_hint(name: str) -> str:
+    """What a .json workload argument should be: a Hugging Face config (its `model_type` or
+    `architectures`) is built by a module:callable; else a census file is measured by build."""
+    import json
+
+    from tunedb.input_files import read_text
+
+    try:
+        data = json.loads(read_text(name))
+    except (OSError, ValueError):  # missing, unreadable or not JSON: the census hint stands
+        data = None
+    if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
+        return (f"; {name} is a Hugging Face config, which tunedb does not read: give a module:callable "
+                f"that builds the model from it (e.g. `transformers.AutoModelForCausalLM.from_config("
+                f"transformers.AutoConfig.from_pretrained('{name}'))` returned by a function in your module)")
+    return f"; a census file is measured by `tunedb build --census {name}`"
+
+
 def workload(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, length_step: int = 0) -> Workload:
     """A preset by name, or a user model named module:callable (unit/max_length/length_step apply to it)."""
     if name in PRESETS:
@@ -366,5 +384,5 @@ def workload(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, le
         return _user_workload(name, unit, max_length, length_step)
     hint = ""
     if name.endswith(".json"):  # a census file (tunedb census --out; a .jsonl is a measurement log, not one)
-        hint = f"; a census file is measured by `tunedb build --census {name}`"
+        hint = _json_hint(name)
     raise CensusError(f"unknown workload {name!r}; presets are {', '.join(PRESETS)}, or give module:callable{hint}")

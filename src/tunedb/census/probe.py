@@ -24,6 +24,9 @@ def traffic(w: Workload, mode: str, max_batch: int, chunk: int | None, manifest:
     """The probe keys of `mode` with their forward counts (see tunedb.census.modes)."""
     if mode not in modes.MODES:
         raise CensusError(f"unknown mode {mode!r}; modes are {', '.join(modes.MODES)}")
+    if chunk is not None and mode != "streaming":  # it would be recorded and repeated, doing nothing
+        raise CensusError(f"--chunk-size applies only to --mode streaming (this census is --mode {mode}); "
+                          f"drop it, or add --mode streaming")
     field = {"decode": "output_tokens"}.get(mode, "duration" if w.unit == AUDIO else "tokens")
     values = modes.read_manifest(manifest, field) if manifest else modes.synthetic(field, seed=seed)
     if mode == "decode":

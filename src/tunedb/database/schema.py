@@ -114,7 +114,7 @@ def read_raw(path: Path) -> Any:
     if path.exists() and path.stat().st_size > MAX_FILE_BYTES:
         raise _fail(str(path), f"{path.stat().st_size} bytes, over the {MAX_FILE_BYTES >> 20} MiB a table may hold")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (a Windows editor) is not corruption
     except UnicodeDecodeError:
         raise _fail(str(path), "not UTF-8 text") from None
     return loads(text, str(path))

@@ -25,6 +25,9 @@ KEY_FIELDS: dict[str, tuple[tuple[str, type], ...]] = {
 }
 
 
+SIZE_MAX = 2**31 - 1  # as the census's M: past any dimension a GEMM is launched with (32-bit)
+
+
 def check_key(sig: Signature) -> None:
     """Refuse a GEMM-family key (a census's or a database's) whose fields are missing, extra or
     of the wrong type, or whose sizes are not positive: SignatureError naming the field."""
@@ -40,8 +43,9 @@ def check_key(sig: Signature) -> None:
         if not isinstance(value, kind) or isinstance(value, bool):
             raise SignatureError(f"signature {sig.format()!r}: {name}={value!r} must be "
                                  f"{'a positive integer' if kind is int else 'a ' + kind.__name__}")
-        if kind is int and name != "bias" and value < 1:
-            raise SignatureError(f"signature {sig.format()!r}: {name}={value} must be a positive integer")
+        if kind is int and name != "bias" and not 1 <= value <= SIZE_MAX:
+            raise SignatureError(f"signature {sig.format()!r}: {name}={value} must be a positive integer "
+                                 f"at most {SIZE_MAX} (a tensor dimension a kernel is launched with)")
     extra = [k for k in given if k not in dict(fields)]
     if extra:
         raise SignatureError(f"signature {sig.format()!r}: unknown field(s) {', '.join(extra)}; "
