@@ -132,8 +132,8 @@ def os_error_message(exc: OSError) -> str:
     if exc.filename2 is not None:
         text = f"{path} -> {exc.filename2}: {what}"
     if isinstance(exc, PermissionError) or getattr(exc, "errno", None) == 30:  # EROFS
-        text += ("; choose a writable place (TUNEDB_USER_DB=DIR for the user tier, TUNEDB_CACHE_DIR=DIR "
-                 "for caches, or --out DIR)")
+        text += ("; choose a writable place: another path for this command's output file or directory, or "
+                 "TUNEDB_USER_DB=DIR for the user tier and TUNEDB_CACHE_DIR=DIR for caches")
     return text
 
 

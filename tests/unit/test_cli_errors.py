@@ -70,7 +70,22 @@ def test_a_permission_error_maps_to_one_line_with_what_to_do(capsys, monkeypatch
     monkeypatch.setattr(diff, "run", denied)
     line = one_line_error(capsys, ["diff", "a", "b"])
     assert line == ("tunedb diff: error: /ro/tunedb/v1/sm90/gemm.json.lock: Permission denied; choose a writable "
-                    "place (TUNEDB_USER_DB=DIR for the user tier, TUNEDB_CACHE_DIR=DIR for caches, or --out DIR)")
+                    "place: another path for this command's output file or directory, or TUNEDB_USER_DB=DIR for "
+                    "the user tier and TUNEDB_CACHE_DIR=DIR for caches")
+
+
+def test_a_failed_atomic_write_names_the_file_asked_for_not_its_temp_file(tmp_path, monkeypatch):
+    import tempfile
+
+    from tunedb.database.store import write_atomic
+
+    def denied(dir, prefix, suffix):
+        raise PermissionError(13, "Permission denied", f"{dir}/{prefix}abc{suffix}")
+
+    monkeypatch.setattr(tempfile, "mkstemp", denied)
+    with pytest.raises(PermissionError) as err:
+        write_atomic(tmp_path / "out.json", "{}")
+    assert err.value.filename == str(tmp_path / "out.json")
 
 
 def test_census_out_an_existing_directory_is_refused_before_the_census(tmp_path, capsys, monkeypatch):

@@ -55,7 +55,10 @@ def write_atomic(path: Path, text: str | bytes) -> None:
             out.write(text)  # a device or a pipe: what it does with the bytes is its own
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:  # named as the file asked for, not the temp file beside it
+        raise _named(exc, path) from None
     try:
         with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as fh:
             fh.write(text)
@@ -63,10 +66,17 @@ def write_atomic(path: Path, text: str | bytes) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, stat.S_IMODE(st.st_mode) if st is not None else 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename == tmp:
+            raise _named(exc, path) from None
         raise
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """`exc` about the temp file of a write to `path`, as an error about `path` itself."""
+    return type(exc)(exc.errno, exc.strerror, str(path)) if exc.errno is not None else exc
 
 
 def _merge_regions(old: tuple[Region, ...], new: tuple[Region, ...]) -> tuple[Region, ...]:
