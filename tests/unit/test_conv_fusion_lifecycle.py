@@ -113,3 +113,21 @@ def test_a_padding_mode_set_after_optimize_is_honoured(conv):
         model[0].padding_mode = "reflect"
     x = torch.randn(2, 3, 9) if isinstance(conv, nn.Conv1d) else torch.randn(2, 3, 9, 9)
     torch.testing.assert_close(opt(x), plain(x))
+
+
+@pytest.mark.parametrize("drop", ["both", "track_running_stats"])
+def test_statistics_dropped_after_optimize_unfuse(drop):
+    """Test-time adaptation sets a BN's running statistics to None (eval then normalises with the
+    batch's): the fusion, which folds them into the conv, no longer holds (the GPU path read None)."""
+    plain, opt = _pair()
+    fusion = opt[0].__dict__["_tunedb_fusion"]
+    assert fusion.intact()
+    for model in (plain, opt):
+        if drop == "both":
+            model[1].running_mean = model[1].running_var = None
+        else:
+            model[1].track_running_stats = False
+    assert not fusion.intact()
+    x = torch.randn(2, 4, 9)
+    with torch.no_grad():
+        assert torch.equal(opt(x), plain(x))

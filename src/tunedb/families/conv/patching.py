@@ -87,6 +87,8 @@ class _Fusion:
             return False
         if fused_pair._rewired(conv) or fused_pair._rewired(bn) or fused_pair._rewired(act):
             return False  # a wrapped forward (accelerate's hooks) or one compiled alone: unfused (fused_pair)
+        if bn.running_mean is None or bn.running_var is None or not bn.track_running_stats:
+            return False  # statistics dropped after optimize() (test-time adaptation): the batch's, as nn's
         return not fused_pair.watched(conv, bn, act)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "_Fusion":
