@@ -94,15 +94,15 @@ def test_surgery_after_a_compile_gives_the_plain_compiled_models_answer(surgery)
             assert torch.equal(compiled(x), plain(x))
 
 
-def test_intact_key_is_a_trace_constant_and_the_pairs_answer_eagerly():
+def test_intact_kind_is_a_trace_constant_and_the_kinds_answer_eagerly():
     tuned = tunedb.optimize(MLP().eval(), families="all")
     pair = tuned.fc.__dict__["_tunedb_fused"]
-    assert fused_pair.intact_key._dynamo_marked_constant is True
-    assert tuned.act.__dict__["_tunedb_key"] == pair.key  # the slot's own copy
-    assert fused_pair.intact_key(pair.key) is pair.intact() is True
+    assert fused_pair.intact_kind._dynamo_marked_constant is True
+    assert tuned.act.__dict__["_tunedb_kind"] == pair.kind == "fusion_models_s40.WalkedBlock|fc|act"  # the slot's own copy
+    assert fused_pair.intact_kind(pair.kind, 0) is pair.intact() is True
     tuned.act = nn.ReLU()
-    assert fused_pair.intact_key(pair.key) is pair.intact() is False
-    assert fused_pair.intact_key(-1) is False  # no such pair
+    assert fused_pair.intact_kind(pair.kind, 0) is pair.intact() is False
+    assert fused_pair.intact_kind("no.such.Block|fc|act", 0) is False
 
 
 def _lambda_guards(model, x) -> list[str]:
@@ -142,8 +142,8 @@ def test_a_fused_pair_adds_no_aliasing_guard():
 
 
 def test_a_new_child_of_the_same_type_in_the_slot_retraces():
-    """A walk setting another nn.GELU (tanh form) into the fused slot: the pair takes a new key,
-    which both sides' compiled code guards, so the next call retraces and applies the new module."""
+    """A walk setting another nn.GELU (tanh form) into the fused slot bumps the epoch, which both
+    sides' compiled code guards, so the next call retraces and applies the new module."""
     torch.manual_seed(0)
     plain = MLP().eval()
     tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
@@ -153,33 +153,82 @@ def test_a_new_child_of_the_same_type_in_the_slot_retraces():
     compiled = torch.compile(tuned, backend="eager")
     with torch.no_grad():
         assert torch.equal(compiled(x), plain(x))
-        key = tuned.fc.__dict__["_tunedb_fused"].key
+        epoch = fused_pair._EPOCH[0]
         tuned.act.activation = nn.GELU(approximate="tanh")
         plain.act = nn.GELU(approximate="tanh")
-        new = tuned.fc.__dict__["_tunedb_fused"].key
-        assert new != key and tuned.act.__dict__["_tunedb_key"] == new
+        assert fused_pair._EPOCH[0] == epoch + 1
         assert torch.equal(compiled(x), plain(x))
 
 
-@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
-def test_a_copied_model_holds_one_pair_with_a_key_of_its_own(how):
-    import io
+def test_a_child_set_through_modules_after_a_compile_retraces():
+    """No registration hook runs for `slot._modules["activation"] = m`: the slot's trace reads its
+    child, so a child of another type fails that guard."""
+    torch.manual_seed(0)
+    plain = MLP().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    x = torch.randn(3, 16)
+    torch._dynamo.reset()
+    compiled = torch.compile(tuned, backend="eager")
+    with torch.no_grad():
+        assert torch.equal(compiled(x), plain(x))
+        tuned.act._modules["activation"] = nn.Tanh()
+        plain.act = nn.Tanh()
+        assert torch.equal(tuned(x), plain(x))
+        assert torch.equal(compiled(x), plain(x))
 
-    tuned = tunedb.optimize(MLP().eval(), families="all")
+
+def test_blocks_compiled_one_by_one_share_one_compiled_frame():
+    """Regional compilation (each repeated block compiled alone): the trace constant is the pair's
+    kind, the same in every block, so the first block's compiled code serves the others; a per-pair
+    identity or key was a guard that differed in every block (a recompile each, eager past 8)."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    plain = nn.Sequential(*[MLP() for _ in range(10)]).eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    assert all(_fused(b) for b in tuned)
+    torch._dynamo.reset()
+    counters.clear()
+    for block in tuned:
+        block.compile(backend="eager")
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        assert torch.equal(tuned(x), plain(x))
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "pickle protocol 1"])
+def test_a_copied_model_holds_one_pair_of_its_kind(how):
+    import io
+    import pickle
+
+    torch.manual_seed(0)
+    plain = MLP().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
     if how == "deepcopy":
         twin = copy.deepcopy(tuned)
-    else:
+    elif how == "pickle":
         buf = io.BytesIO()
         torch.save(tuned, buf)
         buf.seek(0)
         twin = torch.load(buf, weights_only=False)
+    else:  # object.__new__ and __setstate__ (copyreg._reconstructor): no __new__ of the class runs
+        twin = pickle.loads(pickle.dumps(tuned, protocol=1))
     pair = twin.fc.__dict__["_tunedb_fused"]
     assert pair is twin.act.__dict__["_tunedb_fused"]  # deepcopy made two pairs before session 51
-    assert twin.act.__dict__["_tunedb_key"] == pair.key != tuned.fc.__dict__["_tunedb_fused"].key
-    assert fused_pair.intact_key(pair.key)
-    twin.act = nn.ReLU()  # the copy's surgery: the original's pair holds
-    assert not fused_pair.intact_key(pair.key)
-    assert fused_pair.intact_key(tuned.fc.__dict__["_tunedb_fused"].key)
+    assert twin.act.__dict__["_tunedb_kind"] == pair.kind == tuned.fc.__dict__["_tunedb_fused"].kind
+    assert fused_pair.intact_kind(pair.kind, 0)
+    x = torch.randn(3, 16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        assert torch.equal(torch.compile(twin, backend="eager")(x), plain(x))
+    twin.act = nn.ReLU()  # the copy's surgery: its kind unfuses in compiled code (all or none), eagerly only the copy
+    assert not fused_pair.intact_kind(pair.kind, 0)
+    assert tuned.fc.__dict__["_tunedb_fused"].intact()
+    plain.act = nn.ReLU()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        assert torch.equal(torch.compile(twin, backend="eager")(x), plain(x))
 
 
 @pytest.mark.parametrize("mode,graphs", [(None, False), ("reduce-overhead", True)])

@@ -63,3 +63,10 @@ def test_a_hugging_face_config_as_the_workload_is_named_as_one(tmp_path):
 def test_chunk_size_outside_streaming_is_refused(mode):
     with pytest.raises(CensusError, match=f"--chunk-size applies only to --mode streaming \\(this census is --mode {mode}\\)"):
         traffic(presets.workload("whisper-base"), mode, 2, 64, None)
+
+
+def test_a_json_workload_nested_past_the_recursion_limit_keeps_the_census_hint(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200000)
+    with pytest.raises(CensusError, match="unknown workload .*a census file is measured by"):
+        presets.workload(str(deep))

@@ -361,12 +361,15 @@ def _json_hint(name: str) -> str:
     """What a .json workload argument should be: a Hugging Face config (its `model_type` or
     `architectures`) is built by a module:callable; else a census file is measured by build."""
     import json
+    from pathlib import Path
 
     from tunedb.input_files import read_text
 
+    data = None
     try:
-        data = json.loads(read_text(name))
-    except (OSError, ValueError):  # missing, unreadable or not JSON: the census hint stands
+        if Path(name).is_file():  # not a FIFO: a hint must not wait for a writer
+            data = json.loads(read_text(name))
+    except Exception:  # noqa: BLE001 - missing, unreadable, not JSON, nested past the recursion limit: the census hint stands
         data = None
     if isinstance(data, dict) and ("model_type" in data or "architectures" in data):
         return (f"; {name} is a Hugging Face config, which tunedb does not read: give a module:callable "

@@ -11,11 +11,10 @@ holds the same rule for conv, norm and activation."""
 from __future__ import annotations
 
 import copy
-import itertools
 import sys
 import types
 import weakref
-from typing import Any, Self
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,12 +36,10 @@ def _placed(parent: nn.Module, name: str, module: Any) -> None:
     fusion = d.get("_tunedb_fused") or d.get("_tunedb_fusion")
     if fusion is not None and not fusion.owns(parent, name, module):
         fusion.shared = True
-    if name == "activation" and type(parent) is FusedActivation:
+    if name == "activation" and type(parent) is FusedActivation and "_tunedb_fused" in parent.__dict__:
         # a new child in a fused slot (a walk swapping every nn.GELU): compiled code of either
-        # side guards the pair's key, so it retraces and the new trace asks intact() again
-        pair = parent.__dict__.get("_tunedb_fused")
-        if pair is not None:
-            pair.rekey()
+        # side guards the epoch, so it retraces and the new trace asks intact() again
+        _EPOCH[0] += 1
 
 
 _PLACED: list[Any] = []
@@ -176,28 +173,10 @@ class FusedPair:
     reference here would make a cycle that keeps a dropped model's weights alive until the cyclic
     GC runs."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
-        # the key a compiler's trace reads (intact_key): every pair object its own, from birth,
-        # so one built by pickle or deepcopy has it before any module's __setstate__ reads it
-        pair = super().__new__(cls)
-        pair.key = 0
-        pair.rekey()
-        return pair
-
     def __init__(self, parent: nn.Module | None, lin_attr: str, act_attr: str, linear: nn.Module | None,
                  blank: nn.Module | None, act: nn.Module | None = None) -> None:
         self.lin_attr, self.act_attr = lin_attr, act_attr
         self._refs(parent, linear, blank, act)
-
-    def rekey(self) -> None:
-        """A new key for this pair, copied into its slot (FusedActivation's trace reads its own
-        copy): compiled code guarding the old one retraces."""
-        _BY_KEY.pop(self.key, None)
-        self.key = next(_KEYS)
-        _BY_KEY[self.key] = self
-        blank = self._blank() if "_blank" in self.__dict__ else None
-        if blank is not None and blank.__dict__.get("_tunedb_fused") is self:
-            blank.__dict__["_tunedb_key"] = self.key
 
     shared = False  # set into a second slot (_placed): unfused for good
 
@@ -205,9 +184,14 @@ class FusedPair:
         return parent is self._parent() and module is (self._linear() if name == self.lin_attr else
                                                        self._blank() if name == self.act_attr else object())
 
+    kind = ""  # a pair of no parent (one module copied alone): never fused
+
     def _refs(self, parent: Any, linear: Any, blank: Any, act: Any) -> None:
         watch_placements()
         self._parent, self._linear, self._blank, self._act = (weak(m) for m in (parent, linear, blank, act))
+        if parent is not None:
+            self.kind = kind_of(type(parent), self.lin_attr, self.act_attr)
+            _MEMBERS.setdefault(self.kind, weakref.WeakSet()).add(self)
 
     def intact(self) -> bool:
         # on every fused call's host path (0.2-0.3 us), so written out: no helper frames
@@ -244,11 +228,11 @@ class FusedPair:
 
     def fused_here(self) -> bool:
         """Whether the forward of the Linear (conv) or the slot calling this runs fused: while a
-        compiler traces, the pair's state (intact_key: a constant of the trace);
+        compiler traces, its kind's state (intact_kind: a constant of the trace);
         eagerly intact() and that forward called by the parent's own code (run_by: one more frame
         walk on the fused call's path). Called directly by the forward (run_by counts frames)."""
         if _compiling():
-            return intact_key(self.key)
+            return fused_traced(self.kind)
         return self.intact() and run_by(self._parent(), 2)
 
     def _read_act(self, blank: Any) -> None:
@@ -268,7 +252,7 @@ class FusedPair:
             return FusedPair(None, self.lin_attr, self.act_attr, None, None)
         # in the memo before its modules are copied: the copy of the other side, reached from
         # theirs, holds this same pair (it made a second one)
-        pair = memo[id(self)] = FusedPair.__new__(FusedPair)
+        pair = memo[id(self)] = object.__new__(FusedPair)
         refs = [copy.deepcopy(m, memo) for m in (self._linear(), self._blank(), self._act())]
         pair.__init__(memo[id(parent)], self.lin_attr, self.act_attr, *refs)
         pair.shared = self.shared
@@ -291,27 +275,45 @@ class FusedPair:
             self._act = _UNREAD
 
 
-_KEYS = itertools.count(1)
-_BY_KEY: weakref.WeakValueDictionary[int, FusedPair] = weakref.WeakValueDictionary()
+def kind_of(cls: type, lin_attr: str, act_attr: str) -> str:
+    """A pair's kind: where it sits (its parent's class, the two slots' names). The same in every
+    block of a model and in every process (a pickled slot keeps its own copy)."""
+    return f"{cls.__module__}.{cls.__qualname__}|{lin_attr}|{act_attr}"
 
 
-def intact_key(key: int) -> bool:
-    """The intact() of the pair with `key`, which a compiler's trace runs once and keeps as a
-    constant of the graph. Its argument is an int, which every Dynamo takes as a constant (torch
+# the pairs of each kind alive now, and an epoch bumped when a fused slot gets a new child
+_MEMBERS: dict[str, weakref.WeakSet[FusedPair]] = {}
+_EPOCH = [0]
+
+
+def intact_kind(kind: str, epoch: int) -> bool:
+    """Whether every live pair of `kind` is intact(): what a compiler's trace runs once per call site
+    and keeps as a constant of the graph. Both arguments are constants every Dynamo takes (torch
     2.11's refuses an object argument) and guards by value, read by each side from what it holds
-    itself: the Linear (conv, head) from its pair, the slot from its own copy (`_tunedb_key`).
+    itself: the Linear (conv, head) from its pair, the slot from its own copy (`_tunedb_kind`).
     Reading the pair from both sides made Dynamo guard their identity with a Python lambda, and
     tracing intact() read weakrefs, both slots and every hook dict: 15-20 guards and up to five
     lambdas a pair at every compiled call (Llama-3-8B, 8 layers, no CUDA graphs: 2-5% of the
-    forward, sessions 49-50). What intact() reads is guarded where it can change: the parent's
-    forward reads both slots (a module swapped in retraces), and a new child in the slot gives
-    the pair a new key (_placed)."""
-    pair = _BY_KEY.get(key)
-    return pair is not None and pair.intact()
+    forward, sessions 49-50). A kind, not a pair: the blocks of a model share it, so one compiled
+    block serves every block (regional compilation) instead of recompiling per pair (an identity
+    or a per-pair key is a guard that differs in every block, past Dynamo's recompile limit at 8).
+    All of the kind or none: a pair unfused by surgery unfuses its kind in compiled code (unfused
+    is every pair's plain output: correct, slower). What intact() reads is guarded where it can
+    change: the parent's forward reads both slots (a module of another type retraces) and a new
+    child set into a slot bumps the epoch. `epoch` is only for that guard."""
+    live = [p for p in list(_MEMBERS.get(kind, ())) if p._parent() is not None]
+    return bool(live) and all(p.intact() for p in live)
 
 
 # torch.compiler.assume_constant_result's mark, set directly (that function imports Dynamo: ops._token)
-intact_key._dynamo_marked_constant = True  # type: ignore[attr-defined]
+intact_kind._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
+def fused_traced(kind: str) -> bool:
+    """A fused side's decision while a compiler traces: its kind's constant, under the epoch (read
+    here, through this module only: one source, no aliasing guard)."""
+    return intact_kind(kind, _EPOCH[0])
+
 
 _OBJECTS_CONSTANT: list[bool] = []
 
@@ -345,12 +347,14 @@ class FusedActivation(nn.Identity):
 
     def forward(self, input: Any) -> Any:
         d = self.__dict__
-        if _compiling():  # the slot's own copy of the pair's key (intact_key: no read of the pair object)
-            key = d.get("_tunedb_key")
-            if key is None:  # a slot not made by record(): its pair's, read
+        if _compiling():  # the slot's own copy of its pair's kind (intact_kind: no read of the pair object)
+            kind = d.get("_tunedb_kind")
+            if kind is None:  # a slot pickled before session 51: its pair's, read
                 pair = d.get("_tunedb_fused")
-                key = None if pair is None else pair.key
-            if key is None or intact_key(key):
+                kind = None if pair is None else pair.kind
+            # the child read (its type guarded): one set through _modules (no registration hook) retraces
+            self._modules.get("activation")
+            if kind is None or fused_traced(kind):
                 return input
         else:
             pair = d.get("_tunedb_fused")
@@ -362,13 +366,6 @@ class FusedActivation(nn.Identity):
         # hooks of the child's own (set on it as found by named_modules()) fire, as they would there
         act = self._modules["activation"]
         return act(input) if _own_hooks(act) else act.forward(input)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """nn.Module's, then the key of the pair this copy (deepcopy, pickle) holds: a new pair's."""
-        super().__setstate__(state)
-        pair = self.__dict__.get("_tunedb_fused")
-        if pair is not None:
-            self.__dict__["_tunedb_key"] = pair.key
 
     def __prepare_scriptable__(self) -> FusedActivation:
         """torch.jit.script compiles _script_forward with the pair's state now (returns self:
@@ -399,7 +396,7 @@ def as_plain(module: nn.Module, cls: type) -> nn.Module:
     then apply their own modules)."""
     plain = copy.copy(module)
     plain.__class__ = cls
-    for key in ("_tunedb_fused", "_tunedb_fusion", "_tunedb_flat", "_tunedb_key"):
+    for key in ("_tunedb_fused", "_tunedb_fusion", "_tunedb_flat", "_tunedb_kind"):
         plain.__dict__.pop(key, None)
     return plain
 
@@ -416,5 +413,5 @@ def record(parent: nn.Module, lin_attr: str, act_attr: str, linear: nn.Module, a
     class_codes(type(parent))
     linear.__dict__["_tunedb_fused"] = pair
     blank.__dict__["_tunedb_fused"] = pair
-    blank.__dict__["_tunedb_key"] = pair.key
+    blank.__dict__["_tunedb_kind"] = pair.kind
     return blank

@@ -11,7 +11,7 @@ from tunedb.families.gemm.arms import act_fn
 
 # functions, not `module.function`: a module the trace reaches both through this file's globals and
 # through its own functions' globals is an `a is b` guard run as Python at every compiled call
-from tunedb.families.gemm.fused_pair import intact_key
+from tunedb.families.gemm.fused_pair import fused_traced
 from tunedb.families.gemm.ops import _Tensor, gemm, gemm_act
 from tunedb.families.gemm.siblings_compile import member_call
 from tunedb.runtime import launch_table
@@ -20,7 +20,7 @@ from tunedb.runtime import launch_table
 def traced(layer: Any, x: Any) -> Any:
     """TunedLinear.forward while a compiler traces, reading no more of the layer than it decides
     on (each read is a guard checked at every compiled call): the fused pair's state once
-    (fused_pair.intact_key), the sibling group's traced form (one launch in compiled graphs),
+    (fused_pair.intact_kind), the sibling group's traced form (one launch in compiled graphs),
     nn.Linear's own form for a member left as written (the group's eager launch is host state
     Dynamo would break its graph on: session 46), else `general`, whose tuned op the compiler
     keeps opaque or decomposes (ops_compile.py)."""
@@ -28,7 +28,7 @@ def traced(layer: Any, x: Any) -> Any:
     d = layer.__dict__
     act = layer.act
     pair = d.get("_tunedb_fused") if act != "none" else None
-    if pair is not None and not intact_key(pair.key):
+    if pair is not None and not fused_traced(pair.kind):
         return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it
     if "_siblings" in d:
         y = member_call(layer, x)
