@@ -39,3 +39,14 @@ def test_a_nested_tensor_is_refused_by_name(which):
         ops.dot(*args)
     with pytest.raises(SignatureError, match="potrf's A must be a dense tensor"):
         ops.potrf(_nested((3, 3), (3, 3)))
+
+
+def test_recommend_with_every_dependency_never_names_an_arm_past_its_batch_limit():
+    """The CUDA tier takes the batch as a 32-bit int: at 2**31 problems its arm is invalid for a
+    reason of its own, not for a missing NVRTC, so deps="all" names no such plan."""
+    import tunedb
+
+    at_limit = tunedb.recommend("posv", "fp32", 64, 2**31 - 1, deps="all")
+    past = tunedb.recommend("posv", "fp32", 64, 2**31, deps="all")
+    assert not past.arm.startswith("cuda") and past.grid <= 2**31 - 1, (past.arm, past.grid)
+    assert at_limit.grid <= 2**31 - 1

@@ -166,12 +166,15 @@ def invalid_reason(config: Config, sig: Signature, batch: int | None, arch: Arch
     if config.is_sentinel:
         return f"sentinel {config.id!r} does not apply to linalg"
     dep = dependency(config.id)
+    # the batch first: a reason of its own, not a missing dependency's (recommend(deps="all") names an
+    # arm whose only reason is a missing NVRTC); the CUDA kernels take it as a 32-bit int, and the
+    # nvmath tier launches a block a problem (a grid's x dimension stops at 2**31 - 1)
+    if dep is not None and batch is not None and batch >= 2 ** 31:
+        return f"{config.id} takes batch < 2**31, got {batch}"
     if dep == "cuda":
         from tunedb.families.linalg import kernels_cuda
 
         why = kernels_cuda.arm_invalid(sig.op, config.id, sig.get("n"), sig.dt)  # unknown ids too
-        if why is None and batch is not None and batch >= 2 ** 31:  # the kernels take the batch as a 32-bit int
-            why = f"{config.id} takes batch < 2**31, got {batch}"
         if why is None and arch is not None:
             need = kernels_cuda.arm_smem(sig.op, config.id, sig.get("n"), sig.dt)
             if need > arch.smem_per_block:

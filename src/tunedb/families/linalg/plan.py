@@ -164,7 +164,8 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
         config = Config.sentinel(cid) if cid in ("torch", "default") else configs.parse(cid)
         why = FAMILY.invalid_reason(config, sig, batch, profile)
         bound = "any batch" if hi is None else f"batch<={hi}"
-        if why and not FAMILY.dependency_available(cid):  # True for every native arm
+        if why and not FAMILY.dependency_available(cid) and why == FAMILY.invalid_reason(config, sig, 1, profile):
+            # (True for every native arm; at one problem the same reason: the dependency's alone)
             # deps="all" asks for the measured winner with every optional dependency: name it,
             # and say what serves on a machine without the dependency (the native regions)
             return _plan(op, dtype, n, batch, deps, config, f"{key} {bound}", "measured",
