@@ -275,3 +275,17 @@ def test_an_unwritable_cache_path_is_refused_on_entry(gemm, tmp_path):
         with autotune(cache=tmp_path / "afile" / "tune.json", measurer=meas, publish=False, arch_family="sm90"):
             pass
     assert meas.calls == []  # nothing measured before the refusal
+
+
+def test_one_tuner_re_entered_inside_itself_keeps_measuring_until_the_outer_exit(gemm, tmp_path):
+    """A helper that opens the caller's tuner again: its exit must not end the caller's context
+    (the override, the measuring hooks) nor flush and publish halfway through it."""
+    meas, pub = FakeMeasurer(_pick), Publisher()
+    tuner = autotune(cache=tmp_path / "tune.json", measurer=meas, publisher=pub, arch_family="sm90")
+    with tuner:
+        with tuner:
+            assert len(launch_table._overrides) == 1
+        assert len(launch_table._overrides) == 1 and pub.calls == []
+        config, tier = tuner.resolve(gemm, SIG, 100)
+        assert (config.id, tier) == (WIN, "autotune")
+    assert launch_table._overrides == [] and len(pub.calls) == 1

@@ -148,6 +148,10 @@ class Autotuner:
         return side
 
     def __enter__(self) -> "Autotuner":
+        depth = self.__dict__.get("_depth", 0)
+        self._depth = depth + 1
+        if depth:  # re-entered while active (a helper opening the caller's tuner again): one context, the outermost's
+            return self
         if self.enabled and self._on_gpu_only:
             warn_no_gpu("autotune", "every shape no tier covers takes the fallback and "
                         + (f"the cache {self.path} is not written" if self.path else "no result is kept"))
@@ -171,6 +175,9 @@ class Autotuner:
         self.resolve(families.get(sig.family), sig, m)
 
     def __exit__(self, *exc: Any) -> None:
+        self._depth = self.__dict__.get("_depth", 1) - 1
+        if self._depth > 0:  # an inner exit of a re-entered tuner: the outer block keeps measuring
+            return
         ctx, self._ctx = self._ctx, None
         left_ctx, self._left_ctx = self._left_ctx, None
         try:
