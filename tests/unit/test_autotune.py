@@ -289,3 +289,14 @@ def test_one_tuner_re_entered_inside_itself_keeps_measuring_until_the_outer_exit
         config, tier = tuner.resolve(gemm, SIG, 100)
         assert (config.id, tier) == (WIN, "autotune")
     assert launch_table._overrides == [] and len(pub.calls) == 1
+
+
+@pytest.mark.parametrize("call", ["autotune", "prewarm"])
+def test_an_unknown_keyword_is_named_with_the_allowed_ones(call):
+    import tunedb
+
+    with pytest.raises(TypeError, match=rf"{call}\(\) got an unexpected keyword argument 'foo'; .*measurer, publisher"):
+        if call == "autotune":
+            tunedb.autotune(foo=1)
+        else:
+            tunedb.prewarm(torch.nn.Linear(2, 2), torch.randn(1, 2), foo=1)

@@ -454,4 +454,17 @@ def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True
     (the protocol's timer; None: CUDA graphs; measure.timers.FakeTimer runs without a GPU)."""
     if isinstance(cache, bool):
         cache, enabled = "tune.json", cache
+    check_keywords("autotune", kwargs)
     return Autotuner(cache, publish, enabled, **kwargs)
+
+
+TUNER_KEYWORDS = ("measurer", "publisher", "arch_family", "approximate", "top_k", "working_set_bytes", "timer")
+
+
+def check_keywords(caller: str, kwargs: dict[str, Any]) -> None:
+    """TypeError naming an unknown keyword of autotune() or prewarm() and the ones allowed (it
+    named Autotuner.__init__, a class the user never called)."""
+    unknown = [k for k in kwargs if k not in TUNER_KEYWORDS]
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}; its keywords beyond "
+                        f"the positional ones: {', '.join(TUNER_KEYWORDS)}")
