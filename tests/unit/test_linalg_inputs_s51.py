@@ -50,3 +50,10 @@ def test_recommend_with_every_dependency_never_names_an_arm_past_its_batch_limit
     past = tunedb.recommend("posv", "fp32", 64, 2**31, deps="all")
     assert not past.arm.startswith("cuda") and past.grid <= 2**31 - 1, (past.arm, past.grid)
     assert at_limit.grid <= 2**31 - 1
+
+
+@pytest.mark.parametrize("alias,canonical", [("float", "float32"), ("double", "float64"), ("half", "float16")])
+def test_recommend_takes_torchs_dtype_aliases(alias, canonical):
+    import tunedb
+
+    assert tunedb.recommend("gemv", alias, 16, 4096) == tunedb.recommend("gemv", canonical, 16, 4096)

@@ -35,7 +35,9 @@ SOLVER_OPS: tuple[str, ...] = ("potrf", "posv")
 SPD_OPS: tuple[str, ...] = ("potrf", "posv")
 
 _TORCH_NAMES = {"torch.float32": "fp32", "torch.float64": "fp64", "torch.float16": "fp16",
-                "torch.bfloat16": "bf16"}
+                "torch.bfloat16": "bf16",
+                # torch's own aliases, as names ("double": torch.double is torch.float64)
+                "torch.float": "fp32", "torch.double": "fp64", "torch.half": "fp16"}
 _ELEMENT_BYTES = {"fp32": 4, "fp64": 8, "fp16": 2, "bf16": 2}
 
 
