@@ -251,3 +251,20 @@ def test_a_trace_knows_whether_its_inductor_compile_records_graphs(mode, graphs)
     assert torch.equal(got, torch.full((3,), 2.0 if graphs else 1.0))
     torch._dynamo.reset()
     assert torch.equal(torch.compile(f, backend="eager")(torch.zeros(3)), torch.ones(3))  # not Inductor: unknown
+
+
+def test_a_dropped_models_broken_pair_does_not_unfuse_its_kind():
+    """A model cut by surgery and dropped (its modules a cycle the collector has not reached): the
+    kind's constant collects before it counts a broken pair."""
+    import gc
+
+    old = tunedb.optimize(MLP().eval(), families="all")
+    old.act = nn.ReLU()  # broken
+    old.__dict__["loop"] = [old]  # a cycle: alive after del until the collector runs
+    gc.disable()
+    try:
+        del old
+        fresh = tunedb.optimize(MLP().eval(), families="all")
+        assert fused_pair.intact_kind(fresh.fc.__dict__["_tunedb_fused"].kind, 0)
+    finally:
+        gc.enable()

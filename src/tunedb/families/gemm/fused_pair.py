@@ -301,8 +301,15 @@ def intact_kind(kind: str, epoch: int) -> bool:
     is every pair's plain output: correct, slower). What intact() reads is guarded where it can
     change: the parent's forward reads both slots (a module of another type retraces) and a new
     child set into a slot bumps the epoch. `epoch` is only for that guard."""
-    live = [p for p in list(_MEMBERS.get(kind, ())) if p._parent() is not None]
-    return bool(live) and all(p.intact() for p in live)
+    for attempt in range(2):
+        live = [p for p in list(_MEMBERS.get(kind, ())) if p._parent() is not None]
+        if all(p.intact() for p in live):
+            return bool(live)
+        if not attempt:  # a broken pair may be a dropped model's, a cycle not yet collected: not the kind's
+            import gc
+
+            gc.collect()
+    return False
 
 
 # torch.compiler.assume_constant_result's mark, set directly (that function imports Dynamo: ops._token)
