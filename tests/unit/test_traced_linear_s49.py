@@ -19,8 +19,8 @@ def MLP():  # a block fusion rule 2 fuses (its source file reads no `fc` of othe
     return WalkedBlock(16)
 
 
-def _guards(model, x) -> int:
-    """Guards of the compiled forward, counted from Dynamo's guard log."""
+def _guard_lines(model, x) -> list[str]:
+    """Dynamo's guard log of the compiled forward, line by line."""
     import logging
 
     torch._dynamo.reset()
@@ -40,11 +40,26 @@ def _guards(model, x) -> int:
     finally:
         log.removeHandler(handler)
         torch._logging.set_logs()
-    return sum(line.count("+- ") - line.count("+- GuardManager") for line in lines)
+    return "\n".join(lines).splitlines()
+
+
+def _guards(model, x) -> int:
+    """Guards of the compiled forward, counted from Dynamo's guard log."""
+    return sum(line.count("+- ") - line.count("+- GuardManager") for line in _guard_lines(model, x))
 
 
 def _fused(model) -> bool:
     return model.fc.__dict__.get("act") == "gelu"
+
+
+def _plain_and_tuned():
+    """A plain block, its optimized copy (fused) and an input, Dynamo's caches emptied."""
+    torch.manual_seed(0)
+    plain = MLP().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    assert _fused(tuned)
+    torch._dynamo.reset()
+    return plain, tuned, torch.randn(3, 16)
 
 
 def test_a_fused_pair_adds_few_guards_to_a_compiled_forward():
@@ -69,12 +84,7 @@ def test_surgery_after_a_compile_gives_the_plain_compiled_models_answer(surgery)
     """A swapped slot retraces (Dynamo guards both slots' types through the block's forward) and
     the new trace reads the pair again. A hook added after the compile is compiled code's business
     (Dynamo does not guard module hooks by default): the tuned model does what the plain one does."""
-    torch.manual_seed(0)
-    plain = MLP().eval()
-    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
-    assert _fused(tuned)
-    x = torch.randn(3, 16)
-    torch._dynamo.reset()
+    plain, tuned, x = _plain_and_tuned()
     compiled_plain, compiled = torch.compile(plain, backend="eager"), torch.compile(tuned, backend="eager")
     with torch.no_grad():
         assert torch.equal(compiled(x), compiled_plain(x))
@@ -107,26 +117,7 @@ def test_intact_kind_is_a_trace_constant_and_the_kinds_answer_eagerly():
 
 def _lambda_guards(model, x) -> list[str]:
     """The object-aliasing guards of the compiled forward (`a is b`, a Python lambda each at every call)."""
-    import logging
-
-    torch._dynamo.reset()
-    lines: list[str] = []
-
-    class Grab(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage())
-
-    log = logging.getLogger("torch._dynamo.guards")
-    handler = Grab()
-    torch._logging.set_logs(guards=True)
-    log.addHandler(handler)
-    try:
-        with torch.no_grad():
-            torch.compile(model, backend="eager")(x)
-    finally:
-        log.removeHandler(handler)
-        torch._logging.set_logs()
-    return [ln for ln in "\n".join(lines).splitlines() if "LAMBDA_GUARD" in ln and "L['" in ln]
+    return [ln for ln in _guard_lines(model, x) if "LAMBDA_GUARD" in ln and "L['" in ln]
 
 
 def test_a_fused_pair_adds_no_aliasing_guard():
@@ -144,12 +135,7 @@ def test_a_fused_pair_adds_no_aliasing_guard():
 def test_a_new_child_of_the_same_type_in_the_slot_retraces():
     """A walk setting another nn.GELU (tanh form) into the fused slot bumps the epoch, which both
     sides' compiled code guards, so the next call retraces and applies the new module."""
-    torch.manual_seed(0)
-    plain = MLP().eval()
-    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
-    assert _fused(tuned)
-    x = torch.randn(3, 16)
-    torch._dynamo.reset()
+    plain, tuned, x = _plain_and_tuned()
     compiled = torch.compile(tuned, backend="eager")
     with torch.no_grad():
         assert torch.equal(compiled(x), plain(x))
@@ -163,11 +149,7 @@ def test_a_new_child_of_the_same_type_in_the_slot_retraces():
 def test_a_child_set_through_modules_after_a_compile_retraces():
     """No registration hook runs for `slot._modules["activation"] = m`: the slot's trace reads its
     child, so a child of another type fails that guard."""
-    torch.manual_seed(0)
-    plain = MLP().eval()
-    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
-    x = torch.randn(3, 16)
-    torch._dynamo.reset()
+    plain, tuned, x = _plain_and_tuned()
     compiled = torch.compile(tuned, backend="eager")
     with torch.no_grad():
         assert torch.equal(compiled(x), plain(x))
