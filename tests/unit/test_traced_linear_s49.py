@@ -1,5 +1,5 @@
 """TunedLinear under a compiler's trace (linear_forms.traced): the fused pair's state is read once per
-trace (fused_pair.intact_now, a constant of the graph) instead of as 15-20 guards checked at every
+trace (fused_pair.intact_kind, a constant of the graph) instead of as 15-20 guards checked at every
 compiled call; surgery after the compile must still retrace and give the plain model's answer."""
 from __future__ import annotations
 
