@@ -141,3 +141,12 @@ def test_cli_census_with_manifest_and_capture(tmp_path, capsys):
     rc = cli.main(["census", "whisper-base", "--mode", "decode", "--out", str(tmp_path / "x.json")])
     assert rc == 2
     assert "encoder-only" in capsys.readouterr().err
+
+
+def test_a_key_with_its_fields_out_of_order_is_refused_with_the_canonical_form():
+    """Keys are matched as text: `K=512|N=512` would load and never serve (a database entry) or
+    plan a second signature of the same GEMM (a census)."""
+    data = to_json(census([Point(SIG, 16, 1.0, 1, True, 0.0)]))
+    data["points"][0]["signature"] = "gemm|op=gemm|dt=half|K=512|N=1536"
+    with pytest.raises(CensusError, match=r"fields out of order; op=gemm keys read gemm\|op=gemm\|dt=half\|N=1536\|K=512"):
+        from_json(data)

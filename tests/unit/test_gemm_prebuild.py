@@ -106,3 +106,13 @@ def test_relocated_cache_points_group_files_at_the_new_root(tmp_path):
     assert json.loads(grp.read_text())["child_paths"] == {"k.cubin": f"{new}/ABC/k.cubin",
                                                           "k.json": f"{new}/ABC/k.json"}
     assert prebuild.relocate_cache(new, str(old)) == 0
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--thin"], "--thin needs --max-points N with N >= 2, got None"),
+    (["--max-points", "3"], "--max-points needs --thin"),
+])
+def test_thinning_flags_are_checked_as_build_checks_them(flags, says, capsys):
+    census = Path(__file__).resolve().parents[2] / "bench" / "census" / "llama-3-8b_decode.json"
+    assert main(["prebuild", "--dry-run", "--census", str(census), *flags]) == 2
+    assert says in capsys.readouterr().err

@@ -41,6 +41,7 @@ def _planned_jobs(args: argparse.Namespace) -> list:
 
     opts = pipeline.BuildOptions(arch_family=args.arch, thin=args.thin, max_points=args.max_points,
                                  dry_run=True)
+    pipeline.buildsteps.check_options(opts, gpu=False)  # --thin / --max-points as build names them
     plans, _ = pipeline.plan_build([(str(args.census), pipeline.read_census(args.census))], opts,
                                    arch.shipped_profile(args.arch))
     jobs = []

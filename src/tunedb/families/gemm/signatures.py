@@ -50,6 +50,11 @@ def check_key(sig: Signature) -> None:
     if extra:
         raise SignatureError(f"signature {sig.format()!r}: unknown field(s) {', '.join(extra)}; "
                              f"op={sig.op} takes {want}")
+    order = [name for name, _ in fields]
+    if [k for k, _ in sig.params] != order:  # a key is matched as text: another order never serves
+        canonical = "|".join(f"{k}={given[k]}" for k in order)
+        raise SignatureError(f"signature {sig.format()!r}: fields out of order; op={sig.op} keys read "
+                             f"{sig.family}|op={sig.op}|dt={sig.dt}|{canonical}")
     # the key's shape only: whether its dtype is served is the validity predicate's question
     if sig.op == "gemm_act" and given["act"] not in ACTS:
         raise SignatureError(f"signature {sig.format()!r}: act={given['act']!r} is not one of {', '.join(ACTS)}")
