@@ -464,3 +464,13 @@ def test_tune_of_a_recurrent_only_model_says_where_its_layers_are_tuned(tiers, t
     assert main(["tune", "lstm_user_workload:make", "--max-batch-size", "2"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "LSTM layer(s) are not in tune's census" in err and "families='all'" in err
+
+
+def test_a_build_names_the_census_signatures_of_other_families_it_skips():
+    from tunedb import families as registry
+    from tunedb.build.run import signatures_by_census
+
+    conv = Signature.parse("conv|op=conv1d|dt=bf16|C=256|K=31|G=256|O=256|S=1|P=15|D=1|act=none|bias=1")
+    shapes = ShapeSet((Point(QKV, 16, 0.5, 10), Point(conv, 64, 0.5, 10)))
+    points, _, skipped = signatures_by_census([("c", shapes)], registry.get("gemm"))
+    assert set(points) == {QKV} and skipped == [conv]

@@ -68,7 +68,7 @@ class BuildResult:
     changes: tuple[Any, ...] = ()  # --no-write: database.Change against the current file
     arms_measured: int = 0
     resumed: tuple[str, ...] = ()  # signatures taken from the run's checkpoints
-    skipped: tuple[str, ...] = ()  # census signatures of ops the family does not serve
+    skipped: tuple[str, ...] = ()  # census signatures the family does not serve (other families', other ops)
     triton_cache: str = ""  # the Triton cache the build compiles into / loads from
     prebuilt: int = 0  # configs `tunedb prebuild` compiled there for this Triton
     seconds: float = 0.0
@@ -104,16 +104,14 @@ def signatures_by_census(censuses: Sequence[tuple[str, ShapeSet]], family: Any
                          ) -> tuple[dict[Signature, list[Point]], dict[str, list[Signature]], list[Signature]]:
     """Every signature's points over all censuses, each census's signatures (a signature belongs
     to the first census that has it, so each is measured once), and the signatures skipped
-    because the family has no such op (a census also records ops such as bmm)."""
+    because they are another family's or an op the family has not (a census records every family's)."""
     points: dict[Signature, list[Point]] = {}
     owner: dict[str, list[Signature]] = {}
     skipped: dict[Signature, None] = {}
     for name, shapes in censuses:
         mine = owner.setdefault(name, [])
         for sig in shapes.signatures():
-            if sig.family != family.name:
-                continue
-            if not families.serves(family, sig):
+            if sig.family != family.name or not families.serves(family, sig):  # named by the build's summary
                 skipped[sig] = None
                 continue
             if sig not in points:

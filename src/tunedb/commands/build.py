@@ -193,8 +193,15 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
         print(json.dumps(out, indent=1))
         return
     if result.skipped:
-        console.print(f"skipped {len(result.skipped)} signature(s) of ops the {opts.family} family does not "
-                      f"serve: {', '.join(sorted({s.split('|')[1] for s in result.skipped}))}")
+        own = sorted({s.split('|')[1] for s in result.skipped if s.split('|')[0] == opts.family})
+        others: dict[str, int] = {}
+        for s in result.skipped:
+            if s.split('|')[0] != opts.family:
+                others[s.split('|')[0]] = others.get(s.split('|')[0], 0) + 1
+        parts = ([f"ops the {opts.family} family does not serve: {', '.join(own)}"] if own else []) + [
+            f"{n} of the {fam} family (--family {fam} builds them)" if fam in families.names()
+            else f"{n} of {fam!r}, a family not registered here" for fam, n in sorted(others.items())]
+        console.print(f"skipped {len(result.skipped)} signature(s): {'; '.join(parts)}")
     if result.triton_cache:
         console.print(f"Triton cache: {result.triton_cache} ({result.prebuilt} config(s) prebuilt by `tunedb prebuild`)")
     if opts.dry_run:
