@@ -39,3 +39,11 @@ def test_a_model_refit_beside_a_region_change_still_differs(tmp_path, capsys):
     assert cli.main(["diff", str(a), str(b)]) == 1
     changes = database.diff(database.load(a), database.load(b))
     assert sum(not c.counted for c in changes) == 1 and sum(c.counted for c in changes) == 5
+
+
+def test_a_model_the_run_time_would_skip_is_a_difference_in_one_short_line(tmp_path, capsys):
+    a = with_model(tmp_path, "a.json", MODEL)
+    b = with_model(tmp_path, "b.json", {"garbage": 1})
+    assert cli.main(["diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("  file: model usable -> unusable: ") and len(out[0]) < 200

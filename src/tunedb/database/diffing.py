@@ -63,8 +63,20 @@ def model_delta(a: dict[str, Any], b: dict[str, Any]) -> str:
     return "model refit: " + "; ".join(parts)
 
 
-def _short(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
+def _short(value: Any, width: int = 120) -> str:
+    text = json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
+    return text if len(text) <= width else f"{text[:width - 20]}... ({len(text)} chars)"
+
+
+def model_problem(kernel_family: str, model: Any) -> str | None:
+    """Why the family's run time would skip this cost-model object (its `model_problem` hook), or None."""
+    from tunedb import families
+
+    try:
+        check = getattr(families.get(kernel_family), "model_problem", None)
+    except Exception:  # noqa: BLE001 - a family not registered here: nothing to ask
+        return None
+    return None if check is None else check(model)
 
 
 def _regions(entry: Entry) -> list[list[Any]]:
@@ -92,7 +104,12 @@ def diff(a: DatabaseFile, b: DatabaseFile) -> tuple[Change, ...]:
         out.append(Change("changed", "file", "validators", _plain(dict(a.validators)),
                           _plain(dict(b.validators))))
     if a.model and b.model and a.model != b.model:
-        out.append(Change("changed", "file", model_delta(a.model, b.model), counted=False))
+        problems = [model_problem(a.kernel_family, m) for m in (a.model, b.model)]
+        if any(problems):  # not a refit: one side's model would be skipped at run time (counted)
+            out.append(Change("changed", "file", "model", f"unusable: {problems[0]}" if problems[0] else "usable",
+                              f"unusable: {problems[1]}" if problems[1] else "usable"))
+        else:
+            out.append(Change("changed", "file", model_delta(a.model, b.model), counted=False))
     elif a.model != b.model:
         out.append(Change("changed", "file", "model", "present" if a.model else "absent",
                           "present" if b.model else "absent"))
