@@ -9,7 +9,8 @@ from pathlib import Path
 from tunedb import cli, database
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "db"
-MODEL = {"schema": 1, "scale": 1.25, "setup_us": 0.4, "per_config": {"a": 1.0, "b": 2.0}, "fitted_on": 100}
+MODEL = {"schema": 1, "scale": 1.25, "setup_us": 0.4, "per_config": {"a": [1.0, 0.1], "b": [2.0, 0.2]},
+         "fitted_on": 100}
 
 
 def with_model(tmp_path: Path, name: str, model: dict, source: Path = DATA / "a.json") -> Path:
@@ -21,7 +22,7 @@ def with_model(tmp_path: Path, name: str, model: dict, source: Path = DATA / "a.
 
 
 def test_a_refitted_model_is_reported_but_not_a_difference(tmp_path, capsys):
-    refit = dict(MODEL, scale=1.5, per_config={"a": 1.1, "b": 2.0, "c": 3.0}, fitted_on=180)
+    refit = dict(MODEL, scale=1.5, per_config={"a": [1.1, 0.1], "b": [2.0, 0.2], "c": [3.0, 0.3]}, fitted_on=180)
     a, b = with_model(tmp_path, "a.json", MODEL), with_model(tmp_path, "b.json", refit)
     assert cli.main(["diff", str(a), str(b)]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -46,4 +47,4 @@ def test_a_model_the_run_time_would_skip_is_a_difference_in_one_short_line(tmp_p
     b = with_model(tmp_path, "b.json", {"garbage": 1})
     assert cli.main(["diff", str(a), str(b)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("  file: model usable -> unusable: ") and len(out[0]) < 200
+    assert out[0].startswith("~ file: model usable -> unusable: cost-model params") and len(out[0]) < 200
