@@ -193,11 +193,11 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
         print(json.dumps(out, indent=1))
         return
     if result.skipped:
-        own = sorted({s.split('|')[1] for s in result.skipped if s.split('|')[0] == opts.family})
-        others: dict[str, int] = {}
-        for s in result.skipped:
-            if s.split('|')[0] != opts.family:
-                others[s.split('|')[0]] = others.get(s.split('|')[0], 0) + 1
+        from collections import Counter
+
+        keys = [s.split("|", 2) for s in result.skipped]  # family, op=..., the rest
+        own = sorted({k[1] for k in keys if k[0] == opts.family})
+        others = Counter(k[0] for k in keys if k[0] != opts.family)
         parts = ([f"ops the {opts.family} family does not serve: {', '.join(own)}"] if own else []) + [
             f"{n} of the {fam} family (--family {fam} builds them)" if fam in families.names()
             else f"{n} of {fam!r}, a family not registered here" for fam, n in sorted(others.items())]

@@ -71,12 +71,11 @@ def _short(value: Any, width: int = 120) -> str:
 def model_problem(kernel_family: str, model: Any) -> str | None:
     """Why the family's run time would skip this cost-model object (its `model_problem` hook), or None."""
     from tunedb import families
+    from tunedb.families.contract import hook
 
-    try:
-        check = getattr(families.get(kernel_family), "model_problem", None)
-    except Exception:  # noqa: BLE001 - a family not registered here: nothing to ask
+    if kernel_family not in families.names():  # a family not registered here: nothing to ask
         return None
-    return None if check is None else check(model)
+    return hook(families.get(kernel_family), "model_problem")(model)
 
 
 def _regions(entry: Entry) -> list[list[Any]]:

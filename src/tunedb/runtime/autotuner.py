@@ -19,6 +19,7 @@ flow runs on a CPU against fake measurements.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import warnings
 from pathlib import Path
@@ -30,6 +31,7 @@ from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signat
 from tunedb.runtime import launch_table, report
 from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result, check_writable
 from tunedb.runtime.nogpu import warn_no_gpu
+from tunedb.runtime.tuner_args import check_args, check_keywords
 from tunedb.runtime.launch_table import _capturing as capturing  # the runtime's one capture check
 from tunedb.runtime.selector import shipped_profile as selector_shipped
 
@@ -83,7 +85,7 @@ class Autotuner:
                  publisher: Publisher | None = None, arch_family: str | None = None,
                  approximate: bool | None = None, top_k: int | None = 16,
                  working_set_bytes: int | None = None, timer: Any = None) -> None:
-        _check_args(cache, publish, enabled, top_k, working_set_bytes)
+        check_args(cache, publish, enabled, top_k, working_set_bytes)
         self.path = Path(cache) if cache is not None else None
         self.publish = publish
         self.enabled = enabled
@@ -431,19 +433,6 @@ def _top_k(family: Any, sig: Signature, m: int, configs: list[Config], profile: 
     return [c for c in configs if c.id in ranked] or configs
 
 
-def _check_args(cache: Any, publish: Any, enabled: Any, top_k: Any, working_set_bytes: Any) -> None:
-    """TypeError / ValueError naming a bad argument and what is allowed, when autotune() is
-    entered, not at the first shape it measures (inside the model's forward, on a GPU only)."""
-    if cache is not None and not isinstance(cache, (str, os.PathLike)):
-        raise TypeError(f"autotune cache={cache!r} must be a file path (str or os.PathLike) or None")
-    for name, value in (("publish", publish), ("enabled", enabled)):
-        if not isinstance(value, bool):
-            raise TypeError(f"autotune {name}={value!r} must be True or False")
-    for name, value, low in (("top_k", top_k, 1), ("working_set_bytes", working_set_bytes, 0)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
-            raise ValueError(f"autotune {name}={value!r} must be None or an int >= {low}")
-
-
 def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True,
              enabled: bool = True, **kwargs: Any) -> Autotuner:
     """The autotune() context manager (see the module docstring). cache=None keeps results in
@@ -454,17 +443,10 @@ def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True
     (the protocol's timer; None: CUDA graphs; measure.timers.FakeTimer runs without a GPU)."""
     if isinstance(cache, bool):
         cache, enabled = "tune.json", cache
-    check_keywords("autotune", kwargs)
+    check_keywords("autotune", kwargs, TUNER_KEYWORDS)
     return Autotuner(cache, publish, enabled, **kwargs)
 
 
-TUNER_KEYWORDS = ("measurer", "publisher", "arch_family", "approximate", "top_k", "working_set_bytes", "timer")
-
-
-def check_keywords(caller: str, kwargs: dict[str, Any]) -> None:
-    """TypeError naming an unknown keyword of autotune() or prewarm() and the ones allowed (it
-    named Autotuner.__init__, a class the user never called)."""
-    unknown = [k for k in kwargs if k not in TUNER_KEYWORDS]
-    if unknown:
-        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}; its keywords beyond "
-                        f"the positional ones: {', '.join(TUNER_KEYWORDS)}")
+# autotune()'s and prewarm()'s keywords past the positional ones: the Autotuner's keyword-only parameters
+TUNER_KEYWORDS = tuple(p.name for p in inspect.signature(Autotuner.__init__).parameters.values()
+                       if p.kind is inspect.Parameter.KEYWORD_ONLY)

@@ -25,7 +25,8 @@ from typing import Any, Callable
 from tunedb.errors import AutotuneWarning, UncoveredShapeError
 from tunedb.records import Point, ShapeSet, Signature
 from tunedb.runtime import launch_table, report
-from tunedb.runtime.autotuner import Autotuner, check_keywords
+from tunedb.runtime.autotuner import TUNER_KEYWORDS, Autotuner
+from tunedb.runtime.tuner_args import check_keywords
 
 COVERED_TIERS: tuple[str, ...] = ("user", "system")
 _WEAKNESS = {"default": 0, "model": 1}  # measured first: the weakest answer
@@ -113,7 +114,7 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
     Autotuner that measures."""
     from tunedb import families
 
-    check_keywords("prewarm", tuner)
+    check_keywords("prewarm", tuner, TUNER_KEYWORDS)
     if isinstance(budget_s, bool) or not isinstance(budget_s, numbers.Real) or not 0 <= budget_s < float("inf"):
         raise ValueError(f"budget_s={budget_s!r} must be a number of seconds >= 0 (finite)")
     if not isinstance(strict, bool):  # strict="no" is truthy: it raised where the user asked it not to

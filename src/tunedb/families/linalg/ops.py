@@ -97,10 +97,9 @@ def _any_autocast() -> bool:
 
 
 def _autocast_on(dev: str) -> bool:
-    """Whether autocast is on for device type `dev`; False for one autocast does not know (meta:
-    torch.is_autocast_enabled raises there, so shapes inferred on meta tensors failed)."""
-    if not _any_autocast():
-        return False
+    """Whether autocast is on for device type `dev` (asked after _any_autocast, the hot path's one
+    question); False for one autocast does not know (meta: torch.is_autocast_enabled raises there,
+    so shapes inferred on meta tensors failed)."""
     import torch
 
     try:
@@ -310,7 +309,8 @@ def _any_shape(name: str, tensors: tuple) -> Any:
     if not N_MIN <= first.shape[-1] <= N_MAX:
         signatures.check_call(name, *flat, n_range=False)  # square A, shapes, one dtype and device
         dev = first.device.type
-        with torch.autocast(dev, enabled=False) if _autocast_on(dev) else contextlib.nullcontext():
+        cast = _any_autocast() and _autocast_on(dev)
+        with torch.autocast(dev, enabled=False) if cast else contextlib.nullcontext():
             out = torch_arm(name, False, flat, None)  # the library arm's forms, no kernel here is built for n
         if name == "potrf":
             out = (out[0].contiguous(), out[1])  # L row-major, as every arm returns it

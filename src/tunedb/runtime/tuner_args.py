@@ -1,0 +1,29 @@
+"""autotune()'s and prewarm()'s argument checks: a bad value, or a keyword neither takes, named
+with what is allowed when the call is made, not at the first shape measured (inside a forward,
+on a GPU only)."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def check_args(cache: Any, publish: Any, enabled: Any, top_k: Any, working_set_bytes: Any) -> None:
+    """TypeError / ValueError naming a bad argument and what is allowed, when autotune() is
+    entered, not at the first shape it measures (inside the model's forward, on a GPU only)."""
+    if cache is not None and not isinstance(cache, (str, os.PathLike)):
+        raise TypeError(f"autotune cache={cache!r} must be a file path (str or os.PathLike) or None")
+    for name, value in (("publish", publish), ("enabled", enabled)):
+        if not isinstance(value, bool):
+            raise TypeError(f"autotune {name}={value!r} must be True or False")
+    for name, value, low in (("top_k", top_k, 1), ("working_set_bytes", working_set_bytes, 0)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+            raise ValueError(f"autotune {name}={value!r} must be None or an int >= {low}")
+
+
+def check_keywords(caller: str, kwargs: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    """TypeError naming an unknown keyword of `caller` and the ones `allowed` (Python's own named
+    Autotuner.__init__, a class the user never called)."""
+    unknown = [k for k in kwargs if k not in allowed]
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}; its keywords beyond "
+                        f"the positional ones: {', '.join(allowed)}")
