@@ -128,9 +128,12 @@ def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arc
     family = families.get(opts.family)
     points, owner, _ = by_census or signatures_by_census(censuses, family)
     if not points:
+        others = sorted({s.family for _, shapes in censuses for s in shapes.signatures()} - {opts.family})
+        hint = (f"; it names kernel famil{'y' if len(others) == 1 else 'ies'} {', '.join(map(repr, others))}: "
+                f"pass --family {others[0]}" if others else "")
         raise BuildError(f"the census has no signature of an op of kernel family {opts.family!r} "
                          f"(ops: {', '.join(family.ops)}; dtypes: {', '.join(family.schema.dtypes) or 'any'}) "
-                         f"in {', '.join(n for n, _ in censuses)}")
+                         f"in {', '.join(n for n, _ in censuses)}{hint}")
     ranks = buildsteps.rankers(family, arch, calibrated)
     thin = (lambda pts: partition.thin(pts, opts.max_points)) if opts.thin else None
     # Every (signature, M, config) is predicted by the filter, the sort and the estimate: once.

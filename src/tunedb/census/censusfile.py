@@ -72,6 +72,8 @@ def _field(row: dict, name: str, kinds: tuple[type, ...], where: str) -> Any:
 def from_json(data: Any, where: str = "census") -> ShapeSet:
     if not isinstance(data, dict):
         raise CensusError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    if "points" not in data and "entries" in data and "kernel_family" in data:
+        return _from_database(data, where)
     if data.get("schema") != SCHEMA:
         raise CensusError(f"{where}: field 'schema' must be {SCHEMA}, got {data.get('schema')!r}")
     workload = _field(data, "workload", (str,), where)
@@ -111,6 +113,35 @@ def from_json(data: Any, where: str = "census") -> ShapeSet:
                               f"({p.signature.format()!r} at M={p.m}); merge them into one (sum their calls)")
     meta_items = tuple(sorted((str(k), str(v)) for k, v in meta.items() if k != "mode"))
     return ShapeSet(tuple(points), workload, (("mode", mode),) + meta_items)
+
+
+def _from_database(data: dict, where: str) -> ShapeSet:
+    """A database file read as a census: every entry at the sizes it was measured at (its
+    evidence's M=... keys; its region bounds where it kept none), each a must-tune point of weight
+    1. `tunedb build` / `prebuild --census` of a shipped table re-plans the points it measured."""
+    entries = data["entries"]
+    if not isinstance(entries, dict):
+        raise CensusError(f"{where}: database field 'entries' must be an object keyed by signature, "
+                          f"got {type(entries).__name__}")
+    points = []
+    for text, entry in entries.items():
+        at = f"{where}: entries[{text!r:.80}]"
+        try:
+            sig = Signature.parse(text)
+            families.check_key(sig)
+        except SignatureError as exc:
+            raise CensusError(f"{at}: {exc}") from exc
+        if not isinstance(entry, dict):
+            raise CensusError(f"{at}: expected an object, got {entry!r:.60}")
+        evidence = entry.get("evidence") if isinstance(entry.get("evidence"), dict) else {}
+        sizes = {int(k[2:]) for k in evidence if isinstance(k, str) and k[:2] == "M=" and k[2:].isdigit()}
+        if not sizes:
+            regions = entry.get("regions") if isinstance(entry.get("regions"), list) else []
+            sizes = {r[0] for r in regions if isinstance(r, list) and r and type(r[0]) is int}
+        sizes = {m for m in sizes if 1 <= m <= M_MAX} or {1}
+        points.extend(Point(sig, m, 1.0, 1, True, 0.0) for m in sorted(sizes))
+    name = data.get("kernel_family") if isinstance(data.get("kernel_family"), str) else ""
+    return ShapeSet(tuple(points), f"database:{name}", (("mode", ""),))
 
 
 def read_census(path: str | Path) -> ShapeSet:

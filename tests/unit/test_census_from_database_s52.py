@@ -1,0 +1,53 @@
+"""A database file given where a census goes (`tunedb build --census`, `tunedb prebuild --census`):
+its entries at the sizes they were measured at, so a shipped table can be re-measured."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tunedb.census import read_census
+from tunedb.cli import main
+from tunedb.errors import CensusError
+
+SHIPPED = Path(__file__).parents[2] / "src" / "tunedb" / "db" / "sm90"
+SIG = "gemm|op=gemm|dt=half|N=512|K=512"
+
+
+def _db(tmp_path, entries, family="gemm"):
+    path = tmp_path / "db.json"
+    path.write_text(json.dumps({"schema": 1, "kernel_family": family, "arch_family": "sm90",
+                                "configs": {}, "entries": entries}))
+    return path
+
+
+def test_a_database_reads_as_its_measured_points(tmp_path):
+    path = _db(tmp_path, {SIG: {"regions": [[64, "torch"], [None, "torch"]],
+                                "evidence": {"M=16": {}, "M=1024": {}, "_l2": "cold"}},
+                          "gemm|op=gemm|dt=half|N=1024|K=512": {"regions": [[64, "torch"], [None, "torch"]]}})
+    shapes = read_census(path)
+    got = {(p.signature.format(), p.m) for p in shapes.points}
+    assert got == {(SIG, 16), (SIG, 1024), ("gemm|op=gemm|dt=half|N=1024|K=512", 64)}
+    assert all(p.must_tune for p in shapes.points)
+
+
+def test_a_database_key_that_is_not_a_signature_is_named(tmp_path):
+    path = _db(tmp_path, {"gemm|op=gemm|dt=half|N=abc|K=512": {"regions": [[None, "torch"]]}})
+    with pytest.raises(CensusError, match="N=abc"):
+        read_census(path)
+
+
+def test_build_dry_run_plans_the_shipped_gemm_table(capsys):
+    assert main(["build", "--census", str(SHIPPED / "gemm.json"), "--dry-run", "--out", "unused"]) == 0
+    assert "signature(s)" in capsys.readouterr().out
+
+
+def test_build_of_another_familys_table_names_the_family_to_pass(capsys):
+    assert main(["build", "--census", str(SHIPPED / "bmm.json"), "--dry-run", "--out", "unused"]) == 2
+    assert "pass --family bmm" in capsys.readouterr().err
+
+
+def test_prebuild_dry_run_takes_a_database_file(capsys):
+    assert main(["prebuild", "--census", str(SHIPPED / "gemm.json"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    n = len(json.loads((SHIPPED / "gemm.json").read_text())["entries"])
+    assert f"{n} signatures from" in out and "nothing was compiled" in out
