@@ -10,7 +10,6 @@ The mode is kept in ShapeSet.meta under "mode". Merging adds weights and calls p
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Iterable
 
