@@ -1,6 +1,7 @@
 """A database file given where a census goes (`tunedb build --census`, `tunedb prebuild --census`):
 its entries at the sizes they were measured at, so a shipped table can be re-measured."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,29 @@ def test_prebuild_dry_run_takes_a_database_file(capsys):
     out = capsys.readouterr().out
     n = len(json.loads((SHIPPED / "gemm.json").read_text())["entries"])
     assert f"{n} signatures from" in out and "nothing was compiled" in out
+
+
+@pytest.mark.parametrize("key, says", [
+    ("bmm|op=bmm|dt=half|N=4|K=4|lay=nn", "missing field 'B'"),
+    ("bmm|op=bmm|dt=half|B=0|N=4|K=4|lay=nn", "B=0 must be a positive integer"),
+    ("bmm|op=bmm|dt=half|B=2|N=4|K=4|lay=xx", "lay='xx'; allowed: nn, nt, tn, tt"),
+    ("gemm_log_softmax|op=gemm_log_softmax|dt=bf16|N=5000|K=256|bias=2", "bias=2; allowed: 0, 1"),
+    ("linalg|op=potrf|dt=fp32|n=8|extra=1", "unknown field 'extra'"),
+    ("scaled_mm_fp8|op=scaled_mm|dt=fp8|N=4096|K=4096|out=bf16|scale=row", "fields must come in the order"),
+])
+def test_every_familys_census_key_is_checked_when_read(tmp_path, key, says):
+    # families without a check_key hook of their own are checked against their schema's fields
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"schema": 1, "workload": "w", "mode": "", "points": [
+        {"signature": key, "M": 64, "weight": 1, "calls": 1, "must_tune": True, "eager_share": 0}]}))
+    with pytest.raises(CensusError, match=re.escape(says)):
+        read_census(path)
+
+
+def test_a_census_keeps_calls_in_dtypes_a_family_leaves_to_torch(tmp_path):
+    # the recorder files every call; whether its dtype is served is the build's question
+    path = tmp_path / "c.json"
+    key = "bmm|op=bmm|dt=fp64|B=2|N=4|K=4|lay=nn"
+    path.write_text(json.dumps({"schema": 1, "workload": "w", "mode": "", "points": [
+        {"signature": key, "M": 64, "weight": 1, "calls": 1, "must_tune": True, "eager_share": 0}]}))
+    assert [p.signature.format() for p in read_census(path).points] == [key]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-from tunedb.errors import RegistryError
+from tunedb.errors import RegistryError, SignatureError
 from tunedb.families.contract import KernelFamily, hook, missing_members
 
 __all__ = ["DEFAULT", "KernelFamily", "check_op", "get", "hook", "names", "register"]
@@ -27,6 +27,7 @@ _BUILTIN: dict[str, str] = {"gemm": "tunedb.families.gemm:FAMILY",
                             "conv": "tunedb.families.conv:FAMILY",
                             "scaled_mm_fp8": "tunedb.families.scaled_mm:FAMILY_FP8"}
 DEFAULT = "gemm"
+KEY_SIZE_MAX = 2**31 - 1  # a key's size field: a tensor dimension a kernel is launched with (32-bit)
 _REGISTRY: dict[str, KernelFamily] = {}
 
 
@@ -61,9 +62,21 @@ def check_key(sig: Signature) -> None:
     family not registered here, are not checked."""
     if sig.family not in names():
         return
-    hook = getattr(get(sig.family), "check_key", None)
+    family = get(sig.family)
+    hook = getattr(family, "check_key", None)
     if hook is not None:
         hook(sig)
+        return
+    schema = getattr(family, "schema", None)
+    if schema is None:
+        return
+    schema.check(sig, dtype=False)
+    flags = dict(schema.choices)
+    for name, typ in schema.key:
+        value = sig.get(name)
+        if typ is int and name not in flags and value is not None and not 1 <= value <= KEY_SIZE_MAX:
+            raise SignatureError(f"signature {sig.format()!r}: {name}={value} must be a positive integer "
+                                 f"at most {KEY_SIZE_MAX} (a size a kernel is launched with)")
 
 
 def check_op(family: KernelFamily, op: str) -> None:

@@ -61,9 +61,10 @@ class SignatureSchema:
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.key)
 
-    def check(self, sig: Signature) -> Signature:
-        """`sig` when it fits the schema; SignatureError naming the bad field and what is allowed."""
-        if self.dtypes and sig.dt not in self.dtypes:
+    def check(self, sig: Signature, *, dtype: bool = True) -> Signature:
+        """`sig` when it fits the schema; SignatureError naming the bad field and what is allowed.
+        dtype=False checks the key's fields only (a census files calls in dtypes a family leaves to torch)."""
+        if dtype and self.dtypes and sig.dt not in self.dtypes:
             raise SignatureError(f"{sig}: dt={sig.dt!r} is not served; allowed: {', '.join(self.dtypes)}")
         types = dict(self.key)
         given = [k for k, _ in sig.params]
