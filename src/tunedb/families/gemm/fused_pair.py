@@ -374,6 +374,32 @@ class FusedActivation(nn.Identity):
         act = self._modules["activation"]
         return act(input) if _own_hooks(act) else act.forward(input)
 
+    def __getattr__(self, name: str) -> Any:
+        """The activation's attributes read through the slot (`block.act.approximate`), as on the
+        module the plain model holds here."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            act = None if name.startswith("_") else self.__dict__["_modules"].get("activation")
+            if act is None or name not in act.__dict__:
+                raise
+            return act.__dict__[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A write of one of the activation's own settings (`block.act.approximate = "tanh"`) goes to
+        the activation, and a changed one unfuses the pair for good: the Linear's fused kernel
+        applies the activation as it was at optimize()."""
+        act = None if name.startswith("_") or name in self.__dict__ else self.__dict__["_modules"].get("activation")
+        if act is None or name not in act.__dict__ or isinstance(value, (nn.Module, torch.Tensor)):
+            super().__setattr__(name, value)
+            return
+        changed = act.__dict__[name] is not value and act.__dict__[name] != value
+        setattr(act, name, value)
+        pair = self.__dict__.get("_tunedb_fused")
+        if changed and pair is not None and not pair.shared:
+            pair.shared = True
+            _EPOCH[0] += 1  # compiled code guards the epoch: its kind retraces, unfused
+
     def __prepare_scriptable__(self) -> FusedActivation:
         """torch.jit.script compiles _script_forward with the pair's state now (returns self:
         what this returns replaces the module in the eager model's slot)."""

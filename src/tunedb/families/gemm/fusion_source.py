@@ -100,7 +100,7 @@ def _function(attr: object) -> object:
 
 # Bases whose code is the library's, not a model's: they never name a model's submodules (and
 # reading transformers' PreTrainedModel costs 0.3-0.5 s of ast.parse, see patching._may_fuse).
-_LIBRARY_MODULES = ("torch.", "transformers.modeling_utils", "transformers.generation",
+_LIBRARY_MODULES = ("torch.", "transformers.modeling_utils", "transformers.modeling_layers", "transformers.generation",
                     "transformers.integrations", "transformers.utils", "transformers.configuration_utils")
 
 
@@ -142,6 +142,32 @@ def code_trees(cls: type) -> tuple[list[ast.AST], dict[str, int]] | None:
     return trees, uses
 
 
+# What code may do with `self` itself and still reach its children only as `self.<name>`: look
+# at it, or name an attribute by a string getattr's other rules read
+_SELF_LOOKS = frozenset({"type", "isinstance", "id", "print", "repr", "str", "hash", "callable", "super",
+                         "getattr", "hasattr", "setattr", "delattr"})
+
+
+def _self_escapes(tree: ast.AST) -> bool:
+    """Whether `tree` reaches self's children other than by `self.<name>`, where no rule here can
+    tell which child runs or who receives its output: `self` handed to other code
+    (`functools.reduce(getattr, path, self)`, `attrgetter("fc")(self)`, `vars(self)`, `helper(self, x)`),
+    or its children taken whole (`self.__dict__`, `self.named_children()`, `self._modules` not run
+    on the spot). Probe of session 52: each of these gave the class's second use of a fused Linear
+    the activation's output."""
+    looked = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+              and node.attr not in REACH and node.attr != "__dict__"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SELF_LOOKS:
+            looked.update(id(a) for a in node.args)
+        elif isinstance(node, ast.Compare):
+            looked.update(id(a) for a in (node.left, *node.comparators))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "self" and isinstance(node.ctx, ast.Load) and id(node) not in looked:
+            return True
+    return False
+
+
 @functools.lru_cache(maxsize=None)
 def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
     """(act attr, linear attr) pairs of cls whose linear output provably feeds only the act,
@@ -152,6 +178,9 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
         return ()  # source unavailable: we cannot prove safety
     trees, uses = code
     if any(runs_own_children(tree) for tree in trees):  # `for m in self.children(): x = m(x)`
+        return ()
+    own = _method_trees(cls, skip_library=True) or []  # the library's code runs the module, never a child
+    if any(_self_escapes(part) for name, tree in own for part in (_closures(tree) if name == "__init__" else (tree,))):
         return ()
     pairs = dict.fromkeys(p for tree in trees for p in _pairs(tree))
     return tuple((act, lin) for act, lin in pairs
