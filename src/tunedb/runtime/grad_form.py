@@ -65,7 +65,7 @@ def direct(args: tuple[Any, ...]) -> bool:
     op, so it reads each tensor once and binds torch's checks once (it cost 1.2-1.6 us on this
     CPU as written first, 0.4-0.5 us now)."""
     names = _names or _bind()
-    tensor, parameter, grad_enabled, compiling, modes, transforms, forward_ad = names
+    tensor, parameter, grad_enabled, compiling, modes, transforms, forward_ad, torch_c = names
     x = args[0]
     if type(x) is not tensor or not x.is_cuda:
         return False
@@ -80,7 +80,9 @@ def direct(args: tuple[Any, ...]) -> bool:
             continue
         if grad and t.requires_grad:
             return False
-    return not (compiling() or modes() or transforms() or forward_ad._current_level >= 0)
+    # torch.jit.trace records dispatched ops only (a kernel run directly would be a constant)
+    return not (compiling() or modes() or transforms() or forward_ad._current_level >= 0
+                or torch_c._get_tracing_state() is not None)
 
 
 _names: list[Any] = []
@@ -108,5 +110,6 @@ def _bind() -> list[Any]:
     from torch.autograd import forward_ad
 
     _names[:] = [torch.Tensor, torch.nn.Parameter, torch.is_grad_enabled, torch.compiler.is_compiling,
-                 torch._C._len_torch_dispatch_stack, torch._C._are_functorch_transforms_active, forward_ad]
+                 torch._C._len_torch_dispatch_stack, torch._C._are_functorch_transforms_active, forward_ad,
+                 torch._C]
     return _names

@@ -259,6 +259,10 @@ torch.library.register_vmap("tunedb::gemm_act", _vmap_act, lib=_lib)
 # The one mode that wants the eager path is tunedb's own census recorder (census.recorder): it
 # counts tuned calls through launch_table.record, and their torch arm's aten ops not at all.
 _compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
+# torch.jit.trace records only dispatched ops: a Triton launch run directly would be kept as a
+# constant output on CUDA, and the CPU's torch form recorded as aten ops in one grad mode only
+# (the trace's no-grad check then failed). Traced, a call goes through torch.ops.tunedb
+_jit_tracing = torch._C._get_tracing_state
 _recording = launch_table.recording_active
 _known = launch_table.known
 # torch.autocast on for any device: the call goes through the dispatcher, whose Autocast kernel
@@ -290,7 +294,7 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.curre
 # else (a miss included) takes _entry, which sorts the call as the checks below describe.
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T through the tuned selection (weight is (N, K), like nn.Linear.weight)."""
-    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast() or _transformed())
+    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast() or _transformed() or _jit_tracing())
             and not (_grad_enabled() and (x.requires_grad or weight.requires_grad))):
         bound = _known(("gemm", "none", x.shape, x.dtype, weight.shape, weight.dtype, None))
         if bound is not None:
@@ -303,7 +307,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def gemm_act(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
              act: str = "none") -> torch.Tensor:
     """act(x @ weight.T + bias); act is one of none, gelu, gelu_tanh, relu, silu."""
-    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast() or _transformed())
+    if (type(x) is _Tensor and x.is_cuda and not (_compiling() or _dispatch_modes() or _autocast() or _transformed() or _jit_tracing())
             and not (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                           or (bias is not None and bias.requires_grad)))):
         bound = _known(("gemm_act", act, x.shape, x.dtype, weight.shape, weight.dtype,
@@ -324,7 +328,8 @@ def _entry(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         check_tensors(op, ("bias",), x=x, weight=weight, bias=bias)
     if _transformed():
         return torch_form(x, weight, bias, act)
-    traced = type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
+    traced = (type(x) is not _Tensor or _compiling() or (_dispatch_modes() and not _recording())
+              or _jit_tracing() is not None)
     autocast = _autocast() and not (_recording() and ops_autocast.off_for(x))  # a census: see off_for
     if traced or autocast or (_grad_enabled() and (x.requires_grad or weight.requires_grad
                                                      or (bias is not None and bias.requires_grad))):
