@@ -174,6 +174,8 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
            groups: int = 1, act: str = "none") -> Any:
     """F.conv1d(x, weight, bias, ...) then the activation, through the tuned selection."""
     check_tensors("conv1d", ("bias",), x=x, weight=weight, bias=bias)
+    if act not in keys.ACTS:  # before the op's schema refuses a non-string in its own words
+        raise SignatureError(f"conv1d act={act!r} is not fused; allowed: {', '.join(keys.ACTS)}")
     _check_weight_rank("conv1d", weight, 3, "[C_out, C_in / groups, kW]")
     p = lambda name, v: list(keys._pair(name, v, 1))  # noqa: E731
     extra = keys.same_extra("conv1d", padding, weight.shape[2:], dilation)
@@ -191,6 +193,8 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
     check_tensors("conv2d", ("bias",), x=x, weight=weight, bias=bias)
+    if act not in keys.ACTS:  # before the op's schema refuses a non-string in its own words
+        raise SignatureError(f"conv2d act={act!r} is not fused; allowed: {', '.join(keys.ACTS)}")
     _check_weight_rank("conv2d", weight, 4, "[C_out, C_in / groups, kH, kW]")
     p = lambda name, v: list(keys._pair(name, v, 2))  # noqa: E731
     extra = keys.same_extra("conv2d", padding, weight.shape[2:], dilation)
