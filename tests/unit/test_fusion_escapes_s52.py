@@ -73,3 +73,20 @@ def test_writing_the_same_setting_or_a_new_attribute_keeps_the_pair():
     tuned[1].approximate = "tanh"
     tuned[1].note = "mine"  # not the activation's: the slot's own
     assert pair.intact() and tuned[1].note == "mine" and "note" not in tuned[1].activation.__dict__
+
+
+def test_the_report_counts_no_head_another_family_swapped_and_says_when_a_model_was_cast():
+    # the GEMM family left the head's Linear as written (fp32 on the CPU); gemm_log_softmax then
+    # swapped it: it is not a Linear left as written any more
+    from tunedb.runtime import report
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(),
+                            torch.nn.Sequential(torch.nn.Linear(16, 50), torch.nn.LogSoftmax(-1)))
+    tuned = tunedb.optimize(m)
+    assert type(tuned[2][0]).__name__ == "TunedLinearLogSoftmax"
+    keys, why = report.left_as_written(tuned)
+    assert len(keys) == 1 and "1 of them hold float32" in why
+    tuned.half()
+    keys, why = report.left_as_written(tuned)
+    assert len(keys) == 1 and "cast to float16 since optimize()" in why and "float32" not in why

@@ -25,23 +25,26 @@ TIER_ORDER: tuple[str, ...] = ("autotune", *selector.TIER_NAMES)
 _TIER_WORDS = {"autotune": "autotune", **selector.REPORT_NAMES}
 
 _models: list[tuple[weakref.ref, str, list[weakref.ref]]] = []
-# id(model) -> (keys of the modules optimize() left as written, why): the report's "left" part
-_left: dict[int, tuple[list[tuple[Any, ...]], str]] = {}
+# id(model) -> (the modules optimize() left as written: (weak module, table key, guessed) each, why):
+# the report's "left" part. Read when the report is made: a module another family swapped since
+# (its mark dropped) no longer counts, and a callable why reads the modules as they are then
+_left: dict[int, tuple[list[tuple[Any, ...]], Any]] = {}
 
 
 def register_model(model: Any, layers: list[Any], left: "list[tuple[Any, ...]] | None" = None,
-                   why: str = "") -> None:
+                   why: Any = "") -> None:
     """Remember `model`'s tuned layers for the report (replacing an earlier registration), and
-    the table keys of the modules left as written ((module, key, ...) each; `why`: the reason,
-    e.g. "torch serves every size"). Which modules were left, and why, the modules' own marks
-    say (LEFT_MARK, written by the family's optimize())."""
+    the modules left as written ((module, key, guessed) each; `why`: the reason, e.g. "torch
+    serves every size", or a function of the (module, key, guessed) items still left when the
+    report is made). Which modules were left, and why, the modules' own marks say (LEFT_MARK,
+    written by the family's optimize())."""
     _models[:] = [rec for rec in _models if rec[0]() is not None and rec[0]() is not model]
     live = {id(rec[0]()) for rec in _models}
     for gone in [k for k in _left if k not in live]:
         del _left[gone]
     _models.append((weakref.ref(model), type(model).__name__, [weakref.ref(l) for l in layers]))
     if left:
-        _left[id(model)] = ([item[1] for item in left], why)
+        _left[id(model)] = ([(weakref.ref(item[0]), *item[1:]) for item in left], why)
     else:
         _left.pop(id(model), None)
 
@@ -88,8 +91,18 @@ def registered(model: Any) -> bool:
 
 
 def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
-    """(table keys of the modules optimize() left as written in `model`, why)."""
-    return _left.get(id(model), ([], ""))
+    """(table keys of the modules optimize() left as written in `model` and still so, why)."""
+    items, why = _left.get(id(model), ([], ""))
+    still = [(m, *rest) for ref, *rest in items if (m := ref()) is not None and LEFT_MARK in m.__dict__]
+    if not still:
+        return [], ""
+    return [item[1] for item in still], why(still) if callable(why) else why
+
+
+def drop_left(module: Any) -> None:
+    """`module` is swapped by another family now: it no longer counts as left as written (nor does
+    swap_left re-run the family that left it)."""
+    module.__dict__.pop(LEFT_MARK, None)
 
 
 # The attribute optimize() writes into a module it left as written: (table key, guessed, family). It is
@@ -224,7 +237,7 @@ def model_lines(family: str | None = None) -> list[str]:
 
 def _left_of_live() -> list[tuple[list[tuple[Any, ...]], str]]:
     """left_as_written of each live registered model, in layer_tiers()'s order."""
-    return [_left.get(id(ref()), ([], "")) for ref, _n, _l in _models if ref() is not None]
+    return [left_as_written(model) for ref, _n, _l in _models if (model := ref()) is not None]
 
 
 def confidence_lines() -> list[str]:

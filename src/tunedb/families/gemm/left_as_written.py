@@ -24,15 +24,32 @@ LEFT_WHY_WIDE = ("{n} of them hold {dtypes} weights, which the GEMM family serve
                  "is cast to fp16 or bf16 (prewarm and autotune find nothing to measure before)")
 
 
+LEFT_WHY_CAST = ("{n} of them were cast to {dtypes} since optimize() decided: run tunedb.optimize(model) "
+                 "again to serve them")
+
+
+def _dtype_now(item: Any) -> Any:
+    """The weight dtype of a left (module, key, guessed) item as the module holds it now."""
+    weight = getattr(item[0], "weight", None)
+    return weight.dtype if isinstance(weight, torch.Tensor) else item[1][1]
+
+
 def left_why(left: Any) -> str:
+    """Why the (module, key, guessed) items are left, read when the report is made: a model cast
+    after optimize() (`.half()`) says so rather than the dtype its keys were made in."""
     left = list(left)
     half = (torch.float16, torch.bfloat16)
-    wide = [item for item in left if item[1][1] not in half]  # key: (op, dtype, n, k, act, has_bias)
+    cast = [item for item in left if _dtype_now(item) != item[1][1]]  # key: (op, dtype, n, k, act, has_bias)
+    left = [item for item in left if item not in cast]
+    wide = [item for item in left if item[1][1] not in half]
     guessed = sum(1 for item in left if item[2] and item[1][1] in half)
     why = LEFT_WHY + (f"; {LEFT_WHY_GUESSED.format(n=guessed)}" if guessed else "")
     if wide:
         dtypes = "/".join(sorted({str(item[1][1]).replace("torch.", "") for item in wide}))
         why += f"; {LEFT_WHY_WIDE.format(n=len(wide), dtypes=dtypes)}"
+    if cast:
+        dtypes = "/".join(sorted({str(_dtype_now(item)).replace("torch.", "") for item in cast}))
+        why += f"; {LEFT_WHY_CAST.format(n=len(cast), dtypes=dtypes)}"
     return why
 
 

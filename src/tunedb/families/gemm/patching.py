@@ -374,7 +374,7 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
         if reason is not None:
             left_one = [(model, _key_of(model, "none"), reason == GUESSED)]
             model.__dict__[report.LEFT_MARK] = (*left_one[0][1:], FAMILY_NAME)
-            report.register_model(model, [], left=left_one, why=_left_why(left_one))
+            report.register_model(model, [], left=left_one, why=_left_why)
             return model
         model.__dict__.pop(report.LEFT_MARK, None)
         tuned = TunedLinear(model, approximate=approximate)
@@ -418,6 +418,6 @@ def optimize(model: nn.Module, approximate: bool = False, inplace: bool = True) 
             layers[id(tuned)] = tuned
             setattr(parent, attr, tuned)
     siblings.attach(model, TunedLinear, lambda lin: not _kept(lin) and not _subclass_weight(lin))
-    report.register_model(model, list(layers.values()), left=list(left.values()), why=_left_why(left.values()))
+    report.register_model(model, list(layers.values()), left=list(left.values()), why=_left_why)
     report.register_unpatched(model, "gemm", {UNPATCHED_KINDS[k]: n for k, n in unpatched_modules(model).items()})
     return model

@@ -135,12 +135,15 @@ def optimize(model: Any) -> Any:
     swapped or hooked where a walk of named_modules() finds it) unfuses the head, the Linear then
     giving its logits and the slot applying its module."""
     from tunedb.families.gemm import fused_pair
+    from tunedb.runtime import report
 
     cls = fused_head_class()
     for name, i in list(find_heads(model)):
         seq = model.get_submodule(name) if name else model
         lin_attr, lsm_attr = list(seq._modules)[i:i + 2]
         head = cls(seq[i])
+        report.drop_left(seq[i])  # the GEMM family may have left this Linear as written: served now
+        report.drop_left(head)
         seq._modules[lsm_attr] = fused_pair.record(seq, lin_attr, lsm_attr, head, seq[i + 1])
         seq._modules[lin_attr] = head
     return model
