@@ -344,7 +344,7 @@ def eager_fallback_enabled() -> bool:
 
 def eager_kernel_us() -> int:
     """TUNEDB_EAGER_KERNEL_US: below this predicted torch kernel time, torch serves eager calls."""
-    return int(EAGER_KERNEL_US.raw() or "0")
+    return int(EAGER_KERNEL_US.raw().strip() or EAGER_KERNEL_US.default)  # empty: the default, as every numeric setting
 
 
 def chain_pdl_enabled() -> bool:

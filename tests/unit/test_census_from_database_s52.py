@@ -78,3 +78,13 @@ def test_a_census_keeps_calls_in_dtypes_a_family_leaves_to_torch(tmp_path):
     path.write_text(json.dumps({"schema": 1, "workload": "w", "mode": "", "points": [
         {"signature": key, "M": 64, "weight": 1, "calls": 1, "must_tune": True, "eager_share": 0}]}))
     assert [p.signature.format() for p in read_census(path).points] == [key]
+
+
+def test_an_empty_eager_kernel_us_is_its_default(monkeypatch):
+    # every numeric setting reads an empty value as its default; this one read it as 0 (rule off)
+    from tunedb import settings
+
+    monkeypatch.setenv("TUNEDB_EAGER_KERNEL_US", "")
+    assert settings.eager_kernel_us() == int(settings.EAGER_KERNEL_US.default) > 0
+    monkeypatch.setenv("TUNEDB_EAGER_KERNEL_US", "0")
+    assert settings.eager_kernel_us() == 0

@@ -100,10 +100,11 @@ def options_from(args: argparse.Namespace) -> Any:
 class RichReporter:
     """A rich progress bar over the planned arms, and one line per finished census."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Any, simulated: bool = False) -> None:
         self.console = console
         self.progress: Any = None
         self.task: Any = None
+        self.done = "simulated (the fake timer: nothing ran on a GPU)" if simulated else "measured"
 
     def start(self, plans: Sequence[Any], resumed: Sequence[Any]) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -115,7 +116,7 @@ class RichReporter:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=self.console, transient=False)
         self.progress.start()
-        self.task = self.progress.add_task("measuring", total=max(total, 1))
+        self.task = self.progress.add_task("measuring" if self.done == "measured" else "simulating", total=max(total, 1))
 
     def signature(self, plan: Any, index: int, total: int) -> None:
         self.progress.update(self.task, description=f"[{index}/{total}] {plan.signature}")
@@ -127,7 +128,7 @@ class RichReporter:
         self.progress.advance(self.task, arms)
 
     def census_done(self, name: str, signatures: int, arms: int, seconds: float) -> None:
-        self.console.print(f"census {name}: {signatures} signature(s), {arms} arm(s) measured, "
+        self.console.print(f"census {name}: {signatures} signature(s), {arms} arm(s) {self.done}, "
                            f"{seconds:.1f} s wall")
 
     def stop(self) -> None:
@@ -207,8 +208,10 @@ def report(console: Any, result: Any, opts: Any, as_json: bool = False) -> None:
     if opts.dry_run:
         print_plan(console, result.plans)
         return
-    console.print(f"measured {result.arms_measured} arm(s) over {len(result.entries)} signature(s) in "
-                  f"{result.seconds:.1f} s (run {result.run_id})")
+    verb = "simulated" if opts.simulate else "measured"
+    console.print(f"{verb} {result.arms_measured} arm(s) over {len(result.entries)} signature(s) in "
+                  f"{result.seconds:.1f} s (run {result.run_id})"
+                  + ("; --simulate: the fake timer's times, nothing ran on a GPU" if opts.simulate else ""))
     if result.phase_seconds:
         console.print(f"where the time went: {phase_line(result.phase_seconds, result.seconds)}")
     for worker, w in result.workers.items():
@@ -242,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     paths = list({str(Path(p).resolve()): p for p in args.census}.values())
     censuses = [(path, pipeline.read_census(path)) for path in paths]
     console = Console(file=sys.stderr if args.json else sys.stdout)
-    reporter = None if (args.json or opts.dry_run) else RichReporter(console)
+    reporter = None if (args.json or opts.dry_run) else RichReporter(console, simulated=opts.simulate)
     result = pipeline.build(censuses, opts, reporter=reporter)
     report(console, result, opts, args.json)
     return 0
