@@ -88,3 +88,14 @@ def test_an_empty_eager_kernel_us_is_its_default(monkeypatch):
     assert settings.eager_kernel_us() == int(settings.EAGER_KERNEL_US.default) > 0
     monkeypatch.setenv("TUNEDB_EAGER_KERNEL_US", "0")
     assert settings.eager_kernel_us() == 0
+
+
+def test_a_census_whose_batch_rows_pass_m_max_is_refused_before_any_forward(tmp_path):
+    from tunedb.census import presets, probe
+
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"tokens": 1 << 24}) + "\n" for _ in range(300)))
+    w = presets.PRESETS["llama-3-8b"]
+    with pytest.raises(CensusError, match=r"256 x 16777216 tokens is 4294967296 rows.*--max-batch-size"):
+        probe.traffic(w, "offline", 256, None, manifest)
+    assert probe.traffic(w, "offline", 64, None, manifest)  # 64 x 2^24 = 2^30 rows: a census point

@@ -21,7 +21,21 @@ from tunedb.records import HALF_DTYPES, Point, ShapeSet, Signature
 
 def traffic(w: Workload, mode: str, max_batch: int, chunk: int | None, manifest: str | Path | None,
             seed: int = 0) -> Counter[modes.Key]:
-    """The probe keys of `mode` with their forward counts (see tunedb.census.modes)."""
+    """The probe keys of `mode` with their forward counts (see tunedb.census.modes), refused
+    before any forward runs where a batch's rows (batch x length) pass a census's largest M."""
+    counts = _traffic(w, mode, max_batch, chunk, manifest, seed)
+    from tunedb.census.censusfile import M_MAX
+
+    worst = max(counts, key=lambda k: k.batch * max(k.length, 1), default=None)
+    if worst is not None and worst.batch * max(worst.length, 1) > M_MAX:
+        raise CensusError(f"a batch of {worst.batch} x {worst.length} {'frames' if w.unit == AUDIO else 'tokens'} "
+                          f"is {worst.batch * worst.length} rows, past the {M_MAX} a census point (and a GEMM's "
+                          f"32-bit M) holds; lower --max-batch-size or the manifest's longest entry")
+    return counts
+
+
+def _traffic(w: Workload, mode: str, max_batch: int, chunk: int | None, manifest: str | Path | None,
+             seed: int = 0) -> Counter[modes.Key]:
     if mode not in modes.MODES:
         raise CensusError(f"unknown mode {mode!r}; modes are {', '.join(modes.MODES)}")
     if chunk is not None and mode != "streaming":  # it would be recorded and repeated, doing nothing
