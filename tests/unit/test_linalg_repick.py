@@ -87,3 +87,17 @@ def test_a_launch_jitter_longer_than_every_call_ties_instead_of_crashing(tmp_pat
     assert cli.main(["linalg", "repick", "--table", str(work), "--launch-jitter-ns", "1e9", "--dry-run"]) == 0
     assert "move under the current rule" in capsys.readouterr().out
     assert pick.noise_band(10.0, 0.02, 1e9) < 1.0
+
+
+def test_a_repick_that_moves_nothing_leaves_the_file_byte_for_byte(tmp_path, capsys):
+    # session 52's probe: every run rewrote the table with a new timestamp only
+    import shutil
+
+    from tunedb.cli import main
+
+    path = tmp_path / "linalg.json"
+    shutil.copy(Path(__file__).parents[2] / "src" / "tunedb" / "db" / "sm90" / "linalg.json", path)
+    before = path.read_bytes()
+    assert main(["linalg", "repick", "--table", str(path)]) == 0
+    assert "unchanged: no cell moves" in capsys.readouterr().out
+    assert path.read_bytes() == before

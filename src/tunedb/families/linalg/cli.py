@@ -149,6 +149,9 @@ def _repick(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("dry run: nothing written")
         return 0
+    if not moved and out.resolve() == src.resolve():  # a rewrite would change only its timestamp
+        print(f"{src} unchanged: no cell moves")
+        return 0
     store.write_atomic(out, schema.dumps(new))
     print(f"wrote {out}")
     return 0
