@@ -7,6 +7,8 @@ its contract hooks.
 """
 from __future__ import annotations
 
+import collections
+
 import dataclasses
 import functools
 import time
@@ -128,7 +130,10 @@ def plan_build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, arc
     family = families.get(opts.family)
     points, owner, _ = by_census or signatures_by_census(censuses, family)
     if not points:
-        others = sorted({s.family for _, shapes in censuses for s in shapes.signatures()} - {opts.family})
+        # the family with the most signatures first: the one the census was most likely taken for
+        seen = collections.Counter(s.family for _, shapes in censuses for s in shapes.signatures()
+                                   if s.family != opts.family)
+        others = sorted(seen, key=lambda f: (-seen[f], f))
         hint = (f"; it names kernel famil{'y' if len(others) == 1 else 'ies'} {', '.join(map(repr, others))}: "
                 f"pass --family {others[0]}" if others else "")
         raise BuildError(f"the census has no signature of an op of kernel family {opts.family!r} "

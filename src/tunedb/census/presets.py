@@ -306,6 +306,9 @@ def _user_workload(spec: str, unit: str, max_length: int, length_step: int) -> W
         factory = getattr(import_user_module(module_name), attr)
     except Exception as exc:  # the user's module runs at import: any error of its own is its message
         raise CensusError(f"cannot load workload {spec!r}: {type(exc).__name__}: {exc}") from exc
+    except SystemExit as exc:  # a script's sys.exit() at import ended the command silently
+        raise CensusError(f"cannot load workload {spec!r}: importing {module_name} called sys.exit({exc.code!r}); "
+                          f"a workload module must import without running its script") from None
     if not callable(factory):
         raise CensusError(f"workload {spec!r} is not callable")
     _check_takes_device(spec, factory)
@@ -375,6 +378,8 @@ def _json_hint(name: str) -> str:
         return (f"; {name} is a Hugging Face config, which tunedb does not read: give a module:callable "
                 f"that builds the model from it (e.g. `transformers.AutoModelForCausalLM.from_config("
                 f"transformers.AutoConfig.from_pretrained('{name}'))` returned by a function in your module)")
+    if not Path(name).exists():
+        return f"; no file {name} exists (a census file is measured by `tunedb build --census {name}`)"
     return f"; a census file is measured by `tunedb build --census {name}`"
 
 
@@ -386,6 +391,18 @@ def workload(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, le
         check_lengths(name, unit, max_length, length_step)
         return _user_workload(name, unit, max_length, length_step)
     hint = ""
+    import os
+
     if name.endswith(".json"):  # a census file (tunedb census --out; a .jsonl is a measurement log, not one)
         hint = _json_hint(name)
+    elif os.path.isdir(name):
+        config = os.path.join(name, "config.json")
+        hint = (f"; {name} is a directory" + (" (a Hugging Face checkout: tunedb does not read its config; give a "
+                f"module:callable that builds the model from {config})" if os.path.isfile(config) else ""))
+    else:
+        import difflib
+
+        norm = {p.replace("-", "").replace(".", "").replace("_", "").lower(): p for p in PRESETS}
+        close = difflib.get_close_matches(name.replace("-", "").replace(".", "").replace("_", "").lower(), norm, 1, 0.75)
+        hint = f" (did you mean {norm[close[0]]!r}?)" if close else ""
     raise CensusError(f"unknown workload {name!r}; presets are {', '.join(PRESETS)}, or give module:callable{hint}")
