@@ -144,3 +144,18 @@ def test_a_failed_remeasurement_does_not_hide_an_ok_one():
     bad = Measurement(sig, 8, "torch", Status.TIMEOUT)
     assert latest([ok, bad])[(sig, 8, "torch")] is ok
     assert latest([bad, ok])[(sig, 8, "torch")] is ok
+
+
+def test_the_table_says_when_its_oracle_was_simulated(tmp_path, capsys):
+    # a --simulate build's log (timer "fake") read as a measured oracle said nothing of it
+    assert main(["evaluate", "--log", str(DATA / "log.jsonl"), "--db", f"new={DATA / 'new.json'}"]) == 0
+    assert "simulate" not in capsys.readouterr().out
+    fake = tmp_path / "log.jsonl"
+    lines = []
+    for line in (DATA / "log.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        row.setdefault("env", {})["timer"] = "fake"
+        lines.append(json.dumps(row))
+    fake.write_text("\n".join(lines) + "\n")
+    assert main(["evaluate", "--log", str(fake), "--db", f"new={DATA / 'new.json'}"]) == 0
+    assert "--simulate logs (timer 'fake')" in capsys.readouterr().out

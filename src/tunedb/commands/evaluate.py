@@ -46,6 +46,19 @@ def check_inputs(logs: list[str], dbs: list[tuple[str, str]]) -> None:
             raise BuildError(f"{flag} {given}: no such file {path}")
 
 
+def _simulated(logs: list[str]) -> bool:
+    """Whether a log's first measurement was taken by the fake timer (a `--simulate` build)."""
+    for path in logs:
+        try:
+            with open(path, encoding="utf-8-sig") as f:  # the first line only: a log may be large
+                first = next((line for line in f if line.strip()), "")
+            if json.loads(first).get("env", {}).get("timer") == "fake":
+                return True
+        except (OSError, ValueError, AttributeError):
+            continue
+    return False
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -65,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(ev.to_json(), indent=1))
     else:
         evaluate.render_table(ev, Console())
+        if _simulated(args.log):
+            print("--simulate logs (timer 'fake'): this oracle and every regret above come from the cost "
+                  "model plus seeded noise, not a GPU")
     if args.png:
         rows = {f"{name}: {sig}": rs for name, per in regions.items() for sig, rs in per.items()}
         m_max = {}
