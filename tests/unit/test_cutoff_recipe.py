@@ -281,3 +281,16 @@ def test_a_decision_file_repeating_a_key_is_refused(tmp_path):
     path.write_text('{"format": "tunedb-cutoff-decisions", "version": 1, "decisions": {}, "decisions": {}}')
     with pytest.raises(CutoffError, match="duplicate key 'decisions'"):
         store.load(path)
+
+
+@pytest.mark.parametrize("flags, says", [(["--tol", "nan"], "tolerance must be a number in"),
+                                         (["--policies", "direct"], "add 'iterative'")])
+def test_cli_probe_refuses_what_its_fit_would_refuse_before_probing(tmp_path, capsys, flags, says):
+    # the workload would fail if it ran: the refusal must come first (a probe may take minutes)
+    from tunedb.cli import main
+
+    wl = tmp_path / "wl.py"
+    wl.write_text("def run(solver):\n    raise AssertionError('probed')\n")
+    assert main(["cutoff", "probe", "--workload", f"{wl}:run", "--problem", "toy", "--device", "cpu", *flags]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "probed" not in err

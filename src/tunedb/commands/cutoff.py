@@ -121,8 +121,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.cutoff_cmd == "fit":
         return _fit_and_report(probemod.Probe.load(args.traces), args)
-    workload = load_workload(args.workload)
+    from tunedb.cutoff import fitting as fitmod
+
     policies = tuple(p for p in args.policies.split(",") if p)
+    # what the fit after the probe refuses, refused before a probe that may run for minutes
+    fitmod.check_arguments(statistic=args.stat, tolerance=args.tol, scale=args.scale)
+    missing = [p for p in ("iterative", "direct") if p not in policies]
+    if missing:
+        raise CutoffError(f"--policies {args.policies!r}: the fit after the probe compares 'iterative' with "
+                          f"'direct'; add {', '.join(map(repr, missing))}")
+    workload = load_workload(args.workload)
     probe = probemod.probe(workload, problem=args.problem, policies=policies, device=args.device,
                            discard=args.discard, allow_busy=args.allow_busy, tol=args.solve_tol,
                            max_iter=args.max_iter, check_every=args.check_every or None)

@@ -113,11 +113,10 @@ def _paired(below: Any, above: Any, k: int) -> tuple[Any, Any, Any, str]:
     return sig, np.concatenate((tb, nearest(sa, sb, tb))), np.concatenate((nearest(sb, sa, ta), ta)), "nearest"
 
 
-def fit(traces: Any, *, statistic: str = "p99", tolerance: float = 0.02, below: str = "iterative",
-        above: str = "direct", scale: str = "linear", k: int = 5) -> Fit:
-    """The cutoff from a Probe (or a {policy: Trace} mapping) holding `below`'s and `above`'s traces."""
-    import numpy as np
-
+def check_arguments(*, statistic: str = "p99", tolerance: float = 0.02, below: str = "iterative",
+                    above: str = "direct", scale: str = "linear", k: int = 5) -> None:
+    """fit()'s argument checks, which `tunedb cutoff probe` runs before probing (a typo in --tol
+    wasted the whole probe)."""
     if statistic not in STATISTICS:
         raise CutoffError(f"statistic {statistic!r} not supported; allowed: {', '.join(STATISTICS)}")
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 1.0:
@@ -128,6 +127,14 @@ def fit(traces: Any, *, statistic: str = "p99", tolerance: float = 0.02, below: 
         raise CutoffError(f"k must be an integer >= 1 (neighbours paired per solve); got {k!r}")
     if below == above:
         raise CutoffError(f"below and above name the same policy {below!r}; a cutoff switches between two")
+
+
+def fit(traces: Any, *, statistic: str = "p99", tolerance: float = 0.02, below: str = "iterative",
+        above: str = "direct", scale: str = "linear", k: int = 5) -> Fit:
+    """The cutoff from a Probe (or a {policy: Trace} mapping) holding `below`'s and `above`'s traces."""
+    import numpy as np
+
+    check_arguments(statistic=statistic, tolerance=tolerance, below=below, above=above, scale=scale, k=k)
     tr = getattr(traces, "traces", traces)
     if not isinstance(tr, dict) or not all(hasattr(t, "times_ms") for t in tr.values()):
         raise CutoffError(f"fit takes a Probe or a {{policy: Trace}} mapping (tunedb.cutoff.probe's); got "
