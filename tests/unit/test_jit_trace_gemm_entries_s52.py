@@ -29,3 +29,16 @@ def test_the_trace_records_the_tuned_ops_and_computes_for_new_inputs(grad):
     x = torch.randn(5, 16)
     want = torch.nn.functional.gelu(torch.nn.functional.linear(x, m.w, m.b)) + x @ m.w.T
     assert torch.allclose(traced(x), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("op, shapes", [("linalg_gemm", [(4, 8, 8), (4, 8, 8)]), ("linalg_dot", [(4, 8), (4, 8)]),
+                                        ("linalg_gemm", [(2, 2, 3, 8, 8), (2, 2, 3, 8, 8)])])
+def test_a_strict_linalg_op_under_vmap_names_the_samples_shape(op, shapes):
+    # folded first, the refusal named a shape the caller never passed ((32, 8) for [8, 8] samples)
+    from tunedb.errors import SignatureError
+    from tunedb.families.linalg import ops  # noqa: F401 - defines torch.ops.tunedb.linalg_*
+
+    args = [torch.randn(*s) for s in shapes]
+    sample = list(shapes[0][1:])
+    with pytest.raises(SignatureError, match=f"got a sample of shape {sample}".replace("[", r"\[").replace("]", r"\]")):
+        torch.vmap(getattr(torch.ops.tunedb, op))(*args)

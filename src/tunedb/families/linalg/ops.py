@@ -184,12 +184,22 @@ def _prepared(op: str, bound: Any, first: Any) -> Any:
         return None
 
 
+# each operand's rank in the strict ops' form (matrices [batch, n, n], vectors [batch, n])
+_RANKS = {"dot": (2, 2), "gemv": (3, 2), "gemm": (3, 3), "potrf": (3,), "trsv": (3, 2), "posv": (3, 2)}
+
+
 def _vmap(op: str, info: Any, in_dims: tuple, *tensors: Any) -> Any:
     """torch.vmap's rule for tunedb::linalg_<op>: the vmapped dimension joins the op's batch (an
     operand not vmapped is expanded to it, which copies it V times), one call over V x batch
     problems instead of torch's fallback of one call per vmapped slice; the results are split
     back, vmapped at dimension 0."""
     moved = batch_dims.vmapped_front(tensors, in_dims, info.batch_size)
+    for t, rank in zip(moved, _RANKS[op]):  # folded first, a wrong rank was named in a shape never passed
+        if t.dim() - 1 != rank:
+            form = "[batch, n, n]" if rank == 3 else "[batch, n]"
+            raise SignatureError(f"tunedb::linalg_{op} under vmap: each sample's operand must be {form}, got a "
+                                 f"sample of shape {list(t.shape[1:])}; the entry points (tunedb's la.{op}) "
+                                 f"take any batch dims under vmap")
     flat, lead = batch_dims.fold(moved, tuple(max(t.dim() - 2, 0) for t in moved), f"linalg {op} under vmap")
     out = batch_dims.unfold(_op(op)(*flat), lead)
     return out, (0, 0) if isinstance(out, tuple) else 0
