@@ -29,7 +29,7 @@ def traffic(w: Workload, mode: str, max_batch: int, chunk: int | None, manifest:
     worst = max(counts, key=lambda k: k.batch * max(k.length, 1), default=None)
     if worst is not None and worst.batch * max(worst.length, 1) > M_MAX:
         raise CensusError(f"a batch of {worst.batch} x {worst.length} {'frames' if w.unit == AUDIO else 'tokens'} "
-                          f"is {worst.batch * worst.length} rows, past the {M_MAX} a census point (and a GEMM's "
+                          f"is {worst.batch * worst.length} rows, past the {M_MAX} a census point (and a kernel's "
                           f"32-bit M) holds; lower --max-batch-size or the manifest's longest entry")
     return counts
 
