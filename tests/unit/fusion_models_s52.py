@@ -52,3 +52,8 @@ class PlainPair(_Pair):
 
     def forward(self, x):
         return self.act(self.proj(x)), x
+
+
+class TapByGetattrModules(_Pair):
+    def forward(self, x):
+        return self.act(self.proj(x)), getattr(self, "_modules")["proj"](x)

@@ -13,7 +13,7 @@ import torch
 import tunedb
 from tunedb.families.gemm.fused_pair import FusedActivation
 
-TAPS = ("TapByPath", "TapByGetter", "TapByVars", "TapByDict", "TapByHelper")
+TAPS = ("TapByPath", "TapByGetter", "TapByVars", "TapByDict", "TapByHelper", "TapByGetattrModules")
 
 
 @pytest.mark.parametrize("name", TAPS)
@@ -90,3 +90,21 @@ def test_the_report_counts_no_head_another_family_swapped_and_says_when_a_model_
     tuned.half()
     keys, why = report.left_as_written(tuned)
     assert len(keys) == 1 and "cast to float16 since optimize()" in why and "float32" not in why
+
+
+def test_the_report_counts_left_linears_that_a_sibling_group_replaced():
+    # siblings.attach swaps left q/k/v Linears for members carrying their marks: all still count
+    from tunedb.runtime import report
+
+    class Attn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
+
+        def forward(self, x):
+            return self.q(x) + self.k(x) + self.v(x)
+
+    model = torch.nn.Sequential(Attn(), Attn())
+    tuned = tunedb.optimize(model)  # fp32 on the CPU: every Linear left as written
+    keys, _why = report.left_as_written(tuned)
+    assert len(keys) == 6 == len(report.left_in(tuned))

@@ -25,9 +25,9 @@ TIER_ORDER: tuple[str, ...] = ("autotune", *selector.TIER_NAMES)
 _TIER_WORDS = {"autotune": "autotune", **selector.REPORT_NAMES}
 
 _models: list[tuple[weakref.ref, str, list[weakref.ref]]] = []
-# id(model) -> (the modules optimize() left as written: (weak module, table key, guessed) each, why):
-# the report's "left" part. Read when the report is made: a module another family swapped since
-# (its mark dropped) no longer counts, and a callable why reads the modules as they are then
+# id(model) -> ((), why) for a model optimize() left modules of as written: the report's "left" part.
+# Which modules, the marks in the model say when the report is made (left_in: a module another family
+# swapped since carries none); a callable why reads them as they are then
 _left: dict[int, tuple[list[tuple[Any, ...]], Any]] = {}
 
 
@@ -44,7 +44,7 @@ def register_model(model: Any, layers: list[Any], left: "list[tuple[Any, ...]] |
         del _left[gone]
     _models.append((weakref.ref(model), type(model).__name__, [weakref.ref(l) for l in layers]))
     if left:
-        _left[id(model)] = ([(weakref.ref(item[0]), *item[1:]) for item in left], why)
+        _left[id(model)] = ([], why)
     else:
         _left.pop(id(model), None)
 
@@ -92,8 +92,12 @@ def registered(model: Any) -> bool:
 
 def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
     """(table keys of the modules optimize() left as written in `model` and still so, why)."""
-    items, why = _left.get(id(model), ([], ""))
-    still = [(m, *rest) for ref, *rest in items if (m := ref()) is not None and LEFT_MARK in m.__dict__]
+    if id(model) not in _left:
+        return [], ""
+    why = _left[id(model)][1]
+    # the marked modules of the model now (a sibling group's members carry the marks of the
+    # Linears they replaced; a module another family swapped since carries none)
+    still = [(m, key, guessed) for m, key, guessed, _family in left_in(model)]
     if not still:
         return [], ""
     return [item[1] for item in still], why(still) if callable(why) else why

@@ -380,7 +380,7 @@ class FusedActivation(nn.Identity):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            act = None if name.startswith("_") else self.__dict__["_modules"].get("activation")
+            act = None if name.startswith("_") else self.__dict__.get("_modules", {}).get("activation")
             if act is None or name not in act.__dict__:
                 raise
             return act.__dict__[name]
@@ -389,7 +389,8 @@ class FusedActivation(nn.Identity):
         """A write of one of the activation's own settings (`block.act.approximate = "tanh"`) goes to
         the activation, and a changed one unfuses the pair for good: the Linear's fused kernel
         applies the activation as it was at optimize()."""
-        act = None if name.startswith("_") or name in self.__dict__ else self.__dict__["_modules"].get("activation")
+        act = (None if name.startswith("_") or name in self.__dict__
+               else self.__dict__.get("_modules", {}).get("activation"))
         if act is None or name not in act.__dict__ or isinstance(value, (nn.Module, torch.Tensor)):
             super().__setattr__(name, value)
             return

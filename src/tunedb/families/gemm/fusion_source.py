@@ -100,7 +100,8 @@ def _function(attr: object) -> object:
 
 # Bases whose code is the library's, not a model's: they never name a model's submodules (and
 # reading transformers' PreTrainedModel costs 0.3-0.5 s of ast.parse, see patching._may_fuse).
-_LIBRARY_MODULES = ("torch.", "transformers.modeling_utils", "transformers.modeling_layers", "transformers.generation",
+_LIBRARY_MODULES = ("torch.", "transformers.modeling_utils", "transformers.modeling_layers", "transformers.distributed",
+                    "transformers.generation",
                     "transformers.integrations", "transformers.utils", "transformers.configuration_utils")
 
 
@@ -148,6 +149,10 @@ _SELF_LOOKS = frozenset({"type", "isinstance", "id", "print", "repr", "str", "ha
                          "getattr", "hasattr", "setattr", "delattr"})
 
 
+def _is_self(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
 def _self_escapes(tree: ast.AST) -> bool:
     """Whether `tree` reaches self's children other than by `self.<name>`, where no rule here can
     tell which child runs or who receives its output: `self` handed to other code
@@ -159,6 +164,10 @@ def _self_escapes(tree: ast.AST) -> bool:
               and node.attr not in REACH and node.attr != "__dict__"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SELF_LOOKS:
+            name = node.args[1] if len(node.args) > 1 else None
+            if (node.func.id == "getattr" and isinstance(name, ast.Constant)
+                    and (name.value in REACH or name.value == "__dict__") and _is_self(node.args[0])):
+                return True  # getattr(self, "_modules")["fc"](x): the children taken whole, by name
             looked.update(id(a) for a in node.args)
         elif isinstance(node, ast.Compare):
             looked.update(id(a) for a in (node.left, *node.comparators))
