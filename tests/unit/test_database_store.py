@@ -116,7 +116,7 @@ def test_model_round_trips_untouched_unless_the_writer_supplies_one(tmp_path):
 
 @pytest.mark.parametrize("text, error", [
     ('{"schema": 1, "kernel', CorruptDatabaseError),
-    (json.dumps(valid_raw(entries={"fake|op=mm|dt=half": {"regions": [[5, "a"], [1, "a"]]}})),
+    (json.dumps(valid_raw(entries={"fake|op=mm|dt=half|N=128|K=64": {"regions": [[5, "a"], [1, "a"]]}})),
      CorruptDatabaseError),
     (json.dumps(valid_raw(arch_family="sm80")), ValidatorMismatchError),
 ])

@@ -61,7 +61,7 @@ def test_each_file_is_read_once_per_epoch(tier_dirs, monkeypatch):
 
 @pytest.mark.parametrize("text, reason", [
     ('{"schema": 1, "kernel_', "not valid JSON"),
-    (json.dumps(valid_raw(entries={"fake|op=mm|dt=half": {"regions": [[None, "nope"]]}})), "does not define"),
+    (json.dumps(valid_raw(entries={"fake|op=mm|dt=half|N=128|K=64": {"regions": [[None, "nope"]]}})), "does not define"),
     (json.dumps(valid_raw(arch_family="sm80")), "arch_family is 'sm80', expected 'sm90'"),
     (json.dumps(valid_raw(kernel_family="gemm")), "kernel_family is 'gemm', expected 'fake'"),
     (json.dumps(valid_raw(schema=7)), "schema 7 is not supported"),
