@@ -437,10 +437,9 @@ def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True
              enabled: bool = True, **kwargs: Any) -> Autotuner:
     """The autotune() context manager (see the module docstring). cache=None keeps results in
     memory only; autotune(True) / autotune(False) read as enabled= with the default cache.
-    Keyword-only extras: measurer=, publisher=, arch_family=, approximate=, top_k= (prune a
-    compile set larger than this with the cost model; None measures all), working_set_bytes=
-    (the served model's weight bytes: weights are timed cold when they exceed L2), timer=
-    (the protocol's timer; None: CUDA graphs; measure.timers.FakeTimer runs without a GPU)."""
+    Keyword-only extras: measurer=, publisher=, arch_family=, approximate=, top_k= (prune a compile set
+    larger than this with the cost model; None measures all), working_set_bytes= (weights timed cold
+    past L2), timer= (the protocol's; None: CUDA graphs; measure.timers.FakeTimer runs without a GPU)."""
     if isinstance(cache, bool):
         cache, enabled = "tune.json", cache
     check_keywords("autotune", kwargs, TUNER_KEYWORDS)

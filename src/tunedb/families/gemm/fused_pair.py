@@ -375,8 +375,7 @@ class FusedActivation(nn.Identity):
         return act(input) if _own_hooks(act) else act.forward(input)
 
     def __getattr__(self, name: str) -> Any:
-        """The activation's attributes read through the slot (`block.act.approximate`), as on the
-        module the plain model holds here."""
+        """The activation's attributes read through the slot (`block.act.approximate`), as plain's."""
         try:
             return super().__getattr__(name)
         except AttributeError:

@@ -143,12 +143,6 @@ def code_trees(cls: type) -> tuple[list[ast.AST], dict[str, int]] | None:
     return trees, uses
 
 
-# What code may do with `self` itself and still reach its children only as `self.<name>`: look
-# at it, or name an attribute by a string getattr's other rules read
-_SELF_LOOKS = frozenset({"type", "isinstance", "id", "print", "repr", "str", "hash", "callable", "super",
-                         "getattr", "hasattr", "setattr", "delattr"})
-
-
 def _is_self(node: ast.AST) -> bool:
     return isinstance(node, ast.Name) and node.id == "self"
 
@@ -198,6 +192,9 @@ def class_calls(cls: type) -> tuple[tuple[str, str], ...]:
 
 # Builtins that look at a module without running it: `type(model.fc)`, `isinstance(m.fc, ...)`
 _INSPECT = frozenset({"type", "isinstance", "id", "print", "repr", "str", "vars", "dir", "hasattr", "callable"})
+# What `self` itself may be handed to and still have its children reached only as `self.<name>`:
+# a look (not vars() or dir(): they hand over its children), or getattr's named attribute
+_SELF_LOOKS = (_INSPECT - {"vars", "dir"}) | {"hash", "super", "getattr", "setattr", "delattr"}
 
 
 def _looks(tree: ast.AST) -> set[int]:
