@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("swap_unmeasured")]
 nn = torch.nn
 TRITON_CFG = "b64x64x64_w4_s3_g8"
 D = 256
-SURGERIES = ["none", "new linear", "lora wrapper", "new activation", "activation removed", "hook on the linear"]
+SURGERIES = ["none", "new linear", "lora wrapper", "new activation", "activation removed", "hook on the linear",
+             "gelu setting changed"]
 
 
 def rel_err(got, want):
@@ -50,6 +51,10 @@ def _operate(model: nn.Module, surgery: str, seen: dict, name: str) -> None:
         model._modules["act"] = nn.Identity()
     elif surgery == "hook on the linear":
         old.register_forward_hook(lambda m, i, o: seen.__setitem__(name, o.float().clone()))
+    elif surgery == "gelu setting changed":  # on the module itself, found by a walk (session 53)
+        for m in model.modules():
+            if isinstance(m, nn.GELU):
+                m.approximate = "tanh"
 
 
 @pytest.mark.parametrize("surgery", SURGERIES)
@@ -109,3 +114,24 @@ def test_a_fused_conv2d_unfuses_after_surgery_on_the_gpu(surgery):
     assert rel_err(got, ref) < 1e-4
     if surgery == "hook on the conv":  # the conv's own output, negative values and all
         assert rel_err(seen["tuned"], seen["plain"]) < 1e-4 and (seen["plain"] < 0).any()
+
+
+def test_a_compiled_model_unfuses_when_the_gelu_setting_changes_on_the_module():
+    """Session 53: the compiled slot reads its activation's settings (guards); changed on the
+    module itself, the forward retraces and the pair unfuses (the fused kernel applied exact GELU)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    plain = FusedMLP(D).cuda().half().eval()
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="gemm")
+    pair = tuned._modules["act"].__dict__["_tunedb_fused"]
+    compiled = torch.compile(tuned)
+    x = torch.randn(4, 7, D, device="cuda", dtype=torch.float16)
+    with torch.no_grad(), _pinned():
+        compiled(x)
+        assert not pair.shared
+        for model in (plain, tuned):
+            _operate(model, "gelu setting changed", {}, "")
+        got = compiled(x)
+        ref = copy.deepcopy(plain).float()(x.float())
+    assert pair.shared
+    assert rel_err(got, ref) < 2e-3

@@ -11,7 +11,6 @@ holds the same rule for conv, norm and activation."""
 from __future__ import annotations
 
 import copy
-import sys
 import types
 import weakref
 from typing import Any
@@ -19,6 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.modules import module as _nn_module
+
+from tunedb.families.gemm.callers import class_codes, run_by
 
 # torch's process-wide hooks (register_module_forward_hook): dicts mutated in place, bound once
 _GLOBAL_HOOKS = tuple(getattr(_nn_module, name, {}) for name in (
@@ -50,75 +51,7 @@ def watch_placements() -> None:
         _PLACED.append(_nn_module.register_module_module_registration_hook(_placed))
 
 
-def _module_calls() -> frozenset[int]:
-    """The code of nn.Module's call machinery (the frames between a parent's forward and a child's)."""
-    ids = set()
-    for name in ("__call__", "_wrapped_call_impl", "_call_impl", "_slow_forward"):
-        code = getattr(getattr(nn.Module, name, None), "__code__", None)
-        if code is not None:
-            ids.add(id(code))
-    return frozenset(ids)
-
-
-_MODULE_CALLS = _module_calls()
-# a class's method code ids, with the code objects (kept: their ids stay theirs); a class here stays alive
-_CLASS_CODES: dict[type, tuple[frozenset[int], tuple[Any, ...]]] = {}
 _compiling = getattr(torch.compiler, "is_dynamo_compiling", None) or torch.compiler.is_compiling
-
-
-def _functions(value: Any) -> list[Any]:
-    """The functions a class attribute holds (a method, a static / class method, a property's
-    accessors, each decorator layer down to what it wraps)."""
-    found, todo = [], [value]
-    while todo:
-        v = todo.pop()
-        if isinstance(v, (staticmethod, classmethod)):
-            todo.append(v.__func__)
-        elif isinstance(v, property):
-            todo.extend(f for f in (v.fget, v.fset, v.fdel) if f is not None)
-        elif isinstance(v, types.FunctionType) and v not in found:
-            found.append(v)
-            wrapped = getattr(v, "__wrapped__", None)
-            if wrapped is not None:
-                todo.append(wrapped)
-    return found
-
-
-def class_codes(cls: type) -> frozenset[int]:
-    """The ids of the code objects of `cls`'s own methods and of its bases' short of nn.Module,
-    with every function nested in them: the code that may call a fused pair's modules."""
-    hit = _CLASS_CODES.get(cls)
-    if hit is not None:
-        return hit[0]
-    keep: dict[int, Any] = {}
-    todo = [f.__code__ for k in cls.__mro__ if k not in (nn.Module, object) for v in vars(k).values()
-            for f in _functions(v)]
-    while todo:
-        code = todo.pop()
-        if id(code) not in keep:
-            keep[id(code)] = code
-            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-    _CLASS_CODES[cls] = hit = (frozenset(keep), tuple(keep.values()))
-    return hit[0]
-
-
-def run_by(parent: Any, depth: int) -> bool:
-    """Whether the module whose forward is `depth` frames above this call was called by code of
-    `parent`'s class (its forward or another of its methods: what optimize()'s fusion rules read),
-    not by a caller of its own (`head[0](h)`, a loop over a Sequential's children collecting each
-    output), which must get the module's own output, not the fused one. Eager calls only: a
-    compiler's trace (its graph is the parent's forward) does not ask (`_compiling()` first)."""
-    f = sys._getframe(depth + 1)
-    while f is not None and id(f.f_code) in _MODULE_CALLS:
-        f = f.f_back
-    if f is None or parent is None:
-        return False
-    hit = _CLASS_CODES.get(type(parent))
-    if id(f.f_code) in (hit[0] if hit is not None else class_codes(type(parent))):
-        return True
-    # the rest of the parent's forward after a graph break, run eagerly by Dynamo (its code is
-    # made from the forward's): the Linear before the break was traced fused
-    return f.f_code.co_name.startswith("torch_dynamo_resume_in_")
 
 
 def _rewired(m: Any) -> bool:
@@ -141,6 +74,35 @@ def weak(m: Any) -> Any:
 
 def _UNREAD() -> None:  # a pair pickled before session 41 names no activation: the slot's child, read at first use
     return None
+
+
+# settings that never change an activation's output (inplace: where it writes, not what)
+_NOT_SETTINGS = frozenset({"training", "inplace"})
+
+
+def settings_of(act: Any) -> tuple[tuple[str, Any], ...]:
+    """An activation module's own settings (`approximate`; a Hugging Face activation's function),
+    as the fused Linear applies them: plain values and functions, compared by value."""
+    if act is None:
+        return ()
+    return tuple((k, v) for k, v in act.__dict__.items()
+                 if not k.startswith("_") and k not in _NOT_SETTINGS
+                 and isinstance(v, (str, int, float, bool, type(None), types.FunctionType,
+                                    types.BuiltinFunctionType)))
+
+
+# the names of the settings of each kind's activations (settings_of), for its compiled slot to read
+_SETTING_NAMES: dict[str, tuple[str, ...]] = {}
+
+
+def setting_names(kind: str) -> tuple[str, ...]:
+    """The settings a compiled slot of `kind` reads off its activation: read in the trace, each is
+    a guard (a setting changed on the module itself retraces, and the new trace asks intact(),
+    which unfuses the pair and bumps the epoch the Linear's trace guards). A trace constant."""
+    return _SETTING_NAMES.get(kind, ())
+
+
+setting_names._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _own_hooks(m: nn.Module) -> bool:
@@ -178,7 +140,8 @@ class FusedPair:
         self.lin_attr, self.act_attr = lin_attr, act_attr
         self._refs(parent, linear, blank, act)
 
-    shared = False  # set into a second slot (_placed): unfused for good
+    shared = False  # set into a second slot (_placed), or its activation's settings changed: unfused for good
+    _settings: tuple[tuple[str, Any], ...] = ()  # the activation's, as fused (settings_of)
 
     def owns(self, parent: Any, name: str, module: Any) -> bool:
         return parent is self._parent() and module is (self._linear() if name == self.lin_attr else
@@ -189,9 +152,16 @@ class FusedPair:
     def _refs(self, parent: Any, linear: Any, blank: Any, act: Any) -> None:
         watch_placements()
         self._parent, self._linear, self._blank, self._act = (weak(m) for m in (parent, linear, blank, act))
+        self._settings = settings_of(act)
         if parent is not None:
             self.kind = kind_of(type(parent), self.lin_attr, self.act_attr)
             _MEMBERS.setdefault(self.kind, weakref.WeakSet()).add(self)
+        self._name_settings()
+
+    def _name_settings(self) -> None:
+        names = _SETTING_NAMES.get(self.kind, ())
+        if self.kind and not {k for k, _ in self._settings} <= set(names):
+            _SETTING_NAMES[self.kind] = tuple(sorted(set(names) | {k for k, _ in self._settings}))
 
     def intact(self) -> bool:
         # on every fused call's host path (0.2-0.3 us), so written out: no helper frames
@@ -211,6 +181,15 @@ class FusedPair:
         if blank._modules.get("activation") is not act or (act is not None and (
                 act._forward_hooks or act._forward_pre_hooks or act._backward_hooks or act._backward_pre_hooks)):
             return False
+        # a setting changed on the activation itself (found by model.modules(): no slot saw the
+        # write): unfused for good, and compiled code of either side retraces (the epoch)
+        if act is not None:
+            ad = act.__dict__
+            for k, v in self._settings:
+                if ad.get(k, _UNREAD) != v:
+                    self.shared = True
+                    _EPOCH[0] += 1
+                    return False
         # watched(linear, blank) unrolled: this runs twice on every fused call's host path, and the
         # helper's frame and loop cost a third more (0.64 vs 0.48 us on the CPU host)
         if (linear._forward_hooks or linear._forward_pre_hooks or linear._backward_hooks or linear._backward_pre_hooks
@@ -243,6 +222,8 @@ class FusedPair:
         if act is None and blank is not None:
             act = blank._modules.get("activation")
         self._act = weak(act)
+        self._settings = settings_of(act)
+        self._name_settings()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> FusedPair:
         parent = self._parent()
@@ -255,7 +236,7 @@ class FusedPair:
         pair = memo[id(self)] = object.__new__(FusedPair)
         refs = [copy.deepcopy(m, memo) for m in (self._linear(), self._blank(), self._act())]
         pair.__init__(memo[id(parent)], self.lin_attr, self.act_attr, *refs)
-        pair.shared = self.shared
+        pair.shared, pair._settings = self.shared, self._settings
         return pair
 
     def __getstate__(self) -> dict[str, Any]:
@@ -264,6 +245,7 @@ class FusedPair:
         if self._act is _UNREAD:
             self._read_act(self._blank())
         return {"lin_attr": self.lin_attr, "act_attr": self.act_attr, "shared": self.shared,
+                "settings": self._settings,
                 "refs": (self._parent(), self._linear(), self._blank(), self._act())}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -271,6 +253,9 @@ class FusedPair:
         refs = state["refs"]
         self._refs(*refs[:3], refs[3] if len(refs) > 3 else None)
         self.shared = state.get("shared", False)
+        if "settings" in state:
+            self._settings = state["settings"]
+            self._name_settings()
         if len(refs) <= 3:
             self._act = _UNREAD
 
@@ -286,7 +271,7 @@ _MEMBERS: dict[str, weakref.WeakSet[FusedPair]] = {}
 _EPOCH = [0]
 
 
-def intact_kind(kind: str, epoch: int) -> bool:
+def intact_kind(kind: str, epoch: int, settings: tuple[Any, ...] = ()) -> bool:
     """Whether every live pair of `kind` is intact(): what a compiler's trace runs once per call site
     and keeps as a constant of the graph. Both arguments are constants every Dynamo takes (torch
     2.11's refuses an object argument) and guards by value, read by each side from what it holds
@@ -300,7 +285,8 @@ def intact_kind(kind: str, epoch: int) -> bool:
     All of the kind or none: a pair unfused by surgery unfuses its kind in compiled code (unfused
     is every pair's plain output: correct, slower). What intact() reads is guarded where it can
     change: the parent's forward reads both slots (a module of another type retraces) and a new
-    child set into a slot bumps the epoch. `epoch` is only for that guard."""
+    child set into a slot bumps the epoch. `epoch` and `settings` (the slot's activation's, as
+    read now) are only for those guards."""
     for attempt in range(2):
         live = [p for p in list(_MEMBERS.get(kind, ())) if p._parent() is not None]
         if all(p.intact() for p in live):
@@ -319,7 +305,7 @@ intact_kind._dynamo_marked_constant = True  # type: ignore[attr-defined]
 def fused_traced(kind: str) -> bool:
     """A fused side's decision while a compiler traces: its kind's constant, under the epoch (read
     here, through this module only: one source, no aliasing guard)."""
-    return intact_kind(kind, _EPOCH[0])
+    return intact_kind(kind, _EPOCH[0], ())
 
 
 _OBJECTS_CONSTANT: list[bool] = []
@@ -359,9 +345,10 @@ class FusedActivation(nn.Identity):
             if kind is None:  # a slot pickled before session 51: its pair's, read
                 pair = d.get("_tunedb_fused")
                 kind = None if pair is None else pair.kind
-            # the child read (its type guarded): one set through _modules (no registration hook) retraces
-            self._modules.get("activation")
-            if kind is None or fused_traced(kind):
+            # the child read (its type guarded): one set through _modules (no registration hook)
+            # retraces; and its settings (guarded by value: one changed on the module itself retraces)
+            act = self._modules.get("activation")
+            if kind is None or intact_kind(kind, _EPOCH[0], tuple(getattr(act, k, None) for k in setting_names(kind))):
                 return input
         else:
             pair = d.get("_tunedb_fused")

@@ -1,0 +1,81 @@
+"""Who called a module: the code of a fused pair's parent class (its methods and the functions
+nested in them) and the frame walk that asks whether the parent's own code made a call
+(run_by), so that a caller of its own (`head[0](h)`, a loop over a Sequential's children) gets
+the module's own output, not the fused one. fused_pair and the conv family's fusion ask it."""
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from torch import nn
+
+
+def _module_calls() -> frozenset[int]:
+    """The code of nn.Module's call machinery (the frames between a parent's forward and a child's)."""
+    ids = set()
+    for name in ("__call__", "_wrapped_call_impl", "_call_impl", "_slow_forward"):
+        code = getattr(getattr(nn.Module, name, None), "__code__", None)
+        if code is not None:
+            ids.add(id(code))
+    return frozenset(ids)
+
+
+_MODULE_CALLS = _module_calls()
+# a class's method code ids, with the code objects (kept: their ids stay theirs); a class here stays alive
+_CLASS_CODES: dict[type, tuple[frozenset[int], tuple[Any, ...]]] = {}
+
+
+def _functions(value: Any) -> list[Any]:
+    """The functions a class attribute holds (a method, a static / class method, a property's
+    accessors, each decorator layer down to what it wraps)."""
+    found, todo = [], [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, (staticmethod, classmethod)):
+            todo.append(v.__func__)
+        elif isinstance(v, property):
+            todo.extend(f for f in (v.fget, v.fset, v.fdel) if f is not None)
+        elif isinstance(v, types.FunctionType) and v not in found:
+            found.append(v)
+            wrapped = getattr(v, "__wrapped__", None)
+            if wrapped is not None:
+                todo.append(wrapped)
+    return found
+
+
+def class_codes(cls: type) -> frozenset[int]:
+    """The ids of the code objects of `cls`'s own methods and of its bases' short of nn.Module,
+    with every function nested in them: the code that may call a fused pair's modules."""
+    hit = _CLASS_CODES.get(cls)
+    if hit is not None:
+        return hit[0]
+    keep: dict[int, Any] = {}
+    todo = [f.__code__ for k in cls.__mro__ if k not in (nn.Module, object) for v in vars(k).values()
+            for f in _functions(v)]
+    while todo:
+        code = todo.pop()
+        if id(code) not in keep:
+            keep[id(code)] = code
+            todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    _CLASS_CODES[cls] = hit = (frozenset(keep), tuple(keep.values()))
+    return hit[0]
+
+
+def run_by(parent: Any, depth: int) -> bool:
+    """Whether the module whose forward is `depth` frames above this call was called by code of
+    `parent`'s class (its forward or another of its methods: what optimize()'s fusion rules read),
+    not by a caller of its own (`head[0](h)`, a loop over a Sequential's children collecting each
+    output), which must get the module's own output, not the fused one. Eager calls only: a
+    compiler's trace (its graph is the parent's forward) does not ask (`_compiling()` first)."""
+    f = sys._getframe(depth + 1)
+    while f is not None and id(f.f_code) in _MODULE_CALLS:
+        f = f.f_back
+    if f is None or parent is None:
+        return False
+    hit = _CLASS_CODES.get(type(parent))
+    if id(f.f_code) in (hit[0] if hit is not None else class_codes(type(parent))):
+        return True
+    # the rest of the parent's forward after a graph break, run eagerly by Dynamo (its code is
+    # made from the forward's): the Linear before the break was traced fused
+    return f.f_code.co_name.startswith("torch_dynamo_resume_in_")
