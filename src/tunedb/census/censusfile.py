@@ -34,21 +34,45 @@ def to_json(census: ShapeSet) -> dict[str, Any]:
                         "must_tune": p.must_tune, "eager_share": p.eager_share} for p in points]}
 
 
-def check_out(path: str | Path) -> None:
+def check_out(path: str | Path, inputs: tuple[tuple[str, Any], ...] = ()) -> None:
     """CensusError when a census cannot be written to `path` (checked before the census is taken):
-    a directory, or a parent that is not a writable directory."""
+    a directory, a parent that is not a writable directory, one of the run's `inputs` (option,
+    path) other than a census merged, or an existing file that is not a census (a tuning
+    database, a manifest: overwritten, it was lost)."""
     import os
 
     path = Path(path).expanduser()
     if path.is_dir():
         raise CensusError(f"--out {path} is a directory; --out takes the census file to write "
                           f"(e.g. {path / 'census.json'})")
+    for option, given in inputs:
+        if given is not None and path.exists() and Path(given).expanduser().exists() and \
+                os.path.samefile(path, Path(given).expanduser()):
+            raise CensusError(f"--out {path} is this run's {option} input; write the census elsewhere")
+    if path.is_file() and path.stat().st_size:
+        held = _holds(path)
+        if held is not None:
+            raise CensusError(f"--out {path} exists and holds {held}, not a census; tunedb census "
+                              f"overwrites only a census file: write it elsewhere or remove that file first")
     parent = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
     if parent is None or not parent.is_dir():
         raise CensusError(f"--out {path}: {parent} is not a directory")
     if not os.access(parent, os.W_OK):
         raise CensusError(f"--out {path}: {parent} is not writable (permission denied or a read-only "
                           f"file system); write the census elsewhere")
+
+
+def _holds(path: Path) -> str | None:
+    """What an existing file holds when it is not a census file (None: a census, overwritable)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return "something that is not JSON (a manifest or a recording?)"
+    if isinstance(data, dict) and "kernel_family" in data:
+        return f"a tuning database (kernel_family {data['kernel_family']!r})"
+    if isinstance(data, dict) and "schema" in data and "points" in data:
+        return None
+    return "JSON that is not a census (no 'schema' and 'points')"
 
 
 def write_census(path: str | Path, census: ShapeSet) -> None:

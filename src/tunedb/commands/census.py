@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
     to_stdout = args.out == "-"
     if not to_stdout:
-        check_out(args.out)  # before the census is taken
+        # before the census is taken; --merge may name the file itself (a census updated in place)
+        check_out(args.out, (("--manifest", args.manifest), *(("--capture", c) for c in args.capture)))
     w = workload(args.workload, args.unit, args.max_length, args.length_step)
     from tunedb.commands.census_progress import census_progress
 

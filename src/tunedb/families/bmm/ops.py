@@ -20,7 +20,7 @@ from typing import Any
 
 from tunedb.families.bmm import configs, keys
 from tunedb.records import Config
-from tunedb.runtime import batch_dims, grad_form, launch_table
+from tunedb.runtime import batch_dims, fx_nodes, grad_form, launch_table
 
 _lib: list[Any] = []
 _lock = threading.Lock()
@@ -127,6 +127,10 @@ def bmm(a: Any, b: Any) -> Any:
 
         check_one_device("bmm", a=a, b=b)  # torch.matmul of cpu and meta operands returns a meta tensor
         return torch.matmul(a, b)  # a dtype the family has no kernel for (fp64, integers): torch's product
+    if type(a) is not torch.Tensor or type(b) is not torch.Tensor:
+        node = fx_nodes.recorded(bmm, (a, b))  # symbolic_trace: one node, this function
+        if node is not None:
+            return node
     if getattr(a, "ndim", 3) > 3 and getattr(b, "ndim", 0) == a.ndim and a.shape[:-2] == b.shape[:-2]:
         if a.shape[-1] != b.shape[-2]:
             from tunedb.errors import OperandMismatchError  # (a RuntimeError too, as torch's)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from tunedb.errors import SignatureError
 from tunedb.families.conv import keys
 from tunedb.families.key_rules import check_one_device, check_tensors
-from tunedb.runtime import autocast_rule, dispatch, grad_form, launch_table
+from tunedb.runtime import autocast_rule, dispatch, fx_nodes, grad_form, launch_table
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 for _op in keys.OPS:
@@ -173,6 +173,10 @@ def _check_weight_rank(op: str, weight: Any, rank: int, shape: str) -> None:
 def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
     """F.conv1d(x, weight, bias, ...) then the activation, through the tuned selection."""
+    if type(x) is not torch.Tensor:  # symbolic_trace: one node, this function
+        node = fx_nodes.recorded(conv1d, (x, weight, bias, stride, padding, dilation, groups, act))
+        if node is not None:
+            return node
     check_tensors("conv1d", ("bias",), x=x, weight=weight, bias=bias)
     if act not in keys.ACTS:  # before the op's schema refuses a non-string in its own words
         raise SignatureError(f"conv1d act={act!r} is not fused; allowed: {', '.join(keys.ACTS)}")
@@ -192,6 +196,10 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
 
 def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
            groups: int = 1, act: str = "none") -> Any:
+    if type(x) is not torch.Tensor:  # symbolic_trace: one node, this function
+        node = fx_nodes.recorded(conv2d, (x, weight, bias, stride, padding, dilation, groups, act))
+        if node is not None:
+            return node
     check_tensors("conv2d", ("bias",), x=x, weight=weight, bias=bias)
     if act not in keys.ACTS:  # before the op's schema refuses a non-string in its own words
         raise SignatureError(f"conv2d act={act!r} is not fused; allowed: {', '.join(keys.ACTS)}")

@@ -32,7 +32,7 @@ from tunedb.families.gemm.configs import ACTS as GEMM_ACTS
 from tunedb.families.gemm import ops_autocast
 from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.gemm.ops_autograd import _TunedGemm, torch_form
-from tunedb.runtime import batch_dims, grad_form, launch_table
+from tunedb.runtime import batch_dims, fx_nodes, grad_form, launch_table
 
 # The activations the GEMM family fuses, as the torch arm computes them (the CPU/meta path).
 ACTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -325,6 +325,10 @@ def _entry(op: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     through torch.ops.tunedb; an eager call is validated, resolved and (CUDA) memoised; under a
     functorch transform or forward-mode AD the torch form serves (ops_autograd.torch_form)."""
     if type(x) is not _Tensor or type(weight) not in _PLAIN or (bias is not None and type(bias) not in _PLAIN):
+        node = (fx_nodes.recorded(gemm, (x, weight)) if op == "gemm"
+                else fx_nodes.recorded(gemm_act, (x, weight, bias, act)))
+        if node is not None:  # symbolic_trace: one node, the public function
+            return node
         check_tensors(op, ("bias",), x=x, weight=weight, bias=bias)
     if _transformed():
         return torch_form(x, weight, bias, act)

@@ -19,7 +19,7 @@ import torch
 from tunedb.families.gemm_log_softmax.configs import FAMILY, OPS
 from tunedb.families.gemm_log_softmax.keys import check_call
 from tunedb.families.gemm_log_softmax.launch import torch_arm
-from tunedb.runtime import batch_dims, grad_form
+from tunedb.runtime import batch_dims, fx_nodes, grad_form
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 _lib.define("gemm_log_softmax(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor")
@@ -81,4 +81,7 @@ def gemm_log_softmax(x: Any, weight: Any, bias: Any = None) -> Any:
         return torch.log_softmax(torch.nn.functional.linear(x, weight, bias), -1)
     if grad_form.direct((x, weight, bias)):
         return _impl(x, weight, bias)
+    node = fx_nodes.recorded(gemm_log_softmax, (x, weight, bias))  # symbolic_trace: one node, this function
+    if node is not None:
+        return node
     return torch.ops.tunedb.gemm_log_softmax(x, weight, bias)

@@ -34,10 +34,14 @@ import functools
 import threading
 from typing import Any
 
+import torch
+
 from tunedb.errors import SignatureError
 from tunedb.families.linalg import signatures
 from tunedb.records import Config
-from tunedb.runtime import batch_dims, grad_form, launch_table
+from tunedb.runtime import batch_dims, fx_nodes, grad_form, launch_table
+
+_Tensor = torch.Tensor
 
 OUTPUTS = {"dot": "Tensor", "gemv": "Tensor", "gemm": "Tensor", "potrf": "(Tensor, Tensor)",
            "trsv": "Tensor", "posv": "(Tensor, Tensor)"}
@@ -273,6 +277,10 @@ def _call(name: str, *tensors: Any) -> Any:
     the ops' own (leading batch dimensions other than one, an n the family does not serve) go
     through _any_shape first."""
     first = tensors[0]
+    if type(first) is not _Tensor:
+        node = fx_nodes.recorded(_PUBLIC[name], tensors)  # symbolic_trace: one node, the public function
+        if node is not None:
+            return node
     try:
         canonical = first.dim() == _CORE[name] + 1 and N_MIN <= first.shape[-1] <= N_MAX
     except (AttributeError, RuntimeError):  # not a tensor, or a nested one (no sizes): the op names it
@@ -281,6 +289,10 @@ def _call(name: str, *tensors: Any) -> Any:
         return _any_shape(name, tensors)
     if grad_form.direct(tensors):
         return _potrf(*tensors) if name == "potrf" else run(name, *tensors)
+    if type(tensors[-1]) is not _Tensor:  # a Proxy after a tensor (posv's b)
+        node = fx_nodes.recorded(_PUBLIC[name], tensors)
+        if node is not None:
+            return node
     if any(getattr(t, "is_nested", False) for t in tensors):  # the dispatcher has no NestedTensor kernel
         signatures.signature_of(name, *tensors)  # names it (SignatureError)
     return _op(name)(*tensors)
@@ -381,6 +393,9 @@ def trsv(low: Any, b: Any) -> Any:
 def posv(a: Any, b: Any) -> tuple[Any, Any]:
     """(x, info): x with A x = b per SPD problem; info as potrf's."""
     return _call("posv", a, b)
+
+
+_PUBLIC = {"dot": dot, "gemv": gemv, "gemm": gemm, "potrf": potrf, "trsv": trsv, "posv": posv}
 
 
 def report() -> list[tuple[str, int, str, str, int]]:
