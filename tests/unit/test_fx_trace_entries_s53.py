@@ -72,6 +72,16 @@ def test_a_module_calling_the_ops_traces_and_a_constant_operand_stays_an_input()
     torch.testing.assert_close(x / 2, torch.linalg.solve(A, b.unsqueeze(-1)).squeeze(-1))
 
 
+@pytest.mark.parametrize("op", ["gemv", "posv", "trsv"])
+def test_a_constant_first_operand_of_torch_linalgs_shapes_traces(op):
+    # the first operand a closure constant (2-D: one problem, the any-shape path), the second traced
+    low = torch.linalg.cholesky(A[0])
+    a = low if op == "trsv" else A[0]
+    fn = {"gemv": lambda x: la.gemv(a, x), "posv": lambda x: la.posv(a, x)[0], "trsv": lambda x: la.trsv(a, x)}[op]
+    x = torch.randn(5, dtype=torch.float64)
+    torch.testing.assert_close(fx.symbolic_trace(fn)(x), fn(x), rtol=0, atol=0)
+
+
 def test_a_non_tensor_outside_a_trace_is_still_named():
     from tunedb.errors import SignatureError
 

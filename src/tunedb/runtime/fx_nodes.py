@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch.fx import Proxy
+
 
 def recorded(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
     """The node of `fn(*args, **kwargs)` when any argument is an fx Proxy, else None (always
     None while Dynamo traces: its tensors are no Proxy, and this frame stays out of its graph)."""
-    import torch
-    from torch.fx import Proxy
-
     if torch.compiler.is_compiling():
         return None
 

@@ -277,8 +277,9 @@ def _call(name: str, *tensors: Any) -> Any:
     the ops' own (leading batch dimensions other than one, an n the family does not serve) go
     through _any_shape first."""
     first = tensors[0]
-    if type(first) is not _Tensor:
-        node = fx_nodes.recorded(_PUBLIC[name], tensors)  # symbolic_trace: one node, the public function
+    if type(first) is not _Tensor or type(tensors[-1]) is not _Tensor:
+        # symbolic_trace: one node, the public function (a Proxy anywhere: posv of a buffer's A)
+        node = fx_nodes.recorded(_PUBLIC[name], tensors)
         if node is not None:
             return node
     try:
@@ -289,10 +290,6 @@ def _call(name: str, *tensors: Any) -> Any:
         return _any_shape(name, tensors)
     if grad_form.direct(tensors):
         return _potrf(*tensors) if name == "potrf" else run(name, *tensors)
-    if type(tensors[-1]) is not _Tensor:  # a Proxy after a tensor (posv's b)
-        node = fx_nodes.recorded(_PUBLIC[name], tensors)
-        if node is not None:
-            return node
     if any(getattr(t, "is_nested", False) for t in tensors):  # the dispatcher has no NestedTensor kernel
         signatures.signature_of(name, *tensors)  # names it (SignatureError)
     return _op(name)(*tensors)
