@@ -50,3 +50,52 @@ def test_census_refuses_its_own_manifest_as_out_and_overwrites_a_census(capsys, 
     first = json.loads(out.read_text())
     assert cli.main(["census", "whisper-base", "--max-batch-size", "4", "--out", str(out)]) == 0  # a census: replaced
     assert json.loads(out.read_text()) != first
+
+
+def _toy_workload(tmp_path: Path) -> str:
+    wl = tmp_path / "wl.py"
+    wl.write_text("from tunedb.cutoff import layout\n"
+                  "def run(solver):\n"
+                  f"    open({str(tmp_path / 'ran')!r}, 'a').write('x')\n"
+                  "    strip, b = layout.random_system(2, 3, 2, seed=0)\n"
+                  "    x = None\n"
+                  "    for k in range(8):\n"
+                  "        x = solver(strip, b, x, signal=float(k))\n")
+    return f"{wl}:run"
+
+
+PROBE = ("cutoff", "probe", "--problem", "toy", "--device", "cpu")
+
+
+@pytest.mark.parametrize("case", ["out is a directory", "config not a decision file"])
+def test_cutoff_probe_refuses_its_outputs_before_probing(capsys, home, case):
+    wl = _toy_workload(home)
+    notes = home / "notes.json"
+    notes.write_text('{"mine": 1}')
+    extra = (["--out", str(home)] if case == "out is a directory"
+             else ["--persist", "--config", str(notes)])
+    line = one_line_error(capsys, [*PROBE, "--workload", wl, *extra])
+    assert ("nothing was probed" in line) if case == "out is a directory" else ("not a cutoff decision file" in line)
+    assert not (home / "ran").exists()  # the workload never ran
+    assert notes.read_text() == '{"mine": 1}'
+
+
+def test_cutoff_probe_names_a_discard_that_drops_every_solve(capsys, home):
+    line = one_line_error(capsys, [*PROBE, "--workload", _toy_workload(home), "--discard", "8"])
+    assert "discard=8 drops every one of the 8 solves of policy" in line
+
+
+def test_cutoff_probe_fits_nothing_on_iterative_solves_that_did_not_converge(capsys, home):
+    cfg = home / "d.json"
+    line = one_line_error(capsys, [*PROBE, "--workload", _toy_workload(home), "--max-iter", "0",
+                                   "--persist", "--config", str(cfg)])
+    assert "policy 'iterative'" in line and "unconverged" in line and "max_iter=0" in line
+    assert not cfg.exists()
+
+
+def test_linalg_repick_refuses_an_infinite_launch_jitter_before_any_work(capsys, home):
+    table = Path(__file__).resolve().parents[2] / "src" / "tunedb" / "db" / "sm90" / "linalg.json"
+    out = home / "la.json"
+    line = one_line_error(capsys, ["linalg", "repick", "--table", str(table), "--out", str(out),
+                                   "--launch-jitter-ns", "inf"])
+    assert "--launch-jitter-ns inf must be a finite number >= 0" in line and not out.exists()

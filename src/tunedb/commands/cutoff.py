@@ -102,6 +102,21 @@ def _fit_and_report(probe, args) -> int:
     return 0
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """What the probe writes after it ran (--out's traces, --persist's decision file), checked before."""
+    from tunedb.cutoff import store
+    from tunedb.out_paths import why_unwritable
+
+    places = [("--out", args.out)] if args.out else []
+    if args.persist:
+        store.load(args.config)  # an existing file that is not a decision file: refused now, as persist would
+        places.append(("--config" if args.config else "the decision file", args.config or store.config_path()))
+    for option, path in places:
+        why = why_unwritable(path)
+        if why is not None:
+            raise CutoffError(f"{option} {path}: {why}; nothing was probed (choose a writable file path)")
+
+
 def run(args: argparse.Namespace) -> int:
     from tunedb.cutoff import probing as probemod
     from tunedb.cutoff import store
@@ -130,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise CutoffError(f"--policies {args.policies!r}: the fit after the probe compares 'iterative' with "
                           f"'direct'; add {', '.join(map(repr, missing))}")
+    _check_outputs(args)
     workload = load_workload(args.workload)
     probe = probemod.probe(workload, problem=args.problem, policies=policies, device=args.device,
                            discard=args.discard, allow_busy=args.allow_busy, tol=args.solve_tol,

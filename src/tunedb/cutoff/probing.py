@@ -109,12 +109,15 @@ class Recorder:
         self.cuda = torch.device(device).type == "cuda"
         self._events: list[tuple[Any, Any]] = []
         self._times: list[float] = []
+        self._oks: list[Any] = []  # per solve, which systems converged (direct: positive definite)
         self.signals: list[float] = []
 
     def __call__(self, strip: Any, b: Any, x0: Any = None, *, signal: float, **kwargs: Any) -> Any:
         from tunedb.cutoff import solvers
 
         kw = {**self.kwargs, **kwargs}
+        want_ok = kw.pop("return_ok", False)
+        kw["return_ok"] = True  # kept, read once at the trace's end (no host sync per solve)
         if self.cuda:
             import torch
 
@@ -127,8 +130,15 @@ class Recorder:
             t0 = time.perf_counter()
             x = solvers.solve(strip, b, x0, linsys=self.policy, signal=signal, decision=self.decision, **kw)
             self._times.append((time.perf_counter() - t0) * 1e3)
+        x, ok = x
+        self._oks.append(ok)
         self.signals.append(float(signal))
-        return x
+        return (x, ok) if want_ok else x
+
+    def failed(self, discard: int = 0) -> tuple[int, int]:
+        """(kept solves that left a system unconverged or not positive definite, kept solves)."""
+        kept = self._oks[discard:]
+        return sum(1 for ok in kept if not bool(ok.all())), len(kept)
 
     def trace(self, discard: int = 0) -> Trace:
         if self.cuda:
@@ -194,6 +204,16 @@ def probe(workload: Callable[[Callable[..., Any]], Any], *, problem: str,
             raise CutoffError(f"the workload failed under policy {policy!r}: {type(exc).__name__}: {exc} "
                               f"(it is called as FN(solver); run it on its own to see the traceback)") from exc
         traces[policy] = rec.trace(discard)
+        if not traces[policy].times_ms and rec.signals:
+            raise CutoffError(f"discard={discard} drops every one of the {len(rec.signals)} solves of policy "
+                              f"{policy!r}'s run; discard fewer (default 3: compiles and first calls)")
+        bad, kept = rec.failed(discard)
+        if bad:  # a time of a solve that did not finish: a fit on it favours the policy that gave up
+            what = ("left systems unconverged (raise max_iter or loosen tol)" if policy != "direct" else
+                    "met systems that are not positive definite (NaN in x)")
+            raise CutoffError(f"policy {policy!r}: {bad} of the {kept} timed solves {what}; "
+                              f"max_iter={solve_kwargs.get('max_iter', 100)}, tol={solve_kwargs.get('tol')}: "
+                              "no cutoff is fitted on solves that did not solve")
         if cuda:
             seen |= set(env.foreign_pids())
     prov = provenance.collect(gpu).to_json()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -165,8 +166,8 @@ def _rule(args: argparse.Namespace) -> tuple[Any, float]:
         raise TunedbError(f"--margin {args.margin} must be a fraction in [0, 1) (the tie band; default 0.02)")
     jitter = getattr(args, "launch_jitter_ns", None)
     jitter = pick.LAUNCH_JITTER_NS if jitter is None else jitter
-    if not (jitter >= 0 and jitter == jitter):
-        raise TunedbError(f"--launch-jitter-ns {jitter} must be a number >= 0 (ns a call; 0: the margin alone)")
+    if not (jitter >= 0 and math.isfinite(jitter)):
+        raise TunedbError(f"--launch-jitter-ns {jitter} must be a finite number >= 0 (ns a call; 0: the margin alone)")
     rule = pick.LINALG_RULE if args.margin is None else replace(pick.LINALG_RULE, tie_band=args.margin)
     return rule, jitter
 
