@@ -99,3 +99,59 @@ def test_linalg_repick_refuses_an_infinite_launch_jitter_before_any_work(capsys,
     line = one_line_error(capsys, ["linalg", "repick", "--table", str(table), "--out", str(out),
                                    "--launch-jitter-ns", "inf"])
     assert "--launch-jitter-ns inf must be a finite number >= 0" in line and not out.exists()
+
+
+def _census(home: Path) -> Path:
+    from tunedb.census import write_census
+    from tunedb.records import Point, ShapeSet, Signature
+
+    sig = Signature.make("gemm", "gemm", "half", N=512, K=512)
+    path = home / "c.json"
+    write_census(path, ShapeSet((Point(sig, 16, 1.0, 4), Point(sig, 64, 1.0, 4)), "toy", (("mode", "offline"),)))
+    return path
+
+
+def test_a_refused_build_leaves_no_directory_or_lock_file(capsys, home):
+    out = home / "fresh" / "tree"
+    one_line_error(capsys, ["build", "--census", str(_census(home)), "--out", str(out), "--simulate",
+                            "--family", "rnn"])
+    assert not (home / "fresh").exists()
+
+
+def test_a_refused_simulated_tune_makes_no_temporary_directory(capsys, home, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(home / "tmp"))
+    (home / "tmp").mkdir()
+    one_line_error(capsys, ["tune", "whisper-base", "--simulate", "--top-k", "0"])
+    assert list((home / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", [["--top-k", "2"], ["--exhaustive"], ["--allow-busy"], ["--in-process"]])
+def test_replay_refuses_what_only_shapes_a_measurement(capsys, home, flag):
+    line = one_line_error(capsys, ["build", "--census", str(_census(home)), "--out", str(home / "o"),
+                                   "--replay", str(home / "log.jsonl"), *flag])
+    assert f"--replay rebuilds from the log's plan and numbers: {flag[0]} would change nothing" in line
+
+
+@pytest.mark.parametrize("flags", [["--thin"], ["--max-points", "3"], ["--every-valid"]])
+def test_prebuild_refuses_census_options_without_a_census(capsys, home, flags):
+    line = one_line_error(capsys, ["prebuild", "--arch", "sm90", "--dry-run", *flags])
+    assert f"{flags[0]} shape(s) the plan of a census: give --census FILE" in line
+
+
+def test_prebuild_dry_run_step_one_repeats_the_options_of_its_plan_and_referenced_joins_a_census(capsys, home):
+    census = _census(home)
+    shipped = Path(__file__).resolve().parents[2] / "src" / "tunedb" / "db" / "sm90" / "gemm.json"
+    assert cli.main(["prebuild", "--arch", "sm90", "--dry-run", "--census", str(census)]) == 0
+    plain = capsys.readouterr().out
+    assert cli.main(["prebuild", "--arch", "sm90", "--dry-run", "--census", str(census), "--every-valid",
+                     "--referenced", str(shipped)]) == 0
+    shown = capsys.readouterr().out
+    assert f"tunedb prebuild --arch sm90 --census {census} --every-valid --referenced {shipped} --jobs" in shown
+    assert f"+ {shipped}'s configs" in shown
+
+    def binaries(text: str) -> int:
+        return int(text.split(" binaries (")[0].rsplit(" ", 1)[1])
+
+    assert binaries(shown) > binaries(plain)

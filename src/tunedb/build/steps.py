@@ -307,6 +307,13 @@ def check_options(opts: Any, gpu: bool) -> None:
         check_simulated_out(opts, "--simulate")
     if getattr(opts, "replay", None) and (opts.simulate or opts.workers or opts.ray):
         raise BuildError("--replay rebuilds from a log's numbers: it takes no --simulate, --workers or --ray")
+    if getattr(opts, "replay", None):  # what only shapes a measurement: a replay's plan is the log's
+        given = [flag for flag, on in (("--top-k", opts.top_k != buildplan.TOP_K), ("--exhaustive", opts.exhaustive),
+                                       ("--allow-busy", opts.allow_busy),
+                                       ("--in-process", not getattr(opts, "isolate", True))) if on]
+        if given:
+            raise BuildError(f"--replay rebuilds from the log's plan and numbers: {', '.join(given)} would change "
+                             f"nothing; drop {'it' if len(given) == 1 else 'them'}")
     if not (opts.simulate or opts.dry_run or gpu or getattr(opts, "replay", None)):
         raise BuildError("no CUDA GPU here: a build measures on a GPU; use --simulate (cost-model "
                          "timer) or --dry-run (the plan) on this machine")

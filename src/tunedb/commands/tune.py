@@ -221,7 +221,10 @@ def simulated_out(args: argparse.Namespace, console: Any) -> None:
     and say where. Simulated entries are the cost model plus noise and never serve."""
     import tempfile
 
-    if args.simulate and args.out in ("user", "system"):
+    if args.simulate and args.out in ("user", "system") and getattr(args, "dry_run", False):
+        console.print(f"--simulate --dry-run: nothing is written (a run would write to a new temporary "
+                      f"directory, not the {args.out} tier)", highlight=False)
+    elif args.simulate and args.out in ("user", "system"):
         args.given_out = args.out
         tier, args.out = args.out, tempfile.mkdtemp(prefix="tunedb-simulate-")
         console.print(f"--simulate: writing to the temporary directory {args.out}, not the {tier} "
@@ -236,12 +239,19 @@ def run(args: argparse.Namespace) -> int:
     from tunedb.build import compile_pool, speculative, timeline
 
     console = Console()
-    simulated_out(args, console)
     opts = replace(options_from(args), pair_cross=False)  # wall time first (BuildOptions.pair_cross)
-    pipeline.buildsteps.check_options(opts, gpu=True)
+    # --simulate into a tier goes to a new directory under the system's temporary one, made below
+    # only once every option holds (a refused command leaves no directory behind)
+    sim_tier = args.simulate and args.out in ("user", "system")
+    import tempfile
+
+    pipeline.buildsteps.check_options(replace(opts, out=tempfile.gettempdir()) if sim_tier else opts, gpu=True)
     from tunedb.census.presets import check_lengths
 
     check_lengths(args.workload, args.unit, args.max_length, args.length_step)  # before a worker starts
+    if sim_tier:
+        simulated_out(args, console)
+        opts = replace(opts, out=args.out)
     from tunedb.census import beside
 
     likely = pipeline.buildsteps.gpu_likely()

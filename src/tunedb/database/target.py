@@ -40,19 +40,26 @@ def check_target(path: Path, kernel_family: str, arch_family: str, *, fresh: boo
 
 
 def unwritable(path: Path) -> str | None:
-    """Why a whole-file write of `path` (under its lock, atomically) would fail, or None: the
-    writer's own first steps (the directory, then its lock file) are taken now, and the directory
-    must take a new file (the temporary one goes beside the target)."""
+    """Why a whole-file write of `path` (under its lock, atomically) would fail, or None. A new
+    file is made and removed in the nearest directory that exists (what the writer's directories,
+    lock file and temporary file need), so a refused command leaves no directory or lock behind
+    (session 53: a refused build left <family>.json.lock in a new tree)."""
+    import tempfile
+
+    base = next((p for p in (path.parent, *path.parent.parents) if os.path.lexists(p)), None)
+    if base is None or not base.is_dir():
+        return f"{base or path.parent}: not a directory"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(lock_path(path), "a", encoding="utf-8"):
-            pass
+        fd, probe = tempfile.mkstemp(dir=base, prefix=".tunedb-writable-")
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
-        return f"{exc.filename or path.parent}: {exc.strerror or exc}"
-    if path.exists() and not os.access(path, os.W_OK):
-        return "permission denied"
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        return f"{path.parent}: permission denied (a new file cannot be made there)"
+        return f"{base}: {exc.strerror or exc}"
+    if not os.access(base, os.W_OK | os.X_OK):
+        return f"{base}: permission denied (a new file cannot be made there)"
+    for f in (path, lock_path(path)):
+        if f.exists() and not os.access(f, os.W_OK):
+            return f"{f}: permission denied"
     return None
 
 

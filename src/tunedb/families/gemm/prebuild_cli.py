@@ -69,13 +69,20 @@ def _jobs_for_arch(args: argparse.Namespace, arch_family: str) -> tuple[list, st
         if not sigs:
             raise BuildError(f"census file {args.census} names no GEMM signature (gemm|op=...|dt=...|N=..|K=..)")
         what = f"{len(sigs)} signatures from {args.census}"
+        # --referenced's configs join whatever the census asks for (they were dropped here)
+        referenced = _referenced_ids(args.referenced) if args.referenced is not None else []
+        extra = set(prebuild.jobs_for(configs.compile_set(arch_family, referenced)))
+        if referenced:
+            what += f" + {args.referenced}'s configs"
         if settings.compile_set() == "all":
             return prebuild.jobs_for(configs.config_space(arch_family)), what
         if args.every_valid or arch_family not in _arch.SHIPPED_ARCHES:
             # the build plan ranks with a measured profile's cost model; without one, every valid config
-            return prebuild.jobs_for_census(sigs, arch_family), what + " (every valid config)"
+            note = "" if args.every_valid or not args.thin else "; --thin plans need a shipped arch's cost model"
+            return (sorted(set(prebuild.jobs_for_census(sigs, arch_family)) | (extra if referenced else set())),
+                    what + f" (every valid config{note})")
         planned = _planned_jobs(argparse.Namespace(**{**vars(args), "arch": arch_family}))
-        return sorted(set(planned) | set(prebuild.jobs_for(configs.compile_set(arch_family, [])))), what
+        return sorted(set(planned) | extra), what
     chosen = configs.compile_set(arch_family, _referenced_ids(args.referenced))
     return prebuild.jobs_for(chosen), f"compile set ({settings.compile_set()}: {len(chosen)} configs)"
 
@@ -109,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
     for a in arches:  # before any compiler runs (it would assert)
         if a not in configs.known_arches():
             raise BuildError(f"unknown --arch {a!r}: prebuild compiles for {', '.join(configs.known_arches())}")
+    if args.census is None and (args.thin or args.max_points is not None or args.every_valid):
+        given = [f for f, on in (("--thin", args.thin), ("--max-points", args.max_points is not None),
+                                 ("--every-valid", args.every_valid)) if on]
+        raise BuildError(f"{', '.join(given)} shape(s) the plan of a census: give --census FILE (without one "
+                         f"prebuild compiles the compile set, TUNEDB_COMPILE_SET)")
     if args.census is not None and not args.census.is_file():
         what = ("is a directory" if args.census.is_dir() else "is not a regular file" if args.census.exists()
                 else "does not exist")
@@ -162,12 +174,16 @@ def _print_plan(args: argparse.Namespace, planned: dict, reference: set[str]) ->
     from tunedb.families.gemm import configs, prebuild
 
     census = f" --census {args.census}" if args.census is not None else ""
+    # step 1 repeats every option that shaped the plan shown (it is run elsewhere, later)
+    shaped = census + (" --every-valid" if args.every_valid else "") + (
+        f" --thin --max-points {args.max_points}" if args.thin else "") + (
+        f" --referenced {args.referenced}" if args.referenced is not None else "")
     for a, (jobs, what) in planned.items():
         skip = prebuild.ptxas_problem(configs.capability(a))
         print(f"{a}: {what} -> {len(jobs)} binaries ({len({j.config_id for j in jobs})} configs); "
               f"{_invalid(a, reference)} chosen config(s) invalid on {a}"
               + (f"; cannot compile here: {skip}" if skip else ""))
-        print(f"  1. here (CPU):  tunedb prebuild --arch {a}{census} --jobs {args.jobs}")
+        print(f"  1. here (CPU):  tunedb prebuild --arch {a}{shaped} --jobs {args.jobs}")
         print(f"  2. carry the cache ({prebuild.triton_cache_dir()}) to an {a} GPU machine with the same Triton "
               f"{prebuild.triton_version()} and Python; set TRITON_CACHE_DIR to it "
               f"(prebuild.relocate_cache fixes the paths when it moved)")
