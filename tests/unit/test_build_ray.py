@@ -78,6 +78,7 @@ def test_killed_actor_costs_only_its_point(cluster, cache, serial, monkeypatch) 
     assert res.workers["1"]["points"] + res.workers["0"]["points"] >= sum(len(p.points) for p in res.plans)
     assert res.workers["1"]["points"] > res.workers["0"]["points"]
     assert regions(res.path) == serial[0]
+    assert res.census_seconds["llama"] > 0  # the actors' GPU seconds (was 0.0: timed after they finished)
     # the killed attempt's measurements never reached the log: it holds the serial build's arms
     lines = (cache / "db" / "measurements.jsonl").read_text().splitlines()
     assert len(lines) == serial[1] <= res.arms_measured  # a whole re-measured point counts its discarded half too

@@ -155,3 +155,20 @@ def test_prebuild_dry_run_step_one_repeats_the_options_of_its_plan_and_reference
         return int(text.split(" binaries (")[0].rsplit(" ", 1)[1])
 
     assert binaries(shown) > binaries(plain)
+
+
+def test_a_run_id_resumed_into_another_out_is_refused(capsys, home):
+    census = _census(home)
+    assert cli.main(["build", "--census", str(census), "--out", str(home / "a"), "--simulate", "--run-id", "r53"]) == 0
+    capsys.readouterr()
+    line = one_line_error(capsys, ["build", "--census", str(census), "--out", str(home / "b"), "--simulate",
+                                   "--run-id", "r53"])
+    assert "run r53" in line and "target differ" in line and not (home / "b").exists()
+    assert cli.main(["build", "--census", str(census), "--out", str(home / "a"), "--simulate", "--run-id", "r53"]) == 0
+
+
+def test_no_write_to_a_directory_that_takes_no_log_is_refused_before_measuring(capsys, home):
+    (home / "afile").write_text("")  # a directory under a file: nothing can be made there, even as root
+    line = one_line_error(capsys, ["build", "--census", str(_census(home)), "--out", str(home / "afile" / "o"),
+                                   "--simulate", "--no-write"])
+    assert "--no-write still appends the measurement log" in line and "nothing was measured" in line

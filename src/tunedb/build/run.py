@@ -192,6 +192,8 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
         target = None
     if not opts.dry_run:  # a target the final write would refuse stops the build before measuring
         database.check_target(target, opts.family, arch.arch_family, fresh=opts.fresh, write=not opts.no_write)
+        if opts.no_write and opts.out not in database.TIERS:  # --no-write still appends DIR/measurements.jsonl
+            buildsteps.check_log_writable(opts.out)
     existing = buildsteps.existing_file(target, opts.family, arch.arch_family)
     if opts.simulate and not opts.fresh and not opts.dry_run and existing is not None:
         buildsteps.refuse_simulated_merge(target, existing)
@@ -218,7 +220,10 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
     from tunedb.measure.log import MeasurementLog, new_run_id, read_log
 
     points = by_census[0]
-    run = checkpoint.open_run(opts.run_id or new_run_id(), buildsteps.run_meta(opts, arch, points))
+    # the target is an input too: a run resumed into another --out left its log and half its
+    # measurements in the first one (session 53)
+    run = checkpoint.open_run(opts.run_id or new_run_id(), {**buildsteps.run_meta(opts, arch, points),
+                                                            "target": str(Path(target).resolve())})
     result.run_id = run.run_id
     result.log_path = buildsteps.log_file(opts.out, target, run)
     gpu_id = {}
@@ -251,6 +256,7 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
             measure.worker.prestart(StartRequest(opts.family))
     setup_s = time.perf_counter() - started
     entries: dict[Signature, Entry] = {}
+    spread_done: dict[Signature, Any] = {}  # the actors' signatures, as checkpointed (arms, GPU seconds)
     try:
         if distributed.wanted(opts):
             spread = distributed.measure_all([p for p in plans if p.signature not in finished], opts, arch,
@@ -259,17 +265,22 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
             measure.arms += spread.arms
             result.workers, result.lost = spread.workers, tuple(spread.lost)
             measure.phases.update(spread.phases)
+            spread_done = {s: f for s, f in run.finished().items() if s in spread.entries}
         if measure.ahead is not None:  # the rest of its points in compile order, before the loop takes them
             speculative.fill_after([p for p in plans if p.signature not in finished], measure)
         index = 0
         for name, _ in censuses:
             t0, arms0 = time.perf_counter(), measure.arms
+            spread_arms, spread_s = 0, 0.0  # measured before this loop, by the actors
             for sig in owner[name]:
                 index += 1
                 if sig in finished:
                     entries[sig] = finished[sig].entry
                     continue
                 if sig in entries:  # measured by the actors
+                    done = spread_done.get(sig)
+                    if done is not None:
+                        spread_arms, spread_s = spread_arms + done.arms_measured, spread_s + done.seconds
                     continue
                 plan = by_sig[sig]
                 reporter.signature(plan, index, len(plans))
@@ -278,9 +289,9 @@ def run(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, timer: Any
                 entries[sig] = entry
                 run.save(checkpoint.Finished(entry, buildsteps.entry_config_ids(entry),
                                              measure.arms - a0, round(time.perf_counter() - s0, 3)))
-            secs = time.perf_counter() - t0
+            secs = time.perf_counter() - t0 + spread_s  # the actors' time: GPU-busy seconds, summed
             result.census_seconds[name] = secs
-            reporter.census_done(name, len(owner[name]), measure.arms - arms0, secs)
+            reporter.census_done(name, len(owner[name]), measure.arms - arms0 + spread_arms, secs)
     finally:
         measure.close()
         reporter.stop()

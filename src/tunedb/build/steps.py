@@ -381,6 +381,18 @@ def log_file(out: str, target: Path, run: checkpoint.RunDir) -> Path:
     return (base.parent if base.suffix == ".json" else base) / checkpoint.LOG_FILE
 
 
+def check_log_writable(out: str) -> None:
+    """BuildError before measuring when --out DIR cannot take the measurement log (--no-write
+    skips the target's own check, and the log's first append failed mid-build)."""
+    from tunedb.out_paths import why_unwritable
+
+    log = log_file(out, Path(out), None)  # type: ignore[arg-type]  (a directory's log: no run needed)
+    why = why_unwritable(log)
+    if why is not None:
+        raise BuildError(f"--no-write still appends the measurement log {log}: {why}; choose a writable --out "
+                         "DIR; nothing was measured")
+
+
 def existing_file(path: Path | None, family: str, arch_family: str) -> database.DatabaseFile | None:
     if path is None or not path.exists():
         return None

@@ -43,7 +43,8 @@ def add_build_options(parser: argparse.ArgumentParser, *, out_default: str | Non
     parser.add_argument("--fresh", action="store_true", help="replace the target file instead of merging")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; measure nothing")
     parser.add_argument("--no-write", action="store_true",
-                        help="measure, then print the diff against the current file without writing it")
+                        help="measure, then print the diff against the current file without writing it "
+                             "(--out DIR: the measurement log DIR/measurements.jsonl is still appended)")
     parser.add_argument("--simulate", action="store_true",
                         help="measure with the fake timer (cost model + seeded noise); entries say 'simulated'")
     parser.add_argument("--seed", type=int, default=0, help="--simulate: the noise seed (default 0)")
