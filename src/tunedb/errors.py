@@ -19,6 +19,7 @@
     └── CutoffError           a solver-cutoff call, trace or decision file is malformed
 
     TunedbWarning (UserWarning)
+    ├── SettingsWarning       a TUNEDB_* variable tunedb does not know (a misspelled name is ignored)
     ├── DatabaseWarning       a database file or entry was skipped (corrupt, mismatched, unusable config)
     └── AutotuneWarning       an autotune cache was refused or differs in environment, or a shape fell back
         └── NoGPUWarning      confirm()/autotune() on a machine without a CUDA GPU: nothing measured
@@ -101,6 +102,10 @@ class UncoveredShapeError(TunedbError):
 
 class TunedbWarning(UserWarning):
     """Base class of every warning tunedb emits."""
+
+
+class SettingsWarning(TunedbWarning):
+    """A TUNEDB_* environment variable that names no setting (misspelled: nothing reads it)."""
 
 
 class DatabaseWarning(TunedbWarning):

@@ -248,18 +248,38 @@ def problems() -> dict[str, str]:
     return {s.name: why for s in ALL if (why := s.problem()) is not None}
 
 
+def unknown() -> dict[str, str]:
+    """Every TUNEDB_* variable set that names no setting: name -> what to do (the closest name)."""
+    import difflib
+
+    known = [s.name for s in ALL]
+    out = {}
+    for name in sorted(n for n in os.environ if n.startswith("TUNEDB_") and n not in known):
+        near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        out[name] = (f"{name} is not a tunedb setting (nothing reads it)"
+                     + (f"; did you mean {near[0]}?" if near else "; `tunedb status` lists the settings"))
+    return out
+
+
 def check_all() -> None:
     """Refuse the environment when any TUNEDB_* variable holds a value it does not accept, naming
-    every one (the CLI calls this at start; the package on its first read of any setting)."""
+    every one (the CLI calls this at start; the package on its first read of any setting); warn
+    (SettingsWarning) of each TUNEDB_* name that is no setting, once per environment."""
     bad = problems()
     if bad:
         raise SettingsError("; ".join(bad.values()))
+    for why in unknown().values():
+        import warnings
+
+        from tunedb.errors import SettingsWarning
+
+        warnings.warn(why, SettingsWarning, stacklevel=2)
 
 
 def _check_environment_once() -> None:
     # The first read of any setting checks them all, so a bad value is refused up front rather
     # than only when (and if) the code path that reads it runs. Once per distinct environment.
-    key = tuple(os.environ.get(s.name) for s in ALL)
+    key = (*(os.environ.get(s.name) for s in ALL), *sorted(n for n in os.environ if n.startswith("TUNEDB_")))
     if key in _checked:
         return
     check_all()

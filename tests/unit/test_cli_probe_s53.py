@@ -172,3 +172,14 @@ def test_no_write_to_a_directory_that_takes_no_log_is_refused_before_measuring(c
     line = one_line_error(capsys, ["build", "--census", str(_census(home)), "--out", str(home / "afile" / "o"),
                                    "--simulate", "--no-write"])
     assert "--no-write still appends the measurement log" in line and "nothing was measured" in line
+
+
+def test_a_misspelled_setting_is_warned_with_the_name_it_likely_meant(capsys, home, monkeypatch):
+    from tunedb.errors import SettingsWarning
+
+    monkeypatch.setenv("TUNEDB_CACHEDIR", str(home / "elsewhere"))
+    with pytest.warns(SettingsWarning, match="TUNEDB_CACHEDIR is not a tunedb setting .*did you mean TUNEDB_CACHE_DIR"):
+        settings.check_all()
+    assert cli.main(["status", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert "TUNEDB_CACHE_DIR" in shown["unknown_settings"]["TUNEDB_CACHEDIR"]

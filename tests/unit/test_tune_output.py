@@ -178,7 +178,8 @@ def test_what_to_run_on_a_gpu_keeps_the_flags_that_change_the_measurement(cpu, c
     """--out, --top-k, --exhaustive and the like stay in the command suggested for a GPU, and the
     sentence names where it writes; after --dry-run it does not suggest --dry-run (CLI audit)."""
     with database.system_root_override(system_tier(cpu / "sys", "0.0.1")):
-        lines = tune(capsys, monkeypatch, 250, "--out", str(tmp_path / "db"), "--top-k", "4", "--exhaustive",
+        # a terminal wide enough for the sentence whatever the temporary path (pytest -n's are longer)
+        lines = tune(capsys, monkeypatch, 1000, "--out", str(tmp_path / "db"), "--top-k", "4", "--exhaustive",
                      "--dry-run").splitlines()
     (line,) = [ln for ln in lines if ln.startswith("On a GPU machine run")]
     assert f"--out {tmp_path / 'db'} --top-k 4 --exhaustive`" in line

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         rep = database.report(arch)
     invalid = settings.problems()
     if args.json:
-        print(json.dumps({**rep.to_json(), "invalid_settings": invalid}, indent=2))
+        print(json.dumps({**rep.to_json(), "invalid_settings": invalid, "unknown_settings": settings.unknown()},
+                         indent=2))
     else:
         _render(rep, invalid)
     return 0
@@ -93,6 +94,10 @@ def _render(rep, invalid: dict[str, str] | None = None) -> None:
                                    esc(invalid[name]))
         else:
             settings_table.add_row(esc(name), esc(value or "(unset)"), esc(doc))
+    from tunedb import settings
+
+    for name, why in settings.unknown().items():  # a misspelled name: nothing reads it
+        settings_table.add_row(f"[yellow]{esc(name)}[/yellow]", "[yellow](UNKNOWN)[/yellow]", esc(why))
     console.print(settings_table)
     if invalid:
         console.print(f"[red]{len(invalid)} invalid setting(s)[/red]: every other tunedb command refuses "
