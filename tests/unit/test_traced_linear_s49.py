@@ -70,7 +70,7 @@ def test_a_fused_pair_adds_few_guards_to_a_compiled_forward():
     extra = _guards(tuned, x) - _guards(plain, x)
     # traced, intact() read weakrefs, both slots and every hook dict on both sides of the pair
     assert extra <= 32, extra  # 41 before session 49 (26 then; 31 with session 50's version check and caller rule;
-    # session 53's read of the activation's settings: +3)
+    # session 53's read of the activation's settings: +3, its trace-time caller check: +1)
 
 
 def _swap_every_gelu(model):

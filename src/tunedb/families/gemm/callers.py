@@ -4,6 +4,7 @@ nested in them) and the frame walk that asks whether the parent's own code made 
 the module's own output, not the fused one. fused_pair and the conv family's fusion ask it."""
 from __future__ import annotations
 
+import re
 import sys
 import types
 from typing import Any
@@ -78,4 +79,60 @@ def run_by(parent: Any, depth: int) -> bool:
         return True
     # the rest of the parent's forward after a graph break, run eagerly by Dynamo (its code is
     # made from the forward's): the Linear before the break was traced fused
-    return f.f_code.co_name.startswith("torch_dynamo_resume_in_")
+    return f.f_code.co_name.startswith("torch_dynamo_resume_in_") and resumes(f.f_code, type(parent))
+
+
+_RESUME = re.compile(r"torch_dynamo_resume_in_(.+)_at_(\d+)")
+
+
+def resumes(code: types.CodeType, cls: type) -> bool:
+    """Whether `code`, a Dynamo resume function, continues one of `cls`'s methods after a graph
+    break (its name gives the method's and the break's line; its file is the method's): an
+    outer module's forward resumed after its own break is not the parent's code (session 53)."""
+    m = _RESUME.fullmatch(code.co_name)
+    if m is None:
+        return False
+    name, line = m.group(1), int(m.group(2))
+    while (inner := _RESUME.fullmatch(name)) is not None:  # a resume of a resume
+        name = inner.group(1)
+    class_codes(cls)
+    for c in _CLASS_CODES[cls][1]:
+        if c.co_name == name and c.co_filename == code.co_filename:
+            lines = [ln for *_, ln in c.co_lines() if ln is not None]
+            if lines and min(lines) <= line <= max(lines):
+                return True
+    return False
+
+
+_OWN_DIR = __file__.rsplit("/families/", 1)[0]  # tunedb's package directory: its frames are no caller
+
+
+def _dynamo_tx() -> Any:
+    """The Dynamo translator tracing the call of the constant function this runs in (its
+    invoke_and_store_as_constant frame's `tx`), or None outside such a call."""
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "invoke_and_store_as_constant":
+            return f.f_locals.get("tx")
+        f = f.f_back
+    return None
+
+
+def traced_by(cls: type | None) -> bool:
+    """run_by for a compiler's trace: whether the code the trace inlined the module's call from
+    is `cls`'s (what optimize()'s fusion rules read) or the rest of it after a graph break.
+    Called from a function Dynamo runs as a constant at trace time (its translators' chain
+    stands for the frames: each inlined function's code, its caller's translator as `parent`).
+    Unknown (no translator found, an internal Dynamo changed): False, the unfused form."""
+    tx = _dynamo_tx() if cls is not None else None
+    if tx is None:
+        return False
+    codes = class_codes(cls)  # type: ignore[arg-type]
+    while tx is not None:
+        code = getattr(tx, "f_code", None)
+        if code is None:
+            return False
+        if id(code) not in _MODULE_CALLS and not code.co_filename.startswith(_OWN_DIR):
+            return id(code) in codes or resumes(code, cls)  # type: ignore[arg-type]
+        tx = getattr(tx, "parent", None)
+    return False

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _nn_module
 
-from tunedb.families.gemm.callers import class_codes, run_by
+from tunedb.families.gemm.callers import class_codes, run_by, traced_by
 
 # torch's process-wide hooks (register_module_forward_hook): dicts mutated in place, bound once
 _GLOBAL_HOOKS = tuple(getattr(_nn_module, name, {}) for name in (
@@ -156,6 +156,7 @@ class FusedPair:
         if parent is not None:
             self.kind = kind_of(type(parent), self.lin_attr, self.act_attr)
             _MEMBERS.setdefault(self.kind, weakref.WeakSet()).add(self)
+            _KIND_CLASS[self.kind] = type(parent)
         self._name_settings()
 
     def _name_settings(self) -> None:
@@ -302,10 +303,25 @@ def intact_kind(kind: str, epoch: int, settings: tuple[Any, ...] = ()) -> bool:
 intact_kind._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
+_KIND_CLASS: dict[str, type] = {}  # each kind's parent class (whose code may call the pair fused)
+
+
+def called_by_parent(kind: str) -> bool:
+    """Whether the side of a pair of `kind` being traced was called by its parent's own code
+    (callers.traced_by): model code elsewhere (an outer module's attrgetter("block.fc"), a helper
+    in another file) must get the Linear's own output, as run_by gives it eagerly. A trace
+    constant, per call site."""
+    return traced_by(_KIND_CLASS.get(kind))
+
+
+called_by_parent._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def fused_traced(kind: str) -> bool:
     """A fused side's decision while a compiler traces: its kind's constant, under the epoch (read
-    here, through this module only: one source, no aliasing guard)."""
-    return intact_kind(kind, _EPOCH[0], ())
+    here, through this module only: one source, no aliasing guard), and its caller the parent's
+    code (called_by_parent: per call site)."""
+    return intact_kind(kind, _EPOCH[0], ()) and called_by_parent(kind)
 
 
 _OBJECTS_CONSTANT: list[bool] = []
@@ -348,7 +364,8 @@ class FusedActivation(nn.Identity):
             # the child read (its type guarded): one set through _modules (no registration hook)
             # retraces; and its settings (guarded by value: one changed on the module itself retraces)
             act = self._modules.get("activation")
-            if kind is None or intact_kind(kind, _EPOCH[0], tuple(getattr(act, k, None) for k in setting_names(kind))):
+            if kind is None or (intact_kind(kind, _EPOCH[0], tuple(getattr(act, k, None) for k in setting_names(kind)))
+                                and called_by_parent(kind)):
                 return input
         else:
             pair = d.get("_tunedb_fused")

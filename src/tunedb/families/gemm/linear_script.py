@@ -23,13 +23,14 @@ def script_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
     return torch.ops.tunedb.gemm_act(input, self.weight, self.bias, self._script_act)
 
 
-def traced_forward(module: Any, x: torch.Tensor) -> torch.Tensor:
+def traced_forward(module: Any, by_parent: bool, x: torch.Tensor) -> torch.Tensor:
     """TunedLinear's forward while torch.jit.trace records it: the tuned op through the
     dispatcher, where the tracer sees it, whatever the grad mode and device; a fused activation
-    module on the CPU runs as in eager mode (the model's own rounding, TunedLinear.forward)."""
+    module on the CPU runs as in eager mode (the model's own rounding, TunedLinear.forward).
+    by_parent: whether the pair's parent's code made this call (TunedLinear._slow_forward)."""
     weight, bias, act = module.weight, module.bias, module.act
     act_module = module.__dict__.get("_act_module")
-    if fused_pair.live_act(module, act) != act:  # the pair no longer holds: the slot applies it
+    if not by_parent or fused_pair.live_act(module, act) != act:  # the slot applies it (or no one)
         act, act_module = "none", None
     if act_module is not None and x.is_cpu:
         return act_module(F.linear(x, weight, bias))

@@ -234,7 +234,11 @@ class TunedLinear(nn.Module):
         # nn.Module.__call__ takes this path instead of forward only while torch.jit.trace
         # records: the trace gets the tuned op (linear_script.traced_forward), under the module
         # scope nn.Module's own _slow_forward names
-        traced = functools.partial(linear_script.traced_forward, self)
+        # who called (run_by, as eagerly): the trace records the path of this call, so a caller
+        # other than the pair's parent (a helper's block.fc(x)) records the Linear's own output
+        pair = self.__dict__.get("_tunedb_fused")
+        by_parent = pair is None or fused_pair.run_by(pair._parent(), 1)
+        traced = functools.partial(linear_script.traced_forward, self, by_parent)
         traced._tunedb_trace = True  # type: ignore[attr-defined]  # fused_pair: the pair still holds
         self.__dict__["forward"] = traced
         try:
