@@ -334,6 +334,10 @@ def _fusions(model: nn.Module, holders: dict[int, int]) -> dict[tuple[int, str],
         if not _may_fuse(children):
             continue
         for act_attr, lin_attr in _class_calls(type(parent)):
+            if act_attr in parent.__dict__ or lin_attr in parent.__dict__:
+                # an instance attribute shadows the child: `self.activation` is not the module
+                # (nn.TransformerDecoderLayer's __setstate__ sets activation = F.relu over a GELU child)
+                continue
             kind = fusable(children.get(lin_attr), children.get(act_attr))
             if kind and walked(parent):
                 break

@@ -1,0 +1,34 @@
+"""A child that an instance attribute of the same name shadows is not what the parent's code
+calls (`self.activation` finds the instance attribute first): optimize() does not fuse it
+(session 53: nn.TransformerDecoderLayer's __setstate__, run by the deepcopy in _get_clones,
+sets activation = F.relu over a GELU child; the fused Linear applied GELU, and the slot it left
+had no child, so a hook on the Linear then raised KeyError)."""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+import tunedb
+from tunedb.families.gemm.fused_pair import FusedActivation
+
+
+def _decoder():
+    torch.manual_seed(0)
+    layer = nn.TransformerDecoderLayer(16, 4, 32, activation=nn.GELU(), dropout=0.0)
+    return nn.TransformerDecoder(layer, 2).eval()
+
+
+def test_a_shadowed_activation_child_is_not_fused_and_the_model_gives_the_plain_output():
+    plain = _decoder()
+    assert plain.layers[0].__dict__["activation"] is torch.nn.functional.relu  # torch's own shadow
+    tuned = tunedb.optimize(copy.deepcopy(plain), families="all")
+    layer = tuned.layers[0]
+    assert layer.linear1.__dict__.get("act", "none") == "none"
+    assert not any(isinstance(m, FusedActivation) for m in tuned.modules())
+    x = torch.randn(5, 2, 16)
+    layer.linear1.register_forward_hook(lambda m, i, o: None)
+    with torch.no_grad():
+        torch.testing.assert_close(tuned(x, x), plain(x, x), rtol=0, atol=0)
+
