@@ -86,3 +86,13 @@ def test_a_compiled_model_retraces_after_the_setting_changes():
         _set_every_gelu(tuned, "none")
         assert torch.allclose(compiled(x), plain(x), atol=1e-6)
         assert pair.shared  # found by the retrace, before anything asked eagerly
+
+
+def test_a_forward_set_on_the_activation_instance_unfuses_the_pair():
+    import types
+
+    _, tuned = _fused_mlp("tanh")
+    pair = tuned[1].__dict__["_tunedb_fused"]
+    act = tuned[1].activation
+    act.forward = types.MethodType(lambda self, x: torch.tanh(x), act)  # a patch found by model.modules()
+    assert not pair.intact()

@@ -201,8 +201,8 @@ class FusedPair:
         # parent, then calls the Linear, and run_by would unfuse one side only; TunedLinear's own
         # torch.jit.trace form is marked and keeps the pair), or one side compiled alone
         # (Module.compile(): its trace cannot see the caller, the other side's eager call can)
-        if _rewired(linear) or _rewired(blank):
-            return False
+        if _rewired(linear) or _rewired(blank) or (act is not None and _rewired(act)):
+            return False  # (the activation's own forward replaced: the kernel applies the old one)
         g0, g1, g2, g3 = _GLOBAL_HOOKS
         return not (g0 or g1 or g2 or g3)
 
