@@ -68,3 +68,20 @@ def test_a_resume_function_of_another_class_is_not_the_parents_code():
         co_name=f"torch_dynamo_resume_in_forward_at_{BrokenBlock.forward.__code__.co_firstlineno + 3}")
     assert callers.resumes(fake, BrokenBlock)
     assert not callers.resumes(fake, TapByGetter)  # the same file and name, another method's lines
+
+
+def test_jit_trace_runs_and_keeps_a_forward_set_on_a_swapped_linears_instance():
+    def build():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4)).eval()
+
+    plain, tuned = build(), tunedb.optimize(build(), families="all")
+    for m in (plain, tuned):  # as accelerate's add_hook_to_module wraps it
+        orig = m[0].forward
+        m[0].forward = lambda x, orig=orig: orig(x) * 2
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        traced = torch.jit.trace(tuned, x, check_trace=False)
+        torch.testing.assert_close(traced(x), plain(x), rtol=0, atol=0)
+        assert "forward" in tuned[0].__dict__
+        torch.testing.assert_close(tuned(x), plain(x), rtol=0, atol=0)

@@ -234,17 +234,26 @@ class TunedLinear(nn.Module):
         # nn.Module.__call__ takes this path instead of forward only while torch.jit.trace
         # records: the trace gets the tuned op (linear_script.traced_forward), under the module
         # scope nn.Module's own _slow_forward names
+        d = self.__dict__
+        prior = d.get("forward")
+        if prior is not None and not _is_quiet(prior):
+            # a forward set on the instance after optimize() (accelerate's hooks wrap it): the
+            # trace records what it runs, as on the plain module, and it stays where it was set
+            return super()._slow_forward(*args, **kwargs)
         # who called (run_by, as eagerly): the trace records the path of this call, so a caller
         # other than the pair's parent (a helper's block.fc(x)) records the Linear's own output
-        pair = self.__dict__.get("_tunedb_fused")
+        pair = d.get("_tunedb_fused")
         by_parent = pair is None or fused_pair.run_by(pair._parent(), 1)
         traced = functools.partial(linear_script.traced_forward, self, by_parent)
         traced._tunedb_trace = True  # type: ignore[attr-defined]  # fused_pair: the pair still holds
-        self.__dict__["forward"] = traced
+        d["forward"] = traced
         try:
             return super()._slow_forward(*args, **kwargs)
         finally:
-            self.__dict__.pop("forward", None)
+            if prior is None:
+                d.pop("forward", None)
+            else:
+                d["forward"] = prior  # the quiet forward (quiet_members) stays
 
     def table_key(self) -> tuple[Any, ...]:
         """The launch-table key prefix of this layer's calls: (op, dtype, N, K, act, has_bias)."""
