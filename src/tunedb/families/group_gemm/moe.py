@@ -162,14 +162,16 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     if grad_form.wants_grad((hidden_states, top_k_weights, self.gate_up_proj, self.down_proj)) \
             or hidden_states.numel() == 0 or getattr(self, "_is_expert_parallel", False) \
-            or autocast_rule.casts(hidden_states.device.type, hidden_states, self.gate_up_proj, self.down_proj):
+            or autocast_rule.casts(hidden_states.device.type, hidden_states, self.gate_up_proj, self.down_proj) \
+            or _watched(self.act_fn):
         # a training step: the Triton arm has no backward (the experts and the router would get
         # no gradient); no token: no group_gemm key; expert parallelism (transformers'
         # distributed/expert_parallel.py) routes non-local slots to the sentinel id E, which the
         # model's forward skips and group_gemm refuses (s41 audit); autocast to another dtype: the
         # model's F.linear calls run in the autocast dtype, group_gemm would keep the experts' (an
-        # fp16 model under bf16 autocast differed from plain by 1e-2, s42 audit). The model's own
-        # forward computes it
+        # fp16 model under bf16 autocast differed from plain by 1e-2, s42 audit); a hook on the
+        # activation module would see [T, k, I] in slot order, not the model's per-expert rows
+        # (s53 probe). The model's own forward computes it
         return type(self).forward(self, hidden_states, top_k_index, top_k_weights)
     inter = self.down_proj.shape[-1]
     ids = top_k_index if top_k_index.dtype.is_signed and top_k_index.dtype.itemsize >= 4 else top_k_index.int()
@@ -191,6 +193,15 @@ def tuned_forward(self: Any, hidden_states: Any, top_k_index: Any, top_k_weights
     if eager and y.shape[1] > 2:
         return _add_in_expert_order(y, top_k_index).to(hidden_states.dtype)
     return y.sum(1).to(hidden_states.dtype)
+
+
+def _watched(act: Any) -> bool:
+    """Whether a hook watches the experts' activation module (its own, or every module's)."""
+    from torch.nn.modules import module as nn_module
+
+    own = getattr(act, "_forward_hooks", None) is not None and bool(
+        act._forward_hooks or act._forward_pre_hooks or act._backward_hooks or act._backward_pre_hooks)
+    return own or bool(nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks)
 
 
 def _add_in_expert_order(y: Any, top_k_index: Any) -> Any:
