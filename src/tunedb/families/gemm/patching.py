@@ -114,7 +114,12 @@ class TunedLinear(nn.Module):
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.weight = linear.weight
-        self.bias = linear.bias
+        # nn.Linear(bias=False)'s own form: a None entry of _parameters (a bias added later with
+        # register_parameter, BitFit-style, works as on nn.Linear; a plain tensor is refused)
+        if linear.bias is None or isinstance(linear.bias, nn.Parameter):
+            self.register_parameter("bias", linear.bias)
+        else:  # a plain tensor set where nn.Linear's bias was (a buffer-like attribute): as it was
+            self.bias = linear.bias
         self.act = act
         self.approximate = approximate
         self.train(linear.training)
