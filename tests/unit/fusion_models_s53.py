@@ -3,10 +3,9 @@ whose forward breaks Dynamo's graph between the pair (test_fusion_callers_s53.py
 their own: fusion rule 2 reads a class's whole source file."""
 import operator
 
+import fusion_helpers_s53
 import torch
 from torch import nn
-
-import fusion_helpers_s53
 
 
 class Block(nn.Module):

@@ -6,19 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from test_cli_errors import one_line_error
 
 from tunedb import cli, settings
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "db"
-
-
-def one_line_error(capsys, argv, rc=2) -> str:
-    assert cli.main(list(argv)) == rc
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 import torch
-import torch.fx as fx
+from torch import fx
 
 import tunedb.families.bmm.ops as bo
 import tunedb.families.conv.ops as co
