@@ -173,3 +173,13 @@ def test_a_misspelled_setting_is_warned_with_the_name_it_likely_meant(capsys, ho
     assert cli.main(["status", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert "TUNEDB_CACHE_DIR" in shown["unknown_settings"]["TUNEDB_CACHEDIR"]
+
+
+def test_a_figure_path_that_cannot_be_written_is_refused_before_the_work(tmp_path):
+    from tunedb.errors import EvaluationError
+    from tunedb.evaluate.regret import check_figure_path
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(EvaluationError, match="--png .*afile.*not a directory"):
+        check_figure_path("--png", str(tmp_path / "afile" / "fig.png"))
+    check_figure_path("--png", str(tmp_path / "new" / "fig.png"))  # a directory still to make: fine

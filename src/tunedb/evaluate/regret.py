@@ -316,6 +316,11 @@ def check_figure_path(flag: str, path: str) -> None:
                               "(chosen by the file's suffix)")
     if Path(path).is_dir():
         raise EvaluationError(f"{flag} {path} is a directory; name the figure's file")
+    from tunedb.out_paths import why_unwritable
+
+    why = why_unwritable(path)  # a read-only place failed only after the whole evaluation printed
+    if why is not None:
+        raise EvaluationError(f"{flag} {path}: {why}; write the figure elsewhere")
 
 
 def save_figure(path: str, ev: Evaluation | None, regions: Mapping[str, Sequence[Region]],
