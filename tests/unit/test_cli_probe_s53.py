@@ -183,3 +183,27 @@ def test_a_figure_path_that_cannot_be_written_is_refused_before_the_work(tmp_pat
     with pytest.raises(EvaluationError, match="--png .*afile.*not a directory"):
         check_figure_path("--png", str(tmp_path / "afile" / "fig.png"))
     check_figure_path("--png", str(tmp_path / "new" / "fig.png"))  # a directory still to make: fine
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("contended_by", "abc", "'contended_by' must be a JSON list"),
+    ("contended_by", ["a"], "'contended_by' must list process ids"),
+    ("traces", [1], "'traces' must be a JSON object"),
+    ("provenance", [1, 2], "'provenance' must be a JSON object"),
+    ("device", None, "'device' must be a non-empty string"),
+    ("version", 2, "probe file version 2"),
+])
+def test_cutoff_fit_names_the_bad_field_of_a_probe_file(capsys, home, field, value, words):
+    from tunedb.cutoff.probing import FORMAT
+
+    data = {"format": FORMAT, "version": 1, "problem": "mpc", "device": "cpu", "timer": "perf_counter",
+            "provenance": {}, "contended_by": [], "traces": {}}
+    data[field] = value
+    path = home / "probe.json"
+    path.write_text(json.dumps(data))
+    assert words in one_line_error(capsys, ["cutoff", "fit", str(path)])
+
+
+def test_cutoff_probe_refuses_an_empty_problem_name(capsys, home):
+    line = one_line_error(capsys, [*PROBE[:2], "--problem", " ", "--device", "cpu", "--workload", _toy_workload(home)])
+    assert "--problem '' names no problem class" in line and not (home / "ran").exists()

@@ -103,7 +103,11 @@ def _fit_and_report(probe, args) -> int:
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """What the probe writes after it ran (--out's traces, --persist's decision file), checked before."""
+    """What the probe writes after it ran (--out's traces, --persist's decision file), checked
+    before; and the name the decision is filed under."""
+    if not args.problem.strip():
+        raise CutoffError("--problem '' names no problem class: the decision is filed as PROBLEM@DEVICE "
+                          "(e.g. --problem mpc)")
     from tunedb.cutoff import store
     from tunedb.out_paths import why_unwritable
 

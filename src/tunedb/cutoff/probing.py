@@ -77,10 +77,21 @@ class Probe:
                               f"with format {FORMAT!r} (what `tunedb cutoff probe --out` writes)")
         if data.get("format") != FORMAT:
             raise CutoffError(f"not a probe file: format {data.get('format')!r}, expected {FORMAT!r}")
-        return cls(str(data["problem"]), str(data["device"]), str(data["timer"]),
+        if data.get("version", 1) != 1:  # a newer tunedb's file: its fields may mean other things
+            raise CutoffError(f"probe file version {data.get('version')!r}; this tunedb reads version 1")
+        for name in ("problem", "device", "timer"):
+            if not isinstance(data.get(name), str) or not data[name]:
+                raise CutoffError(f"probe file field {name!r} must be a non-empty string, got {data.get(name)!r}")
+        for name, kind in (("traces", Mapping), ("provenance", Mapping), ("contended_by", list)):
+            if (name in data or name == "traces") and not isinstance(data.get(name), kind):
+                raise CutoffError(f"probe file field {name!r} must be a JSON "
+                                  f"{'object' if kind is Mapping else 'list'}, got {type(data[name]).__name__}")
+        pids = data.get("contended_by", [])
+        if not all(isinstance(p, int) and not isinstance(p, bool) for p in pids):
+            raise CutoffError(f"probe file field 'contended_by' must list process ids (integers), got {pids!r}")
+        return cls(data["problem"], data["device"], data["timer"],
                    {k: Trace.from_json(v) for k, v in data["traces"].items()},
-                   {k: str(v) for k, v in data.get("provenance", {}).items()},
-                   tuple(int(p) for p in data.get("contended_by", ())))
+                   {k: str(v) for k, v in data.get("provenance", {}).items()}, tuple(pids))
 
     def save(self, path: str | Path) -> Path:
         from tunedb.database.store import write_atomic
