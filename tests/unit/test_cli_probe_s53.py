@@ -207,3 +207,10 @@ def test_cutoff_fit_names_the_bad_field_of_a_probe_file(capsys, home, field, val
 def test_cutoff_probe_refuses_an_empty_problem_name(capsys, home):
     line = one_line_error(capsys, [*PROBE[:2], "--problem", " ", "--device", "cpu", "--workload", _toy_workload(home)])
     assert "--problem '' names no problem class" in line and not (home / "ran").exists()
+
+
+@pytest.mark.parametrize("command", ["census", "tune"])
+def test_length_options_given_to_a_preset_are_refused_not_ignored(capsys, home, command):
+    out = ["--out", str(home / "c.json")] if command == "census" else ["--dry-run"]
+    line = one_line_error(capsys, [command, "whisper-base", "--max-length", "5", *out])
+    assert "--max-length 5: preset 'whisper-base' fixes its own input lengths" in line

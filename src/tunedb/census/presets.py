@@ -343,8 +343,17 @@ MAX_USER_LENGTH = 1 << 20
 
 def check_lengths(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, length_step: int = 0) -> None:
     """CensusError for bad length settings (--unit, --max-length, --length-step) of a
-    module:callable workload `name`; a preset fixes its own and ignores them."""
-    if name in PRESETS or ":" not in name:
+    module:callable workload `name`; a preset fixes its own lengths, so one given another value
+    is refused rather than ignored (session 53: `--max-length 5` on a preset did nothing)."""
+    if name in PRESETS:
+        given = [f"{flag} {value}" for flag, value, default in (("--unit", unit, AUDIO),
+                 ("--max-length", max_length, USER_MAX_LENGTH), ("--length-step", length_step, 0))
+                 if value != default]
+        if given:
+            raise CensusError(f"{', '.join(given)}: preset {name!r} fixes its own input lengths; these options "
+                              f"shape a module:callable workload's probe lengths only")
+        return
+    if ":" not in name:
         return
     if unit not in (AUDIO, TEXT):
         raise CensusError(f"length unit {unit!r} is not one of {AUDIO}, {TEXT}")
@@ -386,6 +395,7 @@ def _json_hint(name: str) -> str:
 def workload(name: str, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH, length_step: int = 0) -> Workload:
     """A preset by name, or a user model named module:callable (unit/max_length/length_step apply to it)."""
     if name in PRESETS:
+        check_lengths(name, unit, max_length, length_step)  # lengths given to a preset: refused, not ignored
         return PRESETS[name]
     if ":" in name:
         check_lengths(name, unit, max_length, length_step)
