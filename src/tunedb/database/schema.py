@@ -64,6 +64,14 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name} is not allowed (a failure is a status string)")
 
 
+def _finite_float(text: str) -> float:
+    # 1e400 parses to inf (past NaN and Infinity's check): a cost model's inf served every shape
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text} is beyond a float (non-finite); a failure is a status string")
+    return value
+
+
 MAX_INT = 2 ** 63 - 1  # every count, size and time in a table fits; a larger one no float holds
 
 
@@ -85,7 +93,7 @@ def loads(text: str, source: str = "<string>") -> Any:
     raised UnicodeEncodeError in `tunedb status` and `diff`)."""
     try:
         raw = json.loads(text, object_pairs_hook=no_duplicate_keys, parse_constant=_no_constant,
-                         parse_int=_bounded_int)
+                         parse_int=_bounded_int, parse_float=_finite_float)
         if _SURROGATE.search(text):  # a \udXXX escape: only a pair makes a character
             try:
                 json.dumps(raw, ensure_ascii=False).encode("utf-8")

@@ -185,11 +185,21 @@ def check_writable(path: Path) -> None:
         raise DatabaseError(f"autotune cache {path} cannot be written: {why}; pass cache= a writable path (or None)")
 
 
+def _signature(text: str) -> Signature:
+    """A result's key, its fields checked as the family's schema wants them (N=abc or N=-5 loaded,
+    then sorting the results at exit raised TypeError: the run's cache was never written)."""
+    from tunedb import families
+
+    sig = Signature.parse(text)
+    families.check_key(sig)
+    return sig
+
+
 def _parse(version: Any, results: dict[str, Any],
            bucket: Callable[[int], int]) -> Iterator[Result]:
     if version == 3:
         for text, per_b in results.items():
-            sig = Signature.parse(text)
+            sig = _signature(text)
             for _b, rows in per_b.items():
                 for mm, row in rows.items():
                     if mm == "bucket":  # carried-over version-2 result
@@ -198,12 +208,12 @@ def _parse(version: Any, results: dict[str, Any],
                         yield Result(sig, bucket(_size(mm)), _size(mm), _config(row), _ms(row))
     elif version == 2:
         for text, per_b in results.items():
-            sig = Signature.parse(text)
+            sig = _signature(text)
             for b, row in per_b.items():
                 yield Result(sig, _size(b), None, _config(row), _ms(row))
     elif version == 1:
         for text, per_m in results.items():
-            sig = Signature.parse(text)
+            sig = _signature(text)
             for mm, config_id in per_m.items():
                 if not isinstance(config_id, str):
                     raise TypeError(f"config for M={mm} must be a string, got {config_id!r}")

@@ -31,7 +31,7 @@ from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signat
 from tunedb.runtime import launch_table, report
 from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result, check_writable
 from tunedb.runtime.nogpu import warn_no_gpu
-from tunedb.runtime.tuner_args import check_args, check_keywords
+from tunedb.runtime.tuner_args import check_arch, check_args, check_keywords
 from tunedb.runtime.launch_table import _capturing as capturing  # the runtime's one capture check
 from tunedb.runtime.selector import shipped_profile as selector_shipped
 
@@ -86,6 +86,7 @@ class Autotuner:
                  approximate: bool | None = None, top_k: int | None = 16,
                  working_set_bytes: int | None = None, timer: Any = None) -> None:
         check_args(cache, publish, enabled, top_k, working_set_bytes)
+        check_arch(arch_family)
         self.path = Path(cache) if cache is not None else None
         self.publish = publish
         self.enabled = enabled
@@ -151,8 +152,8 @@ class Autotuner:
 
     def __enter__(self) -> "Autotuner":
         depth = self.__dict__.get("_depth", 0)
-        self._depth = depth + 1
         if depth:  # re-entered while active (a helper opening the caller's tuner again): one context, the outermost's
+            self._depth = depth + 1
             return self
         if self.enabled and self._on_gpu_only:
             warn_no_gpu("autotune", "every shape no tier covers takes the fallback and "
@@ -160,6 +161,7 @@ class Autotuner:
         self.open()
         if self.save_path is not None and (self.cache.dirty or (self.enabled and not self.cannot_measure())):
             check_writable(self.save_path)  # the exit's write, checked before anything is measured
+        self._depth = 1  # only once the checks held: a refused enter leaves the tuner as it was
         self._ctx = launch_table.overriding(self.resolve)
         self._ctx.__enter__()
         # Linears optimize() left as written because no table measured them: their calls do not

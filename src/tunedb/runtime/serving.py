@@ -183,7 +183,9 @@ def _beats(point: Mapping[str, Any], cid: str, rule: Any, margin: float = 1.0) -
 def fallbacks(family: str | None = None) -> dict[tuple[str, Signature, int], tuple[Signature, str, str]]:
     """The sizes this epoch where a region's config lacked measured support and the fallback
     served: (family, signature, m) -> (entry key, the region's config, why)."""
-    return {key: v for key, v in _fallbacks.items() if family is None or key[0] == family}
+    # a copy first (one C call, atomic under the GIL): another thread resolving a new shape adds
+    # to the dict meanwhile ("dictionary changed size during iteration" in tuning_report())
+    return {key: v for key, v in _fallbacks.copy().items() if family is None or key[0] == family}
 
 
 def fallback_line(family: str) -> str | None:
@@ -241,7 +243,7 @@ def decision(family: str, sig: Signature, m: int) -> Any:
 
 
 def decisions(family: str | None = None) -> dict[tuple[str, Signature, int], Any]:
-    return {key: d for key, d in _decisions.items() if family is None or key[0] == family}
+    return {key: d for key, d in _decisions.copy().items() if family is None or key[0] == family}
 
 
 def forget_decisions() -> None:

@@ -7,11 +7,22 @@ import os
 from typing import Any
 
 
+def check_arch(arch_family: Any) -> None:
+    """ValueError unless arch_family is None (this GPU's) or an arch family name (sm90)."""
+    import re
+
+    if arch_family is not None and (not isinstance(arch_family, str) or not re.fullmatch(r"sm\d+a?", arch_family)):
+        raise ValueError(f"arch_family={arch_family!r} must be None (this GPU's) or an arch family like 'sm90'")
+
+
 def check_args(cache: Any, publish: Any, enabled: Any, top_k: Any, working_set_bytes: Any) -> None:
     """TypeError / ValueError naming a bad argument and what is allowed, when autotune() is
     entered, not at the first shape it measures (inside the model's forward, on a GPU only)."""
     if cache is not None and not isinstance(cache, (str, os.PathLike)):
         raise TypeError(f"autotune cache={cache!r} must be a file path (str or os.PathLike) or None")
+    if cache is not None and (not os.fspath(cache).strip() or os.path.basename(os.fspath(cache).rstrip("/")) in ("", ".", "..")
+                              or os.fspath(cache).endswith(("/", os.sep))):
+        raise ValueError(f"autotune cache={cache!r} names no file; pass a file path (e.g. 'tune.json') or None")
     for name, value in (("publish", publish), ("enabled", enabled)):
         if not isinstance(value, bool):
             raise TypeError(f"autotune {name}={value!r} must be True or False")
