@@ -9,11 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tunedb.errors import SettingsError
+from tunedb.errors import SettingsError, SettingsWarning
 from tunedb.setting_values import MAX_COMPILE_JOBS  # noqa: F401 - part of the settings' surface
 from tunedb.setting_values import count_value as _count_value
 from tunedb.setting_values import directory_value as _directory_value
@@ -253,33 +254,28 @@ def unknown() -> dict[str, str]:
     import difflib
 
     known = [s.name for s in ALL]
-    out = {}
-    for name in sorted(n for n in os.environ if n.startswith("TUNEDB_") and n not in known):
-        near = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-        out[name] = (f"{name} is not a tunedb setting (nothing reads it)"
-                     + (f"; did you mean {near[0]}?" if near else "; `tunedb status` lists the settings"))
-    return out
+    near = {n: difflib.get_close_matches(n, known, n=1, cutoff=0.75) for n in sorted(os.environ)
+            if n.startswith("TUNEDB_") and n not in known}
+    return {n: f"{n} is not a tunedb setting (nothing reads it)" + (f"; did you mean {c[0]}?" if c else
+                                                                     "; `tunedb status` lists the settings")
+            for n, c in near.items()}
 
 
 def check_all() -> None:
     """Refuse the environment when any TUNEDB_* variable holds a value it does not accept, naming
     every one (the CLI calls this at start; the package on its first read of any setting); warn
-    (SettingsWarning) of each TUNEDB_* name that is no setting, once per environment."""
+    (SettingsWarning) of each TUNEDB_* name that is no setting."""
     bad = problems()
     if bad:
         raise SettingsError("; ".join(bad.values()))
     for why in unknown().values():
-        import warnings
-
-        from tunedb.errors import SettingsWarning
-
         warnings.warn(why, SettingsWarning, stacklevel=2)
 
 
 def _check_environment_once() -> None:
-    # The first read of any setting checks them all, so a bad value is refused up front rather
-    # than only when (and if) the code path that reads it runs. Once per distinct environment.
-    key = (*(os.environ.get(s.name) for s in ALL), *sorted(n for n in os.environ if n.startswith("TUNEDB_")))
+    # The first read of any setting checks them all (a bad value refused up front, not when and if
+    # its code path runs), once per distinct environment
+    key = tuple(os.environ.get(s.name) for s in ALL)  # (every setting read: no scan of the environment)
     if key in _checked:
         return
     check_all()

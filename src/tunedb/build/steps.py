@@ -382,8 +382,7 @@ def log_file(out: str, target: Path, run: checkpoint.RunDir) -> Path:
 
 
 def check_log_writable(out: str) -> None:
-    """BuildError before measuring when --out DIR cannot take the measurement log (--no-write
-    skips the target's own check, and the log's first append failed mid-build)."""
+    """BuildError before measuring when --out DIR cannot take the log (--no-write still appends it)."""
     from tunedb.out_paths import why_unwritable
 
     log = log_file(out, Path(out), None)  # type: ignore[arg-type]  (a directory's log: no run needed)

@@ -7,14 +7,11 @@ While the context is active, a tuned op's resolution asks the autotune cache fir
 or above M in M's bucket, see autotune_cache.py); on a miss it measures every candidate (the
 family's compile set that is valid for the shape, plus its sentinels) under the measurement
 protocol, records the winner at the M it was measured at, and serves it. With enabled=False, or
-inside a CUDA-graph capture, a miss takes the fallback (the selector's chain) instead. At exit
-the cache file is written atomically, and with publish=True the new winners are merged into the
-user tier (locked merge-on-write) at their measured M, with no catch-all, and a new epoch
-starts, so the production path serves them after the context exits (a size above the largest
-measured one falls through to the next tier).
-
-The measuring function and the publisher are injectable (measurer=, publisher=), so the whole
-flow runs on a CPU against fake measurements.
+inside a CUDA-graph capture, a miss takes the fallback (the selector's chain). At exit the cache
+file is written atomically; with publish=True the new winners are merged into the user tier
+(locked merge-on-write) at their measured M, no catch-all, and a new epoch starts, so the
+production path serves them after the context exits. measurer= and publisher= are injectable:
+the whole flow runs on a CPU against fake measurements.
 """
 from __future__ import annotations
 
@@ -161,7 +158,7 @@ class Autotuner:
         self.open()
         if self.save_path is not None and (self.cache.dirty or (self.enabled and not self.cannot_measure())):
             check_writable(self.save_path)  # the exit's write, checked before anything is measured
-        self._depth = 1  # only once the checks held: a refused enter leaves the tuner as it was
+        self._depth = 1  # only once the checks held: a refused enter leaves it as it was
         self._ctx = launch_table.overriding(self.resolve)
         self._ctx.__enter__()
         # Linears optimize() left as written because no table measured them: their calls do not

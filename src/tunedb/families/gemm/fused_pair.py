@@ -96,9 +96,8 @@ _SETTING_NAMES: dict[str, tuple[str, ...]] = {}
 
 
 def setting_names(kind: str) -> tuple[str, ...]:
-    """The settings a compiled slot of `kind` reads off its activation: read in the trace, each is
-    a guard (a setting changed on the module itself retraces, and the new trace asks intact(),
-    which unfuses the pair and bumps the epoch the Linear's trace guards). A trace constant."""
+    """The settings a compiled slot of `kind` reads off its activation, each a guard: a changed one
+    retraces, and the new trace's intact() unfuses the pair and bumps the epoch. A trace constant."""
     return _SETTING_NAMES.get(kind, ())
 
 
@@ -307,10 +306,8 @@ _KIND_CLASS: dict[str, type] = {}  # each kind's parent class (whose code may ca
 
 
 def called_by_parent(kind: str) -> bool:
-    """Whether the side of a pair of `kind` being traced was called by its parent's own code
-    (callers.traced_by): model code elsewhere (an outer module's attrgetter("block.fc"), a helper
-    in another file) must get the Linear's own output, as run_by gives it eagerly. A trace
-    constant, per call site."""
+    """Whether the traced side of a pair of `kind` was called by its parent's code (callers.traced_by;
+    other code gets the Linear's own output, as run_by gives it eagerly). A trace constant per call site."""
     return traced_by(_KIND_CLASS.get(kind))
 
 
