@@ -54,12 +54,11 @@ def check_out(path: str | Path, inputs: tuple[tuple[str, Any], ...] = ()) -> Non
         if held is not None:
             raise CensusError(f"--out {path} exists and holds {held}, not a census; tunedb census "
                               f"overwrites only a census file: write it elsewhere or remove that file first")
-    parent = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
-    if parent is None or not parent.is_dir():
-        raise CensusError(f"--out {path}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK):
-        raise CensusError(f"--out {path}: {parent} is not writable (permission denied or a read-only "
-                          f"file system); write the census elsewhere")
+    from tunedb.out_paths import why_unwritable
+
+    why = why_unwritable(path)  # the nearest existing directory: one, and writable
+    if why is not None:
+        raise CensusError(f"--out {path}: {why}" + ("; write the census elsewhere" if "writable" in why else ""))
 
 
 def _holds(path: Path) -> str | None:
