@@ -57,3 +57,11 @@ def check_one_device(what: str, **tensors: Any) -> None:
             # also the RuntimeError torch raises for tensors on two devices (a CUDA model fed a CPU
             # input): code written against the plain model still catches it (s42 audit)
             raise OperandMismatchError(f"{what}'s tensors must be on one device; got {listed}")
+
+
+def size(d: Any) -> Any:
+    """A dimension as an int, except a traced one (torch.SymInt), which stays symbolic: int() on it
+    specialises a compiled graph to that size (torch.compile(dynamic=True) recompiled per token
+    count; torch.export with a dynamic dimension failed). Key fields still take int(): a key is
+    concrete, and only eager calls build one."""
+    return d if type(d).__name__ == "SymInt" else int(d)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunedb.errors import OperandMismatchError, SignatureError
-from tunedb.families.key_rules import check_one_device, check_tensors
+from tunedb.families.key_rules import check_one_device, check_tensors, size
 from tunedb.families.bmm.configs import DTYPES, FAMILY, LAYOUTS, OPS, elem_bytes
 from tunedb.families.contract import SignatureSchema
 from tunedb.records import Signature
@@ -104,8 +104,8 @@ def check_call(op: str, a: Any, b: Any) -> tuple[int, int, int, int, str]:
     if str(a.dtype) != str(b.dtype):  # before the served dtype: fp32 @ fp64 is a mismatch, as torch says
         raise OperandMismatchError(f"bmm operands must share a dtype: a is {a.dtype}, b is {b.dtype}")
     dt = dt_name(a.dtype)
-    batch, m, k = (int(d) for d in sa)
-    return batch, m, int(sb[2]), k, dt
+    batch, m, k = (size(d) for d in sa)
+    return batch, m, size(sb[2]), k, dt
 
 
 def work(sig: Signature, m: int) -> tuple[float, float]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunedb.errors import SignatureError
-from tunedb.families.key_rules import check_one_device, check_tensors
+from tunedb.families.key_rules import check_one_device, check_tensors, size
 from tunedb.families.group_gemm.configs import FAMILY, sig_reason
 from tunedb.records import Signature
 
@@ -50,7 +50,7 @@ def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any 
     if len(ids) != 2:
         raise SignatureError(f"group_gemm topk_ids must be [M, top_k], got {list(ids)}")
     e, n, k = (int(d) for d in ws)
-    m, top_k = (int(d) for d in ids)
+    m, top_k = size(ids[0]), int(ids[1])
     xs = tuple(x.shape)
     if xs == (m, k):
         form = "token"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunedb.errors import SignatureError
-from tunedb.families.key_rules import check_one_device
+from tunedb.families.key_rules import check_one_device, size
 from tunedb.records import Signature
 
 FAMILY = "linalg"
@@ -89,14 +89,8 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
-def _dim(d: Any) -> Any:
-    """A dimension as an int, except a traced one (torch.SymInt), which stays symbolic: int()
-    on it would specialise the compiled graph to that size (a recompile per batch size)."""
-    return d if type(d).__name__ == "SymInt" else int(d)
-
-
 def _shape(t: Any) -> tuple[Any, ...]:
-    return tuple(_dim(d) for d in t.shape)
+    return tuple(size(d) for d in t.shape)
 
 
 def _matrix(name: str, t: Any) -> tuple[int, int]:

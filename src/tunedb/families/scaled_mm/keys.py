@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from tunedb.errors import SignatureError
-from tunedb.families.key_rules import check_one_device, check_tensors
+from tunedb.families.key_rules import check_one_device, check_tensors, size
 from tunedb.families.scaled_mm.configs import (FP8_FAMILY, INT8_FAMILY, OPS, OUTS, SCALE_BLOCK, SCALES,
                                                sig_reason)
 from tunedb.records import Signature
@@ -137,7 +137,7 @@ def signature_of(op: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, out_d
     dt = operand_dt(x.dtype)
     if operand_dt(weight.dtype) != dt:
         raise SignatureError(f"scaled_mm x is {x.dtype} but weight is {weight.dtype}; they must match")
-    m = int(math.prod(xs[:-1]))
+    m = size(math.prod(xs[:-1]))
     family = family_of_dt(dt)
     if family == INT8_FAMILY:
         scale = "row"
