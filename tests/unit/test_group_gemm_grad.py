@@ -90,3 +90,18 @@ def test_the_swapped_block_compiles_whole_and_the_op_checks_its_inputs():
             f(torch.randn(1, 8, dtype=torch.bfloat16), w, bad)
     finally:
         dispatch.clear()
+
+
+def test_no_token_with_a_gradient_gives_zero_gradients_as_torch_does():
+    """A training step where no token reaches the layer (M = 0): the empty result joins the graph,
+    and backward gives x, weight and topk_weights zero gradients (it raised "element 0 of tensors
+    does not require grad")."""
+    from tunedb.families.group_gemm.ops import group_gemm
+
+    w = torch.randn(3, 4, 8, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(0, 8, dtype=torch.bfloat16, requires_grad=True)
+    tw = torch.rand(0, 2, requires_grad=True)
+    y = group_gemm(x, w, torch.zeros(0, 2, dtype=torch.long), tw)
+    assert y.shape == (0, 2, 4) and y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert torch.equal(w.grad, torch.zeros_like(w)) and x.grad.shape == (0, 8) and tw.grad.shape == (0, 2)

@@ -101,7 +101,10 @@ def _grad_form(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> 
     from tunedb.families.group_gemm import arms, keys
 
     if not _check(x, weight, topk_ids, topk_weights):
-        return _empty(x, weight, topk_ids)
+        # no token: an empty result still joins the graph, so a training step's backward reaches
+        # x, weight and topk_weights (zero gradients) as torch's own empty product does
+        joined = sum(t.sum() for t in (x, weight, topk_weights) if t is not None and t.requires_grad)
+        return _empty(x, weight, topk_ids) + (joined * 0).to(x.dtype)
     sig, _ = keys.signature_of("group_gemm", x, weight, topk_ids, topk_weights)
     from torch._guards import detect_fake_mode
 
