@@ -173,3 +173,38 @@ def test_a_failed_timing_is_that_picks_verdict_and_the_others_go_on(gemm, tiers_
     assert verdicts[A].ratio is None and "timing failed: RuntimeError: CUDA graph capture failed" in verdicts[A].line()
     assert verdicts[B].demoted and selector.resolve("gemm", B, 32).config.id == "torch"
     assert selector.resolve("gemm", A, 16).config.id == WIN
+
+
+def test_an_unwritable_or_disabled_user_tier_is_named_before_anything_is_timed(gemm, tiers_dirs, tmp_path):
+    from tunedb import settings
+    from tunedb.errors import DatabaseError
+
+    database.write_entries("system", "gemm", "sm90", [Entry(A, (Region(None, WIN),))], [gemm.parse_config(WIN)])
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    for value, named in ((str(afile / "tiers"), "afile: not a directory"), ("off", "TUNEDB_USER_DB=off")):
+        timings = Timings({A: 1.05})
+        with settings.override(USER_DB=value):
+            selector.reload()
+            with pytest.raises(DatabaseError, match=named):
+                confirm(None, _points((A, 16)), measurer=timings)
+            assert timings.asked == []  # refused before the first capture
+            judged = confirm(None, _points((A, 16)), measurer=timings, publish=False)  # judging still works
+            assert judged.verdicts[0].ratio == pytest.approx(1.05) and timings.asked == [(A, (16,))]
+
+
+@pytest.mark.parametrize("kw, error, named", [
+    ({"roundz": 3}, TypeError, "roundz"),
+    ({"rounds": 0}, ValueError, "rounds=0"),
+    ({"rounds": 2}, ValueError, "at least 3"),
+    ({"block_ms": float("nan")}, ValueError, "block_ms=nan"),
+    ({"seed": "a"}, ValueError, "seed='a'"),
+])
+def test_bad_measure_keywords_are_named_before_anything_runs(kw, error, named):
+    with pytest.raises(error, match=named):
+        confirm(object(), (), **kw)
+
+
+def test_measure_keywords_with_a_given_measurer_are_refused():
+    with pytest.raises(TypeError, match="rounds="):
+        confirm(None, [], measurer=Timings({}), rounds=5)

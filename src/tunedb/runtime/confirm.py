@@ -197,6 +197,7 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
         raise ValueError(f"tol={tol!r} must be a number in [0, 1)")
     if not isinstance(publish, bool):  # publish="no" is truthy: it wrote the user tier
         raise TypeError(f"confirm publish={publish!r} must be True or False")
+    _check_measure_kw(measure_kw, measurer)
     shapes_only = model is None or isinstance(inputs, ShapeSet) or (
         isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs))
     if measurer is None and not shapes_only and warn_no_gpu(
@@ -205,6 +206,8 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
     start = time.monotonic()
     points = points_of(model, inputs)
     picks = _picks(points)
+    if publish:  # before any timing: a demotion that cannot be written failed only at the end
+        _check_user_tier({g[0].family for g in picks if g[1] in JUDGED_TIERS and g[2] is not None})
     if measurer is None and picks:
         if shapes_only:
             raise TypeError("confirm times the model itself: pass the model and example inputs "
@@ -233,6 +236,49 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
     if demoted and publish:
         verdicts = _publish(demoted, verdicts)
     return ConfirmResult(tuple(verdicts), time.monotonic() - start)
+
+
+_MEASURE_KW = ("rounds", "block_ms", "seed")
+
+
+def _check_measure_kw(kw: dict[str, Any], measurer: Measurer | None) -> None:
+    """TypeError / ValueError naming a keyword graph_measurer does not take or a bad value (rounds=0
+    ended in statistics' 'no median for empty data'; a misspelt keyword was dropped silently)."""
+    unknown = sorted(set(kw) - set(_MEASURE_KW))
+    if unknown:
+        raise TypeError(f"confirm() got unexpected keyword(s) {', '.join(unknown)}; it takes tol=, measurer=, "
+                        f"publish= and the default measurer's {', '.join(k + '=' for k in _MEASURE_KW)}")
+    if kw and measurer is not None:
+        raise TypeError(f"confirm's {', '.join(k + '=' for k in kw)} set the default measurer; a measurer= "
+                        f"given times on its own terms (pass one or the other)")
+    for name in ("rounds", "seed"):
+        v = kw.get(name, 3)
+        if isinstance(v, bool) or not isinstance(v, int) or (name == "rounds" and v < 3):
+            # fewer than three rounds and the sign test lets one noisy round demote a pick
+            allowed = "an int of at least 3 (the sign test needs them)" if name == "rounds" else "an int"
+            raise ValueError(f"confirm {name}={v!r} must be {allowed}")
+    v = kw.get("block_ms", 1.0)
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
+        raise ValueError(f"confirm block_ms={v!r} must be a positive finite number of milliseconds")
+
+
+def _check_user_tier(families: set[str]) -> None:
+    """DatabaseError naming the user tier when a demotion could not be written there (the tier is
+    off, or its file's place cannot take a new file), before anything is timed."""
+    if not families:
+        return
+    from tunedb.database import tiers
+    from tunedb.database.target import unwritable
+    from tunedb.errors import DatabaseError
+    from tunedb.runtime import selector
+
+    arch = selector.current_arch()[0]
+    for family in sorted(families):
+        path = tiers.file_path("user", arch, family)
+        why = "the user tier is off (TUNEDB_USER_DB=off)" if path is None else unwritable(path)
+        if why is not None:
+            raise DatabaseError(f"confirm writes its demotions to the user tier, but {why}; set TUNEDB_USER_DB "
+                                f"to a writable directory, or pass publish=False to judge only")
 
 
 def _publish(demoted: dict[Signature, list[tuple[Group, tuple[int, ...], str]]],
