@@ -2,7 +2,12 @@
 (default mode, dynamic=False, no CUDA graphs), taken apart in one process.
 
     PYTHONPATH=src:bench python bench/compile_nograph.py [--model llama-3-8b] [--batches 1,16] [--out JSON]
-        [--tuned-first] [--mode reduce-overhead] [--layers N] [--private-code]
+        [--tuned-first] [--mode reduce-overhead] [--layers N] [--private-code] [--aa] [--rounds 7] [--seed 0]
+
+--aa adds a third arm, a second copy of the plain model compiled alike (and given private code
+objects too under --private-code): compile / compile (copy) is the host's A/A noise floor in the
+same run, and tunedb+compile / compile (copy) compares two models that both pay the bench's
+private-code wrapping. Each round runs the arms in a shuffled order (--seed).
 
 --mode reduce-overhead compiles both with Inductor's CUDA graphs instead: the same comparison where
 the tuned picks stay in the compiled code (ops_compile.py), the mode a user who wants graphs picks.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
 
@@ -120,6 +126,12 @@ def main(argv=None) -> int:
     ap.add_argument("--private-code", action="store_true",
                     help="give the tuned model code objects of its own (bench/private_code.py), so the two "
                     "compiled models share no Dynamo cache entries (a cost a user with one model never pays)")
+    ap.add_argument("--aa", action="store_true",
+                    help="a third arm, 'compile (copy)': a second copy of the plain model (private code too under "
+                         "--private-code), compiled alike: compile / compile (copy) is this host's A/A noise "
+                         "floor, and tunedb+compile / compile (copy) compares two models that both pay the "
+                         "bench's private-code wrapping")
+    ap.add_argument("--seed", type=int, default=0, help="the shuffled order of the arms in each round")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     import torch
@@ -133,12 +145,19 @@ def main(argv=None) -> int:
     batches = tuple(int(b) for b in a.batches.split(","))
     bm = build(a.model, a.device, batches=batches, layers=a.layers)
     tuned_module = tunedb.optimize(bm.module, inplace=False)
+    copy_module = None
+    if a.aa:
+        import copy
+
+        copy_module = copy.deepcopy(bm.module)
     if a.private_code:
         from private_code import private_code
 
         private_code(tuned_module)
+        if copy_module is not None:
+            private_code(copy_module)
     result = {"model": a.model, "device": a.device, "layers": bm.layers, "torch": torch.__version__, "tuned_first": a.tuned_first,
-              "mode": a.mode, "private_code": a.private_code,
+              "mode": a.mode, "private_code": a.private_code, "aa": a.aa, "seed": a.seed,
               "batches": {}}
     if cuda:
         result["gpu"] = torch.cuda.get_device_name()
@@ -164,6 +183,8 @@ def main(argv=None) -> int:
             steps = {"compile": call(plain), "tunedb+compile": call(tuned)}
             if a.tuned_first:
                 steps = dict(reversed(steps.items()))
+            if copy_module is not None:
+                steps["compile (copy)"] = call(torch.compile(copy_module, dynamic=False, mode=a.mode))
             for step in steps.values():
                 for _ in range(3):
                     step()
@@ -172,11 +193,18 @@ def main(argv=None) -> int:
             reached = {fam: {"calls": c["calls"], **{sig: sum(t.values()) for sig, t in c["signatures"].items()}}
                        for fam, c in selector.counters().items()}
             per: dict[str, list[float]] = {k: [] for k in steps}
+            order, rng = list(steps), random.Random(a.seed)
             for _ in range(a.rounds):
-                for k, step in steps.items():
-                    per[k].append(_ms(step, a.iters, cuda))
+                rng.shuffle(order)  # no arm always runs right after another (a fixed order's bias)
+                for k in order:
+                    per[k].append(_ms(steps[k], a.iters, cuda))
             ms = {k: statistics.median(v) for k, v in per.items()}
-            ratio = statistics.median(p / t for p, t in zip(per["compile"], per["tunedb+compile"]))
+
+            def paired(num: str, den: str) -> float:
+                return statistics.median(p / t for p, t in zip(per[num], per[den]))
+            ratio = paired("compile", "tunedb+compile")
+            aa = {"compile / compile (copy)": paired("compile (copy)", "compile"),
+                  "tunedb+compile / compile (copy)": paired("compile (copy)", "tunedb+compile")} if copy_module is not None else {}
             ops = {k: _cpu_ops(step, a.top) for k, step in steps.items()}
             kernels = {k: _gpu_kernels(step, a.top) for k, step in steps.items()} if cuda else {}
             calls = {k: _py_calls(step) for k, step in steps.items()}
@@ -185,7 +213,7 @@ def main(argv=None) -> int:
                                     "plain_graph_breaks": plain_breaks,
                                     "break_reasons": [r.reason[:200] for r in explained.break_reasons[:12]],
                                     "calls_reaching_tunedb": reached, "ms": ms,
-                                    "tunedb_compile_over_compile": ratio, "cpu_ops": ops,
+                                    "tunedb_compile_over_compile": ratio, "aa": aa, "cpu_ops": ops,
                                     "gpu_kernels": kernels,
                                     "python_calls": {k: sum(v.values()) for k, v in calls.items()},
                                     "python_calls_tuned_minus_plain": calls_diff}
@@ -194,6 +222,9 @@ def main(argv=None) -> int:
                   f"calls reaching tunedb per forward: {reached}")
             print(f"   ms compile {ms['compile']:.4f}, tunedb+compile {ms['tunedb+compile']:.4f}: "
                   f"tunedb+compile / compile speed {ratio:.3f}x")
+            if aa:
+                print("   A/A: " + ", ".join(f"{k} speed {v:.3f}x" for k, v in aa.items())
+                      + f" (compile (copy) {ms['compile (copy)']:.4f} ms)")
             for r in result["batches"][b]["break_reasons"]:
                 print(f"   break: {r}")
             for k, rows in ops.items():
