@@ -44,14 +44,16 @@ def _ms(fn, iters: int, cuda: bool) -> float:
     return (time.perf_counter() - start) * 1e3 / iters
 
 
-def _cpu_ops(fn, top: int) -> list[tuple[str, int, float]]:
-    """(op name, count, self CPU us) of one call of fn, the `top` largest by self CPU time."""
+def _cpu_ops(fn, top: int, calls: int = 1) -> list[tuple[str, float, float]]:
+    """(op name, count, self CPU us) per call of fn, averaged over `calls` calls (one call's
+    profile moved by tens of microseconds between runs), the `top` largest by self CPU time."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
+        for _ in range(calls):
+            fn()
     rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-    return [(e.key, e.count, round(e.self_cpu_time_total, 1)) for e in rows]
+    return [(e.key, round(e.count / calls, 2), round(e.self_cpu_time_total / calls, 1)) for e in rows]
 
 
 def _py_calls(fn) -> dict[str, int]:
@@ -131,6 +133,9 @@ def main(argv=None) -> int:
                          "--private-code), compiled alike: compile / compile (copy) is this host's A/A noise "
                          "floor, and tunedb+compile / compile (copy) compares two models that both pay the "
                          "bench's private-code wrapping")
+    ap.add_argument("--profile-calls", type=int, default=1,
+                    help="forwards each arm's CPU-op profile averages over (Dynamo's cache lookup, the compiled "
+                         "regions: per forward)")
     ap.add_argument("--seed", type=int, default=0, help="the shuffled order of the arms in each round")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
@@ -205,7 +210,7 @@ def main(argv=None) -> int:
             ratio = paired("compile", "tunedb+compile")
             aa = {"compile / compile (copy)": paired("compile (copy)", "compile"),
                   "tunedb+compile / compile (copy)": paired("compile (copy)", "tunedb+compile")} if copy_module is not None else {}
-            ops = {k: _cpu_ops(step, a.top) for k, step in steps.items()}
+            ops = {k: _cpu_ops(step, a.top, a.profile_calls) for k, step in steps.items()}
             kernels = {k: _gpu_kernels(step, a.top) for k, step in steps.items()} if cuda else {}
             calls = {k: _py_calls(step) for k, step in steps.items()}
             calls_diff = _calls_diff(calls, 3 * a.top)
