@@ -169,3 +169,22 @@ def test_a_saved_exported_optimized_model_loads_in_a_fresh_process_after_registe
     assert "equal True" in ok.stdout and "'gemm'" in ok.stdout
     bare = run("bare")  # without it the op is unknown by name (what register_ops is for)
     assert bare.returncode != 0 and "tunedb" in bare.stderr
+
+
+def test_register_ops_defines_every_op_any_tunedb_module_defines():
+    """A saved program may name any tunedb op (tunedb::sibling where a sibling group compiled to one
+    launch); register_ops() in a fresh process must define each one that importing every tunedb
+    module would (it left out tunedb::sibling and tunedb::siblings)."""
+    import subprocess
+    import sys
+
+    code = ("import importlib, pkgutil, sys, torch, tunedb, tunedb.families\n"
+            "def ops(): return sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith('tunedb::'))\n"
+            "tunedb.register_ops(); registered = ops()\n"
+            "for m in pkgutil.walk_packages(tunedb.families.__path__, 'tunedb.families.'):\n"
+            "    try: importlib.import_module(m.name)\n"
+            "    except ImportError: pass\n"
+            "print('missing', sorted(set(ops()) - set(registered)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "missing []" in out.stdout, out.stdout

@@ -178,6 +178,9 @@ class GemmFamily:
 
     def register_ops(self) -> None:
         import tunedb.families.gemm.ops  # noqa: F401 -- registers tunedb::gemm / gemm_act
+        # tunedb::sibling / siblings: a program exported from a model whose sibling groups compiled
+        # to one launch names them, and torch.export.load in a fresh process resolves them by name
+        import tunedb.families.gemm.siblings_compile  # noqa: F401
 
     def census_rules(self) -> tuple[Any, ...]:
         from tunedb.families.gemm.census_rules import rules
