@@ -40,6 +40,11 @@ class OperandMismatchError(SignatureError, RuntimeError):
     torch's own op raises for the same call, so code written against nn.Linear still catches it."""
 
 
+class ArgumentTypeError(SignatureError, TypeError):
+    """An argument of the wrong Python type (a number, a list or None where a tensor belongs; a
+    non-string mode): also the TypeError torch's own function raises for the same call."""
+
+
 class ConfigError(TunedbError, ValueError):
     """A config id or parameter dict is malformed."""
 

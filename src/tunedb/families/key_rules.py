@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tunedb.errors import OperandMismatchError, SignatureError
+from tunedb.errors import ArgumentTypeError, OperandMismatchError
 
 from tunedb.records import Signature
 
@@ -28,15 +28,16 @@ def head_reason(sig: Signature, family: str, ops: Sequence[str], dtypes: Sequenc
 
 
 def check_tensors(what: str, optional: tuple[str, ...] = (), **args: Any) -> None:
-    """SignatureError naming each argument that is not a tensor (those named in `optional` may be
-    None): a None or a number where a tensor belongs failed deep inside with an AttributeError."""
+    """ArgumentTypeError (a SignatureError and a TypeError) naming each argument that is not a
+    tensor (those named in `optional` may be None): a None or a number where a tensor belongs
+    failed deep inside with an AttributeError."""
     import torch
 
     for name, t in args.items():
         if isinstance(t, torch.Tensor) or (t is None and name in optional):
             continue
         allowed = "a tensor or None" if name in optional else "a tensor"
-        raise SignatureError(f"{what}'s {name} must be {allowed}, got {'None' if t is None else type(t).__name__}")
+        raise ArgumentTypeError(f"{what}'s {name} must be {allowed}, got {'None' if t is None else type(t).__name__}")
 
 
 def check_one_device(what: str, **tensors: Any) -> None:
@@ -65,3 +66,22 @@ def size(d: Any) -> Any:
     count; torch.export with a dynamic dimension failed). Key fields still take int(): a key is
     concrete, and only eager calls build one."""
     return d if type(d).__name__ == "SymInt" else int(d)
+
+
+def check_mode(what: str, name: str, value: Any, allowed: Sequence[str]) -> None:
+    """ArgumentTypeError naming a string argument given as another type (None, a number): the op's
+    schema refused it in its own multi-line words. The value itself is the op's to check."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{what}'s {name} must be a str, one of {', '.join(map(repr, allowed))}; "
+                                f"got {type(value).__name__} {value!r}")
+
+
+def check_operands(what: str, optional: tuple[str, ...] = (), **args: Any) -> None:
+    """check_tensors for the arguments that take no part in torch's function protocol (a number, a
+    list, None, a numpy array): a tensor, a subclass or a tracer's proxy (torch.fx) passes on to the
+    op, which records or checks it; the others reached the op's schema, which refused them with a
+    multi-line RuntimeError instead of the TypeError torch raises."""
+    bad = {name: t for name, t in args.items()
+           if not hasattr(type(t), "__torch_function__") and not (t is None and name in optional)}
+    if bad:
+        check_tensors(what, optional, **bad)

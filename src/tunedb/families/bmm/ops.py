@@ -120,6 +120,16 @@ def bmm(a: Any, b: Any) -> Any:
     (runtime.grad_form.direct)."""
     import torch
 
+    if torch._C._is_any_autocast_enabled() and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        from tunedb.runtime import autocast_rule
+
+        if autocast_rule.casts(a.device.type, a, b):
+            # torch.matmul casts the operands (a bf16 activation may meet an fp32 one); the op would
+            # not, and refused the mix. Operands already in autocast's dtype are served below.
+            from tunedb.families.key_rules import check_one_device
+
+            check_one_device("bmm", a=a, b=b)
+            return torch.matmul(a, b)
     if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and str(a.dtype) not in keys.SERVED_DTYPES
             and b.dtype == a.dtype and a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2]
             and a.shape[-1] == b.shape[-2]):
@@ -131,6 +141,9 @@ def bmm(a: Any, b: Any) -> Any:
         node = fx_nodes.recorded(bmm, (a, b))  # symbolic_trace: one node, this function
         if node is not None:
             return node
+        from tunedb.families.key_rules import check_operands
+
+        check_operands("bmm", a=a, b=b)
     if getattr(a, "ndim", 3) > 3 and getattr(b, "ndim", 0) == a.ndim and a.shape[:-2] == b.shape[:-2]:
         if a.shape[-1] != b.shape[-2]:
             from tunedb.errors import OperandMismatchError  # (a RuntimeError too, as torch's)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tunedb.errors import SignatureError
+from tunedb.errors import ArgumentTypeError, SignatureError
 from tunedb.families.conv import keys
 from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.runtime import autocast_rule, dispatch, fx_nodes, grad_form, launch_table
@@ -163,6 +163,15 @@ def _far_pad(x: Any, extra: list[int]) -> Any:
     return torch.nn.functional.pad(x, pads)
 
 
+def _check_groups(op: str, groups: Any) -> None:
+    """ArgumentTypeError / SignatureError naming groups that is not a positive int (None or 2.0
+    reached the op's schema, which refused it in its own words)."""
+    if isinstance(groups, bool) or not isinstance(groups, int):
+        raise ArgumentTypeError(f"{op}'s groups must be an int, got {type(groups).__name__} {groups!r}")
+    if groups < 1:
+        raise SignatureError(f"{op}'s groups must be a positive int, got {groups}")
+
+
 def _check_weight_rank(op: str, weight: Any, rank: int, shape: str) -> None:
     """Named before the padding rules read the kernel size off weight.shape[2:] (a weight of the
     wrong rank was blamed on a 'kernel' argument the op does not have)."""
@@ -184,8 +193,9 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     p = lambda name, v: list(keys._pair(name, v, 1))  # noqa: E731
     extra = keys.same_extra("conv1d", padding, weight.shape[2:], dilation)
     padding = keys.padding_ints("conv1d", padding, weight.shape[2:], stride, dilation)
-    if extra:  # 'same' with an even kernel: torch pads the far side one more
-        x = _far_pad(x, extra)
+    _check_groups("conv1d", groups)
+    if extra and x.dim() in (2, 3):  # 'same' with an even kernel: torch pads the far side one more
+        x = _far_pad(x, extra)  # (an x of another rank: the op names it, at the size it was given)
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
     if grad_form.direct((x, weight, bias)):  # plain eager inference: no dispatcher hop
         return _conv1d_impl(*args)
@@ -207,8 +217,9 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     p = lambda name, v: list(keys._pair(name, v, 2))  # noqa: E731
     extra = keys.same_extra("conv2d", padding, weight.shape[2:], dilation)
     padding = keys.padding_ints("conv2d", padding, weight.shape[2:], stride, dilation)
-    if extra:  # 'same' with an even kernel: torch pads the far side one more
-        x = _far_pad(x, extra)
+    _check_groups("conv2d", groups)
+    if extra and x.dim() in (3, 4):  # 'same' with an even kernel: torch pads the far side one more
+        x = _far_pad(x, extra)  # (an x of another rank: the op names it, at the size it was given)
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
     if grad_form.direct((x, weight, bias)):
         return _conv2d_impl(*args)

@@ -19,7 +19,8 @@ import torch
 from tunedb.families.gemm_log_softmax.configs import FAMILY, OPS
 from tunedb.families.gemm_log_softmax.keys import check_call
 from tunedb.families.gemm_log_softmax.launch import torch_arm
-from tunedb.runtime import batch_dims, fx_nodes, grad_form
+from tunedb.families.key_rules import check_one_device, check_operands
+from tunedb.runtime import autocast_rule, batch_dims, fx_nodes, grad_form
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 _lib.define("gemm_log_softmax(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor")
@@ -76,6 +77,12 @@ def gemm_log_softmax(x: Any, weight: Any, bias: Any = None) -> Any:
     """log_softmax(x @ weight.T + bias, dim=-1) through the tuned op (x's dtype out); plain eager
     inference on CUDA runs the implementation without the dispatcher hop (grad_form.direct).
     fp32 and fp64 operands (the op's kernels are bf16/fp16) compute torch's form, unchanged."""
+    if (isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and torch._C._is_any_autocast_enabled()
+            and autocast_rule.enabled(x.device.type)):
+        # autocast casts the linear's operands (and may run log_softmax in float32): torch's pair
+        # computes what the plain model does, as the module form does (module.py)
+        check_one_device("gemm_log_softmax", x=x, weight=weight, bias=bias)
+        return torch.log_softmax(torch.nn.functional.linear(x, weight, bias), -1)
     if isinstance(x, torch.Tensor) and x.dtype in _TORCH_ONLY and isinstance(weight, torch.Tensor):
         check_call(OPS[0], x, weight, bias, served_dtype=False)  # shapes, one dtype, one device
         return torch.log_softmax(torch.nn.functional.linear(x, weight, bias), -1)
@@ -84,4 +91,5 @@ def gemm_log_softmax(x: Any, weight: Any, bias: Any = None) -> Any:
     node = fx_nodes.recorded(gemm_log_softmax, (x, weight, bias))  # symbolic_trace: one node, this function
     if node is not None:
         return node
+    check_operands("gemm_log_softmax", ("bias",), x=x, weight=weight, bias=bias)
     return torch.ops.tunedb.gemm_log_softmax(x, weight, bias)

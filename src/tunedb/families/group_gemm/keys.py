@@ -44,6 +44,11 @@ def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any 
         raise SignatureError(f"unknown group_gemm op {op!r}; ops are group_gemm")
     check_tensors("group_gemm", ("topk_weights",), x=x, weight=weight, topk_ids=topk_ids, topk_weights=topk_weights)
     check_one_device("group_gemm", x=x, weight=weight, topk_ids=topk_ids, topk_weights=topk_weights)
+    for name, t in (("x", x), ("weight", weight), ("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+        layout = getattr(t, "layout", None)
+        if layout is not None and str(layout) != "torch.strided":  # every arm reads dense rows
+            raise SignatureError(f"group_gemm's {name} must be a dense (strided) tensor, got layout {layout}: "
+                                 f"pass {name}.to_dense()")
     ws, ids = tuple(weight.shape), tuple(topk_ids.shape)
     if len(ws) != 3:
         raise SignatureError(f"group_gemm weight must be [E, N, K], got {list(ws)}")

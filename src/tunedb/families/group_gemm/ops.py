@@ -165,6 +165,9 @@ def group_gemm(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> 
         register()
     import torch
 
+    from tunedb.families.key_rules import check_operands
+
+    check_operands("group_gemm", ("topk_weights",), x=x, weight=weight, topk_ids=topk_ids, topk_weights=topk_weights)
     return torch.ops.tunedb.group_gemm(x, weight, topk_ids, topk_weights)
 
 

@@ -23,6 +23,8 @@ import torch
 
 from tunedb import families
 from tunedb.runtime import grad_form, selector
+from tunedb.errors import ArgumentTypeError
+from tunedb.families.key_rules import check_mode, check_operands
 from tunedb.families.scaled_mm import arms, configs
 from tunedb.records import Config, Signature
 
@@ -194,14 +196,30 @@ def _fp8_quant_fake(x, weight, x_scale, w_scale, scale=""):
 
 # --- Python entry points (the ops through the dispatcher) ---------------------------------
 
+_INT8 = object()  # the int8 ops take no scale mode
+
+
+def _check_args(what: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: Any, out_dtype: Any) -> None:
+    """ArgumentTypeError naming an argument of the wrong Python type before the op's schema refuses
+    it in its own words (a number where a tensor belongs, scale=None, out_dtype="bf16")."""
+    check_operands(what, x=x, weight=weight, x_scale=x_scale, w_scale=w_scale)
+    if scale is not _INT8:
+        check_mode(what, "scale", scale, ("", *configs.SCALES[configs.FP8_FAMILY]))
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise ArgumentTypeError(f"{what}'s out_dtype must be a torch.dtype or None, got "
+                                f"{type(out_dtype).__name__} {out_dtype!r}")
+
+
 def scaled_mm_int8(x: Any, weight: Any, x_scale: Any, w_scale: Any, out_dtype: Any = None) -> Any:
     """(x @ weight.T) * x_scale[row] * w_scale[col], int32-exact, rounded once to out_dtype."""
     if grad_form.direct((x, weight, x_scale, w_scale)):  # the eager hot path: no dispatcher hop
         return _int8_impl(x, weight, x_scale, w_scale, out_dtype)
+    _check_args("scaled_mm_int8", x, weight, x_scale, w_scale, _INT8, out_dtype)
     return torch.ops.tunedb.scaled_mm_int8(x, weight, x_scale, w_scale, out_dtype)
 
 
 def scaled_mm_int8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any) -> tuple[Any, Any]:
+    _check_args("scaled_mm_int8_quant", x, weight, x_scale, w_scale, _INT8, None)
     return torch.ops.tunedb.scaled_mm_int8_quant(x, weight, x_scale, w_scale)
 
 
@@ -209,8 +227,10 @@ def scaled_mm_fp8(x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: str = 
                   out_dtype: Any = None) -> Any:
     if grad_form.direct((x, weight, x_scale, w_scale)):
         return _fp8_impl(x, weight, x_scale, w_scale, scale, out_dtype)
+    _check_args("scaled_mm_fp8", x, weight, x_scale, w_scale, scale, out_dtype)
     return torch.ops.tunedb.scaled_mm_fp8(x, weight, x_scale, w_scale, scale, out_dtype)
 
 
 def scaled_mm_fp8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: str = "") -> tuple[Any, Any]:
+    _check_args("scaled_mm_fp8_quant", x, weight, x_scale, w_scale, scale, None)
     return torch.ops.tunedb.scaled_mm_fp8_quant(x, weight, x_scale, w_scale, scale)
