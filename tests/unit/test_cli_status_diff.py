@@ -46,7 +46,7 @@ def test_diff_reports_added_removed_and_changed_one_line_each(capsys):
         '-> [[256,"b32x64x64_w4_s3_g8"],[null,"torch"]]',
         '~ gemm|op=gemm|dt=half|N=768|K=256: config b64x64x64_w4_s3_g8 '
         '{"lane":"triton_mma","block":[64,64,64],"warps":4,"stages":3} -> '
-        '{"lane":"triton_mma","block":[64,64,64],"warps":8,"stages":3}',
+        '{"lane":"triton_mma","block":[64,64,64],"warps":4,"stages":3,"group_m":8}',
         '~ gemm|op=gemm|dt=half|N=768|K=256: validators {"triton":"3.6.0"} -> {"triton":"3.4.0"}',
         '- gemm|op=gemm|dt=half|N=80|K=17: [[null,"torch"]]',
     ]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_family import valid_raw
+from fake_family import install, valid_raw
 from tunedb.database import schema
 from tunedb.errors import CorruptDatabaseError, ValidatorMismatchError
 from tunedb.records import Signature
@@ -94,11 +94,18 @@ CORRUPT = [
     ("soft one-item list", lambda: _mutate(E + ("soft",), {"triton": ["3.6.0"]}), "list of >= 2"),
     ("notes not strings", lambda: _mutate(E + ("notes",), [1]), "'notes' must be a list of strings"),
     ("model not object", lambda: _mutate(("model",), [1]), "'model' must be an object"),
+    # an edited body under the old id: caches and compiled kernels know a config by its id
+    ("config body contradicts its id", lambda: _mutate(("configs", "b", "block"), 48),
+     "config 'b': its body contradicts its id in block"),
+    ("config lane contradicts its id", lambda: _mutate(("configs", "b", "lane"), "fused"), "contradicts its id in lane"),
+    ("config id of no config", lambda: _mutate(("configs", "nope"), {"lane": "toy", "block": 16}),
+     "config 'nope': the id is not one of fake's configs"),
 ]
 
 
 @pytest.mark.parametrize("name, make, message", CORRUPT, ids=[c[0] for c in CORRUPT])
 def test_corrupt_structure_is_named(name, make, message):
+    install()  # the configs' ids are checked against the family's own grammar
     with pytest.raises(CorruptDatabaseError) as err:
         schema.parse(make(), "the/file.json")
     assert "the/file.json" in str(err.value)
@@ -230,3 +237,18 @@ def test_store_merge_keeps_regions_native(tmp_path):
                            {"impl_hash": "fakehash1"}, extend=True)
     # the new entry has no native regions: its regions stand for them, and new regions win
     assert extended.entries[sig].regions_native == db.entries[sig].regions
+
+
+def test_a_writer_refuses_a_config_whose_body_contradicts_its_id(tmp_path):
+    """A file every later load would refuse is not written (nothing is left behind either)."""
+    from tunedb import database
+    from tunedb.errors import DatabaseError
+    from tunedb.records import Config, Entry, Region
+
+    install()
+    wrong = Config("b", "toy", (("block", 48),))
+    target = tmp_path / "user"
+    with pytest.raises(DatabaseError, match="config 'b' cannot be written.*contradicts its id in block"):
+        database.write_entries(str(target), "fake", "sm90", [Entry(Signature.parse("fake|op=mm|dt=half|N=128|K=64"),
+                                                                  (Region(None, "b"),))], [wrong])
+    assert not any(target.rglob("*.json"))

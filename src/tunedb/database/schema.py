@@ -174,7 +174,7 @@ def _validator_map(value: Any, where: str, source: str, allow_mixed: bool) -> di
     return out
 
 
-def _parse_configs(value: Any, source: str) -> dict[str, Config]:
+def _parse_configs(value: Any, source: str, kernel_family: str) -> dict[str, Config]:
     if not isinstance(value, dict):
         raise _fail(source, f"'configs' must be an object, got {type(value).__name__}")
     out = {}
@@ -185,7 +185,32 @@ def _parse_configs(value: Any, source: str) -> dict[str, Config]:
             out[cid] = Config.from_json(cid, data)
         except ConfigError as exc:
             raise _fail(source, f"configs: {exc}") from None
+        why = contradicts_id(out[cid], kernel_family)
+        if why:
+            raise _fail(source, f"config {cid!r}: {why}")
     return out
+
+
+def contradicts_id(config: Config, kernel_family: str) -> str | None:
+    """Why a config's body is not what its id names (an edited block size under the old id: caches,
+    compiled kernels and other files know a config by its id, so two bodies under one id served
+    the wrong kernel somewhere), or None. A family this process does not know is not checked."""
+    try:
+        fam = families.get(kernel_family)
+    except KeyError:  # RegistryError: the family check of the file names it elsewhere
+        return None
+    try:
+        named = fam.parse_config(config.id)
+    except ConfigError as exc:
+        return f"the id is not one of {kernel_family}'s configs ({exc})"
+    # fields both name (a file written before a field existed leaves it to the launcher's default)
+    ids, body = dict(named.params), dict(config.params)
+    diff = sorted(k for k in set(ids) & set(body) if ids[k] != body[k])
+    if named.lane != config.lane or diff:
+        fields = ["lane"] * (named.lane != config.lane) + diff
+        return (f"its body contradicts its id in {', '.join(fields)} (the id names "
+                f"{named.to_json()}); fix the body or the id")
+    return None
 
 
 def _parse_regions(value: Any, where: str, configs: Mapping[str, Config], source: str) -> tuple[Region, ...]:
@@ -284,7 +309,7 @@ def parse(raw: Any, source: str = "<data>", kernel_family: str | None = None,
     if unknown:
         raise _fail(source, f"unknown top-level keys {unknown}; allowed: {', '.join(TOP_KEYS)}")
     validators = _validator_map(raw.get("validators", {}), "'validators'", source, allow_mixed=False)
-    configs = _parse_configs(raw.get("configs", {}), source)
+    configs = _parse_configs(raw.get("configs", {}), source, raw["kernel_family"])
     entries_raw = raw.get("entries", {})
     if not isinstance(entries_raw, dict):
         raise _fail(source, f"'entries' must be an object, got {type(entries_raw).__name__}")

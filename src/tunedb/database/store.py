@@ -166,6 +166,10 @@ def write_entries(target: str | os.PathLike, kernel_family: str, arch_family: st
             raise DatabaseError(f"config {cfg.id!r} is keyed under another id ({cid!r})")
     # Sentinels are never defined in a file; a writer may pass them along with the rest.
     config_map = {cid: cfg for cid, cfg in given.items() if not cfg.is_sentinel}
+    for cfg in config_map.values():  # a file every later load would refuse is not written
+        why = schema.contradicts_id(cfg, kernel_family)
+        if why:
+            raise DatabaseError(f"config {cfg.id!r} cannot be written to {path}: {why}")
     if validators is None:
         validators = vals.current(vals.impl_hash_of(kernel_family))
     path.parent.mkdir(parents=True, exist_ok=True)
