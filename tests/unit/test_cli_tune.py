@@ -466,6 +466,29 @@ def test_tune_of_a_recurrent_only_model_says_where_its_layers_are_tuned(tiers, t
     assert "LSTM layer(s) are not in tune's census" in err and "families='all'" in err
 
 
+PLAIN_CALLABLE_WORKLOAD = """
+import torch
+
+
+def make(device):
+    w = torch.randn(8, 8, device=device)  # a plain tensor: the product is no call a family records
+    return (lambda x: x @ w), (lambda batch, length: (torch.randn(batch, length, 8, device=device),))
+"""
+
+
+def test_a_plain_callable_model_that_records_nothing_gets_the_one_line_error(tiers, tmp_path, monkeypatch, capsys):
+    """A workload's model may be any callable (the plain census takes one; --fused needs a Module):
+    one whose probe records nothing gets the census's one-line error (it was an AttributeError on
+    `.modules()` from the LSTM hint)."""
+    monkeypatch.setattr(pipeline, "has_gpu", lambda: False)
+    (tmp_path / "callable_user_workload.py").write_text(PLAIN_CALLABLE_WORKLOAD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "census.json"
+    assert main(["census", "callable_user_workload:make", "--max-batch-size", "1", "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "ran no call a family records" in err and "Traceback" not in err and not out.exists()
+
+
 def test_a_build_names_the_census_signatures_of_other_families_it_skips():
     from tunedb import families as registry
     from tunedb.build.run import signatures_by_census

@@ -161,6 +161,17 @@ def census_quantizer(scheme: str) -> Any:
                       f"(the quantized families offer fp8-rowwise, fp8-block and int8)")
 
 
+def _modules(model: Any) -> tuple[Any, ...]:
+    """The submodules of a built model: an nn.Module, or a runner holding one as `.model`; none
+    for another callable (a workload may return any callable as its model)."""
+    import torch
+
+    for m in (model, getattr(model, "model", None)):
+        if isinstance(m, torch.nn.Module):
+            return tuple(m.modules())
+    return ()
+
+
 def _optimized(w: Workload, model: Any) -> Any:
     """tunedb.optimize of a built model, patched in place: an nn.Module, or a runner holding one
     as `.model` (the presets' causal-LM runner)."""
@@ -237,7 +248,7 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
             recorded = probe(built, key, model, quantizer)
         if not recorded:
             # the torch base class's name: optimize() may have swapped an LSTM's class to TunedLSTM
-            lstm = sorted({c.__name__ for m in built.model.modules() for c in type(m).__mro__
+            lstm = sorted({c.__name__ for m in _modules(built.model) for c in type(m).__mro__
                            if c.__module__ == "torch.nn.modules.rnn"} & {"LSTM", "GRU", "RNN"})
             why = (f"; its {', '.join(lstm)} layer(s) are not in tune's census (the rnn family tunes them: "
                    "tunedb.optimize(model, families='all'), docs/rnn.md)") if lstm else (
