@@ -50,8 +50,8 @@ def build(censuses: Sequence[tuple[str, ShapeSet]], opts: BuildOptions, *, timer
 def take_census(workload: str, mode: str = "offline", max_batch: int = 8, chunk: int | None = None,
                 manifest: str | None = None, capture: str | None = None, impl: str = "auto",
                 fused: bool = True, cached: bool = False, unit: str = AUDIO, max_length: int = USER_MAX_LENGTH,
-                length_step: int = 0, progress: Any = None) -> ShapeSet:
-    """The census of a workload on meta tensors (no GPU needed), merged with a capture file;
+                length_step: int = 0, progress: Any = None, device: str = "meta") -> ShapeSet:
+    """The census of a workload on `device` (meta tensors by default: no GPU, no weights), merged with a capture file;
     fused: of tunedb.optimize(model), keyed as the run time calls (see census.probe); cached: a
     preset's census is reused from the cache when taken before with the same key (census/cache.py);
     unit, max_length, length_step: a module:callable's probe lengths (`tunedb census --unit`;
@@ -61,7 +61,7 @@ def take_census(workload: str, mode: str = "offline", max_batch: int = 8, chunk:
 
     def take() -> ShapeSet:
         return probe.take_census(presets.workload(workload, unit, max_length, length_step), mode, max_batch,
-                                 chunk, manifest, device="meta", impl=impl, fused=fused,
+                                 chunk, manifest, device=device, impl=impl, fused=fused,
                                  **({"progress": progress} if progress is not None else {}))
 
     shapes = (cache.cached(workload, take, mode=mode, max_batch=max_batch, chunk=chunk, manifest=manifest,

@@ -168,7 +168,13 @@ def test_a_data_dependent_forward_on_meta_is_told_to_take_the_census_on_the_cpu(
         err = capsys.readouterr().err
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
         assert "meta tensors" in err and "`tunedb census router_workload:make --device cpu --fused --out" in err
-        # and the remedy it names works
+        assert "`tunedb tune router_workload:make --device cpu` with the same flags" in err
+        # and the remedies it names work: the census on the CPU, and tune's own census there (no
+        # GPU here: it prints the plan, saying nothing was measured)
         out = tmp_path / "census.json"
         assert main(["census", "router_workload:make", "--device", "cpu", "--fused", *flags, "--out", str(out)]) == 0
+        capsys.readouterr()
+        assert main(["tune", "router_workload:make", "--device", "cpu", *flags]) == 0
+        printed = " ".join(capsys.readouterr().out.split())
+        assert "nothing was measured" in printed
     assert out.exists()

@@ -137,8 +137,9 @@ def _user_code(w: Workload, where: str, device: Any = None) -> Iterator[None]:
         if getattr(device, "type", None) == "meta" and _needs_values(exc):
             hint = (f" (the model reads tensor values -- data-dependent control flow, .item(), nonzero -- "
                     f"which meta tensors, the census's default device, do not hold: take the census on the "
-                    f"CPU with random weights, `tunedb census {w.name} --device cpu --fused --out census.json` "
-                    f"with the same flags, then on a GPU `tunedb build --census census.json --out user`)")
+                    f"CPU with random weights: `tunedb tune {w.name} --device cpu` with the same flags, or "
+                    f"`tunedb census {w.name} --device cpu --fused --out census.json` then on a GPU "
+                    f"`tunedb build --census census.json --out user`)")
         raise CensusError(f"workload {w.name!r} failed in {where}: {type(exc).__name__}: {exc}{hint}") from exc
 
 

@@ -32,6 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     census.add_argument("--capture", default=None, help="merge a TUNEDB_CAPTURE recording")
     census.add_argument("--impl", default="auto", choices=("auto", "mirror", "hf", "torchaudio"),
                         help="model implementation: auto, mirror, hf, torchaudio")
+    census.add_argument("--device", default="meta",
+                        help="where the census builds the model (default meta: no weights); cpu for a model whose "
+                             "forward reads tensor values (T5, BART: data-dependent control flow)")
     census.add_argument("--no-fused", dest="fused", action="store_false",
                         help="census the aten-level GEMMs instead of the calls tunedb.optimize(model) makes")
     add_length_options(census)
@@ -45,7 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _census_kw(args: argparse.Namespace) -> dict[str, Any]:
     return dict(mode=args.mode, max_batch=args.max_batch_size, chunk=args.chunk_size,
-                manifest=args.manifest, capture=args.capture, impl=args.impl, fused=args.fused, cached=True,
+                manifest=args.manifest, capture=args.capture, impl=args.impl, fused=args.fused,
+                cached=args.device == "meta", device=args.device,  # the cache holds meta censuses only
                 unit=args.unit, max_length=args.max_length, length_step=args.length_step)
 
 
