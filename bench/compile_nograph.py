@@ -132,7 +132,8 @@ def main(argv=None) -> int:
                     help="a third arm, 'compile (copy)': a second copy of the plain model (private code too under "
                          "--private-code), compiled alike: compile / compile (copy) is this host's A/A noise "
                          "floor, and tunedb+compile / compile (copy) compares two models that both pay the "
-                         "bench's private-code wrapping")
+                         "bench's private-code wrapping (without --private-code the three share Dynamo's caches "
+                         "per code object, and the A/A row measures that sharing, not noise)")
     ap.add_argument("--profile-calls", type=int, default=1,
                     help="forwards each arm's CPU-op profile averages over (Dynamo's cache lookup, the compiled "
                          "regions: per forward)")

@@ -50,7 +50,7 @@ def _i8(*shape):
                         [[0, 1]] * 4), "topk_ids must be a tensor, got list"),
     (lambda: smm.scaled_mm_int8(_i8(3, 16), _i8(8, 16), 0.5, torch.rand(1, 8)), "x_scale must be a tensor, got float"),
     (lambda: smm.scaled_mm_fp8(torch.randn(3, 16).to(torch.float8_e4m3fn), torch.randn(8, 16).to(torch.float8_e4m3fn),
-                               torch.ones(3, 1), torch.ones(1, 8), None), "scale must be a str"),
+                               torch.ones(3, 1), torch.ones(1, 8), 1), "scale must be a str"),
     (lambda: smm.scaled_mm_int8(_i8(3, 16), _i8(8, 16), torch.rand(3, 1), torch.rand(1, 8), "bf16"),
      "out_dtype must be a torch.dtype or None, got str"),
     (lambda: conv2d(torch.randn(1, 4, 6, 6), torch.randn(6, 4, 3, 3), groups=2.0), "groups must be an int, got float"),
@@ -62,9 +62,36 @@ def test_a_wrong_python_type_is_named_and_is_a_type_error_as_torchs(call, named)
     assert isinstance(err.value, TypeError) and isinstance(err.value, SignatureError)
 
 
-def test_conv_groups_below_one_is_named():
-    with pytest.raises(SignatureError, match="groups must be a positive int, got 0"):
-        conv2d(torch.randn(1, 4, 6, 6), torch.randn(6, 4, 3, 3), groups=0)
+def test_conv_groups_takes_what_torch_takes_and_refuses_what_it_refuses():
+    import numpy as np
+
+    x, w = torch.randn(1, 4, 6, 6), torch.randn(6, 2, 3, 3)
+    for groups in (np.int64(2), torch.tensor(2)):  # integer-likes torch takes
+        torch.testing.assert_close(conv2d(x, w, groups=groups), torch.nn.functional.conv2d(x, w, groups=2))
+    with pytest.raises(RuntimeError) as want:  # below 1: torch's own error
+        torch.nn.functional.conv2d(x, w, groups=0)
+    with pytest.raises(RuntimeError) as got:
+        conv2d(x, w, groups=0)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("b_shape", [(4, 5), (2, 4, 5, 1), (4,)])
+def test_bmm_under_autocast_refuses_shapes_it_refuses_without(b_shape):
+    """The autocast branch takes only operands bmm takes (3-D @ 2-D was torch.matmul's broadcast)."""
+    a, b = torch.randn(2, 3, 4, dtype=torch.bfloat16), torch.randn(*b_shape)
+    with pytest.raises(SignatureError):
+        bmm(a, b.bfloat16())
+    with torch.autocast("cpu", torch.bfloat16), pytest.raises(SignatureError):
+        bmm(a, b)
+
+
+def test_scaled_mm_fp8_scale_none_infers_the_mode_as_an_empty_string_does():
+    x, w = torch.randn(3, 16).to(torch.float8_e4m3fn), torch.randn(8, 16).to(torch.float8_e4m3fn)
+    sx, sw = torch.rand(3, 1), torch.rand(1, 8)
+    assert torch.equal(smm.scaled_mm_fp8(x, w, sx, sw, None), smm.scaled_mm_fp8(x, w, sx, sw, ""))
+    q, s = smm.scaled_mm_fp8_quant(x, w, sx, sw, None)
+    q2, s2 = smm.scaled_mm_fp8_quant(x, w, sx, sw, "")
+    assert torch.equal(q.float(), q2.float()) and torch.equal(s, s2)
 
 
 @pytest.mark.parametrize("op, x, w", [

@@ -199,6 +199,7 @@ def test_an_unwritable_or_disabled_user_tier_is_named_before_anything_is_timed(g
     ({"rounds": 2}, ValueError, "at least 3"),
     ({"block_ms": float("nan")}, ValueError, "block_ms=nan"),
     ({"seed": "a"}, ValueError, "seed='a'"),
+    ({"seed": 1.5}, ValueError, "seed=1.5"),
 ])
 def test_bad_measure_keywords_are_named_before_anything_runs(kw, error, named):
     with pytest.raises(error, match=named):

@@ -65,7 +65,7 @@ def size(d: Any) -> Any:
     specialises a compiled graph to that size (torch.compile(dynamic=True) recompiled per token
     count; torch.export with a dynamic dimension failed). Key fields still take int(): a key is
     concrete, and only eager calls build one."""
-    return d if type(d).__name__ == "SymInt" else int(d)
+    return d if type(d) is int or type(d).__name__ == "SymInt" else int(d)
 
 
 def check_mode(what: str, name: str, value: Any, allowed: Sequence[str]) -> None:

@@ -251,12 +251,12 @@ def _check_measure_kw(kw: dict[str, Any], measurer: Measurer | None) -> None:
     if kw and measurer is not None:
         raise TypeError(f"confirm's {', '.join(k + '=' for k in kw)} set the default measurer; a measurer= "
                         f"given times on its own terms (pass one or the other)")
-    for name in ("rounds", "seed"):
-        v = kw.get(name, 3)
-        if isinstance(v, bool) or not isinstance(v, int) or (name == "rounds" and v < 3):
-            # fewer than three rounds and the sign test lets one noisy round demote a pick
-            allowed = "an int of at least 3 (the sign test needs them)" if name == "rounds" else "an int"
-            raise ValueError(f"confirm {name}={v!r} must be {allowed}")
+    rounds, seed = kw.get("rounds", 3), kw.get("seed", 0)
+    # fewer than three rounds and the sign test lets one noisy round demote a pick
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 3:
+        raise ValueError(f"confirm rounds={rounds!r} must be an int of at least 3 (the sign test needs them)")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(f"confirm seed={seed!r} must be an int or None")
     v = kw.get("block_ms", 1.0)
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
         raise ValueError(f"confirm block_ms={v!r} must be a positive finite number of milliseconds")

@@ -120,8 +120,9 @@ def bmm(a: Any, b: Any) -> Any:
     (runtime.grad_form.direct)."""
     import torch
 
-    if torch._C._is_any_autocast_enabled() and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        from tunedb.runtime import autocast_rule
+    if (torch._C._is_any_autocast_enabled() and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2] and a.shape[-1] == b.shape[-2]):
+        from tunedb.runtime import autocast_rule  # (operands that do not fit: named below, as without autocast)
 
         if autocast_rule.casts(a.device.type, a, b):
             # torch.matmul casts the operands (a bf16 activation may meet an fp32 one); the op would

@@ -13,6 +13,7 @@ the output shape. Where a gradient is wanted (training an optimize()d model) the
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any
 
 import torch
@@ -163,13 +164,16 @@ def _far_pad(x: Any, extra: list[int]) -> Any:
     return torch.nn.functional.pad(x, pads)
 
 
-def _check_groups(op: str, groups: Any) -> None:
-    """ArgumentTypeError / SignatureError naming groups that is not a positive int (None or 2.0
-    reached the op's schema, which refused it in its own words)."""
-    if isinstance(groups, bool) or not isinstance(groups, int):
-        raise ArgumentTypeError(f"{op}'s groups must be an int, got {type(groups).__name__} {groups!r}")
-    if groups < 1:
-        raise SignatureError(f"{op}'s groups must be a positive int, got {groups}")
+def _groups(op: str, groups: Any) -> int:
+    """groups as an int (an integer-like value torch takes: numpy's, a 0-d integer tensor), else an
+    ArgumentTypeError naming it (None or 2.0 reached the op's schema, which refused it in its own
+    words). A value below 1 is torch's to refuse, in its own RuntimeError."""
+    if type(groups) is int:
+        return groups
+    try:
+        return operator.index(groups)
+    except TypeError:
+        raise ArgumentTypeError(f"{op}'s groups must be an int, got {type(groups).__name__} {groups!r}") from None
 
 
 def _check_weight_rank(op: str, weight: Any, rank: int, shape: str) -> None:
@@ -193,7 +197,7 @@ def conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     p = lambda name, v: list(keys._pair(name, v, 1))  # noqa: E731
     extra = keys.same_extra("conv1d", padding, weight.shape[2:], dilation)
     padding = keys.padding_ints("conv1d", padding, weight.shape[2:], stride, dilation)
-    _check_groups("conv1d", groups)
+    groups = _groups("conv1d", groups)
     if extra and x.dim() in (2, 3):  # 'same' with an even kernel: torch pads the far side one more
         x = _far_pad(x, extra)  # (an x of another rank: the op names it, at the size it was given)
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)
@@ -217,7 +221,7 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     p = lambda name, v: list(keys._pair(name, v, 2))  # noqa: E731
     extra = keys.same_extra("conv2d", padding, weight.shape[2:], dilation)
     padding = keys.padding_ints("conv2d", padding, weight.shape[2:], stride, dilation)
-    _check_groups("conv2d", groups)
+    groups = _groups("conv2d", groups)
     if extra and x.dim() in (3, 4):  # 'same' with an even kernel: torch pads the far side one more
         x = _far_pad(x, extra)  # (an x of another rank: the op names it, at the size it was given)
     args = (x, weight, bias, p("stride", stride), p("padding", padding), p("dilation", dilation), groups, act)

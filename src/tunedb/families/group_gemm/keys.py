@@ -36,6 +36,16 @@ def dt_name(dtype: Any) -> str:
     return name
 
 
+_STRIDED: list[Any] = []  # torch.strided, bound on first use (importing the keys imports no torch)
+
+
+def _strided() -> Any:
+    import torch
+
+    _STRIDED.append(torch.strided)
+    return torch.strided
+
+
 def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None,
                  allow_empty: bool = False) -> tuple[Signature, int]:
     """(Signature, M) of y[t, j] = x[t or (t, j)] @ weight[topk_ids[t, j]].T. allow_empty: M = 0
@@ -44,11 +54,13 @@ def signature_of(op: str, x: Any, weight: Any, topk_ids: Any, topk_weights: Any 
         raise SignatureError(f"unknown group_gemm op {op!r}; ops are group_gemm")
     check_tensors("group_gemm", ("topk_weights",), x=x, weight=weight, topk_ids=topk_ids, topk_weights=topk_weights)
     check_one_device("group_gemm", x=x, weight=weight, topk_ids=topk_ids, topk_weights=topk_weights)
-    for name, t in (("x", x), ("weight", weight), ("topk_ids", topk_ids), ("topk_weights", topk_weights)):
-        layout = getattr(t, "layout", None)
-        if layout is not None and str(layout) != "torch.strided":  # every arm reads dense rows
-            raise SignatureError(f"group_gemm's {name} must be a dense (strided) tensor, got layout {layout}: "
-                                 f"pass {name}.to_dense()")
+    dense = _STRIDED[0] if _STRIDED else _strided()
+    if (x.layout is not dense or weight.layout is not dense or topk_ids.layout is not dense
+            or (topk_weights is not None and topk_weights.layout is not dense)):
+        for name, t in (("x", x), ("weight", weight), ("topk_ids", topk_ids), ("topk_weights", topk_weights)):
+            if t is not None and t.layout is not dense:  # every arm reads dense rows
+                raise SignatureError(f"group_gemm's {name} must be a dense (strided) tensor, got layout "
+                                     f"{t.layout}: pass {name}.to_dense()")
     ws, ids = tuple(weight.shape), tuple(topk_ids.shape)
     if len(ws) != 3:
         raise SignatureError(f"group_gemm weight must be [E, N, K], got {list(ws)}")

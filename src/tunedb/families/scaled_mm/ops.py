@@ -197,21 +197,31 @@ def _fp8_quant_fake(x, weight, x_scale, w_scale, scale=""):
 # --- Python entry points (the ops through the dispatcher) ---------------------------------
 
 _INT8 = object()  # the int8 ops take no scale mode
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_DTYPE = torch.dtype
 
 
 def _check_args(what: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: Any, out_dtype: Any) -> None:
     """ArgumentTypeError naming an argument of the wrong Python type before the op's schema refuses
-    it in its own words (a number where a tensor belongs, scale=None, out_dtype="bf16")."""
-    check_operands(what, x=x, weight=weight, x_scale=x_scale, w_scale=w_scale)
-    if scale is not _INT8:
+    it in its own words (a number where a tensor belongs, scale=1, out_dtype="bf16"). Plain tensors
+    and a dtype (every good call) cost four type reads."""
+    if (type(x) not in _PLAIN or type(weight) not in _PLAIN or type(x_scale) not in _PLAIN
+            or type(w_scale) not in _PLAIN):
+        check_operands(what, x=x, weight=weight, x_scale=x_scale, w_scale=w_scale)
+    if scale is not _INT8 and type(scale) is not str:
         check_mode(what, "scale", scale, ("", *configs.SCALES[configs.FP8_FAMILY]))
-    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+    _check_out(what, out_dtype)
+
+
+def _check_out(what: str, out_dtype: Any) -> None:
+    if out_dtype is not None and type(out_dtype) is not _DTYPE:
         raise ArgumentTypeError(f"{what}'s out_dtype must be a torch.dtype or None, got "
                                 f"{type(out_dtype).__name__} {out_dtype!r}")
 
 
 def scaled_mm_int8(x: Any, weight: Any, x_scale: Any, w_scale: Any, out_dtype: Any = None) -> Any:
     """(x @ weight.T) * x_scale[row] * w_scale[col], int32-exact, rounded once to out_dtype."""
+    _check_out("scaled_mm_int8", out_dtype)  # every path (the direct one too): one TypeError everywhere
     if grad_form.direct((x, weight, x_scale, w_scale)):  # the eager hot path: no dispatcher hop
         return _int8_impl(x, weight, x_scale, w_scale, out_dtype)
     _check_args("scaled_mm_int8", x, weight, x_scale, w_scale, _INT8, out_dtype)
@@ -223,14 +233,21 @@ def scaled_mm_int8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any) -> tup
     return torch.ops.tunedb.scaled_mm_int8_quant(x, weight, x_scale, w_scale)
 
 
-def scaled_mm_fp8(x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: str = "",
+def scaled_mm_fp8(x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: str | None = "",
                   out_dtype: Any = None) -> Any:
+    """scale: "tensor", "row", "block", or "" / None to infer it from w_scale's shape."""
+    if scale is None:  # inferred, as "" (the direct path took None so; the dispatcher's schema did not)
+        scale = ""
+    _check_out("scaled_mm_fp8", out_dtype)
     if grad_form.direct((x, weight, x_scale, w_scale)):
         return _fp8_impl(x, weight, x_scale, w_scale, scale, out_dtype)
     _check_args("scaled_mm_fp8", x, weight, x_scale, w_scale, scale, out_dtype)
     return torch.ops.tunedb.scaled_mm_fp8(x, weight, x_scale, w_scale, scale, out_dtype)
 
 
-def scaled_mm_fp8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: str = "") -> tuple[Any, Any]:
+def scaled_mm_fp8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any,
+                        scale: str | None = "") -> tuple[Any, Any]:
+    if scale is None:
+        scale = ""
     _check_args("scaled_mm_fp8_quant", x, weight, x_scale, w_scale, scale, None)
     return torch.ops.tunedb.scaled_mm_fp8_quant(x, weight, x_scale, w_scale, scale)
