@@ -206,7 +206,7 @@ def main(argv=None) -> int:
                     per[k].append(_ms(steps[k], a.iters, cuda))
             ms = {k: statistics.median(v) for k, v in per.items()}
 
-            def paired(num: str, den: str) -> float:
+            def paired(num: str, den: str, per: dict[str, list[float]] = per) -> float:
                 return statistics.median(p / t for p, t in zip(per[num], per[den]))
             ratio = paired("compile", "tunedb+compile")
             aa = {"compile / compile (copy)": paired("compile (copy)", "compile"),

@@ -60,11 +60,11 @@ def main(argv=None) -> int:
     ap.add_argument("--diff", action="store_true", help="print the guards the tuned model has and the copy has not")
     a = ap.parse_args(argv)
     import torch
+    from private_code import private_code
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
     from transformers import LlamaConfig, LlamaModel
 
     import tunedb
-    from private_code import private_code
 
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=a.layers, num_attention_heads=4,
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     for name, model in (("plain", plain), ("tunedb", tuned), ("plain (copy)", twin)):
         torch._dynamo.reset()
         compiled = torch.compile(model.forward, backend=a.backend)
-        guard_lists[name] = _guard_lines(lambda: compiled(input_ids=ids))
+        guard_lists[name] = _guard_lines(lambda compiled=compiled: compiled(input_ids=ids))
         guards = len(guard_lists[name])
         fn = model.forward.__func__
         entries = _debug_get_cache_entry_list(fn.__code__)
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
                   f"{manager.check_verbose(frame).verbose_code_parts[:2]}", file=sys.stderr)
             continue
         n = 2000
-        times = [timeit.timeit(lambda: manager.check(frame), number=n) / n * 1e6 for _ in range(a.repeats)]
+        times = [timeit.timeit(lambda m=manager, f=frame: m.check(f), number=n) / n * 1e6 for _ in range(a.repeats)]
         rows.append((name, guards, statistics.median(times), min(times)))
     print(f"torch {torch.__version__}, {a.layers} layers, backend {a.backend}, device {a.device}")
     print(f"{'model':<14}{'guards':>8}{'check us (median)':>20}{'(min)':>8}")
