@@ -30,6 +30,11 @@ def directory_value(value: str) -> str | None:
     path = Path(value).expanduser()
     if path.exists() and not path.is_dir():
         return "is not a directory (it names an existing file); use a directory path"
+    # a directory to be made under an existing file can never be: every read of it failed
+    # "Not a directory" (each tier file reported corrupt) and a write raised it bare
+    above = next((p for p in path.parents if os.path.lexists(p)), None)
+    if above is not None and not above.is_dir():
+        return f"lies under {above}, which is a file, not a directory; use a directory path"
     return None
 
 

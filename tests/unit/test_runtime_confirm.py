@@ -175,14 +175,16 @@ def test_a_failed_timing_is_that_picks_verdict_and_the_others_go_on(gemm, tiers_
     assert selector.resolve("gemm", A, 16).config.id == WIN
 
 
-def test_an_unwritable_or_disabled_user_tier_is_named_before_anything_is_timed(gemm, tiers_dirs, tmp_path):
+def test_an_unwritable_or_disabled_user_tier_is_named_before_anything_is_timed(gemm, tiers_dirs, tmp_path,
+                                                                               monkeypatch):
     from tunedb import settings
+    from tunedb.database import target
     from tunedb.errors import DatabaseError
 
     database.write_entries("system", "gemm", "sm90", [Entry(A, (Region(None, WIN),))], [gemm.parse_config(WIN)])
-    afile = tmp_path / "afile"
-    afile.write_text("not a directory")
-    for value, named in ((str(afile / "tiers"), "afile: not a directory"), ("off", "TUNEDB_USER_DB=off")):
+    # a read-only place (root writes anywhere here: the check's answer is faked), then the tier off
+    monkeypatch.setattr(target, "unwritable", lambda path: f"{path.parent}: Read-only file system")
+    for value, named in ((str(tmp_path / "tiers"), "Read-only file system"), ("off", "TUNEDB_USER_DB=off")):
         timings = Timings({A: 1.05})
         with settings.override(USER_DB=value):
             selector.reload()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -82,7 +83,7 @@ class Autotuner:
                  publisher: Publisher | None = None, arch_family: str | None = None,
                  approximate: bool | None = None, top_k: int | None = 16,
                  working_set_bytes: int | None = None, timer: Any = None) -> None:
-        check_args(cache, publish, enabled, top_k, working_set_bytes)
+        check_args(cache, publish, enabled, top_k, working_set_bytes, approximate, measurer, publisher)
         check_arch(arch_family)
         self.path = Path(cache) if cache is not None else None
         self.publish = publish
@@ -93,6 +94,7 @@ class Autotuner:
         self.publisher = publisher or user_tier_publisher
         self._arch_family = arch_family
         self._approximate = approximate
+        self._entry = threading.RLock()  # one context however many threads enter it (the depth count)
         self.top_k = top_k
         self.cache: AutotuneCache | None = None
         self.save_path: Path | None = self.path
@@ -148,6 +150,10 @@ class Autotuner:
         return side
 
     def __enter__(self) -> "Autotuner":
+        with self._entry:  # threads entering one tuner at once each opened it and drove the depth below 0
+            return self._enter()
+
+    def _enter(self) -> "Autotuner":
         depth = self.__dict__.get("_depth", 0)
         if depth:  # re-entered while active (a helper opening the caller's tuner again): one context, the outermost's
             self._depth = depth + 1
@@ -176,7 +182,14 @@ class Autotuner:
         self.resolve(families.get(sig.family), sig, m)
 
     def __exit__(self, *exc: Any) -> None:
-        self._depth = self.__dict__.get("_depth", 1) - 1
+        with self._entry:
+            self._exit(*exc)
+
+    def _exit(self, *exc: Any) -> None:
+        depth = self.__dict__.get("_depth", 0)
+        if depth <= 0:
+            raise RuntimeError("autotune() exited more times than it was entered")
+        self._depth = depth - 1
         if self._depth > 0:  # an inner exit of a re-entered tuner: the outer block keeps measuring
             return
         ctx, self._ctx = self._ctx, None
@@ -211,7 +224,10 @@ class Autotuner:
             if pool is not None:
                 pool.close()
         self._compiles = {}
-        if self.save_path is not None and self.cache.dirty:
+        # nothing can be measured (no GPU): an older file's upgrade is not written either (the
+        # warning said the cache is not written; it was rewritten with this machine's versions)
+        idle = self._on_gpu_only and self.cannot_measure() is not None
+        if self.save_path is not None and self.cache.dirty and not idle:
             try:
                 self.cache.save(self.save_path)
             except (CacheRefused, OSError) as exc:

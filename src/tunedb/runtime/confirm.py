@@ -204,7 +204,7 @@ def confirm(model: Any, inputs: Any = None, *, tol: float = TOL, measurer: Measu
             "confirm", "no pick was judged and the user tier is unchanged"):
         return ConfirmResult((), 0.0)
     start = time.monotonic()
-    points = points_of(model, inputs)
+    points = points_of(model, inputs, "confirm")
     picks = _picks(points)
     if publish:  # before any timing: a demotion that cannot be written failed only at the end
         _check_user_tier({g[0].family for g in picks if g[1] in JUDGED_TIERS and g[2] is not None})

@@ -48,16 +48,17 @@ class PrewarmResult:
                 f" in {self.elapsed_s:.1f}s")
 
 
-def points_of(model: Any, inputs: Any) -> tuple[Point, ...]:
-    """The must-tune points of `inputs`: a ShapeSet, Points, or example inputs for `model`."""
+def points_of(model: Any, inputs: Any, caller: str = "prewarm") -> tuple[Point, ...]:
+    """The must-tune points of `inputs`: a ShapeSet, Points, or example inputs for `model`
+    (`caller` names the function in an error: prewarm or confirm)."""
     if isinstance(inputs, ShapeSet):
         return tuple(p for p in inputs.points if p.must_tune)
     if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, Point) for p in inputs):
         return tuple(p for p in inputs if p.must_tune)
     if inputs is None:
-        raise TypeError("prewarm needs what to tune: example inputs for the model (a tensor, a tuple "
+        raise TypeError(f"{caller} needs what to tune: example inputs for the model (a tensor, a tuple "
                         "of args or a dict of kwargs), a census ShapeSet, or a list of Points")
-    return _recorded(model, inputs)
+    return _recorded(model, inputs, caller)
 
 
 def forward_of(model: Any, inputs: Any) -> Callable[[], Any]:
@@ -70,13 +71,13 @@ def forward_of(model: Any, inputs: Any) -> Callable[[], Any]:
     return lambda: model(inputs)
 
 
-def _recorded(model: Any, inputs: Any) -> tuple[Point, ...]:
+def _recorded(model: Any, inputs: Any, caller: str = "prewarm") -> tuple[Point, ...]:
     import torch
 
     if model is None:
-        raise TypeError("prewarm needs a model to run example inputs through")
+        raise TypeError(f"{caller} needs a model to run example inputs through")
     if not callable(model):  # a string or a state_dict failed as "'str' object is not callable"
-        raise TypeError(f"prewarm needs a model to run example inputs through (a torch.nn.Module or a "
+        raise TypeError(f"{caller} needs a model to run example inputs through (a torch.nn.Module or a "
                         f"callable), got {type(model).__name__}")
     with torch.no_grad(), launch_table.recording() as calls, report.recording_left(model):
         forward_of(model, inputs)()  # modules optimize() left as written are recorded too

@@ -15,9 +15,16 @@ def check_arch(arch_family: Any) -> None:
         raise ValueError(f"arch_family={arch_family!r} must be None (this GPU's) or an arch family like 'sm90'")
 
 
-def check_args(cache: Any, publish: Any, enabled: Any, top_k: Any, working_set_bytes: Any) -> None:
+def check_args(cache: Any, publish: Any, enabled: Any, top_k: Any, working_set_bytes: Any,
+               approximate: Any = None, measurer: Any = None, publisher: Any = None) -> None:
     """TypeError / ValueError naming a bad argument and what is allowed, when autotune() is
     entered, not at the first shape it measures (inside the model's forward, on a GPU only)."""
+    if approximate is not None and not isinstance(approximate, bool):  # "no" is truthy: it opted in
+        raise TypeError(f"autotune approximate={approximate!r} must be True, False or None "
+                        f"(None: TUNEDB_APPROXIMATE decides)")
+    for name, value in (("measurer", measurer), ("publisher", publisher)):
+        if value is not None and not callable(value):  # found only at the first shape, or at exit
+            raise TypeError(f"autotune {name}={value!r} must be a callable or None (the default)")
     if cache is not None and not isinstance(cache, (str, os.PathLike)):
         raise TypeError(f"autotune cache={cache!r} must be a file path (str or os.PathLike) or None")
     if cache is not None and (not os.fspath(cache).strip() or os.path.basename(os.fspath(cache).rstrip("/")) in ("", ".", "..")
