@@ -22,7 +22,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tunedb.errors import AutotuneWarning, UncoveredShapeError
+from tunedb.errors import NoGPUWarning, UncoveredShapeError
 from tunedb.records import Point, ShapeSet, Signature
 from tunedb.runtime import launch_table, report
 from tunedb.runtime.autotuner import TUNER_KEYWORDS, Autotuner
@@ -142,7 +142,7 @@ def prewarm(model: Any, inputs: Any = None, budget_s: float = 120.0, strict: boo
     why = tuner_.cannot_measure() if todo else None
     if why:  # one line, not one warning per point (nor a compile pool's spawn tracebacks)
         warnings.warn(f"prewarm measured nothing: {why}; {len(todo)} must-tune point"
-                      f"{'s' * (len(todo) != 1)} stay uncovered", AutotuneWarning, stacklevel=2)
+                      f"{'s' * (len(todo) != 1)} stay uncovered", NoGPUWarning, stacklevel=2)  # (an AutotuneWarning too)
         todo = []
     # every point's candidates compile in parallel, in the order they will be measured
     tuner_.compile_ahead([(families.get(p.signature.family), p.signature, p.m) for *_, p in todo])
