@@ -58,7 +58,7 @@ class Setting:
 
 USER_DB = Setting(
     "TUNEDB_USER_DB", "",
-    "User-tier directory; empty means ~/.cache/tunedb/v1; 'off' disables the user tier.",
+    "User-tier directory; empty means <TUNEDB_CACHE_DIR>/v1 (~/.cache/tunedb/v1 by default); 'off' disables the user tier.",
     check=_user_db_value,
 )
 MODEL_FALLBACK = Setting(

@@ -79,3 +79,16 @@ def test_a_user_tier_under_a_regular_file_is_refused(tmp_path):
 def test_confirms_errors_name_confirm():
     with pytest.raises(TypeError, match="^confirm needs a model"):
         tunedb.confirm(None, (1,), measurer=lambda sig, ms: (1.0, 1.0, [1.0, 1.0, 1.0]))
+
+
+def test_autotune_is_a_decorator_too(tiers_dirs):
+    tuner = tunedb.autotune(cache=None, publish=False, measurer=_measurer, arch_family="sm90")
+    seen = []
+
+    @tuner
+    def step(x):
+        seen.append(len(launch_table._overrides))
+        return x + 1
+
+    assert step(1) == 2 and step(2) == 3
+    assert seen == [1, 1] and not launch_table._overrides

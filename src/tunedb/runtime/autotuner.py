@@ -15,6 +15,7 @@ the whole flow runs on a CPU against fake measurements.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -75,7 +76,7 @@ def environment(arch_family: str) -> dict[str, str]:
     return env
 
 
-class Autotuner:
+class Autotuner(contextlib.ContextDecorator):  # `with autotune():`, or `@autotune()` on a function
     """The state of one autotune() context; also what prewarm() measures with."""
 
     def __init__(self, cache: str | Path | None = "tune.json", publish: bool = True,
@@ -450,7 +451,7 @@ def _top_k(family: Any, sig: Signature, m: int, configs: list[Config], profile: 
 
 def autotune(cache: str | Path | None | bool = "tune.json", publish: bool = True,
              enabled: bool = True, **kwargs: Any) -> Autotuner:
-    """The autotune() context manager (see the module docstring). cache=None keeps results in
+    """The autotune() context manager, also a decorator (see the module docstring). cache=None keeps results in
     memory only; autotune(True) / autotune(False) read as enabled= with the default cache.
     Keyword-only extras: measurer=, publisher=, arch_family=, approximate=, top_k= (prune a compile set
     larger than this with the cost model; None measures all), working_set_bytes= (weights timed cold
