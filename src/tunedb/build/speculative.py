@@ -91,7 +91,8 @@ def start(workload: str, opts: Any, census_kw: Mapping[str, Any],
         return None
     timeline.mark("mirror start")
     try:
-        kw = {k: v for k, v in census_kw.items() if k not in ("capture", "cached")}
+        # on meta whatever --device the census takes: the mirror only plans the compiles ahead
+        kw = {k: v for k, v in census_kw.items() if k not in ("capture", "cached", "device")}
         shapes = pipeline.take_census(workload, **{**kw, "impl": "mirror"})
         timeline.mark("mirror census")
         fields = arch.queried()
