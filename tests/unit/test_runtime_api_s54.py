@@ -92,3 +92,17 @@ def test_autotune_is_a_decorator_too(tiers_dirs):
 
     assert step(1) == 2 and step(2) == 3
     assert seen == [1, 1] and not launch_table._overrides
+
+
+def test_without_a_gpu_a_refused_cache_names_no_side_file(tiers_dirs, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    path = tmp_path / "tune.json"
+    path.write_text("{ not json")
+    with pytest.warns(Warning) as got:
+        with tunedb.autotune(cache=str(path)):
+            pass
+    text = " ".join(str(w.message) for w in got)
+    assert "nothing is measured on this machine, so nothing is written" in text and "go to" not in text
+    assert path.read_text() == "{ not json" and not list(tmp_path.glob("tune.*.json"))

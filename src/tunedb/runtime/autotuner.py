@@ -146,8 +146,10 @@ class Autotuner(contextlib.ContextDecorator):  # `with autotune():`, or `@autotu
                 break
             except CacheRefused as again:
                 refused.append(f"{side}: {again}")
-        warnings.warn(f"autotune cache not loaded ({'; '.join(refused)}); left as it is, and this run's "
-                      f"results go to {side}", AutotuneWarning, stacklevel=4)
+        goes = (f"this run's results go to {side}" if self.cannot_measure() is None
+                else "nothing is measured on this machine, so nothing is written")
+        warnings.warn(f"autotune cache not loaded ({'; '.join(refused)}); left as it is, and {goes}",
+                      AutotuneWarning, stacklevel=4)
         return side
 
     def __enter__(self) -> "Autotuner":
