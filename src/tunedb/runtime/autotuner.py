@@ -22,58 +22,20 @@ import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from tunedb.errors import AutotuneWarning, CaptureActiveError, DatabaseError
 from tunedb.families.contract import hook
 from tunedb.records import SENTINELS, Config, Entry, Measurement, Region, Signature
 from tunedb.runtime import launch_table, report
-from tunedb.runtime.autotune_cache import SOFT_KEYS, AutotuneCache, CacheRefused, Result, check_writable
+from tunedb.runtime.autotune_cache import AutotuneCache, CacheRefused, Result, check_writable
 from tunedb.runtime.nogpu import warn_no_gpu
+from tunedb.runtime.tuner_defaults import Measurer, Publisher, environment, protocol_measurer, user_tier_publisher
 from tunedb.runtime.tuner_args import check_arch, check_args, check_keywords
 from tunedb.runtime.launch_table import _capturing as capturing  # the runtime's one capture check
 from tunedb.runtime.selector import shipped_profile as selector_shipped
 
-# measurer(family, sig, m, config_ids, incumbent) -> one Measurement per arm it measured
-Measurer = Callable[[Any, Signature, int, "tuple[str, ...]", "str | None"], Sequence[Measurement]]
-# publisher(kernel_family, arch_family, entries, configs) -> None
-Publisher = Callable[[str, str, "tuple[Entry, ...]", "dict[str, Config]"], Any]
-
 TIER = "autotune"
-
-
-def protocol_measurer(family: Any, sig: Signature, m: int, config_ids: tuple[str, ...],
-                      incumbent: str | None, *, working_set_bytes: int | None = None,
-                      timer: Any = None) -> Sequence[Measurement]:
-    """The measurement protocol with its default (CUDA-graph) timer, as the build uses it.
-
-    A serving process may share its GPU, so a busy GPU is measured anyway (results marked
-    contended) rather than refused. working_set_bytes (the served model's weights, when known)
-    decides whether weights are timed cold or warm; timer None is the CUDA-graph timer."""
-    from tunedb.measure import protocol
-
-    return protocol.measure_point(family, sig, m, list(config_ids), alpha=0.0,
-                                  incumbent=incumbent, allow_busy=True, timer=timer,
-                                  working_set_bytes=working_set_bytes)
-
-
-def user_tier_publisher(kernel_family: str, arch_family: str, entries: tuple[Entry, ...],
-                        configs: dict[str, Config]) -> Any:
-    """Merge entries into the user tier: lock, re-read, extend the entries, atomic write."""
-    from tunedb import database
-
-    return database.write_entries("user", kernel_family, arch_family, entries, configs, extend=True)
-
-
-def environment(arch_family: str) -> dict[str, str]:
-    """The cache's validators: arch family (hard) plus SKU and versions (soft)."""
-    from tunedb import database
-
-    env = {"arch_family": arch_family}
-    for key, value in database.current_validators().items():
-        if key in SOFT_KEYS:
-            env[key] = value
-    return env
 
 
 class Autotuner(contextlib.ContextDecorator):  # `with autotune():`, or `@autotune()` on a function

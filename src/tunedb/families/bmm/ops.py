@@ -120,24 +120,16 @@ def bmm(a: Any, b: Any) -> Any:
     (runtime.grad_form.direct)."""
     import torch
 
-    if (torch._C._is_any_autocast_enabled() and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    # torch's product serves a dtype the family has no kernel for (fp64, integers) and a call autocast
+    # would cast (a bf16 activation may meet an fp32 one: the op would not cast, and refused the mix);
+    # operands that do not fit are named below, as without autocast
+    if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and ((str(a.dtype) not in keys.SERVED_DTYPES and b.dtype == a.dtype) or _autocast_casts(a, b))
             and a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2] and a.shape[-1] == b.shape[-2]):
-        from tunedb.runtime import autocast_rule  # (operands that do not fit: named below, as without autocast)
-
-        if autocast_rule.casts(a.device.type, a, b):
-            # torch.matmul casts the operands (a bf16 activation may meet an fp32 one); the op would
-            # not, and refused the mix. Operands already in autocast's dtype are served below.
-            from tunedb.families.key_rules import check_one_device
-
-            check_one_device("bmm", a=a, b=b)
-            return torch.matmul(a, b)
-    if (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and str(a.dtype) not in keys.SERVED_DTYPES
-            and b.dtype == a.dtype and a.ndim == b.ndim >= 2 and a.shape[:-2] == b.shape[:-2]
-            and a.shape[-1] == b.shape[-2]):
         from tunedb.families.key_rules import check_one_device
 
         check_one_device("bmm", a=a, b=b)  # torch.matmul of cpu and meta operands returns a meta tensor
-        return torch.matmul(a, b)  # a dtype the family has no kernel for (fp64, integers): torch's product
+        return torch.matmul(a, b)
     if type(a) is not torch.Tensor or type(b) is not torch.Tensor:
         node = fx_nodes.recorded(bmm, (a, b))  # symbolic_trace: one node, this function
         if node is not None:
@@ -157,6 +149,17 @@ def bmm(a: Any, b: Any) -> Any:
         return run(a, b)
     register()
     return torch.ops.tunedb.bmm(a, b)
+
+
+def _autocast_casts(a: Any, b: Any) -> bool:
+    """Autocast is on for a's device and would cast a or b (one C call when no autocast is on)."""
+    import torch
+
+    if not torch._C._is_any_autocast_enabled():
+        return False
+    from tunedb.runtime import autocast_rule
+
+    return autocast_rule.casts(a.device.type, a, b)
 
 
 def serves_torch(bound: Any) -> bool:

@@ -15,7 +15,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import torch
+
 from tunedb.runtime import grad_form
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # (importing this module imports torch: register() below)
 
 _lib: list[Any] = []
 _lock = threading.Lock()
@@ -165,25 +169,13 @@ def group_gemm(x: Any, weight: Any, topk_ids: Any, topk_weights: Any = None) -> 
         register()
     import torch
 
-    plain = _PLAIN or _plain_types()
-    if (type(x) not in plain or type(weight) not in plain or type(topk_ids) not in plain
-            or (topk_weights is not None and type(topk_weights) not in plain)):
+    if (type(x) not in _PLAIN or type(weight) not in _PLAIN or type(topk_ids) not in _PLAIN
+            or (topk_weights is not None and type(topk_weights) not in _PLAIN)):
         from tunedb.families.key_rules import check_operands  # (not every call: 0.7 us)
 
         check_operands("group_gemm", ("topk_weights",), x=x, weight=weight, topk_ids=topk_ids,
                        topk_weights=topk_weights)
     return torch.ops.tunedb.group_gemm(x, weight, topk_ids, topk_weights)
-
-
-_PLAIN: tuple[Any, ...] = ()  # (torch.Tensor, torch.nn.Parameter), bound on first use
-
-
-def _plain_types() -> tuple[Any, ...]:
-    global _PLAIN
-    import torch
-
-    _PLAIN = (torch.Tensor, torch.nn.Parameter)
-    return _PLAIN
 
 
 # Registered at import, not on an op's first call: a first call inside torch.compile would run

@@ -201,16 +201,15 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _DTYPE = torch.dtype
 
 
-def _check_args(what: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: Any, out_dtype: Any) -> None:
+def _check_args(what: str, x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: Any) -> None:
     """ArgumentTypeError naming an argument of the wrong Python type before the op's schema refuses
-    it in its own words (a number where a tensor belongs, scale=1, out_dtype="bf16"). Plain tensors
-    and a dtype (every good call) cost four type reads."""
+    it in its own words (a number where a tensor belongs, scale=1; out_dtype: _check_out, on every
+    path). Plain tensors (every good call) cost four type reads."""
     if (type(x) not in _PLAIN or type(weight) not in _PLAIN or type(x_scale) not in _PLAIN
             or type(w_scale) not in _PLAIN):
         check_operands(what, x=x, weight=weight, x_scale=x_scale, w_scale=w_scale)
     if scale is not _INT8 and type(scale) is not str:
         check_mode(what, "scale", scale, ("", *configs.SCALES[configs.FP8_FAMILY]))
-    _check_out(what, out_dtype)
 
 
 def _check_out(what: str, out_dtype: Any) -> None:
@@ -224,12 +223,12 @@ def scaled_mm_int8(x: Any, weight: Any, x_scale: Any, w_scale: Any, out_dtype: A
     _check_out("scaled_mm_int8", out_dtype)  # every path (the direct one too): one TypeError everywhere
     if grad_form.direct((x, weight, x_scale, w_scale)):  # the eager hot path: no dispatcher hop
         return _int8_impl(x, weight, x_scale, w_scale, out_dtype)
-    _check_args("scaled_mm_int8", x, weight, x_scale, w_scale, _INT8, out_dtype)
+    _check_args("scaled_mm_int8", x, weight, x_scale, w_scale, _INT8)
     return torch.ops.tunedb.scaled_mm_int8(x, weight, x_scale, w_scale, out_dtype)
 
 
 def scaled_mm_int8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any) -> tuple[Any, Any]:
-    _check_args("scaled_mm_int8_quant", x, weight, x_scale, w_scale, _INT8, None)
+    _check_args("scaled_mm_int8_quant", x, weight, x_scale, w_scale, _INT8)
     return torch.ops.tunedb.scaled_mm_int8_quant(x, weight, x_scale, w_scale)
 
 
@@ -241,7 +240,7 @@ def scaled_mm_fp8(x: Any, weight: Any, x_scale: Any, w_scale: Any, scale: str | 
     _check_out("scaled_mm_fp8", out_dtype)
     if grad_form.direct((x, weight, x_scale, w_scale)):
         return _fp8_impl(x, weight, x_scale, w_scale, scale, out_dtype)
-    _check_args("scaled_mm_fp8", x, weight, x_scale, w_scale, scale, out_dtype)
+    _check_args("scaled_mm_fp8", x, weight, x_scale, w_scale, scale)
     return torch.ops.tunedb.scaled_mm_fp8(x, weight, x_scale, w_scale, scale, out_dtype)
 
 
@@ -249,5 +248,5 @@ def scaled_mm_fp8_quant(x: Any, weight: Any, x_scale: Any, w_scale: Any,
                         scale: str | None = "") -> tuple[Any, Any]:
     if scale is None:
         scale = ""
-    _check_args("scaled_mm_fp8_quant", x, weight, x_scale, w_scale, scale, None)
+    _check_args("scaled_mm_fp8_quant", x, weight, x_scale, w_scale, scale)
     return torch.ops.tunedb.scaled_mm_fp8_quant(x, weight, x_scale, w_scale, scale)
