@@ -194,6 +194,10 @@ def signature_of(op: str, x: Any, weight: Any, bias: Any = None, stride: Any = 1
     dt = dtype_name(x.dtype)
     if str(weight.dtype) != str(x.dtype):
         raise SignatureError(f"{op}: x is {x.dtype} but weight is {weight.dtype}; they must match")
+    if bias is not None and (tuple(bias.shape) != (cout,) or str(bias.dtype) != str(x.dtype)):
+        # what torch's conv refuses: no arm may take it (the op falls back to torch's own error)
+        raise SignatureError(f"{op}: bias {list(bias.shape)} {bias.dtype} does not fit; expected [{cout}] (Cout) "
+                             f"in x's dtype {x.dtype}")
     sig = make_signature(op, dt, cin, cout, ws[2:], stride, padding, dilation, groups, bias is not None, act,
                          layout_of(op, x), int(xs[3]) if n == 2 else None)
     return sig, size_of(sig, int(xs[0]), int(xs[2]))

@@ -102,6 +102,8 @@ class GemmLogSoftmaxFamily(ConfigMethods):
     def launch(self, config: Config, sig: Signature, x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
         from tunedb.families.gemm_log_softmax.launch import launch
 
+        if bias is not None and not bias.is_contiguous():  # the fused kernels read it at stride 1
+            bias = bias.contiguous()
         return launch(config, sig, x, weight, bias, out)
 
     def reference(self, sig: Signature, x: Any, weight: Any, bias: Any = None, dtype: Any = None) -> Any:
