@@ -1,6 +1,7 @@
 """A bias the Triton arms of gemm_log_softmax and conv could misread (session 55 probe): a strided
 view (bias[::2], a column of a table) read as if contiguous gave wrong log-probabilities / outputs
-(the shipped sm90 gemm_log_softmax table serves `rf_` configs for biased heads), and a bias of
+(the shipped sm90 gemm_log_softmax table serves `rf_` configs for biased heads; the gemm family's
+own launcher, which measurement calls directly, too), and a bias of
 another dtype or shape than [Cout], which torch's conv refuses, ran through the conv arms. Each
 family's `launch` (what the run time's dispatch calls) hands the arms a unit-stride bias. Kernels
 under TRITON_INTERPRET=1 against the fp32 reference; keys on the CPU."""
@@ -47,6 +48,18 @@ for wt, groups, cid in ((wd, 8, "dw_t32_c32_w4"), (wp, 1, "ig_b32x32x16_w4_s2"))
     y = CONV.launch(cc.parse(cid), sig, xc, wt, b, [1], [2], [1], groups, "none")
     err = (y.float() - ref).abs().max().item()
     assert err < 0.02, (cid, err)
+
+from tunedb.families.gemm import FAMILY as GEMM  # its public ops copied a strided bias; its launcher did not
+sig = GEMM.make_signature("gemm_act", "fp16", 64, 64, "none", True)
+x = torch.randn(3, 64).half()
+w = (torch.randn(64, 64) * 0.125).half()
+for b in (torch.randn(128).half()[::2], torch.randn(64, 4).half()[:, 1], torch.tensor([0.75]).half().expand(64)):
+    ref = F.linear(x.float(), w.float(), b.float())
+    for cid in ("b16x32x32_w4_s3_g8", "dk1_n32x256_w4_s4"):
+        for y in (GEMM.launch(GEMM.parse_config(cid), sig, x, w, b),
+                  GEMM.launcher(GEMM.parse_config(cid), sig)(x, w, b, None)):
+            err = (y.float() - ref).abs().max().item()
+            assert err < 0.02, (cid, b.stride(), err)
 print("ok")
 """
 

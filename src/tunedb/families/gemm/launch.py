@@ -76,6 +76,8 @@ def _prologue(sig: Signature):
             weight = weight.contiguous()
         if (bias is not None) != bool(has_bias):
             raise ValueError(f"{sig.format()} {'needs' if has_bias else 'takes no'} bias")
+        if has_bias and not bias.is_contiguous():  # the epilogue reads it at stride 1 (ops copy it first too)
+            bias = bias.contiguous()
         if out is None:
             out = x.new_empty((*x.shape[:-1], n))
         elif not out.is_contiguous() or out.dtype != x.dtype or out.numel() != x2.shape[0] * n:
