@@ -1,12 +1,14 @@
 """TunedLinear's forms outside its eager fast path (patching.py keeps the fast path itself):
-`traced`, what a compiler's trace runs, and `general`, the tail both paths end in (a tracer's proxy
-or a nested tensor as nn.Linear, the activation module fused away on the CPU, else the tuned op)."""
+`traced`, what a compiler's trace runs, `general`, the tail both paths end in (a tracer's proxy
+or a nested tensor as nn.Linear, the activation module fused away on the CPU, else the tuned op),
+and `eager_general`, the eager tail: operands the tuned op refuses get nn.Linear's own answer."""
 from __future__ import annotations
 
 from typing import Any
 
 import torch.nn.functional as F
 
+from tunedb.errors import OperandMismatchError
 from tunedb.families.gemm.arms import act_fn
 
 # functions, not `module.function`: a module the trace reaches both through this file's globals and
@@ -39,6 +41,29 @@ def traced(layer: Any, x: Any) -> Any:
     return general(layer, x, weight, bias, act)
 
 
+def eager_general(layer: Any, x: Any, weight: Any, bias: Any, act: str) -> Any:
+    """`general` for an eager call. Operands the tuned op refuses (a K, dtype or device that does
+    not fit, a 0-d x, a bias torch broadcasts) run as nn.Linear then the activation: torch's own
+    error, word for word, for what torch refuses too (a caller matching nn.Linear's message), and
+    torch's result for what it takes."""
+    try:
+        return general(layer, x, weight, bias, act)
+    except OperandMismatchError:
+        y = F.linear(x, weight, bias)  # raises torch's error where torch refuses the operands too
+        act_module = layer.__dict__.get("_act_module")  # the model's own, as the CPU path applies it
+        if act_module is not None:
+            return act_module(y)
+        return _activation(layer, act, y)
+
+
+def _activation(layer: Any, act: str, y: Any) -> Any:
+    act_module = layer.__dict__.get("_act_module")  # absent in a TunedLinear pickled before it existed
+    # the module's forward, not its __call__: symbolic_trace would record a call of a module
+    # that is not installed as a submodule
+    fn = act_module.forward if act_module is not None else act_fn(act)
+    return y if fn is None else fn(y)
+
+
 def general(layer: Any, x: Any, weight: Any, bias: Any, act: str) -> Any:
     """The layer's output where no memo or fast path served it: torch.fx's Proxy (symbolic_trace
     records nn.Linear's own form, which FX passes know), a nested tensor or a non-tensor (nn.Linear's
@@ -46,12 +71,7 @@ def general(layer: Any, x: Any, weight: Any, bias: Any, act: str) -> Any:
     (transformers' NewGELUActivation rounds apart from F.gelu in bf16) unless a census records;
     else the tuned op."""
     if not isinstance(x, _Tensor) or x.is_nested:
-        y = F.linear(x, weight, bias)
-        act_module = layer.__dict__.get("_act_module")  # absent in a TunedLinear pickled before it existed
-        # the module's forward, not its __call__: symbolic_trace would record a call of a module
-        # that is not installed as a submodule
-        fn = act_module.forward if act_module is not None else act_fn(act)
-        return y if fn is None else fn(y)
+        return _activation(layer, act, F.linear(x, weight, bias))
     # x.is_cpu, not x.device.type: the device property builds a torch.device object per call
     if x.is_cpu and not launch_table.recording_active():
         act_module = layer.__dict__.get("_act_module")

@@ -63,7 +63,7 @@ from tunedb.families.gemm.left_modules import subclass_weight as _subclass_weigh
 from tunedb.families.gemm.quiet_members import enter as _quiet_enter
 from tunedb.families.gemm.quiet_members import is_quiet as _is_quiet
 from tunedb.families.gemm.quiet_members import leave as _quiet_leave
-from tunedb.families.gemm.linear_forms import general as _general
+from tunedb.families.gemm.linear_forms import eager_general as _general
 from tunedb.families.gemm.linear_forms import traced as _traced
 from tunedb.families.gemm.signatures import FAMILY as FAMILY_NAME
 from tunedb.families.module_rules import holders
