@@ -179,6 +179,9 @@ def probe(workload: Callable[[Callable[..., Any]], Any], *, problem: str,
     from tunedb.cutoff import store
     from tunedb.measure import provenance
 
+    if not isinstance(problem, str) or not problem:  # else the run was spent on a file load() refuses
+        raise CutoffError(f"problem={problem!r} must be a non-empty string (the problem class the cutoff is "
+                          f"persisted under; tunedb.cutoff.store.problem_class(strip) names the default one)")
     if isinstance(discard, bool) or not isinstance(discard, int) or discard < 0:
         raise CutoffError(f"discard must be an integer >= 0 (solves dropped from each run's start); got {discard!r}")
     for p in policies:

@@ -158,6 +158,17 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
+def _check_pcg(tol: Any, max_iter: Any, check_every: Any) -> None:
+    """CutoffError naming a bad PCG argument (solve checks them whatever policy it picks: a bad one
+    surfaced only at the first calm step of a control loop, maybe long after deployment)."""
+    if not _is_int(max_iter) or max_iter < 0:
+        raise CutoffError(f"max_iter must be an int >= 0; got {max_iter!r}")
+    if check_every is not None and (not _is_int(check_every) or check_every < 1):
+        raise CutoffError(f"check_every must be None or an int >= 1; got {check_every!r}")
+    if tol is not None and not (isinstance(tol, numbers.Real) and not isinstance(tol, bool) and 0 < tol < math.inf):
+        raise CutoffError(f"tol must be a positive finite number (||r|| <= tol ||b||); got {tol!r}")
+
+
 def pcg(strip: Any, b: Any, x0: Any = None, *, tol: float | None = None, max_iter: int = 100,
         check_every: int | None = None, kernels: str = "auto") -> tuple[Any, Any]:
     """(x, converged): block-Jacobi preconditioned CG from x0 (zeros when None); per problem it
@@ -166,12 +177,7 @@ def pcg(strip: Any, b: Any, x0: Any = None, *, tol: float | None = None, max_ite
     import torch
 
     batch, steps, n = layout.check(strip, b, x0)
-    if not _is_int(max_iter) or max_iter < 0:
-        raise CutoffError(f"max_iter must be an int >= 0; got {max_iter!r}")
-    if check_every is not None and (not _is_int(check_every) or check_every < 1):
-        raise CutoffError(f"check_every must be None or an int >= 1; got {check_every!r}")
-    if tol is not None and not (isinstance(tol, numbers.Real) and 0 < tol < math.inf):
-        raise CutoffError(f"tol must be a positive finite number (||r|| <= tol ||b||); got {tol!r}")
+    _check_pcg(tol, max_iter, check_every)
     _check_kernels(kernels)
     if tol is None:
         tol = 1e-10 if strip.dtype == torch.float64 else 1e-5
@@ -226,6 +232,7 @@ def solve(strip: Any, b: Any, x0: Any = None, *, linsys: str = "auto", signal: f
     configuration, see tunedb.cutoff.store). A problem the direct solve finds not positive
     definite gets NaN in x (no host sync: the caller sees it, never a finite wrong answer); one
     that PCG leaves unconverged within max_iter keeps its last iterate (ok says which)."""
+    _check_pcg(tol, max_iter, check_every)
     policy = linsys
     if linsys == "auto":
         if signal is None:
@@ -252,4 +259,7 @@ def solve(strip: Any, b: Any, x0: Any = None, *, linsys: str = "auto", signal: f
     if policy == "iterative":
         x, ok = pcg(strip, b, x0, tol=tol, max_iter=max_iter, check_every=check_every, kernels=kernels)
         return (x, ok) if return_ok else x
+    if linsys == "auto":  # a decision whose policy is not one (an object standing in for a Decision)
+        raise CutoffError(f"decision={decision!r} chose policy {policy!r} for signal={signal!r}; "
+                          f"allowed: direct, iterative")
     raise CutoffError(f"linsys={linsys!r} not supported; allowed: direct, iterative, auto")

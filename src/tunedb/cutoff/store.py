@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -38,6 +39,11 @@ class Decision:
     fit: Mapping[str, Any] = field(default_factory=dict)
     provenance: Mapping[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # one built by hand is checked as one read from a file: a misspelt policy or a NaN cutoff
+        # was found only by the solve applying it (named wrong there), or never (NaN: always `above`)
+        self._check()
+
     def policy_for(self, signal: float) -> str:
         """The policy of one solve: `below` at or under the cutoff, `above` past it."""
         return self.below if signal <= self.cutoff else self.above
@@ -61,7 +67,6 @@ class Decision:
                        dict(data.get("fit", {})), {k: str(v) for k, v in dict(data.get("provenance", {})).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise CutoffError(f"malformed decision {dict(data)!r}: {type(exc).__name__}: {exc}") from exc
-        made._check()
         return made
 
     def _check(self) -> None:
@@ -76,10 +81,17 @@ class Decision:
                 raise CutoffError(f"{what}: {name}={getattr(self, name)!r}; allowed: {', '.join(POLICIES)}")
         if self.statistic not in STATISTICS:
             raise CutoffError(f"{what}: statistic={self.statistic!r}; allowed: {', '.join(STATISTICS)}")
-        if math.isnan(self.cutoff):
-            raise CutoffError(f"{what}: cutoff is NaN; a number is needed")
-        if not (math.isfinite(self.tolerance) and self.tolerance >= 0):
+        for name in ("problem", "device"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise CutoffError(f"{what}: {name}={getattr(self, name)!r}; a non-empty string is needed")
+        if not _real(self.cutoff) or math.isnan(self.cutoff):
+            raise CutoffError(f"{what}: cutoff={self.cutoff!r}; a number (not NaN) is needed")
+        if not (_real(self.tolerance) and math.isfinite(self.tolerance) and self.tolerance >= 0):
             raise CutoffError(f"{what}: tolerance={self.tolerance!r}; a finite number >= 0 is needed")
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def config_path() -> Path:
@@ -172,6 +184,9 @@ def persist(fit: Any, probe: Any, *, path: str | Path | None = None) -> Decision
     from tunedb.database.store import write_atomic
 
     p = Path(path) if path is not None else config_path()
+    for name, value, wants in (("fit", fit, "cutoff"), ("probe", probe, "problem")):
+        if not hasattr(value, wants):  # was an AttributeError from inside
+            raise CutoffError(f"persist's {name}={value!r} is not a {'Fit (tunedb.cutoff.fit)' if name == 'fit' else 'Probe (tunedb.cutoff.probe / Probe.load)'}")
     decision = Decision(probe.problem, probe.device, fit.cutoff, fit.below, fit.above, fit.statistic,
                         fit.tolerance, tuple(fit.band), fit.to_json(),
                         {**dict(probe.provenance), "timer": probe.timer,

@@ -282,6 +282,11 @@ def _call(name: str, *tensors: Any) -> Any:
         node = fx_nodes.recorded(_PUBLIC[name], tensors)
         if node is not None:
             return node
+        for t, arg in zip(tensors, signatures.ARG_NAMES[name]):
+            # an array or a list: the dispatcher's refusal printed the whole value, naming no argument
+            if t is not None and not isinstance(t, _Tensor) and not hasattr(type(t), "__torch_function__"):
+                raise SignatureError(f"linalg {name}'s {arg} must be a torch.Tensor, got {type(t).__name__} "
+                                     f"(torch.as_tensor converts an array)")
     try:
         canonical = first.dim() == _CORE[name] + 1 and N_MIN <= first.shape[-1] <= N_MAX
     except (AttributeError, RuntimeError):  # not a tensor, or a nested one (no sizes): the op names it
