@@ -248,3 +248,17 @@ def test_tunedb_optimize_swaps_the_head_after_the_gemm_family():
     assert type(model.ctc_head[1]).__name__ == "TunedLinearLogSoftmax"
     assert isinstance(model.ctc_head[2], torch.nn.Identity)
     torch.testing.assert_close(model(x), before)
+
+
+def test_census_skips_a_log_softmax_asked_for_another_dtype():
+    # log_softmax(lin(x), -1, dtype=torch.float32) makes fp32 log-probabilities, not the op's form
+    import torch
+    import torch.nn.functional as F
+
+    from tunedb.families.gemm_log_softmax.census import record
+
+    lin = torch.nn.Linear(16, 300).to(torch.bfloat16)
+    x = torch.randn(3, 16, dtype=torch.bfloat16)
+    assert not record(lambda: F.log_softmax(lin(x), -1, dtype=torch.float32))
+    assert not record(lambda: lin(x).log_softmax(-1, dtype=torch.float32))
+    assert sum(record(lambda: F.log_softmax(lin(x), dim=-1, dtype=torch.bfloat16)).values()) == 1

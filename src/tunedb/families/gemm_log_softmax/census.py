@@ -9,7 +9,8 @@ rule; instead:
   and counts a `gemm_log_softmax` key when one of them is the input of log_softmax over its last
   dimension (F.log_softmax, torch.log_softmax, Tensor.log_softmax, nn.LogSoftmax). Works on meta
   tensors. It misses heads written as `x @ W.T + b`, a linear whose output is touched (scaled,
-  cast) before the log_softmax, and log_softmax with an implicit dim.
+  cast) before the log_softmax, and log_softmax with an implicit dim; one asked for another dtype
+  (dtype=torch.float32: fp32 log-probabilities, not the op's x-dtype output) is not counted.
 - `find_heads(model)`: the module pattern optimize() swaps: an nn.Sequential holding an nn.Linear
   (or the gemm family's TunedLinear without activation) immediately followed by
   nn.LogSoftmax(dim=-1) (a model's `ctc_head`, say). A head whose forward calls log_softmax in
@@ -68,8 +69,9 @@ def record(fn: Callable[[], Any]) -> Counter[tuple[Signature, int]]:
             elif func in lsm and args and isinstance(args[0], torch.Tensor):
                 seen = self.logits.get(id(args[0]))
                 dim = _dim_arg(args, kwargs)
+                cast = args[2] if len(args) > 2 else kwargs.get("dtype")  # log_softmax(.., dtype=fp32): not the op's form
                 if seen is not None and seen[0]() is args[0] and dim is not None \
-                        and dim in (-1, args[0].dim() - 1):
+                        and dim in (-1, args[0].dim() - 1) and cast in (None, args[0].dtype):
                     self.calls[(seen[1], seen[2])] += 1
             return out
 
