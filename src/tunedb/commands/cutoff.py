@@ -16,6 +16,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -112,6 +113,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
     from tunedb.out_paths import why_unwritable
 
     places = [("--out", args.out)] if args.out else []
+    if args.out:
+        _check_traces_target(Path(args.out).expanduser(), args)
     if args.persist:
         store.load(args.config)  # an existing file that is not a decision file: refused now, as persist would
         places.append(("--config" if args.config else "the decision file", args.config or store.config_path()))
@@ -121,15 +124,36 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise CutoffError(f"{option} {path}: {why}; nothing was probed (choose a writable file path)")
 
 
+def _check_traces_target(out: Path, args: argparse.Namespace) -> None:
+    """--out overwrites only a probe's traces file: not the decision file --persist writes, nor
+    any other file (a tuning database, a census, a decisions file: replaced, it was lost)."""
+    from tunedb.cutoff import store
+    from tunedb.cutoff.probing import Probe
+
+    decisions = Path(args.config).expanduser() if args.config else store.config_path()
+    if out.exists() and decisions.exists() and os.path.samefile(out, decisions):
+        raise CutoffError(f"--out {out} is the decision file; write the traces elsewhere")
+    if out.is_file() and out.stat().st_size:
+        try:
+            Probe.load(out)
+        except CutoffError:
+            raise CutoffError(f"--out {out} exists and is not a probe's traces file; tunedb cutoff probe "
+                              f"overwrites only its own traces: write them elsewhere or remove that file first") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from tunedb.cutoff import probing as probemod
     from tunedb.cutoff import store
 
     if args.cutoff_cmd == "show":
+        if args.config and not Path(args.config).expanduser().exists():  # a typo read as an empty file
+            raise CutoffError(f"--config {args.config}: no such file (without --config: the default decision "
+                              f"file {store.config_path()})")
         table = store.load(args.config)
         if args.json:
             print(json.dumps({k: d.to_json() for k, d in table.items()}, indent=1))
-        elif not table:
+            return 0
+        if not table:
             print(f"no cutoff decisions in {args.config or store.config_path()}")
         for k, d in sorted(table.items()):
             prov = d.provenance
@@ -156,5 +180,6 @@ def run(args: argparse.Namespace) -> int:
                            max_iter=args.max_iter, check_every=args.check_every or None)
     if args.out:
         probe.save(args.out)
-        print(f"traces written to {args.out}")
+        if not args.json:  # --json: stdout is the one JSON document
+            print(f"traces written to {args.out}")
     return _fit_and_report(probe, args)

@@ -1,0 +1,68 @@
+"""Command-line outputs a user gets wrong (session 55 probe): `cutoff probe --out` overwrote any
+file (a tuning database, the decision file --persist then failed to read: every decision lost),
+`cutoff show --json` / `probe --json --out` printed text around the JSON."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tunedb.cli import main
+from tunedb.cutoff import store
+
+SHIPPED = Path(__file__).resolve().parents[2] / "src" / "tunedb" / "db" / "sm90" / "gemm.json"
+WORKLOAD = ("from tunedb.cutoff import layout\n"
+            "def run(solver):\n"
+            "    strip, b = layout.random_system(2, 3, 2, seed=0)\n"
+            "    x = None\n"
+            "    for k in range(8):\n"
+            "        x = solver(strip, b, x, signal=float(k))\n")
+
+
+@pytest.fixture
+def workload(tmp_path):
+    wl = tmp_path / "wl.py"
+    wl.write_text(WORKLOAD)
+    return f"{wl}:run"
+
+
+def _probe(workload, *extra):
+    return main(["cutoff", "probe", "--workload", workload, "--device", "cpu", "--stat", "mean", *extra])
+
+
+def test_probe_out_refuses_a_file_that_is_not_its_traces(tmp_path, workload, capsys):
+    victim = tmp_path / "gemm.json"
+    shutil.copy(SHIPPED, victim)
+    before = victim.read_bytes()
+    assert _probe(workload, "--problem", "p1", "--out", str(victim)) == 2
+    assert "not a probe's traces file" in capsys.readouterr().err
+    assert victim.read_bytes() == before
+    traces = tmp_path / "t.json"
+    assert _probe(workload, "--problem", "p1", "--out", str(traces)) == 0
+    assert _probe(workload, "--problem", "p1", "--out", str(traces)) == 0  # its own traces: overwritten
+
+
+def test_probe_out_is_never_the_decision_file(tmp_path, workload, capsys):
+    decisions = tmp_path / "dec.json"
+    assert _probe(workload, "--problem", "p1", "--persist", "--config", str(decisions)) == 0
+    before = decisions.read_bytes()
+    capsys.readouterr()
+    assert _probe(workload, "--problem", "p2", "--persist", "--config", str(decisions), "--out", str(decisions)) == 2
+    assert "is the decision file" in capsys.readouterr().err
+    assert decisions.read_bytes() == before and "p1@cpu" in store.load(decisions)
+
+
+def test_json_outputs_are_one_json_document(tmp_path, workload, capsys):
+    decisions, traces = tmp_path / "dec.json", tmp_path / "t.json"
+    assert _probe(workload, "--problem", "p1", "--persist", "--config", str(decisions), "--out", str(traces),
+                  "--json") == 0
+    assert json.loads(capsys.readouterr().out)["persisted"] is True
+    assert main(["cutoff", "show", "--config", str(decisions), "--json"]) == 0
+    assert list(json.loads(capsys.readouterr().out)) == ["p1@cpu"]
+
+
+def test_show_names_a_config_that_does_not_exist(tmp_path, capsys):
+    assert main(["cutoff", "show", "--config", str(tmp_path / "nothere.json")]) == 2
+    assert "no such file" in capsys.readouterr().err
