@@ -66,3 +66,9 @@ def test_json_outputs_are_one_json_document(tmp_path, workload, capsys):
 def test_show_names_a_config_that_does_not_exist(tmp_path, capsys):
     assert main(["cutoff", "show", "--config", str(tmp_path / "nothere.json")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_prebuild_json_is_one_json_document(capsys):
+    assert main(["prebuild", "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["sm90"]["binaries"] > 0 and plan["sm90"]["compiled"] == 0

@@ -30,7 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=4, help="compile processes (default: 4)")
     parser.add_argument("--referenced", type=Path, default=None,
                         help="a database file whose referenced configs join the compile set")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="stdout is one JSON document: per arch the compile summary (with --dry-run, the "
+                             "plan); progress and the table go to stderr")
     parser.add_argument("--thin", action="store_true", help="with --census: plan as `tunedb build --thin` would")
     parser.add_argument("--max-points", type=int, default=None, help="with --thin: as for `tunedb build`")
     parser.add_argument("--every-valid", action="store_true",

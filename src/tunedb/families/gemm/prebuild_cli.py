@@ -130,10 +130,18 @@ def run(args: argparse.Namespace) -> int:
     if "sm90" not in planned:
         reference |= {j.config_id for j in _jobs_for_arch(args, "sm90")[0]}
     cache = prebuild.point_triton_cache()
-    print(f"tunedb prebuild: triton {prebuild.triton_version()}, target(s) {', '.join(arches)}, cache {cache}", flush=True)
+    # --json: stdout is one JSON document (per arch: the plan, or the compile summary); the rest on stderr
+    say = sys.stderr if args.json else sys.stdout
+    print(f"tunedb prebuild: triton {prebuild.triton_version()}, target(s) {', '.join(arches)}, cache {cache}",
+          file=say, flush=True)
     if getattr(args, "dry_run", False):
+        if args.json:
+            print(json.dumps({a: {"what": what, "binaries": len(jobs), "configs": len({j.config_id for j in jobs}),
+                                  "invalid": _invalid(a, reference), "compiled": 0}
+                              for a, (jobs, what) in planned.items()}, indent=1))
+            return 0
         return _print_plan(args, planned, reference)
-    rows, failed = [], False
+    rows, failed, summaries = [], False, {}
     for a in arches:
         jobs, what = planned[a]
         invalid = _invalid(a, reference)
@@ -142,31 +150,33 @@ def run(args: argparse.Namespace) -> int:
             print(f"tunedb prebuild: {a}: skipped: {skip}", file=sys.stderr)
             rows.append((a, len(jobs), 0, invalid, 0, 0.0, f"skipped: {skip}"))
             continue
-        print(f"tunedb prebuild: {a}: {what} -> {len(jobs)} binaries, {args.jobs} jobs", flush=True)
+        print(f"tunedb prebuild: {a}: {what} -> {len(jobs)} binaries, {args.jobs} jobs", file=say, flush=True)
 
         def progress(res: dict, done: int, total: int) -> None:
             if not res["ok"]:
                 print(f"  FAILED {res['job']['config_id']} {res['job']['dt']}: {res['error']}", file=sys.stderr)
             elif done == total or done % 25 == 0:
-                print(f"  {done}/{total} compiled", flush=True)
+                print(f"  {done}/{total} compiled", file=say, flush=True)
 
         summary = prebuild.run_jobs(jobs, a, args.jobs, progress)
         failed = failed or bool(summary["failed"])
-        if args.json:
-            print(json.dumps(summary, indent=1))
+        summaries[a] = summary
         key = summary["key"]
         rows.append((a, summary["jobs"], summary["ok"], invalid, len(summary["failed"]), summary["seconds"],
                      f"ptxas {key['ptxas']}"))
         print(f"tunedb prebuild: {a}: a GPU machine hits this cache only with the same Triton build "
-              f"(key {key['triton_key']}, Python {key['python']}), ptxas ({key['ptxas']}) and env {key['env']}")
-    _print_table(rows)
+              f"(key {key['triton_key']}, Python {key['python']}), ptxas ({key['ptxas']}) and env {key['env']}",
+              file=say)
+    if args.json:
+        print(json.dumps(summaries, indent=1))
+    _print_table(rows, say)
     return 1 if failed or any(r[6].startswith("skipped") for r in rows) else 0
 
 
-def _print_table(rows: list[tuple]) -> None:
-    print(f"{'arch':<7}{'binaries':>9}{'compiled':>9}{'invalid':>8}{'failed':>7}{'seconds':>9}  note")
+def _print_table(rows: list[tuple], out=None) -> None:
+    print(f"{'arch':<7}{'binaries':>9}{'compiled':>9}{'invalid':>8}{'failed':>7}{'seconds':>9}  note", file=out)
     for a, n, ok, inv, bad, secs, note in rows:
-        print(f"{a:<7}{n:>9}{ok:>9}{inv:>8}{bad:>7}{secs:>9.1f}  {note}")
+        print(f"{a:<7}{n:>9}{ok:>9}{inv:>8}{bad:>7}{secs:>9.1f}  {note}", file=out)
 
 
 def _print_plan(args: argparse.Namespace, planned: dict, reference: set[str]) -> int:
