@@ -72,3 +72,14 @@ def test_prebuild_json_is_one_json_document(capsys):
     assert main(["prebuild", "--dry-run", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["sm90"]["binaries"] > 0 and plan["sm90"]["compiled"] == 0
+
+
+def test_build_never_replaces_a_census_given_as_its_target(tmp_path, capsys):
+    census = tmp_path / "w.json"
+    census.write_text(json.dumps({"schema": 1, "workload": "w", "mode": "decode", "meta": {}, "points": []}))
+    before = census.read_bytes()
+    for fresh in ([], ["--fresh"]):  # the advice a corrupt target gets (--fresh) must not reach a census
+        assert main(["build", "--census", str(census), "--out", str(census), "--arch", "sm90", "--simulate",
+                     *fresh]) == 2
+        assert "holds a census" in capsys.readouterr().err
+    assert census.read_bytes() == before

@@ -28,6 +28,9 @@ def check_target(path: Path, kernel_family: str, arch_family: str, *, fresh: boo
                             f"(--out DIR writes DIR/<arch>/<family>.json); {NOTHING_MEASURED}")
     if write:
         _check_writable(path)
+    if os.path.lexists(path) and _is_census(path):  # --fresh would replace the build's own input, perhaps
+        raise DatabaseError(f"target {path} holds a census (`tunedb census` output), not a tuning database; "
+                            f"--out another file ({NOTHING_MEASURED})")
     if fresh or not os.path.lexists(path):  # a dangling link or a link loop is not "no file"
         return
     try:
@@ -68,3 +71,15 @@ def _check_writable(path: Path) -> None:
     if why is not None:
         raise DatabaseError(f"cannot write the target {path}: {why}; choose a writable place (--out DIR, or "
                             f"TUNEDB_USER_DB=DIR for the user tier); {NOTHING_MEASURED}")
+
+
+def _is_census(path: Path) -> bool:
+    """Whether `path` holds a census file (its "schema" and "points", no "kernel_family")."""
+    import json
+
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "points" in data and "schema" in data and "kernel_family" not in data
