@@ -184,3 +184,13 @@ def test_what_to_run_on_a_gpu_keeps_the_flags_that_change_the_measurement(cpu, c
     (line,) = [ln for ln in lines if ln.startswith("On a GPU machine run")]
     assert f"--out {tmp_path / 'db'} --top-k 4 --exhaustive`" in line
     assert f"into {tmp_path / 'db'}." in line and "add --dry-run" not in line
+
+
+def test_the_gpu_advice_says_when_its_target_would_stop_it(cpu, capsys, monkeypatch):
+    # session 55: the advice named a command whose build would refuse its target on this machine
+    (cpu / "user" / "sm90").mkdir(parents=True)
+    (cpu / "user" / "sm90" / "gemm.json").write_text("{bad")
+    out = " ".join(tune(capsys, monkeypatch, 200).split())
+    assert "run `tunedb tune whisper-base`" in out and "On this machine it would stop before measuring:" in out
+    (cpu / "user" / "sm90" / "gemm.json").unlink()
+    assert "would stop" not in " ".join(tune(capsys, monkeypatch, 200).split())

@@ -216,8 +216,26 @@ def gpu_line(args: argparse.Namespace, signatures: int) -> str:
     out = getattr(args, "out", "user")
     where = {"user": "the user tier", "system": "the shipped (system) tier"}.get(out, out)
     first = "" if getattr(args, "dry_run", False) else " (add --dry-run first to see the plan and its estimated time)"
-    return (f"On a GPU machine run `{tune_command(args)}`: it measures these {signatures} "
+    line = (f"On a GPU machine run `{tune_command(args)}`: it measures these {signatures} "
             f"signature(s) into {where}{first}.")
+    blocked = _target_problem(args, out)
+    return line if blocked is None else f"{line} On this machine it would stop before measuring: {blocked}"
+
+
+def _target_problem(args: argparse.Namespace, out: str) -> str | None:
+    """What the measuring run's target check would refuse here (the tier off, a corrupt or census
+    file at --out), read-only; None when it would pass."""
+    from tunedb import database
+    from tunedb.errors import DatabaseError
+
+    arch = getattr(args, "arch", None) or "sm90"
+    try:
+        path = database.target_path(out, arch, args.family)
+        database.check_target(path, args.family, arch, fresh=bool(getattr(args, "fresh", False)),
+                              write=not getattr(args, "no_write", False))
+    except DatabaseError as exc:
+        return str(exc)
+    return None
 
 
 def simulated_out(args: argparse.Namespace, console: Any) -> None:
