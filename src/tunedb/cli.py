@@ -53,13 +53,36 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+    """Exit 2 through the deepest (sub)command parser the arguments chose, naming the flags it does
+    not know and the nearest one it does (`--max-lenght` -> `--max-length`)."""
+    import difflib
+
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if chosen is None or chosen not in subs[0].choices:
+            break
+        parser = subs[0].choices[chosen]
+    flags = [o for a in parser._actions for o in a.option_strings]
+    hints = []
+    for word in extra:
+        if word.startswith("--"):
+            near = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1)
+            if near:
+                hints.append(f"{word}: did you mean {near[0]}?")
+    parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (`>&-`): what a command prints is discarded
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the process's stdout from here on
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = argv[0] if argv and argv[0] in COMMANDS else None
     parser = build_parser(only=chosen)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # argparse names them with the top-level usage: the command's own, and a near flag
+        _unrecognized(parser, args, extra)
     if not args.command:
         parser.print_help()
         return 2

@@ -83,3 +83,14 @@ def test_build_never_replaces_a_census_given_as_its_target(tmp_path, capsys):
                      *fresh]) == 2
         assert "holds a census" in capsys.readouterr().err
     assert census.read_bytes() == before
+
+
+def test_a_mistyped_flag_gets_the_commands_usage_and_the_nearest_flag(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "whisper-base", "--max-lenght", "5"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "usage: tunedb tune" in err
+    assert "tunedb tune: error: unrecognized arguments: --max-lenght 5 (--max-lenght: did you mean --max-length?)" in err
+    with pytest.raises(SystemExit):
+        main(["cutoff", "show", "--jsn"])
+    assert "tunedb cutoff show: error: unrecognized arguments: --jsn (--jsn: did you mean --json?)" in capsys.readouterr().err
