@@ -53,25 +53,39 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
-    """Exit 2 through the deepest (sub)command parser the arguments chose, naming the flags it does
-    not know and the nearest one it does (`--max-lenght` -> `--max-length`)."""
+def _unrecognized(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str],
+                  argv: list[str]) -> None:
+    """Exit 2 through the deepest (sub)command parser whose words come before the unknown ones,
+    naming those and the nearest flag it knows (`--max-lenght` -> `--max-length`); a flag of a
+    subcommand given before the subcommand's name is said to belong after it."""
     import difflib
 
+    chain, pos = [(parser, "")], 0
     while True:
-        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        subs = [a for a in chain[-1][0]._actions if isinstance(a, argparse._SubParsersAction)]
         chosen = getattr(args, subs[0].dest, None) if subs else None
-        if chosen is None or chosen not in subs[0].choices:
+        if chosen is None or chosen not in subs[0].choices or chosen not in argv[pos:]:
             break
-        parser = subs[0].choices[chosen]
-    flags = [o for a in parser._actions for o in a.option_strings]
+        pos = argv.index(chosen, pos) + 1
+        chain.append((subs[0].choices[chosen], chosen))
+    end = argv.index("--") if "--" in argv else len(argv)
+    first = min((argv.index(w) for w in extra if w in argv), default=len(argv))
+    # the parser to blame: the deepest whose name comes before the first unknown word
+    depth = max(i for i, (_p, name) in enumerate(chain) if i == 0 or argv.index(name) < first)
+    blamed = chain[depth][0]
+    flags = [o for a in blamed._actions for o in a.option_strings]
     hints = []
     for word in extra:
-        if word.startswith("--"):
-            near = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1)
-            if near:
-                hints.append(f"{word}: did you mean {near[0]}?")
-    parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
+        if not word.startswith("--") or (word in argv and argv.index(word) > end):
+            continue
+        name = word.split("=", 1)[0]
+        later = [n for p_, n in chain[depth + 1:] if name in (o for a in p_._actions for o in a.option_strings)]
+        near = difflib.get_close_matches(name, flags, n=1)
+        if later:
+            hints.append(f"{name} is an option of `{later[0]}`: put it after that word")
+        elif near:
+            hints.append(f"{word}: did you mean {near[0]}?")
+    blamed.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(only=chosen)
     args, extra = parser.parse_known_args(argv)
     if extra:  # argparse names them with the top-level usage: the command's own, and a near flag
-        _unrecognized(parser, args, extra)
+        _unrecognized(parser, args, extra, argv)
     if not args.command:
         parser.print_help()
         return 2

@@ -94,3 +94,41 @@ def test_a_mistyped_flag_gets_the_commands_usage_and_the_nearest_flag(capsys):
     with pytest.raises(SystemExit):
         main(["cutoff", "show", "--jsn"])
     assert "tunedb cutoff show: error: unrecognized arguments: --jsn (--jsn: did you mean --json?)" in capsys.readouterr().err
+
+
+def test_a_subcommands_flag_before_the_subcommand_is_said_to_belong_after_it(capsys):
+    with pytest.raises(SystemExit):
+        main(["--json", "status"])
+    assert "tunedb: error: unrecognized arguments: --json (--json is an option of `status`: put it after that word)" \
+        in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["cutoff", "--jsn", "show"])
+    assert "tunedb cutoff: error: unrecognized arguments: --jsn" in capsys.readouterr().err
+
+
+def test_probe_out_naming_a_decision_file_not_yet_made_is_refused_before_probing(tmp_path, workload, capsys):
+    decisions = tmp_path / "new.json"
+    assert _probe(workload, "--problem", "p1", "--persist", "--config", str(decisions), "--out", str(decisions)) == 2
+    assert "is the decision file" in capsys.readouterr().err and not decisions.exists()
+
+
+def test_the_census_check_of_a_target_reads_only_what_a_table_may_be(tmp_path):
+    import os
+    import threading
+
+    from tunedb import database
+    from tunedb.errors import CorruptDatabaseError
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    done = []
+    worker = threading.Thread(target=lambda: done.append(database.check_target(fifo, "gemm", "sm90", fresh=True)),
+                              daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done == [None]  # --fresh writes through a FIFO, as before; nothing waits on a reader
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200000)
+    with pytest.raises(CorruptDatabaseError):
+        database.check_target(deep, "gemm", "sm90")
+    database.check_target(deep, "gemm", "sm90", fresh=True)  # the corrupt-target cure still works

@@ -87,3 +87,10 @@ def test_persist_names_what_is_not_a_probe(tmp_path):
     with pytest.raises(CutoffError, match=r"persist's probe='p' is not a Probe"):
         cutoff.persist(SimpleNamespace(cutoff=1.0), "p", path=tmp_path / "d.json")
     assert not (tmp_path / "d.json").exists()
+
+
+def test_a_decision_file_with_a_bad_policy_is_named_in_the_checks_own_words():
+    good = cutoff.Decision("mpc", "cpu", 1.0).to_json()
+    with pytest.raises(CutoffError) as info:
+        cutoff.Decision.from_json({**good, "below": "Iterative"})
+    assert str(info.value) == "decision 'mpc@cpu': below='Iterative'; allowed: direct, iterative"

@@ -194,3 +194,14 @@ def test_the_gpu_advice_says_when_its_target_would_stop_it(cpu, capsys, monkeypa
     assert "run `tunedb tune whisper-base`" in out and "On this machine it would stop before measuring:" in out
     (cpu / "user" / "sm90" / "gemm.json").unlink()
     assert "would stop" not in " ".join(tune(capsys, monkeypatch, 200).split())
+
+
+def test_the_gpu_advice_checks_the_file_an_out_directory_gets(cpu, capsys, monkeypatch):
+    out = cpu / "db"
+    out.mkdir()
+    text = " ".join(tune(capsys, monkeypatch, 200, "--out", str(out)).split())
+    assert "would stop" not in text  # --out DIR writes DIR/sm90/gemm.json: a directory is its place
+    (out / "sm90").mkdir()
+    (out / "sm90" / "gemm.json").write_text("[")
+    assert "On this machine it would stop before measuring:" in " ".join(
+        tune(capsys, monkeypatch, 200, "--out", str(out)).split())

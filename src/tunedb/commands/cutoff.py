@@ -131,7 +131,8 @@ def _check_traces_target(out: Path, args: argparse.Namespace) -> None:
     from tunedb.cutoff.probing import Probe
 
     decisions = Path(args.config).expanduser() if args.config else store.config_path()
-    if out.exists() and decisions.exists() and os.path.samefile(out, decisions):
+    same = os.path.samefile(out, decisions) if out.exists() and decisions.exists() else out.resolve() == decisions.resolve()
+    if same:
         raise CutoffError(f"--out {out} is the decision file; write the traces elsewhere")
     if out.is_file() and out.stat().st_size:
         try:
@@ -173,6 +174,8 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise CutoffError(f"--policies {args.policies!r}: the fit after the probe compares 'iterative' with "
                           f"'direct'; add {', '.join(map(repr, missing))}")
+    if args.out:
+        args.out = os.path.expanduser(args.out)  # the file checked is the file written
     _check_outputs(args)
     workload = load_workload(args.workload)
     probe = probemod.probe(workload, problem=args.problem, policies=policies, device=args.device,

@@ -226,11 +226,12 @@ def _target_problem(args: argparse.Namespace, out: str) -> str | None:
     """What the measuring run's target check would refuse here (the tier off, a corrupt or census
     file at --out), read-only; None when it would pass."""
     from tunedb import database
+    from tunedb.build.steps import target_file
     from tunedb.errors import DatabaseError
 
     arch = getattr(args, "arch", None) or "sm90"
     try:
-        path = database.target_path(out, arch, args.family)
+        path = target_file(out, arch, args.family)  # the file the build writes (--out DIR: DIR/<arch>/<family>.json)
         database.check_target(path, args.family, arch, fresh=bool(getattr(args, "fresh", False)),
                               write=not getattr(args, "no_write", False))
     except DatabaseError as exc:

@@ -65,6 +65,8 @@ class Decision:
                        str(data["below"]), str(data["above"]), str(data["statistic"]),
                        float(data["tolerance"]), tuple(float(v) for v in data["band"]),
                        dict(data.get("fit", {})), {k: str(v) for k, v in dict(data.get("provenance", {})).items()})
+        except CutoffError:  # the check's own words (a CutoffError is a ValueError too)
+            raise
         except (KeyError, TypeError, ValueError) as exc:
             raise CutoffError(f"malformed decision {dict(data)!r}: {type(exc).__name__}: {exc}") from exc
         return made

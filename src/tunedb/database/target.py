@@ -74,12 +74,10 @@ def _check_writable(path: Path) -> None:
 
 
 def _is_census(path: Path) -> bool:
-    """Whether `path` holds a census file (its "schema" and "points", no "kernel_family")."""
-    import json
-
+    """Whether `path` holds a census file (its "schema" and "points", no "kernel_family"); read as a
+    table is (schema.read_raw: a regular file under the size cap), anything unreadable is not one."""
     try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read())
-    except (OSError, ValueError):
+        data = schema.read_raw(path)
+    except (DatabaseError, OSError, RecursionError, ValueError):
         return False
     return isinstance(data, dict) and "points" in data and "schema" in data and "kernel_family" not in data

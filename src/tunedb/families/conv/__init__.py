@@ -119,9 +119,6 @@ class ConvFamily(ConfigMethods):
     def launch(self, config: Config, sig: Signature, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         from tunedb.families.conv.launch import launch
 
-        if len(args) > 2 and args[2] is not None and not args[2].is_contiguous():
-            # the bias: the Triton arms read it at stride 1 (a view such as bias[::2] is copied)
-            args = (*args[:2], args[2].contiguous(), *args[3:])
         return launch(config, sig, *args, out=out, **kwargs)
 
     def launcher(self, config: Config, sig: Signature) -> Any:

@@ -46,8 +46,9 @@ def _dw_arm(cfg: Config, sig: Signature) -> Callable[..., Any]:
             return fallback(x, weight, bias, out=out)
         y = out if out is not None else torch.empty((bsz, c, t_out), device=x.device, dtype=x.dtype)
         w = weight if weight.is_contiguous() else weight.contiguous()
+        b = w if bias is None else bias if bias.is_contiguous() else bias.contiguous()  # read at stride 1
         grid = (triton_cdiv(t_out, bt), triton_cdiv(c, bc), bsz)
-        dw_conv1d_kernel[grid](x, w, bias if bias is not None else w, y, c, t, t_out,
+        dw_conv1d_kernel[grid](x, w, b, y, c, t, t_out,
                                *x.stride(), *y.stride(), KSIZE=k, STRIDE=s, PAD=p, DIL=d,
                                HAS_BIAS=bias is not None, ACT=act, BT=bt, BC=bc, num_warps=warps)
         return y
@@ -92,8 +93,9 @@ def _igemm_arm(cfg: Config, sig: Signature) -> Callable[..., Any]:
         else:
             syb, syc, syh, syw = y.stride()
         w = weight if weight.is_contiguous() else weight.contiguous()
+        b = w if bias is None else bias if bias.is_contiguous() else bias.contiguous()  # read at stride 1
         grid = (triton_cdiv(m, bm), triton_cdiv(cout, bn))
-        igemm_kernel[grid](x, w, bias if bias is not None else w, y, m, cout, k_total, h_in, w_in, h_out, w_out,
+        igemm_kernel[grid](x, w, b, y, m, cout, k_total, h_in, w_in, h_out, w_out,
                            sxb, sxc, sxh, sxw, syb, syc, syh, syw,
                            KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw, DH=dh, DW=dw,
                            HAS_BIAS=bias is not None, ACT=act, BM=bm, BN=bn, BK=bk,

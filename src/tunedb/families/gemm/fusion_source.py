@@ -390,7 +390,7 @@ def _over_classes(model: nn.Module, per_class) -> frozenset[str] | None:
     """The union of per_class(cls) over `model`'s module classes, or None when one is None."""
     names: set[str] = set()
     for cls in {type(m) for m in model.modules()}:
-        if cls.__module__.partition(".")[0] == "tunedb":
+        if cls.__module__.startswith("tunedb.families."):
             # tunedb's own modules (a fused pair's activation slot, a tuned layer from an earlier
             # optimize() of this model or a part of it) read their pairs by design, not as a
             # model's code reaching into a child: counting them kept a re-run from fusing

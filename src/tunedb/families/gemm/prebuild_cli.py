@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         if skip:
             print(f"tunedb prebuild: {a}: skipped: {skip}", file=sys.stderr)
             rows.append((a, len(jobs), 0, invalid, 0, 0.0, f"skipped: {skip}"))
+            summaries[a] = {"skipped": skip, "jobs": len(jobs), "ok": 0}
             continue
         print(f"tunedb prebuild: {a}: {what} -> {len(jobs)} binaries, {args.jobs} jobs", file=say, flush=True)
 

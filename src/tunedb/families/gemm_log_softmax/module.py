@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from tunedb.errors import OperandMismatchError
 from tunedb.families.gemm.left_modules import LINEAR_ATTRS, carried
 from tunedb.runtime import autocast_rule, grad_form
 
@@ -56,5 +57,12 @@ class TunedLinearLogSoftmax(torch.nn.Module):
             return torch.log_softmax(torch.nn.functional.linear(x, self.weight, self.bias), dim=-1)
         from tunedb.families.gemm_log_softmax.ops import gemm_log_softmax
 
-        return gemm_log_softmax(x, self.weight, self.bias)
+        if torch.compiler.is_compiling():
+            return gemm_log_softmax(x, self.weight, self.bias)
+        try:
+            return gemm_log_softmax(x, self.weight, self.bias)
+        except OperandMismatchError:
+            # operands the op refuses (a K or dtype that does not fit, a bias torch broadcasts): the
+            # plain pair's answer, torch's own error word for word or torch's result
+            return torch.log_softmax(torch.nn.functional.linear(x, self.weight, self.bias), dim=-1)
 
