@@ -53,7 +53,7 @@ def test_diff_reports_added_removed_and_changed_one_line_each(capsys):
 
 
 def test_diff_of_files_that_agree_exits_0(capsys):
-    # same entries in another order and layout, with evidence and notes: they agree
+    # same entries in another order and layout, with notes and evidence that changes nothing served: they agree
     rc, out, _ = run_cli(capsys, "diff", str(DATA / "a.json"), str(DATA / "a_reformatted.json"))
     assert rc == 0 and "agree" in out
 
@@ -204,3 +204,20 @@ def test_status_shows_a_user_tier_it_cannot_look_up_as_invalid_and_exits_0(capsy
         rc, out, err = run_cli(capsys, "status")
     assert rc == 0, err
     assert "INVALID" in out and "TUNEDB_USER_DB" in out
+
+
+def test_diff_counts_evidence_that_serves_another_config(tmp_path, capsys):
+    # session 55: the same regions, other evidence; the serving rule (a region's config serves near
+    # the sizes its evidence measured) makes one file serve torch where the other serves the tile
+    raw = json.loads((DATA / "a.json").read_text())
+    sig = "gemm|op=gemm|dt=half|N=512|K=256"
+    tile = raw["entries"][sig]["regions"][0][1]
+    small, large = json.loads(json.dumps(raw)), json.loads(json.dumps(raw))
+    small["entries"][sig]["evidence"] = {"M=16": {"torch": [0.02, 0.001, 9], tile: [0.01, 0.001, 9]}}
+    large["entries"][sig]["evidence"] = {"M=512": {"torch": [0.02, 0.001, 9], tile: [0.01, 0.001, 9]}}
+    (tmp_path / "s.json").write_text(json.dumps(small))
+    (tmp_path / "l.json").write_text(json.dumps(large))
+    rc, out, _ = run_cli(capsys, "diff", "--json", str(tmp_path / "s.json"), str(tmp_path / "l.json"))
+    changes = json.loads(out)["changes"]
+    assert rc == 1 and [c["what"] for c in changes] == ["served"]
+    assert changes[0]["a"]["M=16"] == tile and changes[0]["b"]["M=16"] == "torch"

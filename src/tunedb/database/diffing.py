@@ -2,8 +2,11 @@
 
 Compared: the file header (kernel/arch family, validators, the cost model), entries added and
 removed, and per entry its regions, the definitions of the configs its regions name, its own
-validators and its source. Evidence and notes are the measurements behind a choice, not the
-choice, and are not compared. A refitted cost model (present in both files) is a measurement
+validators and its source. Evidence is compared through what it serves: a region's config serves
+only near the sizes its evidence measured (runtime/serving.unsupported), so two entries with the
+same regions but other evidence can serve other configs; where they do (at the sizes either side
+measured, each one octave off, and at region bounds) that is a `served` change. Notes are not
+compared. A refitted cost model (present in both files) is a measurement
 too: its line says which of its fields moved, and it does not count as a difference
 (`Change.counted` is False; `tunedb diff` exits 0 when nothing else differs).
 """
@@ -78,6 +81,38 @@ def model_problem(kernel_family: str, model: Any) -> str | None:
     return hook(families.get(kernel_family), "model_problem")(model)
 
 
+def _served_changes(kernel_family: str, ea: Entry, eb: Entry) -> list[tuple[int, str, str]]:
+    """(M, config a serves, config b serves) where two entries of the same regions serve apart, at
+    powers of two, the sizes their evidence measured, an octave either side of each, and the
+    region bounds (nothing when the family is not registered here: its serving rule is unknown)."""
+    from tunedb import families
+    from tunedb.runtime.serving import unsupported
+
+    if kernel_family not in families.names():
+        return []
+    from tunedb.families.contract import hook
+
+    fam = families.get(kernel_family)
+    fallback = hook(fam, "pick_rule")().fallback
+    sizes: set[int] = {1 << i for i in range(18)}  # powers of two to 128k: an entry without evidence serves everywhere
+    for entry in (ea, eb):
+        for key in entry.evidence:
+            if key.startswith("M=") and key[2:].isdigit():
+                m = int(key[2:])
+                sizes |= {m, 2 * m, max(1, m // 2)}
+        for region in entry.regions:
+            if region.m_hi is not None:
+                sizes |= {region.m_hi, region.m_hi + 1}
+
+    def served(entry: Entry, m: int) -> str | None:
+        cid = entry.lookup(m)
+        if cid is not None and unsupported(fam, entry, m, cid) is not None:
+            return fallback
+        return cid
+
+    return [(m, x, y) for m in sorted(sizes) if (x := served(ea, m)) != (y := served(eb, m))]
+
+
 def _regions(entry: Entry) -> list[list[Any]]:
     return [r.to_json() for r in entry.regions]
 
@@ -124,6 +159,11 @@ def diff(a: DatabaseFile, b: DatabaseFile) -> tuple[Change, ...]:
             continue
         if _regions(ea) != _regions(eb):
             out.append(Change("changed", name, "regions", _regions(ea), _regions(eb)))
+        elif ea.evidence != eb.evidence:
+            served = _served_changes(a.kernel_family, ea, eb)
+            if served:
+                out.append(Change("changed", name, "served", {f"M={m}": x for m, x, _ in served},
+                                  {f"M={m}": y for m, _, y in served}))
         ca, cb = _config_defs(a, ea), _config_defs(b, eb)
         for cid in sorted(set(ca) & set(cb)):
             if ca[cid] != cb[cid]:

@@ -89,7 +89,11 @@ def _merge_regions(old: tuple[Region, ...], new: tuple[Region, ...]) -> tuple[Re
 
 def _extend_entry(old: Entry, new: Entry) -> Entry:
     evidence = dict(old.evidence)
-    evidence.update(new.evidence)
+    for point, arms in new.evidence.items():
+        had = evidence.get(point)
+        # per arm: an arm this writer did not re-measure at the point keeps its time (dropped, a
+        # region the point supported for that arm lost its support: another config served)
+        evidence[point] = {**had, **arms} if isinstance(had, Mapping) and isinstance(arms, Mapping) else arms
     notes = tuple(dict.fromkeys(old.notes + new.notes))
     native = None
     if old.regions_native is not None or new.regions_native is not None:
@@ -159,6 +163,8 @@ def write_entries(target: str | os.PathLike, kernel_family: str, arch_family: st
     import filelock
 
     path = target_path(target, arch_family, kernel_family)
+    if os.path.islink(path):  # one lock per file: a writer through the link and one through its target
+        path = Path(os.path.realpath(path))
     entries = tuple(entries)
     given = dict(configs) if isinstance(configs, Mapping) else {c.id: c for c in configs}
     for cid, cfg in given.items():
