@@ -216,3 +216,36 @@ def test_a_writers_bad_data_never_reaches_the_disk(tmp_path, bad, why):
         write(path, [entry(256, regions, **bad)])
     assert str(path) in str(err.value)
     assert path.read_text() == before
+
+
+def test_extending_at_a_measured_point_keeps_the_arms_not_re_measured(tmp_path):
+    # session 55: the whole point was replaced; b's time at M=8 went, and with it b's support
+    path = tmp_path / "fake.json"
+    write(path, [entry(128, [(8, "a"), (64, "b"), (None, "torch")],
+                       evidence={"M=8": {"torch": [0.01, 0.001, 5], "a": [0.005, 0.001, 5], "b": [0.006, 0.001, 5]}})])
+    write(path, [entry(128, [(8, "a")], evidence={"M=8": {"torch": [0.011, 0.001, 5], "a": [0.004, 0.001, 5]}})],
+          extend=True)
+    point = database.load(path).entries[sig(n=128)].evidence["M=8"]
+    assert point["a"] == [0.004, 0.001, 5] and point["torch"] == [0.011, 0.001, 5]  # re-measured: the new times
+    assert point["b"] == [0.006, 0.001, 5]  # not re-measured: kept
+
+
+def test_writers_through_a_link_and_its_target_share_one_lock(tmp_path):
+    import threading
+
+    real = tmp_path / "real" / "fake.json"
+    real.parent.mkdir()
+    write(real, [entry(8, [(None, "torch")])])
+    link = tmp_path / "link.json"
+    os.symlink(real, link)
+
+    def writer(path, base):
+        for i in range(15):
+            write(path, [entry(base + 16 * i, [(None, "a")])])
+
+    threads = [threading.Thread(target=writer, args=(link, 16)), threading.Thread(target=writer, args=(real, 4096))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(database.load(real).entries) == 31 and os.path.islink(link)
