@@ -84,6 +84,9 @@ def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = famil
     model). The pin is undone afterwards."""
     from tunedb.runtime import selector
     fam = families.get(family)
+    # the run's calls carry the model's own dtype, keyed `half` by the census: resolved in it, an
+    # entry written under bf16 / fp16 (autotune's) serves the plan as it serves the run
+    concrete = dict(shapes.meta).get("dtype")
     selector.configure(arch_family=arch_family)
     try:
         out = []
@@ -94,7 +97,8 @@ def plan_served(shapes: ShapeSet, arch_family: str = "sm90", family: str = famil
                          and families.serves(families.get(owner), p.signature))
                 out.append(Served(p, OTHER if other else "unserved", "-"))
                 continue
-            res = selector.peek(family, p.signature, p.m)
+            sig = p.signature.with_dt(concrete) if concrete and p.signature.dt == "half" else p.signature
+            res = selector.peek(family, sig, p.m)
             out.append(Served(p, res.tier, res.config.id))
         return out
     finally:

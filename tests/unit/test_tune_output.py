@@ -205,3 +205,29 @@ def test_the_gpu_advice_checks_the_file_an_out_directory_gets(cpu, capsys, monke
     (out / "sm90" / "gemm.json").write_text("[")
     assert "On this machine it would stop before measuring:" in " ".join(
         tune(capsys, monkeypatch, 200, "--out", str(out)).split())
+
+
+def test_the_plan_resolves_half_keys_in_the_models_dtype(tmp_path):
+    # session 55: a user-tier entry written under the call's own dtype (autotune's) served the run
+    # but not the plan, which asked the census's generic `half` key
+    user = tmp_path / "user"
+    (user / "sm90").mkdir(parents=True)
+    raw = {"schema": 1, "kernel_family": "gemm", "arch_family": "sm90", "validators": {},
+           "configs": {"b64x64x64_w4_s3_g8": {"lane": "triton_mma", "block": [64, 64, 64], "warps": 4, "stages": 3}},
+           "entries": {QKV.with_dt("bf16").format(): {"regions": [[None, "b64x64x64_w4_s3_g8"]]}}}
+    (user / "sm90" / "gemm.json").write_text(json.dumps(raw))
+    points = (Point(QKV, 1500, 1.0, 4, True),)
+    with settings.override(CACHE_DIR=str(tmp_path / "cache"), USER_DB=str(user)):
+        for dtype, want in (("bf16", ("user", "b64x64x64_w4_s3_g8")), ("fp16", None)):
+            shapes = ShapeSet(points, "w", (("mode", "offline"), ("dtype", dtype)))
+            (served,) = pipeline.plan_served(shapes)
+            if want:
+                assert (served.tier, served.config_id) == want
+            else:
+                assert served.tier != "user"
+
+
+def test_a_presets_census_records_its_half_dtype(tmp_path):
+    with settings.override(CACHE_DIR=str(tmp_path / "cache")):
+        shapes = pipeline.take_census("whisper-base")
+    assert dict(shapes.meta)["dtype"] == "bf16"

@@ -190,6 +190,17 @@ def _optimized(w: Workload, model: Any) -> Any:
                       f"got {type(model).__name__}")
 
 
+def _half_dtype(model: Any) -> str | None:
+    """The model's 16-bit float dtype ('bf16' / 'fp16'), which the calls keyed `dt=half` run in (a
+    plan resolves their keys in it: an entry autotune wrote under the call's own dtype serves them),
+    or None (fp32, or both)."""
+    import torch
+
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+    seen = {names[p.dtype] for p in getattr(model, "parameters", lambda: ())() if p.dtype in names}
+    return seen.pop() if len(seen) == 1 else None
+
+
 def _experts_unkeyed(model: Any) -> str:
     """The modules an aten-level census cannot key (each family's `aten_unkeyed` hook: group_gemm's
     mixture-of-experts blocks): their count and the first name, or '' (the fused census keys them
@@ -277,6 +288,7 @@ def take_census(w: Workload, mode: str = "offline", max_batch: int = 8, chunk: i
                             must_tune=point in must, eager_share=share))
     unkeyed = () if fused else _experts_unkeyed(built.model)
     meta = (("mode", mode), ("impl", built.impl), ("device", str(device)), ("fused", "yes" if fused else "no"),
+            *((("dtype", half),) if (half := _half_dtype(built.model)) else ()),
             *((("experts_not_recorded", unkeyed),) if unkeyed else ()),
             *((("quantization", quantization),) if quantization else ()),
             ("max_batch_size", str(max_batch)),
