@@ -123,7 +123,9 @@ def _choose(fam: Any, sig: Signature, m: int) -> Resolution:
                         f"fallback, untuned (measure one: `python -m tunedb.arch --measure`, or call "
                         f"tunedb.runtime.selector.configure(arch=...))")
         return Resolution(untuned.unprofiled(fam, sig), "default", None)
-    if not settings.heuristic_enabled():
+    if not settings.heuristic_enabled() or m == 0:
+        # M=0: an empty call has no size a region or the model could price (a region's config
+        # is invalid there, which warned against the file that holds it): the family's own answer
         return _default(fam, sig, profile)
     files = database.lookup(arch_family, fam.name)
     compiled = _compiled_set(fam, arch_family, files)
