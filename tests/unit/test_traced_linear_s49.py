@@ -69,8 +69,9 @@ def test_a_fused_pair_adds_few_guards_to_a_compiled_forward():
     x = torch.randn(3, 16)
     extra = _guards(tuned, x) - _guards(plain, x)
     # traced, intact() read weakrefs, both slots and every hook dict on both sides of the pair
-    assert extra <= 32, extra  # 41 before session 49 (26 then; 31 with session 50's version check and caller rule;
-    # session 53's read of the activation's settings: +3, its trace-time caller check: +1)
+    assert extra <= 33, extra  # 41 before session 49 (26 then; 31 with session 50's version check and caller rule;
+    # session 53's read of the activation's settings: +3, its trace-time caller check: +1; session 55's
+    # may_group() before the sibling test: +1 here, -2 a sibling member in a compile without graphs)
 
 
 def _swap_every_gelu(model):
@@ -251,3 +252,38 @@ def test_a_dropped_models_broken_pair_does_not_unfuse_its_kind():
         assert fused_pair.intact_kind(fresh.fc.__dict__["_tunedb_fused"].kind, 0)
     finally:
         gc.enable()
+
+
+def test_a_compile_without_graphs_reads_no_sibling_group():
+    # session 55: the membership test alone guarded each member's group tuple (its type and length),
+    # two guards a member checked at every compiled call, in a compile whose graph never keeps the group
+    import logging
+
+    from transformers import LlamaConfig, LlamaModel
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=128)
+    tuned = tunedb.optimize(LlamaModel(cfg).eval(), inplace=False)
+    assert any("_siblings" in m.__dict__ for m in tuned.modules())
+    lines = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    log = logging.getLogger("torch._dynamo.guards")
+    handler = Grab()
+    torch._logging.set_logs(guards=True)
+    log.addHandler(handler)
+    try:
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(tuned, backend="inductor")(input_ids=torch.randint(0, 128, (1, 3)))
+    finally:
+        log.removeHandler(handler)
+        torch._logging.set_logs()
+        torch._dynamo.reset()
+    guards = "\n".join(lines)
+    assert "_as_written" in guards  # the guard log was read
+    assert "['_siblings']" not in guards

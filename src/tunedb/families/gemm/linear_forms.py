@@ -15,6 +15,7 @@ from tunedb.families.gemm.arms import act_fn
 # through its own functions' globals is an `a is b` guard run as Python at every compiled call
 from tunedb.families.gemm.fused_pair import fused_traced
 from tunedb.families.gemm.ops import _Tensor, gemm, gemm_act
+from tunedb.families.gemm.siblings_compile import _may_group as may_group
 from tunedb.families.gemm.siblings_compile import member_call
 from tunedb.runtime import launch_table
 
@@ -32,7 +33,9 @@ def traced(layer: Any, x: Any) -> Any:
     pair = d.get("_tunedb_fused") if act != "none" else None
     if pair is not None and not fused_traced(pair.kind):
         return F.linear(x, weight, bias)  # surgery after optimize(): the activation's slot applies it
-    if "_siblings" in d:
+    # the group only where a trace may keep it (a trace constant, no guard): the membership test
+    # itself made two guards a member (the tuple's type and length) at every compiled call
+    if may_group() and "_siblings" in d:
         y = member_call(layer, x)
         if y is not None:
             return y
