@@ -249,3 +249,10 @@ def test_writers_through_a_link_and_its_target_share_one_lock(tmp_path):
     for t in threads:
         t.join()
     assert len(database.load(real).entries) == 31 and os.path.islink(link)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_write_a_device_refuses_names_the_device():
+    with pytest.raises(OSError) as info:
+        store.write_atomic(store.Path("/dev/full"), "x" * 65536)
+    assert info.value.filename == "/dev/full"  # the command line prints the path with the OS's words

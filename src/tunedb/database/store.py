@@ -51,8 +51,11 @@ def write_atomic(path: Path, text: str | bytes) -> None:
     except FileNotFoundError:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
-        with open(path, "wb" if isinstance(text, bytes) else "w", **({} if isinstance(text, bytes) else {"encoding": "utf-8"})) as out:
-            out.write(text)  # a device or a pipe: what it does with the bytes is its own
+        try:
+            with open(path, "wb" if isinstance(text, bytes) else "w", **({} if isinstance(text, bytes) else {"encoding": "utf-8"})) as out:
+                out.write(text)  # a device or a pipe: what it does with the bytes is its own
+        except OSError as exc:  # /dev/full's "No space left on device" named no file
+            raise _named(exc, path) from None
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
