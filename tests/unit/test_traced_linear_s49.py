@@ -285,5 +285,5 @@ def test_a_compile_without_graphs_reads_no_sibling_group():
         torch._logging.set_logs()
         torch._dynamo.reset()
     guards = "\n".join(lines)
-    assert "_as_written" in guards  # the guard log was read
+    assert "_modules['layers']" in guards  # the guard log was read (its wording of the rest moves with torch)
     assert "['_siblings']" not in guards
