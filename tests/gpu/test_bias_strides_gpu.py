@@ -50,7 +50,7 @@ def test_gemm_arms_read_a_strided_bias_by_its_values(cid, m):
     w = (torch.randn(n, k, device="cuda") / 16).half()
     for name, b in _biases(n).items():
         ref = F.linear(x.float(), w.float(), b.float())
-        y = _graphed(lambda: FAMILY.launch(cfg, sig, x, w, b))
+        y = _graphed(lambda b=b: FAMILY.launch(cfg, sig, x, w, b))
         assert (y.float() - ref).abs().max().item() < 0.03, (cid, m, name)
 
 
@@ -62,7 +62,7 @@ def test_gemm_log_softmax_fused_arms_read_a_strided_bias_by_its_values(cid):
     w = (torch.randn(5000, 512, device="cuda") / 24).half()
     for name, b in _biases(5000).items():
         ref = torch.log_softmax(F.linear(x.float(), w.float(), b.float()), -1)
-        y = _graphed(lambda: FAMILY.launch(configs.parse(cid), None, x, w, b))
+        y = _graphed(lambda b=b: FAMILY.launch(configs.parse(cid), None, x, w, b))
         assert (y.float() - ref).abs().max().item() < 0.05, (cid, name)
 
 
@@ -76,7 +76,7 @@ def test_conv_triton_arms_read_a_strided_bias_by_its_values(cid, depthwise):
     for name, b in _biases(cout).items():
         sig, _ = keys.signature_of("conv1d", x, wt, b, 1, 2, 1, groups)
         ref = F.conv1d(x.float(), wt.float(), b.float(), 1, 2, 1, groups)
-        y = _graphed(lambda: FAMILY.launch(configs.parse(cid), sig, x, wt, b, [1], [2], [1], groups, "none"))
+        y = _graphed(lambda b=b, sig=sig: FAMILY.launch(configs.parse(cid), sig, x, wt, b, [1], [2], [1], groups, "none"))
         assert (y.float() - ref).abs().max().item() < 0.03, (cid, name)
 
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import interpret_child  # noqa: E402
+import interpret_child
 
-from tunedb.errors import SignatureError  # noqa: E402
-from tunedb.families.conv import keys as conv_keys  # noqa: E402
+from tunedb.errors import SignatureError
+from tunedb.families.conv import keys as conv_keys
 
 _STRIDED = r"""
 import torch

@@ -38,14 +38,14 @@ def test_an_array_is_named_not_printed():
 
 
 @pytest.mark.parametrize("kwargs, named", [
-    (dict(below="Iterative"), "below='Iterative'"),
-    (dict(above="auto"), "above='auto'"),
-    (dict(cutoff=float("nan")), "cutoff=nan"),
-    (dict(cutoff="0.5"), "cutoff='0.5'"),
-    (dict(problem=""), "problem=''"),
+    ({"below": "Iterative"}, "below='Iterative'"),
+    ({"above": "auto"}, "above='auto'"),
+    ({"cutoff": float("nan")}, "cutoff=nan"),
+    ({"cutoff": "0.5"}, "cutoff='0.5'"),
+    ({"problem": ""}, "problem=''"),
 ])
 def test_a_decision_built_by_hand_is_checked_as_one_read_from_a_file(kwargs, named):
-    args = dict(problem="p", device="cpu", cutoff=1.0)
+    args = {"problem": "p", "device": "cpu", "cutoff": 1.0}
     args.update(kwargs)
     with pytest.raises(CutoffError, match=named.replace("(", r"\(")):
         cutoff.Decision(**args)
@@ -63,8 +63,8 @@ def test_a_decision_that_chooses_no_policy_is_named_with_its_choice():
 
 @pytest.mark.parametrize("signal", [0.1, 1.0])  # iterative below the cutoff, direct above it
 @pytest.mark.parametrize("bad, named", [
-    (dict(max_iter="x"), "max_iter"), (dict(check_every=0), "check_every"), (dict(tol=-1.0), "tol"),
-    (dict(tol=True), "tol"),
+    ({"max_iter": "x"}, "max_iter"), ({"check_every": 0}, "check_every"), ({"tol": -1.0}, "tol"),
+    ({"tol": True}, "tol"),
 ])
 def test_pcg_arguments_are_checked_whatever_policy_the_signal_picks(signal, bad, named):
     strip, b = cutoff.random_system(2, 3, 4)

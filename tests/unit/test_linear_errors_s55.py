@@ -71,8 +71,8 @@ def test_the_swapped_log_softmax_head_answers_as_torchs_pair():
     lin = nn.Linear(16, 300).bfloat16()
     head = TunedLinearLogSoftmax(lin)
     for x in (torch.randn(2, 17).bfloat16(), torch.randn(2, 16)):  # K, dtype
-        want = _error(lambda: torch.log_softmax(lin(x), -1))
-        got = _error(lambda: head(x))
+        want = _error(lambda x=x: torch.log_softmax(lin(x), -1))
+        got = _error(lambda x=x: head(x))
         assert got[1] == want[1] and issubclass(got[0], want[0]), (got, want)
     lin.bias = head.bias = nn.Parameter(torch.zeros(1).bfloat16())  # broadcast by F.linear
     x = torch.randn(2, 16).bfloat16()
