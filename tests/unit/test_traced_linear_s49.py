@@ -19,7 +19,7 @@ def MLP():  # a block fusion rule 2 fuses (its source file reads no `fc` of othe
     return WalkedBlock(16)
 
 
-def _guard_lines(model, x) -> list[str]:
+def _guard_lines(model, x, backend: str = "eager") -> list[str]:
     """Dynamo's guard log of the compiled forward, line by line."""
     import logging
 
@@ -36,7 +36,7 @@ def _guard_lines(model, x) -> list[str]:
     log.addHandler(handler)
     try:
         with torch.no_grad():
-            torch.compile(model, backend="eager")(x)
+            torch.compile(model, backend=backend)(x)
     finally:
         log.removeHandler(handler)
         torch._logging.set_logs()
@@ -257,8 +257,6 @@ def test_a_dropped_models_broken_pair_does_not_unfuse_its_kind():
 def test_a_compile_without_graphs_reads_no_sibling_group():
     # session 55: the membership test alone guarded each member's group tuple (its type and length),
     # two guards a member checked at every compiled call, in a compile whose graph never keeps the group
-    import logging
-
     from transformers import LlamaConfig, LlamaModel
 
     torch.manual_seed(0)
@@ -266,24 +264,9 @@ def test_a_compile_without_graphs_reads_no_sibling_group():
                       num_key_value_heads=2, vocab_size=128)
     tuned = tunedb.optimize(LlamaModel(cfg).eval(), inplace=False)
     assert any("_siblings" in m.__dict__ for m in tuned.modules())
-    lines = []
-
-    class Grab(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage())
-
-    log = logging.getLogger("torch._dynamo.guards")
-    handler = Grab()
-    torch._logging.set_logs(guards=True)
-    log.addHandler(handler)
     try:
-        torch._dynamo.reset()
-        with torch.no_grad():
-            torch.compile(tuned, backend="inductor")(input_ids=torch.randint(0, 128, (1, 3)))
+        guards = "\n".join(_guard_lines(tuned, torch.randint(0, 128, (1, 3)), backend="inductor"))
     finally:
-        log.removeHandler(handler)
-        torch._logging.set_logs()
         torch._dynamo.reset()
-    guards = "\n".join(lines)
     assert "_modules['layers']" in guards  # the guard log was read (its wording of the rest moves with torch)
     assert "['_siblings']" not in guards
