@@ -22,6 +22,20 @@ def figure_format(path: Any) -> str:
     return suffix
 
 
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (files, no display), or OutputFileError saying how to get
+    it (a declared dependency, but an environment may lack it: the command printed a traceback)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise OutputFileError(f"a figure needs matplotlib, which does not import here ({exc}); "
+                              f"pip install matplotlib") from None
+    return plt
+
+
 def save(fig: Any, path: Any, dpi: int) -> None:
     """fig written to `path` (figure_format's format), the figure closed."""
     import matplotlib.pyplot as plt

@@ -132,3 +132,13 @@ def test_the_census_check_of_a_target_reads_only_what_a_table_may_be(tmp_path):
     with pytest.raises(CorruptDatabaseError):
         database.check_target(deep, "gemm", "sm90")
     database.check_target(deep, "gemm", "sm90", fresh=True)  # the corrupt-target cure still works
+
+
+def test_a_figure_without_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    import sys
+
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it raises ImportError
+    assert main(["plot", str(SHIPPED), "--out", str(tmp_path / "r.png")]) == 2
+    assert "a figure needs matplotlib" in capsys.readouterr().err and not (tmp_path / "r.png").exists()

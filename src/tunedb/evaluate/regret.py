@@ -326,10 +326,9 @@ def check_figure_path(flag: str, path: str) -> None:
 def save_figure(path: str, ev: Evaluation | None, regions: Mapping[str, Sequence[Region]],
                 m_max: Mapping[str, int] | None = None) -> None:
     """A PNG: the regret panel (when `ev` is given) above the regions panel (when any)."""
-    import matplotlib
+    from tunedb.figures import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     panels = (1 if ev is not None else 0) + (1 if regions else 0)
     if panels == 0:

@@ -20,10 +20,9 @@ def _label(arm: str) -> str:
 
 def draw(path: Path, deps: str = "native", arch: str = "sm90") -> tuple[int, int]:
     """Write the PNG; returns (cells drawn, cells measured)."""
-    import matplotlib
+    from tunedb.figures import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.colors import to_rgba
     from matplotlib.patches import Patch
 
