@@ -117,7 +117,7 @@ def test_capture_record_read_and_merge(tmp_path):
     merged = merge(census([Point(SIG, 16, 0.5, 6, False, 0.0)]), cap)
     assert {(p.signature, p.m) for p in merged.points} == {(SIG, 16), (SIG2, 1)}
     path.write_text('{"signature": "gemm|op=gemm|dt=half|N=1|K=1", "M": 0, "calls": 1}\n{}\n')
-    with pytest.raises(CensusError, match="line 1: M must be an int >= 1"):
+    with pytest.raises(CensusError, match=r"line 1: M must be an int in \[1, 2147483647\]"):
         read_capture(path)
     # a file holding nothing but one torn or foreign line, or nothing, is no capture (session 33's
     # CLI audit: `--capture garbage.json` was taken as an empty capture, rc 0)

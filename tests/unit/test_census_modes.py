@@ -92,7 +92,8 @@ def test_an_absurd_manifest_value_is_refused_with_the_allowed_range(tmp_path, fi
     bad.write_text(json.dumps({field: 3}) + "\n" + json.dumps({field: 1e9 if field != "tokens" else 1e12}) + "\n")
     with pytest.raises(CensusError) as exc:
         modes.read_manifest(bad, field)
-    assert str(exc.value) == (f"manifest {bad} line 2: {field!r} must be a positive number at most {top}, "
+    allowed = "a positive number" if field == "duration" else "a whole number >= 1"  # tokens: whole (s55)
+    assert str(exc.value) == (f"manifest {bad} line 2: {field!r} must be {allowed} at most {top}, "
                               f"got {1e9 if field != 'tokens' else 1e12!r}")
 
 

@@ -52,6 +52,8 @@ def key(workload: str, **args: Any) -> str | None:
         return None
     manifest = args.get("manifest")
     if manifest is not None:
+        if not Path(manifest).is_file():  # a pipe (<(...), a FIFO) reads once: the census's, not the key's
+            return None
         try:
             args["manifest"] = hashlib.sha256(read_text(manifest).encode()).hexdigest()
         except (OSError, UnicodeDecodeError):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tunedb.input_files import read_text
 from tunedb import settings
+from tunedb.census.censusfile import CALLS_MAX, M_MAX
 from tunedb.errors import CensusError, SignatureError
 from tunedb.records import Point, ShapeSet, Signature
 
@@ -40,7 +41,9 @@ def read_capture(path: str | Path) -> ShapeSet:
     must_tune when any of its calls were captured; eager_share = share of calls not captured."""
     path = Path(path)
     try:
-        lines = read_text(path).splitlines()
+        # lines end at \n only (str.splitlines splits at U+2028 inside a JSON string); a file ending in
+        # \n leaves an empty last element, so a torn line is one the writer left without its \n
+        lines = read_text(path).split("\n")
     except OSError as exc:
         raise CensusError(f"cannot read capture {path}: {exc}") from exc
     except UnicodeDecodeError as exc:
@@ -52,10 +55,11 @@ def read_capture(path: str | Path) -> ShapeSet:
             continue
         try:
             row = json.loads(line)
-        except ValueError as exc:  # not JSON, or an integer past Python's 4300-digit limit
+        except (ValueError, RecursionError) as exc:  # not JSON, a 4300-digit integer, brackets nested past the stack
             if lineno == len(lines):
                 continue  # the writer died mid-line
-            raise CensusError(f"capture {path} line {lineno} is not JSON: {getattr(exc, 'msg', exc)}") from exc
+            what = "nested too deeply" if isinstance(exc, RecursionError) else getattr(exc, "msg", exc)
+            raise CensusError(f"capture {path} line {lineno} is not JSON: {what}") from None
         try:
             sig = Signature.parse(row["signature"])
             from tunedb import families
@@ -65,8 +69,13 @@ def read_capture(path: str | Path) -> ShapeSet:
             captured = row.get("captured", False)
         except (KeyError, TypeError, SignatureError) as exc:
             raise CensusError(f"capture {path} line {lineno}: needs signature, M, calls ({exc})") from exc
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (m, calls)) or m < 1 or calls < 0:
-            raise CensusError(f"capture {path} line {lineno}: M must be an int >= 1 and calls an int >= 0, got M={m!r}, calls={calls!r}")
+        if (not all(isinstance(v, int) and not isinstance(v, bool) for v in (m, calls))
+                or not 1 <= m <= M_MAX or not 0 <= calls <= CALLS_MAX):
+            # the census file's own limits: a capture past them wrote a census every reader refused
+            raise CensusError(f"capture {path} line {lineno}: M must be an int in [1, {M_MAX}] and calls an int "
+                              f"in [0, {CALLS_MAX}], got M={m!r}, calls={calls!r}")
+        if not isinstance(captured, bool):
+            raise CensusError(f"capture {path} line {lineno}: 'captured' must be true or false, got {captured!r}")
         cur = acc.setdefault((sig, m), [0, 0])
         cur[0] += calls
         cur[1] += calls if captured is True else 0

@@ -178,6 +178,8 @@ def read_census(path: str | Path) -> ShapeSet:
         raise CensusError(f"census {path} is not JSON: {exc.msg} (line {exc.lineno})") from exc
     except ValueError as exc:  # an integer past Python's 4300-digit limit
         raise CensusError(f"census {path}: {str(exc)[:120]}") from exc
+    except RecursionError:
+        raise CensusError(f"census {path} is not a census: its JSON is nested too deeply") from None
     return from_json(data, str(path))
 
 

@@ -71,13 +71,16 @@ def read_manifest(path: str | Path, field: str) -> list[float]:
         raise CensusError(f"manifest {path} is not UTF-8 text (byte {exc.start}): a manifest is JSONL, "
                           f"one JSON object a line") from exc
     values = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # lines end at \n only: str.splitlines also splits inside a JSON string at U+2028 / U+0085, which
+    # a writer with ensure_ascii=False leaves raw in a text field
+    for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except ValueError as exc:  # not JSON, or an integer past Python's 4300-digit limit
-            raise CensusError(f"manifest {path} line {lineno} is not JSON: {str(getattr(exc, 'msg', exc))[:120]}") from exc
+        except (ValueError, RecursionError) as exc:  # not JSON, a 4300-digit integer, brackets nested past the stack
+            what = "nested too deeply" if isinstance(exc, RecursionError) else str(getattr(exc, "msg", exc))[:120]
+            raise CensusError(f"manifest {path} line {lineno} is not JSON: {what}") from None
         if not isinstance(row, dict):
             raise CensusError(f"manifest {path} line {lineno} is a JSON {type(row).__name__}, not an object; "
                               f"a manifest is JSONL, one object a line with a {field!r} field")
@@ -86,8 +89,11 @@ def read_manifest(path: str | Path, field: str) -> list[float]:
                               f"{field!r}; the line has {', '.join(map(repr, list(row)[:6])) or 'no fields'})")
         value = row[field]
         top, unit = MANIFEST_MAX.get(field, (math.inf, ""))
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top:
-            allowed = "a positive number" + (f" at most {top} {unit}" if top < math.inf else "")
+        whole = field != "duration"  # token counts: whole numbers (0.5 tokens became 0, a crash later)
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top
+                or (whole and value != int(value))):
+            allowed = ("a whole number >= 1" if whole else "a positive number") + (
+                f" at most {top} {unit}" if top < math.inf else "")
             raise CensusError(f"manifest {path} line {lineno}: {field!r} must be {allowed}, got {value!r}")
         values.append(float(value))
     if not values:
@@ -143,9 +149,10 @@ def length_bucket(length: int, step: int, fixed_length: int | None = None) -> in
 def length_grid(max_length: int, step: int, fixed_length: int | None = None) -> tuple[int, ...]:
     if fixed_length:
         return (fixed_length,)
-    if step:
-        return tuple(range(step, max_length + 1, step))
-    return tuple(e for e in edges_upto(max_length) if e <= max_length)
+    grid = tuple(range(step, max_length + 1, step)) if step else tuple(e for e in edges_upto(max_length) if e <= max_length)
+    # the limit itself is a capture length: a batch up to --max-length is captured (docs/census.md),
+    # where the grid stopped at the last step or edge below it and longer batches ran eagerly
+    return grid if grid and grid[-1] == max_length else (*grid, max_length)
 
 
 def offline(lengths: Sequence[int], max_batch: int, max_length: int, step: int,
