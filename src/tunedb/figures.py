@@ -38,8 +38,7 @@ def pyplot() -> Any:
 
 def save(fig: Any, path: Any, dpi: int) -> None:
     """fig written to `path` (figure_format's format), the figure closed."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     from tunedb.database import write_atomic
 
     fmt = figure_format(path)

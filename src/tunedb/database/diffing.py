@@ -86,14 +86,11 @@ def _served_changes(kernel_family: str, ea: Entry, eb: Entry) -> list[tuple[int,
     powers of two, the sizes their evidence measured, an octave either side of each, and the
     region bounds (nothing when the family is not registered here: its serving rule is unknown)."""
     from tunedb import families
-    from tunedb.runtime.serving import unsupported
+    from tunedb.runtime.serving import entry_serves
 
     if kernel_family not in families.names():
         return []
-    from tunedb.families.contract import hook
-
     fam = families.get(kernel_family)
-    fallback = hook(fam, "pick_rule")().fallback
     sizes: set[int] = {1 << i for i in range(18)}  # powers of two to 128k: an entry without evidence serves everywhere
     for entry in (ea, eb):
         for key in entry.evidence:
@@ -103,14 +100,7 @@ def _served_changes(kernel_family: str, ea: Entry, eb: Entry) -> list[tuple[int,
         for region in entry.regions:
             if region.m_hi is not None:
                 sizes |= {region.m_hi, region.m_hi + 1}
-
-    def served(entry: Entry, m: int) -> str | None:
-        cid = entry.lookup(m)
-        if cid is not None and unsupported(fam, entry, m, cid) is not None:
-            return fallback
-        return cid
-
-    return [(m, x, y) for m in sorted(sizes) if (x := served(ea, m)) != (y := served(eb, m))]
+    return [(m, x, y) for m in sorted(sizes) if (x := entry_serves(fam, ea, m)) != (y := entry_serves(fam, eb, m))]
 
 
 def _regions(entry: Entry) -> list[list[Any]]:

@@ -59,6 +59,15 @@ def walk(fam: Any, sig: Signature, m: int, sources: Iterable[tuple[Any, Mapping[
                     yield tag, key, cid
 
 
+def entry_serves(fam: Any, entry: Entry, m: int) -> str | None:
+    """The config `entry` serves at size m: its region's, or the pick rule's fallback where the
+    entry's evidence does not support the region's config there (`unsupported`, as `walk` does)."""
+    cid = entry.lookup(m)
+    if cid is not None and unsupported(fam, entry, m, cid) is not None:
+        return hook(fam, "pick_rule")().fallback
+    return cid
+
+
 # How far from a measured size a region's config may serve: one octave (a factor 2), the support
 # slack the GEMM model tier's confidence rule uses (families/gemm/confidence.SUPPORT_SLACK).
 SUPPORT_OCTAVES = 1.0

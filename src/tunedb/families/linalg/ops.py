@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from tunedb.errors import SignatureError
+from tunedb.runtime import autocast_rule
 from tunedb.families.linalg import signatures
 from tunedb.records import Config
 from tunedb.runtime import batch_dims, fx_nodes, grad_form, launch_table
@@ -100,18 +101,6 @@ def _any_autocast() -> bool:
     return True if check is None else check()
 
 
-def _autocast_on(dev: str) -> bool:
-    """Whether autocast is on for device type `dev` (asked after _any_autocast, the hot path's one
-    question); False for one autocast does not know (meta: torch.is_autocast_enabled raises there,
-    so shapes inferred on meta tensors failed)."""
-    import torch
-
-    try:
-        return torch.is_autocast_enabled(dev)
-    except RuntimeError:
-        return False
-
-
 def run(op: str, *tensors: Any) -> Any:
     """The op's implementation (what every backend of tunedb::linalg_<op> runs)."""
     first = tensors[0]
@@ -121,7 +110,7 @@ def run(op: str, *tensors: Any) -> Any:
         import torch
 
         dev = first.device.type
-        if _autocast_on(dev):  # the op's dtype is its operands' (its fake's): the
+        if autocast_rule.enabled(dev):  # the op's dtype is its operands' (its fake's): the
             with torch.autocast(dev, enabled=False):  # torch arm's bmm would run in bf16
                 return run(op, *tensors)
     if not first.is_cuda:
@@ -333,7 +322,7 @@ def _any_shape(name: str, tensors: tuple) -> Any:
     if not N_MIN <= first.shape[-1] <= N_MAX:
         signatures.check_call(name, *flat, n_range=False)  # square A, shapes, one dtype and device
         dev = first.device.type
-        cast = _any_autocast() and _autocast_on(dev)
+        cast = _any_autocast() and autocast_rule.enabled(dev)
         with torch.autocast(dev, enabled=False) if cast else contextlib.nullcontext():
             out = torch_arm(name, False, flat, None)  # the library arm's forms, no kernel here is built for n
         if name == "potrf":

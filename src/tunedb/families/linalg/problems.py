@@ -74,11 +74,9 @@ def torch_arm(op: str, *args: Any) -> Any:
     import torch
 
     dev = args[0].device.type if isinstance(args[0], torch.Tensor) else "cpu"
-    try:
-        autocast = torch.is_autocast_enabled(dev)
-    except RuntimeError:  # a device type autocast does not know (meta: shapes inferred with grad wanted)
-        autocast = False
-    if autocast:  # the op's dtype is its operands' (its fake's): no autocast inside
+    from tunedb.runtime.autocast_rule import enabled  # False on meta (shapes inferred with grad wanted)
+
+    if enabled(dev):  # the op's dtype is its operands' (its fake's): no autocast inside
         with torch.autocast(dev, enabled=False):
             return torch_arm(op, *args)
 
