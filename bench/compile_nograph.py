@@ -108,6 +108,24 @@ def _gpu_kernels(fn, top: int) -> dict:
     return {"total_us": round(sum(r[2] for r in rows), 1), "kernels": len(rows), "top": rows[:top]}
 
 
+def _frames() -> list[tuple[str, str, int]]:
+    """Every code object Dynamo holds compiled entries on, with how many: a frame whose code the
+    arms share (a module-level function the private copies do not re-create) holds an entry per arm,
+    and a call checks the entries' guards in turn until one passes."""
+    from torch._dynamo.convert_frame import input_codes
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    out = []
+    for ref in input_codes.seen:
+        code = ref()
+        if code is None:
+            continue
+        n = len(_debug_get_cache_entry_list(code))
+        if n:
+            out.append((code.co_name, f"{code.co_filename.rsplit('/', 2)[-1]}:{code.co_firstlineno}", n))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="llama-3-8b")
@@ -241,6 +259,9 @@ def main(argv=None) -> int:
             print(f"   python calls per forward: compile {sum(calls['compile'].values())}, tunedb+compile "
                   f"{sum(calls['tunedb+compile'].values())}; tuned minus plain: "
                   + "; ".join(f"{n} {d:+d}" for n, d in calls_diff))
+            result["batches"][b]["frames"] = frames = _frames()
+            for name, where, n in frames:
+                print(f"   frame {name} {where}: {n} cache entries")
             torch._dynamo.reset()
     if a.out:
         with open(a.out, "w") as f:

@@ -16,7 +16,7 @@ for stage in "$@"; do
               timeout ${NG_S:-300} python bench/compile_nograph.py --model llama-3-8b --batches ${NG_BATCHES:-1,16} \
                 --layers ${NG_LAYERS:-8} --private-code --aa --rounds ${NG_ROUNDS:-15} --profile-calls 50 \
                 --out "$OUT/hostprof.json" > "$OUT/hostprof.txt" 2>&1
-              grep "== \|ms compile\|A/A\|Cache Lookup" "$OUT/hostprof.txt" | cut -c1-400 ;;
+              grep "== \|ms compile\|A/A\|Cache Lookup\|frame " "$OUT/hostprof.txt" | cut -c1-400 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
