@@ -170,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
     policies = tuple(p for p in args.policies.split(",") if p)
     # what the fit after the probe refuses, refused before a probe that may run for minutes
     fitmod.check_arguments(statistic=args.stat, tolerance=args.tol, scale=args.scale)
+    unknown = [p for p in policies if p not in ("direct", "iterative", "auto")]
+    if unknown:
+        raise CutoffError(f"--policies {args.policies!r}: {', '.join(map(repr, unknown))} not supported; "
+                          "allowed: direct, iterative, auto")
     missing = [p for p in ("iterative", "direct") if p not in policies]
     if missing:
         raise CutoffError(f"--policies {args.policies!r}: the fit after the probe compares 'iterative' with "

@@ -22,6 +22,7 @@ takes the other policy's time as the median of that policy's `k` solves nearest 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
@@ -119,11 +120,12 @@ def check_arguments(*, statistic: str = "p99", tolerance: float = 0.02, below: s
     wasted the whole probe)."""
     if statistic not in STATISTICS:
         raise CutoffError(f"statistic {statistic!r} not supported; allowed: {', '.join(STATISTICS)}")
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0.0 <= tolerance < 1.0:
+    # numbers.Real / Integral: a numpy scalar (np.float32(0.02), np.int64(5)) is a number too
+    if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real) or not 0.0 <= tolerance < 1.0:
         raise CutoffError(f"tolerance must be a number in [0, 1); got {tolerance!r}")
     if scale not in ("linear", "log"):
         raise CutoffError(f"scale {scale!r} not supported; allowed: linear, log")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise CutoffError(f"k must be an integer >= 1 (neighbours paired per solve); got {k!r}")
     if below == above:
         raise CutoffError(f"below and above name the same policy {below!r}; a cutoff switches between two")
@@ -135,6 +137,7 @@ def fit(traces: Any, *, statistic: str = "p99", tolerance: float = 0.02, below: 
     import numpy as np
 
     check_arguments(statistic=statistic, tolerance=tolerance, below=below, above=above, scale=scale, k=k)
+    tolerance, k = float(tolerance), int(k)
     tr = getattr(traces, "traces", traces)
     if not isinstance(tr, dict) or not all(hasattr(t, "times_ms") for t in tr.values()):
         raise CutoffError(f"fit takes a Probe or a {{policy: Trace}} mapping (tunedb.cutoff.probe's); got "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,10 @@ class Trace:
         if len(self.times_ms) != len(self.signals):
             raise CutoffError(f"trace {self.policy!r}: {len(self.times_ms)} times but {len(self.signals)} signals")
         for what, values in (("time", self.times_ms), ("signal", self.signals)):
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                    raise CutoffError(f"trace {self.policy!r}: {what} {v!r} ({type(v).__name__}) is not a number; "
+                                      "every time and signal must be a finite number")
             bad = next((v for v in values if not math.isfinite(v)), None)
             if bad is not None:
                 raise CutoffError(f"trace {self.policy!r}: {what} {bad} is not finite; every time and signal "
@@ -49,8 +54,11 @@ class Trace:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Trace":
-        return cls(str(data["policy"]), tuple(float(v) for v in data["times_ms"]),
-                   tuple(float(v) for v in data["signals"]))
+        def num(v: Any) -> Any:  # a non-number stays as it was, for __post_init__ to name
+            return float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) else v
+
+        return cls(str(data["policy"]), tuple(num(v) for v in data["times_ms"]),
+                   tuple(num(v) for v in data["signals"]))
 
 
 @dataclass(frozen=True)

@@ -237,8 +237,8 @@ def solve(strip: Any, b: Any, x0: Any = None, *, linsys: str = "auto", signal: f
     if linsys == "auto":
         if signal is None:
             raise CutoffError("linsys='auto' needs signal= (the switching signal of this solve)")
-        try:
-            value = float(signal)
+        try:  # a bool is no signal (True compared as 1.0)
+            value = math.nan if type(signal).__name__ in ("bool", "bool_") else float(signal)
         except (TypeError, ValueError):
             value = math.nan
         if math.isnan(value):

@@ -204,7 +204,17 @@ def _potrf(a: Any) -> Any:
     (LAPACK's and cuSOLVER's layout), and Inductor asserts a compiled call's strides against the
     fake's, so torch.compile(potrf) failed wherever the library arm serves (every CPU call)."""
     low, info = run("potrf", a)
-    return (low if low.is_contiguous() else low.contiguous()), info
+    return row_major(low), info
+
+
+def row_major(t: Any) -> Any:
+    """t with row-major strides (the layout every arm's L has). An empty tensor counts as
+    contiguous whatever its strides, so cholesky_ex's column-major L of a batch of 0 kept them."""
+    import torch
+
+    if t.numel() == 0:
+        return t.clone(memory_format=torch.contiguous_format)
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def _fake(op: str, *tensors: Any) -> Any:
@@ -229,7 +239,7 @@ def _grad_form(op: str, *tensors: Any) -> Any:
 
     signatures.check_call(op, *tensors)  # the same errors as a served call (traced: no size specialised)
     out = problems.torch_arm(op, *tensors)
-    return (out[0].contiguous(), out[1]) if op == "potrf" else out  # L row-major, as served
+    return (row_major(out[0]), out[1]) if op == "potrf" else out  # L row-major, as served
 
 
 def register() -> None:
@@ -277,7 +287,10 @@ def _call(name: str, *tensors: Any) -> Any:
                 raise SignatureError(f"linalg {name}'s {arg} must be a torch.Tensor, got {type(t).__name__} "
                                      f"(torch.as_tensor converts an array)")
     try:
-        canonical = first.dim() == _CORE[name] + 1 and N_MIN <= first.shape[-1] <= N_MAX
+        # every operand in the op's own rank: under vmap a mismatched second operand went straight
+        # to the op's vmap rule, whose error sent the caller to the entry point they had called
+        canonical = (all(t.dim() == r for t, r in zip(tensors, _RANKS[name]))
+                     and N_MIN <= first.shape[-1] <= N_MAX)
     except (AttributeError, RuntimeError):  # not a tensor, or a nested one (no sizes): the op names it
         canonical = True
     if not canonical:
@@ -326,7 +339,7 @@ def _any_shape(name: str, tensors: tuple) -> Any:
         with torch.autocast(dev, enabled=False) if cast else contextlib.nullcontext():
             out = torch_arm(name, False, flat, None)  # the library arm's forms, no kernel here is built for n
         if name == "potrf":
-            out = (out[0].contiguous(), out[1])  # L row-major, as every arm returns it
+            out = (row_major(out[0]), out[1])  # L row-major, as every arm returns it
     else:
         out = _call(name, *flat)
     return batch_dims.unfold(out, lead)

@@ -6,9 +6,11 @@ heuristic (configs.heuristic). A cell's entry is its own signature's, or failing
 n rounded up to a power of two (the kernels pad n to the next power of two, so that entry ran the
 same register tile). Regions round the batch up: the first region whose batch bound is at or
 above the call's. A kernel serves a batch only where the table's evidence supports it (the
-selector's rule, runtime/serving.unsupported): within a factor 2 of a batch it won, or between
-two measured batches at both of which it beat the library arm; elsewhere (batch 1 from a table
-measured from 256, 10**6 above 65536) the library arm serves, and the plan says why.
+selector's rule, runtime/serving.unsupported): within a factor 2 of a batch it won, between
+two measured batches where the evidence says it beats the library arm, or past the grid's edge
+where it beat the library arm by 1.5x at the edge (the family's `extrapolates` hook: batch 1 or
+10**6 from a grid of 256..65536); elsewhere the library arm serves, and the plan says why
+(docs/linalg.md, "recommend").
 `deps="native"` reads the winners without optional dependencies (`regions_native`; absent means
 the same as `regions`), `deps="all"` the full ones.
 """
