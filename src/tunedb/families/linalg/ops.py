@@ -289,7 +289,8 @@ def _call(name: str, *tensors: Any) -> Any:
     try:
         # every operand in the op's own rank: under vmap a mismatched second operand went straight
         # to the op's vmap rule, whose error sent the caller to the entry point they had called
-        canonical = (all(t.dim() == r for t, r in zip(tensors, _RANKS[name]))
+        ranks = _RANKS[name]  # no generator: this is every eager call's host path
+        canonical = (first.dim() == ranks[0] and (len(tensors) == 1 or tensors[1].dim() == ranks[1])
                      and N_MIN <= first.shape[-1] <= N_MAX)
     except (AttributeError, RuntimeError):  # not a tensor, or a nested one (no sizes): the op names it
         canonical = True
