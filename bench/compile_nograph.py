@@ -11,6 +11,8 @@ private-code wrapping. Each round runs the arms in a shuffled order (--seed).
 
 --mode reduce-overhead compiles both with Inductor's CUDA graphs instead: the same comparison where
 the tuned picks stay in the compiled code (ops_compile.py), the mode a user who wants graphs picks.
+--mode eager compiles nothing: tunedb.optimize() against plain eagerly, in the same shuffled rounds
+beside the A/A copy (the arms keep their names: "compile" is then plain, "tunedb+compile" tunedb).
 
 bench/e2e.py's "eager" rows of the compiled variants (session 45, H100: tunedb+compile 0.50-0.65x
 of compile; session 35, H200: 0.72-0.91x) run the compiled forward without graphs, where every
@@ -29,6 +31,7 @@ import json
 import random
 import statistics
 import time
+from types import SimpleNamespace
 
 
 def _ms(fn, iters: int, cuda: bool) -> float:
@@ -140,9 +143,11 @@ def main(argv=None) -> int:
                     help="compile the tuned model first: the two share the model's code objects, so the "
                          "second one compiled pays the first one's failed guard check per call on "
                          "each shared frame (both orders measured show that share)")
-    ap.add_argument("--mode", default="default", choices=("default", "reduce-overhead"),
+    ap.add_argument("--mode", default="default", choices=("default", "reduce-overhead", "eager"),
                     help="torch.compile's mode for both models: reduce-overhead records CUDA graphs "
-                         "(Inductor's cudagraph trees), where the tuned picks stay in the compiled code")
+                         "(Inductor's cudagraph trees), where the tuned picks stay in the compiled code; "
+                         "eager compiles nothing (the arms 'compile' / 'tunedb+compile' / 'compile (copy)' "
+                         "are then plain / tunedb / a plain copy, eagerly)")
     ap.add_argument("--private-code", action="store_true",
                     help="give the tuned model code objects of its own (bench/private_code.py), so the two "
                     "compiled models share no Dynamo cache entries (a cost a user with one model never pays)")
@@ -198,17 +203,27 @@ def main(argv=None) -> int:
                     torch.compiler.cudagraph_mark_step_begin()  # documented call: no replay
                     return run(*args)  # waits on outputs the previous step still holds)
                 return step
-            explained = torch._dynamo.explain(lambda *xs: bm.runner(tuned_module)(*xs))(*args)
-            torch._dynamo.reset()
-            plain_breaks = torch._dynamo.explain(lambda *xs: bm.runner(bm.module)(*xs))(*args).graph_break_count
-            torch._dynamo.reset()
-            plain = torch.compile(bm.module, dynamic=False, mode=a.mode)
-            tuned = torch.compile(tuned_module, dynamic=False, mode=a.mode)
+            if a.mode == "eager":  # no compiler: the same paired rounds and A/A arm for eager forwards
+                explained = SimpleNamespace(graph_break_count=0, graph_count=0, break_reasons=[])
+                plain_breaks = 0
+
+                def compiled(m):
+                    return m
+            else:
+                explained = torch._dynamo.explain(lambda *xs: bm.runner(tuned_module)(*xs))(*args)
+                torch._dynamo.reset()
+                plain_breaks = torch._dynamo.explain(lambda *xs: bm.runner(bm.module)(*xs))(*args).graph_break_count
+                torch._dynamo.reset()
+
+                def compiled(m):
+                    return torch.compile(m, dynamic=False, mode=a.mode)
+            plain = compiled(bm.module)
+            tuned = compiled(tuned_module)
             steps = {"compile": call(plain), "tunedb+compile": call(tuned)}
             if a.tuned_first:
                 steps = dict(reversed(steps.items()))
             if copy_module is not None:
-                steps["compile (copy)"] = call(torch.compile(copy_module, dynamic=False, mode=a.mode))
+                steps["compile (copy)"] = call(compiled(copy_module))
             for step in steps.values():
                 for _ in range(3):
                     step()
