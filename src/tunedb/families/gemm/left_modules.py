@@ -12,6 +12,9 @@ from torch import nn
 from tunedb.families.module_rules import hooked as _hooked
 
 LINEAR_ATTRS = frozenset(vars(nn.Linear(1, 1, device="meta")))  # what every nn.Linear holds
+# TunedLinear's own attributes beside nn.Linear's: a Linear whose user set one of these names keeps
+# it only unswapped (the swap overwrote the value, and writing it back broke the forward)
+TUNED_ATTRS = frozenset({"act", "approximate"})
 
 
 def carried(value: object) -> bool:
@@ -25,10 +28,11 @@ def kept(linear: nn.Module) -> bool:
     forward set on the instance counts), or one carrying more state than weight and bias (a
     buffer, another parameter, a child module, an attribute holding a tensor or a callable that
     its forward's callers may read), which a TunedLinear would drop from the model and its
-    state_dict."""
+    state_dict, or an attribute of a name the TunedLinear itself holds (TUNED_ATTRS)."""
     return (_hooked(linear) or bool(linear._buffers) or bool(linear._modules)
             or any(name not in ("weight", "bias") for name in linear._parameters)
-            or any(name not in LINEAR_ATTRS and not carried(value) for name, value in vars(linear).items()))
+            or any(name not in LINEAR_ATTRS and (name in TUNED_ATTRS or not carried(value))
+                   for name, value in vars(linear).items()))
 
 
 def subclass_weight(linear: nn.Module) -> bool:
