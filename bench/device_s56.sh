@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Session 56's device stages. Usage: bash bench/device_s56.sh STAGE...
+#   tests   GPU test files named in $GPU_TESTS (default: this session's and the families it touched)
+#   unit    this session's CPU tests under the device's torch / Triton
+#   eager   bench/compile_nograph.py --mode eager: HF Llama-3-8B layers, tunedb.optimize() against
+#           plain eagerly beside an A/A copy, shuffled rounds (log eager.txt)
+. "$(dirname "$0")/device_env.sh"
+for stage in "$@"; do
+  case "$stage" in
+    tests) for f in ${GPU_TESTS:-test_inputs_s56_gpu test_linalg_eager_gpu test_scaled_mm_gpu}; do
+             stamp "tests $f"
+             timeout ${TEST_S:-150} python -m pytest -m gpu -q -p no:cacheprovider "tests/gpu/$f.py" > "$OUT/tests_$f.txt" 2>&1
+             echo "$f rc=$? $(tail -1 "$OUT/tests_$f.txt")"
+           done ;;
+    unit) stamp "unit"
+          timeout ${UNIT_S:-150} python -m pytest -q -p no:cacheprovider tests/unit/test_linalg_cutoff_s56.py \
+            tests/unit/test_scaled_mm_scales_s56.py tests/unit/test_optimize_attrs_s56.py > "$OUT/unit.txt" 2>&1
+          echo "unit rc=$? $(tail -1 "$OUT/unit.txt")" ;;
+    eager) stamp "stage eager"
+           timeout ${EG_S:-300} python bench/compile_nograph.py --model llama-3-8b --mode eager --batches ${EG_BATCHES:-1,16} \
+             --layers ${EG_LAYERS:-8} --private-code --aa --rounds ${EG_ROUNDS:-15} --profile-calls 20 \
+             --out "$OUT/eager.json" > "$OUT/eager.txt" 2>&1
+           grep "== \|ms compile\|A/A" "$OUT/eager.txt" | cut -c1-300 ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
+stamp done
