@@ -34,9 +34,31 @@ import time
 from types import SimpleNamespace
 
 
-def _ms(fn, iters: int, cuda: bool) -> float:
+_GC_SEEN = {"arm": None, "counts": {}}  # collections started while an arm's block was timed
+
+
+def _gc_count(phase: str, info: dict) -> None:
+    arm = _GC_SEEN["arm"]
+    if phase == "start" and arm is not None:
+        per = _GC_SEEN["counts"].setdefault(arm, [0, 0, 0])
+        per[info["generation"]] += 1
+
+
+def _ms(fn, iters: int, cuda: bool, gc_off: bool = False) -> float:
+    import gc
+
     import torch
 
+    if gc_off:  # collections run between blocks (the caller's), never inside one (e2e_timing.gc_paused)
+        gc.disable()
+    try:
+        return _timed(fn, iters, cuda, torch)
+    finally:
+        if gc_off:
+            gc.enable()
+
+
+def _timed(fn, iters: int, cuda: bool, torch) -> float:
     if cuda:
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -160,6 +182,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-calls", type=int, default=1,
                     help="forwards each arm's CPU-op profile averages over (Dynamo's cache lookup, the compiled "
                          "regions: per forward)")
+    ap.add_argument("--gc-off", action="store_true",
+                    help="Python's cyclic collector off inside each timed block (collected before it): "
+                         "an arm that allocates more tracked objects a forward triggers more collections")
     ap.add_argument("--seed", type=int, default=0, help="the shuffled order of the arms in each round")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
@@ -233,10 +258,21 @@ def main(argv=None) -> int:
                        for fam, c in selector.counters().items()}
             per: dict[str, list[float]] = {k: [] for k in steps}
             order, rng = list(steps), random.Random(a.seed)
+            import gc
+
+            _GC_SEEN["counts"] = {}
+            gc.callbacks.append(_gc_count)
             for _ in range(a.rounds):
                 rng.shuffle(order)  # no arm always runs right after another (a fixed order's bias)
                 for k in order:
-                    per[k].append(_ms(steps[k], a.iters, cuda))
+                    if a.gc_off:
+                        gc.collect()
+                    _GC_SEEN["arm"] = k
+                    per[k].append(_ms(steps[k], a.iters, cuda, a.gc_off))
+                    _GC_SEEN["arm"] = None
+            gc.callbacks.remove(_gc_count)
+            forwards = a.rounds * a.iters
+            gc_per = {k: [round(c / forwards, 3) for c in v] for k, v in _GC_SEEN["counts"].items()}
             ms = {k: statistics.median(v) for k, v in per.items()}
 
             def paired(num: str, den: str, per: dict[str, list[float]] = per) -> float:
@@ -253,6 +289,7 @@ def main(argv=None) -> int:
                                     "break_reasons": [r.reason[:200] for r in explained.break_reasons[:12]],
                                     "calls_reaching_tunedb": reached, "ms": ms,
                                     "tunedb_compile_over_compile": ratio, "aa": aa, "cpu_ops": ops,
+                                    "gc_per_forward": gc_per, "gc_off": a.gc_off,
                                     "gpu_kernels": kernels,
                                     "python_calls": {k: sum(v.values()) for k, v in calls.items()},
                                     "python_calls_tuned_minus_plain": calls_diff}
@@ -261,6 +298,8 @@ def main(argv=None) -> int:
                   f"calls reaching tunedb per forward: {reached}")
             print(f"   ms compile {ms['compile']:.4f}, tunedb+compile {ms['tunedb+compile']:.4f}: "
                   f"tunedb+compile / compile speed {ratio:.3f}x")
+            print(f"   gc collections per timed forward (gen 0 / 1 / 2), collector {'off' if a.gc_off else 'on'}: "
+                  + "; ".join(f"{k} {v}" for k, v in gc_per.items()))
             if aa:
                 print("   A/A: " + ", ".join(f"{k} speed {v:.3f}x" for k, v in aa.items())
                       + f" (compile (copy) {ms['compile (copy)']:.4f} ms)")

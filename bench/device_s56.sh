@@ -3,7 +3,8 @@
 #   tests   GPU test files named in $GPU_TESTS (default: this session's and the families it touched)
 #   unit    this session's CPU tests under the device's torch / Triton
 #   eager   bench/compile_nograph.py --mode eager: HF Llama-3-8B layers, tunedb.optimize() against
-#           plain eagerly beside an A/A copy, shuffled rounds (log eager.txt)
+#           plain eagerly beside an A/A copy, shuffled rounds (log eager$EG_TAG.txt; EG_FLAGS=--gc-off)
+#   eprof   bench/eager_profile.py --quick: where the eager forward's host time goes, per module
 . "$(dirname "$0")/device_env.sh"
 for stage in "$@"; do
   case "$stage" in
@@ -18,9 +19,13 @@ for stage in "$@"; do
           echo "unit rc=$? $(tail -1 "$OUT/unit.txt")" ;;
     eager) stamp "stage eager"
            timeout ${EG_S:-300} python bench/compile_nograph.py --model llama-3-8b --mode eager --batches ${EG_BATCHES:-1,16} \
-             --layers ${EG_LAYERS:-8} --private-code --aa --rounds ${EG_ROUNDS:-15} --profile-calls 20 \
-             --out "$OUT/eager.json" > "$OUT/eager.txt" 2>&1
-           grep "== \|ms compile\|A/A" "$OUT/eager.txt" | cut -c1-300 ;;
+             --layers ${EG_LAYERS:-8} --private-code --aa --rounds ${EG_ROUNDS:-15} --profile-calls 20 ${EG_FLAGS:-} \
+             --out "$OUT/eager${EG_TAG:-}.json" > "$OUT/eager${EG_TAG:-}.txt" 2>&1
+           grep "== \|ms compile\|A/A\|gc coll" "$OUT/eager${EG_TAG:-}.txt" | cut -c1-300 ;;
+    eprof) stamp "stage eprof"
+           timeout ${EP_S:-200} python bench/eager_profile.py --quick --batches ${EP_BATCHES:-1} --no-s17-backoff \
+             --out "$OUT/eager_profile.json" > "$OUT/eager_profile.txt" 2>&1
+           echo "eprof rc=$?"; tail -60 "$OUT/eager_profile.txt" | cut -c1-200 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
