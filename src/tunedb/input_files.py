@@ -10,6 +10,7 @@ from tunedb.errors import InputFileError
 
 # far above any census, manifest or table tunedb reads (the largest are a few MB)
 MAX_INPUT_BYTES = 1 << 30
+STDIN = "/dev/stdin"  # what `-` names, as for `cat -`
 
 
 def read_text(path: str | Path, encoding: str = "utf-8-sig") -> str:
@@ -18,8 +19,8 @@ def read_text(path: str | Path, encoding: str = "utf-8-sig") -> str:
     raises InputFileError (an OSError) before anything is read, and so does a file, or a pipe's
     stream, of more than MAX_INPUT_BYTES. A pipe is read (`--census <(...)`, /dev/stdin); a named
     FIFO waits for its writer, as `cat` would. UTF-8, with or without the byte-order mark Windows
-    editors write (Notepad, PowerShell 5's `Out-File -Encoding utf8`)."""
-    path = Path(path)
+    editors write (Notepad, PowerShell 5's `Out-File -Encoding utf8`). `-` is standard input."""
+    path = Path(STDIN if str(path) == "-" else path)
     try:
         st = path.stat()
     except OSError:

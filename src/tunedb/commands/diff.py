@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             loaded.append(database.load(path))
         except FileNotFoundError:
-            print(f"tunedb diff: {path}: no such file", file=sys.stderr)
+            stdin = " (a table is read from a file: standard input is not taken)" if path == "-" else ""
+            print(f"tunedb diff: {path}: no such file{stdin}", file=sys.stderr)
             return 2
         except OSError as exc:
             print(f"tunedb diff: {path}: unreadable: {exc.strerror or exc}", file=sys.stderr)

@@ -250,9 +250,9 @@ def simulated_out(args: argparse.Namespace, console: Any) -> None:
     elif args.simulate and args.out in ("user", "system"):
         args.given_out = args.out
         tier, args.out = args.out, tempfile.mkdtemp(prefix="tunedb-simulate-")
-        console.print(f"--simulate: writing to the temporary directory {args.out}, not the {tier} "
-                      f"tier (simulated results never serve; name a directory with --out DIR to keep them)",
-                      highlight=False)
+        console.print(f"--simulate: writing to the new temporary directory {args.out}, not the {tier} "
+                      f"tier (simulated results never serve); it stays after this run: remove it when read, "
+                      f"or name the directory with --out DIR", highlight=False)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -123,7 +123,8 @@ def _records(path: Path, fh, bad) -> Iterator[LogRecord]:
                 return
             lineno += 1
             try:
-                text = raw.decode("utf-8")
+                # the first line may start with the byte-order mark a Windows editor writes
+                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
                 if not text.strip():
                     continue
                 data = json.loads(text)
