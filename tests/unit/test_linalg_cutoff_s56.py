@@ -110,3 +110,29 @@ def test_cli_probe_names_an_unknown_policy_first(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "'foo' not supported; allowed: direct, iterative, auto" in err and "probed" not in err
+
+
+def test_a_probe_refuses_a_bool_signal():
+    def workload(solver):
+        strip = torch.zeros(1, 4, 2, 6, dtype=torch.float64)
+        strip[..., 2:4] = torch.eye(2, dtype=torch.float64) * 4
+        b = torch.ones(1, 4, 2, dtype=torch.float64)
+        for k in range(4):
+            solver(strip, b, None, signal=(k % 2 == 0))
+
+    with pytest.raises(CutoffError, match=r"signal=True must be a number .* not a bool"):
+        probing.probe(workload, problem="toy", device="cpu", discard=0)
+
+
+def test_prebuild_reads_a_referenced_table_from_standard_input_once(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import tunedb
+
+    table = Path(tunedb.__file__).parent / "db" / "sm90" / "gemm.json"
+    argv = [sys.executable, "-m", "tunedb", "prebuild", "--referenced", "-", "--arch", "sm100", "--dry-run"]
+    done = subprocess.run(argv, input=table.read_text(), capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-800:]
+    assert "--dry-run: nothing was compiled" in done.stdout

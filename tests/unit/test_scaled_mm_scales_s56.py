@@ -43,3 +43,22 @@ def test_a_wrong_block_scale_is_named_as_passed():
     x, w = _operands(4, 32, 256)  # ceil(256 / 128) = 2 blocks: [4, 1] is not a block scale
     with pytest.raises(SignatureError, match=r"x_scale has shape \[4, 1\] but scale=block"):
         S.scaled_mm_fp8(x, w, torch.rand(4, 1), torch.rand(1, 2), "block")
+
+
+@pytest.mark.parametrize("fam", ["fp8", "int8"])
+def test_an_empty_batch_keeps_its_lead_shaped_scale(fam):
+    if fam == "fp8":
+        x, w = torch.zeros(0, 4, 64).to(F8), torch.randn(32, 64).to(F8)
+        got = S.scaled_mm_fp8(x, w, torch.rand(0, 4), torch.rand(1, 32))
+    else:
+        x, w = torch.zeros(0, 3, 64, dtype=torch.int8), torch.zeros(32, 64, dtype=torch.int8)
+        got = S.scaled_mm_int8(x, w, torch.rand(0, 3), torch.rand(32))
+    assert got.shape == (*x.shape[:-1], 32)
+
+
+def test_a_lead_shaped_scale_of_one_row_per_sequence_still_folds():
+    x = torch.randn(3, 1, 64).to(F8)  # x [B, 1, K] with a [B, 1] row scale: the same numbers either way
+    w = torch.randn(32, 64).to(F8)
+    sx, sw = torch.rand(3, 1), torch.rand(1, 32)
+    got = S.scaled_mm_fp8(x, w, sx, sw)
+    assert torch.equal(got.view(3, 32), S.scaled_mm_fp8(x.view(3, 64), w, sx, sw))

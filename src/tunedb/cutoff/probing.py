@@ -134,6 +134,8 @@ class Recorder:
     def __call__(self, strip: Any, b: Any, x0: Any = None, *, signal: float, **kwargs: Any) -> Any:
         from tunedb.cutoff import solvers
 
+        if type(signal).__name__ in ("bool", "bool_"):  # recorded as 1.0 / 0.0, a trace the fit reads
+            raise CutoffError(f"signal={signal!r} must be a number (the switching signal of this solve), not a bool")
         kw = {**self.kwargs, **kwargs}
         want_ok = kw.pop("return_ok", False)
         kw["return_ok"] = True  # kept, read once at the trace's end (no host sync per solve)

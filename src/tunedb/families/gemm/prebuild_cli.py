@@ -15,19 +15,28 @@ from tunedb.errors import BuildError
 from tunedb.records import SENTINELS
 
 
+_READ: dict[str, str] = {}  # --referenced's text, by the path given, for one run
+
+
 def _referenced_ids(path: Path | None) -> list[str]:
     """The config ids a GEMM database file defines or its regions name. The file is read as every
     reader reads a table (database/schema.py): a corrupt one, or another family's, is refused by
     name rather than crashing here or silently adding nothing."""
     if path is None:
         return []
+    text = _READ.get(str(path))
+    if text is None:  # read once a run: `-` (standard input) is read per target arch, and empty after the first
+        try:
+            text = _READ[str(path)] = read_text(path)
+        except UnicodeDecodeError as exc:
+            raise BuildError(f"cannot read database file {path}: not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise BuildError(f"cannot read database file {path}: {exc}") from None
     from tunedb.database import schema
     from tunedb.errors import DatabaseError
 
     try:
-        db = schema.parse(schema.loads(read_text(path), str(path)), str(path), kernel_family="gemm")
-    except UnicodeDecodeError as exc:
-        raise BuildError(f"cannot read database file {path}: not UTF-8 text (byte {exc.start})") from None
+        db = schema.parse(schema.loads(text, str(path)), str(path), kernel_family="gemm")
     except (OSError, DatabaseError) as exc:
         raise BuildError(f"cannot read database file {path}: {exc}") from None
     return [*db.configs, *db.referenced_config_ids()]
@@ -108,6 +117,7 @@ def arches_of(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    _READ.clear()  # a run reads --referenced afresh (once)
     if args.jobs < 1:
         raise BuildError(f"--jobs must be >= 1, got {args.jobs}")
     from tunedb.families.gemm import configs, prebuild

@@ -78,7 +78,7 @@ def rows_scale(x: Any, x_scale: Any) -> Any:
     if (isinstance(x, torch.Tensor) and isinstance(x_scale, torch.Tensor) and x.dim() > 2
             and x_scale.dim() >= x.dim() - 1):
         lead = tuple(x.shape[:-1])
-        if x_scale.dim() == 2 and x_scale.shape[0] == x.numel() // max(x.shape[-1], 1) and x.shape[-1]:
+        if x.dim() == 3 and x.shape[1] == 1 and x_scale.dim() == 2 and x_scale.shape[0] == x.shape[0] > 0:
             # already the keys' [M, ...] form: x [B, 1, K] with a [B, 1] scale (a row scale, or a
             # block scale at K <= 128) was flattened to [B] and refused as a block scale
             return x_scale
