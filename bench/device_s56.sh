@@ -5,6 +5,7 @@
 #   eager   bench/compile_nograph.py --mode eager: HF Llama-3-8B layers, tunedb.optimize() against
 #           plain eagerly beside an A/A copy, shuffled rounds (log eager$EG_TAG.txt; EG_FLAGS=--gc-off)
 #   eprof   bench/eager_profile.py --quick: where the eager forward's host time goes, per module
+#   bisect  bench/eager_bisect.py: the eager gap with one part of optimize() left out per arm
 . "$(dirname "$0")/device_env.sh"
 for stage in "$@"; do
   case "$stage" in
@@ -26,6 +27,10 @@ for stage in "$@"; do
            timeout ${EP_S:-200} python bench/eager_profile.py --quick --batches ${EP_BATCHES:-1} --no-s17-backoff \
              --out "$OUT/eager_profile.json" > "$OUT/eager_profile.txt" 2>&1
            echo "eprof rc=$?"; tail -60 "$OUT/eager_profile.txt" | cut -c1-200 ;;
+    bisect) stamp "stage bisect"
+            timeout ${EB_S:-200} python bench/eager_bisect.py --layers ${EB_LAYERS:-8} --batches ${EB_BATCHES:-1,16} \
+              --rounds ${EB_ROUNDS:-9} --out "$OUT/eager_bisect.json" > "$OUT/eager_bisect.txt" 2>&1
+            echo "bisect rc=$?"; grep -v "^USDT\|Warn\|warn" "$OUT/eager_bisect.txt" | tail -20 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
