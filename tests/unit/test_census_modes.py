@@ -202,5 +202,5 @@ def test_fused_census_needs_a_module():
         return Built(lambda x: x, lambda b, length: (None,), None, "user")
 
     w = Workload("callable", AUDIO, build, max_length=400, length_step=200)
-    with pytest.raises(CensusError, match="--fused needs the model to be a torch.nn.Module"):
+    with pytest.raises(CensusError, match=r"the fused census \(--fused, tune.s default\) needs the model to be a torch.nn.Module"):
         take_census(w, "offline", max_batch=1, manifest=MANIFEST, fused=True)

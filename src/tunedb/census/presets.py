@@ -277,16 +277,13 @@ def import_user_module(name: str) -> Any:
     import os
     import sys
 
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        top = name.partition(".")[0]
-        cwd = os.getcwd()
-        here = os.path.exists(os.path.join(cwd, f"{top}.py")) or os.path.isdir(os.path.join(cwd, top))
-        if exc.name != top or not here or cwd in sys.path or "" in sys.path:
-            raise
-    sys.path.insert(0, cwd)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
+    top = name.partition(".")[0]
+    cwd = os.getcwd()
+    here = os.path.exists(os.path.join(cwd, f"{top}.py")) or os.path.isdir(os.path.join(cwd, top))
+    if here and cwd not in sys.path and "" not in sys.path:
+        # first, as `python -m` puts it: a test.py here imported the standard library's `test`
+        sys.path.insert(0, cwd)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (cwd, os.environ.get("PYTHONPATH", "")) if p)
     return importlib.import_module(name)
 
 

@@ -124,23 +124,47 @@ def _user_code(w: Workload, where: str, device: Any = None) -> Iterator[None]:
     inputs) is the user's to fix: one CensusError naming the workload, the step, and the error;
     on meta tensors, a forward that reads tensor values (data-dependent control flow, .item(),
     nonzero) is told to take the census on a device that holds them."""
+    import sys
+
+    argv = sys.argv
+    if ":" in w.name:  # an argparse parser in the user's code reads its own empty command line, not tunedb's
+        sys.argv = [w.name.partition(":")[0]]
     try:
         yield
     except TunedbError:
         raise
+    except SystemExit as exc:  # sys.exit() or an argparse call in the user's code ended the command
+        if ":" not in w.name:
+            raise
+        raise CensusError(f"workload {w.name!r} called sys.exit({exc.code!r}) in {where} (an argparse parser "
+                          f"reading tunedb's own command line does): a workload's factory and forward must "
+                          f"return, not exit") from None
     except Exception as exc:
         if ":" not in w.name:  # a preset failing is tunedb's bug: keep its traceback
             raise
         hint = (" (a census runs the model at each probe's batch and length, in --unit; the lengths come from "
                 "--manifest, else a synthetic distribution, and a batch past --max-length runs at its own "
                 "length: docs/census.md)") if "forward" in where else ""
-        if getattr(device, "type", None) == "meta" and _needs_values(exc):
+        if _wrong_device(exc):
+            hint = (f" (the workload's input_factory must make its tensors on the device it is given -- "
+                    f"`torch.randn(..., device=device)` -- as the factory builds the model there: "
+                    f"{getattr(device, 'type', device)} for this census)")
+        elif getattr(device, "type", None) == "meta" and _needs_values(exc):
             hint = (f" (the model reads tensor values -- data-dependent control flow, .item(), nonzero -- "
                     f"which meta tensors, the census's default device, do not hold: take the census on the "
                     f"CPU with random weights: `tunedb tune {w.name} --device cpu` with the same flags, or "
                     f"`tunedb census {w.name} --device cpu --fused --out census.json` then on a GPU "
                     f"`tunedb build --census census.json --out user`)")
         raise CensusError(f"workload {w.name!r} failed in {where}: {type(exc).__name__}: {exc}{hint}") from exc
+    finally:
+        sys.argv = argv
+
+
+def _wrong_device(exc: BaseException) -> bool:
+    """Whether an error is torch's refusal of operands on two devices (the inputs made elsewhere
+    than the model), which names meta too, so it is asked before _needs_values."""
+    text = str(exc)
+    return "is not on the expected device" in text or "Expected all tensors to be on the same device" in text
 
 
 def _needs_values(exc: BaseException) -> bool:
@@ -186,8 +210,9 @@ def _optimized(w: Workload, model: Any) -> Any:
     if isinstance(inner, torch.nn.Module):
         model.model = optimize(inner, inplace=True, families="all")
         return model
-    raise CensusError(f"{w.name}: --fused needs the model to be a torch.nn.Module (or hold one as .model); "
-                      f"got {type(model).__name__}")
+    raise CensusError(f"{w.name}: the fused census (--fused, tune's default) needs the model to be a "
+                      f"torch.nn.Module (or hold one as .model); got {type(model).__name__}: return the "
+                      f"module, or pass --no-fused")
 
 
 def _half_dtype(model: Any) -> str | None:

@@ -59,10 +59,17 @@ def run(args: argparse.Namespace) -> int:
     if not to_stdout:
         # before the census is taken; --merge may name the file itself (a census updated in place)
         check_out(args.out, (("--manifest", args.manifest), *(("--capture", c) for c in args.capture)))
-    w = workload(args.workload, args.unit, args.max_length, args.length_step)
+    import contextlib
+    import sys
+
+    # --out -: stdout holds the census alone; the workload's own prints (at import, in its factory
+    # or forward) go to stderr, beside the summary
+    quiet = contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext()
+    with quiet:
+        w = workload(args.workload, args.unit, args.max_length, args.length_step)
     from tunedb.commands.census_progress import census_progress
 
-    with census_progress() as tell:
+    with census_progress() as tell, quiet:
         census = take_census(w, args.mode, args.max_batch_size, args.chunk_size, args.manifest,
                              args.device, args.impl, args.seed, fused=args.fused,
                              quantization=args.quantization, progress=tell)

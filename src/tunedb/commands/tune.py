@@ -173,6 +173,8 @@ def tune_command(args: argparse.Namespace) -> str:
     flags += f" --manifest {q(args.manifest)}" if args.manifest else ""
     flags += f" --capture {q(args.capture)}" if args.capture else ""
     flags += f" --impl {q(args.impl)}" if args.impl != "auto" else ""
+    # the device the census was taken on (a model reading tensor values needs --device cpu)
+    flags += f" --device {q(str(args.device))}" if str(getattr(args, "device", "meta")) != "meta" else ""
     flags += " --no-fused" if not args.fused else ""
     if args.workload not in PRESETS:  # a module:callable's probe lengths (a preset fixes its own)
         given = (("--unit", args.unit, AUDIO), ("--max-length", args.max_length, USER_MAX_LENGTH),
@@ -256,6 +258,23 @@ def simulated_out(args: argparse.Namespace, console: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except BaseException:
+        # --simulate's temporary directory is made before the census: a command that fails after
+        # it (the workload's own error, a refused census) leaves no empty directory behind
+        made = args.out if getattr(args, "given_out", None) else None
+        if made:
+            import os
+
+            try:
+                os.rmdir(made)  # only while empty: anything written stays, as announced
+            except OSError:
+                pass
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from tunedb import evaluate, families, pipeline, settings
