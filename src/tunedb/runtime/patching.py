@@ -24,6 +24,7 @@ by autotune() through forward hooks while it is active (report.measuring_guessed
 """
 from __future__ import annotations
 
+import contextvars
 import copy
 from typing import Any, Iterable
 
@@ -44,20 +45,21 @@ def optimize(model: Any, approximate: bool = False, inplace: bool = True,
     for name, value in (("approximate", approximate), ("inplace", inplace)):
         if not isinstance(value, bool):  # a truthy "no" would patch in place, or approximate
             raise TypeError(f"optimize() {name}={value!r} must be True or False")
-    global _everything
     chosen = patching_families(families)
     if not inplace:
         model = copy.deepcopy(model)
-    outer, _everything = _everything, _everything or families == "all"
+    token = _everything.set(_everything.get() or families == "all")
     try:
         for name in chosen:
             model = hook(_registry.get(name), "optimize")(model, approximate=approximate)
     finally:
-        _everything = outer
+        _everything.reset(token)
     return model
 
 
-_everything = False
+# per thread (a context variable): two optimize() calls in two threads, one with families="all",
+# shared a module global, and the later one's restore left "all" on for the rest of the process
+_everything: contextvars.ContextVar[bool] = contextvars.ContextVar("tunedb_patching_everything", default=False)
 
 
 def swap_left(model: Any) -> bool:
@@ -79,7 +81,7 @@ def swap_left(model: Any) -> bool:
 def patching_everything() -> bool:
     """True inside optimize(families="all"): a family patches every module it could serve, even
     one its fallback serves at every size (what the census of `tunedb tune` must see)."""
-    return _everything
+    return _everything.get()
 
 
 def patching_families(which: "str | Iterable[str] | None" = None) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import weakref
 from typing import Any, Iterator
 
@@ -25,6 +26,10 @@ TIER_ORDER: tuple[str, ...] = ("autotune", *selector.TIER_NAMES)
 _TIER_WORDS = {"autotune": "autotune", **selector.REPORT_NAMES}
 
 _models: list[tuple[weakref.ref, str, list[weakref.ref]]] = []
+# optimize() may run in several threads at once (a server optimizing models as they load): the
+# registries change under this lock, and readers iterate over snapshots (a concurrent
+# registration raised "dictionary changed size during iteration")
+_LOCK = threading.RLock()
 # id(model) -> ((), why) for a model optimize() left modules of as written: the report's "left" part.
 # Which modules, the marks in the model say when the report is made (left_in: a module another family
 # swapped since carries none); a callable why reads them as they are then
@@ -38,19 +43,20 @@ def register_model(model: Any, layers: list[Any], left: "list[tuple[Any, ...]] |
     serves every size", or a function of the (module, key, guessed) items still left when the
     report is made). Which modules were left, and why, the modules' own marks say (LEFT_MARK,
     written by the family's optimize())."""
-    _models[:] = [rec for rec in _models if rec[0]() is not None and rec[0]() is not model]
-    live = {id(rec[0]()) for rec in _models}
-    for gone in [k for k in _left if k not in live]:
-        del _left[gone]
-    _models.append((weakref.ref(model), type(model).__name__, [weakref.ref(l) for l in layers]))
-    if left:
-        _left[id(model)] = ([], why)
-    else:
-        _left.pop(id(model), None)
+    with _LOCK:
+        _models[:] = [rec for rec in _models if rec[0]() is not None and rec[0]() is not model]
+        live = {id(rec[0]()) for rec in _models}
+        for gone in [k for k in list(_left) if k not in live]:
+            _left.pop(gone, None)
+        _models.append((weakref.ref(model), type(model).__name__, [weakref.ref(l) for l in layers]))
+        if left:
+            _left[id(model)] = ([], why)
+        else:
+            _left.pop(id(model), None)
 
 
 def _live_models() -> list[Any]:
-    return [model for ref, _name, _layers in _models if (model := ref()) is not None]
+    return [model for ref, _name, _layers in list(_models) if (model := ref()) is not None]
 
 
 # id(model) -> (family, model name, {why: count}) of the modules a family's optimize() left to torch
@@ -61,19 +67,20 @@ def register_unpatched(model: Any, family: str, counts: dict[str, int]) -> None:
     """Remember the modules of `model` whose calls `family` could key but its optimize() does not
     swap ({why, in the family's words: count}): the report's "seen, not patched" line, so that
     tunedb claims nothing for them and says so."""
-    live = {id(rec[0]()) for rec in _models if rec[0]() is not None}
-    for gone in [k for k in _unpatched if k not in live]:
-        del _unpatched[gone]
-    if counts:
-        _unpatched[id(model)] = (family, type(model).__name__, dict(counts))
-    else:
-        _unpatched.pop(id(model), None)
+    with _LOCK:
+        live = {id(rec[0]()) for rec in _models if rec[0]() is not None}
+        for gone in [k for k in list(_unpatched) if k not in live]:
+            _unpatched.pop(gone, None)
+        if counts:
+            _unpatched[id(model)] = (family, type(model).__name__, dict(counts))
+        else:
+            _unpatched.pop(id(model), None)
 
 
 def unpatched_lines() -> list[str]:
     """One line per live model with modules a family's optimize() left to torch, by why."""
     lines = []
-    for ref, _name, _layers in _models:
+    for ref, _name, _layers in list(_models):
         model = ref()
         got = _unpatched.get(id(model)) if model is not None else None
         if got:
@@ -87,14 +94,15 @@ def unpatched_lines() -> list[str]:
 
 def registered(model: Any) -> bool:
     """Whether optimize() registered `model` (it may have left every module as written)."""
-    return any(ref() is model for ref, _name, _layers in _models)
+    return any(ref() is model for ref, _name, _layers in list(_models))
 
 
 def left_as_written(model: Any) -> tuple[list[tuple[Any, ...]], str]:
     """(table keys of the modules optimize() left as written in `model` and still so, why)."""
-    if id(model) not in _left:
+    got = _left.get(id(model))
+    if got is None:
         return [], ""
-    why = _left[id(model)][1]
+    why = got[1]
     # the marked modules of the model now (a sibling group's members carry the marks of the
     # Linears they replaced; a module another family swapped since carries none)
     still = [(m, key, guessed) for m, key, guessed, _family in left_in(model)]
@@ -195,7 +203,7 @@ def layer_tiers() -> list[tuple[str, list[tuple[tuple[Any, ...], str | None]]]]:
         if old is None or TIER_ORDER.index(tier) > TIER_ORDER.index(old):
             seen[prefix] = tier
     out = []
-    for model_ref, name, refs in _models:
+    for model_ref, name, refs in list(_models):
         if model_ref() is None:
             continue
         rows: list[tuple[tuple[Any, ...], str | None]] = []
@@ -241,7 +249,7 @@ def model_lines(family: str | None = None) -> list[str]:
 
 def _left_of_live() -> list[tuple[list[tuple[Any, ...]], str]]:
     """left_as_written of each live registered model, in layer_tiers()'s order."""
-    return [left_as_written(model) for ref, _n, _l in _models if (model := ref()) is not None]
+    return [left_as_written(model) for ref, _n, _l in list(_models) if (model := ref()) is not None]
 
 
 def confidence_lines() -> list[str]:
