@@ -90,3 +90,57 @@ def test_optimize_in_many_threads_registers_every_model():
         t.join(120)
     assert not errors, errors[:3]
     assert all(report.registered(m) for m in models)
+
+
+def _slow_measurer(calls, started=None, sleep=0.3):
+    import time
+
+    from tunedb.records import Measurement, Status
+
+    def measure(family, sig, m, ids, incumbent):
+        calls.append((str(sig), m))
+        if started is not None:
+            started.set()
+        time.sleep(sleep)  # a measurement takes a while, as a real one does
+        best = [c for c in ids if c not in ("torch", "default", "fused")][0]
+        return [Measurement(sig, m, c, Status.OK, 1.0 if c == best else 2.0, 0.01, 9,
+                            ((1.0 if c == best else 2.0),) * 9) for c in ids]
+    return measure
+
+
+def test_concurrent_requests_measure_a_shape_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDB_USER_DB", str(tmp_path / "user"))
+    calls = []
+    model = tunedb.optimize(nn.Sequential(nn.Linear(64, 96)).to(torch.bfloat16).eval())
+
+    def serve():
+        with torch.inference_mode():
+            model(torch.randn(16, 64, dtype=torch.bfloat16))
+
+    with tunedb.autotune(cache=None, measurer=_slow_measurer(calls), arch_family="sm90") as tuner:
+        threads = [threading.Thread(target=serve) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(calls) == 1 and len(tuner.measured) == 1
+
+
+def test_an_exit_waits_for_the_measurement_in_flight(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEDB_USER_DB", str(tmp_path / "user"))
+    calls, started = [], threading.Event()
+    model = tunedb.optimize(nn.Sequential(nn.Linear(64, 112)).to(torch.bfloat16).eval())
+    cache = tmp_path / "tune.json"
+    tuner = tunedb.autotune(cache=str(cache), measurer=_slow_measurer(calls, started, 1.0), arch_family="sm90")
+    tuner.__enter__()
+
+    def serve():
+        with torch.inference_mode():
+            model(torch.randn(16, 64, dtype=torch.bfloat16))
+
+    t = threading.Thread(target=serve)
+    t.start()
+    assert started.wait(30)
+    tuner.__exit__(None, None, None)  # while the thread measures
+    t.join(60)
+    assert len(calls) == 1 and tuner.measured == [] and cache.exists()  # flushed: published and saved

@@ -58,6 +58,11 @@ class Autotuner(contextlib.ContextDecorator):  # `with autotune():`, or `@autotu
         self._arch_family = arch_family
         self._approximate = approximate
         self._entry = threading.RLock()  # one context however many threads enter it (the depth count)
+        # held while a shape is measured, and by enter / exit before _entry (one order, no deadlock):
+        # serving threads missing the same shape measured it once each, at once (timings that
+        # overlap on one GPU disturb each other), and an exit flushed while one was measuring,
+        # whose result then landed where nothing published or saved it
+        self._measuring = threading.RLock()
         self.top_k = top_k
         self.cache: AutotuneCache | None = None
         self.save_path: Path | None = self.path
@@ -115,7 +120,7 @@ class Autotuner(contextlib.ContextDecorator):  # `with autotune():`, or `@autotu
         return side
 
     def __enter__(self) -> "Autotuner":
-        with self._entry:  # threads entering one tuner at once each opened it and drove the depth below 0
+        with self._measuring, self._entry:  # threads entering one tuner at once each opened it and drove the depth below 0
             return self._enter()
 
     def _enter(self) -> "Autotuner":
@@ -147,7 +152,7 @@ class Autotuner(contextlib.ContextDecorator):  # `with autotune():`, or `@autotu
         self.resolve(families.get(sig.family), sig, m)
 
     def __exit__(self, *exc: Any) -> None:
-        with self._entry:
+        with self._measuring, self._entry:  # after a measurement in flight: its result is flushed too
             self._exit(*exc)
 
     def _exit(self, *exc: Any) -> None:
@@ -247,8 +252,14 @@ class Autotuner(contextlib.ContextDecorator):  # `with autotune():`, or `@autotu
         # without the opt-in), is measured here: once, the fresh winner replacing it.
         config = self._usable(family, sig, m, hit.config_id) if hit is not None else None
         if config is None and self.enabled and not capturing():
-            hit = self.tune(family, sig, m)
-            config = self._usable(family, sig, m, hit.config_id) if hit is not None else None
+            with self._measuring:
+                if self.__dict__.get("_depth", 1) <= 0:  # the context closed while this call waited
+                    return None
+                hit = self.lookup(sig, m)  # another thread may have measured it while this one waited
+                config = self._usable(family, sig, m, hit.config_id) if hit is not None else None
+                if config is None:
+                    hit = self.tune(family, sig, m)
+                    config = self._usable(family, sig, m, hit.config_id) if hit is not None else None
         return (config, TIER) if config is not None else None
 
     def tune(self, family: Any, sig: Signature, m: int, *,
