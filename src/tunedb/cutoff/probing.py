@@ -134,7 +134,7 @@ class Recorder:
     def __call__(self, strip: Any, b: Any, x0: Any = None, *, signal: float, **kwargs: Any) -> Any:
         from tunedb.cutoff import solvers
 
-        if type(signal).__name__ in ("bool", "bool_"):  # recorded as 1.0 / 0.0, a trace the fit reads
+        if solvers.is_bool(signal):  # recorded as 1.0 / 0.0, a trace the fit reads
             raise CutoffError(f"signal={signal!r} must be a number (the switching signal of this solve), not a bool")
         kw = {**self.kwargs, **kwargs}
         want_ok = kw.pop("return_ok", False)

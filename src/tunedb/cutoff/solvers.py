@@ -158,6 +158,11 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
+def is_bool(v: Any) -> bool:
+    """A Python or numpy bool (numpy's is no subclass of bool): no switching signal, though float() takes it."""
+    return type(v).__name__ in ("bool", "bool_")
+
+
 def _check_pcg(tol: Any, max_iter: Any, check_every: Any) -> None:
     """CutoffError naming a bad PCG argument (solve checks them whatever policy it picks: a bad one
     surfaced only at the first calm step of a control loop, maybe long after deployment)."""
@@ -238,7 +243,7 @@ def solve(strip: Any, b: Any, x0: Any = None, *, linsys: str = "auto", signal: f
         if signal is None:
             raise CutoffError("linsys='auto' needs signal= (the switching signal of this solve)")
         try:  # a bool is no signal (True compared as 1.0)
-            value = math.nan if type(signal).__name__ in ("bool", "bool_") else float(signal)
+            value = math.nan if is_bool(signal) else float(signal)
         except (TypeError, ValueError):
             value = math.nan
         if math.isnan(value):
