@@ -62,6 +62,24 @@ def arms(plain):
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _syncs(fn) -> list[str]:
+    """The synchronizing calls one forward makes (torch.cuda.set_sync_debug_mode): a wait on the
+    GPU costs an eager host-bound forward the GPU's whole queue."""
+    import warnings
+
+    import torch
+
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return [str(w.message).splitlines()[0][:160] for w in seen]
+
+
 def _block(fn, iters: int, cuda: bool) -> float:
     import gc
 
@@ -112,6 +130,11 @@ def main(argv=None) -> int:
             for step in steps.values():
                 for _ in range(5):
                     step()
+            if cuda:
+                for k, step in steps.items():
+                    found = _syncs(step)
+                    result.setdefault("syncs", {})[f"{b}:{k}"] = found
+                    print(f"   batch {b} {k}: {len(found)} synchronizing calls {found[:3]}")
             per = {k: [] for k in steps}
             order, rng = list(steps), random.Random(a.seed)
             for _ in range(a.rounds):
