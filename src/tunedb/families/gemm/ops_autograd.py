@@ -48,10 +48,25 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
     x, weight, bias, act, _tiers = inputs
     ctx.act = act or "none"
     ctx.has_bias = bias is not None
-    ctx.save_for_backward(x, weight, bias)
+    ctx.x_shape, ctx.w_shape = x.shape, weight.shape
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if ctx.act != "none":  # the backward recomputes the pre-activation: every operand
+        ctx.save_for_backward(x, weight, bias)
+    else:
+        # what torch's linear keeps, no more: x only for the weight's gradient, the weight only
+        # for x's, nothing for the bias's alone. A frozen layer's input may then be written in
+        # place after the call (`h += fc(h)`), or be an inference tensor (BitFit on cached features),
+        # as with nn.Linear, and a frozen layer keeps no activation alive
+        ctx.save_for_backward(x if need_w else None, weight if need_x else None, None)
+        if need_w:  # the weight's layout picks the order of the sums (torch's mm backward)
+            ctx.w_row_major = weight.stride(1) == 1 and weight.stride(0) == x.shape[-1]
+        ctx.w_complex, ctx.x_complex = weight.is_complex(), x.is_complex()
+        ctx.x_flat = x.dim() <= 2 or x.is_contiguous()
 
 
 def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    if ctx.act == "none":
+        return _backward_plain(ctx, grad)
     x, weight, bias = ctx.saved_tensors
     k = x.shape[-1]
     rows = math.prod(x.shape[:-1])  # not reshape(-1, ...): K = 0 or N = 0 leaves -1 undefined
@@ -77,6 +92,25 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     grad_b = None
     if ctx.has_bias and ctx.needs_input_grad[2]:
         grad_b = g2.sum(0) if flat else grad.sum(tuple(range(grad.dim() - 1)))
+    return grad_x, grad_w, grad_b, None, None
+
+
+def _backward_plain(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    """_backward's no-activation form, from what _setup kept for the gradients wanted: the same
+    sums in the same order."""
+    x, weight, _ = ctx.saved_tensors
+    k, n = ctx.x_shape[-1], ctx.w_shape[0]
+    rows = math.prod(ctx.x_shape[:-1])
+    g2 = grad.reshape(rows, n)
+    complex_ = ctx.w_complex or ctx.x_complex
+    grad_x = grad_w = grad_b = None
+    if ctx.needs_input_grad[0]:
+        grad_x = g2.mm(weight.conj() if complex_ else weight).view(ctx.x_shape)
+    if ctx.needs_input_grad[1]:
+        x2 = (x.conj() if complex_ else x).reshape(rows, k)
+        grad_w = g2.t().mm(x2) if ctx.w_row_major else x2.t().mm(g2).t()
+    if ctx.has_bias and ctx.needs_input_grad[2]:
+        grad_b = g2.sum(0) if ctx.x_flat else grad.sum(tuple(range(grad.dim() - 1)))
     return grad_x, grad_w, grad_b, None, None
 
 

@@ -18,7 +18,12 @@ class TunedLinearLogSoftmax(torch.nn.Module):
     def __init__(self, linear: torch.nn.Module) -> None:
         super().__init__()
         self.weight = linear.weight
-        self.bias = linear.bias
+        # nn.Linear(bias=False)'s own form, as TunedLinear keeps it: a None entry of _parameters,
+        # so a bias added later with register_parameter (BitFit) works as on nn.Linear
+        if linear.bias is None or isinstance(linear.bias, torch.nn.Parameter):
+            self.register_parameter("bias", linear.bias)
+        else:
+            self.bias = linear.bias
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.train(linear.training)
