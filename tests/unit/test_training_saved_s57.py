@@ -102,3 +102,11 @@ def test_a_bias_added_to_the_fused_head_later():
     x = torch.randn(3, 16)
     assert torch.allclose(plain(x), tuned(x))
     assert list(plain.state_dict()) == list(tuned.state_dict())
+
+
+def test_recommend_names_a_float_n_as_not_an_int():
+    from tunedb.errors import SignatureError
+    from tunedb.families.linalg.plan import recommend
+
+    with pytest.raises(SignatureError, match=r"n=16\.0 must be an int >= 0"):
+        recommend("potrf", "fp32", 16.0, 64)

@@ -134,7 +134,7 @@ def recommend(op: str, dtype: str, n: int, batch: int, deps: str = "native",
     if arch not in arch_mod.SHIPPED_ARCHES:  # named for every n, also those torch's forms serve
         raise SignatureError(f"arch={arch!r} has no shipped profile; shipped: {', '.join(arch_mod.SHIPPED_ARCHES)}")
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise SignatureError(f"linalg n={n!r} must be a whole number >= 0 (the family's kernels cover "
+        raise SignatureError(f"linalg n={n!r} must be an int >= 0 (the family's kernels cover "
                              f"{signatures.N_MIN}..{signatures.N_MAX}; other sizes run torch's forms)")
     if not signatures.N_MIN <= n <= signatures.N_MAX:
         _check_args(op, dtype, signatures.N_MIN, batch, deps)  # op, dtype, batch and deps still named
