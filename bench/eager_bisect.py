@@ -26,7 +26,6 @@ import json
 import os
 import random
 import statistics
-import time
 
 
 def _unfuse(model) -> int:
@@ -81,23 +80,10 @@ def _syncs(fn) -> list[str]:
 
 
 def _block(fn, iters: int, cuda: bool) -> float:
-    import gc
+    """ms a call of fn over a block of iters, the host running free (eager_modules' timing)."""
+    from eager_modules import block_us
 
-    import torch
-
-    gc.collect()
-    gc.disable()
-    try:
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        if cuda:
-            torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3 / iters
-    finally:
-        gc.enable()
+    return block_us(fn, iters, cuda)[0] / 1e3
 
 
 def main(argv=None) -> int:
@@ -126,7 +112,7 @@ def main(argv=None) -> int:
     with torch.no_grad():
         for b in batches:
             args = bm.inputs[b]
-            steps = {k: (lambda run=bm.runner(m): run(*args)) for k, m in models.items()}
+            steps = {k: bm.call(m, b) for k, m in models.items()}
             for step in steps.values():
                 for _ in range(5):
                     step()

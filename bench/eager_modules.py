@@ -33,7 +33,9 @@ def _inputs(plain, names):
     return got, handles
 
 
-def _block(fn, iters: int, cuda: bool) -> tuple[float, float]:
+def block_us(fn, iters: int, cuda: bool) -> tuple[float, float]:
+    """(us a call, us of host issue a call) over a block of iters calls, synchronized at the end only
+    and the cyclic collector off (eager_bisect.py times its arms with it too)."""
     import gc
 
     import torch
@@ -77,7 +79,7 @@ def main(argv=None) -> int:
     bm = build(a.model, a.device, batches=(a.batch,), layers=a.layers)
     plain = bm.module
     tuned = tunedb.optimize(copy.deepcopy(plain), inplace=False)
-    layers = [m for m in plain.modules() if isinstance(m, nn.ModuleList)][0]
+    layers = next(m for m in plain.modules() if isinstance(m, nn.ModuleList))
     lname = next(n for n, m in plain.named_modules() if m is layers[0])
     names = [lname] + [f"{lname}.{n}" for n, _ in layers[0].named_modules() if n]
     got, handles = _inputs(plain, names)
@@ -108,7 +110,7 @@ def main(argv=None) -> int:
         for _ in range(a.rounds):
             rng.shuffle(order)
             for k, side in order:
-                per[(k, side)].append(_block(steps[k][side], a.iters, cuda))
+                per[(k, side)].append(block_us(steps[k][side], a.iters, cuda))
         print(f"{'module':<44}{'type (tuned)':<22}{'plain us':>10}{'tuned us':>10}{'issue p':>9}{'issue t':>9}{'plain/tuned':>12}")
         for k in steps:
             p, t = per[(k, 0)], per[(k, 1)]
