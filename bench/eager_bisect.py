@@ -111,7 +111,6 @@ def main(argv=None) -> int:
     print(f"{a.model}, {bm.layers} layers, torch {torch.__version__}, {result.get('gpu', a.device)}")
     with torch.no_grad():
         for b in batches:
-            args = bm.inputs[b]
             steps = {k: bm.call(m, b) for k, m in models.items()}
             for step in steps.values():
                 for _ in range(5):
