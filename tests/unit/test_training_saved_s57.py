@@ -110,3 +110,36 @@ def test_recommend_names_a_float_n_as_not_an_int():
 
     with pytest.raises(SignatureError, match=r"n=16\.0 must be an int >= 0"):
         recommend("potrf", "fp32", 16.0, 64)
+
+
+def test_the_slot_takes_its_linears_decision(monkeypatch):
+    """A process-wide hook added between the Linear's call and its slot's (another thread running
+    torch's ModuleTracker) left the two halves deciding apart: the activation applied twice. The
+    slot now takes the Linear's decision for that call."""
+    from torch.nn.modules.module import register_module_forward_hook
+
+    from tunedb.families.gemm import fused_pair
+
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(8, 16), nn.SiLU(), nn.Linear(16, 4))
+    tuned = tunedb.optimize(copy.deepcopy(plain), inplace=False, families="all")
+    assert type(tuned[1]) is fused_pair.FusedActivation
+    handles = []
+    run_by = fused_pair.run_by
+
+    def then_hook(parent, depth):
+        got = run_by(parent, depth + 1)
+        handles.append(register_module_forward_hook(lambda *a: None))  # as the other thread did
+        return got
+
+    monkeypatch.setattr(fused_pair, "run_by", then_hook)
+    x = torch.randn(3, 8)
+    try:
+        with torch.no_grad():
+            torch.testing.assert_close(tuned(x), plain(x))
+    finally:
+        for h in handles:
+            h.remove()
+    assert handles  # the Linear asked, and the hook came between the halves
+    with torch.no_grad():  # a caller of its own still gets the slot's activation
+        torch.testing.assert_close(tuned[1](x[:, :1].expand(3, 16)), plain[1](x[:, :1].expand(3, 16)))

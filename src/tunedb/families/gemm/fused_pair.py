@@ -11,6 +11,7 @@ holds the same rule for conv, norm and activation."""
 from __future__ import annotations
 
 import copy
+import threading
 import types
 import weakref
 from typing import Any
@@ -206,13 +207,16 @@ class FusedPair:
         return not (g0 or g1 or g2 or g3)
 
     def fused_here(self) -> bool:
-        """Whether the forward of the Linear (conv) or the slot calling this runs fused: while a
+        """Whether the forward of the Linear (conv, head) calling this runs fused: while a
         compiler traces, its kind's state (intact_kind: a constant of the trace);
         eagerly intact() and that forward called by the parent's own code (run_by: one more frame
-        walk on the fused call's path). Called directly by the forward (run_by counts frames)."""
+        walk on the fused call's path), a decision its slot then takes (taken()). Called directly
+        by the forward (run_by counts frames)."""
         if _compiling():
             return fused_traced(self.kind)
-        return self.intact() and run_by(self._parent(), 2)
+        got = self.intact() and run_by(self._parent(), 2)
+        decided(self, got)
+        return got
 
     def _read_act(self, blank: Any) -> None:
         """A pair pickled before session 41: the activation a TunedLinear fused (it keeps it), else
@@ -258,6 +262,31 @@ class FusedPair:
             self._name_settings()
         if len(refs) <= 3:
             self._act = _UNREAD
+
+
+# each thread's last eager decision per pair (id -> fused), made by the Linear's side and taken
+# by the slot's: the slot never decides again. Deciding twice let the halves disagree when another
+# thread added or removed a process-wide module hook between them (torch's ModuleTracker in a
+# second thread): the activation dropped or applied twice (session 57). The fusion rules make the
+# slot's call follow its Linear's in the parent's code, in the same thread, on that output.
+_DECIDED = threading.local()
+
+
+def decided(pair: FusedPair, fused: bool) -> None:
+    """Record the Linear's side's decision for this call (fused_here; the jit.trace form's own)."""
+    try:
+        _DECIDED.d[id(pair)] = fused
+    except AttributeError:
+        _DECIDED.d = {id(pair): fused}
+
+
+def taken(pair: FusedPair) -> bool:
+    """The slot's side: whether its Linear ran fused for the input it hands on (the decision made
+    last in this thread, taken once: a later call of the slot by other code applies its module)."""
+    try:
+        return _DECIDED.d.pop(id(pair), False)
+    except AttributeError:
+        return False
 
 
 def kind_of(cls: type, lin_attr: str, act_attr: str) -> str:
@@ -366,8 +395,8 @@ class FusedActivation(nn.Identity):
                 return input
         else:
             pair = d.get("_tunedb_fused")
-            # eagerly also who called (run_by: a caller of its own hands this slot an input the Linear did not fuse)
-            if pair is None or pair.fused_here():
+            # eagerly what its Linear decided for this call (a caller of its own, or surgery, made it unfused)
+            if pair is None or taken(pair):
                 return input
         # the child's forward, not its __call__: a hook on every module (or a process-wide one)
         # fires once, on this slot, as on the activation module the plain model holds here; but

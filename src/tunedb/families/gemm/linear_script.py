@@ -32,6 +32,9 @@ def traced_forward(module: Any, by_parent: bool, x: torch.Tensor) -> torch.Tenso
     act_module = module.__dict__.get("_act_module")
     if not by_parent or fused_pair.live_act(module, act) != act:  # the slot applies it (or no one)
         act, act_module = "none", None
+    pair = module.__dict__.get("_tunedb_fused")
+    if pair is not None:  # the slot, traced next, takes this decision (fused_pair.taken)
+        fused_pair.decided(pair, act != "none")
     if act_module is not None and x.is_cpu:
         return act_module(F.linear(x, weight, bias))
     if bias is None and act == "none":
