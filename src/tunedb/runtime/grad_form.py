@@ -52,6 +52,9 @@ def register(lib: Any, name: str, torch_form: Callable[..., Any]) -> None:
             return op(*args, **kwargs)
 
     lib.impl(name, autograd_kernel, "Autograd")
+    from tunedb.runtime import export_forms
+
+    export_forms.register(op, torch_form)  # the same form for torch.onnx.export (dynamo=True)
 
 
 def direct(args: tuple[Any, ...]) -> bool:

@@ -32,7 +32,7 @@ from tunedb.families.gemm.configs import ACTS as GEMM_ACTS
 from tunedb.families.gemm import ops_autocast
 from tunedb.families.key_rules import check_one_device, check_tensors
 from tunedb.families.gemm.ops_autograd import _TunedGemm, torch_form
-from tunedb.runtime import batch_dims, fx_nodes, grad_form, launch_table
+from tunedb.runtime import batch_dims, export_forms, fx_nodes, grad_form, launch_table
 
 # The activations the GEMM family fuses, as the torch arm computes them (the CPU/meta path).
 ACTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -210,6 +210,10 @@ def _gemm_act_autograd(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
 
 _lib.impl("gemm", _gemm_autograd, "Autograd")
 _lib.impl("gemm_act", _gemm_act_autograd, "Autograd")
+# what torch.onnx.export (dynamo=True) decomposes them to: the torch form (runtime/export_forms.py)
+export_forms.register(torch.ops.tunedb.gemm.default, lambda x, weight, tiers="": torch_form(x, weight, None, None))
+export_forms.register(torch.ops.tunedb.gemm_act.default,
+                      lambda x, weight, bias=None, act="none", tiers="": torch_form(x, weight, bias, act))
 ops_autocast.register(_lib, ACTS)  # under torch.autocast: what F.linear computes there
 
 
