@@ -10,7 +10,8 @@ keep the tuned ops. The TorchScript exporter (`dynamo=False`) is not served: it 
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def register(op: Any, form: Callable[..., Any]) -> None:
