@@ -58,56 +58,32 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         # place after the call (`h += fc(h)`), or be an inference tensor (BitFit on cached features),
         # as with nn.Linear, and a frozen layer keeps no activation alive
         ctx.save_for_backward(x if need_w else None, weight if need_x else None, None)
-        if need_w:  # the weight's layout picks the order of the sums (torch's mm backward)
-            ctx.w_row_major = weight.stride(1) == 1 and weight.stride(0) == x.shape[-1]
-        ctx.w_complex, ctx.x_complex = weight.is_complex(), x.is_complex()
-        ctx.x_flat = x.dim() <= 2 or x.is_contiguous()
-
-
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    if ctx.act == "none":
-        return _backward_plain(ctx, grad)
-    x, weight, bias = ctx.saved_tensors
-    k = x.shape[-1]
-    rows = math.prod(x.shape[:-1])  # not reshape(-1, ...): K = 0 or N = 0 leaves -1 undefined
-    if ctx.act != "none":  # recompute the pre-activation rather than keep it alive
-        grad = _act_backward(grad, F.linear(x, weight, bias), ctx.act)
-    g2 = grad.reshape(rows, weight.shape[0])
+    # torch's mm backward takes mat2 = W^T's layout: a row-major W (W^T column-major) as (g^T x),
+    # any other as (x^T g)^T, which a BLAS sums in another order
+    ctx.w_row_major = need_w and weight.stride(1) == 1 and weight.stride(0) == x.shape[-1]
+    # y = x W^T is holomorphic: autograd wants grad times the conjugates
+    ctx.conj = weight.is_complex() or x.is_complex()
     # F.linear folds x into one addmm where x is 2-D or contiguous (its bias gradient: the folded
     # gradient summed over rows), else runs matmul then adds the bias (summed over the leading
     # dims of the unfolded gradient, which a non-contiguous gradient sums in another order): the
     # same sums, so that a CPU model's gradients are bitwise its plain model's
-    flat = x.dim() <= 2 or x.is_contiguous()
-    if weight.is_complex() or x.is_complex():  # y = x W^T is holomorphic: autograd wants grad times the conjugates
-        weight, x = weight.conj(), x.conj()
+    ctx.x_flat = x.dim() <= 2 or x.is_contiguous()
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias = ctx.saved_tensors
+    if ctx.act != "none":  # recompute the pre-activation rather than keep it alive
+        grad = _act_backward(grad, F.linear(x, weight, bias), ctx.act)
+    k, n = ctx.x_shape[-1], ctx.w_shape[0]
+    rows = math.prod(ctx.x_shape[:-1])  # not reshape(-1, ...): K = 0 or N = 0 leaves -1 undefined
+    g2 = grad.reshape(rows, n)
+    grad_x = grad_w = grad_b = None
     # mm, not @, as torch's addmm / mm backward call it: under vmap (a vectorized jacobian's
     # batched backward) matmul's batching rule sums in another order
-    grad_x = g2.mm(weight).view(x.shape) if ctx.needs_input_grad[0] else None
-    grad_w = None
-    if ctx.needs_input_grad[1]:
-        # torch's mm backward takes mat2 = W^T's layout: a row-major W (W^T column-major) as
-        # (g^T x), any other as (x^T g)^T, which a BLAS sums in another order
-        x2 = x.reshape(rows, k)
-        grad_w = g2.t().mm(x2) if weight.stride(1) == 1 and weight.stride(0) == k else x2.t().mm(g2).t()
-    grad_b = None
-    if ctx.has_bias and ctx.needs_input_grad[2]:
-        grad_b = g2.sum(0) if flat else grad.sum(tuple(range(grad.dim() - 1)))
-    return grad_x, grad_w, grad_b, None, None
-
-
-def _backward_plain(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-    """_backward's no-activation form, from what _setup kept for the gradients wanted: the same
-    sums in the same order."""
-    x, weight, _ = ctx.saved_tensors
-    k, n = ctx.x_shape[-1], ctx.w_shape[0]
-    rows = math.prod(ctx.x_shape[:-1])
-    g2 = grad.reshape(rows, n)
-    complex_ = ctx.w_complex or ctx.x_complex
-    grad_x = grad_w = grad_b = None
     if ctx.needs_input_grad[0]:
-        grad_x = g2.mm(weight.conj() if complex_ else weight).view(ctx.x_shape)
+        grad_x = g2.mm(weight.conj() if ctx.conj else weight).view(ctx.x_shape)
     if ctx.needs_input_grad[1]:
-        x2 = (x.conj() if complex_ else x).reshape(rows, k)
+        x2 = (x.conj() if ctx.conj else x).reshape(rows, k)
         grad_w = g2.t().mm(x2) if ctx.w_row_major else x2.t().mm(g2).t()
     if ctx.has_bias and ctx.needs_input_grad[2]:
         grad_b = g2.sum(0) if ctx.x_flat else grad.sum(tuple(range(grad.dim() - 1)))
