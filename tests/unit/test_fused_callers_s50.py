@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import tunedb
-from tunedb.families.gemm import fused_pair
+from tunedb.families.gemm import fused_pair, siblings_compile
 
 
 def _pairs():
@@ -139,7 +139,7 @@ def test_class_codes_reach_decorated_and_nested_functions():
 def test_a_compiled_fused_pair_traces_with_or_without_object_constants(monkeypatch, objects):
     """torch 2.11's Dynamo refuses an object argument to a function marked constant (every compile of
     a model with a fused pair failed on the H100); there the trace reads the pair itself."""
-    monkeypatch.setattr(fused_pair, "_OBJECTS_CONSTANT", [objects])
+    monkeypatch.setattr(siblings_compile, "_OBJECTS_CONSTANT", [objects])
     torch._dynamo.reset()
     torch.manual_seed(0)
     seq = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 4))

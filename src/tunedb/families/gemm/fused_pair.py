@@ -264,11 +264,9 @@ class FusedPair:
             self._act = _UNREAD
 
 
-# each thread's last eager decision per pair (id -> fused), made by the Linear's side and taken
-# by the slot's: the slot never decides again. Deciding twice let the halves disagree when another
-# thread added or removed a process-wide module hook between them (torch's ModuleTracker in a
-# second thread): the activation dropped or applied twice (session 57). The fusion rules make the
-# slot's call follow its Linear's in the parent's code, in the same thread, on that output.
+# each thread's last eager decision per pair (id -> fused), made by the Linear's side, taken by the
+# slot's (whose call follows it in the parent's code, same thread): deciding twice, the halves
+# disagreed when another thread toggled a process-wide hook between them (session 57)
 _DECIDED = threading.local()
 
 
@@ -348,31 +346,6 @@ def fused_traced(kind: str) -> bool:
     here, through this module only: one source, no aliasing guard), and its caller the parent's
     code (called_by_parent: per call site)."""
     return intact_kind(kind, _EPOCH[0], ()) and called_by_parent(kind)
-
-
-_OBJECTS_CONSTANT: list[bool] = []
-
-
-def objects_constant() -> bool:
-    """Whether this torch's Dynamo calls a function marked constant with an object argument (torch
-    2.13: the object identity-guarded), which siblings_compile._spec takes. torch 2.11 refuses it
-    (InternalTorchDynamoError: "UserDefinedObjectVariable(...) is not a constant", every compile of
-    a model with a sibling group: H100, session 50); there the trace reads what it reads itself
-    (more guards, the same graph). Itself a trace constant of no argument."""
-    if not _OBJECTS_CONSTANT:
-        try:
-            import inspect
-
-            from torch._dynamo.variables import functions
-
-            src = inspect.getsource(functions.invoke_and_store_as_constant)
-            _OBJECTS_CONSTANT.append("UserDefinedObjectVariable" in src)
-        except Exception:  # noqa: BLE001 - internals of Dynamo: unknown, the safe form
-            _OBJECTS_CONSTANT.append(False)
-    return _OBJECTS_CONSTANT[0]
-
-
-objects_constant._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 class FusedActivation(nn.Identity):

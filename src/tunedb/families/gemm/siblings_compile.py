@@ -37,12 +37,37 @@ import torch
 import torch.nn.functional as F
 
 from tunedb import settings
-from tunedb.families.gemm import fused_pair, ops, siblings
+from tunedb.families.gemm import ops, siblings
 
 _lib = torch.library.Library("tunedb", "FRAGMENT")  # noqa: TOR901 - kept alive for the process
 _lib.define("sibling(Tensor x, Tensor[] weights, Tensor?[] biases, str[] acts, bool[] written, int index, "
             "bool split=False, str tiers='') -> Tensor")
 _lib.define("siblings(Tensor x, Tensor[] weights, Tensor?[] biases, str[] acts, bool split=False) -> Tensor[]")
+
+
+_OBJECTS_CONSTANT: list[bool] = []
+
+
+def objects_constant() -> bool:
+    """Whether this torch's Dynamo calls a function marked constant with an object argument (torch
+    2.13: the object identity-guarded), which _spec takes. torch 2.11 refuses it
+    (InternalTorchDynamoError: "UserDefinedObjectVariable(...) is not a constant", every compile of
+    a model with a sibling group: H100, session 50); there the trace reads what it reads itself
+    (more guards, the same graph). Itself a trace constant of no argument."""
+    if not _OBJECTS_CONSTANT:
+        try:
+            import inspect
+
+            from torch._dynamo.variables import functions
+
+            src = inspect.getsource(functions.invoke_and_store_as_constant)
+            _OBJECTS_CONSTANT.append("UserDefinedObjectVariable" in src)
+        except Exception:  # noqa: BLE001 - internals of Dynamo: unknown, the safe form
+            _OBJECTS_CONSTANT.append(False)
+    return _OBJECTS_CONSTANT[0]
+
+
+objects_constant._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def _opted_in() -> bool:
@@ -101,7 +126,7 @@ def member_call(layer: Any, x: Any) -> Any:
     k = x.shape[-1]
     if k == 0 or not 0 < x.numel() <= k * group.max_rows:
         return None
-    acts, written = _spec(group) if fused_pair.objects_constant() else _spec_read(group)
+    acts, written = _spec(group) if objects_constant() else _spec_read(group)
     weights, biases = [], []
     for m in group.members:
         p = m._parameters
@@ -127,7 +152,7 @@ _spec._dynamo_marked_constant = True  # type: ignore[attr-defined]  # assume_con
 
 
 def _spec_read(group: Any) -> tuple[list[str], list[bool]]:
-    """_spec, traced (a torch whose Dynamo refuses an object argument to a constant: fused_pair.objects_constant)."""
+    """_spec, traced (a torch whose Dynamo refuses an object argument to a constant: objects_constant)."""
     return [m.act for m in group.members], ["_as_written" in m.__dict__ for m in group.members]
 
 
