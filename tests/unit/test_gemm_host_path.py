@@ -310,3 +310,55 @@ def test_a_torch_arm_size_is_remembered_and_a_sibling_member_only_for_a_size_its
         torch.set_grad_enabled(True)
         launch_table._calls.clear()
         launch_table._calls.update(saved)
+
+
+@pytest.mark.parametrize("served", ["eager torch", "torch config", "tuned"])
+def test_a_fused_pair_the_torch_arm_serves_eagerly_runs_as_plain_from_its_second_call(monkeypatch, served):
+    """A Linear fused with the activation after it, whose fused key the torch arm serves eagerly
+    (F.linear then the activation: the plain model's two kernels), answers its later eager calls
+    on a default stream from its memo with F.linear, and its slot applies the model's activation
+    (session 58: the fused eager path cost the host more than the plain pair, bench/eager_bisect.py);
+    a capture's side stream still takes the fused launcher, and a key a tuned kernel serves eagerly
+    stays fused."""
+    from types import SimpleNamespace
+
+    stream = [0]
+    forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda device: stream[0])
+    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
+    monkeypatch.setattr(patching, "_raw_stream", lambda device: stream[0])
+    launch_table.sync()
+    saved = dict(launch_table._calls)
+    launch_table._calls.clear()
+    torch.set_grad_enabled(False)
+    try:
+        import tunedb
+        from tunedb.families.gemm import fused_pair
+
+        seq = tunedb.optimize(torch.nn.Sequential(torch.nn.Linear(8, 4, bias=False), torch.nn.SiLU()), families="all")
+        lin = seq[0]
+        assert type(seq[1]) is fused_pair.FusedActivation and lin.act == "silu"
+        x = torch.randn(3, 8)
+        fake = _Fake(direct=False)
+        fake.config = SimpleNamespace(id="torch" if served == "torch config" else "b16x64x64_w4_s3")
+        fake.eager = "torch" if served == "eager torch" else None
+        launch_table._calls[_key("gemm_act", "silu", x, lin.weight, None)] = fake
+        plain = F.silu(F.linear(x, lin.weight))
+        fused = F.linear(x, lin.weight) + 1  # the fake launcher's output, passed through by the slot
+        assert torch.equal(seq(x), fused) and fake.ran == ["call"]
+        outs = [seq(x) for _ in range(2)]
+        if served == "tuned":
+            assert all(torch.equal(o, fused) for o in outs) and fake.ran == ["call"] * 3
+            assert "_eager_sizes" not in lin.__dict__
+            return
+        assert all(torch.equal(o, plain) for o in outs)  # F.linear, then the slot's SiLU
+        assert fake.ran == ["call"] and fake.counter.calls == 3
+        stream[0] = 7  # a side stream (a capture): the fused launcher again
+        assert torch.equal(seq(x), fused) and fake.ran == ["call", "call"]
+        stream[0] = 0
+        torch.testing.assert_close(lin(x), F.linear(x, lin.weight))  # called alone: no SiLU in it
+        torch.testing.assert_close(seq[1](x), F.silu(x))  # the slot called alone applies its module
+        assert torch.equal(seq(x), plain)
+    finally:
+        torch.set_grad_enabled(True)
+        launch_table._calls.clear()
+        launch_table._calls.update(saved)

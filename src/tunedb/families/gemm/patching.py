@@ -50,6 +50,7 @@ from torch import nn
 from tunedb import settings
 from tunedb.families.gemm import fused_pair, linear_script, ops, siblings
 from tunedb.families.gemm.eager_sizes import note as _note_eager
+from tunedb.families.gemm.fused_pair import decided as _decided
 from tunedb.families.gemm.fusion_source import WALKED_ANY, model_outside_reads, model_reached_reads
 from tunedb.families.gemm.fusion_source import class_calls as _class_calls
 from tunedb.families.gemm.fusion_source import sequentials_called_whole as _called_whole
@@ -148,7 +149,8 @@ class TunedLinear(nn.Module):
         bias = params["bias"] if "bias" in params else self.bias
         d = self.__dict__
         act = self.act
-        if act != "none" and "_tunedb_fused" in d and not d["_tunedb_fused"].fused_here():
+        pair = d.get("_tunedb_fused") if act != "none" else None
+        if pair is not None and not pair.fused_here():
             # surgery after optimize(), or a caller other than the parent's code: the activation's slot applies it (fused_pair)
             return F.linear(x, weight, bias)
         if "_as_written" in d:  # swapped only to join its siblings (siblings.attach): nn.Linear's cost where it can
@@ -171,6 +173,8 @@ class TunedLinear(nn.Module):
             b = sizes.bounds.get((x.shape, x.dtype, bias is None))
             if b is not None and x.is_cuda and not _raw_stream(x.get_device()) and not _dispatch_modes():
                 b.counter.calls += 1
+                if pair is not None:  # a fused pair the torch arm serves eagerly: its slot applies the activation
+                    _decided(pair, False)
                 return F.linear(x, weight, bias)
         # ops.gemm / gemm_act's eager fast path, inline (one Python frame less per call): a plain
         # CUDA tensor, no tracer, mode or autocast, no gradient wanted, a key served this epoch.
@@ -201,8 +205,12 @@ class TunedLinear(nn.Module):
                         _note_eager(d, x, weight, bias, bound, _generation[0])  # the torch arm: F.linear's call
                     return y
                 y = bound.call(x, weight, bias, None)
-                if act == "none" and bound.eager == "torch" and _memo_ok(x, weight, params, sib):
-                    _note_eager(d, x, weight, bias, bound, _generation[0])  # this call ran F.linear's arm, primed
+                # this call ran F.linear's arm (primed); a fused pair's torch arm (F.linear, then the
+                # activation) runs as plain does from its next call: F.linear here, the model's
+                # activation module in its slot, the same two kernels for less host time
+                torch_arm = bound.eager == "torch" or (pair is not None and bound.config.id == "torch")
+                if torch_arm and (act == "none" or pair is not None) and _memo_ok(x, weight, params, sib):
+                    _note_eager(d, x, weight, bias, bound, _generation[0])
                 return y
         if "_as_written" in self.__dict__:  # swapped only to join its siblings (siblings.attach): run as nn.Linear
             return F.linear(x, weight, bias)
