@@ -12,7 +12,9 @@ default stream with F.linear straight away (what the torch arm computes for a GE
 activation), counting the call on the same Bound so that tuning_report() still sees it. A size
 whose config is the torch arm itself (the bound's `direct` is F.linear) is remembered at its first
 eager call likewise (session 45): the memo's lookup costs less than the call key and the entry
-checks it replaces.
+checks it replaces. A Linear fused with the activation after it (fused_pair.py) keeps such sizes
+too (session 58): answered by F.linear, its slot then applies the model's activation module, the
+two kernels the torch arm of the fused key runs, with none of the fused call's host path.
 
 A memo holds for one generation of the launch table's call memo (launch_table.generation: a new
 epoch, an override, a recorder each start a new one) and one weight Parameter, held by its id()
