@@ -86,32 +86,27 @@ def calibrate(profile: ArchProfile, measurements: Iterable[Measurement], configs
 LAUNCHES = {"triton_splitk": 2}
 
 
-def fallback_launches(sig: Signature) -> int:
-    """Kernels the torch arm issues: one GEMM (bias rides in addmm), plus one for an activation."""
-    return 2 if sig.get("act") not in (None, "none") else 1
-
-
 def eager_fallback(sig: Signature, m: int, config: Config, profile: ArchProfile, params: Any = None,
                    fallback: str = "torch") -> str | None:
     """The GEMM family's eager_fallback hook. Outside a graph a call costs about the larger of its
     host issue time (launches x profile.launch_us_eager) and its kernel time. `fallback` serves the
-    shape's eager calls when the config issues at least as many launches as the fallback and the
-    fallback's predicted kernel is shorter than the config's host time: then the config's call is
-    host-bound and its GPU saving buys nothing. Its extra launches cost, and so does a Triton
-    launch against cuBLAS's at equal counts (+1.3 us a call in a loop of its own; a
-    tensor-parallel shard's four served one-row q_proj calls made its eager step 7.5% slower than
-    the same calls as F.linear, session 43 call 1, H100). Past that, torch serves eagerly every
-    such shape whose kernel is shorter than TUNEDB_EAGER_KERNEL_US (64 us): a decode GEMM's kernel
+    shape's eager calls where its predicted kernel is shorter than the config's host time: then
+    the config's call is host-bound and its GPU saving buys nothing, while its extra launches cost,
+    and so does a Triton launch against cuBLAS's at equal counts (+1.3 us a call in a loop of its
+    own; a tensor-parallel shard's four served one-row q_proj calls made its eager step 7.5% slower
+    than the same calls as F.linear, session 43 call 1, H100). Past that, torch serves eagerly
+    every shape whose kernel is shorter than TUNEDB_EAGER_KERNEL_US (64 us): a decode GEMM's kernel
     is, and an eager decode step is host-bound as a whole, so the config's GPU saving buys nothing
     while its launch costs the host more (session 45, H100: Llama-3-8B layers at batch 1 eagerly
     1.110x slower than plain with the decode configs served, 0.990x with them as F.linear, where
-    each kernel alone was longer than a launch). A config of fewer launches (an activation fused)
-    serves. None: the config serves."""
+    each kernel alone was longer than a launch). That holds for a config with the activation fused
+    too, one Triton launch against torch's GEMM and elementwise kernels: HF Llama-3-8B layers
+    eagerly at batch 1 ran 0.895x of plain with the fused gate/SiLU pair served, 0.951x with it
+    given back to F.linear and the model's SiLU (session 57, H100, bench/eager_bisect.py). None:
+    the config serves."""
     if config.is_sentinel:
         return None
     host_cfg = LAUNCHES.get(config.lane, 1) * profile.launch_us_eager
-    if host_cfg < fallback_launches(sig) * profile.launch_us_eager:
-        return None
     from tunedb import families
 
     family = families.get("gemm")
