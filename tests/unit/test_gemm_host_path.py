@@ -357,7 +357,11 @@ def test_a_fused_pair_the_torch_arm_serves_eagerly_runs_as_plain_from_its_second
         stream[0] = 0
         torch.testing.assert_close(lin(x), F.linear(x, lin.weight))  # called alone: no SiLU in it
         torch.testing.assert_close(seq[1](x), F.silu(x))  # the slot called alone applies its module
-        assert torch.equal(seq(x), plain)
+        pair = lin.__dict__["_tunedb_fused"]
+        fused_pair.decided(pair, True)  # a fused decision its slot never took (the parent raised between)
+        asked = []
+        monkeypatch.setattr(type(pair), "fused_here", lambda self: asked.append(1))
+        assert torch.equal(seq(x), plain) and asked == []  # the memo answers first: no frame walk
     finally:
         torch.set_grad_enabled(True)
         launch_table._calls.clear()

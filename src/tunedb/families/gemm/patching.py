@@ -150,6 +150,19 @@ class TunedLinear(nn.Module):
         d = self.__dict__
         act = self.act
         pair = d.get("_tunedb_fused") if act != "none" else None
+        # sizes whose served config yields to F.linear eagerly (eager_sizes.py); never read while a
+        # compiler traces (_traced: its fields would become guards, a recompile at every reload)
+        sizes = d.get("_eager_sizes")
+        if sizes is not None and sizes.generation == _generation[0] and sizes.weight == id(weight) and type(x) is _Tensor:
+            b = sizes.bounds.get((x.shape, x.dtype, bias is None))
+            if b is not None and x.is_cuda and not _raw_stream(x.get_device()) and not _dispatch_modes():
+                b.counter.calls += 1
+                if pair is not None:
+                    # a fused pair the torch arm serves eagerly runs as plain whoever calls: the
+                    # Linear's own output, its slot applying the activation (no fused_here: its
+                    # checks and frame walk cost more host than the pair's whole call saves)
+                    _decided(pair, False)
+                return F.linear(x, weight, bias)
         if pair is not None and not pair.fused_here():
             # surgery after optimize(), or a caller other than the parent's code: the activation's slot applies it (fused_pair)
             return F.linear(x, weight, bias)
@@ -165,16 +178,6 @@ class TunedLinear(nn.Module):
                 # a capture (quiet_members.py), whatever the rows (more than the group takes too)
                 if default and not group.eager_one_row():  # (a trace returned above)
                     _quiet_enter(self)
-                return F.linear(x, weight, bias)
-        # sizes whose served config yields to F.linear eagerly (eager_sizes.py); never read while a
-        # compiler traces (_traced: its fields would become guards, a recompile at every reload)
-        sizes = d.get("_eager_sizes")
-        if sizes is not None and sizes.generation == _generation[0] and sizes.weight == id(weight) and type(x) is _Tensor:
-            b = sizes.bounds.get((x.shape, x.dtype, bias is None))
-            if b is not None and x.is_cuda and not _raw_stream(x.get_device()) and not _dispatch_modes():
-                b.counter.calls += 1
-                if pair is not None:  # a fused pair the torch arm serves eagerly: its slot applies the activation
-                    _decided(pair, False)
                 return F.linear(x, weight, bias)
         # ops.gemm / gemm_act's eager fast path, inline (one Python frame less per call): a plain
         # CUDA tensor, no tracer, mode or autocast, no gradient wanted, a key served this epoch.
