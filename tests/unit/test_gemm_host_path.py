@@ -63,6 +63,27 @@ def cpu_entry(monkeypatch):
     launch_table._calls.update(saved)
 
 
+@pytest.fixture
+def memo_forward(monkeypatch):
+    """TunedLinear.forward's own source with CUDA read as CPU and the current stream's handle
+    faked (yields the one-item list holding it: 0 the default stream, else a side stream), an
+    empty launch-table memo and no gradient."""
+    stream = [0]
+    forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda device: stream[0])
+    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
+    monkeypatch.setattr(patching, "_raw_stream", lambda device: stream[0])  # _memo_ok's
+    launch_table.sync()
+    saved = dict(launch_table._calls)
+    launch_table._calls.clear()
+    torch.set_grad_enabled(False)
+    try:
+        yield stream
+    finally:
+        torch.set_grad_enabled(True)
+        launch_table._calls.clear()
+        launch_table._calls.update(saved)
+
+
 def _key(op, act, x, w, b):
     return (op, act, x.shape, x.dtype, w.shape, w.dtype,
             None if b is None else (b.shape, b.dtype, b.is_contiguous()))
@@ -188,7 +209,7 @@ def test_a_bound_takes_its_launchers_direct_form_and_loses_it_with_a_fallback(ge
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_size_the_bound_gives_torch_eagerly_is_answered_by_f_linear_from_the_layer_memo(monkeypatch, bias):
+def test_a_size_the_bound_gives_torch_eagerly_is_answered_by_f_linear_from_the_layer_memo(memo_forward, bias):
     """eager_sizes.py through TunedLinear.forward's own source (CUDA read as CPU, the stream handle
     faked): the first eager call of a bound whose eager arm is torch goes through the launcher
     (which primes the pick), later ones on a default stream are F.linear's, counted on the bound;
@@ -196,66 +217,54 @@ def test_a_size_the_bound_gives_torch_eagerly_is_answered_by_f_linear_from_the_l
     Parameter goes back to the launcher; an activation layer never keeps a memo."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    stream = [0]
-    forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda device: stream[0])
-    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
-    monkeypatch.setattr(patching, "_raw_stream", lambda device: stream[0])  # _memo_ok's
-    launch_table.sync()
-    saved = dict(launch_table._calls)
-    launch_table._calls.clear()
-    torch.set_grad_enabled(False)
-    try:
-        lin = torch.nn.Linear(8, 4, bias=bias)
-        layer = patching.TunedLinear(lin)
-        x = torch.randn(3, 8)
-        op = "gemm" if not bias else "gemm_act"
-        fake = _Fake(direct=False)
-        fake.eager = "torch"
-        launch_table._calls[_key(op, "none", x, lin.weight, lin.bias)] = fake
-        plain = F.linear(x, lin.weight, lin.bias)
-        torch.testing.assert_close(layer(x), plain + 1)  # the launcher's call (the fake marks it)
-        assert fake.ran == ["call"]
-        for _ in range(2):
-            assert torch.equal(layer(x), plain)  # F.linear's bits, from the memo
-        assert fake.ran == ["call"] and fake.counter.calls == 3
-        stream[0] = 7  # a side stream: what a capture runs on
-        layer(x)
-        assert fake.ran == ["call", "call"]
-        stream[0] = 0
+    stream = memo_forward
+    lin = torch.nn.Linear(8, 4, bias=bias)
+    layer = patching.TunedLinear(lin)
+    x = torch.randn(3, 8)
+    op = "gemm" if not bias else "gemm_act"
+    fake = _Fake(direct=False)
+    fake.eager = "torch"
+    launch_table._calls[_key(op, "none", x, lin.weight, lin.bias)] = fake
+    plain = F.linear(x, lin.weight, lin.bias)
+    torch.testing.assert_close(layer(x), plain + 1)  # the launcher's call (the fake marks it)
+    assert fake.ran == ["call"]
+    for _ in range(2):
+        assert torch.equal(layer(x), plain)  # F.linear's bits, from the memo
+    assert fake.ran == ["call"] and fake.counter.calls == 3
+    stream[0] = 7  # a side stream: what a capture runs on
+    layer(x)
+    assert fake.ran == ["call", "call"]
+    stream[0] = 0
 
-        class Watch(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                return func(*args, **(kwargs or {}))
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
 
+    counted = fake.counter.calls
+    with Watch():
+        assert torch.equal(layer(x), plain)
+    # a mode keeps the entry points' path (the op through the dispatcher, which runs the torch
+    # arm here), neither the memo nor the bound: nothing counted on it
+    assert fake.counter.calls == counted == 4 and fake.ran == ["call", "call"]
+    launch_table.generation[0] += 1
+    layer(x)
+    assert fake.ran[-1] == "call" and len(fake.ran) == 3  # a new generation: the launcher again
+    if bias:  # the bias set to None: another call key (gemm, not gemm_act), never this memo entry
+        kept, layer.bias = layer.bias, None
         counted = fake.counter.calls
-        with Watch():
-            assert torch.equal(layer(x), plain)
-        # a mode keeps the entry points' path (the op through the dispatcher, which runs the torch
-        # arm here), neither the memo nor the bound: nothing counted on it
-        assert fake.counter.calls == counted == 4 and fake.ran == ["call", "call"]
-        launch_table.generation[0] += 1
         layer(x)
-        assert fake.ran[-1] == "call" and len(fake.ran) == 3  # a new generation: the launcher again
-        if bias:  # the bias set to None: another call key (gemm, not gemm_act), never this memo entry
-            kept, layer.bias = layer.bias, None
-            counted = fake.counter.calls
-            layer(x)
-            assert fake.counter.calls == counted
-            layer.bias = kept
-        layer.weight = torch.nn.Parameter(lin.weight.detach().clone())
-        launch_table._calls[_key(op, "none", x, layer.weight, lin.bias)] = fake
-        layer(x)
-        assert len(fake.ran) == 4  # another weight Parameter: the launcher again, then remembered
-        assert torch.equal(layer(x), F.linear(x, layer.weight, lin.bias)) and len(fake.ran) == 4
-        act = patching.TunedLinear(torch.nn.Linear(8, 4), "silu")
-        launch_table._calls[_key("gemm_act", "silu", x, act.weight, act.bias)] = fake
-        act(x)
-        act(x)
-        assert "_eager_sizes" not in act.__dict__
-    finally:
-        torch.set_grad_enabled(True)
-        launch_table._calls.clear()
-        launch_table._calls.update(saved)
+        assert fake.counter.calls == counted
+        layer.bias = kept
+    layer.weight = torch.nn.Parameter(lin.weight.detach().clone())
+    launch_table._calls[_key(op, "none", x, layer.weight, lin.bias)] = fake
+    layer(x)
+    assert len(fake.ran) == 4  # another weight Parameter: the launcher again, then remembered
+    assert torch.equal(layer(x), F.linear(x, layer.weight, lin.bias)) and len(fake.ran) == 4
+    act = patching.TunedLinear(torch.nn.Linear(8, 4), "silu")
+    launch_table._calls[_key("gemm_act", "silu", x, act.weight, act.bias)] = fake
+    act(x)
+    act(x)
+    assert "_eager_sizes" not in act.__dict__
 
 
 class _TorchArm(_Fake):
@@ -266,6 +275,7 @@ class _TorchArm(_Fake):
         self.direct = F.linear
 
 
+@pytest.mark.usefixtures("memo_forward")
 def test_a_torch_arm_size_is_remembered_and_a_sibling_member_only_for_a_size_its_group_declines(monkeypatch):
     """The memo (eager_sizes.py) also holds sizes whose config is the torch arm (F.linear itself,
     no launcher frame): after the first eager call the layer answers from it, counted on the
@@ -273,47 +283,34 @@ def test_a_torch_arm_size_is_remembered_and_a_sibling_member_only_for_a_size_its
     default stream (quiet): a size its group may launch for stays on the group's path."""
     from tunedb.families.gemm import siblings
 
-    stream = [0]
-    forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda device: stream[0])
-    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
-    monkeypatch.setattr(patching, "_raw_stream", lambda device: stream[0])
-    launch_table.sync()
-    saved = dict(launch_table._calls)
-    launch_table._calls.clear()
-    torch.set_grad_enabled(False)
-    try:
-        layer = patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))
-        x = torch.randn(3, 8)
-        arm = _TorchArm()
-        launch_table._calls[_key("gemm", "none", x, layer.weight, None)] = arm
-        for _ in range(3):
-            assert torch.equal(layer(x), F.linear(x, layer.weight))
-        assert arm.counter.calls == 3 and set(layer.__dict__["_eager_sizes"].bounds) == {(x.shape, x.dtype, True)}
-        calls = []
-        monkeypatch.setattr(launch_table, "known", lambda key: calls.append(key))  # the memo answers first
-        monkeypatch.setattr(patching, "_known", lambda key: calls.append(key))
-        layer(x)
-        assert calls == [] and arm.counter.calls == 4
+    layer = patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))
+    x = torch.randn(3, 8)
+    arm = _TorchArm()
+    launch_table._calls[_key("gemm", "none", x, layer.weight, None)] = arm
+    for _ in range(3):
+        assert torch.equal(layer(x), F.linear(x, layer.weight))
+    assert arm.counter.calls == 3 and set(layer.__dict__["_eager_sizes"].bounds) == {(x.shape, x.dtype, True)}
+    calls = []
+    monkeypatch.setattr(launch_table, "known", lambda key: calls.append(key))  # the memo answers first
+    monkeypatch.setattr(patching, "_known", lambda key: calls.append(key))
+    layer(x)
+    assert calls == [] and arm.counter.calls == 4
 
-        member = patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))
-        group = siblings.SiblingGroup([member, patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))])
-        member.__dict__["_siblings"] = (group, 0)
-        monkeypatch.setattr(group, "call", lambda index, x: None)  # the group declines (a CPU tensor)
-        monkeypatch.setattr(patching, "_known", launch_table.known)
-        launch_table._calls[_key("gemm", "none", x, member.weight, None)] = arm
-        member(x)
-        assert "_eager_sizes" not in member.__dict__  # not quiet: the group may still want the size
-        group.quiet.add((x.numel(), x.dtype))
-        member(x)
-        assert set(member.__dict__["_eager_sizes"].bounds) == {(x.shape, x.dtype, True)}
-    finally:
-        torch.set_grad_enabled(True)
-        launch_table._calls.clear()
-        launch_table._calls.update(saved)
+    member = patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))
+    group = siblings.SiblingGroup([member, patching.TunedLinear(torch.nn.Linear(8, 4, bias=False))])
+    member.__dict__["_siblings"] = (group, 0)
+    monkeypatch.setattr(group, "call", lambda index, x: None)  # the group declines (a CPU tensor)
+    monkeypatch.setattr(patching, "_known", launch_table.known)
+    launch_table._calls[_key("gemm", "none", x, member.weight, None)] = arm
+    member(x)
+    assert "_eager_sizes" not in member.__dict__  # not quiet: the group may still want the size
+    group.quiet.add((x.numel(), x.dtype))
+    member(x)
+    assert set(member.__dict__["_eager_sizes"].bounds) == {(x.shape, x.dtype, True)}
 
 
 @pytest.mark.parametrize("served", ["eager torch", "torch config", "tuned"])
-def test_a_fused_pair_the_torch_arm_serves_eagerly_runs_as_plain_from_its_second_call(monkeypatch, served):
+def test_a_fused_pair_the_torch_arm_serves_eagerly_runs_as_plain_from_its_second_call(monkeypatch, memo_forward, served):
     """A Linear fused with the activation after it, whose fused key the torch arm serves eagerly
     (F.linear then the activation: the plain model's two kernels), answers its later eager calls
     on a default stream from its memo with F.linear, and its slot applies the model's activation
@@ -322,47 +319,35 @@ def test_a_fused_pair_the_torch_arm_serves_eagerly_runs_as_plain_from_its_second
     stays fused."""
     from types import SimpleNamespace
 
-    stream = [0]
-    forward = _as_cpu(patching.TunedLinear.forward, patching, _raw_stream=lambda device: stream[0])
-    monkeypatch.setattr(patching.TunedLinear, "forward", forward)
-    monkeypatch.setattr(patching, "_raw_stream", lambda device: stream[0])
-    launch_table.sync()
-    saved = dict(launch_table._calls)
-    launch_table._calls.clear()
-    torch.set_grad_enabled(False)
-    try:
-        import tunedb
-        from tunedb.families.gemm import fused_pair
+    stream = memo_forward
+    import tunedb
+    from tunedb.families.gemm import fused_pair
 
-        seq = tunedb.optimize(torch.nn.Sequential(torch.nn.Linear(8, 4, bias=False), torch.nn.SiLU()), families="all")
-        lin = seq[0]
-        assert type(seq[1]) is fused_pair.FusedActivation and lin.act == "silu"
-        x = torch.randn(3, 8)
-        fake = _Fake(direct=False)
-        fake.config = SimpleNamespace(id="torch" if served == "torch config" else "b16x64x64_w4_s3")
-        fake.eager = "torch" if served == "eager torch" else None
-        launch_table._calls[_key("gemm_act", "silu", x, lin.weight, None)] = fake
-        plain = F.silu(F.linear(x, lin.weight))
-        fused = F.linear(x, lin.weight) + 1  # the fake launcher's output, passed through by the slot
-        assert torch.equal(seq(x), fused) and fake.ran == ["call"]
-        outs = [seq(x) for _ in range(2)]
-        if served == "tuned":
-            assert all(torch.equal(o, fused) for o in outs) and fake.ran == ["call"] * 3
-            assert "_eager_sizes" not in lin.__dict__
-            return
-        assert all(torch.equal(o, plain) for o in outs)  # F.linear, then the slot's SiLU
-        assert fake.ran == ["call"] and fake.counter.calls == 3
-        stream[0] = 7  # a side stream (a capture): the fused launcher again
-        assert torch.equal(seq(x), fused) and fake.ran == ["call", "call"]
-        stream[0] = 0
-        torch.testing.assert_close(lin(x), F.linear(x, lin.weight))  # called alone: no SiLU in it
-        torch.testing.assert_close(seq[1](x), F.silu(x))  # the slot called alone applies its module
-        pair = lin.__dict__["_tunedb_fused"]
-        fused_pair.decided(pair, True)  # a fused decision its slot never took (the parent raised between)
-        asked = []
-        monkeypatch.setattr(type(pair), "fused_here", lambda self: asked.append(1))
-        assert torch.equal(seq(x), plain) and asked == []  # the memo answers first: no frame walk
-    finally:
-        torch.set_grad_enabled(True)
-        launch_table._calls.clear()
-        launch_table._calls.update(saved)
+    seq = tunedb.optimize(torch.nn.Sequential(torch.nn.Linear(8, 4, bias=False), torch.nn.SiLU()), families="all")
+    lin = seq[0]
+    assert type(seq[1]) is fused_pair.FusedActivation and lin.act == "silu"
+    x = torch.randn(3, 8)
+    fake = _Fake(direct=False)
+    fake.config = SimpleNamespace(id="torch" if served == "torch config" else "b16x64x64_w4_s3")
+    fake.eager = "torch" if served == "eager torch" else None
+    launch_table._calls[_key("gemm_act", "silu", x, lin.weight, None)] = fake
+    plain = F.silu(F.linear(x, lin.weight))
+    fused = F.linear(x, lin.weight) + 1  # the fake launcher's output, passed through by the slot
+    assert torch.equal(seq(x), fused) and fake.ran == ["call"]
+    outs = [seq(x) for _ in range(2)]
+    if served == "tuned":
+        assert all(torch.equal(o, fused) for o in outs) and fake.ran == ["call"] * 3
+        assert "_eager_sizes" not in lin.__dict__
+        return
+    assert all(torch.equal(o, plain) for o in outs)  # F.linear, then the slot's SiLU
+    assert fake.ran == ["call"] and fake.counter.calls == 3
+    stream[0] = 7  # a side stream (a capture): the fused launcher again
+    assert torch.equal(seq(x), fused) and fake.ran == ["call", "call"]
+    stream[0] = 0
+    torch.testing.assert_close(lin(x), F.linear(x, lin.weight))  # called alone: no SiLU in it
+    torch.testing.assert_close(seq[1](x), F.silu(x))  # the slot called alone applies its module
+    pair = lin.__dict__["_tunedb_fused"]
+    fused_pair.decided(pair, True)  # a fused decision its slot never took (the parent raised between)
+    asked = []
+    monkeypatch.setattr(type(pair), "fused_here", lambda self: asked.append(1))
+    assert torch.equal(seq(x), plain) and asked == []  # the memo answers first: no frame walk
