@@ -34,8 +34,10 @@ class Mlp(nn.Module):
 
 
 @pytest.mark.parametrize("pick", ["torch", None])
-def test_a_fused_pair_served_by_torch_runs_unfused_eagerly_and_fused_in_a_graph(tiers_dirs, pick):
+def test_a_fused_pair_served_by_torch_runs_unfused_eagerly_and_fused_in_a_graph(tiers_dirs, monkeypatch, pick):
     import tunedb
+
+    monkeypatch.setenv("TUNEDB_LEAVE_UNMEASURED", "0")  # swap and fuse the Linear no table names
 
     sig = Signature.parse(f"gemm|op=gemm_act|dt=bf16|N={N}|K={K}|act=silu|bias=0")
     if pick:
