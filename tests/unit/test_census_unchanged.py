@@ -83,10 +83,10 @@ def _optimized(name: str, impl: str) -> torch.nn.Module:
 def test_skipping_modules_without_a_linear_child_changes_no_fusion(name, impl, monkeypatch):
     # optimize() reads a module class's source only when the module holds an nn.Linear; reading
     # every class (as before) must give the same swaps and fusions
-    from tunedb.families.gemm import patching
+    from tunedb.families.gemm import fusion_plan
 
     fast = _structure(_optimized(name, impl))
-    monkeypatch.setattr(patching, "_may_fuse", lambda children: True)
+    monkeypatch.setattr(fusion_plan, "_may_fuse", lambda children: True)
     assert _structure(_optimized(name, impl)) == fast
     assert any(kind == "TunedLinear" for _, kind, _ in fast)
 

@@ -8,7 +8,8 @@ from torch import nn
 from runtime_fakes import gemm  # noqa: F401  (fixture)
 from fusion_models_s40 import InitsWithModules, ReachesIntoItsSequential, WalkedBlock, WalksABlocksChildren
 from tunedb.runtime import launch_table, report
-from tunedb.families.gemm.patching import TunedLinear, activation_kind, optimize
+from tunedb.families.gemm.fusion_plan import activation_kind
+from tunedb.families.gemm.patching import TunedLinear, optimize
 
 # the rules under test act on swapped layers (a model no table measured is left as written)
 pytestmark = pytest.mark.usefixtures("swap_unmeasured")

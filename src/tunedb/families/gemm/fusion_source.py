@@ -99,7 +99,7 @@ def _function(attr: object) -> object:
 
 
 # Bases whose code is the library's, not a model's: they never name a model's submodules (and
-# reading transformers' PreTrainedModel costs 0.3-0.5 s of ast.parse, see patching._may_fuse).
+# reading transformers' PreTrainedModel costs 0.3-0.5 s of ast.parse, see fusion_plan._may_fuse).
 _LIBRARY_MODULES = ("torch.", "transformers.modeling_utils", "transformers.modeling_layers", "transformers.distributed",
                     "transformers.generation",
                     "transformers.integrations", "transformers.utils", "transformers.configuration_utils")
