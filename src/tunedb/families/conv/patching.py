@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from tunedb.families.gemm import fused_pair
+from tunedb.families.script_plain import as_plain
 from tunedb.families.gemm.fusion_source import called_whole
 from tunedb.families.module_rules import holders, hooked
 
@@ -170,7 +171,7 @@ class TunedConv1d(nn.Conv1d):
     _scripts_plain = True
 
     def __prepare_scriptable__(self) -> nn.Module:
-        return fused_pair.as_plain(self, nn.Conv1d)
+        return as_plain(self, nn.Conv1d)
 
     def _own(self, x: torch.Tensor, act: str) -> torch.Tensor:
         from tunedb.families.conv import ops
@@ -206,7 +207,7 @@ class TunedConv2d(nn.Conv2d):
     _scripts_plain = True
 
     def __prepare_scriptable__(self) -> nn.Module:
-        return fused_pair.as_plain(self, nn.Conv2d)
+        return as_plain(self, nn.Conv2d)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
@@ -225,7 +226,7 @@ class AbsorbedBatchNorm1d(nn.BatchNorm1d):
     """A batch norm folded into the conv before it: passes its input through in eval mode."""
 
     def __prepare_scriptable__(self) -> nn.Module:
-        return fused_pair.as_plain(self, nn.BatchNorm1d)
+        return as_plain(self, nn.BatchNorm1d)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced
@@ -245,7 +246,7 @@ class _Absorbed:
     """An activation run by the conv's epilogue while the fused norm is in eval mode."""
 
     def __prepare_scriptable__(self) -> nn.Module:
-        return fused_pair.as_plain(self, type(self).__mro__[2])  # AbsorbedSiLU -> nn.SiLU
+        return as_plain(self, type(self).__mro__[2])  # AbsorbedSiLU -> nn.SiLU
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         x = input  # nn's own parameter name: module(input=t) works as on the module replaced

@@ -424,19 +424,6 @@ def _script_forward(self: Any, input: torch.Tensor) -> torch.Tensor:
 FusedActivation.forward.__wrapped__ = _script_forward  # type: ignore[attr-defined]
 
 
-def as_plain(module: nn.Module, cls: type) -> nn.Module:
-    """`module` as torch.jit.script should compile it: a shallow copy of class `cls` (the nn class it
-    replaced: the same Parameters, buffers and attributes), no fusion. TorchScript cannot compile
-    the tuned forwards (imports inside, the selector's calls); torch.jit.script puts this copy in
-    the eager model's slot too, where it runs as the plain module did (the fused slots beside it
-    then apply their own modules)."""
-    plain = copy.copy(module)
-    plain.__class__ = cls
-    for key in ("_tunedb_fused", "_tunedb_fusion", "_tunedb_flat", "_tunedb_kind"):
-        plain.__dict__.pop(key, None)
-    return plain
-
-
 def record(parent: nn.Module, lin_attr: str, act_attr: str, linear: nn.Module, act_module: Any) -> FusedActivation:
     """The module for the activation's slot, with the pair recorded in it and in `linear`."""
     blank = FusedActivation()

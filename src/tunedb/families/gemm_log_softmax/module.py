@@ -35,9 +35,9 @@ class TunedLinearLogSoftmax(torch.nn.Module):
     _scripts_plain = True  # fused_pair.FusedActivation: the LogSoftmax slot applies its module when scripted
 
     def __prepare_scriptable__(self) -> torch.nn.Module:
-        from tunedb.families.gemm import fused_pair
+        from tunedb.families.script_plain import as_plain
 
-        return fused_pair.as_plain(self, torch.nn.Linear)
+        return as_plain(self, torch.nn.Linear)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

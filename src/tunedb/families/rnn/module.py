@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from tunedb.families.gemm import fused_pair
+from tunedb.families.script_plain import as_plain
 from tunedb.families.rnn import census
 from tunedb.families.rnn.configs import FAMILY, module_signature
 
@@ -71,14 +71,14 @@ class TunedLSTM(_Served, torch.nn.LSTM):
     """An nn.LSTM run under the arm the selector serves for its key."""
 
     def __prepare_scriptable__(self) -> torch.nn.Module:
-        return fused_pair.as_plain(self, torch.nn.LSTM)  # TorchScript compiles nn.LSTM's own forward
+        return as_plain(self, torch.nn.LSTM)  # TorchScript compiles nn.LSTM's own forward
 
 
 class TunedGRU(_Served, torch.nn.GRU):
     """An nn.GRU run under the arm the selector serves for its key."""
 
     def __prepare_scriptable__(self) -> torch.nn.Module:
-        return fused_pair.as_plain(self, torch.nn.GRU)
+        return as_plain(self, torch.nn.GRU)
 
 
 TUNED = {torch.nn.LSTM: TunedLSTM, torch.nn.GRU: TunedGRU}
